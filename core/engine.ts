@@ -1,0 +1,74 @@
+// The training-engine interface. The CPU reference (client/engine/cpu.ts) and the
+// WebGPU engine (client/engine/webgpu.ts) implement it; the island runtime, the
+// simulator and `atoll train` only ever talk to this.
+
+import type { GPTConfig } from './model/config.ts';
+import type { Tokens } from './model/ops.ts';
+
+/** One micro-batch: inputs and next-token targets, each (B,T) row-major. */
+export interface Batch {
+  inputs: Tokens;
+  targets: Tokens;
+  B: number;
+  T: number;
+}
+
+/** Per-step hyperparameters; AdamW's betas/eps/decay come from the engine options. */
+export interface StepOptions {
+  lr: number;
+  /** Clip the global gradient norm to this (≤ 0 disables). */
+  gradClip: number;
+}
+
+export interface EngineOptions {
+  config: GPTConfig;
+  /** Largest batch the engine allocates activations for. */
+  maxBatch: number;
+  /** Largest sequence length (≤ config.blockSize). */
+  maxT?: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  weightDecay?: number;
+}
+
+export interface OptimizerState {
+  m: Float32Array;
+  v: Float32Array;
+  /** AdamW steps taken (for bias correction). */
+  step: number;
+}
+
+export interface TrainingEngine {
+  readonly kind: 'cpu' | 'webgpu';
+  readonly config: GPTConfig;
+  /** Human-readable device description (adapter name, or "cpu"). */
+  readonly device: string;
+
+  /** Replace θ. Also records θ as the start point for `readDelta()`. */
+  setParams(params: Float32Array): Promise<void>;
+  getParams(): Promise<Float32Array>;
+  /** Δ = θ_start − θ, where θ_start is what the last `setParams` loaded. */
+  readDelta(): Promise<Float32Array>;
+
+  getOptimizerState(): Promise<OptimizerState>;
+  setOptimizerState(state: OptimizerState): Promise<void>;
+  resetOptimizerState(): Promise<void>;
+
+  /**
+   * Enqueue one AdamW step on a batch. No readback: the loss is collected by
+   * `takeLosses()`. Resolves once the step is queued (CPU: done).
+   */
+  step(batch: Batch, opts: StepOptions): Promise<void>;
+  /** Losses of the steps since the last call, in order. */
+  takeLosses(): Promise<number[]>;
+
+  /** Mean loss on a batch without touching θ or the optimizer. */
+  evalLoss(batch: Batch): Promise<number>;
+  /** Logits (V) for the token after `context` (its last ≤ blockSize tokens). */
+  nextTokenLogits(context: Uint8Array): Promise<Float32Array>;
+
+  /** Bytes held on the device (0 for the CPU). */
+  readonly gpuBytes: number;
+  destroy(): void;
+}
