@@ -1,0 +1,54 @@
+// One WebGPU device per test file (Dawn in Node; SwiftShader when there is no GPU).
+// A missing adapter FAILS the test with the message that says how to get one.
+
+import { createNodeGpu, type NodeGpu, type NodeGpuOptions } from '../../server/gpu.ts';
+
+let shared: Promise<NodeGpu> | null = null;
+
+/** The file's shared device; the first call's options win. */
+export function getTestDevice(opts?: NodeGpuOptions): Promise<NodeGpu> {
+  shared ??= createNodeGpu(opts);
+  return shared;
+}
+
+/** For afterAll: drain, destroy, and let the worker exit. */
+export async function releaseTestDevice(): Promise<void> {
+  const p = shared;
+  shared = null;
+  if (p) await (await p.catch(() => null))?.dispose();
+}
+
+/** Uploads data into a new storage buffer (tests only: allocation per call). */
+export function upload(device: GPUDevice, data: Float32Array | Uint32Array, extraUsage = 0): GPUBuffer {
+  const size = Math.max(16, Math.ceil(data.byteLength / 16) * 16);
+  const buf = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST | extraUsage, mappedAtCreation: true });
+  new (data.constructor as Float32ArrayConstructor)(buf.getMappedRange()).set(data);
+  buf.unmap();
+  return buf;
+}
+
+/** Reads `n` f32 values of a buffer back (copy to a staging buffer, map). */
+export async function readF32(device: GPUDevice, buf: GPUBuffer, n: number, offsetElems = 0): Promise<Float32Array> {
+  const size = Math.max(16, Math.ceil((n * 4) / 16) * 16);
+  const staging = device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  const enc = device.createCommandEncoder();
+  enc.copyBufferToBuffer(buf, offsetElems * 4, staging, 0, Math.min(size, buf.size - offsetElems * 4));
+  device.queue.submit([enc.finish()]);
+  await staging.mapAsync(GPUMapMode.READ);
+  const out = new Float32Array(staging.getMappedRange().slice(0, n * 4));
+  staging.unmap();
+  staging.destroy();
+  return out;
+}
+
+/** Largest |a−b| relative to the largest |b| (a scale-aware error for a whole tensor). */
+export function maxRelErr(a: ArrayLike<number>, b: ArrayLike<number>): { abs: number; rel: number } {
+  if (a.length !== b.length) throw new Error(`length ${a.length} vs ${b.length}`);
+  let abs = 0, scale = 0;
+  for (let i = 0; i < a.length; i++) {
+    const d = Math.abs(a[i] - b[i]);
+    if (!(d <= abs)) abs = Number.isNaN(d) ? Infinity : d;
+    scale = Math.max(scale, Math.abs(b[i]));
+  }
+  return { abs, rel: abs / Math.max(scale, 1e-30) };
+}
