@@ -1,0 +1,23 @@
+// Creating a training engine in Node: the CPU reference, or WebGPU through Dawn.
+
+import type { EngineOptions, TrainingEngine } from '../core/engine.ts';
+import { CpuEngine } from '../client/engine/cpu.ts';
+
+export type EngineKind = 'cpu' | 'webgpu';
+
+export function parseEngineKind(s: string): EngineKind {
+  if (s !== 'cpu' && s !== 'webgpu') throw new Error(`--engine must be 'cpu' or 'webgpu', got '${s}'`);
+  return s;
+}
+
+/** A fresh engine; for WebGPU it requests only the limits the config needs. */
+export async function createEngine(kind: EngineKind, opts: EngineOptions): Promise<TrainingEngine> {
+  if (kind === 'cpu') return new CpuEngine(opts);
+  const { createNodeGpu } = await import('./gpu.ts');
+  const { WebGpuEngine, requiredLimits } = await import('../client/engine/webgpu.ts');
+  const gpu = await createNodeGpu({ requiredLimits: requiredLimits(opts) });
+  const engine = await WebGpuEngine.create(gpu.device, { ...opts, adapterInfo: gpu.info.description });
+  const destroy = engine.destroy.bind(engine);
+  engine.destroy = () => { destroy(); void gpu.dispose(); };
+  return engine;
+}

@@ -1,0 +1,28 @@
+import { resolve } from 'node:path';
+import { defineConfig } from 'vite';
+
+// Two pages: the volunteer page at `/` and the researchers' dashboard at `/dashboard`.
+// `atoll serve` serves dist/client; `vite` alone serves the pages for development,
+// proxying the API and socket.io to a server on :8080.
+export default defineConfig({
+  root: 'client',
+  publicDir: false,
+  build: {
+    outDir: resolve(import.meta.dirname, 'dist/client'),
+    emptyOutDir: true,
+    target: 'es2022',
+    rollupOptions: {
+      input: {
+        index: resolve(import.meta.dirname, 'client/index.html'),
+        dashboard: resolve(import.meta.dirname, 'client/dashboard.html'),
+      },
+    },
+  },
+  worker: { format: 'es' },
+  server: {
+    proxy: {
+      '/api': 'http://localhost:8080',
+      '/socket.io': { target: 'ws://localhost:8080', ws: true },
+    },
+  },
+});
