@@ -114,23 +114,34 @@ export function matmulForward(out: Arr, inp: Arr, weight: Arr, bias: Arr | null,
 /** dinp (B,T,C) += dout·weight; dweight (OC,C) += doutᵀ·inp; dbias (OC) += Σ dout. */
 export function matmulBackward(dinp: Arr, dweight: Arr, dbias: Arr | null, dout: Arr, inp: Arr, weight: Arr, B: number, T: number, C: number, OC: number): void {
   const BT = B * T;
+  // dinp: four weight rows per pass, so each dinp element is loaded/stored once per four FMAs
   for (let bt = 0; bt < BT; bt++) {
     const x = bt * C, d = bt * OC;
-    for (let o = 0; o < OC; o++) {
-      const g = dout[d + o];
-      if (g === 0) continue;
-      const w = o * C;
+    let o = 0;
+    for (; o + 4 <= OC; o += 4) {
+      const g0 = dout[d + o], g1 = dout[d + o + 1], g2 = dout[d + o + 2], g3 = dout[d + o + 3];
+      const w0 = o * C, w1 = w0 + C, w2 = w1 + C, w3 = w2 + C;
+      for (let i = 0; i < C; i++) dinp[x + i] += g0 * weight[w0 + i] + g1 * weight[w1 + i] + g2 * weight[w2 + i] + g3 * weight[w3 + i];
+    }
+    for (; o < OC; o++) {
+      const g = dout[d + o], w = o * C;
       for (let i = 0; i < C; i++) dinp[x + i] += g * weight[w + i];
     }
   }
+  // dweight: four input rows per pass, likewise
   for (let o = 0; o < OC; o++) {
     const w = o * C;
     let db = 0;
-    for (let bt = 0; bt < BT; bt++) {
-      const g = dout[bt * OC + o];
+    let bt = 0;
+    for (; bt + 4 <= BT; bt += 4) {
+      const g0 = dout[bt * OC + o], g1 = dout[(bt + 1) * OC + o], g2 = dout[(bt + 2) * OC + o], g3 = dout[(bt + 3) * OC + o];
+      db += g0 + g1 + g2 + g3;
+      const x0 = bt * C, x1 = x0 + C, x2 = x1 + C, x3 = x2 + C;
+      for (let i = 0; i < C; i++) dweight[w + i] += g0 * inp[x0 + i] + g1 * inp[x1 + i] + g2 * inp[x2 + i] + g3 * inp[x3 + i];
+    }
+    for (; bt < BT; bt++) {
+      const g = dout[bt * OC + o], x = bt * C;
       db += g;
-      if (g === 0) continue;
-      const x = bt * C;
       for (let i = 0; i < C; i++) dweight[w + i] += g * inp[x + i];
     }
     if (dbias) dbias[o] += db;
