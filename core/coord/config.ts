@@ -1,0 +1,195 @@
+// Coordinator configuration: defaults, validation, and the knobs that may change at runtime.
+
+import type { CodecOptions } from '../codec/index.ts';
+import { ENCODINGS } from '../codec/index.ts';
+import type { TrainingMode } from '../protocol.ts';
+import type { OuterConfig } from './outer.ts';
+
+/** How a delta's weight falls with its staleness τ = v_now − v_base. */
+export type StalenessFn = 'inv-sqrt' | 'inv-linear' | 'none';
+
+export interface CoordinatorConfig {
+  mode: TrainingMode;
+  outer: OuterConfig;
+
+  // ---- inner loop handed to islands
+  /** Default micro-batch; an island's caps.batchSize is honoured within [1, maxBatchSize]. */
+  batchSize: number;
+  maxBatchSize: number;
+  seqLen: number;
+  innerLr: { maxLr: number; minLr: number; warmupTokens: number; localWarmupSteps: number };
+  gradClip: number;
+  /** Run length in tokens in θ: drives the cosine and ends the run (E_DONE). 0 = open-ended. */
+  totalTokens: number;
+  dataSeed: number;
+
+  // ---- DyLU: inner steps per island
+  /** H: inner steps of the fastest island (or of every island when DyLU is off / speed unknown). */
+  innerSteps: number;
+  minInnerSteps: number;
+  maxInnerSteps: number;
+  dylu: boolean;
+  /**
+   * > 0: give each island the steps that take it this long at its measured tokens/s.
+   * 0: Async Local-SGD's rule, H_i = H · v_i / v_max over the active islands.
+   */
+  targetRoundMs: number;
+
+  // ---- sync rounds
+  /** Fraction of the round's live members that must have submitted before the grace window may close it. */
+  quorum: number;
+  /** A round never closes with fewer deltas than this. */
+  minContributors: number;
+  /** Grace window after the round opened: clamp(factor × median return time so far, floorMs, capMs). */
+  grace: { factor: number; floorMs: number; capMs: number };
+  /** A round closes with what it has (≥ minContributors) this long after it opened, quorum or not. */
+  roundTimeoutMs: number;
+  /** A delta for an already closed round: fold it into the open round (staleness-weighted) or reject it (E_STALE). */
+  lateDeltas: 'next-round' | 'drop';
+  /** Sync: coordinate-wise trimmed mean dropping this fraction at each end (0 = weighted mean). */
+  trimFraction: number;
+
+  // ---- staleness (async, and late deltas in sync)
+  maxStaleness: number;
+  staleness: StalenessFn;
+  /** Async: a delta's token weight tokens / expected is capped at this. */
+  maxTokenWeight: number;
+
+  // ---- robustness
+  /** Reject Δ when ‖Δ‖/√steps > factor × median of the last `window` accepted values (0 = off), once `minHistory` exist. */
+  normBound: { factor: number; window: number; minHistory: number };
+
+  // ---- codecs
+  uplink: CodecOptions;
+  /** The server's own update is sent, and applied, through this codec (with server-side error feedback). */
+  downlink: { encoding: 'int8' | 'f32'; blockSize: number };
+  /** Update messages kept for catch-up; an island further behind fetches the snapshot. */
+  keepUpdates: number;
+
+  // ---- liveness
+  /** An island unseen for this long is marked offline (and stops counting for quorum). */
+  islandTimeoutMs: number;
+  /** Per-version stats kept for the dashboard. */
+  historyLimit: number;
+}
+
+export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
+  mode: 'sync',
+  outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+  batchSize: 8,
+  maxBatchSize: 64,
+  seqLen: 32,
+  innerLr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0, localWarmupSteps: 0 },
+  gradClip: 1,
+  totalTokens: 0,
+  dataSeed: 1,
+  innerSteps: 50,
+  minInnerSteps: 4,
+  maxInnerSteps: 2000,
+  dylu: true,
+  targetRoundMs: 0,
+  quorum: 0.75,
+  minContributors: 1,
+  grace: { factor: 1.5, floorMs: 2_000, capMs: 120_000 },
+  roundTimeoutMs: 600_000,
+  lateDeltas: 'next-round',
+  trimFraction: 0,
+  maxStaleness: 8,
+  staleness: 'inv-sqrt',
+  maxTokenWeight: 4,
+  normBound: { factor: 4, window: 32, minHistory: 3 },
+  uplink: { encoding: 'int8', blockSize: 64 },
+  downlink: { encoding: 'int8', blockSize: 64 },
+  keepUpdates: 64,
+  islandTimeoutMs: 60_000,
+  historyLimit: 10_000,
+};
+
+/** A partial config; nested groups may be partial too. */
+export type CoordinatorConfigPatch = {
+  [K in keyof CoordinatorConfig]?: CoordinatorConfig[K] extends object ? Partial<CoordinatorConfig[K]> : CoordinatorConfig[K];
+};
+
+export function mergeConfig(base: CoordinatorConfig, patch: CoordinatorConfigPatch): CoordinatorConfig {
+  const out = structuredClone(base) as unknown as Record<string, unknown>;
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === undefined) continue;
+    const cur = out[k];
+    out[k] = cur && typeof cur === 'object' && v && typeof v === 'object' ? { ...(cur as object), ...(v as object) } : v;
+  }
+  return out as unknown as CoordinatorConfig;
+}
+
+/** Returns a list of problems (empty when valid). */
+export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
+  const p: string[] = [];
+  const num = (name: string, v: unknown, lo: number, hi: number, int = false) => {
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi || (int && !Number.isInteger(v))) {
+      p.push(`${name} must be ${int ? 'an integer' : 'a number'} in [${lo}, ${hi}], got ${String(v)}`);
+    }
+  };
+  if (c.mode !== 'sync' && c.mode !== 'async') p.push(`mode must be 'sync' or 'async', got ${String(c.mode)}`);
+  if (!['nesterov', 'sgd', 'delayed-nesterov'].includes(c.outer?.kind)) p.push(`outer.kind must be nesterov|sgd|delayed-nesterov`);
+  num('outer.lr', c.outer?.lr, 0, 10);
+  num('outer.momentum', c.outer?.momentum, 0, 0.999);
+  num('outer.dnPeriod', c.outer?.dnPeriod, 0, 1e6, true);
+  num('batchSize', c.batchSize, 1, 1e6, true);
+  num('maxBatchSize', c.maxBatchSize, 1, 1e6, true);
+  num('seqLen', c.seqLen, 1, 1e6, true);
+  num('innerLr.maxLr', c.innerLr?.maxLr, 0, 10);
+  num('innerLr.minLr', c.innerLr?.minLr, 0, 10);
+  num('innerLr.warmupTokens', c.innerLr?.warmupTokens, 0, 1e15);
+  num('innerLr.localWarmupSteps', c.innerLr?.localWarmupSteps, 0, 1e9, true);
+  num('gradClip', c.gradClip, 0, 1e9);
+  num('totalTokens', c.totalTokens, 0, 1e15);
+  num('dataSeed', c.dataSeed, 0, 2 ** 32 - 1, true);
+  num('innerSteps', c.innerSteps, 1, 1e7, true);
+  num('minInnerSteps', c.minInnerSteps, 1, 1e7, true);
+  num('maxInnerSteps', c.maxInnerSteps, 1, 1e7, true);
+  if (c.minInnerSteps > c.maxInnerSteps) p.push('minInnerSteps must be ≤ maxInnerSteps');
+  num('targetRoundMs', c.targetRoundMs, 0, 1e9);
+  num('quorum', c.quorum, 0, 1);
+  num('minContributors', c.minContributors, 1, 1e6, true);
+  num('grace.factor', c.grace?.factor, 0, 1e3);
+  num('grace.floorMs', c.grace?.floorMs, 0, 1e9);
+  num('grace.capMs', c.grace?.capMs, 0, 1e9);
+  if (c.grace && c.grace.floorMs > c.grace.capMs) p.push('grace.floorMs must be ≤ grace.capMs');
+  num('roundTimeoutMs', c.roundTimeoutMs, 1, 1e10);
+  if (c.lateDeltas !== 'next-round' && c.lateDeltas !== 'drop') p.push(`lateDeltas must be 'next-round' or 'drop'`);
+  num('trimFraction', c.trimFraction, 0, 0.49);
+  num('maxStaleness', c.maxStaleness, 0, 1e6, true);
+  if (!['inv-sqrt', 'inv-linear', 'none'].includes(c.staleness)) p.push('staleness must be inv-sqrt|inv-linear|none');
+  num('maxTokenWeight', c.maxTokenWeight, 0.001, 1e6);
+  num('normBound.factor', c.normBound?.factor, 0, 1e9);
+  num('normBound.window', c.normBound?.window, 1, 1e6, true);
+  num('normBound.minHistory', c.normBound?.minHistory, 1, 1e6, true);
+  if (!c.uplink || !ENCODINGS.includes(c.uplink.encoding)) p.push(`uplink.encoding must be one of ${ENCODINGS.join('|')}`);
+  if (c.uplink?.blockSize !== undefined) num('uplink.blockSize', c.uplink.blockSize, 8, 65536, true);
+  if (c.uplink?.topkFraction !== undefined) num('uplink.topkFraction', c.uplink.topkFraction, 1e-9, 1);
+  if (c.downlink?.encoding !== 'int8' && c.downlink?.encoding !== 'f32') p.push(`downlink.encoding must be 'int8' or 'f32'`);
+  num('downlink.blockSize', c.downlink?.blockSize, 8, 65536, true);
+  if (c.downlink && c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');
+  if (c.uplink?.blockSize !== undefined && c.uplink.blockSize % 2 !== 0) p.push('uplink.blockSize must be even');
+  num('keepUpdates', c.keepUpdates, 0, 1e6, true);
+  num('islandTimeoutMs', c.islandTimeoutMs, 1, 1e10);
+  num('historyLimit', c.historyLimit, 1, 1e7, true);
+  return p;
+}
+
+/** Weight multiplier for a delta of staleness τ ≥ 0. */
+export function stalenessWeight(fn: StalenessFn, tau: number): number {
+  if (tau <= 0) return 1;
+  switch (fn) {
+    case 'inv-sqrt': return 1 / Math.sqrt(1 + tau);
+    case 'inv-linear': return 1 / (1 + tau);
+    default: return 1;
+  }
+}
+
+/** Keys that may change while a run is live (mode, shapes and the data seed may not). */
+export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
+  'outer', 'innerLr', 'gradClip', 'totalTokens', 'innerSteps', 'minInnerSteps', 'maxInnerSteps', 'dylu',
+  'targetRoundMs', 'quorum', 'minContributors', 'grace', 'roundTimeoutMs', 'lateDeltas', 'trimFraction',
+  'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
+  'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',
+];

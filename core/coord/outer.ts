@@ -1,0 +1,134 @@
+// Outer optimizers (the server side of DiLoCo) and the one function every replica uses to apply
+// an update.
+//
+// Conventions: g is a pseudo-gradient (θ_start − θ_end, so a *descent* direction is +g), and an
+// update u is subtracted: θ ← θ − u. All state is flat Float32Array in the parameter layout.
+//
+//   sgd / nesterov (PyTorch SGD(nesterov=True) semantics, as DiLoCo):
+//       g' = s·g;  m ← μ·m + g';  u = lr·(g' + μ·m)          (nesterov)
+//                                  u = lr·m                   (sgd with momentum; μ = 0 → lr·g')
+//     DiLoCo: nesterov lr 0.7, μ 0.9.   FedAvg: sgd lr 1, μ 0.
+//   delayed-nesterov (Async Local-SGD, Liu et al. 2024; our reading of "DN"):
+//       every arrival:   g' = s·g;  b ← b + g';  u = lr·g'        (plain step, no momentum)
+//       every N-th one:  m ← μ·m + b;  u += lr·μ·m;  b ← 0        (momentum applied once per N)
+//     With s = 1/N, N arrivals move θ by lr·(ḡ + μ·m) with ḡ their mean: exactly one sync
+//     Nesterov step on the average, but each arrival still lands immediately.
+//
+// s is the caller's scale: 1 in sync mode (g is already the round's weighted mean), 1/N in async
+// mode (one island's Δ is 1/N of a round's worth of progress).
+
+export type OuterKind = 'nesterov' | 'sgd' | 'delayed-nesterov';
+
+export interface OuterConfig {
+  kind: OuterKind;
+  lr: number;
+  momentum: number;
+  /** delayed-nesterov: arrivals per momentum step; 0 = the number of active islands. */
+  dnPeriod: number;
+}
+
+export const DILOCO_OUTER: OuterConfig = { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
+export const FEDAVG_OUTER: OuterConfig = { kind: 'sgd', lr: 1, momentum: 0, dnPeriod: 0 };
+
+/** The optimizer's persistent state (part of every snapshot). */
+export interface OuterState {
+  momentum: Float32Array;
+  /** delayed-nesterov: sum of scaled pseudo-gradients since the last momentum step. */
+  buffer: Float32Array;
+  /** delayed-nesterov: arrivals in `buffer`. */
+  bufferCount: number;
+  /** Outer steps taken. */
+  steps: number;
+}
+
+export function newOuterState(n: number): OuterState {
+  return { momentum: new Float32Array(n), buffer: new Float32Array(n), bufferCount: 0, steps: 0 };
+}
+
+/**
+ * Two-phase outer step: `propose` computes the update u and the next state into shadow buffers
+ * without touching the live state; `commit` swaps them in. A caller that finds u unusable (non-finite
+ * after quantization, say) simply does not commit, so a failed step leaves no trace.
+ */
+export class OuterOptimizer {
+  state: OuterState;
+  private nextMomentum: Float32Array;
+  private nextBuffer: Float32Array;
+  private nextBufferCount = 0;
+  /** The proposed update (θ ← θ − u), valid after `propose`. */
+  readonly update: Float32Array;
+
+  constructor(n: number, state?: OuterState) {
+    this.state = state ?? newOuterState(n);
+    if (this.state.momentum.length !== n || this.state.buffer.length !== n) throw new RangeError('outer state does not match the parameter count');
+    this.nextMomentum = new Float32Array(n);
+    this.nextBuffer = new Float32Array(n);
+    this.update = new Float32Array(n);
+  }
+
+  /**
+   * Computes u for pseudo-gradient `g` with scale `s` and (delayed-nesterov) period `period`.
+   * Returns false when u has a non-finite entry (then nothing may be committed).
+   */
+  propose(cfg: OuterConfig, g: Float32Array, s: number, period: number): boolean {
+    const { lr, momentum: mu } = cfg;
+    const m = this.state.momentum, mNext = this.nextMomentum, u = this.update;
+    const n = g.length;
+    let probe = 0;
+    if (cfg.kind === 'delayed-nesterov') {
+      const b = this.state.buffer, bNext = this.nextBuffer;
+      const flush = this.state.bufferCount + 1 >= Math.max(1, period);
+      for (let i = 0; i < n; i++) {
+        const gi = s * g[i];
+        let ui = lr * gi;
+        const bi = b[i] + gi;
+        if (flush) {
+          const mi = Math.fround(mu * m[i] + Math.fround(bi));
+          mNext[i] = mi;
+          bNext[i] = 0;
+          ui += lr * mu * mi;
+        } else {
+          mNext[i] = m[i];
+          bNext[i] = bi;
+        }
+        u[i] = ui;
+        probe += u[i] * 0;
+      }
+      this.nextBufferCount = flush ? 0 : this.state.bufferCount + 1;
+    } else {
+      const nesterov = cfg.kind === 'nesterov';
+      for (let i = 0; i < n; i++) {
+        const gi = s * g[i];
+        const mi = Math.fround(mu * m[i] + gi);
+        mNext[i] = mi;
+        u[i] = nesterov ? lr * (gi + mu * mi) : lr * mi;
+        probe += u[i] * 0;
+      }
+      this.nextBufferCount = this.state.bufferCount;
+      this.nextBuffer.set(this.state.buffer);
+    }
+    return probe === 0;
+  }
+
+  /** Makes the last proposal the live state. */
+  commit(): void {
+    const s = this.state;
+    const m = s.momentum, b = s.buffer;
+    s.momentum = this.nextMomentum;
+    s.buffer = this.nextBuffer;
+    s.bufferCount = this.nextBufferCount;
+    s.steps += 1;
+    this.nextMomentum = m;
+    this.nextBuffer = b;
+  }
+}
+
+/**
+ * θ ← θ − u, elementwise in float32. THE function every replica (server, islands, simulator)
+ * uses to apply a decoded update, so all of them produce the same bits.
+ */
+export function applyUpdate(theta: Float32Array, decoded: Float32Array): void {
+  const n = theta.length;
+  if (decoded.length !== n) throw new RangeError(`update has ${decoded.length} elements, θ has ${n}`);
+  for (let i = 0; i < n; i++) theta[i] = theta[i] - decoded[i];
+}
