@@ -1,0 +1,656 @@
+// The pseudo-gradient frame: a fixed 32-byte header, then the (optionally deflated) payload.
+//
+// Header, little-endian:
+//   off size field
+//    0   4   magic 'ATLD'
+//    4   1   format version (1)
+//    5   1   encoding id: 0 f32, 1 f16, 2 int8, 3 int4, 4 topk
+//    6   1   flags: bit0 = payload deflated (only set when deflate made it strictly smaller)
+//    7   1   reserved, 0
+//    8   4   element count n (the model's parameter count)
+//   12   4   block size B (int8/int4/topk; 0 for f32/f16)
+//   16   4   k, entries kept (topk; 0 otherwise)
+//   20   4   stored payload bytes (after deflate)
+//   24   4   raw payload bytes (before deflate)
+//   28   4   CRC-32 (IEEE) of header bytes 0..27 followed by the stored payload
+// The CRC covers the header fields too, so a flipped count, block size or k cannot decode into
+// plausible numbers laid out wrongly.
+//
+// Raw payloads (nb = ceil(n / B) scale blocks; scales first, so they sit 4-byte aligned):
+//   f32   n × f32
+//   f16   n × binary16 bits
+//   int8  nb × f32 scale, then n × int8 in [-127, 127];   x ≈ q · scale, scale = max|x| / 127
+//   int4  nb × f32 scale, then ceil(n/2) bytes, element i in byte i>>1, low nibble first,
+//         two's-complement nibbles in [-7, 7]; x ≈ q · scale, scale = max|x| / 7; pad nibble 0
+//   topk  ceil(k/B) × f32 scale, k × int8 (the kept values, blockwise as int8, ascending index
+//         order), then k unsigned LEB128 varints: gap_j = idx_j − idx_{j−1} with idx_{−1} = −1,
+//         so every gap is >= 1 and indices are strictly increasing by construction.
+//
+// f16 saturates finite values beyond ±65504 to ±65504, so finite input always decodes.
+// Non-finite input: f32 and f16 carry NaN/inf into the frame as they are; int8/int4/topk write a
+// NaN scale for any block holding one. Either way decodeDelta rejects the frame with E_NON_FINITE,
+// so a diverged island is caught at the server, never averaged in.
+
+import { deflateSync, inflateSync } from 'fflate';
+import { type Err, type Result, err, ok } from '../result.ts';
+import { crc32 } from './crc32.ts';
+import { f16Table, f32BitsToF16Bits } from './f16.ts';
+import { ErrorFeedback, TOPK_HIST_SIZE, selectTopK } from './topk.ts';
+
+export type Encoding = 'f32' | 'f16' | 'int8' | 'int4' | 'topk';
+
+/** Wire ids: the index of each encoding in this list. Append only. */
+export const ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', 'int4', 'topk'];
+
+export interface CodecOptions {
+  encoding: Encoding;
+  /** int8/int4/topk values: elements per scale block. Even, 8..65536; default 64. */
+  blockSize?: number;
+  /** topk: fraction of entries kept, in (0, 1]; k = max(1, round(fraction · n)). Default 0.01. */
+  topkFraction?: number;
+  /** Deflate the payload (fflate, raw DEFLATE). Kept only when it makes the payload smaller. */
+  deflate?: boolean;
+}
+
+export interface FrameHeader {
+  version: number;
+  encoding: Encoding;
+  deflated: boolean;
+  count: number;
+  blockSize: number;
+  k: number;
+  payloadBytes: number;
+  rawPayloadBytes: number;
+  crc: number;
+}
+
+/** Error codes returned by decodeDelta / peekHeader. */
+export const CodecErrorCode = {
+  TRUNCATED: 'E_TRUNCATED',
+  BAD_MAGIC: 'E_BAD_MAGIC',
+  VERSION: 'E_VERSION',
+  /** unknown encoding, flags, reserved byte, block size, k or lengths inconsistent with count */
+  BAD_HEADER: 'E_BAD_HEADER',
+  WRONG_SIZE: 'E_WRONG_SIZE',
+  CRC: 'E_CRC',
+  /** inflate failure, illegal quantized values, bad topk indices, trailing bytes */
+  CORRUPT: 'E_CORRUPT',
+  NON_FINITE: 'E_NON_FINITE',
+} as const;
+export type CodecErrorCode = (typeof CodecErrorCode)[keyof typeof CodecErrorCode];
+
+export const FRAME_VERSION = 1;
+export const HEADER_BYTES = 32;
+/** Largest count whose f32 payload length still fits the u32 length fields. */
+export const MAX_COUNT = 0x3fffffff;
+export const DEFAULT_BLOCK_SIZE = 64;
+export const DEFAULT_TOPK_FRACTION = 0.01;
+const MIN_BLOCK = 8;
+const MAX_BLOCK = 65536;
+const MAGIC = [0x41, 0x54, 0x4c, 0x44]; // 'ATLD'
+const FLAG_DEFLATED = 1;
+// On quantized Gaussian payloads the gain is entropy coding, not string matching: level 1 gave the
+// same sizes as the default 6 (int8 −4.4%, f32 −5.8%) and was no slower.
+const DEFLATE_LEVEL = 1;
+const ENC_F32 = 0;
+const ENC_F16 = 1;
+const ENC_INT8 = 2;
+const ENC_INT4 = 3;
+const ENC_TOPK = 4;
+
+const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/** Reusable buffers for encodeDelta / encodeWithFeedback; they grow on demand and are kept. */
+export class CodecScratch {
+  raw = new Uint8Array(0);
+  hist = new Uint32Array(0);
+  topkIndices = new Uint32Array(0);
+  topkValues = new Float32Array(0);
+  decoded = new Float32Array(0);
+
+  rawBytes(len: number): Uint8Array {
+    if (this.raw.length < len) this.raw = new Uint8Array(len);
+    return this.raw.subarray(0, len);
+  }
+  histogram(): Uint32Array {
+    if (this.hist.length < TOPK_HIST_SIZE) this.hist = new Uint32Array(TOPK_HIST_SIZE);
+    return this.hist;
+  }
+  topk(k: number): { indices: Uint32Array; values: Float32Array } {
+    if (this.topkIndices.length < k) {
+      this.topkIndices = new Uint32Array(k);
+      this.topkValues = new Float32Array(k);
+    }
+    return { indices: this.topkIndices.subarray(0, k), values: this.topkValues.subarray(0, k) };
+  }
+  /** A Float32Array of exactly n elements (a view when the kept buffer is larger). */
+  decodeBuffer(n: number): Float32Array {
+    if (this.decoded.length < n) this.decoded = new Float32Array(n);
+    return this.decoded.length === n ? this.decoded : this.decoded.subarray(0, n);
+  }
+}
+
+/**
+ * The largest legal frame for `count` elements over every encoding and option: header plus the
+ * bigger of the f32 payload and the worst topk payload (block size 8, k = n, all gaps 1). Deflate
+ * never enlarges a frame. Use it to size socket.io's maxHttpBufferSize.
+ */
+export function maxFrameBytes(count: number): number {
+  return HEADER_BYTES + Math.max(4 * count, 4 * Math.ceil(count / MIN_BLOCK) + 2 * count);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encode
+
+/**
+ * Encodes a pseudo-gradient into a frame. Never fails on values (see the note on non-finite input
+ * above); throws RangeError only on programmer errors: invalid options or count > MAX_COUNT.
+ * The returned frame is a fresh buffer owned by the caller.
+ */
+export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: CodecScratch): Uint8Array {
+  const n = delta.length;
+  const enc = ENCODINGS.indexOf(opts.encoding);
+  if (enc < 0) throw new RangeError(`unknown encoding ${String(opts.encoding)}`);
+  if (n > MAX_COUNT) throw new RangeError(`delta of ${n} elements exceeds the frame limit ${MAX_COUNT}`);
+  const quantized = enc >= ENC_INT8;
+  const blockSize = quantized ? (opts.blockSize ?? DEFAULT_BLOCK_SIZE) : 0;
+  if (quantized && !isLegalBlockSize(blockSize)) {
+    throw new RangeError(`blockSize must be an even integer in [${MIN_BLOCK}, ${MAX_BLOCK}], got ${blockSize}`);
+  }
+
+  // topk chooses its entries first: the payload size depends on the index gaps.
+  let k = 0;
+  let indices: Uint32Array | null = null;
+  let values: Float32Array | null = null;
+  let varintBytes = 0;
+  if (enc === ENC_TOPK) {
+    const fraction = opts.topkFraction ?? DEFAULT_TOPK_FRACTION;
+    if (!(fraction > 0 && fraction <= 1)) throw new RangeError(`topkFraction must be in (0, 1], got ${fraction}`);
+    k = n === 0 ? 0 : Math.min(n, Math.max(1, Math.round(fraction * n)));
+    const s = scratch ?? new CodecScratch();
+    ({ indices, values } = s.topk(k));
+    selectTopK(delta, k, s.histogram(), indices);
+    let prev = -1;
+    for (let j = 0; j < k; j++) {
+      const i = indices[j];
+      values[j] = delta[i];
+      varintBytes += varintLength(i - prev);
+      prev = i;
+    }
+  }
+
+  const rawLen = rawPayloadLength(enc, n, blockSize, k, varintBytes);
+  const deflate = opts.deflate === true && rawLen > 0;
+  // Without deflate the payload is written straight into the frame.
+  const frameNoDeflate = deflate ? null : new Uint8Array(HEADER_BYTES + rawLen);
+  const raw = frameNoDeflate
+    ? frameNoDeflate.subarray(HEADER_BYTES)
+    : scratch
+      ? scratch.rawBytes(rawLen)
+      : new Uint8Array(rawLen);
+
+  switch (enc) {
+    case ENC_F32:
+      writeF32Payload(delta, raw);
+      break;
+    case ENC_F16:
+      writeF16Payload(delta, raw);
+      break;
+    case ENC_INT8:
+      writeInt8Blocks(delta, n, blockSize, raw);
+      break;
+    case ENC_INT4:
+      writeInt4Blocks(delta, n, blockSize, raw);
+      break;
+    case ENC_TOPK: {
+      const vals = values as Float32Array;
+      const idx = indices as Uint32Array;
+      writeInt8Blocks(vals, k, blockSize, raw);
+      let pos = 4 * Math.ceil(k / blockSize) + k;
+      let prev = -1;
+      for (let j = 0; j < k; j++) {
+        let gap = idx[j] - prev;
+        prev = idx[j];
+        while (gap >= 0x80) {
+          raw[pos++] = (gap & 0x7f) | 0x80;
+          gap >>>= 7;
+        }
+        raw[pos++] = gap;
+      }
+      break;
+    }
+  }
+
+  let frame: Uint8Array;
+  let flags = 0;
+  if (frameNoDeflate) {
+    frame = frameNoDeflate;
+  } else {
+    const z = deflateSync(raw, { level: DEFLATE_LEVEL });
+    const stored = z.length < rawLen ? z : raw;
+    if (stored === z) flags |= FLAG_DEFLATED;
+    frame = new Uint8Array(HEADER_BYTES + stored.length);
+    frame.set(stored, HEADER_BYTES);
+  }
+
+  const dv = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
+  for (let i = 0; i < 4; i++) frame[i] = MAGIC[i];
+  frame[4] = FRAME_VERSION;
+  frame[5] = enc;
+  frame[6] = flags;
+  frame[7] = 0;
+  dv.setUint32(8, n, true);
+  dv.setUint32(12, blockSize, true);
+  dv.setUint32(16, k, true);
+  dv.setUint32(20, frame.length - HEADER_BYTES, true);
+  dv.setUint32(24, rawLen, true);
+  dv.setUint32(28, frameCrc(frame, frame.length - HEADER_BYTES), true);
+  return frame;
+}
+
+function isLegalBlockSize(b: number): boolean {
+  return Number.isInteger(b) && b >= MIN_BLOCK && b <= MAX_BLOCK && b % 2 === 0;
+}
+
+function varintLength(v: number): number {
+  return v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x200000 ? 3 : v < 0x10000000 ? 4 : 5;
+}
+
+function rawPayloadLength(enc: number, n: number, blockSize: number, k: number, varintBytes: number): number {
+  switch (enc) {
+    case ENC_F32:
+      return 4 * n;
+    case ENC_F16:
+      return 2 * n;
+    case ENC_INT8:
+      return 4 * Math.ceil(n / blockSize) + n;
+    case ENC_INT4:
+      return 4 * Math.ceil(n / blockSize) + Math.ceil(n / 2);
+    default:
+      return 4 * Math.ceil(k / blockSize) + k + varintBytes;
+  }
+}
+
+/** CRC over header bytes 0..27, then the stored payload. */
+function frameCrc(frame: Uint8Array, payloadBytes: number): number {
+  const head = crc32(frame.subarray(0, 28));
+  return crc32(frame.subarray(HEADER_BYTES, HEADER_BYTES + payloadBytes), head);
+}
+
+function writeF32Payload(src: Float32Array, dst: Uint8Array): void {
+  if (LITTLE_ENDIAN_HOST) {
+    dst.set(new Uint8Array(src.buffer, src.byteOffset, src.byteLength)); // already the wire layout
+    return;
+  }
+  const dv = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
+  for (let i = 0; i < src.length; i++) dv.setFloat32(4 * i, src[i], true);
+}
+
+/** f16 bits of a float32, saturating finite values beyond ±65504 to ±65504 instead of inf. */
+function f16Saturating(x: number): number {
+  const h = f32BitsToF16Bits(x);
+  return (h & 0x7fff) === 0x7c00 && (x & 0x7f800000) !== 0x7f800000 ? (h & 0x8000) | 0x7bff : h;
+}
+
+function writeF16Payload(src: Float32Array, dst: Uint8Array): void {
+  const n = src.length;
+  const bits = new Int32Array(src.buffer, src.byteOffset, n); // int32 view: uint32 loads above 2^31 can box in V8
+  if (LITTLE_ENDIAN_HOST && (dst.byteOffset & 1) === 0) {
+    const h = new Uint16Array(dst.buffer, dst.byteOffset, n);
+    for (let i = 0; i < n; i++) h[i] = f16Saturating(bits[i]);
+    return;
+  }
+  const dv = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
+  for (let i = 0; i < n; i++) dv.setUint16(2 * i, f16Saturating(bits[i]), true);
+}
+
+/**
+ * Symmetric absmax scale for one block: max|x| / qmax as f32. NaN when the block holds a
+ * non-finite value (so decode rejects it). Never rounds a non-zero block to a zero scale: the
+ * smallest subnormal keeps |x − q·scale| <= scale / 2.
+ */
+function blockScale(src: Float32Array, start: number, end: number, qmax: number): number {
+  let max = 0;
+  for (let i = start; i < end; i++) max = Math.max(max, Math.abs(src[i])); // NaN sticks, inf is max
+  if (!(max < Infinity)) return NaN;
+  const scale = Math.fround(max / qmax);
+  return scale === 0 && max > 0 ? 1.401298464324817e-45 : scale;
+}
+
+/** Writes nb f32 scales then n int8 values: the int8 payload, and the head of the topk one. */
+function writeInt8Blocks(src: Float32Array, n: number, blockSize: number, dst: Uint8Array): void {
+  const nb = Math.ceil(n / blockSize);
+  const scales = new Float32Array(nb);
+  const q = new Int8Array(dst.buffer, dst.byteOffset + 4 * nb, n);
+  for (let b = 0; b < nb; b++) {
+    const start = b * blockSize;
+    const end = Math.min(start + blockSize, n);
+    const scale = blockScale(src, start, end, 127);
+    scales[b] = scale;
+    const inv = scale > 0 ? 1 / scale : 0;
+    for (let i = start; i < end; i++) q[i] = Math.round(src[i] * inv);
+  }
+  writeF32Payload(scales, dst.subarray(0, 4 * nb));
+}
+
+/** Writes nb f32 scales then ceil(n/2) bytes of packed nibbles. */
+function writeInt4Blocks(src: Float32Array, n: number, blockSize: number, dst: Uint8Array): void {
+  const nb = Math.ceil(n / blockSize);
+  const scales = new Float32Array(nb);
+  const base = 4 * nb;
+  for (let b = 0; b < nb; b++) {
+    const start = b * blockSize; // even, because blockSize is even
+    const end = Math.min(start + blockSize, n);
+    const scale = blockScale(src, start, end, 7);
+    scales[b] = scale;
+    const inv = scale > 0 ? 1 / scale : 0;
+    const pairEnd = start + ((end - start) & ~1);
+    let i = start;
+    for (; i < pairEnd; i += 2) {
+      const lo = Math.round(src[i] * inv);
+      const hi = Math.round(src[i + 1] * inv);
+      dst[base + (i >>> 1)] = (lo & 0xf) | ((hi & 0xf) << 4);
+    }
+    if (i < end) dst[base + (i >>> 1)] = Math.round(src[i] * inv) & 0xf; // odd tail, pad nibble 0
+  }
+  writeF32Payload(scales, dst.subarray(0, base));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode
+
+/** Parses and validates the 32-byte header only (no CRC, no payload). */
+export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
+  if (frame.length < HEADER_BYTES) {
+    return err(CodecErrorCode.TRUNCATED, `frame of ${frame.length} bytes is shorter than the ${HEADER_BYTES}-byte header`);
+  }
+  for (let i = 0; i < 4; i++) {
+    if (frame[i] !== MAGIC[i]) return err(CodecErrorCode.BAD_MAGIC, 'frame does not start with ATLD');
+  }
+  if (frame[4] !== FRAME_VERSION) {
+    return err(CodecErrorCode.VERSION, `frame version ${frame[4]}, this build reads ${FRAME_VERSION}`);
+  }
+  const enc = frame[5];
+  if (enc >= ENCODINGS.length) return err(CodecErrorCode.BAD_HEADER, `unknown encoding id ${enc}`);
+  const flags = frame[6];
+  if ((flags & ~FLAG_DEFLATED) !== 0) return err(CodecErrorCode.BAD_HEADER, `unknown flags 0x${flags.toString(16)}`);
+  if (frame[7] !== 0) return err(CodecErrorCode.BAD_HEADER, 'reserved byte is not 0');
+  const dv = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
+  const count = dv.getUint32(8, true);
+  const blockSize = dv.getUint32(12, true);
+  const k = dv.getUint32(16, true);
+  const payloadBytes = dv.getUint32(20, true);
+  const rawPayloadBytes = dv.getUint32(24, true);
+  const crc = dv.getUint32(28, true);
+  const deflated = (flags & FLAG_DEFLATED) !== 0;
+
+  if (count > MAX_COUNT) return err(CodecErrorCode.BAD_HEADER, `count ${count} exceeds ${MAX_COUNT}`);
+  const quantized = enc >= ENC_INT8;
+  if (quantized ? !isLegalBlockSize(blockSize) : blockSize !== 0) {
+    return err(CodecErrorCode.BAD_HEADER, `illegal block size ${blockSize} for ${ENCODINGS[enc]}`);
+  }
+  if (enc === ENC_TOPK ? k > count : k !== 0) {
+    return err(CodecErrorCode.BAD_HEADER, `illegal k ${k} for ${ENCODINGS[enc]} with count ${count}`);
+  }
+  if (enc === ENC_TOPK) {
+    // k int8 values, then k varints of 1..5 bytes whose gaps sum to at most count (a varint is
+    // never longer than its value, so the index bytes are also <= count).
+    const fixed = 4 * Math.ceil(k / blockSize) + k;
+    if (rawPayloadBytes < fixed + k || rawPayloadBytes > fixed + Math.min(5 * k, count)) {
+      return err(CodecErrorCode.BAD_HEADER, `topk raw payload of ${rawPayloadBytes} bytes is impossible for k=${k}`);
+    }
+  } else {
+    const expected = rawPayloadLength(enc, count, blockSize, 0, 0);
+    if (rawPayloadBytes !== expected) {
+      return err(CodecErrorCode.BAD_HEADER, `raw payload of ${rawPayloadBytes} bytes, ${ENCODINGS[enc]} × ${count} needs ${expected}`);
+    }
+  }
+  if (deflated ? payloadBytes >= rawPayloadBytes : payloadBytes !== rawPayloadBytes) {
+    return err(CodecErrorCode.BAD_HEADER, `stored payload of ${payloadBytes} bytes is inconsistent with raw ${rawPayloadBytes}`);
+  }
+  return ok({ version: FRAME_VERSION, encoding: ENCODINGS[enc], deflated, count, blockSize, k, payloadBytes, rawPayloadBytes, crc });
+}
+
+/**
+ * Decodes and fully validates a frame that must hold exactly `expectedCount` elements. Never
+ * throws. Writes into `out` when given (its length must be expectedCount); on error the contents
+ * of `out` are unspecified. On success every element is finite.
+ */
+export function decodeDelta(frame: Uint8Array, expectedCount: number, out?: Float32Array): Result<Float32Array> {
+  try {
+    return decodeUnchecked(frame, expectedCount, out);
+  } catch (e) {
+    return err(CodecErrorCode.CORRUPT, `frame could not be decoded: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+function decodeUnchecked(frame: Uint8Array, expectedCount: number, out?: Float32Array): Result<Float32Array> {
+  const parsed = peekHeader(frame);
+  if (!parsed.ok) return parsed;
+  const h = parsed.value;
+  const n = h.count;
+  if (n !== expectedCount) return err(CodecErrorCode.WRONG_SIZE, `frame holds ${n} elements, expected ${expectedCount}`);
+  if (out !== undefined && out.length !== n) {
+    return err(CodecErrorCode.WRONG_SIZE, `out buffer holds ${out.length} elements, expected ${n}`);
+  }
+  const total = HEADER_BYTES + h.payloadBytes;
+  if (frame.length < total) return err(CodecErrorCode.TRUNCATED, `frame of ${frame.length} bytes, header says ${total}`);
+  if (frame.length > total) return err(CodecErrorCode.BAD_HEADER, `${frame.length - total} trailing bytes after the payload`);
+  if (frameCrc(frame, h.payloadBytes) !== h.crc) return err(CodecErrorCode.CRC, 'CRC mismatch');
+
+  let payload = frame.subarray(HEADER_BYTES, total);
+  if (h.deflated) {
+    // One spare byte detects a stream that inflates past the declared length; the bound also
+    // stops inflate bombs, since rawPayloadBytes was validated against count.
+    const inflated = inflateSync(payload, { out: new Uint8Array(h.rawPayloadBytes + 1) });
+    if (inflated.length !== h.rawPayloadBytes) {
+      return err(CodecErrorCode.CORRUPT, `payload inflated to ${inflated.length} bytes, header says ${h.rawPayloadBytes}`);
+    }
+    payload = inflated;
+  }
+  const dst = out ?? new Float32Array(n);
+  const enc = ENCODINGS.indexOf(h.encoding);
+  switch (enc) {
+    case ENC_F32:
+      return readF32Payload(payload, dst);
+    case ENC_F16:
+      return readF16Payload(payload, dst);
+    case ENC_INT8:
+      return readInt8Payload(payload, h.blockSize, dst);
+    case ENC_INT4:
+      return readInt4Payload(payload, h.blockSize, dst);
+    default:
+      return readTopkPayload(payload, h.blockSize, h.k, dst);
+  }
+}
+
+const nonFinite = () => err(CodecErrorCode.NON_FINITE, 'frame holds a non-finite value');
+
+function readF32Payload(payload: Uint8Array, dst: Float32Array): Result<Float32Array> {
+  const n = dst.length;
+  if (LITTLE_ENDIAN_HOST) {
+    new Uint8Array(dst.buffer, dst.byteOffset, 4 * n).set(payload); // works at any alignment
+  } else {
+    const dv = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
+    for (let i = 0; i < n; i++) dst[i] = dv.getFloat32(4 * i, true);
+  }
+  let probe = 0;
+  for (let i = 0; i < n; i++) probe += dst[i] * 0;
+  return probe === 0 ? ok(dst) : nonFinite();
+}
+
+function readF16Payload(payload: Uint8Array, dst: Float32Array): Result<Float32Array> {
+  const n = dst.length;
+  const table = f16Table();
+  let probe = 0;
+  if (LITTLE_ENDIAN_HOST) {
+    // Frames off a socket can sit at any byte offset: realign with one copy when needed.
+    const aligned = (payload.byteOffset & 1) === 0 ? payload : payload.slice();
+    const h = new Uint16Array(aligned.buffer, aligned.byteOffset, n);
+    for (let i = 0; i < n; i++) {
+      const v = table[h[i]];
+      dst[i] = v;
+      probe += v * 0;
+    }
+  } else {
+    const dv = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
+    for (let i = 0; i < n; i++) {
+      const v = table[dv.getUint16(2 * i, true)];
+      dst[i] = v;
+      probe += v * 0;
+    }
+  }
+  return probe === 0 ? ok(dst) : nonFinite();
+}
+
+/** Copies f32 values out of the payload (any alignment). */
+function readF32s(bytes: Uint8Array, n: number): Float32Array {
+  const out = new Float32Array(n);
+  if (LITTLE_ENDIAN_HOST) {
+    new Uint8Array(out.buffer).set(bytes.subarray(0, 4 * n));
+  } else {
+    const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (let i = 0; i < n; i++) out[i] = dv.getFloat32(4 * i, true);
+  }
+  return out;
+}
+
+/**
+ * Reads the nb scales at the payload head and checks each: finite, non-negative, and
+ * qmax · scale finite in f32 (so every dequantized value is finite). Returns an error or the scales.
+ */
+function readScales(payload: Uint8Array, nb: number, qmax: number): Float32Array | Err {
+  const scales = readF32s(payload, nb);
+  for (let b = 0; b < nb; b++) {
+    const s = scales[b];
+    if (!(Math.fround(s * qmax) < Infinity) || s === -Infinity) return nonFinite();
+    if (s < 0) return err(CodecErrorCode.CORRUPT, `negative scale in block ${b}`);
+  }
+  return scales;
+}
+
+function readInt8Payload(payload: Uint8Array, blockSize: number, dst: Float32Array): Result<Float32Array> {
+  const n = dst.length;
+  const nb = Math.ceil(n / blockSize);
+  const scales = readScales(payload, nb, 127);
+  if (!(scales instanceof Float32Array)) return scales;
+  const q = new Int8Array(payload.buffer, payload.byteOffset + 4 * nb, n);
+  let illegal = false;
+  for (let b = 0; b < nb; b++) {
+    const s = scales[b];
+    const start = b * blockSize;
+    const end = Math.min(start + blockSize, n);
+    for (let i = start; i < end; i++) {
+      const v = q[i];
+      if (v === -128) illegal = true;
+      dst[i] = v * s;
+    }
+  }
+  return illegal ? err(CodecErrorCode.CORRUPT, 'int8 value -128 is outside [-127, 127]') : ok(dst);
+}
+
+function readInt4Payload(payload: Uint8Array, blockSize: number, dst: Float32Array): Result<Float32Array> {
+  const n = dst.length;
+  const nb = Math.ceil(n / blockSize);
+  const scales = readScales(payload, nb, 7);
+  if (!(scales instanceof Float32Array)) return scales;
+  const base = 4 * nb;
+  let illegal = false; // nibble 0x8 (-8) is outside [-7, 7]
+  for (let b = 0; b < nb; b++) {
+    const s = scales[b];
+    const start = b * blockSize;
+    const end = Math.min(start + blockSize, n);
+    const pairEnd = start + ((end - start) & ~1);
+    let i = start;
+    for (; i < pairEnd; i += 2) {
+      const byte = payload[base + (i >>> 1)];
+      if ((byte & 0xf) === 8 || byte >>> 4 === 8) illegal = true;
+      dst[i] = ((byte << 28) >> 28) * s; // sign-extend the low nibble
+      dst[i + 1] = ((byte << 24) >> 28) * s; // and the high one
+    }
+    if (i < end) {
+      const byte = payload[base + (i >>> 1)];
+      if ((byte & 0xf) === 8 || byte >>> 4 !== 0) illegal = true; // pad nibble must be 0
+      dst[i] = ((byte << 28) >> 28) * s;
+    }
+  }
+  return illegal ? err(CodecErrorCode.CORRUPT, 'int4 nibble outside [-7, 7] or nonzero padding') : ok(dst);
+}
+
+function readTopkPayload(payload: Uint8Array, blockSize: number, k: number, dst: Float32Array): Result<Float32Array> {
+  const n = dst.length;
+  const nb = Math.ceil(k / blockSize);
+  const scales = readScales(payload, nb, 127);
+  if (!(scales instanceof Float32Array)) return scales;
+  const q = new Int8Array(payload.buffer, payload.byteOffset + 4 * nb, k);
+  const end = payload.length;
+  let pos = 4 * nb + k;
+  let idx = -1;
+  dst.fill(0);
+  for (let b = 0; b < nb; b++) {
+    const s = scales[b];
+    const jEnd = Math.min((b + 1) * blockSize, k);
+    for (let j = b * blockSize; j < jEnd; j++) {
+      // Unsigned LEB128, at most 5 bytes for a u32, shortest form only.
+      let gap = 0;
+      let mul = 1;
+      for (let len = 0; ; len++) {
+        if (pos >= end) return err(CodecErrorCode.CORRUPT, 'topk index list is truncated');
+        const byte = payload[pos++];
+        if (len === 4 && byte > 0x0f) return err(CodecErrorCode.CORRUPT, 'topk index varint overflows u32');
+        if (len > 0 && byte === 0) return err(CodecErrorCode.CORRUPT, 'topk index varint is not in shortest form');
+        gap += (byte & 0x7f) * mul;
+        if (byte < 0x80) break;
+        mul *= 128;
+      }
+      if (gap === 0) return err(CodecErrorCode.CORRUPT, 'topk indices are not strictly increasing');
+      idx += gap;
+      if (idx >= n) return err(CodecErrorCode.CORRUPT, `topk index ${idx} is out of range for ${n} elements`);
+      const v = q[j];
+      if (v === -128) return err(CodecErrorCode.CORRUPT, 'int8 value -128 is outside [-127, 127]');
+      dst[idx] = v * s;
+    }
+  }
+  if (pos !== end) return err(CodecErrorCode.CORRUPT, `${end - pos} trailing bytes after the topk indices`);
+  return ok(dst);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error feedback round
+
+/**
+ * One island round with error feedback: sends C(Δ + e) and keeps e ← (Δ + e) − decode(C(Δ + e)).
+ * Uses `fb.residual` as the work buffer, so it needs no n-sized allocation beyond `decoded`
+ * (which lives in `scratch` when given: valid until the next call). `delta` is not modified.
+ * If Δ + e has a non-finite entry the residual is reset (it can no longer be trusted) and
+ * E_NON_FINITE is returned: nothing should be sent.
+ */
+export function encodeWithFeedback(
+  delta: Float32Array,
+  fb: ErrorFeedback,
+  opts: CodecOptions,
+  scratch?: CodecScratch,
+): Result<{ frame: Uint8Array; decoded: Float32Array }> {
+  const e = fb.residual;
+  const n = delta.length;
+  if (e.length !== n) return err(CodecErrorCode.WRONG_SIZE, `delta holds ${n} elements, residual ${e.length}`);
+  let probe = 0;
+  for (let i = 0; i < n; i++) {
+    const v = Math.fround(e[i] + delta[i]);
+    e[i] = v;
+    probe += v * 0;
+  }
+  if (probe !== 0) {
+    fb.reset();
+    return nonFinite();
+  }
+  const frame = encodeDelta(e, opts, scratch);
+  const decoded = decodeDelta(frame, n, scratch ? scratch.decodeBuffer(n) : undefined);
+  if (!decoded.ok) {
+    fb.reset();
+    return decoded;
+  }
+  const sent = decoded.value;
+  for (let i = 0; i < n; i++) e[i] -= sent[i];
+  return ok({ frame, decoded: sent });
+}
