@@ -1,0 +1,143 @@
+// Typed messages between the volunteer page (main thread) and its island worker.
+// The page never touches the GPU or the socket: it sends commands and renders the
+// `IslandView` snapshots and loss points the worker posts back.
+
+import type { GPTConfig } from '../../core/model/config.ts';
+import type { Assignment } from '../../core/protocol.ts';
+
+export type EngineKind = 'webgpu' | 'cpu';
+
+/** What the page needs to know about the adapter the worker would train on. */
+export interface AdapterSummary {
+  /** Human-readable name, e.g. "google swiftshader" or "nvidia ampere". */
+  name: string;
+  vendor: string;
+  architecture: string;
+  isFallbackAdapter: boolean;
+}
+
+export type ProbeFailure = 'no-navigator-gpu' | 'no-adapter' | 'too-small' | 'error';
+
+/** Result of checking WebGPU in the worker, where training would run. */
+export type GpuProbe =
+  | { ok: true; adapter: AdapterSummary }
+  | { ok: false; reason: ProbeFailure; message: string; adapter?: AdapterSummary };
+
+/** How the engine is sized: the model config and the batch the server assigns. */
+export interface ModelShape {
+  config: GPTConfig;
+  maxBatch: number;
+  maxT?: number;
+}
+
+export interface StartOptions {
+  engine: EngineKind;
+  /** Origin of the Atoll server (the page's own origin). */
+  serverUrl: string;
+  contributorId: string;
+  displayName: string;
+  /** GPU usage cap: fraction of wall time spent computing (0.25 … 1). */
+  dutyCycle: number;
+  shape: ModelShape;
+}
+
+export type PauseReason = 'user' | 'hidden';
+
+export type ToWorker =
+  | { type: 'probe'; shape: ModelShape }
+  | { type: 'start'; opts: StartOptions }
+  | { type: 'pause'; reason: PauseReason }
+  | { type: 'resume'; reason: PauseReason }
+  | { type: 'set-duty-cycle'; dutyCycle: number }
+  | { type: 'set-display-name'; displayName: string }
+  | { type: 'sample'; id: number; prompt: string; tokens: number; temperature: number; seed: number; engine: EngineKind; shape: ModelShape }
+  /** Test hook: lose the GPU device as a driver crash would. */
+  | { type: 'debug-lose-device' };
+
+export type Phase =
+  | 'idle'         // nothing started
+  | 'starting'     // creating the engine / connecting
+  | 'syncing'      // downloading the global model
+  | 'training'     // inner steps
+  | 'uploading'    // sending Δ
+  | 'waiting'      // Δ sent, waiting for the round to close / next assignment
+  | 'pausing'      // pause asked: finishing the current step
+  | 'paused'
+  | 'recovering'   // device lost or connection dropped: rebuilding
+  | 'error';       // cannot go on (shown with a reason)
+
+export type Connection = 'offline' | 'connecting' | 'connected' | 'reconnecting';
+
+export interface RoundView {
+  /** Global version this round trains from. */
+  baseVersion: number;
+  step: number;
+  total: number;
+  /** Estimated seconds left in the inner loop (null until a step was timed). */
+  etaSec: number | null;
+}
+
+export interface IslandView {
+  phase: Phase;
+  /** Why the island is paused or in error, or what it is recovering from. */
+  detail: string;
+  engine: EngineKind | null;
+  /** GPU (adapter) name, or "CPU". */
+  device: string;
+  connection: Connection;
+  /** Seconds until the next reconnect attempt, while reconnecting. */
+  reconnectInSec: number | null;
+  islandId: string | null;
+  round: RoundView | null;
+  globalVersion: number | null;
+  globalEvalLoss: number | null;
+  lastLoss: number | null;
+  /** Inner steps run on this device (all rounds). */
+  stepsDone: number;
+  /** Tokens in deltas the server accepted. */
+  tokensContributed: number;
+  /** Tokens trained locally (accepted or not yet). */
+  tokensTrained: number;
+  roundsAccepted: number;
+  roundsRejected: number;
+  bytesUp: number;
+  bytesDown: number;
+  /** Training speed while computing (excludes rests from the usage cap). */
+  tokensPerSec: number | null;
+  dutyCycle: number;
+  paused: boolean;
+  pauseReasons: PauseReason[];
+  lastRejection: { code: string; message: string; at: number } | null;
+}
+
+export interface LossPoint {
+  /** Index of the inner step on this island, counting from 1 across rounds. */
+  step: number;
+  /** The round (assignment) and the step in it, from 1. */
+  roundId: number;
+  roundStep: number;
+  /** Global version the round started from. */
+  version: number;
+  loss: number;
+}
+
+export type LogLevel = 'info' | 'warn' | 'error';
+
+export type FromWorker =
+  | { type: 'probe'; probe: GpuProbe }
+  | { type: 'view'; view: IslandView }
+  | { type: 'losses'; points: LossPoint[] }
+  /** Each assignment as received (shown in the activity log; the tests replay it). */
+  | { type: 'assignment'; assignment: Assignment }
+  | { type: 'log'; level: LogLevel; text: string; at: number }
+  | { type: 'sample'; id: number; ok: true; text: string; version: number | null; ms: number; device: string }
+  | { type: 'sample'; id: number; ok: false; code: string; message: string };
+
+export function initialView(dutyCycle = 1): IslandView {
+  return {
+    phase: 'idle', detail: '', engine: null, device: '', connection: 'offline', reconnectInSec: null,
+    islandId: null, round: null, globalVersion: null, globalEvalLoss: null, lastLoss: null,
+    stepsDone: 0, tokensContributed: 0, tokensTrained: 0, roundsAccepted: 0, roundsRejected: 0,
+    bytesUp: 0, bytesDown: 0, tokensPerSec: null, dutyCycle, paused: false, pauseReasons: [], lastRejection: null,
+  };
+}
