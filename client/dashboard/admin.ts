@@ -1,0 +1,271 @@
+// Admin controls. The token is entered once and kept in sessionStorage (this tab only);
+// every action shows the server's answer verbatim. Nothing here changes the page's data
+// optimistically: after an accepted action the status is re-read from the server.
+
+import { api, type ApiAnswer } from './api.ts';
+import { clear, h, setText } from './dom.ts';
+import { type Dict, pickNum, pickStr } from './model.ts';
+import { errorText } from './run-panel.ts';
+import type { Store } from './store.ts';
+
+export const TOKEN_KEY = 'atoll.dashboard.adminToken';
+
+interface Field {
+  /** Dotted path in the coordinator config (core/coord/config.ts); the PATCH body nests it. */
+  path: string;
+  label: string;
+  kind: 'number' | 'select' | 'checkbox';
+  step?: string;
+  options?: string[];
+  hint?: string;
+}
+
+/** Codec encodings (core/codec ENCODINGS). */
+const ENCODINGS = ['f32', 'f16', 'int8', 'int4', 'topk'];
+
+export const CONFIG_FIELDS: Field[] = [
+  { path: 'outer.lr', label: 'Outer learning rate', kind: 'number', step: 'any', hint: 'DiLoCo 0.7 · FedAvg 1.0' },
+  { path: 'outer.momentum', label: 'Outer momentum', kind: 'number', step: 'any', hint: 'Nesterov; DiLoCo 0.9' },
+  { path: 'targetRoundMs', label: 'Target round time (ms)', kind: 'number', step: '1', hint: '0 = H·v/v_max rule' },
+  { path: 'quorum', label: 'Quorum', kind: 'number', step: 'any', hint: 'sync: fraction of members, 0–1' },
+  { path: 'maxStaleness', label: 'Max staleness', kind: 'number', step: '1', hint: 'versions; older Δs → E_STALE' },
+  { path: 'uplink.encoding', label: 'Codec (uplink)', kind: 'select', options: ENCODINGS, hint: 'islands\u2019 Δ encoding' },
+  { path: 'uplink.topkFraction', label: 'Top-k fraction', kind: 'number', step: 'any', hint: 'topk only, (0, 1]' },
+  { path: 'uplink.deflate', label: 'Deflate Δ frames', kind: 'checkbox' },
+];
+
+/** Where the coordinator config sits inside /api/run's config. */
+const CONFIG_ROOTS = ['', 'coordinator.', 'coord.', 'training.'];
+
+function lookup(config: Dict, f: Field): string {
+  for (const root of CONFIG_ROOTS) {
+    const key = root + f.path;
+    if (f.kind === 'checkbox') {
+      const v = getPath(config, key);
+      if (typeof v === 'boolean') return String(v);
+      continue;
+    }
+    const v = f.kind === 'number' ? pickNum(config, key) : pickStr(config, key);
+    if (v !== null) return String(v);
+  }
+  return f.kind === 'checkbox' ? 'false' : '';
+}
+
+function getPath(o: Dict, path: string): unknown {
+  let cur: unknown = o;
+  for (const k of path.split('.')) {
+    if (typeof cur !== 'object' || cur === null) return undefined;
+    cur = (cur as Dict)[k];
+  }
+  return cur;
+}
+
+/** setPath({}, 'outer.lr', 0.5) → { outer: { lr: 0.5 } } */
+export function setPath(o: Dict, path: string, v: unknown): Dict {
+  const keys = path.split('.');
+  let cur = o;
+  for (const k of keys.slice(0, -1)) {
+    if (typeof cur[k] !== 'object' || cur[k] === null) cur[k] = {};
+    cur = cur[k] as Dict;
+  }
+  cur[keys[keys.length - 1]] = v;
+  return o;
+}
+
+function readField(el: HTMLInputElement | HTMLSelectElement): string {
+  return el instanceof HTMLInputElement && el.type === 'checkbox' ? String(el.checked) : el.value.trim();
+}
+
+function writeField(el: HTMLInputElement | HTMLSelectElement, v: string): void {
+  if (el instanceof HTMLInputElement && el.type === 'checkbox') el.checked = v === 'true';
+  else el.value = v;
+}
+
+export class AdminPanel {
+  readonly el: HTMLElement;
+  private tokenInput: HTMLInputElement;
+  private tokenState = h('p', { id: 'admin-token-state', class: 'token-state', 'aria-live': 'polite' });
+  private gateNote = h('p', { id: 'admin-gate', class: 'gate' });
+  private answer = h('div', { id: 'admin-answer', class: 'answer', role: 'status', 'aria-live': 'polite' }, 'No action yet.');
+  private log = h('ol', { id: 'admin-log', class: 'log' });
+  private controls: Array<HTMLButtonElement | HTMLInputElement | HTMLSelectElement> = [];
+  private inputs = new Map<string, HTMLInputElement | HTMLSelectElement>();
+  private banInput: HTMLInputElement;
+  private banReason: HTMLInputElement;
+  private banList = h('datalist', { id: 'ban-candidates' });
+  private pausedState = h('span', { id: 'admin-paused' });
+  private prefilled = '';
+  private verdict: 'unknown' | 'accepted' | 'refused' = 'unknown';
+  private banSig = '';
+  private banRev = -1;
+
+  constructor(private store: Store, private afterAction: () => void) {
+    this.tokenInput = h('input', { type: 'password', id: 'admin-token', autocomplete: 'off', placeholder: 'admin token', 'aria-label': 'Admin token' });
+    const saveBtn = h('button', { type: 'submit', id: 'admin-token-save' }, 'Use token');
+    const forgetBtn = h('button', { type: 'button', id: 'admin-token-forget' }, 'Forget');
+    forgetBtn.addEventListener('click', () => { sessionStorage.removeItem(TOKEN_KEY); this.tokenInput.value = ''; this.verdict = 'unknown'; this.sync(); });
+    const tokenForm = h('form', { class: 'toolbar', id: 'admin-token-form' }, this.tokenInput, saveBtn, forgetBtn);
+    tokenForm.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const t = this.tokenInput.value.trim();
+      if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY);
+      this.tokenInput.value = '';
+      this.verdict = 'unknown';
+      this.sync();
+    });
+
+    const btn = (id: string, label: string, fn: () => void, cls = '') => {
+      const b = h('button', { type: 'button', id, class: cls }, label);
+      b.addEventListener('click', fn);
+      this.controls.push(b);
+      return b;
+    };
+    const pauseBtn = btn('admin-pause', 'Pause training', () => void this.act('pause', 'POST', '/api/admin/pause'));
+    const resumeBtn = btn('admin-resume', 'Resume training', () => void this.act('resume', 'POST', '/api/admin/resume'));
+    const ckBtn = btn('admin-checkpoint', 'Checkpoint now', () => void this.act('checkpoint', 'POST', '/api/admin/checkpoint'));
+
+    const rows = CONFIG_FIELDS.map((f) => {
+      const id = `cfg-${f.path.replace(/\./g, '-')}`;
+      const input = f.kind === 'select'
+        ? h('select', { id, name: f.path }, h('option', { value: '' }, '–'), ...(f.options ?? []).map((o) => h('option', { value: o }, o)))
+        : h('input', { type: f.kind, id, name: f.path, step: f.step ?? null, autocomplete: 'off' });
+      this.inputs.set(f.path, input);
+      this.controls.push(input);
+      return h('div', { class: `field ${f.kind}` }, h('label', { for: id }, f.label), input, h('span', { class: 'hint' }, f.hint ?? ''));
+    });
+    const applyBtn = h('button', { type: 'submit', id: 'admin-config-apply', class: 'primary' }, 'Apply changes');
+    this.controls.push(applyBtn);
+    const cfgForm = h('form', { id: 'admin-config', class: 'fields' }, ...rows, h('div', { class: 'field' }, applyBtn));
+    cfgForm.addEventListener('submit', (e) => { e.preventDefault(); void this.applyConfig(); });
+
+    this.banInput = h('input', { type: 'text', id: 'admin-ban-id', list: 'ban-candidates', placeholder: 'island id', autocomplete: 'off', 'aria-label': 'Island id to ban' });
+    this.banReason = h('input', { type: 'text', id: 'admin-ban-reason', placeholder: 'reason (optional)', autocomplete: 'off', 'aria-label': 'Ban reason' });
+    const banBtn = h('button', { type: 'submit', id: 'admin-ban', class: 'danger' }, 'Ban island');
+    this.controls.push(this.banInput, this.banReason, banBtn);
+    const banForm = h('form', { class: 'toolbar', id: 'admin-ban-form' }, this.banInput, this.banReason, banBtn, this.banList);
+    banForm.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const id = this.banInput.value.trim();
+      if (!id) { this.show('ban', { ok: false, status: 0, body: 'Enter an island id first.' }, true); return; }
+      const reason = this.banReason.value.trim();
+      void this.act(`ban ${id}`, 'POST', `/api/admin/islands/${encodeURIComponent(id)}/ban`, reason ? { reason } : {});
+    });
+
+    this.el = h('div', { class: 'admin' },
+      h('section', { class: 'card wide' }, h('h2', {}, 'Last server answer'), this.answer),
+      h('section', { class: 'card' }, h('h2', {}, 'Admin token'), tokenForm, this.tokenState,
+        h('p', { class: 'muted small' }, 'Kept in this tab\u2019s sessionStorage only and sent as Authorization: Bearer. The server checks it on every action.')),
+      h('section', { class: 'card' }, h('h2', {}, 'Training'), this.gateNote,
+        h('div', { class: 'toolbar' }, pauseBtn, resumeBtn, ckBtn, h('span', { class: 'spacer' }), this.pausedState)),
+      h('section', { class: 'card' }, h('h2', {}, 'Hyperparameters'), cfgForm,
+        h('p', { class: 'muted small' }, 'Only the fields you change are sent (PATCH /api/admin/config).')),
+      h('section', { class: 'card' }, h('h2', {}, 'Ban an island'), banForm),
+      h('section', { class: 'card wide' }, h('h2', {}, 'All answers this session'), this.log));
+    const saved = sessionStorage.getItem(TOKEN_KEY);
+    if (saved) this.verdict = 'unknown';
+    this.sync();
+  }
+
+  token(): string | null {
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
+
+  private sync(): void {
+    const has = !!this.token();
+    for (const c of this.controls) c.disabled = !has;
+    setText(this.tokenState, !has ? 'No token entered.'
+      : this.verdict === 'accepted' ? 'Token set; the server accepted it.'
+      : this.verdict === 'refused' ? 'Token set, but the server refused it. Enter the right one.'
+      : 'Token set for this tab; the server checks it on the first action.');
+    this.tokenState.dataset.verdict = has ? this.verdict : 'none';
+    setText(this.gateNote, has ? (this.verdict === 'refused' ? 'The last action was refused: nothing was changed.' : '') : 'Admin controls are disabled: enter the admin token above.');
+  }
+
+  render(store: Store): void {
+    const s = store.status;
+    setText(this.pausedState, s ? (s.paused ? 'Training is paused.' : 'Training is running.') : '');
+    this.pausedState.dataset.paused = String(!!s?.paused);
+    // Prefill the config form from /api/run once per run revision, without clobbering edits.
+    const sig = String(store.rev.run);
+    if (store.run && sig !== this.prefilled) {
+      this.prefilled = sig;
+      for (const f of CONFIG_FIELDS) {
+        const input = this.inputs.get(f.path)!;
+        const v = lookup(store.run.config, f);
+        input.dataset.initial = v;
+        if (document.activeElement !== input) writeField(input, v);
+      }
+    }
+    // Ban suggestions: rebuilt only when the set of islands changes, not on every update.
+    if (store.rev.islands !== this.banRev) {
+      this.banRev = store.rev.islands;
+      let sig = String(store.islands.size);
+      for (const id of store.islands.keys()) sig += '|' + id;
+      if (sig !== this.banSig) {
+        this.banSig = sig;
+        const opts: HTMLOptionElement[] = [];
+        for (const i of store.islands.values()) {
+          if (opts.length >= 2000) break;
+          opts.push(h('option', { value: i.id }, `${i.name} (${i.engine || '?'})`));
+        }
+        this.banList.replaceChildren(...opts);
+      }
+    }
+  }
+
+  private async applyConfig(): Promise<void> {
+    const patch: Dict = {};
+    const changed: Array<[Field, string]> = [];
+    for (const f of CONFIG_FIELDS) {
+      const input = this.inputs.get(f.path)!;
+      const v = readField(input);
+      if (v === (input.dataset.initial ?? '') || v === '') continue;
+      if (f.kind === 'number' && !Number.isFinite(Number(v))) {
+        this.show('config', { ok: false, status: 0, body: `${f.label}: '${v}' is not a number.` }, true);
+        return;
+      }
+      setPath(patch, f.path, f.kind === 'number' ? Number(v) : f.kind === 'checkbox' ? v === 'true' : v);
+      changed.push([f, v]);
+    }
+    if (changed.length === 0) {
+      this.show('config', { ok: false, status: 0, body: 'Nothing changed: edit a field first.' }, true);
+      return;
+    }
+    const r = await this.act(`config ${JSON.stringify(patch)}`, 'PATCH', '/api/admin/config', patch);
+    if (r?.ok) for (const [f, v] of changed) this.inputs.get(f.path)!.dataset.initial = v;
+  }
+
+  private async act(label: string, method: string, path: string, body?: Dict): Promise<ApiAnswer | null> {
+    const token = this.token();
+    if (!token) {
+      this.show(label, { ok: false, status: 0, body: 'No admin token: nothing was sent.' }, true);
+      return null;
+    }
+    for (const c of this.controls) c.disabled = true;
+    const headers: Record<string, string> = { authorization: `Bearer ${token}` };
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const r = await api(path, { method, headers, body: body !== undefined ? JSON.stringify(body) : undefined });
+    if (r.status === 401 || r.status === 403) this.verdict = 'refused';
+    else if (r.ok) this.verdict = 'accepted';
+    this.show(label, r);
+    this.sync();
+    if (r.ok) this.afterAction();
+    return r;
+  }
+
+  private show(label: string, r: ApiAnswer, local = false): void {
+    const refused = r.status === 401 || r.status === 403;
+    const head = local ? 'not sent' : r.status === 0 ? 'no answer' : `${r.status}${r.ok ? ' OK' : refused ? ' refused' : ' error'}`;
+    const detail = r.ok ? (typeof r.body === 'string' ? r.body : JSON.stringify(r.body)) : errorText(r.body);
+    const cls = r.ok ? 'ok' : refused ? 'refused' : 'err';
+    this.answer.className = `answer ${cls}`;
+    this.answer.dataset.status = String(r.status);
+    clear(this.answer);
+    this.answer.append(h('strong', {}, `${label}: ${head}`), ' ', h('span', { class: 'mono' }, (detail ?? '').slice(0, 500)),
+      ...(refused ? [h('span', { class: 'refusal' }, ' — the server refused this token; nothing was changed.')] : []));
+    const li = h('li', { class: cls }, h('time', {}, new Date().toLocaleTimeString(undefined, { hour12: false })), ` ${label}: ${head} `, h('span', { class: 'mono' }, (detail ?? '').slice(0, 300)));
+    this.log.prepend(li);
+    while (this.log.children.length > 30) this.log.lastElementChild!.remove();
+  }
+}
+

@@ -1,0 +1,138 @@
+// REST calls and the live stream (socket.io namespace /dashboard, with REST polling
+// as the fallback whenever the socket is not connected).
+
+import { io, type Socket } from 'socket.io-client';
+import type { Store } from './store.ts';
+
+export interface ApiAnswer {
+  ok: boolean;
+  status: number; // HTTP status, 0 = network error
+  body: unknown; // parsed JSON, or text
+}
+
+export async function api(path: string, init: RequestInit = {}, timeoutMs = 15_000): Promise<ApiAnswer> {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), timeoutMs);
+  try {
+    const res = await fetch(path, { ...init, signal: ctl.signal, headers: { accept: 'application/json', ...(init.headers ?? {}) } });
+    const text = await res.text();
+    let body: unknown = text;
+    if (text && (res.headers.get('content-type') ?? '').includes('json')) {
+      try { body = JSON.parse(text); } catch { /* keep the text */ }
+    }
+    return { ok: res.ok, status: res.status, body };
+  } catch (e) {
+    const msg = (e as Error).name === 'AbortError' ? `no answer within ${timeoutMs / 1000} s` : (e as Error).message;
+    return { ok: false, status: 0, body: { error: { code: 'E_NETWORK', message: msg } } };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export type Connection = 'connecting' | 'live' | 'polling' | 'offline';
+
+/**
+ * Keeps the store fed. On start it loads everything over REST once, then listens to the
+ * socket. While the socket is down it polls: status and islands every 2 s, history every 5 s.
+ */
+export class LiveSource {
+  connection: Connection = 'connecting';
+  lastMessageAt = 0;
+  messages = 0;
+  private socket: Socket | null = null;
+  private pollTimer: ReturnType<typeof setTimeout> | null = null;
+  private pollTick = 0;
+  private restOk = false;
+  onConnection: (c: Connection) => void = () => {};
+
+  constructor(private store: Store) {}
+
+  async start(): Promise<void> {
+    this.connect();
+    await this.loadAll();
+    // If the socket is not up within 4 s, poll until it is.
+    setTimeout(() => { if (this.connection !== 'live') this.startPolling(); }, 4000);
+  }
+
+  async loadAll(): Promise<void> {
+    const [st, isl, hist, run, ck] = await Promise.all([
+      api('/api/status'), api('/api/islands'), api('/api/history'), api('/api/run'), api('/api/checkpoints'),
+    ]);
+    this.restOk = st.ok;
+    if (st.ok) this.store.setStatus(st.body);
+    if (isl.ok) this.store.setIslands(isl.body);
+    if (hist.ok) this.store.addHistory(hist.body, true);
+    if (run.ok) this.store.setRun(run.body);
+    if (ck.ok) this.store.setCheckpoints(ck.body);
+    if (this.connection !== 'live') this.setConnection(st.ok ? (this.pollTimer ? 'polling' : 'connecting') : 'offline');
+  }
+
+  async refreshCheckpoints(): Promise<void> {
+    const ck = await api('/api/checkpoints');
+    if (ck.ok) this.store.setCheckpoints(ck.body);
+  }
+
+  async refreshRun(): Promise<void> {
+    const r = await api('/api/run');
+    if (r.ok) this.store.setRun(r.body);
+  }
+
+  async refreshStatus(): Promise<void> {
+    const st = await api('/api/status');
+    if (st.ok) this.store.setStatus(st.body);
+  }
+
+  private connect(): void {
+    const socket = io('/dashboard', {
+      path: '/socket.io',
+      reconnectionDelay: 1000,
+      reconnectionDelayMax: 10_000,
+      timeout: 10_000,
+    });
+    this.socket = socket;
+    socket.on('connect', () => {
+      this.setConnection('live');
+      this.stopPolling();
+      // Fill whatever was missed while disconnected.
+      void api('/api/history').then((h) => { if (h.ok) this.store.addHistory(h.body, true); });
+    });
+    socket.on('disconnect', () => { this.startPolling(); });
+    socket.on('connect_error', () => { if (this.connection !== 'polling') this.startPolling(); });
+    socket.onAny((event: string, payload: unknown) => {
+      this.messages++;
+      this.lastMessageAt = Date.now();
+      this.store.ingest(event, payload);
+    });
+  }
+
+  private setConnection(c: Connection): void {
+    if (this.connection === c) return;
+    this.connection = c;
+    this.onConnection(c);
+  }
+
+  private startPolling(): void {
+    if (this.pollTimer || this.connection === 'live') return;
+    this.setConnection(this.restOk ? 'polling' : 'offline');
+    const tick = async () => {
+      this.pollTick++;
+      const calls: Array<Promise<unknown>> = [
+        api('/api/status').then((r) => {
+          this.restOk = r.ok;
+          if (r.ok) this.store.setStatus(r.body);
+          if (this.connection !== 'live') this.setConnection(r.ok ? 'polling' : 'offline');
+        }),
+        api('/api/islands').then((r) => { if (r.ok) this.store.setIslands(r.body); }),
+      ];
+      if (this.pollTick % 3 === 1) calls.push(api('/api/history').then((r) => { if (r.ok) this.store.addHistory(r.body, true); }));
+      await Promise.all(calls);
+      if (this.pollTimer) this.pollTimer = setTimeout(tick, 2000);
+    };
+    this.pollTimer = setTimeout(tick, 0);
+  }
+
+  private stopPolling(): void {
+    if (this.pollTimer) clearTimeout(this.pollTimer);
+    this.pollTimer = null;
+  }
+}

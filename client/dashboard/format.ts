@@ -1,0 +1,35 @@
+// Dashboard formatting: the shared helpers in client/ui/format.ts, plus the few the
+// dashboard needs beyond them (loss, ratio, wall-clock time). Tabular numerals in CSS.
+
+import { formatAgo, formatBytes, formatCount, formatInt, formatPercent } from '../ui/format.ts';
+
+export const DASH = '–';
+
+export function isNum(v: unknown): v is number {
+  return typeof v === 'number' && Number.isFinite(v);
+}
+
+export const fmtInt = formatInt;
+export const fmtBytes = formatBytes;
+export const fmtPct = formatPercent;
+export const fmtAgo = formatAgo;
+
+/** 1234 → "1.23 k"; with a unit: "1.23 k tok/s". Values under 10 keep two decimals. */
+export function fmtSI(v: number | null | undefined, unit = ''): string {
+  if (!isNum(v)) return DASH;
+  const s = Math.abs(v) < 10 && !Number.isInteger(v) ? v.toFixed(2) : formatCount(v);
+  return s + unit;
+}
+
+export function fmtLoss(v: number | null | undefined): string {
+  return isNum(v) ? v.toFixed(3) : DASH;
+}
+
+export function fmtRatio(v: number | null | undefined): string {
+  return isNum(v) ? `${v >= 100 ? v.toFixed(0) : v.toFixed(1)}×` : DASH;
+}
+
+export function fmtTime(t: number | null | undefined): string {
+  if (!isNum(t)) return DASH;
+  return new Date(t).toLocaleString(undefined, { hour12: false });
+}

@@ -1,0 +1,105 @@
+// Run panel: description and configuration, checkpoints with download links, and a
+// sample from the current global model.
+
+import { api } from './api.ts';
+import { clear, h, setText } from './dom.ts';
+import { fmtBytes, fmtInt, fmtTime } from './format.ts';
+import { type Dict, isDict } from './model.ts';
+import type { Store } from './store.ts';
+
+/** Flattens nested config into [dotted.key, value] rows. */
+export function flatten(o: Dict, prefix = '', out: Array<[string, string]> = []): Array<[string, string]> {
+  for (const [k, v] of Object.entries(o)) {
+    const key = prefix ? `${prefix}.${k}` : k;
+    if (isDict(v)) flatten(v, key, out);
+    else out.push([key, Array.isArray(v) ? JSON.stringify(v) : String(v)]);
+  }
+  return out;
+}
+
+export function errorText(body: unknown): string {
+  if (isDict(body)) {
+    const e = isDict(body.error) ? body.error : body;
+    const code = typeof e.code === 'string' ? e.code : '';
+    const msg = typeof e.message === 'string' ? e.message : typeof body.error === 'string' ? body.error : '';
+    if (code || msg) return [code, msg].filter(Boolean).join(': ');
+  }
+  return typeof body === 'string' ? body.slice(0, 300) : JSON.stringify(body).slice(0, 300);
+}
+
+export class RunPanel {
+  readonly el: HTMLElement;
+  private title = h('h2', { id: 'run-name' }, 'Run');
+  private desc = h('p', { class: 'muted', id: 'run-description' });
+  private config = h('tbody');
+  private ckBody = h('tbody');
+  private ckEmpty = h('div', { class: 'empty', id: 'checkpoints-empty', hidden: true }, 'No checkpoints yet.');
+  private sampleOut = h('pre', { class: 'sample', id: 'sample-output', 'aria-live': 'polite' });
+  private sampleMeta = h('p', { class: 'muted small', id: 'sample-meta' });
+  private sampleBtn: HTMLButtonElement;
+  private tokensInput: HTMLInputElement;
+  private sig = '';
+
+  constructor(private refresh: () => Promise<void>) {
+    this.tokensInput = h('input', { type: 'number', id: 'sample-tokens', min: 1, max: 2000, value: 200, 'aria-label': 'Tokens to sample' });
+    this.sampleBtn = h('button', { type: 'button', id: 'sample-button', class: 'primary' }, 'Sample from current model');
+    this.sampleBtn.addEventListener('click', () => void this.sample());
+    const refreshBtn = h('button', { type: 'button', id: 'checkpoints-refresh' }, 'Refresh');
+    refreshBtn.addEventListener('click', () => void this.refresh());
+    this.sampleOut.textContent = 'Press the button to generate text from the current global model.';
+    this.el = h('div', { class: 'run' },
+      h('section', { class: 'card' }, this.title, this.desc,
+        h('table', { class: 'kv', id: 'run-config' }, h('caption', {}, 'Configuration'), this.config)),
+      h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Checkpoints'), refreshBtn),
+        h('div', { class: 'table-wrap' }, h('table', { class: 'grid', id: 'checkpoints-table' },
+          h('thead', {}, h('tr', {}, h('th', { class: 'num', scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Saved'), h('th', { class: 'num', scope: 'col' }, 'Size'), h('th', { scope: 'col' }, 'Hash'), h('th', { scope: 'col' }, 'Download'))),
+          this.ckBody), this.ckEmpty),
+        h('p', { class: 'muted small' }, 'Safetensors files; load them with Python\u2019s safetensors or npx atoll sample --checkpoint FILE.')),
+      h('section', { class: 'card' }, h('h2', {}, 'Sample'),
+        h('div', { class: 'toolbar' }, h('label', { for: 'sample-tokens' }, 'Tokens '), this.tokensInput, this.sampleBtn),
+        this.sampleOut, this.sampleMeta));
+  }
+
+  render(store: Store): void {
+    const sig = `${store.rev.run}/${store.rev.checkpoints}`;
+    if (sig === this.sig) return;
+    this.sig = sig;
+    const run = store.run;
+    setText(this.title, run?.name ? `Run: ${run.name}` : 'Run');
+    setText(this.desc, run?.description ?? (run ? '' : 'Run information is not available yet.'));
+    clear(this.config);
+    for (const [k, v] of run ? flatten(run.config) : []) this.config.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
+    clear(this.ckBody);
+    const cks = store.checkpoints ?? [];
+    for (const c of cks) {
+      this.ckBody.appendChild(h('tr', {},
+        h('td', { class: 'num' }, fmtInt(c.version)),
+        h('td', {}, fmtTime(c.time)),
+        h('td', { class: 'num' }, fmtBytes(c.bytes)),
+        h('td', { class: 'mono' }, c.hash ? c.hash.slice(0, 12) : '–'),
+        h('td', {}, h('a', { href: c.url, download: `atoll-v${c.version}.safetensors` }, `v${c.version}.safetensors`))));
+    }
+    this.ckEmpty.hidden = cks.length > 0;
+  }
+
+  private async sample(): Promise<void> {
+    const n = Math.max(1, Math.min(2000, Math.round(Number(this.tokensInput.value) || 200)));
+    this.sampleBtn.disabled = true;
+    setText(this.sampleMeta, 'Sampling…');
+    const t0 = performance.now();
+    const r = await api(`/api/sample?tokens=${n}`, {}, 60_000);
+    this.sampleBtn.disabled = false;
+    const ms = Math.round(performance.now() - t0);
+    if (!r.ok) {
+      this.sampleOut.textContent = '';
+      setText(this.sampleMeta, `The server refused (${r.status || 'network'}): ${errorText(r.body)}`);
+      return;
+    }
+    const b = r.body;
+    const text = typeof b === 'string' ? b : isDict(b) ? String(b.text ?? b.sample ?? b.output ?? JSON.stringify(b)) : JSON.stringify(b);
+    const prompt = isDict(b) && typeof b.prompt === 'string' ? b.prompt : '';
+    this.sampleOut.textContent = prompt + text;
+    const version = isDict(b) && (typeof b.version === 'number') ? ` from version ${b.version}` : '';
+    setText(this.sampleMeta, `${n} tokens${version} in ${ms} ms.`);
+  }
+}
