@@ -1,0 +1,255 @@
+// The GPU twins of core/model/ops.ts: each function returns the dispatch(es) of one
+// op, with the twin's name and argument order (outputs, inputs, then dims). B and T
+// come from the Shape at encode time, so one dispatch serves every batch shape.
+//
+// `accumulate`: the twins ADD into gradient outputs (+=). The kernels do that when
+// accumulate is true; the engine passes false wherever it is the first writer, so it
+// never has to zero the gradients (see webgpu.ts).
+//
+// Parameter tensors live in one flat buffer, so weights and biases are given as
+// element offsets into it (and into the flat gradient buffer for the backward).
+
+import { type DispatchSpec, type Shape, f32, grid1 } from './webgpu-kernels.ts';
+
+const TILE = 64; // matmul output tile (matmul.wgsl BM = BN)
+
+const rows = (s: Shape) => s.B * s.T;
+const acc = (a: boolean | undefined) => (a ? 1 : 0);
+
+// ---------------------------------------------------------------------------- encoder
+
+export interface EncoderDims { C: number; V: number; maxT: number; wteOff: number; wpeOff: number }
+
+/** out (B,T,C) = wte[inp] + wpe[t]; wte, wpe in `params` at the given offsets. */
+export function encoderForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: EncoderDims): DispatchSpec {
+  return {
+    entry: 'encoder_forward',
+    buffers: [out, inp, params],
+    params: (s) => [s.B, s.T, d.C, d.V, d.wteOff, d.wpeOff, d.maxT, 0],
+    grid: (s) => grid1(rows(s) * d.C, 256),
+  };
+}
+
+/** dwte, dwpe (in `grads` at the offsets) from dout (B,T,C): two gather passes, no atomics. */
+export function encoderBackward(grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, d: EncoderDims & { accumulateWte?: boolean; accumulateWpe?: boolean }): DispatchSpec[] {
+  return [
+    {
+      entry: 'encoder_backward_wte',
+      buffers: [grads, inp, dout],
+      params: (s) => [s.B, s.T, d.C, d.V, d.wteOff, d.wpeOff, d.maxT, acc(d.accumulateWte)],
+      grid: () => [Math.ceil(d.C / 64), d.V, 1],
+    },
+    {
+      entry: 'encoder_backward_wpe',
+      buffers: [grads, dout],
+      params: (s) => [s.B, s.T, d.C, d.V, d.wteOff, d.wpeOff, d.maxT, acc(d.accumulateWpe)],
+      grid: () => grid1(d.maxT * d.C, 256),
+    },
+  ];
+}
+
+// ---------------------------------------------------------------------------- layernorm
+
+export interface LayernormDims { C: number; wOff: number; bOff: number }
+
+export function layernormForward(out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: LayernormDims): DispatchSpec {
+  return {
+    entry: 'layernorm_forward',
+    buffers: [out, mean, rstd, inp, params],
+    params: (s) => [rows(s), d.C, d.wOff, d.bOff, 0],
+    grid: (s) => grid1(rows(s), 1),
+  };
+}
+
+/** dinp (B,T,C); dweight, dbias in `grads` at d.wOff, d.bOff. */
+export function layernormBackward(dinp: GPUBuffer, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, d: LayernormDims & { accumulateDinp?: boolean; accumulateParams?: boolean }): DispatchSpec[] {
+  return [
+    {
+      entry: 'layernorm_backward_dinp',
+      buffers: [dinp, dout, inp, params, mean, rstd],
+      params: (s) => [rows(s), d.C, d.wOff, d.bOff, acc(d.accumulateDinp)],
+      grid: (s) => grid1(rows(s), 1),
+    },
+    {
+      entry: 'layernorm_backward_dweight',
+      buffers: [grads, dout, inp, mean, rstd],
+      params: (s) => [rows(s), d.C, d.wOff, d.bOff, acc(d.accumulateParams)],
+      grid: () => [Math.ceil(d.C / 64), 1, 1],
+    },
+  ];
+}
+
+// ---------------------------------------------------------------------------- matmul
+
+export interface MatmulDims { C: number; OC: number; wOff: number; biasOff: number | null }
+
+const HAS_BIAS = 1;
+const ACCUMULATE = 2;
+const aligned4 = (...xs: number[]) => xs.every((x) => x % 4 === 0);
+const tiles = (n: number) => Math.ceil(n / TILE);
+
+/** out (B,T,OC) = inp (B,T,C) · W(OC,C)ᵀ + bias; W and bias in `params`. */
+export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims): DispatchSpec {
+  const vec4 = aligned4(d.C, d.OC, d.wOff);
+  return {
+    entry: vec4 ? 'matmul_forward_vec4' : 'matmul_forward',
+    buffers: [out, inp, params],
+    params: (s) => [rows(s), d.OC, d.C, d.biasOff === null ? 0 : HAS_BIAS, 0, d.wOff, 0, d.biasOff ?? 0],
+    grid: (s) => [tiles(d.OC), tiles(rows(s)), 1],
+  };
+}
+
+/**
+ * dinp (B,T,C) = dout·W; dW (in `grads` at wOff) = doutᵀ·inp; dbias = Σ dout.
+ * `dinp` null skips the input gradient.
+ */
+export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims & { accumulateDinp?: boolean; accumulateParams?: boolean }): DispatchSpec[] {
+  const vec4 = aligned4(d.C, d.OC, d.wOff);
+  const accP = d.accumulateParams ? ACCUMULATE : 0;
+  const specs: DispatchSpec[] = [];
+  if (dinp) {
+    specs.push({
+      entry: vec4 ? 'matmul_backward_dinp_vec4' : 'matmul_backward_dinp',
+      buffers: [dinp, dout, params],
+      // M = B·T, N = C, K = OC; A = dout (M,K), B = W (K,N)
+      params: (s) => [rows(s), d.C, d.OC, d.accumulateDinp ? ACCUMULATE : 0, 0, d.wOff, 0, 0],
+      grid: (s) => [tiles(d.C), tiles(rows(s)), 1],
+    });
+  }
+  specs.push({
+    entry: vec4 ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight',
+    buffers: [grads, dout, inp],
+    // M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
+    params: (s) => [d.OC, d.C, rows(s), accP, 0, 0, d.wOff, 0],
+    grid: () => [tiles(d.C), tiles(d.OC), 1],
+  });
+  if (d.biasOff !== null) {
+    const biasOff = d.biasOff;
+    specs.push({
+      entry: 'matmul_backward_dbias',
+      buffers: [grads, dout],
+      params: (s) => [rows(s), d.OC, 0, accP, 0, 0, biasOff, 0],
+      grid: () => [Math.ceil(d.OC / 64), 1, 1],
+    });
+  }
+  return specs;
+}
+
+// ---------------------------------------------------------------------------- attention
+
+export interface AttentionDims { C: number; NH: number }
+
+const attParams = (s: Shape, d: AttentionDims, accumulate: number) => [s.B, s.T, d.C, d.NH, accumulate, f32(1 / Math.sqrt(d.C / d.NH))];
+
+/** out (B,T,C), att (B,NH,T,T) from inp (B,T,3C). preatt is not materialised. */
+export function attentionForward(out: GPUBuffer, att: GPUBuffer, inp: GPUBuffer, d: AttentionDims): DispatchSpec {
+  return {
+    entry: 'attention_forward',
+    buffers: [out, att, inp],
+    params: (s) => attParams(s, d, 0),
+    grid: (s) => [s.T, s.B * d.NH, 1],
+  };
+}
+
+/** dinp (B,T,3C) from dout (B,T,C); dpreatt (B,NH,T,T) is scratch. */
+export function attentionBackward(dinp: GPUBuffer, dpreatt: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, att: GPUBuffer, d: AttentionDims & { accumulate?: boolean }): DispatchSpec[] {
+  const a = acc(d.accumulate);
+  return (['attention_backward_dq', 'attention_backward_dkv'] as const).map((entry) => ({
+    entry,
+    buffers: [dinp, dpreatt, inp, att, dout],
+    params: (s: Shape) => attParams(s, d, a),
+    grid: (s: Shape) => [s.T, s.B * d.NH, 1] as [number, number, number],
+  }));
+}
+
+// ---------------------------------------------------------------------------- elementwise (width = channels per token)
+
+export function geluForward(out: GPUBuffer, inp: GPUBuffer, d: { width: number }): DispatchSpec {
+  return { entry: 'gelu_forward', buffers: [out, inp], params: (s) => [rows(s) * d.width, 0], grid: (s) => grid1(rows(s) * d.width, 256) };
+}
+
+export function geluBackward(dinp: GPUBuffer, inp: GPUBuffer, dout: GPUBuffer, d: { width: number; accumulate?: boolean }): DispatchSpec {
+  return { entry: 'gelu_backward', buffers: [dinp, inp, dout], params: (s) => [rows(s) * d.width, acc(d.accumulate)], grid: (s) => grid1(rows(s) * d.width, 256) };
+}
+
+export function residualForward(out: GPUBuffer, inp1: GPUBuffer, inp2: GPUBuffer, d: { width: number }): DispatchSpec {
+  return { entry: 'residual_forward', buffers: [out, inp1, inp2], params: (s) => [rows(s) * d.width, 0], grid: (s) => grid1(rows(s) * d.width, 256) };
+}
+
+export function residualBackward(dinp1: GPUBuffer, dinp2: GPUBuffer, dout: GPUBuffer, d: { width: number; accumulate?: boolean }): DispatchSpec {
+  return { entry: 'residual_backward', buffers: [dinp1, dinp2, dout], params: (s) => [rows(s) * d.width, acc(d.accumulate)], grid: (s) => grid1(rows(s) * d.width, 256) };
+}
+
+// ---------------------------------------------------------------------------- softmax + cross-entropy
+
+export function softmaxCrossEntropyForward(losses: GPUBuffer, probs: GPUBuffer, logits: GPUBuffer, targets: GPUBuffer, d: { V: number }): DispatchSpec {
+  return {
+    entry: 'softmax_crossentropy_forward',
+    buffers: [losses, probs, logits, targets],
+    params: (s) => [rows(s), d.V, 0, f32(0)],
+    grid: (s) => grid1(rows(s), 1),
+  };
+}
+
+/** dlogits (+)= (probs − onehot)·dloss with dloss = 1/(B·T), the mean loss. */
+export function softmaxCrossEntropyBackward(dlogits: GPUBuffer, probs: GPUBuffer, targets: GPUBuffer, d: { V: number; accumulate?: boolean }): DispatchSpec {
+  return {
+    entry: 'softmax_crossentropy_backward',
+    buffers: [dlogits, probs, targets],
+    params: (s) => [rows(s), d.V, acc(d.accumulate), f32(1 / rows(s))],
+    grid: (s) => grid1(rows(s) * d.V, 256),
+  };
+}
+
+/** ring[step.lossSlot] = mean of the B·T losses. */
+export function meanLoss(ring: GPUBuffer, losses: GPUBuffer): DispatchSpec {
+  return { entry: 'mean_loss', buffers: [ring, losses], params: (s) => [rows(s), 0, 0, f32(0)], grid: () => [1, 1, 1] };
+}
+
+// ---------------------------------------------------------------------------- optimizer
+
+/** Partial sums of g² per workgroup: enough to fill a GPU, few enough for one finalising workgroup. */
+export function gradNormPartials(N: number): number {
+  return Math.min(1024, Math.max(1, Math.ceil(N / (256 * 16))));
+}
+
+/** clip = [Σ g², clipScale(Σ g², step.maxNorm)] over grads (N). */
+export function gradNorm(clip: GPUBuffer, partials: GPUBuffer, grads: GPUBuffer, d: { N: number }): DispatchSpec[] {
+  const P = gradNormPartials(d.N);
+  return [
+    { entry: 'grad_norm_partial', buffers: [partials, grads], params: () => [d.N, P], grid: () => [P, 1, 1] },
+    { entry: 'grad_norm_finalize', buffers: [clip, partials], params: () => [d.N, P], grid: () => [1, 1, 1] },
+  ];
+}
+
+/** Merged [start, end, decay] ranges of the layout (neighbours with the same decay flag join). */
+export function decayRanges(tensors: Array<{ offset: number; size: number; decay: boolean }>): Array<[number, number, boolean]> {
+  const out: Array<[number, number, boolean]> = [];
+  for (const t of tensors) {
+    const last = out[out.length - 1];
+    if (last && last[2] === t.decay && last[1] === t.offset) last[1] = t.offset + t.size;
+    else out.push([t.offset, t.offset + t.size, t.decay]);
+  }
+  return out;
+}
+
+/** One AdamW step over all N parameters; weight decay only inside the `decay` ranges. */
+export function adamwUpdate(params: GPUBuffer, grads: GPUBuffer, m: GPUBuffer, v: GPUBuffer, clip: GPUBuffer, d: { N: number; ranges: Array<[number, number, boolean]> }): DispatchSpec {
+  if (d.ranges.length > 16) throw new Error(`adamw_update takes at most 16 decay ranges, got ${d.ranges.length}`);
+  const table: number[] = [];
+  for (let i = 0; i < 16; i++) {
+    const r = d.ranges[i];
+    table.push(r ? r[0] : 0, r ? r[1] : 0, r && r[2] ? 1 : 0, 0);
+  }
+  return {
+    entry: 'adamw_update',
+    buffers: [params, grads, m, v, clip],
+    params: () => [d.N, d.ranges.length, 0, 0, ...table],
+    grid: () => grid1(d.N, 256),
+  };
+}
+
+/** delta = start − theta over N. */
+export function pseudoGradient(delta: GPUBuffer, start: GPUBuffer, theta: GPUBuffer, d: { N: number }): DispatchSpec {
+  return { entry: 'pseudo_gradient', buffers: [delta, start, theta], params: () => [d.N], grid: () => grid1(d.N, 256) };
+}

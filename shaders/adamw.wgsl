@@ -1,0 +1,59 @@
+// AdamW with decoupled weight decay and bias correction. Twin: adamwUpdate (core/model/ops.ts).
+// Weight decay per tensor: the uniform holds the layout's ranges (start, end, decay)
+// merged where neighbours agree; each element scans them (≤ 16, uniform loads).
+// The gradient is scaled by the clip factor grad_norm_finalize left in clip[1].
+
+struct Params {
+  N: u32,
+  num_ranges: u32,
+  _pad0: u32,
+  _pad1: u32,
+  ranges: array<vec4<u32>, 16>, // (start, end, decay 0/1, 0), ascending, covering [0,N)
+}
+
+struct Step {
+  lr: f32,
+  beta1: f32,
+  beta2: f32,
+  eps: f32,
+  weight_decay: f32,
+  bc1: f32,        // 1 − beta1^t
+  bc2: f32,        // 1 − beta2^t
+  max_norm: f32,
+  loss_slot: u32,
+  step: u32,
+  _pad0: u32,
+  _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(8) var<uniform> st: Step;
+@group(0) @binding(1) var<storage, read_write> params: array<f32>;
+@group(0) @binding(2) var<storage, read> grads: array<f32>;
+@group(0) @binding(3) var<storage, read_write> m: array<f32>;
+@group(0) @binding(4) var<storage, read_write> v: array<f32>;
+@group(0) @binding(5) var<storage, read> clip: array<f32>;   // [norm², scale]
+
+@compute @workgroup_size(256)
+fn adamw_update(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                @builtin(local_invocation_index) lid: u32) {
+  let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+  if (i >= p.N) { return; }
+  var decay = 0u;
+  for (var r = 0u; r < p.num_ranges; r++) {
+    if (i < p.ranges[r].y) {
+      decay = p.ranges[r].z;
+      break;
+    }
+  }
+  let wd = select(0.0, st.weight_decay, decay != 0u);
+  let g = grads[i] * clip[1];
+  let mi = st.beta1 * m[i] + (1.0 - st.beta1) * g;
+  let vi = st.beta2 * v[i] + (1.0 - st.beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  let mhat = mi / st.bc1;
+  let vhat = vi / st.bc2;
+  let w = params[i];
+  params[i] = w - st.lr * (mhat / (sqrt(vhat) + st.eps) + wd * w);
+}

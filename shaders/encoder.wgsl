@@ -1,0 +1,82 @@
+// Token + position embedding. Twins: encoderForward / encoderBackward (core/model/ops.ts).
+// WGSL has no float atomics, so the backward gathers instead of scattering: the
+// workgroup that owns vocab row v scans the token ids and sums the positions
+// holding v. Deterministic and race-free; the scan is uniform per workgroup.
+
+struct Params {
+  B: u32,
+  T: u32,
+  C: u32,
+  V: u32,
+  wte_off: u32,     // wte (V,C): in params (forward) or grads (backward)
+  wpe_off: u32,     // wpe (maxT,C)
+  maxT: u32,        // rows of wpe (the config's blockSize)
+  accumulate: u32,  // backward: 1 adds into the grads (as the twin), 0 overwrites
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+
+// encoder_forward: out (B,T,C) = wte[inp] + wpe[t]
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read> inp: array<u32>;       // (B,T) token ids
+@group(0) @binding(3) var<storage, read> params: array<f32>;
+
+// backward
+@group(0) @binding(1) var<storage, read_write> grads: array<f32>;
+@group(0) @binding(3) var<storage, read> dout: array<f32>;      // (B,T,C)
+
+const WG: u32 = 64u;
+var<workgroup> tok: array<u32, WG>;
+
+fn flat_index(wid: vec3u, nwg: vec3u, lid: u32, wg: u32) -> u32 {
+  return (wid.y * nwg.x + wid.x) * wg + lid;
+}
+
+@compute @workgroup_size(256)
+fn encoder_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                   @builtin(local_invocation_index) lid: u32) {
+  let i = flat_index(wid, nwg, lid, 256u);
+  if (i >= p.B * p.T * p.C) { return; }
+  let c = i % p.C;
+  let bt = i / p.C;
+  let t = bt % p.T;
+  out[i] = params[p.wte_off + inp[bt] * p.C + c] + params[p.wpe_off + t * p.C + c];
+}
+
+// dwte[v,c] (+)= Σ_{bt: inp[bt]=v} dout[bt,c]. Grid (ceil(C/64), V).
+@compute @workgroup_size(64)
+fn encoder_backward_wte(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let v = wid.y;
+  let c = wid.x * WG + lid;
+  let BT = p.B * p.T;
+  var acc = 0.0;
+  for (var base = 0u; base < BT; base += WG) {
+    if (base + lid < BT) { tok[lid] = inp[base + lid]; }
+    workgroupBarrier();
+    let n = min(WG, BT - base);
+    for (var j = 0u; j < n; j++) {
+      if (tok[j] == v && c < p.C) { acc += dout[(base + j) * p.C + c]; }
+    }
+    workgroupBarrier();
+  }
+  if (c < p.C) {
+    let idx = p.wte_off + v * p.C + c;
+    grads[idx] = select(acc, grads[idx] + acc, p.accumulate != 0u);
+  }
+}
+
+// dwpe[t,c] (+)= Σ_b dout[b,t,c]; rows t ≥ T get 0 when overwriting. One thread per (t,c).
+@compute @workgroup_size(256)
+fn encoder_backward_wpe(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                        @builtin(local_invocation_index) lid: u32) {
+  let i = flat_index(wid, nwg, lid, 256u);
+  if (i >= p.maxT * p.C) { return; }
+  let t = i / p.C;
+  let c = i % p.C;
+  var acc = 0.0;
+  if (t < p.T) {
+    for (var b = 0u; b < p.B; b++) { acc += dout[(b * p.T + t) * p.C + c]; }
+  }
+  let idx = p.wpe_off + i;
+  grads[idx] = select(acc, grads[idx] + acc, p.accumulate != 0u);
+}

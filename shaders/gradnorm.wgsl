@@ -1,0 +1,73 @@
+// Global gradient norm and the clip scale, on the GPU (no readback).
+// Twins: gradNormSquared / clipScale (core/model/ops.ts).
+// Two deterministic passes: per-workgroup partial sums of g², then one workgroup
+// sums the partials and writes clip = [norm², scale] for adamw_update.
+
+struct Params {
+  N: u32,
+  num_partials: u32, // = workgroups of grad_norm_partial
+}
+
+struct Step {
+  lr: f32,
+  beta1: f32,
+  beta2: f32,
+  eps: f32,
+  weight_decay: f32,
+  bc1: f32,
+  bc2: f32,
+  max_norm: f32,
+  loss_slot: u32,
+  step: u32,
+  _pad0: u32,
+  _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(8) var<uniform> st: Step;
+
+// grad_norm_partial
+@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
+@group(0) @binding(2) var<storage, read> grads: array<f32>;
+
+// grad_norm_finalize
+@group(0) @binding(1) var<storage, read_write> clip: array<f32>;    // [norm², scale]
+@group(0) @binding(2) var<storage, read> partials_in: array<f32>;
+
+var<workgroup> red: array<f32, 256>;
+
+fn block_sum(x: f32, lid: u32) -> f32 {
+  red[lid] = x;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) {
+    if (lid < s) { red[lid] += red[lid + s]; }
+    workgroupBarrier();
+  }
+  return red[0];
+}
+
+// Grid (num_partials): a grid-stride loop, so the partial count stays fixed.
+@compute @workgroup_size(256)
+fn grad_norm_partial(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  var s = 0.0;
+  for (var i = wid.x * 256u + lid; i < p.N; i += p.num_partials * 256u) {
+    let g = grads[i];
+    s += g * g;
+  }
+  s = block_sum(s, lid);
+  if (lid == 0u) { partials[wid.x] = s; }
+}
+
+@compute @workgroup_size(256)
+fn grad_norm_finalize(@builtin(local_invocation_index) lid: u32) {
+  var s = 0.0;
+  for (var i = lid; i < p.num_partials; i += 256u) { s += partials_in[i]; }
+  s = block_sum(s, lid);
+  if (lid == 0u) {
+    let norm = sqrt(s);
+    var scale = 1.0;
+    if (st.max_norm > 0.0 && norm > st.max_norm) { scale = st.max_norm / (norm + 1e-6); }
+    clip[0] = s;
+    clip[1] = scale;
+  }
+}

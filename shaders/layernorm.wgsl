@@ -1,0 +1,121 @@
+// LayerNorm over C, eps 1e-5. Twins: layernormForward / layernormBackward (core/model/ops.ts).
+// Forward and dinp: one workgroup per row (B·T rows), tree reductions in workgroup memory.
+// dweight/dbias: a deterministic column reduction over the rows (no atomics).
+
+struct Params {
+  N: u32,           // rows (B·T)
+  C: u32,
+  w_off: u32,       // weight (C): in params; dweight in grads for the backward
+  b_off: u32,       // bias (C) / dbias
+  accumulate: u32,  // backward: 1 adds (as the twin), 0 overwrites
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+
+// layernorm_forward
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;    // (N,C)
+@group(0) @binding(2) var<storage, read_write> mean: array<f32>;   // (N) cached for the backward
+@group(0) @binding(3) var<storage, read_write> rstd: array<f32>;   // (N)
+@group(0) @binding(4) var<storage, read> inp: array<f32>;          // (N,C)
+@group(0) @binding(5) var<storage, read> params: array<f32>;
+
+// layernorm_backward_dinp / layernorm_backward_dweight
+@group(0) @binding(1) var<storage, read_write> dinp: array<f32>;   // (N,C)
+@group(0) @binding(1) var<storage, read_write> dparams: array<f32>; // grads
+@group(0) @binding(2) var<storage, read> dout: array<f32>;         // (N,C)
+@group(0) @binding(6) var<storage, read> mean_in: array<f32>;
+@group(0) @binding(7) var<storage, read> rstd_in: array<f32>;
+
+const EPS: f32 = 1e-5;
+const WG: u32 = 64u;
+var<workgroup> red: array<f32, 256>;
+var<workgroup> red2: array<f32, 256>;
+
+// Sum over the 64 threads of a workgroup; every thread gets the result.
+fn block_sum(x: f32, lid: u32) -> f32 {
+  red[lid] = x;
+  workgroupBarrier();
+  for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) { red[lid] += red[lid + s]; }
+    workgroupBarrier();
+  }
+  let r = red[0];
+  workgroupBarrier(); // red is reused by the next call
+  return r;
+}
+
+@compute @workgroup_size(64)
+fn layernorm_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                     @builtin(local_invocation_index) lid: u32) {
+  let row = wid.y * nwg.x + wid.x;
+  if (row >= p.N) { return; }
+  let x = row * p.C;
+  var s = 0.0;
+  for (var i = lid; i < p.C; i += WG) { s += inp[x + i]; }
+  let m = block_sum(s, lid) / f32(p.C);
+  var v = 0.0;
+  for (var i = lid; i < p.C; i += WG) { let d = inp[x + i] - m; v += d * d; }
+  let rs = 1.0 / sqrt(block_sum(v, lid) / f32(p.C) + EPS);
+  for (var i = lid; i < p.C; i += WG) {
+    out[x + i] = (inp[x + i] - m) * rs * params[p.w_off + i] + params[p.b_off + i];
+  }
+  if (lid == 0u) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+// dinp (+)= (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd, dnorm = weight·dout.
+@compute @workgroup_size(64)
+fn layernorm_backward_dinp(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                           @builtin(local_invocation_index) lid: u32) {
+  let row = wid.y * nwg.x + wid.x;
+  if (row >= p.N) { return; }
+  let x = row * p.C;
+  let m = mean_in[row];
+  let s = rstd_in[row];
+  var a = 0.0;
+  var b = 0.0;
+  for (var i = lid; i < p.C; i += WG) {
+    let norm = (inp[x + i] - m) * s;
+    let dnorm = params[p.w_off + i] * dout[x + i];
+    a += dnorm;
+    b += dnorm * norm;
+  }
+  let dnorm_mean = block_sum(a, lid) / f32(p.C);
+  let dnorm_norm_mean = block_sum(b, lid) / f32(p.C);
+  for (var i = lid; i < p.C; i += WG) {
+    let norm = (inp[x + i] - m) * s;
+    let dnorm = params[p.w_off + i] * dout[x + i];
+    let g = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    dinp[x + i] = select(g, dinp[x + i] + g, p.accumulate != 0u);
+  }
+}
+
+// dweight[c] (+)= Σ_rows norm·dout, dbias[c] (+)= Σ_rows dout.
+// Workgroup = 64 channels × 4 row slices, slices summed in workgroup memory. Grid ceil(C/64).
+@compute @workgroup_size(256)
+fn layernorm_backward_dweight(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = wid.x * 64u + lid % 64u;
+  let slice = lid / 64u;
+  var dw = 0.0;
+  var db = 0.0;
+  if (c < p.C) {
+    for (var r = slice; r < p.N; r += 4u) {
+      let d = dout[r * p.C + c];
+      dw += (inp[r * p.C + c] - mean_in[r]) * rstd_in[r] * d;
+      db += d;
+    }
+  }
+  red[lid] = dw;
+  red2[lid] = db;
+  workgroupBarrier();
+  if (lid < 64u && c < p.C) {
+    let w = (red[lid] + red[lid + 64u]) + (red[lid + 128u] + red[lid + 192u]);
+    let b = (red2[lid] + red2[lid + 64u]) + (red2[lid + 128u] + red2[lid + 192u]);
+    let wi = p.w_off + c;
+    let bi = p.b_off + c;
+    dparams[wi] = select(w, dparams[wi] + w, p.accumulate != 0u);
+    dparams[bi] = select(b, dparams[bi] + b, p.accumulate != 0u);
+  }
+}

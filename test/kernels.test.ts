@@ -1,0 +1,306 @@
+// Every WGSL kernel against its CPU twin (core/model/ops.ts) on seeded random inputs,
+// with shapes that are not multiples of the tiles: T=17, C=48, V=51, OC=144, offsets
+// that break vec4 alignment. Error = max|gpu − cpu| / max|cpu| per output tensor
+// (a normwise relative error, robust to entries near 0), required ≤ 1e-4.
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as cpu from '../core/model/ops.ts';
+import { gaussian, mulberry32 } from '../core/random.ts';
+import { KernelSet, Program, type DispatchSpec, type Shape, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
+import * as gpu from '../client/engine/webgpu-ops.ts';
+import { getTestDevice, maxRelErr, readF32, releaseTestDevice, upload } from './helpers/gpu.ts';
+
+const RTOL = 1e-4;
+let device: GPUDevice;
+let kernels: KernelSet;
+let stepBuf: GPUBuffer;
+const errors: Record<string, number> = {};
+
+beforeAll(async () => {
+  ({ device } = await getTestDevice());
+  kernels = new KernelSet(device, { MAX_T: 32 });
+  stepBuf = device.createBuffer({ size: STEP_UNIFORM_BYTES, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+});
+
+afterAll(async () => {
+  // the per-op errors, for the report
+  console.log('kernel errors vs CPU twin (max|Δ|/max|cpu|):', JSON.stringify(errors, (_, v) => (typeof v === 'number' ? Number(v.toExponential(2)) : v)));
+  await releaseTestDevice();
+});
+
+function randn(n: number, seed: number, scale = 1): Float32Array {
+  const g = gaussian(mulberry32(seed));
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = g() * scale;
+  return a;
+}
+
+function tokens(n: number, V: number, seed: number): Uint32Array {
+  const r = mulberry32(seed);
+  return Uint32Array.from({ length: n }, () => Math.floor(r() * V));
+}
+
+async function runOn(specs: DispatchSpec[], shape: Shape): Promise<void> {
+  device.pushErrorScope('validation');
+  const prog = await Program.build(kernels, specs, shape, stepBuf);
+  prog.setShape(shape);
+  const enc = device.createCommandEncoder();
+  const pass = enc.beginComputePass();
+  prog.encode(pass, shape);
+  pass.end();
+  device.queue.submit([enc.finish()]);
+  const err = await device.popErrorScope();
+  if (err) throw new Error(err.message);
+  await device.queue.onSubmittedWorkDone();
+  prog.destroy();
+}
+
+async function expectClose(name: string, buf: GPUBuffer, want: Float32Array, rtol = RTOL, offset = 0): Promise<void> {
+  const got = await readF32(device, buf, want.length, offset);
+  const { rel } = maxRelErr(got, want);
+  errors[name] = Math.max(errors[name] ?? 0, rel);
+  expect(rel, `${name}: max rel err ${rel}`).toBeLessThanOrEqual(rtol);
+}
+
+const B = 3, T = 17, C = 48;
+const shape = { B, T };
+const BT = B * T;
+
+describe('encoder', () => {
+  const V = 51, maxT = 20, wteOff = 5, wpeOff = 5 + V * C + 3;
+  const params = randn(wpeOff + maxT * C + 7, 1);
+  const wte = params.subarray(wteOff, wteOff + V * C);
+  const wpe = params.subarray(wpeOff, wpeOff + maxT * C);
+  const inp = tokens(BT, V, 2);
+  const d = { C, V, maxT, wteOff, wpeOff };
+
+  it('encoder_forward', async () => {
+    const want = new Float32Array(BT * C);
+    cpu.encoderForward(want, inp, wte, wpe, B, T, C);
+    const out = upload(device, new Float32Array(BT * C));
+    await runOn([gpu.encoderForward(out, upload(device, inp), upload(device, params), d)], shape);
+    await expectClose('encoder_forward', out, want);
+  });
+
+  it('encoder_backward (accumulating, and overwriting)', async () => {
+    const dout = randn(BT * C, 3);
+    const grads0 = randn(params.length, 4);
+    const want = grads0.slice();
+    cpu.encoderBackward(want.subarray(wteOff, wteOff + V * C), want.subarray(wpeOff, wpeOff + maxT * C), dout, inp, B, T, C);
+    const g = upload(device, grads0);
+    await runOn(gpu.encoderBackward(g, upload(device, dout), upload(device, inp), { ...d, accumulateWte: true, accumulateWpe: true }), shape);
+    await expectClose('encoder_backward', g, want);
+
+    const zero = new Float32Array(params.length);
+    cpu.encoderBackward(zero.subarray(wteOff, wteOff + V * C), zero.subarray(wpeOff, wpeOff + maxT * C), dout, inp, B, T, C);
+    const g2 = upload(device, grads0);
+    await runOn(gpu.encoderBackward(g2, upload(device, dout), upload(device, inp), d), shape);
+    await expectClose('encoder_backward', g2, zero.subarray(wteOff, wteOff + V * C), RTOL, wteOff);
+    await expectClose('encoder_backward', g2, zero.subarray(wpeOff, wpeOff + maxT * C), RTOL, wpeOff);
+  });
+});
+
+describe('layernorm', () => {
+  for (const Cn of [48, 50]) {
+    it(`layernorm_forward and backward, C=${Cn}`, async () => {
+      const wOff = 3, bOff = 3 + Cn + 1;
+      const params = randn(bOff + Cn, 10);
+      const w = params.subarray(wOff, wOff + Cn), b = params.subarray(bOff, bOff + Cn);
+      const inp = randn(BT * Cn, 11, 2);
+      const out = new Float32Array(BT * Cn), mean = new Float32Array(BT), rstd = new Float32Array(BT);
+      cpu.layernormForward(out, mean, rstd, inp, w, b, B, T, Cn);
+      const [gOut, gMean, gRstd, gInp, gParams] = [new Float32Array(BT * Cn), new Float32Array(BT), new Float32Array(BT), inp, params].map((a) => upload(device, a));
+      const d = { C: Cn, wOff, bOff };
+      await runOn([gpu.layernormForward(gOut, gMean, gRstd, gInp, gParams, d)], shape);
+      await expectClose('layernorm_forward', gOut, out);
+      await expectClose('layernorm_forward', gMean, mean);
+      await expectClose('layernorm_forward', gRstd, rstd);
+
+      const dout = randn(BT * Cn, 12);
+      const dinp0 = randn(BT * Cn, 13), grads0 = randn(params.length, 14);
+      const dinp = dinp0.slice(), grads = grads0.slice();
+      cpu.layernormBackward(dinp, grads.subarray(wOff, wOff + Cn), grads.subarray(bOff, bOff + Cn), dout, inp, w, mean, rstd, B, T, Cn);
+      const gDinp = upload(device, dinp0), gGrads = upload(device, grads0);
+      await runOn(gpu.layernormBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, gMean, gRstd, { ...d, accumulateDinp: true, accumulateParams: true }), shape);
+      await expectClose('layernorm_backward', gDinp, dinp);
+      await expectClose('layernorm_backward', gGrads, grads);
+    });
+  }
+});
+
+describe('matmul', () => {
+  // [C, OC, wOff, bias]: vec4 path (C, OC, offsets ÷ 4) and scalar paths
+  const cases: Array<[number, number, number, boolean]> = [
+    [48, 144, 8, true],   // vec4; OC not a multiple of the 64 tile
+    [48, 51, 0, false],   // V-like OC not a multiple of 4 → scalar, no bias (tied LM head)
+    [50, 70, 3, true],    // K not a multiple of 4 or 16, unaligned offset → scalar
+  ];
+  for (const [Ci, OC, wOff, hasBias] of cases) {
+    it(`matmul forward and backward, C=${Ci} OC=${OC} wOff=${wOff}${hasBias ? ' +bias' : ''}`, async () => {
+      const biasOff = hasBias ? wOff + OC * Ci + 1 : null;
+      const params = randn(wOff + OC * Ci + 1 + OC, 20);
+      const W = params.subarray(wOff, wOff + OC * Ci);
+      const bias = biasOff === null ? null : params.subarray(biasOff, biasOff + OC);
+      const inp = randn(BT * Ci, 21);
+      const out = new Float32Array(BT * OC);
+      cpu.matmulForward(out, inp, W, bias, B, T, Ci, OC);
+      const gOut = upload(device, new Float32Array(BT * OC)), gInp = upload(device, inp), gParams = upload(device, params);
+      const d = { C: Ci, OC, wOff, biasOff };
+      await runOn([gpu.matmulForward(gOut, gInp, gParams, d)], shape);
+      await expectClose('matmul_forward', gOut, out);
+
+      const dout = randn(BT * OC, 22);
+      const dinp0 = randn(BT * Ci, 23), grads0 = randn(params.length, 24);
+      const dinp = dinp0.slice(), grads = grads0.slice();
+      cpu.matmulBackward(dinp, grads.subarray(wOff, wOff + OC * Ci), biasOff === null ? null : grads.subarray(biasOff, biasOff + OC), dout, inp, W, B, T, Ci, OC);
+      const gDinp = upload(device, dinp0), gGrads = upload(device, grads0);
+      await runOn(gpu.matmulBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, { ...d, accumulateDinp: true, accumulateParams: true }), shape);
+      await expectClose('matmul_backward', gDinp, dinp);
+      await expectClose('matmul_backward', gGrads, grads);
+    });
+  }
+
+  it('matmul over several tiles in every dimension (M=130, K=100, N=70)', async () => {
+    const s = { B: 2, T: 65 };
+    const M = 130, K = 100, N = 70;
+    const params = randn(N * K + N, 30);
+    const inp = randn(M * K, 31);
+    const out = new Float32Array(M * N);
+    cpu.matmulForward(out, inp, params.subarray(0, N * K), params.subarray(N * K), s.B, s.T, K, N);
+    const gOut = upload(device, new Float32Array(M * N));
+    await runOn([gpu.matmulForward(gOut, upload(device, inp), upload(device, params), { C: K, OC: N, wOff: 0, biasOff: N * K })], s);
+    await expectClose('matmul_forward', gOut, out);
+  });
+});
+
+describe('attention', () => {
+  const NH = 3;
+  it('attention_forward and backward (T=17, C=48, NH=3)', async () => {
+    const inp = randn(BT * 3 * C, 40);
+    const out = new Float32Array(BT * C), preatt = new Float32Array(B * NH * T * T), att = new Float32Array(B * NH * T * T);
+    cpu.attentionForward(out, preatt, att, inp, B, T, C, NH);
+    const gOut = upload(device, new Float32Array(BT * C)), gAtt = upload(device, new Float32Array(att.length)), gInp = upload(device, inp);
+    await runOn([gpu.attentionForward(gOut, gAtt, gInp, { C, NH })], shape);
+    await expectClose('attention_forward', gOut, out);
+    await expectClose('attention_forward', gAtt, att);
+
+    const dout = randn(BT * C, 41);
+    const dinp0 = randn(BT * 3 * C, 42);
+    const dinp = dinp0.slice();
+    cpu.attentionBackward(dinp, new Float32Array(att.length), new Float32Array(att.length), dout, inp, att, B, T, C, NH);
+    const gDinp = upload(device, dinp0);
+    await runOn(gpu.attentionBackward(gDinp, upload(device, new Float32Array(att.length)), upload(device, dout), gInp, gAtt, { C, NH, accumulate: true }), shape);
+    await expectClose('attention_backward', gDinp, dinp);
+  });
+});
+
+describe('elementwise', () => {
+  const width = 4 * C, N = BT * width;
+  it('gelu_forward and gelu_backward', async () => {
+    const inp = randn(N, 50, 3);
+    const out = new Float32Array(N);
+    cpu.geluForward(out, inp, N);
+    const gOut = upload(device, new Float32Array(N)), gInp = upload(device, inp);
+    await runOn([gpu.geluForward(gOut, gInp, { width })], shape);
+    await expectClose('gelu_forward', gOut, out);
+    const dout = randn(N, 51), dinp0 = randn(N, 52);
+    const dinp = dinp0.slice();
+    cpu.geluBackward(dinp, inp, dout, N);
+    const gDinp = upload(device, dinp0);
+    await runOn([gpu.geluBackward(gDinp, gInp, upload(device, dout), { width, accumulate: true })], shape);
+    await expectClose('gelu_backward', gDinp, dinp);
+  });
+
+  it('residual_forward and residual_backward', async () => {
+    const a = randn(N, 53), b = randn(N, 54);
+    const out = new Float32Array(N);
+    cpu.residualForward(out, a, b, N);
+    const gOut = upload(device, new Float32Array(N));
+    await runOn([gpu.residualForward(gOut, upload(device, a), upload(device, b), { width })], shape);
+    await expectClose('residual_forward', gOut, out);
+    const dout = randn(N, 55), d1 = randn(N, 56), d2 = randn(N, 57);
+    const w1 = d1.slice(), w2 = d2.slice();
+    cpu.residualBackward(w1, w2, dout, N);
+    const g1 = upload(device, d1), g2 = upload(device, d2);
+    await runOn([gpu.residualBackward(g1, g2, upload(device, dout), { width, accumulate: true })], shape);
+    await expectClose('residual_backward', g1, w1);
+    await expectClose('residual_backward', g2, w2);
+  });
+});
+
+describe('softmax cross-entropy', () => {
+  const V = 51;
+  it('forward, backward and the on-GPU mean loss', async () => {
+    const logits = randn(BT * V, 60, 3);
+    const targets = tokens(BT, V, 61);
+    const losses = new Float32Array(BT), probs = new Float32Array(BT * V);
+    cpu.softmaxCrossEntropyForward(losses, probs, logits, targets, B, T, V);
+    const gLosses = upload(device, new Float32Array(BT)), gProbs = upload(device, new Float32Array(BT * V));
+    const gTargets = upload(device, targets);
+    const ring = upload(device, new Float32Array(8));
+    device.queue.writeBuffer(stepBuf, 0, encodeStepUniform({ lr: 0, beta1: 0, beta2: 0, eps: 0, weightDecay: 0, bc1: 1, bc2: 1, maxNorm: 0, lossSlot: 5, step: 0 }));
+    await runOn([gpu.softmaxCrossEntropyForward(gLosses, gProbs, upload(device, logits), gTargets, { V }), gpu.meanLoss(ring, gLosses)], shape);
+    await expectClose('softmax_crossentropy_forward', gLosses, losses);
+    await expectClose('softmax_crossentropy_forward', gProbs, probs);
+    let mean = 0;
+    for (const l of losses) mean += l;
+    await expectClose('mean_loss', ring, Float32Array.of(mean / BT), RTOL, 5);
+
+    const d0 = randn(BT * V, 62);
+    const dlogits = d0.slice();
+    cpu.softmaxCrossEntropyBackward(dlogits, probs, targets, 1 / BT, B, T, V);
+    const gD = upload(device, d0);
+    await runOn([gpu.softmaxCrossEntropyBackward(gD, gProbs, gTargets, { V, accumulate: true })], shape);
+    await expectClose('softmax_crossentropy_backward', gD, dlogits);
+  });
+});
+
+describe('optimizer', () => {
+  const N = 20011;
+  const grads = randn(N, 70, 0.1);
+  const normSq = cpu.gradNormSquared(grads, N);
+
+  for (const maxNorm of [0, 1]) {
+    it(`grad norm and clip scale on the GPU (maxNorm ${maxNorm})`, async () => {
+      const clip = upload(device, new Float32Array(4));
+      device.queue.writeBuffer(stepBuf, 0, encodeStepUniform({ lr: 0, beta1: 0, beta2: 0, eps: 0, weightDecay: 0, bc1: 1, bc2: 1, maxNorm, lossSlot: 0, step: 0 }));
+      await runOn(gpu.gradNorm(clip, upload(device, new Float32Array(gpu.gradNormPartials(N))), upload(device, grads), { N }), { B: 1, T: 1 });
+      await expectClose('grad_norm', clip, Float32Array.of(normSq, cpu.clipScale(normSq, maxNorm)));
+    });
+  }
+
+  it('adamw_update: per-tensor decay, bias correction, clip scale', async () => {
+    const tensors = [
+      { offset: 0, size: 5000, decay: true }, { offset: 5000, size: 37, decay: false }, { offset: 5037, size: 63, decay: false },
+      { offset: 5100, size: 9000, decay: true }, { offset: 14100, size: N - 14100, decay: false },
+    ];
+    const params = randn(N, 71), m0 = randn(N, 72, 0.01), v0 = randn(N, 73, 0.001).map((x) => x * x);
+    const h = { lr: 3e-3, ...cpu.ADAMW_DEFAULTS }, step = 3, scale = 0.7;
+    const want = params.slice(), m = m0.slice(), v = v0.slice();
+    for (const t of tensors) {
+      const s = (a: Float32Array) => a.subarray(t.offset, t.offset + t.size);
+      cpu.adamwUpdate(s(want), s(grads), s(m), s(v), t.size, h.lr, h.beta1, h.beta2, h.eps, t.decay ? h.weightDecay : 0, step, scale);
+    }
+    const [gP, gG, gM, gV] = [params, grads, m0, v0].map((a) => upload(device, a));
+    const clip = upload(device, Float32Array.of(0, scale, 0, 0));
+    device.queue.writeBuffer(stepBuf, 0, encodeStepUniform({
+      lr: h.lr, beta1: h.beta1, beta2: h.beta2, eps: h.eps, weightDecay: h.weightDecay,
+      bc1: 1 - h.beta1 ** step, bc2: 1 - h.beta2 ** step, maxNorm: 0, lossSlot: 0, step,
+    }));
+    const ranges = gpu.decayRanges(tensors);
+    expect(ranges.length).toBe(4);
+    await runOn([gpu.adamwUpdate(gP, gG, gM, gV, clip, { N, ranges })], { B: 1, T: 1 });
+    await expectClose('adamw_update', gP, want);
+    await expectClose('adamw_update', gM, m);
+    await expectClose('adamw_update', gV, v);
+  });
+
+  it('pseudo_gradient', async () => {
+    const start = randn(N, 80), theta = randn(N, 81);
+    const want = new Float32Array(N);
+    cpu.pseudoGradient(want, start, theta, N);
+    const delta = upload(device, new Float32Array(N));
+    await runOn([gpu.pseudoGradient(delta, upload(device, start), upload(device, theta), { N })], { B: 1, T: 1 });
+    await expectClose('pseudo_gradient', delta, want);
+  });
+});
