@@ -446,6 +446,7 @@ export class Coordinator {
     if (isl.status === 'banned') return this.reject(isl, m.tokens, ErrorCode.BANNED, `island ${isl.id} is banned`);
     this.touch(isl, now);
     if (this.paused) return this.reject(isl, 0, ErrorCode.PAUSED, 'training is paused: resubmit after resume');
+    if (this.done) return this.reject(isl, m.tokens, ErrorCode.DONE, `the run reached its budget of ${this.cfg.totalTokens} tokens`);
     if (m.seq <= isl.lastSeq) return this.reject(isl, 0, ErrorCode.DUPLICATE, `seq ${m.seq} was already counted (last ${isl.lastSeq})`);
     if (isl.submittedRounds.includes(m.roundId)) return this.reject(isl, 0, ErrorCode.DUPLICATE, `a delta for round ${m.roundId} was already counted`);
     if (m.baseVersion > this.versionNum) return this.reject(isl, m.tokens, ErrorCode.FUTURE_VERSION, `base version ${m.baseVersion} is ahead of ${this.versionNum}`);
@@ -707,12 +708,20 @@ export class Coordinator {
     }
     const B = isl.batchSize;
     const T = cfg.seqLen;
-    const steps = cfg.dylu
+    const stepsDyLU = cfg.dylu
       ? dyluInnerSteps({
         tokensPerSec: isl.tokensPerSec, fastestTokensPerSec: fastest, batchSize: B, seqLen: T, innerSteps: cfg.innerSteps,
         minInnerSteps: cfg.minInnerSteps, maxInnerSteps: cfg.maxInnerSteps, targetRoundMs: cfg.targetRoundMs, remainingMs,
       })
       : cfg.innerSteps;
+    let steps = stepsDyLU;
+    // never plan past the token budget: split what is left over the online islands
+    if (cfg.totalTokens > 0) {
+      let online = 0;
+      for (const o of this.islandsById.values()) if (o.status === 'online') online++;
+      const left = Math.max(0, cfg.totalTokens - this.totalsAcc.tokensApplied);
+      steps = Math.max(1, Math.min(steps, Math.ceil(left / (Math.max(1, online) * B * T))));
+    }
     // Run tokens that pass per step of this island: (all islands' tokens/s) × (this island's step time),
     // or N × B × T when speeds are unknown.
     let agg = 0, allKnown = true, n = 0;

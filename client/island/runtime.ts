@@ -1,0 +1,418 @@
+// IslandRuntime: one island's loop, engine-agnostic and transport-agnostic.
+//
+//   hello → assignment ─┐
+//   ┌───────────────────┘
+//   │ bring the replica θ to the assignment's base version (updates, else snapshot; hash-checked)
+//   │ engine.setParams(θ_v); innerSteps × engine.step (lr from the assignment's plan)
+//   │ Δ = engine.readDelta(); frame = encodeWithFeedback(Δ, residual)   (residual stays here)
+//   │ submitDelta(meta, frame) → ack (durable)            nextAssignment() → assignment
+//   └────────────────────────────────────────────────────────────────────────────────────┘
+//
+// The browser worker, the Node island (`atoll island`) and the simulator all run this class; only
+// the Transport, the Clock and the TrainingEngine differ. No node: imports.
+
+import { CodecScratch, ErrorFeedback, encodeWithFeedback } from '../../core/codec/index.ts';
+import { applyUpdateMessage, type ReplicaState } from '../../core/coord/replica.ts';
+import { hashParams } from '../../core/coord/hash.ts';
+import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
+import type { Batch, TrainingEngine } from '../../core/engine.ts';
+import {
+  type AckMsg, type Assignment, type DeltaMeta, type IslandCaps, type UpdateMsg,
+  ErrorCode, PROTOCOL_VERSION, innerLearningRate,
+} from '../../core/protocol.ts';
+import type { AtollError, Result } from '../../core/result.ts';
+import { type Clock, type Transport, wallClock } from './transport.ts';
+
+export type IslandStatusName =
+  | 'idle' | 'connecting' | 'syncing' | 'training' | 'submitting' | 'waiting' | 'paused' | 'stopped' | 'done' | 'error';
+
+/** Everything a progress bar, a page or the simulator shows. Updated in place; read it any time. */
+export interface IslandProgress {
+  status: IslandStatusName;
+  islandId: string | null;
+  roundId: number | null;
+  /** Steps done in the current round / its steps. */
+  step: number;
+  of: number;
+  loss: number;
+  lr: number;
+  /** Compute throughput of the last round (tokens/s, excluding sleeps and pauses). */
+  tokensPerSec: number;
+  /** θ version the replica holds. */
+  version: number;
+  rounds: number;
+  tokens: number;
+  accepted: number;
+  rejected: Record<string, number>;
+  bytesUp: number;
+  bytesDown: number;
+  snapshots: number;
+}
+
+export type IslandEvent =
+  | { type: 'status'; status: IslandStatusName; detail?: string }
+  | { type: 'assignment'; assignment: Assignment }
+  | { type: 'step'; step: number; of: number; loss: number; lr: number; tokensPerSec: number }
+  | { type: 'submitted'; meta: DeltaMeta; frameBytes: number; ack: AckMsg }
+  | { type: 'synced'; version: number; hash: string; via: 'update' | 'snapshot' }
+  | { type: 'error'; error: AtollError };
+
+export interface IslandRuntimeOptions {
+  engine: TrainingEngine;
+  /** Training bytes (the train split of the corpus). */
+  train: Uint8Array;
+  transport: Transport;
+  caps?: Partial<IslandCaps>;
+  /** Rejoin under a previous id. */
+  resumeIslandId?: string;
+  clock?: Clock;
+  /** Fraction of time spent computing, (0, 1]: after a step of d ms, sleep d·(1−u)/u. Default 1. */
+  dutyCycle?: number;
+  /** Read losses back every this many steps (WebGPU: a readback stalls the queue). Default 1. */
+  lossEvery?: number;
+  /** Give up a submit after this many transport failures in a row. Default 5. */
+  maxRetries?: number;
+}
+
+export interface IslandRunSummary {
+  islandId: string | null;
+  /** 'done' (server budget reached), 'stopped' (stop()), or an error code. */
+  reason: string;
+  progress: IslandProgress;
+}
+
+export class IslandRuntime {
+  readonly engine: TrainingEngine;
+  private readonly transport: Transport;
+  private readonly train: Uint8Array;
+  private readonly clock: Clock;
+  private readonly opts: IslandRuntimeOptions;
+  private readonly listeners = new Set<(e: IslandEvent) => void>();
+  readonly progress: IslandProgress = {
+    status: 'idle', islandId: null, roundId: null, step: 0, of: 0, loss: NaN, lr: 0, tokensPerSec: 0,
+    version: -1, rounds: 0, tokens: 0, accepted: 0, rejected: {}, bytesUp: 0, bytesDown: 0, snapshots: 0,
+  };
+  private replica: ReplicaState | null = null;
+  private latestKnownVersion = -1;
+  private inbox: UpdateMsg[] = [];
+  private unsubscribe: (() => void) | null = null;
+  private feedback: ErrorFeedback | null = null;
+  private readonly scratch = new CodecScratch();
+  private decodeScratch: Float32Array | null = null;
+  private batch: Batch | null = null;
+  private seq = 0;
+  private paused = false;
+  private stopped = false;
+  private resumeWaiters: Array<() => void> = [];
+  private running: Promise<IslandRunSummary> | null = null;
+
+  constructor(opts: IslandRuntimeOptions) {
+    this.opts = opts;
+    this.engine = opts.engine;
+    this.transport = opts.transport;
+    this.train = opts.train;
+    this.clock = opts.clock ?? wallClock;
+  }
+
+  /** Subscribes to events; returns the unsubscribe function. */
+  on(listener: (e: IslandEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** The replica's version and hash (null before the first model download). */
+  get replicaState(): { version: number; hash: string } | null {
+    return this.replica && { version: this.replica.version, hash: this.replica.hash };
+  }
+
+  /** A copy of the replica θ (null before the first model download). */
+  replicaParams(): Float32Array | null { return this.replica ? this.replica.params.slice() : null; }
+
+  /** Runs until the server says the run is done, stop() is called, or an unrecoverable error. */
+  start(): Promise<IslandRunSummary> {
+    this.running ??= this.loop().then(
+      (reason) => this.finish(reason),
+      (e: unknown) => {
+        this.emit({ type: 'error', error: { code: ErrorCode.TRANSPORT, message: e instanceof Error ? e.message : String(e) } });
+        return this.finish('error');
+      },
+    );
+    return this.running;
+  }
+
+  /** Pauses after the current step (also before the next round starts). */
+  pause(): void {
+    if (this.stopped || this.paused) return;
+    this.paused = true;
+  }
+
+  /** Resumes: the round continues if its base version is still accepted, otherwise it is abandoned. */
+  resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    const w = this.resumeWaiters;
+    this.resumeWaiters = [];
+    for (const f of w) f();
+  }
+
+  /** Stops after the current step; start()'s promise resolves with reason 'stopped'. */
+  stop(): void {
+    this.stopped = true;
+    this.resume();
+  }
+
+  get isPaused(): boolean { return this.paused; }
+
+  // ── internals ───────────────────────────────────────────────────────────────────────────────
+
+  private emit(e: IslandEvent): void {
+    for (const l of this.listeners) l(e);
+  }
+
+  private setStatus(status: IslandStatusName, detail?: string): void {
+    this.progress.status = status;
+    this.emit({ type: 'status', status, detail });
+  }
+
+  private async finish(reason: string): Promise<IslandRunSummary> {
+    this.unsubscribe?.();
+    this.unsubscribe = null;
+    try { await this.transport.close(reason); } catch { /* closing is best effort */ }
+    this.setStatus(reason === 'done' ? 'done' : reason === 'stopped' ? 'stopped' : 'error', reason);
+    return { islandId: this.progress.islandId, reason, progress: { ...this.progress, rejected: { ...this.progress.rejected } } };
+  }
+
+  private waitForResume(): Promise<void> {
+    if (!this.paused) return Promise.resolve();
+    this.setStatus('paused');
+    return new Promise((resolve) => this.resumeWaiters.push(resolve));
+  }
+
+  private fail(error: AtollError): string {
+    this.emit({ type: 'error', error });
+    return error.code;
+  }
+
+  private async loop(): Promise<string> {
+    this.setStatus('connecting');
+    this.unsubscribe = this.transport.onUpdate((msg) => this.onPushedUpdate(msg));
+    const caps: IslandCaps = { engine: this.engine.kind, adapter: this.engine.device, ...this.opts.caps };
+    const hello = await this.transport.hello({ protocolVersion: PROTOCOL_VERSION, caps, resumeIslandId: this.opts.resumeIslandId });
+    if (!hello.ok) return hello.error.code === ErrorCode.DONE ? 'done' : this.fail(hello.error);
+    this.progress.islandId = hello.value.islandId;
+    let assignment = hello.value.assignment;
+
+    while (!this.stopped) {
+      if (!assignment) {
+        this.setStatus('waiting');
+        const next = await this.transport.nextAssignment();
+        if (!next.ok) return next.error.code === ErrorCode.DONE ? 'done' : this.fail(next.error);
+        assignment = next.value;
+      }
+      await this.waitForResume();
+      if (this.stopped) break;
+      const a = assignment;
+      assignment = null;
+      this.emit({ type: 'assignment', assignment: a });
+      this.progress.roundId = a.roundId;
+
+      // 1. θ at (at least) the base version
+      const synced = await this.syncReplica(a.baseVersion);
+      if (!synced.ok) return this.fail(synced.error);
+      const rep = this.replica!;
+      if (rep.version > a.baseVersion && a.mode === 'sync') continue; // that round already closed
+      const baseVersion = rep.version; // async: a newer base is strictly better
+
+      // 2. inner steps
+      const trained = await this.runInnerSteps(a, rep.params);
+      if (trained === 'stopped') break;
+      if (trained === 'abandoned') continue;
+
+      // 3. Δ → frame (error feedback kept here), submit, wait for the durable ack
+      this.setStatus('submitting');
+      const delta = await this.engine.readDelta();
+      this.feedback ??= new ErrorFeedback(delta.length);
+      const enc = encodeWithFeedback(delta, this.feedback, a.codec, this.scratch);
+      if (!enc.ok) {
+        // this island diverged (non-finite Δ): drop the work, restart from the server's θ
+        this.emit({ type: 'error', error: enc.error });
+        await this.engine.resetOptimizerState();
+        this.replica = null;
+        continue;
+      }
+      const frame = enc.value.frame;
+      const meta: DeltaMeta = {
+        islandId: a.islandId, roundId: a.roundId, baseVersion, seq: ++this.seq, steps: trained.steps,
+        tokens: trained.steps * a.batchSize * a.seqLen, lossFirst: trained.lossFirst, lossLast: trained.lossLast,
+        lossMean: trained.lossMean, elapsedMs: trained.elapsedMs,
+      };
+      const ack = await this.submitWithRetry(meta, frame);
+      if (!ack.ok) return this.fail(ack.error);
+      this.progress.rounds += 1;
+      this.progress.tokens += meta.tokens;
+      if (ack.value.status === 'applied') this.progress.accepted += 1;
+      else {
+        const code = ack.value.error?.code ?? 'E_REJECTED';
+        this.progress.rejected[code] = (this.progress.rejected[code] ?? 0) + 1;
+      }
+      this.emit({ type: 'submitted', meta, frameBytes: frame.length, ack: ack.value });
+    }
+    return 'stopped';
+  }
+
+  /** Runs the round's inner steps. 'abandoned' when a pause outlived the round's base version. */
+  private async runInnerSteps(a: Assignment, theta: Float32Array): Promise<
+    { steps: number; lossFirst: number; lossLast: number; lossMean: number; elapsedMs: number } | 'stopped' | 'abandoned'
+  > {
+    await this.engine.setParams(theta);
+    const B = a.batchSize, T = a.seqLen;
+    if (!this.batch || this.batch.inputs.length < B * T) this.batch = allocBatch(B, T);
+    const lossEvery = Math.max(1, this.opts.lossEvery ?? 1);
+    const duty = Math.min(1, Math.max(0.01, this.opts.dutyCycle ?? 1));
+    let lossFirst = NaN, lossLast = NaN, lossSum = 0, lossCount = 0, elapsed = 0;
+    this.progress.of = a.innerSteps;
+    this.progress.step = 0;
+    this.setStatus('training');
+    for (let i = 0; i < a.innerSteps; i++) {
+      if (this.stopped) return 'stopped';
+      if (this.paused) {
+        await this.waitForResume();
+        if (this.stopped) return 'stopped';
+        if (!this.baseStillAccepted(a)) {
+          this.setStatus('syncing', `round ${a.roundId} moved on while paused: abandoning it`);
+          return 'abandoned';
+        }
+        this.setStatus('training');
+      }
+      const batch = sampleBatch(this.train, B, T, a.data.seed, a.data.stream, a.data.stepStart + i, this.batch);
+      const lr = innerLearningRate(a.lr, i);
+      const t0 = this.clock.now();
+      await this.engine.step(batch, { lr, gradClip: a.gradClip });
+      if ((i + 1) % lossEvery === 0 || i + 1 === a.innerSteps) {
+        for (const l of await this.engine.takeLosses()) {
+          if (lossCount === 0) lossFirst = l;
+          lossLast = l;
+          lossSum += l;
+          lossCount++;
+        }
+      }
+      const dt = this.clock.now() - t0;
+      elapsed += dt;
+      const p = this.progress;
+      p.step = i + 1;
+      p.loss = lossLast;
+      p.lr = lr;
+      p.tokensPerSec = elapsed > 0 ? (1000 * (i + 1) * B * T) / elapsed : 0;
+      this.emit({ type: 'step', step: i + 1, of: a.innerSteps, loss: lossLast, lr, tokensPerSec: p.tokensPerSec });
+      if (duty < 1 && dt > 0) await this.clock.sleep((dt * (1 - duty)) / duty);
+    }
+    return { steps: a.innerSteps, lossFirst, lossLast, lossMean: lossCount ? lossSum / lossCount : NaN, elapsedMs: elapsed };
+  }
+
+  /** After a pause: may the round still be submitted? (sync: its round is open; async: not too stale). */
+  private baseStillAccepted(a: Assignment): boolean {
+    this.drainInbox();
+    const latest = Math.max(this.latestKnownVersion, this.replica?.version ?? -1);
+    return a.mode === 'sync' ? latest <= a.baseVersion : latest - a.baseVersion < a.maxStaleness;
+  }
+
+  private async submitWithRetry(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
+    const maxRetries = this.opts.maxRetries ?? 5;
+    let failures = 0;
+    for (;;) {
+      const r = await this.transport.submitDelta(meta, frame);
+      this.progress.bytesUp += frame.length;
+      if (r.ok) {
+        // paused server: the delta was not counted; the same seq may be sent again
+        if (r.value.status === 'rejected' && r.value.error?.code === ErrorCode.PAUSED && !this.stopped) {
+          await this.clock.sleep(Math.min(30_000, 1000 * 2 ** Math.min(failures++, 5)));
+          continue;
+        }
+        return r;
+      }
+      if (++failures > maxRetries || this.stopped) return r;
+      await this.clock.sleep(Math.min(30_000, 500 * 2 ** failures));
+    }
+  }
+
+  // ── replica / downlink ──────────────────────────────────────────────────────────────────────
+
+  private onPushedUpdate(msg: UpdateMsg): void {
+    this.progress.bytesDown += msg.frame.length;
+    this.latestKnownVersion = Math.max(this.latestKnownVersion, msg.version);
+    this.inbox.push(msg);
+    this.drainInbox();
+  }
+
+  /** Applies buffered updates that follow the replica's version; drops old ones. */
+  private drainInbox(): boolean {
+    const rep = this.replica;
+    if (!rep) return true;
+    let progressed = true;
+    while (progressed && this.inbox.length) {
+      progressed = false;
+      for (let k = 0; k < this.inbox.length; k++) {
+        const msg = this.inbox[k];
+        if (msg.version <= rep.version) { this.inbox.splice(k--, 1); continue; }
+        if (msg.prevVersion !== rep.version) continue;
+        this.inbox.splice(k, 1);
+        if (!this.applyOne(msg)) return false;
+        progressed = true;
+        break;
+      }
+    }
+    return true;
+  }
+
+  private applyOne(msg: UpdateMsg): boolean {
+    const rep = this.replica!;
+    if (!this.decodeScratch || this.decodeScratch.length !== rep.params.length) this.decodeScratch = new Float32Array(rep.params.length);
+    const r = applyUpdateMessage(rep, msg, this.decodeScratch);
+    if (!r.ok) {
+      this.emit({ type: 'error', error: r.error });
+      this.replica = null; // out of sync (hash mismatch or bad frame): refetch the snapshot
+      return false;
+    }
+    this.progress.version = rep.version;
+    this.emit({ type: 'synced', version: rep.version, hash: rep.hash, via: 'update' });
+    return true;
+  }
+
+  /** Brings the replica to at least `minVersion`: pushed updates, then fetched ones, else the snapshot. */
+  private async syncReplica(minVersion: number): Promise<Result<void>> {
+    this.setStatus('syncing');
+    for (let attempt = 0; attempt < 3; attempt++) {
+      this.drainInbox();
+      if (this.replica && this.replica.version >= minVersion) return { ok: true, value: undefined };
+      if (this.replica) {
+        const ups = await this.transport.fetchUpdates(this.replica.version);
+        if (ups.ok) {
+          for (const u of ups.value) {
+            this.progress.bytesDown += u.frame.length;
+            this.latestKnownVersion = Math.max(this.latestKnownVersion, u.version);
+            if (!this.replica || u.version <= this.replica.version) continue;
+            if (!this.applyOne(u)) break;
+          }
+          if (this.replica && this.replica.version >= minVersion) return { ok: true, value: undefined };
+        }
+      }
+      const snap = await this.transport.fetchModel();
+      if (!snap.ok) return snap;
+      const s = snap.value;
+      this.progress.bytesDown += s.params.byteLength;
+      this.progress.snapshots += 1;
+      const hash = hashParams(s.params);
+      if (hash !== s.hash) {
+        this.emit({ type: 'error', error: { code: ErrorCode.HASH_MISMATCH, message: `snapshot hash ${hash} ≠ ${s.hash}` } });
+        continue;
+      }
+      this.replica = { version: s.version, hash, params: s.params.slice() };
+      this.latestKnownVersion = Math.max(this.latestKnownVersion, s.version);
+      this.progress.version = s.version;
+      this.emit({ type: 'synced', version: s.version, hash, via: 'snapshot' });
+    }
+    this.drainInbox();
+    if (this.replica && this.replica.version >= minVersion) return { ok: true, value: undefined };
+    return { ok: false, error: { code: ErrorCode.HASH_MISMATCH, message: `could not reach version ${minVersion}` } };
+  }
+}

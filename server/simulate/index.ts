@@ -1,0 +1,187 @@
+// `atoll simulate`: many islands in one process, in virtual time, through the real coordinator,
+// codec and IslandRuntime, compared with data-parallel (DDP) and a single island on the same data
+// and token budget.
+//
+//   import { runSimulate, simulateOptionsFromCli } from './simulate/index.ts';
+//   const o = simulateOptionsFromCli(flags);           // Result<SimulateOptions>
+//   if (o.ok) await runSimulate(o.value);              // writes the run folder, prints the table
+//
+// Output folder (opts.out): report.json, curves.csv, plot.svg, report.html. With opts.json the
+// report is printed on stdout as one JSON object instead of the table.
+//
+// Measuring: eval loss is the held-out loss of θ (the coordinator's, or the baseline's model) on
+// fixed held-out batches; "tokens" are tokens in θ; goodput = tokens in θ / tokens computed by all
+// islands (lost work of crashed islands and rejected deltas included). DDP's upload is its share of
+// a ring all-reduce of fp32 gradients every step, 2(N−1)/N × 4 bytes × params per island per step.
+
+import { availableParallelism } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
+import { PRESETS, type PresetName, getPreset, numParams } from '../../core/model/config.ts';
+import { type Result, err, ok } from '../../core/result.ts';
+import { loadCorpus } from '../corpus.ts';
+import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
+import { runRow } from './row.ts';
+import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
+import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions } from './types.ts';
+
+export type { SimulateOptions, SimReport, SimRunResult, SimRow } from './types.ts';
+export { runRow } from './row.ts';
+export { compareRows, dilocoRows, heterogeneous, island } from './scenarios.ts';
+
+/** Virtual throughput of a speed-1 island (about the CPU engine on `tiny`). */
+export const BASE_TOKENS_PER_SEC = 2000;
+
+/**
+ * Defaults per preset. `compare` is sized for ~10 minutes on 2 cores (8 rows, 2 workers, the CPU
+ * engine at ~2k tokens/s per core on tiny): 240k tokens per row.
+ */
+function rowDefaults(o: Required<Pick<SimulateOptions, 'preset'>> & SimulateOptions, seqLen: number): RowDefaults {
+  const smoke = o.preset === 'smoke';
+  const d: RowDefaults = {
+    islands: o.islands ?? (smoke ? 2 : 8),
+    batchSize: smoke ? 2 : 4,
+    tokens: 0,
+    innerSteps: o.innerSteps ?? (smoke ? 4 : 24),
+    baseTokensPerSec: BASE_TOKENS_PER_SEC,
+    seqLen,
+    lr: smoke ? { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 } : { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 8192 },
+  };
+  d.tokens = o.tokens ?? (o.rounds !== undefined ? o.rounds * d.islands * d.innerSteps * d.batchSize * seqLen : smoke ? 4096 : 240_000);
+  return d;
+}
+
+/** Parses loosely typed CLI flags (strings from commander, numbers, booleans) into options. */
+export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<SimulateOptions> {
+  const o: SimulateOptions = {};
+  const int = (k: string, v: unknown): number | undefined | Error => {
+    if (v === undefined || v === null || v === '') return undefined;
+    const n = Number(v);
+    return Number.isInteger(n) && n >= 0 ? n : new Error(`--${k} must be a non-negative integer, got '${String(v)}'`);
+  };
+  let preset = raw.preset === undefined ? 'compare' : String(raw.preset);
+  if (preset in PRESETS) { o.model = preset as PresetName; preset = 'compare'; }
+  if (!['compare', 'diloco', 'smoke'].includes(preset)) return err('E_BAD_REQUEST', `--preset must be compare|diloco|smoke (or a model preset), got '${preset}'`);
+  o.preset = preset as SimulateOptions['preset'];
+  if (raw.model !== undefined) {
+    if (!(String(raw.model) in PRESETS)) return err('E_BAD_REQUEST', `--model must be one of ${Object.keys(PRESETS).join('|')}`);
+    o.model = String(raw.model) as PresetName;
+  }
+  for (const k of ['islands', 'tokens', 'rounds', 'seed', 'workers', 'innerSteps'] as const) {
+    const v = int(k, raw[k]);
+    if (v instanceof Error) return err('E_BAD_REQUEST', v.message);
+    if (v !== undefined) (o as Record<string, unknown>)[k] = v;
+  }
+  if (o.islands !== undefined && o.islands < 1) return err('E_BAD_REQUEST', '--islands must be ≥ 1');
+  if (raw.mode !== undefined) {
+    if (raw.mode !== 'sync' && raw.mode !== 'async') return err('E_BAD_REQUEST', `--mode must be sync|async`);
+    o.mode = raw.mode;
+  }
+  if (raw.codec !== undefined) {
+    if (!ENCODINGS.includes(raw.codec as Encoding)) return err('E_BAD_REQUEST', `--codec must be one of ${ENCODINGS.join('|')}`);
+    o.codec = raw.codec as Encoding;
+  }
+  if (raw.engine !== undefined && raw.engine !== 'cpu') return err('E_BAD_REQUEST', 'the simulator runs the cpu engine only (virtual time makes device speed a parameter)');
+  if (raw.out !== undefined) o.out = String(raw.out);
+  if (raw.data !== undefined) o.data = String(raw.data);
+  if (raw.compare !== undefined) o.compare = raw.compare === true ? 'ddp,single' : String(raw.compare);
+  o.json = raw.json === true || raw.json === 'true';
+  return ok(o);
+}
+
+function timestamp(): string {
+  return new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
+}
+
+/** Runs rows on `workers` worker threads (0: in this thread), longest first, results in row order. */
+async function runRows(rows: SimRow[], common: SimCommon, workers: number, log: (l: string) => void): Promise<SimRunResult[]> {
+  const results: SimRunResult[] = new Array(rows.length);
+  if (workers <= 0) {
+    const ds = loadCorpus(common.data);
+    for (let i = 0; i < rows.length; i++) results[i] = await runRow(rows[i], { common, ds, log });
+    return results;
+  }
+  const order = rows.map((_, i) => i).sort((a, b) => (rows[b].kind === 'diloco' ? 1 : 0) - (rows[a].kind === 'diloco' ? 1 : 0));
+  const register = new URL('../../bin/register.js', import.meta.url).href;
+  const runOne = (i: number) => new Promise<void>((resolvePromise, reject) => {
+    const w = new Worker(new URL('./worker.ts', import.meta.url), { workerData: { row: rows[i], common }, execArgv: ['--import', register] });
+    w.on('message', (m: { type: 'log'; line: string } | { type: 'result'; result: SimRunResult } | { type: 'error'; message: string }) => {
+      if (m.type === 'log') log(m.line);
+      else if (m.type === 'result') results[i] = m.result;
+      else reject(new Error(`row ${rows[i].name}: ${m.message}`));
+    });
+    w.on('error', reject);
+    w.on('exit', (code) => (results[i] ? resolvePromise() : reject(new Error(`row ${rows[i].name}: worker exited with code ${code}`))));
+  });
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(workers, rows.length) }, async () => {
+    while (next < order.length) await runOne(order[next++]);
+  }));
+  return results;
+}
+
+/** DDP's upload per island for `tokens` over these islands: steps × ring all-reduce share of fp32 gradients. */
+function ddpBytesPerIsland(row: SimRow, tokens: number, seqLen: number, nParams: number): number {
+  const N = row.islands.length;
+  if (N < 2) return 0;
+  const totalB = row.islands.reduce((a, s) => a + s.batchSize, 0);
+  return (tokens / (totalB * seqLen)) * (2 * (N - 1) / N) * 4 * nParams;
+}
+
+/** Runs a simulation preset, writes the run folder, prints the table (or JSON), returns the report. */
+export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport> {
+  const t0 = performance.now();
+  const preset = opts.preset ?? 'compare';
+  const model = opts.model ?? 'tiny';
+  const config = getPreset(model);
+  const nParams = numParams(config);
+  const log = opts.log ?? (opts.json ? () => {} : (l: string) => process.stderr.write(`  ${l}\n`));
+  const seqLen = preset === 'smoke' ? Math.min(16, config.blockSize) : config.blockSize;
+  const d = rowDefaults({ ...opts, preset }, seqLen);
+  const common: SimCommon = {
+    model, seqLen, seed: opts.seed ?? 1,
+    evals: preset === 'smoke' ? 2 : 12, evalBatches: preset === 'smoke' ? 2 : 8, evalBatchSize: preset === 'smoke' ? 4 : 16,
+    data: opts.data,
+  };
+  let rows: SimRow[];
+  if (preset === 'compare') rows = compareRows(d);
+  else {
+    const extra = (opts.compare ?? 'ddp,single').split(',').map((s) => s.trim()).filter((s) => s && s !== 'none');
+    rows = dilocoRows(d, opts.mode ?? (preset === 'smoke' ? 'sync' : 'async'), opts.codec ?? 'int4', extra);
+  }
+  const workers = opts.workers ?? Math.min(2, availableParallelism());
+  log(`simulate ${preset}: ${rows.length} rows on ${model} (${nParams} params), ${d.tokens} tokens each, ${workers} worker(s)`);
+  const results = await runRows(rows, common, workers, log);
+
+  for (let i = 0; i < results.length; i++) {
+    const r = results[i], row = rows[i];
+    if (r.kind === 'ddp') r.commReductionVsDdp = 1;
+    else if (r.kind === 'single') r.commReductionVsDdp = Infinity;
+    else r.commReductionVsDdp = ddpBytesPerIsland(row, r.tokens, seqLen, nParams) / Math.max(1, r.bytesUpPerIsland);
+  }
+  const report: SimReport = {
+    config: {
+      preset, model, params: nParams, seqLen, tokens: d.tokens, seed: common.seed, workers, baseTokensPerSec: d.baseTokensPerSec,
+      realTimeMs: performance.now() - t0,
+      rows: rows.map((r) => ({
+        name: r.name, kind: r.kind, mode: r.mode, codec: r.codec, lr: r.lr, coordinator: r.coordinator,
+        islands: r.islands.map(({ name, speed, batchSize, behaviour, dropProb }) => ({ name, speed, batchSize, behaviour, dropProb })),
+      })),
+    },
+    runs: results.map(({ curve: _c, ...rest }) => rest),
+  };
+  const table = formatTable(report.runs);
+  const outDir = resolve(opts.out ?? join('runs', `simulate-${timestamp()}`));
+  mkdirSync(outDir, { recursive: true });
+  const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
+  writeFileSync(join(outDir, 'report.json'), json + '\n');
+  writeFileSync(join(outDir, 'curves.csv'), curvesCsv(results));
+  const svg = plotSvg(results, `atoll simulate ${preset}: held-out loss (${model}, ${d.tokens.toLocaleString()} tokens per row)`);
+  writeFileSync(join(outDir, 'plot.svg'), svg);
+  writeFileSync(join(outDir, 'report.html'), reportHtml(report, svg, table));
+  if (opts.json) process.stdout.write(json + '\n');
+  else process.stdout.write(`${table}\n\nrun folder: ${outDir}\n`);
+  return report;
+}

@@ -1,0 +1,308 @@
+// Runs one comparison row in virtual time: a DiLoCo configuration through the real coordinator,
+// codec and IslandRuntime, or a baseline (DDP, single island) on the same data and token budget.
+
+import { CpuEngine } from '../../client/engine/cpu.ts';
+import { VirtualClock } from '../../client/island/clock.ts';
+import { LocalHub, type Link, type LocalTransport } from '../../client/island/local.ts';
+import { IslandRuntime } from '../../client/island/runtime.ts';
+import type { Clock, HelloResult, Transport } from '../../client/island/transport.ts';
+import { decodeDelta, encodeDelta, peekHeader } from '../../core/codec/index.ts';
+import { Coordinator } from '../../core/coord/index.ts';
+import { type TextDataset, allocBatch, evalBatches, sampleBatch, streamId } from '../../core/data/dataset.ts';
+import type { Batch, TrainingEngine } from '../../core/engine.ts';
+import { getPreset, numParams } from '../../core/model/config.ts';
+import { initParams } from '../../core/model/gpt.ts';
+import { type AckMsg, type Assignment, type DeltaMeta, type HelloMsg, type InnerLrPlan, type ModelSnapshotMsg, type UpdateMsg, innerLearningRate } from '../../core/protocol.ts';
+import { gaussian, hashString, mixSeed, mulberry32 } from '../../core/random.ts';
+import type { Result } from '../../core/result.ts';
+import { loadCorpus } from '../corpus.ts';
+import { SimEngine } from './sim-engine.ts';
+import type { Behaviour, CurvePoint, IslandReport, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult } from './types.ts';
+
+/** Island ids the coordinator hands out, in join order; baselines use the same data streams. */
+const islandStream = (i: number) => streamId(`island-${i + 1}`);
+
+/** Held-out evaluation of a parameter vector. */
+class Evaluator {
+  private readonly engine: CpuEngine;
+  private readonly batches: Batch[];
+  constructor(common: SimCommon, ds: TextDataset) {
+    const config = getPreset(common.model);
+    this.engine = new CpuEngine({ config, maxBatch: common.evalBatchSize, maxT: common.seqLen });
+    this.batches = evalBatches(ds.heldOut, common.evalBatchSize, common.seqLen, common.evalBatches);
+  }
+  async loss(params: Float32Array): Promise<number> {
+    await this.engine.setParams(params);
+    let s = 0;
+    for (const b of this.batches) s += await this.engine.evalLoss(b);
+    return s / this.batches.length;
+  }
+}
+
+function linkFor(clock: Clock, net: NetworkSpec): Link {
+  return {
+    up: (bytes) => clock.sleep(net.latencyMs + (1000 * bytes) / net.upBytesPerSec),
+    down: (bytes) => clock.sleep(net.latencyMs + (1000 * bytes) / net.downBytesPerSec),
+  };
+}
+
+/**
+ * A modified client: it trains honestly, then rewrites its delta before sending (the attacks the
+ * coordinator's validation must survive). Same codec settings as the honest frame.
+ */
+class TamperingTransport implements Transport {
+  private readonly randn: () => number;
+  constructor(private readonly inner: Transport, private readonly behaviour: Behaviour, private readonly n: number, seed: number) {
+    this.randn = gaussian(mulberry32(seed));
+  }
+  hello(m: HelloMsg): Promise<Result<HelloResult>> { return this.inner.hello(m); }
+  fetchModel(): Promise<Result<ModelSnapshotMsg>> { return this.inner.fetchModel(); }
+  nextAssignment(): Promise<Result<Assignment>> { return this.inner.nextAssignment(); }
+  fetchUpdates(v: number): Promise<Result<UpdateMsg[]>> { return this.inner.fetchUpdates(v); }
+  onUpdate(l: (m: UpdateMsg) => void): () => void { return this.inner.onUpdate(l); }
+  close(r: string): Promise<void> { return this.inner.close(r); }
+  submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
+    const h = peekHeader(frame);
+    const d = decodeDelta(frame, this.n);
+    if (!h.ok || !d.ok) return this.inner.submitDelta(meta, frame);
+    const x = d.value;
+    switch (this.behaviour) {
+      case 'scaled': for (let i = 0; i < x.length; i++) x[i] *= 100; break;
+      case 'sign-flip': for (let i = 0; i < x.length; i++) x[i] = -x[i]; break;
+      case 'noise': {
+        let ss = 0;
+        for (let i = 0; i < x.length; i++) ss += x[i] * x[i];
+        const sigma = 10 * Math.sqrt(ss / x.length);
+        for (let i = 0; i < x.length; i++) x[i] = sigma * this.randn();
+        break;
+      }
+      case 'nan': for (let i = 0; i < x.length; i += 97) x[i] = NaN; break;
+      default: return this.inner.submitDelta(meta, frame);
+    }
+    const enc = h.value.encoding;
+    const forged = encodeDelta(x, { encoding: enc, blockSize: h.value.blockSize || undefined, deflate: h.value.deflated, topkFraction: h.value.k ? h.value.k / this.n : undefined });
+    return this.inner.submitDelta(meta, forged);
+  }
+}
+
+export interface RowContext {
+  common: SimCommon;
+  ds?: TextDataset;
+  log?: (line: string) => void;
+}
+
+export async function runRow(row: SimRow, ctx: RowContext): Promise<SimRunResult> {
+  const ds = ctx.ds ?? loadCorpus(ctx.common.data);
+  const t0 = performance.now();
+  const res = row.kind === 'diloco' ? await runDiloco(row, ctx.common, ds, ctx.log) : await runBaseline(row, ctx.common, ds, ctx.log);
+  res.realTimeMs = performance.now() - t0;
+  return res;
+}
+
+function emptyResult(row: SimRow, n: number): SimRunResult {
+  return {
+    name: row.name, kind: row.kind, mode: row.kind === 'diloco' ? row.mode : row.kind,
+    codec: row.kind === 'diloco' ? row.codec.encoding + (row.codec.deflate ? '+deflate' : '') : 'f32 (all-reduce)',
+    islands: n, evalLoss: NaN, tokens: 0, tokensComputed: 0, bytesUpPerIsland: 0, bytesDownPerIsland: 0,
+    commReductionVsDdp: NaN, goodput: 1, accepted: 0, rejected: {}, versions: 0, virtualTimeMs: 0, realTimeMs: 0,
+    curve: [], perIsland: [], notes: [],
+  };
+}
+
+// ── baselines ─────────────────────────────────────────────────────────────────────────────────
+
+/**
+ * DDP: one model whose batch is every island's batch together (gradient averaging every step =
+ * one step on the N×B batch), fp32 gradients all-reduced every step. Single: one island alone.
+ * Same lr schedule (in tokens), same data streams as the DiLoCo islands.
+ */
+async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, log?: (l: string) => void): Promise<SimRunResult> {
+  const config = getPreset(common.model);
+  const islands = row.kind === 'single' ? row.islands.slice(0, 1) : row.islands;
+  const N = islands.length;
+  const T = common.seqLen;
+  const totalB = islands.reduce((a, s) => a + s.batchSize, 0);
+  const engine = new CpuEngine({ config, maxBatch: totalB, maxT: T });
+  await engine.setParams(initParams(config, common.seed));
+  const evaluator = new Evaluator(common, ds);
+  const nParams = numParams(config);
+  const big = allocBatch(totalB, T);
+  const part = allocBatch(Math.max(...islands.map((s) => s.batchSize)), T);
+  const tokensPerStep = totalB * T;
+  const steps = Math.ceil(row.tokens / tokensPerStep);
+  const plan: InnerLrPlan = {
+    maxLr: row.lr.maxLr, minLr: row.lr.minLr, warmupTokens: row.lr.warmupTokens, totalTokens: row.tokens,
+    tokensStart: 0, tokensPerStep, localWarmupSteps: 0, localStepsDone: 0,
+  };
+  // virtual time: the slowest island's compute, then a ring all-reduce of fp32 gradients
+  const computeMs = Math.max(...islands.map((s) => (1000 * s.batchSize * T) / (s.speed * row.baseTokensPerSec)));
+  const ringBytes = N > 1 ? (2 * (N - 1) / N) * 4 * nParams : 0;
+  const commMs = N > 1 ? Math.max(...islands.map((s) => (1000 * ringBytes) / Math.min(s.network.upBytesPerSec, s.network.downBytesPerSec) + 2 * (N - 1) * s.network.latencyMs)) : 0;
+  const out = emptyResult(row, N);
+  const evalEvery = row.tokens / common.evals;
+  let nextEval = 0;
+  let timeMs = 0;
+  const curve: CurvePoint[] = [];
+  const evalNow = async (tokens: number) => {
+    const l = await evaluator.loss(await engine.getParams());
+    curve.push({ tokens, tokensComputed: tokens, timeMs, evalLoss: l });
+    return l;
+  };
+  for (let s = 0; s < steps; s++) {
+    if (s * tokensPerStep >= nextEval) { await evalNow(s * tokensPerStep); nextEval += evalEvery; }
+    let o = 0;
+    for (let i = 0; i < N; i++) {
+      const B = islands[i].batchSize;
+      sampleBatch(ds.train, B, T, common.seed, islandStream(i), s, part);
+      big.inputs.set(part.inputs.subarray(0, B * T), o * T);
+      big.targets.set(part.targets.subarray(0, B * T), o * T);
+      o += B;
+    }
+    await engine.step(big, { lr: innerLearningRate(plan, s), gradClip: 1 });
+    await engine.takeLosses();
+    timeMs += computeMs + commMs;
+  }
+  const tokens = steps * tokensPerStep;
+  out.evalLoss = await evalNow(tokens);
+  out.tokens = tokens;
+  out.tokensComputed = tokens;
+  out.bytesUpPerIsland = steps * ringBytes;
+  out.bytesDownPerIsland = steps * ringBytes;
+  out.commReductionVsDdp = row.kind === 'ddp' ? 1 : Infinity;
+  out.virtualTimeMs = timeMs;
+  out.versions = steps;
+  out.curve = curve;
+  out.perIsland = islands.map((s) => ({
+    name: s.name, speed: s.speed, batchSize: s.batchSize, behaviour: s.behaviour, bytesUp: steps * ringBytes, bytesDown: steps * ringBytes,
+    tokensComputed: steps * s.batchSize * T, rounds: steps, accepted: steps, rejected: {}, drops: 0,
+  }));
+  log?.(`${row.name}: eval ${out.evalLoss.toFixed(4)} after ${tokens} tokens`);
+  return out;
+}
+
+// ── DiLoCo through the real coordinator and island runtime ────────────────────────────────────
+
+async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, log?: (l: string) => void): Promise<SimRunResult> {
+  const config = getPreset(common.model);
+  const n = numParams(config);
+  const T = common.seqLen;
+  const clock = new VirtualClock();
+  const coord = new Coordinator({
+    params: initParams(config, common.seed),
+    now: 0,
+    config: {
+      mode: row.mode,
+      seqLen: T,
+      batchSize: row.islands[0]?.batchSize ?? 8,
+      maxBatchSize: 1024,
+      totalTokens: row.tokens,
+      dataSeed: common.seed,
+      innerLr: { maxLr: row.lr.maxLr, minLr: row.lr.minLr, warmupTokens: row.lr.warmupTokens, localWarmupSteps: 0 },
+      uplink: { encoding: row.codec.encoding, blockSize: row.codec.blockSize, deflate: row.codec.deflate, topkFraction: row.codec.topkFraction },
+      // a crash is a disconnect (leave); no heartbeat traffic is simulated
+      islandTimeoutMs: 1e10,
+      ...row.coordinator,
+    },
+  });
+  const evaluator = new Evaluator(common, ds);
+  const engines: SimEngine[] = [];
+  const curve: CurvePoint[] = [];
+  const evalEvery = row.tokens / common.evals;
+  let nextEval = evalEvery;
+  const computed = () => engines.reduce((a, e) => a + e.tokensComputed, 0);
+  const notes: string[] = [];
+  curve.push({ tokens: 0, tokensComputed: 0, timeMs: 0, evalLoss: await evaluator.loss(coord.model().params) });
+  const hub = new LocalHub(coord, {
+    clock,
+    // the "checkpoint" of the simulator: record the eval curve at the durable point
+    persist: async (ev) => {
+      if (ev.update.totalTokens >= nextEval) {
+        while (nextEval <= ev.update.totalTokens) nextEval += evalEvery;
+        const l = await evaluator.loss(coord.params() as Float32Array);
+        curve.push({ tokens: ev.update.totalTokens, tokensComputed: computed(), timeMs: clock.now(), evalLoss: l });
+        log?.(`${row.name}: v${ev.update.version} tokens ${ev.update.totalTokens} eval ${l.toFixed(4)} t=${(clock.now() / 1000).toFixed(1)}s`);
+      }
+    },
+  });
+
+  const reports: IslandReport[] = [];
+  const agents = row.islands.map(async (spec, idx) => {
+    const rep: IslandReport = {
+      name: spec.name, speed: spec.speed, batchSize: spec.batchSize, behaviour: spec.behaviour,
+      bytesUp: 0, bytesDown: 0, tokensComputed: 0, rounds: 0, accepted: 0, rejected: {}, drops: 0,
+    };
+    reports[idx] = rep;
+    const tps = spec.speed * row.baseTokensPerSec;
+    const engine = new SimEngine(new CpuEngine({ config, maxBatch: spec.batchSize, maxT: T }), clock, tps);
+    engines.push(engine);
+    const rand = mulberry32(mixSeed(common.seed, hashString(spec.name), 0xd209));
+    let islandId: string | undefined;
+    if (spec.joinAtMs > 0) await clock.sleep(spec.joinAtMs);
+    while (clock.now() < spec.leaveAtMs) {
+      const local: LocalTransport = hub.connect(linkFor(clock, spec.network));
+      const transport: Transport = spec.behaviour === 'honest' ? local : new TamperingTransport(local, spec.behaviour, n, mixSeed(common.seed, idx));
+      const rt = new IslandRuntime({
+        engine, train: ds.train, transport, clock, resumeIslandId: islandId,
+        caps: { name: spec.name, tokensPerSec: tps, batchSize: spec.batchSize, maxBatch: spec.batchSize },
+      });
+      let killAt = Infinity;
+      let crashed = false;
+      rt.on((e) => {
+        if (e.type === 'assignment') {
+          killAt = spec.dropProb > 0 && rand() < spec.dropProb
+            ? clock.now() + (0.2 + 0.6 * rand()) * ((1000 * e.assignment.innerSteps * e.assignment.batchSize * T) / tps)
+            : Infinity;
+        }
+      });
+      engine.afterStep = () => {
+        if (clock.now() >= killAt || clock.now() >= spec.leaveAtMs) {
+          crashed = clock.now() >= killAt;
+          local.kill();
+          rt.stop();
+        }
+      };
+      const summary = await rt.start();
+      engine.afterStep = null;
+      islandId = summary.islandId ?? islandId;
+      const p = summary.progress;
+      rep.bytesUp += p.bytesUp;
+      rep.bytesDown += p.bytesDown;
+      rep.rounds += p.rounds;
+      rep.accepted += p.accepted;
+      for (const [k, v] of Object.entries(p.rejected)) rep.rejected[k] = (rep.rejected[k] ?? 0) + v;
+      if (summary.reason === 'done' || !crashed) break;
+      rep.drops += 1;
+      await clock.sleep(spec.offlineMs);
+      await engine.resetOptimizerState(); // a crashed tab loses its AdamW state
+    }
+    rep.tokensComputed = engine.tokensComputed;
+  });
+  await clock.run(Promise.all(agents));
+  hub.close();
+  await hub.dispatch();
+
+  const out = emptyResult(row, row.islands.length);
+  const totals = coord.totals();
+  const finalLoss = await evaluator.loss(coord.params() as Float32Array);
+  curve.push({ tokens: totals.tokensApplied, tokensComputed: computed(), timeMs: clock.now(), evalLoss: finalLoss });
+  out.evalLoss = finalLoss;
+  out.tokens = totals.tokensApplied;
+  out.tokensComputed = computed();
+  out.goodput = out.tokens / Math.max(1, out.tokensComputed);
+  out.bytesUpPerIsland = reports.reduce((a, r) => a + r.bytesUp, 0) / reports.length;
+  out.bytesDownPerIsland = reports.reduce((a, r) => a + r.bytesDown, 0) / reports.length;
+  out.accepted = totals.accepted;
+  out.rejected = totals.rejected;
+  delete out.rejected['E_DONE']; // work finished after the budget was reached: not a validation failure
+  if (totals.rejected['E_DONE']) notes.push(`${totals.rejected['E_DONE']} deltas arrived after the token budget was reached (counted as lost work)`);
+  out.versions = coord.version;
+  out.virtualTimeMs = clock.now();
+  out.curve = curve;
+  out.perIsland = reports;
+  if (!Number.isFinite(finalLoss)) notes.push('θ diverged');
+  out.notes = notes;
+  log?.(`${row.name}: eval ${finalLoss.toFixed(4)} after ${out.tokens} tokens, ${coord.version} versions, goodput ${out.goodput.toFixed(3)}`);
+  return out;
+}
+
+export type { TrainingEngine };

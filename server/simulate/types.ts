@@ -1,0 +1,175 @@
+// Types of the simulator: what a run is made of (rows, islands) and what it reports.
+
+import type { Encoding } from '../../core/codec/index.ts';
+import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
+import type { PresetName } from '../../core/model/config.ts';
+import type { TrainingMode } from '../../core/protocol.ts';
+
+/** How a simulated island behaves when it sends its delta. */
+export type Behaviour = 'honest' | 'scaled' | 'sign-flip' | 'noise' | 'nan';
+
+export interface NetworkSpec {
+  /** Uplink and downlink bandwidth, bytes/s. */
+  upBytesPerSec: number;
+  downBytesPerSec: number;
+  /** One-way latency, ms. */
+  latencyMs: number;
+}
+
+export interface IslandSpec {
+  name: string;
+  /** Relative speed: 1 = `SimRow.baseTokensPerSec`. */
+  speed: number;
+  batchSize: number;
+  behaviour: Behaviour;
+  /** Joins at this virtual time (ms). */
+  joinAtMs: number;
+  /** Leaves for good at this virtual time (ms); Infinity = stays. */
+  leaveAtMs: number;
+  /** Probability, per round, of dropping out mid-round (crash: the round's work is lost). */
+  dropProb: number;
+  /** After a drop, back (rejoining under the same id, fresh optimizer) after this long, ms. */
+  offlineMs: number;
+  network: NetworkSpec;
+}
+
+/** One row of a comparison: a baseline or a DiLoCo configuration, on the same data and token budget. */
+export interface SimRow {
+  name: string;
+  kind: 'ddp' | 'single' | 'diloco';
+  mode: TrainingMode;
+  islands: IslandSpec[];
+  /** Uplink codec for the deltas (diloco). */
+  codec: { encoding: Encoding; blockSize: number; deflate: boolean; topkFraction?: number };
+  /** Coordinator knobs (diloco); the simulator fills budget, batch and data fields. */
+  coordinator: CoordinatorConfigPatch;
+  /** Inner AdamW learning rate (peak, floor) and warmup in tokens; DDP/single use the same schedule. */
+  lr: { maxLr: number; minLr: number; warmupTokens: number };
+  /** Tokens in θ at which the row stops. */
+  tokens: number;
+  /** Virtual throughput of a speed-1 island, tokens/s. */
+  baseTokensPerSec: number;
+}
+
+/** Everything a row run needs besides the row. */
+export interface SimCommon {
+  model: PresetName;
+  seqLen: number;
+  seed: number;
+  /** Evaluate θ about this many times over the run. */
+  evals: number;
+  evalBatches: number;
+  evalBatchSize: number;
+  /** Corpus path (undefined: the bundled Moby-Dick). */
+  data?: string;
+}
+
+export interface CurvePoint {
+  /** Tokens in θ, tokens computed by all islands (including lost work), virtual time. */
+  tokens: number;
+  tokensComputed: number;
+  timeMs: number;
+  evalLoss: number;
+}
+
+export interface IslandReport {
+  name: string;
+  speed: number;
+  batchSize: number;
+  behaviour: Behaviour;
+  bytesUp: number;
+  bytesDown: number;
+  tokensComputed: number;
+  rounds: number;
+  accepted: number;
+  rejected: Record<string, number>;
+  drops: number;
+}
+
+export interface SimRunResult {
+  name: string;
+  kind: SimRow['kind'];
+  mode: TrainingMode | 'ddp' | 'single';
+  codec: string;
+  islands: number;
+  /** Final held-out loss. */
+  evalLoss: number;
+  /** Tokens in θ at the end. */
+  tokens: number;
+  tokensComputed: number;
+  /** Mean bytes each island uploaded (deltas; DDP: its share of the ring all-reduce). */
+  bytesUpPerIsland: number;
+  bytesDownPerIsland: number;
+  /** DDP's bytes up per island / this row's (filled by the comparison). */
+  commReductionVsDdp: number;
+  /** Tokens in θ / tokens computed. */
+  goodput: number;
+  accepted: number;
+  rejected: Record<string, number>;
+  versions: number;
+  virtualTimeMs: number;
+  realTimeMs: number;
+  curve: CurvePoint[];
+  perIsland: IslandReport[];
+  /** Anything unusual (e.g. a diverged row). */
+  notes: string[];
+}
+
+/**
+ * Options of `atoll simulate` (server/cli.ts parses flags with simulateOptionsFromCli and calls
+ * runSimulate). Every field is optional; the defaults make `--preset compare`.
+ */
+export interface SimulateOptions {
+  /**
+   * 'compare' (default): the comparison table — DDP, single island, sync DiLoCo f32, sync DiLoCo
+   * int4, async int4 heterogeneous, async int4 with 30% dropout, 1 malicious of 8 with and without
+   * the norm bound. 'diloco': one DiLoCo row built from mode/codec/islands plus the DDP and single
+   * baselines. 'smoke': a seconds-long sanity run (tests).
+   */
+  preset?: 'compare' | 'diloco' | 'smoke';
+  /** Model preset (default 'tiny'). */
+  model?: PresetName;
+  /** Islands per DiLoCo row (default 8). */
+  islands?: number;
+  /** Token budget per row (tokens in θ). Default: sized so `compare` takes ~10 min on 2 cores. */
+  tokens?: number;
+  /** Alternative budget: rounds of the nominal island (tokens = rounds × islands × H × B × T). */
+  rounds?: number;
+  /** 'diloco' preset: sync or async (default async). */
+  mode?: TrainingMode;
+  /** 'diloco' preset: uplink encoding (default int4). */
+  codec?: Encoding;
+  /** Inner steps H of a nominal island (default: per preset). */
+  innerSteps?: number;
+  /** Only 'cpu' runs in the simulator (virtual time makes real GPU speed irrelevant). */
+  engine?: 'cpu';
+  /** Run folder for report.json, curves.csv, plot.svg, report.html. Default runs/simulate-<time>. */
+  out?: string;
+  /** Print report.json on stdout instead of the table. */
+  json?: boolean;
+  /** Extra rows by name to add to 'diloco' ('ddp', 'single'), comma-separated; 'none' drops them. */
+  compare?: string;
+  seed?: number;
+  /** Parallel worker threads (default min(2, cores)); 0 = run rows in this thread. */
+  workers?: number;
+  /** Corpus path (default: the bundled Moby-Dick). */
+  data?: string;
+  /** Progress lines (default: stderr unless json). */
+  log?: (line: string) => void;
+}
+
+export interface SimReport {
+  config: {
+    preset: string;
+    model: PresetName;
+    params: number;
+    seqLen: number;
+    tokens: number;
+    seed: number;
+    workers: number;
+    baseTokensPerSec: number;
+    realTimeMs: number;
+    rows: Array<Pick<SimRow, 'name' | 'kind' | 'mode' | 'codec' | 'lr' | 'coordinator'> & { islands: Array<Pick<IslandSpec, 'name' | 'speed' | 'batchSize' | 'behaviour' | 'dropProb'>> }>;
+  };
+  runs: Array<Omit<SimRunResult, 'curve'>>;
+}
