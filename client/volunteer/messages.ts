@@ -20,8 +20,8 @@ export type ProbeFailure = 'no-navigator-gpu' | 'no-adapter' | 'too-small' | 'er
 
 /** Result of checking WebGPU in the worker, where training would run. */
 export type GpuProbe =
-  | { ok: true; adapter: AdapterSummary }
-  | { ok: false; reason: ProbeFailure; message: string; adapter?: AdapterSummary };
+  | { ok: true; adapter: AdapterSummary; gpuBytes: number }
+  | { ok: false; reason: ProbeFailure; message: string; adapter?: AdapterSummary; gpuBytes: number };
 
 /** How the engine is sized: the model config and the batch the server assigns. */
 export interface ModelShape {

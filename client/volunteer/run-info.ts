@@ -21,6 +21,8 @@ export interface RunInfo {
   bytesDownPerRound: number | null;
   /** Full model snapshot size, downloaded once when joining. */
   modelBytes: number;
+  /** Training text the island downloads once (null when unknown). */
+  trainBytes: number | null;
 }
 
 type Json = Record<string, unknown>;
@@ -71,6 +73,7 @@ export function parseRunInfo(json: unknown): RunInfo {
     bytesUpPerRound: num(bytes.up, bytes.upload, bytes.island, r.bytesUpPerRound, r.bytesPerRound),
     bytesDownPerRound: num(bytes.down, bytes.download, bytes.server, r.bytesDownPerRound),
     modelBytes: num(r.modelBytes, r.snapshotBytes) ?? params * 4,
+    trainBytes: num(obj(r.data)?.trainBytes, r.trainBytes),
   };
 }
 
@@ -81,4 +84,28 @@ export function estimateTrainingBytes(c: GPTConfig, B: number, T: number): numbe
   const perLayer = B * T * (C * 16 + 4 * C + 8 * C) + 2 * B * NH * T * T;
   const acts = L * perLayer + B * T * (C * 3 + V * 2);
   return (4 * P + acts * 2) * 4;
+}
+
+/** What the page shows about the global model, from GET /api/status. */
+export interface GlobalStatus {
+  version: number | null;
+  evalLoss: number | null;
+  evalVersion: number | null;
+  islandsOnline: number | null;
+  tokensTotal: number | null;
+  paused: boolean;
+  done: boolean;
+}
+
+export function parseStatus(json: unknown): GlobalStatus {
+  const r = obj(json) ?? {};
+  return {
+    version: num(r.version),
+    evalLoss: num(r.evalLoss),
+    evalVersion: num(r.evalVersion),
+    islandsOnline: num(r.islandsOnline),
+    tokensTotal: num(r.tokensTotal),
+    paused: r.paused === true,
+    done: r.done === true,
+  };
 }

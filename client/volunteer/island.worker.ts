@@ -1,0 +1,414 @@
+// The volunteer's island, in a dedicated module worker: WebGPU (or CPU) engine,
+// socket.io transport and the shared IslandRuntime. The page sends commands
+// (messages.ts) and renders the IslandView snapshots posted from here.
+//
+// Supervision: the runtime is restarted with exponential backoff whenever it stops
+// on a transport error (server restart, network loss); a lost GPU device is
+// rebuilt underneath it by ResilientEngine, without losing the round.
+
+import { CpuEngine } from '../engine/cpu.ts';
+import { WebGpuEngine } from '../engine/webgpu.ts';
+import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
+import { decodeCheckpoint } from '../../core/checkpoint.ts';
+import type { TrainingEngine } from '../../core/engine.ts';
+import { generate } from '../../core/model/sample.ts';
+import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
+import type { Assignment } from '../../core/protocol.ts';
+import { connectTransport, type ConnectedTransport } from './connect.ts';
+import type { EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
+import { initialView } from './messages.ts';
+import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
+import { engineOptions, openDevice, probeGpu } from './worker-gpu.ts';
+
+const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
+const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
+
+// ---------------------------------------------------------------- state
+
+let opts: StartOptions | null = null;
+let view: IslandView = initialView();
+let engine: ResilientEngine | null = null;
+let runtime: IslandRuntime | null = null;
+let runtimeOpts: IslandRuntimeOptions | null = null;
+let link: ConnectedTransport | null = null;
+let train: Uint8Array | null = null;
+const pauseReasons = new Set<PauseReason>();
+/** Totals of runtimes that ended (each runtime counts from zero). */
+const carried = { bytesUp: 0, bytesDown: 0 };
+let extraDown = 0;
+let globalStep = 0;
+let assignment: Assignment | null = null;
+let stepWallMs: number | null = null;
+let lastStepAt = 0;
+let runtimeStatus = 'idle';
+let reconnectAt: number | null = null;
+
+// ---------------------------------------------------------------- view
+
+let viewTimer: ReturnType<typeof setTimeout> | null = null;
+let lastPost = 0;
+/** Posts the view at most ~8 times a second. */
+function publish(now = false): void {
+  if (now || performance.now() - lastPost > 125) {
+    if (viewTimer) { clearTimeout(viewTimer); viewTimer = null; }
+    lastPost = performance.now();
+    refreshView();
+    post({ type: 'view', view });
+    return;
+  }
+  viewTimer ??= setTimeout(() => { viewTimer = null; publish(true); }, 125);
+}
+
+function refreshView(): void {
+  const p = runtime?.progress;
+  view.bytesUp = carried.bytesUp + (p?.bytesUp ?? 0);
+  view.bytesDown = carried.bytesDown + (p?.bytesDown ?? 0) + extraDown;
+  if (p && p.version >= 0) view.globalVersion = Math.max(view.globalVersion ?? -1, p.version);
+  view.pauseReasons = [...pauseReasons];
+  view.paused = pauseReasons.size > 0;
+  view.dutyCycle = runtimeOpts?.dutyCycle ?? opts?.dutyCycle ?? 1;
+  view.phase = currentPhase();
+  view.reconnectInSec = reconnectAt != null ? Math.max(0, (reconnectAt - performance.now()) / 1000) : null;
+  if (view.round) {
+    const left = view.round.total - view.round.step;
+    view.round.etaSec = stepWallMs != null ? (left * stepWallMs) / 1000 : null;
+  }
+}
+
+function currentPhase(): Phase {
+  if (view.phase === 'error' || view.phase === 'recovering') return view.phase;
+  if (!opts) return 'idle';
+  const s = runtimeStatus;
+  if (s === 'paused') return 'paused';
+  if (pauseReasons.size > 0) {
+    // nothing computes while waiting for the next round: that is paused already
+    if (s === 'waiting' || s === 'idle') return 'paused';
+    return 'pausing';
+  }
+  switch (s) {
+    case 'connecting': return 'starting';
+    case 'syncing': return 'syncing';
+    case 'training': return 'training';
+    case 'submitting': return 'uploading';
+    case 'waiting': return 'waiting';
+    default: return 'starting';
+  }
+}
+
+function setPhase(phase: Phase, detail = ''): void {
+  view.phase = phase;
+  view.detail = detail;
+  publish(true);
+}
+
+// ---------------------------------------------------------------- engine
+
+async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Promise<ResilientEngine> {
+  const eo = engineOptions(shape);
+  const open = async (): Promise<EngineHandle> => {
+    if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {} };
+    const dev = await openDevice(shape);
+    const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name });
+    let simulated = false;
+    const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
+    return {
+      engine: e,
+      lost,
+      dispose: () => dev.device.destroy(),
+      simulateLoss: () => { simulated = true; dev.device.destroy(); },
+    };
+  };
+  return ResilientEngine.create({
+    open,
+    onLoss: (i) => {
+      if (onLog) log('warn', `The GPU device was lost (${i.reason}${i.message ? `: ${i.message}` : ''}); opening a new one and resuming from the last synced model.`);
+      setPhase('recovering', 'The GPU device was lost; rebuilding it.');
+    },
+    onRecovered: (r) => {
+      if (onLog) log('info', `GPU device rebuilt (${r.device}); replayed ${r.replayedSteps} step(s) of the round in ${Math.round(r.ms)} ms. Nothing was lost.`);
+      view.phase = 'training';
+      view.detail = '';
+      view.device = r.device;
+      publish(true);
+    },
+  });
+}
+
+// ---------------------------------------------------------------- data
+
+async function fetchBytes(url: string): Promise<Uint8Array> {
+  const res = await fetch(url);
+  if (!res.ok) throw new Error(`E_HTTP_${res.status}: GET ${url} answered ${res.status}`);
+  const b = new Uint8Array(await res.arrayBuffer());
+  extraDown += b.byteLength;
+  return b;
+}
+
+// ---------------------------------------------------------------- the island
+
+async function start(o: StartOptions): Promise<void> {
+  opts = o;
+  view = initialView(o.dutyCycle);
+  view.engine = o.engine;
+  setPhase('starting');
+  try {
+    engine = await openEngine(o.engine, o.shape);
+  } catch (e) {
+    log('error', `Could not start the ${o.engine === 'cpu' ? 'CPU' : 'WebGPU'} engine: ${(e as Error).message}`);
+    setPhase('error', `Could not start the engine: ${(e as Error).message}`);
+    return;
+  }
+  view.device = o.engine === 'cpu' ? cpuName() : engine.device;
+  log('info', `Engine ready: ${view.device}.`);
+  publish(true);
+  void supervise(o);
+}
+
+/** The name on the leaderboard: the display name, or a stable anonymous one from the contributor id. */
+function islandName(o: StartOptions): string {
+  return (o.displayName || `volunteer-${o.contributorId.replace(/[^a-zA-Z0-9]/g, '').slice(0, 8)}`).slice(0, 64);
+}
+
+function cpuName(): string {
+  const n = (navigator as Navigator & { hardwareConcurrency?: number }).hardwareConcurrency;
+  return n ? `CPU (1 of ${n} threads)` : 'CPU';
+}
+
+/** Runs the island; restarts it after a transport failure, with exponential backoff. */
+async function supervise(o: StartOptions): Promise<void> {
+  let failures = 0;
+  let islandId: string | null = null;
+  for (;;) {
+    try {
+      train ??= await fetchBytes(new URL('/api/data/train', o.serverUrl).href);
+    } catch (e) {
+      await backoff(++failures, `Could not download the training data (${(e as Error).message}).`);
+      continue;
+    }
+    view.connection = 'connecting';
+    link = connectTransport(o.serverUrl, {
+      onConnection: (c) => { view.connection = c; publish(true); },
+      log,
+    });
+    runtimeOpts = {
+      engine: engine!,
+      train,
+      transport: link.transport,
+      caps: { name: islandName(o), maxBatch: o.shape.maxBatch },
+      dutyCycle: runtimeOpts?.dutyCycle ?? o.dutyCycle,
+      lossEvery: 1,
+      // a restarted runtime counts its sequence numbers from 1 again, so it joins as a new island
+      resumeIslandId: undefined,
+    };
+    const rt = new IslandRuntime(runtimeOpts);
+    runtime = rt;
+    const off = rt.on((e) => onEvent(e, () => { failures = 0; }));
+    if (pauseReasons.size > 0) rt.pause();
+    const summary = await rt.start();
+    off();
+    carried.bytesUp += rt.progress.bytesUp;
+    carried.bytesDown += rt.progress.bytesDown;
+    islandId = summary.islandId ?? islandId;
+    runtime = null;
+    link = null;
+    if (summary.reason === 'done') {
+      view.connection = 'offline';
+      setPhase('error', 'The run has reached its goal: thank you! There is nothing left to train.');
+      log('info', 'The server says the run is done.');
+      return;
+    }
+    if (summary.reason === 'stopped') return;
+    if (/E_DEVICE_LOST|E_NO_ADAPTER|E_NO_WEBGPU/.test(lastError)) {
+      setPhase('error', `The GPU is not usable any more: ${lastError}`);
+      return;
+    }
+    await backoff(++failures, `The island stopped (${summary.reason}: ${lastError || 'no detail'}).`);
+  }
+}
+
+let lastError = '';
+
+async function backoff(failures: number, why: string): Promise<void> {
+  const delay = Math.min(30_000, 1000 * 2 ** Math.min(failures - 1, 5)) * (0.8 + 0.4 * Math.random());
+  log('warn', `${why} Reconnecting in ${Math.round(delay / 1000)} s.`);
+  view.connection = 'reconnecting';
+  reconnectAt = performance.now() + delay;
+  view.phase = 'recovering';
+  view.detail = why;
+  publish(true);
+  const tick = setInterval(() => publish(true), 1000);
+  await new Promise((r) => setTimeout(r, delay));
+  clearInterval(tick);
+  reconnectAt = null;
+  view.phase = 'starting';
+  view.detail = '';
+  publish(true);
+}
+
+function onEvent(e: IslandEvent, healthy: () => void): void {
+  switch (e.type) {
+    case 'status': {
+      runtimeStatus = e.status;
+      if (view.phase === 'recovering' || view.phase === 'error') { view.phase = 'starting'; view.detail = ''; }
+      if (e.status !== 'connecting' && e.status !== 'error' && e.status !== 'stopped') {
+        view.connection = link?.connected() === false ? 'reconnecting' : 'connected';
+      }
+      if (e.detail && e.status === 'syncing') log('info', capitalize(e.detail) + '.');
+      if (e.status === 'paused') log('info', 'Paused. The round continues on resume if the server still accepts its base model.');
+      publish(true);
+      break;
+    }
+    case 'assignment': {
+      healthy();
+      const a = e.assignment;
+      assignment = a;
+      view.islandId = a.islandId;
+      view.round = { baseVersion: a.baseVersion, step: 0, total: a.innerSteps, etaSec: null };
+      post({ type: 'assignment', assignment: a });
+      lastStepAt = 0;
+      log('info', `Round ${a.roundId}: ${a.innerSteps} steps of ${a.batchSize}×${a.seqLen} tokens from model v${a.baseVersion}.`);
+      publish(true);
+      break;
+    }
+    case 'step': {
+      globalStep += 1;
+      const now = performance.now();
+      if (lastStepAt > 0) {
+        const dt = now - lastStepAt;
+        stepWallMs = stepWallMs == null ? dt : 0.8 * stepWallMs + 0.2 * dt;
+      }
+      lastStepAt = now;
+      if (view.round) view.round.step = e.step;
+      view.lastLoss = e.loss;
+      view.tokensPerSec = e.tokensPerSec;
+      const a = assignment;
+      if (a) view.tokensTrained += a.batchSize * a.seqLen;
+      view.stepsDone = globalStep;
+      const point: LossPoint = { step: globalStep, roundId: a?.roundId ?? -1, roundStep: e.step, version: a?.baseVersion ?? -1, loss: e.loss };
+      post({ type: 'losses', points: [point] });
+      publish();
+      break;
+    }
+    case 'submitted': {
+      const { ack, meta, frameBytes } = e;
+      if (ack.status === 'applied') {
+        view.roundsAccepted += 1;
+        view.tokensContributed += meta.tokens;
+        log('info', `Update accepted into model v${ack.version}: ${meta.tokens.toLocaleString('en-US')} tokens, ${frameBytes.toLocaleString('en-US')} bytes, mean loss ${meta.lossMean.toFixed(3)}.`);
+      } else {
+        view.roundsRejected += 1;
+        const code = ack.error?.code ?? 'E_REJECTED';
+        const message = ack.error?.message ?? 'no reason given';
+        view.lastRejection = { code, message, at: Date.now() };
+        log('warn', `Update rejected (${code}): ${message}. Going on with the next round.`);
+      }
+      stepWallMs = stepWallMs ?? null;
+      publish(true);
+      break;
+    }
+    case 'synced': {
+      view.globalVersion = Math.max(view.globalVersion ?? -1, e.version);
+      if (e.via === 'snapshot') log('info', `Downloaded the global model v${e.version}.`);
+      publish();
+      break;
+    }
+    case 'error': {
+      lastError = `${e.error.code}: ${e.error.message}`;
+      log(e.error.code === 'E_DONE' ? 'info' : 'warn', lastError);
+      if (e.error.code === 'E_TRANSPORT') view.connection = 'reconnecting';
+      publish(true);
+      break;
+    }
+  }
+}
+
+const capitalize = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);
+
+// ---------------------------------------------------------------- pause / resume
+
+function pause(reason: PauseReason): void {
+  pauseReasons.add(reason);
+  runtime?.pause();
+  log('info', reason === 'hidden' ? 'Tab hidden: pausing after the current step.' : 'Pausing after the current step.');
+  publish(true);
+}
+
+function resume(reason: PauseReason): void {
+  if (!pauseReasons.delete(reason)) return;
+  if (pauseReasons.size === 0) {
+    runtime?.resume();
+    log('info', 'Resumed.');
+  }
+  publish(true);
+}
+
+// ---------------------------------------------------------------- samples
+
+let sampler: { kind: EngineKind; engine: TrainingEngine; version: number | null } | null = null;
+
+async function globalModel(shape: ModelShape): Promise<{ params: Float32Array; version: number | null }> {
+  const rt = runtime;
+  const state = rt?.replicaState;
+  const params = rt?.replicaParams();
+  if (state && params) return { params, version: state.version };
+  const bytes = await fetchBytes(new URL('/api/model', opts?.serverUrl ?? self.location.origin).href);
+  const ck = decodeCheckpoint(bytes, shape.config);
+  if (!ck.ok) throw new Error(`${ck.error.code}: ${ck.error.message}`);
+  const v = Number(ck.value.meta.version);
+  return { params: ck.value.params, version: Number.isFinite(v) ? v : null };
+}
+
+async function sample(m: Extract<ToWorker, { type: 'sample' }>): Promise<void> {
+  const t0 = performance.now();
+  try {
+    const kind = opts?.engine ?? m.engine;
+    if (!sampler || sampler.kind !== kind) {
+      sampler?.engine.destroy();
+      const shape: ModelShape = { config: m.shape.config, maxBatch: 1 };
+      sampler = { kind, engine: await openEngine(kind, shape, false), version: null };
+    }
+    const g = await globalModel(m.shape);
+    await sampler.engine.setParams(g.params);
+    sampler.version = g.version;
+    const out = await generate(sampler.engine, encodeText(m.prompt), { tokens: m.tokens, temperature: m.temperature, seed: m.seed });
+    post({ type: 'sample', id: m.id, ok: true, text: decodeTokens(out), version: g.version, ms: performance.now() - t0, device: sampler.engine.device });
+  } catch (e) {
+    const msg = (e as Error).message;
+    const code = /^(E_[A-Z_0-9]+)/.exec(msg)?.[1] ?? 'E_SAMPLE';
+    post({ type: 'sample', id: m.id, ok: false, code, message: msg.replace(/^E_[A-Z_0-9]+:\s*/, '') });
+  }
+}
+
+// ---------------------------------------------------------------- messages
+
+self.addEventListener('message', (ev: Event) => {
+  const m = (ev as MessageEvent<ToWorker>).data;
+  switch (m.type) {
+    case 'probe':
+      void probeGpu(m.shape).then((probe) => post({ type: 'probe', probe }));
+      break;
+    case 'start':
+      if (!opts) void start(m.opts);
+      break;
+    case 'pause': pause(m.reason); break;
+    case 'resume': resume(m.reason); break;
+    case 'set-duty-cycle':
+      if (runtimeOpts) runtimeOpts.dutyCycle = m.dutyCycle; // the runtime reads it each round
+      if (opts) opts.dutyCycle = m.dutyCycle;
+      log('info', `GPU usage cap set to ${Math.round(m.dutyCycle * 100)}%.`);
+      publish(true);
+      break;
+    case 'set-display-name':
+      if (opts) opts.displayName = m.displayName;
+      if (runtimeOpts?.caps && opts) runtimeOpts.caps.name = islandName(opts);
+      log('info', m.displayName ? `Display name set to “${m.displayName}” (used from the next connection).` : 'Display name cleared.');
+      break;
+    case 'sample': void sample(m); break;
+    case 'debug-lose-device':
+      if (engine?.kind === 'webgpu') {
+        log('warn', 'Test hook: losing the GPU device on purpose.');
+        engine.simulateLoss();
+      }
+      break;
+  }
+});

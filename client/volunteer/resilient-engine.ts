@@ -1,0 +1,194 @@
+// A TrainingEngine that survives a lost GPU device without losing work.
+//
+// WebGPU devices can be lost at any time (GPU process crash, driver update, the
+// ~10 s watchdog, the OS reclaiming memory); every buffer dies with the device. This
+// wrapper keeps, on the CPU side, what it needs to rebuild the exact engine state:
+//   - θ_start: the parameters of the last setParams (the last synced global model),
+//   - the optimizer state as it was at that moment,
+//   - the batches and step options of the round's steps since then (a few KB).
+// When the device is lost, it opens a new device (new adapter too), restores θ_start
+// and the optimizer state, replays the recorded steps, and retries the call that
+// failed. The island runtime above never notices, so the round, its sequence number
+// and its place on the server all continue.
+
+import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
+import type { GPTConfig } from '../../core/model/config.ts';
+
+export interface EngineHandle {
+  engine: TrainingEngine;
+  /** Resolves when this engine's device is lost (never, for the CPU). */
+  lost: Promise<{ reason: string; message: string }>;
+  /** Releases the device (after engine.destroy()). */
+  dispose: () => void;
+  /** Test hook: lose the device as a GPU crash would. */
+  simulateLoss: () => void;
+}
+
+export interface ResilientEngineOptions {
+  /** Opens a fresh device and engine. */
+  open: () => Promise<EngineHandle>;
+  /** Called when a loss is detected, and when recovery finished or failed. */
+  onLoss?: (info: { reason: string; message: string }) => void;
+  onRecovered?: (info: { device: string; replayedSteps: number; ms: number }) => void;
+  /** Give up after this many losses in a row without a completed step in between. Default 3. */
+  maxConsecutiveLosses?: number;
+}
+
+interface RecordedStep { inputs: Uint8Array; targets: Uint8Array; B: number; T: number; opts: StepOptions }
+
+class DeviceLostError extends Error {
+  constructor(message: string) { super(message); this.name = 'DeviceLostError'; }
+}
+
+export class ResilientEngine implements TrainingEngine {
+  readonly kind: TrainingEngine['kind'];
+  readonly config: GPTConfig;
+  private handle: EngineHandle;
+  private generation = 0;
+  private lostGeneration = -1;
+  private lostInfo: { reason: string; message: string } | null = null;
+  private recovering: Promise<void> | null = null;
+  private start: Float32Array | null = null;
+  private startOpt: OptimizerState | null = null;
+  private steps: RecordedStep[] = [];
+  /** Losses of recorded steps already handed out by takeLosses(). */
+  private lossesTaken = 0;
+  private consecutiveLosses = 0;
+  private readonly opts: ResilientEngineOptions;
+  /** Device losses survived. */
+  losses = 0;
+
+  private constructor(handle: EngineHandle, opts: ResilientEngineOptions) {
+    this.handle = handle;
+    this.opts = opts;
+    this.kind = handle.engine.kind;
+    this.config = handle.engine.config;
+    this.watch();
+  }
+
+  static async create(opts: ResilientEngineOptions): Promise<ResilientEngine> {
+    return new ResilientEngine(await opts.open(), opts);
+  }
+
+  get device(): string { return this.handle.engine.device; }
+  get gpuBytes(): number { return this.handle.engine.gpuBytes; }
+  /** The engine currently in use (changes after a recovery). */
+  get current(): TrainingEngine { return this.handle.engine; }
+
+  /** Test hook: loses the current device; the next call recovers. */
+  simulateLoss(): void {
+    this.handle.simulateLoss();
+  }
+
+  private watch(): void {
+    const gen = this.generation;
+    void this.handle.lost.then((info) => {
+      if (gen !== this.generation) return; // a device we replaced or destroyed ourselves
+      this.lostGeneration = gen;
+      this.lostInfo = info;
+      this.opts.onLoss?.(info);
+    });
+  }
+
+  /** Runs `fn` on the current engine; after a device loss, rebuilds the state and retries. */
+  private async call<T>(fn: (e: TrainingEngine) => Promise<T>): Promise<T> {
+    for (;;) {
+      if (this.recovering) await this.recovering;
+      if (this.lostGeneration === this.generation) await this.recover();
+      const gen = this.generation;
+      const lost = this.handle.lost.then(() => { throw new DeviceLostError('device lost during the call'); });
+      try {
+        return await Promise.race([fn(this.handle.engine), lost]);
+      } catch (e) {
+        // a call may fail before `lost` resolves: give the loss a moment to be reported
+        if (this.lostGeneration !== gen) await Promise.race([this.handle.lost, new Promise((r) => setTimeout(r, 250))]);
+        if (this.lostGeneration !== gen && !(e instanceof DeviceLostError)) throw e;
+        this.lostGeneration = gen; // a DeviceLostError implies it
+      }
+    }
+  }
+
+  /** Opens a new device and brings it to the state the lost one had. */
+  private recover(): Promise<void> {
+    this.recovering ??= (async () => {
+      const t0 = performance.now();
+      this.consecutiveLosses += 1;
+      this.losses += 1;
+      if (this.consecutiveLosses > (this.opts.maxConsecutiveLosses ?? 3)) {
+        throw new Error(`E_DEVICE_LOST: the GPU device was lost ${this.consecutiveLosses} times in a row (${this.lostInfo?.message ?? ''})`);
+      }
+      try { this.handle.engine.destroy(); this.handle.dispose(); } catch { /* already dead */ }
+      const handle = await this.opts.open();
+      this.generation += 1;
+      this.handle = handle;
+      this.watch();
+      const e = handle.engine;
+      if (this.start) {
+        await e.setParams(this.start);
+        if (this.startOpt) await e.setOptimizerState(this.startOpt);
+        for (const s of this.steps) await e.step({ inputs: s.inputs, targets: s.targets, B: s.B, T: s.T }, s.opts);
+        // the replayed steps' losses: drop those the runtime already has
+        const l = await e.takeLosses();
+        this.pendingLosses = l.slice(this.lossesTaken);
+      }
+      this.opts.onRecovered?.({ device: e.device, replayedSteps: this.steps.length, ms: performance.now() - t0 });
+    })().finally(() => { this.recovering = null; });
+    return this.recovering;
+  }
+
+  private pendingLosses: number[] = [];
+
+  async setParams(params: Float32Array): Promise<void> {
+    await this.call((e) => e.setParams(params));
+    this.start = params.slice();
+    this.startOpt = this.kind === 'cpu' ? null : await this.call((e) => e.getOptimizerState());
+    this.steps = [];
+    this.lossesTaken = 0;
+    this.pendingLosses = [];
+  }
+
+  getParams(): Promise<Float32Array> { return this.call((e) => e.getParams()); }
+  readDelta(): Promise<Float32Array> { return this.call((e) => e.readDelta()); }
+  getOptimizerState(): Promise<OptimizerState> { return this.call((e) => e.getOptimizerState()); }
+
+  async setOptimizerState(state: OptimizerState): Promise<void> {
+    await this.call((e) => e.setOptimizerState(state));
+    if (this.startOpt) this.startOpt = { m: state.m.slice(), v: state.v.slice(), step: state.step };
+  }
+
+  async resetOptimizerState(): Promise<void> {
+    await this.call((e) => e.resetOptimizerState());
+    if (this.startOpt) { this.startOpt.m.fill(0); this.startOpt.v.fill(0); this.startOpt.step = 0; }
+  }
+
+  async step(batch: Batch, opts: StepOptions): Promise<void> {
+    const rec: RecordedStep = {
+      inputs: Uint8Array.from(batch.inputs.subarray(0, batch.B * batch.T)),
+      targets: Uint8Array.from(batch.targets.subarray(0, batch.B * batch.T)),
+      B: batch.B, T: batch.T, opts: { ...opts },
+    };
+    // a recovery inside this call replays the recorded steps, then this one is retried
+    await this.call((e) => e.step(batch, opts));
+    if (this.kind !== 'cpu') this.steps.push(rec);
+    this.consecutiveLosses = 0;
+  }
+
+  async takeLosses(): Promise<number[]> {
+    const fresh = await this.call((e) => e.takeLosses());
+    const out = this.pendingLosses.concat(fresh);
+    this.pendingLosses = [];
+    this.lossesTaken += out.length;
+    return out;
+  }
+
+  evalLoss(batch: Batch): Promise<number> { return this.call((e) => e.evalLoss(batch)); }
+  nextTokenLogits(context: Uint8Array): Promise<Float32Array> { return this.call((e) => e.nextTokenLogits(context)); }
+
+  destroy(): void {
+    this.generation += 1; // a loss caused by this destroy is expected
+    this.handle.engine.destroy();
+    this.handle.dispose();
+  }
+}
+
+export type { EngineOptions };

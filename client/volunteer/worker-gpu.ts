@@ -1,0 +1,71 @@
+// WebGPU in the island worker: the capability check shown before anything starts,
+// and opening a device with only the limits the model needs. Runs in the worker,
+// because the worker's navigator.gpu is the one that trains (it can differ from the
+// page's: some browsers expose WebGPU to windows before workers).
+
+import { checkAdapterFits, estimateGpuBytes, requiredLimits } from '../engine/webgpu.ts';
+import type { EngineOptions } from '../../core/engine.ts';
+import type { AdapterSummary, GpuProbe, ModelShape } from './messages.ts';
+
+export function engineOptions(shape: ModelShape): EngineOptions {
+  return { config: shape.config, maxBatch: shape.maxBatch, maxT: shape.maxT };
+}
+
+export function describeAdapter(adapter: GPUAdapter): AdapterSummary {
+  const info = adapter.info;
+  const vendor = info?.vendor ?? '';
+  const architecture = info?.architecture ?? '';
+  const name = info?.description || [vendor, architecture].filter(Boolean).join(' ') || 'unnamed GPU';
+  return { name, vendor, architecture, isFallbackAdapter: !!(info as GPUAdapterInfo & { isFallbackAdapter?: boolean })?.isFallbackAdapter };
+}
+
+function gpuApi(): GPU | null {
+  return (globalThis.navigator as Navigator & { gpu?: GPU })?.gpu ?? null;
+}
+
+async function requestAdapter(gpu: GPU): Promise<GPUAdapter | null> {
+  return (await gpu.requestAdapter({ powerPreference: 'high-performance' })) ?? (await gpu.requestAdapter());
+}
+
+/** Says whether this worker can train the model on WebGPU, and if not, why. Never throws. */
+export async function probeGpu(shape: ModelShape): Promise<GpuProbe> {
+  let gpuBytes = 0;
+  try {
+    gpuBytes = estimateGpuBytes(engineOptions(shape));
+  } catch { /* a config the engine rejects: checkAdapterFits names it below */ }
+  const gpu = gpuApi();
+  if (!gpu) return { ok: false, reason: 'no-navigator-gpu', message: 'This browser does not expose WebGPU to web workers.', gpuBytes };
+  let adapter: GPUAdapter | null;
+  try {
+    adapter = await requestAdapter(gpu);
+  } catch (e) {
+    return { ok: false, reason: 'error', message: `Asking for a GPU adapter failed: ${(e as Error).message}`, gpuBytes };
+  }
+  if (!adapter) {
+    return { ok: false, reason: 'no-adapter', message: 'The browser has WebGPU, but it offered no GPU (it may be disabled, blocklisted for this driver, or behind a flag).', gpuBytes };
+  }
+  const summary = describeAdapter(adapter);
+  const fits = checkAdapterFits(adapter, engineOptions(shape));
+  if (!fits.ok) return { ok: false, reason: 'too-small', message: fits.error.message, adapter: summary, gpuBytes };
+  return { ok: true, adapter: summary, gpuBytes };
+}
+
+export interface OpenedDevice {
+  device: GPUDevice;
+  adapter: AdapterSummary;
+  /** Resolves once, when the device is lost (reason "destroyed" when we destroyed it). */
+  lost: Promise<GPUDeviceLostInfo>;
+}
+
+/** A fresh adapter and device (after a loss the adapter must be requested again, too). */
+export async function openDevice(shape: ModelShape): Promise<OpenedDevice> {
+  const gpu = gpuApi();
+  if (!gpu) throw new Error('E_NO_WEBGPU: navigator.gpu is missing in this worker');
+  const adapter = await requestAdapter(gpu);
+  if (!adapter) throw new Error('E_NO_ADAPTER: the browser offered no GPU adapter');
+  const opts = engineOptions(shape);
+  const fits = checkAdapterFits(adapter, opts);
+  if (!fits.ok) throw new Error(`${fits.error.code}: ${fits.error.message}`);
+  const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts), label: 'atoll island' });
+  return { device, adapter: describeAdapter(adapter), lost: device.lost };
+}

@@ -1,0 +1,318 @@
+// End to end: the volunteer page in real headless Chromium against a real `atoll serve`.
+//
+//   1. Before Start: the page explains the run and its costs, checks WebGPU, and nothing runs.
+//   2. Start on WebGPU (SwiftShader): the page completes rounds; /api/islands shows a webgpu
+//      island with accepted deltas. Screenshot: test-artifacts/volunteer.png.
+//   3. The page's first inner-step losses equal the CPU reference engine's on the same assignment.
+//   4. Pause mid-round and resume: the round goes on, nothing is lost, nothing is sent twice.
+//   5. Server restart: the page reconnects by itself and goes on contributing.
+//   6. Without WebGPU: a clear message and a CPU opt-in that contributes an accepted delta.
+//
+// One server and one WebGPU page serve steps 1–5 in order (compiling the WebGPU pipelines on
+// SwiftShader is the slowest part, so it is done once). Rounds are 4 inner steps.
+
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CpuEngine } from '../client/engine/cpu.ts';
+import { decodeCheckpoint } from '../core/checkpoint.ts';
+import { sampleBatch } from '../core/data/dataset.ts';
+import { type Assignment, innerLearningRate } from '../core/protocol.ts';
+import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
+
+const ROOT = resolve(import.meta.dirname, '..');
+const ARTIFACTS = join(ROOT, 'test-artifacts');
+const INNER_STEPS = 4;
+
+// ---------------------------------------------------------------------------------------------
+// a restartable `atoll serve` child process (same port, same run folder)
+
+interface Served {
+  child: ChildProcess;
+  output: string[];
+  exited: Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once('error', rej);
+    s.listen(0, '127.0.0.1', () => {
+      const a = s.address();
+      s.close(() => res(typeof a === 'object' && a ? a.port : 0));
+    });
+  });
+}
+
+async function serve(port: number, runDir: string): Promise<Served> {
+  const child = spawn(process.execPath, [
+    join(ROOT, 'bin/atoll.js'), 'serve', '--preset', 'tiny', '--port', String(port), '--run-dir', runDir,
+    '--host', '127.0.0.1', '--inner-steps', String(INNER_STEPS), '--no-eval',
+  ], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: process.env });
+  const output: string[] = [];
+  const push = (b: Buffer) => {
+    output.push(...b.toString().split('\n').filter(Boolean));
+    if (process.env.ATOLL_E2E_LOG === '1') process.stderr.write(`[serve] ${b}`);
+  };
+  child.stdout!.on('data', push);
+  child.stderr!.on('data', push);
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`atoll serve exited (${child.exitCode}):\n${output.join('\n')}`);
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/api/status`)).ok) break;
+    } catch { /* not listening yet */ }
+    if (Date.now() > deadline) throw new Error(`atoll serve did not come up:\n${output.join('\n')}`);
+    await sleep(150);
+  }
+  return { child, output, exited };
+}
+
+async function stop(s: Served | null, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (!s || s.child.exitCode !== null || s.child.signalCode !== null) return;
+  s.child.kill(signal);
+  const t = setTimeout(() => s.child.kill('SIGKILL'), 5000);
+  await s.exited;
+  clearTimeout(t);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+type Truthy<T> = Exclude<T, null | undefined | false | 0 | ''>;
+
+async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs: number, everyMs = 250): Promise<Truthy<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v as Truthy<T>;
+    } catch (e) { last = e; }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${(last as Error).message})` : ''}`);
+    await sleep(everyMs);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// what the page exposes (window.__atoll, see client/volunteer/main.ts)
+
+interface PageView {
+  phase: string;
+  connection: string;
+  engine: string | null;
+  device: string;
+  islandId: string | null;
+  round: { baseVersion: number; step: number; total: number } | null;
+  roundsAccepted: number;
+  roundsRejected: number;
+  tokensContributed: number;
+  tokensPerSec: number | null;
+  lastRejection: { code: string; message: string } | null;
+  pauseReasons: string[];
+}
+interface PageLoss { step: number; roundId: number; roundStep: number; version: number; loss: number }
+interface IslandRow { id: string; name: string; engine: string; adapter: string; accepted: number; rejected: number; rejectedByCode: Record<string, number>; tokens: number; connected: boolean }
+
+const pageView = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { view: PageView } }).__atoll.view);
+const pageLosses = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { losses: PageLoss[] } }).__atoll.losses.slice());
+const pageAssignments = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { assignments: Assignment[] } }).__atoll.assignments.slice());
+
+/** Waits until the element's text satisfies `ok` (string: contains it); returns the text. */
+async function textOf(b: LaunchedBrowser, selector: string, ok: string | ((t: string) => boolean) = () => true, timeoutMs = 10_000): Promise<string> {
+  const pred = typeof ok === 'string' ? (t: string) => t.includes(ok) : ok;
+  let last = '';
+  try {
+    return await waitFor(`${selector} text`, async () => {
+      last = (await b.page.locator(selector).textContent()) ?? '';
+      return pred(last) ? last : null;
+    }, timeoutMs, 100);
+  } catch {
+    throw new Error(`${selector}: text ${JSON.stringify(last)} did not match ${typeof ok === 'string' ? JSON.stringify(ok) : 'the condition'}`);
+  }
+}
+
+async function getJson<T>(url: string): Promise<T> {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`GET ${url}: ${r.status}`);
+  return (await r.json()) as T;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+describe('volunteer page (Chromium)', () => {
+  let port = 0;
+  let url = '';
+  let runDir = '';
+  let server: Served | null = null;
+  let gpu: LaunchedBrowser | null = null;
+  let cpu: LaunchedBrowser | null = null;
+  let islandId = '';
+  let model0: Float32Array | null = null;
+  let train: Uint8Array | null = null;
+  const timings: Record<string, number> = {};
+  let t = Date.now();
+  const lap = (name: string) => { timings[name] = Math.round((Date.now() - t) / 100) / 10; t = Date.now(); };
+  const islands = async () => (await getJson<{ islands: IslandRow[] }>(`${url}/api/islands`)).islands;
+  const events = () => readFileSync(join(runDir, 'events.jsonl'), 'utf8');
+
+  beforeAll(async () => {
+    ensureClientBuild();
+    lap('build');
+    mkdirSync(ARTIFACTS, { recursive: true });
+    port = await freePort();
+    url = `http://localhost:${port}`; // localhost: a secure context, so WebGPU is offered
+    runDir = mkdtempSync(join(tmpdir(), 'atoll-volunteer-e2e-'));
+    server = await serve(port, runDir);
+    gpu = await launchChromium({ webgpu: true });
+    lap('server+browser');
+  }, 120_000);
+
+  afterAll(async () => {
+    await gpu?.close();
+    await cpu?.close();
+    await stop(server);
+    if (runDir) rmSync(runDir, { recursive: true, force: true });
+    process.stderr.write(`e2e-volunteer timings (s): ${JSON.stringify(timings)}\n`);
+  });
+
+  it('explains the run and checks WebGPU before anything starts', async () => {
+    const page = gpu!.page;
+    await page.goto(`${url}/`);
+    await page.waitForFunction(() => (globalThis as unknown as { __atoll?: { probe: unknown; run: unknown } }).__atoll?.probe && (globalThis as unknown as { __atoll: { run: unknown } }).__atoll.run, null, { timeout: 30_000 });
+    const run = await getJson<{ name: string; description: string }>(`${url}/api/run`);
+    await textOf(gpu!, '#run-name', (t) => t === run.name);
+    await textOf(gpu!, '#run-description', (t) => t === run.description);
+    await textOf(gpu!, '#cost-up', 'int8');
+    await textOf(gpu!, '#cost-mem', 'GPU memory');
+    await textOf(gpu!, '#gpu-status-text', 'WebGPU is ready');
+    expect(await page.locator('#cpu-optin').isHidden()).toBe(true);
+    expect(await page.locator('#start').isEnabled()).toBe(true);
+    await textOf(gpu!, '.note >> nth=0', 'Nothing runs until you click');
+    // nothing started: no island on the server
+    expect(await islands()).toHaveLength(0);
+    // keep θ_0 and the training bytes for the numbers check
+    const ck = decodeCheckpoint(new Uint8Array(await (await fetch(`${url}/api/model`)).arrayBuffer()));
+    if (!ck.ok) throw new Error(ck.error.message);
+    expect(ck.value.meta.version).toBe('0');
+    model0 = ck.value.params;
+    train = new Uint8Array(await (await fetch(`${url}/api/data/train`)).arrayBuffer());
+    lap('intro');
+  });
+
+  it('contributes a round on WebGPU and the server accepts it', async () => {
+    const page = gpu!.page;
+    await page.click('#start');
+    const v = await waitFor('an accepted round', async () => {
+      const v = await pageView(gpu!);
+      if (v.phase === 'error') throw new Error(`page error: ${JSON.stringify(v)}`);
+      return v.roundsAccepted >= 1 ? v : null;
+    }, 150_000, 500);
+    expect(v.engine).toBe('webgpu');
+    expect(v.device).toContain('swiftshader');
+    islandId = v.islandId!;
+    const row = (await islands()).find((i) => i.id === islandId);
+    expect(row, `island ${islandId} on /api/islands`).toBeTruthy();
+    expect(row!.engine).toBe('webgpu');
+    expect(row!.accepted).toBeGreaterThanOrEqual(1);
+    await textOf(gpu!, '#s-rounds', (t) => t !== '0' && t !== '–');
+    await page.screenshot({ path: join(ARTIFACTS, 'volunteer.png'), fullPage: true });
+    timings.tokensPerSec = Math.round(v.tokensPerSec ?? 0);
+    lap('first round');
+  });
+
+  it("the page's first losses equal the CPU reference engine's on the same assignment", async () => {
+    const a = (await pageAssignments(gpu!))[0];
+    expect(a.baseVersion).toBe(0);
+    const losses = (await pageLosses(gpu!)).filter((l) => l.roundId === a.roundId).map((l) => l.loss);
+    expect(losses.length).toBe(a.innerSteps);
+    const ref = new CpuEngine({ config: (await getJson<{ model: CpuEngine['config'] }>(`${url}/api/run`)).model, maxBatch: a.batchSize, maxT: a.seqLen });
+    await ref.setParams(model0!);
+    for (let i = 0; i < losses.length; i++) {
+      const batch = sampleBatch(train!, a.batchSize, a.seqLen, a.data.seed, a.data.stream, a.data.stepStart + i);
+      await ref.step(batch, { lr: innerLearningRate(a.lr, i), gradClip: a.gradClip });
+    }
+    const want = await ref.takeLosses();
+    for (let i = 0; i < want.length; i++) expect(Math.abs(losses[i] - want[i]), `step ${i + 1}: page ${losses[i]} vs cpu ${want[i]}`).toBeLessThan(1e-3);
+    lap('numbers');
+  });
+
+  it('pauses mid-round and resumes without losing or duplicating work', async () => {
+    const page = gpu!.page;
+    // pause once a round is under way (at least one step done, not the last)
+    await waitFor('a round in progress', async () => {
+      const v = await pageView(gpu!);
+      return v.phase === 'training' && v.round && v.round.step >= 1 && v.round.step < v.round.total - 1;
+    }, 90_000, 100);
+    const before = await pageView(gpu!);
+    await page.click('#pause');
+    expect(await page.locator('#pause').getAttribute('aria-pressed')).toBe('true');
+    await waitFor('paused', async () => (await pageView(gpu!)).phase === 'paused', 60_000);
+    const paused = await pageView(gpu!);
+    const nPaused = (await pageLosses(gpu!)).length;
+    await sleep(2500);
+    expect((await pageLosses(gpu!)).length, 'no steps while paused').toBe(nPaused);
+    expect((await pageView(gpu!)).round!.step).toBe(paused.round!.step);
+    await textOf(gpu!, '#pause', (t) => t === 'Resume');
+    await page.click('#pause');
+    const after = await waitFor('the paused round to be accepted', async () => {
+      const v = await pageView(gpu!);
+      return v.roundsAccepted > before.roundsAccepted ? v : null;
+    }, 120_000, 500);
+    // the round continued where it paused: one loss per step of it, no step run twice
+    const roundLosses = (await pageLosses(gpu!)).filter((l) => l.version === paused.round!.baseVersion && l.roundStep >= 1);
+    const steps = roundLosses.map((l) => l.roundStep);
+    expect(new Set(steps).size).toBe(steps.length);
+    expect(after.roundsRejected).toBe(0);
+    const row = (await islands()).find((i) => i.id === islandId)!;
+    expect(row.accepted).toBe(after.roundsAccepted);
+    expect(row.rejectedByCode.E_DUPLICATE ?? 0).toBe(0);
+    expect(events()).not.toContain('E_DUPLICATE');
+    lap('pause/resume');
+  });
+
+  it('reconnects by itself after a server restart and goes on contributing', async () => {
+    const before = await pageView(gpu!);
+    await stop(server);
+    server = null;
+    await waitFor('the page to notice', async () => (await pageView(gpu!)).connection !== 'connected', 30_000, 100);
+    await textOf(gpu!, '#conn-text', 'Reconnect');
+    server = await serve(port, runDir);
+    const v = await waitFor('a round accepted after the restart', async () => {
+      const v = await pageView(gpu!);
+      return v.roundsAccepted > before.roundsAccepted && v.connection === 'connected' ? v : null;
+    }, 150_000, 500);
+    expect(v.phase).not.toBe('error');
+    const rows = await islands();
+    expect(rows.filter((r) => r.engine === 'webgpu').reduce((a, r) => a + r.accepted, 0)).toBeGreaterThanOrEqual(1);
+    expect(events()).not.toContain('E_DUPLICATE');
+    await gpu!.close();
+    gpu = null;
+    lap('restart');
+  });
+
+  it('without WebGPU: says what is missing and contributes on the CPU when asked', async () => {
+    cpu = await launchChromium({ webgpu: false });
+    const page = cpu.page;
+    await page.goto(`${url}/`);
+    await textOf(cpu, '#gpu-status-text', 'offered no GPU', 30_000);
+    expect(await page.locator('#cpu-optin').isVisible()).toBe(true);
+    expect(await page.locator('#start').isDisabled()).toBe(true);
+    await page.locator('#use-cpu').check();
+    await textOf(cpu, '#start', (t) => t === 'Start contributing (CPU)');
+    await page.click('#start');
+    const v = await waitFor('an accepted CPU round', async () => {
+      const v = await pageView(cpu!);
+      if (v.phase === 'error') throw new Error(`page error: ${JSON.stringify(v)}`);
+      return v.roundsAccepted >= 1 ? v : null;
+    }, 90_000, 500);
+    expect(v.engine).toBe('cpu');
+    const row = (await islands()).find((i) => i.id === v.islandId)!;
+    expect(row.engine).toBe('cpu');
+    expect(row.accepted).toBeGreaterThanOrEqual(1);
+    lap('cpu');
+  });
+});
