@@ -125,6 +125,9 @@ export class IslandRuntime {
     return this.replica && { version: this.replica.version, hash: this.replica.hash };
   }
 
+  /** A copy of the error-feedback residual e (what was meant but not yet sent; null before the first delta). */
+  residual(): Float32Array | null { return this.feedback ? this.feedback.residual.slice() : null; }
+
   /** A copy of the replica θ (null before the first model download). */
   replicaParams(): Float32Array | null { return this.replica ? this.replica.params.slice() : null; }
 

@@ -49,7 +49,7 @@ function rowDefaults(o: Required<Pick<SimulateOptions, 'preset'>> & SimulateOpti
     seqLen,
     lr: smoke ? { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 } : { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 8192 },
   };
-  d.tokens = o.tokens ?? (o.rounds !== undefined ? o.rounds * d.islands * d.innerSteps * d.batchSize * seqLen : smoke ? 4096 : 240_000);
+  d.tokens = o.tokens ?? (o.rounds !== undefined ? o.rounds * d.islands * d.innerSteps * d.batchSize * seqLen : smoke ? 2048 : 240_000);
   return d;
 }
 
@@ -181,7 +181,9 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const svg = plotSvg(results, `atoll simulate ${preset}: held-out loss (${model}, ${d.tokens.toLocaleString()} tokens per row)`);
   writeFileSync(join(outDir, 'plot.svg'), svg);
   writeFileSync(join(outDir, 'report.html'), reportHtml(report, svg, table));
-  if (opts.json) process.stdout.write(json + '\n');
-  else process.stdout.write(`${table}\n\nrun folder: ${outDir}\n`);
+  if (opts.print !== false) {
+    if (opts.json) process.stdout.write(json + '\n');
+    else process.stdout.write(`${table}\n\nrun folder: ${outDir}\n`);
+  }
   return report;
 }

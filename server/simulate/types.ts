@@ -154,6 +154,8 @@ export interface SimulateOptions {
   workers?: number;
   /** Corpus path (default: the bundled Moby-Dick). */
   data?: string;
+  /** Print the table (or the JSON) on stdout. Default true. */
+  print?: boolean;
   /** Progress lines (default: stderr unless json). */
   log?: (line: string) => void;
 }

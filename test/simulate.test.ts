@@ -1,0 +1,36 @@
+// A short simulation through the real coordinator, codec and island runtime: the loss goes down,
+// the run folder is written, and the report has the fields `atoll simulate --json` promises.
+
+import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { runSimulate, simulateOptionsFromCli } from '../server/simulate/index.ts';
+
+describe('atoll simulate', () => {
+  it('parses CLI flags', () => {
+    const o = simulateOptionsFromCli({ preset: 'diloco', islands: '3', tokens: '5000', mode: 'sync', codec: 'int8', json: true });
+    expect(o.ok && o.value).toMatchObject({ preset: 'diloco', islands: 3, tokens: 5000, mode: 'sync', codec: 'int8', json: true });
+    expect(simulateOptionsFromCli({ preset: 'tiny' }).ok && simulateOptionsFromCli({ preset: 'tiny' })).toMatchObject({ value: { preset: 'compare', model: 'tiny' } });
+    const bad = simulateOptionsFromCli({ codec: 'int3' });
+    expect(bad.ok ? '' : bad.error.code).toBe('E_BAD_REQUEST');
+  });
+
+  it('a smoke run: DiLoCo eval loss goes down; report and run folder are complete', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'atoll-sim-'));
+    const report = await runSimulate({ preset: 'smoke', compare: 'ddp', workers: 0, out, print: false, log: () => {} });
+    expect(report.runs.map((r) => r.name)).toEqual(['ddp', 'sync-int4']);
+    const diloco = report.runs[1];
+    const curve = readFileSync(join(out, 'curves.csv'), 'utf8').trim().split('\n').slice(1)
+      .map((l) => l.split(',')).filter((c) => c[0] === 'sync-int4').map((c) => Number(c[4]));
+    expect(curve.length).toBeGreaterThanOrEqual(2);
+    expect(curve.at(-1)!).toBeLessThan(curve[0] - 1); // from ~5.5 (uniform over 256 bytes) down
+    expect(diloco.evalLoss).toBeLessThan(4.5);
+    expect(diloco.commReductionVsDdp).toBeGreaterThan(1);
+    expect(diloco.goodput).toBeGreaterThan(0.5);
+    for (const f of ['report.json', 'curves.csv', 'plot.svg', 'report.html']) expect(existsSync(join(out, f))).toBe(true);
+    const json = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
+    for (const k of ['name', 'evalLoss', 'tokens', 'bytesUpPerIsland', 'commReductionVsDdp', 'goodput', 'rejected']) expect(json.runs[1]).toHaveProperty(k);
+    expect(readFileSync(join(out, 'plot.svg'), 'utf8')).toContain('<polyline');
+  });
+});
