@@ -69,6 +69,59 @@ export function buildProgram(): Command {
       process.stdout.write(o.prompt + (await sampleFromCheckpoint(o)) + '\n');
     });
 
+  program.command('serve')
+    .description('the coordinator server: island protocol (socket.io), REST API, /metrics, volunteer page and dashboard; resumes an existing run folder')
+    .addOption(presetOption())
+    .option('--data <path>', 'text file or folder of .txt files (default: bundled Moby-Dick)')
+    .addOption(new Option('--mode <mode>', 'DiLoCo mode').choices(['sync', 'async']))
+    .addOption(new Option('--codec <enc>', 'delta encoding').choices(['f32', 'f16', 'int8', 'int4', 'topk']))
+    .option('--outer-lr <lr>', 'outer learning rate', numArg)
+    .option('--outer-momentum <m>', 'outer Nesterov momentum', numArg)
+    .option('--round-time <s>', 'target round time in seconds (0: fixed inner steps)', numArg)
+    .option('--quorum <q>', 'sync: fraction of the round that must report before the grace window may close it', numArg)
+    .option('--max-staleness <n>', 'reject deltas more than n versions behind', intArg)
+    .option('--inner-steps <n>', 'inner steps per round (of the fastest island)', intArg)
+    .option('--seed <n>', 'θ init seed (new runs)', intArg)
+    .option('--run-dir <dir>', 'run folder (default ./runs/<name>)')
+    .option('--name <name>', 'run name')
+    .option('--description <text>', 'run description for the volunteer page')
+    .option('--config <file>', 'JSON run config (flags override it)')
+    .option('--port <n>', 'HTTP port (default $PORT or 8080)', intArg)
+    .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
+    .option('--no-eval', 'do not evaluate on the held-out split after updates')
+    .option('--build-if-needed', 'run vite build first when dist/client is missing')
+    .action(async (o) => {
+      const { serve } = await import('./commands/serve.ts');
+      await serve(o);
+    });
+
+  program.command('island')
+    .description('a headless island: joins a server and trains until the run is done or Ctrl-C')
+    .requiredOption('--server <url>', 'server URL, e.g. http://localhost:8080')
+    .addOption(engineOption())
+    .option('--name <name>', 'display name on the dashboard')
+    .option('--batch <n>', 'largest micro-batch to run (default: the run\'s)', intArg)
+    .option('--duty <f>', 'fraction of time spent computing, (0, 1]', numArg)
+    .option('--json', 'print one JSON summary at the end')
+    .action(async (o) => {
+      const { island } = await import('./commands/island.ts');
+      process.exitCode = await island(o);
+    });
+
+  const bench = program.command('bench').description('benchmarks that print JSON (with --json)');
+  bench.command('server')
+    .description('server apply throughput per codec, and a load test with many simulated islands')
+    .option('--islands <n>', 'simulated islands for the load test', intArg, 1000)
+    .option('--procs <n>', 'child processes that hold the simulated islands', intArg, 4)
+    .option('--seconds <s>', 'load test duration', numArg, 20)
+    .option('--skip-load', 'only measure apply throughput')
+    .option('--json', 'print one JSON object')
+    .action(async (o) => {
+      const { benchServer } = await import('./bench-server.ts');
+      const r = await benchServer({ islands: o.islands, procs: o.procs, seconds: o.seconds, load: !o.skipLoad, log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n') });
+      process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
+    });
+
   return program;
 }
 

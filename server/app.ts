@@ -1,0 +1,140 @@
+// The Fastify app factory: one HTTP server carries the REST API, /metrics, /healthz, the built
+// client, and socket.io (islands and dashboards). Each concern is a small plugin; this file only
+// wires them to one Run.
+
+import { randomBytes } from 'node:crypto';
+import { resolve } from 'node:path';
+import Fastify, { type FastifyInstance } from 'fastify';
+import helmet from '@fastify/helmet';
+import rateLimit from '@fastify/rate-limit';
+import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
+import { Gateway } from './gateway.ts';
+import { adminPlugin } from './plugins/admin.ts';
+import { apiPlugin } from './plugins/api.ts';
+import { Metrics, metricsPlugin } from './plugins/metrics.ts';
+import { staticPlugin } from './plugins/static.ts';
+import { Run } from './run.ts';
+import type { RunConfig } from './run-config.ts';
+
+export interface AtollServerOptions {
+  /** The run folder. */
+  dir: string;
+  config: RunConfig;
+  resumePatch?: CoordinatorConfigPatch;
+  /** Admin bearer token; generated when absent (`adminTokenGenerated` then says so). */
+  adminToken?: string;
+  /** The built client (default: dist/client next to the package). */
+  clientDir?: string;
+  /** Evaluate after updates (default true). */
+  evaluate?: boolean;
+  /** Fastify's logger (default off; the CLI prints its own lines). */
+  logger?: boolean;
+  log?: (line: string) => void;
+  /** Gateway knobs for tests and the bench. */
+  gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
+}
+
+export interface AtollServer {
+  app: FastifyInstance;
+  run: Run;
+  gateway: Gateway;
+  metrics: Metrics;
+  adminToken: string;
+  adminTokenGenerated: boolean;
+  /** Listens; resolves with the bound address (port 0 picks a free one). */
+  listen(port: number, host?: string): Promise<{ port: number; host: string; url: string }>;
+  close(): Promise<void>;
+}
+
+export const DEFAULT_CLIENT_DIR = resolve(import.meta.dirname, '../dist/client');
+
+export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
+  const log = o.log ?? (() => {});
+  const metrics = new Metrics();
+  const run = await Run.open({ dir: o.dir, config: o.config, resumePatch: o.resumePatch, metrics, evaluate: o.evaluate, log });
+  const adminTokenGenerated = !o.adminToken;
+  const adminToken = o.adminToken ?? randomBytes(24).toString('base64url');
+
+  const app = Fastify({
+    logger: o.logger ?? false,
+    // a delta never travels over REST; JSON bodies are admin patches
+    bodyLimit: 64 * 1024,
+    forceCloseConnections: true,
+  });
+
+  await app.register(helmet, {
+    contentSecurityPolicy: {
+      directives: {
+        defaultSrc: ["'self'"],
+        scriptSrc: ["'self'"],
+        // the island runs in a Web Worker; Vite may emit it as a blob: URL
+        workerSrc: ["'self'", 'blob:'],
+        // socket.io: same origin over ws(s)
+        connectSrc: ["'self'", (req) => wsOrigins(req.headers.host)],
+        styleSrc: ["'self'", "'unsafe-inline'"],
+        imgSrc: ["'self'", 'data:', 'blob:'],
+        objectSrc: ["'none'"],
+        baseUri: ["'self'"],
+        frameAncestors: ["'none'"],
+        upgradeInsecureRequests: null,
+      },
+    },
+    // the volunteer page may load wasm/worker chunks; COEP would block nothing we use but breaks dev proxies
+    crossOriginEmbedderPolicy: false,
+  });
+
+  // REST rate limit per IP (the island protocol has its own limiter in the gateway).
+  await app.register(rateLimit, {
+    global: true,
+    max: o.config.limits.restPerMinute,
+    timeWindow: 60_000,
+    allowList: (req) => req.url === '/healthz' || req.url === '/metrics',
+  });
+
+  app.get('/healthz', { config: { rateLimit: false } }, async () => ({ ok: true, version: run.version, hash: run.hash }));
+  await app.register(metricsPlugin, { metrics });
+  await app.register(apiPlugin, { run });
+  await app.register(adminPlugin, { run, token: adminToken });
+  await app.register(staticPlugin, { root: o.clientDir ?? DEFAULT_CLIENT_DIR });
+  // CORS stays closed: no Access-Control-Allow-Origin is ever sent, so browsers keep other origins out.
+  app.setErrorHandler((e: Error & { statusCode?: number; code?: string }, _req, reply) => {
+    const status = e.statusCode && e.statusCode >= 400 ? e.statusCode : 500;
+    if (status >= 500) log(`http error: ${e.stack ?? e.message}`);
+    reply.code(status).send({ error: { code: status === 429 ? 'E_RATE_LIMIT' : status >= 500 ? 'E_INTERNAL' : (e.code?.startsWith('E_') ? e.code : 'E_BAD_REQUEST'), message: status >= 500 ? 'internal error' : e.message } });
+  });
+  app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}` } }));
+
+  await app.ready();
+  const gateway = new Gateway(app.server, {
+    run,
+    helloPerMinute: o.config.limits.helloPerMinute,
+    maxIslands: o.config.limits.maxIslands,
+    allowOrigins: o.config.allowOrigins,
+    log,
+    ...o.gateway,
+  });
+
+  let closed = false;
+  return {
+    app, run, gateway, metrics, adminToken, adminTokenGenerated,
+    async listen(port, host = '0.0.0.0') {
+      await app.listen({ port, host });
+      const addr = app.server.address();
+      const p = typeof addr === 'object' && addr ? addr.port : port;
+      const shown = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
+      return { port: p, host, url: `http://${shown}:${p}` };
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await gateway.close();
+      await app.close();
+      await run.close();
+    },
+  };
+}
+
+function wsOrigins(host: string | undefined): string {
+  if (!host || !/^[\w.:[\]-]+$/.test(host)) return "'self'";
+  return `ws://${host} wss://${host}`;
+}

@@ -1,0 +1,225 @@
+// `atoll bench server`: how fast the server folds deltas into θ, and how many islands it holds.
+//
+// 1. Apply throughput, per codec: a base-sized delta through the coordinator exactly as the
+//    gateway hands it over in async mode (decode + validate + norm bound + outer step + downlink
+//    quantization + θ hash), in params/s on one core.
+// 2. Load: a real server (its own run folder, real socket.io) and K simulated islands held by a few
+//    child processes on loopback, each island sending tiny deltas in a loop. Reports deltas
+//    accepted/s, ack latency percentiles, and checks the event log: every applied ack an island
+//    received appears exactly once among the logged update contributors (lost = 0, duplicated = 0).
+
+import { fork } from 'node:child_process';
+import { mkdtempSync, rmSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { syntheticDelta } from '../core/codec/bench.ts';
+import { ENCODINGS, type Encoding, encodeDelta } from '../core/codec/index.ts';
+import { Coordinator } from '../core/coord/index.ts';
+import { getPreset, numParams, type GPTConfig } from '../core/model/config.ts';
+import { type Assignment, PROTOCOL_VERSION } from '../core/protocol.ts';
+
+export interface BenchServerOptions {
+  /** Simulated islands in the load test (default 1000). */
+  islands?: number;
+  /** Child processes holding them (default 4). */
+  procs?: number;
+  /** Load test duration, seconds (default 20). */
+  seconds?: number;
+  /** Run the load test (default true). */
+  load?: boolean;
+  /** Apply-throughput repeats per codec (default: enough for ~1.5 s). */
+  applySeconds?: number;
+  log?: (line: string) => void;
+}
+
+export interface LoadResult {
+  islands: number;
+  /** Islands connected and identified at the end of the run. */
+  connected: number;
+  deltasPerSec: number;
+  ackP50Ms: number;
+  ackP99Ms: number;
+  acked: number;
+  rejected: number;
+  lost: number;
+  duplicated: number;
+  versions: number;
+  seconds: number;
+}
+
+export interface BenchServerResult {
+  paramCount: number;
+  /** Sync mode (default): per delta, the round's aggregate and outer step shared by its 4 deltas. */
+  applyParamsPerSec: Record<string, number>;
+  applyMsPerDelta: Record<string, number>;
+  /** Async mode: a full outer step per delta. */
+  applyAsyncParamsPerSec: Record<string, number>;
+  load?: LoadResult;
+}
+
+const REGISTER_URL = new URL('../bin/register.js', import.meta.url).href;
+
+const BENCH_COORD = {
+  maxStaleness: 1_000_000,
+  normBound: { factor: 0, window: 32, minHistory: 3 },
+  keepUpdates: 4,
+  historyLimit: 16,
+} as const;
+
+/**
+ * Server cost of one base-sized delta, in params/s, on the gateway's path:
+ *   sync  (the default mode): decode + validate + hold, then at round close the weighted
+ *         aggregate and one outer step (+ downlink quantization + θ hash) shared by the round's
+ *         `roundSize` deltas;
+ *   async: decode + validate + a full outer step per delta.
+ */
+export function benchApply(encoding: Encoding, n: number, seconds: number, mode: 'sync' | 'async' = 'sync', roundSize = 4): { paramsPerSec: number; msPerDelta: number } {
+  const params = syntheticDelta(n, 7).map((x) => x * 20);
+  const coord = new Coordinator({
+    params,
+    config: mode === 'sync'
+      ? { ...BENCH_COORD, mode: 'sync', quorum: 1, minContributors: 1 }
+      : { ...BENCH_COORD, mode: 'async', outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
+    now: 0,
+  });
+  const frame = encodeDelta(syntheticDelta(n, 11), { encoding, blockSize: 64 });
+  const k = mode === 'sync' ? roundSize : 1;
+  const islands: Array<{ a: Assignment; seq: number }> = [];
+  for (let i = 0; i < k; i++) {
+    const j = coord.join({ caps: { engine: 'cpu' }, protocolVersion: PROTOCOL_VERSION }, 0);
+    if (!j.ok || !j.value.assignment) throw new Error('bench: join failed');
+    islands.push({ a: j.value.assignment, seq: 0 });
+  }
+  let now = 1;
+  const round = () => {
+    for (const isl of islands) {
+      const a = isl.a;
+      const r = coord.submit({ meta: { islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: ++isl.seq, steps: 10, tokens: 2560, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 1000 }, frame }, now++);
+      if (!r.ok) throw new Error(`bench: submit rejected: ${r.error.code} ${r.error.message}`);
+    }
+    coord.drainEvents();
+    for (const isl of islands) {
+      const na = coord.nextAssignment(isl.a.islandId, now++);
+      if (!na.ok || !na.value) throw new Error('bench: no next assignment');
+      isl.a = na.value;
+    }
+  };
+  round(); // warm-up
+  const times: number[] = [];
+  const t0 = performance.now();
+  while (performance.now() - t0 < seconds * 1000 || times.length < 3) {
+    const t = performance.now();
+    round();
+    times.push((performance.now() - t) / k);
+  }
+  times.sort((x, y) => x - y);
+  const med = times[times.length >> 1];
+  return { paramsPerSec: n / (med / 1000), msPerDelta: med };
+}
+
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+/** The load test's model: small enough that a thousand islands' deltas are cheap to make and apply. */
+export const LOAD_MODEL: GPTConfig = { vocabSize: 256, blockSize: 16, nLayer: 1, nHead: 1, nEmbd: 8 };
+
+export async function benchLoad(o: { islands: number; procs: number; seconds: number; log: (s: string) => void }): Promise<LoadResult> {
+  const { createServer } = await import('./app.ts');
+  const { buildRunConfig } = await import('./run-config.ts');
+  const dir = mkdtempSync(join(tmpdir(), 'atoll-bench-'));
+  const config = buildRunConfig({
+    model: LOAD_MODEL,
+    coordinator: {
+      mode: 'async', seqLen: 16, batchSize: 1, innerSteps: 1, minInnerSteps: 1, maxStaleness: 1_000_000,
+      normBound: { factor: 0, window: 32, minHistory: 3 }, islandTimeoutMs: 600_000, keepUpdates: 4, historyLimit: 16,
+    },
+    limits: { helloPerMinute: 1_000_000, restPerMinute: 1_000_000, maxIslands: 1_000_000 },
+    checkpoints: { keep: 2 },
+  }, { name: 'bench' });
+  const server = await createServer({ dir, config, evaluate: false, adminToken: 'bench', gateway: { messagesPerSecond: 1000, heartbeatMs: 30_000 } });
+  const { url } = await server.listen(0, '127.0.0.1');
+  const n = numParams(LOAD_MODEL);
+  o.log(`load: server on ${url}, ${o.islands} islands in ${o.procs} processes, ${o.seconds} s, model of ${n} params`);
+  const per = Math.ceil(o.islands / o.procs);
+  const children = Array.from({ length: o.procs }, (_, i) => {
+    const count = Math.min(per, o.islands - i * per);
+    return fork(new URL('./bench-load-worker.ts', import.meta.url), [url, String(count), String(o.seconds * 1000), String(i)], {
+      execArgv: ['--import', REGISTER_URL], stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+    });
+  });
+  type Report = { connected: number; acks: Array<[string, number, number]>; latencies: number[]; rejected: number; errors: string[] };
+  const reports = await Promise.all(children.map((c) => new Promise<Report>((resolve) => {
+    let rep: Report | null = null;
+    c.on('message', (m: { type: string; report?: Report; line?: string }) => {
+      if (m.type === 'log' && m.line) o.log(m.line);
+      if (m.type === 'report' && m.report) rep = m.report;
+    });
+    c.on('exit', () => resolve(rep ?? { connected: 0, acks: [], latencies: [], rejected: 0, errors: ['worker exited without a report'] }));
+  })));
+  const connected = server.gateway.islandSockets;
+  await server.run.drain();
+  const versions = server.run.version;
+  await server.close();
+
+  // every applied ack must be logged exactly once as a contributor of the version it names
+  const logged = new Map<string, number>();
+  for (const line of readFileSync(join(dir, 'events.jsonl'), 'utf8').split('\n')) {
+    if (!line.includes('"type":"update"')) continue;
+    const e = JSON.parse(line) as { version: number; contributors: Array<{ island: string; seq: number }> };
+    for (const c of e.contributors) {
+      const k = `${c.island}#${c.seq}`;
+      logged.set(k, (logged.get(k) ?? 0) + 1);
+    }
+  }
+  let lost = 0;
+  let duplicated = 0;
+  let acked = 0;
+  for (const r of reports) {
+    for (const [island, seq] of r.acks) {
+      acked++;
+      const c = logged.get(`${island}#${seq}`) ?? 0;
+      if (c === 0) lost++;
+      if (c > 1) duplicated++;
+    }
+    for (const e of r.errors.slice(0, 3)) o.log(`load worker error: ${e}`);
+  }
+  for (const c of logged.values()) if (c > 1) duplicated++;
+  const lat = reports.flatMap((r) => r.latencies).sort((a, b) => a - b);
+  rmSync(dir, { recursive: true, force: true });
+  return {
+    islands: o.islands,
+    connected: Math.max(connected, reports.reduce((a, r) => a + r.connected, 0)),
+    deltasPerSec: acked / o.seconds,
+    ackP50Ms: percentile(lat, 50),
+    ackP99Ms: percentile(lat, 99),
+    acked,
+    rejected: reports.reduce((a, r) => a + r.rejected, 0),
+    lost,
+    duplicated,
+    versions,
+    seconds: o.seconds,
+  };
+}
+
+export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchServerResult> {
+  const log = opts.log ?? (() => {});
+  const n = numParams(getPreset('base'));
+  const applyParamsPerSec: Record<string, number> = {};
+  const applyMsPerDelta: Record<string, number> = {};
+  const applyAsyncParamsPerSec: Record<string, number> = {};
+  for (const enc of ENCODINGS) {
+    const r = benchApply(enc, n, opts.applySeconds ?? 1.5, 'sync');
+    applyParamsPerSec[enc] = Math.round(r.paramsPerSec);
+    applyMsPerDelta[enc] = Number(r.msPerDelta.toFixed(2));
+    const a = benchApply(enc, n, opts.applySeconds ?? 1.5, 'async');
+    applyAsyncParamsPerSec[enc] = Math.round(a.paramsPerSec);
+    log(`apply ${enc}: sync ${(r.paramsPerSec / 1e6).toFixed(1)} M params/s (${r.msPerDelta.toFixed(0)} ms per base-sized delta), async ${(a.paramsPerSec / 1e6).toFixed(1)} M params/s (${a.msPerDelta.toFixed(0)} ms)`);
+  }
+  const out: BenchServerResult = { paramCount: n, applyParamsPerSec, applyMsPerDelta, applyAsyncParamsPerSec };
+  if (opts.load !== false) {
+    out.load = await benchLoad({ islands: opts.islands ?? 1000, procs: Math.max(1, opts.procs ?? 4), seconds: opts.seconds ?? 20, log });
+  }
+  return out;
+}

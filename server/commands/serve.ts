@@ -1,0 +1,85 @@
+// `atoll serve`: the coordinator server. Builds the client when asked and needed, resolves the run
+// config (new run, or resume of the run folder), starts the app, and shuts down cleanly on signals.
+
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { type AtollServer, DEFAULT_CLIENT_DIR, createServer } from '../app.ts';
+import { type RunConfig, type RunFlags, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
+import { RunStore } from '../store.ts';
+
+export interface ServeCliOptions extends RunFlags {
+  config?: string;
+  runDir?: string;
+  port?: number;
+  host?: string;
+  buildIfNeeded?: boolean;
+  /** Evaluate after updates (default true; `--no-eval`). */
+  eval?: boolean;
+}
+
+const ROOT = resolve(import.meta.dirname, '../..');
+
+/** Runs `vite build` when dist/client is missing and the client sources exist. */
+export function buildClientIfNeeded(say: (s: string) => void): void {
+  if (existsSync(join(DEFAULT_CLIENT_DIR, 'index.html'))) return;
+  if (!existsSync(join(ROOT, 'client/index.html')) || !existsSync(join(ROOT, 'vite.config.ts'))) {
+    say('atoll serve: no client sources to build; serving a placeholder page');
+    return;
+  }
+  say('atoll serve: dist/client is missing; running vite build …');
+  const vite = join(ROOT, 'node_modules/vite/bin/vite.js');
+  const r = spawnSync(process.execPath, [vite, 'build', '--logLevel', 'warn'], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
+  if (r.status !== 0) say('atoll serve: vite build failed; serving a placeholder page (run `npm run build` to see why)');
+}
+
+/** Resolves the run folder and config: resume when the folder holds a run, else a fresh one. */
+export function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resumePatch: RunConfig['coordinator'] | undefined; resumed: boolean } {
+  const file = o.config ? readConfigFile(o.config) : null;
+  const name = o.name ?? (typeof file?.name === 'string' ? file.name : DEFAULT_RUN_NAME);
+  const dir = resolve(o.runDir ?? join('runs', name));
+  const stored = existsSync(join(dir, 'config.json')) ? new RunStore(dir).readConfig<RunConfig>() : null;
+  if (stored) {
+    const { config, patch } = resumeRunConfig(stored, o);
+    return { dir, config, resumePatch: Object.keys(patch).length ? (patch as RunConfig['coordinator']) : undefined, resumed: true };
+  }
+  return { dir, config: buildRunConfig(file, { ...o, name }), resumePatch: undefined, resumed: false };
+}
+
+export async function serve(o: ServeCliOptions): Promise<AtollServer> {
+  const say = (s: string) => process.stdout.write(s + '\n');
+  if (o.buildIfNeeded) buildClientIfNeeded(say);
+  const { dir, config, resumePatch, resumed } = resolveRun(o);
+  const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
+  const server = await createServer({
+    dir, config, resumePatch,
+    adminToken: envToken ? envToken : undefined,
+    evaluate: o.eval !== false,
+    log: (s) => process.stderr.write(`${new Date().toISOString()} ${s}\n`),
+  });
+  const port = o.port ?? (process.env.PORT ? Number(process.env.PORT) : 8080);
+  const host = o.host ?? process.env.HOST ?? '0.0.0.0';
+  const addr = await server.listen(port, host);
+  const r = server.run;
+  const cc = r.config.coordinator;
+  say(`atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`);
+  say(`  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} deltas, outer ${cc.outer.kind} lr ${cc.outer.lr} momentum ${cc.outer.momentum}`);
+  say(`  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`);
+  say(`  islands: npx atoll island --server ${addr.url}`);
+  if (server.adminTokenGenerated) say(`  admin token (set ATOLL_ADMIN_TOKEN to choose your own): ${server.adminToken}`);
+  say(`atoll serve: listening on ${addr.url}`);
+
+  let stopping = false;
+  const stop = (sig: string) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    say(`atoll serve: ${sig}: flushing the run folder and closing …`);
+    server.close().then(() => process.exit(0), (e) => {
+      process.stderr.write(`atoll serve: close failed: ${(e as Error).message}\n`);
+      process.exit(1);
+    });
+  };
+  process.once('SIGINT', () => stop('SIGINT'));
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  return server;
+}

@@ -1,0 +1,439 @@
+// The socket.io gateway: the island protocol (namespace /island, docs/protocol.md) and the
+// read-only live stream of the dashboard (namespace /dashboard).
+//
+// Every inbound message is checked against a compiled TypeBox schema before anything reads it,
+// and every request is answered through its ack callback with a Result:
+//   { ok: true, value } | { ok: false, error: { code, message } }
+// A message with no ack callback, an unknown event, or too many of either gets a `protocol_error`
+// emit and, past a budget, a disconnect. Nothing a client sends can throw out of a handler.
+
+import type { IncomingMessage, Server as HttpServer } from 'node:http';
+import { Server, type Namespace, type Socket } from 'socket.io';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { type Assignment, type DeltaMeta, ErrorCode, PROTOCOL_VERSION, validateDeltaMeta, validateHello } from '../core/protocol.ts';
+import type { IslandView, Run } from './run.ts';
+
+/** Gateway-level error codes (besides core/protocol's). */
+export const GatewayError = {
+  /** A frame above the largest legal frame for this model. */
+  OVERSIZE: 'E_OVERSIZE',
+  RATE_LIMIT: 'E_RATE_LIMIT',
+  /** A request that needs an identity (hello first). */
+  NO_HELLO: 'E_NO_HELLO',
+  /** The server holds its maximum number of islands. */
+  FULL: 'E_FULL',
+  UNKNOWN_EVENT: 'E_UNKNOWN_EVENT',
+  INTERNAL: 'E_INTERNAL',
+} as const;
+
+// ── schemas ─────────────────────────────────────────────────────────────────────────────────
+
+const Int = (o: object = {}) => Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, ...o });
+// JSON has no NaN: an island's NaN loss arrives as null.
+const Loss = Type.Union([Type.Number(), Type.Null()]);
+
+export const HelloSchema = Type.Object({
+  protocolVersion: Int(),
+  caps: Type.Object({
+    name: Type.Optional(Type.String({ maxLength: 64 })),
+    engine: Type.Union([Type.Literal('cpu'), Type.Literal('webgpu')]),
+    adapter: Type.Optional(Type.String({ maxLength: 256 })),
+    tokensPerSec: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1e12 })),
+    maxBatch: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
+    batchSize: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
+  }),
+  resumeIslandId: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+  resumeToken: Type.Optional(Type.String({ maxLength: 128 })),
+});
+
+export const DeltaMetaSchema = Type.Object({
+  islandId: Type.String({ minLength: 1, maxLength: 64 }),
+  roundId: Int(),
+  baseVersion: Int(),
+  seq: Int(),
+  steps: Int({ maximum: 1e9 }),
+  tokens: Int({ maximum: 1e15 }),
+  lossFirst: Loss,
+  lossLast: Loss,
+  lossMean: Loss,
+  elapsedMs: Type.Number({ minimum: 0, maximum: 1e12 }),
+});
+
+export const DeltaSchema = Type.Object({ meta: DeltaMetaSchema, frame: Type.Uint8Array() });
+export const UpdatesSchema = Type.Object({ fromVersion: Int() });
+export const ByeSchema = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) });
+const Empty = Type.Union([Type.Object({}), Type.Undefined(), Type.Null()]);
+
+const compile = <T extends TSchema>(s: T) => TypeCompiler.Compile(s);
+const checkHello = compile(HelloSchema);
+const checkDelta = compile(DeltaSchema);
+const checkUpdates = compile(UpdatesSchema);
+const checkBye = compile(ByeSchema);
+const checkEmpty = compile(Empty);
+
+function firstError(c: { Errors(v: unknown): Iterable<{ path: string; message: string }> }, v: unknown): string {
+  for (const e of c.Errors(v)) return `${e.path || '(message)'}: ${e.message}`;
+  return 'invalid message';
+}
+
+// ── options ─────────────────────────────────────────────────────────────────────────────────
+
+export interface GatewayOptions {
+  run: Run;
+  /** hello messages per IP per minute. */
+  helloPerMinute: number;
+  maxIslands: number;
+  /** Origins allowed besides same-origin; requests without an Origin header (Node islands) pass. */
+  allowOrigins: string[];
+  /** Per-socket messages per second (burst: 2 s worth). */
+  messagesPerSecond?: number;
+  /** Protocol violations (no ack, unknown event) before a disconnect. */
+  violationBudget?: number;
+  /** Dashboard stream period, ms (≥ 500: at most 2 messages per second). */
+  dashboardPeriodMs?: number;
+  heartbeatMs?: number;
+  log?: (line: string) => void;
+}
+
+type Ack = (r: unknown) => void;
+
+interface IslandSocketState {
+  islandId: string | null;
+  ip: string;
+  tokens: number;
+  refilledAt: number;
+  violations: number;
+}
+
+/** Token buckets keyed by IP (hello rate limit). */
+class RateLimiter {
+  private buckets = new Map<string, { tokens: number; at: number }>();
+  constructor(private perMinute: number) {}
+  take(key: string, now = Date.now()): boolean {
+    const cap = Math.max(1, this.perMinute);
+    const b = this.buckets.get(key) ?? { tokens: cap, at: now };
+    b.tokens = Math.min(cap, b.tokens + ((now - b.at) * cap) / 60_000);
+    b.at = now;
+    this.buckets.set(key, b);
+    if (this.buckets.size > 100_000) this.buckets.clear(); // bounded memory under a flood
+    if (b.tokens < 1) return false;
+    b.tokens -= 1;
+    return true;
+  }
+}
+
+const fail = (code: string, message: string) => ({ ok: false as const, error: { code, message } });
+const okv = <T>(value: T) => ({ ok: true as const, value });
+
+export class Gateway {
+  readonly io: Server;
+  readonly islands: Namespace;
+  readonly dashboard: Namespace;
+  /** The largest inbound socket.io packet: the largest legal frame plus headroom. */
+  readonly maxHttpBufferSize: number;
+  private readonly run: Run;
+  private readonly opts: GatewayOptions;
+  private readonly helloLimiter: RateLimiter;
+  /** Sockets by island id (usually one; a newer connection replaces an older one). */
+  private readonly socketsByIsland = new Map<string, Set<Socket>>();
+  private readonly islandJson = new Map<string, string>();
+  private dashTimer: ReturnType<typeof setInterval>;
+  private heartbeatTimer: ReturnType<typeof setInterval>;
+  private readonly log: (line: string) => void;
+  /** Counters for tests and the bench. */
+  stats = { violations: 0, oversize: 0, disconnectsForViolations: 0, dashboardMessages: 0 };
+
+  constructor(http: HttpServer, opts: GatewayOptions) {
+    this.run = opts.run;
+    this.opts = opts;
+    this.log = opts.log ?? (() => {});
+    this.helloLimiter = new RateLimiter(opts.helloPerMinute);
+    // Headroom over the legal frame: a somewhat oversized frame still arrives and gets E_OVERSIZE;
+    // only a grossly oversized one is cut by the transport (the island learnt the limit beforehand).
+    this.maxHttpBufferSize = this.run.maxFrameBytes + Math.max(1 << 20, this.run.maxFrameBytes >> 3);
+    this.io = new Server(http, {
+      path: '/socket.io',
+      serveClient: false,
+      maxHttpBufferSize: this.maxHttpBufferSize,
+      // Frames are already compressed; per-message deflate would only burn CPU.
+      perMessageDeflate: false,
+      httpCompression: false,
+      pingInterval: 10_000,
+      pingTimeout: 10_000,
+      connectTimeout: 20_000,
+      allowRequest: (req, cb) => cb(null, this.originAllowed(req)),
+    });
+    this.islands = this.io.of('/island');
+    this.dashboard = this.io.of('/dashboard');
+    this.islands.on('connection', (s) => this.onIsland(s));
+    this.dashboard.on('connection', (s) => this.onDashboard(s));
+    // socket.io's own engine errors (e.g. a packet above maxHttpBufferSize): say why in the log
+    this.io.engine.on('connection_error', (e: { code: number; message: string }) => this.log(`socket.io connection error ${e.code}: ${e.message}`));
+
+    this.run.onUpdate = (u) => {
+      const n = this.islands.adapter.rooms.get('islands')?.size ?? 0;
+      this.islands.to('islands').emit('update', u);
+      this.run.noteBytesOut(n * (u.frame.length + 256));
+    };
+    this.run.onBan = (id) => {
+      for (const s of this.socketsByIsland.get(id) ?? []) {
+        s.emit('banned', { code: ErrorCode.BANNED, message: 'this island was banned by the run admin' });
+        s.disconnect(true);
+      }
+    };
+    const period = Math.max(500, opts.dashboardPeriodMs ?? 500);
+    this.dashTimer = setInterval(() => this.streamDashboard(), period);
+    this.dashTimer.unref();
+    this.heartbeatTimer = setInterval(() => {
+      for (const id of this.socketsByIsland.keys()) this.run.heartbeat(id);
+    }, opts.heartbeatMs ?? 10_000);
+    this.heartbeatTimer.unref();
+  }
+
+  private originAllowed(req: IncomingMessage): boolean {
+    const origin = req.headers.origin;
+    if (!origin) return true; // Node islands, curl: not a browser, CORS does not apply
+    try {
+      const u = new URL(origin);
+      if (u.host === req.headers.host) return true;
+    } catch { return false; }
+    return this.opts.allowOrigins.includes(origin);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.dashTimer);
+    clearInterval(this.heartbeatTimer);
+    this.io.disconnectSockets(true);
+    await new Promise<void>((r) => this.io.close(() => r()));
+  }
+
+  /** Island sockets connected now (for tests). */
+  get islandSockets(): number {
+    return this.islands.sockets.size;
+  }
+
+  // ── islands ───────────────────────────────────────────────────────────────────────────────
+
+  private onIsland(socket: Socket): void {
+    const ip = socket.handshake.address;
+    const st: IslandSocketState = { islandId: null, ip, tokens: 0, refilledAt: Date.now(), violations: 0 };
+    const rate = this.opts.messagesPerSecond ?? 100;
+    st.tokens = 2 * rate;
+    const budget = this.opts.violationBudget ?? 32;
+
+    const violation = (code: string, message: string) => {
+      this.stats.violations++;
+      st.violations++;
+      socket.emit('protocol_error', { code, message });
+      if (st.violations > budget) {
+        this.stats.disconnectsForViolations++;
+        socket.disconnect(true);
+      }
+    };
+    const allow = (): boolean => {
+      const now = Date.now();
+      st.tokens = Math.min(2 * rate, st.tokens + ((now - st.refilledAt) * rate) / 1000);
+      st.refilledAt = now;
+      if (st.tokens < 1) return false;
+      st.tokens -= 1;
+      return true;
+    };
+    /** Wraps a handler: ack present, rate limit, and no throw escapes. */
+    const handle = (event: string, fn: (payload: unknown, ack: Ack) => Promise<void> | void) => {
+      socket.on(event, (...args: unknown[]) => {
+        const ack = args[args.length - 1];
+        if (typeof ack !== 'function' || args.length > 2) {
+          violation(ErrorCode.BAD_REQUEST, `'${event}' must be sent with one payload and an ack callback`);
+          return;
+        }
+        const reply = ack as Ack;
+        if (!allow()) {
+          reply(fail(GatewayError.RATE_LIMIT, 'too many messages: slow down'));
+          return;
+        }
+        const payload = args.length === 2 ? args[0] : undefined;
+        Promise.resolve()
+          .then(() => fn(payload, reply))
+          .catch((e: unknown) => {
+            this.log(`gateway: '${event}' handler failed: ${(e as Error)?.stack ?? String(e)}`);
+            try { reply(fail(GatewayError.INTERNAL, 'internal error')); } catch { /* socket gone */ }
+          });
+      });
+    };
+    const known = new Set(['hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'bye']);
+    socket.onAny((event: string) => {
+      if (!known.has(event)) violation(GatewayError.UNKNOWN_EVENT, `unknown event '${String(event).slice(0, 64)}'`);
+    });
+
+    handle('hello', async (payload, ack) => {
+      if (st.islandId) return ack(fail(ErrorCode.BAD_REQUEST, 'this connection already said hello'));
+      if (!this.helloLimiter.take(ip)) return ack(fail(GatewayError.RATE_LIMIT, 'too many hellos from this address: retry later'));
+      if (!checkHello.Check(payload)) return ack(fail(ErrorCode.BAD_REQUEST, `hello: ${firstError(checkHello, payload)}`));
+      const problem = validateHello(payload);
+      if (problem) return ack(fail(ErrorCode.BAD_REQUEST, `hello: ${problem}`));
+      const h = payload as Static<typeof HelloSchema>;
+      if (h.protocolVersion !== PROTOCOL_VERSION) {
+        return ack(fail(ErrorCode.PROTOCOL_VERSION, `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`));
+      }
+      if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(fail(GatewayError.FULL, 'the server holds its maximum number of islands: retry later'));
+      // Resuming an identity needs the token the server handed out with it.
+      const resume = h.resumeIslandId !== undefined && this.run.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
+      const r = await this.run.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
+      if (!r.ok) return ack(fail(r.error.code, r.error.message));
+      if (!socket.connected) return;
+      const id = r.value.islandId;
+      for (const old of this.socketsByIsland.get(id) ?? []) {
+        old.emit('protocol_error', { code: 'E_REPLACED', message: 'a newer connection took over this island' });
+        old.disconnect(true);
+      }
+      st.islandId = id;
+      this.bind(id, socket);
+      socket.join('islands');
+      const d = this.run.durableParams();
+      ack(okv({
+        islandId: id,
+        resumeToken: this.run.resumeToken(id),
+        assignment: r.value.assignment,
+        version: d.version,
+        hash: d.hash,
+        protocolVersion: PROTOCOL_VERSION,
+        maxFrameBytes: this.run.maxFrameBytes,
+        maxHttpBufferSize: this.maxHttpBufferSize,
+        serverTime: Date.now(),
+        resumed: resume !== undefined,
+      }));
+    });
+
+    handle('delta', async (payload, ack) => {
+      const bytes = payload && typeof payload === 'object' && (payload as { frame?: unknown }).frame instanceof Uint8Array
+        ? ((payload as { frame: Uint8Array }).frame.length) : 0;
+      if (!st.islandId) return ack(fail(GatewayError.NO_HELLO, 'say hello first'));
+      if (!checkDelta.Check(payload)) {
+        this.run.noteRejected(ErrorCode.BAD_REQUEST, bytes);
+        return ack(fail(ErrorCode.BAD_REQUEST, `delta: ${firstError(checkDelta, payload)}`));
+      }
+      const { meta: raw, frame } = payload as Static<typeof DeltaSchema>;
+      if (frame.length > this.run.maxFrameBytes) {
+        this.stats.oversize++;
+        this.run.noteRejected(GatewayError.OVERSIZE, bytes);
+        return ack(fail(GatewayError.OVERSIZE, `frame of ${frame.length} bytes exceeds the largest legal frame (${this.run.maxFrameBytes} bytes)`));
+      }
+      const meta: DeltaMeta = {
+        ...raw,
+        lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN,
+      };
+      const problem = validateDeltaMeta(meta);
+      if (problem) {
+        this.run.noteRejected(ErrorCode.BAD_REQUEST, bytes);
+        return ack(fail(ErrorCode.BAD_REQUEST, `delta: ${problem}`));
+      }
+      if (meta.islandId !== st.islandId) {
+        this.run.noteRejected(ErrorCode.BAD_REQUEST, bytes);
+        return ack(fail(ErrorCode.BAD_REQUEST, `delta for island ${meta.islandId} on the connection of ${st.islandId}`));
+      }
+      const a = await this.run.submit(meta, frame);
+      ack(okv(a));
+    });
+
+    handle('nextAssignment', async (payload, ack) => {
+      if (!st.islandId) return ack(fail(GatewayError.NO_HELLO, 'say hello first'));
+      if (!checkEmpty.Check(payload)) return ack(fail(ErrorCode.BAD_REQUEST, 'nextAssignment takes no payload'));
+      const r: { ok: true; value: Assignment } | { ok: false; error: { code: string; message: string } } = await this.run.nextAssignment(st.islandId);
+      if (socket.connected) ack(r.ok ? okv(r.value) : fail(r.error.code, r.error.message));
+    });
+
+    handle('updates', async (payload, ack) => {
+      if (!st.islandId) return ack(fail(GatewayError.NO_HELLO, 'say hello first'));
+      if (!checkUpdates.Check(payload)) return ack(fail(ErrorCode.BAD_REQUEST, `updates: ${firstError(checkUpdates, payload)}`));
+      const r = this.run.updatesSince((payload as Static<typeof UpdatesSchema>).fromVersion);
+      if (!r.ok) return ack(fail(r.error.code, r.error.message));
+      let bytes = 0;
+      for (const u of r.value) bytes += u.frame.length + 256;
+      this.run.noteBytesOut(bytes);
+      ack(okv(r.value));
+    });
+
+    handle('fetchModel', async (payload, ack) => {
+      if (!st.islandId) return ack(fail(GatewayError.NO_HELLO, 'say hello first'));
+      if (!checkEmpty.Check(payload)) return ack(fail(ErrorCode.BAD_REQUEST, 'fetchModel takes no payload'));
+      const d = this.run.durableParams();
+      const bytes = new Uint8Array(d.params.buffer, d.params.byteOffset, d.params.byteLength);
+      this.run.noteBytesOut(bytes.length);
+      ack(okv({ version: d.version, hash: d.hash, params: bytes }));
+    });
+
+    handle('bye', async (payload, ack) => {
+      if (!checkBye.Check(payload ?? {})) return ack(fail(ErrorCode.BAD_REQUEST, `bye: ${firstError(checkBye, payload)}`));
+      const reason = (payload as Static<typeof ByeSchema> | undefined)?.reason ?? 'bye';
+      if (st.islandId) {
+        const id = st.islandId;
+        this.unbind(id, socket);
+        st.islandId = null;
+        if (!this.socketsByIsland.has(id)) this.run.leave(id, reason.slice(0, 256));
+      }
+      ack(okv({}));
+      setTimeout(() => socket.disconnect(true), 50);
+    });
+
+    socket.on('disconnect', (reason) => {
+      const id = st.islandId;
+      if (!id) return;
+      st.islandId = null;
+      this.unbind(id, socket);
+      if (!this.socketsByIsland.has(id)) {
+        this.run.forgetWaiters(id);
+        this.run.leave(id, `disconnected: ${reason}`);
+      }
+    });
+  }
+
+  private bind(id: string, socket: Socket): void {
+    let set = this.socketsByIsland.get(id);
+    if (!set) {
+      set = new Set();
+      this.socketsByIsland.set(id, set);
+    }
+    set.add(socket);
+    this.run.connected.set(id, set.size);
+    this.run.metrics.islandsOnline.set(this.socketsByIsland.size);
+  }
+
+  private unbind(id: string, socket: Socket): void {
+    const set = this.socketsByIsland.get(id);
+    if (!set) return;
+    set.delete(socket);
+    if (set.size === 0) {
+      this.socketsByIsland.delete(id);
+      this.run.connected.delete(id);
+    } else this.run.connected.set(id, set.size);
+    this.run.metrics.islandsOnline.set(this.socketsByIsland.size);
+  }
+
+  // ── dashboard ─────────────────────────────────────────────────────────────────────────────
+
+  private onDashboard(socket: Socket): void {
+    // Read-only: nothing a dashboard sends is handled. First message: the status, so the page is
+    // live before the next tick; it loads islands and history over REST.
+    socket.emit('tick', { status: this.run.status() });
+    socket.onAny(() => { /* ignored: the stream is read-only */ });
+  }
+
+  /** One message per period at most: status, changed islands, new or changed history points. */
+  private streamDashboard(): void {
+    const points = this.run.takeDirtyHistory();
+    if (this.dashboard.sockets.size === 0) {
+      this.islandJson.clear();
+      return;
+    }
+    const changed: IslandView[] = [];
+    for (const isl of this.run.islands()) {
+      const j = JSON.stringify(isl);
+      if (this.islandJson.get(isl.id) === j) continue;
+      this.islandJson.set(isl.id, j);
+      changed.push(isl);
+    }
+    this.dashboard.emit('tick', { status: this.run.status(), islands: { changed, removed: [] }, history: points });
+    this.stats.dashboardMessages++;
+  }
+}

@@ -1,0 +1,141 @@
+// A headless island in Node: the shared IslandRuntime with the socket.io transport and a CPU or
+// WebGPU (Dawn) engine. `atoll island` runs it; tests and the bench run it in-process or as a child.
+
+import { IslandRuntime, type IslandEvent, type IslandRunSummary } from '../client/island/runtime.ts';
+import type { GPTConfig } from '../core/model/config.ts';
+import { createEngine, type EngineKind } from './engines.ts';
+import { SocketIoTransport, backoff } from './transport-socketio.ts';
+
+export interface NodeIslandOptions {
+  server: string;
+  engine: EngineKind;
+  name?: string;
+  /** Micro-batch this island can run (default: the run's). */
+  batch?: number;
+  /** Fraction of time spent computing (default 1). */
+  dutyCycle?: number;
+  /** Give up after the server has been unreachable this long (default 10 min). */
+  maxOutageMs?: number;
+  /** Progress line on stderr: 'tty' rewrites one line, 'lines' prints one per round, 'none'. */
+  progress?: 'tty' | 'lines' | 'none';
+  /** Sees every runtime event (tests record acks here). */
+  onEvent?: (e: IslandEvent, transport: SocketIoTransport) => void;
+  /** Installs SIGINT/SIGTERM handlers: first stops cleanly, second exits (default false). */
+  handleSignals?: boolean;
+}
+
+export interface NodeIsland {
+  runtime: IslandRuntime;
+  transport: SocketIoTransport;
+  done: Promise<IslandRunSummary>;
+  /** Stops after the current step; an in-flight delta still gets its ack. */
+  stop(): void;
+}
+
+interface RunInfoLite {
+  model: GPTConfig;
+  batch: number;
+  name: string;
+}
+
+async function getJson(url: string): Promise<unknown> {
+  const res = await fetch(url);
+  if (!res.ok) throw new Error(`GET ${url} answered ${res.status}`);
+  return res.json();
+}
+
+async function getBytes(url: string): Promise<Uint8Array> {
+  const res = await fetch(url);
+  if (!res.ok) throw new Error(`GET ${url} answered ${res.status}`);
+  return new Uint8Array(await res.arrayBuffer());
+}
+
+/** Retries `f` with backoff until it succeeds or `maxMs` have passed. */
+async function retry<T>(what: string, maxMs: number, f: () => Promise<T>, say: (s: string) => void): Promise<T> {
+  const t0 = Date.now();
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (Date.now() - t0 > maxMs) throw Object.assign(new Error(`${what}: ${(e as Error).message}`), { code: 'E_UNREACHABLE' });
+      if (attempt === 0) say(`${what}: ${(e as Error).message}; retrying`);
+      await new Promise((r) => setTimeout(r, backoff(attempt, 500, 10_000, 0.5)));
+    }
+  }
+}
+
+export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland> {
+  const base = o.server.replace(/\/+$/, '');
+  const mode = o.progress ?? 'none';
+  const say = (s: string) => { if (mode !== 'none') process.stderr.write(`${mode === 'tty' ? '\r\x1b[K' : ''}${s}\n`); };
+  const maxOutageMs = o.maxOutageMs ?? 600_000;
+  const info = (await retry('cannot reach the server', maxOutageMs, () => getJson(`${base}/api/run`), say)) as RunInfoLite;
+  const train = await retry('cannot download the training data', maxOutageMs, () => getBytes(`${base}/api/data/train`), say);
+  const batch = o.batch ?? info.batch ?? 8;
+  const engine = await createEngine(o.engine, { config: info.model, maxBatch: batch });
+  say(`atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, batch ${batch}, ${train.length.toLocaleString()} training bytes`);
+
+  const transport = new SocketIoTransport({
+    url: base,
+    maxOutageMs,
+    onConnection: (state, detail) => { if (state !== 'connected') say(`connection ${state}: ${detail}`); },
+  });
+  const runtime = new IslandRuntime({
+    engine, train, transport,
+    caps: { name: o.name, maxBatch: batch, batchSize: batch },
+    dutyCycle: o.dutyCycle,
+    // a transport failure is only reported after a long outage: retry a few of those too
+    maxRetries: 3,
+  });
+
+  let lastLine = 0;
+  let acked = 0;
+  let rejected = 0;
+  const line = (force = false) => {
+    if (mode === 'none') return;
+    const now = Date.now();
+    if (!force && mode === 'tty' && now - lastLine < 200) return;
+    if (!force && mode === 'lines') return;
+    lastLine = now;
+    const p = runtime.progress;
+    const mb = (transport.stats.bytesSent / 1e6).toFixed(2);
+    const text = `${p.islandId ?? '…'} | ${p.status} | round ${p.roundId ?? '-'} step ${p.step}/${p.of} | loss ${Number.isFinite(p.loss) ? p.loss.toFixed(3) : '-'} | ${p.tokensPerSec.toFixed(0)} tok/s | v${p.version} | sent ${mb} MB | acks ${acked} ok, ${rejected} rejected`;
+    process.stderr.write(mode === 'tty' ? `\r\x1b[K${text}` : `${text}\n`);
+  };
+  runtime.on((e) => {
+    if (e.type === 'submitted') {
+      if (e.ack.status === 'applied') acked++;
+      else rejected++;
+      line(true);
+    } else if (e.type === 'step') line();
+    else if (e.type === 'error') say(`island: ${e.error.code}: ${e.error.message}`);
+    o.onEvent?.(e, transport);
+  });
+
+  let stops = 0;
+  const onSignal = () => {
+    stops++;
+    if (stops === 1) {
+      say('stopping after this step (an in-flight delta still gets its ack); Ctrl-C again to quit now');
+      runtime.stop();
+    } else {
+      say('quitting now: the current round is abandoned (nothing acknowledged is lost)');
+      process.exit(130);
+    }
+  };
+  if (o.handleSignals) {
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  }
+  const done = runtime.start().then((summary) => {
+    if (o.handleSignals) {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    }
+    line(true);
+    if (mode === 'tty') process.stderr.write('\n');
+    engine.destroy();
+    return summary;
+  });
+  return { runtime, transport, done, stop: () => runtime.stop() };
+}

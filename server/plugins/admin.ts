@@ -1,0 +1,98 @@
+// Admin routes under /api/admin, behind `Authorization: Bearer <ATOLL_ADMIN_TOKEN>`.
+// Every change is durable (checkpointed, logged) before the 200 goes out.
+
+import { timingSafeEqual, createHash } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { Type, type Static } from '@sinclair/typebox';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import type { Encoding } from '../../core/codec/index.ts';
+import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
+import type { Run } from '../run.ts';
+
+export interface AdminOptions {
+  run: Run;
+  token: string;
+}
+
+/** The hyperparameters an admin may change while the run is live. */
+export const ConfigPatchSchema = Type.Object({
+  outerLr: Type.Optional(Type.Number({ minimum: 0, maximum: 10 })),
+  outerMomentum: Type.Optional(Type.Number({ minimum: 0, maximum: 0.999 })),
+  /** Target round time, seconds (0: fixed inner steps). */
+  roundTime: Type.Optional(Type.Number({ minimum: 0, maximum: 86_400 })),
+  quorum: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+  maxStaleness: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
+  codec: Type.Optional(Type.Union(['f32', 'f16', 'int8', 'int4', 'topk'].map((e) => Type.Literal(e)))),
+  innerSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
+}, { additionalProperties: false, minProperties: 1 });
+
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) });
+const BanBody = Type.Union([Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false }), Type.Null(), Type.Undefined()]);
+
+export function toCoordinatorPatch(b: Static<typeof ConfigPatchSchema>, current: { outer: object; uplink: object }): CoordinatorConfigPatch {
+  const p: CoordinatorConfigPatch = {};
+  if (b.outerLr !== undefined || b.outerMomentum !== undefined) {
+    p.outer = { ...current.outer, ...(b.outerLr !== undefined ? { lr: b.outerLr } : {}), ...(b.outerMomentum !== undefined ? { momentum: b.outerMomentum } : {}) };
+  }
+  if (b.roundTime !== undefined) p.targetRoundMs = Math.round(b.roundTime * 1000);
+  if (b.quorum !== undefined) p.quorum = b.quorum;
+  if (b.maxStaleness !== undefined) p.maxStaleness = b.maxStaleness;
+  if (b.codec !== undefined) p.uplink = { ...current.uplink, encoding: b.codec as Encoding };
+  if (b.innerSteps !== undefined) p.innerSteps = b.innerSteps;
+  return p;
+}
+
+export async function adminPlugin(app: FastifyInstance, opts: AdminOptions): Promise<void> {
+  const run = opts.run;
+  // Compare digests, so neither the length nor the content of the token leaks through timing.
+  const want = createHash('sha256').update(opts.token).digest();
+  const checkPatch = TypeCompiler.Compile(ConfigPatchSchema);
+  const checkId = TypeCompiler.Compile(IdParams);
+  const checkBan = TypeCompiler.Compile(BanBody);
+
+  app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
+    const h = req.headers.authorization;
+    const m = typeof h === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
+    const got = createHash('sha256').update(m ? m[1] : '').digest();
+    if (!m || !timingSafeEqual(got, want)) {
+      reply.header('www-authenticate', 'Bearer realm="atoll-admin"');
+      return reply.code(401).send({ error: { code: 'E_UNAUTHORIZED', message: 'admin routes need Authorization: Bearer <ATOLL_ADMIN_TOKEN>' } });
+    }
+  });
+
+  app.post('/api/admin/pause', async () => {
+    await run.pause();
+    return { ok: true, paused: true, version: run.version };
+  });
+
+  app.post('/api/admin/resume', async () => {
+    await run.resume();
+    return { ok: true, paused: false, version: run.version };
+  });
+
+  app.patch('/api/admin/config', async (req, reply) => {
+    if (!checkPatch.Check(req.body)) {
+      const e = [...checkPatch.Errors(req.body)][0];
+      return reply.code(400).send({ error: { code: 'E_BAD_CONFIG', message: e ? `${e.path || 'body'}: ${e.message}` : 'invalid config patch' } });
+    }
+    const cur = run.coord.config();
+    const r = await run.setConfig(toCoordinatorPatch(req.body as Static<typeof ConfigPatchSchema>, cur));
+    if (!r.ok) return reply.code(400).send({ error: r.error });
+    return { ok: true, config: r.value.coordinator };
+  });
+
+  app.post('/api/admin/checkpoint', async () => {
+    const c = await run.checkpointNow();
+    return { ok: true, ...c };
+  });
+
+  app.post('/api/admin/islands/:id/ban', async (req, reply) => {
+    if (!checkId.Check(req.params)) return reply.code(400).send({ error: { code: 'E_BAD_REQUEST', message: 'bad island id' } });
+    if (!checkBan.Check(req.body)) return reply.code(400).send({ error: { code: 'E_BAD_REQUEST', message: 'body: { reason?: string }' } });
+    const id = (req.params as Static<typeof IdParams>).id;
+    const reason = (req.body as { reason?: string } | null | undefined)?.reason ?? 'banned by admin';
+    const r = await run.ban(id, reason);
+    if (!r.ok) return reply.code(r.error.code === 'E_UNKNOWN_ISLAND' ? 404 : 400).send({ error: r.error });
+    return { ok: true, island: id, status: 'banned' };
+  });
+}

@@ -1,0 +1,200 @@
+// The run config of `atoll serve`: embedded defaults < a JSON file (--config) < flags. Stored as
+// <run-dir>/config.json; on resume the stored config wins, and a flag that contradicts a fixed part
+// of it (model, data, mode) is an error rather than a silent change of the run.
+
+import { readFileSync } from 'node:fs';
+import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, RUNTIME_KEYS, mergeConfig, validateCoordinatorConfig } from '../core/coord/index.ts';
+import { ENCODINGS, type Encoding } from '../core/codec/index.ts';
+import { type GPTConfig, type PresetName, PRESETS, getPreset, validateConfig } from '../core/model/config.ts';
+
+export interface RunConfig {
+  name: string;
+  description: string;
+  preset: PresetName | 'custom';
+  model: GPTConfig;
+  /** Corpus: 'moby-dick' (bundled) or a path to a .txt file / folder of .txt files. */
+  data: string;
+  /** θ init seed. */
+  seed: number;
+  coordinator: CoordinatorConfig;
+  eval: { batches: number; batchSize: number };
+  checkpoints: { keep: number };
+  limits: {
+    /** hello messages per IP per minute (socket.io). */
+    helloPerMinute: number;
+    /** REST requests per IP per minute. */
+    restPerMinute: number;
+    /** Concurrent island connections. */
+    maxIslands: number;
+  };
+  /** Origins allowed besides the server's own (CORS and socket.io); empty = closed. */
+  allowOrigins: string[];
+}
+
+/** What the serve flags can set (all optional: only given flags override). */
+export interface RunFlags {
+  preset?: string;
+  data?: string;
+  mode?: string;
+  codec?: string;
+  outerLr?: number;
+  outerMomentum?: number;
+  /** Target round time, seconds. */
+  roundTime?: number;
+  quorum?: number;
+  maxStaleness?: number;
+  innerSteps?: number;
+  name?: string;
+  description?: string;
+  seed?: number;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly code: string, message: string) { super(message); }
+}
+
+/** Per-preset island work: sequences are the model's context, rounds sized for the engines that run it. */
+const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches: number; evalBatchSize: number }> = {
+  tiny: { batchSize: 8, seqLen: 32, innerSteps: 20, targetRoundMs: 0, innerLr: { maxLr: 3e-3, minLr: 3e-4 }, evalBatches: 8, evalBatchSize: 8 },
+  small: { batchSize: 8, seqLen: 128, innerSteps: 50, targetRoundMs: 30_000, innerLr: { maxLr: 2e-3, minLr: 2e-4 }, evalBatches: 2, evalBatchSize: 4 },
+  base: { batchSize: 8, seqLen: 256, innerSteps: 100, targetRoundMs: 60_000, innerLr: { maxLr: 1e-3, minLr: 1e-4 }, evalBatches: 1, evalBatchSize: 4 },
+};
+
+export const DEFAULT_RUN_NAME = 'default';
+
+/** The embedded default: `small`, Moby-Dick, sync DiLoCo, int8 deltas. */
+export function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
+  const { evalBatches, evalBatchSize, ...coord } = PRESET_DEFAULTS[preset];
+  return {
+    name: DEFAULT_RUN_NAME,
+    description: 'A small GPT learning Moby-Dick byte by byte, trained by volunteers’ browsers and GPU servers together.',
+    preset,
+    model: getPreset(preset),
+    data: 'moby-dick',
+    seed: 1337,
+    coordinator: mergeConfig(DEFAULT_COORDINATOR_CONFIG, {
+      ...coord,
+      mode: 'sync',
+      outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+      uplink: { encoding: 'int8', blockSize: 64 },
+      // The server keeps its own history (with eval losses); the coordinator's copy only feeds snapshots.
+      historyLimit: 64,
+      keepUpdates: 32,
+      islandTimeoutMs: 60_000,
+    }),
+    eval: { batches: evalBatches, batchSize: evalBatchSize },
+    checkpoints: { keep: 5 },
+    limits: { helloPerMinute: 120, restPerMinute: 600, maxIslands: 5000 },
+    allowOrigins: [],
+  };
+}
+
+function flagPatch(f: RunFlags): CoordinatorConfigPatch {
+  const p: CoordinatorConfigPatch = {};
+  if (f.mode !== undefined) {
+    if (f.mode !== 'sync' && f.mode !== 'async') throw new ConfigError('E_BAD_CONFIG', `--mode must be sync or async, got '${f.mode}'`);
+    p.mode = f.mode;
+  }
+  if (f.codec !== undefined) {
+    if (!ENCODINGS.includes(f.codec as Encoding)) throw new ConfigError('E_BAD_CONFIG', `--codec must be one of ${ENCODINGS.join('|')}, got '${f.codec}'`);
+    p.uplink = { encoding: f.codec as Encoding };
+  }
+  const outer: Partial<CoordinatorConfig['outer']> = {};
+  if (f.outerLr !== undefined) outer.lr = f.outerLr;
+  if (f.outerMomentum !== undefined) outer.momentum = f.outerMomentum;
+  if (Object.keys(outer).length) p.outer = outer;
+  if (f.roundTime !== undefined) p.targetRoundMs = Math.round(f.roundTime * 1000);
+  if (f.quorum !== undefined) p.quorum = f.quorum;
+  if (f.maxStaleness !== undefined) p.maxStaleness = f.maxStaleness;
+  if (f.innerSteps !== undefined) p.innerSteps = f.innerSteps;
+  return p;
+}
+
+/** A JSON run file: any subset of RunConfig; `coordinator` may be partial. */
+export type RunConfigFile = Omit<Partial<RunConfig>, 'coordinator'> & { coordinator?: CoordinatorConfigPatch };
+
+export function readConfigFile(path: string): RunConfigFile {
+  let text: string;
+  try { text = readFileSync(path, 'utf8'); } catch (e) {
+    throw new ConfigError('E_CONFIG_MISSING', `cannot read --config '${path}': ${(e as Error).message}`);
+  }
+  try {
+    const v = JSON.parse(text) as unknown;
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('not a JSON object');
+    return v as RunConfigFile;
+  } catch (e) {
+    throw new ConfigError('E_BAD_CONFIG', `--config '${path}': ${(e as Error).message}`);
+  }
+}
+
+/** Builds a fresh run's config from an optional file and the flags. */
+export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): RunConfig {
+  const presetName = flags.preset ?? (file?.preset && file.preset !== 'custom' ? file.preset : undefined) ?? 'small';
+  if (!(presetName in PRESETS)) throw new ConfigError('E_BAD_CONFIG', `unknown preset '${presetName}' (expected ${Object.keys(PRESETS).join(', ')})`);
+  const base = defaultRunConfig(presetName as PresetName);
+  const { coordinator: _c, ...fileRest } = file ?? {};
+  const cfg: RunConfig = {
+    ...base,
+    ...fileRest,
+    preset: file?.model && !flags.preset ? 'custom' : (presetName as PresetName),
+    model: flags.preset ? getPreset(presetName) : (file?.model ?? base.model),
+    coordinator: mergeConfig(base.coordinator, file?.coordinator ?? {}),
+    eval: { ...base.eval, ...(file?.eval ?? {}) },
+    checkpoints: { ...base.checkpoints, ...(file?.checkpoints ?? {}) },
+    limits: { ...base.limits, ...(file?.limits ?? {}) },
+    allowOrigins: file?.allowOrigins ?? base.allowOrigins,
+  };
+  if (file?.model && cfg.preset === 'custom') {
+    // a custom model keeps its own context length unless the file says otherwise
+    if (file.coordinator?.seqLen === undefined) cfg.coordinator.seqLen = Math.min(cfg.coordinator.seqLen, cfg.model.blockSize);
+  }
+  if (flags.data !== undefined) cfg.data = flags.data;
+  if (flags.name !== undefined) cfg.name = flags.name;
+  if (flags.description !== undefined) cfg.description = flags.description;
+  if (flags.seed !== undefined) cfg.seed = flags.seed;
+  cfg.coordinator = mergeConfig(cfg.coordinator, flagPatch(flags));
+  // Async DiLoCo applies each Δ on arrival: the delayed Nesterov of Async Local-SGD, unless set explicitly.
+  const outerGiven = file?.coordinator?.outer?.kind !== undefined;
+  if (cfg.coordinator.mode === 'async' && !outerGiven) cfg.coordinator.outer.kind = 'delayed-nesterov';
+  validateRunConfig(cfg);
+  return cfg;
+}
+
+/**
+ * Resuming: the stored config, with the flags' runtime knobs applied on top. Flags that would change
+ * what the run is (model, data, mode) must agree with it.
+ */
+export function resumeRunConfig(stored: RunConfig, flags: RunFlags): { config: RunConfig; patch: CoordinatorConfigPatch } {
+  const problems: string[] = [];
+  if (flags.preset !== undefined && flags.preset !== stored.preset) problems.push(`--preset ${flags.preset} (run uses ${stored.preset})`);
+  if (flags.data !== undefined && flags.data !== stored.data) problems.push(`--data ${flags.data} (run uses ${stored.data})`);
+  if (flags.mode !== undefined && flags.mode !== stored.coordinator.mode) problems.push(`--mode ${flags.mode} (run uses ${stored.coordinator.mode})`);
+  if (flags.seed !== undefined && flags.seed !== stored.seed) problems.push(`--seed ${flags.seed} (run uses ${stored.seed})`);
+  if (problems.length) {
+    throw new ConfigError('E_CONFIG_MISMATCH', `the run folder holds a different run: ${problems.join(', ')}. Use another --run-dir or --name to start a new run.`);
+  }
+  const { mode: _m, ...patch } = flagPatch(flags);
+  const config: RunConfig = { ...stored, coordinator: mergeConfig(stored.coordinator, patch) };
+  if (flags.name !== undefined) config.name = flags.name;
+  if (flags.description !== undefined) config.description = flags.description;
+  validateRunConfig(config);
+  return { config, patch };
+}
+
+export function validateRunConfig(c: RunConfig): void {
+  try { validateConfig(c.model); } catch (e) { throw new ConfigError('E_BAD_CONFIG', (e as Error).message); }
+  const problems = validateCoordinatorConfig(c.coordinator);
+  if (c.coordinator.seqLen > c.model.blockSize) problems.push(`seqLen ${c.coordinator.seqLen} exceeds the model's blockSize ${c.model.blockSize}`);
+  if (typeof c.name !== 'string' || !/^[\w.-]{1,64}$/.test(c.name)) problems.push(`name must be 1-64 of [A-Za-z0-9_.-], got '${c.name}'`);
+  const posInt = (k: string, v: unknown) => { if (!Number.isInteger(v) || (v as number) < 1) problems.push(`${k} must be a positive integer`); };
+  posInt('eval.batches', c.eval.batches);
+  posInt('eval.batchSize', c.eval.batchSize);
+  posInt('checkpoints.keep', c.checkpoints.keep);
+  posInt('limits.helloPerMinute', c.limits.helloPerMinute);
+  posInt('limits.restPerMinute', c.limits.restPerMinute);
+  posInt('limits.maxIslands', c.limits.maxIslands);
+  if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
+}
+
+/** The admin PATCH body → a coordinator patch of runtime keys only. */
+export const ADMIN_KEYS = RUNTIME_KEYS;

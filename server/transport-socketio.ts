@@ -1,0 +1,375 @@
+// The island's Transport (client/island/transport.ts) over socket.io, for the Node island and the
+// browser's worker alike: no node: imports, only socket.io-client and fetch.
+//
+// It hides the network's moods from the runtime: socket.io-client reconnects with jittered
+// exponential backoff; on every reconnection this transport says hello again with the island's id
+// and resume token before anything else goes out, then re-sends whatever was in flight (every
+// request is idempotent on the server: a re-sent delta gets the original delta's ack). A request
+// fails with E_TRANSPORT only after the server has been unreachable for `maxOutageMs`.
+
+import { io, type Socket } from 'socket.io-client';
+import { decodeCheckpoint } from '../core/checkpoint.ts';
+import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../core/protocol.ts';
+import { type Result, err, ok } from '../core/result.ts';
+import type { HelloResult, Transport } from '../client/island/transport.ts';
+
+export interface SocketIoTransportOptions {
+  /** Server base URL, e.g. http://localhost:8080 (the page's origin in a browser). */
+  url: string;
+  /** Reconnection backoff: first delay, cap, and jitter (± fraction). */
+  reconnectDelayMs?: number;
+  reconnectDelayMaxMs?: number;
+  jitter?: number;
+  /** Give a request up (E_TRANSPORT) after the server has been unreachable this long. */
+  maxOutageMs?: number;
+  /** Requests that should answer quickly (hello, updates) are re-sent after this long. */
+  requestTimeoutMs?: number;
+  /** Called when the connection goes up or down (progress lines, the volunteer page). */
+  onConnection?: (state: 'connected' | 'disconnected' | 'resumed' | 'failed', detail: string) => void;
+  fetch?: typeof fetch;
+}
+
+type Wire<T> = { ok: true; value: T } | { ok: false; error: { code: string; message: string } };
+
+/** What the server's hello ack carries besides the HelloResult. */
+export interface HelloIdentity {
+  islandId: string;
+  resumeToken: string;
+  version: number;
+  hash: string;
+  maxFrameBytes: number;
+  maxHttpBufferSize: number;
+  protocolVersion: number;
+  serverTime: number;
+  resumed: boolean;
+}
+
+const DISCONNECTED = Symbol('disconnected');
+const TIMEOUT = Symbol('timeout');
+
+/** socket.io gives Node a Buffer and browsers an ArrayBuffer: both become a Uint8Array. */
+function bytes(x: unknown): Uint8Array | null {
+  if (x instanceof Uint8Array) return x;
+  if (x instanceof ArrayBuffer) return new Uint8Array(x);
+  if (ArrayBuffer.isView(x)) return new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
+  return null;
+}
+
+function toUpdate(m: unknown): UpdateMsg | null {
+  if (!m || typeof m !== 'object') return null;
+  const u = m as UpdateMsg;
+  const frame = bytes(u.frame);
+  if (!frame || typeof u.version !== 'number' || typeof u.prevVersion !== 'number' || typeof u.hash !== 'string') return null;
+  return { ...u, frame, trainLoss: typeof u.trainLoss === 'number' ? u.trainLoss : NaN };
+}
+
+export class SocketIoTransport implements Transport {
+  private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch'>> & Pick<SocketIoTransportOptions, 'onConnection'>;
+  private readonly socket: Socket;
+  private readonly fetchFn: typeof fetch;
+  private identity: HelloIdentity | null = null;
+  private helloMsg: HelloMsg | null = null;
+  /** Connected and (after the first hello) identified: requests may go out. */
+  private ready = false;
+  private readyWaiters: Array<() => void> = [];
+  private inflight = new Set<(v: typeof DISCONNECTED) => void>();
+  private readonly listeners = new Set<(m: UpdateMsg) => void>();
+  private downSince: number | null = Date.now();
+  private fatal: { code: string; message: string } | null = null;
+  private closed = false;
+  /** Traffic and connection counters (progress lines, tests). */
+  readonly stats = { bytesSent: 0, bytesReceived: 0, connects: 0, reconnects: 0, resumes: 0 };
+
+  constructor(opts: SocketIoTransportOptions) {
+    this.opts = {
+      url: opts.url.replace(/\/+$/, ''),
+      reconnectDelayMs: opts.reconnectDelayMs ?? 500,
+      reconnectDelayMaxMs: opts.reconnectDelayMaxMs ?? 10_000,
+      jitter: opts.jitter ?? 0.5,
+      maxOutageMs: opts.maxOutageMs ?? 120_000,
+      requestTimeoutMs: opts.requestTimeoutMs ?? 60_000,
+      onConnection: opts.onConnection,
+    };
+    this.fetchFn = opts.fetch ?? ((...a: Parameters<typeof fetch>) => fetch(...a));
+    this.socket = io(`${this.opts.url}/island`, {
+      path: '/socket.io',
+      transports: ['websocket'],
+      reconnection: true,
+      reconnectionAttempts: Infinity,
+      reconnectionDelay: this.opts.reconnectDelayMs,
+      reconnectionDelayMax: this.opts.reconnectDelayMaxMs,
+      randomizationFactor: this.opts.jitter,
+      timeout: 20_000,
+    });
+    this.socket.on('connect', () => void this.onConnect());
+    this.socket.on('disconnect', (reason) => this.onDisconnect(String(reason)));
+    this.socket.on('connect_error', (e) => this.opts.onConnection?.('disconnected', `cannot reach ${this.opts.url}: ${e.message}`));
+    this.socket.on('update', (m: unknown) => {
+      const u = toUpdate(m);
+      if (!u) return;
+      this.stats.bytesReceived += u.frame.length;
+      for (const l of this.listeners) l(u);
+    });
+    this.socket.on('banned', (e: { code?: string; message?: string }) => {
+      this.fatal = { code: ErrorCode.BANNED, message: e?.message ?? 'banned' };
+    });
+  }
+
+  /** The identity the server gave (null before the first hello). */
+  get island(): HelloIdentity | null { return this.identity; }
+  get connected(): boolean { return this.ready; }
+
+  // ── Transport ─────────────────────────────────────────────────────────────────────────────
+
+  async hello(msg: HelloMsg): Promise<Result<HelloResult>> {
+    this.helloMsg = msg;
+    for (;;) {
+      const up = await this.waitConnected();
+      if (!up.ok) return up;
+      const r = await this.emit<HelloIdentity & { assignment: Assignment | null }>('hello', this.helloPayload(), this.opts.requestTimeoutMs);
+      if (r === DISCONNECTED || r === TIMEOUT) continue;
+      if (!r.ok) return err(r.error.code, r.error.message);
+      this.setIdentity(r.value);
+      this.markReady();
+      return ok({ islandId: r.value.islandId, assignment: r.value.assignment });
+    }
+  }
+
+  async fetchModel(): Promise<Result<ModelSnapshotMsg>> {
+    for (let attempt = 0; ; attempt++) {
+      const up = await this.waitReady();
+      if (!up.ok) return up;
+      try {
+        const res = await this.fetchFn(`${this.opts.url}/api/model`, { cache: 'no-store' });
+        if (!res.ok) throw new Error(`GET /api/model answered ${res.status}`);
+        const b = new Uint8Array(await res.arrayBuffer());
+        this.stats.bytesReceived += b.length;
+        const ck = decodeCheckpoint(b);
+        if (!ck.ok) return ck;
+        const version = Number(ck.value.meta.version);
+        const hash = ck.value.meta.hash;
+        if (!Number.isInteger(version) || typeof hash !== 'string') return err(ErrorCode.BAD_REQUEST, 'the model download has no version/hash');
+        return ok({ version, hash, params: ck.value.params });
+      } catch (e) {
+        if (this.closed) return err(ErrorCode.TRANSPORT, 'transport closed');
+        if (this.outageTooLong()) return err(ErrorCode.TRANSPORT, `model download failed: ${(e as Error).message}`);
+        await sleep(backoff(attempt, this.opts.reconnectDelayMs, this.opts.reconnectDelayMaxMs, this.opts.jitter));
+      }
+    }
+  }
+
+  async submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
+    const limit = this.identity?.maxFrameBytes;
+    if (limit !== undefined && frame.length > limit) {
+      // Never send what the server must refuse: say why here instead of a cut connection there.
+      return ok({ islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: meta.baseVersion,
+        error: { code: 'E_OVERSIZE', message: `frame of ${frame.length} bytes exceeds the server's limit of ${limit}` } });
+    }
+    for (;;) {
+      const up = await this.waitReady();
+      if (!up.ok) return up;
+      const r = await this.emit<AckMsg>('delta', { meta, frame }, 0);
+      if (r === DISCONNECTED || r === TIMEOUT) continue; // re-sent on the next connection: same seq, same ack
+      this.stats.bytesSent += frame.length;
+      if (r.ok) return ok(r.value);
+      if (r.error.code === 'E_RATE_LIMIT') { await sleep(1000); continue; }
+      if (r.error.code === 'E_NO_HELLO') { await this.resumeIdentity(); continue; }
+      // refused before the coordinator saw it (malformed, oversize): a rejection, not a network failure
+      return ok({ islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: meta.baseVersion, error: r.error });
+    }
+  }
+
+  async nextAssignment(): Promise<Result<Assignment>> {
+    for (;;) {
+      const up = await this.waitReady();
+      if (!up.ok) return up;
+      const r = await this.emit<Assignment>('nextAssignment', {}, 0);
+      if (r === DISCONNECTED || r === TIMEOUT) continue;
+      if (r.ok) return ok(r.value);
+      if (r.error.code === 'E_RATE_LIMIT') { await sleep(1000); continue; }
+      if (r.error.code === 'E_NO_HELLO') { await this.resumeIdentity(); continue; }
+      if (r.error.code === ErrorCode.TRANSPORT) { await sleep(200); continue; }
+      return err(r.error.code, r.error.message);
+    }
+  }
+
+  async fetchUpdates(fromVersion: number): Promise<Result<UpdateMsg[]>> {
+    for (;;) {
+      const up = await this.waitReady();
+      if (!up.ok) return up;
+      const r = await this.emit<unknown[]>('updates', { fromVersion }, this.opts.requestTimeoutMs);
+      if (r === DISCONNECTED || r === TIMEOUT) continue;
+      if (!r.ok) {
+        if (r.error.code === 'E_RATE_LIMIT') { await sleep(1000); continue; }
+        return err(r.error.code, r.error.message);
+      }
+      const out: UpdateMsg[] = [];
+      for (const m of r.value) {
+        const u = toUpdate(m);
+        if (!u) return err(ErrorCode.BAD_REQUEST, 'malformed update message from the server');
+        this.stats.bytesReceived += u.frame.length;
+        out.push(u);
+      }
+      return ok(out);
+    }
+  }
+
+  onUpdate(listener: (msg: UpdateMsg) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  async close(reason: string): Promise<void> {
+    if (this.closed) return;
+    if (this.ready && this.socket.connected) {
+      await this.emit('bye', { reason: reason.slice(0, 256) }, 2000);
+    }
+    this.closed = true;
+    this.ready = false;
+    this.socket.disconnect();
+    this.wakeAll();
+  }
+
+  /** Drops the connection without a bye (tests: a network cut; socket.io reconnects by itself). */
+  simulateDrop(): void {
+    this.socket.io.engine?.close();
+  }
+
+  // ── internals ─────────────────────────────────────────────────────────────────────────────
+
+  private helloPayload(): HelloMsg & { resumeToken?: string } {
+    const base = this.helloMsg!;
+    if (!this.identity) return base;
+    return { ...base, resumeIslandId: this.identity.islandId, resumeToken: this.identity.resumeToken };
+  }
+
+  private setIdentity(v: HelloIdentity): void {
+    this.identity = {
+      islandId: v.islandId, resumeToken: v.resumeToken, version: v.version, hash: v.hash, maxFrameBytes: v.maxFrameBytes,
+      maxHttpBufferSize: v.maxHttpBufferSize, protocolVersion: v.protocolVersion, serverTime: v.serverTime, resumed: v.resumed,
+    };
+  }
+
+  private async onConnect(): Promise<void> {
+    this.stats.connects++;
+    if (this.stats.connects > 1) this.stats.reconnects++;
+    this.downSince = null;
+    if (!this.identity) {
+      // first connection: hello() is (or will be) sending; requests wait for it
+      this.opts.onConnection?.('connected', this.opts.url);
+      this.wakeAll();
+      return;
+    }
+    await this.resumeIdentity();
+  }
+
+  /** Says hello again as the same island (after a reconnection) before anything else goes out. */
+  private async resumeIdentity(): Promise<void> {
+    if (!this.identity) return;
+    this.ready = false;
+    for (let attempt = 0; this.socket.connected && !this.closed; attempt++) {
+      const r = await this.emit<HelloIdentity & { assignment: Assignment | null }>('hello', this.helloPayload(), this.opts.requestTimeoutMs);
+      if (r === DISCONNECTED) return; // the next 'connect' tries again
+      if (r === TIMEOUT) continue;
+      if (!r.ok) {
+        if (r.error.code === 'E_RATE_LIMIT') { await sleep(backoff(attempt, 1000, 15_000, this.opts.jitter)); continue; }
+        this.fatal = r.error;
+        this.opts.onConnection?.('failed', `${r.error.code}: ${r.error.message}`);
+        this.wakeAll();
+        return;
+      }
+      if (r.value.islandId !== this.identity!.islandId) {
+        this.fatal = { code: 'E_IDENTITY', message: `the server did not resume island ${this.identity!.islandId} (gave ${r.value.islandId})` };
+        this.opts.onConnection?.('failed', this.fatal.message);
+        this.wakeAll();
+        return;
+      }
+      // The hello's assignment is dropped: the runtime asks for its next one when it needs it.
+      this.setIdentity(r.value);
+      this.stats.resumes++;
+      this.opts.onConnection?.('resumed', `as ${r.value.islandId} at version ${r.value.version}`);
+      this.markReady();
+      return;
+    }
+  }
+
+  private onDisconnect(reason: string): void {
+    this.ready = false;
+    this.downSince ??= Date.now();
+    for (const f of this.inflight) f(DISCONNECTED);
+    this.inflight.clear();
+    if (!this.closed) this.opts.onConnection?.('disconnected', reason);
+  }
+
+  private markReady(): void {
+    this.ready = true;
+    this.wakeAll();
+  }
+
+  private wakeAll(): void {
+    const w = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const f of w) f();
+  }
+
+  private outageTooLong(): boolean {
+    return this.downSince !== null && Date.now() - this.downSince > this.opts.maxOutageMs;
+  }
+
+  /** Waits until the socket is connected (for hello). */
+  private waitConnected(): Promise<Result<void>> {
+    return this.waitUntil(() => this.socket.connected);
+  }
+
+  /** Waits until connected and identified. */
+  private waitReady(): Promise<Result<void>> {
+    return this.waitUntil(() => this.ready);
+  }
+
+  private async waitUntil(cond: () => boolean): Promise<Result<void>> {
+    for (;;) {
+      if (this.closed) return err(ErrorCode.TRANSPORT, 'transport closed');
+      if (this.fatal) return err(this.fatal.code, this.fatal.message);
+      if (cond()) return ok(undefined);
+      if (this.outageTooLong()) return err(ErrorCode.TRANSPORT, `server unreachable for ${Math.round(this.opts.maxOutageMs / 1000)} s`);
+      // wake on a state change, or re-check every second (outage deadline)
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, 1000);
+        this.readyWaiters.push(() => { clearTimeout(t); resolve(); });
+      });
+    }
+  }
+
+  /** One emit with an ack; DISCONNECTED if the connection drops first, TIMEOUT after `timeoutMs` (0: none). */
+  private emit<T>(event: string, payload: unknown, timeoutMs: number): Promise<Wire<T> | typeof DISCONNECTED | typeof TIMEOUT> {
+    return new Promise((resolve) => {
+      let done = false;
+      let timer: ReturnType<typeof setTimeout> | null = null;
+      const finish = (v: Wire<T> | typeof DISCONNECTED | typeof TIMEOUT) => {
+        if (done) return;
+        done = true;
+        if (timer) clearTimeout(timer);
+        this.inflight.delete(onDrop);
+        resolve(v);
+      };
+      const onDrop = (v: typeof DISCONNECTED) => finish(v);
+      if (!this.socket.connected) return finish(DISCONNECTED);
+      this.inflight.add(onDrop);
+      if (timeoutMs > 0) timer = setTimeout(() => finish(TIMEOUT), timeoutMs);
+      this.socket.emit(event, payload, (res: unknown) => {
+        if (res && typeof res === 'object' && typeof (res as { ok?: unknown }).ok === 'boolean') finish(res as Wire<T>);
+        else finish({ ok: false, error: { code: ErrorCode.BAD_REQUEST, message: 'malformed answer from the server' } });
+      });
+    });
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Exponential backoff with ± jitter. */
+export function backoff(attempt: number, base: number, cap: number, jitter: number): number {
+  const d = Math.min(cap, base * 2 ** Math.min(attempt, 20));
+  return Math.max(0, d * (1 + jitter * (2 * Math.random() - 1)));
+}
