@@ -37,6 +37,7 @@ var<workgroup> row: array<f32, MAX_T>;
 var<workgroup> row2: array<f32, MAX_T>;
 var<workgroup> red: array<f32, WG>;
 
+// Reductions over the 64 threads (tree in workgroup memory); every thread gets the result.
 fn block_sum(x: f32, lid: u32) -> f32 {
   red[lid] = x;
   workgroupBarrier();
@@ -45,7 +46,7 @@ fn block_sum(x: f32, lid: u32) -> f32 {
     workgroupBarrier();
   }
   let r = red[0];
-  workgroupBarrier();
+  workgroupBarrier(); // red is reused by the next call
   return r;
 }
 

@@ -44,6 +44,7 @@ struct Step {
 
 var<workgroup> red: array<f32, 256>;
 
+// Reduction over the first n threads (tree in workgroup memory); every thread gets the result.
 fn block_reduce(x: f32, lid: u32, n: u32, is_max: bool) -> f32 {
   red[lid] = x;
   workgroupBarrier();

@@ -26,7 +26,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read> dout: array<f32>;      // (B,T,C)
 
 const WG: u32 = 64u;
-var<workgroup> tok: array<u32, WG>;
+const CHUNK: u32 = 256u; // token ids staged per pass (4 per thread)
+var<workgroup> tok: array<u32, CHUNK>;
 
 fn flat_index(wid: vec3u, nwg: vec3u, lid: u32, wg: u32) -> u32 {
   return (wid.y * nwg.x + wid.x) * wg + lid;
@@ -50,10 +51,12 @@ fn encoder_backward_wte(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
   let c = wid.x * WG + lid;
   let BT = p.B * p.T;
   var acc = 0.0;
-  for (var base = 0u; base < BT; base += WG) {
-    if (base + lid < BT) { tok[lid] = inp[base + lid]; }
+  for (var base = 0u; base < BT; base += CHUNK) {
+    for (var j = lid; j < CHUNK; j += WG) {
+      if (base + j < BT) { tok[j] = inp[base + j]; }
+    }
     workgroupBarrier();
-    let n = min(WG, BT - base);
+    let n = min(CHUNK, BT - base);
     for (var j = 0u; j < n; j++) {
       if (tok[j] == v && c < p.C) { acc += dout[(base + j) * p.C + c]; }
     }

@@ -31,17 +31,26 @@ const WG: u32 = 64u;
 var<workgroup> red: array<f32, 256>;
 var<workgroup> red2: array<f32, 256>;
 
-// Sum over the 64 threads of a workgroup; every thread gets the result.
-fn block_sum(x: f32, lid: u32) -> f32 {
-  red[lid] = x;
+// Sum over the 64 threads (tree in workgroup memory); every thread gets the result.
+// Two values at once, so the backward's two reductions share their barriers.
+fn block_sum2(x: vec2<f32>, lid: u32) -> vec2<f32> {
+  red[lid] = x.x;
+  red2[lid] = x.y;
   workgroupBarrier();
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { red[lid] += red[lid + s]; }
+    if (lid < s) {
+      red[lid] += red[lid + s];
+      red2[lid] += red2[lid + s];
+    }
     workgroupBarrier();
   }
-  let r = red[0];
+  let r = vec2<f32>(red[0], red2[0]);
   workgroupBarrier(); // red is reused by the next call
   return r;
+}
+
+fn block_sum(x: f32, lid: u32) -> f32 {
+  return block_sum2(vec2<f32>(x, 0.0), lid).x;
 }
 
 @compute @workgroup_size(64)
@@ -82,8 +91,9 @@ fn layernorm_backward_dinp(@builtin(workgroup_id) wid: vec3u, @builtin(num_workg
     a += dnorm;
     b += dnorm * norm;
   }
-  let dnorm_mean = block_sum(a, lid) / f32(p.C);
-  let dnorm_norm_mean = block_sum(b, lid) / f32(p.C);
+  let sums = block_sum2(vec2<f32>(a, b), lid) / f32(p.C);
+  let dnorm_mean = sums.x;
+  let dnorm_norm_mean = sums.y;
   for (var i = lid; i < p.C; i += WG) {
     let norm = (inp[x + i] - m) * s;
     let dnorm = params[p.w_off + i] * dout[x + i];

@@ -1,0 +1,637 @@
+// The WebGPU training engine: the GPT of core/model/gpt.ts as WGSL kernels, with
+// parameters, gradients, Adam moments, θ_start and every activation resident on the GPU.
+//
+// - Pipelines, bind groups and uniform slots are built once in `create()`.
+// - `step()` is ONE queue.submit with no readback: forward, loss, backward, grad norm
+//   and clip scale, AdamW. The mean loss goes to a slot of a GPU loss ring; the ring
+//   is copied to a mappable buffer every `lossReadEvery` steps (as part of that
+//   step's submission) and by `takeLosses()`, and mapped without stalling a step.
+// - Nothing is zeroed per step: each kernel that first writes a gradient overwrites
+//   it, and only the two true fan-ins accumulate (the residual stream's gradient, and
+//   the tied wte that gets the LM head's and the embedding's gradient).
+// - Batches of any B ≤ maxBatch and T ≤ maxT: the shape only changes uniforms.
+// Works in Node (device from server/gpu.ts) and in a browser or Web Worker; no node: imports.
+
+import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
+import { type GPTConfig, paramLayout, validateConfig } from '../../core/model/config.ts';
+import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
+import { type Result, err, ok } from '../../core/result.ts';
+import { type DispatchSpec, KernelSet, MAX_STORAGE_BINDINGS, Program, STEP_UNIFORM_BYTES, type Shape, encodeStepUniform } from './webgpu-kernels.ts';
+import * as op from './webgpu-ops.ts';
+
+export interface WebGpuEngineOptions extends EngineOptions {
+  /** Shown as the engine's `device` (e.g. the adapter's description). */
+  adapterInfo?: string;
+  /** Size of the GPU loss ring: losses are copied off the GPU every this many steps (default 64). */
+  lossReadEvery?: number;
+}
+
+export interface DeviceLost {
+  reason: string;
+  message: string;
+}
+
+const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
+
+/** Dispatches in one training step (checked against what build() records). */
+const stepDispatches = (L: number) => 15 + 31 * L;
+
+/** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
+const EVAL_SLOTS = 16;
+
+// ---------------------------------------------------------------------------- sizing
+
+interface Plan {
+  /** Storage buffers: name → bytes. */
+  storage: Map<string, number>;
+  /** Mappable and uniform buffers: bytes. */
+  other: Map<string, number>;
+  maxT: number;
+  ring: number;
+  /** Largest grid dimension any dispatch uses. */
+  maxGroups: number;
+}
+
+const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
+
+function resolve(opts: WebGpuEngineOptions) {
+  const c = opts.config;
+  const maxT = opts.maxT ?? c.blockSize;
+  return { c, maxT, B: opts.maxBatch, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
+}
+
+/** Every buffer the engine allocates, sized for (maxBatch, maxT). */
+function plan(opts: WebGpuEngineOptions): Plan {
+  const { c, maxT, B, ring } = resolve(opts);
+  const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
+  const N = paramLayout(c).total;
+  const BT = B * maxT, ATT = B * NH * maxT * maxT;
+  const s = new Map<string, number>();
+  for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
+  const perLayer: Record<string, number> = {
+    ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, att: ATT,
+    residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: BT * 4 * C, fchGelu: BT * 4 * C, residual3: BT * C,
+  };
+  for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, f32b(n));
+  const single: Record<string, number> = {
+    encoded: BT * C, attproj: BT * C, fcproj: BT * C, lnf: BT * C, lnfMean: BT, lnfRstd: BT,
+    logits: BT * V, probs: BT * V, losses: BT,
+    // gradients of activations: one layer's worth, reused down the layers; the
+    // residual stream's gradient ping-pongs between dres0 and dres1
+    dlogits: BT * V, dln: BT * C, dres0: BT * C, dres1: BT * C, dres2: BT * C,
+    dqkv: BT * 3 * C, datty: BT * C, dproj: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, dpreatt: ATT,
+    inputs: BT, targets: BT,
+    ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
+  };
+  for (const [k, n] of Object.entries(single)) s.set(k, f32b(n));
+  const o = new Map<string, number>();
+  o.set('readback', f32b(N));
+  o.set('lossStaging', f32b(ring + EVAL_SLOTS));
+  o.set('stepUniform', 256);
+  // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
+  o.set('uniforms', (stepDispatches(L) + 1) * 256);
+  o.set('deltaUniforms', 256);
+  const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
+  return { storage: s, other: o, maxT, ring, maxGroups };
+}
+
+/** Bytes the engine allocates on the device for these options (what `gpuBytes` reports after create). */
+export function estimateGpuBytes(opts: WebGpuEngineOptions): number {
+  const p = plan(opts);
+  let total = 0;
+  for (const v of p.storage.values()) total += v;
+  for (const v of p.other.values()) total += v;
+  return total;
+}
+
+/**
+ * The device limits this config needs, for `adapter.requestDevice({ requiredLimits })`.
+ * Only what the engine uses; every value above the WebGPU defaults must be requested.
+ */
+export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number> {
+  const p = plan(opts);
+  const largestStorage = Math.max(...p.storage.values());
+  const largest = Math.max(largestStorage, ...p.other.values());
+  return {
+    maxStorageBufferBindingSize: largestStorage,
+    maxBufferSize: largest,
+    maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
+    maxUniformBufferBindingSize: 512,
+    maxBindGroups: 1,
+    maxComputeWorkgroupStorageSize: Math.max(8192, 8 * p.maxT + 256), // matmul tiles; attention's two rows of T
+    maxComputeInvocationsPerWorkgroup: 256,
+    maxComputeWorkgroupSizeX: 256,
+    maxComputeWorkgroupsPerDimension: Math.min(p.maxGroups, 65535),
+  };
+}
+
+const mib = (n: number) => `${(n / 2 ** 20).toFixed(n % 2 ** 20 === 0 ? 0 : 1)} MiB`;
+
+function limitShortfall(limits: Record<string, number>, have: GPUSupportedLimits, opts: WebGpuEngineOptions, who: string): Result<void> {
+  const have_ = have as unknown as Record<string, number>;
+  for (const [k, need] of Object.entries(limits)) {
+    const h = have_[k];
+    if (h === undefined || need <= h) continue;
+    const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? mib : String;
+    const { c, maxT, B } = resolve(opts);
+    return err('E_ADAPTER_TOO_SMALL',
+      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, batch ${B}×${maxT}; try a smaller batch or model)`);
+  }
+  return ok(undefined);
+}
+
+/** Whether the adapter can run this config; names the first limit it lacks. */
+export function checkAdapterFits(adapter: GPUAdapter, opts: WebGpuEngineOptions): Result<void> {
+  try {
+    validateOptions(opts);
+  } catch (e) {
+    return err('E_BAD_CONFIG', (e as Error).message);
+  }
+  return limitShortfall(requiredLimits(opts), adapter.limits, opts, 'adapter');
+}
+
+function validateOptions(opts: WebGpuEngineOptions): void {
+  validateConfig(opts.config);
+  const maxT = opts.maxT ?? opts.config.blockSize;
+  if (!Number.isInteger(maxT) || maxT < 1 || maxT > opts.config.blockSize) throw new Error(`maxT ${maxT} must be an integer in [1, blockSize ${opts.config.blockSize}]`);
+  if (!Number.isInteger(opts.maxBatch) || opts.maxBatch < 1) throw new Error(`maxBatch ${opts.maxBatch} must be a positive integer`);
+}
+
+function engineError(code: string, message: string): Error & { code: string } {
+  return Object.assign(new Error(`${code}: ${message}`), { code });
+}
+
+// ---------------------------------------------------------------------------- engine
+
+interface Drain {
+  done: Promise<number[]>;
+}
+
+export class WebGpuEngine implements TrainingEngine {
+  readonly kind = 'webgpu' as const;
+  readonly config: GPTConfig;
+  readonly device: string;
+  /** Resolves once if the GPU device is lost; then create a new engine and setParams. */
+  readonly lost: Promise<DeviceLost>;
+
+  private readonly gpu: GPUDevice;
+  private readonly N: number;
+  private readonly maxB: number;
+  private readonly maxT: number;
+  private readonly R: number;
+  private readonly buf: Map<string, GPUBuffer>;
+  private readonly staging: GPUBuffer[] = []; // loss staging buffers, all of them
+  private program!: Program;
+  private deltaProgram!: Program;
+  private fwdEnd = 0;  // dispatches [0, fwdEnd): forward to the logits
+  private lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
+  private readonly hyper: typeof ADAMW_DEFAULTS;
+  private readonly stepUniform = new ArrayBuffer(STEP_UNIFORM_BYTES);
+  private readonly tokIn: Uint32Array;
+  private readonly tokOut: Uint32Array;
+  private t = 0;           // AdamW steps (bias correction)
+  private steps = 0;       // steps enqueued by this engine (ring slot = steps % R)
+  private pending = 0;     // losses in the ring not yet copied out
+  private drains: Drain[] = [];
+  private freeStaging: GPUBuffer[] = [];
+  private readLock: Promise<unknown> = Promise.resolve();
+  private bytes = 0;
+  private isLost = false;
+  private destroyed = false;
+  private lostCallbacks = new Set<(l: DeviceLost) => void>();
+
+  private constructor(device: GPUDevice, opts: WebGpuEngineOptions) {
+    this.gpu = device;
+    this.config = { ...opts.config };
+    this.device = opts.adapterInfo ?? 'webgpu';
+    const r = resolve(opts);
+    this.maxB = r.B;
+    this.maxT = r.maxT;
+    this.R = r.ring;
+    this.N = paramLayout(this.config).total;
+    this.hyper = {
+      beta1: opts.beta1 ?? ADAMW_DEFAULTS.beta1,
+      beta2: opts.beta2 ?? ADAMW_DEFAULTS.beta2,
+      eps: opts.eps ?? ADAMW_DEFAULTS.eps,
+      weightDecay: opts.weightDecay ?? ADAMW_DEFAULTS.weightDecay,
+    };
+    this.tokIn = new Uint32Array(this.maxB * this.maxT);
+    this.tokOut = new Uint32Array(this.maxB * this.maxT);
+    this.buf = new Map();
+    this.lost = device.lost.then((info) => {
+      this.isLost = true;
+      const l = { reason: String(info.reason ?? 'unknown'), message: info.message };
+      for (const cb of this.lostCallbacks) cb(l);
+      return l;
+    });
+  }
+
+  /**
+   * Allocates everything and compiles every pipeline. Rejects with code
+   * E_ADAPTER_TOO_SMALL (naming the limit) when the device's limits are too small:
+   * request `requiredLimits(opts)` when creating the device.
+   */
+  static async create(device: GPUDevice, opts: WebGpuEngineOptions): Promise<WebGpuEngine> {
+    try {
+      validateOptions(opts);
+    } catch (e) {
+      throw engineError('E_BAD_CONFIG', (e as Error).message);
+    }
+    const fits = limitShortfall(requiredLimits(opts), device.limits, opts, 'device');
+    if (!fits.ok) throw Object.assign(new Error(`${fits.error.code}: ${fits.error.message}`), { code: fits.error.code });
+    const e = new WebGpuEngine(device, opts);
+    device.pushErrorScope('out-of-memory');
+    device.pushErrorScope('validation');
+    try {
+      e.allocate(plan(opts));
+      await e.build();
+    } finally {
+      const validation = await device.popErrorScope();
+      const oom = await device.popErrorScope();
+      if (oom || validation) {
+        e.destroy();
+        if (oom) throw engineError('E_GPU_OUT_OF_MEMORY', `allocating ${mib(estimateGpuBytes(opts))} failed: ${oom.message}`);
+        throw engineError('E_GPU_VALIDATION', validation!.message);
+      }
+    }
+    return e;
+  }
+
+  /** Bytes allocated on the device. */
+  get gpuBytes(): number {
+    return this.bytes;
+  }
+
+  /** Calls `cb` once if the device is lost; returns an unsubscribe function. */
+  onLost(cb: (l: DeviceLost) => void): () => void {
+    this.lostCallbacks.add(cb);
+    return () => this.lostCallbacks.delete(cb);
+  }
+
+  private alloc(label: string, size: number, usage: GPUBufferUsageFlags): GPUBuffer {
+    const b = this.gpu.createBuffer({ label, size, usage });
+    this.bytes += size;
+    return b;
+  }
+
+  private allocate(p: Plan): void {
+    const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    for (const [name, size] of p.storage) this.buf.set(name, this.alloc(name, size, S));
+    const o = p.other;
+    this.buf.set('readback', this.alloc('readback', o.get('readback')!, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST));
+    const staging = this.alloc('lossStaging', o.get('lossStaging')!, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+    this.staging.push(staging);
+    this.freeStaging.push(staging);
+    this.buf.set('stepUniform', this.alloc('stepUniform', o.get('stepUniform')!, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST));
+  }
+
+  private b(name: string): GPUBuffer {
+    const x = this.buf.get(name);
+    if (!x) throw new Error(`internal: no buffer ${name}`);
+    return x;
+  }
+
+  /** The whole training step as a list of dispatches, in gpt.ts's order. */
+  private async build(): Promise<void> {
+    const c = this.config;
+    const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
+    const layout = paramLayout(c);
+    // element offset of a tensor, or of layer l's slice of a (L, ...) tensor
+    const at = (name: string, l = 0) => {
+      const t = layout.byName[name];
+      return t.offset + (PER_LAYER.has(name) ? (l * t.size) / L : 0);
+    };
+    const b = (n: string) => this.b(n);
+    const params = b('params'), grads = b('grads');
+    const resid = (l: number) => (l < 0 ? b('encoded') : b(`residual3.${l}`));
+    const dres = (l: number) => b(`dres${(l + 1) % 2}`); // gradient of resid(l)
+    const specs: DispatchSpec[] = [];
+    const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
+
+    // ---- forward
+    specs.push(op.encoderForward(b('encoded'), b('inputs'), params, enc));
+    for (let l = 0; l < L; l++) {
+      const x = (k: string) => b(`${k}.${l}`);
+      specs.push(
+        op.layernormForward(x('ln1'), x('ln1Mean'), x('ln1Rstd'), resid(l - 1), params, { C, wOff: at('ln1w', l), bOff: at('ln1b', l) }),
+        op.matmulForward(x('qkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l) }),
+        op.attentionForward(x('atty'), x('att'), x('qkv'), { C, NH }),
+        op.matmulForward(b('attproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l) }),
+        op.residualForward(x('residual2'), resid(l - 1), b('attproj'), { width: C }),
+        op.layernormForward(x('ln2'), x('ln2Mean'), x('ln2Rstd'), x('residual2'), params, { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
+        op.matmulForward(x('fch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l) }),
+        op.geluForward(x('fchGelu'), x('fch'), { width: 4 * C }),
+        op.matmulForward(b('fcproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l) }),
+        op.residualForward(x('residual3'), x('residual2'), b('fcproj'), { width: C }),
+      );
+    }
+    specs.push(
+      op.layernormForward(b('lnf'), b('lnfMean'), b('lnfRstd'), resid(L - 1), params, { C, wOff: at('lnfw'), bOff: at('lnfb') }),
+      op.matmulForward(b('logits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null }), // tied LM head
+    );
+    this.fwdEnd = specs.length;
+    specs.push(
+      op.softmaxCrossEntropyForward(b('losses'), b('probs'), b('logits'), b('targets'), { V }),
+      op.meanLoss(b('ring'), b('losses')),
+    );
+    this.lossEnd = specs.length;
+
+    // ---- backward (overwrite unless noted)
+    specs.push(
+      op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
+      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null }),
+      ...op.layernormBackward(dres(L - 1), grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb') }),
+    );
+    for (let l = L - 1; l >= 0; l--) {
+      const x = (k: string) => b(`${k}.${l}`);
+      specs.push(
+        op.residualBackward(b('dres2'), b('dproj'), dres(l), { width: C }),
+        ...op.matmulBackward(b('dfchGelu'), grads, b('dproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l) }),
+        op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
+        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l) }),
+        // the residual stream fans out to ln2 and to the skip path: accumulate
+        ...op.layernormBackward(b('dres2'), grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), accumulateDinp: true }),
+        op.residualBackward(dres(l - 1), b('dproj'), b('dres2'), { width: C }),
+        ...op.matmulBackward(b('datty'), grads, b('dproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l) }),
+        ...op.attentionBackward(b('dqkv'), b('dpreatt'), b('datty'), x('qkv'), x('att'), { C, NH }),
+        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l) }),
+        ...op.layernormBackward(dres(l - 1), grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), accumulateDinp: true }),
+      );
+    }
+    // the tied wte already holds the LM head's gradient: the embedding's adds to it
+    specs.push(...op.encoderBackward(grads, dres(-1), b('inputs'), { ...enc, accumulateWte: true }));
+
+    // ---- optimizer
+    specs.push(
+      ...op.gradNorm(b('clip'), b('partials'), grads, { N: this.N }),
+      op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), { N: this.N, ranges: op.decayRanges(layout.tensors) }),
+    );
+
+    if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
+    const kernels = new KernelSet(this.gpu, { MAX_T: this.maxT });
+    const probe = { B: this.maxB, T: this.maxT };
+    this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
+    this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(grads, b('start'), params, { N: this.N })], probe, undefined, 'delta');
+    this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
+    this.deltaProgram.setShape(probe);
+  }
+
+  // ---------------------------------------------------------------- checks
+
+  private usable(): void {
+    if (this.destroyed) throw engineError('E_DESTROYED', 'the engine was destroyed');
+    if (this.isLost) throw engineError('E_DEVICE_LOST', 'the GPU device was lost: create a new engine and setParams');
+  }
+
+  /** Copies the batch's tokens into the u32 staging arrays; rejects bad shapes and ids. */
+  private loadTokens(inputs: Tokens, targets: Tokens | null, B: number, T: number): void {
+    if (!Number.isInteger(B) || !Number.isInteger(T) || B < 1 || T < 1 || B > this.maxB || T > this.maxT) {
+      throw engineError('E_BAD_BATCH', `batch (${B},${T}) outside the allocated (1..${this.maxB}, 1..${this.maxT})`);
+    }
+    const n = B * T, V = this.config.vocabSize;
+    if (inputs.length < n || (targets && targets.length < n)) throw engineError('E_BAD_BATCH', `a (${B},${T}) batch needs ${n} tokens`);
+    for (let i = 0; i < n; i++) {
+      const x = inputs[i], y = targets ? targets[i] : 0;
+      if (!(x < V && y < V && x >= 0 && y >= 0)) throw engineError('E_BAD_BATCH', `token id out of range [0, ${V}) at ${i}`);
+      this.tokIn[i] = x;
+      this.tokOut[i] = y;
+    }
+    const q = this.gpu.queue;
+    q.writeBuffer(this.b('inputs'), 0, this.tokIn, 0, n);
+    if (targets) q.writeBuffer(this.b('targets'), 0, this.tokOut, 0, n);
+  }
+
+  private writeStep(lr: number, maxNorm: number, lossSlot: number): void {
+    const h = this.hyper;
+    encodeStepUniform({
+      lr, beta1: h.beta1, beta2: h.beta2, eps: h.eps, weightDecay: h.weightDecay,
+      bc1: 1 - Math.pow(h.beta1, Math.max(1, this.t)), bc2: 1 - Math.pow(h.beta2, Math.max(1, this.t)),
+      maxNorm, lossSlot, step: this.t,
+    }, this.stepUniform);
+    this.gpu.queue.writeBuffer(this.b('stepUniform'), 0, this.stepUniform);
+  }
+
+  // ---------------------------------------------------------------- training
+
+  /** Enqueues one AdamW step: one submission, no readback. */
+  async step(batch: Batch, opts: StepOptions): Promise<void> {
+    this.usable();
+    const { B, T } = batch;
+    this.loadTokens(batch.inputs, batch.targets, B, T);
+    this.t += 1;
+    const slot = this.steps % this.R;
+    this.writeStep(opts.lr, opts.gradClip, slot);
+    const shape = { B, T };
+    this.program.setShape(shape);
+    const enc = this.gpu.createCommandEncoder({ label: 'step' });
+    const pass = enc.beginComputePass();
+    this.program.encode(pass, shape);
+    pass.end();
+    this.steps += 1;
+    this.pending += 1;
+    let staging: GPUBuffer | null = null;
+    if (this.pending === this.R) {
+      // the ring is full: copy it out in this same submission, map it later
+      staging = this.acquireStaging();
+      enc.copyBufferToBuffer(this.b('ring'), 0, staging, 0, this.R * 4);
+    }
+    this.gpu.queue.submit([enc.finish()]);
+    if (staging) this.startDrain(staging, (slot + 1) % this.R, this.R);
+  }
+
+  private acquireStaging(): GPUBuffer {
+    const s = this.freeStaging.pop();
+    if (s) return s;
+    // every staging buffer is still mapping: add one (rare: only when many ring-fulls are unread)
+    const b = this.alloc('lossStaging', f32b(this.R + EVAL_SLOTS), GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+    this.staging.push(b);
+    return b;
+  }
+
+  /** Maps a copied ring; `first` is the ring slot of the oldest of `count` losses. */
+  private startDrain(staging: GPUBuffer, first: number, count: number): void {
+    const R = this.R;
+    this.pending = 0;
+    const done = staging.mapAsync(GPUMapMode.READ).then(() => {
+      const ring = new Float32Array(staging.getMappedRange(0, R * 4));
+      const out: number[] = [];
+      for (let i = 0; i < count; i++) out.push(ring[(first + i) % R]);
+      staging.unmap();
+      this.freeStaging.push(staging);
+      return out;
+    });
+    this.drains.push({ done });
+  }
+
+  /** Losses of the steps since the last call, in order (copied and mapped asynchronously). */
+  async takeLosses(): Promise<number[]> {
+    this.usable();
+    if (this.pending > 0) {
+      const count = this.pending;
+      const first = (this.steps - count) % this.R;
+      const staging = this.acquireStaging();
+      const enc = this.gpu.createCommandEncoder({ label: 'takeLosses' });
+      enc.copyBufferToBuffer(this.b('ring'), 0, staging, 0, this.R * 4);
+      this.gpu.queue.submit([enc.finish()]);
+      this.startDrain(staging, first, count);
+    }
+    const drains = this.drains;
+    this.drains = [];
+    const out: number[] = [];
+    for (const d of drains) out.push(...(await d.done));
+    return out;
+  }
+
+  // ---------------------------------------------------------------- evaluation
+
+  async evalLoss(batch: Batch): Promise<number> {
+    this.usable();
+    const { B, T } = batch;
+    if (T > this.maxT || T < 1 || B < 1) throw engineError('E_BAD_BATCH', `eval batch (${B},${T}) needs 1 ≤ T ≤ ${this.maxT}`);
+    return this.exclusive(async () => {
+      let sum = 0;
+      const sizes: number[] = [];
+      const flush = async () => {
+        const enc = this.gpu.createCommandEncoder({ label: 'evalLoss.read' });
+        enc.copyBufferToBuffer(this.b('ring'), this.R * 4, this.b('readback'), 0, sizes.length * 4);
+        this.gpu.queue.submit([enc.finish()]);
+        const vals = await this.readMapped(sizes.length);
+        sizes.forEach((nb, j) => { sum += vals[j] * nb; });
+        sizes.length = 0;
+      };
+      for (let b0 = 0; b0 < B; b0 += this.maxB) {
+        const nb = Math.min(this.maxB, B - b0);
+        const sl = (x: Tokens) => x.subarray(b0 * T, (b0 + nb) * T);
+        this.loadTokens(sl(batch.inputs), sl(batch.targets), nb, T);
+        this.writeStep(0, 0, this.R + sizes.length);
+        const shape = { B: nb, T };
+        this.program.setShape(shape);
+        const enc = this.gpu.createCommandEncoder({ label: 'evalLoss' });
+        const pass = enc.beginComputePass();
+        this.program.encode(pass, shape, 0, this.lossEnd);
+        pass.end();
+        this.gpu.queue.submit([enc.finish()]);
+        sizes.push(nb);
+        if (sizes.length === EVAL_SLOTS) await flush();
+      }
+      if (sizes.length) await flush();
+      return sum / B;
+    });
+  }
+
+  async nextTokenLogits(context: Uint8Array): Promise<Float32Array> {
+    this.usable();
+    const T = Math.min(context.length, this.maxT);
+    if (T < 1) throw engineError('E_BAD_BATCH', 'empty context');
+    const ctx = context.subarray(context.length - T);
+    return this.exclusive(async () => {
+      this.loadTokens(ctx, null, 1, T);
+      const shape = { B: 1, T };
+      this.program.setShape(shape);
+      const V = this.config.vocabSize;
+      const enc = this.gpu.createCommandEncoder({ label: 'nextTokenLogits' });
+      const pass = enc.beginComputePass();
+      this.program.encode(pass, shape, 0, this.fwdEnd);
+      pass.end();
+      enc.copyBufferToBuffer(this.b('logits'), (T - 1) * V * 4, this.b('readback'), 0, V * 4);
+      this.gpu.queue.submit([enc.finish()]);
+      return this.readMapped(V);
+    });
+  }
+
+  // ---------------------------------------------------------------- parameters and state
+
+  async setParams(params: Float32Array): Promise<void> {
+    this.usable();
+    if (params.length !== this.N) throw engineError('E_WRONG_SIZE', `parameter array has ${params.length} elements, the model needs ${this.N}`);
+    const q = this.gpu.queue;
+    q.writeBuffer(this.b('params'), 0, params);
+    q.writeBuffer(this.b('start'), 0, params);
+  }
+
+  async getParams(): Promise<Float32Array> {
+    return this.readBuffer('params');
+  }
+
+  /** Δ = θ_start − θ, computed on the GPU (into the gradient buffer, which the next step overwrites). */
+  async readDelta(): Promise<Float32Array> {
+    this.usable();
+    return this.exclusive(async () => {
+      const enc = this.gpu.createCommandEncoder({ label: 'readDelta' });
+      const pass = enc.beginComputePass();
+      this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
+      pass.end();
+      enc.copyBufferToBuffer(this.b('grads'), 0, this.b('readback'), 0, f32b(this.N));
+      this.gpu.queue.submit([enc.finish()]);
+      return this.readMapped(this.N);
+    });
+  }
+
+  async getOptimizerState(): Promise<OptimizerState> {
+    const m = await this.readBuffer('m');
+    const v = await this.readBuffer('v');
+    return { m, v, step: this.t };
+  }
+
+  async setOptimizerState(s: OptimizerState): Promise<void> {
+    this.usable();
+    if (s.m.length !== this.N || s.v.length !== this.N) throw engineError('E_WRONG_SIZE', 'optimizer state does not match the model');
+    this.gpu.queue.writeBuffer(this.b('m'), 0, s.m);
+    this.gpu.queue.writeBuffer(this.b('v'), 0, s.v);
+    this.t = s.step;
+  }
+
+  async resetOptimizerState(): Promise<void> {
+    this.usable();
+    const enc = this.gpu.createCommandEncoder({ label: 'resetOptimizerState' });
+    enc.clearBuffer(this.b('m'));
+    enc.clearBuffer(this.b('v'));
+    this.gpu.queue.submit([enc.finish()]);
+    this.t = 0;
+  }
+
+  /** Test/debug only: the gradients of the last step (before clipping), flat like the params. */
+  async debugReadGrads(): Promise<Float32Array> {
+    return this.readBuffer('grads');
+  }
+
+  // ---------------------------------------------------------------- readback helpers
+
+  /** Runs reads through the one readback buffer one at a time. */
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.readLock.then(fn, fn);
+    this.readLock = run.catch(() => {});
+    return run;
+  }
+
+  private async readMapped(n: number): Promise<Float32Array> {
+    const rb = this.b('readback');
+    await rb.mapAsync(GPUMapMode.READ, 0, f32b(n));
+    const out = new Float32Array(rb.getMappedRange(0, f32b(n)).slice(0, n * 4));
+    rb.unmap();
+    return out;
+  }
+
+  private readBuffer(name: string): Promise<Float32Array> {
+    this.usable();
+    return this.exclusive(async () => {
+      const enc = this.gpu.createCommandEncoder({ label: `read ${name}` });
+      enc.copyBufferToBuffer(this.b(name), 0, this.b('readback'), 0, f32b(this.N));
+      this.gpu.queue.submit([enc.finish()]);
+      return this.readMapped(this.N);
+    });
+  }
+
+  /** Frees the engine's buffers (the device belongs to the caller). */
+  destroy(): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    for (const b of this.buf.values()) b.destroy();
+    for (const b of this.staging) b.destroy();
+    this.program?.destroy();
+    this.deltaProgram?.destroy();
+    this.lostCallbacks.clear();
+  }
+}
+
+export type { Shape };

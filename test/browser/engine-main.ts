@@ -1,0 +1,49 @@
+// Test page: runs WebGpuEngine on the browser's own WebGPU (navigator.gpu), driven by
+// test/webgpu-browser.test.ts through `window.atollRun`.
+
+import type { Batch } from '../../core/engine.ts';
+import type { GPTConfig } from '../../core/model/config.ts';
+import { WebGpuEngine, checkAdapterFits, requiredLimits } from '../../client/engine/webgpu.ts';
+
+export interface RunRequest {
+  config: GPTConfig;
+  maxBatch: number;
+  params: number[];
+  batches: Array<{ inputs: number[]; targets: number[]; B: number; T: number }>;
+  lr: number;
+  gradClip: number;
+}
+
+export interface RunResult {
+  adapter: string;
+  losses: number[];
+  params: number[];
+  createMs: number;
+  stepsMs: number;
+}
+
+async function run(req: RunRequest): Promise<RunResult> {
+  const adapter = await navigator.gpu?.requestAdapter();
+  if (!adapter) throw new Error('no WebGPU adapter in this browser');
+  const opts = { config: req.config, maxBatch: req.maxBatch };
+  const fits = checkAdapterFits(adapter, opts);
+  if (!fits.ok) throw new Error(fits.error.message);
+  const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts) });
+  const t0 = performance.now();
+  const engine = await WebGpuEngine.create(device, { ...opts, adapterInfo: `${adapter.info.vendor} ${adapter.info.architecture}` });
+  const t1 = performance.now();
+  await engine.setParams(Float32Array.from(req.params));
+  for (const b of req.batches) {
+    const batch: Batch = { inputs: Uint8Array.from(b.inputs), targets: Uint8Array.from(b.targets), B: b.B, T: b.T };
+    await engine.step(batch, { lr: req.lr, gradClip: req.gradClip });
+  }
+  const losses = await engine.takeLosses();
+  const params = Array.from(await engine.getParams());
+  const t2 = performance.now();
+  engine.destroy();
+  device.destroy();
+  return { adapter: engine.device, losses, params, createMs: t1 - t0, stepsMs: t2 - t1 };
+}
+
+(window as unknown as { atollRun: typeof run }).atollRun = run;
+document.title = 'ready';

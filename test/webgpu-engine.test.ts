@@ -1,0 +1,196 @@
+// The whole model on the GPU against the CPU reference (PRESETS.tiny): loss and every
+// parameter's gradient vs GPT (core/model/gpt.ts), 10 AdamW steps vs CpuEngine, Δ,
+// eval, sampling logits, one submission per step, and the adapter-limit errors.
+// Loss and gradients: error per tensor = max|gpu − cpu| / max|cpu| (normwise relative) ≤ 1e-3.
+// Parameters after AdamW: max |gpu − cpu| ≤ 1e-3 per element (absolute). Adam divides each
+// gradient by its own running RMS, so an element whose true gradient is ~0 (e.g. the key
+// bias: softmax ignores a per-row constant) moves by ±lr·(rounding noise)/(noise+eps) on
+// either engine; a relative measure is meaningless there. 1e-3 is 3% of 10·lr.
+// SwiftShader runs barrier kernels slowly, so the batches here are small (B ≤ 4).
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Batch } from '../core/engine.ts';
+import { type GPTConfig, PRESETS, paramLayout } from '../core/model/config.ts';
+import { GPT, initParams } from '../core/model/gpt.ts';
+import { mulberry32 } from '../core/random.ts';
+import { CpuEngine } from '../client/engine/cpu.ts';
+import { WebGpuEngine, checkAdapterFits, estimateGpuBytes, requiredLimits, type WebGpuEngineOptions } from '../client/engine/webgpu.ts';
+import { getTestDevice, maxRelErr, releaseTestDevice } from './helpers/gpu.ts';
+
+const TOL = 1e-3;
+const config: GPTConfig = PRESETS.tiny;
+const opts: WebGpuEngineOptions = { config, maxBatch: 4, lossReadEvery: 4 };
+const init = initParams(config, 1234);
+const report: Record<string, number> = {};
+
+// Byte tokens of a repetitive text, so that 10 steps visibly learn something.
+const TEXT = new TextEncoder().encode(
+  'Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, ' +
+  'and nothing particular to interest me on shore, I thought I would sail about a little and see the watery part of the world. ',
+);
+
+function batch(B: number, T: number, seed: number): Batch {
+  const r = mulberry32(seed);
+  const inputs = new Uint8Array(B * T), targets = new Uint8Array(B * T);
+  for (let b = 0; b < B; b++) {
+    const s = Math.floor(r() * (TEXT.length - T - 1));
+    inputs.set(TEXT.subarray(s, s + T), b * T);
+    targets.set(TEXT.subarray(s + 1, s + T + 1), b * T);
+  }
+  return { inputs, targets, B, T };
+}
+
+function compareTensors(what: string, got: Float32Array, want: Float32Array, measure: 'rel' | 'abs' = 'rel'): number {
+  let worst = 0;
+  for (const t of paramLayout(config).tensors) {
+    const e = maxRelErr(got.subarray(t.offset, t.offset + t.size), want.subarray(t.offset, t.offset + t.size))[measure];
+    expect(e, `${what} ${t.name}: ${measure} err ${e}`).toBeLessThanOrEqual(TOL);
+    worst = Math.max(worst, e);
+  }
+  report[what] = worst;
+  return worst;
+}
+
+let device: GPUDevice;
+let adapter: GPUAdapter;
+let engine: WebGpuEngine;
+
+beforeAll(async () => {
+  const gpu = await getTestDevice({ requiredLimits: requiredLimits(opts) });
+  device = gpu.device;
+  adapter = gpu.adapter;
+  const t0 = performance.now();
+  engine = await WebGpuEngine.create(device, { ...opts, adapterInfo: gpu.info.description });
+  report.createMs = Math.round(performance.now() - t0);
+});
+
+afterAll(async () => {
+  engine?.destroy();
+  console.log('webgpu engine vs CPU:', JSON.stringify(report, (_, v) => (typeof v === 'number' && v < 1 ? Number(v.toExponential(2)) : v)));
+  await releaseTestDevice();
+});
+
+describe('WebGpuEngine on tiny', () => {
+  it('allocates what estimateGpuBytes says', () => {
+    expect(engine.gpuBytes).toBe(estimateGpuBytes(opts));
+    expect(engine.device.length).toBeGreaterThan(0);
+  });
+
+  it('loss and every parameter gradient match the CPU model (B=3, T=29)', async () => {
+    const bt = batch(3, 29, 7);
+    const cpu = new GPT(config, 3, 29);
+    cpu.params.set(init);
+    const loss = cpu.forward(bt.inputs, bt.targets, 3, 29);
+    cpu.backward();
+
+    await engine.setParams(init);
+    await engine.resetOptimizerState();
+    device.pushErrorScope('validation');
+    await engine.step(bt, { lr: 0, gradClip: 1 }); // lr 0: θ stays, the gradients stay readable
+    expect(await device.popErrorScope()).toBeNull();
+    const [gpuLoss] = await engine.takeLosses();
+    report.lossErr = Math.abs(gpuLoss - loss) / Math.abs(loss);
+    expect(report.lossErr).toBeLessThanOrEqual(TOL);
+    compareTensors('grads', await engine.debugReadGrads(), cpu.grads);
+    // lr 0 left θ unchanged
+    expect(maxRelErr(await engine.getParams(), init).abs).toBe(0);
+  });
+
+  it('10 AdamW steps: losses, final params and Δ match CpuEngine', async () => {
+    const cpu = new CpuEngine(opts);
+    await cpu.setParams(init);
+    await engine.setParams(init);
+    await engine.resetOptimizerState();
+    const stepOpts = { lr: 3e-3, gradClip: 1 };
+    const submits = countSubmits();
+    for (let s = 0; s < 10; s++) {
+      const bt = batch(2, config.blockSize, 100 + s);
+      await cpu.step(bt, stepOpts);
+      submits.reset();
+      await engine.step(bt, stepOpts);
+      expect(submits.count, 'one queue.submit per step').toBe(1);
+    }
+    submits.restore();
+    const want = await cpu.takeLosses();
+    const got = await engine.takeLosses(); // ring of 4: two copied out during the steps, the rest now
+    expect(got.length).toBe(10);
+    let worst = 0;
+    got.forEach((l, i) => { worst = Math.max(worst, Math.abs(l - want[i]) / Math.abs(want[i])); });
+    report.losses10 = worst;
+    report.firstLoss = want[0];
+    report.lastLoss = want[9];
+    expect(worst).toBeLessThanOrEqual(TOL);
+    expect(want[9]).toBeLessThan(want[0]);
+    compareTensors('params10', await engine.getParams(), await cpu.getParams(), 'abs');
+    const [gm, cm] = [await engine.getOptimizerState(), await cpu.getOptimizerState()];
+    expect(gm.step).toBe(cm.step);
+    compareTensors('adamM10', gm.m, cm.m);
+    compareTensors('delta10', await engine.readDelta(), await cpu.readDelta(), 'abs');
+
+    // eval and sampling on the trained θ, with shapes unlike the training one
+    const ev = batch(5, 20, 999); // 5 > maxBatch: chunked
+    const [gl, cl] = [await engine.evalLoss(ev), await cpu.evalLoss(ev)];
+    report.evalLoss = Math.abs(gl - cl) / cl;
+    expect(report.evalLoss).toBeLessThanOrEqual(TOL);
+    const ctx = TEXT.subarray(5, 5 + 40); // longer than blockSize: the last 32 tokens
+    const [gLog, cLog] = [await engine.nextTokenLogits(ctx), await cpu.nextTokenLogits(ctx)];
+    report.logits = maxRelErr(gLog, cLog).rel;
+    expect(report.logits).toBeLessThanOrEqual(TOL);
+  });
+
+  it('rejects bad batches with a code instead of corrupting memory', async () => {
+    await expect(engine.step(batch(5, 8, 1), { lr: 0, gradClip: 0 })).rejects.toThrow(/E_BAD_BATCH/);
+    const bad = batch(1, 4, 1);
+    bad.inputs = new Int32Array([1, 2, 300, 4]);
+    await expect(engine.step(bad, { lr: 0, gradClip: 0 })).rejects.toThrow(/E_BAD_BATCH/);
+    await expect(engine.setParams(new Float32Array(3))).rejects.toThrow(/E_WRONG_SIZE/);
+  });
+});
+
+describe('adapter limits', () => {
+  const huge: WebGpuEngineOptions = { config: { vocabSize: 65536, blockSize: 64, nLayer: 1, nHead: 8, nEmbd: 8192 }, maxBatch: 1 };
+
+  it('checkAdapterFits names the limit the model exceeds', () => {
+    expect(checkAdapterFits(adapter, opts).ok).toBe(true);
+    const r = checkAdapterFits(adapter, huge);
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(r.error.code).toBe('E_ADAPTER_TOO_SMALL');
+    expect(r.error.message).toMatch(/^maxStorageBufferBindingSize: model needs [\d.]+ MiB, adapter allows [\d.]+ MiB/);
+  });
+
+  it('create() on a device without the limits rejects with E_ADAPTER_TOO_SMALL (no crash, nothing allocated)', async () => {
+    // the shared device was created with tiny's limits, i.e. the 128 MiB default binding size
+    const big: WebGpuEngineOptions = { config: { vocabSize: 40000, blockSize: 64, nLayer: 1, nHead: 8, nEmbd: 1024 }, maxBatch: 1 };
+    expect(requiredLimits(big).maxStorageBufferBindingSize).toBeGreaterThan(device.limits.maxStorageBufferBindingSize);
+    await expect(WebGpuEngine.create(device, big)).rejects.toMatchObject({
+      code: 'E_ADAPTER_TOO_SMALL',
+      message: expect.stringMatching(/maxStorageBufferBindingSize: model needs [\d.]+ MiB, device allows 128 MiB/),
+    });
+  });
+});
+
+// Last: it destroys the file's device.
+describe('device loss', () => {
+  it('lost resolves, onLost fires, and the engine refuses work with E_DEVICE_LOST', async () => {
+    let seen: { reason: string } | null = null;
+    engine.onLost((l) => { seen = l; });
+    device.destroy();
+    const l = await engine.lost;
+    expect(l.reason).toBe('destroyed');
+    expect(seen).toEqual(l);
+    await expect(engine.step(batch(1, 8, 1), { lr: 0, gradClip: 0 })).rejects.toThrow(/E_DEVICE_LOST/);
+    await expect(engine.getParams()).rejects.toThrow(/E_DEVICE_LOST/);
+  });
+});
+
+function countSubmits() {
+  const q = device.queue;
+  const original = q.submit;
+  const c = { count: 0, reset: () => { c.count = 0; }, restore: () => { q.submit = original; } };
+  q.submit = function (this: GPUQueue, bufs: Iterable<GPUCommandBuffer>) {
+    c.count += 1;
+    return original.call(this, bufs);
+  };
+  return c;
+}
