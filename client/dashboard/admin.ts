@@ -11,10 +11,14 @@ import type { Store } from './store.ts';
 export const TOKEN_KEY = 'atoll.dashboard.adminToken';
 
 interface Field {
-  /** Dotted path in the coordinator config (core/coord/config.ts); the PATCH body nests it. */
-  path: string;
+  /** Key in the PATCH /api/admin/config body (server/plugins/admin.ts ConfigPatchSchema). */
+  key: string;
   label: string;
-  kind: 'number' | 'select' | 'checkbox';
+  /** Where the current value is in /api/run's `config` (RunConfig), first match wins. */
+  paths: string[];
+  /** Shown value = config value × scale (ms → s). */
+  scale?: number;
+  kind: 'number' | 'select';
   step?: string;
   options?: string[];
   hint?: string;
@@ -24,52 +28,26 @@ interface Field {
 const ENCODINGS = ['f32', 'f16', 'int8', 'int4', 'topk'];
 
 export const CONFIG_FIELDS: Field[] = [
-  { path: 'outer.lr', label: 'Outer learning rate', kind: 'number', step: 'any', hint: 'DiLoCo 0.7 · FedAvg 1.0' },
-  { path: 'outer.momentum', label: 'Outer momentum', kind: 'number', step: 'any', hint: 'Nesterov; DiLoCo 0.9' },
-  { path: 'targetRoundMs', label: 'Target round time (ms)', kind: 'number', step: '1', hint: '0 = H·v/v_max rule' },
-  { path: 'quorum', label: 'Quorum', kind: 'number', step: 'any', hint: 'sync: fraction of members, 0–1' },
-  { path: 'maxStaleness', label: 'Max staleness', kind: 'number', step: '1', hint: 'versions; older Δs → E_STALE' },
-  { path: 'uplink.encoding', label: 'Codec (uplink)', kind: 'select', options: ENCODINGS, hint: 'islands\u2019 Δ encoding' },
-  { path: 'uplink.topkFraction', label: 'Top-k fraction', kind: 'number', step: 'any', hint: 'topk only, (0, 1]' },
-  { path: 'uplink.deflate', label: 'Deflate Δ frames', kind: 'checkbox' },
+  { key: 'outerLr', label: 'Outer learning rate', paths: ['coordinator.outer.lr', 'outer.lr', 'outerLr'], kind: 'number', step: 'any', hint: 'DiLoCo 0.7 · FedAvg 1.0' },
+  { key: 'outerMomentum', label: 'Outer momentum', paths: ['coordinator.outer.momentum', 'outer.momentum', 'outerMomentum'], kind: 'number', step: 'any', hint: 'Nesterov; DiLoCo 0.9' },
+  { key: 'roundTime', label: 'Target round time (s)', paths: ['coordinator.targetRoundMs', 'targetRoundMs'], scale: 1e-3, kind: 'number', step: 'any', hint: '0 = fixed inner steps' },
+  { key: 'innerSteps', label: 'Inner steps (H)', paths: ['coordinator.innerSteps', 'innerSteps'], kind: 'number', step: '1', hint: 'of the fastest island' },
+  { key: 'quorum', label: 'Quorum', paths: ['coordinator.quorum', 'quorum'], kind: 'number', step: 'any', hint: 'sync: share of members, 0–1' },
+  { key: 'maxStaleness', label: 'Max staleness', paths: ['coordinator.maxStaleness', 'maxStaleness'], kind: 'number', step: '1', hint: 'versions; older Δs → E_STALE' },
+  { key: 'codec', label: 'Codec (uplink Δ)', paths: ['coordinator.uplink.encoding', 'codec.encoding', 'codec'], kind: 'select', options: ENCODINGS, hint: 'islands\u2019 delta encoding' },
 ];
 
-/** Where the coordinator config sits inside /api/run's config. */
-const CONFIG_ROOTS = ['', 'coordinator.', 'coord.', 'training.'];
-
 function lookup(config: Dict, f: Field): string {
-  for (const root of CONFIG_ROOTS) {
-    const key = root + f.path;
-    if (f.kind === 'checkbox') {
-      const v = getPath(config, key);
-      if (typeof v === 'boolean') return String(v);
-      continue;
+  for (const p of f.paths) {
+    if (f.kind === 'number') {
+      const v = pickNum(config, p);
+      if (v !== null) return String(f.scale ? +(v * f.scale).toPrecision(12) : v);
+    } else {
+      const v = pickStr(config, p);
+      if (v !== null) return v;
     }
-    const v = f.kind === 'number' ? pickNum(config, key) : pickStr(config, key);
-    if (v !== null) return String(v);
   }
-  return f.kind === 'checkbox' ? 'false' : '';
-}
-
-function getPath(o: Dict, path: string): unknown {
-  let cur: unknown = o;
-  for (const k of path.split('.')) {
-    if (typeof cur !== 'object' || cur === null) return undefined;
-    cur = (cur as Dict)[k];
-  }
-  return cur;
-}
-
-/** setPath({}, 'outer.lr', 0.5) → { outer: { lr: 0.5 } } */
-export function setPath(o: Dict, path: string, v: unknown): Dict {
-  const keys = path.split('.');
-  let cur = o;
-  for (const k of keys.slice(0, -1)) {
-    if (typeof cur[k] !== 'object' || cur[k] === null) cur[k] = {};
-    cur = cur[k] as Dict;
-  }
-  cur[keys[keys.length - 1]] = v;
-  return o;
+  return '';
 }
 
 function readField(el: HTMLInputElement | HTMLSelectElement): string {
@@ -97,7 +75,6 @@ export class AdminPanel {
   private prefilled = '';
   private verdict: 'unknown' | 'accepted' | 'refused' = 'unknown';
   private banSig = '';
-  private banRev = -1;
 
   constructor(private store: Store, private afterAction: () => void) {
     this.tokenInput = h('input', { type: 'password', id: 'admin-token', autocomplete: 'off', placeholder: 'admin token', 'aria-label': 'Admin token' });
@@ -125,11 +102,11 @@ export class AdminPanel {
     const ckBtn = btn('admin-checkpoint', 'Checkpoint now', () => void this.act('checkpoint', 'POST', '/api/admin/checkpoint'));
 
     const rows = CONFIG_FIELDS.map((f) => {
-      const id = `cfg-${f.path.replace(/\./g, '-')}`;
+      const id = `cfg-${f.key}`;
       const input = f.kind === 'select'
-        ? h('select', { id, name: f.path }, h('option', { value: '' }, '–'), ...(f.options ?? []).map((o) => h('option', { value: o }, o)))
-        : h('input', { type: f.kind, id, name: f.path, step: f.step ?? null, autocomplete: 'off' });
-      this.inputs.set(f.path, input);
+        ? h('select', { id, name: f.key }, h('option', { value: '' }, '–'), ...(f.options ?? []).map((o) => h('option', { value: o }, o)))
+        : h('input', { type: f.kind, id, name: f.key, step: f.step ?? null, autocomplete: 'off' });
+      this.inputs.set(f.key, input);
       this.controls.push(input);
       return h('div', { class: `field ${f.kind}` }, h('label', { for: id }, f.label), input, h('span', { class: 'hint' }, f.hint ?? ''));
     });
@@ -139,6 +116,8 @@ export class AdminPanel {
     cfgForm.addEventListener('submit', (e) => { e.preventDefault(); void this.applyConfig(); });
 
     this.banInput = h('input', { type: 'text', id: 'admin-ban-id', list: 'ban-candidates', placeholder: 'island id', autocomplete: 'off', 'aria-label': 'Island id to ban' });
+    this.banInput.addEventListener('input', () => this.suggest());
+    this.banInput.addEventListener('focus', () => this.suggest());
     this.banReason = h('input', { type: 'text', id: 'admin-ban-reason', placeholder: 'reason (optional)', autocomplete: 'off', 'aria-label': 'Ban reason' });
     const banBtn = h('button', { type: 'submit', id: 'admin-ban', class: 'danger' }, 'Ban island');
     this.controls.push(this.banInput, this.banReason, banBtn);
@@ -158,7 +137,7 @@ export class AdminPanel {
       h('section', { class: 'card' }, h('h2', {}, 'Training'), this.gateNote,
         h('div', { class: 'toolbar' }, pauseBtn, resumeBtn, ckBtn, h('span', { class: 'spacer' }), this.pausedState)),
       h('section', { class: 'card' }, h('h2', {}, 'Hyperparameters'), cfgForm,
-        h('p', { class: 'muted small' }, 'Only the fields you change are sent (PATCH /api/admin/config).')),
+        h('p', { class: 'muted small' }, 'Only the fields you change are sent (PATCH /api/admin/config); the form then shows the server\u2019s config.')),
       h('section', { class: 'card' }, h('h2', {}, 'Ban an island'), banForm),
       h('section', { class: 'card wide' }, h('h2', {}, 'All answers this session'), this.log));
     const saved = sessionStorage.getItem(TOKEN_KEY);
@@ -190,41 +169,42 @@ export class AdminPanel {
     if (store.run && sig !== this.prefilled) {
       this.prefilled = sig;
       for (const f of CONFIG_FIELDS) {
-        const input = this.inputs.get(f.path)!;
+        const input = this.inputs.get(f.key)!;
         const v = lookup(store.run.config, f);
+        const edited = readField(input) !== (input.dataset.initial ?? '');
         input.dataset.initial = v;
-        if (document.activeElement !== input) writeField(input, v);
+        if (!edited && document.activeElement !== input) writeField(input, v);
       }
     }
-    // Ban suggestions: rebuilt only when the set of islands changes, not on every update.
-    if (store.rev.islands !== this.banRev) {
-      this.banRev = store.rev.islands;
-      let sig = String(store.islands.size);
-      for (const id of store.islands.keys()) sig += '|' + id;
-      if (sig !== this.banSig) {
-        this.banSig = sig;
-        const opts: HTMLOptionElement[] = [];
-        for (const i of store.islands.values()) {
-          if (opts.length >= 2000) break;
-          opts.push(h('option', { value: i.id }, `${i.name} (${i.engine || '?'})`));
-        }
-        this.banList.replaceChildren(...opts);
-      }
+  }
+
+  /** Ban suggestions: the first 50 islands matching what is typed (never 1,000 <option>s). */
+  private suggest(): void {
+    const q = this.banInput.value.trim().toLowerCase();
+    const sig = `${q}/${this.store.rev.islands}`;
+    if (sig === this.banSig) return;
+    this.banSig = sig;
+    const opts: HTMLOptionElement[] = [];
+    for (const i of this.store.islands.values()) {
+      if (q && !i.id.toLowerCase().includes(q) && !i.name.toLowerCase().includes(q)) continue;
+      opts.push(h('option', { value: i.id }, `${i.name} · ${i.engine || '?'} · ${i.status || '?'}`));
+      if (opts.length >= 50) break;
     }
+    this.banList.replaceChildren(...opts);
   }
 
   private async applyConfig(): Promise<void> {
     const patch: Dict = {};
     const changed: Array<[Field, string]> = [];
     for (const f of CONFIG_FIELDS) {
-      const input = this.inputs.get(f.path)!;
+      const input = this.inputs.get(f.key)!;
       const v = readField(input);
       if (v === (input.dataset.initial ?? '') || v === '') continue;
       if (f.kind === 'number' && !Number.isFinite(Number(v))) {
         this.show('config', { ok: false, status: 0, body: `${f.label}: '${v}' is not a number.` }, true);
         return;
       }
-      setPath(patch, f.path, f.kind === 'number' ? Number(v) : f.kind === 'checkbox' ? v === 'true' : v);
+      patch[f.key] = f.kind === 'number' ? Number(v) : v;
       changed.push([f, v]);
     }
     if (changed.length === 0) {
@@ -232,7 +212,8 @@ export class AdminPanel {
       return;
     }
     const r = await this.act(`config ${JSON.stringify(patch)}`, 'PATCH', '/api/admin/config', patch);
-    if (r?.ok) for (const [f, v] of changed) this.inputs.get(f.path)!.dataset.initial = v;
+    // Accepted: the server's config is the truth now; the form re-reads it from /api/run.
+    if (r?.ok) for (const [f, v] of changed) this.inputs.get(f.key)!.dataset.initial = v;
   }
 
   private async act(label: string, method: string, path: string, body?: Dict): Promise<ApiAnswer | null> {

@@ -61,7 +61,7 @@ export class LiveSource {
     this.restOk = st.ok;
     if (st.ok) this.store.setStatus(st.body);
     if (isl.ok) this.store.setIslands(isl.body);
-    if (hist.ok) this.store.addHistory(hist.body, true);
+    if (hist.ok) this.store.addHistory(hist.body);
     if (run.ok) this.store.setRun(run.body);
     if (ck.ok) this.store.setCheckpoints(ck.body);
     if (this.connection !== 'live') this.setConnection(st.ok ? (this.pollTimer ? 'polling' : 'connecting') : 'offline');
@@ -94,7 +94,7 @@ export class LiveSource {
       this.setConnection('live');
       this.stopPolling();
       // Fill whatever was missed while disconnected.
-      void api('/api/history').then((h) => { if (h.ok) this.store.addHistory(h.body, true); });
+      void api(this.historyUrl()).then((h) => { if (h.ok) this.store.addHistory(h.body); });
     });
     socket.on('disconnect', () => { this.startPolling(); });
     socket.on('connect_error', () => { if (this.connection !== 'polling') this.startPolling(); });
@@ -103,6 +103,12 @@ export class LiveSource {
       this.lastMessageAt = Date.now();
       this.store.ingest(event, payload);
     });
+  }
+
+  /** History since a little before the newest point we hold (late eval losses land on older points). */
+  private historyUrl(): string {
+    const h = this.store.history;
+    return h.length ? `/api/history?since=${Math.max(-1, h[h.length - 1].version - 20)}` : '/api/history';
   }
 
   private setConnection(c: Connection): void {
@@ -124,7 +130,7 @@ export class LiveSource {
         }),
         api('/api/islands').then((r) => { if (r.ok) this.store.setIslands(r.body); }),
       ];
-      if (this.pollTick % 3 === 1) calls.push(api('/api/history').then((r) => { if (r.ok) this.store.addHistory(r.body, true); }));
+      if (this.pollTick % 3 === 1) calls.push(api(this.historyUrl()).then((r) => { if (r.ok) this.store.addHistory(r.body); }));
       await Promise.all(calls);
       if (this.pollTimer) this.pollTimer = setTimeout(tick, 2000);
     };

@@ -6,7 +6,7 @@ import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { h, setText } from './dom.ts';
 import { fmtBytes, fmtInt, fmtLoss, fmtRatio, fmtSI, isNum } from './format.ts';
-import { type HistoryPoint, paramCount } from './model.ts';
+import { type HistoryPoint, runParams } from './model.ts';
 import type { Store } from './store.ts';
 import type { XAxis } from './url.ts';
 
@@ -51,6 +51,11 @@ class ChartBox {
       h('h3', {}, title), h('div', { class: 'plot-wrap' }, this.plot, this.emptyEl), this.noteEl);
     this.plot.addEventListener('mouseenter', () => { this.hover = true; });
     this.plot.addEventListener('mouseleave', () => { this.hover = false; requestAnimationFrame(() => this.showLatest()); });
+  }
+
+  /** Would update() build a new uPlot instance (the expensive path)? */
+  needsBuild(def: ChartDef): boolean {
+    return !this.u || this.key !== def.key;
   }
 
   update(def: ChartDef): void {
@@ -104,10 +109,21 @@ class ChartBox {
       axes.push(axis({ scale: 'r', side: 1, size, grid: { show: false }, values: (_u, splits) => splits.map((v) => f(v)) }));
       scales.r = { auto: true };
     }
+    // Off the chart, the legend shows each series' latest value (a late eval loss lands on an
+    // older point, so the newest point may have none); on hover, exactly the hovered point.
+    const latest = (fmt: uPlot.Series.Value | undefined): uPlot.Series.Value => (u, v, si, idx) => {
+      let val: number | null = v;
+      if ((val === null || val === undefined) && !this.hover && idx !== null) {
+        const ys = u.data[si] as Y;
+        for (let i = Math.min(idx, ys.length - 1); i >= 0; i--) if (isNum(ys[i])) { val = ys[i]; break; }
+      }
+      return typeof fmt === 'function' ? fmt(u, val as number, si, idx) : val === null || val === undefined ? '–' : String(val);
+    };
+    const ys = def.series.map((s) => ({ ...s, value: latest(s.value) }));
     return {
       width,
       height: HEIGHT,
-      series: [{ label: def.x === 'time' ? 'time' : def.x === 'tokens' ? 'tokens' : def.xLabel ?? 'x', value: def.x === 'time' ? '{HH}:{mm}:{ss}' : (_u, v) => (v === null ? '–' : def.xValues ? def.xValues(v) : fmtInt(v)) }, ...def.series],
+      series: [{ label: def.x === 'time' ? 'time' : def.x === 'tokens' ? 'tokens' : def.xLabel ?? 'x', value: def.x === 'time' ? '{HH}:{mm}:{ss}' : (_u, v) => (v === null ? '–' : def.xValues ? def.xValues(v) : fmtInt(v)) }, ...ys],
       axes,
       scales,
       legend: { live: true },
@@ -289,7 +305,7 @@ function islandsDef(store: Store, x: XAxis): ChartDef {
   const series: uPlot.Series[] = [
     { label: 'online', stroke: PALETTE[2], fill: 'rgba(63,143,90,0.12)', width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } },
   ];
-  if (hasContrib) series.push({ label: 'contributors / update', stroke: PALETTE[0], width: 1.5, value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } });
+  if (hasContrib) series.push({ label: 'contributors / update', stroke: PALETTE[0], width: 1.5, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } });
   const any = (data.slice(1) as Y[]).some((ys) => ys.some(isNum));
   return {
     key: `islands/${x}/${fromHistory}/${hasContrib}`,
@@ -333,7 +349,7 @@ function bytesDef(store: Store, x: XAxis): ChartDef {
     ratio = ps.map((p) => p.compressionRatio);
     ratioHow = 'Compression: fp32 bytes of the accepted Δs ÷ their frame bytes, per version.';
   } else {
-    const nParams = store.run ? paramCount(store.run.config) : null;
+    const nParams = store.run ? runParams(store.run) : null;
     if (nParams) {
       let deltas = 0;
       ratio = ps.map((p, i) => {
@@ -386,7 +402,12 @@ function stalenessDef(points: HistoryPoint[]): ChartDef {
       if (Number.isInteger(t) && t >= 0) counts.set(t, (counts.get(t) ?? 0) + v);
     }
   }
-  const max = counts.size ? Math.max(...counts.keys()) : -1;
+  // Buckets up to the largest staleness seen (at least τ = 0..2, for scale); the server's last
+  // bucket collects everything at or above it.
+  let max = -1;
+  for (const [t, c] of counts) if (c > 0 && t > max) max = t;
+  const lastBucket = counts.size ? Math.max(...counts.keys()) : -1;
+  if (max >= 0) max = Math.max(max, Math.min(2, lastBucket));
   const xs: number[] = [];
   const ys: Y = [];
   for (let t = 0; t <= max; t++) { xs.push(t); ys.push(counts.get(t) ?? 0); }
@@ -397,7 +418,7 @@ function stalenessDef(points: HistoryPoint[]): ChartDef {
     bars: true,
     data: [xs, ys],
     series: [{ label: 'accepted Δs', stroke: PALETTE[0], fill: PALE[0], width: 1, paths: uPlot.paths.bars?.({ size: [0.7, 60] }), value: (_u, v) => fmtInt(v), points: { show: false } }],
-    xValues: (v) => (Number.isInteger(v) ? `τ=${v}` : ''),
+    xValues: (v) => (Number.isInteger(v) ? (v === lastBucket && lastBucket > 2 ? `τ≥${v}` : `τ=${v}`) : ''),
     xLabel: 'staleness',
     yFmt: (v) => fmtInt(v),
     empty: total === 0 ? 'No accepted deltas yet' : null,
@@ -436,7 +457,8 @@ export class Charts {
   private seen = '';
   private ro: ResizeObserver;
 
-  constructor(private root: HTMLElement) {
+  /** `requestRender`: called when some charts were left for the next frame (creation is staged). */
+  constructor(private root: HTMLElement, private requestRender: () => void = () => {}) {
     const defs: Array<[string, string]> = [
       ['loss', 'Loss'],
       ['tps', 'Tokens / s'],
@@ -460,19 +482,40 @@ export class Charts {
     this.ro.observe(root);
   }
 
-  /** Re-renders when the history, samples, run config or x/smoothing changed. */
-  render(store: Store, x: XAxis, smooth: number): void {
-    const sig = `${store.rev.history}/${store.rev.samples}/${store.rev.run}/${x}/${smooth}/${this.root.clientWidth > 0}`;
+  /**
+   * Re-renders when the history, samples, run config or x/smoothing changed. Building a uPlot
+   * instance costs 10–60 ms on a slow machine, so charts are built while the frame has budget
+   * left (at least one per frame); the rest follow on the next frames (their boxes have fixed
+   * sizes, so nothing moves meanwhile). A budget of 0 builds nothing this frame.
+   */
+  render(store: Store, x: XAxis, smooth: number, buildBudgetMs = 12): void {
+    const sig = `${store.rev.history}/${store.rev.samples}/${store.rev.run}/${x}/${smooth}`;
     if (sig === this.seen || this.root.clientWidth === 0) return;
-    this.seen = sig;
+    const t0 = performance.now();
     const pts = store.history;
-    this.byId.get('loss')!.update(lossDef(pts, x, smooth));
-    this.byId.get('tps')!.update(throughputDef(store, x));
-    this.byId.get('islands')!.update(islandsDef(store, x));
-    this.byId.get('bytes')!.update(bytesDef(store, x));
-    this.byId.get('version')!.update(versionDef(pts, x));
-    this.byId.get('staleness')!.update(stalenessDef(pts));
-    this.byId.get('outcomes')!.update(outcomesDef(pts, x));
+    const defs: Array<[string, () => ChartDef]> = [
+      ['loss', () => lossDef(pts, x, smooth)],
+      ['tps', () => throughputDef(store, x)],
+      ['islands', () => islandsDef(store, x)],
+      ['bytes', () => bytesDef(store, x)],
+      ['version', () => versionDef(pts, x)],
+      ['staleness', () => stalenessDef(pts)],
+      ['outcomes', () => outcomesDef(pts, x)],
+    ];
+    let builds = 0;
+    let deferred = false;
+    for (const [id, make] of defs) {
+      const box = this.byId.get(id)!;
+      const def = make();
+      if (box.needsBuild(def)) {
+        // Build while within the frame budget (at least one per frame, none when the budget is 0).
+        if (buildBudgetMs <= 0 || (builds > 0 && performance.now() - t0 > buildBudgetMs)) { deferred = true; continue; }
+        builds++;
+      }
+      box.update(def);
+    }
+    this.seen = deferred ? '' : sig;
+    if (deferred) this.requestRender();
   }
 
   /** Forces the next render (e.g. when the tab becomes visible). */

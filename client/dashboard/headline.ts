@@ -3,7 +3,7 @@
 
 import { h, setAttr, setText } from './dom.ts';
 import { fmtInt, fmtLoss, fmtPct, fmtRatio, fmtSI, isNum } from './format.ts';
-import { paramCount, tokensPerStep } from './model.ts';
+import { runParams, runTokensPerStep } from './model.ts';
 import { isOnline, type Store } from './store.ts';
 
 interface Card { value: HTMLElement; sub: HTMLElement; el: HTMLElement }
@@ -33,8 +33,8 @@ export function figures(store: Store): Figures {
   }
   let dpBytes = s?.bytesDataParallel ?? null;
   if (dpBytes === null && s && store.run && isNum(s.tokensTotal)) {
-    const n = paramCount(store.run.config);
-    const tps = tokensPerStep(store.run.config);
+    const n = runParams(store.run);
+    const tps = runTokensPerStep(store.run);
     // Data-parallel: one fp32 gradient uploaded per inner step of every island.
     if (n && tps) dpBytes = (s.tokensTotal / tps) * 4 * n;
   }

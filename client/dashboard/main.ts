@@ -80,7 +80,7 @@ const smoothSelect = h('select', { id: 'smoothing', 'aria-label': 'Train loss sm
 smoothSelect.addEventListener('change', () => setView({ smooth: Number(smoothSelect.value) }));
 const chartGrid = h('div', { class: 'charts', id: 'charts' });
 panels.get('overview')!.append(h('div', { class: 'toolbar' }, h('span', { class: 'muted' }, 'x axis'), xToggle, h('span', { class: 'muted' }, 'train loss'), smoothSelect), chartGrid);
-const charts = new Charts(chartGrid);
+const charts = new Charts(chartGrid, () => invalidate(true));
 
 const table = new IslandsTable(() => view, setView);
 panels.get('islands')!.append(table.el);
@@ -152,8 +152,13 @@ function frame(): void {
   if (ms > perf.maxRenderMs) perf.maxRenderMs = ms;
 }
 
+let renderedTab: Tab | null = null;
+
 function render(): void {
   const now = Date.now();
+  // The frame that reveals a tab only shows it; heavy first builds (charts) start next frame.
+  const revealed = renderedTab !== view.tab;
+  renderedTab = view.tab;
   const s = store.status;
   setText(runName, s?.run || store.run?.name || '');
   modeBadge.hidden = !s?.mode;
@@ -171,7 +176,9 @@ function render(): void {
   for (const input of xToggle.querySelectorAll('input')) input.checked = input.value === view.x;
   if (smoothSelect.value !== String(view.smooth)) smoothSelect.value = String(view.smooth);
   switch (view.tab) {
-    case 'overview': charts.render(store, view.x, view.smooth); break;
+    case 'overview':
+      if (revealed) { charts.invalidate(); invalidate(true); } else charts.render(store, view.x, view.smooth);
+      break;
     case 'islands': table.render(store, now); break;
     case 'leaderboard': leaderboard.render(store, now); break;
     case 'run': runPanel.render(store); break;

@@ -68,7 +68,10 @@ export interface HistoryPoint {
 export interface RunInfo {
   name: string;
   description: string;
+  /** The run config (server RunConfig: model, coordinator, eval, limits, ...). */
   config: Dict;
+  /** Everything else /api/run says (params, bytesPerRound, data, ...). */
+  info: Dict;
 }
 
 export interface Checkpoint {
@@ -280,10 +283,13 @@ export function normRun(raw: unknown): RunInfo | null {
   if (!isDict(raw)) return null;
   const o = isDict(raw.run) ? raw.run : raw;
   const config = isDict(o.config) ? o.config : {};
+  const info: Dict = {};
+  for (const [k, v] of Object.entries(o)) if (k !== 'config' && k !== 'name' && k !== 'description') info[k] = v;
   return {
-    name: pickStr(o, 'name', 'run', 'id') ?? '',
-    description: pickStr(o, 'description', 'desc') ?? '',
+    name: pickStr(o, 'name', 'run', 'id') ?? pickStr(config, 'name') ?? '',
+    description: pickStr(o, 'description', 'desc') ?? pickStr(config, 'description') ?? '',
     config,
+    info,
   };
 }
 
@@ -308,6 +314,20 @@ export function normCheckpoints(raw: unknown): Checkpoint[] {
 }
 
 // ---------------------------------------------------------------- derived figures
+
+/** Parameter count of the run's model: the server's figure, else computed from the GPT config. */
+export function runParams(run: RunInfo): number | null {
+  return pickNum(run.info, 'params', 'nParams', 'paramCount') ?? paramCount(run.config) ?? paramCount(run.info);
+}
+
+/** Tokens per inner step of the run (batch × sequence length). */
+export function runTokensPerStep(run: RunInfo): number | null {
+  return tokensPerStep(run.config) ?? (() => {
+    const B = pickNum(run.info, 'batch', 'batchSize');
+    const T = pickNum(run.info, 'seqLen', 'model.blockSize');
+    return B !== null && T !== null ? B * T : null;
+  })();
+}
 
 /** Parameter count of a GPT preset-shaped config (tied LM head), from the run config if it has one. */
 export function paramCount(config: Dict): number | null {

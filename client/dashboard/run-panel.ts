@@ -31,6 +31,7 @@ export class RunPanel {
   readonly el: HTMLElement;
   private title = h('h2', { id: 'run-name' }, 'Run');
   private desc = h('p', { class: 'muted', id: 'run-description' });
+  private facts = h('tbody');
   private config = h('tbody');
   private ckBody = h('tbody');
   private ckEmpty = h('div', { class: 'empty', id: 'checkpoints-empty', hidden: true }, 'No checkpoints yet.');
@@ -49,7 +50,9 @@ export class RunPanel {
     this.sampleOut.textContent = 'Press the button to generate text from the current global model.';
     this.el = h('div', { class: 'run' },
       h('section', { class: 'card' }, this.title, this.desc,
-        h('table', { class: 'kv', id: 'run-config' }, h('caption', {}, 'Configuration'), this.config)),
+        h('table', { class: 'kv', id: 'run-facts' }, h('caption', {}, 'Run'), this.facts),
+        h('details', { class: 'config', open: true }, h('summary', {}, 'Full configuration'),
+          h('table', { class: 'kv', id: 'run-config' }, this.config))),
       h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Checkpoints'), refreshBtn),
         h('div', { class: 'table-wrap' }, h('table', { class: 'grid', id: 'checkpoints-table' },
           h('thead', {}, h('tr', {}, h('th', { class: 'num', scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Saved'), h('th', { class: 'num', scope: 'col' }, 'Size'), h('th', { scope: 'col' }, 'Hash'), h('th', { scope: 'col' }, 'Download'))),
@@ -67,6 +70,8 @@ export class RunPanel {
     const run = store.run;
     setText(this.title, run?.name ? `Run: ${run.name}` : 'Run');
     setText(this.desc, run?.description ?? (run ? '' : 'Run information is not available yet.'));
+    clear(this.facts);
+    for (const [k, v] of run ? flatten(run.info) : []) this.facts.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
     clear(this.config);
     for (const [k, v] of run ? flatten(run.config) : []) this.config.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
     clear(this.ckBody);

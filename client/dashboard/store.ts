@@ -62,10 +62,15 @@ export class Store {
     }
     const list = islandList(raw);
     if (!list) return false;
-    const next = new Map<string, Island>();
+    // A full list (REST) may be older than a live update that overtook it: keep the record seen
+    // most recently, and keep islands the list does not have yet (the server never drops islands).
+    const next = new Map<string, Island>(this.islands);
     for (const r of list) {
       const i = normIsland(r);
-      if (i) next.set(i.id, i);
+      if (!i) continue;
+      const cur = next.get(i.id);
+      if (cur && cur.lastSeen !== null && i.lastSeen !== null && cur.lastSeen > i.lastSeen) continue;
+      next.set(i.id, i);
     }
     this.islands = next;
     this.bump('islands');
@@ -90,10 +95,10 @@ export class Store {
       const h = this.history;
       const last = h[h.length - 1];
       if (!last || p.version > last.version) h.push(p);
-      else if (p.version === last.version) h[h.length - 1] = p;
+      else if (p.version === last.version) h[h.length - 1] = mergePoint(last, p);
       else {
         const at = h.findIndex((q) => q.version >= p.version);
-        if (at >= 0 && h[at].version === p.version) h[at] = p;
+        if (at >= 0 && h[at].version === p.version) h[at] = mergePoint(h[at], p);
         else { h.push(p); sorted = false; }
       }
     }
@@ -157,6 +162,13 @@ export class Store {
     if (this.samples.length > MAX_SAMPLES) this.samples.splice(0, this.samples.length - MAX_SAMPLES);
     this.bump('samples');
   }
+}
+
+/** A newer copy of a point wins, except that it never erases a value (e.g. a late eval loss). */
+function mergePoint(old: HistoryPoint, p: HistoryPoint): HistoryPoint {
+  const out = { ...p } as unknown as Record<string, unknown>;
+  for (const [k, v] of Object.entries(old)) if (out[k] === null && v !== null) out[k] = v;
+  return out as unknown as HistoryPoint;
 }
 
 export function isOnline(i: Island): boolean {

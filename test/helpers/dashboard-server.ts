@@ -1,22 +1,15 @@
-// Test helpers for the dashboard e2e tests: build the client, start `atoll serve` and Node
-// islands as child processes on loopback, and stop exactly the processes they started.
+// Test helpers for the dashboard e2e tests: start `atoll serve` and Node islands as child
+// processes on loopback, and stop exactly the processes they started. (The client build is
+// ensureClientBuild() in test/helpers/browser.ts.)
 
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { promisify } from 'node:util';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 const BIN = join(ROOT, 'bin/atoll.js');
-
-/** `npx vite build` once per test file (≈ 2 s); ATOLL_E2E_SKIP_BUILD=1 reuses dist/client. */
-export async function buildClient(): Promise<void> {
-  if (process.env.ATOLL_E2E_SKIP_BUILD === '1' && existsSync(join(ROOT, 'dist/client/dashboard.html'))) return;
-  await promisify(execFile)(process.execPath, [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--logLevel', 'warn'], { cwd: ROOT, maxBuffer: 16 << 20 });
-  if (!existsSync(join(ROOT, 'dist/client/dashboard.html'))) throw new Error('vite build did not produce dist/client/dashboard.html');
-}
 
 export async function freePort(): Promise<number> {
   return new Promise((res, rej) => {
@@ -72,9 +65,9 @@ export interface ServerHandle extends Proc {
 export async function startServer(opts: { token?: string; args?: string[]; env?: Record<string, string> } = {}): Promise<ServerHandle> {
   const port = await freePort();
   const runDir = mkdtempSync(join(tmpdir(), 'atoll-dash-run-'));
-  const child = spawn(process.execPath, [BIN, 'serve', '--preset', 'tiny', '--port', String(port), '--run-dir', runDir, ...(opts.args ?? [])], {
+  const child = spawn(process.execPath, [BIN, 'serve', '--preset', 'tiny', '--port', String(port), '--run-dir', runDir, '--host', '127.0.0.1', ...(opts.args ?? [])], {
     cwd: ROOT,
-    env: { ...process.env, HOST: '127.0.0.1', ...(opts.token ? { ATOLL_ADMIN_TOKEN: opts.token } : {}), ...opts.env },
+    env: { ...process.env, ...(opts.token ? { ATOLL_ADMIN_TOKEN: opts.token } : {}), ...opts.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const p = track(child, 'serve');
