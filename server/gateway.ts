@@ -61,9 +61,9 @@ export const DeltaMetaSchema = Type.Object({
 });
 
 export const DeltaSchema = Type.Object({ meta: DeltaMetaSchema, frame: Type.Uint8Array() });
-export const UpdatesSchema = Type.Object({ fromVersion: Int() });
-export const ByeSchema = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) });
-const Empty = Type.Union([Type.Object({}), Type.Undefined(), Type.Null()]);
+export const UpdatesSchema = Type.Object({ fromVersion: Int() }, { additionalProperties: false });
+export const ByeSchema = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false });
+const Empty = Type.Union([Type.Object({}, { additionalProperties: false }), Type.Undefined(), Type.Null()]);
 
 const compile = <T extends TSchema>(s: T) => TypeCompiler.Compile(s);
 const checkHello = compile(HelloSchema);

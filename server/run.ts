@@ -210,6 +210,11 @@ export class Run {
       const r = coord.setConfig(o.resumePatch);
       if (!r.ok) throw Object.assign(new Error(r.error.message), { code: r.error.code });
     }
+    if (resumed) {
+      // Nobody is connected to a process that just started: islands count again once they say hello.
+      for (const isl of coord.islands()) if (isl.status === 'online') coord.leave(isl.id, now);
+      coord.drainEvents();
+    }
     const run = new Run(o, store, dataset, coord, resumed);
     run.config = { ...run.config, coordinator: coord.config() };
     store.writeConfig(run.config);
@@ -361,7 +366,18 @@ export class Run {
 
   /** join → the assignment is released only once its base version is durable. */
   async join(req: Parameters<Coordinator['join']>[0]): Promise<Result<{ islandId: string; assignment: Assignment | null }>> {
-    const r = this.coord.join(req, Date.now());
+    const now = Date.now();
+    const known = req.resumeIslandId !== undefined && this.coord.island(req.resumeIslandId) !== undefined;
+    const r = this.coord.join(req, now);
+    if (r.ok && known) {
+      // A reconnecting island may still be busy with its previous round (training, or waiting for
+      // the ack of a delta): it must not become a member of the open round it will not work on,
+      // or a sync round would wait for it in vain. Leaving + heartbeat keeps it online and out of
+      // the round; it gets its next assignment when it asks for one.
+      this.coord.leave(r.value.islandId, now);
+      this.coord.heartbeat(r.value.islandId, now);
+      r.value.assignment = null;
+    }
     this.kick();
     if (!r.ok) return r;
     this.store.append({ type: 'join', island: r.value.islandId, name: req.caps.name ?? '', engine: req.caps.engine, adapter: req.caps.adapter ?? '', resumed: req.resumeIslandId !== undefined });

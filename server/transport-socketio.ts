@@ -84,7 +84,7 @@ export class SocketIoTransport implements Transport {
     this.opts = {
       url: opts.url.replace(/\/+$/, ''),
       reconnectDelayMs: opts.reconnectDelayMs ?? 500,
-      reconnectDelayMaxMs: opts.reconnectDelayMaxMs ?? 10_000,
+      reconnectDelayMaxMs: opts.reconnectDelayMaxMs ?? 5_000,
       jitter: opts.jitter ?? 0.5,
       maxOutageMs: opts.maxOutageMs ?? 120_000,
       requestTimeoutMs: opts.requestTimeoutMs ?? 60_000,
