@@ -12,7 +12,7 @@
 // SwiftShader is the slowest part, so it is done once). Rounds are 4 inner steps.
 
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -158,6 +158,14 @@ describe('volunteer page (Chromium)', () => {
   const lap = (name: string) => { timings[name] = Math.round((Date.now() - t) / 100) / 10; t = Date.now(); };
   const islands = async () => (await getJson<{ islands: IslandRow[] }>(`${url}/api/islands`)).islands;
   const events = () => readFileSync(join(runDir, 'events.jsonl'), 'utf8');
+  /** The page's activity log and console, kept in test-artifacts/ for a look after a failure. */
+  const saveLog = async (name: string, b: LaunchedBrowser | null) => {
+    if (!b) return;
+    const log = await b.page.evaluate(() => (globalThis as unknown as { __atoll?: { log: Array<{ level: string; text: string; at: number }> } }).__atoll?.log ?? []).catch(() => []);
+    if (log.length === 0) return;
+    const lines = log.map((l) => `${new Date(l.at).toISOString()} ${l.level} ${l.text}`);
+    writeFileSync(join(ARTIFACTS, `volunteer-${name}-log.txt`), [...lines, '--- console', ...b.logs, ''].join('\n'));
+  };
 
   beforeAll(async () => {
     ensureClientBuild();
@@ -172,6 +180,8 @@ describe('volunteer page (Chromium)', () => {
   }, 120_000);
 
   afterAll(async () => {
+    await saveLog('gpu', gpu);
+    await saveLog('cpu', cpu);
     await gpu?.close();
     await cpu?.close();
     await stop(server);
@@ -240,7 +250,7 @@ describe('volunteer page (Chromium)', () => {
     lap('numbers');
   });
 
-  it('pauses mid-round and resumes without losing or duplicating work', async () => {
+  it('pauses mid-round (a GPU sample meanwhile) and resumes without losing or duplicating work', async () => {
     const page = gpu!.page;
     // pause once a round is under way (at least one step done, not the last)
     await waitFor('a round in progress', async () => {
@@ -253,7 +263,16 @@ describe('volunteer page (Chromium)', () => {
     await waitFor('paused', async () => (await pageView(gpu!)).phase === 'paused', 60_000);
     const paused = await pageView(gpu!);
     const nPaused = (await pageLosses(gpu!)).length;
-    await sleep(2500);
+    // while paused, ask for a sample of the global model on the GPU (it takes a while on SwiftShader)
+    await page.fill('#sample-prompt', 'Call me ');
+    const t0 = Date.now();
+    await page.click('#sample-go');
+    const meta = await textOf(gpu!, '#sample-meta', 'Model v', 120_000);
+    timings.sampleS = Math.round((Date.now() - t0) / 100) / 10;
+    expect(meta).toContain('swiftshader');
+    const text = (await page.locator('#sample-out').textContent()) ?? '';
+    expect(text.startsWith('Call me ')).toBe(true);
+    expect(text.length).toBeGreaterThan('Call me '.length + 50);
     expect((await pageLosses(gpu!)).length, 'no steps while paused').toBe(nPaused);
     expect((await pageView(gpu!)).round!.step).toBe(paused.round!.step);
     await textOf(gpu!, '#pause', (t) => t === 'Resume');
@@ -274,6 +293,30 @@ describe('volunteer page (Chromium)', () => {
     lap('pause/resume');
   });
 
+  it('survives a lost GPU device: a new device, the round replayed, nothing lost', async () => {
+    await waitFor('a round in progress', async () => {
+      const v = await pageView(gpu!);
+      return v.phase === 'training' && v.round && v.round.step >= 1 && v.round.step < v.round.total - 1;
+    }, 90_000, 100);
+    const before = await pageView(gpu!);
+    await gpu!.page.evaluate(() => (globalThis as unknown as { __atoll: { loseDevice(): void } }).__atoll.loseDevice());
+    await waitFor('the device to be rebuilt', async () => {
+      const log = await gpu!.page.evaluate(() => (globalThis as unknown as { __atoll: { log: Array<{ text: string }> } }).__atoll.log.map((l) => l.text));
+      return log.some((l) => l.startsWith('GPU device rebuilt'));
+    }, 90_000, 250);
+    const after = await waitFor('the round to be accepted', async () => {
+      const v = await pageView(gpu!);
+      return v.roundsAccepted > before.roundsAccepted ? v : null;
+    }, 120_000, 500);
+    expect(after.roundsRejected).toBe(0);
+    expect(after.engine).toBe('webgpu');
+    const round = (await pageLosses(gpu!)).filter((l) => l.version === before.round!.baseVersion).map((l) => l.roundStep);
+    expect(new Set(round).size, 'each step of the round reported once').toBe(round.length);
+    const row = (await islands()).find((i) => i.id === islandId)!;
+    expect(row.accepted).toBe(after.roundsAccepted);
+    lap('device lost');
+  });
+
   it('reconnects by itself after a server restart and goes on contributing', async () => {
     const before = await pageView(gpu!);
     await stop(server);
@@ -289,12 +332,13 @@ describe('volunteer page (Chromium)', () => {
     const rows = await islands();
     expect(rows.filter((r) => r.engine === 'webgpu').reduce((a, r) => a + r.accepted, 0)).toBeGreaterThanOrEqual(1);
     expect(events()).not.toContain('E_DUPLICATE');
-    await gpu!.close();
-    gpu = null;
     lap('restart');
   });
 
   it('without WebGPU: says what is missing and contributes on the CPU when asked', async () => {
+    // the WebGPU page stops (closing it is a volunteer leaving) so the CPU page has the cores
+    await saveLog('gpu', gpu);
+    await gpu!.page.goto('about:blank');
     cpu = await launchChromium({ webgpu: false });
     const page = cpu.page;
     await page.goto(`${url}/`);
@@ -303,6 +347,10 @@ describe('volunteer page (Chromium)', () => {
     expect(await page.locator('#start').isDisabled()).toBe(true);
     await page.locator('#use-cpu').check();
     await textOf(cpu, '#start', (t) => t === 'Start contributing (CPU)');
+    // a sample before contributing: the CPU engine, the model downloaded for it
+    await page.click('#sample-go');
+    await textOf(cpu, '#sample-meta', 'CPU', 30_000);
+    expect(((await page.locator('#sample-out').textContent()) ?? '').length).toBeGreaterThan(50);
     await page.click('#start');
     const v = await waitFor('an accepted CPU round', async () => {
       const v = await pageView(cpu!);

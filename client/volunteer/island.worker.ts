@@ -11,7 +11,8 @@ import { WebGpuEngine } from '../engine/webgpu.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
-import { generate } from '../../core/model/sample.ts';
+import { type SampleOptions, sampleToken } from '../../core/model/sample.ts';
+import { mulberry32 } from '../../core/random.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport } from './connect.ts';
@@ -106,7 +107,7 @@ function setPhase(phase: Phase, detail = ''): void {
 async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Promise<ResilientEngine> {
   const eo = engineOptions(shape);
   const open = async (): Promise<EngineHandle> => {
-    if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {} };
+    if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
     const dev = await openDevice(shape);
     const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name });
     let simulated = false;
@@ -116,6 +117,7 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Pr
       lost,
       dispose: () => dev.device.destroy(),
       simulateLoss: () => { simulated = true; dev.device.destroy(); },
+      gpuDevice: dev.device,
     };
   };
   return ResilientEngine.create({
@@ -344,7 +346,34 @@ function resume(reason: PauseReason): void {
 
 // ---------------------------------------------------------------- samples
 
-let sampler: { kind: EngineKind; engine: TrainingEngine; version: number | null } | null = null;
+interface Sampler {
+  kind: EngineKind;
+  engine: TrainingEngine;
+  /** The training engine's device it shares (null: its own device, or the CPU). */
+  shared: GPUDevice | null;
+  dead: boolean;
+}
+let sampler: Sampler | null = null;
+
+/**
+ * An engine for sampling (batch 1). On WebGPU it shares the training engine's device when
+ * there is one (Dawn reuses the compiled pipelines); before Start it opens its own.
+ */
+async function samplerEngine(kind: EngineKind, shape: ModelShape): Promise<TrainingEngine> {
+  const shared = kind === 'webgpu' && engine?.kind === 'webgpu' ? engine.gpuDevice : null;
+  if (sampler && sampler.kind === kind && !sampler.dead && sampler.shared === shared) return sampler.engine;
+  // a shared engine frees its buffers; an own one (a ResilientEngine) its device too
+  if (sampler) sampler.engine.destroy();
+  const small: ModelShape = { config: shape.config, maxBatch: 1 };
+  let e: TrainingEngine;
+  if (kind === 'cpu') e = new CpuEngine(engineOptions(small));
+  else if (shared) e = await WebGpuEngine.create(shared, { ...engineOptions(small), adapterInfo: engine!.device });
+  else e = await openEngine('webgpu', small, false);
+  const s: Sampler = { kind, engine: e, shared, dead: false };
+  if (e instanceof WebGpuEngine) void e.lost.then(() => { s.dead = true; });
+  sampler = s;
+  return e;
+}
 
 async function globalModel(shape: ModelShape): Promise<{ params: Float32Array; version: number | null }> {
   const rt = runtime;
@@ -358,24 +387,57 @@ async function globalModel(shape: ModelShape): Promise<{ params: Float32Array; v
   return { params: ck.value.params, version: Number.isFinite(v) ? v : null };
 }
 
+/**
+ * generate() of core/model/sample.ts (same tokens for the same seed), reporting the text so far
+ * every few tokens so the page can show it being written.
+ */
+async function generateStreaming(e: TrainingEngine, prompt: Uint8Array, o: SampleOptions, onProgress: (sofar: Uint8Array) => void): Promise<Uint8Array> {
+  const rand = mulberry32(o.seed ?? 1);
+  const ctx = Array.from(prompt.length > 0 ? prompt : [10]);
+  const out = new Uint8Array(o.tokens);
+  let shown = performance.now();
+  for (let i = 0; i < o.tokens; i++) {
+    const logits = await e.nextTokenLogits(Uint8Array.from(ctx.slice(-e.config.blockSize)));
+    out[i] = sampleToken(logits, o.temperature ?? 0.8, o.topK ?? 40, rand);
+    ctx.push(out[i]);
+    if (performance.now() - shown > 250) { shown = performance.now(); onProgress(out.subarray(0, i + 1)); }
+  }
+  return out;
+}
+
 async function sample(m: Extract<ToWorker, { type: 'sample' }>): Promise<void> {
   const t0 = performance.now();
+  let release: (() => void) | null = null;
   try {
     const kind = opts?.engine ?? m.engine;
-    if (!sampler || sampler.kind !== kind) {
-      sampler?.engine.destroy();
-      const shape: ModelShape = { config: m.shape.config, maxBatch: 1 };
-      sampler = { kind, engine: await openEngine(kind, shape, false), version: null };
-    }
     const g = await globalModel(m.shape);
-    await sampler.engine.setParams(g.params);
-    sampler.version = g.version;
-    const out = await generate(sampler.engine, encodeText(m.prompt), { tokens: m.tokens, temperature: m.temperature, seed: m.seed });
-    post({ type: 'sample', id: m.id, ok: true, text: decodeTokens(out), version: g.version, ms: performance.now() - t0, device: sampler.engine.device });
+
+    let out: Uint8Array | null = null;
+    let e: TrainingEngine | null = null;
+    for (let attempt = 0; !out; attempt++) {
+      try {
+        e = await samplerEngine(kind, m.shape);
+        // training waits between steps while the sample is written (a few seconds), so the
+        // sample's small forward passes do not queue behind training steps
+        release ??= engine?.hold() ?? null;
+        await e.setParams(g.params);
+        out = await generateStreaming(e, encodeText(m.prompt), { tokens: m.tokens, temperature: m.temperature, seed: m.seed }, (sofar) => {
+          post({ type: 'sample-progress', id: m.id, text: decodeTokens(sofar) });
+        });
+      } catch (err) {
+        // its device may have been lost (or replaced under the training engine): build it again once
+        if (attempt > 0 || !sampler) throw err;
+        sampler.dead = true;
+      }
+    }
+    const device = kind === 'cpu' ? cpuName() : e!.device;
+    post({ type: 'sample', id: m.id, ok: true, text: decodeTokens(out), version: g.version, ms: performance.now() - t0, device });
   } catch (e) {
     const msg = (e as Error).message;
     const code = /^(E_[A-Z_0-9]+)/.exec(msg)?.[1] ?? 'E_SAMPLE';
     post({ type: 'sample', id: m.id, ok: false, code, message: msg.replace(/^E_[A-Z_0-9]+:\s*/, '') });
+  } finally {
+    release?.();
   }
 }
 

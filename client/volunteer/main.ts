@@ -113,6 +113,7 @@ worker.addEventListener('message', (e: MessageEvent<FromWorker>) => {
     case 'assignment': assignments.push(m.assignment); if (assignments.length > 50) assignments.shift(); break;
     case 'log': addLog(m.level, m.text, m.at); break;
     case 'sample': renderSample(m); break;
+    case 'sample-progress': renderSampleProgress(m.id, m.text); break;
   }
 });
 worker.addEventListener('error', (e) => {
@@ -382,6 +383,8 @@ function addLog(level: LogLevel, text: string, at: number): void {
 
 // ---------------------------------------------------------------- samples
 
+const SAMPLE_TOKENS = 100;
+
 ui.sampleGo.addEventListener('click', () => {
   const engine = chosenEngine();
   const s = shape();
@@ -390,9 +393,25 @@ ui.sampleGo.addEventListener('click', () => {
   sampleSeq += 1;
   ui.sampleGo.textContent = 'Writing…';
   setText(ui.sampleMeta, 'Generating on your device…');
-  send({ type: 'sample', id: sampleSeq, prompt: ui.samplePrompt.value, tokens: 120, temperature: 0.8, seed: (Math.random() * 2 ** 31) >>> 0, engine, shape: s });
+  send({ type: 'sample', id: sampleSeq, prompt: ui.samplePrompt.value, tokens: SAMPLE_TOKENS, temperature: 0.8, seed: (Math.random() * 2 ** 31) >>> 0, engine, shape: s });
   updateButtons();
 });
+
+function renderSampleProgress(id: number, text: string): void {
+  if (id !== sampleSeq) return;
+  const p = document.createElement('span');
+  p.className = 'prompt';
+  p.textContent = ui.samplePrompt.value;
+  ui.sampleOut.replaceChildren(p, text, caret());
+}
+
+function caret(): HTMLElement {
+  const c = document.createElement('span');
+  c.className = 'caret';
+  c.setAttribute('aria-hidden', 'true');
+  c.textContent = '▍';
+  return c;
+}
 
 function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
   if (m.id !== sampleSeq) return;

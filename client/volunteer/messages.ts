@@ -130,6 +130,7 @@ export type FromWorker =
   /** Each assignment as received (shown in the activity log; the tests replay it). */
   | { type: 'assignment'; assignment: Assignment }
   | { type: 'log'; level: LogLevel; text: string; at: number }
+  | { type: 'sample-progress'; id: number; text: string }
   | { type: 'sample'; id: number; ok: true; text: string; version: number | null; ms: number; device: string }
   | { type: 'sample'; id: number; ok: false; code: string; message: string };
 

@@ -22,6 +22,8 @@ export interface EngineHandle {
   dispose: () => void;
   /** Test hook: lose the device as a GPU crash would. */
   simulateLoss: () => void;
+  /** The WebGPU device (null for the CPU), for other engines that may share it. */
+  gpuDevice: GPUDevice | null;
 }
 
 export interface ResilientEngineOptions {
@@ -74,6 +76,8 @@ export class ResilientEngine implements TrainingEngine {
   get gpuBytes(): number { return this.handle.engine.gpuBytes; }
   /** The engine currently in use (changes after a recovery). */
   get current(): TrainingEngine { return this.handle.engine; }
+  /** The current WebGPU device (changes after a recovery; null for the CPU). */
+  get gpuDevice(): GPUDevice | null { return this.handle.gpuDevice; }
 
   /** Test hook: loses the current device; the next call recovers. */
   simulateLoss(): void {
@@ -161,7 +165,29 @@ export class ResilientEngine implements TrainingEngine {
     if (this.startOpt) { this.startOpt.m.fill(0); this.startOpt.v.fill(0); this.startOpt.step = 0; }
   }
 
+  private holds = 0;
+  private holdWaiters: Array<() => void> = [];
+
+  /**
+   * Holds training steps back (they wait before queueing) until the returned release is
+   * called: lets a sample use the GPU queue without waiting behind training steps.
+   */
+  hold(): () => void {
+    this.holds += 1;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      if (--this.holds === 0) {
+        const w = this.holdWaiters;
+        this.holdWaiters = [];
+        for (const f of w) f();
+      }
+    };
+  }
+
   async step(batch: Batch, opts: StepOptions): Promise<void> {
+    while (this.holds > 0) await new Promise<void>((r) => this.holdWaiters.push(r));
     const rec: RecordedStep = {
       inputs: Uint8Array.from(batch.inputs.subarray(0, batch.B * batch.T)),
       targets: Uint8Array.from(batch.targets.subarray(0, batch.B * batch.T)),
