@@ -27,6 +27,8 @@ export interface NodeGpuOptions {
   powerPreference?: GPUPowerPreference;
   /** 'auto' (default): hardware, then SwiftShader. */
   adapter?: 'auto' | 'hardware' | 'swiftshader';
+  /** SwiftShader's Vulkan driver manifest (default: Debian Chromium's). */
+  swiftshaderIcd?: string;
 }
 
 export interface NodeGpuInfo {
@@ -47,6 +49,8 @@ export interface NodeGpu {
 
 // Each `create()` result, held for as long as any device made from it is alive.
 const live = new Set<GPU>();
+// VK_ICD_FILENAMES as this module set it (so a later call can tell it from the user's own)
+let icdSetHere: string | null = null;
 
 /** WebGPU's global constants (GPUBufferUsage, GPUMapMode, ...) as in a browser. */
 export function installWebGpuGlobals(): void {
@@ -111,15 +115,20 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<NodeGpu>
   process.env.XDG_RUNTIME_DIR ??= '/tmp';
   ensureVulkanLoader();
   const mode = opts.adapter ?? 'auto';
+  const icd = opts.swiftshaderIcd ?? SWIFTSHADER_ICD;
+  const userIcd = process.env.VK_ICD_FILENAMES && process.env.VK_ICD_FILENAMES !== icdSetHere ? process.env.VK_ICD_FILENAMES : null;
   let found: { gpu: GPU; adapter: GPUAdapter } | null = null;
-  if (process.env.VK_ICD_FILENAMES) {
+  if (userIcd) {
     // the caller chose the Vulkan driver
     found = await tryAdapter(['backend=vulkan'], opts.powerPreference);
   } else {
-    if (mode !== 'swiftshader' && hasHardwareDriverHint()) found = await tryAdapter([], opts.powerPreference);
-    if (!found && mode !== 'hardware' && existsSync(SWIFTSHADER_ICD)) {
+    if (mode !== 'swiftshader' && hasHardwareDriverHint()) {
+      if (icdSetHere) delete process.env.VK_ICD_FILENAMES;
+      found = await tryAdapter([], opts.powerPreference);
+    }
+    if (!found && mode !== 'hardware' && existsSync(icd)) {
       // the Vulkan loader reads this when Dawn creates its instance, so set it before create()
-      process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+      process.env.VK_ICD_FILENAMES = icdSetHere = icd;
       found = await tryAdapter(['backend=vulkan']);
     }
   }
@@ -138,7 +147,13 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<NodeGpu>
       throw Object.assign(new Error(`${k}: needs ${show(need)}, adapter allows ${show(has)}`), { code: 'E_ADAPTER_TOO_SMALL' });
     }
   }
-  const device = await adapter.requestDevice({ requiredLimits: limits, requiredFeatures: opts.requiredFeatures ?? [] });
+  let device: GPUDevice;
+  try {
+    device = await adapter.requestDevice({ requiredLimits: limits, requiredFeatures: opts.requiredFeatures ?? [] });
+  } catch (e) {
+    live.delete(gpu);
+    throw e;
+  }
   const ai = adapter.info;
   const info: NodeGpuInfo = {
     vendor: ai.vendor,

@@ -4,6 +4,9 @@
 //   matmul_backward_dweight dW (M=OC, N=C)    (+)= dout(K=B·T, M)ᵀ · inp (K,N)
 //   matmul_backward_dbias   dbias (N=OC)      (+)= Σ_rows dout (M=B·T, N)
 // No transpose is materialised: each operand has a loader for its memory order.
+// Split-K for dW: its output (OC×C) has few tiles while K = B·T is long, so the engine
+// may cut K into slices (grid z), each writing its own partial dW, then
+// matmul_backward_dweight_reduce sums the slices in a fixed order (deterministic, no atomics).
 //
 // Tiling (for real GPUs): a workgroup of 256 threads computes a 64×64 output tile,
 // each thread a 4×4 register block; K advances in steps of 16 through two workgroup
@@ -22,6 +25,7 @@ struct Params {
   b_off: u32,
   c_off: u32,
   bias_off: u32,  // bias lives in the same buffer as W (params)
+  k_chunk: u32,   // dweight: K rows per grid-z slice (= K when not split)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -75,22 +79,22 @@ fn load_a_k4(m0: u32, k0: u32, lid: u32) {
   put_k(&As, r, (lid % 4u) * 4u, v);
 }
 
-fn load_a_r(m0: u32, k0: u32, lid: u32) {
+fn load_a_r(m0: u32, k0: u32, kend: u32, lid: u32) {
   let k = k0 + lid / 16u;
   let m = m0 + (lid % 16u) * 4u;
   var v = vec4<f32>(0.0);
-  if (k < p.K) {
+  if (k < kend) {
     let base = p.a_off + k * p.M + m;
     for (var j = 0u; j < 4u; j++) { if (m + j < p.M) { v[j] = a[base + j]; } }
   }
   As[lid] = v;
 }
 
-fn load_a_r4(m0: u32, k0: u32, lid: u32) {
+fn load_a_r4(m0: u32, k0: u32, kend: u32, lid: u32) {
   let k = k0 + lid / 16u;
   let m = m0 + (lid % 16u) * 4u;
   var v = vec4<f32>(0.0);
-  if (k < p.K && m < p.M) { v = a4[(p.a_off + k * p.M + m) / 4u]; }
+  if (k < kend && m < p.M) { v = a4[(p.a_off + k * p.M + m) / 4u]; }
   As[lid] = v;
 }
 
@@ -115,22 +119,22 @@ fn load_b_k4(n0: u32, k0: u32, lid: u32) {
   put_k(&Bs, r, (lid % 4u) * 4u, v);
 }
 
-fn load_b_r(n0: u32, k0: u32, lid: u32) {
+fn load_b_r(n0: u32, k0: u32, kend: u32, lid: u32) {
   let k = k0 + lid / 16u;
   let n = n0 + (lid % 16u) * 4u;
   var v = vec4<f32>(0.0);
-  if (k < p.K) {
+  if (k < kend) {
     let base = p.b_off + k * p.N + n;
     for (var j = 0u; j < 4u; j++) { if (n + j < p.N) { v[j] = b[base + j]; } }
   }
   Bs[lid] = v;
 }
 
-fn load_b_r4(n0: u32, k0: u32, lid: u32) {
+fn load_b_r4(n0: u32, k0: u32, kend: u32, lid: u32) {
   let k = k0 + lid / 16u;
   let n = n0 + (lid % 16u) * 4u;
   var v = vec4<f32>(0.0);
-  if (k < p.K && n < p.N) { v = b4[(p.b_off + k * p.N + n) / 4u]; }
+  if (k < kend && n < p.N) { v = b4[(p.b_off + k * p.N + n) / 4u]; }
   Bs[lid] = v;
 }
 
@@ -148,7 +152,7 @@ fn mm_tile(acc: ptr<function, array<vec4<f32>, 4>>, tx: u32, ty: u32) {
   }
 }
 
-fn store_c(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>) {
+fn store_c(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>, c_base: u32) {
   let tx = lid % 16u;
   let ty = lid / 16u;
   for (var i = 0u; i < 4u; i++) {
@@ -159,14 +163,14 @@ fn store_c(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>) {
       if (n >= p.N) { break; }
       var v = acc[i][j];
       if ((p.flags & HAS_BIAS) != 0u) { v += b[p.bias_off + n]; }
-      let idx = p.c_off + m * p.N + n;
+      let idx = c_base + m * p.N + n;
       if ((p.flags & ACCUMULATE) != 0u) { v += c[idx]; }
       c[idx] = v;
     }
   }
 }
 
-fn store_c4(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>) {
+fn store_c4(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>, c_base: u32) {
   let tx = lid % 16u;
   let ty = lid / 16u;
   let n = n0 + tx * 4u;
@@ -180,7 +184,7 @@ fn store_c4(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>) {
   for (var i = 0u; i < 4u; i++) {
     let m = m0 + ty * 4u + i;
     if (m >= p.M) { break; }
-    let idx = (p.c_off + m * p.N + n) / 4u;
+    let idx = (c_base + m * p.N + n) / 4u;
     var v = acc[i] + bias;
     if ((p.flags & ACCUMULATE) != 0u) { v += c4[idx]; }
     c4[idx] = v;
@@ -201,7 +205,7 @@ fn matmul_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_i
     mm_tile(&acc, lid % 16u, lid / 16u);
     workgroupBarrier();
   }
-  store_c(m0, n0, lid, acc);
+  store_c(m0, n0, lid, acc, p.c_off);
 }
 
 @compute @workgroup_size(256)
@@ -216,7 +220,7 @@ fn matmul_forward_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocat
     mm_tile(&acc, lid % 16u, lid / 16u);
     workgroupBarrier();
   }
-  store_c4(m0, n0, lid, acc);
+  store_c4(m0, n0, lid, acc, p.c_off);
 }
 
 @compute @workgroup_size(256)
@@ -226,12 +230,12 @@ fn matmul_backward_dinp(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
   var acc: array<vec4<f32>, 4>;
   for (var k0 = 0u; k0 < p.K; k0 += BK) {
     load_a_k(m0, k0, lid);  // dout (M,K)
-    load_b_r(n0, k0, lid);  // W (K,N)
+    load_b_r(n0, k0, p.K, lid);  // W (K,N)
     workgroupBarrier();
     mm_tile(&acc, lid % 16u, lid / 16u);
     workgroupBarrier();
   }
-  store_c(m0, n0, lid, acc);
+  store_c(m0, n0, lid, acc, p.c_off);
 }
 
 @compute @workgroup_size(256)
@@ -241,42 +245,61 @@ fn matmul_backward_dinp_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(local_i
   var acc: array<vec4<f32>, 4>;
   for (var k0 = 0u; k0 < p.K; k0 += BK) {
     load_a_k4(m0, k0, lid);
-    load_b_r4(n0, k0, lid);
+    load_b_r4(n0, k0, p.K, lid);
     workgroupBarrier();
     mm_tile(&acc, lid % 16u, lid / 16u);
     workgroupBarrier();
   }
-  store_c4(m0, n0, lid, acc);
+  store_c4(m0, n0, lid, acc, p.c_off);
 }
 
+// Grid (ceil(N/64), ceil(M/64), slices): slice z covers K rows [z·k_chunk, (z+1)·k_chunk)
+// and writes at c_off + z·M·N.
 @compute @workgroup_size(256)
 fn matmul_backward_dweight(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
+  let kbeg = wid.z * p.k_chunk;
+  let kend = min(p.K, kbeg + p.k_chunk);
   var acc: array<vec4<f32>, 4>;
-  for (var k0 = 0u; k0 < p.K; k0 += BK) {
-    load_a_r(m0, k0, lid);  // dout (K,M) read as doutᵀ
-    load_b_r(n0, k0, lid);  // inp (K,N)
+  for (var k0 = kbeg; k0 < kend; k0 += BK) {
+    load_a_r(m0, k0, kend, lid);  // dout (K,M) read as doutᵀ
+    load_b_r(n0, k0, kend, lid);  // inp (K,N)
     workgroupBarrier();
     mm_tile(&acc, lid % 16u, lid / 16u);
     workgroupBarrier();
   }
-  store_c(m0, n0, lid, acc);
+  store_c(m0, n0, lid, acc, p.c_off + wid.z * p.M * p.N);
 }
 
 @compute @workgroup_size(256)
 fn matmul_backward_dweight_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
+  let kbeg = wid.z * p.k_chunk;
+  let kend = min(p.K, kbeg + p.k_chunk);
   var acc: array<vec4<f32>, 4>;
-  for (var k0 = 0u; k0 < p.K; k0 += BK) {
-    load_a_r4(m0, k0, lid);
-    load_b_r4(n0, k0, lid);
+  for (var k0 = kbeg; k0 < kend; k0 += BK) {
+    load_a_r4(m0, k0, kend, lid);
+    load_b_r4(n0, k0, kend, lid);
     workgroupBarrier();
     mm_tile(&acc, lid % 16u, lid / 16u);
     workgroupBarrier();
   }
-  store_c4(m0, n0, lid, acc);
+  store_c4(m0, n0, lid, acc, p.c_off + wid.z * p.M * p.N);
+}
+
+// dW (+)= Σ_z partial[z] over K = slices partials (M·N each, in `a`), one thread per element.
+@compute @workgroup_size(256)
+fn matmul_backward_dweight_reduce(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+                                  @builtin(local_invocation_index) lid: u32) {
+  let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+  let MN = p.M * p.N;
+  if (i >= MN) { return; }
+  var s = 0.0;
+  for (var z = 0u; z < p.K; z++) { s += a[p.a_off + z * MN + i]; }
+  let idx = p.c_off + i;
+  c[idx] = select(s, c[idx] + s, (p.flags & ACCUMULATE) != 0u);
 }
 
 // dbias[n] (+)= Σ_m a[m,n], a = dout (M,N). Workgroup = 64 columns × 4 row slices. Grid ceil(N/64).

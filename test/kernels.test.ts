@@ -157,6 +157,12 @@ describe('matmul', () => {
       await runOn(gpu.matmulBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, { ...d, accumulateDinp: true, accumulateParams: true }), shape);
       await expectClose('matmul_backward', gDinp, dinp);
       await expectClose('matmul_backward', gGrads, grads);
+
+      // dW split along K = B·T into 4 slices (16 rows each), summed by the reduce pass
+      const gGrads2 = upload(device, grads0);
+      const partials = upload(device, new Float32Array(4 * OC * Ci));
+      await runOn(gpu.matmulBackward(null, gGrads2, upload(device, dout), gInp, gParams, { ...d, accumulateParams: true, partials, splitK: 4 }), shape);
+      await expectClose('matmul_backward_splitk', gGrads2, grads);
     });
   }
 

@@ -1,5 +1,6 @@
 // The Node WebGPU harness works: an adapter, a device, a compute shader, a readback.
 import { afterAll, describe, expect, it } from 'vitest';
+import { NO_ADAPTER_HELP, createNodeGpu } from '../server/gpu.ts';
 import { getTestDevice, readF32, releaseTestDevice, upload } from './helpers/gpu.ts';
 
 afterAll(releaseTestDevice);
@@ -34,5 +35,19 @@ describe('webgpu smoke', () => {
     device.queue.submit([enc.finish()]);
     const y = await readF32(device, out, n);
     for (let i = 0; i < n; i++) expect(y[i]).toBe(2 * x[i] + 1);
+  });
+
+  it('without an adapter, says how to get one', async () => {
+    await expect(createNodeGpu({ adapter: 'swiftshader', swiftshaderIcd: '/nonexistent/vk_swiftshader_icd.json' })).rejects.toThrow(NO_ADAPTER_HELP);
+    expect(NO_ADAPTER_HELP).toMatch(/apt-get install chromium/);
+  });
+
+  it('refuses limits the adapter lacks, naming the limit', async () => {
+    const { adapter } = await getTestDevice();
+    const too = adapter.limits.maxStorageBufferBindingSize * 2;
+    await expect(createNodeGpu({ requiredLimits: { maxStorageBufferBindingSize: too } })).rejects.toMatchObject({
+      code: 'E_ADAPTER_TOO_SMALL',
+      message: expect.stringMatching(/^maxStorageBufferBindingSize: needs [\d.]+ MiB, adapter allows [\d.]+ MiB/),
+    });
   });
 });

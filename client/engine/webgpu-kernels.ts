@@ -52,6 +52,7 @@ export const ENTRIES = {
   matmul_backward_dinp_vec4: { file: 'matmul', storage: [1, 2, 3] },
   matmul_backward_dweight: { file: 'matmul', storage: [1, 2, 3] },      // grads, dout, inp
   matmul_backward_dweight_vec4: { file: 'matmul', storage: [1, 2, 3] },
+  matmul_backward_dweight_reduce: { file: 'matmul', storage: [1, 2] },  // grads, partials
   matmul_backward_dbias: { file: 'matmul', storage: [1, 2] },           // grads, dout
   attention_forward: { file: 'attention', storage: [1, 2, 3] },         // out, att, inp
   attention_backward_dq: { file: 'attention', storage: [1, 2, 3, 4, 5] },  // dinp, dpreatt, inp, att, dout

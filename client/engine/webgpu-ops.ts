@@ -83,6 +83,24 @@ export function layernormBackward(dinp: GPUBuffer, grads: GPUBuffer, dout: GPUBu
 
 export interface MatmulDims { C: number; OC: number; wOff: number; biasOff: number | null }
 
+/** Split-K of dW: at most this many K slices, each of at least SPLIT_MIN_ROWS rows. */
+export const SPLIT_K_MAX = 8;
+const SPLIT_MIN_ROWS = 256;
+const SPLIT_TARGET_GROUPS = 128; // enough workgroups to occupy a discrete GPU
+
+/** K slices for dW (M×N output, K = B·T rows): more slices when the output has few tiles. */
+export function splitK(M: number, N: number, K: number, force?: number): { slices: number; chunk: number } {
+  const want = force ?? Math.min(SPLIT_K_MAX, Math.floor(K / SPLIT_MIN_ROWS), Math.ceil(SPLIT_TARGET_GROUPS / (tiles(M) * tiles(N))));
+  const s = Math.max(1, Math.min(want, K));
+  const chunk = Math.ceil(Math.ceil(K / s) / 16) * 16; // a multiple of the K tile
+  return { slices: Math.ceil(K / chunk), chunk };
+}
+
+/** Elements of the split-K scratch buffer for dW outputs up to maxOut elements and B·T up to maxRows. */
+export function splitKScratch(maxOut: number, maxRows: number): number {
+  return Math.max(1, Math.min(SPLIT_K_MAX, Math.floor(maxRows / SPLIT_MIN_ROWS))) * maxOut;
+}
+
 const HAS_BIAS = 1;
 const ACCUMULATE = 2;
 const aligned4 = (...xs: number[]) => xs.every((x) => x % 4 === 0);
@@ -94,16 +112,18 @@ export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer,
   return {
     entry: vec4 ? 'matmul_forward_vec4' : 'matmul_forward',
     buffers: [out, inp, params],
-    params: (s) => [rows(s), d.OC, d.C, d.biasOff === null ? 0 : HAS_BIAS, 0, d.wOff, 0, d.biasOff ?? 0],
+    params: (s) => [rows(s), d.OC, d.C, d.biasOff === null ? 0 : HAS_BIAS, 0, d.wOff, 0, d.biasOff ?? 0, 0],
     grid: (s) => [tiles(d.OC), tiles(rows(s)), 1],
   };
 }
 
 /**
  * dinp (B,T,C) = dout·W; dW (in `grads` at wOff) = doutᵀ·inp; dbias = Σ dout.
- * `dinp` null skips the input gradient.
+ * `dinp` null skips the input gradient. With `partials` (splitKScratch elements), dW is
+ * split along K when that helps (`splitK` forces a slice count, for tests): the direct and
+ * the split dispatches are both recorded, and the shape decides which one runs.
  */
-export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims & { accumulateDinp?: boolean; accumulateParams?: boolean }): DispatchSpec[] {
+export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims & { accumulateDinp?: boolean; accumulateParams?: boolean; partials?: GPUBuffer; splitK?: number }): DispatchSpec[] {
   const vec4 = aligned4(d.C, d.OC, d.wOff);
   const accP = d.accumulateParams ? ACCUMULATE : 0;
   const specs: DispatchSpec[] = [];
@@ -112,23 +132,39 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
       entry: vec4 ? 'matmul_backward_dinp_vec4' : 'matmul_backward_dinp',
       buffers: [dinp, dout, params],
       // M = B·T, N = C, K = OC; A = dout (M,K), B = W (K,N)
-      params: (s) => [rows(s), d.C, d.OC, d.accumulateDinp ? ACCUMULATE : 0, 0, d.wOff, 0, 0],
+      params: (s) => [rows(s), d.C, d.OC, d.accumulateDinp ? ACCUMULATE : 0, 0, d.wOff, 0, 0, 0],
       grid: (s) => [tiles(d.C), tiles(rows(s)), 1],
     });
   }
+  // dW: M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
+  const dweight = vec4 ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight';
+  const split = (s: Shape) => (d.partials ? splitK(d.OC, d.C, rows(s), d.splitK) : { slices: 1, chunk: rows(s) });
   specs.push({
-    entry: vec4 ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight',
+    entry: dweight,
     buffers: [grads, dout, inp],
-    // M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
-    params: (s) => [d.OC, d.C, rows(s), accP, 0, 0, d.wOff, 0],
-    grid: () => [tiles(d.C), tiles(d.OC), 1],
+    params: (s) => [d.OC, d.C, rows(s), accP, 0, 0, d.wOff, 0, rows(s)],
+    grid: (s) => (split(s).slices > 1 ? [0, 0, 0] : [tiles(d.C), tiles(d.OC), 1]),
   });
+  if (d.partials) {
+    const partials = d.partials;
+    specs.push({
+      entry: dweight,
+      buffers: [partials, dout, inp],
+      params: (s) => [d.OC, d.C, rows(s), 0, 0, 0, 0, 0, split(s).chunk],
+      grid: (s) => { const k = split(s); return k.slices > 1 ? [tiles(d.C), tiles(d.OC), k.slices] : [0, 0, 0]; },
+    }, {
+      entry: 'matmul_backward_dweight_reduce',
+      buffers: [grads, partials],
+      params: (s) => [d.OC, d.C, split(s).slices, accP, 0, 0, d.wOff, 0, 0],
+      grid: (s) => (split(s).slices > 1 ? grid1(d.OC * d.C, 256) : [0, 0, 0]),
+    });
+  }
   if (d.biasOff !== null) {
     const biasOff = d.biasOff;
     specs.push({
       entry: 'matmul_backward_dbias',
       buffers: [grads, dout],
-      params: (s) => [rows(s), d.OC, 0, accP, 0, 0, biasOff, 0],
+      params: (s) => [rows(s), d.OC, 0, accP, 0, 0, biasOff, 0, 0],
       grid: () => [Math.ceil(d.OC / 64), 1, 1],
     });
   }

@@ -4,8 +4,9 @@
 // - Pipelines, bind groups and uniform slots are built once in `create()`.
 // - `step()` is ONE queue.submit with no readback: forward, loss, backward, grad norm
 //   and clip scale, AdamW. The mean loss goes to a slot of a GPU loss ring; the ring
-//   is copied to a mappable buffer every `lossReadEvery` steps (as part of that
-//   step's submission) and by `takeLosses()`, and mapped without stalling a step.
+//   is copied to a mappable buffer every `lossReadEvery` steps (inside that step's
+//   submission) and by `takeLosses()`, which alone maps them: no promise is pending
+//   while steps run (under Node a pending Dawn promise busy-polls a core).
 // - Nothing is zeroed per step: each kernel that first writes a gradient overwrites
 //   it, and only the two true fan-ins accumulate (the residual stream's gradient, and
 //   the tied wte that gets the LM head's and the embedding's gradient).
@@ -16,7 +17,7 @@ import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine 
 import { type GPTConfig, paramLayout, validateConfig } from '../../core/model/config.ts';
 import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
 import { type Result, err, ok } from '../../core/result.ts';
-import { type DispatchSpec, KernelSet, MAX_STORAGE_BINDINGS, Program, STEP_UNIFORM_BYTES, type Shape, encodeStepUniform } from './webgpu-kernels.ts';
+import { type DispatchSpec, KernelSet, MAX_STORAGE_BINDINGS, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
 import * as op from './webgpu-ops.ts';
 
 export interface WebGpuEngineOptions extends EngineOptions {
@@ -33,8 +34,8 @@ export interface DeviceLost {
 
 const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
 
-/** Dispatches in one training step (checked against what build() records). */
-const stepDispatches = (L: number) => 15 + 31 * L;
+/** Dispatches recorded for one training step (checked against what build() records). */
+const stepDispatches = (L: number) => 17 + 39 * L;
 
 /** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
 const EVAL_SLOTS = 16;
@@ -80,6 +81,7 @@ function plan(opts: WebGpuEngineOptions): Plan {
     // residual stream's gradient ping-pongs between dres0 and dres1
     dlogits: BT * V, dln: BT * C, dres0: BT * C, dres1: BT * C, dres2: BT * C,
     dqkv: BT * 3 * C, datty: BT * C, dproj: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, dpreatt: ATT,
+    dwPartials: op.splitKScratch(Math.max(4 * C * C, V * C), BT), // split-K slices of dW
     inputs: BT, targets: BT,
     ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
   };
@@ -163,8 +165,11 @@ function engineError(code: string, message: string): Error & { code: string } {
 
 // ---------------------------------------------------------------------------- engine
 
+/** A copy of the loss ring in a mappable buffer: `count` losses from ring slot `first`. */
 interface Drain {
-  done: Promise<number[]>;
+  staging: GPUBuffer;
+  first: number;
+  count: number;
 }
 
 export class WebGpuEngine implements TrainingEngine {
@@ -242,17 +247,20 @@ export class WebGpuEngine implements TrainingEngine {
     const e = new WebGpuEngine(device, opts);
     device.pushErrorScope('out-of-memory');
     device.pushErrorScope('validation');
+    let thrown: unknown = null;
     try {
       e.allocate(plan(opts));
       await e.build();
-    } finally {
-      const validation = await device.popErrorScope();
-      const oom = await device.popErrorScope();
-      if (oom || validation) {
-        e.destroy();
-        if (oom) throw engineError('E_GPU_OUT_OF_MEMORY', `allocating ${mib(estimateGpuBytes(opts))} failed: ${oom.message}`);
-        throw engineError('E_GPU_VALIDATION', validation!.message);
-      }
+    } catch (x) {
+      thrown = x;
+    }
+    const validation = await device.popErrorScope();
+    const oom = await device.popErrorScope();
+    if (thrown || oom || validation) {
+      e.destroy();
+      if (oom) throw engineError('E_GPU_OUT_OF_MEMORY', `allocating ${mib(estimateGpuBytes(opts))} failed: ${oom.message}`);
+      if (validation) throw engineError('E_GPU_VALIDATION', validation.message);
+      throw thrown;
     }
     return e;
   }
@@ -302,7 +310,7 @@ export class WebGpuEngine implements TrainingEngine {
       return t.offset + (PER_LAYER.has(name) ? (l * t.size) / L : 0);
     };
     const b = (n: string) => this.b(n);
-    const params = b('params'), grads = b('grads');
+    const params = b('params'), grads = b('grads'), partials = b('dwPartials');
     const resid = (l: number) => (l < 0 ? b('encoded') : b(`residual3.${l}`));
     const dres = (l: number) => b(`dres${(l + 1) % 2}`); // gradient of resid(l)
     const specs: DispatchSpec[] = [];
@@ -339,22 +347,22 @@ export class WebGpuEngine implements TrainingEngine {
     // ---- backward (overwrite unless noted)
     specs.push(
       op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
-      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null }),
+      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, partials }),
       ...op.layernormBackward(dres(L - 1), grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb') }),
     );
     for (let l = L - 1; l >= 0; l--) {
       const x = (k: string) => b(`${k}.${l}`);
       specs.push(
         op.residualBackward(b('dres2'), b('dproj'), dres(l), { width: C }),
-        ...op.matmulBackward(b('dfchGelu'), grads, b('dproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l) }),
+        ...op.matmulBackward(b('dfchGelu'), grads, b('dproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), partials }),
         op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
-        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l) }),
+        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials }),
         // the residual stream fans out to ln2 and to the skip path: accumulate
         ...op.layernormBackward(b('dres2'), grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), accumulateDinp: true }),
         op.residualBackward(dres(l - 1), b('dproj'), b('dres2'), { width: C }),
-        ...op.matmulBackward(b('datty'), grads, b('dproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l) }),
+        ...op.matmulBackward(b('datty'), grads, b('dproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials }),
         ...op.attentionBackward(b('dqkv'), b('dpreatt'), b('datty'), x('qkv'), x('att'), { C, NH }),
-        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l) }),
+        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials }),
         ...op.layernormBackward(dres(l - 1), grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), accumulateDinp: true }),
       );
     }
@@ -436,31 +444,19 @@ export class WebGpuEngine implements TrainingEngine {
       enc.copyBufferToBuffer(this.b('ring'), 0, staging, 0, this.R * 4);
     }
     this.gpu.queue.submit([enc.finish()]);
-    if (staging) this.startDrain(staging, (slot + 1) % this.R, this.R);
+    if (staging) {
+      this.drains.push({ staging, first: (slot + 1) % this.R, count: this.R });
+      this.pending = 0;
+    }
   }
 
   private acquireStaging(): GPUBuffer {
     const s = this.freeStaging.pop();
     if (s) return s;
-    // every staging buffer is still mapping: add one (rare: only when many ring-fulls are unread)
+    // every staging buffer holds unread losses: add one (one per lossReadEvery steps not yet taken)
     const b = this.alloc('lossStaging', f32b(this.R + EVAL_SLOTS), GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
     this.staging.push(b);
     return b;
-  }
-
-  /** Maps a copied ring; `first` is the ring slot of the oldest of `count` losses. */
-  private startDrain(staging: GPUBuffer, first: number, count: number): void {
-    const R = this.R;
-    this.pending = 0;
-    const done = staging.mapAsync(GPUMapMode.READ).then(() => {
-      const ring = new Float32Array(staging.getMappedRange(0, R * 4));
-      const out: number[] = [];
-      for (let i = 0; i < count; i++) out.push(ring[(first + i) % R]);
-      staging.unmap();
-      this.freeStaging.push(staging);
-      return out;
-    });
-    this.drains.push({ done });
   }
 
   /** Losses of the steps since the last call, in order (copied and mapped asynchronously). */
@@ -468,17 +464,24 @@ export class WebGpuEngine implements TrainingEngine {
     this.usable();
     if (this.pending > 0) {
       const count = this.pending;
-      const first = (this.steps - count) % this.R;
       const staging = this.acquireStaging();
       const enc = this.gpu.createCommandEncoder({ label: 'takeLosses' });
       enc.copyBufferToBuffer(this.b('ring'), 0, staging, 0, this.R * 4);
       this.gpu.queue.submit([enc.finish()]);
-      this.startDrain(staging, first, count);
+      this.drains.push({ staging, first: (this.steps - count) % this.R, count });
+      this.pending = 0;
     }
     const drains = this.drains;
     this.drains = [];
     const out: number[] = [];
-    for (const d of drains) out.push(...(await d.done));
+    const R = this.R;
+    for (const { staging, first, count } of drains) {
+      await staging.mapAsync(GPUMapMode.READ, 0, R * 4);
+      const ring = new Float32Array(staging.getMappedRange(0, R * 4));
+      for (let i = 0; i < count; i++) out.push(ring[(first + i) % R]);
+      staging.unmap();
+      this.freeStaging.push(staging);
+    }
     return out;
   }
 
@@ -634,4 +637,3 @@ export class WebGpuEngine implements TrainingEngine {
   }
 }
 
-export type { Shape };
