@@ -4,9 +4,10 @@
 //   1. Opened before any island has joined: empty states, no errors, live socket.
 //   2. Live run: both islands appear in the islands table and the loss chart gains points
 //      while the page is open. Screenshot: test-artifacts/dashboard.png.
-//   3. Deep links: tab, sort, filter and chart x-axis live in the URL hash; a reload restores them.
-//   4. Run panel: configuration, checkpoints with download links, a sample from the model.
-//   5. Admin: a wrong token is refused and nothing changes; the right one pauses and resumes
+//   3. With the socket.io stream blocked, the page polls the REST API and still updates.
+//   4. Deep links: tab, sort, filter and chart x-axis live in the URL hash; a reload restores them.
+//   5. Run panel: configuration, checkpoints with download links, a sample from the model.
+//   6. Admin: a wrong token is refused and nothing changes; the right one pauses and resumes
 //      (checked on /api/status), edits a hyperparameter, and bans an island.
 //
 // One server, one browser page for all steps, in order.
@@ -97,6 +98,7 @@ describe('dashboard e2e', () => {
     expect(await dash<string>('d.connection')).toBe('live');
     expect(await dash<number>('d.messages')).toBeGreaterThan(2);
 
+    lap('version, islands, live checked');
     await page.click('#tab-leaderboard');
     await expect.poll(() => page.$$eval('#leaderboard-table tbody td.t-name', (els) => els.map((e) => e.textContent).sort()), { timeout: 30_000 }).toEqual(['alice', 'bob']);
 
@@ -104,7 +106,23 @@ describe('dashboard e2e', () => {
     await page.waitForTimeout(800); // staged chart builds + legend
     mkdirSync(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: join(ARTIFACTS, 'dashboard.png'), fullPage: true });
+    lap('screenshot');
     expect(pageErrors()).toEqual([]);
+  });
+
+  it('falls back to polling the REST API when the socket.io stream is blocked', async () => {
+    const page = await browser.context.newPage();
+    try {
+      await page.route('**/socket.io/**', (route) => route.abort());
+      await page.goto(`${server.url}/dashboard#tab=islands`);
+      await page.waitForSelector('#connection[data-state="polling"]', { timeout: 15_000 });
+      await expect.poll(async () => [...new Set(await page.$$eval('#islands-table tbody tr td:first-child .nm', (els) => els.map((e) => e.textContent)))].sort(), { timeout: 15_000 }).toEqual(['alice', 'bob']);
+      const version = async () => Number((await page.textContent('#fig-version'))?.replace(/,/g, ''));
+      const v0 = await version();
+      await expect.poll(version, { timeout: 30_000, interval: 500 }).toBeGreaterThan(v0);
+    } finally {
+      await page.close();
+    }
   });
 
   it('keeps the view state in the URL: a reload restores tab, sort, filter and x-axis', async () => {
@@ -145,25 +163,26 @@ describe('dashboard e2e', () => {
     expect(await page.textContent('#run-config')).toContain('coordinator.outer.lr');
     await page.click('#checkpoints-refresh');
     await expect.poll(() => page.locator('#checkpoints-table tbody a').count(), { timeout: 20_000 }).toBeGreaterThan(0);
+    lap('checkpoints listed');
     const href = await page.getAttribute('#checkpoints-table tbody a', 'href');
     expect(href).toMatch(/^\/api\/checkpoints\/\d+$/);
     const dl = await fetch(server.url + href);
     expect(dl.status).toBe(200);
     expect((await dl.arrayBuffer()).byteLength).toBeGreaterThan(1000);
 
+    lap('checkpoint downloaded');
     await page.fill('#sample-tokens', '40');
     await page.click('#sample-button');
     await expect.poll(() => page.textContent('#sample-meta'), { timeout: 30_000 }).toMatch(/40 tokens from version \d+/);
     expect((await page.textContent('#sample-output'))!.length).toBeGreaterThan(0);
+    lap('sampled');
   });
 
   it('admin: a wrong token is refused and changes nothing; the right one pauses, resumes, edits, bans', async () => {
     const { page } = browser;
     const status = () => getJson<Status>(`${server.url}/api/status`);
     await page.goto(`${server.url}/dashboard#tab=admin`);
-    await page.evaluate(() => sessionStorage.clear());
-    await page.reload();
-    // No token: the controls say so and are disabled.
+    // No token (this tab never had one): the controls say so and are disabled.
     expect(await page.textContent('#admin-gate')).toContain('disabled');
     expect(await page.isDisabled('#admin-pause')).toBe(true);
 
@@ -180,6 +199,7 @@ describe('dashboard e2e', () => {
     await page.waitForTimeout(600);
     expect(await page.isHidden('#header-paused')).toBe(true);
 
+    lap('wrong token refused');
     // Right token: pause → /api/status paused; the header says so.
     await page.fill('#admin-token', TOKEN);
     await page.click('#admin-token-save');
@@ -189,6 +209,7 @@ describe('dashboard e2e', () => {
     expect((await status()).paused).toBe(true);
     await page.waitForSelector('#header-paused:not([hidden])', { timeout: 5_000 });
 
+    lap('paused');
     // The token survives a reload (sessionStorage); resume undoes the pause.
     await page.reload();
     expect(await page.textContent('#admin-token-state')).toContain('Token set');
@@ -197,6 +218,7 @@ describe('dashboard e2e', () => {
     expect((await status()).paused).toBe(false);
     await page.waitForSelector('#header-paused', { state: 'hidden', timeout: 5_000 });
 
+    lap('resumed');
     // A hyperparameter edit goes through PATCH and shows up in /api/run.
     await expect.poll(() => page.inputValue('#cfg-outerLr'), { timeout: 5_000 }).toBe('0.7');
     await page.fill('#cfg-outerLr', '0.5');
@@ -205,6 +227,7 @@ describe('dashboard e2e', () => {
     const run = await getJson<{ config: { coordinator: { outer: { lr: number } } } }>(`${server.url}/api/run`);
     expect(run.config.coordinator.outer.lr).toBe(0.5);
 
+    lap('config patched');
     // Ban bob.
     const list = await getJson<{ islands: Array<{ id: string; name: string; status: string }> }>(`${server.url}/api/islands`);
     const bob = list.islands.find((i) => i.name === 'bob' && i.status === 'online')!;

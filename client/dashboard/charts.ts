@@ -42,6 +42,9 @@ class ChartBox {
   private u: uPlot | null = null;
   private key = '';
   private hover = false;
+  private bars = false;
+  /** Inputs of the last update (see Charts.render). */
+  deps = '';
 
   constructor(readonly id: string, title: string) {
     this.plot = h('div', { class: 'plot', style: `height:${HEIGHT + 48}px` });
@@ -53,12 +56,17 @@ class ChartBox {
     this.plot.addEventListener('mouseleave', () => { this.hover = false; requestAnimationFrame(() => this.showLatest()); });
   }
 
+  get needsRebuild(): boolean {
+    return !this.u;
+  }
+
   /** Would update() build a new uPlot instance (the expensive path)? */
   needsBuild(def: ChartDef): boolean {
     return !this.u || this.key !== def.key;
   }
 
   update(def: ChartDef): void {
+    this.bars = !!def.bars;
     const empty = def.empty;
     this.emptyEl.hidden = empty === null;
     setText(this.emptyEl, empty ?? '');
@@ -78,7 +86,7 @@ class ChartBox {
   /** While the cursor is off the plot, the legend shows the latest values. */
   private showLatest(): void {
     const u = this.u;
-    if (!u || this.hover) return;
+    if (!u || this.hover || this.bars) return;
     const n = u.data[0]?.length ?? 0;
     if (n > 0) u.setLegend({ idx: n - 1 });
   }
@@ -99,7 +107,9 @@ class ChartBox {
     const axisColor = getComputedStyle(document.documentElement).getPropertyValue('--muted').trim() || '#667';
     const gridColor = getComputedStyle(document.documentElement).getPropertyValue('--grid').trim() || '#e4e6ea';
     const axis = (o: uPlot.Axis): uPlot.Axis => ({ stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: '11px system-ui, sans-serif', ...o });
-    const xAxis: uPlot.Axis = def.x === 'time' ? axis({}) : axis({ values: (_u, splits) => splits.map((v) => (def.xValues ? def.xValues(v) : fmtSI(v))) });
+    const xAxis: uPlot.Axis = def.x === 'time'
+      ? axis({ values: (_u, splits, _ax, _space, incr) => splits.map((v) => clock(v, incr)) })
+      : axis({ values: (_u, splits) => splits.map((v) => (def.xValues ? def.xValues(v) : fmtSI(v))) });
     const size = (_u: uPlot, values: string[] | null) => (values && values.length ? Math.ceil(Math.max(...values.map((s) => (s ?? '').length)) * 6.6 + 16) : 40);
     const axes: uPlot.Axis[] = [xAxis, axis({ size, values: (_u, splits) => splits.map((v) => def.yFmt(v)) })];
     const scales: uPlot.Scales = { x: { time: def.x === 'time' } };
@@ -130,6 +140,15 @@ class ChartBox {
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
     };
   }
+}
+
+/** One-line time-axis label: HH:MM:SS for sub-minute ticks, HH:MM within a day, else MM-DD. */
+function clock(sec: number, incr: number): string {
+  const d = new Date(sec * 1000);
+  const p = (n: number) => String(n).padStart(2, '0');
+  if (incr >= 86_400) return `${p(d.getMonth() + 1)}-${p(d.getDate())}`;
+  if (incr >= 60) return `${p(d.getHours())}:${p(d.getMinutes())}`;
+  return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
 // ---------------------------------------------------------------- data builders
@@ -197,6 +216,23 @@ function rate(cum: Y, times: Array<number | null>): Y {
   return out;
 }
 
+/** Per-second rate of a running total over a trailing window (ms) ending at each point. */
+function windowRate(cum: Y, times: Array<number | null>, windowMs: number): Y {
+  const out: Y = [];
+  let j = 0;
+  for (let i = 0; i < cum.length; i++) {
+    const v = cum[i], t = times[i];
+    if (!isNum(v) || !isNum(t)) { out.push(null); continue; }
+    while (j < i && (!isNum(times[j]) || !isNum(cum[j]) || t - (times[j] as number) > windowMs)) j++;
+    // at least the previous point, even when it is older than the window
+    let k = Math.min(j, i - 1);
+    while (k >= 0 && (!isNum(times[k]) || !isNum(cum[k]))) k--;
+    const tk = k >= 0 ? (times[k] as number) : null;
+    out.push(k >= 0 && tk !== null && t > tk ? Math.max(0, (v - (cum[k] as number)) / ((t - tk) / 1000)) : null);
+  }
+  return out;
+}
+
 const xLabel = (x: XAxis) => (x === 'time' ? 'time' : 'tokens trained');
 const WAIT = 'Waiting for the first outer step…';
 
@@ -223,8 +259,9 @@ function lossDef(points: HistoryPoint[], x: XAxis, smooth: number): ChartDef {
 function throughputDef(store: Store, x: XAxis): ChartDef {
   const hist = withX(store.history, x);
   const histHasEngines = hist.some((p) => p.byEngine && Object.keys(p.byEngine).length > 0);
-  // Total from history: the server's figure, else Δtokens / Δt between outer steps.
-  const tot: Y = rate(hist.map((p) => p.tokens), hist.map((p) => p.time)).map((r, i) => hist[i].tokensPerSec ?? r);
+  // Total from history: the server's figure, else tokens over the trailing minute (as the
+  // server computes the headline tokens/s), so the chart and the headline agree.
+  const tot: Y = windowRate(hist.map((p) => p.tokens), hist.map((p) => p.time), 60_000).map((r, i) => hist[i].tokensPerSec ?? r);
   let engines: string[] = [];
   let table: Data;
   let note: string;
@@ -242,7 +279,7 @@ function throughputDef(store: Store, x: XAxis): ChartDef {
     const histT: Data = [hist.map((p) => xOf(p, x) as number), tot];
     const sampT: Data = [ss.map((s) => (x === 'time' ? s.t / 1000 : (s.tokens as number))), ...engines.map((e) => ss.map((s) => s.byEngine[e] ?? 0))];
     table = engines.length ? uPlot.join([histT, sampT]) : histT;
-    note = 'Total: server tokens/s over the run. Stack by engine: islands\u2019 reported speeds, scaled to the total, sampled since this page opened.';
+    note = 'Total: tokens into θ per second over the trailing minute. Stack by engine: islands\u2019 measured speeds scaled to that total, sampled since this page opened.';
   }
   // stack: series i (engine i) shows the sum of engines i..n-1, drawn bottom-last so each fill covers the ones above.
   const raw = table.slice(2) as Y[];
@@ -493,19 +530,22 @@ export class Charts {
     if (sig === this.seen || this.root.clientWidth === 0) return;
     const t0 = performance.now();
     const pts = store.history;
-    const defs: Array<[string, () => ChartDef]> = [
-      ['loss', () => lossDef(pts, x, smooth)],
-      ['tps', () => throughputDef(store, x)],
-      ['islands', () => islandsDef(store, x)],
-      ['bytes', () => bytesDef(store, x)],
-      ['version', () => versionDef(pts, x)],
-      ['staleness', () => stalenessDef(pts)],
-      ['outcomes', () => outcomesDef(pts, x)],
+    const { history: hr, samples: sr, run: rr } = store.rev;
+    // [id, what the chart depends on, builder]: a chart whose inputs did not change is skipped.
+    const defs: Array<[string, string, () => ChartDef]> = [
+      ['loss', `${hr}/${x}/${smooth}`, () => lossDef(pts, x, smooth)],
+      ['tps', `${hr}/${sr}/${x}`, () => throughputDef(store, x)],
+      ['islands', `${hr}/${sr}/${x}`, () => islandsDef(store, x)],
+      ['bytes', `${hr}/${rr}/${x}`, () => bytesDef(store, x)],
+      ['version', `${hr}/${x}`, () => versionDef(pts, x)],
+      ['staleness', `${hr}`, () => stalenessDef(pts)],
+      ['outcomes', `${hr}/${x}`, () => outcomesDef(pts, x)],
     ];
     let builds = 0;
     let deferred = false;
-    for (const [id, make] of defs) {
+    for (const [id, deps, make] of defs) {
       const box = this.byId.get(id)!;
+      if (box.deps === deps && !box.needsRebuild) continue;
       const def = make();
       if (box.needsBuild(def)) {
         // Build while within the frame budget (at least one per frame, none when the budget is 0).
@@ -513,6 +553,7 @@ export class Charts {
         builds++;
       }
       box.update(def);
+      box.deps = deps;
     }
     this.seen = deferred ? '' : sig;
     if (deferred) this.requestRender();
@@ -521,6 +562,7 @@ export class Charts {
   /** Forces the next render (e.g. when the tab becomes visible). */
   invalidate(): void {
     this.seen = '';
+    for (const b of this.boxes) b.deps = '';
   }
 }
 

@@ -93,7 +93,8 @@ export class Headline {
     this.set('islands', fmtInt(s?.islandsOnline ?? (known ? online : null)), known ? `${fmtInt(known)} known` : 'none yet');
     const train = s?.trainLoss ?? lastOf(store.history, (p) => p.trainLoss);
     const evalLoss = s?.evalLoss ?? lastOf(store.history, (p) => p.evalLoss);
-    this.set('eval', fmtLoss(evalLoss), isNum(train) ? `train ${fmtLoss(train)}` : '');
+    const evalOf = isNum(s?.evalVersion) && isNum(s?.evalLoss) && s!.evalVersion !== s!.version ? ` · of v${s!.evalVersion}` : '';
+    this.set('eval', fmtLoss(evalLoss), (isNum(train) ? `train ${fmtLoss(train)}` : '') + evalOf);
     this.set('goodput', fmtPct(f.goodput), f.goodput !== null ? f.goodputHow : '');
     this.set('saved', fmtPct(f.uploadSaved), f.uploadSaved !== null && f.uploadSaved < 1 && f.dpBytes && s?.bytesIn ? `${fmtRatio(f.dpBytes / s.bytesIn)} less than data-parallel` : '');
     setAttr(this.cards.get('tps')!.el, 'data-paused', s?.paused ? 'true' : null);

@@ -45,6 +45,7 @@ const connDot = h('span', { class: 'conn', id: 'connection', 'data-state': 'conn
 const runName = h('span', { class: 'run-name', id: 'header-run' }, '');
 const modeBadge = h('span', { class: 'badge', id: 'header-mode', hidden: true });
 const pausedBadge = h('span', { class: 'badge warn', id: 'header-paused', hidden: true }, 'paused');
+const doneBadge = h('span', { class: 'badge', id: 'header-done', hidden: true, title: 'the run reached its token budget' }, 'finished');
 const updated = h('span', { class: 'muted small', id: 'header-updated' });
 const headline = new Headline();
 
@@ -97,7 +98,7 @@ panels.get('admin')!.append(admin.el);
 
 app.replaceChildren(
   h('header', { class: 'top' },
-    h('h1', {}, 'Atoll'), runName, modeBadge, pausedBadge, h('span', { class: 'spacer' }), updated, connDot),
+    h('h1', {}, 'Atoll'), runName, modeBadge, pausedBadge, doneBadge, h('span', { class: 'spacer' }), updated, connDot),
   headline.el,
   tablist,
   ...panels.values(),
@@ -164,6 +165,7 @@ function render(): void {
   modeBadge.hidden = !s?.mode;
   setText(modeBadge, s?.mode ?? '');
   pausedBadge.hidden = !s?.paused;
+  doneBadge.hidden = !s?.done;
   setText(updated, store.statusAt ? `updated ${fmtAgo(store.statusAt, now)}` : '');
   headline.render(store);
   for (const t of TABS) {

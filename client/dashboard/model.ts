@@ -12,10 +12,14 @@ export interface Status {
   version: number | null;
   hash: string;
   paused: boolean;
+  /** The run reached its token budget. */
+  done: boolean;
   islandsOnline: number | null;
   tokensTotal: number | null;
   tokensPerSec: number | null;
   evalLoss: number | null;
+  /** Version the eval loss is of (evals lag the newest version). */
+  evalVersion: number | null;
   trainLoss: number | null;
   bytesIn: number | null;
   bytesOut: number | null;
@@ -172,10 +176,12 @@ export function normStatus(raw: unknown): Status | null {
     version: pickNum(o, 'version', 'outerVersion', 'v'),
     hash: pickStr(o, 'hash', 'modelHash') ?? '',
     paused: o.paused === true || o.paused === 'true',
+    done: o.done === true,
     islandsOnline: pickNum(o, 'islandsOnline', 'islands.online', 'online'),
     tokensTotal: pickNum(o, 'tokensTotal', 'tokens', 'tokensTrained'),
     tokensPerSec: pickNum(o, 'tokensPerSec', 'tokensPerSecond', 'tps'),
     evalLoss: pickNum(o, 'evalLoss', 'eval.loss'),
+    evalVersion: pickNum(o, 'evalVersion', 'eval.version'),
     trainLoss: pickNum(o, 'trainLoss', 'loss'),
     bytesIn: pickNum(o, 'bytesIn', 'bytes.in', 'bytesUp'),
     bytesOut: pickNum(o, 'bytesOut', 'bytes.out', 'bytesDown'),
