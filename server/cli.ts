@@ -121,6 +121,25 @@ export function buildProgram(): Command {
       const r = await benchServer({ islands: o.islands, procs: o.procs, seconds: o.seconds, load: !o.skipLoad, log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });
+  bench.command('kernels')
+    .description('our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference (bench/README.md)')
+    .option('--peak-tflops <x>', "the adapter's fp32 peak in TFLOP/s: adds MFU figures", numArg)
+    .option('--quick', 'fewer shapes and steps')
+    .option('--json', 'print one JSON object (progress still goes to stderr)')
+    .action(async (o) => {
+      const { benchKernels, formatKernelBench } = await import('../bench/kernels.ts');
+      const r = await benchKernels({ peakTflops: o.peakTflops, quick: !!o.quick, log: (s: string) => process.stderr.write(s + '\n') });
+      process.stdout.write((o.json ? JSON.stringify(r) : formatKernelBench(r)) + '\n');
+    });
+  bench.command('codec')
+    .description('pseudo-gradient codec: encode/decode MB/s and frame size per encoding, on a base-sized delta')
+    .option('--repeats <n>', 'timed repeats per encoding (median)', intArg, 3)
+    .option('--json', 'print one JSON object')
+    .action(async (o) => {
+      const { runCodecBench, formatCodecBench } = await import('../bench/codec-cli.ts');
+      const r = runCodecBench({ repeats: o.repeats });
+      process.stdout.write((o.json ? JSON.stringify(r) : formatCodecBench(r)) + '\n');
+    });
 
   return program;
 }

@@ -1,0 +1,623 @@
+// `atoll bench kernels`: our WGSL kernels and training step against TF.js's webgpu
+// backend on the SAME Dawn adapter, in the same process, plus the CPU reference.
+//
+//  - matmul: GFLOP/s of the forward (out = inp·Wᵀ), dX (dinp = dout·W) and dW
+//    (dW = doutᵀ·inp) products of every linear layer of the `small` and `base` presets,
+//    ours (shaders/matmul.wgsl) vs tf.matMul with transpose flags, on identical data
+//    (and checked against each other once per shape).
+//  - training step: tokens/s of a full step of the `small` preset: WebGpuEngine
+//    (step + takeLosses), the same GPT in TF.js (bench/tfjs-gpt.ts: autograd + Adam),
+//    and CpuEngine, all on the same batches.
+//
+// Timing: warm-up first (pipeline compilation), then `repeats` measurements of `n`
+// back-to-back dispatches (n calibrated so one measurement lasts ~target ms); a
+// measurement ends when the queue has drained (onSubmittedWorkDone). Figures are medians.
+// Wall clock on both sides, so both pay their own dispatch overhead.
+//
+// On a software adapter (SwiftShader) everything is scaled down (1 sequence per batch,
+// fewer repeats) so the whole run takes minutes; the figures then only mean something
+// as ratios.
+
+import { allocBatch, sampleBatch } from '../core/data/dataset.ts';
+import type { Batch, TrainingEngine } from '../core/engine.ts';
+import { DEFAULT_BATCH, flopsPerToken, type GPTConfig, getPreset, mfu, type PresetName } from '../core/model/config.ts';
+import { initParams } from '../core/model/gpt.ts';
+import { CpuEngine } from '../client/engine/cpu.ts';
+import { loadCorpus } from '../server/corpus.ts';
+import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
+import { type DispatchSpec, KernelSet, Program, type Shape } from '../client/engine/webgpu-kernels.ts';
+import * as op from '../client/engine/webgpu-ops.ts';
+import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
+
+export interface KernelBenchOptions {
+  /** Peak of the adapter in TFLOP/s (fp32); adds MFU figures. */
+  peakTflops?: number;
+  /** Fewer shapes (small preset only), fewer repeats and steps. */
+  quick?: boolean;
+  /** Progress lines (default: none). */
+  log?: (line: string) => void;
+}
+
+export type MatmulPass = 'fwd' | 'dX' | 'dW';
+
+export interface MatmulRow {
+  /** e.g. "small.fc.fwd 1024x192 * (768x192)^T" */
+  shape: string;
+  preset: PresetName;
+  layer: string;
+  pass: MatmulPass;
+  /** out (M,N) = A (M,K) · B (K,N) in the pass's own orientation */
+  M: number;
+  N: number;
+  K: number;
+  ours_gflops: number;
+  tfjs_gflops: number;
+  /** ours / TF.js */
+  ratio: number;
+  ours_ms: number;
+  tfjs_ms: number;
+  /** max |ours − TF.js| / max |TF.js| on this shape */
+  max_rel_err: number;
+  ours_mfu?: number;
+  tfjs_mfu?: number;
+}
+
+export interface TrainStepResult {
+  preset: PresetName;
+  batch: number;
+  T: number;
+  steps: number;
+  ours_tokens_per_sec: number;
+  tfjs_tokens_per_sec: number;
+  cpu_tokens_per_sec: number;
+  /** ours / TF.js */
+  ratio_vs_tfjs: number;
+  /** ours / CPU */
+  ratio_vs_cpu: number;
+  /** training FLOPs per token (core/model/config.ts flopsPerToken) */
+  flops_per_token: number;
+  ours_loss: number[];
+  tfjs_loss: number[];
+  cpu_loss: number[];
+  ours_mfu?: number;
+  tfjs_mfu?: number;
+}
+
+export interface KernelBenchResult {
+  adapter: {
+    description: string;
+    vendor: string;
+    architecture: string;
+    device: string;
+    isFallbackAdapter: boolean;
+    /** what TF.js's own device reports: should name the same adapter */
+    tfjs_description: string;
+  };
+  settings: { quick: boolean; matmul_repeats: number; target_ms: number; peak_tflops?: number };
+  matmul: MatmulRow[];
+  matmul_summary: { geomean_ratio: number; min_ratio: number; max_ratio: number };
+  trainStep: TrainStepResult;
+  /** bytes our engine holds on the device for the train-step model */
+  gpuBytes: number;
+  seconds: number;
+}
+
+// ------------------------------------------------------------------ helpers
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+function geomean(xs: number[]): number {
+  return Math.exp(xs.reduce((a, x) => a + Math.log(x), 0) / Math.max(1, xs.length));
+}
+
+function randomArray(n: number, seed: number): Float32Array {
+  let s = seed >>> 0 || 1;
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    out[i] = s / 4294967296 - 0.5;
+  }
+  return out;
+}
+
+/**
+ * Waits for the queue to drain. While a Dawn promise is pending Node busy-polls a core
+ * (toolchain.md), which starves a software adapter; sleeping through most of the
+ * expected time first keeps that core free. Used identically for ours and TF.js.
+ */
+async function drain(device: GPUDevice, expectMs: number): Promise<void> {
+  if (expectMs > 5) await sleep(expectMs * 0.8);
+  await device.queue.onSubmittedWorkDone();
+}
+
+type Runner = (n: number, expectMs: number) => Promise<void>;
+
+/**
+ * Median ms per unit of each runner (`run(n)` does n units and resolves when they are
+ * done): a warm-up each, a calibration of n to ~targetMs per measurement, then `repeats`
+ * rounds that measure each runner once, interleaved, so that load from anything else on
+ * the machine falls on all of them alike.
+ */
+async function timeInterleaved(runners: Runner[], targetMs: number, repeats: number, maxN = 1000): Promise<number[]> {
+  const ns: number[] = [];
+  const expect: number[] = [];
+  for (const run of runners) {
+    await run(1, 0); // warm-up: pipeline compilation, allocation
+    const t0 = performance.now();
+    await run(1, 0);
+    const one = Math.max(1e-3, performance.now() - t0);
+    const n = Math.max(1, Math.min(maxN, Math.round(targetMs / one)));
+    ns.push(n);
+    expect.push(one * n);
+  }
+  const times: number[][] = runners.map(() => []);
+  for (let r = 0; r < repeats; r++) {
+    for (let i = 0; i < runners.length; i++) {
+      const t0 = performance.now();
+      await runners[i](ns[i], expect[i]);
+      const ms = performance.now() - t0;
+      expect[i] = ms;
+      times[i].push(ms / ns[i]);
+    }
+  }
+  return times.map(median);
+}
+
+// ------------------------------------------------------------------ our matmul (shaders/matmul.wgsl)
+
+// We time exactly the dispatches the engine records: the specs of
+// client/engine/webgpu-ops.ts (matmulForward / matmulBackward: entry point, vec4
+// choice, uniforms, grid), built into a Program of client/engine/webgpu-kernels.ts.
+
+interface OurMatmul {
+  /** Our result, for the cross-check. */
+  read(): Promise<Float32Array>;
+  run(n: number, expectMs: number): Promise<void>;
+  destroy(): void;
+}
+
+class OurMatmulHarness {
+  private readonly kernels: KernelSet;
+
+  constructor(private readonly device: GPUDevice) {
+    this.kernels = new KernelSet(device, { MAX_T: 1024 });
+  }
+
+  private storage(data: Float32Array | number): GPUBuffer {
+    const n = typeof data === 'number' ? data : data.length;
+    const buf = this.device.createBuffer({
+      size: Math.max(16, Math.ceil((n * 4) / 16) * 16),
+      usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+      mappedAtCreation: typeof data !== 'number',
+    });
+    if (typeof data !== 'number') {
+      new Float32Array(buf.getMappedRange()).set(data);
+      buf.unmap();
+    }
+    return buf;
+  }
+
+  /**
+   * One pass of a linear layer (rows = B·T, in = C, out = OC), as the engine dispatches it:
+   *   fwd: out = inp · Wᵀ + bias (W and bias in the params buffer)
+   *   dX:  dinp = dout · W          (overwrite, as for the first writer)
+   *   dW:  dW = doutᵀ · inp         (overwrite)
+   */
+  async prepare(c: MatmulCase, inp: Float32Array, w: Float32Array, dout: Float32Array, bias: Float32Array | null): Promise<OurMatmul> {
+    const device = this.device;
+    const dims = { C: c.cin, OC: c.cout, wOff: 0, biasOff: bias ? w.length : null };
+    const params = new Float32Array(w.length + (bias?.length ?? 0));
+    params.set(w);
+    if (bias) params.set(bias, w.length);
+    const bufParams = this.storage(params);
+    const owned: GPUBuffer[] = [bufParams];
+    let out: GPUBuffer, outLen: number, specs: DispatchSpec[];
+    if (c.pass === 'fwd') {
+      const bufInp = this.storage(inp);
+      out = this.storage(c.rows * c.cout); outLen = c.rows * c.cout;
+      owned.push(bufInp, out);
+      specs = [op.matmulForward(out, bufInp, bufParams, dims)];
+    } else {
+      const bufInp = this.storage(inp), bufDout = this.storage(dout);
+      const grads = this.storage(params.length);
+      owned.push(bufInp, bufDout, grads);
+      if (c.pass === 'dX') {
+        out = this.storage(c.rows * c.cin); outLen = c.rows * c.cin;
+        owned.push(out);
+        specs = [op.matmulBackward(out, grads, bufDout, bufInp, bufParams, { ...dims, biasOff: null })[0]];
+      } else {
+        // dW as the engine records it: direct, or split-K slices into scratch plus their reduce
+        // (the shape picks which; the other dispatches have an empty grid and are skipped)
+        const partials = this.storage(op.splitKScratch(c.cout * c.cin, c.rows));
+        owned.push(partials);
+        out = grads; outLen = c.cout * c.cin;
+        specs = op.matmulBackward(null, grads, bufDout, bufInp, bufParams, { ...dims, biasOff: null, partials });
+      }
+    }
+    const T = c.rows % 128 === 0 ? 128 : c.rows;
+    const shape: Shape = { B: c.rows / T, T };
+    const program = await Program.build(this.kernels, specs, shape, undefined, `bench.${c.pass}`);
+    program.setShape(shape);
+    return {
+      async run(n, expectMs) {
+        const enc = device.createCommandEncoder();
+        const cp = enc.beginComputePass();
+        for (let i = 0; i < n; i++) program.encode(cp, shape);
+        cp.end();
+        device.queue.submit([enc.finish()]);
+        await drain(device, expectMs);
+      },
+      async read() {
+        const size = Math.ceil((outLen * 4) / 16) * 16;
+        const staging = device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+        const enc = device.createCommandEncoder();
+        enc.copyBufferToBuffer(out, 0, staging, 0, size);
+        device.queue.submit([enc.finish()]);
+        await staging.mapAsync(GPUMapMode.READ);
+        const res = new Float32Array(staging.getMappedRange().slice(0, outLen * 4));
+        staging.unmap();
+        staging.destroy();
+        return res;
+      },
+      destroy() {
+        program.destroy();
+        for (const buf of owned) buf.destroy();
+      },
+    };
+  }
+}
+
+// ------------------------------------------------------------------ shapes
+
+export interface MatmulCase {
+  preset: PresetName;
+  layer: string;
+  pass: MatmulPass;
+  /** rows of the layer input (B·T), its in and out features */
+  rows: number;
+  cin: number;
+  cout: number;
+  bias: boolean;
+}
+
+/** The linear layers of a preset: (name, in, out, has bias). The head is tied to wte (no bias). */
+function linearLayers(c: GPTConfig): Array<[string, number, number, boolean]> {
+  const C = c.nEmbd;
+  return [
+    ['qkv', C, 3 * C, true],
+    ['attproj', C, C, true],
+    ['fc', C, 4 * C, true],
+    ['fcproj', 4 * C, C, true],
+    ['head', C, c.vocabSize, false],
+  ];
+}
+
+/**
+ * The shapes: every linear layer of `small` and `base` (rows = batch·blockSize), three
+ * passes each. `quick`: `small` only, without attproj and head. `software`: base without
+ * attproj and head (their shapes are like qkv's), to keep a SwiftShader run short.
+ */
+export function matmulCases(quick: boolean, batchFor: (p: PresetName) => number, software = false): MatmulCase[] {
+  const presets: PresetName[] = quick ? ['small'] : ['small', 'base'];
+  const out: MatmulCase[] = [];
+  for (const preset of presets) {
+    const c = getPreset(preset);
+    const rows = batchFor(preset) * c.blockSize;
+    for (const [layer, cin, cout, bias] of linearLayers(c)) {
+      if ((quick || (software && preset === 'base')) && (layer === 'attproj' || layer === 'head')) continue;
+      for (const pass of ['fwd', 'dX', 'dW'] as const) out.push({ preset, layer, pass, rows, cin, cout, bias });
+    }
+  }
+  return out;
+}
+
+/** (M, N, K) of a pass: fwd (rows, out, in), dX (rows, in, out), dW (out, in, rows). */
+function mnk(c: MatmulCase): [number, number, number] {
+  if (c.pass === 'fwd') return [c.rows, c.cout, c.cin];
+  if (c.pass === 'dX') return [c.rows, c.cin, c.cout];
+  return [c.cout, c.cin, c.rows];
+}
+
+function shapeLabel(c: MatmulCase): string {
+  const { rows: R, cin: I, cout: O } = c;
+  const expr = c.pass === 'fwd' ? `${R}x${I} * (${O}x${I})^T` : c.pass === 'dX' ? `${R}x${O} * ${O}x${I}` : `(${R}x${O})^T * ${R}x${I}`;
+  return `${c.preset}.${c.layer}.${c.pass} ${expr}`;
+}
+
+async function benchMatmulCase(c: MatmulCase, ours: OurMatmulHarness, tfw: TfWebgpu, targetMs: number, repeats: number, peakTflops?: number): Promise<MatmulRow> {
+  const tf = tfw.tf;
+  const [M, N, K] = mnk(c);
+  const seed = M * 31 + N * 7 + K;
+  // the operands of the pass, in the memory order both sides read them
+  const inp = randomArray(c.rows * c.cin, seed + 1);     // (rows, in)
+  const w = randomArray(c.cout * c.cin, seed + 2);       // (out, in)
+  const dout = randomArray(c.rows * c.cout, seed + 3);   // (rows, out)
+  const bias = c.pass === 'fwd' && c.bias ? randomArray(c.cout, seed + 4) : null;
+  let tfRun: () => import('@tensorflow/tfjs').Tensor;
+  let ta: import('@tensorflow/tfjs').Tensor2D, tb: import('@tensorflow/tfjs').Tensor2D;
+  if (c.pass === 'fwd') {
+    ta = tf.tensor2d(inp, [c.rows, c.cin]); tb = tf.tensor2d(w, [c.cout, c.cin]);
+    tfRun = () => tf.matMul(ta, tb, false, true);
+  } else if (c.pass === 'dX') {
+    ta = tf.tensor2d(dout, [c.rows, c.cout]); tb = tf.tensor2d(w, [c.cout, c.cin]);
+    tfRun = () => tf.matMul(ta, tb, false, false);
+  } else {
+    ta = tf.tensor2d(dout, [c.rows, c.cout]); tb = tf.tensor2d(inp, [c.rows, c.cin]);
+    tfRun = () => tf.matMul(ta, tb, true, false);
+  }
+  const flop = 2 * M * N * K;
+
+  const mm = await ours.prepare(c, inp, w, dout, bias);
+  let oursMs: number, tfMs: number, err: number;
+  try {
+    // cross-check against TF.js once (bias added on the TF.js side)
+    await mm.run(1, 0);
+    const got = await mm.read();
+    const ref = tf.tidy(() => (bias ? tf.add(tfRun(), tf.tensor1d(bias)) : tfRun()));
+    const want = (await ref.data()) as Float32Array;
+    ref.dispose();
+    let maxDiff = 0, scale = 0;
+    for (let i = 0; i < want.length; i++) {
+      const d = Math.abs(got[i] - want[i]);
+      maxDiff = Number.isNaN(d) ? Infinity : Math.max(maxDiff, d);
+      scale = Math.max(scale, Math.abs(want[i]));
+    }
+    err = maxDiff / Math.max(scale, 1e-30);
+    [oursMs, tfMs] = await timeInterleaved([
+      (n, e) => mm.run(n, e),
+      async (n, e) => {
+        for (let i = 0; i < n; i++) tfRun().dispose();
+        await tfSync(tfw, e);
+      },
+    ], targetMs, repeats);
+  } finally {
+    mm.destroy();
+    ta.dispose(); tb.dispose();
+  }
+
+  const ours_gflops = flop / (oursMs * 1e6);
+  const tfjs_gflops = flop / (tfMs * 1e6);
+  const row: MatmulRow = {
+    shape: shapeLabel(c), preset: c.preset, layer: c.layer, pass: c.pass, M, N, K,
+    ours_gflops, tfjs_gflops, ratio: ours_gflops / tfjs_gflops, ours_ms: oursMs, tfjs_ms: tfMs, max_rel_err: err,
+  };
+  if (peakTflops) {
+    row.ours_mfu = ours_gflops / (peakTflops * 1e3);
+    row.tfjs_mfu = tfjs_gflops / (peakTflops * 1e3);
+  }
+  return row;
+}
+
+/** Submits whatever TF.js has encoded so far (its open compute pass included). */
+function flushTf(tfw: TfWebgpu): void {
+  const b = tfw.tf.backend() as unknown as { ensureCommandEncoderReady(): void; endComputePassEncoder(): void; submitQueue(): void };
+  b.ensureCommandEncoderReady();
+  b.endComputePassEncoder();
+  b.submitQueue();
+}
+
+/** TF.js: flush its pending encoder, then drain as for ours. */
+async function tfSync(tfw: TfWebgpu, expectMs: number): Promise<void> {
+  flushTf(tfw);
+  await drain(tfw.device, expectMs);
+}
+
+// ------------------------------------------------------------------ training step
+
+interface StepTimer {
+  /** Queue `n` steps on the given batches and wait for their losses. Returns the losses. */
+  steps(batches: Batch[]): Promise<number[]>;
+  dispose(): void | Promise<void>;
+}
+
+function engineTimer(engine: TrainingEngine, lr: number): StepTimer {
+  return {
+    async steps(batches) {
+      for (const b of batches) await engine.step(b, { lr, gradClip: 1 });
+      return engine.takeLosses();
+    },
+    dispose() { engine.destroy(); },
+  };
+}
+
+async function tfjsTimer(tfw: TfWebgpu, config: GPTConfig, init: Float32Array, lr: number): Promise<StepTimer> {
+  const { TfGpt, tfBatch } = await import('./tfjs-gpt.ts');
+  const model = new TfGpt({ config, init, lr });
+  return {
+    async steps(batches) {
+      for (const b of batches) {
+        const { x, y } = tfBatch(b.inputs, b.targets, b.B, b.T);
+        model.step(x, y);
+        x.dispose(); y.dispose();
+      }
+      return model.takeLosses();
+    },
+    dispose() { model.dispose(); },
+  };
+}
+
+// ------------------------------------------------------------------ the bench
+
+export function isSoftware(gpu: NodeGpu): boolean {
+  return gpu.info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe|software/i.test(gpu.info.description);
+}
+
+export interface MatmulBench {
+  rows: MatmulRow[];
+  summary: { geomean_ratio: number; min_ratio: number; max_ratio: number };
+  repeats: number;
+  targetMs: number;
+}
+
+/** The matmul half of the bench, on an existing device and TF.js. */
+export async function benchMatmul(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; log?: (s: string) => void; cases?: MatmulCase[]; targetMs?: number; repeats?: number }): Promise<MatmulBench> {
+  const quick = !!o.quick;
+  const software = o.software ?? isSoftware(gpu);
+  const log = o.log ?? (() => {});
+  const targetMs = o.targetMs ?? 100;
+  const repeats = o.repeats ?? (software ? 3 : 7);
+  const cases = o.cases ?? matmulCases(quick, (p: PresetName) => (software ? 1 : DEFAULT_BATCH[p]), software);
+  const harness = new OurMatmulHarness(gpu.device);
+  const matmul: MatmulRow[] = [];
+  for (const c of cases) {
+    const row = await benchMatmulCase(c, harness, tfw, targetMs, repeats, o.peakTflops);
+    log(`matmul ${row.shape.padEnd(42)} ours ${row.ours_gflops.toFixed(2).padStart(9)} GFLOP/s  tfjs ${row.tfjs_gflops.toFixed(2).padStart(9)} GFLOP/s  ×${row.ratio.toFixed(2)}  (err ${row.max_rel_err.toExponential(1)})`);
+    matmul.push(row);
+  }
+  const ratios = matmul.map((r) => r.ratio);
+
+  return {
+    rows: matmul,
+    summary: { geomean_ratio: geomean(ratios), min_ratio: Math.min(...ratios), max_ratio: Math.max(...ratios) },
+    repeats,
+    targetMs,
+  };
+}
+
+const TRAIN_PRESET: PresetName = 'small';
+
+/**
+ * The training-step half of the bench: tokens/s of ours, TF.js and the CPU reference on
+ * the `small` preset, from the same init on the same batches. Each runs its warm-up
+ * steps, then `rounds` rounds time each of them in turn (interleaved, like the matmuls);
+ * the figure is the median over rounds.
+ */
+export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; log?: (s: string) => void }): Promise<{ trainStep: TrainStepResult; gpuBytes: number }> {
+  const quick = !!o.quick;
+  const software = o.software ?? isSoftware(gpu);
+  const log = o.log ?? (() => {});
+  const { WebGpuEngine } = await import('../client/engine/webgpu.ts');
+  const config = getPreset(TRAIN_PRESET);
+  // software adapter: one sequence of 64 (half the block) keeps a step within seconds
+  const B = software ? 1 : DEFAULT_BATCH[TRAIN_PRESET];
+  const T = software ? Math.min(64, config.blockSize) : config.blockSize;
+  const engineOpts = { config, maxBatch: B, maxT: T };
+  const warmup = software ? 1 : 3;
+  const rounds = software ? (quick ? 1 : 2) : quick ? 3 : 5;
+  const perRound = software ? 1 : 5; // GPU steps per round (the CPU does one)
+  const cpuRounds = Math.min(rounds, 2);
+  const data = loadCorpus();
+  const nBatches = warmup + rounds * perRound;
+  const batches: Batch[] = [];
+  for (let s = 0; s < nBatches; s++) batches.push(sampleBatch(data.train, B, T, 1234, 0, s, allocBatch(B, T)));
+  const init = initParams(config, 1234);
+  const lr = 1e-3;
+  log(`train step: preset ${TRAIN_PRESET}, B=${B}, T=${T}: ${warmup} warm-up step(s), then ${rounds} round(s) of ${perRound} step(s) each (CPU: 1 step, ${cpuRounds} round(s))`);
+
+  const engine = await WebGpuEngine.create(gpu.device, { ...engineOpts, adapterInfo: gpu.info.description });
+  const cpu = new CpuEngine(engineOpts);
+  let tfTimer: StepTimer | null = null;
+  try {
+    await engine.setParams(init);
+    await cpu.setParams(init);
+    tfTimer = await tfjsTimer(tfw, config, init, lr);
+    const timers: Array<[string, StepTimer, number]> = [
+      ['ours', engineTimer(engine, lr), perRound],
+      ['tfjs', tfTimer, perRound],
+      ['cpu', engineTimer(cpu, lr), 1],
+    ];
+    const tps: Record<string, number[]> = { ours: [], tfjs: [], cpu: [] };
+    const losses: Record<string, number[]> = { ours: [], tfjs: [], cpu: [] };
+    for (const [name, t] of timers) losses[name].push(...await t.steps(batches.slice(0, warmup)));
+    for (let r = 0; r < rounds; r++) {
+      for (const [name, t, k] of timers) {
+        if (name === 'cpu' && r >= cpuRounds) continue;
+        const chunk = batches.slice(warmup + r * perRound, warmup + r * perRound + k);
+        const t0 = performance.now();
+        losses[name].push(...await t.steps(chunk));
+        const sec = (performance.now() - t0) / 1e3;
+        tps[name].push(chunk.reduce((a, b) => a + b.B * b.T, 0) / sec);
+      }
+      log(`  round ${r + 1}/${rounds}: ours ${tps.ours[r].toFixed(1)}, tfjs ${tps.tfjs[r].toFixed(1)}${r < cpuRounds ? `, cpu ${tps.cpu[r].toFixed(1)}` : ''} tok/s`);
+    }
+    const ours = median(tps.ours), tfjs = median(tps.tfjs), cpuTps = median(tps.cpu);
+    const trainStep: TrainStepResult = {
+      preset: TRAIN_PRESET, batch: B, T, steps: rounds * perRound,
+      ours_tokens_per_sec: ours,
+      tfjs_tokens_per_sec: tfjs,
+      cpu_tokens_per_sec: cpuTps,
+      ratio_vs_tfjs: ours / tfjs,
+      ratio_vs_cpu: ours / cpuTps,
+      flops_per_token: flopsPerToken(config, T),
+      ours_loss: losses.ours, tfjs_loss: losses.tfjs, cpu_loss: losses.cpu,
+    };
+    if (o.peakTflops) {
+      trainStep.ours_mfu = mfu(config, ours, o.peakTflops * 1e12, T);
+      trainStep.tfjs_mfu = mfu(config, tfjs, o.peakTflops * 1e12, T);
+    }
+    log(`  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | tfjs ${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`);
+    return { trainStep, gpuBytes: engine.gpuBytes };
+  } finally {
+    engine.destroy();
+    await tfTimer?.dispose();
+  }
+}
+
+export async function benchKernels(opts: KernelBenchOptions = {}): Promise<KernelBenchResult> {
+  const t0 = performance.now();
+  const log = opts.log ?? (() => {});
+  const quick = !!opts.quick;
+  // The engine's limits decide the device (requested limits below WebGPU's defaults
+  // leave the defaults, which the matmul shapes fit in).
+  const { requiredLimits } = await import('../client/engine/webgpu.ts');
+  const gpu: NodeGpu = await createNodeGpu({ requiredLimits: requiredLimits({ config: getPreset(TRAIN_PRESET), maxBatch: DEFAULT_BATCH[TRAIN_PRESET] }) });
+  const software = isSoftware(gpu);
+  let tfw: TfWebgpu | null = null;
+  try {
+    tfw = await setupTfjsWebgpu(gpu);
+    log(`adapter: ${gpu.info.description} (${gpu.info.vendor}${gpu.info.isFallbackAdapter ? ', fallback adapter' : ''}); TF.js: ${tfw.description}`);
+
+    // ---- matmul
+    const mm = await benchMatmul(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, log });
+
+    // ---- training step
+    const { trainStep, gpuBytes } = await benchTrainStep(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, log });
+
+    return {
+      adapter: {
+        description: gpu.info.description, vendor: gpu.info.vendor, architecture: gpu.info.architecture,
+        device: gpu.info.device, isFallbackAdapter: gpu.info.isFallbackAdapter, tfjs_description: tfw.description,
+      },
+      settings: { quick, matmul_repeats: mm.repeats, target_ms: mm.targetMs, ...(opts.peakTflops ? { peak_tflops: opts.peakTflops } : {}) },
+      matmul: mm.rows,
+      matmul_summary: mm.summary,
+      trainStep,
+      gpuBytes,
+      seconds: (performance.now() - t0) / 1e3,
+    };
+  } finally {
+    await tfw?.dispose();
+    await gpu.dispose();
+  }
+}
+
+/** The human-readable report. */
+export function formatKernelBench(r: KernelBenchResult): string {
+  const f = (x: number, d = 2) => x.toFixed(d);
+  const lines: string[] = [];
+  lines.push(`adapter: ${r.adapter.description} (${r.adapter.vendor}${r.adapter.isFallbackAdapter ? ', fallback/software adapter: figures are only meaningful as ratios' : ''})`);
+  if (r.adapter.tfjs_description !== r.adapter.description) lines.push(`TF.js adapter: ${r.adapter.tfjs_description}`);
+  lines.push('');
+  lines.push('matmul (GFLOP/s, median)                          ours       TF.js    ours/TF.js');
+  for (const m of r.matmul) {
+    lines.push(`  ${m.shape.padEnd(44)} ${f(m.ours_gflops).padStart(9)} ${f(m.tfjs_gflops).padStart(11)} ${('×' + f(m.ratio)).padStart(10)}${m.ours_mfu !== undefined ? `  MFU ${(100 * m.ours_mfu).toFixed(1)}%` : ''}`);
+  }
+  const s = r.matmul_summary;
+  lines.push(`  ratio: geomean ×${f(s.geomean_ratio)}, min ×${f(s.min_ratio)}, max ×${f(s.max_ratio)}  (goal ≥ ×1.5)`);
+  lines.push('');
+  const t = r.trainStep;
+  lines.push(`training step, preset ${t.preset} (B=${t.batch}, T=${t.T}), tokens/s:`);
+  lines.push(`  ours (WebGPU)  ${f(t.ours_tokens_per_sec, 1)}${t.ours_mfu !== undefined ? `  MFU ${(100 * t.ours_mfu).toFixed(2)}%` : ''}`);
+  lines.push(`  TF.js (WebGPU) ${f(t.tfjs_tokens_per_sec, 1)}${t.tfjs_mfu !== undefined ? `  MFU ${(100 * t.tfjs_mfu).toFixed(2)}%` : ''}`);
+  lines.push(`  CPU reference  ${f(t.cpu_tokens_per_sec, 1)}`);
+  lines.push(`  ours/TF.js ×${f(t.ratio_vs_tfjs)} (goal ≥ ×3), ours/CPU ×${f(t.ratio_vs_cpu)}`);
+  lines.push(`gpuBytes: ${r.gpuBytes.toLocaleString()} (${(r.gpuBytes / 2 ** 20).toFixed(1)} MiB)`);
+  lines.push(`took ${f(r.seconds, 0)} s`);
+  return lines.join('\n');
+}
