@@ -262,6 +262,7 @@ export class Coordinator {
   private readonly decodeBuf: Float32Array;
   private readonly gBuf: Float32Array;
   private readonly accBuf: Float64Array;
+  private readonly residualBackup: Float32Array;
   private readonly pool: Float32Array[] = [];
   private readonly codecScratch = new CodecScratch();
 
@@ -279,6 +280,7 @@ export class Coordinator {
     this.decodeBuf = new Float32Array(n);
     this.gBuf = new Float32Array(n);
     this.accBuf = new Float64Array(n);
+    this.residualBackup = new Float32Array(n);
     const now = opts.now ?? 0;
     this.round = { id: 0, baseVersion: 0, openedAt: now, members: new Set(), returned: new Map(), pending: [] };
     this.totalsAcc = { version: 0, tokensApplied: 0, tokensSubmitted: 0, accepted: 0, rejected: {}, bytesIn: 0, bytesOut: 0, goodput: 1 };
@@ -582,7 +584,8 @@ export class Coordinator {
       normHistory: this.normHistory.slice(),
       totals: structuredClone(this.totalsAcc), perVersion: structuredClone(this.perVersion),
       updates: this.updates.map(({ frame: _f, ...rest }) => structuredClone(rest)),
-      history: structuredClone(this.historyList),
+      // VersionStats entries are never mutated once pushed: a shallow copy is a snapshot
+      history: this.historyList.slice(),
       done: this.done,
     };
     return { tensors, meta };
@@ -923,8 +926,9 @@ export class Coordinator {
   ): Result<void> {
     const cfg = this.cfg;
     if (!this.outer.propose(cfg.outer, g, scale, period)) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
-    // error feedback on a copy of the residual, so a failure leaves it untouched
-    const resBefore = this.downlinkFb.residual.slice();
+    // error feedback: keep the residual's previous value, so a failure leaves it untouched
+    const resBefore = this.residualBackup;
+    resBefore.set(this.downlinkFb.residual);
     const q = encodeWithFeedback(this.outer.update, this.downlinkFb, { encoding: cfg.downlink.encoding, blockSize: cfg.downlink.blockSize }, this.codecScratch);
     if (!q.ok) {
       this.downlinkFb.residual.set(resBefore);
