@@ -148,7 +148,7 @@ describe('WebGpuEngine on tiny', () => {
 });
 
 describe('adapter limits', () => {
-  const huge: WebGpuEngineOptions = { config: { vocabSize: 65536, blockSize: 64, nLayer: 1, nHead: 8, nEmbd: 8192 }, maxBatch: 1 };
+  const huge: WebGpuEngineOptions = { config: { vocabSize: 50000, blockSize: 64, nLayer: 1, nHead: 8, nEmbd: 8192 }, maxBatch: 1 };
 
   it('checkAdapterFits names the limit the model exceeds', () => {
     expect(checkAdapterFits(adapter, opts).ok).toBe(true);
@@ -157,6 +157,8 @@ describe('adapter limits', () => {
     if (r.ok) return;
     expect(r.error.code).toBe('E_ADAPTER_TOO_SMALL');
     expect(r.error.message).toMatch(/^maxStorageBufferBindingSize: model needs [\d.]+ MiB, adapter allows [\d.]+ MiB/);
+    const bad = checkAdapterFits(adapter, { config, maxBatch: 0 });
+    expect(bad.ok ? null : bad.error.code).toBe('E_BAD_CONFIG');
   });
 
   it('create() on a device without the limits rejects with E_ADAPTER_TOO_SMALL (no crash, nothing allocated)', async () => {

@@ -157,6 +157,9 @@ function validateOptions(opts: WebGpuEngineOptions): void {
   const maxT = opts.maxT ?? opts.config.blockSize;
   if (!Number.isInteger(maxT) || maxT < 1 || maxT > opts.config.blockSize) throw new Error(`maxT ${maxT} must be an integer in [1, blockSize ${opts.config.blockSize}]`);
   if (!Number.isInteger(opts.maxBatch) || opts.maxBatch < 1) throw new Error(`maxBatch ${opts.maxBatch} must be a positive integer`);
+  // grid dimensions the kernels index directly (vocab rows, batch·heads, positions)
+  const dims = { vocabSize: opts.config.vocabSize, 'maxBatch·nHead': opts.maxBatch * opts.config.nHead, maxT };
+  for (const [k, v] of Object.entries(dims)) if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
 }
 
 function engineError(code: string, message: string): Error & { code: string } {
