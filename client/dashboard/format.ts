@@ -37,7 +37,10 @@ export function fmtRatio(v: number | null | undefined): string {
   return isNum(v) ? `${v >= 100 ? v.toFixed(0) : v.toFixed(1)}×` : DASH;
 }
 
+/** Local wall-clock time, "2026-11-29 17:30:43". */
 export function fmtTime(t: number | null | undefined): string {
   if (!isNum(t)) return DASH;
-  return new Date(t).toLocaleString(undefined, { hour12: false });
+  const d = new Date(t);
+  const p = (n: number) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }

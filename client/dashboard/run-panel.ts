@@ -48,19 +48,19 @@ export class RunPanel {
     const refreshBtn = h('button', { type: 'button', id: 'checkpoints-refresh' }, 'Refresh');
     refreshBtn.addEventListener('click', () => void this.refresh());
     this.sampleOut.textContent = 'Press the button to generate text from the current global model.';
-    this.el = h('div', { class: 'run' },
-      h('section', { class: 'card' }, this.title, this.desc,
-        h('table', { class: 'kv', id: 'run-facts' }, h('caption', {}, 'Run'), this.facts),
-        h('details', { class: 'config', open: true }, h('summary', {}, 'Full configuration'),
-          h('table', { class: 'kv', id: 'run-config' }, this.config))),
-      h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Checkpoints'), refreshBtn),
-        h('div', { class: 'table-wrap' }, h('table', { class: 'grid', id: 'checkpoints-table' },
-          h('thead', {}, h('tr', {}, h('th', { class: 'num', scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Saved'), h('th', { class: 'num', scope: 'col' }, 'Size'), h('th', { scope: 'col' }, 'Hash'), h('th', { scope: 'col' }, 'Download'))),
-          this.ckBody), this.ckEmpty),
-        h('p', { class: 'muted small' }, 'Safetensors files; load them with Python\u2019s safetensors or npx atoll sample --checkpoint FILE.')),
-      h('section', { class: 'card' }, h('h2', {}, 'Sample'),
-        h('div', { class: 'toolbar' }, h('label', { for: 'sample-tokens' }, 'Tokens '), this.tokensInput, this.sampleBtn),
-        this.sampleOut, this.sampleMeta));
+    const configCard = h('section', { class: 'card' }, this.title, this.desc,
+      h('table', { class: 'kv', id: 'run-facts' }, h('caption', {}, 'Run'), this.facts),
+      h('details', { class: 'config', open: true }, h('summary', {}, 'Full configuration'),
+        h('table', { class: 'kv', id: 'run-config' }, this.config)));
+    const checkpointsCard = h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Checkpoints'), refreshBtn),
+      h('div', { class: 'table-wrap' }, h('table', { class: 'grid', id: 'checkpoints-table' },
+        h('thead', {}, h('tr', {}, h('th', { class: 'num', scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Saved'), h('th', { class: 'num', scope: 'col' }, 'Size'), h('th', { scope: 'col' }, 'Hash'), h('th', { scope: 'col' }, 'Download'))),
+        this.ckBody), this.ckEmpty),
+      h('p', { class: 'muted small' }, 'Safetensors files; load them with Python\u2019s safetensors or npx atoll sample --checkpoint FILE.'));
+    const sampleCard = h('section', { class: 'card' }, h('h2', {}, 'Sample'),
+      h('div', { class: 'toolbar' }, h('label', { for: 'sample-tokens' }, 'Tokens '), this.tokensInput, this.sampleBtn),
+      this.sampleOut, this.sampleMeta);
+    this.el = h('div', { class: 'run' }, configCard, h('div', { class: 'run-side' }, checkpointsCard, sampleCard));
   }
 
   render(store: Store): void {
