@@ -295,7 +295,7 @@ function throughputDef(store: Store, x: XAxis): ChartDef {
     }
   }
   const series: uPlot.Series[] = [
-    { label: 'total', stroke: '#333', width: 1.5, value: (_u, v) => fmtSI(v, ' tok/s'), spanGaps: true, points: { show: false } },
+    { label: 'total', stroke: () => getComputedStyle(document.documentElement).getPropertyValue('--text').trim() || '#333', width: 1.5, value: (_u, v) => fmtSI(v, ' tok/s'), spanGaps: true, points: { show: false } },
     ...engines.map((e, i): uPlot.Series => ({
       label: e,
       stroke: PALETTE[(i + 2) % PALETTE.length],

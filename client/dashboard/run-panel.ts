@@ -43,6 +43,7 @@ export class RunPanel {
 
   constructor(private refresh: () => Promise<void>) {
     this.tokensInput = h('input', { type: 'number', id: 'sample-tokens', min: 1, max: 2000, value: 200, 'aria-label': 'Tokens to sample' });
+    this.tokensInput.addEventListener('keydown', (e) => { if (e.key === 'Enter') void this.sample(); });
     this.sampleBtn = h('button', { type: 'button', id: 'sample-button', class: 'primary' }, 'Sample from current model');
     this.sampleBtn.addEventListener('click', () => void this.sample());
     const refreshBtn = h('button', { type: 'button', id: 'checkpoints-refresh' }, 'Refresh');
@@ -105,6 +106,8 @@ export class RunPanel {
     const prompt = isDict(b) && typeof b.prompt === 'string' ? b.prompt : '';
     this.sampleOut.textContent = prompt + text;
     const version = isDict(b) && (typeof b.version === 'number') ? ` from version ${b.version}` : '';
-    setText(this.sampleMeta, `${n} tokens${version} in ${ms} ms.`);
+    // The server caps the length; say what it actually generated.
+    const got = isDict(b) && typeof b.tokens === 'number' ? b.tokens : n;
+    setText(this.sampleMeta, `${got} tokens${version} in ${ms} ms${got < n ? ` (the server caps samples at ${got})` : ''}.`);
   }
 }
