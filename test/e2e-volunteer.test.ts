@@ -135,6 +135,27 @@ async function textOf(b: LaunchedBrowser, selector: string, ok: string | ((t: st
   }
 }
 
+/**
+ * Opens the page and waits for the run info and the WebGPU check. Reloads once if the page did not
+ * come up (in a shared dev tree another `vite build` may be rewriting dist/client at that moment).
+ */
+async function openVolunteerPage(b: LaunchedBrowser, url: string): Promise<void> {
+  const ready = () => b.page.waitForFunction(() => {
+    const a = (globalThis as unknown as { __atoll?: { probe: unknown; run: unknown } }).__atoll;
+    return !!(a?.probe && a.run);
+  }, null, { timeout: 30_000 });
+  for (let attempt = 0; ; attempt++) {
+    await b.page.goto(url);
+    try {
+      await ready();
+      return;
+    } catch (e) {
+      const body = (await b.page.locator('body').textContent().catch(() => '')) ?? '';
+      if (attempt > 0) throw new Error(`the volunteer page did not come up: ${(e as Error).message}\n${body.slice(0, 400)}\n${b.logs.slice(-10).join('\n')}`);
+    }
+  }
+}
+
 async function getJson<T>(url: string): Promise<T> {
   const r = await fetch(url);
   if (!r.ok) throw new Error(`GET ${url}: ${r.status}`);
@@ -191,13 +212,12 @@ describe('volunteer page (Chromium)', () => {
 
   it('explains the run and checks WebGPU before anything starts', async () => {
     const page = gpu!.page;
-    await page.goto(`${url}/`);
-    await page.waitForFunction(() => (globalThis as unknown as { __atoll?: { probe: unknown; run: unknown } }).__atoll?.probe && (globalThis as unknown as { __atoll: { run: unknown } }).__atoll.run, null, { timeout: 30_000 });
+    await openVolunteerPage(gpu!, `${url}/`);
     const run = await getJson<{ name: string; description: string }>(`${url}/api/run`);
     await textOf(gpu!, '#run-name', (t) => t === run.name);
     await textOf(gpu!, '#run-description', (t) => t === run.description);
     await textOf(gpu!, '#cost-up', 'int8');
-    await textOf(gpu!, '#cost-mem', 'GPU memory');
+    await textOf(gpu!, '#cost-mem', 'MiB while training');
     await textOf(gpu!, '#gpu-status-text', 'WebGPU is ready');
     expect(await page.locator('#cpu-optin').isHidden()).toBe(true);
     expect(await page.locator('#start').isEnabled()).toBe(true);
@@ -216,6 +236,11 @@ describe('volunteer page (Chromium)', () => {
   it('contributes a round on WebGPU and the server accepts it', async () => {
     const page = gpu!.page;
     await page.click('#start');
+    // the layout must not move while the numbers update: boxes at the first step and after the round
+    const boxes = () => page.evaluate(() => ['#s-version', '#s-loss', '#s-speed', '#s-up', '#round-steps', '#round-eta', '#loss-chart', '#sample', '#conn']
+      .map((sel) => { const r = document.querySelector(sel)!.getBoundingClientRect(); return `${sel} ${r.x.toFixed(1)},${r.y.toFixed(1)} ${r.width.toFixed(1)}×${r.height.toFixed(1)}`; }));
+    await waitFor('the first step', async () => ((await pageView(gpu!)).round?.step ?? 0) >= 1, 150_000, 250);
+    const early = await boxes();
     const v = await waitFor('an accepted round', async () => {
       const v = await pageView(gpu!);
       if (v.phase === 'error') throw new Error(`page error: ${JSON.stringify(v)}`);
@@ -223,6 +248,7 @@ describe('volunteer page (Chromium)', () => {
     }, 150_000, 500);
     expect(v.engine).toBe('webgpu');
     expect(v.device).toContain('swiftshader');
+    expect(await boxes()).toEqual(early);
     islandId = v.islandId!;
     const row = (await islands()).find((i) => i.id === islandId);
     expect(row, `island ${islandId} on /api/islands`).toBeTruthy();
@@ -341,8 +367,8 @@ describe('volunteer page (Chromium)', () => {
     await gpu!.page.goto('about:blank');
     cpu = await launchChromium({ webgpu: false });
     const page = cpu.page;
-    await page.goto(`${url}/`);
-    await textOf(cpu, '#gpu-status-text', 'offered no GPU', 30_000);
+    await openVolunteerPage(cpu, `${url}/`);
+    await textOf(cpu, '#gpu-status-text', 'offered no GPU');
     expect(await page.locator('#cpu-optin').isVisible()).toBe(true);
     expect(await page.locator('#start').isDisabled()).toBe(true);
     await page.locator('#use-cpu').check();
@@ -361,6 +387,28 @@ describe('volunteer page (Chromium)', () => {
     const row = (await islands()).find((i) => i.id === v.islandId)!;
     expect(row.engine).toBe('cpu');
     expect(row.accepted).toBeGreaterThanOrEqual(1);
+
+    // pause while the tab is hidden (the page's own visibility handling, driven by a faked hidden state)
+    await page.locator('#pause-hidden').check();
+    const setHidden = (hidden: boolean) => page.evaluate((h) => {
+      Object.defineProperty(document, 'hidden', { configurable: true, get: () => h });
+      Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => (h ? 'hidden' : 'visible') });
+      document.dispatchEvent(new Event('visibilitychange'));
+    }, hidden);
+    await setHidden(true);
+    await waitFor('paused while hidden', async () => {
+      const v = await pageView(cpu!);
+      return v.phase === 'paused' && v.pauseReasons.join() === 'hidden';
+    }, 30_000, 100);
+    await textOf(cpu, '#phase-text', 'hidden');
+    await setHidden(false);
+    await waitFor('running again when visible', async () => (await pageView(cpu!)).pauseReasons.length === 0, 10_000, 100);
+
+    // a phone-sized viewport: nothing wider than the screen
+    await page.setViewportSize({ width: 390, height: 844 });
+    await sleep(300);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    await page.screenshot({ path: join(ARTIFACTS, 'volunteer-phone.png'), fullPage: true });
     lap('cpu');
   });
 });

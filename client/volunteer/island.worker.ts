@@ -67,7 +67,7 @@ function refreshView(): void {
   if (p && p.version >= 0) view.globalVersion = Math.max(view.globalVersion ?? -1, p.version);
   view.pauseReasons = [...pauseReasons];
   view.paused = pauseReasons.size > 0;
-  view.dutyCycle = runtimeOpts?.dutyCycle ?? opts?.dutyCycle ?? 1;
+  view.dutyCycle = engine?.dutyCycle ?? opts?.dutyCycle ?? 1;
   view.phase = currentPhase();
   view.reconnectInSec = reconnectAt != null ? Math.max(0, (reconnectAt - performance.now()) / 1000) : null;
   if (view.round) {
@@ -160,6 +160,7 @@ async function start(o: StartOptions): Promise<void> {
     setPhase('error', `Could not start the engine: ${(e as Error).message}`);
     return;
   }
+  engine.dutyCycle = o.dutyCycle;
   view.device = o.engine === 'cpu' ? cpuName() : engine.device;
   log('info', `Engine ready: ${view.device}.`);
   publish(true);
@@ -197,7 +198,8 @@ async function supervise(o: StartOptions): Promise<void> {
       train,
       transport: link.transport,
       caps: { name: islandName(o), maxBatch: o.shape.maxBatch },
-      dutyCycle: runtimeOpts?.dutyCycle ?? o.dutyCycle,
+      // the usage cap is applied by the engine wrapper, at every step (see ResilientEngine.dutyCycle)
+      dutyCycle: 1,
       lossEvery: 1,
       // a restarted runtime counts its sequence numbers from 1 again, so it joins as a new island
       resumeIslandId: undefined,
@@ -331,6 +333,7 @@ const capitalize = (s: string) => s.charAt(0).toUpperCase() + s.slice(1);
 function pause(reason: PauseReason): void {
   pauseReasons.add(reason);
   runtime?.pause();
+  engine?.interruptRest();
   log('info', reason === 'hidden' ? 'Tab hidden: pausing after the current step.' : 'Pausing after the current step.');
   publish(true);
 }
@@ -455,7 +458,7 @@ self.addEventListener('message', (ev: Event) => {
     case 'pause': pause(m.reason); break;
     case 'resume': resume(m.reason); break;
     case 'set-duty-cycle':
-      if (runtimeOpts) runtimeOpts.dutyCycle = m.dutyCycle; // the runtime reads it each round
+      if (engine) engine.dutyCycle = m.dutyCycle;
       if (opts) opts.dutyCycle = m.dutyCycle;
       log('info', `GPU usage cap set to ${Math.round(m.dutyCycle * 100)}%.`);
       publish(true);

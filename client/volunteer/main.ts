@@ -188,7 +188,7 @@ function renderProbe(): void {
   } else {
     dot.className = 'dot dot-bad';
     const lead: Record<typeof probe.reason, string> = {
-      'no-navigator-gpu': 'WebGPU is not available in this browser (navigator.gpu is missing).',
+      'no-navigator-gpu': 'WebGPU is not available in this browser.',
       'no-adapter': 'WebGPU is present, but the browser offered no GPU adapter.',
       'too-small': 'Your GPU is too small for this model.',
       error: 'Checking WebGPU failed.',
@@ -200,7 +200,7 @@ function renderProbe(): void {
     ui.cpuOptin.hidden = false;
   }
   document.body.dataset.webgpu = probe.ok ? 'yes' : probe.reason;
-  if (probe.gpuBytes > 0) ui.costMem.textContent = `${formatBytes(probe.gpuBytes)} of GPU memory while training`;
+  if (probe.gpuBytes > 0) ui.costMem.textContent = `${formatBytes(probe.gpuBytes)} while training`;
   updateButtons();
 }
 

@@ -186,8 +186,37 @@ export class ResilientEngine implements TrainingEngine {
     };
   }
 
+  /**
+   * GPU usage cap: the fraction of wall time spent computing, (0, 1]. After each step's losses
+   * are read, the engine rests work·(1−u)/u, where work is the time the step took. Read at
+   * every step, so a change applies at once. The rest counts in the runtime's round time, so the
+   * server sizes rounds by the island's real pace.
+   */
+  dutyCycle = 1;
+  private workMs = 0;
+  private wakeRest: (() => void) | null = null;
+
+  /** Ends a rest early (pause: the runtime then stops before the next step). */
+  interruptRest(): void {
+    this.wakeRest?.();
+  }
+
+  private async rest(): Promise<void> {
+    const u = Math.min(1, Math.max(0.05, this.dutyCycle));
+    const ms = Math.min(60_000, (this.workMs * (1 - u)) / u);
+    this.workMs = 0;
+    if (ms < 1) return;
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(done, ms);
+      function done() { clearTimeout(t); resolve(); }
+      this.wakeRest = done;
+    });
+    this.wakeRest = null;
+  }
+
   async step(batch: Batch, opts: StepOptions): Promise<void> {
     while (this.holds > 0) await new Promise<void>((r) => this.holdWaiters.push(r));
+    const t0 = performance.now();
     const rec: RecordedStep = {
       inputs: Uint8Array.from(batch.inputs.subarray(0, batch.B * batch.T)),
       targets: Uint8Array.from(batch.targets.subarray(0, batch.B * batch.T)),
@@ -197,13 +226,19 @@ export class ResilientEngine implements TrainingEngine {
     await this.call((e) => e.step(batch, opts));
     if (this.kind !== 'cpu') this.steps.push(rec);
     this.consecutiveLosses = 0;
+    this.workMs += performance.now() - t0;
   }
 
   async takeLosses(): Promise<number[]> {
+    const t0 = performance.now();
     const fresh = await this.call((e) => e.takeLosses());
     const out = this.pendingLosses.concat(fresh);
     this.pendingLosses = [];
     this.lossesTaken += out.length;
+    if (this.workMs > 0) {
+      this.workMs += performance.now() - t0;
+      await this.rest();
+    }
     return out;
   }
 

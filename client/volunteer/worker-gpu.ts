@@ -34,7 +34,7 @@ export async function probeGpu(shape: ModelShape): Promise<GpuProbe> {
     gpuBytes = estimateGpuBytes(engineOptions(shape));
   } catch { /* a config the engine rejects: checkAdapterFits names it below */ }
   const gpu = gpuApi();
-  if (!gpu) return { ok: false, reason: 'no-navigator-gpu', message: 'This browser does not expose WebGPU to web workers.', gpuBytes };
+  if (!gpu) return { ok: false, reason: 'no-navigator-gpu', message: 'navigator.gpu is missing in the page\'s web worker (no WebGPU, or not to workers).', gpuBytes };
   let adapter: GPUAdapter | null;
   try {
     adapter = await requestAdapter(gpu);
@@ -42,11 +42,11 @@ export async function probeGpu(shape: ModelShape): Promise<GpuProbe> {
     return { ok: false, reason: 'error', message: `Asking for a GPU adapter failed: ${(e as Error).message}`, gpuBytes };
   }
   if (!adapter) {
-    return { ok: false, reason: 'no-adapter', message: 'The browser has WebGPU, but it offered no GPU (it may be disabled, blocklisted for this driver, or behind a flag).', gpuBytes };
+    return { ok: false, reason: 'no-adapter', message: 'It may be disabled, blocklisted for this driver, or behind a flag (on Linux, chrome://flags/#enable-unsafe-webgpu).', gpuBytes };
   }
   const summary = describeAdapter(adapter);
   const fits = checkAdapterFits(adapter, engineOptions(shape));
-  if (!fits.ok) return { ok: false, reason: 'too-small', message: fits.error.message, adapter: summary, gpuBytes };
+  if (!fits.ok) return { ok: false, reason: 'too-small', message: `${summary.name}: ${fits.error.message}`, adapter: summary, gpuBytes };
   return { ok: true, adapter: summary, gpuBytes };
 }
 
