@@ -371,13 +371,17 @@ describe('volunteer page (Chromium)', () => {
     await textOf(cpu, '#gpu-status-text', 'offered no GPU');
     expect(await page.locator('#cpu-optin').isVisible()).toBe(true);
     expect(await page.locator('#start').isDisabled()).toBe(true);
-    await page.locator('#use-cpu').check();
+    // keyboard only: Space ticks the opt-in, Enter on the focused button starts
+    await page.locator('#use-cpu').focus();
+    await page.keyboard.press('Space');
+    expect(await page.locator('#use-cpu').isChecked()).toBe(true);
     await textOf(cpu, '#start', (t) => t === 'Start contributing (CPU)');
     // a sample before contributing: the CPU engine, the model downloaded for it
     await page.click('#sample-go');
     await textOf(cpu, '#sample-meta', 'CPU', 30_000);
     expect(((await page.locator('#sample-out').textContent()) ?? '').length).toBeGreaterThan(50);
-    await page.click('#start');
+    await page.locator('#start').focus();
+    await page.keyboard.press('Enter');
     const v = await waitFor('an accepted CPU round', async () => {
       const v = await pageView(cpu!);
       if (v.phase === 'error') throw new Error(`page error: ${JSON.stringify(v)}`);

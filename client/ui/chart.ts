@@ -27,7 +27,11 @@ export interface LiveChartOptions {
   time?: boolean;
   /** Log-scale y axis. */
   logY?: boolean;
+  /** x takes integer values only (steps, versions): no fractional ticks. */
+  integerX?: boolean;
 }
+
+const INTEGER_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
 
 const PALETTE = ['#2563eb', '#dc2626', '#059669', '#d97706', '#7c3aed', '#0891b2'];
 
@@ -62,7 +66,7 @@ export class LiveChart {
       legend: { show: opts.series.length > 1 },
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: !!opts.time }, y: opts.logY ? { distr: 3 } : { auto: true } },
-      axes: [axis(opts.xLabel), axis(opts.yLabel)],
+      axes: [{ ...axis(opts.xLabel), ...(opts.integerX ? { incrs: INTEGER_INCRS } : {}) }, axis(opts.yLabel)],
       series: [
         { label: opts.xLabel ?? 'x' },
         ...opts.series.map((s, i) => ({

@@ -39,6 +39,8 @@ const carried = { bytesUp: 0, bytesDown: 0 };
 let extraDown = 0;
 let globalStep = 0;
 let assignment: Assignment | null = null;
+/** Losses of this round are read back every this many steps (the runtime's lossEvery). */
+let roundLossEvery = 1;
 let stepWallMs: number | null = null;
 let lastStepAt = 0;
 let runtimeStatus = 'idle';
@@ -266,6 +268,12 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
       healthy();
       const a = e.assignment;
       assignment = a;
+      // losses are read back every few steps on a fast GPU (a readback drains the queue), about
+      // every 250 ms; every step on a slow one. The first round reads every step.
+      const p = runtime?.progress;
+      const stepMs = p && p.tokensPerSec > 0 ? (1000 * a.batchSize * a.seqLen) / p.tokensPerSec : Infinity;
+      roundLossEvery = Math.max(1, Math.min(32, Math.ceil(250 / stepMs)));
+      if (runtimeOpts) runtimeOpts.lossEvery = roundLossEvery;
       view.islandId = a.islandId;
       view.round = { baseVersion: a.baseVersion, step: 0, total: a.innerSteps, etaSec: null };
       post({ type: 'assignment', assignment: a });
@@ -288,8 +296,10 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
       const a = assignment;
       if (a) view.tokensTrained += a.batchSize * a.seqLen;
       view.stepsDone = globalStep;
-      const point: LossPoint = { step: globalStep, roundId: a?.roundId ?? -1, roundStep: e.step, version: a?.baseVersion ?? -1, loss: e.loss };
-      post({ type: 'losses', points: [point] });
+      if (e.step % roundLossEvery === 0 || e.step === e.of) {
+        const point: LossPoint = { step: globalStep, roundId: a?.roundId ?? -1, roundStep: e.step, version: a?.baseVersion ?? -1, loss: e.loss };
+        post({ type: 'losses', points: [point] });
+      }
       publish();
       break;
     }

@@ -356,7 +356,7 @@ function renderView(): void {
 }
 
 function ensureChart(): LiveChart {
-  chart ??= new LiveChart(ui.lossChart, { title: 'Local training loss per inner step', xLabel: 'step', series: [{ label: 'loss' }], height: 180 });
+  chart ??= new LiveChart(ui.lossChart, { title: 'Local training loss per inner step', xLabel: 'step', series: [{ label: 'loss' }], height: 180, integerX: true });
   return chart;
 }
 
