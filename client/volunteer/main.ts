@@ -326,6 +326,8 @@ function renderView(): void {
   let phase = PHASE_TEXT[v.phase];
   if (v.phase === 'paused' && v.pauseReasons.length === 1 && v.pauseReasons[0] === 'hidden') phase = 'Paused while this tab is hidden.';
   if (v.detail) phase = `${phase} ${v.detail}`;
+  if (started && status?.paused && v.phase !== 'paused') phase = `${phase} The researchers have paused the run for now; your island waits and goes on when they resume it.`;
+  if (started && status?.done) phase = 'The run has reached its goal. Thank you for contributing!';
   setText(ui.phaseText, phase);
   setText(ui.deviceName, v.device ? (v.engine === 'cpu' ? `${v.device} (CPU engine)` : v.device) : '–');
 

@@ -79,7 +79,7 @@ export class ResilientEngine implements TrainingEngine {
   /** The current WebGPU device (changes after a recovery; null for the CPU). */
   get gpuDevice(): GPUDevice | null { return this.handle.gpuDevice; }
 
-  /** Test hook: loses the current device; the next call recovers. */
+  /** Test hook: loses the current device as a GPU crash would; recovery starts at once. */
   simulateLoss(): void {
     this.handle.simulateLoss();
   }
@@ -91,13 +91,16 @@ export class ResilientEngine implements TrainingEngine {
       this.lostGeneration = gen;
       this.lostInfo = info;
       this.opts.onLoss?.(info);
+      // rebuild at once (the island may be idle, waiting for its next round); a failure here is
+      // retried by the next call, which then reports it
+      void this.recover().catch(() => {});
     });
   }
 
   /** Runs `fn` on the current engine; after a device loss, rebuilds the state and retries. */
   private async call<T>(fn: (e: TrainingEngine) => Promise<T>): Promise<T> {
     for (;;) {
-      if (this.recovering) await this.recovering;
+      if (this.recovering) await this.recovering.catch(() => {});
       if (this.lostGeneration === this.generation) await this.recover();
       const gen = this.generation;
       const lost = this.handle.lost.then(() => { throw new DeviceLostError('device lost during the call'); });
@@ -122,7 +125,16 @@ export class ResilientEngine implements TrainingEngine {
         throw new Error(`E_DEVICE_LOST: the GPU device was lost ${this.consecutiveLosses} times in a row (${this.lostInfo?.message ?? ''})`);
       }
       try { this.handle.engine.destroy(); this.handle.dispose(); } catch { /* already dead */ }
-      const handle = await this.opts.open();
+      // right after a GPU process crash the browser may need a moment to offer an adapter again
+      let handle: EngineHandle | null = null;
+      for (let attempt = 0; !handle; attempt++) {
+        try {
+          handle = await this.opts.open();
+        } catch (e) {
+          if (attempt >= 2) throw e;
+          await new Promise((r) => setTimeout(r, 1000 * 2 ** attempt));
+        }
+      }
       this.generation += 1;
       this.handle = handle;
       this.watch();
