@@ -9,10 +9,10 @@
 //    (step + takeLosses), the same GPT in TF.js (bench/tfjs-gpt.ts: autograd + Adam),
 //    and CpuEngine, all on the same batches.
 //
-// Timing: warm-up first (pipeline compilation), then `repeats` measurements of `n`
-// back-to-back dispatches (n calibrated so one measurement lasts ~target ms); a
-// measurement ends when the queue has drained (onSubmittedWorkDone). Figures are medians.
-// Wall clock on both sides, so both pay their own dispatch overhead.
+// Timing: warm-up first (pipeline compilation), then `repeats` rounds that measure ours
+// and TF.js in turn, each measurement `n` back-to-back products (n calibrated to ~100 ms)
+// ending when the queue has drained (onSubmittedWorkDone). Figures are medians. Wall
+// clock on both sides, so both pay their own dispatch overhead. bench/README.md has more.
 //
 // On a software adapter (SwiftShader) everything is scaled down (1 sequence per batch,
 // fewer repeats) so the whole run takes minutes; the figures then only mean something
@@ -90,8 +90,10 @@ export interface KernelBenchResult {
     architecture: string;
     device: string;
     isFallbackAdapter: boolean;
-    /** what TF.js's own device reports: should name the same adapter */
+    /** vendor and architecture of the adapter TF.js's own device came from */
     tfjs_description: string;
+    /** TF.js's adapter has our adapter's vendor and architecture */
+    same_adapter: boolean;
   };
   settings: { quick: boolean; matmul_repeats: number; target_ms: number; peak_tflops?: number };
   matmul: MatmulRow[];
@@ -583,6 +585,7 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
       adapter: {
         description: gpu.info.description, vendor: gpu.info.vendor, architecture: gpu.info.architecture,
         device: gpu.info.device, isFallbackAdapter: gpu.info.isFallbackAdapter, tfjs_description: tfw.description,
+        same_adapter: tfw.description === `${gpu.info.vendor} ${gpu.info.architecture}`.trim(),
       },
       settings: { quick, matmul_repeats: mm.repeats, target_ms: mm.targetMs, ...(opts.peakTflops ? { peak_tflops: opts.peakTflops } : {}) },
       matmul: mm.rows,
@@ -602,7 +605,7 @@ export function formatKernelBench(r: KernelBenchResult): string {
   const f = (x: number, d = 2) => x.toFixed(d);
   const lines: string[] = [];
   lines.push(`adapter: ${r.adapter.description} (${r.adapter.vendor}${r.adapter.isFallbackAdapter ? ', fallback/software adapter: figures are only meaningful as ratios' : ''})`);
-  if (r.adapter.tfjs_description !== r.adapter.description) lines.push(`TF.js adapter: ${r.adapter.tfjs_description}`);
+  lines.push(`TF.js adapter: ${r.adapter.tfjs_description}${r.adapter.same_adapter ? ' (the same)' : ' (NOT the same adapter: ratios compare different hardware)'}`);
   lines.push('');
   lines.push('matmul (GFLOP/s, median)                          ours       TF.js    ours/TF.js');
   for (const m of r.matmul) {

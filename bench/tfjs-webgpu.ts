@@ -18,7 +18,7 @@ export interface TfWebgpu {
   tf: Tf;
   /** The device TF.js requested for itself. */
   device: GPUDevice;
-  /** The adapter description TF.js got. */
+  /** Vendor and architecture of the adapter TF.js got (all that TF.js keeps of its info). */
   description: string;
   /** Flushes TF.js's pending command encoder and waits for the queue to drain. */
   sync(): Promise<void>;
@@ -28,7 +28,7 @@ export interface TfWebgpu {
 
 interface WebGpuBackendLike {
   device: GPUDevice;
-  adapterInfo?: { vendor?: string; architecture?: string; description?: string };
+  adapterInfo?: { vendor?: string; architecture?: string };
   ensureCommandEncoderReady(): void;
   endComputePassEncoder(): void;
   submitQueue(): void;
@@ -58,7 +58,7 @@ async function setup(nodeGpu: NodeGpu): Promise<TfWebgpu> {
   const backend = tf.backend() as unknown as WebGpuBackendLike;
   const device = backend.device;
   const ai = backend.adapterInfo ?? {};
-  const description = ai.description || `${ai.vendor ?? ''} ${ai.architecture ?? ''}`.trim();
+  const description = `${ai.vendor ?? ''} ${ai.architecture ?? ''}`.trim();
   let disposed = false;
   // submit what TF.js has encoded so far, its open compute pass included
   const flush = () => {
