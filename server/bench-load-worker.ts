@@ -1,6 +1,7 @@
 // A child process of `atoll bench server`: holds N simulated islands (plain socket.io clients on
-// loopback) that say hello and then send tiny deltas in a loop until the deadline, recording every
-// ack. Arguments: <server url> <islands> <duration ms> <worker index>. Reports over IPC.
+// loopback) that say hello, then (on the parent's 'go') send tiny deltas in a loop until the
+// deadline, recording every ack. Arguments: <server url> <islands> <duration ms> <worker index>.
+// IPC: → {type:'ready'} once all are connected; ← {type:'go', at}; → {type:'report'}.
 
 import { io, type Socket } from 'socket.io-client';
 import { encodeDelta } from '../core/codec/index.ts';
@@ -33,21 +34,27 @@ function ask<T>(s: Socket, event: string, payload: unknown, timeoutMs = 60_000):
   });
 }
 
-async function island(k: number, startAt: number, deadline: number): Promise<Socket | null> {
+let startAt = Infinity;
+let deadline = Infinity;
+let go: () => void = () => {};
+const started = new Promise<void>((r) => { go = r; });
+
+async function island(k: number): Promise<Socket | null> {
   const s = io(`${url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true, timeout: 30_000 });
   const up = await new Promise<boolean>((resolve) => {
     s.once('connect', () => resolve(true));
     s.once('connect_error', (e) => { errors.push(`connect: ${e.message}`); resolve(false); });
   });
   if (!up) return null;
-  const h = await ask<{ islandId: string; assignment: Assignment | null }>(s, 'hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: `load-${index}-${k}`, batchSize: 1 } });
+  const h = await ask<{ islandId: string; assignment: Assignment | null }>(s, 'hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: `load-${index}-${k}`, batchSize: 1 }, push: false });
   if (!h.ok) { errors.push(`hello: ${h.error.code} ${h.error.message}`); s.disconnect(); return null; }
   const id = h.value.islandId;
   let a = h.value.assignment;
-  // Wait until every island of this worker is connected, so the load measures a full house.
-  await new Promise((r) => setTimeout(r, Math.max(0, startAt - Date.now())));
   let seq = 0;
   void (async () => {
+    // Wait until every island of every worker is connected, so the load measures a full house.
+    await started;
+    await new Promise((r) => setTimeout(r, Math.max(0, startAt - Date.now())));
     while (Date.now() < deadline && s.connected) {
       if (!a) {
         const na = await ask<Assignment>(s, 'nextAssignment', {});
@@ -71,18 +78,22 @@ async function island(k: number, startAt: number, deadline: number): Promise<Soc
 
 async function main(): Promise<void> {
   const t0 = Date.now();
-  // Connections go up first (bounded concurrency), then everyone sends from the same instant.
-  const rampMs = Math.max(3000, count * 8);
-  const startAt = t0 + rampMs;
-  const deadline = startAt + durationMs;
   const sockets: Array<Socket | null> = [];
-  const batch = 25;
+  const batch = 50;
   for (let k = 0; k < count; k += batch) {
-    const part = await Promise.all(Array.from({ length: Math.min(batch, count - k) }, (_, j) => island(k + j, startAt, deadline)));
+    const part = await Promise.all(Array.from({ length: Math.min(batch, count - k) }, (_, j) => island(k + j)));
     sockets.push(...part);
   }
   const up = sockets.filter((s) => s?.connected).length;
   say(`${up}/${count} islands connected in ${Date.now() - t0} ms`);
+  process.on('message', (m: { type: string; at: number }) => {
+    if (m.type !== 'go') return;
+    startAt = m.at;
+    deadline = m.at + durationMs;
+    go();
+  });
+  process.send?.({ type: 'ready', connected: up });
+  await started;
   await new Promise((r) => setTimeout(r, Math.max(0, deadline - Date.now())));
   const connected = sockets.filter((s) => s?.connected).length;
   // let in-flight deltas get their acks

@@ -44,6 +44,8 @@ export interface LoadResult {
   lost: number;
   duplicated: number;
   versions: number;
+  /** Group commits (checkpoint + log fsync) that made those versions durable. */
+  commits: number;
   seconds: number;
 }
 
@@ -73,8 +75,17 @@ const BENCH_COORD = {
  *         `roundSize` deltas;
  *   async: decode + validate + a full outer step per delta.
  */
+const synthetic = new Map<string, Float32Array>();
+/** Synthetic arrays are slow to draw at base size: draw each once. */
+function cachedDelta(n: number, seed: number): Float32Array {
+  const k = `${n}:${seed}`;
+  let d = synthetic.get(k);
+  if (!d) synthetic.set(k, (d = syntheticDelta(n, seed)));
+  return d;
+}
+
 export function benchApply(encoding: Encoding, n: number, seconds: number, mode: 'sync' | 'async' = 'sync', roundSize = 4): { paramsPerSec: number; msPerDelta: number } {
-  const params = syntheticDelta(n, 7).map((x) => x * 20);
+  const params = cachedDelta(n, 7).map((x) => x * 20);
   const coord = new Coordinator({
     params,
     config: mode === 'sync'
@@ -82,7 +93,7 @@ export function benchApply(encoding: Encoding, n: number, seconds: number, mode:
       : { ...BENCH_COORD, mode: 'async', outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
     now: 0,
   });
-  const frame = encodeDelta(syntheticDelta(n, 11), { encoding, blockSize: 64 });
+  const frame = encodeDelta(cachedDelta(n, 11), { encoding, blockSize: 64 });
   const k = mode === 'sync' ? roundSize : 1;
   const islands: Array<{ a: Assignment; seq: number }> = [];
   for (let i = 0; i < k; i++) {
@@ -150,17 +161,31 @@ export async function benchLoad(o: { islands: number; procs: number; seconds: nu
     });
   });
   type Report = { connected: number; acks: Array<[string, number, number]>; latencies: number[]; rejected: number; errors: string[] };
+  let ready = 0;
+  let connectedAtStart = 0;
+  let startedAt = 0;
   const reports = await Promise.all(children.map((c) => new Promise<Report>((resolve) => {
     let rep: Report | null = null;
-    c.on('message', (m: { type: string; report?: Report; line?: string }) => {
+    c.on('message', (m: { type: string; report?: Report; line?: string; connected?: number }) => {
       if (m.type === 'log' && m.line) o.log(m.line);
       if (m.type === 'report' && m.report) rep = m.report;
+      if (m.type === 'ready') {
+        connectedAtStart += m.connected ?? 0;
+        // everyone connected: start all islands at the same instant
+        if (++ready === children.length) {
+          startedAt = Date.now() + 300;
+          o.log(`load: ${connectedAtStart} islands connected; sending for ${o.seconds} s`);
+          for (const ch of children) ch.send({ type: 'go', at: startedAt });
+        }
+      }
     });
     c.on('exit', () => resolve(rep ?? { connected: 0, acks: [], latencies: [], rejected: 0, errors: ['worker exited without a report'] }));
   })));
+  void startedAt;
   const connected = server.gateway.islandSockets;
   await server.run.drain();
   const versions = server.run.version;
+  const storeStats = { ...server.run.store.stats };
   await server.close();
 
   // every applied ack must be logged exactly once as a contributor of the version it names
@@ -199,6 +224,7 @@ export async function benchLoad(o: { islands: number; procs: number; seconds: nu
     lost,
     duplicated,
     versions,
+    commits: storeStats.commits,
     seconds: o.seconds,
   };
 }

@@ -45,6 +45,8 @@ export const HelloSchema = Type.Object({
   }),
   resumeIslandId: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
   resumeToken: Type.Optional(Type.String({ maxLength: 128 })),
+  /** false: no pushed `update` broadcasts (the island pulls with `updates` when it needs θ). */
+  push: Type.Optional(Type.Boolean()),
 });
 
 export const DeltaMetaSchema = Type.Object({
@@ -289,7 +291,7 @@ export class Gateway {
       }
       st.islandId = id;
       this.bind(id, socket);
-      socket.join('islands');
+      if (h.push !== false) socket.join('islands');
       const d = this.run.durableParams();
       ack(okv({
         islandId: id,

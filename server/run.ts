@@ -381,7 +381,7 @@ export class Run {
     this.kick();
     if (!r.ok) return r;
     this.store.append({ type: 'join', island: r.value.islandId, name: req.caps.name ?? '', engine: req.caps.engine, adapter: req.caps.adapter ?? '', resumed: req.resumeIslandId !== undefined });
-    if (r.value.assignment) await this.whenDurable(r.value.assignment.baseVersion);
+    if (r.value.assignment) r.value.assignment = await this.releasable(r.value.assignment);
     return r;
   }
 
@@ -404,15 +404,24 @@ export class Run {
     const r = this.coord.nextAssignment(islandId, Date.now());
     this.kick();
     if (!r.ok) return r;
-    if (r.value) {
-      await this.whenDurable(r.value.baseVersion);
-      return ok(r.value);
-    }
+    if (r.value) return ok(await this.releasable(r.value));
     return new Promise((resolve) => {
       const list = this.assignWaiters.get(islandId) ?? [];
       list.push(resolve);
       this.assignWaiters.set(islandId, list);
     });
+  }
+
+  /**
+   * An assignment may only name a durable version (an island must never train on a θ a crash could
+   * take back). Sync: its round's base, so wait for it. Async: any base is fine (staleness is what
+   * the island reports), so hand out the durable one at once instead of waiting for a commit.
+   */
+  private async releasable(a: Assignment): Promise<Assignment> {
+    if (a.baseVersion <= this.durable.version) return a;
+    if (a.mode === 'async') return { ...a, baseVersion: this.durable.version, baseHash: this.durable.hash };
+    await this.whenDurable(a.baseVersion);
+    return a;
   }
 
   /** Drops an island's waiting nextAssignment calls (its socket closed). */
@@ -789,7 +798,13 @@ export class Run {
 
   private replay(e: LogEvent, maxVersion: number): void {
     const num = (x: unknown, d = 0) => (typeof x === 'number' && Number.isFinite(x) ? x : d);
-    if (e.type === 'start') {
+    if (e.type === 'resume') {
+      // A restart at version V: anything logged past V before the crash never became durable.
+      const v = num(e.version);
+      while (this.history.length && this.history[this.history.length - 1].version > v) this.history.pop();
+      for (const [id, a] of this.lastApplied) if (a.version > v) this.lastApplied.delete(id);
+      if (this.lastEval && this.lastEval.version > v) this.lastEval = null;
+    } else if (e.type === 'start') {
       if (this.history.length === 0) this.history.push(this.emptyPoint(0, e.t));
     } else if (e.type === 'update') {
       const version = num(e.version);
