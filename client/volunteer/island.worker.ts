@@ -45,6 +45,11 @@ let stepWallMs: number | null = null;
 let lastStepAt = 0;
 let runtimeStatus = 'idle';
 let reconnectAt: number | null = null;
+/** Why the island cannot go on (shown as the 'error' phase), or null. */
+let fatal: string | null = null;
+/** A lost GPU device is being rebuilt / the supervisor waits to restart the runtime. */
+let deviceRecovering = false;
+let backingOff = false;
 
 // ---------------------------------------------------------------- view
 
@@ -79,7 +84,8 @@ function refreshView(): void {
 }
 
 function currentPhase(): Phase {
-  if (view.phase === 'error' || view.phase === 'recovering') return view.phase;
+  if (fatal !== null) { view.detail = fatal; return 'error'; }
+  if (deviceRecovering || backingOff) return 'recovering';
   if (!opts) return 'idle';
   const s = runtimeStatus;
   if (s === 'paused') return 'paused';
@@ -98,9 +104,8 @@ function currentPhase(): Phase {
   }
 }
 
-function setPhase(phase: Phase, detail = ''): void {
-  view.phase = phase;
-  view.detail = detail;
+function stopWith(reason: string): void {
+  fatal = reason;
   publish(true);
 }
 
@@ -125,12 +130,16 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Pr
   return ResilientEngine.create({
     open,
     onLoss: (i) => {
-      if (onLog) log('warn', `The GPU device was lost (${i.reason}${i.message ? `: ${i.message}` : ''}); opening a new one and resuming from the last synced model.`);
-      setPhase('recovering', 'The GPU device was lost; rebuilding it.');
+      if (!onLog) return; // the sampler's own device: rebuilt quietly on the next sample
+      log('warn', `The GPU device was lost (${i.reason}${i.message ? `: ${i.message}` : ''}); opening a new one and resuming from the last synced model.`);
+      deviceRecovering = true;
+      view.detail = 'The GPU device was lost; rebuilding it and replaying this round’s steps.';
+      publish(true);
     },
     onRecovered: (r) => {
-      if (onLog) log('info', `GPU device rebuilt (${r.device}); replayed ${r.replayedSteps} step(s) of the round in ${Math.round(r.ms)} ms. Nothing was lost.`);
-      view.phase = 'training';
+      if (!onLog) return;
+      log('info', `GPU device rebuilt (${r.device}); replayed ${r.replayedSteps} step(s) of the round in ${Math.round(r.ms)} ms. Nothing was lost.`);
+      deviceRecovering = false;
       view.detail = '';
       view.device = r.device;
       publish(true);
@@ -154,17 +163,18 @@ async function start(o: StartOptions): Promise<void> {
   opts = o;
   view = initialView(o.dutyCycle);
   view.engine = o.engine;
-  setPhase('starting');
+  publish(true);
+  const t0 = performance.now();
   try {
     engine = await openEngine(o.engine, o.shape);
   } catch (e) {
     log('error', `Could not start the ${o.engine === 'cpu' ? 'CPU' : 'WebGPU'} engine: ${(e as Error).message}`);
-    setPhase('error', `Could not start the engine: ${(e as Error).message}`);
+    stopWith(`Could not start the engine: ${(e as Error).message}`);
     return;
   }
   engine.dutyCycle = o.dutyCycle;
   view.device = o.engine === 'cpu' ? cpuName() : engine.device;
-  log('info', `Engine ready: ${view.device}.`);
+  log('info', `Engine ready: ${view.device} (${((performance.now() - t0) / 1000).toFixed(1)} s to set up${o.engine === 'webgpu' ? ', mostly compiling the GPU kernels' : ''}).`);
   publish(true);
   void supervise(o);
 }
@@ -182,7 +192,6 @@ function cpuName(): string {
 /** Runs the island; restarts it after a transport failure, with exponential backoff. */
 async function supervise(o: StartOptions): Promise<void> {
   let failures = 0;
-  let islandId: string | null = null;
   for (;;) {
     try {
       train ??= await fetchBytes(new URL('/api/data/train', o.serverUrl).href);
@@ -214,18 +223,18 @@ async function supervise(o: StartOptions): Promise<void> {
     off();
     carried.bytesUp += rt.progress.bytesUp;
     carried.bytesDown += rt.progress.bytesDown;
-    islandId = summary.islandId ?? islandId;
     runtime = null;
     link = null;
     if (summary.reason === 'done') {
       view.connection = 'offline';
-      setPhase('error', 'The run has reached its goal: thank you! There is nothing left to train.');
       log('info', 'The server says the run is done.');
+      stopWith('The run has reached its goal: thank you! There is nothing left to train.');
       return;
     }
     if (summary.reason === 'stopped') return;
     if (/E_DEVICE_LOST|E_NO_ADAPTER|E_NO_WEBGPU/.test(lastError)) {
-      setPhase('error', `The GPU is not usable any more: ${lastError}`);
+      deviceRecovering = false;
+      stopWith(`The GPU is not usable any more (${lastError}). Reload the page to try again, or contribute with the CPU.`);
       return;
     }
     await backoff(++failures, `The island stopped (${summary.reason}: ${lastError || 'no detail'}).`);
@@ -239,14 +248,14 @@ async function backoff(failures: number, why: string): Promise<void> {
   log('warn', `${why} Reconnecting in ${Math.round(delay / 1000)} s.`);
   view.connection = 'reconnecting';
   reconnectAt = performance.now() + delay;
-  view.phase = 'recovering';
+  backingOff = true;
   view.detail = why;
   publish(true);
   const tick = setInterval(() => publish(true), 1000);
   await new Promise((r) => setTimeout(r, delay));
   clearInterval(tick);
   reconnectAt = null;
-  view.phase = 'starting';
+  backingOff = false;
   view.detail = '';
   publish(true);
 }
@@ -255,7 +264,6 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
   switch (e.type) {
     case 'status': {
       runtimeStatus = e.status;
-      if (view.phase === 'recovering' || view.phase === 'error') { view.phase = 'starting'; view.detail = ''; }
       if (e.status !== 'connecting' && e.status !== 'error' && e.status !== 'stopped') {
         view.connection = link?.connected() === false ? 'reconnecting' : 'connected';
       }
