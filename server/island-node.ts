@@ -30,6 +30,8 @@ export interface NodeIsland {
   done: Promise<IslandRunSummary>;
   /** Stops after the current step; an in-flight delta still gets its ack. */
   stop(): void;
+  /** True once stop() or a signal asked the island to stop. */
+  readonly stopRequested: boolean;
 }
 
 interface RunInfoLite {
@@ -118,6 +120,8 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     if (stops === 1) {
       say('stopping after this step (an in-flight delta still gets its ack); Ctrl-C again to quit now');
       runtime.stop();
+      // Waiting for a sync round to close holds no work: leave now instead of after the round.
+      if (runtime.progress.status === 'waiting') void transport.close('stopped');
     } else {
       say('quitting now: the current round is abandoned (nothing acknowledged is lost)');
       process.exit(130);
@@ -137,5 +141,9 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     engine.destroy();
     return summary;
   });
-  return { runtime, transport, done, stop: () => runtime.stop() };
+  return {
+    runtime, transport, done,
+    stop: () => { stops++; runtime.stop(); if (runtime.progress.status === 'waiting') void transport.close('stopped'); },
+    get stopRequested() { return stops > 0; },
+  };
 }

@@ -343,10 +343,10 @@ export class Run {
     const r = this.coord.updatesSince(fromVersion);
     if (!r.ok) return r;
     const ups = r.value.filter((u) => u.version <= this.durable.version);
-    // past half a snapshot's bytes, the snapshot is the cheaper way to catch up
+    // past a snapshot's bytes (4 per parameter), the snapshot is the cheaper way to catch up
     let bytes = 0;
     for (const u of ups) bytes += u.frame.length;
-    if (bytes > 2 * this.paramCount) return err(ErrorCode.TOO_OLD, `catching up from ${fromVersion} costs more than the snapshot: fetch the model`);
+    if (bytes > 4 * this.paramCount) return err(ErrorCode.TOO_OLD, `catching up from ${fromVersion} costs more than the snapshot: fetch the model`);
     return ok(ups);
   }
 

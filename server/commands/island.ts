@@ -29,5 +29,5 @@ export async function island(o: IslandCliOptions): Promise<number> {
   } else {
     process.stderr.write(`atoll island: ${s.reason} after ${p.rounds} rounds (${p.accepted} applied), ${p.tokens.toLocaleString()} tokens, at version ${p.version}\n`);
   }
-  return s.reason === 'stopped' || s.reason === 'done' ? 0 : 1;
+  return s.reason === 'stopped' || s.reason === 'done' || isl.stopRequested ? 0 : 1;
 }
