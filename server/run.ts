@@ -570,7 +570,10 @@ export class Run {
       this.pumpAgain = true;
       return;
     }
-    this.pumping = this.pump().finally(() => {
+    this.pumping = this.pump().catch((e: unknown) => {
+      // a bug, not input: say so loudly, keep serving (the next kick drains what is left)
+      this.log(`run: event pump failed: ${(e as Error)?.stack ?? String(e)}`);
+    }).finally(() => {
       this.pumping = null;
       if (this.pumpAgain) this.kick();
       this.scheduleTick();

@@ -79,6 +79,8 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer> {
       process.exit(1);
     });
   };
+  // A library's stray rejection must not take the run down with it: log it and keep serving.
+  process.on('unhandledRejection', (e) => process.stderr.write(`${new Date().toISOString()} unhandled rejection: ${(e as Error)?.stack ?? String(e)}\n`));
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
   return server;
