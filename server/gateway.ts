@@ -206,7 +206,7 @@ export class Gateway {
   async close(): Promise<void> {
     clearInterval(this.dashTimer);
     clearInterval(this.heartbeatTimer);
-    this.io.disconnectSockets(true);
+    // No explicit disconnect: closing the transports lets islands reconnect to the next process.
     await new Promise<void>((r) => this.io.close(() => r()));
   }
 
@@ -283,14 +283,20 @@ export class Gateway {
       const resume = h.resumeIslandId !== undefined && this.run.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
       const r = await this.run.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
       if (!r.ok) return ack(fail(r.error.code, r.error.message));
-      if (!socket.connected) return;
       const id = r.value.islandId;
-      for (const old of this.socketsByIsland.get(id) ?? []) {
+      if (!socket.connected) {
+        // gone while joining: it must not count as online (nor hold a sync round)
+        if (!this.socketsByIsland.has(id)) this.run.leave(id, 'disconnected during hello');
+        return;
+      }
+      // bind first, so the replaced connection's disconnect does not read as the island leaving
+      st.islandId = id;
+      this.bind(id, socket);
+      for (const old of [...(this.socketsByIsland.get(id) ?? [])]) {
+        if (old === socket) continue;
         old.emit('protocol_error', { code: 'E_REPLACED', message: 'a newer connection took over this island' });
         old.disconnect(true);
       }
-      st.islandId = id;
-      this.bind(id, socket);
       if (h.push !== false) socket.join('islands');
       const d = this.run.durableParams();
       ack(okv({

@@ -113,6 +113,9 @@ export class SocketIoTransport implements Transport {
     this.socket.on('banned', (e: { code?: string; message?: string }) => {
       this.fatal = { code: ErrorCode.BANNED, message: e?.message ?? 'banned' };
     });
+    this.socket.on('protocol_error', (e: { code?: string; message?: string }) => {
+      if (e?.code === 'E_REPLACED') this.fatal = { code: 'E_REPLACED', message: e.message ?? 'a newer connection took over this island' };
+    });
   }
 
   /** The identity the server gave (null before the first hello). */
@@ -295,6 +298,12 @@ export class SocketIoTransport implements Transport {
 
   private onDisconnect(reason: string): void {
     this.ready = false;
+    // The server hung up on purpose (ban, a newer connection took over, protocol violations):
+    // socket.io will not reconnect, and neither should we.
+    if (reason === 'io server disconnect' && !this.closed) {
+      this.fatal ??= { code: 'E_DISCONNECTED', message: 'the server closed this connection' };
+      this.wakeAll();
+    }
     this.downSince ??= Date.now();
     for (const f of this.inflight) f(DISCONNECTED);
     this.inflight.clear();

@@ -70,9 +70,7 @@ describe('server crash and restart', () => {
     // islands come back by themselves, as themselves, and training goes on
     await waitFor('both islands back', async () => (await getJson<Status>(`${url}/api/status`)).islandsOnline === 2, 60_000, 200);
     await waitFor('3 more versions after the restart', async () => (await getJson<Status>(`${url}/api/status`)).version >= st.version + 3, 90_000, 200);
-    islands.forEach((isl, k) => {
-      expect(isl.report.acks.filter((a) => a.status === 'applied').length).toBeGreaterThan(ackedBefore[k]);
-    });
+    await waitFor('new applied acks on both islands', () => islands.every((isl, k) => isl.report.acks.filter((a) => a.status === 'applied').length > ackedBefore[k]), 60_000, 100);
     const { islands: list } = await getJson<{ islands: Array<{ id: string; connected: boolean }> }>(`${url}/api/islands`);
     const ids = islands.map((i) => i.report.islandId!);
     for (const id of ids) expect(list.find((x) => x.id === id)?.connected).toBe(true);
