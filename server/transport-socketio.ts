@@ -24,6 +24,11 @@ export interface SocketIoTransportOptions {
   maxOutageMs?: number;
   /** Requests that should answer quickly (hello, updates) are re-sent after this long. */
   requestTimeoutMs?: number;
+  /**
+   * An identity from an earlier session (the `island` getter's islandId + resumeToken, saved by the
+   * page): the first hello resumes it, so a reloaded tab or a restarted process stays one island.
+   */
+  resume?: { islandId: string; resumeToken: string };
   /** Called when the connection goes up or down (progress lines, the volunteer page). */
   onConnection?: (state: 'connected' | 'disconnected' | 'resumed' | 'failed', detail: string) => void;
   fetch?: typeof fetch;
@@ -64,7 +69,7 @@ function toUpdate(m: unknown): UpdateMsg | null {
 }
 
 export class SocketIoTransport implements Transport {
-  private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch'>> & Pick<SocketIoTransportOptions, 'onConnection'>;
+  private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch' | 'resume'>> & Pick<SocketIoTransportOptions, 'onConnection' | 'resume'>;
   private readonly socket: Socket;
   private readonly fetchFn: typeof fetch;
   private identity: HelloIdentity | null = null;
@@ -89,6 +94,7 @@ export class SocketIoTransport implements Transport {
       maxOutageMs: opts.maxOutageMs ?? 120_000,
       requestTimeoutMs: opts.requestTimeoutMs ?? 60_000,
       onConnection: opts.onConnection,
+      resume: opts.resume,
     };
     this.fetchFn = opts.fetch ?? ((...a: Parameters<typeof fetch>) => fetch(...a));
     this.socket = io(`${this.opts.url}/island`, {
@@ -242,7 +248,12 @@ export class SocketIoTransport implements Transport {
 
   private helloPayload(): HelloMsg & { resumeToken?: string } {
     const base = this.helloMsg!;
-    if (!this.identity) return base;
+    if (!this.identity) {
+      const r = this.opts.resume;
+      return r && (base.resumeIslandId === undefined || base.resumeIslandId === r.islandId)
+        ? { ...base, resumeIslandId: r.islandId, resumeToken: r.resumeToken }
+        : base;
+    }
     return { ...base, resumeIslandId: this.identity.islandId, resumeToken: this.identity.resumeToken };
   }
 
