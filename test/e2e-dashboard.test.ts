@@ -66,8 +66,9 @@ describe('dashboard e2e', () => {
     await page.waitForSelector('#connection[data-state="live"]', { timeout: 20_000 });
     await expect.poll(() => page.textContent('#islands-empty'), { timeout: 10_000 }).toContain('No islands have joined yet');
     expect(await page.isVisible('#islands-empty')).toBe(true);
-    expect(await page.textContent('#fig-islands')).toBe('0');
-    expect(await page.textContent('#islands-summary')).toContain('0 of 0');
+    // the headline fills in on the first status tick, which may come after the empty table
+    await expect.poll(() => page.textContent('#fig-islands'), { timeout: 10_000 }).toBe('0');
+    await expect.poll(() => page.textContent('#islands-summary'), { timeout: 10_000 }).toContain('0 of 0');
 
     await page.click('#tab-leaderboard');
     expect(await page.isVisible('#leaderboard-empty')).toBe(true);
