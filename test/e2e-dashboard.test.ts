@@ -132,7 +132,7 @@ describe('dashboard e2e', () => {
     await page.reload();
     await expect.poll(tableNames, { timeout: 10_000 }).toEqual(['alice']);
     expect(await page.inputValue('#island-filter')).toBe('ali');
-    expect(await page.getAttribute('th[data-col="name"]', 'aria-sort')).toBe('ascending');
+    await expect.poll(() => page.getAttribute('th[data-col="name"]', 'aria-sort'), { timeout: 5_000 }).toBe('ascending');
     expect(await page.getAttribute('#tab-islands', 'aria-selected')).toBe('true');
 
     // Change things through the UI: the hash follows, and a reload brings them back.
@@ -149,11 +149,12 @@ describe('dashboard e2e', () => {
     await page.waitForSelector('#panel-overview:not([hidden])');
     expect(await page.isChecked('#x-tokens')).toBe(true);
     await page.click('#tab-islands');
-    expect(await page.getAttribute('th[data-col="speed"]', 'aria-sort')).toBe('descending');
+    // renders are coalesced (≤ 2/s), so the table may draw a moment after the click
+    await expect.poll(() => page.getAttribute('th[data-col="speed"]', 'aria-sort'), { timeout: 5_000 }).toBe('descending');
     // Keyboard: arrow keys move between tabs.
     await page.focus('#tab-islands');
     await page.keyboard.press('ArrowRight');
-    expect(await page.getAttribute('#tab-leaderboard', 'aria-selected')).toBe('true');
+    await expect.poll(() => page.getAttribute('#tab-leaderboard', 'aria-selected'), { timeout: 5_000 }).toBe('true');
     expect(await page.evaluate(() => document.activeElement?.id)).toBe('tab-leaderboard');
   });
 

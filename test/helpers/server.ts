@@ -102,7 +102,7 @@ export interface Proc {
   kill9(): Promise<void>;
 }
 
-function track(child: ChildProcess, tag: string, onLine?: (line: string) => void): Proc {
+export function track(child: ChildProcess, tag: string, onLine?: (line: string) => void): Proc {
   const output: string[] = [];
   let partial = '';
   const push = (b: Buffer) => {
