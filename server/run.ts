@@ -47,6 +47,10 @@ export interface HistoryPoint {
   compressionRatio: number;
   goodput: number;
   updateNorm: number;
+  /** Tokens of this update by the contributors' engine ("cpu", "webgpu"). */
+  tokensByEngine: Record<string, number>;
+  /** tokensByEngine over the time since the previous point: the dashboard's stacked tokens/s. */
+  tokensPerSecByEngine: Record<string, number>;
 }
 
 export interface RunStatus {
@@ -635,6 +639,7 @@ export class Run {
           rejected: ev.rejected.map((r) => ({ island: r.islandId, seq: r.seq, round: r.roundId, code: r.error.code })),
           stats: { ...ev.stats, trainLoss: finiteOrNull(ev.stats.trainLoss) },
           islandsOnline: this.islandsOnline(), bytesInTotal: this.bytesIn, bytesOutTotal: this.bytesOut,
+          tokensByEngine: this.tokensByEngine(ev.contributors),
         });
         break;
       }
@@ -737,6 +742,7 @@ export class Run {
     return {
       version, time, tokens: 0, totalTokens: 0, trainLoss: null, evalLoss: null, islandsOnline: this.islandsOnline(), contributors: 0,
       bytesIn: 0, bytesOut: 0, stalenessHist: [], accepted: 0, rejected: {}, compressionRatio: 0, goodput: 1, updateNorm: 0,
+      tokensByEngine: {}, tokensPerSecByEngine: {},
     };
   }
 
@@ -746,8 +752,26 @@ export class Run {
       version: s.version, time: s.time, tokens: s.tokens, totalTokens: s.totalTokens, trainLoss: finiteOrNull(s.trainLoss),
       evalLoss: null, islandsOnline: this.islandsOnline(), contributors: s.contributors, bytesIn: s.bytesIn, bytesOut: s.bytesOut,
       stalenessHist: s.stalenessHist, accepted: s.accepted, rejected: s.rejected, compressionRatio: s.compressionRatio,
-      goodput: s.goodput, updateNorm: s.updateNorm,
+      goodput: s.goodput, updateNorm: s.updateNorm, ...this.engineRates(s.time, this.tokensByEngine(ev.contributors)),
     });
+  }
+
+  private tokensByEngine(contributors: ReadonlyArray<{ islandId: string; tokens: number }>): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const c of contributors) {
+      const engine = this.coord.island(c.islandId)?.engine ?? 'unknown';
+      out[engine] = (out[engine] ?? 0) + c.tokens;
+    }
+    return out;
+  }
+
+  /** Per-engine tokens and tokens/s since the previous history point. */
+  private engineRates(time: number, tokensByEngine: Record<string, number>): Pick<HistoryPoint, 'tokensByEngine' | 'tokensPerSecByEngine'> {
+    const last = this.history[this.history.length - 1];
+    const dt = last ? (time - last.time) / 1000 : 0;
+    const tokensPerSecByEngine: Record<string, number> = {};
+    if (dt > 0) for (const [k, v] of Object.entries(tokensByEngine)) tokensPerSecByEngine[k] = v / dt;
+    return { tokensByEngine, tokensPerSecByEngine };
   }
 
   private pushPoint(p: HistoryPoint): void {
@@ -818,6 +842,7 @@ export class Run {
         evalLoss: null, islandsOnline: num(e.islandsOnline), contributors: num(s.contributors), bytesIn: num(s.bytesIn), bytesOut: num(s.bytesOut),
         stalenessHist: Array.isArray(s.stalenessHist) ? s.stalenessHist : [], accepted: num(s.accepted), rejected: (s.rejected ?? {}) as Record<string, number>,
         compressionRatio: num(s.compressionRatio), goodput: num(s.goodput, 1), updateNorm: num(s.updateNorm),
+        ...this.engineRates(e.t, (e.tokensByEngine ?? {}) as Record<string, number>),
       });
       this.bytesIn = num(e.bytesInTotal, this.bytesIn);
       this.bytesOut = num(e.bytesOutTotal, this.bytesOut);

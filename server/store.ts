@@ -9,7 +9,7 @@
 // write + fsync, side by side, then resolves. So one fsync latency covers many events when the
 // server is busy. Readers of the log treat a 'resume' line as the truth about the version.
 
-import { mkdirSync, readFileSync, readdirSync, statSync, unlinkSync, existsSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, statSync, unlinkSync } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeFileAtomic, writeFileAtomicAsync } from './fsutil.ts';
@@ -37,6 +37,7 @@ export class RunStore {
   private keep: number;
   private log: FileHandle | null = null;
   private queued: string[] = [];
+  private hashCache = new Map<string, string | null>();
   private nextCheckpoint: { version: number; encode: () => Uint8Array } | null = null;
   private committing: Promise<void> | null = null;
   private followUp: Promise<void> | null = null;
@@ -91,6 +92,32 @@ export class RunStore {
       } catch { /* pruned meanwhile */ }
     }
     return out.sort((a, b) => b.version - a.version);
+  }
+
+  /** The θ hash a checkpoint's metadata records (its header only is read; cached per file). */
+  checkpointHash(c: CheckpointInfo): string | null {
+    const key = `${c.path}:${c.mtimeMs}`;
+    const cached = this.hashCache.get(key);
+    if (cached !== undefined) return cached;
+    let hash: string | null = null;
+    let fd: number | null = null;
+    try {
+      fd = openSync(c.path, 'r');
+      const len = Buffer.alloc(8);
+      readSync(fd, len, 0, 8, 0);
+      const n = Number(len.readBigUInt64LE(0));
+      if (n > 0 && n <= 64 * 1024 * 1024) {
+        const header = Buffer.alloc(n);
+        readSync(fd, header, 0, n, 8);
+        const meta = JSON.parse(header.toString('utf8')).__metadata__;
+        if (meta && typeof meta.hash === 'string') hash = meta.hash;
+      }
+    } catch { /* unreadable: no hash */ } finally {
+      if (fd !== null) closeSync(fd);
+    }
+    if (this.hashCache.size > 64) this.hashCache.clear();
+    this.hashCache.set(key, hash);
+    return hash;
   }
 
   readCheckpoint(version: number): Uint8Array | null {

@@ -43,7 +43,7 @@ describe('REST API and admin auth', () => {
     const before = { paused: run.coord.isPaused, config: JSON.stringify(run.coord.config()), checkpoints: run.store.listCheckpoints().length, island: run.coord.island(islandId)!.status, version: run.version };
     const calls: Array<[string, string, unknown?]> = [
       ['POST', '/api/admin/pause'], ['POST', '/api/admin/resume'], ['POST', '/api/admin/checkpoint'],
-      ['PATCH', '/api/admin/config', { outerLr: 0.1 }], ['POST', `/api/admin/islands/${islandId}/ban`, {}],
+      ['PATCH', '/api/admin/config', { outerLr: 0.1 }], ['POST', `/api/admin/islands/${islandId}/ban`, {}], ['GET', '/api/admin/whoami'],
     ];
     const auths = [null, '', 'Bearer', 'Bearer ', 'Bearer wrong', `Bearer ${TOKEN}x`, `Bearer ${TOKEN.slice(0, -1)}`, `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}`, TOKEN, `bearer  ${TOKEN} extra`];
     for (const [method, path, body] of calls) {
@@ -63,6 +63,7 @@ describe('REST API and admin auth', () => {
   it('the right token pauses, resumes, changes validated hyperparameters, checkpoints and bans', async () => {
     const run = ts.server.run;
     const auth = `Bearer ${TOKEN}`;
+    expect((await admin('GET', '/api/admin/whoami', auth)).status).toBe(200);
     expect((await admin('POST', '/api/admin/pause', auth)).status).toBe(200);
     expect((await getJson<{ paused: boolean }>(`${ts.url}/api/status`)).paused).toBe(true);
     expect((await admin('POST', '/api/admin/resume', auth)).status).toBe(200);
@@ -89,6 +90,10 @@ describe('REST API and admin auth', () => {
     expect(ck.status).toBe(200);
     const ckBody = (await ck.json()) as { version: number; path: string };
     expect(existsSync(ckBody.path)).toBe(true);
+    // the list names each checkpoint's θ hash, read from its metadata
+    const listed = await getJson<{ checkpoints: Array<{ version: number; hash: string | null }> }>(`${ts.url}/api/checkpoints`);
+    const mine = listed.checkpoints.find((c) => c.version === ckBody.version);
+    expect(mine?.hash).toBe(run.coord.hash);
     expect(run.store.listCheckpoints().length).toBeGreaterThanOrEqual(Math.min(n0, 1));
 
     expect((await admin('POST', '/api/admin/islands/island-404/ban', auth, {})).status).toBe(404);

@@ -10,7 +10,7 @@ import { type IslandProc, type TestServer, getJson, sleep, spawnIsland, startTes
 
 interface Status { version: number; hash: string; islandsOnline: number; tokensTotal: number; evalLoss: number | null; evalVersion: number | null; mode: string; paused: boolean; bytesIn: number; bytesOut: number }
 interface Island { id: string; name: string; engine: string; status: string; connected: boolean; accepted: number; tokens: number; speed: number | null; innerSteps: number; lastSeen: number }
-interface Point { version: number; evalLoss: number | null; trainLoss: number | null; totalTokens: number; islandsOnline: number }
+interface Point { version: number; evalLoss: number | null; trainLoss: number | null; tokens: number; totalTokens: number; islandsOnline: number; tokensByEngine: Record<string, number>; tokensPerSecByEngine: Record<string, number> }
 
 describe('server + 3 Node islands', () => {
   let ts: TestServer;
@@ -51,6 +51,11 @@ describe('server + 3 Node islands', () => {
       expect(last.version).toBeGreaterThanOrEqual(5);
       expect(last.evalLoss!).toBeLessThan(first - 0.5); // 5.54 (uniform-ish) → well below
       expect(points.every((p, i) => i === 0 || p.version === points[i - 1].version + 1)).toBe(true);
+      // every update's tokens are attributed to the contributors' engine (all CPU here)
+      for (const p of points.slice(1)) {
+        expect(p.tokensByEngine).toEqual({ cpu: p.tokens });
+        expect(p.tokensPerSecByEngine.cpu).toBeGreaterThan(0);
+      }
 
       // status: the durable version and hash, the real number of islands, tokens = sum over islands
       await ts.server.run.drain();

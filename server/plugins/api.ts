@@ -121,7 +121,9 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
   });
 
   app.get('/api/checkpoints', async () => ({
-    checkpoints: run.store.listCheckpoints().map((c) => ({ version: c.version, bytes: c.bytes, time: Math.round(c.mtimeMs), url: `/api/checkpoints/${c.version}` })),
+    checkpoints: run.store.listCheckpoints().map((c) => ({
+      version: c.version, hash: run.store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs), url: `/api/checkpoints/${c.version}`,
+    })),
   }));
 
   app.get('/api/checkpoints/:version', async (req, reply) => {
