@@ -191,6 +191,8 @@ describe('dashboard e2e', () => {
     // Wrong token: the server's refusal is shown; the run is not paused.
     await page.fill('#admin-token', 'not-the-token');
     await page.click('#admin-token-save');
+    // the token is checked on entry (GET /api/admin/whoami, which changes nothing)
+    await page.waitForSelector('#admin-token-state[data-verdict="refused"]', { timeout: 5_000 });
     expect(await page.isDisabled('#admin-pause')).toBe(false);
     await page.click('#admin-pause');
     await page.waitForSelector('#admin-answer[data-status="401"]');

@@ -89,6 +89,7 @@ export class AdminPanel {
       this.tokenInput.value = '';
       this.verdict = 'unknown';
       this.sync();
+      void this.checkToken();
     });
 
     const btn = (id: string, label: string, fn: () => void, cls = '') => {
@@ -142,6 +143,18 @@ export class AdminPanel {
       h('section', { class: 'card wide' }, h('h2', {}, 'All answers this session'), this.log));
     const saved = sessionStorage.getItem(TOKEN_KEY);
     if (saved) this.verdict = 'unknown';
+    this.sync();
+    if (saved) void this.checkToken();
+  }
+
+  /** Asks the server whether the token is right (GET /api/admin/whoami changes nothing). */
+  private async checkToken(): Promise<void> {
+    const token = this.token();
+    if (!token) return;
+    const r = await api('/api/admin/whoami', { headers: { authorization: `Bearer ${token}` } });
+    if (token !== this.token()) return; // replaced meanwhile
+    if (r.status === 401 || r.status === 403) this.verdict = 'refused';
+    else if (r.ok) this.verdict = 'accepted';
     this.sync();
   }
 
