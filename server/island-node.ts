@@ -4,7 +4,7 @@
 import { IslandRuntime, type IslandEvent, type IslandRunSummary } from '../client/island/runtime.ts';
 import type { GPTConfig } from '../core/model/config.ts';
 import { createEngine, type EngineKind } from './engines.ts';
-import { SocketIoTransport, backoff } from './transport-socketio.ts';
+import { SocketIoTransport, backoff } from '../client/island/transport-socketio.ts';
 
 export interface NodeIslandOptions {
   server: string;

@@ -4,7 +4,7 @@
 // same island identity; in-flight requests are re-sent idempotently.
 
 import type { Transport } from '../island/index.ts';
-import { SocketIoTransport } from '../../server/transport-socketio.ts';
+import { SocketIoTransport } from '../island/transport-socketio.ts';
 import type { Connection, LogLevel } from './messages.ts';
 
 export interface ConnectedTransport {

@@ -97,7 +97,7 @@ export async function launchChromium(opts: LaunchOptions): Promise<LaunchedBrows
 
 
 const ROOT = join(import.meta.dirname, '..', '..');
-const BUILD_INPUTS = ['client', 'core', 'shaders', 'server/transport-socketio.ts', 'vite.config.ts', 'package-lock.json'];
+const BUILD_INPUTS = ['client', 'core', 'shaders', 'vite.config.ts', 'package-lock.json'];
 const STAMP = join(ROOT, 'dist', 'client', '.atoll-build-stamp');
 
 function sourceStamp(): string {

@@ -8,10 +8,10 @@
 // fails with E_TRANSPORT only after the server has been unreachable for `maxOutageMs`.
 
 import { io, type Socket } from 'socket.io-client';
-import { decodeCheckpoint } from '../core/checkpoint.ts';
-import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../core/protocol.ts';
-import { type Result, err, ok } from '../core/result.ts';
-import type { HelloResult, Transport } from '../client/island/transport.ts';
+import { decodeCheckpoint } from '../../core/checkpoint.ts';
+import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../../core/protocol.ts';
+import { type Result, err, ok } from '../../core/result.ts';
+import type { HelloResult, Transport } from './transport.ts';
 
 export interface SocketIoTransportOptions {
   /** Server base URL, e.g. http://localhost:8080 (the page's origin in a browser). */
