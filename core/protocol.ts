@@ -17,6 +17,7 @@
 // Binary payloads (delta frames, update frames, params) travel as Uint8Array / Float32Array.
 
 import type { CodecOptions } from './codec/index.ts';
+import { learningRate } from './model/schedule.ts';
 
 /** Bumped on every incompatible change to the messages below. */
 export const PROTOCOL_VERSION = 1;
@@ -110,17 +111,8 @@ export interface InnerLrPlan {
 
 /** The inner learning rate at step i (0-based) of the round described by `plan`. */
 export function innerLearningRate(plan: InnerLrPlan, i: number): number {
-  const t = plan.tokensStart + i * plan.tokensPerStep;
-  let lr: number;
-  if (plan.warmupTokens > 0 && t < plan.warmupTokens) {
-    lr = plan.maxLr * Math.max(0.01, (t + plan.tokensPerStep) / (plan.warmupTokens + plan.tokensPerStep));
-  } else if (plan.totalTokens <= 0) {
-    lr = plan.maxLr;
-  } else {
-    const span = Math.max(1, plan.totalTokens - plan.warmupTokens);
-    const p = Math.min(1, Math.max(0, (t - plan.warmupTokens) / span));
-    lr = plan.minLr + 0.5 * (plan.maxLr - plan.minLr) * (1 + Math.cos(Math.PI * p));
-  }
+  const schedule = { maxLr: plan.maxLr, minLr: plan.minLr, warmup: plan.warmupTokens, total: plan.totalTokens };
+  let lr = learningRate(schedule, plan.tokensStart + i * plan.tokensPerStep, plan.tokensPerStep);
   if (plan.localWarmupSteps > 0) lr *= Math.min(1, (plan.localStepsDone + i + 1) / plan.localWarmupSteps);
   return lr;
 }

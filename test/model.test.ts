@@ -60,9 +60,10 @@ describe('config and schedule', () => {
   });
 
   it('warms up linearly then decays by cosine to the floor', () => {
-    const s = { maxLr: 1, minLr: 0.1, warmupSteps: 10, totalSteps: 110 };
-    expect(learningRate(s, 0)).toBeCloseTo(0.1);
-    expect(learningRate(s, 9)).toBeCloseTo(1);
+    const s = { maxLr: 1, minLr: 0.1, warmup: 10, total: 110 };
+    expect(learningRate(s, 0)).toBeCloseTo(1 / 11);
+    expect(learningRate(s, 9)).toBeCloseTo(10 / 11);
+    expect(learningRate(s, 10)).toBeCloseTo(1);
     expect(learningRate(s, 60)).toBeCloseTo(0.55);
     expect(learningRate(s, 110)).toBeCloseTo(0.1);
     expect(learningRate(s, 500)).toBeCloseTo(0.1);

@@ -58,7 +58,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   try {
     await engine.setParams(initParams(config, o.seed));
     const evalSet = evalBatches(data.heldOut, B, T, o.evalBatches);
-    const sched: LrSchedule = { maxLr: o.lr, minLr: o.lr / 10, warmupSteps: Math.min(100, Math.ceil(o.steps / 10)), totalSteps: o.steps };
+    const sched: LrSchedule = { maxLr: o.lr, minLr: o.lr / 10, warmup: Math.min(100, Math.ceil(o.steps / 10)), total: o.steps };
     const log = (s: string) => { if (!o.json) process.stderr.write(s + '\n'); };
     log(`atoll train: preset ${o.preset} (${numParams(config).toLocaleString()} params), engine ${engine.kind} on ${engine.device}, data ${data.name} (${data.train.length.toLocaleString()} train / ${data.heldOut.length.toLocaleString()} held-out bytes)`);
     const evalLossFirst = await meanEvalLoss(engine, evalSet);
