@@ -68,6 +68,11 @@ export type EngineKind = 'cpu' | 'webgpu';
 export interface IslandCaps {
   /** Human-readable name, shown on the dashboard (≤ 64 chars). */
   name?: string;
+  /**
+   * A stable anonymous id of the contributor (a browser keeps it in localStorage), so credit on
+   * the leaderboard adds up across sessions and devices of one volunteer. Never personal data.
+   */
+  contributorId?: string;
   engine: EngineKind;
   /** Adapter / device description ("cpu", "NVIDIA ...", "google / swiftshader"). */
   adapter?: string;

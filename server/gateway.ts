@@ -37,6 +37,7 @@ export const HelloSchema = Type.Object({
   protocolVersion: Int(),
   caps: Type.Object({
     name: Type.Optional(Type.String({ maxLength: 64 })),
+    contributorId: Type.Optional(Type.String({ maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' })),
     engine: Type.Union([Type.Literal('cpu'), Type.Literal('webgpu')]),
     adapter: Type.Optional(Type.String({ maxLength: 256 })),
     tokensPerSec: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1e12 })),

@@ -77,6 +77,7 @@ export interface RunStatus {
 export interface IslandView {
   id: string;
   name: string;
+  contributorId: string;
   engine: string;
   adapter: string;
   speed: number | null;
@@ -287,7 +288,7 @@ export class Run {
     for (const v of Object.values(r.rejected)) rejected += v;
     const connected = this.connected.has(r.id);
     return {
-      id: r.id, name: r.name, engine: r.engine, adapter: r.adapter,
+      id: r.id, name: r.name, contributorId: r.contributorId ?? r.id, engine: r.engine, adapter: r.adapter,
       speed: r.tokensPerSec ?? null, tokens: r.tokensContributed, tokensSubmitted: r.tokensSubmitted,
       accepted: r.accepted, rejected, rejectedByCode: r.rejected, lastSeen: r.lastSeen,
       status: r.status === 'online' && !connected ? 'offline' : r.status, connected,

@@ -115,7 +115,7 @@ interface PageView {
   pauseReasons: string[];
 }
 interface PageLoss { step: number; roundId: number; roundStep: number; version: number; loss: number }
-interface IslandRow { id: string; name: string; engine: string; adapter: string; accepted: number; rejected: number; rejectedByCode: Record<string, number>; tokens: number; connected: boolean }
+interface IslandRow { id: string; name: string; contributorId: string; engine: string; adapter: string; accepted: number; rejected: number; rejectedByCode: Record<string, number>; tokens: number; connected: boolean }
 
 const pageView = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { view: PageView } }).__atoll.view);
 const pageLosses = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { losses: PageLoss[] } }).__atoll.losses.slice());
@@ -254,6 +254,10 @@ describe('volunteer page (Chromium)', () => {
     expect(row, `island ${islandId} on /api/islands`).toBeTruthy();
     expect(row!.engine).toBe('webgpu');
     expect(row!.accepted).toBeGreaterThanOrEqual(1);
+    // the stable anonymous contributor id from localStorage reaches the server (leaderboard credit)
+    const savedId = await page.evaluate(() => Object.values({ ...localStorage }).map((v) => { try { return JSON.parse(v).contributorId; } catch { return undefined; } }).find(Boolean));
+    expect(savedId).toMatch(/^[\w-]{8,64}$/);
+    expect(row!.contributorId).toBe(savedId);
     await textOf(gpu!, '#s-rounds', (t) => t !== '0' && t !== '–');
     await page.screenshot({ path: join(ARTIFACTS, 'volunteer.png'), fullPage: true });
     timings.tokensPerSec = Math.round(v.tokensPerSec ?? 0);

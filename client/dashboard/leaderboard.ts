@@ -1,5 +1,5 @@
-// Contribution leaderboard: credit per display name (one volunteer may run several
-// islands), ranked by tokens contributed.
+// Contribution leaderboard: credit per contributor (a volunteer's stable anonymous id, or the
+// display name of islands that send none; one volunteer may run several islands), ranked by tokens.
 
 import { h, setAttr, setText } from './dom.ts';
 import { fmtAgo, fmtInt, fmtPct } from './format.ts';
@@ -20,10 +20,11 @@ export interface Contributor {
 export function contributors(islands: Iterable<Island>): Contributor[] {
   const by = new Map<string, Contributor & { engineSet: Set<string> }>();
   for (const i of islands) {
-    const key = i.name.trim() || i.id;
+    // a volunteer's stable contributor id when the island sent one; else its display name
+    const key = i.contributorId && i.contributorId !== i.id ? `c:${i.contributorId}` : `n:${i.name.trim() || i.id}`;
     let c = by.get(key);
     if (!c) {
-      c = { name: key, tokens: 0, accepted: 0, rejected: 0, islands: 0, online: 0, engines: [], lastSeen: null, engineSet: new Set() };
+      c = { name: i.name.trim() || i.id, tokens: 0, accepted: 0, rejected: 0, islands: 0, online: 0, engines: [], lastSeen: null, engineSet: new Set() };
       by.set(key, c);
     }
     c.tokens += i.tokens;
@@ -87,6 +88,6 @@ export class Leaderboard {
       setText(td[7], fmtAgo(c.lastSeen, now));
     }
     this.emptyEl.hidden = all.length > 0;
-    setText(this.note, all.length > TOP ? `Top ${TOP} of ${fmtInt(all.length)} contributors; ${fmtInt(total)} tokens in all.` : all.length ? `${fmtInt(all.length)} contributor${all.length === 1 ? '' : 's'}; ${fmtInt(total)} tokens in all. Islands with the same display name are credited together.` : '');
+    setText(this.note, all.length > TOP ? `Top ${TOP} of ${fmtInt(all.length)} contributors; ${fmtInt(total)} tokens in all.` : all.length ? `${fmtInt(all.length)} contributor${all.length === 1 ? '' : 's'}; ${fmtInt(total)} tokens in all. Islands of one contributor (or one display name) are credited together.` : '');
   }
 }

@@ -34,6 +34,8 @@ export interface Status {
 export interface Island {
   id: string;
   name: string;
+  /** Credit on the leaderboard adds up per contributor (a volunteer's stable anonymous id). */
+  contributorId: string;
   engine: string;
   adapter: string;
   speed: number | null;
@@ -202,6 +204,7 @@ export function normIsland(raw: unknown): Island | null {
   return {
     id,
     name: pickStr(raw, 'name', 'displayName', 'display_name') ?? id,
+    contributorId: pickStr(raw, 'contributorId') ?? id,
     engine: (typeof engine === 'string' ? engine : pickStr(eng, 'kind', 'type', 'name')) ?? '',
     adapter: pickStr(raw, 'adapter', 'adapterName', 'device', 'gpu', 'adapter.description', 'adapter.name') ?? pickStr(eng, 'adapter') ?? '',
     speed: pickNum(raw, 'speed', 'tokensPerSec', 'tokensPerSecond', 'stepsPerSec'),

@@ -208,7 +208,7 @@ async function supervise(o: StartOptions): Promise<void> {
       engine: engine!,
       train,
       transport: link.transport,
-      caps: { name: islandName(o), maxBatch: o.shape.maxBatch },
+      caps: { name: islandName(o), contributorId: o.contributorId.replace(/[^A-Za-z0-9_-]/g, '').slice(0, 64), maxBatch: o.shape.maxBatch },
       // the usage cap is applied by the engine wrapper, at every step (see ResilientEngine.dutyCycle)
       dutyCycle: 1,
       lossEvery: 1,

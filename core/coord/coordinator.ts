@@ -40,6 +40,8 @@ export type IslandStatus = 'online' | 'offline' | 'left' | 'banned';
 export interface IslandRecord {
   id: string;
   name: string;
+  /** The contributor's stable anonymous id (caps.contributorId), or the island id. */
+  contributorId: string;
   engine: string;
   adapter: string;
   status: IslandStatus;
@@ -355,12 +357,13 @@ export class Coordinator {
     if (isl) {
       if (isl.status === 'banned') return err(ErrorCode.BANNED, `island ${isl.id} is banned`);
       isl.caps = structuredClone(caps);
+      if (caps.contributorId) isl.contributorId = caps.contributorId;
       if (caps.tokensPerSec !== undefined && isl.tokensPerSec === undefined) isl.tokensPerSec = caps.tokensPerSec;
       isl.batchSize = this.batchSizeFor(caps);
     } else {
       const id = req.resumeIslandId ?? `island-${this.nextIslandSerial++}`;
       isl = {
-        id, name: (caps.name ?? id).slice(0, 64), engine: caps.engine, adapter: caps.adapter ?? '', status: 'online',
+        id, name: (caps.name ?? id).slice(0, 64), contributorId: (caps.contributorId ?? id).slice(0, 64), engine: caps.engine, adapter: caps.adapter ?? '', status: 'online',
         joinedAt: now, lastSeen: now, tokensPerSec: caps.tokensPerSec, batchSize: this.batchSizeFor(caps),
         tokensContributed: 0, tokensSubmitted: 0, accepted: 0, rejected: {}, lastBaseVersion: -1, lastStaleness: 0,
         roundId: undefined, assignedSteps: 0, assignedAt: now, waiting: false, lastSeq: -1, submittedRounds: [],
