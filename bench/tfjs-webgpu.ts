@@ -3,13 +3,11 @@
 // createNodeGpu (server/gpu.ts) picks the adapter (hardware first, then SwiftShader) and
 // sets up the process for it (Vulkan loader, VK_ICD_FILENAMES). TF.js then needs a
 // `navigator.gpu` to request its own adapter and device from: we give it the GPU object
-// of that same Dawn instance when server/gpu.ts exposes it, or else a second Dawn
-// instance created with the same backend flags (so it resolves to the same adapter; the
-// caller compares the adapter descriptions and reports both).
+// of that same Dawn instance (NodeGpu.gpu), and the caller still compares the adapter
+// descriptions and reports both.
 //
 // TF.js can be set up once per process (its backend registry is global).
 
-import { create } from 'webgpu';
 import type { NodeGpu } from '../server/gpu.ts';
 
 export type Tf = typeof import('@tensorflow/tfjs');
@@ -40,13 +38,9 @@ let current: Promise<TfWebgpu> | null = null;
 let finished = false;
 
 async function setup(nodeGpu: NodeGpu): Promise<TfWebgpu> {
-  // Prefer the very GPU object createNodeGpu used (if server/gpu.ts exposes it).
-  let gpu = (nodeGpu as NodeGpu & { gpu?: GPU }).gpu;
-  if (!gpu) {
-    // same flags as createNodeGpu: an explicit Vulkan ICD means backend=vulkan, else Dawn's default
-    gpu = create(process.env.VK_ICD_FILENAMES ? ['backend=vulkan'] : []);
-    held.add(gpu);
-  }
+  // the very Dawn instance our engine's device came from, so both sides share the adapter
+  const gpu = nodeGpu.gpu;
+  held.add(gpu); // TF.js's device may outlive ours
   // the webgpu backend registers itself at import time only if navigator.gpu exists
   Object.defineProperty(globalThis, 'navigator', { value: { gpu }, configurable: true, writable: true });
   const tf = await import('@tensorflow/tfjs');

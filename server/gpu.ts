@@ -40,6 +40,8 @@ export interface NodeGpuInfo {
 }
 
 export interface NodeGpu {
+  /** The Dawn instance (`navigator.gpu` for Node): a peer such as TF.js can take its adapter from it. */
+  gpu: GPU;
   adapter: GPUAdapter;
   device: GPUDevice;
   info: NodeGpuInfo;
@@ -164,6 +166,7 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<NodeGpu>
   };
   let disposed = false;
   return {
+    gpu,
     adapter,
     device,
     info,
