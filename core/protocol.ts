@@ -148,6 +148,11 @@ export interface Assignment {
   targetRoundMs: number;
   /** Server time when the assignment was made, ms. */
   issuedAt: number;
+  /**
+   * The smallest seq the server will count from this island (its last counted seq + 1). An island
+   * that lost its counter (a reloaded tab, a restarted process) continues from here.
+   */
+  minSeq?: number;
 }
 
 /** Metadata sent with each delta frame. */

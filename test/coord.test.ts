@@ -204,6 +204,34 @@ describe('sync rounds: quorum and grace window', () => {
   });
 });
 
+describe('sync rounds: rejected members', () => {
+  it('a member whose delta was rejected no longer holds the round, and waits for the next one', () => {
+    seqs = new Map();
+    const c = makeCoord({ mode: 'sync', quorum: 1, roundTimeoutMs: 1e9, grace: { factor: 1, floorMs: 0, capMs: 1e9 } });
+    const a = join(c), b = join(c), bad = join(c);
+    c.submit({ meta: meta(a.a), frame: encodeDelta(randomVec(1), F32) }, 10);
+    const x = randomVec(2);
+    x[0] = NaN;
+    const r = c.submit({ meta: meta(bad.a), frame: encodeDelta(x, F32) }, 11);
+    expect(r.ok ? 'ok' : r.error.code).toBe(ErrorCode.NON_FINITE);
+    expect(c.nextAssignment(bad.id, 12)).toEqual({ ok: true, value: null }); // its turn is used
+    c.submit({ meta: meta(b.a), frame: encodeDelta(randomVec(3), F32) }, 20); // closes: a and b are all that is awaited
+    expect(c.version).toBe(1);
+    const asg = c.drainEvents().filter((e) => e.type === 'assignment').map((e) => e.type === 'assignment' && e.islandId);
+    expect(asg).toContain(bad.id);
+  });
+
+  it('assignments carry minSeq so an island that lost its counter is not rejected as a replay', () => {
+    seqs = new Map();
+    const c = makeCoord({ mode: 'async' });
+    const { id, a } = join(c);
+    expect(a.minSeq).toBe(0);
+    c.submit({ meta: meta(a, { seq: 7 }), frame: encodeDelta(randomVec(1), F32) }, 1);
+    const again = c.join({ caps: CAPS, resumeIslandId: id }, 2); // a restarted island rejoins
+    expect(again.ok && again.value.assignment?.minSeq).toBe(8);
+  });
+});
+
 describe('staleness', () => {
   it('weights follow the staleness function; past maxStaleness → E_STALE', () => {
     expect(stalenessWeight('inv-sqrt', 0)).toBe(1);

@@ -244,8 +244,10 @@ export class IslandRuntime {
         continue;
       }
       const frame = enc.value.frame;
+      // seq: strictly increasing, and never below what the server still expects (a restarted island)
+      this.seq = Math.max(this.seq + 1, a.minSeq ?? 0);
       const meta: DeltaMeta = {
-        islandId: a.islandId, roundId: a.roundId, baseVersion, seq: ++this.seq, steps: trained.steps,
+        islandId: a.islandId, roundId: a.roundId, baseVersion, seq: this.seq, steps: trained.steps,
         tokens: trained.steps * a.batchSize * a.seqLen, lossFirst: trained.lossFirst, lossLast: trained.lossLast,
         lossMean: trained.lossMean, elapsedMs: trained.elapsedMs,
       };

@@ -184,6 +184,8 @@ interface RoundState {
   members: Set<string>;
   /** Members that have submitted, and how long after the open each did (ms). */
   returned: Map<string, number>;
+  /** Members whose delta for this round was rejected: their turn is used, the round stops waiting for them. */
+  failed: Set<string>;
   /** Everything that will be averaged at close: members' deltas and late ones folded in. */
   pending: PendingDelta[];
 }
@@ -221,7 +223,7 @@ export interface CoordinatorSnapshotMeta {
   islands: IslandRecord[];
   nextIslandSerial: number;
   assignSerial: number;
-  round: { id: number; baseVersion: number; openedAt: number; members: string[]; returned: Array<[string, number]> };
+  round: { id: number; baseVersion: number; openedAt: number; members: string[]; returned: Array<[string, number]>; failed?: string[] };
   pending: Array<Omit<PendingDelta, 'delta'>>;
   normHistory: number[];
   totals: CoordinatorTotals;
@@ -284,7 +286,7 @@ export class Coordinator {
     this.accBuf = new Float64Array(n);
     this.residualBackup = new Float32Array(n);
     const now = opts.now ?? 0;
-    this.round = { id: 0, baseVersion: 0, openedAt: now, members: new Set(), returned: new Map(), pending: [] };
+    this.round = { id: 0, baseVersion: 0, openedAt: now, members: new Set(), returned: new Map(), failed: new Set(), pending: [] };
     this.totalsAcc = { version: 0, tokensApplied: 0, tokensSubmitted: 0, accepted: 0, rejected: {}, bytesIn: 0, bytesOut: 0, goodput: 1 };
   }
 
@@ -415,6 +417,7 @@ export class Coordinator {
       return false;
     });
     this.round.returned.delete(islandId);
+    this.round.failed.delete(islandId);
     if (dropped.length) this.events.push({ type: 'rejected', rejected: dropped });
     this.maybeCloseRound(now);
     return ok(undefined);
@@ -439,6 +442,21 @@ export class Coordinator {
    * optimizer state (only counters). See the durability contract at the top: ack from events.
    */
   submit(sub: DeltaSubmission, now: number): Result<SubmitAccepted> {
+    const r = this.validateAndCount(sub, now);
+    if (!r.ok && this.cfg.mode === 'sync') {
+      // a member's rejected delta uses its turn: the round no longer waits for it (no stall on a bad island)
+      const m = sub.meta;
+      const code = r.error.code;
+      if (m && typeof m.islandId === 'string' && m.roundId === this.round.id && this.round.members.has(m.islandId)
+        && code !== ErrorCode.PAUSED && code !== ErrorCode.DUPLICATE && code !== ErrorCode.DONE && !this.round.returned.has(m.islandId)) {
+        this.round.failed.add(m.islandId);
+        this.maybeCloseRound(now);
+      }
+    }
+    return r;
+  }
+
+  private validateAndCount(sub: DeltaSubmission, now: number): Result<SubmitAccepted> {
     const m = sub.meta;
     const frameBytes = sub.frame?.length ?? 0;
     this.perVersion.bytesIn += frameBytes;
@@ -581,7 +599,7 @@ export class Coordinator {
       islands: this.islands(), nextIslandSerial: this.nextIslandSerial, assignSerial: this.assignSerial,
       round: {
         id: this.round.id, baseVersion: this.round.baseVersion, openedAt: this.round.openedAt,
-        members: [...this.round.members], returned: [...this.round.returned],
+        members: [...this.round.members], returned: [...this.round.returned], failed: [...this.round.failed],
       },
       pending: this.round.pending.map(({ delta: _d, ...rest }) => structuredClone(rest)),
       normHistory: this.normHistory.slice(),
@@ -625,7 +643,7 @@ export class Coordinator {
     c.assignSerial = m.assignSerial;
     c.round = {
       id: m.round.id, baseVersion: m.round.baseVersion, openedAt: m.round.openedAt,
-      members: new Set(m.round.members), returned: new Map(m.round.returned), pending: [],
+      members: new Set(m.round.members), returned: new Map(m.round.returned), failed: new Set(m.round.failed ?? []), pending: [],
     };
     for (let i = 0; i < m.pending.length; i++) {
       const d = f32(`pending.${i}`);
@@ -687,7 +705,7 @@ export class Coordinator {
     if (isl.status !== 'online') this.setStatus(isl, 'online', 'seen again');
     const r = this.round;
     // sync: an island whose delta for the open round is in waits for the round to close
-    const waitForRound = this.cfg.mode === 'sync' && r.returned.has(isl.id);
+    const waitForRound = this.cfg.mode === 'sync' && (r.returned.has(isl.id) || r.failed.has(isl.id));
     if (this.paused || waitForRound) {
       isl.waiting = true;
       isl.roundId = undefined;
@@ -766,6 +784,7 @@ export class Coordinator {
       maxStaleness: cfg.maxStaleness,
       targetRoundMs: cfg.targetRoundMs,
       issuedAt: now,
+      minSeq: isl.lastSeq + 1,
     };
   }
 
@@ -832,7 +851,7 @@ export class Coordinator {
     let live = 0;
     for (const id of this.round.members) {
       const isl = this.islandsById.get(id);
-      if (this.round.returned.has(id) || (isl && isl.status === 'online')) live++;
+      if (this.round.returned.has(id) || (isl && isl.status === 'online' && !this.round.failed.has(id))) live++;
     }
     return live;
   }
@@ -912,7 +931,7 @@ export class Coordinator {
     }
     for (const p of kept) this.release(p.delta);
     // open the next round on the (new) version; everyone waiting joins it
-    this.round = { id: r.id + 1, baseVersion: this.versionNum, openedAt: now, members: new Set(), returned: new Map(), pending: [] };
+    this.round = { id: r.id + 1, baseVersion: this.versionNum, openedAt: now, members: new Set(), returned: new Map(), failed: new Set(), pending: [] };
     this.events.push({ type: 'round', roundId: this.round.id, baseVersion: this.versionNum, state: 'open', members: 0, time: now });
     this.releaseWaiting(now);
   }

@@ -23,7 +23,7 @@ import { PRESETS, type PresetName, getPreset, numParams } from '../../core/model
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
-import { runRow } from './row.ts';
+import { runRow, warmStart } from './row.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
 import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions } from './types.ts';
 
@@ -35,8 +35,9 @@ export { compareRows, dilocoRows, heterogeneous, island } from './scenarios.ts';
 export const BASE_TOKENS_PER_SEC = 2000;
 
 /**
- * Defaults per preset. `compare` is sized for ~10 minutes on 2 cores (8 rows, 2 workers, the CPU
- * engine at ~2k tokens/s per core on tiny): 240k tokens per row.
+ * Defaults per preset. `compare` is sized for ~10 minutes on 2 idle cores (8 rows on 2 workers, the
+ * CPU engine at ~2k tokens/s per core on tiny): 200k tokens per row after a shared 32k-token warm
+ * start; 8 islands of batch 4 (DDP: batch 32); H = 16.
  */
 function rowDefaults(o: Required<Pick<SimulateOptions, 'preset'>> & SimulateOptions, seqLen: number): RowDefaults {
   const smoke = o.preset === 'smoke';
@@ -44,12 +45,12 @@ function rowDefaults(o: Required<Pick<SimulateOptions, 'preset'>> & SimulateOpti
     islands: o.islands ?? (smoke ? 2 : 8),
     batchSize: smoke ? 2 : 4,
     tokens: 0,
-    innerSteps: o.innerSteps ?? (smoke ? 4 : 24),
+    innerSteps: o.innerSteps ?? (smoke ? 4 : 16),
     baseTokensPerSec: BASE_TOKENS_PER_SEC,
     seqLen,
     lr: smoke ? { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 } : { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 8192 },
   };
-  d.tokens = o.tokens ?? (o.rounds !== undefined ? o.rounds * d.islands * d.innerSteps * d.batchSize * seqLen : smoke ? 2048 : 240_000);
+  d.tokens = o.tokens ?? (o.rounds !== undefined ? o.rounds * d.islands * d.innerSteps * d.batchSize * seqLen : smoke ? 2048 : 200_000);
   return d;
 }
 
@@ -69,7 +70,7 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     if (!(String(raw.model) in PRESETS)) return err('E_BAD_REQUEST', `--model must be one of ${Object.keys(PRESETS).join('|')}`);
     o.model = String(raw.model) as PresetName;
   }
-  for (const k of ['islands', 'tokens', 'rounds', 'seed', 'workers', 'innerSteps'] as const) {
+  for (const k of ['islands', 'tokens', 'rounds', 'seed', 'workers', 'innerSteps', 'warmStartTokens'] as const) {
     const v = int(k, raw[k]);
     if (v instanceof Error) return err('E_BAD_REQUEST', v.message);
     if (v !== undefined) (o as Record<string, unknown>)[k] = v;
@@ -152,6 +153,14 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     rows = dilocoRows(d, opts.mode ?? (preset === 'smoke' ? 'sync' : 'async'), opts.codec ?? 'int4', extra);
   }
   const workers = opts.workers ?? Math.min(2, availableParallelism());
+  const warmTokens = opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768);
+  let warmLoss = NaN;
+  if (warmTokens > 0) {
+    const w = await warmStart(common, loadCorpus(common.data), warmTokens);
+    common.init = w.params;
+    warmLoss = w.evalLoss;
+    log(`warm start: ${warmTokens} tokens of single-island training, eval ${warmLoss.toFixed(4)} (every row starts here)`);
+  }
   log(`simulate ${preset}: ${rows.length} rows on ${model} (${nParams} params), ${d.tokens} tokens each, ${workers} worker(s)`);
   const results = await runRows(rows, common, workers, log);
 
@@ -163,7 +172,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   }
   const report: SimReport = {
     config: {
-      preset, model, params: nParams, seqLen, tokens: d.tokens, seed: common.seed, workers, baseTokensPerSec: d.baseTokensPerSec,
+      preset, model, params: nParams, seqLen, tokens: d.tokens, warmStartTokens: warmTokens, warmStartEvalLoss: warmLoss, seed: common.seed, workers, baseTokensPerSec: d.baseTokensPerSec,
       realTimeMs: performance.now() - t0,
       rows: rows.map((r) => ({
         name: r.name, kind: r.kind, mode: r.mode, codec: r.codec, lr: r.lr, coordinator: r.coordinator,

@@ -9,7 +9,7 @@ import type { Clock, HelloResult, Transport } from '../../client/island/transpor
 import { decodeDelta, encodeDelta, peekHeader } from '../../core/codec/index.ts';
 import { Coordinator } from '../../core/coord/index.ts';
 import { type TextDataset, allocBatch, evalBatches, sampleBatch, streamId } from '../../core/data/dataset.ts';
-import type { Batch, TrainingEngine } from '../../core/engine.ts';
+import type { Batch } from '../../core/engine.ts';
 import { getPreset, numParams } from '../../core/model/config.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, type HelloMsg, type InnerLrPlan, type ModelSnapshotMsg, type UpdateMsg, innerLearningRate } from '../../core/protocol.ts';
@@ -123,7 +123,7 @@ async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, log?
   const T = common.seqLen;
   const totalB = islands.reduce((a, s) => a + s.batchSize, 0);
   const engine = new CpuEngine({ config, maxBatch: totalB, maxT: T });
-  await engine.setParams(initParams(config, common.seed));
+  await engine.setParams(common.init ?? initParams(config, common.seed));
   const evaluator = new Evaluator(common, ds);
   const nParams = numParams(config);
   const big = allocBatch(totalB, T);
@@ -188,7 +188,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, log?: 
   const T = common.seqLen;
   const clock = new VirtualClock();
   const coord = new Coordinator({
-    params: initParams(config, common.seed),
+    params: common.init ?? initParams(config, common.seed),
     now: 0,
     config: {
       mode: row.mode,
@@ -305,4 +305,22 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, log?: 
   return out;
 }
 
-export type { TrainingEngine };
+/**
+ * The shared warm start: one island (batch 4) trained for `tokens` from initParams(seed), on its
+ * own data stream (not one the rows use), lr warmup then cosine.
+ */
+export async function warmStart(common: SimCommon, ds: TextDataset, tokens: number, lr = { maxLr: 3e-3, minLr: 3e-4 }): Promise<{ params: Float32Array; evalLoss: number }> {
+  const config = getPreset(common.model);
+  const B = 4, T = common.seqLen;
+  const engine = new CpuEngine({ config, maxBatch: B, maxT: T });
+  await engine.setParams(initParams(config, common.seed));
+  const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0, localStepsDone: 0 };
+  const batch = allocBatch(B, T);
+  const stream = streamId('warm-start');
+  for (let s = 0; s * B * T < tokens; s++) {
+    await engine.step(sampleBatch(ds.train, B, T, common.seed, stream, s, batch), { lr: innerLearningRate(plan, s), gradClip: 1 });
+  }
+  const params = await engine.getParams();
+  return { params, evalLoss: await new Evaluator(common, ds).loss(params) };
+}
+

@@ -62,6 +62,8 @@ export interface SimCommon {
   evalBatchSize: number;
   /** Corpus path (undefined: the bundled Moby-Dick). */
   data?: string;
+  /** Shared starting point of every row (a warm start); undefined: initParams(model, seed). */
+  init?: Float32Array;
 }
 
 export interface CurvePoint {
@@ -139,6 +141,11 @@ export interface SimulateOptions {
   mode?: TrainingMode;
   /** 'diloco' preset: uplink encoding (default int4). */
   codec?: Encoding;
+  /**
+   * Tokens of single-island training that every row starts from (DiLoCo's protocol: its runs start
+   * from a pretrained model). Default 32768 for compare/diloco, 0 for smoke. Not counted in `tokens`.
+   */
+  warmStartTokens?: number;
   /** Inner steps H of a nominal island (default: per preset). */
   innerSteps?: number;
   /** Only 'cpu' runs in the simulator (virtual time makes real GPU speed irrelevant). */
@@ -167,6 +174,8 @@ export interface SimReport {
     params: number;
     seqLen: number;
     tokens: number;
+    warmStartTokens: number;
+    warmStartEvalLoss: number;
     seed: number;
     workers: number;
     baseTokensPerSec: number;
