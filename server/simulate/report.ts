@@ -30,8 +30,8 @@ export function formatTable(runs: Array<Omit<SimRunResult, 'curve'>>): string {
   const head = ['row', 'eval loss', 'vs DDP', 'tokens', 'up/island', 'less up than DDP', 'goodput', 'rejected', 'virt time', 'real time'];
   const rows = runs.map((r) => [
     r.name,
-    r.evalLoss.toFixed(4),
-    ddp ? `${(r.evalLoss / ddp.evalLoss).toFixed(3)}×` : '-',
+    Number.isFinite(r.evalLoss) ? r.evalLoss.toFixed(4) : 'diverged',
+    ddp && Number.isFinite(r.evalLoss) ? `${(r.evalLoss / ddp.evalLoss).toFixed(3)}×` : '-',
     `${(r.tokens / 1000).toFixed(0)}k`,
     fmtBytes(r.bytesUpPerIsland),
     fmtX(r.commReductionVsDdp),
