@@ -161,13 +161,18 @@ export class LocalTransport implements Transport {
 
   /** Simulates a crash / lost connection: every later call fails, the coordinator sees the island leave. */
   kill(): void {
+    void this.disconnect();
+  }
+
+  /** Detaches from the hub and tells the coordinator the island left (once). */
+  private async disconnect(): Promise<void> {
     if (this.dead) return;
     this.dead = true;
     this.hub.detach(this);
     if (this.islandId) {
       this.hub.coord.leave(this.islandId, this.hub.clock.now());
       this.hub.forgetIsland(this.islandId);
-      void this.hub.dispatch();
+      await this.hub.dispatch();
     }
   }
 
@@ -254,13 +259,6 @@ export class LocalTransport implements Transport {
   }
 
   async close(_reason: string): Promise<void> {
-    if (this.dead) return;
-    this.dead = true;
-    this.hub.detach(this);
-    if (this.islandId) {
-      this.hub.coord.leave(this.islandId, this.hub.clock.now());
-      this.hub.forgetIsland(this.islandId);
-      await this.hub.dispatch();
-    }
+    await this.disconnect();
   }
 }
