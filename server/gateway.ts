@@ -12,7 +12,8 @@ import { Server, type Namespace, type Socket } from 'socket.io';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type Assignment, type DeltaMeta, ErrorCode, PROTOCOL_VERSION, validateDeltaMeta, validateHello } from '../core/protocol.ts';
-import type { IslandView, Run } from './run.ts';
+import type { DashboardTick, IslandView } from '../core/api.ts';
+import type { Run } from './run.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -424,7 +425,8 @@ export class Gateway {
   private onDashboard(socket: Socket): void {
     // Read-only: nothing a dashboard sends is handled. First message: the status, so the page is
     // live before the next tick; it loads islands and history over REST.
-    socket.emit('tick', { status: this.run.status() });
+    const tick: DashboardTick = { status: this.run.status() };
+    socket.emit('tick', tick);
     socket.onAny(() => { /* ignored: the stream is read-only */ });
   }
 
@@ -442,7 +444,8 @@ export class Gateway {
       this.islandJson.set(isl.id, j);
       changed.push(isl);
     }
-    this.dashboard.emit('tick', { status: this.run.status(), islands: { changed, removed: [] }, history: points });
+    const tick: DashboardTick = { status: this.run.status(), islands: { changed, removed: [] }, history: points };
+    this.dashboard.emit('tick', tick);
     this.stats.dashboardMessages++;
   }
 }

@@ -3,33 +3,12 @@
 // of it (model, data, mode) is an error rather than a silent change of the run.
 
 import { readFileSync } from 'node:fs';
+import type { RunConfig } from '../core/api.ts';
 import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, RUNTIME_KEYS, mergeConfig, validateCoordinatorConfig } from '../core/coord/index.ts';
 import { ENCODINGS, type Encoding } from '../core/codec/index.ts';
-import { type GPTConfig, type PresetName, PRESETS, getPreset, validateConfig } from '../core/model/config.ts';
+import { type PresetName, PRESETS, getPreset, validateConfig } from '../core/model/config.ts';
 
-export interface RunConfig {
-  name: string;
-  description: string;
-  preset: PresetName | 'custom';
-  model: GPTConfig;
-  /** Corpus: 'moby-dick' (bundled) or a path to a .txt file / folder of .txt files. */
-  data: string;
-  /** θ init seed. */
-  seed: number;
-  coordinator: CoordinatorConfig;
-  eval: { batches: number; batchSize: number };
-  checkpoints: { keep: number };
-  limits: {
-    /** hello messages per IP per minute (socket.io). */
-    helloPerMinute: number;
-    /** REST requests per IP per minute. */
-    restPerMinute: number;
-    /** Concurrent island connections. */
-    maxIslands: number;
-  };
-  /** Origins allowed besides the server's own (CORS and socket.io); empty = closed. */
-  allowOrigins: string[];
-}
+export type { RunConfig } from '../core/api.ts';
 
 /** What the serve flags can set (all optional: only given flags override). */
 export interface RunFlags {

@@ -26,74 +26,8 @@ import { type TensorInput, readSafetensors, tensorAsFloat32, writeSafetensors } 
 import { loadCorpus } from './corpus.ts';
 import { EvalService } from './eval-worker.ts';
 import type { Metrics } from './plugins/metrics.ts';
-import type { RunConfig } from './run-config.ts';
+import type { HistoryPoint, IslandView, RunConfig, RunStatus } from '../core/api.ts';
 import { type LogEvent, RunStore } from './store.ts';
-
-/** One point of the dashboard's charts (one per version). */
-export interface HistoryPoint {
-  version: number;
-  time: number;
-  tokens: number;
-  totalTokens: number;
-  trainLoss: number | null;
-  evalLoss: number | null;
-  islandsOnline: number;
-  contributors: number;
-  bytesIn: number;
-  bytesOut: number;
-  stalenessHist: number[];
-  accepted: number;
-  rejected: Record<string, number>;
-  compressionRatio: number;
-  goodput: number;
-  updateNorm: number;
-  /** Tokens of this update by the contributors' engine ("cpu", "webgpu"). */
-  tokensByEngine: Record<string, number>;
-  /** tokensByEngine over the time since the previous point: the dashboard's stacked tokens/s. */
-  tokensPerSecByEngine: Record<string, number>;
-}
-
-export interface RunStatus {
-  run: string;
-  mode: string;
-  version: number;
-  hash: string;
-  paused: boolean;
-  done: boolean;
-  islandsOnline: number;
-  tokensTotal: number;
-  tokensPerSec: number;
-  evalLoss: number | null;
-  evalVersion: number | null;
-  trainLoss: number | null;
-  bytesIn: number;
-  bytesOut: number;
-  goodput: number;
-  accepted: number;
-  rejected: Record<string, number>;
-  time: number;
-}
-
-export interface IslandView {
-  id: string;
-  name: string;
-  contributorId: string;
-  engine: string;
-  adapter: string;
-  speed: number | null;
-  tokens: number;
-  tokensSubmitted: number;
-  accepted: number;
-  rejected: number;
-  rejectedByCode: Record<string, number>;
-  lastSeen: number;
-  status: string;
-  connected: boolean;
-  innerSteps: number;
-  batchSize: number;
-  staleness: number;
-  joinedAt: number;
-}
 
 /** θ as of the last durable version: what islands may download. */
 interface DurableState {

@@ -8,6 +8,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
+import type { CheckpointsResponse, HistoryResponse, IslandsResponse, RunInfo, RunStatus, SampleResponse } from '../../core/api.ts';
 import type { Run } from '../run.ts';
 
 export interface ApiOptions {
@@ -43,7 +44,7 @@ export function expectedFrameBytes(count: number, encoding: string, blockSize = 
   }
 }
 
-export function runInfo(run: Run): Record<string, unknown> {
+export function runInfo(run: Run): RunInfo {
   const c = run.config;
   const cc = c.coordinator;
   const params = numParams(c.model);
@@ -87,17 +88,18 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     return out;
   };
 
-  app.get('/api/status', async () => run.status());
+  app.get('/api/status', async (): Promise<RunStatus> => run.status());
 
   app.get('/api/run', async () => runInfo(run));
 
-  app.get('/api/islands', async () => ({ islands: run.islands() }));
+  app.get('/api/islands', async (): Promise<IslandsResponse> => ({ islands: run.islands() }));
 
   app.get('/api/history', async (req, reply) => {
     const q = numify(req.query);
     if (!checkHistory.Check(q)) return bad(reply, 'since and limit must be integers');
     const { since, limit } = q as Static<typeof HistoryQuery>;
-    return { points: run.historySince(since ?? -1, limit ?? 100_000) };
+    const body: HistoryResponse = { points: run.historySince(since ?? -1, limit ?? 100_000) };
+    return body;
   });
 
   // The model an island trains from: θ at the last durable version, as safetensors.
@@ -120,7 +122,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     return reply.type('application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   });
 
-  app.get('/api/checkpoints', async () => ({
+  app.get('/api/checkpoints', async (): Promise<CheckpointsResponse> => ({
     checkpoints: run.store.listCheckpoints().map((c) => ({
       version: c.version, hash: run.store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs), url: `/api/checkpoints/${c.version}`,
     })),
@@ -143,7 +145,8 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     const prompt = encodeText(s.prompt ?? '');
     const r = await run.sample(tokens, prompt.subarray(Math.max(0, prompt.length - run.config.model.blockSize)), s.seed ?? 1, s.temperature ?? 0.8);
     if (!r.ok) return reply.code(r.error.code === 'E_BUSY' ? 503 : 500).send({ error: r.error });
-    return { version: r.value.version, prompt: s.prompt ?? '', text: decodeTokens(r.value.bytes), tokens };
+    const body: SampleResponse = { version: r.value.version, prompt: s.prompt ?? '', text: decodeTokens(r.value.bytes), tokens };
+    return body;
   });
 }
 

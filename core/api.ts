@@ -1,0 +1,160 @@
+// The contract between the server and its pages: what the REST API under /api returns and what the
+// dashboard stream (socket.io namespace /dashboard) emits. Types only; the server produces these
+// shapes and the dashboard and volunteer pages read them, so a change here breaks both at compile time.
+
+import type { CoordinatorConfig } from './coord/index.ts';
+import type { GPTConfig, PresetName } from './model/config.ts';
+
+/** The run's configuration as stored in <run-dir>/config.json. */
+export interface RunConfig {
+  name: string;
+  description: string;
+  preset: PresetName | 'custom';
+  model: GPTConfig;
+  /** Corpus: 'moby-dick' (bundled) or a path to a .txt file / folder of .txt files. */
+  data: string;
+  /** θ init seed. */
+  seed: number;
+  coordinator: CoordinatorConfig;
+  eval: { batches: number; batchSize: number };
+  checkpoints: { keep: number };
+  limits: {
+    /** hello messages per IP per minute (socket.io). */
+    helloPerMinute: number;
+    /** REST requests per IP per minute. */
+    restPerMinute: number;
+    /** Concurrent island connections. */
+    maxIslands: number;
+  };
+  /** Origins allowed besides the server's own (CORS and socket.io); empty = closed. */
+  allowOrigins: string[];
+}
+
+/** GET /api/run: what the run is (fixed for its lifetime except the runtime knobs). */
+export interface RunInfo {
+  name: string;
+  description: string;
+  preset: RunConfig['preset'];
+  model: GPTConfig;
+  params: number;
+  data: { name: string; trainBytes: number; heldOutBytes: number };
+  mode: CoordinatorConfig['mode'];
+  batch: number;
+  seqLen: number;
+  /** null: the round time sets each island's inner steps (DyLU). */
+  innerSteps: number | null;
+  targetRoundMs: number;
+  codec: CoordinatorConfig['uplink'];
+  outer: CoordinatorConfig['outer'];
+  /** Expected bytes of one island's upload and download per round. */
+  bytesPerRound: { up: number; down: number };
+  modelBytes: number;
+  maxFrameBytes: number;
+  protocolVersion: number;
+  config: RunConfig;
+}
+
+/** GET /api/status and every dashboard tick: the run right now. */
+export interface RunStatus {
+  run: string;
+  mode: string;
+  version: number;
+  hash: string;
+  paused: boolean;
+  done: boolean;
+  islandsOnline: number;
+  tokensTotal: number;
+  tokensPerSec: number;
+  evalLoss: number | null;
+  evalVersion: number | null;
+  trainLoss: number | null;
+  bytesIn: number;
+  bytesOut: number;
+  goodput: number;
+  accepted: number;
+  rejected: Record<string, number>;
+  time: number;
+}
+
+/** GET /api/islands (one row each) and the islands changed since the last dashboard tick. */
+export interface IslandView {
+  id: string;
+  name: string;
+  contributorId: string;
+  engine: string;
+  adapter: string;
+  speed: number | null;
+  tokens: number;
+  tokensSubmitted: number;
+  accepted: number;
+  rejected: number;
+  rejectedByCode: Record<string, number>;
+  lastSeen: number;
+  status: string;
+  connected: boolean;
+  innerSteps: number;
+  batchSize: number;
+  staleness: number;
+  joinedAt: number;
+}
+
+/** One point of the dashboard's charts (one per version). */
+export interface HistoryPoint {
+  version: number;
+  time: number;
+  tokens: number;
+  totalTokens: number;
+  trainLoss: number | null;
+  evalLoss: number | null;
+  islandsOnline: number;
+  contributors: number;
+  bytesIn: number;
+  bytesOut: number;
+  stalenessHist: number[];
+  accepted: number;
+  rejected: Record<string, number>;
+  compressionRatio: number;
+  goodput: number;
+  updateNorm: number;
+  /** Tokens of this update by the contributors' engine ("cpu", "webgpu"). */
+  tokensByEngine: Record<string, number>;
+  /** tokensByEngine over the time since the previous point: the dashboard's stacked tokens/s. */
+  tokensPerSecByEngine: Record<string, number>;
+}
+
+/** GET /api/islands. */
+export interface IslandsResponse { islands: IslandView[] }
+
+/** GET /api/history?since&limit. */
+export interface HistoryResponse { points: HistoryPoint[] }
+
+/** One row of GET /api/checkpoints. */
+export interface CheckpointInfo {
+  version: number;
+  /** null: the file could not be read. */
+  hash: string | null;
+  bytes: number;
+  time: number;
+  url: string;
+}
+
+/** GET /api/checkpoints. */
+export interface CheckpointsResponse { checkpoints: CheckpointInfo[] }
+
+/** GET /api/sample. */
+export interface SampleResponse {
+  version: number;
+  prompt: string;
+  text: string;
+  tokens: number;
+}
+
+/** The error body of every failed request. */
+export interface ApiError { error: { code: string; message: string } }
+
+/** One 'tick' on /dashboard: the first holds only the status; later ones what changed. */
+export interface DashboardTick {
+  status: RunStatus;
+  islands?: { changed: IslandView[]; removed: string[] };
+  history?: HistoryPoint[];
+}
