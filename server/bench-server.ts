@@ -12,7 +12,7 @@ import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { syntheticDelta } from '../core/codec/bench.ts';
+import { syntheticDelta } from '../bench/codec.ts';
 import { ENCODINGS, type Encoding, encodeDelta } from '../core/codec/index.ts';
 import { Coordinator } from '../core/coord/index.ts';
 import { getPreset, numParams, type GPTConfig } from '../core/model/config.ts';

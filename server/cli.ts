@@ -136,7 +136,7 @@ export function buildProgram(): Command {
     .option('--repeats <n>', 'timed repeats per encoding (median)', intArg, 3)
     .option('--json', 'print one JSON object')
     .action(async (o) => {
-      const { runCodecBench, formatCodecBench } = await import('../bench/codec-cli.ts');
+      const { runCodecBench, formatCodecBench } = await import('../bench/codec.ts');
       const r = runCodecBench({ repeats: o.repeats });
       process.stdout.write((o.json ? JSON.stringify(r) : formatCodecBench(r)) + '\n');
     });

@@ -1,7 +1,7 @@
 // `atoll bench kernels` and `atoll bench codec` are registered with their options.
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../server/cli.ts';
-import { formatCodecBench } from '../bench/codec-cli.ts';
+import { formatCodecBench } from '../bench/codec.ts';
 
 describe('bench CLI', () => {
   it('has kernels and codec subcommands next to server', () => {

@@ -7,7 +7,6 @@ import {
   type Encoding,
   ErrorFeedback,
   HEADER_BYTES,
-  benchCodec,
   crc32,
   decodeDelta,
   encodeDelta,
@@ -18,6 +17,7 @@ import {
   peekHeader,
   selectTopK,
 } from '../core/codec/index.ts';
+import { benchCodec } from '../bench/codec.ts';
 import { decodeF16Array, encodeF16Array } from '../core/codec/f16.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
 

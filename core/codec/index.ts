@@ -28,4 +28,3 @@ export {
 export { ErrorFeedback, selectTopK } from './topk.ts';
 export { crc32 } from './crc32.ts';
 export { f16ToF32, f32ToF16 } from './f16.ts';
-export { benchCodec, type CodecBenchResult } from './bench.ts';

@@ -1,7 +1,9 @@
-// Codec throughput on a synthetic pseudo-gradient. Wired to `npx atoll bench codec --json`.
+// `atoll bench codec`: codec throughput and frame size of every pseudo-gradient encoding, on a
+// synthetic delta the size of the `base` preset.
 
-import { gaussian, mulberry32 } from '../random.ts';
-import { type CodecOptions, CodecScratch, ENCODINGS, type Encoding, decodeDelta, encodeDelta } from './frame.ts';
+import { type CodecOptions, CodecScratch, ENCODINGS, type Encoding, decodeDelta, encodeDelta } from '../core/codec/index.ts';
+import { PRESETS, numParams } from '../core/model/config.ts';
+import { gaussian, mulberry32 } from '../core/random.ts';
 
 export interface CodecBenchResult {
   count: number;
@@ -76,4 +78,25 @@ export function benchCodec(n: number, opts: { repeats?: number } = {}): CodecBen
     }
   }
   return { count: n, results };
+}
+
+export interface CodecBenchReport extends CodecBenchResult {
+  preset: 'base';
+  repeats: number;
+}
+
+export function runCodecBench(opts: { repeats?: number } = {}): CodecBenchReport {
+  const repeats = Math.max(1, opts.repeats ?? 5);
+  return { preset: 'base', repeats, ...benchCodec(numParams(PRESETS.base), { repeats }) };
+}
+
+export function formatCodecBench(r: CodecBenchReport): string {
+  const lines = [
+    `codec on a ${r.preset}-sized delta: ${r.count.toLocaleString()} f32 values (${((4 * r.count) / 1e6).toFixed(1)} MB), median of ${r.repeats}`,
+    '  encoding  deflate   encode MB/s   decode MB/s        bytes   smaller than f32',
+  ];
+  for (const x of r.results) {
+    lines.push(`  ${x.encoding.padEnd(8)}  ${(x.deflate ? 'yes' : 'no').padEnd(7)} ${x.encodeMBps.toFixed(0).padStart(13)} ${x.decodeMBps.toFixed(0).padStart(13)} ${x.bytes.toLocaleString().padStart(12)}   ×${x.ratioVsF32.toFixed(1)}`);
+  }
+  return lines.join('\n');
 }

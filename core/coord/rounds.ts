@@ -1,0 +1,129 @@
+// Sync rounds (when one closes) and the sizing of an assignment (DyLU, the token budget, the
+// run tokens per step that drive the inner learning-rate schedule).
+
+import { maxFrameBytes } from '../codec/index.ts';
+import { type Assignment, type DeltaMeta, ErrorCode } from '../protocol.ts';
+import { median } from './aggregate.ts';
+import { type CoordinatorConfig, stalenessWeight } from './config.ts';
+import { dyluInnerSteps } from './dylu.ts';
+import type { IslandRecord, RoundState } from './types.ts';
+
+export function newRound(id: number, baseVersion: number, now: number): RoundState {
+  return { id, baseVersion, openedAt: now, members: new Set(), returned: new Map(), failed: new Set(), pending: [] };
+}
+
+/** Members still expected or already in: returned, or online without a rejected delta. */
+export function liveMembers(r: RoundState, islands: ReadonlyMap<string, IslandRecord>): number {
+  let live = 0;
+  for (const id of r.members) {
+    const isl = islands.get(id);
+    if (r.returned.has(id) || (isl && isl.status === 'online' && !r.failed.has(id))) live++;
+  }
+  return live;
+}
+
+export function quorumMet(r: RoundState, islands: ReadonlyMap<string, IslandRecord>, cfg: CoordinatorConfig): boolean {
+  const need = Math.max(cfg.minContributors, Math.ceil(cfg.quorum * liveMembers(r, islands)));
+  return r.returned.size >= need;
+}
+
+/** openedAt + clamp(factor × median return time of this round so far, floor, cap). */
+export function graceDeadline(r: RoundState, g: CoordinatorConfig['grace']): number {
+  const times = [...r.returned.values()];
+  const med = times.length ? median(times) : 0;
+  return r.openedAt + Math.min(g.capMs, Math.max(g.floorMs, g.factor * med));
+}
+
+/** All live members in, quorum and grace over, timed out, or only late deltas with nobody to wait for. */
+export function roundShouldClose(r: RoundState, islands: ReadonlyMap<string, IslandRecord>, cfg: CoordinatorConfig, now: number): boolean {
+  if (r.pending.length < cfg.minContributors) return false;
+  const live = liveMembers(r, islands);
+  const allIn = live > 0 && r.returned.size >= live;
+  const byGrace = quorumMet(r, islands, cfg) && now >= graceDeadline(r, cfg.grace);
+  const byTimeout = now >= r.openedAt + cfg.roundTimeoutMs;
+  return allIn || byGrace || byTimeout || live === 0;
+}
+
+/** Whether a rejection (by `code`) of `m` counts as its island's turn in round `r` (not a retryable or repeated one). */
+export function usesTurn(r: RoundState, m: DeltaMeta | undefined, code: string): boolean {
+  return !!m && typeof m.islandId === 'string' && m.roundId === r.id && r.members.has(m.islandId) && !r.returned.has(m.islandId)
+    && code !== ErrorCode.PAUSED && code !== ErrorCode.DUPLICATE && code !== ErrorCode.DONE;
+}
+
+export interface AssignmentSize {
+  steps: number;
+  /** Run tokens that pass per inner step of this island (the inner lr schedule's clock). */
+  tokensPerStep: number;
+}
+
+/**
+ * Inner steps for `isl` (DyLU, then never past the token budget split over the online islands) and
+ * the run tokens per step: (all islands' tokens/s) × (this island's step time), or N × B × T when
+ * speeds are unknown.
+ */
+export function sizeAssignment(
+  isl: IslandRecord, islands: Iterable<IslandRecord>, cfg: CoordinatorConfig, tokensApplied: number, remainingMs: number | undefined,
+): AssignmentSize {
+  const B = isl.batchSize, T = cfg.seqLen;
+  let fastest: number | undefined;
+  let agg = 0, allKnown = true, online = 0;
+  for (const o of islands) {
+    if (o.status !== 'online') continue;
+    online++;
+    if (o.tokensPerSec === undefined) allKnown = false;
+    else { agg += o.tokensPerSec; fastest = Math.max(fastest ?? 0, o.tokensPerSec); }
+  }
+  let steps = cfg.dylu
+    ? dyluInnerSteps({
+      tokensPerSec: isl.tokensPerSec, fastestTokensPerSec: fastest, batchSize: B, seqLen: T, innerSteps: cfg.innerSteps,
+      minInnerSteps: cfg.minInnerSteps, maxInnerSteps: cfg.maxInnerSteps, targetRoundMs: cfg.targetRoundMs, remainingMs,
+    })
+    : cfg.innerSteps;
+  if (cfg.totalTokens > 0) {
+    const left = Math.max(0, cfg.totalTokens - tokensApplied);
+    steps = Math.max(1, Math.min(steps, Math.ceil(left / (Math.max(1, online) * B * T))));
+  }
+  const tokensPerStep = allKnown && isl.tokensPerSec ? (agg * B * T) / isl.tokensPerSec : Math.max(1, online) * B * T;
+  return { steps, tokensPerStep };
+}
+
+/** The assignment message for `isl` (data starts at its next unused step). */
+export function assignmentMessage(
+  isl: IslandRecord, cfg: CoordinatorConfig, size: AssignmentSize,
+  at: { roundId: number; baseVersion: number; baseHash: string; tokensApplied: number; paramCount: number; now: number },
+): Assignment {
+  return {
+    islandId: isl.id, mode: cfg.mode, roundId: at.roundId, baseVersion: at.baseVersion, baseHash: at.baseHash,
+    innerSteps: size.steps, batchSize: isl.batchSize, seqLen: cfg.seqLen,
+    lr: {
+      maxLr: cfg.innerLr.maxLr, minLr: cfg.innerLr.minLr, warmupTokens: cfg.innerLr.warmupTokens,
+      totalTokens: cfg.totalTokens, tokensStart: at.tokensApplied, tokensPerStep: size.tokensPerStep,
+      localWarmupSteps: cfg.innerLr.localWarmupSteps, localStepsDone: isl.localSteps,
+    },
+    gradClip: cfg.gradClip,
+    data: { seed: cfg.dataSeed, stream: isl.stream, stepStart: isl.dataSteps },
+    codec: structuredClone(cfg.uplink),
+    maxFrameBytes: maxFrameBytes(at.paramCount),
+    maxStaleness: cfg.maxStaleness,
+    targetRoundMs: cfg.targetRoundMs,
+    issuedAt: at.now,
+    minSeq: isl.lastSeq + 1,
+  };
+}
+
+/**
+ * Async, applied on arrival: weight s(τ) · min(cap, tokens / expected) with expected the mean
+ * assigned tokens over online islands; scale weight / N and delayed-Nesterov period N (N online islands).
+ */
+export function asyncStep(cfg: CoordinatorConfig, tau: number, tokens: number, islands: Iterable<IslandRecord>): { weight: number; scale: number; period: number } {
+  let n = 0, assigned = 0, sum = 0;
+  for (const isl of islands) {
+    if (isl.status !== 'online') continue;
+    n++;
+    if (isl.assignedSteps > 0) { sum += isl.assignedSteps * isl.batchSize * cfg.seqLen; assigned++; }
+  }
+  n = Math.max(1, n);
+  const expected = assigned > 0 ? sum / assigned : cfg.innerSteps * cfg.batchSize * cfg.seqLen;
+  const weight = stalenessWeight(cfg.staleness, tau) * Math.min(cfg.maxTokenWeight, tokens / Math.max(1, expected));
+  return { weight, scale: weight / n, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : n };
+}

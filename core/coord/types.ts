@@ -1,0 +1,239 @@
+// The coordinator's types: what it knows about islands, what it answers, the events it emits, and
+// its snapshot. Internal round and window state is here too, so the modules beside it share one shape.
+
+import type { AtollError, Result } from '../result.ts';
+import { streamId } from '../data/dataset.ts';
+import type { Assignment, DeltaMeta, IslandCaps, UpdateMsg } from '../protocol.ts';
+import type { CoordinatorConfig, CoordinatorConfigPatch } from './config.ts';
+
+export type IslandStatus = 'online' | 'offline' | 'left' | 'banned';
+
+/** What the coordinator knows about one island (copies are handed out; mutate nothing). */
+export interface IslandRecord {
+  id: string;
+  name: string;
+  /** The contributor's stable anonymous id (caps.contributorId), or the island id. */
+  contributorId: string;
+  engine: string;
+  adapter: string;
+  status: IslandStatus;
+  joinedAt: number;
+  lastSeen: number;
+  /** Measured training throughput (EMA over deltas), tokens/s; the declared one until the first delta. */
+  tokensPerSec: number | undefined;
+  batchSize: number;
+  /** Tokens of this island's deltas that made it into θ. */
+  tokensContributed: number;
+  /** Tokens of every delta it sent, accepted or not. */
+  tokensSubmitted: number;
+  accepted: number;
+  rejected: Record<string, number>;
+  lastBaseVersion: number;
+  lastStaleness: number;
+  /** Current assignment (undefined when it has none / is waiting). */
+  roundId: number | undefined;
+  assignedSteps: number;
+  assignedAt: number;
+  /** Waiting for the next round to open (sync) or for resume (paused). */
+  waiting: boolean;
+  /** Highest seq counted (replay guard). */
+  lastSeq: number;
+  /** Rounds it has a counted delta for (the last few; duplicate guard). */
+  submittedRounds: number[];
+  /** Data stream and next data step (batches never repeat across its rounds). */
+  stream: number;
+  dataSteps: number;
+  /** Inner steps it has run in total (per-island lr warmup). */
+  localSteps: number;
+  caps: IslandCaps;
+}
+
+export interface DeltaSubmission {
+  meta: DeltaMeta;
+  /** The codec frame (core/codec). */
+  frame: Uint8Array;
+}
+
+export interface SubmitAccepted {
+  /** applied: in θ at `version` now. pending: waits for its round to close. (Ack only on the 'update' event.) */
+  status: 'applied' | 'pending';
+  version: number;
+  roundId: number;
+  staleness: number;
+  /** ‖Δ‖₂ of the decoded delta. */
+  norm: number;
+}
+
+/** One counted delta, as listed in an 'update' event (ack each with AckMsg{status:'applied'}). */
+export interface Contribution {
+  islandId: string;
+  seq: number;
+  roundId: number;
+  baseVersion: number;
+  staleness: number;
+  tokens: number;
+  /** Relative weight it had in the update. */
+  weight: number;
+}
+
+export interface RejectedContribution extends Omit<Contribution, 'weight'> {
+  error: AtollError;
+}
+
+/** Dashboard stats for one version. */
+export interface VersionStats {
+  version: number;
+  time: number;
+  /** Tokens this update added / in θ after it. */
+  tokens: number;
+  totalTokens: number;
+  /** Token-weighted mean of the contributors' reported mean loss. */
+  trainLoss: number;
+  contributors: number;
+  /** stalenessHist[τ] = contributors of staleness τ (last bucket: ≥ its index). */
+  stalenessHist: number[];
+  /** Deltas counted / rejected (by code) since the previous version. */
+  accepted: number;
+  rejected: Record<string, number>;
+  /** Delta frame bytes received since the previous version (accepted or not), update frame bytes sent. */
+  bytesIn: number;
+  bytesOut: number;
+  /** f32 bytes of the counted deltas / their frame bytes. */
+  compressionRatio: number;
+  /** Cumulative tokens in θ / tokens in every delta received. */
+  goodput: number;
+  /** ‖u‖₂ of the applied outer update. */
+  updateNorm: number;
+}
+
+// ── Durability contract (for whoever drives this: the server, the simulator) ──────────────────
+// `submit()` validates a delta and answers at once, but its answer is NOT the ack:
+//   • { ok: false }                → reject now: send AckMsg{status:'rejected', error}. Nothing changed.
+//   • { ok: true, status:'pending' | 'applied' } → do NOT ack yet.
+// Acks come from the event queue (`drainEvents()`, in order):
+//   • 'update'   → 1. persist the new state (snapshot(), or θ + the update message),
+//                  2. THEN ack every entry of `contributors` as applied (version = update.version)
+//                     and every entry of `rejected` as rejected (deltas dropped when the round closed),
+//                  3. broadcast `update` to the islands.
+//   • 'rejected' → ack these as rejected (deltas dropped without an update, e.g. by ban()).
+//   • 'assignment' → deliver to an island that was told to wait (nextAssignment returned null).
+//   • 'island', 'round', 'done' → informational (dashboard, logs).
+// Process events in order: an 'assignment' that follows an 'update' is based on that update, so it
+// must not reach the island before the update is durable.
+// ────────────────────────────────────────────────────────────────────────────────────────────────
+export type CoordinatorEvent =
+  | { type: 'update'; update: UpdateMsg; contributors: Contribution[]; rejected: RejectedContribution[]; stats: VersionStats }
+  | { type: 'rejected'; rejected: RejectedContribution[] }
+  | { type: 'assignment'; islandId: string; result: Result<Assignment> }
+  | { type: 'island'; islandId: string; status: IslandStatus; reason: string }
+  | { type: 'round'; roundId: number; baseVersion: number; state: 'open' | 'closed'; members: number; time: number }
+  | { type: 'done'; version: number; totalTokens: number };
+
+export interface JoinRequest {
+  caps: IslandCaps;
+  protocolVersion?: number;
+  /** Rejoin as this island (keeps its record); an unknown id creates an island with it. */
+  resumeIslandId?: string;
+}
+
+export interface JoinResult {
+  islandId: string;
+  /** null: wait for an 'assignment' event (sync round in progress is not joinable / paused). */
+  assignment: Assignment | null;
+}
+
+/** Running totals since start. */
+export interface CoordinatorTotals {
+  version: number;
+  tokensApplied: number;
+  tokensSubmitted: number;
+  accepted: number;
+  rejected: Record<string, number>;
+  bytesIn: number;
+  bytesOut: number;
+  goodput: number;
+}
+
+/** A delta waiting for its sync round to close. */
+export interface PendingDelta extends Contribution {
+  delta: Float32Array;
+  /** ‖Δ‖/√steps, the norm-bound statistic. */
+  score: number;
+  lossMean: number;
+  arrivedAt: number;
+}
+
+export interface RoundState {
+  id: number;
+  baseVersion: number;
+  openedAt: number;
+  /** Islands assigned to this round. */
+  members: Set<string>;
+  /** Members that have submitted, and how long after the open each did (ms). */
+  returned: Map<string, number>;
+  /** Members whose delta for this round was rejected: their turn is used, the round stops waiting for them. */
+  failed: Set<string>;
+  /** Everything that will be averaged at close: members' deltas and late ones folded in. */
+  pending: PendingDelta[];
+}
+
+/** Accumulators reset at every version. */
+export interface PerVersion {
+  accepted: number;
+  rejected: Record<string, number>;
+  bytesIn: number;
+  rawBytesAccepted: number;
+  frameBytesAccepted: number;
+}
+
+export const newPerVersion = (): PerVersion => ({ accepted: 0, rejected: {}, bytesIn: 0, rawBytesAccepted: 0, frameBytesAccepted: 0 });
+export const STALENESS_BUCKETS = 17;
+export const SUBMITTED_ROUNDS_KEPT = 16;
+
+/** Snapshot for exact resume: typed arrays (store as safetensors tensors) + JSON-safe metadata. */
+export interface CoordinatorSnapshot {
+  /** theta, outer.momentum, outer.buffer, downlink.residual, pending.<i>, update.<version> (U8 frame). */
+  tensors: Record<string, Float32Array | Uint8Array>;
+  meta: CoordinatorSnapshotMeta;
+}
+
+export interface CoordinatorSnapshotMeta {
+  format: 'atoll-coordinator';
+  formatVersion: 1;
+  protocolVersion: number;
+  config: CoordinatorConfig;
+  paramCount: number;
+  version: number;
+  hash: string;
+  paused: boolean;
+  outer: { bufferCount: number; steps: number };
+  islands: IslandRecord[];
+  nextIslandSerial: number;
+  assignSerial: number;
+  round: { id: number; baseVersion: number; openedAt: number; members: string[]; returned: Array<[string, number]>; failed?: string[] };
+  pending: Array<Omit<PendingDelta, 'delta'>>;
+  normHistory: number[];
+  totals: CoordinatorTotals;
+  perVersion: PerVersion;
+  updates: Array<Omit<UpdateMsg, 'frame'>>;
+  history: VersionStats[];
+  done: boolean;
+}
+
+export interface CoordinatorOptions {
+  /** Initial θ (copied). */
+  params: Float32Array;
+  config?: CoordinatorConfigPatch;
+  /** Start time, ms. */
+  now?: number;
+}
+
+export function newIslandRecord(id: string, caps: IslandCaps, batchSize: number, now: number): IslandRecord {
+  return {
+    id, name: (caps.name ?? id).slice(0, 64), contributorId: (caps.contributorId ?? id).slice(0, 64), engine: caps.engine, adapter: caps.adapter ?? '', status: 'online',
+    joinedAt: now, lastSeen: now, tokensPerSec: caps.tokensPerSec, batchSize,
+    tokensContributed: 0, tokensSubmitted: 0, accepted: 0, rejected: {}, lastBaseVersion: -1, lastStaleness: 0,
+    roundId: undefined, assignedSteps: 0, assignedAt: now, waiting: false, lastSeq: -1, submittedRounds: [],
+    stream: streamId(id), dataSteps: 0, localSteps: 0, caps: structuredClone(caps),
+  };
+}
