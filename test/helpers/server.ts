@@ -7,7 +7,6 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer as createNetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,17 +16,7 @@ const BIN = join(ROOT, 'bin/atoll.js');
 const REGISTER = join(ROOT, 'bin/register.js');
 const SELF = fileURLToPath(import.meta.url);
 
-export async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createNetServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      const port = typeof a === 'object' && a ? a.port : 0;
-      s.close(() => res(port));
-    });
-  });
-}
+export { freeTcpPort as freePort } from '../../server/cluster/redis-proc.ts';
 
 export function tempDir(prefix = 'atoll-test-'): string {
   return mkdtempSync(join(tmpdir(), prefix));
