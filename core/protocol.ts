@@ -1,8 +1,11 @@
 // The island ⇄ server protocol: message types, error codes and small validators.
 //
-// Pure types + constants + tiny pure functions, shared by the coordinator (core/coord), the island
-// runtime (client/island), the simulator (server/simulate) and the socket.io gateway, which derives
-// its TypeBox schemas from these shapes.
+// Inbound messages are TypeBox schemas and their types derive from them (Static<>): the gateway
+// compiles each schema once and checks every message against it before anything reads it. Shared
+// by the coordinator (core/coord), the island runtime (client/island), the simulator
+// (server/simulate) and the socket.io gateway. Every object is closed (additionalProperties:
+// false) and every string, number and nesting level is bounded, so nothing an island sends can
+// grow the server's state beyond these bounds.
 //
 // One island's life, in messages:
 //
@@ -16,6 +19,7 @@
 //
 // Binary payloads (delta frames, update frames, params) travel as Uint8Array / Float32Array.
 
+import { Type, type Static } from '@sinclair/typebox';
 import type { CodecOptions } from './codec/index.ts';
 import { learningRate } from './model/schedule.ts';
 
@@ -62,33 +66,104 @@ export const ErrorCode = {
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
 export type TrainingMode = 'sync' | 'async';
-export type EngineKind = 'cpu' | 'webgpu';
 
-/** What an island says about itself in `hello`. */
-export interface IslandCaps {
-  /** Human-readable name, shown on the dashboard (≤ 64 chars). */
-  name?: string;
+// ── inbound schemas (island → server) ─────────────────────────────────────────────────────────
+
+/** A JSON-safe non-negative integer. */
+const Int = (o: object = {}) => Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, ...o });
+/** Island ids, resume tokens, contributor ids: short, printable, no separators. */
+const Id = (maxLength: number) => Type.String({ minLength: 1, maxLength, pattern: '^[A-Za-z0-9_-]+$' });
+const closed = { additionalProperties: false } as const;
+
+export const EngineKindSchema = Type.Union([Type.Literal('cpu'), Type.Literal('webgpu')]);
+export type EngineKind = Static<typeof EngineKindSchema>;
+
+/** What an island says about itself in `hello`. All of it is a claim: shown, or bounded before use. */
+export const IslandCapsSchema = Type.Object({
+  /** Human-readable name, shown on the dashboard. */
+  name: Type.Optional(Type.String({ maxLength: 64 })),
   /**
    * A stable anonymous id of the contributor (a browser keeps it in localStorage), so credit on
    * the leaderboard adds up across sessions and devices of one volunteer. Never personal data.
    */
-  contributorId?: string;
-  engine: EngineKind;
+  contributorId: Type.Optional(Id(64)),
+  engine: EngineKindSchema,
   /** Adapter / device description ("cpu", "NVIDIA ...", "google / swiftshader"). */
-  adapter?: string;
-  /** Measured or benchmarked training throughput, tokens/s. Seeds DyLU before the first delta. */
-  tokensPerSec?: number;
+  adapter: Type.Optional(Type.String({ maxLength: 256 })),
+  /** Benchmarked training throughput, tokens/s. Seeds DyLU until the first delta is measured. */
+  tokensPerSec: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1e12 })),
   /** Largest micro-batch the island can run; the server never assigns more. */
-  maxBatch?: number;
+  maxBatch: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
   /** Preferred micro-batch (≤ maxBatch); the server uses it when it fits its own bounds. */
-  batchSize?: number;
-}
+  batchSize: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
+}, closed);
+export type IslandCaps = Static<typeof IslandCapsSchema>;
 
-export interface HelloMsg {
+export const HelloSchema = Type.Object({
+  protocolVersion: Int(),
+  caps: IslandCapsSchema,
+  /** Rejoin under a previous id (keeps the island's record, stats and data stream); needs resumeToken. */
+  resumeIslandId: Type.Optional(Id(64)),
+  /** The token the server handed out with that id in its answer to the first hello. */
+  resumeToken: Type.Optional(Id(128)),
+  /** false: no pushed `update` broadcasts (the island pulls with `updates` when it needs θ). */
+  push: Type.Optional(Type.Boolean()),
+}, closed);
+export type HelloMsg = Static<typeof HelloSchema>;
+
+// JSON has no NaN: an island's NaN loss travels as null.
+const Loss = Type.Union([Type.Number(), Type.Null()]);
+
+/** Metadata sent with each delta frame. */
+export const DeltaMetaSchema = Type.Object({
+  islandId: Id(64),
+  /** The assignment's roundId, echoed. */
+  roundId: Int(),
+  /** The version the island actually trained from. */
+  baseVersion: Int(),
+  /** Per-island sequence number, strictly increasing over the island's life (replay guard). */
+  seq: Int(),
+  /** Inner steps run: at most the assignment's innerSteps. */
+  steps: Int({ maximum: 1e9 }),
+  /** Tokens trained on: exactly steps × batchSize × seqLen of the assignment. */
+  tokens: Int({ maximum: 1e15 }),
+  lossFirst: Loss,
+  lossLast: Loss,
+  lossMean: Loss,
+  /** Compute time of the inner steps, ms (informational: shown, never used to weigh or credit). */
+  elapsedMs: Type.Number({ minimum: 0, maximum: 1e12 }),
+}, closed);
+/** DeltaMeta as it arrives; `DeltaMeta` holds NaN where the wire has null. */
+export type DeltaMetaWire = Static<typeof DeltaMetaSchema>;
+export type DeltaMeta = Omit<DeltaMetaWire, 'lossFirst' | 'lossLast' | 'lossMean'> & { lossFirst: number; lossLast: number; lossMean: number };
+
+/** `delta`: the metadata and the codec frame (binary). The frame's size is checked separately. */
+export const DeltaSchema = Type.Object({ meta: DeltaMetaSchema, frame: Type.Uint8Array() }, closed);
+/** `updates`: the update messages after `fromVersion`. */
+export const UpdatesSchema = Type.Object({ fromVersion: Int() }, closed);
+export const ByeSchema = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, closed);
+/** `nextAssignment`, `fetchModel`: no payload ({} or none). */
+export const EmptySchema = Type.Union([Type.Object({}, closed), Type.Undefined(), Type.Null()]);
+
+/** The answer to `hello`. */
+export interface HelloAnswer {
+  islandId: string;
+  /** Send it back with resumeIslandId to rejoin under this id after a reconnect or restart. */
+  resumeToken: string;
+  /** null: no work right now; ask `nextAssignment`, which answers when there is. */
+  assignment: Assignment | null;
+  /** The last durable version of θ and its hash (what `fetchModel` returns now). */
+  version: number;
+  hash: string;
   protocolVersion: number;
-  caps: IslandCaps;
-  /** Rejoin under a previous id (keeps the island's record, stats and data stream). */
-  resumeIslandId?: string;
+  /** The largest delta frame the server accepts. */
+  maxFrameBytes: number;
+  /** The largest socket.io packet the server reads (a frame above it cuts the connection). */
+  maxHttpBufferSize: number;
+  /** Server time, ms since the epoch. */
+  serverTime: number;
+  /** true when resumeIslandId and resumeToken were accepted and the old identity continues. */
+  resumed: boolean;
 }
 
 /**
@@ -155,24 +230,6 @@ export interface Assignment {
   minSeq?: number;
 }
 
-/** Metadata sent with each delta frame. */
-export interface DeltaMeta {
-  islandId: string;
-  roundId: number;
-  /** The version the island actually trained from. */
-  baseVersion: number;
-  /** Per-island sequence number, strictly increasing over the island's life (replay guard). */
-  seq: number;
-  steps: number;
-  /** Tokens trained on in this round (steps × batchSize × seqLen). */
-  tokens: number;
-  lossFirst: number;
-  lossLast: number;
-  lossMean: number;
-  /** Compute time of the inner steps, ms (the server derives tokens/s from it). */
-  elapsedMs: number;
-}
-
 export type AckStatus = 'applied' | 'rejected';
 
 /** Answer to a delta. Sent only after the update that includes it is durable (or on rejection). */
@@ -216,32 +273,11 @@ export interface ModelSnapshotMsg {
   params: Float32Array;
 }
 
-export interface ByeMsg {
-  islandId: string;
-  reason: string;
-}
-
 // ---------------------------------------------------------------------------------------------
-// Small validators for messages that arrive from the network (the gateway's TypeBox schemas check
-// shapes; these check the numbers). Each returns an error message, or null when valid.
+// The coordinator's own check of a delta's numbers, for callers that bypass the gateway (the
+// simulator, tests). Returns an error message, or null when valid.
 
 const isNonNegInt = (x: unknown): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0;
-const isFiniteNum = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
-
-export function validateHello(m: unknown): string | null {
-  if (typeof m !== 'object' || m === null) return 'hello must be an object';
-  const h = m as Partial<HelloMsg>;
-  if (!isNonNegInt(h.protocolVersion)) return 'protocolVersion must be a non-negative integer';
-  if (typeof h.caps !== 'object' || h.caps === null) return 'caps must be an object';
-  const c = h.caps;
-  if (c.engine !== 'cpu' && c.engine !== 'webgpu') return "caps.engine must be 'cpu' or 'webgpu'";
-  if (c.name !== undefined && (typeof c.name !== 'string' || c.name.length > 64)) return 'caps.name must be a string of ≤ 64 chars';
-  if (c.tokensPerSec !== undefined && !(isFiniteNum(c.tokensPerSec) && c.tokensPerSec > 0)) return 'caps.tokensPerSec must be > 0';
-  if (c.maxBatch !== undefined && !(isNonNegInt(c.maxBatch) && c.maxBatch > 0)) return 'caps.maxBatch must be a positive integer';
-  if (c.batchSize !== undefined && !(isNonNegInt(c.batchSize) && c.batchSize > 0)) return 'caps.batchSize must be a positive integer';
-  if (h.resumeIslandId !== undefined && typeof h.resumeIslandId !== 'string') return 'resumeIslandId must be a string';
-  return null;
-}
 
 export function validateDeltaMeta(m: unknown): string | null {
   if (typeof m !== 'object' || m === null) return 'delta meta must be an object';

@@ -60,6 +60,8 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
     // a delta never travels over REST; JSON bodies are admin patches
     bodyLimit: 64 * 1024,
     forceCloseConnections: true,
+    // route schemas are closed: an unknown key is a 400, not silently dropped
+    ajv: { customOptions: { removeAdditional: false } },
   });
 
   await app.register(helmet, {

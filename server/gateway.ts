@@ -9,9 +9,12 @@
 
 import type { IncomingMessage, Server as HttpServer } from 'node:http';
 import { Server, type Namespace, type Socket } from 'socket.io';
-import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import type { Static, TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { type Assignment, type DeltaMeta, ErrorCode, PROTOCOL_VERSION, validateDeltaMeta, validateHello } from '../core/protocol.ts';
+import {
+  ByeSchema, type DeltaMeta, DeltaSchema, EmptySchema, ErrorCode, type HelloAnswer, HelloSchema, PROTOCOL_VERSION, UpdatesSchema,
+} from '../core/protocol.ts';
+import { err, ok } from '../core/result.ts';
 import type { DashboardTick, IslandView } from '../core/api.ts';
 import type { Run } from './run.ts';
 
@@ -28,53 +31,14 @@ export const GatewayError = {
   INTERNAL: 'E_INTERNAL',
 } as const;
 
-// ── schemas ─────────────────────────────────────────────────────────────────────────────────
-
-const Int = (o: object = {}) => Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, ...o });
-// JSON has no NaN: an island's NaN loss arrives as null.
-const Loss = Type.Union([Type.Number(), Type.Null()]);
-
-export const HelloSchema = Type.Object({
-  protocolVersion: Int(),
-  caps: Type.Object({
-    name: Type.Optional(Type.String({ maxLength: 64 })),
-    contributorId: Type.Optional(Type.String({ maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' })),
-    engine: Type.Union([Type.Literal('cpu'), Type.Literal('webgpu')]),
-    adapter: Type.Optional(Type.String({ maxLength: 256 })),
-    tokensPerSec: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1e12 })),
-    maxBatch: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
-    batchSize: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
-  }),
-  resumeIslandId: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
-  resumeToken: Type.Optional(Type.String({ maxLength: 128 })),
-  /** false: no pushed `update` broadcasts (the island pulls with `updates` when it needs θ). */
-  push: Type.Optional(Type.Boolean()),
-});
-
-export const DeltaMetaSchema = Type.Object({
-  islandId: Type.String({ minLength: 1, maxLength: 64 }),
-  roundId: Int(),
-  baseVersion: Int(),
-  seq: Int(),
-  steps: Int({ maximum: 1e9 }),
-  tokens: Int({ maximum: 1e15 }),
-  lossFirst: Loss,
-  lossLast: Loss,
-  lossMean: Loss,
-  elapsedMs: Type.Number({ minimum: 0, maximum: 1e12 }),
-});
-
-export const DeltaSchema = Type.Object({ meta: DeltaMetaSchema, frame: Type.Uint8Array() });
-export const UpdatesSchema = Type.Object({ fromVersion: Int() }, { additionalProperties: false });
-export const ByeSchema = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false });
-const Empty = Type.Union([Type.Object({}, { additionalProperties: false }), Type.Undefined(), Type.Null()]);
+// ── schemas (core/protocol.ts), compiled once ───────────────────────────────────────────────
 
 const compile = <T extends TSchema>(s: T) => TypeCompiler.Compile(s);
 const checkHello = compile(HelloSchema);
 const checkDelta = compile(DeltaSchema);
 const checkUpdates = compile(UpdatesSchema);
 const checkBye = compile(ByeSchema);
-const checkEmpty = compile(Empty);
+const checkEmpty = compile(EmptySchema);
 
 function firstError(c: { Errors(v: unknown): Iterable<{ path: string; message: string }> }, v: unknown): string {
   for (const e of c.Errors(v)) return `${e.path || '(message)'}: ${e.message}`;
@@ -126,9 +90,6 @@ class RateLimiter {
     return true;
   }
 }
-
-const fail = (code: string, message: string) => ({ ok: false as const, error: { code, message } });
-const okv = <T>(value: T) => ({ ok: true as const, value });
 
 export class Gateway {
   readonly io: Server;
@@ -253,7 +214,7 @@ export class Gateway {
         }
         const reply = ack as Ack;
         if (!allow()) {
-          reply(fail(GatewayError.RATE_LIMIT, 'too many messages: slow down'));
+          reply(err(GatewayError.RATE_LIMIT, 'too many messages: slow down'));
           return;
         }
         const payload = args.length === 2 ? args[0] : undefined;
@@ -261,7 +222,7 @@ export class Gateway {
           .then(() => fn(payload, reply))
           .catch((e: unknown) => {
             this.log(`gateway: '${event}' handler failed: ${(e as Error)?.stack ?? String(e)}`);
-            try { reply(fail(GatewayError.INTERNAL, 'internal error')); } catch { /* socket gone */ }
+            try { reply(err(GatewayError.INTERNAL, 'internal error')); } catch { /* socket gone */ }
           });
       });
     };
@@ -271,20 +232,18 @@ export class Gateway {
     });
 
     handle('hello', async (payload, ack) => {
-      if (st.islandId) return ack(fail(ErrorCode.BAD_REQUEST, 'this connection already said hello'));
-      if (!this.helloLimiter.take(ip)) return ack(fail(GatewayError.RATE_LIMIT, 'too many hellos from this address: retry later'));
-      if (!checkHello.Check(payload)) return ack(fail(ErrorCode.BAD_REQUEST, `hello: ${firstError(checkHello, payload)}`));
-      const problem = validateHello(payload);
-      if (problem) return ack(fail(ErrorCode.BAD_REQUEST, `hello: ${problem}`));
+      if (st.islandId) return ack(err(ErrorCode.BAD_REQUEST, 'this connection already said hello'));
+      if (!this.helloLimiter.take(ip)) return ack(err(GatewayError.RATE_LIMIT, 'too many hellos from this address: retry later'));
+      if (!checkHello.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `hello: ${firstError(checkHello, payload)}`));
       const h = payload as Static<typeof HelloSchema>;
       if (h.protocolVersion !== PROTOCOL_VERSION) {
-        return ack(fail(ErrorCode.PROTOCOL_VERSION, `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`));
+        return ack(err(ErrorCode.PROTOCOL_VERSION, `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`));
       }
-      if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(fail(GatewayError.FULL, 'the server holds its maximum number of islands: retry later'));
+      if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(err(GatewayError.FULL, 'the server holds its maximum number of islands: retry later'));
       // Resuming an identity needs the token the server handed out with it.
       const resume = h.resumeIslandId !== undefined && this.run.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
       const r = await this.run.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
-      if (!r.ok) return ack(fail(r.error.code, r.error.message));
+      if (!r.ok) return ack(err(r.error.code, r.error.message));
       const id = r.value.islandId;
       if (!socket.connected) {
         // gone while joining: it must not count as online (nor hold a sync round)
@@ -301,7 +260,7 @@ export class Gateway {
       }
       if (h.push !== false) socket.join('islands');
       const d = this.run.durableParams();
-      ack(okv({
+      ack(ok<HelloAnswer>({
         islandId: id,
         resumeToken: this.run.resumeToken(id),
         assignment: r.value.assignment,
@@ -318,63 +277,58 @@ export class Gateway {
     handle('delta', async (payload, ack) => {
       const bytes = payload && typeof payload === 'object' && (payload as { frame?: unknown }).frame instanceof Uint8Array
         ? ((payload as { frame: Uint8Array }).frame.length) : 0;
-      if (!st.islandId) return ack(fail(GatewayError.NO_HELLO, 'say hello first'));
+      if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
       if (!checkDelta.Check(payload)) {
         this.run.noteRejected(ErrorCode.BAD_REQUEST, bytes);
-        return ack(fail(ErrorCode.BAD_REQUEST, `delta: ${firstError(checkDelta, payload)}`));
+        return ack(err(ErrorCode.BAD_REQUEST, `delta: ${firstError(checkDelta, payload)}`));
       }
       const { meta: raw, frame } = payload as Static<typeof DeltaSchema>;
       if (frame.length > this.run.maxFrameBytes) {
         this.stats.oversize++;
         this.run.noteRejected(GatewayError.OVERSIZE, bytes);
-        return ack(fail(GatewayError.OVERSIZE, `frame of ${frame.length} bytes exceeds the largest legal frame (${this.run.maxFrameBytes} bytes)`));
+        return ack(err(GatewayError.OVERSIZE, `frame of ${frame.length} bytes exceeds the largest legal frame (${this.run.maxFrameBytes} bytes)`));
       }
       const meta: DeltaMeta = {
         ...raw,
         lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN,
       };
-      const problem = validateDeltaMeta(meta);
-      if (problem) {
-        this.run.noteRejected(ErrorCode.BAD_REQUEST, bytes);
-        return ack(fail(ErrorCode.BAD_REQUEST, `delta: ${problem}`));
-      }
       if (meta.islandId !== st.islandId) {
         this.run.noteRejected(ErrorCode.BAD_REQUEST, bytes);
-        return ack(fail(ErrorCode.BAD_REQUEST, `delta for island ${meta.islandId} on the connection of ${st.islandId}`));
+        return ack(err(ErrorCode.BAD_REQUEST, `delta for island ${meta.islandId} on the connection of ${st.islandId}`));
       }
       const a = await this.run.submit(meta, frame);
-      ack(okv(a));
+      ack(ok(a));
     });
 
     handle('nextAssignment', async (payload, ack) => {
-      if (!st.islandId) return ack(fail(GatewayError.NO_HELLO, 'say hello first'));
-      if (!checkEmpty.Check(payload)) return ack(fail(ErrorCode.BAD_REQUEST, 'nextAssignment takes no payload'));
-      const r: { ok: true; value: Assignment } | { ok: false; error: { code: string; message: string } } = await this.run.nextAssignment(st.islandId);
-      if (socket.connected) ack(r.ok ? okv(r.value) : fail(r.error.code, r.error.message));
+      if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
+      if (!checkEmpty.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, 'nextAssignment takes no payload'));
+      const r = await this.run.nextAssignment(st.islandId);
+      if (socket.connected) ack(r);
     });
 
     handle('updates', async (payload, ack) => {
-      if (!st.islandId) return ack(fail(GatewayError.NO_HELLO, 'say hello first'));
-      if (!checkUpdates.Check(payload)) return ack(fail(ErrorCode.BAD_REQUEST, `updates: ${firstError(checkUpdates, payload)}`));
+      if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
+      if (!checkUpdates.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `updates: ${firstError(checkUpdates, payload)}`));
       const r = this.run.updatesSince((payload as Static<typeof UpdatesSchema>).fromVersion);
-      if (!r.ok) return ack(fail(r.error.code, r.error.message));
+      if (!r.ok) return ack(err(r.error.code, r.error.message));
       let bytes = 0;
       for (const u of r.value) bytes += u.frame.length + 256;
       this.run.noteBytesOut(bytes);
-      ack(okv(r.value));
+      ack(ok(r.value));
     });
 
     handle('fetchModel', async (payload, ack) => {
-      if (!st.islandId) return ack(fail(GatewayError.NO_HELLO, 'say hello first'));
-      if (!checkEmpty.Check(payload)) return ack(fail(ErrorCode.BAD_REQUEST, 'fetchModel takes no payload'));
+      if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
+      if (!checkEmpty.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, 'fetchModel takes no payload'));
       const d = this.run.durableParams();
       const bytes = new Uint8Array(d.params.buffer, d.params.byteOffset, d.params.byteLength);
       this.run.noteBytesOut(bytes.length);
-      ack(okv({ version: d.version, hash: d.hash, params: bytes }));
+      ack(ok({ version: d.version, hash: d.hash, params: bytes }));
     });
 
     handle('bye', async (payload, ack) => {
-      if (!checkBye.Check(payload ?? {})) return ack(fail(ErrorCode.BAD_REQUEST, `bye: ${firstError(checkBye, payload)}`));
+      if (!checkBye.Check(payload ?? {})) return ack(err(ErrorCode.BAD_REQUEST, `bye: ${firstError(checkBye, payload)}`));
       const reason = (payload as Static<typeof ByeSchema> | undefined)?.reason ?? 'bye';
       if (st.islandId) {
         const id = st.islandId;
@@ -382,7 +336,7 @@ export class Gateway {
         st.islandId = null;
         if (!this.socketsByIsland.has(id)) this.run.leave(id, reason.slice(0, 256));
       }
-      ack(okv({}));
+      ack(ok({}));
       setTimeout(() => socket.disconnect(true), 50);
     });
 

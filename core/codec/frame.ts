@@ -139,6 +139,18 @@ export function maxFrameBytes(count: number): number {
   return HEADER_BYTES + Math.max(4 * count, 4 * Math.ceil(count / MIN_BLOCK) + 2 * count);
 }
 
+/**
+ * Bytes of an undeflated frame for `count` elements under `opts` (what an island sends per round).
+ * Exact for f32/f16/int8/int4; for topk the varint gaps are counted as if the kept entries were
+ * evenly spaced (the real frame differs by the gaps' spread).
+ */
+export function frameBytes(count: number, opts: CodecOptions): number {
+  const enc = ENCODINGS.indexOf(opts.encoding);
+  const blockSize = enc >= ENC_INT8 ? (opts.blockSize ?? DEFAULT_BLOCK_SIZE) : 0;
+  const k = enc === ENC_TOPK ? topkCount(count, opts.topkFraction ?? DEFAULT_TOPK_FRACTION) : 0;
+  return HEADER_BYTES + rawPayloadLength(enc, count, blockSize, k, k * varintLength(Math.round(count / Math.max(1, k))));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Encode
 
@@ -166,7 +178,7 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
   if (enc === ENC_TOPK) {
     const fraction = opts.topkFraction ?? DEFAULT_TOPK_FRACTION;
     if (!(fraction > 0 && fraction <= 1)) throw new RangeError(`topkFraction must be in (0, 1], got ${fraction}`);
-    k = n === 0 ? 0 : Math.min(n, Math.max(1, Math.round(fraction * n)));
+    k = topkCount(n, fraction);
     const s = scratch ?? new CodecScratch();
     ({ indices, values } = s.topk(k));
     selectTopK(delta, k, s.histogram(), indices);
@@ -246,6 +258,11 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
   dv.setUint32(24, rawLen, true);
   dv.setUint32(28, frameCrc(frame, frame.length - HEADER_BYTES), true);
   return frame;
+}
+
+/** Entries a topk frame keeps: max(1, round(fraction · n)), at most n. */
+function topkCount(n: number, fraction: number): number {
+  return n === 0 ? 0 : Math.min(n, Math.max(1, Math.round(fraction * n)));
 }
 
 function isLegalBlockSize(b: number): boolean {

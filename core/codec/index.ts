@@ -22,6 +22,7 @@ export {
   decodeDelta,
   encodeDelta,
   encodeWithFeedback,
+  frameBytes,
   maxFrameBytes,
   peekHeader,
 } from './frame.ts';

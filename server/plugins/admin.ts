@@ -4,7 +4,6 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
-import { TypeCompiler } from '@sinclair/typebox/compiler';
 import type { Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { Run } from '../run.ts';
@@ -26,8 +25,8 @@ export const ConfigPatchSchema = Type.Object({
   innerSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
 }, { additionalProperties: false, minProperties: 1 });
 
-const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) });
-const BanBody = Type.Union([Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false }), Type.Null(), Type.Undefined()]);
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
+const BanBody = Type.Union([Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false }), Type.Null()]);
 
 export function toCoordinatorPatch(b: Static<typeof ConfigPatchSchema>, current: { outer: object; uplink: object }): CoordinatorConfigPatch {
   const p: CoordinatorConfigPatch = {};
@@ -46,9 +45,6 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminOptions): Pro
   const run = opts.run;
   // Compare digests, so neither the length nor the content of the token leaks through timing.
   const want = createHash('sha256').update(opts.token).digest();
-  const checkPatch = TypeCompiler.Compile(ConfigPatchSchema);
-  const checkId = TypeCompiler.Compile(IdParams);
-  const checkBan = TypeCompiler.Compile(BanBody);
 
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
     const h = req.headers.authorization;
@@ -73,11 +69,9 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminOptions): Pro
     return { ok: true, paused: false, version: run.version };
   });
 
-  app.patch('/api/admin/config', async (req, reply) => {
-    if (!checkPatch.Check(req.body)) {
-      const e = [...checkPatch.Errors(req.body)][0];
-      return reply.code(400).send({ error: { code: 'E_BAD_CONFIG', message: e ? `${e.path || 'body'}: ${e.message}` : 'invalid config patch' } });
-    }
+  // attachValidation: a bad patch answers E_BAD_CONFIG, like a patch the coordinator refuses.
+  app.patch('/api/admin/config', { schema: { body: ConfigPatchSchema }, attachValidation: true }, async (req, reply) => {
+    if (req.validationError) return reply.code(400).send({ error: { code: 'E_BAD_CONFIG', message: req.validationError.message } });
     const cur = run.coord.config();
     const r = await run.setConfig(toCoordinatorPatch(req.body as Static<typeof ConfigPatchSchema>, cur));
     if (!r.ok) return reply.code(400).send({ error: r.error });
@@ -89,11 +83,9 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminOptions): Pro
     return { ok: true, ...c };
   });
 
-  app.post('/api/admin/islands/:id/ban', async (req, reply) => {
-    if (!checkId.Check(req.params)) return reply.code(400).send({ error: { code: 'E_BAD_REQUEST', message: 'bad island id' } });
-    if (!checkBan.Check(req.body)) return reply.code(400).send({ error: { code: 'E_BAD_REQUEST', message: 'body: { reason?: string }' } });
+  app.post('/api/admin/islands/:id/ban', { schema: { params: IdParams, body: BanBody } }, async (req, reply) => {
     const id = (req.params as Static<typeof IdParams>).id;
-    const reason = (req.body as { reason?: string } | null | undefined)?.reason ?? 'banned by admin';
+    const reason = (req.body as Static<typeof BanBody> | undefined)?.reason ?? 'banned by admin';
     const r = await run.ban(id, reason);
     if (!r.ok) return reply.code(r.error.code === 'E_UNKNOWN_ISLAND' ? 404 : 400).send({ error: r.error });
     return { ok: true, island: id, status: 'banned' };

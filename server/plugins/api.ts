@@ -2,9 +2,9 @@
 // changes the run (admin routes live in admin.ts, behind the token).
 
 import { createHash } from 'node:crypto';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
-import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { frameBytes } from '../../core/codec/index.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
@@ -17,39 +17,26 @@ export interface ApiOptions {
   maxSampleTokens?: number;
 }
 
+// Route schemas: Fastify validates them (query strings coerced to numbers) and answers 400
+// E_BAD_REQUEST through the app's error handler before a handler runs.
 const HistoryQuery = Type.Object({
-  since: Type.Optional(Type.Integer({ minimum: -1 })),
+  since: Type.Optional(Type.Integer({ minimum: -1, maximum: Number.MAX_SAFE_INTEGER })),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
-});
+}, { additionalProperties: false });
 const SampleQuery = Type.Object({
   tokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
   prompt: Type.Optional(Type.String({ maxLength: 512 })),
   seed: Type.Optional(Type.Integer({ minimum: 0, maximum: 2 ** 32 - 1 })),
   temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 5 })),
-});
-const VersionParams = Type.Object({ version: Type.String({ pattern: '^[0-9]{1,12}$' }) });
-
-/** Bytes of one encoded frame for `count` elements (what an island sends per round). */
-export function expectedFrameBytes(count: number, encoding: string, blockSize = 64, topkFraction = 0.01): number {
-  const nb = (n: number) => Math.ceil(n / blockSize);
-  switch (encoding) {
-    case 'f32': return 32 + 4 * count;
-    case 'f16': return 32 + 2 * count;
-    case 'int8': return 32 + 4 * nb(count) + count;
-    case 'int4': return 32 + 4 * nb(count) + Math.ceil(count / 2);
-    default: {
-      const k = Math.max(1, Math.round(topkFraction * count));
-      return 32 + 4 * Math.ceil(k / blockSize) + k + Math.ceil(k * 1.5); // varint gaps: ~1-2 bytes each
-    }
-  }
-}
+}, { additionalProperties: false });
+const VersionParams = Type.Object({ version: Type.String({ pattern: '^[0-9]{1,12}$' }) }, { additionalProperties: false });
 
 export function runInfo(run: Run): RunInfo {
   const c = run.config;
   const cc = c.coordinator;
   const params = numParams(c.model);
-  const up = expectedFrameBytes(params, cc.uplink.encoding, cc.uplink.blockSize ?? 64, cc.uplink.topkFraction ?? 0.01);
-  const down = expectedFrameBytes(params, cc.downlink.encoding, cc.downlink.blockSize);
+  const up = frameBytes(params, cc.uplink);
+  const down = frameBytes(params, cc.downlink);
   return {
     name: c.name,
     description: c.description,
@@ -75,18 +62,6 @@ export function runInfo(run: Run): RunInfo {
 export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise<void> {
   const run = opts.run;
   const maxSample = opts.maxSampleTokens ?? 256;
-  const checkHistory = TypeCompiler.Compile(HistoryQuery);
-  const checkSample = TypeCompiler.Compile(SampleQuery);
-  const checkVersion = TypeCompiler.Compile(VersionParams);
-  const bad = (reply: FastifyReply, message: string) => reply.code(400).send({ error: { code: 'E_BAD_REQUEST', message } });
-  // Query strings are text; convert digits before checking against the schema.
-  const numify = (q: unknown): Record<string, unknown> => {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries((q ?? {}) as Record<string, unknown>)) {
-      out[k] = typeof v === 'string' && k !== 'prompt' && v !== '' && !Number.isNaN(Number(v)) ? Number(v) : v;
-    }
-    return out;
-  };
 
   app.get('/api/status', async (): Promise<RunStatus> => run.status());
 
@@ -94,10 +69,8 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
 
   app.get('/api/islands', async (): Promise<IslandsResponse> => ({ islands: run.islands() }));
 
-  app.get('/api/history', async (req, reply) => {
-    const q = numify(req.query);
-    if (!checkHistory.Check(q)) return bad(reply, 'since and limit must be integers');
-    const { since, limit } = q as Static<typeof HistoryQuery>;
+  app.get('/api/history', { schema: { querystring: HistoryQuery } }, async (req) => {
+    const { since, limit } = req.query as Static<typeof HistoryQuery>;
     const body: HistoryResponse = { points: run.historySince(since ?? -1, limit ?? 100_000) };
     return body;
   });
@@ -128,8 +101,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     })),
   }));
 
-  app.get('/api/checkpoints/:version', async (req, reply) => {
-    if (!checkVersion.Check(req.params)) return bad(reply, 'version must be a non-negative integer');
+  app.get('/api/checkpoints/:version', { schema: { params: VersionParams } }, async (req, reply) => {
     const v = Number((req.params as Static<typeof VersionParams>).version);
     const bytes = run.store.readCheckpoint(v);
     if (!bytes) return reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no checkpoint of version ${v} (see /api/checkpoints)` } });
@@ -137,10 +109,8 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     return reply.type('application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   });
 
-  app.get('/api/sample', async (req, reply) => {
-    const q = numify(req.query);
-    if (!checkSample.Check(q)) return bad(reply, 'tokens, seed: integers; temperature: 0..5; prompt: ≤ 512 chars');
-    const s = q as Static<typeof SampleQuery>;
+  app.get('/api/sample', { schema: { querystring: SampleQuery } }, async (req, reply) => {
+    const s = req.query as Static<typeof SampleQuery>;
     const tokens = Math.min(maxSample, s.tokens ?? 100);
     const prompt = encodeText(s.prompt ?? '');
     const r = await run.sample(tokens, prompt.subarray(Math.max(0, prompt.length - run.config.model.blockSize)), s.seed ?? 1, s.temperature ?? 0.8);
