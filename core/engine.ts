@@ -4,6 +4,7 @@
 
 import type { GPTConfig } from './model/config.ts';
 import type { Tokens } from './model/ops.ts';
+import type { EngineKind } from './protocol.ts';
 
 /** One micro-batch: inputs and next-token targets, each (B,T) row-major. */
 export interface Batch {
@@ -40,7 +41,7 @@ export interface OptimizerState {
 }
 
 export interface TrainingEngine {
-  readonly kind: 'cpu' | 'webgpu';
+  readonly kind: EngineKind;
   readonly config: GPTConfig;
   /** Human-readable device description (adapter name, or "cpu"). */
   readonly device: string;

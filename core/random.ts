@@ -44,3 +44,9 @@ export function gaussian(rand: () => number): () => number {
     return r * Math.cos(2 * Math.PI * v);
   };
 }
+
+/** Exponential backoff: base · 2^attempt ms, at most cap, then ± jitter (a fraction; 0 = exact). */
+export function backoff(attempt: number, base: number, cap: number, jitter = 0): number {
+  const d = Math.min(cap, base * 2 ** Math.min(attempt, 20));
+  return Math.max(0, d * (1 + jitter * (2 * Math.random() - 1)));
+}

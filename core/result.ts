@@ -1,4 +1,4 @@
-// Errors at a boundary are values, never uncaught throws (design.md, "Conventions").
+// Errors at a boundary are values, never uncaught throws.
 
 /** A failure with a stable machine-readable code and a human-readable message. */
 export type AtollError = { code: string; message: string };

@@ -4,13 +4,13 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { PRESETS } from '../core/model/config.ts';
 
-export function intArg(v: string): number {
+function intArg(v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`'${v}' is not a non-negative integer`);
   return n;
 }
 
-export function numArg(v: string): number {
+function numArg(v: string): number {
   const n = Number(v);
   if (!Number.isFinite(n)) throw new InvalidArgumentError(`'${v}' is not a number`);
   return n;
@@ -117,7 +117,7 @@ export function buildProgram(): Command {
     .option('--skip-load', 'only measure apply throughput')
     .option('--json', 'print one JSON object')
     .action(async (o) => {
-      const { benchServer } = await import('./bench-server.ts');
+      const { benchServer } = await import('../bench/server.ts');
       const r = await benchServer({ islands: o.islands, procs: o.procs, seconds: o.seconds, load: !o.skipLoad, log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });

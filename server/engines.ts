@@ -1,14 +1,8 @@
 // Creating a training engine in Node: the CPU reference, or WebGPU through Dawn.
 
 import type { EngineOptions, TrainingEngine } from '../core/engine.ts';
+import type { EngineKind } from '../core/protocol.ts';
 import { CpuEngine } from '../client/engine/cpu.ts';
-
-export type EngineKind = 'cpu' | 'webgpu';
-
-export function parseEngineKind(s: string): EngineKind {
-  if (s !== 'cpu' && s !== 'webgpu') throw new Error(`--engine must be 'cpu' or 'webgpu', got '${s}'`);
-  return s;
-}
 
 /** A fresh engine; for WebGPU it requests only the limits the config needs. */
 export async function createEngine(kind: EngineKind, opts: EngineOptions): Promise<TrainingEngine> {

@@ -1,7 +1,7 @@
 // WebGPU in Node through the `webgpu` package (Dawn). Hardware adapter first,
 // then SwiftShader (the software Vulkan that Debian's Chromium ships).
 //
-// Dawn-in-Node rules this file enforces (shared/toolchain.md):
+// Dawn-in-Node rules this file enforces:
 //  - the object `create()` returns must stay referenced while its device lives
 //    (if V8 collects it the process dies at random), so it is kept in `live`;
 //  - drain the queue before destroying the device, and destroy it, or Node
@@ -11,7 +11,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { create, globals } from 'webgpu';
 
-export const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 const CHROMIUM_LIBVULKAN = '/usr/lib/chromium/libvulkan.so.1';
 const ICD_DIRS = ['/etc/vulkan/icd.d', '/usr/share/vulkan/icd.d', '/usr/local/share/vulkan/icd.d'];
 
@@ -55,7 +55,7 @@ const live = new Set<GPU>();
 let icdSetHere: string | null = null;
 
 /** WebGPU's global constants (GPUBufferUsage, GPUMapMode, ...) as in a browser. */
-export function installWebGpuGlobals(): void {
+function installWebGpuGlobals(): void {
   const g = globalThis as Record<string, unknown>;
   for (const [k, v] of Object.entries(globals as Record<string, unknown>)) if (g[k] === undefined) g[k] = v;
 }

@@ -3,8 +3,10 @@
 
 import { IslandRuntime, type IslandEvent, type IslandRunSummary } from '../client/island/runtime.ts';
 import type { GPTConfig } from '../core/model/config.ts';
-import { createEngine, type EngineKind } from './engines.ts';
-import { SocketIoTransport, backoff } from '../client/island/transport-socketio.ts';
+import type { EngineKind } from '../core/protocol.ts';
+import { createEngine } from './engines.ts';
+import { SocketIoTransport } from '../client/island/transport-socketio.ts';
+import { backoff } from '../core/random.ts';
 
 export interface NodeIslandOptions {
   server: string;

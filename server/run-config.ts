@@ -4,7 +4,7 @@
 
 import { readFileSync } from 'node:fs';
 import type { RunConfig } from '../core/api.ts';
-import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, RUNTIME_KEYS, mergeConfig, validateCoordinatorConfig } from '../core/coord/index.ts';
+import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, mergeConfig, validateCoordinatorConfig } from '../core/coord/index.ts';
 import { ENCODINGS, type Encoding } from '../core/codec/index.ts';
 import { type PresetName, PRESETS, getPreset, validateConfig } from '../core/model/config.ts';
 
@@ -42,7 +42,7 @@ const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches
 export const DEFAULT_RUN_NAME = 'default';
 
 /** The embedded default: `small`, Moby-Dick, sync DiLoCo, int8 deltas. */
-export function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
+function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
   const { evalBatches, evalBatchSize, ...coord } = PRESET_DEFAULTS[preset];
   return {
     name: DEFAULT_RUN_NAME,
@@ -160,7 +160,7 @@ export function resumeRunConfig(stored: RunConfig, flags: RunFlags): { config: R
   return { config, patch };
 }
 
-export function validateRunConfig(c: RunConfig): void {
+function validateRunConfig(c: RunConfig): void {
   try { validateConfig(c.model); } catch (e) { throw new ConfigError('E_BAD_CONFIG', (e as Error).message); }
   const problems = validateCoordinatorConfig(c.coordinator);
   if (c.coordinator.seqLen > c.model.blockSize) problems.push(`seqLen ${c.coordinator.seqLen} exceeds the model's blockSize ${c.model.blockSize}`);
@@ -175,5 +175,3 @@ export function validateRunConfig(c: RunConfig): void {
   if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
 }
 
-/** The admin PATCH body → a coordinator patch of runtime keys only. */
-export const ADMIN_KEYS = RUNTIME_KEYS;

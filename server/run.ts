@@ -2,7 +2,7 @@
 // run store, observed by the eval worker, the history and the metrics. The gateway (socket.io) and
 // the REST plugins only talk to this class.
 //
-// Durability (design.md: "durable before acknowledged"): every coordinator call is followed by
+// Durable before acknowledged: every coordinator call is followed by
 // `kick()`, which drains the coordinator's events in one batch. If the batch holds an update, the
 // coordinator's snapshot (taken synchronously, so it is exactly the state after the batch) is
 // written as a checkpoint and the batch's log lines are appended and fsync'd; only then are acks
@@ -21,6 +21,7 @@ import { encodeCheckpoint } from '../core/checkpoint.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { type GPTConfig, numParams, paramLayout } from '../core/model/config.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type UpdateMsg } from '../core/protocol.ts';
+import { backoff } from '../core/random.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import { type TensorInput, readSafetensors, tensorAsFloat32, writeSafetensors } from '../core/safetensors.ts';
 import { loadCorpus } from './corpus.ts';
@@ -558,7 +559,7 @@ export class Run {
         // Nothing is acknowledged until this succeeds; keep trying (a full disk may be freed).
         this.log(`run store commit failed (attempt ${attempt + 1}): ${(e as Error).message}`);
         if (this.closed) throw e;
-        await new Promise((r) => setTimeout(r, Math.min(5000, 100 * 2 ** attempt)));
+        await new Promise((r) => setTimeout(r, backoff(attempt, 100, 5000)));
       }
     }
   }

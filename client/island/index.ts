@@ -3,4 +3,5 @@ export { IslandRuntime, type IslandEvent, type IslandProgress, type IslandRunSum
 export { type Clock, type HelloResult, type Transport, wallClock } from './transport.ts';
 export { LocalHub, LocalTransport, instantLink, type Link, type LocalHubOptions } from './local.ts';
 export { VirtualClock } from './clock.ts';
-export { SocketIoTransport, backoff, type HelloIdentity, type SocketIoTransportOptions } from './transport-socketio.ts';
+export { backoff } from '../../core/random.ts';
+export { SocketIoTransport, type HelloIdentity, type SocketIoTransportOptions } from './transport-socketio.ts';

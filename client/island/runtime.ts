@@ -20,6 +20,7 @@ import {
   type AckMsg, type Assignment, type DeltaMeta, type IslandCaps, type UpdateMsg,
   ErrorCode, PROTOCOL_VERSION, innerLearningRate,
 } from '../../core/protocol.ts';
+import { backoff } from '../../core/random.ts';
 import type { AtollError, Result } from '../../core/result.ts';
 import { type Clock, type Transport, wallClock } from './transport.ts';
 
@@ -330,13 +331,13 @@ export class IslandRuntime {
       if (r.ok) {
         // paused server: the delta was not counted; the same seq may be sent again
         if (r.value.status === 'rejected' && r.value.error?.code === ErrorCode.PAUSED && !this.stopped) {
-          await this.clock.sleep(Math.min(30_000, 1000 * 2 ** Math.min(failures++, 5)));
+          await this.clock.sleep(backoff(failures++, 1000, 30_000));
           continue;
         }
         return r;
       }
       if (++failures > maxRetries || this.stopped) return r;
-      await this.clock.sleep(Math.min(30_000, 500 * 2 ** failures));
+      await this.clock.sleep(backoff(failures, 500, 30_000));
     }
   }
 

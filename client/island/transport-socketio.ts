@@ -10,6 +10,7 @@
 import { io, type Socket } from 'socket.io-client';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../../core/protocol.ts';
+import { backoff } from '../../core/random.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
 
@@ -386,10 +387,4 @@ export class SocketIoTransport implements Transport {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
-}
-
-/** Exponential backoff with ± jitter. */
-export function backoff(attempt: number, base: number, cap: number, jitter: number): number {
-  const d = Math.min(cap, base * 2 ** Math.min(attempt, 20));
-  return Math.max(0, d * (1 + jitter * (2 * Math.random() - 1)));
 }

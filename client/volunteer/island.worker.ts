@@ -12,7 +12,7 @@ import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../i
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
 import { type SampleOptions, sampleToken } from '../../core/model/sample.ts';
-import { mulberry32 } from '../../core/random.ts';
+import { backoff, mulberry32 } from '../../core/random.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport } from './connect.ts';
@@ -196,7 +196,7 @@ async function supervise(o: StartOptions): Promise<void> {
     try {
       train ??= await fetchBytes(new URL('/api/data/train', o.serverUrl).href);
     } catch (e) {
-      await backoff(++failures, `Could not download the training data (${(e as Error).message}).`);
+      await waitToRetry(++failures, `Could not download the training data (${(e as Error).message}).`);
       continue;
     }
     view.connection = 'connecting';
@@ -237,14 +237,14 @@ async function supervise(o: StartOptions): Promise<void> {
       stopWith(`The GPU is not usable any more (${lastError}). Reload the page to try again, or contribute with the CPU.`);
       return;
     }
-    await backoff(++failures, `The island stopped (${summary.reason}: ${lastError || 'no detail'}).`);
+    await waitToRetry(++failures, `The island stopped (${summary.reason}: ${lastError || 'no detail'}).`);
   }
 }
 
 let lastError = '';
 
-async function backoff(failures: number, why: string): Promise<void> {
-  const delay = Math.min(30_000, 1000 * 2 ** Math.min(failures - 1, 5)) * (0.8 + 0.4 * Math.random());
+async function waitToRetry(failures: number, why: string): Promise<void> {
+  const delay = backoff(failures - 1, 1000, 30_000, 0.2);
   log('warn', `${why} Reconnecting in ${Math.round(delay / 1000)} s.`);
   view.connection = 'reconnecting';
   reconnectAt = performance.now() + delay;

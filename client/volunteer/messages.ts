@@ -3,9 +3,9 @@
 // `IslandView` snapshots and loss points the worker posts back.
 
 import type { GPTConfig } from '../../core/model/config.ts';
-import type { Assignment } from '../../core/protocol.ts';
+import type { Assignment, EngineKind } from '../../core/protocol.ts';
 
-export type EngineKind = 'webgpu' | 'cpu';
+export type { EngineKind };
 
 /** What the page needs to know about the adapter the worker would train on. */
 export interface AdapterSummary {

@@ -13,6 +13,7 @@
 
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
+import { backoff } from '../../core/random.ts';
 
 export interface EngineHandle {
   engine: TrainingEngine;
@@ -132,7 +133,7 @@ export class ResilientEngine implements TrainingEngine {
           handle = await this.opts.open();
         } catch (e) {
           if (attempt >= 2) throw e;
-          await new Promise((r) => setTimeout(r, 1000 * 2 ** attempt));
+          await new Promise((r) => setTimeout(r, backoff(attempt, 1000, 4000)));
         }
       }
       this.generation += 1;

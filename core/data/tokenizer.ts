@@ -3,8 +3,6 @@
 const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: false });
 
-export const VOCAB_SIZE = 256;
-
 export function encodeText(text: string): Uint8Array {
   return encoder.encode(text);
 }

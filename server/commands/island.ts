@@ -1,7 +1,7 @@
 // `atoll island`: a headless island joining a server, until the run is done or Ctrl-C.
 
 import { startNodeIsland } from '../island-node.ts';
-import type { EngineKind } from '../engines.ts';
+import type { EngineKind } from '../../core/protocol.ts';
 
 export interface IslandCliOptions {
   server: string;

@@ -4,7 +4,8 @@ import { readFileSync } from 'node:fs';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { generate } from '../../core/model/sample.ts';
-import { createEngine, type EngineKind } from '../engines.ts';
+import type { EngineKind } from '../../core/protocol.ts';
+import { createEngine } from '../engines.ts';
 
 export interface SampleCliOptions {
   checkpoint: string;

@@ -21,7 +21,7 @@ export interface ServeCliOptions extends RunFlags {
 const ROOT = resolve(import.meta.dirname, '../..');
 
 /** Runs `vite build` when dist/client is missing and the client sources exist. */
-export function buildClientIfNeeded(say: (s: string) => void): void {
+function buildClientIfNeeded(say: (s: string) => void): void {
   if (existsSync(join(DEFAULT_CLIENT_DIR, 'index.html'))) return;
   if (!existsSync(join(ROOT, 'client/index.html')) || !existsSync(join(ROOT, 'vite.config.ts'))) {
     say('atoll serve: no client sources to build; serving a placeholder page');
@@ -34,7 +34,7 @@ export function buildClientIfNeeded(say: (s: string) => void): void {
 }
 
 /** Resolves the run folder and config: resume when the folder holds a run, else a fresh one. */
-export function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resumePatch: RunConfig['coordinator'] | undefined; resumed: boolean } {
+function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resumePatch: RunConfig['coordinator'] | undefined; resumed: boolean } {
   const file = o.config ? readConfigFile(o.config) : null;
   const name = o.name ?? (typeof file?.name === 'string' ? file.name : DEFAULT_RUN_NAME);
   const dir = resolve(o.runDir ?? join('runs', name));

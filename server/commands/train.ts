@@ -9,7 +9,8 @@ import { DEFAULT_BATCH, getPreset, numParams, type PresetName } from '../../core
 import { initParams } from '../../core/model/gpt.ts';
 import { learningRate, type LrSchedule } from '../../core/model/schedule.ts';
 import { loadCorpus } from '../corpus.ts';
-import { createEngine, type EngineKind } from '../engines.ts';
+import type { EngineKind } from '../../core/protocol.ts';
+import { createEngine } from '../engines.ts';
 import { writeFileAtomic } from '../fsutil.ts';
 
 export interface TrainOptions {
@@ -41,7 +42,7 @@ export interface TrainReport {
   checkpoint: string;
 }
 
-export async function meanEvalLoss(engine: TrainingEngine, batches: Batch[]): Promise<number> {
+async function meanEvalLoss(engine: TrainingEngine, batches: Batch[]): Promise<number> {
   let s = 0;
   for (const b of batches) s += await engine.evalLoss(b);
   return s / batches.length;

@@ -28,7 +28,7 @@ export const ConfigPatchSchema = Type.Object({
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
 const BanBody = Type.Union([Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false }), Type.Null()]);
 
-export function toCoordinatorPatch(b: Static<typeof ConfigPatchSchema>, current: { outer: object; uplink: object }): CoordinatorConfigPatch {
+function toCoordinatorPatch(b: Static<typeof ConfigPatchSchema>, current: { outer: object; uplink: object }): CoordinatorConfigPatch {
   const p: CoordinatorConfigPatch = {};
   if (b.outerLr !== undefined || b.outerMomentum !== undefined) {
     p.outer = { ...current.outer, ...(b.outerLr !== undefined ? { lr: b.outerLr } : {}), ...(b.outerMomentum !== undefined ? { momentum: b.outerMomentum } : {}) };

@@ -3,10 +3,11 @@
 
 import type { Batch, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
+import type { EngineKind } from '../../core/protocol.ts';
 import type { Clock } from '../../client/island/transport.ts';
 
 export class SimEngine implements TrainingEngine {
-  readonly kind: 'cpu' | 'webgpu';
+  readonly kind: EngineKind;
   readonly config: GPTConfig;
   readonly device: string;
   /** Tokens this island computed (every step, whether its delta ever counted or not). */

@@ -12,7 +12,7 @@ import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { syntheticDelta } from '../bench/codec.ts';
+import { syntheticDelta } from './codec.ts';
 import { ENCODINGS, type Encoding, encodeDelta } from '../core/codec/index.ts';
 import { Coordinator } from '../core/coord/index.ts';
 import { getPreset, numParams, type GPTConfig } from '../core/model/config.ts';
@@ -144,8 +144,8 @@ function percentile(sorted: number[], p: number): number {
 export const LOAD_MODEL: GPTConfig = { vocabSize: 256, blockSize: 16, nLayer: 1, nHead: 1, nEmbd: 8 };
 
 export async function benchLoad(o: { islands: number; procs: number; seconds: number; log: (s: string) => void }): Promise<LoadResult> {
-  const { createServer } = await import('./app.ts');
-  const { buildRunConfig } = await import('./run-config.ts');
+  const { createServer } = await import('../server/app.ts');
+  const { buildRunConfig } = await import('../server/run-config.ts');
   const dir = mkdtempSync(join(tmpdir(), 'atoll-bench-'));
   const config = buildRunConfig({
     model: LOAD_MODEL,
@@ -163,7 +163,7 @@ export async function benchLoad(o: { islands: number; procs: number; seconds: nu
   const per = Math.ceil(o.islands / o.procs);
   const children = Array.from({ length: o.procs }, (_, i) => {
     const count = Math.min(per, o.islands - i * per);
-    return fork(new URL('./bench-load-worker.ts', import.meta.url), [url, String(count), String(o.seconds * 1000), String(i)], {
+    return fork(new URL('./server-load-worker.ts', import.meta.url), [url, String(count), String(o.seconds * 1000), String(i)], {
       execArgv: ['--import', REGISTER_URL], stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     });
   });
