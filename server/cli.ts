@@ -108,6 +108,37 @@ export function buildProgram(): Command {
       process.exitCode = await island(o);
     });
 
+  program.command('simulate')
+    .description('many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island')
+    .option('--preset <name>', 'compare (the comparison table), diloco (one DiLoCo row and baselines), smoke (seconds); a model preset name means compare on that model', 'compare')
+    .addOption(new Option('--model <name>', 'model preset').choices(Object.keys(PRESETS)))
+    .option('--islands <n>', 'islands per DiLoCo row', intArg)
+    .option('--tokens <n>', 'token budget per row (tokens in θ)', intArg)
+    .option('--rounds <n>', 'budget in rounds of the nominal island instead of tokens', intArg)
+    .addOption(new Option('--mode <mode>', 'diloco preset: DiLoCo mode').choices(['sync', 'async']))
+    .addOption(new Option('--codec <enc>', 'diloco preset: delta encoding').choices(['f32', 'f16', 'int8', 'int4', 'topk']))
+    .option('--inner-steps <n>', 'inner steps H of the nominal island', intArg)
+    .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from', intArg)
+    .option('--compare <rows>', "diloco preset: baselines to add, comma-separated (ddp,single; 'none')")
+    .option('--seed <n>', 'init and data seed', intArg)
+    .option('--workers <n>', 'worker threads running rows in parallel (0: in this thread)', intArg)
+    .option('--data <path>', 'text file or folder of .txt files (default: bundled Moby-Dick)')
+    .option('--out <dir>', 'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>)')
+    .addOption(new Option('--engine <kind>', 'training engine (virtual time: the cpu engine only)').choices(['cpu']).default('cpu'))
+    .option('--json', 'print report.json on stdout instead of the table')
+    .action(async (o) => {
+      const { runSimulate, simulateOptionsFromCli } = await import('./simulate/index.ts');
+      const { ProgressBars } = await import('./simulate/progress.ts');
+      const parsed = simulateOptionsFromCli(o);
+      if (!parsed.ok) throw Object.assign(new Error(parsed.error.message), { code: parsed.error.code });
+      let bars: InstanceType<typeof ProgressBars> | undefined;
+      await runSimulate({
+        ...parsed.value,
+        log: (l: string) => (bars ? bars.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
+        progress: { start: (names) => { bars = new ProgressBars(process.stderr, names); }, update: (i, f) => bars?.update(i, f) },
+      });
+    });
+
   const bench = program.command('bench').description('benchmarks that print JSON (with --json)');
   bench.command('server')
     .description('server apply throughput per codec, and a load test with many simulated islands')

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runSimulate, simulateOptionsFromCli } from '../server/simulate/index.ts';
+import { ProgressBars } from '../server/simulate/progress.ts';
 
 describe('atoll simulate', () => {
   it('parses CLI flags', () => {
@@ -14,6 +15,17 @@ describe('atoll simulate', () => {
     expect(simulateOptionsFromCli({ preset: 'tiny' }).ok && simulateOptionsFromCli({ preset: 'tiny' })).toMatchObject({ value: { preset: 'compare', model: 'tiny' } });
     const bad = simulateOptionsFromCli({ codec: 'int3' });
     expect(bad.ok ? '' : bad.error.code).toBe('E_BAD_REQUEST');
+  });
+
+  it('draws a progress bar per row (a line per tenth when not on a terminal)', () => {
+    let out = '';
+    const bars = new ProgressBars({ write: (x: string) => (out += x) }, ['ddp', 'async-sparse']);
+    for (let k = 0; k <= 20; k++) bars.update(1, k / 20);
+    bars.update(0, 0.5);
+    const lines = out.trim().split('\n');
+    expect(lines.filter((l) => l.includes('async-sparse'))).toHaveLength(11);
+    expect(lines.at(-2)).toMatch(/async-sparse \[#{30}\] 100%/);
+    expect(lines.at(-1)).toMatch(/ddp +\[#{15}\.{15}\]  50%/);
   });
 
   it('a smoke run: DiLoCo eval loss goes down; report and run folder are complete', async () => {

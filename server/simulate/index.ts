@@ -97,19 +97,20 @@ function timestamp(): string {
 }
 
 /** Runs rows on `workers` worker threads (0: in this thread), longest first, results in row order. */
-async function runRows(rows: SimRow[], common: SimCommon, workers: number, log: (l: string) => void): Promise<SimRunResult[]> {
+async function runRows(rows: SimRow[], common: SimCommon, workers: number, log: (l: string) => void, progress?: (i: number, frac: number) => void): Promise<SimRunResult[]> {
   const results: SimRunResult[] = new Array(rows.length);
   if (workers <= 0) {
     const ds = loadCorpus(common.data);
-    for (let i = 0; i < rows.length; i++) results[i] = await runRow(rows[i], { common, ds, log });
+    for (let i = 0; i < rows.length; i++) results[i] = await runRow(rows[i], { common, ds, log, progress: (f) => progress?.(i, f) });
     return results;
   }
   const order = rows.map((_, i) => i).sort((a, b) => (rows[b].kind === 'diloco' ? 1 : 0) - (rows[a].kind === 'diloco' ? 1 : 0));
   const register = new URL('../../bin/register.js', import.meta.url).href;
   const runOne = (i: number) => new Promise<void>((resolvePromise, reject) => {
     const w = new Worker(new URL('./worker.ts', import.meta.url), { workerData: { row: rows[i], common }, execArgv: ['--import', register] });
-    w.on('message', (m: { type: 'log'; line: string } | { type: 'result'; result: SimRunResult } | { type: 'error'; message: string }) => {
+    w.on('message', (m: { type: 'log'; line: string } | { type: 'progress'; frac: number } | { type: 'result'; result: SimRunResult } | { type: 'error'; message: string }) => {
       if (m.type === 'log') log(m.line);
+      else if (m.type === 'progress') progress?.(i, m.frac);
       else if (m.type === 'result') results[i] = m.result;
       else reject(new Error(`row ${rows[i].name}: ${m.message}`));
     });
@@ -162,7 +163,8 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     log(`warm start: ${warmTokens} tokens of single-island training, eval ${warmLoss.toFixed(4)} (every row starts here)`);
   }
   log(`simulate ${preset}: ${rows.length} rows on ${model} (${nParams} params), ${d.tokens} tokens each, ${workers} worker(s)`);
-  const results = await runRows(rows, common, workers, log);
+  opts.progress?.start(rows.map((r) => r.name));
+  const results = await runRows(rows, common, workers, log, opts.progress && ((i, f) => opts.progress!.update(i, f)));
 
   for (let i = 0; i < results.length; i++) {
     const r = results[i], row = rows[i];

@@ -89,12 +89,14 @@ export interface RowContext {
   common: SimCommon;
   ds?: TextDataset;
   log?: (line: string) => void;
+  /** The row is this fraction of its token budget done. */
+  progress?: (frac: number) => void;
 }
 
 export async function runRow(row: SimRow, ctx: RowContext): Promise<SimRunResult> {
   const ds = ctx.ds ?? loadCorpus(ctx.common.data);
   const t0 = performance.now();
-  const res = row.kind === 'diloco' ? await runDiloco(row, ctx.common, ds, ctx.log) : await runBaseline(row, ctx.common, ds, ctx.log);
+  const res = row.kind === 'diloco' ? await runDiloco(row, ctx.common, ds, ctx) : await runBaseline(row, ctx.common, ds, ctx);
   res.realTimeMs = performance.now() - t0;
   return res;
 }
@@ -116,7 +118,7 @@ function emptyResult(row: SimRow, n: number): SimRunResult {
  * one step on the N×B batch), fp32 gradients all-reduced every step. Single: one island alone.
  * Same lr schedule (in tokens), same data streams as the DiLoCo islands.
  */
-async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, log?: (l: string) => void): Promise<SimRunResult> {
+async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
   const config = getPreset(common.model);
   const islands = row.kind === 'single' ? row.islands.slice(0, 1) : row.islands;
   const N = islands.length;
@@ -161,6 +163,7 @@ async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, log?
     await engine.step(big, { lr: innerLearningRate(plan, s), gradClip: 1 });
     await engine.takeLosses();
     timeMs += computeMs + commMs;
+    progress?.((s + 1) / steps);
   }
   const tokens = steps * tokensPerStep;
   out.evalLoss = await evalNow(tokens);
@@ -182,7 +185,7 @@ async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, log?
 
 // ── DiLoCo through the real coordinator and island runtime ────────────────────────────────────
 
-async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, log?: (l: string) => void): Promise<SimRunResult> {
+async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
   const config = getPreset(common.model);
   const n = numParams(config);
   const T = common.seqLen;
@@ -216,6 +219,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, log?: 
     clock,
     // the "checkpoint" of the simulator: record the eval curve at the durable point
     persist: async (ev) => {
+      progress?.(ev.update.totalTokens / row.tokens);
       if (ev.update.totalTokens >= nextEval) {
         while (nextEval <= ev.update.totalTokens) nextEval += evalEvery;
         const l = await evaluator.loss(coord.params() as Float32Array);

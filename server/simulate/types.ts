@@ -165,6 +165,8 @@ export interface SimulateOptions {
   print?: boolean;
   /** Progress lines (default: stderr unless json). */
   log?: (line: string) => void;
+  /** Progress per row: start(names) once the rows are known, then update(row index, fraction done). */
+  progress?: { start(names: string[]): void; update(i: number, frac: number): void };
 }
 
 export interface SimReport {

@@ -1,0 +1,57 @@
+// Every command the README's command table names exists and answers --help (bench's subcommands,
+// named in its row, too), so a documented command can never be missing from the CLI again.
+
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { buildProgram } from '../server/cli.ts';
+
+/** [command, ...subcommands] per row of the README's "## Commands" table. */
+function readmeCommands(): string[][] {
+  const md = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+  const section = md.slice(md.indexOf('## Commands'));
+  const rows = section.split('\n').filter((l) => /^\| `[a-z]+` \|/.test(l));
+  return rows.map((l) => {
+    const [, cmd, what] = l.split('|').map((c) => c.trim());
+    const name = cmd.replace(/`/g, '');
+    const subs = name === 'bench' ? [...what.matchAll(/`([a-z]+)`/g)].map((m) => m[1]) : [];
+    return [name, ...subs];
+  });
+}
+
+/** Runs `atoll <args> --help` in process; returns what it printed. */
+async function help(args: string[]): Promise<string> {
+  const program = buildProgram();
+  let out = '';
+  const quiet = (c: Command) => {
+    c.exitOverride().configureOutput({ writeOut: (s) => { out += s; }, writeErr: (s) => { out += s; } });
+    c.commands.forEach(quiet);
+  };
+  quiet(program);
+  try {
+    await program.parseAsync(['node', 'atoll', ...args, '--help']);
+  } catch (e) {
+    expect((e as { code?: string }).code).toBe('commander.helpDisplayed');
+  }
+  return out;
+}
+
+describe('the CLI has every command the README names', () => {
+  const table = readmeCommands();
+  it('reads the table', () => {
+    expect(table.map((r) => r[0])).toEqual(expect.arrayContaining(['serve', 'island', 'train', 'sample', 'simulate', 'bench']));
+  });
+  for (const [cmd, ...subs] of table) {
+    for (const args of [[cmd], ...subs.map((s) => [cmd, s])]) {
+      it(`atoll ${args.join(' ')} --help`, async () => {
+        const out = await help(args);
+        expect(out).toContain(`Usage: atoll ${args.join(' ')}`);
+      });
+    }
+  }
+  it('simulate --help lists every flag simulateOptionsFromCli reads', async () => {
+    const out = await help(['simulate']);
+    for (const f of ['--preset', '--model', '--islands', '--tokens', '--rounds', '--mode', '--codec', '--inner-steps', '--warm-start-tokens',
+      '--compare', '--seed', '--workers', '--data', '--out', '--engine', '--json']) expect(out).toContain(f);
+  });
+});
