@@ -2,7 +2,7 @@
 // dashboard stream (socket.io namespace /dashboard) emits. Types only; the server produces these
 // shapes and the dashboard and volunteer pages read them, so a change here breaks both at compile time.
 
-import type { CoordinatorConfig } from './coord/index.ts';
+import type { CoordinatorConfig, IslandStatus } from './coord/index.ts';
 import type { GPTConfig, PresetName } from './model/config.ts';
 
 /** The run's configuration as stored in <run-dir>/config.json. */
@@ -64,15 +64,20 @@ export interface RunStatus {
   done: boolean;
   islandsOnline: number;
   tokensTotal: number;
+  /** The newest history point's tokensPerSec; 0 once no update came for a minute. */
   tokensPerSec: number;
   evalLoss: number | null;
   evalVersion: number | null;
   trainLoss: number | null;
+  /** Bytes received from and sent to islands since the run began. */
   bytesIn: number;
   bytesOut: number;
+  /** What data-parallel training would have uploaded for tokensTotal: one fp32 gradient per inner step. */
+  bytesDataParallel: number;
   goodput: number;
   accepted: number;
   rejected: Record<string, number>;
+  /** Server time of this status, ms since the epoch. */
   time: number;
 }
 
@@ -90,7 +95,8 @@ export interface IslandView {
   rejected: number;
   rejectedByCode: Record<string, number>;
   lastSeen: number;
-  status: string;
+  /** 'online' only while connected. */
+  status: IslandStatus;
   connected: boolean;
   innerSteps: number;
   batchSize: number;
@@ -101,18 +107,29 @@ export interface IslandView {
 /** One point of the dashboard's charts (one per version). */
 export interface HistoryPoint {
   version: number;
+  /** When the update was applied, ms since the epoch. */
   time: number;
+  /** Tokens this update added; totalTokens: the running total in θ. */
   tokens: number;
   totalTokens: number;
+  /** Tokens into θ per second over the minute up to this point. */
+  tokensPerSec: number;
   trainLoss: number | null;
   evalLoss: number | null;
   islandsOnline: number;
   contributors: number;
+  /** Δ bytes received during this version and the size of this update's frame. */
   bytesIn: number;
   bytesOut: number;
+  /** Running totals of all bytes received from and sent to islands, as of this point. */
+  bytesInTotal: number;
+  bytesOutTotal: number;
+  /** Accepted Δs of this update by staleness τ (index); the last bucket holds τ ≥ its index. */
   stalenessHist: number[];
   accepted: number;
+  /** Δs rejected during this version, by error code. */
   rejected: Record<string, number>;
+  /** fp32 bytes of the accepted Δs ÷ their frame bytes (0: none accepted). */
   compressionRatio: number;
   goodput: number;
   updateNorm: number;

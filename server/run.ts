@@ -203,6 +203,7 @@ export class Run {
       trainLoss: last?.trainLoss ?? null,
       bytesIn: this.bytesIn,
       bytesOut: this.bytesOut,
+      bytesDataParallel: (this.durable.totalTokens / (this.config.coordinator.batchSize * this.config.coordinator.seqLen)) * 4 * this.paramCount,
       goodput: t.goodput,
       accepted: t.accepted,
       rejected: t.rejected,
@@ -247,16 +248,20 @@ export class Run {
     return this.history.filter((p) => versions.has(p.version));
   }
 
+  /** The newest point's rate while updates keep coming; 0 after a minute without one. */
   private tokensPerSec(now: number): number {
+    const last = this.history[this.history.length - 1];
+    return last && now - last.time <= TOKENS_PER_SEC_WINDOW_MS ? last.tokensPerSec : 0;
+  }
+
+  /** Tokens into θ per second over the window ending at a new point (at least since the previous one). */
+  private rateAt(time: number, totalTokens: number): number {
     const h = this.history;
-    if (h.length < 2) return 0;
-    const last = h[h.length - 1];
-    if (now - last.time > TOKENS_PER_SEC_WINDOW_MS) return 0;
     let i = h.length - 1;
-    while (i > 0 && last.time - h[i - 1].time <= TOKENS_PER_SEC_WINDOW_MS) i--;
-    const first = h[i === h.length - 1 ? Math.max(0, i - 1) : i];
-    const dt = (now - first.time) / 1000;
-    return dt > 0 ? (last.totalTokens - first.totalTokens) / dt : 0;
+    while (i > 0 && time - h[i - 1].time <= TOKENS_PER_SEC_WINDOW_MS) i--;
+    const first = h[i];
+    const dt = first ? (time - first.time) / 1000 : 0;
+    return dt > 0 ? Math.max(0, totalTokens - first.totalTokens) / dt : 0;
   }
 
   /** θ at the durable version as safetensors (cached per version): GET /api/model. */
@@ -676,8 +681,8 @@ export class Run {
 
   private emptyPoint(version: number, time: number): HistoryPoint {
     return {
-      version, time, tokens: 0, totalTokens: 0, trainLoss: null, evalLoss: null, islandsOnline: this.islandsOnline(), contributors: 0,
-      bytesIn: 0, bytesOut: 0, stalenessHist: [], accepted: 0, rejected: {}, compressionRatio: 0, goodput: 1, updateNorm: 0,
+      version, time, tokens: 0, totalTokens: 0, tokensPerSec: 0, trainLoss: null, evalLoss: null, islandsOnline: this.islandsOnline(), contributors: 0,
+      bytesIn: 0, bytesOut: 0, bytesInTotal: 0, bytesOutTotal: 0, stalenessHist: [], accepted: 0, rejected: {}, compressionRatio: 0, goodput: 1, updateNorm: 0,
       tokensByEngine: {}, tokensPerSecByEngine: {},
     };
   }
@@ -685,8 +690,9 @@ export class Run {
   private addHistoryPoint(ev: Extract<CoordinatorEvent, { type: 'update' }>): void {
     const s = ev.stats;
     this.pushPoint({
-      version: s.version, time: s.time, tokens: s.tokens, totalTokens: s.totalTokens, trainLoss: finiteOrNull(s.trainLoss),
+      version: s.version, time: s.time, tokens: s.tokens, totalTokens: s.totalTokens, tokensPerSec: this.rateAt(s.time, s.totalTokens), trainLoss: finiteOrNull(s.trainLoss),
       evalLoss: null, islandsOnline: this.islandsOnline(), contributors: s.contributors, bytesIn: s.bytesIn, bytesOut: s.bytesOut,
+      bytesInTotal: this.bytesIn, bytesOutTotal: this.bytesOut,
       stalenessHist: s.stalenessHist, accepted: s.accepted, rejected: s.rejected, compressionRatio: s.compressionRatio,
       goodput: s.goodput, updateNorm: s.updateNorm, ...this.engineRates(s.time, this.tokensByEngine(ev.contributors)),
     });
@@ -774,8 +780,9 @@ export class Run {
       if (version > maxVersion) return; // logged past the checkpoint: cannot happen, but never trust it
       const s = (e.stats ?? {}) as Partial<HistoryPoint> & { stalenessHist?: number[] };
       this.pushPoint({
-        version, time: e.t, tokens: num(e.tokens), totalTokens: num(e.totalTokens), trainLoss: typeof e.trainLoss === 'number' ? e.trainLoss : null,
-        evalLoss: null, islandsOnline: num(e.islandsOnline), contributors: num(s.contributors), bytesIn: num(s.bytesIn), bytesOut: num(s.bytesOut),
+        version, time: e.t, tokens: num(e.tokens), totalTokens: num(e.totalTokens), tokensPerSec: this.rateAt(e.t, num(e.totalTokens)),
+        trainLoss: typeof e.trainLoss === 'number' ? e.trainLoss : null, evalLoss: null, islandsOnline: num(e.islandsOnline), contributors: num(s.contributors),
+        bytesIn: num(s.bytesIn), bytesOut: num(s.bytesOut), bytesInTotal: num(e.bytesInTotal), bytesOutTotal: num(e.bytesOutTotal),
         stalenessHist: Array.isArray(s.stalenessHist) ? s.stalenessHist : [], accepted: num(s.accepted), rejected: (s.rejected ?? {}) as Record<string, number>,
         compressionRatio: num(s.compressionRatio), goodput: num(s.goodput, 1), updateNorm: num(s.updateNorm),
         ...this.engineRates(e.t, (e.tokensByEngine ?? {}) as Record<string, number>),

@@ -4,7 +4,7 @@
 
 import { api, type ApiAnswer } from './api.ts';
 import { clear, h, setText } from './dom.ts';
-import { type Dict, pickNum, pickStr } from './model.ts';
+import type { RunConfig } from '../../core/api.ts';
 import { errorText } from './run-panel.ts';
 import type { Store } from './store.ts';
 
@@ -14,10 +14,8 @@ interface Field {
   /** Key in the PATCH /api/admin/config body (server/plugins/admin.ts ConfigPatchSchema). */
   key: string;
   label: string;
-  /** Where the current value is in /api/run's `config` (RunConfig), first match wins. */
-  paths: string[];
-  /** Shown value = config value × scale (ms → s). */
-  scale?: number;
+  /** The current value, from /api/run's config, as the form shows it. */
+  get: (c: RunConfig) => number | string;
   kind: 'number' | 'select';
   step?: string;
   options?: string[];
@@ -28,27 +26,14 @@ interface Field {
 const ENCODINGS = ['f32', 'f16', 'int8', 'int4', 'topk'];
 
 export const CONFIG_FIELDS: Field[] = [
-  { key: 'outerLr', label: 'Outer learning rate', paths: ['coordinator.outer.lr', 'outer.lr', 'outerLr'], kind: 'number', step: 'any', hint: 'DiLoCo 0.7 · FedAvg 1.0' },
-  { key: 'outerMomentum', label: 'Outer momentum', paths: ['coordinator.outer.momentum', 'outer.momentum', 'outerMomentum'], kind: 'number', step: 'any', hint: 'Nesterov; DiLoCo 0.9' },
-  { key: 'roundTime', label: 'Target round time (s)', paths: ['coordinator.targetRoundMs', 'targetRoundMs'], scale: 1e-3, kind: 'number', step: 'any', hint: '0 = fixed inner steps' },
-  { key: 'innerSteps', label: 'Inner steps (H)', paths: ['coordinator.innerSteps', 'innerSteps'], kind: 'number', step: '1', hint: 'of the fastest island' },
-  { key: 'quorum', label: 'Quorum', paths: ['coordinator.quorum', 'quorum'], kind: 'number', step: 'any', hint: 'sync: share of members, 0–1' },
-  { key: 'maxStaleness', label: 'Max staleness', paths: ['coordinator.maxStaleness', 'maxStaleness'], kind: 'number', step: '1', hint: 'versions; older Δs → E_STALE' },
-  { key: 'codec', label: 'Codec (uplink Δ)', paths: ['coordinator.uplink.encoding', 'codec.encoding', 'codec'], kind: 'select', options: ENCODINGS, hint: 'islands\u2019 delta encoding' },
+  { key: 'outerLr', label: 'Outer learning rate', get: (c) => c.coordinator.outer.lr, kind: 'number', step: 'any', hint: 'DiLoCo 0.7 · FedAvg 1.0' },
+  { key: 'outerMomentum', label: 'Outer momentum', get: (c) => c.coordinator.outer.momentum, kind: 'number', step: 'any', hint: 'Nesterov; DiLoCo 0.9' },
+  { key: 'roundTime', label: 'Target round time (s)', get: (c) => +(c.coordinator.targetRoundMs / 1000).toPrecision(12), kind: 'number', step: 'any', hint: '0 = fixed inner steps' },
+  { key: 'innerSteps', label: 'Inner steps (H)', get: (c) => c.coordinator.innerSteps, kind: 'number', step: '1', hint: 'of the fastest island' },
+  { key: 'quorum', label: 'Quorum', get: (c) => c.coordinator.quorum, kind: 'number', step: 'any', hint: 'sync: share of members, 0–1' },
+  { key: 'maxStaleness', label: 'Max staleness', get: (c) => c.coordinator.maxStaleness, kind: 'number', step: '1', hint: 'versions; older Δs → E_STALE' },
+  { key: 'codec', label: 'Codec (uplink Δ)', get: (c) => c.coordinator.uplink.encoding, kind: 'select', options: ENCODINGS, hint: 'islands\u2019 delta encoding' },
 ];
-
-function lookup(config: Dict, f: Field): string {
-  for (const p of f.paths) {
-    if (f.kind === 'number') {
-      const v = pickNum(config, p);
-      if (v !== null) return String(f.scale ? +(v * f.scale).toPrecision(12) : v);
-    } else {
-      const v = pickStr(config, p);
-      if (v !== null) return v;
-    }
-  }
-  return '';
-}
 
 function readField(el: HTMLInputElement | HTMLSelectElement): string {
   return el instanceof HTMLInputElement && el.type === 'checkbox' ? String(el.checked) : el.value.trim();
@@ -183,7 +168,7 @@ export class AdminPanel {
       this.prefilled = sig;
       for (const f of CONFIG_FIELDS) {
         const input = this.inputs.get(f.key)!;
-        const v = lookup(store.run.config, f);
+        const v = String(f.get(store.run.config));
         const edited = readField(input) !== (input.dataset.initial ?? '');
         input.dataset.initial = v;
         if (!edited && document.activeElement !== input) writeField(input, v);
@@ -207,7 +192,7 @@ export class AdminPanel {
   }
 
   private async applyConfig(): Promise<void> {
-    const patch: Dict = {};
+    const patch: Record<string, number | string> = {};
     const changed: Array<[Field, string]> = [];
     for (const f of CONFIG_FIELDS) {
       const input = this.inputs.get(f.key)!;
@@ -229,7 +214,7 @@ export class AdminPanel {
     if (r?.ok) for (const [f, v] of changed) this.inputs.get(f.key)!.dataset.initial = v;
   }
 
-  private async act(label: string, method: string, path: string, body?: Dict): Promise<ApiAnswer | null> {
+  private async act(label: string, method: string, path: string, body?: object): Promise<ApiAnswer | null> {
     const token = this.token();
     if (!token) {
       this.show(label, { ok: false, status: 0, body: 'No admin token: nothing was sent.' }, true);

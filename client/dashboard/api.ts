@@ -2,6 +2,7 @@
 // as the fallback whenever the socket is not connected).
 
 import { io, type Socket } from 'socket.io-client';
+import type { CheckpointsResponse, DashboardTick, HistoryResponse, IslandsResponse, RunInfo, RunStatus } from '../../core/api.ts';
 import type { Store } from './store.ts';
 
 export interface ApiAnswer {
@@ -27,6 +28,12 @@ export async function api(path: string, init: RequestInit = {}, timeoutMs = 15_0
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** GET of a JSON route; the body typed as the route's response (core/api.ts), null on failure. */
+async function get<T>(path: string): Promise<T | null> {
+  const r = await api(path);
+  return r.ok ? (r.body as T) : null;
 }
 
 export type Connection = 'connecting' | 'live' | 'polling' | 'offline';
@@ -56,30 +63,36 @@ export class LiveSource {
 
   async loadAll(): Promise<void> {
     const [st, isl, hist, run, ck] = await Promise.all([
-      api('/api/status'), api('/api/islands'), api('/api/history'), api('/api/run'), api('/api/checkpoints'),
+      get<RunStatus>('/api/status'), get<IslandsResponse>('/api/islands'), get<HistoryResponse>('/api/history'),
+      get<RunInfo>('/api/run'), get<CheckpointsResponse>('/api/checkpoints'),
     ]);
-    this.restOk = st.ok;
-    if (st.ok) this.store.setStatus(st.body);
-    if (isl.ok) this.store.setIslands(isl.body);
-    if (hist.ok) this.store.addHistory(hist.body);
-    if (run.ok) this.store.setRun(run.body);
-    if (ck.ok) this.store.setCheckpoints(ck.body);
-    if (this.connection !== 'live') this.setConnection(st.ok ? (this.pollTimer ? 'polling' : 'connecting') : 'offline');
+    this.restOk = st !== null;
+    if (st) this.store.setStatus(st);
+    if (isl) this.store.setIslands(isl.islands);
+    if (hist) this.store.addHistory(hist.points);
+    if (run) this.store.setRun(run);
+    if (ck) this.store.setCheckpoints(ck.checkpoints);
+    if (this.connection !== 'live') this.setConnection(st ? (this.pollTimer ? 'polling' : 'connecting') : 'offline');
   }
 
   async refreshCheckpoints(): Promise<void> {
-    const ck = await api('/api/checkpoints');
-    if (ck.ok) this.store.setCheckpoints(ck.body);
+    const ck = await get<CheckpointsResponse>('/api/checkpoints');
+    if (ck) this.store.setCheckpoints(ck.checkpoints);
   }
 
   async refreshRun(): Promise<void> {
-    const r = await api('/api/run');
-    if (r.ok) this.store.setRun(r.body);
+    const r = await get<RunInfo>('/api/run');
+    if (r) this.store.setRun(r);
   }
 
   async refreshStatus(): Promise<void> {
-    const st = await api('/api/status');
-    if (st.ok) this.store.setStatus(st.body);
+    const st = await get<RunStatus>('/api/status');
+    if (st) this.store.setStatus(st);
+  }
+
+  private async refreshHistory(): Promise<void> {
+    const h = await get<HistoryResponse>(this.historyUrl());
+    if (h) this.store.addHistory(h.points);
   }
 
   private connect(): void {
@@ -94,14 +107,14 @@ export class LiveSource {
       this.setConnection('live');
       this.stopPolling();
       // Fill whatever was missed while disconnected.
-      void api(this.historyUrl()).then((h) => { if (h.ok) this.store.addHistory(h.body); });
+      void this.refreshHistory();
     });
     socket.on('disconnect', () => { this.startPolling(); });
     socket.on('connect_error', () => { if (this.connection !== 'polling') this.startPolling(); });
-    socket.onAny((event: string, payload: unknown) => {
+    socket.on('tick', (tick: DashboardTick) => {
       this.messages++;
       this.lastMessageAt = Date.now();
-      this.store.ingest(event, payload);
+      this.store.ingest(tick);
     });
   }
 
@@ -123,14 +136,14 @@ export class LiveSource {
     const tick = async () => {
       this.pollTick++;
       const calls: Array<Promise<unknown>> = [
-        api('/api/status').then((r) => {
-          this.restOk = r.ok;
-          if (r.ok) this.store.setStatus(r.body);
-          if (this.connection !== 'live') this.setConnection(r.ok ? 'polling' : 'offline');
+        get<RunStatus>('/api/status').then((st) => {
+          this.restOk = st !== null;
+          if (st) this.store.setStatus(st);
+          if (this.connection !== 'live') this.setConnection(st ? 'polling' : 'offline');
         }),
-        api('/api/islands').then((r) => { if (r.ok) this.store.setIslands(r.body); }),
+        get<IslandsResponse>('/api/islands').then((r) => { if (r) this.store.setIslands(r.islands); }),
       ];
-      if (this.pollTick % 3 === 1) calls.push(api(this.historyUrl()).then((r) => { if (r.ok) this.store.addHistory(r.body); }));
+      if (this.pollTick % 3 === 1) calls.push(this.refreshHistory());
       await Promise.all(calls);
       if (this.pollTimer) this.pollTimer = setTimeout(tick, 2000);
     };

@@ -6,7 +6,7 @@ import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { h, setText } from './dom.ts';
 import { fmtBytes, fmtInt, fmtLoss, fmtRatio, fmtSI, isNum } from './format.ts';
-import { type HistoryPoint, runParams } from './model.ts';
+import type { HistoryPoint } from '../../core/api.ts';
 import type { Store } from './store.ts';
 import type { XAxis } from './url.ts';
 
@@ -153,17 +153,17 @@ function clock(sec: number, incr: number): string {
 
 // ---------------------------------------------------------------- data builders
 
-function xOf(p: HistoryPoint, x: XAxis): number | null {
-  return x === 'time' ? (p.time !== null ? p.time / 1000 : null) : p.tokens;
+function xOf(p: HistoryPoint, x: XAxis): number {
+  return x === 'time' ? p.time / 1000 : p.totalTokens;
 }
 
-/** History points that have a usable, non-decreasing x. */
+/** History points with a non-decreasing x. */
 function withX(points: HistoryPoint[], x: XAxis): HistoryPoint[] {
   const out: HistoryPoint[] = [];
   let last = -Infinity;
   for (const p of points) {
     const v = xOf(p, x);
-    if (v === null || v < last) continue;
+    if (v < last) continue;
     last = v;
     out.push(p);
   }
@@ -183,54 +183,9 @@ export function ema(ys: Y, w: number): Y {
   });
 }
 
-/** Is the (non-null part of the) series non-decreasing, i.e. a running total? */
-function isCumulative(ys: Y): boolean {
-  let last = -Infinity;
-  let seen = 0;
-  for (const v of ys) {
-    if (!isNum(v)) continue;
-    if (v < last) return false;
-    last = v;
-    seen++;
-  }
-  return seen > 1;
-}
-
-function cumulate(ys: Y): Y {
-  let s = 0;
-  return ys.map((v) => (isNum(v) ? (s += v) : null));
-}
-
 /** Per-second rate of a running total, against time in ms. */
-function rate(cum: Y, times: Array<number | null>): Y {
-  const out: Y = [];
-  let pv: number | null = null;
-  let pt: number | null = null;
-  for (let i = 0; i < cum.length; i++) {
-    const v = cum[i];
-    const t = times[i];
-    if (isNum(v) && isNum(t) && isNum(pv) && isNum(pt) && t > pt) out.push(Math.max(0, (v - pv) / ((t - pt) / 1000)));
-    else out.push(null);
-    if (isNum(v) && isNum(t)) { pv = v; pt = t; }
-  }
-  return out;
-}
-
-/** Per-second rate of a running total over a trailing window (ms) ending at each point. */
-function windowRate(cum: Y, times: Array<number | null>, windowMs: number): Y {
-  const out: Y = [];
-  let j = 0;
-  for (let i = 0; i < cum.length; i++) {
-    const v = cum[i], t = times[i];
-    if (!isNum(v) || !isNum(t)) { out.push(null); continue; }
-    while (j < i && (!isNum(times[j]) || !isNum(cum[j]) || t - (times[j] as number) > windowMs)) j++;
-    // at least the previous point, even when it is older than the window
-    let k = Math.min(j, i - 1);
-    while (k >= 0 && (!isNum(times[k]) || !isNum(cum[k]))) k--;
-    const tk = k >= 0 ? (times[k] as number) : null;
-    out.push(k >= 0 && tk !== null && t > tk ? Math.max(0, (v - (cum[k] as number)) / ((t - tk) / 1000)) : null);
-  }
-  return out;
+function rate(cum: number[], times: number[]): Y {
+  return cum.map((v, i) => (i > 0 && times[i] > times[i - 1] ? Math.max(0, (v - cum[i - 1]) / ((times[i] - times[i - 1]) / 1000)) : null));
 }
 
 const xLabel = (x: XAxis) => (x === 'time' ? 'time' : 'tokens trained');
@@ -244,7 +199,7 @@ function lossDef(points: HistoryPoint[], x: XAxis, smooth: number): ChartDef {
   return {
     key: `loss/${x}/${smooth}`,
     x,
-    data: [ps.map((p) => xOf(p, x) as number), train, ema(train, smooth), evalL],
+    data: [ps.map((p) => xOf(p, x)), train, ema(train, smooth), evalL],
     series: [
       { label: 'train (raw)', stroke: '#b8c7d6', width: 1, value: (_u, v) => fmtLoss(v), spanGaps: true, points: { show: false } },
       { label: smooth > 0 ? `train (EMA ${smooth})` : 'train', stroke: PALETTE[0], width: 2, value: (_u, v) => fmtLoss(v), spanGaps: true, points: { show: false } },
@@ -256,34 +211,20 @@ function lossDef(points: HistoryPoint[], x: XAxis, smooth: number): ChartDef {
   };
 }
 
-function throughputDef(store: Store, x: XAxis): ChartDef {
-  const hist = withX(store.history, x);
-  const histHasEngines = hist.some((p) => p.byEngine && Object.keys(p.byEngine).length > 0);
-  // Total from history: the server's figure, else tokens over the trailing minute (as the
-  // server computes the headline tokens/s), so the chart and the headline agree.
-  const tot: Y = windowRate(hist.map((p) => p.tokens), hist.map((p) => p.time), 60_000).map((r, i) => hist[i].tokensPerSec ?? r);
-  let engines: string[] = [];
-  let table: Data;
-  let note: string;
-  if (histHasEngines) {
-    const set = new Set<string>();
-    for (const p of hist) for (const k of Object.keys(p.byEngine ?? {})) set.add(k);
-    engines = [...set].sort();
-    table = [hist.map((p) => xOf(p, x) as number), tot, ...engines.map((e) => hist.map((p) => p.byEngine?.[e] ?? null))];
-    note = 'Accepted tokens/s, stacked by engine type.';
-  } else {
-    const set = new Set<string>();
-    for (const s of store.samples) for (const k of Object.keys(s.byEngine)) set.add(k);
-    engines = [...set].sort();
-    const ss = store.samples.filter((s) => (x === 'time' ? true : s.tokens !== null));
-    const histT: Data = [hist.map((p) => xOf(p, x) as number), tot];
-    const sampT: Data = [ss.map((s) => (x === 'time' ? s.t / 1000 : (s.tokens as number))), ...engines.map((e) => ss.map((s) => s.byEngine[e] ?? 0))];
-    table = engines.length ? uPlot.join([histT, sampT]) : histT;
-    note = 'Total: tokens into θ per second over the trailing minute. Stack by engine: islands\u2019 measured speeds scaled to that total, sampled since this page opened.';
-  }
+function throughputDef(points: HistoryPoint[], x: XAxis): ChartDef {
+  const ps = withX(points, x);
+  const set = new Set<string>();
+  for (const p of ps) for (const k of Object.keys(p.tokensByEngine)) set.add(k);
+  const engines = [...set].sort();
+  // Each engine's share of the update's tokens, times the point's rate: the stack adds up to the total.
+  const share = (p: HistoryPoint, e: string) => {
+    let sum = 0;
+    for (const v of Object.values(p.tokensByEngine)) sum += v;
+    return sum > 0 ? (p.tokensPerSec * (p.tokensByEngine[e] ?? 0)) / sum : null;
+  };
+  const raw: Y[] = engines.map((e) => ps.map((p) => share(p, e)));
   // stack: series i (engine i) shows the sum of engines i..n-1, drawn bottom-last so each fill covers the ones above.
-  const raw = table.slice(2) as Y[];
-  const n = table[0].length;
+  const n = ps.length;
   const stacked: Y[] = raw.map(() => new Array(n).fill(null));
   for (let j = 0; j < n; j++) {
     let acc = 0;
@@ -294,128 +235,65 @@ function throughputDef(store: Store, x: XAxis): ChartDef {
       stacked[i][j] = any ? acc : null;
     }
   }
-  const series: uPlot.Series[] = [
-    { label: 'total', stroke: () => getComputedStyle(document.documentElement).getPropertyValue('--text').trim() || '#333', width: 1.5, value: (_u, v) => fmtSI(v, ' tok/s'), spanGaps: true, points: { show: false } },
-    ...engines.map((e, i): uPlot.Series => ({
-      label: e,
-      stroke: PALETTE[(i + 2) % PALETTE.length],
-      fill: PALE[(i + 2) % PALE.length],
-      width: 1,
-      spanGaps: true,
-      points: { show: false },
-      value: (_u, _v, _si, idx) => (idx === null ? '–' : fmtSI(raw[i][idx], ' tok/s')),
-    })),
-  ];
-  // uPlot draws in order: put the stacks first (bottom-most engine last) and the total on top.
-  const order = engines.map((_, i) => i);
-  const data: Data = [table[0], ...order.map((i) => stacked[i]), table[1]];
-  const ordered = [...order.map((i) => series[1 + i]), series[0]];
-  const hasData = (table[1] as Y).some(isNum) || stacked.some((s) => s.some(isNum));
+  const total: uPlot.Series = { label: 'total', stroke: () => getComputedStyle(document.documentElement).getPropertyValue('--text').trim() || '#333', width: 1.5, value: (_u, v) => fmtSI(v, ' tok/s'), spanGaps: true, points: { show: false } };
+  const stacks = engines.map((e, i): uPlot.Series => ({
+    label: e,
+    stroke: PALETTE[(i + 2) % PALETTE.length],
+    fill: PALE[(i + 2) % PALE.length],
+    width: 1,
+    spanGaps: true,
+    points: { show: false },
+    value: (_u, _v, _si, idx) => (idx === null ? '–' : fmtSI(raw[i][idx], ' tok/s')),
+  }));
+  // uPlot draws in order: the stacks first (bottom-most engine last), the total on top.
   return {
-    key: `tps/${x}/${histHasEngines}/${engines.join(',')}`,
+    key: `tps/${x}/${engines.join(',')}`,
     x,
-    data,
-    series: ordered,
+    data: [ps.map((p) => xOf(p, x)), ...stacked, ps.map((p) => p.tokensPerSec)],
+    series: [...stacks, total],
     yFmt: (v) => fmtSI(v),
-    empty: n === 0 ? WAIT : hasData ? null : 'No throughput measured yet',
-    note,
+    empty: n === 0 ? WAIT : null,
+    note: 'Tokens into θ per second over the trailing minute, stacked by the contributors\u2019 engine.',
   };
 }
 
-function islandsDef(store: Store, x: XAxis): ChartDef {
-  const ps = withX(store.history, x);
-  const fromHistory = ps.some((p) => p.islandsOnline !== null);
-  const contributors: Y = ps.map((p) => p.contributors);
-  const hasContrib = contributors.some(isNum);
-  let data: Data;
-  let note: string;
-  if (fromHistory || store.samples.length === 0) {
-    data = [ps.map((p) => xOf(p, x) as number), ps.map((p) => p.islandsOnline), ...(hasContrib ? [contributors] : [])];
-    note = hasContrib ? 'Contributors: islands whose Δ went into each outer update.' : '';
-  } else {
-    // The server's history has no online count: count from the live islands list, since this page opened.
-    const ss = store.samples.filter((s) => (x === 'time' ? true : s.tokens !== null));
-    const live: Data = [ss.map((s) => (x === 'time' ? s.t / 1000 : (s.tokens as number))), ss.map((s) => s.online)];
-    data = hasContrib ? uPlot.join([live, [ps.map((p) => xOf(p, x) as number), contributors]]) : live;
-    note = `Online: counted from the islands list since this page opened.${hasContrib ? ' Contributors: islands whose Δ went into each outer update.' : ''}`;
-  }
-  const series: uPlot.Series[] = [
-    { label: 'online', stroke: PALETTE[2], fill: 'rgba(63,143,90,0.12)', width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } },
-  ];
-  if (hasContrib) series.push({ label: 'contributors / update', stroke: PALETTE[0], width: 1.5, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } });
-  const any = (data.slice(1) as Y[]).some((ys) => ys.some(isNum));
+function islandsDef(points: HistoryPoint[], x: XAxis): ChartDef {
+  const ps = withX(points, x);
   return {
-    key: `islands/${x}/${fromHistory}/${hasContrib}`,
+    key: `islands/${x}`,
     x,
-    data,
-    series,
+    data: [ps.map((p) => xOf(p, x)), ps.map((p) => p.islandsOnline), ps.map((p) => p.contributors)],
+    series: [
+      { label: 'online', stroke: PALETTE[2], fill: 'rgba(63,143,90,0.12)', width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } },
+      { label: 'contributors / update', stroke: PALETTE[0], width: 1.5, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } },
+    ],
     yFmt: (v) => fmtInt(v),
-    empty: data[0].length === 0 ? 'No islands yet' : any ? null : 'No island counts yet',
-    note,
+    empty: ps.length === 0 ? WAIT : null,
+    note: 'Online: islands connected at each outer update. Contributors: islands whose Δ went into it.',
   };
 }
 
-/**
- * Do these per-point byte counts look like a running total rather than per-version amounts?
- * With the server's total at hand: whichever reading lands nearer to it. Without: strictly increasing.
- */
-function looksCumulative(ys: Y, total: number | null): boolean {
-  if (!isCumulative(ys)) return false;
-  const nums = ys.filter(isNum);
-  const last = nums[nums.length - 1];
-  const sum = nums.reduce((a, b) => a + b, 0);
-  if (isNum(total) && total > 0) return Math.abs(last - total) < Math.abs(sum - total);
-  for (let i = 1; i < nums.length; i++) if (nums[i] <= nums[i - 1]) return false;
-  return nums.length > 2;
-}
-
-function bytesDef(store: Store, x: XAxis): ChartDef {
-  const ps = withX(store.history, x);
+function bytesDef(points: HistoryPoint[], x: XAxis): ChartDef {
+  const ps = withX(points, x);
   const times = ps.map((p) => p.time);
-  let cin: Y = ps.map((p) => p.bytesIn);
-  let cout: Y = ps.map((p) => p.bytesOut);
-  if (!looksCumulative(cin, store.status?.bytesIn ?? null)) cin = cumulate(cin);
-  if (!looksCumulative(cout, store.status?.bytesOut ?? null)) cout = cumulate(cout);
-  const up = rate(cin, times);
-  const down = rate(cout, times);
-  // Compression: the server's per-version figure (f32 bytes of counted Δs ÷ their frame bytes),
-  // else fp32 bytes of every Δ received so far ÷ bytes that came in.
-  let ratio: Y | null = null;
-  let ratioHow = '';
-  if (ps.some((p) => p.compressionRatio !== null)) {
-    ratio = ps.map((p) => p.compressionRatio);
-    ratioHow = 'Compression: fp32 bytes of the accepted Δs ÷ their frame bytes, per version.';
-  } else {
-    const nParams = store.run ? runParams(store.run) : null;
-    if (nParams) {
-      let deltas = 0;
-      ratio = ps.map((p, i) => {
-        deltas += (p.accepted ?? 0) + Object.values(p.rejectedByCode ?? {}).reduce((a, b) => a + b, 0);
-        const b = cin[i];
-        return isNum(b) && b > 0 && deltas > 0 ? (deltas * 4 * nParams) / b : null;
-      });
-      ratioHow = 'Compression: fp32 bytes of every Δ received ÷ bytes received, so far.';
-    }
-  }
+  const up = rate(ps.map((p) => p.bytesInTotal), times);
+  const down = rate(ps.map((p) => p.bytesOutTotal), times);
+  const ratio: Y = ps.map((p) => (p.compressionRatio > 0 ? p.compressionRatio : null));
   const series: uPlot.Series[] = [
     { label: 'up (islands → server)', stroke: PALETTE[0], width: 2, value: (_u, v) => (isNum(v) ? `${fmtBytes(v)}/s` : '–'), spanGaps: true, points: { show: false } },
-    { label: 'down (server → islands)', stroke: PALETTE[3], width: 2, value: (_u, v) => (isNum(v) ? `${fmtBytes(v)}/s` : '–'), spanGaps: true, points: { show: false } },
+    { label: 'down (server → islands)', stroke: PALETTE[3], width: 2, dash: [6, 3], value: (_u, v) => (isNum(v) ? `${fmtBytes(v)}/s` : '–'), spanGaps: true, points: { show: false } },
+    { label: 'compression', scale: 'r', stroke: PALETTE[6], width: 1.5, dash: [4, 3], value: (_u, v) => fmtRatio(v), spanGaps: true, points: { show: false } },
   ];
-  const data: Data = [ps.map((p) => xOf(p, x) as number), up, down];
-  if (ratio) {
-    series.push({ label: 'compression', scale: 'r', stroke: PALETTE[6], width: 1.5, dash: [4, 3], value: (_u, v) => fmtRatio(v), spanGaps: true, points: { show: false } });
-    data.push(ratio);
-  }
   const any = up.some(isNum) || down.some(isNum);
   return {
-    key: `bytes/${x}/${!!ratio}`,
+    key: `bytes/${x}`,
     x,
-    data,
+    data: [ps.map((p) => xOf(p, x)), up, down, ratio],
     series,
     yFmt: (v) => fmtBytes(v),
-    yRight: ratio ? { label: 'ratio', fmt: (v) => `${v.toPrecision(3)}×` } : undefined,
+    yRight: { label: 'ratio', fmt: (v) => `${v.toPrecision(3)}×` },
     empty: ps.length === 0 ? WAIT : any ? null : 'No traffic measured yet',
-    note: `Bytes/s between outer steps (delta frames up, update frames down). ${ratioHow}`,
+    note: 'Bytes/s between outer updates (Δ frames and joins up; updates and model downloads down). Compression: fp32 bytes of the accepted Δs ÷ their frame bytes, per version.',
   };
 }
 
@@ -424,7 +302,7 @@ function versionDef(points: HistoryPoint[], x: XAxis): ChartDef {
   return {
     key: `version/${x}`,
     x,
-    data: [ps.map((p) => xOf(p, x) as number), ps.map((p) => p.version)],
+    data: [ps.map((p) => xOf(p, x)), ps.map((p) => p.version)],
     series: [{ label: 'outer version', stroke: PALETTE[4], width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), points: { show: false } }],
     yFmt: (v) => fmtInt(v),
     empty: ps.length === 0 ? WAIT : null,
@@ -434,10 +312,7 @@ function versionDef(points: HistoryPoint[], x: XAxis): ChartDef {
 function stalenessDef(points: HistoryPoint[]): ChartDef {
   const counts = new Map<number, number>();
   for (const p of points) {
-    for (const [k, v] of Object.entries(p.staleness ?? {})) {
-      const t = Number(k);
-      if (Number.isInteger(t) && t >= 0) counts.set(t, (counts.get(t) ?? 0) + v);
-    }
+    p.stalenessHist.forEach((v, t) => counts.set(t, (counts.get(t) ?? 0) + v));
   }
   // Buckets up to the largest staleness seen (at least τ = 0..2, for scale); the server's last
   // bucket collects everything at or above it.
@@ -466,16 +341,16 @@ function stalenessDef(points: HistoryPoint[]): ChartDef {
 function outcomesDef(points: HistoryPoint[], x: XAxis): ChartDef {
   const ps = withX(points, x);
   const codes = new Set<string>();
-  for (const p of ps) for (const k of Object.keys(p.rejectedByCode ?? {})) codes.add(k);
+  for (const p of ps) for (const k of Object.keys(p.rejected)) codes.add(k);
   const list = [...codes].sort();
   let acc = 0;
-  const accepted: Y = ps.map((p) => (acc += p.accepted ?? 0));
-  const byCode: Y[] = list.map((c) => { let s = 0; return ps.map((p) => (s += p.rejectedByCode?.[c] ?? 0)); });
+  const accepted: Y = ps.map((p) => (acc += p.accepted));
+  const byCode: Y[] = list.map((c) => { let s = 0; return ps.map((p) => (s += p.rejected[c] ?? 0)); });
   const totals = list.map((c, i) => `${c} ${fmtInt(byCode[i][byCode[i].length - 1])}`);
   return {
     key: `outcomes/${x}/${list.join(',')}`,
     x,
-    data: [ps.map((p) => xOf(p, x) as number), accepted, ...byCode],
+    data: [ps.map((p) => xOf(p, x)), accepted, ...byCode],
     series: [
       { label: 'accepted', stroke: PALETTE[2], width: 2, value: (_u, v) => fmtInt(v), points: { show: false } },
       ...list.map((c, i): uPlot.Series => ({ label: `rejected ${c}`, stroke: PALETTE[(i + 4) % PALETTE.length], width: 1.5, dash: [5, 3], value: (_u, v) => fmtInt(v), points: { show: false } })),
@@ -526,17 +401,17 @@ export class Charts {
    * sizes, so nothing moves meanwhile). A budget of 0 builds nothing this frame.
    */
   render(store: Store, x: XAxis, smooth: number, buildBudgetMs = 12): void {
-    const sig = `${store.rev.history}/${store.rev.samples}/${store.rev.run}/${x}/${smooth}`;
+    const sig = `${store.rev.history}/${x}/${smooth}`;
     if (sig === this.seen || this.root.clientWidth === 0) return;
     const t0 = performance.now();
     const pts = store.history;
-    const { history: hr, samples: sr, run: rr } = store.rev;
+    const hr = store.rev.history;
     // [id, what the chart depends on, builder]: a chart whose inputs did not change is skipped.
     const defs: Array<[string, string, () => ChartDef]> = [
       ['loss', `${hr}/${x}/${smooth}`, () => lossDef(pts, x, smooth)],
-      ['tps', `${hr}/${sr}/${x}`, () => throughputDef(store, x)],
-      ['islands', `${hr}/${sr}/${x}`, () => islandsDef(store, x)],
-      ['bytes', `${hr}/${rr}/${x}`, () => bytesDef(store, x)],
+      ['tps', `${hr}/${x}`, () => throughputDef(pts, x)],
+      ['islands', `${hr}/${x}`, () => islandsDef(pts, x)],
+      ['bytes', `${hr}/${x}`, () => bytesDef(pts, x)],
       ['version', `${hr}/${x}`, () => versionDef(pts, x)],
       ['staleness', `${hr}`, () => stalenessDef(pts)],
       ['outcomes', `${hr}/${x}`, () => outcomesDef(pts, x)],

@@ -4,7 +4,7 @@
 
 import { h, setAttr, setText } from './dom.ts';
 import { fmtAgo, fmtInt, fmtSI } from './format.ts';
-import type { Island } from './model.ts';
+import type { IslandView as Island } from '../../core/api.ts';
 import { isOnline, type Store } from './store.ts';
 import { PAGE_SIZES, type SortDir, type ViewState } from './url.ts';
 

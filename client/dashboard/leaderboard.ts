@@ -3,7 +3,7 @@
 
 import { h, setAttr, setText } from './dom.ts';
 import { fmtAgo, fmtInt, fmtPct } from './format.ts';
-import type { Island } from './model.ts';
+import type { IslandView as Island } from '../../core/api.ts';
 import { isOnline, type Store } from './store.ts';
 
 export interface Contributor {
@@ -33,7 +33,7 @@ export function contributors(islands: Iterable<Island>): Contributor[] {
     c.islands++;
     if (isOnline(i)) c.online++;
     if (i.engine) c.engineSet.add(i.engine);
-    if (i.lastSeen !== null && (c.lastSeen === null || i.lastSeen > c.lastSeen)) c.lastSeen = i.lastSeen;
+    if (c.lastSeen === null || i.lastSeen > c.lastSeen) c.lastSeen = i.lastSeen;
   }
   const out = [...by.values()].map(({ engineSet, ...c }) => ({ ...c, engines: [...engineSet].sort() }));
   out.sort((a, b) => b.tokens - a.tokens || b.accepted - a.accepted || (a.name < b.name ? -1 : 1));

@@ -161,7 +161,7 @@ function render(): void {
   const revealed = renderedTab !== view.tab;
   renderedTab = view.tab;
   const s = store.status;
-  setText(runName, s?.run || store.run?.name || '');
+  setText(runName, s?.run ?? '');
   modeBadge.hidden = !s?.mode;
   setText(modeBadge, s?.mode ?? '');
   pausedBadge.hidden = !s?.paused;

@@ -1,14 +1,20 @@
 // Run panel: description and configuration, checkpoints with download links, and a
 // sample from the current global model.
 
+import type { RunInfo, SampleResponse } from '../../core/api.ts';
 import { api } from './api.ts';
 import { clear, h, setText } from './dom.ts';
-import { fmtBytes, fmtInt, fmtTime } from './format.ts';
-import { type Dict, isDict } from './model.ts';
+import { fmtBytes, fmtInt, fmtSI, fmtTime } from './format.ts';
 import type { Store } from './store.ts';
 
+type Dict = Record<string, unknown>;
+
+function isDict(v: unknown): v is Dict {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
 /** Flattens nested config into [dotted.key, value] rows. */
-export function flatten(o: Dict, prefix = '', out: Array<[string, string]> = []): Array<[string, string]> {
+export function flatten(o: object, prefix = '', out: Array<[string, string]> = []): Array<[string, string]> {
   for (const [k, v] of Object.entries(o)) {
     const key = prefix ? `${prefix}.${k}` : k;
     if (isDict(v)) flatten(v, key, out);
@@ -17,13 +23,29 @@ export function flatten(o: Dict, prefix = '', out: Array<[string, string]> = [])
   return out;
 }
 
+/** The run in words and units: [what, value] rows. */
+export function runFacts(r: RunInfo): Array<[string, string]> {
+  const m = r.model;
+  const c = r.codec;
+  const o = r.outer;
+  return [
+    ['Model', `GPT-2: ${m.nLayer} layers, ${m.nHead} heads, width ${m.nEmbd}, context ${m.blockSize} tokens`],
+    ['Parameters', `${fmtSI(r.params)} (${fmtBytes(r.modelBytes)} in fp32)`],
+    ['Text', `${r.data.name}: ${fmtBytes(r.data.trainBytes)} to train on, ${fmtBytes(r.data.heldOutBytes)} held out`],
+    ['Mode', r.mode === 'sync' ? 'sync: one outer update per round of all islands' : 'async: an outer update per arriving Δ'],
+    ['Inner step', `${r.batch} sequences × ${r.seqLen} tokens = ${fmtInt(r.batch * r.seqLen)} tokens`],
+    ['Inner steps per round', r.innerSteps === null ? `set per island to fill a ${(r.targetRoundMs / 1000).toFixed(0)} s round` : `H = ${r.innerSteps}`],
+    ['Codec (Δ upload)', c.encoding === 'topk' ? `top-k, ${((c.topkFraction ?? 0.01) * 100).toFixed(2)}% of entries` : `${c.encoding}${c.blockSize ? `, blocks of ${c.blockSize}` : ''}`],
+    ['Outer optimizer', `${o.kind}, learning rate ${o.lr}, momentum ${o.momentum}`],
+    ['Traffic per island and round', `${fmtBytes(r.bytesPerRound.up)} up, ${fmtBytes(r.bytesPerRound.down)} down`],
+    ['Largest Δ frame accepted', fmtBytes(r.maxFrameBytes)],
+    ['Protocol version', String(r.protocolVersion)],
+  ];
+}
+
+/** The server's error (core/api.ts ApiError) as one line; a local message as it is. */
 export function errorText(body: unknown): string {
-  if (isDict(body)) {
-    const e = isDict(body.error) ? body.error : body;
-    const code = typeof e.code === 'string' ? e.code : '';
-    const msg = typeof e.message === 'string' ? e.message : typeof body.error === 'string' ? body.error : '';
-    if (code || msg) return [code, msg].filter(Boolean).join(': ');
-  }
+  if (isDict(body) && isDict(body.error)) return `${String(body.error.code)}: ${String(body.error.message)}`;
   return typeof body === 'string' ? body.slice(0, 300) : JSON.stringify(body).slice(0, 300);
 }
 
@@ -72,7 +94,7 @@ export class RunPanel {
     setText(this.title, run?.name ? `Run: ${run.name}` : 'Run');
     setText(this.desc, run?.description ?? (run ? '' : 'Run information is not available yet.'));
     clear(this.facts);
-    for (const [k, v] of run ? flatten(run.info) : []) this.facts.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
+    for (const [k, v] of run ? runFacts(run) : []) this.facts.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
     clear(this.config);
     for (const [k, v] of run ? flatten(run.config) : []) this.config.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
     clear(this.ckBody);
@@ -101,13 +123,9 @@ export class RunPanel {
       setText(this.sampleMeta, `The server refused (${r.status || 'network'}): ${errorText(r.body)}`);
       return;
     }
-    const b = r.body;
-    const text = typeof b === 'string' ? b : isDict(b) ? String(b.text ?? b.sample ?? b.output ?? JSON.stringify(b)) : JSON.stringify(b);
-    const prompt = isDict(b) && typeof b.prompt === 'string' ? b.prompt : '';
-    this.sampleOut.textContent = prompt + text;
-    const version = isDict(b) && (typeof b.version === 'number') ? ` from version ${b.version}` : '';
+    const b = r.body as SampleResponse;
+    this.sampleOut.textContent = b.prompt + b.text;
     // The server caps the length; say what it actually generated.
-    const got = isDict(b) && typeof b.tokens === 'number' ? b.tokens : n;
-    setText(this.sampleMeta, `${got} tokens${version} in ${ms} ms${got < n ? ` (the server caps samples at ${got})` : ''}.`);
+    setText(this.sampleMeta, `${b.tokens} tokens from version ${b.version} in ${ms} ms${b.tokens < n ? ` (the server caps samples at ${b.tokens})` : ''}.`);
   }
 }
