@@ -20,6 +20,7 @@ function buildTables(): Int32Array {
   return t;
 }
 
+const EMPTY = new Int32Array(0);
 const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /**
@@ -35,7 +36,8 @@ export function crc32(bytes: Uint8Array, crc = 0): number {
     // Bytes up to a 4-byte boundary, then two u32 loads per 8 bytes (twice as fast as byte loads).
     while (i < n && ((bytes.byteOffset + i) & 3) !== 0) c = t[(c ^ bytes[i++]) & 0xff] ^ (c >>> 8);
     const pairs = (n - i) >>> 3;
-    const w = new Int32Array(bytes.buffer, bytes.byteOffset + i, 2 * pairs);
+    // no view when there is nothing to read: the offset may still be unaligned (short or empty input)
+    const w = pairs > 0 ? new Int32Array(bytes.buffer, bytes.byteOffset + i, 2 * pairs) : EMPTY;
     for (let j = 0; j < 2 * pairs; j += 2) {
       const lo = c ^ w[j];
       const hi = w[j + 1];
