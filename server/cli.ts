@@ -69,6 +69,16 @@ export function buildProgram(): Command {
       process.stdout.write(o.prompt + (await sampleFromCheckpoint(o)) + '\n');
     });
 
+  program.command('export')
+    .description('a checkpoint as a Hugging Face transformers GPT-2 folder (--format hf), or such a folder back to a checkpoint (--format atoll)')
+    .requiredOption('--checkpoint <path>', 'hf: a checkpoint file; atoll: a transformers folder')
+    .addOption(new Option('--format <fmt>', 'what to write').choices(['hf', 'atoll']).default('hf'))
+    .requiredOption('--out <path>', 'hf: the folder to write; atoll: the checkpoint file')
+    .action(async (o) => {
+      const { exportCheckpoint } = await import('./commands/export.ts');
+      for (const p of exportCheckpoint(o)) process.stderr.write(`wrote ${p}\n`);
+    });
+
   program.command('serve')
     .description('the coordinator server: island protocol (socket.io), REST API, /metrics, volunteer page and dashboard; resumes an existing run folder')
     .addOption(presetOption())

@@ -1,0 +1,182 @@
+// Hugging Face transformers' GPT-2 layout, both ways. Atoll's model is exactly GPT-2 (learned
+// positions, pre-LN, tanh GELU, tied head, biases everywhere), so the export only renames and
+// reshapes:
+//
+//   atoll (stacked per layer, weights (out, in))    transformers GPT2LMHeadModel (Conv1D: (in, out))
+//   wte (V,C)  wpe (T,C)                            transformer.wte.weight  transformer.wpe.weight
+//   ln1w/ln1b (L,C)                                 transformer.h.{l}.ln_1.weight / .bias
+//   qkvw (L,3C,C)  qkvb (L,3C)                      transformer.h.{l}.attn.c_attn.weight (C,3C) / .bias
+//   attprojw (L,C,C)  attprojb (L,C)                transformer.h.{l}.attn.c_proj.weight (C,C) / .bias
+//   ln2w/ln2b (L,C)                                 transformer.h.{l}.ln_2.weight / .bias
+//   fcw (L,4C,C)  fcb (L,4C)                        transformer.h.{l}.mlp.c_fc.weight (C,4C) / .bias
+//   fcprojw (L,C,4C)  fcprojb (L,C)                 transformer.h.{l}.mlp.c_proj.weight (4C,C) / .bias
+//   lnfw/lnfb (C)                                   transformer.ln_f.weight / .bias
+//   (tied to wte)                                   lm_head.weight: not stored (tie_word_embeddings)
+//
+// The tokenizer is byte-level: token id = UTF-8 byte, as in core/data/tokenizer.ts. It is a
+// tokenizers BPE with the 256 byte symbols of GPT-2's byte-to-unicode map and no merges.
+
+import type { Checkpoint } from './checkpoint.ts';
+import { type GPTConfig, paramLayout, validateConfig } from './model/config.ts';
+import { LN_EPS } from './model/ops.ts';
+import { type Result, err, ok } from './result.ts';
+import { type TensorInput, readSafetensors, tensorAsFloat32, writeSafetensors } from './safetensors.ts';
+
+/** Per-layer tensors: atoll name, transformers name inside transformer.h.{l}, stored transposed. */
+const LAYER: ReadonlyArray<[string, string, boolean]> = [
+  ['ln1w', 'ln_1.weight', false], ['ln1b', 'ln_1.bias', false],
+  ['qkvw', 'attn.c_attn.weight', true], ['qkvb', 'attn.c_attn.bias', false],
+  ['attprojw', 'attn.c_proj.weight', true], ['attprojb', 'attn.c_proj.bias', false],
+  ['ln2w', 'ln_2.weight', false], ['ln2b', 'ln_2.bias', false],
+  ['fcw', 'mlp.c_fc.weight', true], ['fcb', 'mlp.c_fc.bias', false],
+  ['fcprojw', 'mlp.c_proj.weight', true], ['fcprojb', 'mlp.c_proj.bias', false],
+];
+const GLOBAL: ReadonlyArray<[string, string]> = [
+  ['wte', 'transformer.wte.weight'], ['wpe', 'transformer.wpe.weight'],
+  ['lnfw', 'transformer.ln_f.weight'], ['lnfb', 'transformer.ln_f.bias'],
+];
+
+/** The files of a transformers model folder, by name. */
+export type HfFolder = Record<string, Uint8Array>;
+
+export const HF_FILES = ['model.safetensors', 'config.json', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'] as const;
+
+/** (rows, cols) row-major → (cols, rows) row-major. */
+function transpose(src: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(src.length);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = src[r * cols + c];
+  return out;
+}
+
+/** transformers' GPT2Config for an atoll model. */
+export function hfConfig(c: GPTConfig): Record<string, unknown> {
+  return {
+    architectures: ['GPT2LMHeadModel'],
+    model_type: 'gpt2',
+    vocab_size: c.vocabSize,
+    n_positions: c.blockSize,
+    n_ctx: c.blockSize,
+    n_embd: c.nEmbd,
+    n_layer: c.nLayer,
+    n_head: c.nHead,
+    n_inner: null,
+    activation_function: 'gelu_new',
+    layer_norm_epsilon: LN_EPS,
+    resid_pdrop: 0,
+    embd_pdrop: 0,
+    attn_pdrop: 0,
+    initializer_range: 0.02,
+    scale_attn_weights: true,
+    tie_word_embeddings: true,
+    // byte-level: no special tokens of its own; generation stops at NUL, which the corpus never holds
+    bos_token_id: 0,
+    eos_token_id: 0,
+    torch_dtype: 'float32',
+    use_cache: true,
+  };
+}
+
+/** GPT-2's byte → printable unicode map (so every byte is one symbol of the BPE vocabulary). */
+export function byteSymbols(): string[] {
+  const bs: number[] = [];
+  for (let b = 0x21; b <= 0x7e; b++) bs.push(b);
+  for (let b = 0xa1; b <= 0xac; b++) bs.push(b);
+  for (let b = 0xae; b <= 0xff; b++) bs.push(b);
+  const sym: string[] = new Array(256);
+  for (const b of bs) sym[b] = String.fromCodePoint(b);
+  let n = 0;
+  for (let b = 0; b < 256; b++) if (sym[b] === undefined) sym[b] = String.fromCodePoint(256 + n++);
+  return sym;
+}
+
+function tokenizerJson(): Record<string, unknown> {
+  const vocab: Record<string, number> = {};
+  byteSymbols().forEach((s, b) => { vocab[s] = b; });
+  const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
+  return {
+    version: '1.0', truncation: null, padding: null, added_tokens: [], normalizer: null,
+    pre_tokenizer: byteLevel, post_processor: null, decoder: byteLevel,
+    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges: [] },
+  };
+}
+
+const json = (o: unknown) => new TextEncoder().encode(JSON.stringify(o, null, 2) + '\n');
+
+/** An atoll checkpoint as a folder that GPT2LMHeadModel.from_pretrained and AutoTokenizer load. */
+export function exportHf(ck: Checkpoint): HfFolder {
+  const c = ck.config;
+  const layout = paramLayout(c);
+  const tensors: Record<string, TensorInput> = {};
+  const view = (name: string) => { const t = layout.byName[name]; return ck.params.subarray(t.offset, t.offset + t.size); };
+  for (const [a, h] of GLOBAL) tensors[h] = { dtype: 'F32', shape: layout.byName[a].shape, data: view(a) };
+  for (const [a, h, tr] of LAYER) {
+    const rest = layout.byName[a].shape.slice(1);
+    const size = rest.reduce((x, y) => x * y, 1);
+    const all = view(a);
+    for (let l = 0; l < c.nLayer; l++) {
+      const one = all.subarray(l * size, (l + 1) * size);
+      tensors[`transformer.h.${l}.${h}`] = tr
+        ? { dtype: 'F32', shape: [rest[1], rest[0]], data: transpose(one, rest[0], rest[1]) }
+        : { dtype: 'F32', shape: rest, data: one };
+    }
+  }
+  const meta: Record<string, string> = {};
+  for (const [k, v] of Object.entries(ck.meta)) if (k !== 'format' && k !== 'coordinator') meta[`atoll.${k}`] = v;
+  return {
+    'model.safetensors': writeSafetensors(tensors, { ...meta, format: 'pt' }),
+    'config.json': json(hfConfig(c)),
+    'tokenizer.json': json(tokenizerJson()),
+    'tokenizer_config.json': json({
+      tokenizer_class: 'PreTrainedTokenizerFast', model_max_length: c.blockSize, clean_up_tokenization_spaces: false,
+      add_prefix_space: false, added_tokens_decoder: {},
+    }),
+    'special_tokens_map.json': json({}),
+  };
+}
+
+/** A transformers GPT-2 folder (as exportHf writes it) back to an atoll checkpoint. Never throws. */
+export function importHf(folder: HfFolder): Result<Checkpoint> {
+  const cfgBytes = folder['config.json'];
+  const model = folder['model.safetensors'];
+  if (!cfgBytes || !model) return err('E_BAD_CHECKPOINT', 'a transformers folder needs config.json and model.safetensors');
+  let config: GPTConfig;
+  try {
+    const h = JSON.parse(new TextDecoder().decode(cfgBytes)) as Record<string, unknown>;
+    if (h.model_type !== 'gpt2') return err('E_BAD_CHECKPOINT', `config.json: model_type '${String(h.model_type)}', expected 'gpt2'`);
+    if (h.activation_function !== 'gelu_new') return err('E_BAD_CHECKPOINT', `config.json: activation '${String(h.activation_function)}': atoll's GELU is gelu_new (tanh)`);
+    config = { vocabSize: Number(h.vocab_size), blockSize: Number(h.n_positions), nLayer: Number(h.n_layer), nHead: Number(h.n_head), nEmbd: Number(h.n_embd) };
+    validateConfig(config);
+  } catch (e) {
+    return err('E_BAD_CHECKPOINT', `config.json: ${(e as Error).message}`);
+  }
+  const file = readSafetensors(model);
+  if (!file.ok) return file;
+  const { tensors, metadata } = file.value;
+  const layout = paramLayout(config);
+  const params = new Float32Array(layout.total);
+  const take = (name: string, shape: number[]): Result<Float32Array> => {
+    const t = tensors[name];
+    if (!t) return err('E_MISSING_TENSOR', `model.safetensors lacks '${name}'`);
+    if (t.dtype !== 'F32' || t.shape.join(',') !== shape.join(',')) return err('E_WRONG_SIZE', `'${name}' is ${t.dtype} [${t.shape}], expected F32 [${shape}]`);
+    return ok(tensorAsFloat32(t));
+  };
+  for (const [a, h] of GLOBAL) {
+    const spec = layout.byName[a];
+    const r = take(h, spec.shape);
+    if (!r.ok) return r;
+    params.set(r.value, spec.offset);
+  }
+  for (const [a, h, tr] of LAYER) {
+    const spec = layout.byName[a];
+    const rest = spec.shape.slice(1);
+    const size = rest.reduce((x, y) => x * y, 1);
+    for (let l = 0; l < config.nLayer; l++) {
+      const r = take(`transformer.h.${l}.${h}`, tr ? [rest[1], rest[0]] : rest);
+      if (!r.ok) return r;
+      params.set(tr ? transpose(r.value, rest[1], rest[0]) : r.value, spec.offset + l * size);
+    }
+  }
+  const meta: Record<string, string> = {};
+  for (const [k, v] of Object.entries(metadata)) if (k.startsWith('atoll.')) meta[k.slice(6)] = v;
+  return ok({ config, params, meta, extra: {} });
+}
