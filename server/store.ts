@@ -145,6 +145,11 @@ export class RunStore {
     this.queued.push(JSON.stringify({ t: event.t ?? Date.now(), ...event }) + '\n');
   }
 
+  /** A checkpoint was requested and is not written yet. */
+  get checkpointPending(): boolean {
+    return this.nextCheckpoint !== null;
+  }
+
   get pendingLines(): number {
     return this.queued.length;
   }

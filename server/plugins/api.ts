@@ -96,14 +96,12 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
   });
 
   app.get('/api/checkpoints', async (): Promise<CheckpointsResponse> => ({
-    checkpoints: run.store.listCheckpoints().map((c) => ({
-      version: c.version, hash: run.store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs), url: `/api/checkpoints/${c.version}`,
-    })),
+    checkpoints: run.checkpoints(),
   }));
 
   app.get('/api/checkpoints/:version', { schema: { params: VersionParams } }, async (req, reply) => {
     const v = Number((req.params as Static<typeof VersionParams>).version);
-    const bytes = run.store.readCheckpoint(v);
+    const bytes = run.checkpointBytes(v);
     if (!bytes) return reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no checkpoint of version ${v} (see /api/checkpoints)` } });
     reply.header('content-disposition', `attachment; filename="${run.config.name}-v${v}.safetensors"`);
     return reply.type('application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));

@@ -1,0 +1,77 @@
+// The run checkpoint format.
+//
+// A run checkpoint is a model checkpoint (core/checkpoint.ts: one F32 tensor per parameter tensor,
+// `config` metadata; `atoll sample --checkpoint` and Python read it) plus the coordinator's state:
+// F32 tensors outer.momentum, outer.buffer, downlink.residual, pending.<i>, U8 tensors update.<v>
+// (the last few downlink frames), and the coordinator's JSON snapshot under metadata `coordinator`.
+
+import type { RunConfig } from '../core/api.ts';
+import { Coordinator, type CoordinatorSnapshot, type CoordinatorSnapshotMeta } from '../core/coord/index.ts';
+import { type GPTConfig, numParams, paramLayout } from '../core/model/config.ts';
+import { type Result, err } from '../core/result.ts';
+import type { RunStore } from './store.ts';
+import { type TensorInput, readSafetensors, tensorAsFloat32, writeSafetensors } from '../core/safetensors.ts';
+
+/** Update frames kept in a checkpoint (islands further behind after a restart fetch the snapshot). */
+const CHECKPOINT_UPDATES = 8;
+
+export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): Uint8Array {
+  const layout = paramLayout(run.model);
+  const theta = snap.tensors.theta as Float32Array;
+  const tensors: Record<string, TensorInput> = {};
+  for (const t of layout.tensors) tensors[t.name] = { dtype: 'F32', shape: t.shape, data: theta.subarray(t.offset, t.offset + t.size) };
+  const meta: CoordinatorSnapshotMeta = { ...snap.meta, updates: snap.meta.updates.slice(-CHECKPOINT_UPDATES) };
+  const keepUpdates = new Set(meta.updates.map((u) => `update.${u.version}`));
+  for (const [name, arr] of Object.entries(snap.tensors)) {
+    if (name === 'theta') continue;
+    if (name.startsWith('update.') && !keepUpdates.has(name)) continue;
+    tensors[name] = { dtype: arr instanceof Float32Array ? 'F32' : 'U8', shape: [arr.length], data: arr };
+  }
+  return writeSafetensors(tensors, {
+    format: 'atoll-checkpoint-1',
+    config: JSON.stringify(run.model),
+    version: String(meta.version),
+    hash: meta.hash,
+    tokens: String(meta.totals.tokensApplied),
+    preset: run.preset,
+    run: run.name,
+    params: String(numParams(run.model)),
+    coordinator: JSON.stringify(meta),
+  });
+}
+
+function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig): Result<Coordinator> {
+  const file = readSafetensors(bytes);
+  if (!file.ok) return file;
+  const { tensors, metadata } = file.value;
+  if (metadata.config !== JSON.stringify(expected)) return err('E_WRONG_MODEL', `checkpoint is for model ${metadata.config}, the run is ${JSON.stringify(expected)}`);
+  let meta: CoordinatorSnapshotMeta;
+  try { meta = JSON.parse(metadata.coordinator ?? '') as CoordinatorSnapshotMeta; } catch {
+    return err('E_BAD_CHECKPOINT', 'checkpoint has no coordinator state (a plain model checkpoint?)');
+  }
+  const layout = paramLayout(expected);
+  const theta = new Float32Array(layout.total);
+  for (const t of layout.tensors) {
+    const v = tensors[t.name];
+    if (!v || v.dtype !== 'F32' || v.data.length !== 4 * t.size) return err('E_BAD_CHECKPOINT', `tensor ${t.name} is missing or malformed`);
+    theta.set(tensorAsFloat32(v), t.offset);
+  }
+  const snapTensors: CoordinatorSnapshot['tensors'] = { theta };
+  for (const [name, v] of Object.entries(tensors)) {
+    if (layout.byName[name]) continue;
+    if (v.dtype === 'F32') snapTensors[name] = tensorAsFloat32(v).slice();
+    else if (v.dtype === 'U8') snapTensors[name] = v.data.slice();
+  }
+  return Coordinator.restore({ tensors: snapTensors, meta });
+}
+
+/** The coordinator of the newest usable checkpoint in the store (older ones when it is not), or null. */
+export function restoreLatest(store: RunStore, model: GPTConfig, log: (line: string) => void): Coordinator | null {
+  for (const ck of store.listCheckpoints()) {
+    const bytes = store.readCheckpoint(ck.version);
+    const r = bytes ? decodeRunCheckpoint(bytes, model) : err('E_BAD_CHECKPOINT', 'unreadable');
+    if (r.ok) return r.value;
+    log(`checkpoint ${ck.path} is unusable (${r.error.code}: ${r.error.message}); trying an older one`);
+  }
+  return null;
+}
