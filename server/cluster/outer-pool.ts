@@ -1,0 +1,193 @@
+// The outer step off the event loop: worker threads, each owning one fragment of the parameters,
+// on shared memory. The event loop only posts small messages and awaits their answers.
+//
+//   ingest(frame)   decode + validate (CRC, size, finite) + ‖Δ‖ on one worker (round-robin),
+//                   into a shared delta slot; the caller applies its norm bound to the answer.
+//   step(…)         in parallel per fragment: the weighted mean of the slots (sync) or the one
+//                   delta (async), the outer optimizer's proposal, the downlink quantization with
+//                   error feedback written into the shared frame; then, only if every fragment
+//                   is finite, commit (θ ← θ − Q(u)); else abort (no trace). Last, θ's hash and the
+//                   frame's CRC, on two workers at once.
+//
+// The result is bit-identical to the coordinator's sequential outer step (test/cluster-outer.test.ts).
+
+import { Worker } from 'node:worker_threads';
+import { type Result, err, ok } from '../../core/result.ts';
+import type { OuterConfig, OuterState } from '../../core/coord/outer.ts';
+import { ENCODINGS } from '../../core/codec/index.ts';
+import type { DownlinkSpec, FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './outer-worker.ts';
+
+const REGISTER_URL = new URL('../../bin/register.js', import.meta.url).href;
+const WORKER_URL = new URL('./outer-worker.ts', import.meta.url);
+const HEADER_BYTES = 32;
+
+/** Distributes T over the union of the message variants (so each keeps its own fields). */
+type Omitted<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+type Request = Omitted<ToOuterWorker, 'id'>;
+type Answer = Extract<FromOuterWorker, { ok: true }>;
+
+export interface OuterStepResult {
+  /** The downlink frame every replica applies (a fresh buffer owned by the caller). */
+  frame: Uint8Array;
+  hash: string;
+  updateNorm: number;
+}
+
+export class OuterPool {
+  readonly theta: Float32Array;
+  private readonly workers: Worker[] = [];
+  private readonly ranges: Array<[number, number]> = [];
+  private readonly waiting = new Map<number, { resolve: (m: FromOuterWorker) => void; reject: (e: Error) => void }>();
+  private nextId = 1;
+  private readonly slots: SharedArrayBuffer[] = [];
+  private readonly freeSlots: number[] = [];
+  private readonly frameSab: SharedArrayBuffer;
+  private rr = 0;
+  private steps: Promise<unknown> = Promise.resolve();
+
+  private constructor(readonly n: number, theta: Float32Array, workers: number, readonly align: number) {
+    this.theta = new Float32Array(new SharedArrayBuffer(4 * n));
+    this.theta.set(theta);
+    this.frameSab = new SharedArrayBuffer(HEADER_BYTES + 4 * n);
+    const blocks = Math.ceil(n / align);
+    for (let w = 0; w < workers; w++) {
+      const a = Math.min(n, Math.round((w * blocks) / workers) * align);
+      const b = Math.min(n, Math.round(((w + 1) * blocks) / workers) * align);
+      this.ranges.push([a, b]);
+      const init: OuterWorkerInit & { kind: string } = { kind: 'atoll-outer', n, a, b, theta: this.theta.buffer as SharedArrayBuffer };
+      const wk = new Worker(WORKER_URL, { workerData: init, execArgv: ['--import', REGISTER_URL] });
+      wk.on('message', (m: FromOuterWorker) => {
+        const p = this.waiting.get(m.id);
+        this.waiting.delete(m.id);
+        p?.resolve(m);
+      });
+      wk.on('error', (e) => { for (const p of this.waiting.values()) p.reject(e); this.waiting.clear(); });
+      this.workers.push(wk);
+    }
+  }
+
+  /**
+   * `workers` fragments (default 2), each a whole number of `align` elements: every downlink block
+   * size that divides `align` (default 65,536: every power of two the codec allows) keeps fragments
+   * on block boundaries.
+   */
+  static start(o: { theta: Float32Array; workers?: number; align?: number }): OuterPool {
+    return new OuterPool(o.theta.length, o.theta, Math.max(1, o.workers ?? 2), o.align ?? 65536);
+  }
+
+  private call(w: number, req: Request): Promise<FromOuterWorker> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.workers[w].postMessage({ ...req, id } as ToOuterWorker);
+    });
+  }
+
+  private async all(req: Request): Promise<FromOuterWorker[]> {
+    return Promise.all(this.workers.map((_, w) => this.call(w, req)));
+  }
+
+  private async newSlot(): Promise<number> {
+    const free = this.freeSlots.pop();
+    if (free !== undefined) return free;
+    const slot = this.slots.length;
+    const sab = new SharedArrayBuffer(4 * this.n);
+    this.slots.push(sab);
+    await this.all({ op: 'slot', slot, sab });
+    return slot;
+  }
+
+  /** The decoded delta in `slot` (shared memory: valid until `release`). */
+  slotView(slot: number): Float32Array {
+    return new Float32Array(this.slots[slot]);
+  }
+
+  release(slot: number): void {
+    this.freeSlots.push(slot);
+  }
+
+  /** Decode + validate one delta frame into a slot; its L2 norm for the caller's norm bound. */
+  async ingest(frame: Uint8Array): Promise<Result<{ slot: number; norm: number }>> {
+    const slot = await this.newSlot();
+    const w = this.rr++ % this.workers.length;
+    const r = await this.call(w, { op: 'decode', slot, frame });
+    if (!r.ok) {
+      this.release(slot);
+      return err(r.code, r.message);
+    }
+    return ok({ slot, norm: r.norm! });
+  }
+
+  /**
+   * θ ← θ − Q(u), u the outer update for g: `slots[0]` itself when `weights` is null (async), else
+   * Σ weights[j]·slots[j] (sync). Steps run one at a time, in call order. On an error nothing changed.
+   */
+  step(o: { slots: number[]; weights: number[] | null; outer: OuterConfig; downlink: DownlinkSpec; scale: number; period: number }): Promise<Result<OuterStepResult>> {
+    const run = this.steps.then(() => this.stepNow(o));
+    this.steps = run.catch(() => {});
+    return run;
+  }
+
+  private async stepNow(o: { slots: number[]; weights: number[] | null; outer: OuterConfig; downlink: DownlinkSpec; scale: number; period: number }): Promise<Result<OuterStepResult>> {
+    const bs = o.downlink.blockSize;
+    if (o.downlink.encoding === 'int8' && this.align % bs !== 0) return err('E_POOL_ALIGN', `downlink block size ${bs} does not divide the fragment alignment ${this.align}`);
+    const proposed = await this.all({ op: 'propose', ...o, frame: this.frameSab });
+    const bad = proposed.find((r): r is Extract<FromOuterWorker, { ok: false }> => !r.ok);
+    if (bad) {
+      await this.all({ op: 'abort' });
+      return err(bad.code, bad.message);
+    }
+    await this.all({ op: 'commit' });
+    const n = this.n;
+    const payload = o.downlink.encoding === 'f32' ? 4 * n : 4 * Math.ceil(n / bs) + n;
+    const length = HEADER_BYTES + payload;
+    writeHeader(new DataView(this.frameSab, 0, HEADER_BYTES), o.downlink, n, payload);
+    const w2 = this.workers.length > 1 ? 1 : 0;
+    const [h, c] = await Promise.all([this.call(0, { op: 'hash' }), this.call(w2, { op: 'crc', frame: this.frameSab, length })]);
+    const frame = new Uint8Array(length);
+    frame.set(new Uint8Array(this.frameSab, 0, length));
+    new DataView(frame.buffer).setUint32(28, (c as Answer).crc!, true);
+    const sumSq = proposed.reduce((s, r) => s + ((r as Answer).sumSq ?? 0), 0);
+    return ok({ frame, hash: (h as Answer).hash!, updateNorm: Math.sqrt(sumSq) });
+  }
+
+  /** The outer optimizer's state and the downlink residual, gathered from every fragment (for snapshots). */
+  async exportState(): Promise<{ outer: OuterState; residual: Float32Array }> {
+    const sabs = { momentum: new SharedArrayBuffer(4 * this.n), buffer: new SharedArrayBuffer(4 * this.n), residual: new SharedArrayBuffer(4 * this.n) };
+    const r = await this.all({ op: 'export', ...sabs });
+    const a = r[0] as Answer;
+    return {
+      outer: { momentum: new Float32Array(sabs.momentum).slice(), buffer: new Float32Array(sabs.buffer).slice(), bufferCount: a.bufferCount!, steps: a.steps! },
+      residual: new Float32Array(sabs.residual).slice(),
+    };
+  }
+
+  /** Restores state exported before (or read from a snapshot); θ is set through `theta`. */
+  async importState(s: { outer: OuterState; residual: Float32Array }): Promise<void> {
+    const share = (x: Float32Array) => {
+      const sab = new SharedArrayBuffer(4 * this.n);
+      new Float32Array(sab).set(x);
+      return sab;
+    };
+    await this.all({ op: 'import', momentum: share(s.outer.momentum), buffer: share(s.outer.buffer), residual: share(s.residual), bufferCount: s.outer.bufferCount, steps: s.outer.steps });
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+}
+
+/** The frame header of a downlink frame (frame.ts layout), CRC left for the caller. */
+function writeHeader(dv: DataView, d: DownlinkSpec, n: number, payload: number): void {
+  const magic = [0x41, 0x54, 0x4c, 0x44]; // 'ATLD'
+  for (let i = 0; i < 4; i++) dv.setUint8(i, magic[i]);
+  dv.setUint8(4, 1);
+  dv.setUint8(5, ENCODINGS.indexOf(d.encoding));
+  dv.setUint8(6, 0);
+  dv.setUint8(7, 0);
+  dv.setUint32(8, n, true);
+  dv.setUint32(12, d.encoding === 'f32' ? 0 : d.blockSize, true);
+  dv.setUint32(16, 0, true);
+  dv.setUint32(20, payload, true);
+  dv.setUint32(24, payload, true);
+}

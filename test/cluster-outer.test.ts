@@ -1,0 +1,119 @@
+// The outer step in worker threads is the coordinator's outer step, bit for bit: the same downlink
+// frame bytes, the same θ and hash, the same optimizer and error-feedback state, over sync rounds,
+// async delayed-Nesterov arrivals, an f32 downlink and a rejected (non-finite) step.
+
+import { afterAll, describe, expect, it } from 'vitest';
+import { encodeDelta } from '../core/codec/index.ts';
+import { l2 } from '../core/coord/aggregate.ts';
+import { Downlink } from '../core/coord/downlink.ts';
+import { hashParams } from '../core/coord/hash.ts';
+import { type OuterConfig, OuterOptimizer, applyUpdate } from '../core/coord/outer.ts';
+import { OuterPool } from '../server/cluster/outer-pool.ts';
+
+const N = 7 * 256 + 37; // not a multiple of the alignment, the block size or the worker count
+const rand = (seed: number) => () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 2 ** 32) - 0.5;
+const vec = (seed: number, scale = 0.01) => { const r = rand(seed); return Float32Array.from({ length: N }, () => r() * scale); };
+
+/** The coordinator's commitUpdate sequence, on whole arrays. */
+class Reference {
+  theta: Float32Array;
+  outer = new OuterOptimizer(N);
+  downlink = new Downlink(N);
+  constructor(theta: Float32Array) { this.theta = theta.slice(); }
+  step(g: Float32Array, outer: OuterConfig, downlink: { encoding: 'int8' | 'f32'; blockSize: number }, scale: number, period: number) {
+    if (!this.outer.propose(outer, g, scale, period)) return null;
+    const q = this.downlink.encode(this.outer.update, downlink);
+    if (!q.ok) return null;
+    this.outer.commit();
+    applyUpdate(this.theta, q.value.decoded);
+    return { frame: q.value.frame, hash: hashParams(this.theta), updateNorm: l2(this.outer.update) };
+  }
+}
+
+const pools: OuterPool[] = [];
+afterAll(async () => { for (const p of pools) await p.close(); });
+
+describe('outer pool', () => {
+  it('matches the sequential outer step bit for bit (sync rounds, async delayed Nesterov, f32 downlink, a rejected step)', async () => {
+    const theta0 = vec(1, 1);
+    const ref = new Reference(theta0);
+    const pool = OuterPool.start({ theta: theta0, workers: 3, align: 256 });
+    pools.push(pool);
+    const int8 = { encoding: 'int8' as const, blockSize: 64 };
+    const nesterov: OuterConfig = { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
+    const dn: OuterConfig = { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
+    const check = async (deltas: Float32Array[], weights: number[] | null, outer: OuterConfig, downlink: { encoding: 'int8' | 'f32'; blockSize: number } = int8, scale = 1, period = 1) => {
+      const slots: number[] = [];
+      for (const d of deltas) {
+        const r = await pool.ingest(encodeDelta(d, { encoding: 'f32' }));
+        if (!r.ok) throw new Error(r.error.code);
+        expect(r.value.norm).toBe(l2(d));
+        slots.push(r.value.slot);
+      }
+      let g = deltas[0];
+      if (weights) {
+        const acc = new Float64Array(N);
+        deltas.forEach((d, j) => { for (let i = 0; i < N; i++) acc[i] += weights[j] * d[i]; });
+        g = Float32Array.from(acc);
+      }
+      const want = ref.step(g, outer, downlink, scale, period);
+      const got = await pool.step({ slots, weights, outer, downlink, scale, period });
+      for (const s of slots) pool.release(s);
+      if (!want) {
+        expect(got.ok).toBe(false);
+        return;
+      }
+      if (!got.ok) throw new Error(got.error.message);
+      expect(Buffer.from(got.value.frame).equals(Buffer.from(want.frame))).toBe(true);
+      expect(got.value.hash).toBe(want.hash);
+      expect(Buffer.from(pool.theta.buffer).equals(Buffer.from(ref.theta.buffer))).toBe(true);
+      expect(got.value.updateNorm).toBeCloseTo(want.updateNorm, 6);
+    };
+    for (let r = 0; r < 3; r++) await check([vec(10 + r), vec(20 + r), vec(30 + r)], [0.5, 0.3, 0.2], nesterov);
+    for (let k = 0; k < 4; k++) await check([vec(40 + k)], null, dn, int8, 1 / 3, 3);
+    await check([vec(50)], [1], nesterov, { encoding: 'f32', blockSize: 64 });
+    const bad = vec(60);
+    bad[N - 3] = 3e38;
+    await check([bad, bad], [1e10, 1e10], nesterov); // overflows: rejected, nothing changes
+    await check([vec(70), vec(71)], [0.5, 0.5], nesterov);
+
+    const s = await pool.exportState();
+    expect(Buffer.from(s.outer.momentum.buffer).equals(Buffer.from(ref.outer.state.momentum.buffer))).toBe(true);
+    expect(Buffer.from(s.residual.buffer).equals(Buffer.from(ref.downlink.fb.residual.buffer))).toBe(true);
+    expect(s.outer.steps).toBe(ref.outer.state.steps);
+  });
+
+  it('ingest rejects a corrupt frame with its code and frees the slot', async () => {
+    const pool = OuterPool.start({ theta: vec(2), workers: 2, align: 256 });
+    pools.push(pool);
+    const f = encodeDelta(vec(3), { encoding: 'int8', blockSize: 64 });
+    f[100] ^= 1;
+    const r = await pool.ingest(f);
+    expect(r.ok ? 'ok' : r.error.code).toBe('E_CRC');
+    const wrong = await pool.ingest(encodeDelta(new Float32Array(N - 1), { encoding: 'f32' }));
+    expect(wrong.ok ? 'ok' : wrong.error.code).toBe('E_WRONG_SIZE');
+  });
+
+  it('state exported from one pool and imported into another continues identically', async () => {
+    const theta0 = vec(5, 1);
+    const a = OuterPool.start({ theta: theta0, workers: 2, align: 256 });
+    pools.push(a);
+    const int8 = { encoding: 'int8' as const, blockSize: 64 };
+    const outer: OuterConfig = { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
+    const one = async (p: OuterPool, seed: number) => {
+      const r = await p.ingest(encodeDelta(vec(seed), { encoding: 'f32' }));
+      if (!r.ok) throw new Error(r.error.code);
+      const s = await p.step({ slots: [r.value.slot], weights: [1], outer, downlink: int8, scale: 1, period: 1 });
+      p.release(r.value.slot);
+      if (!s.ok) throw new Error(s.error.code);
+      return s.value;
+    };
+    await one(a, 80);
+    const b = OuterPool.start({ theta: a.theta, workers: 3, align: 256 });
+    pools.push(b);
+    await b.importState(await a.exportState());
+    const [x, y] = [await one(a, 81), await one(b, 81)];
+    expect(y.hash).toBe(x.hash);
+    expect(Buffer.from(y.frame).equals(Buffer.from(x.frame))).toBe(true);
+  });
+});
