@@ -13,6 +13,7 @@ import { mkdtempSync, rmSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { syntheticDelta } from './codec.ts';
+import { type OuterPoolBench, benchOuterPool } from './outer-pool.ts';
 import { ENCODINGS, type Encoding, encodeDelta } from '../core/codec/index.ts';
 import { Coordinator } from '../core/coord/index.ts';
 import { getPreset, numParams, type GPTConfig } from '../core/model/config.ts';
@@ -29,6 +30,8 @@ export interface BenchServerOptions {
   load?: boolean;
   /** Apply-throughput repeats per codec (default: enough for ~1.5 s). */
   applySeconds?: number;
+  /** Worker threads for the off-loop outer step (default 2; 0 skips it). */
+  outerWorkers?: number;
   log?: (line: string) => void;
 }
 
@@ -58,6 +61,8 @@ export interface BenchServerResult {
   applyAsyncParamsPerSec: Record<string, number>;
   /** Sync mode, a submit that does not close the round: decode + validate + hold only. */
   applySubmitParamsPerSec: Record<string, number>;
+  /** The outer step in worker threads (OuterPool), int8 uplink and downlink: ingest and apply apart. */
+  outerWorkers?: OuterPoolBench;
   load?: LoadResult;
 }
 
@@ -253,6 +258,10 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
     log(`apply ${enc}: sync ${(r.paramsPerSec / 1e6).toFixed(1)} M params/s (${r.msPerDelta.toFixed(0)} ms per base-sized delta; submit alone ${(r.submitParamsPerSec / 1e6).toFixed(0)} M/s), async ${(a.paramsPerSec / 1e6).toFixed(1)} M params/s (${a.msPerDelta.toFixed(0)} ms)`);
   }
   const out: BenchServerResult = { paramCount: n, applyParamsPerSec, applyMsPerDelta, applyAsyncParamsPerSec, applySubmitParamsPerSec };
+  if ((opts.outerWorkers ?? 2) > 0) {
+    const w = out.outerWorkers = await benchOuterPool({ n, workers: opts.outerWorkers ?? 2, seconds: opts.applySeconds ?? 1.5 });
+    log(`outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`);
+  }
   if (opts.load !== false) {
     out.load = await benchLoad({ islands: opts.islands ?? 1000, procs: Math.max(1, opts.procs ?? 4), seconds: opts.seconds ?? 20, log });
   }

@@ -156,10 +156,11 @@ export function buildProgram(): Command {
     .option('--procs <n>', 'child processes that hold the simulated islands', intArg, 4)
     .option('--seconds <s>', 'load test duration', numArg, 20)
     .option('--skip-load', 'only measure apply throughput')
+    .option('--outer-workers <n>', 'worker threads for the off-loop outer step (0: skip that part)', intArg, 2)
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { benchServer } = await import('../bench/server.ts');
-      const r = await benchServer({ islands: o.islands, procs: o.procs, seconds: o.seconds, load: !o.skipLoad, log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n') });
+      const r = await benchServer({ islands: o.islands, procs: o.procs, seconds: o.seconds, load: !o.skipLoad, outerWorkers: o.outerWorkers, log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });
   bench.command('kernels')

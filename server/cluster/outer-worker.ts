@@ -10,7 +10,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { CodecScratch, ErrorFeedback, decodeDelta, encodeWithFeedback } from '../../core/codec/index.ts';
 import { crc32 } from '../../core/codec/crc32.ts';
 import { hashParams } from '../../core/coord/hash.ts';
-import { type OuterConfig, type OuterState, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
+import { type OuterConfig, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
 
 export interface OuterWorkerInit {
   n: number;
@@ -44,6 +44,173 @@ export function fragmentLayout(n: number, a: number, b: number, d: DownlinkSpec)
 }
 
 const HEADER_BYTES = 32;
+const MIN_SCALE = 1.401298464324817e-45; // the codec's scale for a block of subnormals
+
+type Propose = Extract<ToOuterWorker, { op: 'propose' }>;
+
+/** One fragment's outer optimizer and downlink residual, with the shadow buffers of a proposal. */
+class Fragment {
+  outer: OuterOptimizer;
+  readonly fb: ErrorFeedback;
+  private readonly residualBackup: Float32Array;
+  private readonly scratch = new CodecScratch();
+  private readonly g: Float32Array;
+  private readonly acc: Float64Array;
+  // the fused int8 path proposes into these and swaps them in on commit
+  private mNext: Float32Array;
+  private bNext: Float32Array;
+  private eNext: Float32Array;
+  private readonly dq: Float32Array;
+  private nextCount = 0;
+  /** What the last proposal would subtract from θ, or null when there is none. */
+  private decoded: Float32Array | null = null;
+  private fused = false;
+
+  constructor(readonly len: number) {
+    this.outer = new OuterOptimizer(len);
+    this.fb = new ErrorFeedback(len);
+    this.residualBackup = new Float32Array(len);
+    this.g = new Float32Array(len);
+    this.acc = new Float64Array(len);
+    this.mNext = new Float32Array(len);
+    this.bNext = new Float32Array(len);
+    this.eNext = new Float32Array(len);
+    this.dq = new Float32Array(len);
+  }
+
+  /** The fragment of g: the one delta (weights null) or the f64-accumulated weighted mean, as the coordinator's combineDeltas. */
+  private gradient(slots: Float32Array[], m: Propose, a: number, b: number): Float32Array {
+    if (m.weights === null) return slots[m.slots[0]].subarray(a, b);
+    const acc = this.acc, g = this.g, len = this.len;
+    acc.fill(0);
+    m.slots.forEach((s, j) => {
+      const d = slots[s], w = m.weights![j];
+      for (let i = 0; i < len; i++) acc[i] += w * d[a + i];
+    });
+    for (let i = 0; i < len; i++) g[i] = acc[i];
+    return g;
+  }
+
+  /** Returns Σu² of the proposed update, or an error (then nothing may be committed). */
+  propose(slots: Float32Array[], m: Propose, n: number, a: number, b: number, frame: SharedArrayBuffer): { sumSq: number } | { code: string; message: string } {
+    this.fused = m.downlink.encoding === 'int8';
+    if (this.fused) return this.proposeInt8(slots, m, n, a, frame);
+    const g = this.gradient(slots, m, a, b);
+    if (!this.outer.propose(m.outer, g, m.scale, m.period)) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
+    this.residualBackup.set(this.fb.residual);
+    const q = encodeWithFeedback(this.outer.update, this.fb, m.downlink, this.scratch);
+    if (!q.ok) {
+      this.fb.residual.set(this.residualBackup);
+      return { code: q.error.code, message: `the outer update could not be encoded: ${q.error.message}` };
+    }
+    this.decoded = q.value.decoded;
+    const L = fragmentLayout(n, a, a + this.len, m.downlink);
+    new Uint8Array(frame, HEADER_BYTES + L.values, L.valueBytes).set(q.value.frame.subarray(HEADER_BYTES, HEADER_BYTES + L.valueBytes));
+    let sumSq = 0;
+    const u = this.outer.update;
+    for (let i = 0; i < this.len; i++) sumSq += u[i] * u[i];
+    return { sumSq };
+  }
+
+  /**
+   * OuterOptimizer.propose, then encodeWithFeedback with int8 blocks, fused into one pass per
+   * block: the same float operations in the same order (test/cluster-outer.test.ts checks the bits).
+   */
+  private proposeInt8(slots: Float32Array[], m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number } | { code: string; message: string } {
+    const { lr, momentum: mu, kind } = m.outer;
+    const st = this.outer.state;
+    const mom = st.momentum, buf = st.buffer, e = this.fb.residual;
+    const mNext = this.mNext, bNext = this.bNext, eNext = this.eNext, dq = this.dq;
+    const s = m.scale, len = this.len, B = m.downlink.blockSize;
+    const dn = kind === 'delayed-nesterov', nesterov = kind === 'nesterov';
+    const flush = dn && st.bufferCount + 1 >= Math.max(1, m.period);
+    const nb = Math.ceil(n / B);
+    const scales = new Float32Array(frame, HEADER_BYTES + 4 * (a / B), Math.ceil(len / B));
+    const q = new Int8Array(frame, HEADER_BYTES + 4 * nb + a, len);
+    // g: the one delta, or Σ w_j·d_j accumulated in f64 in slot order and rounded once (combineDeltas)
+    const D = m.slots.map((j) => slots[j].subarray(a, a + len));
+    const W = m.weights === null ? null : Float64Array.from(m.weights);
+    const k = D.length, d0 = D[0];
+    let probe = 0, sumSq = 0, illegal = false;
+    for (let blk = 0, start = 0; start < len; blk++, start += B) {
+      const end = Math.min(start + B, len);
+      let max = 0;
+      for (let i = start; i < end; i++) {
+        let gv = d0[i];
+        if (W !== null) {
+          let acc = 0;
+          for (let j = 0; j < k; j++) acc += W[j] * D[j][i];
+          gv = Math.fround(acc);
+        }
+        const gi = s * gv;
+        let ui: number;
+        if (dn) {
+          ui = lr * gi;
+          const bi = buf[i] + gi;
+          if (flush) {
+            const mi = Math.fround(mu * mom[i] + Math.fround(bi));
+            mNext[i] = mi;
+            bNext[i] = 0;
+            ui += lr * mu * mi;
+          } else {
+            mNext[i] = mom[i];
+            bNext[i] = bi;
+          }
+        } else {
+          const mi = Math.fround(mu * mom[i] + gi);
+          mNext[i] = mi;
+          ui = nesterov ? lr * (gi + mu * mi) : lr * mi;
+        }
+        const uf = Math.fround(ui);
+        probe += uf * 0;
+        sumSq += uf * uf;
+        const v = Math.fround(e[i] + uf);
+        eNext[i] = v;
+        max = Math.max(max, Math.abs(v));
+      }
+      if (!(max < Infinity)) { probe = NaN; break; }
+      let scale = Math.fround(max / 127);
+      if (scale === 0 && max > 0) scale = MIN_SCALE;
+      scales[blk] = scale;
+      const inv = scale > 0 ? 1 / scale : 0;
+      for (let i = start; i < end; i++) {
+        q[i] = Math.round(eNext[i] * inv);
+        const qi = q[i];
+        if (qi === -128) illegal = true;
+        const d = Math.fround(qi * scale);
+        dq[i] = d;
+        eNext[i] = eNext[i] - d;
+      }
+    }
+    if (probe !== 0) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
+    if (illegal) return { code: 'E_CORRUPT', message: 'the outer update could not be encoded: int8 value -128' };
+    this.nextCount = dn ? (flush ? 0 : st.bufferCount + 1) : st.bufferCount;
+    if (!dn) bNext.set(buf);
+    this.decoded = dq;
+    return { sumSq };
+  }
+
+  /** θ ← θ − Q(u) and the proposal's state becomes the live one. */
+  commit(theta: Float32Array): void {
+    if (!this.decoded) return;
+    if (this.fused) {
+      const st = this.outer.state;
+      [st.momentum, this.mNext] = [this.mNext, st.momentum];
+      [st.buffer, this.bNext] = [this.bNext, st.buffer];
+      st.bufferCount = this.nextCount;
+      st.steps += 1;
+      const e = this.fb.residual;
+      e.set(this.eNext);
+    } else this.outer.commit();
+    applyUpdate(theta, this.decoded);
+    this.decoded = null;
+  }
+
+  abort(): void {
+    if (this.decoded && !this.fused) this.fb.residual.set(this.residualBackup); // the generic path moved its residual
+    this.decoded = null;
+  }
+}
 
 function run(init: OuterWorkerInit): void {
   const port = parentPort!;
@@ -51,14 +218,7 @@ function run(init: OuterWorkerInit): void {
   const len = b - a;
   const theta = new Float32Array(init.theta, 4 * a, len);
   const slots: Float32Array[] = [];
-  let outer = new OuterOptimizer(len);
-  const fb = new ErrorFeedback(len);
-  const residualBackup = new Float32Array(len);
-  const scratch = new CodecScratch();
-  const g = new Float32Array(len);
-  const acc = new Float64Array(len);
-  let decoded: Float32Array | null = null;
-
+  let frag = new Fragment(len);
   const reply = (m: FromOuterWorker) => port.postMessage(m);
 
   port.on('message', (m: ToOuterWorker) => {
@@ -76,44 +236,14 @@ function run(init: OuterWorkerInit): void {
         return reply({ id: m.id, ok: true, norm: Math.sqrt(s) });
       }
       case 'propose': {
-        // g: the one delta (async) or the weighted mean of the round's (sync, accumulated in f64)
-        let gv: Float32Array;
-        if (m.weights === null) gv = slots[m.slots[0]].subarray(a, b);
-        else {
-          acc.fill(0);
-          m.slots.forEach((s, j) => {
-            const d = slots[s], w = m.weights![j];
-            for (let i = 0; i < len; i++) acc[i] += w * d[a + i];
-          });
-          for (let i = 0; i < len; i++) g[i] = acc[i];
-          gv = g;
-        }
-        if (!outer.propose(m.outer, gv, m.scale, m.period)) return reply({ id: m.id, ok: false, code: 'E_NON_FINITE', message: 'the outer update overflowed' });
-        residualBackup.set(fb.residual);
-        const q = encodeWithFeedback(outer.update, fb, m.downlink, scratch);
-        if (!q.ok) {
-          fb.residual.set(residualBackup);
-          return reply({ id: m.id, ok: false, code: q.error.code, message: `the outer update could not be encoded: ${q.error.message}` });
-        }
-        decoded = q.value.decoded;
-        const L = fragmentLayout(n, a, b, m.downlink);
-        const out = new Uint8Array(m.frame, HEADER_BYTES);
-        const src = q.value.frame.subarray(HEADER_BYTES);
-        out.set(src.subarray(0, L.scaleBytes), L.scales);
-        out.set(src.subarray(L.scaleBytes, L.scaleBytes + L.valueBytes), L.values);
-        let sumSq = 0;
-        const u = outer.update;
-        for (let i = 0; i < len; i++) sumSq += u[i] * u[i];
-        return reply({ id: m.id, ok: true, sumSq });
+        const r = frag.propose(slots, m, n, a, b, m.frame);
+        return reply('code' in r ? { id: m.id, ok: false, ...r } : { id: m.id, ok: true, sumSq: r.sumSq });
       }
       case 'commit':
-        outer.commit();
-        applyUpdate(theta, decoded!);
-        decoded = null;
+        frag.commit(theta);
         return reply({ id: m.id, ok: true });
       case 'abort':
-        if (decoded) fb.residual.set(residualBackup); // only a fragment that encoded this step moved its residual
-        decoded = null;
+        frag.abort();
         return reply({ id: m.id, ok: true });
       case 'hash':
         return reply({ id: m.id, ok: true, hash: hashParams(new Float32Array(init.theta, 0, n)) });
@@ -122,20 +252,20 @@ function run(init: OuterWorkerInit): void {
         return reply({ id: m.id, ok: true, crc: crc32(f.subarray(HEADER_BYTES), crc32(f.subarray(0, 28))) });
       }
       case 'export': {
-        const s = outer.state;
+        const s = frag.outer.state;
         new Float32Array(m.momentum, 4 * a, len).set(s.momentum);
         new Float32Array(m.buffer, 4 * a, len).set(s.buffer);
-        new Float32Array(m.residual, 4 * a, len).set(fb.residual);
+        new Float32Array(m.residual, 4 * a, len).set(frag.fb.residual);
         return reply({ id: m.id, ok: true, bufferCount: s.bufferCount, steps: s.steps });
       }
       case 'import': {
-        const st: OuterState = {
+        frag = new Fragment(len);
+        frag.outer = new OuterOptimizer(len, {
           momentum: new Float32Array(m.momentum, 4 * a, len).slice(),
           buffer: new Float32Array(m.buffer, 4 * a, len).slice(),
           bufferCount: m.bufferCount, steps: m.steps,
-        };
-        outer = new OuterOptimizer(len, st);
-        fb.residual.set(new Float32Array(m.residual, 4 * a, len));
+        });
+        frag.fb.residual.set(new Float32Array(m.residual, 4 * a, len));
         return reply({ id: m.id, ok: true });
       }
     }
