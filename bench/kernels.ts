@@ -25,7 +25,7 @@ import { initParams } from '../core/model/gpt.ts';
 import { CpuEngine } from '../client/engine/cpu.ts';
 import { loadCorpus } from '../server/corpus.ts';
 import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
-import { type DispatchSpec, KernelSet, Program, type Shape } from '../client/engine/webgpu-kernels.ts';
+import { type DispatchSpec, KernelSet, Program, type Shape, readF32 } from '../client/engine/webgpu-kernels.ts';
 import * as op from '../client/engine/webgpu-ops.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
 
@@ -255,18 +255,7 @@ class OurMatmulHarness {
         device.queue.submit([enc.finish()]);
         await drain(device, expectMs);
       },
-      async read() {
-        const size = Math.ceil((outLen * 4) / 16) * 16;
-        const staging = device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-        const enc = device.createCommandEncoder();
-        enc.copyBufferToBuffer(out, 0, staging, 0, size);
-        device.queue.submit([enc.finish()]);
-        await staging.mapAsync(GPUMapMode.READ);
-        const res = new Float32Array(staging.getMappedRange().slice(0, outLen * 4));
-        staging.unmap();
-        staging.destroy();
-        return res;
-      },
+      read: () => readF32(device, out, outLen),
       destroy() {
         program.destroy();
         for (const buf of owned) buf.destroy();

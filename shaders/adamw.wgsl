@@ -11,20 +11,6 @@ struct Params {
   ranges: array<vec4<u32>, 16>, // (start, end, decay 0/1, 0), ascending, covering [0,N)
 }
 
-struct Step {
-  lr: f32,
-  beta1: f32,
-  beta2: f32,
-  eps: f32,
-  weight_decay: f32,
-  bc1: f32,        // 1 − beta1^t
-  bc2: f32,        // 1 − beta2^t
-  max_norm: f32,
-  loss_slot: u32,
-  step: u32,
-  _pad0: u32,
-  _pad1: u32,
-}
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(8) var<uniform> st: Step;
@@ -35,9 +21,8 @@ struct Step {
 @group(0) @binding(5) var<storage, read> clip: array<f32>;   // [norm², scale]
 
 @compute @workgroup_size(256)
-fn adamw_update(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+fn adamw_update(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i = thread_index(id, lid, 256u);
   if (i >= p.N) { return; }
   var decay = 0u;
   for (var r = 0u; r < p.num_ranges; r++) {

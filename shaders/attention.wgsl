@@ -35,38 +35,11 @@ override MAX_T: u32 = 256u; // ≥ T: sizes the per-row workgroup arrays
 const WG: u32 = 64u;
 var<workgroup> row: array<f32, MAX_T>;
 var<workgroup> row2: array<f32, MAX_T>;
-var<workgroup> red: array<f32, WG>;
-
-// Reductions over the 64 threads (tree in workgroup memory); every thread gets the result.
-fn block_sum(x: f32, lid: u32) -> f32 {
-  red[lid] = x;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { red[lid] += red[lid + s]; }
-    workgroupBarrier();
-  }
-  let r = red[0];
-  workgroupBarrier(); // red is reused by the next call
-  return r;
-}
-
-fn block_max(x: f32, lid: u32) -> f32 {
-  red[lid] = x;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { red[lid] = max(red[lid], red[lid + s]); }
-    workgroupBarrier();
-  }
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
-
 // Grid (T, B·NH).
 @compute @workgroup_size(64)
-fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let t = wid.x;
-  let bh = wid.y;
+fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let t = id.wid.x;
+  let bh = id.wid.y;
   let b = bh / p.NH;
   let h = bh % p.NH;
   let T = p.T;
@@ -85,14 +58,14 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
     row[t2] = s;
     mx = max(mx, s);
   }
-  mx = block_max(mx, lid);
+  mx = wg_max(mx, lid, WG);
   var sum = 0.0;
   for (var t2 = lid; t2 <= t; t2 += WG) {
     let e = exp(row[t2] - mx);
     row[t2] = e;
     sum += e;
   }
-  let inv = 1.0 / block_sum(sum, lid);
+  let inv = 1.0 / wg_sum(sum, lid, WG);
   for (var t2 = lid; t2 < T; t2 += WG) {
     var a = 0.0;
     if (t2 <= t) {
@@ -114,9 +87,9 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
 // Per query row t: datt = v·dout, dpreatt = att ⊙ (datt − Σ att·datt), dq = scale·Σ dpreatt·k.
 // Grid (T, B·NH).
 @compute @workgroup_size(64)
-fn attention_backward_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let t = wid.x;
-  let bh = wid.y;
+fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let t = id.wid.x;
+  let bh = id.wid.y;
   let b = bh / p.NH;
   let h = bh % p.NH;
   let T = p.T;
@@ -133,7 +106,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoc
     row[t2] = d;
     dot += att_in[arow + t2] * d;
   }
-  dot = block_sum(dot, lid);
+  dot = wg_sum(dot, lid, WG);
   for (var t2 = lid; t2 <= t; t2 += WG) {
     let dp = att_in[arow + t2] * (row[t2] - dot);
     row[t2] = dp;
@@ -152,9 +125,9 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoc
 // Per key column t2: dk = scale·Σ_{t≥t2} dpreatt[t,t2]·q[t], dv = Σ_{t≥t2} att[t,t2]·dout[t].
 // Grid (T, B·NH).
 @compute @workgroup_size(64)
-fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let t2 = wid.x;
-  let bh = wid.y;
+fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let t2 = id.wid.x;
+  let bh = id.wid.y;
   let b = bh / p.NH;
   let h = bh % p.NH;
   let T = p.T;

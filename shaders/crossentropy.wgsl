@@ -9,21 +9,6 @@ struct Params {
   dloss: f32,      // backward: d(mean loss)/d(loss row) = 1/(B·T)
 }
 
-// per-step values shared by mean_loss, grad_norm_finalize and adamw_update
-struct Step {
-  lr: f32,
-  beta1: f32,
-  beta2: f32,
-  eps: f32,
-  weight_decay: f32,
-  bc1: f32,        // 1 − beta1^t
-  bc2: f32,        // 1 − beta2^t
-  max_norm: f32,   // ≤ 0: no clipping
-  loss_slot: u32,
-  step: u32,
-  _pad0: u32,
-  _pad1: u32,
-}
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(8) var<uniform> st: Step;
@@ -42,40 +27,22 @@ struct Step {
 @group(0) @binding(1) var<storage, read_write> ring: array<f32>;
 @group(0) @binding(2) var<storage, read> losses_in: array<f32>;
 
-var<workgroup> red: array<f32, 256>;
-
-// Reduction over the first n threads (tree in workgroup memory); every thread gets the result.
-fn block_reduce(x: f32, lid: u32, n: u32, is_max: bool) -> f32 {
-  red[lid] = x;
-  workgroupBarrier();
-  for (var s = n / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) {
-      if (is_max) { red[lid] = max(red[lid], red[lid + s]); } else { red[lid] += red[lid + s]; }
-    }
-    workgroupBarrier();
-  }
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
-
 // One workgroup per row. Grid: rows (2-D when there are more than 65535).
 @compute @workgroup_size(64)
-fn softmax_crossentropy_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                                @builtin(local_invocation_index) lid: u32) {
-  let row = wid.y * nwg.x + wid.x;
+fn softmax_crossentropy_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let row = group_index(id);
   if (row >= p.N) { return; }
   let x = row * p.V;
   var mx = -3.402823e38;
   for (var i = lid; i < p.V; i += 64u) { mx = max(mx, logits[x + i]); }
-  mx = block_reduce(mx, lid, 64u, true);
+  mx = wg_max(mx, lid, 64u);
   var sum = 0.0;
   for (var i = lid; i < p.V; i += 64u) {
     let e = exp(logits[x + i] - mx);
     probs[x + i] = e;
     sum += e;
   }
-  let inv = 1.0 / block_reduce(sum, lid, 64u, false);
+  let inv = 1.0 / wg_sum(sum, lid, 64u);
   for (var i = lid; i < p.V; i += 64u) { probs[x + i] *= inv; }
   if (lid == 0u) {
     // the target's prob is recomputed, not re-read: another thread wrote probs[target]
@@ -86,9 +53,8 @@ fn softmax_crossentropy_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_
 
 // dlogits (+)= (probs − onehot(target))·dloss, one thread per element.
 @compute @workgroup_size(256)
-fn softmax_crossentropy_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                                 @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+fn softmax_crossentropy_backward(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i = thread_index(id, lid, 256u);
   if (i >= p.N * p.V) { return; }
   let row = i / p.V;
   let onehot = select(0.0, 1.0, i % p.V == targets[row]);
@@ -98,9 +64,9 @@ fn softmax_crossentropy_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num
 
 // ring[loss_slot] = mean(losses). One workgroup.
 @compute @workgroup_size(256)
-fn mean_loss(@builtin(local_invocation_index) lid: u32) {
+fn mean_loss(id: Grid, @builtin(local_invocation_index) lid: u32) {
   var s = 0.0;
   for (var i = lid; i < p.N; i += 256u) { s += losses_in[i]; }
-  s = block_reduce(s, lid, 256u, false);
+  s = wg_sum(s, lid, 256u);
   if (lid == 0u) { ring[st.loss_slot] = s / f32(p.N); }
 }

@@ -29,14 +29,9 @@ const WG: u32 = 64u;
 const CHUNK: u32 = 256u; // token ids staged per pass (4 per thread)
 var<workgroup> tok: array<u32, CHUNK>;
 
-fn flat_index(wid: vec3u, nwg: vec3u, lid: u32, wg: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * wg + lid;
-}
-
 @compute @workgroup_size(256)
-fn encoder_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                   @builtin(local_invocation_index) lid: u32) {
-  let i = flat_index(wid, nwg, lid, 256u);
+fn encoder_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i = thread_index(id, lid, 256u);
   if (i >= p.B * p.T * p.C) { return; }
   let c = i % p.C;
   let bt = i / p.C;
@@ -46,9 +41,9 @@ fn encoder_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 
 // dwte[v,c] (+)= Σ_{bt: inp[bt]=v} dout[bt,c]. Grid (ceil(C/64), V).
 @compute @workgroup_size(64)
-fn encoder_backward_wte(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let v = wid.y;
-  let c = wid.x * WG + lid;
+fn encoder_backward_wte(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let v = id.wid.y;
+  let c = id.wid.x * WG + lid;
   let BT = p.B * p.T;
   var acc = 0.0;
   for (var base = 0u; base < BT; base += CHUNK) {
@@ -70,9 +65,8 @@ fn encoder_backward_wte(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
 
 // dwpe[t,c] (+)= Σ_b dout[b,t,c]; rows t ≥ T get 0 when overwriting. One thread per (t,c).
 @compute @workgroup_size(256)
-fn encoder_backward_wpe(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                        @builtin(local_invocation_index) lid: u32) {
-  let i = flat_index(wid, nwg, lid, 256u);
+fn encoder_backward_wpe(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i = thread_index(id, lid, 256u);
   if (i >= p.maxT * p.C) { return; }
   let t = i / p.C;
   let c = i % p.C;

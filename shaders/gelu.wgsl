@@ -18,23 +18,17 @@ fn tanh_safe(u: f32) -> f32 {
   return tanh(clamp(u, -15.0, 15.0));
 }
 
-fn flat_index(wid: vec3u, nwg: vec3u, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * 256u + lid;
-}
-
 @compute @workgroup_size(256)
-fn gelu_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                @builtin(local_invocation_index) lid: u32) {
-  let i = flat_index(wid, nwg, lid);
+fn gelu_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i = thread_index(id, lid, 256u);
   if (i >= p.N) { return; }
   let x = inp[i];
   out[i] = 0.5 * x * (1.0 + tanh_safe(S * (x + 0.044715 * x * x * x)));
 }
 
 @compute @workgroup_size(256)
-fn gelu_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                 @builtin(local_invocation_index) lid: u32) {
-  let i = flat_index(wid, nwg, lid);
+fn gelu_backward(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i = thread_index(id, lid, 256u);
   if (i >= p.N) { return; }
   let x = inp[i];
   let th = tanh_safe(S * (x + 0.044715 * x * x * x));

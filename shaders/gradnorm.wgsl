@@ -8,20 +8,6 @@ struct Params {
   num_partials: u32, // = workgroups of grad_norm_partial
 }
 
-struct Step {
-  lr: f32,
-  beta1: f32,
-  beta2: f32,
-  eps: f32,
-  weight_decay: f32,
-  bc1: f32,
-  bc2: f32,
-  max_norm: f32,
-  loss_slot: u32,
-  step: u32,
-  _pad0: u32,
-  _pad1: u32,
-}
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(8) var<uniform> st: Step;
@@ -34,35 +20,23 @@ struct Step {
 @group(0) @binding(1) var<storage, read_write> clip: array<f32>;    // [norm², scale]
 @group(0) @binding(2) var<storage, read> partials_in: array<f32>;
 
-var<workgroup> red: array<f32, 256>;
-
-fn block_sum(x: f32, lid: u32) -> f32 {
-  red[lid] = x;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s >>= 1u) {
-    if (lid < s) { red[lid] += red[lid + s]; }
-    workgroupBarrier();
-  }
-  return red[0];
-}
-
 // Grid (num_partials): a grid-stride loop, so the partial count stays fixed.
 @compute @workgroup_size(256)
-fn grad_norm_partial(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
+fn grad_norm_partial(id: Grid, @builtin(local_invocation_index) lid: u32) {
   var s = 0.0;
-  for (var i = wid.x * 256u + lid; i < p.N; i += p.num_partials * 256u) {
+  for (var i = id.wid.x * 256u + lid; i < p.N; i += p.num_partials * 256u) {
     let g = grads[i];
     s += g * g;
   }
-  s = block_sum(s, lid);
-  if (lid == 0u) { partials[wid.x] = s; }
+  s = wg_sum(s, lid, 256u);
+  if (lid == 0u) { partials[id.wid.x] = s; }
 }
 
 @compute @workgroup_size(256)
-fn grad_norm_finalize(@builtin(local_invocation_index) lid: u32) {
+fn grad_norm_finalize(id: Grid, @builtin(local_invocation_index) lid: u32) {
   var s = 0.0;
   for (var i = lid; i < p.num_partials; i += 256u) { s += partials_in[i]; }
-  s = block_sum(s, lid);
+  s = wg_sum(s, lid, 256u);
   if (lid == 0u) {
     let norm = sqrt(s);
     var scale = 1.0;

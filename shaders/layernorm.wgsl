@@ -28,43 +28,17 @@ struct Params {
 
 const EPS: f32 = 1e-5;
 const WG: u32 = 64u;
-var<workgroup> red: array<f32, 256>;
-var<workgroup> red2: array<f32, 256>;
-
-// Sum over the 64 threads (tree in workgroup memory); every thread gets the result.
-// Two values at once, so the backward's two reductions share their barriers.
-fn block_sum2(x: vec2<f32>, lid: u32) -> vec2<f32> {
-  red[lid] = x.x;
-  red2[lid] = x.y;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) {
-      red[lid] += red[lid + s];
-      red2[lid] += red2[lid + s];
-    }
-    workgroupBarrier();
-  }
-  let r = vec2<f32>(red[0], red2[0]);
-  workgroupBarrier(); // red is reused by the next call
-  return r;
-}
-
-fn block_sum(x: f32, lid: u32) -> f32 {
-  return block_sum2(vec2<f32>(x, 0.0), lid).x;
-}
-
 @compute @workgroup_size(64)
-fn layernorm_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                     @builtin(local_invocation_index) lid: u32) {
-  let row = wid.y * nwg.x + wid.x;
+fn layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let row = group_index(id);
   if (row >= p.N) { return; }
   let x = row * p.C;
   var s = 0.0;
   for (var i = lid; i < p.C; i += WG) { s += inp[x + i]; }
-  let m = block_sum(s, lid) / f32(p.C);
+  let m = wg_sum(s, lid, WG) / f32(p.C);
   var v = 0.0;
   for (var i = lid; i < p.C; i += WG) { let d = inp[x + i] - m; v += d * d; }
-  let rs = 1.0 / sqrt(block_sum(v, lid) / f32(p.C) + EPS);
+  let rs = 1.0 / sqrt(wg_sum(v, lid, WG) / f32(p.C) + EPS);
   for (var i = lid; i < p.C; i += WG) {
     out[x + i] = (inp[x + i] - m) * rs * params[p.w_off + i] + params[p.b_off + i];
   }
@@ -76,9 +50,8 @@ fn layernorm_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
 
 // dinp (+)= (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd, dnorm = weight·dout.
 @compute @workgroup_size(64)
-fn layernorm_backward_dinp(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                           @builtin(local_invocation_index) lid: u32) {
-  let row = wid.y * nwg.x + wid.x;
+fn layernorm_backward_dinp(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let row = group_index(id);
   if (row >= p.N) { return; }
   let x = row * p.C;
   let m = mean_in[row];
@@ -91,7 +64,7 @@ fn layernorm_backward_dinp(@builtin(workgroup_id) wid: vec3u, @builtin(num_workg
     a += dnorm;
     b += dnorm * norm;
   }
-  let sums = block_sum2(vec2<f32>(a, b), lid) / f32(p.C);
+  let sums = wg_sum2(vec2<f32>(a, b), lid, WG) / f32(p.C);
   let dnorm_mean = sums.x;
   let dnorm_norm_mean = sums.y;
   for (var i = lid; i < p.C; i += WG) {
@@ -105,8 +78,8 @@ fn layernorm_backward_dinp(@builtin(workgroup_id) wid: vec3u, @builtin(num_workg
 // dweight[c] (+)= Σ_rows norm·dout, dbias[c] (+)= Σ_rows dout.
 // Workgroup = 64 channels × 4 row slices, slices summed in workgroup memory. Grid ceil(C/64).
 @compute @workgroup_size(256)
-fn layernorm_backward_dweight(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let c = wid.x * 64u + lid % 64u;
+fn layernorm_backward_dweight(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let c = id.wid.x * 64u + lid % 64u;
   let slice = lid / 64u;
   var dw = 0.0;
   var db = 0.0;
@@ -117,15 +90,13 @@ fn layernorm_backward_dweight(@builtin(workgroup_id) wid: vec3u, @builtin(local_
       db += d;
     }
   }
-  red[lid] = dw;
-  red2[lid] = db;
+  wg_red[lid] = vec2<f32>(dw, db);
   workgroupBarrier();
   if (lid < 64u && c < p.C) {
-    let w = (red[lid] + red[lid + 64u]) + (red[lid + 128u] + red[lid + 192u]);
-    let b = (red2[lid] + red2[lid + 64u]) + (red2[lid + 128u] + red2[lid + 192u]);
+    let g = (wg_red[lid] + wg_red[lid + 64u]) + (wg_red[lid + 128u] + wg_red[lid + 192u]);
     let wi = p.w_off + c;
     let bi = p.b_off + c;
-    dparams[wi] = select(w, dparams[wi] + w, p.accumulate != 0u);
-    dparams[bi] = select(b, dparams[bi] + b, p.accumulate != 0u);
+    dparams[wi] = select(g.x, dparams[wi] + g.x, p.accumulate != 0u);
+    dparams[bi] = select(g.y, dparams[bi] + g.y, p.accumulate != 0u);
   }
 }

@@ -12,8 +12,10 @@
 // each thread a 4×4 register block; K advances in steps of 16 through two workgroup
 // tiles (8 KiB) stored k-major so the inner loop reads one vec4 of A and one of B per
 // k and does 16 FMAs. Every thread moves one vec4 of each tile per K step.
-// The *_vec4 entry points load/store vec4 from global memory; the engine uses them when
-// the contiguous dims and offsets are multiples of 4. The scalar ones handle any shape.
+// One templated body: the block between `@repeat V` and `@end` is written once and
+// expanded for V = "" (scalar loads: any shape) and V = "_vec4" (vec4 loads and stores,
+// used when the contiguous dims and offsets are multiples of 4). Only the three memory
+// primitives (elem, read4, write4) are written per variant.
 // Edges (M, N, K not multiples of the tile) are zero-padded in the tiles and masked on store.
 
 struct Params {
@@ -41,104 +43,60 @@ const BN: u32 = 64u;
 const BK: u32 = 16u;
 const HAS_BIAS: u32 = 1u;
 const ACCUMULATE: u32 = 2u;
+const OP_A: u32 = 0u;
+const OP_B: u32 = 1u;
+const FWD: u32 = 0u;  // mm_loop's passes
+const DINP: u32 = 1u;
+const DW: u32 = 2u;
 
 var<workgroup> As: array<vec4<f32>, 256>; // [k][m/4], BK × BM/4
 var<workgroup> Bs: array<vec4<f32>, 256>; // [k][n/4], BK × BN/4
-var<workgroup> red: array<f32, 256>;
 
-// ---------------------------------------------------------------- tile loaders
-// "k" order: element (r,k) at off + r·K + k (rows contiguous along K): thread → (r = lid/4, k = 4·(lid%4))
-// "r" order: element (r,k) at off + k·R + r (contiguous along the row dim): thread → (k = lid/16, r = 4·(lid%16))
+// ---------------------------------------------------------------- memory primitives
+// Operand x: OP_A (binding 2) or OP_B (binding 3). read4 reads four consecutive
+// elements from i, of which the first n are in bounds (zero beyond); write4 stores
+// the first n of v at c[i..] (adding what is there when accumulating).
 
+fn elem(x: u32, i: u32) -> f32 {
+  if (x == OP_B) { return b[i]; }
+  return a[i];
+}
+
+fn read4(x: u32, i: u32, n: u32) -> vec4<f32> {
+  var v = vec4<f32>(0.0);
+  for (var j = 0u; j < min(n, 4u); j++) { v[j] = elem(x, i + j); }
+  return v;
+}
+
+fn write4(i: u32, v: vec4<f32>, n: u32) {
+  let add = (p.flags & ACCUMULATE) != 0u;
+  for (var j = 0u; j < min(n, 4u); j++) { c[i + j] = select(v[j], c[i + j] + v[j], add); }
+}
+
+// vec4: i is a multiple of 4 and all four are in bounds (the engine checks alignment)
+fn elem_vec4(x: u32, i: u32) -> f32 {
+  return read4_vec4(x, i - i % 4u, 4u)[i % 4u];
+}
+
+fn read4_vec4(x: u32, i: u32, n: u32) -> vec4<f32> {
+  if (x == OP_B) { return b4[i / 4u]; }
+  return a4[i / 4u];
+}
+
+fn write4_vec4(i: u32, v: vec4<f32>, n: u32) {
+  c4[i / 4u] = select(v, c4[i / 4u] + v, (p.flags & ACCUMULATE) != 0u);
+}
+
+fn a_off(x: u32) -> u32 { return select(p.a_off, p.b_off, x == OP_B); }
+
+// "k" order: element (r,k) at off + r·K + k (rows contiguous along K): thread → (r = lid/4, k = 4·(lid%4)).
+// Stored transposed into [k][r].
 fn put_k(tile: ptr<workgroup, array<vec4<f32>, 256>>, r: u32, kq: u32, v: vec4<f32>) {
-  // transpose four k values of row r into [k][r]
   (*tile)[(kq + 0u) * 16u + r / 4u][r % 4u] = v.x;
   (*tile)[(kq + 1u) * 16u + r / 4u][r % 4u] = v.y;
   (*tile)[(kq + 2u) * 16u + r / 4u][r % 4u] = v.z;
   (*tile)[(kq + 3u) * 16u + r / 4u][r % 4u] = v.w;
 }
-
-fn load_a_k(m0: u32, k0: u32, lid: u32) {
-  let r = lid / 4u;
-  let k = k0 + (lid % 4u) * 4u;
-  let m = m0 + r;
-  var v = vec4<f32>(0.0);
-  if (m < p.M) {
-    let base = p.a_off + m * p.K + k;
-    for (var j = 0u; j < 4u; j++) { if (k + j < p.K) { v[j] = a[base + j]; } }
-  }
-  put_k(&As, r, (lid % 4u) * 4u, v);
-}
-
-fn load_a_k4(m0: u32, k0: u32, lid: u32) {
-  let r = lid / 4u;
-  let k = k0 + (lid % 4u) * 4u;
-  let m = m0 + r;
-  var v = vec4<f32>(0.0);
-  if (m < p.M && k < p.K) { v = a4[(p.a_off + m * p.K + k) / 4u]; }
-  put_k(&As, r, (lid % 4u) * 4u, v);
-}
-
-fn load_a_r(m0: u32, k0: u32, kend: u32, lid: u32) {
-  let k = k0 + lid / 16u;
-  let m = m0 + (lid % 16u) * 4u;
-  var v = vec4<f32>(0.0);
-  if (k < kend) {
-    let base = p.a_off + k * p.M + m;
-    for (var j = 0u; j < 4u; j++) { if (m + j < p.M) { v[j] = a[base + j]; } }
-  }
-  As[lid] = v;
-}
-
-fn load_a_r4(m0: u32, k0: u32, kend: u32, lid: u32) {
-  let k = k0 + lid / 16u;
-  let m = m0 + (lid % 16u) * 4u;
-  var v = vec4<f32>(0.0);
-  if (k < kend && m < p.M) { v = a4[(p.a_off + k * p.M + m) / 4u]; }
-  As[lid] = v;
-}
-
-fn load_b_k(n0: u32, k0: u32, lid: u32) {
-  let r = lid / 4u;
-  let k = k0 + (lid % 4u) * 4u;
-  let n = n0 + r;
-  var v = vec4<f32>(0.0);
-  if (n < p.N) {
-    let base = p.b_off + n * p.K + k;
-    for (var j = 0u; j < 4u; j++) { if (k + j < p.K) { v[j] = b[base + j]; } }
-  }
-  put_k(&Bs, r, (lid % 4u) * 4u, v);
-}
-
-fn load_b_k4(n0: u32, k0: u32, lid: u32) {
-  let r = lid / 4u;
-  let k = k0 + (lid % 4u) * 4u;
-  let n = n0 + r;
-  var v = vec4<f32>(0.0);
-  if (n < p.N && k < p.K) { v = b4[(p.b_off + n * p.K + k) / 4u]; }
-  put_k(&Bs, r, (lid % 4u) * 4u, v);
-}
-
-fn load_b_r(n0: u32, k0: u32, kend: u32, lid: u32) {
-  let k = k0 + lid / 16u;
-  let n = n0 + (lid % 16u) * 4u;
-  var v = vec4<f32>(0.0);
-  if (k < kend) {
-    let base = p.b_off + k * p.N + n;
-    for (var j = 0u; j < 4u; j++) { if (n + j < p.N) { v[j] = b[base + j]; } }
-  }
-  Bs[lid] = v;
-}
-
-fn load_b_r4(n0: u32, k0: u32, kend: u32, lid: u32) {
-  let k = k0 + lid / 16u;
-  let n = n0 + (lid % 16u) * 4u;
-  var v = vec4<f32>(0.0);
-  if (k < kend && n < p.N) { v = b4[(p.b_off + k * p.N + n) / 4u]; }
-  Bs[lid] = v;
-}
-
-// ---------------------------------------------------------------- compute and store
 
 // acc[i] holds out row (4·ty + i), columns 4·tx .. 4·tx+3 of the tile
 fn mm_tile(acc: ptr<function, array<vec4<f32>, 4>>, tx: u32, ty: u32) {
@@ -152,170 +110,104 @@ fn mm_tile(acc: ptr<function, array<vec4<f32>, 4>>, tx: u32, ty: u32) {
   }
 }
 
-fn store_c(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>, c_base: u32) {
-  let tx = lid % 16u;
-  let ty = lid / 16u;
-  for (var i = 0u; i < 4u; i++) {
-    let m = m0 + ty * 4u + i;
-    if (m >= p.M) { break; }
-    for (var j = 0u; j < 4u; j++) {
-      let n = n0 + tx * 4u + j;
-      if (n >= p.N) { break; }
-      var v = acc[i][j];
-      if ((p.flags & HAS_BIAS) != 0u) { v += b[p.bias_off + n]; }
-      let idx = c_base + m * p.N + n;
-      if ((p.flags & ACCUMULATE) != 0u) { v += c[idx]; }
-      c[idx] = v;
-    }
-  }
+// @repeat V = "", "_vec4"
+// ---------------------------------------------------------------- tile loaders{{V}}
+// "r" order: element (r,k) at off + k·R + r (contiguous along the row dim): thread → (k = lid/16, r = 4·(lid%16))
+
+fn load_k{{V}}(tile: ptr<workgroup, array<vec4<f32>, 256>>, x: u32, r0: u32, R: u32, k0: u32, lid: u32) {
+  let r = lid / 4u;
+  let k = k0 + (lid % 4u) * 4u;
+  var v = vec4<f32>(0.0);
+  if (r0 + r < R && k < p.K) { v = read4{{V}}(x, a_off(x) + (r0 + r) * p.K + k, p.K - k); }
+  put_k(tile, r, (lid % 4u) * 4u, v);
 }
 
-fn store_c4(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>, c_base: u32) {
-  let tx = lid % 16u;
-  let ty = lid / 16u;
-  let n = n0 + tx * 4u;
+fn load_r{{V}}(tile: ptr<workgroup, array<vec4<f32>, 256>>, x: u32, r0: u32, R: u32, k0: u32, kend: u32, lid: u32) {
+  let k = k0 + lid / 16u;
+  let r = r0 + (lid % 16u) * 4u;
+  var v = vec4<f32>(0.0);
+  if (k < kend && r < R) { v = read4{{V}}(x, a_off(x) + k * R + r, R - r); }
+  (*tile)[lid] = v;
+}
+
+fn store_c{{V}}(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>, c_base: u32) {
+  let n = n0 + (lid % 16u) * 4u;
   if (n >= p.N) { return; }
   var bias = vec4<f32>(0.0);
   if ((p.flags & HAS_BIAS) != 0u) {
     let o = p.bias_off + n;
-    bias = vec4<f32>(b4[o / 4u][o % 4u], b4[(o + 1u) / 4u][(o + 1u) % 4u],
-                     b4[(o + 2u) / 4u][(o + 2u) % 4u], b4[(o + 3u) / 4u][(o + 3u) % 4u]);
+    for (var j = 0u; j < min(p.N - n, 4u); j++) { bias[j] = elem{{V}}(OP_B, o + j); }
   }
   for (var i = 0u; i < 4u; i++) {
-    let m = m0 + ty * 4u + i;
+    let m = m0 + (lid / 16u) * 4u + i;
     if (m >= p.M) { break; }
-    let idx = (c_base + m * p.N + n) / 4u;
-    var v = acc[i] + bias;
-    if ((p.flags & ACCUMULATE) != 0u) { v += c4[idx]; }
-    c4[idx] = v;
+    write4{{V}}(c_base + m * p.N + n, acc[i] + bias, p.N - n);
   }
 }
 
-// ---------------------------------------------------------------- entry points. Grid (ceil(N/64), ceil(M/64)).
-
-@compute @workgroup_size(256)
-fn matmul_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let m0 = wid.y * BM;
-  let n0 = wid.x * BN;
+// The K loop of every pass: A is (M,K) k-ordered, or (K,M) r-ordered for dW; B is (N,K)
+// k-ordered for the forward, (K,N) r-ordered otherwise. `which` is a constant at each
+// call, so the branches fold away.
+fn mm_loop{{V}}(m0: u32, n0: u32, kbeg: u32, kend: u32, lid: u32, which: u32) -> array<vec4<f32>, 4> {
   var acc: array<vec4<f32>, 4>;
-  for (var k0 = 0u; k0 < p.K; k0 += BK) {
-    load_a_k(m0, k0, lid);
-    load_b_k(n0, k0, lid);
+  for (var k0 = kbeg; k0 < kend; k0 += BK) {
+    if (which == DW) { load_r{{V}}(&As, OP_A, m0, p.M, k0, kend, lid); } else { load_k{{V}}(&As, OP_A, m0, p.M, k0, lid); }
+    if (which == FWD) { load_k{{V}}(&Bs, OP_B, n0, p.N, k0, lid); } else { load_r{{V}}(&Bs, OP_B, n0, p.N, k0, kend, lid); }
     workgroupBarrier();
     mm_tile(&acc, lid % 16u, lid / 16u);
     workgroupBarrier();
   }
-  store_c(m0, n0, lid, acc, p.c_off);
+  return acc;
+}
+
+// ---------------------------------------------------------------- entry points{{V}}. Grid (ceil(N/64), ceil(M/64)).
+
+@compute @workgroup_size(256)
+fn matmul_forward{{V}}(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let acc = mm_loop{{V}}(id.wid.y * BM, id.wid.x * BN, 0u, p.K, lid, FWD); // inp (M,K) · W (N,K)ᵀ
+  store_c{{V}}(id.wid.y * BM, id.wid.x * BN, lid, acc, p.c_off);
 }
 
 @compute @workgroup_size(256)
-fn matmul_forward_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let m0 = wid.y * BM;
-  let n0 = wid.x * BN;
-  var acc: array<vec4<f32>, 4>;
-  for (var k0 = 0u; k0 < p.K; k0 += BK) {
-    load_a_k4(m0, k0, lid);
-    load_b_k4(n0, k0, lid);
-    workgroupBarrier();
-    mm_tile(&acc, lid % 16u, lid / 16u);
-    workgroupBarrier();
-  }
-  store_c4(m0, n0, lid, acc, p.c_off);
-}
-
-@compute @workgroup_size(256)
-fn matmul_backward_dinp(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let m0 = wid.y * BM;
-  let n0 = wid.x * BN;
-  var acc: array<vec4<f32>, 4>;
-  for (var k0 = 0u; k0 < p.K; k0 += BK) {
-    load_a_k(m0, k0, lid);  // dout (M,K)
-    load_b_r(n0, k0, p.K, lid);  // W (K,N)
-    workgroupBarrier();
-    mm_tile(&acc, lid % 16u, lid / 16u);
-    workgroupBarrier();
-  }
-  store_c(m0, n0, lid, acc, p.c_off);
-}
-
-@compute @workgroup_size(256)
-fn matmul_backward_dinp_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let m0 = wid.y * BM;
-  let n0 = wid.x * BN;
-  var acc: array<vec4<f32>, 4>;
-  for (var k0 = 0u; k0 < p.K; k0 += BK) {
-    load_a_k4(m0, k0, lid);
-    load_b_r4(n0, k0, p.K, lid);
-    workgroupBarrier();
-    mm_tile(&acc, lid % 16u, lid / 16u);
-    workgroupBarrier();
-  }
-  store_c4(m0, n0, lid, acc, p.c_off);
+fn matmul_backward_dinp{{V}}(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let acc = mm_loop{{V}}(id.wid.y * BM, id.wid.x * BN, 0u, p.K, lid, DINP); // dout (M,K) · W (K,N)
+  store_c{{V}}(id.wid.y * BM, id.wid.x * BN, lid, acc, p.c_off);
 }
 
 // Grid (ceil(N/64), ceil(M/64), slices): slice z covers K rows [z·k_chunk, (z+1)·k_chunk)
 // and writes at c_off + z·M·N.
 @compute @workgroup_size(256)
-fn matmul_backward_dweight(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let m0 = wid.y * BM;
-  let n0 = wid.x * BN;
-  let kbeg = wid.z * p.k_chunk;
-  let kend = min(p.K, kbeg + p.k_chunk);
-  var acc: array<vec4<f32>, 4>;
-  for (var k0 = kbeg; k0 < kend; k0 += BK) {
-    load_a_r(m0, k0, kend, lid);  // dout (K,M) read as doutᵀ
-    load_b_r(n0, k0, kend, lid);  // inp (K,N)
-    workgroupBarrier();
-    mm_tile(&acc, lid % 16u, lid / 16u);
-    workgroupBarrier();
-  }
-  store_c(m0, n0, lid, acc, p.c_off + wid.z * p.M * p.N);
+fn matmul_backward_dweight{{V}}(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let kbeg = id.wid.z * p.k_chunk;
+  let acc = mm_loop{{V}}(id.wid.y * BM, id.wid.x * BN, kbeg, min(p.K, kbeg + p.k_chunk), lid, DW); // doutᵀ (M,K) · inp (K,N)
+  store_c{{V}}(id.wid.y * BM, id.wid.x * BN, lid, acc, p.c_off + id.wid.z * p.M * p.N);
 }
-
-@compute @workgroup_size(256)
-fn matmul_backward_dweight_vec4(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let m0 = wid.y * BM;
-  let n0 = wid.x * BN;
-  let kbeg = wid.z * p.k_chunk;
-  let kend = min(p.K, kbeg + p.k_chunk);
-  var acc: array<vec4<f32>, 4>;
-  for (var k0 = kbeg; k0 < kend; k0 += BK) {
-    load_a_r4(m0, k0, kend, lid);
-    load_b_r4(n0, k0, kend, lid);
-    workgroupBarrier();
-    mm_tile(&acc, lid % 16u, lid / 16u);
-    workgroupBarrier();
-  }
-  store_c4(m0, n0, lid, acc, p.c_off + wid.z * p.M * p.N);
-}
+// @end
 
 // dW (+)= Σ_z partial[z] over K = slices partials (M·N each, in `a`), one thread per element.
 @compute @workgroup_size(256)
-fn matmul_backward_dweight_reduce(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-                                  @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+fn matmul_backward_dweight_reduce(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i = thread_index(id, lid, 256u);
   let MN = p.M * p.N;
   if (i >= MN) { return; }
   var s = 0.0;
   for (var z = 0u; z < p.K; z++) { s += a[p.a_off + z * MN + i]; }
-  let idx = p.c_off + i;
-  c[idx] = select(s, c[idx] + s, (p.flags & ACCUMULATE) != 0u);
+  write4(p.c_off + i, vec4<f32>(s), 1u);
 }
 
 // dbias[n] (+)= Σ_m a[m,n], a = dout (M,N). Workgroup = 64 columns × 4 row slices. Grid ceil(N/64).
 @compute @workgroup_size(256)
-fn matmul_backward_dbias(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let n = wid.x * 64u + lid % 64u;
+fn matmul_backward_dbias(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let n = id.wid.x * 64u + lid % 64u;
   let slice = lid / 64u;
   var s = 0.0;
   if (n < p.N) {
     for (var m = slice; m < p.M; m += 4u) { s += a[p.a_off + m * p.N + n]; }
   }
-  red[lid] = s;
+  wg_red[lid] = vec2<f32>(s, 0.0);
   workgroupBarrier();
   if (lid < 64u && n < p.N) {
-    let t = (red[lid] + red[lid + 64u]) + (red[lid + 128u] + red[lid + 192u]);
-    let idx = p.c_off + n;
-    c[idx] = select(t, c[idx] + t, (p.flags & ACCUMULATE) != 0u);
+    let t = (wg_red[lid] + wg_red[lid + 64u]) + (wg_red[lid + 128u] + wg_red[lid + 192u]);
+    write4(p.c_off + n, vec4<f32>(t.x), 1u);
   }
 }

@@ -7,19 +7,32 @@
 import adamwSrc from '../../shaders/adamw.wgsl?raw';
 import attentionSrc from '../../shaders/attention.wgsl?raw';
 import crossentropySrc from '../../shaders/crossentropy.wgsl?raw';
-import deltaSrc from '../../shaders/delta.wgsl?raw';
 import encoderSrc from '../../shaders/encoder.wgsl?raw';
 import geluSrc from '../../shaders/gelu.wgsl?raw';
 import gradnormSrc from '../../shaders/gradnorm.wgsl?raw';
 import layernormSrc from '../../shaders/layernorm.wgsl?raw';
 import matmulSrc from '../../shaders/matmul.wgsl?raw';
+import preludeSrc from '../../shaders/prelude.wgsl?raw';
 import residualSrc from '../../shaders/residual.wgsl?raw';
 
-export const SHADER_SOURCES = {
+/**
+ * Expands each `// @repeat NAME = "x", "y"` … `// @end` block once per value, with
+ * {{NAME}} replaced by it (gpu.cpp's one-template-many-variants, in a few lines).
+ */
+export function expandTemplate(src: string): string {
+  return src.replace(/^\/\/ @repeat (\w+) = (.*)\n([\s\S]*?)^\/\/ @end\n/gm, (_, name: string, values: string, body: string) =>
+    [...values.matchAll(/"([^"]*)"/g)].map(([, v]) => body.replaceAll(`{{${name}}}`, v)).join('\n'));
+}
+
+/** A shader as the device sees it: the shared prelude, then the file with its templates expanded. */
+export function withPrelude(src: string): string {
+  return `${preludeSrc}\n${expandTemplate(src)}`;
+}
+
+const RAW_SOURCES = {
   adamw: adamwSrc,
   attention: attentionSrc,
   crossentropy: crossentropySrc,
-  delta: deltaSrc,
   encoder: encoderSrc,
   gelu: geluSrc,
   gradnorm: gradnormSrc,
@@ -28,7 +41,11 @@ export const SHADER_SOURCES = {
   residual: residualSrc,
 } as const;
 
-export type ShaderFile = keyof typeof SHADER_SOURCES;
+export type ShaderFile = keyof typeof RAW_SOURCES;
+
+export const SHADER_SOURCES = Object.fromEntries(
+  Object.entries(RAW_SOURCES).map(([k, v]) => [k, withPrelude(v)]),
+) as Record<ShaderFile, string>;
 
 interface EntryInfo {
   file: ShaderFile;
@@ -67,7 +84,6 @@ export const ENTRIES = {
   grad_norm_partial: { file: 'gradnorm', storage: [1, 2] },             // partials, grads
   grad_norm_finalize: { file: 'gradnorm', storage: [1, 2], step: true }, // clip, partials
   adamw_update: { file: 'adamw', storage: [1, 2, 3, 4, 5], step: true }, // params, grads, m, v, clip
-  pseudo_gradient: { file: 'delta', storage: [1, 2, 3] },               // delta, start, theta
 } satisfies Record<string, EntryInfo>;
 
 export type EntryName = keyof typeof ENTRIES;
@@ -288,4 +304,20 @@ export class Program {
   destroy(): void {
     this.uniform.destroy();
   }
+}
+
+// ---------------------------------------------------------------- readback (tests and benchmarks; the engine has its own)
+
+/** Reads `n` f32 values of a buffer back through a fresh staging buffer. */
+export async function readF32(device: GPUDevice, buf: GPUBuffer, n: number, offsetElems = 0): Promise<Float32Array> {
+  const size = Math.max(16, Math.ceil((n * 4) / 16) * 16);
+  const staging = device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  const enc = device.createCommandEncoder();
+  enc.copyBufferToBuffer(buf, offsetElems * 4, staging, 0, Math.min(size, buf.size - offsetElems * 4));
+  device.queue.submit([enc.finish()]);
+  await staging.mapAsync(GPUMapMode.READ);
+  const out = new Float32Array(staging.getMappedRange().slice(0, n * 4));
+  staging.unmap();
+  staging.destroy();
+  return out;
 }

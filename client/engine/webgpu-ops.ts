@@ -209,7 +209,7 @@ export function geluBackward(dinp: GPUBuffer, inp: GPUBuffer, dout: GPUBuffer, d
 }
 
 export function residualForward(out: GPUBuffer, inp1: GPUBuffer, inp2: GPUBuffer, d: { width: number }): DispatchSpec {
-  return { entry: 'residual_forward', buffers: [out, inp1, inp2], params: (s) => [rows(s) * d.width, 0], grid: (s) => grid1(rows(s) * d.width, 256) };
+  return { entry: 'residual_forward', buffers: [out, inp1, inp2], params: (s) => [rows(s) * d.width, 0, f32(1)], grid: (s) => grid1(rows(s) * d.width, 256) };
 }
 
 export function residualBackward(dinp1: GPUBuffer, dinp2: GPUBuffer, dout: GPUBuffer, d: { width: number; accumulate?: boolean }): DispatchSpec {
@@ -285,7 +285,7 @@ export function adamwUpdate(params: GPUBuffer, grads: GPUBuffer, m: GPUBuffer, v
   };
 }
 
-/** delta = start − theta over N. */
+/** delta = start − theta over N (residual_forward with alpha = −1). */
 export function pseudoGradient(delta: GPUBuffer, start: GPUBuffer, theta: GPUBuffer, d: { N: number }): DispatchSpec {
-  return { entry: 'pseudo_gradient', buffers: [delta, start, theta], params: () => [d.N], grid: () => grid1(d.N, 256) };
+  return { entry: 'residual_forward', buffers: [delta, start, theta], params: () => [d.N, 0, f32(-1)], grid: () => grid1(d.N, 256) };
 }

@@ -3,6 +3,8 @@
 
 import { createNodeGpu, type NodeGpu, type NodeGpuOptions } from '../../server/gpu.ts';
 
+export { readF32 } from '../../client/engine/webgpu-kernels.ts';
+
 let shared: Promise<NodeGpu> | null = null;
 
 /** The file's shared device; the first call's options win. */
@@ -25,20 +27,6 @@ export function upload(device: GPUDevice, data: Float32Array | Uint32Array, extr
   new (data.constructor as Float32ArrayConstructor)(buf.getMappedRange()).set(data);
   buf.unmap();
   return buf;
-}
-
-/** Reads `n` f32 values of a buffer back (copy to a staging buffer, map). */
-export async function readF32(device: GPUDevice, buf: GPUBuffer, n: number, offsetElems = 0): Promise<Float32Array> {
-  const size = Math.max(16, Math.ceil((n * 4) / 16) * 16);
-  const staging = device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  const enc = device.createCommandEncoder();
-  enc.copyBufferToBuffer(buf, offsetElems * 4, staging, 0, Math.min(size, buf.size - offsetElems * 4));
-  device.queue.submit([enc.finish()]);
-  await staging.mapAsync(GPUMapMode.READ);
-  const out = new Float32Array(staging.getMappedRange().slice(0, n * 4));
-  staging.unmap();
-  staging.destroy();
-  return out;
 }
 
 /** Largest |a−b| relative to the largest |b| (a scale-aware error for a whole tensor). */

@@ -1,0 +1,58 @@
+// Joined in front of every shader by withPrelude (client/engine/webgpu-kernels.ts):
+// the per-step uniform and the workgroup reductions, written once.
+
+// Per-step values shared by mean_loss, grad_norm_finalize and adamw_update (binding 8).
+struct Step {
+  lr: f32,
+  beta1: f32,
+  beta2: f32,
+  eps: f32,
+  weight_decay: f32,
+  bc1: f32,        // 1 − beta1^t
+  bc2: f32,        // 1 − beta2^t
+  max_norm: f32,   // ≤ 0: no clipping
+  loss_slot: u32,
+  step: u32,
+  _pad0: u32,
+  _pad1: u32,
+}
+
+// Every entry point's workgroup builtins (uniform: barriers may depend on them).
+struct Grid {
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+}
+
+// Workgroup index of a 1-D launch, split 2-D past 65535 groups (grid1 in webgpu-kernels.ts).
+fn group_index(g: Grid) -> u32 {
+  return g.wid.y * g.nwg.x + g.wid.x;
+}
+
+// Thread index of a 1-D launch of `wg`-thread workgroups.
+fn thread_index(g: Grid, lid: u32, wg: u32) -> u32 {
+  return group_index(g) * wg + lid;
+}
+
+// Two sums (or maxima) over the first n threads of a workgroup (n a power of two ≤ 256):
+// a tree in workgroup memory; every thread gets the result. Only the entry points that
+// call it allocate `wg_red`.
+var<workgroup> wg_red: array<vec2<f32>, 256>;
+
+fn wg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> {
+  wg_red[lid] = x;
+  workgroupBarrier();
+  for (var s = n / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) {
+      let o = wg_red[lid + s];
+      wg_red[lid] = select(wg_red[lid] + o, max(wg_red[lid], o), is_max);
+    }
+    workgroupBarrier();
+  }
+  let r = wg_red[0];
+  workgroupBarrier(); // wg_red is reused by the next call
+  return r;
+}
+
+fn wg_sum2(x: vec2<f32>, lid: u32, n: u32) -> vec2<f32> { return wg_reduce2(x, lid, n, false); }
+fn wg_sum(x: f32, lid: u32, n: u32) -> f32 { return wg_reduce2(vec2<f32>(x, 0.0), lid, n, false).x; }
+fn wg_max(x: f32, lid: u32, n: u32) -> f32 { return wg_reduce2(vec2<f32>(x, 0.0), lid, n, true).x; }
