@@ -28,6 +28,7 @@ import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
 import { type DispatchSpec, KernelSet, Program, type Shape, readF32 } from '../client/engine/webgpu-kernels.ts';
 import * as op from '../client/engine/webgpu-ops.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
+import { type AttentionRow, benchAttention, submitPasses } from './attention.ts';
 
 export interface KernelBenchOptions {
   /** Peak of the adapter in TFLOP/s (fp32); adds MFU figures. */
@@ -98,6 +99,8 @@ export interface KernelBenchResult {
   settings: { quick: boolean; matmul_repeats: number; target_ms: number; peak_tflops?: number };
   matmul: MatmulRow[];
   matmul_summary: { geomean_ratio: number; min_ratio: number; max_ratio: number };
+  /** flash attention (forward + backward) against the kernels it replaced */
+  attention: AttentionRow[];
   trainStep: TrainStepResult;
   /** bytes our engine holds on the device for the train-step model */
   gpuBytes: number;
@@ -188,7 +191,7 @@ class OurMatmulHarness {
   private readonly kernels: KernelSet;
 
   constructor(private readonly device: GPUDevice) {
-    this.kernels = new KernelSet(device, { MAX_T: 1024 });
+    this.kernels = new KernelSet(device);
   }
 
   private storage(data: Float32Array | number): GPUBuffer {
@@ -248,11 +251,7 @@ class OurMatmulHarness {
     program.setShape(shape);
     return {
       async run(n, expectMs) {
-        const enc = device.createCommandEncoder();
-        const cp = enc.beginComputePass();
-        for (let i = 0; i < n; i++) program.encode(cp, shape);
-        cp.end();
-        device.queue.submit([enc.finish()]);
+        submitPasses(device, n, (pass) => program.encode(pass, shape));
         await drain(device, expectMs);
       },
       read: () => readF32(device, out, outLen),
@@ -567,6 +566,9 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
     // ---- matmul
     const mm = await benchMatmul(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, log });
 
+    // ---- attention: the flash kernels against the old ones
+    const attention = await benchAttention(gpu.device, { software, time: timeInterleaved, drain, repeats: mm.repeats, targetMs: mm.targetMs, log });
+
     // ---- training step
     const { trainStep, gpuBytes } = await benchTrainStep(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, log });
 
@@ -579,6 +581,7 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
       settings: { quick, matmul_repeats: mm.repeats, target_ms: mm.targetMs, ...(opts.peakTflops ? { peak_tflops: opts.peakTflops } : {}) },
       matmul: mm.rows,
       matmul_summary: mm.summary,
+      attention,
       trainStep,
       gpuBytes,
       seconds: (performance.now() - t0) / 1e3,
@@ -602,6 +605,9 @@ export function formatKernelBench(r: KernelBenchResult): string {
   }
   const s = r.matmul_summary;
   lines.push(`  ratio: geomean ×${f(s.geomean_ratio)}, min ×${f(s.min_ratio)}, max ×${f(s.max_ratio)}  (goal ≥ ×1.5)`);
+  lines.push('');
+  lines.push('attention forward + backward (ms, median)        old      flash   speedup');
+  for (const a of r.attention) lines.push(`  ${a.shape.padEnd(44)} ${f(a.old_ms).padStart(8)} ${f(a.new_ms).padStart(9)} ${('×' + f(a.speedup)).padStart(9)}  (goal ≥ ×2 at T=256)`);
   lines.push('');
   const t = r.trainStep;
   lines.push(`training step, preset ${t.preset} (B=${t.batch}, T=${t.T}), tokens/s:`);

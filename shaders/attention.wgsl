@@ -1,11 +1,13 @@
-// Causal multi-head self-attention. Twins: attentionForward / attentionBackward (core/model/ops.ts).
-// inp (B,T,3C) holds q,k,v; att (B,NH,T,T); out (B,T,C); head size hs = C/NH.
-// Forward: one workgroup per (query row t, batch·head), scores kept in workgroup memory,
-// fused max-subtracted softmax. Only att is stored for the backward; preatt is not
-// materialised (the backward never needs it), unlike the twin.
-// Backward in two race-free passes (no float atomics in WGSL):
-//   attention_backward_dq   per query row: dpreatt row (scratch) and dq
-//   attention_backward_dkv  per key column: dk and dv gather down the column
+// Causal multi-head self-attention, flash style. Twins: attentionForward / attentionBackward
+// (core/model/ops.ts). inp (B,T,3C) holds q,k,v; out (B,T,C); head size HS = C/NH.
+// No T×T matrix in memory: a workgroup owns BR rows of one (batch, head), one row per
+// thread held in registers, and streams the other side through workgroup memory in tiles
+// of BC rows. The forward keeps a running max and sum (online softmax) and stores only
+// lse = max + log Σ exp per row; the backward recomputes the probabilities from it.
+//   attention_forward       per query row: out, lse
+//   attention_backward_dq   per query row: dq, and D = dout·out (kept for the next pass)
+//   attention_backward_dkv  per key row: dk, dv, down the queries t ≥ key
+// HS is written into the source per head size (the loops over it unroll).
 
 struct Params {
   B: u32,
@@ -13,143 +15,188 @@ struct Params {
   C: u32,
   NH: u32,
   accumulate: u32, // backward: 1 adds into dinp (as the twin), 0 overwrites
-  scale: f32,      // 1/sqrt(hs)
+  scale: f32,      // 1/sqrt(HS)
 }
 
-override MAX_T: u32 = 256u; // ≥ T: sizes the per-row workgroup arrays
+const HS: u32 = {{HS}}u;
+const BR: u32 = 64u; // rows per workgroup, one per thread
+const BC: u32 = 16u; // rows per tile in workgroup memory
+const NEG: f32 = -3.402823e38;
 
 @group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;  // forward: (B,T,C)
+@group(0) @binding(1) var<storage, read_write> dinp: array<f32>; // backward: (B,T,3C)
+@group(0) @binding(2) var<storage, read_write> lse: array<f32>;  // forward: (B,NH,T)
+@group(0) @binding(2) var<storage, read_write> dsum: array<f32>; // dq writes D (B,NH,T), dkv reads it
+@group(0) @binding(3) var<storage, read> inp: array<f32>;        // (B,T,3C)
+@group(0) @binding(4) var<storage, read> lse_in: array<f32>;
+@group(0) @binding(5) var<storage, read> dout: array<f32>;       // (B,T,C)
+@group(0) @binding(6) var<storage, read> out_in: array<f32>;
 
-// attention_forward
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;     // (B,T,C)
-@group(0) @binding(2) var<storage, read_write> att: array<f32>;     // (B,NH,T,T)
-@group(0) @binding(3) var<storage, read> inp: array<f32>;           // (B,T,3C)
+var<workgroup> tile_a: array<f32, BC * HS>;
+var<workgroup> tile_b: array<f32, BC * HS>;
+var<workgroup> tile_s: array<vec2<f32>, BC>; // dkv: (lse, D) of the tile's queries
 
-// backward
-@group(0) @binding(1) var<storage, read_write> dinp: array<f32>;    // (B,T,3C)
-@group(0) @binding(2) var<storage, read_write> dpreatt: array<f32>; // (B,NH,T,T) scratch
-@group(0) @binding(2) var<storage, read> dpreatt_in: array<f32>;
-@group(0) @binding(4) var<storage, read> att_in: array<f32>;        // (B,NH,T,T)
-@group(0) @binding(5) var<storage, read> dout: array<f32>;          // (B,T,C)
+// Index of channel 0 of part `part` (0 q, 1 k, 2 v) of row t, head h, in inp.
+fn qkv_at(b: u32, t: u32, h: u32, part: u32) -> u32 {
+  return (b * p.T + t) * 3u * p.C + part * p.C + h * HS;
+}
 
-const WG: u32 = 64u;
-var<workgroup> row: array<f32, MAX_T>;
-var<workgroup> row2: array<f32, MAX_T>;
-// Grid (T, B·NH).
+fn dout_at(b: u32, t: u32, h: u32) -> u32 {
+  return (b * p.T + t) * p.C + h * HS;
+}
+
+// Tiles of rows t0 .. t0+BC−1 (zero past T): part of inp, or dout when part = 3.
+fn load_inp(tile: ptr<workgroup, array<f32, BC * HS>>, b: u32, h: u32, t0: u32, part: u32, lid: u32) {
+  for (var e = lid; e < BC * HS; e += BR) {
+    let t = t0 + e / HS;
+    (*tile)[e] = select(0.0, inp[qkv_at(b, min(t, p.T - 1u), h, part) + e % HS], t < p.T);
+  }
+}
+
+fn load_dout(tile: ptr<workgroup, array<f32, BC * HS>>, b: u32, h: u32, t0: u32, lid: u32) {
+  for (var e = lid; e < BC * HS; e += BR) {
+    let t = t0 + e / HS;
+    (*tile)[e] = select(0.0, dout[dout_at(b, min(t, p.T - 1u), h) + e % HS], t < p.T);
+  }
+}
+
+fn dot_tile(x: ptr<function, array<f32, HS>>, tile: ptr<workgroup, array<f32, BC * HS>>, j: u32) -> f32 {
+  var d = 0.0;
+  for (var i = 0u; i < HS; i++) { d += (*x)[i] * (*tile)[j * HS + i]; }
+  return d;
+}
+
+fn axpy_tile(y: ptr<function, array<f32, HS>>, a: f32, tile: ptr<workgroup, array<f32, BC * HS>>, j: u32) {
+  for (var i = 0u; i < HS; i++) { (*y)[i] += a * (*tile)[j * HS + i]; }
+}
+
+// A workgroup's rows: batch b, head h (bh = b·NH + h), rows t0 .. t0+BR−1.
+struct Block {
+  b: u32,
+  h: u32,
+  bh: u32,
+  t0: u32,
+}
+
+fn block_of(id: Grid) -> Block {
+  return Block(id.wid.y / p.NH, id.wid.y % p.NH, id.wid.y, id.wid.x * BR);
+}
+
+fn store_grad(idx: u32, g: ptr<function, array<f32, HS>>, scale: f32) {
+  for (var i = 0u; i < HS; i++) {
+    let v = (*g)[i] * scale;
+    dinp[idx + i] = select(v, dinp[idx + i] + v, p.accumulate != 0u);
+  }
+}
+
+// Grid (ceil(T/BR), B·NH).
 @compute @workgroup_size(64)
 fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let t = id.wid.x;
-  let bh = id.wid.y;
-  let b = bh / p.NH;
-  let h = bh % p.NH;
-  let T = p.T;
-  let C = p.C;
-  let C3 = 3u * C;
-  let hs = C / p.NH;
-  let q = (b * T + t) * C3 + h * hs;
-  let arow = (bh * T + t) * T;
-  // scores q·k for t2 ≤ t, one key per thread
-  var mx = -3.402823e38;
-  for (var t2 = lid; t2 <= t; t2 += WG) {
-    let k = (b * T + t2) * C3 + C + h * hs;
-    var dot = 0.0;
-    for (var i = 0u; i < hs; i++) { dot += inp[q + i] * inp[k + i]; }
-    let s = dot * p.scale;
-    row[t2] = s;
-    mx = max(mx, s);
-  }
-  mx = wg_max(mx, lid, WG);
-  var sum = 0.0;
-  for (var t2 = lid; t2 <= t; t2 += WG) {
-    let e = exp(row[t2] - mx);
-    row[t2] = e;
-    sum += e;
-  }
-  let inv = 1.0 / wg_sum(sum, lid, WG);
-  for (var t2 = lid; t2 < T; t2 += WG) {
-    var a = 0.0;
-    if (t2 <= t) {
-      a = row[t2] * inv;
-      row[t2] = a;
+  let w = block_of(id);
+  let t = w.t0 + lid;
+  let r = min(t, p.T - 1u); // rows past T compute on row T−1 and store nothing
+  var m = NEG; // running max and sum of exp(score − m)
+  var l = 0.0;
+  var q: array<f32, HS>;
+  var o: array<f32, HS>;
+  for (var i = 0u; i < HS; i++) { q[i] = inp[qkv_at(w.b, r, w.h, 0u) + i] * p.scale; }
+  for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
+    load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
+    load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
+    workgroupBarrier();
+    var s: array<f32, BC>;
+    var mt = m;
+    for (var j = 0u; j < BC; j++) {
+      s[j] = select(NEG, dot_tile(&q, &tile_a, j), k0 + j <= t);
+      mt = max(mt, s[j]);
     }
-    att[arow + t2] = a; // the masked entries are 0, as in the twin
+    let corr = exp(m - mt);
+    l *= corr;
+    for (var i = 0u; i < HS; i++) { o[i] *= corr; }
+    for (var j = 0u; j < BC; j++) {
+      let pj = exp(s[j] - mt);
+      l += pj;
+      axpy_tile(&o, pj, &tile_b, j);
+    }
+    m = mt;
+    workgroupBarrier();
   }
-  workgroupBarrier();
-  // out = att · v, one output channel per thread (coalesced v reads)
-  let o = (b * T + t) * C + h * hs;
-  for (var i = lid; i < hs; i += WG) {
-    var acc = 0.0;
-    for (var t2 = 0u; t2 <= t; t2++) { acc += row[t2] * inp[(b * T + t2) * C3 + 2u * C + h * hs + i]; }
-    out[o + i] = acc;
+  if (t < p.T) {
+    for (var i = 0u; i < HS; i++) { out[dout_at(w.b, t, w.h) + i] = o[i] / l; }
+    lse[w.bh * p.T + t] = m + log(l);
   }
 }
 
-// Per query row t: datt = v·dout, dpreatt = att ⊙ (datt − Σ att·datt), dq = scale·Σ dpreatt·k.
-// Grid (T, B·NH).
+// dq = scale·Σ_k ds·k with ds = P ⊙ (dout·v − D), P = exp(scale·q·k − lse). Grid (ceil(T/BR), B·NH).
 @compute @workgroup_size(64)
 fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let t = id.wid.x;
-  let bh = id.wid.y;
-  let b = bh / p.NH;
-  let h = bh % p.NH;
-  let T = p.T;
-  let C = p.C;
-  let C3 = 3u * C;
-  let hs = C / p.NH;
-  let o = (b * T + t) * C + h * hs;
-  let arow = (bh * T + t) * T;
-  var dot = 0.0;
-  for (var t2 = lid; t2 <= t; t2 += WG) {
-    let v = (b * T + t2) * C3 + 2u * C + h * hs;
-    var d = 0.0;
-    for (var i = 0u; i < hs; i++) { d += inp[v + i] * dout[o + i]; }
-    row[t2] = d;
-    dot += att_in[arow + t2] * d;
+  let w = block_of(id);
+  let t = w.t0 + lid;
+  let r = min(t, p.T - 1u); // rows past T compute on row T−1 and store nothing
+  var q: array<f32, HS>;
+  var g: array<f32, HS>;
+  var dq: array<f32, HS>;
+  var d = 0.0;
+  for (var i = 0u; i < HS; i++) {
+    q[i] = inp[qkv_at(w.b, r, w.h, 0u) + i] * p.scale;
+    g[i] = dout[dout_at(w.b, r, w.h) + i];
+    d += g[i] * out_in[dout_at(w.b, r, w.h) + i];
   }
-  dot = wg_sum(dot, lid, WG);
-  for (var t2 = lid; t2 <= t; t2 += WG) {
-    let dp = att_in[arow + t2] * (row[t2] - dot);
-    row[t2] = dp;
-    dpreatt[arow + t2] = dp;
+  let L = lse_in[w.bh * p.T + r];
+  for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
+    load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
+    load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
+    workgroupBarrier();
+    for (var j = 0u; j < BC; j++) {
+      if (k0 + j <= t) {
+        let pj = exp(dot_tile(&q, &tile_a, j) - L);
+        axpy_tile(&dq, pj * (dot_tile(&g, &tile_b, j) - d), &tile_a, j);
+      }
+    }
+    workgroupBarrier();
   }
-  workgroupBarrier();
-  let q = (b * T + t) * C3 + h * hs;
-  for (var i = lid; i < hs; i += WG) {
-    var g = 0.0;
-    for (var t2 = 0u; t2 <= t; t2++) { g += row[t2] * inp[(b * T + t2) * C3 + C + h * hs + i]; }
-    g *= p.scale;
-    dinp[q + i] = select(g, dinp[q + i] + g, p.accumulate != 0u);
+  if (t < p.T) {
+    store_grad(qkv_at(w.b, t, w.h, 0u), &dq, p.scale);
+    dsum[w.bh * p.T + t] = d;
   }
 }
 
-// Per key column t2: dk = scale·Σ_{t≥t2} dpreatt[t,t2]·q[t], dv = Σ_{t≥t2} att[t,t2]·dout[t].
-// Grid (T, B·NH).
+// dv = Σ_{t ≥ key} P·dout, dk = scale·Σ ds·q. Runs after attention_backward_dq (reads D).
+// Grid (ceil(T/BR), B·NH).
 @compute @workgroup_size(64)
 fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let t2 = id.wid.x;
-  let bh = id.wid.y;
-  let b = bh / p.NH;
-  let h = bh % p.NH;
-  let T = p.T;
-  let C = p.C;
-  let C3 = 3u * C;
-  let hs = C / p.NH;
-  for (var t = t2 + lid; t < T; t += WG) {
-    let r = (bh * T + t) * T + t2;
-    row[t] = dpreatt_in[r];
-    row2[t] = att_in[r];
+  let w = block_of(id);
+  let t2 = w.t0 + lid;
+  let r = min(t2, p.T - 1u);
+  var k: array<f32, HS>;
+  var v: array<f32, HS>;
+  var dk: array<f32, HS>;
+  var dv: array<f32, HS>;
+  for (var i = 0u; i < HS; i++) {
+    k[i] = inp[qkv_at(w.b, r, w.h, 1u) + i] * p.scale;
+    v[i] = inp[qkv_at(w.b, r, w.h, 2u) + i];
   }
-  workgroupBarrier();
-  let k = (b * T + t2) * C3 + C + h * hs;
-  for (var i = lid; i < hs; i += WG) {
-    var gk = 0.0;
-    var gv = 0.0;
-    for (var t = t2; t < T; t++) {
-      gk += row[t] * inp[(b * T + t) * C3 + h * hs + i];
-      gv += row2[t] * dout[(b * T + t) * C + h * hs + i];
+  for (var q0 = w.t0; q0 < p.T; q0 += BC) {
+    load_inp(&tile_a, w.b, w.h, q0, 0u, lid);
+    load_dout(&tile_b, w.b, w.h, q0, lid);
+    if (lid < BC) {
+      let t = min(q0 + lid, p.T - 1u);
+      tile_s[lid] = vec2<f32>(lse_in[w.bh * p.T + t], dsum[w.bh * p.T + t]);
     }
-    gk *= p.scale;
-    dinp[k + i] = select(gk, dinp[k + i] + gk, p.accumulate != 0u);
-    dinp[k + C + i] = select(gv, dinp[k + C + i] + gv, p.accumulate != 0u);
+    workgroupBarrier();
+    for (var j = 0u; j < BC; j++) {
+      let t = q0 + j;
+      if (t >= t2 && t < p.T) {
+        let pj = exp(dot_tile(&k, &tile_a, j) - tile_s[j].x);
+        axpy_tile(&dv, pj, &tile_b, j);
+        axpy_tile(&dk, pj * (dot_tile(&v, &tile_b, j) - tile_s[j].y), &tile_a, j);
+      }
+    }
+    workgroupBarrier();
+  }
+  if (t2 < p.T) {
+    store_grad(qkv_at(w.b, t2, w.h, 1u), &dk, p.scale);
+    store_grad(qkv_at(w.b, t2, w.h, 2u), &dv, 1.0);
   }
 }

@@ -24,10 +24,17 @@ export function expandTemplate(src: string): string {
     [...values.matchAll(/"([^"]*)"/g)].map(([, v]) => body.replaceAll(`{{${name}}}`, v)).join('\n'));
 }
 
-/** A shader as the device sees it: the shared prelude, then the file with its templates expanded. */
-export function withPrelude(src: string): string {
-  return `${preludeSrc}\n${expandTemplate(src)}`;
+/**
+ * A shader as the device sees it: the shared prelude, then the file with its templates
+ * expanded and each {{NAME}} of `defines` written in (e.g. attention's head size).
+ */
+export function withPrelude(src: string, defines: Defines = {}): string {
+  const code = expandTemplate(src).replace(/\{\{(\w+)\}\}/g, (m, k: string) => (k in defines ? String(defines[k]) : m));
+  return `${preludeSrc}\n${code}`;
 }
+
+/** Values written into a shader's {{NAME}} placeholders. */
+export type Defines = Record<string, number>;
 
 const RAW_SOURCES = {
   adamw: adamwSrc,
@@ -43,9 +50,8 @@ const RAW_SOURCES = {
 
 export type ShaderFile = keyof typeof RAW_SOURCES;
 
-export const SHADER_SOURCES = Object.fromEntries(
-  Object.entries(RAW_SOURCES).map(([k, v]) => [k, withPrelude(v)]),
-) as Record<ShaderFile, string>;
+/** A shader file's source with these defines. */
+export const shaderSource = (file: ShaderFile, defines?: Defines): string => withPrelude(RAW_SOURCES[file], defines);
 
 interface EntryInfo {
   file: ShaderFile;
@@ -71,9 +77,9 @@ export const ENTRIES = {
   matmul_backward_dweight_vec4: { file: 'matmul', storage: [1, 2, 3] },
   matmul_backward_dweight_reduce: { file: 'matmul', storage: [1, 2] },  // grads, partials
   matmul_backward_dbias: { file: 'matmul', storage: [1, 2] },           // grads, dout
-  attention_forward: { file: 'attention', storage: [1, 2, 3] },         // out, att, inp
-  attention_backward_dq: { file: 'attention', storage: [1, 2, 3, 4, 5] },  // dinp, dpreatt, inp, att, dout
-  attention_backward_dkv: { file: 'attention', storage: [1, 2, 3, 4, 5] }, // dinp, dpreatt, inp, att, dout
+  attention_forward: { file: 'attention', storage: [1, 2, 3] },         // out, lse, inp
+  attention_backward_dq: { file: 'attention', storage: [1, 2, 3, 4, 5, 6] }, // dinp, dsum, inp, lse, dout, out
+  attention_backward_dkv: { file: 'attention', storage: [1, 2, 3, 4, 5] },   // dinp, dsum, inp, lse, dout
   gelu_forward: { file: 'gelu', storage: [1, 2] },                      // out, inp
   gelu_backward: { file: 'gelu', storage: [1, 2, 3] },                  // dinp, inp, dout
   residual_forward: { file: 'residual', storage: [1, 2, 3] },           // out, inp1, inp2
@@ -140,11 +146,6 @@ export function grid1(n: number, perGroup: number): [number, number, number] {
 
 // ---------------------------------------------------------------- pipelines
 
-/** Override constants the engine sets: MAX_T sizes attention's per-row workgroup arrays. */
-export interface KernelConstants {
-  MAX_T: number;
-}
-
 /**
  * Under Node (Dawn), a pending Dawn promise busy-polls the JS thread, which made
  * createComputePipelineAsync 1.6–2.5× slower than the blocking call on 2 cores; a
@@ -154,32 +155,33 @@ const IS_NODE = typeof (globalThis as { process?: { versions?: { node?: string }
 
 /** Compiles the shader modules once and every pipeline once (cached by entry). */
 export class KernelSet {
-  private readonly modules = new Map<ShaderFile, GPUShaderModule>();
-  private readonly pipelines = new Map<EntryName, Promise<GPUComputePipeline>>();
+  private readonly modules = new Map<string, GPUShaderModule>();
+  private readonly pipelines = new Map<string, Promise<GPUComputePipeline>>();
 
-  constructor(readonly device: GPUDevice, readonly constants: KernelConstants, readonly syncCompile = IS_NODE) {}
+  constructor(readonly device: GPUDevice, readonly syncCompile = IS_NODE) {}
 
-  private module(file: ShaderFile): GPUShaderModule {
-    let m = this.modules.get(file);
+  private module(file: ShaderFile, defines: Defines | undefined): GPUShaderModule {
+    const key = `${file}${JSON.stringify(defines ?? {})}`;
+    let m = this.modules.get(key);
     if (!m) {
-      m = this.device.createShaderModule({ code: SHADER_SOURCES[file], label: `${file}.wgsl` });
-      this.modules.set(file, m);
+      m = this.device.createShaderModule({ code: shaderSource(file, defines), label: `${file}.wgsl` });
+      this.modules.set(key, m);
     }
     return m;
   }
 
-  pipeline(entry: EntryName): Promise<GPUComputePipeline> {
-    let p = this.pipelines.get(entry);
+  pipeline(entry: EntryName, defines?: Defines): Promise<GPUComputePipeline> {
+    const key = `${entry}${JSON.stringify(defines ?? {})}`;
+    let p = this.pipelines.get(key);
     if (!p) {
       const info: EntryInfo = ENTRIES[entry];
-      const constants = info.file === 'attention' ? { MAX_T: this.constants.MAX_T } : undefined;
       const desc: GPUComputePipelineDescriptor = {
         label: entry,
         layout: 'auto',
-        compute: { module: this.module(info.file), entryPoint: entry, constants },
+        compute: { module: this.module(info.file, defines), entryPoint: entry },
       };
       p = this.syncCompile ? this.compileSync(desc) : this.device.createComputePipelineAsync(desc);
-      this.pipelines.set(entry, p);
+      this.pipelines.set(key, p);
     }
     return p;
   }
@@ -192,11 +194,10 @@ export class KernelSet {
     return pipeline;
   }
 
-  /** Compiles the given entries (one after another under Node, concurrently in a browser). */
-  async prepare(entries: Iterable<EntryName>): Promise<void> {
-    const list = [...new Set(entries)];
-    if (this.syncCompile) for (const e of list) await this.pipeline(e);
-    else await Promise.all(list.map((e) => this.pipeline(e)));
+  /** Compiles the specs' pipelines (one after another under Node, concurrently in a browser). */
+  async prepare(specs: DispatchSpec[]): Promise<void> {
+    if (this.syncCompile) for (const s of specs) await this.pipeline(s.entry, s.defines);
+    else await Promise.all(specs.map((s) => this.pipeline(s.entry, s.defines)));
   }
 }
 
@@ -204,6 +205,8 @@ export class KernelSet {
 
 export interface DispatchSpec {
   entry: EntryName;
+  /** Written into the shader's {{NAME}} placeholders (one module and pipeline per distinct set). */
+  defines?: Defines;
   /** Storage buffers in the entry's argument order (whole buffers; offsets go in the uniform). */
   buffers: GPUBuffer[];
   params: (s: Shape) => UValue[];
@@ -240,7 +243,7 @@ export class Program {
   /** `stepUniform` is bound at binding 8 for the entries that read it. */
   static async build(kernels: KernelSet, specs: DispatchSpec[], probe: Shape, stepUniform?: GPUBuffer, label = 'program'): Promise<Program> {
     const device = kernels.device;
-    await kernels.prepare(specs.map((s) => s.entry));
+    await kernels.prepare(specs);
     let offset = 0;
     const layout = specs.map((spec) => {
       const words = spec.params(probe).length;
@@ -256,7 +259,7 @@ export class Program {
       if (spec.buffers.length !== info.storage.length) {
         throw new Error(`${spec.entry}: ${spec.buffers.length} buffers given, the entry binds ${info.storage.length}`);
       }
-      const pipeline = await kernels.pipeline(spec.entry);
+      const pipeline = await kernels.pipeline(spec.entry, spec.defines);
       const { slot, words } = layout[i];
       const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: { buffer: uniform, offset: slot, size: Math.ceil((words * 4) / 16) * 16 } }];
       info.storage.forEach((binding, j) => entries.push({ binding, resource: { buffer: spec.buffers[j] } }));

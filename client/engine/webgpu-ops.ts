@@ -176,26 +176,25 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
 export interface AttentionDims { C: number; NH: number }
 
 const attParams = (s: Shape, d: AttentionDims, accumulate: number) => [s.B, s.T, d.C, d.NH, accumulate, f32(1 / Math.sqrt(d.C / d.NH))];
+const attGrid = (s: Shape, d: AttentionDims): [number, number, number] => [Math.ceil(s.T / ATT_ROWS), s.B * d.NH, 1];
+const ATT_ROWS = 64; // attention.wgsl BR
 
-/** out (B,T,C), att (B,NH,T,T) from inp (B,T,3C). preatt is not materialised. */
-export function attentionForward(out: GPUBuffer, att: GPUBuffer, inp: GPUBuffer, d: AttentionDims): DispatchSpec {
-  return {
-    entry: 'attention_forward',
-    buffers: [out, att, inp],
-    params: (s) => attParams(s, d, 0),
-    grid: (s) => [s.T, s.B * d.NH, 1],
-  };
+/** Workgroup memory of the attention kernels for head size hs: two BC×hs tiles and BC (lse, D) pairs. */
+export const attentionTileBytes = (hs: number) => 2 * 16 * hs * 4 + 16 * 8;
+
+/** out (B,T,C) and lse (B,NH,T), the softmax's log-normaliser per row, from inp (B,T,3C). */
+export function attentionForward(out: GPUBuffer, lse: GPUBuffer, inp: GPUBuffer, d: AttentionDims): DispatchSpec {
+  return { entry: 'attention_forward', defines: { HS: d.C / d.NH }, buffers: [out, lse, inp], params: (s) => attParams(s, d, 0), grid: (s) => attGrid(s, d) };
 }
 
-/** dinp (B,T,3C) from dout (B,T,C); dpreatt (B,NH,T,T) is scratch. */
-export function attentionBackward(dinp: GPUBuffer, dpreatt: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, att: GPUBuffer, d: AttentionDims & { accumulate?: boolean }): DispatchSpec[] {
-  const a = acc(d.accumulate);
-  return (['attention_backward_dq', 'attention_backward_dkv'] as const).map((entry) => ({
-    entry,
-    buffers: [dinp, dpreatt, inp, att, dout],
-    params: (s: Shape) => attParams(s, d, a),
-    grid: (s: Shape) => [s.T, s.B * d.NH, 1] as [number, number, number],
-  }));
+/** dinp (B,T,3C) from dout (B,T,C), the forward's out and lse; dsum (B,NH,T) is scratch. */
+export function attentionBackward(dinp: GPUBuffer, dsum: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, out: GPUBuffer, lse: GPUBuffer, d: AttentionDims & { accumulate?: boolean }): DispatchSpec[] {
+  const params = (s: Shape) => attParams(s, d, acc(d.accumulate));
+  const defines = { HS: d.C / d.NH };
+  return [
+    { entry: 'attention_backward_dq', defines, buffers: [dinp, dsum, inp, lse, dout, out], params, grid: (s) => attGrid(s, d) },
+    { entry: 'attention_backward_dkv', defines, buffers: [dinp, dsum, inp, lse, dout], params, grid: (s) => attGrid(s, d) },
+  ];
 }
 
 // ---------------------------------------------------------------------------- elementwise (width = channels per token)

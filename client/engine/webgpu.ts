@@ -51,6 +51,7 @@ interface Plan {
   ring: number;
   /** Largest grid dimension any dispatch uses. */
   maxGroups: number;
+  attTileBytes: number;
 }
 
 const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
@@ -66,11 +67,11 @@ function plan(opts: WebGpuEngineOptions): Plan {
   const { c, maxT, B, ring } = resolve(opts);
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
   const N = paramLayout(c).total;
-  const BT = B * maxT, ATT = B * NH * maxT * maxT;
+  const BT = B * maxT, ROWS = B * NH * maxT;
   const s = new Map<string, number>();
   for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
   const perLayer: Record<string, number> = {
-    ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, att: ATT,
+    ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, attLse: ROWS,
     residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: BT * 4 * C, fchGelu: BT * 4 * C, residual3: BT * C,
   };
   for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, f32b(n));
@@ -80,7 +81,7 @@ function plan(opts: WebGpuEngineOptions): Plan {
     // gradients of activations: one layer's worth, reused down the layers; the
     // residual stream's gradient ping-pongs between dres0 and dres1
     dlogits: BT * V, dln: BT * C, dres0: BT * C, dres1: BT * C, dres2: BT * C,
-    dqkv: BT * 3 * C, datty: BT * C, dproj: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, dpreatt: ATT,
+    dqkv: BT * 3 * C, datty: BT * C, dproj: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, attDsum: ROWS,
     dwPartials: op.splitKScratch(Math.max(4 * C * C, V * C), BT), // split-K slices of dW
     inputs: BT, targets: BT,
     ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
@@ -94,7 +95,7 @@ function plan(opts: WebGpuEngineOptions): Plan {
   o.set('uniforms', (stepDispatches(L) + 1) * 256);
   o.set('deltaUniforms', 256);
   const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
-  return { storage: s, other: o, maxT, ring, maxGroups };
+  return { storage: s, other: o, maxT, ring, maxGroups, attTileBytes: op.attentionTileBytes(C / NH) };
 }
 
 /** Bytes the engine allocates on the device for these options (what `gpuBytes` reports after create). */
@@ -120,7 +121,7 @@ export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number
     maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
     maxUniformBufferBindingSize: 512,
     maxBindGroups: 1,
-    maxComputeWorkgroupStorageSize: Math.max(8192, 8 * p.maxT + 256), // matmul tiles; attention's two rows of T
+    maxComputeWorkgroupStorageSize: Math.max(8192, p.attTileBytes), // matmul's tiles; attention's K and V tiles
     maxComputeInvocationsPerWorkgroup: 256,
     maxComputeWorkgroupSizeX: 256,
     maxComputeWorkgroupsPerDimension: Math.min(p.maxGroups, 65535),
@@ -326,7 +327,7 @@ export class WebGpuEngine implements TrainingEngine {
       specs.push(
         op.layernormForward(x('ln1'), x('ln1Mean'), x('ln1Rstd'), resid(l - 1), params, { C, wOff: at('ln1w', l), bOff: at('ln1b', l) }),
         op.matmulForward(x('qkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l) }),
-        op.attentionForward(x('atty'), x('att'), x('qkv'), { C, NH }),
+        op.attentionForward(x('atty'), x('attLse'), x('qkv'), { C, NH }),
         op.matmulForward(b('attproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l) }),
         op.residualForward(x('residual2'), resid(l - 1), b('attproj'), { width: C }),
         op.layernormForward(x('ln2'), x('ln2Mean'), x('ln2Rstd'), x('residual2'), params, { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
@@ -364,7 +365,7 @@ export class WebGpuEngine implements TrainingEngine {
         ...op.layernormBackward(b('dres2'), grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), accumulateDinp: true }),
         op.residualBackward(dres(l - 1), b('dproj'), b('dres2'), { width: C }),
         ...op.matmulBackward(b('datty'), grads, b('dproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials }),
-        ...op.attentionBackward(b('dqkv'), b('dpreatt'), b('datty'), x('qkv'), x('att'), { C, NH }),
+        ...op.attentionBackward(b('dqkv'), b('attDsum'), b('datty'), x('qkv'), x('atty'), x('attLse'), { C, NH }),
         ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials }),
         ...op.layernormBackward(dres(l - 1), grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), accumulateDinp: true }),
       );
@@ -379,7 +380,7 @@ export class WebGpuEngine implements TrainingEngine {
     );
 
     if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
-    const kernels = new KernelSet(this.gpu, { MAX_T: this.maxT });
+    const kernels = new KernelSet(this.gpu);
     const probe = { B: this.maxB, T: this.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
     this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(grads, b('start'), params, { N: this.N })], probe, undefined, 'delta');
