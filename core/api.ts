@@ -152,7 +152,12 @@ export interface CheckpointInfo {
   hash: string | null;
   bytes: number;
   time: number;
+  /** The safetensors file, and the name it downloads as. */
   url: string;
+  file: string;
+  /** The same checkpoint as a transformers GPT-2 folder in a tar archive (atoll export --format hf). */
+  hfUrl: string;
+  hfFile: string;
 }
 
 /** GET /api/checkpoints. */
@@ -169,9 +174,10 @@ export interface SampleResponse {
 /** The error body of every failed request. */
 export interface ApiError { error: { code: string; message: string } }
 
-/** One 'tick' on /dashboard: the first holds only the status; later ones what changed. */
+/** One 'tick' on /dashboard, every periodMs (the page's heartbeat): the first holds only the status; later ones what changed. */
 export interface DashboardTick {
   status: RunStatus;
+  periodMs: number;
   islands?: { changed: IslandView[]; removed: string[] };
   history?: HistoryPoint[];
 }

@@ -104,6 +104,7 @@ export class Gateway {
   private readonly socketsByIsland = new Map<string, Set<Socket>>();
   private readonly islandJson = new Map<string, string>();
   private dashTimer: ReturnType<typeof setInterval>;
+  private readonly dashPeriodMs: number;
   private heartbeatTimer: ReturnType<typeof setInterval>;
   private readonly log: (line: string) => void;
   /** Counters for tests and the bench. */
@@ -147,8 +148,8 @@ export class Gateway {
         s.disconnect(true);
       }
     };
-    const period = Math.max(500, opts.dashboardPeriodMs ?? 500);
-    this.dashTimer = setInterval(() => this.streamDashboard(), period);
+    this.dashPeriodMs = Math.max(500, opts.dashboardPeriodMs ?? 500);
+    this.dashTimer = setInterval(() => this.streamDashboard(), this.dashPeriodMs);
     this.dashTimer.unref();
     this.heartbeatTimer = setInterval(() => {
       for (const id of this.socketsByIsland.keys()) this.run.heartbeat(id);
@@ -379,7 +380,7 @@ export class Gateway {
   private onDashboard(socket: Socket): void {
     // Read-only: nothing a dashboard sends is handled. First message: the status, so the page is
     // live before the next tick; it loads islands and history over REST.
-    const tick: DashboardTick = { status: this.run.status() };
+    const tick: DashboardTick = { status: this.run.status(), periodMs: this.dashPeriodMs };
     socket.emit('tick', tick);
     socket.onAny(() => { /* ignored: the stream is read-only */ });
   }
@@ -398,7 +399,7 @@ export class Gateway {
       this.islandJson.set(isl.id, j);
       changed.push(isl);
     }
-    const tick: DashboardTick = { status: this.run.status(), islands: { changed, removed: [] }, history: points };
+    const tick: DashboardTick = { status: this.run.status(), periodMs: this.dashPeriodMs, islands: { changed, removed: [] }, history: points };
     this.dashboard.emit('tick', tick);
     this.stats.dashboardMessages++;
   }

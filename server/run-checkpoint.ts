@@ -15,6 +15,11 @@ import { type TensorInput, readSafetensors, tensorAsFloat32, writeSafetensors } 
 /** Update frames kept in a checkpoint (islands further behind after a restart fetch the snapshot). */
 const CHECKPOINT_UPDATES = 8;
 
+/** One name per checkpoint: its download name (the dashboard shows the same). */
+export function checkpointFile(run: string, version: number, format: 'atoll' | 'hf' = 'atoll'): string {
+  return `${run}-v${version}${format === 'hf' ? '-hf.tar' : '.safetensors'}`;
+}
+
 export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): Uint8Array {
   const layout = paramLayout(run.model);
   const theta = snap.tensors.theta as Float32Array;

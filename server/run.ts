@@ -20,7 +20,7 @@ import type { CheckpointInfo, HistoryPoint, IslandView, RunConfig, RunStatus } f
 import { RunHistory, eventLine, finiteOrNull, type PointContext } from './history.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
-import { encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
+import { checkpointFile, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
 
@@ -209,7 +209,9 @@ export class Run {
   /** Checkpoints on disk, newest first: GET /api/checkpoints. */
   checkpoints(): CheckpointInfo[] {
     return this.store.listCheckpoints().map((c) => ({
-      version: c.version, hash: this.store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs), url: `/api/checkpoints/${c.version}`,
+      version: c.version, hash: this.store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs),
+      url: `/api/checkpoints/${c.version}`, file: checkpointFile(this.config.name, c.version),
+      hfUrl: `/api/checkpoints/${c.version}/hf`, hfFile: checkpointFile(this.config.name, c.version, 'hf'),
     }));
   }
 

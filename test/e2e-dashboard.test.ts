@@ -76,6 +76,16 @@ describe('dashboard e2e', () => {
     expect(await page.locator('.chart').count()).toBe(7);
     // Charts that need deltas say what they wait for instead of drawing nothing.
     await expect.poll(() => page.textContent('#chart-staleness .plot-empty'), { timeout: 10_000 }).toContain('No accepted deltas yet');
+    // One point (version 0): the time axis reads as clock times, not a span of days; the
+    // islands-online axis counts in whole numbers ("0, 1", never "0, 1, 1").
+    await expect.poll(() => page.getAttribute('#chart-version', 'data-x-ticks'), { timeout: 10_000 }).toBeTruthy();
+    expect(await page.getAttribute('#chart-version', 'data-points')).toBe('1');
+    const xTicks = (await page.getAttribute('#chart-version', 'data-x-ticks'))!.split('|').filter(Boolean);
+    expect(xTicks.length).toBeGreaterThan(0);
+    for (const t of xTicks) expect(t).toMatch(/^\d\d:\d\d(:\d\d)?$/);
+    const yTicks = (await page.getAttribute('#chart-islands', 'data-y-ticks'))!.split('|');
+    expect(new Set(yTicks).size).toBe(yTicks.length);
+    for (const t of yTicks) expect(t).toMatch(/^\d+$/);
     expect(pageErrors()).toEqual([]);
   });
 
@@ -100,6 +110,13 @@ describe('dashboard e2e', () => {
     expect(await dash<number>('d.messages')).toBeGreaterThan(2);
 
     lap('version, islands, live checked');
+    // The TOKENS / S headline is the newest point's rate, the figure the chart ends on.
+    await expect.poll(() => dash<boolean>('d.status.version === d.lastPoint.version && d.status.tokensPerSec === d.lastPoint.tokensPerSec && d.status.tokensPerSec > 0'), { timeout: 10_000 }).toBe(true);
+    // Up and down bandwidth: told apart by colour and dash even where the values coincide.
+    const styles = (await page.getAttribute('#chart-bytes', 'data-series'))!.split('|').map((x) => x.split(':'));
+    const [up, down] = [styles.find((x) => x[0].startsWith('up')), styles.find((x) => x[0].startsWith('down'))];
+    expect(up![1]).not.toBe(down![1]);
+    expect(up![2]).not.toBe(down![2]);
     await page.click('#tab-leaderboard');
     await expect.poll(() => page.$$eval('#leaderboard-table tbody td.t-name', (els) => els.map((e) => e.textContent).sort()), { timeout: 30_000 }).toEqual(['alice', 'bob']);
 
@@ -158,19 +175,43 @@ describe('dashboard e2e', () => {
     expect(await page.evaluate(() => document.activeElement?.id)).toBe('tab-leaderboard');
   });
 
-  it('run panel: configuration, checkpoint downloads and a sample', async () => {
+  it('run panel: configuration in words and units, checkpoint downloads and a sample', async () => {
     const { page } = browser;
     await page.goto(`${server.url}/dashboard#tab=run`);
     await expect.poll(() => page.locator('#run-config tr').count(), { timeout: 10_000 }).toBeGreaterThan(10);
     expect(await page.textContent('#run-config')).toContain('coordinator.outer.lr');
+    const facts = (await page.textContent('#run-facts'))!;
+    expect(facts).toContain('GPT-2: 2 layers, 2 heads, width 32, context 32 tokens');
+    expect(facts).toMatch(/H = 4/);
+    expect(facts).toMatch(/Traffic per island and round.*(KiB|MiB|B) up/);
+    expect(facts).not.toMatch(/null|undefined|bytesPerRound|innerSteps/);
     await page.click('#checkpoints-refresh');
     await expect.poll(() => page.locator('#checkpoints-table tbody a').count(), { timeout: 20_000 }).toBeGreaterThan(0);
     lap('checkpoints listed');
-    const href = await page.getAttribute('#checkpoints-table tbody a', 'href');
+    // One name per checkpoint: link text, download attribute and the server's filename agree.
+    const link = page.locator('#checkpoints-table tbody a.dl-atoll').first();
+    const href = await link.getAttribute('href');
     expect(href).toMatch(/^\/api\/checkpoints\/\d+$/);
+    const name = await link.textContent();
+    expect(name).toMatch(/^default-v\d+\.safetensors$/);
+    expect(await link.getAttribute('download')).toBe(name);
     const dl = await fetch(server.url + href);
     expect(dl.status).toBe(200);
+    expect(dl.headers.get('content-disposition')).toBe(`attachment; filename="${name}"`);
     expect((await dl.arrayBuffer()).byteLength).toBeGreaterThan(1000);
+    // The transformers download: a tar of the export folder.
+    const hf = page.locator('#checkpoints-table tbody a.dl-hf').first();
+    const hfName = name!.replace('.safetensors', '-hf.tar');
+    expect(await hf.getAttribute('download')).toBe(hfName);
+    const tar = new Uint8Array(await (await fetch(server.url + (await hf.getAttribute('href')))).arrayBuffer());
+    const entries: string[] = [];
+    for (let at = 0; at + 512 <= tar.length && tar[at] !== 0;) {
+      const h = new TextDecoder().decode(tar.subarray(at, at + 512));
+      entries.push(h.slice(0, 100).replace(/\0.*$/s, ''));
+      at += 512 + Math.ceil(parseInt(h.slice(124, 136), 8) / 512) * 512;
+    }
+    const folder = hfName.replace('.tar', '');
+    expect(entries.sort()).toEqual(['config.json', 'model.safetensors', 'special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json'].map((f) => `${folder}/${f}`));
 
     lap('checkpoint downloaded');
     await page.fill('#sample-tokens', '40');
@@ -188,17 +229,15 @@ describe('dashboard e2e', () => {
     expect(await page.textContent('#admin-gate')).toContain('disabled');
     expect(await page.isDisabled('#admin-pause')).toBe(true);
 
-    // Wrong token: the server's refusal is shown; the run is not paused.
+    // Wrong token: refused on entry; the controls stay disabled; the run is not paused.
     await page.fill('#admin-token', 'not-the-token');
     await page.click('#admin-token-save');
     // the token is checked on entry (GET /api/admin/whoami, which changes nothing)
     await page.waitForSelector('#admin-token-state[data-verdict="refused"]', { timeout: 5_000 });
-    expect(await page.isDisabled('#admin-pause')).toBe(false);
-    await page.click('#admin-pause');
-    await page.waitForSelector('#admin-answer[data-status="401"]');
-    expect(await page.textContent('#admin-answer')).toMatch(/401 refused.*E_UNAUTHORIZED/);
-    expect(await page.textContent('#admin-answer')).toContain('nothing was changed');
-    expect(await page.getAttribute('#admin-token-state', 'data-verdict')).toBe('refused');
+    // a refused token leaves every action disabled, and says why
+    await page.waitForTimeout(600);
+    for (const id of ['#admin-pause', '#admin-resume', '#admin-checkpoint', '#admin-config-apply', '#admin-ban']) expect(await page.isDisabled(id)).toBe(true);
+    expect(await page.textContent('#admin-gate')).toContain('refused');
     expect((await status()).paused).toBe(false);
     await page.waitForTimeout(600);
     expect(await page.isHidden('#header-paused')).toBe(true);
@@ -241,6 +280,54 @@ describe('dashboard e2e', () => {
     await expect.poll(() => page.textContent('#admin-answer'), { timeout: 10_000 }).toContain(`ban ${bob.id}: 200 OK`);
     const after = await getJson<{ islands: Array<{ id: string; status: string }> }>(`${server.url}/api/islands`);
     expect(after.islands.find((i) => i.id === bob.id)?.status).toBe('banned');
+    expect(pageErrors()).toEqual([]);
+  });
+
+  it('phone width (390 px): no horizontal overflow, every tab reachable, the islands table scrolls in its frame', async () => {
+    const page = await browser.context.newPage();
+    try {
+      await page.setViewportSize({ width: 390, height: 844 });
+      await page.goto(`${server.url}/dashboard#tab=overview`);
+      await page.waitForSelector('#connection[data-state="live"]', { timeout: 20_000 });
+      const overflow = () => page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      for (const tab of ['overview', 'islands', 'leaderboard', 'run', 'admin']) {
+        await page.click(`#tab-${tab}`);
+        await page.waitForSelector(`#panel-${tab}:not([hidden])`);
+        await page.waitForTimeout(700); // staged chart builds, coalesced renders
+        expect(await overflow(), tab).toBeLessThanOrEqual(0);
+        const box = (await page.locator(`#tab-${tab}`).boundingBox())!;
+        expect(box.x + box.width, tab).toBeLessThanOrEqual(390);
+        if (tab === 'overview') await page.screenshot({ path: join(ARTIFACTS, 'dashboard-390.png'), fullPage: true });
+        if (tab === 'islands') {
+          // names are readable, not squeezed to "volu…"
+          const cell = page.locator('#islands-table tbody tr td.t-name .nm').first();
+          expect(await cell.evaluate((e) => e.scrollWidth <= e.clientWidth + 1)).toBe(true);
+          await page.screenshot({ path: join(ARTIFACTS, 'dashboard-390-islands.png') });
+        }
+      }
+    } finally {
+      await page.close();
+    }
+  });
+
+  it('the badge says offline within one missed heartbeat of a frozen server, and live again when it answers', async () => {
+    const { page } = browser;
+    await page.goto(`${server.url}/dashboard#tab=overview`);
+    await page.waitForSelector('#connection[data-state="live"]', { timeout: 20_000 });
+    // SIGSTOP: the socket stays open, the server says nothing (what a hung or unplugged host looks like).
+    const t0 = Date.now();
+    server.child.kill('SIGSTOP');
+    try {
+      await page.waitForSelector('#connection[data-state="offline"]', { timeout: 10_000 });
+      const ms = Date.now() - t0;
+      lap(`offline after ${ms} ms`);
+      // heartbeat 500 ms: one missed (1 s) + 1 s of slack + the watchdog's 250 ms + a render
+      expect(ms).toBeLessThan(4_000);
+      expect(await page.textContent('#connection')).toBe('offline');
+    } finally {
+      server.child.kill('SIGCONT');
+    }
+    await page.waitForSelector('#connection[data-state="live"]', { timeout: 20_000 });
     expect(pageErrors()).toEqual([]);
   });
 });

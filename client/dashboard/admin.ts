@@ -149,13 +149,16 @@ export class AdminPanel {
 
   private sync(): void {
     const has = !!this.token();
-    for (const c of this.controls) c.disabled = !has;
+    // Usable only once the server accepted the token (GET /api/admin/whoami): a refused one keeps them disabled.
+    for (const c of this.controls) c.disabled = !has || this.verdict !== 'accepted';
     setText(this.tokenState, !has ? 'No token entered.'
       : this.verdict === 'accepted' ? 'Token set; the server accepted it.'
       : this.verdict === 'refused' ? 'Token set, but the server refused it. Enter the right one.'
       : 'Token set for this tab; the server checks it on the first action.');
     this.tokenState.dataset.verdict = has ? this.verdict : 'none';
-    setText(this.gateNote, has ? (this.verdict === 'refused' ? 'The last action was refused: nothing was changed.' : '') : 'Admin controls are disabled: enter the admin token above.');
+    setText(this.gateNote, !has ? 'Admin controls are disabled: enter the admin token above.'
+      : this.verdict === 'refused' ? 'Admin controls are disabled: the server refused this token.'
+      : this.verdict === 'unknown' ? 'Checking the token with the server…' : '');
   }
 
   render(store: Store): void {

@@ -46,6 +46,8 @@ export class LiveSource {
   connection: Connection = 'connecting';
   lastMessageAt = 0;
   messages = 0;
+  /** The stream's heartbeat (DashboardTick.periodMs). */
+  private periodMs = 500;
   private socket: Socket | null = null;
   private pollTimer: ReturnType<typeof setTimeout> | null = null;
   private pollTick = 0;
@@ -56,6 +58,15 @@ export class LiveSource {
 
   async start(): Promise<void> {
     this.connect();
+    // A socket can stay open while the server is gone: one missed heartbeat (plus a second of
+    // slack for a busy server) and the page says offline and polls until ticks come again.
+    setInterval(() => {
+      if (this.connection === 'live' && Date.now() - this.lastMessageAt > 2 * this.periodMs + 1000) {
+        this.restOk = false;
+        this.setConnection('offline');
+        this.startPolling();
+      }
+    }, 250);
     await this.loadAll();
     // If the socket is not up within 4 s, poll until it is.
     setTimeout(() => { if (this.connection !== 'live') this.startPolling(); }, 4000);
@@ -99,11 +110,12 @@ export class LiveSource {
     const socket = io('/dashboard', {
       path: '/socket.io',
       reconnectionDelay: 1000,
-      reconnectionDelayMax: 10_000,
+      reconnectionDelayMax: 5_000,
       timeout: 10_000,
     });
     this.socket = socket;
     socket.on('connect', () => {
+      this.lastMessageAt = Date.now();
       this.setConnection('live');
       this.stopPolling();
       // Fill whatever was missed while disconnected.
@@ -114,6 +126,11 @@ export class LiveSource {
     socket.on('tick', (tick: DashboardTick) => {
       this.messages++;
       this.lastMessageAt = Date.now();
+      this.periodMs = tick.periodMs;
+      if (this.connection !== 'live') {
+        this.setConnection('live');
+        this.stopPolling();
+      }
       this.store.ingest(tick);
     });
   }

@@ -4,6 +4,7 @@
 
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
+import { INTEGER_INCRS, breakGaps, clock, gapSeconds, timeRange } from './axes.ts';
 import { h, setText } from './dom.ts';
 import { fmtBytes, fmtInt, fmtLoss, fmtRatio, fmtSI, isNum } from './format.ts';
 import type { HistoryPoint } from '../../core/api.ts';
@@ -24,6 +25,10 @@ interface ChartDef {
   x: 'time' | 'tokens' | 'linear';
   yRight?: { label: string; fmt: (v: number) => string };
   yFmt: (v: number) => string;
+  /** The y axis counts things: whole-number ticks only. */
+  yInt?: boolean;
+  /** On a time axis, break the lines where updates stopped for a while (see axes.ts breakGaps). */
+  breaks?: boolean;
   bars?: boolean;
   xValues?: (v: number) => string;
   xLabel?: string;
@@ -72,6 +77,9 @@ class ChartBox {
     setText(this.emptyEl, empty ?? '');
     setText(this.noteEl, def.note ?? '');
     this.el.dataset.points = String(def.data[0]?.length ?? 0);
+    // What the page draws, for tests and for people reading the DOM: each series' label, colour, dash.
+    this.el.dataset.series = def.series.map((s) => `${s.label}:${typeof s.stroke === 'string' ? s.stroke : 'fn'}:${(s.dash ?? []).join(',')}`).join('|');
+    if (def.breaks && def.x === 'time' && def.data[0].length > 1) def = { ...def, data: breakGaps(def.data as Array<Array<number | null>>, gapSeconds(def.data[0] as number[])) as Data };
     const width = Math.max(200, this.plot.clientWidth);
     if (!this.u || this.key !== def.key) {
       this.u?.destroy();
@@ -107,13 +115,16 @@ class ChartBox {
     const axisColor = getComputedStyle(document.documentElement).getPropertyValue('--muted').trim() || '#667';
     const gridColor = getComputedStyle(document.documentElement).getPropertyValue('--grid').trim() || '#e4e6ea';
     const axis = (o: uPlot.Axis): uPlot.Axis => ({ stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: '11px system-ui, sans-serif', ...o });
+    // The tick labels drawn last, on the chart element (the canvas holds no text to read).
+    const ticks = (k: 'xTicks' | 'yTicks', labels: string[]) => { this.el.dataset[k] = labels.join('|'); return labels; };
     const xAxis: uPlot.Axis = def.x === 'time'
-      ? axis({ values: (_u, splits, _ax, _space, incr) => splits.map((v) => clock(v, incr)) })
-      : axis({ values: (_u, splits) => splits.map((v) => (def.xValues ? def.xValues(v) : fmtSI(v))) });
+      ? axis({ space: 80, values: (_u, splits, _ax, _space, incr) => ticks('xTicks', splits.map((v) => clock(v, incr))) })
+      : axis({ values: (_u, splits) => ticks('xTicks', splits.map((v) => (def.xValues ? def.xValues(v) : fmtSI(v)))) });
     const size = (_u: uPlot, values: string[] | null) => (values && values.length ? Math.ceil(Math.max(...values.map((s) => (s ?? '').length)) * 6.6 + 16) : 40);
-    const axes: uPlot.Axis[] = [xAxis, axis({ size, values: (_u, splits) => splits.map((v) => def.yFmt(v)) })];
-    const scales: uPlot.Scales = { x: { time: def.x === 'time' } };
+    const axes: uPlot.Axis[] = [xAxis, axis({ size, ...(def.yInt ? { incrs: INTEGER_INCRS } : {}), values: (_u, splits) => ticks('yTicks', splits.map((v) => def.yFmt(v))) })];
+    const scales: uPlot.Scales = { x: def.x === 'time' ? { time: true, range: (u, min, max) => timeRange(u.data[0] as number[], min, max) } : { time: false } };
     if (def.bars) scales.x = { time: false, range: (_u, min, max) => [min - 0.5, max + 0.5] };
+    if (def.yInt) scales.y = { range: (_u, min, max) => [Math.min(0, min), Math.max(1, Math.ceil(max))] };
     if (def.yRight) {
       const f = def.yRight.fmt;
       axes.push(axis({ scale: 'r', side: 1, size, grid: { show: false }, values: (_u, splits) => splits.map((v) => f(v)) }));
@@ -140,15 +151,6 @@ class ChartBox {
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
     };
   }
-}
-
-/** One-line time-axis label: HH:MM:SS for sub-minute ticks, HH:MM within a day, else MM-DD. */
-function clock(sec: number, incr: number): string {
-  const d = new Date(sec * 1000);
-  const p = (n: number) => String(n).padStart(2, '0');
-  if (incr >= 86_400) return `${p(d.getMonth() + 1)}-${p(d.getDate())}`;
-  if (incr >= 60) return `${p(d.getHours())}:${p(d.getMinutes())}`;
-  return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
 // ---------------------------------------------------------------- data builders
@@ -268,6 +270,7 @@ function islandsDef(points: HistoryPoint[], x: XAxis): ChartDef {
       { label: 'contributors / update', stroke: PALETTE[0], width: 1.5, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } },
     ],
     yFmt: (v) => fmtInt(v),
+    yInt: true,
     empty: ps.length === 0 ? WAIT : null,
     note: 'Online: islands connected at each outer update. Contributors: islands whose Δ went into it.',
   };
@@ -305,6 +308,8 @@ function versionDef(points: HistoryPoint[], x: XAxis): ChartDef {
     data: [ps.map((p) => xOf(p, x)), ps.map((p) => p.version)],
     series: [{ label: 'outer version', stroke: PALETTE[4], width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), points: { show: false } }],
     yFmt: (v) => fmtInt(v),
+    yInt: true,
+    breaks: true,
     empty: ps.length === 0 ? WAIT : null,
   };
 }
@@ -333,6 +338,7 @@ function stalenessDef(points: HistoryPoint[]): ChartDef {
     xValues: (v) => (Number.isInteger(v) ? (v === lastBucket && lastBucket > 2 ? `τ≥${v}` : `τ=${v}`) : ''),
     xLabel: 'staleness',
     yFmt: (v) => fmtInt(v),
+    yInt: true,
     empty: total === 0 ? 'No accepted deltas yet' : null,
     note: total ? `${fmtInt(total)} accepted Δs by staleness τ = version at apply − base version.` : '',
   };
@@ -352,10 +358,12 @@ function outcomesDef(points: HistoryPoint[], x: XAxis): ChartDef {
     x,
     data: [ps.map((p) => xOf(p, x)), accepted, ...byCode],
     series: [
-      { label: 'accepted', stroke: PALETTE[2], width: 2, value: (_u, v) => fmtInt(v), points: { show: false } },
-      ...list.map((c, i): uPlot.Series => ({ label: `rejected ${c}`, stroke: PALETTE[(i + 4) % PALETTE.length], width: 1.5, dash: [5, 3], value: (_u, v) => fmtInt(v), points: { show: false } })),
+      { label: 'accepted', stroke: PALETTE[2], width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), points: { show: false } },
+      ...list.map((c, i): uPlot.Series => ({ label: `rejected ${c}`, stroke: PALETTE[(i + 4) % PALETTE.length], width: 1.5, dash: [5, 3], paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), points: { show: false } })),
     ],
     yFmt: (v) => fmtSI(v),
+    yInt: true,
+    breaks: true,
     empty: ps.length === 0 ? WAIT : null,
     note: ps.length ? `Cumulative. Accepted ${fmtInt(acc)}${list.length ? '; rejected: ' + totals.join(', ') : '; none rejected'}.` : '',
   };

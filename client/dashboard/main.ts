@@ -37,6 +37,7 @@ const perf = { renders: 0, renderMs: [] as number[], maxRenderMs: 0 };
   get islands() { return store.islands.size; },
   get historyPoints() { return store.history.length; },
   get status() { return store.status; },
+  get lastPoint() { return store.history[store.history.length - 1] ?? null; },
 };
 
 // ---------------------------------------------------------------- layout
@@ -190,8 +191,8 @@ function render(): void {
 
 function showConnection(c: Connection): void {
   connDot.dataset.state = c;
-  setText(connDot, c === 'live' ? 'live' : c === 'polling' ? 'polling' : c === 'offline' ? 'server unreachable' : 'connecting…');
-  setAttr(connDot, 'title', c === 'live' ? 'socket.io /dashboard stream' : c === 'polling' ? 'socket down: polling the REST API every 2 s' : '');
+  setText(connDot, c === 'live' ? 'live' : c === 'polling' ? 'polling' : c === 'offline' ? 'offline' : 'connecting…');
+  setAttr(connDot, 'title', c === 'live' ? 'socket.io /dashboard stream' : c === 'polling' ? 'socket down: polling the REST API every 2 s' : c === 'offline' ? 'no answer from the server: retrying' : '');
 }
 
 store.onChange(() => invalidate());

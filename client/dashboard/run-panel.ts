@@ -79,7 +79,7 @@ export class RunPanel {
       h('div', { class: 'table-wrap' }, h('table', { class: 'grid', id: 'checkpoints-table' },
         h('thead', {}, h('tr', {}, h('th', { class: 'num', scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Saved'), h('th', { class: 'num', scope: 'col' }, 'Size'), h('th', { scope: 'col' }, 'Hash'), h('th', { scope: 'col' }, 'Download'))),
         this.ckBody), this.ckEmpty),
-      h('p', { class: 'muted small' }, 'Safetensors files; load them with Python\u2019s safetensors or npx atoll sample --checkpoint FILE.'));
+      h('p', { class: 'muted small' }, 'Safetensors: npx atoll sample --checkpoint FILE. transformers (.tar): unpack, then GPT2LMHeadModel.from_pretrained(folder) and AutoTokenizer.from_pretrained(folder); the context is limited to the block size.'));
     const sampleCard = h('section', { class: 'card' }, h('h2', {}, 'Sample'),
       h('div', { class: 'toolbar' }, h('label', { for: 'sample-tokens' }, 'Tokens '), this.tokensInput, this.sampleBtn),
       this.sampleOut, this.sampleMeta);
@@ -105,7 +105,9 @@ export class RunPanel {
         h('td', {}, fmtTime(c.time)),
         h('td', { class: 'num' }, fmtBytes(c.bytes)),
         h('td', { class: 'mono' }, c.hash ? c.hash.slice(0, 12) : '–'),
-        h('td', {}, h('a', { href: c.url, download: `atoll-v${c.version}.safetensors` }, `v${c.version}.safetensors`))));
+        h('td', { class: 'downloads' },
+          h('a', { href: c.url, download: c.file, class: 'dl-atoll' }, c.file), ' ',
+          h('a', { href: c.hfUrl, download: c.hfFile, class: 'dl-hf', title: 'a transformers GPT-2 folder (GPT2LMHeadModel.from_pretrained), as .tar' }, 'transformers (.tar)'))));
     }
     this.ckEmpty.hidden = cks.length > 0;
   }

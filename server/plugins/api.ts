@@ -9,7 +9,11 @@ import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
 import type { CheckpointsResponse, HistoryResponse, IslandsResponse, RunInfo, RunStatus, SampleResponse } from '../../core/api.ts';
+import { decodeCheckpoint } from '../../core/checkpoint.ts';
+import { exportHf } from '../../core/hf.ts';
 import type { Run } from '../run.ts';
+import { checkpointFile } from '../run-checkpoint.ts';
+import { tarFolder } from '../tar.ts';
 
 export interface ApiOptions {
   run: Run;
@@ -103,8 +107,19 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     const v = Number((req.params as Static<typeof VersionParams>).version);
     const bytes = run.checkpointBytes(v);
     if (!bytes) return reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no checkpoint of version ${v} (see /api/checkpoints)` } });
-    reply.header('content-disposition', `attachment; filename="${run.config.name}-v${v}.safetensors"`);
+    reply.header('content-disposition', `attachment; filename="${checkpointFile(run.config.name, v)}"`);
     return reply.type('application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+  });
+
+  app.get('/api/checkpoints/:version/hf', { schema: { params: VersionParams } }, async (req, reply) => {
+    const v = Number((req.params as Static<typeof VersionParams>).version);
+    const bytes = run.checkpointBytes(v);
+    if (!bytes) return reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no checkpoint of version ${v} (see /api/checkpoints)` } });
+    const ck = decodeCheckpoint(bytes);
+    if (!ck.ok) return reply.code(500).send({ error: ck.error });
+    const tar = tarFolder(checkpointFile(run.config.name, v, 'hf').replace(/\.tar$/, ''), exportHf(ck.value));
+    reply.header('content-disposition', `attachment; filename="${checkpointFile(run.config.name, v, 'hf')}"`);
+    return reply.type('application/x-tar').send(Buffer.from(tar.buffer, tar.byteOffset, tar.byteLength));
   });
 
   app.get('/api/sample', { schema: { querystring: SampleQuery } }, async (req, reply) => {
