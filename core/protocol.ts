@@ -40,6 +40,8 @@ export const ErrorCode = {
   FUTURE_VERSION: 'E_FUTURE_VERSION',
   DUPLICATE: 'E_DUPLICATE',
   NORM_BOUND: 'E_NORM_BOUND',
+  /** A delta's claimed work does not fit its assignment (steps above it, tokens ≠ steps × batch × seqLen). */
+  BAD_CLAIM: 'E_BAD_CLAIM',
   PAUSED: 'E_PAUSED',
   /** The run reached its token budget: no more assignments. Not a failure. */
   DONE: 'E_DONE',

@@ -61,10 +61,10 @@ describe('sync averaging', () => {
     const c = makeCoord({ mode: 'sync', outer: { kind: 'sgd', lr: 1, momentum: 0 } });
     const theta0 = Float64Array.from(c.params());
     const isl = [join(c), join(c), join(c)];
-    const tokens = [100, 200, 700];
+    const steps = [1, 2, 7]; // tokens 32, 64, 224: the server derives them from the steps
     const ds = isl.map((_, k) => randomVec(10 + k));
     isl.forEach(({ a }, k) => {
-      const r = c.submit({ meta: meta(a, { tokens: tokens[k] }), frame: encodeDelta(ds[k], F32) }, 10);
+      const r = c.submit({ meta: meta(a, { steps: steps[k] }), frame: encodeDelta(ds[k], F32) }, 10);
       expect(r.ok).toBe(true);
       if (r.ok) expect(r.value.status).toBe(k < 2 ? 'pending' : 'applied');
     });

@@ -1,6 +1,6 @@
 // Protocol fuzz over real socket.io: hundreds of malformed messages (wrong types, missing fields,
-// NaN/Inf in frames, wrong lengths, future/stale versions, replays, oversize frames, garbage bytes,
-// no ack, unknown events). Each one gets an error answer (ack or protocol_error) or a clean
+// keys that do not exist, deep nesting, claims that lie, NaN/Inf in frames, wrong lengths,
+// future/stale versions, replays, oversize frames, garbage bytes, no ack, unknown events). Each one gets an error answer (ack or protocol_error) or a clean
 // disconnect; the server stays up, and θ (and the outer optimizer state) never change.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -99,6 +99,17 @@ describe('protocol fuzz', () => {
       { protocolVersion: 1, caps: { engine: ['cpu'] } }, { a: { b: { c: { d: { e: { f: [1, [2, [3, [4]]]] } } } } } },
     ];
     for (const h of badHellos) expect(refused(record('hello', await send(s0, 'hello', h)))).toBe(true);
+    // keys that do not exist, and deep nesting: E_BAD_REQUEST (never E_INTERNAL), nothing stored
+    let deep: unknown = 'x';
+    for (let k = 0; k < 1500; k++) deep = { d: deep }; // deeper overflows socket.io-client's own hasBinary()
+    const junkHellos: unknown[] = [
+      { ...HELLO, extra: 1 }, { ...HELLO, caps: { engine: 'cpu', junk: 'x'.repeat(100_000) } }, { ...HELLO, caps: { engine: 'cpu', nested: deep } },
+      { ...HELLO, caps: JSON.parse('{"engine":"cpu","__proto__":{"admin":true}}') as unknown }, { ...HELLO, caps: { engine: 'cpu', constructor: 'x' } }, { ...HELLO, deep },
+    ];
+    for (const h of junkHellos) {
+      const o = record('hello with junk keys', await send(s0, 'hello', h));
+      expect(o.kind === 'ack' && o.value.error?.code, JSON.stringify(o).slice(0, 200)).toBe('E_BAD_REQUEST');
+    }
     // two payloads, or none at all
     expect(refused(record('hello 2 args', await send(s0, 'hello', null, { args: [HELLO, HELLO] })))).toBe(true);
 
@@ -153,6 +164,11 @@ describe('protocol fuzz', () => {
     for (const [f, vals] of Object.entries(badValues)) {
       for (const v of vals) expect(refused(record(`delta ${f}=${String(v).slice(0, 20)}`, await send(a, 'delta', { meta: meta({ seq: 3, [f]: v }), frame: good })))).toBe(true);
     }
+    // keys that do not exist, in the meta and beside it
+    for (const p of [{ meta: meta({ seq: 3, extra: 1 }), frame: good }, { meta: meta({ seq: 3 }), frame: good, extra: 1 }, { meta: meta({ seq: 3, nested: deep }), frame: good }]) {
+      const o = record('delta with junk keys', await send(a, 'delta', p));
+      expect(o.kind === 'ack' && o.value.error?.code).toBe('E_BAD_REQUEST');
+    }
     // another island's id on this connection
     expect(refused(record('delta as B', await send(a, 'delta', { meta: meta({ islandId: asgB.islandId, roundId: asgB.roundId, seq: 4 }), frame: good })))).toBe(true);
 
@@ -199,6 +215,12 @@ describe('protocol fuzz', () => {
       g[Math.floor(rand() * g.length)] ^= 1 + Math.floor(rand() * 255);
       await frame(`bit rot ${k}`, g);
     }
+    // claims that lie: more steps than assigned, tokens that are not steps × batch × seqLen
+    const perStep = asgC.batchSize * asgC.seqLen;
+    expect(codeOf(await frame('steps above the assignment', good, { steps: asgC.innerSteps + 1, tokens: (asgC.innerSteps + 1) * perStep }))).toBe('E_BAD_CLAIM');
+    expect(codeOf(await frame('a million steps', good, { steps: 1e6, tokens: 1e6 * perStep }))).toBe('E_BAD_CLAIM');
+    expect(codeOf(await frame('10^15 tokens', good, { steps: 4, tokens: 1e15 }))).toBe('E_BAD_CLAIM');
+    expect(codeOf(await frame('one token too many', good, { steps: 4, tokens: 4 * perStep + 1 }))).toBe('E_BAD_CLAIM');
     // versions and rounds that do not exist yet
     expect(codeOf(await frame('future base version', good, { baseVersion: 5 }))).toBe('E_FUTURE_VERSION');
     expect(codeOf(await frame('future round', good, { roundId: 99 }))).toBe('E_FUTURE_VERSION');

@@ -30,7 +30,7 @@ import {
   type PerVersion, type RejectedContribution, type RoundState, type SubmitAccepted, type VersionStats,
   newIslandRecord, newPerVersion,
 } from './types.ts';
-import { checkDeltaPlace } from './validate.ts';
+import { checkDeltaPlace, checkWork, rememberWork } from './validate.ts';
 
 export type * from './types.ts';
 export { trimmedMean } from './aggregate.ts';
@@ -229,17 +229,20 @@ export class Coordinator {
   }
 
   private validateAndCount(sub: DeltaSubmission, now: number): Result<SubmitAccepted> {
-    const m = sub.meta;
     const frameBytes = sub.frame?.length ?? 0;
     this.perVersion.bytesIn += frameBytes;
     this.totalsAcc.bytesIn += frameBytes;
-    const metaProblem = validateDeltaMeta(m);
+    const metaProblem = validateDeltaMeta(sub.meta);
     if (metaProblem) return this.reject(undefined, 0, ErrorCode.BAD_REQUEST, metaProblem);
     if (!(sub.frame instanceof Uint8Array)) return this.reject(undefined, 0, ErrorCode.BAD_REQUEST, 'frame must be bytes');
-    const isl = this.islandsById.get(m.islandId);
-    if (!isl) return this.reject(undefined, m.tokens, ErrorCode.UNKNOWN_ISLAND, `no island ${m.islandId}`);
-    if (isl.status === 'banned') return this.reject(isl, m.tokens, ErrorCode.BANNED, `island ${isl.id} is banned`);
+    const isl = this.islandsById.get(sub.meta.islandId);
+    if (!isl) return this.reject(undefined, 0, ErrorCode.UNKNOWN_ISLAND, `no island ${sub.meta.islandId}`);
+    if (isl.status === 'banned') return this.reject(isl, 0, ErrorCode.BANNED, `island ${isl.id} is banned`);
     this.touch(isl, now);
+    // from here on, tokens, steps and speed are the server's figures (validate.ts)
+    const work = checkWork(sub.meta, isl, this.cfg, now);
+    if (!work.ok) return this.reject(isl, 0, work.code, work.message);
+    const m = work.meta;
     const place = checkDeltaPlace(m, isl, {
       cfg: this.cfg, version: this.versionNum, paused: this.paused, done: this.done,
       roundId: this.round.id, roundBaseVersion: this.round.baseVersion, assignSerial: this.assignSerial,
@@ -252,7 +255,7 @@ export class Coordinator {
     if (!decoded.ok) return this.reject(isl, m.tokens, decoded.error.code, decoded.error.message);
     const delta = decoded.value;
     const norm = l2(delta);
-    const score = norm / Math.sqrt(Math.max(1, m.steps));
+    const score = norm / Math.sqrt(Math.max(1, work.assignedSteps));
     const bound = this.norms.limit(this.cfg.normBound);
     if (score > bound) {
       return this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds ${this.cfg.normBound.factor} × median ${(bound / this.cfg.normBound.factor).toPrecision(4)}`);
@@ -422,6 +425,7 @@ export class Coordinator {
     isl.assignedAt = now;
     isl.waiting = false;
     isl.dataSteps += size.steps;
+    rememberWork(isl, a);
     return a;
   }
 

@@ -46,6 +46,16 @@ export interface IslandRecord {
   /** Inner steps it has run in total (per-island lr warmup). */
   localSteps: number;
   caps: IslandCaps;
+  /** Its last few assignments: what its deltas' claims are checked against (validate.ts). */
+  work?: AssignedWork[];
+}
+
+/** The figures of one assignment that a delta's claims must fit. */
+export interface AssignedWork {
+  roundId: number;
+  steps: number;
+  batchSize: number;
+  issuedAt: number;
 }
 
 export interface DeltaSubmission {
@@ -234,6 +244,6 @@ export function newIslandRecord(id: string, caps: IslandCaps, batchSize: number,
     joinedAt: now, lastSeen: now, tokensPerSec: caps.tokensPerSec, batchSize,
     tokensContributed: 0, tokensSubmitted: 0, accepted: 0, rejected: {}, lastBaseVersion: -1, lastStaleness: 0,
     roundId: undefined, assignedSteps: 0, assignedAt: now, waiting: false, lastSeq: -1, submittedRounds: [],
-    stream: streamId(id), dataSteps: 0, localSteps: 0, caps: structuredClone(caps),
+    stream: streamId(id), dataSteps: 0, localSteps: 0, caps: structuredClone(caps), work: [],
   };
 }

@@ -1,9 +1,15 @@
-// Where a delta may go: the checks on its sequence, round, base version and staleness that come
-// before decoding. Pure: the coordinator counts and rejects from the answer.
+// Where a delta may go, and what it may claim: the checks on its work, sequence, round, base
+// version and staleness that come before decoding. Pure: the coordinator counts and rejects from
+// the answer.
 
-import { ErrorCode, type DeltaMeta } from '../protocol.ts';
+import { type Assignment, ErrorCode, type DeltaMeta } from '../protocol.ts';
 import type { CoordinatorConfig } from './config.ts';
-import type { IslandRecord } from './types.ts';
+import type { AssignedWork, IslandRecord } from './types.ts';
+
+/** Assignments kept per island to check claims against (sync rounds accept late deltas). */
+const WORK_KEPT = 4;
+/** Compute may take less than the round's wall time (download, upload), but not less than half. */
+const MAX_SPEEDUP = 2;
 
 export interface DeltaPlaceContext {
   cfg: CoordinatorConfig;
@@ -37,4 +43,30 @@ export function checkDeltaPlace(m: DeltaMeta, isl: IslandRecord, c: DeltaPlaceCo
   if (late && cfg.lateDeltas === 'drop') return no(ErrorCode.STALE, `round ${m.roundId} already closed`);
   if (tau > cfg.maxStaleness) return no(ErrorCode.STALE, `staleness ${tau} exceeds ${cfg.maxStaleness}`);
   return { ok: true, tau, late };
+}
+
+/** Keeps an assignment's figures on the island's record (the last WORK_KEPT). */
+export function rememberWork(isl: IslandRecord, a: Assignment): void {
+  const list = (isl.work ??= []); // records restored from older checkpoints have none
+  list.push({ roundId: a.roundId, steps: a.innerSteps, batchSize: a.batchSize, issuedAt: a.issuedAt });
+  if (list.length > WORK_KEPT) list.shift();
+}
+
+export interface DerivedWork { ok: true; meta: DeltaMeta; assignedSteps: number }
+
+/**
+ * Work is derived, not claimed. `steps` may not exceed the assignment's; `tokens` must be exactly
+ * steps × batchSize × seqLen of the assignment; the speed (tokens / elapsedMs) may exceed the one
+ * the server observed (tokens over the time since it issued the assignment) by MAX_SPEEDUP at most. An assignment the record no longer holds
+ * (a restart between issue and checkpoint) is checked against the run's bounds instead.
+ */
+export function checkWork(m: DeltaMeta, isl: IslandRecord, cfg: CoordinatorConfig, now: number): DerivedWork | DeltaProblem {
+  const no = (message: string): DeltaProblem => ({ ok: false, code: ErrorCode.BAD_CLAIM, message, tokens: 0 });
+  const a: AssignedWork = isl.work?.find((w) => w.roundId === m.roundId)
+    ?? { roundId: m.roundId, steps: Math.max(cfg.innerSteps, cfg.maxInnerSteps), batchSize: isl.batchSize, issuedAt: now };
+  if (m.steps > a.steps) return no(`steps ${m.steps} exceed the assignment's ${a.steps}`);
+  const tokens = m.steps * a.batchSize * cfg.seqLen;
+  if (m.tokens !== tokens) return no(`tokens ${m.tokens} ≠ steps × batchSize × seqLen = ${m.steps} × ${a.batchSize} × ${cfg.seqLen}`);
+  const elapsedMs = Math.max(m.elapsedMs, (now - a.issuedAt) / MAX_SPEEDUP);
+  return { ok: true, meta: { ...m, tokens, elapsedMs }, assignedSteps: a.steps };
 }
