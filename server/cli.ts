@@ -149,6 +149,20 @@ export function buildProgram(): Command {
       });
     });
 
+  program.command('chaos')
+    .description('fault instrument: the same run with and without island kills, dropped connections and pauses; goodput, lost, duplicates, eval loss')
+    .option('--islands <n>', 'islands training at any time', intArg, 4)
+    .option('--fail <f>', 'fraction of islands killed (kill -9) over the run', numArg, 0.3)
+    .option('--tokens <n>', 'tokens in θ that end each run', intArg, 40_000)
+    .option('--latency <ms>', 'latency the proxies add each way', intArg, 10)
+    .option('--no-baseline', 'skip the fault-free run (no eval-loss comparison)')
+    .option('--json', 'print one JSON object')
+    .action(async (o) => {
+      const { chaos } = await import('./commands/chaos.ts');
+      const r = await chaos({ islands: o.islands, failFraction: o.fail, tokens: o.tokens, latencyMs: o.latency, baseline: o.baseline, log: (s: string) => process.stderr.write(s + '\n') });
+      process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
+    });
+
   const bench = program.command('bench').description('benchmarks that print JSON (with --json)');
   bench.command('server')
     .description('server apply throughput per codec, and a load test with many simulated islands')

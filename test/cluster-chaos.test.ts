@@ -1,0 +1,28 @@
+// `atoll chaos` on the embedded server: a run under island kills (kill -9, replaced), dropped
+// connections and a SIGSTOP pause finishes, loses no acknowledged delta and logs none twice.
+
+import { describe, expect, it } from 'vitest';
+import { buildProgram } from '../server/cli.ts';
+import { chaos } from '../server/commands/chaos.ts';
+
+describe('atoll chaos', () => {
+  it('is a command with its flags', () => {
+    const c = buildProgram().commands.find((x) => x.name() === 'chaos')!;
+    expect(c.options.map((o) => o.long)).toEqual(expect.arrayContaining(['--islands', '--fail', '--tokens', '--latency', '--no-baseline', '--json']));
+  });
+
+  it('a faulty run: every fault fires, lost = 0, duplicates = 0, goodput and eval loss reported', async () => {
+    const r = await chaos({ islands: 2, failFraction: 0.5, tokens: 12_000, baseline: false });
+    const f = r.faulty;
+    expect(r.faults).toHaveLength(4);
+    expect([f.islandKills, f.connectionDrops, f.pauses]).toEqual([1, 2, 1]);
+    expect(f.acked).toBeGreaterThan(0);
+    expect(f.lost).toBe(0);
+    expect(f.duplicates).toBe(0);
+    expect(f.tokensInTheta).toBeGreaterThanOrEqual(12_000);
+    expect(f.goodput).toBeGreaterThan(0);
+    expect(f.goodput).toBeLessThanOrEqual(1);
+    expect(Number.isFinite(f.evalLoss)).toBe(true);
+    expect(r.clean).toBeNull();
+  });
+});
