@@ -2,7 +2,6 @@
 // client, and socket.io (islands and dashboards). Each concern is a small plugin; this file only
 // wires them to one Run.
 
-import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import helmet from '@fastify/helmet';
@@ -13,7 +12,9 @@ import { adminPlugin } from './plugins/admin.ts';
 import { apiPlugin } from './plugins/api.ts';
 import { Metrics, metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
+import { logCheckpoint, logRunEvent } from './ops-log.ts';
 import { Run } from './run.ts';
+import { adminToken, lockRunFolder } from './run-folder.ts';
 import type { RunConfig } from './run-config.ts';
 
 export interface AtollServerOptions {
@@ -21,15 +22,16 @@ export interface AtollServerOptions {
   dir: string;
   config: RunConfig;
   resumePatch?: CoordinatorConfigPatch;
-  /** Admin bearer token; generated when absent (`adminTokenGenerated` then says so). */
+  /** Admin bearer token; when absent, the run folder's (created once: run-folder.ts). */
   adminToken?: string;
   /** The built client (default: dist/client next to the package). */
   clientDir?: string;
   /** Evaluate after updates (default true). */
   evaluate?: boolean;
-  /** Fastify's logger (default off; the CLI prints its own lines). */
-  logger?: boolean;
-  log?: (line: string) => void;
+  /** The operator's log (pino, on stderr) at this level; absent: no log. */
+  logLevel?: string;
+  /** Where the server listens, recorded in the run folder's lock. */
+  listenOn?: { host: string; port: number };
   /** Gateway knobs for tests and the bench. */
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
 }
@@ -40,7 +42,8 @@ export interface AtollServer {
   gateway: Gateway;
   metrics: Metrics;
   adminToken: string;
-  adminTokenGenerated: boolean;
+  /** The file the admin token is kept in (null: it came from the caller, e.g. ATOLL_ADMIN_TOKEN). */
+  adminTokenFile: string | null;
   /** Listens; resolves with the bound address (port 0 picks a free one). */
   listen(port: number, host?: string): Promise<{ port: number; host: string; url: string }>;
   close(): Promise<void>;
@@ -49,20 +52,30 @@ export interface AtollServer {
 export const DEFAULT_CLIENT_DIR = resolve(import.meta.dirname, '../dist/client');
 
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
-  const log = o.log ?? (() => {});
-  const metrics = new Metrics();
-  const run = await Run.open({ dir: o.dir, config: o.config, resumePatch: o.resumePatch, metrics, evaluate: o.evaluate, log });
-  const adminTokenGenerated = !o.adminToken;
-  const adminToken = o.adminToken ?? randomBytes(24).toString('base64url');
-
   const app = Fastify({
-    logger: o.logger ?? false,
+    logger: o.logLevel ? { level: o.logLevel, stream: process.stderr } : false,
+    disableRequestLogging: true,
     // a delta never travels over REST; JSON bodies are admin patches
     bodyLimit: 64 * 1024,
     forceCloseConnections: true,
     // route schemas are closed: an unknown key is a 400, not silently dropped
     ajv: { customOptions: { removeAdditional: false } },
   });
+  const log = (line: string) => app.log.warn(line);
+  // One server per run folder: refuse before anything in it is written.
+  const lock = lockRunFolder(o.dir, o.listenOn);
+  if (!lock.ok) throw Object.assign(new Error(lock.error.message), { code: lock.error.code });
+  const metrics = new Metrics();
+  let run: Run;
+  try {
+    run = await Run.open({ dir: o.dir, config: o.config, resumePatch: o.resumePatch, metrics, evaluate: o.evaluate, log });
+  } catch (e) {
+    lock.value();
+    throw e;
+  }
+  run.store.onEvent = (e) => logRunEvent(app.log, e);
+  run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
+  const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);
 
   await app.register(helmet, {
     contentSecurityPolicy: {
@@ -96,7 +109,7 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
   app.get('/healthz', { config: { rateLimit: false } }, async () => ({ ok: true, version: run.version, hash: run.hash }));
   await app.register(metricsPlugin, { metrics });
   await app.register(apiPlugin, { run });
-  await app.register(adminPlugin, { run, token: adminToken });
+  await app.register(adminPlugin, { run, token: token.token });
   await app.register(staticPlugin, { root: o.clientDir ?? DEFAULT_CLIENT_DIR });
   // CORS stays closed: no Access-Control-Allow-Origin is ever sent, so browsers keep other origins out.
   app.setErrorHandler((e: Error & { statusCode?: number; code?: string }, _req, reply) => {
@@ -118,7 +131,7 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
 
   let closed = false;
   return {
-    app, run, gateway, metrics, adminToken, adminTokenGenerated,
+    app, run, gateway, metrics, adminToken: token.token, adminTokenFile: token.file,
     async listen(port, host = '0.0.0.0') {
       await app.listen({ port, host });
       const addr = app.server.address();
@@ -132,6 +145,7 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
       await gateway.close();
       await app.close();
       await run.close();
+      lock.value();
     },
   };
 }

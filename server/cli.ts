@@ -99,6 +99,7 @@ export function buildProgram(): Command {
     .option('--port <n>', 'HTTP port (default $PORT or 8080)', intArg)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
+    .addOption(new Option('--log-level <level>', 'operator log level (JSON lines on stderr; default $ATOLL_LOG_LEVEL or info)').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']))
     .option('--build-if-needed', 'run vite build first when dist/client is missing')
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');

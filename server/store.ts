@@ -42,6 +42,9 @@ export class RunStore {
   private committing: Promise<void> | null = null;
   private followUp: Promise<void> | null = null;
   private closed = false;
+  /** Observers for the operator's log (server/app.ts): each queued line, each checkpoint written. */
+  onEvent: ((e: LogEvent) => void) | null = null;
+  onCheckpoint: ((version: number, path: string, bytes: number) => void) | null = null;
   /** Bytes and fsyncs, for metrics and the bench. */
   stats = { commits: 0, checkpointsWritten: 0, linesWritten: 0, lastCommitMs: 0 };
 
@@ -142,7 +145,9 @@ export class RunStore {
   /** Queues one event; it reaches the disk at the next commit. */
   append(event: Omit<LogEvent, 't'> & { t?: number }): void {
     if (this.closed) return;
-    this.queued.push(JSON.stringify({ t: event.t ?? Date.now(), ...event }) + '\n');
+    const e = { t: event.t ?? Date.now(), ...event } as LogEvent;
+    this.queued.push(JSON.stringify(e) + '\n');
+    this.onEvent?.(e);
   }
 
   /** A checkpoint was requested and is not written yet. */
@@ -200,8 +205,10 @@ export class RunStore {
     // log said past it (nothing there was acknowledged: acks wait for both writes).
     const work: Array<Promise<void>> = [];
     if (ck) {
-      work.push(writeFileAtomicAsync(this.checkpointPath(ck.version), ck.encode()).then(() => {
+      const bytes = ck.encode();
+      work.push(writeFileAtomicAsync(this.checkpointPath(ck.version), bytes).then(() => {
         this.stats.checkpointsWritten++;
+        this.onCheckpoint?.(ck.version, this.checkpointPath(ck.version), bytes.length);
         this.prune();
       }));
     }

@@ -16,6 +16,20 @@ export interface ServeCliOptions extends RunFlags {
   buildIfNeeded?: boolean;
   /** Evaluate after updates (default true; `--no-eval`). */
   eval?: boolean;
+  /** pino level of the operator's log (default $ATOLL_LOG_LEVEL or info). */
+  logLevel?: string;
+}
+
+/** Fails with a hint before anything is written when another process holds the port. */
+async function assertPortFree(port: number, host: string): Promise<void> {
+  const { createServer } = await import('node:net');
+  await new Promise<void>((done, fail) => {
+    const s = createServer();
+    s.once('error', (e: NodeJS.ErrnoException) => fail(e.code === 'EADDRINUSE'
+      ? Object.assign(new Error(`port ${port} is in use (another atoll serve?): choose another with --port N`), { code: 'E_PORT_IN_USE' })
+      : e));
+    s.listen(port, host, () => s.close(() => done()));
+  });
 }
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -51,14 +65,16 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer> {
   if (o.buildIfNeeded) buildClientIfNeeded(say);
   const { dir, config, resumePatch, resumed } = resolveRun(o);
   const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
+  const port = o.port ?? (process.env.PORT ? Number(process.env.PORT) : 8080);
+  const host = o.host ?? process.env.HOST ?? '0.0.0.0';
+  if (port !== 0) await assertPortFree(port, host);
   const server = await createServer({
     dir, config, resumePatch,
     adminToken: envToken ? envToken : undefined,
     evaluate: o.eval !== false,
-    log: (s) => process.stderr.write(`${new Date().toISOString()} ${s}\n`),
+    logLevel: o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info',
+    listenOn: { host, port },
   });
-  const port = o.port ?? (process.env.PORT ? Number(process.env.PORT) : 8080);
-  const host = o.host ?? process.env.HOST ?? '0.0.0.0';
   const addr = await server.listen(port, host);
   const r = server.run;
   const cc = r.config.coordinator;
@@ -66,7 +82,9 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer> {
   say(`  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} deltas, outer ${cc.outer.kind} lr ${cc.outer.lr} momentum ${cc.outer.momentum}`);
   say(`  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`);
   say(`  islands: npx atoll island --server ${addr.url}`);
-  if (server.adminTokenGenerated) say(`  admin token (set ATOLL_ADMIN_TOKEN to choose your own): ${server.adminToken}`);
+  say(server.adminTokenFile
+    ? `  admin token in ${server.adminTokenFile} (kept across restarts; set ATOLL_ADMIN_TOKEN to choose your own)`
+    : '  admin token: $ATOLL_ADMIN_TOKEN');
   say(`atoll serve: listening on ${addr.url}`);
 
   let stopping = false;
@@ -80,7 +98,7 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer> {
     });
   };
   // A library's stray rejection must not take the run down with it: log it and keep serving.
-  process.on('unhandledRejection', (e) => process.stderr.write(`${new Date().toISOString()} unhandled rejection: ${(e as Error)?.stack ?? String(e)}\n`));
+  process.on('unhandledRejection', (e) => server.app.log.error({ err: e }, 'unhandled rejection'));
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
   return server;

@@ -1,0 +1,63 @@
+// The operator's files in a run folder, besides the run itself:
+//   <dir>/server.lock    {pid, host, port, since}: the run folder is one server's (O_EXCL; a lock
+//                        whose process is gone is taken over)
+//   <dir>/admin-token    the admin bearer token, created once (mode 0600) unless ATOLL_ADMIN_TOKEN is set
+
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type Result, err, ok } from '../core/result.ts';
+
+export const LOCK_FILE = 'server.lock';
+export const ADMIN_TOKEN_FILE = 'admin-token';
+
+interface LockInfo { pid: number; host?: string; port?: number; since: number }
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Takes the run folder for this process. Refuses, writing nothing, while another live process
+ * holds it. Returns the release function.
+ */
+export function lockRunFolder(dir: string, where: { host?: string; port?: number } = {}): Result<() => void> {
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, LOCK_FILE);
+  const mine: LockInfo = { pid: process.pid, ...where, since: Date.now() };
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      writeFileSync(path, JSON.stringify(mine) + '\n', { flag: 'wx' });
+      return ok(() => { try { unlinkSync(path); } catch { /* already gone */ } });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return err('E_RUN_LOCKED', `cannot lock ${path}: ${(e as Error).message}`);
+    }
+    let held: LockInfo | null = null;
+    try { held = JSON.parse(readFileSync(path, 'utf8')) as LockInfo; } catch { /* torn or empty: stale */ }
+    if (held && typeof held.pid === 'number' && alive(held.pid)) {
+      const at = held.port ? ` on port ${held.port}` : '';
+      return err('E_RUN_LOCKED', `the run folder ${dir} is in use by another atoll serve (pid ${held.pid}${at}). `
+        + 'Stop that one first, or give this one its own run folder with --run-dir DIR (and its own --port N).');
+    }
+    try { unlinkSync(path); } catch { /* raced with another taker */ }
+  }
+  return err('E_RUN_LOCKED', `cannot take ${path}: another process keeps taking it`);
+}
+
+/** The admin token: `fromEnv` when set, else the run folder's, created once with mode 0600. */
+export function adminToken(dir: string, fromEnv: string | undefined): { token: string; file: string | null } {
+  if (fromEnv) return { token: fromEnv, file: null };
+  const file = join(dir, ADMIN_TOKEN_FILE);
+  if (existsSync(file)) {
+    const t = readFileSync(file, 'utf8').trim();
+    if (t) return { token: t, file };
+  }
+  const token = randomBytes(24).toString('base64url');
+  writeFileSync(file, token + '\n', { mode: 0o600 });
+  return { token, file };
+}
