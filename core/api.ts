@@ -25,6 +25,8 @@ export interface RunConfig {
     restPerMinute: number;
     /** Concurrent island connections. */
     maxIslands: number;
+    /** events.jsonl is rotated past this many bytes (startup reads only the current file). */
+    maxLogBytes: number;
   };
   /** Origins allowed besides the server's own (CORS and socket.io); empty = closed. */
   allowOrigins: string[];

@@ -43,6 +43,8 @@ export const ErrorCode = {
   /** A delta's claimed work does not fit its assignment (steps above it, tokens ≠ steps × batch × seqLen). */
   BAD_CLAIM: 'E_BAD_CLAIM',
   PAUSED: 'E_PAUSED',
+  /** The server holds its maximum number of islands (connected, or records kept): retry later. */
+  FULL: 'E_FULL',
   /** The run reached its token budget: no more assignments. Not a failure. */
   DONE: 'E_DONE',
   /** A malformed message (missing field, wrong type, bad number). */

@@ -25,8 +25,6 @@ export const GatewayError = {
   RATE_LIMIT: 'E_RATE_LIMIT',
   /** A request that needs an identity (hello first). */
   NO_HELLO: 'E_NO_HELLO',
-  /** The server holds its maximum number of islands. */
-  FULL: 'E_FULL',
   UNKNOWN_EVENT: 'E_UNKNOWN_EVENT',
   INTERNAL: 'E_INTERNAL',
 } as const;
@@ -74,7 +72,10 @@ interface IslandSocketState {
   violations: number;
 }
 
-/** Token buckets keyed by IP (hello rate limit). */
+/** Addresses whose hello budget is remembered (the least recently seen is forgotten first). */
+const HELLO_ADDRESSES = 100_000;
+
+/** Token buckets keyed by IP: the hellos counted per address. */
 class RateLimiter {
   private buckets = new Map<string, { tokens: number; at: number }>();
   constructor(private perMinute: number) {}
@@ -83,8 +84,10 @@ class RateLimiter {
     const b = this.buckets.get(key) ?? { tokens: cap, at: now };
     b.tokens = Math.min(cap, b.tokens + ((now - b.at) * cap) / 60_000);
     b.at = now;
+    // most recently seen last; under a flood of addresses the stalest one goes (never all at once)
+    this.buckets.delete(key);
     this.buckets.set(key, b);
-    if (this.buckets.size > 100_000) this.buckets.clear(); // bounded memory under a flood
+    if (this.buckets.size > HELLO_ADDRESSES) this.buckets.delete(this.buckets.keys().next().value!);
     if (b.tokens < 1) return false;
     b.tokens -= 1;
     return true;
@@ -240,7 +243,7 @@ export class Gateway {
       if (h.protocolVersion !== PROTOCOL_VERSION) {
         return ack(err(ErrorCode.PROTOCOL_VERSION, `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`));
       }
-      if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(err(GatewayError.FULL, 'the server holds its maximum number of islands: retry later'));
+      if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(err(ErrorCode.FULL, 'the server holds its maximum number of islands: retry later'));
       // Resuming an identity needs the token the server handed out with it.
       const resume = h.resumeIslandId !== undefined && this.run.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
       const r = await this.run.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });

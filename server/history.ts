@@ -12,6 +12,8 @@ type UpdateEvent = Extract<CoordinatorEvent, { type: 'update' }>;
 export type LogLine = Omit<LogEvent, 't'> & { t?: number };
 
 const TOKENS_PER_SEC_WINDOW_MS = 60_000;
+/** History points a carry line holds at most (older ones thinned evenly, the newest kept whole). */
+const CARRY_POINTS = 4000;
 
 export const finiteOrNull = (x: number): number | null => (Number.isFinite(x) ? x : null);
 
@@ -92,9 +94,24 @@ export class RunHistory {
     return traffic;
   }
 
+  /** The first line of a rotated log: everything `replay` learnt from the lines before it. */
+  carryLine(acks: Map<string, AckMsg>, traffic: { bytesIn: number; bytesOut: number }): LogLine {
+    const p = this.points;
+    const keep = CARRY_POINTS / 2;
+    const older = p.length > CARRY_POINTS ? p.slice(0, p.length - keep).filter((_, i, a) => i % Math.ceil(a.length / keep) === 0) : [];
+    return { type: 'carry', points: [...older, ...p.slice(older.length ? p.length - keep : 0)], acks: [...acks.values()], lastEval: this.lastEval, ...traffic };
+  }
+
   private replayLine(e: LogEvent, maxVersion: number, acks: Map<string, AckMsg>, traffic: { bytesIn: number; bytesOut: number }): void {
     const num = (x: unknown, d = 0) => (typeof x === 'number' && Number.isFinite(x) ? x : d);
-    if (e.type === 'resume') {
+    if (e.type === 'carry') {
+      // written by the server itself at a rotation: trusted like every other line of the log
+      this.points.splice(0, this.points.length, ...((e.points ?? []) as HistoryPoint[]).filter((p) => p.version <= maxVersion));
+      for (const a of (e.acks ?? []) as AckMsg[]) acks.set(a.islandId, a);
+      this.lastEval = (e.lastEval ?? null) as RunHistory['lastEval'];
+      traffic.bytesIn = num(e.bytesIn);
+      traffic.bytesOut = num(e.bytesOut);
+    } else if (e.type === 'resume') {
       // A restart at version V: anything logged past V before the crash never became durable.
       const v = num(e.version);
       while (this.points.length && this.last!.version > v) this.points.pop();

@@ -63,7 +63,7 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
     }),
     eval: { batches: evalBatches, batchSize: evalBatchSize },
     checkpoints: { keep: 5 },
-    limits: { helloPerMinute: 120, restPerMinute: 600, maxIslands: 5000 },
+    limits: { helloPerMinute: 120, restPerMinute: 600, maxIslands: 5000, maxLogBytes: 64 * 1024 * 1024 },
     allowOrigins: [],
   };
 }
@@ -90,7 +90,7 @@ function flagPatch(f: RunFlags): CoordinatorConfigPatch {
 }
 
 /** A JSON run file: any subset of RunConfig; `coordinator` may be partial. */
-export type RunConfigFile = Omit<Partial<RunConfig>, 'coordinator'> & { coordinator?: CoordinatorConfigPatch };
+export type RunConfigFile = Omit<Partial<RunConfig>, 'coordinator' | 'limits'> & { coordinator?: CoordinatorConfigPatch; limits?: Partial<RunConfig['limits']> };
 
 export function readConfigFile(path: string): RunConfigFile {
   let text: string;
@@ -172,6 +172,7 @@ function validateRunConfig(c: RunConfig): void {
   posInt('limits.helloPerMinute', c.limits.helloPerMinute);
   posInt('limits.restPerMinute', c.limits.restPerMinute);
   posInt('limits.maxIslands', c.limits.maxIslands);
+  posInt('limits.maxLogBytes', c.limits.maxLogBytes);
   if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
 }
 

@@ -101,7 +101,7 @@ export class Run {
 
   /** Opens (resuming when the folder holds a run) or creates the run in `o.dir`. */
   static async open(o: OpenRunOptions): Promise<Run> {
-    const store = new RunStore(o.dir, { keep: o.config.checkpoints.keep });
+    const store = new RunStore(o.dir, { keep: o.config.checkpoints.keep, maxLogBytes: o.config.limits.maxLogBytes });
     await store.openLog();
     const dataset = loadCorpus(o.config.data);
     const now = Date.now();
@@ -123,6 +123,7 @@ export class Run {
     const traffic = run.history.replay(store.readEvents(), coord.version, run.waiters.lastApplied);
     run.bytesIn = traffic.bytesIn;
     run.bytesOut = traffic.bytesOut;
+    store.carry = () => run.history.carryLine(run.waiters.lastApplied, { bytesIn: run.bytesIn, bytesOut: run.bytesOut });
     // Deltas accepted into the open sync round before a restart: a resend attaches to the ack.
     if (resumed) for (const p of coord.snapshot().meta.pending) void run.waiters.expectAck(p.islandId, p.seq);
     if (!resumed) {

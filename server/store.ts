@@ -3,13 +3,18 @@
 //   <dir>/config.json                      the run config (atomic write)
 //   <dir>/checkpoints/v<version>.safetensors  θ + outer optimizer state + coordinator snapshot (last K kept)
 //   <dir>/events.jsonl                     append-only event log, one JSON object per line
+//   <dir>/events.<n>.jsonl                 rotated logs (the last LOGS_KEPT); never read back
 //
 // Durability is group-committed: callers queue log lines and ask for a checkpoint; `commit()`
 // writes the newest checkpoint (temp, fsync, rename) and appends every queued line with one
 // write + fsync, side by side, then resolves. So one fsync latency covers many events when the
 // server is busy. Readers of the log treat a 'resume' line as the truth about the version.
+//
+// Past `maxLogBytes` the log is rotated before the next commit's lines: the new file starts with
+// the line `carry()` returns (what a reader of the old files would have learnt), so startup reads
+// one bounded file, never the whole history of the run.
 
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, statSync, unlinkSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, renameSync, statSync, unlinkSync } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeFileAtomic, writeFileAtomicAsync } from './fsutil.ts';
@@ -29,13 +34,20 @@ export interface LogEvent {
 }
 
 const CKPT_RE = /^v(\d{8,})\.safetensors$/;
+const ROTATED_RE = /^events\.(\d+)\.jsonl$/;
+/** Rotated logs kept beside the current one (for people; the server never reads them). */
+const LOGS_KEPT = 2;
 
 export class RunStore {
   readonly dir: string;
   readonly checkpointDir: string;
   readonly logPath: string;
   private keep: number;
+  private readonly maxLogBytes: number;
+  private logBytes = 0;
   private log: FileHandle | null = null;
+  /** The first line of a rotated-to log (set by the run). */
+  carry: () => Omit<LogEvent, 't'> = () => ({ type: 'carry' });
   private queued: string[] = [];
   private hashCache = new Map<string, string | null>();
   private nextCheckpoint: { version: number; encode: () => Uint8Array } | null = null;
@@ -48,11 +60,12 @@ export class RunStore {
   /** Bytes and fsyncs, for metrics and the bench. */
   stats = { commits: 0, checkpointsWritten: 0, linesWritten: 0, lastCommitMs: 0 };
 
-  constructor(dir: string, opts: { keep?: number } = {}) {
+  constructor(dir: string, opts: { keep?: number; maxLogBytes?: number } = {}) {
     this.dir = dir;
     this.checkpointDir = join(dir, 'checkpoints');
     this.logPath = join(dir, 'events.jsonl');
     this.keep = Math.max(1, opts.keep ?? 5);
+    this.maxLogBytes = opts.maxLogBytes ?? 64 * 1024 * 1024;
     mkdirSync(this.checkpointDir, { recursive: true });
   }
 
@@ -61,7 +74,9 @@ export class RunStore {
   }
 
   async openLog(): Promise<void> {
-    if (!this.log) this.log = await open(this.logPath, 'a');
+    if (this.log) return;
+    this.log = await open(this.logPath, 'a');
+    this.logBytes = (await this.log.stat()).size;
   }
 
   // --- config -------------------------------------------------------------------------------
@@ -215,7 +230,10 @@ export class RunStore {
     if (lines.length > 0) {
       work.push((async () => {
         await this.openLog();
-        await this.log!.write(lines.join(''));
+        if (this.logBytes >= this.maxLogBytes) await this.rotate(lines);
+        const text = lines.join('');
+        this.logBytes += Buffer.byteLength(text);
+        await this.log!.write(text);
         await this.log!.datasync();
         this.stats.linesWritten += lines.length;
       })());
@@ -223,6 +241,19 @@ export class RunStore {
     await Promise.all(work);
     this.stats.commits++;
     this.stats.lastCommitMs = performance.now() - t0;
+  }
+
+  /** Renames the log to events.<n>.jsonl and starts a new one with the carry line. */
+  private async rotate(lines: string[]): Promise<void> {
+    await this.log!.close();
+    this.log = null;
+    const rotated = readdirSync(this.dir).map((f) => ROTATED_RE.exec(f)).filter((m) => m !== null).map((m) => Number(m[1])).sort((a, b) => a - b);
+    renameSync(this.logPath, join(this.dir, `events.${(rotated.at(-1) ?? 0) + 1}.jsonl`));
+    for (const n of rotated.slice(0, Math.max(0, rotated.length + 1 - LOGS_KEPT))) {
+      try { unlinkSync(join(this.dir, `events.${n}.jsonl`)); } catch { /* already gone */ }
+    }
+    await this.openLog();
+    lines.unshift(JSON.stringify({ t: Date.now(), ...this.carry() }) + '\n');
   }
 
   /** Keeps the newest K checkpoints. */

@@ -28,6 +28,8 @@ export interface CoordinatorConfig {
   innerSteps: number;
   minInnerSteps: number;
   maxInnerSteps: number;
+  /** Island records kept; past it the longest-gone ones that hold nothing are dropped (types.ts, makeRoom). */
+  maxIslandRecords: number;
   dylu: boolean;
   /**
    * > 0: give each island the steps that take it this long at its measured tokens/s.
@@ -86,6 +88,7 @@ export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   innerSteps: 50,
   minInnerSteps: 4,
   maxInnerSteps: 2000,
+  maxIslandRecords: 10_000,
   dylu: true,
   targetRoundMs: 0,
   quorum: 0.75,
@@ -146,6 +149,7 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   num('innerSteps', c.innerSteps, 1, 1e7, true);
   num('minInnerSteps', c.minInnerSteps, 1, 1e7, true);
   num('maxInnerSteps', c.maxInnerSteps, 1, 1e7, true);
+  num('maxIslandRecords', c.maxIslandRecords, 1, 1e7, true);
   if (c.minInnerSteps > c.maxInnerSteps) p.push('minInnerSteps must be ≤ maxInnerSteps');
   num('targetRoundMs', c.targetRoundMs, 0, 1e9);
   num('quorum', c.quorum, 0, 1);

@@ -3,9 +3,8 @@
 // Pure logic: no I/O, no timers, no Date.now(). Every call that depends on time takes `now` (ms),
 // so the server (wall clock), the simulator (virtual clock) and tests drive the same code.
 //
-// The durability contract (how to ack from the events) is written beside CoordinatorEvent in types.ts.
-// The modules beside this one: types, validate (where a delta may go), aggregate (norm bound and
-// robust means), rounds (sync rounds, assignment sizing), downlink, stats, snapshot.
+// The durability contract (how to ack from the events) is beside CoordinatorEvent in types.ts. Beside
+// this module: types, validate, aggregate (norm bound, robust means), rounds, downlink, stats, snapshot.
 
 import { decodeDelta, maxFrameBytes } from '../codec/index.ts';
 import { type Result, err, ok } from '../result.ts';
@@ -28,7 +27,7 @@ import {
   type Contribution, type CoordinatorEvent, type CoordinatorOptions, type CoordinatorSnapshot, type CoordinatorTotals,
   type DeltaSubmission, type IslandRecord, type IslandStatus, type JoinRequest, type JoinResult, type PendingDelta,
   type PerVersion, type RejectedContribution, type RoundState, type SubmitAccepted, type VersionStats,
-  newIslandRecord, newPerVersion,
+  makeRoom, newIslandRecord, newPerVersion,
 } from './types.ts';
 import { checkDeltaPlace, checkWork, rememberWork } from './validate.ts';
 
@@ -146,6 +145,7 @@ export class Coordinator {
       if (caps.tokensPerSec !== undefined && isl.tokensPerSec === undefined) isl.tokensPerSec = caps.tokensPerSec;
       isl.batchSize = this.batchSizeFor(caps);
     } else {
+      if (!makeRoom(this.islandsById, this.cfg.maxIslandRecords)) return err(ErrorCode.FULL, `the server holds its ${this.cfg.maxIslandRecords} island records: retry later`);
       const id = req.resumeIslandId ?? `island-${this.nextIslandSerial++}`;
       isl = newIslandRecord(id, caps, this.batchSizeFor(caps), now);
       this.islandsById.set(id, isl);

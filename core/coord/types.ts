@@ -238,6 +238,19 @@ export interface CoordinatorOptions {
   now?: number;
 }
 
+/**
+ * Room for one more island record under `cap`: drops the longest-gone records that hold nothing
+ * (offline or left, no delta ever counted) down to 90% of the cap. Online, banned and credited
+ * records stay. false: no room.
+ */
+export function makeRoom(islands: Map<string, IslandRecord>, cap: number): boolean {
+  if (islands.size < cap) return true;
+  const idle = [...islands.values()].filter((r) => (r.status === 'offline' || r.status === 'left') && r.accepted === 0 && r.tokensContributed === 0);
+  idle.sort((a, b) => a.lastSeen - b.lastSeen);
+  for (let i = 0; i < idle.length && islands.size > Math.floor(0.9 * cap); i++) islands.delete(idle[i].id);
+  return islands.size < cap;
+}
+
 export function newIslandRecord(id: string, caps: IslandCaps, batchSize: number, now: number): IslandRecord {
   return {
     id, name: (caps.name ?? id).slice(0, 64), contributorId: (caps.contributorId ?? id).slice(0, 64), engine: caps.engine, adapter: caps.adapter ?? '', status: 'online',
