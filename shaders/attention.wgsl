@@ -7,7 +7,7 @@
 //   attention_forward       per query row: out, lse
 //   attention_backward_dq   per query row: dq, and D = dout·out (kept for the next pass)
 //   attention_backward_dkv  per key row: dk, dv, down the queries t ≥ key
-// HS is written into the source per head size (the loops over it unroll).
+// HS is written into the source per head size; rows are held as vec4s (dot, fma on 4 channels).
 
 struct Params {
   B: u32,
@@ -19,9 +19,13 @@ struct Params {
 }
 
 const HS: u32 = {{HS}}u;
-const BR: u32 = 64u; // rows per workgroup, one per thread
-const BC: u32 = 16u; // rows per tile in workgroup memory
+const H4: u32 = (HS + 3u) / 4u; // vec4s per head row, zero past HS
+const BR: u32 = 32u; // rows per workgroup, one per thread
+const BC: u32 = select(16u, 32u, HS <= 32u); // rows per tile in workgroup memory (≤ BR; two tiles within 16 KiB)
 const NEG: f32 = -3.402823e38;
+
+alias Row = array<vec4<f32>, H4>;
+alias Tile = array<vec4<f32>, BC * H4>;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;  // forward: (B,T,C)
@@ -33,8 +37,8 @@ const NEG: f32 = -3.402823e38;
 @group(0) @binding(5) var<storage, read> dout: array<f32>;       // (B,T,C)
 @group(0) @binding(6) var<storage, read> out_in: array<f32>;
 
-var<workgroup> tile_a: array<f32, BC * HS>;
-var<workgroup> tile_b: array<f32, BC * HS>;
+var<workgroup> tile_a: Tile;
+var<workgroup> tile_b: Tile;
 var<workgroup> tile_s: array<vec2<f32>, BC>; // dkv: (lse, D) of the tile's queries
 
 // Index of channel 0 of part `part` (0 q, 1 k, 2 v) of row t, head h, in inp.
@@ -46,29 +50,42 @@ fn dout_at(b: u32, t: u32, h: u32) -> u32 {
   return (b * p.T + t) * p.C + h * HS;
 }
 
-// Tiles of rows t0 .. t0+BC−1 (zero past T): part of inp, or dout when part = 3.
-fn load_inp(tile: ptr<workgroup, array<f32, BC * HS>>, b: u32, h: u32, t0: u32, part: u32, lid: u32) {
-  for (var e = lid; e < BC * HS; e += BR) {
-    let t = t0 + e / HS;
-    (*tile)[e] = select(0.0, inp[qkv_at(b, min(t, p.T - 1u), h, part) + e % HS], t < p.T);
+// Channels 4·c4 .. 4·c4+3 of the head row at idx (zero past HS).
+fn inp4(idx: u32, c4: u32) -> vec4<f32> {
+  var v = vec4<f32>(0.0);
+  for (var k = 0u; k < 4u; k++) { if (c4 * 4u + k < HS) { v[k] = inp[idx + c4 * 4u + k]; } }
+  return v;
+}
+
+fn dout4(idx: u32, c4: u32) -> vec4<f32> {
+  var v = vec4<f32>(0.0);
+  for (var k = 0u; k < 4u; k++) { if (c4 * 4u + k < HS) { v[k] = dout[idx + c4 * 4u + k]; } }
+  return v;
+}
+
+// Tiles of rows t0 .. t0+BC−1 (zero past T): part of inp, or dout.
+fn load_inp(tile: ptr<workgroup, Tile>, b: u32, h: u32, t0: u32, part: u32, lid: u32) {
+  for (var e = lid; e < BC * H4; e += BR) {
+    let t = t0 + e / H4;
+    (*tile)[e] = select(vec4<f32>(0.0), inp4(qkv_at(b, min(t, p.T - 1u), h, part), e % H4), t < p.T);
   }
 }
 
-fn load_dout(tile: ptr<workgroup, array<f32, BC * HS>>, b: u32, h: u32, t0: u32, lid: u32) {
-  for (var e = lid; e < BC * HS; e += BR) {
-    let t = t0 + e / HS;
-    (*tile)[e] = select(0.0, dout[dout_at(b, min(t, p.T - 1u), h) + e % HS], t < p.T);
+fn load_dout(tile: ptr<workgroup, Tile>, b: u32, h: u32, t0: u32, lid: u32) {
+  for (var e = lid; e < BC * H4; e += BR) {
+    let t = t0 + e / H4;
+    (*tile)[e] = select(vec4<f32>(0.0), dout4(dout_at(b, min(t, p.T - 1u), h), e % H4), t < p.T);
   }
 }
 
-fn dot_tile(x: ptr<function, array<f32, HS>>, tile: ptr<workgroup, array<f32, BC * HS>>, j: u32) -> f32 {
+fn dot_tile(x: ptr<function, Row>, tile: ptr<workgroup, Tile>, j: u32) -> f32 {
   var d = 0.0;
-  for (var i = 0u; i < HS; i++) { d += (*x)[i] * (*tile)[j * HS + i]; }
+  for (var i = 0u; i < H4; i++) { d += dot((*x)[i], (*tile)[j * H4 + i]); }
   return d;
 }
 
-fn axpy_tile(y: ptr<function, array<f32, HS>>, a: f32, tile: ptr<workgroup, array<f32, BC * HS>>, j: u32) {
-  for (var i = 0u; i < HS; i++) { (*y)[i] += a * (*tile)[j * HS + i]; }
+fn axpy_tile(y: ptr<function, Row>, a: f32, tile: ptr<workgroup, Tile>, j: u32) {
+  for (var i = 0u; i < H4; i++) { (*y)[i] += a * (*tile)[j * H4 + i]; }
 }
 
 // A workgroup's rows: batch b, head h (bh = b·NH + h), rows t0 .. t0+BR−1.
@@ -83,24 +100,24 @@ fn block_of(id: Grid) -> Block {
   return Block(id.wid.y / p.NH, id.wid.y % p.NH, id.wid.y, id.wid.x * BR);
 }
 
-fn store_grad(idx: u32, g: ptr<function, array<f32, HS>>, scale: f32) {
-  for (var i = 0u; i < HS; i++) {
-    let v = (*g)[i] * scale;
-    dinp[idx + i] = select(v, dinp[idx + i] + v, p.accumulate != 0u);
+fn store_grad(idx: u32, g: ptr<function, Row>, scale: f32) {
+  for (var c = 0u; c < HS; c++) {
+    let v = (*g)[c / 4u][c % 4u] * scale;
+    dinp[idx + c] = select(v, dinp[idx + c] + v, p.accumulate != 0u);
   }
 }
 
 // Grid (ceil(T/BR), B·NH).
-@compute @workgroup_size(64)
+@compute @workgroup_size(32)
 fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let w = block_of(id);
   let t = w.t0 + lid;
   let r = min(t, p.T - 1u); // rows past T compute on row T−1 and store nothing
   var m = NEG; // running max and sum of exp(score − m)
   var l = 0.0;
-  var q: array<f32, HS>;
-  var o: array<f32, HS>;
-  for (var i = 0u; i < HS; i++) { q[i] = inp[qkv_at(w.b, r, w.h, 0u) + i] * p.scale; }
+  var q: Row;
+  var o: Row;
+  for (var i = 0u; i < H4; i++) { q[i] = inp4(qkv_at(w.b, r, w.h, 0u), i) * p.scale; }
   for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
     load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
     load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
@@ -113,7 +130,7 @@ fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
     }
     let corr = exp(m - mt);
     l *= corr;
-    for (var i = 0u; i < HS; i++) { o[i] *= corr; }
+    for (var i = 0u; i < H4; i++) { o[i] *= corr; }
     for (var j = 0u; j < BC; j++) {
       let pj = exp(s[j] - mt);
       l += pj;
@@ -123,26 +140,26 @@ fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
     workgroupBarrier();
   }
   if (t < p.T) {
-    for (var i = 0u; i < HS; i++) { out[dout_at(w.b, t, w.h) + i] = o[i] / l; }
+    for (var c = 0u; c < HS; c++) { out[dout_at(w.b, t, w.h) + c] = o[c / 4u][c % 4u] / l; }
     lse[w.bh * p.T + t] = m + log(l);
   }
 }
 
 // dq = scale·Σ_k ds·k with ds = P ⊙ (dout·v − D), P = exp(scale·q·k − lse). Grid (ceil(T/BR), B·NH).
-@compute @workgroup_size(64)
+@compute @workgroup_size(32)
 fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let w = block_of(id);
   let t = w.t0 + lid;
   let r = min(t, p.T - 1u); // rows past T compute on row T−1 and store nothing
-  var q: array<f32, HS>;
-  var g: array<f32, HS>;
-  var dq: array<f32, HS>;
+  var q: Row;
+  var g: Row;
+  var dq: Row;
   var d = 0.0;
-  for (var i = 0u; i < HS; i++) {
-    q[i] = inp[qkv_at(w.b, r, w.h, 0u) + i] * p.scale;
-    g[i] = dout[dout_at(w.b, r, w.h) + i];
-    d += g[i] * out_in[dout_at(w.b, r, w.h) + i];
+  for (var i = 0u; i < H4; i++) {
+    q[i] = inp4(qkv_at(w.b, r, w.h, 0u), i) * p.scale;
+    g[i] = dout4(dout_at(w.b, r, w.h), i);
   }
+  for (var c = 0u; c < HS; c++) { d += g[c / 4u][c % 4u] * out_in[dout_at(w.b, r, w.h) + c]; }
   let L = lse_in[w.bh * p.T + r];
   for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
     load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
@@ -164,18 +181,18 @@ fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
 
 // dv = Σ_{t ≥ key} P·dout, dk = scale·Σ ds·q. Runs after attention_backward_dq (reads D).
 // Grid (ceil(T/BR), B·NH).
-@compute @workgroup_size(64)
+@compute @workgroup_size(32)
 fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let w = block_of(id);
   let t2 = w.t0 + lid;
   let r = min(t2, p.T - 1u);
-  var k: array<f32, HS>;
-  var v: array<f32, HS>;
-  var dk: array<f32, HS>;
-  var dv: array<f32, HS>;
-  for (var i = 0u; i < HS; i++) {
-    k[i] = inp[qkv_at(w.b, r, w.h, 1u) + i] * p.scale;
-    v[i] = inp[qkv_at(w.b, r, w.h, 2u) + i];
+  var k: Row;
+  var v: Row;
+  var dk: Row;
+  var dv: Row;
+  for (var i = 0u; i < H4; i++) {
+    k[i] = inp4(qkv_at(w.b, r, w.h, 1u), i) * p.scale;
+    v[i] = inp4(qkv_at(w.b, r, w.h, 2u), i);
   }
   for (var q0 = w.t0; q0 < p.T; q0 += BC) {
     load_inp(&tile_a, w.b, w.h, q0, 0u, lid);

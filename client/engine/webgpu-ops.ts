@@ -177,10 +177,10 @@ export interface AttentionDims { C: number; NH: number }
 
 const attParams = (s: Shape, d: AttentionDims, accumulate: number) => [s.B, s.T, d.C, d.NH, accumulate, f32(1 / Math.sqrt(d.C / d.NH))];
 const attGrid = (s: Shape, d: AttentionDims): [number, number, number] => [Math.ceil(s.T / ATT_ROWS), s.B * d.NH, 1];
-const ATT_ROWS = 64; // attention.wgsl BR
+const ATT_ROWS = 32; // attention.wgsl BR
 
 /** Workgroup memory of the attention kernels for head size hs: two BC×hs tiles and BC (lse, D) pairs. */
-export const attentionTileBytes = (hs: number) => 2 * 16 * hs * 4 + 16 * 8;
+export const attentionTileBytes = (hs: number) => { const bc = hs <= 32 ? 32 : 16; return 2 * bc * Math.ceil(hs / 4) * 16 + bc * 8; };
 
 /** out (B,T,C) and lse (B,NH,T), the softmax's log-normaliser per row, from inp (B,T,3C). */
 export function attentionForward(out: GPUBuffer, lse: GPUBuffer, inp: GPUBuffer, d: AttentionDims): DispatchSpec {
