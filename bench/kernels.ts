@@ -235,11 +235,11 @@ class OurMatmulHarness {
       if (c.pass === 'dX') {
         out = this.storage(c.rows * c.cin); outLen = c.rows * c.cin;
         owned.push(out);
-        specs = [op.matmulBackward(out, grads, bufDout, bufInp, bufParams, { ...dims, biasOff: null })[0]];
+        specs = [op.matmulBackward(out, grads, bufDout, bufInp, bufParams, { ...dims, biasOff: null, partials: grads })[0]];
       } else {
         // dW as the engine records it: direct, or split-K slices into scratch plus their reduce
         // (the shape picks which; the other dispatches have an empty grid and are skipped)
-        const partials = this.storage(op.splitKScratch(c.cout * c.cin, c.rows));
+        const partials = this.storage(op.partialsScratch(c.cout * c.cin, c.rows, c.cout));
         owned.push(partials);
         out = grads; outLen = c.cout * c.cin;
         specs = op.matmulBackward(null, grads, bufDout, bufInp, bufParams, { ...dims, biasOff: null, partials });

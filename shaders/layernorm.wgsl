@@ -1,6 +1,6 @@
 // LayerNorm over C, eps 1e-5. Twins: layernormForward / layernormBackward (core/model/ops.ts).
 // Forward and dinp: one workgroup per row (B·T rows), tree reductions in workgroup memory.
-// dweight/dbias: a deterministic column reduction over the rows (no atomics).
+// dweight/dbias: column sums over slices of rows (enough workgroups), then the slices in order.
 
 struct Params {
   N: u32,           // rows (B·T)
@@ -8,6 +8,7 @@ struct Params {
   w_off: u32,       // weight (C): in params; dweight in grads for the backward
   b_off: u32,       // bias (C) / dbias
   accumulate: u32,  // backward: 1 adds (as the twin), 0 overwrites
+  chunk: u32,       // dweight: rows per slice
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -75,28 +76,24 @@ fn layernorm_backward_dinp(id: Grid, @builtin(local_invocation_index) lid: u32) 
   }
 }
 
-// dweight[c] (+)= Σ_rows norm·dout, dbias[c] (+)= Σ_rows dout.
-// Workgroup = 64 channels × 4 row slices, slices summed in workgroup memory. Grid ceil(C/64).
+// Partial sums of dweight[c] = Σ norm·dout and dbias[c] = Σ dout over the rows of slice z,
+// written to dparams (the partials scratch) at z·2C + c and z·2C + C + c; the engine then
+// sums the slices in order (matmul_backward_dweight_reduce), deterministic, no atomics.
+// Workgroup = 64 channels × 4 row strides. Grid (ceil(C/64), slices).
 @compute @workgroup_size(256)
 fn layernorm_backward_dweight(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let c = id.wid.x * 64u + lid % 64u;
-  let slice = lid / 64u;
-  var dw = 0.0;
-  var db = 0.0;
+  let rend = min(p.N, (id.wid.y + 1u) * p.chunk);
+  var g = vec2<f32>(0.0);
   if (c < p.C) {
-    for (var r = slice; r < p.N; r += 4u) {
+    for (var r = id.wid.y * p.chunk + lid / 64u; r < rend; r += 4u) {
       let d = dout[r * p.C + c];
-      dw += (inp[r * p.C + c] - mean_in[r]) * rstd_in[r] * d;
-      db += d;
+      g += vec2<f32>((inp[r * p.C + c] - mean_in[r]) * rstd_in[r] * d, d);
     }
   }
-  wg_red[lid] = vec2<f32>(dw, db);
-  workgroupBarrier();
+  g = wg_fold4(g, lid);
   if (lid < 64u && c < p.C) {
-    let g = (wg_red[lid] + wg_red[lid + 64u]) + (wg_red[lid + 128u] + wg_red[lid + 192u]);
-    let wi = p.w_off + c;
-    let bi = p.b_off + c;
-    dparams[wi] = select(g.x, dparams[wi] + g.x, p.accumulate != 0u);
-    dparams[bi] = select(g.y, dparams[bi] + g.y, p.accumulate != 0u);
+    dparams[id.wid.y * 2u * p.C + c] = g.x;
+    dparams[id.wid.y * 2u * p.C + p.C + c] = g.y;
   }
 }

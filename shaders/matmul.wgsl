@@ -184,7 +184,8 @@ fn matmul_backward_dweight{{V}}(id: Grid, @builtin(local_invocation_index) lid: 
 }
 // @end
 
-// dW (+)= Σ_z partial[z] over K = slices partials (M·N each, in `a`), one thread per element.
+// Sums the K slices of partials (M·N each, in `a`) in order: out (M,N) (+)= Σ_z a[z]. Out rows
+// are bias_off apart (N for dW; the LayerNorm's weight and bias sit anywhere). One thread per element.
 @compute @workgroup_size(256)
 fn matmul_backward_dweight_reduce(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let i = thread_index(id, lid, 256u);
@@ -192,22 +193,20 @@ fn matmul_backward_dweight_reduce(id: Grid, @builtin(local_invocation_index) lid
   if (i >= MN) { return; }
   var s = 0.0;
   for (var z = 0u; z < p.K; z++) { s += a[p.a_off + z * MN + i]; }
-  write4(p.c_off + i, vec4<f32>(s), 1u);
+  write4(p.c_off + (i / p.N) * p.bias_off + i % p.N, vec4<f32>(s), 1u);
 }
 
-// dbias[n] (+)= Σ_m a[m,n], a = dout (M,N). Workgroup = 64 columns × 4 row slices. Grid ceil(N/64).
+// Partial dbias of slice z: Σ a[m,n] over its rows, a = dout (M,N), into c at c_off + z·N
+// (then matmul_backward_dweight_reduce). Workgroup = 64 columns × 4 row strides.
+// Grid (ceil(N/64), slices).
 @compute @workgroup_size(256)
 fn matmul_backward_dbias(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let n = id.wid.x * 64u + lid % 64u;
-  let slice = lid / 64u;
+  let mend = min(p.M, (id.wid.y + 1u) * p.k_chunk);
   var s = 0.0;
   if (n < p.N) {
-    for (var m = slice; m < p.M; m += 4u) { s += a[p.a_off + m * p.N + n]; }
+    for (var m = id.wid.y * p.k_chunk + lid / 64u; m < mend; m += 4u) { s += a[p.a_off + m * p.N + n]; }
   }
-  wg_red[lid] = vec2<f32>(s, 0.0);
-  workgroupBarrier();
-  if (lid < 64u && n < p.N) {
-    let t = (wg_red[lid] + wg_red[lid + 64u]) + (wg_red[lid + 128u] + wg_red[lid + 192u]);
-    write4(p.c_off + n, vec4<f32>(t.x), 1u);
-  }
+  let t = wg_fold4(vec2<f32>(s, 0.0), lid);
+  if (lid < 64u && n < p.N) { c[p.c_off + id.wid.y * p.N + n] = t.x; }
 }

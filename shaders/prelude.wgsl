@@ -56,3 +56,12 @@ fn wg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> {
 fn wg_sum2(x: vec2<f32>, lid: u32, n: u32) -> vec2<f32> { return wg_reduce2(x, lid, n, false); }
 fn wg_sum(x: f32, lid: u32, n: u32) -> f32 { return wg_reduce2(vec2<f32>(x, 0.0), lid, n, false).x; }
 fn wg_max(x: f32, lid: u32, n: u32) -> f32 { return wg_reduce2(vec2<f32>(x, 0.0), lid, n, true).x; }
+
+// Column sums in a 256-thread workgroup laid out as 64 columns × 4 row strides: thread
+// lid < 64 gets the sum of its column's four values (in a fixed order).
+fn wg_fold4(x: vec2<f32>, lid: u32) -> vec2<f32> {
+  wg_red[lid] = x;
+  workgroupBarrier();
+  let c = lid % 64u;
+  return (wg_red[c] + wg_red[c + 64u]) + (wg_red[c + 128u] + wg_red[c + 192u]);
+}

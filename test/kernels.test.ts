@@ -101,14 +101,17 @@ describe('encoder', () => {
 });
 
 describe('layernorm', () => {
-  for (const Cn of [48, 50]) {
-    it(`layernorm_forward and backward, C=${Cn}`, async () => {
+  // C=50: not a multiple of 4; B·T=200: the weight and bias gradients over 3 row slices of 67
+  for (const [Cn, shape] of [[48, { B, T }], [50, { B, T }], [50, { B: 4, T: 50 }]] as const) {
+    const BT = shape.B * shape.T;
+    it(`layernorm_forward and backward, C=${Cn}, B·T=${BT}`, async () => {
+      if (BT === 200) expect(gpu.rowSlices(BT)).toEqual({ slices: 3, chunk: 67 });
       const wOff = 3, bOff = 3 + Cn + 1;
       const params = randn(bOff + Cn, 10);
       const w = params.subarray(wOff, wOff + Cn), b = params.subarray(bOff, bOff + Cn);
       const inp = randn(BT * Cn, 11, 2);
       const out = new Float32Array(BT * Cn), mean = new Float32Array(BT), rstd = new Float32Array(BT);
-      cpu.layernormForward(out, mean, rstd, inp, w, b, B, T, Cn);
+      cpu.layernormForward(out, mean, rstd, inp, w, b, shape.B, shape.T, Cn);
       const [gOut, gMean, gRstd, gInp, gParams] = [new Float32Array(BT * Cn), new Float32Array(BT), new Float32Array(BT), inp, params].map((a) => upload(device, a));
       const d = { C: Cn, wOff, bOff };
       await runOn([gpu.layernormForward(gOut, gMean, gRstd, gInp, gParams, d)], shape);
@@ -119,9 +122,9 @@ describe('layernorm', () => {
       const dout = randn(BT * Cn, 12);
       const dinp0 = randn(BT * Cn, 13), grads0 = randn(params.length, 14);
       const dinp = dinp0.slice(), grads = grads0.slice();
-      cpu.layernormBackward(dinp, grads.subarray(wOff, wOff + Cn), grads.subarray(bOff, bOff + Cn), dout, inp, w, mean, rstd, B, T, Cn);
+      cpu.layernormBackward(dinp, grads.subarray(wOff, wOff + Cn), grads.subarray(bOff, bOff + Cn), dout, inp, w, mean, rstd, shape.B, shape.T, Cn);
       const gDinp = upload(device, dinp0), gGrads = upload(device, grads0);
-      await runOn(gpu.layernormBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, gMean, gRstd, { ...d, accumulateDinp: true, accumulateParams: true }), shape);
+      await runOn(gpu.layernormBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, gMean, gRstd, { ...d, partials: upload(device, new Float32Array(gpu.partialsScratch(0, BT, 2 * Cn))), accumulateDinp: true, accumulateParams: true }), shape);
       await expectClose('layernorm_backward', gDinp, dinp);
       await expectClose('layernorm_backward', gGrads, grads);
     });
@@ -154,28 +157,39 @@ describe('matmul', () => {
       const dinp = dinp0.slice(), grads = grads0.slice();
       cpu.matmulBackward(dinp, grads.subarray(wOff, wOff + OC * Ci), biasOff === null ? null : grads.subarray(biasOff, biasOff + OC), dout, inp, W, B, T, Ci, OC);
       const gDinp = upload(device, dinp0), gGrads = upload(device, grads0);
-      await runOn(gpu.matmulBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, { ...d, accumulateDinp: true, accumulateParams: true }), shape);
+      const partials = upload(device, new Float32Array(gpu.partialsScratch(OC * Ci, BT, OC)));
+      await runOn(gpu.matmulBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, { ...d, partials, accumulateDinp: true, accumulateParams: true }), shape);
       await expectClose('matmul_backward', gDinp, dinp);
       await expectClose('matmul_backward', gGrads, grads);
 
       // dW split along K = B·T into 4 slices (16 rows each), summed by the reduce pass
       const gGrads2 = upload(device, grads0);
-      const partials = upload(device, new Float32Array(4 * OC * Ci));
-      await runOn(gpu.matmulBackward(null, gGrads2, upload(device, dout), gInp, gParams, { ...d, accumulateParams: true, partials, splitK: 4 }), shape);
+      const partials4 = upload(device, new Float32Array(4 * OC * Ci));
+      await runOn(gpu.matmulBackward(null, gGrads2, upload(device, dout), gInp, gParams, { ...d, accumulateParams: true, partials: partials4, splitK: 4 }), shape);
       await expectClose('matmul_backward_splitk', gGrads2, grads);
     });
   }
 
-  it('matmul over several tiles in every dimension (M=130, K=100, N=70)', async () => {
+  it('matmul over several tiles in every dimension (M=130, K=100, N=70), dbias over two row slices', async () => {
     const s = { B: 2, T: 65 };
     const M = 130, K = 100, N = 70;
     const params = randn(N * K + N, 30);
+    const W = params.subarray(0, N * K), bias = params.subarray(N * K);
     const inp = randn(M * K, 31);
     const out = new Float32Array(M * N);
-    cpu.matmulForward(out, inp, params.subarray(0, N * K), params.subarray(N * K), s.B, s.T, K, N);
-    const gOut = upload(device, new Float32Array(M * N));
-    await runOn([gpu.matmulForward(gOut, upload(device, inp), upload(device, params), { C: K, OC: N, wOff: 0, biasOff: N * K })], s);
+    cpu.matmulForward(out, inp, W, bias, s.B, s.T, K, N);
+    const gOut = upload(device, new Float32Array(M * N)), gInp = upload(device, inp), gParams = upload(device, params);
+    const d = { C: K, OC: N, wOff: 0, biasOff: N * K };
+    await runOn([gpu.matmulForward(gOut, gInp, gParams, d)], s);
     await expectClose('matmul_forward', gOut, out);
+    expect(gpu.rowSlices(M).slices).toBe(2);
+    const dout = randn(M * N, 32), grads = new Float32Array(params.length), dinp = new Float32Array(M * K);
+    cpu.matmulBackward(dinp, grads.subarray(0, N * K), grads.subarray(N * K), dout, inp, W, s.B, s.T, K, N);
+    const gGrads = upload(device, new Float32Array(params.length)), gDinp = upload(device, new Float32Array(M * K));
+    const partials = upload(device, new Float32Array(gpu.partialsScratch(N * K, M, N)));
+    await runOn(gpu.matmulBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, { ...d, partials }), s);
+    await expectClose('matmul_backward', gDinp, dinp);
+    await expectClose('matmul_backward', gGrads, grads);
   });
 });
 

@@ -56,27 +56,57 @@ export function layernormForward(out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffe
   return {
     entry: 'layernorm_forward',
     buffers: [out, mean, rstd, inp, params],
-    params: (s) => [rows(s), d.C, d.wOff, d.bOff, 0],
+    params: (s) => [rows(s), d.C, d.wOff, d.bOff, 0, 0],
     grid: (s) => grid1(rows(s), 1),
   };
 }
 
-/** dinp (B,T,C); dweight, dbias in `grads` at d.wOff, d.bOff. */
-export function layernormBackward(dinp: GPUBuffer, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, d: LayernormDims & { accumulateDinp?: boolean; accumulateParams?: boolean }): DispatchSpec[] {
+/**
+ * dinp (B,T,C); dweight, dbias in `grads` at d.wOff, d.bOff: per-slice column sums into
+ * `partials` (partialsScratch elements), then the slices summed in order.
+ */
+export function layernormBackward(dinp: GPUBuffer, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, d: LayernormDims & { partials: GPUBuffer; accumulateDinp?: boolean; accumulateParams?: boolean }): DispatchSpec[] {
+  const slices = (s: Shape) => rowSlices(rows(s));
   return [
     {
       entry: 'layernorm_backward_dinp',
       buffers: [dinp, dout, inp, params, mean, rstd],
-      params: (s) => [rows(s), d.C, d.wOff, d.bOff, acc(d.accumulateDinp)],
+      params: (s) => [rows(s), d.C, d.wOff, d.bOff, acc(d.accumulateDinp), 0],
       grid: (s) => grid1(rows(s), 1),
     },
     {
       entry: 'layernorm_backward_dweight',
-      buffers: [grads, dout, inp, mean, rstd],
-      params: (s) => [rows(s), d.C, d.wOff, d.bOff, acc(d.accumulateParams)],
-      grid: () => [Math.ceil(d.C / 64), 1, 1],
+      buffers: [d.partials, dout, inp, mean, rstd],
+      params: (s) => [rows(s), d.C, d.wOff, d.bOff, 0, slices(s).chunk],
+      grid: (s) => [Math.ceil(d.C / 64), slices(s).slices, 1],
     },
+    // rows (dweight, dbias) of the slices → grads at wOff and bOff (rows bOff − wOff apart, mod 2³²)
+    sumSlices(grads, d.partials, { M: 2, N: d.C, outOff: d.wOff, rowStride: (d.bOff - d.wOff) >>> 0, accumulate: d.accumulateParams }, slices),
   ];
+}
+
+// ---------------------------------------------------------------------------- split reductions
+
+/** Row slices for column sums over `rows` rows: enough workgroups to fill a GPU, each slice ≥ 64 rows. */
+export const ROW_SLICES_MAX = 32;
+export function rowSlices(rows: number): { slices: number; chunk: number } {
+  const chunk = Math.ceil(rows / Math.max(1, Math.min(ROW_SLICES_MAX, Math.floor(rows / 64))));
+  return { slices: Math.ceil(rows / chunk), chunk };
+}
+
+/** Elements of the partials scratch: split-K slices of dW outputs up to maxOut, and row slices of widths up to maxWidth. */
+export function partialsScratch(maxOut: number, maxRows: number, maxWidth: number): number {
+  return Math.max(splitKScratch(maxOut, maxRows), ROW_SLICES_MAX * maxWidth);
+}
+
+/** out (M,N) (+)= Σ_z partials[z] over the slices (matmul_backward_dweight_reduce); out rows rowStride apart. */
+function sumSlices(out: GPUBuffer, partials: GPUBuffer, d: { M: number; N: number; outOff: number; rowStride: number; accumulate?: boolean }, slices: (s: Shape) => { slices: number }): DispatchSpec {
+  return {
+    entry: 'matmul_backward_dweight_reduce',
+    buffers: [out, partials],
+    params: (s) => [d.M, d.N, slices(s).slices, d.accumulate ? ACCUMULATE : 0, 0, 0, d.outOff, d.rowStride, 0],
+    grid: (s) => (slices(s).slices > 0 ? grid1(d.M * d.N, 256) : [0, 0, 0]),
+  };
 }
 
 // ---------------------------------------------------------------------------- matmul
@@ -119,13 +149,15 @@ export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer,
 
 /**
  * dinp (B,T,C) = dout·W; dW (in `grads` at wOff) = doutᵀ·inp; dbias = Σ dout.
- * `dinp` null skips the input gradient. With `partials` (splitKScratch elements), dW is
- * split along K when that helps (`splitK` forces a slice count, for tests): the direct and
- * the split dispatches are both recorded, and the shape decides which one runs.
+ * `dinp` null skips the input gradient. `partials` (partialsScratch elements) holds dW's
+ * split-K slices when splitting along K helps (`splitK` forces a slice count, for tests;
+ * the direct and the split dispatches are both recorded, the shape decides which runs)
+ * and dbias's row slices.
  */
-export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims & { accumulateDinp?: boolean; accumulateParams?: boolean; partials?: GPUBuffer; splitK?: number }): DispatchSpec[] {
+export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims & { partials: GPUBuffer; accumulateDinp?: boolean; accumulateParams?: boolean; splitK?: number }): DispatchSpec[] {
   const vec4 = aligned4(d.C, d.OC, d.wOff);
   const accP = d.accumulateParams ? ACCUMULATE : 0;
+  const partials = d.partials;
   const specs: DispatchSpec[] = [];
   if (dinp) {
     specs.push({
@@ -138,35 +170,27 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
   }
   // dW: M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
   const dweight = vec4 ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight';
-  const split = (s: Shape) => (d.partials ? splitK(d.OC, d.C, rows(s), d.splitK) : { slices: 1, chunk: rows(s) });
+  const split = (s: Shape) => splitK(d.OC, d.C, rows(s), d.splitK);
+  const splitSlices = (s: Shape) => ({ slices: split(s).slices > 1 ? split(s).slices : 0 });
   specs.push({
     entry: dweight,
     buffers: [grads, dout, inp],
     params: (s) => [d.OC, d.C, rows(s), accP, 0, 0, d.wOff, 0, rows(s)],
     grid: (s) => (split(s).slices > 1 ? [0, 0, 0] : [tiles(d.C), tiles(d.OC), 1]),
-  });
-  if (d.partials) {
-    const partials = d.partials;
-    specs.push({
-      entry: dweight,
-      buffers: [partials, dout, inp],
-      params: (s) => [d.OC, d.C, rows(s), 0, 0, 0, 0, 0, split(s).chunk],
-      grid: (s) => { const k = split(s); return k.slices > 1 ? [tiles(d.C), tiles(d.OC), k.slices] : [0, 0, 0]; },
-    }, {
-      entry: 'matmul_backward_dweight_reduce',
-      buffers: [grads, partials],
-      params: (s) => [d.OC, d.C, split(s).slices, accP, 0, 0, d.wOff, 0, 0],
-      grid: (s) => (split(s).slices > 1 ? grid1(d.OC * d.C, 256) : [0, 0, 0]),
-    });
-  }
+  }, {
+    entry: dweight,
+    buffers: [partials, dout, inp],
+    params: (s) => [d.OC, d.C, rows(s), 0, 0, 0, 0, 0, split(s).chunk],
+    grid: (s) => { const k = split(s); return k.slices > 1 ? [tiles(d.C), tiles(d.OC), k.slices] : [0, 0, 0]; },
+  }, sumSlices(grads, partials, { M: d.OC, N: d.C, outOff: d.wOff, rowStride: d.C, accumulate: d.accumulateParams }, splitSlices));
   if (d.biasOff !== null) {
-    const biasOff = d.biasOff;
+    const slices = (s: Shape) => rowSlices(rows(s));
     specs.push({
       entry: 'matmul_backward_dbias',
-      buffers: [grads, dout],
-      params: (s) => [rows(s), d.OC, 0, accP, 0, 0, biasOff, 0, 0],
-      grid: () => [Math.ceil(d.OC / 64), 1, 1],
-    });
+      buffers: [partials, dout],
+      params: (s) => [rows(s), d.OC, 0, 0, 0, 0, 0, 0, slices(s).chunk],
+      grid: (s) => [Math.ceil(d.OC / 64), slices(s).slices, 1],
+    }, sumSlices(grads, partials, { M: 1, N: d.OC, outOff: d.biasOff, rowStride: d.OC, accumulate: d.accumulateParams }, slices));
   }
   return specs;
 }

@@ -35,7 +35,7 @@ export interface DeviceLost {
 const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
 
 /** Dispatches recorded for one training step (checked against what build() records). */
-const stepDispatches = (L: number) => 17 + 39 * L;
+const stepDispatches = (L: number) => 18 + 45 * L;
 
 /** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
 const EVAL_SLOTS = 16;
@@ -82,7 +82,7 @@ function plan(opts: WebGpuEngineOptions): Plan {
     // residual stream's gradient ping-pongs between dres0 and dres1
     dlogits: BT * V, dln: BT * C, dres0: BT * C, dres1: BT * C, dres2: BT * C,
     dqkv: BT * 3 * C, datty: BT * C, dproj: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, attDsum: ROWS,
-    dwPartials: op.splitKScratch(Math.max(4 * C * C, V * C), BT), // split-K slices of dW
+    dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
     inputs: BT, targets: BT,
     ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
   };
@@ -352,7 +352,7 @@ export class WebGpuEngine implements TrainingEngine {
     specs.push(
       op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
       ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, partials }),
-      ...op.layernormBackward(dres(L - 1), grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb') }),
+      ...op.layernormBackward(dres(L - 1), grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb'), partials }),
     );
     for (let l = L - 1; l >= 0; l--) {
       const x = (k: string) => b(`${k}.${l}`);
@@ -362,12 +362,12 @@ export class WebGpuEngine implements TrainingEngine {
         op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
         ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials }),
         // the residual stream fans out to ln2 and to the skip path: accumulate
-        ...op.layernormBackward(b('dres2'), grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), accumulateDinp: true }),
+        ...op.layernormBackward(b('dres2'), grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), partials, accumulateDinp: true }),
         op.residualBackward(dres(l - 1), b('dproj'), b('dres2'), { width: C }),
         ...op.matmulBackward(b('datty'), grads, b('dproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials }),
         ...op.attentionBackward(b('dqkv'), b('attDsum'), b('datty'), x('qkv'), x('atty'), x('attLse'), { C, NH }),
         ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials }),
-        ...op.layernormBackward(dres(l - 1), grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), accumulateDinp: true }),
+        ...op.layernormBackward(dres(l - 1), grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), partials, accumulateDinp: true }),
       );
     }
     // the tied wte already holds the LM head's gradient: the embedding's adds to it
