@@ -5,30 +5,13 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
-import { Downlink } from '../core/coord/downlink.ts';
-import { hashParams } from '../core/coord/hash.ts';
-import { type OuterConfig, OuterOptimizer, applyUpdate } from '../core/coord/outer.ts';
+import type { OuterConfig } from '../core/coord/outer.ts';
 import { OuterPool } from '../server/cluster/outer-pool.ts';
+import { ReferenceOuter } from './helpers/outer-reference.ts';
 
 const N = 7 * 256 + 37; // not a multiple of the alignment, the block size or the worker count
 const rand = (seed: number) => () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 2 ** 32) - 0.5;
 const vec = (seed: number, scale = 0.01) => { const r = rand(seed); return Float32Array.from({ length: N }, () => r() * scale); };
-
-/** The coordinator's commitUpdate sequence, on whole arrays. */
-class Reference {
-  theta: Float32Array;
-  outer = new OuterOptimizer(N);
-  downlink = new Downlink(N);
-  constructor(theta: Float32Array) { this.theta = theta.slice(); }
-  step(g: Float32Array, outer: OuterConfig, downlink: { encoding: 'int8' | 'f32'; blockSize: number }, scale: number, period: number) {
-    if (!this.outer.propose(outer, g, scale, period)) return null;
-    const q = this.downlink.encode(this.outer.update, downlink);
-    if (!q.ok) return null;
-    this.outer.commit();
-    applyUpdate(this.theta, q.value.decoded);
-    return { frame: q.value.frame, hash: hashParams(this.theta), updateNorm: l2(this.outer.update) };
-  }
-}
 
 const pools: OuterPool[] = [];
 afterAll(async () => { for (const p of pools) await p.close(); });
@@ -36,7 +19,7 @@ afterAll(async () => { for (const p of pools) await p.close(); });
 describe('outer pool', () => {
   it('matches the sequential outer step bit for bit (sync rounds, async delayed Nesterov, f32 downlink, a rejected step)', async () => {
     const theta0 = vec(1, 1);
-    const ref = new Reference(theta0);
+    const ref = new ReferenceOuter(theta0);
     const pool = OuterPool.start({ theta: theta0, workers: 3, align: 256 });
     pools.push(pool);
     const int8 = { encoding: 'int8' as const, blockSize: 64 };
@@ -50,13 +33,7 @@ describe('outer pool', () => {
         expect(r.value.norm).toBe(l2(d));
         slots.push(r.value.slot);
       }
-      let g = deltas[0];
-      if (weights) {
-        const acc = new Float64Array(N);
-        deltas.forEach((d, j) => { for (let i = 0; i < N; i++) acc[i] += weights[j] * d[i]; });
-        g = Float32Array.from(acc);
-      }
-      const want = ref.step(g, outer, downlink, scale, period);
+      const want = ref.step(deltas, weights, outer, downlink, scale, period);
       const got = await pool.step({ slots, weights, outer, downlink, scale, period });
       for (const s of slots) pool.release(s);
       if (!want) {

@@ -1,0 +1,38 @@
+// The coordinator's outer step on whole arrays, in the order commitUpdate runs it (combine in f64,
+// propose, downlink encode with error feedback, commit, apply, hash): what the worker-thread outer
+// step and the cluster aggregator are checked against.
+
+import { Downlink } from '../../core/coord/downlink.ts';
+import { l2 } from '../../core/coord/aggregate.ts';
+import { hashParams } from '../../core/coord/hash.ts';
+import { type OuterConfig, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
+
+export type DownlinkCfg = { encoding: 'int8' | 'f32'; blockSize: number };
+
+export class ReferenceOuter {
+  theta: Float32Array;
+  readonly outer: OuterOptimizer;
+  readonly downlink: Downlink;
+
+  constructor(theta: Float32Array) {
+    this.theta = theta.slice();
+    this.outer = new OuterOptimizer(theta.length);
+    this.downlink = new Downlink(theta.length);
+  }
+
+  /** g = Σ weights[j]·deltas[j] (f64, in order), or deltas[0] itself when weights is null. Null when the step is rejected. */
+  step(deltas: Float32Array[], weights: number[] | null, outer: OuterConfig, downlink: DownlinkCfg, scale = 1, period = 1): { frame: Uint8Array; hash: string; updateNorm: number } | null {
+    let g = deltas[0];
+    if (weights) {
+      const acc = new Float64Array(this.theta.length);
+      deltas.forEach((d, j) => { for (let i = 0; i < acc.length; i++) acc[i] += weights[j] * d[i]; });
+      g = Float32Array.from(acc);
+    }
+    if (!this.outer.propose(outer, g, scale, period)) return null;
+    const q = this.downlink.encode(this.outer.update, downlink);
+    if (!q.ok) return null;
+    this.outer.commit();
+    applyUpdate(this.theta, q.value.decoded);
+    return { frame: q.value.frame, hash: hashParams(this.theta), updateNorm: l2(this.outer.update) };
+  }
+}
