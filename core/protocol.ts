@@ -219,6 +219,8 @@ export interface Assignment {
   data: { seed: number; stream: number; stepStart: number };
   /** How to encode Δ (error feedback is kept on the island). */
   codec: CodecOptions;
+  /** Elements of θ, and of every Δ frame (the frame's count field). */
+  paramCount: number;
   /** The largest frame the server accepts (size the transport with it). */
   maxFrameBytes: number;
   /** Async: a delta based more than this many versions back is rejected with E_STALE. */

@@ -254,6 +254,13 @@ describe('protocol fuzz', () => {
       const o = record('frame above maxHttpBufferSize', await send(s, 'delta', { meta: meta({ seq: 900 }), frame: huge }, { timeoutMs: 20_000 }));
       expect(o.kind).toBe('disconnect');
     }
+    {
+      // more than 10 binary attachments in one packet: socket.io's parser refuses it, the connection closes
+      const s = await connect();
+      const many = Array.from({ length: 11 }, () => new Uint8Array(4));
+      const o = record('11 attachments', await send(s, 'delta', { meta: meta({ seq: 901 }), frame: good, many }, { timeoutMs: 10_000 }));
+      expect(o.kind).toBe('disconnect');
+    }
     for (const junk of ['garbage', '9999', '2["delta"', '0/island,{"x":', '\u0000\u0001', 'x'.repeat(1000)]) {
       // raw engine.io message packets that are not socket.io packets
       const s = await connect();

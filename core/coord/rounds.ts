@@ -103,6 +103,7 @@ export function assignmentMessage(
     gradClip: cfg.gradClip,
     data: { seed: cfg.dataSeed, stream: isl.stream, stepStart: isl.dataSteps },
     codec: structuredClone(cfg.uplink),
+    paramCount: at.paramCount,
     maxFrameBytes: maxFrameBytes(at.paramCount),
     maxStaleness: cfg.maxStaleness,
     targetRoundMs: cfg.targetRoundMs,
