@@ -1,5 +1,5 @@
-// Aggregator failover on real Redis, with aggregator child processes and gateway-side submitters
-// in this process (append to the stream, ack only on the durable announcement):
+// Aggregator failover on real Redis, with aggregator child processes and two gateway links in
+// this process (append to the stream, ack only on the durable announcement, retries counted once):
 //   - kill -9 of the active aggregator mid-stream: the standby takes over from the last durable
 //     checkpoint, no acknowledged delta is lost, submitters go on by themselves;
 //   - an aggregator paused (SIGSTOP) past its lease and woken (SIGCONT) writes nothing and exits.
@@ -10,11 +10,11 @@ import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
-import { encodeDelta } from '../core/codec/index.ts';
+import { decodeDelta, encodeDelta } from '../core/codec/index.ts';
 import { SCRIPT_DOWNLINK, SCRIPT_OUTER } from '../server/cluster/aggregator.ts';
+import { GatewayLink } from '../server/cluster/gateway-link.ts';
 import { connectRedis, runKeys } from '../server/cluster/keys.ts';
-import { SettleFeed } from '../server/cluster/settle-feed.ts';
-import { type SettleMessage, appendDelta, readDurable } from '../server/cluster/stream.ts';
+import { type SettleMessage, readDurable } from '../server/cluster/stream.ts';
 import { ReferenceOuter } from './helpers/outer-reference.ts';
 import { type RedisProc, startRedis } from './helpers/redis.ts';
 import { ROOT, type Proc, tempDir, track, waitFor } from './helpers/server.ts';
@@ -49,33 +49,36 @@ function aggregator(run: string, dir: string, ttlMs: number): Proc & { lines: Li
 
 const deltaFor = (island: number, seq: number) => Float32Array.from({ length: N }, (_, i) => Math.sin(i * 0.01 * (island + 1) + seq) * 0.01);
 
-/** Gateway-side submitters: each island appends its next delta once the previous one settled. */
+/**
+ * Islands on two gateways: each appends its next delta once the previous one settled, alternating
+ * gateways; every third delta is also re-sent at once through the other gateway (a retry after a
+ * reconnect), which must settle the same and count once.
+ */
 async function startIslands(run: string, count: number) {
-  const keys = runKeys(run);
-  const feed = new SettleFeed(redis, keys, { recheckMs: 200 });
-  await feed.start();
-  const sub = redis.duplicate();
+  const links = [new GatewayLink(redis, run, { recheckMs: 200 }), new GatewayLink(redis, run, { recheckMs: 200 })];
   const announced: SettleMessage[] = [];
-  sub.on('message', (_c, m) => announced.push(JSON.parse(m)));
-  await sub.subscribe(keys.durableChannel);
+  const updates: Buffer[] = [];
+  links[0].onDurable((m) => announced.push(m));
+  links[1].onUpdate((u) => updates.push(u));
+  await Promise.all(links.map((l) => l.start()));
   const acks: Array<{ island: string; seq: number; state: string }> = [];
   let running = true;
   const loops = Array.from({ length: count }, async (_, k) => {
     const island = `isl-${k}`;
     for (let seq = 1; running; seq++) {
-      const wait = feed.wait(island, seq);
-      const a = await appendDelta(redis, keys, island, seq, JSON.stringify({ tokens: 100 + k }), encodeDelta(deltaFor(k, seq), { encoding: 'f32' }));
-      if (a.kind === 'duplicate') feed.settleNow(island, seq, a.state);
-      acks.push({ island, seq, state: await wait });
+      const send = (g: number) => links[g].submit(island, seq, JSON.stringify({ tokens: 100 + k }), encodeDelta(deltaFor(k, seq), { encoding: 'f32' }));
+      const first = send((k + seq) % 2);
+      const states = await Promise.all(seq % 3 === 0 ? [first, send((k + seq + 1) % 2)] : [first]);
+      expect(new Set(states).size).toBe(1);
+      acks.push({ island, seq, state: states[0] });
     }
   });
   return {
-    acks, announced,
+    acks, announced, updates,
     async stop() {
       running = false;
       await Promise.all(loops);
-      feed.close();
-      sub.disconnect();
+      for (const l of links) l.close();
     },
   };
 }
@@ -86,11 +89,16 @@ async function verify(run: string, isl: Awaited<ReturnType<typeof startIslands>>
   const versions = isl.announced.filter((m) => m.version !== undefined).sort((a, b) => a.version! - b.version!);
   expect(versions.map((m) => m.version)).toEqual(Array.from({ length: durable.version }, (_, i) => i + 1));
   const inVersion = new Set<string>();
+  const seen = new Set<string>();
   const ref = new ReferenceOuter(new Float32Array(N));
   let hash = '';
   for (const m of versions) {
     const kept = m.settled.filter(([, , s]) => s === `v:${m.version}`);
-    kept.forEach(([island, seq]) => inVersion.add(`${island}#${seq}#v:${m.version}`));
+    for (const [island, seq] of kept) {
+      expect(seen.has(`${island}#${seq}`)).toBe(false); // no delta in two versions
+      seen.add(`${island}#${seq}`);
+      inVersion.add(`${island}#${seq}#v:${m.version}`);
+    }
     const tokens = kept.map(([island]) => 100 + Number(island.slice(4)));
     const total = tokens.reduce((a, b) => a + b, 0);
     hash = ref.step(kept.map(([island, seq]) => deltaFor(Number(island.slice(4)), seq)), tokens.map((t) => t / total), SCRIPT_OUTER, SCRIPT_DOWNLINK)!.hash;
@@ -99,6 +107,9 @@ async function verify(run: string, isl: Awaited<ReturnType<typeof startIslands>>
   const applied = isl.acks.filter((a) => a.state.startsWith('v:'));
   expect(applied.length).toBeGreaterThan(0);
   for (const a of applied) expect(inVersion.has(`${a.island}#${a.seq}#${a.state}`)).toBe(true);
+  // the gateways relay the broadcasts: every one a downlink frame of θ's size
+  expect(isl.updates.length).toBeGreaterThan(0);
+  for (const u of isl.updates) expect(decodeDelta(new Uint8Array(u), N).ok).toBe(true);
   return durable.version;
 }
 
