@@ -8,8 +8,8 @@ import { CpuEngine } from '../client/engine/cpu.ts';
 export async function createEngine(kind: EngineKind, opts: EngineOptions): Promise<TrainingEngine> {
   if (kind === 'cpu') return new CpuEngine(opts);
   const { createNodeGpu } = await import('./gpu.ts');
-  const { WebGpuEngine, requiredLimits } = await import('../client/engine/webgpu.ts');
-  const gpu = await createNodeGpu({ requiredLimits: requiredLimits(opts) });
+  const { WebGpuEngine, requiredLimits, ENGINE_FEATURES } = await import('../client/engine/webgpu.ts');
+  const gpu = await createNodeGpu({ requiredLimits: requiredLimits(opts), optionalFeatures: ENGINE_FEATURES });
   const engine = await WebGpuEngine.create(gpu.device, { ...opts, adapterInfo: gpu.info.description });
   const destroy = engine.destroy.bind(engine);
   engine.destroy = () => { destroy(); void gpu.dispose(); };

@@ -24,6 +24,8 @@ export interface NodeGpuOptions {
   /** Limits the device must have (e.g. `requiredLimits(opts)` of the WebGPU engine). Nothing more is requested. */
   requiredLimits?: Record<string, number>;
   requiredFeatures?: GPUFeatureName[];
+  /** Features requested only where the adapter has them (e.g. 'subgroups', 'timestamp-query'). */
+  optionalFeatures?: GPUFeatureName[];
   powerPreference?: GPUPowerPreference;
   /** 'auto' (default): hardware, then SwiftShader. */
   adapter?: 'auto' | 'hardware' | 'swiftshader';
@@ -151,7 +153,8 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<NodeGpu>
   }
   let device: GPUDevice;
   try {
-    device = await adapter.requestDevice({ requiredLimits: limits, requiredFeatures: opts.requiredFeatures ?? [] });
+    const features = [...(opts.requiredFeatures ?? []), ...(opts.optionalFeatures ?? []).filter((f) => adapter.features.has(f))];
+    device = await adapter.requestDevice({ requiredLimits: limits, requiredFeatures: features });
   } catch (e) {
     live.delete(gpu);
     throw e;

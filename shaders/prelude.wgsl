@@ -33,19 +33,25 @@ fn thread_index(g: Grid, lid: u32, wg: u32) -> u32 {
   return group_index(g) * wg + lid;
 }
 
-// Two sums (or maxima) over the first n threads of a workgroup (n a power of two ≤ 256):
-// a tree in workgroup memory; every thread gets the result. Only the entry points that
-// call it allocate `wg_red`.
+// Two sums (or maxima) over the n threads of a workgroup (n a power of two ≤ 256);
+// every thread gets the result. Without subgroups: a tree in workgroup memory. With them
+// (SUBGROUPS = true, `enable subgroups;` put first by withPrelude): a subgroup reduction,
+// the subgroups' partials through workgroup memory, and a subgroup reduction of those.
+// Either way the order is fixed for a given adapter: deterministic.
+const SUBGROUPS: bool = {{SUBGROUPS}};
+
 var<workgroup> wg_red: array<vec2<f32>, 256>;
 
+fn combine(a: vec2<f32>, b: vec2<f32>, is_max: bool) -> vec2<f32> {
+  return select(a + b, max(a, b), is_max);
+}
+
 fn wg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> {
+  if (SUBGROUPS) { return sg_reduce2(x, lid, n, is_max); }
   wg_red[lid] = x;
   workgroupBarrier();
   for (var s = n / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) {
-      let o = wg_red[lid + s];
-      wg_red[lid] = select(wg_red[lid] + o, max(wg_red[lid], o), is_max);
-    }
+    if (lid < s) { wg_red[lid] = combine(wg_red[lid], wg_red[lid + s], is_max); }
     workgroupBarrier();
   }
   let r = wg_red[0];

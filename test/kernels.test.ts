@@ -13,12 +13,16 @@ import { getTestDevice, maxRelErr, readF32, releaseTestDevice, upload } from './
 const RTOL = 1e-4;
 let device: GPUDevice;
 let kernels: KernelSet;
+let sgKernels: KernelSet; // the same kernels with subgroup reductions
+/** The reductions (LayerNorm, cross-entropy, grad norm) run on both paths. */
+const REDUCTION_PATHS = [['workgroup', () => kernels], ['subgroups', () => sgKernels]] as const;
 let stepBuf: GPUBuffer;
 const errors: Record<string, number> = {};
 
 beforeAll(async () => {
-  ({ device } = await getTestDevice());
+  ({ device } = await getTestDevice({ optionalFeatures: ['subgroups'] }));
   kernels = new KernelSet(device);
+  sgKernels = new KernelSet(device, { subgroups: true });
   stepBuf = device.createBuffer({ size: STEP_UNIFORM_BYTES, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
 });
 
@@ -40,9 +44,9 @@ function tokens(n: number, V: number, seed: number): Uint32Array {
   return Uint32Array.from({ length: n }, () => Math.floor(r() * V));
 }
 
-async function runOn(specs: DispatchSpec[], shape: Shape): Promise<void> {
+async function runOn(specs: DispatchSpec[], shape: Shape, ks = kernels): Promise<void> {
   device.pushErrorScope('validation');
-  const prog = await Program.build(kernels, specs, shape, stepBuf);
+  const prog = await Program.build(ks, specs, shape, stepBuf);
   prog.setShape(shape);
   const enc = device.createCommandEncoder();
   const pass = enc.beginComputePass();
@@ -100,7 +104,11 @@ describe('encoder', () => {
   });
 });
 
-describe('layernorm', () => {
+it('the test adapter has subgroups (SwiftShader: size 4), so both reduction paths run', () => {
+  expect(device.features.has('subgroups')).toBe(true);
+});
+
+for (const [path, ks] of REDUCTION_PATHS) describe(`layernorm (${path} reductions)`, () => {
   // C=50: not a multiple of 4; B·T=200: the weight and bias gradients over 3 row slices of 67
   for (const [Cn, shape] of [[48, { B, T }], [50, { B, T }], [50, { B: 4, T: 50 }]] as const) {
     const BT = shape.B * shape.T;
@@ -114,7 +122,7 @@ describe('layernorm', () => {
       cpu.layernormForward(out, mean, rstd, inp, w, b, shape.B, shape.T, Cn);
       const [gOut, gMean, gRstd, gInp, gParams] = [new Float32Array(BT * Cn), new Float32Array(BT), new Float32Array(BT), inp, params].map((a) => upload(device, a));
       const d = { C: Cn, wOff, bOff };
-      await runOn([gpu.layernormForward(gOut, gMean, gRstd, gInp, gParams, d)], shape);
+      await runOn([gpu.layernormForward(gOut, gMean, gRstd, gInp, gParams, d)], shape, ks());
       await expectClose('layernorm_forward', gOut, out);
       await expectClose('layernorm_forward', gMean, mean);
       await expectClose('layernorm_forward', gRstd, rstd);
@@ -124,7 +132,7 @@ describe('layernorm', () => {
       const dinp = dinp0.slice(), grads = grads0.slice();
       cpu.layernormBackward(dinp, grads.subarray(wOff, wOff + Cn), grads.subarray(bOff, bOff + Cn), dout, inp, w, mean, rstd, shape.B, shape.T, Cn);
       const gDinp = upload(device, dinp0), gGrads = upload(device, grads0);
-      await runOn(gpu.layernormBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, gMean, gRstd, { ...d, partials: upload(device, new Float32Array(gpu.partialsScratch(0, BT, 2 * Cn))), accumulateDinp: true, accumulateParams: true }), shape);
+      await runOn(gpu.layernormBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, gMean, gRstd, { ...d, partials: upload(device, new Float32Array(gpu.partialsScratch(0, BT, 2 * Cn))), accumulateDinp: true, accumulateParams: true }), shape, ks());
       await expectClose('layernorm_backward', gDinp, dinp);
       await expectClose('layernorm_backward', gGrads, grads);
     });
@@ -258,7 +266,7 @@ describe('elementwise', () => {
   });
 });
 
-describe('softmax cross-entropy', () => {
+for (const [path, ks] of REDUCTION_PATHS) describe(`softmax cross-entropy (${path} reductions)`, () => {
   const V = 51;
   it('forward, backward and the on-GPU mean loss', async () => {
     const logits = randn(BT * V, 60, 3);
@@ -269,7 +277,7 @@ describe('softmax cross-entropy', () => {
     const gTargets = upload(device, targets);
     const ring = upload(device, new Float32Array(8));
     device.queue.writeBuffer(stepBuf, 0, encodeStepUniform({ lr: 0, beta1: 0, beta2: 0, eps: 0, weightDecay: 0, bc1: 1, bc2: 1, maxNorm: 0, lossSlot: 5, step: 0 }));
-    await runOn([gpu.softmaxCrossEntropyForward(gLosses, gProbs, upload(device, logits), gTargets, { V }), gpu.meanLoss(ring, gLosses)], shape);
+    await runOn([gpu.softmaxCrossEntropyForward(gLosses, gProbs, upload(device, logits), gTargets, { V }), gpu.meanLoss(ring, gLosses)], shape, ks());
     await expectClose('softmax_crossentropy_forward', gLosses, losses);
     await expectClose('softmax_crossentropy_forward', gProbs, probs);
     let mean = 0;
@@ -290,11 +298,11 @@ describe('optimizer', () => {
   const grads = randn(N, 70, 0.1);
   const normSq = cpu.gradNormSquared(grads, N);
 
-  for (const maxNorm of [0, 1]) {
-    it(`grad norm and clip scale on the GPU (maxNorm ${maxNorm})`, async () => {
+  for (const [maxNorm, [path, ks]] of [[0, REDUCTION_PATHS[0]], [1, REDUCTION_PATHS[1]]] as const) {
+    it(`grad norm and clip scale on the GPU (maxNorm ${maxNorm}, ${path} reductions)`, async () => {
       const clip = upload(device, new Float32Array(4));
       device.queue.writeBuffer(stepBuf, 0, encodeStepUniform({ lr: 0, beta1: 0, beta2: 0, eps: 0, weightDecay: 0, bc1: 1, bc2: 1, maxNorm, lossSlot: 0, step: 0 }));
-      await runOn(gpu.gradNorm(clip, upload(device, new Float32Array(gpu.gradNormPartials(N))), upload(device, grads), { N }), { B: 1, T: 1 });
+      await runOn(gpu.gradNorm(clip, upload(device, new Float32Array(gpu.gradNormPartials(N))), upload(device, grads), { N }), { B: 1, T: 1 }, ks());
       await expectClose('grad_norm', clip, Float32Array.of(normSq, cpu.clipScale(normSq, maxNorm)));
     });
   }

@@ -13,6 +13,7 @@ import gradnormSrc from '../../shaders/gradnorm.wgsl?raw';
 import layernormSrc from '../../shaders/layernorm.wgsl?raw';
 import matmulSrc from '../../shaders/matmul.wgsl?raw';
 import preludeSrc from '../../shaders/prelude.wgsl?raw';
+import subgroupsSrc from '../../shaders/subgroups.wgsl?raw';
 import residualSrc from '../../shaders/residual.wgsl?raw';
 
 /**
@@ -26,15 +27,18 @@ export function expandTemplate(src: string): string {
 
 /**
  * A shader as the device sees it: the shared prelude, then the file with its templates
- * expanded and each {{NAME}} of `defines` written in (e.g. attention's head size).
+ * expanded and each {{NAME}} of `defines` written in (e.g. attention's head size). With
+ * `subgroups` the prelude's reductions use subgroup operations.
  */
-export function withPrelude(src: string, defines: Defines = {}): string {
-  const code = expandTemplate(src).replace(/\{\{(\w+)\}\}/g, (m, k: string) => (k in defines ? String(defines[k]) : m));
-  return `${preludeSrc}\n${code}`;
+export function withPrelude(src: string, defines: Defines = {}, subgroups = false): string {
+  const fill = (text: string, d: Defines) => text.replace(/\{\{(\w+)\}\}/g, (m, k: string) => (k in d ? String(d[k]) : m));
+  const prelude = fill(preludeSrc, { SUBGROUPS: String(subgroups) });
+  const sg = subgroups ? subgroupsSrc : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\n';
+  return `${subgroups ? 'enable subgroups;\n' : ''}${prelude}\n${sg}\n${fill(expandTemplate(src), defines)}`;
 }
 
 /** Values written into a shader's {{NAME}} placeholders. */
-export type Defines = Record<string, number>;
+export type Defines = Record<string, number | string>;
 
 const RAW_SOURCES = {
   adamw: adamwSrc,
@@ -51,7 +55,7 @@ const RAW_SOURCES = {
 export type ShaderFile = keyof typeof RAW_SOURCES;
 
 /** A shader file's source with these defines. */
-export const shaderSource = (file: ShaderFile, defines?: Defines): string => withPrelude(RAW_SOURCES[file], defines);
+export const shaderSource = (file: ShaderFile, defines?: Defines, subgroups = false): string => withPrelude(RAW_SOURCES[file], defines, subgroups);
 
 interface EntryInfo {
   file: ShaderFile;
@@ -158,13 +162,20 @@ export class KernelSet {
   private readonly modules = new Map<string, GPUShaderModule>();
   private readonly pipelines = new Map<string, Promise<GPUComputePipeline>>();
 
-  constructor(readonly device: GPUDevice, readonly syncCompile = IS_NODE) {}
+  readonly subgroups: boolean;
+  readonly syncCompile: boolean;
+
+  /** `subgroups`: reductions with subgroup operations (the device must have the feature). */
+  constructor(readonly device: GPUDevice, opts: { subgroups?: boolean; syncCompile?: boolean } = {}) {
+    this.subgroups = opts.subgroups ?? false;
+    this.syncCompile = opts.syncCompile ?? IS_NODE;
+  }
 
   private module(file: ShaderFile, defines: Defines | undefined): GPUShaderModule {
     const key = `${file}${JSON.stringify(defines ?? {})}`;
     let m = this.modules.get(key);
     if (!m) {
-      m = this.device.createShaderModule({ code: shaderSource(file, defines), label: `${file}.wgsl` });
+      m = this.device.createShaderModule({ code: shaderSource(file, defines, this.subgroups), label: `${file}.wgsl` });
       this.modules.set(key, m);
     }
     return m;

@@ -25,7 +25,15 @@ export interface WebGpuEngineOptions extends EngineOptions {
   adapterInfo?: string;
   /** Size of the GPU loss ring: losses are copied off the GPU every this many steps (default 64). */
   lossReadEvery?: number;
+  /** Reductions with subgroup operations (default: when the device has `subgroups`). */
+  subgroups?: boolean;
 }
+
+/** Features the engine uses where the adapter has them: request them with the device. */
+export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query'];
+
+/** The subset of ENGINE_FEATURES this adapter offers, for `requestDevice({ requiredFeatures })`. */
+export const engineFeatures = (adapter: GPUAdapter): GPUFeatureName[] => ENGINE_FEATURES.filter((f) => adapter.features.has(f));
 
 export interface DeviceLost {
   reason: string;
@@ -184,6 +192,8 @@ export class WebGpuEngine implements TrainingEngine {
   readonly lost: Promise<DeviceLost>;
 
   private readonly gpu: GPUDevice;
+  /** Whether the reductions use subgroup operations. */
+  readonly subgroups: boolean;
   private readonly N: number;
   private readonly maxB: number;
   private readonly maxT: number;
@@ -213,6 +223,7 @@ export class WebGpuEngine implements TrainingEngine {
     this.gpu = device;
     this.config = { ...opts.config };
     this.device = opts.adapterInfo ?? 'webgpu';
+    this.subgroups = (opts.subgroups ?? true) && device.features.has('subgroups');
     const r = resolve(opts);
     this.maxB = r.B;
     this.maxT = r.maxT;
@@ -380,7 +391,7 @@ export class WebGpuEngine implements TrainingEngine {
     );
 
     if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
-    const kernels = new KernelSet(this.gpu);
+    const kernels = new KernelSet(this.gpu, { subgroups: this.subgroups });
     const probe = { B: this.maxB, T: this.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
     this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(grads, b('start'), params, { N: this.N })], probe, undefined, 'delta');

@@ -3,7 +3,7 @@
 // because the worker's navigator.gpu is the one that trains (it can differ from the
 // page's: some browsers expose WebGPU to windows before workers).
 
-import { checkAdapterFits, estimateGpuBytes, requiredLimits } from '../engine/webgpu.ts';
+import { checkAdapterFits, engineFeatures, estimateGpuBytes, requiredLimits } from '../engine/webgpu.ts';
 import type { EngineOptions } from '../../core/engine.ts';
 import type { AdapterSummary, GpuProbe, ModelShape } from './messages.ts';
 
@@ -66,6 +66,6 @@ export async function openDevice(shape: ModelShape): Promise<OpenedDevice> {
   const opts = engineOptions(shape);
   const fits = checkAdapterFits(adapter, opts);
   if (!fits.ok) throw new Error(`${fits.error.code}: ${fits.error.message}`);
-  const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts), label: 'atoll island' });
+  const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts), requiredFeatures: engineFeatures(adapter), label: 'atoll island' });
   return { device, adapter: describeAdapter(adapter), lost: device.lost };
 }

@@ -3,7 +3,7 @@
 
 import type { Batch } from '../../core/engine.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
-import { WebGpuEngine, checkAdapterFits, requiredLimits } from '../../client/engine/webgpu.ts';
+import { WebGpuEngine, checkAdapterFits, engineFeatures, requiredLimits } from '../../client/engine/webgpu.ts';
 
 export interface RunRequest {
   config: GPTConfig;
@@ -20,6 +20,8 @@ export interface RunResult {
   params: number[];
   createMs: number;
   stepsMs: number;
+  /** the engine's reductions used subgroup operations */
+  subgroups: boolean;
 }
 
 async function run(req: RunRequest): Promise<RunResult> {
@@ -28,7 +30,7 @@ async function run(req: RunRequest): Promise<RunResult> {
   const opts = { config: req.config, maxBatch: req.maxBatch };
   const fits = checkAdapterFits(adapter, opts);
   if (!fits.ok) throw new Error(fits.error.message);
-  const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts) });
+  const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts), requiredFeatures: engineFeatures(adapter) });
   const t0 = performance.now();
   const engine = await WebGpuEngine.create(device, { ...opts, adapterInfo: `${adapter.info.vendor} ${adapter.info.architecture}` });
   const t1 = performance.now();
@@ -42,7 +44,7 @@ async function run(req: RunRequest): Promise<RunResult> {
   const t2 = performance.now();
   engine.destroy();
   device.destroy();
-  return { adapter: engine.device, losses, params, createMs: t1 - t0, stepsMs: t2 - t1 };
+  return { adapter: engine.device, losses, params, createMs: t1 - t0, stepsMs: t2 - t1, subgroups: engine.subgroups };
 }
 
 (window as unknown as { atollRun: typeof run }).atollRun = run;
