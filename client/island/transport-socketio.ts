@@ -9,7 +9,7 @@
 
 import { io, type Socket } from 'socket.io-client';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
-import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../../core/protocol.ts';
+import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloAnswer, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../../core/protocol.ts';
 import { backoff } from '../../core/random.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
@@ -37,18 +37,8 @@ export interface SocketIoTransportOptions {
 
 type Wire<T> = { ok: true; value: T } | { ok: false; error: { code: string; message: string } };
 
-/** What the server's hello ack carries besides the HelloResult. */
-export interface HelloIdentity {
-  islandId: string;
-  resumeToken: string;
-  version: number;
-  hash: string;
-  maxFrameBytes: number;
-  maxHttpBufferSize: number;
-  protocolVersion: number;
-  serverTime: number;
-  resumed: boolean;
-}
+/** What the server's hello ack carries besides the assignment (core/protocol.ts, HelloAnswer). */
+export type HelloIdentity = Omit<HelloAnswer, 'assignment'>;
 
 const DISCONNECTED = Symbol('disconnected');
 const TIMEOUT = Symbol('timeout');
@@ -136,7 +126,7 @@ export class SocketIoTransport implements Transport {
     for (;;) {
       const up = await this.waitConnected();
       if (!up.ok) return up;
-      const r = await this.emit<HelloIdentity & { assignment: Assignment | null }>('hello', this.helloPayload(), this.opts.requestTimeoutMs);
+      const r = await this.emit<HelloAnswer>('hello', this.helloPayload(), this.opts.requestTimeoutMs);
       if (r === DISCONNECTED || r === TIMEOUT) continue;
       if (!r.ok) return err(r.error.code, r.error.message);
       this.setIdentity(r.value);
@@ -247,7 +237,7 @@ export class SocketIoTransport implements Transport {
 
   // ── internals ─────────────────────────────────────────────────────────────────────────────
 
-  private helloPayload(): HelloMsg & { resumeToken?: string } {
+  private helloPayload(): HelloMsg {
     const base = this.helloMsg!;
     if (!this.identity) {
       const r = this.opts.resume;
@@ -283,7 +273,7 @@ export class SocketIoTransport implements Transport {
     if (!this.identity) return;
     this.ready = false;
     for (let attempt = 0; this.socket.connected && !this.closed; attempt++) {
-      const r = await this.emit<HelloIdentity & { assignment: Assignment | null }>('hello', this.helloPayload(), this.opts.requestTimeoutMs);
+      const r = await this.emit<HelloAnswer>('hello', this.helloPayload(), this.opts.requestTimeoutMs);
       if (r === DISCONNECTED) return; // the next 'connect' tries again
       if (r === TIMEOUT) continue;
       if (!r.ok) {
