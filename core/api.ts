@@ -104,6 +104,28 @@ export interface IslandView {
   batchSize: number;
   staleness: number;
   joinedAt: number;
+  /** Mean cosine of its last accepted Δs with their rounds' merged Δ (sync; null: none yet). */
+  cosine: number | null;
+  /** Mean of their ‖Δ‖/√steps ÷ the round's median (1: typical; null: none yet). */
+  normRatio: number | null;
+}
+
+/** One accepted Δ of an island, as it went into an outer update. */
+export interface IslandContribution {
+  version: number;
+  time: number;
+  staleness: number;
+  tokens: number;
+  /** Its share of the update. */
+  weight: number;
+  cosine: number | null;
+  normRatio: number | null;
+}
+
+/** GET /api/islands/:id: one island and its accepted Δs (the newest last). */
+export interface IslandDetail {
+  island: IslandView;
+  contributions: IslandContribution[];
 }
 
 /** One point of the dashboard's charts (one per version). */

@@ -5,6 +5,7 @@
 import type { HistoryPoint } from '../core/api.ts';
 import type { CoordinatorEvent } from '../core/coord/index.ts';
 import type { AckMsg } from '../core/protocol.ts';
+import { IslandQuality } from './island-quality.ts';
 import type { LogEvent } from './store.ts';
 
 type UpdateEvent = Extract<CoordinatorEvent, { type: 'update' }>;
@@ -28,6 +29,8 @@ export interface PointContext {
 export class RunHistory {
   readonly points: HistoryPoint[] = [];
   lastEval: { version: number; loss: number } | null = null;
+  /** Each island's accepted Δs and their quality. */
+  readonly islands = new IslandQuality();
   /** Changed points not yet streamed to dashboards (versions). */
   private dirty = new Set<number>();
 
@@ -64,6 +67,7 @@ export class RunHistory {
 
   addUpdate(ev: UpdateEvent, c: PointContext): void {
     const s = ev.stats;
+    this.islands.record(s.version, s.time, ev.contributors);
     this.push({
       version: s.version, time: s.time, tokens: s.tokens, totalTokens: s.totalTokens, tokensPerSec: this.rateAt(s.time, s.totalTokens), trainLoss: finiteOrNull(s.trainLoss),
       evalLoss: null, islandsOnline: c.islandsOnline, contributors: s.contributors, bytesIn: s.bytesIn, bytesOut: s.bytesOut,
@@ -117,11 +121,13 @@ export class RunHistory {
       while (this.points.length && this.last!.version > v) this.points.pop();
       for (const [id, a] of acks) if (a.version > v) acks.delete(id);
       if (this.lastEval && this.lastEval.version > v) this.lastEval = null;
+      this.islands.truncate(v);
     } else if (e.type === 'start') {
       this.start(e.t, 0);
     } else if (e.type === 'update') {
       const version = num(e.version);
       if (version > maxVersion) return; // logged past the checkpoint: cannot happen, but never trust it
+      this.islands.replayLine(e);
       const s = (e.stats ?? {}) as Partial<HistoryPoint> & { stalenessHist?: number[] };
       this.push({
         version, time: e.t, tokens: num(e.tokens), totalTokens: num(e.totalTokens), tokensPerSec: this.rateAt(e.t, num(e.totalTokens)),
@@ -195,7 +201,7 @@ export function eventLine(ev: CoordinatorEvent, c: PointContext): LogLine | null
       return {
         type: 'update', t: u.time, version: u.version, prevVersion: u.prevVersion, hash: u.hash, prevHash: u.prevHash,
         tokens: u.tokens, totalTokens: u.totalTokens, trainLoss: finiteOrNull(u.trainLoss),
-        contributors: ev.contributors.map((x) => ({ island: x.islandId, seq: x.seq, round: x.roundId, base: x.baseVersion, staleness: x.staleness, tokens: x.tokens, weight: x.weight })),
+        contributors: ev.contributors.map((x) => ({ island: x.islandId, seq: x.seq, round: x.roundId, base: x.baseVersion, staleness: x.staleness, tokens: x.tokens, weight: x.weight, cos: x.cosine, norm: x.normRatio })),
         rejected: rejected(ev.rejected),
         stats: { ...ev.stats, trainLoss: finiteOrNull(ev.stats.trainLoss) },
         islandsOnline: c.islandsOnline, bytesInTotal: c.bytesInTotal, bytesOutTotal: c.bytesOutTotal, tokensByEngine: c.tokensByEngine,

@@ -193,7 +193,7 @@ export class Run {
       speed: r.tokensPerSec ?? null, tokens: r.tokensContributed, tokensSubmitted: r.tokensSubmitted,
       accepted: r.accepted, rejected, rejectedByCode: r.rejected, lastSeen: r.lastSeen,
       status: r.status === 'online' && !connected ? 'offline' : r.status, connected,
-      innerSteps: r.assignedSteps, batchSize: r.batchSize, staleness: r.lastStaleness, joinedAt: r.joinedAt,
+      innerSteps: r.assignedSteps, batchSize: r.batchSize, staleness: r.lastStaleness, joinedAt: r.joinedAt, ...this.history.islands.summary(r.id),
     };
   }
 

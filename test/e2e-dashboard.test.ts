@@ -73,7 +73,7 @@ describe('dashboard e2e', () => {
     await page.click('#tab-leaderboard');
     expect(await page.isVisible('#leaderboard-empty')).toBe(true);
     await page.click('#tab-overview');
-    expect(await page.locator('.chart').count()).toBe(7);
+    expect(await page.locator('#charts .chart').count()).toBe(7);
     // Charts that need deltas say what they wait for instead of drawing nothing.
     await expect.poll(() => page.textContent('#chart-staleness .plot-empty'), { timeout: 10_000 }).toContain('No accepted deltas yet');
     // One point (version 0): the time axis reads as clock times, not a span of days; the
@@ -125,6 +125,47 @@ describe('dashboard e2e', () => {
     mkdirSync(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: join(ARTIFACTS, 'dashboard.png'), fullPage: true });
     lap('screenshot');
+    expect(pageErrors()).toEqual([]);
+  });
+
+  it('island view of a live CPU island (#island=ID); the table sorts and filters by quality', async () => {
+    const { page } = browser;
+    const list = await getJson<{ islands: Array<{ id: string; name: string; status: string; cosine: number | null }> }>(`${server.url}/api/islands`);
+    const alice = list.islands.find((i) => i.name === 'alice' && i.status === 'online')!;
+    await page.goto(`${server.url}/dashboard#island=${alice.id}`);
+    await page.waitForSelector('#panel-island:not([hidden])', { timeout: 10_000 });
+    await expect.poll(() => page.textContent('#island-name'), { timeout: 10_000 }).toBe('Island alice');
+    expect(await page.isHidden('#panel-overview')).toBe(true);
+    const facts = () => page.textContent('#island-facts');
+    await expect.poll(facts, { timeout: 10_000 }).toMatch(/Speed[\d.,]+ (k )?tokens\/s/);
+    // sync rounds with two islands: every accepted Δ has a cosine with its round's merged Δ
+    await expect.poll(async () => Number((await facts())!.match(/Quality \(cosine, last 10\)(-?[\d.]+)/)?.[1]), { timeout: 30_000 }).toBeGreaterThan(-1);
+    expect(await facts()).toMatch(/Inner steps \(next round\)4/);
+    await expect.poll(() => page.getAttribute('#chart-island-quality', 'data-points').then(Number), { timeout: 20_000 }).toBeGreaterThanOrEqual(1);
+    expect(await page.textContent('#island-rejections')).toBeTruthy();
+    await page.waitForTimeout(500);
+    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-island.png'), fullPage: true });
+
+    // back to the table: sort by quality, then filter on it
+    await page.click('#island-back');
+    await page.click('#tab-islands');
+    await page.click('button[data-sort="quality"]');
+    await expect.poll(() => page.getAttribute('th[data-col="quality"]', 'aria-sort'), { timeout: 5_000 }).toBe('descending');
+    const qualities = async () => (await page.$$eval('#islands-table tbody tr', (rows) => rows.map((r) => r.querySelector('td:nth-child(8)')?.textContent ?? ''))).map(Number);
+    await expect.poll(async () => (await qualities()).every((q) => Number.isFinite(q)), { timeout: 10_000 }).toBe(true);
+    const qs = await qualities();
+    expect([...qs].sort((a, b) => b - a)).toEqual(qs);
+    await page.selectOption('#island-status', 'quality>=0.5');
+    await page.waitForTimeout(600);
+    for (const q of await qualities()) expect(q).toBeGreaterThanOrEqual(0.5);
+    await page.selectOption('#island-status', 'quality<0.5');
+    await page.waitForTimeout(600);
+    for (const q of await qualities()) expect(q).toBeLessThan(0.5);
+    await page.selectOption('#island-status', '');
+    // a row opens its island
+    await page.click('#islands-table tbody tr');
+    await page.waitForSelector('#panel-island:not([hidden])');
+    expect(await page.evaluate(() => location.hash)).toContain('island=');
     expect(pageErrors()).toEqual([]);
   });
 

@@ -17,7 +17,7 @@ type Y = Array<number | null>;
 export const PALETTE = ['#2f6f9f', '#c2772b', '#3f8f5a', '#8a5aa8', '#b5474b', '#5f7f8c', '#9a8a3a', '#d06fa0'];
 const PALE = ['#a9c6dc', '#ebc9a4', '#b1d6bc', '#d2bfe0', '#e6b1b3', '#bccbd1', '#dcd3a5', '#efc1d9'];
 
-interface ChartDef {
+export interface ChartDef {
   /** Structure key: when it changes the uPlot instance is rebuilt. */
   key: string;
   series: uPlot.Series[];
@@ -39,7 +39,7 @@ interface ChartDef {
 
 const HEIGHT = 190;
 
-class ChartBox {
+export class ChartBox {
   readonly el: HTMLElement;
   private plot: HTMLElement;
   private emptyEl: HTMLElement;

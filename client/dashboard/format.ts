@@ -1,7 +1,7 @@
 // Dashboard formatting: the shared helpers in client/ui/format.ts, plus the few the
 // dashboard needs beyond them (loss, ratio, wall-clock time). Tabular numerals in CSS.
 
-import { formatAgo, formatBytes, formatCount, formatPercent } from '../ui/format.ts';
+import { formatAgo, formatBytes, formatCount, formatFixed, formatPercent } from '../ui/format.ts';
 
 export const DASH = '–';
 
@@ -19,6 +19,7 @@ export function fmtInt(v: number | null | undefined): string {
 }
 
 export const fmtBytes = formatBytes;
+export const fmtFixed = formatFixed;
 export const fmtPct = formatPercent;
 export const fmtAgo = formatAgo;
 

@@ -3,7 +3,7 @@
 // twice a second cost one sort + one page of text writes, and nothing jumps.
 
 import { h, setAttr, setText } from './dom.ts';
-import { fmtAgo, fmtInt, fmtSI } from './format.ts';
+import { fmtAgo, fmtFixed, fmtInt, fmtSI } from './format.ts';
 import type { IslandView as Island } from '../../core/api.ts';
 import { isOnline, type Store } from './store.ts';
 import { PAGE_SIZES, type SortDir, type ViewState } from './url.ts';
@@ -25,6 +25,8 @@ export const COLUMNS: Column[] = [
   { key: 'tokens', label: 'Tokens', title: 'tokens contributed', num: true, get: (i) => i.tokens, cell: (i) => fmtInt(i.tokens) },
   { key: 'accepted', label: 'Accepted', title: 'deltas accepted', num: true, get: (i) => i.accepted, cell: (i) => fmtInt(i.accepted) },
   { key: 'rejected', label: 'Rejected', title: 'deltas rejected', num: true, get: (i) => i.rejected, cell: (i) => fmtInt(i.rejected) },
+  { key: 'quality', label: 'Quality', title: 'cosine of its recent Δs with their rounds\u2019 merged Δ (1: agrees, 0: orthogonal, < 0: against)', num: true, get: (i) => i.cosine, cell: (i) => fmtFixed(i.cosine, 2) },
+  { key: 'norm', label: 'Norm', title: 'its recent ‖Δ‖/√steps ÷ the round\u2019s median (1: typical)', num: true, get: (i) => i.normRatio, cell: (i) => fmtFixed(i.normRatio, 2) },
   { key: 'staleness', label: 'Staleness', title: 'staleness τ of the last delta', num: true, get: (i) => i.staleness, cell: (i) => fmtInt(i.staleness) },
   { key: 'seen', label: 'Last seen', title: 'last message from the island', num: true, get: (i) => i.lastSeen, cell: (i, now) => fmtAgo(i.lastSeen, now) },
   { key: 'status', label: 'Status', title: 'island state', get: (i) => i.status, cell: (i) => i.status || '–' },
@@ -48,13 +50,22 @@ export function sortIslands(list: Island[], key: string, dir: SortDir): Island[]
   return dec.map((d) => d.i);
 }
 
+/** Quality filters: the cosine below which an island's Δs disagree with the rest. */
+const QUALITY_LINE = 0.5;
+const QUALITY_LOW = 'quality<0.5';
+const QUALITY_HIGH = 'quality>=0.5';
+const STATUS_FILTERS = ['', 'online', 'offline', QUALITY_LOW, QUALITY_HIGH];
+const filterLabel = (s: string) => (s === '' ? 'all statuses' : s === QUALITY_LOW ? 'quality < 0.5' : s === QUALITY_HIGH ? 'quality ≥ 0.5' : s);
+
 export function filterIslands(list: Iterable<Island>, q: string, status: string): Island[] {
   const terms = q.toLowerCase().split(/\s+/).filter(Boolean);
   const out: Island[] = [];
   for (const i of list) {
     if (status === 'online' && !isOnline(i)) continue;
     if (status === 'offline' && isOnline(i)) continue;
-    if (status && status !== 'online' && status !== 'offline' && i.status !== status) continue;
+    if (status === QUALITY_LOW && !(i.cosine !== null && i.cosine < QUALITY_LINE)) continue;
+    if (status === QUALITY_HIGH && !(i.cosine !== null && i.cosine >= QUALITY_LINE)) continue;
+    if (status && !STATUS_FILTERS.includes(status) && i.status !== status) continue;
     if (terms.length) {
       const hay = `${i.name} ${i.id} ${i.engine} ${i.adapter} ${i.status}`.toLowerCase();
       if (!terms.every((t) => hay.includes(t))) continue;
@@ -88,7 +99,7 @@ export class IslandsTable {
     this.filterInput = h('input', { type: 'search', id: 'island-filter', placeholder: 'Filter by name, id, engine, adapter…', 'aria-label': 'Filter islands', autocomplete: 'off', spellcheck: 'false' });
     this.filterInput.addEventListener('input', () => this.setView({ q: this.filterInput.value, page: 1 }));
     this.statusSelect = h('select', { id: 'island-status', 'aria-label': 'Status filter' },
-      ...['', 'online', 'offline'].map((s) => h('option', { value: s }, s === '' ? 'all statuses' : s)));
+      ...STATUS_FILTERS.map((s) => h('option', { value: s }, filterLabel(s))));
     this.statusSelect.addEventListener('change', () => this.setView({ status: this.statusSelect.value, page: 1 }));
     this.sizeSelect = h('select', { id: 'island-size', 'aria-label': 'Rows per page' }, ...PAGE_SIZES.map((n) => h('option', { value: String(n) }, `${n} / page`)));
     this.sizeSelect.addEventListener('change', () => this.setView({ size: Number(this.sizeSelect.value), page: 1 }));
@@ -106,6 +117,11 @@ export class IslandsTable {
       return th;
     })));
     this.tbody = h('tbody');
+    // a row opens its island's view
+    this.tbody.addEventListener('click', (e) => {
+      const id = (e.target as HTMLElement).closest('tr')?.dataset.id;
+      if (id) this.setView({ island: id }, true);
+    });
     this.emptyEl = h('div', { class: 'empty', id: 'islands-empty', hidden: true });
     const mk = (label: string, aria: string, fn: () => void) => {
       const b = h('button', { type: 'button', class: 'pager-btn', 'aria-label': aria }, label);
@@ -129,12 +145,12 @@ export class IslandsTable {
   private syncStatusOptions(store: Store): void {
     const seen = new Set<string>();
     for (const i of store.islands.values()) if (i.status) seen.add(i.status);
-    const want = ['', 'online', 'offline', ...[...seen].filter((s) => s !== 'online' && s !== 'offline').sort()];
+    const want = [...STATUS_FILTERS, ...[...seen].filter((s) => !STATUS_FILTERS.includes(s)).sort()];
     const v = this.view().status;
     if (v && !want.includes(v)) want.push(v);
     const have = [...this.statusSelect.options].map((o) => o.value);
     if (have.join('|') !== want.join('|')) {
-      this.statusSelect.replaceChildren(...want.map((s) => h('option', { value: s }, s === '' ? 'all statuses' : s)));
+      this.statusSelect.replaceChildren(...want.map((s) => h('option', { value: s }, filterLabel(s))));
     }
   }
 

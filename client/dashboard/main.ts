@@ -12,6 +12,7 @@ import { Charts } from './charts.ts';
 import { $, h, setAttr, setText } from './dom.ts';
 import { fmtAgo } from './format.ts';
 import { Headline } from './headline.ts';
+import { IslandPanel } from './island-view.ts';
 import { IslandsTable } from './islands-table.ts';
 import { Leaderboard } from './leaderboard.ts';
 import { RunPanel } from './run-panel.ts';
@@ -55,7 +56,7 @@ const panels = new Map<Tab, HTMLElement>();
 const tablist = h('nav', { class: 'tabs', role: 'tablist', 'aria-label': 'Dashboard sections' });
 for (const t of TABS) {
   const b = h('button', { type: 'button', role: 'tab', id: `tab-${t}`, 'aria-controls': `panel-${t}`, 'data-tab': t }, TAB_LABELS[t]);
-  b.addEventListener('click', () => setView({ tab: t }, true));
+  b.addEventListener('click', () => setView({ tab: t, island: '' }, true));
   b.addEventListener('keydown', (e) => {
     const i = TABS.indexOf(t);
     let next: Tab | null = null;
@@ -96,6 +97,8 @@ const admin = new AdminPanel(store, () => {
   void source.refreshRun();
 });
 panels.get('admin')!.append(admin.el);
+const islandPanel = new IslandPanel(() => setView({ island: '' }, true));
+const islandSection = h('section', { class: 'panel', id: 'panel-island', 'aria-label': 'Island', hidden: true }, islandPanel.el);
 
 app.replaceChildren(
   h('header', { class: 'top' },
@@ -103,6 +106,7 @@ app.replaceChildren(
   headline.el,
   tablist,
   ...panels.values(),
+  islandSection,
 );
 
 // ---------------------------------------------------------------- view state
@@ -174,8 +178,11 @@ function render(): void {
     const b = tabButtons.get(t)!;
     setAttr(b, 'aria-selected', String(active));
     setAttr(b, 'tabindex', active ? '0' : '-1');
-    panels.get(t)!.hidden = !active;
+    panels.get(t)!.hidden = !active || !!view.island;
   }
+  islandSection.hidden = !view.island;
+  islandPanel.show(view.island);
+  if (view.island) return;
   for (const input of xToggle.querySelectorAll('input')) input.checked = input.value === view.x;
   if (smoothSelect.value !== String(view.smooth)) smoothSelect.value = String(view.smooth);
   switch (view.tab) {

@@ -1,5 +1,6 @@
 // View state that lives in the URL hash, so a link or a reload restores the view:
 //   /dashboard#tab=islands&sort=tokens&dir=desc&q=alice&status=online&page=2&x=tokens
+//   /dashboard#island=ID opens the island view of one island
 
 export const TABS = ['overview', 'islands', 'leaderboard', 'run', 'admin'] as const;
 export type Tab = (typeof TABS)[number];
@@ -16,10 +17,11 @@ export interface ViewState {
   size: number; // rows per page
   x: XAxis;
   smooth: number; // EMA weight for train loss, 0..0.99
+  island: string; // '' = none; else the island view of that id
 }
 
 export const DEFAULT_VIEW: ViewState = {
-  tab: 'overview', sort: 'tokens', dir: 'desc', q: '', status: '', page: 1, size: 50, x: 'time', smooth: 0.6,
+  tab: 'overview', sort: 'tokens', dir: 'desc', q: '', status: '', page: 1, size: 50, x: 'time', smooth: 0.6, island: '',
 };
 
 export const PAGE_SIZES = [25, 50, 100, 250];
@@ -44,6 +46,7 @@ export function parseView(hash: string): ViewState {
   if (x === 'time' || x === 'tokens') v.x = x;
   const smooth = p.get('smooth');
   if (smooth !== null && SMOOTHINGS.includes(Number(smooth))) v.smooth = Number(smooth);
+  v.island = (p.get('island') ?? '').slice(0, 64);
   return v;
 }
 
@@ -59,5 +62,6 @@ export function serializeView(v: ViewState): string {
   if (v.size !== d.size) p.set('size', String(v.size));
   if (v.x !== d.x) p.set('x', v.x);
   if (v.smooth !== d.smooth) p.set('smooth', String(v.smooth));
+  if (v.island) p.set('island', v.island);
   return '#' + p.toString();
 }

@@ -39,7 +39,7 @@ export class NormHistory {
 /**
  * Sets each delta's staleness (against `version`) and normalised weight tokens × s(τ), then writes
  * their combination into g: the trimmed mean when trimFraction drops at least one per end, else the
- * weighted mean (accumulated in f64 in `acc`).
+ * weighted mean (accumulated in f64 in `acc`); then each delta's cosine and norm ratio (agreement).
  */
 export function combineDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, version: number, g: Float32Array, acc: Float64Array): void {
   let wsum = 0;
@@ -50,16 +50,30 @@ export function combineDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, vers
   }
   for (const p of kept) p.weight = wsum > 0 ? p.weight / wsum : 1 / kept.length;
   const t = Math.floor(cfg.trimFraction * kept.length);
-  if (t > 0 && kept.length - 2 * t >= 1) {
-    trimmedMean(kept.map((p) => p.delta), t, g);
-    return;
+  if (t > 0 && kept.length - 2 * t >= 1) trimmedMean(kept.map((p) => p.delta), t, g);
+  else {
+    acc.fill(0);
+    for (const p of kept) {
+      const d = p.delta, w = p.weight;
+      for (let i = 0; i < d.length; i++) acc[i] += w * d[i];
+    }
+    for (let i = 0; i < g.length; i++) g[i] = acc[i];
   }
-  acc.fill(0);
+  agreement(kept, g);
+}
+
+/** Each delta's quality in its round: cosine with the merged g, and its score against the round's median. */
+function agreement(kept: PendingDelta[], g: Float32Array): void {
+  const gn = l2(g);
+  const mid = median(kept.map((p) => p.score));
   for (const p of kept) {
-    const d = p.delta, w = p.weight;
-    for (let i = 0; i < d.length; i++) acc[i] += w * d[i];
+    const d = p.delta;
+    let dot = 0;
+    for (let i = 0; i < d.length; i++) dot += d[i] * g[i];
+    const dn = l2(d);
+    p.cosine = dn > 0 && gn > 0 ? dot / (dn * gn) : 0;
+    p.normRatio = mid > 0 ? p.score / mid : 1;
   }
-  for (let i = 0; i < g.length; i++) g[i] = acc[i];
 }
 
 /** Coordinate-wise mean of `ds` after dropping the t smallest and t largest values per coordinate. */

@@ -481,7 +481,7 @@ export class Coordinator {
     if (kept.length > 0) {
       const g = this.gBuf;
       combineDeltas(kept, cfg, this.versionNum, g, this.accBuf);
-      const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight }));
+      const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
       const res = this.commitUpdate(g, 1, 1, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
       if (res.ok) for (const p of kept) this.norms.push(p.score, this.cfg.normBound.window);
       else {

@@ -84,6 +84,9 @@ export interface Contribution {
   tokens: number;
   /** Relative weight it had in the update. */
   weight: number;
+  /** Sync rounds: cos(Δ, the round's merged Δ), and ‖Δ‖/√steps ÷ the round's median of it. */
+  cosine?: number;
+  normRatio?: number;
 }
 
 export interface RejectedContribution extends Omit<Contribution, 'weight'> {

@@ -8,7 +8,7 @@ import { frameBytes } from '../../core/codec/index.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
-import type { CheckpointsResponse, HistoryResponse, IslandsResponse, RunInfo, RunStatus, SampleResponse } from '../../core/api.ts';
+import type { CheckpointsResponse, HistoryResponse, IslandDetail, IslandsResponse, RunInfo, RunStatus, SampleResponse } from '../../core/api.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { exportHf } from '../../core/hf.ts';
 import type { Run } from '../run.ts';
@@ -33,6 +33,7 @@ const SampleQuery = Type.Object({
   seed: Type.Optional(Type.Integer({ minimum: 0, maximum: 2 ** 32 - 1 })),
   temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 5 })),
 }, { additionalProperties: false });
+const IslandParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
 const VersionParams = Type.Object({ version: Type.String({ pattern: '^[0-9]{1,12}$' }) }, { additionalProperties: false });
 
 export function runInfo(run: Run): RunInfo {
@@ -72,6 +73,14 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
   app.get('/api/run', async () => runInfo(run));
 
   app.get('/api/islands', async (): Promise<IslandsResponse> => ({ islands: run.islands() }));
+
+  app.get('/api/islands/:id', { schema: { params: IslandParams } }, async (req, reply) => {
+    const id = (req.params as Static<typeof IslandParams>).id;
+    const island = run.islands().find((i) => i.id === id);
+    if (!island) return reply.code(404).send({ error: { code: 'E_UNKNOWN_ISLAND', message: `no island '${id}' (see /api/islands)` } });
+    const body: IslandDetail = { island, contributions: run.history.islands.contributions(id) };
+    return body;
+  });
 
   app.get('/api/history', { schema: { querystring: HistoryQuery } }, async (req) => {
     const { since, limit } = req.query as Static<typeof HistoryQuery>;
