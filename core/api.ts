@@ -7,7 +7,9 @@ import type { GPTConfig, PresetName } from './model/config.ts';
 
 /** The run's configuration as stored in <run-dir>/config.json. */
 export interface RunConfig {
+  /** The run folder's name ([A-Za-z0-9_.-]); `title` is the headline people read. */
   name: string;
+  title: string;
   description: string;
   preset: PresetName | 'custom';
   model: GPTConfig;
@@ -35,6 +37,8 @@ export interface RunConfig {
 /** GET /api/run: what the run is (fixed for its lifetime except the runtime knobs). */
 export interface RunInfo {
   name: string;
+  /** The volunteer page's headline (the name, for runs stored before titles existed). */
+  title: string;
   description: string;
   preset: RunConfig['preset'];
   model: GPTConfig;
@@ -204,4 +208,20 @@ export interface DashboardTick {
   periodMs: number;
   islands?: { changed: IslandView[]; removed: string[] };
   history?: HistoryPoint[];
+}
+
+/** GET /api/contributors/:id: one contributor's credit, so a volunteer's page shows it after a reload or on another device. */
+export interface ContributorCredit {
+  contributorId: string;
+  /** The name the leaderboard shows (null: nothing from this contributor yet). */
+  name: string | null;
+  /** Tokens in this contributor's Δs merged into θ, and all tokens computed (merged or not). */
+  tokens: number;
+  tokensComputed: number;
+  accepted: number;
+  rejected: number;
+  islands: number;
+  /** 1-based place on the leaderboard (by merged tokens) among `contributors`; null with no merged tokens. */
+  rank: number | null;
+  contributors: number;
 }

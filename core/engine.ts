@@ -71,5 +71,7 @@ export interface TrainingEngine {
 
   /** Bytes held on the device (0 for the CPU). */
   readonly gpuBytes: number;
+  /** The device's peak FLOP/s when known (an MFU readout divides by it); absent when unknown. */
+  readonly peakFlops?: number;
   destroy(): void;
 }

@@ -15,6 +15,7 @@
 //   server → island   update {UpdateMsg}  (broadcast, one per version v → v+1)
 //   island → server   nextAssignment                                 → assignment, when one exists
 //   island → server   updates {fromVersion}                          → UpdateMsg[] or "too old"
+//   island → server   rename {name}                                  → {}   (display name, while connected)
 //   island → server   bye {reason}
 //
 // Binary payloads (delta frames, update frames, params) travel as Uint8Array / Float32Array.
@@ -146,6 +147,8 @@ export const DeltaSchema = Type.Object({ meta: DeltaMetaSchema, frame: Type.Uint
 /** `updates`: the update messages after `fromVersion`. */
 export const UpdatesSchema = Type.Object({ fromVersion: Int() }, closed);
 export const ByeSchema = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, closed);
+/** `rename`: the island's display name, changed while connected (the leaderboard shows it from its next update). */
+export const RenameSchema = Type.Object({ name: Type.String({ minLength: 1, maxLength: 64 }) }, closed);
 /** `nextAssignment`, `fetchModel`: no payload ({} or none). */
 export const EmptySchema = Type.Union([Type.Object({}, closed), Type.Undefined(), Type.Null()]);
 

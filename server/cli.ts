@@ -94,6 +94,7 @@ export function buildProgram(): Command {
     .option('--seed <n>', 'θ init seed (new runs)', intArg)
     .option('--run-dir <dir>', 'run folder (default ./runs/<name>)')
     .option('--name <name>', 'run name')
+    .option('--title <text>', 'headline of the volunteer page (default: a title for the default run, else the name)')
     .option('--description <text>', 'run description for the volunteer page')
     .option('--config <file>', 'JSON run config (flags override it)')
     .option('--port <n>', 'HTTP port (default $PORT or 8080)', intArg)

@@ -12,7 +12,7 @@ import { Server, type Namespace, type Socket } from 'socket.io';
 import type { Static, TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import {
-  ByeSchema, type DeltaMeta, DeltaSchema, EmptySchema, ErrorCode, type HelloAnswer, HelloSchema, PROTOCOL_VERSION, UpdatesSchema,
+  ByeSchema, RenameSchema, type DeltaMeta, DeltaSchema, EmptySchema, ErrorCode, type HelloAnswer, HelloSchema, PROTOCOL_VERSION, UpdatesSchema,
 } from '../core/protocol.ts';
 import { err, ok } from '../core/result.ts';
 import type { DashboardTick, IslandView } from '../core/api.ts';
@@ -36,6 +36,7 @@ const checkHello = compile(HelloSchema);
 const checkDelta = compile(DeltaSchema);
 const checkUpdates = compile(UpdatesSchema);
 const checkBye = compile(ByeSchema);
+const checkRename = compile(RenameSchema);
 const checkEmpty = compile(EmptySchema);
 
 function firstError(c: { Errors(v: unknown): Iterable<{ path: string; message: string }> }, v: unknown): string {
@@ -230,7 +231,7 @@ export class Gateway {
           });
       });
     };
-    const known = new Set(['hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'bye']);
+    const known = new Set(['hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye']);
     socket.onAny((event: string) => {
       if (!known.has(event)) violation(GatewayError.UNKNOWN_EVENT, `unknown event '${String(event).slice(0, 64)}'`);
     });
@@ -329,6 +330,13 @@ export class Gateway {
       const bytes = new Uint8Array(d.params.buffer, d.params.byteOffset, d.params.byteLength);
       this.run.noteBytesOut(bytes.length);
       ack(ok({ version: d.version, hash: d.hash, params: bytes }));
+    });
+
+    handle('rename', (payload, ack) => {
+      if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
+      if (!checkRename.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `rename: ${firstError(checkRename, payload)}`));
+      const r = this.run.rename(st.islandId, (payload as Static<typeof RenameSchema>).name);
+      ack(r.ok ? ok({}) : err(r.error.code, r.error.message));
     });
 
     handle('bye', async (payload, ack) => {

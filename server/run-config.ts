@@ -24,6 +24,7 @@ export interface RunFlags {
   maxStaleness?: number;
   innerSteps?: number;
   name?: string;
+  title?: string;
   description?: string;
   seed?: number;
 }
@@ -35,8 +36,10 @@ export class ConfigError extends Error {
 /** Per-preset island work: sequences are the model's context, rounds sized for the engines that run it. */
 const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches: number; evalBatchSize: number }> = {
   tiny: { batchSize: 8, seqLen: 32, innerSteps: 20, targetRoundMs: 0, innerLr: { maxLr: 3e-3, minLr: 3e-4 }, evalBatches: 8, evalBatchSize: 8 },
-  small: { batchSize: 8, seqLen: 128, innerSteps: 50, targetRoundMs: 30_000, innerLr: { maxLr: 2e-3, minLr: 2e-4 }, evalBatches: 2, evalBatchSize: 4 },
-  base: { batchSize: 8, seqLen: 256, innerSteps: 100, targetRoundMs: 60_000, innerLr: { maxLr: 1e-3, minLr: 1e-4 }, evalBatches: 1, evalBatchSize: 4 },
+  // volunteers' rounds aim at 90 s (a minute and a half of a person's GPU between updates), down to one
+  // step on a slow device, so even the first round, sized from the device's measured speed, stays near it
+  small: { batchSize: 8, seqLen: 128, innerSteps: 50, targetRoundMs: 90_000, minInnerSteps: 1, innerLr: { maxLr: 2e-3, minLr: 2e-4 }, evalBatches: 2, evalBatchSize: 4 },
+  base: { batchSize: 8, seqLen: 256, innerSteps: 100, targetRoundMs: 120_000, minInnerSteps: 1, innerLr: { maxLr: 1e-3, minLr: 1e-4 }, evalBatches: 1, evalBatchSize: 4 },
 };
 
 export const DEFAULT_RUN_NAME = 'default';
@@ -46,6 +49,7 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
   const { evalBatches, evalBatchSize, ...coord } = PRESET_DEFAULTS[preset];
   return {
     name: DEFAULT_RUN_NAME,
+    title: 'Teach a small GPT to write like Moby-Dick',
     description: 'A small GPT learning Moby-Dick byte by byte, trained by volunteers’ browsers and GPU servers together.',
     preset,
     model: getPreset(preset),
@@ -129,8 +133,11 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
   }
   if (flags.data !== undefined) cfg.data = flags.data;
   if (flags.name !== undefined) cfg.name = flags.name;
+  if (flags.title !== undefined) cfg.title = flags.title;
   if (flags.description !== undefined) cfg.description = flags.description;
   if (flags.seed !== undefined) cfg.seed = flags.seed;
+  // the default title describes the default run only: another run reads as its name until given one
+  if (flags.title === undefined && file?.title === undefined && (cfg.name !== DEFAULT_RUN_NAME || cfg.data !== 'moby-dick')) cfg.title = cfg.name;
   cfg.coordinator = mergeConfig(cfg.coordinator, flagPatch(flags));
   // Async DiLoCo applies each Δ on arrival: the delayed Nesterov of Async Local-SGD, unless set explicitly.
   const outerGiven = file?.coordinator?.outer?.kind !== undefined;
@@ -153,8 +160,10 @@ export function resumeRunConfig(stored: RunConfig, flags: RunFlags): { config: R
     throw new ConfigError('E_CONFIG_MISMATCH', `the run folder holds a different run: ${problems.join(', ')}. Use another --run-dir or --name to start a new run.`);
   }
   const { mode: _m, ...patch } = flagPatch(flags);
-  const config: RunConfig = { ...stored, coordinator: mergeConfig(stored.coordinator, patch) };
+  // runs stored before titles existed read their name as the title
+  const config: RunConfig = { ...stored, title: stored.title ?? stored.name, coordinator: mergeConfig(stored.coordinator, patch) };
   if (flags.name !== undefined) config.name = flags.name;
+  if (flags.title !== undefined) config.title = flags.title;
   if (flags.description !== undefined) config.description = flags.description;
   validateRunConfig(config);
   return { config, patch };
@@ -165,6 +174,7 @@ function validateRunConfig(c: RunConfig): void {
   const problems = validateCoordinatorConfig(c.coordinator);
   if (c.coordinator.seqLen > c.model.blockSize) problems.push(`seqLen ${c.coordinator.seqLen} exceeds the model's blockSize ${c.model.blockSize}`);
   if (typeof c.name !== 'string' || !/^[\w.-]{1,64}$/.test(c.name)) problems.push(`name must be 1-64 of [A-Za-z0-9_.-], got '${c.name}'`);
+  if (typeof c.title !== 'string' || c.title.trim().length === 0 || c.title.length > 120) problems.push('title must be 1-120 characters');
   const posInt = (k: string, v: unknown) => { if (!Number.isInteger(v) || (v as number) < 1) problems.push(`${k} must be a positive integer`); };
   posInt('eval.batches', c.eval.batches);
   posInt('eval.batchSize', c.eval.batchSize);

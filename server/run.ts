@@ -284,6 +284,12 @@ export class Run {
     return r;
   }
 
+  rename(islandId: string, name: string): Result<void> {
+    const r = this.coord.rename(islandId, name);
+    if (r.ok) this.store.append({ type: 'rename', island: islandId, name });
+    return r;
+  }
+
   leave(islandId: string, reason: string): void {
     const r = this.coord.leave(islandId, Date.now());
     if (r.ok) this.store.append({ type: 'leave', island: islandId, reason });

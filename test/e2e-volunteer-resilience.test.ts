@@ -5,7 +5,12 @@
 
 import { describe, expect, it } from 'vitest';
 import { CpuEngine } from '../client/engine/cpu.ts';
-import { type EngineHandle, ResilientEngine } from '../client/volunteer/resilient-engine.ts';
+import { estimateCosts } from '../client/volunteer/costs.ts';
+import { type BusyInfo, type EngineHandle, ResilientEngine } from '../client/volunteer/resilient-engine.ts';
+import { generateBetweenSteps } from '../client/volunteer/sampler.ts';
+import { visibleText } from '../client/volunteer/sample-text.ts';
+import { parseRunInfo } from '../client/volunteer/run-info.ts';
+import { generate } from '../core/model/sample.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import type { Batch, TrainingEngine } from '../core/engine.ts';
 import { PRESETS } from '../core/model/config.ts';
@@ -47,14 +52,14 @@ class LossyEngine implements TrainingEngine {
   destroy(): void {}
 }
 
-async function resilient(): Promise<{ engine: ResilientEngine; devices: LossyEngine[] }> {
+async function resilient(onBusy?: (i: BusyInfo) => void): Promise<{ engine: ResilientEngine; devices: LossyEngine[] }> {
   const devices: LossyEngine[] = [];
   const open = async (): Promise<EngineHandle> => {
     const e = new LossyEngine(`gpu ${devices.length}`);
     devices.push(e);
     return { engine: e, lost: e.lost, dispose: () => {}, simulateLoss: () => e.lose(), gpuDevice: null };
   };
-  return { engine: await ResilientEngine.create({ open }), devices };
+  return { engine: await ResilientEngine.create({ open, onBusy }), devices };
 }
 
 describe('ResilientEngine', () => {
@@ -123,5 +128,99 @@ describe('ResilientEngine', () => {
     release();
     await p;
     expect(stepped).toBe(true);
+  });
+
+  it('backs off when steps get much slower than the recent median (a busy GPU) and returns when they recover', async () => {
+    const events: BusyInfo[] = [];
+    const { engine, devices } = await resilient((i) => events.push(i));
+    devices[0].stepDelayMs = 15;
+    await engine.setParams(initParams(config, 1));
+    const run = async (n: number) => {
+      for (let i = 0; i < n; i++) { await engine.step(batch(i), stepOpts(i)); await engine.takeLosses(); }
+    };
+    await run(6);
+    expect(engine.busy).toBe(false);
+    const median = engine.medianStepMs!;
+    // the wrapper's own test hook: every step now takes much longer, as a game sharing the GPU would cause
+    engine.extraStepMs = Math.max(150, 8 * median);
+    await run(2);
+    expect(engine.busy).toBe(true);
+    expect(events).toHaveLength(1);
+    expect(events[0].busy).toBe(true);
+    expect(engine.effectiveDutyCycle).toBe(0.25);
+    // the rest after a slow step is 3× its work at the lowered cap
+    const t0 = performance.now();
+    await run(1);
+    expect(performance.now() - t0).toBeGreaterThan(3 * engine.extraStepMs);
+    expect(engine.medianStepMs, 'slow steps do not move the median').toBe(median);
+    engine.extraStepMs = 0;
+    // two quick steps in a row release it (a step slowed by a noisy machine may delay that a little)
+    for (let i = 0; i < 10 && engine.busy; i++) await run(1);
+    expect(engine.busy).toBe(false);
+    expect(events.map((e) => e.busy)).toEqual([true, false]);
+    expect(engine.effectiveDutyCycle).toBe(1);
+  });
+
+  it('a sample is written between training steps: same tokens as generate(), no training step stretched 2×', async () => {
+    const { engine, devices } = await resilient();
+    devices[0].stepDelayMs = 40;
+    const theta = initParams(config, 3);
+    await engine.setParams(theta);
+    const sampler = new CpuEngine({ config, maxBatch: 1 });
+    await sampler.setParams(theta);
+    const slow = new Proxy(sampler, {
+      get: (t, k) => (k === 'nextTokenLogits'
+        ? async (c: Uint8Array) => { await new Promise((r) => setTimeout(r, 8)); return t.nextTokenLogits(c); }
+        : Reflect.get(t, k)),
+    });
+    const o = { tokens: 24, temperature: 0.8, seed: 5 };
+    const want = await generate(sampler, Uint8Array.from([67, 97]), o);
+    // training runs alongside: step times must stay near their usual 40 ms
+    await engine.step(batch(0), stepOpts(0));
+    await engine.takeLosses();
+    let done = false;
+    const stepMs: number[] = [];
+    const training = (async () => {
+      for (let i = 1; !done; i++) {
+        const t0 = performance.now();
+        await engine.step(batch(i), stepOpts(i));
+        await engine.takeLosses();
+        stepMs.push(performance.now() - t0);
+      }
+    })();
+    const got = await generateBetweenSteps(slow, Uint8Array.from([67, 97]), o, engine, () => {});
+    done = true;
+    await training;
+    expect(Array.from(got)).toEqual(Array.from(want));
+    expect(stepMs.length).toBeGreaterThan(1);
+    const usual = engine.medianStepMs!;
+    for (const ms of stepMs) expect(ms, `steps ${stepMs.map(Math.round).join(', ')} vs median ${usual}`).toBeLessThan(2 * usual + 40);
+  });
+
+  it('shows invalid UTF-8 and control bytes as visible escapes, readable text as it is', () => {
+    const bytes = Uint8Array.from([0x43, 0x61, 0x6c, 0x6c, 0x0a, 0xc3, 0xa9, 0xff, 0x01, 0xe2, 0x82, 0x41, 0x09, 0xf0, 0x9f, 0x90, 0xb3, 0x7f]);
+    expect(visibleText(bytes)).toEqual([
+      { text: 'Call\né', escaped: false },
+      { text: '\\xff\\x01\\xe2\\x82', escaped: true },
+      { text: 'A\t🐳', escaped: false },
+      { text: '\\x7f', escaped: true },
+    ]);
+    // overlong and surrogate encodings are not text
+    expect(visibleText(Uint8Array.from([0xc0, 0xaf, 0xed, 0xa0, 0x80])).every((p) => p.escaped)).toBe(true);
+  });
+
+  it('costs per hour follow the measured speed, the cap and the round-time target within the step bounds', () => {
+    const base = { model: PRESETS.small, batch: 8, seqLen: 128, bytesPerRound: { up: 2_000_000, down: 1_000_000 }, config: { coordinator: { minInnerSteps: 1, maxInnerSteps: 2000 } } };
+    const timed = parseRunInfo({ ...base, targetRoundMs: 90_000 });
+    // 1024 tokens a step at 512 tok/s: 2 s a step, 45 steps fill 90 s: 40 rounds an hour
+    const c = estimateCosts(timed, 512);
+    expect(c.roundSec).toBeCloseTo(90);
+    expect(c.upPerHour).toBeCloseTo(40 * 2_000_000);
+    expect(c.downPerHour).toBeCloseTo(40 * 1_000_000);
+    // a device too slow for one step in 90 s still runs one: a round is one 120 s step
+    expect(estimateCosts(timed, 1024 / 120).roundSec).toBeCloseTo(120);
+    expect(estimateCosts(timed, null).upPerHour).toBeNull();
+    const fixed = parseRunInfo({ ...base, innerSteps: 10 });
+    expect(estimateCosts(fixed, 1024).roundSec).toBeCloseTo(10);
   });
 });

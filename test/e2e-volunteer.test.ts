@@ -7,9 +7,13 @@
 //   4. Pause mid-round and resume: the round goes on, nothing is lost, nothing is sent twice.
 //   5. Server restart: the page reconnects by itself and goes on contributing.
 //   6. Without WebGPU: a clear message and a CPU opt-in that contributes an accepted delta.
+//   Also: the phase indicator passes through every phase of a round (screenshots of each, desktop
+//   and phone, under test-artifacts/), the device measures its speed before the first round, a
+//   sample while training stretches no step by more than 2×, and the busy-GPU back-off engages and
+//   releases when steps are slowed down (a test hook in the engine wrapper).
 //
 // One server and one WebGPU page serve steps 1–5 in order (compiling the WebGPU pipelines on
-// SwiftShader is the slowest part, so it is done once). Rounds are 4 inner steps.
+// SwiftShader is the slowest part, so it is done once). Rounds aim at ROUND_S seconds.
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -21,11 +25,15 @@ import { CpuEngine } from '../client/engine/cpu.ts';
 import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import { type Assignment, innerLearningRate } from '../core/protocol.ts';
+import type { IslandView } from '../core/api.ts';
+import { contributors } from '../core/credit.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts');
-const INNER_STEPS = 4;
+/** Rounds aim at this long (DyLU from the speed the page measured before its first round). */
+const ROUND_S = 6;
+const TITLE = 'Moby-Dick, byte by byte (an e2e run)';
 
 // ---------------------------------------------------------------------------------------------
 // a restartable `atoll serve` child process (same port, same run folder)
@@ -48,9 +56,12 @@ async function freePort(): Promise<number> {
 }
 
 async function serve(port: number, runDir: string): Promise<Served> {
+  // rounds of at least 3 steps (the pause test stops mid-round), sized to ROUND_S from the page's measured speed
+  const config = `${runDir}.json`;
+  writeFileSync(config, JSON.stringify({ coordinator: { minInnerSteps: 3 } }));
   const child = spawn(process.execPath, [
-    join(ROOT, 'bin/atoll.js'), 'serve', '--preset', 'tiny', '--port', String(port), '--run-dir', runDir,
-    '--host', '127.0.0.1', '--inner-steps', String(INNER_STEPS), '--no-eval',
+    join(ROOT, 'bin/atoll.js'), 'serve', '--config', config, '--preset', 'tiny', '--port', String(port), '--run-dir', runDir,
+    '--host', '127.0.0.1', '--round-time', String(ROUND_S), '--title', TITLE, '--no-eval',
   ], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: process.env });
   const output: string[] = [];
   const push = (b: Buffer) => {
@@ -102,6 +113,11 @@ async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs: num
 
 interface PageView {
   phase: string;
+  busy: boolean;
+  stepMs: number | null;
+  dutyCycle: number;
+  effectiveDutyCycle: number;
+  calibration: { tokensPerSec: number; stepMs: number; steps: number } | null;
   connection: string;
   engine: string | null;
   device: string;
@@ -114,7 +130,12 @@ interface PageView {
   lastRejection: { code: string; message: string } | null;
   pauseReasons: string[];
 }
-interface PageLoss { step: number; roundId: number; roundStep: number; version: number; loss: number }
+interface PageLoss { step: number; roundId: number; roundStep: number; version: number; loss: number; at: number }
+interface PageDebug { setDelays(d: Record<string, number>): void; phasesSeen: string[]; log: Array<{ text: string }> }
+const atoll = () => (globalThis as unknown as { __atoll: PageDebug }).__atoll;
+const setDelays = (b: LaunchedBrowser, d: Record<string, number>) => b.page.evaluate(`(${atoll})().setDelays(${JSON.stringify(d)})`);
+const phasesSeen = (b: LaunchedBrowser) => b.page.evaluate(`(${atoll})().phasesSeen.slice()`) as Promise<string[]>;
+const pageLog = (b: LaunchedBrowser) => b.page.evaluate(`(${atoll})().log.map((l) => l.text)`) as Promise<string[]>;
 interface IslandRow { id: string; name: string; contributorId: string; engine: string; adapter: string; accepted: number; rejected: number; rejectedByCode: Record<string, number>; tokens: number; connected: boolean }
 
 const pageView = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { view: PageView } }).__atoll.view);
@@ -207,14 +228,16 @@ describe('volunteer page (Chromium)', () => {
     await cpu?.close();
     await stop(server);
     if (runDir) rmSync(runDir, { recursive: true, force: true });
+    if (runDir) rmSync(`${runDir}.json`, { force: true });
     process.stderr.write(`e2e-volunteer timings (s): ${JSON.stringify(timings)}\n`);
   });
 
   it('explains the run and checks WebGPU before anything starts', async () => {
     const page = gpu!.page;
     await openVolunteerPage(gpu!, `${url}/`);
-    const run = await getJson<{ name: string; description: string }>(`${url}/api/run`);
-    await textOf(gpu!, '#run-name', (t) => t === run.name);
+    const run = await getJson<{ title: string; description: string }>(`${url}/api/run`);
+    expect(run.title).toBe(TITLE);
+    await textOf(gpu!, '#run-name', (t) => t === TITLE);
     await textOf(gpu!, '#run-description', (t) => t === run.description);
     await textOf(gpu!, '#cost-up', 'int8');
     await textOf(gpu!, '#cost-mem', 'MiB while training');
@@ -233,9 +256,39 @@ describe('volunteer page (Chromium)', () => {
     lap('intro');
   });
 
-  it('contributes a round on WebGPU and the server accepts it', async () => {
+  it('contributes a round on WebGPU, through every phase, and the server accepts it', async () => {
     const page = gpu!.page;
+    // each phase of the first round lasts long enough for a look: downloads, steps, uploads and waits slowed
+    await setDelays(gpu!, { syncMs: 2500, uploadMs: 2500, waitMs: 2500 });
+    const clicked = Date.now();
     await page.click('#start');
+    const shot = async (phase: string) => {
+      await page.screenshot({ path: join(ARTIFACTS, `volunteer-${phase}.png`), fullPage: true });
+      await page.setViewportSize({ width: 390, height: 844 });
+      await page.screenshot({ path: join(ARTIFACTS, `volunteer-${phase}-phone.png`), fullPage: true });
+      await page.setViewportSize({ width: 1280, height: 900 });
+    };
+    const shown = new Set<string>();
+    await waitFor('a screenshot of each phase of the round', async () => {
+      const v = await pageView(gpu!);
+      if (v.phase === 'error') throw new Error(`page error: ${JSON.stringify(v)}`);
+      if (['syncing', 'training', 'uploading', 'waiting'].includes(v.phase) && !shown.has(v.phase)) {
+        const current = await page.locator('#phases li[data-state="current"]').getAttribute('data-phase');
+        expect(current).toBe(v.phase);
+        shown.add(v.phase);
+        await shot(v.phase);
+      }
+      return shown.size === 4;
+    }, 150_000, 100);
+    await setDelays(gpu!, { syncMs: 0, uploadMs: 0, waitMs: 0 });
+    // the phases in round order (starting, then download θ, train, upload Δ, wait)
+    const seen = (await phasesSeen(gpu!)).filter((p) => ['syncing', 'training', 'uploading', 'waiting'].includes(p));
+    expect(seen.slice(0, 4)).toEqual(['syncing', 'training', 'uploading', 'waiting']);
+    // the speed was measured before the first assignment and saved for the next visit
+    const cal = (await pageView(gpu!)).calibration;
+    expect(cal?.tokensPerSec).toBeGreaterThan(0);
+    expect((await pageLog(gpu!)).some((l) => l.startsWith('Measured '))).toBe(true);
+    await textOf(gpu!, '#cost-hour', 'an hour');
     // the layout must not move while the numbers update: boxes at the first step and after the round
     const boxes = () => page.evaluate(() => ['#s-version', '#s-loss', '#s-speed', '#s-up', '#round-steps', '#round-eta', '#loss-chart', '#sample', '#conn']
       .map((sel) => { const r = document.querySelector(sel)!.getBoundingClientRect(); return `${sel} ${r.x.toFixed(1)},${r.y.toFixed(1)} ${r.width.toFixed(1)}×${r.height.toFixed(1)}`; }));
@@ -249,6 +302,16 @@ describe('volunteer page (Chromium)', () => {
     expect(v.engine).toBe('webgpu');
     expect(v.device).toContain('swiftshader');
     expect(await boxes()).toEqual(early);
+    timings.clickToFirstAcceptedS = Math.round((Date.now() - clicked) / 100) / 10;
+    expect(Date.now() - clicked).toBeLessThan(180_000);
+    // the first round was sized from the measured speed: its inner steps take the target round time ±50 %
+    const first = (await pageAssignments(gpu!))[0];
+    const fl = (await pageLosses(gpu!)).filter((l) => l.roundId === first.roundId);
+    expect(fl.length).toBe(first.innerSteps);
+    const trainS = ((fl.at(-1)!.at - fl[0].at) * fl.length) / (fl.length - 1) / 1000;
+    timings.firstRoundSteps = first.innerSteps;
+    timings.firstRoundTrainS = Math.round(trainS * 10) / 10;
+    expect(Math.abs(trainS / ROUND_S - 1), `${first.innerSteps} steps in ${trainS.toFixed(1)} s, target ${ROUND_S} s`).toBeLessThanOrEqual(0.5);
     islandId = v.islandId!;
     const row = (await islands()).find((i) => i.id === islandId);
     expect(row, `island ${islandId} on /api/islands`).toBeTruthy();
@@ -259,7 +322,6 @@ describe('volunteer page (Chromium)', () => {
     expect(savedId).toMatch(/^[\w-]{8,64}$/);
     expect(row!.contributorId).toBe(savedId);
     await textOf(gpu!, '#s-rounds', (t) => t !== '0' && t !== '–');
-    await page.screenshot({ path: join(ARTIFACTS, 'volunteer.png'), fullPage: true });
     timings.tokensPerSec = Math.round(v.tokensPerSec ?? 0);
     lap('first round');
   });
@@ -280,7 +342,7 @@ describe('volunteer page (Chromium)', () => {
     lap('numbers');
   });
 
-  it('pauses mid-round (a GPU sample meanwhile) and resumes without losing or duplicating work', async () => {
+  it('pauses mid-round and resumes without losing or duplicating work', async () => {
     const page = gpu!.page;
     // pause once a round is under way (at least one step done, not the last)
     await waitFor('a round in progress', async () => {
@@ -293,16 +355,7 @@ describe('volunteer page (Chromium)', () => {
     await waitFor('paused', async () => (await pageView(gpu!)).phase === 'paused', 60_000);
     const paused = await pageView(gpu!);
     const nPaused = (await pageLosses(gpu!)).length;
-    // while paused, ask for a sample of the global model on the GPU (it takes a while on SwiftShader)
-    await page.fill('#sample-prompt', 'Call me ');
-    const t0 = Date.now();
-    await page.click('#sample-go');
-    const meta = await textOf(gpu!, '#sample-meta', 'Model v', 120_000);
-    timings.sampleS = Math.round((Date.now() - t0) / 100) / 10;
-    expect(meta).toContain('swiftshader');
-    const text = (await page.locator('#sample-out').textContent()) ?? '';
-    expect(text.startsWith('Call me ')).toBe(true);
-    expect(text.length).toBeGreaterThan('Call me '.length + 50);
+    await sleep(500);
     expect((await pageLosses(gpu!)).length, 'no steps while paused').toBe(nPaused);
     expect((await pageView(gpu!)).round!.step).toBe(paused.round!.step);
     await textOf(gpu!, '#pause', (t) => t === 'Resume');
@@ -321,6 +374,55 @@ describe('volunteer page (Chromium)', () => {
     expect(row.rejectedByCode.E_DUPLICATE ?? 0).toBe(0);
     expect(events()).not.toContain('E_DUPLICATE');
     lap('pause/resume');
+  });
+
+  it('a sample while training stretches no training step by more than 2×', async () => {
+    const page = gpu!.page;
+    await waitFor('training', async () => (await pageView(gpu!)).phase === 'training', 60_000, 100);
+    const t0 = Date.now();
+    await page.fill('#sample-prompt', 'Call me ');
+    await page.click('#sample-go');
+    const meta = await textOf(gpu!, '#sample-meta', 'Model v', 120_000);
+    const t1 = Date.now();
+    timings.sampleS = Math.round((t1 - t0) / 100) / 10;
+    expect(meta).toContain('swiftshader');
+    expect(meta).toContain('40 tokens');
+    const text = (await page.locator('#sample-out').textContent()) ?? '';
+    expect(text.startsWith('Call me ')).toBe(true);
+    expect(text.length).toBeGreaterThan('Call me '.length + 20);
+    // seconds per step between consecutive loss readings of one round
+    const perStep = (ls: PageLoss[]) => ls.slice(1).flatMap((l, i) => {
+      const p = ls[i];
+      return p.roundId === l.roundId && l.roundStep > p.roundStep ? [{ at: l.at, ms: (l.at - p.at) / (l.roundStep - p.roundStep) }] : [];
+    });
+    const all = perStep(await pageLosses(gpu!));
+    const before = all.filter((x) => x.at < t0).slice(-12).map((x) => x.ms).sort((a, b) => a - b);
+    const during = all.filter((x) => x.at > t0 && x.at <= t1 + 50).map((x) => x.ms);
+    const median = before[before.length >> 1];
+    expect(during.length, 'steps ran while the sample was written').toBeGreaterThan(0);
+    timings.sampleTrainingStepMaxOverMedian = Math.round((100 * Math.max(...during)) / median) / 100;
+    for (const ms of during) expect(ms, `step ${Math.round(ms)} ms vs median ${Math.round(median)} ms`).toBeLessThan(2 * median);
+    lap('sample while training');
+  });
+
+  it('backs off when the GPU gets busy (slow steps) and returns when steps are quick again', async () => {
+    const page = gpu!.page;
+    const v0 = await waitFor('a step time', async () => { const v = await pageView(gpu!); return v.stepMs != null && v.phase === 'training' ? v : null; }, 60_000, 100);
+    // steps about 4× their median: clearly slow (the threshold is 3×) on a noisy machine too
+    await setDelays(gpu!, { stepMs: Math.max(300, 3 * v0.stepMs!) });
+    const busy = await waitFor('the back-off', async () => { const v = await pageView(gpu!); return v.busy ? v : null; }, 60_000, 100)
+      .catch(async (e: Error) => { throw new Error(`${e.message}; median ${v0.stepMs} ms; ${JSON.stringify(await pageView(gpu!))}; ${(await pageLog(gpu!)).slice(-6).join(' | ')}`); })
+      .finally(() => setDelays(gpu!, { stepMs: 0 }));
+    expect(busy.effectiveDutyCycle).toBeLessThan(busy.dutyCycle);
+    await textOf(gpu!, '#busy-note', 'busy with something else');
+    await page.screenshot({ path: join(ARTIFACTS, 'volunteer-busy.png'), fullPage: true });
+    const back = await waitFor('the back-off released', async () => { const v = await pageView(gpu!); return !v.busy ? v : null; }, 60_000, 100);
+    expect(back.effectiveDutyCycle).toBe(back.dutyCycle);
+    expect(await page.locator('#busy-note').isHidden()).toBe(true);
+    const log = await pageLog(gpu!);
+    expect(log.some((l) => l.startsWith('The GPU seems busy'))).toBe(true);
+    expect(log.some((l) => l.startsWith('Steps are quick again'))).toBe(true);
+    lap('busy back-off');
   });
 
   it('survives a lost GPU device: a new device, the round replayed, nothing lost', async () => {
@@ -365,6 +467,34 @@ describe('volunteer page (Chromium)', () => {
     lap('restart');
   });
 
+  it('a saved display name reaches the leaderboard at once; a reload keeps the totals and the speed measurement', async () => {
+    const page = gpu!.page;
+    const cid = (await islands()).find((i) => i.id === islandId)!.contributorId;
+    const credit = () => getJson<{ name: string | null; tokens: number; rank: number | null }>(`${url}/api/contributors/${cid}`);
+    await page.fill('#display-name', 'Ishmael');
+    await page.click('#save-name');
+    // the dashboard's leaderboard reads /api/islands on its next update: the name is there already
+    await waitFor('the new name on the server', async () => (await credit()).name === 'Ishmael', 10_000, 100);
+    const c = contributors(await islands() as unknown as IslandView[]);
+    expect(c.find((x) => x.key === cid)?.name).toBe('Ishmael');
+    const before = await credit();
+    expect(before.tokens).toBeGreaterThan(0);
+    expect(before.rank).toBe(1);
+    await saveLog('gpu-before-reload', gpu);
+    await page.reload();
+    await waitFor('the page after the reload', () => page.evaluate(() => !!(globalThis as unknown as { __atoll?: { run: unknown } }).__atoll?.run), 30_000, 100);
+    // totals from the server, before anything starts
+    await textOf(gpu!, '#cr-rank', (t) => t.startsWith('#1 of'));
+    const tokensText = await textOf(gpu!, '#cr-tokens', (t) => t !== '–' && t !== '0');
+    expect(tokensText.length).toBeGreaterThan(0);
+    expect(await page.locator('#display-name').inputValue()).toBe('Ishmael');
+    // the speed measured before the first round is re-used, not measured again
+    await page.click('#start');
+    await waitFor('the saved measurement', async () => (await pageLog(gpu!)).some((l) => l.startsWith('Speed measured earlier')), 60_000, 200);
+    expect((await pageLog(gpu!)).some((l) => l.startsWith('Measured '))).toBe(false);
+    lap('name and reload');
+  });
+
   it('without WebGPU: says what is missing and contributes on the CPU when asked', async () => {
     // the WebGPU page stops (closing it is a volunteer leaving) so the CPU page has the cores
     await saveLog('gpu', gpu);
@@ -383,7 +513,7 @@ describe('volunteer page (Chromium)', () => {
     // a sample before contributing: the CPU engine, the model downloaded for it
     await page.click('#sample-go');
     await textOf(cpu, '#sample-meta', 'CPU', 30_000);
-    expect(((await page.locator('#sample-out').textContent()) ?? '').length).toBeGreaterThan(50);
+    expect(((await page.locator('#sample-out').textContent()) ?? '').length).toBeGreaterThan(20);
     await page.locator('#start').focus();
     await page.keyboard.press('Enter');
     const v = await waitFor('an accepted CPU round', async () => {

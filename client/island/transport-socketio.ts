@@ -135,6 +135,15 @@ export class SocketIoTransport implements Transport {
     }
   }
 
+  /** A new display name: sent at once when connected, and in every later hello (a resume carries it). */
+  async rename(name: string): Promise<Result<void>> {
+    if (this.helloMsg) this.helloMsg = { ...this.helloMsg, caps: { ...this.helloMsg.caps, name } };
+    if (!this.ready) return ok(undefined);
+    const r = await this.emit<unknown>('rename', { name }, this.opts.requestTimeoutMs);
+    if (r === DISCONNECTED || r === TIMEOUT) return ok(undefined); // the resuming hello carries it
+    return r.ok ? ok(undefined) : err(r.error.code, r.error.message);
+  }
+
   async fetchModel(): Promise<Result<ModelSnapshotMsg>> {
     for (let attempt = 0; ; attempt++) {
       const up = await this.waitReady();

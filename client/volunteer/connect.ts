@@ -5,12 +5,14 @@
 
 import type { Transport } from '../island/index.ts';
 import { SocketIoTransport } from '../island/transport-socketio.ts';
-import type { Connection, LogLevel } from './messages.ts';
+import type { Connection, DebugDelays, LogLevel } from './messages.ts';
 
 export interface ConnectedTransport {
   transport: Transport;
   /** Connected and identified to the server. */
   connected(): boolean;
+  /** Sends a new display name now (and in later hellos). */
+  rename(name: string): Promise<void>;
 }
 
 export interface ConnectHooks {
@@ -50,5 +52,29 @@ export function connectTransport(url: string, hooks: ConnectHooks): ConnectedTra
       }
     },
   });
-  return { transport: t, connected: () => t.connected };
+  return {
+    transport: t,
+    connected: () => t.connected,
+    rename: async (name) => {
+      const r = await t.rename(name);
+      hooks.log(r.ok ? 'info' : 'warn', r.ok ? `The leaderboard shows you as “${name}” from its next update.` : `The server did not take the new name (${r.error.code}): ${r.error.message}`);
+    },
+  };
+}
+
+/** Test hook: a transport whose downloads, uploads and round waits each take `delays()` longer. */
+export function delayedTransport(t: Transport, delays: () => DebugDelays): Transport {
+  const after = async <R>(ms: number, f: () => Promise<R>): Promise<R> => {
+    if (ms > 0) await new Promise((r) => setTimeout(r, ms));
+    return f();
+  };
+  return {
+    hello: (m) => t.hello(m),
+    fetchModel: () => after(delays().syncMs, () => t.fetchModel()),
+    fetchUpdates: (v) => after(delays().syncMs, () => t.fetchUpdates(v)),
+    submitDelta: (m, f) => after(delays().uploadMs, () => t.submitDelta(m, f)),
+    nextAssignment: () => after(delays().waitMs, () => t.nextAssignment()),
+    onUpdate: (l) => t.onUpdate(l),
+    close: (r) => t.close(r),
+  };
 }

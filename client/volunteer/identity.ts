@@ -2,6 +2,8 @@
 // public display name, the usage cap and the pause-while-hidden choice. All in
 // localStorage; failures (private mode, disabled storage) fall back to memory.
 
+import type { Calibration } from './messages.ts';
+
 const KEY = 'atoll.volunteer.v1';
 
 export interface VolunteerPrefs {
@@ -9,6 +11,15 @@ export interface VolunteerPrefs {
   displayName: string;
   dutyCycle: number;
   pauseWhenHidden: boolean;
+  /** This device's last measured speed (re-used on reload when engine, device and shape match). */
+  calibration: Calibration | null;
+}
+
+function validCalibration(c: unknown): Calibration | null {
+  const x = c as Partial<Calibration> | null;
+  if (!x || typeof x !== 'object' || typeof x.key !== 'string') return null;
+  const pos = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v > 0;
+  return pos(x.tokensPerSec) && pos(x.stepMs) && pos(x.steps) && pos(x.ms) && pos(x.at) ? (x as Calibration) : null;
 }
 
 export const DUTY_CYCLES = [0.25, 0.5, 0.75, 1] as const;
@@ -35,6 +46,7 @@ export function loadPrefs(storage: Storage | null = safeStorage()): VolunteerPre
     displayName: typeof saved.displayName === 'string' ? cleanDisplayName(saved.displayName) : '',
     dutyCycle: DUTY_CYCLES.includes(saved.dutyCycle as (typeof DUTY_CYCLES)[number]) ? (saved.dutyCycle as number) : 1,
     pauseWhenHidden: saved.pauseWhenHidden === true,
+    calibration: validCalibration(saved.calibration),
   };
   savePrefs(prefs, storage);
   return prefs;

@@ -11,14 +11,16 @@ import { WebGpuEngine } from '../engine/webgpu.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
-import { type SampleOptions, sampleToken } from '../../core/model/sample.ts';
-import { backoff, mulberry32 } from '../../core/random.ts';
-import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
+import { backoff } from '../../core/random.ts';
+import { encodeText } from '../../core/data/tokenizer.ts';
+import { mfu } from '../../core/model/config.ts';
 import type { Assignment } from '../../core/protocol.ts';
-import { connectTransport, type ConnectedTransport } from './connect.ts';
-import type { EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
+import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
+import { calibrate, calibrationKey } from './calibrate.ts';
+import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
+import { generateBetweenSteps, SamplerEngines } from './sampler.ts';
 import { engineOptions, openDevice, probeGpu } from './worker-gpu.ts';
 
 const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
@@ -41,8 +43,9 @@ let globalStep = 0;
 let assignment: Assignment | null = null;
 /** Losses of this round are read back every this many steps (the runtime's lossEvery). */
 let roundLossEvery = 1;
-let stepWallMs: number | null = null;
-let lastStepAt = 0;
+let calibration: Calibration | null = null;
+/** Test hooks (debug-delays). */
+const delays: DebugDelays = { stepMs: 0, syncMs: 0, uploadMs: 0, waitMs: 0 };
 let runtimeStatus = 'idle';
 let reconnectAt: number | null = null;
 /** Why the island cannot go on (shown as the 'error' phase), or null. */
@@ -75,11 +78,21 @@ function refreshView(): void {
   view.pauseReasons = [...pauseReasons];
   view.paused = pauseReasons.size > 0;
   view.dutyCycle = engine?.dutyCycle ?? opts?.dutyCycle ?? 1;
+  view.effectiveDutyCycle = engine?.effectiveDutyCycle ?? view.dutyCycle;
+  view.busy = engine?.busy ?? false;
+  view.stepMs = engine?.medianStepMs ?? calibration?.stepMs ?? null;
+  // MFU of the compute itself (rests excluded), where the engine knows its device's peak
+  const peak = engine?.peakFlops;
+  const a = assignment;
+  view.mfu = peak && a && view.stepMs ? mfu(engine!.config, (1000 * a.batchSize * a.seqLen) / view.stepMs, peak, a.seqLen) : null;
+  view.calibration = calibration;
   view.phase = currentPhase();
   view.reconnectInSec = reconnectAt != null ? Math.max(0, (reconnectAt - performance.now()) / 1000) : null;
   if (view.round) {
+    // the steps left at the usage cap in force (compute, then its rest); none while paused
     const left = view.round.total - view.round.step;
-    view.round.etaSec = stepWallMs != null ? (left * stepWallMs) / 1000 : null;
+    const stepMs = engine?.lastStepMs != null && engine.busy ? engine.lastStepMs : view.stepMs;
+    view.round.etaSec = stepMs != null && !view.paused ? (left * stepMs) / view.effectiveDutyCycle / 1000 : null;
   }
 }
 
@@ -129,6 +142,13 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Pr
   };
   return ResilientEngine.create({
     open,
+    onBusy: (b) => {
+      if (!onLog) return;
+      const pct = (u: number) => `${Math.round(u * 100)}%`;
+      if (b.busy) log('warn', `The GPU seems busy with something else (a step took ${(b.stepMs / 1000).toFixed(1)} s, usually ${(b.medianMs / 1000).toFixed(1)} s): backing off to ${pct(b.dutyCycle)} until steps are quick again.`);
+      else log('info', `Steps are quick again (${(b.stepMs / 1000).toFixed(1)} s): back to the ${pct(b.dutyCycle)} usage cap.`);
+      publish(true);
+    },
     onLoss: (i) => {
       if (!onLog) return; // the sampler's own device: rebuilt quietly on the next sample
       log('warn', `The GPU device was lost (${i.reason}${i.message ? `: ${i.message}` : ''}); opening a new one and resuming from the last synced model.`);
@@ -173,10 +193,33 @@ async function start(o: StartOptions): Promise<void> {
     return;
   }
   engine.dutyCycle = o.dutyCycle;
+  engine.extraStepMs = delays.stepMs;
+  if (o.engine === 'webgpu') {
+    // the sampler's engine is built now, not while training runs (building it compiles pipelines)
+    await samplers.get('webgpu', o.shape, engine, (s) => openEngine('webgpu', s, false)).catch(() => {});
+  }
   view.device = o.engine === 'cpu' ? cpuName() : engine.device;
   log('info', `Engine ready: ${view.device} (${((performance.now() - t0) / 1000).toFixed(1)} s to set up${o.engine === 'webgpu' ? ', mostly compiling the GPU kernels' : ''}).`);
   publish(true);
   void supervise(o);
+}
+
+/** This device's speed: the saved measurement when it fits, else a few timed steps now. */
+async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<void> {
+  if (calibration || !engine) return;
+  const key = calibrationKey(o.engine, engine.device, o.shape);
+  if (o.calibration?.key === key) {
+    calibration = o.calibration;
+    log('info', `Speed measured earlier on this device: ${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(1)} s).`);
+    return;
+  }
+  view.detail = 'Measuring this device’s speed on a few training steps…';
+  publish(true);
+  calibration = await calibrate(engine.current, data, o.shape, key);
+  view.detail = '';
+  post({ type: 'calibrated', calibration });
+  log('info', `Measured ${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s on ${calibration.steps} steps in ${(calibration.ms / 1000).toFixed(1)} s (a step ${(calibration.stepMs / 1000).toFixed(1)} s): the first round is sized from it.`);
+  publish(true);
 }
 
 /** The name on the leaderboard: the display name, or a stable anonymous one from the contributor id. */
@@ -199,6 +242,12 @@ async function supervise(o: StartOptions): Promise<void> {
       await waitToRetry(++failures, `Could not download the training data (${(e as Error).message}).`);
       continue;
     }
+    try {
+      await ensureCalibration(o, train);
+    } catch (e) {
+      // the round is then sized from the first delta instead
+      log('warn', `Could not measure this device’s speed (${(e as Error).message}).`);
+    }
     view.connection = 'connecting';
     link = connectTransport(o.serverUrl, {
       onConnection: (c) => { view.connection = c; publish(true); },
@@ -207,8 +256,12 @@ async function supervise(o: StartOptions): Promise<void> {
     runtimeOpts = {
       engine: engine!,
       train,
-      transport: link.transport,
-      caps: { name: islandName(o), contributorId: o.contributorId.replace(/[^A-Za-z0-9_-]/g, '').slice(0, 64), maxBatch: o.shape.maxBatch },
+      transport: delayedTransport(link.transport, () => delays),
+      caps: {
+        name: islandName(o), contributorId: o.contributorId.replace(/[^A-Za-z0-9_-]/g, '').slice(0, 64), maxBatch: o.shape.maxBatch,
+        // the speed at the usage cap: what a round's wall time will see
+        ...(calibration ? { tokensPerSec: calibration.tokensPerSec * engine!.effectiveDutyCycle } : {}),
+      },
       // the usage cap is applied by the engine wrapper, at every step (see ResilientEngine.dutyCycle)
       dutyCycle: 1,
       lossEvery: 1,
@@ -285,19 +338,12 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
       view.islandId = a.islandId;
       view.round = { baseVersion: a.baseVersion, step: 0, total: a.innerSteps, etaSec: null };
       post({ type: 'assignment', assignment: a });
-      lastStepAt = 0;
       log('info', `Round ${a.roundId}: ${a.innerSteps} steps of ${a.batchSize}×${a.seqLen} tokens from model v${a.baseVersion}.`);
       publish(true);
       break;
     }
     case 'step': {
       globalStep += 1;
-      const now = performance.now();
-      if (lastStepAt > 0) {
-        const dt = now - lastStepAt;
-        stepWallMs = stepWallMs == null ? dt : 0.8 * stepWallMs + 0.2 * dt;
-      }
-      lastStepAt = now;
       if (view.round) view.round.step = e.step;
       view.lastLoss = e.loss;
       view.tokensPerSec = e.tokensPerSec;
@@ -305,7 +351,7 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
       if (a) view.tokensTrained += a.batchSize * a.seqLen;
       view.stepsDone = globalStep;
       if (e.step % roundLossEvery === 0 || e.step === e.of) {
-        const point: LossPoint = { step: globalStep, roundId: a?.roundId ?? -1, roundStep: e.step, version: a?.baseVersion ?? -1, loss: e.loss };
+        const point: LossPoint = { step: globalStep, roundId: a?.roundId ?? -1, roundStep: e.step, version: a?.baseVersion ?? -1, loss: e.loss, at: Date.now() };
         post({ type: 'losses', points: [point] });
       }
       publish();
@@ -324,7 +370,6 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
         view.lastRejection = { code, message, at: Date.now() };
         log('warn', `Update rejected (${code}): ${message}. Going on with the next round.`);
       }
-      stepWallMs = stepWallMs ?? null;
       publish(true);
       break;
     }
@@ -367,34 +412,7 @@ function resume(reason: PauseReason): void {
 
 // ---------------------------------------------------------------- samples
 
-interface Sampler {
-  kind: EngineKind;
-  engine: TrainingEngine;
-  /** The training engine's device it shares (null: its own device, or the CPU). */
-  shared: GPUDevice | null;
-  dead: boolean;
-}
-let sampler: Sampler | null = null;
-
-/**
- * An engine for sampling (batch 1). On WebGPU it shares the training engine's device when
- * there is one (Dawn reuses the compiled pipelines); before Start it opens its own.
- */
-async function samplerEngine(kind: EngineKind, shape: ModelShape): Promise<TrainingEngine> {
-  const shared = kind === 'webgpu' && engine?.kind === 'webgpu' ? engine.gpuDevice : null;
-  if (sampler && sampler.kind === kind && !sampler.dead && sampler.shared === shared) return sampler.engine;
-  // a shared engine frees its buffers; an own one (a ResilientEngine) its device too
-  if (sampler) sampler.engine.destroy();
-  const small: ModelShape = { config: shape.config, maxBatch: 1 };
-  let e: TrainingEngine;
-  if (kind === 'cpu') e = new CpuEngine(engineOptions(small));
-  else if (shared) e = await WebGpuEngine.create(shared, { ...engineOptions(small), adapterInfo: engine!.device });
-  else e = await openEngine('webgpu', small, false);
-  const s: Sampler = { kind, engine: e, shared, dead: false };
-  if (e instanceof WebGpuEngine) void e.lost.then(() => { s.dead = true; });
-  sampler = s;
-  return e;
-}
+const samplers = new SamplerEngines();
 
 async function globalModel(shape: ModelShape): Promise<{ params: Float32Array; version: number | null }> {
   const rt = runtime;
@@ -408,57 +426,31 @@ async function globalModel(shape: ModelShape): Promise<{ params: Float32Array; v
   return { params: ck.value.params, version: Number.isFinite(v) ? v : null };
 }
 
-/**
- * generate() of core/model/sample.ts (same tokens for the same seed), reporting the text so far
- * every few tokens so the page can show it being written.
- */
-async function generateStreaming(e: TrainingEngine, prompt: Uint8Array, o: SampleOptions, onProgress: (sofar: Uint8Array) => void): Promise<Uint8Array> {
-  const rand = mulberry32(o.seed ?? 1);
-  const ctx = Array.from(prompt.length > 0 ? prompt : [10]);
-  const out = new Uint8Array(o.tokens);
-  let shown = performance.now();
-  for (let i = 0; i < o.tokens; i++) {
-    const logits = await e.nextTokenLogits(Uint8Array.from(ctx.slice(-e.config.blockSize)));
-    out[i] = sampleToken(logits, o.temperature ?? 0.8, o.topK ?? 40, rand);
-    ctx.push(out[i]);
-    if (performance.now() - shown > 250) { shown = performance.now(); onProgress(out.subarray(0, i + 1)); }
-  }
-  return out;
-}
-
 async function sample(m: Extract<ToWorker, { type: 'sample' }>): Promise<void> {
   const t0 = performance.now();
-  let release: (() => void) | null = null;
   try {
     const kind = opts?.engine ?? m.engine;
     const g = await globalModel(m.shape);
-
     let out: Uint8Array | null = null;
     let e: TrainingEngine | null = null;
     for (let attempt = 0; !out; attempt++) {
       try {
-        e = await samplerEngine(kind, m.shape);
-        // training waits between steps while the sample is written (a few seconds), so the
-        // sample's small forward passes do not queue behind training steps
-        release ??= engine?.hold() ?? null;
+        e = await samplers.get(kind, m.shape, engine, (s) => openEngine('webgpu', s, false));
+        // setParams queues a write only; the tokens themselves wait for gaps between training steps
         await e.setParams(g.params);
-        out = await generateStreaming(e, encodeText(m.prompt), { tokens: m.tokens, temperature: m.temperature, seed: m.seed }, (sofar) => {
-          post({ type: 'sample-progress', id: m.id, text: decodeTokens(sofar) });
+        out = await generateBetweenSteps(e, encodeText(m.prompt), { tokens: m.tokens, temperature: m.temperature, seed: m.seed }, engine, (sofar) => {
+          post({ type: 'sample-progress', id: m.id, bytes: sofar.slice(), tokens: m.tokens });
         });
       } catch (err) {
-        // its device may have been lost (or replaced under the training engine): build it again once
-        if (attempt > 0 || !sampler) throw err;
-        sampler.dead = true;
+        if (attempt > 0 || !samplers.invalidate()) throw err;
       }
     }
     const device = kind === 'cpu' ? cpuName() : e!.device;
-    post({ type: 'sample', id: m.id, ok: true, text: decodeTokens(out), version: g.version, ms: performance.now() - t0, device });
+    post({ type: 'sample', id: m.id, ok: true, bytes: out, version: g.version, ms: performance.now() - t0, device });
   } catch (e) {
     const msg = (e as Error).message;
     const code = /^(E_[A-Z_0-9]+)/.exec(msg)?.[1] ?? 'E_SAMPLE';
     post({ type: 'sample', id: m.id, ok: false, code, message: msg.replace(/^E_[A-Z_0-9]+:\s*/, '') });
-  } finally {
-    release?.();
   }
 }
 
@@ -482,11 +474,16 @@ self.addEventListener('message', (ev: Event) => {
       publish(true);
       break;
     case 'set-display-name':
-      if (opts) opts.displayName = m.displayName;
-      if (runtimeOpts?.caps && opts) runtimeOpts.caps.name = islandName(opts);
-      log('info', m.displayName ? `Display name set to “${m.displayName}” (used from the next connection).` : 'Display name cleared.');
+      if (!opts) break; // sent in the first hello
+      opts.displayName = m.displayName;
+      if (runtimeOpts?.caps) runtimeOpts.caps.name = islandName(opts);
+      void link?.rename(islandName(opts));
       break;
     case 'sample': void sample(m); break;
+    case 'debug-delays':
+      Object.assign(delays, m.delays);
+      if (engine) engine.extraStepMs = delays.stepMs;
+      break;
     case 'debug-lose-device':
       if (engine?.kind === 'webgpu') {
         log('warn', 'Test hook: losing the GPU device on purpose.');

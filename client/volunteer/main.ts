@@ -3,10 +3,13 @@
 // island.worker.ts, so the tab stays responsive while the GPU works.
 
 import { LiveChart } from '../ui/chart.ts';
-import { formatBytes, formatCount, formatDuration, formatFixed, formatInt, formatRate } from '../ui/format.ts';
+import { formatBytes, formatCount, formatDuration, formatFixed, formatInt, formatPercent, formatRate } from '../ui/format.ts';
+import { estimateCosts, measuredPerHour } from './costs.ts';
+import { caret, sampleNodes } from './sample-text.ts';
 import { cleanDisplayName, loadPrefs, savePrefs } from './identity.ts';
-import type { EngineKind, FromWorker, GpuProbe, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, ToWorker } from './messages.ts';
+import type { DebugDelays, EngineKind, FromWorker, GpuProbe, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
+import type { ContributorCredit } from '../../core/api.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { type GlobalStatus, estimateTrainingBytes, parseRunInfo, parseStatus, type RunInfo } from './run-info.ts';
 
@@ -24,6 +27,7 @@ const ui = {
   costGpu: $('cost-gpu'),
   costDown: $('cost-down'),
   costUp: $('cost-up'),
+  costHour: $('cost-hour'),
   costMem: $('cost-mem'),
   gpuStatus: $('gpu-status'),
   gpuStatusText: $('gpu-status-text'),
@@ -37,11 +41,20 @@ const ui = {
   displayName: $<HTMLInputElement>('display-name'),
   saveName: $<HTMLButtonElement>('save-name'),
   contributorId: $('contributor-id'),
+  crTokens: $('cr-tokens'),
+  crComputed: $('cr-computed'),
+  crAccepted: $('cr-accepted'),
+  crRank: $('cr-rank'),
   live: $('live'),
   conn: $('conn'),
   connText: $('conn-text'),
   phaseText: $('phase-text'),
+  phases: Array.from(document.querySelectorAll<HTMLLIElement>('#phases li')),
+  phTraining: $('ph-training'),
+  phUploading: $('ph-uploading'),
+  busyNote: $('busy-note'),
   deviceName: $('device-name'),
+  deviceSpeed: $('device-speed'),
   roundSteps: $('round-steps'),
   roundEta: $('round-eta'),
   roundProgress: $('round-progress'),
@@ -76,12 +89,18 @@ let probe: GpuProbe | null = null;
 let started = false;
 let view: IslandView = initialView(prefs.dutyCycle);
 let status: GlobalStatus | null = null;
+/** This contributor's credit on the server (all islands with this contributor id). */
+let credit: ContributorCredit | null = null;
 const losses: LossPoint[] = [];
 const assignments: Assignment[] = [];
 const logLines: Array<{ level: LogLevel; text: string; at: number }> = [];
 let chart: LiveChart | null = null;
 let sampleSeq = 0;
 let sampleBusy = false;
+/** Every phase the page has shown, in order (repeats collapsed); read by the tests. */
+const phasesSeen: Phase[] = [];
+/** When contributing started (for the measured bytes per hour). */
+let startedAt = 0;
 
 /** Test and debugging hook: the page's state, read by the end-to-end tests. */
 const debug = {
@@ -89,12 +108,16 @@ const debug = {
   get probe() { return probe; },
   get view() { return view; },
   get status() { return status; },
+  get credit() { return credit; },
   get started() { return started; },
   losses,
   assignments,
   log: logLines,
+  phasesSeen,
   /** Test hook: make the worker lose its GPU device. */
   loseDevice: () => send({ type: 'debug-lose-device' }),
+  /** Test hook: slow steps (a busy GPU) and slow phases (to look at each). */
+  setDelays: (delays: Partial<DebugDelays>) => send({ type: 'debug-delays', delays }),
   prefs,
 };
 (globalThis as unknown as { __atoll: typeof debug }).__atoll = debug;
@@ -108,12 +131,24 @@ worker.addEventListener('message', (e: MessageEvent<FromWorker>) => {
   const m = e.data;
   switch (m.type) {
     case 'probe': probe = m.probe; renderProbe(); break;
-    case 'view': view = m.view; renderView(); break;
+    case 'calibrated':
+      prefs.calibration = m.calibration;
+      savePrefs(prefs);
+      if (run) renderCosts(run);
+      break;
+    case 'view': {
+      // credit moves when a round is accepted: ask the server at once
+      const accepted = m.view.roundsAccepted > view.roundsAccepted;
+      view = m.view;
+      renderView();
+      if (accepted) void pollStatus();
+      break;
+    }
     case 'losses': addLosses(m.points); break;
     case 'assignment': assignments.push(m.assignment); if (assignments.length > 50) assignments.shift(); break;
     case 'log': addLog(m.level, m.text, m.at); break;
     case 'sample': renderSample(m); break;
-    case 'sample-progress': renderSampleProgress(m.id, m.text); break;
+    case 'sample-progress': renderSampleProgress(m.id, m.bytes, m.tokens); break;
   }
 });
 worker.addEventListener('error', (e) => {
@@ -145,9 +180,14 @@ async function loadRun(): Promise<void> {
 }
 
 function renderRun(r: RunInfo): void {
-  document.title = `${r.name} · Atoll volunteer`;
-  ui.runName.textContent = r.name;
+  document.title = `${r.title} · Atoll volunteer`;
+  ui.runName.textContent = r.title;
   ui.runDesc.textContent = r.description;
+  renderCosts(r);
+}
+
+/** The cost card; the per-hour line from this device's measured speed at the chosen cap. */
+function renderCosts(r: RunInfo): void {
   const tokensPerStep = r.batch * r.seqLen;
   ui.costGpu.textContent = r.innerSteps
     ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens each), as long as you let it run, within the cap you set`
@@ -159,6 +199,12 @@ function renderRun(r: RunInfo): void {
     ? `${formatBytes(r.bytesUpPerRound)} (${r.codec} compressed update)`
     : `One ${r.codec} compressed update, about ${formatBytes(r.params * (r.codec === 'int4' ? 0.6 : r.codec === 'f16' ? 2 : 1.1))}`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.config, r.batch, r.seqLen))}`;
+  const cal = prefs.calibration;
+  const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null);
+  if (est.roundsPerHour != null && est.roundSec != null) {
+    ui.costHour.textContent = `About ${formatBytes(est.upPerHour)} up and ${formatBytes(est.downPerHour)} down an hour: a round every ` +
+      `${formatDuration(est.roundSec)} at this device's measured ${formatRate(cal!.tokensPerSec, 'tok')} and your ${Math.round(prefs.dutyCycle * 100)}% cap`;
+  }
 }
 
 /** The global model's version and held-out loss, polled (every 5 s while contributing, else 30 s). */
@@ -167,10 +213,10 @@ async function pollStatus(): Promise<void> {
   clearTimeout(statusTimer);
   try {
     const res = await fetch('/api/status', { headers: { accept: 'application/json' }, cache: 'no-store' });
-    if (res.ok) {
-      status = parseStatus(await res.json());
-      renderView();
-    }
+    if (res.ok) status = parseStatus(await res.json());
+    const cr = await fetch(`/api/contributors/${encodeURIComponent(prefs.contributorId)}`, { headers: { accept: 'application/json' }, cache: 'no-store' });
+    if (cr.ok) credit = (await cr.json()) as ContributorCredit;
+    renderView();
   } catch { /* the server is away: the worker reports the connection */ }
   clearTimeout(statusTimer);
   statusTimer = setTimeout(() => void pollStatus(), started && !document.hidden ? 5000 : 30_000);
@@ -231,11 +277,12 @@ ui.start.addEventListener('click', () => {
   const s = shape();
   if (started || !engine || !s) return;
   started = true;
+  startedAt = Date.now();
   ui.live.dataset.active = 'true';
   ensureChart();
   send({
     type: 'start',
-    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s },
+    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration },
   });
   syncHiddenPause();
   void pollStatus();
@@ -260,6 +307,7 @@ for (const r of ui.capRadios) {
     prefs.dutyCycle = Number(r.value);
     savePrefs(prefs);
     send({ type: 'set-duty-cycle', dutyCycle: prefs.dutyCycle });
+    if (run) renderCosts(run);
   });
 }
 
@@ -299,7 +347,7 @@ ui.displayName.addEventListener('keydown', (e) => { if (e.key === 'Enter') saveN
 const PHASE_TEXT: Record<IslandView['phase'], string> = {
   idle: 'Not started.',
   starting: 'Starting: preparing the GPU and connecting…',
-  syncing: 'Downloading the current global model…',
+  syncing: 'Downloading the current global model (θ)…',
   training: 'Training on your device.',
   uploading: 'Sending this round’s update…',
   waiting: 'Update sent; waiting for the round to close…',
@@ -316,25 +364,63 @@ const CONN_TEXT: Record<IslandView['connection'], string> = {
   reconnecting: 'Reconnecting…',
 };
 
-function renderView(): void {
-  const v = view;
-  document.body.dataset.phase = v.phase;
-  ui.conn.dataset.conn = v.connection;
-  setText(ui.connText, v.connection === 'reconnecting' && v.reconnectInSec != null
-    ? `Reconnecting in ${Math.max(0, Math.ceil(v.reconnectInSec))} s`
-    : CONN_TEXT[v.connection]);
+/** The round's phases, in order, for the stepper. */
+const ROUND_PHASES: Phase[] = ['syncing', 'training', 'uploading', 'waiting'];
+let roundPhase: Phase | null = null;
+
+function renderPhases(v: IslandView): void {
+  if (ROUND_PHASES.includes(v.phase)) roundPhase = v.phase;
+  else if (v.phase === 'idle' || v.phase === 'starting' || v.phase === 'error') roundPhase = null;
+  const at = roundPhase ? ROUND_PHASES.indexOf(roundPhase) : -1;
+  const halted = v.phase === 'paused' || v.phase === 'pausing' || v.phase === 'recovering';
+  ui.phases.forEach((li, i) => {
+    li.dataset.state = i < at ? 'done' : i === at ? (halted ? 'paused' : 'current') : 'todo';
+  });
+  const r = v.round;
+  setText(ui.phTraining, r ? `step ${formatInt(r.step)} of ${formatInt(r.total)}` : 'step – of –');
+  setText(ui.phUploading, v.bytesUp > 0 ? `${formatBytes(v.bytesUp)} sent so far` : 'compressed Δ');
+  if (phasesSeen[phasesSeen.length - 1] !== v.phase) phasesSeen.push(v.phase);
+}
+
+/** The phase line: what runs now, with the step, the cap in force and why it is lowered. */
+function phaseLine(v: IslandView): string {
+  const pct = (u: number) => `${Math.round(u * 100)}%`;
   let phase = PHASE_TEXT[v.phase];
+  if (v.phase === 'training' && v.round) {
+    phase = `Training: step ${formatInt(v.round.step)} of ${formatInt(v.round.total)}` +
+      (v.effectiveDutyCycle < 1 ? `, at a ${pct(v.effectiveDutyCycle)} usage cap.` : '.');
+  }
   if (v.phase === 'paused' && v.pauseReasons.length === 1 && v.pauseReasons[0] === 'hidden') phase = 'Paused while this tab is hidden.';
   if (v.detail) phase = `${phase} ${v.detail}`;
   if (started && status?.paused && v.phase !== 'paused') phase = `${phase} The researchers have paused the run for now; your island waits and goes on when they resume it.`;
   if (started && status?.done) phase = 'The run has reached its goal. Thank you for contributing!';
-  setText(ui.phaseText, phase);
+  return phase;
+}
+
+function renderView(): void {
+  const v = view;
+  document.body.dataset.phase = v.phase;
+  renderPhases(v);
+  ui.conn.dataset.conn = v.connection;
+  setText(ui.connText, v.connection === 'reconnecting' && v.reconnectInSec != null
+    ? `Reconnecting in ${Math.max(0, Math.ceil(v.reconnectInSec))} s`
+    : CONN_TEXT[v.connection]);
+  setText(ui.phaseText, phaseLine(v));
   setText(ui.deviceName, v.device ? (v.engine === 'cpu' ? `${v.device} (CPU engine)` : v.device) : '–');
+  setText(ui.deviceSpeed, (v.stepMs != null ? `· a step takes ${v.stepMs < 1000 ? `${Math.round(v.stepMs)} ms` : formatDuration(v.stepMs / 1000)} of compute` : '') +
+    (v.mfu != null ? ` · MFU ${formatPercent(v.mfu, 2)}` : ''));
+  ui.busyNote.hidden = !v.busy;
+  if (v.busy) {
+    setText(ui.busyNote, `Your GPU seems busy with something else (steps take much longer than usual), so Atoll backs off to ` +
+      `${Math.round(v.effectiveDutyCycle * 100)}% of the time. It returns to your ${Math.round(v.dutyCycle * 100)}% cap by itself when steps are quick again.`);
+  }
 
   const r = v.round;
   const frac = r && r.total > 0 ? Math.min(1, r.step / r.total) : 0;
   setText(ui.roundSteps, r ? `${formatInt(r.step)} / ${formatInt(r.total)} steps` : '– / – steps');
-  setText(ui.roundEta, r && v.phase === 'training' && r.etaSec != null ? `ETA ${formatDuration(r.etaSec)}` : r && r.step >= r.total ? 'done' : 'ETA –');
+  setText(ui.roundEta, r && r.step >= r.total ? 'done'
+    : r && v.paused ? 'ETA: paused'
+      : r && (v.phase === 'training' || v.phase === 'recovering') && r.etaSec != null ? `ETA ${formatDuration(r.etaSec)}` : 'ETA –');
   ui.roundFill.style.transform = `scaleX(${frac})`;
   ui.roundProgress.setAttribute('aria-valuenow', frac.toFixed(3));
   ui.roundProgress.setAttribute('aria-valuetext', r ? `${r.step} of ${r.total} steps of the round from model version ${r.baseVersion}` : 'no round');
@@ -345,16 +431,30 @@ function renderView(): void {
   setText(ui.sEval, evalLoss != null ? `${formatFixed(evalLoss, 3)}${status?.evalVersion != null ? ` (v${status.evalVersion})` : ''}` : '–');
   setText(ui.sLoss, formatFixed(v.lastLoss, 3));
   setText(ui.sSpeed, formatRate(v.tokensPerSec, 'tok'));
-  setText(ui.sTokens, formatCount(v.tokensContributed));
-  setText(ui.sRounds, v.roundsRejected > 0 ? `${formatInt(v.roundsAccepted)} (${formatInt(v.roundsRejected)} rejected)` : formatInt(v.roundsAccepted));
-  setText(ui.sUp, formatBytes(v.bytesUp));
-  setText(ui.sDown, formatBytes(v.bytesDown));
+  // the server's totals for this contributor (earlier sessions too), this session's until they arrive
+  const accepted = Math.max(credit?.accepted ?? 0, v.roundsAccepted);
+  setText(ui.sTokens, formatCount(Math.max(credit?.tokens ?? 0, v.tokensContributed)));
+  setText(ui.sRounds, v.roundsRejected > 0 ? `${formatInt(accepted)} (${formatInt(v.roundsRejected)} rejected)` : formatInt(accepted));
+  renderCredit();
+  // counted as it goes, with the hourly rate once a few minutes have passed
+  const perHour = (b: number) => measuredPerHour(b, startedAt, Date.now(), 120_000);
+  const upH = perHour(v.bytesUp), downH = perHour(v.bytesDown);
+  setText(ui.sUp, upH != null ? `${formatBytes(v.bytesUp)} (${formatBytes(upH)}/h)` : formatBytes(v.bytesUp));
+  setText(ui.sDown, downH != null ? `${formatBytes(v.bytesDown)} (${formatBytes(downH)}/h)` : formatBytes(v.bytesDown));
 
   if (v.lastRejection) {
     ui.rejection.hidden = false;
     setText(ui.rejection, `The server did not accept an update (${v.lastRejection.code}): ${v.lastRejection.message} The island goes on with the next round.`);
   }
   updateButtons();
+}
+
+function renderCredit(): void {
+  const c = credit;
+  setText(ui.crTokens, c ? formatCount(c.tokens) : '–');
+  setText(ui.crComputed, c ? formatCount(c.tokensComputed) : '–');
+  setText(ui.crAccepted, c ? formatInt(c.accepted) : '–');
+  setText(ui.crRank, c?.rank != null ? `#${formatInt(c.rank)} of ${formatInt(c.contributors)}` : c ? 'not yet ranked' : '–');
 }
 
 function ensureChart(): LiveChart {
@@ -385,7 +485,8 @@ function addLog(level: LogLevel, text: string, at: number): void {
 
 // ---------------------------------------------------------------- samples
 
-const SAMPLE_TOKENS = 100;
+/** Short by default: on a slow device each token waits for a gap between training steps. */
+const SAMPLE_TOKENS = 40;
 
 ui.sampleGo.addEventListener('click', () => {
   const engine = chosenEngine();
@@ -394,25 +495,15 @@ ui.sampleGo.addEventListener('click', () => {
   sampleBusy = true;
   sampleSeq += 1;
   ui.sampleGo.textContent = 'Writing…';
-  setText(ui.sampleMeta, 'Generating on your device…');
+  setText(ui.sampleMeta, started ? 'Writing between training steps (training goes first)…' : 'Writing on your device…');
   send({ type: 'sample', id: sampleSeq, prompt: ui.samplePrompt.value, tokens: SAMPLE_TOKENS, temperature: 0.8, seed: (Math.random() * 2 ** 31) >>> 0, engine, shape: s });
   updateButtons();
 });
 
-function renderSampleProgress(id: number, text: string): void {
+function renderSampleProgress(id: number, bytes: Uint8Array, tokens: number): void {
   if (id !== sampleSeq) return;
-  const p = document.createElement('span');
-  p.className = 'prompt';
-  p.textContent = ui.samplePrompt.value;
-  ui.sampleOut.replaceChildren(p, text, caret());
-}
-
-function caret(): HTMLElement {
-  const c = document.createElement('span');
-  c.className = 'caret';
-  c.setAttribute('aria-hidden', 'true');
-  c.textContent = '▍';
-  return c;
+  ui.sampleOut.replaceChildren(...sampleNodes(ui.samplePrompt.value, bytes), caret());
+  setText(ui.sampleMeta, `${formatInt(bytes.length)} of ${formatInt(tokens)} tokens${started ? ', between training steps (training goes first)' : ''}…`);
 }
 
 function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
@@ -421,11 +512,8 @@ function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
   ui.sampleGo.textContent = 'Write a sample';
   ui.sampleOut.replaceChildren();
   if (m.ok) {
-    const p = document.createElement('span');
-    p.className = 'prompt';
-    p.textContent = ui.samplePrompt.value;
-    ui.sampleOut.append(p, m.text);
-    setText(ui.sampleMeta, `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}, ${formatDuration(m.ms / 1000)}`);
+    ui.sampleOut.append(...sampleNodes(ui.samplePrompt.value, m.bytes));
+    setText(ui.sampleMeta, `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.bytes.length)} tokens in ${formatDuration(m.ms / 1000)}`);
   } else {
     ui.sampleOut.textContent = '';
     setText(ui.sampleMeta, `Could not write a sample (${m.code}): ${m.message}`);

@@ -39,6 +39,32 @@ export interface StartOptions {
   /** GPU usage cap: fraction of wall time spent computing (0.25 … 1). */
   dutyCycle: number;
   shape: ModelShape;
+  /** The last calibration saved by the page (re-used when its key still fits). */
+  calibration: Calibration | null;
+}
+
+/** This device's measured training speed (calibrate.ts), saved by the page across reloads. */
+export interface Calibration {
+  /** Engine, device and shape it was measured for (calibrationKey). */
+  key: string;
+  /** Full-batch training speed while computing, tokens/s (the usage cap not applied). */
+  tokensPerSec: number;
+  /** One full-batch step, ms. */
+  stepMs: number;
+  steps: number;
+  /** Time the calibration took, ms; when it was measured (epoch ms). */
+  ms: number;
+  at: number;
+}
+
+/** Test hooks: delays (ms) that make each phase last long enough to look at. */
+export interface DebugDelays {
+  /** Added to every training step's compute (as a busy GPU would). */
+  stepMs: number;
+  /** Added before model downloads, Δ uploads and waits for the next round. */
+  syncMs: number;
+  uploadMs: number;
+  waitMs: number;
 }
 
 export type PauseReason = 'user' | 'hidden';
@@ -52,7 +78,8 @@ export type ToWorker =
   | { type: 'set-display-name'; displayName: string }
   | { type: 'sample'; id: number; prompt: string; tokens: number; temperature: number; seed: number; engine: EngineKind; shape: ModelShape }
   /** Test hook: lose the GPU device as a driver crash would. */
-  | { type: 'debug-lose-device' };
+  | { type: 'debug-lose-device' }
+  | { type: 'debug-delays'; delays: Partial<DebugDelays> };
 
 export type Phase =
   | 'idle'         // nothing started
@@ -73,7 +100,7 @@ export interface RoundView {
   baseVersion: number;
   step: number;
   total: number;
-  /** Estimated seconds left in the inner loop (null until a step was timed). */
+  /** Estimated seconds left in the inner loop, usage cap included (null until timed, or paused). */
   etaSec: number | null;
 }
 
@@ -102,9 +129,18 @@ export interface IslandView {
   roundsRejected: number;
   bytesUp: number;
   bytesDown: number;
-  /** Training speed while computing (excludes rests from the usage cap). */
+  /** Training speed at the usage cap (rests included), as the round ran so far. */
   tokensPerSec: number | null;
+  /** Median compute time of a step, ms (rests excluded). */
+  stepMs: number | null;
+  /** Model FLOPs utilization of the engine, when it knows its adapter's peak (0 … 1). */
+  mfu: number | null;
+  /** The usage cap chosen, and the one in force (lower while the GPU is busy elsewhere). */
   dutyCycle: number;
+  effectiveDutyCycle: number;
+  /** Busy-GPU back-off: steps take much longer than this island's recent median. */
+  busy: boolean;
+  calibration: Calibration | null;
   paused: boolean;
   pauseReasons: PauseReason[];
   lastRejection: { code: string; message: string; at: number } | null;
@@ -119,19 +155,23 @@ export interface LossPoint {
   /** Global version the round started from. */
   version: number;
   loss: number;
+  /** When the step's loss was read (epoch ms). */
+  at: number;
 }
 
 export type LogLevel = 'info' | 'warn' | 'error';
 
 export type FromWorker =
   | { type: 'probe'; probe: GpuProbe }
+  | { type: 'calibrated'; calibration: Calibration }
   | { type: 'view'; view: IslandView }
   | { type: 'losses'; points: LossPoint[] }
   /** Each assignment as received (shown in the activity log; the tests replay it). */
   | { type: 'assignment'; assignment: Assignment }
   | { type: 'log'; level: LogLevel; text: string; at: number }
-  | { type: 'sample-progress'; id: number; text: string }
-  | { type: 'sample'; id: number; ok: true; text: string; version: number | null; ms: number; device: string }
+  /** A sample's bytes so far (of `tokens`); the page shows invalid UTF-8 as visible escapes. */
+  | { type: 'sample-progress'; id: number; bytes: Uint8Array; tokens: number }
+  | { type: 'sample'; id: number; ok: true; bytes: Uint8Array; version: number | null; ms: number; device: string }
   | { type: 'sample'; id: number; ok: false; code: string; message: string };
 
 export function initialView(dutyCycle = 1): IslandView {
@@ -139,6 +179,6 @@ export function initialView(dutyCycle = 1): IslandView {
     phase: 'idle', detail: '', engine: null, device: '', connection: 'offline', reconnectInSec: null,
     islandId: null, round: null, globalVersion: null, globalEvalLoss: null, lastLoss: null,
     stepsDone: 0, tokensContributed: 0, tokensTrained: 0, roundsAccepted: 0, roundsRejected: 0,
-    bytesUp: 0, bytesDown: 0, tokensPerSec: null, dutyCycle, paused: false, pauseReasons: [], lastRejection: null,
+    bytesUp: 0, bytesDown: 0, tokensPerSec: null, stepMs: null, mfu: null, dutyCycle, effectiveDutyCycle: dutyCycle, busy: false, calibration: null, paused: false, pauseReasons: [], lastRejection: null,
   };
 }

@@ -35,7 +35,29 @@ export interface ResilientEngineOptions {
   onRecovered?: (info: { device: string; replayedSteps: number; ms: number }) => void;
   /** Give up after this many losses in a row without a completed step in between. Default 3. */
   maxConsecutiveLosses?: number;
+  /** The busy-GPU back-off engaged (steps much slower than usual) or released. */
+  onBusy?: (info: BusyInfo) => void;
 }
+
+export interface BusyInfo {
+  busy: boolean;
+  /** Compute time of the last step and the island's recent median, ms. */
+  stepMs: number;
+  medianMs: number;
+  /** The usage cap in force now (lowered while busy). */
+  dutyCycle: number;
+}
+
+/** Busy-GPU back-off: steps this many times the recent median are slow; back to normal under RECOVER. */
+const BUSY_FACTOR = 3;
+const RECOVER_FACTOR = 2;
+/** Slow (or recovered) steps in a row before the back-off engages (or releases). */
+const BUSY_RUN = 2;
+/** While backing off, the cap is divided by this (floor 5 %). */
+const BUSY_DIVISOR = 4;
+/** Normal steps kept for the median, and how many it needs before judging. */
+const MEDIAN_WINDOW = 15;
+const MEDIAN_MIN = 4;
 
 interface RecordedStep { inputs: Uint8Array; targets: Uint8Array; B: number; T: number; opts: StepOptions }
 
@@ -75,6 +97,7 @@ export class ResilientEngine implements TrainingEngine {
 
   get device(): string { return this.handle.engine.device; }
   get gpuBytes(): number { return this.handle.engine.gpuBytes; }
+  get peakFlops(): number | undefined { return this.handle.engine.peakFlops; }
   /** The engine currently in use (changes after a recovery). */
   get current(): TrainingEngine { return this.handle.engine; }
   /** The current WebGPU device (changes after a recovery; null for the CPU). */
@@ -180,24 +203,35 @@ export class ResilientEngine implements TrainingEngine {
 
   private holds = 0;
   private holdWaiters: Array<() => void> = [];
+  /** Steps queued whose losses are not read yet (training is "between steps" when false). */
+  private working = false;
+  private stepsWaiting = 0;
+  private idleWaiters: Array<() => void> = [];
 
-  /**
-   * Holds training steps back (they wait before queueing) until the returned release is
-   * called: lets a sample use the GPU queue without waiting behind training steps.
-   */
+  /** Holds training steps back (they wait before queueing) until the returned release is called. */
   hold(): () => void {
     this.holds += 1;
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      if (--this.holds === 0) {
-        const w = this.holdWaiters;
-        this.holdWaiters = [];
-        for (const f of w) f();
-      }
+      if (--this.holds === 0) wake(this.holdWaiters);
     };
   }
+
+  /**
+   * A slot for other GPU work (a sample) between training steps: waits until no step runs or
+   * waits (training takes precedence), then holds steps back until release. `budgetMs` is how
+   * long the slot may last: under a third of a usual step, so a waiting step is never stretched 2×.
+   */
+  async between(): Promise<{ release: () => void; budgetMs: number }> {
+    while (this.working || this.stepsWaiting > 0) await new Promise<void>((r) => this.idleWaiters.push(r));
+    const med = this.medianStepMs;
+    return { release: this.hold(), budgetMs: med != null ? Math.max(20, 0.3 * med) : 1000 };
+  }
+
+  /** A step is waiting for a slot to end. */
+  get stepWaiting(): boolean { return this.stepsWaiting > 0; }
 
   /**
    * GPU usage cap: the fraction of wall time spent computing, (0, 1]. After each step's losses
@@ -206,16 +240,65 @@ export class ResilientEngine implements TrainingEngine {
    * server sizes rounds by the island's real pace.
    */
   dutyCycle = 1;
+  /** Test hook: extra compute time per step, as a GPU shared with a game or a video would add. */
+  extraStepMs = 0;
   private workMs = 0;
+  private workSteps = 0;
   private wakeRest: (() => void) | null = null;
+
+  // busy-GPU back-off: per-step compute times of normal steps, and the runs of slow / recovered ones
+  private normalMs: number[] = [];
+  private slowRun = 0;
+  private okRun = 0;
+  /** Backing off: steps take much longer than this island's recent median (the GPU is busy elsewhere). */
+  busy = false;
+  /** Compute time of the last step (losses read), ms. */
+  lastStepMs: number | null = null;
+
+  /** Median compute time of the recent normal steps, ms (null before any). */
+  get medianStepMs(): number | null {
+    if (this.normalMs.length === 0) return null;
+    const s = [...this.normalMs].sort((a, b) => a - b);
+    return s[s.length >> 1];
+  }
+
+  /** The usage cap in force: the chosen one, lowered while the GPU is busy. */
+  get effectiveDutyCycle(): number {
+    const u = Math.min(1, Math.max(0.05, this.dutyCycle));
+    return this.busy ? Math.max(0.05, u / BUSY_DIVISOR) : u;
+  }
 
   /** Ends a rest early (pause: the runtime then stops before the next step). */
   interruptRest(): void {
     this.wakeRest?.();
   }
 
+  /** Judges the last step's compute time against the recent median; engages or releases the back-off. */
+  private observe(stepMs: number): void {
+    this.lastStepMs = stepMs;
+    const med = this.medianStepMs;
+    const judged = med != null && this.normalMs.length >= MEDIAN_MIN;
+    const slow = judged && stepMs > BUSY_FACTOR * med;
+    const normal = !judged || stepMs < RECOVER_FACTOR * med;
+    this.slowRun = slow ? this.slowRun + 1 : 0;
+    this.okRun = normal ? this.okRun + 1 : 0;
+    if (!this.busy && this.slowRun >= BUSY_RUN) this.setBusy(true, stepMs, med!);
+    else if (this.busy && this.okRun >= BUSY_RUN) this.setBusy(false, stepMs, med!);
+    if (!this.busy && normal) {
+      this.normalMs.push(stepMs);
+      if (this.normalMs.length > MEDIAN_WINDOW) this.normalMs.shift();
+    }
+  }
+
+  private setBusy(busy: boolean, stepMs: number, medianMs: number): void {
+    this.busy = busy;
+    this.okRun = 0;
+    this.slowRun = 0;
+    this.opts.onBusy?.({ busy, stepMs, medianMs, dutyCycle: this.effectiveDutyCycle });
+  }
+
   private async rest(): Promise<void> {
-    const u = Math.min(1, Math.max(0.05, this.dutyCycle));
+    const u = this.effectiveDutyCycle;
     const ms = Math.min(60_000, (this.workMs * (1 - u)) / u);
     this.workMs = 0;
     if (ms < 1) return;
@@ -228,7 +311,10 @@ export class ResilientEngine implements TrainingEngine {
   }
 
   async step(batch: Batch, opts: StepOptions): Promise<void> {
+    this.stepsWaiting += 1;
     while (this.holds > 0) await new Promise<void>((r) => this.holdWaiters.push(r));
+    this.stepsWaiting -= 1;
+    this.working = true;
     const t0 = performance.now();
     const rec: RecordedStep = {
       inputs: Uint8Array.from(batch.inputs.subarray(0, batch.B * batch.T)),
@@ -237,9 +323,11 @@ export class ResilientEngine implements TrainingEngine {
     };
     // a recovery inside this call replays the recorded steps, then this one is retried
     await this.call((e) => e.step(batch, opts));
+    if (this.extraStepMs > 0) await new Promise((r) => setTimeout(r, this.extraStepMs));
     if (this.kind !== 'cpu') this.steps.push(rec);
     this.consecutiveLosses = 0;
     this.workMs += performance.now() - t0;
+    this.workSteps += 1;
   }
 
   async takeLosses(): Promise<number[]> {
@@ -248,8 +336,12 @@ export class ResilientEngine implements TrainingEngine {
     const out = this.pendingLosses.concat(fresh);
     this.pendingLosses = [];
     this.lossesTaken += out.length;
-    if (this.workMs > 0) {
+    this.working = false;
+    wake(this.idleWaiters);
+    if (this.workSteps > 0) {
       this.workMs += performance.now() - t0;
+      this.observe(this.workMs / this.workSteps);
+      this.workSteps = 0;
       await this.rest();
     }
     return out;
@@ -263,6 +355,10 @@ export class ResilientEngine implements TrainingEngine {
     this.handle.engine.destroy();
     this.handle.dispose();
   }
+}
+
+function wake(waiters: Array<() => void>): void {
+  for (const f of waiters.splice(0)) f();
 }
 
 export type { EngineOptions };

@@ -5,7 +5,9 @@
 import { type GPTConfig, numParams } from '../../core/model/config.ts';
 
 export interface RunInfo {
+  /** The run's folder name, and the headline a person reads (the folder name when it has none). */
   name: string;
+  title: string;
   description: string;
   config: GPTConfig;
   params: number;
@@ -14,6 +16,10 @@ export interface RunInfo {
   seqLen: number;
   /** Inner steps per round (null when the server sizes rounds per island). */
   innerSteps: number | null;
+  /** The round time DyLU aims each island at, ms (0: rounds are sized by steps), and its step bounds. */
+  targetRoundMs: number;
+  minInnerSteps: number;
+  maxInnerSteps: number;
   /** Delta encoding, e.g. "int8". */
   codec: string;
   /** Bytes an island sends per round (its compressed Δ) and receives (the outer update). */
@@ -61,14 +67,20 @@ export function parseRunInfo(json: unknown): RunInfo {
   const codecObj = obj(r.codec) ?? obj(cfgRoot?.codec);
   const bytes = obj(r.bytesPerRound) ?? obj(r.bandwidth) ?? {};
   const params = num(r.params, r.paramCount, r.numParams, r.parameters) ?? numParams(config);
+  const coord = obj(cfgRoot?.coordinator) ?? {};
+  const name = str(r.name, r.runName, cfgRoot?.name) ?? 'Atoll run';
   return {
-    name: str(r.name, r.runName, cfgRoot?.name) ?? 'Atoll run',
+    name,
+    title: str(r.title, cfgRoot?.title) ?? name,
     description: str(r.description, cfgRoot?.description) ?? '',
     config,
     params,
     batch: num(r.batch, r.batchSize, island.batch, island.batchSize, cfgRoot?.batch) ?? 8,
     seqLen: num(r.seqLen, island.seqLen, island.T, cfgRoot?.seqLen) ?? config.blockSize,
     innerSteps: num(r.innerSteps, r.H, island.innerSteps, island.steps, island.H, cfgRoot?.innerSteps),
+    targetRoundMs: num(r.targetRoundMs, coord.targetRoundMs) ?? 0,
+    minInnerSteps: num(coord.minInnerSteps) ?? 1,
+    maxInnerSteps: num(coord.maxInnerSteps) ?? Infinity,
     codec: str(codecObj?.encoding, r.codec, r.encoding) ?? 'int8',
     bytesUpPerRound: num(bytes.up, bytes.upload, bytes.island, r.bytesUpPerRound, r.bytesPerRound),
     bytesDownPerRound: num(bytes.down, bytes.download, bytes.server, r.bytesDownPerRound),

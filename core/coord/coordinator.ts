@@ -142,6 +142,7 @@ export class Coordinator {
       if (isl.status === 'banned') return err(ErrorCode.BANNED, `island ${isl.id} is banned`);
       isl.caps = structuredClone(caps);
       if (caps.contributorId) isl.contributorId = caps.contributorId;
+      if (caps.name) isl.name = caps.name.slice(0, 64);
       if (caps.tokensPerSec !== undefined && isl.tokensPerSec === undefined) isl.tokensPerSec = caps.tokensPerSec;
       isl.batchSize = this.batchSizeFor(caps);
     } else {
@@ -166,6 +167,14 @@ export class Coordinator {
   }
 
   /** The island said bye (or its socket closed): it stops counting for quorum. Its record stays. */
+  /** A new display name for a known island (a volunteer saved one while connected). */
+  rename(islandId: string, name: string): Result<void> {
+    const found = this.lookup(islandId, false);
+    if (!found.ok) return found;
+    found.value.name = found.value.caps.name = name.slice(0, 64);
+    return ok(undefined);
+  }
+
   leave(islandId: string, now: number): Result<void> {
     const found = this.lookup(islandId, false);
     if (!found.ok) return found;
@@ -413,6 +422,8 @@ export class Coordinator {
     const cfg = this.cfg;
     const sync = cfg.mode === 'sync';
     const roundId = sync ? this.round.id : ++this.assignSerial;
+    // an empty round starts with its first member: an island joining an idle server gets a whole round
+    if (sync && this.round.members.size === 0 && this.round.pending.length === 0) this.round.openedAt = now;
     if (sync) this.round.members.add(isl.id);
     // a late joiner of a sync round gets the time left in it
     const remainingMs = sync && cfg.targetRoundMs > 0 ? Math.max(0, cfg.targetRoundMs - (now - this.round.openedAt)) : undefined;

@@ -8,9 +8,10 @@ import { frameBytes } from '../../core/codec/index.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
-import type { CheckpointsResponse, HistoryResponse, IslandDetail, IslandsResponse, RunInfo, RunStatus, SampleResponse } from '../../core/api.ts';
+import type { CheckpointsResponse, ContributorCredit, HistoryResponse, IslandDetail, IslandsResponse, RunInfo, RunStatus, SampleResponse } from '../../core/api.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { exportHf } from '../../core/hf.ts';
+import { creditOf } from '../../core/credit.ts';
 import type { Run } from '../run.ts';
 import { checkpointFile } from '../run-checkpoint.ts';
 import { tarFolder } from '../tar.ts';
@@ -35,6 +36,7 @@ const SampleQuery = Type.Object({
 }, { additionalProperties: false });
 const IslandParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
 const VersionParams = Type.Object({ version: Type.String({ pattern: '^[0-9]{1,12}$' }) }, { additionalProperties: false });
+const ContributorParams = Type.Object({ id: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }) }, { additionalProperties: false });
 
 export function runInfo(run: Run): RunInfo {
   const c = run.config;
@@ -44,6 +46,7 @@ export function runInfo(run: Run): RunInfo {
   const down = frameBytes(params, cc.downlink);
   return {
     name: c.name,
+    title: c.title,
     description: c.description,
     preset: c.preset,
     model: c.model,
@@ -81,6 +84,10 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     const body: IslandDetail = { island, contributions: run.history.islands.contributions(id) };
     return body;
   });
+
+  // A volunteer's own totals and place, by the contributor id their browser keeps (all their islands).
+  app.get('/api/contributors/:id', { schema: { params: ContributorParams } }, async (req): Promise<ContributorCredit> =>
+    creditOf(run.islands(), (req.params as Static<typeof ContributorParams>).id));
 
   app.get('/api/history', { schema: { querystring: HistoryQuery } }, async (req) => {
     const { since, limit } = req.query as Static<typeof HistoryQuery>;

@@ -1,0 +1,44 @@
+// What contributing costs, in figures a person can judge: the download once, then upload and
+// download per round and per hour at this device's measured speed. Pure: no DOM.
+
+import type { RunInfo } from './run-info.ts';
+
+export interface CostEstimate {
+  /** Seconds one round's training takes on this device at its usage cap (null: speed unknown). */
+  roundSec: number | null;
+  roundsPerHour: number | null;
+  upPerHour: number | null;
+  downPerHour: number | null;
+}
+
+/**
+ * A round aims at the run's target round time, unless this device is too slow for even the fewest
+ * steps (or too fast for the most); without a target, rounds are a fixed number of steps.
+ */
+export function estimateCosts(run: RunInfo, tokensPerSecAtCap: number | null): CostEstimate {
+  const none: CostEstimate = { roundSec: null, roundsPerHour: null, upPerHour: null, downPerHour: null };
+  if (tokensPerSecAtCap == null || !(tokensPerSecAtCap > 0)) return none;
+  const stepSec = (run.batch * run.seqLen) / tokensPerSecAtCap;
+  let roundSec: number;
+  if (run.targetRoundMs > 0) {
+    const steps = Math.min(run.maxInnerSteps, Math.max(run.minInnerSteps, Math.floor(run.targetRoundMs / 1000 / stepSec)));
+    roundSec = steps * stepSec;
+  } else if (run.innerSteps != null) {
+    roundSec = run.innerSteps * stepSec;
+  } else {
+    return none;
+  }
+  const roundsPerHour = 3600 / roundSec;
+  return {
+    roundSec,
+    roundsPerHour,
+    upPerHour: run.bytesUpPerRound != null ? run.bytesUpPerRound * roundsPerHour : null,
+    downPerHour: run.bytesDownPerRound != null ? run.bytesDownPerRound * roundsPerHour : null,
+  };
+}
+
+/** Bytes per hour measured so far (null until a round's worth of time has passed). */
+export function measuredPerHour(bytes: number, sinceMs: number, nowMs: number, minMs: number): number | null {
+  const ms = nowMs - sinceMs;
+  return ms >= minMs && ms > 0 ? (bytes * 3_600_000) / ms : null;
+}

@@ -1,0 +1,92 @@
+// Samples of the global model, written on the volunteer's own device without hurting training:
+// tokens are generated in the gaps between training steps (training takes precedence), each gap
+// used for under a third of a usual step, so no step waits more than that for a sample.
+
+import { CpuEngine } from '../engine/cpu.ts';
+import { WebGpuEngine } from '../engine/webgpu.ts';
+import type { TrainingEngine } from '../../core/engine.ts';
+import { type SampleOptions, sampleToken } from '../../core/model/sample.ts';
+import { mulberry32 } from '../../core/random.ts';
+import type { EngineKind, ModelShape } from './messages.ts';
+import type { ResilientEngine } from './resilient-engine.ts';
+import { engineOptions } from './worker-gpu.ts';
+
+/** Where sample tokens get their GPU time: the training engine's gaps between steps. */
+export interface StepGate {
+  between(): Promise<{ release: () => void; budgetMs: number }>;
+  readonly stepWaiting: boolean;
+}
+
+interface Held {
+  kind: EngineKind;
+  engine: TrainingEngine;
+  /** The training engine's device it shares (null: its own device, or the CPU). */
+  shared: GPUDevice | null;
+  dead: boolean;
+}
+
+/** The engine samples are written with (batch 1), kept between samples. */
+export class SamplerEngines {
+  private held: Held | null = null;
+
+  /**
+   * On WebGPU it shares the training engine's device when there is one (Dawn reuses the compiled
+   * pipelines); before Start it opens its own through `openOwn`.
+   */
+  async get(kind: EngineKind, shape: ModelShape, training: ResilientEngine | null, openOwn: (s: ModelShape) => Promise<TrainingEngine>): Promise<TrainingEngine> {
+    const shared = kind === 'webgpu' && training?.kind === 'webgpu' ? training.gpuDevice : null;
+    const h = this.held;
+    if (h && h.kind === kind && !h.dead && h.shared === shared) return h.engine;
+    // a shared engine frees its buffers; an own one (a ResilientEngine) its device too
+    h?.engine.destroy();
+    const small: ModelShape = { config: shape.config, maxBatch: 1 };
+    let e: TrainingEngine;
+    if (kind === 'cpu') e = new CpuEngine(engineOptions(small));
+    else if (shared) e = await WebGpuEngine.create(shared, { ...engineOptions(small), adapterInfo: training!.device });
+    else e = await openOwn(small);
+    const held: Held = { kind, engine: e, shared, dead: false };
+    if (e instanceof WebGpuEngine) void e.lost.then(() => { held.dead = true; });
+    this.held = held;
+    return e;
+  }
+
+  /** Its device may have been lost (or replaced under the training engine): build it again next time. */
+  invalidate(): boolean {
+    if (!this.held) return false;
+    this.held.dead = true;
+    return true;
+  }
+}
+
+/**
+ * generate() of core/model/sample.ts (same tokens for the same seed), reporting the bytes so far
+ * every few tokens. With a gate, each token waits for a gap between training steps.
+ */
+export async function generateBetweenSteps(
+  e: TrainingEngine, prompt: Uint8Array, o: SampleOptions, gate: StepGate | null, onProgress: (sofar: Uint8Array) => void,
+): Promise<Uint8Array> {
+  const rand = mulberry32(o.seed ?? 1);
+  const ctx = Array.from(prompt.length > 0 ? prompt : [10]);
+  const out = new Uint8Array(o.tokens);
+  let shown = performance.now();
+  let slot: { release: () => void; budgetMs: number; at: number } | null = null;
+  /** The longest recent token, ms: a token starts only if it fits what is left of the gap. */
+  let tokenMs = 0;
+  try {
+    for (let i = 0; i < o.tokens; i++) {
+      // a waiting step goes first once the next token would overrun this gap's budget (one token per gap at least)
+      if (slot && gate!.stepWaiting && performance.now() - slot.at + tokenMs > slot.budgetMs) { slot.release(); slot = null; }
+      if (gate && !slot) slot = { ...(await gate.between()), at: performance.now() };
+      const t0 = performance.now();
+      const logits = await e.nextTokenLogits(Uint8Array.from(ctx.slice(-e.config.blockSize)));
+      out[i] = sampleToken(logits, o.temperature ?? 0.8, o.topK ?? 40, rand);
+      ctx.push(out[i]);
+      const now = performance.now();
+      tokenMs = Math.max(0.8 * tokenMs, now - t0);
+      if (now - shown > 250) { shown = now; onProgress(out.subarray(0, i + 1)); }
+    }
+  } finally {
+    slot?.release();
+  }
+  return out;
+}
