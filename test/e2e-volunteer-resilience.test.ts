@@ -11,6 +11,8 @@ import { generateBetweenSteps } from '../client/volunteer/sampler.ts';
 import { visibleText } from '../client/volunteer/sample-text.ts';
 import { parseRunInfo } from '../client/volunteer/run-info.ts';
 import { generate } from '../core/model/sample.ts';
+import type { IslandView } from '../core/api.ts';
+import { creditOf } from '../core/credit.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import type { Batch, TrainingEngine } from '../core/engine.ts';
 import { PRESETS } from '../core/model/config.ts';
@@ -222,5 +224,19 @@ describe('ResilientEngine', () => {
     expect(estimateCosts(timed, null).upPerHour).toBeNull();
     const fixed = parseRunInfo({ ...base, innerSteps: 10 });
     expect(estimateCosts(fixed, 1024).roundSec).toBeCloseTo(10);
+  });
+
+  it("a contributor's credit adds up their islands, ranks by merged tokens and shows their latest name", () => {
+    const isl = (id: string, contributorId: string, name: string, tokens: number, tokensSubmitted: number, lastSeen: number) =>
+      ({ id, contributorId, name, tokens, tokensSubmitted, accepted: tokens > 0 ? 1 : 0, rejected: 0, lastSeen, status: 'online', engine: 'webgpu' }) as unknown as IslandView;
+    const all = [
+      isl('island-1', 'alice-0001', 'volunteer-alice', 1000, 1200, 1), isl('island-2', 'bob-00001', 'bob', 1500, 1500, 2),
+      isl('island-3', 'alice-0001', 'Ishmael', 1000, 1000, 3), isl('island-4', 'carol-001', 'carol', 0, 500, 4),
+    ];
+    expect(creditOf(all, 'alice-0001')).toEqual({ contributorId: 'alice-0001', name: 'Ishmael', tokens: 2000, tokensComputed: 2200, accepted: 2, rejected: 0, islands: 2, rank: 1, contributors: 2 });
+    expect(creditOf(all, 'bob-00001').rank).toBe(2);
+    // computed but nothing merged yet: counted, not ranked
+    expect(creditOf(all, 'carol-001')).toMatchObject({ tokens: 0, tokensComputed: 500, rank: null });
+    expect(creditOf(all, 'nobody-01')).toMatchObject({ name: null, tokens: 0, islands: 0, rank: null, contributors: 2 });
   });
 });

@@ -114,8 +114,8 @@ describe('protocol fuzz', () => {
     expect(refused(record('hello 2 args', await send(s0, 'hello', null, { args: [HELLO, HELLO] })))).toBe(true);
 
     // ── requests before hello ─────────────────────────────────────────────────────────────────
-    for (const ev of ['delta', 'nextAssignment', 'updates', 'fetchModel']) {
-      const o = record(`${ev} before hello`, await send(s0, ev, ev === 'updates' ? { fromVersion: 0 } : {}));
+    for (const ev of ['delta', 'nextAssignment', 'updates', 'fetchModel', 'rename']) {
+      const o = record(`${ev} before hello`, await send(s0, ev, ev === 'updates' ? { fromVersion: 0 } : ev === 'rename' ? { name: 'x' } : {}));
       expect(o.kind === 'ack' && o.value.error?.code).toBe('E_NO_HELLO');
     }
 
@@ -237,6 +237,7 @@ describe('protocol fuzz', () => {
       ['updates', { fromVersion: -1 }], ['updates', { fromVersion: 'a' }], ['updates', { fromVersion: 10 }], ['updates', {}], ['updates', null],
       ['updates', { fromVersion: 0, extra: 1 }], ['fetchModel', { x: 1 }], ['fetchModel', 'model'], ['nextAssignment', 'junk'], ['nextAssignment', [1]],
       ['bye', { reason: 5 }], ['bye', { reason: 'r'.repeat(300) }], ['bye', 'ciao'],
+      ['rename', { name: '' }], ['rename', { name: 'n'.repeat(65) }], ['rename', { name: 5 }], ['rename', 'Ishmael'], ['rename', { name: 'a', x: 1 }],
     ];
     for (const [ev, p] of misc) expect(refused(record(`${ev} ${JSON.stringify(p)}`, await send(a, ev, p)))).toBe(true);
     // no ack callback, unknown events: protocol_error
