@@ -29,6 +29,7 @@ import { type DispatchSpec, KernelSet, Program, type Shape, readF32 } from '../c
 import * as op from '../client/engine/webgpu-ops.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
 import { type AttentionRow, benchAttention, submitPasses } from './attention.ts';
+import type { TuneResult } from '../client/engine/webgpu-tune.ts';
 
 export interface KernelBenchOptions {
   /** Peak of the adapter in TFLOP/s (fp32); adds MFU figures. */
@@ -37,6 +38,10 @@ export interface KernelBenchOptions {
   quick?: boolean;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
+  /** Train step: tune the matmuls at engine start (default true; cached in a file). */
+  autotune?: boolean;
+  /** Time each kernel of a training step (timestamp-query). */
+  profile?: boolean;
 }
 
 export type MatmulPass = 'fwd' | 'dX' | 'dW';
@@ -104,6 +109,8 @@ export interface KernelBenchResult {
   trainStep: TrainStepResult;
   /** bytes our engine holds on the device for the train-step model */
   gpuBytes: number;
+  /** the train-step engine's matmul autotuner: choice per shape, where it came from, variant timings */
+  autotune: TuneResult['report'] | null;
   seconds: number;
 }
 
@@ -478,7 +485,7 @@ const TRAIN_PRESET: PresetName = 'small';
  * steps, then `rounds` rounds time each of them in turn (interleaved, like the matmuls);
  * the figure is the median over rounds.
  */
-export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; log?: (s: string) => void }): Promise<{ trainStep: TrainStepResult; gpuBytes: number }> {
+export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; autotune?: boolean; log?: (s: string) => void }): Promise<{ trainStep: TrainStepResult; gpuBytes: number; autotune: TuneResult['report'] | null }> {
   const quick = !!o.quick;
   const software = o.software ?? isSoftware(gpu);
   const log = o.log ?? (() => {});
@@ -500,7 +507,9 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
   const lr = 1e-3;
   log(`train step: preset ${TRAIN_PRESET}, B=${B}, T=${T}: ${warmup} warm-up step(s), then ${rounds} round(s) of ${perRound} step(s) each (CPU: 1 step, ${cpuRounds} round(s))`);
 
-  const engine = await WebGpuEngine.create(gpu.device, { ...engineOpts, adapterInfo: gpu.info.description });
+  const { fileTuneCache } = await import('../server/tune-cache.ts');
+  const engine = await WebGpuEngine.create(gpu.device, { ...engineOpts, adapterInfo: gpu.info.description, autotune: o.autotune === false ? undefined : { cache: fileTuneCache() } });
+  if (engine.tuning) log(`  autotune (${engine.tuning.ms.toFixed(0)} ms): ${engine.tuning.report.map((r) => `${r.shape} ${r.chosen.vec4 ? 'vec4' : 'scalar'}${r.chosen.splitK > 1 ? `/split${r.chosen.splitK}` : ''} (${r.from})`).join(', ')}`);
   const cpu = new CpuEngine(engineOpts);
   let tfTimer: StepTimer | null = null;
   try {
@@ -542,7 +551,7 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
       trainStep.tfjs_mfu = mfu(config, tfjs, o.peakTflops * 1e12, T);
     }
     log(`  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | tfjs ${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`);
-    return { trainStep, gpuBytes: engine.gpuBytes };
+    return { trainStep, gpuBytes: engine.gpuBytes, autotune: engine.tuning?.report ?? null };
   } finally {
     engine.destroy();
     await tfTimer?.dispose();
@@ -556,7 +565,8 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
   // The engine's limits decide the device (requested limits below WebGPU's defaults
   // leave the defaults, which the matmul shapes fit in).
   const { requiredLimits } = await import('../client/engine/webgpu.ts');
-  const gpu: NodeGpu = await createNodeGpu({ requiredLimits: requiredLimits({ config: getPreset(TRAIN_PRESET), maxBatch: DEFAULT_BATCH[TRAIN_PRESET] }) });
+  const { ENGINE_FEATURES } = await import('../client/engine/webgpu.ts');
+  const gpu: NodeGpu = await createNodeGpu({ requiredLimits: requiredLimits({ config: getPreset(TRAIN_PRESET), maxBatch: DEFAULT_BATCH[TRAIN_PRESET] }), optionalFeatures: ENGINE_FEATURES });
   const software = isSoftware(gpu);
   let tfw: TfWebgpu | null = null;
   try {
@@ -570,7 +580,7 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
     const attention = await benchAttention(gpu.device, { software, time: timeInterleaved, drain, repeats: mm.repeats, targetMs: mm.targetMs, log });
 
     // ---- training step
-    const { trainStep, gpuBytes } = await benchTrainStep(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, log });
+    const { trainStep, gpuBytes, autotune } = await benchTrainStep(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, autotune: opts.autotune, log });
 
     return {
       adapter: {
@@ -584,6 +594,7 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
       attention,
       trainStep,
       gpuBytes,
+      autotune,
       seconds: (performance.now() - t0) / 1e3,
     };
   } finally {

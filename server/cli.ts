@@ -44,6 +44,7 @@ export function buildProgram(): Command {
     .option('--eval-every <n>', 'evaluate every n steps', intArg, 50)
     .option('--eval-batches <n>', 'held-out batches per eval', intArg, 8)
     .addOption(engineOption())
+    .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
     .option('--json', 'print one JSON object at the end')
     .action(async (o) => {
       const { train } = await import('./commands/train.ts');
@@ -111,6 +112,7 @@ export function buildProgram(): Command {
     .description('a headless island: joins a server and trains until the run is done or Ctrl-C')
     .requiredOption('--server <url>', 'server URL, e.g. http://localhost:8080')
     .addOption(engineOption())
+    .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
     .option('--name <name>', 'display name on the dashboard')
     .option('--batch <n>', 'largest micro-batch to run (default: the run\'s)', intArg)
     .option('--duty <f>', 'fraction of time spent computing, (0, 1]', numArg)
@@ -192,10 +194,11 @@ export function buildProgram(): Command {
     .description('our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference (bench/README.md)')
     .option('--peak-tflops <x>', "the adapter's fp32 peak in TFLOP/s: adds MFU figures", numArg)
     .option('--quick', 'fewer shapes and steps')
+    .option('--no-autotune', 'train step: skip timing the matmul variants at engine start')
     .option('--json', 'print one JSON object (progress still goes to stderr)')
     .action(async (o) => {
       const { benchKernels, formatKernelBench } = await import('../bench/kernels.ts');
-      const r = await benchKernels({ peakTflops: o.peakTflops, quick: !!o.quick, log: (s: string) => process.stderr.write(s + '\n') });
+      const r = await benchKernels({ peakTflops: o.peakTflops, quick: !!o.quick, autotune: o.autotune, log: (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : formatKernelBench(r)) + '\n');
     });
   bench.command('codec')

@@ -11,6 +11,8 @@ import { backoff } from '../core/random.ts';
 export interface NodeIslandOptions {
   server: string;
   engine: EngineKind;
+  /** WebGPU: tune the matmuls at start (default true; `--no-autotune`). */
+  autotune?: boolean;
   name?: string;
   /** Micro-batch this island can run (default: the run's). */
   batch?: number;
@@ -76,7 +78,7 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   const info = (await retry('cannot reach the server', maxOutageMs, () => getJson(`${base}/api/run`), say)) as RunInfoLite;
   const train = await retry('cannot download the training data', maxOutageMs, () => getBytes(`${base}/api/data/train`), say);
   const batch = o.batch ?? info.batch ?? 8;
-  const engine = await createEngine(o.engine, { config: info.model, maxBatch: batch });
+  const engine = await createEngine(o.engine, { config: info.model, maxBatch: batch }, { autotune: o.autotune });
   say(`atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, batch ${batch}, ${train.length.toLocaleString()} training bytes`);
 
   const transport = new SocketIoTransport({

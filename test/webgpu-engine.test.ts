@@ -54,13 +54,16 @@ function compareTensors(what: string, got: Float32Array, want: Float32Array, mea
 let device: GPUDevice;
 let adapter: GPUAdapter;
 let engine: WebGpuEngine;
+// the autotuner's cache: the engine under test runs the variants it chose
+const tuneCache = new Map<string, string>();
+const cache = { get: (k: string) => tuneCache.get(k) ?? null, set: (k: string, v: string) => void tuneCache.set(k, v) };
 
 beforeAll(async () => {
   const gpu = await getTestDevice({ requiredLimits: requiredLimits(opts) });
   device = gpu.device;
   adapter = gpu.adapter;
   const t0 = performance.now();
-  engine = await WebGpuEngine.create(device, { ...opts, adapterInfo: gpu.info.description });
+  engine = await WebGpuEngine.create(device, { ...opts, adapterInfo: gpu.info.description, autotune: { cache, budgetMs: 1 } });
   report.createMs = Math.round(performance.now() - t0);
 });
 
@@ -71,6 +74,20 @@ afterAll(async () => {
 });
 
 describe('WebGpuEngine on tiny', () => {
+  it('autotunes every matmul once, then reads the choices from the cache', async () => {
+    // a 1 ms budget: the first shape is timed (its variants: vec4 and scalar), the other 14 keep the default
+    const first = engine.tuning!.report;
+    expect(first.map((r) => r.from)).toEqual(['timed', ...new Array(14).fill('default')]); // 5 layers × fwd, dX, dW
+    expect(Object.keys(first[0].ms!).sort()).toEqual(['scalar', 'vec4']);
+    expect(tuneCache.size).toBe(1);
+    const again = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache, budgetMs: 0 } });
+    expect(again.tuning!.report[0]).toMatchObject({ from: 'cache', chosen: first[0].chosen });
+    again.destroy();
+    const untuned = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device });
+    expect(untuned.tuning).toBeNull();
+    untuned.destroy();
+  });
+
   it('allocates what estimateGpuBytes says', () => {
     expect(engine.gpuBytes).toBe(estimateGpuBytes(opts));
     expect(engine.device.length).toBeGreaterThan(0);

@@ -165,6 +165,18 @@ export class KernelSet {
   readonly subgroups: boolean;
   readonly syncCompile: boolean;
 
+  private static readonly shared = new WeakMap<GPUDevice, Map<boolean, KernelSet>>();
+
+  /** The device's kernel set (engines on one device share compiled pipelines). */
+  static for(device: GPUDevice, opts: { subgroups?: boolean } = {}): KernelSet {
+    let byMode = KernelSet.shared.get(device);
+    if (!byMode) KernelSet.shared.set(device, (byMode = new Map()));
+    const sg = opts.subgroups ?? false;
+    let ks = byMode.get(sg);
+    if (!ks) byMode.set(sg, (ks = new KernelSet(device, { subgroups: sg })));
+    return ks;
+  }
+
   /** `subgroups`: reductions with subgroup operations (the device must have the feature). */
   constructor(readonly device: GPUDevice, opts: { subgroups?: boolean; syncCompile?: boolean } = {}) {
     this.subgroups = opts.subgroups ?? false;

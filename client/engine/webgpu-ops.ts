@@ -111,7 +111,15 @@ function sumSlices(out: GPUBuffer, partials: GPUBuffer, d: { M: number; N: numbe
 
 // ---------------------------------------------------------------------------- matmul
 
-export interface MatmulDims { C: number; OC: number; wOff: number; biasOff: number | null }
+export interface MatmulDims {
+  C: number;
+  OC: number;
+  wOff: number;
+  biasOff: number | null;
+  /** false: scalar loads even where vec4 would do (the autotuner's choice); dwVec4 for dW */
+  vec4?: boolean;
+  dwVec4?: boolean;
+}
 
 /** Split-K of dW: at most this many K slices, each of at least SPLIT_MIN_ROWS rows. */
 export const SPLIT_K_MAX = 8;
@@ -128,8 +136,11 @@ export function splitK(M: number, N: number, K: number, force?: number): { slice
 
 /** Elements of the split-K scratch buffer for dW outputs up to maxOut elements and B·T up to maxRows. */
 export function splitKScratch(maxOut: number, maxRows: number): number {
-  return Math.max(1, Math.min(SPLIT_K_MAX, Math.floor(maxRows / SPLIT_MIN_ROWS))) * maxOut;
+  return maxSplitK(maxRows) * maxOut;
 }
+
+/** Most K slices of dW the scratch holds for B·T up to maxRows (the autotuner tries no more). */
+export const maxSplitK = (maxRows: number) => Math.max(1, Math.min(SPLIT_K_MAX, Math.floor(maxRows / SPLIT_MIN_ROWS)));
 
 const HAS_BIAS = 1;
 const ACCUMULATE = 2;
@@ -138,7 +149,7 @@ const tiles = (n: number) => Math.ceil(n / TILE);
 
 /** out (B,T,OC) = inp (B,T,C) · W(OC,C)ᵀ + bias; W and bias in `params`. */
 export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims): DispatchSpec {
-  const vec4 = aligned4(d.C, d.OC, d.wOff);
+  const vec4 = d.vec4 !== false && aligned4(d.C, d.OC, d.wOff);
   return {
     entry: vec4 ? 'matmul_forward_vec4' : 'matmul_forward',
     buffers: [out, inp, params],
@@ -152,10 +163,10 @@ export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer,
  * `dinp` null skips the input gradient. `partials` (partialsScratch elements) holds dW's
  * split-K slices when splitting along K helps (`splitK` forces a slice count, for tests;
  * the direct and the split dispatches are both recorded, the shape decides which runs)
- * and dbias's row slices.
+ * and dbias's row slices. `splitK` 0 or absent: the heuristic.
  */
 export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims & { partials: GPUBuffer; accumulateDinp?: boolean; accumulateParams?: boolean; splitK?: number }): DispatchSpec[] {
-  const vec4 = aligned4(d.C, d.OC, d.wOff);
+  const vec4 = d.vec4 !== false && aligned4(d.C, d.OC, d.wOff);
   const accP = d.accumulateParams ? ACCUMULATE : 0;
   const partials = d.partials;
   const specs: DispatchSpec[] = [];
@@ -169,8 +180,8 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
     });
   }
   // dW: M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
-  const dweight = vec4 ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight';
-  const split = (s: Shape) => splitK(d.OC, d.C, rows(s), d.splitK);
+  const dweight = d.dwVec4 !== false && aligned4(d.C, d.OC, d.wOff) ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight';
+  const split = (s: Shape) => splitK(d.OC, d.C, rows(s), d.splitK || undefined);
   const splitSlices = (s: Shape) => ({ slices: split(s).slices > 1 ? split(s).slices : 0 });
   specs.push({
     entry: dweight,

@@ -19,6 +19,7 @@ import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { type DispatchSpec, KernelSet, MAX_STORAGE_BINDINGS, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
 import * as op from './webgpu-ops.ts';
+import { type TuneCache, type TuneResult, autotuneMatmuls, modelMatmuls, tunedDims } from './webgpu-tune.ts';
 
 export interface WebGpuEngineOptions extends EngineOptions {
   /** Shown as the engine's `device` (e.g. the adapter's description). */
@@ -27,7 +28,12 @@ export interface WebGpuEngineOptions extends EngineOptions {
   lossReadEvery?: number;
   /** Reductions with subgroup operations (default: when the device has `subgroups`). */
   subgroups?: boolean;
+  /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
+  autotune?: { cache: TuneCache | null; budgetMs?: number };
 }
+
+/** The autotuner's time budget at engine start. */
+export const AUTOTUNE_BUDGET_MS = 2000;
 
 /** Features the engine uses where the adapter has them: request them with the device. */
 export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query'];
@@ -194,6 +200,9 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly gpu: GPUDevice;
   /** Whether the reductions use subgroup operations. */
   readonly subgroups: boolean;
+  /** What the autotuner chose (null: not tuned). */
+  tuning: TuneResult | null = null;
+  private readonly autotune: WebGpuEngineOptions['autotune'];
   private readonly N: number;
   private readonly maxB: number;
   private readonly maxT: number;
@@ -224,6 +233,7 @@ export class WebGpuEngine implements TrainingEngine {
     this.config = { ...opts.config };
     this.device = opts.adapterInfo ?? 'webgpu';
     this.subgroups = (opts.subgroups ?? true) && device.features.has('subgroups');
+    this.autotune = opts.autotune;
     const r = resolve(opts);
     this.maxB = r.B;
     this.maxT = r.maxT;
@@ -330,6 +340,11 @@ export class WebGpuEngine implements TrainingEngine {
     const dres = (l: number) => b(`dres${(l + 1) % 2}`); // gradient of resid(l)
     const specs: DispatchSpec[] = [];
     const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
+    const kernels = KernelSet.for(this.gpu, { subgroups: this.subgroups });
+    if (this.autotune) {
+      this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(C, V), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
+    }
+    const tuned = (cin: number, cout: number) => tunedDims(this.tuning?.choices ?? new Map(), cin, cout);
 
     // ---- forward
     specs.push(op.encoderForward(b('encoded'), b('inputs'), params, enc));
@@ -337,20 +352,20 @@ export class WebGpuEngine implements TrainingEngine {
       const x = (k: string) => b(`${k}.${l}`);
       specs.push(
         op.layernormForward(x('ln1'), x('ln1Mean'), x('ln1Rstd'), resid(l - 1), params, { C, wOff: at('ln1w', l), bOff: at('ln1b', l) }),
-        op.matmulForward(x('qkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l) }),
+        op.matmulForward(x('qkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), ...tuned(C, 3 * C).fwd }),
         op.attentionForward(x('atty'), x('attLse'), x('qkv'), { C, NH }),
-        op.matmulForward(b('attproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l) }),
+        op.matmulForward(b('attproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), ...tuned(C, C).fwd }),
         op.residualForward(x('residual2'), resid(l - 1), b('attproj'), { width: C }),
         op.layernormForward(x('ln2'), x('ln2Mean'), x('ln2Rstd'), x('residual2'), params, { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
-        op.matmulForward(x('fch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l) }),
+        op.matmulForward(x('fch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), ...tuned(C, 4 * C).fwd }),
         op.geluForward(x('fchGelu'), x('fch'), { width: 4 * C }),
-        op.matmulForward(b('fcproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l) }),
+        op.matmulForward(b('fcproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), ...tuned(4 * C, C).fwd }),
         op.residualForward(x('residual3'), x('residual2'), b('fcproj'), { width: C }),
       );
     }
     specs.push(
       op.layernormForward(b('lnf'), b('lnfMean'), b('lnfRstd'), resid(L - 1), params, { C, wOff: at('lnfw'), bOff: at('lnfb') }),
-      op.matmulForward(b('logits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null }), // tied LM head
+      op.matmulForward(b('logits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, ...tuned(C, V).fwd }), // tied LM head
     );
     this.fwdEnd = specs.length;
     specs.push(
@@ -362,22 +377,22 @@ export class WebGpuEngine implements TrainingEngine {
     // ---- backward (overwrite unless noted)
     specs.push(
       op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
-      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, partials }),
+      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, partials, ...tuned(C, V).bwd }),
       ...op.layernormBackward(dres(L - 1), grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb'), partials }),
     );
     for (let l = L - 1; l >= 0; l--) {
       const x = (k: string) => b(`${k}.${l}`);
       specs.push(
         op.residualBackward(b('dres2'), b('dproj'), dres(l), { width: C }),
-        ...op.matmulBackward(b('dfchGelu'), grads, b('dproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), partials }),
+        ...op.matmulBackward(b('dfchGelu'), grads, b('dproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), partials, ...tuned(4 * C, C).bwd }),
         op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
-        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials }),
+        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd }),
         // the residual stream fans out to ln2 and to the skip path: accumulate
         ...op.layernormBackward(b('dres2'), grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), partials, accumulateDinp: true }),
         op.residualBackward(dres(l - 1), b('dproj'), b('dres2'), { width: C }),
-        ...op.matmulBackward(b('datty'), grads, b('dproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials }),
+        ...op.matmulBackward(b('datty'), grads, b('dproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials, ...tuned(C, C).bwd }),
         ...op.attentionBackward(b('dqkv'), b('attDsum'), b('datty'), x('qkv'), x('atty'), x('attLse'), { C, NH }),
-        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials }),
+        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials, ...tuned(C, 3 * C).bwd }),
         ...op.layernormBackward(dres(l - 1), grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), partials, accumulateDinp: true }),
       );
     }
@@ -391,7 +406,6 @@ export class WebGpuEngine implements TrainingEngine {
     );
 
     if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
-    const kernels = new KernelSet(this.gpu, { subgroups: this.subgroups });
     const probe = { B: this.maxB, T: this.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
     this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(grads, b('start'), params, { N: this.N })], probe, undefined, 'delta');

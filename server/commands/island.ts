@@ -6,6 +6,7 @@ import type { EngineKind } from '../../core/protocol.ts';
 export interface IslandCliOptions {
   server: string;
   engine: EngineKind;
+  autotune?: boolean;
   name?: string;
   batch?: number;
   duty?: number;
@@ -16,6 +17,7 @@ export async function island(o: IslandCliOptions): Promise<number> {
   const isl = await startNodeIsland({
     server: o.server,
     engine: o.engine,
+    autotune: o.autotune,
     name: o.name,
     batch: o.batch,
     dutyCycle: o.duty,

@@ -20,6 +20,8 @@ export interface TrainOptions {
   out: string;
   json: boolean;
   engine: EngineKind;
+  /** WebGPU: tune the matmuls at start (default true). */
+  autotune?: boolean;
   batch?: number;
   lr: number;
   seed: number;
@@ -55,7 +57,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   const B = o.batch ?? DEFAULT_BATCH[o.preset];
   const T = config.blockSize;
   const data = loadCorpus(o.data);
-  const engine = await createEngine(o.engine, { config, maxBatch: B });
+  const engine = await createEngine(o.engine, { config, maxBatch: B }, { autotune: o.autotune });
   try {
     await engine.setParams(initParams(config, o.seed));
     const evalSet = evalBatches(data.heldOut, B, T, o.evalBatches);

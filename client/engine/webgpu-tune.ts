@@ -1,0 +1,135 @@
+// The matmul autotuner: at engine start, time the variants of each of the model's
+// matmuls on its real shapes (vec4 or scalar loads; split-K slices for dW), keep the
+// fastest per shape, and cache the choice by adapter so the next start only reads it.
+// Bounded by a time budget: shapes not reached keep the default choice (and are tried
+// on a later start). No node: imports: the cache is given (localStorage in a browser,
+// a file in Node: server/tune-cache.ts).
+
+import { KernelSet, Program, type DispatchSpec, type Shape } from './webgpu-kernels.ts';
+import * as op from './webgpu-ops.ts';
+
+/** Where choices persist between engine starts. */
+export interface TuneCache {
+  get(key: string): string | null;
+  set(key: string, value: string): void;
+}
+
+/** One matmul of the model, as the engine records it. */
+export interface MatmulShape {
+  pass: 'fwd' | 'dX' | 'dW';
+  /** layer dims: inp (rows × C) → out (rows × OC) */
+  C: number;
+  OC: number;
+}
+
+/** A variant: vec4 loads (only where aligned) and, for dW, the K slices (1: no split). */
+export interface MatmulChoice {
+  vec4: boolean;
+  splitK: number;
+}
+
+export interface TuneResult {
+  /** `${pass}:${C}x${OC}` → the choice */
+  choices: Map<string, MatmulChoice>;
+  /** per shape: the variants' median ms, and where the choice came from */
+  report: Array<{ shape: string; chosen: MatmulChoice; from: 'cache' | 'timed' | 'default'; ms?: Record<string, number> }>;
+  ms: number;
+}
+
+export const tuneKey = (s: MatmulShape) => `${s.pass}:${s.C}x${s.OC}`;
+const label = (c: MatmulChoice) => `${c.vec4 ? 'vec4' : 'scalar'}${c.splitK > 1 ? `/split${c.splitK}` : ''}`;
+
+/** Browser cache: localStorage where the page has it (not in a Web Worker). */
+export function localStorageCache(): TuneCache | null {
+  const ls = (globalThis as { localStorage?: Storage }).localStorage;
+  return ls ? { get: (k) => ls.getItem(k), set: (k, v) => ls.setItem(k, v) } : null;
+}
+
+function candidates(s: MatmulShape, rows: number): MatmulChoice[] {
+  const vec4s = s.C % 4 === 0 && s.OC % 4 === 0 ? [true, false] : [false];
+  const splits = s.pass === 'dW' ? [1, 2, 4, 8].filter((k) => k <= op.maxSplitK(rows)) : [1];
+  return vec4s.flatMap((vec4) => splits.map((splitK) => ({ vec4, splitK })));
+}
+
+/** The default where nothing was tuned: vec4 where aligned, the split-K heuristic. */
+export const defaultChoice = (s: MatmulShape): MatmulChoice => ({ vec4: s.C % 4 === 0 && s.OC % 4 === 0, splitK: 0 });
+
+/**
+ * Tunes `shapes` at `rows` = maxBatch·maxT (weights at offset 0, a bias where the pass has
+ * one). `budgetMs` bounds the whole run, cached shapes cost nothing.
+ */
+export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, shapes: MatmulShape[], rows: number, o: { adapter: string; cache: TuneCache | null; budgetMs: number }): Promise<TuneResult> {
+  const t0 = performance.now();
+  const result: TuneResult = { choices: new Map(), report: [], ms: 0 };
+  const maxIn = Math.max(...shapes.map((s) => Math.max(s.C, s.OC)));
+  const maxW = Math.max(...shapes.map((s) => s.C * s.OC + s.OC));
+  const S = GPUBufferUsage.STORAGE;
+  const buf = (n: number) => device.createBuffer({ size: Math.max(16, n * 4), usage: S });
+  const a = buf(rows * maxIn), b = buf(rows * maxIn), w = buf(maxW), g = buf(maxW), partials = buf(op.partialsScratch(maxW, rows, maxIn));
+  const shape: Shape = { B: 1, T: rows };
+  try {
+    for (const s of shapes) {
+      const key = `atoll.autotune.v1|${o.adapter}|${rows}|${tuneKey(s)}`;
+      const cached = o.cache?.get(key);
+      if (cached) {
+        const chosen = JSON.parse(cached) as MatmulChoice;
+        result.choices.set(tuneKey(s), chosen);
+        result.report.push({ shape: tuneKey(s), chosen, from: 'cache' });
+        continue;
+      }
+      if (performance.now() - t0 > o.budgetMs) {
+        result.report.push({ shape: tuneKey(s), chosen: defaultChoice(s), from: 'default' });
+        continue;
+      }
+      const ms: Record<string, number> = {};
+      let best: MatmulChoice | null = null, bestMs = Infinity;
+      for (const c of candidates(s, rows)) {
+        const d = { C: s.C, OC: s.OC, wOff: 0, biasOff: s.pass === 'dX' ? null : s.C * s.OC, vec4: c.vec4, dwVec4: c.vec4, partials, splitK: c.splitK };
+        const specs: DispatchSpec[] = s.pass === 'fwd' ? [op.matmulForward(b, a, w, d)]
+          : s.pass === 'dX' ? [op.matmulBackward(b, g, a, b, w, d)[0]] : op.matmulBackward(null, g, a, b, w, { ...d, biasOff: null });
+        const t = await timeProgram(device, kernels, specs, shape);
+        ms[label(c)] = t;
+        if (t < bestMs) { bestMs = t; best = c; }
+      }
+      const chosen = best ?? defaultChoice(s);
+      result.choices.set(tuneKey(s), chosen);
+      result.report.push({ shape: tuneKey(s), chosen, from: 'timed', ms });
+      o.cache?.set(key, JSON.stringify(chosen));
+    }
+  } finally {
+    for (const x of [a, b, w, g, partials]) x.destroy();
+  }
+  result.ms = performance.now() - t0;
+  return result;
+}
+
+/** Median of three timed runs after a warm-up (compilation), in ms. */
+async function timeProgram(device: GPUDevice, kernels: KernelSet, specs: DispatchSpec[], shape: Shape): Promise<number> {
+  const program = await Program.build(kernels, specs, shape, undefined, 'autotune');
+  program.setShape(shape);
+  const times: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const t = performance.now();
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    program.encode(pass, shape);
+    pass.end();
+    device.queue.submit([enc.finish()]);
+    await device.queue.onSubmittedWorkDone();
+    if (i > 0) times.push(performance.now() - t);
+  }
+  program.destroy();
+  return times.sort((x, y) => x - y)[1];
+}
+
+/** The model's matmuls (layer dims), each with its three passes. */
+export function modelMatmuls(C: number, V: number): MatmulShape[] {
+  const layers: Array<[number, number]> = [[C, 3 * C], [C, C], [C, 4 * C], [4 * C, C], [C, V]];
+  return layers.flatMap(([c, oc]) => (['fwd', 'dX', 'dW'] as const).map((pass) => ({ pass, C: c, OC: oc })));
+}
+
+/** The dims to add for this layer under `choices`: `fwd` to matmulForward, `bwd` to matmulBackward. */
+export function tunedDims(choices: Map<string, MatmulChoice>, C: number, OC: number) {
+  const get = (pass: MatmulShape['pass']) => choices.get(tuneKey({ pass, C, OC }));
+  return { fwd: { vec4: get('fwd')?.vec4 }, bwd: { vec4: get('dX')?.vec4, dwVec4: get('dW')?.vec4, splitK: get('dW')?.splitK } };
+}
