@@ -110,7 +110,7 @@ export function buildProgram(): Command {
 
   program.command('island')
     .description('a headless island: joins a server and trains until the run is done or Ctrl-C')
-    .requiredOption('--server <url>', 'server URL, e.g. http://localhost:8080')
+    .requiredOption('--server <urls>', 'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them')
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
     .option('--name <name>', 'display name on the dashboard')

@@ -9,6 +9,7 @@ import { SocketIoTransport } from '../client/island/transport-socketio.ts';
 import { backoff } from '../core/random.ts';
 
 export interface NodeIslandOptions {
+  /** Server URL, or several gateways of one run comma-separated (failover between them). */
   server: string;
   engine: EngineKind;
   /** WebGPU: tune the matmuls at start (default true; `--no-autotune`). */
@@ -71,18 +72,21 @@ async function retry<T>(what: string, maxMs: number, f: () => Promise<T>, say: (
 }
 
 export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland> {
-  const base = o.server.replace(/\/+$/, '');
+  // several gateways of one run, comma-separated: the first fetches try each in turn, the transport fails over
+  const gateways = o.server.split(',').map((u) => u.trim().replace(/\/+$/, '')).filter(Boolean);
+  let at = 0;
+  const onGateway = <T>(f: (base: string) => Promise<T>) => () => f(gateways[at % gateways.length]).catch((e: unknown) => { at++; throw e; });
   const mode = o.progress ?? 'none';
   const say = (s: string) => { if (mode !== 'none') process.stderr.write(`${mode === 'tty' ? '\r\x1b[K' : ''}${s}\n`); };
   const maxOutageMs = o.maxOutageMs ?? 600_000;
-  const info = (await retry('cannot reach the server', maxOutageMs, () => getJson(`${base}/api/run`), say)) as RunInfoLite;
-  const train = await retry('cannot download the training data', maxOutageMs, () => getBytes(`${base}/api/data/train`), say);
+  const info = (await retry('cannot reach the server', maxOutageMs, onGateway((b) => getJson(`${b}/api/run`)), say)) as RunInfoLite;
+  const train = await retry('cannot download the training data', maxOutageMs, onGateway((b) => getBytes(`${b}/api/data/train`)), say);
   const batch = o.batch ?? info.batch ?? 8;
   const engine = await createEngine(o.engine, { config: info.model, maxBatch: batch }, { autotune: o.autotune });
   say(`atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, batch ${batch}, ${train.length.toLocaleString()} training bytes`);
 
   const transport = new SocketIoTransport({
-    url: base,
+    url: gateways.join(','),
     maxOutageMs,
     onConnection: (state, detail) => { if (state !== 'connected') say(`connection ${state}: ${detail}`); },
   });

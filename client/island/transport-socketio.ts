@@ -15,8 +15,13 @@ import { type Result, err, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
 
 export interface SocketIoTransportOptions {
-  /** Server base URL, e.g. http://localhost:8080 (the page's origin in a browser). */
+  /**
+   * Server base URL, e.g. http://localhost:8080 (the page's origin in a browser). Several gateways
+   * of one run, comma-separated: after `failoverMs` without a connection the transport moves to
+   * the next one and resumes the same identity there.
+   */
   url: string;
+  failoverMs?: number;
   /** Reconnection backoff: first delay, cap, and jitter (± fraction). */
   reconnectDelayMs?: number;
   reconnectDelayMaxMs?: number;
@@ -61,7 +66,10 @@ function toUpdate(m: unknown): UpdateMsg | null {
 
 export class SocketIoTransport implements Transport {
   private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch' | 'resume'>> & Pick<SocketIoTransportOptions, 'onConnection' | 'resume'>;
-  private readonly socket: Socket;
+  private socket: Socket;
+  private readonly urls: string[];
+  private at = 0;
+  private switchedAt = 0;
   private readonly fetchFn: typeof fetch;
   private identity: HelloIdentity | null = null;
   private helloMsg: HelloMsg | null = null;
@@ -78,7 +86,8 @@ export class SocketIoTransport implements Transport {
 
   constructor(opts: SocketIoTransportOptions) {
     this.opts = {
-      url: opts.url.replace(/\/+$/, ''),
+      url: opts.url,
+      failoverMs: opts.failoverMs ?? 3_000,
       reconnectDelayMs: opts.reconnectDelayMs ?? 500,
       reconnectDelayMaxMs: opts.reconnectDelayMaxMs ?? 5_000,
       jitter: opts.jitter ?? 0.5,
@@ -88,7 +97,15 @@ export class SocketIoTransport implements Transport {
       resume: opts.resume,
     };
     this.fetchFn = opts.fetch ?? ((...a: Parameters<typeof fetch>) => fetch(...a));
-    this.socket = io(`${this.opts.url}/island`, {
+    this.urls = opts.url.split(',').map((u) => u.trim().replace(/\/+$/, '')).filter(Boolean);
+    this.socket = this.openSocket();
+  }
+
+  /** The gateway in use. */
+  get url(): string { return this.urls[this.at]; }
+
+  private openSocket(): Socket {
+    const socket = io(`${this.url}/island`, {
       path: '/socket.io',
       transports: ['websocket'],
       reconnection: true,
@@ -98,21 +115,39 @@ export class SocketIoTransport implements Transport {
       randomizationFactor: this.opts.jitter,
       timeout: 20_000,
     });
-    this.socket.on('connect', () => void this.onConnect());
-    this.socket.on('disconnect', (reason) => this.onDisconnect(String(reason)));
-    this.socket.on('connect_error', (e) => this.opts.onConnection?.('disconnected', `cannot reach ${this.opts.url}: ${e.message}`));
-    this.socket.on('update', (m: unknown) => {
+    socket.on('connect', () => void this.onConnect());
+    socket.on('disconnect', (reason) => this.onDisconnect(String(reason)));
+    socket.on('connect_error', (e) => {
+      this.opts.onConnection?.('disconnected', `cannot reach ${this.url}: ${e.message}`);
+      this.maybeFailover();
+    });
+    socket.on('update', (m: unknown) => {
       const u = toUpdate(m);
       if (!u) return;
       this.stats.bytesReceived += u.frame.length;
       for (const l of this.listeners) l(u);
     });
-    this.socket.on('banned', (e: { code?: string; message?: string }) => {
+    socket.on('banned', (e: { code?: string; message?: string }) => {
       this.fatal = { code: ErrorCode.BANNED, message: e?.message ?? 'banned' };
     });
-    this.socket.on('protocol_error', (e: { code?: string; message?: string }) => {
+    socket.on('protocol_error', (e: { code?: string; message?: string }) => {
       if (e?.code === 'E_REPLACED') this.fatal = { code: 'E_REPLACED', message: e.message ?? 'a newer connection took over this island' };
     });
+    return socket;
+  }
+
+  /** Down for failoverMs with another gateway to try: move to it (the next 'connect' resumes the identity). */
+  private maybeFailover(): void {
+    const now = Date.now();
+    if (this.urls.length < 2 || this.closed || this.downSince === null) return;
+    if (now - this.downSince < this.opts.failoverMs || now - this.switchedAt < this.opts.failoverMs) return;
+    this.switchedAt = now;
+    const old = this.socket;
+    old.removeAllListeners();
+    old.close();
+    this.at = (this.at + 1) % this.urls.length;
+    this.opts.onConnection?.('disconnected', `failing over to ${this.url}`);
+    this.socket = this.openSocket();
   }
 
   /** The identity the server gave (null before the first hello). */
@@ -149,7 +184,7 @@ export class SocketIoTransport implements Transport {
       const up = await this.waitReady();
       if (!up.ok) return up;
       try {
-        const res = await this.fetchFn(`${this.opts.url}/api/model`, { cache: 'no-store' });
+        const res = await this.fetchFn(`${this.url}/api/model`, { cache: 'no-store' });
         if (!res.ok) throw new Error(`GET /api/model answered ${res.status}`);
         const b = new Uint8Array(await res.arrayBuffer());
         this.stats.bytesReceived += b.length;
@@ -270,7 +305,7 @@ export class SocketIoTransport implements Transport {
     this.downSince = null;
     if (!this.identity) {
       // first connection: hello() is (or will be) sending; requests wait for it
-      this.opts.onConnection?.('connected', this.opts.url);
+      this.opts.onConnection?.('connected', this.url);
       this.wakeAll();
       return;
     }
