@@ -422,8 +422,10 @@ export class Coordinator {
     const cfg = this.cfg;
     const sync = cfg.mode === 'sync';
     const roundId = sync ? this.round.id : ++this.assignSerial;
-    // an empty round starts with its first member: an island joining an idle server gets a whole round
-    if (sync && this.round.members.size === 0 && this.round.pending.length === 0) this.round.openedAt = now;
+    // a round left empty past its target time starts again with its first member: an island joining
+    // an idle server gets a whole round, not the minimum
+    const r = this.round;
+    if (sync && r.members.size === 0 && r.pending.length === 0 && now - r.openedAt > cfg.targetRoundMs) r.openedAt = now;
     if (sync) this.round.members.add(isl.id);
     // a late joiner of a sync round gets the time left in it
     const remainingMs = sync && cfg.targetRoundMs > 0 ? Math.max(0, cfg.targetRoundMs - (now - this.round.openedAt)) : undefined;
