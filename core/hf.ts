@@ -96,7 +96,7 @@ function tokenizerJson(): Record<string, unknown> {
   return {
     version: '1.0', truncation: null, padding: null, added_tokens: [], normalizer: null,
     pre_tokenizer: byteLevel, post_processor: null, decoder: byteLevel,
-    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges: [] },
+    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: [] },
   };
 }
 
