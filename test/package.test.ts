@@ -1,6 +1,7 @@
 // The package installs cleanly on the README's minimum Node (≥ 20.19): every locked package's
 // `engines.node` accepts 20.19.0 (no EBADENGINE), and every install script is approved or denied
-// in package.json's allowScripts (npm ≥ 11 skips unreviewed ones and lists them).
+// in package.json's allowScripts (npm ≥ 11 lists unreviewed ones). The entries are by name: the
+// lock records no resolved URLs, and npm matches a pinned name@version only against one.
 
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
