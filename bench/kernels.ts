@@ -23,6 +23,7 @@ import type { Batch, TrainingEngine } from '../core/engine.ts';
 import { DEFAULT_BATCH, flopsPerToken, type GPTConfig, getPreset, mfu, type PresetName } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { CpuEngine } from '../client/engine/cpu.ts';
+import { estimateGpuBytes } from '../client/engine/webgpu-plan.ts';
 import { loadCorpus } from '../server/corpus.ts';
 import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
 import { type DispatchSpec, KernelSet, Program, type Shape, readF32 } from '../client/engine/webgpu-kernels.ts';
@@ -30,6 +31,7 @@ import * as op from '../client/engine/webgpu-ops.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
 import { type AttentionRow, benchAttention, submitPasses } from './attention.ts';
 import type { TuneResult } from '../client/engine/webgpu-tune.ts';
+import { type KernelTime, kernelShares } from '../client/engine/webgpu-profile.ts';
 
 export interface KernelBenchOptions {
   /** Peak of the adapter in TFLOP/s (fp32); adds MFU figures. */
@@ -111,6 +113,10 @@ export interface KernelBenchResult {
   gpuBytes: number;
   /** the train-step engine's matmul autotuner: choice per shape, where it came from, variant timings */
   autotune: TuneResult['report'] | null;
+  /** with --profile: GPU ms per entry point over one training step (timestamp-query) and its share */
+  profile: { step_gpu_ms: number; kernels: ReturnType<typeof kernelShares> } | null;
+  /** bytes the engine allocates per preset and batch (at T = blockSize): nothing is allocated per step, so this is the peak */
+  memory: Array<{ preset: PresetName; batch: number; bytes: number }>;
   seconds: number;
 }
 
@@ -485,7 +491,7 @@ const TRAIN_PRESET: PresetName = 'small';
  * steps, then `rounds` rounds time each of them in turn (interleaved, like the matmuls);
  * the figure is the median over rounds.
  */
-export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; autotune?: boolean; log?: (s: string) => void }): Promise<{ trainStep: TrainStepResult; gpuBytes: number; autotune: TuneResult['report'] | null }> {
+export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; autotune?: boolean; profile?: boolean; log?: (s: string) => void }): Promise<{ trainStep: TrainStepResult; gpuBytes: number; autotune: TuneResult['report'] | null; profile: KernelBenchResult['profile'] }> {
   const quick = !!o.quick;
   const software = o.software ?? isSoftware(gpu);
   const log = o.log ?? (() => {});
@@ -508,7 +514,7 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
   log(`train step: preset ${TRAIN_PRESET}, B=${B}, T=${T}: ${warmup} warm-up step(s), then ${rounds} round(s) of ${perRound} step(s) each (CPU: 1 step, ${cpuRounds} round(s))`);
 
   const { fileTuneCache } = await import('../server/tune-cache.ts');
-  const engine = await WebGpuEngine.create(gpu.device, { ...engineOpts, adapterInfo: gpu.info.description, autotune: o.autotune === false ? undefined : { cache: fileTuneCache() } });
+  const engine = await WebGpuEngine.create(gpu.device, { ...engineOpts, adapterInfo: gpu.info.description, peakTflops: o.peakTflops, autotune: o.autotune === false ? undefined : { cache: fileTuneCache() } });
   if (engine.tuning) log(`  autotune (${engine.tuning.ms.toFixed(0)} ms): ${engine.tuning.report.map((r) => `${r.shape} ${r.chosen.vec4 ? 'vec4' : 'scalar'}${r.chosen.splitK > 1 ? `/split${r.chosen.splitK}` : ''} (${r.from})`).join(', ')}`);
   const cpu = new CpuEngine(engineOpts);
   let tfTimer: StepTimer | null = null;
@@ -547,11 +553,22 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
       ours_loss: losses.ours, tfjs_loss: losses.tfjs, cpu_loss: losses.cpu,
     };
     if (o.peakTflops) {
-      trainStep.ours_mfu = mfu(config, ours, o.peakTflops * 1e12, T);
+      trainStep.ours_mfu = engine.mfu(ours, T) ?? undefined;
       trainStep.tfjs_mfu = mfu(config, tfjs, o.peakTflops * 1e12, T);
     }
     log(`  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | tfjs ${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`);
-    return { trainStep, gpuBytes: engine.gpuBytes, autotune: engine.tuning?.report ?? null };
+    let profile: KernelBenchResult['profile'] = null;
+    if (o.profile) {
+      // the median of three profiled steps, per kernel (each dispatch in its own pass: the total is above a normal step's)
+      const runs: KernelTime[][] = [];
+      for (let i = 0; i < 3; i++) runs.push(await engine.profileStep(batches[i % batches.length], { lr, gradClip: 1 }));
+      await engine.takeLosses();
+      const total = (r: KernelTime[]) => r.reduce((a, t) => a + t.ms, 0);
+      const mid = [...runs].sort((a, b) => total(a) - total(b))[1];
+      profile = { step_gpu_ms: total(mid), kernels: kernelShares(mid) };
+      log(`  profile (GPU ms of one step, timestamp-query): ${total(mid).toFixed(1)} ms; ${profile.kernels.slice(0, 6).map((k) => `${k.entry} ${(100 * k.share).toFixed(1)}%`).join(', ')}`);
+    }
+    return { trainStep, gpuBytes: engine.gpuBytes, autotune: engine.tuning?.report ?? null, profile };
   } finally {
     engine.destroy();
     await tfTimer?.dispose();
@@ -580,7 +597,7 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
     const attention = await benchAttention(gpu.device, { software, time: timeInterleaved, drain, repeats: mm.repeats, targetMs: mm.targetMs, log });
 
     // ---- training step
-    const { trainStep, gpuBytes, autotune } = await benchTrainStep(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, autotune: opts.autotune, log });
+    const { trainStep, gpuBytes, autotune, profile } = await benchTrainStep(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, autotune: opts.autotune, profile: opts.profile, log });
 
     return {
       adapter: {
@@ -595,12 +612,21 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
       trainStep,
       gpuBytes,
       autotune,
+      profile,
+      memory: memoryTable(),
       seconds: (performance.now() - t0) / 1e3,
     };
   } finally {
     await tfw?.dispose();
     await gpu.dispose();
   }
+}
+
+/** Bytes the engine allocates per preset and batch (estimateGpuBytes: what create() allocates). */
+function memoryTable(): KernelBenchResult['memory'] {
+  const out: KernelBenchResult['memory'] = [];
+  for (const preset of ['tiny', 'small', 'base'] as const) for (const batch of [1, 4, 8, 16]) out.push({ preset, batch, bytes: estimateGpuBytes({ config: getPreset(preset), maxBatch: batch }) });
+  return out;
 }
 
 /** The human-readable report. */
@@ -627,6 +653,12 @@ export function formatKernelBench(r: KernelBenchResult): string {
   lines.push(`  CPU reference  ${f(t.cpu_tokens_per_sec, 1)}`);
   lines.push(`  ours/TF.js ×${f(t.ratio_vs_tfjs)} (goal ≥ ×3), ours/CPU ×${f(t.ratio_vs_cpu)}`);
   lines.push(`gpuBytes: ${r.gpuBytes.toLocaleString()} (${(r.gpuBytes / 2 ** 20).toFixed(1)} MiB)`);
+  if (r.profile) {
+    lines.push('', `profile: one training step, ${f(r.profile.step_gpu_ms, 1)} GPU ms (timestamp-query, one pass per dispatch)`);
+    for (const k of r.profile.kernels) lines.push(`  ${k.entry.padEnd(36)} ${f(k.ms).padStart(9)} ms ${(100 * k.share).toFixed(1).padStart(6)}%  (${k.dispatches} dispatches)`);
+  }
+  lines.push('', 'peak GPU bytes (MiB) by preset and batch, T = blockSize:');
+  for (const p of ['tiny', 'small', 'base'] as const) lines.push(`  ${p.padEnd(6)} ${r.memory.filter((m) => m.preset === p).map((m) => `B=${m.batch}: ${(m.bytes / 2 ** 20).toFixed(1)}`).join('  ')}`);
   lines.push(`took ${f(r.seconds, 0)} s`);
   return lines.join('\n');
 }

@@ -195,10 +195,11 @@ export function buildProgram(): Command {
     .option('--peak-tflops <x>', "the adapter's fp32 peak in TFLOP/s: adds MFU figures", numArg)
     .option('--quick', 'fewer shapes and steps')
     .option('--no-autotune', 'train step: skip timing the matmul variants at engine start')
+    .option('--profile', "time each kernel of a training step (timestamp-query) and print its share")
     .option('--json', 'print one JSON object (progress still goes to stderr)')
     .action(async (o) => {
       const { benchKernels, formatKernelBench } = await import('../bench/kernels.ts');
-      const r = await benchKernels({ peakTflops: o.peakTflops, quick: !!o.quick, autotune: o.autotune, log: (s: string) => process.stderr.write(s + '\n') });
+      const r = await benchKernels({ peakTflops: o.peakTflops, quick: !!o.quick, autotune: o.autotune, profile: !!o.profile, log: (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : formatKernelBench(r)) + '\n');
     });
   bench.command('codec')

@@ -7,7 +7,7 @@ describe('bench CLI', () => {
   it('has kernels and codec subcommands next to server', () => {
     const bench = buildProgram().commands.find((c) => c.name() === 'bench')!;
     const sub = Object.fromEntries(bench.commands.map((c) => [c.name(), c.options.map((o) => o.long)]));
-    expect(sub.kernels).toEqual(expect.arrayContaining(['--json', '--quick', '--peak-tflops', '--no-autotune']));
+    expect(sub.kernels).toEqual(expect.arrayContaining(['--json', '--quick', '--peak-tflops', '--no-autotune', '--profile']));
     expect(sub.codec).toEqual(expect.arrayContaining(['--json', '--repeats']));
     expect(sub.server).toBeDefined();
   });

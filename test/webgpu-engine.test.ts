@@ -10,12 +10,14 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Batch } from '../core/engine.ts';
-import { type GPTConfig, PRESETS, paramLayout } from '../core/model/config.ts';
+import { type GPTConfig, PRESETS, mfu, paramLayout } from '../core/model/config.ts';
 import { GPT, initParams } from '../core/model/gpt.ts';
 import { mulberry32 } from '../core/random.ts';
 import { CpuEngine } from '../client/engine/cpu.ts';
 import { WebGpuEngine, checkAdapterFits, estimateGpuBytes, requiredLimits, type WebGpuEngineOptions } from '../client/engine/webgpu.ts';
 import { getTestDevice, maxRelErr, releaseTestDevice } from './helpers/gpu.ts';
+import { KernelSet } from '../client/engine/webgpu-kernels.ts';
+import { autotuneMatmuls, tuneKey } from '../client/engine/webgpu-tune.ts';
 
 const TOL = 1e-3;
 const config: GPTConfig = PRESETS.tiny;
@@ -59,11 +61,11 @@ const tuneCache = new Map<string, string>();
 const cache = { get: (k: string) => tuneCache.get(k) ?? null, set: (k: string, v: string) => void tuneCache.set(k, v) };
 
 beforeAll(async () => {
-  const gpu = await getTestDevice({ requiredLimits: requiredLimits(opts) });
+  const gpu = await getTestDevice({ requiredLimits: requiredLimits(opts), optionalFeatures: ['timestamp-query'] });
   device = gpu.device;
   adapter = gpu.adapter;
   const t0 = performance.now();
-  engine = await WebGpuEngine.create(device, { ...opts, adapterInfo: gpu.info.description, autotune: { cache, budgetMs: 1 } });
+  engine = await WebGpuEngine.create(device, { ...opts, adapterInfo: gpu.info.description, peakTflops: 2 });
   report.createMs = Math.round(performance.now() - t0);
 });
 
@@ -75,17 +77,43 @@ afterAll(async () => {
 
 describe('WebGpuEngine on tiny', () => {
   it('autotunes every matmul once, then reads the choices from the cache', async () => {
-    // a 1 ms budget: the first shape is timed (its variants: vec4 and scalar), the other 14 keep the default
-    const first = engine.tuning!.report;
-    expect(first.map((r) => r.from)).toEqual(['timed', ...new Array(14).fill('default')]); // 5 layers × fwd, dX, dW
-    expect(Object.keys(first[0].ms!).sort()).toEqual(['scalar', 'vec4']);
+    // the qkv forward of tiny, timed without a budget: both variants (vec4, scalar), cached
+    const rows = opts.maxBatch * config.blockSize;
+    const qkv = { pass: 'fwd', C: config.nEmbd, OC: 3 * config.nEmbd } as const;
+    const first = await autotuneMatmuls(device, KernelSet.for(device), [qkv], rows, { adapter: engine.device, cache, budgetMs: Infinity });
+    expect(first.report[0].from).toBe('timed');
+    expect(Object.keys(first.report[0].ms!).sort()).toEqual(['scalar', 'vec4']);
     expect(tuneCache.size).toBe(1);
-    const again = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache, budgetMs: 0 } });
-    expect(again.tuning!.report[0]).toMatchObject({ from: 'cache', chosen: first[0].chosen });
+    // an engine start past its budget: the cached shape is read, the 14 others keep the default and nothing new is cached
+    const again = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache, budgetMs: -1 } });
+    const report = again.tuning!.report; // 5 layers × fwd, dX, dW
+    expect(report.length).toBe(15);
+    expect(report.find((r) => r.shape === tuneKey(qkv))).toMatchObject({ from: 'cache', chosen: first.report[0].chosen });
+    expect(report.filter((r) => r.from === 'default').length).toBe(14);
+    expect(tuneCache.size).toBe(1);
     again.destroy();
     const untuned = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device });
     expect(untuned.tuning).toBeNull();
     untuned.destroy();
+  });
+
+  it('profileStep times every dispatch of a step (timestamp-query); mfu() divides by the given peak', async () => {
+    expect(device.features.has('timestamp-query')).toBe(true); // SwiftShader has it
+    await engine.setParams(init);
+    const times = await engine.profileStep(batch(2, config.blockSize, 5), { lr: 0, gradClip: 1 });
+    await engine.takeLosses();
+    // the step's dispatches that run at this shape (of 18 + 45·L recorded; split-K alternates are skipped)
+    expect(times.length).toBeGreaterThan(10 * config.nLayer);
+    expect(times.length).toBeLessThanOrEqual(18 + 45 * config.nLayer);
+    expect(times.filter((t) => t.entry === 'attention_forward').length).toBe(config.nLayer);
+    for (const t of times) expect(t.ms).toBeGreaterThanOrEqual(0);
+    expect(times.reduce((a, t) => a + t.ms, 0)).toBeGreaterThan(0);
+    expect(engine.peakFlops).toBe(2e12);
+    expect(engine.mfu(1000, config.blockSize)).toBeCloseTo(mfu(config, 1000, 2e12, config.blockSize), 12);
+  });
+
+  it('peak GPU bytes: base at batch 8 fits in 1 GiB', () => {
+    expect(estimateGpuBytes({ config: PRESETS.base, maxBatch: 8 })).toBeLessThanOrEqual(2 ** 30);
   });
 
   it('allocates what estimateGpuBytes says', () => {

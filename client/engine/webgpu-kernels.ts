@@ -327,6 +327,19 @@ export class Program {
     }
   }
 
+  /** Records each dispatch in its own pass (descriptor from `pass(i)`); returns each pass's entry, null where the shape skips it. */
+  encodeEach(enc: GPUCommandEncoder, shape: Shape, pass: (i: number) => GPUComputePassDescriptor): Array<string | null> {
+    const entries: Array<string | null> = [];
+    for (let i = 0; i < this.built.length; i++) {
+      const [x, y, z] = this.built[i].spec.grid(shape);
+      const p = enc.beginComputePass(pass(i));
+      if (x > 0 && y > 0 && z > 0) this.encode(p, shape, i, i + 1);
+      p.end();
+      entries.push(x > 0 && y > 0 && z > 0 ? this.built[i].spec.entry : null);
+    }
+    return entries;
+  }
+
   destroy(): void {
     this.uniform.destroy();
   }

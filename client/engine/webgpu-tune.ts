@@ -1,9 +1,9 @@
 // The matmul autotuner: at engine start, time the variants of each of the model's
 // matmuls on its real shapes (vec4 or scalar loads; split-K slices for dW), keep the
 // fastest per shape, and cache the choice by adapter so the next start only reads it.
-// Bounded by a time budget: shapes not reached keep the default choice (and are tried
-// on a later start). No node: imports: the cache is given (localStorage in a browser,
-// a file in Node: server/tune-cache.ts).
+// Bounded by a time budget, checked before each variant: shapes not fully timed keep the
+// default choice (and are tried on a later start). No node: imports: the cache is given
+// (localStorage in a browser, a file in Node: server/tune-cache.ts).
 
 import { KernelSet, Program, type DispatchSpec, type Shape } from './webgpu-kernels.ts';
 import * as op from './webgpu-ops.ts';
@@ -83,7 +83,9 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
       }
       const ms: Record<string, number> = {};
       let best: MatmulChoice | null = null, bestMs = Infinity;
-      for (const c of candidates(s, rows)) {
+      const cands = candidates(s, rows);
+      for (const c of cands) {
+        if (performance.now() - t0 > o.budgetMs) break; // out of time: this shape stays at the default
         const d = { C: s.C, OC: s.OC, wOff: 0, biasOff: s.pass === 'dX' ? null : s.C * s.OC, vec4: c.vec4, dwVec4: c.vec4, partials, splitK: c.splitK };
         const specs: DispatchSpec[] = s.pass === 'fwd' ? [op.matmulForward(b, a, w, d)]
           : s.pass === 'dX' ? [op.matmulBackward(b, g, a, b, w, d)[0]] : op.matmulBackward(null, g, a, b, w, { ...d, biasOff: null });
@@ -91,10 +93,13 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
         ms[label(c)] = t;
         if (t < bestMs) { bestMs = t; best = c; }
       }
-      const chosen = best ?? defaultChoice(s);
-      result.choices.set(tuneKey(s), chosen);
-      result.report.push({ shape: tuneKey(s), chosen, from: 'timed', ms });
-      o.cache?.set(key, JSON.stringify(chosen));
+      if (!best || Object.keys(ms).length < cands.length) {
+        result.report.push({ shape: tuneKey(s), chosen: defaultChoice(s), from: 'default', ms });
+        continue;
+      }
+      result.choices.set(tuneKey(s), best);
+      result.report.push({ shape: tuneKey(s), chosen: best, from: 'timed', ms });
+      o.cache?.set(key, JSON.stringify(best));
     }
   } finally {
     for (const x of [a, b, w, g, partials]) x.destroy();

@@ -14,172 +14,22 @@
 // Works in Node (device from server/gpu.ts) and in a browser or Web Worker; no node: imports.
 
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
-import { type GPTConfig, paramLayout, validateConfig } from '../../core/model/config.ts';
+import { type GPTConfig, mfu, paramLayout } from '../../core/model/config.ts';
 import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
-import { type Result, err, ok } from '../../core/result.ts';
-import { type DispatchSpec, KernelSet, MAX_STORAGE_BINDINGS, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
+import { type DispatchSpec, KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
+import {
+  AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, PER_LAYER, type Plan, type WebGpuEngineOptions,
+  engineError, estimateGpuBytes, f32b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
+} from './webgpu-plan.ts';
 import * as op from './webgpu-ops.ts';
-import { type TuneCache, type TuneResult, autotuneMatmuls, modelMatmuls, tunedDims } from './webgpu-tune.ts';
+import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
+import { type TuneResult, autotuneMatmuls, modelMatmuls, tunedDims } from './webgpu-tune.ts';
 
-export interface WebGpuEngineOptions extends EngineOptions {
-  /** Shown as the engine's `device` (e.g. the adapter's description). */
-  adapterInfo?: string;
-  /** Size of the GPU loss ring: losses are copied off the GPU every this many steps (default 64). */
-  lossReadEvery?: number;
-  /** Reductions with subgroup operations (default: when the device has `subgroups`). */
-  subgroups?: boolean;
-  /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
-  autotune?: { cache: TuneCache | null; budgetMs?: number };
-}
 
-/** The autotuner's time budget at engine start. */
-export const AUTOTUNE_BUDGET_MS = 2000;
-
-/** Features the engine uses where the adapter has them: request them with the device. */
-export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query'];
-
-/** The subset of ENGINE_FEATURES this adapter offers, for `requestDevice({ requiredFeatures })`. */
-export const engineFeatures = (adapter: GPUAdapter): GPUFeatureName[] => ENGINE_FEATURES.filter((f) => adapter.features.has(f));
-
-export interface DeviceLost {
-  reason: string;
-  message: string;
-}
-
-const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
-
-/** Dispatches recorded for one training step (checked against what build() records). */
-const stepDispatches = (L: number) => 18 + 45 * L;
-
-/** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
-const EVAL_SLOTS = 16;
-
-// ---------------------------------------------------------------------------- sizing
-
-interface Plan {
-  /** Storage buffers: name → bytes. */
-  storage: Map<string, number>;
-  /** Mappable and uniform buffers: bytes. */
-  other: Map<string, number>;
-  maxT: number;
-  ring: number;
-  /** Largest grid dimension any dispatch uses. */
-  maxGroups: number;
-  attTileBytes: number;
-}
-
-const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
-
-function resolve(opts: WebGpuEngineOptions) {
-  const c = opts.config;
-  const maxT = opts.maxT ?? c.blockSize;
-  return { c, maxT, B: opts.maxBatch, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
-}
-
-/** Every buffer the engine allocates, sized for (maxBatch, maxT). */
-function plan(opts: WebGpuEngineOptions): Plan {
-  const { c, maxT, B, ring } = resolve(opts);
-  const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
-  const N = paramLayout(c).total;
-  const BT = B * maxT, ROWS = B * NH * maxT;
-  const s = new Map<string, number>();
-  for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
-  const perLayer: Record<string, number> = {
-    ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, attLse: ROWS,
-    residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: BT * 4 * C, fchGelu: BT * 4 * C, residual3: BT * C,
-  };
-  for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, f32b(n));
-  const single: Record<string, number> = {
-    encoded: BT * C, attproj: BT * C, fcproj: BT * C, lnf: BT * C, lnfMean: BT, lnfRstd: BT,
-    logits: BT * V, probs: BT * V, losses: BT,
-    // gradients of activations: one layer's worth, reused down the layers; the
-    // residual stream's gradient ping-pongs between dres0 and dres1
-    dlogits: BT * V, dln: BT * C, dres0: BT * C, dres1: BT * C, dres2: BT * C,
-    dqkv: BT * 3 * C, datty: BT * C, dproj: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, attDsum: ROWS,
-    dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
-    inputs: BT, targets: BT,
-    ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
-  };
-  for (const [k, n] of Object.entries(single)) s.set(k, f32b(n));
-  const o = new Map<string, number>();
-  o.set('readback', f32b(N));
-  o.set('lossStaging', f32b(ring + EVAL_SLOTS));
-  o.set('stepUniform', 256);
-  // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
-  o.set('uniforms', (stepDispatches(L) + 1) * 256);
-  o.set('deltaUniforms', 256);
-  const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
-  return { storage: s, other: o, maxT, ring, maxGroups, attTileBytes: op.attentionTileBytes(C / NH) };
-}
-
-/** Bytes the engine allocates on the device for these options (what `gpuBytes` reports after create). */
-export function estimateGpuBytes(opts: WebGpuEngineOptions): number {
-  const p = plan(opts);
-  let total = 0;
-  for (const v of p.storage.values()) total += v;
-  for (const v of p.other.values()) total += v;
-  return total;
-}
-
-/**
- * The device limits this config needs, for `adapter.requestDevice({ requiredLimits })`.
- * Only what the engine uses; every value above the WebGPU defaults must be requested.
- */
-export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number> {
-  const p = plan(opts);
-  const largestStorage = Math.max(...p.storage.values());
-  const largest = Math.max(largestStorage, ...p.other.values());
-  return {
-    maxStorageBufferBindingSize: largestStorage,
-    maxBufferSize: largest,
-    maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
-    maxUniformBufferBindingSize: 512,
-    maxBindGroups: 1,
-    maxComputeWorkgroupStorageSize: Math.max(8192, p.attTileBytes), // matmul's tiles; attention's K and V tiles
-    maxComputeInvocationsPerWorkgroup: 256,
-    maxComputeWorkgroupSizeX: 256,
-    maxComputeWorkgroupsPerDimension: Math.min(p.maxGroups, 65535),
-  };
-}
-
-const mib = (n: number) => `${(n / 2 ** 20).toFixed(n % 2 ** 20 === 0 ? 0 : 1)} MiB`;
-
-function limitShortfall(limits: Record<string, number>, have: GPUSupportedLimits, opts: WebGpuEngineOptions, who: string): Result<void> {
-  const have_ = have as unknown as Record<string, number>;
-  for (const [k, need] of Object.entries(limits)) {
-    const h = have_[k];
-    if (h === undefined || need <= h) continue;
-    const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? mib : String;
-    const { c, maxT, B } = resolve(opts);
-    return err('E_ADAPTER_TOO_SMALL',
-      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, batch ${B}×${maxT}; try a smaller batch or model)`);
-  }
-  return ok(undefined);
-}
-
-/** Whether the adapter can run this config; names the first limit it lacks. */
-export function checkAdapterFits(adapter: GPUAdapter, opts: WebGpuEngineOptions): Result<void> {
-  try {
-    validateOptions(opts);
-  } catch (e) {
-    return err('E_BAD_CONFIG', (e as Error).message);
-  }
-  return limitShortfall(requiredLimits(opts), adapter.limits, opts, 'adapter');
-}
-
-function validateOptions(opts: WebGpuEngineOptions): void {
-  validateConfig(opts.config);
-  const maxT = opts.maxT ?? opts.config.blockSize;
-  if (!Number.isInteger(maxT) || maxT < 1 || maxT > opts.config.blockSize) throw new Error(`maxT ${maxT} must be an integer in [1, blockSize ${opts.config.blockSize}]`);
-  if (!Number.isInteger(opts.maxBatch) || opts.maxBatch < 1) throw new Error(`maxBatch ${opts.maxBatch} must be a positive integer`);
-  // grid dimensions the kernels index directly (vocab rows, batch·heads, positions)
-  const dims = { vocabSize: opts.config.vocabSize, 'maxBatch·nHead': opts.maxBatch * opts.config.nHead, maxT };
-  for (const [k, v] of Object.entries(dims)) if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
-}
-
-function engineError(code: string, message: string): Error & { code: string } {
-  return Object.assign(new Error(`${code}: ${message}`), { code });
-}
+export {
+  AUTOTUNE_BUDGET_MS, type DeviceLost, ENGINE_FEATURES, type WebGpuEngineOptions,
+  checkAdapterFits, engineFeatures, estimateGpuBytes, requiredLimits,
+} from './webgpu-plan.ts';
 
 // ---------------------------------------------------------------------------- engine
 
@@ -200,6 +50,8 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly gpu: GPUDevice;
   /** Whether the reductions use subgroup operations. */
   readonly subgroups: boolean;
+  /** The adapter's peak FLOP/s, when given (peakTflops). */
+  readonly peakFlops?: number;
   /** What the autotuner chose (null: not tuned). */
   tuning: TuneResult | null = null;
   private readonly autotune: WebGpuEngineOptions['autotune'];
@@ -234,6 +86,7 @@ export class WebGpuEngine implements TrainingEngine {
     this.device = opts.adapterInfo ?? 'webgpu';
     this.subgroups = (opts.subgroups ?? true) && device.features.has('subgroups');
     this.autotune = opts.autotune;
+    if (opts.peakTflops) this.peakFlops = opts.peakTflops * 1e12;
     const r = resolve(opts);
     this.maxB = r.B;
     this.maxT = r.maxT;
@@ -452,6 +305,31 @@ export class WebGpuEngine implements TrainingEngine {
 
   /** Enqueues one AdamW step: one submission, no readback. */
   async step(batch: Batch, opts: StepOptions): Promise<void> {
+    this.enqueue(batch, opts, (enc, shape) => {
+      const pass = enc.beginComputePass();
+      this.program.encode(pass, shape);
+      pass.end();
+    });
+  }
+
+  /**
+   * One training step (as `step`) with each kernel in its own pass between timestamps:
+   * the GPU ms of every dispatch, in order. Needs the device's `timestamp-query`.
+   */
+  async profileStep(batch: Batch, opts: StepOptions): Promise<KernelTime[]> {
+    if (!this.gpu.features.has('timestamp-query')) throw engineError('E_NO_TIMESTAMPS', 'the device was created without timestamp-query');
+    let pending: PendingProfile | null = null;
+    this.enqueue(batch, opts, (enc, shape) => { pending = recordProfiled(this.gpu, enc, this.program, shape); });
+    return (pending as PendingProfile | null)!.read();
+  }
+
+  /** Model FLOPs utilisation at `tokensPerSec` (T: sequence length) where the peak is known, else null. */
+  mfu(tokensPerSec: number, T = this.maxT): number | null {
+    return this.peakFlops ? mfu(this.config, tokensPerSec, this.peakFlops, T) : null;
+  }
+
+  /** Loads the batch and step uniform, records the step with `record`, submits (the loss ring as in `step`). */
+  private enqueue(batch: Batch, opts: StepOptions, record: (enc: GPUCommandEncoder, shape: { B: number; T: number }) => void): void {
     this.usable();
     const { B, T } = batch;
     this.loadTokens(batch.inputs, batch.targets, B, T);
@@ -461,9 +339,7 @@ export class WebGpuEngine implements TrainingEngine {
     const shape = { B, T };
     this.program.setShape(shape);
     const enc = this.gpu.createCommandEncoder({ label: 'step' });
-    const pass = enc.beginComputePass();
-    this.program.encode(pass, shape);
-    pass.end();
+    record(enc, shape);
     this.steps += 1;
     this.pending += 1;
     let staging: GPUBuffer | null = null;

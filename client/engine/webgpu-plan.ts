@@ -1,0 +1,172 @@
+// The WebGPU engine's options and sizing: every buffer it allocates for (maxBatch, maxT),
+// the device limits and features it asks for, and the checks before it allocates.
+// No node: imports (browser, Web Worker and Node).
+
+import type { EngineOptions } from '../../core/engine.ts';
+import { paramLayout, validateConfig } from '../../core/model/config.ts';
+import { type Result, err, ok } from '../../core/result.ts';
+import { MAX_STORAGE_BINDINGS } from './webgpu-kernels.ts';
+import * as op from './webgpu-ops.ts';
+import type { TuneCache } from './webgpu-tune.ts';
+
+export interface WebGpuEngineOptions extends EngineOptions {
+  /** Shown as the engine's `device` (e.g. the adapter's description). */
+  adapterInfo?: string;
+  /** Size of the GPU loss ring: losses are copied off the GPU every this many steps (default 64). */
+  lossReadEvery?: number;
+  /** Reductions with subgroup operations (default: when the device has `subgroups`). */
+  subgroups?: boolean;
+  /** The adapter's fp32 peak in TFLOP/s, where known (gives `peakFlops` and `mfu()`). */
+  peakTflops?: number;
+  /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
+  autotune?: { cache: TuneCache | null; budgetMs?: number };
+}
+
+/** The autotuner's time budget at engine start. */
+export const AUTOTUNE_BUDGET_MS = 2000;
+
+/** Features the engine uses where the adapter has them: request them with the device. */
+export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query'];
+
+/** The subset of ENGINE_FEATURES this adapter offers, for `requestDevice({ requiredFeatures })`. */
+export const engineFeatures = (adapter: GPUAdapter): GPUFeatureName[] => ENGINE_FEATURES.filter((f) => adapter.features.has(f));
+
+export interface DeviceLost {
+  reason: string;
+  message: string;
+}
+
+export const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
+
+/** Dispatches recorded for one training step (checked against what build() records). */
+export const stepDispatches = (L: number) => 18 + 45 * L;
+
+/** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
+export const EVAL_SLOTS = 16;
+
+// ---------------------------------------------------------------------------- sizing
+
+export interface Plan {
+  /** Storage buffers: name → bytes. */
+  storage: Map<string, number>;
+  /** Mappable and uniform buffers: bytes. */
+  other: Map<string, number>;
+  maxT: number;
+  ring: number;
+  /** Largest grid dimension any dispatch uses. */
+  maxGroups: number;
+  attTileBytes: number;
+}
+
+export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
+
+export function resolve(opts: WebGpuEngineOptions) {
+  const c = opts.config;
+  const maxT = opts.maxT ?? c.blockSize;
+  return { c, maxT, B: opts.maxBatch, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
+}
+
+/** Every buffer the engine allocates, sized for (maxBatch, maxT). */
+export function plan(opts: WebGpuEngineOptions): Plan {
+  const { c, maxT, B, ring } = resolve(opts);
+  const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
+  const N = paramLayout(c).total;
+  const BT = B * maxT, ROWS = B * NH * maxT;
+  const s = new Map<string, number>();
+  for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
+  const perLayer: Record<string, number> = {
+    ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, attLse: ROWS,
+    residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: BT * 4 * C, fchGelu: BT * 4 * C, residual3: BT * C,
+  };
+  for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, f32b(n));
+  const single: Record<string, number> = {
+    encoded: BT * C, attproj: BT * C, fcproj: BT * C, lnf: BT * C, lnfMean: BT, lnfRstd: BT,
+    logits: BT * V, probs: BT * V, losses: BT,
+    // gradients of activations: one layer's worth, reused down the layers; the
+    // residual stream's gradient ping-pongs between dres0 and dres1
+    dlogits: BT * V, dln: BT * C, dres0: BT * C, dres1: BT * C, dres2: BT * C,
+    dqkv: BT * 3 * C, datty: BT * C, dproj: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, attDsum: ROWS,
+    dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
+    inputs: BT, targets: BT,
+    ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
+  };
+  for (const [k, n] of Object.entries(single)) s.set(k, f32b(n));
+  const o = new Map<string, number>();
+  o.set('readback', f32b(N));
+  o.set('lossStaging', f32b(ring + EVAL_SLOTS));
+  o.set('stepUniform', 256);
+  // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
+  o.set('uniforms', (stepDispatches(L) + 1) * 256);
+  o.set('deltaUniforms', 256);
+  const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
+  return { storage: s, other: o, maxT, ring, maxGroups, attTileBytes: op.attentionTileBytes(C / NH) };
+}
+
+/** Bytes the engine allocates on the device for these options (what `gpuBytes` reports after create). */
+export function estimateGpuBytes(opts: WebGpuEngineOptions): number {
+  const p = plan(opts);
+  let total = 0;
+  for (const v of p.storage.values()) total += v;
+  for (const v of p.other.values()) total += v;
+  return total;
+}
+
+/**
+ * The device limits this config needs, for `adapter.requestDevice({ requiredLimits })`.
+ * Only what the engine uses; every value above the WebGPU defaults must be requested.
+ */
+export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number> {
+  const p = plan(opts);
+  const largestStorage = Math.max(...p.storage.values());
+  const largest = Math.max(largestStorage, ...p.other.values());
+  return {
+    maxStorageBufferBindingSize: largestStorage,
+    maxBufferSize: largest,
+    maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
+    maxUniformBufferBindingSize: 512,
+    maxBindGroups: 1,
+    maxComputeWorkgroupStorageSize: Math.max(8192, p.attTileBytes), // matmul's tiles; attention's K and V tiles
+    maxComputeInvocationsPerWorkgroup: 256,
+    maxComputeWorkgroupSizeX: 256,
+    maxComputeWorkgroupsPerDimension: Math.min(p.maxGroups, 65535),
+  };
+}
+
+export const mib = (n: number) => `${(n / 2 ** 20).toFixed(n % 2 ** 20 === 0 ? 0 : 1)} MiB`;
+
+export function limitShortfall(limits: Record<string, number>, have: GPUSupportedLimits, opts: WebGpuEngineOptions, who: string): Result<void> {
+  const have_ = have as unknown as Record<string, number>;
+  for (const [k, need] of Object.entries(limits)) {
+    const h = have_[k];
+    if (h === undefined || need <= h) continue;
+    const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? mib : String;
+    const { c, maxT, B } = resolve(opts);
+    return err('E_ADAPTER_TOO_SMALL',
+      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, batch ${B}×${maxT}; try a smaller batch or model)`);
+  }
+  return ok(undefined);
+}
+
+/** Whether the adapter can run this config; names the first limit it lacks. */
+export function checkAdapterFits(adapter: GPUAdapter, opts: WebGpuEngineOptions): Result<void> {
+  try {
+    validateOptions(opts);
+  } catch (e) {
+    return err('E_BAD_CONFIG', (e as Error).message);
+  }
+  return limitShortfall(requiredLimits(opts), adapter.limits, opts, 'adapter');
+}
+
+export function validateOptions(opts: WebGpuEngineOptions): void {
+  validateConfig(opts.config);
+  const maxT = opts.maxT ?? opts.config.blockSize;
+  if (!Number.isInteger(maxT) || maxT < 1 || maxT > opts.config.blockSize) throw new Error(`maxT ${maxT} must be an integer in [1, blockSize ${opts.config.blockSize}]`);
+  if (!Number.isInteger(opts.maxBatch) || opts.maxBatch < 1) throw new Error(`maxBatch ${opts.maxBatch} must be a positive integer`);
+  // grid dimensions the kernels index directly (vocab rows, batch·heads, positions)
+  const dims = { vocabSize: opts.config.vocabSize, 'maxBatch·nHead': opts.maxBatch * opts.config.nHead, maxT };
+  for (const [k, v] of Object.entries(dims)) if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
+}
+
+export function engineError(code: string, message: string): Error & { code: string } {
+  return Object.assign(new Error(`${code}: ${message}`), { code });
+}
