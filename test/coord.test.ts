@@ -110,7 +110,7 @@ describe('outer optimizers', () => {
   it('delayed Nesterov: plain lr·g/N per arrival, momentum step every N arrivals', () => {
     seqs = new Map();
     const lr = 0.5, mu = 0.8, period = 2;
-    const c = makeCoord({ mode: 'async', staleness: 'none', outer: { kind: 'delayed-nesterov', lr, momentum: mu, dnPeriod: period } });
+    const c = makeCoord({ mode: 'async', asyncWindow: { fraction: 0 }, staleness: 'none', outer: { kind: 'delayed-nesterov', lr, momentum: mu, dnPeriod: period } });
     const theta = Float64Array.from(c.params());
     const m = new Float64Array(N), b = new Float64Array(N);
     let asg = join(c).a; // one active island: s = w / 1 = 1 (tokens = expected)
@@ -239,7 +239,7 @@ describe('staleness', () => {
     expect(stalenessWeight('inv-linear', 3)).toBeCloseTo(0.25, 12);
     expect(stalenessWeight('none', 9)).toBe(1);
     seqs = new Map();
-    const c = makeCoord({ mode: 'async', maxStaleness: 2, staleness: 'inv-sqrt', outer: { kind: 'sgd', lr: 1, momentum: 0 } });
+    const c = makeCoord({ mode: 'async', asyncWindow: { fraction: 0 }, maxStaleness: 2, staleness: 'inv-sqrt', outer: { kind: 'sgd', lr: 1, momentum: 0 } });
     const slow = join(c), fast = join(c);
     let fa = fast.a;
     for (let k = 0; k < 2; k++) {
@@ -273,15 +273,18 @@ describe('DyLU', () => {
   const base = { batchSize: 8, seqLen: 32, innerSteps: 100, minInnerSteps: 5, maxInnerSteps: 400 };
   it('time rule: steps that take targetRoundMs at the island speed', () => {
     // 10 s at 2048 tok/s with 256 tokens per step = 80 steps
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 2048, fastestTokensPerSec: undefined, targetRoundMs: 10_000 })).toBe(80);
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 8192, fastestTokensPerSec: undefined, targetRoundMs: 10_000 })).toBe(320);
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 1, fastestTokensPerSec: undefined, targetRoundMs: 10_000 })).toBe(5); // min
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 1e6, fastestTokensPerSec: undefined, targetRoundMs: 10_000 })).toBe(400); // max
-    expect(dyluInnerSteps({ ...base, tokensPerSec: undefined, fastestTokensPerSec: 10, targetRoundMs: 10_000 })).toBe(100);
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 2048, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(80);
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 8192, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(320);
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 1, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(5); // min
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 1e6, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(400); // max
+    expect(dyluInnerSteps({ ...base, tokensPerSec: undefined, fastestStepsPerSec: 10, targetRoundMs: 10_000 })).toBe(100);
   });
-  it('ratio rule (Async Local-SGD): H · v / v_max', () => {
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 1000, fastestTokensPerSec: 4000, targetRoundMs: 0 })).toBe(25);
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 4000, fastestTokensPerSec: 4000, targetRoundMs: 0 })).toBe(100);
+  it('ratio rule (Async Local-SGD): H · (steps/s) / (steps/s)_max, seconds per step compared, not tokens/s', () => {
+    // 256 tokens per step: 1000 tok/s = 3.9 steps/s against 15.6 steps/s
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 1000, fastestStepsPerSec: 4000 / 256, targetRoundMs: 0 })).toBe(25);
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 4000, fastestStepsPerSec: 4000 / 256, targetRoundMs: 0 })).toBe(100);
+    // same tokens/s, half the batch: twice the steps per second, so the same number of steps as the fastest
+    expect(dyluInnerSteps({ ...base, batchSize: 4, tokensPerSec: 2000, fastestStepsPerSec: 2000 / 128, targetRoundMs: 0 })).toBe(100);
   });
   it('the coordinator assigns islands of 1× and 4× speed steps that take the same time', () => {
     const c = makeCoord({ mode: 'async', dylu: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, maxInnerSteps: 1000 });
@@ -303,7 +306,7 @@ describe('DyLU', () => {
 describe('validation: every rejection leaves θ and the optimizer state unchanged', () => {
   it('rejects each bad delta with its code', () => {
     seqs = new Map();
-    const c = makeCoord({ mode: 'async', maxStaleness: 1, uplink: { encoding: 'int8' }, normBound: { factor: 4, window: 16, minHistory: 3 }, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 2 } });
+    const c = makeCoord({ mode: 'async', asyncWindow: { fraction: 0 }, maxStaleness: 1, uplink: { encoding: 'int8' }, normBound: { factor: 4, window: 16, minHistory: 3 }, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 2 } });
     const good = join(c), other = join(c), victim = join(c);
     let ga = good.a;
     const next = () => {
@@ -377,10 +380,10 @@ describe('replicas', () => {
     seqs = new Map();
     const c = new Coordinator({
       params: randomVec(7, 0.02),
-      config: { mode: 'async', uplink: { encoding: 'int4', blockSize: 64 }, downlink: { encoding: 'int8', blockSize: 64 }, batchSize: 4, seqLen: 8, maxStaleness: 100, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
+      config: { mode: 'async', asyncWindow: { fraction: 0 }, uplink: { encoding: 'int4', blockSize: 64 }, downlink: { encoding: 'int8', blockSize: 64 }, batchSize: 4, seqLen: 8, maxStaleness: 100, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
     });
     const replica = { ...c.model() };
-    const lagging = { ...c.model() }; // catches up later from updatesSince
+    let lagging = { ...c.model() }; // catches up later from updatesSince
     const islands = [join(c), join(c), join(c)].map((x) => x.a);
     let updatesSeen = 0;
     for (let k = 0; k < 20; k++) {
@@ -397,9 +400,14 @@ describe('replicas', () => {
       const n = c.nextAssignment(islands[i].islandId, k);
       if (!n.ok || !n.value) throw new Error('no assignment');
       islands[i] = n.value;
+      if (k === 16) lagging = { ...c.model() };
     }
     expect(updatesSeen).toBe(20);
+    // the lean downlink: 20 frames outweigh θ, so the answer is "fetch the snapshot"; 3 do not
+    const all = c.updatesSince(0);
+    expect(all.ok ? 'ok' : all.error.code).toBe(ErrorCode.TOO_OLD);
     const ups = c.updatesSince(lagging.version);
+    expect(ups.ok && ups.value.length).toBe(3);
     expect(ups.ok).toBe(true);
     if (ups.ok) for (const u of ups.value) expect(applyUpdateMessage(lagging, u).ok).toBe(true);
     expect(lagging.hash).toBe(c.hash);

@@ -6,6 +6,7 @@
 //   │ engine.setParams(θ_v); innerSteps × engine.step (lr from the assignment's plan)
 //   │ Δ = engine.readDelta(); frame = encodeWithFeedback(Δ, residual)   (residual stays here)
 //   │ submitDelta(meta, frame) → ack (durable)            nextAssignment() → assignment
+//   │ (not applied: what was sent goes back into the residual, so no work is dropped)
 //   └────────────────────────────────────────────────────────────────────────────────────┘
 //
 // The browser worker, the Node island (`atoll island`) and the simulator all run this class; only
@@ -98,6 +99,8 @@ export class IslandRuntime {
   private inbox: UpdateMsg[] = [];
   private unsubscribe: (() => void) | null = null;
   private feedback: ErrorFeedback | null = null;
+  /** The decoded frame of the delta in flight (put back into the residual unless applied). */
+  private sent: Float32Array | null = null;
   private readonly scratch = new CodecScratch();
   private decodeScratch: Float32Array | null = null;
   private batch: Batch | null = null;
@@ -245,6 +248,8 @@ export class IslandRuntime {
         continue;
       }
       const frame = enc.value.frame;
+      if (!this.sent || this.sent.length !== delta.length) this.sent = new Float32Array(delta.length);
+      this.sent.set(enc.value.decoded);
       // seq: strictly increasing, and never below what the server still expects (a restarted island)
       this.seq = Math.max(this.seq + 1, a.minSeq ?? 0);
       const meta: DeltaMeta = {
@@ -253,6 +258,7 @@ export class IslandRuntime {
         lossMean: trained.lossMean, elapsedMs: trained.elapsedMs,
       };
       const ack = await this.submitWithRetry(meta, frame);
+      if (!ack.ok || ack.value.status !== 'applied') this.feedback.unsend(this.sent);
       if (!ack.ok) return this.fail(ack.error);
       this.progress.rounds += 1;
       this.progress.tokens += meta.tokens;

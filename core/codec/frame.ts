@@ -4,12 +4,12 @@
 //   off size field
 //    0   4   magic 'ATLD'
 //    4   1   format version (1)
-//    5   1   encoding id: 0 f32, 1 f16, 2 int8, 3 int4, 4 topk
+//    5   1   encoding id: 0 f32, 1 f16, 2 int8, 3 int4, 4 topk, 5 sparse
 //    6   1   flags: bit0 = payload deflated (only set when deflate made it strictly smaller)
 //    7   1   reserved, 0
 //    8   4   element count n (the model's parameter count)
-//   12   4   block size B (int8/int4/topk; 0 for f32/f16)
-//   16   4   k, entries kept (topk; 0 otherwise)
+//   12   4   block size B (int8/int4/topk; the chunk size for sparse; 0 for f32/f16)
+//   16   4   k, entries kept (topk; per chunk for sparse; 0 otherwise)
 //   20   4   stored payload bytes (after deflate)
 //   24   4   raw payload bytes (before deflate)
 //   28   4   CRC-32 (IEEE) of header bytes 0..27 followed by the stored payload
@@ -25,6 +25,7 @@
 //   topk  ceil(k/B) × f32 scale, k × int8 (the kept values, blockwise as int8, ascending index
 //         order), then k unsigned LEB128 varints: gap_j = idx_j − idx_{j−1} with idx_{−1} = −1,
 //         so every gap is >= 1 and indices are strictly increasing by construction.
+//   sparse chunk-wise top-k with 2-bit values: see sparse.ts.
 //
 // f16 saturates finite values beyond ±65504 to ±65504, so finite input always decodes.
 // Non-finite input: f32 and f16 carry NaN/inf into the frame as they are; int8/int4/topk write a
@@ -35,19 +36,22 @@ import { deflateSync, inflateSync } from 'fflate';
 import { type Err, type Result, err, ok } from '../result.ts';
 import { crc32 } from './crc32.ts';
 import { f16Table, f32BitsToF16Bits } from './f16.ts';
+import { readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
 import { ErrorFeedback, TOPK_HIST_SIZE, selectTopK } from './topk.ts';
 
-export type Encoding = 'f32' | 'f16' | 'int8' | 'int4' | 'topk';
+export type Encoding = 'f32' | 'f16' | 'int8' | 'int4' | 'topk' | 'sparse';
 
 /** Wire ids: the index of each encoding in this list. Append only. */
-export const ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', 'int4', 'topk'];
+export const ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', 'int4', 'topk', 'sparse'];
 
 export interface CodecOptions {
   encoding: Encoding;
   /** int8/int4/topk values: elements per scale block. Even, 8..65536; default 64. */
   blockSize?: number;
-  /** topk: fraction of entries kept, in (0, 1]; k = max(1, round(fraction · n)). Default 0.01. */
+  /** topk: fraction of entries kept, in (0, 1]; k = max(1, round(fraction · n)). sparse: per chunk, k = max(1, round(fraction · blockSize)). Default 0.01. */
   topkFraction?: number;
+  /** encodeWithFeedback: the residual decays by this factor each round before Δ is added (SparseLoCo's β). Default 1. */
+  feedbackDecay?: number;
   /** Deflate the payload (fflate, raw DEFLATE). Kept only when it makes the payload smaller. */
   deflate?: boolean;
 }
@@ -97,6 +101,7 @@ const ENC_F16 = 1;
 const ENC_INT8 = 2;
 const ENC_INT4 = 3;
 const ENC_TOPK = 4;
+const ENC_SPARSE = 5;
 
 const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
@@ -147,7 +152,7 @@ export function maxFrameBytes(count: number): number {
 export function frameBytes(count: number, opts: CodecOptions): number {
   const enc = ENCODINGS.indexOf(opts.encoding);
   const blockSize = enc >= ENC_INT8 ? (opts.blockSize ?? DEFAULT_BLOCK_SIZE) : 0;
-  const k = enc === ENC_TOPK ? topkCount(count, opts.topkFraction ?? DEFAULT_TOPK_FRACTION) : 0;
+  const k = enc === ENC_TOPK ? topkCount(count, opts.topkFraction ?? DEFAULT_TOPK_FRACTION) : enc === ENC_SPARSE ? sparseK(blockSize, opts.topkFraction) : 0;
   return HEADER_BYTES + rawPayloadLength(enc, count, blockSize, k, k * varintLength(Math.round(count / Math.max(1, k))));
 }
 
@@ -191,6 +196,7 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
     }
   }
 
+  if (enc === ENC_SPARSE) k = sparseK(blockSize, opts.topkFraction);
   const rawLen = rawPayloadLength(enc, n, blockSize, k, varintBytes);
   const deflate = opts.deflate === true && rawLen > 0;
   // Without deflate the payload is written straight into the frame.
@@ -213,6 +219,9 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
       break;
     case ENC_INT4:
       writeInt4Blocks(delta, n, blockSize, raw);
+      break;
+    case ENC_SPARSE:
+      writeSparse(delta, blockSize, k, raw);
       break;
     case ENC_TOPK: {
       const vals = values as Float32Array;
@@ -260,6 +269,12 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
   return frame;
 }
 
+/** Entries a sparse frame keeps per chunk of C. */
+function sparseK(C: number, fraction = DEFAULT_TOPK_FRACTION): number {
+  if (!(fraction > 0 && fraction <= 1)) throw new RangeError(`topkFraction must be in (0, 1], got ${fraction}`);
+  return Math.min(C, Math.max(1, Math.round(fraction * C)));
+}
+
 /** Entries a topk frame keeps: max(1, round(fraction · n)), at most n. */
 function topkCount(n: number, fraction: number): number {
   return n === 0 ? 0 : Math.min(n, Math.max(1, Math.round(fraction * n)));
@@ -283,6 +298,8 @@ function rawPayloadLength(enc: number, n: number, blockSize: number, k: number, 
       return 4 * Math.ceil(n / blockSize) + n;
     case ENC_INT4:
       return 4 * Math.ceil(n / blockSize) + Math.ceil(n / 2);
+    case ENC_SPARSE:
+      return sparsePayloadBytes(n, blockSize, k);
     default:
       return 4 * Math.ceil(k / blockSize) + k + varintBytes;
   }
@@ -406,7 +423,7 @@ export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
   if (quantized ? !isLegalBlockSize(blockSize) : blockSize !== 0) {
     return err(CodecErrorCode.BAD_HEADER, `illegal block size ${blockSize} for ${ENCODINGS[enc]}`);
   }
-  if (enc === ENC_TOPK ? k > count : k !== 0) {
+  if (enc === ENC_TOPK ? k > count : enc === ENC_SPARSE ? k < 1 || k > blockSize : k !== 0) {
     return err(CodecErrorCode.BAD_HEADER, `illegal k ${k} for ${ENCODINGS[enc]} with count ${count}`);
   }
   if (enc === ENC_TOPK) {
@@ -417,7 +434,7 @@ export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
       return err(CodecErrorCode.BAD_HEADER, `topk raw payload of ${rawPayloadBytes} bytes is impossible for k=${k}`);
     }
   } else {
-    const expected = rawPayloadLength(enc, count, blockSize, 0, 0);
+    const expected = rawPayloadLength(enc, count, blockSize, k, 0);
     if (rawPayloadBytes !== expected) {
       return err(CodecErrorCode.BAD_HEADER, `raw payload of ${rawPayloadBytes} bytes, ${ENCODINGS[enc]} × ${count} needs ${expected}`);
     }
@@ -476,6 +493,8 @@ function decodeUnchecked(frame: Uint8Array, expectedCount: number, out?: Float32
       return readInt8Payload(payload, h.blockSize, dst);
     case ENC_INT4:
       return readInt4Payload(payload, h.blockSize, dst);
+    case ENC_SPARSE:
+      return readSparse(payload, h.blockSize, h.k, dst);
     default:
       return readTopkPayload(payload, h.blockSize, h.k, dst);
   }
@@ -651,9 +670,10 @@ export function encodeWithFeedback(
   const e = fb.residual;
   const n = delta.length;
   if (e.length !== n) return err(CodecErrorCode.WRONG_SIZE, `delta holds ${n} elements, residual ${e.length}`);
+  const beta = opts.feedbackDecay ?? 1;
   let probe = 0;
   for (let i = 0; i < n; i++) {
-    const v = Math.fround(e[i] + delta[i]);
+    const v = Math.fround(beta * e[i] + delta[i]);
     e[i] = v;
     probe += v * 0;
   }

@@ -93,6 +93,12 @@ export class ErrorFeedback {
     for (let i = 0; i < n; i++) e[i] = intended[i] - sent[i];
   }
 
+  /** e ← e + sent: the server did not take what was sent (rejected or lost), so it is owed again. */
+  unsend(sent: Float32Array): void {
+    const e = this.residual;
+    for (let i = 0; i < e.length; i++) e[i] += sent[i];
+  }
+
   /** Drops the memory, e.g. after a full resync with the server. */
   reset(): void {
     this.residual.fill(0);

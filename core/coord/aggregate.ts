@@ -38,8 +38,10 @@ export class NormHistory {
 
 /**
  * Sets each delta's staleness (against `version`) and normalised weight tokens × s(τ), then writes
- * their combination into g: the trimmed mean when trimFraction drops at least one per end, else the
- * weighted mean (accumulated in f64 in `acc`); then each delta's cosine and norm ratio (agreement).
+ * their combination into g by `cfg.aggregation`: the weighted mean (accumulated in f64 in `acc`),
+ * the token-weighted trimmed mean (trimFraction of the weight off each end, per coordinate), or
+ * CenteredClip (a trimFraction > 0 with 'mean' means the trimmed mean); then each delta's cosine and
+ * norm ratio (agreement).
  */
 export function combineDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, version: number, g: Float32Array, acc: Float64Array): void {
   let wsum = 0;
@@ -49,16 +51,11 @@ export function combineDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, vers
     wsum += p.weight;
   }
   for (const p of kept) p.weight = wsum > 0 ? p.weight / wsum : 1 / kept.length;
-  const t = Math.floor(cfg.trimFraction * kept.length);
-  if (t > 0 && kept.length - 2 * t >= 1) trimmedMean(kept.map((p) => p.delta), t, g);
-  else {
-    acc.fill(0);
-    for (const p of kept) {
-      const d = p.delta, w = p.weight;
-      for (let i = 0; i < d.length; i++) acc[i] += w * d[i];
-    }
-    for (let i = 0; i < g.length; i++) g[i] = acc[i];
-  }
+  const ds = kept.map((p) => p.delta), ws = kept.map((p) => p.weight);
+  const trim = cfg.trimFraction > 0 ? cfg.trimFraction : 0.125;
+  if (kept.length >= 3 && (cfg.aggregation === 'trimmed-mean' || (cfg.aggregation === 'mean' && cfg.trimFraction > 0))) weightedTrimmedMean(ds, ws, trim, g);
+  else if (kept.length >= 3 && cfg.aggregation === 'centered-clip') centeredClip(ds, ws, trim, cfg.clip, g, acc);
+  else weightedMean(ds, ws, g, acc);
   agreement(kept, g);
 }
 
@@ -76,21 +73,71 @@ function agreement(kept: PendingDelta[], g: Float32Array): void {
   }
 }
 
-/** Coordinate-wise mean of `ds` after dropping the t smallest and t largest values per coordinate. */
-export function trimmedMean(ds: Float32Array[], t: number, out: Float32Array): void {
+export function weightedMean(ds: Float32Array[], ws: number[], out: Float32Array, acc: Float64Array): void {
+  acc.fill(0);
+  for (let j = 0; j < ds.length; j++) {
+    const d = ds[j], w = ws[j];
+    for (let i = 0; i < d.length; i++) acc[i] += w * d[i];
+  }
+  for (let i = 0; i < out.length; i++) out[i] = acc[i];
+}
+
+/**
+ * Per coordinate: sort the values, drop `beta` of the total weight from each end (partially where
+ * the cut falls inside one weight), and take the weighted mean of what is left.
+ */
+export function weightedTrimmedMean(ds: Float32Array[], ws: number[], beta: number, out: Float32Array): void {
   const k = ds.length;
-  const col = new Float64Array(k);
-  const n = out.length;
-  for (let i = 0; i < n; i++) {
+  const W = ws.reduce((a, b) => a + b, 0);
+  const lo = beta * W, hi = (1 - beta) * W;
+  const val = new Float64Array(k), wt = new Float64Array(k);
+  for (let i = 0; i < out.length; i++) {
     for (let j = 0; j < k; j++) {
-      // insertion sort into col[0..j]
+      // insertion sort of (value, weight) into val/wt[0..j]
       const v = ds[j][i];
       let p = j - 1;
-      while (p >= 0 && col[p] > v) { col[p + 1] = col[p]; p--; }
-      col[p + 1] = v;
+      while (p >= 0 && val[p] > v) { val[p + 1] = val[p]; wt[p + 1] = wt[p]; p--; }
+      val[p + 1] = v;
+      wt[p + 1] = ws[j];
     }
-    let s = 0;
-    for (let j = t; j < k - t; j++) s += col[j];
-    out[i] = s / (k - 2 * t);
+    let c = 0, s = 0;
+    for (let j = 0; j < k; j++) {
+      const a = Math.max(c, lo), b = Math.min(c + wt[j], hi);
+      if (b > a) s += (b - a) * val[j];
+      c += wt[j];
+    }
+    out[i] = s / (hi - lo);
+  }
+}
+
+/** Coordinate-wise mean of `ds` after dropping the t smallest and t largest values per coordinate. */
+export function trimmedMean(ds: Float32Array[], t: number, out: Float32Array): void {
+  weightedTrimmedMean(ds, ds.map(() => 1), t / ds.length, out);
+}
+
+/**
+ * CenteredClip (Karimireddy et al.; BTARD's rule): start at the weighted trimmed mean v, then
+ * `iterations` times v ← v + Σ w_i · min(1, τ / ‖x_i − v‖) · (x_i − v), with τ = factor × the
+ * median distance from the start. A far-off delta moves v by at most w_i · τ.
+ */
+export function centeredClip(
+  ds: Float32Array[], ws: number[], beta: number, clip: CoordinatorConfig['clip'], out: Float32Array, acc: Float64Array,
+): void {
+  weightedTrimmedMean(ds, ws, beta, out);
+  const W = ws.reduce((a, b) => a + b, 0);
+  let tau = 0;
+  for (let it = 0; it < clip.iterations; it++) {
+    const dist = ds.map((d) => {
+      let s = 0;
+      for (let i = 0; i < d.length; i++) { const x = d[i] - out[i]; s += x * x; }
+      return Math.sqrt(s);
+    });
+    if (it === 0) tau = clip.factor * median(dist);
+    acc.fill(0);
+    for (let j = 0; j < ds.length; j++) {
+      const c = (ws[j] / W) * (dist[j] > tau ? tau / dist[j] : 1), d = ds[j];
+      for (let i = 0; i < d.length; i++) acc[i] += c * (d[i] - out[i]);
+    }
+    for (let i = 0; i < out.length; i++) out[i] += acc[i];
   }
 }

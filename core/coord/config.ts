@@ -48,8 +48,20 @@ export interface CoordinatorConfig {
   roundTimeoutMs: number;
   /** A delta for an already closed round: fold it into the open round (staleness-weighted) or reject it (E_STALE). */
   lateDeltas: 'next-round' | 'drop';
-  /** Sync: coordinate-wise trimmed mean dropping this fraction at each end (0 = weighted mean). */
+  /** Token-weighted trimmed mean (and CenteredClip's start): this fraction of the weight off each end, per coordinate. */
   trimFraction: number;
+  /** How a round's (or merge window's) deltas combine: weighted mean, token-weighted trimmed mean, or CenteredClip. */
+  aggregation: 'mean' | 'trimmed-mean' | 'centered-clip';
+  /** CenteredClip: iterations, and the clip radius as a multiple of the median distance from the start. */
+  clip: { iterations: number; factor: number };
+
+  // ---- async merge window: deltas arriving together merge into one outer step
+  /**
+   * The window closes when no online island is still working, or clamp(fraction × median round
+   * duration, floorMs, capMs) after its first delta. fraction 0: no window, every arrival is its own
+   * outer step scaled by s(τ) · tokens / expected / N (Async Local-SGD).
+   */
+  asyncWindow: { fraction: number; floorMs: number; capMs: number };
 
   // ---- staleness (async, and late deltas in sync)
   maxStaleness: number;
@@ -64,7 +76,7 @@ export interface CoordinatorConfig {
   // ---- codecs
   uplink: CodecOptions;
   /** The server's own update is sent, and applied, through this codec (with server-side error feedback). */
-  downlink: { encoding: 'int8' | 'f32'; blockSize: number };
+  downlink: { encoding: 'int8' | 'int4' | 'f32'; blockSize: number; deflate?: boolean };
   /** Update messages kept for catch-up; an island further behind fetches the snapshot. */
   keepUpdates: number;
 
@@ -97,6 +109,9 @@ export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   roundTimeoutMs: 600_000,
   lateDeltas: 'next-round',
   trimFraction: 0,
+  aggregation: 'mean',
+  clip: { iterations: 3, factor: 1 },
+  asyncWindow: { fraction: 0.25, floorMs: 0, capMs: 60_000 },
   maxStaleness: 8,
   staleness: 'inv-sqrt',
   maxTokenWeight: 4,
@@ -161,6 +176,12 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   num('roundTimeoutMs', c.roundTimeoutMs, 1, 1e10);
   if (c.lateDeltas !== 'next-round' && c.lateDeltas !== 'drop') p.push(`lateDeltas must be 'next-round' or 'drop'`);
   num('trimFraction', c.trimFraction, 0, 0.49);
+  if (!['mean', 'trimmed-mean', 'centered-clip'].includes(c.aggregation)) p.push('aggregation must be mean|trimmed-mean|centered-clip');
+  num('clip.iterations', c.clip?.iterations, 1, 100, true);
+  num('clip.factor', c.clip?.factor, 0, 1e6);
+  num('asyncWindow.fraction', c.asyncWindow?.fraction, 0, 100);
+  num('asyncWindow.floorMs', c.asyncWindow?.floorMs, 0, 1e9);
+  num('asyncWindow.capMs', c.asyncWindow?.capMs, 0, 1e9);
   num('maxStaleness', c.maxStaleness, 0, 1e6, true);
   if (!['inv-sqrt', 'inv-linear', 'none'].includes(c.staleness)) p.push('staleness must be inv-sqrt|inv-linear|none');
   num('maxTokenWeight', c.maxTokenWeight, 0.001, 1e6);
@@ -170,7 +191,7 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   if (!c.uplink || !ENCODINGS.includes(c.uplink.encoding)) p.push(`uplink.encoding must be one of ${ENCODINGS.join('|')}`);
   if (c.uplink?.blockSize !== undefined) num('uplink.blockSize', c.uplink.blockSize, 8, 65536, true);
   if (c.uplink?.topkFraction !== undefined) num('uplink.topkFraction', c.uplink.topkFraction, 1e-9, 1);
-  if (c.downlink?.encoding !== 'int8' && c.downlink?.encoding !== 'f32') p.push(`downlink.encoding must be 'int8' or 'f32'`);
+  if (!['int8', 'int4', 'f32'].includes(c.downlink?.encoding)) p.push(`downlink.encoding must be 'int8', 'int4' or 'f32'`);
   num('downlink.blockSize', c.downlink?.blockSize, 8, 65536, true);
   if (c.downlink && c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');
   if (c.uplink?.blockSize !== undefined && c.uplink.blockSize % 2 !== 0) p.push('uplink.blockSize must be even');
@@ -193,7 +214,7 @@ export function stalenessWeight(fn: StalenessFn, tau: number): number {
 /** Keys that may change while a run is live (mode, shapes and the data seed may not). */
 export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
   'outer', 'innerLr', 'gradClip', 'totalTokens', 'innerSteps', 'minInnerSteps', 'maxInnerSteps', 'dylu',
-  'targetRoundMs', 'quorum', 'minContributors', 'grace', 'roundTimeoutMs', 'lateDeltas', 'trimFraction',
+  'targetRoundMs', 'quorum', 'minContributors', 'grace', 'roundTimeoutMs', 'lateDeltas', 'trimFraction', 'aggregation', 'clip', 'asyncWindow',
   'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
   'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',
 ];

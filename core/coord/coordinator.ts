@@ -20,7 +20,10 @@ import {
 import { Downlink } from './downlink.ts';
 import { hashParams } from './hash.ts';
 import { OuterOptimizer, type OuterState, applyUpdate } from './outer.ts';
-import { assignmentMessage, asyncStep, graceDeadline, newRound, quorumMet, roundShouldClose, sizeAssignment, usesTurn } from './rounds.ts';
+import {
+  assignmentMessage, asyncStep, graceDeadline, newRound, quorumMet, roundShouldClose, sizeAssignment, usesTurn,
+  windowDeadline, windowShouldClose, windowStep,
+} from './rounds.ts';
 import { countAccepted, countRejection, meanLoss, versionStats } from './stats.ts';
 import { type CoordinatorState, readSnapshot, writeSnapshot } from './snapshot.ts';
 import {
@@ -109,9 +112,9 @@ export class Coordinator {
 
   /**
    * The update messages from `fromVersion` to now, for catch-up. E_TOO_OLD when some are no longer
-   * kept (fetch the snapshot), E_FUTURE_VERSION when fromVersion is ahead of the server.
+   * kept or together outweigh θ (fetch the snapshot), E_FUTURE_VERSION when fromVersion is ahead.
    */
-  updatesSince(fromVersion: number): Result<UpdateMsg[]> { return this.downlink.since(fromVersion, this.versionNum); }
+  updatesSince(fromVersion: number): Result<UpdateMsg[]> { return this.downlink.since(fromVersion, this.versionNum, 4 * this.paramCount); }
 
   /**
    * When `tick` next needs to run (ms): a grace window or round timeout ending, an island timing out.
@@ -122,9 +125,12 @@ export class Coordinator {
     for (const isl of this.islandsById.values()) {
       if (isl.status === 'online') t = Math.min(t, isl.lastSeen + this.cfg.islandTimeoutMs);
     }
-    if (this.cfg.mode === 'sync' && this.round.pending.length > 0 && !this.paused) {
-      t = Math.min(t, this.round.openedAt + this.cfg.roundTimeoutMs);
-      if (quorumMet(this.round, this.islandsById, this.cfg)) t = Math.min(t, graceDeadline(this.round, this.cfg.grace));
+    if (this.round.pending.length > 0 && !this.paused) {
+      if (this.cfg.mode === 'async') t = Math.min(t, windowDeadline(this.round, this.cfg.asyncWindow));
+      else {
+        t = Math.min(t, this.round.openedAt + this.cfg.roundTimeoutMs);
+        if (quorumMet(this.round, this.islandsById, this.cfg)) t = Math.min(t, graceDeadline(this.round, this.cfg.grace));
+      }
     }
     return t;
   }
@@ -279,8 +285,9 @@ export class Coordinator {
     this.totalsAcc.accepted += 1;
 
     const base: Contribution = { islandId: isl.id, seq: m.seq, roundId: m.roundId, baseVersion: m.baseVersion, staleness: tau, tokens: m.tokens, weight: 0 };
-    if (!sync) {
-      // async: apply on arrival
+    const perArrival = !sync && this.cfg.asyncWindow.fraction === 0;
+    if (perArrival) {
+      // async without a merge window: every arrival is its own outer step (Async Local-SGD)
       const { weight: w, scale, period } = asyncStep(this.cfg, tau, m.tokens, this.islandsById.values());
       const c: Contribution = { ...base, weight: w };
       isl.accepted += 1;
@@ -296,11 +303,13 @@ export class Coordinator {
       return ok({ status: 'applied', version: this.versionNum, roundId: m.roundId, staleness: tau, norm });
     }
 
-    // sync: hold it until the round closes
+    // hold it until the round (sync) or the merge window (async) closes
     const buf = this.take();
     buf.set(delta);
+    if (!sync && this.round.pending.length === 0) this.round.openedAt = now;
     this.round.pending.push({ ...base, delta: buf, score, lossMean: m.lossMean, arrivedAt: now });
-    if (!late && this.round.members.has(isl.id)) this.round.returned.set(isl.id, now - this.round.openedAt);
+    if (!sync) this.round.returned.set(isl.id, now - isl.assignedAt);
+    else if (!late && this.round.members.has(isl.id)) this.round.returned.set(isl.id, now - this.round.openedAt);
     isl.accepted += 1;
     const roundBefore = this.round.id;
     this.maybeCloseRound(now);
@@ -408,8 +417,8 @@ export class Coordinator {
     if (this.done) return err(ErrorCode.DONE, `the run reached its budget of ${this.cfg.totalTokens} tokens`);
     if (isl.status !== 'online') this.setStatus(isl, 'online', 'seen again');
     const r = this.round;
-    // sync: an island whose delta for the open round is in waits for the round to close
-    const waitForRound = this.cfg.mode === 'sync' && (r.returned.has(isl.id) || r.failed.has(isl.id));
+    // an island whose delta is in the open round (or merge window) waits for it to close: it then starts on time (τ = 0)
+    const waitForRound = r.returned.has(isl.id) || r.failed.has(isl.id);
     if (this.paused || waitForRound) {
       isl.waiting = true;
       isl.roundId = undefined;
@@ -427,8 +436,9 @@ export class Coordinator {
     const r = this.round;
     if (sync && r.members.size === 0 && r.pending.length === 0 && now - r.openedAt > cfg.targetRoundMs) r.openedAt = now;
     if (sync) this.round.members.add(isl.id);
-    // a late joiner of a sync round gets the time left in it
-    const remainingMs = sync && cfg.targetRoundMs > 0 ? Math.max(0, cfg.targetRoundMs - (now - this.round.openedAt)) : undefined;
+    // a late joiner of a sync round gets the time left in it (not an island back after its ack's round trip)
+    const late = now - this.round.openedAt;
+    const remainingMs = sync && cfg.targetRoundMs > 0 && late > 0.25 * cfg.targetRoundMs ? Math.max(0, cfg.targetRoundMs - late) : undefined;
     const size = sizeAssignment(isl, this.islandsById.values(), cfg, this.totalsAcc.tokensApplied, remainingMs);
     const a = assignmentMessage(isl, cfg, size, {
       roundId, baseVersion: this.versionNum, baseHash: this.hashHex, tokensApplied: this.totalsAcc.tokensApplied, paramCount: this.paramCount, now,
@@ -473,10 +483,14 @@ export class Coordinator {
   private take(): Float32Array { return this.pool.pop() ?? new Float32Array(this.paramCount); }
   private release(b: Float32Array): void { if (this.pool.length < 64) this.pool.push(b); }
 
-  // ── sync rounds ─────────────────────────────────────────────────────────────────────────────
+  // ── sync rounds and async merge windows ─────────────────────────────────────────────────────────────────────────────
 
   private maybeCloseRound(now: number): void {
-    if (this.cfg.mode === 'sync' && !this.paused && roundShouldClose(this.round, this.islandsById, this.cfg, now)) this.closeRound(now);
+    if (this.paused) return;
+    const close = this.cfg.mode === 'sync'
+      ? roundShouldClose(this.round, this.islandsById, this.cfg, now)
+      : windowShouldClose(this.round, this.islandsById.values(), this.cfg.asyncWindow, now);
+    if (close) this.closeRound(now);
   }
 
   private closeRound(now: number): void {
@@ -495,7 +509,8 @@ export class Coordinator {
       const g = this.gBuf;
       combineDeltas(kept, cfg, this.versionNum, g, this.accBuf);
       const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
-      const res = this.commitUpdate(g, 1, 1, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
+      const { scale, period } = this.cfg.mode === 'sync' ? { scale: 1, period: 1 } : windowStep(cfg, kept, this.islandsById.values());
+      const res = this.commitUpdate(g, scale, period, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
       if (res.ok) for (const p of kept) this.norms.push(p.score, this.cfg.normBound.window);
       else {
         for (const p of kept) rejected.push(this.rejectedFrom(p, res.error.code, res.error.message));

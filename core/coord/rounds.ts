@@ -71,17 +71,19 @@ export function sizeAssignment(
     if (o.status !== 'online') continue;
     online++;
     if (o.tokensPerSec === undefined) allKnown = false;
-    else { agg += o.tokensPerSec; fastest = Math.max(fastest ?? 0, o.tokensPerSec); }
+    else { agg += o.tokensPerSec; fastest = Math.max(fastest ?? 0, o.tokensPerSec / (o.batchSize * T)); }
   }
   let steps = cfg.dylu
     ? dyluInnerSteps({
-      tokensPerSec: isl.tokensPerSec, fastestTokensPerSec: fastest, batchSize: B, seqLen: T, innerSteps: cfg.innerSteps,
+      tokensPerSec: isl.tokensPerSec, fastestStepsPerSec: fastest, batchSize: B, seqLen: T, innerSteps: cfg.innerSteps,
       minInnerSteps: cfg.minInnerSteps, maxInnerSteps: cfg.maxInnerSteps, targetRoundMs: cfg.targetRoundMs, remainingMs,
     })
     : cfg.innerSteps;
   if (cfg.totalTokens > 0) {
-    const left = Math.max(0, cfg.totalTokens - tokensApplied);
-    steps = Math.max(1, Math.min(steps, Math.ceil(left / (Math.max(1, online) * B * T))));
+    // the budget's last round takes all that is left (up to 1.5 H): no one-step tail round that
+    // uploads a whole frame and takes a whole momentum step for a few tokens
+    const need = Math.ceil(Math.max(0, cfg.totalTokens - tokensApplied) / (Math.max(1, online) * B * T));
+    if (need <= Math.ceil(1.5 * steps)) steps = Math.max(1, Math.min(need, cfg.maxInnerSteps));
   }
   const tokensPerStep = allKnown && isl.tokensPerSec ? (agg * B * T) / isl.tokensPerSec : Math.max(1, online) * B * T;
   return { steps, tokensPerStep };
@@ -127,4 +129,34 @@ export function asyncStep(cfg: CoordinatorConfig, tau: number, tokens: number, i
   const expected = assigned > 0 ? sum / assigned : cfg.innerSteps * cfg.batchSize * cfg.seqLen;
   const weight = stalenessWeight(cfg.staleness, tau) * Math.min(cfg.maxTokenWeight, tokens / Math.max(1, expected));
   return { weight, scale: weight / n, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : n };
+}
+
+// ── async merge windows (Decoupled DiLoCo) ─────────────────────────────────────────────────────
+// Deltas that arrive close together merge into one outer step. The window opens at the first
+// delta; `returned` holds each island's round duration. It closes when no online island is still
+// working on an assignment, or at openedAt + clamp(fraction × median round duration, floor, cap).
+
+export function windowDeadline(r: RoundState, w: CoordinatorConfig['asyncWindow']): number {
+  const durations = [...r.returned.values()];
+  const med = durations.length ? median(durations) : 0;
+  return r.openedAt + Math.min(w.capMs, Math.max(w.floorMs, w.fraction * med));
+}
+
+export function windowShouldClose(r: RoundState, islands: Iterable<IslandRecord>, w: CoordinatorConfig['asyncWindow'], now: number): boolean {
+  if (r.pending.length === 0) return false;
+  if (now >= windowDeadline(r, w)) return true;
+  for (const isl of islands) if (isl.status === 'online' && isl.roundId !== undefined) return false;
+  return true;
+}
+
+/**
+ * The outer step of a merge window: scale = the window's tokens / the tokens of one round of every
+ * online island (capped at 1), so a window that holds part of the fleet moves θ by its share;
+ * delayed Nesterov's period counts windows (dnPeriod, default 1).
+ */
+export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number }>, islands: Iterable<IslandRecord>): { scale: number; period: number } {
+  let round = 0;
+  for (const isl of islands) if (isl.status === 'online') round += isl.assignedSteps * isl.batchSize * cfg.seqLen;
+  const tokens = kept.reduce((a, p) => a + p.tokens, 0);
+  return { scale: round > 0 ? Math.min(1, tokens / round) : 1, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1 };
 }
