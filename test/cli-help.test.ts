@@ -52,6 +52,6 @@ describe('the CLI has every command the README names', () => {
   it('simulate --help lists every flag simulateOptionsFromCli reads', async () => {
     const out = await help(['simulate']);
     for (const f of ['--preset', '--model', '--islands', '--tokens', '--rounds', '--mode', '--codec', '--inner-steps', '--warm-start-tokens',
-      '--compare', '--seed', '--workers', '--data', '--out', '--engine', '--json']) expect(out).toContain(f);
+      '--compare', '--seed', '--workers', '--data', '--out', '--engine', '--json', '--quick', '--eval-batches']) expect(out).toContain(f);
   });
 });

@@ -88,7 +88,7 @@ describe('outer optimizers', () => {
   it('Nesterov matches the hand-computed reference over 3 rounds', () => {
     seqs = new Map();
     const lr = 0.7, mu = 0.9;
-    const c2 = makeCoord({ mode: 'sync', outer: { kind: 'nesterov', lr, momentum: mu } });
+    const c2 = makeCoord({ mode: 'sync', soloPlainStep: false, outer: { kind: 'nesterov', lr, momentum: mu } });
     const theta = Float64Array.from(c2.params());
     const m = new Float64Array(N);
     let asg = join(c2).a;
@@ -110,7 +110,7 @@ describe('outer optimizers', () => {
   it('delayed Nesterov: plain lr·g/N per arrival, momentum step every N arrivals', () => {
     seqs = new Map();
     const lr = 0.5, mu = 0.8, period = 2;
-    const c = makeCoord({ mode: 'async', asyncWindow: { fraction: 0 }, staleness: 'none', outer: { kind: 'delayed-nesterov', lr, momentum: mu, dnPeriod: period } });
+    const c = makeCoord({ mode: 'async', asyncWindow: { fraction: 0 }, soloPlainStep: false, staleness: 'none', outer: { kind: 'delayed-nesterov', lr, momentum: mu, dnPeriod: period } });
     const theta = Float64Array.from(c.params());
     const m = new Float64Array(N), b = new Float64Array(N);
     let asg = join(c).a; // one active island: s = w / 1 = 1 (tokens = expected)

@@ -11,6 +11,8 @@ export type StalenessFn = 'inv-sqrt' | 'inv-linear' | 'none';
 export interface CoordinatorConfig {
   mode: TrainingMode;
   outer: OuterConfig;
+  /** A round or window whose only delta comes from the only online island applies that Δ as is (lr 1, no momentum). */
+  soloPlainStep: boolean;
 
   // ---- inner loop handed to islands
   /** Default micro-batch; an island's caps.batchSize is honoured within [1, maxBatchSize]. */
@@ -90,6 +92,7 @@ export interface CoordinatorConfig {
 export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   mode: 'sync',
   outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+  soloPlainStep: true,
   batchSize: 8,
   maxBatchSize: 64,
   seqLen: 32,
@@ -149,6 +152,7 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   if (c.mode !== 'sync' && c.mode !== 'async') p.push(`mode must be 'sync' or 'async', got ${String(c.mode)}`);
   if (!['nesterov', 'sgd', 'delayed-nesterov'].includes(c.outer?.kind)) p.push(`outer.kind must be nesterov|sgd|delayed-nesterov`);
   num('outer.lr', c.outer?.lr, 0, 10);
+  if (typeof c.soloPlainStep !== 'boolean') p.push('soloPlainStep must be a boolean');
   num('outer.momentum', c.outer?.momentum, 0, 0.999);
   num('outer.dnPeriod', c.outer?.dnPeriod, 0, 1e6, true);
   num('batchSize', c.batchSize, 1, 1e6, true);
@@ -191,6 +195,7 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   if (!c.uplink || !ENCODINGS.includes(c.uplink.encoding)) p.push(`uplink.encoding must be one of ${ENCODINGS.join('|')}`);
   if (c.uplink?.blockSize !== undefined) num('uplink.blockSize', c.uplink.blockSize, 8, 65536, true);
   if (c.uplink?.topkFraction !== undefined) num('uplink.topkFraction', c.uplink.topkFraction, 1e-9, 1);
+  if (c.uplink?.feedbackDecay !== undefined) num('uplink.feedbackDecay', c.uplink.feedbackDecay, 0, 1);
   if (!['int8', 'int4', 'f32'].includes(c.downlink?.encoding)) p.push(`downlink.encoding must be 'int8', 'int4' or 'f32'`);
   num('downlink.blockSize', c.downlink?.blockSize, 8, 65536, true);
   if (c.downlink && c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');
@@ -213,7 +218,7 @@ export function stalenessWeight(fn: StalenessFn, tau: number): number {
 
 /** Keys that may change while a run is live (mode, shapes and the data seed may not). */
 export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
-  'outer', 'innerLr', 'gradClip', 'totalTokens', 'innerSteps', 'minInnerSteps', 'maxInnerSteps', 'dylu',
+  'outer', 'soloPlainStep', 'innerLr', 'gradClip', 'totalTokens', 'innerSteps', 'minInnerSteps', 'maxInnerSteps', 'dylu',
   'targetRoundMs', 'quorum', 'minContributors', 'grace', 'roundTimeoutMs', 'lateDeltas', 'trimFraction', 'aggregation', 'clip', 'asyncWindow',
   'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
   'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',

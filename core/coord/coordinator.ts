@@ -3,8 +3,8 @@
 // Pure logic: no I/O, no timers, no Date.now(). Every call that depends on time takes `now` (ms),
 // so the server (wall clock), the simulator (virtual clock) and tests drive the same code.
 //
-// The durability contract (how to ack from the events) is beside CoordinatorEvent in types.ts. Beside
-// this module: types, validate, aggregate (norm bound, robust means), rounds, downlink, stats, snapshot.
+// Beside it: types (and the durability contract: how to ack from the events), validate, aggregate
+// (norm bound, robust means), rounds (sync rounds, async merge windows, sizing), downlink, stats, snapshot.
 
 import { decodeDelta, maxFrameBytes } from '../codec/index.ts';
 import { type Result, err, ok } from '../result.ts';
@@ -22,7 +22,7 @@ import { hashParams } from './hash.ts';
 import { OuterOptimizer, type OuterState, applyUpdate } from './outer.ts';
 import {
   assignmentMessage, asyncStep, graceDeadline, newRound, quorumMet, roundShouldClose, sizeAssignment, usesTurn,
-  windowDeadline, windowShouldClose, windowStep,
+  onlineCount, windowDeadline, windowShouldClose, windowStep,
 } from './rounds.ts';
 import { countAccepted, countRejection, meanLoss, versionStats } from './stats.ts';
 import { type CoordinatorState, readSnapshot, writeSnapshot } from './snapshot.ts';
@@ -285,24 +285,6 @@ export class Coordinator {
     this.totalsAcc.accepted += 1;
 
     const base: Contribution = { islandId: isl.id, seq: m.seq, roundId: m.roundId, baseVersion: m.baseVersion, staleness: tau, tokens: m.tokens, weight: 0 };
-    const perArrival = !sync && this.cfg.asyncWindow.fraction === 0;
-    if (perArrival) {
-      // async without a merge window: every arrival is its own outer step (Async Local-SGD)
-      const { weight: w, scale, period } = asyncStep(this.cfg, tau, m.tokens, this.islandsById.values());
-      const c: Contribution = { ...base, weight: w };
-      isl.accepted += 1;
-      const applied = this.commitUpdate(delta, scale, period, now, [c], [], [{ tokens: m.tokens, loss: m.lossMean }]);
-      if (!applied.ok) {
-        // the combined update overflowed: undo the counting, report it as non-finite
-        isl.accepted -= 1;
-        this.perVersion.accepted -= 1;
-        this.totalsAcc.accepted -= 1;
-        return this.reject(isl, 0, applied.error.code, applied.error.message);
-      }
-      this.norms.push(score, this.cfg.normBound.window);
-      return ok({ status: 'applied', version: this.versionNum, roundId: m.roundId, staleness: tau, norm });
-    }
-
     // hold it until the round (sync) or the merge window (async) closes
     const buf = this.take();
     buf.set(delta);
@@ -508,9 +490,16 @@ export class Coordinator {
     if (kept.length > 0) {
       const g = this.gBuf;
       combineDeltas(kept, cfg, this.versionNum, g, this.accBuf);
+      // async without a window (fraction 0): each arrival is its own step, weighted and scaled as Async Local-SGD does
+      const step = cfg.mode === 'async' && cfg.asyncWindow.fraction === 0
+        ? asyncStep(cfg, kept[0].staleness, kept[0].tokens, this.islandsById.values())
+        : { weight: kept[0].weight, ...(cfg.mode === 'sync' ? { scale: 1, period: 1 } : windowStep(cfg, kept, this.islandsById.values())) };
+      const { scale, period } = step;
+      kept[0].weight = step.weight;
       const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
-      const { scale, period } = this.cfg.mode === 'sync' ? { scale: 1, period: 1 } : windowStep(cfg, kept, this.islandsById.values());
-      const res = this.commitUpdate(g, scale, period, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
+      // one island alone: its Δ as it is (momentum would amplify one island's short rounds several times over)
+      const solo = cfg.soloPlainStep && kept.length === 1 && onlineCount(this.islandsById.values()) <= 1;
+      const res = this.commitUpdate(g, solo ? 1 : scale, solo ? 0 : period, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
       if (res.ok) for (const p of kept) this.norms.push(p.score, this.cfg.normBound.window);
       else {
         for (const p of kept) rejected.push(this.rejectedFrom(p, res.error.code, res.error.message));
@@ -537,7 +526,8 @@ export class Coordinator {
     contributors: Contribution[], rejected: RejectedContribution[], losses: Array<{ tokens: number; loss: number }>,
   ): Result<void> {
     const cfg = this.cfg;
-    if (!this.outer.propose(cfg.outer, g, scale, period)) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
+    const finite = period === 0 ? this.outer.proposePlain(g, scale) : this.outer.propose(cfg.outer, g, scale, period);
+    if (!finite) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
     const q = this.downlink.encode(this.outer.update, cfg.downlink);
     if (!q.ok) return q;
     this.outer.commit();

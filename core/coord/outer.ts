@@ -110,6 +110,17 @@ export class OuterOptimizer {
     return probe === 0;
   }
 
+  /** Proposes u = s·g with the state left as it is (a plain FedAvg step that does not touch momentum). */
+  proposePlain(g: Float32Array, s: number): boolean {
+    const u = this.update;
+    let probe = 0;
+    for (let i = 0; i < g.length; i++) { u[i] = s * g[i]; probe += u[i] * 0; }
+    this.nextMomentum.set(this.state.momentum);
+    this.nextBuffer.set(this.state.buffer);
+    this.nextBufferCount = this.state.bufferCount;
+    return probe === 0;
+  }
+
   /** Makes the last proposal the live state. */
   commit(): void {
     const s = this.state;

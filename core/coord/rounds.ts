@@ -8,6 +8,12 @@ import { type CoordinatorConfig, stalenessWeight } from './config.ts';
 import { dyluInnerSteps } from './dylu.ts';
 import type { IslandRecord, RoundState } from './types.ts';
 
+export function onlineCount(islands: Iterable<IslandRecord>): number {
+  let n = 0;
+  for (const isl of islands) if (isl.status === 'online') n++;
+  return n;
+}
+
 export function newRound(id: number, baseVersion: number, now: number): RoundState {
   return { id, baseVersion, openedAt: now, members: new Set(), returned: new Map(), failed: new Set(), pending: [] };
 }

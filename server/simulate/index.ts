@@ -41,8 +41,10 @@ export const BASE_TOKENS_PER_SEC = 2000;
  */
 function rowDefaults(o: Required<Pick<SimulateOptions, 'preset'>> & SimulateOptions, seqLen: number): RowDefaults {
   const smoke = o.preset === 'smoke';
+  const seed = o.seed ?? 1;
   const d: RowDefaults = {
     islands: o.islands ?? (smoke ? 2 : 8),
+    seeds: o.quick || smoke ? [seed] : [seed, seed + 1, seed + 2],
     batchSize: smoke ? 2 : 4,
     tokens: 0,
     innerSteps: o.innerSteps ?? (smoke ? 4 : 16),
@@ -70,7 +72,7 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     if (!(String(raw.model) in PRESETS)) return err('E_BAD_REQUEST', `--model must be one of ${Object.keys(PRESETS).join('|')}`);
     o.model = String(raw.model) as PresetName;
   }
-  for (const k of ['islands', 'tokens', 'rounds', 'seed', 'workers', 'innerSteps', 'warmStartTokens'] as const) {
+  for (const k of ['islands', 'tokens', 'rounds', 'seed', 'workers', 'innerSteps', 'warmStartTokens', 'evalBatches'] as const) {
     const v = int(k, raw[k]);
     if (v instanceof Error) return err('E_BAD_REQUEST', v.message);
     if (v !== undefined) (o as Record<string, unknown>)[k] = v;
@@ -89,6 +91,7 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
   if (raw.data !== undefined) o.data = String(raw.data);
   if (raw.compare !== undefined) o.compare = raw.compare === true ? 'ddp,single' : String(raw.compare);
   o.json = raw.json === true || raw.json === 'true';
+  o.quick = raw.quick === true || raw.quick === 'true';
   return ok(o);
 }
 
@@ -97,17 +100,17 @@ function timestamp(): string {
 }
 
 /** Runs rows on `workers` worker threads (0: in this thread), longest first, results in row order. */
-async function runRows(rows: SimRow[], common: SimCommon, workers: number, log: (l: string) => void, progress?: (i: number, frac: number) => void): Promise<SimRunResult[]> {
+async function runRows(rows: SimRow[], commons: SimCommon[], workers: number, log: (l: string) => void, progress?: (i: number, frac: number) => void): Promise<SimRunResult[]> {
   const results: SimRunResult[] = new Array(rows.length);
   if (workers <= 0) {
-    const ds = loadCorpus(common.data);
-    for (let i = 0; i < rows.length; i++) results[i] = await runRow(rows[i], { common, ds, log, progress: (f) => progress?.(i, f) });
+    const ds = loadCorpus(commons[0].data);
+    for (let i = 0; i < rows.length; i++) results[i] = await runRow(rows[i], { common: commons[i], ds, log, progress: (f) => progress?.(i, f) });
     return results;
   }
   const order = rows.map((_, i) => i).sort((a, b) => (rows[b].kind === 'diloco' ? 1 : 0) - (rows[a].kind === 'diloco' ? 1 : 0));
   const register = new URL('../../bin/register.js', import.meta.url).href;
   const runOne = (i: number) => new Promise<void>((resolvePromise, reject) => {
-    const w = new Worker(new URL('./worker.ts', import.meta.url), { workerData: { row: rows[i], common }, execArgv: ['--import', register] });
+    const w = new Worker(new URL('./worker.ts', import.meta.url), { workerData: { row: rows[i], common: commons[i] }, execArgv: ['--import', register] });
     w.on('message', (m: { type: 'log'; line: string } | { type: 'progress'; frac: number } | { type: 'result'; result: SimRunResult } | { type: 'error'; message: string }) => {
       if (m.type === 'log') log(m.line);
       else if (m.type === 'progress') progress?.(i, m.frac);
@@ -122,6 +125,14 @@ async function runRows(rows: SimRow[], common: SimCommon, workers: number, log: 
     while (next < order.length) await runOne(order[next++]);
   }));
   return results;
+}
+
+/** One row's result over its seeds: eval loss mean ± sample sd; the rest from the first seed. */
+function mergeSeeds(runs: SimRunResult[]): SimRunResult {
+  const losses = runs.map((r) => r.evalLoss);
+  const mean = losses.reduce((a, b) => a + b, 0) / losses.length;
+  const sd = losses.length > 1 ? Math.sqrt(losses.reduce((a, b) => a + (b - mean) ** 2, 0) / (losses.length - 1)) : 0;
+  return { ...runs[0], evalLoss: mean, evalLossSd: sd, seedLosses: losses };
 }
 
 /** DDP's upload per island for `tokens` over these islands: steps × ring all-reduce share of fp32 gradients. */
@@ -144,27 +155,37 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const d = rowDefaults({ ...opts, preset }, seqLen);
   const common: SimCommon = {
     model, seqLen, seed: opts.seed ?? 1,
-    evals: preset === 'smoke' ? 2 : 12, evalBatches: preset === 'smoke' ? 2 : 8, evalBatchSize: preset === 'smoke' ? 4 : 16,
+    evals: preset === 'smoke' ? 2 : 12, evalBatches: opts.evalBatches ?? (preset === 'smoke' ? 2 : 64), evalBatchSize: preset === 'smoke' ? 4 : 16,
     data: opts.data,
   };
   let rows: SimRow[];
-  if (preset === 'compare') rows = compareRows(d);
+  if (preset === 'compare') rows = compareRows(d, opts.quick);
   else {
     const extra = (opts.compare ?? 'ddp,single').split(',').map((s) => s.trim()).filter((s) => s && s !== 'none');
     rows = dilocoRows(d, opts.mode ?? (preset === 'smoke' ? 'sync' : 'async'), opts.codec ?? 'int4', extra);
   }
   const workers = opts.workers ?? Math.min(2, availableParallelism());
   const warmTokens = opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768);
+  // one shared warm start per seed: every row of that seed starts there
+  const seeds = [...new Set(rows.flatMap((r) => r.seeds ?? [common.seed]))];
+  const perSeed = new Map<number, SimCommon>();
   let warmLoss = NaN;
-  if (warmTokens > 0) {
-    const w = await warmStart(common, loadCorpus(common.data), warmTokens);
-    common.init = w.params;
-    warmLoss = w.evalLoss;
-    log(`warm start: ${warmTokens} tokens of single-island training, eval ${warmLoss.toFixed(4)} (every row starts here)`);
+  const ds = loadCorpus(common.data);
+  for (const seed of seeds) {
+    const c: SimCommon = { ...common, seed };
+    if (warmTokens > 0) {
+      const w = await warmStart(c, ds, warmTokens);
+      c.init = w.params;
+      if (seed === seeds[0]) warmLoss = w.evalLoss;
+      log(`warm start (seed ${seed}): ${warmTokens} tokens of single-island training, eval ${w.evalLoss.toFixed(4)} (every row of this seed starts here)`);
+    }
+    perSeed.set(seed, c);
   }
-  log(`simulate ${preset}: ${rows.length} rows on ${model} (${nParams} params), ${d.tokens} tokens each, ${workers} worker(s)`);
-  opts.progress?.start(rows.map((r) => r.name));
-  const results = await runRows(rows, common, workers, log, opts.progress && ((i, f) => opts.progress!.update(i, f)));
+  const jobs = rows.flatMap((row, r) => (row.seeds ?? [common.seed]).map((seed) => ({ row, r, seed })));
+  log(`simulate ${preset}: ${rows.length} rows (${jobs.length} runs over seeds) on ${model} (${nParams} params), ${d.tokens} tokens each, ${workers} worker(s)`);
+  opts.progress?.start(jobs.map((j) => (j.row.seeds && j.row.seeds.length > 1 ? `${j.row.name} s${j.seed}` : j.row.name)));
+  const runs = await runRows(jobs.map((j) => j.row), jobs.map((j) => perSeed.get(j.seed)!), workers, log, opts.progress && ((i, f) => opts.progress!.update(i, f)));
+  const results = rows.map((_, r) => mergeSeeds(runs.filter((_, k) => jobs[k].r === r)));
 
   for (let i = 0; i < results.length; i++) {
     const r = results[i], row = rows[i];

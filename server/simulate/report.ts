@@ -27,14 +27,16 @@ function fmtRejected(r: Record<string, number>): string {
 /** The terminal table (plain text, fixed-width columns). */
 export function formatTable(runs: Array<Omit<SimRunResult, 'curve'>>): string {
   const ddp = runs.find((r) => r.kind === 'ddp');
-  const head = ['row', 'eval loss', 'vs DDP', 'tokens', 'up/island', 'less up than DDP', 'goodput', 'rejected', 'virt time', 'real time'];
+  const head = ['row', 'eval loss', 'vs DDP', 'tokens', 'up/island', 'less up than DDP', 'down/island', 'less down', 'goodput', 'rejected', 'virt time', 'real time'];
   const rows = runs.map((r) => [
     r.name,
-    Number.isFinite(r.evalLoss) ? r.evalLoss.toFixed(4) : 'diverged',
+    Number.isFinite(r.evalLoss) ? r.evalLoss.toFixed(4) + (r.evalLossSd > 0 ? ` ± ${r.evalLossSd.toFixed(4)}` : '') : 'diverged',
     ddp && Number.isFinite(r.evalLoss) ? `${(r.evalLoss / ddp.evalLoss).toFixed(3)}×` : '-',
     `${(r.tokens / 1000).toFixed(0)}k`,
     fmtBytes(r.bytesUpPerIsland),
     fmtX(r.commReductionVsDdp),
+    fmtBytes(r.bytesDownPerIsland),
+    ddp && r.kind === 'diloco' ? fmtX(ddp.bytesDownPerIsland / Math.max(1, r.bytesDownPerIsland)) : '-',
     r.goodput.toFixed(3),
     fmtRejected(r.rejected),
     `${(r.virtualTimeMs / 1000).toFixed(0)} s`,

@@ -68,14 +68,10 @@ class TamperingTransport implements Transport {
     const x = d.value;
     switch (this.behaviour) {
       case 'scaled': for (let i = 0; i < x.length; i++) x[i] *= 100; break;
+      case 'scale4': for (let i = 0; i < x.length; i++) x[i] *= 4; break;
       case 'sign-flip': for (let i = 0; i < x.length; i++) x[i] = -x[i]; break;
-      case 'noise': {
-        let ss = 0;
-        for (let i = 0; i < x.length; i++) ss += x[i] * x[i];
-        const sigma = 10 * Math.sqrt(ss / x.length);
-        for (let i = 0; i < x.length; i++) x[i] = sigma * this.randn();
-        break;
-      }
+      case 'noise': sameNorm(x, this.randn); break;
+      case 'collude': sameNorm(x, gaussian(mulberry32(mixSeed(0xc011, meta.baseVersion)))); break;
       case 'nan': for (let i = 0; i < x.length; i += 97) x[i] = NaN; break;
       default: return this.inner.submitDelta(meta, frame);
     }
@@ -83,6 +79,15 @@ class TamperingTransport implements Transport {
     const forged = encodeDelta(x, { encoding: enc, blockSize: h.value.blockSize || undefined, deflate: h.value.deflated, topkFraction: h.value.k ? h.value.k / this.n : undefined });
     return this.inner.submitDelta(meta, forged);
   }
+}
+
+/** Replaces x by Gaussian noise from `randn` with the same L2 norm. */
+function sameNorm(x: Float32Array, randn: () => number): void {
+  let ss = 0, rr = 0;
+  for (let i = 0; i < x.length; i++) ss += x[i] * x[i];
+  for (let i = 0; i < x.length; i++) { x[i] = randn(); rr += x[i] * x[i]; }
+  const c = Math.sqrt(ss / Math.max(rr, 1e-30));
+  for (let i = 0; i < x.length; i++) x[i] *= c;
 }
 
 export interface RowContext {
@@ -105,7 +110,7 @@ function emptyResult(row: SimRow, n: number): SimRunResult {
   return {
     name: row.name, kind: row.kind, mode: row.kind === 'diloco' ? row.mode : row.kind,
     codec: row.kind === 'diloco' ? row.codec.encoding + (row.codec.deflate ? '+deflate' : '') : 'f32 (all-reduce)',
-    islands: n, evalLoss: NaN, tokens: 0, tokensComputed: 0, bytesUpPerIsland: 0, bytesDownPerIsland: 0,
+    islands: n, evalLoss: NaN, evalLossSd: 0, seedLosses: [], tokens: 0, tokensComputed: 0, bytesUpPerIsland: 0, bytesDownPerIsland: 0,
     commReductionVsDdp: NaN, goodput: 1, accepted: 0, rejected: {}, versions: 0, virtualTimeMs: 0, realTimeMs: 0,
     curve: [], perIsland: [], notes: [],
   };
@@ -201,7 +206,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
       totalTokens: row.tokens,
       dataSeed: common.seed,
       innerLr: { maxLr: row.lr.maxLr, minLr: row.lr.minLr, warmupTokens: row.lr.warmupTokens, localWarmupSteps: 0 },
-      uplink: { encoding: row.codec.encoding, blockSize: row.codec.blockSize, deflate: row.codec.deflate, topkFraction: row.codec.topkFraction },
+      uplink: { encoding: row.codec.encoding, blockSize: row.codec.blockSize, deflate: row.codec.deflate, topkFraction: row.codec.topkFraction, feedbackDecay: row.codec.feedbackDecay },
       // a crash is a disconnect (leave); no heartbeat traffic is simulated
       islandTimeoutMs: 1e10,
       ...row.coordinator,
@@ -237,7 +242,8 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
     };
     reports[idx] = rep;
     const tps = spec.speed * row.baseTokensPerSec;
-    const engine = new SimEngine(new CpuEngine({ config, maxBatch: spec.batchSize, maxT: T }), clock, tps);
+    const engine = new SimEngine(new CpuEngine({ config, maxBatch: spec.batchSize, maxT: T }), clock, tps, spec.numerics);
+    const train = spec.shard ? ds.train.subarray(Math.floor(spec.shard[0] * ds.train.length), Math.floor(spec.shard[1] * ds.train.length)) : ds.train;
     engines.push(engine);
     const rand = mulberry32(mixSeed(common.seed, hashString(spec.name), 0xd209));
     let islandId: string | undefined;
@@ -246,7 +252,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
       const local: LocalTransport = hub.connect(linkFor(clock, spec.network));
       const transport: Transport = spec.behaviour === 'honest' ? local : new TamperingTransport(local, spec.behaviour, n, mixSeed(common.seed, idx));
       const rt = new IslandRuntime({
-        engine, train: ds.train, transport, clock, resumeIslandId: islandId,
+        engine, train, transport, clock, resumeIslandId: islandId,
         caps: { name: spec.name, tokensPerSec: tps, batchSize: spec.batchSize, maxBatch: spec.batchSize },
       });
       let killAt = Infinity;

@@ -25,6 +25,8 @@ export const HOME_NETWORK: NetworkSpec = { upBytesPerSec: 2.5e6, downBytesPerSec
 
 export interface RowDefaults {
   islands: number;
+  /** Seeds of the rows the goals compare. */
+  seeds: number[];
   batchSize: number;
   tokens: number;
   /** H of the nominal (fastest) island. */
@@ -58,54 +60,90 @@ export function heterogeneous(n: number, batchSize: number): IslandSpec[] {
   return speeds.map((speed, i) => island(`island-${i + 1}`, { speed, batchSize: bs[i] }));
 }
 
-/** DiLoCo's outer optimizer in sync mode; in async mode delayed Nesterov (Async Local-SGD). */
-export function outerFor(mode: TrainingMode): CoordinatorConfigPatch {
-  return mode === 'sync'
-    ? { outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } }
-    : { outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } };
+/** DiLoCo's outer optimizer: Nesterov, lr 0.7, μ 0.9 (sync rounds and async merge windows alike). */
+export function outerFor(_mode: TrainingMode): CoordinatorConfigPatch {
+  return { outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } };
+}
+
+/** Row codecs: dense int4/int8/f32, or SparseLoCo-style sparse (chunk-wise top-k, 2-bit values, EF decay). */
+export function codecFor(encoding: Encoding): SimRow['codec'] {
+  if (encoding === 'sparse') return { encoding, blockSize: 4096, deflate: false, topkFraction: 1 / 64, feedbackDecay: 0.95 };
+  return { encoding, blockSize: encoding === 'int4' ? 256 : 64, deflate: encoding !== 'f32' };
 }
 
 function diloco(name: string, d: RowDefaults, mode: TrainingMode, encoding: Encoding, islands: IslandSpec[], extra: CoordinatorConfigPatch = {}): SimRow {
+  const sparse = encoding === 'sparse';
   return {
-    name, kind: 'diloco', mode, islands,
-    codec: { encoding, blockSize: encoding === 'int4' ? 256 : 64, deflate: encoding !== 'f32' },
+    name, kind: 'diloco', mode, islands, codec: codecFor(encoding),
     coordinator: {
       ...outerFor(mode),
       innerSteps: d.innerSteps, minInnerSteps: Math.max(1, Math.floor(d.innerSteps / 8)), maxInnerSteps: d.innerSteps * 4,
       // DyLU's time rule: the fastest island does H steps, every island returns at about the same time
-      dylu: true, targetRoundMs: Math.min(...islands.map((s) => (1000 * d.innerSteps * s.batchSize * d.seqLen) / (s.speed * d.baseTokensPerSec))),
+      dylu: true, targetRoundMs: roundMs(d, islands),
       quorum: 1, maxStaleness: 4 * islands.length,
       normBound: { factor: 4, window: 32, minHistory: 3 },
+      // the sparse rows' downlink: int4 + deflate (replicas still apply the same decoded bits)
+      ...(sparse ? { downlink: { encoding: 'int4', blockSize: 64, deflate: true } } : {}),
       ...extra,
     },
-    lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec,
+    lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec, seeds: d.seeds,
   };
 }
 
 function baseline(name: string, kind: 'ddp' | 'single', d: RowDefaults, islands: IslandSpec[]): SimRow {
   return {
     name, kind, mode: 'sync', islands, codec: { encoding: 'f32', blockSize: 64, deflate: false },
-    coordinator: {}, lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec,
+    coordinator: {}, lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec, seeds: d.seeds,
   };
 }
 
-/** The `compare` preset: the eight rows of the comparison table. */
-export function compareRows(d: RowDefaults): SimRow[] {
+/** Virtual time of one round of the fastest island at H steps. */
+function roundMs(d: RowDefaults, islands: IslandSpec[]): number {
+  return Math.min(...islands.map((s) => (1000 * d.innerSteps * s.batchSize * d.seqLen) / (s.speed * d.baseTokensPerSec)));
+}
+
+/** The robust-aggregation setting of the attacker rows. */
+export const ROBUST: CoordinatorConfigPatch = { aggregation: 'centered-clip', trimFraction: 0.125, normBound: { factor: 3, window: 32, minHistory: 3 } };
+
+/**
+ * The `compare` preset. The rows the goals compare (DDP, single, the async heterogeneous sparse row)
+ * run on every seed in d.seeds; the others on the first. quick: DDP, single, one island, the
+ * headline row and one attacker.
+ */
+export function compareRows(d: RowDefaults, quick = false): SimRow[] {
   const n = d.islands;
   const het = heterogeneous(n, d.batchSize);
-  // 30% chance per round of crashing mid-round; back (fresh optimizer, same id) half a round later
-  const roundMs = Math.min(...het.map((s) => (1000 * d.innerSteps * s.batchSize * d.seqLen) / (s.speed * d.baseTokensPerSec)));
-  const drop = het.map((s) => ({ ...s, dropProb: 0.3, offlineMs: roundMs / 2 }));
-  const malicious = (i: number): Behaviour => (i === n - 1 ? 'scaled' : 'honest');
-  return [
+  const one = { ...d, seeds: d.seeds.slice(0, 1) };
+  const rm = roundMs(d, het);
+  const attack = (bs: Behaviour[]) => het.map((s, i) => ({ ...s, behaviour: bs[n - 1 - i] ?? 'honest' }));
+  // one island alone, short rounds (H/4), against `single` on the same tokens and batch
+  const alone = diloco('one-island', { ...one, innerSteps: Math.max(2, d.innerSteps >> 2) }, 'sync', 'sparse', uniform(1, d.batchSize));
+  const rows = [
     baseline('ddp', 'ddp', d, uniform(n, d.batchSize)),
     baseline('single', 'single', d, uniform(1, d.batchSize)),
-    diloco('sync-f32', d, 'sync', 'f32', uniform(n, d.batchSize)),
-    diloco('sync-int4', d, 'sync', 'int4', uniform(n, d.batchSize)),
-    diloco('async-int4-hetero', d, 'async', 'int4', het),
-    diloco('async-int4-dropout30', d, 'async', 'int4', drop),
-    diloco('sync-int4-malicious-bound', d, 'sync', 'int4', uniform(n, d.batchSize, malicious)),
-    diloco('sync-int4-malicious-nobound', d, 'sync', 'int4', uniform(n, d.batchSize, malicious), { normBound: { factor: 0 } }),
+    diloco('async-sparse-hetero', d, 'async', 'sparse', het),
+    alone,
+    diloco('async-sparse-signflip-robust', one, 'async', 'sparse', attack(['sign-flip']), ROBUST),
+  ];
+  if (quick) return rows;
+  // churn: two islands join at a third of the run, two leave at two thirds (rounds ≈ tokens / fleet round)
+  const runMs = (d.tokens / (n * d.innerSteps * d.batchSize * d.seqLen)) * rm;
+  const churn = het.map((s, i) => (i < 2 ? { ...s, joinAtMs: runMs / 3 } : i >= n - 2 ? { ...s, leaveAtMs: (2 * runMs) / 3 } : s));
+  const phone: NetworkSpec = { upBytesPerSec: 250e3, downBytesPerSec: 1.25e6, latencyMs: 80 };
+  return [
+    ...rows,
+    diloco('sync-int4', one, 'sync', 'int4', uniform(n, d.batchSize)),
+    diloco('async-int4-hetero', one, 'async', 'int4', het),
+    diloco('async-sparse-dropout30', one, 'async', 'sparse', het.map((s) => ({ ...s, dropProb: 0.3, offlineMs: rm / 2 }))),
+    diloco('async-sparse-churn', one, 'async', 'sparse', churn),
+    diloco('async-sparse-mixed-numerics', one, 'async', 'sparse', het.map((s, i) => ({ ...s, numerics: i % 3 === 0 ? 'bf16' : i % 3 === 1 ? 'f16' : 'f32' }))),
+    diloco('async-sparse-uneven-net', one, 'async', 'sparse', het.map((s, i) => (i === 0 ? { ...s, network: phone } : s))),
+    diloco('async-sparse-dylu-off', one, 'async', 'sparse', het, { dylu: false }),
+    diloco('async-sparse-noniid', one, 'async', 'sparse', het.map((s, i) => ({ ...s, shard: [i / n, (i + 1) / n] as [number, number] }))),
+    diloco('async-sparse-scale4-robust', one, 'async', 'sparse', attack(['scale4']), ROBUST),
+    diloco('async-sparse-noise-robust', one, 'async', 'sparse', attack(['noise']), ROBUST),
+    diloco('async-sparse-collude-robust', one, 'async', 'sparse', attack(['collude', 'collude']), ROBUST),
+    diloco('async-sparse-scale100-nobound', one, 'async', 'sparse', attack(['scaled']), { normBound: { factor: 0 } }),
   ];
 }
 

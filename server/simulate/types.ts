@@ -4,9 +4,14 @@ import type { Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { PresetName } from '../../core/model/config.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
+import type { Numerics } from './sim-engine.ts';
 
-/** How a simulated island behaves when it sends its delta. */
-export type Behaviour = 'honest' | 'scaled' | 'sign-flip' | 'noise' | 'nan';
+/**
+ * How a simulated island behaves when it sends its delta: honest, or an attack on it — scaled ×100
+ * or ×4, sign-flipped, replaced by Gaussian noise of the same norm, NaNs, or a colluding pair that
+ * both send one shared random direction (per base version) at their own Δ's norm.
+ */
+export type Behaviour = 'honest' | 'scaled' | 'scale4' | 'sign-flip' | 'noise' | 'nan' | 'collude';
 
 export interface NetworkSpec {
   /** Uplink and downlink bandwidth, bytes/s. */
@@ -31,6 +36,10 @@ export interface IslandSpec {
   /** After a drop, back (rejoining under the same id, fresh optimizer) after this long, ms. */
   offlineMs: number;
   network: NetworkSpec;
+  /** Weights kept in f16/bf16 on this island (rounded after each step); default f32. */
+  numerics?: Numerics;
+  /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
+  shard?: [number, number];
 }
 
 /** One row of a comparison: a baseline or a DiLoCo configuration, on the same data and token budget. */
@@ -40,13 +49,15 @@ export interface SimRow {
   mode: TrainingMode;
   islands: IslandSpec[];
   /** Uplink codec for the deltas (diloco). */
-  codec: { encoding: Encoding; blockSize: number; deflate: boolean; topkFraction?: number };
+  codec: { encoding: Encoding; blockSize: number; deflate: boolean; topkFraction?: number; feedbackDecay?: number };
   /** Coordinator knobs (diloco); the simulator fills budget, batch and data fields. */
   coordinator: CoordinatorConfigPatch;
   /** Inner AdamW learning rate (peak, floor) and warmup in tokens; DDP/single use the same schedule. */
   lr: { maxLr: number; minLr: number; warmupTokens: number };
   /** Tokens in θ at which the row stops. */
   tokens: number;
+  /** Seeds to run the row with (init, warm start and data); mean ± sd over them. Default [common seed]. */
+  seeds?: number[];
   /** Virtual throughput of a speed-1 island, tokens/s. */
   baseTokensPerSec: number;
 }
@@ -94,8 +105,11 @@ export interface SimRunResult {
   mode: TrainingMode | 'ddp' | 'single';
   codec: string;
   islands: number;
-  /** Final held-out loss. */
+  /** Final held-out loss (mean over seeds) and its sample standard deviation (0 for one seed). */
   evalLoss: number;
+  evalLossSd: number;
+  /** The final held-out loss of each seed. */
+  seedLosses: number[];
   /** Tokens in θ at the end. */
   tokens: number;
   tokensComputed: number;
@@ -137,6 +151,8 @@ export interface SimulateOptions {
   tokens?: number;
   /** Alternative budget: rounds of the nominal island (tokens = rounds × islands × H × B × T). */
   rounds?: number;
+  /** One seed and fewer, shorter rows (tests). */
+  quick?: boolean;
   /** 'diloco' preset: sync or async (default async). */
   mode?: TrainingMode;
   /** 'diloco' preset: uplink encoding (default int4). */
@@ -161,6 +177,8 @@ export interface SimulateOptions {
   workers?: number;
   /** Corpus path (default: the bundled Moby-Dick). */
   data?: string;
+  /** Held-out batches per evaluation (default 64; smoke 2). */
+  evalBatches?: number;
   /** Print the table (or the JSON) on stdout. Default true. */
   print?: boolean;
   /** Progress lines (default: stderr unless json). */

@@ -1,0 +1,276 @@
+// Issue 11's units: the async merge window (on-time islands get τ = 0), the audit fixes (no
+// one-step tail round, no H−1 after the ack's round trip), the lean downlink's choice, robust
+// aggregation against each attacker, sparse frames, and the island keeping its residual when the
+// server does not take a delta.
+
+import { describe, expect, it } from 'vitest';
+import { CpuEngine } from '../client/engine/cpu.ts';
+import { LocalHub } from '../client/island/local.ts';
+import type { Transport } from '../client/island/transport.ts';
+import { IslandRuntime } from '../client/island/runtime.ts';
+import { type CodecOptions, decodeDelta, encodeDelta, peekHeader } from '../core/codec/index.ts';
+import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
+import { getPreset } from '../core/model/config.ts';
+import { initParams } from '../core/model/gpt.ts';
+import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode } from '../core/protocol.ts';
+import { gaussian, mulberry32 } from '../core/random.ts';
+import type { Result } from '../core/result.ts';
+
+const N = 512;
+const F32: CodecOptions = { encoding: 'f32' };
+
+function vec(seed: number, scale = 0.01, n = N): Float32Array {
+  const r = gaussian(mulberry32(seed));
+  return Float32Array.from({ length: n }, () => scale * r());
+}
+
+function coord(config: CoordinatorConfigPatch): Coordinator {
+  return new Coordinator({
+    params: vec(1, 0.02),
+    config: { downlink: { encoding: 'f32', blockSize: 64 }, uplink: F32, normBound: { factor: 0 }, batchSize: 4, seqLen: 8, innerSteps: 10, ...config },
+  });
+}
+
+function join(c: Coordinator, now = 0): Assignment {
+  const j = c.join({ caps: { engine: 'cpu' } }, now);
+  if (!j.ok || !j.value.assignment) throw new Error('no assignment');
+  return j.value.assignment;
+}
+
+let seq = 0;
+function meta(a: Assignment, o: Partial<DeltaMeta> = {}): DeltaMeta {
+  const steps = o.steps ?? a.innerSteps;
+  return {
+    islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: ++seq, steps,
+    tokens: steps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2, lossMean: 2.5, elapsedMs: 1000, ...o,
+  };
+}
+
+const updates = (evs: CoordinatorEvent[]) => evs.filter((e): e is Extract<CoordinatorEvent, { type: 'update' }> => e.type === 'update');
+
+describe('async merge window', () => {
+  it('merges deltas that arrive together into one outer step; on-time islands get τ = 0', () => {
+    const c = coord({ mode: 'async', asyncWindow: { fraction: 0.25, floorMs: 0, capMs: 60_000 } });
+    const as = [join(c), join(c), join(c)];
+    as.forEach((a, k) => {
+      const r = c.submit({ meta: meta(a), frame: encodeDelta(vec(10 + k), F32) }, 1000 + k);
+      expect(r.ok && r.value.status).toBe(k < 2 ? 'pending' : 'applied'); // nobody left working: closes at the last
+    });
+    const ev = updates(c.drainEvents());
+    expect(ev).toHaveLength(1);
+    expect(ev[0].contributors.map((x) => x.staleness)).toEqual([0, 0, 0]);
+    expect(c.version).toBe(1);
+    // islands that waited for the window start on the new version: on time again
+    const next = as.map((a) => c.nextAssignment(a.islandId, 1003));
+    for (const n of next) expect(n.ok && n.value?.baseVersion).toBe(1);
+  });
+
+  it('closes at the grace window without a straggler, whose delta lands later with τ = outer steps since its base', () => {
+    const c = coord({ mode: 'async', asyncWindow: { fraction: 0.25, floorMs: 0, capMs: 60_000 } });
+    const [a, b, slow] = [join(c), join(c), join(c)];
+    c.submit({ meta: meta(a), frame: encodeDelta(vec(20), F32) }, 1000);
+    c.submit({ meta: meta(b), frame: encodeDelta(vec(21), F32) }, 1000);
+    expect(c.version).toBe(0);
+    const deadline = c.nextDeadline();
+    expect(deadline).toBe(1000 + 0.25 * 1000); // 0.25 × the median round duration
+    c.tick(deadline);
+    expect(c.version).toBe(1);
+    c.drainEvents();
+    const r = c.submit({ meta: meta(slow), frame: encodeDelta(vec(22), F32) }, 4000);
+    expect(r.ok && r.value.staleness).toBe(1);
+  });
+});
+
+describe('audit fixes', () => {
+  it('the token budget has no one-step tail round: the last round takes what is left', () => {
+    // 2 islands × 10 steps × 32 tokens = 640 tokens a round; 2.1 rounds of budget
+    const c = coord({ mode: 'sync', totalTokens: 1344, dylu: false, minInnerSteps: 1 });
+    let as = [join(c), join(c)];
+    const steps: number[] = [];
+    while (!c.isDone) {
+      for (const a of as) { steps.push(a.innerSteps); c.submit({ meta: meta(a), frame: encodeDelta(vec(seq), F32) }, 10); }
+      c.drainEvents();
+      as = as.flatMap((a) => { const n = c.nextAssignment(a.islandId, 10); return n.ok && n.value ? [n.value] : []; });
+    }
+    expect(steps).toEqual([10, 10, 11, 11]); // not 10, 10, 10, 10, 1, 1
+  });
+
+  it('an island back after its ack round trip still gets H steps (time rule), a late joiner the time left', () => {
+    const c = coord({ mode: 'sync', dylu: true, targetRoundMs: 10_000, innerSteps: 100, maxInnerSteps: 1000 });
+    const j = c.join({ caps: { engine: 'cpu', tokensPerSec: 320 } }, 0); // 32 tokens a step: 100 steps in 10 s
+    if (!j.ok || !j.value.assignment) throw new Error('no assignment');
+    expect(j.value.assignment.innerSteps).toBe(100);
+    c.submit({ meta: meta(j.value.assignment, { elapsedMs: 1000 * j.value.assignment.innerSteps * 32 / 320 }) , frame: encodeDelta(vec(5), F32) }, 10_000);
+    c.drainEvents();
+    const back = c.nextAssignment(j.value.islandId, 10_060); // 60 ms after the round opened
+    expect(back.ok && back.value?.innerSteps).toBe(100);
+    const late = c.join({ caps: { engine: 'cpu', tokensPerSec: 320 } }, 15_000);
+    expect(late.ok && late.value.assignment?.innerSteps).toBe(50);
+  });
+});
+
+describe('lean downlink', () => {
+  it('an island k versions behind gets the k update frames, or "fetch θ" when they are larger', () => {
+    const c = coord({ mode: 'async', asyncWindow: { fraction: 0 }, downlink: { encoding: 'int8', blockSize: 64 } });
+    let a = join(c);
+    for (let k = 0; k < 6; k++) {
+      c.submit({ meta: meta(a), frame: encodeDelta(vec(30 + k), F32) }, k);
+      const n = c.nextAssignment(a.islandId, k);
+      if (!n.ok || !n.value) throw new Error('no assignment');
+      a = n.value;
+    }
+    const frame = (c.updatesSince(5) as { ok: true; value: Array<{ frame: Uint8Array }> }).value[0].frame.length;
+    const perFrame = frame / (4 * N); // int8: about a quarter of θ
+    const fits = Math.floor(1 / perFrame);
+    const near = c.updatesSince(6 - fits);
+    expect(near.ok && near.value.length).toBe(fits);
+    const far = c.updatesSince(6 - fits - 1);
+    expect(far.ok ? 'ok' : far.error.code).toBe(ErrorCode.TOO_OLD);
+  });
+});
+
+describe('robust aggregation against attackers', () => {
+  const honest = Array.from({ length: 7 }, (_, k) => {
+    const common = vec(100, 0.01), own = vec(200 + k, 0.004);
+    return common.map((x, i) => x + own[i]);
+  });
+  /** One merge window of the honest deltas plus `bad`; returns the outer update and the rejection codes. */
+  function window(bad: Float32Array[], config: CoordinatorConfigPatch): { u: Float32Array; rejected: string[]; theta0: Float32Array } {
+    const c = coord({ mode: 'async', outer: { kind: 'sgd', lr: 1, momentum: 0 }, ...config });
+    const theta0 = (c.params() as Float32Array).slice();
+    const ds = [...honest, ...bad];
+    const as = ds.map(() => join(c));
+    const rejected: string[] = [];
+    ds.forEach((d, k) => {
+      const r = c.submit({ meta: meta(as[k]), frame: encodeDelta(d, F32) }, 1000);
+      if (!r.ok) rejected.push(r.error.code);
+    });
+    for (const e of c.drainEvents()) if (e.type === 'update') for (const x of e.rejected) rejected.push(x.error.code);
+    const th = c.params() as Float32Array;
+    return { u: theta0.map((t, i) => t - th[i]), rejected, theta0 };
+  }
+  const dist = (a: Float32Array, b: Float32Array) => Math.sqrt(a.reduce((s, x, i) => s + (x - b[i]) ** 2, 0));
+  const ref = window([], {}).u;
+  const ROBUST: CoordinatorConfigPatch = { aggregation: 'centered-clip', trimFraction: 0.125, normBound: { factor: 3, window: 32, minHistory: 3 } };
+  const g = honest[0];
+  const norm = Math.sqrt(g.reduce((s, x) => s + x * x, 0));
+  const noise = vec(999, 1);
+  const noiseNorm = Math.sqrt(noise.reduce((s, x) => s + x * x, 0));
+  const attacks: Record<string, Float32Array[]> = {
+    'sign flip': [g.map((x) => -x)],
+    '×4 scale': [g.map((x) => 4 * x)],
+    'Gaussian noise of the same norm': [noise.map((x) => (x * norm) / noiseNorm)],
+    'colluding pair': [0, 1].map(() => noise.map((x) => (-2 * x * norm) / noiseNorm)),
+  };
+  for (const [name, bad] of Object.entries(attacks)) {
+    it(`${name}: rejected, or its pull on θ clipped well below the plain mean's`, () => {
+      const robust = window(bad, ROBUST);
+      const plain = window(bad, {});
+      const pullRobust = dist(robust.u, ref), pullPlain = dist(plain.u, ref);
+      expect(robust.rejected.length > 0 || pullRobust < 0.5 * pullPlain).toBe(true);
+      expect(pullRobust).toBeLessThan(0.25 * Math.sqrt(ref.reduce((s, x) => s + x * x, 0)));
+    });
+  }
+  it('a delta rejected at submit leaves θ and the optimizer state unchanged', () => {
+    const c = coord({ mode: 'async', asyncWindow: { fraction: 0 }, normBound: { factor: 3, window: 32, minHistory: 3 } });
+    let a = join(c);
+    for (let k = 0; k < 4; k++) {
+      c.submit({ meta: meta(a), frame: encodeDelta(honest[k], F32) }, k);
+      const n = c.nextAssignment(a.islandId, k);
+      if (!n.ok || !n.value) throw new Error('no assignment');
+      a = n.value;
+    }
+    const before = { theta: (c.params() as Float32Array).slice(), outer: c.outerState(), hash: c.hash };
+    const r = c.submit({ meta: meta(a), frame: encodeDelta(honest[4].map((x) => 4 * x), F32) }, 9);
+    expect(r.ok ? 'ok' : r.error.code).toBe(ErrorCode.NORM_BOUND);
+    expect(c.hash).toBe(before.hash);
+    expect(c.params()).toEqual(before.theta);
+    expect(c.outerState()).toEqual(before.outer);
+  });
+});
+
+describe('sparse frames (chunk-wise top-k, 2-bit values)', () => {
+  const C = 256, k = 8, n = 1000; // 3 full chunks and a short one
+  const x = vec(7, 1, n);
+  x[3] = 50; // a global outlier must not take another chunk's share
+  const opts: CodecOptions = { encoding: 'sparse', blockSize: C, topkFraction: k / C };
+  it('keeps the k largest magnitudes of every chunk, with their signs, as two magnitudes per chunk', () => {
+    const f = encodeDelta(x, opts);
+    const h = peekHeader(f);
+    expect(h.ok && [h.value.encoding, h.value.blockSize, h.value.k]).toEqual(['sparse', C, k]);
+    const d = decodeDelta(f, n);
+    if (!d.ok) throw new Error(d.error.message);
+    for (let s = 0; s < n; s += C) {
+      const chunk = Array.from(x.subarray(s, Math.min(n, s + C)));
+      const top = chunk.map((v, i) => [Math.abs(v), i] as const).sort((p, q) => q[0] - p[0]).slice(0, k).map((p) => p[1]).sort((p, q) => p - q);
+      const kept = chunk.flatMap((_, i) => (d.value[s + i] !== 0 ? [i] : []));
+      expect(kept).toEqual(top);
+      for (const i of kept) expect(Math.sign(d.value[s + i])).toBe(Math.sign(chunk[i]));
+      expect(new Set(kept.map((i) => Math.abs(d.value[s + i]))).size).toBeLessThanOrEqual(2);
+    }
+    // 2 bits a value, 8 bits an offset (C = 256), two f32 scales a chunk
+    expect(f.length).toBe(32 + 4 * 8 + Math.ceil(32 * 8 / 8) + Math.ceil(32 / 4));
+  });
+  it('round-trips: the decoded frame re-encodes to the same frame', () => {
+    const f = encodeDelta(x, opts);
+    const d = decodeDelta(f, n);
+    if (!d.ok) throw new Error(d.error.message);
+    expect(encodeDelta(d.value, opts)).toEqual(f);
+  });
+  it('rejects offsets out of order (a forged frame), and non-finite input', () => {
+    const f = encodeDelta(x, opts).slice();
+    f[32 + 32] ^= 0xff; // first offset byte
+    const bad = decodeDelta(f, n);
+    expect(bad.ok ? 'ok' : bad.error.code).toMatch(/E_CRC|E_CORRUPT/);
+    const y = x.slice();
+    y[600] = NaN;
+    const nan = decodeDelta(encodeDelta(y, opts), n);
+    expect(nan.ok ? 'ok' : nan.error.code).toBe('E_NON_FINITE');
+  });
+});
+
+describe('island error feedback', () => {
+  it('keeps what it sent in the residual when the server rejects the delta, and drops it when applied', async () => {
+    const config = getPreset('tiny');
+    const c = new Coordinator({
+      params: initParams(config, 1),
+      config: { mode: 'sync', seqLen: 16, batchSize: 2, innerSteps: 3, dylu: false, totalTokens: 4 * 3 * 2 * 16, uplink: { encoding: 'sparse', blockSize: 1024, topkFraction: 1 / 64, feedbackDecay: 0.9 } },
+    });
+    const hub = new LocalHub(c);
+    const local = hub.connect();
+    let submits = 0;
+    const pending: Array<{ atSubmit: Float32Array; sent: Float32Array; status: string }> = [];
+    const checks: Array<{ status: string; ok: boolean }> = [];
+    let rt: IslandRuntime;
+    // the first delta is "rejected" on its way; the others go through
+    const transport: Transport = {
+      hello: (m) => local.hello(m), fetchModel: () => local.fetchModel(), nextAssignment: () => local.nextAssignment(),
+      fetchUpdates: (v) => local.fetchUpdates(v), onUpdate: (l) => local.onUpdate(l), close: (r) => local.close(r),
+      async submitDelta(m: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
+        const atSubmit = rt.residual()!;
+        const sent = decodeDelta(frame, atSubmit.length);
+        if (!sent.ok) throw new Error('bad frame');
+        const ack: Result<AckMsg> = submits++ === 0
+          ? { ok: true, value: { islandId: m.islandId, seq: m.seq, roundId: m.roundId, status: 'rejected', version: c.version, error: { code: ErrorCode.NORM_BOUND, message: 'test' } } }
+          : await local.submitDelta(m, frame);
+        pending.push({ atSubmit, sent: sent.value.slice(), status: ack.ok ? ack.value.status : 'lost' });
+        return ack;
+      },
+    };
+    rt = new IslandRuntime({ engine: new CpuEngine({ config, maxBatch: 2, maxT: 16 }), train: new TextEncoder().encode('call me ishmael. '.repeat(400)), transport, caps: { batchSize: 2 } });
+    // after each ack the runtime settles its residual before the next round's first step
+    rt.on((e) => {
+      if (e.type !== 'submitted' || !pending.length) return;
+      const { atSubmit, sent, status } = pending.shift()!;
+      const after = rt.residual()!;
+      let same = true;
+      for (let i = 0; i < after.length && same; i++) same = after[i] === (status === 'applied' ? atSubmit[i] : Math.fround(atSubmit[i] + sent[i]));
+      checks.push({ status, ok: same });
+    });
+    const summary = await rt.start();
+    expect(summary.reason).toBe('done');
+    expect(checks[0]).toEqual({ status: 'rejected', ok: true });
+    expect(checks.slice(1).every((x) => x.ok && x.status === 'applied')).toBe(true);
+    expect(checks.length).toBeGreaterThanOrEqual(3);
+  });
+});
