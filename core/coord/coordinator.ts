@@ -21,8 +21,8 @@ import { Downlink } from './downlink.ts';
 import { hashParams } from './hash.ts';
 import { OuterOptimizer, type OuterState, applyUpdate } from './outer.ts';
 import {
-  assignmentMessage, asyncStep, graceDeadline, newRound, quorumMet, roundShouldClose, sizeAssignment, usesTurn,
-  onlineCount, windowDeadline, windowShouldClose, windowStep,
+  assignmentMessage, graceDeadline, hold, newRound, outerStepOf, quorumMet, roundShouldClose, sizeAssignment, usesTurn,
+  windowDeadline, windowShouldClose,
 } from './rounds.ts';
 import { countAccepted, countRejection, meanLoss, versionStats } from './stats.ts';
 import { type CoordinatorState, readSnapshot, writeSnapshot } from './snapshot.ts';
@@ -277,26 +277,17 @@ export class Coordinator {
     }
 
     // counted from here on
-    countAccepted(isl, m, tau);
-    this.totalsAcc.tokensSubmitted += m.tokens;
-    this.perVersion.accepted += 1;
-    this.perVersion.rawBytesAccepted += 4 * this.paramCount;
-    this.perVersion.frameBytesAccepted += frameBytes;
-    this.totalsAcc.accepted += 1;
+    countAccepted(isl, m, tau, this.perVersion, this.totalsAcc, { raw: 4 * this.paramCount, frame: frameBytes });
 
     const base: Contribution = { islandId: isl.id, seq: m.seq, roundId: m.roundId, baseVersion: m.baseVersion, staleness: tau, tokens: m.tokens, weight: 0 };
     // hold it until the round (sync) or the merge window (async) closes
     const buf = this.take();
     buf.set(delta);
-    if (!sync && this.round.pending.length === 0) this.round.openedAt = now;
-    this.round.pending.push({ ...base, delta: buf, score, lossMean: m.lossMean, arrivedAt: now });
-    if (!sync) this.round.returned.set(isl.id, now - isl.assignedAt);
-    else if (!late && this.round.members.has(isl.id)) this.round.returned.set(isl.id, now - this.round.openedAt);
+    hold(this.round, { ...base, delta: buf, score, lossMean: m.lossMean, arrivedAt: now }, isl, sync, late, now);
     isl.accepted += 1;
     const roundBefore = this.round.id;
     this.maybeCloseRound(now);
-    const closed = this.round.id !== roundBefore;
-    return ok({ status: closed ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm });
+    return ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm });
   }
 
   /** Advances time: island timeouts, grace windows and round timeouts. Call at nextDeadline() or periodically. */
@@ -490,16 +481,9 @@ export class Coordinator {
     if (kept.length > 0) {
       const g = this.gBuf;
       combineDeltas(kept, cfg, this.versionNum, g, this.accBuf);
-      // async without a window (fraction 0): each arrival is its own step, weighted and scaled as Async Local-SGD does
-      const step = cfg.mode === 'async' && cfg.asyncWindow.fraction === 0
-        ? asyncStep(cfg, kept[0].staleness, kept[0].tokens, this.islandsById.values())
-        : { weight: kept[0].weight, ...(cfg.mode === 'sync' ? { scale: 1, period: 1 } : windowStep(cfg, kept, this.islandsById.values())) };
-      const { scale, period } = step;
-      kept[0].weight = step.weight;
+      const { scale, period } = outerStepOf(cfg, kept, this.islandsById.values());
       const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
-      // one island alone: its Δ as it is (momentum would amplify one island's short rounds several times over)
-      const solo = cfg.soloPlainStep && kept.length === 1 && onlineCount(this.islandsById.values()) <= 1;
-      const res = this.commitUpdate(g, solo ? 1 : scale, solo ? 0 : period, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
+      const res = this.commitUpdate(g, scale, period, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
       if (res.ok) for (const p of kept) this.norms.push(p.score, this.cfg.normBound.window);
       else {
         for (const p of kept) rejected.push(this.rejectedFrom(p, res.error.code, res.error.message));

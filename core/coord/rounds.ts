@@ -6,7 +6,7 @@ import { type Assignment, type DeltaMeta, ErrorCode } from '../protocol.ts';
 import { median } from './aggregate.ts';
 import { type CoordinatorConfig, stalenessWeight } from './config.ts';
 import { dyluInnerSteps } from './dylu.ts';
-import type { IslandRecord, RoundState } from './types.ts';
+import type { IslandRecord, PendingDelta, RoundState } from './types.ts';
 
 export function onlineCount(islands: Iterable<IslandRecord>): number {
   let n = 0;
@@ -165,4 +165,28 @@ export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number 
   for (const isl of islands) if (isl.status === 'online') round += isl.assignedSteps * isl.batchSize * cfg.seqLen;
   const tokens = kept.reduce((a, p) => a + p.tokens, 0);
   return { scale: round > 0 ? Math.min(1, tokens / round) : 1, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1 };
+}
+
+/** Holds a counted delta in the open round (sync) or merge window (async, which opens with it). */
+export function hold(r: RoundState, p: PendingDelta, isl: IslandRecord, sync: boolean, late: boolean, now: number): void {
+  if (!sync && r.pending.length === 0) r.openedAt = now;
+  r.pending.push(p);
+  if (!sync) r.returned.set(isl.id, now - isl.assignedAt);
+  else if (!late && r.members.has(isl.id)) r.returned.set(isl.id, now - r.openedAt);
+}
+
+/**
+ * The outer step for the combined deltas `kept` (their weights already set): sync scale 1; a merge
+ * window windowStep; async without a window (fraction 0) each arrival alone, weighted and scaled as
+ * Async Local-SGD does. One island alone (soloPlainStep) takes its Δ as it is, period 0 = a plain
+ * step: momentum would amplify one island's short rounds several times over.
+ */
+export function outerStepOf(cfg: CoordinatorConfig, kept: PendingDelta[], islands: Iterable<IslandRecord>): { scale: number; period: number } {
+  const all = [...islands];
+  if (cfg.soloPlainStep && kept.length === 1 && onlineCount(all) <= 1) return { scale: 1, period: 0 };
+  if (cfg.mode === 'sync') return { scale: 1, period: 1 };
+  if (cfg.asyncWindow.fraction > 0) return windowStep(cfg, kept, all);
+  const { weight, scale, period } = asyncStep(cfg, kept[0].staleness, kept[0].tokens, all);
+  kept[0].weight = weight;
+  return { scale, period };
 }

@@ -37,8 +37,15 @@ export function versionStats(
   };
 }
 
-/** Records a counted delta on its island: replay guards, staleness, tokens, and the speed EMA. */
-export function countAccepted(isl: IslandRecord, m: DeltaMeta, tau: number): void {
+/** Counts a delta (per version, in the totals) and records it on its island: replay guards, staleness, tokens, speed EMA. */
+export function countAccepted(
+  isl: IslandRecord, m: DeltaMeta, tau: number, pv: PerVersion, totals: CoordinatorTotals, bytes: { raw: number; frame: number },
+): void {
+  totals.tokensSubmitted += m.tokens;
+  totals.accepted += 1;
+  pv.accepted += 1;
+  pv.rawBytesAccepted += bytes.raw;
+  pv.frameBytesAccepted += bytes.frame;
   isl.lastSeq = m.seq;
   isl.submittedRounds.push(m.roundId);
   if (isl.submittedRounds.length > SUBMITTED_ROUNDS_KEPT) isl.submittedRounds.shift();
