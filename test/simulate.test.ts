@@ -10,8 +10,8 @@ import { ProgressBars } from '../server/simulate/progress.ts';
 
 describe('atoll simulate', () => {
   it('parses CLI flags', () => {
-    const o = simulateOptionsFromCli({ preset: 'diloco', islands: '3', tokens: '5000', mode: 'sync', codec: 'int8', json: true });
-    expect(o.ok && o.value).toMatchObject({ preset: 'diloco', islands: 3, tokens: 5000, mode: 'sync', codec: 'int8', json: true });
+    const o = simulateOptionsFromCli({ preset: 'diloco', islands: '3', tokens: '5000', mode: 'sync', codec: 'sparse', json: true, quick: true, evalBatches: 64 });
+    expect(o.ok && o.value).toMatchObject({ preset: 'diloco', islands: 3, tokens: 5000, mode: 'sync', codec: 'sparse', json: true, quick: true, evalBatches: 64 });
     expect(simulateOptionsFromCli({ preset: 'tiny' }).ok && simulateOptionsFromCli({ preset: 'tiny' })).toMatchObject({ value: { preset: 'compare', model: 'tiny' } });
     const bad = simulateOptionsFromCli({ codec: 'int3' });
     expect(bad.ok ? '' : bad.error.code).toBe('E_BAD_REQUEST');
@@ -42,7 +42,8 @@ describe('atoll simulate', () => {
     expect(diloco.goodput).toBeGreaterThan(0.5);
     for (const f of ['report.json', 'curves.csv', 'plot.svg', 'report.html']) expect(existsSync(join(out, f))).toBe(true);
     const json = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
-    for (const k of ['name', 'evalLoss', 'tokens', 'bytesUpPerIsland', 'commReductionVsDdp', 'goodput', 'rejected']) expect(json.runs[1]).toHaveProperty(k);
+    for (const k of ['name', 'evalLoss', 'evalLossSd', 'tokens', 'bytesUpPerIsland', 'bytesDownPerIsland', 'commReductionVsDdp', 'goodput', 'rejected']) expect(json.runs[1]).toHaveProperty(k);
+    expect(json.runs[1].seedLosses).toHaveLength(1);
     expect(readFileSync(join(out, 'plot.svg'), 'utf8')).toContain('<polyline');
   });
 });

@@ -137,10 +137,12 @@ export interface SimRunResult {
  */
 export interface SimulateOptions {
   /**
-   * 'compare' (default): the comparison table — DDP, single island, sync DiLoCo f32, sync DiLoCo
-   * int4, async int4 heterogeneous, async int4 with 30% dropout, 1 malicious of 8 with and without
-   * the norm bound. 'diloco': one DiLoCo row built from mode/codec/islands plus the DDP and single
-   * baselines. 'smoke': a seconds-long sanity run (tests).
+   * 'compare' (default): the comparison table (scenarios.ts compareRows) — DDP, single island and
+   * the async heterogeneous sparse row over 3 seeds; one island alone; sync int4, async int4; the
+   * sparse row with 30% dropout, churn, mixed numerics, an uneven network, DyLU off, non-i.i.d.
+   * shards; attackers (sign flip, ×4, same-norm noise, a colluding pair) with robust aggregation,
+   * ×100 without the norm bound. 'diloco': one DiLoCo row built from mode/codec/islands plus the
+   * DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
    */
   preset?: 'compare' | 'diloco' | 'smoke';
   /** Model preset (default 'tiny'). */
