@@ -22,12 +22,13 @@ struct Params {
   M: u32,
   N: u32,
   K: u32,
-  flags: u32,     // 1: add bias (forward), 2: accumulate into out (backward, as the twin)
+  flags: u32,     // 1: add bias (forward), 2: accumulate into out (backward, as the twin), 4: GELU epilogue
   a_off: u32,     // element offsets into the bound buffers
   b_off: u32,
   c_off: u32,
   bias_off: u32,  // bias lives in the same buffer as W (params)
   k_chunk: u32,   // dweight: K rows per grid-z slice (= K when not split)
+  act_off: u32,   // GELU epilogue: gelu(out) goes act_off elements after out, in the same buffer
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -43,6 +44,7 @@ const BN: u32 = 64u;
 const BK: u32 = 16u;
 const HAS_BIAS: u32 = 1u;
 const ACCUMULATE: u32 = 2u;
+const GELU: u32 = 4u;
 const OP_A: u32 = 0u;
 const OP_B: u32 = 1u;
 const FWD: u32 = 0u;  // mm_loop's passes
@@ -141,7 +143,10 @@ fn store_c{{V}}(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>, c_base: u3
   for (var i = 0u; i < 4u; i++) {
     let m = m0 + (lid / 16u) * 4u + i;
     if (m >= p.M) { break; }
-    write4{{V}}(c_base + m * p.N + n, acc[i] + bias, p.N - n);
+    let v = acc[i] + bias;
+    write4{{V}}(c_base + m * p.N + n, v, p.N - n);
+    // fused bias + GELU: the activation without a second pass over out (out stays for the backward)
+    if ((p.flags & GELU) != 0u) { write4{{V}}(c_base + p.act_off + m * p.N + n, gelu(v), p.N - n); }
   }
 }
 

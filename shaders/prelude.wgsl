@@ -71,3 +71,15 @@ fn wg_fold4(x: vec2<f32>, lid: u32) -> vec2<f32> {
   let c = lid % 64u;
   return (wg_red[c] + wg_red[c + 64u]) + (wg_red[c + 128u] + wg_red[c + 192u]);
 }
+
+// GELU, tanh approximation (GPT-2): gelu_forward, and the matmul's fused epilogue.
+// tanh saturates long before |u| = 15; clamping keeps exp-based tanh away from inf/inf = NaN.
+const GELU_S: f32 = 0.7978845608028654; // sqrt(2/pi)
+
+fn tanh_safe(u: vec4<f32>) -> vec4<f32> {
+  return tanh(clamp(u, vec4<f32>(-15.0), vec4<f32>(15.0)));
+}
+
+fn gelu(x: vec4<f32>) -> vec4<f32> {
+  return 0.5 * x * (1.0 + tanh_safe(GELU_S * (x + 0.044715 * x * x * x)));
+}

@@ -181,6 +181,24 @@ describe('matmul', () => {
     });
   }
 
+  for (const [Ci, OC, wOff] of [[48, 144, 8], [50, 70, 3]]) {
+    it(`matmul_forward with the fused bias + GELU epilogue and an input offset, C=${Ci} OC=${OC}`, async () => {
+      const M = BT, inOff = 4, geluOff = M * OC + (4 - ((M * OC) % 4)) % 4;
+      const params = randn(wOff + OC * Ci + OC, 25);
+      const W = params.subarray(wOff, wOff + OC * Ci), bias = params.subarray(wOff + OC * Ci);
+      const inp = randn(inOff + M * Ci, 26);
+      const pre = new Float32Array(M * OC), act = new Float32Array(M * OC);
+      cpu.matmulForward(pre, inp.subarray(inOff), W, bias, B, T, Ci, OC);
+      cpu.geluForward(act, pre, M * OC);
+      const gOut = upload(device, new Float32Array(geluOff + M * OC));
+      const spec = gpu.matmulForward(gOut, upload(device, inp), upload(device, params), { C: Ci, OC, wOff, biasOff: wOff + OC * Ci, inOff, geluOff });
+      expect(spec.entry).toBe(Ci === 48 ? 'matmul_forward_vec4' : 'matmul_forward');
+      await runOn([spec], shape);
+      await expectClose('matmul_forward_gelu', gOut, pre);
+      await expectClose('matmul_forward_gelu', gOut, act, RTOL, geluOff);
+    });
+  }
+
   it('matmul over several tiles in every dimension (M=130, K=100, N=70), dbias over two row slices', async () => {
     const s = { B: 2, T: 65 };
     const M = 130, K = 100, N = 70;

@@ -119,6 +119,10 @@ export interface MatmulDims {
   /** false: scalar loads even where vec4 would do (the autotuner's choice); dwVec4 for dW */
   vec4?: boolean;
   dwVec4?: boolean;
+  /** element offset of the layer's input in its buffer (default 0) */
+  inOff?: number;
+  /** forward: also write gelu(out) this many elements after out, in the same buffer (the fused epilogue) */
+  geluOff?: number;
 }
 
 /** Split-K of dW: at most this many K slices, each of at least SPLIT_MIN_ROWS rows. */
@@ -144,16 +148,18 @@ export const maxSplitK = (maxRows: number) => Math.max(1, Math.min(SPLIT_K_MAX, 
 
 const HAS_BIAS = 1;
 const ACCUMULATE = 2;
+const GELU = 4;
 const aligned4 = (...xs: number[]) => xs.every((x) => x % 4 === 0);
 const tiles = (n: number) => Math.ceil(n / TILE);
 
 /** out (B,T,OC) = inp (B,T,C) · W(OC,C)ᵀ + bias; W and bias in `params`. */
 export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims): DispatchSpec {
-  const vec4 = d.vec4 !== false && aligned4(d.C, d.OC, d.wOff);
+  const vec4 = d.vec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0, d.geluOff ?? 0);
+  const flags = (d.biasOff === null ? 0 : HAS_BIAS) | (d.geluOff === undefined ? 0 : GELU);
   return {
     entry: vec4 ? 'matmul_forward_vec4' : 'matmul_forward',
     buffers: [out, inp, params],
-    params: (s) => [rows(s), d.OC, d.C, d.biasOff === null ? 0 : HAS_BIAS, 0, d.wOff, 0, d.biasOff ?? 0, 0],
+    params: (s) => [rows(s), d.OC, d.C, flags, d.inOff ?? 0, d.wOff, 0, d.biasOff ?? 0, 0, d.geluOff ?? 0],
     grid: (s) => [tiles(d.OC), tiles(rows(s)), 1],
   };
 }
@@ -180,18 +186,18 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
     });
   }
   // dW: M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
-  const dweight = d.dwVec4 !== false && aligned4(d.C, d.OC, d.wOff) ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight';
+  const dweight = d.dwVec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0) ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight';
   const split = (s: Shape) => splitK(d.OC, d.C, rows(s), d.splitK || undefined);
   const splitSlices = (s: Shape) => ({ slices: split(s).slices > 1 ? split(s).slices : 0 });
   specs.push({
     entry: dweight,
     buffers: [grads, dout, inp],
-    params: (s) => [d.OC, d.C, rows(s), accP, 0, 0, d.wOff, 0, rows(s)],
+    params: (s) => [d.OC, d.C, rows(s), accP, 0, d.inOff ?? 0, d.wOff, 0, rows(s)],
     grid: (s) => (split(s).slices > 1 ? [0, 0, 0] : [tiles(d.C), tiles(d.OC), 1]),
   }, {
     entry: dweight,
     buffers: [partials, dout, inp],
-    params: (s) => [d.OC, d.C, rows(s), 0, 0, 0, 0, 0, split(s).chunk],
+    params: (s) => [d.OC, d.C, rows(s), 0, 0, d.inOff ?? 0, 0, 0, split(s).chunk],
     grid: (s) => { const k = split(s); return k.slices > 1 ? [tiles(d.C), tiles(d.OC), k.slices] : [0, 0, 0]; },
   }, sumSlices(grads, partials, { M: d.OC, N: d.C, outOff: d.wOff, rowStride: d.C, accumulate: d.accumulateParams }, splitSlices));
   if (d.biasOff !== null) {

@@ -39,7 +39,7 @@ export interface DeviceLost {
 export const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
 
 /** Dispatches recorded for one training step (checked against what build() records). */
-export const stepDispatches = (L: number) => 18 + 45 * L;
+export const stepDispatches = (L: number) => 18 + 44 * L;
 
 /** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
 export const EVAL_SLOTS = 16;
@@ -76,7 +76,7 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
   const perLayer: Record<string, number> = {
     ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, attLse: ROWS,
-    residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: BT * 4 * C, fchGelu: BT * 4 * C, residual3: BT * C,
+    residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: 2 * BT * 4 * C /* fc output, then its GELU at BT·4C */, residual3: BT * C,
   };
   for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, f32b(n));
   const single: Record<string, number> = {

@@ -197,6 +197,7 @@ export class WebGpuEngine implements TrainingEngine {
     if (this.autotune) {
       this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(C, V), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
     }
+    const gelu = this.maxB * this.maxT * 4 * C; // offset of the GELU half of each fch buffer
     const tuned = (cin: number, cout: number) => tunedDims(this.tuning?.choices ?? new Map(), cin, cout);
 
     // ---- forward
@@ -210,9 +211,9 @@ export class WebGpuEngine implements TrainingEngine {
         op.matmulForward(b('attproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), ...tuned(C, C).fwd }),
         op.residualForward(x('residual2'), resid(l - 1), b('attproj'), { width: C }),
         op.layernormForward(x('ln2'), x('ln2Mean'), x('ln2Rstd'), x('residual2'), params, { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
-        op.matmulForward(x('fch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), ...tuned(C, 4 * C).fwd }),
-        op.geluForward(x('fchGelu'), x('fch'), { width: 4 * C }),
-        op.matmulForward(b('fcproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), ...tuned(4 * C, C).fwd }),
+        // bias + GELU fused into the fc matmul: fch holds the pre-activation (for the backward), then its GELU at `gelu`
+        op.matmulForward(x('fch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), geluOff: gelu, ...tuned(C, 4 * C).fwd }),
+        op.matmulForward(b('fcproj'), x('fch'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, ...tuned(4 * C, C).fwd }),
         op.residualForward(x('residual3'), x('residual2'), b('fcproj'), { width: C }),
       );
     }
@@ -237,7 +238,7 @@ export class WebGpuEngine implements TrainingEngine {
       const x = (k: string) => b(`${k}.${l}`);
       specs.push(
         op.residualBackward(b('dres2'), b('dproj'), dres(l), { width: C }),
-        ...op.matmulBackward(b('dfchGelu'), grads, b('dproj'), x('fchGelu'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), partials, ...tuned(4 * C, C).bwd }),
+        ...op.matmulBackward(b('dfchGelu'), grads, b('dproj'), x('fch'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, partials, ...tuned(4 * C, C).bwd }),
         op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
         ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd }),
         // the residual stream fans out to ln2 and to the skip path: accumulate
