@@ -10,13 +10,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> inp: array<f32>;
 @group(0) @binding(3) var<storage, read> dout: array<f32>;
 
-
 @compute @workgroup_size(256)
 fn gelu_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let i = thread_index(id, lid, 256u);
-  if (i >= p.N) { return; }
-  let x = inp[i];
-  out[i] = gelu(vec4<f32>(x)).x;
+  if (i < p.N) { out[i] = gelu(vec4<f32>(inp[i])).x; }
 }
 
 @compute @workgroup_size(256)
