@@ -302,6 +302,7 @@ describe('volunteer page (Chromium)', () => {
     expect(v.engine).toBe('webgpu');
     expect(v.device).toContain('swiftshader');
     expect(await boxes()).toEqual(early);
+    islandId = v.islandId!;
     timings.clickToFirstAcceptedS = Math.round((Date.now() - clicked) / 100) / 10;
     expect(Date.now() - clicked).toBeLessThan(180_000);
     // the first round was sized from the measured speed: its inner steps take the target round time ±50 %
@@ -311,8 +312,13 @@ describe('volunteer page (Chromium)', () => {
     const trainS = ((fl.at(-1)!.at - fl[0].at) * fl.length) / (fl.length - 1) / 1000;
     timings.firstRoundSteps = first.innerSteps;
     timings.firstRoundTrainS = Math.round(trainS * 10) / 10;
-    expect(Math.abs(trainS / ROUND_S - 1), `${first.innerSteps} steps in ${trainS.toFixed(1)} s, target ${ROUND_S} s`).toBeLessThanOrEqual(0.5);
-    islandId = v.islandId!;
+    // planned from the measured speed: within 50 % of the target (exactly what DyLU makes of it)
+    const measured = (await pageView(gpu!)).calibration!;
+    const plannedS = (first.innerSteps * measured.stepMs) / 1000;
+    expect(first.innerSteps).toBe(Math.max(3, Math.floor((ROUND_S * measured.tokensPerSec) / (first.batchSize * first.seqLen))));
+    expect(Math.abs(plannedS / ROUND_S - 1), `${first.innerSteps} steps of ${measured.stepMs.toFixed(0)} ms`).toBeLessThanOrEqual(0.5);
+    // and as it ran (a machine shared with other tests makes steps slower than when measured: 2× slack)
+    expect(Math.abs(trainS / ROUND_S - 1), `${first.innerSteps} steps in ${trainS.toFixed(1)} s, target ${ROUND_S} s`).toBeLessThanOrEqual(1);
     const row = (await islands()).find((i) => i.id === islandId);
     expect(row, `island ${islandId} on /api/islands`).toBeTruthy();
     expect(row!.engine).toBe('webgpu');
