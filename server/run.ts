@@ -6,7 +6,7 @@
 // pump (pump.ts) publishes a batch of events (acks, broadcasts, assignments) only once its
 // checkpoint (run-checkpoint.ts) and log lines (history.ts) are on disk (store.ts).
 
-import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent, type IslandRecord } from '../core/coord/index.ts';
+import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
 import type { TextDataset } from '../core/data/dataset.ts';
 import { encodeCheckpoint } from '../core/checkpoint.ts';
 import { initParams } from '../core/model/gpt.ts';
@@ -23,6 +23,7 @@ import { ResumeTokens } from './resume-tokens.ts';
 import { checkpointFile, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
+import { islandView } from './island-view.ts';
 
 /** θ as of the last durable version: what islands may download. */
 interface DurableState {
@@ -181,20 +182,7 @@ export class Run {
   }
 
   islands(): IslandView[] {
-    return this.coord.islands().map((r) => this.islandView(r));
-  }
-
-  private islandView(r: IslandRecord): IslandView {
-    let rejected = 0;
-    for (const v of Object.values(r.rejected)) rejected += v;
-    const connected = this.connected.has(r.id);
-    return {
-      id: r.id, name: r.name, contributorId: r.contributorId ?? r.id, engine: r.engine, adapter: r.adapter,
-      speed: r.tokensPerSec ?? null, tokens: r.tokensContributed, tokensSubmitted: r.tokensSubmitted,
-      accepted: r.accepted, rejected, rejectedByCode: r.rejected, lastSeen: r.lastSeen,
-      status: r.status === 'online' && !connected ? 'offline' : r.status, connected,
-      innerSteps: r.assignedSteps, batchSize: r.batchSize, staleness: r.lastStaleness, joinedAt: r.joinedAt, ...this.history.islands.summary(r.id),
-    };
+    return this.coord.islands().map((r) => islandView(r, this.connected.has(r.id), this.history.islands.summary(r.id)));
   }
 
   /** History points after `since` (a version), at most `limit` (the newest). */

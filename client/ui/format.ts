@@ -16,26 +16,23 @@ export function formatFixed(x: number | null | undefined, digits: number): strin
   return finite(x) ? x.toFixed(digits) : DASH;
 }
 
-/** Compact count with SI suffix and 3 significant digits: 1_234_567 → "1.23 M". */
-export function formatCount(n: number | null | undefined): string {
-  if (!finite(n)) return DASH;
-  const units = ['', ' k', ' M', ' G', ' T'];
+/** |n| scaled by `base` until under it, with 3 significant digits and the unit it reached. */
+function scaled(n: number, base: number, units: readonly string[]): string {
   let v = Math.abs(n);
   let i = 0;
-  while (v >= 999.5 && i < units.length - 1) { v /= 1000; i++; }
+  while (v >= base - 0.5 && i < units.length - 1) { v /= base; i++; }
   const s = i === 0 ? String(Math.round(v)) : v >= 99.95 ? v.toFixed(0) : v >= 9.995 ? v.toFixed(1) : v.toFixed(2);
   return (n < 0 ? '-' : '') + s + units[i];
 }
 
+/** Compact count with SI suffix and 3 significant digits: 1_234_567 → "1.23 M". */
+export function formatCount(n: number | null | undefined): string {
+  return finite(n) ? scaled(n, 1000, ['', ' k', ' M', ' G', ' T']) : DASH;
+}
+
 /** Bytes in binary units: 1536 → "1.50 KiB". */
 export function formatBytes(n: number | null | undefined): string {
-  if (!finite(n)) return DASH;
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = Math.abs(n);
-  let i = 0;
-  while (v >= 1023.5 && i < units.length - 1) { v /= 1024; i++; }
-  const s = i === 0 ? String(Math.round(v)) : v >= 99.95 ? v.toFixed(0) : v >= 9.995 ? v.toFixed(1) : v.toFixed(2);
-  return `${n < 0 ? '-' : ''}${s} ${units[i]}`;
+  return finite(n) ? scaled(n, 1024, [' B', ' KiB', ' MiB', ' GiB', ' TiB']) : DASH;
 }
 
 /** A rate per second: formatRate(1234, 'tok') → "1.23 k tok/s". */
