@@ -21,7 +21,8 @@ export function estimateCosts(run: RunInfo, tokensPerSecAtCap: number | null): C
   const stepSec = (run.batch * run.seqLen) / tokensPerSecAtCap;
   let roundSec: number;
   if (run.targetRoundMs > 0) {
-    const steps = Math.min(run.maxInnerSteps, Math.max(run.minInnerSteps, Math.floor(run.targetRoundMs / 1000 / stepSec)));
+    const { minInnerSteps, maxInnerSteps } = run.config.coordinator;
+    const steps = Math.min(maxInnerSteps, Math.max(minInnerSteps, Math.floor(run.targetRoundMs / 1000 / stepSec)));
     roundSec = steps * stepSec;
   } else if (run.innerSteps != null) {
     roundSec = run.innerSteps * stepSec;
@@ -32,8 +33,8 @@ export function estimateCosts(run: RunInfo, tokensPerSecAtCap: number | null): C
   return {
     roundSec,
     roundsPerHour,
-    upPerHour: run.bytesUpPerRound != null ? run.bytesUpPerRound * roundsPerHour : null,
-    downPerHour: run.bytesDownPerRound != null ? run.bytesDownPerRound * roundsPerHour : null,
+    upPerHour: run.bytesPerRound.up * roundsPerHour,
+    downPerHour: run.bytesPerRound.down * roundsPerHour,
   };
 }
 

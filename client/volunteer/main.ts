@@ -157,7 +157,7 @@ worker.addEventListener('error', (e) => {
 });
 
 function shape(): ModelShape | null {
-  return run ? { config: run.config, maxBatch: run.batch, maxT: run.seqLen } : null;
+  return run ? { config: run.model, maxBatch: run.batch, maxT: run.seqLen } : null;
 }
 
 // ---------------------------------------------------------------- run info
@@ -192,13 +192,10 @@ function renderCosts(r: RunInfo): void {
   ui.costGpu.textContent = r.innerSteps
     ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens each), as long as you let it run, within the cap you set`
     : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, within the cap you set`;
-  ui.costDown.textContent = `${formatBytes(r.modelBytes + (r.trainBytes ?? 0))} once (the ${formatCount(r.params)}-parameter model` +
-    (r.trainBytes != null ? ` and ${formatBytes(r.trainBytes)} of training text)` : ')') +
-    (r.bytesDownPerRound != null ? `, then ${formatBytes(r.bytesDownPerRound)} per round` : '');
-  ui.costUp.textContent = r.bytesUpPerRound != null
-    ? `${formatBytes(r.bytesUpPerRound)} (${r.codec} compressed update)`
-    : `One ${r.codec} compressed update, about ${formatBytes(r.params * (r.codec === 'int4' ? 0.6 : r.codec === 'f16' ? 2 : 1.1))}`;
-  if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.config, r.batch, r.seqLen))}`;
+  ui.costDown.textContent = `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
+    ` and ${formatBytes(r.data.trainBytes)} of training text), then ${formatBytes(r.bytesPerRound.down)} per round`;
+  ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
+  if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
   const cal = prefs.calibration;
   const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null);
   if (est.roundsPerHour != null && est.roundSec != null) {
