@@ -3,7 +3,7 @@
 // wires them to one Run.
 
 import { resolve } from 'node:path';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import helmet from '@fastify/helmet';
 import rateLimit from '@fastify/rate-limit';
 import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
@@ -54,7 +54,8 @@ export const DEFAULT_CLIENT_DIR = resolve(import.meta.dirname, '../dist/client')
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const app = Fastify({
     logger: o.logLevel ? { level: o.logLevel, stream: process.stderr } : false,
-    disableRequestLogging: true,
+    // per-request lines off: the ops log (ops-log.ts) says what matters
+    logController: new LogController({ disableRequestLogging: true }),
     // a delta never travels over REST; JSON bodies are admin patches
     bodyLimit: 64 * 1024,
     forceCloseConnections: true,
