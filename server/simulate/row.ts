@@ -76,7 +76,9 @@ class TamperingTransport implements Transport {
       default: return this.inner.submitDelta(meta, frame);
     }
     const enc = h.value.encoding;
-    const forged = encodeDelta(x, { encoding: enc, blockSize: h.value.blockSize || undefined, deflate: h.value.deflated, topkFraction: h.value.k ? h.value.k / this.n : undefined });
+    // topk keeps k of n; sparse keeps k of each chunk of blockSize
+    const topkFraction = h.value.k ? h.value.k / (enc === 'sparse' ? h.value.blockSize : this.n) : undefined;
+    const forged = encodeDelta(x, { encoding: enc, blockSize: h.value.blockSize || undefined, deflate: h.value.deflated, topkFraction });
     return this.inner.submitDelta(meta, forged);
   }
 }
