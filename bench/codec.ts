@@ -4,6 +4,7 @@
 import { type CodecOptions, CodecScratch, ENCODINGS, type Encoding, decodeDelta, encodeDelta } from '../core/codec/index.ts';
 import { PRESETS, numParams } from '../core/model/config.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
+import { median } from './timing.ts';
 
 export interface CodecBenchResult {
   count: number;
@@ -35,12 +36,6 @@ export function syntheticDelta(n: number, seed = 1234): Float32Array {
     for (let i = start; i < end; i++) out[i] = normal() * scale;
   }
   return out;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 }
 
 /** Encode and decode throughput, frame size and ratio for every encoding, with and without deflate. */

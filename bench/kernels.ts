@@ -29,6 +29,7 @@ import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
 import { type DispatchSpec, KernelSet, Program, type Shape, readF32 } from '../client/engine/webgpu-kernels.ts';
 import * as op from '../client/engine/webgpu-ops.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
+import { drain, geomean, median, randomArray, sleep, timeInterleaved } from './timing.ts';
 import { type AttentionRow, benchAttention, submitPasses } from './attention.ts';
 import type { TuneResult } from '../client/engine/webgpu-tune.ts';
 import { type KernelTime, kernelShares } from '../client/engine/webgpu-profile.ts';
@@ -118,73 +119,6 @@ export interface KernelBenchResult {
   /** bytes the engine allocates per preset and batch (at T = blockSize): nothing is allocated per step, so this is the peak */
   memory: Array<{ preset: PresetName; batch: number; bytes: number }>;
   seconds: number;
-}
-
-// ------------------------------------------------------------------ helpers
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
-
-function geomean(xs: number[]): number {
-  return Math.exp(xs.reduce((a, x) => a + Math.log(x), 0) / Math.max(1, xs.length));
-}
-
-function randomArray(n: number, seed: number): Float32Array {
-  let s = seed >>> 0 || 1;
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-    out[i] = s / 4294967296 - 0.5;
-  }
-  return out;
-}
-
-/**
- * Waits for the queue to drain. While a Dawn promise is pending Node busy-polls a core
- * (toolchain.md), which starves a software adapter; sleeping through most of the
- * expected time first keeps that core free. Used identically for ours and TF.js.
- */
-async function drain(device: GPUDevice, expectMs: number): Promise<void> {
-  if (expectMs > 5) await sleep(expectMs * 0.8);
-  await device.queue.onSubmittedWorkDone();
-}
-
-type Runner = (n: number, expectMs: number) => Promise<void>;
-
-/**
- * Median ms per unit of each runner (`run(n)` does n units and resolves when they are
- * done): a warm-up each, a calibration of n to ~targetMs per measurement, then `repeats`
- * rounds that measure each runner once, interleaved, so that load from anything else on
- * the machine falls on all of them alike.
- */
-async function timeInterleaved(runners: Runner[], targetMs: number, repeats: number, maxN = 1000): Promise<number[]> {
-  const ns: number[] = [];
-  const expect: number[] = [];
-  for (const run of runners) {
-    await run(1, 0); // warm-up: pipeline compilation, allocation
-    const t0 = performance.now();
-    await run(1, 0);
-    const one = Math.max(1e-3, performance.now() - t0);
-    const n = Math.max(1, Math.min(maxN, Math.round(targetMs / one)));
-    ns.push(n);
-    expect.push(one * n);
-  }
-  const times: number[][] = runners.map(() => []);
-  for (let r = 0; r < repeats; r++) {
-    for (let i = 0; i < runners.length; i++) {
-      const t0 = performance.now();
-      await runners[i](ns[i], expect[i]);
-      const ms = performance.now() - t0;
-      expect[i] = ms;
-      times[i].push(ms / ns[i]);
-    }
-  }
-  return times.map(median);
 }
 
 // ------------------------------------------------------------------ our matmul (shaders/matmul.wgsl)
