@@ -408,19 +408,15 @@ export class Coordinator {
     // an idle server gets a whole round, not the minimum
     const r = this.round;
     if (sync && r.members.size === 0 && r.pending.length === 0 && now - r.openedAt > cfg.targetRoundMs) r.openedAt = now;
-    if (sync) this.round.members.add(isl.id);
+    if (sync) r.members.add(isl.id);
     // a late joiner of a sync round gets the time left in it (not an island back after its ack's round trip)
-    const late = now - this.round.openedAt;
+    const late = now - r.openedAt;
     const remainingMs = sync && cfg.targetRoundMs > 0 && late > 0.25 * cfg.targetRoundMs ? Math.max(0, cfg.targetRoundMs - late) : undefined;
     const size = sizeAssignment(isl, this.islandsById.values(), cfg, this.totalsAcc.tokensApplied, remainingMs);
     const a = assignmentMessage(isl, cfg, size, {
       roundId, baseVersion: this.versionNum, baseHash: this.hashHex, tokensApplied: this.totalsAcc.tokensApplied, paramCount: this.paramCount, now,
     });
-    isl.roundId = roundId;
-    isl.assignedSteps = size.steps;
-    isl.assignedAt = now;
-    isl.waiting = false;
-    isl.dataSteps += size.steps;
+    Object.assign(isl, { roundId, assignedSteps: size.steps, assignedAt: now, waiting: false, dataSteps: isl.dataSteps + size.steps });
     rememberWork(isl, a);
     return a;
   }
