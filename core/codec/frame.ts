@@ -33,9 +33,13 @@
 // so a diverged island is caught at the server, never averaged in.
 
 import { deflateSync, inflateSync } from 'fflate';
-import { type Err, type Result, err, ok } from '../result.ts';
+import { type Result, err, ok } from '../result.ts';
 import { crc32 } from './crc32.ts';
-import { f16Table, f32BitsToF16Bits } from './f16.ts';
+import { CodecErrorCode } from './errors.ts';
+import {
+  nonFinite, readF16Payload, readF32Payload, readInt4Payload, readInt8Payload, readTopkPayload,
+  writeF16Payload, writeF32Payload, writeInt4Blocks, writeInt8Blocks,
+} from './payloads.ts';
 import { readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
 import { ErrorFeedback, TOPK_HIST_SIZE, selectTopK } from './topk.ts';
 
@@ -69,19 +73,7 @@ export interface FrameHeader {
 }
 
 /** Error codes returned by decodeDelta / peekHeader. */
-export const CodecErrorCode = {
-  TRUNCATED: 'E_TRUNCATED',
-  BAD_MAGIC: 'E_BAD_MAGIC',
-  VERSION: 'E_VERSION',
-  /** unknown encoding, flags, reserved byte, block size, k or lengths inconsistent with count */
-  BAD_HEADER: 'E_BAD_HEADER',
-  WRONG_SIZE: 'E_WRONG_SIZE',
-  CRC: 'E_CRC',
-  /** inflate failure, illegal quantized values, bad topk indices, trailing bytes */
-  CORRUPT: 'E_CORRUPT',
-  NON_FINITE: 'E_NON_FINITE',
-} as const;
-export type CodecErrorCode = (typeof CodecErrorCode)[keyof typeof CodecErrorCode];
+export { CodecErrorCode };
 
 export const FRAME_VERSION = 1;
 export const HEADER_BYTES = 32;
@@ -102,8 +94,6 @@ const ENC_INT8 = 2;
 const ENC_INT4 = 3;
 const ENC_TOPK = 4;
 const ENC_SPARSE = 5;
-
-const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /** Reusable buffers for encodeDelta / encodeWithFeedback; they grow on demand and are kept. */
 export class CodecScratch {
@@ -311,85 +301,6 @@ function frameCrc(frame: Uint8Array, payloadBytes: number): number {
   return crc32(frame.subarray(HEADER_BYTES, HEADER_BYTES + payloadBytes), head);
 }
 
-function writeF32Payload(src: Float32Array, dst: Uint8Array): void {
-  if (LITTLE_ENDIAN_HOST) {
-    dst.set(new Uint8Array(src.buffer, src.byteOffset, src.byteLength)); // already the wire layout
-    return;
-  }
-  const dv = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
-  for (let i = 0; i < src.length; i++) dv.setFloat32(4 * i, src[i], true);
-}
-
-/** f16 bits of a float32, saturating finite values beyond ±65504 to ±65504 instead of inf. */
-function f16Saturating(x: number): number {
-  const h = f32BitsToF16Bits(x);
-  return (h & 0x7fff) === 0x7c00 && (x & 0x7f800000) !== 0x7f800000 ? (h & 0x8000) | 0x7bff : h;
-}
-
-function writeF16Payload(src: Float32Array, dst: Uint8Array): void {
-  const n = src.length;
-  const bits = new Int32Array(src.buffer, src.byteOffset, n); // int32 view: uint32 loads above 2^31 can box in V8
-  if (LITTLE_ENDIAN_HOST && (dst.byteOffset & 1) === 0) {
-    const h = new Uint16Array(dst.buffer, dst.byteOffset, n);
-    for (let i = 0; i < n; i++) h[i] = f16Saturating(bits[i]);
-    return;
-  }
-  const dv = new DataView(dst.buffer, dst.byteOffset, dst.byteLength);
-  for (let i = 0; i < n; i++) dv.setUint16(2 * i, f16Saturating(bits[i]), true);
-}
-
-/**
- * Symmetric absmax scale for one block: max|x| / qmax as f32. NaN when the block holds a
- * non-finite value (so decode rejects it). Never rounds a non-zero block to a zero scale: the
- * smallest subnormal keeps |x − q·scale| <= scale / 2.
- */
-function blockScale(src: Float32Array, start: number, end: number, qmax: number): number {
-  let max = 0;
-  for (let i = start; i < end; i++) max = Math.max(max, Math.abs(src[i])); // NaN sticks, inf is max
-  if (!(max < Infinity)) return NaN;
-  const scale = Math.fround(max / qmax);
-  return scale === 0 && max > 0 ? 1.401298464324817e-45 : scale;
-}
-
-/** Writes nb f32 scales then n int8 values: the int8 payload, and the head of the topk one. */
-function writeInt8Blocks(src: Float32Array, n: number, blockSize: number, dst: Uint8Array): void {
-  const nb = Math.ceil(n / blockSize);
-  const scales = new Float32Array(nb);
-  const q = new Int8Array(dst.buffer, dst.byteOffset + 4 * nb, n);
-  for (let b = 0; b < nb; b++) {
-    const start = b * blockSize;
-    const end = Math.min(start + blockSize, n);
-    const scale = blockScale(src, start, end, 127);
-    scales[b] = scale;
-    const inv = scale > 0 ? 1 / scale : 0;
-    for (let i = start; i < end; i++) q[i] = Math.round(src[i] * inv);
-  }
-  writeF32Payload(scales, dst.subarray(0, 4 * nb));
-}
-
-/** Writes nb f32 scales then ceil(n/2) bytes of packed nibbles. */
-function writeInt4Blocks(src: Float32Array, n: number, blockSize: number, dst: Uint8Array): void {
-  const nb = Math.ceil(n / blockSize);
-  const scales = new Float32Array(nb);
-  const base = 4 * nb;
-  for (let b = 0; b < nb; b++) {
-    const start = b * blockSize; // even, because blockSize is even
-    const end = Math.min(start + blockSize, n);
-    const scale = blockScale(src, start, end, 7);
-    scales[b] = scale;
-    const inv = scale > 0 ? 1 / scale : 0;
-    const pairEnd = start + ((end - start) & ~1);
-    let i = start;
-    for (; i < pairEnd; i += 2) {
-      const lo = Math.round(src[i] * inv);
-      const hi = Math.round(src[i + 1] * inv);
-      dst[base + (i >>> 1)] = (lo & 0xf) | ((hi & 0xf) << 4);
-    }
-    if (i < end) dst[base + (i >>> 1)] = Math.round(src[i] * inv) & 0xf; // odd tail, pad nibble 0
-  }
-  writeF32Payload(scales, dst.subarray(0, base));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Decode
 
@@ -498,157 +409,6 @@ function decodeUnchecked(frame: Uint8Array, expectedCount: number, out?: Float32
     default:
       return readTopkPayload(payload, h.blockSize, h.k, dst);
   }
-}
-
-const nonFinite = () => err(CodecErrorCode.NON_FINITE, 'frame holds a non-finite value');
-
-function readF32Payload(payload: Uint8Array, dst: Float32Array): Result<Float32Array> {
-  const n = dst.length;
-  if (LITTLE_ENDIAN_HOST) {
-    new Uint8Array(dst.buffer, dst.byteOffset, 4 * n).set(payload); // works at any alignment
-  } else {
-    const dv = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
-    for (let i = 0; i < n; i++) dst[i] = dv.getFloat32(4 * i, true);
-  }
-  let probe = 0;
-  for (let i = 0; i < n; i++) probe += dst[i] * 0;
-  return probe === 0 ? ok(dst) : nonFinite();
-}
-
-function readF16Payload(payload: Uint8Array, dst: Float32Array): Result<Float32Array> {
-  const n = dst.length;
-  const table = f16Table();
-  let probe = 0;
-  if (LITTLE_ENDIAN_HOST) {
-    // Frames off a socket can sit at any byte offset: realign with one copy when needed.
-    const aligned = (payload.byteOffset & 1) === 0 ? payload : payload.slice();
-    const h = new Uint16Array(aligned.buffer, aligned.byteOffset, n);
-    for (let i = 0; i < n; i++) {
-      const v = table[h[i]];
-      dst[i] = v;
-      probe += v * 0;
-    }
-  } else {
-    const dv = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
-    for (let i = 0; i < n; i++) {
-      const v = table[dv.getUint16(2 * i, true)];
-      dst[i] = v;
-      probe += v * 0;
-    }
-  }
-  return probe === 0 ? ok(dst) : nonFinite();
-}
-
-/** Copies f32 values out of the payload (any alignment). */
-function readF32s(bytes: Uint8Array, n: number): Float32Array {
-  const out = new Float32Array(n);
-  if (LITTLE_ENDIAN_HOST) {
-    new Uint8Array(out.buffer).set(bytes.subarray(0, 4 * n));
-  } else {
-    const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    for (let i = 0; i < n; i++) out[i] = dv.getFloat32(4 * i, true);
-  }
-  return out;
-}
-
-/**
- * Reads the nb scales at the payload head and checks each: finite, non-negative, and
- * qmax · scale finite in f32 (so every dequantized value is finite). Returns an error or the scales.
- */
-function readScales(payload: Uint8Array, nb: number, qmax: number): Float32Array | Err {
-  const scales = readF32s(payload, nb);
-  for (let b = 0; b < nb; b++) {
-    const s = scales[b];
-    if (!(Math.fround(s * qmax) < Infinity) || s === -Infinity) return nonFinite();
-    if (s < 0) return err(CodecErrorCode.CORRUPT, `negative scale in block ${b}`);
-  }
-  return scales;
-}
-
-function readInt8Payload(payload: Uint8Array, blockSize: number, dst: Float32Array): Result<Float32Array> {
-  const n = dst.length;
-  const nb = Math.ceil(n / blockSize);
-  const scales = readScales(payload, nb, 127);
-  if (!(scales instanceof Float32Array)) return scales;
-  const q = new Int8Array(payload.buffer, payload.byteOffset + 4 * nb, n);
-  let illegal = false;
-  for (let b = 0; b < nb; b++) {
-    const s = scales[b];
-    const start = b * blockSize;
-    const end = Math.min(start + blockSize, n);
-    for (let i = start; i < end; i++) {
-      const v = q[i];
-      if (v === -128) illegal = true;
-      dst[i] = v * s;
-    }
-  }
-  return illegal ? err(CodecErrorCode.CORRUPT, 'int8 value -128 is outside [-127, 127]') : ok(dst);
-}
-
-function readInt4Payload(payload: Uint8Array, blockSize: number, dst: Float32Array): Result<Float32Array> {
-  const n = dst.length;
-  const nb = Math.ceil(n / blockSize);
-  const scales = readScales(payload, nb, 7);
-  if (!(scales instanceof Float32Array)) return scales;
-  const base = 4 * nb;
-  let illegal = false; // nibble 0x8 (-8) is outside [-7, 7]
-  for (let b = 0; b < nb; b++) {
-    const s = scales[b];
-    const start = b * blockSize;
-    const end = Math.min(start + blockSize, n);
-    const pairEnd = start + ((end - start) & ~1);
-    let i = start;
-    for (; i < pairEnd; i += 2) {
-      const byte = payload[base + (i >>> 1)];
-      if ((byte & 0xf) === 8 || byte >>> 4 === 8) illegal = true;
-      dst[i] = ((byte << 28) >> 28) * s; // sign-extend the low nibble
-      dst[i + 1] = ((byte << 24) >> 28) * s; // and the high one
-    }
-    if (i < end) {
-      const byte = payload[base + (i >>> 1)];
-      if ((byte & 0xf) === 8 || byte >>> 4 !== 0) illegal = true; // pad nibble must be 0
-      dst[i] = ((byte << 28) >> 28) * s;
-    }
-  }
-  return illegal ? err(CodecErrorCode.CORRUPT, 'int4 nibble outside [-7, 7] or nonzero padding') : ok(dst);
-}
-
-function readTopkPayload(payload: Uint8Array, blockSize: number, k: number, dst: Float32Array): Result<Float32Array> {
-  const n = dst.length;
-  const nb = Math.ceil(k / blockSize);
-  const scales = readScales(payload, nb, 127);
-  if (!(scales instanceof Float32Array)) return scales;
-  const q = new Int8Array(payload.buffer, payload.byteOffset + 4 * nb, k);
-  const end = payload.length;
-  let pos = 4 * nb + k;
-  let idx = -1;
-  dst.fill(0);
-  for (let b = 0; b < nb; b++) {
-    const s = scales[b];
-    const jEnd = Math.min((b + 1) * blockSize, k);
-    for (let j = b * blockSize; j < jEnd; j++) {
-      // Unsigned LEB128, at most 5 bytes for a u32, shortest form only.
-      let gap = 0;
-      let mul = 1;
-      for (let len = 0; ; len++) {
-        if (pos >= end) return err(CodecErrorCode.CORRUPT, 'topk index list is truncated');
-        const byte = payload[pos++];
-        if (len === 4 && byte > 0x0f) return err(CodecErrorCode.CORRUPT, 'topk index varint overflows u32');
-        if (len > 0 && byte === 0) return err(CodecErrorCode.CORRUPT, 'topk index varint is not in shortest form');
-        gap += (byte & 0x7f) * mul;
-        if (byte < 0x80) break;
-        mul *= 128;
-      }
-      if (gap === 0) return err(CodecErrorCode.CORRUPT, 'topk indices are not strictly increasing');
-      idx += gap;
-      if (idx >= n) return err(CodecErrorCode.CORRUPT, `topk index ${idx} is out of range for ${n} elements`);
-      const v = q[j];
-      if (v === -128) return err(CodecErrorCode.CORRUPT, 'int8 value -128 is outside [-127, 127]');
-      dst[idx] = v * s;
-    }
-  }
-  if (pos !== end) return err(CodecErrorCode.CORRUPT, `${end - pos} trailing bytes after the topk indices`);
-  return ok(dst);
 }
 
 // ---------------------------------------------------------------------------------------------
