@@ -151,84 +151,84 @@ export function matmulBackward(dinp: Arr, dweight: Arr, dbias: Arr | null, dout:
 // ---------------------------------------------------------------------------- attention
 
 /**
+ * Calls `body` for every (b, t, h) attention row with its offsets: q, the query of head h at
+ * position t in inp (B,T,3C); row, its row in att (B,NH,T,T); o, its slot in out (B,T,C).
+ */
+function forEachHeadRow(B: number, T: number, C: number, NH: number,
+  body: (b: number, t: number, h: number, q: number, row: number, o: number) => void): void {
+  const C3 = 3 * C, hs = C / NH;
+  for (let b = 0; b < B; b++) {
+    for (let t = 0; t < T; t++) {
+      for (let h = 0; h < NH; h++) body(b, t, h, b * T * C3 + t * C3 + h * hs, b * NH * T * T + h * T * T + t * T, b * T * C + t * C + h * hs);
+    }
+  }
+}
+
+/**
  * Causal multi-head self-attention.
  * inp (B,T,3C) holds q,k,v; preatt, att (B,NH,T,T); out (B,T,C).
  * The softmax is fused and max-subtracted; entries t2 > t are zero in att.
  */
 export function attentionForward(out: Arr, preatt: Arr, att: Arr, inp: Arr, B: number, T: number, C: number, NH: number): void {
   const C3 = 3 * C, hs = C / NH, scale = 1 / Math.sqrt(hs);
-  for (let b = 0; b < B; b++) {
-    for (let t = 0; t < T; t++) {
-      for (let h = 0; h < NH; h++) {
-        const q = b * T * C3 + t * C3 + h * hs;
-        const row = b * NH * T * T + h * T * T + t * T;
-        let maxv = -Infinity;
-        for (let t2 = 0; t2 <= t; t2++) {
-          const k = b * T * C3 + t2 * C3 + h * hs + C;
-          let dot = 0;
-          for (let i = 0; i < hs; i++) dot += inp[q + i] * inp[k + i];
-          dot *= scale;
-          preatt[row + t2] = dot;
-          if (dot > maxv) maxv = dot;
-        }
-        let sum = 0;
-        for (let t2 = 0; t2 <= t; t2++) {
-          const e = Math.exp(preatt[row + t2] - maxv);
-          att[row + t2] = e;
-          sum += e;
-        }
-        const inv = 1 / sum;
-        for (let t2 = 0; t2 < T; t2++) {
-          if (t2 <= t) att[row + t2] *= inv;
-          else { att[row + t2] = 0; preatt[row + t2] = 0; }
-        }
-        const o = b * T * C + t * C + h * hs;
-        for (let i = 0; i < hs; i++) out[o + i] = 0;
-        for (let t2 = 0; t2 <= t; t2++) {
-          const v = b * T * C3 + t2 * C3 + h * hs + 2 * C;
-          const a = att[row + t2];
-          for (let i = 0; i < hs; i++) out[o + i] += a * inp[v + i];
-        }
-      }
+  forEachHeadRow(B, T, C, NH, (b, t, h, q, row, o) => {
+    let maxv = -Infinity;
+    for (let t2 = 0; t2 <= t; t2++) {
+      const k = b * T * C3 + t2 * C3 + h * hs + C;
+      let dot = 0;
+      for (let i = 0; i < hs; i++) dot += inp[q + i] * inp[k + i];
+      dot *= scale;
+      preatt[row + t2] = dot;
+      if (dot > maxv) maxv = dot;
     }
-  }
+    let sum = 0;
+    for (let t2 = 0; t2 <= t; t2++) {
+      const e = Math.exp(preatt[row + t2] - maxv);
+      att[row + t2] = e;
+      sum += e;
+    }
+    const inv = 1 / sum;
+    for (let t2 = 0; t2 < T; t2++) {
+      if (t2 <= t) att[row + t2] *= inv;
+      else { att[row + t2] = 0; preatt[row + t2] = 0; }
+    }
+    for (let i = 0; i < hs; i++) out[o + i] = 0;
+    for (let t2 = 0; t2 <= t; t2++) {
+      const v = b * T * C3 + t2 * C3 + h * hs + 2 * C;
+      const a = att[row + t2];
+      for (let i = 0; i < hs; i++) out[o + i] += a * inp[v + i];
+    }
+  });
 }
 
 export function attentionBackward(dinp: Arr, dpreatt: Arr, datt: Arr, dout: Arr, inp: Arr, att: Arr, B: number, T: number, C: number, NH: number): void {
   const C3 = 3 * C, hs = C / NH, scale = 1 / Math.sqrt(hs);
-  for (let b = 0; b < B; b++) {
-    for (let t = 0; t < T; t++) {
-      for (let h = 0; h < NH; h++) {
-        const q = b * T * C3 + t * C3 + h * hs;
-        const row = b * NH * T * T + h * T * T + t * T;
-        const o = b * T * C + t * C + h * hs;
-        // out = att · v
-        for (let t2 = 0; t2 <= t; t2++) {
-          const v = b * T * C3 + t2 * C3 + h * hs + 2 * C;
-          const a = att[row + t2];
-          let da = 0;
-          for (let i = 0; i < hs; i++) {
-            da += inp[v + i] * dout[o + i];
-            dinp[v + i] += a * dout[o + i];
-          }
-          datt[row + t2] += da;
-        }
-        // softmax: dpre = att ⊙ (datt − Σ att·datt), O(T) per row
-        let dot = 0;
-        for (let t2 = 0; t2 <= t; t2++) dot += att[row + t2] * datt[row + t2];
-        for (let t2 = 0; t2 <= t; t2++) dpreatt[row + t2] += att[row + t2] * (datt[row + t2] - dot);
-        // preatt = scale · q·k
-        for (let t2 = 0; t2 <= t; t2++) {
-          const k = b * T * C3 + t2 * C3 + h * hs + C;
-          const g = dpreatt[row + t2] * scale;
-          for (let i = 0; i < hs; i++) {
-            dinp[q + i] += inp[k + i] * g;
-            dinp[k + i] += inp[q + i] * g;
-          }
-        }
+  forEachHeadRow(B, T, C, NH, (b, t, h, q, row, o) => {
+    // out = att · v
+    for (let t2 = 0; t2 <= t; t2++) {
+      const v = b * T * C3 + t2 * C3 + h * hs + 2 * C;
+      const a = att[row + t2];
+      let da = 0;
+      for (let i = 0; i < hs; i++) {
+        da += inp[v + i] * dout[o + i];
+        dinp[v + i] += a * dout[o + i];
+      }
+      datt[row + t2] += da;
+    }
+    // softmax: dpre = att ⊙ (datt − Σ att·datt), O(T) per row
+    let dot = 0;
+    for (let t2 = 0; t2 <= t; t2++) dot += att[row + t2] * datt[row + t2];
+    for (let t2 = 0; t2 <= t; t2++) dpreatt[row + t2] += att[row + t2] * (datt[row + t2] - dot);
+    // preatt = scale · q·k
+    for (let t2 = 0; t2 <= t; t2++) {
+      const k = b * T * C3 + t2 * C3 + h * hs + C;
+      const g = dpreatt[row + t2] * scale;
+      for (let i = 0; i < hs; i++) {
+        dinp[q + i] += inp[k + i] * g;
+        dinp[k + i] += inp[q + i] * g;
       }
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------- gelu (tanh approximation, as GPT-2)
