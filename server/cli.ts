@@ -3,6 +3,7 @@
 
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { PRESETS } from '../core/model/config.ts';
+import { ENCODINGS } from '../core/codec/index.ts';
 
 function intArg(v: string): number {
   const n = Number(v);
@@ -85,7 +86,7 @@ export function buildProgram(): Command {
     .addOption(presetOption())
     .option('--data <path>', 'text file or folder of .txt files (default: bundled Moby-Dick)')
     .addOption(new Option('--mode <mode>', 'DiLoCo mode').choices(['sync', 'async']))
-    .addOption(new Option('--codec <enc>', 'delta encoding').choices(['f32', 'f16', 'int8', 'int4', 'topk']))
+    .addOption(new Option('--codec <enc>', 'delta encoding').choices([...ENCODINGS]))
     .option('--outer-lr <lr>', 'outer learning rate', numArg)
     .option('--outer-momentum <m>', 'outer Nesterov momentum', numArg)
     .option('--round-time <s>', 'target round time in seconds (0: fixed inner steps)', numArg)
@@ -130,7 +131,7 @@ export function buildProgram(): Command {
     .option('--tokens <n>', 'token budget per row (tokens in θ)', intArg)
     .option('--rounds <n>', 'budget in rounds of the nominal island instead of tokens', intArg)
     .addOption(new Option('--mode <mode>', 'diloco preset: DiLoCo mode').choices(['sync', 'async']))
-    .addOption(new Option('--codec <enc>', 'diloco preset: delta encoding').choices(['f32', 'f16', 'int8', 'int4', 'topk', 'sparse']))
+    .addOption(new Option('--codec <enc>', 'diloco preset: delta encoding').choices([...ENCODINGS]))
     .option('--inner-steps <n>', 'inner steps H of the nominal island', intArg)
     .option('--quick', 'one seed and fewer rows (tests)')
     .option('--eval-batches <n>', 'held-out batches per evaluation (default 64)', intArg)
