@@ -48,16 +48,19 @@ export interface BusyInfo {
   dutyCycle: number;
 }
 
-/** Busy-GPU back-off: steps this many times the recent median are slow; back to normal under RECOVER. */
-const BUSY_FACTOR = 3;
-const RECOVER_FACTOR = 2;
-/** Slow (or recovered) steps in a row before the back-off engages (or releases). */
-const BUSY_RUN = 2;
-/** While backing off, the cap is divided by this (floor 5 %). */
-const BUSY_DIVISOR = 4;
-/** Normal steps kept for the median, and how many it needs before judging. */
-const MEDIAN_WINDOW = 15;
-const MEDIAN_MIN = 4;
+/** The busy-GPU back-off. */
+const BUSY = {
+  /** A step this many times the recent median is slow; under `recover` × the median it is normal again. */
+  factor: 3,
+  recover: 2,
+  /** Slow (or recovered) steps in a row before the back-off engages (or releases). */
+  run: 2,
+  /** While backing off, the cap is divided by this (floor 5 %). */
+  divisor: 4,
+  /** Normal steps kept for the median, and how many it needs before judging. */
+  window: 15,
+  minSteps: 4,
+} as const;
 
 interface RecordedStep { inputs: Uint8Array; targets: Uint8Array; B: number; T: number; opts: StepOptions }
 
@@ -265,7 +268,7 @@ export class ResilientEngine implements TrainingEngine {
   /** The usage cap in force: the chosen one, lowered while the GPU is busy. */
   get effectiveDutyCycle(): number {
     const u = Math.min(1, Math.max(0.05, this.dutyCycle));
-    return this.busy ? Math.max(0.05, u / BUSY_DIVISOR) : u;
+    return this.busy ? Math.max(0.05, u / BUSY.divisor) : u;
   }
 
   /** Ends a rest early (pause: the runtime then stops before the next step). */
@@ -277,16 +280,16 @@ export class ResilientEngine implements TrainingEngine {
   private observe(stepMs: number): void {
     this.lastStepMs = stepMs;
     const med = this.medianStepMs;
-    const judged = med != null && this.normalMs.length >= MEDIAN_MIN;
-    const slow = judged && stepMs > BUSY_FACTOR * med;
-    const normal = !judged || stepMs < RECOVER_FACTOR * med;
+    const judged = med != null && this.normalMs.length >= BUSY.minSteps;
+    const slow = judged && stepMs > BUSY.factor * med;
+    const normal = !judged || stepMs < BUSY.recover * med;
     this.slowRun = slow ? this.slowRun + 1 : 0;
     this.okRun = normal ? this.okRun + 1 : 0;
-    if (!this.busy && this.slowRun >= BUSY_RUN) this.setBusy(true, stepMs, med!);
-    else if (this.busy && this.okRun >= BUSY_RUN) this.setBusy(false, stepMs, med!);
+    if (!this.busy && this.slowRun >= BUSY.run) this.setBusy(true, stepMs, med!);
+    else if (this.busy && this.okRun >= BUSY.run) this.setBusy(false, stepMs, med!);
     if (!this.busy && normal) {
       this.normalMs.push(stepMs);
-      if (this.normalMs.length > MEDIAN_WINDOW) this.normalMs.shift();
+      if (this.normalMs.length > BUSY.window) this.normalMs.shift();
     }
   }
 
