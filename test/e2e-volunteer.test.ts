@@ -315,7 +315,9 @@ describe('volunteer page (Chromium)', () => {
     // planned from the measured speed: within 50 % of the target (exactly what DyLU makes of it)
     const measured = (await pageView(gpu!)).calibration!;
     const plannedS = (first.innerSteps * measured.stepMs) / 1000;
-    expect(first.innerSteps).toBe(Math.max(3, Math.floor((ROUND_S * measured.tokensPerSec) / (first.batchSize * first.seqLen))));
+    // DyLU's time rule: the target time over the measured step time, rounded (at least minInnerSteps = 3)
+    const exact = (ROUND_S * measured.tokensPerSec) / (first.batchSize * first.seqLen);
+    expect(Math.abs(first.innerSteps - Math.max(3, exact)), `${first.innerSteps} steps for ${exact.toFixed(2)}`).toBeLessThan(1);
     expect(Math.abs(plannedS / ROUND_S - 1), `${first.innerSteps} steps of ${measured.stepMs.toFixed(0)} ms`).toBeLessThanOrEqual(0.5);
     // and as it ran (a machine shared with other tests makes steps slower than when measured: 2× slack)
     expect(Math.abs(trainS / ROUND_S - 1), `${first.innerSteps} steps in ${trainS.toFixed(1)} s, target ${ROUND_S} s`).toBeLessThanOrEqual(1);

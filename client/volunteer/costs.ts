@@ -22,7 +22,7 @@ export function estimateCosts(run: RunInfo, tokensPerSecAtCap: number | null): C
   let roundSec: number;
   if (run.targetRoundMs > 0) {
     const { minInnerSteps, maxInnerSteps } = run.config.coordinator;
-    const steps = Math.min(maxInnerSteps, Math.max(minInnerSteps, Math.floor(run.targetRoundMs / 1000 / stepSec)));
+    const steps = Math.min(maxInnerSteps, Math.max(minInnerSteps, Math.round(run.targetRoundMs / 1000 / stepSec)));
     roundSec = steps * stepSec;
   } else if (run.innerSteps != null) {
     roundSec = run.innerSteps * stepSec;
