@@ -71,7 +71,8 @@ describe('dashboard e2e', () => {
     await expect.poll(() => page.textContent('#islands-summary'), { timeout: 10_000 }).toContain('0 of 0');
 
     await page.click('#tab-leaderboard');
-    expect(await page.isVisible('#leaderboard-empty')).toBe(true);
+    // renders are coalesced (≤ 2/s): the empty state shows on the next one
+    await expect.poll(() => page.isVisible('#leaderboard-empty'), { timeout: 10_000 }).toBe(true);
     await page.click('#tab-overview');
     expect(await page.locator('#charts .chart').count()).toBe(7);
     // Charts that need deltas say what they wait for instead of drawing nothing.
