@@ -159,7 +159,7 @@ describe('dashboard with 1,000 islands', () => {
     for (const ms of Object.values(tabs)) expect(ms).toBeLessThan(500);
     // The leaderboard credits display names: 1,000 islands under 400 names, none with credit yet.
     await page.click('#tab-leaderboard');
-    expect(await page.isVisible('#leaderboard-empty')).toBe(true);
+    await expect.poll(() => page.isVisible('#leaderboard-empty'), { timeout: 10_000 }).toBe(true);
     await page.click('#tab-overview');
     const w = await measure(3000);
     lap(`overview: ${JSON.stringify(w)}`);
