@@ -231,21 +231,24 @@ describe('dashboard e2e', () => {
     await expect.poll(() => page.locator('#checkpoints-table tbody a').count(), { timeout: 20_000 }).toBeGreaterThan(0);
     lap('checkpoints listed');
     // One name per checkpoint: link text, download attribute and the server's filename agree.
-    const link = page.locator('#checkpoints-table tbody a.dl-atoll').first();
-    const href = await link.getAttribute('href');
+    // one snapshot of the first row: the table re-renders when a new checkpoint lands
+    const row = await page.evaluate(() => {
+      const tr = document.querySelector('#checkpoints-table tbody tr')!;
+      const a = tr.querySelector('a.dl-atoll')!, hf = tr.querySelector('a.dl-hf')!;
+      return { href: a.getAttribute('href'), name: a.textContent, download: a.getAttribute('download'), hfHref: hf.getAttribute('href'), hfDownload: hf.getAttribute('download') };
+    });
+    const { href, name } = row;
     expect(href).toMatch(/^\/api\/checkpoints\/\d+$/);
-    const name = await link.textContent();
     expect(name).toMatch(/^default-v\d+\.safetensors$/);
-    expect(await link.getAttribute('download')).toBe(name);
+    expect(row.download).toBe(name);
     const dl = await fetch(server.url + href);
     expect(dl.status).toBe(200);
     expect(dl.headers.get('content-disposition')).toBe(`attachment; filename="${name}"`);
     expect((await dl.arrayBuffer()).byteLength).toBeGreaterThan(1000);
     // The transformers download: a tar of the export folder.
-    const hf = page.locator('#checkpoints-table tbody a.dl-hf').first();
     const hfName = name!.replace('.safetensors', '-hf.tar');
-    expect(await hf.getAttribute('download')).toBe(hfName);
-    const tar = new Uint8Array(await (await fetch(server.url + (await hf.getAttribute('href')))).arrayBuffer());
+    expect(row.hfDownload).toBe(hfName);
+    const tar = new Uint8Array(await (await fetch(server.url + row.hfHref)).arrayBuffer());
     const entries: string[] = [];
     for (let at = 0; at + 512 <= tar.length && tar[at] !== 0;) {
       const h = new TextDecoder().decode(tar.subarray(at, at + 512));
