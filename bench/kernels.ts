@@ -15,7 +15,7 @@
 // clock on both sides, so both pay their own dispatch overhead. bench/README.md has more.
 //
 // On a software adapter (SwiftShader) everything is scaled down (1 sequence per batch,
-// fewer repeats) so the whole run takes minutes; the figures then only mean something
+// 5 repeats per matmul shape rather than 7) so the whole run takes minutes; the figures then only mean something
 // as ratios.
 
 import { allocBatch, sampleBatch } from '../core/data/dataset.ts';
@@ -398,7 +398,7 @@ export async function benchMatmul(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: bool
   const software = o.software ?? isSoftware(gpu);
   const log = o.log ?? (() => {});
   const targetMs = o.targetMs ?? 100;
-  const repeats = o.repeats ?? (software ? 3 : 7);
+  const repeats = o.repeats ?? (software ? 5 : 7);
   const cases = o.cases ?? matmulCases(quick, (p: PresetName) => (software ? 1 : DEFAULT_BATCH[p]), software);
   const harness = new OurMatmulHarness(gpu.device);
   const matmul: MatmulRow[] = [];
