@@ -191,6 +191,34 @@ describe('robust aggregation against attackers', () => {
   });
 });
 
+describe('the norm bound in async windows', () => {
+  // Error feedback makes honest sparse deltas grow over the first rounds (the residual carries over):
+  // a history of small early scores alone rejected them at submit, and each rejection grew them again.
+  it('bounds a delta against history ∪ its window: a grown honest delta passes, ×100 does not', () => {
+    const c = coord({ mode: 'async', asyncWindow: { fraction: 100, floorMs: 60_000, capMs: 1e9 }, normBound: { factor: 4, window: 32, minHistory: 3 } });
+    const g = vec(5, 0.01);
+    const at = (x: number) => encodeDelta(g.map((v) => x * v), F32);
+    const first = [join(c), join(c), join(c)];
+    first.forEach((a, k) => c.submit({ meta: meta(a), frame: at(1) }, 10 + k)); // history: three scores s
+    expect(updates(c.drainEvents())).toHaveLength(1);
+    const next = first.map((a) => {
+      const n = c.nextAssignment(a.islandId, 20);
+      if (!n.ok || !n.value) throw new Error('no assignment');
+      return n.value;
+    });
+    const late = join(c, 20);
+    next.forEach((a, k) => expect(c.submit({ meta: meta(a), frame: at(3) }, 30 + k).ok).toBe(true));
+    const before = c.hash;
+    const bad = c.submit({ meta: meta(late, { seq: 1000 }), frame: at(100) }, 40);
+    expect(bad.ok ? 'ok' : bad.error.code).toBe(ErrorCode.NORM_BOUND); // 100 s > 4 × median(s, s, s, 3s, 3s, 3s) = 8 s
+    expect(c.hash).toBe(before);
+    const r = c.submit({ meta: meta(late), frame: at(5) }, 41); // 5 s > 4 s: the history alone rejected it
+    expect(r.ok && r.value.status).toBe('applied');
+    const ev = updates(c.drainEvents());
+    expect(ev.map((e) => [e.contributors.length, e.rejected.length])).toEqual([[4, 0]]);
+  });
+});
+
 describe('sparse frames (chunk-wise top-k, 2-bit values)', () => {
   const C = 256, k = 8, n = 1000; // 3 full chunks and a short one
   const x = vec(7, 1, n);

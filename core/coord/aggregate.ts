@@ -18,7 +18,7 @@ export function median(xs: number[]): number {
 
 /**
  * The norm bound: a delta's score ‖Δ‖/√steps may be at most factor × the median score of the last
- * `window` accepted deltas, once `minHistory` scores exist (with `extra`, those count too).
+ * `window` accepted deltas ∪ `extra` (the open round's or window's deltas), once `minHistory` exist.
  */
 export class NormHistory {
   scores: number[] = [];

@@ -72,7 +72,7 @@ export interface CoordinatorConfig {
   maxTokenWeight: number;
 
   // ---- robustness
-  /** Reject Δ when ‖Δ‖/√steps > factor × median of the last `window` accepted values (0 = off), once `minHistory` exist. */
+  /** Reject Δ when ‖Δ‖/√steps > factor × median of the last `window` accepted values ∪ the open round's (0 = off), once `minHistory` exist. */
   normBound: { factor: number; window: number; minHistory: number };
 
   // ---- codecs

@@ -271,9 +271,13 @@ export class Coordinator {
     const delta = decoded.value;
     const norm = l2(delta);
     const score = norm / Math.sqrt(Math.max(1, work.assignedSteps));
-    const bound = this.norms.limit(this.cfg.normBound);
+    // once a history exists, against history ∪ this window, as at close: the window shares this
+    // delta's learning rate and residual carry-over, where early, smaller deltas alone would reject
+    // honest ones (and each rejection, put back into the residual, grows the next delta)
+    const nb = this.cfg.normBound;
+    const bound = this.norms.scores.length < nb.minHistory ? Infinity : this.norms.limit(nb, this.round.pending.map((p) => p.score));
     if (score > bound) {
-      return this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds ${this.cfg.normBound.factor} × median ${(bound / this.cfg.normBound.factor).toPrecision(4)}`);
+      return this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds ${nb.factor} × median ${(bound / nb.factor).toPrecision(4)}`);
     }
 
     // counted from here on
