@@ -16,7 +16,9 @@
 // - H = 16 for the fastest island (DyLU time rule), batch 4 per island: 14 outer steps per row.
 // - Sparse rows (60k-token runs, heterogeneous async, seed 1; DDP 2.62): top 1/64 of each 4096
 //   chunk, β 0.95: 2.848; β 1: 2.897; 1/16: 3.093; outer SGD lr 1 without momentum: 2.854; norm
-//   bound off: 2.829; dense int4 in the same window: 2.735. Too few outer steps for the residual
+//   bound off: 2.829; dense int4 in the same window: 2.735. Bounding at submit against history ∪
+//   the open window (not the first window's small scores alone): 2.825, goodput 0.99, no honest
+//   delta rejected (was 2.845, 0.85, 4 rejected). Too few outer steps for the residual
 //   to catch up: the sparse rows do not reach DDP at this scale (see the closing note).
 
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
