@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runSimulate, simulateOptionsFromCli } from '../server/simulate/index.ts';
 import { ProgressBars } from '../server/simulate/progress.ts';
+import { runRow } from '../server/simulate/row.ts';
+import { codecFor, island } from '../server/simulate/scenarios.ts';
 
 describe('atoll simulate', () => {
   it('parses CLI flags', () => {
@@ -45,5 +47,17 @@ describe('atoll simulate', () => {
     for (const k of ['name', 'evalLoss', 'evalLossSd', 'tokens', 'bytesUpPerIsland', 'bytesDownPerIsland', 'commReductionVsDdp', 'goodput', 'rejected']) expect(json.runs[1]).toHaveProperty(k);
     expect(json.runs[1].seedLosses).toHaveLength(1);
     expect(readFileSync(join(out, 'plot.svg'), 'utf8')).toContain('<polyline');
+  });
+
+  it('stops a row that never reaches its budget (every delta rejected) and reports it as stalled', async () => {
+    // a norm bound of half the round's median rejects every delta, so θ never gains a token
+    const res = await runRow({
+      name: 'all-rejected', kind: 'diloco', mode: 'sync', islands: [island('a'), island('b')], codec: codecFor('int8'),
+      coordinator: { innerSteps: 2, minInnerSteps: 1, maxInnerSteps: 2, quorum: 1, normBound: { factor: 0.5, window: 8, minHistory: 1 } },
+      lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 }, tokens: 1024, baseTokensPerSec: 2000,
+    }, { common: { model: 'tiny', seqLen: 16, seed: 1, evals: 1, evalBatches: 1, evalBatchSize: 2 } });
+    expect(res.tokens).toBe(0);
+    expect(res.tokensComputed).toBeGreaterThan(5 * 1024);
+    expect(res.notes.some((n) => n.startsWith('stalled'))).toBe(true);
   });
 });

@@ -19,6 +19,9 @@ import { loadCorpus } from '../corpus.ts';
 import { SimEngine } from './sim-engine.ts';
 import type { Behaviour, CurvePoint, IslandReport, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult } from './types.ts';
 
+/** A row stops once its islands have computed this many times its token budget. */
+const STALL_FACTOR = 5;
+
 /** Island ids the coordinator hands out, in join order; baselines use the same data streams. */
 const islandStream = (i: number) => streamId(`island-${i + 1}`);
 
@@ -220,6 +223,10 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
   const evalEvery = row.tokens / common.evals;
   let nextEval = evalEvery;
   const computed = () => engines.reduce((a, e) => a + e.tokensComputed, 0);
+  // A row whose islands compute STALL_FACTOR × its budget without reaching it (every delta
+  // rejected, say) is stopped and reported as stalled instead of running forever.
+  let stalled = false;
+  const stall = () => (stalled ||= computed() > STALL_FACTOR * row.tokens);
   const notes: string[] = [];
   curve.push({ tokens: 0, tokensComputed: 0, timeMs: 0, evalLoss: await evaluator.loss(coord.model().params) });
   const hub = new LocalHub(coord, {
@@ -267,7 +274,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
         }
       });
       engine.afterStep = () => {
-        if (clock.now() >= killAt || clock.now() >= spec.leaveAtMs) {
+        if (clock.now() >= killAt || clock.now() >= spec.leaveAtMs || stall()) {
           crashed = clock.now() >= killAt;
           local.kill();
           rt.stop();
@@ -282,7 +289,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
       rep.rounds += p.rounds;
       rep.accepted += p.accepted;
       for (const [k, v] of Object.entries(p.rejected)) rep.rejected[k] = (rep.rejected[k] ?? 0) + v;
-      if (summary.reason === 'done' || !crashed) break;
+      if (summary.reason === 'done' || !crashed || stalled) break;
       rep.drops += 1;
       await clock.sleep(spec.offlineMs);
       await engine.resetOptimizerState(); // a crashed tab loses its AdamW state
@@ -312,6 +319,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
   out.curve = curve;
   out.perIsland = reports;
   if (!Number.isFinite(finalLoss)) notes.push('θ diverged');
+  if (stalled) notes.push(`stalled: islands computed ${STALL_FACTOR}× the token budget, but θ holds only ${totals.tokensApplied} tokens`);
   out.notes = notes;
   log?.(`${row.name}: eval ${finalLoss.toFixed(4)} after ${out.tokens} tokens, ${coord.version} versions, goodput ${out.goodput.toFixed(3)}`);
   return out;
