@@ -15,7 +15,7 @@
 // it is one aggregator process with θ₀ = 0 and DiLoCo's outer step (tests, chaos), printing one
 // JSON line per state change.
 
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
@@ -145,9 +145,17 @@ export class ClusterAggregator {
         const s = await pool.exportState();
         // paused past the lease by our own clock: not even an orphan file (Redis fences the rest)
         if (!this.lease.held()) throw new Error('E_FENCED: the lease lapsed during the step');
-        writeCheckpoint(checkpointPath(this.o.dir, version, token), { version, hash: step.value.hash, bufferCount: s.outer.bufferCount, steps: s.outer.steps }, [pool.theta, s.outer.momentum, s.outer.buffer, s.residual]);
+        const file = checkpointPath(this.o.dir, version, token);
+        writeCheckpoint(file, { version, hash: step.value.hash, bufferCount: s.outer.bufferCount, steps: s.outer.steps }, [pool.theta, s.outer.momentum, s.outer.buffer, s.residual]);
         for (const k of kept) settled.push({ ...k.d, state: `v:${version}` });
-        await this.consumer.settle(token, settled, { version, hash: step.value.hash });
+        try {
+          // paused during the write: the file never becomes durable, so it goes
+          if (!this.lease.held()) throw new Error('E_FENCED: the lease lapsed while the checkpoint was written');
+          await this.consumer.settle(token, settled, { version, hash: step.value.hash });
+        } catch (e) {
+          if (scriptErrorCode(e) === 'E_FENCED') rmSync(file, { force: true });
+          throw e;
+        }
         this.version = version;
         this.hash = step.value.hash;
         await this.consumer.publishUpdate(token, step.value.frame);
