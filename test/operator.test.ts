@@ -19,8 +19,8 @@ afterAll(async () => {
 });
 
 /** `atoll serve` with no ATOLL_ADMIN_TOKEN: the run folder keeps the token. */
-async function serve(port: number, extra: string[] = []): Promise<ServeProc> {
-  const p = await spawnServe(['--preset', 'tiny', '--run-dir', runDir, '--inner-steps', '4', '--no-eval', ...extra], port, { ATOLL_ADMIN_TOKEN: '' });
+async function serve(port: number, extra: string[] = [], env: Record<string, string> = {}): Promise<ServeProc> {
+  const p = await spawnServe(['--preset', 'tiny', '--run-dir', runDir, '--inner-steps', '4', '--no-eval', ...extra], port, { ATOLL_ADMIN_TOKEN: '', ...env });
   procs.push(p);
   return p;
 }
@@ -47,7 +47,8 @@ describe('operator', () => {
 
   it('keeps the admin token in the run folder (mode 0600); structured log lines for join, update, rejection, checkpoint', async () => {
     port = await freePort();
-    server = await serve(port);
+    // --log-level beats $ATOLL_LOG_LEVEL: the info lines below are logged
+    server = await serve(port, ['--log-level', 'info'], { ATOLL_LOG_LEVEL: 'error' });
     const file = join(runDir, 'admin-token');
     expect(statSync(file).mode & 0o777).toBe(0o600);
     token = readFileSync(file, 'utf8').trim();
@@ -100,10 +101,10 @@ describe('operator', () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
-  it('the token survives a restart; --log-level error silences the info lines', async () => {
+  it('the token survives a restart; $ATOLL_LOG_LEVEL=error silences the info lines', async () => {
     await server.stop();
     expect(existsSync(join(runDir, 'server.lock'))).toBe(false);
-    server = await serve(port, ['--log-level', 'error']);
+    server = await serve(port, [], { ATOLL_LOG_LEVEL: 'error' });
     expect(readFileSync(join(runDir, 'admin-token'), 'utf8').trim()).toBe(token);
     expect((await fetch(`${server.url}/api/admin/resume`, { method: 'POST', headers: auth(token) })).status).toBe(200);
     // an island joins and trains: a join and updates, none of them logged at this level
