@@ -5,6 +5,7 @@
 import { syntheticDelta } from './codec.ts';
 import { type Encoding, encodeDelta } from '../core/codec/index.ts';
 import { OuterPool } from '../server/cluster/outer-pool.ts';
+import { median } from './timing.ts';
 
 export interface OuterPoolBench {
   workers: number;
@@ -19,8 +20,6 @@ export interface OuterPoolBench {
   /** Longest gap between 5 ms timer ticks on the event loop while all of the above ran. */
   loopMaxStallMs: number;
 }
-
-const median = (xs: number[]) => xs.slice().sort((a, b) => a - b)[xs.length >> 1];
 
 export async function benchOuterPool(o: { n: number; workers: number; encoding?: Encoding; roundSize?: number; seconds?: number }): Promise<OuterPoolBench> {
   const { n, workers } = o;

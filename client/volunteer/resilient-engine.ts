@@ -14,6 +14,7 @@
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
 import { backoff } from '../../core/random.ts';
+import { median } from '../../core/coord/aggregate.ts';
 
 export interface EngineHandle {
   engine: TrainingEngine;
@@ -260,9 +261,7 @@ export class ResilientEngine implements TrainingEngine {
 
   /** Median compute time of the recent normal steps, ms (null before any). */
   get medianStepMs(): number | null {
-    if (this.normalMs.length === 0) return null;
-    const s = [...this.normalMs].sort((a, b) => a - b);
-    return s[s.length >> 1];
+    return this.normalMs.length === 0 ? null : median(this.normalMs);
   }
 
   /** The usage cap in force: the chosen one, lowered while the GPU is busy. */
