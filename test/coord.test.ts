@@ -3,6 +3,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { crc32, decodeDelta, encodeDelta, type CodecOptions } from '../core/codec/index.ts';
+import { NormHistory } from '../core/coord/aggregate.ts';
 import {
   Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent, applyUpdateMessage, dyluInnerSteps, hashParams,
   stalenessWeight, trimmedMean,
@@ -372,6 +373,27 @@ describe('validation: every rejection leaves θ and the optimizer state unchange
     const ev = updates(c.drainEvents())[0];
     expect(ev.contributors.map((x) => x.islandId)).toEqual(['island-1', 'island-2', 'island-3']);
     expect(ev.rejected.map((x) => [x.islandId, x.error.code])).toEqual([['island-4', ErrorCode.NORM_BOUND]]);
+  });
+
+  it('norm bound: a round longer than the usual one is allowed √(steps / median steps) more, a short one is not', () => {
+    const nb = { factor: 4, window: 16, minHistory: 3 };
+    const h = new NormHistory();
+    // 4-step GPU rounds with score ‖Δ‖/√4 = 0.3 each
+    for (let i = 0; i < 8; i++) h.push({ score: 0.3, steps: 4 }, nb.window);
+    const bound = h.limiter(nb);
+    expect(bound(4)).toBeCloseTo(1.2, 12);
+    expect(bound(1)).toBeCloseTo(1.2, 12);
+    // an honest 144-step CPU round whose ‖Δ‖ grew linearly (36× the 4-step ‖Δ‖ of 0.6): score 21.6/12 = 1.8
+    expect(21.6 / Math.sqrt(144)).toBeLessThanOrEqual(bound(144));
+    expect(bound(144)).toBeCloseTo(1.2 * 6, 12);
+    // a 4-step delta at 5× the usual norm is still over
+    expect(5 * 0.3).toBeGreaterThan(bound(4));
+    // the open window counts too; checkpoints without steps fall back to the plain √ rule
+    expect(h.limiter(nb, [{ score: 0.3, steps: 400 }, { score: 0.3, steps: 400 }])(144)).toBeCloseTo(1.2 * 6, 12);
+    const old = new NormHistory();
+    old.restore([0.3, 0.3, 0.3], undefined);
+    expect(old.limiter(nb)(144)).toBeCloseTo(1.2, 12);
+    expect(new NormHistory().limiter(nb)(4)).toBe(Infinity);
   });
 });
 

@@ -9,7 +9,7 @@ import { IslandQuality } from '../server/island-quality.ts';
 
 function pending(islandId: string, delta: number[]): PendingDelta {
   const d = Float32Array.from(delta);
-  return { islandId, seq: 1, roundId: 1, baseVersion: 0, staleness: 0, tokens: 100, weight: 0, delta: d, score: l2(d), lossMean: 3, arrivedAt: 0 };
+  return { islandId, seq: 1, roundId: 1, baseVersion: 0, staleness: 0, tokens: 100, weight: 0, delta: d, score: l2(d), steps: 1, lossMean: 3, arrivedAt: 0 };
 }
 
 describe('island quality', () => {

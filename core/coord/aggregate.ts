@@ -16,23 +16,43 @@ export function median(xs: number[]): number {
   return a.length % 2 ? a[k] : 0.5 * (a[k - 1] + a[k]);
 }
 
+/** A delta's norm-bound statistic and the steps it was assigned. */
+export interface NormSample { score: number; steps: number }
+
 /**
  * The norm bound: a delta's score ‖Δ‖/√steps may be at most factor × the median score of the last
  * `window` accepted deltas ∪ `extra` (the open round's or window's deltas), once `minHistory` exist.
+ * A delta of more steps than the median one is allowed √(steps / median steps) more: Adam moves each
+ * weight about lr per step, so an honest ‖Δ‖ grows between √steps (noise) and steps (a steady
+ * direction), and a long round (a fast island's, or a CPU island's among short GPU rounds) must not
+ * be judged by the short rounds' √ rule. Steps are the server's, so the allowance cannot be claimed.
  */
 export class NormHistory {
   scores: number[] = [];
+  /** The assigned steps of each score (0: unknown, from a checkpoint that predates them). */
+  steps: number[] = [];
 
-  limit(nb: CoordinatorConfig['normBound'], extra?: number[]): number {
-    if (nb.factor <= 0) return Infinity;
-    const xs = extra ? this.scores.concat(extra) : this.scores;
-    if (xs.length < nb.minHistory) return Infinity;
-    return nb.factor * median(xs);
+  /** The bound as a function of a delta's assigned steps, against history ∪ `extra`. */
+  limiter(nb: CoordinatorConfig['normBound'], extra: NormSample[] = []): (steps: number) => number {
+    const xs = this.scores.concat(extra.map((e) => e.score));
+    if (nb.factor <= 0 || xs.length < nb.minHistory) return () => Infinity;
+    const known = this.steps.concat(extra.map((e) => e.steps)).filter((n) => n > 0);
+    const ref = known.length ? median(known) : 0;
+    const base = nb.factor * median(xs);
+    return (steps) => base * Math.sqrt(Math.max(1, steps > 0 && ref > 0 ? steps / ref : 1));
   }
 
-  push(score: number, window: number): void {
-    this.scores.push(score);
-    if (this.scores.length > window) this.scores.splice(0, this.scores.length - window);
+  push(sample: NormSample, window: number): void {
+    this.scores.push(sample.score);
+    this.steps.push(sample.steps);
+    const over = this.scores.length - window;
+    if (over > 0) { this.scores.splice(0, over); this.steps.splice(0, over); }
+  }
+
+  /** Restores from a checkpoint; steps missing or mismatched are unknown (the plain √ rule). */
+  restore(scores: number[], steps: number[] | undefined): void {
+    this.scores = scores.slice();
+    this.steps = steps && steps.length === scores.length ? steps.slice() : scores.map(() => 0);
   }
 }
 

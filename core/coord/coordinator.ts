@@ -270,14 +270,15 @@ export class Coordinator {
     if (!decoded.ok) return this.reject(isl, m.tokens, decoded.error.code, decoded.error.message);
     const delta = decoded.value;
     const norm = l2(delta);
-    const score = norm / Math.sqrt(Math.max(1, work.assignedSteps));
+    const steps = work.assignedSteps;
+    const score = norm / Math.sqrt(Math.max(1, steps));
     // once a history exists, against history ∪ this window, as at close: the window shares this
     // delta's learning rate and residual carry-over, where early, smaller deltas alone would reject
     // honest ones (and each rejection, put back into the residual, grows the next delta)
     const nb = this.cfg.normBound;
-    const bound = this.norms.scores.length < nb.minHistory ? Infinity : this.norms.limit(nb, this.round.pending.map((p) => p.score));
+    const bound = this.norms.scores.length < nb.minHistory ? Infinity : this.norms.limiter(nb, this.round.pending)(steps);
     if (score > bound) {
-      return this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds ${nb.factor} × median ${(bound / nb.factor).toPrecision(4)}`);
+      return this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${nb.factor} × the median, for ${steps} steps)`);
     }
 
     // counted from here on
@@ -287,7 +288,7 @@ export class Coordinator {
     // hold it until the round (sync) or the merge window (async) closes
     const buf = this.take();
     buf.set(delta);
-    hold(this.round, { ...base, delta: buf, score, lossMean: m.lossMean, arrivedAt: now }, isl, sync, late, now);
+    hold(this.round, { ...base, delta: buf, score, steps, lossMean: m.lossMean, arrivedAt: now }, isl, sync, late, now);
     isl.accepted += 1;
     const roundBefore = this.round.id;
     this.maybeCloseRound(now);
@@ -338,7 +339,7 @@ export class Coordinator {
       config: this.cfg, theta: this.theta, version: this.versionNum, hash: this.hashHex, paused: this.paused, done: this.done,
       outer: this.outer.state, downlinkResidual: this.downlink.fb.residual, islands: [...this.islandsById.values()],
       nextIslandSerial: this.nextIslandSerial, assignSerial: this.assignSerial, round: this.round,
-      normHistory: this.norms.scores, totals: this.totalsAcc, perVersion: this.perVersion, updates: this.downlink.updates, history: this.historyList,
+      normHistory: this.norms.scores, normSteps: this.norms.steps, totals: this.totalsAcc, perVersion: this.perVersion, updates: this.downlink.updates, history: this.historyList,
     });
   }
 
@@ -359,7 +360,7 @@ export class Coordinator {
     c.downlink.updates = s.updates;
     for (const isl of s.islands) c.islandsById.set(isl.id, isl);
     c.nextIslandSerial = s.nextIslandSerial; c.assignSerial = s.assignSerial;
-    c.round = s.round; c.norms.scores = s.normHistory;
+    c.round = s.round; c.norms.restore(s.normHistory, s.normSteps);
     c.totalsAcc = s.totals; c.perVersion = s.perVersion; c.historyList = s.history;
     return ok(c);
   }
@@ -470,12 +471,12 @@ export class Coordinator {
     const r = this.round;
     const cfg = this.cfg;
     // close-time norm bound: against history ∪ this round (catches a bad delta in the first round)
-    const scores = r.pending.map((p) => p.score);
-    const limit = this.norms.limit(cfg.normBound, scores);
-    const kept = r.pending.filter((p) => p.score <= limit);
-    const rejected = r.pending.filter((p) => p.score > limit).map((p) => {
+    const bound = this.norms.limiter(cfg.normBound, r.pending);
+    const limit = (p: PendingDelta) => bound(p.steps);
+    const kept = r.pending.filter((p) => p.score <= limit(p));
+    const rejected = r.pending.filter((p) => p.score > limit(p)).map((p) => {
       this.release(p.delta);
-      return this.rejectedFrom(p, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit.toPrecision(4)}`);
+      return this.rejectedFrom(p, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit(p).toPrecision(4)} for ${p.steps} steps`);
     });
     this.events.push({ type: 'round', roundId: r.id, baseVersion: r.baseVersion, state: 'closed', members: r.members.size, time: now });
     if (kept.length > 0) {
@@ -484,7 +485,7 @@ export class Coordinator {
       const { scale, period } = outerStepOf(cfg, kept, this.islandsById.values());
       const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
       const res = this.commitUpdate(g, scale, period, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
-      if (res.ok) for (const p of kept) this.norms.push(p.score, this.cfg.normBound.window);
+      if (res.ok) for (const p of kept) this.norms.push(p, this.cfg.normBound.window);
       else {
         for (const p of kept) rejected.push(this.rejectedFrom(p, res.error.code, res.error.message));
         this.events.push({ type: 'rejected', rejected });

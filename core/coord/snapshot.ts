@@ -25,6 +25,7 @@ export interface CoordinatorState {
   assignSerial: number;
   round: RoundState;
   normHistory: number[];
+  normSteps?: number[];
   totals: CoordinatorTotals;
   perVersion: PerVersion;
   updates: UpdateMsg[];
@@ -50,7 +51,7 @@ export function writeSnapshot(s: CoordinatorState): CoordinatorSnapshot {
     islands: structuredClone(s.islands), nextIslandSerial: s.nextIslandSerial, assignSerial: s.assignSerial,
     round: { id: r.id, baseVersion: r.baseVersion, openedAt: r.openedAt, members: [...r.members], returned: [...r.returned], failed: [...r.failed] },
     pending: r.pending.map(({ delta: _d, ...rest }) => structuredClone(rest)),
-    normHistory: s.normHistory.slice(),
+    normHistory: s.normHistory.slice(), normSteps: s.normSteps?.slice(),
     totals: structuredClone(s.totals), perVersion: structuredClone(s.perVersion),
     updates: s.updates.map(({ frame: _f, ...rest }) => structuredClone(rest)),
     // VersionStats entries are never mutated once pushed: a shallow copy is a snapshot
@@ -90,7 +91,7 @@ export function readSnapshot(s: CoordinatorSnapshot): Result<CoordinatorState> {
     config: m.config, theta, version: m.version, hash: m.hash, paused: m.paused, done: m.done,
     outer: { momentum: mom, buffer: buf, bufferCount: m.outer.bufferCount, steps: m.outer.steps },
     downlinkResidual: res, islands: structuredClone(m.islands), nextIslandSerial: m.nextIslandSerial, assignSerial: m.assignSerial,
-    round, normHistory: m.normHistory.slice(), totals: structuredClone(m.totals), perVersion: structuredClone(m.perVersion),
+    round, normHistory: m.normHistory.slice(), normSteps: m.normSteps?.slice(), totals: structuredClone(m.totals), perVersion: structuredClone(m.perVersion),
     updates, history: structuredClone(m.history),
   });
 }

@@ -170,8 +170,9 @@ export interface CoordinatorTotals {
 /** A delta waiting for its sync round to close. */
 export interface PendingDelta extends Contribution {
   delta: Float32Array;
-  /** ‖Δ‖/√steps, the norm-bound statistic. */
+  /** ‖Δ‖/√steps, the norm-bound statistic, and the steps the server assigned for it. */
   score: number;
+  steps: number;
   lossMean: number;
   arrivedAt: number;
 }
@@ -226,6 +227,8 @@ export interface CoordinatorSnapshotMeta {
   round: { id: number; baseVersion: number; openedAt: number; members: string[]; returned: Array<[string, number]>; failed?: string[] };
   pending: Array<Omit<PendingDelta, 'delta'>>;
   normHistory: number[];
+  /** Assigned steps of each normHistory score (absent in older checkpoints). */
+  normSteps?: number[];
   totals: CoordinatorTotals;
   perVersion: PerVersion;
   updates: Array<Omit<UpdateMsg, 'frame'>>;
