@@ -1,4 +1,5 @@
-// LayerNorm over C, eps 1e-5. Twins: layernormForward / layernormBackward (core/model/ops.ts).
+// LayerNorm over C, eps 1e-5. Twins: layernormForward / layernormBackward (core/model/ops.ts);
+// residual_layernorm_forward: residualForward then layernormForward, in one pass over the row.
 // Forward and dinp: one workgroup per row (B·T rows), tree reductions in workgroup memory.
 // dweight/dbias: column sums over slices of rows (enough workgroups), then the slices in order.
 
@@ -19,6 +20,11 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> rstd: array<f32>;   // (N)
 @group(0) @binding(4) var<storage, read> inp: array<f32>;          // (N,C)
 @group(0) @binding(5) var<storage, read> params: array<f32>;
+
+// residual_layernorm_forward: out, mean, rstd as above; the sum of the residual stream is kept
+@group(0) @binding(4) var<storage, read_write> res: array<f32>;    // (N,C) = inp1 + inp2
+@group(0) @binding(6) var<storage, read> inp1: array<f32>;         // (N,C)
+@group(0) @binding(7) var<storage, read> inp2: array<f32>;         // (N,C)
 
 // layernorm_backward_dinp / layernorm_backward_dweight
 @group(0) @binding(1) var<storage, read_write> dinp: array<f32>;   // (N,C)
@@ -42,6 +48,32 @@ fn layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let rs = 1.0 / sqrt(wg_sum(v, lid, WG) / f32(p.C) + EPS);
   for (var i = lid; i < p.C; i += WG) {
     out[x + i] = (inp[x + i] - m) * rs * params[p.w_off + i] + params[p.b_off + i];
+  }
+  if (lid == 0u) {
+    mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
+// res = inp1 + inp2, then out = layernorm(res): the residual add and the next LayerNorm share one
+// read of the stream (each thread reads back only the elements it wrote).
+@compute @workgroup_size(64)
+fn residual_layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let row = group_index(id);
+  if (row >= p.N) { return; }
+  let x = row * p.C;
+  var s = 0.0;
+  for (var i = lid; i < p.C; i += WG) {
+    let r = inp1[x + i] + inp2[x + i];
+    res[x + i] = r;
+    s += r;
+  }
+  let m = wg_sum(s, lid, WG) / f32(p.C);
+  var v = 0.0;
+  for (var i = lid; i < p.C; i += WG) { let d = res[x + i] - m; v += d * d; }
+  let rs = 1.0 / sqrt(wg_sum(v, lid, WG) / f32(p.C) + EPS);
+  for (var i = lid; i < p.C; i += WG) {
+    out[x + i] = (res[x + i] - m) * rs * params[p.w_off + i] + params[p.b_off + i];
   }
   if (lid == 0u) {
     mean[row] = m;

@@ -136,6 +136,21 @@ for (const [path, ks] of REDUCTION_PATHS) describe(`layernorm (${path} reduction
       await expectClose('layernorm_backward', gDinp, dinp);
       await expectClose('layernorm_backward', gGrads, grads);
     });
+
+    it(`residual_layernorm_forward (the residual add fused into the LayerNorm), C=${Cn}, B·T=${BT}`, async () => {
+      const wOff = 1, bOff = 1 + Cn;
+      const params = randn(bOff + Cn, 15);
+      const a = randn(BT * Cn, 16, 2), b2 = randn(BT * Cn, 17);
+      const res = new Float32Array(BT * Cn), out = new Float32Array(BT * Cn), mean = new Float32Array(BT), rstd = new Float32Array(BT);
+      cpu.residualForward(res, a, b2, BT * Cn);
+      cpu.layernormForward(out, mean, rstd, res, params.subarray(wOff, wOff + Cn), params.subarray(bOff, bOff + Cn), shape.B, shape.T, Cn);
+      const [gRes, gOut, gMean, gRstd] = [BT * Cn, BT * Cn, BT, BT].map((n) => upload(device, new Float32Array(n)));
+      await runOn([gpu.residualLayernormForward(gRes, gOut, gMean, gRstd, upload(device, a), upload(device, b2), upload(device, params), { C: Cn, wOff, bOff })], shape, ks());
+      await expectClose('residual_layernorm_forward', gRes, res);
+      await expectClose('residual_layernorm_forward', gOut, out);
+      await expectClose('residual_layernorm_forward', gMean, mean);
+      await expectClose('residual_layernorm_forward', gRstd, rstd);
+    });
   }
 });
 
@@ -268,22 +283,6 @@ describe('elementwise', () => {
     const gDinp = upload(device, dinp0);
     await runOn([gpu.geluBackward(gDinp, gInp, upload(device, dout), { width, accumulate: true })], shape);
     await expectClose('gelu_backward', gDinp, dinp);
-  });
-
-  it('residual_forward and residual_backward', async () => {
-    const a = randn(N, 53), b = randn(N, 54);
-    const out = new Float32Array(N);
-    cpu.residualForward(out, a, b, N);
-    const gOut = upload(device, new Float32Array(N));
-    await runOn([gpu.residualForward(gOut, upload(device, a), upload(device, b), { width })], shape);
-    await expectClose('residual_forward', gOut, out);
-    const dout = randn(N, 55), d1 = randn(N, 56), d2 = randn(N, 57);
-    const w1 = d1.slice(), w2 = d2.slice();
-    cpu.residualBackward(w1, w2, dout, N);
-    const g1 = upload(device, d1), g2 = upload(device, d2);
-    await runOn([gpu.residualBackward(g1, g2, upload(device, dout), { width, accumulate: true })], shape);
-    await expectClose('residual_backward', g1, w1);
-    await expectClose('residual_backward', g2, w2);
   });
 });
 

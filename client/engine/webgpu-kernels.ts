@@ -71,6 +71,7 @@ export const ENTRIES = {
   encoder_backward_wte: { file: 'encoder', storage: [1, 2, 3] },        // grads, inp, dout
   encoder_backward_wpe: { file: 'encoder', storage: [1, 3] },           // grads, dout
   layernorm_forward: { file: 'layernorm', storage: [1, 2, 3, 4, 5] },   // out, mean, rstd, inp, params
+  residual_layernorm_forward: { file: 'layernorm', storage: [1, 2, 3, 4, 5, 6, 7] }, // out, mean, rstd, res, params, inp1, inp2
   layernorm_backward_dinp: { file: 'layernorm', storage: [1, 2, 4, 5, 6, 7] }, // dinp, dout, inp, params, mean, rstd
   layernorm_backward_dweight: { file: 'layernorm', storage: [1, 2, 4, 6, 7] }, // grads, dout, inp, mean, rstd
   matmul_forward: { file: 'matmul', storage: [1, 2, 3] },               // out, inp, params (W and bias)
@@ -87,7 +88,6 @@ export const ENTRIES = {
   gelu_forward: { file: 'gelu', storage: [1, 2] },                      // out, inp
   gelu_backward: { file: 'gelu', storage: [1, 2, 3] },                  // dinp, inp, dout
   residual_forward: { file: 'residual', storage: [1, 2, 3] },           // out, inp1, inp2
-  residual_backward: { file: 'residual', storage: [1, 2, 3] },          // dinp1, dinp2, dout
   softmax_crossentropy_forward: { file: 'crossentropy', storage: [1, 2, 3, 4] }, // losses, probs, logits, targets
   softmax_crossentropy_backward: { file: 'crossentropy', storage: [1, 2, 4] },   // dlogits, probs, targets
   mean_loss: { file: 'crossentropy', storage: [1, 2], step: true },     // ring, losses

@@ -61,6 +61,16 @@ export function layernormForward(out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffe
   };
 }
 
+/** res (B,T,C) = inp1 + inp2, then out = layernorm(res) with its mean and rstd: one pass per row. */
+export function residualLayernormForward(res: GPUBuffer, out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp1: GPUBuffer, inp2: GPUBuffer, params: GPUBuffer, d: LayernormDims): DispatchSpec {
+  return {
+    entry: 'residual_layernorm_forward',
+    buffers: [out, mean, rstd, res, params, inp1, inp2],
+    params: (s) => [rows(s), d.C, d.wOff, d.bOff, 0, 0],
+    grid: (s) => grid1(rows(s), 1),
+  };
+}
+
 /**
  * dinp (B,T,C); dweight, dbias in `grads` at d.wOff, d.bOff: per-slice column sums into
  * `partials` (partialsScratch elements), then the slices summed in order.
@@ -246,14 +256,6 @@ export function geluForward(out: GPUBuffer, inp: GPUBuffer, d: { width: number }
 
 export function geluBackward(dinp: GPUBuffer, inp: GPUBuffer, dout: GPUBuffer, d: { width: number; accumulate?: boolean }): DispatchSpec {
   return { entry: 'gelu_backward', buffers: [dinp, inp, dout], params: (s) => [rows(s) * d.width, acc(d.accumulate)], grid: (s) => grid1(rows(s) * d.width, 256) };
-}
-
-export function residualForward(out: GPUBuffer, inp1: GPUBuffer, inp2: GPUBuffer, d: { width: number }): DispatchSpec {
-  return { entry: 'residual_forward', buffers: [out, inp1, inp2], params: (s) => [rows(s) * d.width, 0, f32(1)], grid: (s) => grid1(rows(s) * d.width, 256) };
-}
-
-export function residualBackward(dinp1: GPUBuffer, dinp2: GPUBuffer, dout: GPUBuffer, d: { width: number; accumulate?: boolean }): DispatchSpec {
-  return { entry: 'residual_backward', buffers: [dinp1, dinp2, dout], params: (s) => [rows(s) * d.width, acc(d.accumulate)], grid: (s) => grid1(rows(s) * d.width, 256) };
 }
 
 // ---------------------------------------------------------------------------- softmax + cross-entropy

@@ -39,7 +39,7 @@ export interface DeviceLost {
 export const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
 
 /** Dispatches recorded for one training step (checked against what build() records). */
-export const stepDispatches = (L: number) => 18 + 44 * L;
+export const stepDispatches = (L: number) => 18 + 40 * L;
 
 /** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
 export const EVAL_SLOTS = 16;
@@ -82,10 +82,10 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   const single: Record<string, number> = {
     encoded: BT * C, attproj: BT * C, fcproj: BT * C, lnf: BT * C, lnfMean: BT, lnfRstd: BT,
     logits: BT * V, probs: BT * V, losses: BT,
-    // gradients of activations: one layer's worth, reused down the layers; the
-    // residual stream's gradient ping-pongs between dres0 and dres1
-    dlogits: BT * V, dln: BT * C, dres0: BT * C, dres1: BT * C, dres2: BT * C,
-    dqkv: BT * 3 * C, datty: BT * C, dproj: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, attDsum: ROWS,
+    // gradients of activations: one layer's worth, reused down the layers; the residual
+    // stream's gradient is one buffer that every LayerNorm backward adds into
+    dlogits: BT * V, dln: BT * C, dres: BT * C,
+    dqkv: BT * 3 * C, datty: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, attDsum: ROWS,
     dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
     inputs: BT, targets: BT,
     ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
