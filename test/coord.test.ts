@@ -375,6 +375,27 @@ describe('validation: every rejection leaves θ and the optimizer state unchange
     expect(ev.rejected.map((x) => [x.islandId, x.error.code])).toEqual([['island-4', ErrorCode.NORM_BOUND]]);
   });
 
+  it('sync: a round whose every member was rejected at submit closes empty; they get work on the same version', () => {
+    seqs = new Map();
+    const c = makeCoord({ mode: 'sync', normBound: { factor: 4, window: 16, minHistory: 3 } });
+    let isl = [join(c), join(c), join(c)];
+    isl.forEach(({ a }, k) => expect(c.submit({ meta: meta(a), frame: encodeDelta(randomVec(70 + k), F32) }, 10 + k).ok).toBe(true));
+    c.drainEvents();
+    const hash = c.hash;
+    isl = isl.map(({ id }) => ({ id, a: (() => { const n = c.nextAssignment(id, 20); if (!n.ok || !n.value) throw new Error('no assignment'); return n.value; })() }));
+    isl.forEach(({ a }, k) => {
+      const x = randomVec(80 + k).map((v) => 100 * v);
+      const r = c.submit({ meta: meta(a), frame: encodeDelta(x, F32) }, 30 + k);
+      expect(r.ok ? 'ok' : r.error.code).toBe(ErrorCode.NORM_BOUND);
+      // the first two wait for the round; the third's rejection closes it, so it gets work at once
+      const n = c.nextAssignment(a.islandId, 30 + k);
+      expect(n.ok && (n.value ? n.value.baseVersion : null)).toBe(k < 2 ? null : 1);
+    });
+    const ev = c.drainEvents();
+    expect(ev.filter((e) => e.type === 'assignment').map((e) => e.type === 'assignment' && e.result.ok && e.result.value.baseVersion)).toEqual([1, 1]);
+    expect(c.hash).toBe(hash);
+  });
+
   it('norm bound: a round longer than the usual one is allowed √(steps / median steps) more, a short one is not', () => {
     const nb = { factor: 4, window: 16, minHistory: 3 };
     const h = new NormHistory();

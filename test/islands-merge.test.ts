@@ -217,6 +217,35 @@ describe('the norm bound in async windows', () => {
     const ev = updates(c.drainEvents());
     expect(ev.map((e) => [e.contributors.length, e.rejected.length])).toEqual([[4, 0]]);
   });
+  // The sign-flip row livelocked: the first window's scores (lr warmup) were so small that every
+  // honest delta after it was over the bound, and only accepted scores entered the history.
+  it('a rejected score enters the history: honest deltas that all outgrow an early history are taken a window later; ×100 is not', () => {
+    const c = coord({ mode: 'async', asyncWindow: { fraction: 100, floorMs: 60_000, capMs: 1e9 }, normBound: { factor: 3, window: 32, minHistory: 3 } });
+    const g = vec(6, 0.01);
+    const at = (x: number) => encodeDelta(g.map((v) => x * v), F32);
+    const again = (a: Assignment, now: number) => {
+      const n = c.nextAssignment(a.islandId, now);
+      if (!n.ok || !n.value) throw new Error('no assignment');
+      return n.value;
+    };
+    let as = [join(c), join(c), join(c), join(c)];
+    as.forEach((a, k) => c.submit({ meta: meta(a), frame: at(1) }, 10 + k)); // history: four scores s
+    expect(updates(c.drainEvents())).toHaveLength(1);
+    as = as.map((a) => again(a, 20));
+    // 5 s > 3 × median: all four rejected, and their scores join the history (median now 3 s)
+    for (const [k, a] of as.entries()) {
+      const r = c.submit({ meta: meta(a), frame: at(5) }, 30 + k);
+      expect(r.ok ? 'ok' : r.error.code).toBe(ErrorCode.NORM_BOUND);
+    }
+    as = as.map((a) => again(a, 40));
+    const before = c.hash;
+    const bad = c.submit({ meta: meta(as[0]), frame: at(100) }, 50);
+    expect(bad.ok ? 'ok' : bad.error.code).toBe(ErrorCode.NORM_BOUND);
+    expect(c.hash).toBe(before);
+    as[0] = again(as[0], 51);
+    as.forEach((a, k) => expect(c.submit({ meta: meta(a), frame: at(5) }, 60 + k).ok).toBe(true));
+    expect(updates(c.drainEvents()).map((e) => e.contributors.length)).toEqual([4]);
+  });
 });
 
 describe('sparse frames (chunk-wise top-k, 2-bit values)', () => {

@@ -21,7 +21,10 @@ export interface NormSample { score: number; steps: number }
 
 /**
  * The norm bound: a delta's score ‖Δ‖/√steps may be at most factor × the median score of the last
- * `window` accepted deltas ∪ `extra` (the open round's or window's deltas), once `minHistory` exist.
+ * `window` judged deltas ∪ `extra` (the open round's or window's deltas), once `minHistory` exist.
+ * Judged: accepted, or rejected by this bound. A history of accepted scores alone never grows past
+ * honest deltas that all outgrow it (the lr warmup's first window), and each rejection, put back
+ * into the island's residual, grows the next delta: a livelock. A minority's scores cannot move the median.
  * A delta of more steps than the median one is allowed √(steps / median steps) more: Adam moves each
  * weight about lr per step, so an honest ‖Δ‖ grows between √steps (noise) and steps (a steady
  * direction), and a long round (a fast island's, or a CPU island's among short GPU rounds) must not

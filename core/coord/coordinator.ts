@@ -278,6 +278,7 @@ export class Coordinator {
     const nb = this.cfg.normBound;
     const bound = this.norms.scores.length < nb.minHistory ? Infinity : this.norms.limiter(nb, this.round.pending)(steps);
     if (score > bound) {
+      this.norms.push({ score, steps }, nb.window);
       return this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${nb.factor} × the median, for ${steps} steps)`);
     }
 
@@ -475,6 +476,7 @@ export class Coordinator {
     const limit = (p: PendingDelta) => bound(p.steps);
     const kept = r.pending.filter((p) => p.score <= limit(p));
     const rejected = r.pending.filter((p) => p.score > limit(p)).map((p) => {
+      this.norms.push(p, cfg.normBound.window); // a rejected score enters the history too (aggregate.ts)
       this.release(p.delta);
       return this.rejectedFrom(p, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit(p).toPrecision(4)} for ${p.steps} steps`);
     });

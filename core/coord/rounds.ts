@@ -40,10 +40,15 @@ export function graceDeadline(r: RoundState, g: CoordinatorConfig['grace']): num
   return r.openedAt + Math.min(g.capMs, Math.max(g.floorMs, g.factor * med));
 }
 
-/** All live members in, quorum and grace over, timed out, or only late deltas with nobody to wait for. */
+/**
+ * All live members in, quorum and grace over, timed out, or only late deltas with nobody to wait for;
+ * or every member's delta rejected at submit (an empty close: a fresh round on the same version, else
+ * they would wait for this one forever).
+ */
 export function roundShouldClose(r: RoundState, islands: ReadonlyMap<string, IslandRecord>, cfg: CoordinatorConfig, now: number): boolean {
-  if (r.pending.length < cfg.minContributors) return false;
   const live = liveMembers(r, islands);
+  if (r.pending.length === 0 && r.failed.size > 0 && live === 0) return true;
+  if (r.pending.length < cfg.minContributors) return false;
   const allIn = live > 0 && r.returned.size >= live;
   const byGrace = quorumMet(r, islands, cfg) && now >= graceDeadline(r, cfg.grace);
   const byTimeout = now >= r.openedAt + cfg.roundTimeoutMs;
