@@ -14,6 +14,7 @@ import { Metrics, metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
 import { logCheckpoint, logRunEvent } from './ops-log.ts';
 import { Run } from './run.ts';
+import { localPort } from './run-port.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
 import type { RunConfig } from './run-config.ts';
 
@@ -122,7 +123,7 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
 
   await app.ready();
   const gateway = new Gateway(app.server, {
-    run,
+    run: localPort(run),
     helloPerMinute: o.config.limits.helloPerMinute,
     maxIslands: o.config.limits.maxIslands,
     allowOrigins: o.config.allowOrigins,

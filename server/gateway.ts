@@ -16,7 +16,7 @@ import {
 } from '../core/protocol.ts';
 import { err, ok } from '../core/result.ts';
 import type { DashboardTick, IslandView } from '../core/api.ts';
-import type { Run } from './run.ts';
+import type { RunPort } from './run-port.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -47,7 +47,8 @@ function firstError(c: { Errors(v: unknown): Iterable<{ path: string; message: s
 // ── options ─────────────────────────────────────────────────────────────────────────────────
 
 export interface GatewayOptions {
-  run: Run;
+  /** The run: in this process (localPort) or over Redis (cluster/remote-port.ts). */
+  run: RunPort;
   /** hello messages per IP per minute. */
   helloPerMinute: number;
   maxIslands: number;
@@ -101,7 +102,7 @@ export class Gateway {
   readonly dashboard: Namespace;
   /** The largest inbound socket.io packet: the largest legal frame plus headroom. */
   readonly maxHttpBufferSize: number;
-  private readonly run: Run;
+  private readonly run: RunPort;
   private readonly opts: GatewayOptions;
   private readonly helloLimiter: RateLimiter;
   /** Sockets by island id (usually one; a newer connection replaces an older one). */
@@ -121,7 +122,8 @@ export class Gateway {
     this.helloLimiter = new RateLimiter(opts.helloPerMinute);
     // Headroom over the legal frame: a somewhat oversized frame still arrives and gets E_OVERSIZE;
     // only a grossly oversized one is cut by the transport (the island learnt the limit beforehand).
-    this.maxHttpBufferSize = this.run.maxFrameBytes + Math.max(1 << 20, this.run.maxFrameBytes >> 3);
+    const maxFrame = this.run.maxFrameBytes();
+    this.maxHttpBufferSize = maxFrame + Math.max(1 << 20, maxFrame >> 3);
     this.io = new Server(http, {
       path: '/socket.io',
       serveClient: false,
@@ -141,23 +143,23 @@ export class Gateway {
     // socket.io's own engine errors (e.g. a packet above maxHttpBufferSize): say why in the log
     this.io.engine.on('connection_error', (e: { code: number; message: string }) => this.log(`socket.io connection error ${e.code}: ${e.message}`));
 
-    this.run.onUpdate = (u) => {
-      const n = this.islands.adapter.rooms.get('islands')?.size ?? 0;
-      this.islands.to('islands').emit('update', u);
-      this.run.noteBytesOut(n * (u.frame.length + 256));
-    };
-    this.run.onBan = (id) => {
-      for (const s of this.socketsByIsland.get(id) ?? []) {
-        s.emit('banned', { code: ErrorCode.BANNED, message: 'this island was banned by the run admin' });
-        s.disconnect(true);
-      }
-    };
+    this.run.listen({
+      update: (u) => {
+        const n = this.islands.adapter.rooms.get('islands')?.size ?? 0;
+        this.islands.to('islands').emit('update', u);
+        this.run.noteBytesOut(n * (u.frame.length + 256));
+      },
+      ban: (id) => {
+        for (const s of this.socketsByIsland.get(id) ?? []) {
+          s.emit('banned', { code: ErrorCode.BANNED, message: 'this island was banned by the run admin' });
+          s.disconnect(true);
+        }
+      },
+    });
     this.dashPeriodMs = Math.max(500, opts.dashboardPeriodMs ?? 500);
-    this.dashTimer = setInterval(() => this.streamDashboard(), this.dashPeriodMs);
+    this.dashTimer = setInterval(() => void this.streamDashboard().catch((e: unknown) => this.log(`gateway: dashboard tick failed: ${(e as Error).message}`)), this.dashPeriodMs);
     this.dashTimer.unref();
-    this.heartbeatTimer = setInterval(() => {
-      for (const id of this.socketsByIsland.keys()) this.run.heartbeat(id);
-    }, opts.heartbeatMs ?? 10_000);
+    this.heartbeatTimer = setInterval(() => this.run.heartbeat([...this.socketsByIsland.keys()]), opts.heartbeatMs ?? 10_000);
     this.heartbeatTimer.unref();
   }
 
@@ -245,9 +247,7 @@ export class Gateway {
         return ack(err(ErrorCode.PROTOCOL_VERSION, `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`));
       }
       if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(err(ErrorCode.FULL, 'the server holds its maximum number of islands: retry later'));
-      // Resuming an identity needs the token the server handed out with it.
-      const resume = h.resumeIslandId !== undefined && this.run.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
-      const r = await this.run.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
+      const r = await this.run.hello({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: h.resumeIslandId, resumeToken: h.resumeToken });
       if (!r.ok) return ack(err(r.error.code, r.error.message));
       const id = r.value.islandId;
       if (!socket.connected) {
@@ -264,18 +264,18 @@ export class Gateway {
         old.disconnect(true);
       }
       if (h.push !== false) socket.join('islands');
-      const d = this.run.durableParams();
+      const d = this.run.durable();
       ack(ok<HelloAnswer>({
         islandId: id,
-        resumeToken: this.run.resumeToken(id),
+        resumeToken: r.value.resumeToken,
         assignment: r.value.assignment,
         version: d.version,
         hash: d.hash,
         protocolVersion: PROTOCOL_VERSION,
-        maxFrameBytes: this.run.maxFrameBytes,
+        maxFrameBytes: this.run.maxFrameBytes(),
         maxHttpBufferSize: this.maxHttpBufferSize,
         serverTime: Date.now(),
-        resumed: resume !== undefined,
+        resumed: r.value.resumed,
       }));
     });
 
@@ -288,10 +288,11 @@ export class Gateway {
         return ack(err(ErrorCode.BAD_REQUEST, `delta: ${firstError(checkDelta, payload)}`));
       }
       const { meta: raw, frame } = payload as Static<typeof DeltaSchema>;
-      if (frame.length > this.run.maxFrameBytes) {
+      const maxFrame = this.run.maxFrameBytes();
+      if (frame.length > maxFrame) {
         this.stats.oversize++;
         this.run.noteRejected(GatewayError.OVERSIZE, bytes);
-        return ack(err(GatewayError.OVERSIZE, `frame of ${frame.length} bytes exceeds the largest legal frame (${this.run.maxFrameBytes} bytes)`));
+        return ack(err(GatewayError.OVERSIZE, `frame of ${frame.length} bytes exceeds the largest legal frame (${maxFrame} bytes)`));
       }
       const meta: DeltaMeta = {
         ...raw,
@@ -315,7 +316,7 @@ export class Gateway {
     handle('updates', async (payload, ack) => {
       if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
       if (!checkUpdates.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `updates: ${firstError(checkUpdates, payload)}`));
-      const r = this.run.updatesSince((payload as Static<typeof UpdatesSchema>).fromVersion);
+      const r = await this.run.updatesSince((payload as Static<typeof UpdatesSchema>).fromVersion);
       if (!r.ok) return ack(err(r.error.code, r.error.message));
       let bytes = 0;
       for (const u of r.value) bytes += u.frame.length + 256;
@@ -326,16 +327,16 @@ export class Gateway {
     handle('fetchModel', async (payload, ack) => {
       if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
       if (!checkEmpty.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, 'fetchModel takes no payload'));
-      const d = this.run.durableParams();
+      const d = await this.run.durableParams();
       const bytes = new Uint8Array(d.params.buffer, d.params.byteOffset, d.params.byteLength);
       this.run.noteBytesOut(bytes.length);
       ack(ok({ version: d.version, hash: d.hash, params: bytes }));
     });
 
-    handle('rename', (payload, ack) => {
+    handle('rename', async (payload, ack) => {
       if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
       if (!checkRename.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `rename: ${firstError(checkRename, payload)}`));
-      const r = this.run.rename(st.islandId, (payload as Static<typeof RenameSchema>).name);
+      const r = await this.run.rename(st.islandId, (payload as Static<typeof RenameSchema>).name);
       ack(r.ok ? ok({}) : err(r.error.code, r.error.message));
     });
 
@@ -371,19 +372,15 @@ export class Gateway {
       this.socketsByIsland.set(id, set);
     }
     set.add(socket);
-    this.run.connected.set(id, set.size);
-    this.run.metrics.islandsOnline.set(this.socketsByIsland.size);
+    this.run.setConnected(id, set.size);
   }
 
   private unbind(id: string, socket: Socket): void {
     const set = this.socketsByIsland.get(id);
     if (!set) return;
     set.delete(socket);
-    if (set.size === 0) {
-      this.socketsByIsland.delete(id);
-      this.run.connected.delete(id);
-    } else this.run.connected.set(id, set.size);
-    this.run.metrics.islandsOnline.set(this.socketsByIsland.size);
+    if (set.size === 0) this.socketsByIsland.delete(id);
+    this.run.setConnected(id, set.size);
   }
 
   // ── dashboard ─────────────────────────────────────────────────────────────────────────────
@@ -391,26 +388,28 @@ export class Gateway {
   private onDashboard(socket: Socket): void {
     // Read-only: nothing a dashboard sends is handled. First message: the status, so the page is
     // live before the next tick; it loads islands and history over REST.
-    const tick: DashboardTick = { status: this.run.status(), periodMs: this.dashPeriodMs };
-    socket.emit('tick', tick);
     socket.onAny(() => { /* ignored: the stream is read-only */ });
+    this.run.status().then((status) => {
+      const tick: DashboardTick = { status, periodMs: this.dashPeriodMs };
+      socket.emit('tick', tick);
+    }, (e: unknown) => this.log(`gateway: dashboard status failed: ${(e as Error).message}`));
   }
 
   /** One message per period at most: status, changed islands, new or changed history points. */
-  private streamDashboard(): void {
-    const points = this.run.takeDirtyHistory();
-    if (this.dashboard.sockets.size === 0) {
+  private async streamDashboard(): Promise<void> {
+    const feed = await this.run.dashboardFeed(this.dashboard.sockets.size > 0);
+    if (!feed || this.dashboard.sockets.size === 0) {
       this.islandJson.clear();
       return;
     }
     const changed: IslandView[] = [];
-    for (const isl of this.run.islands()) {
+    for (const isl of feed.islands) {
       const j = JSON.stringify(isl);
       if (this.islandJson.get(isl.id) === j) continue;
       this.islandJson.set(isl.id, j);
       changed.push(isl);
     }
-    const tick: DashboardTick = { status: this.run.status(), periodMs: this.dashPeriodMs, islands: { changed, removed: [] }, history: points };
+    const tick: DashboardTick = { status: feed.status, periodMs: this.dashPeriodMs, islands: { changed, removed: [] }, history: feed.history };
     this.dashboard.emit('tick', tick);
     this.stats.dashboardMessages++;
   }

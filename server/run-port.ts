@@ -1,0 +1,104 @@
+// What the gateway (socket.io, server/gateway.ts) asks of the run: the seam between the island
+// protocol and the coordinator. `localPort` is the embedded default (one process: the Run itself);
+// server/cluster/remote-port.ts is the same port over Redis, answered by the aggregator role
+// (server/cluster/run-host.ts), which drives a `localPort` of its own Run.
+//
+// Every hook reports state only once it is durable, as Run does.
+
+import type { HistoryPoint, IslandView, RunStatus } from '../core/api.ts';
+import type { AckMsg, Assignment, DeltaMeta, IslandCaps, UpdateMsg } from '../core/protocol.ts';
+import { type Result, ok } from '../core/result.ts';
+import type { Run } from './run.ts';
+
+export interface HelloRequest {
+  caps: IslandCaps;
+  protocolVersion: number;
+  resumeIslandId?: string;
+  resumeToken?: string;
+}
+
+/** A joined island: its id (resumed when the token matched), first assignment and resume token. */
+export interface HelloGrant {
+  islandId: string;
+  assignment: Assignment | null;
+  resumeToken: string;
+  resumed: boolean;
+}
+
+export interface DashboardFeed {
+  status: RunStatus;
+  islands: IslandView[];
+  history: HistoryPoint[];
+}
+
+export interface RunListener {
+  update(u: UpdateMsg): void;
+  ban(islandId: string): void;
+}
+
+export interface RunPort {
+  /** The largest legal delta frame. */
+  maxFrameBytes(): number;
+  /** The durable version and θ hash. */
+  durable(): { version: number; hash: string };
+  /** Broadcasts and bans, each once the state it reports is durable. */
+  listen(l: RunListener): void;
+  hello(req: HelloRequest): Promise<Result<HelloGrant>>;
+  /** The ack: at once when rejected, once the version holding it is durable when applied. */
+  submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg>;
+  nextAssignment(islandId: string): Promise<Result<Assignment>>;
+  updatesSince(fromVersion: number): Promise<Result<UpdateMsg[]>>;
+  /** θ at the durable version (read-only by contract). */
+  durableParams(): Promise<{ version: number; hash: string; params: Float32Array }>;
+  rename(islandId: string, name: string): Promise<Result<void>>;
+  leave(islandId: string, reason: string): void;
+  /** The islands this gateway holds are alive. */
+  heartbeat(islandIds: string[]): void;
+  /** Sockets this gateway holds for an island (0: none). */
+  setConnected(islandId: string, sockets: number): void;
+  forgetWaiters(islandId: string): void;
+  noteRejected(code: string, bytes: number): void;
+  noteBytesOut(bytes: number): void;
+  status(): Promise<RunStatus>;
+  /** History points changed since the last call, with the status and islands when a dashboard watches (else null: dropped). */
+  dashboardFeed(watching: boolean): Promise<DashboardFeed | null>;
+}
+
+/** The embedded port: the gateway and the Run in one process. */
+export function localPort(run: Run): RunPort {
+  return {
+    maxFrameBytes: () => run.maxFrameBytes,
+    durable: () => ({ version: run.version, hash: run.hash }),
+    listen(l) {
+      run.onUpdate = (u) => l.update(u);
+      run.onBan = (id) => l.ban(id);
+    },
+    async hello(h) {
+      // Resuming an identity needs the token the server handed out with it.
+      const resume = h.resumeIslandId !== undefined && run.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
+      const r = await run.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
+      if (!r.ok) return r;
+      return ok({ ...r.value, resumeToken: run.resumeToken(r.value.islandId), resumed: resume !== undefined });
+    },
+    submit: (meta, frame) => run.submit(meta, frame),
+    nextAssignment: (id) => run.nextAssignment(id),
+    updatesSince: async (v) => run.updatesSince(v),
+    durableParams: async () => run.durableParams(),
+    rename: async (id, name) => run.rename(id, name),
+    leave: (id, reason) => run.leave(id, reason),
+    heartbeat: (ids) => { for (const id of ids) run.heartbeat(id); },
+    setConnected(id, sockets) {
+      if (sockets > 0) run.connected.set(id, sockets);
+      else run.connected.delete(id);
+      run.metrics.islandsOnline.set(run.connected.size);
+    },
+    forgetWaiters: (id) => run.forgetWaiters(id),
+    noteRejected: (code, bytes) => run.noteRejected(code, bytes),
+    noteBytesOut: (bytes) => run.noteBytesOut(bytes),
+    status: async () => run.status(),
+    async dashboardFeed(watching) {
+      const history = run.takeDirtyHistory();
+      return watching ? { history, status: run.status(), islands: run.islands() } : null;
+    },
+  };
+}
