@@ -16,6 +16,7 @@ import { logCheckpoint, logRunEvent } from './ops-log.ts';
 import { Run } from './run.ts';
 import { localPort } from './run-port.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
+import { ok } from '../core/result.ts';
 import type { RunConfig } from './run-config.ts';
 
 export interface AtollServerOptions {
@@ -52,7 +53,18 @@ export interface AtollServer {
 
 export const DEFAULT_CLIENT_DIR = resolve(import.meta.dirname, '../dist/client');
 
-export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
+/** The run and its REST API without the island gateway: what the aggregator role serves. */
+export interface RunApp {
+  app: FastifyInstance;
+  run: Run;
+  metrics: Metrics;
+  adminToken: string;
+  adminTokenFile: string | null;
+  close(): Promise<void>;
+}
+
+/** Fastify with the security headers and the REST rate limit every role shares. */
+export async function baseApp(o: { logLevel?: string; restPerMinute: number }): Promise<FastifyInstance> {
   const app = Fastify({
     logger: o.logLevel ? { level: o.logLevel, stream: process.stderr } : false,
     // per-request lines off: the ops log (ops-log.ts) says what matters
@@ -63,22 +75,6 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
     // route schemas are closed: an unknown key is a 400, not silently dropped
     ajv: { customOptions: { removeAdditional: false } },
   });
-  const log = (line: string) => app.log.warn(line);
-  // One server per run folder: refuse before anything in it is written.
-  const lock = lockRunFolder(o.dir, o.listenOn);
-  if (!lock.ok) throw Object.assign(new Error(lock.error.message), { code: lock.error.code });
-  const metrics = new Metrics();
-  let run: Run;
-  try {
-    run = await Run.open({ dir: o.dir, config: o.config, resumePatch: o.resumePatch, metrics, evaluate: o.evaluate, log });
-  } catch (e) {
-    lock.value();
-    throw e;
-  }
-  run.store.onEvent = (e) => logRunEvent(app.log, e);
-  run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
-  const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);
-
   await app.register(helmet, {
     contentSecurityPolicy: {
       directives: {
@@ -103,51 +99,95 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
   // REST rate limit per IP (the island protocol has its own limiter in the gateway).
   await app.register(rateLimit, {
     global: true,
-    max: o.config.limits.restPerMinute,
+    max: o.restPerMinute,
     timeWindow: 60_000,
     allowList: (req) => req.url === '/healthz' || req.url === '/metrics',
   });
+  return app;
+}
+
+/** The pages, and errors as `{ error: { code, message } }`. */
+export async function finishApp(app: FastifyInstance, clientDir: string | undefined): Promise<void> {
+  await app.register(staticPlugin, { root: clientDir ?? DEFAULT_CLIENT_DIR });
+  // CORS stays closed: no Access-Control-Allow-Origin is ever sent, so browsers keep other origins out.
+  app.setErrorHandler((e: Error & { statusCode?: number; code?: string }, _req, reply) => {
+    const status = e.statusCode && e.statusCode >= 400 ? e.statusCode : 500;
+    if (status >= 500) app.log.warn(`http error: ${e.stack ?? e.message}`);
+    reply.code(status).send({ error: { code: status === 429 ? 'E_RATE_LIMIT' : status >= 500 ? 'E_INTERNAL' : (e.code?.startsWith('E_') ? e.code : 'E_BAD_REQUEST'), message: status >= 500 ? 'internal error' : e.message } });
+  });
+  app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}` } }));
+  await app.ready();
+}
+
+/**
+ * The run, its folder and its REST API. `lock: false` skips the run folder's pid lock: the
+ * aggregator role holds the Redis lease instead, which also covers a standby on another host.
+ */
+export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): Promise<RunApp> {
+  const app = await baseApp({ logLevel: o.logLevel, restPerMinute: o.config.limits.restPerMinute });
+  const log = (line: string) => app.log.warn(line);
+  // One server per run folder: refuse before anything in it is written.
+  const lock = o.lock === false ? ok(() => {}) : lockRunFolder(o.dir, o.listenOn);
+  if (!lock.ok) throw Object.assign(new Error(lock.error.message), { code: lock.error.code });
+  const metrics = new Metrics();
+  let run: Run;
+  try {
+    run = await Run.open({ dir: o.dir, config: o.config, resumePatch: o.resumePatch, metrics, evaluate: o.evaluate, log });
+  } catch (e) {
+    lock.value();
+    throw e;
+  }
+  run.store.onEvent = (e) => logRunEvent(app.log, e);
+  run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
+  const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);
 
   app.get('/healthz', { config: { rateLimit: false } }, async () => ({ ok: true, version: run.version, hash: run.hash }));
   await app.register(metricsPlugin, { metrics });
   await app.register(apiPlugin, { run });
   await app.register(adminPlugin, { run, token: token.token });
-  await app.register(staticPlugin, { root: o.clientDir ?? DEFAULT_CLIENT_DIR });
-  // CORS stays closed: no Access-Control-Allow-Origin is ever sent, so browsers keep other origins out.
-  app.setErrorHandler((e: Error & { statusCode?: number; code?: string }, _req, reply) => {
-    const status = e.statusCode && e.statusCode >= 400 ? e.statusCode : 500;
-    if (status >= 500) log(`http error: ${e.stack ?? e.message}`);
-    reply.code(status).send({ error: { code: status === 429 ? 'E_RATE_LIMIT' : status >= 500 ? 'E_INTERNAL' : (e.code?.startsWith('E_') ? e.code : 'E_BAD_REQUEST'), message: status >= 500 ? 'internal error' : e.message } });
-  });
-  app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}` } }));
+  await finishApp(app, o.clientDir);
+  let closed = false;
+  return {
+    app, run, metrics, adminToken: token.token, adminTokenFile: token.file,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await app.close();
+      await run.close();
+      lock.value();
+    },
+  };
+}
 
-  await app.ready();
-  const gateway = new Gateway(app.server, {
-    run: localPort(run),
+/** Resolves with the bound address (port 0 picks a free one). */
+export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0.0'): Promise<{ port: number; host: string; url: string }> {
+  await app.listen({ port, host });
+  const addr = app.server.address();
+  const p = typeof addr === 'object' && addr ? addr.port : port;
+  const shown = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
+  return { port: p, host, url: `http://${shown}:${p}` };
+}
+
+/** The embedded default: the run, its REST API and the island gateway in one process. */
+export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
+  const core = await createRunApp(o);
+  const gateway = new Gateway(core.app.server, {
+    run: localPort(core.run),
     helloPerMinute: o.config.limits.helloPerMinute,
     maxIslands: o.config.limits.maxIslands,
     allowOrigins: o.config.allowOrigins,
-    log,
+    log: (line) => core.app.log.warn(line),
     ...o.gateway,
   });
-
   let closed = false;
   return {
-    app, run, gateway, metrics, adminToken: token.token, adminTokenFile: token.file,
-    async listen(port, host = '0.0.0.0') {
-      await app.listen({ port, host });
-      const addr = app.server.address();
-      const p = typeof addr === 'object' && addr ? addr.port : port;
-      const shown = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
-      return { port: p, host, url: `http://${shown}:${p}` };
-    },
+    ...core, gateway,
+    listen: (port, host) => listenOn(core.app, port, host),
     async close() {
       if (closed) return;
       closed = true;
       await gateway.close();
-      await app.close();
-      await run.close();
-      lock.value();
+      await core.close();
     },
   };
 }

@@ -104,6 +104,9 @@ export function buildProgram(): Command {
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
     .addOption(new Option('--log-level <level>', 'operator log level (JSON lines on stderr; default $ATOLL_LOG_LEVEL or info)').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']))
     .option('--build-if-needed', 'run vite build first when dist/client is missing')
+    .option('--redis <url>', 'scale out on Redis (redis://HOST:PORT): with --role, this process is one part of the run')
+    .addOption(new Option('--role <role>', 'with --redis: gateway (islands, pages, API; any number), aggregator (the run folder and coordinator; one active, the others standby), or all (both)').choices(['gateway', 'aggregator', 'all']))
+    .option('--lease-ms <ms>', 'with --redis: the aggregator lease; a standby takes over this long after the active one stops renewing (default 5000)', intArg)
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');
       await serve(o);

@@ -59,6 +59,8 @@ export class RunStore {
   onCheckpoint: ((version: number, path: string, bytes: number) => void) | null = null;
   /** Bytes and fsyncs, for metrics and the bench. */
   stats = { commits: 0, checkpointsWritten: 0, linesWritten: 0, lastCommitMs: 0 };
+  /** Why this process may not write now (a deposed aggregator: server/cluster/run-host.ts), or null. */
+  refuse: () => string | null = () => null;
 
   constructor(dir: string, opts: { keep?: number; maxLogBytes?: number } = {}) {
     this.dir = dir;
@@ -210,6 +212,8 @@ export class RunStore {
 
   private async doCommit(): Promise<void> {
     const t0 = performance.now();
+    const refused = this.refuse();
+    if (refused) throw Object.assign(new Error(refused), { code: 'E_FENCED' });
     const ck = this.nextCheckpoint;
     this.nextCheckpoint = null;
     const lines = this.queued;

@@ -49,6 +49,10 @@ describe('the CLI has every command the README names', () => {
       });
     }
   }
+  it('serve --help lists the Redis roles', async () => {
+    const out = await help(['serve']);
+    for (const f of ['--redis <url>', '--role <role>', 'gateway', 'aggregator', '"all"', '--lease-ms <ms>']) expect(out).toContain(f);
+  });
   it('simulate --help lists every flag simulateOptionsFromCli reads', async () => {
     const out = await help(['simulate']);
     for (const f of ['--preset', '--model', '--islands', '--tokens', '--rounds', '--mode', '--codec', '--inner-steps', '--warm-start-tokens',

@@ -20,6 +20,12 @@ export interface RunKeys {
   updateChannel: string;
   /** Consumer group of the aggregators on `deltas`. */
   group: string;
+  /** List of gateway → aggregator requests (server/cluster/rpc.ts). */
+  rpc: string;
+  /** Pub/sub channel: aggregator events (a new active aggregator, bans). */
+  eventChannel: string;
+  /** Pub/sub channel prefix of the replies to one gateway. */
+  replyChannel: string;
 }
 
 export function runKeys(run: string): RunKeys {
@@ -27,6 +33,7 @@ export function runKeys(run: string): RunKeys {
   return {
     lease: p + 'lease', fence: p + 'fence', deltas: p + 'deltas', islands: p + 'islands', durable: p + 'durable',
     durableChannel: p + 'durable-ch', updateChannel: p + 'update-ch', group: 'aggregators',
+    rpc: p + 'rpc', eventChannel: p + 'event-ch', replyChannel: p + 'reply-ch:',
   };
 }
 

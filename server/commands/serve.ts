@@ -18,6 +18,11 @@ export interface ServeCliOptions extends RunFlags {
   eval?: boolean;
   /** pino level of the operator's log (default $ATOLL_LOG_LEVEL or info). */
   logLevel?: string;
+  /** Scale out on Redis: the run's roles (server/cluster/roles.ts). */
+  redis?: string;
+  role?: 'gateway' | 'aggregator' | 'all';
+  /** The aggregator lease, ms. */
+  leaseMs?: number;
 }
 
 /** Fails with a hint before anything is written when another process holds the port. */
@@ -60,8 +65,9 @@ function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resum
   return { dir, config: buildRunConfig(file, { ...o, name }), resumePatch: undefined, resumed: false };
 }
 
-export async function serve(o: ServeCliOptions): Promise<AtollServer> {
+export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
   const say = (s: string) => process.stdout.write(s + '\n');
+  if (o.redis || o.role) return serveRoles(o, say);
   if (o.buildIfNeeded) buildClientIfNeeded(say);
   const { dir, config, resumePatch, resumed } = resolveRun(o);
   const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
@@ -87,19 +93,67 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer> {
     : '  admin token: $ATOLL_ADMIN_TOKEN');
   say(`atoll serve: listening on ${addr.url}`);
 
+  onSignals(say, () => server.close(), (e) => server.app.log.error({ err: e }, 'unhandled rejection'));
+  return server;
+}
+
+/** Ctrl-C / SIGTERM close cleanly (a second one exits at once); a stray rejection is logged, not fatal. */
+function onSignals(say: (s: string) => void, close: () => Promise<void>, stray: (e: unknown) => void): void {
   let stopping = false;
   const stop = (sig: string) => {
     if (stopping) process.exit(1);
     stopping = true;
     say(`atoll serve: ${sig}: flushing the run folder and closing …`);
-    server.close().then(() => process.exit(0), (e) => {
+    close().then(() => process.exit(0), (e) => {
       process.stderr.write(`atoll serve: close failed: ${(e as Error).message}\n`);
       process.exit(1);
     });
   };
   // A library's stray rejection must not take the run down with it: log it and keep serving.
-  process.on('unhandledRejection', (e) => server.app.log.error({ err: e }, 'unhandled rejection'));
+  process.on('unhandledRejection', stray);
   process.once('SIGINT', () => stop('SIGINT'));
   process.once('SIGTERM', () => stop('SIGTERM'));
-  return server;
+}
+
+/** `--redis URL --role gateway|aggregator|all`: this process's part of a scaled-out run. */
+async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise<void> {
+  if (!o.redis || !o.role) throw Object.assign(new Error('--redis and --role go together: --redis redis://HOST:PORT --role gateway|aggregator|all'), { code: 'E_BAD_FLAGS' });
+  const { startAggregatorRole, startGatewayRole } = await import('../cluster/roles.ts');
+  const logLevel = o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info';
+  const closers: Array<() => Promise<void>> = [];
+  const closeAll = async () => { for (const c of closers.reverse()) await c(); };
+  let name = o.name ?? DEFAULT_RUN_NAME;
+  if (o.role !== 'gateway') {
+    if (o.buildIfNeeded) buildClientIfNeeded(say);
+    const { dir, config, resumePatch, resumed } = resolveRun(o);
+    name = config.name;
+    const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
+    const agg = startAggregatorRole({
+      dir, config, resumePatch, adminToken: envToken ? envToken : undefined, evaluate: o.eval !== false, logLevel,
+      redis: o.redis, run: name, leaseMs: o.leaseMs ?? 5000,
+      // deposed: not one more write, not even a flush
+      onFenced: (why) => { say(`atoll serve: aggregator fenced (${why}): exiting`); process.exit(3); },
+    });
+    closers.push(() => agg.close());
+    say(`atoll serve: aggregator for run '${name}' in ${dir} on ${o.redis}: standby until it holds the lease`);
+    void agg.active.then((on) => {
+      if (!on) return;
+      const r = agg.host.core!.run;
+      say(`atoll serve: aggregator active (token ${agg.host.token}), run '${name}' (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`);
+      if (!agg.host.core!.adminTokenFile) return;
+      say(`  admin token in ${agg.host.core!.adminTokenFile}`);
+    }, (e: unknown) => { say(`atoll serve: aggregator failed: ${(e as Error).stack ?? String(e)}`); process.exit(1); });
+  }
+  if (o.role !== 'aggregator') {
+    const port = o.port ?? (process.env.PORT ? Number(process.env.PORT) : 8080);
+    const host = o.host ?? process.env.HOST ?? '0.0.0.0';
+    if (port !== 0) await assertPortFree(port, host);
+    say(`atoll serve: gateway for run '${name}' on ${o.redis}: waiting for an active aggregator …`);
+    const gw = await startGatewayRole({ redis: o.redis, run: name, logLevel });
+    closers.push(() => gw.close());
+    const addr = await gw.listen(port, host);
+    say(`  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`);
+    say(`atoll serve: gateway listening on ${addr.url}`);
+  }
+  onSignals(say, closeAll, (e) => process.stderr.write(`atoll serve: unhandled rejection: ${(e as Error)?.stack ?? String(e)}\n`));
 }

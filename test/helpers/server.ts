@@ -152,6 +152,8 @@ export interface IslandReport {
   islandId: string | null;
   acks: Array<{ seq: number; roundId: number; status: string; version: number; code?: string }>;
   versions: number[];
+  /** Each θ the island synced to: its version, hash (checked by the island) and how it came. */
+  synced: Array<{ version: number; hash: string; via: string }>;
   errors: string[];
   resumes: number;
 }
@@ -165,7 +167,7 @@ export function spawnIsland(url: string, name: string, env: Record<string, strin
   const child = spawn(process.execPath, ['--import', REGISTER, SELF, 'island', url, name], {
     cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const report: IslandReport = { islandId: null, acks: [], versions: [], errors: [], resumes: 0 };
+  const report: IslandReport = { islandId: null, acks: [], versions: [], synced: [], errors: [], resumes: 0 };
   const p = track(child, `island ${name}`, (line) => {
     if (!line.startsWith('{')) return;
     try {
@@ -174,7 +176,10 @@ export function spawnIsland(url: string, name: string, env: Record<string, strin
         report.islandId = m.islandId as string;
         report.acks.push({ seq: m.seq as number, roundId: m.roundId as number, status: m.status as string, version: m.version as number, code: m.code as string | undefined });
       } else if (m.kind === 'hello') report.islandId = m.islandId as string;
-      else if (m.kind === 'synced') report.versions.push(m.version as number);
+      else if (m.kind === 'synced') {
+        report.versions.push(m.version as number);
+        report.synced.push({ version: m.version as number, hash: m.hash as string, via: m.via as string });
+      }
       else if (m.kind === 'error') report.errors.push(`${m.code}: ${m.message}`);
       else if (m.kind === 'resumed') report.resumes++;
     } catch { /* a progress line */ }
@@ -192,7 +197,7 @@ async function islandChild(url: string, name: string): Promise<void> {
     onEvent: (e, t) => {
       if (e.type === 'submitted') {
         out({ kind: 'ack', islandId: e.meta.islandId, seq: e.meta.seq, roundId: e.meta.roundId, status: e.ack.status, version: e.ack.version, code: e.ack.error?.code });
-      } else if (e.type === 'synced') out({ kind: 'synced', version: e.version, via: e.via });
+      } else if (e.type === 'synced') out({ kind: 'synced', version: e.version, hash: e.hash, via: e.via });
       else if (e.type === 'error') out({ kind: 'error', code: e.error.code, message: e.error.message });
       else if (e.type === 'assignment') {
         out({ kind: 'hello', islandId: e.assignment.islandId });
