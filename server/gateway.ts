@@ -155,6 +155,8 @@ export class Gateway {
           s.disconnect(true);
         }
       },
+      // closing the transport (not a disconnect, which islands take as final) makes them reconnect and resume
+      reset: () => { for (const s of this.islands.sockets.values()) s.conn.close(); },
     });
     this.dashPeriodMs = Math.max(500, opts.dashboardPeriodMs ?? 500);
     this.dashTimer = setInterval(() => void this.streamDashboard().catch((e: unknown) => this.log(`gateway: dashboard tick failed: ${(e as Error).message}`)), this.dashPeriodMs);

@@ -34,6 +34,8 @@ export interface DashboardFeed {
 export interface RunListener {
   update(u: UpdateMsg): void;
   ban(islandId: string): void;
+  /** The run was reopened elsewhere (an aggregator took over): every island must say hello again. */
+  reset(): void;
 }
 
 export interface RunPort {

@@ -20,6 +20,8 @@ import { RpcClient } from './rpc.ts';
 
 /** What the aggregator tells a gateway at start (`describe`). */
 export interface RunDescription {
+  /** The fencing token of the aggregator that answered. */
+  token: number;
   maxFrameBytes: number;
   version: number;
   hash: string;
@@ -75,6 +77,7 @@ export class RemotePort implements RunPort {
       try {
         const d = await this.rpc.call<RunDescription>('describe', [], 2000);
         this.desc = d;
+        this.aggregatorToken ||= d.token;
         if (d.version > this.dur.version) this.dur = { version: d.version, hash: d.hash };
         return d;
       } catch (e) {
@@ -88,13 +91,17 @@ export class RemotePort implements RunPort {
     try { ev = deserialize(payload) as RunEvent; } catch { return; }
     if (ev.kind === 'ban') this.listener?.ban(ev.islandId);
     else if (ev.kind === 'active' && ev.token !== this.aggregatorToken) {
-      if (this.aggregatorToken !== 0) {
-        this.log(`gateway: aggregator ${ev.token} took over from ${this.aggregatorToken}`);
-        this.rpc.failOpen('the aggregator changed');
-      }
+      const first = this.aggregatorToken === 0;
       this.aggregatorToken = ev.token;
-      // the new one may have restored an older θ than we announced: ask again
-      this.rpc.call<RunDescription>('describe', [], CALL_TIMEOUT_MS).then((d) => { this.desc = d; this.dur = { version: d.version, hash: d.hash }; }, () => {});
+      if (first) return;
+      this.log(`gateway: aggregator ${ev.token} took over`);
+      // the old one's answers died with it; the new one reopened the run at its last durable version
+      this.rpc.failOpen('the aggregator changed');
+      this.rpc.call<RunDescription>('describe', [], CALL_TIMEOUT_MS).then((d) => {
+        this.desc = d;
+        this.dur = { version: d.version, hash: d.hash };
+        this.listener?.reset();
+      }, () => this.listener?.reset());
     }
   }
 

@@ -82,6 +82,7 @@ export class RunHost {
     port.listen({
       update: (u) => void this.consumer.publishUpdate(token, serialize(u)).catch((e: unknown) => this.failed(e)),
       ban: (islandId) => void this.event({ kind: 'ban', islandId }),
+      reset: () => {},
     });
     this.rpc = new RpcServer(this.o.redis, this.keys, (m, a, gw) => this.handle(m, a, gw));
     void this.rpc.serve();
@@ -171,7 +172,7 @@ export class RunHost {
     switch (method) {
       case 'describe': {
         const run = this.core!.run;
-        return { maxFrameBytes: run.maxFrameBytes, version: run.version, hash: run.hash, limits: run.config.limits, allowOrigins: run.config.allowOrigins } satisfies RunDescription;
+        return { token: this.token, maxFrameBytes: run.maxFrameBytes, version: run.version, hash: run.hash, limits: run.config.limits, allowOrigins: run.config.allowOrigins } satisfies RunDescription;
       }
       case 'hello': return port.hello(a[0] as Parameters<RunPort['hello']>[0]);
       case 'nextAssignment': return port.nextAssignment(String(a[0]));
