@@ -5,6 +5,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { CpuEngine } from '../client/engine/cpu.ts';
+import { calibrate, fullStepPlan } from '../client/volunteer/calibrate.ts';
 import { estimateCosts } from '../client/volunteer/costs.ts';
 import { type BusyInfo, type EngineHandle, ResilientEngine } from '../client/volunteer/resilient-engine.ts';
 import { generateBetweenSteps } from '../client/volunteer/sampler.ts';
@@ -34,6 +35,8 @@ class LossyEngine implements TrainingEngine {
   private onLost!: (i: { reason: string; message: string }) => void;
   readonly lost = new Promise<{ reason: string; message: string }>((r) => { this.onLost = r; });
   stepDelayMs = 0;
+  /** Extra per batch row: a device bound by arithmetic. */
+  rowDelayMs = 0;
   constructor(readonly device: string) {}
   lose(): void { this.dead = true; this.onLost({ reason: 'unknown', message: 'test' }); }
   private check(): void { if (this.dead) throw new Error('E_DEVICE_LOST: gone'); }
@@ -45,7 +48,8 @@ class LossyEngine implements TrainingEngine {
   async resetOptimizerState() { this.check(); return this.inner.resetOptimizerState(); }
   async step(b: Batch, o: Parameters<TrainingEngine['step']>[1]) {
     this.check();
-    if (this.stepDelayMs) await new Promise((r) => setTimeout(r, this.stepDelayMs));
+    const delay = this.stepDelayMs + this.rowDelayMs * b.B;
+    if (delay) await new Promise((r) => setTimeout(r, delay));
     return this.inner.step(b, o);
   }
   async takeLosses() { this.check(); return this.inner.takeLosses(); }
@@ -224,6 +228,29 @@ describe('ResilientEngine', () => {
     expect(estimateCosts(timed, null).upPerHour).toBeNull();
     const fixed = parseRunInfo({ ...base, innerSteps: 10 });
     expect(estimateCosts(fixed, 1024).roundSec).toBeCloseTo(10);
+  });
+
+  it('calibration times full batches on a quick device and scales batches 1 and 2 up on a slow one', async () => {
+    const shape = { config, maxBatch: B, maxT: T };
+    const quick = await calibrate(new CpuEngine({ config, maxBatch: B, maxT: T }), data, shape, 'k');
+    expect(quick).toMatchObject({ key: 'k', estimated: false });
+    expect(quick.timed.map((t) => t.B)).toEqual([1, 2, B, B]);
+    expect(quick.tokensPerSec).toBeCloseTo((1000 * B * T) / quick.stepMs);
+    // bound by arithmetic, 800 ms a row: a full step (3.2 s) is estimated from 2.4 s of small steps
+    const slow = new LossyEngine('slow');
+    slow.rowDelayMs = 800;
+    const s = await calibrate(slow, data, shape, 'k');
+    expect(s.estimated).toBe(true);
+    expect(s.timed.map((t) => t.B)).toEqual([1, 2]);
+    expect(s.stepMs).toBeGreaterThanOrEqual(800 * B);
+    expect(s.stepMs).toBeLessThan(1.25 * 800 * B);
+    expect(s.ms).toBeLessThan(s.stepMs);
+    // the rule: the smaller of B × batch 1 and B/2 × batch 2, both at least the full step (fixed work ≥ 0)
+    expect(fullStepPlan(7000, 14_000, 8)).toEqual({ kind: 'estimated', stepMs: 56_000 });
+    expect(fullStepPlan(9300, 15_000, 8)).toEqual({ kind: 'estimated', stepMs: 60_000 });
+    expect(fullStepPlan(6000, 7500, 8)).toEqual({ kind: 'estimated', stepMs: 30_000 }); // batch 1 slowed by warm-up
+    expect(fullStepPlan(300, 600, 8)).toEqual({ kind: 'full' }); // a full step is cheap to time
+    expect(fullStepPlan(7000, 14_000, 2)).toEqual({ kind: 'full' });
   });
 
   it("a contributor's credit adds up their islands, ranks by merged tokens and shows their latest name", () => {

@@ -28,6 +28,7 @@ import { type Assignment, innerLearningRate } from '../core/protocol.ts';
 import type { IslandView } from '../core/api.ts';
 import { contributors } from '../core/credit.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
+import { openVolunteerPage, pageLog, pageView, textOf } from './helpers/volunteer-page.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const ARTIFACTS = join(ROOT, 'test-artifacts');
@@ -111,71 +112,15 @@ async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs: num
 // ---------------------------------------------------------------------------------------------
 // what the page exposes (window.__atoll, see client/volunteer/main.ts)
 
-interface PageView {
-  phase: string;
-  busy: boolean;
-  stepMs: number | null;
-  dutyCycle: number;
-  effectiveDutyCycle: number;
-  calibration: { tokensPerSec: number; stepMs: number; steps: number } | null;
-  connection: string;
-  engine: string | null;
-  device: string;
-  islandId: string | null;
-  round: { baseVersion: number; step: number; total: number } | null;
-  roundsAccepted: number;
-  roundsRejected: number;
-  tokensContributed: number;
-  tokensPerSec: number | null;
-  lastRejection: { code: string; message: string } | null;
-  pauseReasons: string[];
-}
 interface PageLoss { step: number; roundId: number; roundStep: number; version: number; loss: number; at: number }
 interface PageDebug { setDelays(d: Record<string, number>): void; phasesSeen: string[]; log: Array<{ text: string }> }
 const atoll = () => (globalThis as unknown as { __atoll: PageDebug }).__atoll;
 const setDelays = (b: LaunchedBrowser, d: Record<string, number>) => b.page.evaluate(`(${atoll})().setDelays(${JSON.stringify(d)})`);
 const phasesSeen = (b: LaunchedBrowser) => b.page.evaluate(`(${atoll})().phasesSeen.slice()`) as Promise<string[]>;
-const pageLog = (b: LaunchedBrowser) => b.page.evaluate(`(${atoll})().log.map((l) => l.text)`) as Promise<string[]>;
 interface IslandRow { id: string; name: string; contributorId: string; engine: string; adapter: string; accepted: number; rejected: number; rejectedByCode: Record<string, number>; tokens: number; connected: boolean }
 
-const pageView = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { view: PageView } }).__atoll.view);
 const pageLosses = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { losses: PageLoss[] } }).__atoll.losses.slice());
 const pageAssignments = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { assignments: Assignment[] } }).__atoll.assignments.slice());
-
-/** Waits until the element's text satisfies `ok` (string: contains it); returns the text. */
-async function textOf(b: LaunchedBrowser, selector: string, ok: string | ((t: string) => boolean) = () => true, timeoutMs = 10_000): Promise<string> {
-  const pred = typeof ok === 'string' ? (t: string) => t.includes(ok) : ok;
-  let last = '';
-  try {
-    return await waitFor(`${selector} text`, async () => {
-      last = (await b.page.locator(selector).textContent()) ?? '';
-      return pred(last) ? last : null;
-    }, timeoutMs, 100);
-  } catch {
-    throw new Error(`${selector}: text ${JSON.stringify(last)} did not match ${typeof ok === 'string' ? JSON.stringify(ok) : 'the condition'}`);
-  }
-}
-
-/**
- * Opens the page and waits for the run info and the WebGPU check. Reloads once if the page did not
- * come up (in a shared dev tree another `vite build` may be rewriting dist/client at that moment).
- */
-async function openVolunteerPage(b: LaunchedBrowser, url: string): Promise<void> {
-  const ready = () => b.page.waitForFunction(() => {
-    const a = (globalThis as unknown as { __atoll?: { probe: unknown; run: unknown } }).__atoll;
-    return !!(a?.probe && a.run);
-  }, null, { timeout: 30_000 });
-  for (let attempt = 0; ; attempt++) {
-    await b.page.goto(url);
-    try {
-      await ready();
-      return;
-    } catch (e) {
-      const body = (await b.page.locator('body').textContent().catch(() => '')) ?? '';
-      if (attempt > 0) throw new Error(`the volunteer page did not come up: ${(e as Error).message}\n${body.slice(0, 400)}\n${b.logs.slice(-10).join('\n')}`);
-    }
-  }
-}
 
 async function getJson<T>(url: string): Promise<T> {
   const r = await fetch(url);

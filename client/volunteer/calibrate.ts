@@ -1,14 +1,17 @@
 // Calibration before the first assignment: the island times a few real training steps on its own
 // engine, so the server can size even the first round to the run's target round time (DyLU reads
 // caps.tokensPerSec from hello). A reload re-uses the last measurement of the same device and shape.
+//
+// It must not cost a round's worth of time on a slow device (on a software GPU one full-batch step
+// of the `small` preset is about a minute): there it times batches of 1 and 2 and scales them up.
 
 import { sampleBatch } from '../../core/data/dataset.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import type { Calibration, ModelShape } from './messages.ts';
 
-/** A full-batch step shorter than this is timed twice (their mean counts: a round sees both kinds). */
-const SECOND_STEP_UNDER_MS = 3000;
+/** A full-batch step that would take under this is timed itself. */
+const FULL_STEP_UNDER_MS = 3000;
 
 /** Which saved measurement fits this engine and shape. */
 export function calibrationKey(kind: string, device: string, shape: ModelShape): string {
@@ -24,23 +27,43 @@ async function timeStep(e: TrainingEngine, train: Uint8Array, B: number, T: numb
 }
 
 /**
+ * How a full batch of B is timed, from a batch-1 and a batch-2 step (ms): 'full' (time it: it is
+ * cheap) or an estimate. A step costs f + m·B (fixed work f ≥ 0: dispatches, the optimizer; m per
+ * batch row), so B × batch 1 and B/2 × batch 2 are both at least the full step: the estimate is the
+ * smaller (a first step slowed by warm-up or a busy moment drops out). It is high by about
+ * f·(B/2 − 1): on a slow GPU bound by dispatches the first round comes out short rather than long.
+ */
+export function fullStepPlan(oneMs: number, twoMs: number, B: number): { kind: 'full' } | { kind: 'estimated'; stepMs: number } {
+  const stepMs = Math.min(oneMs * B, (twoMs * B) / 2);
+  return B <= 2 || stepMs < FULL_STEP_UNDER_MS ? { kind: 'full' } : { kind: 'estimated', stepMs };
+}
+
+/**
  * Times real steps on `e` (its θ and optimizer state are overwritten: call before the first round).
- * A batch-1 warm-up step first (first dispatches upload and settle), then a full-batch step, and a
- * second one when that was quick. A smaller batch cannot stand in: a GPU bound by dispatches, not
- * arithmetic, takes about as long for batch 1 as for batch 8.
+ * A batch-1 step (it also warms up the first dispatches) and a batch-2 step; then either the full
+ * batch is estimated from them (a slow device) or one or two full-batch steps are timed.
  */
 export async function calibrate(e: TrainingEngine, train: Uint8Array, shape: ModelShape, key: string): Promise<Calibration> {
   const t0 = performance.now();
   const B = shape.maxBatch;
   const T = Math.min(shape.maxT ?? shape.config.blockSize, shape.config.blockSize);
+  const timed: Calibration['timed'] = [];
+  const time = async (b: number) => {
+    const ms = await timeStep(e, train, b, T, timed.length);
+    timed.push({ B: b, ms });
+    return ms;
+  };
   await e.setParams(initParams(shape.config, 1));
-  await timeStep(e, train, 1, T, 0);
-  let stepMs = await timeStep(e, train, B, T, 1);
-  let steps = 2;
-  if (stepMs < SECOND_STEP_UNDER_MS) {
-    stepMs = (stepMs + (await timeStep(e, train, B, T, 2))) / 2;
-    steps += 1;
+  const oneMs = await time(1);
+  const plan = fullStepPlan(oneMs, B >= 2 ? await time(2) : oneMs, B);
+  let stepMs: number;
+  if (plan.kind === 'estimated') {
+    stepMs = plan.stepMs;
+  } else {
+    stepMs = await time(B);
+    // quick: a second one, and their mean counts (a round sees both kinds of step)
+    if (stepMs < FULL_STEP_UNDER_MS) stepMs = (stepMs + (await time(B))) / 2;
   }
   await e.resetOptimizerState();
-  return { key, tokensPerSec: (1000 * B * T) / stepMs, stepMs, steps, ms: performance.now() - t0, at: Date.now() };
+  return { key, tokensPerSec: (1000 * B * T) / stepMs, stepMs, timed, estimated: plan.kind === 'estimated', ms: performance.now() - t0, at: Date.now() };
 }

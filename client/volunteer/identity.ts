@@ -19,7 +19,7 @@ function validCalibration(c: unknown): Calibration | null {
   const x = c as Partial<Calibration> | null;
   if (!x || typeof x !== 'object' || typeof x.key !== 'string') return null;
   const pos = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v > 0;
-  return pos(x.tokensPerSec) && pos(x.stepMs) && pos(x.steps) && pos(x.ms) && pos(x.at) ? (x as Calibration) : null;
+  return pos(x.tokensPerSec) && pos(x.stepMs) && pos(x.ms) && pos(x.at) && typeof x.estimated === 'boolean' && Array.isArray(x.timed) ? (x as Calibration) : null;
 }
 
 export const DUTY_CYCLES = [0.25, 0.5, 0.75, 1] as const;

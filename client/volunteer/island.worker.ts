@@ -218,7 +218,10 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
   calibration = await calibrate(engine.current, data, o.shape, key);
   view.detail = '';
   post({ type: 'calibrated', calibration });
-  log('info', `Measured ${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s on ${calibration.steps} steps in ${(calibration.ms / 1000).toFixed(1)} s (a step ${(calibration.stepMs / 1000).toFixed(1)} s): the first round is sized from it.`);
+  const c = calibration;
+  const steps = c.timed.map((t) => `${t.B}: ${(t.ms / 1000).toFixed(1)} s`).join(', ');
+  log('info', `Measured ${Math.round(c.tokensPerSec).toLocaleString('en-US')} tokens/s in ${(c.ms / 1000).toFixed(1)} s (steps of batch ${steps}; ` +
+    `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): the first round is sized from it.`);
   publish(true);
 }
 

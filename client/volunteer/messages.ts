@@ -51,7 +51,10 @@ export interface Calibration {
   tokensPerSec: number;
   /** One full-batch step, ms. */
   stepMs: number;
-  steps: number;
+  /** The steps timed: batch size and time, ms. */
+  timed: Array<{ B: number; ms: number }>;
+  /** True when the full-batch step was estimated from batches 1 and 2 (a slow device), not timed. */
+  estimated: boolean;
   /** Time the calibration took, ms; when it was measured (epoch ms). */
   ms: number;
   at: number;
