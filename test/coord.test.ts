@@ -296,11 +296,14 @@ describe('DyLU', () => {
     const t = (a: Assignment, tps: number) => (a.innerSteps * a.batchSize * a.seqLen) / tps;
     expect(t(slow, 1024)).toBeCloseTo(t(fast, 4096), 9);
   });
-  it('sync: the first island on an idle server gets a whole round from its declared speed, a late joiner the time left', () => {
+  it('sync: the first island on an idle or fresh server gets a whole round from its declared speed, a late joiner the time left', () => {
     const c = makeCoord({ mode: 'sync', dylu: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, minInnerSteps: 1, maxInnerSteps: 1000 });
     // the round has been open (and empty) for a minute when the volunteer arrives
     expect(join(c, 60_000, { engine: 'webgpu', tokensPerSec: 1024 }).a.innerSteps).toBe(32);
     expect(join(c, 64_000, { engine: 'webgpu', tokensPerSec: 1024 }).a.innerSteps).toBe(16);
+    // a fresh server: the first island half a round after it opened still gets a whole round
+    const fresh = makeCoord({ mode: 'sync', dylu: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, minInnerSteps: 1, maxInnerSteps: 1000 });
+    expect(join(fresh, 4000, { engine: 'webgpu', tokensPerSec: 1024 }).a.innerSteps).toBe(32);
   });
 });
 

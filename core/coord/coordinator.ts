@@ -410,10 +410,10 @@ export class Coordinator {
     const cfg = this.cfg;
     const sync = cfg.mode === 'sync';
     const roundId = sync ? this.round.id : ++this.assignSerial;
-    // a round left empty past its target time starts again with its first member: an island joining
-    // an idle server gets a whole round, not the minimum
+    // a round nobody trains in starts again with its first member: an island joining an idle or a
+    // fresh server gets a whole round, not the time left of an empty one
     const r = this.round;
-    if (sync && r.members.size === 0 && r.pending.length === 0 && now - r.openedAt > cfg.targetRoundMs) r.openedAt = now;
+    if (sync && r.members.size === 0 && r.pending.length === 0) r.openedAt = now;
     if (sync) r.members.add(isl.id);
     // a late joiner of a sync round gets the time left in it (not an island back after its ack's round trip)
     const late = now - r.openedAt;
