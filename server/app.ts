@@ -14,7 +14,7 @@ import { Metrics, metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
 import { logCheckpoint, logRunEvent } from './ops-log.ts';
 import { Run } from './run.ts';
-import { localPort } from './run-port.ts';
+import { type RunPort, localPort } from './run-port.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
 import { ok } from '../core/result.ts';
 import type { RunConfig } from './run-config.ts';
@@ -168,17 +168,19 @@ export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0
   return { port: p, host, url: `http://${shown}:${p}` };
 }
 
+/** The island gateway on `app`'s HTTP server, with the run's limits. */
+export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: AtollServerOptions['gateway']): Gateway {
+  return new Gateway(app.server, {
+    run, helloPerMinute: c.limits.helloPerMinute, maxIslands: c.limits.maxIslands, allowOrigins: c.allowOrigins,
+    log: (line) => app.log.warn(line),
+    ...knobs,
+  });
+}
+
 /** The embedded default: the run, its REST API and the island gateway in one process. */
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const core = await createRunApp(o);
-  const gateway = new Gateway(core.app.server, {
-    run: localPort(core.run),
-    helloPerMinute: o.config.limits.helloPerMinute,
-    maxIslands: o.config.limits.maxIslands,
-    allowOrigins: o.config.allowOrigins,
-    log: (line) => core.app.log.warn(line),
-    ...o.gateway,
-  });
+  const gateway = attachGateway(core.app, localPort(core.run), o.config, o.gateway);
   let closed = false;
   return {
     ...core, gateway,

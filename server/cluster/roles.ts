@@ -7,8 +7,8 @@
 
 import { hostname } from 'node:os';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { type AtollServerOptions, type RunApp, baseApp, createRunApp, finishApp, listenOn } from '../app.ts';
-import { Gateway } from '../gateway.ts';
+import { type AtollServerOptions, type RunApp, attachGateway, baseApp, createRunApp, finishApp, listenOn } from '../app.ts';
+import type { Gateway } from '../gateway.ts';
 import { connectRedis } from './keys.ts';
 import { RemotePort } from './remote-port.ts';
 import { RunHost } from './run-host.ts';
@@ -55,14 +55,7 @@ export async function startGatewayRole(o: {
     api.get('/metrics', { config: { rateLimit: false } }, forward);
   });
   await finishApp(app, o.clientDir);
-  const gateway = new Gateway(app.server, {
-    run: port,
-    helloPerMinute: desc.limits.helloPerMinute,
-    maxIslands: desc.limits.maxIslands,
-    allowOrigins: desc.allowOrigins,
-    log: (line) => app.log.warn(line),
-    ...o.gateway,
-  });
+  const gateway = attachGateway(app, port, desc, o.gateway);
   let closed = false;
   return {
     app, gateway, port,
