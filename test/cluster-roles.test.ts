@@ -77,6 +77,12 @@ describe('atoll serve --redis --role: two gateways, one aggregator', () => {
       expect(i.tokens).toBeGreaterThan(0);
       expect(i.connected).toBe(true);
     }
+    // the run's API through either gateway: the admin token, a JSON body, /metrics
+    const auth = { authorization: 'Bearer test-admin-token', 'content-type': 'application/json' };
+    expect((await fetch(`${ga.url}/api/admin/whoami`)).status).toBe(401);
+    const patched = await getJson<{ config: { outer: { lr: number } } }>(`${ga.url}/api/admin/config`, { method: 'PATCH', headers: auth, body: JSON.stringify({ outerLr: 0.6 }) });
+    expect(patched.config.outer.lr).toBe(0.6);
+    expect(await (await fetch(`${gb.url}/metrics`)).text()).toMatch(/atoll_model_version \d+/);
     const status = await getJson<{ tokensTotal: number }>(`${ga.url}/api/status`);
     expect(status.tokensTotal).toBeGreaterThanOrEqual(islands.reduce((s, i) => s + i.tokens, 0) - 4096);
 
@@ -89,7 +95,7 @@ describe('atoll serve --redis --role: two gateways, one aggregator', () => {
     expect(a.report.islandId).toBe(id);
     expect(a.report.resumes).toBeGreaterThan(0);
     const after = await getJson<{ islands: IslandView[] }>(`${gb.url}/api/islands`);
-    expect(after.islands.map((i) => i.id).sort()).toEqual(islands.map((i) => i.id).sort());
+    expect(after.islands.map((i) => i.id).sort(), JSON.stringify(after.islands.map((i) => [i.id, i.name, i.status]))).toEqual(islands.map((i) => i.id).sort());
   }, 240_000);
 });
 

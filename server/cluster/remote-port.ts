@@ -30,7 +30,7 @@ export interface RunDescription {
 }
 
 /** Events the aggregator publishes on the event channel. */
-export type RunEvent = { kind: 'active'; token: number } | { kind: 'ban'; islandId: string };
+export type RunEvent = { kind: 'active'; token: number } | { kind: 'ban'; islandId: string } | { kind: 'limits'; maxFrameBytes: number };
 
 /** A REST request forwarded to the aggregator's API, and its answer. */
 export interface Forwarded { method: string; url: string; headers: Record<string, string>; body?: Buffer; remoteAddress: string }
@@ -90,6 +90,7 @@ export class RemotePort implements RunPort {
     let ev: RunEvent;
     try { ev = deserialize(payload) as RunEvent; } catch { return; }
     if (ev.kind === 'ban') this.listener?.ban(ev.islandId);
+    else if (ev.kind === 'limits' && this.desc) this.desc.maxFrameBytes = ev.maxFrameBytes;
     else if (ev.kind === 'active' && ev.token !== this.aggregatorToken) {
       const first = this.aggregatorToken === 0;
       this.aggregatorToken = ev.token;

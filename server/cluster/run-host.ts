@@ -212,6 +212,8 @@ export class RunHost {
     });
     const headers: Record<string, string> = {};
     for (const h of FORWARDED_HEADERS) if (res.headers[h] !== undefined) headers[h] = String(res.headers[h]);
+    // a new codec changes the largest legal frame every gateway checks
+    if (req.url.startsWith('/api/admin/config') && res.statusCode === 200) await this.event({ kind: 'limits', maxFrameBytes: this.core!.run.maxFrameBytes });
     return { statusCode: res.statusCode, headers, body: res.rawPayload };
   }
 
