@@ -4,7 +4,8 @@
 //   - after the click the device measures its speed without a full-batch step (batches of 1 and 2,
 //     scaled by FLOPs), and the per-hour network cost appears at that speed;
 //   - the first round is sized from it to the target round time (within 50 %), the first accepted
-//     round arrives within 3 minutes of the click, and the page counts what was sent and received.
+//     round arrives within 3 minutes of the click, and the page counts what was sent and received;
+//   - the real steps' speed replaces the estimate in what the page saves for the next visit.
 // The run's round target is ROUND_S (the preset's 90 s would make two steps of a minute here:
 // inside the criteria, but over this file's time budget). Figures go to test-artifacts/.
 
@@ -103,6 +104,12 @@ describe('volunteer page, small preset (Chromium, SwiftShader)', () => {
     await textOf(gpu!, '#s-up', (t) => t !== '–' && t !== '0 B');
     await textOf(gpu!, '#s-rounds', (t) => t !== '0' && t !== '–');
     await page.screenshot({ path: join(ARTIFACTS, 'volunteer-small.png'), fullPage: true });
+
+    // the estimate gives way to the real steps' median, saved for the next visit (a reload re-uses
+    // the saved measurement: test/e2e-volunteer.test.ts)
+    expect(accepted!.calibration).toMatchObject({ estimated: false, stepMs: accepted!.stepMs });
+    const saved = await page.evaluate(() => Object.values({ ...localStorage }).map((v) => { try { return JSON.parse(v).calibration; } catch { return undefined; } }).find(Boolean));
+    expect(saved).toMatchObject({ estimated: false, stepMs: accepted!.stepMs });
   }, 2 * FIRST_ROUND_LIMIT_S * 1000 + 60_000);
 });
 

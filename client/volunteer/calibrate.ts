@@ -19,6 +19,11 @@ export function calibrationKey(kind: string, device: string, shape: ModelShape):
   return [kind, device, c.vocabSize, c.blockSize, c.nLayer, c.nHead, c.nEmbd, shape.maxBatch, shape.maxT ?? c.blockSize].join('|');
 }
 
+/** The full batch a round trains on: what the calibration measures. */
+export function fullBatch(shape: ModelShape): { B: number; T: number } {
+  return { B: shape.maxBatch, T: Math.min(shape.maxT ?? shape.config.blockSize, shape.config.blockSize) };
+}
+
 async function timeStep(e: TrainingEngine, train: Uint8Array, B: number, T: number, i: number): Promise<number> {
   const t0 = performance.now();
   await e.step(sampleBatch(train, B, T, 7, 0, i), { lr: 0, gradClip: 1 });
@@ -45,8 +50,7 @@ export function fullStepPlan(oneMs: number, twoMs: number, B: number): { kind: '
  */
 export async function calibrate(e: TrainingEngine, train: Uint8Array, shape: ModelShape, key: string): Promise<Calibration> {
   const t0 = performance.now();
-  const B = shape.maxBatch;
-  const T = Math.min(shape.maxT ?? shape.config.blockSize, shape.config.blockSize);
+  const { B, T } = fullBatch(shape);
   const timed: Calibration['timed'] = [];
   const time = async (b: number) => {
     const ms = await timeStep(e, train, b, T, timed.length);

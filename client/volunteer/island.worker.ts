@@ -16,7 +16,7 @@ import { encodeText } from '../../core/data/tokenizer.ts';
 import { mfu } from '../../core/model/config.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
-import { calibrate, calibrationKey } from './calibrate.ts';
+import { calibrate, calibrationKey, fullBatch } from './calibrate.ts';
 import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
@@ -225,6 +225,19 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
   publish(true);
 }
 
+/**
+ * An estimated speed is replaced by the real steps' median once a full-batch round is accepted, so
+ * the cost card and a reload's first round use what this device really does.
+ */
+function refineCalibration(a: Assignment): void {
+  const c = calibration, med = engine?.medianStepMs;
+  const full = opts && fullBatch(opts.shape);
+  if (!c?.estimated || med == null || !full || a.batchSize !== full.B || a.seqLen !== full.T) return;
+  calibration = { ...c, stepMs: med, tokensPerSec: (1000 * a.batchSize * a.seqLen) / med, estimated: false, at: Date.now() };
+  post({ type: 'calibrated', calibration });
+  log('info', `A full step takes ${(med / 1000).toFixed(1)} s here (estimated ${(c.stepMs / 1000).toFixed(1)} s): saved for the next visit.`);
+}
+
 /** The name on the leaderboard: the display name, or a stable anonymous one from the contributor id. */
 function islandName(o: StartOptions): string {
   return (o.displayName || `volunteer-${o.contributorId.replace(/[^a-zA-Z0-9]/g, '').slice(0, 8)}`).slice(0, 64);
@@ -365,6 +378,7 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
       if (ack.status === 'applied') {
         view.roundsAccepted += 1;
         view.tokensContributed += meta.tokens;
+        if (assignment) refineCalibration(assignment);
         log('info', `Update accepted into model v${ack.version}: ${meta.tokens.toLocaleString('en-US')} tokens, ${frameBytes.toLocaleString('en-US')} bytes, mean loss ${meta.lossMean.toFixed(3)}.`);
       } else {
         view.roundsRejected += 1;
