@@ -26,6 +26,8 @@ export interface BenchServerOptions {
   procs?: number;
   /** Load test duration, seconds (default 20). */
   seconds?: number;
+  /** Load test on Redis roles: this many gateway processes and one aggregator (0: the embedded server). */
+  gateways?: number;
   /** Run the load test (default true). */
   load?: boolean;
   /** Apply-throughput repeats per codec (default: enough for ~1.5 s). */
@@ -37,6 +39,8 @@ export interface BenchServerOptions {
 
 export interface LoadResult {
   islands: number;
+  /** Gateway processes in front of one aggregator (0: the embedded server). */
+  gateways: number;
   /** Islands connected and identified at the end of the run. */
   connected: number;
   deltasPerSec: number;
@@ -47,8 +51,8 @@ export interface LoadResult {
   lost: number;
   duplicated: number;
   versions: number;
-  /** Group commits (checkpoint + log fsync) that made those versions durable. */
-  commits: number;
+  /** Group commits (checkpoint + log fsync) that made those versions durable (embedded server only). */
+  commits?: number;
   seconds: number;
 }
 
@@ -148,27 +152,56 @@ function percentile(sorted: number[], p: number): number {
 /** The load test's model: small enough that a thousand islands' deltas are cheap to make and apply. */
 export const LOAD_MODEL: GPTConfig = { vocabSize: 256, blockSize: 16, nLayer: 1, nHead: 1, nEmbd: 8 };
 
-export async function benchLoad(o: { islands: number; procs: number; seconds: number; log: (s: string) => void }): Promise<LoadResult> {
-  const { createServer } = await import('../server/app.ts');
-  const { buildRunConfig } = await import('../server/run-config.ts');
-  const dir = mkdtempSync(join(tmpdir(), 'atoll-bench-'));
-  const config = buildRunConfig({
+/** The load test's run: async, no norm bound, limits out of the way. */
+export function loadRunFile() {
+  return {
+    name: 'bench',
     model: LOAD_MODEL,
     coordinator: {
-      mode: 'async', seqLen: 16, batchSize: 1, innerSteps: 1, minInnerSteps: 1, maxStaleness: 1_000_000,
+      mode: 'async' as const, seqLen: 16, batchSize: 1, innerSteps: 1, minInnerSteps: 1, maxStaleness: 1_000_000,
       normBound: { factor: 0, window: 32, minHistory: 3 }, islandTimeoutMs: 600_000, keepUpdates: 4, historyLimit: 16,
     },
     limits: { helloPerMinute: 1_000_000, restPerMinute: 1_000_000, maxIslands: 1_000_000 },
     checkpoints: { keep: 2 },
-  }, { name: 'bench' });
+  };
+}
+
+/** Where the load goes: gateway URLs, and how to stop it once the islands are done. */
+export interface LoadTarget {
+  urls: string[];
+  stop(): Promise<{ connected: number; versions: number; commits?: number }>;
+}
+
+async function embeddedTarget(dir: string): Promise<LoadTarget> {
+  const { createServer } = await import('../server/app.ts');
+  const { buildRunConfig } = await import('../server/run-config.ts');
+  const config = buildRunConfig(loadRunFile(), { name: 'bench' });
   const server = await createServer({ dir, config, evaluate: false, adminToken: 'bench', gateway: { messagesPerSecond: 1000, heartbeatMs: 30_000 } });
   const { url } = await server.listen(0, '127.0.0.1');
+  return {
+    urls: [url],
+    async stop() {
+      const connected = server.gateway.islandSockets;
+      await server.run.drain();
+      const versions = server.run.version;
+      const commits = server.run.store.stats.commits;
+      await server.close();
+      return { connected, versions, commits };
+    },
+  };
+}
+
+export async function benchLoad(o: { islands: number; procs: number; seconds: number; gateways?: number; log: (s: string) => void }): Promise<LoadResult> {
+  const dir = mkdtempSync(join(tmpdir(), 'atoll-bench-'));
+  const gateways = o.gateways ?? 0;
+  const target = gateways > 0 ? await (await import('./cluster-load.ts')).clusterTarget(dir, gateways, o.log) : await embeddedTarget(dir);
+  const url = target.urls.join(' ');
   const n = numParams(LOAD_MODEL);
   o.log(`load: server on ${url}, ${o.islands} islands in ${o.procs} processes, ${o.seconds} s, model of ${n} params`);
   const per = Math.ceil(o.islands / o.procs);
   const children = Array.from({ length: o.procs }, (_, i) => {
     const count = Math.min(per, o.islands - i * per);
-    return fork(new URL('./server-load-worker.ts', import.meta.url), [url, String(count), String(o.seconds * 1000), String(i)], {
+    return fork(new URL('./server-load-worker.ts', import.meta.url), [target.urls[i % target.urls.length], String(count), String(o.seconds * 1000), String(i)], {
       execArgv: ['--import', REGISTER_URL], stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     });
   });
@@ -194,11 +227,7 @@ export async function benchLoad(o: { islands: number; procs: number; seconds: nu
     c.on('exit', () => resolve(rep ?? { connected: 0, acks: [], latencies: [], rejected: 0, errors: ['worker exited without a report'] }));
   })));
   void startedAt;
-  const connected = server.gateway.islandSockets;
-  await server.run.drain();
-  const versions = server.run.version;
-  const storeStats = { ...server.run.store.stats };
-  await server.close();
+  const { connected, versions, commits } = await target.stop();
 
   // every applied ack must be logged exactly once as a contributor of the version it names
   const logged = new Map<string, number>();
@@ -227,6 +256,7 @@ export async function benchLoad(o: { islands: number; procs: number; seconds: nu
   rmSync(dir, { recursive: true, force: true });
   return {
     islands: o.islands,
+    gateways,
     connected: Math.max(connected, reports.reduce((a, r) => a + r.connected, 0)),
     deltasPerSec: acked / o.seconds,
     ackP50Ms: percentile(lat, 50),
@@ -236,7 +266,7 @@ export async function benchLoad(o: { islands: number; procs: number; seconds: nu
     lost,
     duplicated,
     versions,
-    commits: storeStats.commits,
+    commits,
     seconds: o.seconds,
   };
 }
@@ -263,7 +293,7 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
     log(`outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`);
   }
   if (opts.load !== false) {
-    out.load = await benchLoad({ islands: opts.islands ?? 1000, procs: Math.max(1, opts.procs ?? 4), seconds: opts.seconds ?? 20, log });
+    out.load = await benchLoad({ islands: opts.islands ?? 1000, procs: Math.max(1, opts.procs ?? 4), seconds: opts.seconds ?? 20, gateways: opts.gateways, log });
   }
   return out;
 }

@@ -188,12 +188,13 @@ export function buildProgram(): Command {
     .option('--islands <n>', 'simulated islands for the load test', intArg, 1000)
     .option('--procs <n>', 'child processes that hold the simulated islands', intArg, 4)
     .option('--seconds <s>', 'load test duration', numArg, 20)
+    .option('--gateways <n>', 'load test on Redis roles: n gateway processes and one aggregator (a redis-server on a free port; 0: the embedded server)', intArg, 0)
     .option('--skip-load', 'only measure apply throughput')
     .option('--outer-workers <n>', 'worker threads for the off-loop outer step (0: skip that part)', intArg, 2)
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { benchServer } = await import('../bench/server.ts');
-      const r = await benchServer({ islands: o.islands, procs: o.procs, seconds: o.seconds, load: !o.skipLoad, outerWorkers: o.outerWorkers, log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n') });
+      const r = await benchServer({ islands: o.islands, procs: o.procs, seconds: o.seconds, gateways: o.gateways, load: !o.skipLoad, outerWorkers: o.outerWorkers, log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });
   bench.command('kernels')

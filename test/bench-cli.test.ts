@@ -9,7 +9,7 @@ describe('bench CLI', () => {
     const sub = Object.fromEntries(bench.commands.map((c) => [c.name(), c.options.map((o) => o.long)]));
     expect(sub.kernels).toEqual(expect.arrayContaining(['--json', '--quick', '--peak-tflops', '--no-autotune', '--profile']));
     expect(sub.codec).toEqual(expect.arrayContaining(['--json', '--repeats']));
-    expect(sub.server).toBeDefined();
+    expect(sub.server).toEqual(expect.arrayContaining(['--islands', '--procs', '--seconds', '--gateways', '--skip-load', '--json']));
   });
 
   it('formats a codec report', () => {
