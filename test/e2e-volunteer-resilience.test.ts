@@ -169,19 +169,21 @@ describe('ResilientEngine', () => {
 
   it('a sample is written between training steps: same tokens as generate(), no training step stretched 2×', async () => {
     const { engine, devices } = await resilient();
-    devices[0].stepDelayMs = 40;
+    // steps of 150 ms: a busy 2-core machine's timer jitter (tens of ms) stays well inside the 2×
+    // bound; tokens of 20 ms: the whole sample at once (≥ 480 ms) would not
+    devices[0].stepDelayMs = 150;
     const theta = initParams(config, 3);
     await engine.setParams(theta);
     const sampler = new CpuEngine({ config, maxBatch: 1 });
     await sampler.setParams(theta);
     const slow = new Proxy(sampler, {
       get: (t, k) => (k === 'nextTokenLogits'
-        ? async (c: Uint8Array) => { await new Promise((r) => setTimeout(r, 8)); return t.nextTokenLogits(c); }
+        ? async (c: Uint8Array) => { await new Promise((r) => setTimeout(r, 20)); return t.nextTokenLogits(c); }
         : Reflect.get(t, k)),
     });
     const o = { tokens: 24, temperature: 0.8, seed: 5 };
     const want = await generate(sampler, Uint8Array.from([67, 97]), o);
-    // training runs alongside: step times must stay near their usual 40 ms
+    // training runs alongside: step times must stay near their usual 150 ms
     await engine.step(batch(0), stepOpts(0));
     await engine.takeLosses();
     let done = false;
