@@ -3,7 +3,7 @@
 //   hello → assignment ─┐
 //   ┌───────────────────┘
 //   │ bring the replica θ to the assignment's base version (updates, else snapshot; hash-checked)
-//   │ engine.setParams(θ_v); innerSteps × engine.step (lr from the assignment's plan)
+//   │ engine.setParams(θ_v) (dense codes: fresh AdamW); innerSteps × engine.step (lr from the assignment's plan)
 //   │ Δ = engine.readDelta(); frame = encodeWithFeedback(Δ, residual)   (residual stays here)
 //   │ submitDelta(meta, frame) → ack (durable)            nextAssignment() → assignment
 //   │ (not applied: what was sent goes back into the residual, so no work is dropped)
@@ -13,6 +13,7 @@
 // the Transport, the Clock and the TrainingEngine differ. No node: imports.
 
 import { CodecScratch, ErrorFeedback, encodeWithFeedback } from '../../core/codec/index.ts';
+import { AUDITABLE_ENCODINGS } from '../../core/coord/audit.ts';
 import { applyUpdateMessage, type ReplicaState } from '../../core/coord/replica.ts';
 import { hashParams } from '../../core/coord/hash.ts';
 import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
@@ -277,6 +278,10 @@ export class IslandRuntime {
     { steps: number; lossFirst: number; lossLast: number; lossMean: number; elapsedMs: number } | 'stopped' | 'abandoned'
   > {
     await this.engine.setParams(theta);
+    // dense codes: every round from a fresh AdamW, so a validator can recompute Δ from the job alone
+    // (core/coord/audit.ts). Sparse codes keep it: their residual makes Δ unverifiable anyway, and
+    // reset rounds there grow the residual until the norm bound rejects everything (measured).
+    if (AUDITABLE_ENCODINGS.includes(a.codec.encoding)) await this.engine.resetOptimizerState();
     const B = a.batchSize, T = a.seqLen;
     if (!this.batch || this.batch.inputs.length < B * T) this.batch = allocBatch(B, T);
     const lossEvery = Math.max(1, this.opts.lossEvery ?? 1);

@@ -216,6 +216,15 @@ export class Coordinator {
     return ok(undefined);
   }
 
+  /** A validator's verdict on one of the island's deltas (audit.ts); returns its counts. */
+  recordAudit(islandId: string, passed: boolean): Result<{ passed: number; failed: number }> {
+    const found = this.lookup(islandId, false);
+    if (!found.ok) return found;
+    const a = (found.value.audits ??= { passed: 0, failed: 0 });
+    if (passed) a.passed++; else a.failed++;
+    return ok({ ...a });
+  }
+
   /**
    * The next assignment after a submit. null: wait — an 'assignment' event will bring it (sync: when
    * the round closes; paused: on resume). E_DONE when the run reached its token budget.

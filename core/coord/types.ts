@@ -3,7 +3,7 @@
 
 import type { AtollError, Result } from '../result.ts';
 import { streamId } from '../data/dataset.ts';
-import type { Assignment, DeltaMeta, IslandCaps, UpdateMsg } from '../protocol.ts';
+import type { Assignment, DeltaMeta, InnerLrPlan, IslandCaps, UpdateMsg } from '../protocol.ts';
 import type { CoordinatorConfig, CoordinatorConfigPatch } from './config.ts';
 
 export type IslandStatus = 'online' | 'offline' | 'left' | 'banned';
@@ -48,6 +48,8 @@ export interface IslandRecord {
   caps: IslandCaps;
   /** Its last few assignments: what its deltas' claims are checked against (validate.ts). */
   work?: AssignedWork[];
+  /** Verdicts of validators on its deltas (audit.ts); absent until the first. */
+  audits?: { passed: number; failed: number };
 }
 
 /** The figures of one assignment that a delta's claims must fit. */
@@ -56,6 +58,10 @@ export interface AssignedWork {
   steps: number;
   batchSize: number;
   issuedAt: number;
+  /** What a validator needs to redo it (audit.ts); absent on records from older checkpoints. */
+  data?: { seed: number; stream: number; stepStart: number };
+  lr?: InnerLrPlan;
+  gradClip?: number;
 }
 
 export interface DeltaSubmission {

@@ -48,7 +48,7 @@ export function checkDeltaPlace(m: DeltaMeta, isl: IslandRecord, c: DeltaPlaceCo
 /** Keeps an assignment's figures on the island's record (the last WORK_KEPT). */
 export function rememberWork(isl: IslandRecord, a: Assignment): void {
   const list = (isl.work ??= []); // records restored from older checkpoints have none
-  list.push({ roundId: a.roundId, steps: a.innerSteps, batchSize: a.batchSize, issuedAt: a.issuedAt });
+  list.push({ roundId: a.roundId, steps: a.innerSteps, batchSize: a.batchSize, issuedAt: a.issuedAt, data: { ...a.data }, lr: { ...a.lr }, gradClip: a.gradClip });
   if (list.length > WORK_KEPT) list.shift();
 }
 

@@ -1,0 +1,71 @@
+// A validator island (`atoll island --validator`): takes audit jobs from the server, redoes each
+// round on its engine (the CPU reference by default) from a fresh AdamW, and answers with the
+// cosine and norm ratio of the submitted Δ against its own. The server judges (core/coord/audit.ts).
+//
+//   link.auth() → loop { job = link.take(); m = await judge(engine, train, job); link.verdict(job.jobId, m) }
+
+import { decodeDelta } from '../../core/codec/index.ts';
+import { type AuditJob, compareDeltas } from '../../core/coord/audit.ts';
+import { hashParams } from '../../core/coord/hash.ts';
+import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
+import type { TrainingEngine } from '../../core/engine.ts';
+import { innerLearningRate } from '../../core/protocol.ts';
+import type { Result } from '../../core/result.ts';
+
+/** The Δ an honest island sends for this job's round: θ_base − θ after `steps` fresh-AdamW steps. */
+export async function recomputeDelta(engine: TrainingEngine, train: Uint8Array, job: Pick<AuditJob, 'params' | 'work'>): Promise<Float32Array> {
+  const w = job.work;
+  await engine.setParams(job.params);
+  await engine.resetOptimizerState();
+  const batch = allocBatch(w.batchSize, w.seqLen);
+  for (let i = 0; i < w.steps; i++) {
+    sampleBatch(train, w.batchSize, w.seqLen, w.data.seed, w.data.stream, w.data.stepStart + i, batch);
+    await engine.step(batch, { lr: innerLearningRate(w.lr, i), gradClip: w.gradClip });
+  }
+  await engine.takeLosses();
+  return engine.readDelta();
+}
+
+export interface AuditMeasure { cosine: number | null; normRatio: number | null; reason?: string }
+
+/** Recomputes the job and compares; cosine null when it cannot be judged (θ's hash, an undecodable frame). */
+export async function judge(engine: TrainingEngine, train: Uint8Array, job: AuditJob): Promise<AuditMeasure> {
+  if (hashParams(job.params) !== job.baseHash) return { cosine: null, normRatio: null, reason: 'base θ does not match its hash' };
+  const sent = decodeDelta(job.frame, job.params.length);
+  if (!sent.ok) return { cosine: null, normRatio: null, reason: `${sent.error.code}: ${sent.error.message}` };
+  const ref = await recomputeDelta(engine, train, job);
+  return compareDeltas(sent.value, ref);
+}
+
+/** The validator's side of the wire (socket.io in `atoll island --validator`). */
+export interface ValidatorLink {
+  take(): Promise<Result<AuditJob | null>>;
+  verdict(jobId: number, m: AuditMeasure): Promise<Result<{ islandId: string; passed: boolean | null; banned: boolean }>>;
+}
+
+export interface ValidatorOptions {
+  engine: TrainingEngine;
+  train: Uint8Array;
+  link: ValidatorLink;
+  /** Waits this long when there is no job (ms). */
+  idle: () => Promise<void>;
+  onVerdict?: (job: AuditJob, m: AuditMeasure, passed: boolean | null, banned: boolean) => void;
+  stopped: () => boolean;
+}
+
+/** Runs audits until stopped() or the link fails; returns the number of verdicts sent. */
+export async function runValidator(o: ValidatorOptions): Promise<Result<number>> {
+  let n = 0;
+  while (!o.stopped()) {
+    const j = await o.link.take();
+    if (!j.ok) return j;
+    if (!j.value) { await o.idle(); continue; }
+    const job = j.value;
+    const m = await judge(o.engine, o.train, job);
+    const v = await o.link.verdict(job.jobId, m);
+    if (!v.ok) return v;
+    n++;
+    o.onVerdict?.(job, m, v.value.passed, v.value.banned);
+  }
+  return { ok: true, value: n };
+}
