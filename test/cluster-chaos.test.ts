@@ -11,7 +11,7 @@ import { chaos } from '../server/commands/chaos.ts';
 describe('atoll chaos', () => {
   it('is a command with its flags', () => {
     const c = buildProgram().commands.find((x) => x.name() === 'chaos')!;
-    expect(c.options.map((o) => o.long)).toEqual(expect.arrayContaining(['--islands', '--fail', '--tokens', '--latency', '--no-baseline', '--cluster', '--versions', '--json']));
+    expect(c.options.map((o) => o.long)).toEqual(expect.arrayContaining(['--islands', '--fail', '--tokens', '--latency', '--no-baseline', '--roles', '--cluster', '--versions', '--json']));
   });
 
   it('a faulty run: every fault fires, lost = 0, duplicates = 0, goodput and eval loss reported', async () => {

@@ -8,9 +8,12 @@
 // no matching contributor in the event log), duplicates (a contributor logged twice), and the eval
 // loss against the fault-free run.
 //
-// Topology today: the embedded server (one process). The gateway and aggregator roles on Redis
-// (server/cluster/) are not wired into `atoll serve` yet, so no gateway kill or aggregator failover
-// is scheduled: `topology` and `faults` in the result say exactly what ran.
+// Topology: the embedded server (one process), or with `roles` the Redis roles: a redis-server,
+// two `atoll serve --role aggregator` (one active, one standby) on one run folder and two
+// `--role gateway`; each island's proxy leads to one gateway and its `--server` list names the
+// other next. The faulty run then also kills gateway 0 (kill -9; its islands fail over) and the
+// active aggregator (kill -9; the standby takes over, a new standby is started), and reports each
+// failover time. `topology` and `faults` in the result say exactly what ran.
 //
 // Every fault fires in the first half of the tokens, so the second half shows the run recovering.
 //
@@ -23,7 +26,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FaultProxy } from '../cluster/proxy.ts';
-import { freeTcpPort } from '../cluster/redis-proc.ts';
+import { type RedisProc, freeTcpPort, startRedis } from '../cluster/redis-proc.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const SELF = fileURLToPath(import.meta.url);
@@ -41,6 +44,8 @@ export interface ChaosOptions {
   seed?: number;
   /** Also run without faults, for the eval-loss comparison (default true). */
   baseline?: boolean;
+  /** On the Redis roles (two gateways, two aggregators) instead of the embedded server. */
+  roles?: boolean;
   log?: (line: string) => void;
 }
 
@@ -61,10 +66,14 @@ export interface ChaosRun {
   islandKills: number;
   connectionDrops: number;
   pauses: number;
+  gatewayKills: number;
+  aggregatorKills: number;
+  /** Roles: ms from the active aggregator's kill -9 to its standby's takeover. */
+  failoverMs: number[];
 }
 
 export interface ChaosResult {
-  topology: 'embedded';
+  topology: 'embedded' | 'roles';
   islands: number;
   failFraction: number;
   tokens: number;
@@ -107,10 +116,12 @@ async function waitUntil(what: string, ms: number, f: () => Promise<boolean>): P
   }
 }
 
-function spawnIsland(url: string, name: string, serverPort: number, latencyMs: number): Promise<IslandChild> {
-  const proxy = new FaultProxy({ host: '127.0.0.1', port: serverPort }, { latencyMs });
+/** An island behind a proxy to `ports[0]`; the other ports are its next gateways (`--server A,B`). */
+function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<IslandChild> {
+  const proxy = new FaultProxy({ host: '127.0.0.1', port: ports[0] }, { latencyMs });
   return proxy.listen().then((proxyUrl) => {
-    const child = spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), SELF, 'island', proxyUrl, name], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] });
+    const servers = [proxyUrl, ...ports.slice(1).map((p) => `http://127.0.0.1:${p}`)].join(',');
+    const child = spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), SELF, 'island', servers, name], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] });
     const isl: IslandChild = { name, child, proxy, acks: [], tokensSubmitted: 0, stepsSinceSubmit: 0, tokensPerStep: 0, exited: new Promise((r) => child.once('exit', () => r())) };
     let partial = '';
     child.stdout?.on('data', (b: Buffer) => {
@@ -132,22 +143,54 @@ function spawnIsland(url: string, name: string, serverPort: number, latencyMs: n
   });
 }
 
+type Serve = { child: ChildProcess; out: string; exited: Promise<void> };
+
+function serveChild(args: string[]): Serve {
+  const child = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'], env: { ...process.env, ATOLL_ADMIN_TOKEN: 'chaos' } });
+  const s: Serve = { child, out: '', exited: new Promise<void>((r) => child.once('exit', () => r())) };
+  child.stdout?.on('data', (b: Buffer) => { s.out += b.toString(); });
+  return s;
+}
+
+const alive = (s: Serve) => s.child.exitCode === null && s.child.signalCode === null;
+
 async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | 'baseline'>>, log: (s: string) => void, faults: string[]): Promise<ChaosRun> {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-chaos-'));
-  const port = await freeTcpPort();
   writeFileSync(join(dir, 'run.json'), JSON.stringify({ coordinator: { totalTokens: o.tokens } }));
-  const server = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', '--port', String(port), '--host', '127.0.0.1', '--preset', 'tiny',
-    '--run-dir', join(dir, 'run'), '--config', join(dir, 'run.json'), '--inner-steps', String(o.innerSteps), '--seed', String(o.seed)],
-  { cwd: ROOT, stdio: ['ignore', 'ignore', 'ignore'], env: { ...process.env, ATOLL_ADMIN_TOKEN: 'chaos' } });
-  const serverExited = new Promise<void>((r) => server.once('exit', () => r()));
-  const url = `http://127.0.0.1:${port}`;
+  const runFlags = ['--preset', 'tiny', '--run-dir', join(dir, 'run'), '--config', join(dir, 'run.json'), '--inner-steps', String(o.innerSteps), '--seed', String(o.seed)];
+  const servers: Serve[] = [];
+  let redis: RedisProc | null = null;
+  const ports: number[] = [];
+  const aggregators: Serve[] = [];
+  const startAggregator = () => {
+    const a = serveChild(['--redis', redis!.url, '--role', 'aggregator', '--name', 'chaos', '--lease-ms', '2000', ...runFlags]);
+    servers.push(a);
+    aggregators.push(a);
+  };
   const islands: IslandChild[] = [];
-  const counts = { islandKills: 0, connectionDrops: 0, pauses: 0 };
+  const counts = { islandKills: 0, connectionDrops: 0, pauses: 0, gatewayKills: 0, aggregatorKills: 0 };
+  const failoverMs: number[] = [];
   const t0 = performance.now();
   try {
-    await waitUntil('atoll serve to answer', 60_000, async () => (await fetch(`${url}/healthz`)).ok);
+    if (o.roles) {
+      redis = await startRedis();
+      startAggregator();
+      startAggregator();
+      for (let g = 0; g < 2; g++) {
+        ports.push(await freeTcpPort());
+        servers.push(serveChild(['--redis', redis.url, '--role', 'gateway', '--name', 'chaos', '--port', String(ports[g]), '--host', '127.0.0.1']));
+      }
+    } else {
+      ports.push(await freeTcpPort());
+      servers.push(serveChild(['--port', String(ports[0]), '--host', '127.0.0.1', ...runFlags]));
+    }
+    for (const p of ports) await waitUntil('atoll serve to answer', 120_000, async () => (await fetch(`http://127.0.0.1:${p}/healthz`)).ok);
+    // the last gateway is never killed: the harness reads the run there
+    const url = `http://127.0.0.1:${ports[ports.length - 1]}`;
+    const route = (k: number) => ports.map((_, j) => ports[(k + j) % ports.length]);
     let next = 0;
-    for (let i = 0; i < o.islands; i++) islands.push(await spawnIsland(url, `island-${next++}`, port, o.latencyMs));
+    const addIsland = async () => { islands.push(await spawnIsland(`island-${next}`, route(next), o.latencyMs)); next++; };
+    for (let i = 0; i < o.islands; i++) await addIsland();
     log(`chaos: ${faulty ? 'faulty' : 'clean'} run, ${o.islands} islands, to ${o.tokens} tokens`);
 
     // the schedule: [progress, action], fired once each as θ's tokens pass the mark
@@ -163,7 +206,24 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
           await victim.proxy.close();
           counts.islandKills++;
           killed.push(victim);
-          islands.push(await spawnIsland(url, `island-${next++}`, port, o.latencyMs));
+          await addIsland();
+        }]);
+      }
+      if (o.roles) {
+        schedule.push([0.25, 'kill -9 gateway 0', async () => {
+          servers[2].child.kill('SIGKILL');
+          await servers[2].exited;
+          counts.gatewayKills++;
+        }]);
+        schedule.push([0.35, 'kill -9 the active aggregator', async () => {
+          const active = aggregators.find((a) => alive(a) && a.out.includes('aggregator active'))!;
+          active.child.kill('SIGKILL');
+          const t = performance.now();
+          await active.exited;
+          counts.aggregatorKills++;
+          startAggregator();
+          await waitUntil('a standby to take over', 60_000, async () => aggregators.some((a) => a !== active && a.out.includes('aggregator active')));
+          failoverMs.push(Math.round(performance.now() - t));
         }]);
       }
       for (const p of [0.2, 0.4]) schedule.push([p, 'drop connections', () => { islands[0].proxy.dropAll(); counts.connectionDrops++; }]);
@@ -198,16 +258,21 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
     for (const i of islands) i.child.kill('SIGTERM');
     await Promise.race([Promise.all(islands.map((i) => i.exited)), sleep(10_000)]);
     for (const i of islands) i.child.kill('SIGKILL');
-    server.kill('SIGTERM');
-    await serverExited;
+    for (const sv of [...servers].reverse()) { if (alive(sv)) sv.child.kill('SIGTERM'); await sv.exited; }
 
+    // updates as the run folder holds them: a 'resume' at version v (a takeover) drops what the
+    // log said past v (logged, never made durable by a checkpoint, never acknowledged)
+    let updates: Array<{ version: number; tokens: number; contributors: Array<{ island: string; seq: number }> }> = [];
+    for (const line of readFileSync(join(dir, 'run', 'events.jsonl'), 'utf8').split('\n')) {
+      if (line.includes('"type":"resume"')) {
+        const v = (JSON.parse(line) as { version: number }).version;
+        updates = updates.filter((u) => u.version <= v);
+      } else if (line.includes('"type":"update"')) updates.push(JSON.parse(line));
+    }
     const logged = new Map<string, number>();
     let tokensInTheta = 0;
-    let versions = 0;
-    for (const line of readFileSync(join(dir, 'run', 'events.jsonl'), 'utf8').split('\n')) {
-      if (!line.includes('"type":"update"')) continue;
-      const e = JSON.parse(line) as { tokens: number; contributors: Array<{ island: string; seq: number }> };
-      versions++;
+    const versions = updates.length;
+    for (const e of updates) {
       tokensInTheta += e.tokens;
       for (const c of e.contributors) logged.set(`${c.island}#${c.seq}`, (logged.get(`${c.island}#${c.seq}`) ?? 0) + 1);
     }
@@ -220,11 +285,13 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
     return {
       faulty, seconds: Number(seconds.toFixed(1)), versions, tokensComputed, tokensInTheta,
       goodput: Number((tokensInTheta / Math.max(1, tokensComputed)).toFixed(4)),
-      acked, lost, duplicates, evalLoss: last.evalLoss, ...counts,
+      acked, lost, duplicates, evalLoss: last.evalLoss, ...counts, failoverMs,
     };
   } finally {
     for (const i of islands) if (i.child.exitCode === null) i.child.kill('SIGKILL');
-    if (server.exitCode === null) server.kill('SIGKILL');
+    for (const sv of servers) if (alive(sv)) sv.child.kill('SIGKILL');
+    await Promise.all(servers.map((sv) => sv.exited));
+    await redis?.stop();
     await Promise.all(islands.map((i) => i.proxy.close().catch(() => {})));
     rmSync(dir, { recursive: true, force: true });
   }
@@ -233,14 +300,14 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
 export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
   const o = {
     islands: opts.islands ?? 4, failFraction: opts.failFraction ?? 0.3, tokens: opts.tokens ?? 40_000,
-    latencyMs: opts.latencyMs ?? 10, innerSteps: opts.innerSteps ?? 8, seed: opts.seed ?? 1,
+    latencyMs: opts.latencyMs ?? 10, innerSteps: opts.innerSteps ?? 8, seed: opts.seed ?? 1, roles: opts.roles ?? false,
   };
   const log = opts.log ?? (() => {});
   const clean = opts.baseline === false ? null : await runOnce(false, o, log, []);
   const faults: string[] = [];
   const faulty = await runOnce(true, o, log, faults);
   const d = clean && clean.evalLoss !== null && faulty.evalLoss !== null ? (100 * (faulty.evalLoss - clean.evalLoss)) / clean.evalLoss : null;
-  return { topology: 'embedded', islands: o.islands, failFraction: o.failFraction, tokens: o.tokens, faults, clean, faulty, evalLossDeltaPct: d === null ? null : Number(d.toFixed(2)) };
+  return { topology: o.roles ? 'roles' : 'embedded', islands: o.islands, failFraction: o.failFraction, tokens: o.tokens, faults, clean, faulty, evalLossDeltaPct: d === null ? null : Number(d.toFixed(2)) };
 }
 
 // ── the island child ────────────────────────────────────────────────────────────────────────
