@@ -27,6 +27,7 @@ import { sampleBatch } from '../core/data/dataset.ts';
 import { type Assignment, innerLearningRate } from '../core/protocol.ts';
 import type { IslandView } from '../core/api.ts';
 import { contributors } from '../core/credit.ts';
+import { median } from '../core/coord/aggregate.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
 import { openVolunteerPage, pageLog, pageView, textOf } from './helpers/volunteer-page.ts';
 
@@ -348,13 +349,21 @@ describe('volunteer page (Chromium)', () => {
       const p = ls[i];
       return p.roundId === l.roundId && l.roundStep > p.roundStep ? [{ at: l.at, ms: (l.at - p.at) / (l.roundStep - p.roundStep) }] : [];
     });
+    // the usual step: the median of the steps just before the sample, or of those just after when
+    // they are slower (a machine shared with other work slows all steps at times, not only these)
+    const after = (await waitFor('steps after the sample', async () => {
+      const a = perStep(await pageLosses(gpu!)).filter((x) => x.at > t1 + 50);
+      return a.length >= 4 ? a : null;
+    }, 60_000, 250)).map((x) => x.ms);
     const all = perStep(await pageLosses(gpu!));
-    const before = all.filter((x) => x.at < t0).slice(-12).map((x) => x.ms).sort((a, b) => a - b);
+    const before = all.filter((x) => x.at < t0).slice(-12).map((x) => x.ms);
     const during = all.filter((x) => x.at > t0 && x.at <= t1 + 50).map((x) => x.ms);
-    const median = before[before.length >> 1];
+    const usual = Math.max(median(before), median(after.slice(0, 12)));
     expect(during.length, 'steps ran while the sample was written').toBeGreaterThan(0);
-    timings.sampleTrainingStepMaxOverMedian = Math.round((100 * Math.max(...during)) / median) / 100;
-    for (const ms of during) expect(ms, `step ${Math.round(ms)} ms vs median ${Math.round(median)} ms`).toBeLessThan(2 * median);
+    timings.sampleTrainingStepMaxOverMedian = Math.round((100 * Math.max(...during)) / usual) / 100;
+    timings.sampleStepMedianBeforeMs = Math.round(median(before));
+    timings.sampleStepMedianAfterMs = Math.round(median(after));
+    for (const ms of during) expect(ms, `step ${Math.round(ms)} ms vs median ${Math.round(usual)} ms`).toBeLessThan(2 * usual);
     lap('sample while training');
   });
 
