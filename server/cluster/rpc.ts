@@ -69,6 +69,9 @@ export class RpcClient {
   }
 }
 
+/** Requests taken per round trip at most. */
+const BATCH = 256;
+
 export type RpcHandler = (method: string, args: unknown[], gateway: string) => unknown;
 
 /** The aggregator's side: pops requests one at a time and answers each when its handler settles. */
@@ -84,16 +87,23 @@ export class RpcServer {
   /** Serves until `stop`; handlers start in the order their requests were pushed. */
   async serve(): Promise<void> {
     while (!this.stopped) {
-      let got: [Buffer, Buffer] | null = null;
-      try { got = await this.blocker.brpopBuffer(this.keys.rpc, 1); } catch { if (!this.stopped) await new Promise((r) => setTimeout(r, 200)); }
-      if (!got) continue;
-      let req: Request;
-      try { req = deserialize(got[1]) as Request; } catch { continue; }
-      if (req.exp < Date.now()) continue;
-      Promise.resolve()
-        .then(() => this.handle(req.m, req.a, req.gw))
-        .then((v) => this.reply(req, { id: req.id, ok: true, v }), (e: unknown) => this.reply(req, { id: req.id, ok: false, e: (e as Error)?.message ?? String(e) }));
+      let got: Buffer[] = [];
+      try {
+        // wait for one, then take what queued up behind it in the same round trip
+        const first = await this.blocker.brpopBuffer(this.keys.rpc, 1);
+        if (first) got = [first[1], ...((await this.blocker.rpopBuffer(this.keys.rpc, BATCH)) ?? [])];
+      } catch { if (!this.stopped) await new Promise((r) => setTimeout(r, 200)); }
+      for (const raw of got) this.start(raw);
     }
+  }
+
+  private start(raw: Buffer): void {
+    let req: Request;
+    try { req = deserialize(raw) as Request; } catch { return; }
+    if (req.exp < Date.now()) return;
+    Promise.resolve()
+      .then(() => this.handle(req.m, req.a, req.gw))
+      .then((v) => this.reply(req, { id: req.id, ok: true, v }), (e: unknown) => this.reply(req, { id: req.id, ok: false, e: (e as Error)?.message ?? String(e) }));
   }
 
   private reply(req: Request, r: Reply): void {

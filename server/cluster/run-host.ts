@@ -21,7 +21,7 @@ import { type RunKeys, runKeys, scriptErrorCode } from './keys.ts';
 import { AggregatorLease } from './lease.ts';
 import type { Forwarded, ForwardedReply, RunDescription, RunEvent } from './remote-port.ts';
 import { RpcServer } from './rpc.ts';
-import { type StreamDelta, DeltaConsumer } from './stream.ts';
+import { type Settled, type StreamDelta, DeltaConsumer } from './stream.ts';
 
 export interface RunHostOptions {
   redis: Redis;
@@ -55,6 +55,8 @@ export class RunHost {
   /** Per gateway: when last heard of, its sockets per island, its undelivered history points. */
   private readonly gateways = new Map<string, { seen: number; sockets: Map<string, number>; history: Map<number, HistoryPoint> }>();
   private readonly log: (line: string) => void;
+  /** Deltas answered by the Run, settled together at the end of the tick. */
+  private settling: Settled[] = [];
 
   constructor(private readonly o: RunHostOptions) {
     this.keys = runKeys(o.run);
@@ -115,7 +117,7 @@ export class RunHost {
   private async consume(): Promise<void> {
     try {
       for (const d of await this.consumer.readPending(this.token)) this.take(d);
-      while (!this.stopped) for (const d of await this.consumer.readNew(this.token, 64, 500)) this.take(d);
+      while (!this.stopped) for (const d of await this.consumer.readNew(this.token, 256, 500)) this.take(d);
     } catch (e) {
       if (!this.stopped) this.failed(e);
     }
@@ -129,13 +131,23 @@ export class RunHost {
       // JSON has no NaN: the gateway's NaN losses arrive as null
       for (const k of ['lossFirst', 'lossLast', 'lossMean'] as const) meta[k] ??= NaN;
     } catch {
-      void this.consumer.settle(this.token, [{ ...d, state: 'r:E_BAD_REQUEST:unreadable meta' }]).catch((e: unknown) => this.failed(e));
+      this.settle({ id: d.id, island: d.island, seq: d.seq, state: 'r:E_BAD_REQUEST:unreadable meta' });
       return;
     }
     void this.port!.submit({ ...meta, islandId: d.island, seq: d.seq }, d.frame).then((ack) => {
-      const state = ack.status === 'applied' ? `v:${ack.version}` : `r:${ack.error?.code ?? 'E_REJECTED'}:${(ack.error?.message ?? '').slice(0, 200)}`;
-      return this.consumer.settle(this.token, [{ ...d, state }]);
-    }).catch((e: unknown) => this.failed(e));
+      this.settle({ id: d.id, island: d.island, seq: d.seq, state: ack.status === 'applied' ? `v:${ack.version}` : `r:${ack.error?.code ?? 'E_REJECTED'}:${(ack.error?.message ?? '').slice(0, 200)}` });
+    }, (e: unknown) => this.failed(e));
+  }
+
+  /** One fenced settle for every delta answered in this tick (a durable version answers many at once). */
+  private settle(s: Settled): void {
+    this.settling.push(s);
+    if (this.settling.length > 1) return;
+    setImmediate(() => {
+      const batch = this.settling;
+      this.settling = [];
+      this.consumer.settle(this.token, batch).catch((e: unknown) => this.failed(e));
+    });
   }
 
   // ── requests ──────────────────────────────────────────────────────────────────────────────
