@@ -493,9 +493,9 @@ export class Coordinator {
     if (kept.length > 0) {
       const g = this.gBuf;
       combineDeltas(kept, cfg, this.versionNum, g, this.accBuf);
-      const { scale, period } = outerStepOf(cfg, kept, this.islandsById.values());
+      const step = outerStepOf(cfg, kept, this.islandsById.values());
       const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
-      const res = this.commitUpdate(g, scale, period, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
+      const res = this.commitUpdate(g, step, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
       if (res.ok) for (const p of kept) this.norms.push(p, this.cfg.normBound.window);
       else {
         for (const p of kept) rejected.push(this.rejectedFrom(p, res.error.code, res.error.message));
@@ -518,11 +518,11 @@ export class Coordinator {
    * Q the downlink codec with server-side error feedback. Emits the 'update' event.
    */
   private commitUpdate(
-    g: Float32Array, scale: number, period: number, now: number,
+    g: Float32Array, { scale, period, share }: { scale: number; period: number; share?: boolean }, now: number,
     contributors: Contribution[], rejected: RejectedContribution[], losses: Array<{ tokens: number; loss: number }>,
   ): Result<void> {
     const cfg = this.cfg;
-    const finite = period === 0 ? this.outer.proposePlain(g, scale) : this.outer.propose(cfg.outer, g, scale, period);
+    const finite = period === 0 ? this.outer.proposePlain(g, scale) : this.outer.propose(cfg.outer, g, scale, period, share);
     if (!finite) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
     const q = this.downlink.encode(this.outer.update, cfg.downlink);
     if (!q.ok) return q;

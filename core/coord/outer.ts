@@ -15,7 +15,11 @@
 //     Nesterov step on the average, but each arrival still lands immediately.
 //
 // s is the caller's scale: 1 in sync mode (g is already the round's weighted mean), 1/N in async
-// mode (one island's Δ is 1/N of a round's worth of progress).
+// mode (one island's Δ is 1/N of a round's worth of progress). An async merge window that holds the
+// share s of a fleet round (`share`) takes that fraction of an outer step:
+//       m ← μ^s·m + s·g;  u = lr·(s·g + s·μ·m)  (nesterov),  u = lr·s·m  (sgd)
+// so 1/s such windows move θ about as one full step does; a full momentum step per small window
+// (the budget's tail, a window of the fast islands alone) overshot.
 
 export type OuterKind = 'nesterov' | 'sgd' | 'delayed-nesterov';
 
@@ -67,10 +71,11 @@ export class OuterOptimizer {
   }
 
   /**
-   * Computes u for pseudo-gradient `g` with scale `s` and (delayed-nesterov) period `period`.
+   * Computes u for pseudo-gradient `g` with scale `s` and (delayed-nesterov) period `period`; with
+   * `share`, s is the window's share of a fleet round (sgd/nesterov: that fraction of a step).
    * Returns false when u has a non-finite entry (then nothing may be committed).
    */
-  propose(cfg: OuterConfig, g: Float32Array, s: number, period: number): boolean {
+  propose(cfg: OuterConfig, g: Float32Array, s: number, period: number, share = false): boolean {
     const { lr, momentum: mu } = cfg;
     const m = this.state.momentum, mNext = this.nextMomentum, u = this.update;
     const n = g.length;
@@ -97,11 +102,12 @@ export class OuterOptimizer {
       this.nextBufferCount = flush ? 0 : this.state.bufferCount + 1;
     } else {
       const nesterov = cfg.kind === 'nesterov';
+      const decay = share ? Math.pow(mu, s) : mu, part = share ? s : 1;
       for (let i = 0; i < n; i++) {
         const gi = s * g[i];
-        const mi = Math.fround(mu * m[i] + gi);
+        const mi = Math.fround(decay * m[i] + gi);
         mNext[i] = mi;
-        u[i] = nesterov ? lr * (gi + mu * mi) : lr * mi;
+        u[i] = nesterov ? lr * (gi + part * mu * mi) : lr * part * mi;
         probe += u[i] * 0;
       }
       this.nextBufferCount = this.state.bufferCount;

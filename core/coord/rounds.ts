@@ -162,14 +162,15 @@ export function windowShouldClose(r: RoundState, islands: Iterable<IslandRecord>
 
 /**
  * The outer step of a merge window: scale = the window's tokens / the tokens of one round of every
- * online island (capped at 1), so a window that holds part of the fleet moves θ by its share;
+ * online island (capped at 1), so a window that holds part of the fleet moves θ, momentum included,
+ * by its share (OuterOptimizer.propose's `share`);
  * delayed Nesterov's period counts windows (dnPeriod, default 1).
  */
-export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number }>, islands: Iterable<IslandRecord>): { scale: number; period: number } {
+export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number }>, islands: Iterable<IslandRecord>): { scale: number; period: number; share: boolean } {
   let round = 0;
   for (const isl of islands) if (isl.status === 'online') round += isl.assignedSteps * isl.batchSize * cfg.seqLen;
   const tokens = kept.reduce((a, p) => a + p.tokens, 0);
-  return { scale: round > 0 ? Math.min(1, tokens / round) : 1, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1 };
+  return { scale: round > 0 ? Math.min(1, tokens / round) : 1, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1, share: true };
 }
 
 /** Holds a counted delta in the open round (sync) or merge window (async, which opens with it). */
@@ -186,7 +187,7 @@ export function hold(r: RoundState, p: PendingDelta, isl: IslandRecord, sync: bo
  * Async Local-SGD does. One island alone (soloPlainStep) takes its Δ as it is, period 0 = a plain
  * step: momentum would amplify one island's short rounds several times over.
  */
-export function outerStepOf(cfg: CoordinatorConfig, kept: PendingDelta[], islands: Iterable<IslandRecord>): { scale: number; period: number } {
+export function outerStepOf(cfg: CoordinatorConfig, kept: PendingDelta[], islands: Iterable<IslandRecord>): { scale: number; period: number; share?: boolean } {
   const all = [...islands];
   if (cfg.soloPlainStep && kept.length === 1 && onlineCount(all) <= 1) return { scale: 1, period: 0 };
   if (cfg.mode === 'sync') return { scale: 1, period: 1 };
