@@ -10,7 +10,10 @@ import type { Transport } from '../client/island/transport.ts';
 import { IslandRuntime } from '../client/island/runtime.ts';
 import { type CodecOptions, decodeDelta, encodeDelta, peekHeader } from '../core/codec/index.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
+import { DEFAULT_COORDINATOR_CONFIG, mergeConfig } from '../core/coord/config.ts';
 import { OuterOptimizer } from '../core/coord/outer.ts';
+import { windowStep } from '../core/coord/rounds.ts';
+import { newIslandRecord } from '../core/coord/types.ts';
 import { getPreset } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode } from '../core/protocol.ts';
@@ -104,6 +107,16 @@ describe('the outer step of a merge window', () => {
     // about an eighth of the step it would have taken as a whole window (not the whole momentum term)
     const norm = (x: Float32Array) => Math.hypot(...x);
     expect(norm(half.update)).toBeLessThan(0.2 * norm(full.update));
+  });
+
+  it('the share is of a nominal round (DyLU target time × speed), not of the budget\'s short last assignments', () => {
+    const cfg = mergeConfig(DEFAULT_COORDINATOR_CONFIG, { mode: 'async', dylu: true, targetRoundMs: 10_000, seqLen: 8 });
+    // two islands at 320 tokens/s: 3200 tokens a nominal round; the budget's tail gave each 2 steps × 4 × 8 = 64
+    const isl = (id: string) => ({ ...newIslandRecord(id, { engine: 'cpu' }, 4, 0), tokensPerSec: 320, assignedSteps: 2 });
+    const islands = [isl('a'), isl('b')];
+    expect(windowStep(cfg, [{ tokens: 64 }], islands).scale).toBeCloseTo(64 / 6400, 12);
+    // a full round of both is a whole step
+    expect(windowStep(cfg, [{ tokens: 3200 }, { tokens: 3200 }], islands).scale).toBe(1);
   });
 
   it('the coordinator steps a window of part of the fleet by its share', () => {

@@ -162,13 +162,20 @@ export function windowShouldClose(r: RoundState, islands: Iterable<IslandRecord>
 
 /**
  * The outer step of a merge window: scale = the window's tokens / the tokens of one round of every
- * online island (capped at 1), so a window that holds part of the fleet moves θ, momentum included,
+ * online island (at least a nominal one; capped at 1), so a window that holds part of the fleet moves θ, momentum included,
  * by its share (OuterOptimizer.propose's `share`);
  * delayed Nesterov's period counts windows (dnPeriod, default 1).
  */
 export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number }>, islands: Iterable<IslandRecord>): { scale: number; period: number; share: boolean } {
   let round = 0;
-  for (const isl of islands) if (isl.status === 'online') round += isl.assignedSteps * isl.batchSize * cfg.seqLen;
+  for (const isl of islands) {
+    if (isl.status !== 'online') continue;
+    // a nominal round (DyLU's target time at the island's measured speed), not the budget's short
+    // last assignments: with error feedback their deltas carry the residual's backlog, and steps
+    // of those tail windows at a share of a short round overshot
+    const nominal = cfg.dylu && cfg.targetRoundMs > 0 && isl.tokensPerSec ? (isl.tokensPerSec * cfg.targetRoundMs) / 1000 : 0;
+    round += Math.max(isl.assignedSteps * isl.batchSize * cfg.seqLen, nominal);
+  }
   const tokens = kept.reduce((a, p) => a + p.tokens, 0);
   return { scale: round > 0 ? Math.min(1, tokens / round) : 1, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1, share: true };
 }
