@@ -137,6 +137,7 @@ export function buildProgram(): Command {
     .addOption(new Option('--codec <enc>', 'diloco preset: delta encoding').choices([...ENCODINGS]))
     .option('--inner-steps <n>', 'inner steps H of the nominal island', intArg)
     .option('--quick', 'one seed and fewer rows (tests)')
+    .option('--rows <names>', "only these rows of the preset, comma-separated (with --quick: any row of the full preset, one seed)")
     .option('--eval-batches <n>', 'held-out batches per evaluation (default 64)', intArg)
     .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from', intArg)
     .option('--compare <rows>', "diloco preset: baselines to add, comma-separated (ddp,single; 'none')")

@@ -15,6 +15,7 @@ describe('atoll simulate', () => {
     const o = simulateOptionsFromCli({ preset: 'diloco', islands: '3', tokens: '5000', mode: 'sync', codec: 'sparse', json: true, quick: true, evalBatches: 64 });
     expect(o.ok && o.value).toMatchObject({ preset: 'diloco', islands: 3, tokens: 5000, mode: 'sync', codec: 'sparse', json: true, quick: true, evalBatches: 64 });
     expect(simulateOptionsFromCli({ preset: 'tiny' }).ok && simulateOptionsFromCli({ preset: 'tiny' })).toMatchObject({ value: { preset: 'compare', model: 'tiny' } });
+    expect(simulateOptionsFromCli({ rows: 'ddp, async-sparse-dropout30' })).toMatchObject({ ok: true, value: { rows: ['ddp', 'async-sparse-dropout30'] } });
     const bad = simulateOptionsFromCli({ codec: 'int3' });
     expect(bad.ok ? '' : bad.error.code).toBe('E_BAD_REQUEST');
   });
@@ -47,6 +48,12 @@ describe('atoll simulate', () => {
     for (const k of ['name', 'evalLoss', 'evalLossSd', 'tokens', 'bytesUpPerIsland', 'bytesDownPerIsland', 'commReductionVsDdp', 'goodput', 'rejected']) expect(json.runs[1]).toHaveProperty(k);
     expect(json.runs[1].seedLosses).toHaveLength(1);
     expect(readFileSync(join(out, 'plot.svg'), 'utf8')).toContain('<polyline');
+  });
+
+  it('--rows keeps the named rows of the preset; an unknown name is an error before anything runs', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'atoll-sim-'));
+    await expect(runSimulate({ preset: 'smoke', rows: ['sync-int4', 'nope'], out, print: false, log: () => {} })).rejects.toThrow(/unknown row nope: the preset has ddp, single, sync-int4/);
+    expect(existsSync(join(out, 'report.json'))).toBe(false);
   });
 
   it('stops a row that never reaches its budget (every delta rejected) and reports it as stalled', async () => {

@@ -90,6 +90,7 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
   if (raw.out !== undefined) o.out = String(raw.out);
   if (raw.data !== undefined) o.data = String(raw.data);
   if (raw.compare !== undefined) o.compare = raw.compare === true ? 'ddp,single' : String(raw.compare);
+  if (raw.rows !== undefined) o.rows = String(raw.rows).split(',').map((s) => s.trim()).filter(Boolean);
   o.json = raw.json === true || raw.json === 'true';
   o.quick = raw.quick === true || raw.quick === 'true';
   return ok(o);
@@ -159,10 +160,15 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     data: opts.data,
   };
   let rows: SimRow[];
-  if (preset === 'compare') rows = compareRows(d, opts.quick);
+  if (preset === 'compare') rows = compareRows(d, opts.quick && !opts.rows);
   else {
     const extra = (opts.compare ?? 'ddp,single').split(',').map((s) => s.trim()).filter((s) => s && s !== 'none');
     rows = dilocoRows(d, opts.mode ?? (preset === 'smoke' ? 'sync' : 'async'), opts.codec ?? 'int4', extra);
+  }
+  if (opts.rows) {
+    const unknown = opts.rows.filter((n) => !rows.some((r) => r.name === n));
+    if (unknown.length) throw Object.assign(new Error(`unknown row ${unknown.join(', ')}: the preset has ${rows.map((r) => r.name).join(', ')}`), { code: 'E_BAD_REQUEST' });
+    rows = rows.filter((r) => opts.rows!.includes(r.name));
   }
   const workers = opts.workers ?? Math.min(2, availableParallelism());
   const warmTokens = opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768);

@@ -172,6 +172,8 @@ export interface SimulateOptions {
   out?: string;
   /** Print report.json on stdout instead of the table. */
   json?: boolean;
+  /** Only these rows of the preset, by name (with quick: the full preset's rows, one seed). */
+  rows?: string[];
   /** Extra rows by name to add to 'diloco' ('ddp', 'single'), comma-separated; 'none' drops them. */
   compare?: string;
   seed?: number;
