@@ -112,6 +112,8 @@ export interface IslandView {
   cosine: number | null;
   /** Mean of their ‖Δ‖/√steps ÷ the round's median (1: typical; null: none yet). */
   normRatio: number | null;
+  /** Validators' verdicts on its deltas (verified work; absent until the first). */
+  audits?: { passed: number; failed: number };
 }
 
 /** One accepted Δ of an island, as it went into an outer update. */

@@ -149,7 +149,15 @@ export const UpdatesSchema = Type.Object({ fromVersion: Int() }, closed);
 export const ByeSchema = Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, closed);
 /** `rename`: the island's display name, changed while connected (the leaderboard shows it from its next update). */
 export const RenameSchema = Type.Object({ name: Type.String({ minLength: 1, maxLength: 64 }) }, closed);
-/** `nextAssignment`, `fetchModel`: no payload ({} or none). */
+/** `validator`: a trusted validator's token (docs/protocol.md, "Verified work"). */
+export const ValidatorSchema = Type.Object({ token: Type.String({ minLength: 1, maxLength: 256 }) }, closed);
+/** `verdict`: a validator's measurement of an audit job; both null when it could not judge it. */
+export const VerdictSchema = Type.Object({
+  jobId: Int(),
+  cosine: Type.Union([Type.Number({ minimum: -1.001, maximum: 1.001 }), Type.Null()]),
+  normRatio: Type.Union([Type.Number({ minimum: 0, maximum: 1e12 }), Type.Null()]),
+}, closed);
+/** `nextAssignment`, `fetchModel`, `auditJob`: no payload ({} or none). */
 export const EmptySchema = Type.Union([Type.Object({}, closed), Type.Undefined(), Type.Null()]);
 
 /** The answer to `hello`. */

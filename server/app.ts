@@ -18,6 +18,7 @@ import { type RunPort, localPort } from './run-port.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
 import { ok } from '../core/result.ts';
 import type { RunConfig } from './run-config.ts';
+import { type AuditOptions, RunAudits } from './audit.ts';
 
 export interface AtollServerOptions {
   /** The run folder. */
@@ -34,6 +35,8 @@ export interface AtollServerOptions {
   logLevel?: string;
   /** Where the server listens, recorded in the run folder's lock. */
   listenOn?: { host: string; port: number };
+  /** Verified work: audits of a sample of accepted deltas by validators holding this token (server/audit.ts). */
+  audit?: AuditOptions;
   /** Gateway knobs for tests and the bench. */
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
 }
@@ -137,6 +140,7 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
     lock.value();
     throw e;
   }
+  if (o.audit?.token) run.audits = new RunAudits(run, o.audit);
   run.store.onEvent = (e) => logRunEvent(app.log, e);
   run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
   const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);

@@ -107,6 +107,9 @@ export function buildProgram(): Command {
     .option('--redis <url>', 'scale out on Redis (redis://HOST:PORT): with --role, this process is one part of the run')
     .addOption(new Option('--role <role>', 'with --redis: gateway (islands, pages, API; any number), aggregator (the run folder and coordinator; one active, the others standby), or all (both)').choices(['gateway', 'aggregator', 'all']))
     .option('--lease-ms <ms>', 'with --redis: the aggregator lease; a standby takes over this long after the active one stops renewing (default 5000)', intArg)
+    .option('--validator-token <token>', 'verified work: validators (atoll island --validator) authenticate with this (default $ATOLL_VALIDATOR_TOKEN; none: no audits)')
+    .option('--audit-rate <f>', 'fraction of accepted dense-code deltas audited, [0, 1] (default 0.1)', numArg)
+    .option('--audit-ban-after <n>', 'failed audits that ban an island (0: never; default 2)', intArg)
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');
       await serve(o);
@@ -121,6 +124,8 @@ export function buildProgram(): Command {
     .option('--batch <n>', 'largest micro-batch to run (default: the run\'s)', intArg)
     .option('--duty <f>', 'fraction of time spent computing, (0, 1]', numArg)
     .option('--json', 'print one JSON summary at the end')
+    .option('--validator', 'audit a sample of other islands\' deltas instead of training (recomputes them on the engine, cpu by default)')
+    .option('--validator-token <token>', 'with --validator: the run\'s validator token (default $ATOLL_VALIDATOR_TOKEN)')
     .action(async (o) => {
       const { island } = await import('./commands/island.ts');
       process.exitCode = await island(o);

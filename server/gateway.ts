@@ -13,7 +13,9 @@ import type { Static, TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import {
   ByeSchema, RenameSchema, type DeltaMeta, DeltaSchema, EmptySchema, ErrorCode, type HelloAnswer, HelloSchema, PROTOCOL_VERSION, UpdatesSchema,
+  ValidatorSchema, VerdictSchema,
 } from '../core/protocol.ts';
+import { AuditError } from '../core/coord/audit.ts';
 import { err, ok } from '../core/result.ts';
 import type { DashboardTick, IslandView } from '../core/api.ts';
 import type { RunPort } from './run-port.ts';
@@ -38,6 +40,8 @@ const checkUpdates = compile(UpdatesSchema);
 const checkBye = compile(ByeSchema);
 const checkRename = compile(RenameSchema);
 const checkEmpty = compile(EmptySchema);
+const checkValidator = compile(ValidatorSchema);
+const checkVerdict = compile(VerdictSchema);
 
 function firstError(c: { Errors(v: unknown): Iterable<{ path: string; message: string }> }, v: unknown): string {
   for (const e of c.Errors(v)) return `${e.path || '(message)'}: ${e.message}`;
@@ -72,6 +76,8 @@ interface IslandSocketState {
   tokens: number;
   refilledAt: number;
   violations: number;
+  /** Authenticated with the validator token. */
+  validator?: boolean;
 }
 
 /** Addresses whose hello budget is remembered (the least recently seen is forgotten first). */
@@ -235,7 +241,7 @@ export class Gateway {
           });
       });
     };
-    const known = new Set(['hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye']);
+    const known = new Set(['hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict']);
     socket.onAny((event: string) => {
       if (!known.has(event)) violation(GatewayError.UNKNOWN_EVENT, `unknown event '${String(event).slice(0, 64)}'`);
     });
@@ -340,6 +346,29 @@ export class Gateway {
       if (!checkRename.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `rename: ${firstError(checkRename, payload)}`));
       const r = await this.run.rename(st.islandId, (payload as Static<typeof RenameSchema>).name);
       ack(r.ok ? ok({}) : err(r.error.code, r.error.message));
+    });
+
+    // verified work: a validator authenticates with the token, then takes jobs and sends verdicts
+    const notValidator = () => err(AuditError.NOT_VALIDATOR, 'this connection is not a validator (send `validator` with the server\'s token first)');
+    handle('validator', (payload, ack) => {
+      if (!checkValidator.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `validator: ${firstError(checkValidator, payload)}`));
+      const audits = this.run.audits;
+      if (!audits || !audits.auth((payload as Static<typeof ValidatorSchema>).token)) {
+        return ack(err(AuditError.NOT_VALIDATOR, audits ? 'wrong validator token' : 'this server runs no audits (no validator token)'));
+      }
+      st.validator = true;
+      ack(ok({}));
+    });
+    handle('auditJob', async (payload, ack) => {
+      if (!st.validator || !this.run.audits) return ack(notValidator());
+      if (!checkEmpty.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, 'auditJob takes no payload'));
+      ack(ok(await this.run.audits.take()));
+    });
+    handle('verdict', async (payload, ack) => {
+      if (!st.validator || !this.run.audits) return ack(notValidator());
+      if (!checkVerdict.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `verdict: ${firstError(checkVerdict, payload)}`));
+      const v = payload as Static<typeof VerdictSchema>;
+      ack(await this.run.audits.verdict(v.jobId, v.cosine, v.normRatio));
     });
 
     handle('bye', async (payload, ack) => {

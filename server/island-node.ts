@@ -45,13 +45,13 @@ interface RunInfoLite {
   name: string;
 }
 
-async function getJson(url: string): Promise<unknown> {
+export async function getJson(url: string): Promise<unknown> {
   const res = await fetch(url);
   if (!res.ok) throw new Error(`GET ${url} answered ${res.status}`);
   return res.json();
 }
 
-async function getBytes(url: string): Promise<Uint8Array> {
+export async function getBytes(url: string): Promise<Uint8Array> {
   const res = await fetch(url);
   if (!res.ok) throw new Error(`GET ${url} answered ${res.status}`);
   return new Uint8Array(await res.arrayBuffer());

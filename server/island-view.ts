@@ -13,5 +13,6 @@ export function islandView(r: IslandRecord, connected: boolean, quality: { cosin
     accepted: r.accepted, rejected, rejectedByCode: r.rejected, lastSeen: r.lastSeen,
     status: r.status === 'online' && !connected ? 'offline' : r.status, connected,
     innerSteps: r.assignedSteps, batchSize: r.batchSize, staleness: r.lastStaleness, joinedAt: r.joinedAt, ...quality,
+    ...(r.audits ? { audits: { ...r.audits } } : {}),
   };
 }

@@ -8,6 +8,7 @@
 import type { HistoryPoint, IslandView, RunStatus } from '../core/api.ts';
 import type { AckMsg, Assignment, DeltaMeta, IslandCaps, UpdateMsg } from '../core/protocol.ts';
 import { type Result, ok } from '../core/result.ts';
+import type { AuditJobWire, VerdictAnswer } from './audit.ts';
 import type { Run } from './run.ts';
 
 export interface HelloRequest {
@@ -64,6 +65,15 @@ export interface RunPort {
   status(): Promise<RunStatus>;
   /** History points changed since the last call, with the status and islands when a dashboard watches (else null: dropped). */
   dashboardFeed(watching: boolean): Promise<DashboardFeed | null>;
+  /** Verified work; absent where this process holds no audits (no validator token, or a Redis gateway). */
+  audits?: AuditPort;
+}
+
+/** The validators' side of the run (server/audit.ts). */
+export interface AuditPort {
+  auth(token: string): boolean;
+  take(): Promise<AuditJobWire | null>;
+  verdict(jobId: number, cosine: number | null, normRatio: number | null): Promise<Result<VerdictAnswer>>;
 }
 
 /** The embedded port: the gateway and the Run in one process. */
@@ -102,5 +112,10 @@ export function localPort(run: Run): RunPort {
       const history = run.takeDirtyHistory();
       return watching ? { history, status: run.status(), islands: run.islands() } : null;
     },
+    audits: run.audits ? {
+      auth: (token) => run.audits!.auth(token),
+      take: async () => run.audits!.take(),
+      verdict: (jobId, cosine, normRatio) => run.audits!.verdict(jobId, cosine, normRatio),
+    } : undefined,
   };
 }

@@ -6,6 +6,7 @@
 // pump (pump.ts) publishes a batch of events (acks, broadcasts, assignments) only once its
 // checkpoint (run-checkpoint.ts) and log lines (history.ts) are on disk (store.ts).
 
+import type { RunAudits } from './audit.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
 import type { TextDataset } from '../core/data/dataset.ts';
 import { encodeCheckpoint } from '../core/checkpoint.ts';
@@ -80,6 +81,8 @@ export class Run {
   onUpdate: (u: UpdateMsg) => void = () => {};
   onIslandEvent: (islandId: string, status: string, reason: string) => void = () => {};
   onBan: (islandId: string) => void = () => {};
+  /** Verified work (server/audit.ts): null unless a validator token was given. */
+  audits: RunAudits | null = null;
 
   private constructor(o: OpenRunOptions, store: RunStore, dataset: TextDataset, coord: Coordinator, resumed: boolean) {
     this.dir = o.dir;
@@ -325,7 +328,9 @@ export class Run {
     const known = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
     if (known) return known;
     const t0 = performance.now();
+    const audit = this.audits?.sample(meta) ?? null;
     const r = this.coord.submit({ meta, frame }, Date.now());
+    if (audit && r.ok) this.audits!.offer(meta, frame, audit);
     this.metrics.applySeconds.observe((performance.now() - t0) / 1000);
     this.bytesIn += frame.length;
     this.metrics.bytesIn.inc(frame.length);

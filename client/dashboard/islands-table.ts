@@ -3,7 +3,7 @@
 // twice a second cost one sort + one page of text writes, and nothing jumps.
 
 import { h, setAttr, setText } from './dom.ts';
-import { fmtAgo, fmtFixed, fmtInt, fmtSI } from './format.ts';
+import { fmtAgo, fmtAudits, fmtFixed, fmtInt, fmtSI } from './format.ts';
 import type { IslandView as Island } from '../../core/api.ts';
 import { isOnline, type Store } from './store.ts';
 import { PAGE_SIZES, type SortDir, type ViewState } from './url.ts';
@@ -29,7 +29,7 @@ export const COLUMNS: Column[] = [
   { key: 'norm', label: 'Norm', title: 'its recent ‖Δ‖/√steps ÷ the round\u2019s median (1: typical)', num: true, get: (i) => i.normRatio, cell: (i) => fmtFixed(i.normRatio, 2) },
   { key: 'staleness', label: 'Staleness', title: 'staleness τ of the last delta', num: true, get: (i) => i.staleness, cell: (i) => fmtInt(i.staleness) },
   { key: 'seen', label: 'Last seen', title: 'last message from the island', num: true, get: (i) => i.lastSeen, cell: (i, now) => fmtAgo(i.lastSeen, now) },
-  { key: 'status', label: 'Status', title: 'island state', get: (i) => i.status, cell: (i) => i.status || '–' },
+  { key: 'status', label: 'Status', title: 'island state', get: (i) => i.status, cell: (i) => [i.status || '–', fmtAudits(i.audits)].filter(Boolean).join(' · ') },
 ];
 
 export function sortIslands(list: Island[], key: string, dir: SortDir): Island[] {

@@ -44,7 +44,8 @@ export interface ValidatorLink {
 }
 
 export interface ValidatorOptions {
-  engine: TrainingEngine;
+  /** An engine that runs batches of this size. */
+  engineFor: (batchSize: number) => Promise<TrainingEngine>;
   train: Uint8Array;
   link: ValidatorLink;
   /** Waits this long when there is no job (ms). */
@@ -61,7 +62,7 @@ export async function runValidator(o: ValidatorOptions): Promise<Result<number>>
     if (!j.ok) return j;
     if (!j.value) { await o.idle(); continue; }
     const job = j.value;
-    const m = await judge(o.engine, o.train, job);
+    const m = await judge(await o.engineFor(job.work.batchSize), o.train, job);
     const v = await o.link.verdict(job.jobId, m);
     if (!v.ok) return v;
     n++;

@@ -11,9 +11,13 @@ export interface IslandCliOptions {
   batch?: number;
   duty?: number;
   json?: boolean;
+  /** Audit other islands' work instead of training (needs the run's validator token). */
+  validator?: boolean;
+  validatorToken?: string;
 }
 
 export async function island(o: IslandCliOptions): Promise<number> {
+  if (o.validator) return validator(o);
   const isl = await startNodeIsland({
     server: o.server,
     engine: o.engine,
@@ -32,4 +36,24 @@ export async function island(o: IslandCliOptions): Promise<number> {
     process.stderr.write(`atoll island: ${s.reason} after ${p.rounds} rounds (${p.accepted} applied), ${p.tokens.toLocaleString()} tokens, at version ${p.version}\n`);
   }
   return s.reason === 'stopped' || s.reason === 'done' || isl.stopRequested ? 0 : 1;
+}
+
+/** `--validator`: audits until Ctrl-C; exit 1 when the server refuses the token or the link fails. */
+async function validator(o: IslandCliOptions): Promise<number> {
+  const token = o.validatorToken ?? process.env.ATOLL_VALIDATOR_TOKEN?.trim();
+  if (!token) {
+    process.stderr.write('atoll island --validator: give the run\'s validator token (--validator-token or $ATOLL_VALIDATOR_TOKEN)\n');
+    return 1;
+  }
+  const { startNodeValidator } = await import('../island-validator.ts');
+  const say = (s: string) => process.stderr.write(s + '\n');
+  const v = await startNodeValidator({ server: o.server, token, engine: o.engine, say: o.json ? undefined : say });
+  let stopping = false;
+  const onSignal = () => { if (stopping) process.exit(1); stopping = true; v.stop(); };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const r = await v.done;
+  if (o.json) process.stdout.write(JSON.stringify(r.ok ? { verdicts: r.value } : { error: r.error }) + '\n');
+  else say(r.ok ? `atoll island --validator: stopped after ${r.value} verdicts` : `atoll island --validator: ${r.error.code}: ${r.error.message}`);
+  return r.ok ? 0 : 1;
 }

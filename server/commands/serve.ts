@@ -7,6 +7,7 @@ import { join, resolve } from 'node:path';
 import { type AtollServer, DEFAULT_CLIENT_DIR, createServer } from '../app.ts';
 import { type RunConfig, type RunFlags, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
 import { RunStore } from '../store.ts';
+import type { AuditOptions } from '../audit.ts';
 
 export interface ServeCliOptions extends RunFlags {
   config?: string;
@@ -23,6 +24,10 @@ export interface ServeCliOptions extends RunFlags {
   role?: 'gateway' | 'aggregator' | 'all';
   /** The aggregator lease, ms. */
   leaseMs?: number;
+  /** Verified work: the validators' token (else $ATOLL_VALIDATOR_TOKEN; none: no audits), sample rate, failures to ban. */
+  validatorToken?: string;
+  auditRate?: number;
+  auditBanAfter?: number;
 }
 
 /** Fails with a hint before anything is written when another process holds the port. */
@@ -80,6 +85,7 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
     evaluate: o.eval !== false,
     logLevel: o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info',
     listenOn: { host, port },
+    audit: auditOptions(o),
   });
   const addr = await server.listen(port, host);
   const r = server.run;
@@ -95,6 +101,13 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
 
   onSignals(say, () => server.close(), (e) => server.app.log.error({ err: e }, 'unhandled rejection'));
   return server;
+}
+
+/** Audits when a validator token is given (flag, else $ATOLL_VALIDATOR_TOKEN). */
+function auditOptions(o: ServeCliOptions): AuditOptions | undefined {
+  const token = o.validatorToken ?? process.env.ATOLL_VALIDATOR_TOKEN?.trim();
+  if (!token) return undefined;
+  return { token, ...(o.auditRate !== undefined ? { rate: o.auditRate } : {}), ...(o.auditBanAfter !== undefined ? { banAfter: o.auditBanAfter } : {}) };
 }
 
 /** Ctrl-C / SIGTERM close cleanly (a second one exits at once); a stray rejection is logged, not fatal. */
