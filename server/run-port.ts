@@ -65,7 +65,7 @@ export interface RunPort {
   status(): Promise<RunStatus>;
   /** History points changed since the last call, with the status and islands when a dashboard watches (else null: dropped). */
   dashboardFeed(watching: boolean): Promise<DashboardFeed | null>;
-  /** Verified work; absent where this process holds no audits (no validator token, or a Redis gateway). */
+  /** Verified work; absent where the run holds no audits (no validator token). */
   audits?: AuditPort;
 }
 

@@ -12,6 +12,7 @@
 import { spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { io } from 'socket.io-client';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type RedisProc, startRedis } from '../server/cluster/redis-proc.ts';
 import type { IslandView } from '../core/api.ts';
@@ -44,7 +45,7 @@ describe('atoll serve --redis --role: two gateways, one aggregator', () => {
     redis = await startRedis();
     dir = tempDir('atoll-roles-');
     const common = ['--redis', redis.url, '--name', 'roles'];
-    const agg = spawnRole([...common, '--role', 'aggregator', '--run-dir', dir, '--preset', 'tiny', '--inner-steps', '2', '--no-eval'], 'aggregator');
+    const agg = spawnRole([...common, '--role', 'aggregator', '--run-dir', dir, '--preset', 'tiny', '--inner-steps', '2', '--no-eval', '--validator-token', 'vt', '--audit-rate', '1'], 'aggregator');
     procs.push(agg);
     await waitFor('the aggregator to hold the lease', () => agg.output.some((l) => l.includes('aggregator active')), 60_000);
     const ga = await spawnServe([...common, '--role', 'gateway'], await freePort());
@@ -84,6 +85,16 @@ describe('atoll serve --redis --role: two gateways, one aggregator', () => {
     const patched = await getJson<{ config: { outer: { lr: number } } }>(`${ga.url}/api/admin/config`, { method: 'PATCH', headers: auth, body: JSON.stringify({ outerLr: 0.6 }) });
     expect(patched.config.outer.lr).toBe(0.6);
     expect(await (await fetch(`${gb.url}/metrics`)).text()).toMatch(/atoll_model_version \d+/);
+    // verified work through a gateway: the token checked there, the job and the verdict the aggregator's
+    const validator = io(`${gb.url}/island`, { transports: ['websocket'] });
+    expect((await validator.emitWithAck('validator', { token: 'wrong' })).error.code).toBe('E_NOT_VALIDATOR');
+    expect((await validator.emitWithAck('validator', { token: 'vt' })).ok).toBe(true);
+    const job = (await validator.emitWithAck('auditJob', {})) as { ok: boolean; value: { jobId: number; islandId: string; params: ArrayBuffer } | null };
+    expect(job.ok).toBe(true);
+    expect(islands.map((i) => i.id)).toContain(job.value!.islandId);
+    const verdict = await validator.emitWithAck('verdict', { jobId: job.value!.jobId, cosine: 1, normRatio: 1 });
+    expect(verdict.value).toMatchObject({ islandId: job.value!.islandId, passed: true });
+    validator.disconnect();
     const status = await getJson<{ tokensTotal: number }>(`${ga.url}/api/status`);
     expect(status.tokensTotal).toBeGreaterThanOrEqual(islands.reduce((s, i) => s + i.tokens, 0) - 4096);
 

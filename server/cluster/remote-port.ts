@@ -6,13 +6,14 @@
 //   the rest      requests on the rpc list (rpc.ts), answered on this gateway's reply channel;
 //   events        a new active aggregator (open calls fail: the island retries), bans.
 
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { deserialize } from 'node:v8';
 import type { Redis } from 'ioredis';
 import type { RunStatus } from '../../core/api.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
 import { type Result, err } from '../../core/result.ts';
-import type { DashboardFeed, HelloGrant, HelloRequest, RunListener, RunPort } from '../run-port.ts';
+import type { AuditPort, DashboardFeed, HelloGrant, HelloRequest, RunListener, RunPort } from '../run-port.ts';
+import type { AuditJobWire, VerdictAnswer } from '../audit.ts';
 import type { RunConfig } from '../run-config.ts';
 import { GatewayLink } from './gateway-link.ts';
 import { type RunKeys, runKeys } from './keys.ts';
@@ -27,6 +28,8 @@ export interface RunDescription {
   hash: string;
   limits: RunConfig['limits'];
   allowOrigins: string[];
+  /** sha256 of the validators' token (hex), or null: the run holds no audits. */
+  validatorHash: string | null;
 }
 
 /** Events the aggregator publishes on the event channel. */
@@ -113,6 +116,17 @@ export class RemotePort implements RunPort {
     } catch (e) {
       return err(ErrorCode.TRANSPORT, (e as Error).message);
     }
+  }
+
+  /** Verified work through the aggregator's audits; the token is checked here against its hash. */
+  get audits(): AuditPort | undefined {
+    const hash = this.desc?.validatorHash;
+    if (!hash) return undefined;
+    return {
+      auth: (token) => timingSafeEqual(createHash('sha256').update(token).digest(), Buffer.from(hash, 'hex')),
+      take: () => this.rpc.call<AuditJobWire | null>('auditTake', [], CALL_TIMEOUT_MS),
+      verdict: (jobId, cosine, normRatio) => this.result<VerdictAnswer>('auditVerdict', [jobId, cosine, normRatio]),
+    };
   }
 
   maxFrameBytes(): number { return this.desc?.maxFrameBytes ?? 0; }

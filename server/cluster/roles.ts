@@ -84,7 +84,7 @@ export function startAggregatorRole(o: AtollServerOptions & {
 }): AggregatorRole {
   const redis = connectRedis(o.redis);
   const host = new RunHost({
-    redis, run: o.run, owner: `${hostname()}:${process.pid}`, ttlMs: o.leaseMs, log: o.log, onFenced: o.onFenced,
+    redis, run: o.run, owner: `${hostname()}:${process.pid}`, ttlMs: o.leaseMs, log: o.log, onFenced: o.onFenced, validatorToken: o.audit?.token,
     // the lease is the lock: a standby on another host may take this run folder over
     open: (): Promise<RunApp> => createRunApp({ ...o, lock: false }),
   });

@@ -11,7 +11,10 @@
 // Losing the lease (a renewal found it taken, or any fenced write refused) calls `onFenced`: the
 // process must stop writing at once (the CLI exits), never flush.
 
+import { createHash } from 'node:crypto';
 import { serialize } from 'node:v8';
+import { AuditError } from '../../core/coord/audit.ts';
+import { err } from '../../core/result.ts';
 import type { Redis } from 'ioredis';
 import type { DeltaMeta } from '../../core/protocol.ts';
 import type { HistoryPoint } from '../../core/api.ts';
@@ -36,6 +39,8 @@ export interface RunHostOptions {
   log?: (line: string) => void;
   /** The lease is lost: stop writing at once. */
   onFenced: (why: string) => void;
+  /** The validators' token, when the run holds audits (gateways get its hash). */
+  validatorToken?: string;
 }
 
 /** Headers of an API answer that travel back through the gateway. */
@@ -184,7 +189,8 @@ export class RunHost {
     switch (method) {
       case 'describe': {
         const run = this.core!.run;
-        return { token: this.token, maxFrameBytes: run.maxFrameBytes, version: run.version, hash: run.hash, limits: run.config.limits, allowOrigins: run.config.allowOrigins } satisfies RunDescription;
+        const validatorHash = this.o.validatorToken ? createHash('sha256').update(this.o.validatorToken).digest('hex') : null;
+        return { token: this.token, maxFrameBytes: run.maxFrameBytes, version: run.version, hash: run.hash, limits: run.config.limits, allowOrigins: run.config.allowOrigins, validatorHash } satisfies RunDescription;
       }
       case 'hello': return port.hello(a[0] as Parameters<RunPort['hello']>[0]);
       case 'nextAssignment': return port.nextAssignment(String(a[0]));
@@ -213,6 +219,9 @@ export class RunHost {
         return feed ? { ...feed, history } : null;
       }
       case 'forward': return this.forward(a[0] as Forwarded);
+      // the gateway checked the validator's token against the hash `describe` gave it
+      case 'auditTake': return port.audits ? port.audits.take() : null;
+      case 'auditVerdict': return port.audits ? port.audits.verdict(Number(a[0]), a[1] as number | null, a[2] as number | null) : err(AuditError.NOT_VALIDATOR, 'this run holds no audits');
       default: throw new Error(`E_BAD_REQUEST: no method ${method}`);
     }
   }

@@ -143,7 +143,7 @@ async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise
     const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
     const agg = startAggregatorRole({
       dir, config, resumePatch, adminToken: envToken ? envToken : undefined, evaluate: o.eval !== false, logLevel,
-      redis: o.redis, run: name, leaseMs: o.leaseMs ?? 5000,
+      redis: o.redis, run: name, leaseMs: o.leaseMs ?? 5000, audit: auditOptions(o),
       // deposed: not one more write, not even a flush
       onFenced: (why) => { say(`atoll serve: aggregator fenced (${why}): exiting`); process.exit(3); },
     });
