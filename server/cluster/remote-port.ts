@@ -110,9 +110,9 @@ export class RemotePort implements RunPort {
   }
 
   /** A call whose answer is a Result: a transport failure is E_TRANSPORT (the island retries). */
-  private async result<T>(method: string, args: unknown[], timeoutMs = CALL_TIMEOUT_MS): Promise<Result<T>> {
+  private async result<T>(method: string, args: unknown[], timeoutMs = CALL_TIMEOUT_MS, tag = ''): Promise<Result<T>> {
     try {
-      return await this.rpc.call<Result<T>>(method, args, timeoutMs);
+      return await this.rpc.call<Result<T>>(method, args, timeoutMs, tag);
     } catch (e) {
       return err(ErrorCode.TRANSPORT, (e as Error).message);
     }
@@ -133,7 +133,8 @@ export class RemotePort implements RunPort {
   durable(): { version: number; hash: string } { return this.dur; }
   listen(l: RunListener): void { this.listener = l; }
   hello(req: HelloRequest): Promise<Result<HelloGrant>> { return this.result('hello', [req], 0); }
-  nextAssignment(islandId: string): Promise<Result<Assignment>> { return this.result('nextAssignment', [islandId], 0); }
+  /** Waits for the round; tagged with the island, so that its socket closing ends the wait here too. */
+  nextAssignment(islandId: string): Promise<Result<Assignment>> { return this.result('nextAssignment', [islandId], 0, islandId); }
   updatesSince(fromVersion: number): Promise<Result<UpdateMsg[]>> { return this.result('updatesSince', [fromVersion]); }
   rename(islandId: string, name: string): Promise<Result<void>> { return this.result('rename', [islandId, name]); }
   durableParams(): Promise<{ version: number; hash: string; params: Float32Array }> { return this.rpc.call('durableParams', [], CALL_TIMEOUT_MS); }
@@ -143,7 +144,11 @@ export class RemotePort implements RunPort {
   leave(islandId: string, reason: string): void { this.rpc.cast('leave', [islandId, reason]); }
   heartbeat(islandIds: string[]): void { this.rpc.cast('heartbeat', [islandIds]); }
   setConnected(islandId: string, sockets: number): void { this.rpc.cast('setConnected', [islandId, sockets]); }
-  forgetWaiters(islandId: string): void { this.rpc.cast('forgetWaiters', [islandId]); }
+  forgetWaiters(islandId: string): void {
+    // the Run drops the island's waits unanswered: drop ours too, or they would stay open for good
+    this.rpc.cast('forgetWaiters', [islandId]);
+    this.rpc.failTagged(islandId, 'the island left');
+  }
   noteRejected(code: string, bytes: number): void { this.rpc.cast('noteRejected', [code, bytes]); }
   noteBytesOut(bytes: number): void { this.rpc.cast('noteBytesOut', [bytes]); }
 

@@ -17,7 +17,7 @@ interface Reply { id: number; ok: boolean; v?: unknown; e?: string }
 
 export class RpcClient {
   private seq = 0;
-  private readonly open = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void; timer: NodeJS.Timeout | null }>();
+  private readonly open = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void; timer: NodeJS.Timeout | null; tag: string }>();
 
   constructor(private readonly redis: Redis, private readonly keys: RunKeys, readonly gateway: string) {}
 
@@ -26,13 +26,13 @@ export class RpcClient {
     return this.keys.replyChannel + this.gateway;
   }
 
-  /** Calls `method`; rejects after `timeoutMs` (0: never, until `failOpen`). */
-  call<T>(method: string, args: unknown[], timeoutMs: number): Promise<T> {
+  /** Calls `method`; rejects after `timeoutMs` (0: never, until `failOpen` or `failTagged(tag)`). */
+  call<T>(method: string, args: unknown[], timeoutMs: number, tag = ''): Promise<T> {
     const id = ++this.seq;
     return new Promise<T>((resolve, reject) => {
       const timer = timeoutMs > 0 ? setTimeout(() => this.settle(id, { id, ok: false, e: `E_TRANSPORT: no answer to ${method} within ${timeoutMs} ms` }), timeoutMs) : null;
       timer?.unref();
-      this.open.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
+      this.open.set(id, { resolve: resolve as (v: unknown) => void, reject, timer, tag });
       this.push({ id, gw: this.gateway, m: method, a: args, exp: Date.now() + (timeoutMs || 3_600_000) })
         .catch((e: unknown) => this.settle(id, { id, ok: false, e: `E_TRANSPORT: ${(e as Error).message}` }));
     });
@@ -53,6 +53,11 @@ export class RpcClient {
   /** Fails every open call (the aggregator that held them is gone). */
   failOpen(why: string): void {
     for (const id of [...this.open.keys()]) this.settle(id, { id, ok: false, e: `E_TRANSPORT: ${why}` });
+  }
+
+  /** Fails the open calls made with `tag` (whose answer nobody waits for any more). */
+  failTagged(tag: string, why: string): void {
+    for (const [id, w] of this.open) if (w.tag === tag) this.settle(id, { id, ok: false, e: `E_TRANSPORT: ${why}` });
   }
 
   private settle(id: number, r: Reply): void {

@@ -198,8 +198,10 @@ export class RunHost {
       case 'rename': return port.rename(String(a[0]), String(a[1]));
       case 'durableParams': return port.durableParams();
       case 'status': return port.status();
-      case 'leave': return port.leave(String(a[0]), String(a[1]));
-      case 'forgetWaiters': return port.forgetWaiters(String(a[0]));
+      // a gateway that lost an island late (it noticed after the island had moved to another gateway)
+      // must not take it out of the run, nor drop the waits it now has there
+      case 'leave': return this.connectedAnywhere(String(a[0])) > 0 ? undefined : port.leave(String(a[0]), String(a[1]));
+      case 'forgetWaiters': return this.connectedAnywhere(String(a[0])) > 0 ? undefined : port.forgetWaiters(String(a[0]));
       case 'noteRejected': return port.noteRejected(String(a[0]), Number(a[1]));
       case 'noteBytesOut': return port.noteBytesOut(Number(a[0]));
       case 'heartbeat': return port.heartbeat(a[0] as string[]);
