@@ -15,6 +15,8 @@ import type { TrainingEngine } from '../core/engine.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
 import { loadCorpus } from '../server/corpus.ts';
 import { createEngine } from '../server/engines.ts';
+import { runRow } from '../server/simulate/row.ts';
+import { type RowDefaults, compareRows } from '../server/simulate/scenarios.ts';
 
 const config = PRESETS.tiny;
 const B = 4, T = 32, H = 8;
@@ -98,4 +100,20 @@ describe('AuditQueue', () => {
     expect(q.take(50)).toBeNull();
     expect(q.take(200)!.jobId).toBe(b.jobId); // lease ran out: queued again
   });
+});
+
+describe('simulator rows with fake work', () => {
+  const d: RowDefaults = { islands: 8, seeds: [1], batchSize: 4, tokens: 200_000, innerSteps: 16, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 } };
+  it.each(['other-stream', 'fewer-steps'])('sync-int8-audit-%s: the fake island is banned within 2 validations, no honest one fails', async (fake) => {
+    const row = compareRows(d).find((r) => r.name === `sync-int8-audit-${fake}`)!;
+    // shorter rounds, every accepted delta audited: a few rounds suffice
+    const short = { ...row, tokens: 3 * 4 * 4 * 4 * 16, audit: { rate: 1, banAfter: 2 }, coordinator: { ...row.coordinator, innerSteps: 4, minInnerSteps: 4, maxInnerSteps: 4, dylu: false } };
+    const res = await runRow(short, { common: { model: 'tiny', seqLen: 16, seed: 1, evals: 1, evalBatches: 1, evalBatchSize: 2 } });
+    const a = res.audits!;
+    expect(a.fakeBanned).toBe(1);
+    expect(a.validationsToBan).toEqual([2]);
+    expect(a.honestFailed).toBe(0);
+    expect(a.honestPassed).toBeGreaterThan(0);
+    expect(res.perIsland[3].behaviour).toBe(fake);
+  }, 60_000);
 });

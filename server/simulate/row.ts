@@ -16,6 +16,7 @@ import { type AckMsg, type Assignment, type DeltaMeta, type HelloMsg, type Inner
 import { gaussian, hashString, mixSeed, mulberry32 } from '../../core/random.ts';
 import type { Result } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
+import { SimAuditor, fakeWork } from './audit-sim.ts';
 import { SimEngine } from './sim-engine.ts';
 import type { Behaviour, CurvePoint, IslandReport, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult } from './types.ts';
 
@@ -244,6 +245,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
   });
 
   const reports: IslandReport[] = [];
+  const auditor = row.audit ? new SimAuditor(hub, row.audit, ds.train, config, T, common.seed, Math.max(...row.islands.map((s) => s.batchSize))) : null;
   const agents = row.islands.map(async (spec, idx) => {
     const rep: IslandReport = {
       name: spec.name, speed: spec.speed, batchSize: spec.batchSize, behaviour: spec.behaviour,
@@ -259,7 +261,9 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
     if (spec.joinAtMs > 0) await clock.sleep(spec.joinAtMs);
     while (clock.now() < spec.leaveAtMs) {
       const local: LocalTransport = hub.connect(linkFor(clock, spec.network));
-      const transport: Transport = spec.behaviour === 'honest' ? local : new TamperingTransport(local, spec.behaviour, n, mixSeed(common.seed, idx));
+      // the validator sees what the server sees: it wraps the link, the island's own changes wrap it
+      const link: Transport = auditor ? auditor.wrap(local, spec.behaviour !== 'honest') : local;
+      const transport: Transport = spec.behaviour === 'honest' ? link : fakeWork(link, spec.behaviour) ?? new TamperingTransport(link, spec.behaviour, n, mixSeed(common.seed, idx));
       const rt = new IslandRuntime({
         engine, train, transport, clock, resumeIslandId: islandId,
         caps: { name: spec.name, tokensPerSec: tps, batchSize: spec.batchSize, maxBatch: spec.batchSize },
@@ -318,6 +322,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
   out.virtualTimeMs = clock.now();
   out.curve = curve;
   out.perIsland = reports;
+  if (auditor) out.audits = auditor.report();
   if (!Number.isFinite(finalLoss)) notes.push('θ diverged');
   if (stalled) notes.push(`stalled: islands computed ${STALL_FACTOR}× the token budget, but θ holds only ${totals.tokensApplied} tokens`);
   out.notes = notes;

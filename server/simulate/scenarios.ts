@@ -117,6 +117,15 @@ function roundMs(d: RowDefaults, islands: IslandSpec[]): number {
 export const ROBUST: CoordinatorConfigPatch = { aggregation: 'centered-clip', trimFraction: 0.125, normBound: { factor: 3, window: 32, minHistory: 3 } };
 
 /**
+ * Verified work: 4 islands (sync, int8), the last sending plausible fake work; a validator audits
+ * half of the accepted deltas and bans at 2 failures. 60k tokens: about 7 rounds.
+ */
+function audited(name: string, d: RowDefaults, fake: Behaviour): SimRow {
+  const islands = uniform(4, d.batchSize, (i) => (i === 3 ? fake : 'honest'));
+  return { ...diloco(name, { ...d, tokens: Math.min(d.tokens, 60_000) }, 'sync', 'int8', islands), audit: { rate: 0.5, banAfter: 2 } };
+}
+
+/**
  * The `compare` preset. The rows the goals compare (DDP, single, the async heterogeneous sparse row)
  * run on every seed in d.seeds; the others on the first. quick: DDP, single, one island, the
  * headline row and one attacker.
@@ -155,6 +164,7 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
     diloco('async-sparse-noise-robust', one, 'async', 'sparse', attack(['noise']), ROBUST),
     diloco('async-sparse-collude-robust', one, 'async', 'sparse', attack(['collude', 'collude']), ROBUST),
     diloco('async-sparse-scale100-nobound', one, 'async', 'sparse', attack(['scaled']), { normBound: { factor: 0 } }),
+    ...(['other-stream', 'fewer-steps'] as const).map((fake) => audited(`sync-int8-audit-${fake}`, one, fake)),
   ];
 }
 

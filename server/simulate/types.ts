@@ -11,7 +11,7 @@ import type { Numerics } from './sim-engine.ts';
  * or ×4, sign-flipped, replaced by Gaussian noise of the same norm, NaNs, or a colluding pair that
  * both send one shared random direction (per base version) at their own Δ's norm.
  */
-export type Behaviour = 'honest' | 'scaled' | 'scale4' | 'sign-flip' | 'noise' | 'nan' | 'collude';
+export type Behaviour = 'honest' | 'scaled' | 'scale4' | 'sign-flip' | 'noise' | 'nan' | 'collude' | 'other-stream' | 'fewer-steps';
 
 export interface NetworkSpec {
   /** Uplink and downlink bandwidth, bytes/s. */
@@ -60,6 +60,8 @@ export interface SimRow {
   seeds?: number[];
   /** Virtual throughput of a speed-1 island, tokens/s. */
   baseTokensPerSec: number;
+  /** Verified work: a validator audits this fraction of accepted deltas and bans at banAfter failures (audit-sim.ts). */
+  audit?: { rate: number; banAfter: number };
 }
 
 /** Everything a row run needs besides the row. */
@@ -129,6 +131,24 @@ export interface SimRunResult {
   perIsland: IslandReport[];
   /** Anything unusual (e.g. a diverged row). */
   notes: string[];
+  /** Rows with `audit`: what the validator found. */
+  audits?: AuditReport;
+}
+
+/** A validator's findings over one row: verdicts on honest and fake islands, and how soon fakes were banned. */
+export interface AuditReport {
+  audits: number;
+  honestPassed: number;
+  honestFailed: number;
+  fakePassed: number;
+  fakeFailed: number;
+  /** Islands sending fake work that were audited at least once, and those banned. */
+  fakeIslands: number;
+  fakeBanned: number;
+  /** Per banned fake island: its validations up to the ban. */
+  validationsToBan: number[];
+  minHonestCosine: number | null;
+  maxFakeCosine: number | null;
 }
 
 /**
