@@ -47,8 +47,8 @@ export interface AuditJob {
 
 /**
  * Pass iff cosine ≥ minCosine and |normRatio − 1| ≤ maxNormDev. Measured on `tiny` (docs/protocol.md,
- * "Verified work"): an honest Δ against the CPU recompute reaches cosine 1.000 (CPU) and 1.000 to three decimals
- * (WebGPU), norm ratio 1.00; a Δ of another data stream ≤ 0.88, of a quarter of the
+ * "Verified work"): an honest int8 Δ against the CPU recompute reaches cosine ≥ 0.9999 from a CPU or
+ * a WebGPU island, norm ratio 1 ± 0.0001; a Δ of another data stream ≤ 0.88, of a quarter of the
  * claimed steps (norm-matched) ≤ 0.80.
  */
 export interface AuditTolerance { minCosine: number; maxNormDev: number }
