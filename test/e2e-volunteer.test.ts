@@ -380,14 +380,16 @@ describe('volunteer page (Chromium)', () => {
     expect(busy.effectiveDutyCycle).toBeLessThan(busy.dutyCycle);
     await textOf(gpu!, '#busy-note', 'busy with something else');
     await page.screenshot({ path: join(ARTIFACTS, 'volunteer-busy.png'), fullPage: true });
-    const back = await waitFor('the back-off released', async () => { const v = await pageView(gpu!); return !v.busy ? v : null; }, 60_000, 100);
+    // released once two steps in a row are under 2× the calm median: on a machine loaded by other
+    // work that can take minutes (at load 15 it took 2 min, all steps ~2× slower meanwhile)
+    const back = await waitFor('the back-off released', async () => { const v = await pageView(gpu!); return !v.busy ? v : null; }, 240_000, 250);
     expect(back.effectiveDutyCycle).toBe(back.dutyCycle);
     expect(await page.locator('#busy-note').isHidden()).toBe(true);
     const log = await pageLog(gpu!);
     expect(log.some((l) => l.startsWith('The GPU seems busy'))).toBe(true);
     expect(log.some((l) => l.startsWith('Steps are quick again'))).toBe(true);
     lap('busy back-off');
-  });
+  }, 420_000);
 
   it('survives a lost GPU device: a new device, the round replayed, nothing lost', async () => {
     await waitFor('a round in progress', async () => {
