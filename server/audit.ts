@@ -54,7 +54,9 @@ export class RunAudits {
    */
   sample(meta: DeltaMeta): { version: number; hash: string; params: Float32Array } | null {
     const c = this.run.coord;
-    if (meta.baseVersion !== c.version || !this.queue.wants(c.config().uplink.encoding as Encoding, Math.random())) return null;
+    const u = Math.random();
+    // cheap tests first: most deltas are not sampled, and config() copies
+    if (u >= this.queue.cfg.rate || meta.baseVersion !== c.version || !this.queue.wants(c.config().uplink.encoding as Encoding, u)) return null;
     if (this.base?.version !== c.version) this.base = { version: c.version, hash: c.hash, params: c.params().slice() };
     return this.base;
   }
