@@ -6,7 +6,7 @@
 //   │ engine.setParams(θ_v) (dense codes: fresh AdamW); innerSteps × engine.step (lr from the assignment's plan)
 //   │ Δ = engine.readDelta(); frame = encodeWithFeedback(Δ, residual)   (residual stays here)
 //   │ submitDelta(meta, frame) → ack (durable)            nextAssignment() → assignment
-//   │ (not applied: what was sent goes back into the residual, so no work is dropped)
+//   │ (not applied, sparse codes: what was sent goes back into the residual, so no work is dropped)
 //   └────────────────────────────────────────────────────────────────────────────────────┘
 //
 // The browser worker, the Node island (`atoll island`) and the simulator all run this class; only
@@ -100,7 +100,7 @@ export class IslandRuntime {
   private inbox: UpdateMsg[] = [];
   private unsubscribe: (() => void) | null = null;
   private feedback: ErrorFeedback | null = null;
-  /** The decoded frame of the delta in flight (put back into the residual unless applied). */
+  /** The decoded frame of the delta in flight (sparse codes: put back into the residual unless applied). */
   private sent: Float32Array | null = null;
   private readonly scratch = new CodecScratch();
   private decodeScratch: Float32Array | null = null;
@@ -259,7 +259,10 @@ export class IslandRuntime {
         lossMean: trained.lossMean, elapsedMs: trained.elapsedMs,
       };
       const ack = await this.submitWithRetry(meta, frame);
-      if (!ack.ok || ack.value.status !== 'applied') this.feedback.unsend(this.sent);
+      // sparse codes: what was not applied goes back into the residual (no work dropped). Dense codes
+      // drop it: their residual holds only quantization error, so the next Δ stays recomputable
+      // (a rejected Δ carried over doubled the next one's norm and failed an honest audit)
+      if ((!ack.ok || ack.value.status !== 'applied') && !AUDITABLE_ENCODINGS.includes(a.codec.encoding)) this.feedback.unsend(this.sent);
       if (!ack.ok) return this.fail(ack.error);
       this.progress.rounds += 1;
       this.progress.tokens += meta.tokens;
