@@ -10,6 +10,9 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type Proc, ROOT, type ServeProc, freePort, spawnServe, tempDir, track, waitFor } from './helpers/server.ts';
 import { startIsland } from './helpers/dashboard-server.ts';
+import { io } from 'socket.io-client';
+import { encodeDelta } from '../core/codec/index.ts';
+import { type Assignment, PROTOCOL_VERSION } from '../core/protocol.ts';
 
 const runDir = tempDir('atoll-operator-');
 const procs: Proc[] = [];
@@ -59,9 +62,21 @@ describe('operator', () => {
     island = startIsland(server.url, 'op-island');
     procs.push(island);
     await waitFor('two outer updates', async () => ((await (await fetch(`${server.url}/api/status`)).json()) as { version: number }).version >= 2, 60_000, 200);
-    // Pausing makes the next delta a rejection (E_PAUSED); a checkpoint is written on demand.
+    // A delta sent while paused is a rejection (E_PAUSED). It comes from a protocol client of the test's
+    // own: the island may be between rounds when the pause lands, and then waits for resume sending nothing.
+    const raw = io(`${server.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
+    const hello = await new Promise<{ ok: boolean; value: { islandId: string; assignment: Assignment } }>((resolve) => {
+      raw.on('connect', () => raw.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'op-raw' } }, resolve));
+    });
+    expect(hello.ok).toBe(true);
     expect((await fetch(`${server.url}/api/admin/pause`, { method: 'POST', headers: auth(token) })).status).toBe(200);
-    await waitFor('a rejection in the log', () => logLines(server).some((l) => l.event === 'rejected'), 60_000, 200);
+    const a = hello.value.assignment;
+    const meta = { islandId: hello.value.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: 1, steps: 1, tokens: a.batchSize * a.seqLen, lossFirst: 3, lossLast: 3, lossMean: 3, elapsedMs: 1000 };
+    const frame = encodeDelta(new Float32Array(a.paramCount), { encoding: 'f32' });
+    const answer = await new Promise<{ ok: boolean; value?: { status: string; error?: { code: string } } }>((resolve) => raw.emit('delta', { meta, frame }, resolve));
+    raw.disconnect();
+    expect(answer).toMatchObject({ ok: true, value: { status: 'rejected', error: { code: 'E_PAUSED' } } });
+    await waitFor('a rejection in the log', () => logLines(server).some((l) => l.event === 'rejected'), 10_000, 100);
     expect((await fetch(`${server.url}/api/admin/checkpoint`, { method: 'POST', headers: auth(token) })).status).toBe(200);
     await waitFor('a checkpoint line', () => logLines(server).some((l) => l.event === 'checkpoint'), 10_000, 100);
     const lines = logLines(server);
