@@ -22,9 +22,9 @@
 //   delta rejected (was 2.845, 0.85, 4 rejected).
 // - Sparse row at 200k tokens, seed 1 (DDP 2.4723), after the merge window's share fix: lr 0.7,
 //   μ 0.9, β 0.95: 2.7982 (the loss rose after v13: with the inner lr decayed, the steps were the
-//   residual's stale backlog, amplified by momentum); β 0.8: ≈2.71 at 176k tokens; lr 1.0, μ 0.8:
-//   ≈2.67 at 176k; both (the setting here): ≈2.65 at 176k, still falling. Before the fix (a whole
-//   momentum step for each small tail window): 2.8628. 1/16 density at 60k: 2.967 before, 2.817 after.
+//   residual's stale backlog, amplified by momentum); β 0.8: 2.7071; lr 1.0, μ 0.8: 2.6775; both
+//   (the setting here): 2.6384 (1.067×). Before the fix (a whole momentum step for each small tail
+//   window): 2.8628. 1/16 density at 60k: 2.967 before, 2.817 after.
 
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { Encoding } from '../../core/codec/index.ts';
