@@ -1,13 +1,14 @@
 // The outer step in worker threads is the coordinator's outer step, bit for bit: the same downlink
 // frame bytes, the same θ and hash, the same optimizer and error-feedback state, over sync rounds,
-// async delayed-Nesterov arrivals, an f32 downlink and a rejected (non-finite) step.
+// async delayed-Nesterov arrivals, merge-window shares, the plain step, f32 and int4 downlinks and a
+// rejected (non-finite) step.
 
 import { afterAll, describe, expect, it } from 'vitest';
 import { encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { OuterConfig } from '../core/coord/outer.ts';
 import { OuterPool } from '../server/cluster/outer-pool.ts';
-import { ReferenceOuter } from './helpers/outer-reference.ts';
+import { type DownlinkCfg, ReferenceOuter } from './helpers/outer-reference.ts';
 
 const N = 7 * 256 + 37; // not a multiple of the alignment, the block size or the worker count
 const rand = (seed: number) => () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 2 ** 32) - 0.5;
@@ -17,7 +18,7 @@ const pools: OuterPool[] = [];
 afterAll(async () => { for (const p of pools) await p.close(); });
 
 describe('outer pool', () => {
-  it('matches the sequential outer step bit for bit (sync rounds, async delayed Nesterov, f32 downlink, a rejected step)', async () => {
+  it('matches the sequential outer step bit for bit (sync rounds, async delayed Nesterov, shares, plain steps, f32 and int4 downlinks, a rejected step)', async () => {
     const theta0 = vec(1, 1);
     const ref = new ReferenceOuter(theta0);
     const pool = OuterPool.start({ theta: theta0, workers: 3, align: 256 });
@@ -25,7 +26,7 @@ describe('outer pool', () => {
     const int8 = { encoding: 'int8' as const, blockSize: 64 };
     const nesterov: OuterConfig = { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
     const dn: OuterConfig = { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
-    const check = async (deltas: Float32Array[], weights: number[] | null, outer: OuterConfig, downlink: { encoding: 'int8' | 'f32'; blockSize: number } = int8, scale = 1, period = 1) => {
+    const check = async (deltas: Float32Array[], weights: number[] | null, outer: OuterConfig, downlink: DownlinkCfg = int8, scale = 1, period = 1, share = false) => {
       const slots: number[] = [];
       for (const d of deltas) {
         const r = await pool.ingest(encodeDelta(d, { encoding: 'f32' }));
@@ -33,8 +34,8 @@ describe('outer pool', () => {
         expect(r.value.norm).toBe(l2(d));
         slots.push(r.value.slot);
       }
-      const want = ref.step(deltas, weights, outer, downlink, scale, period);
-      const got = await pool.step({ slots, weights, outer, downlink, scale, period });
+      const want = ref.step(deltas, weights, outer, downlink, scale, period, share);
+      const got = await pool.step({ slots, weights, outer, downlink, scale, period, share });
       for (const s of slots) pool.release(s);
       if (!want) {
         expect(got.ok).toBe(false);
@@ -53,6 +54,12 @@ describe('outer pool', () => {
     bad[N - 3] = 3e38;
     await check([bad, bad], [1e10, 1e10], nesterov); // overflows: rejected, nothing changes
     await check([vec(70), vec(71)], [0.5, 0.5], nesterov);
+    // a merge window's share of a step, the plain step (period 0), an int4 downlink (fused and generic paths)
+    await check([vec(72), vec(73)], [0.6, 0.4], nesterov, int8, 0.37, 1, true);
+    await check([vec(74)], null, nesterov, { encoding: 'f32', blockSize: 64 }, 0.61, 1, true);
+    await check([vec(75)], null, nesterov, int8, 1, 0);
+    await check([vec(76)], [1], nesterov, { encoding: 'int4', blockSize: 64 });
+    await check([vec(77)], null, nesterov, { encoding: 'int4', blockSize: 32 }, 0.5, 1, true);
 
     const s = await pool.exportState();
     expect(Buffer.from(s.outer.momentum.buffer).equals(Buffer.from(ref.outer.state.momentum.buffer))).toBe(true);

@@ -15,7 +15,7 @@ import { Worker } from 'node:worker_threads';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { OuterConfig, OuterState } from '../../core/coord/outer.ts';
 import { ENCODINGS } from '../../core/codec/index.ts';
-import type { DownlinkSpec, FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './outer-worker.ts';
+import { type DownlinkSpec, type FromOuterWorker, type OuterWorkerInit, type ToOuterWorker, downlinkPayloadBytes } from './outer-worker.ts';
 
 const REGISTER_URL = new URL('../../bin/register.js', import.meta.url).href;
 const WORKER_URL = new URL('./outer-worker.ts', import.meta.url);
@@ -25,6 +25,21 @@ const HEADER_BYTES = 32;
 type Omitted<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 type Request = Omitted<ToOuterWorker, 'id'>;
 type Answer = Extract<FromOuterWorker, { ok: true }>;
+
+/**
+ * One outer step: g = `slots[0]` itself (weights null) or Σ weights[j]·slots[j]; u by `outer` with
+ * scale and period (period 0: the plain step u = scale·g; `share`: a merge window's share of a
+ * step, as OuterOptimizer.propose); then the downlink quantization.
+ */
+export interface OuterStepSpec {
+  slots: number[];
+  weights: number[] | null;
+  outer: OuterConfig;
+  downlink: DownlinkSpec;
+  scale: number;
+  period: number;
+  share?: boolean;
+}
 
 export interface OuterStepResult {
   /** The downlink frame every replica applies (a fresh buffer owned by the caller). */
@@ -122,16 +137,16 @@ export class OuterPool {
    * θ ← θ − Q(u), u the outer update for g: `slots[0]` itself when `weights` is null (async), else
    * Σ weights[j]·slots[j] (sync). Steps run one at a time, in call order. On an error nothing changed.
    */
-  step(o: { slots: number[]; weights: number[] | null; outer: OuterConfig; downlink: DownlinkSpec; scale: number; period: number }): Promise<Result<OuterStepResult>> {
+  step(o: OuterStepSpec): Promise<Result<OuterStepResult>> {
     const run = this.steps.then(() => this.stepNow(o));
     this.steps = run.catch(() => {});
     return run;
   }
 
-  private async stepNow(o: { slots: number[]; weights: number[] | null; outer: OuterConfig; downlink: DownlinkSpec; scale: number; period: number }): Promise<Result<OuterStepResult>> {
+  private async stepNow(o: OuterStepSpec): Promise<Result<OuterStepResult>> {
     const bs = o.downlink.blockSize;
-    if (o.downlink.encoding === 'int8' && this.align % bs !== 0) return err('E_POOL_ALIGN', `downlink block size ${bs} does not divide the fragment alignment ${this.align}`);
-    const proposed = await this.all({ op: 'propose', ...o, frame: this.frameSab });
+    if (o.downlink.encoding !== 'f32' && this.align % bs !== 0) return err('E_POOL_ALIGN', `downlink block size ${bs} does not divide the fragment alignment ${this.align}`);
+    const proposed = await this.all({ op: 'propose', ...o, share: o.share ?? false, frame: this.frameSab });
     const bad = proposed.find((r): r is Extract<FromOuterWorker, { ok: false }> => !r.ok);
     if (bad) {
       await this.all({ op: 'abort' });
@@ -139,7 +154,7 @@ export class OuterPool {
     }
     await this.all({ op: 'commit' });
     const n = this.n;
-    const payload = o.downlink.encoding === 'f32' ? 4 * n : 4 * Math.ceil(n / bs) + n;
+    const payload = downlinkPayloadBytes(n, o.downlink);
     const length = HEADER_BYTES + payload;
     writeHeader(new DataView(this.frameSab, 0, HEADER_BYTES), o.downlink, n, payload);
     const w2 = this.workers.length > 1 ? 1 : 0;

@@ -19,12 +19,12 @@ export interface OuterWorkerInit {
   theta: SharedArrayBuffer;
 }
 
-export type DownlinkSpec = { encoding: 'int8' | 'f32'; blockSize: number };
+export type DownlinkSpec = { encoding: 'int8' | 'int4' | 'f32'; blockSize: number };
 
 export type ToOuterWorker =
   | { id: number; op: 'slot'; slot: number; sab: SharedArrayBuffer }
   | { id: number; op: 'decode'; slot: number; frame: Uint8Array }
-  | { id: number; op: 'propose'; slots: number[]; weights: number[] | null; outer: OuterConfig; downlink: DownlinkSpec; scale: number; period: number; frame: SharedArrayBuffer }
+  | { id: number; op: 'propose'; slots: number[]; weights: number[] | null; outer: OuterConfig; downlink: DownlinkSpec; scale: number; period: number; share: boolean; frame: SharedArrayBuffer }
   | { id: number; op: 'commit' }
   | { id: number; op: 'abort' }
   | { id: number; op: 'hash' }
@@ -36,11 +36,23 @@ export type FromOuterWorker =
   | { id: number; ok: true; norm?: number; sumSq?: number; hash?: string; crc?: number; bufferCount?: number; steps?: number }
   | { id: number; ok: false; code: string; message: string };
 
-/** Byte offsets of a fragment's scales and values inside a frame's payload (after the header). */
+/**
+ * Byte offsets of a fragment's scales and values inside a frame's payload (after the header); a
+ * starts on a block boundary (and so, blocks being even, on a whole int4 byte).
+ */
 export function fragmentLayout(n: number, a: number, b: number, d: DownlinkSpec): { scales: number; scaleBytes: number; values: number; valueBytes: number } {
   if (d.encoding === 'f32') return { scales: 0, scaleBytes: 0, values: 4 * a, valueBytes: 4 * (b - a) };
   const nb = Math.ceil(n / d.blockSize);
-  return { scales: 4 * (a / d.blockSize), scaleBytes: 4 * Math.ceil((b - a) / d.blockSize), values: 4 * nb + a, valueBytes: b - a };
+  const scales = { scales: 4 * (a / d.blockSize), scaleBytes: 4 * Math.ceil((b - a) / d.blockSize) };
+  if (d.encoding === 'int4') return { ...scales, values: 4 * nb + a / 2, valueBytes: Math.ceil((b - a) / 2) };
+  return { ...scales, values: 4 * nb + a, valueBytes: b - a };
+}
+
+/** A downlink frame's payload bytes (frame.ts layout). */
+export function downlinkPayloadBytes(n: number, d: DownlinkSpec): number {
+  if (d.encoding === 'f32') return 4 * n;
+  const nb = Math.ceil(n / d.blockSize);
+  return 4 * nb + (d.encoding === 'int4' ? Math.ceil(n / 2) : n);
 }
 
 const HEADER_BYTES = 32;
@@ -96,7 +108,8 @@ class Fragment {
     this.fused = m.downlink.encoding === 'int8';
     if (this.fused) return this.proposeInt8(slots, m, n, a, frame);
     const g = this.gradient(slots, m, a, b);
-    if (!this.outer.propose(m.outer, g, m.scale, m.period)) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
+    const finite = m.period === 0 ? this.outer.proposePlain(g, m.scale) : this.outer.propose(m.outer, g, m.scale, m.period, m.share);
+    if (!finite) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     this.residualBackup.set(this.fb.residual);
     const q = encodeWithFeedback(this.outer.update, this.fb, m.downlink, this.scratch);
     if (!q.ok) {
@@ -104,8 +117,11 @@ class Fragment {
       return { code: q.error.code, message: `the outer update could not be encoded: ${q.error.message}` };
     }
     this.decoded = q.value.decoded;
+    // the fragment's own frame holds its scales, then its values: each goes to its place in the whole frame
     const L = fragmentLayout(n, a, a + this.len, m.downlink);
-    new Uint8Array(frame, HEADER_BYTES + L.values, L.valueBytes).set(q.value.frame.subarray(HEADER_BYTES, HEADER_BYTES + L.valueBytes));
+    const own = q.value.frame.subarray(HEADER_BYTES);
+    new Uint8Array(frame, HEADER_BYTES + L.scales, L.scaleBytes).set(own.subarray(0, L.scaleBytes));
+    new Uint8Array(frame, HEADER_BYTES + L.values, L.valueBytes).set(own.subarray(L.scaleBytes, L.scaleBytes + L.valueBytes));
     let sumSq = 0;
     const u = this.outer.update;
     for (let i = 0; i < this.len; i++) sumSq += u[i] * u[i];
@@ -122,8 +138,10 @@ class Fragment {
     const mom = st.momentum, buf = st.buffer, e = this.fb.residual;
     const mNext = this.mNext, bNext = this.bNext, eNext = this.eNext, dq = this.dq;
     const s = m.scale, len = this.len, B = m.downlink.blockSize;
-    const dn = kind === 'delayed-nesterov', nesterov = kind === 'nesterov';
+    const plain = m.period === 0; // u = s·g, the state kept (OuterOptimizer.proposePlain)
+    const dn = !plain && kind === 'delayed-nesterov', nesterov = kind === 'nesterov';
     const flush = dn && st.bufferCount + 1 >= Math.max(1, m.period);
+    const decay = m.share ? Math.pow(mu, s) : mu, part = m.share ? s : 1;
     const nb = Math.ceil(n / B);
     const scales = new Float32Array(frame, HEADER_BYTES + 4 * (a / B), Math.ceil(len / B));
     const q = new Int8Array(frame, HEADER_BYTES + 4 * nb + a, len);
@@ -144,7 +162,10 @@ class Fragment {
         }
         const gi = s * gv;
         let ui: number;
-        if (dn) {
+        if (plain) {
+          ui = gi;
+          mNext[i] = mom[i];
+        } else if (dn) {
           ui = lr * gi;
           const bi = buf[i] + gi;
           if (flush) {
@@ -157,9 +178,9 @@ class Fragment {
             bNext[i] = bi;
           }
         } else {
-          const mi = Math.fround(mu * mom[i] + gi);
+          const mi = Math.fround(decay * mom[i] + gi);
           mNext[i] = mi;
-          ui = nesterov ? lr * (gi + mu * mi) : lr * mi;
+          ui = nesterov ? lr * (gi + part * mu * mi) : lr * part * mi;
         }
         const uf = Math.fround(ui);
         probe += uf * 0;

@@ -7,7 +7,7 @@ import { l2 } from '../../core/coord/aggregate.ts';
 import { hashParams } from '../../core/coord/hash.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
 
-export type DownlinkCfg = { encoding: 'int8' | 'f32'; blockSize: number };
+export type DownlinkCfg = { encoding: 'int8' | 'int4' | 'f32'; blockSize: number };
 
 export class ReferenceOuter {
   theta: Float32Array;
@@ -20,15 +20,18 @@ export class ReferenceOuter {
     this.downlink = new Downlink(theta.length);
   }
 
-  /** g = Σ weights[j]·deltas[j] (f64, in order), or deltas[0] itself when weights is null. Null when the step is rejected. */
-  step(deltas: Float32Array[], weights: number[] | null, outer: OuterConfig, downlink: DownlinkCfg, scale = 1, period = 1): { frame: Uint8Array; hash: string; updateNorm: number } | null {
+  /**
+   * g = Σ weights[j]·deltas[j] (f64, in order), or deltas[0] itself when weights is null; period 0 is
+   * the plain step, `share` a merge window's share of a step. Null when the step is rejected.
+   */
+  step(deltas: Float32Array[], weights: number[] | null, outer: OuterConfig, downlink: DownlinkCfg, scale = 1, period = 1, share = false): { frame: Uint8Array; hash: string; updateNorm: number } | null {
     let g = deltas[0];
     if (weights) {
       const acc = new Float64Array(this.theta.length);
       deltas.forEach((d, j) => { for (let i = 0; i < acc.length; i++) acc[i] += weights[j] * d[i]; });
       g = Float32Array.from(acc);
     }
-    if (!this.outer.propose(outer, g, scale, period)) return null;
+    if (!(period === 0 ? this.outer.proposePlain(g, scale) : this.outer.propose(outer, g, scale, period, share))) return null;
     const q = this.downlink.encode(this.outer.update, downlink);
     if (!q.ok) return null;
     this.outer.commit();
