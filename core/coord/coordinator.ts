@@ -28,14 +28,22 @@ import { countAccepted, countRejection, meanLoss, versionStats } from './stats.t
 import { type CoordinatorState, readSnapshot, writeSnapshot } from './snapshot.ts';
 import {
   type Contribution, type CoordinatorEvent, type CoordinatorOptions, type CoordinatorSnapshot, type CoordinatorTotals,
-  type DeltaSubmission, type IslandRecord, type IslandStatus, type JoinRequest, type JoinResult, type PendingDelta,
-  type PerVersion, type RejectedContribution, type RoundState, type SubmitAccepted, type VersionStats,
+  type DeltaSubmission, type IslandRecord, type IslandStatus, type JoinRequest, type JoinResult, type OuterOffload,
+  type OuterStepDone, type OuterStepRequest, type PendingDelta, type PerVersion, type RejectedContribution, type RoundState,
+  type SubmitAccepted, type VersionStats,
   makeRoom, newIslandRecord, newPerVersion,
 } from './types.ts';
 import { checkDeltaPlace, checkWork, rememberWork } from './validate.ts';
 
 export type * from './types.ts';
 export { trimmedMean } from './aggregate.ts';
+
+/** A round whose outer step is in flight (offload), or being taken here. */
+interface Closing {
+  now: number;
+  kept: PendingDelta[];
+  rejected: RejectedContribution[];
+}
 
 export class Coordinator {
   private cfg: CoordinatorConfig;
@@ -58,9 +66,15 @@ export class Coordinator {
   private perVersion: PerVersion = newPerVersion();
   // scratch, allocated once (no n-sized allocation per message on the hot path)
   private readonly decodeBuf: Float32Array;
-  private readonly gBuf: Float32Array;
+  private gBuf: Float32Array;
   private readonly accBuf: Float64Array;
   private readonly pool: Float32Array[] = [];
+  // the outer step done elsewhere (useOffload): the request in flight and the round it closes
+  private offload: OuterOffload | null = null;
+  private stepRequest: OuterStepRequest | null = null;
+  private closing: Closing | null = null;
+  /** The downlink's error-feedback residual as snapshots see it (the host's after an offloaded step). */
+  private residualView: Float32Array;
 
   constructor(opts: CoordinatorOptions) {
     const cfg = mergeConfig(DEFAULT_COORDINATOR_CONFIG, opts.config ?? {});
@@ -73,6 +87,7 @@ export class Coordinator {
     this.hashHex = hashParams(this.theta);
     this.outer = new OuterOptimizer(n);
     this.downlink = new Downlink(n);
+    this.residualView = this.downlink.fb.residual;
     this.decodeBuf = new Float32Array(n);
     this.gBuf = new Float32Array(n);
     this.accBuf = new Float64Array(n);
@@ -105,6 +120,10 @@ export class Coordinator {
   island(id: string): IslandRecord | undefined { const r = this.islandsById.get(id); return r && structuredClone(r); }
   history(): readonly VersionStats[] { return this.historyList; }
   totals(): CoordinatorTotals { return structuredClone(this.totalsAcc); }
+  /** A copy of the downlink's error-feedback residual. */
+  downlinkResidual(): Float32Array { return this.residualView.slice(); }
+  /** True while an offloaded outer step is in flight: then only reads, heartbeats and renames may be called. */
+  get stepping(): boolean { return this.closing !== null; }
   /** Drains the event queue (see the durability contract in types.ts). */
   drainEvents(): CoordinatorEvent[] { const e = this.events; this.events = []; return e; }
   /** The largest legal delta frame for this model (size socket.io's maxHttpBufferSize from it). */
@@ -139,6 +158,7 @@ export class Coordinator {
 
   /** Registers an island (or re-registers a known id) and gives it work when there is some. */
   join(req: JoinRequest, now: number): Result<JoinResult> {
+    this.idle();
     if (req.protocolVersion !== undefined && req.protocolVersion !== PROTOCOL_VERSION) {
       return err(ErrorCode.PROTOCOL_VERSION, `island speaks protocol ${req.protocolVersion}, server ${PROTOCOL_VERSION}`);
     }
@@ -172,7 +192,6 @@ export class Coordinator {
     return ok(undefined);
   }
 
-  /** The island said bye (or its socket closed): it stops counting for quorum. Its record stays. */
   /** A new display name for a known island (a volunteer saved one while connected). */
   rename(islandId: string, name: string): Result<void> {
     const found = this.lookup(islandId, false);
@@ -181,7 +200,9 @@ export class Coordinator {
     return ok(undefined);
   }
 
+  /** The island said bye (or its socket closed): it stops counting for quorum. Its record stays. */
   leave(islandId: string, now: number): Result<void> {
+    this.idle();
     const found = this.lookup(islandId, false);
     if (!found.ok) return found;
     const isl = found.value;
@@ -195,6 +216,7 @@ export class Coordinator {
 
   /** Bans an island: its deltas are rejected from now on, including ones pending in the open round. */
   ban(islandId: string, now: number, reason = 'banned by admin'): Result<void> {
+    this.idle();
     const found = this.lookup(islandId, false);
     if (!found.ok) return found;
     const isl = found.value;
@@ -230,6 +252,7 @@ export class Coordinator {
    * the round closes; paused: on resume). E_DONE when the run reached its token budget.
    */
   nextAssignment(islandId: string, now: number): Result<Assignment | null> {
+    this.idle();
     const isl = this.lookup(islandId, true);
     if (!isl.ok) return isl;
     this.touch(isl.value, now);
@@ -243,6 +266,7 @@ export class Coordinator {
    * optimizer state (only counters). See the durability contract in types.ts: ack from events.
    */
   submit(sub: DeltaSubmission, now: number): Result<SubmitAccepted> {
+    this.idle();
     const r = this.validateAndCount(sub, now);
     // sync: a member's rejected delta uses its turn, so the round no longer waits for it (no stall on a bad island)
     if (!r.ok && this.cfg.mode === 'sync' && usesTurn(this.round, sub.meta, r.error.code)) {
@@ -307,6 +331,7 @@ export class Coordinator {
 
   /** Advances time: island timeouts, grace windows and round timeouts. Call at nextDeadline() or periodically. */
   tick(now: number): void {
+    this.idle();
     for (const isl of this.islandsById.values()) {
       if (isl.status === 'online' && now - isl.lastSeen >= this.cfg.islandTimeoutMs) {
         this.setStatus(isl, 'offline', `unseen for ${now - isl.lastSeen} ms`);
@@ -322,6 +347,7 @@ export class Coordinator {
 
   /** Resumes: islands left waiting get their assignments as events. */
   resume(now: number): void {
+    this.idle();
     if (!this.paused) return;
     this.paused = false;
     this.maybeCloseRound(now);
@@ -330,6 +356,7 @@ export class Coordinator {
 
   /** Changes runtime knobs (validated; mode, seqLen and dataSeed are fixed for a run). */
   setConfig(patch: CoordinatorConfigPatch): Result<CoordinatorConfig> {
+    this.idle();
     for (const k of Object.keys(patch)) {
       if (!RUNTIME_KEYS.includes(k as keyof CoordinatorConfig)) return err(ErrorCode.BAD_CONFIG, `${k} cannot change during a run`);
     }
@@ -345,9 +372,10 @@ export class Coordinator {
 
   /** Everything needed to resume exactly. The arrays are copies. */
   snapshot(): CoordinatorSnapshot {
+    this.idle();
     return writeSnapshot({
       config: this.cfg, theta: this.theta, version: this.versionNum, hash: this.hashHex, paused: this.paused, done: this.done,
-      outer: this.outer.state, downlinkResidual: this.downlink.fb.residual, islands: [...this.islandsById.values()],
+      outer: this.outer.state, downlinkResidual: this.residualView, islands: [...this.islandsById.values()],
       nextIslandSerial: this.nextIslandSerial, assignSerial: this.assignSerial, round: this.round,
       normHistory: this.norms.scores, normSteps: this.norms.steps, totals: this.totalsAcc, perVersion: this.perVersion, updates: this.downlink.updates, history: this.historyList,
     });
@@ -373,6 +401,42 @@ export class Coordinator {
     c.round = s.round; c.norms.restore(s.normHistory, s.normSteps);
     c.totalsAcc = s.totals; c.perVersion = s.perVersion; c.historyList = s.history;
     return ok(c);
+  }
+
+  // ── the outer step elsewhere ────────────────────────────────────────────────────────────────
+
+  /**
+   * From now on the outer step's numerics run in the host (server/outer-offload.ts): θ moves into
+   * `o.theta` (shared), g is written into `o.g`. The host must hold the optimizer's and downlink's
+   * state as `outerState()` and `downlinkResidual()` give it now.
+   */
+  useOffload(o: OuterOffload): void {
+    if (o.theta.length !== this.paramCount || o.g.length !== this.paramCount) throw new RangeError('offload buffers do not match the parameter count');
+    o.theta.set(this.theta);
+    this.theta = o.theta;
+    this.gBuf = o.g;
+    this.offload = o;
+  }
+
+  /** The outer step the host must take now (offload only; see `completeStep`), or null. */
+  pendingStep(): OuterStepRequest | null { return this.stepRequest; }
+
+  /** The host took the step (θ moved) or failed to (nothing moved): the round closes with it. */
+  completeStep(res: Result<OuterStepDone>): void {
+    const c = this.closing;
+    if (!c) throw new Error('coordinator: no outer step is in flight');
+    this.closing = null;
+    this.stepRequest = null;
+    if (res.ok) {
+      this.outer.state = res.value.outer;
+      this.residualView = res.value.residual;
+    }
+    this.finishClose(c, res);
+  }
+
+  /** Calls that change rounds wait for an offloaded step in flight (the host serialises them). */
+  private idle(): void {
+    if (this.closing) throw new Error('coordinator: called while an outer step is in flight');
   }
 
   // ── internals ───────────────────────────────────────────────────────────────────────────────
@@ -470,7 +534,7 @@ export class Coordinator {
   // ── sync rounds and async merge windows ─────────────────────────────────────────────────────────────────────────────
 
   private maybeCloseRound(now: number): void {
-    if (this.paused) return;
+    if (this.paused || this.closing) return;
     const close = this.cfg.mode === 'sync'
       ? roundShouldClose(this.round, this.islandsById, this.cfg, now)
       : windowShouldClose(this.round, this.islandsById.values(), this.cfg.asyncWindow, now);
@@ -490,37 +554,42 @@ export class Coordinator {
       return this.rejectedFrom(p, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit(p).toPrecision(4)} for ${p.steps} steps`);
     });
     this.events.push({ type: 'round', roundId: r.id, baseVersion: r.baseVersion, state: 'closed', members: r.members.size, time: now });
-    if (kept.length > 0) {
-      const g = this.gBuf;
-      combineDeltas(kept, cfg, this.versionNum, g, this.accBuf);
-      const step = outerStepOf(cfg, kept, this.islandsById.values());
-      const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
-      const res = this.commitUpdate(g, step, now, contributors, rejected, kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
-      if (res.ok) for (const p of kept) this.norms.push(p, this.cfg.normBound.window);
-      else {
-        for (const p of kept) rejected.push(this.rejectedFrom(p, res.error.code, res.error.message));
-        this.events.push({ type: 'rejected', rejected });
-      }
-    } else if (rejected.length) {
-      this.events.push({ type: 'rejected', rejected });
+    const c: Closing = { now, kept, rejected };
+    if (kept.length === 0) return this.finishClose(c, null);
+    combineDeltas(kept, cfg, this.versionNum, this.gBuf, this.accBuf);
+    const { scale, period, share } = outerStepOf(cfg, kept, this.islandsById.values());
+    if (this.offload) {
+      this.closing = c;
+      this.stepRequest = { outer: { ...cfg.outer }, downlink: { ...cfg.downlink }, scale, period, share: share ?? false };
+      return;
     }
-    for (const p of kept) this.release(p.delta);
-    // open the next round on the (new) version; everyone waiting joins it
-    this.round = newRound(r.id + 1, this.versionNum, now);
-    this.events.push({ type: 'round', roundId: this.round.id, baseVersion: this.versionNum, state: 'open', members: 0, time: now });
-    this.releaseWaiting(now);
+    this.finishClose(c, this.outerStepHere(this.gBuf, scale, period, share));
+  }
+
+  /** The round's step taken (or failed, or none: null): record it, then open the next round on the (new) version. */
+  private finishClose(c: Closing, step: Result<{ frame: Uint8Array; hash: string; updateNorm: number }> | null): void {
+    if (step?.ok) {
+      this.recordUpdate(step.value, c);
+      for (const p of c.kept) this.norms.push(p, this.cfg.normBound.window);
+    } else {
+      if (step) for (const p of c.kept) c.rejected.push(this.rejectedFrom(p, step.error.code, step.error.message));
+      if (c.rejected.length) this.events.push({ type: 'rejected', rejected: c.rejected });
+    }
+    for (const p of c.kept) this.release(p.delta);
+    // everyone waiting joins the next round
+    this.round = newRound(this.round.id + 1, this.versionNum, c.now);
+    this.events.push({ type: 'round', roundId: this.round.id, baseVersion: this.versionNum, state: 'open', members: 0, time: c.now });
+    this.releaseWaiting(c.now);
   }
 
   // ── the outer step ──────────────────────────────────────────────────────────────────────────
 
   /**
-   * θ ← θ − Q(u) with u the outer optimizer's update for pseudo-gradient `g` (scaled by `scale`),
-   * Q the downlink codec with server-side error feedback. Emits the 'update' event.
+   * θ ← θ − Q(u) here, with u the outer optimizer's update for pseudo-gradient `g` (scaled by
+   * `scale`; period 0: the plain step), Q the downlink codec with server-side error feedback. On an
+   * error nothing moved. The offload runs the same step in the host.
    */
-  private commitUpdate(
-    g: Float32Array, { scale, period, share }: { scale: number; period: number; share?: boolean }, now: number,
-    contributors: Contribution[], rejected: RejectedContribution[], losses: Array<{ tokens: number; loss: number }>,
-  ): Result<void> {
+  private outerStepHere(g: Float32Array, scale: number, period: number, share?: boolean): Result<{ frame: Uint8Array; hash: string; updateNorm: number }> {
     const cfg = this.cfg;
     const finite = period === 0 ? this.outer.proposePlain(g, scale) : this.outer.propose(cfg.outer, g, scale, period, share);
     if (!finite) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
@@ -528,26 +597,35 @@ export class Coordinator {
     if (!q.ok) return q;
     this.outer.commit();
     applyUpdate(this.theta, q.value.decoded);
+    return ok({ frame: q.value.frame, hash: hashParams(this.theta), updateNorm: l2(this.outer.update) });
+  }
+
+  /** The new version: counters, credit, the update message, history; emits the 'update' event. */
+  private recordUpdate(step: { frame: Uint8Array; hash: string; updateNorm: number }, c: Closing): void {
+    const cfg = this.cfg;
+    const now = c.now, rejected = c.rejected;
+    const contributors: Contribution[] = c.kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
+    const frame = step.frame;
     const prevVersion = this.versionNum, prevHash = this.hashHex;
     this.versionNum += 1;
-    this.hashHex = hashParams(this.theta);
-    const tokens = contributors.reduce((a, c) => a + c.tokens, 0);
+    this.hashHex = step.hash;
+    const tokens = contributors.reduce((a, k) => a + k.tokens, 0);
     this.totalsAcc.tokensApplied += tokens;
     this.totalsAcc.version = this.versionNum;
-    this.totalsAcc.bytesOut += q.value.frame.length;
+    this.totalsAcc.bytesOut += frame.length;
     this.totalsAcc.goodput = this.totalsAcc.tokensApplied / Math.max(1, this.totalsAcc.tokensSubmitted);
-    const trainLoss = meanLoss(losses);
-    for (const c of contributors) {
-      const isl = this.islandsById.get(c.islandId);
-      if (isl) isl.tokensContributed += c.tokens;
+    const trainLoss = meanLoss(c.kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
+    for (const k of contributors) {
+      const isl = this.islandsById.get(k.islandId);
+      if (isl) isl.tokensContributed += k.tokens;
     }
     const update: UpdateMsg = {
-      version: this.versionNum, prevVersion, prevHash, hash: this.hashHex, frame: q.value.frame, time: now,
+      version: this.versionNum, prevVersion, prevHash, hash: this.hashHex, frame, time: now,
       tokens, totalTokens: this.totalsAcc.tokensApplied, contributors: contributors.length, trainLoss,
     };
     this.downlink.keep(update, cfg.keepUpdates);
     const stats = versionStats(
-      { version: this.versionNum, time: now, tokens, trainLoss, bytesOut: q.value.frame.length, updateNorm: l2(this.outer.update) },
+      { version: this.versionNum, time: now, tokens, trainLoss, bytesOut: frame.length, updateNorm: step.updateNorm },
       contributors, this.perVersion, this.totalsAcc,
     );
     this.perVersion = newPerVersion();
@@ -558,6 +636,5 @@ export class Coordinator {
       this.done = true;
       this.events.push({ type: 'done', version: this.versionNum, totalTokens: this.totalsAcc.tokensApplied });
     }
-    return ok(undefined);
   }
 }

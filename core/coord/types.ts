@@ -5,6 +5,7 @@ import type { AtollError, Result } from '../result.ts';
 import { streamId } from '../data/dataset.ts';
 import type { Assignment, DeltaMeta, InnerLrPlan, IslandCaps, UpdateMsg } from '../protocol.ts';
 import type { CoordinatorConfig, CoordinatorConfigPatch } from './config.ts';
+import type { OuterConfig, OuterState } from './outer.ts';
 
 export type IslandStatus = 'online' | 'offline' | 'left' | 'banned';
 
@@ -240,6 +241,38 @@ export interface CoordinatorSnapshotMeta {
   updates: Array<Omit<UpdateMsg, 'frame'>>;
   history: VersionStats[];
   done: boolean;
+}
+
+/**
+ * The outer step's numerics run elsewhere (the server's worker threads: server/outer-offload.ts).
+ * The coordinator writes g into `g` and asks for the step with `pendingStep()`; the host runs it on
+ * `theta` (shared with the coordinator) and hands the result to `completeStep()`.
+ */
+export interface OuterOffload {
+  /** θ, shared: the host moves it; the coordinator reads it. */
+  theta: Float32Array;
+  /** Where the coordinator writes g (the host's workers read it). */
+  g: Float32Array;
+}
+
+/** What the host computes for g (in OuterOffload.g): the same step as the coordinator's own. */
+export interface OuterStepRequest {
+  outer: OuterConfig;
+  downlink: CoordinatorConfig['downlink'];
+  scale: number;
+  /** 0: the plain step u = scale·g (momentum untouched). */
+  period: number;
+  /** A merge window's share of a step (m ← μ^s·m + s·g). */
+  share: boolean;
+}
+
+/** The step done: θ (in OuterOffload.theta) moved; the optimizer and downlink state after it (views the coordinator keeps for snapshots). */
+export interface OuterStepDone {
+  frame: Uint8Array;
+  hash: string;
+  updateNorm: number;
+  outer: OuterState;
+  residual: Float32Array;
 }
 
 export interface CoordinatorOptions {

@@ -59,6 +59,7 @@ export class OuterPool {
   private readonly frameSab: SharedArrayBuffer;
   private rr = 0;
   private steps: Promise<unknown> = Promise.resolve();
+  private exported: { momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer } | null = null;
 
   private constructor(readonly n: number, theta: Float32Array, workers: number, readonly align: number) {
     this.theta = new Float32Array(new SharedArrayBuffer(4 * n));
@@ -102,13 +103,14 @@ export class OuterPool {
     return Promise.all(this.workers.map((_, w) => this.call(w, req)));
   }
 
-  private async newSlot(): Promise<number> {
+  /** A free slot (a new one is posted to every worker; each handles messages in order, so no wait). */
+  newSlot(): number {
     const free = this.freeSlots.pop();
     if (free !== undefined) return free;
     const slot = this.slots.length;
     const sab = new SharedArrayBuffer(4 * this.n);
     this.slots.push(sab);
-    await this.all({ op: 'slot', slot, sab });
+    for (let w = 0; w < this.workers.length; w++) void this.call(w, { op: 'slot', slot, sab });
     return slot;
   }
 
@@ -123,7 +125,7 @@ export class OuterPool {
 
   /** Decode + validate one delta frame into a slot; its L2 norm for the caller's norm bound. */
   async ingest(frame: Uint8Array): Promise<Result<{ slot: number; norm: number }>> {
-    const slot = await this.newSlot();
+    const slot = this.newSlot();
     const w = this.rr++ % this.workers.length;
     const r = await this.call(w, { op: 'decode', slot, frame });
     if (!r.ok) {
@@ -166,14 +168,21 @@ export class OuterPool {
     return ok({ frame, hash: (h as Answer).hash!, updateNorm: Math.sqrt(sumSq) });
   }
 
-  /** The outer optimizer's state and the downlink residual, gathered from every fragment (for snapshots). */
+  /** The outer optimizer's state and the downlink residual, gathered from every fragment (copies, for snapshots). */
   async exportState(): Promise<{ outer: OuterState; residual: Float32Array }> {
-    const sabs = { momentum: new SharedArrayBuffer(4 * this.n), buffer: new SharedArrayBuffer(4 * this.n), residual: new SharedArrayBuffer(4 * this.n) };
+    const s = await this.exportViews();
+    return { outer: { ...s.outer, momentum: s.outer.momentum.slice(), buffer: s.outer.buffer.slice() }, residual: s.residual.slice() };
+  }
+
+  /** As exportState, into buffers kept by the pool: valid until the next export. */
+  async exportViews(): Promise<{ outer: OuterState; residual: Float32Array }> {
+    const n = this.n;
+    const sabs = (this.exported ??= { momentum: new SharedArrayBuffer(4 * n), buffer: new SharedArrayBuffer(4 * n), residual: new SharedArrayBuffer(4 * n) });
     const r = await this.all({ op: 'export', ...sabs });
     const a = r[0] as Answer;
     return {
-      outer: { momentum: new Float32Array(sabs.momentum).slice(), buffer: new Float32Array(sabs.buffer).slice(), bufferCount: a.bufferCount!, steps: a.steps! },
-      residual: new Float32Array(sabs.residual).slice(),
+      outer: { momentum: new Float32Array(sabs.momentum), buffer: new Float32Array(sabs.buffer), bufferCount: a.bufferCount!, steps: a.steps! },
+      residual: new Float32Array(sabs.residual),
     };
   }
 

@@ -1,0 +1,50 @@
+// The outer step off the event loop, for a Run: the coordinator's OuterOffload backed by OuterPool
+// (worker threads, each owning one fragment of θ, on shared memory). The coordinator writes g into
+// a shared slot and stops at `pendingStep()`; `take()` runs that step in the workers (weighted
+// mean already in g: downlink quantization with error feedback, the outer optimizer, θ ← θ − Q(u),
+// θ's hash and the frame's CRC) and hands the result back with `completeStep()`. The event loop
+// only posts messages meanwhile. Bit-identical to the coordinator's own step (test/outer-offload.test.ts).
+
+import type { Coordinator } from '../core/coord/index.ts';
+import { ok } from '../core/result.ts';
+import { OuterPool } from './cluster/outer-pool.ts';
+
+export class OuterOffloadHost {
+  private constructor(private readonly pool: OuterPool, private readonly gSlot: number) {}
+
+  /**
+   * Moves `coord`'s outer step into `workers` threads (its θ, optimizer and downlink state with it),
+   * each owning a fragment of a whole number of `align` elements (OuterPool.start).
+   */
+  static async start(coord: Coordinator, workers: number, align?: number): Promise<OuterOffloadHost> {
+    const pool = OuterPool.start({ theta: coord.params() as Float32Array, workers, align });
+    await pool.importState({ outer: coord.outerState(), residual: coord.downlinkResidual() });
+    const gSlot = pool.newSlot();
+    coord.useOffload({ theta: pool.theta, g: pool.slotView(gSlot) });
+    return new OuterOffloadHost(pool, gSlot);
+  }
+
+  /** A downlink the workers cannot produce (they do not deflate), or null. */
+  static unsupported(downlink: { deflate?: boolean }): string | null {
+    return downlink.deflate ? 'a deflated downlink is encoded on the event loop only: run with --outer-workers 0' : null;
+  }
+
+  /**
+   * Takes the coordinator's pending outer step, if any, and completes it (a rejected step, e.g. a
+   * non-finite update, completes as an error: nothing moved). Throws only when a worker died: θ may
+   * then be half moved, and the caller must stop the process (nothing unacknowledged is lost).
+   */
+  async take(coord: Coordinator): Promise<void> {
+    const req = coord.pendingStep();
+    if (!req) return;
+    const { encoding, blockSize } = req.downlink;
+    const r = await this.pool.step({ slots: [this.gSlot], weights: null, outer: req.outer, downlink: { encoding, blockSize }, scale: req.scale, period: req.period, share: req.share });
+    if (!r.ok) return coord.completeStep(r);
+    const state = await this.pool.exportViews();
+    coord.completeStep(ok({ ...r.value, outer: state.outer, residual: state.residual }));
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+}

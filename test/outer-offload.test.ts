@@ -1,0 +1,137 @@
+// The outer step off the event loop (server/outer-offload.ts) is the coordinator's own step, bit for
+// bit: two coordinators driven by the same islands, one stepping on its thread and one through the
+// worker pool, emit the same update frames and hashes and end with the same θ, optimizer state and
+// downlink residual, in sync rounds (int8 and int4 downlinks), async merge windows (shares of a
+// step) and a lone island's plain step. While a step is in flight the coordinator refuses calls
+// that change rounds.
+
+import { afterAll, describe, expect, it } from 'vitest';
+import { encodeDelta } from '../core/codec/index.ts';
+import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
+import type { Assignment } from '../core/protocol.ts';
+import { gaussian, mulberry32 } from '../core/random.ts';
+import { OuterOffloadHost } from '../server/outer-offload.ts';
+
+const N = 3 * 4096 + 77; // fragments of 4096 (the pool's alignment here) and a ragged end
+const vec = (seed: number, scale: number) => {
+  const r = gaussian(mulberry32(seed));
+  return new Float32Array(N).map(() => scale * r());
+};
+
+const hosts: OuterOffloadHost[] = [];
+afterAll(async () => { for (const h of hosts) await h.close(); });
+
+interface Trace { frames: string[]; hashes: string[]; rejected: string[] }
+
+/** `islands` islands for `rounds` rounds on `c`; with `host`, each pending step is taken through it. */
+async function drive(c: Coordinator, host: OuterOffloadHost | null, islands: number, rounds: number): Promise<Trace> {
+  const trace: Trace = { frames: [], hashes: [], rejected: [] };
+  const settle = async () => {
+    if (host) {
+      expect(c.stepping).toBe(c.pendingStep() !== null);
+      await host.take(c);
+    }
+    for (const e of c.drainEvents() as CoordinatorEvent[]) {
+      if (e.type === 'update') { trace.frames.push(Buffer.from(e.update.frame).toString('base64')); trace.hashes.push(e.update.hash); }
+      if (e.type === 'rejected' || e.type === 'update') for (const r of e.rejected) trace.rejected.push(`${r.islandId}:${r.error.code}`);
+    }
+  };
+  let now = 1000;
+  const ids: string[] = [];
+  const work = new Map<string, Assignment>();
+  const seqs = new Map<string, number>();
+  for (let k = 0; k < islands; k++) {
+    const j = c.join({ caps: { engine: 'cpu', name: `i${k}`, batchSize: 2 + k } }, now);
+    if (!j.ok || !j.value.assignment) throw new Error('join failed');
+    ids.push(j.value.islandId);
+    work.set(j.value.islandId, j.value.assignment);
+    await settle();
+  }
+  for (let r = 0; r < rounds; r++) {
+    for (const [k, id] of ids.entries()) {
+      const a = work.get(id)!;
+      now += 700;
+      const seq = (seqs.get(id) ?? 0) + 1;
+      seqs.set(id, seq);
+      const steps = a.innerSteps;
+      const meta = { islandId: id, roundId: a.roundId, baseVersion: a.baseVersion, seq, steps, tokens: steps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 600 };
+      const res = c.submit({ meta, frame: encodeDelta(vec(100 * r + k, 0.01 * (1 + k)), { encoding: 'f32' }) }, now);
+      expect(res.ok).toBe(true);
+      await settle();
+    }
+    now += 120_000; // past any merge window
+    c.tick(now);
+    await settle();
+    for (const id of ids) {
+      const next = c.nextAssignment(id, now);
+      if (!next.ok || !next.value) throw new Error(`no assignment for ${id}`);
+      work.set(id, next.value);
+      await settle();
+    }
+  }
+  return trace;
+}
+
+async function twins(config: CoordinatorConfigPatch, islands: number, rounds: number, workers: number) {
+  const params = vec(1, 0.02);
+  const here = new Coordinator({ params, config, now: 0 });
+  const off = new Coordinator({ params, config, now: 0 });
+  const host = await OuterOffloadHost.start(off, workers, 4096);
+  hosts.push(host);
+  const a = await drive(here, null, islands, rounds);
+  const b = await drive(off, host, islands, rounds);
+  expect(a.frames.length).toBeGreaterThanOrEqual(rounds);
+  expect(b).toEqual(a);
+  expect(off.hash).toBe(here.hash);
+  expect(Buffer.from(off.params().buffer, off.params().byteOffset, 4 * N).equals(Buffer.from(here.params().buffer, here.params().byteOffset, 4 * N))).toBe(true);
+  const [sa, sb] = [here.outerState(), off.outerState()];
+  expect(Buffer.from(sb.momentum.buffer).equals(Buffer.from(sa.momentum.buffer))).toBe(true);
+  expect(Buffer.from(sb.buffer.buffer).equals(Buffer.from(sa.buffer.buffer))).toBe(true);
+  expect([sb.bufferCount, sb.steps]).toEqual([sa.bufferCount, sa.steps]);
+  expect(Buffer.from(off.downlinkResidual().buffer).equals(Buffer.from(here.downlinkResidual().buffer))).toBe(true);
+  // a snapshot of the offloaded one restores to the same state
+  const back = Coordinator.restore(off.snapshot());
+  if (!back.ok) throw new Error(back.error.message);
+  expect(back.value.hash).toBe(here.hash);
+  return a;
+}
+
+const base: CoordinatorConfigPatch = { uplink: { encoding: 'f32' }, seqLen: 8, innerSteps: 4, dylu: false, normBound: { factor: 0, window: 32, minHistory: 3 } };
+
+describe('outer step off the event loop', () => {
+  it('sync rounds of three islands: the same frames, hashes, θ and state as the coordinator’s own step (int8, then int4 downlink)', async () => {
+    await twins({ ...base, mode: 'sync', downlink: { encoding: 'int8', blockSize: 64 } }, 3, 4, 2);
+    await twins({ ...base, mode: 'sync', downlink: { encoding: 'int4', blockSize: 64 }, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 2 } }, 3, 3, 3);
+  });
+
+  it('async merge windows (shares of a step) and a lone island’s plain step', async () => {
+    const t = await twins({ ...base, mode: 'async', downlink: { encoding: 'int8', blockSize: 64 } }, 3, 4, 2);
+    expect(t.frames.length).toBeGreaterThanOrEqual(4);
+    await twins({ ...base, mode: 'sync', soloPlainStep: true, downlink: { encoding: 'f32', blockSize: 64 } }, 1, 3, 2);
+  });
+
+  it('refuses calls that change rounds while a step is in flight, and a rejected step moves nothing', async () => {
+    const outer = { kind: 'nesterov' as const, lr: 5, momentum: 0.9, dnPeriod: 0 };
+    const c = new Coordinator({ params: vec(2, 0.02), config: { ...base, mode: 'sync', soloPlainStep: false, outer, downlink: { encoding: 'int8', blockSize: 64 } }, now: 0 });
+    const host = await OuterOffloadHost.start(c, 2, 4096);
+    hosts.push(host);
+    const j = c.join({ caps: { engine: 'cpu', name: 'solo' } }, 0);
+    if (!j.ok || !j.value.assignment) throw new Error('join failed');
+    const a = j.value.assignment;
+    const meta = { islandId: j.value.islandId, roundId: a.roundId, baseVersion: 0, seq: 1, steps: a.innerSteps, tokens: a.innerSteps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2, lossMean: 2.5, elapsedMs: 500 };
+    const huge = vec(3, 1);
+    huge[5] = 3e38; // lr 5 × 3e38 overflows f32: the step is rejected
+    const hash0 = c.hash;
+    expect(c.submit({ meta, frame: encodeDelta(huge, { encoding: 'f32' }) }, 1000).ok).toBe(true);
+    expect(c.stepping).toBe(true);
+    expect(() => c.tick(2000)).toThrow(/in flight/);
+    expect(() => c.join({ caps: { engine: 'cpu' } }, 2000)).toThrow(/in flight/);
+    expect(c.heartbeat(j.value.islandId, 2000).ok).toBe(true); // reads and heartbeats are fine
+    await host.take(c);
+    expect(c.stepping).toBe(false);
+    expect(c.hash).toBe(hash0);
+    expect(c.version).toBe(0);
+    const rejected = c.drainEvents().flatMap((e) => (e.type === 'rejected' ? e.rejected.map((r) => r.error.code) : []));
+    expect(rejected).toEqual(['E_NON_FINITE']);
+  });
+});
