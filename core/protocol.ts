@@ -226,6 +226,8 @@ export interface Assignment {
   seqLen: number;
   lr: InnerLrPlan;
   gradClip: number;
+  /** Start this round from a fresh AdamW (dense codes while the run audits: Δ recomputable from the job); otherwise keep it. */
+  freshOptimizer?: boolean;
   /** Batches: sampleBatch(train, batchSize, seqLen, data.seed, data.stream, data.stepStart + i). */
   data: { seed: number; stream: number; stepStart: number };
   /** How to encode Δ (error feedback is kept on the island). */

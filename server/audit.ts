@@ -8,7 +8,6 @@
 
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { type AuditConfig, type AuditJob, AuditError, AuditQueue, auditWork } from '../core/coord/audit.ts';
-import type { Encoding } from '../core/codec/index.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { Run } from './run.ts';
@@ -43,6 +42,8 @@ export class RunAudits {
     this.token = digest(o.token);
     const { token: _t, ...cfg } = o;
     this.queue = new AuditQueue(cfg);
+    // audited rounds must be recomputable: dense-code islands start each one from a fresh AdamW
+    run.coord.setConfig({ freshInnerOptimizer: true });
   }
 
   /** Constant-time check of a validator's token. */
@@ -56,7 +57,7 @@ export class RunAudits {
     const c = this.run.coord;
     const u = Math.random();
     // cheap tests first: most deltas are not sampled, and config() copies
-    if (u >= this.queue.cfg.rate || meta.baseVersion !== c.version || !this.queue.wants(c.config().uplink.encoding as Encoding, u)) return null;
+    if (u >= this.queue.cfg.rate || meta.baseVersion !== c.version || !this.queue.wants(c.config(), u)) return null;
     if (this.base?.version !== c.version) this.base = { version: c.version, hash: c.hash, params: c.params().slice() };
     return this.base;
   }

@@ -24,11 +24,11 @@ const train = loadCorpus().train;
 const engines: TrainingEngine[] = [];
 afterAll(() => { for (const e of engines) e.destroy(); });
 
-/** Two sync rounds of one island on `engine`; the audit job of each accepted delta. */
-async function honestJobs(engine: TrainingEngine): Promise<AuditJob[]> {
+/** Two sync rounds of one island on `engine`; the audit job of each accepted delta. fresh: the run audits (fresh AdamW per round). */
+async function honestJobs(engine: TrainingEngine, fresh = true): Promise<AuditJob[]> {
   const coord = new Coordinator({
     params: initParams(config, 5),
-    config: { batchSize: B, seqLen: T, innerSteps: H, minInnerSteps: H, dylu: false, totalTokens: 2 * H * B * T, uplink: { encoding: 'int8', blockSize: 64 }, innerLr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0, localWarmupSteps: 0 } },
+    config: { batchSize: B, seqLen: T, innerSteps: H, minInnerSteps: H, dylu: false, totalTokens: 2 * H * B * T, uplink: { encoding: 'int8', blockSize: 64 }, innerLr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0, localWarmupSteps: 0 }, freshInnerOptimizer: fresh },
   });
   const hub = new LocalHub(coord);
   const transport = hub.connect();
@@ -58,7 +58,7 @@ describe.each(['cpu', 'webgpu'] as const)('validator on a %s island', (kind) => 
     expect(jobs.length).toBe(2);
     for (const job of jobs) {
       const m = await judge(ref, train, job);
-      expect(m.cosine!, `round ${job.roundId}`).toBeGreaterThan(0.99); // rounds after the first too: the runtime resets AdamW per round
+      expect(m.cosine!, `round ${job.roundId}`).toBeGreaterThan(0.99); // rounds after the first too: the run audits, so AdamW is reset per round
       expect(passes(m)).toBe(true);
     }
     // fakes of the last round, each sent as a valid int8 frame
@@ -81,12 +81,26 @@ describe.each(['cpu', 'webgpu'] as const)('validator on a %s island', (kind) => 
   }, 120_000);
 });
 
+describe('a run that does not audit', () => {
+  it('keeps the island\'s AdamW across rounds (its second Δ is not a fresh-AdamW recompute), and its deltas are never sampled', async () => {
+    const island = new CpuEngine({ config, maxBatch: B });
+    const ref = new CpuEngine({ config, maxBatch: B });
+    engines.push(island, ref);
+    const [first, second] = await honestJobs(island, false);
+    expect((await judge(ref, train, first)).cosine!).toBeGreaterThan(0.99); // the first round starts fresh either way
+    expect((await judge(ref, train, second)).cosine!).toBeLessThan(0.97);
+    const run = (encoding: 'int8' | 'sparse', freshInnerOptimizer: boolean) => ({ uplink: { encoding }, freshInnerOptimizer });
+    expect(new AuditQueue({ rate: 1 }).wants(run('int8', false), 0)).toBe(false);
+  }, 60_000);
+});
+
 describe('AuditQueue', () => {
   it('samples dense codes only, stays bounded, leases and settles once', () => {
     const q = new AuditQueue({ rate: 0.5, maxJobs: 2, leaseMs: 100 });
-    expect(q.wants('int8', 0.4)).toBe(true);
-    expect(q.wants('int8', 0.6)).toBe(false);
-    expect(q.wants('sparse', 0)).toBe(false);
+    const run = (encoding: 'int8' | 'sparse') => ({ uplink: { encoding }, freshInnerOptimizer: true });
+    expect(q.wants(run('int8'), 0.4)).toBe(true);
+    expect(q.wants(run('int8'), 0.6)).toBe(false);
+    expect(q.wants(run('sparse'), 0)).toBe(false);
     const job = { islandId: 'island-1', seq: 1, roundId: 0, baseVersion: 0, baseHash: '', work: null as never, frame: new Uint8Array(), params: new Float32Array() };
     const ids = [q.offer(job), q.offer(job), q.offer(job)];
     expect(q.size).toBe(2);

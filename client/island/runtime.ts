@@ -3,7 +3,7 @@
 //   hello → assignment ─┐
 //   ┌───────────────────┘
 //   │ bring the replica θ to the assignment's base version (updates, else snapshot; hash-checked)
-//   │ engine.setParams(θ_v) (dense codes: fresh AdamW); innerSteps × engine.step (lr from the assignment's plan)
+//   │ engine.setParams(θ_v) (fresh AdamW if the assignment says so); innerSteps × engine.step (lr from the assignment's plan)
 //   │ Δ = engine.readDelta(); frame = encodeWithFeedback(Δ, residual)   (residual stays here)
 //   │ submitDelta(meta, frame) → ack (durable)            nextAssignment() → assignment
 //   │ (not applied, sparse codes: what was sent goes back into the residual, so no work is dropped)
@@ -281,10 +281,10 @@ export class IslandRuntime {
     { steps: number; lossFirst: number; lossLast: number; lossMean: number; elapsedMs: number } | 'stopped' | 'abandoned'
   > {
     await this.engine.setParams(theta);
-    // dense codes: every round from a fresh AdamW, so a validator can recompute Δ from the job alone
-    // (core/coord/audit.ts). Sparse codes keep it: their residual makes Δ unverifiable anyway, and
-    // reset rounds there grow the residual until the norm bound rejects everything (measured).
-    if (AUDITABLE_ENCODINGS.includes(a.codec.encoding)) await this.engine.resetOptimizerState();
+    // a fresh AdamW when the server says so (dense codes in a run that audits: a validator then
+    // recomputes Δ from the job alone, core/coord/audit.ts); otherwise the state carries over, as in
+    // one long training run (a reset every short round cost one island 5 % of its loss)
+    if (a.freshOptimizer) await this.engine.resetOptimizerState();
     const B = a.batchSize, T = a.seqLen;
     if (!this.batch || this.batch.inputs.length < B * T) this.batch = allocBatch(B, T);
     const lossEvery = Math.max(1, this.opts.lossEvery ?? 1);

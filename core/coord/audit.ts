@@ -4,8 +4,9 @@
 // submitted Δ against its own; the server judges them against the tolerance and counts passes and
 // failures on the island's record. Pure: the server and the simulator drive it with their clocks.
 //
-// Islands start every round from a fresh AdamW (client/island/runtime.ts), so an honest Δ is a
-// function of the job alone. Deltas sent with error feedback through a sparse code (topk, sparse)
+// While a run audits, its islands start every dense-code round from a fresh AdamW (the config's
+// freshInnerOptimizer, set by server/audit.ts; client/island/runtime.ts), so an honest Δ is a
+// function of the job alone; a delta sent while it was off is never sampled. Deltas sent with error feedback through a sparse code (topk, sparse)
 // carry a residual of earlier rounds and cannot be recomputed: they are never sampled.
 //
 //   offer(delta) → queued (bounded: the oldest queued job makes room)
@@ -15,6 +16,7 @@
 import type { Encoding } from '../codec/index.ts';
 import type { InnerLrPlan } from '../protocol.ts';
 import { type Result, err, ok } from '../result.ts';
+import type { CoordinatorConfig } from './config.ts';
 import type { IslandRecord } from './types.ts';
 
 /** Deltas whose Δ a validator can recompute (dense codes; their small error feedback stays inside the tolerance). */
@@ -98,9 +100,12 @@ export class AuditQueue {
 
   get size(): number { return this.queued.length + this.leased.size; }
 
-  /** Whether to sample an accepted delta: `u` uniform in [0, 1) (the caller's random source). */
-  wants(encoding: Encoding, u: number): boolean {
-    return this.cfg.rate > 0 && AUDITABLE_ENCODINGS.includes(encoding) && u < this.cfg.rate;
+  /**
+   * Whether to sample an accepted delta sent under run config `run`: `u` uniform in [0, 1) (the
+   * caller's random source). Only rounds that started from a fresh AdamW can be recomputed.
+   */
+  wants(run: Pick<CoordinatorConfig, 'uplink' | 'freshInnerOptimizer'>, u: number): boolean {
+    return this.cfg.rate > 0 && run.freshInnerOptimizer && AUDITABLE_ENCODINGS.includes(run.uplink.encoding) && u < this.cfg.rate;
   }
 
   offer(job: Omit<AuditJob, 'jobId'>): number {

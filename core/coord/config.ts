@@ -21,6 +21,12 @@ export interface CoordinatorConfig {
   seqLen: number;
   innerLr: { maxLr: number; minLr: number; warmupTokens: number; localWarmupSteps: number };
   gradClip: number;
+  /**
+   * Dense codes: every round starts from a fresh AdamW (the assignment's freshOptimizer), so a
+   * validator can recompute Δ from the job alone. On while the run audits (server/audit.ts); off, an
+   * island keeps its AdamW across rounds (short rounds of one island otherwise lose ~5 % of loss).
+   */
+  freshInnerOptimizer: boolean;
   /** Run length in tokens in θ: drives the cosine and ends the run (E_DONE). 0 = open-ended. */
   totalTokens: number;
   dataSeed: number;
@@ -93,6 +99,7 @@ export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   mode: 'sync',
   outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
   soloPlainStep: true,
+  freshInnerOptimizer: false,
   batchSize: 8,
   maxBatchSize: 64,
   seqLen: 32,
@@ -153,6 +160,7 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   if (!['nesterov', 'sgd', 'delayed-nesterov'].includes(c.outer?.kind)) p.push(`outer.kind must be nesterov|sgd|delayed-nesterov`);
   num('outer.lr', c.outer?.lr, 0, 10);
   if (typeof c.soloPlainStep !== 'boolean') p.push('soloPlainStep must be a boolean');
+  if (typeof c.freshInnerOptimizer !== 'boolean') p.push('freshInnerOptimizer must be a boolean');
   num('outer.momentum', c.outer?.momentum, 0, 0.999);
   num('outer.dnPeriod', c.outer?.dnPeriod, 0, 1e6, true);
   num('batchSize', c.batchSize, 1, 1e6, true);
@@ -218,7 +226,7 @@ export function stalenessWeight(fn: StalenessFn, tau: number): number {
 
 /** Keys that may change while a run is live (mode, shapes and the data seed may not). */
 export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
-  'outer', 'soloPlainStep', 'innerLr', 'gradClip', 'totalTokens', 'innerSteps', 'minInnerSteps', 'maxInnerSteps', 'dylu',
+  'outer', 'soloPlainStep', 'freshInnerOptimizer', 'innerLr', 'gradClip', 'totalTokens', 'innerSteps', 'minInnerSteps', 'maxInnerSteps', 'dylu',
   'targetRoundMs', 'quorum', 'minContributors', 'grace', 'roundTimeoutMs', 'lateDeltas', 'trimFraction', 'aggregation', 'clip', 'asyncWindow',
   'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
   'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',

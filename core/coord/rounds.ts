@@ -4,6 +4,7 @@
 import { maxFrameBytes } from '../codec/index.ts';
 import { type Assignment, type DeltaMeta, ErrorCode } from '../protocol.ts';
 import { median } from './aggregate.ts';
+import { AUDITABLE_ENCODINGS } from './audit.ts';
 import { type CoordinatorConfig, stalenessWeight } from './config.ts';
 import { dyluInnerSteps } from './dylu.ts';
 import type { IslandRecord, PendingDelta, RoundState } from './types.ts';
@@ -114,6 +115,7 @@ export function assignmentMessage(
       localWarmupSteps: cfg.innerLr.localWarmupSteps, localStepsDone: isl.localSteps,
     },
     gradClip: cfg.gradClip,
+    freshOptimizer: cfg.freshInnerOptimizer && AUDITABLE_ENCODINGS.includes(cfg.uplink.encoding),
     data: { seed: cfg.dataSeed, stream: isl.stream, stepStart: isl.dataSteps },
     codec: structuredClone(cfg.uplink),
     paramCount: at.paramCount,

@@ -89,7 +89,7 @@ export class SimAuditor {
   wrap(inner: Transport, fake: boolean): Transport {
     return new AuditingTransport(inner, async (meta, frame, submit) => {
       const coord = this.hub.coord;
-      const sampled = meta.baseVersion === coord.version && this.queue.wants(coord.config().uplink.encoding, this.rand());
+      const sampled = meta.baseVersion === coord.version && this.queue.wants(coord.config(), this.rand());
       const base = sampled ? coord.model() : null;
       const isl = base && coord.island(meta.islandId);
       const work = isl ? auditWork(isl, meta.roundId, meta.steps, this.seqLen) : null;

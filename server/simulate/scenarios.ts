@@ -118,11 +118,12 @@ export const ROBUST: CoordinatorConfigPatch = { aggregation: 'centered-clip', tr
 
 /**
  * Verified work: 4 islands (sync, int8), the last sending plausible fake work; a validator audits
- * half of the accepted deltas and bans at 2 failures. 60k tokens: about 7 rounds.
+ * half of the accepted deltas and bans at 2 failures (its rounds start from a fresh AdamW, as the
+ * server's are while it audits). 60k tokens: about 7 rounds.
  */
 function audited(name: string, d: RowDefaults, fake: Behaviour): SimRow {
   const islands = uniform(4, d.batchSize, (i) => (i === 3 ? fake : 'honest'));
-  return { ...diloco(name, { ...d, tokens: Math.min(d.tokens, 60_000) }, 'sync', 'int8', islands), audit: { rate: 0.5, banAfter: 2 } };
+  return { ...diloco(name, { ...d, tokens: Math.min(d.tokens, 60_000) }, 'sync', 'int8', islands, { freshInnerOptimizer: true }), audit: { rate: 0.5, banAfter: 2 } };
 }
 
 /**
