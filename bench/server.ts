@@ -1,8 +1,10 @@
 // `atoll bench server`: how fast the server folds deltas into θ, and how many islands it holds.
 //
 // 1. Apply throughput, per codec: a base-sized delta through the coordinator exactly as the
-//    gateway hands it over in async mode (decode + validate + norm bound + outer step + downlink
-//    quantization + θ hash), in params/s on one core.
+//    gateway hands it over, with the outer step where `atoll serve` takes it (`--outer-workers`
+//    worker threads, default 2): ingest (decode + validate + norm bound + hold, on the event loop)
+//    and apply (the round's aggregate and outer step + downlink quantization + θ hash, amortized
+//    over a sync round of 4) apart, in params/s.
 // 2. Load: a real server (its own run folder, real socket.io) and K simulated islands held by a few
 //    child processes on loopback, each island sending tiny deltas in a loop. Reports deltas
 //    accepted/s, ack latency percentiles, and checks the event log: every applied ack an island
@@ -14,8 +16,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { syntheticDelta } from './codec.ts';
 import { type OuterPoolBench, benchOuterPool } from './outer-pool.ts';
+import { median } from './timing.ts';
 import { ENCODINGS, type Encoding, encodeDelta } from '../core/codec/index.ts';
 import { Coordinator } from '../core/coord/index.ts';
+import { OuterOffloadHost } from '../server/outer-offload.ts';
 import { getPreset, numParams, type GPTConfig } from '../core/model/config.ts';
 import { type Assignment, PROTOCOL_VERSION } from '../core/protocol.ts';
 
@@ -32,7 +36,7 @@ export interface BenchServerOptions {
   load?: boolean;
   /** Apply-throughput repeats per codec (default: enough for ~1.5 s). */
   applySeconds?: number;
-  /** Worker threads for the off-loop outer step (default 2; 0 skips it). */
+  /** Worker threads for the outer step, as `serve --outer-workers` (default 2; 0: on the event loop, and no pool figures). */
   outerWorkers?: number;
   log?: (line: string) => void;
 }
@@ -58,13 +62,17 @@ export interface LoadResult {
 
 export interface BenchServerResult {
   paramCount: number;
-  /** Sync mode (default): per delta, the round's aggregate and outer step shared by its 4 deltas. */
+  /** Worker threads that took the outer step in the figures below (0: the event loop). */
+  applyWorkers: number;
+  /** Sync mode (the default): the round's aggregate and outer step, amortized over its 4 deltas. */
   applyParamsPerSec: Record<string, number>;
+  /** Sync mode, a submit that does not close the round: decode + validate + hold, on the event loop. */
+  ingestParamsPerSec: Record<string, number>;
+  /** Sync mode, ingest and apply together, per delta. */
+  deltaParamsPerSec: Record<string, number>;
   applyMsPerDelta: Record<string, number>;
-  /** Async mode: a full outer step per delta. */
+  /** Async mode: ingest and a full outer step per delta. */
   applyAsyncParamsPerSec: Record<string, number>;
-  /** Sync mode, a submit that does not close the round: decode + validate + hold only. */
-  applySubmitParamsPerSec: Record<string, number>;
   /** The outer step in worker threads (OuterPool), int8 uplink and downlink: ingest and apply apart. */
   outerWorkers?: OuterPoolBench;
   load?: LoadResult;
@@ -79,13 +87,6 @@ const BENCH_COORD = {
   historyLimit: 16,
 } as const;
 
-/**
- * Server cost of one base-sized delta, in params/s, on the gateway's path:
- *   sync  (the default mode): decode + validate + hold, then at round close the weighted
- *         aggregate and one outer step (+ downlink quantization + θ hash) shared by the round's
- *         `roundSize` deltas;
- *   async: decode + validate + a full outer step per delta.
- */
 const synthetic = new Map<string, Float32Array>();
 /** Synthetic arrays are slow to draw at base size: draw each once. */
 function cachedDelta(n: number, seed: number): Float32Array {
@@ -95,7 +96,15 @@ function cachedDelta(n: number, seed: number): Float32Array {
   return d;
 }
 
-export function benchApply(encoding: Encoding, n: number, seconds: number, mode: 'sync' | 'async' = 'sync', roundSize = 4): { paramsPerSec: number; msPerDelta: number; submitParamsPerSec: number } {
+/**
+ * Server cost of one base-sized delta, in params/s, on the gateway's path, with the outer step on
+ * `workers` threads (0: the event loop):
+ *   sync  (the default mode): ingest (decode + validate + hold), then at round close the weighted
+ *         aggregate and one outer step (+ downlink quantization + θ hash) shared by the round's
+ *         `roundSize` deltas: `applyParamsPerSec` is that share alone;
+ *   async: ingest + a full outer step per delta.
+ */
+export async function benchApply(encoding: Encoding, n: number, seconds: number, mode: 'sync' | 'async' = 'sync', roundSize = 4, workers = 2): Promise<{ paramsPerSec: number; msPerDelta: number; ingestParamsPerSec: number; applyParamsPerSec: number }> {
   const params = cachedDelta(n, 7).map((x) => x * 20);
   const coord = new Coordinator({
     params,
@@ -104,6 +113,7 @@ export function benchApply(encoding: Encoding, n: number, seconds: number, mode:
       : { ...BENCH_COORD, mode: 'async', outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
     now: 0,
   });
+  const host = workers > 0 ? await OuterOffloadHost.start(coord, workers) : null;
   const frame = encodeDelta(cachedDelta(n, 11), { encoding, blockSize: 64 });
   const k = mode === 'sync' ? roundSize : 1;
   const islands: Array<{ a: Assignment; seq: number }> = [];
@@ -114,13 +124,16 @@ export function benchApply(encoding: Encoding, n: number, seconds: number, mode:
   }
   let now = 1;
   const submitTimes: number[] = [];
-  const round = () => {
+  const closeTimes: number[] = [];
+  const round = async () => {
     for (const [k, isl] of islands.entries()) {
       const a = isl.a;
       const t = performance.now();
       const r = coord.submit({ meta: { islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: ++isl.seq, steps: 10, tokens: 2560, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 1000 }, frame }, now++);
-      if (k < islands.length - 1) submitTimes.push(performance.now() - t); // a submit that does not close the round
       if (!r.ok) throw new Error(`bench: submit rejected: ${r.error.code} ${r.error.message}`);
+      if (host) await host.take(coord);
+      // a submit that does not close the round, or the one that does (its step included)
+      (k < islands.length - 1 ? submitTimes : closeTimes).push(performance.now() - t);
     }
     coord.drainEvents();
     for (const isl of islands) {
@@ -129,19 +142,24 @@ export function benchApply(encoding: Encoding, n: number, seconds: number, mode:
       isl.a = na.value;
     }
   };
-  round(); // warm-up
-  const times: number[] = [];
-  const t0 = performance.now();
-  while (performance.now() - t0 < seconds * 1000 || times.length < 3) {
-    const t = performance.now();
-    round();
-    times.push((performance.now() - t) / k);
+  try {
+    await round(); // warm-up
+    submitTimes.length = closeTimes.length = 0;
+    const times: number[] = [];
+    const t0 = performance.now();
+    while (performance.now() - t0 < seconds * 1000 || times.length < 3) {
+      const t = performance.now();
+      await round();
+      times.push((performance.now() - t) / k);
+    }
+    const med = median(times);
+    const ingest = submitTimes.length ? median(submitTimes) : NaN;
+    // the closing submit holds one ingest too; the rest is the round's aggregate and step
+    const apply = (median(closeTimes) - (Number.isNaN(ingest) ? 0 : ingest)) / k;
+    return { paramsPerSec: n / (med / 1000), msPerDelta: med, ingestParamsPerSec: n / (ingest / 1000), applyParamsPerSec: n / (apply / 1000) };
+  } finally {
+    await host?.close();
   }
-  times.sort((x, y) => x - y);
-  const med = times[times.length >> 1];
-  submitTimes.sort((x, y) => x - y);
-  const sub = submitTimes.length ? submitTimes[submitTimes.length >> 1] : NaN;
-  return { paramsPerSec: n / (med / 1000), msPerDelta: med, submitParamsPerSec: n / (sub / 1000) };
 }
 
 function percentile(sorted: number[], p: number): number {
@@ -274,22 +292,21 @@ export async function benchLoad(o: { islands: number; procs: number; seconds: nu
 export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchServerResult> {
   const log = opts.log ?? (() => {});
   const n = numParams(getPreset('base'));
-  const applyParamsPerSec: Record<string, number> = {};
-  const applyMsPerDelta: Record<string, number> = {};
-  const applyAsyncParamsPerSec: Record<string, number> = {};
-  const applySubmitParamsPerSec: Record<string, number> = {};
+  const workers = opts.outerWorkers ?? 2;
+  const out: BenchServerResult = { paramCount: n, applyWorkers: workers, applyParamsPerSec: {}, ingestParamsPerSec: {}, deltaParamsPerSec: {}, applyMsPerDelta: {}, applyAsyncParamsPerSec: {} };
+  const M = (x: number) => (x / 1e6).toFixed(0);
   for (const enc of ENCODINGS) {
-    const r = benchApply(enc, n, opts.applySeconds ?? 1.5, 'sync');
-    applyParamsPerSec[enc] = Math.round(r.paramsPerSec);
-    applySubmitParamsPerSec[enc] = Math.round(r.submitParamsPerSec);
-    applyMsPerDelta[enc] = Number(r.msPerDelta.toFixed(2));
-    const a = benchApply(enc, n, opts.applySeconds ?? 1.5, 'async');
-    applyAsyncParamsPerSec[enc] = Math.round(a.paramsPerSec);
-    log(`apply ${enc}: sync ${(r.paramsPerSec / 1e6).toFixed(1)} M params/s (${r.msPerDelta.toFixed(0)} ms per base-sized delta; submit alone ${(r.submitParamsPerSec / 1e6).toFixed(0)} M/s), async ${(a.paramsPerSec / 1e6).toFixed(1)} M params/s (${a.msPerDelta.toFixed(0)} ms)`);
+    const r = await benchApply(enc, n, opts.applySeconds ?? 1.5, 'sync', 4, workers);
+    out.applyParamsPerSec[enc] = Math.round(r.applyParamsPerSec);
+    out.ingestParamsPerSec[enc] = Math.round(r.ingestParamsPerSec);
+    out.deltaParamsPerSec[enc] = Math.round(r.paramsPerSec);
+    out.applyMsPerDelta[enc] = Number(r.msPerDelta.toFixed(2));
+    const a = await benchApply(enc, n, opts.applySeconds ?? 1.5, 'async', 4, workers);
+    out.applyAsyncParamsPerSec[enc] = Math.round(a.paramsPerSec);
+    log(`${enc} (outer step on ${workers ? `${workers} workers` : 'the event loop'}): sync apply ${M(r.applyParamsPerSec)} M params/s, ingest ${M(r.ingestParamsPerSec)} M/s, both ${M(r.paramsPerSec)} M/s (${r.msPerDelta.toFixed(0)} ms per base-sized delta); async ${M(a.paramsPerSec)} M/s (${a.msPerDelta.toFixed(0)} ms)`);
   }
-  const out: BenchServerResult = { paramCount: n, applyParamsPerSec, applyMsPerDelta, applyAsyncParamsPerSec, applySubmitParamsPerSec };
-  if ((opts.outerWorkers ?? 2) > 0) {
-    const w = out.outerWorkers = await benchOuterPool({ n, workers: opts.outerWorkers ?? 2, seconds: opts.applySeconds ?? 1.5 });
+  if (workers > 0) {
+    const w = out.outerWorkers = await benchOuterPool({ n, workers, seconds: opts.applySeconds ?? 1.5 });
     log(`outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`);
   }
   if (opts.load !== false) {

@@ -31,6 +31,8 @@ export interface AtollServerOptions {
   clientDir?: string;
   /** Evaluate after updates (default true). */
   evaluate?: boolean;
+  /** Worker threads for the outer step (0 or absent: on the event loop). */
+  outerWorkers?: number;
   /** The operator's log (pino, on stderr) at this level; absent: no log. */
   logLevel?: string;
   /** Where the server listens, recorded in the run folder's lock. */
@@ -135,7 +137,7 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
   const metrics = new Metrics();
   let run: Run;
   try {
-    run = await Run.open({ dir: o.dir, config: o.config, resumePatch: o.resumePatch, metrics, evaluate: o.evaluate, log });
+    run = await Run.open({ dir: o.dir, config: o.config, resumePatch: o.resumePatch, metrics, evaluate: o.evaluate, outerWorkers: o.outerWorkers, log });
   } catch (e) {
     lock.value();
     throw e;

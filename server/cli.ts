@@ -17,6 +17,8 @@ function numArg(v: string): number {
   return n;
 }
 
+/** `serve --outer-workers`: the outer step in two worker threads unless told otherwise. */
+const OUTER_WORKERS_DEFAULT = 2;
 const presetOption = () => new Option('--preset <name>', 'model preset').choices(Object.keys(PRESETS));
 const engineOption = () => new Option('--engine <kind>', 'training engine').choices(['cpu', 'webgpu']).default('cpu');
 
@@ -102,6 +104,7 @@ export function buildProgram(): Command {
     .option('--port <n>', 'HTTP port (default $PORT or 8080)', intArg)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
+    .option('--outer-workers <n>', 'worker threads for the outer step, off the event loop (0: on the event loop)', intArg, OUTER_WORKERS_DEFAULT)
     .addOption(new Option('--log-level <level>', 'operator log level (JSON lines on stderr; default $ATOLL_LOG_LEVEL or info)').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']))
     .option('--build-if-needed', 'run vite build first when dist/client is missing')
     .option('--redis <url>', 'scale out on Redis (redis://HOST:PORT): with --role, this process is one part of the run')
@@ -197,7 +200,7 @@ export function buildProgram(): Command {
     .option('--seconds <s>', 'load test duration', numArg, 20)
     .option('--gateways <n>', 'load test on Redis roles: n gateway processes and one aggregator (a redis-server on a free port; 0: the embedded server)', intArg, 0)
     .option('--skip-load', 'only measure apply throughput')
-    .option('--outer-workers <n>', 'worker threads for the off-loop outer step (0: skip that part)', intArg, 2)
+    .option('--outer-workers <n>', 'worker threads for the outer step, as serve --outer-workers (0: on the event loop; no pool figures)', intArg, OUTER_WORKERS_DEFAULT)
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { benchServer } = await import('../bench/server.ts');

@@ -10,7 +10,10 @@ import { ok } from '../core/result.ts';
 import { OuterPool } from './cluster/outer-pool.ts';
 
 export class OuterOffloadHost {
-  private constructor(private readonly pool: OuterPool, private readonly gSlot: number) {}
+  /** The pool slot behind each delta buffer handed to the coordinator. */
+  private readonly slotOf = new Map<Float32Array, number>();
+
+  private constructor(private readonly pool: OuterPool, private readonly gSlot: number, readonly workers: number) {}
 
   /**
    * Moves `coord`'s outer step into `workers` threads (its θ, optimizer and downlink state with it),
@@ -19,9 +22,17 @@ export class OuterOffloadHost {
   static async start(coord: Coordinator, workers: number, align?: number): Promise<OuterOffloadHost> {
     const pool = OuterPool.start({ theta: coord.params() as Float32Array, workers, align });
     await pool.importState({ outer: coord.outerState(), residual: coord.downlinkResidual() });
-    const gSlot = pool.newSlot();
-    coord.useOffload({ theta: pool.theta, g: pool.slotView(gSlot) });
-    return new OuterOffloadHost(pool, gSlot);
+    const host = new OuterOffloadHost(pool, pool.newSlot(), workers);
+    coord.useOffload({ theta: pool.theta, g: pool.slotView(host.gSlot), buffer: () => host.buffer() });
+    return host;
+  }
+
+  /** A delta buffer in shared memory, known to every worker. */
+  private buffer(): Float32Array {
+    const slot = this.pool.newSlot();
+    const view = this.pool.slotView(slot);
+    this.slotOf.set(view, slot);
+    return view;
   }
 
   /** A downlink the workers cannot produce (they do not deflate), or null. */
@@ -38,13 +49,21 @@ export class OuterOffloadHost {
     const req = coord.pendingStep();
     if (!req) return;
     const { encoding, blockSize } = req.downlink;
-    const r = await this.pool.step({ slots: [this.gSlot], weights: null, outer: req.outer, downlink: { encoding, blockSize }, scale: req.scale, period: req.period, share: req.share });
+    const slots = req.deltas ? req.deltas.map((d) => this.slotOf.get(d) ?? fail('a delta outside the shared buffers')) : [this.gSlot];
+    const r = await this.pool.step({ slots, weights: req.weights, outer: req.outer, downlink: { encoding, blockSize }, scale: req.scale, period: req.period, share: req.share });
     if (!r.ok) return coord.completeStep(r);
     const state = await this.pool.exportViews();
     coord.completeStep(ok({ ...r.value, outer: state.outer, residual: state.residual }));
   }
 
+  /** Shared buffers handed out (tests: the coordinator reuses them). */
+  get buffers(): number { return this.slotOf.size; }
+
   async close(): Promise<void> {
     await this.pool.close();
   }
+}
+
+function fail(why: string): never {
+  throw new Error(`outer offload: ${why}`);
 }

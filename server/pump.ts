@@ -21,6 +21,10 @@ export interface PumpHost {
   prepare(events: CoordinatorEvent[]): void;
   /** The batch is durable: act on it. */
   publish(events: CoordinatorEvent[]): void;
+  /** The outer step in flight (offload), or null: events are drained and snapshots taken only between steps. */
+  stepping(): Promise<void> | null;
+  /** Runs the coordinator's deadlines (the host kicks the pump after). */
+  tick(now: number): void;
 }
 
 export class DurabilityPump {
@@ -90,6 +94,7 @@ export class DurabilityPump {
   private async pump(): Promise<void> {
     do {
       this.again = false;
+      for (let step = this.h.stepping(); step; step = this.h.stepping()) await step;
       const events = this.h.coord.drainEvents();
       this.h.prepare(events);
       if (this.h.store.pendingLines > 0 || this.h.store.checkpointPending) {
@@ -111,8 +116,7 @@ export class DurabilityPump {
       this.tickTimer = null;
       this.tickAt = Infinity;
       if (this.closed) return;
-      this.h.coord.tick(Date.now());
-      this.kick();
+      this.h.tick(Date.now());
       if (!this.pumping) this.scheduleTick();
     }, Math.max(20, at - Date.now()));
     this.tickTimer.unref();

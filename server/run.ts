@@ -5,6 +5,10 @@
 // Durable before acknowledged: every coordinator call is followed by `kick()`, and the durability
 // pump (pump.ts) publishes a batch of events (acks, broadcasts, assignments) only once its
 // checkpoint (run-checkpoint.ts) and log lines (history.ts) are on disk (store.ts).
+//
+// The outer step off the event loop: with `outerWorkers` > 0 the coordinator's outer step runs in
+// worker threads (outer-offload.ts). `kick()` starts a pending step; until it completes, calls that
+// change rounds wait (`whenIdle`), and the pump snapshots only between steps.
 
 import type { RunAudits } from './audit.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
@@ -25,6 +29,7 @@ import { checkpointFile, encodeRunCheckpoint, restoreLatest } from './run-checkp
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
 import { islandView } from './island-view.ts';
+import { OuterOffloadHost } from './outer-offload.ts';
 
 /** θ as of the last durable version: what islands may download. */
 interface DurableState {
@@ -43,6 +48,8 @@ export interface OpenRunOptions {
   /** Eval after updates in a worker (default true). */
   evaluate?: boolean;
   log?: (line: string) => void;
+  /** Worker threads for the outer step (0: on the event loop). Default 0. */
+  outerWorkers?: number;
 }
 
 export class Run {
@@ -70,6 +77,9 @@ export class Run {
 
   private readonly pump: DurabilityPump;
   private closed = false;
+  /** The outer step in worker threads (null: on the event loop), and the step in flight. */
+  private offload: OuterOffloadHost | null = null;
+  private stepping: Promise<void> | null = null;
 
   // traffic, cumulative over the run (restored from the log)
   bytesIn = 0;
@@ -100,6 +110,8 @@ export class Run {
       coord, store, metrics: this.metrics, log: this.log,
       prepare: (events) => this.prepare(events),
       publish: (events) => this.publish(events),
+      stepping: () => this.stepping,
+      tick: (now) => this.tick(now),
     });
   }
 
@@ -122,6 +134,11 @@ export class Run {
       coord.drainEvents();
     }
     const run = new Run(o, store, dataset, coord, resumed);
+    if ((o.outerWorkers ?? 0) > 0) {
+      const why = OuterOffloadHost.unsupported(coord.config().downlink);
+      if (why) run.log(`run: the outer step stays on the event loop: ${why}`);
+      else run.offload = await OuterOffloadHost.start(coord, o.outerWorkers!);
+    }
     run.config = { ...run.config, coordinator: coord.config() };
     store.writeConfig(run.config);
     const traffic = run.history.replay(store.readEvents(), coord.version, run.waiters.lastApplied);
@@ -153,6 +170,8 @@ export class Run {
   /** The largest legal delta frame. */
   get maxFrameBytes(): number { return this.coord.maxFrameBytes(); }
   get model(): GPTConfig { return this.config.model; }
+  /** Worker threads taking the outer step (0: the event loop takes it). */
+  get outerWorkers(): number { return this.offload?.workers ?? 0; }
 
   status(now = Date.now()): RunStatus {
     const t = this.coord.totals();
@@ -256,6 +275,7 @@ export class Run {
 
   /** join → the assignment is released only once its base version is durable. */
   async join(req: Parameters<Coordinator['join']>[0]): Promise<Result<{ islandId: string; assignment: Assignment | null }>> {
+    if (this.stepping) await this.whenIdle();
     const now = Date.now();
     const known = req.resumeIslandId !== undefined && this.coord.island(req.resumeIslandId) !== undefined;
     const r = this.coord.join(req, now);
@@ -282,6 +302,10 @@ export class Run {
   }
 
   leave(islandId: string, reason: string): void {
+    if (this.stepping) {
+      void this.whenIdle().then(() => this.leave(islandId, reason));
+      return;
+    }
     const r = this.coord.leave(islandId, Date.now());
     if (r.ok) this.store.append({ type: 'leave', island: islandId, reason });
     this.waiters.deliver(islandId, err(ErrorCode.TRANSPORT, 'island left'));
@@ -295,6 +319,7 @@ export class Run {
 
   /** The next assignment; waits (sync) until the round closes. */
   async nextAssignment(islandId: string): Promise<Result<Assignment>> {
+    if (this.stepping) await this.whenIdle();
     const r = this.coord.nextAssignment(islandId, Date.now());
     this.kick();
     if (!r.ok) return r;
@@ -324,9 +349,14 @@ export class Run {
    * it is durable when accepted. A resend of a delta that is pending or already applied gets the
    * same answer as the original (the island lost the ack, not the delta).
    */
-  submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg> {
+  async submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg> {
     const known = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
     if (known) return known;
+    if (this.stepping) {
+      await this.whenIdle();
+      const again = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
+      if (again) return again;
+    }
     const t0 = performance.now();
     const audit = this.audits?.sample(meta) ?? null;
     const r = this.coord.submit({ meta, frame }, Date.now());
@@ -338,7 +368,7 @@ export class Run {
       this.metrics.deltasRejected.inc({ code: r.error.code });
       this.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: 'rejected', code: r.error.code });
       this.kick();
-      return Promise.resolve({ islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: this.durable.version, error: r.error });
+      return { islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: this.durable.version, error: r.error };
     }
     this.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: r.value.status, staleness: r.value.staleness, tokens: meta.tokens, loss: finiteOrNull(meta.lossMean) });
     const ack = this.waiters.expectAck(meta.islandId, meta.seq);
@@ -372,12 +402,16 @@ export class Run {
   }
 
   async resume(): Promise<void> {
+    await this.whenIdle();
     this.coord.resume(Date.now());
     this.store.append({ type: 'admin', action: 'resume' });
     await this.checkpointNow();
   }
 
   async setConfig(patch: CoordinatorConfigPatch): Promise<Result<RunConfig>> {
+    const why = this.offload && patch.downlink ? OuterOffloadHost.unsupported(patch.downlink) : null;
+    if (why) return err(ErrorCode.BAD_CONFIG, why);
+    await this.whenIdle();
     const r = this.coord.setConfig(patch);
     if (!r.ok) return r;
     this.config = { ...this.config, coordinator: r.value };
@@ -388,6 +422,7 @@ export class Run {
   }
 
   async ban(islandId: string, reason: string): Promise<Result<void>> {
+    await this.whenIdle();
     const r = this.coord.ban(islandId, Date.now(), reason);
     if (!r.ok) return r;
     this.store.append({ type: 'admin', action: 'ban', island: islandId, reason });
@@ -398,7 +433,10 @@ export class Run {
 
   /** Writes a checkpoint of the current state now (after any batch in flight). */
   async checkpointNow(): Promise<{ version: number; path: string; bytes: number }> {
-    await this.drain();
+    do {
+      await this.whenIdle();
+      await this.drain();
+    } while (this.stepping);
     const snap = this.coord.snapshot();
     const version = snap.meta.version;
     this.store.requestCheckpoint(version, () => encodeRunCheckpoint(this.config, snap));
@@ -435,8 +473,10 @@ export class Run {
 
   async close(): Promise<void> {
     if (this.closed) return;
+    await this.whenIdle();
     await this.pump.close();
     this.closed = true;
+    await this.offload?.close();
     await this.evalService?.close();
     await this.sampler?.close();
     await this.store.close();
@@ -446,7 +486,30 @@ export class Run {
 
   /** Handles whatever the coordinator has queued (call after every coordinator call). */
   kick(): void {
+    if (this.offload && !this.stepping && this.coord.pendingStep()) {
+      this.stepping = this.offload.take(this.coord).then(() => {
+        this.stepping = null;
+        this.kick();
+      }, (e: unknown) => {
+        // a worker died mid-step: θ may be half moved. Stop; a restart resumes from the last durable
+        // checkpoint, and nothing unacknowledged is lost.
+        this.log(`run: the outer step failed, stopping: ${(e as Error)?.stack ?? String(e)}`);
+        setImmediate(() => { throw e; });
+      });
+    }
     this.pump.kick();
+  }
+
+  /** Resolves when no outer step is in flight (at once without offload). */
+  async whenIdle(): Promise<void> {
+    while (this.stepping) await this.stepping;
+  }
+
+  /** The pump's timer: deadlines (a step in flight kicks the pump again when it completes). */
+  private tick(now: number): void {
+    if (this.stepping) return;
+    this.coord.tick(now);
+    this.kick();
   }
 
   /** Before the commit: the batch's log lines, and its checkpoint when it holds an update. */

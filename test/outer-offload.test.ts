@@ -2,7 +2,8 @@
 // bit: two coordinators driven by the same islands, one stepping on its thread and one through the
 // worker pool, emit the same update frames and hashes and end with the same θ, optimizer state and
 // downlink residual, in sync rounds (int8 and int4 downlinks), async merge windows (shares of a
-// step) and a lone island's plain step. While a step is in flight the coordinator refuses calls
+// step), a robust rule (g combined by the coordinator) and a lone island's plain step; each delta's
+// cosine with g agrees to 6 digits. While a step is in flight the coordinator refuses calls
 // that change rounds.
 
 import { afterAll, describe, expect, it } from 'vitest';
@@ -21,18 +22,23 @@ const vec = (seed: number, scale: number) => {
 const hosts: OuterOffloadHost[] = [];
 afterAll(async () => { for (const h of hosts) await h.close(); });
 
-interface Trace { frames: string[]; hashes: string[]; rejected: string[] }
+interface Trace { frames: string[]; hashes: string[]; rejected: string[]; cosines: string[] }
 
 /** `islands` islands for `rounds` rounds on `c`; with `host`, each pending step is taken through it. */
 async function drive(c: Coordinator, host: OuterOffloadHost | null, islands: number, rounds: number): Promise<Trace> {
-  const trace: Trace = { frames: [], hashes: [], rejected: [] };
+  const trace: Trace = { frames: [], hashes: [], rejected: [], cosines: [] };
   const settle = async () => {
     if (host) {
       expect(c.stepping).toBe(c.pendingStep() !== null);
       await host.take(c);
     }
     for (const e of c.drainEvents() as CoordinatorEvent[]) {
-      if (e.type === 'update') { trace.frames.push(Buffer.from(e.update.frame).toString('base64')); trace.hashes.push(e.update.hash); }
+      if (e.type === 'update') {
+        trace.frames.push(Buffer.from(e.update.frame).toString('base64'));
+        trace.hashes.push(e.update.hash);
+        // the workers sum each delta's agreement per fragment: the same cosine to rounding
+        for (const k of e.contributors) trace.cosines.push(`${k.islandId}:${(k.cosine ?? NaN).toFixed(6)}`);
+      }
       if (e.type === 'rejected' || e.type === 'update') for (const r of e.rejected) trace.rejected.push(`${r.islandId}:${r.error.code}`);
     }
   };
@@ -82,6 +88,7 @@ async function twins(config: CoordinatorConfigPatch, islands: number, rounds: nu
   const b = await drive(off, host, islands, rounds);
   expect(a.frames.length).toBeGreaterThanOrEqual(rounds);
   expect(b).toEqual(a);
+  expect(host.buffers).toBeLessThanOrEqual(islands + 1); // delta buffers are reused round after round
   expect(off.hash).toBe(here.hash);
   expect(Buffer.from(off.params().buffer, off.params().byteOffset, 4 * N).equals(Buffer.from(here.params().buffer, here.params().byteOffset, 4 * N))).toBe(true);
   const [sa, sb] = [here.outerState(), off.outerState()];
@@ -99,9 +106,11 @@ async function twins(config: CoordinatorConfigPatch, islands: number, rounds: nu
 const base: CoordinatorConfigPatch = { uplink: { encoding: 'f32' }, seqLen: 8, innerSteps: 4, dylu: false, normBound: { factor: 0, window: 32, minHistory: 3 } };
 
 describe('outer step off the event loop', () => {
-  it('sync rounds of three islands: the same frames, hashes, θ and state as the coordinator’s own step (int8, then int4 downlink)', async () => {
+  it('sync rounds of three islands: the same frames, hashes, θ and state as the coordinator’s own step (int8, int4, and a robust rule combined by the coordinator)', async () => {
     await twins({ ...base, mode: 'sync', downlink: { encoding: 'int8', blockSize: 64 } }, 3, 4, 2);
     await twins({ ...base, mode: 'sync', downlink: { encoding: 'int4', blockSize: 64 }, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 2 } }, 3, 3, 3);
+    // a robust rule: the coordinator combines the deltas itself and the workers take the step from g
+    await twins({ ...base, mode: 'sync', aggregation: 'trimmed-mean', trimFraction: 0.2, downlink: { encoding: 'int8', blockSize: 64 } }, 3, 2, 2);
   });
 
   it('async merge windows (shares of a step) and a lone island’s plain step', async () => {
@@ -133,5 +142,17 @@ describe('outer step off the event loop', () => {
     expect(c.version).toBe(0);
     const rejected = c.drainEvents().flatMap((e) => (e.type === 'rejected' ? e.rejected.map((r) => r.error.code) : []));
     expect(rejected).toEqual(['E_NON_FINITE']);
+  });
+
+  it('bench server measures ingest and apply apart with the step in workers, as serve --outer-workers takes it', async () => {
+    const { benchApply } = await import('../bench/server.ts');
+    for (const workers of [2, 0]) {
+      const r = await benchApply('int8', 1 << 16, 0.05, 'sync', 4, workers);
+      for (const k of ['paramsPerSec', 'ingestParamsPerSec', 'applyParamsPerSec'] as const) expect(Number.isFinite(r[k]) && r[k] > 0, `${k} with ${workers} workers`).toBe(true);
+    }
+    const { buildProgram } = await import('../server/cli.ts');
+    const serve = buildProgram().commands.find((c) => c.name() === 'serve')!;
+    const flag = serve.options.find((o) => o.long === '--outer-workers');
+    expect(flag?.defaultValue).toBe(2);
   });
 });

@@ -67,6 +67,24 @@ export class NormHistory {
  * norm ratio (agreement).
  */
 export function combineDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, version: number, g: Float32Array, acc: Float64Array): void {
+  weighDeltas(kept, cfg, version);
+  const ds = kept.map((p) => p.delta), ws = kept.map((p) => p.weight);
+  const trim = cfg.trimFraction > 0 ? cfg.trimFraction : 0.125;
+  if (!isWeightedMean(kept.length, cfg) && cfg.aggregation === 'centered-clip') centeredClip(ds, ws, trim, cfg.clip, g, acc);
+  else if (!isWeightedMean(kept.length, cfg)) weightedTrimmedMean(ds, ws, trim, g);
+  else weightedMean(ds, ws, g, acc);
+  const gn = l2(g);
+  agreement(kept, kept.map((p) => {
+    let dot = 0;
+    const d = p.delta;
+    for (let i = 0; i < d.length; i++) dot += d[i] * g[i];
+    const dn = l2(d);
+    return dn > 0 && gn > 0 ? dot / (dn * gn) : 0;
+  }));
+}
+
+/** Each delta's staleness (against `version`) and its normalised weight tokens × s(τ). */
+export function weighDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, version: number): void {
   let wsum = 0;
   for (const p of kept) {
     p.staleness = version - p.baseVersion;
@@ -74,26 +92,21 @@ export function combineDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, vers
     wsum += p.weight;
   }
   for (const p of kept) p.weight = wsum > 0 ? p.weight / wsum : 1 / kept.length;
-  const ds = kept.map((p) => p.delta), ws = kept.map((p) => p.weight);
-  const trim = cfg.trimFraction > 0 ? cfg.trimFraction : 0.125;
-  if (kept.length >= 3 && (cfg.aggregation === 'trimmed-mean' || (cfg.aggregation === 'mean' && cfg.trimFraction > 0))) weightedTrimmedMean(ds, ws, trim, g);
-  else if (kept.length >= 3 && cfg.aggregation === 'centered-clip') centeredClip(ds, ws, trim, cfg.clip, g, acc);
-  else weightedMean(ds, ws, g, acc);
-  agreement(kept, g);
 }
 
-/** Each delta's quality in its round: cosine with the merged g, and its score against the round's median. */
-function agreement(kept: PendingDelta[], g: Float32Array): void {
-  const gn = l2(g);
+/** Whether `k` deltas combine by the plain weighted mean (robust rules need 3 or more). */
+export function isWeightedMean(k: number, cfg: CoordinatorConfig): boolean {
+  if (k < 3) return true;
+  return cfg.aggregation === 'mean' && cfg.trimFraction <= 0;
+}
+
+/** Each delta's quality in its round: its cosine with the merged g, and its score against the round's median. */
+export function agreement(kept: PendingDelta[], cosines: number[]): void {
   const mid = median(kept.map((p) => p.score));
-  for (const p of kept) {
-    const d = p.delta;
-    let dot = 0;
-    for (let i = 0; i < d.length; i++) dot += d[i] * g[i];
-    const dn = l2(d);
-    p.cosine = dn > 0 && gn > 0 ? dot / (dn * gn) : 0;
+  kept.forEach((p, j) => {
+    p.cosine = cosines[j];
     p.normRatio = mid > 0 ? p.score / mid : 1;
-  }
+  });
 }
 
 export function weightedMean(ds: Float32Array[], ws: number[], out: Float32Array, acc: Float64Array): void {

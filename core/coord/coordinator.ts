@@ -12,7 +12,7 @@ import {
   type Assignment, type IslandCaps, type ModelSnapshotMsg, type TrainingMode, type UpdateMsg,
   ErrorCode, PROTOCOL_VERSION, validateDeltaMeta,
 } from '../protocol.ts';
-import { NormHistory, combineDeltas, l2 } from './aggregate.ts';
+import { NormHistory, agreement, combineDeltas, isWeightedMean, l2, weighDeltas } from './aggregate.ts';
 import {
   type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, RUNTIME_KEYS,
   mergeConfig, validateCoordinatorConfig,
@@ -416,6 +416,13 @@ export class Coordinator {
     this.theta = o.theta;
     this.gBuf = o.g;
     this.offload = o;
+    // deltas live in the host's buffers from now on (those held since a restore move there)
+    this.pool.length = 0;
+    for (const p of this.round.pending) {
+      const b = o.buffer();
+      b.set(p.delta);
+      p.delta = b;
+    }
   }
 
   /** The outer step the host must take now (offload only; see `completeStep`), or null. */
@@ -430,6 +437,8 @@ export class Coordinator {
     if (res.ok) {
       this.outer.state = res.value.outer;
       this.residualView = res.value.residual;
+      const a = res.value.agreement;
+      if (a) agreement(c.kept, a.dots.map((dot, j) => (a.sqs[j] > 0 && a.gg > 0 ? dot / Math.sqrt(a.sqs[j] * a.gg) : 0)));
     }
     this.finishClose(c, res);
   }
@@ -528,7 +537,7 @@ export class Coordinator {
     return { ...c, error: { code, message } };
   }
 
-  private take(): Float32Array { return this.pool.pop() ?? new Float32Array(this.paramCount); }
+  private take(): Float32Array { return this.pool.pop() ?? this.offload?.buffer() ?? new Float32Array(this.paramCount); }
   private release(b: Float32Array): void { if (this.pool.length < 64) this.pool.push(b); }
 
   // ── sync rounds and async merge windows ─────────────────────────────────────────────────────────────────────────────
@@ -556,11 +565,17 @@ export class Coordinator {
     this.events.push({ type: 'round', roundId: r.id, baseVersion: r.baseVersion, state: 'closed', members: r.members.size, time: now });
     const c: Closing = { now, kept, rejected };
     if (kept.length === 0) return this.finishClose(c, null);
-    combineDeltas(kept, cfg, this.versionNum, this.gBuf, this.accBuf);
+    // with an offload, the host's workers take the weighted mean (and each delta's agreement with it)
+    const inHost = this.offload !== null && isWeightedMean(kept.length, cfg);
+    if (inHost) weighDeltas(kept, cfg, this.versionNum);
+    else combineDeltas(kept, cfg, this.versionNum, this.gBuf, this.accBuf);
     const { scale, period, share } = outerStepOf(cfg, kept, this.islandsById.values());
     if (this.offload) {
       this.closing = c;
-      this.stepRequest = { outer: { ...cfg.outer }, downlink: { ...cfg.downlink }, scale, period, share: share ?? false };
+      this.stepRequest = {
+        deltas: inHost ? kept.map((p) => p.delta) : null, weights: inHost ? kept.map((p) => p.weight) : null,
+        outer: { ...cfg.outer }, downlink: { ...cfg.downlink }, scale, period, share: share ?? false,
+      };
       return;
     }
     this.finishClose(c, this.outerStepHere(this.gBuf, scale, period, share));

@@ -245,18 +245,23 @@ export interface CoordinatorSnapshotMeta {
 
 /**
  * The outer step's numerics run elsewhere (the server's worker threads: server/outer-offload.ts).
- * The coordinator writes g into `g` and asks for the step with `pendingStep()`; the host runs it on
- * `theta` (shared with the coordinator) and hands the result to `completeStep()`.
+ * The coordinator holds deltas in the host's buffers, asks for the step with `pendingStep()`; the
+ * host runs it on `theta` (shared with the coordinator) and hands the result to `completeStep()`.
  */
 export interface OuterOffload {
   /** θ, shared: the host moves it; the coordinator reads it. */
   theta: Float32Array;
-  /** Where the coordinator writes g (the host's workers read it). */
+  /** Where the coordinator writes g when it combines the deltas itself (robust rules). */
   g: Float32Array;
+  /** A new delta buffer the host's workers can read. */
+  buffer(): Float32Array;
 }
 
-/** What the host computes for g (in OuterOffload.g): the same step as the coordinator's own. */
+/** The step the host takes: the same as the coordinator's own. */
 export interface OuterStepRequest {
+  /** g = Σ weights[j]·deltas[j] (in f64, in order), taken by the host; null: g is in OuterOffload.g. */
+  deltas: Float32Array[] | null;
+  weights: number[] | null;
   outer: OuterConfig;
   downlink: CoordinatorConfig['downlink'];
   scale: number;
@@ -271,6 +276,8 @@ export interface OuterStepDone {
   frame: Uint8Array;
   hash: string;
   updateNorm: number;
+  /** With `deltas`: each one's Σ d·g and Σ d², and Σ g² (its cosine with g). */
+  agreement?: { dots: number[]; sqs: number[]; gg: number };
   outer: OuterState;
   residual: Float32Array;
 }

@@ -15,7 +15,7 @@ import { Worker } from 'node:worker_threads';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { OuterConfig, OuterState } from '../../core/coord/outer.ts';
 import { ENCODINGS } from '../../core/codec/index.ts';
-import { type DownlinkSpec, type FromOuterWorker, type OuterWorkerInit, type ToOuterWorker, downlinkPayloadBytes } from './outer-worker.ts';
+import { type AgreementSums, type DownlinkSpec, type FromOuterWorker, type OuterWorkerInit, type ToOuterWorker, downlinkPayloadBytes } from './outer-worker.ts';
 
 const REGISTER_URL = new URL('../../bin/register.js', import.meta.url).href;
 const WORKER_URL = new URL('./outer-worker.ts', import.meta.url);
@@ -46,6 +46,8 @@ export interface OuterStepResult {
   frame: Uint8Array;
   hash: string;
   updateNorm: number;
+  /** With weights: each delta's Σ d·g and Σ d², and Σ g² (for its cosine with g). */
+  agreement?: AgreementSums;
 }
 
 export class OuterPool {
@@ -165,7 +167,7 @@ export class OuterPool {
     frame.set(new Uint8Array(this.frameSab, 0, length));
     new DataView(frame.buffer).setUint32(28, (c as Answer).crc!, true);
     const sumSq = proposed.reduce((s, r) => s + ((r as Answer).sumSq ?? 0), 0);
-    return ok({ frame, hash: (h as Answer).hash!, updateNorm: Math.sqrt(sumSq) });
+    return ok({ frame, hash: (h as Answer).hash!, updateNorm: Math.sqrt(sumSq), agreement: o.weights ? sumAgreement(proposed as Answer[]) : undefined });
   }
 
   /** The outer optimizer's state and the downlink residual, gathered from every fragment (copies, for snapshots). */
@@ -199,6 +201,18 @@ export class OuterPool {
   async close(): Promise<void> {
     await Promise.all(this.workers.map((w) => w.terminate()));
   }
+}
+
+/** The fragments' agreement sums added up. */
+function sumAgreement(parts: Answer[]): AgreementSums {
+  const k = parts[0].agreement!.dots.length;
+  const total: AgreementSums = { dots: new Array<number>(k).fill(0), sqs: new Array<number>(k).fill(0), gg: 0 };
+  for (const p of parts) {
+    const a = p.agreement!;
+    total.gg += a.gg;
+    for (let j = 0; j < k; j++) { total.dots[j] += a.dots[j]; total.sqs[j] += a.sqs[j]; }
+  }
+  return total;
 }
 
 /** The frame header of a downlink frame (frame.ts layout), CRC left for the caller. */

@@ -32,8 +32,11 @@ export type ToOuterWorker =
   | { id: number; op: 'export'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer }
   | { id: number; op: 'import'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer; bufferCount: number; steps: number };
 
+/** Per-fragment sums for each delta's agreement with g: Σ d_j·g, Σ d_j², and Σ g² (weighted steps only). */
+export interface AgreementSums { dots: number[]; sqs: number[]; gg: number }
+
 export type FromOuterWorker =
-  | { id: number; ok: true; norm?: number; sumSq?: number; hash?: string; crc?: number; bufferCount?: number; steps?: number }
+  | { id: number; ok: true; norm?: number; sumSq?: number; agreement?: AgreementSums; hash?: string; crc?: number; bufferCount?: number; steps?: number }
   | { id: number; ok: false; code: string; message: string };
 
 /**
@@ -103,11 +106,30 @@ class Fragment {
     return g;
   }
 
-  /** Returns Σu² of the proposed update, or an error (then nothing may be committed). */
-  propose(slots: Float32Array[], m: Propose, n: number, a: number, b: number, frame: SharedArrayBuffer): { sumSq: number } | { code: string; message: string } {
-    this.fused = m.downlink.encoding === 'int8';
-    if (this.fused) return this.proposeInt8(slots, m, n, a, frame);
+  /** The fragment's agreement sums of each delta with g (see AgreementSums). */
+  private agreement(slots: Float32Array[], m: Propose, a: number, g: Float32Array): AgreementSums {
+    const dots = m.slots.map(() => 0), sqs = m.slots.map(() => 0);
+    let gg = 0;
+    for (let i = 0; i < this.len; i++) gg += g[i] * g[i];
+    m.slots.forEach((s, j) => {
+      const d = slots[s].subarray(a, a + this.len);
+      let dot = 0, sq = 0;
+      for (let i = 0; i < d.length; i++) { dot += d[i] * g[i]; sq += d[i] * d[i]; }
+      dots[j] = dot;
+      sqs[j] = sq;
+    });
+    return { dots, sqs, gg };
+  }
+
+  /** Returns Σu² of the proposed update (and, for a weighted g, the agreement sums), or an error (then nothing may be committed). */
+  propose(slots: Float32Array[], m: Propose, n: number, a: number, b: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
     const g = this.gradient(slots, m, a, b);
+    const agreement = m.weights === null ? undefined : this.agreement(slots, m, a, g);
+    this.fused = m.downlink.encoding === 'int8';
+    if (this.fused) {
+      const r = this.proposeInt8(g, m, n, a, frame);
+      return 'code' in r ? r : { ...r, agreement };
+    }
     const finite = m.period === 0 ? this.outer.proposePlain(g, m.scale) : this.outer.propose(m.outer, g, m.scale, m.period, m.share);
     if (!finite) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     this.residualBackup.set(this.fb.residual);
@@ -125,14 +147,14 @@ class Fragment {
     let sumSq = 0;
     const u = this.outer.update;
     for (let i = 0; i < this.len; i++) sumSq += u[i] * u[i];
-    return { sumSq };
+    return { sumSq, agreement };
   }
 
   /**
    * OuterOptimizer.propose, then encodeWithFeedback with int8 blocks, fused into one pass per
    * block: the same float operations in the same order (test/cluster-outer.test.ts checks the bits).
    */
-  private proposeInt8(slots: Float32Array[], m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number } | { code: string; message: string } {
+  private proposeInt8(g: Float32Array, m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number } | { code: string; message: string } {
     const { lr, momentum: mu, kind } = m.outer;
     const st = this.outer.state;
     const mom = st.momentum, buf = st.buffer, e = this.fb.residual;
@@ -145,22 +167,12 @@ class Fragment {
     const nb = Math.ceil(n / B);
     const scales = new Float32Array(frame, HEADER_BYTES + 4 * (a / B), Math.ceil(len / B));
     const q = new Int8Array(frame, HEADER_BYTES + 4 * nb + a, len);
-    // g: the one delta, or Σ w_j·d_j accumulated in f64 in slot order and rounded once (combineDeltas)
-    const D = m.slots.map((j) => slots[j].subarray(a, a + len));
-    const W = m.weights === null ? null : Float64Array.from(m.weights);
-    const k = D.length, d0 = D[0];
     let probe = 0, sumSq = 0, illegal = false;
     for (let blk = 0, start = 0; start < len; blk++, start += B) {
       const end = Math.min(start + B, len);
       let max = 0;
       for (let i = start; i < end; i++) {
-        let gv = d0[i];
-        if (W !== null) {
-          let acc = 0;
-          for (let j = 0; j < k; j++) acc += W[j] * D[j][i];
-          gv = Math.fround(acc);
-        }
-        const gi = s * gv;
+        const gi = s * g[i];
         let ui: number;
         if (plain) {
           ui = gi;
@@ -258,7 +270,7 @@ function run(init: OuterWorkerInit): void {
       }
       case 'propose': {
         const r = frag.propose(slots, m, n, a, b, m.frame);
-        return reply('code' in r ? { id: m.id, ok: false, ...r } : { id: m.id, ok: true, sumSq: r.sumSq });
+        return reply('code' in r ? { id: m.id, ok: false, ...r } : { id: m.id, ok: true, sumSq: r.sumSq, agreement: r.agreement });
       }
       case 'commit':
         frag.commit(theta);

@@ -17,6 +17,8 @@ export interface ServeCliOptions extends RunFlags {
   buildIfNeeded?: boolean;
   /** Evaluate after updates (default true; `--no-eval`). */
   eval?: boolean;
+  /** Worker threads for the outer step (0: on the event loop). */
+  outerWorkers?: number;
   /** pino level of the operator's log (default $ATOLL_LOG_LEVEL or info). */
   logLevel?: string;
   /** Scale out on Redis: the run's roles (server/cluster/roles.ts). */
@@ -83,6 +85,7 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
     dir, config, resumePatch,
     adminToken: envToken ? envToken : undefined,
     evaluate: o.eval !== false,
+    outerWorkers: o.outerWorkers,
     logLevel: o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info',
     listenOn: { host, port },
     audit: auditOptions(o),
@@ -91,7 +94,7 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
   const r = server.run;
   const cc = r.config.coordinator;
   say(`atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`);
-  say(`  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} deltas, outer ${cc.outer.kind} lr ${cc.outer.lr} momentum ${cc.outer.momentum}`);
+  say(`  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} deltas, outer ${cc.outer.kind} lr ${cc.outer.lr} momentum ${cc.outer.momentum}, ${r.outerWorkers ? `outer step on ${r.outerWorkers} worker threads` : 'outer step on the event loop'}`);
   say(`  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`);
   say(`  islands: npx atoll island --server ${addr.url}`);
   say(server.adminTokenFile
@@ -142,7 +145,7 @@ async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise
     name = config.name;
     const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
     const agg = startAggregatorRole({
-      dir, config, resumePatch, adminToken: envToken ? envToken : undefined, evaluate: o.eval !== false, logLevel,
+      dir, config, resumePatch, adminToken: envToken ? envToken : undefined, evaluate: o.eval !== false, outerWorkers: o.outerWorkers, logLevel,
       redis: o.redis, run: name, leaseMs: o.leaseMs ?? 5000, audit: auditOptions(o),
       // deposed: not one more write, not even a flush
       onFenced: (why) => { say(`atoll serve: aggregator fenced (${why}): exiting`); process.exit(3); },
