@@ -31,7 +31,7 @@ import * as op from '../client/engine/webgpu-ops.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
 import { drain, geomean, median, randomArray, sleep, timeInterleaved } from './timing.ts';
 import { type AttentionRow, benchAttention, submitPasses } from './attention.ts';
-import type { TuneResult } from '../client/engine/webgpu-tune.ts';
+import { type MatmulChoice, type TuneResult, autotuneMatmuls, choiceLabel, defaultChoice, tuneKey, tunedDims } from '../client/engine/webgpu-tune.ts';
 import { type KernelTime, kernelShares } from '../client/engine/webgpu-profile.ts';
 
 export interface KernelBenchOptions {
@@ -67,6 +67,8 @@ export interface MatmulRow {
   tfjs_ms: number;
   /** max |ours − TF.js| / max |TF.js| on this shape */
   max_rel_err: number;
+  /** our variant: the autotuner's choice for this pass and rows (the default with --no-autotune) */
+  variant: string;
   ours_mfu?: number;
   tfjs_mfu?: number;
 }
@@ -161,9 +163,16 @@ class OurMatmulHarness {
    *   dX:  dinp = dout · W          (overwrite, as for the first writer)
    *   dW:  dW = doutᵀ · inp         (overwrite)
    */
-  async prepare(c: MatmulCase, inp: Float32Array, w: Float32Array, dout: Float32Array, bias: Float32Array | null): Promise<OurMatmul> {
+  /** The autotuner's choice for the case's pass and rows (timed afresh: no cache, no budget). */
+  async tune(c: MatmulCase, adapter: string): Promise<MatmulChoice | undefined> {
+    const r = await autotuneMatmuls(this.device, this.kernels, [{ pass: c.pass, C: c.cin, OC: c.cout }], c.rows, { adapter, cache: null, budgetMs: Infinity });
+    return r.report[0].chosen;
+  }
+
+  async prepare(c: MatmulCase, inp: Float32Array, w: Float32Array, dout: Float32Array, bias: Float32Array | null, choice?: MatmulChoice): Promise<OurMatmul> {
     const device = this.device;
-    const dims = { C: c.cin, OC: c.cout, wOff: 0, biasOff: bias ? w.length : null };
+    const tuned = tunedDims(new Map(choice ? [[tuneKey({ pass: c.pass, C: c.cin, OC: c.cout }), choice]] : []), c.cin, c.cout);
+    const dims = { C: c.cin, OC: c.cout, wOff: 0, biasOff: bias ? w.length : null, ...(c.pass === 'fwd' ? tuned.fwd : tuned.bwd) };
     const params = new Float32Array(w.length + (bias?.length ?? 0));
     params.set(w);
     if (bias) params.set(bias, w.length);
@@ -267,7 +276,7 @@ function shapeLabel(c: MatmulCase): string {
   return `${c.preset}.${c.layer}.${c.pass} ${expr}`;
 }
 
-async function benchMatmulCase(c: MatmulCase, ours: OurMatmulHarness, tfw: TfWebgpu, targetMs: number, repeats: number, peakTflops?: number): Promise<MatmulRow> {
+async function benchMatmulCase(c: MatmulCase, ours: OurMatmulHarness, tfw: TfWebgpu, targetMs: number, repeats: number, peakTflops?: number, choice?: MatmulChoice): Promise<MatmulRow> {
   const tf = tfw.tf;
   const [M, N, K] = mnk(c);
   const seed = M * 31 + N * 7 + K;
@@ -290,7 +299,7 @@ async function benchMatmulCase(c: MatmulCase, ours: OurMatmulHarness, tfw: TfWeb
   }
   const flop = 2 * M * N * K;
 
-  const mm = await ours.prepare(c, inp, w, dout, bias);
+  const mm = await ours.prepare(c, inp, w, dout, bias, choice);
   let oursMs: number, tfMs: number, err: number;
   try {
     // cross-check against TF.js once (bias added on the TF.js side)
@@ -323,6 +332,7 @@ async function benchMatmulCase(c: MatmulCase, ours: OurMatmulHarness, tfw: TfWeb
   const row: MatmulRow = {
     shape: shapeLabel(c), preset: c.preset, layer: c.layer, pass: c.pass, M, N, K,
     ours_gflops, tfjs_gflops, ratio: ours_gflops / tfjs_gflops, ours_ms: oursMs, tfjs_ms: tfMs, max_rel_err: err,
+    variant: choiceLabel(choice ?? defaultChoice({ pass: c.pass, C: c.cin, OC: c.cout })),
   };
   if (peakTflops) {
     row.ours_mfu = ours_gflops / (peakTflops * 1e3);
@@ -393,7 +403,7 @@ export interface MatmulBench {
 }
 
 /** The matmul half of the bench, on an existing device and TF.js. */
-export async function benchMatmul(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; log?: (s: string) => void; cases?: MatmulCase[]; targetMs?: number; repeats?: number }): Promise<MatmulBench> {
+export async function benchMatmul(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; autotune?: boolean; log?: (s: string) => void; cases?: MatmulCase[]; targetMs?: number; repeats?: number }): Promise<MatmulBench> {
   const quick = !!o.quick;
   const software = o.software ?? isSoftware(gpu);
   const log = o.log ?? (() => {});
@@ -403,8 +413,9 @@ export async function benchMatmul(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: bool
   const harness = new OurMatmulHarness(gpu.device);
   const matmul: MatmulRow[] = [];
   for (const c of cases) {
-    const row = await benchMatmulCase(c, harness, tfw, targetMs, repeats, o.peakTflops);
-    log(`matmul ${row.shape.padEnd(42)} ours ${row.ours_gflops.toFixed(2).padStart(9)} GFLOP/s  tfjs ${row.tfjs_gflops.toFixed(2).padStart(9)} GFLOP/s  ×${row.ratio.toFixed(2)}  (err ${row.max_rel_err.toExponential(1)})`);
+    const choice = o.autotune === false ? undefined : await harness.tune(c, gpu.info.description);
+    const row = await benchMatmulCase(c, harness, tfw, targetMs, repeats, o.peakTflops, choice);
+    log(`matmul ${row.shape.padEnd(42)} ours ${row.ours_gflops.toFixed(2).padStart(9)} GFLOP/s  tfjs ${row.tfjs_gflops.toFixed(2).padStart(9)} GFLOP/s  ×${row.ratio.toFixed(2)}  (err ${row.max_rel_err.toExponential(1)}, ${row.variant})`);
     matmul.push(row);
   }
   const ratios = matmul.map((r) => r.ratio);
@@ -448,8 +459,8 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
   log(`train step: preset ${TRAIN_PRESET}, B=${B}, T=${T}: ${warmup} warm-up step(s), then ${rounds} round(s) of ${perRound} step(s) each (CPU: 1 step, ${cpuRounds} round(s))`);
 
   const { fileTuneCache } = await import('../server/tune-cache.ts');
-  const engine = await WebGpuEngine.create(gpu.device, { ...engineOpts, adapterInfo: gpu.info.description, peakTflops: o.peakTflops, autotune: o.autotune === false ? undefined : { cache: fileTuneCache() } });
-  if (engine.tuning) log(`  autotune (${engine.tuning.ms.toFixed(0)} ms): ${engine.tuning.report.map((r) => `${r.shape} ${r.chosen.vec4 ? 'vec4' : 'scalar'}${r.chosen.splitK > 1 ? `/split${r.chosen.splitK}` : ''} (${r.from})`).join(', ')}`);
+  const engine = await WebGpuEngine.create(gpu.device, { ...engineOpts, adapterInfo: gpu.info.description, peakTflops: o.peakTflops, autotune: o.autotune === false ? undefined : { cache: fileTuneCache(), budgetMs: Infinity } }); // every shape tuned (or cached): the bench measures the tuned engine
+  if (engine.tuning) log(`  autotune (${engine.tuning.ms.toFixed(0)} ms): ${engine.tuning.report.map((r) => `${r.shape} ${choiceLabel(r.chosen)} (${r.from})`).join(', ')}`);
   const cpu = new CpuEngine(engineOpts);
   let tfTimer: StepTimer | null = null;
   try {
@@ -525,7 +536,7 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
     log(`adapter: ${gpu.info.description} (${gpu.info.vendor}${gpu.info.isFallbackAdapter ? ', fallback adapter' : ''}); TF.js: ${tfw.description}`);
 
     // ---- matmul
-    const mm = await benchMatmul(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, log });
+    const mm = await benchMatmul(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, autotune: opts.autotune, log });
 
     // ---- attention: the flash kernels against the old ones
     const attention = await benchAttention(gpu.device, { software, time: timeInterleaved, drain, repeats: mm.repeats, targetMs: mm.targetMs, log });

@@ -39,9 +39,17 @@ struct Params {
 @group(0) @binding(3) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> b4: array<vec4<f32>>;
 
-const BM: u32 = 64u;
-const BN: u32 = 64u;
+// The tile, one variant per define set (the autotuner's choice; defaults as described above):
+// BM × BN outputs per workgroup, TM rows × 4 columns per thread; the direct kernels use
+// DX × DY threads of TM×4 outputs instead.
+const BM: u32 = {{BM=64}}u;
+const BN: u32 = {{BN=64}}u;
+const TM: u32 = {{TM=4}}u;
 const BK: u32 = 16u;
+const TX: u32 = BN / 4u;        // threads across the tile's columns
+const WG: u32 = BM / TM * TX;   // threads per workgroup
+const DX: u32 = {{DX=8}}u;
+const DY: u32 = {{DY=8}}u;
 const HAS_BIAS: u32 = 1u;
 const ACCUMULATE: u32 = 2u;
 const GELU: u32 = 4u;
@@ -51,8 +59,8 @@ const FWD: u32 = 0u;  // mm_loop's passes
 const DINP: u32 = 1u;
 const DW: u32 = 2u;
 
-var<workgroup> As: array<vec4<f32>, 256>; // [k][m/4], BK × BM/4
-var<workgroup> Bs: array<vec4<f32>, 256>; // [k][n/4], BK × BN/4
+var<workgroup> As: array<vec4<f32>, BK * BM / 4u>; // [k][m/4]
+var<workgroup> Bs: array<vec4<f32>, BK * BN / 4u>; // [k][n/4]
 
 // ---------------------------------------------------------------- memory primitives
 // Operand x: OP_A (binding 2) or OP_B (binding 3). read4 reads four consecutive
@@ -91,24 +99,35 @@ fn write4_vec4(i: u32, v: vec4<f32>, n: u32) {
 
 fn a_off(x: u32) -> u32 { return select(p.a_off, p.b_off, x == OP_B); }
 
-// "k" order: element (r,k) at off + r·K + k (rows contiguous along K): thread → (r = lid/4, k = 4·(lid%4)).
-// Stored transposed into [k][r].
-fn put_k(tile: ptr<workgroup, array<vec4<f32>, 256>>, r: u32, kq: u32, v: vec4<f32>) {
-  (*tile)[(kq + 0u) * 16u + r / 4u][r % 4u] = v.x;
-  (*tile)[(kq + 1u) * 16u + r / 4u][r % 4u] = v.y;
-  (*tile)[(kq + 2u) * 16u + r / 4u][r % 4u] = v.z;
-  (*tile)[(kq + 3u) * 16u + r / 4u][r % 4u] = v.w;
+// Operand x's tile (OP_A: As, OP_B: Bs), w vec4 per k row.
+fn tile_width(x: u32) -> u32 { return select(BM, BN, x == OP_B) / 4u; }
+
+fn tile_set(x: u32, i: u32, v: vec4<f32>) {
+  if (x == OP_B) { Bs[i] = v; } else { As[i] = v; }
 }
 
-// acc[i] holds out row (4·ty + i), columns 4·tx .. 4·tx+3 of the tile
-fn mm_tile(acc: ptr<function, array<vec4<f32>, 4>>, tx: u32, ty: u32) {
+// "k" order: element (r,k) at off + r·K + k (rows contiguous along K), read 4 k at a time
+// and stored transposed into [k][r].
+fn put_k(x: u32, r: u32, kq: u32, v: vec4<f32>) {
+  let w = tile_width(x);
+  for (var j = 0u; j < 4u; j++) {
+    let i = (kq + j) * w + r / 4u;
+    if (x == OP_B) { Bs[i][r % 4u] = v[j]; } else { As[i][r % 4u] = v[j]; }
+  }
+}
+
+// A thread's TM×4 outputs: acc[g][r] is its row 4g + r (columns as a vec4). Four rows
+// per mat4x4 keep every index but g constant (a dynamic index costs dear on a CPU adapter).
+alias Acc = array<mat4x4<f32>, TM / 4u>;
+
+// acc[g][r] holds out row (TM·ty + 4g + r), columns 4·tx .. 4·tx+3 of the tile
+fn mm_tile(acc: ptr<function, Acc>, tx: u32, ty: u32) {
   for (var k = 0u; k < BK; k++) {
-    let av = As[k * 16u + ty];
-    let bv = Bs[k * 16u + tx];
-    (*acc)[0] = fma(vec4<f32>(av.x), bv, (*acc)[0]);
-    (*acc)[1] = fma(vec4<f32>(av.y), bv, (*acc)[1]);
-    (*acc)[2] = fma(vec4<f32>(av.z), bv, (*acc)[2]);
-    (*acc)[3] = fma(vec4<f32>(av.w), bv, (*acc)[3]);
+    let bv = Bs[k * TX + tx];
+    for (var g = 0u; g < TM / 4u; g++) {
+      let av = As[k * (BM / 4u) + ty * (TM / 4u) + g];
+      (*acc)[g] += mat4x4<f32>(bv * av.x, bv * av.y, bv * av.z, bv * av.w);
+    }
   }
 }
 
@@ -116,76 +135,152 @@ fn mm_tile(acc: ptr<function, array<vec4<f32>, 4>>, tx: u32, ty: u32) {
 // ---------------------------------------------------------------- tile loaders{{V}}
 // "r" order: element (r,k) at off + k·R + r (contiguous along the row dim): thread → (k = lid/16, r = 4·(lid%16))
 
-fn load_k{{V}}(tile: ptr<workgroup, array<vec4<f32>, 256>>, x: u32, r0: u32, R: u32, k0: u32, lid: u32) {
-  let r = lid / 4u;
-  let k = k0 + (lid % 4u) * 4u;
-  var v = vec4<f32>(0.0);
-  if (r0 + r < R && k < p.K) { v = read4{{V}}(x, a_off(x) + (r0 + r) * p.K + k, p.K - k); }
-  put_k(tile, r, (lid % 4u) * 4u, v);
+// Each thread moves vec4 slots lid, lid + WG, ... of the tile.
+fn load_k{{V}}(x: u32, r0: u32, R: u32, k0: u32, lid: u32) {
+  for (var s = lid; s < tile_width(x) * 16u; s += WG) {
+    let r = s / 4u;
+    let k = k0 + (s % 4u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (r0 + r < R && k < p.K) { v = read4{{V}}(x, a_off(x) + (r0 + r) * p.K + k, p.K - k); }
+    put_k(x, r, (s % 4u) * 4u, v);
+  }
 }
 
-fn load_r{{V}}(tile: ptr<workgroup, array<vec4<f32>, 256>>, x: u32, r0: u32, R: u32, k0: u32, kend: u32, lid: u32) {
-  let k = k0 + lid / 16u;
-  let r = r0 + (lid % 16u) * 4u;
-  var v = vec4<f32>(0.0);
-  if (k < kend && r < R) { v = read4{{V}}(x, a_off(x) + k * R + r, R - r); }
-  (*tile)[lid] = v;
+fn load_r{{V}}(x: u32, r0: u32, R: u32, k0: u32, kend: u32, lid: u32) {
+  let w = tile_width(x);
+  for (var s = lid; s < w * BK; s += WG) {
+    let k = k0 + s / w;
+    let r = r0 + (s % w) * 4u;
+    var v = vec4<f32>(0.0);
+    if (k < kend && r < R) { v = read4{{V}}(x, a_off(x) + k * R + r, R - r); }
+    tile_set(x, s, v);
+  }
 }
 
-fn store_c{{V}}(m0: u32, n0: u32, lid: u32, acc: array<vec4<f32>, 4>, c_base: u32) {
-  let n = n0 + (lid % 16u) * 4u;
-  if (n >= p.N) { return; }
+fn bias4{{V}}(n: u32) -> vec4<f32> {
   var bias = vec4<f32>(0.0);
   if ((p.flags & HAS_BIAS) != 0u) {
-    let o = p.bias_off + n;
-    for (var j = 0u; j < min(p.N - n, 4u); j++) { bias[j] = elem{{V}}(OP_B, o + j); }
+    for (var j = 0u; j < min(p.N - n, 4u); j++) { bias[j] = elem{{V}}(OP_B, p.bias_off + n + j); }
   }
-  for (var i = 0u; i < 4u; i++) {
-    let m = m0 + (lid / 16u) * 4u + i;
-    if (m >= p.M) { break; }
-    let v = acc[i] + bias;
-    write4{{V}}(c_base + m * p.N + n, v, p.N - n);
-    // fused bias + GELU: the activation without a second pass over out (out stays for the backward)
-    if ((p.flags & GELU) != 0u) { write4{{V}}(c_base + p.act_off + m * p.N + n, gelu(v), p.N - n); }
-  }
+  return bias;
+}
+
+// out row m, columns n..n+3 (v has the bias added)
+fn store_row{{V}}(c_base: u32, m: u32, n: u32, v: vec4<f32>) {
+  write4{{V}}(c_base + m * p.N + n, v, p.N - n);
+  // fused bias + GELU: the activation without a second pass over out (out stays for the backward)
+  if ((p.flags & GELU) != 0u) { write4{{V}}(c_base + p.act_off + m * p.N + n, gelu(v), p.N - n); }
+}
+
+// TM rows from m0, columns n..n+3
+fn store_c{{V}}(m0: u32, n: u32, acc: Acc, c_base: u32) {
+  if (n >= p.N) { return; }
+  let bias = bias4{{V}}(n);
+  for (var i = 0u; i < min(p.M - min(m0, p.M), TM); i++) { store_row{{V}}(c_base, m0 + i, n, acc[i / 4u][i % 4u] + bias); }
 }
 
 // The K loop of every pass: A is (M,K) k-ordered, or (K,M) r-ordered for dW; B is (N,K)
 // k-ordered for the forward, (K,N) r-ordered otherwise. `which` is a constant at each
 // call, so the branches fold away.
-fn mm_loop{{V}}(m0: u32, n0: u32, kbeg: u32, kend: u32, lid: u32, which: u32) -> array<vec4<f32>, 4> {
-  var acc: array<vec4<f32>, 4>;
+fn mm_loop{{V}}(m0: u32, n0: u32, kbeg: u32, kend: u32, lid: u32, which: u32) -> Acc {
+  var acc: Acc;
   for (var k0 = kbeg; k0 < kend; k0 += BK) {
-    if (which == DW) { load_r{{V}}(&As, OP_A, m0, p.M, k0, kend, lid); } else { load_k{{V}}(&As, OP_A, m0, p.M, k0, lid); }
-    if (which == FWD) { load_k{{V}}(&Bs, OP_B, n0, p.N, k0, lid); } else { load_r{{V}}(&Bs, OP_B, n0, p.N, k0, kend, lid); }
+    if (which == DW) { load_r{{V}}(OP_A, m0, p.M, k0, kend, lid); } else { load_k{{V}}(OP_A, m0, p.M, k0, lid); }
+    if (which == FWD) { load_k{{V}}(OP_B, n0, p.N, k0, lid); } else { load_r{{V}}(OP_B, n0, p.N, k0, kend, lid); }
     workgroupBarrier();
-    mm_tile(&acc, lid % 16u, lid / 16u);
+    mm_tile(&acc, lid % TX, lid / TX);
     workgroupBarrier();
   }
   return acc;
 }
 
+
 // ---------------------------------------------------------------- entry points{{V}}. Grid (ceil(N/64), ceil(M/64)).
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn matmul_forward{{V}}(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let acc = mm_loop{{V}}(id.wid.y * BM, id.wid.x * BN, 0u, p.K, lid, FWD); // inp (M,K) · W (N,K)ᵀ
-  store_c{{V}}(id.wid.y * BM, id.wid.x * BN, lid, acc, p.c_off);
+  store_c{{V}}(id.wid.y * BM + (lid / TX) * TM, id.wid.x * BN + (lid % TX) * 4u, acc, p.c_off);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn matmul_backward_dinp{{V}}(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let acc = mm_loop{{V}}(id.wid.y * BM, id.wid.x * BN, 0u, p.K, lid, DINP); // dout (M,K) · W (K,N)
-  store_c{{V}}(id.wid.y * BM, id.wid.x * BN, lid, acc, p.c_off);
+  store_c{{V}}(id.wid.y * BM + (lid / TX) * TM, id.wid.x * BN + (lid % TX) * 4u, acc, p.c_off);
 }
 
 // Grid (ceil(N/64), ceil(M/64), slices): slice z covers K rows [z·k_chunk, (z+1)·k_chunk)
 // and writes at c_off + z·M·N.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn matmul_backward_dweight{{V}}(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let kbeg = id.wid.z * p.k_chunk;
   let acc = mm_loop{{V}}(id.wid.y * BM, id.wid.x * BN, kbeg, min(p.K, kbeg + p.k_chunk), lid, DW); // doutᵀ (M,K) · inp (K,N)
-  store_c{{V}}(id.wid.y * BM, id.wid.x * BN, lid, acc, p.c_off + id.wid.z * p.M * p.N);
+  store_c{{V}}(id.wid.y * BM + (lid / TX) * TM, id.wid.x * BN + (lid % TX) * 4u, acc, p.c_off + id.wid.z * p.M * p.N);
+}
+
+// ---------------------------------------------------------------- direct{{V}}: no workgroup memory, no barrier
+// Each thread computes a TM×4 block of out straight from the operands, 4 k at a time;
+// a workgroup of DX × DY threads covers (DY·TM) rows × (DX·4) columns. For adapters where
+// barriers cost more than re-reading cached operands (a CPU: SwiftShader); the autotuner decides.
+// Per 4 k, as mat4x4 (columns): bk = B rows k..k+3 at n..n+3 (forward: Wᵀ), a = A rows
+// 4g.. at k..k+3 (dW: Aᵀ), and acc[g] += bk · a.
+fn mm_direct{{V}}(m0: u32, n: u32, kbeg: u32, kend: u32, which: u32) -> Acc {
+  var acc: Acc;
+  if (n >= p.N) { return acc; }
+  let mn = min(p.M - min(m0, p.M), TM);
+  for (var k = kbeg; k < kend; k += 4u) {
+    let kn = min(kend - k, 4u);
+    var bk: mat4x4<f32>;
+    if (which == FWD) { // W rows n+j along k
+      bk = transpose(mat4x4<f32>(rd_k{{V}}(OP_B, n, p.N, k, kn), rd_k{{V}}(OP_B, n + 1u, p.N, k, kn), rd_k{{V}}(OP_B, n + 2u, p.N, k, kn), rd_k{{V}}(OP_B, n + 3u, p.N, k, kn)));
+    } else {
+      bk = mat4x4<f32>(rd_r{{V}}(OP_B, n, p.N, k, 0u, kn), rd_r{{V}}(OP_B, n, p.N, k, 1u, kn), rd_r{{V}}(OP_B, n, p.N, k, 2u, kn), rd_r{{V}}(OP_B, n, p.N, k, 3u, kn));
+    }
+    for (var g = 0u; 4u * g < mn; g++) {
+      let r = m0 + 4u * g;
+      if (which == DW) { // doutᵀ: rows r..r+3 of column k+j are contiguous
+        acc[g] += bk * transpose(mat4x4<f32>(rd_r{{V}}(OP_A, r, p.M, k, 0u, kn), rd_r{{V}}(OP_A, r, p.M, k, 1u, kn), rd_r{{V}}(OP_A, r, p.M, k, 2u, kn), rd_r{{V}}(OP_A, r, p.M, k, 3u, kn)));
+      } else {
+        acc[g] += bk * mat4x4<f32>(rd_k{{V}}(OP_A, r, p.M, k, kn), rd_k{{V}}(OP_A, r + 1u, p.M, k, kn), rd_k{{V}}(OP_A, r + 2u, p.M, k, kn), rd_k{{V}}(OP_A, r + 3u, p.M, k, kn));
+      }
+    }
+  }
+  return acc;
+}
+
+// Operand x's row r at k..k+3 ("k" order, kn of them valid), or zero past row R.
+fn rd_k{{V}}(x: u32, r: u32, R: u32, k: u32, kn: u32) -> vec4<f32> {
+  if (r >= R) { return vec4<f32>(0.0); }
+  return read4{{V}}(x, a_off(x) + r * p.K + k, kn);
+}
+
+// Operand x's rows r..r+3 at k + j ("r" order, rows R long), or zero where j ≥ kn.
+fn rd_r{{V}}(x: u32, r: u32, R: u32, k: u32, j: u32, kn: u32) -> vec4<f32> {
+  if (j >= kn) { return vec4<f32>(0.0); }
+  return read4{{V}}(x, a_off(x) + (k + j) * R + r, R - r);
+}
+
+// Grid (ceil(N/(4·DX)), ceil(M/(TM·DY)), slices); dweight's slices as the tiled one's.
+@compute @workgroup_size(DX, DY)
+fn matmul_forward_direct{{V}}(id: Grid, @builtin(local_invocation_id) l: vec3u) {
+  let m0 = (id.wid.y * DY + l.y) * TM;
+  let n = (id.wid.x * DX + l.x) * 4u;
+  store_c{{V}}(m0, n, mm_direct{{V}}(m0, n, 0u, p.K, FWD), p.c_off);
+}
+
+@compute @workgroup_size(DX, DY)
+fn matmul_backward_dinp_direct{{V}}(id: Grid, @builtin(local_invocation_id) l: vec3u) {
+  let m0 = (id.wid.y * DY + l.y) * TM;
+  let n = (id.wid.x * DX + l.x) * 4u;
+  store_c{{V}}(m0, n, mm_direct{{V}}(m0, n, 0u, p.K, DINP), p.c_off);
+}
+
+@compute @workgroup_size(DX, DY)
+fn matmul_backward_dweight_direct{{V}}(id: Grid, @builtin(local_invocation_id) l: vec3u) {
+  let m0 = (id.wid.y * DY + l.y) * TM;
+  let n = (id.wid.x * DX + l.x) * 4u;
+  let kbeg = id.wid.z * p.k_chunk;
+  store_c{{V}}(m0, n, mm_direct{{V}}(m0, n, kbeg, min(p.K, kbeg + p.k_chunk), DW), p.c_off + id.wid.z * p.M * p.N);
 }
 // @end
 

@@ -8,6 +8,8 @@ import * as cpu from '../core/model/ops.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
 import { KernelSet, Program, type DispatchSpec, type Shape, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
 import * as gpu from '../client/engine/webgpu-ops.ts';
+import type { MatmulTile } from '../client/engine/webgpu-ops.ts';
+import { TILE_VARIANTS } from '../client/engine/webgpu-tune.ts';
 import { getTestDevice, maxRelErr, readF32, releaseTestDevice, upload } from './helpers/gpu.ts';
 
 const RTOL = 1e-4;
@@ -155,25 +157,30 @@ for (const [path, ks] of REDUCTION_PATHS) describe(`layernorm (${path} reduction
 });
 
 describe('matmul', () => {
-  // [C, OC, wOff, bias]: vec4 path (C, OC, offsets ÷ 4) and scalar paths
-  const cases: Array<[number, number, number, boolean]> = [
+  // [C, OC, wOff, bias, tile]: vec4 path (C, OC, offsets ÷ 4) and scalar paths, on the
+  // default tile (B=3, T=17) and on each tile the autotuner tries (B=2, T=65: several tiles of rows)
+  const cases: Array<[number, number, number, boolean, MatmulTile?]> = [
     [48, 144, 8, true],   // vec4; OC not a multiple of the 64 tile
     [48, 51, 0, false],   // V-like OC not a multiple of 4 → scalar, no bias (tied LM head)
     [50, 70, 3, true],    // K not a multiple of 4 or 16, unaligned offset → scalar
     [48, 144, 8, false],  // aligned, but scalar as the autotuner may choose (vec4: false)
+    ...TILE_VARIANTS.flatMap((t): Array<[number, number, number, boolean, MatmulTile]> => [[48, 144, 8, true, t], [50, 70, 3, true, t]]),
   ];
-  for (const [i, [Ci, OC, wOff, hasBias]] of cases.entries()) {
+  const tileName = (t?: MatmulTile) => (t ? ` ${t.direct ? 'direct' : 'tile'} ${t.bm}x${t.bn}/${t.tm}` : '');
+  for (const [i, [Ci, OC, wOff, hasBias, tile]] of cases.entries()) {
     const vec4 = i === 3 ? false : undefined;
-    it(`matmul forward and backward, C=${Ci} OC=${OC} wOff=${wOff}${hasBias ? ' +bias' : ''}${vec4 === false ? ' scalar' : ''}`, async () => {
+    const shape = tile ? { B: 2, T: 65 } : { B, T };
+    const BT = shape.B * shape.T;
+    it(`matmul forward and backward, C=${Ci} OC=${OC} wOff=${wOff}${hasBias ? ' +bias' : ''}${vec4 === false ? ' scalar' : ''}${tileName(tile)}`, async () => {
       const biasOff = hasBias ? wOff + OC * Ci + 1 : null;
       const params = randn(wOff + OC * Ci + 1 + OC, 20);
       const W = params.subarray(wOff, wOff + OC * Ci);
       const bias = biasOff === null ? null : params.subarray(biasOff, biasOff + OC);
       const inp = randn(BT * Ci, 21);
       const out = new Float32Array(BT * OC);
-      cpu.matmulForward(out, inp, W, bias, B, T, Ci, OC);
+      cpu.matmulForward(out, inp, W, bias, shape.B, shape.T, Ci, OC);
       const gOut = upload(device, new Float32Array(BT * OC)), gInp = upload(device, inp), gParams = upload(device, params);
-      const d = { C: Ci, OC, wOff, biasOff, vec4, dwVec4: vec4 };
+      const d = { C: Ci, OC, wOff, biasOff, vec4, dwVec4: vec4, tile, dwTile: tile };
       if (vec4 === false) expect(gpu.matmulForward(gOut, gInp, gParams, d).entry).toBe('matmul_forward');
       await runOn([gpu.matmulForward(gOut, gInp, gParams, d)], shape);
       await expectClose('matmul_forward', gOut, out);
@@ -181,14 +188,14 @@ describe('matmul', () => {
       const dout = randn(BT * OC, 22);
       const dinp0 = randn(BT * Ci, 23), grads0 = randn(params.length, 24);
       const dinp = dinp0.slice(), grads = grads0.slice();
-      cpu.matmulBackward(dinp, grads.subarray(wOff, wOff + OC * Ci), biasOff === null ? null : grads.subarray(biasOff, biasOff + OC), dout, inp, W, B, T, Ci, OC);
+      cpu.matmulBackward(dinp, grads.subarray(wOff, wOff + OC * Ci), biasOff === null ? null : grads.subarray(biasOff, biasOff + OC), dout, inp, W, shape.B, shape.T, Ci, OC);
       const gDinp = upload(device, dinp0), gGrads = upload(device, grads0);
       const partials = upload(device, new Float32Array(gpu.partialsScratch(OC * Ci, BT, OC)));
       await runOn(gpu.matmulBackward(gDinp, gGrads, upload(device, dout), gInp, gParams, { ...d, partials, accumulateDinp: true, accumulateParams: true }), shape);
       await expectClose('matmul_backward', gDinp, dinp);
       await expectClose('matmul_backward', gGrads, grads);
 
-      // dW split along K = B·T into 4 slices (16 rows each), summed by the reduce pass
+      // dW split along K = B·T into 4 slices of 16 rows (B·T = 51) or 3 of 48 (130), summed by the reduce pass
       const gGrads2 = upload(device, grads0);
       const partials4 = upload(device, new Float32Array(4 * OC * Ci));
       await runOn(gpu.matmulBackward(null, gGrads2, upload(device, dout), gInp, gParams, { ...d, accumulateParams: true, partials: partials4, splitK: 4 }), shape);
@@ -196,8 +203,8 @@ describe('matmul', () => {
     });
   }
 
-  for (const [Ci, OC, wOff] of [[48, 144, 8], [50, 70, 3]]) {
-    it(`matmul_forward with the fused bias + GELU epilogue and an input offset, C=${Ci} OC=${OC}`, async () => {
+  for (const tile of [undefined, ...TILE_VARIANTS]) for (const [Ci, OC, wOff] of [[48, 144, 8], [50, 70, 3]]) {
+    it(`matmul_forward with the fused bias + GELU epilogue and an input offset, C=${Ci} OC=${OC}${tileName(tile)}`, async () => {
       const M = BT, inOff = 4, geluOff = M * OC + (4 - ((M * OC) % 4)) % 4;
       const params = randn(wOff + OC * Ci + OC, 25);
       const W = params.subarray(wOff, wOff + OC * Ci), bias = params.subarray(wOff + OC * Ci);
@@ -206,8 +213,8 @@ describe('matmul', () => {
       cpu.matmulForward(pre, inp.subarray(inOff), W, bias, B, T, Ci, OC);
       cpu.geluForward(act, pre, M * OC);
       const gOut = upload(device, new Float32Array(geluOff + M * OC));
-      const spec = gpu.matmulForward(gOut, upload(device, inp), upload(device, params), { C: Ci, OC, wOff, biasOff: wOff + OC * Ci, inOff, geluOff });
-      expect(spec.entry).toBe(Ci === 48 ? 'matmul_forward_vec4' : 'matmul_forward');
+      const spec = gpu.matmulForward(gOut, upload(device, inp), upload(device, params), { C: Ci, OC, wOff, biasOff: wOff + OC * Ci, inOff, geluOff, tile });
+      expect(spec.entry).toBe(`matmul_forward${tile?.direct ? '_direct' : ''}${Ci === 48 ? '_vec4' : ''}`);
       await runOn([spec], shape);
       await expectClose('matmul_forward_gelu', gOut, pre);
       await expectClose('matmul_forward_gelu', gOut, act, RTOL, geluOff);

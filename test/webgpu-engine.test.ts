@@ -17,7 +17,7 @@ import { CpuEngine } from '../client/engine/cpu.ts';
 import { WebGpuEngine, checkAdapterFits, estimateGpuBytes, requiredLimits, type WebGpuEngineOptions } from '../client/engine/webgpu.ts';
 import { getTestDevice, maxRelErr, releaseTestDevice } from './helpers/gpu.ts';
 import { KernelSet } from '../client/engine/webgpu-kernels.ts';
-import { autotuneMatmuls, tuneKey } from '../client/engine/webgpu-tune.ts';
+import { TILE_VARIANTS, autotuneMatmuls, choiceLabel, modelMatmuls, tuneCacheKey, tuneKey } from '../client/engine/webgpu-tune.ts';
 
 const TOL = 1e-3;
 const config: GPTConfig = PRESETS.tiny;
@@ -77,12 +77,13 @@ afterAll(async () => {
 
 describe('WebGpuEngine on tiny', () => {
   it('autotunes every matmul once, then reads the choices from the cache', async () => {
-    // the qkv forward of tiny, timed without a budget: both variants (vec4, scalar), cached
+    // the qkv forward of tiny, timed without a budget: every variant (default tile vec4 and scalar, each other tile), cached
     const rows = opts.maxBatch * config.blockSize;
     const qkv = { pass: 'fwd', C: config.nEmbd, OC: 3 * config.nEmbd } as const;
     const first = await autotuneMatmuls(device, KernelSet.for(device), [qkv], rows, { adapter: engine.device, cache, budgetMs: Infinity });
     expect(first.report[0].from).toBe('timed');
-    expect(Object.keys(first.report[0].ms!).sort()).toEqual(['scalar', 'vec4']);
+    const variants = ['vec4', 'scalar', ...TILE_VARIANTS.map((tile) => choiceLabel({ vec4: true, splitK: 1, tile }))];
+    expect(Object.keys(first.report[0].ms!).sort()).toEqual(variants.sort());
     expect(tuneCache.size).toBe(1);
     // an engine start past its budget: the cached shape is read, the 14 others keep the default and nothing new is cached
     const again = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache, budgetMs: -1 } });
@@ -95,6 +96,32 @@ describe('WebGpuEngine on tiny', () => {
     const untuned = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device });
     expect(untuned.tuning).toBeNull();
     untuned.destroy();
+  });
+
+  it('an engine on the other tiles (every matmul from the cache) trains like the CPU: 3 AdamW steps', async () => {
+    const rows = opts.maxBatch * config.blockSize;
+    const chosen = new Map<string, string>();
+    modelMatmuls(config.nEmbd, config.vocabSize).forEach((s, i) => {
+      chosen.set(tuneCacheKey(engine.device, rows, s), JSON.stringify({ vec4: s.C % 4 === 0 && s.OC % 4 === 0, splitK: 1, tile: TILE_VARIANTS[i % TILE_VARIANTS.length] }));
+    });
+    const tuned = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache: { get: (k) => chosen.get(k) ?? null, set: () => {} }, budgetMs: -1 } });
+    const cpu = new CpuEngine(opts);
+    try {
+      expect(tuned.tuning!.report.every((r) => r.from === 'cache' && r.chosen.tile)).toBe(true);
+      await cpu.setParams(init);
+      await tuned.setParams(init);
+      for (let s = 0; s < 3; s++) {
+        const bt = batch(3, 29, 200 + s);
+        await cpu.step(bt, { lr: 3e-3, gradClip: 1 });
+        await tuned.step(bt, { lr: 3e-3, gradClip: 1 });
+      }
+      const want = await cpu.takeLosses(), got = await tuned.takeLosses();
+      expect(got.length).toBe(3);
+      got.forEach((l, i) => expect(Math.abs(l - want[i]) / want[i]).toBeLessThanOrEqual(TOL));
+      compareTensors('paramsTiles3', await tuned.getParams(), await cpu.getParams(), 'abs');
+    } finally {
+      tuned.destroy();
+    }
   });
 
   it('profileStep times every dispatch of a step (timestamp-query); mfu() divides by the given peak', async () => {

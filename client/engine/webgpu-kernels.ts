@@ -27,11 +27,13 @@ export function expandTemplate(src: string): string {
 
 /**
  * A shader as the device sees it: the shared prelude, then the file with its templates
- * expanded and each {{NAME}} of `defines` written in (e.g. attention's head size). With
+ * expanded and each {{NAME}} of `defines` written in (e.g. attention's head size, the direct
+ * matmul's tile). With
  * `subgroups` the prelude's reductions use subgroup operations.
  */
 export function withPrelude(src: string, defines: Defines = {}, subgroups = false): string {
-  const fill = (text: string, d: Defines) => text.replace(/\{\{(\w+)\}\}/g, (m, k: string) => (k in d ? String(d[k]) : m));
+  // {{NAME}}, or {{NAME=default}} where the shader has one
+  const fill = (text: string, d: Defines) => text.replace(/\{\{(\w+)(?:=(\w+))?\}\}/g, (m, k: string, dflt?: string) => (k in d ? String(d[k]) : dflt ?? m));
   const prelude = fill(preludeSrc, { SUBGROUPS: String(subgroups) });
   const sg = subgroups ? subgroupsSrc : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\n';
   return `${subgroups ? 'enable subgroups;\n' : ''}${prelude}\n${sg}\n${fill(expandTemplate(src), defines)}`;
@@ -80,6 +82,12 @@ export const ENTRIES = {
   matmul_backward_dinp_vec4: { file: 'matmul', storage: [1, 2, 3] },
   matmul_backward_dweight: { file: 'matmul', storage: [1, 2, 3] },      // grads, dout, inp
   matmul_backward_dweight_vec4: { file: 'matmul', storage: [1, 2, 3] },
+  matmul_forward_direct: { file: 'matmul', storage: [1, 2, 3] },
+  matmul_forward_direct_vec4: { file: 'matmul', storage: [1, 2, 3] },
+  matmul_backward_dinp_direct: { file: 'matmul', storage: [1, 2, 3] },
+  matmul_backward_dinp_direct_vec4: { file: 'matmul', storage: [1, 2, 3] },
+  matmul_backward_dweight_direct: { file: 'matmul', storage: [1, 2, 3] },
+  matmul_backward_dweight_direct_vec4: { file: 'matmul', storage: [1, 2, 3] },
   matmul_backward_dweight_reduce: { file: 'matmul', storage: [1, 2] },  // grads, partials
   matmul_backward_dbias: { file: 'matmul', storage: [1, 2] },           // grads, dout
   attention_forward: { file: 'attention', storage: [1, 2, 3] },         // out, lse, inp

@@ -9,9 +9,9 @@
 // Parameter tensors live in one flat buffer, so weights and biases are given as
 // element offsets into it (and into the flat gradient buffer for the backward).
 
-import { type DispatchSpec, type Shape, f32, grid1 } from './webgpu-kernels.ts';
+import { type Defines, type DispatchSpec, type EntryName, type Shape, f32, grid1 } from './webgpu-kernels.ts';
 
-const TILE = 64; // matmul output tile (matmul.wgsl BM = BN)
+const TILE = 64; // the default matmul output tile (matmul.wgsl BM = BN)
 
 const rows = (s: Shape) => s.B * s.T;
 const acc = (a: boolean | undefined) => (a ? 1 : 0);
@@ -133,6 +133,31 @@ export interface MatmulDims {
   inOff?: number;
   /** forward: also write gelu(out) this many elements after out, in the same buffer (the fused epilogue) */
   geluOff?: number;
+  /** the tile (default: DEFAULT_TILE); dwTile for dW */
+  tile?: MatmulTile | null;
+  dwTile?: MatmulTile | null;
+}
+
+/**
+ * A matmul tile (matmul.wgsl): bm × bn outputs per workgroup, tm rows × 4 columns per
+ * thread, through workgroup memory, or `direct` (no workgroup memory, no barrier).
+ */
+export interface MatmulTile {
+  bm: number;
+  bn: number;
+  tm: number;
+  direct?: boolean;
+}
+
+export const DEFAULT_TILE: MatmulTile = { bm: TILE, bn: TILE, tm: 4 };
+
+/** Entry point, defines and grid of a matmul pass (out M×N) on a tile (the default where absent). */
+function matmulKernel(base: string, vec4: boolean, tile: MatmulTile | null | undefined) {
+  const t = tile ?? DEFAULT_TILE;
+  const entry = `${base}${t.direct ? '_direct' : ''}${vec4 ? '_vec4' : ''}` as EntryName;
+  const grid = (M: number, N: number, z = 1): [number, number, number] => [Math.ceil(N / t.bn), Math.ceil(M / t.bm), z];
+  const defines: Defines | undefined = !tile ? undefined : t.direct ? { DX: t.bn / 4, DY: t.bm / t.tm, TM: t.tm } : { BM: t.bm, BN: t.bn, TM: t.tm };
+  return { entry, grid, defines };
 }
 
 /** Split-K of dW: at most this many K slices, each of at least SPLIT_MIN_ROWS rows. */
@@ -166,11 +191,13 @@ const tiles = (n: number) => Math.ceil(n / TILE);
 export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims): DispatchSpec {
   const vec4 = d.vec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0, d.geluOff ?? 0);
   const flags = (d.biasOff === null ? 0 : HAS_BIAS) | (d.geluOff === undefined ? 0 : GELU);
+  const k = matmulKernel('matmul_forward', vec4, d.tile);
   return {
-    entry: vec4 ? 'matmul_forward_vec4' : 'matmul_forward',
+    entry: k.entry,
+    defines: k.defines,
     buffers: [out, inp, params],
     params: (s) => [rows(s), d.OC, d.C, flags, d.inOff ?? 0, d.wOff, 0, d.biasOff ?? 0, 0, d.geluOff ?? 0],
-    grid: (s) => [tiles(d.OC), tiles(rows(s)), 1],
+    grid: (s) => k.grid(rows(s), d.OC),
   };
 }
 
@@ -187,28 +214,32 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
   const partials = d.partials;
   const specs: DispatchSpec[] = [];
   if (dinp) {
+    const k = matmulKernel('matmul_backward_dinp', vec4, d.tile);
     specs.push({
-      entry: vec4 ? 'matmul_backward_dinp_vec4' : 'matmul_backward_dinp',
+      entry: k.entry,
+      defines: k.defines,
       buffers: [dinp, dout, params],
       // M = B·T, N = C, K = OC; A = dout (M,K), B = W (K,N)
       params: (s) => [rows(s), d.C, d.OC, d.accumulateDinp ? ACCUMULATE : 0, 0, d.wOff, 0, 0, 0],
-      grid: (s) => [tiles(d.C), tiles(rows(s)), 1],
+      grid: (s) => k.grid(rows(s), d.C),
     });
   }
   // dW: M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
-  const dweight = d.dwVec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0) ? 'matmul_backward_dweight_vec4' : 'matmul_backward_dweight';
+  const dw = matmulKernel('matmul_backward_dweight', d.dwVec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0), d.dwTile);
   const split = (s: Shape) => splitK(d.OC, d.C, rows(s), d.splitK || undefined);
   const splitSlices = (s: Shape) => ({ slices: split(s).slices > 1 ? split(s).slices : 0 });
   specs.push({
-    entry: dweight,
+    entry: dw.entry,
+    defines: dw.defines,
     buffers: [grads, dout, inp],
     params: (s) => [d.OC, d.C, rows(s), accP, 0, d.inOff ?? 0, d.wOff, 0, rows(s)],
-    grid: (s) => (split(s).slices > 1 ? [0, 0, 0] : [tiles(d.C), tiles(d.OC), 1]),
+    grid: (s) => (split(s).slices > 1 ? [0, 0, 0] : dw.grid(d.OC, d.C)),
   }, {
-    entry: dweight,
+    entry: dw.entry,
+    defines: dw.defines,
     buffers: [partials, dout, inp],
     params: (s) => [d.OC, d.C, rows(s), 0, 0, d.inOff ?? 0, 0, 0, split(s).chunk],
-    grid: (s) => { const k = split(s); return k.slices > 1 ? [tiles(d.C), tiles(d.OC), k.slices] : [0, 0, 0]; },
+    grid: (s) => { const k = split(s); return k.slices > 1 ? dw.grid(d.OC, d.C, k.slices) : [0, 0, 0]; },
   }, sumSlices(grads, partials, { M: d.OC, N: d.C, outOff: d.wOff, rowStride: d.C, accumulate: d.accumulateParams }, splitSlices));
   if (d.biasOff !== null) {
     const slices = (s: Shape) => rowSlices(rows(s));

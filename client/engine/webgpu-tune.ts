@@ -1,6 +1,6 @@
 // The matmul autotuner: at engine start, time the variants of each of the model's
-// matmuls on its real shapes (vec4 or scalar loads; split-K slices for dW), keep the
-// fastest per shape, and cache the choice by adapter so the next start only reads it.
+// matmuls on its real shapes (tile sizes and work per thread, with or without workgroup
+// memory; vec4 or scalar loads; split-K slices for dW), keep the fastest per shape, and cache the choice by adapter so the next start only reads it.
 // Bounded by a time budget, checked before each variant: shapes not fully timed keep the
 // default choice (and are tried on a later start). No node: imports: the cache is given
 // (localStorage in a browser, a file in Node: server/tune-cache.ts).
@@ -22,11 +22,25 @@ export interface MatmulShape {
   OC: number;
 }
 
-/** A variant: vec4 loads (only where aligned) and, for dW, the K slices (1: no split). */
+/** A variant: vec4 loads (only where aligned), the tile (absent: op.DEFAULT_TILE) and, for dW, the K slices (1: no split). */
 export interface MatmulChoice {
   vec4: boolean;
   splitK: number;
+  tile?: op.MatmulTile;
 }
+
+/**
+ * The tiles tried besides the default 64×64 one (4×4 per thread): 8 rows per thread
+ * through workgroup memory, and direct tiles of 8 to 32 rows per thread, which win where
+ * barriers and dynamic indexing are dear (SwiftShader: ×2–4 on every pass).
+ */
+export const TILE_VARIANTS: op.MatmulTile[] = [
+  { bm: 32, bn: 64, tm: 8 },
+  { bm: 64, bn: 32, tm: 8, direct: true },
+  { bm: 64, bn: 32, tm: 16, direct: true },
+  { bm: 128, bn: 32, tm: 16, direct: true },
+  { bm: 128, bn: 32, tm: 32, direct: true },
+];
 
 export interface TuneResult {
   /** `${pass}:${C}x${OC}` → the choice */
@@ -37,7 +51,11 @@ export interface TuneResult {
 }
 
 export const tuneKey = (s: MatmulShape) => `${s.pass}:${s.C}x${s.OC}`;
-const label = (c: MatmulChoice) => `${c.vec4 ? 'vec4' : 'scalar'}${c.splitK > 1 ? `/split${c.splitK}` : ''}`;
+/** The cache's key of a shape's choice: by adapter and rows (v2: the tile variants). */
+export const tuneCacheKey = (adapter: string, rows: number, s: MatmulShape) => `atoll.autotune.v2|${adapter}|${rows}|${tuneKey(s)}`;
+const tileLabel = (t: op.MatmulTile) => `${t.direct ? 'direct' : 'tile'}${t.bm}x${t.bn}/${t.tm}`;
+/** e.g. `vec4`, `vec4/direct64x32/16`, `scalar/split4` */
+export const choiceLabel = (c: MatmulChoice) => `${c.vec4 ? 'vec4' : 'scalar'}${c.tile ? `/${tileLabel(c.tile)}` : ''}${c.splitK > 1 ? `/split${c.splitK}` : ''}`;
 
 /** Browser cache: localStorage where the page has it (not in a Web Worker). */
 export function localStorageCache(): TuneCache | null {
@@ -45,10 +63,12 @@ export function localStorageCache(): TuneCache | null {
   return ls ? { get: (k) => ls.getItem(k), set: (k, v) => ls.setItem(k, v) } : null;
 }
 
+/** The default tile with vec4 and scalar loads, then each tile variant with the loads it can have; × the split-K counts for dW. */
 function candidates(s: MatmulShape, rows: number): MatmulChoice[] {
-  const vec4s = s.C % 4 === 0 && s.OC % 4 === 0 ? [true, false] : [false];
+  const vec4 = s.C % 4 === 0 && s.OC % 4 === 0;
   const splits = s.pass === 'dW' ? [1, 2, 4, 8].filter((k) => k <= op.maxSplitK(rows)) : [1];
-  return vec4s.flatMap((vec4) => splits.map((splitK) => ({ vec4, splitK })));
+  const kinds: Array<Omit<MatmulChoice, 'splitK'>> = [{ vec4 }, ...(vec4 ? [{ vec4: false }] : []), ...TILE_VARIANTS.map((tile) => ({ vec4, tile }))];
+  return kinds.flatMap((k) => splits.map((splitK) => ({ ...k, splitK })));
 }
 
 /** The default where nothing was tuned: vec4 where aligned, the split-K heuristic. */
@@ -69,7 +89,7 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
   const shape: Shape = { B: 1, T: rows };
   try {
     for (const s of shapes) {
-      const key = `atoll.autotune.v1|${o.adapter}|${rows}|${tuneKey(s)}`;
+      const key = tuneCacheKey(o.adapter, rows, s);
       const cached = o.cache?.get(key);
       if (cached) {
         const chosen = JSON.parse(cached) as MatmulChoice;
@@ -82,16 +102,25 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
         continue;
       }
       const ms: Record<string, number> = {};
-      let best: MatmulChoice | null = null, bestMs = Infinity;
       const cands = candidates(s, rows);
+      const programs: Program[] = [];
+      try {
+        for (const c of cands) {
+          if (performance.now() - t0 > o.budgetMs) break; // out of time: this shape stays at the default
+          const d = { C: s.C, OC: s.OC, wOff: 0, biasOff: s.pass === 'dX' ? null : s.C * s.OC, vec4: c.vec4, dwVec4: c.vec4, tile: c.tile, dwTile: c.tile, partials, splitK: c.splitK };
+          const specs: DispatchSpec[] = s.pass === 'fwd' ? [op.matmulForward(b, a, w, d)]
+            : s.pass === 'dX' ? [op.matmulBackward(b, g, a, b, w, d)[0]] : op.matmulBackward(null, g, a, b, w, { ...d, biasOff: null });
+          programs.push(await Program.build(kernels, specs, shape, undefined, 'autotune'));
+        }
+        const times = programs.length === cands.length ? await timeInterleaved(device, programs, shape, () => performance.now() - t0 > o.budgetMs) : null;
+        if (times) times.forEach((t, i) => (ms[choiceLabel(cands[i])] = t));
+      } finally {
+        for (const p of programs) p.destroy();
+      }
+      let best: MatmulChoice | null = null, bestMs = Infinity;
       for (const c of cands) {
-        if (performance.now() - t0 > o.budgetMs) break; // out of time: this shape stays at the default
-        const d = { C: s.C, OC: s.OC, wOff: 0, biasOff: s.pass === 'dX' ? null : s.C * s.OC, vec4: c.vec4, dwVec4: c.vec4, partials, splitK: c.splitK };
-        const specs: DispatchSpec[] = s.pass === 'fwd' ? [op.matmulForward(b, a, w, d)]
-          : s.pass === 'dX' ? [op.matmulBackward(b, g, a, b, w, d)[0]] : op.matmulBackward(null, g, a, b, w, { ...d, biasOff: null });
-        const t = await timeProgram(device, kernels, specs, shape);
-        ms[label(c)] = t;
-        if (t < bestMs) { bestMs = t; best = c; }
+        const t = ms[choiceLabel(c)];
+        if (t !== undefined && t < bestMs) { bestMs = t; best = c; }
       }
       if (!best || Object.keys(ms).length < cands.length) {
         result.report.push({ shape: tuneKey(s), chosen: defaultChoice(s), from: 'default', ms });
@@ -108,23 +137,28 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
   return result;
 }
 
-/** Median of three timed runs after a warm-up (compilation), in ms. */
-async function timeProgram(device: GPUDevice, kernels: KernelSet, specs: DispatchSpec[], shape: Shape): Promise<number> {
-  const program = await Program.build(kernels, specs, shape, undefined, 'autotune');
-  program.setShape(shape);
-  const times: number[] = [];
-  for (let i = 0; i < 4; i++) {
-    const t = performance.now();
-    const enc = device.createCommandEncoder();
-    const pass = enc.beginComputePass();
-    program.encode(pass, shape);
-    pass.end();
-    device.queue.submit([enc.finish()]);
-    await device.queue.onSubmittedWorkDone();
-    if (i > 0) times.push(performance.now() - t);
+/**
+ * Each program's median ms over three rounds after a warm-up run, the programs taking
+ * turns within a round (load from elsewhere falls on all alike); null if `outOfTime`
+ * before the last round.
+ */
+async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Shape, outOfTime: () => boolean): Promise<number[] | null> {
+  const times: number[][] = programs.map(() => []);
+  for (let round = 0; round < 4; round++) {
+    if (round > 0 && outOfTime()) return null;
+    for (let i = 0; i < programs.length; i++) {
+      programs[i].setShape(shape);
+      const t = performance.now();
+      const enc = device.createCommandEncoder();
+      const pass = enc.beginComputePass();
+      programs[i].encode(pass, shape);
+      pass.end();
+      device.queue.submit([enc.finish()]);
+      await device.queue.onSubmittedWorkDone();
+      if (round > 0) times[i].push(performance.now() - t);
+    }
   }
-  program.destroy();
-  return times.sort((x, y) => x - y)[1];
+  return times.map((t) => t.sort((x, y) => x - y)[1]);
 }
 
 /** The model's matmuls (layer dims), each with its three passes. */
@@ -136,5 +170,8 @@ export function modelMatmuls(C: number, V: number): MatmulShape[] {
 /** The dims to add for this layer under `choices`: `fwd` to matmulForward, `bwd` to matmulBackward. */
 export function tunedDims(choices: Map<string, MatmulChoice>, C: number, OC: number) {
   const get = (pass: MatmulShape['pass']) => choices.get(tuneKey({ pass, C, OC }));
-  return { fwd: { vec4: get('fwd')?.vec4 }, bwd: { vec4: get('dX')?.vec4, dwVec4: get('dW')?.vec4, splitK: get('dW')?.splitK } };
+  return {
+    fwd: { vec4: get('fwd')?.vec4, tile: get('fwd')?.tile },
+    bwd: { vec4: get('dX')?.vec4, tile: get('dX')?.tile, dwVec4: get('dW')?.vec4, dwTile: get('dW')?.tile, splitK: get('dW')?.splitK },
+  };
 }
