@@ -7,6 +7,7 @@ import { initParams } from '../core/model/gpt.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import { loadCorpus } from '../server/corpus.ts';
 import { benchMatmul, matmulCases, type MatmulCase } from '../bench/kernels.ts';
+import { TILE_VARIANTS, choiceLabel } from '../client/engine/webgpu-tune.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from '../bench/tfjs-webgpu.ts';
 import { getTestDevice, releaseTestDevice } from './helpers/gpu.ts';
 
@@ -61,9 +62,13 @@ describe('bench: TF.js peer and matmul harness', () => {
     for (const pass of ['fwd', 'dX', 'dW'] as const) cases.push({ preset: 'small', layer: 't', pass, rows: 32, cin: 24, cout: 40, bias: true });
     cases.push({ preset: 'small', layer: 't', pass: 'fwd', rows: 20, cin: 13, cout: 18, bias: true });
     cases.push({ preset: 'small', layer: 't', pass: 'dW', rows: 512, cin: 16, cout: 8, bias: true }); // split-K dW + reduce
-    const r = await benchMatmul(gpu, t, { cases, software: true, targetMs: 5, repeats: 1 });
+    const r = await benchMatmul(gpu, t, { cases, software: true, targetMs: 5, repeats: 1, autotune: false });
+    // and one pass on the autotuner's choice (every variant timed)
+    const tuned = await benchMatmul(gpu, t, { cases: [cases[1]], software: true, targetMs: 5, repeats: 1 });
+    expect(r.rows.map((row) => row.variant)).toEqual(['vec4', 'vec4', 'vec4', 'scalar', 'vec4']);
+    expect(['vec4', 'scalar', ...TILE_VARIANTS.map((tile) => choiceLabel({ vec4: true, splitK: 1, tile }))]).toContain(tuned.rows[0].variant);
     expect(r.rows).toHaveLength(cases.length);
-    for (const row of r.rows) {
+    for (const row of [...r.rows, ...tuned.rows]) {
       expect(row.max_rel_err, row.shape).toBeLessThan(1e-5);
       expect(row.ours_gflops).toBeGreaterThan(0);
       expect(row.tfjs_gflops).toBeGreaterThan(0);
