@@ -2,7 +2,7 @@
 //
 // 1. Apply throughput, per codec: a base-sized delta through the coordinator exactly as the
 //    gateway hands it over, with the outer step where `atoll serve` takes it (`--outer-workers`
-//    worker threads, default 2): ingest (decode + validate + norm bound + hold, on the event loop)
+//    worker threads, default 2): ingest (decode on a worker, then validate + norm bound + hold)
 //    and apply (the round's aggregate and outer step + downlink quantization + θ hash, amortized
 //    over a sync round of 4) apart, in params/s.
 // 2. Load: a real server (its own run folder, real socket.io) and K simulated islands held by a few
@@ -129,7 +129,8 @@ export async function benchApply(encoding: Encoding, n: number, seconds: number,
     for (const [k, isl] of islands.entries()) {
       const a = isl.a;
       const t = performance.now();
-      const r = coord.submit({ meta: { islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: ++isl.seq, steps: 10, tokens: 2560, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 1000 }, frame }, now++);
+      const decoded = host ? await host.ingest(frame) : undefined; // decode on a worker, as Run.submit
+      const r = coord.submit({ meta: { islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: ++isl.seq, steps: 10, tokens: 2560, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 1000 }, frame, decoded }, now++);
       if (!r.ok) throw new Error(`bench: submit rejected: ${r.error.code} ${r.error.message}`);
       if (host) await host.take(coord);
       // a submit that does not close the round, or the one that does (its step included)

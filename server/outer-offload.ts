@@ -6,12 +6,16 @@
 // only posts messages meanwhile. Bit-identical to the coordinator's own step (test/outer-offload.test.ts).
 
 import type { Coordinator } from '../core/coord/index.ts';
-import { ok } from '../core/result.ts';
+import { type Result, ok } from '../core/result.ts';
 import { OuterPool } from './cluster/outer-pool.ts';
 
 export class OuterOffloadHost {
-  /** The pool slot behind each delta buffer handed to the coordinator. */
+  /** The pool slot behind each delta buffer handed to the coordinator, and the free ones. */
   private readonly slotOf = new Map<Float32Array, number>();
+  private readonly free: Float32Array[] = [];
+  /** Decodes in flight, and the ingests waiting for one to finish (at most 2 per worker run). */
+  private decoding = 0;
+  private readonly queued: Array<() => void> = [];
 
   private constructor(private readonly pool: OuterPool, private readonly gSlot: number, readonly workers: number) {}
 
@@ -23,16 +27,36 @@ export class OuterOffloadHost {
     const pool = OuterPool.start({ theta: coord.params() as Float32Array, workers, align });
     await pool.importState({ outer: coord.outerState(), residual: coord.downlinkResidual() });
     const host = new OuterOffloadHost(pool, pool.newSlot(), workers);
-    coord.useOffload({ theta: pool.theta, g: pool.slotView(host.gSlot), buffer: () => host.buffer() });
+    coord.useOffload({ theta: pool.theta, g: pool.slotView(host.gSlot), buffer: () => host.buffer(), release: (b) => host.release(b) });
     return host;
   }
 
-  /** A delta buffer in shared memory, known to every worker. */
+  /** A free delta buffer in shared memory, known to every worker. */
   private buffer(): Float32Array {
+    const reused = this.free.pop();
+    if (reused) return reused;
     const slot = this.pool.newSlot();
     const view = this.pool.slotView(slot);
     this.slotOf.set(view, slot);
     return view;
+  }
+
+  /**
+   * Decode + validate a delta frame on a worker, into a shared buffer that the coordinator's
+   * `submit` takes over (DeltaSubmission.decoded). At most two decodes per worker run at once.
+   */
+  async ingest(frame: Uint8Array): Promise<Result<{ delta: Float32Array; norm: number }>> {
+    while (this.decoding >= 2 * this.workers) await new Promise<void>((go) => this.queued.push(go));
+    this.decoding++;
+    const delta = this.buffer();
+    try {
+      const r = await this.pool.decodeInto(this.slotOf.get(delta)!, frame);
+      if (!r.ok) this.free.push(delta);
+      return r.ok ? ok({ delta, norm: r.value }) : r;
+    } finally {
+      this.decoding--;
+      this.queued.shift()?.();
+    }
   }
 
   /** A downlink the workers cannot produce (they do not deflate), or null. */
@@ -54,6 +78,11 @@ export class OuterOffloadHost {
     if (!r.ok) return coord.completeStep(r);
     const state = await this.pool.exportViews();
     coord.completeStep(ok({ ...r.value, outer: state.outer, residual: state.residual }));
+  }
+
+  /** Gives a buffer from `ingest` back unused. */
+  release(b: Float32Array): void {
+    this.free.push(b);
   }
 
   /** Shared buffers handed out (tests: the coordinator reuses them). */

@@ -352,14 +352,19 @@ export class Run {
   async submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg> {
     const known = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
     if (known) return known;
-    if (this.stepping) {
+    // with the offload, the frame is decoded on a worker first (the coordinator checks the rest)
+    const decoded = this.offload ? await this.offload.ingest(frame) : undefined;
+    if (decoded) {
       await this.whenIdle();
       const again = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
-      if (again) return again;
+      if (again) {
+        if (decoded.ok) this.offload!.release(decoded.value.delta);
+        return again;
+      }
     }
     const t0 = performance.now();
     const audit = this.audits?.sample(meta) ?? null;
-    const r = this.coord.submit({ meta, frame }, Date.now());
+    const r = this.coord.submit({ meta, frame, decoded }, Date.now());
     if (audit && r.ok) this.audits!.offer(meta, frame, audit);
     this.metrics.applySeconds.observe((performance.now() - t0) / 1000);
     this.bytesIn += frame.length;

@@ -3,8 +3,8 @@
 // worker pool, emit the same update frames and hashes and end with the same θ, optimizer state and
 // downlink residual, in sync rounds (int8 and int4 downlinks), async merge windows (shares of a
 // step), a robust rule (g combined by the coordinator) and a lone island's plain step; each delta's
-// cosine with g agrees to 6 digits. While a step is in flight the coordinator refuses calls
-// that change rounds.
+// cosine with g agrees to 6 digits. Frames decoded on a worker (ingest) are taken over as the
+// pending deltas. While a step is in flight the coordinator refuses calls that change rounds.
 
 import { afterAll, describe, expect, it } from 'vitest';
 import { encodeDelta } from '../core/codec/index.ts';
@@ -61,7 +61,10 @@ async function drive(c: Coordinator, host: OuterOffloadHost | null, islands: num
       seqs.set(id, seq);
       const steps = a.innerSteps;
       const meta = { islandId: id, roundId: a.roundId, baseVersion: a.baseVersion, seq, steps, tokens: steps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 600 };
-      const res = c.submit({ meta, frame: encodeDelta(vec(100 * r + k, 0.01 * (1 + k)), { encoding: 'f32' }) }, now);
+      const frame = encodeDelta(vec(100 * r + k, 0.01 * (1 + k)), { encoding: 'f32' });
+      // offloaded, the frame is decoded on a worker first (as Run.submit does), but for the first island
+      const decoded = host && k > 0 ? await host.ingest(frame) : undefined;
+      const res = c.submit({ meta, frame, decoded }, now);
       expect(res.ok).toBe(true);
       await settle();
     }
@@ -142,6 +145,19 @@ describe('outer step off the event loop', () => {
     expect(c.version).toBe(0);
     const rejected = c.drainEvents().flatMap((e) => (e.type === 'rejected' ? e.rejected.map((r) => r.error.code) : []));
     expect(rejected).toEqual(['E_NON_FINITE']);
+    // a corrupt frame decoded on a worker is rejected with the decoder's code, its buffer given back
+    const next = c.nextAssignment(j.value.islandId, 3000);
+    if (!next.ok || !next.value) throw new Error('no assignment');
+    const bad = encodeDelta(vec(4, 0.01), { encoding: 'int8', blockSize: 64 });
+    bad[200] ^= 0xff;
+    const before = host.buffers;
+    const decoded = await host.ingest(bad);
+    expect(decoded.ok ? 'ok' : decoded.error.code).toBe('E_CRC');
+    const n2 = next.value;
+    const r = c.submit({ meta: { ...meta, roundId: n2.roundId, baseVersion: n2.baseVersion, seq: 2 }, frame: bad, decoded }, 4000);
+    expect(r.ok ? 'ok' : r.error.code).toBe('E_CRC');
+    expect(await host.ingest(encodeDelta(vec(5, 0.01), { encoding: 'f32' }))).toMatchObject({ ok: true });
+    expect(host.buffers).toBe(before); // the corrupt frame's buffer was reused
   });
 
   it('bench server measures ingest and apply apart with the step in workers, as serve --outer-workers takes it', async () => {

@@ -283,26 +283,34 @@ export class Coordinator {
     const metaProblem = validateDeltaMeta(sub.meta);
     if (metaProblem) return this.reject(undefined, 0, ErrorCode.BAD_REQUEST, metaProblem);
     if (!(sub.frame instanceof Uint8Array)) return this.reject(undefined, 0, ErrorCode.BAD_REQUEST, 'frame must be bytes');
+    // a buffer decoded by the host is ours now: kept as the pending delta, or given back
+    const held = sub.decoded?.ok ? sub.decoded.value.delta : null;
+    const r = this.validateAndHold(sub, now, held);
+    if (held && !r.kept) this.release(held);
+    return r.result;
+  }
+
+  private validateAndHold(sub: DeltaSubmission, now: number, held: Float32Array | null): { result: Result<SubmitAccepted>; kept: boolean } {
+    const no = (r: Result<never>) => ({ result: r, kept: false });
     const isl = this.islandsById.get(sub.meta.islandId);
-    if (!isl) return this.reject(undefined, 0, ErrorCode.UNKNOWN_ISLAND, `no island ${sub.meta.islandId}`);
-    if (isl.status === 'banned') return this.reject(isl, 0, ErrorCode.BANNED, `island ${isl.id} is banned`);
+    if (!isl) return no(this.reject(undefined, 0, ErrorCode.UNKNOWN_ISLAND, `no island ${sub.meta.islandId}`));
+    if (isl.status === 'banned') return no(this.reject(isl, 0, ErrorCode.BANNED, `island ${isl.id} is banned`));
     this.touch(isl, now);
     // from here on, tokens, steps and speed are the server's figures (validate.ts)
     const work = checkWork(sub.meta, isl, this.cfg, now);
-    if (!work.ok) return this.reject(isl, 0, work.code, work.message);
+    if (!work.ok) return no(this.reject(isl, 0, work.code, work.message));
     const m = work.meta;
     const place = checkDeltaPlace(m, isl, {
       cfg: this.cfg, version: this.versionNum, paused: this.paused, done: this.done,
       roundId: this.round.id, roundBaseVersion: this.round.baseVersion, assignSerial: this.assignSerial,
     });
-    if (!place.ok) return this.reject(isl, place.tokens, place.code, place.message);
+    if (!place.ok) return no(this.reject(isl, place.tokens, place.code, place.message));
     const { tau, late } = place;
     const sync = this.cfg.mode === 'sync';
 
-    const decoded = decodeDelta(sub.frame, this.paramCount, this.decodeBuf);
-    if (!decoded.ok) return this.reject(isl, m.tokens, decoded.error.code, decoded.error.message);
-    const delta = decoded.value;
-    const norm = l2(delta);
+    const decoded = sub.decoded ?? this.decodeHere(sub.frame);
+    if (!decoded.ok) return no(this.reject(isl, m.tokens, decoded.error.code, decoded.error.message));
+    const { delta, norm } = decoded.value;
     const steps = work.assignedSteps;
     const score = norm / Math.sqrt(Math.max(1, steps));
     // once a history exists, against history ∪ this window, as at close: the window shares this
@@ -312,21 +320,27 @@ export class Coordinator {
     const bound = this.norms.scores.length < nb.minHistory ? Infinity : this.norms.limiter(nb, this.round.pending)(steps);
     if (score > bound) {
       this.norms.push({ score, steps }, nb.window);
-      return this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${nb.factor} × the median, for ${steps} steps)`);
+      return no(this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${nb.factor} × the median, for ${steps} steps)`));
     }
 
     // counted from here on
-    countAccepted(isl, m, tau, this.perVersion, this.totalsAcc, { raw: 4 * this.paramCount, frame: frameBytes });
+    countAccepted(isl, m, tau, this.perVersion, this.totalsAcc, { raw: 4 * this.paramCount, frame: sub.frame.length });
 
     const base: Contribution = { islandId: isl.id, seq: m.seq, roundId: m.roundId, baseVersion: m.baseVersion, staleness: tau, tokens: m.tokens, weight: 0 };
     // hold it until the round (sync) or the merge window (async) closes
-    const buf = this.take();
-    buf.set(delta);
+    const buf = held ?? this.take();
+    if (!held) buf.set(delta);
     hold(this.round, { ...base, delta: buf, score, steps, lossMean: m.lossMean, arrivedAt: now }, isl, sync, late, now);
     isl.accepted += 1;
     const roundBefore = this.round.id;
     this.maybeCloseRound(now);
-    return ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm });
+    return { result: ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm }), kept: true };
+  }
+
+  /** Δ decoded into the scratch buffer, and ‖Δ‖. */
+  private decodeHere(frame: Uint8Array): Result<{ delta: Float32Array; norm: number }> {
+    const d = decodeDelta(frame, this.paramCount, this.decodeBuf);
+    return d.ok ? ok({ delta: d.value, norm: l2(d.value) }) : d;
   }
 
   /** Advances time: island timeouts, grace windows and round timeouts. Call at nextDeadline() or periodically. */
@@ -537,8 +551,11 @@ export class Coordinator {
     return { ...c, error: { code, message } };
   }
 
-  private take(): Float32Array { return this.pool.pop() ?? this.offload?.buffer() ?? new Float32Array(this.paramCount); }
-  private release(b: Float32Array): void { if (this.pool.length < 64) this.pool.push(b); }
+  private take(): Float32Array { return this.offload?.buffer() ?? this.pool.pop() ?? new Float32Array(this.paramCount); }
+  private release(b: Float32Array): void {
+    if (this.offload) this.offload.release(b);
+    else if (this.pool.length < 64) this.pool.push(b);
+  }
 
   // ── sync rounds and async merge windows ─────────────────────────────────────────────────────────────────────────────
 

@@ -69,6 +69,11 @@ export interface DeltaSubmission {
   meta: DeltaMeta;
   /** The codec frame (core/codec). */
   frame: Uint8Array;
+  /**
+   * The frame decoded already, by the offload's workers (OuterOffload.ingest): Δ in a buffer the
+   * coordinator now owns, and ‖Δ‖; or the decoder's error. Absent: the coordinator decodes.
+   */
+  decoded?: Result<{ delta: Float32Array; norm: number }>;
 }
 
 export interface SubmitAccepted {
@@ -253,8 +258,10 @@ export interface OuterOffload {
   theta: Float32Array;
   /** Where the coordinator writes g when it combines the deltas itself (robust rules). */
   g: Float32Array;
-  /** A new delta buffer the host's workers can read. */
+  /** A free delta buffer the host's workers can read. */
   buffer(): Float32Array;
+  /** Gives a buffer from `buffer()` or a decoded submission back. */
+  release(b: Float32Array): void;
 }
 
 /** The step the host takes: the same as the coordinator's own. */

@@ -128,13 +128,16 @@ export class OuterPool {
   /** Decode + validate one delta frame into a slot; its L2 norm for the caller's norm bound. */
   async ingest(frame: Uint8Array): Promise<Result<{ slot: number; norm: number }>> {
     const slot = this.newSlot();
+    const r = await this.decodeInto(slot, frame);
+    if (!r.ok) this.release(slot);
+    return r.ok ? ok({ slot, norm: r.value }) : r;
+  }
+
+  /** Decode + validate one delta frame into `slot` on one worker (round-robin); ‖Δ‖. */
+  async decodeInto(slot: number, frame: Uint8Array): Promise<Result<number>> {
     const w = this.rr++ % this.workers.length;
     const r = await this.call(w, { op: 'decode', slot, frame });
-    if (!r.ok) {
-      this.release(slot);
-      return err(r.code, r.message);
-    }
-    return ok({ slot, norm: r.norm! });
+    return r.ok ? ok(r.norm!) : err(r.code, r.message);
   }
 
   /**
