@@ -176,17 +176,9 @@ export function buildProgram(): Command {
     .option('--latency <ms>', 'latency the proxies add each way', intArg, 10)
     .option('--no-baseline', 'skip the fault-free run (no eval-loss comparison)')
     .option('--roles', 'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway and of the active aggregator')
-    .option('--cluster', 'the Redis layer instead: two aggregators, three gateway links; aggregator kill -9 and SIGSTOP, a gateway closed')
-    .option('--versions <n>', 'with --cluster: durable versions to run for', intArg, 24)
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const say = (s: string) => process.stderr.write(s + '\n');
-      if (o.cluster) {
-        const { chaosCluster } = await import('./cluster/chaos-cluster.ts');
-        const r = await chaosCluster({ islands: o.islands, failFraction: o.fail, versions: o.versions, log: say });
-        process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
-        return;
-      }
       const { chaos } = await import('./commands/chaos.ts');
       const r = await chaos({ islands: o.islands, failFraction: o.fail, tokens: o.tokens, latencyMs: o.latency, baseline: o.baseline, roles: !!o.roles, log: say });
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
