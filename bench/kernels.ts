@@ -447,7 +447,7 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
   const T = software ? Math.min(64, config.blockSize) : config.blockSize;
   const engineOpts = { config, maxBatch: B, maxT: T };
   const warmup = software ? 1 : 3;
-  const rounds = software ? (quick ? 1 : 2) : quick ? 3 : 5;
+  const rounds = quick ? (software ? 1 : 3) : 5;
   const perRound = software ? 1 : 5; // GPU steps per round (the CPU does one)
   const cpuRounds = Math.min(rounds, 2);
   const data = loadCorpus();

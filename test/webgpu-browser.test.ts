@@ -10,7 +10,7 @@ import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { mulberry32 } from '../core/random.ts';
 import { launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
-import type { RunRequest, RunResult } from './browser/engine-main.ts';
+import type { RunRequest, RunResult, TuneResultSummary } from './browser/engine-main.ts';
 
 const root = resolve(import.meta.dirname, '..');
 let server: ViteDevServer;
@@ -81,4 +81,16 @@ describe('WebGpuEngine in Chromium', () => {
     expect(paramErr).toBeLessThanOrEqual(1e-3);
     expect(want[9]).toBeLessThan(want[0]);
   }, 240_000);
+
+  it('the autotuner caches its choice in IndexedDB (the volunteer worker\'s cache): timed on the first start, read on the next', async () => {
+    const address = server.httpServer!.address();
+    const port = typeof address === 'object' && address ? address.port : 0;
+    const page = browser.page;
+    if (!page.url().endsWith('/engine.html')) await page.goto(`http://localhost:${port}/engine.html`);
+    await page.waitForFunction(() => document.title === 'ready', undefined, { timeout: 60_000 });
+    const req = { shape: { pass: 'dX', C: 48, OC: 144 } as const, rows: 64 };
+    const got = await page.evaluate((r) => (window as unknown as { atollTune(r: unknown): Promise<TuneResultSummary> }).atollTune(r), req)
+      .catch((e: Error) => { throw new Error(`${e.message}\n${browser.logs.join('\n')}`); });
+    expect(got).toEqual({ first: 'timed', again: 'cache', same: true });
+  }, 120_000);
 });

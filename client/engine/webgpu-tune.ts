@@ -63,6 +63,41 @@ export function localStorageCache(): TuneCache | null {
   return ls ? { get: (k) => ls.getItem(k), set: (k, v) => ls.setItem(k, v) } : null;
 }
 
+const IDB_STORE = 'choices';
+
+/**
+ * Browser cache in IndexedDB (a Web Worker has no localStorage): read whole when opened,
+ * each new choice written through. Null where IndexedDB is missing or refuses (private
+ * modes): the tuner then times again on each start.
+ */
+export async function indexedDbTuneCache(name = 'atoll-autotune'): Promise<TuneCache | null> {
+  const idb = (globalThis as { indexedDB?: IDBFactory }).indexedDB;
+  if (!idb) return null;
+  const done = <T>(req: IDBRequest<T>) => new Promise<T>((resolve, reject) => { req.onsuccess = () => resolve(req.result); req.onerror = () => reject(req.error); });
+  try {
+    const open = idb.open(name, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore(IDB_STORE);
+    const db = await done(open);
+    const store = db.transaction(IDB_STORE, 'readonly').objectStore(IDB_STORE);
+    const [keys, values] = await Promise.all([done(store.getAllKeys()), done(store.getAll())]);
+    const entries = new Map<string, string>();
+    keys.forEach((k, i) => { if (typeof values[i] === 'string') entries.set(String(k), values[i] as string); });
+    return {
+      get: (k) => entries.get(k) ?? null,
+      set(k, v) {
+        entries.set(k, v);
+        try {
+          db.transaction(IDB_STORE, 'readwrite').objectStore(IDB_STORE).put(v, k);
+        } catch {
+          // closed or over quota: the choice still holds for this engine
+        }
+      },
+    };
+  } catch {
+    return null;
+  }
+}
+
 /** The default tile with vec4 and scalar loads, then each tile variant with the loads it can have; × the split-K counts for dW. */
 function candidates(s: MatmulShape, rows: number): MatmulChoice[] {
   const vec4 = s.C % 4 === 0 && s.OC % 4 === 0;
@@ -139,14 +174,17 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
 
 /**
  * Each program's median ms over three rounds after a warm-up run, the programs taking
- * turns within a round (load from elsewhere falls on all alike); null if `outOfTime`
- * before the last round.
+ * turns within a round (load from elsewhere falls on all alike). A program over twice as
+ * slow as the fastest in the warm-up is not timed again (its warm-up time stands). Null if
+ * `outOfTime` before the last round.
  */
 async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Shape, outOfTime: () => boolean): Promise<number[] | null> {
+  const warm: number[] = [];
   const times: number[][] = programs.map(() => []);
   for (let round = 0; round < 4; round++) {
     if (round > 0 && outOfTime()) return null;
     for (let i = 0; i < programs.length; i++) {
+      if (round > 0 && warm[i] > 2 * Math.min(...warm)) continue;
       programs[i].setShape(shape);
       const t = performance.now();
       const enc = device.createCommandEncoder();
@@ -155,10 +193,10 @@ async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Sh
       pass.end();
       device.queue.submit([enc.finish()]);
       await device.queue.onSubmittedWorkDone();
-      if (round > 0) times[i].push(performance.now() - t);
+      (round > 0 ? times[i] : warm).push(performance.now() - t);
     }
   }
-  return times.map((t) => t.sort((x, y) => x - y)[1]);
+  return times.map((t, i) => (t.length ? t.sort((x, y) => x - y)[1] : warm[i]));
 }
 
 /** The model's matmuls (layer dims), each with its three passes. */

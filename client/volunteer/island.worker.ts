@@ -8,6 +8,7 @@
 
 import { CpuEngine } from '../engine/cpu.ts';
 import { WebGpuEngine } from '../engine/webgpu.ts';
+import { type TuneCache, indexedDbTuneCache } from '../engine/webgpu-tune.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
@@ -124,12 +125,16 @@ function stopWith(reason: string): void {
 
 // ---------------------------------------------------------------- engine
 
+let tuneCache: Promise<TuneCache | null> | null = null;
+
 async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Promise<ResilientEngine> {
   const eo = engineOptions(shape);
   const open = async (): Promise<EngineHandle> => {
     if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
     const dev = await openDevice(shape);
-    const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name });
+    // the matmul autotuner on first start, its choices cached by adapter (IndexedDB: workers have no localStorage)
+    const autotune = opts?.autotune === false ? undefined : { cache: await (tuneCache ??= indexedDbTuneCache()) };
+    const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, autotune });
     let simulated = false;
     const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
     return {

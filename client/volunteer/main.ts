@@ -279,7 +279,7 @@ ui.start.addEventListener('click', () => {
   ensureChart();
   send({
     type: 'start',
-    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration },
+    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration, autotune: new URLSearchParams(location.search).get('autotune') !== '0' },
   });
   syncHiddenPause();
   void pollStatus();

@@ -41,6 +41,8 @@ export interface StartOptions {
   shape: ModelShape;
   /** The last calibration saved by the page (re-used when its key still fits). */
   calibration: Calibration | null;
+  /** WebGPU: time the matmul variants at engine start, choices cached by adapter in IndexedDB (false: the page's ?autotune=0). */
+  autotune: boolean;
 }
 
 /** This device's measured training speed (calibrate.ts), saved by the page across reloads. */

@@ -4,6 +4,8 @@
 import type { Batch } from '../../core/engine.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
 import { WebGpuEngine, checkAdapterFits, engineFeatures, requiredLimits } from '../../client/engine/webgpu.ts';
+import { KernelSet } from '../../client/engine/webgpu-kernels.ts';
+import { type MatmulShape, autotuneMatmuls, indexedDbTuneCache } from '../../client/engine/webgpu-tune.ts';
 
 export interface RunRequest {
   config: GPTConfig;
@@ -47,5 +49,27 @@ async function run(req: RunRequest): Promise<RunResult> {
   return { adapter: engine.device, losses, params, createMs: t1 - t0, stepsMs: t2 - t1, subgroups: engine.subgroups };
 }
 
-(window as unknown as { atollRun: typeof run }).atollRun = run;
+export interface TuneResultSummary {
+  /** where the choice came from: timed on the first start, then read from IndexedDB */
+  first: string;
+  again: string;
+  same: boolean;
+}
+
+/** The autotuner with its IndexedDB cache (as the volunteer's worker uses it), started twice on a fresh database. */
+async function tune(req: { shape: MatmulShape; rows: number }): Promise<TuneResultSummary> {
+  const adapter = await navigator.gpu?.requestAdapter();
+  if (!adapter) throw new Error('no WebGPU adapter in this browser');
+  const device = await adapter.requestDevice();
+  const db = 'atoll-autotune-test';
+  await new Promise((resolve) => { indexedDB.deleteDatabase(db).onsuccess = resolve; });
+  const start = async (budgetMs: number) => autotuneMatmuls(device, KernelSet.for(device), [req.shape], req.rows, { adapter: 'test', cache: await indexedDbTuneCache(db), budgetMs });
+  const first = await start(Infinity);
+  const again = await start(0);
+  device.destroy();
+  return { first: first.report[0].from, again: again.report[0].from, same: JSON.stringify(first.report[0].chosen) === JSON.stringify(again.report[0].chosen) };
+}
+
+(window as unknown as { atollRun: typeof run; atollTune: typeof tune }).atollRun = run;
+(window as unknown as { atollTune: typeof tune }).atollTune = tune;
 document.title = 'ready';
