@@ -1,6 +1,6 @@
 // AdamW with decoupled weight decay and bias correction. Twin: adamwUpdate (core/model/ops.ts).
 // Weight decay per tensor: the uniform holds the layout's ranges (start, end, decay)
-// merged where neighbours agree; each element scans them (≤ 16, uniform loads).
+// merged where neighbours agree; each thread scans them (≤ 16, uniform loads) for its first element.
 // The gradient is scaled by the clip factor grad_norm_finalize left in clip[1].
 
 struct Params {
@@ -20,18 +20,24 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> v: array<f32>;
 @group(0) @binding(5) var<storage, read> clip: array<f32>;   // [norm², scale]
 
+// ADAMW_PER_THREAD consecutive elements per thread, so the range scan runs once for them
+// (a CPU adapter pays dearly for it). Grid: grid1(ceil(N / ADAMW_PER_THREAD), 256).
+const ADAMW_PER_THREAD: u32 = 4u;
+
 @compute @workgroup_size(256)
 fn adamw_update(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let i = thread_index(id, lid, 256u);
-  if (i >= p.N) { return; }
-  var decay = 0u;
-  for (var r = 0u; r < p.num_ranges; r++) {
-    if (i < p.ranges[r].y) {
-      decay = p.ranges[r].z;
-      break;
-    }
+  let i0 = thread_index(id, lid, 256u) * ADAMW_PER_THREAD;
+  if (i0 >= p.N) { return; }
+  var r = 0u;
+  while (r + 1u < p.num_ranges && i0 >= p.ranges[r].y) { r++; }
+  for (var i = i0; i < min(i0 + ADAMW_PER_THREAD, p.N); i++) {
+    while (i >= p.ranges[r].y && r + 1u < p.num_ranges) { r++; }
+    adamw_one(i, p.ranges[r].z != 0u);
   }
-  let wd = select(0.0, st.weight_decay, decay != 0u);
+}
+
+fn adamw_one(i: u32, decay: bool) {
+  let wd = select(0.0, st.weight_decay, decay);
   let g = grads[i] * clip[1];
   let mi = st.beta1 * m[i] + (1.0 - st.beta1) * g;
   let vi = st.beta2 * v[i] + (1.0 - st.beta2) * g * g;

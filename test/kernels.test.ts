@@ -336,7 +336,8 @@ describe('optimizer', () => {
 
   it('adamw_update: per-tensor decay, bias correction, clip scale', async () => {
     const tensors = [
-      { offset: 0, size: 5000, decay: true }, { offset: 5000, size: 37, decay: false }, { offset: 5037, size: 63, decay: false },
+      // range ends not multiples of 4: a thread's 4 elements straddle one (adamw.wgsl)
+      { offset: 0, size: 5001, decay: true }, { offset: 5001, size: 37, decay: false }, { offset: 5038, size: 62, decay: false },
       { offset: 5100, size: 9000, decay: true }, { offset: 14100, size: N - 14100, decay: false },
     ];
     const params = randn(N, 71), m0 = randn(N, 72, 0.01), v0 = randn(N, 73, 0.001).map((x) => x * x);
