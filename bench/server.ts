@@ -73,6 +73,8 @@ export interface BenchServerResult {
   applyMsPerDelta: Record<string, number>;
   /** Async mode: ingest and a full outer step per delta. */
   applyAsyncParamsPerSec: Record<string, number>;
+  /** The peer in the same run: int8, sync, the outer step on the event loop (`--outer-workers 0`); and applyParamsPerSec.int8 over it. */
+  applyOnEventLoop?: { applyParamsPerSec: number; ingestParamsPerSec: number; speedup: number };
   /** The outer step in worker threads (OuterPool), int8 uplink and downlink: ingest and apply apart. */
   outerWorkers?: OuterPoolBench;
   load?: LoadResult;
@@ -307,6 +309,9 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
     log(`${enc} (outer step on ${workers ? `${workers} workers` : 'the event loop'}): sync apply ${M(r.applyParamsPerSec)} M params/s, ingest ${M(r.ingestParamsPerSec)} M/s, both ${M(r.paramsPerSec)} M/s (${r.msPerDelta.toFixed(0)} ms per base-sized delta); async ${M(a.paramsPerSec)} M/s (${a.msPerDelta.toFixed(0)} ms)`);
   }
   if (workers > 0) {
+    const p = await benchApply('int8', n, opts.applySeconds ?? 1.5, 'sync', 4, 0);
+    out.applyOnEventLoop = { applyParamsPerSec: Math.round(p.applyParamsPerSec), ingestParamsPerSec: Math.round(p.ingestParamsPerSec), speedup: Number((out.applyParamsPerSec.int8 / p.applyParamsPerSec).toFixed(2)) };
+    log(`int8 with the outer step on the event loop: sync apply ${M(p.applyParamsPerSec)} M params/s, ingest ${M(p.ingestParamsPerSec)} M/s: the workers apply ${out.applyOnEventLoop.speedup}× as fast`);
     const w = out.outerWorkers = await benchOuterPool({ n, workers, seconds: opts.applySeconds ?? 1.5 });
     log(`outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`);
   }

@@ -70,7 +70,6 @@ class Fragment {
   private readonly residualBackup: Float32Array;
   private readonly scratch = new CodecScratch();
   private readonly g: Float32Array;
-  private readonly acc: Float64Array;
   // the fused int8 path proposes into these and swaps them in on commit
   private mNext: Float32Array;
   private bNext: Float32Array;
@@ -86,45 +85,39 @@ class Fragment {
     this.fb = new ErrorFeedback(len);
     this.residualBackup = new Float32Array(len);
     this.g = new Float32Array(len);
-    this.acc = new Float64Array(len);
     this.mNext = new Float32Array(len);
     this.bNext = new Float32Array(len);
     this.eNext = new Float32Array(len);
     this.dq = new Float32Array(len);
   }
 
-  /** The fragment of g: the one delta (weights null) or the f64-accumulated weighted mean, as the coordinator's combineDeltas. */
-  private gradient(slots: Float32Array[], m: Propose, a: number, b: number): Float32Array {
-    if (m.weights === null) return slots[m.slots[0]].subarray(a, b);
-    const acc = this.acc, g = this.g, len = this.len;
-    acc.fill(0);
-    m.slots.forEach((s, j) => {
-      const d = slots[s], w = m.weights![j];
-      for (let i = 0; i < len; i++) acc[i] += w * d[a + i];
-    });
-    for (let i = 0; i < len; i++) g[i] = acc[i];
-    return g;
-  }
-
-  /** The fragment's agreement sums of each delta with g (see AgreementSums). */
-  private agreement(slots: Float32Array[], m: Propose, a: number, g: Float32Array): AgreementSums {
-    const dots = m.slots.map(() => 0), sqs = m.slots.map(() => 0);
+  /**
+   * The fragment of g: the one delta (weights null), or Σ w_j·d_j accumulated in f64 in slot order
+   * and rounded once (as the coordinator's combineDeltas), with each delta's agreement sums in the
+   * same pass over the elements.
+   */
+  private gradient(slots: Float32Array[], m: Propose, a: number): { g: Float32Array; agreement?: AgreementSums } {
+    const len = this.len;
+    if (m.weights === null) return { g: slots[m.slots[0]].subarray(a, a + len) };
+    const D = m.slots.map((s) => slots[s].subarray(a, a + len));
+    const W = Float64Array.from(m.weights);
+    const k = D.length, g = this.g;
+    const dots = new Float64Array(k), sqs = new Float64Array(k);
     let gg = 0;
-    for (let i = 0; i < this.len; i++) gg += g[i] * g[i];
-    m.slots.forEach((s, j) => {
-      const d = slots[s].subarray(a, a + this.len);
-      let dot = 0, sq = 0;
-      for (let i = 0; i < d.length; i++) { dot += d[i] * g[i]; sq += d[i] * d[i]; }
-      dots[j] = dot;
-      sqs[j] = sq;
-    });
-    return { dots, sqs, gg };
+    for (let i = 0; i < len; i++) {
+      let acc = 0;
+      for (let j = 0; j < k; j++) acc += W[j] * D[j][i];
+      const gi = Math.fround(acc);
+      g[i] = gi;
+      gg += gi * gi;
+      for (let j = 0; j < k; j++) { const d = D[j][i]; dots[j] += d * gi; sqs[j] += d * d; }
+    }
+    return { g, agreement: { dots: Array.from(dots), sqs: Array.from(sqs), gg } };
   }
 
   /** Returns Σu² of the proposed update (and, for a weighted g, the agreement sums), or an error (then nothing may be committed). */
   propose(slots: Float32Array[], m: Propose, n: number, a: number, b: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
-    const g = this.gradient(slots, m, a, b);
-    const agreement = m.weights === null ? undefined : this.agreement(slots, m, a, g);
+    const { g, agreement } = this.gradient(slots, m, a);
     this.fused = m.downlink.encoding === 'int8';
     if (this.fused) {
       const r = this.proposeInt8(g, m, n, a, frame);
