@@ -4,7 +4,8 @@
 // so the server (wall clock), the simulator (virtual clock) and tests drive the same code.
 //
 // Beside it: types (and the durability contract: how to ack from the events), validate, aggregate
-// (norm bound, robust means), rounds (sync rounds, async merge windows, sizing), downlink, stats, snapshot.
+// (norm bound, robust means), rounds (sync rounds, async merge windows, sizing), outer-step (θ, the
+// outer optimizer and the downlink, stepped here or by a host's worker threads), stats, snapshot.
 
 import { decodeDelta, maxFrameBytes } from '../codec/index.ts';
 import { type Result, err, ok } from '../result.ts';
@@ -12,14 +13,14 @@ import {
   type Assignment, type IslandCaps, type ModelSnapshotMsg, type TrainingMode, type UpdateMsg,
   ErrorCode, PROTOCOL_VERSION, validateDeltaMeta,
 } from '../protocol.ts';
-import { NormHistory, agreement, combineDeltas, isWeightedMean, l2, weighDeltas } from './aggregate.ts';
+import { NormHistory, combineDeltas, isWeightedMean, l2, weighDeltas } from './aggregate.ts';
 import {
   type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, RUNTIME_KEYS,
   mergeConfig, validateCoordinatorConfig,
 } from './config.ts';
-import { Downlink } from './downlink.ts';
 import { hashParams } from './hash.ts';
-import { OuterOptimizer, type OuterState, applyUpdate } from './outer.ts';
+import type { OuterState } from './outer.ts';
+import { OuterStep, type StepTaken } from './outer-step.ts';
 import {
   assignmentMessage, graceDeadline, hold, newRound, outerStepOf, quorumMet, roundShouldClose, sizeAssignment, usesTurn,
   windowDeadline, windowShouldClose,
@@ -48,11 +49,9 @@ interface Closing {
 export class Coordinator {
   private cfg: CoordinatorConfig;
   readonly paramCount: number;
-  private theta: Float32Array;
+  private readonly outerStep: OuterStep;
   private versionNum = 0;
   private hashHex: string;
-  private outer: OuterOptimizer;
-  private downlink: Downlink;
   private islandsById = new Map<string, IslandRecord>();
   private nextIslandSerial = 1;
   private assignSerial = 0;
@@ -66,15 +65,10 @@ export class Coordinator {
   private perVersion: PerVersion = newPerVersion();
   // scratch, allocated once (no n-sized allocation per message on the hot path)
   private readonly decodeBuf: Float32Array;
-  private gBuf: Float32Array;
   private readonly accBuf: Float64Array;
   private readonly pool: Float32Array[] = [];
-  // the outer step done elsewhere (useOffload): the request in flight and the round it closes
-  private offload: OuterOffload | null = null;
-  private stepRequest: OuterStepRequest | null = null;
+  /** The round whose outer step a host is taking (useOffload). */
   private closing: Closing | null = null;
-  /** The downlink's error-feedback residual as snapshots see it (the host's after an offloaded step). */
-  private residualView: Float32Array;
 
   constructor(opts: CoordinatorOptions) {
     const cfg = mergeConfig(DEFAULT_COORDINATOR_CONFIG, opts.config ?? {});
@@ -83,13 +77,9 @@ export class Coordinator {
     this.cfg = cfg;
     const n = opts.params.length;
     this.paramCount = n;
-    this.theta = opts.params.slice();
-    this.hashHex = hashParams(this.theta);
-    this.outer = new OuterOptimizer(n);
-    this.downlink = new Downlink(n);
-    this.residualView = this.downlink.fb.residual;
+    this.outerStep = new OuterStep(opts.params);
+    this.hashHex = hashParams(this.outerStep.theta);
     this.decodeBuf = new Float32Array(n);
-    this.gBuf = new Float32Array(n);
     this.accBuf = new Float64Array(n);
     const now = opts.now ?? 0;
     this.round = newRound(0, 0, now);
@@ -108,20 +98,17 @@ export class Coordinator {
   /** A copy of the config. */
   config(): CoordinatorConfig { return structuredClone(this.cfg); }
   /** θ at the current version, as a fresh copy (a fetchModel answer). */
-  model(): ModelSnapshotMsg { return { version: this.versionNum, hash: this.hashHex, params: this.theta.slice() }; }
+  model(): ModelSnapshotMsg { return { version: this.versionNum, hash: this.hashHex, params: this.outerStep.theta.slice() }; }
   /** θ itself, read-only by contract (no copy: for the server's checkpoint writer and evals). */
-  params(): Readonly<Float32Array> { return this.theta; }
+  params(): Readonly<Float32Array> { return this.outerStep.theta; }
   /** Copies of the outer optimizer's state (tests compare these across rejected deltas). */
-  outerState(): OuterState {
-    const s = this.outer.state;
-    return { momentum: s.momentum.slice(), buffer: s.buffer.slice(), bufferCount: s.bufferCount, steps: s.steps };
-  }
+  outerState(): OuterState { return this.outerStep.outerState(); }
   islands(): IslandRecord[] { return [...this.islandsById.values()].map((r) => structuredClone(r)); }
   island(id: string): IslandRecord | undefined { const r = this.islandsById.get(id); return r && structuredClone(r); }
   history(): readonly VersionStats[] { return this.historyList; }
   totals(): CoordinatorTotals { return structuredClone(this.totalsAcc); }
   /** A copy of the downlink's error-feedback residual. */
-  downlinkResidual(): Float32Array { return this.residualView.slice(); }
+  downlinkResidual(): Float32Array { return this.outerStep.residual.slice(); }
   /** True while an offloaded outer step is in flight: then only reads, heartbeats and renames may be called. */
   get stepping(): boolean { return this.closing !== null; }
   /** Drains the event queue (see the durability contract in types.ts). */
@@ -133,7 +120,7 @@ export class Coordinator {
    * The update messages from `fromVersion` to now, for catch-up. E_TOO_OLD when some are no longer
    * kept or together outweigh θ (fetch the snapshot), E_FUTURE_VERSION when fromVersion is ahead.
    */
-  updatesSince(fromVersion: number): Result<UpdateMsg[]> { return this.downlink.since(fromVersion, this.versionNum, 4 * this.paramCount); }
+  updatesSince(fromVersion: number): Result<UpdateMsg[]> { return this.outerStep.downlink.since(fromVersion, this.versionNum, 4 * this.paramCount); }
 
   /**
    * When `tick` next needs to run (ms): a grace window or round timeout ending, an island timing out.
@@ -388,10 +375,10 @@ export class Coordinator {
   snapshot(): CoordinatorSnapshot {
     this.idle();
     return writeSnapshot({
-      config: this.cfg, theta: this.theta, version: this.versionNum, hash: this.hashHex, paused: this.paused, done: this.done,
-      outer: this.outer.state, downlinkResidual: this.residualView, islands: [...this.islandsById.values()],
+      config: this.cfg, theta: this.outerStep.theta, version: this.versionNum, hash: this.hashHex, paused: this.paused, done: this.done,
+      outer: this.outerStep.outer.state, downlinkResidual: this.outerStep.residual, islands: [...this.islandsById.values()],
       nextIslandSerial: this.nextIslandSerial, assignSerial: this.assignSerial, round: this.round,
-      normHistory: this.norms.scores, normSteps: this.norms.steps, totals: this.totalsAcc, perVersion: this.perVersion, updates: this.downlink.updates, history: this.historyList,
+      normHistory: this.norms.scores, normSteps: this.norms.steps, totals: this.totalsAcc, perVersion: this.perVersion, updates: this.outerStep.downlink.updates, history: this.historyList,
     });
   }
 
@@ -407,9 +394,9 @@ export class Coordinator {
       return err(ErrorCode.BAD_CONFIG, e instanceof Error ? e.message : String(e));
     }
     c.versionNum = s.version; c.hashHex = s.hash; c.paused = s.paused; c.done = s.done;
-    c.outer.state = s.outer;
-    c.downlink.fb.residual.set(s.downlinkResidual);
-    c.downlink.updates = s.updates;
+    c.outerStep.outer.state = s.outer;
+    c.outerStep.downlink.fb.residual.set(s.downlinkResidual);
+    c.outerStep.downlink.updates = s.updates;
     for (const isl of s.islands) c.islandsById.set(isl.id, isl);
     c.nextIslandSerial = s.nextIslandSerial; c.assignSerial = s.assignSerial;
     c.round = s.round; c.norms.restore(s.normHistory, s.normSteps);
@@ -425,36 +412,19 @@ export class Coordinator {
    * state as `outerState()` and `downlinkResidual()` give it now.
    */
   useOffload(o: OuterOffload): void {
-    if (o.theta.length !== this.paramCount || o.g.length !== this.paramCount) throw new RangeError('offload buffers do not match the parameter count');
-    o.theta.set(this.theta);
-    this.theta = o.theta;
-    this.gBuf = o.g;
-    this.offload = o;
-    // deltas live in the host's buffers from now on (those held since a restore move there)
-    this.pool.length = 0;
-    for (const p of this.round.pending) {
-      const b = o.buffer();
-      b.set(p.delta);
-      p.delta = b;
-    }
+    this.outerStep.useOffload(o, this.round.pending);
+    this.pool.length = 0; // deltas live in the host's buffers from now on
   }
 
   /** The outer step the host must take now (offload only; see `completeStep`), or null. */
-  pendingStep(): OuterStepRequest | null { return this.stepRequest; }
+  pendingStep(): OuterStepRequest | null { return this.outerStep.request; }
 
   /** The host took the step (θ moved) or failed to (nothing moved): the round closes with it. */
   completeStep(res: Result<OuterStepDone>): void {
     const c = this.closing;
     if (!c) throw new Error('coordinator: no outer step is in flight');
     this.closing = null;
-    this.stepRequest = null;
-    if (res.ok) {
-      this.outer.state = res.value.outer;
-      this.residualView = res.value.residual;
-      const a = res.value.agreement;
-      if (a) agreement(c.kept, a.dots.map((dot, j) => (a.sqs[j] > 0 && a.gg > 0 ? dot / Math.sqrt(a.sqs[j] * a.gg) : 0)));
-    }
-    this.finishClose(c, res);
+    this.finishClose(c, this.outerStep.complete(res, c.kept));
   }
 
   /** Calls that change rounds wait for an offloaded step in flight (the host serialises them). */
@@ -551,9 +521,9 @@ export class Coordinator {
     return { ...c, error: { code, message } };
   }
 
-  private take(): Float32Array { return this.offload?.buffer() ?? this.pool.pop() ?? new Float32Array(this.paramCount); }
+  private take(): Float32Array { return this.outerStep.offload?.buffer() ?? this.pool.pop() ?? new Float32Array(this.paramCount); }
   private release(b: Float32Array): void {
-    if (this.offload) this.offload.release(b);
+    if (this.outerStep.offload) this.outerStep.offload.release(b);
     else if (this.pool.length < 64) this.pool.push(b);
   }
 
@@ -583,28 +553,21 @@ export class Coordinator {
     const c: Closing = { now, kept, rejected };
     if (kept.length === 0) return this.finishClose(c, null);
     // with an offload, the host's workers take the weighted mean (and each delta's agreement with it)
-    const inHost = this.offload !== null && isWeightedMean(kept.length, cfg);
+    const inHost = this.outerStep.offload !== null && isWeightedMean(kept.length, cfg);
     if (inHost) weighDeltas(kept, cfg, this.versionNum);
-    else combineDeltas(kept, cfg, this.versionNum, this.gBuf, this.accBuf);
-    const { scale, period, share } = outerStepOf(cfg, kept, this.islandsById.values());
-    if (this.offload) {
-      this.closing = c;
-      this.stepRequest = {
-        deltas: inHost ? kept.map((p) => p.delta) : null, weights: inHost ? kept.map((p) => p.weight) : null,
-        outer: { ...cfg.outer }, downlink: { ...cfg.downlink }, scale, period, share: share ?? false,
-      };
-      return;
-    }
-    this.finishClose(c, this.outerStepHere(this.gBuf, scale, period, share));
+    else combineDeltas(kept, cfg, this.versionNum, this.outerStep.g, this.accBuf);
+    const taken = this.outerStep.begin(cfg, kept, inHost, outerStepOf(cfg, kept, this.islandsById.values()));
+    if (taken) this.finishClose(c, taken);
+    else this.closing = c; // the host takes it: completeStep
   }
 
   /** The round's step taken (or failed, or none: null): record it, then open the next round on the (new) version. */
-  private finishClose(c: Closing, step: Result<{ frame: Uint8Array; hash: string; updateNorm: number }> | null): void {
-    if (step?.ok) {
-      this.recordUpdate(step.value, c);
+  private finishClose(c: Closing, taken: Result<StepTaken> | null): void {
+    if (taken?.ok) {
+      this.recordUpdate(taken.value, c);
       for (const p of c.kept) this.norms.push(p, this.cfg.normBound.window);
     } else {
-      if (step) for (const p of c.kept) c.rejected.push(this.rejectedFrom(p, step.error.code, step.error.message));
+      if (taken) for (const p of c.kept) c.rejected.push(this.rejectedFrom(p, taken.error.code, taken.error.message));
       if (c.rejected.length) this.events.push({ type: 'rejected', rejected: c.rejected });
     }
     for (const p of c.kept) this.release(p.delta);
@@ -616,24 +579,8 @@ export class Coordinator {
 
   // ── the outer step ──────────────────────────────────────────────────────────────────────────
 
-  /**
-   * θ ← θ − Q(u) here, with u the outer optimizer's update for pseudo-gradient `g` (scaled by
-   * `scale`; period 0: the plain step), Q the downlink codec with server-side error feedback. On an
-   * error nothing moved. The offload runs the same step in the host.
-   */
-  private outerStepHere(g: Float32Array, scale: number, period: number, share?: boolean): Result<{ frame: Uint8Array; hash: string; updateNorm: number }> {
-    const cfg = this.cfg;
-    const finite = period === 0 ? this.outer.proposePlain(g, scale) : this.outer.propose(cfg.outer, g, scale, period, share);
-    if (!finite) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
-    const q = this.downlink.encode(this.outer.update, cfg.downlink);
-    if (!q.ok) return q;
-    this.outer.commit();
-    applyUpdate(this.theta, q.value.decoded);
-    return ok({ frame: q.value.frame, hash: hashParams(this.theta), updateNorm: l2(this.outer.update) });
-  }
-
   /** The new version: counters, credit, the update message, history; emits the 'update' event. */
-  private recordUpdate(step: { frame: Uint8Array; hash: string; updateNorm: number }, c: Closing): void {
+  private recordUpdate(step: StepTaken, c: Closing): void {
     const cfg = this.cfg;
     const now = c.now, rejected = c.rejected;
     const contributors: Contribution[] = c.kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
@@ -655,7 +602,7 @@ export class Coordinator {
       version: this.versionNum, prevVersion, prevHash, hash: this.hashHex, frame, time: now,
       tokens, totalTokens: this.totalsAcc.tokensApplied, contributors: contributors.length, trainLoss,
     };
-    this.downlink.keep(update, cfg.keepUpdates);
+    this.outerStep.downlink.keep(update, cfg.keepUpdates);
     const stats = versionStats(
       { version: this.versionNum, time: now, tokens, trainLoss, bytesOut: frame.length, updateNorm: step.updateNorm },
       contributors, this.perVersion, this.totalsAcc,

@@ -1,0 +1,96 @@
+// The coordinator's outer step: θ, the outer optimizer, and the downlink with its error feedback
+// and kept update frames. θ ← θ − Q(u) with u the optimizer's update for the round's g and Q the
+// downlink codec, taken here, or by a host when one is attached (OuterOffload, types.ts): then the
+// step waits as `request` until the host hands its result to `complete`.
+
+import { type Result, err, ok } from '../result.ts';
+import { ErrorCode } from '../protocol.ts';
+import { agreement, l2 } from './aggregate.ts';
+import type { CoordinatorConfig } from './config.ts';
+import { Downlink } from './downlink.ts';
+import { hashParams } from './hash.ts';
+import { OuterOptimizer, type OuterState, applyUpdate } from './outer.ts';
+import type { OuterOffload, OuterStepDone, OuterStepRequest, PendingDelta } from './types.ts';
+
+/** A step taken: the downlink frame every replica applies, θ's new hash, ‖u‖. */
+export interface StepTaken { frame: Uint8Array; hash: string; updateNorm: number }
+
+/** How much of a step: scale s, period (0: the plain step u = s·g), a merge window's share. */
+export interface StepSize { scale: number; period: number; share?: boolean }
+
+export class OuterStep {
+  theta: Float32Array;
+  readonly outer: OuterOptimizer;
+  readonly downlink: Downlink;
+  /** Where the coordinator combines g (the host's shared buffer once offloaded). */
+  g: Float32Array;
+  offload: OuterOffload | null = null;
+  /** The step the host must take now (offload only), or null. */
+  request: OuterStepRequest | null = null;
+  /** The downlink residual as snapshots see it (the host's after an offloaded step). */
+  private residualView: Float32Array;
+
+  constructor(params: Float32Array) {
+    const n = params.length;
+    this.theta = params.slice();
+    this.outer = new OuterOptimizer(n);
+    this.downlink = new Downlink(n);
+    this.residualView = this.downlink.fb.residual;
+    this.g = new Float32Array(n);
+  }
+
+  get residual(): Float32Array { return this.residualView; }
+
+  /** θ and g move into the host's buffers; deltas held (since a restore) move there too. */
+  useOffload(o: OuterOffload, pending: PendingDelta[]): void {
+    if (o.theta.length !== this.theta.length || o.g.length !== this.theta.length) throw new RangeError('offload buffers do not match the parameter count');
+    o.theta.set(this.theta);
+    this.theta = o.theta;
+    this.g = o.g;
+    this.offload = o;
+    for (const p of pending) {
+      const b = o.buffer();
+      b.set(p.delta);
+      p.delta = b;
+    }
+  }
+
+  /**
+   * The step for the round's `kept` deltas, weighed, and combined into `g` unless `inHost` (the
+   * host then takes their weighted mean). Here: its result. Offloaded: null, and `request` waits.
+   */
+  begin(cfg: CoordinatorConfig, kept: PendingDelta[], inHost: boolean, { scale, period, share }: StepSize): Result<StepTaken> | null {
+    if (this.offload) {
+      this.request = {
+        deltas: inHost ? kept.map((p) => p.delta) : null, weights: inHost ? kept.map((p) => p.weight) : null,
+        outer: { ...cfg.outer }, downlink: { ...cfg.downlink }, scale, period, share: share ?? false,
+      };
+      return null;
+    }
+    const finite = period === 0 ? this.outer.proposePlain(this.g, scale) : this.outer.propose(cfg.outer, this.g, scale, period, share);
+    if (!finite) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
+    const q = this.downlink.encode(this.outer.update, cfg.downlink);
+    if (!q.ok) return q;
+    this.outer.commit();
+    applyUpdate(this.theta, q.value.decoded);
+    return ok({ frame: q.value.frame, hash: hashParams(this.theta), updateNorm: l2(this.outer.update) });
+  }
+
+  /** The host took the requested step (θ moved) or failed to (nothing moved). */
+  complete(res: Result<OuterStepDone>, kept: PendingDelta[]): Result<StepTaken> {
+    if (!this.request) throw new Error('coordinator: no outer step is in flight');
+    this.request = null;
+    if (!res.ok) return res;
+    const { frame, hash, updateNorm, outer, residual, agreement: a } = res.value;
+    this.outer.state = outer;
+    this.residualView = residual;
+    if (a) agreement(kept, a.dots.map((dot, j) => (a.sqs[j] > 0 && a.gg > 0 ? dot / Math.sqrt(a.sqs[j] * a.gg) : 0)));
+    return ok({ frame, hash, updateNorm });
+  }
+
+  /** Copies of the optimizer's state. */
+  outerState(): OuterState {
+    const s = this.outer.state;
+    return { momentum: s.momentum.slice(), buffer: s.buffer.slice(), bufferCount: s.bufferCount, steps: s.steps };
+  }
+}
