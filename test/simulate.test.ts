@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runSimulate, simulateOptionsFromCli } from '../server/simulate/index.ts';
 import { ProgressBars } from '../server/simulate/progress.ts';
-import { runRow } from '../server/simulate/row.ts';
+import { loadCorpus } from '../server/corpus.ts';
+import { byteEntropies, runRow, warmStartOffPlateau } from '../server/simulate/row.ts';
 import { codecFor, island } from '../server/simulate/scenarios.ts';
 
 describe('atoll simulate', () => {
@@ -66,5 +67,18 @@ describe('atoll simulate', () => {
     expect(res.tokens).toBe(0);
     expect(res.tokensComputed).toBeGreaterThan(5 * 1024);
     expect(res.notes.some((n) => n.startsWith('stalled'))).toBe(true);
+  });
+
+  it('the warm start leaves the byte-unigram plateau: its tokens double (up to 4×) while the held-out loss sits above it', async () => {
+    const h = byteEntropies(new TextEncoder().encode('abababab'));
+    expect(h.unigram).toBeCloseTo(Math.log(2), 12);
+    expect(h.bigram).toBe(0); // each byte fixes the next
+    const ds = loadCorpus();
+    const { unigram, bigram } = byteEntropies(ds.train);
+    expect(unigram - bigram).toBeGreaterThan(0.5);
+    // 512 tokens cannot leave the plateau: 1024, then 2048 (4×) are tried
+    const w = await warmStartOffPlateau({ model: 'tiny', seqLen: 32, seed: 1, evals: 1, evalBatches: 4, evalBatchSize: 8 }, ds, 512);
+    expect(w.tokens).toBe(2048);
+    expect(w.evalLoss).toBeGreaterThan(unigram - (unigram - bigram) / 4);
   });
 });

@@ -23,7 +23,7 @@ import { PRESETS, type PresetName, getPreset, numParams } from '../../core/model
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
-import { runRow, warmStart } from './row.ts';
+import { runRow, warmStartOffPlateau } from './row.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
 import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions } from './types.ts';
 
@@ -176,14 +176,16 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const seeds = [...new Set(rows.flatMap((r) => r.seeds ?? [common.seed]))];
   const perSeed = new Map<number, SimCommon>();
   let warmLoss = NaN;
+  const warmStarts: SimReport['config']['warmStarts'] = [];
   const ds = loadCorpus(common.data);
   for (const seed of seeds) {
     const c: SimCommon = { ...common, seed };
     if (warmTokens > 0) {
-      const w = await warmStart(c, ds, warmTokens);
+      const w = await warmStartOffPlateau(c, ds, warmTokens);
       c.init = w.params;
       if (seed === seeds[0]) warmLoss = w.evalLoss;
-      log(`warm start (seed ${seed}): ${warmTokens} tokens of single-island training, eval ${w.evalLoss.toFixed(4)} (every row of this seed starts here)`);
+      warmStarts.push({ seed, tokens: w.tokens, evalLoss: w.evalLoss });
+      log(`warm start (seed ${seed}): ${w.tokens} tokens of single-island training, eval ${w.evalLoss.toFixed(4)} (every row of this seed starts here)`);
     }
     perSeed.set(seed, c);
   }
@@ -201,7 +203,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   }
   const report: SimReport = {
     config: {
-      preset, model, params: nParams, seqLen, tokens: d.tokens, warmStartTokens: warmTokens, warmStartEvalLoss: warmLoss, seed: common.seed, workers, baseTokensPerSec: d.baseTokensPerSec,
+      preset, model, params: nParams, seqLen, tokens: d.tokens, warmStartTokens: warmTokens, warmStartEvalLoss: warmLoss, warmStarts, seed: common.seed, workers, baseTokensPerSec: d.baseTokensPerSec,
       realTimeMs: performance.now() - t0,
       rows: rows.map((r) => ({
         name: r.name, kind: r.kind, mode: r.mode, codec: r.codec, lr: r.lr, coordinator: r.coordinator,

@@ -7,7 +7,8 @@
 //   it within 240k tokens whatever we tried (H 8–40, outer lr 0.7–1.5, inner lr 3e-3–1e-2, f32 vs
 //   int4: all ≈ 3.09–3.19, while DDP reached 2.69): averaging eight small-batch AdamW trajectories
 //   cancels the symmetry-breaking directions. DiLoCo's own protocol starts from a pretrained model
-//   (24k steps), so every row here starts from one shared 32k-token single-island checkpoint.
+//   (24k steps), so every row here starts from one shared 32k-token single-island checkpoint, its
+//   tokens doubled while it is still on the plateau (row.ts, warmStartOffPlateau: seed 2 takes 64k).
 // - Inner AdamW: peak 3e-3 (1e-2 hurt DDP: 2.92 vs 2.69 from scratch), cosine to 3e-4 over the
 //   row's tokens, 8k-token warmup; the same schedule, in tokens, for DDP and the single island.
 // - Outer: Nesterov lr 1.0, μ 0.8, for these runs of 15–30 outer steps (DiLoCo's 0.7, 0.9 is for

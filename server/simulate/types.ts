@@ -220,6 +220,8 @@ export interface SimReport {
     tokens: number;
     warmStartTokens: number;
     warmStartEvalLoss: number;
+    /** Each seed's warm start: tokens (doubled until off the unigram plateau) and held-out loss. */
+    warmStarts: Array<{ seed: number; tokens: number; evalLoss: number }>;
     seed: number;
     workers: number;
     baseTokensPerSec: number;
