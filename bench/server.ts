@@ -193,11 +193,11 @@ export interface LoadTarget {
   stop(): Promise<{ connected: number; versions: number; commits?: number }>;
 }
 
-async function embeddedTarget(dir: string): Promise<LoadTarget> {
+async function embeddedTarget(dir: string, outerWorkers: number): Promise<LoadTarget> {
   const { createServer } = await import('../server/app.ts');
   const { buildRunConfig } = await import('../server/run-config.ts');
   const config = buildRunConfig(loadRunFile(), { name: 'bench' });
-  const server = await createServer({ dir, config, evaluate: false, adminToken: 'bench', gateway: { messagesPerSecond: 1000, heartbeatMs: 30_000 } });
+  const server = await createServer({ dir, config, evaluate: false, outerWorkers, adminToken: 'bench', gateway: { messagesPerSecond: 1000, heartbeatMs: 30_000 } });
   const { url } = await server.listen(0, '127.0.0.1');
   return {
     urls: [url],
@@ -212,10 +212,10 @@ async function embeddedTarget(dir: string): Promise<LoadTarget> {
   };
 }
 
-export async function benchLoad(o: { islands: number; procs: number; seconds: number; gateways?: number; log: (s: string) => void }): Promise<LoadResult> {
+export async function benchLoad(o: { islands: number; procs: number; seconds: number; gateways?: number; outerWorkers?: number; log: (s: string) => void }): Promise<LoadResult> {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-bench-'));
   const gateways = o.gateways ?? 0;
-  const target = gateways > 0 ? await (await import('./cluster-load.ts')).clusterTarget(dir, gateways, o.log) : await embeddedTarget(dir);
+  const target = gateways > 0 ? await (await import('./cluster-load.ts')).clusterTarget(dir, gateways, o.log) : await embeddedTarget(dir, o.outerWorkers ?? 2);
   const url = target.urls.join(' ');
   const n = numParams(LOAD_MODEL);
   o.log(`load: server on ${url}, ${o.islands} islands in ${o.procs} processes, ${o.seconds} s, model of ${n} params`);
@@ -316,7 +316,7 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
     log(`outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`);
   }
   if (opts.load !== false) {
-    out.load = await benchLoad({ islands: opts.islands ?? 1000, procs: Math.max(1, opts.procs ?? 4), seconds: opts.seconds ?? 20, gateways: opts.gateways, log });
+    out.load = await benchLoad({ islands: opts.islands ?? 1000, procs: Math.max(1, opts.procs ?? 4), seconds: opts.seconds ?? 20, gateways: opts.gateways, outerWorkers: workers, log });
   }
   return out;
 }

@@ -409,6 +409,7 @@ export class Run {
   async resume(): Promise<void> {
     await this.whenIdle();
     this.coord.resume(Date.now());
+    this.kick(); // resuming may close a round: its step starts
     this.store.append({ type: 'admin', action: 'resume' });
     await this.checkpointNow();
   }
@@ -429,6 +430,7 @@ export class Run {
   async ban(islandId: string, reason: string): Promise<Result<void>> {
     await this.whenIdle();
     const r = this.coord.ban(islandId, Date.now(), reason);
+    this.kick(); // a ban may close a round: its step starts
     if (!r.ok) return r;
     this.store.append({ type: 'admin', action: 'ban', island: islandId, reason });
     this.onBan(islandId);
@@ -439,6 +441,7 @@ export class Run {
   /** Writes a checkpoint of the current state now (after any batch in flight). */
   async checkpointNow(): Promise<{ version: number; path: string; bytes: number }> {
     do {
+      this.kick();
       await this.whenIdle();
       await this.drain();
     } while (this.stepping);

@@ -67,6 +67,23 @@ describe('outer pool', () => {
     expect(s.outer.steps).toBe(ref.outer.state.steps);
   });
 
+  it('a θ smaller than one fragment runs on one worker; a dead worker fails every call instead of hanging', async () => {
+    const n = 3064; // not a multiple of the block size: a second, empty fragment would start off a block boundary
+    const theta0 = Float32Array.from({ length: n }, (_, i) => Math.sin(i));
+    const ref = new ReferenceOuter(theta0);
+    const pool = OuterPool.start({ theta: theta0, workers: 2 });
+    pools.push(pool);
+    const d = Float32Array.from({ length: n }, (_, i) => 0.01 * Math.cos(i));
+    const r = await pool.ingest(encodeDelta(d, { encoding: 'f32' }));
+    if (!r.ok) throw new Error(r.error.code);
+    const outer: OuterConfig = { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
+    const got = await pool.step({ slots: [r.value.slot], weights: [1], outer, downlink: { encoding: 'int8', blockSize: 64 }, scale: 1, period: 1 });
+    if (!got.ok) throw new Error(got.error.message);
+    expect(got.value.hash).toBe(ref.step([d], [1], outer, { encoding: 'int8', blockSize: 64 })!.hash);
+    await (pool as unknown as { workers: Array<{ terminate(): Promise<number> }> }).workers[0].terminate();
+    await expect(pool.ingest(encodeDelta(d, { encoding: 'f32' }))).rejects.toThrow(/exited/);
+  });
+
   it('ingest rejects a corrupt frame with its code and frees the slot', async () => {
     const pool = OuterPool.start({ theta: vec(2), workers: 2, align: 256 });
     pools.push(pool);

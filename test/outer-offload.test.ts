@@ -12,6 +12,9 @@ import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from 
 import type { Assignment } from '../core/protocol.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
 import { OuterOffloadHost } from '../server/outer-offload.ts';
+import { type Socket, io } from 'socket.io-client';
+import { PROTOCOL_VERSION } from '../core/protocol.ts';
+import { startTestServer } from './helpers/server.ts';
 
 const N = 3 * 4096 + 77; // fragments of 4096 (the pool's alignment here) and a ragged end
 const vec = (seed: number, scale: number) => {
@@ -170,5 +173,32 @@ describe('outer step off the event loop', () => {
     const serve = buildProgram().commands.find((c) => c.name() === 'serve')!;
     const flag = serve.options.find((o) => o.long === '--outer-workers');
     expect(flag?.defaultValue).toBe(2);
+  });
+
+  it('a server whose ban closes a round takes that round’s step in the workers, then checkpoints', async () => {
+    const ts = await startTestServer({ adminToken: 'tok', flags: { mode: 'sync' } });
+    const sockets: Socket[] = [];
+    try {
+      const hello = async (name: string) => {
+        const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
+        sockets.push(s);
+        return { s, r: await new Promise<{ ok: boolean; value: { islandId: string; assignment: Assignment } }>((done) => s.on('connect', () => s.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } }, done))) };
+      };
+      const a = await hello('a');
+      const b = await hello('b');
+      expect(ts.server.run.outerWorkers).toBeGreaterThan(0);
+      const asg = a.r.value.assignment;
+      const meta = { islandId: a.r.value.islandId, roundId: asg.roundId, baseVersion: asg.baseVersion, seq: 1, steps: asg.innerSteps, tokens: asg.innerSteps * asg.batchSize * asg.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 1 };
+      const frame = encodeDelta(new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i)), { encoding: 'int8', blockSize: 64 });
+      const ack = new Promise<{ ok: boolean; value: { status: string; version: number } }>((done) => a.s.emit('delta', { meta, frame }, done));
+      // b never reports: banning it closes the round, and A's delta is applied by the workers
+      const ban = await fetch(`${ts.url}/api/admin/islands/${b.r.value.islandId}/ban`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: '{}' });
+      expect(ban.status).toBe(200);
+      expect(await ack).toMatchObject({ ok: true, value: { status: 'applied', version: 1 } });
+      expect(ts.server.run.store.listCheckpoints().map((c) => c.version)).toContain(1);
+    } finally {
+      for (const s of sockets) s.disconnect();
+      await ts.close();
+    }
   });
 });

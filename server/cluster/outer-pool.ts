@@ -61,6 +61,8 @@ export class OuterPool {
   private readonly frameSab: SharedArrayBuffer;
   private rr = 0;
   private steps: Promise<unknown> = Promise.resolve();
+  private broken: Error | null = null;
+  private closing = false;
   private exported: { momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer } | null = null;
 
   private constructor(readonly n: number, theta: Float32Array, workers: number, readonly align: number) {
@@ -68,6 +70,7 @@ export class OuterPool {
     this.theta.set(theta);
     this.frameSab = new SharedArrayBuffer(HEADER_BYTES + 4 * n);
     const blocks = Math.ceil(n / align);
+    workers = Math.max(1, Math.min(workers, blocks)); // no empty fragment (it would start off a block boundary)
     for (let w = 0; w < workers; w++) {
       const a = Math.min(n, Math.round((w * blocks) / workers) * align);
       const b = Math.min(n, Math.round(((w + 1) * blocks) / workers) * align);
@@ -79,7 +82,9 @@ export class OuterPool {
         this.waiting.delete(m.id);
         p?.resolve(m);
       });
-      wk.on('error', (e) => { for (const p of this.waiting.values()) p.reject(e); this.waiting.clear(); });
+      // a worker that died leaves its fragment behind: every call from then on fails (never hangs)
+      wk.on('error', (e) => this.fail(e));
+      wk.on('exit', (code) => { if (!this.closing) this.fail(new Error(`outer worker ${w} exited (code ${code})`)); });
       this.workers.push(wk);
     }
   }
@@ -93,7 +98,14 @@ export class OuterPool {
     return new OuterPool(o.theta.length, o.theta, Math.max(1, o.workers ?? 2), o.align ?? 65536);
   }
 
+  private fail(e: Error): void {
+    this.broken ??= e;
+    for (const p of this.waiting.values()) p.reject(e);
+    this.waiting.clear();
+  }
+
   private call(w: number, req: Request): Promise<FromOuterWorker> {
+    if (this.broken) return Promise.reject(this.broken);
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
@@ -112,7 +124,8 @@ export class OuterPool {
     const slot = this.slots.length;
     const sab = new SharedArrayBuffer(4 * this.n);
     this.slots.push(sab);
-    for (let w = 0; w < this.workers.length; w++) void this.call(w, { op: 'slot', slot, sab });
+    // a failure here shows on the next call that waits for an answer
+    for (let w = 0; w < this.workers.length; w++) this.call(w, { op: 'slot', slot, sab }).catch(() => {});
     return slot;
   }
 
@@ -202,6 +215,7 @@ export class OuterPool {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     await Promise.all(this.workers.map((w) => w.terminate()));
   }
 }

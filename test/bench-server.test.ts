@@ -1,0 +1,19 @@
+// `atoll bench server`'s load test, small: simulated islands on loopback against a real embedded
+// server (the outer step in workers, as serve) send deltas; every acknowledged one is in the event
+// log exactly once.
+
+import { describe, expect, it } from 'vitest';
+import { benchLoad } from '../bench/server.ts';
+
+describe('bench server: load', () => {
+  it('holds the islands, acks deltas, and the log has each acked one once (lost = duplicated = 0)', async () => {
+    const r = await benchLoad({ islands: 24, procs: 1, seconds: 3, log: () => {} });
+    expect(r.gateways).toBe(0);
+    expect(r.connected).toBe(24);
+    expect(r.acked).toBeGreaterThan(0);
+    expect([r.lost, r.duplicated]).toEqual([0, 0]);
+    expect(r.versions).toBeGreaterThan(0);
+    expect(r.ackP50Ms).toBeGreaterThan(0);
+    expect(r.ackP99Ms).toBeGreaterThanOrEqual(r.ackP50Ms);
+  });
+});
