@@ -75,9 +75,17 @@ export class OuterOffloadHost {
     const { encoding, blockSize } = req.downlink;
     const slots = req.deltas ? req.deltas.map((d) => this.slotOf.get(d) ?? fail('a delta outside the shared buffers')) : [this.gSlot];
     const r = await this.pool.step({ slots, weights: req.weights, outer: req.outer, downlink: { encoding, blockSize }, scale: req.scale, period: req.period, share: req.share });
-    if (!r.ok) return coord.completeStep(r);
+    coord.completeStep(r);
+  }
+
+  /**
+   * Hands the workers' optimizer and downlink state to the coordinator (for a snapshot), unless a
+   * step completed meanwhile (then it is still stale: sync again).
+   */
+  async syncState(coord: Coordinator): Promise<void> {
+    const version = coord.version;
     const state = await this.pool.exportViews();
-    coord.completeStep(ok({ ...r.value, outer: state.outer, residual: state.residual }));
+    if (coord.version === version && !coord.stepping) coord.syncOuterState(state.outer, state.residual);
   }
 
   /** Gives a buffer from `ingest` back unused. */

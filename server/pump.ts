@@ -21,7 +21,7 @@ export interface PumpHost {
   prepare(events: CoordinatorEvent[]): void;
   /** The batch is durable: act on it. */
   publish(events: CoordinatorEvent[]): void;
-  /** The outer step in flight (offload), or null: events are drained and snapshots taken only between steps. */
+  /** What to wait for before a snapshot (an outer step in flight, its state's handover), or null: events are drained and snapshots taken only then. */
   stepping(): Promise<void> | null;
   /** Runs the coordinator's deadlines (the host kicks the pump after). */
   tick(now: number): void;

@@ -80,6 +80,7 @@ export class Run {
   /** The outer step in worker threads (null: on the event loop), and the step in flight. */
   private offload: OuterOffloadHost | null = null;
   private stepping: Promise<void> | null = null;
+  private syncing: Promise<void> | null = null;
 
   // traffic, cumulative over the run (restored from the log)
   bytesIn = 0;
@@ -110,7 +111,7 @@ export class Run {
       coord, store, metrics: this.metrics, log: this.log,
       prepare: (events) => this.prepare(events),
       publish: (events) => this.publish(events),
-      stepping: () => this.stepping,
+      stepping: () => this.beforeSnapshot(),
       tick: (now) => this.tick(now),
     });
   }
@@ -440,11 +441,13 @@ export class Run {
 
   /** Writes a checkpoint of the current state now (after any batch in flight). */
   async checkpointNow(): Promise<{ version: number; path: string; bytes: number }> {
-    do {
+    for (;;) {
       this.kick();
-      await this.whenIdle();
       await this.drain();
-    } while (this.stepping);
+      const wait = this.beforeSnapshot();
+      if (!wait) break;
+      await wait;
+    }
     const snap = this.coord.snapshot();
     const version = snap.meta.version;
     this.store.requestCheckpoint(version, () => encodeRunCheckpoint(this.config, snap));
@@ -511,6 +514,16 @@ export class Run {
   /** Resolves when no outer step is in flight (at once without offload). */
   async whenIdle(): Promise<void> {
     while (this.stepping) await this.stepping;
+  }
+
+  /**
+   * What a snapshot must wait for: the step in flight, or the workers' optimizer and downlink state
+   * after the last one (handed over only when a snapshot needs it); null: snapshot now.
+   */
+  private beforeSnapshot(): Promise<void> | null {
+    if (this.stepping) return this.stepping;
+    if (!this.offload || !this.coord.outerStateStale) return null;
+    return (this.syncing ??= this.offload.syncState(this.coord).finally(() => { this.syncing = null; }));
   }
 
   /** The pump's timer: deadlines (a step in flight kicks the pump again when it completes). */

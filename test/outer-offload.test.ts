@@ -95,6 +95,11 @@ async function twins(config: CoordinatorConfigPatch, islands: number, rounds: nu
   expect(a.frames.length).toBeGreaterThanOrEqual(rounds);
   expect(b).toEqual(a);
   expect(host.buffers).toBeLessThanOrEqual(islands + 1); // delta buffers are reused round after round
+  // the optimizer and downlink state stay in the workers until a snapshot asks for them
+  expect(off.outerStateStale).toBeGreaterThan(0);
+  expect(() => off.snapshot()).toThrow(/syncOuterState/);
+  await host.syncState(off);
+  expect(off.outerStateStale).toBe(0);
   expect(off.hash).toBe(here.hash);
   expect(Buffer.from(off.params().buffer, off.params().byteOffset, 4 * N).equals(Buffer.from(here.params().buffer, here.params().byteOffset, 4 * N))).toBe(true);
   const [sa, sb] = [here.outerState(), off.outerState()];

@@ -376,7 +376,7 @@ export class Coordinator {
     this.idle();
     return writeSnapshot({
       config: this.cfg, theta: this.outerStep.theta, version: this.versionNum, hash: this.hashHex, paused: this.paused, done: this.done,
-      outer: this.outerStep.outer.state, downlinkResidual: this.outerStep.residual, islands: [...this.islandsById.values()],
+      downlinkResidual: this.outerStep.residual, outer: this.outerStep.outer.state, islands: [...this.islandsById.values()],
       nextIslandSerial: this.nextIslandSerial, assignSerial: this.assignSerial, round: this.round,
       normHistory: this.norms.scores, normSteps: this.norms.steps, totals: this.totalsAcc, perVersion: this.perVersion, updates: this.outerStep.downlink.updates, history: this.historyList,
     });
@@ -418,6 +418,14 @@ export class Coordinator {
 
   /** The outer step the host must take now (offload only; see `completeStep`), or null. */
   pendingStep(): OuterStepRequest | null { return this.outerStep.request; }
+
+  /** Offloaded steps whose optimizer and downlink state is still only in the host (0: none). */
+  get outerStateStale(): number { return this.outerStep.stale; }
+
+  /** The host's optimizer and downlink state after the last step (views; snapshots copy them). */
+  syncOuterState(outer: OuterState, residual: Float32Array): void {
+    this.outerStep.sync(outer, residual);
+  }
 
   /** The host took the step (θ moved) or failed to (nothing moved): the round closes with it. */
   completeStep(res: Result<OuterStepDone>): void {

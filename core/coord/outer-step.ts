@@ -29,6 +29,8 @@ export class OuterStep {
   request: OuterStepRequest | null = null;
   /** The downlink residual as snapshots see it (the host's after an offloaded step). */
   private residualView: Float32Array;
+  /** Offloaded steps taken since the host last handed its optimizer and downlink state over. */
+  stale = 0;
 
   constructor(params: Float32Array) {
     const n = params.length;
@@ -39,7 +41,21 @@ export class OuterStep {
     this.g = new Float32Array(n);
   }
 
-  get residual(): Float32Array { return this.residualView; }
+  get residual(): Float32Array {
+    this.fresh();
+    return this.residualView;
+  }
+
+  /** The host's optimizer and downlink state, as of `steps` steps (views kept for snapshots). */
+  sync(outer: OuterState, residual: Float32Array): void {
+    this.outer.state = outer;
+    this.residualView = residual;
+    this.stale = 0;
+  }
+
+  private fresh(): void {
+    if (this.stale) throw new Error('coordinator: the outer state is in the host (syncOuterState first)');
+  }
 
   /** θ and g move into the host's buffers; deltas held (since a restore) move there too. */
   useOffload(o: OuterOffload, pending: PendingDelta[]): void {
@@ -81,15 +97,15 @@ export class OuterStep {
     if (!this.request) throw new Error('coordinator: no outer step is in flight');
     this.request = null;
     if (!res.ok) return res;
-    const { frame, hash, updateNorm, outer, residual, agreement: a } = res.value;
-    this.outer.state = outer;
-    this.residualView = residual;
+    const { frame, hash, updateNorm, agreement: a } = res.value;
+    this.stale++;
     if (a) agreement(kept, a.dots.map((dot, j) => (a.sqs[j] > 0 && a.gg > 0 ? dot / Math.sqrt(a.sqs[j] * a.gg) : 0)));
     return ok({ frame, hash, updateNorm });
   }
 
   /** Copies of the optimizer's state. */
   outerState(): OuterState {
+    this.fresh();
     const s = this.outer.state;
     return { momentum: s.momentum.slice(), buffer: s.buffer.slice(), bufferCount: s.bufferCount, steps: s.steps };
   }

@@ -278,15 +278,16 @@ export interface OuterStepRequest {
   share: boolean;
 }
 
-/** The step done: θ (in OuterOffload.theta) moved; the optimizer and downlink state after it (views the coordinator keeps for snapshots). */
+/**
+ * The step done: θ (in OuterOffload.theta) moved. The optimizer's and the downlink's state stay in
+ * the host until a snapshot needs them (Coordinator.syncOuterState).
+ */
 export interface OuterStepDone {
   frame: Uint8Array;
   hash: string;
   updateNorm: number;
   /** With `deltas`: each one's Σ d·g and Σ d², and Σ g² (its cosine with g). */
   agreement?: { dots: number[]; sqs: number[]; gg: number };
-  outer: OuterState;
-  residual: Float32Array;
 }
 
 export interface CoordinatorOptions {

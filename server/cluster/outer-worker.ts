@@ -76,6 +76,8 @@ class Fragment {
   private eNext: Float32Array;
   private readonly dq: Float32Array;
   private nextCount = 0;
+  /** Whether the fused proposal wrote a new delayed-Nesterov buffer into bNext. */
+  private bufferMoved = false;
   /** What the last proposal would subtract from θ, or null when there is none. */
   private decoded: Float32Array | null = null;
   private fused = false;
@@ -117,12 +119,9 @@ class Fragment {
 
   /** Returns Σu² of the proposed update (and, for a weighted g, the agreement sums), or an error (then nothing may be committed). */
   propose(slots: Float32Array[], m: Propose, n: number, a: number, b: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
-    const { g, agreement } = this.gradient(slots, m, a);
     this.fused = m.downlink.encoding === 'int8';
-    if (this.fused) {
-      const r = this.proposeInt8(g, m, n, a, frame);
-      return 'code' in r ? r : { ...r, agreement };
-    }
+    if (this.fused) return this.proposeInt8(slots, m, n, a, frame);
+    const { g, agreement } = this.gradient(slots, m, a);
     const finite = m.period === 0 ? this.outer.proposePlain(g, m.scale) : this.outer.propose(m.outer, g, m.scale, m.period, m.share);
     if (!finite) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     this.residualBackup.set(this.fb.residual);
@@ -144,10 +143,11 @@ class Fragment {
   }
 
   /**
-   * OuterOptimizer.propose, then encodeWithFeedback with int8 blocks, fused into one pass per
-   * block: the same float operations in the same order (test/cluster-outer.test.ts checks the bits).
+   * `gradient` (with the agreement sums), OuterOptimizer.propose, then encodeWithFeedback with int8
+   * blocks, fused into one pass per block: the same float operations in the same order
+   * (test/cluster-outer.test.ts checks the bits).
    */
-  private proposeInt8(g: Float32Array, m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number } | { code: string; message: string } {
+  private proposeInt8(slots: Float32Array[], m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
     const { lr, momentum: mu, kind } = m.outer;
     const st = this.outer.state;
     const mom = st.momentum, buf = st.buffer, e = this.fb.residual;
@@ -160,12 +160,24 @@ class Fragment {
     const nb = Math.ceil(n / B);
     const scales = new Float32Array(frame, HEADER_BYTES + 4 * (a / B), Math.ceil(len / B));
     const q = new Int8Array(frame, HEADER_BYTES + 4 * nb + a, len);
-    let probe = 0, sumSq = 0, illegal = false;
+    const D = m.slots.map((j) => slots[j].subarray(a, a + len));
+    const W = m.weights === null ? null : Float64Array.from(m.weights);
+    const k = D.length, d0 = D[0];
+    const dots = new Float64Array(k), sqs = new Float64Array(k);
+    let probe = 0, sumSq = 0, illegal = false, gg = 0;
     for (let blk = 0, start = 0; start < len; blk++, start += B) {
       const end = Math.min(start + B, len);
       let max = 0;
       for (let i = start; i < end; i++) {
-        const gi = s * g[i];
+        let gv = d0[i];
+        if (W !== null) {
+          let acc = 0;
+          for (let j = 0; j < k; j++) acc += W[j] * D[j][i];
+          gv = Math.fround(acc);
+          gg += gv * gv;
+          for (let j = 0; j < k; j++) { const d = D[j][i]; dots[j] += d * gv; sqs[j] += d * d; }
+        }
+        const gi = s * gv;
         let ui: number;
         if (plain) {
           ui = gi;
@@ -211,9 +223,9 @@ class Fragment {
     if (probe !== 0) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     if (illegal) return { code: 'E_CORRUPT', message: 'the outer update could not be encoded: int8 value -128' };
     this.nextCount = dn ? (flush ? 0 : st.bufferCount + 1) : st.bufferCount;
-    if (!dn) bNext.set(buf);
+    this.bufferMoved = dn;
     this.decoded = dq;
-    return { sumSq };
+    return { sumSq, agreement: W === null ? undefined : { dots: Array.from(dots), sqs: Array.from(sqs), gg } };
   }
 
   /** θ ← θ − Q(u) and the proposal's state becomes the live one. */
@@ -222,7 +234,7 @@ class Fragment {
     if (this.fused) {
       const st = this.outer.state;
       [st.momentum, this.mNext] = [this.mNext, st.momentum];
-      [st.buffer, this.bNext] = [this.bNext, st.buffer];
+      if (this.bufferMoved) [st.buffer, this.bNext] = [this.bNext, st.buffer]; // else unchanged: no copy
       st.bufferCount = this.nextCount;
       st.steps += 1;
       const e = this.fb.residual;
