@@ -66,7 +66,7 @@ export interface BenchServerResult {
   applyWorkers: number;
   /** Sync mode (the default): the round's aggregate and outer step, amortized over its 4 deltas. */
   applyParamsPerSec: Record<string, number>;
-  /** Sync mode, a submit that does not close the round: decode + validate + hold, on the event loop. */
+  /** Sync mode, a submit that does not close the round: decode (on a worker with applyWorkers > 0) + validate + hold, one delta at a time. */
   ingestParamsPerSec: Record<string, number>;
   /** Sync mode, ingest and apply together, per delta. */
   deltaParamsPerSec: Record<string, number>;

@@ -1,9 +1,13 @@
 // The outer step off the event loop, for a Run: the coordinator's OuterOffload backed by OuterPool
-// (worker threads, each owning one fragment of θ, on shared memory). The coordinator writes g into
-// a shared slot and stops at `pendingStep()`; `take()` runs that step in the workers (weighted
-// mean already in g: downlink quantization with error feedback, the outer optimizer, θ ← θ − Q(u),
-// θ's hash and the frame's CRC) and hands the result back with `completeStep()`. The event loop
-// only posts messages meanwhile. Bit-identical to the coordinator's own step (test/outer-offload.test.ts).
+// (worker threads, each owning one fragment of θ, on shared memory).
+//   ingest(frame)  decodes a delta on a worker into a shared buffer the coordinator's submit takes over;
+//   take(coord)    runs the step the coordinator stopped at (`pendingStep()`): the weighted mean of
+//                  the held deltas (or g, combined by the coordinator for a robust rule), the outer
+//                  optimizer, the downlink quantization with error feedback, θ ← θ − Q(u), θ's hash
+//                  and the frame's CRC; the result goes back through `completeStep()`;
+//   syncState      hands the optimizer's and downlink's state over when a snapshot needs it.
+// The event loop only posts messages meanwhile. Bit-identical to the coordinator's own step
+// (test/outer-offload.test.ts).
 
 import type { Coordinator } from '../core/coord/index.ts';
 import { type Result, ok } from '../core/result.ts';

@@ -21,8 +21,8 @@ export interface PumpHost {
   prepare(events: CoordinatorEvent[]): void;
   /** The batch is durable: act on it. */
   publish(events: CoordinatorEvent[]): void;
-  /** What to wait for before a snapshot (an outer step in flight, its state's handover), or null: events are drained and snapshots taken only then. */
-  stepping(): Promise<void> | null;
+  /** What to wait for before draining events and taking a snapshot (an outer step in flight, its state's handover), or null. */
+  beforeSnapshot(): Promise<void> | null;
   /** Runs the coordinator's deadlines (the host kicks the pump after). */
   tick(now: number): void;
 }
@@ -94,7 +94,7 @@ export class DurabilityPump {
   private async pump(): Promise<void> {
     do {
       this.again = false;
-      for (let step = this.h.stepping(); step; step = this.h.stepping()) await step;
+      for (let wait = this.h.beforeSnapshot(); wait; wait = this.h.beforeSnapshot()) await wait;
       const events = this.h.coord.drainEvents();
       this.h.prepare(events);
       if (this.h.store.pendingLines > 0 || this.h.store.checkpointPending) {

@@ -111,7 +111,7 @@ export class Run {
       coord, store, metrics: this.metrics, log: this.log,
       prepare: (events) => this.prepare(events),
       publish: (events) => this.publish(events),
-      stepping: () => this.beforeSnapshot(),
+      beforeSnapshot: () => this.beforeSnapshot(),
       tick: (now) => this.tick(now),
     });
   }

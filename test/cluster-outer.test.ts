@@ -61,7 +61,7 @@ describe('outer pool', () => {
     await check([vec(76)], [1], nesterov, { encoding: 'int4', blockSize: 64 });
     await check([vec(77)], null, nesterov, { encoding: 'int4', blockSize: 32 }, 0.5, 1, true);
 
-    const s = await pool.exportState();
+    const s = await pool.exportViews();
     expect(Buffer.from(s.outer.momentum.buffer).equals(Buffer.from(ref.outer.state.momentum.buffer))).toBe(true);
     expect(Buffer.from(s.residual.buffer).equals(Buffer.from(ref.downlink.fb.residual.buffer))).toBe(true);
     expect(s.outer.steps).toBe(ref.outer.state.steps);
@@ -112,7 +112,7 @@ describe('outer pool', () => {
     await one(a, 80);
     const b = OuterPool.start({ theta: a.theta, workers: 3, align: 256 });
     pools.push(b);
-    await b.importState(await a.exportState());
+    await b.importState(await a.exportViews());
     const [x, y] = [await one(a, 81), await one(b, 81)];
     expect(y.hash).toBe(x.hash);
     expect(Buffer.from(y.frame).equals(Buffer.from(x.frame))).toBe(true);

@@ -70,9 +70,9 @@ export function combineDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, vers
   weighDeltas(kept, cfg, version);
   const ds = kept.map((p) => p.delta), ws = kept.map((p) => p.weight);
   const trim = cfg.trimFraction > 0 ? cfg.trimFraction : 0.125;
-  if (!isWeightedMean(kept.length, cfg) && cfg.aggregation === 'centered-clip') centeredClip(ds, ws, trim, cfg.clip, g, acc);
-  else if (!isWeightedMean(kept.length, cfg)) weightedTrimmedMean(ds, ws, trim, g);
-  else weightedMean(ds, ws, g, acc);
+  if (isWeightedMean(kept.length, cfg)) weightedMean(ds, ws, g, acc);
+  else if (cfg.aggregation === 'centered-clip') centeredClip(ds, ws, trim, cfg.clip, g, acc);
+  else weightedTrimmedMean(ds, ws, trim, g);
   const gn = l2(g);
   agreement(kept, kept.map((p) => {
     let dot = 0;

@@ -108,7 +108,7 @@ export class Coordinator {
   history(): readonly VersionStats[] { return this.historyList; }
   totals(): CoordinatorTotals { return structuredClone(this.totalsAcc); }
   /** A copy of the downlink's error-feedback residual. */
-  downlinkResidual(): Float32Array { return this.outerStep.residual.slice(); }
+  downlinkResidual(): Float32Array { return this.outerStep.state().residual.slice(); }
   /** True while an offloaded outer step is in flight: then only reads, heartbeats and renames may be called. */
   get stepping(): boolean { return this.closing !== null; }
   /** Drains the event queue (see the durability contract in types.ts). */
@@ -374,9 +374,10 @@ export class Coordinator {
   /** Everything needed to resume exactly. The arrays are copies. */
   snapshot(): CoordinatorSnapshot {
     this.idle();
+    const { outer, residual } = this.outerStep.state();
     return writeSnapshot({
       config: this.cfg, theta: this.outerStep.theta, version: this.versionNum, hash: this.hashHex, paused: this.paused, done: this.done,
-      downlinkResidual: this.outerStep.residual, outer: this.outerStep.outer.state, islands: [...this.islandsById.values()],
+      outer, downlinkResidual: residual, islands: [...this.islandsById.values()],
       nextIslandSerial: this.nextIslandSerial, assignSerial: this.assignSerial, round: this.round,
       normHistory: this.norms.scores, normSteps: this.norms.steps, totals: this.totalsAcc, perVersion: this.perVersion, updates: this.outerStep.downlink.updates, history: this.historyList,
     });
@@ -394,9 +395,7 @@ export class Coordinator {
       return err(ErrorCode.BAD_CONFIG, e instanceof Error ? e.message : String(e));
     }
     c.versionNum = s.version; c.hashHex = s.hash; c.paused = s.paused; c.done = s.done;
-    c.outerStep.outer.state = s.outer;
-    c.outerStep.downlink.fb.residual.set(s.downlinkResidual);
-    c.outerStep.downlink.updates = s.updates;
+    c.outerStep.restore(s.outer, s.downlinkResidual, s.updates);
     for (const isl of s.islands) c.islandsById.set(isl.id, isl);
     c.nextIslandSerial = s.nextIslandSerial; c.assignSerial = s.assignSerial;
     c.round = s.round; c.norms.restore(s.normHistory, s.normSteps);

@@ -10,6 +10,7 @@ import type { CoordinatorConfig } from './config.ts';
 import { Downlink } from './downlink.ts';
 import { hashParams } from './hash.ts';
 import { OuterOptimizer, type OuterState, applyUpdate } from './outer.ts';
+import type { UpdateMsg } from '../protocol.ts';
 import type { OuterOffload, OuterStepDone, OuterStepRequest, PendingDelta } from './types.ts';
 
 /** A step taken: the downlink frame every replica applies, θ's new hash, ‖u‖. */
@@ -41,20 +42,24 @@ export class OuterStep {
     this.g = new Float32Array(n);
   }
 
-  get residual(): Float32Array {
-    this.fresh();
-    return this.residualView;
+  /** The optimizer's state and the downlink residual as they stand (views: a snapshot copies them). */
+  state(): { outer: OuterState; residual: Float32Array } {
+    if (this.stale) throw new Error('coordinator: the outer state is in the host (syncOuterState first)');
+    return { outer: this.outer.state, residual: this.residualView };
   }
 
-  /** The host's optimizer and downlink state, as of `steps` steps (views kept for snapshots). */
+  /** Restores the state and the kept update frames of a snapshot (here, before any offload). */
+  restore(outer: OuterState, residual: Float32Array, updates: UpdateMsg[]): void {
+    this.outer.state = outer;
+    this.downlink.fb.residual.set(residual);
+    this.downlink.updates = updates;
+  }
+
+  /** The host's optimizer and downlink state after its last step (views kept for snapshots). */
   sync(outer: OuterState, residual: Float32Array): void {
     this.outer.state = outer;
     this.residualView = residual;
     this.stale = 0;
-  }
-
-  private fresh(): void {
-    if (this.stale) throw new Error('coordinator: the outer state is in the host (syncOuterState first)');
   }
 
   /** θ and g move into the host's buffers; deltas held (since a restore) move there too. */
@@ -105,8 +110,7 @@ export class OuterStep {
 
   /** Copies of the optimizer's state. */
   outerState(): OuterState {
-    this.fresh();
-    const s = this.outer.state;
+    const s = this.state().outer;
     return { momentum: s.momentum.slice(), buffer: s.buffer.slice(), bufferCount: s.bufferCount, steps: s.steps };
   }
 }

@@ -14,8 +14,8 @@
 import { Worker } from 'node:worker_threads';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { OuterConfig, OuterState } from '../../core/coord/outer.ts';
-import { ENCODINGS } from '../../core/codec/index.ts';
-import { type AgreementSums, type DownlinkSpec, type FromOuterWorker, type OuterWorkerInit, type ToOuterWorker, downlinkPayloadBytes } from './outer-worker.ts';
+import { ENCODINGS, frameBytes } from '../../core/codec/index.ts';
+import type { AgreementSums, DownlinkSpec, FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './outer-worker.ts';
 
 const REGISTER_URL = new URL('../../bin/register.js', import.meta.url).href;
 const WORKER_URL = new URL('./outer-worker.ts', import.meta.url);
@@ -174,7 +174,7 @@ export class OuterPool {
     }
     await this.all({ op: 'commit' });
     const n = this.n;
-    const payload = downlinkPayloadBytes(n, o.downlink);
+    const payload = frameBytes(n, o.downlink) - HEADER_BYTES; // exact for f32, int8, int4
     const length = HEADER_BYTES + payload;
     writeHeader(new DataView(this.frameSab, 0, HEADER_BYTES), o.downlink, n, payload);
     const w2 = this.workers.length > 1 ? 1 : 0;
@@ -186,13 +186,10 @@ export class OuterPool {
     return ok({ frame, hash: (h as Answer).hash!, updateNorm: Math.sqrt(sumSq), agreement: o.weights ? sumAgreement(proposed as Answer[]) : undefined });
   }
 
-  /** The outer optimizer's state and the downlink residual, gathered from every fragment (copies, for snapshots). */
-  async exportState(): Promise<{ outer: OuterState; residual: Float32Array }> {
-    const s = await this.exportViews();
-    return { outer: { ...s.outer, momentum: s.outer.momentum.slice(), buffer: s.outer.buffer.slice() }, residual: s.residual.slice() };
-  }
-
-  /** As exportState, into buffers kept by the pool: valid until the next export. */
+  /**
+   * The outer optimizer's state and the downlink residual, gathered from every fragment into
+   * buffers kept by the pool: valid until the next export (a snapshot copies them).
+   */
   async exportViews(): Promise<{ outer: OuterState; residual: Float32Array }> {
     const n = this.n;
     const sabs = (this.exported ??= { momentum: new SharedArrayBuffer(4 * n), buffer: new SharedArrayBuffer(4 * n), residual: new SharedArrayBuffer(4 * n) });

@@ -51,13 +51,6 @@ export function fragmentLayout(n: number, a: number, b: number, d: DownlinkSpec)
   return { ...scales, values: 4 * nb + a, valueBytes: b - a };
 }
 
-/** A downlink frame's payload bytes (frame.ts layout). */
-export function downlinkPayloadBytes(n: number, d: DownlinkSpec): number {
-  if (d.encoding === 'f32') return 4 * n;
-  const nb = Math.ceil(n / d.blockSize);
-  return 4 * nb + (d.encoding === 'int4' ? Math.ceil(n / 2) : n);
-}
-
 const HEADER_BYTES = 32;
 const MIN_SCALE = 1.401298464324817e-45; // the codec's scale for a block of subnormals
 
@@ -118,7 +111,7 @@ class Fragment {
   }
 
   /** Returns Σu² of the proposed update (and, for a weighted g, the agreement sums), or an error (then nothing may be committed). */
-  propose(slots: Float32Array[], m: Propose, n: number, a: number, b: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
+  propose(slots: Float32Array[], m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
     this.fused = m.downlink.encoding === 'int8';
     if (this.fused) return this.proposeInt8(slots, m, n, a, frame);
     const { g, agreement } = this.gradient(slots, m, a);
@@ -274,7 +267,7 @@ function run(init: OuterWorkerInit): void {
         return reply({ id: m.id, ok: true, norm: Math.sqrt(s) });
       }
       case 'propose': {
-        const r = frag.propose(slots, m, n, a, b, m.frame);
+        const r = frag.propose(slots, m, n, a, m.frame);
         return reply('code' in r ? { id: m.id, ok: false, ...r } : { id: m.id, ok: true, sumSq: r.sumSq, agreement: r.agreement });
       }
       case 'commit':
