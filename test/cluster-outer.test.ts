@@ -10,7 +10,7 @@ import type { OuterConfig } from '../core/coord/outer.ts';
 import { OuterPool } from '../server/cluster/outer-pool.ts';
 import { type DownlinkCfg, ReferenceOuter } from './helpers/outer-reference.ts';
 
-const N = 7 * 256 + 37; // not a multiple of the alignment, the block size or the worker count
+const N = 57 * 256 + 37; // not a multiple of the alignment, the block size or the worker count; fragments of two 4096-element chunks
 const rand = (seed: number) => () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 2 ** 32) - 0.5;
 const vec = (seed: number, scale = 0.01) => { const r = rand(seed); return Float32Array.from({ length: N }, () => r() * scale); };
 
@@ -46,8 +46,19 @@ describe('outer pool', () => {
       expect(got.value.hash).toBe(want.hash);
       expect(Buffer.from(pool.theta.buffer).equals(Buffer.from(ref.theta.buffer))).toBe(true);
       expect(got.value.updateNorm).toBeCloseTo(want.updateNorm, 6);
+      // each delta's agreement sums (the fragments' partial sums added: equal up to rounding)
+      const close = (x: number[], y: number[]) => x.forEach((v, j) => expect(Math.abs(v - y[j])).toBeLessThanOrEqual(1e-9 * Math.abs(y[j]) + 1e-12));
+      if (want.agreement) {
+        const a = got.value.agreement!;
+        close(a.dots, want.agreement.dots);
+        close(a.sqs, want.agreement.sqs);
+        close([a.gg], [want.agreement.gg]);
+      } else expect(got.value.agreement).toBeUndefined();
     };
     for (let r = 0; r < 3; r++) await check([vec(10 + r), vec(20 + r), vec(30 + r)], [0.5, 0.3, 0.2], nesterov);
+    // rounds of 4 and 7 deltas: the fused pass takes deltas four at a time, then one by one
+    await check([0, 1, 2, 3].map((j) => vec(80 + j)), [0.4, 0.3, 0.2, 0.1], nesterov);
+    await check([0, 1, 2, 3, 4, 5, 6].map((j) => vec(90 + j)), [0.2, 0.2, 0.1, 0.1, 0.1, 0.15, 0.15], nesterov);
     for (let k = 0; k < 4; k++) await check([vec(40 + k)], null, dn, int8, 1 / 3, 3);
     await check([vec(50)], [1], nesterov, { encoding: 'f32', blockSize: 64 });
     const bad = vec(60);

@@ -11,6 +11,7 @@ import { CodecScratch, ErrorFeedback, decodeDelta, encodeWithFeedback } from '..
 import { crc32 } from '../../core/codec/crc32.ts';
 import { hashParams } from '../../core/coord/hash.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
+import { type ProposalSums, chunkScratch, proposeInt8 } from './outer-int8.ts';
 
 export interface OuterWorkerInit {
   n: number;
@@ -52,7 +53,6 @@ export function fragmentLayout(n: number, a: number, b: number, d: DownlinkSpec)
 }
 
 const HEADER_BYTES = 32;
-const MIN_SCALE = 1.401298464324817e-45; // the codec's scale for a block of subnormals
 
 type Propose = Extract<ToOuterWorker, { op: 'propose' }>;
 
@@ -69,8 +69,10 @@ class Fragment {
   private eNext: Float32Array;
   private readonly dq: Float32Array;
   private nextCount = 0;
-  /** Whether the fused proposal wrote a new delayed-Nesterov buffer into bNext. */
+  /** Whether the fused proposal wrote a new momentum into mNext / a new delayed-Nesterov buffer into bNext. */
+  private momentumMoved = false;
   private bufferMoved = false;
+  private acc: Float64Array = new Float64Array(0);
   /** What the last proposal would subtract from θ, or null when there is none. */
   private decoded: Float32Array | null = null;
   private fused = false;
@@ -137,88 +139,38 @@ class Fragment {
 
   /**
    * `gradient` (with the agreement sums), OuterOptimizer.propose, then encodeWithFeedback with int8
-   * blocks, fused into one pass per block: the same float operations in the same order
-   * (test/cluster-outer.test.ts checks the bits).
+   * blocks, fused into passes over chunks of the fragment (outer-int8.ts): the same float
+   * operations in the same order (test/cluster-outer.test.ts checks the bits).
    */
   private proposeInt8(slots: Float32Array[], m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
     const { lr, momentum: mu, kind } = m.outer;
-    const st = this.outer.state;
-    const mom = st.momentum, buf = st.buffer, e = this.fb.residual;
-    const mNext = this.mNext, bNext = this.bNext, eNext = this.eNext, dq = this.dq;
-    const s = m.scale, len = this.len, B = m.downlink.blockSize;
+    const st = this.outer.state, len = this.len, B = m.downlink.blockSize;
     const plain = m.period === 0; // u = s·g, the state kept (OuterOptimizer.proposePlain)
-    const dn = !plain && kind === 'delayed-nesterov', nesterov = kind === 'nesterov';
+    const dn = !plain && kind === 'delayed-nesterov';
     const flush = dn && st.bufferCount + 1 >= Math.max(1, m.period);
-    const decay = m.share ? Math.pow(mu, s) : mu, part = m.share ? s : 1;
-    const nb = Math.ceil(n / B);
-    const scales = new Float32Array(frame, HEADER_BYTES + 4 * (a / B), Math.ceil(len / B));
-    const q = new Int8Array(frame, HEADER_BYTES + 4 * nb + a, len);
     const D = m.slots.map((j) => slots[j].subarray(a, a + len));
     const W = m.weights === null ? null : Float64Array.from(m.weights);
-    const k = D.length, d0 = D[0];
-    const dots = new Float64Array(k), sqs = new Float64Array(k);
-    let probe = 0, sumSq = 0, illegal = false, gg = 0;
-    for (let blk = 0, start = 0; start < len; blk++, start += B) {
-      const end = Math.min(start + B, len);
-      let max = 0;
-      for (let i = start; i < end; i++) {
-        let gv = d0[i];
-        if (W !== null) {
-          let acc = 0;
-          for (let j = 0; j < k; j++) acc += W[j] * D[j][i];
-          gv = Math.fround(acc);
-          gg += gv * gv;
-          for (let j = 0; j < k; j++) { const d = D[j][i]; dots[j] += d * gv; sqs[j] += d * d; }
-        }
-        const gi = s * gv;
-        let ui: number;
-        if (plain) {
-          ui = gi;
-          mNext[i] = mom[i];
-        } else if (dn) {
-          ui = lr * gi;
-          const bi = buf[i] + gi;
-          if (flush) {
-            const mi = Math.fround(mu * mom[i] + Math.fround(bi));
-            mNext[i] = mi;
-            bNext[i] = 0;
-            ui += lr * mu * mi;
-          } else {
-            mNext[i] = mom[i];
-            bNext[i] = bi;
-          }
-        } else {
-          const mi = Math.fround(decay * mom[i] + gi);
-          mNext[i] = mi;
-          ui = nesterov ? lr * (gi + part * mu * mi) : lr * part * mi;
-        }
-        const uf = Math.fround(ui);
-        probe += uf * 0;
-        sumSq += uf * uf;
-        const v = Math.fround(e[i] + uf);
-        eNext[i] = v;
-        max = Math.max(max, Math.abs(v));
-      }
-      if (!(max < Infinity)) { probe = NaN; break; }
-      let scale = Math.fround(max / 127);
-      if (scale === 0 && max > 0) scale = MIN_SCALE;
-      scales[blk] = scale;
-      const inv = scale > 0 ? 1 / scale : 0;
-      for (let i = start; i < end; i++) {
-        q[i] = Math.round(eNext[i] * inv);
-        const qi = q[i];
-        if (qi === -128) illegal = true;
-        const d = Math.fround(qi * scale);
-        dq[i] = d;
-        eNext[i] = eNext[i] - d;
-      }
-    }
-    if (probe !== 0) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
-    if (illegal) return { code: 'E_CORRUPT', message: 'the outer update could not be encoded: int8 value -128' };
+    const k = D.length;
+    if (this.acc.length < Math.max(4096, B)) this.acc = chunkScratch(B);
+    const sums: ProposalSums = new Float64Array(2 * k + 2);
+    const r = proposeInt8({
+      D, W,
+      kind: plain ? 'plain' : dn ? (flush ? 'delayed-flush' : 'delayed') : kind === 'nesterov' ? 'nesterov' : 'momentum',
+      s: m.scale, lr, mu, decay: m.share ? Math.pow(mu, m.scale) : mu, part: m.share ? m.scale : 1,
+      m: st.momentum, b: st.buffer, e: this.fb.residual,
+      mNext: this.mNext, bNext: this.bNext, eNext: this.eNext, g: this.g, dq: this.dq,
+      scales: new Float32Array(frame, HEADER_BYTES + 4 * (a / B), Math.ceil(len / B)),
+      q: new Int8Array(frame, HEADER_BYTES + 4 * Math.ceil(n / B) + a, len),
+      blockSize: B, acc: this.acc,
+    }, sums);
+    if (r === 1) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
+    if (r === 2) return { code: 'E_CORRUPT', message: 'the outer update could not be encoded: int8 value -128' };
     this.nextCount = dn ? (flush ? 0 : st.bufferCount + 1) : st.bufferCount;
+    this.momentumMoved = !plain && (!dn || flush);
     this.bufferMoved = dn;
-    this.decoded = dq;
-    return { sumSq, agreement: W === null ? undefined : { dots: Array.from(dots), sqs: Array.from(sqs), gg } };
+    this.decoded = this.dq;
+    const agreement = W === null ? undefined : { dots: Array.from(sums.subarray(0, k)), sqs: Array.from(sums.subarray(k, 2 * k)), gg: sums[2 * k] };
+    return { sumSq: sums[2 * k + 1], agreement };
   }
 
   /** θ ← θ − Q(u) and the proposal's state becomes the live one. */
@@ -226,7 +178,7 @@ class Fragment {
     if (!this.decoded) return;
     if (this.fused) {
       const st = this.outer.state;
-      [st.momentum, this.mNext] = [this.mNext, st.momentum];
+      if (this.momentumMoved) [st.momentum, this.mNext] = [this.mNext, st.momentum]; // else unchanged: no copy
       if (this.bufferMoved) [st.buffer, this.bNext] = [this.bNext, st.buffer]; // else unchanged: no copy
       st.bufferCount = this.nextCount;
       st.steps += 1;
