@@ -122,6 +122,21 @@ interface IslandRow { id: string; name: string; contributorId: string; engine: s
 
 const pageLosses = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { losses: PageLoss[] } }).__atoll.losses.slice());
 const pageAssignments = (b: LaunchedBrowser) => b.page.evaluate(() => (globalThis as unknown as { __atoll: { assignments: Assignment[] } }).__atoll.assignments.slice());
+/** Each engine start's matmul autotuner line (the worker's log): shapes timed now, read from the cache, left at the default. */
+const autotuneCounts = (log: string[]) => log.flatMap((l) => {
+  const m = /^Matmul tiles: (\d+) timed now, (\d+) from this browser's cache, (\d+) at the default/.exec(l);
+  return m ? [{ timed: +m[1], cache: +m[2], shapes: +m[1] + +m[2] + +m[3] }] : [];
+});
+/** How many autotuner choices the worker wrote to IndexedDB (client/engine/webgpu-tune.ts: indexedDbTuneCache). */
+const cachedChoices = (b: LaunchedBrowser) => b.page.evaluate(() => new Promise<number>((resolve, reject) => {
+  const open = indexedDB.open('atoll-autotune');
+  open.onerror = () => reject(open.error);
+  open.onsuccess = () => {
+    const count = open.result.transaction('choices', 'readonly').objectStore('choices').count();
+    count.onsuccess = () => { resolve(count.result); open.result.close(); };
+    count.onerror = () => reject(count.error);
+  };
+}));
 
 async function getJson<T>(url: string): Promise<T> {
   const r = await fetch(url);
@@ -248,6 +263,11 @@ describe('volunteer page (Chromium)', () => {
     expect(v.engine).toBe('webgpu');
     expect(v.device).toContain('swiftshader');
     expect(await boxes()).toEqual(early);
+    // the matmul autotuner ran at engine start (a fresh profile: nothing cached) and its choices are in IndexedDB
+    const tuned = autotuneCounts(await pageLog(gpu!));
+    expect(tuned.at(-1)).toMatchObject({ cache: 0, shapes: 15 });
+    expect(tuned.at(-1)!.timed).toBeGreaterThanOrEqual(1);
+    expect(await cachedChoices(gpu!)).toBeGreaterThanOrEqual(tuned.at(-1)!.timed);
     islandId = v.islandId!;
     timings.clickToFirstAcceptedS = Math.round((Date.now() - clicked) / 100) / 10;
     expect(Date.now() - clicked).toBeLessThan(180_000);
@@ -408,6 +428,8 @@ describe('volunteer page (Chromium)', () => {
     }, 120_000, 500);
     expect(after.roundsRejected).toBe(0);
     expect(after.engine).toBe('webgpu');
+    // the new device's engine reads the choices timed so far from the cache
+    expect(autotuneCounts(await pageLog(gpu!)).at(-1)!.cache).toBeGreaterThanOrEqual(1);
     const round = (await pageLosses(gpu!)).filter((l) => l.version === before.round!.baseVersion).map((l) => l.roundStep);
     expect(new Set(round).size, 'each step of the round reported once').toBe(round.length);
     const row = (await islands()).find((i) => i.id === islandId)!;
@@ -433,7 +455,7 @@ describe('volunteer page (Chromium)', () => {
     lap('restart');
   });
 
-  it('a saved display name reaches the leaderboard at once; a reload keeps the totals and the speed measurement', async () => {
+  it('a saved display name reaches the leaderboard at once; a reload (with ?autotune=0) keeps the totals and the speed measurement', async () => {
     const page = gpu!.page;
     const cid = (await islands()).find((i) => i.id === islandId)!.contributorId;
     const credit = () => getJson<{ name: string | null; tokens: number; rank: number | null }>(`${url}/api/contributors/${cid}`);
@@ -447,7 +469,7 @@ describe('volunteer page (Chromium)', () => {
     expect(before.tokens).toBeGreaterThan(0);
     expect(before.rank).toBe(1);
     await saveLog('gpu-before-reload', gpu);
-    await page.reload();
+    await page.goto(`${url}/?autotune=0`);
     await waitFor('the page after the reload', () => page.evaluate(() => !!(globalThis as unknown as { __atoll?: { run: unknown } }).__atoll?.run), 30_000, 100);
     // totals from the server, before anything starts
     await textOf(gpu!, '#cr-rank', (t) => t.startsWith('#1 of'));
@@ -458,6 +480,8 @@ describe('volunteer page (Chromium)', () => {
     await page.click('#start');
     await waitFor('the saved measurement', async () => (await pageLog(gpu!)).some((l) => l.startsWith('Speed measured earlier')), 60_000, 200);
     expect((await pageLog(gpu!)).some((l) => l.startsWith('Measured '))).toBe(false);
+    // ?autotune=0: the engine started without the autotuner
+    expect((await pageLog(gpu!)).filter((l) => l.startsWith('Matmul '))).toEqual(['Matmul autotuning is off (?autotune=0): every matmul on the default tile.']);
     lap('name and reload');
   });
 

@@ -1,8 +1,9 @@
 // The matmul autotuner: at engine start, time the variants of each of the model's
 // matmuls on its real shapes (tile sizes and work per thread, with or without workgroup
 // memory; vec4 or scalar loads; split-K slices for dW), keep the fastest per shape, and cache the choice by adapter so the next start only reads it.
-// Bounded by a time budget, checked before each variant: shapes not fully timed keep the
-// default choice (and are tried on a later start). No node: imports: the cache is given
+// Bounded by a time budget, checked before each shape: a shape begun is timed to the end (so
+// every start makes progress even where compiling one shape's variants takes longer than the
+// budget, as on SwiftShader); shapes not reached keep the default choice (timed on a later start). No node: imports: the cache is given
 // (localStorage in a browser, a file in Node: server/tune-cache.ts).
 
 import { KernelSet, Program, type DispatchSpec, type Shape } from './webgpu-kernels.ts';
@@ -142,25 +143,19 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
       const programs: Program[] = [];
       try {
         for (const c of cands) {
-          if (performance.now() - t0 > o.budgetMs) break; // out of time: this shape stays at the default
           const d = { C: s.C, OC: s.OC, wOff: 0, biasOff: s.pass === 'dX' ? null : s.C * s.OC, vec4: c.vec4, dwVec4: c.vec4, tile: c.tile, dwTile: c.tile, partials, splitK: c.splitK };
           const specs: DispatchSpec[] = s.pass === 'fwd' ? [op.matmulForward(b, a, w, d)]
             : s.pass === 'dX' ? [op.matmulBackward(b, g, a, b, w, d)[0]] : op.matmulBackward(null, g, a, b, w, { ...d, biasOff: null });
           programs.push(await Program.build(kernels, specs, shape, undefined, 'autotune'));
         }
-        const times = programs.length === cands.length ? await timeInterleaved(device, programs, shape, () => performance.now() - t0 > o.budgetMs) : null;
-        if (times) times.forEach((t, i) => (ms[choiceLabel(cands[i])] = t));
+        (await timeInterleaved(device, programs, shape)).forEach((t, i) => (ms[choiceLabel(cands[i])] = t));
       } finally {
         for (const p of programs) p.destroy();
       }
-      let best: MatmulChoice | null = null, bestMs = Infinity;
+      let best = cands[0], bestMs = Infinity;
       for (const c of cands) {
         const t = ms[choiceLabel(c)];
-        if (t !== undefined && t < bestMs) { bestMs = t; best = c; }
-      }
-      if (!best || Object.keys(ms).length < cands.length) {
-        result.report.push({ shape: tuneKey(s), chosen: defaultChoice(s), from: 'default', ms });
-        continue;
+        if (t < bestMs) { bestMs = t; best = c; }
       }
       result.choices.set(tuneKey(s), best);
       result.report.push({ shape: tuneKey(s), chosen: best, from: 'timed', ms });
@@ -176,14 +171,12 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
 /**
  * Each program's median ms over three rounds after a warm-up run, the programs taking
  * turns within a round (load from elsewhere falls on all alike). A program over twice as
- * slow as the fastest in the warm-up is not timed again (its warm-up time stands). Null if
- * `outOfTime` before the last round.
+ * slow as the fastest in the warm-up is not timed again (its warm-up time stands).
  */
-async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Shape, outOfTime: () => boolean): Promise<number[] | null> {
+async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Shape): Promise<number[]> {
   const warm: number[] = [];
   const times: number[][] = programs.map(() => []);
   for (let round = 0; round < 4; round++) {
-    if (round > 0 && outOfTime()) return null;
     for (let i = 0; i < programs.length; i++) {
       if (round > 0 && warm[i] > 2 * Math.min(...warm)) continue;
       programs[i].setShape(shape);

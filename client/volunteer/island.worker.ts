@@ -8,7 +8,7 @@
 
 import { CpuEngine } from '../engine/cpu.ts';
 import { WebGpuEngine } from '../engine/webgpu.ts';
-import { type TuneCache, indexedDbTuneCache } from '../engine/webgpu-tune.ts';
+import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../engine/webgpu-tune.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
@@ -135,6 +135,7 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Pr
     // the matmul autotuner on first start, its choices cached by adapter (IndexedDB: workers have no localStorage)
     const autotune = opts?.autotune === false ? undefined : { cache: await (tuneCache ??= indexedDbTuneCache()) };
     const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, autotune });
+    if (onLog) log('info', autotuneLine(e.tuning));
     let simulated = false;
     const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
     return {
@@ -170,6 +171,13 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Pr
       publish(true);
     },
   });
+}
+
+/** What the matmul autotuner did at this engine start (null: the page's ?autotune=0). */
+function autotuneLine(t: TuneResult | null): string {
+  if (!t) return 'Matmul autotuning is off (?autotune=0): every matmul on the default tile.';
+  const n = (from: TuneResult['report'][number]['from']) => t.report.filter((r) => r.from === from).length;
+  return `Matmul tiles: ${n('timed')} timed now, ${n('cache')} from this browser's cache, ${n('default')} at the default until a later start (${(t.ms / 1000).toFixed(1)} s).`;
 }
 
 // ---------------------------------------------------------------- data
