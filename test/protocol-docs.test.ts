@@ -44,10 +44,11 @@ describe('docs/protocol.md', () => {
   });
 
   it("θ's hash: the worked example", () => {
-    const m = /θ = \[1, −2, 0\.5\][\s\S]*?hash `([0-9a-f]{16})`[\s\S]*?empty θ hashes to\s+`([0-9a-f]{16})`/.exec(DOC);
+    const m = /θ = \[1, −2, 0\.5\][\s\S]*?hash `([0-9a-f]{16})`;\s+65,537 ones[\s\S]*?hash to `([0-9a-f]{16})`;[\s\S]*?empty θ \(no chunk\) hashes to\s+`([0-9a-f]{16})`/.exec(DOC);
     expect(m).not.toBeNull();
     expect(hashParams(new Float32Array([1, -2, 0.5]))).toBe(m![1]);
-    expect(hashParams(new Float32Array(0))).toBe(m![2]);
+    expect(hashParams(new Float32Array(65537).fill(1))).toBe(m![2]);
+    expect(hashParams(new Float32Array(0))).toBe(m![3]);
   });
 
   it('frames built from the byte layout alone decode as documented (int4 nibble order, topk varints)', () => {

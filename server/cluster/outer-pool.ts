@@ -6,8 +6,8 @@
 //   step(…)         in parallel per fragment: the weighted mean of the slots (sync) or the one
 //                   delta (async), the outer optimizer's proposal, the downlink quantization with
 //                   error feedback written into the shared frame; then, only if every fragment
-//                   is finite, commit (θ ← θ − Q(u)); else abort (no trace). Last, θ's hash and the
-//                   frame's CRC, on two workers at once.
+//                   is finite, commit (θ ← θ − Q(u)); else abort (no trace). Last, θ's hash
+//                   (its 65,536-word chunks split over the workers) and the frame's CRC.
 //
 // The result is bit-identical to the coordinator's sequential outer step (test/cluster-outer.test.ts).
 
@@ -15,6 +15,7 @@ import { Worker } from 'node:worker_threads';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { OuterConfig, OuterState } from '../../core/coord/outer.ts';
 import { ENCODINGS, frameBytes } from '../../core/codec/index.ts';
+import { combineChunkHashes, hashChunkCount } from '../../core/coord/hash.ts';
 import type { AgreementSums, DownlinkSpec, FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './outer-worker.ts';
 
 const REGISTER_URL = new URL('../../bin/register.js', import.meta.url).href;
@@ -59,6 +60,8 @@ export class OuterPool {
   private readonly slots: SharedArrayBuffer[] = [];
   private readonly freeSlots: number[] = [];
   private readonly frameSab: SharedArrayBuffer;
+  /** θ's chunk hashes (core/coord/hash.ts), two words per chunk, written by the workers. */
+  private readonly hashSab: SharedArrayBuffer;
   private rr = 0;
   private steps: Promise<unknown> = Promise.resolve();
   private broken: Error | null = null;
@@ -69,6 +72,7 @@ export class OuterPool {
     this.theta = new Float32Array(new SharedArrayBuffer(4 * n));
     this.theta.set(theta);
     this.frameSab = new SharedArrayBuffer(HEADER_BYTES + 4 * n);
+    this.hashSab = new SharedArrayBuffer(8 * hashChunkCount(n));
     const blocks = Math.ceil(n / align);
     workers = Math.max(1, Math.min(workers, blocks)); // no empty fragment (it would start off a block boundary)
     for (let w = 0; w < workers; w++) {
@@ -177,13 +181,15 @@ export class OuterPool {
     const payload = frameBytes(n, o.downlink) - HEADER_BYTES; // exact for f32, int8, int4
     const length = HEADER_BYTES + payload;
     writeHeader(new DataView(this.frameSab, 0, HEADER_BYTES), o.downlink, n, payload);
-    const w2 = this.workers.length > 1 ? 1 : 0;
-    const [h, c] = await Promise.all([this.call(0, { op: 'hash' }), this.call(w2, { op: 'crc', frame: this.frameSab, length })]);
+    // θ's hash chunks split over the workers; the frame's CRC after the first worker's share
+    const W = this.workers.length, chunks = hashChunkCount(n);
+    const hashed = this.workers.map((_, w) => this.call(w, { op: 'hash', c0: Math.floor((w * chunks) / W), c1: Math.floor(((w + 1) * chunks) / W), out: this.hashSab }));
+    const [c] = await Promise.all([this.call(0, { op: 'crc', frame: this.frameSab, length }), ...hashed]);
     const frame = new Uint8Array(length);
     frame.set(new Uint8Array(this.frameSab, 0, length));
     new DataView(frame.buffer).setUint32(28, (c as Answer).crc!, true);
     const sumSq = proposed.reduce((s, r) => s + ((r as Answer).sumSq ?? 0), 0);
-    return ok({ frame, hash: (h as Answer).hash!, updateNorm: Math.sqrt(sumSq), agreement: o.weights ? sumAgreement(proposed as Answer[]) : undefined });
+    return ok({ frame, hash: combineChunkHashes(new Uint32Array(this.hashSab)), updateNorm: Math.sqrt(sumSq), agreement: o.weights ? sumAgreement(proposed as Answer[]) : undefined });
   }
 
   /**

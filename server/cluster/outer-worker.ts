@@ -9,7 +9,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { CodecScratch, ErrorFeedback, decodeDelta, encodeWithFeedback } from '../../core/codec/index.ts';
 import { crc32 } from '../../core/codec/crc32.ts';
-import { hashParams } from '../../core/coord/hash.ts';
+import { HASH_CHUNK_WORDS, hashChunks } from '../../core/coord/hash.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
 import { type ProposalSums, chunkScratch, proposeInt8 } from './outer-int8.ts';
 
@@ -28,7 +28,7 @@ export type ToOuterWorker =
   | { id: number; op: 'propose'; slots: number[]; weights: number[] | null; outer: OuterConfig; downlink: DownlinkSpec; scale: number; period: number; share: boolean; frame: SharedArrayBuffer }
   | { id: number; op: 'commit' }
   | { id: number; op: 'abort' }
-  | { id: number; op: 'hash' }
+  | { id: number; op: 'hash'; c0: number; c1: number; out: SharedArrayBuffer }
   | { id: number; op: 'crc'; frame: SharedArrayBuffer; length: number }
   | { id: number; op: 'export'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer }
   | { id: number; op: 'import'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer; bufferCount: number; steps: number };
@@ -37,7 +37,7 @@ export type ToOuterWorker =
 export interface AgreementSums { dots: number[]; sqs: number[]; gg: number }
 
 export type FromOuterWorker =
-  | { id: number; ok: true; norm?: number; sumSq?: number; agreement?: AgreementSums; hash?: string; crc?: number; bufferCount?: number; steps?: number }
+  | { id: number; ok: true; norm?: number; sumSq?: number; agreement?: AgreementSums; crc?: number; bufferCount?: number; steps?: number }
   | { id: number; ok: false; code: string; message: string };
 
 /**
@@ -200,6 +200,7 @@ function run(init: OuterWorkerInit): void {
   const { n, a, b } = init;
   const len = b - a;
   const theta = new Float32Array(init.theta, 4 * a, len);
+  const thetaWords = new Uint32Array(init.theta, 0, n);
   const slots: Float32Array[] = [];
   let frag = new Fragment(len);
   const reply = (m: FromOuterWorker) => port.postMessage(m);
@@ -228,8 +229,9 @@ function run(init: OuterWorkerInit): void {
       case 'abort':
         frag.abort();
         return reply({ id: m.id, ok: true });
-      case 'hash':
-        return reply({ id: m.id, ok: true, hash: hashParams(new Float32Array(init.theta, 0, n)) });
+      case 'hash': // θ's chunks [c0, c1) (any worker's fragment: every commit came before)
+        hashChunks(thetaWords, m.c0 * HASH_CHUNK_WORDS, Math.min(n, m.c1 * HASH_CHUNK_WORDS), new Uint32Array(m.out));
+        return reply({ id: m.id, ok: true });
       case 'crc': {
         const f = new Uint8Array(m.frame, 0, m.length);
         return reply({ id: m.id, ok: true, crc: crc32(f.subarray(HEADER_BYTES), crc32(f.subarray(0, 28))) });

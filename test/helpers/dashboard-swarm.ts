@@ -11,6 +11,7 @@
 // Loopback only: the URL must point at 127.0.0.1 / localhost.
 
 import { io, type Socket } from 'socket.io-client';
+import { PROTOCOL_VERSION } from '../../core/protocol.ts';
 
 const [url, nArg, pingArg] = process.argv.slice(2);
 const n = Math.min(5000, Math.max(1, Number(nArg) || 1000));
@@ -38,7 +39,7 @@ function hello(i: number): Promise<void> {
     s.once('connect_error', (e) => done(`connect: ${e.message}`));
     s.once('connect', () => {
       s.timeout(20_000).emit('hello', {
-        protocolVersion: 1,
+        protocolVersion: PROTOCOL_VERSION,
         caps: {
           name: `sim-${String(i % 400).padStart(3, '0')}`,
           engine: i % 4 === 0 ? 'cpu' : 'webgpu',
