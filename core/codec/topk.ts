@@ -72,8 +72,8 @@ export function selectTopK(x: Float32Array, k: number, hist: Uint32Array, outIdx
  * two methods below are the same steps for callers that encode themselves.
  */
 export class ErrorFeedback {
-  /** e: what has been intended but not yet sent, in the flat parameter layout. */
-  readonly residual: Float32Array;
+  /** e: what has been intended but not yet sent, in the flat parameter layout (a worker swaps in its next one). */
+  residual: Float32Array;
 
   constructor(n: number) {
     this.residual = new Float32Array(n);

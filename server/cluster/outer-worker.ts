@@ -182,8 +182,7 @@ class Fragment {
       if (this.bufferMoved) [st.buffer, this.bNext] = [this.bNext, st.buffer]; // else unchanged: no copy
       st.bufferCount = this.nextCount;
       st.steps += 1;
-      const e = this.fb.residual;
-      e.set(this.eNext);
+      [this.fb.residual, this.eNext] = [this.eNext, this.fb.residual];
     } else this.outer.commit();
     applyUpdate(theta, this.decoded);
     this.decoded = null;
