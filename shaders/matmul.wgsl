@@ -43,7 +43,7 @@ struct Params {
 
 // The tile, one variant per define set (the autotuner's choice; defaults as described above):
 // BM × BN outputs per workgroup, TM rows × 4 columns per thread; the direct kernels use
-// DX × DY threads of TM×4 outputs instead.
+// DX × DY threads of TM × 4·CN outputs instead.
 const BM: u32 = {{BM=64}}u;
 const BN: u32 = {{BN=64}}u;
 const TM: u32 = {{TM=4}}u;
@@ -52,6 +52,7 @@ const TX: u32 = BN / 4u;        // threads across the tile's columns
 const WG: u32 = BM / TM * TX;   // threads per workgroup
 const DX: u32 = {{DX=8}}u;
 const DY: u32 = {{DY=8}}u;
+const CN: u32 = {{CN=1}}u;      // direct: groups of 4 columns per thread (1 for the tiled kernels)
 const HAS_BIAS: u32 = 1u;
 const ACCUMULATE: u32 = 2u;
 const GELU: u32 = 4u;
@@ -118,9 +119,9 @@ fn put_k(x: u32, r: u32, kq: u32, v: vec4<f32>) {
   }
 }
 
-// A thread's TM×4 outputs: acc[g][r] is its row 4g + r (columns as a vec4). Four rows
-// per mat4x4 keep every index but g constant (a dynamic index costs dear on a CPU adapter).
-alias Acc = array<mat4x4<f32>, TM / 4u>;
+// A thread's TM × 4·CN outputs: acc[g·CN + q][r] is its row 4g + r, columns 4q..4q+3 (a vec4).
+// Four rows per mat4x4 keep every index but g constant (a dynamic index costs dear on a CPU adapter).
+alias Acc = array<mat4x4<f32>, TM / 4u * CN>;
 
 // acc[g][r] holds out row (TM·ty + 4g + r), columns 4·tx .. 4·tx+3 of the tile
 fn mm_tile(acc: ptr<function, Acc>, tx: u32, ty: u32) {
@@ -174,11 +175,14 @@ fn store_row{{V}}(c_base: u32, m: u32, n: u32, v: vec4<f32>) {
   if ((p.flags & GELU) != 0u) { write4{{V}}(c_base + p.act_off + m * p.N + n, gelu(v), p.N - n); }
 }
 
-// TM rows from m0, columns n..n+3
+// TM rows from m0, columns n..n+4·CN-1
 fn store_c{{V}}(m0: u32, n: u32, acc: Acc, c_base: u32) {
-  if (n >= p.N) { return; }
-  let bias = bias4{{V}}(n);
-  for (var i = 0u; i < min(p.M - min(m0, p.M), TM); i++) { store_row{{V}}(c_base, m0 + i, n, acc[i / 4u][i % 4u] + bias); }
+  for (var q = 0u; q < CN; q++) {
+    let nq = n + 4u * q;
+    if (nq >= p.N) { return; }
+    let bias = bias4{{V}}(nq);
+    for (var i = 0u; i < min(p.M - min(m0, p.M), TM); i++) { store_row{{V}}(c_base, m0 + i, nq, acc[i / 4u * CN + q][i % 4u] + bias); }
+  }
 }
 
 // The K loop of every pass: A is (M,K) k-ordered, or (K,M) r-ordered for dW; B is (N,K)
@@ -221,30 +225,35 @@ fn matmul_backward_dweight{{V}}(id: Grid, @builtin(local_invocation_index) lid: 
 }
 
 // ---------------------------------------------------------------- direct{{V}}: no workgroup memory, no barrier
-// Each thread computes a TM×4 block of out straight from the operands, 4 k at a time;
-// a workgroup of DX × DY threads covers (DY·TM) rows × (DX·4) columns. For adapters where
+// Each thread computes a TM × 4·CN block of out straight from the operands, 4 k at a time;
+// a workgroup of DX × DY threads covers (DY·TM) rows × (DX·4·CN) columns. For adapters where
 // barriers cost more than re-reading cached operands (a CPU: SwiftShader); the autotuner decides.
-// Per 4 k, as mat4x4 (columns): bk = B rows k..k+3 at n..n+3 (forward: Wᵀ), a = A rows
-// 4g.. at k..k+3 (dW: Aᵀ), and acc[g] += bk · a.
+// Per 4 k, as mat4x4 (columns): bk[q] = B rows k..k+3 at n+4q..n+4q+3 (forward: Wᵀ), a = A
+// rows 4g.. at k..k+3 (dW: Aᵀ), and acc[g·CN + q] += bk[q] · a (a read once for CN groups).
 fn mm_direct{{V}}(m0: u32, n: u32, kbeg: u32, kend: u32, which: u32) -> Acc {
   var acc: Acc;
   if (n >= p.N) { return acc; }
   let mn = min(p.M - min(m0, p.M), TM);
   for (var k = kbeg; k < kend; k += 4u) {
     let kn = min(kend - k, 4u);
-    var bk: mat4x4<f32>;
-    if (which == FWD) { // W rows n+j along k
-      bk = transpose(mat4x4<f32>(rd_k{{V}}(OP_B, n, p.N, k, kn), rd_k{{V}}(OP_B, n + 1u, p.N, k, kn), rd_k{{V}}(OP_B, n + 2u, p.N, k, kn), rd_k{{V}}(OP_B, n + 3u, p.N, k, kn)));
-    } else {
-      bk = mat4x4<f32>(rd_r{{V}}(OP_B, n, p.N, k, 0u, kn), rd_r{{V}}(OP_B, n, p.N, k, 1u, kn), rd_r{{V}}(OP_B, n, p.N, k, 2u, kn), rd_r{{V}}(OP_B, n, p.N, k, 3u, kn));
+    var bk: array<mat4x4<f32>, CN>;
+    for (var q = 0u; q < CN; q++) {
+      let nq = n + 4u * q;
+      if (which == FWD) { // W rows n+j along k
+        bk[q] = transpose(mat4x4<f32>(rd_k{{V}}(OP_B, nq, p.N, k, kn), rd_k{{V}}(OP_B, nq + 1u, p.N, k, kn), rd_k{{V}}(OP_B, nq + 2u, p.N, k, kn), rd_k{{V}}(OP_B, nq + 3u, p.N, k, kn)));
+      } else {
+        bk[q] = mat4x4<f32>(rd_r{{V}}(OP_B, nq, p.N, k, 0u, kn), rd_r{{V}}(OP_B, nq, p.N, k, 1u, kn), rd_r{{V}}(OP_B, nq, p.N, k, 2u, kn), rd_r{{V}}(OP_B, nq, p.N, k, 3u, kn));
+      }
     }
     for (var g = 0u; 4u * g < mn; g++) {
       let r = m0 + 4u * g;
+      var a: mat4x4<f32>;
       if (which == DW) { // doutᵀ: rows r..r+3 of column k+j are contiguous
-        acc[g] += bk * transpose(mat4x4<f32>(rd_r{{V}}(OP_A, r, p.M, k, 0u, kn), rd_r{{V}}(OP_A, r, p.M, k, 1u, kn), rd_r{{V}}(OP_A, r, p.M, k, 2u, kn), rd_r{{V}}(OP_A, r, p.M, k, 3u, kn)));
+        a = transpose(mat4x4<f32>(rd_r{{V}}(OP_A, r, p.M, k, 0u, kn), rd_r{{V}}(OP_A, r, p.M, k, 1u, kn), rd_r{{V}}(OP_A, r, p.M, k, 2u, kn), rd_r{{V}}(OP_A, r, p.M, k, 3u, kn)));
       } else {
-        acc[g] += bk * mat4x4<f32>(rd_k{{V}}(OP_A, r, p.M, k, kn), rd_k{{V}}(OP_A, r + 1u, p.M, k, kn), rd_k{{V}}(OP_A, r + 2u, p.M, k, kn), rd_k{{V}}(OP_A, r + 3u, p.M, k, kn));
+        a = mat4x4<f32>(rd_k{{V}}(OP_A, r, p.M, k, kn), rd_k{{V}}(OP_A, r + 1u, p.M, k, kn), rd_k{{V}}(OP_A, r + 2u, p.M, k, kn), rd_k{{V}}(OP_A, r + 3u, p.M, k, kn));
       }
+      for (var q = 0u; q < CN; q++) { acc[g * CN + q] += bk[q] * a; }
     }
   }
   return acc;
@@ -256,9 +265,9 @@ fn rd_k{{V}}(x: u32, r: u32, R: u32, k: u32, kn: u32) -> vec4<f32> {
   return read4{{V}}(x, a_off(x) + r * p.K + k, kn);
 }
 
-// Operand x's rows r..r+3 at k + j ("r" order, rows R long), or zero where j ≥ kn.
+// Operand x's rows r..r+3 at k + j ("r" order, rows R long), or zero where j ≥ kn or r ≥ R.
 fn rd_r{{V}}(x: u32, r: u32, R: u32, k: u32, j: u32, kn: u32) -> vec4<f32> {
-  if (j >= kn) { return vec4<f32>(0.0); }
+  if (j >= kn || r >= R) { return vec4<f32>(0.0); }
   return read4{{V}}(x, a_off(x) + (k + j) * R + r, R - r);
 }
 
@@ -266,21 +275,21 @@ fn rd_r{{V}}(x: u32, r: u32, R: u32, k: u32, j: u32, kn: u32) -> vec4<f32> {
 @compute @workgroup_size(DX, DY)
 fn matmul_forward_direct{{V}}(id: Grid, @builtin(local_invocation_id) l: vec3u) {
   let m0 = (id.wid.y * DY + l.y) * TM;
-  let n = (id.wid.x * DX + l.x) * 4u;
+  let n = (id.wid.x * DX + l.x) * 4u * CN;
   store_c{{V}}(m0, n, mm_direct{{V}}(m0, n, 0u, p.K, FWD), p.c_off);
 }
 
 @compute @workgroup_size(DX, DY)
 fn matmul_backward_dinp_direct{{V}}(id: Grid, @builtin(local_invocation_id) l: vec3u) {
   let m0 = (id.wid.y * DY + l.y) * TM;
-  let n = (id.wid.x * DX + l.x) * 4u;
+  let n = (id.wid.x * DX + l.x) * 4u * CN;
   store_c{{V}}(m0, n, mm_direct{{V}}(m0, n, 0u, p.K, DINP), p.c_off);
 }
 
 @compute @workgroup_size(DX, DY)
 fn matmul_backward_dweight_direct{{V}}(id: Grid, @builtin(local_invocation_id) l: vec3u) {
   let m0 = (id.wid.y * DY + l.y) * TM;
-  let n = (id.wid.x * DX + l.x) * 4u;
+  let n = (id.wid.x * DX + l.x) * 4u * CN;
   let kbeg = id.wid.z * p.k_chunk;
   store_c{{V}}(m0, n, mm_direct{{V}}(m0, n, kbeg, min(p.K, kbeg + p.k_chunk), DW), p.c_off + id.wid.z * p.M * p.N);
 }

@@ -166,7 +166,7 @@ describe('matmul', () => {
     [48, 144, 8, false],  // aligned, but scalar as the autotuner may choose (vec4: false)
     ...TILE_VARIANTS.flatMap((t): Array<[number, number, number, boolean, MatmulTile]> => [[48, 144, 8, true, t], [50, 70, 3, true, t]]),
   ];
-  const tileName = (t?: MatmulTile) => (t ? ` ${t.direct ? 'direct' : 'tile'} ${t.bm}x${t.bn}/${t.tm}` : '');
+  const tileName = (t?: MatmulTile) => (t ? ` ${t.direct ? 'direct' : 'tile'} ${t.bm}x${t.bn}/${t.tm}${t.tn ? `x${t.tn}` : ''}` : '');
   for (const [i, [Ci, OC, wOff, hasBias, tile]] of cases.entries()) {
     const vec4 = i === 3 ? false : undefined;
     const shape = tile ? { B: 2, T: 65 } : { B, T };

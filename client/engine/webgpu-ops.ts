@@ -140,13 +140,15 @@ export interface MatmulDims {
 
 /**
  * A matmul tile (matmul.wgsl): bm × bn outputs per workgroup, tm rows × 4 columns per
- * thread, through workgroup memory, or `direct` (no workgroup memory, no barrier).
+ * thread, through workgroup memory, or `direct` (no workgroup memory, no barrier; tn
+ * columns per thread, 4 or 8).
  */
 export interface MatmulTile {
   bm: number;
   bn: number;
   tm: number;
   direct?: boolean;
+  tn?: number;
 }
 
 export const DEFAULT_TILE: MatmulTile = { bm: TILE, bn: TILE, tm: 4 };
@@ -156,7 +158,7 @@ function matmulKernel(base: string, vec4: boolean, tile: MatmulTile | null | und
   const t = tile ?? DEFAULT_TILE;
   const entry = `${base}${t.direct ? '_direct' : ''}${vec4 ? '_vec4' : ''}` as EntryName;
   const grid = (M: number, N: number, z = 1): [number, number, number] => [Math.ceil(N / t.bn), Math.ceil(M / t.bm), z];
-  const defines: Defines | undefined = !tile ? undefined : t.direct ? { DX: t.bn / 4, DY: t.bm / t.tm, TM: t.tm } : { BM: t.bm, BN: t.bn, TM: t.tm };
+  const defines: Defines | undefined = !tile ? undefined : t.direct ? { DX: t.bn / (t.tn ?? 4), DY: t.bm / t.tm, TM: t.tm, CN: (t.tn ?? 4) / 4 } : { BM: t.bm, BN: t.bn, TM: t.tm };
   return { entry, grid, defines };
 }
 

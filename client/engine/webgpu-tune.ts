@@ -32,9 +32,10 @@ export interface MatmulChoice {
 
 /**
  * The tiles tried besides the default 64×64 one (4×4 per thread): 8 rows per thread
- * through workgroup memory, and direct tiles of 8 to 32 rows per thread, which win where
- * barriers and dynamic indexing are dear (SwiftShader: ×1.8–6.9 over the default on the 15
- * shapes of bench/results/swiftshader.json's `autotune`).
+ * through workgroup memory, and direct tiles of 8 to 32 rows by 4 or 16 columns per thread,
+ * which win where barriers and dynamic indexing are dear (SwiftShader: ×1.8–6.9 over the
+ * default on the 15 shapes of bench/results/swiftshader.json's `autotune` with 4 columns;
+ * 16 columns, each A row read once for four column groups, about halved attproj.dX's time).
  */
 export const TILE_VARIANTS: op.MatmulTile[] = [
   { bm: 32, bn: 64, tm: 8 },
@@ -42,6 +43,8 @@ export const TILE_VARIANTS: op.MatmulTile[] = [
   { bm: 64, bn: 32, tm: 16, direct: true },
   { bm: 128, bn: 32, tm: 16, direct: true },
   { bm: 128, bn: 32, tm: 32, direct: true },
+  { bm: 64, bn: 64, tm: 16, tn: 16, direct: true },
+  { bm: 128, bn: 64, tm: 32, tn: 16, direct: true },
 ];
 
 export interface TuneResult {
@@ -53,9 +56,9 @@ export interface TuneResult {
 }
 
 export const tuneKey = (s: MatmulShape) => `${s.pass}:${s.C}x${s.OC}`;
-/** The cache's key of a shape's choice: by adapter and rows (v2: the tile variants). */
-export const tuneCacheKey = (adapter: string, rows: number, s: MatmulShape) => `atoll.autotune.v2|${adapter}|${rows}|${tuneKey(s)}`;
-const tileLabel = (t: op.MatmulTile) => `${t.direct ? 'direct' : 'tile'}${t.bm}x${t.bn}/${t.tm}`;
+/** The cache's key of a shape's choice: by adapter and rows (v3: the tile variants with wider columns). */
+export const tuneCacheKey = (adapter: string, rows: number, s: MatmulShape) => `atoll.autotune.v3|${adapter}|${rows}|${tuneKey(s)}`;
+const tileLabel = (t: op.MatmulTile) => `${t.direct ? 'direct' : 'tile'}${t.bm}x${t.bn}/${t.tm}${t.tn ? `x${t.tn}` : ''}`;
 /** e.g. `vec4`, `vec4/direct64x32/16`, `scalar/split4` */
 export const choiceLabel = (c: MatmulChoice) => `${c.vec4 ? 'vec4' : 'scalar'}${c.tile ? `/${tileLabel(c.tile)}` : ''}${c.splitK > 1 ? `/split${c.splitK}` : ''}`;
 
