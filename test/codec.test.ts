@@ -19,6 +19,7 @@ import {
 } from '../core/codec/index.ts';
 import { benchCodec } from '../bench/codec.ts';
 import { decodeF16Array, encodeF16Array } from '../core/codec/f16.ts';
+import { roundHalfUp } from '../core/codec/payloads.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
 
 const ALL_CODES = new Set<string>(Object.values(CodecErrorCode));
@@ -94,6 +95,28 @@ describe('crc32', () => {
     // Unaligned views and lengths that are not multiples of 8 take the byte paths.
     const big = new Uint8Array(1003).map((_, i) => (i * 37) & 0xff);
     expect(crc32(big.subarray(3, 1001))).toBe(crc32(big.slice(3, 1001)));
+  });
+});
+
+describe('roundHalfUp', () => {
+  it('is Math.round on every integer-and-a-half neighbourhood the quantizers meet, and on random values', () => {
+    const f64 = new Float64Array(1), bits = new BigInt64Array(f64.buffer);
+    const step = (x: number, dir: 1n | -1n) => { f64[0] = x; bits[0] += x > 0 ? dir : -dir; return f64[0]; };
+    const same = (x: number) => roundHalfUp(x) + 0 === Math.round(x) + 0; // −0 and +0 store alike
+    const bad: number[] = [];
+    for (let k = -130; k <= 130; k++) for (const c of [k, k + 0.5]) {
+      if (c === 0) continue;
+      let lo = c, hi = c;
+      for (let s = 0; s < 40; s++) {
+        if (!same(lo)) bad.push(lo);
+        if (!same(hi)) bad.push(hi);
+        lo = step(lo, -1n); hi = step(hi, 1n);
+      }
+    }
+    for (const x of [0.49999999999999994, -0.49999999999999994, 0.5, -0.5, 1e-300, -1e-300, 0, -0]) if (!same(x)) bad.push(x);
+    const r = (() => { let s = 12345; return () => ((s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32 - 0.5) * 260; })();
+    for (let i = 0; i < 200_000; i++) { const x = r(); if (!same(x)) bad.push(x); }
+    expect(bad).toEqual([]);
   });
 });
 

@@ -10,6 +10,8 @@
 // and every running sum takes its terms in element order: the bits are the coordinator's
 // (test/cluster-outer.test.ts). A chunk is a whole number of downlink blocks.
 
+import { roundHalfUp } from '../../core/codec/payloads.ts';
+
 const CHUNK = 4096;
 const MIN_SCALE = 1.401298464324817e-45; // the codec's scale for a block of subnormals
 
@@ -18,49 +20,64 @@ export type ProposalSums = Float64Array;
 
 /**
  * g[lo,hi) = Σ_j W[j]·D[j] in f64 in j order, rounded once; adds Σg² and each Σ d_j·g, Σ d_j² to
- * sums. Four deltas per pass over the chunk (left to right: the same additions in the same order).
+ * sums. Deltas four at a time, left to right (the same additions in the same order); the last
+ * group of one to four also rounds g and sums its agreement in the same loop, so a round of up to
+ * four deltas reads each of them once. A group of fewer is padded with zero-weight copies of its
+ * first delta: the running sum is never −0 (it starts at +0 and sums of non-zero values cannot
+ * give −0), so adding their ±0 leaves it unchanged.
  */
 function combine(D: Float32Array[], W: Float64Array, lo: number, hi: number, acc: Float64Array, g: Float32Array, sums: ProposalSums): void {
-  const k = D.length, m = hi - lo;
-  acc.fill(0, 0, m);
+  const k = D.length;
   let j = 0;
-  for (; j + 4 <= k; j += 4) {
-    const w0 = W[j], w1 = W[j + 1], w2 = W[j + 2], w3 = W[j + 3];
-    const d0 = D[j], d1 = D[j + 1], d2 = D[j + 2], d3 = D[j + 3];
-    for (let i = 0; i < m; i++) acc[i] = acc[i] + w0 * d0[lo + i] + w1 * d1[lo + i] + w2 * d2[lo + i] + w3 * d3[lo + i];
+  if (k > 4) {
+    acc.fill(0, 0, hi - lo);
+    for (; j + 4 < k; j += 4) {
+      const w0 = W[j], w1 = W[j + 1], w2 = W[j + 2], w3 = W[j + 3];
+      const d0 = D[j], d1 = D[j + 1], d2 = D[j + 2], d3 = D[j + 3];
+      for (let i = lo; i < hi; i++) acc[i - lo] = acc[i - lo] + w0 * d0[i] + w1 * d1[i] + w2 * d2[i] + w3 * d3[i];
+    }
   }
-  for (; j < k; j++) {
-    const w = W[j], d = D[j];
-    for (let i = 0; i < m; i++) acc[i] += w * d[lo + i];
-  }
-  let gg = sums[2 * k];
-  for (let i = 0; i < m; i++) {
-    const gi = Math.fround(acc[i]);
-    g[lo + i] = gi;
-    gg += gi * gi;
-  }
-  sums[2 * k] = gg;
-  for (j = 0; j + 2 <= k; j += 2) {
-    const d0 = D[j], d1 = D[j + 1];
-    let dot0 = sums[j], sq0 = sums[k + j], dot1 = sums[j + 1], sq1 = sums[k + j + 1];
+  const r = k - j, d0 = D[j];
+  finishGroup(d0, r > 1 ? D[j + 1] : d0, r > 2 ? D[j + 2] : d0, r > 3 ? D[j + 3] : d0,
+    W[j], r > 1 ? W[j + 1] : 0, r > 2 ? W[j + 2] : 0, r > 3 ? W[j + 3] : 0, k > 4, lo, hi, acc, g, sums, j, r);
+  // the earlier groups' agreement sums, two deltas per pass
+  for (let t = 0; t < j; t += 2) {
+    const e0 = D[t], e1 = D[t + 1];
+    let dot0 = sums[t], sq0 = sums[k + t], dot1 = sums[t + 1], sq1 = sums[k + t + 1];
     for (let i = lo; i < hi; i++) {
-      const gi = g[i], x0 = d0[i], x1 = d1[i];
+      const gi = g[i], x0 = e0[i], x1 = e1[i];
       dot0 += x0 * gi; sq0 += x0 * x0;
       dot1 += x1 * gi; sq1 += x1 * x1;
     }
-    sums[j] = dot0; sums[k + j] = sq0; sums[j + 1] = dot1; sums[k + j + 1] = sq1;
+    sums[t] = dot0; sums[k + t] = sq0; sums[t + 1] = dot1; sums[k + t + 1] = sq1;
   }
-  if (j < k) {
-    const d = D[j];
-    let dot = sums[j], sq = sums[k + j];
-    for (let i = lo; i < hi; i++) {
-      const x = d[i];
-      dot += x * g[i];
-      sq += x * x;
-    }
-    sums[j] = dot;
-    sums[k + j] = sq;
+}
+
+/** The last group of `combine`: g = round(acc + Σ w·d), Σg², and the group's r dot and square sums. */
+function finishGroup(d0: Float32Array, d1: Float32Array, d2: Float32Array, d3: Float32Array, w0: number, w1: number, w2: number, w3: number,
+  fromAcc: boolean, lo: number, hi: number, acc: Float64Array, g: Float32Array, sums: ProposalSums, j: number, r: number): void {
+  const k = sums.length / 2 - 1;
+  let gg = sums[2 * k];
+  // running sums in element order (the padding's land in sums it never writes back)
+  let dot0 = sums[j], sq0 = sums[k + j];
+  let dot1 = r > 1 ? sums[j + 1] : 0, sq1 = r > 1 ? sums[k + j + 1] : 0;
+  let dot2 = r > 2 ? sums[j + 2] : 0, sq2 = r > 2 ? sums[k + j + 2] : 0;
+  let dot3 = r > 3 ? sums[j + 3] : 0, sq3 = r > 3 ? sums[k + j + 3] : 0;
+  for (let i = lo; i < hi; i++) {
+    const x0 = d0[i], x1 = d1[i], x2 = d2[i], x3 = d3[i];
+    const gi = Math.fround((fromAcc ? acc[i - lo] : 0) + w0 * x0 + w1 * x1 + w2 * x2 + w3 * x3);
+    g[i] = gi;
+    gg += gi * gi;
+    dot0 += x0 * gi; sq0 += x0 * x0;
+    dot1 += x1 * gi; sq1 += x1 * x1;
+    dot2 += x2 * gi; sq2 += x2 * x2;
+    dot3 += x3 * gi; sq3 += x3 * x3;
   }
+  sums[2 * k] = gg;
+  sums[j] = dot0; sums[k + j] = sq0;
+  if (r > 1) { sums[j + 1] = dot1; sums[k + j + 1] = sq1; }
+  if (r > 2) { sums[j + 2] = dot2; sums[k + j + 2] = sq2; }
+  if (r > 3) { sums[j + 3] = dot3; sums[k + j + 3] = sq3; }
 }
 
 /** u = s·g, the state kept (a plain step). */
@@ -109,35 +126,35 @@ function updateMomentum(g: Float32Array, s: number, lr: number, decay: number, p
 
 /**
  * Error feedback and int8 blocks over [lo, hi) (block aligned): e' = v − deq(q) with v = e + u;
- * dq = deq(q) (what θ loses). Adds Σu² to sums[last]. Returns 0, or 1 for a non-finite u or v,
- * 2 for an int8 value of −128 (the codec refuses it).
+ * dq = deq(q) (what θ loses). Adds Σu² to sums[last]. Returns 0, or 1 for a non-finite u or v
+ * (either makes the block's max non-finite), 2 for an int8 value of −128 (the codec refuses it).
  */
 function quantize(u: Float32Array, e: Float32Array, eNext: Float32Array, dq: Float32Array, q: Int8Array, scales: Float32Array, B: number, lo: number, hi: number, sums: ProposalSums): number {
   const last = sums.length - 1;
-  let sumSq = sums[last], probe = 0, illegal = false;
+  let sumSq = sums[last], illegal = false;
   for (let start = lo; start < hi; start += B) {
     const end = Math.min(start + B, hi);
     let max = 0;
     for (let i = start; i < end; i++) {
       const uf = u[i];
-      probe += uf * 0;
       sumSq += uf * uf;
       const v = Math.fround(e[i] + uf);
       eNext[i] = v;
       max = Math.max(max, Math.abs(v));
     }
-    if (!(max < Infinity) || probe !== 0) return 1;
+    if (!(max < Infinity)) return 1;
     let scale = Math.fround(max / 127);
     if (scale === 0 && max > 0) scale = MIN_SCALE;
     scales[start / B] = scale;
     const inv = scale > 0 ? 1 / scale : 0;
     for (let i = start; i < end; i++) {
-      q[i] = Math.round(eNext[i] * inv);
-      const qi = q[i];
+      const v = eNext[i];
+      const qi = (roundHalfUp(v * inv) << 24) >> 24; // what an Int8Array keeps of it
+      q[i] = qi;
       if (qi === -128) illegal = true;
       const d = Math.fround(qi * scale);
       dq[i] = d;
-      eNext[i] = eNext[i] - d;
+      eNext[i] = v - d;
     }
   }
   sums[last] = sumSq;
