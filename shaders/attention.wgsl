@@ -122,21 +122,17 @@ fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
     load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
     load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
     workgroupBarrier();
-    var s: array<f32, BC>;
-    var mt = m;
-    for (var j = 0u; j < BC; j++) {
-      s[j] = select(NEG, dot_tile(&q, &tile_a, j), k0 + j <= t);
-      mt = max(mt, s[j]);
+    // the keys ≤ t, the max and sum updated per key (an array of the tile's scores, indexed
+    // dynamically, cost more than the second exp on a CPU adapter)
+    for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
+      let sj = dot_tile(&q, &tile_a, j);
+      let mt = max(m, sj);
+      let corr = exp(m - mt);
+      let pj = exp(sj - mt);
+      l = l * corr + pj;
+      for (var i = 0u; i < H4; i++) { o[i] = o[i] * corr + pj * tile_b[j * H4 + i]; }
+      m = mt;
     }
-    let corr = exp(m - mt);
-    l *= corr;
-    for (var i = 0u; i < H4; i++) { o[i] *= corr; }
-    for (var j = 0u; j < BC; j++) {
-      let pj = exp(s[j] - mt);
-      l += pj;
-      axpy_tile(&o, pj, &tile_b, j);
-    }
-    m = mt;
     workgroupBarrier();
   }
   if (t < p.T) {
@@ -165,11 +161,9 @@ fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
     load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
     load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
     workgroupBarrier();
-    for (var j = 0u; j < BC; j++) {
-      if (k0 + j <= t) {
-        let pj = exp(dot_tile(&q, &tile_a, j) - L);
-        axpy_tile(&dq, pj * (dot_tile(&g, &tile_b, j) - d), &tile_a, j);
-      }
+    for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
+      let pj = exp(dot_tile(&q, &tile_a, j) - L);
+      axpy_tile(&dq, pj * (dot_tile(&g, &tile_b, j) - d), &tile_a, j);
     }
     workgroupBarrier();
   }
@@ -202,13 +196,10 @@ fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
       tile_s[lid] = vec2<f32>(lse_in[w.bh * p.T + t], dsum[w.bh * p.T + t]);
     }
     workgroupBarrier();
-    for (var j = 0u; j < BC; j++) {
-      let t = q0 + j;
-      if (t >= t2 && t < p.T) {
-        let pj = exp(dot_tile(&k, &tile_a, j) - tile_s[j].x);
-        axpy_tile(&dv, pj, &tile_b, j);
-        axpy_tile(&dk, pj * (dot_tile(&v, &tile_b, j) - tile_s[j].y), &tile_a, j);
-      }
+    for (var j = max(t2, q0) - q0; j < min(BC, p.T - q0); j++) {
+      let pj = exp(dot_tile(&k, &tile_a, j) - tile_s[j].x);
+      axpy_tile(&dv, pj, &tile_b, j);
+      axpy_tile(&dk, pj * (dot_tile(&v, &tile_b, j) - tile_s[j].y), &tile_a, j);
     }
     workgroupBarrier();
   }
