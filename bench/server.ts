@@ -5,7 +5,8 @@
 //    worker threads, default 2): ingest (decode on a worker, then validate + norm bound + hold)
 //    and apply (the round's aggregate and outer step + downlink quantization + θ hash, amortized
 //    over a sync round of 4) apart, in params/s.
-// 2. Load: a real server (its own run folder, real socket.io) and K simulated islands held by a few
+// 2. Checkpoint: how long the event loop stops for a per-version checkpoint (bench/checkpoint.ts).
+// 3. Load: a real server (its own run folder, real socket.io) and K simulated islands held by a few
 //    child processes on loopback, each island sending tiny deltas in a loop. Reports deltas
 //    accepted/s, ack latency percentiles, and checks the event log: every applied ack an island
 //    received appears exactly once among the logged update contributors (lost = 0, duplicated = 0).
@@ -15,6 +16,7 @@ import { mkdtempSync, rmSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { syntheticDelta } from './codec.ts';
+import { type CheckpointBench, benchCheckpoint } from './checkpoint.ts';
 import { type OuterPoolBench, benchOuterPool } from './outer-pool.ts';
 import { median } from './timing.ts';
 import { ENCODINGS, type Encoding, encodeDelta } from '../core/codec/index.ts';
@@ -77,6 +79,8 @@ export interface BenchServerResult {
   applyOnEventLoop?: { applyParamsPerSec: number; ingestParamsPerSec: number; speedup: number };
   /** The outer step in worker threads (OuterPool), int8 uplink and downlink: ingest and apply apart. */
   outerWorkers?: OuterPoolBench;
+  /** The event loop's stop for a per-version checkpoint (snapshot + encoding), as Run takes it and the old way. */
+  checkpoint?: CheckpointBench;
   load?: LoadResult;
 }
 
@@ -315,6 +319,8 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
     const w = out.outerWorkers = await benchOuterPool({ n, workers, seconds: opts.applySeconds ?? 1.5 });
     log(`outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`);
   }
+  const c = out.checkpoint = benchCheckpoint();
+  log(`checkpoint of base with ${c.updates} update frames: the event loop stops ${c.stallMs} ms (snapshot ${c.snapshotMs}, encoding ${c.encodeMs}); fresh arrays and one buffer: ${c.stallFreshMs} ms (${c.speedup}×)`);
   if (opts.load !== false) {
     out.load = await benchLoad({ islands: opts.islands ?? 1000, procs: Math.max(1, opts.procs ?? 4), seconds: opts.seconds ?? 20, gateways: opts.gateways, outerWorkers: workers, log });
   }

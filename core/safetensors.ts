@@ -82,6 +82,22 @@ function swapBytes(bytes: Uint8Array, size: number): void {
  * data byte length ≠ shape product × dtype size, or a tensor named __metadata__.
  */
 export function writeSafetensors(tensors: Record<string, TensorInput>, metadata?: Record<string, string>): Uint8Array {
+  const parts = safetensorsParts(tensors, metadata);
+  const out = new Uint8Array(parts.reduce((s, p) => s + p.length, 0));
+  let pos = 0;
+  for (const p of parts) {
+    out.set(p, pos);
+    pos += p.length;
+  }
+  return out;
+}
+
+/**
+ * The same file as writeSafetensors, as its parts in order: the length and header, then each
+ * tensor's bytes as a view of its data (no copy on a little-endian host), for a writer that
+ * writes them one after the other: a large checkpoint is never gathered into one buffer.
+ */
+export function safetensorsParts(tensors: Record<string, TensorInput>, metadata?: Record<string, string>): Uint8Array[] {
   const parts: string[] = [];
   if (metadata !== undefined) {
     for (const [k, v] of Object.entries(metadata)) {
@@ -106,18 +122,21 @@ export function writeSafetensors(tensors: Record<string, TensorInput>, metadata?
   }
   const json = new TextEncoder().encode(`{${parts.join(',')}}`);
   const headerLen = json.length + ((8 - (json.length % 8)) % 8);
-  const out = new Uint8Array(8 + headerLen + offset);
-  const dv = new DataView(out.buffer);
+  const head = new Uint8Array(8 + headerLen);
+  const dv = new DataView(head.buffer);
   dv.setUint32(0, headerLen, true); // u64: low word, then a zero high word (headers are < 4 GiB)
   dv.setUint32(4, 0, true);
-  out.set(json, 8);
-  out.fill(0x20, 8 + json.length, 8 + headerLen);
-  let pos = 8 + headerLen;
+  head.set(json, 8);
+  head.fill(0x20, 8 + json.length);
+  const out: Uint8Array[] = [head];
   for (const [, t] of entries) {
     const src = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
-    out.set(src, pos);
-    if (!LITTLE_ENDIAN_HOST) swapBytes(out.subarray(pos, pos + src.length), DTYPE_BYTES[t.dtype]);
-    pos += src.length;
+    if (LITTLE_ENDIAN_HOST) out.push(src);
+    else {
+      const copy = src.slice();
+      swapBytes(copy, DTYPE_BYTES[t.dtype]);
+      out.push(copy);
+    }
   }
   return out;
 }

@@ -16,11 +16,12 @@ export function writeFileAtomic(path: string, data: Uint8Array | string): void {
 }
 
 /** The async twin of writeFileAtomic: keeps big checkpoint writes off the event loop's critical path. */
-export async function writeFileAtomicAsync(path: string, data: Uint8Array | string): Promise<void> {
+export async function writeFileAtomicAsync(path: string, data: Uint8Array | string | Uint8Array[]): Promise<void> {
   const tmp = `${path}.tmp-${process.pid}`;
   const fh = await open(tmp, 'w');
   try {
-    await fh.writeFile(data);
+    // parts one after the other (each writeFile continues at the handle's position)
+    for (const part of Array.isArray(data) ? data : [data]) await fh.writeFile(part);
     await fh.sync();
   } finally {
     await fh.close();

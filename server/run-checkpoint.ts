@@ -10,17 +10,44 @@ import { Coordinator, type CoordinatorSnapshot, type CoordinatorSnapshotMeta } f
 import { type GPTConfig, numParams, paramLayout } from '../core/model/config.ts';
 import { type Result, err } from '../core/result.ts';
 import type { RunStore } from './store.ts';
-import { type TensorInput, readSafetensors, tensorAsFloat32, writeSafetensors } from '../core/safetensors.ts';
+import { type TensorInput, readSafetensors, safetensorsParts, tensorAsFloat32 } from '../core/safetensors.ts';
 
 /** Update frames kept in a checkpoint (islands further behind after a restart fetch the snapshot). */
 const CHECKPOINT_UPDATES = 8;
+
+/**
+ * Arrays for the snapshots the pump checkpoints one after another: a snapshot copies the optimizer
+ * state and the pending deltas into arrays lent from here (its θ is not among them: that one
+ * stays the durable θ), and they come back once its checkpoint is written. Reused arrays spare the
+ * page faults of fresh ones, which cost 3-4× the copy itself (about 130-250 ms for `base`).
+ */
+export class SnapshotArrays {
+  private readonly free: Float32Array[] = [];
+  private readonly lent: Float32Array[] = [];
+
+  constructor(private readonly keep = 6) {}
+
+  readonly alloc = (n: number): Float32Array => {
+    const i = this.free.findIndex((a) => a.length === n);
+    const a = i >= 0 ? this.free.splice(i, 1)[0] : new Float32Array(n);
+    this.lent.push(a);
+    return a;
+  };
+
+  /** Every array lent so far comes back: the checkpoint that held them is written. */
+  releaseAll(): void {
+    for (const a of this.lent) if (this.free.length < this.keep) this.free.push(a);
+    this.lent.length = 0;
+  }
+}
 
 /** One name per checkpoint: its download name (the dashboard shows the same). */
 export function checkpointFile(run: string, version: number, format: 'atoll' | 'hf' = 'atoll'): string {
   return `${run}-v${version}${format === 'hf' ? '-hf.tar' : '.safetensors'}`;
 }
 
-export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): Uint8Array {
+/** The checkpoint file of `snap`, as its parts in order (the tensors are views of the snapshot's arrays). */
+export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): Uint8Array[] {
   const layout = paramLayout(run.model);
   const theta = snap.tensors.theta as Float32Array;
   const tensors: Record<string, TensorInput> = {};
@@ -32,7 +59,7 @@ export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): 
     if (name.startsWith('update.') && !keepUpdates.has(name)) continue;
     tensors[name] = { dtype: arr instanceof Float32Array ? 'F32' : 'U8', shape: [arr.length], data: arr };
   }
-  return writeSafetensors(tensors, {
+  return safetensorsParts(tensors, {
     format: 'atoll-checkpoint-1',
     config: JSON.stringify(run.model),
     version: String(meta.version),

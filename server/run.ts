@@ -25,7 +25,7 @@ import type { CheckpointInfo, HistoryPoint, IslandView, RunConfig, RunStatus } f
 import { RunHistory, eventLine, finiteOrNull, type PointContext } from './history.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
-import { checkpointFile, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
+import { SnapshotArrays, checkpointFile, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
 import { islandView } from './island-view.ts';
@@ -66,6 +66,7 @@ export class Run {
   /** The state a batch in the pump makes durable once it is committed. */
   private nextDurable: DurableState | null = null;
   private modelCache: { version: number; bytes: Uint8Array } | null = null;
+  private readonly snapshotArrays = new SnapshotArrays();
   readonly history = new RunHistory();
   private evalService: EvalService | null = null;
   private sampler: EvalService | null = null;
@@ -536,7 +537,7 @@ export class Run {
   /** Before the commit: the batch's log lines, and its checkpoint when it holds an update. */
   private prepare(events: CoordinatorEvent[]): void {
     if (events.some((e) => e.type === 'update')) {
-      const snap = this.coord.snapshot();
+      const snap = this.coord.snapshot(this.snapshotArrays.alloc);
       this.nextDurable = { version: snap.meta.version, hash: snap.meta.hash, totalTokens: snap.meta.totals.tokensApplied, theta: snap.tensors.theta as Float32Array };
       this.store.requestCheckpoint(this.nextDurable.version, () => encodeRunCheckpoint(this.config, snap));
     }
@@ -550,6 +551,7 @@ export class Run {
   private publish(events: CoordinatorEvent[]): void {
     const next = this.nextDurable;
     this.nextDurable = null;
+    this.snapshotArrays.releaseAll(); // the batch's checkpoint is written
     if (next) {
       this.durable = next;
       this.modelCache = null;

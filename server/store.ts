@@ -50,7 +50,7 @@ export class RunStore {
   carry: () => Omit<LogEvent, 't'> = () => ({ type: 'carry' });
   private queued: string[] = [];
   private hashCache = new Map<string, string | null>();
-  private nextCheckpoint: { version: number; encode: () => Uint8Array } | null = null;
+  private nextCheckpoint: { version: number; encode: () => Uint8Array[] } | null = null;
   private committing: Promise<void> | null = null;
   private followUp: Promise<void> | null = null;
   private closed = false;
@@ -153,7 +153,7 @@ export class RunStore {
    * burst of updates writes only the newest; it must capture its state now (copy θ) if that
    * state may change before then — callers pass a closure over copies.
    */
-  requestCheckpoint(version: number, encode: () => Uint8Array): void {
+  requestCheckpoint(version: number, encode: () => Uint8Array[]): void {
     if (!this.nextCheckpoint || version >= this.nextCheckpoint.version) this.nextCheckpoint = { version, encode };
   }
 
@@ -224,10 +224,11 @@ export class RunStore {
     // log said past it (nothing there was acknowledged: acks wait for both writes).
     const work: Array<Promise<void>> = [];
     if (ck) {
-      const bytes = ck.encode();
-      work.push(writeFileAtomicAsync(this.checkpointPath(ck.version), bytes).then(() => {
+      const parts = ck.encode();
+      const bytes = parts.reduce((s, p) => s + p.length, 0);
+      work.push(writeFileAtomicAsync(this.checkpointPath(ck.version), parts).then(() => {
         this.stats.checkpointsWritten++;
-        this.onCheckpoint?.(ck.version, this.checkpointPath(ck.version), bytes.length);
+        this.onCheckpoint?.(ck.version, this.checkpointPath(ck.version), bytes);
         this.prune();
       }));
     }

@@ -3,6 +3,7 @@
 // log exactly once.
 
 import { describe, expect, it } from 'vitest';
+import { benchCheckpoint } from '../bench/checkpoint.ts';
 import { benchLoad } from '../bench/server.ts';
 
 describe('bench server: load', () => {
@@ -15,5 +16,16 @@ describe('bench server: load', () => {
     expect(r.versions).toBeGreaterThan(0);
     expect(r.ackP50Ms).toBeGreaterThan(0);
     expect(r.ackP99Ms).toBeGreaterThanOrEqual(r.ackP50Ms);
+  });
+});
+
+describe('bench server: checkpoint', () => {
+  it('times the snapshot and encoding as Run takes them, and the old way as the peer', () => {
+    const c = benchCheckpoint({ preset: 'tiny', updates: 3, repeats: 2 });
+    expect(c.updates).toBe(3);
+    expect(c.stallMs).toBeGreaterThan(0);
+    expect(c.stallMs).toBeGreaterThanOrEqual(c.snapshotMs);
+    expect(c.stallFreshMs).toBeGreaterThan(0);
+    expect(c.speedup).toBeGreaterThan(0);
   });
 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { SafetensorsErrorCode, readSafetensors, tensorAsFloat32, writeSafetensors } from '../core/safetensors.ts';
+import { SafetensorsErrorCode, readSafetensors, safetensorsParts, tensorAsFloat32, writeSafetensors } from '../core/safetensors.ts';
+import { SnapshotArrays } from '../server/run-checkpoint.ts';
 import { mulberry32 } from '../core/random.ts';
 
 const enc = new TextEncoder();
@@ -177,5 +178,31 @@ describe('readSafetensors validation', () => {
       const r = readSafetensors(f);
       if (!r.ok) expect(codes.has(r.error.code)).toBe(true);
     }
+  });
+});
+
+describe('safetensorsParts', () => {
+  it('are the file writeSafetensors makes, in order, with each tensor a view of its data (no copy)', () => {
+    const a = new Float32Array([1, 2, 3]), b = new Uint8Array([7, 8]);
+    const tensors = { a: { dtype: 'F32' as const, shape: [3], data: a }, b: { dtype: 'U8' as const, shape: [2], data: b } };
+    const parts = safetensorsParts(tensors, { k: 'v' });
+    expect(parts).toHaveLength(3);
+    expect(Buffer.concat(parts).equals(Buffer.from(writeSafetensors(tensors, { k: 'v' })))).toBe(true);
+    expect(parts[1].buffer).toBe(a.buffer);
+    expect(parts[2].buffer).toBe(b.buffer);
+  });
+});
+
+describe('SnapshotArrays', () => {
+  it('lends arrays, takes them back once their checkpoint is written, and lends them again', () => {
+    const arrays = new SnapshotArrays(2);
+    const x = arrays.alloc(5), y = arrays.alloc(5), z = arrays.alloc(7);
+    expect(new Set([x, y, z]).size).toBe(3);
+    expect(arrays.alloc(5)).not.toBe(x); // still lent
+    arrays.releaseAll();
+    const again = [arrays.alloc(5), arrays.alloc(5)];
+    expect(again).toContain(x); // kept: the first two back (keep = 2)
+    expect(again).toContain(y);
+    expect(arrays.alloc(7)).not.toBe(z); // beyond keep: dropped
   });
 });

@@ -26,7 +26,7 @@ import {
   windowDeadline, windowShouldClose,
 } from './rounds.ts';
 import { countAccepted, countRejection, meanLoss, versionStats } from './stats.ts';
-import { type CoordinatorState, readSnapshot, writeSnapshot } from './snapshot.ts';
+import { type CoordinatorState, type SnapshotAlloc, readSnapshot, writeSnapshot } from './snapshot.ts';
 import {
   type Contribution, type CoordinatorEvent, type CoordinatorOptions, type CoordinatorSnapshot, type CoordinatorTotals,
   type DeltaSubmission, type IslandRecord, type IslandStatus, type JoinRequest, type JoinResult, type OuterOffload,
@@ -371,8 +371,8 @@ export class Coordinator {
 
   // ── snapshot / restore ──────────────────────────────────────────────────────────────────────
 
-  /** Everything needed to resume exactly. The arrays are copies. */
-  snapshot(): CoordinatorSnapshot {
+  /** Everything needed to resume exactly. The arrays are copies (writeSnapshot: `alloc` lends those of the optimizer state and pending deltas). */
+  snapshot(alloc?: SnapshotAlloc): CoordinatorSnapshot {
     this.idle();
     const { outer, residual } = this.outerStep.state();
     return writeSnapshot({
@@ -380,7 +380,7 @@ export class Coordinator {
       outer, downlinkResidual: residual, islands: [...this.islandsById.values()],
       nextIslandSerial: this.nextIslandSerial, assignSerial: this.assignSerial, round: this.round,
       normHistory: this.norms.scores, normSteps: this.norms.steps, totals: this.totalsAcc, perVersion: this.perVersion, updates: this.outerStep.downlink.updates, history: this.historyList,
-    });
+    }, alloc);
   }
 
   /** Rebuilds a coordinator from `snapshot()`; checks sizes and θ's hash. */

@@ -32,16 +32,32 @@ export interface CoordinatorState {
   history: VersionStats[];
 }
 
-/** The snapshot of `s`; every array is a copy. */
-export function writeSnapshot(s: CoordinatorState): CoordinatorSnapshot {
+/**
+ * Gives the arrays a snapshot copies the optimizer's state and the pending deltas into (a caller
+ * that writes snapshots one after another reuses them: fresh pages cost 3-4× the copy itself).
+ */
+export type SnapshotAlloc = (n: number) => Float32Array;
+
+/**
+ * The snapshot of `s`. Every array is a copy (θ always into a fresh one: it outlives the snapshot
+ * as the durable θ; the others into `alloc`'s when given), except the update frames: a frame is
+ * never written once made, so the snapshot shares it.
+ */
+export function writeSnapshot(s: CoordinatorState, alloc?: SnapshotAlloc): CoordinatorSnapshot {
+  const copy = (x: Float32Array) => {
+    if (!alloc) return x.slice();
+    const y = alloc(x.length);
+    y.set(x);
+    return y;
+  };
   const tensors: Record<string, Float32Array | Uint8Array> = {
     theta: s.theta.slice(),
-    'outer.momentum': s.outer.momentum.slice(),
-    'outer.buffer': s.outer.buffer.slice(),
-    'downlink.residual': s.downlinkResidual.slice(),
+    'outer.momentum': copy(s.outer.momentum),
+    'outer.buffer': copy(s.outer.buffer),
+    'downlink.residual': copy(s.downlinkResidual),
   };
-  s.round.pending.forEach((p, i) => { tensors[`pending.${i}`] = p.delta.slice(); });
-  for (const u of s.updates) tensors[`update.${u.version}`] = u.frame.slice();
+  s.round.pending.forEach((p, i) => { tensors[`pending.${i}`] = copy(p.delta); });
+  for (const u of s.updates) tensors[`update.${u.version}`] = u.frame;
   const r = s.round;
   const meta: CoordinatorSnapshotMeta = {
     format: 'atoll-coordinator', formatVersion: 1, protocolVersion: PROTOCOL_VERSION,
