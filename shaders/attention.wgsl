@@ -88,6 +88,13 @@ fn axpy_tile(y: ptr<function, Row>, a: f32, tile: ptr<workgroup, Tile>, j: u32) 
   for (var i = 0u; i < H4; i++) { (*y)[i] += a * (*tile)[j * H4 + i]; }
 }
 
+// (x·tile_a[j], y·tile_b[j]) in one pass over the channels
+fn dot2_tiles(x: ptr<function, Row>, y: ptr<function, Row>, j: u32) -> vec2<f32> {
+  var d = vec2<f32>(0.0);
+  for (var i = 0u; i < H4; i++) { d += vec2<f32>(dot((*x)[i], tile_a[j * H4 + i]), dot((*y)[i], tile_b[j * H4 + i])); }
+  return d;
+}
+
 // A workgroup's rows: batch b, head h (bh = b·NH + h), rows t0 .. t0+BR−1.
 struct Block {
   b: u32,
@@ -162,8 +169,8 @@ fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
     load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
     workgroupBarrier();
     for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
-      let pj = exp(dot_tile(&q, &tile_a, j) - L);
-      axpy_tile(&dq, pj * (dot_tile(&g, &tile_b, j) - d), &tile_a, j);
+      let qk_gv = dot2_tiles(&q, &g, j);
+      axpy_tile(&dq, exp(qk_gv.x - L) * (qk_gv.y - d), &tile_a, j);
     }
     workgroupBarrier();
   }
@@ -197,9 +204,13 @@ fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
     }
     workgroupBarrier();
     for (var j = max(t2, q0) - q0; j < min(BC, p.T - q0); j++) {
-      let pj = exp(dot_tile(&k, &tile_a, j) - tile_s[j].x);
-      axpy_tile(&dv, pj, &tile_b, j);
-      axpy_tile(&dk, pj * (dot_tile(&v, &tile_b, j) - tile_s[j].y), &tile_a, j);
+      let kq_vg = dot2_tiles(&k, &v, j);
+      let pj = exp(kq_vg.x - tile_s[j].x);
+      let ds = pj * (kq_vg.y - tile_s[j].y);
+      for (var i = 0u; i < H4; i++) {
+        dv[i] += pj * tile_b[j * H4 + i];
+        dk[i] += ds * tile_a[j * H4 + i];
+      }
     }
     workgroupBarrier();
   }
