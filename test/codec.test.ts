@@ -511,6 +511,7 @@ describe('decode validation', () => {
     for (const encoding of ENCODINGS) {
       for (const deflate of [false, true]) configs.push({ encoding, deflate, topkFraction: 0.2, blockSize: 16 });
     }
+    for (const valueBits of [1, 2] as const) configs.push({ encoding: 'sparse', strided: true, valueBits, topkFraction: 0.25, blockSize: 16 });
     const seen = new Map<string, number>();
     let mutations = 0;
     for (const opts of configs) {

@@ -8,7 +8,8 @@ import { CpuEngine } from '../client/engine/cpu.ts';
 import { LocalHub } from '../client/island/local.ts';
 import type { Transport } from '../client/island/transport.ts';
 import { IslandRuntime } from '../client/island/runtime.ts';
-import { type CodecOptions, decodeDelta, encodeDelta, peekHeader } from '../core/codec/index.ts';
+import { type CodecOptions, decodeDelta, encodeDelta, frameBytes, peekHeader } from '../core/codec/index.ts';
+import { crc32 } from '../core/codec/crc32.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
 import { DEFAULT_COORDINATOR_CONFIG, mergeConfig } from '../core/coord/config.ts';
 import { OuterOptimizer } from '../core/coord/outer.ts';
@@ -338,6 +339,51 @@ describe('sparse frames (chunk-wise top-k, 2-bit values)', () => {
     y[600] = NaN;
     const nan = decodeDelta(encodeDelta(y, opts), n);
     expect(nan.ok ? 'ok' : nan.error.code).toBe('E_NON_FINITE');
+  });
+});
+
+describe('strided sparse frames (a phase per chunk instead of offsets; 2-bit or 1-bit values)', () => {
+  const C = 256, k = 64, n = 1000; // stride 4 in the full chunks; the short last chunk (232) keeps its share, 58, at stride 4
+  const x = vec(11, 1, n);
+  for (let i = 2; i < n; i += 4) x[i] *= 3; // phase 2 holds the most energy in every full chunk
+  const opts: CodecOptions = { encoding: 'sparse', blockSize: C, topkFraction: k / C, strided: true };
+  it('keeps every s-th entry from the phase of most energy, 2-bit values, and round-trips', () => {
+    const f = encodeDelta(x, opts);
+    const h = peekHeader(f);
+    expect(h.ok && [h.value.encoding, h.value.strided, h.value.k]).toEqual(['sparse', true, k]);
+    const d = decodeDelta(f, n);
+    if (!d.ok) throw new Error(d.error.message);
+    for (let s = 0; s < 3 * C; s += C) {
+      const kept = Array.from({ length: C }, (_, i) => i).filter((i) => d.value[s + i] !== 0);
+      expect(kept).toEqual(Array.from({ length: k }, (_, j) => 2 + 4 * j));
+      for (const i of kept) expect(Math.sign(d.value[s + i])).toBe(Math.sign(x[s + i]));
+    }
+    expect(Array.from(d.value.subarray(3 * C)).filter((v) => v !== 0).length).toBe(58);
+    // two f32 scales and a u16 phase a chunk, 2 bits a value: no offsets
+    expect(f.length).toBe(32 + 4 * 8 + 4 * 2 + Math.ceil((3 * k + 58) / 4));
+    expect(frameBytes(n, opts)).toBe(f.length);
+    expect(encodeDelta(d.value, opts)).toEqual(f);
+  });
+  it('1-bit values: the sign times the chunk\'s mean kept magnitude', () => {
+    const one: CodecOptions = { ...opts, valueBits: 1 };
+    const f = encodeDelta(x, one);
+    const h = peekHeader(f);
+    expect(h.ok && [h.value.strided, h.value.valueBits]).toEqual([true, 1]);
+    const d = decodeDelta(f, n);
+    if (!d.ok) throw new Error(d.error.message);
+    const kept = Array.from({ length: k }, (_, j) => x[2 + 4 * j]);
+    const mean = Math.fround(kept.reduce((a, v) => a + Math.abs(v), 0) / k);
+    expect(Array.from({ length: k }, (_, j) => d.value[2 + 4 * j])).toEqual(kept.map((v) => Math.sign(v) * mean));
+    expect(f.length).toBe(32 + 4 * 4 + 4 * 2 + Math.ceil((3 * k + 58) / 8)); // one f32 a chunk, 1 bit a value
+    expect(frameBytes(n, one)).toBe(f.length);
+    expect(encodeDelta(d.value, one)).toEqual(f);
+  });
+  it('rejects a phase at or past the stride, even under a valid CRC', () => {
+    const f = encodeDelta(x, opts).slice();
+    new DataView(f.buffer).setUint16(32 + 4 * 8, 4, true); // chunk 0's phase = its stride
+    new DataView(f.buffer).setUint32(28, crc32(f.subarray(32), crc32(f.subarray(0, 28))), true);
+    const forged = decodeDelta(f, n);
+    expect(forged.ok ? 'ok' : forged.error.code).toBe('E_CORRUPT');
   });
 });
 

@@ -5,7 +5,9 @@
 //    0   4   magic 'ATLD'
 //    4   1   format version (1)
 //    5   1   encoding id: 0 f32, 1 f16, 2 int8, 3 int4, 4 topk, 5 sparse
-//    6   1   flags: bit0 = payload deflated (only set when deflate made it strictly smaller)
+//    6   1   flags: bit0 = payload deflated (only set when deflate made it strictly smaller),
+//               sparse only: bit1 = strided (each chunk's entries at a stride from a phase, no
+//               offsets), bit2 = 1-bit values (sign only)
 //    7   1   reserved, 0
 //    8   4   element count n (the model's parameter count)
 //   12   4   block size B (int8/int4/topk; the chunk size for sparse; 0 for f32/f16)
@@ -25,7 +27,7 @@
 //   topk  ceil(k/B) × f32 scale, k × int8 (the kept values, blockwise as int8, ascending index
 //         order), then k unsigned LEB128 varints: gap_j = idx_j − idx_{j−1} with idx_{−1} = −1,
 //         so every gap is >= 1 and indices are strictly increasing by construction.
-//   sparse chunk-wise top-k with 2-bit values: see sparse.ts.
+//   sparse chunk-wise top-k or strided, 2-bit or 1-bit values: see sparse.ts.
 //
 // f16 saturates finite values beyond ±65504 to ±65504, so finite input always decodes.
 // Non-finite input: f32 and f16 carry NaN/inf into the frame as they are; int8/int4/topk write a
@@ -40,7 +42,7 @@ import {
   nonFinite, readF16Payload, readF32Payload, readInt4Payload, readInt8Payload, readTopkPayload,
   writeF16Payload, writeF32Payload, writeInt4Blocks, writeInt8Blocks,
 } from './payloads.ts';
-import { readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
+import { type SparseLayout, readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
 import { ErrorFeedback, TOPK_HIST_SIZE, selectTopK } from './topk.ts';
 
 export type Encoding = 'f32' | 'f16' | 'int8' | 'int4' | 'topk' | 'sparse';
@@ -56,6 +58,10 @@ export interface CodecOptions {
   topkFraction?: number;
   /** encodeWithFeedback: the residual decays by this factor each round before Δ is added (SparseLoCo's β). Default 1. */
   feedbackDecay?: number;
+  /** sparse: keep each chunk's k entries at a stride from the phase of most energy instead of its top k (no offsets sent). */
+  strided?: boolean;
+  /** sparse: bits per kept value, 2 (default: sign and upper/lower half) or 1 (sign, times the chunk's mean magnitude). */
+  valueBits?: 1 | 2;
   /** Deflate the payload (fflate, raw DEFLATE). Kept only when it makes the payload smaller. */
   deflate?: boolean;
 }
@@ -64,6 +70,10 @@ export interface FrameHeader {
   version: number;
   encoding: Encoding;
   deflated: boolean;
+  /** sparse: strided selection (flag bit1). */
+  strided: boolean;
+  /** sparse: bits per value, 1 (flag bit2) or 2; 0 for other encodings. */
+  valueBits: number;
   count: number;
   blockSize: number;
   k: number;
@@ -85,6 +95,8 @@ const MIN_BLOCK = 8;
 const MAX_BLOCK = 65536;
 const MAGIC = [0x41, 0x54, 0x4c, 0x44]; // 'ATLD'
 const FLAG_DEFLATED = 1;
+const FLAG_STRIDED = 2;
+const FLAG_ONE_BIT = 4;
 // On quantized Gaussian payloads the gain is entropy coding, not string matching: level 1 gave the
 // same sizes as the default 6 (int8 −4.4%, f32 −5.8%) and was no slower.
 const DEFLATE_LEVEL = 1;
@@ -143,7 +155,7 @@ export function frameBytes(count: number, opts: CodecOptions): number {
   const enc = ENCODINGS.indexOf(opts.encoding);
   const blockSize = enc >= ENC_INT8 ? (opts.blockSize ?? DEFAULT_BLOCK_SIZE) : 0;
   const k = enc === ENC_TOPK ? topkCount(count, opts.topkFraction ?? DEFAULT_TOPK_FRACTION) : enc === ENC_SPARSE ? sparseK(blockSize, opts.topkFraction) : 0;
-  return HEADER_BYTES + rawPayloadLength(enc, count, blockSize, k, k * varintLength(Math.round(count / Math.max(1, k))));
+  return HEADER_BYTES + rawPayloadLength(enc, count, blockSize, k, k * varintLength(Math.round(count / Math.max(1, k))), sparseLayout(opts));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -186,8 +198,9 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
     }
   }
 
+  const layout = sparseLayout(opts);
   if (enc === ENC_SPARSE) k = sparseK(blockSize, opts.topkFraction);
-  const rawLen = rawPayloadLength(enc, n, blockSize, k, varintBytes);
+  const rawLen = rawPayloadLength(enc, n, blockSize, k, varintBytes, layout);
   const deflate = opts.deflate === true && rawLen > 0;
   // Without deflate the payload is written straight into the frame.
   const frameNoDeflate = deflate ? null : new Uint8Array(HEADER_BYTES + rawLen);
@@ -211,7 +224,7 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
       writeInt4Blocks(delta, n, blockSize, raw);
       break;
     case ENC_SPARSE:
-      writeSparse(delta, blockSize, k, raw);
+      writeSparse(delta, blockSize, k, raw, layout);
       break;
     case ENC_TOPK: {
       const vals = values as Float32Array;
@@ -233,7 +246,7 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
   }
 
   let frame: Uint8Array;
-  let flags = 0;
+  let flags = enc !== ENC_SPARSE ? 0 : (layout.strided ? FLAG_STRIDED : 0) | (layout.valueBits === 1 ? FLAG_ONE_BIT : 0);
   if (frameNoDeflate) {
     frame = frameNoDeflate;
   } else {
@@ -278,7 +291,12 @@ function varintLength(v: number): number {
   return v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x200000 ? 3 : v < 0x10000000 ? 4 : 5;
 }
 
-function rawPayloadLength(enc: number, n: number, blockSize: number, k: number, varintBytes: number): number {
+function sparseLayout(opts: CodecOptions): SparseLayout {
+  if (opts.valueBits !== undefined && opts.valueBits !== 1 && opts.valueBits !== 2) throw new RangeError(`valueBits must be 1 or 2, got ${opts.valueBits}`);
+  return { strided: opts.strided === true, valueBits: opts.valueBits ?? 2 };
+}
+
+function rawPayloadLength(enc: number, n: number, blockSize: number, k: number, varintBytes: number, layout: SparseLayout): number {
   switch (enc) {
     case ENC_F32:
       return 4 * n;
@@ -289,7 +307,7 @@ function rawPayloadLength(enc: number, n: number, blockSize: number, k: number, 
     case ENC_INT4:
       return 4 * Math.ceil(n / blockSize) + Math.ceil(n / 2);
     case ENC_SPARSE:
-      return sparsePayloadBytes(n, blockSize, k);
+      return sparsePayloadBytes(n, blockSize, k, layout);
     default:
       return 4 * Math.ceil(k / blockSize) + k + varintBytes;
   }
@@ -318,7 +336,8 @@ export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
   const enc = frame[5];
   if (enc >= ENCODINGS.length) return err(CodecErrorCode.BAD_HEADER, `unknown encoding id ${enc}`);
   const flags = frame[6];
-  if ((flags & ~FLAG_DEFLATED) !== 0) return err(CodecErrorCode.BAD_HEADER, `unknown flags 0x${flags.toString(16)}`);
+  const known = enc === ENC_SPARSE ? FLAG_DEFLATED | FLAG_STRIDED | FLAG_ONE_BIT : FLAG_DEFLATED;
+  if ((flags & ~known) !== 0) return err(CodecErrorCode.BAD_HEADER, `unknown flags 0x${flags.toString(16)}`);
   if (frame[7] !== 0) return err(CodecErrorCode.BAD_HEADER, 'reserved byte is not 0');
   const dv = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
   const count = dv.getUint32(8, true);
@@ -328,6 +347,7 @@ export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
   const rawPayloadBytes = dv.getUint32(24, true);
   const crc = dv.getUint32(28, true);
   const deflated = (flags & FLAG_DEFLATED) !== 0;
+  const layout: SparseLayout = { strided: (flags & FLAG_STRIDED) !== 0, valueBits: flags & FLAG_ONE_BIT ? 1 : 2 };
 
   if (count > MAX_COUNT) return err(CodecErrorCode.BAD_HEADER, `count ${count} exceeds ${MAX_COUNT}`);
   const quantized = enc >= ENC_INT8;
@@ -345,7 +365,7 @@ export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
       return err(CodecErrorCode.BAD_HEADER, `topk raw payload of ${rawPayloadBytes} bytes is impossible for k=${k}`);
     }
   } else {
-    const expected = rawPayloadLength(enc, count, blockSize, k, 0);
+    const expected = rawPayloadLength(enc, count, blockSize, k, 0, layout);
     if (rawPayloadBytes !== expected) {
       return err(CodecErrorCode.BAD_HEADER, `raw payload of ${rawPayloadBytes} bytes, ${ENCODINGS[enc]} × ${count} needs ${expected}`);
     }
@@ -353,7 +373,7 @@ export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
   if (deflated ? payloadBytes >= rawPayloadBytes : payloadBytes !== rawPayloadBytes) {
     return err(CodecErrorCode.BAD_HEADER, `stored payload of ${payloadBytes} bytes is inconsistent with raw ${rawPayloadBytes}`);
   }
-  return ok({ version: FRAME_VERSION, encoding: ENCODINGS[enc], deflated, count, blockSize, k, payloadBytes, rawPayloadBytes, crc });
+  return ok({ version: FRAME_VERSION, encoding: ENCODINGS[enc], deflated, strided: layout.strided, valueBits: enc === ENC_SPARSE ? layout.valueBits : 0, count, blockSize, k, payloadBytes, rawPayloadBytes, crc });
 }
 
 /**
@@ -405,7 +425,7 @@ function decodeUnchecked(frame: Uint8Array, expectedCount: number, out?: Float32
     case ENC_INT4:
       return readInt4Payload(payload, h.blockSize, dst);
     case ENC_SPARSE:
-      return readSparse(payload, h.blockSize, h.k, dst);
+      return readSparse(payload, h.blockSize, h.k, dst, { strided: h.strided, valueBits: h.valueBits === 1 ? 1 : 2 });
     default:
       return readTopkPayload(payload, h.blockSize, h.k, dst);
   }

@@ -204,6 +204,8 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   if (c.uplink?.blockSize !== undefined) num('uplink.blockSize', c.uplink.blockSize, 8, 65536, true);
   if (c.uplink?.topkFraction !== undefined) num('uplink.topkFraction', c.uplink.topkFraction, 1e-9, 1);
   if (c.uplink?.feedbackDecay !== undefined) num('uplink.feedbackDecay', c.uplink.feedbackDecay, 0, 1);
+  if (c.uplink?.strided !== undefined && typeof c.uplink.strided !== 'boolean') p.push('uplink.strided must be a boolean');
+  if (c.uplink?.valueBits !== undefined && c.uplink.valueBits !== 1 && c.uplink.valueBits !== 2) p.push('uplink.valueBits must be 1 or 2');
   if (!['int8', 'int4', 'f32'].includes(c.downlink?.encoding)) p.push(`downlink.encoding must be 'int8', 'int4' or 'f32'`);
   num('downlink.blockSize', c.downlink?.blockSize, 8, 65536, true);
   if (c.downlink && c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');

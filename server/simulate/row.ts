@@ -82,7 +82,7 @@ class TamperingTransport implements Transport {
     const enc = h.value.encoding;
     // topk keeps k of n; sparse keeps k of each chunk of blockSize
     const topkFraction = h.value.k ? h.value.k / (enc === 'sparse' ? h.value.blockSize : this.n) : undefined;
-    const forged = encodeDelta(x, { encoding: enc, blockSize: h.value.blockSize || undefined, deflate: h.value.deflated, topkFraction });
+    const forged = encodeDelta(x, { encoding: enc, blockSize: h.value.blockSize || undefined, deflate: h.value.deflated, topkFraction, strided: h.value.strided, valueBits: h.value.valueBits === 1 ? 1 : undefined });
     return this.inner.submitDelta(meta, forged);
   }
 }
@@ -212,7 +212,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
       totalTokens: row.tokens,
       dataSeed: common.seed,
       innerLr: { maxLr: row.lr.maxLr, minLr: row.lr.minLr, warmupTokens: row.lr.warmupTokens, localWarmupSteps: 0 },
-      uplink: { encoding: row.codec.encoding, blockSize: row.codec.blockSize, deflate: row.codec.deflate, topkFraction: row.codec.topkFraction, feedbackDecay: row.codec.feedbackDecay },
+      uplink: { encoding: row.codec.encoding, blockSize: row.codec.blockSize, deflate: row.codec.deflate, topkFraction: row.codec.topkFraction, feedbackDecay: row.codec.feedbackDecay, strided: row.codec.strided, valueBits: row.codec.valueBits },
       // a crash is a disconnect (leave); no heartbeat traffic is simulated
       islandTimeoutMs: 1e10,
       ...row.coordinator,

@@ -49,7 +49,7 @@ export interface SimRow {
   mode: TrainingMode;
   islands: IslandSpec[];
   /** Uplink codec for the deltas (diloco). */
-  codec: { encoding: Encoding; blockSize: number; deflate: boolean; topkFraction?: number; feedbackDecay?: number };
+  codec: { encoding: Encoding; blockSize: number; deflate: boolean; topkFraction?: number; feedbackDecay?: number; strided?: boolean; valueBits?: 1 | 2 };
   /** Coordinator knobs (diloco); the simulator fills budget, batch and data fields. */
   coordinator: CoordinatorConfigPatch;
   /** Inner AdamW learning rate (peak, floor) and warmup in tokens; DDP/single use the same schedule. */
