@@ -33,9 +33,9 @@ export interface MatmulChoice {
 /**
  * The tiles tried besides the default 64×64 one (4×4 per thread): 8 rows per thread
  * through workgroup memory, and direct tiles of 8 to 32 rows by 4 or 16 columns per thread,
- * which win where barriers and dynamic indexing are dear (SwiftShader: ×1.8–6.9 over the
- * default on the 15 shapes of bench/results/swiftshader.json's `autotune` with 4 columns;
- * 16 columns, each A row read once for four column groups, about halved attproj.dX's time).
+ * which win where barriers and dynamic indexing are dear (SwiftShader, the 15 shapes of
+ * bench/results/swiftshader.json's `autotune`: the fastest ×2.8–5.3 over the default, and
+ * ×1.6–2.9 over the fastest with 4 columns: 16 columns read each A block once for four).
  */
 export const TILE_VARIANTS: op.MatmulTile[] = [
   { bm: 32, bn: 64, tm: 8 },
