@@ -84,18 +84,32 @@ describe('WebGpuEngine on tiny', () => {
     expect(first.report[0].from).toBe('timed');
     const variants = ['vec4', 'scalar', ...TILE_VARIANTS.map((tile) => choiceLabel({ vec4: true, splitK: 1, tile }))];
     expect(Object.keys(first.report[0].ms!).sort()).toEqual(variants.sort());
-    expect(tuneCache.size).toBe(1);
-    // an engine start past its budget: the cached shape is read, the 14 others keep the default and nothing new is cached
+    expect(tuneCache.size).toBe(1 + variants.length); // the choice and each variant's time
+    // an engine start past its budget: the cached shape is read, the 14 others keep the default, one variant of the next is timed and cached
     const again = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache, budgetMs: -1 } });
     const report = again.tuning!.report; // 5 layers × fwd, dX, dW
     expect(report.length).toBe(15);
     expect(report.find((r) => r.shape === tuneKey(qkv))).toMatchObject({ from: 'cache', chosen: first.report[0].chosen });
     expect(report.filter((r) => r.from === 'default').length).toBe(14);
-    expect(tuneCache.size).toBe(1);
+    expect(tuneCache.size).toBe(1 + variants.length + 1);
     again.destroy();
     const untuned = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device });
     expect(untuned.tuning).toBeNull();
     untuned.destroy();
+  });
+
+  it('starts past their budget time one variant each, cached, until the shape has its choice', async () => {
+    const rows = opts.maxBatch * config.blockSize;
+    const qkv = { pass: 'fwd', C: config.nEmbd, OC: 3 * config.nEmbd } as const;
+    const store = new Map<string, string>();
+    const partial = { get: (k: string) => store.get(k) ?? null, set: (k: string, v: string) => void store.set(k, v) };
+    const n = 2 + TILE_VARIANTS.length; // vec4, scalar and each tile
+    for (let start = 1; start <= n; start++) {
+      const r = (await autotuneMatmuls(device, KernelSet.for(device), [qkv], rows, { adapter: 'budget-test', cache: partial, budgetMs: 0 })).report[0];
+      expect(Object.keys(r.ms!).length).toBe(start);
+      expect(r.from).toBe(start < n ? 'default' : 'timed');
+    }
+    expect(store.get(tuneCacheKey('budget-test', rows, qkv))).toBeTruthy();
   });
 
   it('an engine on the other tiles (every matmul from the cache) trains like the CPU: 3 AdamW steps', async () => {

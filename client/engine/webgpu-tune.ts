@@ -1,9 +1,10 @@
 // The matmul autotuner: at engine start, time the variants of each of the model's
 // matmuls on its real shapes (tile sizes and work per thread, with or without workgroup
 // memory; vec4 or scalar loads; split-K slices for dW), keep the fastest per shape, and cache the choice by adapter so the next start only reads it.
-// Bounded by a time budget, checked before each shape: a shape begun is timed to the end (so
-// every start makes progress even where compiling one shape's variants takes longer than the
-// budget, as on SwiftShader); shapes not reached keep the default choice (timed on a later start). No node: imports: the cache is given
+// Bounded by a time budget, checked before each variant is built and each timing round: the
+// variants timed so far are cached too, so every start makes progress (at least one variant)
+// even where one shape's variants take longer than the budget (SwiftShader); a shape keeps the
+// default choice until all its variants are timed, over one or more starts. No node: imports: the cache is given
 // (localStorage in a browser, a file in Node: server/tune-cache.ts).
 
 import { KernelSet, Program, type DispatchSpec, type Shape } from './webgpu-kernels.ts';
@@ -127,6 +128,9 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
   const buf = (n: number) => device.createBuffer({ size: Math.max(16, n * 4), usage: S });
   const a = buf(rows * maxIn), b = buf(rows * maxIn), w = buf(maxW), g = buf(maxW), partials = buf(op.partialsScratch(maxW, rows, maxIn));
   const shape: Shape = { B: 1, T: rows };
+  // past the budget, once this start has timed something (each start makes progress)
+  let timedAny = false;
+  const outOfTime = () => timedAny && performance.now() - t0 > o.budgetMs;
   try {
     for (const s of shapes) {
       const key = tuneCacheKey(o.adapter, rows, s);
@@ -137,23 +141,39 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
         result.report.push({ shape: tuneKey(s), chosen, from: 'cache' });
         continue;
       }
-      if (performance.now() - t0 > o.budgetMs) {
+      if (outOfTime()) {
         result.report.push({ shape: tuneKey(s), chosen: defaultChoice(s), from: 'default' });
         continue;
       }
-      const ms: Record<string, number> = {};
       const cands = candidates(s, rows);
+      const variantKey = (c: MatmulChoice) => `${key}|${choiceLabel(c)}`;
+      // variant times cached by earlier starts that ran out of time on this shape
+      const ms: Record<string, number> = {};
+      for (const c of cands) { const t = Number(o.cache?.get(variantKey(c))); if (t > 0) ms[choiceLabel(c)] = t; }
+      const todo: MatmulChoice[] = [];
       const programs: Program[] = [];
       try {
         for (const c of cands) {
+          if (ms[choiceLabel(c)] !== undefined) continue;
+          if (outOfTime()) break; // the rest on a later start
+          todo.push(c);
+          timedAny = true;
           const d = { C: s.C, OC: s.OC, wOff: 0, biasOff: s.pass === 'dX' ? null : s.C * s.OC, vec4: c.vec4, dwVec4: c.vec4, tile: c.tile, dwTile: c.tile, partials, splitK: c.splitK };
           const specs: DispatchSpec[] = s.pass === 'fwd' ? [op.matmulForward(b, a, w, d)]
             : s.pass === 'dX' ? [op.matmulBackward(b, g, a, b, w, d)[0]] : op.matmulBackward(null, g, a, b, w, { ...d, biasOff: null });
           programs.push(await Program.build(kernels, specs, shape, undefined, 'autotune'));
         }
-        (await timeInterleaved(device, programs, shape)).forEach((t, i) => (ms[choiceLabel(cands[i])] = t));
+        (await timeInterleaved(device, programs, shape, outOfTime)).forEach((t, i) => {
+          if (t === undefined) return; // not run: out of time
+          ms[choiceLabel(todo[i])] = t;
+          o.cache?.set(variantKey(todo[i]), String(t));
+        });
       } finally {
         for (const p of programs) p.destroy();
+      }
+      if (cands.some((c) => ms[choiceLabel(c)] === undefined)) {
+        result.report.push({ shape: tuneKey(s), chosen: defaultChoice(s), from: 'default', ms });
+        continue;
       }
       let best = cands[0], bestMs = Infinity;
       for (const c of cands) {
@@ -174,14 +194,18 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
 /**
  * Each program's median ms over three rounds after a warm-up run, the programs taking
  * turns within a round (load from elsewhere falls on all alike). A program over twice as
- * slow as the fastest in the warm-up is not timed again (its warm-up time stands).
+ * slow as the fastest in the warm-up is not timed again (its warm-up time stands). Once
+ * `outOfTime`, the rounds run so far stand, and programs without a warm-up run (the first
+ * always has one) get undefined.
  */
-async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Shape): Promise<number[]> {
+async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Shape, outOfTime: () => boolean): Promise<Array<number | undefined>> {
   const warm: number[] = [];
   const times: number[][] = programs.map(() => []);
   for (let round = 0; round < 4; round++) {
+    if (round > 0 && outOfTime()) break;
     for (let i = 0; i < programs.length; i++) {
-      if (round > 0 && warm[i] > 2 * Math.min(...warm)) continue;
+      if (round === 0 && i > 0 && outOfTime()) break;
+      if (round > 0 && (i >= warm.length || warm[i] > 2 * Math.min(...warm))) continue;
       programs[i].setShape(shape);
       const t = performance.now();
       const enc = device.createCommandEncoder();
@@ -193,7 +217,7 @@ async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Sh
       (round > 0 ? times[i] : warm).push(performance.now() - t);
     }
   }
-  return times.map((t, i) => (t.length ? t.sort((x, y) => x - y)[1] : warm[i]));
+  return times.map((t, i) => (t.length ? t.sort((x, y) => x - y)[Math.floor(t.length / 2)] : warm[i]));
 }
 
 /** The model's matmuls (layer dims), each with its three passes. */
