@@ -11,7 +11,7 @@ import { IslandRuntime } from '../client/island/runtime.ts';
 import { type CodecOptions, decodeDelta, encodeDelta, frameBytes, peekHeader } from '../core/codec/index.ts';
 import { crc32 } from '../core/codec/crc32.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
-import { DEFAULT_COORDINATOR_CONFIG, mergeConfig } from '../core/coord/config.ts';
+import { DEFAULT_COORDINATOR_CONFIG, mergeConfig, validateCoordinatorConfig } from '../core/coord/config.ts';
 import { OuterOptimizer } from '../core/coord/outer.ts';
 import { windowStep } from '../core/coord/rounds.ts';
 import { newIslandRecord } from '../core/coord/types.ts';
@@ -377,6 +377,11 @@ describe('strided sparse frames (a phase per chunk instead of offsets; 2-bit or 
     expect(f.length).toBe(32 + 4 * 4 + 4 * 2 + Math.ceil((3 * k + 58) / 8)); // one f32 a chunk, 1 bit a value
     expect(frameBytes(n, one)).toBe(f.length);
     expect(encodeDelta(d.value, one)).toEqual(f);
+  });
+  it('the uplink config hands the layout to islands; a wrong value is a config error', () => {
+    const uplink: CodecOptions = { encoding: 'sparse', blockSize: 4096, topkFraction: 1 / 2, strided: true, valueBits: 1, feedbackDecay: 0.35 };
+    expect(join(coord({ uplink })).codec).toEqual(uplink);
+    expect(validateCoordinatorConfig(mergeConfig(DEFAULT_COORDINATOR_CONFIG, { uplink: { ...uplink, valueBits: 3 as 1 } }))).toContain('uplink.valueBits must be 1 or 2');
   });
   it('rejects a phase at or past the stride, even under a valid CRC', () => {
     const f = encodeDelta(x, opts).slice();

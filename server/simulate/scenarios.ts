@@ -16,16 +16,13 @@
 //   holds part of a nominal fleet round by its share (momentum too); the former per-arrival delayed
 //   Nesterov stays behind asyncWindow.fraction = 0.
 // - H = 16 for the fastest island (DyLU time rule), batch 4 per island: 14 outer steps per row.
-// - Sparse rows (60k-token runs, heterogeneous async, seed 1; DDP 2.62): top 1/64 of each 4096
-//   chunk, β 0.95: 2.848; β 1: 2.897; 1/16: 3.093; outer SGD lr 1 without momentum: 2.854; norm
-//   bound off: 2.829; dense int4 in the same window: 2.735. Bounding at submit against history ∪
-//   the open window (not the first window's small scores alone): 2.825, goodput 0.99, no honest
-//   delta rejected (was 2.845, 0.85, 4 rejected).
-// - Sparse row at 200k tokens, seed 1 (DDP 2.4723), after the merge window's share fix: lr 0.7,
-//   μ 0.9, β 0.95: 2.7982 (the loss rose after v13: with the inner lr decayed, the steps were the
-//   residual's stale backlog, amplified by momentum); β 0.8: 2.7071; lr 1.0, μ 0.8: 2.6775; both
-//   (the setting here): 2.6384 (1.067×). Before the fix (a whole momentum step for each small tail
-//   window): 2.8628. 1/16 density at 60k: 2.967 before, 2.817 after.
+// - Sparse rows: half of each 4096-entry chunk, strided (the stride class of most energy: a u16
+//   phase per chunk, no offsets), 1-bit values (sign × the chunk's mean kept magnitude), error
+//   feedback decay β 0.35: 2.5159 at 200k tokens, seed 1 (DDP 2.4723), 1055× less upload. The
+//   former top 1/64 with 2-bit values and 12-bit offsets (β 0.8: 2.6384) updated too few entries
+//   per round, and its residual's stale backlog, amplified by momentum, hurt once the inner lr had
+//   decayed: a small β (0.25–0.5) and many cheap entries are what closed the gap. docs/research.md
+//   lists the settings tried.
 
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { Encoding } from '../../core/codec/index.ts';
@@ -77,9 +74,9 @@ export function outerFor(_mode: TrainingMode): CoordinatorConfigPatch {
   return { outer: { kind: 'nesterov', lr: 1, momentum: 0.8, dnPeriod: 0 } };
 }
 
-/** Row codecs: dense int4/int8/f32, or SparseLoCo-style sparse (chunk-wise top-k, 2-bit values, EF decay). */
+/** Row codecs: dense int4/int8/f32, or sparse: half of each 4096-entry chunk, strided, 1-bit values, EF decay 0.35. */
 export function codecFor(encoding: Encoding): SimRow['codec'] {
-  if (encoding === 'sparse') return { encoding, blockSize: 4096, deflate: false, topkFraction: 1 / 64, feedbackDecay: 0.8 };
+  if (encoding === 'sparse') return { encoding, blockSize: 4096, deflate: false, topkFraction: 1 / 2, strided: true, valueBits: 1, feedbackDecay: 0.35 };
   return { encoding, blockSize: encoding === 'int4' ? 256 : 64, deflate: encoding !== 'f32' };
 }
 
@@ -94,8 +91,9 @@ function diloco(name: string, d: RowDefaults, mode: TrainingMode, encoding: Enco
       dylu: true, targetRoundMs: roundMs(d, islands),
       quorum: 1, maxStaleness: 4 * islands.length,
       normBound: { factor: 4, window: 32, minHistory: 3 },
-      // the sparse rows' downlink: int4 + deflate (replicas still apply the same decoded bits)
-      ...(sparse ? { downlink: { encoding: 'int4', blockSize: 64, deflate: true } } : {}),
+      // the sparse rows' downlink: int4, one scale per 4096 entries, + deflate (error feedback on the
+      // server: replicas still apply the same decoded bits); blocks of 64 cost 12 % more bytes down, same loss
+      ...(sparse ? { downlink: { encoding: 'int4', blockSize: 4096, deflate: true } } : {}),
       ...extra,
     },
     lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec, seeds: d.seeds,
