@@ -69,6 +69,8 @@ describe('outer pool', () => {
     await check([vec(72), vec(73)], [0.6, 0.4], nesterov, int8, 0.37, 1, true);
     await check([vec(74)], null, nesterov, { encoding: 'f32', blockSize: 64 }, 0.61, 1, true);
     await check([vec(75)], null, nesterov, int8, 1, 0);
+    await check([vec(78)], null, { kind: 'sgd', lr: 1, momentum: 0, dnPeriod: 0 }, int8, 0.3, 1, true); // sgd, a share of a step
+    await check([vec(79), vec(80)], [0.5, 0.5], { kind: 'sgd', lr: 0.5, momentum: 0.9, dnPeriod: 0 }, int8, 0.6, 1, true); // heavy ball, a share
     await check([vec(76)], [1], nesterov, { encoding: 'int4', blockSize: 64 });
     await check([vec(77)], null, nesterov, { encoding: 'int4', blockSize: 32 }, 0.5, 1, true);
 

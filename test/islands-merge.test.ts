@@ -110,6 +110,22 @@ describe('the outer step of a merge window', () => {
     expect(norm(half.update)).toBeLessThan(0.2 * norm(full.update));
   });
 
+  it('sgd and heavy ball take that fraction too: sgd moves lr·s·g, heavy ball lr·(s·g + s·μ^s·m)', () => {
+    const g = vec(32), h = vec(33), s = 0.25;
+    const sgd = new OuterOptimizer(N);
+    sgd.propose({ kind: 'sgd', lr: 1, momentum: 0, dnPeriod: 0 }, g, s, 1, true);
+    for (const i of [0, 7, 100]) expect(sgd.update[i]).toBeCloseTo(s * g[i], 9); // was s²·g
+    const hb = { kind: 'sgd' as const, lr: 0.5, momentum: 0.9, dnPeriod: 0 };
+    const whole = new OuterOptimizer(N), part = new OuterOptimizer(N);
+    for (const o of [whole, part]) { o.propose(hb, g, 1, 1); o.commit(); }
+    whole.propose(hb, h, 1, 1);
+    part.propose(hb, h, 1, 1, true);
+    expect(part.update).toEqual(whole.update); // s = 1, bit for bit
+    const m = part.state.momentum;
+    part.propose(hb, h, s, 1, true);
+    for (const i of [0, 7, 100]) expect(part.update[i]).toBeCloseTo(0.5 * (s * h[i] + s * Math.pow(0.9, s) * m[i]), 9);
+  });
+
   it('the share is of a nominal round (DyLU target time × speed), not of the budget\'s short last assignments', () => {
     const cfg = mergeConfig(DEFAULT_COORDINATOR_CONFIG, { mode: 'async', dylu: true, targetRoundMs: 10_000, seqLen: 8 });
     // two islands at 320 tokens/s: 3200 tokens a nominal round; the budget's tail gave each 2 steps × 4 × 8 = 64

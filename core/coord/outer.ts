@@ -72,7 +72,8 @@ export class OuterOptimizer {
 
   /**
    * Computes u for pseudo-gradient `g` with scale `s` and (delayed-nesterov) period `period`; with
-   * `share`, s is the window's share of a fleet round (sgd/nesterov: that fraction of a step).
+   * `share`, s is the window's share of a fleet round (sgd/nesterov: that fraction of a step: sgd
+   * without momentum moves lr·s·g).
    * Returns false when u has a non-finite entry (then nothing may be committed).
    */
   propose(cfg: OuterConfig, g: Float32Array, s: number, period: number, share = false): boolean {
@@ -107,7 +108,8 @@ export class OuterOptimizer {
         const gi = s * g[i];
         const mi = Math.fround(decay * m[i] + gi);
         mNext[i] = mi;
-        u[i] = nesterov ? lr * (gi + part * mu * mi) : lr * part * mi;
+        // a share s of a step: the step's gradient term s·g plus s of its momentum term
+        u[i] = nesterov ? lr * (gi + part * mu * mi) : share ? lr * (gi + part * decay * m[i]) : lr * mi;
         probe += u[i] * 0;
       }
       this.nextBufferCount = this.state.bufferCount;

@@ -115,12 +115,21 @@ function updateNesterov(g: Float32Array, s: number, lr: number, mu: number, deca
   }
 }
 
-/** Heavy ball: m' = decay·m + s·g, u = lr·part·m'. */
-function updateMomentum(g: Float32Array, s: number, lr: number, decay: number, part: number, m: Float32Array, mNext: Float32Array, lo: number, hi: number, u: Float32Array): void {
+/** Heavy ball (and sgd): m' = decay·m + s·g, u = lr·m'. */
+function updateMomentum(g: Float32Array, s: number, lr: number, decay: number, m: Float32Array, mNext: Float32Array, lo: number, hi: number, u: Float32Array): void {
   for (let i = lo; i < hi; i++) {
     const mi = Math.fround(decay * m[i] + s * g[i]);
     mNext[i] = mi;
-    u[i] = lr * part * mi;
+    u[i] = lr * mi;
+  }
+}
+
+/** Heavy ball, a share s of a step: m' = μ^s·m + s·g, u = lr·(s·g + s·μ^s·m) (sgd: lr·s·g). */
+function updateMomentumShare(g: Float32Array, s: number, lr: number, decay: number, m: Float32Array, mNext: Float32Array, lo: number, hi: number, u: Float32Array): void {
+  for (let i = lo; i < hi; i++) {
+    const gi = s * g[i];
+    mNext[i] = Math.fround(decay * m[i] + gi);
+    u[i] = lr * (gi + s * decay * m[i]);
   }
 }
 
@@ -166,7 +175,7 @@ export interface Int8Proposal {
   /** The round's deltas (one, with weights null, in async). */
   D: Float32Array[];
   W: Float64Array | null;
-  kind: 'plain' | 'delayed' | 'delayed-flush' | 'nesterov' | 'momentum';
+  kind: 'plain' | 'delayed' | 'delayed-flush' | 'nesterov' | 'momentum' | 'momentum-share';
   s: number; lr: number; mu: number; decay: number; part: number;
   m: Float32Array; b: Float32Array; e: Float32Array;
   mNext: Float32Array; bNext: Float32Array; eNext: Float32Array;
@@ -192,7 +201,8 @@ export function proposeInt8(p: Int8Proposal, sums: ProposalSums): number {
       case 'delayed': updateDelayed(g, p.s, p.lr, p.b, p.bNext, lo, hi, u); break;
       case 'delayed-flush': updateDelayedFlush(g, p.s, p.lr, p.mu, p.m, p.b, p.mNext, p.bNext, lo, hi, u); break;
       case 'nesterov': updateNesterov(g, p.s, p.lr, p.mu, p.decay, p.part, p.m, p.mNext, lo, hi, u); break;
-      case 'momentum': updateMomentum(g, p.s, p.lr, p.decay, p.part, p.m, p.mNext, lo, hi, u); break;
+      case 'momentum': updateMomentum(g, p.s, p.lr, p.decay, p.m, p.mNext, lo, hi, u); break;
+      case 'momentum-share': updateMomentumShare(g, p.s, p.lr, p.decay, p.m, p.mNext, lo, hi, u); break;
     }
     const r = quantize(u, p.e, p.eNext, p.dq, p.q, p.scales, B, lo, hi, sums);
     if (r !== 0) return r;

@@ -158,7 +158,7 @@ class Fragment {
     const sums: ProposalSums = new Float64Array(2 * k + 2);
     const r = proposeInt8({
       D, W,
-      kind: plain ? 'plain' : dn ? (flush ? 'delayed-flush' : 'delayed') : kind === 'nesterov' ? 'nesterov' : 'momentum',
+      kind: plain ? 'plain' : dn ? (flush ? 'delayed-flush' : 'delayed') : kind === 'nesterov' ? 'nesterov' : m.share ? 'momentum-share' : 'momentum',
       s: m.scale, lr, mu, decay: m.share ? Math.pow(mu, m.scale) : mu, part: m.share ? m.scale : 1,
       m: st.momentum, b: st.buffer, e: this.fb.residual,
       mNext: this.mNext, bNext: this.bNext, eNext: this.eNext, g: this.g, dq: this.dq,
