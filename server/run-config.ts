@@ -4,7 +4,7 @@
 
 import { readFileSync } from 'node:fs';
 import type { RunConfig } from '../core/api.ts';
-import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, mergeConfig, validateCoordinatorConfig } from '../core/coord/index.ts';
+import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, SPARSE_UPLINK, mergeConfig, validateCoordinatorConfig } from '../core/coord/index.ts';
 import { ENCODINGS, type Encoding } from '../core/codec/index.ts';
 import { type PresetName, PRESETS, getPreset, validateConfig } from '../core/model/config.ts';
 
@@ -80,7 +80,7 @@ function flagPatch(f: RunFlags): CoordinatorConfigPatch {
   }
   if (f.codec !== undefined) {
     if (!ENCODINGS.includes(f.codec as Encoding)) throw new ConfigError('E_BAD_CONFIG', `--codec must be one of ${ENCODINGS.join('|')}, got '${f.codec}'`);
-    p.uplink = { encoding: f.codec as Encoding };
+    p.uplink = f.codec === 'sparse' ? { ...SPARSE_UPLINK } : { encoding: f.codec as Encoding }; // sparse: the measured setting
   }
   const outer: Partial<CoordinatorConfig['outer']> = {};
   if (f.outerLr !== undefined) outer.lr = f.outerLr;

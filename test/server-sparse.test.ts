@@ -1,9 +1,10 @@
-// `atoll serve --mode async --codec sparse` end to end: two Node islands send SparseLoCo-style
-// frames (chunk-wise top-k, 2-bit values) over socket.io, the merge window applies them, and each
+// `atoll serve --mode async --codec sparse` end to end: two Node islands send sparse frames
+// (SPARSE_UPLINK: half of each chunk strided, 1-bit values) over socket.io, the merge window applies them, and each
 // delta costs a small fraction of an int8 one on the wire.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { frameBytes } from '../core/codec/index.ts';
+import { SPARSE_UPLINK } from '../core/coord/index.ts';
 import { type IslandProc, type TestServer, getJson, spawnIsland, startTestServer, waitFor } from './helpers/server.ts';
 
 interface Status { version: number; accepted: number; bytesIn: number; rejected: Record<string, number> }
@@ -28,7 +29,7 @@ describe('async server with sparse deltas', () => {
       return st.accepted >= 3 ? st : null;
     }, 90_000, 250) as Status;
     const run = await getJson<{ codec: { encoding: string }; params: number }>(`${ts.url}/api/run`);
-    expect(run.codec.encoding).toBe('sparse');
+    expect(run.codec).toMatchObject(SPARSE_UPLINK); // --codec sparse: the measured setting (strided, 1-bit values)
     expect(s.version).toBeGreaterThanOrEqual(1);
     const int8 = frameBytes(run.params, { encoding: 'int8', blockSize: 64 });
     // bytesIn counts every delta received (accepted or not) plus its metadata

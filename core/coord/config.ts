@@ -95,6 +95,13 @@ export interface CoordinatorConfig {
   historyLimit: number;
 }
 
+/**
+ * The sparse uplink measured in docs/research.md (section 5): half of each 4096-entry chunk,
+ * strided, 1-bit values, error feedback decay 0.35. `--codec sparse` and the simulator's sparse
+ * rows use it.
+ */
+export const SPARSE_UPLINK = { encoding: 'sparse', blockSize: 4096, topkFraction: 0.5, strided: true, valueBits: 1, feedbackDecay: 0.35 } as const satisfies CodecOptions;
+
 export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   mode: 'sync',
   outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },

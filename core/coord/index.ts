@@ -33,6 +33,7 @@ export {
   type StalenessFn,
   DEFAULT_COORDINATOR_CONFIG,
   RUNTIME_KEYS,
+  SPARSE_UPLINK,
   mergeConfig,
   stalenessWeight,
   validateCoordinatorConfig,

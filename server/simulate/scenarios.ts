@@ -24,7 +24,7 @@
 //   decayed: a small β (0.25–0.5) and many cheap entries are what closed the gap. docs/research.md
 //   lists the settings tried.
 
-import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
+import { type CoordinatorConfigPatch, SPARSE_UPLINK } from '../../core/coord/index.ts';
 import type { Encoding } from '../../core/codec/index.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Behaviour, IslandSpec, NetworkSpec, SimRow } from './types.ts';
@@ -76,7 +76,7 @@ export function outerFor(_mode: TrainingMode): CoordinatorConfigPatch {
 
 /** Row codecs: dense int4/int8/f32, or sparse: half of each 4096-entry chunk, strided, 1-bit values, EF decay 0.35. */
 export function codecFor(encoding: Encoding): SimRow['codec'] {
-  if (encoding === 'sparse') return { encoding, blockSize: 4096, deflate: false, topkFraction: 1 / 2, strided: true, valueBits: 1, feedbackDecay: 0.35 };
+  if (encoding === 'sparse') return { ...SPARSE_UPLINK, deflate: false };
   return { encoding, blockSize: encoding === 'int4' ? 256 : 64, deflate: encoding !== 'f32' };
 }
 
