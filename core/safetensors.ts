@@ -82,7 +82,11 @@ function swapBytes(bytes: Uint8Array, size: number): void {
  * data byte length ≠ shape product × dtype size, or a tensor named __metadata__.
  */
 export function writeSafetensors(tensors: Record<string, TensorInput>, metadata?: Record<string, string>): Uint8Array {
-  const parts = safetensorsParts(tensors, metadata);
+  return concatBytes(safetensorsParts(tensors, metadata));
+}
+
+/** The parts one after the other in one new buffer. */
+export function concatBytes(parts: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(parts.reduce((s, p) => s + p.length, 0));
   let pos = 0;
   for (const p of parts) {

@@ -210,7 +210,8 @@ export function proposeInt8(p: Int8Proposal, sums: ProposalSums): number {
   return 0;
 }
 
-/** A scratch long enough for one chunk of blocks of `blockSize`. */
-export function chunkScratch(blockSize: number): Float64Array {
-  return new Float64Array(Math.max(CHUNK, blockSize));
+/** A scratch long enough for one chunk of blocks of `blockSize`: `have` when it already is. */
+export function chunkScratch(blockSize: number, have?: Float64Array): Float64Array {
+  const n = Math.max(CHUNK, blockSize);
+  return have && have.length >= n ? have : new Float64Array(n);
 }

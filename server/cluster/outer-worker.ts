@@ -154,7 +154,7 @@ class Fragment {
     const D = m.slots.map((j) => slots[j].subarray(a, a + len));
     const W = m.weights === null ? null : Float64Array.from(m.weights);
     const k = D.length;
-    if (this.acc.length < Math.max(4096, B)) this.acc = chunkScratch(B);
+    this.acc = chunkScratch(B, this.acc);
     const sums: ProposalSums = new Float64Array(2 * k + 2);
     const r = proposeInt8({
       D, W,
