@@ -210,6 +210,16 @@ export function proposeInt8(p: Int8Proposal, sums: ProposalSums): number {
   return 0;
 }
 
+/** g = Σ_j W[j]·D[j] over the whole fragment, chunk by chunk as proposeInt8's first pass, with the agreement sums. */
+export function combineAll(D: Float32Array[], W: Float64Array, g: Float32Array, acc: Float64Array, sums: ProposalSums): void {
+  for (let lo = 0; lo < g.length; lo += CHUNK) combine(D, W, lo, Math.min(lo + CHUNK, g.length), acc, g, sums);
+}
+
+/** The agreement sums of k deltas in `sums` (ProposalSums), as the pool reports them. */
+export function agreementOf(sums: ProposalSums, k: number): { dots: number[]; sqs: number[]; gg: number } {
+  return { dots: Array.from(sums.subarray(0, k)), sqs: Array.from(sums.subarray(k, 2 * k)), gg: sums[2 * k] };
+}
+
 /** A scratch long enough for one chunk of blocks of `blockSize`: `have` when it already is. */
 export function chunkScratch(blockSize: number, have?: Float64Array): Float64Array {
   const n = Math.max(CHUNK, blockSize);

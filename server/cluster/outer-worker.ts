@@ -11,7 +11,7 @@ import { CodecScratch, ErrorFeedback, decodeDelta, encodeWithFeedback } from '..
 import { crc32 } from '../../core/codec/crc32.ts';
 import { HASH_CHUNK_WORDS, hashChunks } from '../../core/coord/hash.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
-import { type ProposalSums, chunkScratch, proposeInt8 } from './outer-int8.ts';
+import { type ProposalSums, agreementOf, chunkScratch, combineAll, proposeInt8 } from './outer-int8.ts';
 
 export interface OuterWorkerInit {
   n: number;
@@ -93,26 +93,17 @@ class Fragment {
 
   /**
    * The fragment of g: the one delta (weights null), or Σ w_j·d_j accumulated in f64 in slot order
-   * and rounded once (as the coordinator's combineDeltas), with each delta's agreement sums in the
-   * same pass over the elements.
+   * and rounded once (as the coordinator's combineDeltas), with each delta's agreement sums: the
+   * int8 path's first pass (outer-int8.ts).
    */
   private gradient(slots: Float32Array[], m: Propose, a: number): { g: Float32Array; agreement?: AgreementSums } {
     const len = this.len;
     if (m.weights === null) return { g: slots[m.slots[0]].subarray(a, a + len) };
     const D = m.slots.map((s) => slots[s].subarray(a, a + len));
-    const W = Float64Array.from(m.weights);
-    const k = D.length, g = this.g;
-    const dots = new Float64Array(k), sqs = new Float64Array(k);
-    let gg = 0;
-    for (let i = 0; i < len; i++) {
-      let acc = 0;
-      for (let j = 0; j < k; j++) acc += W[j] * D[j][i];
-      const gi = Math.fround(acc);
-      g[i] = gi;
-      gg += gi * gi;
-      for (let j = 0; j < k; j++) { const d = D[j][i]; dots[j] += d * gi; sqs[j] += d * d; }
-    }
-    return { g, agreement: { dots: Array.from(dots), sqs: Array.from(sqs), gg } };
+    const sums: ProposalSums = new Float64Array(2 * D.length + 2);
+    this.acc = chunkScratch(0, this.acc);
+    combineAll(D, Float64Array.from(m.weights), this.g, this.acc, sums);
+    return { g: this.g, agreement: agreementOf(sums, D.length) };
   }
 
   /** Returns Σu² of the proposed update (and, for a weighted g, the agreement sums), or an error (then nothing may be committed). */
@@ -172,8 +163,7 @@ class Fragment {
     this.momentumMoved = !plain && (!dn || flush);
     this.bufferMoved = dn;
     this.decoded = this.dq;
-    const agreement = W === null ? undefined : { dots: Array.from(sums.subarray(0, k)), sqs: Array.from(sums.subarray(k, 2 * k)), gg: sums[2 * k] };
-    return { sumSq: sums[2 * k + 1], agreement };
+    return { sumSq: sums[2 * k + 1], agreement: W === null ? undefined : agreementOf(sums, k) };
   }
 
   /** θ ← θ − Q(u) and the proposal's state becomes the live one. */
