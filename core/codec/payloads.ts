@@ -35,6 +35,9 @@ export function writeF16Payload(src: Float32Array, dst: Uint8Array): void {
   for (let i = 0; i < n; i++) dv.setUint16(2 * i, f16Saturating(bits[i]), true);
 }
 
+/** The scale of a non-zero block whose max/qmax rounds to 0 in f32: the smallest subnormal. */
+export const MIN_SCALE = 1.401298464324817e-45;
+
 /**
  * Symmetric absmax scale for one block: max|x| / qmax as f32. NaN when the block holds a
  * non-finite value (so decode rejects it). Never rounds a non-zero block to a zero scale: the
@@ -45,7 +48,7 @@ function blockScale(src: Float32Array, start: number, end: number, qmax: number)
   for (let i = start; i < end; i++) max = Math.max(max, Math.abs(src[i])); // NaN sticks, inf is max
   if (!(max < Infinity)) return NaN;
   const scale = Math.fround(max / qmax);
-  return scale === 0 && max > 0 ? 1.401298464324817e-45 : scale;
+  return scale === 0 && max > 0 ? MIN_SCALE : scale;
 }
 
 /**

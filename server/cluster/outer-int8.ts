@@ -10,10 +10,9 @@
 // and every running sum takes its terms in element order: the bits are the coordinator's
 // (test/cluster-outer.test.ts). A chunk is a whole number of downlink blocks.
 
-import { roundHalfUp } from '../../core/codec/payloads.ts';
+import { MIN_SCALE, roundHalfUp } from '../../core/codec/payloads.ts';
 
 const CHUNK = 4096;
-const MIN_SCALE = 1.401298464324817e-45; // the codec's scale for a block of subnormals
 
 /** Running sums of one proposal: [dots (k), sqs (k), Σg², Σu²]; each in element order. */
 export type ProposalSums = Float64Array;
