@@ -123,6 +123,7 @@ export function buildProgram(): Command {
     .requiredOption('--server <urls>', 'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them')
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
+    .option('--no-calibrate', 'skip timing a few steps before joining (the first round is then the run\'s default length, not sized to its round time)')
     .option('--name <name>', 'display name on the dashboard')
     .option('--batch <n>', 'largest micro-batch to run (default: the run\'s)', intArg)
     .option('--duty <f>', 'fraction of time spent computing, (0, 1]', numArg)
