@@ -201,7 +201,7 @@ describe('volunteer page (Chromium)', () => {
     expect(run.title).toBe(TITLE);
     await textOf(gpu!, '#run-name', (t) => t === TITLE);
     await textOf(gpu!, '#run-description', (t) => t === run.description);
-    await textOf(gpu!, '#cost-up', 'int8');
+    await textOf(gpu!, '#cost-up', 'sparse');
     await textOf(gpu!, '#cost-mem', 'MiB while training');
     await textOf(gpu!, '#gpu-status-text', 'WebGPU is ready');
     expect(await page.locator('#cpu-optin').isHidden()).toBe(true);

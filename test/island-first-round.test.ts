@@ -9,6 +9,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { CpuEngine } from '../client/engine/cpu.ts';
 import type { IslandEvent } from '../client/island/runtime.ts';
+import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { decodeDelta } from '../core/codec/index.ts';
 import { allocBatch, sampleBatch } from '../core/data/dataset.ts';
 import { type GPTConfig, getPreset } from '../core/model/config.ts';
@@ -56,11 +57,11 @@ async function evalAt(url: string, version: number): Promise<number> {
   }, 60_000, 200) as Promise<number>;
 }
 
-/** θ at `version` (the run's model endpoint serves the newest; fetched before anything trains on it). */
+/** θ now (the run's model endpoint serves the newest: fetched before anything trains on it). */
 async function modelNow(url: string): Promise<Float32Array> {
-  const r = await fetch(`${url}/api/model`);
-  const b = new Uint8Array(await r.arrayBuffer());
-  return new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4).slice();
+  const ck = decodeCheckpoint(new Uint8Array(await (await fetch(`${url}/api/model`)).arrayBuffer()));
+  if (!ck.ok) throw new Error(ck.error.message);
+  return ck.value.params;
 }
 
 /**
