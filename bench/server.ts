@@ -21,7 +21,7 @@ import { type OuterPoolBench, benchOuterPool } from './outer-pool.ts';
 import { median } from './timing.ts';
 import { ENCODINGS, type Encoding, encodeDelta } from '../core/codec/index.ts';
 import { Coordinator } from '../core/coord/index.ts';
-import { OuterOffloadHost } from '../server/outer-offload.ts';
+import { OuterOffloadHost } from '../server/outer/offload.ts';
 import { getPreset, numParams, type GPTConfig } from '../core/model/config.ts';
 import { type Assignment, PROTOCOL_VERSION } from '../core/protocol.ts';
 
