@@ -109,11 +109,11 @@ function timestamp(): string {
  * Runs rows on `workers` worker threads (0: in this thread), longest first (by `cost` where given,
  * else DiLoCo rows first), results in row order.
  */
-export async function runRows(rows: SimRow[], commons: SimCommon[], workers: number, log: (l: string) => void, progress?: (i: number, frac: number) => void, cost?: number[]): Promise<SimRunResult[]> {
+export async function runRows(rows: SimRow[], commons: SimCommon[], workers: number, log: (l: string) => void, progress?: (i: number, frac: number) => void, cost?: number[], done?: (i: number, r: SimRunResult) => void): Promise<SimRunResult[]> {
   const results: SimRunResult[] = new Array(rows.length);
   if (workers <= 0) {
     const ds = loadCorpus(commons[0].data);
-    for (let i = 0; i < rows.length; i++) results[i] = await runRow(rows[i], { common: commons[i], ds, log, progress: (f) => progress?.(i, f) });
+    for (let i = 0; i < rows.length; i++) { results[i] = await runRow(rows[i], { common: commons[i], ds, log, progress: (f) => progress?.(i, f) }); done?.(i, results[i]); }
     return results;
   }
   const order = rows.map((_, i) => i).sort(cost ? (a, b) => cost[b] - cost[a] : (a, b) => (rows[b].kind === 'diloco' ? 1 : 0) - (rows[a].kind === 'diloco' ? 1 : 0));
@@ -123,7 +123,7 @@ export async function runRows(rows: SimRow[], commons: SimCommon[], workers: num
     w.on('message', (m: { type: 'log'; line: string } | { type: 'progress'; frac: number } | { type: 'result'; result: SimRunResult } | { type: 'error'; message: string }) => {
       if (m.type === 'log') log(m.line);
       else if (m.type === 'progress') progress?.(i, m.frac);
-      else if (m.type === 'result') results[i] = m.result;
+      else if (m.type === 'result') { results[i] = m.result; done?.(i, m.result); }
       else reject(new Error(`row ${rows[i].name}: ${m.message}`));
     });
     w.on('error', reject);

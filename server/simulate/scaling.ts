@@ -12,7 +12,7 @@
 // budget (H = tokens / (OUTER_ROUNDS × global batch × T)); the islands' communication per token
 // falls as the model and its budget grow.
 
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type GPTConfig, flopsPerToken, numParams } from '../../core/model/config.ts';
 import { type Result, err, ok } from '../../core/result.ts';
@@ -194,9 +194,15 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
     commons.push(c);
   }
   const jobs = plans.flatMap((p, k) => p.rows.map((row, r) => ({ p, k, r, row })));
+  const outDir = resolve(opts.out ?? join('runs', `scaling-${new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15)}`));
+  mkdirSync(outDir, { recursive: true });
+  // each row's result as it finishes (a long ladder cut short keeps what it measured)
+  const partial = join(outDir, 'rows.jsonl');
+  writeFileSync(partial, '');
+  const done = (i: number, r: SimRunResult) => appendFileSync(partial, JSON.stringify({ rung: jobs[i].p.spec.name, params: jobs[i].p.params, ...r, curve: undefined }) + '\n');
   log(`simulate scaling: ${plans.length} rungs (${plans.map((p) => `${p.spec.name} ${p.params} params, ${p.tokens} tokens, H ${p.innerSteps}`).join('; ')}), ${jobs.length} rows on ${workers} worker(s)`);
   opts.progress?.start(jobs.map((j) => `${j.p.spec.name} ${j.row.name}`));
-  const runs = await runRows(jobs.map((j) => j.row), jobs.map((j) => commons[j.k]), workers, log, opts.progress && ((i, f) => opts.progress!.update(i, f)), jobs.map((j) => rowCost(j.p, j.row)));
+  const runs = await runRows(jobs.map((j) => j.row), jobs.map((j) => commons[j.k]), workers, log, opts.progress && ((i, f) => opts.progress!.update(i, f)), jobs.map((j) => rowCost(j.p, j.row)), done);
 
   const rungs: ScalingRung[] = plans.map((p, k) => {
     const fpt = flopsPerToken(p.spec.config, SEQ_LEN);
@@ -236,8 +242,6 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
     },
     rungs, fits, verdict: verdictOf(rungs, ISLAND_COUNTS.map((n) => `islands-${n}`)),
   };
-  const outDir = resolve(opts.out ?? join('runs', `scaling-${new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15)}`));
-  mkdirSync(outDir, { recursive: true });
   const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
   const table = scalingTable(report);
   const svg = scalingPlotSvg(report);
