@@ -136,7 +136,7 @@ export function buildProgram(): Command {
 
   program.command('simulate')
     .description('many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island')
-    .option('--preset <name>', 'compare (the comparison table), diloco (one DiLoCo row and baselines), smoke (seconds); a model preset name means compare on that model', 'compare')
+    .option('--preset <name>', 'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ladder), smoke (seconds); a model preset name means compare on that model', 'compare')
     .addOption(new Option('--model <name>', 'model preset').choices(Object.keys(PRESETS)))
     .option('--islands <n>', 'islands per DiLoCo row', intArg)
     .option('--tokens <n>', 'token budget per row (tokens in θ)', intArg)
@@ -153,11 +153,26 @@ export function buildProgram(): Command {
     .option('--workers <n>', 'worker threads running rows in parallel (0: in this thread)', intArg)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option('--out <dir>', 'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>)')
-    .addOption(new Option('--engine <kind>', 'training engine (virtual time: the cpu engine only)').choices(['cpu']).default('cpu'))
+    .option('--rungs <n|names>', 'scaling preset: the first n rungs of the ladder, or rung names, comma-separated (default the 4 CPU rungs)')
+    .option('--tokens-per-param <x>', 'scaling preset: token budget per parameter at every rung (default 2)')
+    .option('--outer-rounds <n>', 'scaling preset: fleet rounds per run, the H rule H = tokens / (rounds × global batch) (default 8)', intArg)
+    .addOption(new Option('--engine <kind>', 'training engine of every island, baseline and evaluation (virtual time either way)').choices(['cpu', 'webgpu']).default('cpu'))
     .option('--json', 'print report.json on stdout instead of the table')
     .action(async (o) => {
       const { runSimulate, simulateOptionsFromCli } = await import('./simulate/index.ts');
       const { ProgressBars } = await import('./simulate/progress.ts');
+      if (o.preset === 'scaling') {
+        const { runScaling, scalingOptionsFromCli } = await import('./simulate/scaling.ts');
+        const sp = scalingOptionsFromCli(o);
+        if (!sp.ok) throw Object.assign(new Error(sp.error.message), { code: sp.error.code });
+        let sbars: InstanceType<typeof ProgressBars> | undefined;
+        await runScaling({
+          ...sp.value,
+          log: (l: string) => (sbars ? sbars.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
+          progress: sp.value.json ? undefined : { start: (names) => { sbars = new ProgressBars(process.stderr, names); }, update: (i, f) => sbars?.update(i, f) },
+        });
+        return;
+      }
       const parsed = simulateOptionsFromCli(o);
       if (!parsed.ok) throw Object.assign(new Error(parsed.error.message), { code: parsed.error.code });
       let bars: InstanceType<typeof ProgressBars> | undefined;
