@@ -27,7 +27,7 @@ const STALL_FACTOR = 5;
 const islandStream = (i: number) => streamId(`island-${i + 1}`);
 
 /** Held-out evaluation of a parameter vector. */
-class Evaluator {
+export class Evaluator {
   private readonly engine: CpuEngine;
   private readonly batches: Batch[];
   constructor(common: SimCommon, ds: TextDataset) {
