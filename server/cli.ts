@@ -147,7 +147,9 @@ export function buildProgram(): Command {
     .option('--quick', 'one seed and fewer rows (tests)')
     .option('--rows <names>', "only these rows of the preset, comma-separated (with --quick: any row of the full preset, one seed)")
     .option('--eval-batches <n>', 'held-out batches per evaluation (default 64)', intArg)
-    .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from', intArg)
+    .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from (0: cold, as --cold)', intArg)
+    .option('--cold', 'start every row cold, from θ0 = the init a fresh atoll serve --seed run starts from (no warm start)')
+    .option('--from-fleet <report>', "replay an atoll fleet report.json in virtual time: its twin, DDP and single rows")
     .option('--compare <rows>', "diloco preset: baselines to add, comma-separated (ddp,single; 'none')")
     .option('--seed <n>', 'init and data seed', intArg)
     .option('--workers <n>', 'worker threads running rows in parallel (0: in this thread)', intArg)
@@ -181,6 +183,33 @@ export function buildProgram(): Command {
         log: (l: string) => (bars ? bars.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
         progress: { start: (names) => { bars = new ProgressBars(process.stderr, names); }, update: (i, f) => bars?.update(i, f) },
       });
+    });
+
+  program.command('fleet')
+    .description('a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html')
+    .addOption(presetOption().default('tiny'))
+    .option('--islands <n>', 'Node islands, each its own process (those --schedule joins included)', intArg, 4)
+    .option('--browsers <n>', 'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start', intArg, 0)
+    .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu', 'cpu')
+    .option('--batches <list>', 'Node islands\' micro-batches, cycled (default: the run\'s)')
+    .option('--duty <list>', 'Node islands\' duty cycles in (0, 1], cycled', '1')
+    .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, restarted 2 s later)')
+    .option('--tokens <n>', 'tokens in θ that end the run (and every row)', intArg, 50_000)
+    .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
+    .option('--seed <n>', 'θ init seed of the run and its twin', intArg, 1337)
+    .addOption(new Option('--mode <mode>', 'DiLoCo mode (default: the run config\'s)').choices(['sync', 'async']))
+    .addOption(new Option('--codec <enc>', 'delta encoding (default: the run config\'s)').choices([...ENCODINGS]))
+    .option('--config <file>', 'JSON run config, as atoll serve --config (the twin takes its settings from the run)')
+    .option('--redis [url]', 'on the Redis roles: one aggregator and two gateways (no URL: a redis-server on a free port)')
+    .option('--evals <n>', 'evaluation points over the run', intArg, 12)
+    .option('--eval-batches <n>', 'held-out batches per evaluation (16 sequences each)', intArg, 64)
+    .option('--workers <n>', 'worker threads for the twin, DDP and single rows', intArg)
+    .option('--timeout <min>', 'give up when the live run has not reached the budget after this long', numArg, 30)
+    .option('--out <dir>', 'output folder (default runs/fleet-<time>)')
+    .option('--json', 'print report.json on stdout')
+    .action(async (o) => {
+      const { fleet, fleetSpecFromCli } = await import('./commands/fleet.ts');
+      await fleet(fleetSpecFromCli(o), { out: o.out, workers: o.workers, json: !!o.json });
     });
 
   program.command('chaos')

@@ -24,6 +24,7 @@ import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
 import { runRow, warmStartOffPlateau } from './row.ts';
+import { readTwinSpec } from '../fleet/twin.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions } from './types.ts';
@@ -96,6 +97,8 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
   if (raw.data !== undefined) o.data = String(raw.data);
   if (raw.compare !== undefined) o.compare = raw.compare === true ? 'ddp,single' : String(raw.compare);
   if (raw.rows !== undefined) o.rows = String(raw.rows).split(',').map((s) => s.trim()).filter(Boolean);
+  if (raw.cold === true) o.warmStartTokens = 0;
+  if (raw.fromFleet !== undefined) o.fromFleet = String(raw.fromFleet);
   o.json = raw.json === true || raw.json === 'true';
   o.quick = raw.quick === true || raw.quick === 'true';
   return ok(o);
@@ -168,7 +171,14 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     data: opts.data, engine: opts.engine,
   };
   let rows: SimRow[];
-  if (preset === 'compare') rows = compareRows(d, opts.quick && !opts.rows);
+  const fleet = opts.fromFleet ? readTwinSpec(opts.fromFleet) : null;
+  if (fleet) {
+    // a fleet's twin: its own model, data, seed and settings, cold as the live run began
+    rows = fleet.rows;
+    Object.assign(common, fleet.common);
+    d.tokens = rows[0].tokens;
+    d.baseTokensPerSec = rows[0].baseTokensPerSec;
+  } else if (preset === 'compare') rows = compareRows(d, opts.quick && !opts.rows);
   else {
     const extra = (opts.compare ?? 'ddp,single').split(',').map((s) => s.trim()).filter((s) => s && s !== 'none');
     rows = dilocoRows(d, opts.mode ?? (preset === 'smoke' ? 'sync' : 'async'), opts.codec ?? 'int4', extra);
@@ -179,7 +189,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     rows = rows.filter((r) => opts.rows!.includes(r.name));
   }
   const workers = opts.workers ?? Math.min(2, availableParallelism());
-  const warmTokens = opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768);
+  const warmTokens = fleet ? 0 : opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768);
   // one shared warm start per seed: every row of that seed starts there
   const seeds = [...new Set(rows.flatMap((r) => r.seeds ?? [common.seed]))];
   const perSeed = new Map<number, SimCommon>();

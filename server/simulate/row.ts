@@ -35,7 +35,7 @@ function rowEngines(common: SimCommon, maxBatch: number): Promise<EngineMaker> {
 }
 
 /** Held-out evaluation of a parameter vector. */
-class Evaluator {
+export class Evaluator {
   private readonly batches: Batch[];
   constructor(private readonly engine: TrainingEngine, common: SimCommon, ds: TextDataset) {
     this.batches = evalBatches(ds.heldOut, common.evalBatchSize, common.seqLen, common.evalBatches);

@@ -189,6 +189,8 @@ export interface SimulateOptions {
    * from a pretrained model). Default 32768 for compare/diloco, 0 for smoke. Not counted in `tokens`.
    */
   warmStartTokens?: number;
+  /** Replay an `atoll fleet` report.json: its twin, DDP and single rows, cold (the preset's rows are not run). */
+  fromFleet?: string;
   /** Inner steps H of a nominal island (default: per preset). */
   innerSteps?: number;
   /** Engine of islands, baselines and evaluation: 'cpu' (default) or 'webgpu' (Dawn); virtual time either way. */
