@@ -67,6 +67,11 @@ export function readTwinSpec(path: string): TwinSpec {
   return report.twinSpec;
 }
 
+/** What the live server took in and sent out (the islands' own counts), per accepted token. */
+function serverBytes(bytesIn: number, bytesOut: number, tokens: number): SimRunResult['server'] {
+  return { bytesIn, bytesOut, snapshotBytes: 0, inPerToken: bytesIn / Math.max(1, tokens), outPerToken: bytesOut / Math.max(1, tokens) };
+}
+
 /** The live run as a report row: θ at each mark through the same evaluator as the simulated rows. */
 export async function liveRow(live: LiveRun, common: SimCommon, ddpRow: SimRow): Promise<SimRunResult> {
   const ds = loadCorpus(common.data);
@@ -87,6 +92,7 @@ export async function liveRow(live: LiveRun, common: SimCommon, ddpRow: SimRow):
     commReductionVsDdp: ddpBytesPerIsland(ddpRow, live.tokens, common.seqLen, numParams(live.runConfig.model)) / Math.max(1, up),
     goodput: live.tokens / Math.max(1, computed), accepted: isl.reduce((a, l) => a + l.accepted, 0), rejected,
     versions: live.versions, virtualTimeMs: live.seconds * 1000, realTimeMs: live.seconds * 1000, curve, perIsland: [], notes: [],
+    server: serverBytes(isl.reduce((a, l) => a + l.bytesUp, 0), isl.reduce((a, l) => a + l.bytesDown, 0), live.tokens),
   };
 }
 
