@@ -44,6 +44,8 @@ export const ErrorCode = {
   /** A delta's claimed work does not fit its assignment (steps above it, tokens ≠ steps × batch × seqLen). */
   BAD_CLAIM: 'E_BAD_CLAIM',
   PAUSED: 'E_PAUSED',
+  /** Butterfly mixing: an audit found this member's fragment, partial sum or replayed Δ wrong (core/mix). */
+  MIX_MISMATCH: 'E_MIX_MISMATCH',
   /** The server holds its maximum number of islands (connected, or records kept): retry later. */
   FULL: 'E_FULL',
   /** The run reached its token budget: no more assignments. Not a failure. */

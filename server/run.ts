@@ -7,7 +7,7 @@
 // checkpoint (run-checkpoint.ts) and log lines (history.ts) are on disk (store.ts).
 //
 // The outer step off the event loop: with `outerWorkers` > 0 the coordinator's outer step runs in
-// worker threads (outer-offload.ts). `kick()` starts a pending step; until it completes, calls that
+// worker threads (outer/offload.ts). `kick()` starts a pending step; until it completes, calls that
 // change rounds wait (`whenIdle`), and the pump snapshots only between steps.
 
 import type { RunAudits } from './audit.ts';
@@ -29,7 +29,7 @@ import { SnapshotArrays, checkpointFile, encodeRunCheckpoint, restoreLatest } fr
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
 import { islandView } from './island-view.ts';
-import { OuterOffloadHost } from './outer-offload.ts';
+import { OuterOffloadHost } from './outer/offload.ts';
 
 /** θ as of the last durable version: what islands may download. */
 interface DurableState {

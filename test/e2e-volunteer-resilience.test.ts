@@ -11,7 +11,7 @@ import { type BusyInfo, type EngineHandle, ResilientEngine } from '../client/vol
 import { generateBetweenSteps } from '../client/volunteer/sampler.ts';
 import { visibleText } from '../client/volunteer/sample-text.ts';
 import { parseRunInfo } from '../client/volunteer/run-info.ts';
-import { generate } from '../core/model/sample.ts';
+import { generate } from '../core/sample.ts';
 import type { IslandView } from '../core/api.ts';
 import { creditOf } from '../core/credit.ts';
 import { sampleBatch } from '../core/data/dataset.ts';

@@ -247,7 +247,7 @@ export interface CoordinatorSnapshotMeta {
 }
 
 /**
- * The outer step's numerics run elsewhere (the server's worker threads: server/outer-offload.ts).
+ * The outer step's numerics run elsewhere (the server's worker threads: server/outer/offload.ts).
  * The coordinator holds deltas in the host's buffers, asks for the step with `pendingStep()`; the
  * host runs it on `theta` (shared with the coordinator) and hands the result to `completeStep()`.
  */

@@ -27,7 +27,7 @@ function fmtRejected(r: Record<string, number>): string {
 /** The terminal table (plain text, fixed-width columns). */
 export function formatTable(runs: Array<Omit<SimRunResult, 'curve'>>): string {
   const ddp = runs.find((r) => r.kind === 'ddp');
-  const head = ['row', 'eval loss', 'vs DDP', 'tokens', 'up/island', 'less up than DDP', 'down/island', 'less down', 'goodput', 'rejected', 'virt time', 'real time'];
+  const head = ['row', 'eval loss', 'vs DDP', 'tokens', 'up/island', 'less up than DDP', 'down/island', 'less down', 'goodput', 'srv in/tok', 'srv out/tok', 'rejected', 'virt time', 'real time'];
   const rows = runs.map((r) => [
     r.name,
     Number.isFinite(r.evalLoss) ? r.evalLoss.toFixed(4) + (r.evalLossSd > 0 ? ` ± ${r.evalLossSd.toFixed(4)}` : '') : 'diverged',
@@ -38,6 +38,8 @@ export function formatTable(runs: Array<Omit<SimRunResult, 'curve'>>): string {
     fmtBytes(r.bytesDownPerIsland),
     ddp && r.kind === 'diloco' ? fmtX(ddp.bytesDownPerIsland / Math.max(1, r.bytesDownPerIsland)) : '-',
     r.goodput.toFixed(3),
+    Number.isFinite(r.server?.inPerToken) ? `${r.server.inPerToken.toFixed(2)} B` : '-',
+    Number.isFinite(r.server?.outPerToken) ? `${r.server.outPerToken.toFixed(2)} B` : '-',
     fmtRejected(r.rejected),
     `${(r.virtualTimeMs / 1000).toFixed(0)} s`,
     `${(r.realTimeMs / 1000).toFixed(0)} s`,
@@ -53,7 +55,7 @@ export function curvesCsv(runs: SimRunResult[]): string {
   return lines.join('\n') + '\n';
 }
 
-const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+export const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /** Two panels: eval loss vs tokens in θ, and vs virtual time. Self-contained SVG. */
 export function plotSvg(runs: SimRunResult[], title: string): string {
@@ -103,18 +105,24 @@ export function plotSvg(runs: SimRunResult[], title: string): string {
   return out.join('\n');
 }
 
-export function reportHtml(report: SimReport, svg: string, table: string): string {
+/** A self-contained HTML page: a heading, an introduction (HTML), the plot, the table and the JSON. */
+export function htmlPage(title: string, intro: string, svg: string, table: string, json: unknown): string {
   return `<!doctype html>
-<html><head><meta charset="utf-8"><title>atoll simulate: ${esc(report.config.preset)}</title>
+<html><head><meta charset="utf-8"><title>${esc(title)}</title>
 <style>body{font-family:sans-serif;margin:24px;max-width:1100px} pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
 <body>
-<h1>atoll simulate — ${esc(report.config.preset)}</h1>
-<p>Model <b>${esc(report.config.model)}</b> (${report.config.params.toLocaleString()} parameters), sequence length ${report.config.seqLen},
-${report.config.tokens.toLocaleString()} tokens per row, seed ${report.config.seed}. Virtual time: a speed-1 island trains
-${report.config.baseTokensPerSec} tokens/s. Real time ${(report.config.realTimeMs / 1000).toFixed(0)} s on ${report.config.workers} worker(s).</p>
+<h1>${esc(title)}</h1>
+${intro}
 ${svg}
 <pre>${esc(table)}</pre>
-<details><summary>report.json</summary><pre>${esc(JSON.stringify(report, null, 2))}</pre></details>
+<details><summary>report.json</summary><pre>${esc(JSON.stringify(json, null, 2))}</pre></details>
 </body></html>
 `;
+}
+
+export function reportHtml(report: SimReport, svg: string, table: string): string {
+  const c = report.config;
+  return htmlPage(`atoll simulate — ${c.preset}`, `<p>Model <b>${esc(c.model)}</b> (${c.params.toLocaleString()} parameters), sequence length ${c.seqLen},
+${c.tokens.toLocaleString()} tokens per row, seed ${c.seed}. Virtual time: a speed-1 island trains
+${c.baseTokensPerSec} tokens/s. Real time ${(c.realTimeMs / 1000).toFixed(0)} s on ${c.workers} worker(s).</p>`, svg, table, report);
 }

@@ -1,22 +1,24 @@
 // Runs one comparison row in virtual time: a DiLoCo configuration through the real coordinator,
 // codec and IslandRuntime, or a baseline (DDP, single island) on the same data and token budget.
 
-import { CpuEngine } from '../../client/engine/cpu.ts';
 import { VirtualClock } from '../../client/island/clock.ts';
 import { LocalHub, type Link, type LocalTransport } from '../../client/island/local.ts';
+import { MixMember } from '../../client/island/mix-member.ts';
 import { IslandRuntime } from '../../client/island/runtime.ts';
 import type { Clock, HelloResult, Transport } from '../../client/island/transport.ts';
 import { decodeDelta, encodeDelta, peekHeader } from '../../core/codec/index.ts';
 import { Coordinator } from '../../core/coord/index.ts';
 import { type TextDataset, allocBatch, evalBatches, sampleBatch, streamId } from '../../core/data/dataset.ts';
-import type { Batch } from '../../core/engine.ts';
-import { getPreset, numParams } from '../../core/model/config.ts';
+import type { Batch, TrainingEngine } from '../../core/engine.ts';
+import { type GPTConfig, getPreset, numParams } from '../../core/model/config.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, type HelloMsg, type InnerLrPlan, type ModelSnapshotMsg, type UpdateMsg, innerLearningRate } from '../../core/protocol.ts';
 import { gaussian, hashString, mixSeed, mulberry32 } from '../../core/random.ts';
 import type { Result } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { SimAuditor, fakeWork } from './audit-sim.ts';
+import { type EngineMaker, engineMaker, holdClock } from './engines.ts';
+import { SimMixHub } from './mix-sim.ts';
 import { SimEngine } from './sim-engine.ts';
 import type { Behaviour, CurvePoint, IslandReport, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult } from './types.ts';
 
@@ -26,14 +28,23 @@ const STALL_FACTOR = 5;
 /** Island ids the coordinator hands out, in join order; baselines use the same data streams. */
 const islandStream = (i: number) => streamId(`island-${i + 1}`);
 
+/** The row's model shape: a named preset, or the config the common settings carry (scaling rungs). */
+export const modelConfig = (common: SimCommon): GPTConfig => common.config ?? getPreset(common.model);
+
+/** Engines of a row; the largest batch it trains is `maxBatch` (evaluation's batch included). */
+function rowEngines(common: SimCommon, maxBatch: number): Promise<EngineMaker> {
+  return engineMaker(common.engine ?? 'cpu', { config: modelConfig(common), maxBatch: Math.max(maxBatch, common.evalBatchSize), maxT: common.seqLen });
+}
+
 /** Held-out evaluation of a parameter vector. */
-class Evaluator {
-  private readonly engine: CpuEngine;
+export class Evaluator {
   private readonly batches: Batch[];
-  constructor(common: SimCommon, ds: TextDataset) {
-    const config = getPreset(common.model);
-    this.engine = new CpuEngine({ config, maxBatch: common.evalBatchSize, maxT: common.seqLen });
+  constructor(private readonly engine: TrainingEngine, common: SimCommon, ds: TextDataset) {
     this.batches = evalBatches(ds.heldOut, common.evalBatchSize, common.seqLen, common.evalBatches);
+  }
+  static async create(engines: EngineMaker, common: SimCommon, ds: TextDataset, clock?: VirtualClock): Promise<Evaluator> {
+    const e = await engines.make({ config: modelConfig(common), maxBatch: common.evalBatchSize, maxT: common.seqLen });
+    return new Evaluator(clock && engines.kind !== 'cpu' ? holdClock(e, clock) : e, common, ds);
   }
   async loss(params: Float32Array): Promise<number> {
     await this.engine.setParams(params);
@@ -43,10 +54,11 @@ class Evaluator {
   }
 }
 
-function linkFor(clock: Clock, net: NetworkSpec): Link {
+/** An island's link to the server; `count` sums what the server receives (in) and sends (out). */
+function linkFor(clock: Clock, net: NetworkSpec, count: { in: number; out: number }): Link {
   return {
-    up: (bytes) => clock.sleep(net.latencyMs + (1000 * bytes) / net.upBytesPerSec),
-    down: (bytes) => clock.sleep(net.latencyMs + (1000 * bytes) / net.downBytesPerSec),
+    up: (bytes) => { count.in += bytes; return clock.sleep(net.latencyMs + (1000 * bytes) / net.upBytesPerSec); },
+    down: (bytes) => { count.out += bytes; return clock.sleep(net.latencyMs + (1000 * bytes) / net.downBytesPerSec); },
   };
 }
 
@@ -118,7 +130,7 @@ function emptyResult(row: SimRow, n: number): SimRunResult {
     codec: row.kind === 'diloco' ? row.codec.encoding + (row.codec.deflate ? '+deflate' : '') : 'f32 (all-reduce)',
     islands: n, evalLoss: NaN, evalLossSd: 0, seedLosses: [], tokens: 0, tokensComputed: 0, bytesUpPerIsland: 0, bytesDownPerIsland: 0,
     commReductionVsDdp: NaN, goodput: 1, accepted: 0, rejected: {}, versions: 0, virtualTimeMs: 0, realTimeMs: 0,
-    curve: [], perIsland: [], notes: [],
+    curve: [], perIsland: [], notes: [], server: { bytesIn: 0, bytesOut: 0, snapshotBytes: 0, inPerToken: NaN, outPerToken: NaN },
   };
 }
 
@@ -129,15 +141,21 @@ function emptyResult(row: SimRow, n: number): SimRunResult {
  * one step on the N×B batch), fp32 gradients all-reduced every step. Single: one island alone.
  * Same lr schedule (in tokens), same data streams as the DiLoCo islands.
  */
-async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
-  const config = getPreset(common.model);
+async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, ctx: RowContext): Promise<SimRunResult> {
+  const islands = row.kind === 'single' ? row.islands.slice(0, 1) : row.islands;
+  const engines = await rowEngines(common, islands.reduce((a, s) => a + s.batchSize, 0));
+  try { return await runBaselineOn(engines, row, common, ds, ctx); } finally { await engines.dispose(); }
+}
+
+async function runBaselineOn(engines: EngineMaker, row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
+  const config = modelConfig(common);
   const islands = row.kind === 'single' ? row.islands.slice(0, 1) : row.islands;
   const N = islands.length;
   const T = common.seqLen;
   const totalB = islands.reduce((a, s) => a + s.batchSize, 0);
-  const engine = new CpuEngine({ config, maxBatch: totalB, maxT: T });
+  const engine = await engines.make({ config, maxBatch: totalB, maxT: T });
   await engine.setParams(common.init ?? initParams(config, common.seed));
-  const evaluator = new Evaluator(common, ds);
+  const evaluator = await Evaluator.create(engines, common, ds);
   const nParams = numParams(config);
   const big = allocBatch(totalB, T);
   const part = allocBatch(Math.max(...islands.map((s) => s.batchSize)), T);
@@ -196,8 +214,13 @@ async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, { lo
 
 // ── DiLoCo through the real coordinator and island runtime ────────────────────────────────────
 
-async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
-  const config = getPreset(common.model);
+async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, ctx: RowContext): Promise<SimRunResult> {
+  const engines = await rowEngines(common, Math.max(...row.islands.map((s) => s.batchSize)));
+  try { return await runDilocoOn(engines, row, common, ds, ctx); } finally { await engines.dispose(); }
+}
+
+async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
+  const config = modelConfig(common);
   const n = numParams(config);
   const T = common.seqLen;
   const clock = new VirtualClock();
@@ -218,20 +241,23 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
       ...row.coordinator,
     },
   });
-  const evaluator = new Evaluator(common, ds);
-  const engines: SimEngine[] = [];
+  const evaluator = await Evaluator.create(engines, common, ds, clock);
+  const simEngines: SimEngine[] = [];
   const curve: CurvePoint[] = [];
   const evalEvery = row.tokens / common.evals;
   let nextEval = evalEvery;
-  const computed = () => engines.reduce((a, e) => a + e.tokensComputed, 0);
+  const computed = () => simEngines.reduce((a, e) => a + e.tokensComputed, 0);
   // A row whose islands compute STALL_FACTOR × its budget without reaching it (every delta
   // rejected, say) is stopped and reported as stalled instead of running forever.
   let stalled = false;
   const stall = () => (stalled ||= computed() > STALL_FACTOR * row.tokens);
   const notes: string[] = [];
   curve.push({ tokens: 0, tokensComputed: 0, timeMs: 0, evalLoss: await evaluator.loss(coord.model().params) });
+  const serverBytes = { in: 0, out: 0 };
+  let mixHub: SimMixHub | null = null;
   const hub = new LocalHub(coord, {
     clock,
+    route: (u, t) => mixHub?.route(u, t) ?? false,
     // the "checkpoint" of the simulator: record the eval curve at the durable point
     persist: async (ev) => {
       progress?.(ev.update.totalTokens / row.tokens);
@@ -244,7 +270,9 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
     },
   });
 
+  if (row.mix) mixHub = new SimMixHub(hub, clock, row.mix, n, coord.config().uplink, mixSeed(common.seed, 0x313c));
   const reports: IslandReport[] = [];
+  let snapshots = 0;
   const auditor = row.audit ? new SimAuditor(hub, row.audit, ds.train, config, T, common.seed, Math.max(...row.islands.map((s) => s.batchSize))) : null;
   const agents = row.islands.map(async (spec, idx) => {
     const rep: IslandReport = {
@@ -253,23 +281,35 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
     };
     reports[idx] = rep;
     const tps = spec.speed * row.baseTokensPerSec;
-    const engine = new SimEngine(new CpuEngine({ config, maxBatch: spec.batchSize, maxT: T }), clock, tps, spec.numerics);
+    const made = await clock.hold(engines.make({ config, maxBatch: spec.batchSize, maxT: T }));
+    const engine = new SimEngine(engines.kind === 'cpu' ? made : holdClock(made, clock), clock, tps, spec.numerics);
     const train = spec.shard ? ds.train.subarray(Math.floor(spec.shard[0] * ds.train.length), Math.floor(spec.shard[1] * ds.train.length)) : ds.train;
-    engines.push(engine);
+    simEngines.push(engine);
     const rand = mulberry32(mixSeed(common.seed, hashString(spec.name), 0xd209));
     let islandId: string | undefined;
     if (spec.joinAtMs > 0) await clock.sleep(spec.joinAtMs);
     while (clock.now() < spec.leaveAtMs) {
-      const local: LocalTransport = hub.connect(linkFor(clock, spec.network));
+      const serverLink = linkFor(clock, spec.network, serverBytes);
+      const local: LocalTransport = hub.connect(serverLink);
       // the validator sees what the server sees: it wraps the link, the island's own changes wrap it
-      const link: Transport = auditor ? auditor.wrap(local, spec.behaviour !== 'honest') : local;
-      const transport: Transport = spec.behaviour === 'honest' ? link : fakeWork(link, spec.behaviour) ?? new TamperingTransport(link, spec.behaviour, n, mixSeed(common.seed, idx));
-      const rt = new IslandRuntime({
+      let link: Transport = auditor ? auditor.wrap(local, spec.behaviour !== 'honest') : local;
+      let crashed = false;
+      let rt: IslandRuntime | null = null;
+      if (mixHub) {
+        const mh = mixHub;
+        const crash = () => { crashed = true; local.kill(); if (local.id) mh.kill(local.id); rt?.stop(); };
+        // a member that drops mid-exchange: after a random part of its group's first stage
+        const onGrouped = () => { if (spec.mixDropProb && rand() < spec.mixDropProb) void clock.sleep(rand() * 2 * spec.network.latencyMs).then(crash); };
+        const { port, peers } = mh.attach(local, serverLink, spec.network, onGrouped);
+        link = new MixMember(link, port, peers, n, spec.behaviour === 'lie-fragment' ? { tamper: (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } } : {});
+      }
+      const honest = spec.behaviour === 'honest' || spec.behaviour === 'lie-fragment';
+      const transport: Transport = honest ? link : fakeWork(link, spec.behaviour) ?? new TamperingTransport(link, spec.behaviour, n, mixSeed(common.seed, idx));
+      rt = new IslandRuntime({
         engine, train, transport, clock, resumeIslandId: islandId,
         caps: { name: spec.name, tokensPerSec: tps, batchSize: spec.batchSize, maxBatch: spec.batchSize },
       });
       let killAt = Infinity;
-      let crashed = false;
       rt.on((e) => {
         if (e.type === 'assignment') {
           killAt = spec.dropProb > 0 && rand() < spec.dropProb
@@ -281,7 +321,8 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
         if (clock.now() >= killAt || clock.now() >= spec.leaveAtMs || stall()) {
           crashed = clock.now() >= killAt;
           local.kill();
-          rt.stop();
+          if (local.id) mixHub?.kill(local.id);
+          rt!.stop();
         }
       };
       const summary = await rt.start();
@@ -291,6 +332,7 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
       rep.bytesUp += p.bytesUp;
       rep.bytesDown += p.bytesDown;
       rep.rounds += p.rounds;
+      snapshots += p.snapshots;
       rep.accepted += p.accepted;
       for (const [k, v] of Object.entries(p.rejected)) rep.rejected[k] = (rep.rejected[k] ?? 0) + v;
       if (summary.reason === 'done' || !crashed || stalled) break;
@@ -323,6 +365,10 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
   out.curve = curve;
   out.perIsland = reports;
   if (auditor) out.audits = auditor.report();
+  const snapshotBytes = snapshots * 4 * n;
+  const perToken = (b: number) => b / Math.max(1, totals.tokensApplied);
+  out.server = { bytesIn: serverBytes.in, bytesOut: serverBytes.out - snapshotBytes, snapshotBytes, inPerToken: perToken(serverBytes.in), outPerToken: perToken(serverBytes.out - snapshotBytes) };
+  if (mixHub) out.mix = { ...mixHub.totals };
   if (!Number.isFinite(finalLoss)) notes.push('θ diverged');
   if (stalled) notes.push(`stalled: islands computed ${STALL_FACTOR}× the token budget, but θ holds only ${totals.tokensApplied} tokens`);
   out.notes = notes;
@@ -335,18 +381,21 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
  * own data stream (not one the rows use), lr warmup then cosine.
  */
 export async function warmStart(common: SimCommon, ds: TextDataset, tokens: number, lr = { maxLr: 3e-3, minLr: 3e-4 }): Promise<{ params: Float32Array; evalLoss: number }> {
-  const config = getPreset(common.model);
+  const config = modelConfig(common);
   const B = 4, T = common.seqLen;
-  const engine = new CpuEngine({ config, maxBatch: B, maxT: T });
-  await engine.setParams(initParams(config, common.seed));
-  const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0 };
-  const batch = allocBatch(B, T);
-  const stream = streamId('warm-start');
-  for (let s = 0; s * B * T < tokens; s++) {
-    await engine.step(sampleBatch(ds.train, B, T, common.seed, stream, s, batch), { lr: innerLearningRate(plan, s), gradClip: 1 });
-  }
-  const params = await engine.getParams();
-  return { params, evalLoss: await new Evaluator(common, ds).loss(params) };
+  const engines = await rowEngines(common, B);
+  try {
+    const engine = await engines.make({ config, maxBatch: B, maxT: T });
+    await engine.setParams(initParams(config, common.seed));
+    const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0 };
+    const batch = allocBatch(B, T);
+    const stream = streamId('warm-start');
+    for (let s = 0; s * B * T < tokens; s++) {
+      await engine.step(sampleBatch(ds.train, B, T, common.seed, stream, s, batch), { lr: innerLearningRate(plan, s), gradClip: 1 });
+    }
+    const params = await engine.getParams();
+    return { params, evalLoss: await (await Evaluator.create(engines, common, ds)).loss(params) };
+  } finally { await engines.dispose(); }
 }
 
 

@@ -2,16 +2,18 @@
 
 import type { Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
-import type { PresetName } from '../../core/model/config.ts';
+import type { GPTConfig, PresetName } from '../../core/model/config.ts';
+import type { SimEngineKind } from './engines.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
+import type { MixTotals } from './mix-sim.ts';
 
 /**
  * How a simulated island behaves when it sends its delta: honest, or an attack on it — scaled ×100
  * or ×4, sign-flipped, replaced by Gaussian noise of the same norm, NaNs, or a colluding pair that
  * both send one shared random direction (per base version) at their own Δ's norm.
  */
-export type Behaviour = 'honest' | 'scaled' | 'scale4' | 'sign-flip' | 'noise' | 'nan' | 'collude' | 'other-stream' | 'fewer-steps';
+export type Behaviour = 'honest' | 'scaled' | 'scale4' | 'sign-flip' | 'noise' | 'nan' | 'collude' | 'other-stream' | 'fewer-steps' | 'lie-fragment';
 
 export interface NetworkSpec {
   /** Uplink and downlink bandwidth, bytes/s. */
@@ -40,6 +42,8 @@ export interface IslandSpec {
   numerics?: Numerics;
   /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
   shard?: [number, number];
+  /** Butterfly mixing: probability, per group it is in, of crashing mid-exchange (then back after offlineMs). */
+  mixDropProb?: number;
 }
 
 /** One row of a comparison: a baseline or a DiLoCo configuration, on the same data and token budget. */
@@ -60,6 +64,8 @@ export interface SimRow {
   seeds?: number[];
   /** Virtual throughput of a speed-1 island, tokens/s. */
   baseTokensPerSec: number;
+  /** Butterfly mixing in groups of k (mix-sim.ts); absent: every island uploads directly. */
+  mix?: { k: number; formWaitMs: number; spotRate: number };
   /** Verified work: a validator audits this fraction of accepted deltas and bans at banAfter failures (audit-sim.ts). */
   audit?: { rate: number; banAfter: number };
 }
@@ -67,6 +73,10 @@ export interface SimRow {
 /** Everything a row run needs besides the row. */
 export interface SimCommon {
   model: PresetName;
+  /** The model's shape when it is not a named preset (the scaling ladder's rungs); default getPreset(model). */
+  config?: GPTConfig;
+  /** Engine of every island, baseline and evaluation (default cpu): engines.ts. */
+  engine?: SimEngineKind;
   seqLen: number;
   seed: number;
   /** Evaluate θ about this many times over the run. */
@@ -133,6 +143,13 @@ export interface SimRunResult {
   notes: string[];
   /** Rows with `audit`: what the validator found. */
   audits?: AuditReport;
+  /**
+   * What the server received and sent (every message on the islands' server links), per token
+   * accepted into θ. Egress excludes snapshots (θ whole, to a joining island), counted apart.
+   */
+  server: { bytesIn: number; bytesOut: number; snapshotBytes: number; inPerToken: number; outPerToken: number };
+  /** Rows with `mix`: groups, fallbacks, spot checks, audits. */
+  mix?: MixTotals;
 }
 
 /** A validator's findings over one row: verdicts on honest and fake islands, and how soon fakes were banned. */
@@ -184,10 +201,12 @@ export interface SimulateOptions {
    * from a pretrained model). Default 32768 for compare/diloco, 0 for smoke. Not counted in `tokens`.
    */
   warmStartTokens?: number;
+  /** Replay an `atoll fleet` report.json: its twin, DDP and single rows, cold (the preset's rows are not run). */
+  fromFleet?: string;
   /** Inner steps H of a nominal island (default: per preset). */
   innerSteps?: number;
-  /** Only 'cpu' runs in the simulator (virtual time makes real GPU speed irrelevant). */
-  engine?: 'cpu';
+  /** Engine of islands, baselines and evaluation: 'cpu' (default) or 'webgpu' (Dawn); virtual time either way. */
+  engine?: SimEngineKind;
   /** Run folder for report.json, curves.csv, plot.svg, report.html. Default runs/simulate-<time>. */
   out?: string;
   /** Print report.json on stdout instead of the table. */
