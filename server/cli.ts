@@ -263,11 +263,12 @@ export function buildProgram(): Command {
     .option('--rounds <list>', 'round lengths in inner steps, comma-separated', '1,4,8,50')
     .option('--warmups <list>', 'warmups in AdamW steps to compare (0: none), comma-separated; the first one\'s island is the late joiner\'s start', `${COLD_START_WARMUP_STEPS},0`)
     .option('--late <n>', 'a late joiner trains from θ after this many steps (0: none)', intArg, 50)
+    .addOption(new Option('--codec <enc>', 'the run\'s uplink (default: the default run\'s, sparse)').choices([...ENCODINGS]))
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { benchColdStart, formatColdStart } = await import('../bench/cold-start.ts');
       const list = (s: string) => s.split(',').map((x) => Number(x.trim())).filter((x) => Number.isInteger(x) && x >= 0);
-      const r = await benchColdStart({ preset: o.preset, rounds: list(o.rounds).filter((x) => x > 0), warmups: list(o.warmups), late: o.late, log: o.json ? undefined : (s: string) => process.stderr.write(s + '\n') });
+      const r = await benchColdStart({ preset: o.preset, codec: o.codec, rounds: list(o.rounds).filter((x) => x > 0), warmups: list(o.warmups), late: o.late, log: o.json ? undefined : (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : formatColdStart(r)) + '\n');
     });
   bench.command('codec')
