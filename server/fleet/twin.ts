@@ -49,8 +49,9 @@ export function twinSpec(live: LiveRun, tokens: number, evals: number, evalBatch
       // the live run's coordinator as it ran, to the same budget; no heartbeats in virtual time
       coordinator: { ...cc, totalTokens: tokens, islandTimeoutMs: 1e10 },
     },
-    { ...base, name: 'ddp', kind: 'ddp', mode: 'sync', islands: nominal, coordinator: {} },
-    { ...base, name: 'single', kind: 'single', mode: 'sync', islands: nominal.slice(0, 1), coordinator: {} },
+    // the baselines stop at the tokens the live run ended with
+    { ...base, tokens: live.tokens, name: 'ddp', kind: 'ddp', mode: 'sync', islands: nominal, coordinator: {} },
+    { ...base, tokens: live.tokens, name: 'single', kind: 'single', mode: 'sync', islands: nominal.slice(0, 1), coordinator: {} },
   ];
   return { common, rows };
 }
