@@ -163,7 +163,7 @@ async function runBaselineOn(engines: EngineMaker, row: SimRow, common: SimCommo
   const steps = Math.ceil(row.tokens / tokensPerStep);
   const plan: InnerLrPlan = {
     maxLr: row.lr.maxLr, minLr: row.lr.minLr, warmupTokens: row.lr.warmupTokens, totalTokens: row.tokens,
-    tokensStart: 0, tokensPerStep, localWarmupSteps: 0, localStepsDone: 0,
+    tokensStart: 0, tokensPerStep, localWarmupSteps: 0,
   };
   // virtual time: the slowest island's compute, then a ring all-reduce of fp32 gradients
   const computeMs = Math.max(...islands.map((s) => (1000 * s.batchSize * T) / (s.speed * row.baseTokensPerSec)));
@@ -387,7 +387,7 @@ export async function warmStart(common: SimCommon, ds: TextDataset, tokens: numb
   try {
     const engine = await engines.make({ config, maxBatch: B, maxT: T });
     await engine.setParams(initParams(config, common.seed));
-    const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0, localStepsDone: 0 };
+    const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0 };
     const batch = allocBatch(B, T);
     const stream = streamId('warm-start');
     for (let s = 0; s * B * T < tokens; s++) {

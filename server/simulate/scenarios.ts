@@ -24,7 +24,7 @@
 //   decayed: a small β (0.25–0.5) and many cheap entries are what closed the gap. docs/research.md
 //   lists the settings tried.
 
-import { type CoordinatorConfigPatch, SPARSE_UPLINK } from '../../core/coord/index.ts';
+import { type CoordinatorConfigPatch, SPARSE_DOWNLINK, SPARSE_UPLINK } from '../../core/coord/index.ts';
 import type { Encoding } from '../../core/codec/index.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Behaviour, IslandSpec, NetworkSpec, SimRow } from './types.ts';
@@ -97,9 +97,9 @@ export function diloco(name: string, d: RowDefaults, mode: TrainingMode, encodin
       dylu: true, targetRoundMs: roundMs(d, islands),
       quorum: 1, maxStaleness: 4 * islands.length,
       normBound: { factor: 4, window: 32, minHistory: 3 },
-      // the sparse rows' downlink: int4, one scale per 4096 entries, + deflate (error feedback on the
-      // server: replicas still apply the same decoded bits); blocks of 64 cost 12 % more bytes down, same loss
-      ...(sparse ? { downlink: { encoding: 'int4', blockSize: 4096, deflate: true } } : {}),
+      // the sparse rows' downlink (SPARSE_DOWNLINK, shared with `atoll serve`'s default run): int4, one
+      // scale per 4096 entries, + deflate (error feedback on the server: replicas still apply the same decoded bits)
+      ...(sparse ? { downlink: { ...SPARSE_DOWNLINK } } : {}),
       ...extra,
     },
     lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec, seeds: d.seeds,
