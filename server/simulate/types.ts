@@ -107,6 +107,8 @@ export interface IslandReport {
   tokensComputed: number;
   rounds: number;
   accepted: number;
+  /** Tokens of its deltas acknowledged as applied (what θ holds of its work). */
+  acceptedTokens: number;
   rejected: Record<string, number>;
   drops: number;
 }
