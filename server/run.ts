@@ -194,6 +194,7 @@ export class Run {
       bytesIn: this.bytesIn,
       bytesOut: this.bytesOut,
       bytesDataParallel: (this.durable.totalTokens / (this.config.coordinator.batchSize * this.config.coordinator.seqLen)) * 4 * this.paramCount,
+      bytesPerUpdate: this.meanUpdateBytes(),
       goodput: t.goodput,
       accepted: t.accepted,
       rejected: t.rejected,
@@ -249,6 +250,13 @@ export class Run {
   /** θ at the durable version (read-only by contract). */
   durableParams(): { version: number; hash: string; params: Float32Array } {
     return { version: this.durable.version, hash: this.durable.hash, params: this.durable.theta };
+  }
+
+  /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
+  private meanUpdateBytes(): number | null {
+    const r = this.coord.updatesSince(Math.max(0, this.durable.version - 8));
+    const ups = r.ok ? r.value.filter((u) => u.version <= this.durable.version) : [];
+    return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
   }
 
   /** Update messages after `fromVersion`, up to the durable version only. */
