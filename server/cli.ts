@@ -195,7 +195,7 @@ export function buildProgram(): Command {
     .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu', 'cpu')
     .option('--batches <list>', 'Node islands\' micro-batches, cycled (default: the run\'s)')
     .option('--duty <list>', 'Node islands\' duty cycles in (0, 1], cycled', '1')
-    .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, restarted 2 s later)')
+    .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, then restarted)')
     .option('--tokens <n>', 'tokens in θ that end the run (and every row)', intArg, 50_000)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option('--seed <n>', 'θ init seed of the run and its twin', intArg, 1337)

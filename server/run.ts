@@ -20,7 +20,7 @@ import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type UpdateMsg
 import { type Result, err, ok } from '../core/result.ts';
 import { loadCorpus } from './corpus.ts';
 import { EvalService } from './eval-worker.ts';
-import type { Metrics } from './plugins/metrics.ts';
+import type { Metrics } from './metrics.ts';
 import type { CheckpointInfo, HistoryPoint, IslandView, RunConfig, RunStatus } from '../core/api.ts';
 import { RunHistory, eventLine, finiteOrNull, type PointContext } from './history.ts';
 import { DurabilityPump } from './pump.ts';

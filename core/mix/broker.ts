@@ -164,30 +164,7 @@ export class MixBroker {
       if (!d.ok) { implicated.set(j, `committed Δ does not decode: ${d.error.code}`); return null; }
       return d.value.slice();
     }));
-    if (xs.every((x) => x !== null)) {
-      const x = xs as Float32Array[];
-      const truth = correctTranscripts(x, plan);
-      const blame = (who: number, received: string[], expect: (s: number) => { from: number; hash: string; sent: string | undefined }) => {
-        for (let s = 0; s < received.length; s++) {
-          const e = expect(s);
-          if (received[s] === e.hash) continue;
-          if (e.sent !== e.hash) implicated.set(e.from, `sent a wrong partial sum at stage ${s}`);
-          else disputes.push([plan.members[who].islandId, plan.members[e.from].islandId]);
-          return;
-        }
-        implicated.set(who, 'uploaded a wrong fragment');
-      };
-      for (let j = 0; j < k; j++) {
-        const right = encodeDelta(canonicalFragment(x, plan.weights, plan.ranges[j]), codec);
-        if (!sameBytes(right, frags[j].frame)) {
-          blame(j, logs[j].received, (s) => { const p = j ^ (1 << s); return { from: p, hash: truth[p][s], sent: logs[p].sent[s] }; });
-        }
-        for (const c of checks.filter((c) => c.j === j && !sameBytes(right, c.up.frame))) {
-          const pieces = x.map((xm, m) => sha256Hex(weighted(xm.subarray(plan.ranges[j][0], plan.ranges[j][1]), plan.weights[m])));
-          blame(c.checker, c.received, (m) => ({ from: m, hash: pieces[m], sent: pieces[m] }));
-        }
-      }
-    }
+    if (xs.every((x) => x !== null)) attributeLies(plan, codec, xs as Float32Array[], frags, checks, logs, implicated, disputes);
     // the group's mean over the members whose Δ the server holds and who are not implicated
     const accepted = plan.members.filter((_, j) => xs[j] && !implicated.has(j));
     const tokens = plan.members.map((m, j) => (accepted.includes(m) ? m.tokens : 0));
@@ -197,6 +174,41 @@ export class MixBroker {
       kind: 'mixed', delta, accepted, frames: frags.map((u) => u.frame), disputes, checks: checks.length, audited: true,
       implicated: [...implicated].map(([j, reason]) => ({ islandId: plan.members[j].islandId, reason })),
     };
+  }
+}
+
+/**
+ * Who lied, from the committed Δs and the revealed transcripts. A wrong message is pinned on the
+ * member that sent it only if everything it had received before was right (an error it merely
+ * passed on is its sender's); a member that logs a right message its partner logs as wrong is a
+ * dispute, counted against neither; an upload (fragment or spot check) is pinned on its uploader
+ * only if every message it received was right.
+ */
+function attributeLies(
+  plan: GroupPlan, codec: CodecOptions, x: Float32Array[], frags: FragmentUpload[],
+  checks: Array<{ checker: number; j: number; up: CheckUpload; received: string[] }>,
+  logs: Array<{ sent: string[]; received: string[] }>, implicated: Map<number, string>, disputes: Array<[string, string]>,
+): void {
+  const k = x.length;
+  const truth = correctTranscripts(x, plan);
+  const receivedRight = (m: number, before: number) => logs[m].received.slice(0, before).every((h, s) => h === truth[m ^ (1 << s)][s]);
+  for (let s = 0; s < stagesOf(k); s++) {
+    for (let p = 0; p < k; p++) {
+      const q = p ^ (1 << s);
+      if (logs[p].sent[s] !== truth[p][s] && receivedRight(p, s)) implicated.set(p, `sent a wrong partial sum at stage ${s}`);
+      else if (logs[p].sent[s] === truth[p][s] && logs[q].received[s] !== truth[p][s]) disputes.push([plan.members[q].islandId, plan.members[p].islandId]);
+    }
+  }
+  for (let j = 0; j < k; j++) {
+    const [lo, hi] = plan.ranges[j];
+    const right = encodeDelta(canonicalFragment(x, plan.weights, plan.ranges[j]), codec);
+    if (!sameBytes(right, frags[j].frame) && receivedRight(j, stagesOf(k))) implicated.set(j, 'uploaded a wrong fragment');
+    for (const c of checks.filter((c) => c.j === j && !sameBytes(right, c.up.frame))) {
+      const pieces = x.map((xm, m) => sha256Hex(weighted(xm.subarray(lo, hi), plan.weights[m])));
+      const bad = c.received.findIndex((h, m) => h !== pieces[m]);
+      if (bad < 0) implicated.set(c.checker, 'uploaded a wrong spot check');
+      else disputes.push([plan.members[c.checker].islandId, plan.members[bad].islandId]);
+    }
   }
 }
 

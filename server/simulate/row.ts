@@ -206,7 +206,7 @@ async function runBaselineOn(engines: EngineMaker, row: SimRow, common: SimCommo
   out.curve = curve;
   out.perIsland = islands.map((s) => ({
     name: s.name, speed: s.speed, batchSize: s.batchSize, behaviour: s.behaviour, bytesUp: steps * ringBytes, bytesDown: steps * ringBytes,
-    tokensComputed: steps * s.batchSize * T, rounds: steps, accepted: steps, rejected: {}, drops: 0,
+    tokensComputed: steps * s.batchSize * T, rounds: steps, accepted: steps, acceptedTokens: steps * s.batchSize * T, rejected: {}, drops: 0,
   }));
   log?.(`${row.name}: eval ${out.evalLoss.toFixed(4)} after ${tokens} tokens`);
   return out;
@@ -277,7 +277,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   const agents = row.islands.map(async (spec, idx) => {
     const rep: IslandReport = {
       name: spec.name, speed: spec.speed, batchSize: spec.batchSize, behaviour: spec.behaviour,
-      bytesUp: 0, bytesDown: 0, tokensComputed: 0, rounds: 0, accepted: 0, rejected: {}, drops: 0,
+      bytesUp: 0, bytesDown: 0, tokensComputed: 0, rounds: 0, accepted: 0, acceptedTokens: 0, rejected: {}, drops: 0,
     };
     reports[idx] = rep;
     const tps = spec.speed * row.baseTokensPerSec;
@@ -311,6 +311,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
       });
       let killAt = Infinity;
       rt.on((e) => {
+        if (e.type === 'submitted' && e.ack.status === 'applied') rep.acceptedTokens += e.meta.tokens;
         if (e.type === 'assignment') {
           killAt = spec.dropProb > 0 && rand() < spec.dropProb
             ? clock.now() + (0.2 + 0.6 * rand()) * ((1000 * e.assignment.innerSteps * e.assignment.batchSize * T) / tps)

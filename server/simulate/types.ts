@@ -6,7 +6,6 @@ import type { GPTConfig, PresetName } from '../../core/model/config.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
-import type { MixTotals } from './mix-sim.ts';
 
 /**
  * How a simulated island behaves when it sends its delta: honest, or an attack on it — scaled ×100
@@ -107,6 +106,8 @@ export interface IslandReport {
   tokensComputed: number;
   rounds: number;
   accepted: number;
+  /** Tokens of its deltas acknowledged as applied (what θ holds of its work). */
+  acceptedTokens: number;
   rejected: Record<string, number>;
   drops: number;
 }
@@ -248,4 +249,25 @@ export interface SimReport {
     rows: Array<Pick<SimRow, 'name' | 'kind' | 'mode' | 'codec' | 'lr' | 'coordinator'> & { islands: Array<Pick<IslandSpec, 'name' | 'speed' | 'batchSize' | 'behaviour' | 'dropProb'>> }>;
   };
   runs: Array<Omit<SimRunResult, 'curve'>>;
+}
+
+/** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */
+export interface TwinSpec {
+  common: SimCommon;
+  rows: SimRow[];
+}
+
+/** The butterfly mixing's counts over a simulated run (mix-sim.ts). */
+export interface MixTotals {
+  groups: number;
+  mixedGroups: number;
+  fallbacks: number;
+  checks: number;
+  audits: number;
+  implicated: number;
+  disputes: number;
+  /** Bytes members sent each other (not the server's). */
+  peerBytes: number;
+  /** Islands that waited formWaitMs and uploaded directly. */
+  expired: number;
 }
