@@ -10,7 +10,7 @@ import type { CodecOptions } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import { checkWork } from '../../core/coord/validate.ts';
 import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
-import type { PeerChannel, PieceChannel } from '../../core/mix/butterfly.ts';
+import type { PieceChannel } from '../../core/mix/butterfly.ts';
 import { pieceRange } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
 import { type AckMsg, type DeltaMeta, ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
@@ -20,14 +20,11 @@ import type { NetworkSpec } from './types.ts';
 
 // Message sizes beside the payload, as the simulator's other messages count them (local.ts: a
 // delta's meta 256 B, an update's header 128 B): a SHA-256 is 32 B; a fragment's header (group,
-// index, length) and its transcript commitment 48 B.
+// index, length) 16 B.
 const META_BYTES = 256;
 const UPDATE_HEADER_BYTES = 128;
 const HASH_BYTES = 32;
-const FRAGMENT_HEADER_BYTES = 16 + HASH_BYTES;
-
-/** How long a member waits on a peer's message before it gives the exchange up (virtual ms). */
-const PEER_TIMEOUT_MS = 10_000;
+const FRAGMENT_HEADER_BYTES = 16;
 
 export interface MixTotals {
   groups: number;
@@ -36,7 +33,6 @@ export interface MixTotals {
   checks: number;
   audits: number;
   implicated: number;
-  disputes: number;
   /** Bytes members sent each other (not the server's). */
   peerBytes: number;
   /** Islands that waited formWaitMs and uploaded directly. */
@@ -59,7 +55,7 @@ interface Waiter<T> { resolve(v: T): void }
 
 export class SimMixHub {
   readonly broker: MixBroker;
-  readonly totals: MixTotals = { groups: 0, mixedGroups: 0, fallbacks: 0, checks: 0, audits: 0, implicated: 0, disputes: 0, peerBytes: 0, expired: 0 };
+  readonly totals: MixTotals = { groups: 0, mixedGroups: 0, fallbacks: 0, checks: 0, audits: 0, implicated: 0, peerBytes: 0, expired: 0 };
   private readonly members = new Map<string, Member>();
   private readonly groupWaiters = new Map<string, Waiter<MemberPlan | null>>();
   private readonly fragWaiters = new Map<string, Waiter<FragmentUpload | null>>();
@@ -68,6 +64,7 @@ export class SimMixHub {
   private readonly mail = new Map<string, unknown>();
   private readonly mailWaiters = new Map<string, Waiter<unknown>>();
   private readonly piecesSent = new Set<string>();
+  private readonly aborted = new Set<string>();
   /** Outcomes settled before the member asked (its fragment came after its group fell back). */
   private readonly early = new Map<string, AckMsg | 'direct'>();
 
@@ -93,7 +90,8 @@ export class SimMixHub {
         await link.up(META_BYTES + HASH_BYTES);
         if (m.dead) return null;
         const plan = await this.ready(m, meta, frameHash);
-        if (plan) { await link.down(64 + 48 * plan.members.length); onGrouped?.(); }
+        // the plan: group id, ranges, and per member its id, tokens and commitment
+        if (plan) { await link.down(64 + (48 + HASH_BYTES) * plan.members.length); onGrouped?.(); }
         return m.dead ? null : plan;
       },
       fragment: async (groupId, up) => {
@@ -111,10 +109,7 @@ export class SimMixHub {
       serve: (h) => { pending.handlers = h; if (self.m) self.m.handlers = h; },
       onPiece: (l) => { pending.pieces.push(l); },
     };
-    const peers: PeerNet = {
-      channel: (plan) => this.channel(`g${plan.groupId}`, plan.index, plan.members.map((x) => x.islandId)),
-      pieces: (key, index, members) => this.pieceChannel(`d${key}`, index, members),
-    };
+    const peers: PeerNet = { channel: (key, index, members) => this.pieceChannel(key, index, members) };
     return { port, peers };
   }
 
@@ -164,23 +159,22 @@ export class SimMixHub {
       fragment: (j) => timeout(new Promise<FragmentUpload | null>((resolve) => {
         if (at(j).dead) return resolve(null);
         this.fragWaiters.set(`${plan.groupId}|${ids[j]}`, { resolve });
-      }), 3 * PEER_TIMEOUT_MS, `${plan.groupId}|${ids[j]}`),
+      }), this.broker.cfg.exchangeTimeoutMs, `${plan.groupId}|${ids[j]}`),
       check: async (c, j) => {
         const m = at(c);
         if (m.dead || !m.handlers) return null;
         await m.link.down(128);
-        const others = ids.map((_, i) => (i === c ? null : at(i).handlers?.piece(plan.groupId, j, c)));
-        const [up] = await Promise.all([timeout(m.handlers.check(plan.groupId, j), PEER_TIMEOUT_MS), ...others]);
-        if (up) await m.link.up(up.frame.length + FRAGMENT_HEADER_BYTES + HASH_BYTES * up.received.length);
+        const up = await m.handlers.check(plan.groupId, j);
+        if (up) await m.link.up(up.frame.length + FRAGMENT_HEADER_BYTES);
         return up;
       },
       replay: async (j) => {
         const m = at(j);
         if (m.dead || !m.handlers) return null;
         await m.link.down(128);
-        const r = await m.handlers.replay(plan.groupId);
-        if (r) await m.link.up(r.frame.length + FRAGMENT_HEADER_BYTES + HASH_BYTES * (r.sent.length + r.received.length));
-        return r;
+        const f = await m.handlers.replay(plan.groupId);
+        if (f) await m.link.up(f.length + FRAGMENT_HEADER_BYTES);
+        return f;
       },
     }, this.codec);
     const answer = (islandId: string, a: AckMsg | 'direct') => {
@@ -190,12 +184,12 @@ export class SimMixHub {
     const direct = (islandId: string) => answer(islandId, 'direct');
     if (out.kind === 'direct') {
       this.totals.fallbacks++;
+      this.abort(`g${plan.groupId}`);
       return ids.forEach(direct);
     }
     this.totals.mixedGroups++;
     this.totals.checks += out.checks;
     if (out.audited) this.totals.audits++;
-    this.totals.disputes += out.disputes.length;
     const coord = this.hub.coord;
     for (const bad of out.implicated) {
       this.totals.implicated++;
@@ -253,11 +247,10 @@ export class SimMixHub {
 
   // ── in-process data channels ──────────────────────────────────────────────────────────────────
 
-  private channel(ch: string, index: number, ids: string[]): PeerChannel {
-    return {
-      send: (to, stage, payload) => this.post(ch, ids[index], ids[to], stage, payload, payload.byteLength),
-      recv: (from, stage) => this.take<Float32Array>(ch, ids[from], ids[index], stage),
-    };
+  /** The server called a group off: its members stop waiting on each other (their exchange fails at once). */
+  private abort(ch: string): void {
+    this.aborted.add(ch);
+    for (const [key, w] of this.mailWaiters) if (key.startsWith(`${ch}|`)) { this.mailWaiters.delete(key); w.resolve(null); }
   }
 
   private pieceChannel(ch: string, index: number, ids: string[]): PieceChannel {
@@ -281,10 +274,10 @@ export class SimMixHub {
   private take<T>(ch: string, from: string, to: string, stage: number): Promise<T | null> {
     const key = `${ch}|${from}|${to}|${stage}`;
     if (this.mail.has(key)) { const m = this.mail.get(key) as T; this.mail.delete(key); return Promise.resolve(m); }
-    if (this.members.get(from)?.dead !== false) return Promise.resolve(null);
+    if (this.members.get(from)?.dead !== false || this.aborted.has(ch)) return Promise.resolve(null);
     return new Promise<T | null>((resolve) => {
       this.mailWaiters.set(key, { resolve: resolve as (v: unknown) => void });
-      void this.clock.sleep(PEER_TIMEOUT_MS).then(() => this.resolve(this.mailWaiters, key, null));
+      void this.clock.sleep(this.broker.cfg.exchangeTimeoutMs).then(() => this.resolve(this.mailWaiters, key, null));
     });
   }
 

@@ -6,6 +6,7 @@ import type { PresetName } from '../../core/model/config.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
 import type { MixTotals } from './mix-sim.ts';
+import type { MixConfig } from '../../core/mix/broker.ts';
 
 /**
  * How a simulated island behaves when it sends its delta: honest, or an attack on it — scaled ×100
@@ -64,7 +65,7 @@ export interface SimRow {
   /** Virtual throughput of a speed-1 island, tokens/s. */
   baseTokensPerSec: number;
   /** Butterfly mixing in groups of k (mix-sim.ts); absent: every island uploads directly. */
-  mix?: { k: number; formWaitMs: number; spotRate: number };
+  mix?: MixConfig;
   /** Verified work: a validator audits this fraction of accepted deltas and bans at banAfter failures (audit-sim.ts). */
   audit?: { rate: number; banAfter: number };
 }

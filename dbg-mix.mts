@@ -1,0 +1,14 @@
+import { loadCorpus } from './server/corpus.ts';
+import { runRow } from './server/simulate/row.ts';
+import { heterogeneous, mixed } from './server/simulate/scenarios.ts';
+const ds = loadCorpus();
+const common = { model: 'tiny' as const, seqLen: 32, seed: 1, evals: 1, evalBatches: 2, evalBatchSize: 4 };
+const tokens = Number(process.argv[2] ?? 16000);
+const d = { islands: 8, seeds: [1], batchSize: 4, tokens, innerSteps: 8, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 2048 } };
+const het = heterogeneous(8, 4);
+const rm = Math.min(...het.map((s) => (1000 * 8 * s.batchSize * 32) / (s.speed * 2000)));
+const row = mixed('mix4', d, het.map((s, i) => ({ ...s, mixDropProb: i === 0 ? 0.5 : 0, offlineMs: rm / 2, behaviour: i === 7 ? 'lie-fragment' as const : 'honest' as const })), 4, rm, 'int8');
+row.mix!.spotRate = 0.5;
+const t0 = performance.now();
+const b = await runRow(row, { common, ds });
+console.log((performance.now() - t0).toFixed(0), 'ms', b.tokens, b.versions, b.mix, b.server, b.perIsland.map((r) => [r.accepted, r.acceptedTokens, r.rejected, r.drops]));
