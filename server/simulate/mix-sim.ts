@@ -16,7 +16,7 @@ import { sha256Hex } from '../../core/mix/commit.ts';
 import { type AckMsg, type DeltaMeta, ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
 import { mulberry32 } from '../../core/random.ts';
 import { ok } from '../../core/result.ts';
-import type { NetworkSpec } from './types.ts';
+import type { MixTotals, NetworkSpec } from './types.ts';
 
 // Message sizes beside the payload, as the simulator's other messages count them (local.ts: a
 // delta's meta 256 B, an update's header 128 B): a SHA-256 is 32 B; a fragment's header (group,
@@ -26,18 +26,6 @@ const UPDATE_HEADER_BYTES = 128;
 const HASH_BYTES = 32;
 const FRAGMENT_HEADER_BYTES = 16;
 
-export interface MixTotals {
-  groups: number;
-  mixedGroups: number;
-  fallbacks: number;
-  checks: number;
-  audits: number;
-  implicated: number;
-  /** Bytes members sent each other (not the server's). */
-  peerBytes: number;
-  /** Islands that waited formWaitMs and uploaded directly. */
-  expired: number;
-}
 
 interface Member {
   islandId: string;

@@ -6,7 +6,6 @@ import type { GPTConfig, PresetName } from '../../core/model/config.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
-import type { MixTotals } from './mix-sim.ts';
 import type { MixConfig } from '../../core/mix/broker.ts';
 
 /**
@@ -88,6 +87,20 @@ export interface SimCommon {
   data?: string;
   /** Shared starting point of every row (a warm start); undefined: initParams(model, seed). */
   init?: Float32Array;
+}
+
+/** What butterfly mixing did over a row (mix-sim.ts). */
+export interface MixTotals {
+  groups: number;
+  mixedGroups: number;
+  fallbacks: number;
+  checks: number;
+  audits: number;
+  implicated: number;
+  /** Bytes members sent each other (not the server's). */
+  peerBytes: number;
+  /** Islands that waited formWaitMs and uploaded directly. */
+  expired: number;
 }
 
 export interface CurvePoint {
