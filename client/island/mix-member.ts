@@ -12,23 +12,15 @@ import { type CodecOptions, decodeDelta, encodeDelta } from '../../core/codec/in
 import type { FragmentUpload, GroupPlan } from '../../core/mix/broker.ts';
 import { type PieceChannel, canonicalFragment, exchange, joinPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
-import type { AckMsg, Assignment, DeltaMeta, HelloMsg, ModelSnapshotMsg, UpdateMsg } from '../../core/protocol.ts';
+import type { AckMsg, Assignment, DeltaMeta, HelloMsg, MixPieceMsg, ModelSnapshotMsg, UpdateMsg } from '../../core/protocol.ts';
 import { type Result, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
 
 /** Updates kept for catch-up (fetchUpdates) after they were delivered. */
 const RECENT_KEPT = 16;
 
-/** A pushed piece of an update: the update without its frame, the frame's SHA-256, and this member's byte piece. */
-export interface UpdatePiece {
-  update: Omit<UpdateMsg, 'frame'>;
-  frameHash: string;
-  groupId: number;
-  index: number;
-  /** The group's island ids in member order. */
-  members: string[];
-  piece: Uint8Array;
-}
+/** A pushed piece of an update (the `mix:piece` message). */
+export type UpdatePiece = MixPieceMsg;
 
 /** The member's group as the server announced it. */
 export interface MemberPlan extends GroupPlan { index: number }

@@ -96,6 +96,35 @@ export async function exchange(i: number, k: number, mine: Uint8Array, ch: Piece
   return Array.from({ length: k }, (_, j) => have.get(j)!);
 }
 
+/**
+ * One stage's data-channel message: a 1-byte count c, then c entries of (1-byte member index, u32
+ * little-endian length, the bytes).
+ */
+export function packPieces(pieces: Map<number, Uint8Array>): Uint8Array {
+  const out = new Uint8Array(1 + [...pieces.values()].reduce((a, b) => a + 5 + b.length, 0));
+  const dv = new DataView(out.buffer);
+  out[0] = pieces.size;
+  let o = 1;
+  for (const [j, b] of pieces) { out[o] = j; dv.setUint32(o + 1, b.length, true); out.set(b, o + 5); o += 5 + b.length; }
+  return out;
+}
+
+/** packPieces undone; null when the message is malformed (a peer's bytes are untrusted). */
+export function unpackPieces(msg: Uint8Array): Map<number, Uint8Array> | null {
+  if (msg.length < 1) return null;
+  const dv = new DataView(msg.buffer, msg.byteOffset, msg.byteLength);
+  const out = new Map<number, Uint8Array>();
+  let o = 1;
+  for (let e = 0; e < msg[0]; e++) {
+    if (o + 5 > msg.length) return null;
+    const len = dv.getUint32(o + 1, true);
+    if (o + 5 + len > msg.length) return null;
+    out.set(msg[o], msg.subarray(o + 5, o + 5 + len));
+    o += 5 + len;
+  }
+  return o === msg.length ? out : null;
+}
+
 /** Joins pieces in index order. */
 export function joinPieces(pieces: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(pieces.reduce((a, b) => a + b.length, 0));

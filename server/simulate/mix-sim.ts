@@ -10,8 +10,7 @@ import type { CodecOptions } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import { checkWork } from '../../core/coord/validate.ts';
 import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
-import type { PieceChannel } from '../../core/mix/butterfly.ts';
-import { pieceRange } from '../../core/mix/butterfly.ts';
+import { type PieceChannel, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
 import { type AckMsg, type DeltaMeta, ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
 import { mulberry32 } from '../../core/random.ts';
@@ -241,17 +240,18 @@ export class SimMixHub {
     for (const [key, w] of this.mailWaiters) if (key.startsWith(`${ch}|`)) { this.mailWaiters.delete(key); w.resolve(null); }
   }
 
+  /** A member's data channels: each stage's pieces cross as one packed message (packPieces). */
   private pieceChannel(ch: string, index: number, ids: string[]): PieceChannel {
     return {
-      send: (to, stage, pieces) => this.post(ch, ids[index], ids[to], stage, pieces, [...pieces.values()].reduce((a, b) => a + b.length + 8, 0)),
-      recv: (from, stage) => this.take<Map<number, Uint8Array>>(ch, ids[from], ids[index], stage),
+      send: (to, stage, pieces) => { const msg = packPieces(pieces); return this.post(ch, ids[index], ids[to], stage, msg, msg.length); },
+      recv: async (from, stage) => { const m = await this.take<Uint8Array>(ch, ids[from], ids[index], stage); return m && unpackPieces(m); },
     };
   }
 
   private async post(ch: string, from: string, to: string, stage: number, msg: unknown, bytes: number): Promise<void> {
     const a = this.members.get(from), b = this.members.get(to);
     if (!a || !b || a.dead) return;
-    this.totals.peerBytes += bytes + 16;
+    this.totals.peerBytes += bytes;
     await this.clock.sleep(a.net.latencyMs + (1000 * bytes) / a.net.upBytesPerSec + (1000 * bytes) / b.net.downBytesPerSec);
     if (a.dead || b.dead) return;
     const key = `${ch}|${from}|${to}|${stage}`;
