@@ -8,7 +8,7 @@ const d = { islands: 8, seeds: [1], batchSize: 4, tokens, innerSteps: 8, baseTok
 const het = heterogeneous(8, 4);
 const rm = Math.min(...het.map((s) => (1000 * 8 * s.batchSize * 32) / (s.speed * 2000)));
 const row = mixed('mix4', d, het.map((s, i) => ({ ...s, mixDropProb: i === 0 ? 0.5 : 0, offlineMs: rm / 2, behaviour: i === 7 ? 'lie-fragment' as const : 'honest' as const })), 4, rm, 'int8');
-row.mix!.spotRate = 0.5;
+row.mix!.spotRate = Number(process.env.SPOT ?? 0.5);
 const t0 = performance.now();
 const b = await runRow(row, { common, ds });
 console.log((performance.now() - t0).toFixed(0), 'ms', b.tokens, b.versions, b.mix, b.server, b.perIsland.map((r) => [r.accepted, r.acceptedTokens, r.rejected, r.drops]));

@@ -84,16 +84,26 @@ export class MixBroker {
     this.queue = this.queue.filter((q) => q.islandId !== m.islandId);
     this.queue.push(m);
     if (this.queue.length < this.cfg.k) return null;
-    const members = this.queue.splice(0, this.cfg.k);
-    return { groupId: ++this.serial, members, ranges: fragmentRanges(this.n, this.cfg.k, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
+    return this.plan(this.queue.splice(0, this.cfg.k));
   }
 
-  /** Members that waited formWaitMs without a group: they upload directly. */
-  expire(now: number): ReadyMember[] {
-    const due = (q: ReadyMember) => q.readyAt + this.cfg.formWaitMs <= now;
-    const out = this.queue.filter(due);
-    this.queue = this.queue.filter((q) => !due(q));
-    return out;
+  /**
+   * When the oldest waiting island has waited formWaitMs: the waiting islands form the largest group
+   * of a power of two (≥ 2, ≤ k) they can, oldest first; one left alone uploads directly.
+   */
+  expire(now: number): { groups: GroupPlan[]; direct: ReadyMember[] } {
+    const groups: GroupPlan[] = [];
+    const direct: ReadyMember[] = [];
+    while (this.queue.length && this.queue[0].readyAt + this.cfg.formWaitMs <= now) {
+      if (this.queue.length < 2) { direct.push(this.queue.shift()!); continue; }
+      const size = 1 << Math.floor(Math.log2(Math.min(this.queue.length, this.cfg.k)));
+      groups.push(this.plan(this.queue.splice(0, size)));
+    }
+    return { groups, direct };
+  }
+
+  private plan(members: ReadyMember[]): GroupPlan {
+    return { groupId: ++this.serial, members, ranges: fragmentRanges(this.n, members.length, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
   }
 
   /** A waiting island left: it no longer waits. */

@@ -42,7 +42,7 @@ interface Waiter<T> { resolve(v: T): void }
 
 export class SimMixHub {
   readonly broker: MixBroker;
-  readonly totals: MixTotals = { groups: 0, mixedGroups: 0, fallbacks: 0, checks: 0, audits: 0, implicated: 0, peerBytes: 0, expired: 0 };
+  readonly totals: MixTotals = { groups: 0, mixedGroups: 0, fallbacks: 0, checks: 0, audits: 0, implicated: 0, peerBytes: 0, expired: 0, mixedMembers: 0, fragmentBytes: 0, piecesOk: 0, piecesRefetched: 0 };
   private readonly members = new Map<string, Member>();
   private readonly groupWaiters = new Map<string, Waiter<MemberPlan | null>>();
   private readonly fragWaiters = new Map<string, Waiter<FragmentUpload | null>>();
@@ -124,7 +124,9 @@ export class SimMixHub {
     const plan = this.broker.offer({ islandId: m.islandId, meta, frameHash, tokens: work.meta.tokens, readyAt: this.clock.now() });
     if (plan) this.start(plan);
     else void this.clock.sleep(this.broker.cfg.formWaitMs).then(() => {
-      for (const e of this.broker.expire(this.clock.now())) { this.totals.expired++; this.resolve(this.groupWaiters, e.islandId, null); }
+      const due = this.broker.expire(this.clock.now());
+      for (const e of due.direct) { this.totals.expired++; this.resolve(this.groupWaiters, e.islandId, null); }
+      for (const g of due.groups) this.start(g);
     });
     return waiting;
   }
@@ -175,6 +177,8 @@ export class SimMixHub {
       return ids.forEach(direct);
     }
     this.totals.mixedGroups++;
+    this.totals.mixedMembers += plan.members.length;
+    this.totals.fragmentBytes += out.frames.reduce((a, f) => a + f.length, 0);
     this.totals.checks += out.checks;
     if (out.audited) this.totals.audits++;
     const coord = this.hub.coord;

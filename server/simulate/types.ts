@@ -99,6 +99,12 @@ export interface MixTotals {
   implicated: number;
   /** Bytes members sent each other (not the server's). */
   peerBytes: number;
+  /** Members of groups that mixed, and the fragment bytes they uploaded (spot checks and replays apart). */
+  mixedMembers: number;
+  fragmentBytes: number;
+  /** Update pieces exchanged and checked, and updates fetched whole after a missing or wrong piece. */
+  piecesOk: number;
+  piecesRefetched: number;
   /** Islands that waited formWaitMs and uploaded directly. */
   expired: number;
 }
