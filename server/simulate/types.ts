@@ -200,7 +200,9 @@ export interface SimulateOptions {
    * the async heterogeneous sparse row over 3 seeds; one island alone; sync int4, async int4; the
    * sparse row with 30% dropout, churn, mixed numerics, an uneven network, DyLU off, non-i.i.d.
    * shards; attackers (sign flip, ×4, same-norm noise, a colluding pair) with robust aggregation,
-   * ×100 without the norm bound. 'diloco': one DiLoCo row built from mode/codec/islands plus the
+   * ×100 without the norm bound; butterfly mixing of the async sparse row in groups of 2, 4 and 8
+   * (async-sparse-hetero-mixK), of 4 with 30 % of members dropping mid-exchange and with one lying
+   * member per group, and the async int4 row in groups of 4. 'diloco': one DiLoCo row built from mode/codec/islands plus the
    * DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
    */
   preset?: 'compare' | 'diloco' | 'smoke';
