@@ -279,3 +279,4 @@ export interface TwinSpec {
   common: SimCommon;
   rows: SimRow[];
 }
+
