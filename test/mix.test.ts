@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { type CodecOptions, decodeDelta, encodeDelta } from '../core/codec/index.ts';
 import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
-import { type PieceChannel, canonicalFragment, exchange, fragmentRanges, joinPieces, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
+import { type PieceChannel, canonicalFragment, exchange, fragmentRanges, joinPieces, mixWeights, packPieces, pieceRange, unpackPieces } from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
@@ -97,6 +97,18 @@ describe('butterfly mixing', () => {
     // a forwarded frame that is not the one its member committed to ends the exchange
     const tampered = await group(4, 1000, { lieInTransit: 1 });
     expect(tampered.held.filter((h) => h === null).length).toBeGreaterThan(0);
+  });
+
+  it("a stage message built by hand from docs/protocol.md's layout unpacks; a malformed one is refused", () => {
+    // count 2; member 0: 3 bytes; member 3: 1 byte (index, u32 LE length, bytes)
+    const msg = Uint8Array.from([2, 0, 3, 0, 0, 0, 7, 8, 9, 3, 1, 0, 0, 0, 42]);
+    const m = unpackPieces(msg)!;
+    expect([...m.keys()]).toEqual([0, 3]);
+    expect(Array.from(m.get(0)!)).toEqual([7, 8, 9]);
+    expect(Array.from(m.get(3)!)).toEqual([42]);
+    expect(packPieces(m)).toEqual(msg);
+    expect(unpackPieces(msg.subarray(0, 14))).toBeNull(); // truncated
+    expect(unpackPieces(Uint8Array.from([...msg, 0]))).toBeNull(); // trailing bytes
   });
 
   it('settles honest uploads into the group mean; a missing member sends everyone to direct upload', async () => {
