@@ -29,8 +29,11 @@ export interface MemberPlan extends GroupPlan { index: number }
 export interface MixPort {
   /** Commits (frame hash) and waits to be grouped: the plan, or null to upload directly. */
   ready(meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null>;
-  /** Uploads this member's fragment (null: its exchange failed). The ack of its own Δ, or 'direct' to upload directly. */
-  fragment(groupId: number, up: FragmentUpload | null): Promise<AckMsg | 'direct'>;
+  /**
+   * Uploads this member's fragment (null: its exchange failed). The ack of its own Δ; 'direct' to
+   * upload directly; 'regroup' when its group was called off (a member dropped): ready again, once.
+   */
+  fragment(groupId: number, up: FragmentUpload | null): Promise<AckMsg | 'direct' | 'regroup'>;
   /** The server's requests to this member while its group settles. */
   serve(handlers: MemberHandlers): void;
   onPiece(listener: (p: UpdatePiece) => void): void;
@@ -112,8 +115,22 @@ export class MixMember implements Transport {
 
   async submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
     const codec = this.codec;
-    const plan = codec && peekable(frame) ? await this.port.ready(meta, sha256Hex(frame)) : null;
-    if (!plan || !codec) return this.direct(meta, frame);
+    if (!codec || !peekable(frame)) return this.direct(meta, frame);
+    const frameHash = sha256Hex(frame);
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const plan = await this.port.ready(meta, frameHash);
+      if (!plan) break;
+      const ack = await this.mix(plan, frame, codec);
+      if (ack === 'direct') break;
+      if (ack === 'regroup') continue;
+      this.stats.mixed++;
+      return ok(ack);
+    }
+    return this.direct(meta, frame);
+  }
+
+  /** One group: swap frames, reduce and upload this member's fragment; the server's verdict. */
+  private async mix(plan: MemberPlan, frame: Uint8Array, codec: CodecOptions): Promise<AckMsg | 'direct' | 'regroup'> {
     let up: FragmentUpload | null = null;
     const ids = plan.members.map((m) => m.islandId);
     const frames = await exchange(plan.index, ids.length, frame, this.net.channel(`g${plan.groupId}`, plan.index, ids), (j, b) => sha256Hex(b) === plan.members[j].frameHash);
@@ -124,10 +141,7 @@ export class MixMember implements Transport {
       up = { frame: this.fragmentFrame(decoded, plan, plan.index, codec) };
     }
     try {
-      const ack = await this.port.fragment(plan.groupId, up);
-      if (ack === 'direct') return this.direct(meta, frame);
-      this.stats.mixed++;
-      return ok(ack);
+      return await this.port.fragment(plan.groupId, up);
     } finally {
       this.held.delete(plan.groupId);
     }

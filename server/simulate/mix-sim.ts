@@ -46,14 +46,16 @@ export class SimMixHub {
   private readonly members = new Map<string, Member>();
   private readonly groupWaiters = new Map<string, Waiter<MemberPlan | null>>();
   private readonly fragWaiters = new Map<string, Waiter<FragmentUpload | null>>();
-  private readonly ackWaiters = new Map<string, Waiter<AckMsg | 'direct'>>();
+  private readonly ackWaiters = new Map<string, Waiter<AckMsg | 'direct' | 'regroup'>>();
   /** In-flight peer messages and receivers, by `${channel}|${from}|${to}|${stage}`. */
   private readonly mail = new Map<string, unknown>();
   private readonly mailWaiters = new Map<string, Waiter<unknown>>();
   private readonly piecesSent = new Set<string>();
   private readonly aborted = new Set<string>();
   /** Outcomes settled before the member asked (its fragment came after its group fell back). */
-  private readonly early = new Map<string, AckMsg | 'direct'>();
+  private readonly early = new Map<string, AckMsg | 'direct' | 'regroup'>();
+  /** Deltas (island#seq) whose group was called off once already: the next fallback is direct. */
+  private readonly regrouped = new Set<string>();
 
   constructor(private readonly hub: LocalHub, private readonly clock: Clock, cfg: MixConfig, n: number, private readonly codec: CodecOptions, seed: number) {
     this.broker = new MixBroker(cfg, n, codec.encoding === 'sparse' || codec.encoding === 'int8' || codec.encoding === 'int4' ? codec.blockSize ?? 64 : 64, mulberry32(seed));
@@ -87,7 +89,7 @@ export class SimMixHub {
         const key = `${groupId}|${m.islandId}`;
         const early = this.early.get(key);
         this.early.delete(key);
-        const waiting = early !== undefined ? Promise.resolve(early) : new Promise<AckMsg | 'direct'>((resolve) => this.ackWaiters.set(key, { resolve }));
+        const waiting = early !== undefined ? Promise.resolve(early) : new Promise<AckMsg | 'direct' | 'regroup'>((resolve) => this.ackWaiters.set(key, { resolve }));
         this.resolve(this.fragWaiters, key, m.dead ? null : up);
         const r = await waiting;
         await link.down(128);
@@ -166,7 +168,7 @@ export class SimMixHub {
         return f;
       },
     }, this.codec);
-    const answer = (islandId: string, a: AckMsg | 'direct') => {
+    const answer = (islandId: string, a: AckMsg | 'direct' | 'regroup') => {
       const key = `${plan.groupId}|${islandId}`;
       if (this.ackWaiters.has(key)) this.resolve(this.ackWaiters, key, a); else this.early.set(key, a);
     };
@@ -174,7 +176,13 @@ export class SimMixHub {
     if (out.kind === 'direct') {
       this.totals.fallbacks++;
       this.abort(`g${plan.groupId}`);
-      return ids.forEach(direct);
+      // the members still there try once more to mix (with each other or others now ready)
+      for (const x of plan.members) {
+        const once = `${x.islandId}#${x.meta.seq}`;
+        const alive = this.members.get(x.islandId)?.dead === false;
+        if (alive && !this.regrouped.has(once)) { this.regrouped.add(once); answer(x.islandId, 'regroup'); } else direct(x.islandId);
+      }
+      return;
     }
     this.totals.mixedGroups++;
     this.totals.mixedMembers += plan.members.length;
