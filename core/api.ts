@@ -169,8 +169,15 @@ export interface HistoryPoint {
   tokensPerSecByEngine: Record<string, number>;
 }
 
-/** GET /api/islands. */
-export interface IslandsResponse { islands: IslandView[] }
+/** GET /api/islands?offset&limit: one page (at most 1,000) of the islands, in the order the server keeps them. */
+export interface IslandsResponse {
+  islands: IslandView[];
+  /** Islands in all. */
+  total: number;
+  offset: number;
+  /** The offset of the next page, or null after the last. */
+  next: number | null;
+}
 
 /** GET /api/history?since&limit. */
 export interface HistoryResponse { points: HistoryPoint[] }

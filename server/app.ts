@@ -14,6 +14,7 @@ import { Metrics, metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
 import { logCheckpoint, logRunEvent } from './ops-log.ts';
 import { Run } from './run.ts';
+import { STRICT_AJV, strictHttp } from './http-strict.ts';
 import { type RunPort, localPort } from './run-port.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
 import { ok } from '../core/result.ts';
@@ -77,9 +78,15 @@ export async function baseApp(o: { logLevel?: string; restPerMinute: number }): 
     // a delta never travels over REST; JSON bodies are admin patches
     bodyLimit: 64 * 1024,
     forceCloseConnections: true,
-    // route schemas are closed: an unknown key is a 400, not silently dropped
-    ajv: { customOptions: { removeAdditional: false } },
+    // route schemas are closed and nothing is coerced: an unknown key or a wrong type is a 400 (http-strict.ts)
+    ajv: STRICT_AJV,
+    // an idle keep-alive connection, or one that sends no request, is closed
+    connectionTimeout: 30_000,
+    keepAliveTimeout: 10_000,
+    requestTimeout: 60_000,
   });
+  // errors as { error: { code, message } } (validation, 404, 405, 429), before any route is added
+  strictHttp(app);
   await app.register(helmet, {
     contentSecurityPolicy: {
       directives: {
@@ -107,20 +114,15 @@ export async function baseApp(o: { logLevel?: string; restPerMinute: number }): 
     max: o.restPerMinute,
     timeWindow: 60_000,
     allowList: (req) => req.url === '/healthz' || req.url === '/metrics',
+    errorResponseBuilder: (_req, ctx) => ({ statusCode: 429, code: 'E_RATE_LIMIT', message: `more than ${ctx.max} requests a minute from this address: retry in ${ctx.after}` }),
   });
   return app;
 }
 
-/** The pages, and errors as `{ error: { code, message } }`. */
+/** The pages; then the app is ready. */
 export async function finishApp(app: FastifyInstance, clientDir: string | undefined): Promise<void> {
   await app.register(staticPlugin, { root: clientDir ?? DEFAULT_CLIENT_DIR });
   // CORS stays closed: no Access-Control-Allow-Origin is ever sent, so browsers keep other origins out.
-  app.setErrorHandler((e: Error & { statusCode?: number; code?: string }, _req, reply) => {
-    const status = e.statusCode && e.statusCode >= 400 ? e.statusCode : 500;
-    if (status >= 500) app.log.warn(`http error: ${e.stack ?? e.message}`);
-    reply.code(status).send({ error: { code: status === 429 ? 'E_RATE_LIMIT' : status >= 500 ? 'E_INTERNAL' : (e.code?.startsWith('E_') ? e.code : 'E_BAD_REQUEST'), message: status >= 500 ? 'internal error' : e.message } });
-  });
-  app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}` } }));
   await app.ready();
 }
 
@@ -142,7 +144,13 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
     lock.value();
     throw e;
   }
-  if (o.audit?.token) run.audits = new RunAudits(run, o.audit);
+  if (o.audit?.token) {
+    run.audits = new RunAudits({
+      get coord() { return run.coord; },
+      appendLog: (line) => run.store.append(line as { type: string }),
+      ban: (id, reason) => run.admin.ban(id, reason),
+    }, o.audit);
+  }
   run.store.onEvent = (e) => logRunEvent(app.log, e);
   run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
   const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);

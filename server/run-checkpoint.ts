@@ -72,7 +72,7 @@ export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): 
   });
 }
 
-function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig): Result<Coordinator> {
+export function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig): Result<Coordinator> {
   const file = readSafetensors(bytes);
   if (!file.ok) return file;
   const { tensors, metadata } = file.value;

@@ -84,6 +84,7 @@ export function localPort(run: Run): RunPort {
     listen(l) {
       run.onUpdate = (u) => l.update(u);
       run.onBan = (id) => l.ban(id);
+      run.onReset = () => l.reset();
     },
     async hello(h) {
       // Resuming an identity needs the token the server handed out with it.
@@ -107,10 +108,10 @@ export function localPort(run: Run): RunPort {
     forgetWaiters: (id) => run.forgetWaiters(id),
     noteRejected: (code, bytes) => run.noteRejected(code, bytes),
     noteBytesOut: (bytes) => run.noteBytesOut(bytes),
-    status: async () => run.status(),
+    status: async () => run.views.status(),
     async dashboardFeed(watching) {
-      const history = run.takeDirtyHistory();
-      return watching ? { history, status: run.status(), islands: run.islands() } : null;
+      const history = run.views.takeDirtyHistory();
+      return watching ? { history, status: run.views.status(), islands: run.views.islands() } : null;
     },
     audits: run.audits ? {
       auth: (token) => run.audits!.auth(token),

@@ -11,9 +11,11 @@
 // change rounds wait (`whenIdle`), and the pump snapshots only between steps.
 
 import type { RunAudits } from './audit.ts';
+import { DeltaArchive } from './revert.ts';
+import { RunAdmin } from './run-admin.ts';
+import { RunViews } from './run-views.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
 import type { TextDataset } from '../core/data/dataset.ts';
-import { encodeCheckpoint } from '../core/checkpoint.ts';
 import { initParams } from '../core/model/gpt.ts';
 import type { GPTConfig } from '../core/model/config.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type UpdateMsg } from '../core/protocol.ts';
@@ -21,14 +23,13 @@ import { type Result, err, ok } from '../core/result.ts';
 import { loadCorpus } from './corpus.ts';
 import { EvalService } from './eval-worker.ts';
 import type { Metrics } from './plugins/metrics.ts';
-import type { CheckpointInfo, HistoryPoint, IslandView, RunConfig, RunStatus } from '../core/api.ts';
+import type { RunConfig } from '../core/api.ts';
 import { RunHistory, eventLine, finiteOrNull, type PointContext } from './history.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
-import { SnapshotArrays, checkpointFile, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
+import { SnapshotArrays, decodeRunCheckpoint, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
-import { islandView } from './island-view.ts';
 import { OuterOffloadHost } from './outer-offload.ts';
 
 /** θ as of the last durable version: what islands may download. */
@@ -65,7 +66,6 @@ export class Run {
   private durable: DurableState;
   /** The state a batch in the pump makes durable once it is committed. */
   private nextDurable: DurableState | null = null;
-  private modelCache: { version: number; bytes: Uint8Array } | null = null;
   private readonly snapshotArrays = new SnapshotArrays();
   readonly history = new RunHistory();
   private evalService: EvalService | null = null;
@@ -93,8 +93,15 @@ export class Run {
   onUpdate: (u: UpdateMsg) => void = () => {};
   onIslandEvent: (islandId: string, status: string, reason: string) => void = () => {};
   onBan: (islandId: string) => void = () => {};
+  /** θ was rebuilt (a revert): every island must say hello again and fetch it. */
+  onReset: () => void = () => {};
   /** Verified work (server/audit.ts): null unless a validator token was given. */
   audits: RunAudits | null = null;
+  /** The REST views (core/api.ts shapes) and the operator's calls. */
+  readonly views: RunViews;
+  readonly admin: RunAdmin;
+  /** Each version's deltas, kept for reverts (server/revert.ts). */
+  readonly archive: DeltaArchive;
 
   private constructor(o: OpenRunOptions, store: RunStore, dataset: TextDataset, coord: Coordinator, resumed: boolean) {
     this.dir = o.dir;
@@ -107,6 +114,9 @@ export class Run {
     this.resumed = resumed;
     this.log = o.log ?? (() => {});
     this.tokens = new ResumeTokens(o.dir);
+    this.views = new RunViews(this);
+    this.admin = new RunAdmin(this);
+    this.archive = new DeltaArchive(o.dir);
     this.durable = { version: coord.version, hash: coord.hash, totalTokens: coord.totals().tokensApplied, theta: coord.params().slice() };
     this.pump = new DurabilityPump({
       coord, store, metrics: this.metrics, log: this.log,
@@ -175,76 +185,12 @@ export class Run {
   /** Worker threads taking the outer step (0: the event loop takes it). */
   get outerWorkers(): number { return this.offload?.workers ?? 0; }
 
-  status(now = Date.now()): RunStatus {
-    const t = this.coord.totals();
-    const last = this.history.last;
-    return {
-      run: this.config.name,
-      mode: this.coord.mode,
-      version: this.durable.version,
-      hash: this.durable.hash,
-      paused: this.coord.isPaused,
-      done: this.coord.isDone,
-      islandsOnline: this.islandsOnline(),
-      tokensTotal: this.durable.totalTokens,
-      tokensPerSec: this.history.tokensPerSec(now),
-      evalLoss: this.history.lastEval?.loss ?? null,
-      evalVersion: this.history.lastEval?.version ?? null,
-      trainLoss: last?.trainLoss ?? null,
-      bytesIn: this.bytesIn,
-      bytesOut: this.bytesOut,
-      bytesDataParallel: (this.durable.totalTokens / (this.config.coordinator.batchSize * this.config.coordinator.seqLen)) * 4 * this.paramCount,
-      goodput: t.goodput,
-      accepted: t.accepted,
-      rejected: t.rejected,
-      time: now,
-    };
-  }
-
   islandsOnline(): number {
     return this.connected.size;
   }
 
-  islands(): IslandView[] {
-    return this.coord.islands().map((r) => islandView(r, this.connected.has(r.id), this.history.islands.summary(r.id)));
-  }
-
-  /** History points after `since` (a version), at most `limit` (the newest). */
-  historySince(since = -1, limit = 100_000): HistoryPoint[] {
-    return this.history.since(since, limit);
-  }
-
-  /** History points changed since the last call (new versions, late eval losses). */
-  takeDirtyHistory(): HistoryPoint[] {
-    return this.history.takeDirty();
-  }
-
-  /** Checkpoints on disk, newest first: GET /api/checkpoints. */
-  checkpoints(): CheckpointInfo[] {
-    return this.store.listCheckpoints().map((c) => ({
-      version: c.version, hash: this.store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs),
-      url: `/api/checkpoints/${c.version}`, file: checkpointFile(this.config.name, c.version),
-      hfUrl: `/api/checkpoints/${c.version}/hf`, hfFile: checkpointFile(this.config.name, c.version, 'hf'),
-    }));
-  }
-
-  /** The bytes of the checkpoint of `version`, or null when it is not kept. */
-  checkpointBytes(version: number): Uint8Array | null {
-    return this.store.readCheckpoint(version);
-  }
-
-  /** θ at the durable version as safetensors (cached per version): GET /api/model. */
-  modelBytes(): { version: number; hash: string; bytes: Uint8Array } {
-    const d = this.durable;
-    if (!this.modelCache || this.modelCache.version !== d.version) {
-      const bytes = encodeCheckpoint({
-        config: this.config.model, params: d.theta, extra: {},
-        meta: { version: String(d.version), hash: d.hash, tokens: String(d.totalTokens), run: this.config.name },
-      });
-      this.modelCache = { version: d.version, bytes };
-    }
-    return { version: d.version, hash: d.hash, bytes: this.modelCache.bytes };
-  }
+  /** Tokens in θ at the durable version. */
+  get durableTokens(): number { return this.durable.totalTokens; }
 
   /** θ at the durable version (read-only by contract). */
   durableParams(): { version: number; hash: string; params: Float32Array } {
@@ -336,7 +282,10 @@ export class Run {
    */
   private async releasable(a: Assignment): Promise<Assignment> {
     if (a.baseVersion <= this.durable.version) return a;
-    if (a.mode === 'async') return { ...a, baseVersion: this.durable.version, baseHash: this.durable.hash };
+    if (a.mode === 'async') {
+      this.coord.rebaseAssignment(a.islandId, a.roundId, this.durable.version);
+      return { ...a, baseVersion: this.durable.version, baseHash: this.durable.hash };
+    }
     await this.whenDurable(a.baseVersion);
     return a;
   }
@@ -365,9 +314,16 @@ export class Run {
       }
     }
     const t0 = performance.now();
-    const audit = this.audits?.sample(meta) ?? null;
-    const r = this.coord.submit({ meta, frame, decoded }, Date.now());
-    if (audit && r.ok) this.audits!.offer(meta, frame, audit);
+    const pick = this.audits?.sample(meta) ?? ok(null);
+    const r = pick.ok ? this.coord.submit({ meta, frame, decoded }, Date.now()) : pick;
+    if (!pick.ok && decoded?.ok) this.offload!.release(decoded.value.delta);
+    if (r.ok) {
+      if (pick.ok && pick.value) this.audits!.offer(meta, frame, pick.value);
+      this.archive.hold({
+        islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, baseVersion: meta.baseVersion, staleness: r.value.staleness,
+        tokens: meta.tokens, steps: r.value.steps, score: r.value.norm / Math.sqrt(Math.max(1, r.value.steps)), lossMean: finiteOrNull(meta.lossMean),
+      }, frame);
+    }
     this.metrics.applySeconds.observe((performance.now() - t0) / 1000);
     this.bytesIn += frame.length;
     this.metrics.bytesIn.inc(frame.length);
@@ -400,45 +356,7 @@ export class Run {
     return this.waiters.whenDurable(version, this.durable.version);
   }
 
-  // ── admin ─────────────────────────────────────────────────────────────────────────────────
-
-  async pause(): Promise<void> {
-    this.coord.pause();
-    this.store.append({ type: 'admin', action: 'pause' });
-    await this.checkpointNow();
-  }
-
-  async resume(): Promise<void> {
-    await this.whenIdle();
-    this.coord.resume(Date.now());
-    this.kick(); // resuming may close a round: its step starts
-    this.store.append({ type: 'admin', action: 'resume' });
-    await this.checkpointNow();
-  }
-
-  async setConfig(patch: CoordinatorConfigPatch): Promise<Result<RunConfig>> {
-    const why = this.offload && patch.downlink ? OuterOffloadHost.unsupported(patch.downlink) : null;
-    if (why) return err(ErrorCode.BAD_CONFIG, why);
-    await this.whenIdle();
-    const r = this.coord.setConfig(patch);
-    if (!r.ok) return r;
-    this.config = { ...this.config, coordinator: r.value };
-    this.store.writeConfig(this.config);
-    this.store.append({ type: 'admin', action: 'config', patch });
-    await this.checkpointNow();
-    return ok(this.config);
-  }
-
-  async ban(islandId: string, reason: string): Promise<Result<void>> {
-    await this.whenIdle();
-    const r = this.coord.ban(islandId, Date.now(), reason);
-    this.kick(); // a ban may close a round: its step starts
-    if (!r.ok) return r;
-    this.store.append({ type: 'admin', action: 'ban', island: islandId, reason });
-    this.onBan(islandId);
-    await this.checkpointNow();
-    return ok(undefined);
-  }
+  // ── durability ────────────────────────────────────────────────────────────────────────────
 
   /** Writes a checkpoint of the current state now (after any batch in flight). */
   async checkpointNow(): Promise<{ version: number; path: string; bytes: number }> {
@@ -455,6 +373,33 @@ export class Run {
     await this.pump.commit();
     const info = this.store.listCheckpoints().find((c) => c.version === version);
     return { version, path: this.store.checkpointPath(version), bytes: info?.bytes ?? 0 };
+  }
+
+  /** The coordinator of the newest kept checkpoint older than `version` (a revert's start). */
+  checkpointBefore(version: number): Result<{ version: number; coord: Coordinator }> {
+    const kept = this.store.listCheckpoints();
+    for (const ck of kept) {
+      if (ck.version >= version) continue;
+      const bytes = this.store.readCheckpoint(ck.version);
+      const r = bytes ? decodeRunCheckpoint(bytes, this.config.model) : err('E_BAD_CHECKPOINT', `${ck.path} is unreadable`);
+      if (!r.ok) return err(r.error.code, `checkpoint ${ck.path}: ${r.error.message}`);
+      return ok({ version: ck.version, coord: r.value });
+    }
+    const oldest = kept.at(-1)?.version;
+    return err('E_NOT_KEPT', `no kept checkpoint is older than version ${version} (the oldest is ${oldest ?? 'none'}): raise checkpoints.keep to reach further back`);
+  }
+
+  /** θ was rebuilt in the coordinator (a revert): it becomes durable and islands start over from it. */
+  async rebuilt(): Promise<void> {
+    const c = this.coord;
+    await this.offload?.importState(c);
+    await this.checkpointNow();
+    this.durable = { version: c.version, hash: c.hash, totalTokens: c.totals().tokensApplied, theta: c.params().slice() };
+    this.waiters.releaseDurable(c.version);
+    this.views.invalidate();
+    this.syncMetrics();
+    this.evalService?.requestEval(c.version, this.durable.theta);
+    this.onReset();
   }
 
   /** Text from the current model, in a worker (one request at a time). */
@@ -541,9 +486,12 @@ export class Run {
       this.nextDurable = { version: snap.meta.version, hash: snap.meta.hash, totalTokens: snap.meta.totals.tokensApplied, theta: snap.tensors.theta as Float32Array };
       this.store.requestCheckpoint(this.nextDurable.version, () => encodeRunCheckpoint(this.config, snap));
     }
+    const oldest = this.store.listCheckpoints().at(-1)?.version ?? 0;
     for (const ev of events) {
       const line = eventLine(ev, this.pointContext(ev.type === 'update' ? ev.contributors : []));
       if (line) this.store.append(line);
+      if (ev.type === 'update') this.archive.write(ev.update.version, ev.update.time, ev.contributors, oldest);
+      if (ev.type === 'update' || ev.type === 'rejected') for (const x of ev.rejected) this.archive.drop(x.islandId, x.seq);
     }
   }
 
@@ -552,10 +500,7 @@ export class Run {
     const next = this.nextDurable;
     this.nextDurable = null;
     this.snapshotArrays.releaseAll(); // the batch's checkpoint is written
-    if (next) {
-      this.durable = next;
-      this.modelCache = null;
-    }
+    if (next) this.durable = next;
     for (const ev of events) this.dispatch(ev);
     if (next) {
       this.waiters.releaseDurable(next.version);

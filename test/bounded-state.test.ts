@@ -54,13 +54,13 @@ describe('bounded state', () => {
 
     // a restart reads the current log only (its carry line holds the history) and resumes
     const { version, hash } = ts.server.run;
-    const points = ts.server.run.historySince().length;
+    const points = ts.server.run.views.historySince().length;
     await ts.server.close();
     ts = await startTestServer({ dir, file });
     servers.push(ts);
     expect(ts.server.run.version).toBe(version);
     expect(ts.server.run.hash).toBe(hash);
-    expect(ts.server.run.historySince().length).toBe(points);
+    expect(ts.server.run.views.historySince().length).toBe(points);
   }, 120_000);
 
   it('1,000 hellos with junk caps store nothing; hellos are counted per address', async () => {

@@ -7,7 +7,7 @@
 // (norm bound, robust means), rounds (sync rounds, async merge windows, sizing), outer-step (θ, the
 // outer optimizer and the downlink, stepped here or by a host's worker threads), stats, snapshot.
 
-import { decodeDelta, maxFrameBytes } from '../codec/index.ts';
+import { decodeDelta, maxFrameBytes, peekHeader } from '../codec/index.ts';
 import { type Result, err, ok } from '../result.ts';
 import {
   type Assignment, type IslandCaps, type ModelSnapshotMsg, type TrainingMode, type UpdateMsg,
@@ -28,13 +28,13 @@ import {
 import { countAccepted, countRejection, meanLoss, versionStats } from './stats.ts';
 import { type CoordinatorState, type SnapshotAlloc, readSnapshot, writeSnapshot } from './snapshot.ts';
 import {
-  type Contribution, type CoordinatorEvent, type CoordinatorOptions, type CoordinatorSnapshot, type CoordinatorTotals,
+  type AssignedWork, type Contribution, type CoordinatorEvent, type CoordinatorOptions, type CoordinatorSnapshot, type CoordinatorTotals,
   type DeltaSubmission, type IslandRecord, type IslandStatus, type JoinRequest, type JoinResult, type OuterOffload,
   type OuterStepDone, type OuterStepRequest, type PendingDelta, type PerVersion, type RejectedContribution, type RoundState,
   type SubmitAccepted, type VersionStats,
   makeRoom, newIslandRecord, newPerVersion,
 } from './types.ts';
-import { checkDeltaPlace, checkWork, rememberWork } from './validate.ts';
+import { checkDeltaPlace, checkWork, rebaseWork, rememberWork } from './validate.ts';
 
 export type * from './types.ts';
 export { trimmedMean } from './aggregate.ts';
@@ -208,6 +208,9 @@ export class Coordinator {
     if (!found.ok) return found;
     const isl = found.value;
     this.setStatus(isl, 'banned', reason);
+    // its credit goes (what it put into θ stays until a revert: server/revert.ts)
+    isl.revokedTokens = (isl.revokedTokens ?? 0) + isl.tokensContributed;
+    isl.tokensContributed = 0;
     isl.waiting = false;
     isl.roundId = undefined;
     this.round.members.delete(islandId);
@@ -225,13 +228,26 @@ export class Coordinator {
     return ok(undefined);
   }
 
-  /** A validator's verdict on one of the island's deltas (audit.ts); returns its counts. */
-  recordAudit(islandId: string, passed: boolean): Result<{ passed: number; failed: number }> {
+  /** The host hands an assignment out on an older, durable base (async): deltas are checked against that one. */
+  rebaseAssignment(islandId: string, roundId: number, baseVersion: number): void {
+    const isl = this.islandsById.get(islandId);
+    if (isl) rebaseWork(isl, roundId, baseVersion);
+  }
+
+  /** A validator's verdict on the island's delta `seq` (audit.ts); returns its counts. */
+  recordAudit(islandId: string, passed: boolean, seq?: number): Result<{ passed: number; failed: number; lastPassedSeq?: number }> {
     const found = this.lookup(islandId, false);
     if (!found.ok) return found;
     const a = (found.value.audits ??= { passed: 0, failed: 0 });
     if (passed) a.passed++; else a.failed++;
+    if (passed && seq !== undefined) a.lastPassedSeq = Math.max(a.lastPassedSeq ?? -1, seq);
     return ok({ ...a });
+  }
+
+  /** A copy of the island's recorded assignment for `roundId` (what its delta must match), if held. */
+  islandWork(islandId: string, roundId: number): AssignedWork | undefined {
+    const w = this.islandsById.get(islandId)?.work?.find((x) => x.roundId === roundId);
+    return w && structuredClone(w);
   }
 
   /**
@@ -284,7 +300,8 @@ export class Coordinator {
     if (isl.status === 'banned') return no(this.reject(isl, 0, ErrorCode.BANNED, `island ${isl.id} is banned`));
     this.touch(isl, now);
     // from here on, tokens, steps and speed are the server's figures (validate.ts)
-    const work = checkWork(sub.meta, isl, this.cfg, now);
+    const header = peekHeader(sub.frame);
+    const work = checkWork(sub.meta, header.ok ? header.value.encoding : null, isl, this.cfg, now);
     if (!work.ok) return no(this.reject(isl, 0, work.code, work.message));
     const m = work.meta;
     const place = checkDeltaPlace(m, isl, {
@@ -321,7 +338,7 @@ export class Coordinator {
     isl.accepted += 1;
     const roundBefore = this.round.id;
     this.maybeCloseRound(now);
-    return { result: ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm }), kept: true };
+    return { result: ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm, steps }), kept: true };
   }
 
   /** Δ decoded into the scratch buffer, and ‖Δ‖. */
@@ -401,6 +418,38 @@ export class Coordinator {
     c.round = s.round; c.norms.restore(s.normHistory, s.normSteps);
     c.totalsAcc = s.totals; c.perVersion = s.perVersion; c.historyList = s.history;
     return ok(c);
+  }
+
+  // ── revert (server/revert.ts) ───────────────────────────────────────────────────────────────
+
+  /**
+   * Takes one recorded outer step again, with exactly `kept` (decoded deltas as they were held):
+   * what closing a round with them does, here, its events dropped. For a coordinator restored from
+   * a checkpoint to rebuild θ without some deltas; never on the live one.
+   */
+  replayStep(kept: Omit<PendingDelta, 'weight' | 'arrivedAt'>[], now: number): void {
+    this.idle();
+    if (this.outerStep.offload) throw new Error('coordinator: a replay takes its steps here (no offload)');
+    this.round.pending = kept.map((k) => ({ ...k, weight: 0, arrivedAt: now }));
+    this.closeRound(now);
+    this.events = [];
+  }
+
+  /**
+   * θ, the outer optimizer's and the downlink's state and the norm history of `rebuilt` (a replay)
+   * replace this coordinator's, as a new version; `tokensRemoved` leave the token count. No update
+   * message leads to it: replicas fetch θ (updatesSince answers E_TOO_OLD for older versions). With
+   * an offload, the host imports the new state before the next step (OuterOffloadHost.importState).
+   */
+  adoptRebuilt(rebuilt: Coordinator, tokensRemoved: number): void {
+    this.idle();
+    const { outer, residual } = rebuilt.outerStep.state();
+    this.outerStep.adopt(rebuilt.outerStep.theta, outer, residual);
+    this.norms.restore(rebuilt.norms.scores.slice(), rebuilt.norms.steps.slice());
+    this.versionNum += 1;
+    this.hashHex = hashParams(this.outerStep.theta);
+    this.totalsAcc.tokensApplied = Math.max(0, this.totalsAcc.tokensApplied - tokensRemoved);
+    this.totalsAcc.version = this.versionNum;
   }
 
   // ── the outer step elsewhere ────────────────────────────────────────────────────────────────

@@ -1,0 +1,110 @@
+// The run as the REST API and the dashboard stream read it: every answer is a core/api.ts shape.
+// Nothing here changes the run. Island views are served from a copy refreshed at most once a
+// second, so a client polling `/api/islands` costs a page of that copy, not a walk over the records.
+
+import { encodeCheckpoint } from '../core/checkpoint.ts';
+import type { CheckpointInfo, HistoryPoint, IslandView, IslandsResponse, RunStatus } from '../core/api.ts';
+import { islandView } from './island-view.ts';
+import { checkpointFile } from './run-checkpoint.ts';
+import type { Run } from './run.ts';
+
+/** The islands copy is refreshed at most this often (ms). */
+export const ISLANDS_REFRESH_MS = 1000;
+/** The largest page of GET /api/islands. */
+export const ISLANDS_PAGE_MAX = 1000;
+
+export class RunViews {
+  private readonly run: Run;
+  private islandsCache: { at: number; list: IslandView[] } | null = null;
+  private modelCache: { version: number; hash: string; bytes: Uint8Array } | null = null;
+
+  constructor(run: Run) { this.run = run; }
+
+  status(now = Date.now()): RunStatus {
+    const run = this.run;
+    const t = run.coord.totals();
+    const d = run.durableParams();
+    const last = run.history.last;
+    return {
+      run: run.config.name,
+      mode: run.coord.mode,
+      version: d.version,
+      hash: d.hash,
+      paused: run.coord.isPaused,
+      done: run.coord.isDone,
+      islandsOnline: run.islandsOnline(),
+      tokensTotal: run.durableTokens,
+      tokensPerSec: run.history.tokensPerSec(now),
+      evalLoss: run.history.lastEval?.loss ?? null,
+      evalVersion: run.history.lastEval?.version ?? null,
+      trainLoss: last?.trainLoss ?? null,
+      bytesIn: run.bytesIn,
+      bytesOut: run.bytesOut,
+      bytesDataParallel: (run.durableTokens / (run.config.coordinator.batchSize * run.config.coordinator.seqLen)) * 4 * run.paramCount,
+      goodput: t.goodput,
+      accepted: t.accepted,
+      rejected: t.rejected,
+      time: now,
+    };
+  }
+
+  /** Every island's view, at most ISLANDS_REFRESH_MS old. */
+  islands(now = Date.now()): IslandView[] {
+    const c = this.islandsCache;
+    if (c && now - c.at < ISLANDS_REFRESH_MS && now >= c.at) return c.list;
+    const run = this.run;
+    const list = run.coord.islands().map((r) => islandView(r, run.connected.has(r.id), run.history.islands.summary(r.id)));
+    this.islandsCache = { at: now, list };
+    return list;
+  }
+
+  /** One page of the islands (GET /api/islands?offset&limit). */
+  islandsPage(offset = 0, limit = ISLANDS_PAGE_MAX): IslandsResponse {
+    const all = this.islands();
+    const page = all.slice(offset, offset + Math.min(limit, ISLANDS_PAGE_MAX));
+    const next = offset + page.length < all.length ? offset + page.length : null;
+    return { islands: page, total: all.length, offset, next };
+  }
+
+  /** The islands copy is stale now (an admin changed a record). */
+  invalidate(): void { this.islandsCache = null; }
+
+  /** History points after `since` (a version), at most `limit` (the newest). */
+  historySince(since = -1, limit = 100_000): HistoryPoint[] {
+    return this.run.history.since(since, limit);
+  }
+
+  /** History points changed since the last call (new versions, late eval losses): the dashboard stream. */
+  takeDirtyHistory(): HistoryPoint[] {
+    return this.run.history.takeDirty();
+  }
+
+  /** Checkpoints on disk, newest first: GET /api/checkpoints. */
+  checkpoints(): CheckpointInfo[] {
+    const { store, config } = this.run;
+    return store.listCheckpoints().map((c) => ({
+      version: c.version, hash: store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs),
+      url: `/api/checkpoints/${c.version}`, file: checkpointFile(config.name, c.version),
+      hfUrl: `/api/checkpoints/${c.version}/hf`, hfFile: checkpointFile(config.name, c.version, 'hf'),
+    }));
+  }
+
+  /** The bytes of the checkpoint of `version`, or null when it is not kept. */
+  checkpointBytes(version: number): Uint8Array | null {
+    return this.run.store.readCheckpoint(version);
+  }
+
+  /** θ at the durable version as safetensors (cached per version): GET /api/model. */
+  modelBytes(): { version: number; hash: string; bytes: Uint8Array } {
+    const d = this.run.durableParams();
+    if (!this.modelCache || this.modelCache.version !== d.version || this.modelCache.hash !== d.hash) {
+      const { config } = this.run;
+      const bytes = encodeCheckpoint({
+        config: config.model, params: d.params, extra: {},
+        meta: { version: String(d.version), hash: d.hash, tokens: String(this.run.durableTokens), run: config.name },
+      });
+      this.modelCache = { version: d.version, hash: d.hash, bytes };
+    }
+    return this.modelCache;
+  }
+}
