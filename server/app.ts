@@ -15,6 +15,7 @@ import { staticPlugin } from './plugins/static.ts';
 import { logCheckpoint, logRunEvent } from './ops-log.ts';
 import { Run } from './run.ts';
 import { STRICT_AJV, strictHttp } from './http-strict.ts';
+import { AuthLimiter } from './auth-limit.ts';
 import { type RunPort, localPort } from './run-port.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
 import { ok } from '../core/result.ts';
@@ -52,6 +53,8 @@ export interface AtollServer {
   adminToken: string;
   /** The file the admin token is kept in (null: it came from the caller, e.g. ATOLL_ADMIN_TOKEN). */
   adminTokenFile: string | null;
+  /** Wrong admin tokens by address, with back-off (auth-limit.ts). */
+  adminAuth: AuthLimiter;
   /** Listens; resolves with the bound address (port 0 picks a free one). */
   listen(port: number, host?: string): Promise<{ port: number; host: string; url: string }>;
   close(): Promise<void>;
@@ -66,6 +69,7 @@ export interface RunApp {
   metrics: Metrics;
   adminToken: string;
   adminTokenFile: string | null;
+  adminAuth: AuthLimiter;
   close(): Promise<void>;
 }
 
@@ -158,11 +162,12 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
   app.get('/healthz', { config: { rateLimit: false } }, async () => ({ ok: true, version: run.version, hash: run.hash }));
   await app.register(metricsPlugin, { metrics });
   await app.register(apiPlugin, { run });
-  await app.register(adminPlugin, { run, token: token.token });
+  const adminAuth = new AuthLimiter('admin token', log);
+  await app.register(adminPlugin, { run, token: token.token, limiter: adminAuth });
   await finishApp(app, o.clientDir);
   let closed = false;
   return {
-    app, run, metrics, adminToken: token.token, adminTokenFile: token.file,
+    app, run, metrics, adminToken: token.token, adminTokenFile: token.file, adminAuth,
     async close() {
       if (closed) return;
       closed = true;

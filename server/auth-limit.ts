@@ -18,6 +18,8 @@ export class AuthLimiter {
   private readonly byAddress = new Map<string, Entry>();
   /** Counters (tests, metrics): failures checked, tries refused while locked. */
   readonly stats = { failures: 0, refused: 0 };
+  /** The last lines logged (the operator's log has them all). */
+  readonly recent: string[] = [];
 
   constructor(private readonly what: string, private readonly log: (line: string) => void) {}
 
@@ -46,6 +48,8 @@ export class AuthLimiter {
       line += `: locked out for ${e.lockMs} ms`;
     }
     this.log(line);
+    this.recent.push(line);
+    if (this.recent.length > 100) this.recent.shift();
   }
 
   succeeded(address: string): void { this.byAddress.delete(address); }

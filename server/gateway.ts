@@ -19,6 +19,7 @@ import { AuditError } from '../core/coord/audit.ts';
 import { err, ok } from '../core/result.ts';
 import type { DashboardTick, IslandView } from '../core/api.ts';
 import type { RunPort } from './run-port.ts';
+import { AuthLimiter } from './auth-limit.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -118,6 +119,8 @@ export class Gateway {
   private readonly dashPeriodMs: number;
   private heartbeatTimer: ReturnType<typeof setInterval>;
   private readonly log: (line: string) => void;
+  /** Wrong validator tokens, per address, with back-off (auth-limit.ts). */
+  readonly validatorAuth: AuthLimiter;
   /** Counters for tests and the bench. */
   stats = { violations: 0, oversize: 0, disconnectsForViolations: 0, dashboardMessages: 0 };
 
@@ -126,6 +129,7 @@ export class Gateway {
     this.opts = opts;
     this.log = opts.log ?? (() => {});
     this.helloLimiter = new RateLimiter(opts.helloPerMinute);
+    this.validatorAuth = new AuthLimiter('validator token', this.log);
     // Headroom over the legal frame: a somewhat oversized frame still arrives and gets E_OVERSIZE;
     // only a grossly oversized one is cut by the transport (the island learnt the limit beforehand).
     const maxFrame = this.run.maxFrameBytes();
@@ -351,11 +355,16 @@ export class Gateway {
     // verified work: a validator authenticates with the token, then takes jobs and sends verdicts
     const notValidator = () => err(AuditError.NOT_VALIDATOR, 'this connection is not a validator (send `validator` with the server\'s token first)');
     handle('validator', (payload, ack) => {
+      const wait = this.validatorAuth.retryAfter(ip);
+      if (wait > 0) return ack(err(GatewayError.RATE_LIMIT, `too many wrong validator tokens from this address: retry in ${Math.ceil(wait / 1000)} s`));
       if (!checkValidator.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `validator: ${firstError(checkValidator, payload)}`));
       const audits = this.run.audits;
-      if (!audits || !audits.auth((payload as Static<typeof ValidatorSchema>).token)) {
-        return ack(err(AuditError.NOT_VALIDATOR, audits ? 'wrong validator token' : 'this server runs no audits (no validator token)'));
+      if (!audits) return ack(err(AuditError.NOT_VALIDATOR, 'this server runs no audits (no validator token)'));
+      if (!audits.auth((payload as Static<typeof ValidatorSchema>).token)) {
+        this.validatorAuth.failed(ip);
+        return ack(err(AuditError.NOT_VALIDATOR, 'wrong validator token'));
       }
+      this.validatorAuth.succeeded(ip);
       st.validator = true;
       ack(ok({}));
     });

@@ -14,6 +14,8 @@ import type { Run } from '../run.ts';
 export interface AdminOptions {
   run: Run;
   token: string;
+  /** Wrong tokens by address (the app keeps it, so the operator's log and tests can read it). */
+  limiter: AuthLimiter;
 }
 
 /** The hyperparameters an admin may change while the run is live. */
@@ -73,7 +75,7 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminOptions): Pro
   const run = opts.run;
   // Compare digests, so neither the length nor the content of the token leaks through timing.
   const want = createHash('sha256').update(opts.token).digest();
-  const limiter = new AuthLimiter('admin token', (line) => app.log.warn(line));
+  const limiter = opts.limiter;
 
   app.addHook('onRequest', async (req, reply) => {
     const wait = limiter.retryAfter(req.ip);
