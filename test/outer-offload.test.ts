@@ -156,12 +156,12 @@ describe('outer step off the event loop', () => {
     // a corrupt frame decoded on a worker is rejected with the decoder's code, its buffer given back
     const next = c.nextAssignment(j.value.islandId, 3000);
     if (!next.ok || !next.value) throw new Error('no assignment');
-    const bad = encodeDelta(vec(4, 0.01), { encoding: 'int8', blockSize: 64 });
+    const n2 = next.value;
+    const bad = encodeDelta(vec(4, 0.01), n2.codec); // the assignment's codec: its claim fits, its bytes do not
     bad[200] ^= 0xff;
     const before = host.buffers;
     const decoded = await host.ingest(bad);
     expect(decoded.ok ? 'ok' : decoded.error.code).toBe('E_CRC');
-    const n2 = next.value;
     const r = c.submit({ meta: { ...meta, roundId: n2.roundId, baseVersion: n2.baseVersion, seq: 2 }, frame: bad, decoded }, 4000);
     expect(r.ok ? 'ok' : r.error.code).toBe('E_CRC');
     expect(await host.ingest(encodeDelta(vec(5, 0.01), { encoding: 'f32' }))).toMatchObject({ ok: true });
