@@ -101,6 +101,7 @@ export function buildProgram(): Command {
     .option('--title <text>', 'headline of the volunteer page (default: a title for the default run, else the name)')
     .option('--description <text>', 'run description for the volunteer page')
     .option('--config <file>', 'JSON run config (flags override it)')
+    .option('--start-over', 'move the run folder aside (to <dir>.old-<time>) and start a new run there: for a folder whose checkpoints are all unreadable')
     .option('--port <n>', 'HTTP port (default $PORT or 8080)', intArg)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')

@@ -4,7 +4,7 @@
 //   <dir>/admin-token    the admin bearer token, created once (mode 0600) unless ATOLL_ADMIN_TOKEN is set
 
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Result, err, ok } from '../core/result.ts';
 
@@ -60,4 +60,15 @@ export function adminToken(dir: string, fromEnv: string | undefined): { token: s
   const token = randomBytes(24).toString('base64url');
   writeFileSync(file, token + '\n', { mode: 0o600 });
   return { token, file };
+}
+
+/**
+ * `serve --start-over`: the run folder moves aside to `<dir>.old-<time>` (nothing is deleted) and
+ * a new run starts in `dir`. Returns where it went, or null when there was no folder.
+ */
+export function moveRunFolderAside(dir: string, now = Date.now()): string | null {
+  if (!existsSync(dir)) return null;
+  const aside = `${dir.replace(/[/\\]+$/, '')}.old-${new Date(now).toISOString().replace(/[:.]/g, '-')}`;
+  renameSync(dir, aside);
+  return aside;
 }

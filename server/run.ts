@@ -32,6 +32,19 @@ import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
 import { OuterOffloadHost } from './outer-offload.ts';
 
+/** E_RUN_UNREADABLE when the folder has a log or checkpoints but none of them could be read. */
+function refuseUnreadableRun(store: RunStore): void {
+  const checkpoints = store.listCheckpoints().map((c) => c.path);
+  const logged = store.readEvents().length > 0;
+  if (!checkpoints.length && !logged) return;
+  const files = [...(logged ? [store.logPath] : []), ...checkpoints];
+  throw Object.assign(new Error(
+    `the run folder ${store.dir} holds a run (${files.join(', ')}) but no readable checkpoint${checkpoints.length ? '' : ' (there is none)'}. `
+    + 'Nothing was changed. To keep it, restore a checkpoint into its checkpoints/ folder; to start a new run there, '
+    + 'run again with --start-over (the folder is moved aside to <dir>.old-<time>, not deleted).',
+  ), { code: 'E_RUN_UNREADABLE' });
+}
+
 /** θ as of the last durable version: what islands may download. */
 interface DurableState {
   version: number;
@@ -130,10 +143,12 @@ export class Run {
   /** Opens (resuming when the folder holds a run) or creates the run in `o.dir`. */
   static async open(o: OpenRunOptions): Promise<Run> {
     const store = new RunStore(o.dir, { keep: o.config.checkpoints.keep, maxLogBytes: o.config.limits.maxLogBytes });
-    await store.openLog();
     const dataset = loadCorpus(o.config.data);
     const now = Date.now();
     let coord = restoreLatest(store, o.config.model, o.log ?? (() => {}));
+    // a folder that holds a run but no readable checkpoint must not quietly start again at version 0
+    if (!coord) refuseUnreadableRun(store);
+    await store.openLog();
     const resumed = coord !== null;
     if (!coord) coord = new Coordinator({ params: initParams(o.config.model, o.config.seed), config: o.config.coordinator, now });
     if (resumed && o.resumePatch && Object.keys(o.resumePatch).length) {
