@@ -41,6 +41,8 @@ export interface AtollServerOptions {
   listenOn?: { host: string; port: number };
   /** Verified work: audits of a sample of accepted deltas by validators holding this token (server/audit.ts). */
   audit?: AuditOptions;
+  /** A connection idle this long is closed (default 30 s; tests shorten it). */
+  idleTimeoutMs?: number;
   /** Gateway knobs for tests and the bench. */
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
 }
@@ -74,7 +76,7 @@ export interface RunApp {
 }
 
 /** Fastify with the security headers and the REST rate limit every role shares. */
-export async function baseApp(o: { logLevel?: string; restPerMinute: number }): Promise<FastifyInstance> {
+export async function baseApp(o: { logLevel?: string; restPerMinute: number; idleTimeoutMs?: number }): Promise<FastifyInstance> {
   const app = Fastify({
     logger: o.logLevel ? { level: o.logLevel, stream: process.stderr } : false,
     // per-request lines off: the ops log (ops-log.ts) says what matters
@@ -85,8 +87,8 @@ export async function baseApp(o: { logLevel?: string; restPerMinute: number }): 
     // route schemas are closed and nothing is coerced: an unknown key or a wrong type is a 400 (http-strict.ts)
     ajv: STRICT_AJV,
     // an idle keep-alive connection, or one that sends no request, is closed
-    connectionTimeout: 30_000,
-    keepAliveTimeout: 10_000,
+    connectionTimeout: o.idleTimeoutMs ?? 30_000,
+    keepAliveTimeout: Math.min(10_000, o.idleTimeoutMs ?? 10_000),
     requestTimeout: 60_000,
   });
   // errors as { error: { code, message } } (validation, 404, 405, 429), before any route is added
@@ -135,7 +137,7 @@ export async function finishApp(app: FastifyInstance, clientDir: string | undefi
  * aggregator role holds the Redis lease instead, which also covers a standby on another host.
  */
 export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): Promise<RunApp> {
-  const app = await baseApp({ logLevel: o.logLevel, restPerMinute: o.config.limits.restPerMinute });
+  const app = await baseApp({ logLevel: o.logLevel, restPerMinute: o.config.limits.restPerMinute, idleTimeoutMs: o.idleTimeoutMs });
   const log = (line: string) => app.log.warn(line);
   // One server per run folder: refuse before anything in it is written.
   const lock = o.lock === false ? ok(() => {}) : lockRunFolder(o.dir, o.listenOn);
