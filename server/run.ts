@@ -12,6 +12,7 @@
 
 import type { RunAudits } from './audit.ts';
 import { DeltaArchive } from './revert.ts';
+import { IslandFile } from './island-file.ts';
 import { RunAdmin } from './run-admin.ts';
 import { RunViews } from './run-views.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
@@ -115,6 +116,8 @@ export class Run {
   readonly admin: RunAdmin;
   /** Each version's deltas, kept for reverts (server/revert.ts). */
   readonly archive: DeltaArchive;
+  /** The full island records, beside the checkpoints (island-file.ts). */
+  readonly islandFile: IslandFile;
 
   private constructor(o: OpenRunOptions, store: RunStore, dataset: TextDataset, coord: Coordinator, resumed: boolean) {
     this.dir = o.dir;
@@ -130,6 +133,7 @@ export class Run {
     this.views = new RunViews(this);
     this.admin = new RunAdmin(this);
     this.archive = new DeltaArchive(o.dir);
+    this.islandFile = new IslandFile(o.dir);
     this.durable = { version: coord.version, hash: coord.hash, totalTokens: coord.totals().tokensApplied, theta: coord.params().slice() };
     this.pump = new DurabilityPump({
       coord, store, metrics: this.metrics, log: this.log,
@@ -386,6 +390,7 @@ export class Run {
     const version = snap.meta.version;
     this.store.requestCheckpoint(version, () => encodeRunCheckpoint(this.config, snap));
     await this.pump.commit();
+    await this.islandFile.maybeWrite(() => snap.meta.islands, true);
     const info = this.store.listCheckpoints().find((c) => c.version === version);
     return { version, path: this.store.checkpointPath(version), bytes: info?.bytes ?? 0 };
   }
@@ -396,7 +401,7 @@ export class Run {
     for (const ck of kept) {
       if (ck.version >= version) continue;
       const bytes = this.store.readCheckpoint(ck.version);
-      const r = bytes ? decodeRunCheckpoint(bytes, this.config.model) : err('E_BAD_CHECKPOINT', `${ck.path} is unreadable`);
+      const r = bytes ? decodeRunCheckpoint(bytes, this.config.model, () => this.islandFile.read()) : err('E_BAD_CHECKPOINT', `${ck.path} is unreadable`);
       if (!r.ok) return err(r.error.code, `checkpoint ${ck.path}: ${r.error.message}`);
       return ok({ version: ck.version, coord: r.value });
     }
@@ -447,6 +452,7 @@ export class Run {
     if (this.closed) return;
     await this.whenIdle();
     await this.pump.close();
+    await this.islandFile.maybeWrite(() => this.coord.islands(), true);
     this.closed = true;
     await this.offload?.close();
     await this.evalService?.close();
@@ -498,6 +504,7 @@ export class Run {
   private prepare(events: CoordinatorEvent[]): void {
     if (events.some((e) => e.type === 'update')) {
       const snap = this.coord.snapshot(this.snapshotArrays.alloc);
+      void this.islandFile.maybeWrite(() => snap.meta.islands).catch((e: unknown) => this.log(`run: writing the islands file failed: ${(e as Error).message}`));
       this.nextDurable = { version: snap.meta.version, hash: snap.meta.hash, totalTokens: snap.meta.totals.tokensApplied, theta: snap.tensors.theta as Float32Array };
       this.store.requestCheckpoint(this.nextDurable.version, () => encodeRunCheckpoint(this.config, snap));
     }
