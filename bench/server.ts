@@ -115,8 +115,8 @@ export async function benchApply(encoding: Encoding, n: number, seconds: number,
   const coord = new Coordinator({
     params,
     config: mode === 'sync'
-      ? { ...BENCH_COORD, mode: 'sync', quorum: 1, minContributors: 1 }
-      : { ...BENCH_COORD, mode: 'async', outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
+      ? { ...BENCH_COORD, uplink: { encoding, blockSize: 64 }, mode: 'sync', quorum: 1, minContributors: 1 }
+      : { ...BENCH_COORD, uplink: { encoding, blockSize: 64 }, mode: 'async', outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
     now: 0,
   });
   const host = workers > 0 ? await OuterOffloadHost.start(coord, workers) : null;
@@ -186,7 +186,7 @@ export function loadRunFile() {
       mode: 'async' as const, seqLen: 16, batchSize: 1, innerSteps: 1, minInnerSteps: 1, maxStaleness: 1_000_000,
       normBound: { factor: 0, window: 32, minHistory: 3 }, islandTimeoutMs: 600_000, keepUpdates: 4, historyLimit: 16,
     },
-    limits: { helloPerMinute: 1_000_000, restPerMinute: 1_000_000, maxIslands: 1_000_000 },
+    limits: { helloPerMinute: 1_000_000, restPerMinute: 1_000_000, maxIslands: 1_000_000, powBits: 0, newIslandsPerHour: 1_000_000 },
     checkpoints: { keep: 2 },
   };
 }

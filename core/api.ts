@@ -29,6 +29,10 @@ export interface RunConfig {
     maxIslands: number;
     /** events.jsonl is rotated past this many bytes (startup reads only the current file). */
     maxLogBytes: number;
+    /** Proof of work a new island identity costs: leading zero bits of SHA-256 (0: none asked). Absent: 16. */
+    powBits?: number;
+    /** New island identities per address per hour. Absent: 60. */
+    newIslandsPerHour?: number;
   };
   /** Origins allowed besides the server's own (CORS and socket.io); empty = closed. */
   allowOrigins: string[];

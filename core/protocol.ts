@@ -9,7 +9,8 @@
 //
 // One island's life, in messages:
 //
-//   island → server   hello {protocolVersion, caps}                 → assignment (or error)
+//   island → server   challenge                                      → {challenge, bits, expiresAt} (a new identity's proof of work)
+//   island → server   hello {protocolVersion, caps, pow}            → assignment (or error)
 //   island → server   fetchModel                                     → {version, hash, params (f32)}
 //   island → server   delta {DeltaMeta, frame (codec bytes)}        → ack   (sent only once durable)
 //   server → island   update {UpdateMsg}  (broadcast, one per version v → v+1)
@@ -113,6 +114,11 @@ export const HelloSchema = Type.Object({
   resumeToken: Type.Optional(Id(128)),
   /** false: no pushed `update` broadcasts (the island pulls with `updates` when it needs θ). */
   push: Type.Optional(Type.Boolean()),
+  /** A new identity's proof of work (docs/protocol.md): a `challenge` answer and a nonce for it. */
+  pow: Type.Optional(Type.Object({
+    challenge: Type.String({ minLength: 1, maxLength: 128 }),
+    nonce: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }),
+  }, closed)),
 }, closed);
 export type HelloMsg = Static<typeof HelloSchema>;
 

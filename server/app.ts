@@ -193,6 +193,7 @@ export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0
 export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: AtollServerOptions['gateway']): Gateway {
   return new Gateway(app.server, {
     run, helloPerMinute: c.limits.helloPerMinute, maxIslands: c.limits.maxIslands, allowOrigins: c.allowOrigins,
+    powBits: c.limits.powBits, newIslandsPerHour: c.limits.newIslandsPerHour,
     log: (line) => app.log.warn(line),
     ...knobs,
   });

@@ -20,6 +20,7 @@ import { err, ok } from '../core/result.ts';
 import type { DashboardTick, IslandView } from '../core/api.ts';
 import type { RunPort } from './run-port.ts';
 import { AuthLimiter } from './auth-limit.ts';
+import { IdentityCost } from './identity-cost.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -56,6 +57,9 @@ export interface GatewayOptions {
   run: RunPort;
   /** hello messages per IP per minute. */
   helloPerMinute: number;
+  /** A new identity's proof of work (leading zero bits; 0: none) and its budget per address per hour. */
+  powBits?: number;
+  newIslandsPerHour?: number;
   maxIslands: number;
   /** Origins allowed besides same-origin; requests without an Origin header (Node islands) pass. */
   allowOrigins: string[];
@@ -121,6 +125,8 @@ export class Gateway {
   private readonly log: (line: string) => void;
   /** Wrong validator tokens, per address, with back-off (auth-limit.ts). */
   readonly validatorAuth: AuthLimiter;
+  /** What a new identity costs (identity-cost.ts). */
+  readonly identities: IdentityCost;
   /** Counters for tests and the bench. */
   stats = { violations: 0, oversize: 0, disconnectsForViolations: 0, dashboardMessages: 0 };
 
@@ -130,6 +136,7 @@ export class Gateway {
     this.log = opts.log ?? (() => {});
     this.helloLimiter = new RateLimiter(opts.helloPerMinute);
     this.validatorAuth = new AuthLimiter('validator token', this.log);
+    this.identities = new IdentityCost(opts.powBits ?? 16, opts.newIslandsPerHour ?? 60);
     // Headroom over the legal frame: a somewhat oversized frame still arrives and gets E_OVERSIZE;
     // only a grossly oversized one is cut by the transport (the island learnt the limit beforehand).
     const maxFrame = this.run.maxFrameBytes();
@@ -245,9 +252,15 @@ export class Gateway {
           });
       });
     };
-    const known = new Set(['hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict']);
+    const known = new Set(['challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict']);
     socket.onAny((event: string) => {
       if (!known.has(event)) violation(GatewayError.UNKNOWN_EVENT, `unknown event '${String(event).slice(0, 64)}'`);
+    });
+
+    // a new identity's proof of work: the challenge to solve (before hello; docs/protocol.md)
+    handle('challenge', (payload, ack) => {
+      if (!checkEmpty.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, 'challenge takes no payload'));
+      ack(ok(this.identities.challenge()));
     });
 
     handle('hello', async (payload, ack) => {
@@ -259,7 +272,15 @@ export class Gateway {
         return ack(err(ErrorCode.PROTOCOL_VERSION, `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`));
       }
       if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(err(ErrorCode.FULL, 'the server holds its maximum number of islands: retry later'));
-      const r = await this.run.hello({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: h.resumeIslandId, resumeToken: h.resumeToken });
+      // a new identity costs work (and the address's budget); a resume with its token costs nothing
+      const resuming = h.resumeIslandId !== undefined && h.resumeToken !== undefined;
+      let paid = false;
+      if (!resuming || h.pow) {
+        const p = this.identities.pay(ip, h.pow);
+        if (!p.ok && !resuming) return ack(err(p.error.code, p.error.message));
+        paid = p.ok;
+      }
+      const r = await this.run.hello({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: h.resumeIslandId, resumeToken: h.resumeToken, resumeOnly: !paid });
       if (!r.ok) return ack(err(r.error.code, r.error.message));
       const id = r.value.islandId;
       if (!socket.connected) {

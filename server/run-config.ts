@@ -67,7 +67,7 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
     }),
     eval: { batches: evalBatches, batchSize: evalBatchSize },
     checkpoints: { keep: 5 },
-    limits: { helloPerMinute: 120, restPerMinute: 600, maxIslands: 5000, maxLogBytes: 64 * 1024 * 1024 },
+    limits: { helloPerMinute: 120, restPerMinute: 600, maxIslands: 5000, maxLogBytes: 64 * 1024 * 1024, powBits: 16, newIslandsPerHour: 60 },
     allowOrigins: [],
   };
 }
@@ -183,6 +183,8 @@ function validateRunConfig(c: RunConfig): void {
   posInt('limits.restPerMinute', c.limits.restPerMinute);
   posInt('limits.maxIslands', c.limits.maxIslands);
   posInt('limits.maxLogBytes', c.limits.maxLogBytes);
+  if (c.limits.powBits !== undefined && !(Number.isInteger(c.limits.powBits) && c.limits.powBits >= 0 && c.limits.powBits <= 32)) problems.push('limits.powBits must be an integer in [0, 32]');
+  if (c.limits.newIslandsPerHour !== undefined) posInt('limits.newIslandsPerHour', c.limits.newIslandsPerHour);
   if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
 }
 

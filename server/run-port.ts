@@ -7,7 +7,7 @@
 
 import type { HistoryPoint, IslandView, RunStatus } from '../core/api.ts';
 import type { AckMsg, Assignment, DeltaMeta, IslandCaps, UpdateMsg } from '../core/protocol.ts';
-import { type Result, ok } from '../core/result.ts';
+import { type Result, err, ok } from '../core/result.ts';
 import type { AuditJobWire, VerdictAnswer } from './audit.ts';
 import type { Run } from './run.ts';
 
@@ -16,6 +16,8 @@ export interface HelloRequest {
   protocolVersion: number;
   resumeIslandId?: string;
   resumeToken?: string;
+  /** No proof of work was paid: only a resumed identity may join (E_POW otherwise). */
+  resumeOnly?: boolean;
 }
 
 /** A joined island: its id (resumed when the token matched), first assignment and resume token. */
@@ -89,6 +91,7 @@ export function localPort(run: Run): RunPort {
     async hello(h) {
       // Resuming an identity needs the token the server handed out with it.
       const resume = h.resumeIslandId !== undefined && run.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
+      if (!resume && h.resumeOnly) return err('E_POW', 'the resume token was not accepted, and a new identity needs a proof of work: ask `challenge`, then hello with pow');
       const r = await run.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
       if (!r.ok) return r;
       return ok({ ...r.value, resumeToken: run.resumeToken(r.value.islandId), resumed: resume !== undefined });
