@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { ENCODINGS, crc32, decodeDelta } from '../core/codec/index.ts';
 import { chunkKept } from '../core/codec/sparse.ts';
 import { DeltaMetaSchema } from '../core/protocol.ts';
+import { leadingZeroBits, solvePow } from '../core/pow.ts';
 import { hashParams } from '../core/coord/hash.ts';
 import { ROOT } from './helpers/server.ts';
 
@@ -148,5 +149,14 @@ describe('docs/protocol.md', () => {
       }
     }
     expect([...checked].sort()).toEqual(Object.keys(props).filter((k) => k !== 'islandId').sort());
+  });
+
+  it('the proof of work\'s worked example holds', async () => {
+    const m = /challenge `([a-z-]+)` the first good decimal\s+nonce is `(\d+)`: SHA-256 of `[^`]+` begins `([0-9a-f]{8})…`/.exec(DOC);
+    expect(m).not.toBeNull();
+    expect(await solvePow(m![1], 12)).toBe(m![2]);
+    const d = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(`${m![1]}:${m![2]}`)));
+    expect(Array.from(d.subarray(0, 4), (b) => b.toString(16).padStart(2, '0')).join('')).toBe(m![3]);
+    expect(leadingZeroBits(d)).toBeGreaterThanOrEqual(12);
   });
 });
