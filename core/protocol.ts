@@ -300,7 +300,9 @@ export interface ModelSnapshotMsg {
 
 // ---------------------------------------------------------------------------------------------
 // The coordinator's own check of a delta's numbers, for callers that bypass the gateway (the
-// simulator, tests). Returns an error message, or null when valid.
+// simulator, tests): only what keeps its arithmetic sound (integers where it counts, numbers where
+// it divides). The shape check with the bounds is the gateway's compiled DeltaMetaSchema.
+// Returns an error message, or null when valid.
 
 const isNonNegInt = (x: unknown): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0;
 
