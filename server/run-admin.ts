@@ -7,9 +7,26 @@ import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
 import { ErrorCode } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { RunConfig } from '../core/api.ts';
-import { OuterOffloadHost } from './outer-offload.ts';
-import { type IslandDelta, type RevertPlan, RevertError, rebuildWithout } from './revert.ts';
-import type { Run } from './run.ts';
+import { OuterOffloadHost } from './outer/offload.ts';
+import type { Coordinator } from '../core/coord/index.ts';
+import { type DeltaArchive, type IslandDelta, type RevertPlan, RevertError, rebuildWithout } from './revert.ts';
+import type { RunStore } from './store.ts';
+
+/** What the operator's calls use of the run (server/run.ts's Run; named here so neither file imports the other). */
+export interface AdminedRun {
+  readonly coord: Coordinator;
+  config: RunConfig;
+  readonly store: RunStore;
+  readonly archive: DeltaArchive;
+  readonly outerWorkers: number;
+  readonly views: { invalidate(): void };
+  onBan(islandId: string): void;
+  kick(): void;
+  whenIdle(): Promise<void>;
+  checkpointNow(): Promise<{ version: number; path: string; bytes: number }>;
+  checkpointBefore(version: number): Result<{ version: number; coord: Coordinator }>;
+  rebuilt(): Promise<void>;
+}
 
 export interface BanAnswer {
   island: string;
@@ -26,9 +43,9 @@ export interface RevertAnswer extends RevertPlan {
 }
 
 export class RunAdmin {
-  private readonly run: Run;
+  private readonly run: AdminedRun;
 
-  constructor(run: Run) { this.run = run; }
+  constructor(run: AdminedRun) { this.run = run; }
 
   async pause(): Promise<void> {
     this.run.coord.pause();

@@ -5,8 +5,27 @@
 import { encodeCheckpoint } from '../core/checkpoint.ts';
 import type { CheckpointInfo, HistoryPoint, IslandView, IslandsResponse, RunStatus } from '../core/api.ts';
 import { islandView } from './island-view.ts';
+import type { Coordinator } from '../core/coord/index.ts';
+import type { RunConfig } from '../core/api.ts';
+import type { RunHistory } from './history.ts';
 import { checkpointFile } from './run-checkpoint.ts';
-import type { Run } from './run.ts';
+import type { RunStore } from './store.ts';
+
+/** What the views read of the run (server/run.ts's Run; named here so neither file imports the other). */
+export interface ViewedRun {
+  readonly coord: Coordinator;
+  readonly config: RunConfig;
+  readonly store: RunStore;
+  readonly history: RunHistory;
+  readonly connected: ReadonlyMap<string, number>;
+  readonly paramCount: number;
+  readonly durableTokens: number;
+  readonly bytesIn: number;
+  readonly bytesOut: number;
+  islandsOnline(): number;
+  meanUpdateBytes(): number | null;
+  durableParams(): { version: number; hash: string; params: Float32Array };
+}
 
 /** The islands copy is refreshed at most this often (ms). */
 export const ISLANDS_REFRESH_MS = 1000;
@@ -14,11 +33,11 @@ export const ISLANDS_REFRESH_MS = 1000;
 export const ISLANDS_PAGE_MAX = 1000;
 
 export class RunViews {
-  private readonly run: Run;
+  private readonly run: ViewedRun;
   private islandsCache: { at: number; list: IslandView[] } | null = null;
   private modelCache: { version: number; hash: string; bytes: Uint8Array } | null = null;
 
-  constructor(run: Run) { this.run = run; }
+  constructor(run: ViewedRun) { this.run = run; }
 
   status(now = Date.now()): RunStatus {
     const run = this.run;
@@ -41,6 +60,7 @@ export class RunViews {
       bytesIn: run.bytesIn,
       bytesOut: run.bytesOut,
       bytesDataParallel: (run.durableTokens / (run.config.coordinator.batchSize * run.config.coordinator.seqLen)) * 4 * run.paramCount,
+      bytesPerUpdate: run.meanUpdateBytes(),
       goodput: t.goodput,
       accepted: t.accepted,
       rejected: t.rejected,

@@ -7,7 +7,7 @@
 // checkpoint (run-checkpoint.ts) and log lines (history.ts) are on disk (store.ts).
 //
 // The outer step off the event loop: with `outerWorkers` > 0 the coordinator's outer step runs in
-// worker threads (outer-offload.ts). `kick()` starts a pending step; until it completes, calls that
+// worker threads (outer/offload.ts). `kick()` starts a pending step; until it completes, calls that
 // change rounds wait (`whenIdle`), and the pump snapshots only between steps.
 
 import type { RunAudits } from './audit.ts';
@@ -31,7 +31,7 @@ import { ResumeTokens } from './resume-tokens.ts';
 import { SnapshotArrays, decodeRunCheckpoint, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
-import { OuterOffloadHost } from './outer-offload.ts';
+import { OuterOffloadHost } from './outer/offload.ts';
 
 /** E_RUN_UNREADABLE when the folder has a log or checkpoints but none of them could be read. */
 function refuseUnreadableRun(store: RunStore): void {
@@ -214,6 +214,13 @@ export class Run {
   /** θ at the durable version (read-only by contract). */
   durableParams(): { version: number; hash: string; params: Float32Array } {
     return { version: this.durable.version, hash: this.durable.hash, params: this.durable.theta };
+  }
+
+  /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
+  meanUpdateBytes(): number | null {
+    const r = this.coord.updatesSince(Math.max(0, this.durable.version - 8));
+    const ups = r.ok ? r.value.filter((u) => u.version <= this.durable.version) : [];
+    return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
   }
 
   /** Update messages after `fromVersion`, up to the durable version only. */

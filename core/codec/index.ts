@@ -23,8 +23,10 @@ export {
   encodeDelta,
   encodeWithFeedback,
   frameBytes,
+  frameCrc,
   maxFrameBytes,
   peekHeader,
+  writeHeader,
 } from './frame.ts';
 export { ErrorFeedback, selectTopK } from './topk.ts';
 export { crc32 } from './crc32.ts';
