@@ -11,6 +11,8 @@ import { OuterOffloadHost } from './outer/offload.ts';
 import type { Coordinator } from '../core/coord/index.ts';
 import { type DeltaArchive, type IslandDelta, type RevertPlan, RevertError, rebuildWithout } from './revert.ts';
 import type { RunStore } from './store.ts';
+import type { IslandFile } from './island-file.ts';
+import { checkpointBefore } from './run-checkpoint.ts';
 
 /** What the operator's calls use of the run (server/run.ts's Run; named here so neither file imports the other). */
 export interface AdminedRun {
@@ -24,7 +26,7 @@ export interface AdminedRun {
   kick(): void;
   whenIdle(): Promise<void>;
   checkpointNow(): Promise<{ version: number; path: string; bytes: number }>;
-  checkpointBefore(version: number): Result<{ version: number; coord: Coordinator }>;
+  readonly islandFile: IslandFile;
   rebuilt(): Promise<void>;
 }
 
@@ -111,7 +113,7 @@ export class RunAdmin {
     await run.checkpointNow(); // every version so far is on disk, with its deltas
     await run.whenIdle();
     const t0 = performance.now();
-    const plan = rebuildWithout(run.coord, run.archive, islandId, rec.audits?.lastPassedSeq ?? -1, (v) => run.checkpointBefore(v));
+    const plan = rebuildWithout(run.coord, run.archive, islandId, rec.audits?.lastPassedSeq ?? -1, (v) => checkpointBefore(run.store, run.config.model, run.islandFile, v));
     if (!plan.ok) return plan;
     const ms = performance.now() - t0;
     run.store.append({ type: 'admin', action: 'revert', island: islandId, removed: plan.value.removed.length, fromCheckpoint: plan.value.fromCheckpoint, version: run.coord.version, hash: run.coord.hash, ms: Math.round(ms) });

@@ -9,7 +9,7 @@
 import type { RunConfig } from '../core/api.ts';
 import { Coordinator, type CoordinatorSnapshot, type CoordinatorSnapshotMeta } from '../core/coord/index.ts';
 import { type GPTConfig, numParams, paramLayout } from '../core/model/config.ts';
-import { type Result, err } from '../core/result.ts';
+import { type Result, err, ok } from '../core/result.ts';
 import type { RunStore } from './store.ts';
 import { type IslandCore, IslandFile, joinIslands, splitIslands } from './island-file.ts';
 import type { IslandRecord } from '../core/coord/index.ts';
@@ -114,4 +114,18 @@ export function restoreLatest(store: RunStore, model: GPTConfig, log: (line: str
     log(`checkpoint ${ck.path} is unusable (${r.error.code}: ${r.error.message}); trying an older one`);
   }
   return null;
+}
+
+/** The coordinator of the newest kept checkpoint older than `version` (a revert's start). */
+export function checkpointBefore(store: RunStore, model: GPTConfig, islands: IslandFile, version: number): Result<{ version: number; coord: Coordinator }> {
+  const kept = store.listCheckpoints();
+  for (const ck of kept) {
+    if (ck.version >= version) continue;
+    const bytes = store.readCheckpoint(ck.version);
+    const r = bytes ? decodeRunCheckpoint(bytes, model, () => islands.read()) : err('E_BAD_CHECKPOINT', `${ck.path} is unreadable`);
+    if (!r.ok) return err(r.error.code, `checkpoint ${ck.path}: ${r.error.message}`);
+    return ok({ version: ck.version, coord: r.value });
+  }
+  const oldest = kept.at(-1)?.version;
+  return err('E_NOT_KEPT', `no kept checkpoint is older than version ${version} (the oldest is ${oldest ?? 'none'}): raise checkpoints.keep to reach further back`);
 }

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Result, err, ok } from '../core/result.ts';
+import type { RunStore } from './store.ts';
 
 export const LOCK_FILE = 'server.lock';
 export const ADMIN_TOKEN_FILE = 'admin-token';
@@ -71,4 +72,17 @@ export function moveRunFolderAside(dir: string, now = Date.now()): string | null
   const aside = `${dir.replace(/[/\\]+$/, '')}.old-${new Date(now).toISOString().replace(/[:.]/g, '-')}`;
   renameSync(dir, aside);
   return aside;
+}
+
+/** E_RUN_UNREADABLE when the folder has a log or checkpoints but none of them could be read. */
+export function refuseUnreadableRun(store: RunStore): void {
+  const checkpoints = store.listCheckpoints().map((c) => c.path);
+  const logged = store.readEvents().length > 0;
+  if (!checkpoints.length && !logged) return;
+  const files = [...(logged ? [store.logPath] : []), ...checkpoints];
+  throw Object.assign(new Error(
+    `the run folder ${store.dir} holds a run (${files.join(', ')}) but no readable checkpoint${checkpoints.length ? '' : ' (there is none)'}. `
+    + 'Nothing was changed. To keep it, restore a checkpoint into its checkpoints/ folder; to start a new run there, '
+    + 'run again with --start-over (the folder is moved aside to <dir>.old-<time>, not deleted).',
+  ), { code: 'E_RUN_UNREADABLE' });
 }

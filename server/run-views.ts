@@ -10,6 +10,9 @@ import type { RunConfig } from '../core/api.ts';
 import type { RunHistory } from './history.ts';
 import { checkpointFile } from './run-checkpoint.ts';
 import type { RunStore } from './store.ts';
+import type { TextDataset } from '../core/data/dataset.ts';
+import { type Result, err, ok } from '../core/result.ts';
+import { EvalService } from './eval-worker.ts';
 
 /** What the views read of the run (server/run.ts's Run; named here so neither file imports the other). */
 export interface ViewedRun {
@@ -22,8 +25,8 @@ export interface ViewedRun {
   readonly durableTokens: number;
   readonly bytesIn: number;
   readonly bytesOut: number;
+  readonly dataset: TextDataset;
   islandsOnline(): number;
-  meanUpdateBytes(): number | null;
   durableParams(): { version: number; hash: string; params: Float32Array };
 }
 
@@ -36,6 +39,8 @@ export class RunViews {
   private readonly run: ViewedRun;
   private islandsCache: { at: number; list: IslandView[] } | null = null;
   private modelCache: { version: number; hash: string; bytes: Uint8Array } | null = null;
+  private sampler: EvalService | null = null;
+  private sampling = false;
 
   constructor(run: ViewedRun) { this.run = run; }
 
@@ -60,7 +65,7 @@ export class RunViews {
       bytesIn: run.bytesIn,
       bytesOut: run.bytesOut,
       bytesDataParallel: (run.durableTokens / (run.config.coordinator.batchSize * run.config.coordinator.seqLen)) * 4 * run.paramCount,
-      bytesPerUpdate: run.meanUpdateBytes(),
+      bytesPerUpdate: this.meanUpdateBytes(),
       goodput: t.goodput,
       accepted: t.accepted,
       rejected: t.rejected,
@@ -126,5 +131,33 @@ export class RunViews {
       this.modelCache = { version: d.version, hash: d.hash, bytes };
     }
     return this.modelCache;
+  }
+
+  /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
+  private meanUpdateBytes(): number | null {
+    const v = this.run.durableParams().version;
+    const r = this.run.coord.updatesSince(Math.max(0, v - 8));
+    const ups = r.ok ? r.value.filter((u) => u.version <= v) : [];
+    return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
+  }
+
+  /** Text from the durable model, in a worker (one request at a time): GET /api/sample. */
+  async sample(tokens: number, prompt: Uint8Array, seed: number, temperature: number): Promise<Result<{ version: number; bytes: Uint8Array }>> {
+    if (this.sampling) return err('E_BUSY', 'a sample is being generated: try again in a moment');
+    this.sampling = true;
+    try {
+      this.sampler ??= new EvalService({ config: this.run.config.model, heldOut: this.run.dataset.heldOut, batchSize: 1, nBatches: 1 });
+      const d = this.run.durableParams();
+      const bytes = await this.sampler.sample(d.params, { prompt, tokens, temperature, seed });
+      return ok({ version: d.version, bytes });
+    } catch (e) {
+      return err('E_SAMPLE', (e as Error).message);
+    } finally {
+      this.sampling = false;
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.sampler?.close();
   }
 }

@@ -1,6 +1,7 @@
 // One training run on the server: the coordinator, driven by the wall clock, made durable by the
-// run store, observed by the eval worker, the history and the metrics. The gateway (socket.io) and
-// the REST plugins only talk to this class.
+// run store, observed by the eval worker, the history and the metrics. Its three faces live beside
+// it: `run.islands` (run-islands.ts: what the gateway asks through its RunPort), `run.views`
+// (run-views.ts: what the REST API reads) and `run.admin` (run-admin.ts: what the operator changes).
 //
 // Durable before acknowledged: every coordinator call is followed by `kick()`, and the durability
 // pump (pump.ts) publishes a batch of events (acks, broadcasts, assignments) only once its
@@ -15,36 +16,25 @@ import { DeltaArchive } from './revert.ts';
 import { IslandFile } from './island-file.ts';
 import { RunAdmin } from './run-admin.ts';
 import { RunViews } from './run-views.ts';
+import { RunIslands } from './run-islands.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
 import type { TextDataset } from '../core/data/dataset.ts';
 import { initParams } from '../core/model/gpt.ts';
 import type { GPTConfig } from '../core/model/config.ts';
-import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type UpdateMsg } from '../core/protocol.ts';
+import { ErrorCode, type UpdateMsg } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import { loadCorpus } from './corpus.ts';
 import { EvalService } from './eval-worker.ts';
-import type { Metrics } from './plugins/metrics.ts';
+import type { Metrics } from './metrics.ts';
 import type { RunConfig } from '../core/api.ts';
-import { RunHistory, eventLine, finiteOrNull, type PointContext } from './history.ts';
+import { RunHistory, eventLine, type PointContext } from './history.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
-import { SnapshotArrays, decodeRunCheckpoint, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
+import { SnapshotArrays, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
+import { refuseUnreadableRun } from './run-folder.ts';
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
 import { OuterOffloadHost } from './outer/offload.ts';
-
-/** E_RUN_UNREADABLE when the folder has a log or checkpoints but none of them could be read. */
-function refuseUnreadableRun(store: RunStore): void {
-  const checkpoints = store.listCheckpoints().map((c) => c.path);
-  const logged = store.readEvents().length > 0;
-  if (!checkpoints.length && !logged) return;
-  const files = [...(logged ? [store.logPath] : []), ...checkpoints];
-  throw Object.assign(new Error(
-    `the run folder ${store.dir} holds a run (${files.join(', ')}) but no readable checkpoint${checkpoints.length ? '' : ' (there is none)'}. `
-    + 'Nothing was changed. To keep it, restore a checkpoint into its checkpoints/ folder; to start a new run there, '
-    + 'run again with --start-over (the folder is moved aside to <dir>.old-<time>, not deleted).',
-  ), { code: 'E_RUN_UNREADABLE' });
-}
 
 /** θ as of the last durable version: what islands may download. */
 interface DurableState {
@@ -76,24 +66,23 @@ export class Run {
   readonly paramCount: number;
   coord: Coordinator;
   readonly resumed: boolean;
-  private readonly tokens: ResumeTokens;
+  /** Resume tokens of island ids (resume-tokens.ts). */
+  readonly tokens: ResumeTokens;
   private durable: DurableState;
   /** The state a batch in the pump makes durable once it is committed. */
   private nextDurable: DurableState | null = null;
   private readonly snapshotArrays = new SnapshotArrays();
   readonly history = new RunHistory();
   private evalService: EvalService | null = null;
-  private sampler: EvalService | null = null;
-  private sampling = false;
   private readonly log: (line: string) => void;
 
-  // acks and waiters
-  private readonly waiters = new Waiters();
+  /** Acks and assignments waiting for durability (waiters.ts). */
+  readonly waiters = new Waiters();
 
   private readonly pump: DurabilityPump;
   private closed = false;
   /** The outer step in worker threads (null: on the event loop), and the step in flight. */
-  private offload: OuterOffloadHost | null = null;
+  offload: OuterOffloadHost | null = null;
   private stepping: Promise<void> | null = null;
   private syncing: Promise<void> | null = null;
 
@@ -111,7 +100,8 @@ export class Run {
   onReset: () => void = () => {};
   /** Verified work (server/audit.ts): null unless a validator token was given. */
   audits: RunAudits | null = null;
-  /** The REST views (core/api.ts shapes) and the operator's calls. */
+  /** The islands' side (run-islands.ts), the REST views (core/api.ts shapes) and the operator's calls. */
+  readonly islands: RunIslands;
   readonly views: RunViews;
   readonly admin: RunAdmin;
   /** Each version's deltas, kept for reverts (server/revert.ts). */
@@ -130,6 +120,7 @@ export class Run {
     this.resumed = resumed;
     this.log = o.log ?? (() => {});
     this.tokens = new ResumeTokens(o.dir);
+    this.islands = new RunIslands(this);
     this.views = new RunViews(this);
     this.admin = new RunAdmin(this);
     this.archive = new DeltaArchive(o.dir);
@@ -201,6 +192,8 @@ export class Run {
   /** The largest legal delta frame. */
   get maxFrameBytes(): number { return this.coord.maxFrameBytes(); }
   get model(): GPTConfig { return this.config.model; }
+  /** An outer step is in flight (calls that change rounds wait: whenIdle). */
+  get busy(): boolean { return this.stepping !== null; }
   /** Worker threads taking the outer step (0: the event loop takes it). */
   get outerWorkers(): number { return this.offload?.workers ?? 0; }
 
@@ -216,13 +209,6 @@ export class Run {
     return { version: this.durable.version, hash: this.durable.hash, params: this.durable.theta };
   }
 
-  /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
-  meanUpdateBytes(): number | null {
-    const r = this.coord.updatesSince(Math.max(0, this.durable.version - 8));
-    const ups = r.ok ? r.value.filter((u) => u.version <= this.durable.version) : [];
-    return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
-  }
-
   /** Update messages after `fromVersion`, up to the durable version only. */
   updatesSince(fromVersion: number): Result<UpdateMsg[]> {
     if (fromVersion > this.durable.version) return err(ErrorCode.FUTURE_VERSION, `version ${fromVersion} is ahead of the server's ${this.durable.version}`);
@@ -234,147 +220,6 @@ export class Run {
     for (const u of ups) bytes += u.frame.length;
     if (bytes > 4 * this.paramCount) return err(ErrorCode.TOO_OLD, `catching up from ${fromVersion} costs more than the snapshot: fetch the model`);
     return ok(ups);
-  }
-
-  // ── islands ───────────────────────────────────────────────────────────────────────────────
-
-  /** A resume token for an island id: an HMAC, so it survives restarts without being stored. */
-  resumeToken(islandId: string): string {
-    return this.tokens.token(islandId);
-  }
-
-  checkResumeToken(islandId: string, token: unknown): boolean {
-    return this.tokens.check(islandId, token);
-  }
-
-  /** join → the assignment is released only once its base version is durable. */
-  async join(req: Parameters<Coordinator['join']>[0]): Promise<Result<{ islandId: string; assignment: Assignment | null }>> {
-    if (this.stepping) await this.whenIdle();
-    const now = Date.now();
-    const known = req.resumeIslandId !== undefined && this.coord.island(req.resumeIslandId) !== undefined;
-    const r = this.coord.join(req, now);
-    if (r.ok && known) {
-      // A reconnecting island may still be busy with its previous round (training, or waiting for
-      // the ack of a delta): it must not become a member of the open round it will not work on,
-      // or a sync round would wait for it in vain. Leaving + heartbeat keeps it online and out of
-      // the round; it gets its next assignment when it asks for one.
-      this.coord.leave(r.value.islandId, now);
-      this.coord.heartbeat(r.value.islandId, now);
-      r.value.assignment = null;
-    }
-    this.kick();
-    if (!r.ok) return r;
-    this.store.append({ type: 'join', island: r.value.islandId, name: req.caps.name ?? '', engine: req.caps.engine, adapter: req.caps.adapter ?? '', resumed: req.resumeIslandId !== undefined });
-    if (r.value.assignment) r.value.assignment = await this.releasable(r.value.assignment);
-    return r;
-  }
-
-  rename(islandId: string, name: string): Result<void> {
-    const r = this.coord.rename(islandId, name);
-    if (r.ok) this.store.append({ type: 'rename', island: islandId, name });
-    return r;
-  }
-
-  leave(islandId: string, reason: string): void {
-    if (this.stepping) {
-      void this.whenIdle().then(() => this.leave(islandId, reason));
-      return;
-    }
-    const r = this.coord.leave(islandId, Date.now());
-    if (r.ok) this.store.append({ type: 'leave', island: islandId, reason });
-    this.waiters.deliver(islandId, err(ErrorCode.TRANSPORT, 'island left'));
-    this.kick();
-  }
-
-  heartbeat(islandId: string): void {
-    this.coord.heartbeat(islandId, Date.now());
-    this.kick();
-  }
-
-  /** The next assignment; waits (sync) until the round closes. */
-  async nextAssignment(islandId: string): Promise<Result<Assignment>> {
-    if (this.stepping) await this.whenIdle();
-    const r = this.coord.nextAssignment(islandId, Date.now());
-    this.kick();
-    if (!r.ok) return r;
-    if (r.value) return ok(await this.releasable(r.value));
-    return this.waiters.waitAssignment(islandId);
-  }
-
-  /**
-   * An assignment may only name a durable version (an island must never train on a θ a crash could
-   * take back). Sync: its round's base, so wait for it. Async: any base is fine (staleness is what
-   * the island reports), so hand out the durable one at once instead of waiting for a commit.
-   */
-  private async releasable(a: Assignment): Promise<Assignment> {
-    if (a.baseVersion <= this.durable.version) return a;
-    if (a.mode === 'async') {
-      this.coord.rebaseAssignment(a.islandId, a.roundId, this.durable.version);
-      return { ...a, baseVersion: this.durable.version, baseHash: this.durable.hash };
-    }
-    await this.whenDurable(a.baseVersion);
-    return a;
-  }
-
-  /** Drops an island's waiting nextAssignment calls (its socket closed). */
-  forgetWaiters(islandId: string): void {
-    this.waiters.forget(islandId);
-  }
-
-  /**
-   * Submits one delta. Resolves with the ack: at once when rejected, after the update that holds
-   * it is durable when accepted. A resend of a delta that is pending or already applied gets the
-   * same answer as the original (the island lost the ack, not the delta).
-   */
-  async submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg> {
-    const known = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
-    if (known) return known;
-    // with the offload, the frame is decoded on a worker first (the coordinator checks the rest)
-    const decoded = this.offload ? await this.offload.ingest(frame) : undefined;
-    if (decoded) {
-      await this.whenIdle();
-      const again = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
-      if (again) {
-        if (decoded.ok) this.offload!.release(decoded.value.delta);
-        return again;
-      }
-    }
-    const t0 = performance.now();
-    const pick = this.audits?.sample(meta) ?? ok(null);
-    const r = pick.ok ? this.coord.submit({ meta, frame, decoded }, Date.now()) : pick;
-    if (!pick.ok && decoded?.ok) this.offload!.release(decoded.value.delta);
-    if (r.ok) {
-      if (pick.ok && pick.value) this.audits!.offer(meta, frame, pick.value);
-      this.archive.hold({
-        islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, baseVersion: meta.baseVersion, staleness: r.value.staleness,
-        tokens: meta.tokens, steps: r.value.steps, score: r.value.norm / Math.sqrt(Math.max(1, r.value.steps)), lossMean: finiteOrNull(meta.lossMean),
-      }, frame);
-    }
-    this.metrics.applySeconds.observe((performance.now() - t0) / 1000);
-    this.bytesIn += frame.length;
-    this.metrics.bytesIn.inc(frame.length);
-    if (!r.ok) {
-      this.metrics.deltasRejected.inc({ code: r.error.code });
-      this.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: 'rejected', code: r.error.code });
-      this.kick();
-      return { islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: this.durable.version, error: r.error };
-    }
-    this.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: r.value.status, staleness: r.value.staleness, tokens: meta.tokens, loss: finiteOrNull(meta.lossMean) });
-    const ack = this.waiters.expectAck(meta.islandId, meta.seq);
-    this.kick();
-    return ack;
-  }
-
-  /** Counts a rejection made before the coordinator saw the message (schema, size, identity). */
-  noteRejected(code: string, bytes: number): void {
-    this.metrics.deltasRejected.inc({ code });
-    this.bytesIn += bytes;
-    this.metrics.bytesIn.inc(bytes);
-  }
-
-  noteBytesOut(bytes: number): void {
-    this.bytesOut += bytes;
-    this.metrics.bytesOut.inc(bytes);
   }
 
   /** Resolves once `version` (or a later one) is durable. */
@@ -402,20 +247,6 @@ export class Run {
     return { version, path: this.store.checkpointPath(version), bytes: info?.bytes ?? 0 };
   }
 
-  /** The coordinator of the newest kept checkpoint older than `version` (a revert's start). */
-  checkpointBefore(version: number): Result<{ version: number; coord: Coordinator }> {
-    const kept = this.store.listCheckpoints();
-    for (const ck of kept) {
-      if (ck.version >= version) continue;
-      const bytes = this.store.readCheckpoint(ck.version);
-      const r = bytes ? decodeRunCheckpoint(bytes, this.config.model, () => this.islandFile.read()) : err('E_BAD_CHECKPOINT', `${ck.path} is unreadable`);
-      if (!r.ok) return err(r.error.code, `checkpoint ${ck.path}: ${r.error.message}`);
-      return ok({ version: ck.version, coord: r.value });
-    }
-    const oldest = kept.at(-1)?.version;
-    return err('E_NOT_KEPT', `no kept checkpoint is older than version ${version} (the oldest is ${oldest ?? 'none'}): raise checkpoints.keep to reach further back`);
-  }
-
   /** θ was rebuilt in the coordinator (a revert): it becomes durable and islands start over from it. */
   async rebuilt(): Promise<void> {
     const c = this.coord;
@@ -427,22 +258,6 @@ export class Run {
     this.syncMetrics();
     this.evalService?.requestEval(c.version, this.durable.theta);
     this.onReset();
-  }
-
-  /** Text from the current model, in a worker (one request at a time). */
-  async sample(tokens: number, prompt: Uint8Array, seed: number, temperature: number): Promise<Result<{ version: number; bytes: Uint8Array }>> {
-    if (this.sampling) return err('E_BUSY', 'a sample is being generated: try again in a moment');
-    this.sampling = true;
-    try {
-      this.sampler ??= new EvalService({ config: this.config.model, heldOut: this.dataset.heldOut, batchSize: 1, nBatches: 1 });
-      const d = this.durable;
-      const bytes = await this.sampler.sample(d.theta, { prompt, tokens, temperature, seed });
-      return ok({ version: d.version, bytes });
-    } catch (e) {
-      return err('E_SAMPLE', (e as Error).message);
-    } finally {
-      this.sampling = false;
-    }
   }
 
   /** Waits until no batch of events is in flight and everything queued is durable. */
@@ -463,7 +278,7 @@ export class Run {
     this.closed = true;
     await this.offload?.close();
     await this.evalService?.close();
-    await this.sampler?.close();
+    await this.views.close();
     await this.store.close();
   }
 

@@ -30,13 +30,13 @@ function metaFor(a: Assignment, seq: number, o: Partial<DeltaMeta> = {}): DeltaM
 }
 
 async function join(run: Run, name: string): Promise<Assignment> {
-  const j = await run.join({ caps: { engine: 'cpu', name } });
+  const j = await run.islands.join({ caps: { engine: 'cpu', name } });
   if (!j.ok || !j.value.assignment) throw new Error(`join ${name}: ${JSON.stringify(j)}`);
   return j.value.assignment;
 }
 
 async function next(run: Run, id: string): Promise<Assignment> {
-  const r = await run.nextAssignment(id);
+  const r = await run.islands.nextAssignment(id);
   if (!r.ok) throw new Error(`next ${id}: ${r.error.message}`);
   return r.value;
 }
@@ -76,10 +76,10 @@ describe('audits by assignment', () => {
     const a = await join(run, 'a');
     const b = await join(run, 'b');
     expect(a.freshOptimizer && b.freshOptimizer).toBe(true);
-    expect((await run.submit(metaFor(a, 1), encodeDelta(vec(n, 10, 1e-3), a.codec))).status).toBe('applied');
+    expect((await run.islands.submit(metaFor(a, 1), encodeDelta(vec(n, 10, 1e-3), a.codec))).status).toBe('applied');
     expect(run.version).toBe(1);
     // b's delta is one version stale: accepted, and audited from θ at version 0
-    const ackB = await run.submit(metaFor(b, 1), encodeDelta(vec(n, 11, 1e-3), b.codec));
+    const ackB = await run.islands.submit(metaFor(b, 1), encodeDelta(vec(n, 11, 1e-3), b.codec));
     expect(ackB.status).toBe('applied');
     const jobs = [run.audits!.take(), run.audits!.take()];
     const jobB = jobs.find((j) => j?.islandId === b.islandId)!;
@@ -91,7 +91,7 @@ describe('audits by assignment', () => {
     const b2 = await next(run, b.islandId);
     expect(b2.baseVersion).toBe(2);
     const before = run.coord.hash;
-    const lie = await run.submit(metaFor(b2, 2, { baseVersion: 1 }), encodeDelta(vec(n, 12, 1e-3), b2.codec));
+    const lie = await run.islands.submit(metaFor(b2, 2, { baseVersion: 1 }), encodeDelta(vec(n, 12, 1e-3), b2.codec));
     expect(lie.status).toBe('rejected');
     expect(lie.error?.code).toBe(ErrorCode.BAD_CLAIM);
     expect(run.coord.hash).toBe(before);
@@ -106,8 +106,8 @@ describe('bans that reach back', () => {
     let h = await join(run, 'honest');
     let l = withLiar ? await join(run, 'liar') : null;
     for (let k = 0; k < 3; k++) {
-      const acks = [run.submit(metaFor(h, k + 1), encodeDelta(vec(n, 100 + k, 2e-3), h.codec))];
-      if (l) acks.push(run.submit(metaFor(l, k + 1), encodeDelta(vec(n, 200 + k, 2e-3), l.codec)));
+      const acks = [run.islands.submit(metaFor(h, k + 1), encodeDelta(vec(n, 100 + k, 2e-3), h.codec))];
+      if (l) acks.push(run.islands.submit(metaFor(l, k + 1), encodeDelta(vec(n, 200 + k, 2e-3), l.codec)));
       for (const ack of await Promise.all(acks)) expect(ack.status).toBe('applied');
       h = await next(run, h.islandId);
       if (l) l = await next(run, l.islandId);
@@ -160,7 +160,7 @@ describe('bans that reach back', () => {
     // training goes on from the rebuilt θ
     const h = await next(run, ids.honest);
     expect(h.baseVersion).toBe(4);
-    const after = await run.submit(metaFor(h, 10), encodeDelta(vec(run.paramCount, 9, 1e-3), h.codec));
+    const after = await run.islands.submit(metaFor(h, 10), encodeDelta(vec(run.paramCount, 9, 1e-3), h.codec));
     expect(after.status, JSON.stringify(after.error)).toBe('applied');
   }, 60_000);
 });

@@ -22,9 +22,9 @@ describe('island records out of the checkpoint', () => {
     const empty = await run.checkpointNow();
     const caps = { engine: 'cpu' as const, adapter: 'a'.repeat(256), contributorId: 'c'.repeat(64), tokensPerSec: 1e6, maxBatch: 64 };
     for (let k = 0; k < 10_000; k++) {
-      const r = await run.join({ caps: { ...caps, name: `island-name-${k}` }, protocolVersion: PROTOCOL_VERSION });
+      const r = await run.islands.join({ caps: { ...caps, name: `island-name-${k}` }, protocolVersion: PROTOCOL_VERSION });
       if (!r.ok) throw new Error(r.error.message);
-      if (k >= 10) run.leave(r.value.islandId, 'gone'); // ten stay online
+      if (k >= 10) run.islands.leave(r.value.islandId, 'gone'); // ten stay online
     }
     expect(run.coord.islands()).toHaveLength(10_000);
     const ck = await run.checkpointNow();
@@ -45,7 +45,7 @@ describe('island records out of the checkpoint', () => {
     expect((await page(`?limit=${ISLANDS_PAGE_MAX + 1}`)).statusCode).toBe(400);
     // served from a copy: a rename shows up only once the copy is refreshed (≤ 1 s)
     const id = p0.islands[20].id; // an offline one: its name lives in islands.json
-    run.rename(id, 'renamed');
+    run.islands.rename(id, 'renamed');
     expect(((await page('?offset=20&limit=1')).json() as typeof p0).islands[0].name).not.toBe('renamed');
     await new Promise((r) => setTimeout(r, 1100));
     expect(((await page('?offset=20&limit=1')).json() as typeof p0).islands[0].name).toBe('renamed');

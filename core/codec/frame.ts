@@ -45,10 +45,9 @@ import {
 import { type SparseLayout, readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
 import { ErrorFeedback, TOPK_HIST_SIZE, selectTopK } from './topk.ts';
 
-export type Encoding = 'f32' | 'f16' | 'int8' | 'int4' | 'topk' | 'sparse';
+import { ENCODINGS, type Encoding } from './encodings.ts';
 
-/** Wire ids: the index of each encoding in this list. Append only. */
-export const ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', 'int4', 'topk', 'sparse'];
+export { ENCODINGS, type Encoding };
 
 export interface CodecOptions {
   encoding: Encoding;

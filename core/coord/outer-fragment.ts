@@ -7,11 +7,11 @@
 // encoding the fragment with the codec's own encodeWithFeedback and placing its scales and int8
 // values at their offsets in the frame gives the same bytes as encoding all of θ at once.
 
-import { CodecScratch, ErrorFeedback, HEADER_BYTES, encodeWithFeedback } from '../codec/index.ts';
+import { CodecScratch, type DownlinkEncoding, ErrorFeedback, HEADER_BYTES, encodeWithFeedback } from '../codec/index.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from './outer.ts';
 import { type ProposalSums, agreementOf, chunkScratch, combineAll, proposeInt8 } from './outer-int8.ts';
 
-export type DownlinkSpec = { encoding: 'int8' | 'int4' | 'f32'; blockSize: number };
+export type DownlinkSpec = { encoding: DownlinkEncoding; blockSize: number };
 
 /** Per-fragment sums for each delta's agreement with g: Σ d_j·g, Σ d_j², and Σ g² (weighted steps only). */
 export interface AgreementSums { dots: number[]; sqs: number[]; gg: number }

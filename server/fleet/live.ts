@@ -109,7 +109,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   try {
     const ports: number[] = [];
     // the pages load the client build: vite build once when dist/client is missing
-    if (spec.browsers > 0) (await import('../commands/serve.ts')).buildClientIfNeeded(hooks.log);
+    if (spec.browsers > 0) (await import('../client-build.ts')).buildClientIfNeeded(hooks.log);
     if (spec.redis !== undefined) {
       redis = spec.redis === true ? await startRedis() : null;
       const url = spec.redis === true ? redis!.url : spec.redis;

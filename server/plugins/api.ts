@@ -110,7 +110,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     const etag = `"${m.hash}"`;
     reply.header('etag', etag).header('cache-control', 'no-cache').header('x-atoll-version', String(m.version)).header('x-atoll-hash', m.hash);
     if (ifNoneMatch(req, etag)) return reply.code(304).send();
-    run.noteBytesOut(m.bytes.length);
+    run.islands.noteBytesOut(m.bytes.length);
     return reply.type('application/octet-stream').send(Buffer.from(m.bytes.buffer, m.bytes.byteOffset, m.bytes.byteLength));
   });
 
@@ -151,7 +151,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     const s = req.query;
     const tokens = Math.min(maxSample, s.tokens ?? 100);
     const prompt = encodeText(s.prompt ?? '');
-    const r = await run.sample(tokens, prompt.subarray(Math.max(0, prompt.length - run.config.model.blockSize)), s.seed ?? 1, s.temperature ?? 0.8);
+    const r = await views.sample(tokens, prompt.subarray(Math.max(0, prompt.length - run.config.model.blockSize)), s.seed ?? 1, s.temperature ?? 0.8);
     if (!r.ok) return reply.code(r.error.code === 'E_BUSY' ? 503 : 500).send({ error: r.error });
     const body: SampleResponse = { version: r.value.version, prompt: s.prompt ?? '', text: decodeTokens(r.value.bytes), tokens };
     return body;

@@ -251,3 +251,9 @@ export interface SimReport {
   };
   runs: Array<Omit<SimRunResult, 'curve'>>;
 }
+
+/** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */
+export interface TwinSpec {
+  common: SimCommon;
+  rows: SimRow[];
+}
