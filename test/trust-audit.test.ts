@@ -66,7 +66,7 @@ describe('audits by assignment', () => {
 
   it('a stale Δ on its assignment\'s base is sampled at --audit-rate 1, with θ of that base; an older base is refused', async () => {
     const ts = await startTestServer({
-      file: { coordinator: { mode: 'async', asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 }, dylu: false, innerSteps: 4, normBound: { factor: 0, window: 32, minHistory: 3 } } },
+      file: { coordinator: { mode: 'async', uplink: { encoding: 'int8', blockSize: 64 }, asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 }, dylu: false, innerSteps: 4, normBound: { factor: 0, window: 32, minHistory: 3 } } },
       audit: { token: 'v-token', rate: 1, banAfter: 0, maxJobs: 64 }, outerWorkers: 0,
     });
     servers.push(ts);
@@ -114,7 +114,7 @@ describe('bans that reach back', () => {
     }
     return { honest: h.islandId, liar: l?.islandId ?? null };
   }
-  const coordinator = { mode: 'sync' as const, quorum: 1, minContributors: 1, soloPlainStep: false, dylu: false, innerSteps: 4 };
+  const coordinator = { mode: 'sync' as const, uplink: { encoding: 'int8' as const, blockSize: 64 }, quorum: 1, minContributors: 1, soloPlainStep: false, dylu: false, innerSteps: 4 };
 
   it('a ban revokes credit and lists the deltas; the revert call gives θ the hash of a run without them', async () => {
     // the reference: the honest island alone, same deltas, outer step on the event loop
@@ -156,7 +156,7 @@ describe('bans that reach back', () => {
     // durable: the checkpoint of the new version holds the rebuilt θ
     expect(run.store.listCheckpoints()[0].version).toBe(4);
     const bytes = readdirSync(joinPath(ts.dir, 'deltas')).reduce((a, f) => a + statSync(joinPath(ts.dir, 'deltas', f)).size, 0);
-    console.log(`revert: ${body.ms.toFixed(1)} ms for ${body.replayed} versions; deltas kept on disk ${bytes} bytes for 6 f32 deltas of ${run.paramCount} params`);
+    console.log(`revert: ${body.ms.toFixed(1)} ms for ${body.replayed} versions; deltas kept on disk ${bytes} bytes for 6 int8 deltas of ${run.paramCount} params`);
     // training goes on from the rebuilt θ
     const h = await next(run, ids.honest);
     expect(h.baseVersion).toBe(4);
