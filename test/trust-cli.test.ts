@@ -11,6 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { CommanderError } from 'commander';
 import { buildProgram } from '../server/cli.ts';
 import { moveRunFolderAside } from '../server/run-folder.ts';
+import { readConfigFile } from '../server/run-config.ts';
 import { ROOT, type TestServer, startTestServer, tempDir } from './helpers/server.ts';
 
 const cleanup: Array<() => Promise<void> | void> = [];
@@ -73,6 +74,24 @@ describe('CLI flags are checked against their ranges before any work', () => {
     expect(r.status).not.toBe(0);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
     expect(r.stderr).toContain('--batch');
+  });
+});
+
+describe('run files', () => {
+  it('serve --config refuses unknown keys and wrong types, naming them, before anything is written', async () => {
+    const dir = tempDir();
+    cleanup.push(() => { spawnSync('rm', ['-rf', dir]); });
+    const write = (name: string, v: unknown) => { const p = join(dir, name); writeFileSync(p, JSON.stringify(v)); return p; };
+    const bad = (v: unknown) => { try { readConfigFile(write('x.json', v)); return null; } catch (e) { return `${(e as { code?: string }).code}: ${(e as Error).message}`; } };
+    expect(bad({ allowOrigins: '*' })).toMatch(/^E_BAD_CONFIG: .*allowOrigins must be a list/);
+    expect(bad({ allowOrigin: ['https://x'] })).toMatch(/unknown key allowOrigin/);
+    expect(bad({ coordinator: { outer: { lr: '0.5' } } })).toMatch(/coordinator\.outer\.lr must be a number/);
+    expect(bad({ limits: { powBits: null } })).toMatch(/limits\.powBits must be a number/);
+    expect(bad({ coordinator: { totalTokens: 40_000, uplink: { encoding: 'sparse', topkFraction: 0.5, strided: true } }, limits: { restPerMinute: 10 } })).toBeNull();
+    // through the command: one line, nothing written
+    const runDir = join(dir, 'run');
+    expect(await refusal(['serve', '--config', write('y.json', { allowOrigins: '*' }), '--run-dir', runDir, '--port', '0'])).toMatch(/^E_BAD_CONFIG/);
+    expect(existsSync(runDir)).toBe(false);
   });
 });
 
