@@ -194,7 +194,7 @@ describe('outer step off the event loop', () => {
       expect(ts.server.run.outerWorkers).toBeGreaterThan(0);
       const asg = a.r.value.assignment;
       const meta = { islandId: a.r.value.islandId, roundId: asg.roundId, baseVersion: asg.baseVersion, seq: 1, steps: asg.innerSteps, tokens: asg.innerSteps * asg.batchSize * asg.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 1 };
-      const frame = encodeDelta(new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i)), { encoding: 'int8', blockSize: 64 });
+      const frame = encodeDelta(new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i)), asg.codec); // the assignment's codec
       const ack = new Promise<{ ok: boolean; value: { status: string; version: number } }>((done) => a.s.emit('delta', { meta, frame }, done));
       // b never reports: banning it closes the round, and A's delta is applied by the workers
       const ban = await fetch(`${ts.url}/api/admin/islands/${b.r.value.islandId}/ban`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: '{}' });
