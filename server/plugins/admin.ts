@@ -6,7 +6,7 @@ import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
-import { type CoordinatorConfig, type CoordinatorConfigPatch, SPARSE_UPLINK } from '../../core/coord/index.ts';
+import type { CoordinatorConfig, CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import { AuthLimiter } from '../auth-limit.ts';
 import { sendError } from '../http-strict.ts';
 import type { Run } from '../run.ts';
@@ -38,7 +38,8 @@ const PATCH_KEYS: { [K in keyof ConfigPatch]-?: (v: NonNullable<ConfigPatch[K]>,
   roundTime: (v) => ({ targetRoundMs: Math.round(v * 1000) }),
   quorum: (v) => ({ quorum: v }),
   maxStaleness: (v) => ({ maxStaleness: v }),
-  codec: (v, cur) => ({ uplink: v === 'sparse' ? { ...SPARSE_UPLINK } : { ...cur.uplink, encoding: v as Encoding } }),
+  // another encoding starts from its own defaults (sparse's block of 4096 is no int4 setting)
+  codec: (v, cur) => ({ uplink: v === cur.uplink.encoding ? { ...cur.uplink } : { encoding: v as Encoding } }),
   innerSteps: (v) => ({ innerSteps: v }),
 };
 
