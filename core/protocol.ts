@@ -26,7 +26,7 @@ import type { CodecOptions } from './codec/index.ts';
 import { learningRate } from './model/schedule.ts';
 
 /** Bumped on every incompatible change to the messages below. */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /**
  * Every error code an island can see, with the layer that produces it. Codec codes are passed
