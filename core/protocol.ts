@@ -9,7 +9,8 @@
 //
 // One island's life, in messages:
 //
-//   island → server   hello {protocolVersion, caps}                 → assignment (or error)
+//   island → server   challenge                                      → {challenge, bits, expiresAt} (a new identity's proof of work)
+//   island → server   hello {protocolVersion, caps, pow}            → assignment (or error)
 //   island → server   fetchModel                                     → {version, hash, params (f32)}
 //   island → server   delta {DeltaMeta, frame (codec bytes)}        → ack   (sent only once durable)
 //   server → island   update {UpdateMsg}  (broadcast, one per version v → v+1)
@@ -25,7 +26,7 @@ import type { CodecOptions } from './codec/index.ts';
 import { learningRate } from './model/schedule.ts';
 
 /** Bumped on every incompatible change to the messages below. */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /**
  * Every error code an island can see, with the layer that produces it. Codec codes are passed
@@ -115,6 +116,11 @@ export const HelloSchema = Type.Object({
   resumeToken: Type.Optional(Id(128)),
   /** false: no pushed `update` broadcasts (the island pulls with `updates` when it needs θ). */
   push: Type.Optional(Type.Boolean()),
+  /** A new identity's proof of work (docs/protocol.md): a `challenge` answer and a nonce for it. */
+  pow: Type.Optional(Type.Object({
+    challenge: Type.String({ minLength: 1, maxLength: 128 }),
+    nonce: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }),
+  }, closed)),
 }, closed);
 export type HelloMsg = Static<typeof HelloSchema>;
 
@@ -356,7 +362,9 @@ export interface ModelSnapshotMsg {
 
 // ---------------------------------------------------------------------------------------------
 // The coordinator's own check of a delta's numbers, for callers that bypass the gateway (the
-// simulator, tests). Returns an error message, or null when valid.
+// simulator, tests): only what keeps its arithmetic sound (integers where it counts, numbers where
+// it divides). The shape check with the bounds is the gateway's compiled DeltaMetaSchema.
+// Returns an error message, or null when valid.
 
 const isNonNegInt = (x: unknown): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0;
 

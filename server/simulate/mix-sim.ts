@@ -120,7 +120,7 @@ export class SimMixHub {
   private async ready(m: Member, meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null> {
     const coord = this.hub.coord;
     const rec = coord.island(meta.islandId);
-    const work = rec ? checkWork(meta, rec, coord.config(), this.clock.now()) : null;
+    const work = rec ? checkWork(meta, null, rec, coord.config(), this.clock.now()) : null; // the frame's encoding is checked at its upload
     if (!work?.ok) return null; // the direct upload gets the coordinator's clear rejection
     const waiting = new Promise<MemberPlan | null>((resolve) => this.groupWaiters.set(m.islandId, { resolve }));
     const plan = this.broker.offer({ islandId: m.islandId, meta, frameHash, tokens: work.meta.tokens, readyAt: this.clock.now() });
