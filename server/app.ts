@@ -22,6 +22,7 @@ import { adminToken, lockRunFolder } from './run-folder.ts';
 import { ok } from '../core/result.ts';
 import type { RunConfig } from './run-config.ts';
 import { type AuditOptions, RunAudits } from './audit.ts';
+import { closeOnce } from './close-once.ts';
 
 export interface AtollServerOptions {
   /** The run folder. */
@@ -168,16 +169,13 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
   const adminAuth = new AuthLimiter('admin token', log);
   await app.register(adminPlugin, { run, token: token.token, limiter: adminAuth });
   await finishApp(app, o.clientDir);
-  let closed = false;
   return {
     app, run, metrics, adminToken: token.token, adminTokenFile: token.file, adminAuth,
-    async close() {
-      if (closed) return;
-      closed = true;
+    close: closeOnce(async () => {
       await app.close();
       await run.close();
       lock.value();
-    },
+    }),
   };
 }
 
@@ -204,16 +202,13 @@ export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunCon
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const core = await createRunApp(o);
   const gateway = attachGateway(core.app, localPort(core.run), o.config, o.gateway);
-  let closed = false;
   return {
     ...core, gateway,
     listen: (port, host) => listenOn(core.app, port, host),
-    async close() {
-      if (closed) return;
-      closed = true;
+    close: closeOnce(async () => {
       await gateway.close();
       await core.close();
-    },
+    }),
   };
 }
 

@@ -107,6 +107,13 @@ fn block_of(id: Grid) -> Block {
   return Block(id.wid.y / p.NH, id.wid.y % p.NH, id.wid.y, id.wid.x * BR);
 }
 
+// The keys (tile_a) and values (tile_b) of rows [k0, k0 + BC) of the block's (batch, head), then a barrier.
+fn load_kv(w: Block, k0: u32, lid: u32) {
+  load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
+  load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
+  workgroupBarrier();
+}
+
 fn store_grad(idx: u32, g: ptr<function, Row>, scale: f32) {
   for (var c = 0u; c < HS; c++) {
     let v = (*g)[c / 4u][c % 4u] * scale;
@@ -126,9 +133,7 @@ fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   var o: Row;
   for (var i = 0u; i < H4; i++) { q[i] = inp4(qkv_at(w.b, r, w.h, 0u), i) * p.scale; }
   for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
-    load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
-    load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
-    workgroupBarrier();
+    load_kv(w, k0, lid);
     // the keys ≤ t, the max and sum updated per key (an array of the tile's scores, indexed
     // dynamically, cost more than the second exp on a CPU adapter)
     for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
@@ -165,9 +170,7 @@ fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
   for (var c = 0u; c < HS; c++) { d += g[c / 4u][c % 4u] * out_in[dout_at(w.b, r, w.h) + c]; }
   let L = lse_in[w.bh * p.T + r];
   for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
-    load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
-    load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
-    workgroupBarrier();
+    load_kv(w, k0, lid);
     for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
       let qk_gv = dot2_tiles(&q, &g, j);
       axpy_tile(&dq, exp(qk_gv.x - L) * (qk_gv.y - d), &tile_a, j);

@@ -22,18 +22,16 @@ function $<T extends HTMLElement = HTMLElement>(id: string): T {
   return el as T;
 }
 
+/** Elements by id, under the keys given: `{ key: 'element-id' }`. */
+function byIds<K extends string>(ids: Record<K, string>): Record<K, HTMLElement> {
+  return Object.fromEntries(Object.entries<string>(ids).map(([k, id]) => [k, $(id)])) as Record<K, HTMLElement>;
+}
+
+// the page's sections, one line each: run, costs, GPU check, credit, live view, round, stats, samples
 const ui = {
-  runName: $('run-name'),
-  runDesc: $('run-description'),
-  costGpu: $('cost-gpu'),
-  costDown: $('cost-down'),
-  costUp: $('cost-up'),
-  costHour: $('cost-hour'),
-  costMem: $('cost-mem'),
-  gpuStatus: $('gpu-status'),
-  gpuStatusText: $('gpu-status-text'),
-  cpuOptin: $('cpu-optin'),
-  gpuHelp: $('gpu-missing-help'),
+  ...byIds({ runName: 'run-name', runDesc: 'run-description' }),
+  ...byIds({ costGpu: 'cost-gpu', costDown: 'cost-down', costUp: 'cost-up', costHour: 'cost-hour', costMem: 'cost-mem' }),
+  ...byIds({ gpuStatus: 'gpu-status', gpuStatusText: 'gpu-status-text', cpuOptin: 'cpu-optin', gpuHelp: 'gpu-missing-help' }),
   useCpu: $<HTMLInputElement>('use-cpu'),
   start: $<HTMLButtonElement>('start'),
   pause: $<HTMLButtonElement>('pause'),
@@ -41,40 +39,16 @@ const ui = {
   pauseHidden: $<HTMLInputElement>('pause-hidden'),
   displayName: $<HTMLInputElement>('display-name'),
   saveName: $<HTMLButtonElement>('save-name'),
-  contributorId: $('contributor-id'),
-  crTokens: $('cr-tokens'),
-  crComputed: $('cr-computed'),
-  crAccepted: $('cr-accepted'),
-  crRank: $('cr-rank'),
-  live: $('live'),
-  conn: $('conn'),
-  connText: $('conn-text'),
-  phaseText: $('phase-text'),
+  ...byIds({ contributorId: 'contributor-id', crTokens: 'cr-tokens', crComputed: 'cr-computed', crAccepted: 'cr-accepted', crRank: 'cr-rank' }),
+  ...byIds({ live: 'live', conn: 'conn', connText: 'conn-text', phaseText: 'phase-text' }),
   phases: Array.from(document.querySelectorAll<HTMLLIElement>('#phases li')),
-  phTraining: $('ph-training'),
-  phUploading: $('ph-uploading'),
-  busyNote: $('busy-note'),
-  deviceName: $('device-name'),
-  deviceSpeed: $('device-speed'),
-  roundSteps: $('round-steps'),
-  roundEta: $('round-eta'),
-  roundProgress: $('round-progress'),
-  roundFill: $('round-fill'),
-  sVersion: $('s-version'),
-  sEval: $('s-eval'),
-  sLoss: $('s-loss'),
-  sSpeed: $('s-speed'),
-  sTokens: $('s-tokens'),
-  sRounds: $('s-rounds'),
-  sUp: $('s-up'),
-  sDown: $('s-down'),
-  lossChart: $('loss-chart'),
-  rejection: $('rejection'),
-  log: $('log'),
+  ...byIds({ phTraining: 'ph-training', phUploading: 'ph-uploading', busyNote: 'busy-note', deviceName: 'device-name', deviceSpeed: 'device-speed' }),
+  ...byIds({ roundSteps: 'round-steps', roundEta: 'round-eta', roundProgress: 'round-progress', roundFill: 'round-fill' }),
+  ...byIds({ sVersion: 's-version', sEval: 's-eval', sLoss: 's-loss', sSpeed: 's-speed', sTokens: 's-tokens', sRounds: 's-rounds', sUp: 's-up', sDown: 's-down' }),
+  ...byIds({ lossChart: 'loss-chart', rejection: 'rejection', log: 'log' }),
   samplePrompt: $<HTMLInputElement>('sample-prompt'),
   sampleGo: $<HTMLButtonElement>('sample-go'),
-  sampleOut: $('sample-out'),
-  sampleMeta: $('sample-meta'),
+  ...byIds({ sampleOut: 'sample-out', sampleMeta: 'sample-meta' }),
 };
 
 /** Sets text only when it changed (no needless layout work at 10 Hz). */

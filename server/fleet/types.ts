@@ -100,18 +100,10 @@ export interface LiveRun {
 export type FleetRow = Omit<SimRunResult, 'curve'> & { curve?: SimRunResult['curve'] };
 
 export interface FleetReport {
-  config: {
-    preset: PresetName;
+  config: Pick<FleetSpec, 'preset' | 'tokens' | 'islands' | 'browsers' | 'engines' | 'batches' | 'duty' | 'schedule'> & {
     params: number;
     data: string;
     seed: number;
-    tokens: number;
-    islands: number;
-    browsers: number;
-    engines: string[];
-    batches: number[];
-    duty: number[];
-    schedule: ScheduleEvent[];
     topology: 'embedded' | 'roles';
     /** The live run's coordinator config: the twin's too. */
     coordinator: RunConfig['coordinator'];

@@ -22,7 +22,7 @@ import { ddpBytesPerIsland, mergeSeeds, runRows } from './index.ts';
 import { warmStartOffPlateau } from './row.ts';
 import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
 import { type ScalingReport, type ScalingRow, type ScalingRung, fitPowerLaw, scalingHtml, scalingPlotSvg, scalingTable, verdictOf } from './scaling-report.ts';
-import type { SimCommon, SimRow, SimRunResult } from './types.ts';
+import type { SimCommon, SimRow, SimRunResult, SimulateOptions } from './types.ts';
 
 /** A rung of the ladder: a model shape (sequence length 32 throughout). */
 export interface RungSpec { name: string; config: GPTConfig }
@@ -56,7 +56,10 @@ const SEQ_LEN = 32;
 const ISLAND_COUNTS = [8, 32];
 const ISLAND_LR = { maxLr: 3e-3, minLr: 3e-4 };
 
-export interface ScalingOptions {
+/** simulate's options that the ladder takes as they are (workers, data, engine, out, json, print, log, progress, seed, evalBatches). */
+type SharedOptions = Pick<SimulateOptions, 'workers' | 'data' | 'engine' | 'out' | 'json' | 'print' | 'log' | 'progress' | 'seed' | 'evalBatches'>;
+
+export interface ScalingOptions extends SharedOptions {
   /** The first n rungs of RUNGS, or rung names (default the CPU ladder). */
   rungs?: number | string[];
   tokensPerParam?: number;
@@ -67,16 +70,6 @@ export interface ScalingOptions {
   /** Shared warm start per rung, tokens (default 32768; 0 for none). */
   warmStartTokens?: number;
   evals?: number;
-  evalBatches?: number;
-  seed?: number;
-  workers?: number;
-  data?: string;
-  engine?: SimEngineKind;
-  out?: string;
-  json?: boolean;
-  print?: boolean;
-  log?: (line: string) => void;
-  progress?: { start(names: string[]): void; update(i: number, frac: number): void };
 }
 
 /** Parses the CLI flags the scaling preset takes (the rest of simulate's flags are ignored). */
