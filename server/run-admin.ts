@@ -7,7 +7,6 @@ import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
 import { ErrorCode } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { RunConfig } from '../core/api.ts';
-import { OuterOffloadHost } from './outer/offload.ts';
 import type { Coordinator } from '../core/coord/index.ts';
 import { type DeltaArchive, type IslandDelta, type RevertPlan, RevertError, rebuildWithout } from './revert.ts';
 import type { RunStore } from './store.ts';
@@ -66,8 +65,6 @@ export class RunAdmin {
 
   async setConfig(patch: CoordinatorConfigPatch): Promise<Result<RunConfig>> {
     const run = this.run;
-    const why = run.outerWorkers > 0 && patch.downlink ? OuterOffloadHost.unsupported(patch.downlink) : null;
-    if (why) return err(ErrorCode.BAD_CONFIG, why);
     await run.whenIdle();
     const r = run.coord.setConfig(patch);
     if (!r.ok) return r;

@@ -156,11 +156,7 @@ export class Run {
       coord.drainEvents();
     }
     const run = new Run(o, store, dataset, coord, resumed);
-    if ((o.outerWorkers ?? 0) > 0) {
-      const why = OuterOffloadHost.unsupported(coord.config().downlink);
-      if (why) run.log(`run: the outer step stays on the event loop: ${why}`);
-      else run.offload = await OuterOffloadHost.start(coord, o.outerWorkers!);
-    }
+    if ((o.outerWorkers ?? 0) > 0) run.offload = await OuterOffloadHost.start(coord, o.outerWorkers!);
     run.config = { ...run.config, coordinator: coord.config() };
     store.writeConfig(run.config);
     const traffic = run.history.replay(store.readEvents(), coord.version, run.waiters.lastApplied);

@@ -26,6 +26,7 @@ export {
   frameCrc,
   maxFrameBytes,
   peekHeader,
+  sealFrame,
   writeHeader,
 } from './frame.ts';
 export { DOWNLINK_ENCODINGS, type DownlinkEncoding } from './encodings.ts';
