@@ -1,4 +1,5 @@
-// CPU twins of the f16-storage kernels (shaders/half.wgsl, adamw_update_f16 in shaders/adamw.wgsl).
+// CPU twins of the f16-storage kernels (shaders/half.wgsl; the f16 forms of matmul, attention and
+// adamw_update selected by defines).
 // Each is its f32 twin from ops.ts with the rounding the kernel's storage does: inputs that the
 // kernel reads as halves are rounded to f16 first, outputs it stores as halves are rounded after.
 // Arithmetic stays f32, as in the kernels. Halves travel as Float32Arrays of f16 values here;
@@ -6,7 +7,7 @@
 
 import { f16Table, f32BitsToF16Bits } from '../codec/f16.ts';
 import * as op from './ops.ts';
-import type { Arr, Tokens } from './ops.ts';
+import type { Arr } from './ops.ts';
 
 const scratch = new Float32Array(1);
 const scratchBits = new Uint32Array(scratch.buffer);
@@ -50,41 +51,58 @@ export function unpackHalves(words: Uint32Array, n: number, out = new Float32Arr
 
 // ---------------------------------------------------------------------------- twins
 
-/** gelu_forward_f16: out (halves) = gelu(inp as halves). */
-export function geluForwardF16(out: Arr, inp: Arr, N: number): void {
-  op.geluForward(out, halves(inp), N);
-  roundHalves(out);
-}
+/** Halves in, f32 out: a copy of `a` rounded where `half` (an operand the kernel reads as halves). */
+const asStored = (a: Arr, half: boolean): Arr => (half ? halves(a) : a);
 
-/** gelu_backward_f16: dinp (halves) (+)= gelu'(inp)·dout, every operand a half; the sum rounded once. */
-export function geluBackwardF16(dinp: Arr, inp: Arr, dout: Arr, N: number): void {
-  const d = halves(dinp.subarray(0, N));
-  op.geluBackward(d, halves(inp), halves(dout), N);
-  dinp.set(roundHalves(d));
-}
-
-/** residual_forward_f16: out (halves) = inp1 + alpha·inp2 (alpha −1: a difference). */
-export function residualForwardF16(out: Arr, inp1: Arr, inp2: Arr, N: number, alpha = 1): void {
-  const a = halves(inp1), b = halves(inp2);
-  for (let i = 0; i < N; i++) out[i] = toHalf(Math.fround(a[i] + Math.fround(alpha * b[i])));
+/** pack_f16: out (halves) = inp, rounded once (the weight copy after setParams). */
+export function packF16(out: Arr, inp: Arr, N: number): void {
+  for (let i = 0; i < N; i++) out[i] = toHalf(inp[i]);
 }
 
 /** pseudo_gradient_f16: Δ (halves) = θ_start − θ from the f32 masters: one rounding, at the end. */
 export function pseudoGradientF16(delta: Arr, thetaStart: Arr, theta: Arr, N: number): void {
   op.pseudoGradient(delta, thetaStart, theta, N);
-  roundHalves(delta);
+  roundHalves(delta.subarray(0, N));
 }
 
-/** layernorm_forward_f16: out (halves) from inp (halves); mean and rstd f32; weight and bias f32. */
+/** gelu_backward_f16: dinp (f32) (+)= gelu'(inp)·dout with inp read as halves, dout and dinp f32. */
+export function geluBackwardF16(dinp: Arr, inp: Arr, dout: Arr, N: number): void {
+  op.geluBackward(dinp, halves(inp), dout, N);
+}
+
+/** layernorm_forward_f16: out (halves) from the f32 stream; mean, rstd, weight, bias f32. */
 export function layernormForwardF16(out: Arr, mean: Arr, rstd: Arr, inp: Arr, weight: Arr, bias: Arr, B: number, T: number, C: number): void {
-  op.layernormForward(out, mean, rstd, halves(inp), weight, bias, B, T, C);
+  op.layernormForward(out, mean, rstd, inp, weight, bias, B, T, C);
   roundHalves(out);
 }
 
-/** encoder_forward_f16: out (halves) = wte[inp] + wpe[t], both from the weight copy (halves). */
-export function encoderForwardF16(out: Arr, inp: Tokens, wte: Arr, wpe: Arr, B: number, T: number, C: number): void {
-  op.encoderForward(out, inp, halves(wte), halves(wpe), B, T, C);
+/**
+ * matmul with f16 operands: inp (A) read as halves where `halfIn`, the weight always from the
+ * half copy, out stored as halves where `halfOut` (then the fused GELU's output too, in `gelu`).
+ */
+export function matmulForwardF16(out: Arr, inp: Arr, weight: Arr, bias: Arr | null, B: number, T: number, C: number, OC: number, f: { halfIn: boolean; halfOut: boolean; gelu?: Arr }): void {
+  op.matmulForward(out, asStored(inp, f.halfIn), halves(weight), bias && halves(bias), B, T, C, OC);
+  if (f.gelu) op.geluForward(f.gelu, out, B * T * OC); // from the f32 sums, as the epilogue
+  if (f.halfOut) {
+    roundHalves(out);
+    if (f.gelu) roundHalves(f.gelu);
+  }
+}
+
+/** matmul backward with the layer's input stored as halves (`halfIn`) and W from the half copy; gradients f32. */
+export function matmulBackwardF16(dinp: Arr, dweight: Arr, dbias: Arr | null, dout: Arr, inp: Arr, weight: Arr, B: number, T: number, C: number, OC: number, f: { halfIn: boolean }): void {
+  op.matmulBackward(dinp, dweight, dbias, dout, asStored(inp, f.halfIn), halves(weight), B, T, C, OC);
+}
+
+/** attention_forward with qkv read as halves and out stored as halves (the softmax in f32). */
+export function attentionForwardF16(out: Arr, preatt: Arr, att: Arr, inp: Arr, B: number, T: number, C: number, NH: number): void {
+  op.attentionForward(out, preatt, att, halves(inp), B, T, C, NH);
   roundHalves(out);
+}
+
+/** attention backward from the halves the forward stored (qkv); dout and dinp f32. */
+export function attentionBackwardF16(dinp: Arr, dpreatt: Arr, datt: Arr, dout: Arr, inp: Arr, att: Arr, B: number, T: number, C: number, NH: number): void {
+  op.attentionBackward(dinp, dpreatt, datt, dout, halves(inp), att, B, T, C, NH);
 }
 
 /**
@@ -93,5 +111,5 @@ export function encoderForwardF16(out: Arr, inp: Tokens, wte: Arr, wpe: Arr, B: 
  */
 export function adamwUpdateF16(params: Arr, copy: Arr, grads: Arr, m: Arr, v: Arr, N: number, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, gradScale: number): void {
   op.adamwUpdate(params, grads, m, v, N, lr, beta1, beta2, eps, weightDecay, step, gradScale);
-  for (let i = 0; i < N; i++) copy[i] = toHalf(params[i]);
+  packF16(copy, params, N);
 }
