@@ -4,7 +4,7 @@
 
 import type { GPTConfig } from './model/config.ts';
 import type { Tokens } from './model/ops.ts';
-import type { EngineKind } from './protocol.ts';
+import type { EngineKind, Numerics } from './protocol.ts';
 
 /** One micro-batch: inputs and next-token targets, each (B,T) row-major. */
 export interface Batch {
@@ -45,6 +45,10 @@ export interface TrainingEngine {
   readonly config: GPTConfig;
   /** Human-readable device description (adapter name, or "cpu"). */
   readonly device: string;
+  /** Storage precision (absent: f32); reported in the island's hello. */
+  readonly numerics?: Numerics;
+  /** Devices it trains on data-parallel (absent: 1); reported in the island's hello. */
+  readonly devices?: number;
 
   /** Replace θ. Also records θ as the start point for `readDelta()`. */
   setParams(params: Float32Array): Promise<void>;

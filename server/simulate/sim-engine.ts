@@ -5,11 +5,11 @@
 
 import type { Batch, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
-import type { EngineKind } from '../../core/protocol.ts';
+import type { EngineKind, Numerics } from '../../core/protocol.ts';
 import type { Clock } from '../../client/island/transport.ts';
 import { f16ToF32, f32ToF16 } from '../../core/codec/index.ts';
 
-export type Numerics = 'f32' | 'f16' | 'bf16';
+export type { Numerics };
 
 const bits = new Uint32Array(1), asFloat = new Float32Array(bits.buffer);
 /** Rounds to bfloat16 (nearest even) and back. */
