@@ -50,6 +50,8 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly gpu: GPUDevice;
   /** Whether the reductions use subgroup operations. */
   readonly subgroups: boolean;
+  /** Storage precision of the activations the matmuls read and of their weight copy. */
+  readonly numerics: 'f32' | 'f16' = 'f32';
   /** The adapter's peak FLOP/s, when given (peakTflops). */
   readonly peakFlops?: number;
   /** What the autotuner chose (null: not tuned). */
@@ -65,6 +67,7 @@ export class WebGpuEngine implements TrainingEngine {
   private deltaProgram!: Program;
   private fwdEnd = 0;  // dispatches [0, fwdEnd): forward to the logits
   private lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
+  private optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
   private readonly hyper: typeof ADAMW_DEFAULTS;
   private readonly stepUniform = new ArrayBuffer(STEP_UNIFORM_BYTES);
   private readonly tokIn: Uint32Array;
@@ -141,6 +144,11 @@ export class WebGpuEngine implements TrainingEngine {
       throw thrown;
     }
     return e;
+  }
+
+  /** Parameters of the model (θ's length). */
+  get paramCount(): number {
+    return this.N;
   }
 
   /** Bytes allocated on the device. */
@@ -260,6 +268,7 @@ export class WebGpuEngine implements TrainingEngine {
     specs.push(...op.encoderBackward(grads, dres, b('inputs'), { ...enc, accumulateWte: true }));
 
     // ---- optimizer
+    this.optStart = specs.length;
     specs.push(
       ...op.gradNorm(b('clip'), b('partials'), grads, { N: this.N }),
       op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), { N: this.N, ranges: op.decayRanges(layout.tensors) }),
@@ -333,6 +342,46 @@ export class WebGpuEngine implements TrainingEngine {
   /** Model FLOPs utilisation at `tokensPerSec` (T: sequence length) where the peak is known, else null. */
   mfu(tokensPerSec: number, T = this.maxT): number | null {
     return this.peakFlops ? mfu(this.config, tokensPerSec, this.peakFlops, T) : null;
+  }
+
+  // ---------------------------------------------------------------- several devices (multi-device.ts)
+
+  /**
+   * The first half of a data-parallel step: forward, loss and backward on this device's share of
+   * the batch, and the gradients copied to the readback buffer in the same submission. Then
+   * `readGradients`, the all-reduce (the caller's), and `applyGradients`.
+   */
+  gradientsStep(batch: Batch, opts: StepOptions): void {
+    this.enqueue(batch, opts, (enc, shape) => {
+      const pass = enc.beginComputePass();
+      this.program.encode(pass, shape, 0, this.optStart);
+      pass.end();
+      enc.copyBufferToBuffer(this.b('grads'), 0, this.b('readback'), 0, f32b(this.N));
+    });
+  }
+
+  /** The gradients `gradientsStep` copied out, added into `into` × `weight` (one pass, no copy). */
+  async addGradientsInto(into: Float32Array, weight: number): Promise<void> {
+    this.usable();
+    await this.exclusive(async () => {
+      const rb = this.b('readback');
+      await rb.mapAsync(GPUMapMode.READ, 0, f32b(this.N));
+      const g = new Float32Array(rb.getMappedRange(0, f32b(this.N)), 0, this.N);
+      for (let i = 0; i < this.N; i++) into[i] += weight * g[i];
+      rb.unmap();
+    });
+  }
+
+  /** The second half: the all-reduced gradients in, then grad norm, clip and AdamW (one submission). */
+  applyGradients(grads: Float32Array): void {
+    this.usable();
+    if (grads.length !== this.N) throw engineError('E_WRONG_SIZE', `gradients have ${grads.length} elements, the model needs ${this.N}`);
+    this.gpu.queue.writeBuffer(this.b('grads'), 0, grads);
+    const enc = this.gpu.createCommandEncoder({ label: 'applyGradients' });
+    const pass = enc.beginComputePass();
+    this.program.encode(pass, { B: this.maxB, T: this.maxT }, this.optStart);
+    pass.end();
+    this.gpu.queue.submit([enc.finish()]);
   }
 
   /** Loads the batch and step uniform, records the step with `record`, submits (the loss ring as in `step`). */

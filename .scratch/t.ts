@@ -1,0 +1,13 @@
+import { PRESETS } from '../core/model/config.ts';
+import { WebGpuEngine, requiredLimits } from '../client/engine/webgpu.ts';
+import { createNodeGpu } from '../server/gpu.ts';
+const config = PRESETS.tiny;
+const t0 = performance.now();
+const g = await createNodeGpu({ requiredLimits: requiredLimits({ config, maxBatch: 4, maxT: 16 }) });
+const t1 = performance.now();
+const e = await WebGpuEngine.create(g.device, { config, maxBatch: 4, maxT: 16 });
+const t2 = performance.now();
+const e2 = await WebGpuEngine.create(g.device, { config, maxBatch: 2, maxT: 16 });
+const t3 = performance.now();
+console.log('device', (t1 - t0).toFixed(0), 'engine', (t2 - t1).toFixed(0), 'second engine', (t3 - t2).toFixed(0));
+e.destroy(); e2.destroy(); await g.dispose();
