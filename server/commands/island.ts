@@ -7,6 +7,8 @@ export interface IslandCliOptions {
   server: string;
   engine: EngineKind;
   autotune?: boolean;
+  precision?: 'f32' | 'f16';
+  devices?: number;
   name?: string;
   batch?: number;
   duty?: number;
@@ -22,6 +24,8 @@ export async function island(o: IslandCliOptions): Promise<number> {
     server: o.server,
     engine: o.engine,
     autotune: o.autotune,
+    precision: o.precision,
+    devices: o.devices,
     name: o.name,
     batch: o.batch,
     dutyCycle: o.duty,
