@@ -1,11 +1,12 @@
 // `atoll bench kernels`, attention part: the flash kernels the engine uses
-// (shaders/attention.wgsl through webgpu-ops.ts) against the kernels they replaced
+// (shaders/attention.wgsl through shaders/attention.ts) against the kernels they replaced
 // (bench/attention-naive.wgsl, kept here only as the baseline), forward + backward on
 // the same data in the same run, interleaved. Both results are checked against each other.
 
 import naiveSrc from './attention-naive.wgsl?raw';
-import { type DispatchSpec, KernelSet, Program, readF32, withPrelude } from '../client/engine/webgpu-kernels.ts';
-import * as op from '../client/engine/webgpu-ops.ts';
+import { KernelSet, Program, readF32 } from '../client/engine/webgpu-kernels.ts';
+import { type DispatchSpec, withPrelude } from '../shaders/kernel.ts';
+import * as op from '../shaders/ops.ts';
 import { getPreset, type PresetName } from '../core/model/config.ts';
 
 export interface AttentionRow {
@@ -60,7 +61,7 @@ function random(n: number, seed: number): Float32Array {
   return out;
 }
 
-/** The baseline: its three entry points with hand-made bind groups (it is not in ENTRIES). */
+/** The baseline: its three entry points with hand-made bind groups (it has no kernel module). */
 function naiveSide(device: GPUDevice, inp: GPUBuffer, dout: GPUBuffer, d: { B: number; T: number; C: number; NH: number }, drain: (ms: number) => Promise<void>): Side {
   const rows = d.B * d.NH * d.T;
   const out = storage(device, d.B * d.T * d.C), att = storage(device, rows * d.T), dpreatt = storage(device, rows * d.T), dinp = storage(device, d.B * d.T * 3 * d.C);

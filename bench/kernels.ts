@@ -26,8 +26,9 @@ import { CpuEngine } from '../client/engine/cpu.ts';
 import { estimateGpuBytes } from '../client/engine/webgpu-plan.ts';
 import { loadCorpus } from '../server/corpus.ts';
 import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
-import { type DispatchSpec, KernelSet, Program, type Shape, readF32 } from '../client/engine/webgpu-kernels.ts';
-import * as op from '../client/engine/webgpu-ops.ts';
+import { KernelSet, Program, readF32 } from '../client/engine/webgpu-kernels.ts';
+import type { DispatchSpec, Shape } from '../shaders/kernel.ts';
+import * as op from '../shaders/ops.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
 import { drain, geomean, median, randomArray, sleep, timeInterleaved } from './timing.ts';
 import { type AttentionRow, benchAttention, submitPasses } from './attention.ts';
@@ -126,7 +127,7 @@ export interface KernelBenchResult {
 // ------------------------------------------------------------------ our matmul (shaders/matmul.wgsl)
 
 // We time exactly the dispatches the engine records: the specs of
-// client/engine/webgpu-ops.ts (matmulForward / matmulBackward: entry point, vec4
+// shaders/matmul.ts (matmulForward / matmulBackward: entry point, vec4
 // choice, uniforms, grid), built into a Program of client/engine/webgpu-kernels.ts.
 
 interface OurMatmul {

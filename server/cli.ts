@@ -138,7 +138,7 @@ export function buildProgram(): Command {
 
   program.command('simulate')
     .description('many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island')
-    .option('--preset <name>', 'compare (the comparison table), diloco (one DiLoCo row and baselines), smoke (seconds); a model preset name means compare on that model', 'compare')
+    .option('--preset <name>', 'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ladder), smoke (seconds); a model preset name means compare on that model', 'compare')
     .addOption(new Option('--model <name>', 'model preset').choices(Object.keys(PRESETS)))
     .option('--islands <n>', 'islands per DiLoCo row', intArg)
     .option('--tokens <n>', 'token budget per row (tokens in θ)', intArg)
@@ -149,17 +149,34 @@ export function buildProgram(): Command {
     .option('--quick', 'one seed and fewer rows (tests)')
     .option('--rows <names>', "only these rows of the preset, comma-separated (with --quick: any row of the full preset, one seed)")
     .option('--eval-batches <n>', 'held-out batches per evaluation (default 64)', intArg)
-    .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from', intArg)
+    .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from (0: cold, as --cold)', intArg)
+    .option('--cold', 'start every row cold, from θ0 = the init a fresh atoll serve --seed run starts from (no warm start)')
+    .option('--from-fleet <report>', "replay an atoll fleet report.json in virtual time: its twin, DDP and single rows")
     .option('--compare <rows>', "diloco preset: baselines to add, comma-separated (ddp,single; 'none')")
     .option('--seed <n>', 'init and data seed', intArg)
     .option('--workers <n>', 'worker threads running rows in parallel (0: in this thread)', intArg)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option('--out <dir>', 'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>)')
-    .addOption(new Option('--engine <kind>', 'training engine (virtual time: the cpu engine only)').choices(['cpu']).default('cpu'))
+    .option('--rungs <n|names>', 'scaling preset: the first n rungs of the ladder, or rung names, comma-separated (default the 4 CPU rungs)')
+    .option('--tokens-per-param <x>', 'scaling preset: token budget per parameter at every rung (default 2)')
+    .option('--outer-rounds <n>', 'scaling preset: fleet rounds per run, the H rule H = tokens / (rounds × global batch) (default 8)', intArg)
+    .addOption(new Option('--engine <kind>', 'training engine of every island, baseline and evaluation (virtual time either way)').choices(['cpu', 'webgpu']).default('cpu'))
     .option('--json', 'print report.json on stdout instead of the table')
     .action(async (o) => {
       const { runSimulate, simulateOptionsFromCli } = await import('./simulate/index.ts');
       const { ProgressBars } = await import('./simulate/progress.ts');
+      if (o.preset === 'scaling') {
+        const { runScaling, scalingOptionsFromCli } = await import('./simulate/scaling.ts');
+        const sp = scalingOptionsFromCli(o);
+        if (!sp.ok) throw Object.assign(new Error(sp.error.message), { code: sp.error.code });
+        let sbars: InstanceType<typeof ProgressBars> | undefined;
+        await runScaling({
+          ...sp.value,
+          log: (l: string) => (sbars ? sbars.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
+          progress: sp.value.json ? undefined : { start: (names) => { sbars = new ProgressBars(process.stderr, names); }, update: (i, f) => sbars?.update(i, f) },
+        });
+        return;
+      }
       const parsed = simulateOptionsFromCli(o);
       if (!parsed.ok) throw Object.assign(new Error(parsed.error.message), { code: parsed.error.code });
       let bars: InstanceType<typeof ProgressBars> | undefined;
@@ -168,6 +185,33 @@ export function buildProgram(): Command {
         log: (l: string) => (bars ? bars.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
         progress: { start: (names) => { bars = new ProgressBars(process.stderr, names); }, update: (i, f) => bars?.update(i, f) },
       });
+    });
+
+  program.command('fleet')
+    .description('a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html')
+    .addOption(presetOption().default('tiny'))
+    .option('--islands <n>', 'Node islands, each its own process (those --schedule joins included)', intArg, 4)
+    .option('--browsers <n>', 'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start', intArg, 0)
+    .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu', 'cpu')
+    .option('--batches <list>', 'Node islands\' micro-batches, cycled (default: the run\'s)')
+    .option('--duty <list>', 'Node islands\' duty cycles in (0, 1], cycled', '1')
+    .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, restarted 2 s later)')
+    .option('--tokens <n>', 'tokens in θ that end the run (and every row)', intArg, 50_000)
+    .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
+    .option('--seed <n>', 'θ init seed of the run and its twin', intArg, 1337)
+    .addOption(new Option('--mode <mode>', 'DiLoCo mode (default: the run config\'s)').choices(['sync', 'async']))
+    .addOption(new Option('--codec <enc>', 'delta encoding (default: the run config\'s)').choices([...ENCODINGS]))
+    .option('--config <file>', 'JSON run config, as atoll serve --config (the twin takes its settings from the run)')
+    .option('--redis [url]', 'on the Redis roles: one aggregator and two gateways (no URL: a redis-server on a free port)')
+    .option('--evals <n>', 'evaluation points over the run', intArg, 12)
+    .option('--eval-batches <n>', 'held-out batches per evaluation (16 sequences each)', intArg, 64)
+    .option('--workers <n>', 'worker threads for the twin, DDP and single rows', intArg)
+    .option('--timeout <min>', 'give up when the live run has not reached the budget after this long', numArg, 30)
+    .option('--out <dir>', 'output folder (default runs/fleet-<time>)')
+    .option('--json', 'print report.json on stdout')
+    .action(async (o) => {
+      const { fleet, fleetSpecFromCli } = await import('./commands/fleet.ts');
+      await fleet(fleetSpecFromCli(o), { out: o.out, workers: o.workers, json: !!o.json });
     });
 
   program.command('chaos')

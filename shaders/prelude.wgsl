@@ -1,4 +1,4 @@
-// Joined in front of every shader by withPrelude (client/engine/webgpu-kernels.ts):
+// Joined in front of every shader by withPrelude (shaders/kernel.ts):
 // the per-step uniform and the workgroup reductions, written once.
 
 // Per-step values shared by mean_loss, grad_norm_finalize and adamw_update (binding 8).
@@ -23,7 +23,7 @@ struct Grid {
   @builtin(num_workgroups) nwg: vec3u,
 }
 
-// Workgroup index of a 1-D launch, split 2-D past 65535 groups (grid1 in webgpu-kernels.ts).
+// Workgroup index of a 1-D launch, split 2-D past 65535 groups (grid1 in kernel.ts).
 fn group_index(g: Grid) -> u32 {
   return g.wid.y * g.nwg.x + g.wid.x;
 }

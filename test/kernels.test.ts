@@ -6,9 +6,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as cpu from '../core/model/ops.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
-import { KernelSet, Program, type DispatchSpec, type Shape, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
-import * as gpu from '../client/engine/webgpu-ops.ts';
-import type { MatmulTile } from '../client/engine/webgpu-ops.ts';
+import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
+import type { DispatchSpec, Shape } from '../shaders/kernel.ts';
+import * as gpu from '../shaders/ops.ts';
+import type { MatmulTile } from '../shaders/matmul.ts';
 import { TILE_VARIANTS } from '../client/engine/webgpu-tune.ts';
 import { getTestDevice, maxRelErr, readF32, releaseTestDevice, upload } from './helpers/gpu.ts';
 

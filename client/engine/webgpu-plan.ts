@@ -5,8 +5,8 @@
 import type { EngineOptions } from '../../core/engine.ts';
 import { paramLayout, validateConfig } from '../../core/model/config.ts';
 import { type Result, err, ok } from '../../core/result.ts';
-import { MAX_STORAGE_BINDINGS } from './webgpu-kernels.ts';
-import * as op from './webgpu-ops.ts';
+import { MAX_STORAGE_BINDINGS } from '../../shaders/ops.ts';
+import * as op from '../../shaders/ops.ts';
 import type { TuneCache } from './webgpu-tune.ts';
 
 export interface WebGpuEngineOptions extends EngineOptions {

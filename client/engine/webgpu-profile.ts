@@ -3,7 +3,8 @@
 // Used by WebGpuEngine.profileStep (and `atoll bench kernels --profile`); not in the
 // training path (one pass per dispatch costs more than the one-pass step).
 
-import type { Program, Shape } from './webgpu-kernels.ts';
+import type { Program } from './webgpu-kernels.ts';
+import type { Shape } from '../../shaders/kernel.ts';
 
 export interface KernelTime {
   /** entry point */

@@ -7,8 +7,9 @@
 // default choice until all its variants are timed, over one or more starts. No node: imports: the cache is given
 // (localStorage in a browser, a file in Node: server/tune-cache.ts).
 
-import { KernelSet, Program, type DispatchSpec, type Shape } from './webgpu-kernels.ts';
-import * as op from './webgpu-ops.ts';
+import { KernelSet, Program } from './webgpu-kernels.ts';
+import type { DispatchSpec, Shape } from '../../shaders/kernel.ts';
+import * as op from '../../shaders/ops.ts';
 
 /** Where choices persist between engine starts. */
 export interface TuneCache {

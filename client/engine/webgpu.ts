@@ -16,12 +16,13 @@
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import { type GPTConfig, mfu, paramLayout } from '../../core/model/config.ts';
 import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
-import { type DispatchSpec, KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
+import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
+import type { DispatchSpec } from '../../shaders/kernel.ts';
 import {
   AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, PER_LAYER, type Plan, type WebGpuEngineOptions,
   engineError, estimateGpuBytes, f32b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
 } from './webgpu-plan.ts';
-import * as op from './webgpu-ops.ts';
+import * as op from '../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
 import { type TuneResult, autotuneMatmuls, modelMatmuls, tunedDims } from './webgpu-tune.ts';
 

@@ -16,6 +16,8 @@ export class VirtualClock implements Clock {
   private t: number;
   private seq = 0;
   private heap: Sleeper[] = [];
+  /** Real asynchronous work in flight (hold): time does not move until it settles. */
+  private held = new Set<Promise<unknown>>();
 
   constructor(start = 0) { this.t = start; }
 
@@ -23,6 +25,17 @@ export class VirtualClock implements Clock {
 
   sleep(ms: number): Promise<void> {
     return new Promise((wake) => this.push({ at: this.t + Math.max(0, ms || 0), seq: this.seq++, wake }));
+  }
+
+  /**
+   * Marks real asynchronous work (a GPU readback in the simulator): `run` lets no virtual time pass
+   * while it is in flight. Returns `p`.
+   */
+  hold<T>(p: Promise<T>): Promise<T> {
+    this.held.add(p);
+    const done = () => { this.held.delete(p); };
+    p.then(done, done);
+    return p;
   }
 
   /** Sleepers not yet woken. */
@@ -38,6 +51,7 @@ export class VirtualClock implements Clock {
     main.then(() => { settled = true; }, () => { settled = true; });
     for (;;) {
       await macrotask();
+      while (this.held.size > 0) { await Promise.allSettled([...this.held]); await macrotask(); }
       if (settled) return main;
       const next = this.pop();
       if (!next) throw new Error(`virtual clock: deadlock at t=${this.t} ms (nothing runnable, nothing sleeping)`);

@@ -8,7 +8,7 @@ import {
   type Arr, type Tokens,
   attentionBackward, attentionForward, encoderBackward, encoderForward, geluBackward, geluForward,
   layernormBackward, layernormForward, matmulBackward, matmulForward, residualBackward, residualForward,
-  softmaxCrossEntropyBackward, softmaxCrossEntropyForward,
+  meanLoss, softmaxCrossEntropyBackward, softmaxCrossEntropyForward,
 } from './ops.ts';
 
 type Ctor<A extends Arr> = { new (n: number): A };
@@ -112,9 +112,7 @@ export class GPT<A extends Arr = Float32Array> {
     matmulForward(a.logits, a.lnf, p.wte, null, B, T, C, V); // tied LM head
     if (!targets) return NaN;
     softmaxCrossEntropyForward(a.losses, a.probs, a.logits, targets, B, T, V);
-    let loss = 0;
-    for (let i = 0; i < BT; i++) loss += a.losses[i];
-    return loss / BT;
+    return meanLoss(a.losses, BT);
   }
 
   /** Logits (B,T,V) of the last forward. */

@@ -286,6 +286,13 @@ export function softmaxCrossEntropyBackward(dlogits: Arr, probs: Arr, targets: T
   }
 }
 
+/** The mean of the N per-token losses (the loss the engine reports; mean_loss on the GPU). */
+export function meanLoss(losses: Arr, N: number): number {
+  let s = 0;
+  for (let i = 0; i < N; i++) s += losses[i];
+  return s / N;
+}
+
 // ---------------------------------------------------------------------------- optimizer
 
 export interface AdamWHyper {

@@ -47,7 +47,7 @@ async function assertPortFree(port: number, host: string): Promise<void> {
 const ROOT = resolve(import.meta.dirname, '../..');
 
 /** Runs `vite build` when dist/client is missing and the client sources exist. */
-function buildClientIfNeeded(say: (s: string) => void): void {
+export function buildClientIfNeeded(say: (s: string) => void): void {
   if (existsSync(join(DEFAULT_CLIENT_DIR, 'index.html'))) return;
   if (!existsSync(join(ROOT, 'client/index.html')) || !existsSync(join(ROOT, 'vite.config.ts'))) {
     say('atoll serve: no client sources to build; serving a placeholder page');

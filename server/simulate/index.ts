@@ -24,12 +24,17 @@ import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
 import { runRow, warmStartOffPlateau } from './row.ts';
+import { readTwinSpec } from '../fleet/twin.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
+import type { SimEngineKind } from './engines.ts';
 import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions } from './types.ts';
 
 export type { SimulateOptions, SimReport, SimRunResult, SimRow } from './types.ts';
 export { runRow } from './row.ts';
 export { compareRows, dilocoRows, heterogeneous, island } from './scenarios.ts';
+
+/** Most islands a simulated row takes. */
+export const MAX_ISLANDS = 256;
 
 /** Virtual throughput of a speed-1 island (about the CPU engine on `tiny`). */
 export const BASE_TOKENS_PER_SEC = 2000;
@@ -77,7 +82,7 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     if (v instanceof Error) return err('E_BAD_REQUEST', v.message);
     if (v !== undefined) (o as Record<string, unknown>)[k] = v;
   }
-  if (o.islands !== undefined && o.islands < 1) return err('E_BAD_REQUEST', '--islands must be ≥ 1');
+  if (o.islands !== undefined && (o.islands < 1 || o.islands > MAX_ISLANDS)) return err('E_BAD_REQUEST', `--islands must be 1..${MAX_ISLANDS} (each simulated island holds a model and its optimizer in this process), got ${o.islands}`);
   if (raw.mode !== undefined) {
     if (raw.mode !== 'sync' && raw.mode !== 'async') return err('E_BAD_REQUEST', `--mode must be sync|async`);
     o.mode = raw.mode;
@@ -86,11 +91,14 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     if (!ENCODINGS.includes(raw.codec as Encoding)) return err('E_BAD_REQUEST', `--codec must be one of ${ENCODINGS.join('|')}`);
     o.codec = raw.codec as Encoding;
   }
-  if (raw.engine !== undefined && raw.engine !== 'cpu') return err('E_BAD_REQUEST', 'the simulator runs the cpu engine only (virtual time makes device speed a parameter)');
+  if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu') return err('E_BAD_REQUEST', `--engine must be cpu|webgpu, got '${String(raw.engine)}'`);
+  if (raw.engine !== undefined) o.engine = raw.engine as SimEngineKind;
   if (raw.out !== undefined) o.out = String(raw.out);
   if (raw.data !== undefined) o.data = String(raw.data);
   if (raw.compare !== undefined) o.compare = raw.compare === true ? 'ddp,single' : String(raw.compare);
   if (raw.rows !== undefined) o.rows = String(raw.rows).split(',').map((s) => s.trim()).filter(Boolean);
+  if (raw.cold === true) o.warmStartTokens = 0;
+  if (raw.fromFleet !== undefined) o.fromFleet = String(raw.fromFleet);
   o.json = raw.json === true || raw.json === 'true';
   o.quick = raw.quick === true || raw.quick === 'true';
   return ok(o);
@@ -100,22 +108,25 @@ function timestamp(): string {
   return new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
 }
 
-/** Runs rows on `workers` worker threads (0: in this thread), longest first, results in row order. */
-async function runRows(rows: SimRow[], commons: SimCommon[], workers: number, log: (l: string) => void, progress?: (i: number, frac: number) => void): Promise<SimRunResult[]> {
+/**
+ * Runs rows on `workers` worker threads (0: in this thread), longest first (by `cost` where given,
+ * else DiLoCo rows first), results in row order.
+ */
+export async function runRows(rows: SimRow[], commons: SimCommon[], workers: number, log: (l: string) => void, progress?: (i: number, frac: number) => void, cost?: number[], done?: (i: number, r: SimRunResult) => void): Promise<SimRunResult[]> {
   const results: SimRunResult[] = new Array(rows.length);
   if (workers <= 0) {
     const ds = loadCorpus(commons[0].data);
-    for (let i = 0; i < rows.length; i++) results[i] = await runRow(rows[i], { common: commons[i], ds, log, progress: (f) => progress?.(i, f) });
+    for (let i = 0; i < rows.length; i++) { results[i] = await runRow(rows[i], { common: commons[i], ds, log, progress: (f) => progress?.(i, f) }); done?.(i, results[i]); }
     return results;
   }
-  const order = rows.map((_, i) => i).sort((a, b) => (rows[b].kind === 'diloco' ? 1 : 0) - (rows[a].kind === 'diloco' ? 1 : 0));
+  const order = rows.map((_, i) => i).sort(cost ? (a, b) => cost[b] - cost[a] : (a, b) => (rows[b].kind === 'diloco' ? 1 : 0) - (rows[a].kind === 'diloco' ? 1 : 0));
   const register = new URL('../../bin/register.js', import.meta.url).href;
   const runOne = (i: number) => new Promise<void>((resolvePromise, reject) => {
     const w = new Worker(new URL('./worker.ts', import.meta.url), { workerData: { row: rows[i], common: commons[i] }, execArgv: ['--import', register] });
     w.on('message', (m: { type: 'log'; line: string } | { type: 'progress'; frac: number } | { type: 'result'; result: SimRunResult } | { type: 'error'; message: string }) => {
       if (m.type === 'log') log(m.line);
       else if (m.type === 'progress') progress?.(i, m.frac);
-      else if (m.type === 'result') results[i] = m.result;
+      else if (m.type === 'result') { results[i] = m.result; done?.(i, m.result); }
       else reject(new Error(`row ${rows[i].name}: ${m.message}`));
     });
     w.on('error', reject);
@@ -129,7 +140,7 @@ async function runRows(rows: SimRow[], commons: SimCommon[], workers: number, lo
 }
 
 /** One row's result over its seeds: eval loss mean ± sample sd; the rest from the first seed. */
-function mergeSeeds(runs: SimRunResult[]): SimRunResult {
+export function mergeSeeds(runs: SimRunResult[]): SimRunResult {
   const losses = runs.map((r) => r.evalLoss);
   const mean = losses.reduce((a, b) => a + b, 0) / losses.length;
   const sd = losses.length > 1 ? Math.sqrt(losses.reduce((a, b) => a + (b - mean) ** 2, 0) / (losses.length - 1)) : 0;
@@ -137,7 +148,7 @@ function mergeSeeds(runs: SimRunResult[]): SimRunResult {
 }
 
 /** DDP's upload per island for `tokens` over these islands: steps × ring all-reduce share of fp32 gradients. */
-function ddpBytesPerIsland(row: SimRow, tokens: number, seqLen: number, nParams: number): number {
+export function ddpBytesPerIsland(row: SimRow, tokens: number, seqLen: number, nParams: number): number {
   const N = row.islands.length;
   if (N < 2) return 0;
   const totalB = row.islands.reduce((a, s) => a + s.batchSize, 0);
@@ -157,10 +168,17 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const common: SimCommon = {
     model, seqLen, seed: opts.seed ?? 1,
     evals: preset === 'smoke' ? 2 : 12, evalBatches: opts.evalBatches ?? (preset === 'smoke' ? 2 : 64), evalBatchSize: preset === 'smoke' ? 4 : 16,
-    data: opts.data,
+    data: opts.data, engine: opts.engine,
   };
   let rows: SimRow[];
-  if (preset === 'compare') rows = compareRows(d, opts.quick && !opts.rows);
+  const fleet = opts.fromFleet ? readTwinSpec(opts.fromFleet) : null;
+  if (fleet) {
+    // a fleet's twin: its own model, data, seed and settings, cold as the live run began
+    rows = fleet.rows;
+    Object.assign(common, fleet.common);
+    d.tokens = rows[0].tokens;
+    d.baseTokensPerSec = rows[0].baseTokensPerSec;
+  } else if (preset === 'compare') rows = compareRows(d, opts.quick && !opts.rows);
   else {
     const extra = (opts.compare ?? 'ddp,single').split(',').map((s) => s.trim()).filter((s) => s && s !== 'none');
     rows = dilocoRows(d, opts.mode ?? (preset === 'smoke' ? 'sync' : 'async'), opts.codec ?? 'int4', extra);
@@ -171,7 +189,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     rows = rows.filter((r) => opts.rows!.includes(r.name));
   }
   const workers = opts.workers ?? Math.min(2, availableParallelism());
-  const warmTokens = opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768);
+  const warmTokens = fleet ? 0 : opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768);
   // one shared warm start per seed: every row of that seed starts there
   const seeds = [...new Set(rows.flatMap((r) => r.seeds ?? [common.seed]))];
   const perSeed = new Map<number, SimCommon>();

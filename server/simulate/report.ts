@@ -53,7 +53,7 @@ export function curvesCsv(runs: SimRunResult[]): string {
   return lines.join('\n') + '\n';
 }
 
-const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+export const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /** Two panels: eval loss vs tokens in θ, and vs virtual time. Self-contained SVG. */
 export function plotSvg(runs: SimRunResult[], title: string): string {
@@ -103,18 +103,24 @@ export function plotSvg(runs: SimRunResult[], title: string): string {
   return out.join('\n');
 }
 
-export function reportHtml(report: SimReport, svg: string, table: string): string {
+/** A self-contained HTML page: a heading, an introduction (HTML), the plot, the table and the JSON. */
+export function htmlPage(title: string, intro: string, svg: string, table: string, json: unknown): string {
   return `<!doctype html>
-<html><head><meta charset="utf-8"><title>atoll simulate: ${esc(report.config.preset)}</title>
+<html><head><meta charset="utf-8"><title>${esc(title)}</title>
 <style>body{font-family:sans-serif;margin:24px;max-width:1100px} pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
 <body>
-<h1>atoll simulate — ${esc(report.config.preset)}</h1>
-<p>Model <b>${esc(report.config.model)}</b> (${report.config.params.toLocaleString()} parameters), sequence length ${report.config.seqLen},
-${report.config.tokens.toLocaleString()} tokens per row, seed ${report.config.seed}. Virtual time: a speed-1 island trains
-${report.config.baseTokensPerSec} tokens/s. Real time ${(report.config.realTimeMs / 1000).toFixed(0)} s on ${report.config.workers} worker(s).</p>
+<h1>${esc(title)}</h1>
+${intro}
 ${svg}
 <pre>${esc(table)}</pre>
-<details><summary>report.json</summary><pre>${esc(JSON.stringify(report, null, 2))}</pre></details>
+<details><summary>report.json</summary><pre>${esc(JSON.stringify(json, null, 2))}</pre></details>
 </body></html>
 `;
+}
+
+export function reportHtml(report: SimReport, svg: string, table: string): string {
+  const c = report.config;
+  return htmlPage(`atoll simulate — ${c.preset}`, `<p>Model <b>${esc(c.model)}</b> (${c.params.toLocaleString()} parameters), sequence length ${c.seqLen},
+${c.tokens.toLocaleString()} tokens per row, seed ${c.seed}. Virtual time: a speed-1 island trains
+${c.baseTokensPerSec} tokens/s. Real time ${(c.realTimeMs / 1000).toFixed(0)} s on ${c.workers} worker(s).</p>`, svg, table, report);
 }

@@ -1,7 +1,6 @@
 // Runs one comparison row in virtual time: a DiLoCo configuration through the real coordinator,
 // codec and IslandRuntime, or a baseline (DDP, single island) on the same data and token budget.
 
-import { CpuEngine } from '../../client/engine/cpu.ts';
 import { VirtualClock } from '../../client/island/clock.ts';
 import { LocalHub, type Link, type LocalTransport } from '../../client/island/local.ts';
 import { IslandRuntime } from '../../client/island/runtime.ts';
@@ -9,14 +8,15 @@ import type { Clock, HelloResult, Transport } from '../../client/island/transpor
 import { decodeDelta, encodeDelta, peekHeader } from '../../core/codec/index.ts';
 import { Coordinator } from '../../core/coord/index.ts';
 import { type TextDataset, allocBatch, evalBatches, sampleBatch, streamId } from '../../core/data/dataset.ts';
-import type { Batch } from '../../core/engine.ts';
-import { getPreset, numParams } from '../../core/model/config.ts';
+import type { Batch, TrainingEngine } from '../../core/engine.ts';
+import { type GPTConfig, getPreset, numParams } from '../../core/model/config.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, type HelloMsg, type InnerLrPlan, type ModelSnapshotMsg, type UpdateMsg, innerLearningRate } from '../../core/protocol.ts';
 import { gaussian, hashString, mixSeed, mulberry32 } from '../../core/random.ts';
 import type { Result } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { SimAuditor, fakeWork } from './audit-sim.ts';
+import { type EngineMaker, engineMaker, holdClock } from './engines.ts';
 import { SimEngine } from './sim-engine.ts';
 import type { Behaviour, CurvePoint, IslandReport, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult } from './types.ts';
 
@@ -26,14 +26,23 @@ const STALL_FACTOR = 5;
 /** Island ids the coordinator hands out, in join order; baselines use the same data streams. */
 const islandStream = (i: number) => streamId(`island-${i + 1}`);
 
+/** The row's model shape: a named preset, or the config the common settings carry (scaling rungs). */
+export const modelConfig = (common: SimCommon): GPTConfig => common.config ?? getPreset(common.model);
+
+/** Engines of a row; the largest batch it trains is `maxBatch` (evaluation's batch included). */
+function rowEngines(common: SimCommon, maxBatch: number): Promise<EngineMaker> {
+  return engineMaker(common.engine ?? 'cpu', { config: modelConfig(common), maxBatch: Math.max(maxBatch, common.evalBatchSize), maxT: common.seqLen });
+}
+
 /** Held-out evaluation of a parameter vector. */
-class Evaluator {
-  private readonly engine: CpuEngine;
+export class Evaluator {
   private readonly batches: Batch[];
-  constructor(common: SimCommon, ds: TextDataset) {
-    const config = getPreset(common.model);
-    this.engine = new CpuEngine({ config, maxBatch: common.evalBatchSize, maxT: common.seqLen });
+  constructor(private readonly engine: TrainingEngine, common: SimCommon, ds: TextDataset) {
     this.batches = evalBatches(ds.heldOut, common.evalBatchSize, common.seqLen, common.evalBatches);
+  }
+  static async create(engines: EngineMaker, common: SimCommon, ds: TextDataset, clock?: VirtualClock): Promise<Evaluator> {
+    const e = await engines.make({ config: modelConfig(common), maxBatch: common.evalBatchSize, maxT: common.seqLen });
+    return new Evaluator(clock && engines.kind !== 'cpu' ? holdClock(e, clock) : e, common, ds);
   }
   async loss(params: Float32Array): Promise<number> {
     await this.engine.setParams(params);
@@ -129,15 +138,21 @@ function emptyResult(row: SimRow, n: number): SimRunResult {
  * one step on the N×B batch), fp32 gradients all-reduced every step. Single: one island alone.
  * Same lr schedule (in tokens), same data streams as the DiLoCo islands.
  */
-async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
-  const config = getPreset(common.model);
+async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, ctx: RowContext): Promise<SimRunResult> {
+  const islands = row.kind === 'single' ? row.islands.slice(0, 1) : row.islands;
+  const engines = await rowEngines(common, islands.reduce((a, s) => a + s.batchSize, 0));
+  try { return await runBaselineOn(engines, row, common, ds, ctx); } finally { await engines.dispose(); }
+}
+
+async function runBaselineOn(engines: EngineMaker, row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
+  const config = modelConfig(common);
   const islands = row.kind === 'single' ? row.islands.slice(0, 1) : row.islands;
   const N = islands.length;
   const T = common.seqLen;
   const totalB = islands.reduce((a, s) => a + s.batchSize, 0);
-  const engine = new CpuEngine({ config, maxBatch: totalB, maxT: T });
+  const engine = await engines.make({ config, maxBatch: totalB, maxT: T });
   await engine.setParams(common.init ?? initParams(config, common.seed));
-  const evaluator = new Evaluator(common, ds);
+  const evaluator = await Evaluator.create(engines, common, ds);
   const nParams = numParams(config);
   const big = allocBatch(totalB, T);
   const part = allocBatch(Math.max(...islands.map((s) => s.batchSize)), T);
@@ -196,8 +211,13 @@ async function runBaseline(row: SimRow, common: SimCommon, ds: TextDataset, { lo
 
 // ── DiLoCo through the real coordinator and island runtime ────────────────────────────────────
 
-async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
-  const config = getPreset(common.model);
+async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, ctx: RowContext): Promise<SimRunResult> {
+  const engines = await rowEngines(common, Math.max(...row.islands.map((s) => s.batchSize)));
+  try { return await runDilocoOn(engines, row, common, ds, ctx); } finally { await engines.dispose(); }
+}
+
+async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon, ds: TextDataset, { log, progress }: RowContext): Promise<SimRunResult> {
+  const config = modelConfig(common);
   const n = numParams(config);
   const T = common.seqLen;
   const clock = new VirtualClock();
@@ -218,12 +238,12 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
       ...row.coordinator,
     },
   });
-  const evaluator = new Evaluator(common, ds);
-  const engines: SimEngine[] = [];
+  const evaluator = await Evaluator.create(engines, common, ds, clock);
+  const simEngines: SimEngine[] = [];
   const curve: CurvePoint[] = [];
   const evalEvery = row.tokens / common.evals;
   let nextEval = evalEvery;
-  const computed = () => engines.reduce((a, e) => a + e.tokensComputed, 0);
+  const computed = () => simEngines.reduce((a, e) => a + e.tokensComputed, 0);
   // A row whose islands compute STALL_FACTOR × its budget without reaching it (every delta
   // rejected, say) is stopped and reported as stalled instead of running forever.
   let stalled = false;
@@ -253,9 +273,10 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
     };
     reports[idx] = rep;
     const tps = spec.speed * row.baseTokensPerSec;
-    const engine = new SimEngine(new CpuEngine({ config, maxBatch: spec.batchSize, maxT: T }), clock, tps, spec.numerics);
+    const made = await clock.hold(engines.make({ config, maxBatch: spec.batchSize, maxT: T }));
+    const engine = new SimEngine(engines.kind === 'cpu' ? made : holdClock(made, clock), clock, tps, spec.numerics);
     const train = spec.shard ? ds.train.subarray(Math.floor(spec.shard[0] * ds.train.length), Math.floor(spec.shard[1] * ds.train.length)) : ds.train;
-    engines.push(engine);
+    simEngines.push(engine);
     const rand = mulberry32(mixSeed(common.seed, hashString(spec.name), 0xd209));
     let islandId: string | undefined;
     if (spec.joinAtMs > 0) await clock.sleep(spec.joinAtMs);
@@ -335,18 +356,21 @@ async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, { log,
  * own data stream (not one the rows use), lr warmup then cosine.
  */
 export async function warmStart(common: SimCommon, ds: TextDataset, tokens: number, lr = { maxLr: 3e-3, minLr: 3e-4 }): Promise<{ params: Float32Array; evalLoss: number }> {
-  const config = getPreset(common.model);
+  const config = modelConfig(common);
   const B = 4, T = common.seqLen;
-  const engine = new CpuEngine({ config, maxBatch: B, maxT: T });
-  await engine.setParams(initParams(config, common.seed));
-  const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0, localStepsDone: 0 };
-  const batch = allocBatch(B, T);
-  const stream = streamId('warm-start');
-  for (let s = 0; s * B * T < tokens; s++) {
-    await engine.step(sampleBatch(ds.train, B, T, common.seed, stream, s, batch), { lr: innerLearningRate(plan, s), gradClip: 1 });
-  }
-  const params = await engine.getParams();
-  return { params, evalLoss: await new Evaluator(common, ds).loss(params) };
+  const engines = await rowEngines(common, B);
+  try {
+    const engine = await engines.make({ config, maxBatch: B, maxT: T });
+    await engine.setParams(initParams(config, common.seed));
+    const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0, localStepsDone: 0 };
+    const batch = allocBatch(B, T);
+    const stream = streamId('warm-start');
+    for (let s = 0; s * B * T < tokens; s++) {
+      await engine.step(sampleBatch(ds.train, B, T, common.seed, stream, s, batch), { lr: innerLearningRate(plan, s), gradClip: 1 });
+    }
+    const params = await engine.getParams();
+    return { params, evalLoss: await (await Evaluator.create(engines, common, ds)).loss(params) };
+  } finally { await engines.dispose(); }
 }
 
 

@@ -52,20 +52,26 @@ export function island(name: string, o: Partial<IslandSpec> = {}): IslandSpec {
   };
 }
 
-function uniform(n: number, batchSize: number, behaviourOf: (i: number) => Behaviour = () => 'honest'): IslandSpec[] {
+export function uniform(n: number, batchSize: number, behaviourOf: (i: number) => Behaviour = () => 'honest'): IslandSpec[] {
   return Array.from({ length: n }, (_, i) => island(`island-${i + 1}`, { batchSize, behaviour: behaviourOf(i) }));
 }
 
 /**
  * Heterogeneous fleet, slow to fast: speeds 1×, 2×, 4× (about a third each) with batch sizes that
- * grow with speed (a phone runs small batches) and sum to n × batchSize, like DDP's batch.
+ * grow with speed (a phone runs small batches) and sum to n × batchSize, like DDP's batch. The
+ * rounding correction goes to the last island (the 8-island fleets of the documented runs) unless
+ * that would take it below 1 (32 islands of 4: −8 on a batch of 6); then it is spread one sequence
+ * at a time from the last island back, each kept ≥ 1.
  */
 export function heterogeneous(n: number, batchSize: number): IslandSpec[] {
+  if (!Number.isInteger(n) || n < 1 || !Number.isInteger(batchSize) || batchSize < 1) throw new RangeError(`heterogeneous: n and batchSize must be positive integers, got ${n}, ${batchSize}`);
   const speeds = Array.from({ length: n }, (_, i) => (i < Math.round(n / 4) ? 1 : i < Math.round((5 * n) / 8) ? 2 : 4));
   const rel = speeds.map((s) => (s === 1 ? 0.5 : s === 2 ? 1 : 1.5));
   const scale = (n * batchSize) / rel.reduce((a, b) => a + b, 0);
   const bs = rel.map((r) => Math.max(1, Math.round(r * scale)));
-  bs[bs.length - 1] += n * batchSize - bs.reduce((a, b) => a + b, 0); // exact total
+  let diff = n * batchSize - bs.reduce((a, b) => a + b, 0);
+  if (bs[n - 1] + diff >= 1) bs[n - 1] += diff;
+  else for (let i = n - 1; diff !== 0; i = i > 0 ? i - 1 : n - 1) if (diff > 0 || bs[i] > 1) { const step = Math.sign(diff); bs[i] += step; diff -= step; }
   return speeds.map((speed, i) => island(`island-${i + 1}`, { speed, batchSize: bs[i] }));
 }
 
@@ -80,7 +86,7 @@ export function codecFor(encoding: Encoding): SimRow['codec'] {
   return { encoding, blockSize: encoding === 'int4' ? 256 : 64, deflate: encoding !== 'f32' };
 }
 
-function diloco(name: string, d: RowDefaults, mode: TrainingMode, encoding: Encoding, islands: IslandSpec[], extra: CoordinatorConfigPatch = {}): SimRow {
+export function diloco(name: string, d: RowDefaults, mode: TrainingMode, encoding: Encoding, islands: IslandSpec[], extra: CoordinatorConfigPatch = {}): SimRow {
   const sparse = encoding === 'sparse';
   return {
     name, kind: 'diloco', mode, islands, codec: codecFor(encoding),
@@ -100,7 +106,7 @@ function diloco(name: string, d: RowDefaults, mode: TrainingMode, encoding: Enco
   };
 }
 
-function baseline(name: string, kind: 'ddp' | 'single', d: RowDefaults, islands: IslandSpec[]): SimRow {
+export function baseline(name: string, kind: 'ddp' | 'single', d: RowDefaults, islands: IslandSpec[]): SimRow {
   return {
     name, kind, mode: 'sync', islands, codec: { encoding: 'f32', blockSize: 64, deflate: false },
     coordinator: {}, lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec, seeds: d.seeds,

@@ -2,7 +2,8 @@
 
 import type { Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
-import type { PresetName } from '../../core/model/config.ts';
+import type { GPTConfig, PresetName } from '../../core/model/config.ts';
+import type { SimEngineKind } from './engines.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
 
@@ -67,6 +68,10 @@ export interface SimRow {
 /** Everything a row run needs besides the row. */
 export interface SimCommon {
   model: PresetName;
+  /** The model's shape when it is not a named preset (the scaling ladder's rungs); default getPreset(model). */
+  config?: GPTConfig;
+  /** Engine of every island, baseline and evaluation (default cpu): engines.ts. */
+  engine?: SimEngineKind;
   seqLen: number;
   seed: number;
   /** Evaluate θ about this many times over the run. */
@@ -184,10 +189,12 @@ export interface SimulateOptions {
    * from a pretrained model). Default 32768 for compare/diloco, 0 for smoke. Not counted in `tokens`.
    */
   warmStartTokens?: number;
+  /** Replay an `atoll fleet` report.json: its twin, DDP and single rows, cold (the preset's rows are not run). */
+  fromFleet?: string;
   /** Inner steps H of a nominal island (default: per preset). */
   innerSteps?: number;
-  /** Only 'cpu' runs in the simulator (virtual time makes real GPU speed irrelevant). */
-  engine?: 'cpu';
+  /** Engine of islands, baselines and evaluation: 'cpu' (default) or 'webgpu' (Dawn); virtual time either way. */
+  engine?: SimEngineKind;
   /** Run folder for report.json, curves.csv, plot.svg, report.html. Default runs/simulate-<time>. */
   out?: string;
   /** Print report.json on stdout instead of the table. */

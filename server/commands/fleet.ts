@@ -1,0 +1,153 @@
+// `atoll fleet`: a real run on loopback beside its simulated twin. The live half (server/fleet/live.ts)
+// runs `atoll serve`, Node islands as processes and Chromium volunteer pages to a token budget; the
+// twin half (server/fleet/twin.ts) replays that run in virtual time, with DDP and a single island at
+// the same tokens. One report: report.json, curves.csv, plot.svg and report.html in the output
+// folder, as `atoll simulate` writes them; `--json` prints report.json.
+
+import { availableParallelism, loadavg } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { type PresetName, PRESETS, getPreset, numParams } from '../../core/model/config.ts';
+import { runLive } from '../fleet/live.ts';
+import { liveRow, runTwin, twinSpec } from '../fleet/twin.ts';
+import type { FleetReport, FleetSpec, ScheduleEvent } from '../fleet/types.ts';
+import { ProgressBars } from '../simulate/progress.ts';
+import { curvesCsv, esc, formatTable, htmlPage, plotSvg } from '../simulate/report.ts';
+import type { SimRunResult } from '../simulate/types.ts';
+
+export interface FleetCliOptions {
+  preset?: string;
+  islands?: number;
+  browsers?: number;
+  engines?: string;
+  batches?: string;
+  duty?: string;
+  schedule?: string;
+  tokens?: number;
+  data?: string;
+  seed?: number;
+  mode?: string;
+  codec?: string;
+  config?: string;
+  redis?: string | boolean;
+  evals?: number;
+  evalBatches?: number;
+  workers?: number;
+  timeout?: number;
+  out?: string;
+  json?: boolean;
+}
+
+const bad = (message: string) => Object.assign(new Error(message), { code: 'E_BAD_REQUEST' });
+
+/** `join:2@0.3,leave:1@0.6,kill:1@0.4`: at 30 % of the tokens two Node islands join, … */
+export function parseSchedule(s: string | undefined): ScheduleEvent[] {
+  if (!s) return [];
+  return s.split(',').map((part) => part.trim()).filter(Boolean).map((part) => {
+    const m = /^(join|leave|kill)(?::(\d+))?@([0-9.]+)$/.exec(part);
+    if (!m || !(Number(m[3]) >= 0 && Number(m[3]) < 1)) throw bad(`--schedule: '${part}' is not ACTION[:COUNT]@FRACTION (join|leave|kill, fraction of the tokens in [0, 1))`);
+    return { action: m[1] as ScheduleEvent['action'], count: Number(m[2] ?? 1), at: Number(m[3]) };
+  });
+}
+
+function numbers(flag: string, s: string | undefined, ok: (n: number) => boolean): number[] {
+  if (!s) return [];
+  return s.split(',').map((x) => {
+    const n = Number(x);
+    if (!ok(n)) throw bad(`--${flag}: '${x}' is out of range`);
+    return n;
+  });
+}
+
+export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
+  const preset = (o.preset ?? 'tiny') as PresetName;
+  if (!(preset in PRESETS)) throw bad(`--preset must be one of ${Object.keys(PRESETS).join('|')}`);
+  const engines = (o.engines ?? 'cpu').split(',').map((e) => e.trim());
+  for (const e of engines) if (e !== 'cpu' && e !== 'webgpu') throw bad(`--engines: '${e}' is not cpu or webgpu`);
+  const schedule = parseSchedule(o.schedule);
+  const islands = o.islands ?? 4;
+  const joins = schedule.filter((e) => e.action === 'join').reduce((a, e) => a + e.count, 0);
+  if (joins > islands) throw bad(`--schedule joins ${joins} islands but --islands is ${islands} (joining islands count in --islands)`);
+  if (islands + (o.browsers ?? 0) < 1) throw bad('a fleet needs at least one island or browser');
+  return {
+    preset, islands, browsers: o.browsers ?? 0, engines,
+    batches: numbers('batches', o.batches, (n) => Number.isInteger(n) && n >= 1 && n <= 1024),
+    duty: o.duty ? numbers('duty', o.duty, (n) => n > 0 && n <= 1) : [1],
+    schedule, tokens: o.tokens ?? 50_000, data: o.data, seed: o.seed ?? 1337, mode: o.mode, codec: o.codec, config: o.config,
+    redis: o.redis === true ? true : typeof o.redis === 'string' ? o.redis : undefined,
+    evals: o.evals ?? 12, evalBatches: o.evalBatches ?? 64, timeoutMs: (o.timeout ?? 30) * 60_000,
+  };
+}
+
+function timestamp(): string {
+  return new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
+}
+
+const round = (x: number, d = 4) => Number(x.toFixed(d));
+
+/** Runs the fleet and its twin, writes the output folder, returns the report. */
+export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number; json?: boolean } = {}): Promise<FleetReport> {
+  const t0 = performance.now();
+  const load0 = loadavg()[0];
+  const names = ['live', 'twin', 'ddp', 'single'];
+  const bars = new ProgressBars(process.stderr, names);
+  const log = (l: string) => bars.log(`  ${l}`);
+  const live = await runLive(spec, { log, progress: (f) => bars.update(0, f) });
+  bars.update(0, 1);
+  log(`fleet: live run reached ${live.tokens.toLocaleString()} tokens in ${live.seconds.toFixed(0)} s (v${live.versions}); the twin, DDP and single island now run in virtual time`);
+  const ts = twinSpec(live, spec.tokens, spec.evals, spec.evalBatches);
+  const workers = o.workers ?? Math.min(2, availableParallelism());
+  const [rows, liveResult] = await Promise.all([
+    runTwin(ts, workers, log, (i, f) => bars.update(i + 1, f)),
+    liveRow(live, ts.common, ts.rows[1]),
+  ]);
+  const [twin, ddp, single] = rows;
+  const all: SimRunResult[] = [liveResult, twin, ddp, single];
+  const cc = live.runConfig.coordinator;
+  const strip = ({ curve: _c, ...r }: SimRunResult) => r;
+  const report: FleetReport = {
+    config: {
+      preset: spec.preset, params: numParams(getPreset(spec.preset)), data: live.runConfig.data, seed: live.runConfig.seed, tokens: spec.tokens,
+      islands: spec.islands, browsers: spec.browsers, engines: spec.engines, batches: spec.batches, duty: spec.duty, schedule: spec.schedule,
+      topology: live.topology, coordinator: cc, load: [round(load0, 2), round(loadavg()[0], 2)], cores: availableParallelism(),
+      realTimeMs: Math.round(performance.now() - t0),
+    },
+    live: { evalLoss: liveResult.evalLoss, tokens: live.tokens, versions: live.versions, seconds: round(live.seconds, 1), bytesIn: live.bytesIn, bytesOut: live.bytesOut, curve: liveResult.curve },
+    twin: strip(twin), ddp: strip(ddp), single: strip(single),
+    ratios: { liveOverTwin: round(liveResult.evalLoss / twin.evalLoss), liveOverDdp: round(liveResult.evalLoss / ddp.evalLoss), twinOverDdp: round(twin.evalLoss / ddp.evalLoss) },
+    lost: live.lost, duplicated: live.duplicated, faults: live.faults,
+    islands: live.islands.map((l) => ({
+      name: l.name, kind: l.kind, engine: l.engine, batchSize: l.batchSize, duty: l.duty, tokensPerSec: round(l.tokensPerSec, 1),
+      accepted: l.accepted, rejected: l.rejected, rejectedByCode: l.rejectedByCode, bytesUp: l.bytesUp, bytesDown: l.bytesDown,
+      reconnects: l.reconnects, joinAtMs: l.joinAtMs, leaveAtMs: l.leaveAtMs, killed: l.killed,
+    })),
+    twinSpec: ts,
+    twinIslands: ts.rows[0].islands.map(({ name, speed, batchSize, joinAtMs, leaveAtMs }) => ({ name, speed: round(speed), batchSize, joinAtMs, leaveAtMs })),
+  };
+  const outDir = resolve(o.out ?? join('runs', `fleet-${timestamp()}`));
+  mkdirSync(outDir, { recursive: true });
+  const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
+  writeFileSync(join(outDir, 'report.json'), json + '\n');
+  writeFileSync(join(outDir, 'curves.csv'), curvesCsv(all));
+  const title = `atoll fleet: live beside its twin and DDP (${spec.preset}, ${live.runConfig.data}, ${spec.islands} Node islands + ${spec.browsers} pages, ${spec.tokens.toLocaleString()} tokens)`;
+  const svg = plotSvg(all, title);
+  writeFileSync(join(outDir, 'plot.svg'), svg);
+  const table = formatTable(all.map(strip));
+  const islandsTable = islandTable(report);
+  writeFileSync(join(outDir, 'report.html'), htmlPage(title, `<p>live: ${live.topology === 'roles' ? 'one aggregator and two gateways on Redis' : 'the embedded server'}, ${cc.mode} DiLoCo, ${esc(cc.uplink.encoding)} up, ${esc(cc.downlink.encoding)} down,
+${live.seconds.toFixed(0)} s of wall time (right panel: wall time for live, virtual time for the simulated rows). live/twin ${report.ratios.liveOverTwin}×, live/DDP ${report.ratios.liveOverDdp}×; lost ${live.lost}, duplicated ${live.duplicated}.
+The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config, one simulated island per live island with the speed it measured.</p>`, svg, `${table}\n\n${islandsTable}`, report));
+  if (o.json) process.stdout.write(json + '\n');
+  else process.stdout.write(`${table}\n\n${islandsTable}\n\nlive/twin ${report.ratios.liveOverTwin}×  live/DDP ${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`);
+  return report;
+}
+
+function islandTable(r: FleetReport): string {
+  const head = ['island', 'kind', 'engine', 'batch', 'duty', 'tokens/s', 'accepted', 'rejected', 'up', 'down', 'joined s', 'left s'];
+  const kb = (b: number) => `${(b / 1e3).toFixed(0)} kB`;
+  const rows = r.islands.map((i) => [i.name, i.kind, i.engine, String(i.batchSize), String(i.duty), i.tokensPerSec.toFixed(0), String(i.accepted), String(i.rejected), kb(i.bytesUp), kb(i.bytesDown),
+    (i.joinAtMs / 1000).toFixed(1), i.leaveAtMs === null ? '-' : `${(i.leaveAtMs / 1000).toFixed(1)}${i.killed ? ' (kill)' : ''}`]);
+  const w = head.map((h, k) => Math.max(h.length, ...rows.map((x) => x[k].length)));
+  const line = (c: string[]) => c.map((x, k) => (k === 0 ? x.padEnd(w[k]) : x.padStart(w[k]))).join('  ');
+  return [line(head), w.map((n) => '-'.repeat(n)).join('  '), ...rows.map(line)].join('\n');
+}

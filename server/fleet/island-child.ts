@@ -1,0 +1,63 @@
+// One Node island of `atoll fleet`, as its own process: the headless island (server/island-node.ts)
+// reporting on stdout, one JSON line per event, what the fleet needs for its report and its twin:
+//
+//   {"kind":"assignment","island":"…","t":ms}                 a round began
+//   {"kind":"submitted","island":"…","seq":n,"status":"applied","code":null,"tokens":n,"t":ms,
+//    "up":bytes,"down":bytes,"computeMs":ms,"computeTokens":n,"stepTokens":n,"reconnects":n}
+//   {"kind":"exit","up":bytes,"down":bytes,"computeMs":ms,"computeTokens":n,"reconnects":n}
+//
+// stepTokens: every step's tokens (work lost to a kill included up to the last line).
+// computeMs/computeTokens: the time between consecutive steps of one round and the tokens of those
+// steps (duty-cycle sleeps and CPU contention included, the round's download and upload not): the
+// speed the twin gives this island. `t` is ms since the process's start time given on the command line.
+//
+//   node --import bin/register.js server/fleet/island-child.ts <json options>
+
+import type { EngineKind } from '../../core/protocol.ts';
+import { startNodeIsland } from '../island-node.ts';
+
+export interface IslandChildOptions {
+  server: string;
+  name: string;
+  engine: EngineKind;
+  batch?: number;
+  duty?: number;
+  /** Date.now() of the fleet's start: `t` in every line counts from here. */
+  t0: number;
+}
+
+async function main(o: IslandChildOptions): Promise<void> {
+  const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
+  let computeMs = 0, computeTokens = 0, stepTokens = 0;
+  let lastStep = { round: -1, step: -1, at: 0 };
+  let round = -1, tokensPerStep = 0;
+  let exitStats: () => Record<string, number> = () => ({});
+  const isl = await startNodeIsland({
+    server: o.server, engine: o.engine, name: o.name, batch: o.batch, dutyCycle: o.duty,
+    progress: 'none', maxOutageMs: 120_000, handleSignals: true,
+    onEvent: (e, transport) => {
+      const now = performance.now();
+      const stats = () => ({ up: transport.stats.bytesSent, down: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens, reconnects: transport.stats.reconnects });
+      if (e.type === 'assignment') {
+        round = e.assignment.roundId;
+        tokensPerStep = e.assignment.batchSize * e.assignment.seqLen;
+        out({ kind: 'assignment', island: e.assignment.islandId, t: Date.now() - o.t0 });
+      } else if (e.type === 'step') {
+        stepTokens += tokensPerStep;
+        if (lastStep.round === round && e.step === lastStep.step + 1) { computeMs += now - lastStep.at; computeTokens += tokensPerStep; }
+        lastStep = { round, step: e.step, at: now };
+      } else if (e.type === 'submitted') {
+        out({ kind: 'submitted', island: e.meta.islandId, seq: e.meta.seq, status: e.ack.status, code: e.ack.error?.code ?? null, tokens: e.meta.tokens, t: Date.now() - o.t0, ...stats() });
+      }
+      exitStats = stats;
+    },
+  });
+  await isl.done;
+  out({ kind: 'exit', ...exitStats() });
+  process.exit(0);
+}
+
+void main(JSON.parse(process.argv[2]) as IslandChildOptions).catch((e: unknown) => {
+  process.stderr.write(`fleet island: ${(e as Error).stack ?? String(e)}\n`);
+  process.exit(1);
+});

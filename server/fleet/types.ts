@@ -1,0 +1,145 @@
+// Types of `atoll fleet`: the spec of a live run, what the live run measured, and the report.
+
+import type { RunConfig } from '../../core/api.ts';
+import type { PresetName } from '../../core/model/config.ts';
+import type { IslandSpec, SimCommon, SimRow, SimRunResult } from '../simulate/types.ts';
+
+/** One event of the schedule: at this fraction of the token budget in θ, `count` Node islands join, leave (SIGTERM) or are killed (-9) and restarted. */
+export interface ScheduleEvent {
+  action: 'join' | 'leave' | 'kill';
+  count: number;
+  at: number;
+}
+
+export interface FleetSpec {
+  preset: PresetName;
+  /** Node islands (separate processes), those of `join` events included. */
+  islands: number;
+  /** Headless Chromium volunteer pages. */
+  browsers: number;
+  /** Node islands' engines, cycled. */
+  engines: string[];
+  /** Node islands' micro-batches, cycled (empty: the run's batch). */
+  batches: number[];
+  /** Node islands' duty cycles, cycled. */
+  duty: number[];
+  schedule: ScheduleEvent[];
+  /** Tokens in θ that end the run. */
+  tokens: number;
+  data?: string;
+  seed: number;
+  mode?: string;
+  codec?: string;
+  /** A JSON run config (as `serve --config`). */
+  config?: string;
+  /** The Redis roles: a URL, or true to start a redis-server. */
+  redis?: string | true;
+  /** Evaluation points over the run (θ is kept at each). */
+  evals: number;
+  evalBatches: number;
+  timeoutMs: number;
+}
+
+/** One island process (a restart is another) or page, as the live run saw it. */
+export interface LiveIsland {
+  name: string;
+  kind: 'node' | 'page';
+  engine: string;
+  batchSize: number;
+  duty: number;
+  /** Island ids the server gave it. */
+  ids: string[];
+  /** ms from the fleet's start to its first round; -1: never got one. */
+  joinAtMs: number;
+  /** ms from the fleet's start to its leave or kill; null: stayed to the end. */
+  leaveAtMs: number | null;
+  lastMs: number;
+  killed: boolean;
+  /** Time between consecutive steps of a round, and their tokens: the island's speed. */
+  computeMs: number;
+  computeTokens: number;
+  /** Tokens of every step it trained (pages: tokens contributed). */
+  stepTokens: number;
+  tokensPerSec: number;
+  accepted: number;
+  rejected: number;
+  rejectedByCode: Record<string, number>;
+  bytesUp: number;
+  bytesDown: number;
+  reconnects: number;
+  /** [islandId, seq] of every 'applied' ack (Node islands). */
+  acks: Array<[string, number]>;
+  /** Rounds the page counted as accepted. */
+  pageAccepted?: number;
+}
+
+export interface ThetaSnapshot {
+  version: number;
+  timeMs: number;
+  params: Float32Array;
+  tokens?: number;
+}
+
+export interface LiveRun {
+  topology: 'embedded' | 'roles';
+  runConfig: RunConfig;
+  seconds: number;
+  versions: number;
+  tokens: number;
+  bytesIn: number;
+  bytesOut: number;
+  snapshots: Array<ThetaSnapshot & { tokens: number }>;
+  islands: LiveIsland[];
+  lost: number;
+  duplicated: number;
+  faults: string[];
+}
+
+/** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */
+export interface TwinSpec {
+  common: SimCommon;
+  rows: SimRow[];
+}
+
+/** A row of the report: eval loss at the end and the curve. */
+export type FleetRow = Omit<SimRunResult, 'curve'> & { curve?: SimRunResult['curve'] };
+
+export interface FleetReport {
+  config: {
+    preset: PresetName;
+    params: number;
+    data: string;
+    seed: number;
+    tokens: number;
+    islands: number;
+    browsers: number;
+    engines: string[];
+    batches: number[];
+    duty: number[];
+    schedule: ScheduleEvent[];
+    topology: 'embedded' | 'roles';
+    /** The live run's coordinator config: the twin's too. */
+    coordinator: RunConfig['coordinator'];
+    /** 1-minute load average at the start and the end, cores. */
+    load: [number, number];
+    cores: number;
+    realTimeMs: number;
+  };
+  live: { evalLoss: number; tokens: number; versions: number; seconds: number; bytesIn: number; bytesOut: number; curve: SimRunResult['curve'] };
+  twin: FleetRow;
+  ddp: FleetRow;
+  single: FleetRow;
+  /** live / twin and live / DDP final eval loss. */
+  ratios: { liveOverTwin: number; liveOverDdp: number; twinOverDdp: number };
+  lost: number;
+  duplicated: number;
+  faults: string[];
+  islands: Array<{
+    name: string; kind: 'node' | 'page'; engine: string; batchSize: number; duty: number; tokensPerSec: number;
+    accepted: number; rejected: number; rejectedByCode: Record<string, number>; bytesUp: number; bytesDown: number;
+    reconnects: number; joinAtMs: number; leaveAtMs: number | null; killed: boolean;
+  }>;
+  twinSpec: TwinSpec;
+  /** The twin's islands, in the simulator's terms. */
+  twinIslands: Array<Pick<IslandSpec, 'name' | 'speed' | 'batchSize' | 'joinAtMs' | 'leaveAtMs'>>;
+}

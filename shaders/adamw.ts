@@ -1,0 +1,37 @@
+// adamw.wgsl's dispatch: one AdamW step over the flat parameters, weight decay per tensor range.
+
+import { adamwUpdate as adamwUpdateCpu } from '../core/model/ops.ts';
+import { type DispatchSpec, defineKernel, grid1 } from './kernel.ts';
+import src from './adamw.wgsl?raw';
+
+export const adamw = defineKernel('adamw', src, { adamw_update: adamwUpdateCpu });
+
+/** Merged [start, end, decay] ranges of the layout (neighbours with the same decay flag join). */
+export function decayRanges(tensors: Array<{ offset: number; size: number; decay: boolean }>): Array<[number, number, boolean]> {
+  const out: Array<[number, number, boolean]> = [];
+  for (const t of tensors) {
+    const last = out[out.length - 1];
+    if (last && last[2] === t.decay && last[1] === t.offset) last[1] = t.offset + t.size;
+    else out.push([t.offset, t.offset + t.size, t.decay]);
+  }
+  return out;
+}
+
+const PER_THREAD = 4; // adamw.wgsl
+const MAX_RANGES = adamw.params.fields.get('ranges')!.offsets.length / 4; // array<vec4<u32>, 16>
+
+/** One AdamW step over all N parameters; weight decay only inside the `decay` ranges. */
+export function adamwUpdate(params: GPUBuffer, grads: GPUBuffer, m: GPUBuffer, v: GPUBuffer, clip: GPUBuffer, d: { N: number; ranges: Array<[number, number, boolean]> }): DispatchSpec {
+  if (d.ranges.length > MAX_RANGES) throw new Error(`adamw_update takes at most ${MAX_RANGES} decay ranges, got ${d.ranges.length}`);
+  const table: number[] = [];
+  for (let i = 0; i < MAX_RANGES; i++) {
+    const r = d.ranges[i];
+    table.push(r ? r[0] : 0, r ? r[1] : 0, r && r[2] ? 1 : 0, 0);
+  }
+  return adamw.dispatch({
+    entry: 'adamw_update',
+    buffers: { params, grads, m, v, clip },
+    params: () => ({ N: d.N, num_ranges: d.ranges.length, ranges: table }),
+    grid: () => grid1(Math.ceil(d.N / PER_THREAD), 256),
+  });
+}

@@ -1,0 +1,29 @@
+// encoder.wgsl's dispatches: token + position embedding, forward and backward.
+
+import { encoderBackward as encoderBackwardCpu, encoderForward as encoderForwardCpu } from '../core/model/ops.ts';
+import { type DispatchSpec, acc, defineKernel, grid1, rows } from './kernel.ts';
+import src from './encoder.wgsl?raw';
+
+export const encoder = defineKernel('encoder', src, {
+  encoder_forward: encoderForwardCpu,
+  encoder_backward_wte: encoderBackwardCpu,
+  encoder_backward_wpe: encoderBackwardCpu,
+});
+
+export interface EncoderDims { C: number; V: number; maxT: number; wteOff: number; wpeOff: number }
+
+const params = (d: EncoderDims, accumulate?: boolean) => (s: { B: number; T: number }) =>
+  ({ B: s.B, T: s.T, C: d.C, V: d.V, wte_off: d.wteOff, wpe_off: d.wpeOff, maxT: d.maxT, accumulate: acc(accumulate) });
+
+/** out (B,T,C) = wte[inp] + wpe[t]; wte, wpe in `params` at the given offsets. */
+export function encoderForward(out: GPUBuffer, inp: GPUBuffer, params_: GPUBuffer, d: EncoderDims): DispatchSpec {
+  return encoder.dispatch({ entry: 'encoder_forward', buffers: { out, inp, params: params_ }, params: params(d), grid: (s) => grid1(rows(s) * d.C, 256) });
+}
+
+/** dwte, dwpe (in `grads` at the offsets) from dout (B,T,C): two gather passes, no atomics. */
+export function encoderBackward(grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, d: EncoderDims & { accumulateWte?: boolean; accumulateWpe?: boolean }): DispatchSpec[] {
+  return [
+    encoder.dispatch({ entry: 'encoder_backward_wte', buffers: { grads, inp, dout }, params: params(d, d.accumulateWte), grid: () => [Math.ceil(d.C / 64), d.V, 1] }),
+    encoder.dispatch({ entry: 'encoder_backward_wpe', buffers: { grads, dout }, params: params(d, d.accumulateWpe), grid: () => grid1(d.maxT * d.C, 256) }),
+  ];
+}

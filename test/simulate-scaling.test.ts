@@ -1,0 +1,91 @@
+// The scaling ladder at CI size (two rungs, a fraction of a token per parameter), any island count
+// a user types (the 32-island fleet that once got a negative batch), and `--engine webgpu` on
+// SwiftShader: the same virtual schedule as the CPU engine, the engine only computes.
+
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { numParams } from '../core/model/config.ts';
+import { runSimulate, simulateOptionsFromCli } from '../server/simulate/index.ts';
+import { RUNGS, pickRungs, rungRows, runScaling, scalingOptionsFromCli } from '../server/simulate/scaling.ts';
+import { fitPowerLaw } from '../server/simulate/scaling-report.ts';
+import { heterogeneous } from '../server/simulate/scenarios.ts';
+
+const quiet = { print: false, log: () => {} };
+
+describe('atoll simulate --preset scaling', () => {
+  it('the ladder spans ≥ 8× tiny in 4 CPU rungs; H grows with the budget; 8 and 32 islands match DDP\'s global batch', () => {
+    const rungs = pickRungs(undefined);
+    expect(rungs).toHaveLength(4);
+    expect(rungs[0].name).toBe('tiny');
+    expect(numParams(rungs[3].config) / numParams(rungs[0].config)).toBeGreaterThanOrEqual(8);
+    const plans = rungs.map((r) => rungRows(r, { tokensPerParam: 2, outerRounds: 8, lrSweep: [3e-3, 6e-3, 1.2e-2], seed: 1 }));
+    for (let k = 1; k < plans.length; k++) expect(plans[k].innerSteps).toBeGreaterThan(plans[k - 1].innerSteps);
+    const p = plans[3];
+    expect(p.tokens).toBe(Math.round(2 * p.params));
+    const batch = (name: string) => p.rows.find((r) => r.name === name)!.islands.reduce((a, s) => a + s.batchSize, 0);
+    expect([batch('ddp-lr0.003'), batch('islands-8'), batch('islands-32')]).toEqual([32, 32, 32]);
+    expect(new Set(p.rows.find((r) => r.name === 'islands-32')!.islands.map((s) => s.speed))).toEqual(new Set([1, 2, 4]));
+    expect(scalingOptionsFromCli({ rungs: 'tiny,nope' })).toMatchObject({ ok: false, error: { code: 'E_BAD_REQUEST' } });
+    expect(scalingOptionsFromCli({ rungs: '9' })).toMatchObject({ ok: false });
+    expect(scalingOptionsFromCli({ rungs: 'tiny,L4-C76', tokensPerParam: '0.5', json: true })).toMatchObject({ ok: true, value: { rungs: ['tiny', 'L4-C76'], tokensPerParam: 0.5, json: true } });
+    expect(RUNGS.at(-1)!.name).toBe('base-T32');
+  });
+
+  it('fits a power law exactly on power-law points', () => {
+    const f = fitPowerLaw([1e9, 1e10, 1e11].map((c) => [c, 7 * c ** -0.05] as [number, number]));
+    expect(f.a).toBeCloseTo(7, 6);
+    expect(f.b).toBeCloseTo(0.05, 9);
+  });
+
+  it('two rungs in seconds: every rung and row reported with the compare rows\' fields; every row learns', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'atoll-scaling-'));
+    const r = await runScaling({ rungs: 2, tokensPerParam: 0.06, warmStartTokens: 0, evals: 1, evalBatches: 2, workers: 0, out, ...quiet });
+    expect(r.rungs.map((g) => g.name)).toEqual(['tiny', 'L2-C48']);
+    for (const g of r.rungs) {
+      expect(g.params).toBe(numParams(g.config));
+      expect(g.rows.map((x) => x.name)).toEqual(['ddp', 'ddp-lr0.003', 'ddp-lr0.006', 'ddp-lr0.012', 'single', 'islands-8', 'islands-32']);
+      expect(g.ddpSweep.map((s) => s.lr)).toEqual([3e-3, 6e-3, 1.2e-2]);
+      expect(g.rows[0].evalLoss).toBe(Math.min(...g.ddpSweep.map((s) => s.evalLoss)));
+      for (const row of g.rows) {
+        for (const k of ['name', 'evalLoss', 'commReductionVsDdp', 'bytesUpPerIsland', 'bytesDownPerIsland', 'tokens', 'goodput', 'flops']) expect(row).toHaveProperty(k);
+        expect(row.evalLoss).toBeLessThan(Math.log(256) - 0.3); // from uniform over 256 bytes, down
+        expect(row.flops).toBeGreaterThan(0);
+      }
+      for (const n of [8, 32]) expect(g.rows.find((x) => x.name === `islands-${n}`)!.commReductionVsDdp).toBeGreaterThan(10);
+    }
+    expect(r.fits.map((f) => f.row)).toEqual(['ddp', 'single', 'islands-8', 'islands-32']);
+    expect(['narrows', 'holds', 'widens']).toContain(r.verdict.word);
+    expect(r.verdict.sentence).toContain(r.verdict.word);
+    const json = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
+    expect(json.rungs[1].rows[5]).toMatchObject({ name: 'islands-8', kind: 'diloco' });
+    expect(readFileSync(join(out, 'rows.jsonl'), 'utf8').trim().split('\n')).toHaveLength(12);
+    expect(readFileSync(join(out, 'plot.svg'), 'utf8')).toContain('<circle');
+    expect(existsSync(join(out, 'report.html'))).toBe(true);
+  });
+});
+
+describe('any island count runs or is refused', () => {
+  it('heterogeneous fleets: every batch ≥ 1, the total n × B, for counts a user may type', () => {
+    for (const n of [1, 2, 3, 5, 7, 8, 16, 24, 32, 33, 64, 100, 256]) for (const b of [1, 2, 4, 8]) {
+      const bs = heterogeneous(n, b).map((s) => s.batchSize);
+      expect(bs.every((x) => Number.isInteger(x) && x >= 1), `${n}×${b}: ${bs}`).toBe(true);
+      expect(bs.reduce((a, x) => a + x, 0)).toBe(n * b);
+    }
+    expect(heterogeneous(8, 4).map((s) => s.batchSize)).toEqual([2, 2, 4, 4, 4, 6, 6, 4]); // the documented compare fleet
+  });
+
+  it('refuses 0 and more than 256 islands with a clear message', () => {
+    expect(simulateOptionsFromCli({ islands: '0' })).toMatchObject({ ok: false, error: { code: 'E_BAD_REQUEST', message: expect.stringMatching(/--islands must be 1\.\.256/) } });
+    expect(simulateOptionsFromCli({ islands: '1000' })).toMatchObject({ ok: false, error: { message: expect.stringMatching(/got 1000/) } });
+  });
+
+  it('32 async sparse islands run (was E_BAD_CONFIG: a negative targetRoundMs)', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'atoll-sim32-'));
+    const r = await runSimulate({ preset: 'diloco', mode: 'async', codec: 'sparse', islands: 32, tokens: 4096, compare: 'none', warmStartTokens: 0, evalBatches: 2, quick: true, workers: 0, out, ...quiet });
+    expect(r.runs[0]).toMatchObject({ name: 'async-sparse', islands: 32 });
+    expect(r.runs[0].tokens).toBeGreaterThanOrEqual(4096);
+    expect(r.runs[0].evalLoss).toBeLessThan(Math.log(256));
+  });
+});
