@@ -1,14 +1,18 @@
-// An island of two WebGPU devices (client/engine/multi-device.ts) against one device at twice the
-// batch: the same losses and the same θ after a few steps, within the kernel tolerance (the only
-// difference is the order of the gradient sums), and it learns. Two SwiftShader devices here,
-// each from its own Dawn instance.
+// --precision f16 and --devices 2 on SwiftShader (two devices, each from its own Dawn instance),
+// f16 engines throughout so each device compiles one set of pipelines:
+// - the f16 engine against the f32 CPU reference: the same losses within f16's rounding, it
+//   learns, Δ comes back as halves, and it holds less GPU memory than f32 (gpuBytes = the plan);
+// - an island of two devices (client/engine/multi-device.ts) against one device at twice the
+//   batch: the same losses and θ within the kernel tolerance (only the order of the gradient sums
+//   differs), and one Δ.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Batch } from '../core/engine.ts';
 import { type GPTConfig, PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { mulberry32 } from '../core/random.ts';
-import { WebGpuEngine, requiredLimits } from '../client/engine/webgpu.ts';
+import { CpuEngine } from '../client/engine/cpu.ts';
+import { WebGpuEngine, estimateGpuBytes, requiredLimits } from '../client/engine/webgpu.ts';
 import { MultiDeviceEngine, splitRows } from '../client/engine/multi-device.ts';
 import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
 import { maxRelErr } from './helpers/gpu.ts';
@@ -32,7 +36,7 @@ function batch(seed: number): Batch {
 let gpus: NodeGpu[] = [];
 
 beforeAll(async () => {
-  const limits = requiredLimits({ config, maxBatch: B, maxT: T });
+  const limits = requiredLimits({ config, maxBatch: B, maxT: T, precision: 'f16' });
   gpus = [await createNodeGpu({ requiredLimits: limits }), await createNodeGpu({ requiredLimits: limits })];
 });
 
@@ -47,13 +51,38 @@ describe('multi-device island', () => {
     expect(splitRows(7, 3)).toEqual([3, 2, 2]);
   });
 
+  it('f16 storage: losses within f16 rounding of the f32 reference, learns, Δ as halves, less memory', async () => {
+    const f16 = await WebGpuEngine.create(gpus[0].device, { config, maxBatch: B, maxT: T, precision: 'f16' });
+    expect(f16.numerics).toBe('f16');
+    expect(f16.gpuBytes).toBe(estimateGpuBytes({ config, maxBatch: B, maxT: T, precision: 'f16' }));
+    expect(f16.gpuBytes).toBeLessThan(estimateGpuBytes({ config, maxBatch: B, maxT: T }));
+    const ref = new CpuEngine({ config, maxBatch: B, maxT: T });
+    await f16.setParams(init);
+    await ref.setParams(init);
+    const opts = { lr: 3e-3, gradClip: 1 };
+    for (let s = 0; s < STEPS; s++) {
+      await f16.step(batch(s % 2), opts);
+      await ref.step(batch(s % 2), opts);
+    }
+    const lh = await f16.takeLosses(), lf = await ref.takeLosses();
+    for (let s = 0; s < STEPS; s++) expect(Math.abs(lh[s] - lf[s]), `step ${s}: f16 ${lh[s]} vs f32 ${lf[s]}`).toBeLessThan(2e-3 * lf[s]);
+    expect(lh[STEPS - 1]).toBeLessThan(lh[0] - 0.05);
+    // Δ = θ_start − θ read back as halves: the f32 difference rounded once
+    const theta = await f16.getParams(), delta = await f16.readDelta();
+    const want = init.map((v, i) => v - theta[i]);
+    expect(maxRelErr(delta, want).rel).toBeLessThan(1e-3);
+    expect(Array.from(delta).every((v) => Math.fround(v) === v)).toBe(true);
+    f16.destroy();
+    ref.destroy();
+  });
+
   it('2 devices × batch 2 equal 1 device × batch 4: losses and θ after 4 steps, and it learns', async () => {
-    const one = await WebGpuEngine.create(gpus[0].device, { config, maxBatch: B, maxT: T });
+    const one = await WebGpuEngine.create(gpus[0].device, { config, maxBatch: B, maxT: T, precision: 'f16' });
     const two = new MultiDeviceEngine([
-      await WebGpuEngine.create(gpus[0].device, { config, maxBatch: B / 2, maxT: T }),
-      await WebGpuEngine.create(gpus[1].device, { config, maxBatch: B / 2, maxT: T }),
+      await WebGpuEngine.create(gpus[0].device, { config, maxBatch: B / 2, maxT: T, precision: 'f16' }),
+      await WebGpuEngine.create(gpus[1].device, { config, maxBatch: B / 2, maxT: T, precision: 'f16' }),
     ]);
-    expect(two.devices).toBe(2);
+    expect([two.devices, two.numerics]).toEqual([2, 'f16']);
     await one.setParams(init);
     await two.setParams(init);
     const opts = { lr: 3e-3, gradClip: 1 };
@@ -65,10 +94,14 @@ describe('multi-device island', () => {
     expect(l2).toHaveLength(STEPS);
     for (let s = 0; s < STEPS; s++) expect(Math.abs(l2[s] - l1[s]), `step ${s}: ${l2[s]} vs ${l1[s]}`).toBeLessThan(1e-4 * l1[s]);
     expect(l2[STEPS - 1]).toBeLessThan(l2[0] - 0.05); // it learns: the same two batches, seen twice
-    const p1 = await one.getParams(), p2 = await two.getParams();
-    expect(maxRelErr(p2, p1).abs).toBeLessThan(1e-5);
+    // θ: the difference in the order of dW's sums flips a few halves of the weight copy, and Adam
+    // turns the gradient noise of elements whose gradient is ~0 into ±lr moves (see
+    // webgpu-engine.test.ts); so θ agrees in norm, measured against how far the steps moved it
     const d1 = await one.readDelta(), d2 = await two.readDelta();
-    expect(maxRelErr(d2, d1).rel).toBeLessThan(1e-3);
+    const norm = (a: ArrayLike<number>, b?: ArrayLike<number>) => Math.sqrt(Array.from(a).reduce((s, v, i) => s + (v - (b ? b[i] : 0)) ** 2, 0));
+    const apart = norm(d2, d1) / norm(d1);
+    console.log(`2-device vs 1-device: ‖Δ₂ − Δ₁‖/‖Δ₁‖ = ${apart.toExponential(2)}; losses ${l2.map((l, s) => (l / l1[s] - 1).toExponential(1)).join(' ')} relative`);
+    expect(apart).toBeLessThan(1e-2);
     one.destroy();
     two.destroy();
   });

@@ -16,11 +16,12 @@
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import { type GPTConfig, mfu, paramLayout } from '../../core/model/config.ts';
 import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
+import { unpackHalves } from '../../core/model/ops-f16.ts';
 import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
 import type { DispatchSpec } from '../../shaders/kernel.ts';
 import {
   AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, PER_LAYER, type Plan, type WebGpuEngineOptions,
-  engineError, estimateGpuBytes, f32b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
+  engineError, estimateGpuBytes, f32b, h16b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
 } from './webgpu-plan.ts';
 import * as op from '../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
@@ -51,8 +52,10 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly gpu: GPUDevice;
   /** Whether the reductions use subgroup operations. */
   readonly subgroups: boolean;
-  /** Storage precision of the activations the matmuls read and of their weight copy. */
-  readonly numerics: 'f32' | 'f16' = 'f32';
+  /** Storage precision of the activations the matmuls read, of their weight copy and of Δ. */
+  readonly numerics: 'f32' | 'f16';
+  /** --precision f16: half.wgsl's storage form on this device (native with shader-f16). */
+  readonly halfForm: op.HalfForm;
   /** The adapter's peak FLOP/s, when given (peakTflops). */
   readonly peakFlops?: number;
   /** What the autotuner chose (null: not tuned). */
@@ -66,6 +69,7 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly staging: GPUBuffer[] = []; // loss staging buffers, all of them
   private program!: Program;
   private deltaProgram!: Program;
+  private packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
   private fwdEnd = 0;  // dispatches [0, fwdEnd): forward to the logits
   private lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
   private optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
@@ -89,6 +93,8 @@ export class WebGpuEngine implements TrainingEngine {
     this.config = { ...opts.config };
     this.device = opts.adapterInfo ?? 'webgpu';
     this.subgroups = (opts.subgroups ?? true) && device.features.has('subgroups');
+    this.numerics = opts.precision ?? 'f32';
+    this.halfForm = op.halfForm(device.features);
     this.autotune = opts.autotune;
     if (opts.peakTflops) this.peakFlops = opts.peakTflops * 1e12;
     const r = resolve(opts);
@@ -208,12 +214,23 @@ export class WebGpuEngine implements TrainingEngine {
       this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(C, V), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
     }
     const gelu = this.maxB * this.maxT * 4 * C; // offset of the GELU half of each fch buffer
+    // f16 (--precision f16): the LayerNorm outputs, qkv, attention's output and fch are halves; the
+    // matmuls read W and their bias from the half copy `wcopy` (AdamW writes it); vec4 loads only
+    const f16 = this.numerics === 'f16';
+    const form = this.halfForm;
+    const W = f16 ? b('wcopy') : params;
+    const halfFwd = (out: boolean) => (f16 ? { half: { inp: true, w: true, out }, vec4: true } : {});
+    const halfBwd = f16 ? { half: { inp: true, w: true }, vec4: true, dwVec4: true } : {};
     const tuned = (cin: number, cout: number) => tunedDims(this.tuning?.choices ?? new Map(), cin, cout);
+    const lnFwd = (out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp: GPUBuffer, d: { C: number; wOff: number; bOff: number }) =>
+      (f16 ? op.layernormForwardF16(out, mean, rstd, inp, params, { ...d, form }) : op.layernormForward(out, mean, rstd, inp, params, d));
+    const resLnFwd = (res: GPUBuffer, out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, a: GPUBuffer, b2: GPUBuffer, d: { C: number; wOff: number; bOff: number }) =>
+      (f16 ? op.residualLayernormForwardF16(res, out, mean, rstd, a, b2, params, { ...d, form }) : op.residualLayernormForward(res, out, mean, rstd, a, b2, params, d));
 
     // ---- forward: each residual add is fused into the LayerNorm that reads it next
     specs.push(
       op.encoderForward(b('encoded'), b('inputs'), params, enc),
-      op.layernormForward(b('ln1.0'), b('ln1Mean.0'), b('ln1Rstd.0'), b('encoded'), params, { C, wOff: at('ln1w', 0), bOff: at('ln1b', 0) }),
+      lnFwd(b('ln1.0'), b('ln1Mean.0'), b('ln1Rstd.0'), b('encoded'), { C, wOff: at('ln1w', 0), bOff: at('ln1b', 0) }),
     );
     for (let l = 0; l < L; l++) {
       const x = (k: string) => b(`${k}.${l}`);
@@ -222,18 +239,18 @@ export class WebGpuEngine implements TrainingEngine {
         ? { out: b(`ln1.${l + 1}`), mean: b(`ln1Mean.${l + 1}`), rstd: b(`ln1Rstd.${l + 1}`), wOff: at('ln1w', l + 1), bOff: at('ln1b', l + 1) }
         : { out: b('lnf'), mean: b('lnfMean'), rstd: b('lnfRstd'), wOff: at('lnfw'), bOff: at('lnfb') };
       specs.push(
-        op.matmulForward(x('qkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), ...tuned(C, 3 * C).fwd }),
-        op.attentionForward(x('atty'), x('attLse'), x('qkv'), { C, NH }),
-        op.matmulForward(b('attproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), ...tuned(C, C).fwd }),
-        op.residualLayernormForward(x('residual2'), x('ln2'), x('ln2Mean'), x('ln2Rstd'), resid(l - 1), b('attproj'), params, { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
+        op.matmulForward(x('qkv'), x('ln1'), W, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), ...tuned(C, 3 * C).fwd, ...halfFwd(true) }),
+        op.attentionForward(x('atty'), x('attLse'), x('qkv'), { C, NH, half: f16 }),
+        op.matmulForward(b('attproj'), x('atty'), W, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), ...tuned(C, C).fwd, ...halfFwd(false) }),
+        resLnFwd(x('residual2'), x('ln2'), x('ln2Mean'), x('ln2Rstd'), resid(l - 1), b('attproj'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
         // bias + GELU fused into the fc matmul: fch holds the pre-activation (for the backward), then its GELU at `gelu`
-        op.matmulForward(x('fch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), geluOff: gelu, ...tuned(C, 4 * C).fwd }),
-        op.matmulForward(b('fcproj'), x('fch'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, ...tuned(4 * C, C).fwd }),
-        op.residualLayernormForward(x('residual3'), next.out, next.mean, next.rstd, x('residual2'), b('fcproj'), params, { C, wOff: next.wOff, bOff: next.bOff }),
+        op.matmulForward(x('fch'), x('ln2'), W, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), geluOff: gelu, ...tuned(C, 4 * C).fwd, ...halfFwd(true) }),
+        op.matmulForward(b('fcproj'), x('fch'), W, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, ...tuned(4 * C, C).fwd, ...halfFwd(false) }),
+        resLnFwd(x('residual3'), next.out, next.mean, next.rstd, x('residual2'), b('fcproj'), { C, wOff: next.wOff, bOff: next.bOff }),
       );
     }
     specs.push(
-      op.matmulForward(b('logits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, ...tuned(C, V).fwd }), // tied LM head
+      op.matmulForward(b('logits'), b('lnf'), W, { C, OC: V, wOff: at('wte'), biasOff: null, ...tuned(C, V).fwd, ...halfFwd(false) }), // tied LM head
     );
     this.fwdEnd = specs.length;
     specs.push(
@@ -247,21 +264,21 @@ export class WebGpuEngine implements TrainingEngine {
     // and each LayerNorm backward adds its dinp into it once they have.
     specs.push(
       op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
-      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, partials, ...tuned(C, V).bwd }),
+      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), W, { C, OC: V, wOff: at('wte'), biasOff: null, partials, ...tuned(C, V).bwd, ...halfBwd }),
       ...op.layernormBackward(dres, grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb'), partials }),
     );
     for (let l = L - 1; l >= 0; l--) {
       const x = (k: string) => b(`${k}.${l}`);
       specs.push(
         // dres = d residual3.l
-        ...op.matmulBackward(b('dfchGelu'), grads, dres, x('fch'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, partials, ...tuned(4 * C, C).bwd }),
-        op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
-        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd }),
+        ...op.matmulBackward(b('dfchGelu'), grads, dres, x('fch'), W, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, partials, ...tuned(4 * C, C).bwd, ...halfBwd }),
+        f16 ? op.geluBackwardF16(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C, form }) : op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
+        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), W, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd, ...halfBwd }),
         ...op.layernormBackward(dres, grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), partials, accumulateDinp: true }),
         // dres = d residual2.l
-        ...op.matmulBackward(b('datty'), grads, dres, x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials, ...tuned(C, C).bwd }),
-        ...op.attentionBackward(b('dqkv'), b('attDsum'), b('datty'), x('qkv'), x('atty'), x('attLse'), { C, NH }),
-        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials, ...tuned(C, 3 * C).bwd }),
+        ...op.matmulBackward(b('datty'), grads, dres, x('atty'), W, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials, ...tuned(C, C).bwd, ...halfBwd }),
+        ...op.attentionBackward(b('dqkv'), b('attDsum'), b('datty'), x('qkv'), x('atty'), x('attLse'), { C, NH, half: f16 }),
+        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), W, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials, ...tuned(C, 3 * C).bwd, ...halfBwd }),
         ...op.layernormBackward(dres, grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), partials, accumulateDinp: true }),
       );
     }
@@ -272,15 +289,22 @@ export class WebGpuEngine implements TrainingEngine {
     this.optStart = specs.length;
     specs.push(
       ...op.gradNorm(b('clip'), b('partials'), grads, { N: this.N }),
-      op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), { N: this.N, ranges: op.decayRanges(layout.tensors) }),
+      op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), { N: this.N, ranges: op.decayRanges(layout.tensors), ...(f16 ? { copy: W } : {}) }),
     );
 
     if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
     const probe = { B: this.maxB, T: this.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
-    this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(grads, b('start'), params, { N: this.N })], probe, undefined, 'delta');
+    // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
+    const delta = f16 ? op.pseudoGradientF16(grads, b('start'), params, { N: this.N, form }) : op.pseudoGradient(grads, b('start'), params, { N: this.N });
+    this.deltaProgram = await Program.build(kernels, [delta], probe, undefined, 'delta');
     this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
     this.deltaProgram.setShape(probe);
+    if (f16) {
+      this.packProgram = await Program.build(kernels, [op.packF16(W, params, { N: this.N, form })], probe, undefined, 'pack');
+      this.bytes += this.packProgram.uniform.size;
+      this.packProgram.setShape(probe);
+    }
   }
 
   // ---------------------------------------------------------------- checks
@@ -512,6 +536,14 @@ export class WebGpuEngine implements TrainingEngine {
     const q = this.gpu.queue;
     q.writeBuffer(this.b('params'), 0, params);
     q.writeBuffer(this.b('start'), 0, params);
+    if (this.packProgram) {
+      // f16: the matmuls' weight copy, rounded once from θ (AdamW keeps it after each step)
+      const enc = this.gpu.createCommandEncoder({ label: 'setParams.pack' });
+      const pass = enc.beginComputePass();
+      this.packProgram.encode(pass, { B: this.maxB, T: this.maxT });
+      pass.end();
+      q.submit([enc.finish()]);
+    }
   }
 
   async getParams(): Promise<Float32Array> {
@@ -526,9 +558,16 @@ export class WebGpuEngine implements TrainingEngine {
       const pass = enc.beginComputePass();
       this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
       pass.end();
-      enc.copyBufferToBuffer(this.b('grads'), 0, this.b('readback'), 0, f32b(this.N));
+      // f16: N halves, half the bytes of f32 (unpacked here once, for the codec)
+      const bytes = this.numerics === 'f16' ? h16b(this.N) : f32b(this.N);
+      enc.copyBufferToBuffer(this.b('grads'), 0, this.b('readback'), 0, bytes);
       this.gpu.queue.submit([enc.finish()]);
-      return this.readMapped(this.N);
+      if (this.numerics === 'f32') return this.readMapped(this.N);
+      const rb = this.b('readback');
+      await rb.mapAsync(GPUMapMode.READ, 0, bytes);
+      const out = unpackHalves(new Uint32Array(rb.getMappedRange(0, bytes)), this.N);
+      rb.unmap();
+      return out;
     });
   }
 
@@ -595,6 +634,7 @@ export class WebGpuEngine implements TrainingEngine {
     for (const b of this.staging) b.destroy();
     this.program?.destroy();
     this.deltaProgram?.destroy();
+    this.packProgram?.destroy();
     this.lostCallbacks.clear();
   }
 }
