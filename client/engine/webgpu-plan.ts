@@ -31,7 +31,7 @@ export interface WebGpuEngineOptions extends EngineOptions {
 export const AUTOTUNE_BUDGET_MS = 2000;
 
 /** Features the engine uses where the adapter has them: request them with the device. */
-export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query'];
+export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query', 'shader-f16'];
 
 /** The subset of ENGINE_FEATURES this adapter offers, for `requestDevice({ requiredFeatures })`. */
 export const engineFeatures = (adapter: GPUAdapter): GPUFeatureName[] => ENGINE_FEATURES.filter((f) => adapter.features.has(f));

@@ -43,6 +43,11 @@ export interface StartOptions {
   calibration: Calibration | null;
   /** WebGPU: time the matmul variants at engine start, choices cached by adapter in IndexedDB (false: the page's ?autotune=0). */
   autotune: boolean;
+  /**
+   * WebGPU storage precision (the page's ?precision=): 'auto' times f32 and f16 on a first visit
+   * and keeps the faster (a software adapter keeps f32 untimed: it only emulates a GPU).
+   */
+  precision: 'auto' | 'f32' | 'f16';
 }
 
 /** This device's measured training speed (calibrate.ts), saved by the page across reloads. */
@@ -60,6 +65,10 @@ export interface Calibration {
   /** Time the calibration took, ms; when it was measured (epoch ms). */
   ms: number;
   at: number;
+  /** The engine's storage precision it was measured with (the page's choice; absent: f32). */
+  numerics?: 'f32' | 'f16';
+  /** With precision 'auto': f16's speed ÷ f32's, when both were timed. */
+  f16Speedup?: number;
 }
 
 /** Test hooks: delays (ms) that make each phase last long enough to look at. */
