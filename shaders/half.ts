@@ -5,7 +5,7 @@
 
 import * as f16 from '../core/model/ops-f16.ts';
 import { residualForward } from '../core/model/ops.ts';
-import { type Defines, type DispatchSpec, type Shape, acc, defineKernel, grid1, rows } from './kernel.ts';
+import { type Defines, type DispatchSpec, type Shape, defineKernel, grid1, rows } from './kernel.ts';
 import src from './half.wgsl?raw';
 
 export const half = defineKernel('half', src, {
@@ -45,10 +45,10 @@ export function residualLayernormForwardF16(res: GPUBuffer, out: GPUBuffer, mean
   return half.dispatch({ entry: 'residual_layernorm_forward_f16', defines: HALF_DEFINES[d.form], buffers: { out_h: out, mean, rstd, res2: res, params, inp1_2: inp1, inp2_2: inp2 }, params: lnParams(d), grid: (s) => grid1(rows(s), 1) });
 }
 
-/** dinp (f32) (+)= gelu'(inp)·dout, inp the fc pre-activation as halves; width even. */
-export function geluBackwardF16(dinp: GPUBuffer, inp: GPUBuffer, dout: GPUBuffer, d: { width: number; accumulate?: boolean; form: HalfForm }): DispatchSpec {
+/** In place: grad (f32) = gelu'(inp)·grad, inp the fc pre-activation as halves; width even. */
+export function geluBackwardF16(grad: GPUBuffer, inp: GPUBuffer, d: { width: number; form: HalfForm }): DispatchSpec {
   evenC(d.width);
-  return half.dispatch({ entry: 'gelu_backward_f16', defines: HALF_DEFINES[d.form], buffers: { dinp, inp_h: inp, dout }, params: (s) => ({ N: rows(s) * d.width, accumulate: acc(d.accumulate) }), grid: (s) => grid1((rows(s) * d.width) / 2, 256) });
+  return half.dispatch({ entry: 'gelu_backward_f16', defines: HALF_DEFINES[d.form], buffers: { d: grad, inp_h: inp }, params: (s) => ({ N: rows(s) * d.width }), grid: (s) => grid1((rows(s) * d.width) / 2, 256) });
 }
 
 /** delta (N halves) = start − theta, from the f32 masters. */

@@ -24,16 +24,15 @@ struct Params {
   C: u32,          // layernorm: channels per row, even
   w_off: u32,      // layernorm weight (C) in params
   b_off: u32,      // layernorm bias (C)
-  accumulate: u32, // gelu_backward_f16: 1 adds to dinp (as the twin), 0 overwrites
-  _pad: u32,
+  _pad0: u32,
+  _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 
-// gelu_backward_f16: dinp (N) f32 (+)= gelu'(inp)·dout; inp (N) halves (the fc pre-activation); dout f32
-@group(0) @binding(1) var<storage, read_write> dinp: array<vec2<f32>>;
+// gelu_backward_f16, in place: d (N) f32 = gelu'(inp)·d; inp (N) halves (the fc pre-activation)
+@group(0) @binding(1) var<storage, read_write> d: array<vec2<f32>>;
 @group(0) @binding(2) var<storage, read> inp_h: array<H2>;
-@group(0) @binding(3) var<storage, read> dout: array<vec2<f32>>;
 
 // pseudo_gradient_f16: Δ (N) halves = start − θ, both f32 masters; pack_f16: out = the f32 input
 @group(0) @binding(1) var<storage, read_write> out_h: array<H2>;
@@ -53,7 +52,8 @@ struct Params {
 fn words(n: u32) -> u32 { return (n + 1u) / 2u; }
 
 // The backward of the GELU fused into the fc matmul's epilogue (the forward stored its input as
-// halves). dinp and dout are f32 (gradients are never halves); N even (4C per row).
+// halves), in place: the gradient of the GELU's output becomes that of its input, so f16 needs no
+// second B·T·4C gradient buffer. Gradients are f32, never halves; N even (4C per row).
 @compute @workgroup_size(256)
 fn gelu_backward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let w = thread_index(id, lid, 256u);
@@ -61,8 +61,7 @@ fn gelu_backward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let x = h2_load(inp_h[w]);
   let th = tanh_safe(vec4<f32>(GELU_S * (x + 0.044715 * x * x * x), 0.0, 0.0)).xy;
   let sech2 = 1.0 - th * th;
-  let g = (0.5 * (1.0 + th) + 0.5 * x * sech2 * GELU_S * (1.0 + 3.0 * 0.044715 * x * x)) * dout[w];
-  dinp[w] = select(g, dinp[w] + g, p.accumulate != 0u);
+  d[w] = (0.5 * (1.0 + th) + 0.5 * x * sech2 * GELU_S * (1.0 + 3.0 * 0.044715 * x * x)) * d[w];
 }
 
 // Element i of an f32 input, 0 past N.

@@ -36,7 +36,7 @@ const specs: DispatchSpec[] = [
   ...op.HALF_FORMS.flatMap((form) => [
     op.layernormForwardF16(buf, buf, buf, buf, buf, { C: 48, wOff: 0, bOff: 48, form }),
     op.residualLayernormForwardF16(buf, buf, buf, buf, buf, buf, buf, { C: 48, wOff: 0, bOff: 48, form }),
-    op.geluBackwardF16(buf, buf, buf, { width: 192, form }),
+    op.geluBackwardF16(buf, buf, { width: 192, form }),
     op.pseudoGradientF16(buf, buf, buf, { N: 20011, form }),
     op.packF16(buf, buf, { N: 20011, form }),
   ]),

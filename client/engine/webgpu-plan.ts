@@ -64,6 +64,8 @@ export interface Plan {
 }
 
 export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
+/** The readback buffer's size: reads of θ, Δ and the moments go through it in chunks of this. */
+export const READBACK_BYTES = 4 * 2 ** 20;
 export const h16b = (n: number) => Math.max(16, Math.ceil((n * 2) / 16) * 16); // bytes of n halves, padded alike
 
 /** Activations stored as halves with --precision f16 (what the matmuls and attention read). */
@@ -95,16 +97,19 @@ export function plan(opts: WebGpuEngineOptions): Plan {
     encoded: BT * C, attproj: BT * C, fcproj: BT * C, lnf: BT * C, lnfMean: BT, lnfRstd: BT,
     logits: BT * V, probs: BT * V, losses: BT,
     // gradients of activations: one layer's worth, reused down the layers; the residual
-    // stream's gradient is one buffer that every LayerNorm backward adds into
+    // stream's gradient is one buffer that every LayerNorm backward adds into. Buffers whose
+    // lives do not overlap are one: attention's dout is dln, its dinp (dqkv) is dfchGelu; f16's
+    // in-place GELU backward needs no dfch
     dlogits: BT * V, dln: BT * C, dres: BT * C,
-    dqkv: BT * 3 * C, datty: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, attDsum: ROWS,
+    dfchGelu: BT * 4 * C, ...(f16 ? {} : { dfch: BT * 4 * C }), attDsum: ROWS,
     dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
     inputs: BT, targets: BT,
     ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
   };
   for (const [k, n] of Object.entries(single)) s.set(k, bytes(k, n));
   const o = new Map<string, number>();
-  o.set('readback', f32b(N));
+  // θ, Δ and the moments are read back a chunk at a time; logits and eval losses fit in one
+  o.set('readback', Math.min(f32b(N), Math.max(READBACK_BYTES, f32b(V), f32b(EVAL_SLOTS))));
   o.set('lossStaging', f32b(ring + EVAL_SLOTS));
   o.set('stepUniform', 256);
   // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two

@@ -207,6 +207,8 @@ export class WebGpuEngine implements TrainingEngine {
     const resid = (l: number) => (l < 0 ? b('encoded') : b(`residual3.${l}`));
     // the residual stream's gradient: one buffer, each LayerNorm backward adds its dinp into it
     const dres = b('dres');
+    // gradient buffers shared where their lives do not overlap (webgpu-plan.ts)
+    const datty = b('dln'), dqkv = b('dfchGelu');
     const specs: DispatchSpec[] = [];
     const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
     const kernels = KernelSet.for(this.gpu, { subgroups: this.subgroups });
@@ -272,13 +274,14 @@ export class WebGpuEngine implements TrainingEngine {
       specs.push(
         // dres = d residual3.l
         ...op.matmulBackward(b('dfchGelu'), grads, dres, x('fch'), W, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, partials, ...tuned(4 * C, C).bwd, ...halfBwd }),
-        f16 ? op.geluBackwardF16(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C, form }) : op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
-        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), W, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd, ...halfBwd }),
+        // f16: in place, so dfch is dfchGelu
+        f16 ? op.geluBackwardF16(b('dfchGelu'), x('fch'), { width: 4 * C, form }) : op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
+        ...op.matmulBackward(b('dln'), grads, f16 ? b('dfchGelu') : b('dfch'), x('ln2'), W, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd, ...halfBwd }),
         ...op.layernormBackward(dres, grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), partials, accumulateDinp: true }),
         // dres = d residual2.l
-        ...op.matmulBackward(b('datty'), grads, dres, x('atty'), W, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials, ...tuned(C, C).bwd, ...halfBwd }),
-        ...op.attentionBackward(b('dqkv'), b('attDsum'), b('datty'), x('qkv'), x('atty'), x('attLse'), { C, NH, half: f16 }),
-        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), W, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials, ...tuned(C, 3 * C).bwd, ...halfBwd }),
+        ...op.matmulBackward(datty, grads, dres, x('atty'), W, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials, ...tuned(C, C).bwd, ...halfBwd }),
+        ...op.attentionBackward(dqkv, b('attDsum'), datty, x('qkv'), x('atty'), x('attLse'), { C, NH, half: f16 }),
+        ...op.matmulBackward(b('dln'), grads, dqkv, x('ln1'), W, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials, ...tuned(C, 3 * C).bwd, ...halfBwd }),
         ...op.layernormBackward(dres, grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), partials, accumulateDinp: true }),
       );
     }
@@ -373,28 +376,23 @@ export class WebGpuEngine implements TrainingEngine {
 
   /**
    * The first half of a data-parallel step: forward, loss and backward on this device's share of
-   * the batch, and the gradients copied to the readback buffer in the same submission. Then
-   * `readGradients`, the all-reduce (the caller's), and `applyGradients`.
+   * the batch. Then `addGradientsInto` (the all-reduce is the caller's) and `applyGradients`.
    */
   gradientsStep(batch: Batch, opts: StepOptions): void {
     this.enqueue(batch, opts, (enc, shape) => {
       const pass = enc.beginComputePass();
       this.program.encode(pass, shape, 0, this.optStart);
       pass.end();
-      enc.copyBufferToBuffer(this.b('grads'), 0, this.b('readback'), 0, f32b(this.N));
     });
   }
 
-  /** The gradients `gradientsStep` copied out, added into `into` × `weight` (one pass, no copy). */
+  /** The gradients of the last `gradientsStep`, added into `into` × `weight` as they are read back. */
   async addGradientsInto(into: Float32Array, weight: number): Promise<void> {
     this.usable();
-    await this.exclusive(async () => {
-      const rb = this.b('readback');
-      await rb.mapAsync(GPUMapMode.READ, 0, f32b(this.N));
-      const g = new Float32Array(rb.getMappedRange(0, f32b(this.N)), 0, this.N);
-      for (let i = 0; i < this.N; i++) into[i] += weight * g[i];
-      rb.unmap();
-    });
+    await this.exclusive(() => this.readOut(this.b('grads'), 4 * this.N, (chunk, at) => {
+      const g = new Float32Array(chunk), o = at / 4;
+      for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
+    }));
   }
 
   /** The second half: the all-reduced gradients in, then grad norm, clip and AdamW (one submission). */
@@ -554,19 +552,21 @@ export class WebGpuEngine implements TrainingEngine {
   async readDelta(): Promise<Float32Array> {
     this.usable();
     return this.exclusive(async () => {
-      const enc = this.gpu.createCommandEncoder({ label: 'readDelta' });
-      const pass = enc.beginComputePass();
-      this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
-      pass.end();
-      // f16: N halves, half the bytes of f32 (unpacked here once, for the codec)
-      const bytes = this.numerics === 'f16' ? h16b(this.N) : f32b(this.N);
-      enc.copyBufferToBuffer(this.b('grads'), 0, this.b('readback'), 0, bytes);
-      this.gpu.queue.submit([enc.finish()]);
-      if (this.numerics === 'f32') return this.readMapped(this.N);
-      const rb = this.b('readback');
-      await rb.mapAsync(GPUMapMode.READ, 0, bytes);
-      const out = unpackHalves(new Uint32Array(rb.getMappedRange(0, bytes)), this.N);
-      rb.unmap();
+      const delta = (enc: GPUCommandEncoder) => {
+        const pass = enc.beginComputePass();
+        this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
+        pass.end();
+      };
+      const out = new Float32Array(this.N);
+      if (this.numerics === 'f32') {
+        await this.readOut(this.b('grads'), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4), delta);
+      } else {
+        // N halves, half the bytes of f32, unpacked here once (for the codec); chunks hold whole words
+        await this.readOut(this.b('grads'), 4 * Math.ceil(this.N / 2), (chunk, at) => {
+          const from = at / 2, n = Math.min(this.N - from, (chunk.byteLength / 4) * 2);
+          unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
+        }, delta);
+      }
       return out;
     });
   }
@@ -619,11 +619,29 @@ export class WebGpuEngine implements TrainingEngine {
   private readBuffer(name: string): Promise<Float32Array> {
     this.usable();
     return this.exclusive(async () => {
-      const enc = this.gpu.createCommandEncoder({ label: `read ${name}` });
-      enc.copyBufferToBuffer(this.b(name), 0, this.b('readback'), 0, f32b(this.N));
-      this.gpu.queue.submit([enc.finish()]);
-      return this.readMapped(this.N);
+      const out = new Float32Array(this.N);
+      await this.readOut(this.b(name), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4));
+      return out;
     });
+  }
+
+  /**
+   * `bytes` of `src` from its start, through the readback buffer (READBACK_BYTES: a big model's θ
+   * takes several), each chunk handed to `take` while mapped, with its byte offset. `first` records
+   * work into the first chunk's submission (readDelta's Δ pass). Call inside `exclusive`.
+   */
+  private async readOut(src: GPUBuffer, bytes: number, take: (chunk: ArrayBuffer, at: number) => void, first?: (enc: GPUCommandEncoder) => void): Promise<void> {
+    const rb = this.b('readback');
+    for (let at = 0; at < bytes; at += rb.size) {
+      const n = Math.min(rb.size, Math.ceil((bytes - at) / 4) * 4);
+      const enc = this.gpu.createCommandEncoder({ label: `read ${src.label}` });
+      if (at === 0) first?.(enc);
+      enc.copyBufferToBuffer(src, at, rb, 0, n);
+      this.gpu.queue.submit([enc.finish()]);
+      await rb.mapAsync(GPUMapMode.READ, 0, n);
+      take(rb.getMappedRange(0, n), at);
+      rb.unmap();
+    }
   }
 
   /** Frees the engine's buffers (the device belongs to the caller). */

@@ -65,9 +65,11 @@ export function pseudoGradientF16(delta: Arr, thetaStart: Arr, theta: Arr, N: nu
   roundHalves(delta.subarray(0, N));
 }
 
-/** gelu_backward_f16: dinp (f32) (+)= gelu'(inp)·dout with inp read as halves, dout and dinp f32. */
-export function geluBackwardF16(dinp: Arr, inp: Arr, dout: Arr, N: number): void {
-  op.geluBackward(dinp, halves(inp), dout, N);
+/** gelu_backward_f16, in place: grad (f32) = gelu'(inp)·grad, inp read as halves. */
+export function geluBackwardF16(grad: Arr, inp: Arr, N: number): void {
+  const dout = Float32Array.from(grad.subarray(0, N));
+  grad.fill(0, 0, N);
+  op.geluBackward(grad, halves(inp), dout, N);
 }
 
 /** layernorm_forward_f16: out (halves) from the f32 stream; mean, rstd, weight, bias f32. */
