@@ -27,6 +27,12 @@ export interface EngineOptions {
   maxBatch: number;
   /** Largest sequence length (≤ config.blockSize). */
   maxT?: number;
+  /**
+   * Storage of the activations the matmuls and attention read, of the matmuls' weight copy and of
+   * Δ: 'f16' keeps them as halves (master weights, gradients and Adam moments stay f32; the CPU
+   * engine models it with the kernels' CPU twins); default f32.
+   */
+  precision?: 'f32' | 'f16';
   beta1?: number;
   beta2?: number;
   eps?: number;

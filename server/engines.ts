@@ -22,8 +22,9 @@ export async function createEngine(kind: EngineKind, opts: EngineOptions, o: Eng
   const devices = o.devices ?? 1;
   if (!Number.isInteger(devices) || devices < 1 || devices > 64) throw badConfig(`--devices ${devices} must be an integer in 1..64`);
   if (kind === 'cpu') {
-    if (devices > 1 || (o.precision ?? 'f32') !== 'f32') throw badConfig('--devices and --precision f16 need --engine webgpu');
-    return new CpuEngine(opts);
+    if (devices > 1) throw badConfig('--devices needs --engine webgpu');
+    // f16 on the CPU: the kernels' CPU twins (a model of the WebGPU engine's numerics, not a speed-up)
+    return new CpuEngine({ ...opts, precision: o.precision });
   }
   if (opts.maxBatch < devices) throw badConfig(`a batch of ${opts.maxBatch} cannot feed ${devices} devices`);
   const { createNodeGpu } = await import('./gpu.ts');

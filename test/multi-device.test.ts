@@ -57,15 +57,21 @@ describe('multi-device island', () => {
     expect(f16.gpuBytes).toBe(estimateGpuBytes({ config, maxBatch: B, maxT: T, precision: 'f16' }));
     expect(f16.gpuBytes).toBeLessThan(estimateGpuBytes({ config, maxBatch: B, maxT: T }));
     const ref = new CpuEngine({ config, maxBatch: B, maxT: T });
+    const twin = new CpuEngine({ config, maxBatch: B, maxT: T, precision: 'f16' }); // the CPU twins' model of f16
     await f16.setParams(init);
     await ref.setParams(init);
+    await twin.setParams(init);
     const opts = { lr: 3e-3, gradClip: 1 };
     for (let s = 0; s < STEPS; s++) {
       await f16.step(batch(s % 2), opts);
       await ref.step(batch(s % 2), opts);
+      await twin.step(batch(s % 2), opts);
     }
-    const lh = await f16.takeLosses(), lf = await ref.takeLosses();
+    const lh = await f16.takeLosses(), lf = await ref.takeLosses(), lt = await twin.takeLosses();
+    const rel = (a: number[]) => a.map((l, s) => Math.abs(l / lh[s] - 1));
+    console.log(`f16 engine vs f32 reference: ${rel(lf).map((x) => x.toExponential(1)).join(' ')}; vs the f16 CPU twins: ${rel(lt).map((x) => x.toExponential(1)).join(' ')}`);
     for (let s = 0; s < STEPS; s++) expect(Math.abs(lh[s] - lf[s]), `step ${s}: f16 ${lh[s]} vs f32 ${lf[s]}`).toBeLessThan(2e-3 * lf[s]);
+    for (let s = 0; s < STEPS; s++) expect(Math.abs(lh[s] - lt[s]), `step ${s}: f16 ${lh[s]} vs twins ${lt[s]}`).toBeLessThan(2e-4 * lt[s]);
     expect(lh[STEPS - 1]).toBeLessThan(lh[0] - 0.05);
     // Δ = θ_start − θ read back as halves: the f32 difference rounded once
     const theta = await f16.getParams(), delta = await f16.readDelta();
@@ -74,6 +80,7 @@ describe('multi-device island', () => {
     expect(Array.from(delta).every((v) => Math.fround(v) === v)).toBe(true);
     f16.destroy();
     ref.destroy();
+    twin.destroy();
   });
 
   it('2 devices × batch 2 equal 1 device × batch 4: losses and θ after 4 steps, and it learns', async () => {

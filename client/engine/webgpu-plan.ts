@@ -18,11 +18,6 @@ export interface WebGpuEngineOptions extends EngineOptions {
   subgroups?: boolean;
   /** The adapter's fp32 peak in TFLOP/s, where known (gives `peakFlops` and `mfu()`). */
   peakTflops?: number;
-  /**
-   * Storage of the activations the matmuls and attention read, of the matmuls' weight copy and of
-   * Δ: 'f16' keeps them as halves (master weights, gradients and Adam moments stay f32); default f32.
-   */
-  precision?: 'f32' | 'f16';
   /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
   autotune?: { cache: TuneCache | null; budgetMs?: number };
 }
