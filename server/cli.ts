@@ -192,7 +192,7 @@ export function buildProgram(): Command {
     .addOption(presetOption().default('tiny'))
     .option('--islands <n>', 'Node islands, each its own process (those --schedule joins included)', intArg, 4)
     .option('--browsers <n>', 'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start', intArg, 0)
-    .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu', 'cpu')
+    .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu; :f16 for f16 storage, xN for N devices (webgpu), e.g. webgpu:f16x2', 'cpu')
     .option('--batches <list>', 'Node islands\' micro-batches, cycled (default: the run\'s)')
     .option('--duty <list>', 'Node islands\' duty cycles in (0, 1], cycled', '1')
     .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, restarted 2 s later)')

@@ -7,6 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import { runRow } from '../server/simulate/row.ts';
 import { mixedComputeRows } from '../server/simulate/scenarios.ts';
+import { parseFleetEngine } from '../server/fleet/engine-spec.ts';
+import { fleetSpecFromCli } from '../server/commands/fleet.ts';
 
 describe('mixed numerics and parallelism in one run (simulator)', () => {
   it('f32 + f16 + 2-device islands: eval loss within 1.01× of all-f32, θ hashes agree', async () => {
@@ -25,5 +27,15 @@ describe('mixed numerics and parallelism in one run (simulator)', () => {
       expect(r.hashChecks ?? 0, r.name).toBeGreaterThan(0);
       expect(r.hashMismatches ?? 0, r.name).toBe(0);
     }
+  });
+
+  it('atoll fleet --engines names each Node island\'s numerics and devices (live mixed fleets)', () => {
+    expect(parseFleetEngine('cpu')).toEqual({ kind: 'cpu', precision: 'f32', devices: 1 });
+    expect(parseFleetEngine('webgpu:f16')).toEqual({ kind: 'webgpu', precision: 'f16', devices: 1 });
+    expect(parseFleetEngine('webgpu:f16x2')).toEqual({ kind: 'webgpu', precision: 'f16', devices: 2 });
+    expect(parseFleetEngine('webgpux2')).toEqual({ kind: 'webgpu', precision: 'f32', devices: 2 });
+    for (const bad of ['cpux2', 'webgpu:bf16', 'webgpu:f16x0', 'gpu']) expect(parseFleetEngine(bad), bad).toBeNull();
+    expect(fleetSpecFromCli({ engines: 'cpu,webgpu:f16,webgpu:f32x2' }).engines).toEqual(['cpu', 'webgpu:f16', 'webgpu:f32x2']);
+    expect(() => fleetSpecFromCli({ engines: 'cpu,cpux2' })).toThrow("--engines: 'cpux2'");
   });
 });
