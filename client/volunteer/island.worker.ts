@@ -17,7 +17,7 @@ import { encodeText } from '../../core/data/tokenizer.ts';
 import { mfu } from '../../core/model/config.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
-import { calibrate, calibrationKey, fullBatch, pickNumerics } from './calibrate.ts';
+import { calibrate, calibrationKey, fullBatch, pickNumerics } from '../island/calibrate.ts';
 import type { AdapterSummary, Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';

@@ -192,12 +192,13 @@ function renderCosts(r: RunInfo): void {
   ui.costGpu.textContent = r.innerSteps
     ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens each), as long as you let it run, within the cap you set`
     : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, within the cap you set`;
+  const cal = prefs.calibration;
+  const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null, status?.bytesPerUpdate ?? null);
   ui.costDown.textContent = `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
-    ` and ${formatBytes(r.data.trainBytes)} of training text), then ${formatBytes(r.bytesPerRound.down)} per round`;
+    ` and ${formatBytes(r.data.trainBytes)} of training text), then ${status?.bytesPerUpdate != null ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
+    ` (${r.config.coordinator.downlink.encoding} update${status?.bytesPerUpdate != null ? ', the last updates\' mean' : ''})`;
   ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
-  const cal = prefs.calibration;
-  const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null);
   if (est.roundsPerHour != null && est.roundSec != null) {
     ui.costHour.textContent = `About ${formatBytes(est.upPerHour)} up and ${formatBytes(est.downPerHour)} down an hour: a round every ` +
       `${formatDuration(est.roundSec)} at this device's measured ${formatRate(cal!.tokensPerSec, 'tok')} and your ${Math.round(prefs.dutyCycle * 100)}% cap`;
@@ -210,7 +211,11 @@ async function pollStatus(): Promise<void> {
   clearTimeout(statusTimer);
   try {
     const res = await fetch('/api/status', { headers: { accept: 'application/json' }, cache: 'no-store' });
-    if (res.ok) status = parseStatus(await res.json());
+    if (res.ok) {
+      const was = status?.bytesPerUpdate;
+      status = parseStatus(await res.json());
+      if (run && status.bytesPerUpdate !== was) renderCosts(run);
+    }
     const cr = await fetch(`/api/contributors/${encodeURIComponent(prefs.contributorId)}`, { headers: { accept: 'application/json' }, cache: 'no-store' });
     if (cr.ok) credit = (await cr.json()) as ContributorCredit;
     renderView();

@@ -406,7 +406,7 @@ export class Coordinator {
   // ── the outer step elsewhere ────────────────────────────────────────────────────────────────
 
   /**
-   * From now on the outer step's numerics run in the host (server/outer-offload.ts): θ moves into
+   * From now on the outer step's numerics run in the host (server/outer/offload.ts): θ moves into
    * `o.theta` (shared), g is written into `o.g`. The host must hold the optimizer's and downlink's
    * state as `outerState()` and `downlinkResidual()` give it now.
    */

@@ -112,7 +112,7 @@ export function assignmentMessage(
     lr: {
       maxLr: cfg.innerLr.maxLr, minLr: cfg.innerLr.minLr, warmupTokens: cfg.innerLr.warmupTokens,
       totalTokens: cfg.totalTokens, tokensStart: at.tokensApplied, tokensPerStep: size.tokensPerStep,
-      localWarmupSteps: cfg.innerLr.localWarmupSteps, localStepsDone: isl.localSteps,
+      localWarmupSteps: cfg.innerLr.localWarmupSteps,
     },
     gradClip: cfg.gradClip,
     freshOptimizer: cfg.freshInnerOptimizer && AUDITABLE_ENCODINGS.includes(cfg.uplink.encoding),

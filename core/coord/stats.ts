@@ -52,7 +52,6 @@ export function countAccepted(
   isl.lastBaseVersion = m.baseVersion;
   isl.lastStaleness = tau;
   isl.tokensSubmitted += m.tokens;
-  isl.localSteps += m.steps;
   if (m.elapsedMs > 0 && m.tokens > 0) {
     const v = (1000 * m.tokens) / m.elapsedMs;
     isl.tokensPerSec = isl.tokensPerSec === undefined || isl.accepted === 0 ? v : 0.5 * isl.tokensPerSec + 0.5 * v;

@@ -5,7 +5,7 @@
 // Arithmetic stays f32, as in the kernels. Halves travel as Float32Arrays of f16 values here;
 // packHalves / unpackHalves give the GPU layout (two halves a 32-bit word, element 2w low).
 
-import { f16Table, f32BitsToF16Bits } from '../codec/f16.ts';
+import { f16Table, f32BitsToF16Bits } from './f16.ts';
 import * as op from './ops.ts';
 import type { Arr } from './ops.ts';
 

@@ -9,6 +9,8 @@ export interface IslandCliOptions {
   autotune?: boolean;
   precision?: 'f32' | 'f16';
   devices?: number;
+  /** Time a few steps before joining (default true; `--no-calibrate`). */
+  calibrate?: boolean;
   name?: string;
   batch?: number;
   duty?: number;
@@ -26,6 +28,7 @@ export async function island(o: IslandCliOptions): Promise<number> {
     autotune: o.autotune,
     precision: o.precision,
     devices: o.devices,
+    calibrate: o.calibrate,
     name: o.name,
     batch: o.batch,
     dutyCycle: o.duty,
