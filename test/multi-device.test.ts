@@ -85,9 +85,10 @@ describe('multi-device island', () => {
 
   it('2 devices × batch 2 equal 1 device × batch 4: losses and θ after 4 steps, and it learns', async () => {
     const one = await WebGpuEngine.create(gpus[0].device, { config, maxBatch: B, maxT: T, precision: 'f16' });
+    // a 4 KiB readback buffer: θ, Δ and the gradients come back in many chunks
     const two = new MultiDeviceEngine([
-      await WebGpuEngine.create(gpus[0].device, { config, maxBatch: B / 2, maxT: T, precision: 'f16' }),
-      await WebGpuEngine.create(gpus[1].device, { config, maxBatch: B / 2, maxT: T, precision: 'f16' }),
+      await WebGpuEngine.create(gpus[0].device, { config, maxBatch: B / 2, maxT: T, precision: 'f16', readbackBytes: 4096 }),
+      await WebGpuEngine.create(gpus[1].device, { config, maxBatch: B / 2, maxT: T, precision: 'f16', readbackBytes: 4096 }),
     ]);
     expect([two.devices, two.numerics]).toEqual([2, 'f16']);
     await one.setParams(init);

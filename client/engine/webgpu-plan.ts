@@ -18,6 +18,8 @@ export interface WebGpuEngineOptions extends EngineOptions {
   subgroups?: boolean;
   /** The adapter's fp32 peak in TFLOP/s, where known (gives `peakFlops` and `mfu()`). */
   peakTflops?: number;
+  /** Size of the readback buffer θ, Δ and the moments are read through in chunks (default READBACK_BYTES; tests make it small). */
+  readbackBytes?: number;
   /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
   autotune?: { cache: TuneCache | null; budgetMs?: number };
 }
@@ -104,7 +106,7 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   for (const [k, n] of Object.entries(single)) s.set(k, bytes(k, n));
   const o = new Map<string, number>();
   // θ, Δ and the moments are read back a chunk at a time; logits and eval losses fit in one
-  o.set('readback', Math.min(f32b(N), Math.max(READBACK_BYTES, f32b(V), f32b(EVAL_SLOTS))));
+  o.set('readback', Math.min(f32b(N), Math.max(Math.ceil((opts.readbackBytes ?? READBACK_BYTES) / 16) * 16, f32b(V), f32b(EVAL_SLOTS))));
   o.set('lossStaging', f32b(ring + EVAL_SLOTS));
   o.set('stepUniform', 256);
   // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
