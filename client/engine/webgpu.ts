@@ -21,7 +21,7 @@ import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './web
 import type { DispatchSpec } from '../../shaders/kernel.ts';
 import {
   AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, PER_LAYER, type Plan, type WebGpuEngineOptions,
-  engineError, estimateGpuBytes, f32b, h16b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
+  engineError, estimateGpuBytes, f32b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
 } from './webgpu-plan.ts';
 import * as op from '../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
