@@ -47,8 +47,8 @@ describe('atoll simulate --preset scaling', () => {
     expect(r.rungs.map((g) => g.name)).toEqual(['tiny', 'L2-C48']);
     for (const g of r.rungs) {
       expect(g.params).toBe(numParams(g.config));
-      expect(g.rows.map((x) => x.name)).toEqual(['ddp', 'ddp-lr0.003', 'ddp-lr0.006', 'ddp-lr0.012', 'single', 'islands-8', 'islands-32']);
-      expect(g.ddpSweep.map((s) => s.lr)).toEqual([3e-3, 6e-3, 1.2e-2]);
+      expect(g.rows.map((x) => x.name)).toEqual(['ddp', 'ddp-lr0.003', 'ddp-lr0.006', 'ddp-lr0.012', 'ddp-lr0.024', 'single', 'islands-8', 'islands-32']);
+      expect(g.ddpSweep.map((s) => s.lr)).toEqual([3e-3, 6e-3, 1.2e-2, 2.4e-2]);
       expect(g.rows[0].evalLoss).toBe(Math.min(...g.ddpSweep.map((s) => s.evalLoss)));
       for (const row of g.rows) {
         for (const k of ['name', 'evalLoss', 'commReductionVsDdp', 'bytesUpPerIsland', 'bytesDownPerIsland', 'tokens', 'goodput', 'flops']) expect(row).toHaveProperty(k);
@@ -61,8 +61,8 @@ describe('atoll simulate --preset scaling', () => {
     expect(['narrows', 'holds', 'widens']).toContain(r.verdict.word);
     expect(r.verdict.sentence).toContain(r.verdict.word);
     const json = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
-    expect(json.rungs[1].rows[5]).toMatchObject({ name: 'islands-8', kind: 'diloco' });
-    expect(readFileSync(join(out, 'rows.jsonl'), 'utf8').trim().split('\n')).toHaveLength(12);
+    expect(json.rungs[1].rows[6]).toMatchObject({ name: 'islands-8', kind: 'diloco' });
+    expect(readFileSync(join(out, 'rows.jsonl'), 'utf8').trim().split('\n')).toHaveLength(14);
     expect(readFileSync(join(out, 'plot.svg'), 'utf8')).toContain('<circle');
     expect(existsSync(join(out, 'report.html'))).toBe(true);
   });

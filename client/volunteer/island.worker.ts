@@ -6,9 +6,7 @@
 // on a transport error (server restart, network loss); a lost GPU device is
 // rebuilt underneath it by ResilientEngine, without losing the round.
 
-import { CpuEngine } from '../engine/cpu.ts';
 import { WebGpuEngine } from '../engine/webgpu.ts';
-import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../engine/webgpu-tune.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
@@ -18,11 +16,11 @@ import { mfu } from '../../core/model/config.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
 import { calibrate, calibrationKey, fullBatch, pickNumerics } from '../island/calibrate.ts';
-import type { AdapterSummary, Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
+import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
 import { generateBetweenSteps, SamplerEngines } from './sampler.ts';
-import { engineOptions, openDevice, probeGpu } from './worker-gpu.ts';
+import { autotuneLine, cpuName, engineOptions, lastAdapter, openEngineHandle, probeGpu } from './worker-gpu.ts';
 
 const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
 const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
@@ -125,29 +123,11 @@ function stopWith(reason: string): void {
 
 // ---------------------------------------------------------------- engine
 
-let tuneCache: Promise<TuneCache | null> | null = null;
-/** The adapter of the last device opened (tryF16 skips a software one). */
-let adapterSummary: AdapterSummary | null = null;
-
 async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true, precision: 'f32' | 'f16' = 'f32'): Promise<ResilientEngine> {
-  const eo = engineOptions(shape);
   const open = async (): Promise<EngineHandle> => {
-    if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
-    const dev = await openDevice(shape);
-    adapterSummary = dev.adapter;
-    // the matmul autotuner on first start, its choices cached by adapter (IndexedDB: workers have no localStorage)
-    const autotune = opts?.autotune === false ? undefined : { cache: await (tuneCache ??= indexedDbTuneCache()) };
-    const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, autotune, precision });
-    if (onLog) log('info', autotuneLine(e.tuning));
-    let simulated = false;
-    const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
-    return {
-      engine: e,
-      lost,
-      dispose: () => dev.device.destroy(),
-      simulateLoss: () => { simulated = true; dev.device.destroy(); },
-      gpuDevice: dev.device,
-    };
+    const h = await openEngineHandle(kind, shape, opts?.autotune !== false, precision);
+    if (onLog && h.engine instanceof WebGpuEngine) log('info', autotuneLine(h.engine.tuning));
+    return h;
   };
   return ResilientEngine.create({
     open,
@@ -174,13 +154,6 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true, pre
       publish(true);
     },
   });
-}
-
-/** What the matmul autotuner did at this engine start (null: the page's ?autotune=0). */
-function autotuneLine(t: TuneResult | null): string {
-  if (!t) return 'Matmul autotuning is off (?autotune=0): every matmul on the default tile.';
-  const n = (from: TuneResult['report'][number]['from']) => t.report.filter((r) => r.from === from).length;
-  return `Matmul tiles: ${n('timed')} timed now, ${n('cache')} from this browser's cache, ${n('default')} at the default until a later start (${(t.ms / 1000).toFixed(1)} s).`;
 }
 
 // ---------------------------------------------------------------- data
@@ -251,7 +224,7 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
  */
 async function tryF16(o: StartOptions, data: Uint8Array, key: string): Promise<void> {
   if (!engine || !calibration) return;
-  if (adapterSummary?.isFallbackAdapter) {
+  if (lastAdapter()?.isFallbackAdapter) {
     log('info', 'Numerics: f32 (a software adapter: f16 storage is not timed here).');
     return;
   }
@@ -296,11 +269,6 @@ function refineCalibration(a: Assignment): void {
 /** The name on the leaderboard: the display name, or a stable anonymous one from the contributor id. */
 function islandName(o: StartOptions): string {
   return (o.displayName || `volunteer-${o.contributorId.replace(/[^a-zA-Z0-9]/g, '').slice(0, 8)}`).slice(0, 64);
-}
-
-function cpuName(): string {
-  const n = (navigator as Navigator & { hardwareConcurrency?: number }).hardwareConcurrency;
-  return n ? `CPU (1 of ${n} threads)` : 'CPU';
 }
 
 /** Runs the island; restarts it after a transport failure, with exponential backoff. */

@@ -2,7 +2,8 @@
 
 import type { CodecOptions } from '../codec/index.ts';
 import { DOWNLINK_ENCODINGS, type DownlinkEncoding, ENCODINGS } from '../codec/index.ts';
-import type { TrainingMode } from '../protocol.ts';
+import { ErrorCode, type TrainingMode } from '../protocol.ts';
+import { type Result, err, ok } from '../result.ts';
 import type { OuterConfig } from './outer.ts';
 
 /** How a delta's weight falls with its staleness τ = v_now − v_base. */
@@ -268,3 +269,13 @@ export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
   'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
   'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',
 ];
+
+/** `cfg` with `patch` applied: E_BAD_CONFIG for a key fixed for the run (RUNTIME_KEYS) or a value out of range. */
+export function patchConfig(cfg: CoordinatorConfig, patch: CoordinatorConfigPatch): Result<CoordinatorConfig> {
+  for (const k of Object.keys(patch)) {
+    if (!RUNTIME_KEYS.includes(k as keyof CoordinatorConfig)) return err(ErrorCode.BAD_CONFIG, `${k} cannot change during a run`);
+  }
+  const next = mergeConfig(cfg, patch);
+  const problems = validateCoordinatorConfig(next);
+  return problems.length ? err(ErrorCode.BAD_CONFIG, problems.join('; ')) : ok(next);
+}

@@ -318,3 +318,10 @@ export function newIslandRecord(id: string, caps: IslandCaps, batchSize: number,
     stream: streamId(id), dataSteps: 0, caps: structuredClone(caps), work: [],
   };
 }
+
+/** A round whose outer step is in flight (offload), or being taken here. */
+export interface Closing {
+  now: number;
+  kept: PendingDelta[];
+  rejected: RejectedContribution[];
+}

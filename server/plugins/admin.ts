@@ -36,7 +36,8 @@ function toCoordinatorPatch(b: Static<typeof ConfigPatchSchema>, current: { oute
   if (b.roundTime !== undefined) p.targetRoundMs = Math.round(b.roundTime * 1000);
   if (b.quorum !== undefined) p.quorum = b.quorum;
   if (b.maxStaleness !== undefined) p.maxStaleness = b.maxStaleness;
-  if (b.codec !== undefined) p.uplink = { ...current.uplink, encoding: b.codec as Encoding };
+  // another encoding starts from its own defaults (sparse's block of 4096 is no int4 setting)
+  if (b.codec !== undefined) p.uplink = b.codec === (current.uplink as { encoding: string }).encoding ? { ...current.uplink } : { encoding: b.codec as Encoding };
   if (b.innerSteps !== undefined) p.innerSteps = b.innerSteps;
   return p;
 }

@@ -16,7 +16,7 @@ import { sha256Hex } from '../../core/mix/commit.ts';
 import { type AckMsg, type DeltaMeta, ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
 import { mulberry32 } from '../../core/random.ts';
 import { ok } from '../../core/result.ts';
-import type { NetworkSpec } from './types.ts';
+import type { MixTotals, NetworkSpec } from './types.ts';
 
 // Message sizes beside the payload, as the simulator's other messages count them (local.ts: a
 // delta's meta 256 B, an update's header 128 B): a SHA-256 is 32 B; a fragment's header (group,
@@ -28,20 +28,6 @@ const FRAGMENT_HEADER_BYTES = 16 + HASH_BYTES;
 
 /** How long a member waits on a peer's message before it gives the exchange up (virtual ms). */
 const PEER_TIMEOUT_MS = 10_000;
-
-export interface MixTotals {
-  groups: number;
-  mixedGroups: number;
-  fallbacks: number;
-  checks: number;
-  audits: number;
-  implicated: number;
-  disputes: number;
-  /** Bytes members sent each other (not the server's). */
-  peerBytes: number;
-  /** Islands that waited formWaitMs and uploaded directly. */
-  expired: number;
-}
 
 interface Member {
   islandId: string;

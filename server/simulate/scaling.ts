@@ -30,7 +30,7 @@ export interface RungSpec { name: string; config: GPTConfig }
 const shape = (nLayer: number, nHead: number, nEmbd: number): GPTConfig => ({ vocabSize: 256, blockSize: 32, nLayer, nHead, nEmbd });
 
 /**
- * The ladder: the CPU rungs (`tiny` to 8.6× its parameters) and, for a real GPU (`--engine webgpu`),
+ * The ladder: the CPU rungs (`tiny` to 8.7× its parameters) and, for a real GPU (`--engine webgpu`),
  * the shapes of `small` and `base` at the same sequence length.
  */
 export const RUNGS: RungSpec[] = [
@@ -45,7 +45,7 @@ export const RUNGS: RungSpec[] = [
 export const CPU_RUNGS = 4;
 
 /** DDP's peak inner lr sweep (cosine to a tenth), the same at every rung. */
-export const LR_SWEEP = [3e-3, 6e-3, 1.2e-2];
+export const LR_SWEEP = [3e-3, 6e-3, 1.2e-2, 2.4e-2];
 /** Rounds of the fleet per run: H = tokens / (OUTER_ROUNDS × global batch × T). */
 export const OUTER_ROUNDS = 8;
 /** Tokens in θ per parameter (every rung). Sized so the CPU ladder fits 60 minutes on 2 quiet cores. */

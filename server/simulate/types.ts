@@ -6,7 +6,6 @@ import type { GPTConfig, PresetName } from '../../core/model/config.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
-import type { MixTotals } from './mix-sim.ts';
 
 /**
  * How a simulated island behaves when it sends its delta: honest, or an attack on it — scaled ×100
@@ -270,4 +269,19 @@ export interface SimReport {
 export interface TwinSpec {
   common: SimCommon;
   rows: SimRow[];
+}
+
+/** The butterfly mixing's counts over a simulated run (mix-sim.ts). */
+export interface MixTotals {
+  groups: number;
+  mixedGroups: number;
+  fallbacks: number;
+  checks: number;
+  audits: number;
+  implicated: number;
+  disputes: number;
+  /** Bytes members sent each other (not the server's). */
+  peerBytes: number;
+  /** Islands that waited formWaitMs and uploaded directly. */
+  expired: number;
 }
