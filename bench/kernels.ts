@@ -30,6 +30,7 @@ import { setupTfjsWebgpu, type TfWebgpu } from './tfjs-webgpu.ts';
 import { drain, geomean, median, timeInterleaved } from './timing.ts';
 import { type AttentionRow, benchAttention } from './attention.ts';
 import { type TuneResult, choiceLabel } from '../client/engine/webgpu-tune.ts';
+import { benchHalf, type HalfRow } from './half.ts';
 import { type KernelTime, kernelShares } from '../client/engine/webgpu-profile.ts';
 import { type MatmulRow, benchMatmul, isSoftware } from './matmul.ts';
 
@@ -52,15 +53,20 @@ export interface TrainStepResult {
   T: number;
   steps: number;
   ours_tokens_per_sec: number;
+  /** our engine with --precision f16 */
+  ours_f16_tokens_per_sec: number;
   tfjs_tokens_per_sec: number;
   cpu_tokens_per_sec: number;
   /** ours / TF.js */
   ratio_vs_tfjs: number;
+  /** ours with f16 storage / TF.js */
+  ratio_f16_vs_tfjs: number;
   /** ours / CPU */
   ratio_vs_cpu: number;
   /** training FLOPs per token (core/model/config.ts flopsPerToken) */
   flops_per_token: number;
   ours_loss: number[];
+  ours_f16_loss: number[];
   tfjs_loss: number[];
   cpu_loss: number[];
   ours_mfu?: number;
@@ -84,6 +90,8 @@ export interface KernelBenchResult {
   matmul_summary: { geomean_ratio: number; min_ratio: number; max_ratio: number };
   /** flash attention (forward + backward) against the kernels it replaced */
   attention: AttentionRow[];
+  /** the bandwidth-bound kernels, f32 against their f16-storage forms (bench/half.ts) */
+  half: HalfRow[];
   trainStep: TrainStepResult;
   /** bytes our engine holds on the device for the train-step model */
   gpuBytes: number;
@@ -91,8 +99,8 @@ export interface KernelBenchResult {
   autotune: TuneResult['report'] | null;
   /** with --profile: GPU ms per entry point over one training step (timestamp-query) and its share */
   profile: { step_gpu_ms: number; kernels: ReturnType<typeof kernelShares> } | null;
-  /** bytes the engine allocates per preset and batch (at T = blockSize): nothing is allocated per step, so this is the peak */
-  memory: Array<{ preset: PresetName; batch: number; bytes: number }>;
+  /** bytes the engine allocates per preset, batch (at T = blockSize) and precision: nothing is allocated per step, so this is the peak */
+  memory: Array<{ preset: PresetName; batch: number; precision: 'f32' | 'f16'; bytes: number }>;
   seconds: number;
 }
 
@@ -164,19 +172,22 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
   const { fileTuneCache } = await import('../server/tune-cache.ts');
   const engine = await WebGpuEngine.create(gpu.device, { ...engineOpts, adapterInfo: gpu.info.description, peakTflops: o.peakTflops, autotune: o.autotune === false ? undefined : { cache: fileTuneCache(), budgetMs: Infinity } }); // every shape tuned (or cached): the bench measures the tuned engine
   if (engine.tuning) log(`  autotune (${engine.tuning.ms.toFixed(0)} ms): ${engine.tuning.report.map((r) => `${r.shape} ${choiceLabel(r.chosen)} (${r.from})`).join(', ')}`);
+  const engine16 = await WebGpuEngine.create(gpu.device, { ...engineOpts, precision: 'f16', adapterInfo: gpu.info.description, autotune: o.autotune === false ? undefined : { cache: fileTuneCache(), budgetMs: Infinity } });
   const cpu = new CpuEngine(engineOpts);
   let tfTimer: StepTimer | null = null;
   try {
     await engine.setParams(init);
+    await engine16.setParams(init);
     await cpu.setParams(init);
     tfTimer = await tfjsTimer(tfw, config, init, lr);
     const timers: Array<[string, StepTimer, number]> = [
       ['ours', engineTimer(engine, lr), perRound],
+      ['ours_f16', engineTimer(engine16, lr), perRound],
       ['tfjs', tfTimer, perRound],
       ['cpu', engineTimer(cpu, lr), 1],
     ];
-    const tps: Record<string, number[]> = { ours: [], tfjs: [], cpu: [] };
-    const losses: Record<string, number[]> = { ours: [], tfjs: [], cpu: [] };
+    const tps: Record<string, number[]> = { ours: [], ours_f16: [], tfjs: [], cpu: [] };
+    const losses: Record<string, number[]> = { ours: [], ours_f16: [], tfjs: [], cpu: [] };
     for (const [name, t] of timers) losses[name].push(...await t.steps(batches.slice(0, warmup)));
     for (let r = 0; r < rounds; r++) {
       for (const [name, t, k] of timers) {
@@ -187,24 +198,26 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
         const sec = (performance.now() - t0) / 1e3;
         tps[name].push(chunk.reduce((a, b) => a + b.B * b.T, 0) / sec);
       }
-      log(`  round ${r + 1}/${rounds}: ours ${tps.ours[r].toFixed(1)}, tfjs ${tps.tfjs[r].toFixed(1)}${r < cpuRounds ? `, cpu ${tps.cpu[r].toFixed(1)}` : ''} tok/s`);
+      log(`  round ${r + 1}/${rounds}: ours ${tps.ours[r].toFixed(1)}, ours f16 ${tps.ours_f16[r].toFixed(1)}, tfjs ${tps.tfjs[r].toFixed(1)}${r < cpuRounds ? `, cpu ${tps.cpu[r].toFixed(1)}` : ''} tok/s`);
     }
-    const ours = median(tps.ours), tfjs = median(tps.tfjs), cpuTps = median(tps.cpu);
+    const ours = median(tps.ours), ours16 = median(tps.ours_f16), tfjs = median(tps.tfjs), cpuTps = median(tps.cpu);
     const trainStep: TrainStepResult = {
       preset: TRAIN_PRESET, batch: B, T, steps: rounds * perRound,
       ours_tokens_per_sec: ours,
+      ours_f16_tokens_per_sec: ours16,
       tfjs_tokens_per_sec: tfjs,
       cpu_tokens_per_sec: cpuTps,
       ratio_vs_tfjs: ours / tfjs,
+      ratio_f16_vs_tfjs: ours16 / tfjs,
       ratio_vs_cpu: ours / cpuTps,
       flops_per_token: flopsPerToken(config, T),
-      ours_loss: losses.ours, tfjs_loss: losses.tfjs, cpu_loss: losses.cpu,
+      ours_loss: losses.ours, ours_f16_loss: losses.ours_f16, tfjs_loss: losses.tfjs, cpu_loss: losses.cpu,
     };
     if (o.peakTflops) {
       trainStep.ours_mfu = engine.mfu(ours, T) ?? undefined;
       trainStep.tfjs_mfu = mfu(config, tfjs, o.peakTflops * 1e12, T);
     }
-    log(`  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | tfjs ${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`);
+    log(`  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | ours f16 ${losses.ours_f16.map((l) => l.toFixed(3)).join(' ')} | tfjs ${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`);
     let profile: KernelBenchResult['profile'] = null;
     if (o.profile) {
       // the median of three profiled steps, per kernel (each dispatch in its own pass: the total is above a normal step's)
@@ -219,6 +232,7 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
     return { trainStep, gpuBytes: engine.gpuBytes, autotune: engine.tuning?.report ?? null, profile };
   } finally {
     engine.destroy();
+    engine16.destroy();
     await tfTimer?.dispose();
   }
 }
@@ -244,6 +258,9 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
     // ---- attention: the flash kernels against the old ones
     const attention = await benchAttention(gpu.device, { software, time: timeInterleaved, drain, repeats: mm.repeats, targetMs: mm.targetMs, log });
 
+    // ---- f16 storage against f32 on the bandwidth-bound kernels
+    const half = await benchHalf(gpu.device, { time: timeInterleaved, drain, repeats: mm.repeats, targetMs: mm.targetMs, log });
+
     // ---- training step
     const { trainStep, gpuBytes, autotune, profile } = await benchTrainStep(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, autotune: opts.autotune, profile: opts.profile, log });
 
@@ -257,6 +274,7 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
       matmul: mm.rows,
       matmul_summary: mm.summary,
       attention,
+      half,
       trainStep,
       gpuBytes,
       autotune,
@@ -273,7 +291,9 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
 /** Bytes the engine allocates per preset and batch (estimateGpuBytes: what create() allocates). */
 function memoryTable(): KernelBenchResult['memory'] {
   const out: KernelBenchResult['memory'] = [];
-  for (const preset of ['tiny', 'small', 'base'] as const) for (const batch of [1, 4, 8, 16]) out.push({ preset, batch, bytes: estimateGpuBytes({ config: getPreset(preset), maxBatch: batch }) });
+  for (const precision of ['f32', 'f16'] as const) {
+    for (const preset of ['tiny', 'small', 'base'] as const) for (const batch of [1, 4, 8, 16]) out.push({ preset, batch, precision, bytes: estimateGpuBytes({ config: getPreset(preset), maxBatch: batch, precision }) });
+  }
   return out;
 }
 
@@ -294,19 +314,25 @@ export function formatKernelBench(r: KernelBenchResult): string {
   lines.push('attention forward + backward (ms, median)        old      flash   speedup');
   for (const a of r.attention) lines.push(`  ${a.shape.padEnd(44)} ${f(a.old_ms).padStart(8)} ${f(a.new_ms).padStart(9)} ${('×' + f(a.speedup)).padStart(9)}  (goal ≥ ×2 at T=256)`);
   lines.push('');
+  lines.push('f16 storage vs f32, bandwidth-bound kernels (ms, median)   f32       f16   speedup');
+  for (const h of r.half) lines.push(`  ${(h.kernel + ' ' + h.shape).padEnd(52)} ${f(h.f32_ms, 3).padStart(8)} ${f(h.f16_ms, 3).padStart(9)} ${('×' + f(h.speedup)).padStart(8)}  (goal ≥ ×1.3)`);
+  lines.push('');
   const t = r.trainStep;
   lines.push(`training step, preset ${t.preset} (B=${t.batch}, T=${t.T}), tokens/s:`);
   lines.push(`  ours (WebGPU)  ${f(t.ours_tokens_per_sec, 1)}${t.ours_mfu !== undefined ? `  MFU ${(100 * t.ours_mfu).toFixed(2)}%` : ''}`);
+  lines.push(`  ours, f16      ${f(t.ours_f16_tokens_per_sec, 1)}  (×${f(t.ratio_f16_vs_tfjs)} vs TF.js)`);
   lines.push(`  TF.js (WebGPU) ${f(t.tfjs_tokens_per_sec, 1)}${t.tfjs_mfu !== undefined ? `  MFU ${(100 * t.tfjs_mfu).toFixed(2)}%` : ''}`);
   lines.push(`  CPU reference  ${f(t.cpu_tokens_per_sec, 1)}`);
-  lines.push(`  ours/TF.js ×${f(t.ratio_vs_tfjs)} (goal ≥ ×3), ours/CPU ×${f(t.ratio_vs_cpu)}`);
+  lines.push(`  ours/TF.js ×${f(t.ratio_vs_tfjs)} (goal ≥ ×5), ours/CPU ×${f(t.ratio_vs_cpu)}`);
   lines.push(`gpuBytes: ${r.gpuBytes.toLocaleString()} (${(r.gpuBytes / 2 ** 20).toFixed(1)} MiB)`);
   if (r.profile) {
     lines.push('', `profile: one training step, ${f(r.profile.step_gpu_ms, 1)} GPU ms (timestamp-query, one pass per dispatch)`);
     for (const k of r.profile.kernels) lines.push(`  ${k.entry.padEnd(36)} ${f(k.ms).padStart(9)} ms ${(100 * k.share).toFixed(1).padStart(6)}%  (${k.dispatches} dispatches)`);
   }
-  lines.push('', 'peak GPU bytes (MiB) by preset and batch, T = blockSize:');
-  for (const p of ['tiny', 'small', 'base'] as const) lines.push(`  ${p.padEnd(6)} ${r.memory.filter((m) => m.preset === p).map((m) => `B=${m.batch}: ${(m.bytes / 2 ** 20).toFixed(1)}`).join('  ')}`);
+  lines.push('', 'peak GPU bytes (MiB) by preset, batch and precision, T = blockSize (goal: base B=8 ≤ 450):');
+  for (const prec of ['f32', 'f16'] as const) {
+    for (const p of ['tiny', 'small', 'base'] as const) lines.push(`  ${prec} ${p.padEnd(6)} ${r.memory.filter((m) => m.preset === p && m.precision === prec).map((m) => `B=${m.batch}: ${(m.bytes / 2 ** 20).toFixed(1)}`).join('  ')}`);
+  }
   lines.push(`took ${f(r.seconds, 0)} s`);
   return lines.join('\n');
 }

@@ -103,6 +103,10 @@ export interface IslandView {
   contributorId: string;
   engine: string;
   adapter: string;
+  /** Storage precision it reported (f32, f16, bf16). */
+  numerics: string;
+  /** Devices behind it (data-parallel inside the island). */
+  devices: number;
   speed: number | null;
   tokens: number;
   tokensSubmitted: number;

@@ -83,6 +83,10 @@ const Int = (o: object = {}) => Type.Integer({ minimum: 0, maximum: Number.MAX_S
 const Id = (maxLength: number) => Type.String({ minLength: 1, maxLength, pattern: '^[A-Za-z0-9_-]+$' });
 const closed = { additionalProperties: false } as const;
 
+/** An island's numerics: f32, or f16 storage (the WebGPU engine's --precision f16; bf16 only in the simulator). */
+export const NumericsSchema = Type.Union([Type.Literal('f32'), Type.Literal('f16'), Type.Literal('bf16')]);
+export type Numerics = Static<typeof NumericsSchema>;
+
 export const EngineKindSchema = Type.Union([Type.Literal('cpu'), Type.Literal('webgpu')]);
 export type EngineKind = Static<typeof EngineKindSchema>;
 
@@ -104,6 +108,10 @@ export const IslandCapsSchema = Type.Object({
   maxBatch: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
   /** Preferred micro-batch (≤ maxBatch); the server uses it when it fits its own bounds. */
   batchSize: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
+  /** Storage precision of its activations and weight copy (master weights are f32 everywhere); default f32. Shown. */
+  numerics: Type.Optional(NumericsSchema),
+  /** Devices it trains on data-parallel (one Δ for all of them); default 1. Shown. */
+  devices: Type.Optional(Int({ minimum: 1, maximum: 64 })),
 }, closed);
 export type IslandCaps = Static<typeof IslandCapsSchema>;
 

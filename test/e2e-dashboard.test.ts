@@ -99,6 +99,8 @@ describe('dashboard e2e', () => {
     lap('both islands listed');
     const engines = await page.$$eval('#islands-table tbody tr td:nth-child(2)', (els) => els.map((e) => e.textContent));
     expect(engines.every((e) => e?.startsWith('cpu'))).toBe(true);
+    // the numerics each island's hello reported (CPU islands: f32 on one device)
+    expect(await page.$$eval('#islands-table tbody tr td:nth-child(3)', (els) => els.map((e) => e.textContent))).toEqual(['f32', 'f32']);
 
     await page.click('#tab-overview');
     const points = () => page.getAttribute('#chart-loss', 'data-points').then(Number);
@@ -153,7 +155,7 @@ describe('dashboard e2e', () => {
     await page.click('#tab-islands');
     await page.click('button[data-sort="quality"]');
     await expect.poll(() => page.getAttribute('th[data-col="quality"]', 'aria-sort'), { timeout: 5_000 }).toBe('descending');
-    const qualities = async () => (await page.$$eval('#islands-table tbody tr', (rows) => rows.map((r) => r.querySelector('td:nth-child(8)')?.textContent ?? ''))).map(Number);
+    const qualities = async () => (await page.$$eval('#islands-table tbody tr', (rows) => rows.map((r) => r.querySelector('td:nth-child(9)')?.textContent ?? ''))).map(Number);
     await expect.poll(async () => (await qualities()).every((q) => Number.isFinite(q)), { timeout: 10_000 }).toBe(true);
     const qs = await qualities();
     expect([...qs].sort((a, b) => b - a)).toEqual(qs);

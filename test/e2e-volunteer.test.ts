@@ -252,6 +252,8 @@ describe('volunteer page (Chromium)', () => {
     const cal = (await pageView(gpu!)).calibration;
     expect(cal?.tokensPerSec).toBeGreaterThan(0);
     expect((await pageLog(gpu!)).some((l) => l.startsWith('Measured '))).toBe(true);
+    // ?precision=auto on a software adapter keeps f32 without timing f16, and says so
+    expect((await pageLog(gpu!)).some((l) => l.startsWith('Numerics: f32 (a software adapter'))).toBe(true);
     await textOf(gpu!, '#cost-hour', 'an hour');
     // the layout must not move while the numbers update: boxes at the first step and after the round
     const boxes = () => page.evaluate(() => ['#s-version', '#s-loss', '#s-speed', '#s-up', '#round-steps', '#round-eta', '#loss-chart', '#sample', '#conn']

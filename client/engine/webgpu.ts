@@ -16,6 +16,7 @@
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import { type GPTConfig, mfu, paramLayout } from '../../core/model/config.ts';
 import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
+import { unpackHalves } from '../../core/model/ops-f16.ts';
 import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
 import {
   AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, type Plan, type WebGpuEngineOptions,
@@ -51,6 +52,10 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly gpu: GPUDevice;
   /** Whether the reductions use subgroup operations. */
   readonly subgroups: boolean;
+  /** Storage precision of the activations the matmuls read, of their weight copy and of Δ. */
+  readonly numerics: 'f32' | 'f16';
+  /** --precision f16: half.wgsl's storage form on this device (native with shader-f16). */
+  readonly halfForm: op.HalfForm;
   /** The adapter's peak FLOP/s, when given (peakTflops). */
   readonly peakFlops?: number;
   /** What the autotuner chose (null: not tuned). */
@@ -64,8 +69,10 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly staging: GPUBuffer[] = []; // loss staging buffers, all of them
   private program!: Program;
   private deltaProgram!: Program;
+  private packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
   private fwdEnd = 0;  // dispatches [0, fwdEnd): forward to the logits
   private lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
+  private optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
   private readonly hyper: typeof ADAMW_DEFAULTS;
   private readonly stepUniform = new ArrayBuffer(STEP_UNIFORM_BYTES);
   private readonly tokIn: Uint32Array;
@@ -86,6 +93,8 @@ export class WebGpuEngine implements TrainingEngine {
     this.config = { ...opts.config };
     this.device = opts.adapterInfo ?? 'webgpu';
     this.subgroups = (opts.subgroups ?? true) && device.features.has('subgroups');
+    this.numerics = opts.precision ?? 'f32';
+    this.halfForm = op.halfForm(device.features);
     this.autotune = opts.autotune;
     if (opts.peakTflops) this.peakFlops = opts.peakTflops * 1e12;
     const r = resolve(opts);
@@ -144,6 +153,11 @@ export class WebGpuEngine implements TrainingEngine {
     return e;
   }
 
+  /** Parameters of the model (θ's length). */
+  get paramCount(): number {
+    return this.N;
+  }
+
   /** Bytes allocated on the device. */
   get gpuBytes(): number {
     return this.bytes;
@@ -184,16 +198,26 @@ export class WebGpuEngine implements TrainingEngine {
     if (this.autotune) {
       this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(this.config.nEmbd, this.config.vocabSize), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
     }
-    const { specs, fwdEnd, lossEnd } = trainingStep(this.config, (n) => this.b(n), { maxRows: this.maxB * this.maxT, choices: this.tuning?.choices ?? new Map() });
+    const f16 = this.numerics === 'f16', form = this.halfForm;
+    const { specs, fwdEnd, lossEnd, optStart } = trainingStep(this.config, (n) => this.b(n), { maxRows: this.maxB * this.maxT, choices: this.tuning?.choices ?? new Map(), ...(f16 ? { f16: { form } } : {}) });
     this.fwdEnd = fwdEnd;
     this.lossEnd = lossEnd;
+    this.optStart = optStart;
     const L = this.config.nLayer, b = (n: string) => this.b(n);
+    const params = b('params'), grads = b('grads');
     if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
     const probe = { B: this.maxB, T: this.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
-    this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(b('grads'), b('start'), b('params'), { N: this.N })], probe, undefined, 'delta');
+    // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
+    const delta = f16 ? op.pseudoGradientF16(grads, b('start'), params, { N: this.N, form }) : op.pseudoGradient(grads, b('start'), params, { N: this.N });
+    this.deltaProgram = await Program.build(kernels, [delta], probe, undefined, 'delta');
     this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
     this.deltaProgram.setShape(probe);
+    if (f16) {
+      this.packProgram = await Program.build(kernels, [op.packF16(b('wcopy'), params, { N: this.N, form })], probe, undefined, 'pack');
+      this.bytes += this.packProgram.uniform.size;
+      this.packProgram.setShape(probe);
+    }
   }
 
   // ---------------------------------------------------------------- checks
@@ -256,6 +280,41 @@ export class WebGpuEngine implements TrainingEngine {
   /** Model FLOPs utilisation at `tokensPerSec` (T: sequence length) where the peak is known, else null. */
   mfu(tokensPerSec: number, T = this.maxT): number | null {
     return this.peakFlops ? mfu(this.config, tokensPerSec, this.peakFlops, T) : null;
+  }
+
+  // ---------------------------------------------------------------- several devices (multi-device.ts)
+
+  /**
+   * The first half of a data-parallel step: forward, loss and backward on this device's share of
+   * the batch. Then `addGradientsInto` (the all-reduce is the caller's) and `applyGradients`.
+   */
+  gradientsStep(batch: Batch, opts: StepOptions): void {
+    this.enqueue(batch, opts, (enc, shape) => {
+      const pass = enc.beginComputePass();
+      this.program.encode(pass, shape, 0, this.optStart);
+      pass.end();
+    });
+  }
+
+  /** The gradients of the last `gradientsStep`, added into `into` × `weight` as they are read back. */
+  async addGradientsInto(into: Float32Array, weight: number): Promise<void> {
+    this.usable();
+    await this.exclusive(() => this.readOut(this.b('grads'), 4 * this.N, (chunk, at) => {
+      const g = new Float32Array(chunk), o = at / 4;
+      for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
+    }));
+  }
+
+  /** The second half: the all-reduced gradients in, then grad norm, clip and AdamW (one submission). */
+  applyGradients(grads: Float32Array): void {
+    this.usable();
+    if (grads.length !== this.N) throw engineError('E_WRONG_SIZE', `gradients have ${grads.length} elements, the model needs ${this.N}`);
+    this.gpu.queue.writeBuffer(this.b('grads'), 0, grads);
+    const enc = this.gpu.createCommandEncoder({ label: 'applyGradients' });
+    const pass = enc.beginComputePass();
+    this.program.encode(pass, { B: this.maxB, T: this.maxT }, this.optStart);
+    pass.end();
+    this.gpu.queue.submit([enc.finish()]);
   }
 
   /** Loads the batch and step uniform, records the step with `record`, submits (the loss ring as in `step`). */
@@ -385,6 +444,14 @@ export class WebGpuEngine implements TrainingEngine {
     const q = this.gpu.queue;
     q.writeBuffer(this.b('params'), 0, params);
     q.writeBuffer(this.b('start'), 0, params);
+    if (this.packProgram) {
+      // f16: the matmuls' weight copy, rounded once from θ (AdamW keeps it after each step)
+      const enc = this.gpu.createCommandEncoder({ label: 'setParams.pack' });
+      const pass = enc.beginComputePass();
+      this.packProgram.encode(pass, { B: this.maxB, T: this.maxT });
+      pass.end();
+      q.submit([enc.finish()]);
+    }
   }
 
   async getParams(): Promise<Float32Array> {
@@ -395,13 +462,22 @@ export class WebGpuEngine implements TrainingEngine {
   async readDelta(): Promise<Float32Array> {
     this.usable();
     return this.exclusive(async () => {
-      const enc = this.gpu.createCommandEncoder({ label: 'readDelta' });
-      const pass = enc.beginComputePass();
-      this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
-      pass.end();
-      enc.copyBufferToBuffer(this.b('grads'), 0, this.b('readback'), 0, f32b(this.N));
-      this.gpu.queue.submit([enc.finish()]);
-      return this.readMapped(this.N);
+      const delta = (enc: GPUCommandEncoder) => {
+        const pass = enc.beginComputePass();
+        this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
+        pass.end();
+      };
+      const out = new Float32Array(this.N);
+      if (this.numerics === 'f32') {
+        await this.readOut(this.b('grads'), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4), delta);
+      } else {
+        // N halves, half the bytes of f32, unpacked here once (for the codec); chunks hold whole words
+        await this.readOut(this.b('grads'), 4 * Math.ceil(this.N / 2), (chunk, at) => {
+          const from = at / 2, n = Math.min(this.N - from, (chunk.byteLength / 4) * 2);
+          unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
+        }, delta);
+      }
+      return out;
     });
   }
 
@@ -453,11 +529,29 @@ export class WebGpuEngine implements TrainingEngine {
   private readBuffer(name: string): Promise<Float32Array> {
     this.usable();
     return this.exclusive(async () => {
-      const enc = this.gpu.createCommandEncoder({ label: `read ${name}` });
-      enc.copyBufferToBuffer(this.b(name), 0, this.b('readback'), 0, f32b(this.N));
-      this.gpu.queue.submit([enc.finish()]);
-      return this.readMapped(this.N);
+      const out = new Float32Array(this.N);
+      await this.readOut(this.b(name), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4));
+      return out;
     });
+  }
+
+  /**
+   * `bytes` of `src` from its start, through the readback buffer (READBACK_BYTES: a big model's θ
+   * takes several), each chunk handed to `take` while mapped, with its byte offset. `first` records
+   * work into the first chunk's submission (readDelta's Δ pass). Call inside `exclusive`.
+   */
+  private async readOut(src: GPUBuffer, bytes: number, take: (chunk: ArrayBuffer, at: number) => void, first?: (enc: GPUCommandEncoder) => void): Promise<void> {
+    const rb = this.b('readback');
+    for (let at = 0; at < bytes; at += rb.size) {
+      const n = Math.min(rb.size, Math.ceil((bytes - at) / 4) * 4);
+      const enc = this.gpu.createCommandEncoder({ label: `read ${src.label}` });
+      if (at === 0) first?.(enc);
+      enc.copyBufferToBuffer(src, at, rb, 0, n);
+      this.gpu.queue.submit([enc.finish()]);
+      await rb.mapAsync(GPUMapMode.READ, 0, n);
+      take(rb.getMappedRange(0, n), at);
+      rb.unmap();
+    }
   }
 
   /** Frees the engine's buffers (the device belongs to the caller). */
@@ -468,6 +562,7 @@ export class WebGpuEngine implements TrainingEngine {
     for (const b of this.staging) b.destroy();
     this.program?.destroy();
     this.deltaProgram?.destroy();
+    this.packProgram?.destroy();
     this.lostCallbacks.clear();
   }
 }

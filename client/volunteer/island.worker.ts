@@ -15,12 +15,12 @@ import { encodeText } from '../../core/data/tokenizer.ts';
 import { mfu } from '../../core/model/config.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
-import { calibrate, calibrationKey, fullBatch } from '../island/calibrate.ts';
+import { calibrate, calibrationKey, fullBatch, pickNumerics } from '../island/calibrate.ts';
 import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
 import { generateBetweenSteps, SamplerEngines } from './sampler.ts';
-import { autotuneLine, cpuName, engineOptions, openEngineHandle, probeGpu } from './worker-gpu.ts';
+import { autotuneLine, cpuName, engineOptions, lastAdapter, openEngineHandle, probeGpu } from './worker-gpu.ts';
 
 const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
 const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
@@ -123,9 +123,9 @@ function stopWith(reason: string): void {
 
 // ---------------------------------------------------------------- engine
 
-async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Promise<ResilientEngine> {
+async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true, precision: 'f32' | 'f16' = 'f32'): Promise<ResilientEngine> {
   const open = async (): Promise<EngineHandle> => {
-    const h = await openEngineHandle(kind, shape, opts?.autotune !== false);
+    const h = await openEngineHandle(kind, shape, opts?.autotune !== false, precision);
     if (onLog && h.engine instanceof WebGpuEngine) log('info', autotuneLine(h.engine.tuning));
     return h;
   };
@@ -175,7 +175,8 @@ async function start(o: StartOptions): Promise<void> {
   publish(true);
   const t0 = performance.now();
   try {
-    engine = await openEngine(o.engine, o.shape);
+    // a fixed ?precision=, or the choice saved with this device's calibration (checked against its key later)
+    engine = await openEngine(o.engine, o.shape, true, o.precision === 'auto' ? o.calibration?.numerics ?? 'f32' : o.precision);
   } catch (e) {
     log('error', `Could not start the ${o.engine === 'cpu' ? 'CPU' : 'WebGPU'} engine: ${(e as Error).message}`);
     stopWith(`Could not start the engine: ${(e as Error).message}`);
@@ -196,7 +197,8 @@ async function start(o: StartOptions): Promise<void> {
 /** This device's speed: the saved measurement when it fits, else a few timed steps now. */
 async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<void> {
   if (calibration || !engine) return;
-  const key = calibrationKey(o.engine, engine.device, o.shape);
+  // the precision setting is part of the key: ?precision=f32 never reuses an f16 choice
+  const key = `${calibrationKey(o.engine, engine.device, o.shape)}|${o.precision}`;
   if (o.calibration?.key === key) {
     calibration = o.calibration;
     log('info', `Speed measured earlier on this device: ${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(1)} s).`);
@@ -204,14 +206,51 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
   }
   view.detail = 'Measuring this device’s speed on a few training steps…';
   publish(true);
-  calibration = await calibrate(engine.current, data, o.shape, key);
+  calibration = { ...(await calibrate(engine.current, data, o.shape, key)), numerics: engine.numerics === 'f16' ? 'f16' : 'f32' };
+  if (o.engine === 'webgpu' && o.precision === 'auto' && engine.numerics !== 'f16') await tryF16(o, data, key);
   view.detail = '';
+  if (!calibration) return;
   post({ type: 'calibrated', calibration });
   const c = calibration;
   const steps = c.timed.map((t) => `${t.B}: ${(t.ms / 1000).toFixed(1)} s`).join(', ');
   log('info', `Measured ${Math.round(c.tokensPerSec).toLocaleString('en-US')} tokens/s in ${(c.ms / 1000).toFixed(1)} s (steps of batch ${steps}; ` +
     `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): the first round is sized from it.`);
   publish(true);
+}
+
+/**
+ * ?precision=auto on a first visit: time an f16 engine as the f32 one was and keep the faster; the
+ * choice is saved with the calibration. A software adapter keeps f32 (its speed says nothing of a GPU).
+ */
+async function tryF16(o: StartOptions, data: Uint8Array, key: string): Promise<void> {
+  if (!engine || !calibration) return;
+  if (lastAdapter()?.isFallbackAdapter) {
+    log('info', 'Numerics: f32 (a software adapter: f16 storage is not timed here).');
+    return;
+  }
+  let f16: ResilientEngine;
+  try {
+    f16 = await openEngine(o.engine, o.shape, false, 'f16');
+  } catch (e) {
+    log('info', `Numerics: f32 (f16 storage does not run here: ${(e as Error).message}).`);
+    return;
+  }
+  view.detail = 'Timing f16 storage against f32 on a few training steps…';
+  publish(true);
+  const c16 = await calibrate(f16.current, data, o.shape, key);
+  const pick = pickNumerics(calibration, c16);
+  log('info', pick.line);
+  if (pick.numerics === 'f16') {
+    engine.destroy();
+    engine = f16;
+    engine.dutyCycle = o.dutyCycle;
+    engine.extraStepMs = delays.stepMs;
+    calibration = { ...c16, numerics: 'f16', f16Speedup: pick.speedup };
+    view.device = engine.device;
+  } else {
+    f16.destroy();
+    calibration = { ...calibration, f16Speedup: pick.speedup };
+  }
 }
 
 /**

@@ -259,7 +259,7 @@ ui.start.addEventListener('click', () => {
   ensureChart();
   send({
     type: 'start',
-    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration, autotune: new URLSearchParams(location.search).get('autotune') !== '0' },
+    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration, autotune: new URLSearchParams(location.search).get('autotune') !== '0', precision: precisionParam() },
   });
   syncHiddenPause();
   void pollStatus();
@@ -460,3 +460,9 @@ function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
 renderView();
 void loadRun();
 void pollStatus();
+
+/** ?precision=f32|f16 fixes the WebGPU storage precision; absent (auto): the worker times both on a first visit. */
+function precisionParam(): 'auto' | 'f32' | 'f16' {
+  const p = new URLSearchParams(location.search).get('precision');
+  return p === 'f32' || p === 'f16' ? p : 'auto';
+}

@@ -74,17 +74,22 @@ export async function openDevice(shape: ModelShape): Promise<OpenedDevice> {
 }
 
 let tuneCache: Promise<TuneCache | null> | null = null;
+let adapter: AdapterSummary | null = null;
+
+/** The adapter of the last device opened (?precision=auto does not time f16 on a software one). */
+export const lastAdapter = (): AdapterSummary | null => adapter;
 
 /**
  * An engine of `kind` for `shape` with its device and the device's loss (ResilientEngine's
  * handle); WebGPU with the matmul autotuner unless `autotune` is false, its choices cached by
  * adapter (IndexedDB: workers have no localStorage).
  */
-export async function openEngineHandle(kind: EngineKind, shape: ModelShape, autotune: boolean): Promise<EngineHandle> {
+export async function openEngineHandle(kind: EngineKind, shape: ModelShape, autotune: boolean, precision: 'f32' | 'f16' = 'f32'): Promise<EngineHandle> {
   const eo = engineOptions(shape);
   if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
   const dev = await openDevice(shape);
-  const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, autotune: autotune ? { cache: await (tuneCache ??= indexedDbTuneCache()) } : undefined });
+  adapter = dev.adapter;
+  const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, precision, autotune: autotune ? { cache: await (tuneCache ??= indexedDbTuneCache()) } : undefined });
   let simulated = false;
   const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
   return {

@@ -32,4 +32,4 @@ export {
 export { DOWNLINK_ENCODINGS, type DownlinkEncoding } from './encodings.ts';
 export { ErrorFeedback, selectTopK } from './topk.ts';
 export { crc32 } from './crc32.ts';
-export { f16ToF32, f32ToF16 } from './f16.ts';
+export { f16ToF32, f32ToF16 } from '../model/f16.ts';

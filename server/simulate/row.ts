@@ -282,8 +282,8 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
     };
     reports[idx] = rep;
     const tps = spec.speed * row.baseTokensPerSec;
-    const made = await clock.hold(engines.make({ config, maxBatch: spec.batchSize, maxT: T }));
-    const engine = new SimEngine(engines.kind === 'cpu' ? made : holdClock(made, clock), clock, tps, spec.numerics);
+    const made = await clock.hold(engines.make({ config, maxBatch: spec.batchSize, maxT: T, precision: spec.precision }));
+    const engine = new SimEngine(engines.kind === 'cpu' ? made : holdClock(made, clock), clock, tps, spec.numerics, spec.devices);
     const train = spec.shard ? ds.train.subarray(Math.floor(spec.shard[0] * ds.train.length), Math.floor(spec.shard[1] * ds.train.length)) : ds.train;
     simEngines.push(engine);
     const rand = mulberry32(mixSeed(common.seed, hashString(spec.name), 0xd209));
@@ -312,6 +312,8 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
       });
       let killAt = Infinity;
       rt.on((e) => {
+        if (e.type === 'synced' && e.via === 'update') rep.hashChecks = (rep.hashChecks ?? 0) + 1;
+        if (e.type === 'error' && /HASH/.test(e.error.code)) rep.hashMismatches = (rep.hashMismatches ?? 0) + 1;
         if (e.type === 'submitted' && e.ack.status === 'applied') rep.acceptedTokens += e.meta.tokens;
         if (e.type === 'assignment') {
           killAt = spec.dropProb > 0 && rand() < spec.dropProb

@@ -40,6 +40,17 @@ export interface IslandSpec {
   network: NetworkSpec;
   /** Weights kept in f16/bf16 on this island (rounded after each step); default f32. */
   numerics?: Numerics;
+  /**
+   * The engine's storage precision: 'f16' is --precision f16 (on the CPU engine, its kernels' CPU
+   * twins; on --engine webgpu, the f16 kernels); default f32.
+   */
+  precision?: 'f32' | 'f16';
+  /**
+   * Devices behind this island (reported in its hello): batchSize and speed are their totals, one
+   * Δ. It trains as one device at the whole batch, which the multi-device engine equals
+   * (test/multi-device.test.ts). Default 1.
+   */
+  devices?: number;
   /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
   shard?: [number, number];
   /** Butterfly mixing: probability, per group it is in, of crashing mid-exchange (then back after offlineMs). */
@@ -131,6 +142,9 @@ export interface IslandReport {
   acceptedTokens: number;
   rejected: Record<string, number>;
   drops: number;
+  /** Updates applied with θ's hash checked against the server's, and those that did not match. */
+  hashChecks?: number;
+  hashMismatches?: number;
 }
 
 export interface SimRunResult {
