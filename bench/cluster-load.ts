@@ -9,7 +9,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freeTcpPort, startRedis } from '../server/cluster/redis-proc.ts';
-import { type LoadTarget, loadRunFile } from './server.ts';
+import { type LoadTarget, loadRunFile } from './load-run.ts';
 
 const BIN = fileURLToPath(new URL('../bin/atoll.js', import.meta.url));
 

@@ -4,7 +4,7 @@
 
 import { syntheticDelta } from './codec.ts';
 import { type Encoding, encodeDelta } from '../core/codec/index.ts';
-import { OuterPool } from '../server/cluster/outer-pool.ts';
+import { OuterPool } from '../server/outer/pool.ts';
 import { median } from './timing.ts';
 
 export interface OuterPoolBench {

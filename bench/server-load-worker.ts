@@ -7,7 +7,7 @@ import { io, type Socket } from 'socket.io-client';
 import { encodeDelta } from '../core/codec/index.ts';
 import { numParams } from '../core/model/config.ts';
 import { type AckMsg, type Assignment, PROTOCOL_VERSION } from '../core/protocol.ts';
-import { LOAD_MODEL } from './server.ts';
+import { LOAD_MODEL } from './load-run.ts';
 
 type Wire<T> = { ok: true; value: T } | { ok: false; error: { code: string; message: string } };
 

@@ -18,11 +18,12 @@ import { join } from 'node:path';
 import { syntheticDelta } from './codec.ts';
 import { type CheckpointBench, benchCheckpoint } from './checkpoint.ts';
 import { type OuterPoolBench, benchOuterPool } from './outer-pool.ts';
+import { type LoadTarget, LOAD_MODEL, loadRunFile } from './load-run.ts';
 import { median } from './timing.ts';
 import { ENCODINGS, type Encoding, encodeDelta } from '../core/codec/index.ts';
 import { Coordinator } from '../core/coord/index.ts';
-import { OuterOffloadHost } from '../server/outer-offload.ts';
-import { getPreset, numParams, type GPTConfig } from '../core/model/config.ts';
+import { OuterOffloadHost } from '../server/outer/offload.ts';
+import { getPreset, numParams } from '../core/model/config.ts';
 import { type Assignment, PROTOCOL_VERSION } from '../core/protocol.ts';
 
 export interface BenchServerOptions {
@@ -172,29 +173,6 @@ export async function benchApply(encoding: Encoding, n: number, seconds: number,
 function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
-}
-
-/** The load test's model: small enough that a thousand islands' deltas are cheap to make and apply. */
-export const LOAD_MODEL: GPTConfig = { vocabSize: 256, blockSize: 16, nLayer: 1, nHead: 1, nEmbd: 8 };
-
-/** The load test's run: async, no norm bound, limits out of the way. */
-export function loadRunFile() {
-  return {
-    name: 'bench',
-    model: LOAD_MODEL,
-    coordinator: {
-      mode: 'async' as const, seqLen: 16, batchSize: 1, innerSteps: 1, minInnerSteps: 1, maxStaleness: 1_000_000,
-      normBound: { factor: 0, window: 32, minHistory: 3 }, islandTimeoutMs: 600_000, keepUpdates: 4, historyLimit: 16,
-    },
-    limits: { helloPerMinute: 1_000_000, restPerMinute: 1_000_000, maxIslands: 1_000_000 },
-    checkpoints: { keep: 2 },
-  };
-}
-
-/** Where the load goes: gateway URLs, and how to stop it once the islands are done. */
-export interface LoadTarget {
-  urls: string[];
-  stop(): Promise<{ connected: number; versions: number; commits?: number }>;
 }
 
 async function embeddedTarget(dir: string, outerWorkers: number): Promise<LoadTarget> {

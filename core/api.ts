@@ -80,6 +80,11 @@ export interface RunStatus {
   bytesOut: number;
   /** What data-parallel training would have uploaded for tokensTotal: one fp32 gradient per inner step. */
   bytesDataParallel: number;
+  /**
+   * Mean bytes of the last few update frames islands download (the downlink as sent, deflate
+   * included: RunInfo.bytesPerRound.down is the undeflated bound); null before the first update.
+   */
+  bytesPerUpdate: number | null;
   goodput: number;
   accepted: number;
   rejected: Record<string, number>;

@@ -44,6 +44,8 @@ export const ErrorCode = {
   /** A delta's claimed work does not fit its assignment (steps above it, tokens ≠ steps × batch × seqLen). */
   BAD_CLAIM: 'E_BAD_CLAIM',
   PAUSED: 'E_PAUSED',
+  /** Butterfly mixing: an audit found this member's fragment, partial sum or replayed Δ wrong (core/mix). */
+  MIX_MISMATCH: 'E_MIX_MISMATCH',
   /** The server holds its maximum number of islands (connected, or records kept): retry later. */
   FULL: 'E_FULL',
   /** The run reached its token budget: no more assignments. Not a failure. */
@@ -199,16 +201,23 @@ export interface InnerLrPlan {
   tokensStart: number;
   /** Run tokens that pass per inner step of this island (all islands together). */
   tokensPerStep: number;
-  /** Per-island warmup for a fresh AdamW state: lr × min(1, (localStepsDone + i + 1) / localWarmupSteps). */
+  /**
+   * Warmup of a fresh AdamW state, counted in the island's own AdamW steps since that state was
+   * fresh (a joining island, a reloaded tab, a round that starts from a fresh AdamW):
+   * lr × min(1, (k + 1) / localWarmupSteps) at its k-th such step. Adam's first steps move every
+   * weight by about ±lr whatever its gradient, so they must be small (docs/research.md, "Cold start").
+   */
   localWarmupSteps: number;
-  localStepsDone: number;
 }
 
-/** The inner learning rate at step i (0-based) of the round described by `plan`. */
-export function innerLearningRate(plan: InnerLrPlan, i: number): number {
+/**
+ * The inner learning rate at step i (0-based) of the round described by `plan`, for an island whose
+ * AdamW state has taken `optimizerSteps` steps before this one (default i: the round began fresh).
+ */
+export function innerLearningRate(plan: InnerLrPlan, i: number, optimizerSteps = i): number {
   const schedule = { maxLr: plan.maxLr, minLr: plan.minLr, warmup: plan.warmupTokens, total: plan.totalTokens };
   let lr = learningRate(schedule, plan.tokensStart + i * plan.tokensPerStep, plan.tokensPerStep);
-  if (plan.localWarmupSteps > 0) lr *= Math.min(1, (plan.localStepsDone + i + 1) / plan.localWarmupSteps);
+  if (plan.localWarmupSteps > 0) lr *= Math.min(1, (optimizerSteps + 1) / plan.localWarmupSteps);
   return lr;
 }
 

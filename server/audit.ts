@@ -10,7 +10,8 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { type AuditConfig, type AuditJob, AuditError, AuditQueue, auditWork } from '../core/coord/audit.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
-import type { Run } from './run.ts';
+import type { Coordinator } from '../core/coord/index.ts';
+import type { RunStore } from './store.ts';
 
 export interface AuditOptions extends Partial<AuditConfig> {
   /** The validators' shared secret (`atoll serve --validator-token`, $ATOLL_VALIDATOR_TOKEN). */
@@ -30,14 +31,21 @@ export interface VerdictAnswer {
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
+/** What the audits use of the run (server/run.ts's Run), named here so that neither file imports the other's class. */
+export interface AuditedRun {
+  readonly coord: Coordinator;
+  readonly store: Pick<RunStore, 'append'>;
+  ban(islandId: string, reason: string): Promise<Result<void>>;
+}
+
 export class RunAudits {
   readonly queue: AuditQueue;
-  private readonly run: Run;
+  private readonly run: AuditedRun;
   private readonly token: Buffer;
   /** θ of the last sampled version, shared by its jobs. */
   private base: { version: number; hash: string; params: Float32Array } | null = null;
 
-  constructor(run: Run, o: AuditOptions) {
+  constructor(run: AuditedRun, o: AuditOptions) {
     this.run = run;
     this.token = digest(o.token);
     const { token: _t, ...cfg } = o;

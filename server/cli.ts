@@ -4,6 +4,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { PRESETS } from '../core/model/config.ts';
 import { ENCODINGS } from '../core/codec/index.ts';
+import { COLD_START_WARMUP_STEPS } from '../core/coord/config.ts';
 
 function intArg(v: string): number {
   const n = Number(v);
@@ -123,6 +124,7 @@ export function buildProgram(): Command {
     .requiredOption('--server <urls>', 'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them')
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
+    .option('--no-calibrate', 'skip timing a few steps before joining (the first round is then the run\'s default length, not sized to its round time)')
     .option('--name <name>', 'display name on the dashboard')
     .option('--batch <n>', 'largest micro-batch to run (default: the run\'s)', intArg)
     .option('--duty <f>', 'fraction of time spent computing, (0, 1]', numArg)
@@ -193,7 +195,7 @@ export function buildProgram(): Command {
     .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu', 'cpu')
     .option('--batches <list>', 'Node islands\' micro-batches, cycled (default: the run\'s)')
     .option('--duty <list>', 'Node islands\' duty cycles in (0, 1], cycled', '1')
-    .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, restarted 2 s later)')
+    .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, then restarted)')
     .option('--tokens <n>', 'tokens in θ that end the run (and every row)', intArg, 50_000)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option('--seed <n>', 'θ init seed of the run and its twin', intArg, 1337)
@@ -254,6 +256,19 @@ export function buildProgram(): Command {
       const { benchKernels, formatKernelBench } = await import('../bench/kernels.ts');
       const r = await benchKernels({ peakTflops: o.peakTflops, quick: !!o.quick, autotune: o.autotune, profile: !!o.profile, log: (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : formatKernelBench(r)) + '\n');
+    });
+  bench.command('cold-start')
+    .description('one island\'s first round on a preset\'s default run: held-out loss before and after, per round length, with and without the fresh-AdamW warmup, cold and joining late (CPU, deterministic)')
+    .addOption(new Option('--preset <name>', 'model preset of the default run').choices(Object.keys(PRESETS)).default('small'))
+    .option('--rounds <list>', 'round lengths in inner steps, comma-separated', '1,4,8,50')
+    .option('--warmups <list>', 'warmups in AdamW steps to compare (0: none), comma-separated; the first one\'s island is the late joiner\'s start', `${COLD_START_WARMUP_STEPS},0`)
+    .option('--late <n>', 'a late joiner trains from θ after this many steps (0: none)', intArg, 50)
+    .option('--json', 'print one JSON object')
+    .action(async (o) => {
+      const { benchColdStart, formatColdStart } = await import('../bench/cold-start.ts');
+      const list = (s: string) => s.split(',').map((x) => Number(x.trim())).filter((x) => Number.isInteger(x) && x >= 0);
+      const r = await benchColdStart({ preset: o.preset, rounds: list(o.rounds).filter((x) => x > 0), warmups: list(o.warmups), late: o.late, log: o.json ? undefined : (s: string) => process.stderr.write(s + '\n') });
+      process.stdout.write((o.json ? JSON.stringify(r) : formatColdStart(r)) + '\n');
     });
   bench.command('codec')
     .description('pseudo-gradient codec: encode/decode MB/s and frame size per encoding, on a base-sized delta')

@@ -128,7 +128,7 @@ export class EvalService {
 async function runWorker(init: EvalWorkerInit): Promise<void> {
   const { CpuEngine } = await import('../client/engine/cpu.ts');
   const { evalBatches } = await import('../core/data/dataset.ts');
-  const { generate } = await import('../core/model/sample.ts');
+  const { generate } = await import('../core/sample.ts');
   const T = init.config.blockSize;
   const heldOut = new Uint8Array(init.heldOut);
   const batches = evalBatches(heldOut, init.batchSize, T, init.nBatches);

@@ -1,6 +1,7 @@
 // A headless island in Node: the shared IslandRuntime with the socket.io transport and a CPU or
 // WebGPU (Dawn) engine. `atoll island` runs it; tests and the bench run it in-process or as a child.
 
+import { type Calibration, calibrate, calibrationKey } from '../client/island/calibrate.ts';
 import { IslandRuntime, type IslandEvent, type IslandRunSummary } from '../client/island/runtime.ts';
 import type { GPTConfig } from '../core/model/config.ts';
 import type { EngineKind } from '../core/protocol.ts';
@@ -19,6 +20,11 @@ export interface NodeIslandOptions {
   batch?: number;
   /** Fraction of time spent computing (default 1). */
   dutyCycle?: number;
+  /**
+   * Times a few real steps before joining, as the volunteer page does, so the server sizes even the
+   * first round to the run's target round time (default true; `--no-calibrate`).
+   */
+  calibrate?: boolean;
   /** Give up after the server has been unreachable this long (default 10 min). */
   maxOutageMs?: number;
   /** Progress line on stderr: 'tty' rewrites one line, 'lines' prints one per round, 'none'. */
@@ -31,6 +37,8 @@ export interface NodeIslandOptions {
 
 export interface NodeIsland {
   runtime: IslandRuntime;
+  /** The speed measured before joining (null with calibrate: false). */
+  calibration: Calibration | null;
   transport: SocketIoTransport;
   done: Promise<IslandRunSummary>;
   /** Stops after the current step; an in-flight delta still gets its ack. */
@@ -42,6 +50,7 @@ export interface NodeIsland {
 interface RunInfoLite {
   model: GPTConfig;
   batch: number;
+  seqLen: number;
   name: string;
 }
 
@@ -84,6 +93,11 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   const batch = o.batch ?? info.batch ?? 8;
   const engine = await createEngine(o.engine, { config: info.model, maxBatch: batch }, { autotune: o.autotune });
   say(`atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, batch ${batch}, ${train.length.toLocaleString()} training bytes`);
+  // the speed at the duty cycle: what a round's wall time will see (calibrate leaves AdamW fresh)
+  const duty = Math.min(1, Math.max(0.01, o.dutyCycle ?? 1));
+  const shape = { config: info.model, maxBatch: batch, maxT: info.seqLen };
+  const calibration = o.calibrate === false ? null : await calibrate(engine, train, shape, calibrationKey(engine.kind, engine.device, shape));
+  if (calibration) say(`atoll island: measured ${Math.round(calibration.tokensPerSec).toLocaleString()} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(2)} s${calibration.estimated ? ', estimated from batches 1 and 2' : ''}) in ${(calibration.ms / 1000).toFixed(1)} s`);
 
   const transport = new SocketIoTransport({
     url: gateways.join(','),
@@ -92,7 +106,7 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   });
   const runtime = new IslandRuntime({
     engine, train, transport,
-    caps: { name: o.name, maxBatch: batch, batchSize: batch },
+    caps: { name: o.name, maxBatch: batch, batchSize: batch, ...(calibration ? { tokensPerSec: calibration.tokensPerSec * duty } : {}) },
     dutyCycle: o.dutyCycle,
     // a transport failure is only reported after a long outage: retry a few of those too
     maxRetries: 3,
@@ -150,7 +164,7 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     return summary;
   });
   return {
-    runtime, transport, done,
+    runtime, transport, done, calibration,
     stop: () => { stops++; runtime.stop(); if (runtime.progress.status === 'waiting') void transport.close('stopped'); },
     get stopRequested() { return stops > 0; },
   };

@@ -4,7 +4,7 @@
 
 import { readFileSync } from 'node:fs';
 import type { RunConfig } from '../core/api.ts';
-import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, SPARSE_UPLINK, mergeConfig, validateCoordinatorConfig } from '../core/coord/index.ts';
+import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, MEASURED_SETTING, SPARSE_UPLINK, mergeConfig, validateCoordinatorConfig } from '../core/coord/index.ts';
 import { ENCODINGS, type Encoding } from '../core/codec/index.ts';
 import { type PresetName, PRESETS, getPreset, validateConfig } from '../core/model/config.ts';
 
@@ -44,7 +44,13 @@ const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches
 
 export const DEFAULT_RUN_NAME = 'default';
 
-/** The embedded default: `small`, Moby-Dick, sync DiLoCo, int8 deltas. */
+/** The downlink of a dense uplink (`--codec int8` and the like): int8, one scale per 64. */
+const DENSE_DOWNLINK: CoordinatorConfig['downlink'] = { encoding: 'int8', blockSize: 64 };
+
+/**
+ * The embedded default: `small`, Moby-Dick, on the measured setting (MEASURED_SETTING: async merge
+ * windows, the sparse uplink, int4 downlink; the setting the simulator's comparison row measures).
+ */
 function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
   const { evalBatches, evalBatchSize, ...coord } = PRESET_DEFAULTS[preset];
   return {
@@ -57,9 +63,9 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
     seed: 1337,
     coordinator: mergeConfig(DEFAULT_COORDINATOR_CONFIG, {
       ...coord,
-      mode: 'sync',
+      ...structuredClone(MEASURED_SETTING),
+      // Nesterov per merge window, as measured; DiLoCo's lr and momentum for an open-ended run
       outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
-      uplink: { encoding: 'int8', blockSize: 64 },
       // The server keeps its own history (with eval losses); the coordinator's copy only feeds snapshots.
       historyLimit: 64,
       keepUpdates: 32,
@@ -80,7 +86,9 @@ function flagPatch(f: RunFlags): CoordinatorConfigPatch {
   }
   if (f.codec !== undefined) {
     if (!ENCODINGS.includes(f.codec as Encoding)) throw new ConfigError('E_BAD_CONFIG', `--codec must be one of ${ENCODINGS.join('|')}, got '${f.codec}'`);
-    p.uplink = f.codec === 'sparse' ? { ...SPARSE_UPLINK } : { encoding: f.codec as Encoding }; // sparse: the measured setting
+    // the uplink, and the downlink measured with it: sparse's int4 per 4096, else int8 per 64
+    p.uplink = f.codec === 'sparse' ? { ...SPARSE_UPLINK } : { encoding: f.codec as Encoding };
+    p.downlink = f.codec === 'sparse' ? { ...MEASURED_SETTING.downlink } : { ...DENSE_DOWNLINK };
   }
   const outer: Partial<CoordinatorConfig['outer']> = {};
   if (f.outerLr !== undefined) outer.lr = f.outerLr;
@@ -139,9 +147,10 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
   // the default title describes the default run only: another run reads as its name until given one
   if (flags.title === undefined && file?.title === undefined && (cfg.name !== DEFAULT_RUN_NAME || cfg.data !== 'moby-dick')) cfg.title = cfg.name;
   cfg.coordinator = mergeConfig(cfg.coordinator, flagPatch(flags));
-  // Async DiLoCo applies each Δ on arrival: the delayed Nesterov of Async Local-SGD, unless set explicitly.
+  // Async without merge windows applies each Δ on arrival: the delayed Nesterov of Async Local-SGD,
+  // unless set explicitly (a merge window takes one Nesterov step, as the simulator measured).
   const outerGiven = file?.coordinator?.outer?.kind !== undefined;
-  if (cfg.coordinator.mode === 'async' && !outerGiven) cfg.coordinator.outer.kind = 'delayed-nesterov';
+  if (cfg.coordinator.mode === 'async' && cfg.coordinator.asyncWindow.fraction === 0 && !outerGiven) cfg.coordinator.outer.kind = 'delayed-nesterov';
   validateRunConfig(cfg);
   return cfg;
 }

@@ -7,7 +7,7 @@
 // checkpoint (run-checkpoint.ts) and log lines (history.ts) are on disk (store.ts).
 //
 // The outer step off the event loop: with `outerWorkers` > 0 the coordinator's outer step runs in
-// worker threads (outer-offload.ts). `kick()` starts a pending step; until it completes, calls that
+// worker threads (outer/offload.ts). `kick()` starts a pending step; until it completes, calls that
 // change rounds wait (`whenIdle`), and the pump snapshots only between steps.
 
 import type { RunAudits } from './audit.ts';
@@ -20,7 +20,7 @@ import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type UpdateMsg
 import { type Result, err, ok } from '../core/result.ts';
 import { loadCorpus } from './corpus.ts';
 import { EvalService } from './eval-worker.ts';
-import type { Metrics } from './plugins/metrics.ts';
+import type { Metrics } from './metrics.ts';
 import type { CheckpointInfo, HistoryPoint, IslandView, RunConfig, RunStatus } from '../core/api.ts';
 import { RunHistory, eventLine, finiteOrNull, type PointContext } from './history.ts';
 import { DurabilityPump } from './pump.ts';
@@ -29,7 +29,7 @@ import { SnapshotArrays, checkpointFile, encodeRunCheckpoint, restoreLatest } fr
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
 import { islandView } from './island-view.ts';
-import { OuterOffloadHost } from './outer-offload.ts';
+import { OuterOffloadHost } from './outer/offload.ts';
 
 /** θ as of the last durable version: what islands may download. */
 interface DurableState {
@@ -194,6 +194,7 @@ export class Run {
       bytesIn: this.bytesIn,
       bytesOut: this.bytesOut,
       bytesDataParallel: (this.durable.totalTokens / (this.config.coordinator.batchSize * this.config.coordinator.seqLen)) * 4 * this.paramCount,
+      bytesPerUpdate: this.meanUpdateBytes(),
       goodput: t.goodput,
       accepted: t.accepted,
       rejected: t.rejected,
@@ -249,6 +250,13 @@ export class Run {
   /** θ at the durable version (read-only by contract). */
   durableParams(): { version: number; hash: string; params: Float32Array } {
     return { version: this.durable.version, hash: this.durable.hash, params: this.durable.theta };
+  }
+
+  /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
+  private meanUpdateBytes(): number | null {
+    const r = this.coord.updatesSince(Math.max(0, this.durable.version - 8));
+    const ups = r.ok ? r.value.filter((u) => u.version <= this.durable.version) : [];
+    return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
   }
 
   /** Update messages after `fromVersion`, up to the durable version only. */

@@ -6,7 +6,7 @@ import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import { loadCorpus } from '../server/corpus.ts';
-import { benchMatmul, matmulCases, type MatmulCase } from '../bench/kernels.ts';
+import { benchMatmul, matmulCases, type MatmulCase } from '../bench/matmul.ts';
 import { TILE_VARIANTS, choiceLabel } from '../client/engine/webgpu-tune.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from '../bench/tfjs-webgpu.ts';
 import { getTestDevice, releaseTestDevice } from './helpers/gpu.ts';

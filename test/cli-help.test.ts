@@ -56,6 +56,11 @@ describe('the CLI has every command the README names', () => {
   it('simulate --help lists every flag simulateOptionsFromCli reads', async () => {
     const out = await help(['simulate']);
     for (const f of ['--preset', '--model', '--islands', '--tokens', '--rounds', '--mode', '--codec', '--inner-steps', '--warm-start-tokens',
-      '--compare', '--seed', '--workers', '--data', '--out', '--engine', '--json', '--quick', '--eval-batches']) expect(out).toContain(f);
+      '--compare', '--seed', '--workers', '--data', '--out', '--engine', '--json', '--quick', '--eval-batches', '--cold', '--from-fleet']) expect(out).toContain(f);
+  });
+  it('fleet --help lists every flag fleetSpecFromCli reads', async () => {
+    const out = await help(['fleet']);
+    for (const f of ['--preset', '--islands', '--browsers', '--engines', '--batches', '--duty', '--schedule', '--tokens', '--data', '--seed', '--mode',
+      '--codec', '--config', '--redis [url]', '--evals', '--eval-batches', '--workers', '--timeout', '--out', '--json']) expect(out).toContain(f);
   });
 });

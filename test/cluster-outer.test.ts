@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { OuterConfig } from '../core/coord/outer.ts';
-import { OuterPool } from '../server/cluster/outer-pool.ts';
+import { OuterPool } from '../server/outer/pool.ts';
 import { type DownlinkCfg, ReferenceOuter } from './helpers/outer-reference.ts';
 
 const N = 57 * 256 + 37; // not a multiple of the alignment, the block size or the worker count; fragments of two 4096-element chunks

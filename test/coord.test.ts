@@ -500,7 +500,7 @@ describe('replicas', () => {
 
 describe('protocol helpers', () => {
   it('inner lr: warmup then cosine over the run tokens, continuing across rounds', () => {
-    const plan = { maxLr: 1e-3, minLr: 1e-4, warmupTokens: 1000, totalTokens: 11_000, tokensStart: 0, tokensPerStep: 100, localWarmupSteps: 0, localStepsDone: 0 };
+    const plan = { maxLr: 1e-3, minLr: 1e-4, warmupTokens: 1000, totalTokens: 11_000, tokensStart: 0, tokensPerStep: 100, localWarmupSteps: 0 };
     expect(innerLearningRate(plan, 4)).toBeCloseTo(1e-3 * 500 / 1100, 12);
     expect(innerLearningRate(plan, 10)).toBeCloseTo(1e-3, 12);
     expect(innerLearningRate({ ...plan, tokensStart: 6000 }, 0)).toBeCloseTo(5.5e-4, 12); // half way: (max+min)/2

@@ -47,7 +47,8 @@ describe('dashboard e2e', () => {
     const buildMs = ensureClientBuild();
     lap(`client build ${buildMs} ms`);
     [server, browser] = await Promise.all([
-      startServer({ token: TOKEN, args: ['--inner-steps', '4'] }),
+      // sync rounds: the islands table's quality (cosine with the round's merged Δ) is a sync-round figure
+      startServer({ token: TOKEN, args: ['--inner-steps', '4', '--mode', 'sync', '--codec', 'int8'] }),
       launchChromium({ webgpu: false, viewport: { width: 1400, height: 1000 } }),
     ]);
     lap('server up');

@@ -5,13 +5,13 @@
 
 import { describe, expect, it } from 'vitest';
 import { CpuEngine } from '../client/engine/cpu.ts';
-import { calibrate, fullStepPlan } from '../client/volunteer/calibrate.ts';
+import { calibrate, fullStepPlan } from '../client/island/calibrate.ts';
 import { estimateCosts } from '../client/volunteer/costs.ts';
 import { type BusyInfo, type EngineHandle, ResilientEngine } from '../client/volunteer/resilient-engine.ts';
 import { generateBetweenSteps } from '../client/volunteer/sampler.ts';
 import { visibleText } from '../client/volunteer/sample-text.ts';
 import { parseRunInfo } from '../client/volunteer/run-info.ts';
-import { generate } from '../core/model/sample.ts';
+import { generate } from '../core/sample.ts';
 import type { IslandView } from '../core/api.ts';
 import { creditOf } from '../core/credit.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
@@ -225,6 +225,8 @@ describe('ResilientEngine', () => {
     expect(c.roundSec).toBeCloseTo(90);
     expect(c.upPerHour).toBeCloseTo(40 * 2_000_000);
     expect(c.downPerHour).toBeCloseTo(40 * 1_000_000);
+    // once the server has sent updates, their measured mean (deflated) replaces the codec's bound
+    expect(estimateCosts(timed, 512, 250_000)).toMatchObject({ downPerRound: 250_000, downPerHour: 40 * 250_000, upPerHour: 40 * 2_000_000 });
     // a device too slow for one step in 90 s still runs one: a round is one 120 s step
     expect(estimateCosts(timed, 1024 / 120).roundSec).toBeCloseTo(120);
     expect(estimateCosts(timed, null).upPerHour).toBeNull();

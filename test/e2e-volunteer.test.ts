@@ -7,6 +7,8 @@
 //   4. Pause mid-round and resume: the round goes on, nothing is lost, nothing is sent twice.
 //   5. Server restart: the page reconnects by itself and goes on contributing.
 //   6. Without WebGPU: a clear message and a CPU opt-in that contributes an accepted delta.
+//   The run is the default setting (async, sparse); each page's first accepted round (WebGPU from the
+//   cold start v0, the CPU page joining a trained θ) evaluates below the version it started from.
 //   Also: the phase indicator passes through every phase of a round (screenshots of each, desktop
 //   and phone, under test-artifacts/), the device measures its speed before the first round, a
 //   sample while training stretches no step by more than 2×, and the busy-GPU back-off engages and
@@ -63,7 +65,7 @@ async function serve(port: number, runDir: string): Promise<Served> {
   writeFileSync(config, JSON.stringify({ coordinator: { minInnerSteps: 3 } }));
   const child = spawn(process.execPath, [
     join(ROOT, 'bin/atoll.js'), 'serve', '--config', config, '--preset', 'tiny', '--port', String(port), '--run-dir', runDir,
-    '--host', '127.0.0.1', '--round-time', String(ROUND_S), '--title', TITLE, '--no-eval',
+    '--host', '127.0.0.1', '--round-time', String(ROUND_S), '--title', TITLE,
   ], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: process.env });
   const output: string[] = [];
   const push = (b: Buffer) => {
@@ -201,7 +203,7 @@ describe('volunteer page (Chromium)', () => {
     expect(run.title).toBe(TITLE);
     await textOf(gpu!, '#run-name', (t) => t === TITLE);
     await textOf(gpu!, '#run-description', (t) => t === run.description);
-    await textOf(gpu!, '#cost-up', 'int8');
+    await textOf(gpu!, '#cost-up', 'sparse');
     await textOf(gpu!, '#cost-mem', 'MiB while training');
     await textOf(gpu!, '#gpu-status-text', 'WebGPU is ready');
     expect(await page.locator('#cpu-optin').isHidden()).toBe(true);
@@ -264,6 +266,15 @@ describe('volunteer page (Chromium)', () => {
     expect(v.engine).toBe('webgpu');
     expect(v.device).toContain('swiftshader');
     expect(await boxes()).toEqual(early);
+    // the first contribution never hurts: v1 (this page's first round, the only island) evaluates below v0
+    const ev = await waitFor('the evals of v0 and v1', async () => {
+      const { points } = await getJson<{ points: Array<{ version: number; evalLoss: number | null }> }>(`${url}/api/history`);
+      const at = (k: number) => points.find((p) => p.version === k)?.evalLoss;
+      return at(0) != null && at(1) != null ? { v0: at(0)!, v1: at(1)! } : null;
+    }, 30_000, 250);
+    timings.evalV0 = ev.v0;
+    timings.evalV1 = ev.v1;
+    expect(ev.v1, JSON.stringify(ev)).toBeLessThan(ev.v0);
     // the matmul autotuner ran at engine start (a fresh profile: nothing cached) and cached what it timed in IndexedDB
     expect(autotuneCounts(await pageLog(gpu!)).at(-1)).toMatchObject({ cache: 0, shapes: 15 });
     tuneEntries = await cachedTuning(gpu!);
@@ -513,6 +524,16 @@ describe('volunteer page (Chromium)', () => {
       return v.roundsAccepted >= 1 ? v : null;
     }, 90_000, 500);
     expect(v.engine).toBe('cpu');
+    // the CPU page's first round (alone now, a fresh AdamW joining a trained θ) lowers the held-out loss
+    const a0 = (await pageAssignments(cpu))[0];
+    const ev = await waitFor('the evals around the CPU page\'s first round', async () => {
+      const { points } = await getJson<{ points: Array<{ version: number; evalLoss: number | null }> }>(`${url}/api/history`);
+      const at = (k: number) => points.find((p) => p.version === k)?.evalLoss;
+      return at(a0.baseVersion) != null && at(a0.baseVersion + 1) != null ? { before: at(a0.baseVersion)!, after: at(a0.baseVersion + 1)! } : null;
+    }, 30_000, 250);
+    timings.cpuPageEvalBefore = ev.before;
+    timings.cpuPageEvalAfter = ev.after;
+    expect(ev.after, JSON.stringify(ev)).toBeLessThan(ev.before);
     const row = (await islands()).find((i) => i.id === v.islandId)!;
     expect(row.engine).toBe('cpu');
     expect(row.accepted).toBeGreaterThanOrEqual(1);

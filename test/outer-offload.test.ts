@@ -1,4 +1,4 @@
-// The outer step off the event loop (server/outer-offload.ts) is the coordinator's own step, bit for
+// The outer step off the event loop (server/outer/offload.ts) is the coordinator's own step, bit for
 // bit: two coordinators driven by the same islands, one stepping on its thread and one through the
 // worker pool, emit the same update frames and hashes and end with the same θ, optimizer state and
 // downlink residual, in sync rounds (int8 and int4 downlinks), async merge windows (shares of a
@@ -11,7 +11,7 @@ import { encodeDelta } from '../core/codec/index.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
 import type { Assignment } from '../core/protocol.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
-import { OuterOffloadHost } from '../server/outer-offload.ts';
+import { OuterOffloadHost } from '../server/outer/offload.ts';
 import { type Socket, io } from 'socket.io-client';
 import { PROTOCOL_VERSION } from '../core/protocol.ts';
 import { startTestServer } from './helpers/server.ts';

@@ -23,6 +23,8 @@ describe('protocol fuzz', () => {
 
   beforeAll(async () => {
     ts = await startTestServer({
+      // sync rounds and int8 frames: what the fuzzed messages are built against
+      flags: { mode: 'sync', codec: 'int8' },
       gateway: { messagesPerSecond: 100_000, violationBudget: 50 },
       // quorum 1 and two members: a valid delta stays pending (θ unchanged) until the other reports
       file: { coordinator: { quorum: 1, maxStaleness: 4, normBound: { factor: 0, window: 32, minHistory: 3 } } },

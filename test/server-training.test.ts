@@ -18,6 +18,8 @@ describe('server + 3 Node islands', () => {
 
   beforeAll(async () => {
     ts = await startTestServer({
+      // sync rounds with a quorum and grace window (the former default, int8 both ways)
+      flags: { mode: 'sync', codec: 'int8' },
       evaluate: true,
       file: {
         eval: { batches: 4, batchSize: 8 },

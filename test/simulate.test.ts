@@ -17,6 +17,8 @@ describe('atoll simulate', () => {
     expect(o.ok && o.value).toMatchObject({ preset: 'diloco', islands: 3, tokens: 5000, mode: 'sync', codec: 'sparse', json: true, quick: true, evalBatches: 64 });
     expect(simulateOptionsFromCli({ preset: 'tiny' }).ok && simulateOptionsFromCli({ preset: 'tiny' })).toMatchObject({ value: { preset: 'compare', model: 'tiny' } });
     expect(simulateOptionsFromCli({ rows: 'ddp, async-sparse-dropout30' })).toMatchObject({ ok: true, value: { rows: ['ddp', 'async-sparse-dropout30'] } });
+    // --cold: no warm start, every row from initParams(model, seed) (test/fleet.test.ts: the same θ0 as the live run's v0)
+    expect(simulateOptionsFromCli({ cold: true, fromFleet: 'r.json' })).toMatchObject({ ok: true, value: { warmStartTokens: 0, fromFleet: 'r.json' } });
     const bad = simulateOptionsFromCli({ codec: 'int3' });
     expect(bad.ok ? '' : bad.error.code).toBe('E_BAD_REQUEST');
   });

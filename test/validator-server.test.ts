@@ -36,7 +36,7 @@ function otherStreamIsland(url: string, train: Uint8Array, batch: number): Islan
 
 describe('verified work on the server', () => {
   it('passes an honest island, bans one that trains on another stream, refuses verdicts from non-validators', async () => {
-    const srv = await startTestServer({ flags: { innerSteps: 4, quorum: 1 }, audit: { token: 'validator-secret', rate: 1, banAfter: 2 } });
+    const srv = await startTestServer({ flags: { mode: 'sync', codec: 'int8', innerSteps: 4, quorum: 1 }, audit: { token: 'validator-secret', rate: 1, banAfter: 2 } });
     cleanup.push(() => srv.close());
     const url = srv.url;
 

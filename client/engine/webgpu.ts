@@ -17,14 +17,14 @@ import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine 
 import { type GPTConfig, mfu, paramLayout } from '../../core/model/config.ts';
 import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
 import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
-import type { DispatchSpec } from '../../shaders/kernel.ts';
 import {
-  AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, PER_LAYER, type Plan, type WebGpuEngineOptions,
+  AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, type Plan, type WebGpuEngineOptions,
   engineError, estimateGpuBytes, f32b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
 } from './webgpu-plan.ts';
 import * as op from '../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
-import { type TuneResult, autotuneMatmuls, modelMatmuls, tunedDims } from './webgpu-tune.ts';
+import { type TuneResult, autotuneMatmuls, modelMatmuls } from './webgpu-tune.ts';
+import { trainingStep } from './webgpu-step.ts';
 
 
 export {
@@ -178,98 +178,20 @@ export class WebGpuEngine implements TrainingEngine {
     return x;
   }
 
-  /** The whole training step as a list of dispatches, in gpt.ts's order. */
+  /** The training step's dispatches (webgpu-step.ts) built into programs, on tuned matmuls. */
   private async build(): Promise<void> {
-    const c = this.config;
-    const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
-    const layout = paramLayout(c);
-    // element offset of a tensor, or of layer l's slice of a (L, ...) tensor
-    const at = (name: string, l = 0) => {
-      const t = layout.byName[name];
-      return t.offset + (PER_LAYER.has(name) ? (l * t.size) / L : 0);
-    };
-    const b = (n: string) => this.b(n);
-    const params = b('params'), grads = b('grads'), partials = b('dwPartials');
-    const resid = (l: number) => (l < 0 ? b('encoded') : b(`residual3.${l}`));
-    // the residual stream's gradient: one buffer, each LayerNorm backward adds its dinp into it
-    const dres = b('dres');
-    const specs: DispatchSpec[] = [];
-    const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
     const kernels = KernelSet.for(this.gpu, { subgroups: this.subgroups });
     if (this.autotune) {
-      this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(C, V), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
+      this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(this.config.nEmbd, this.config.vocabSize), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
     }
-    const gelu = this.maxB * this.maxT * 4 * C; // offset of the GELU half of each fch buffer
-    const tuned = (cin: number, cout: number) => tunedDims(this.tuning?.choices ?? new Map(), cin, cout);
-
-    // ---- forward: each residual add is fused into the LayerNorm that reads it next
-    specs.push(
-      op.encoderForward(b('encoded'), b('inputs'), params, enc),
-      op.layernormForward(b('ln1.0'), b('ln1Mean.0'), b('ln1Rstd.0'), b('encoded'), params, { C, wOff: at('ln1w', 0), bOff: at('ln1b', 0) }),
-    );
-    for (let l = 0; l < L; l++) {
-      const x = (k: string) => b(`${k}.${l}`);
-      // residual3.l feeds layer l + 1's ln1, or lnf after the last layer
-      const next = l + 1 < L
-        ? { out: b(`ln1.${l + 1}`), mean: b(`ln1Mean.${l + 1}`), rstd: b(`ln1Rstd.${l + 1}`), wOff: at('ln1w', l + 1), bOff: at('ln1b', l + 1) }
-        : { out: b('lnf'), mean: b('lnfMean'), rstd: b('lnfRstd'), wOff: at('lnfw'), bOff: at('lnfb') };
-      specs.push(
-        op.matmulForward(x('qkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), ...tuned(C, 3 * C).fwd }),
-        op.attentionForward(x('atty'), x('attLse'), x('qkv'), { C, NH }),
-        op.matmulForward(b('attproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), ...tuned(C, C).fwd }),
-        op.residualLayernormForward(x('residual2'), x('ln2'), x('ln2Mean'), x('ln2Rstd'), resid(l - 1), b('attproj'), params, { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
-        // bias + GELU fused into the fc matmul: fch holds the pre-activation (for the backward), then its GELU at `gelu`
-        op.matmulForward(x('fch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), geluOff: gelu, ...tuned(C, 4 * C).fwd }),
-        op.matmulForward(b('fcproj'), x('fch'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, ...tuned(4 * C, C).fwd }),
-        op.residualLayernormForward(x('residual3'), next.out, next.mean, next.rstd, x('residual2'), b('fcproj'), params, { C, wOff: next.wOff, bOff: next.bOff }),
-      );
-    }
-    specs.push(
-      op.matmulForward(b('logits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, ...tuned(C, V).fwd }), // tied LM head
-    );
-    this.fwdEnd = specs.length;
-    specs.push(
-      op.softmaxCrossEntropyForward(b('losses'), b('probs'), b('logits'), b('targets'), { V }),
-      op.meanLoss(b('ring'), b('losses')),
-    );
-    this.lossEnd = specs.length;
-
-    // ---- backward (overwrite unless noted). A residual add passes its gradient to both inputs
-    // unchanged, so the stream's gradient stays in `dres`: the projections read it as their dout,
-    // and each LayerNorm backward adds its dinp into it once they have.
-    specs.push(
-      op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
-      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, partials, ...tuned(C, V).bwd }),
-      ...op.layernormBackward(dres, grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb'), partials }),
-    );
-    for (let l = L - 1; l >= 0; l--) {
-      const x = (k: string) => b(`${k}.${l}`);
-      specs.push(
-        // dres = d residual3.l
-        ...op.matmulBackward(b('dfchGelu'), grads, dres, x('fch'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, partials, ...tuned(4 * C, C).bwd }),
-        op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
-        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd }),
-        ...op.layernormBackward(dres, grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), partials, accumulateDinp: true }),
-        // dres = d residual2.l
-        ...op.matmulBackward(b('datty'), grads, dres, x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials, ...tuned(C, C).bwd }),
-        ...op.attentionBackward(b('dqkv'), b('attDsum'), b('datty'), x('qkv'), x('atty'), x('attLse'), { C, NH }),
-        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials, ...tuned(C, 3 * C).bwd }),
-        ...op.layernormBackward(dres, grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), partials, accumulateDinp: true }),
-      );
-    }
-    // dres = d encoded; the tied wte already holds the LM head's gradient: the embedding's adds to it
-    specs.push(...op.encoderBackward(grads, dres, b('inputs'), { ...enc, accumulateWte: true }));
-
-    // ---- optimizer
-    specs.push(
-      ...op.gradNorm(b('clip'), b('partials'), grads, { N: this.N }),
-      op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), { N: this.N, ranges: op.decayRanges(layout.tensors) }),
-    );
-
+    const { specs, fwdEnd, lossEnd } = trainingStep(this.config, (n) => this.b(n), { maxRows: this.maxB * this.maxT, choices: this.tuning?.choices ?? new Map() });
+    this.fwdEnd = fwdEnd;
+    this.lossEnd = lossEnd;
+    const L = this.config.nLayer, b = (n: string) => this.b(n);
     if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
     const probe = { B: this.maxB, T: this.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
-    this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(grads, b('start'), params, { N: this.N })], probe, undefined, 'delta');
+    this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(b('grads'), b('start'), b('params'), { N: this.N })], probe, undefined, 'delta');
     this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
     this.deltaProgram.setShape(probe);
   }

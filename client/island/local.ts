@@ -5,7 +5,7 @@
 // Network effects are pluggable: each transport may have a Link whose up()/down() await the time
 // a message of that many bytes takes (the simulator advances a virtual clock there).
 
-import { Coordinator, type CoordinatorEvent } from '../../core/coord/index.ts';
+import { Coordinator, type CoordinatorEvent, type DeltaSubmission } from '../../core/coord/index.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../../core/protocol.ts';
 import { type Clock, type HelloResult, type Transport, wallClock } from './transport.ts';
@@ -22,6 +22,8 @@ export interface LocalHubOptions {
   clock?: Clock;
   /** Called for each 'update' event before any ack is released (a server writes its checkpoint here). */
   persist?: (ev: Extract<CoordinatorEvent, { type: 'update' }>) => void | Promise<void>;
+  /** Takes an update's delivery to one transport over (true: butterfly mixing's pieces); default: the whole update. */
+  route?: (update: UpdateMsg, t: LocalTransport) => boolean;
   /** Sees every event after it is handled (metrics, logs). */
   observe?: (ev: CoordinatorEvent) => void;
 }
@@ -60,6 +62,19 @@ export class LocalHub {
 
   /** @internal */ detach(t: LocalTransport): void { this.transports.delete(t); }
 
+  /** Submits one delta to the coordinator now; resolves with its ack (rejected at once, or once durable). */
+  async submit(sub: DeltaSubmission): Promise<AckMsg> {
+    const { meta } = sub;
+    const r = this.coord.submit(sub, this.clock.now());
+    if (!r.ok) {
+      await this.dispatch();
+      return { islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: this.coord.version, error: r.error };
+    }
+    const waiting = this.waitAck(meta.islandId, meta.seq);
+    await this.dispatch();
+    return waiting;
+  }
+
   /** @internal */ waitAck(islandId: string, seq: number): Promise<AckMsg> {
     return new Promise((resolve) => this.ackWaiters.set(`${islandId}#${seq}`, { resolve }));
   }
@@ -94,7 +109,7 @@ export class LocalHub {
             this.resolveAck(c.islandId, c.seq, { islandId: c.islandId, seq: c.seq, roundId: c.roundId, status: 'applied', version: ev.update.version });
           }
           for (const r of ev.rejected) this.rejectAck(r.islandId, r.seq, r.roundId, r.error);
-          for (const t of this.transports) t.deliver(ev.update);
+          for (const t of this.transports) if (!this.opts.route?.(ev.update, t)) t.deliver(ev.update);
         } else if (ev.type === 'rejected') {
           for (const r of ev.rejected) this.rejectAck(r.islandId, r.seq, r.roundId, r.error);
         } else if (ev.type === 'assignment') {
@@ -202,17 +217,7 @@ export class LocalTransport implements Transport {
     if (this.dead) return this.gone();
     await this.link.up(frame.length + 256);
     if (this.dead) return this.gone();
-    const coord = this.hub.coord;
-    const r = coord.submit({ meta, frame }, this.hub.clock.now());
-    let ack: AckMsg;
-    if (!r.ok) {
-      ack = { islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: coord.version, error: r.error };
-      await this.hub.dispatch();
-    } else {
-      const waiting = this.hub.waitAck(meta.islandId, meta.seq);
-      await this.hub.dispatch();
-      ack = await waiting;
-    }
+    const ack = await this.hub.submit({ meta, frame });
     await this.link.down(128);
     return this.dead ? this.gone() : ok(ack);
   }

@@ -56,11 +56,13 @@ export type IslandEvent =
   | { type: 'status'; status: IslandStatusName; detail?: string }
   | { type: 'assignment'; assignment: Assignment }
   | { type: 'step'; step: number; of: number; loss: number; lr: number; tokensPerSec: number }
-  | { type: 'submitted'; meta: DeltaMeta; frameBytes: number; ack: AckMsg }
+  /** `frame`: the bytes sent (the runtime's own buffer: read it in the listener, do not keep it). */
+  | { type: 'submitted'; meta: DeltaMeta; frameBytes: number; frame: Uint8Array; ack: AckMsg }
   | { type: 'synced'; version: number; hash: string; via: 'update' | 'snapshot' }
   | { type: 'error'; error: AtollError };
 
 export interface IslandRuntimeOptions {
+  /** Its AdamW state fresh (the runtime counts its steps from there for the lr warmup, and resets it itself). */
   engine: TrainingEngine;
   /** Training bytes (the train split of the corpus). */
   train: Uint8Array;
@@ -105,6 +107,8 @@ export class IslandRuntime {
   private readonly scratch = new CodecScratch();
   private decodeScratch: Float32Array | null = null;
   private batch: Batch | null = null;
+  /** AdamW steps of the engine's optimizer state since it was fresh (its lr warmup, InnerLrPlan.localWarmupSteps). */
+  private optimizerSteps = 0;
   private seq = 0;
   private paused = false;
   private stopped = false;
@@ -245,6 +249,7 @@ export class IslandRuntime {
         // this island diverged (non-finite Δ): drop the work, restart from the server's θ
         this.emit({ type: 'error', error: enc.error });
         await this.engine.resetOptimizerState();
+        this.optimizerSteps = 0;
         this.replica = null;
         continue;
       }
@@ -271,7 +276,7 @@ export class IslandRuntime {
         const code = ack.value.error?.code ?? 'E_REJECTED';
         this.progress.rejected[code] = (this.progress.rejected[code] ?? 0) + 1;
       }
-      this.emit({ type: 'submitted', meta, frameBytes: frame.length, ack: ack.value });
+      this.emit({ type: 'submitted', meta, frameBytes: frame.length, frame, ack: ack.value });
     }
     return 'stopped';
   }
@@ -284,7 +289,10 @@ export class IslandRuntime {
     // a fresh AdamW when the server says so (dense codes in a run that audits: a validator then
     // recomputes Δ from the job alone, core/coord/audit.ts); otherwise the state carries over, as in
     // one long training run (a reset every short round cost one island 5 % of its loss)
-    if (a.freshOptimizer) await this.engine.resetOptimizerState();
+    if (a.freshOptimizer) {
+      await this.engine.resetOptimizerState();
+      this.optimizerSteps = 0;
+    }
     const B = a.batchSize, T = a.seqLen;
     if (!this.batch || this.batch.inputs.length < B * T) this.batch = allocBatch(B, T);
     const lossEvery = Math.max(1, this.opts.lossEvery ?? 1);
@@ -305,9 +313,10 @@ export class IslandRuntime {
         this.setStatus('training');
       }
       const batch = sampleBatch(this.train, B, T, a.data.seed, a.data.stream, a.data.stepStart + i, this.batch);
-      const lr = innerLearningRate(a.lr, i);
+      const lr = innerLearningRate(a.lr, i, this.optimizerSteps);
       const t0 = this.clock.now();
       await this.engine.step(batch, { lr, gradClip: a.gradClip });
+      this.optimizerSteps += 1;
       if ((i + 1) % lossEvery === 0 || i + 1 === a.innerSteps) {
         for (const l of await this.engine.takeLosses()) {
           if (lossCount === 0) lossFirst = l;

@@ -4,6 +4,8 @@
 import type { RunInfo } from './run-info.ts';
 
 export interface CostEstimate {
+  /** Bytes down per round: one update (the server's measured mean once it sent any, else the codec's bound). */
+  downPerRound: number;
   /** Seconds one round's training takes on this device at its usage cap (null: speed unknown). */
   roundSec: number | null;
   roundsPerHour: number | null;
@@ -13,10 +15,13 @@ export interface CostEstimate {
 
 /**
  * A round aims at the run's target round time, unless this device is too slow for even the fewest
- * steps (or too fast for the most); without a target, rounds are a fixed number of steps.
+ * steps (or too fast for the most); without a target, rounds are a fixed number of steps. Each round
+ * uploads one Δ and downloads one update (DyLU sizes every island's round to the same time, so one
+ * merge window, one version, per round); `bytesPerUpdate` is the server's measured update size.
  */
-export function estimateCosts(run: RunInfo, tokensPerSecAtCap: number | null): CostEstimate {
-  const none: CostEstimate = { roundSec: null, roundsPerHour: null, upPerHour: null, downPerHour: null };
+export function estimateCosts(run: RunInfo, tokensPerSecAtCap: number | null, bytesPerUpdate: number | null = null): CostEstimate {
+  const downPerRound = bytesPerUpdate ?? run.bytesPerRound.down;
+  const none: CostEstimate = { downPerRound, roundSec: null, roundsPerHour: null, upPerHour: null, downPerHour: null };
   if (tokensPerSecAtCap == null || !(tokensPerSecAtCap > 0)) return none;
   const stepSec = (run.batch * run.seqLen) / tokensPerSecAtCap;
   let roundSec: number;
@@ -31,10 +36,11 @@ export function estimateCosts(run: RunInfo, tokensPerSecAtCap: number | null): C
   }
   const roundsPerHour = 3600 / roundSec;
   return {
+    downPerRound,
     roundSec,
     roundsPerHour,
     upPerHour: run.bytesPerRound.up * roundsPerHour,
-    downPerHour: run.bytesPerRound.down * roundsPerHour,
+    downPerHour: downPerRound * roundsPerHour,
   };
 }
 

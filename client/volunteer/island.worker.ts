@@ -6,9 +6,7 @@
 // on a transport error (server restart, network loss); a lost GPU device is
 // rebuilt underneath it by ResilientEngine, without losing the round.
 
-import { CpuEngine } from '../engine/cpu.ts';
 import { WebGpuEngine } from '../engine/webgpu.ts';
-import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../engine/webgpu-tune.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
@@ -17,12 +15,12 @@ import { encodeText } from '../../core/data/tokenizer.ts';
 import { mfu } from '../../core/model/config.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
-import { calibrate, calibrationKey, fullBatch } from './calibrate.ts';
+import { calibrate, calibrationKey, fullBatch } from '../island/calibrate.ts';
 import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
 import { generateBetweenSteps, SamplerEngines } from './sampler.ts';
-import { engineOptions, openDevice, probeGpu } from './worker-gpu.ts';
+import { autotuneLine, cpuName, engineOptions, openEngineHandle, probeGpu } from './worker-gpu.ts';
 
 const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
 const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
@@ -125,26 +123,11 @@ function stopWith(reason: string): void {
 
 // ---------------------------------------------------------------- engine
 
-let tuneCache: Promise<TuneCache | null> | null = null;
-
 async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Promise<ResilientEngine> {
-  const eo = engineOptions(shape);
   const open = async (): Promise<EngineHandle> => {
-    if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
-    const dev = await openDevice(shape);
-    // the matmul autotuner on first start, its choices cached by adapter (IndexedDB: workers have no localStorage)
-    const autotune = opts?.autotune === false ? undefined : { cache: await (tuneCache ??= indexedDbTuneCache()) };
-    const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, autotune });
-    if (onLog) log('info', autotuneLine(e.tuning));
-    let simulated = false;
-    const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
-    return {
-      engine: e,
-      lost,
-      dispose: () => dev.device.destroy(),
-      simulateLoss: () => { simulated = true; dev.device.destroy(); },
-      gpuDevice: dev.device,
-    };
+    const h = await openEngineHandle(kind, shape, opts?.autotune !== false);
+    if (onLog && h.engine instanceof WebGpuEngine) log('info', autotuneLine(h.engine.tuning));
+    return h;
   };
   return ResilientEngine.create({
     open,
@@ -171,13 +154,6 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Pr
       publish(true);
     },
   });
-}
-
-/** What the matmul autotuner did at this engine start (null: the page's ?autotune=0). */
-function autotuneLine(t: TuneResult | null): string {
-  if (!t) return 'Matmul autotuning is off (?autotune=0): every matmul on the default tile.';
-  const n = (from: TuneResult['report'][number]['from']) => t.report.filter((r) => r.from === from).length;
-  return `Matmul tiles: ${n('timed')} timed now, ${n('cache')} from this browser's cache, ${n('default')} at the default until a later start (${(t.ms / 1000).toFixed(1)} s).`;
 }
 
 // ---------------------------------------------------------------- data
@@ -254,11 +230,6 @@ function refineCalibration(a: Assignment): void {
 /** The name on the leaderboard: the display name, or a stable anonymous one from the contributor id. */
 function islandName(o: StartOptions): string {
   return (o.displayName || `volunteer-${o.contributorId.replace(/[^a-zA-Z0-9]/g, '').slice(0, 8)}`).slice(0, 64);
-}
-
-function cpuName(): string {
-  const n = (navigator as Navigator & { hardwareConcurrency?: number }).hardwareConcurrency;
-  return n ? `CPU (1 of ${n} threads)` : 'CPU';
 }
 
 /** Runs the island; restarts it after a transport failure, with exponential backoff. */

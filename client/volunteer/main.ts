@@ -9,6 +9,7 @@ import { caret, sampleNodes } from './sample-text.ts';
 import { cleanDisplayName, loadPrefs, savePrefs } from './identity.ts';
 import type { DebugDelays, EngineKind, FromWorker, GpuProbe, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
+import { connLine, phaseLine, roundStepper } from './phase-text.ts';
 import type { ContributorCredit } from '../../core/api.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { type GlobalStatus, estimateTrainingBytes, parseRunInfo, parseStatus, type RunInfo } from './run-info.ts';
@@ -192,12 +193,13 @@ function renderCosts(r: RunInfo): void {
   ui.costGpu.textContent = r.innerSteps
     ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens each), as long as you let it run, within the cap you set`
     : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, within the cap you set`;
+  const cal = prefs.calibration;
+  const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null, status?.bytesPerUpdate ?? null);
   ui.costDown.textContent = `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
-    ` and ${formatBytes(r.data.trainBytes)} of training text), then ${formatBytes(r.bytesPerRound.down)} per round`;
+    ` and ${formatBytes(r.data.trainBytes)} of training text), then ${status?.bytesPerUpdate != null ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
+    ` (${r.config.coordinator.downlink.encoding} update${status?.bytesPerUpdate != null ? ', the last updates\' mean' : ''})`;
   ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
-  const cal = prefs.calibration;
-  const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null);
   if (est.roundsPerHour != null && est.roundSec != null) {
     ui.costHour.textContent = `About ${formatBytes(est.upPerHour)} up and ${formatBytes(est.downPerHour)} down an hour: a round every ` +
       `${formatDuration(est.roundSec)} at this device's measured ${formatRate(cal!.tokensPerSec, 'tok')} and your ${Math.round(prefs.dutyCycle * 100)}% cap`;
@@ -210,7 +212,11 @@ async function pollStatus(): Promise<void> {
   clearTimeout(statusTimer);
   try {
     const res = await fetch('/api/status', { headers: { accept: 'application/json' }, cache: 'no-store' });
-    if (res.ok) status = parseStatus(await res.json());
+    if (res.ok) {
+      const was = status?.bytesPerUpdate;
+      status = parseStatus(await res.json());
+      if (run && status.bytesPerUpdate !== was) renderCosts(run);
+    }
     const cr = await fetch(`/api/contributors/${encodeURIComponent(prefs.contributorId)}`, { headers: { accept: 'application/json' }, cache: 'no-store' });
     if (cr.ok) credit = (await cr.json()) as ContributorCredit;
     renderView();
@@ -341,57 +347,16 @@ ui.displayName.addEventListener('keydown', (e) => { if (e.key === 'Enter') saveN
 
 // ---------------------------------------------------------------- live view
 
-const PHASE_TEXT: Record<IslandView['phase'], string> = {
-  idle: 'Not started.',
-  starting: 'Starting: preparing the GPU and connecting…',
-  syncing: 'Downloading the current global model (θ)…',
-  training: 'Training on your device.',
-  uploading: 'Sending this round’s update…',
-  waiting: 'Update sent; waiting for the round to close…',
-  pausing: 'Pausing after the current step…',
-  paused: 'Paused. Finished work is kept; resume whenever you like.',
-  recovering: 'Recovering…',
-  error: 'Stopped.',
-};
-
-const CONN_TEXT: Record<IslandView['connection'], string> = {
-  offline: 'Not connected',
-  connecting: 'Connecting…',
-  connected: 'Connected',
-  reconnecting: 'Reconnecting…',
-};
-
-/** The round's phases, in order, for the stepper. */
-const ROUND_PHASES: Phase[] = ['syncing', 'training', 'uploading', 'waiting'];
 let roundPhase: Phase | null = null;
 
 function renderPhases(v: IslandView): void {
-  if (ROUND_PHASES.includes(v.phase)) roundPhase = v.phase;
-  else if (v.phase === 'idle' || v.phase === 'starting' || v.phase === 'error') roundPhase = null;
-  const at = roundPhase ? ROUND_PHASES.indexOf(roundPhase) : -1;
-  const halted = v.phase === 'paused' || v.phase === 'pausing' || v.phase === 'recovering';
-  ui.phases.forEach((li, i) => {
-    li.dataset.state = i < at ? 'done' : i === at ? (halted ? 'paused' : 'current') : 'todo';
-  });
+  const stepper = roundStepper(v, roundPhase);
+  roundPhase = stepper.roundPhase;
+  ui.phases.forEach((li, i) => { li.dataset.state = stepper.states[i]; });
   const r = v.round;
   setText(ui.phTraining, r ? `step ${formatInt(r.step)} of ${formatInt(r.total)}` : 'step – of –');
   setText(ui.phUploading, v.bytesUp > 0 ? `${formatBytes(v.bytesUp)} sent so far` : 'compressed Δ');
   if (phasesSeen[phasesSeen.length - 1] !== v.phase) phasesSeen.push(v.phase);
-}
-
-/** The phase line: what runs now, with the step, the cap in force and why it is lowered. */
-function phaseLine(v: IslandView): string {
-  const pct = (u: number) => `${Math.round(u * 100)}%`;
-  let phase = PHASE_TEXT[v.phase];
-  if (v.phase === 'training' && v.round) {
-    phase = `Training: step ${formatInt(v.round.step)} of ${formatInt(v.round.total)}` +
-      (v.effectiveDutyCycle < 1 ? `, at a ${pct(v.effectiveDutyCycle)} usage cap.` : '.');
-  }
-  if (v.phase === 'paused' && v.pauseReasons.length === 1 && v.pauseReasons[0] === 'hidden') phase = 'Paused while this tab is hidden.';
-  if (v.detail) phase = `${phase} ${v.detail}`;
-  if (started && status?.paused && v.phase !== 'paused') phase = `${phase} The researchers have paused the run for now; your island waits and goes on when they resume it.`;
-  if (started && status?.done) phase = 'The run has reached its goal. Thank you for contributing!';
-  return phase;
 }
 
 function renderView(): void {
@@ -399,10 +364,8 @@ function renderView(): void {
   document.body.dataset.phase = v.phase;
   renderPhases(v);
   ui.conn.dataset.conn = v.connection;
-  setText(ui.connText, v.connection === 'reconnecting' && v.reconnectInSec != null
-    ? `Reconnecting in ${Math.max(0, Math.ceil(v.reconnectInSec))} s`
-    : CONN_TEXT[v.connection]);
-  setText(ui.phaseText, phaseLine(v));
+  setText(ui.connText, connLine(v));
+  setText(ui.phaseText, phaseLine(v, { started, paused: !!status?.paused, done: !!status?.done }));
   setText(ui.deviceName, v.device ? (v.engine === 'cpu' ? `${v.device} (CPU engine)` : v.device) : '–');
   setText(ui.deviceSpeed, (v.stepMs != null ? `· a step takes ${v.stepMs < 1000 ? `${Math.round(v.stepMs)} ms` : formatDuration(v.stepMs / 1000)} of compute` : '') +
     (v.mfu != null ? ` · MFU ${formatPercent(v.mfu, 2)}` : ''));

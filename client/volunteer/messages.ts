@@ -2,8 +2,10 @@
 // The page never touches the GPU or the socket: it sends commands and renders the
 // `IslandView` snapshots and loss points the worker posts back.
 
-import type { GPTConfig } from '../../core/model/config.ts';
 import type { Assignment, EngineKind } from '../../core/protocol.ts';
+import type { Calibration, ModelShape } from '../island/calibrate.ts';
+
+export type { Calibration, ModelShape };
 
 export type { EngineKind };
 
@@ -24,11 +26,6 @@ export type GpuProbe =
   | { ok: false; reason: ProbeFailure; message: string; adapter?: AdapterSummary; gpuBytes: number };
 
 /** How the engine is sized: the model config and the batch the server assigns. */
-export interface ModelShape {
-  config: GPTConfig;
-  maxBatch: number;
-  maxT?: number;
-}
 
 export interface StartOptions {
   engine: EngineKind;
@@ -45,22 +42,6 @@ export interface StartOptions {
   autotune: boolean;
 }
 
-/** This device's measured training speed (calibrate.ts), saved by the page across reloads. */
-export interface Calibration {
-  /** Engine, device and shape it was measured for (calibrationKey). */
-  key: string;
-  /** Full-batch training speed while computing, tokens/s (the usage cap not applied). */
-  tokensPerSec: number;
-  /** One full-batch step, ms. */
-  stepMs: number;
-  /** The steps timed: batch size and time, ms. */
-  timed: Array<{ B: number; ms: number }>;
-  /** True when the full-batch step was estimated from batches 1 and 2 (a slow device), not timed. */
-  estimated: boolean;
-  /** Time the calibration took, ms; when it was measured (epoch ms). */
-  ms: number;
-  at: number;
-}
 
 /** Test hooks: delays (ms) that make each phase last long enough to look at. */
 export interface DebugDelays {

@@ -26,7 +26,7 @@ export function estimateTrainingBytes(c: GPTConfig, B: number, T: number): numbe
 }
 
 /** What the page shows about the global model, from GET /api/status. */
-export type GlobalStatus = Pick<RunStatus, 'version' | 'evalLoss' | 'evalVersion' | 'islandsOnline' | 'tokensTotal' | 'paused' | 'done'>;
+export type GlobalStatus = Pick<RunStatus, 'version' | 'evalLoss' | 'evalVersion' | 'islandsOnline' | 'tokensTotal' | 'paused' | 'done' | 'bytesPerUpdate'>;
 
 export function parseStatus(json: unknown): GlobalStatus {
   const r = json as Partial<RunStatus> | null;

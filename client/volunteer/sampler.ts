@@ -5,7 +5,7 @@
 import { CpuEngine } from '../engine/cpu.ts';
 import { WebGpuEngine } from '../engine/webgpu.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
-import { type SampleOptions, sampleToken } from '../../core/model/sample.ts';
+import { type SampleOptions, sampleToken } from '../../core/sample.ts';
 import { mulberry32 } from '../../core/random.ts';
 import type { EngineKind, ModelShape } from './messages.ts';
 import type { ResilientEngine } from './resilient-engine.ts';
@@ -59,7 +59,7 @@ export class SamplerEngines {
 }
 
 /**
- * generate() of core/model/sample.ts (same tokens for the same seed), reporting the bytes so far
+ * generate() of core/sample.ts (same tokens for the same seed), reporting the bytes so far
  * every few tokens. With a gate, each token waits for a gap between training steps.
  */
 export async function generateBetweenSteps(

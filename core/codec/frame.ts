@@ -45,10 +45,9 @@ import {
 import { type SparseLayout, readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
 import { ErrorFeedback, TOPK_HIST_SIZE, selectTopK } from './topk.ts';
 
-export type Encoding = 'f32' | 'f16' | 'int8' | 'int4' | 'topk' | 'sparse';
+import { ENCODINGS, type Encoding } from './encodings.ts';
 
-/** Wire ids: the index of each encoding in this list. Append only. */
-export const ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', 'int4', 'topk', 'sparse'];
+export { ENCODINGS, type Encoding };
 
 export interface CodecOptions {
   encoding: Encoding;
@@ -257,19 +256,24 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
     frame.set(stored, HEADER_BYTES);
   }
 
+  writeHeader(frame, { encoding: ENCODINGS[enc], flags, count: n, blockSize, k, storedBytes: frame.length - HEADER_BYTES, rawBytes: rawLen });
+  new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES).setUint32(28, frameCrc(frame, frame.length - HEADER_BYTES), true);
+  return frame;
+}
+
+/** Writes a frame's 32-byte header but its CRC (bytes 28..31: `frameCrc` once the payload is in place). */
+export function writeHeader(frame: Uint8Array, h: { encoding: Encoding; flags: number; count: number; blockSize: number; k: number; storedBytes: number; rawBytes: number }): void {
   const dv = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
   for (let i = 0; i < 4; i++) frame[i] = MAGIC[i];
   frame[4] = FRAME_VERSION;
-  frame[5] = enc;
-  frame[6] = flags;
+  frame[5] = ENCODINGS.indexOf(h.encoding);
+  frame[6] = h.flags;
   frame[7] = 0;
-  dv.setUint32(8, n, true);
-  dv.setUint32(12, blockSize, true);
-  dv.setUint32(16, k, true);
-  dv.setUint32(20, frame.length - HEADER_BYTES, true);
-  dv.setUint32(24, rawLen, true);
-  dv.setUint32(28, frameCrc(frame, frame.length - HEADER_BYTES), true);
-  return frame;
+  dv.setUint32(8, h.count, true);
+  dv.setUint32(12, h.blockSize, true);
+  dv.setUint32(16, h.k, true);
+  dv.setUint32(20, h.storedBytes, true);
+  dv.setUint32(24, h.rawBytes, true);
 }
 
 /** Entries a sparse frame keeps per chunk of C. */
@@ -314,7 +318,7 @@ function rawPayloadLength(enc: number, n: number, blockSize: number, k: number, 
 }
 
 /** CRC over header bytes 0..27, then the stored payload. */
-function frameCrc(frame: Uint8Array, payloadBytes: number): number {
+export function frameCrc(frame: Uint8Array, payloadBytes: number): number {
   const head = crc32(frame.subarray(0, 28));
   return crc32(frame.subarray(HEADER_BYTES, HEADER_BYTES + payloadBytes), head);
 }

@@ -23,9 +23,12 @@ export {
   encodeDelta,
   encodeWithFeedback,
   frameBytes,
+  frameCrc,
   maxFrameBytes,
   peekHeader,
+  writeHeader,
 } from './frame.ts';
+export { DOWNLINK_ENCODINGS, type DownlinkEncoding } from './encodings.ts';
 export { ErrorFeedback, selectTopK } from './topk.ts';
 export { crc32 } from './crc32.ts';
 export { f16ToF32, f32ToF16 } from './f16.ts';

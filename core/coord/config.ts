@@ -1,8 +1,9 @@
 // Coordinator configuration: defaults, validation, and the knobs that may change at runtime.
 
 import type { CodecOptions } from '../codec/index.ts';
-import { ENCODINGS } from '../codec/index.ts';
-import type { TrainingMode } from '../protocol.ts';
+import { DOWNLINK_ENCODINGS, type DownlinkEncoding, ENCODINGS } from '../codec/index.ts';
+import { ErrorCode, type TrainingMode } from '../protocol.ts';
+import { type Result, err, ok } from '../result.ts';
 import type { OuterConfig } from './outer.ts';
 
 /** How a delta's weight falls with its staleness τ = v_now − v_base. */
@@ -84,7 +85,7 @@ export interface CoordinatorConfig {
   // ---- codecs
   uplink: CodecOptions;
   /** The server's own update is sent, and applied, through this codec (with server-side error feedback). */
-  downlink: { encoding: 'int8' | 'int4' | 'f32'; blockSize: number; deflate?: boolean };
+  downlink: { encoding: DownlinkEncoding; blockSize: number; deflate?: boolean };
   /** Update messages kept for catch-up; an island further behind fetches the snapshot. */
   keepUpdates: number;
 
@@ -102,6 +103,29 @@ export interface CoordinatorConfig {
  */
 export const SPARSE_UPLINK = { encoding: 'sparse', blockSize: 4096, topkFraction: 0.5, strided: true, valueBits: 1, feedbackDecay: 0.35 } as const satisfies CodecOptions;
 
+/**
+ * The downlink measured with it: int4, one scale per 4096 entries, deflated (error feedback on the
+ * server; blocks of 64 cost 12 % more bytes down for the same loss).
+ */
+export const SPARSE_DOWNLINK = { encoding: 'int4', blockSize: 4096, deflate: true } as const satisfies CoordinatorConfig['downlink'];
+
+/**
+ * The measured setting (docs/research.md, the comparison's async heterogeneous sparse row): async
+ * merge windows, the sparse uplink and its downlink. `atoll serve`'s default run and the
+ * simulator's sparse rows both read it from here.
+ */
+export const MEASURED_SETTING = { mode: 'async', uplink: SPARSE_UPLINK, downlink: SPARSE_DOWNLINK } as const satisfies Pick<CoordinatorConfig, 'mode' | 'uplink' | 'downlink'>;
+
+/**
+ * Every island warms up its inner lr over the first steps of a fresh AdamW state (InnerLrPlan.
+ * localWarmupSteps): Adam's first steps move every weight by about ±lr whatever its gradient, and on
+ * a cold model they overshoot (`small`, no warmup: a 4-step first round took the held-out loss from
+ * 5.621 to 7.648). Counted in the island's own steps, it holds for a late joiner and for rounds of any
+ * length; 2 / (1 − β2) steps (β2 = 0.95: 40) is the untuned rule for Adam (Ma & Yarats 2021).
+ * docs/research.md, "Cold start", has the figures.
+ */
+export const COLD_START_WARMUP_STEPS = 40;
+
 export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   mode: 'sync',
   outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
@@ -110,7 +134,7 @@ export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   batchSize: 8,
   maxBatchSize: 64,
   seqLen: 32,
-  innerLr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0, localWarmupSteps: 0 },
+  innerLr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0, localWarmupSteps: COLD_START_WARMUP_STEPS },
   gradClip: 1,
   totalTokens: 0,
   dataSeed: 1,
@@ -145,12 +169,17 @@ export type CoordinatorConfigPatch = {
   [K in keyof CoordinatorConfig]?: CoordinatorConfig[K] extends object ? Partial<CoordinatorConfig[K]> : CoordinatorConfig[K];
 };
 
+/**
+ * `base` with `patch` on top; nested groups merge key by key, except a codec (uplink, downlink) whose
+ * encoding changes: it is replaced whole (sparse's blockSize 4096 and topkFraction are no int8 setting).
+ */
 export function mergeConfig(base: CoordinatorConfig, patch: CoordinatorConfigPatch): CoordinatorConfig {
   const out = structuredClone(base) as unknown as Record<string, unknown>;
   for (const [k, v] of Object.entries(patch)) {
     if (v === undefined) continue;
-    const cur = out[k];
-    out[k] = cur && typeof cur === 'object' && v && typeof v === 'object' ? { ...(cur as object), ...(v as object) } : v;
+    const cur = out[k] as Record<string, unknown> | undefined;
+    const newCodec = (k === 'uplink' || k === 'downlink') && (v as { encoding?: string }).encoding !== undefined && (v as { encoding?: string }).encoding !== cur?.encoding;
+    out[k] = cur && typeof cur === 'object' && v && typeof v === 'object' && !newCodec ? { ...cur, ...(v as object) } : structuredClone(v);
   }
   return out as unknown as CoordinatorConfig;
 }
@@ -213,7 +242,7 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   if (c.uplink?.feedbackDecay !== undefined) num('uplink.feedbackDecay', c.uplink.feedbackDecay, 0, 1);
   if (c.uplink?.strided !== undefined && typeof c.uplink.strided !== 'boolean') p.push('uplink.strided must be a boolean');
   if (c.uplink?.valueBits !== undefined && c.uplink.valueBits !== 1 && c.uplink.valueBits !== 2) p.push('uplink.valueBits must be 1 or 2');
-  if (!['int8', 'int4', 'f32'].includes(c.downlink?.encoding)) p.push(`downlink.encoding must be 'int8', 'int4' or 'f32'`);
+  if (!DOWNLINK_ENCODINGS.includes(c.downlink?.encoding)) p.push(`downlink.encoding must be one of ${DOWNLINK_ENCODINGS.join('|')}`);
   num('downlink.blockSize', c.downlink?.blockSize, 8, 65536, true);
   if (c.downlink && c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');
   if (c.uplink?.blockSize !== undefined && c.uplink.blockSize % 2 !== 0) p.push('uplink.blockSize must be even');
@@ -240,3 +269,13 @@ export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
   'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
   'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',
 ];
+
+/** `cfg` with `patch` applied: E_BAD_CONFIG for a key fixed for the run (RUNTIME_KEYS) or a value out of range. */
+export function patchConfig(cfg: CoordinatorConfig, patch: CoordinatorConfigPatch): Result<CoordinatorConfig> {
+  for (const k of Object.keys(patch)) {
+    if (!RUNTIME_KEYS.includes(k as keyof CoordinatorConfig)) return err(ErrorCode.BAD_CONFIG, `${k} cannot change during a run`);
+  }
+  const next = mergeConfig(cfg, patch);
+  const problems = validateCoordinatorConfig(next);
+  return problems.length ? err(ErrorCode.BAD_CONFIG, problems.join('; ')) : ok(next);
+}

@@ -4,7 +4,7 @@
 // FNV-1a-64 over the array's little-endian 32-bit words (one xor + one 64-bit multiply per word,
 // not per byte), in chunks of 65,536 words: each chunk is hashed alone, then the chunks' hashes
 // (each as its low and high 32-bit word) are hashed the same way. Chunks let the server hash its
-// fragments of θ on several threads at once (server/cluster/outer-worker.ts); a replica hashes
+// fragments of θ on several threads at once (server/outer/worker.ts); a replica hashes
 // them one after the other. The 64-bit product is computed on four 16-bit limbs so it stays exact
 // in doubles. Not cryptographic: it detects divergence, it does not authenticate.
 

@@ -32,6 +32,8 @@ export class OuterStep {
   private residualView: Float32Array;
   /** Offloaded steps taken since the host last handed its optimizer and downlink state over. */
   stale = 0;
+  /** Delta buffers given back, reused (here; the host keeps its own once offloaded). */
+  private readonly pool: Float32Array[] = [];
 
   constructor(params: Float32Array) {
     const n = params.length;
@@ -62,6 +64,15 @@ export class OuterStep {
     this.stale = 0;
   }
 
+  /** A buffer to hold a delta in (the host's shared memory once offloaded). */
+  take(): Float32Array { return this.offload?.buffer() ?? this.pool.pop() ?? new Float32Array(this.theta.length); }
+
+  /** Gives a delta's buffer back. */
+  release(b: Float32Array): void {
+    if (this.offload) this.offload.release(b);
+    else if (this.pool.length < 64) this.pool.push(b);
+  }
+
   /** θ and g move into the host's buffers; deltas held (since a restore) move there too. */
   useOffload(o: OuterOffload, pending: PendingDelta[]): void {
     if (o.theta.length !== this.theta.length || o.g.length !== this.theta.length) throw new RangeError('offload buffers do not match the parameter count');
@@ -69,6 +80,7 @@ export class OuterStep {
     this.theta = o.theta;
     this.g = o.g;
     this.offload = o;
+    this.pool.length = 0; // deltas live in the host's buffers from now on
     for (const p of pending) {
       const b = o.buffer();
       b.set(p.delta);

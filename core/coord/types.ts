@@ -44,8 +44,6 @@ export interface IslandRecord {
   /** Data stream and next data step (batches never repeat across its rounds). */
   stream: number;
   dataSteps: number;
-  /** Inner steps it has run in total (per-island lr warmup). */
-  localSteps: number;
   caps: IslandCaps;
   /** Its last few assignments: what its deltas' claims are checked against (validate.ts). */
   work?: AssignedWork[];
@@ -249,7 +247,7 @@ export interface CoordinatorSnapshotMeta {
 }
 
 /**
- * The outer step's numerics run elsewhere (the server's worker threads: server/outer-offload.ts).
+ * The outer step's numerics run elsewhere (the server's worker threads: server/outer/offload.ts).
  * The coordinator holds deltas in the host's buffers, asks for the step with `pendingStep()`; the
  * host runs it on `theta` (shared with the coordinator) and hands the result to `completeStep()`.
  */
@@ -317,6 +315,13 @@ export function newIslandRecord(id: string, caps: IslandCaps, batchSize: number,
     joinedAt: now, lastSeen: now, tokensPerSec: caps.tokensPerSec, batchSize,
     tokensContributed: 0, tokensSubmitted: 0, accepted: 0, rejected: {}, lastBaseVersion: -1, lastStaleness: 0,
     roundId: undefined, assignedSteps: 0, assignedAt: now, waiting: false, lastSeq: -1, submittedRounds: [],
-    stream: streamId(id), dataSteps: 0, localSteps: 0, caps: structuredClone(caps), work: [],
+    stream: streamId(id), dataSteps: 0, caps: structuredClone(caps), work: [],
   };
+}
+
+/** A round whose outer step is in flight (offload), or being taken here. */
+export interface Closing {
+  now: number;
+  kept: PendingDelta[];
+  rejected: RejectedContribution[];
 }

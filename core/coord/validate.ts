@@ -70,3 +70,23 @@ export function checkWork(m: DeltaMeta, isl: IslandRecord, cfg: CoordinatorConfi
   const elapsedMs = Math.max(m.elapsedMs, (now - a.issuedAt) / MAX_SPEEDUP);
   return { ok: true, meta: { ...m, tokens, elapsedMs }, assignedSteps: a.steps };
 }
+
+/**
+ * Every check before decoding, in order: a known island, not banned (then `seen` marks it alive),
+ * its work derived (checkWork), the delta's place (checkDeltaPlace). A problem names the island
+ * when it is known, for the counts.
+ */
+export function checkDelta(
+  meta: DeltaMeta, islands: ReadonlyMap<string, IslandRecord>, c: DeltaPlaceContext, now: number, seen: (isl: IslandRecord) => void,
+): { ok: true; isl: IslandRecord; m: DeltaMeta; steps: number; tau: number; late: boolean } | (DeltaProblem & { isl?: IslandRecord }) {
+  const isl = islands.get(meta.islandId);
+  if (!isl) return { ok: false, code: ErrorCode.UNKNOWN_ISLAND, message: `no island ${meta.islandId}`, tokens: 0 };
+  if (isl.status === 'banned') return { ok: false, isl, code: ErrorCode.BANNED, message: `island ${isl.id} is banned`, tokens: 0 };
+  seen(isl);
+  // from here on, tokens, steps and speed are the server's figures
+  const work = checkWork(meta, isl, c.cfg, now);
+  if (!work.ok) return { ...work, isl };
+  const place = checkDeltaPlace(work.meta, isl, c);
+  if (!place.ok) return { ...place, isl };
+  return { ok: true, isl, m: work.meta, steps: work.assignedSteps, tau: place.tau, late: place.late };
+}

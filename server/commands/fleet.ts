@@ -113,7 +113,7 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
       realTimeMs: Math.round(performance.now() - t0),
     },
     live: { evalLoss: liveResult.evalLoss, tokens: live.tokens, versions: live.versions, seconds: round(live.seconds, 1), bytesIn: live.bytesIn, bytesOut: live.bytesOut, curve: liveResult.curve },
-    twin: strip(twin), ddp: strip(ddp), single: strip(single),
+    twin, ddp, single,
     ratios: { liveOverTwin: round(liveResult.evalLoss / twin.evalLoss), liveOverDdp: round(liveResult.evalLoss / ddp.evalLoss), twinOverDdp: round(twin.evalLoss / ddp.evalLoss) },
     lost: live.lost, duplicated: live.duplicated, faults: live.faults,
     islands: live.islands.map((l) => ({
@@ -146,7 +146,7 @@ function islandTable(r: FleetReport): string {
   const head = ['island', 'kind', 'engine', 'batch', 'duty', 'tokens/s', 'accepted', 'rejected', 'up', 'down', 'joined s', 'left s'];
   const kb = (b: number) => `${(b / 1e3).toFixed(0)} kB`;
   const rows = r.islands.map((i) => [i.name, i.kind, i.engine, String(i.batchSize), String(i.duty), i.tokensPerSec.toFixed(0), String(i.accepted), String(i.rejected), kb(i.bytesUp), kb(i.bytesDown),
-    (i.joinAtMs / 1000).toFixed(1), i.leaveAtMs === null ? '-' : `${(i.leaveAtMs / 1000).toFixed(1)}${i.killed ? ' (kill)' : ''}`]);
+    i.joinAtMs < 0 ? '-' : (i.joinAtMs / 1000).toFixed(1), i.leaveAtMs === null ? '-' : `${(i.leaveAtMs / 1000).toFixed(1)}${i.killed ? ' (kill)' : ''}`]);
   const w = head.map((h, k) => Math.max(h.length, ...rows.map((x) => x[k].length)));
   const line = (c: string[]) => c.map((x, k) => (k === 0 ? x.padEnd(w[k]) : x.padStart(w[k]))).join('  ');
   return [line(head), w.map((n) => '-'.repeat(n)).join('  '), ...rows.map(line)].join('\n');

@@ -7,6 +7,8 @@ export interface IslandCliOptions {
   server: string;
   engine: EngineKind;
   autotune?: boolean;
+  /** Time a few steps before joining (default true; `--no-calibrate`). */
+  calibrate?: boolean;
   name?: string;
   batch?: number;
   duty?: number;
@@ -22,6 +24,7 @@ export async function island(o: IslandCliOptions): Promise<number> {
     server: o.server,
     engine: o.engine,
     autotune: o.autotune,
+    calibrate: o.calibrate,
     name: o.name,
     batch: o.batch,
     dutyCycle: o.duty,

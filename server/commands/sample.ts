@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
-import { generate } from '../../core/model/sample.ts';
+import { generate } from '../../core/sample.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from '../engines.ts';
 

@@ -1,10 +1,10 @@
 // `atoll serve`: the coordinator server. Builds the client when asked and needed, resolves the run
 // config (new run, or resume of the run folder), starts the app, and shuts down cleanly on signals.
 
-import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { type AtollServer, DEFAULT_CLIENT_DIR, createServer } from '../app.ts';
+import { type AtollServer, createServer } from '../app.ts';
+import { buildClientIfNeeded } from '../client-build.ts';
 import { type RunConfig, type RunFlags, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
 import { RunStore } from '../store.ts';
 import type { AuditOptions } from '../audit.ts';
@@ -42,21 +42,6 @@ async function assertPortFree(port: number, host: string): Promise<void> {
       : e));
     s.listen(port, host, () => s.close(() => done()));
   });
-}
-
-const ROOT = resolve(import.meta.dirname, '../..');
-
-/** Runs `vite build` when dist/client is missing and the client sources exist. */
-export function buildClientIfNeeded(say: (s: string) => void): void {
-  if (existsSync(join(DEFAULT_CLIENT_DIR, 'index.html'))) return;
-  if (!existsSync(join(ROOT, 'client/index.html')) || !existsSync(join(ROOT, 'vite.config.ts'))) {
-    say('atoll serve: no client sources to build; serving a placeholder page');
-    return;
-  }
-  say('atoll serve: dist/client is missing; running vite build …');
-  const vite = join(ROOT, 'node_modules/vite/bin/vite.js');
-  const r = spawnSync(process.execPath, [vite, 'build', '--logLevel', 'warn'], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
-  if (r.status !== 0) say('atoll serve: vite build failed; serving a placeholder page (run `npm run build` to see why)');
 }
 
 /** Resolves the run folder and config: resume when the folder holds a run, else a fresh one. */

@@ -2,6 +2,7 @@
 // reporting on stdout, one JSON line per event, what the fleet needs for its report and its twin:
 //
 //   {"kind":"assignment","island":"…","t":ms}                 a round began
+//   {"kind":"step","up":bytes,…}                                 a step (the counters below)
 //   {"kind":"submitted","island":"…","seq":n,"status":"applied","code":null,"tokens":n,"t":ms,
 //    "up":bytes,"down":bytes,"computeMs":ms,"computeTokens":n,"stepTokens":n,"reconnects":n}
 //   {"kind":"exit","up":bytes,"down":bytes,"computeMs":ms,"computeTokens":n,"reconnects":n}
@@ -46,6 +47,7 @@ async function main(o: IslandChildOptions): Promise<void> {
         stepTokens += tokensPerStep;
         if (lastStep.round === round && e.step === lastStep.step + 1) { computeMs += now - lastStep.at; computeTokens += tokensPerStep; }
         lastStep = { round, step: e.step, at: now };
+        out({ kind: 'step', ...stats() });
       } else if (e.type === 'submitted') {
         out({ kind: 'submitted', island: e.meta.islandId, seq: e.meta.seq, status: e.ack.status, code: e.ack.error?.code ?? null, tokens: e.meta.tokens, t: Date.now() - o.t0, ...stats() });
       }

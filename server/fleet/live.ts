@@ -29,7 +29,7 @@ export interface LiveHooks {
 }
 
 /** What the page exposes on window.__atoll.view (client/volunteer/main.ts), the parts the fleet reads. */
-interface PageView { islandId: string | null; round: unknown; roundsAccepted: number; roundsRejected: number; tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string }
+interface PageView { islandId: string | null; round: { step: number; total: number } | null; roundsAccepted: number; roundsRejected: number; tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string }
 
 type Proc = { child: ChildProcess; out: string; exited: Promise<void> };
 
@@ -109,7 +109,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   try {
     const ports: number[] = [];
     // the pages load the client build: vite build once when dist/client is missing
-    if (spec.browsers > 0) (await import('../commands/serve.ts')).buildClientIfNeeded(hooks.log);
+    if (spec.browsers > 0) (await import('../client-build.ts')).buildClientIfNeeded(hooks.log);
     if (spec.redis !== undefined) {
       redis = spec.redis === true ? await startRedis() : null;
       const url = spec.redis === true ? redis!.url : spec.redis;
@@ -135,6 +135,19 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const cc = runConfig.coordinator;
     hooks.log(`fleet: run on ${spec.redis !== undefined ? 'Redis roles (1 aggregator, 2 gateways)' : 'the embedded server'}: ${runConfig.preset}, data ${runConfig.data}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} up, ${cc.downlink.encoding} down, to ${spec.tokens.toLocaleString()} tokens`);
 
+    // θ at evaluation marks: v0, every budget/evals tokens, and the end
+    const snapshots: ThetaSnapshot[] = [];
+    const snap = async () => {
+      const r = await fetch(`${url}/api/model`);
+      if (!r.ok) return;
+      const version = Number(r.headers.get('x-atoll-version'));
+      if (snapshots.some((s) => s.version === version)) return;
+      const c = decodeCheckpoint(new Uint8Array(await r.arrayBuffer()));
+      if (!c.ok) throw Object.assign(new Error(`GET /api/model: ${c.error.message}`), { code: 'E_FLEET_MODEL' });
+      snapshots.push({ version, timeMs: version === 0 ? 0 : Date.now() - t0, params: c.value.params });
+    };
+    await snap();
+
     // pages first: compiling WebGPU pipelines on SwiftShader is slow, and a page must be training before the budget runs out
     if (spec.browsers > 0) {
       const { launchChromium } = await import('./chromium.ts');
@@ -149,10 +162,12 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
         }, null, { timeout: 60_000 });
         await b.page.click('#start');
       }));
-      hooks.log(`fleet: ${spec.browsers} volunteer page(s) clicked Start; waiting for their first round`);
-      await waitUntil('every page to start its first round', 300_000, async () => {
+      // the Node islands start once every page had its first delta accepted: a page on SwiftShader
+      // is slow, and fast islands could spend the whole budget before its first round lands
+      hooks.log(`fleet: ${spec.browsers} volunteer page(s) clicked Start; the Node islands start once each had a delta accepted`);
+      await waitUntil('every page to have a delta accepted', 600_000, async () => {
         await readPages();
-        return pages.every((p) => p.view?.round);
+        return pages.every((p) => (p.view?.roundsAccepted ?? 0) > 0);
       });
     }
 
@@ -188,18 +203,6 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     for (let i = 0; i < Math.max(0, initial); i++) startNode();
     hooks.log(`fleet: ${Math.max(0, initial)} Node island(s) started (${spec.engines.join(', ')})`);
 
-    // θ at evaluation marks: v0, every budget/evals tokens, and the end
-    const snapshots: ThetaSnapshot[] = [];
-    const snap = async () => {
-      const r = await fetch(`${url}/api/model`);
-      if (!r.ok) return;
-      const version = Number(r.headers.get('x-atoll-version'));
-      if (snapshots.some((s) => s.version === version)) return;
-      const c = decodeCheckpoint(new Uint8Array(await r.arrayBuffer()));
-      if (!c.ok) throw Object.assign(new Error(`GET /api/model: ${c.error.message}`), { code: 'E_FLEET_MODEL' });
-      snapshots.push({ version, timeMs: Date.now() - t0, params: c.value.params });
-    };
-    await snap();
     const schedule = [...spec.schedule].sort((a, b) => a.at - b.at);
     const faults: string[] = [];
     let nextSnap = spec.tokens / spec.evals;
@@ -222,16 +225,21 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
         hooks.log(`fleet: ${ev.action} ${ev.count} island(s) at ${(100 * last.tokensTotal / spec.tokens).toFixed(0)} % of the tokens`);
         for (let j = 0; j < ev.count; j++) {
           if (ev.action === 'join') { startNode(); continue; }
-          const victim = nodes.find((n) => alive(n.proc) && n.isl.leaveAtMs === null && n.isl.computeTokens > 0);
+          const victim = nodes.find((n) => alive(n.proc) && n.isl.leaveAtMs === null && n.isl.joinAtMs >= 0);
           if (!victim) continue;
           victim.isl.leaveAtMs = Date.now() - t0;
           victim.isl.killed = ev.action === 'kill';
           victim.proc.child.kill(ev.action === 'kill' ? 'SIGKILL' : 'SIGTERM');
-          if (ev.action === 'kill') void victim.proc.exited.then(() => sleep(2000)).then(() => { if (!last.done) startNode(victim.isl); });
+          if (ev.action === 'kill') { await victim.proc.exited; startNode(victim.isl); }
         }
       }
     }
     const seconds = (Date.now() - t0) / 1000;
+    // `done` comes from the coordinator, the status's tokens from the durable point just behind it
+    await waitUntil('the last update to be durable', 30_000, async () => {
+      last = await getJson<RunStatus>(`${url}/api/status`);
+      return last.tokensTotal >= spec.tokens;
+    });
     await waitUntil('the last version to be served', 30_000, async () => {
       await snap();
       return snapshots.some((s) => s.version === last.version);
@@ -306,7 +314,7 @@ function newIsland(name: string, kind: LiveIsland['kind'], engine: string, batch
 type ChildLine =
   | { kind: 'assignment'; island: string; t: number }
   | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number }
-  | { kind: 'exit'; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number };
+  | { kind: 'step' | 'exit'; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number };
 
 function nodeLine(isl: LiveIsland, m: ChildLine): void {
   if (m.kind === 'assignment') {

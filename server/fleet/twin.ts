@@ -6,16 +6,15 @@
 // island train on the same data to the same tokens. Every row, and θ the live run served at its
 // evaluation marks, is evaluated by one Evaluator on the same held-out batches.
 
-import { readFileSync } from 'node:fs';
 import type { RunConfig } from '../../core/api.ts';
 import { getPreset, numParams } from '../../core/model/config.ts';
 import { loadCorpus } from '../corpus.ts';
 import { ddpBytesPerIsland, runRows } from '../simulate/index.ts';
 import { CpuEngine } from '../../client/engine/cpu.ts';
 import { Evaluator, modelConfig } from '../simulate/row.ts';
-import type { CurvePoint, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult } from '../simulate/types.ts';
+import type { CurvePoint, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult, TwinSpec } from '../simulate/types.ts';
 import { island } from '../simulate/scenarios.ts';
-import type { LiveIsland, LiveRun, TwinSpec } from './types.ts';
+import type { LiveIsland, LiveRun } from './types.ts';
 
 /** Loopback: the live run's islands and server share one machine. */
 export const LOOPBACK: NetworkSpec = { upBytesPerSec: 1e9, downBytesPerSec: 1e9, latencyMs: 0.1 };
@@ -49,22 +48,16 @@ export function twinSpec(live: LiveRun, tokens: number, evals: number, evalBatch
       // the live run's coordinator as it ran, to the same budget; no heartbeats in virtual time
       coordinator: { ...cc, totalTokens: tokens, islandTimeoutMs: 1e10 },
     },
-    { ...base, name: 'ddp', kind: 'ddp', mode: 'sync', islands: nominal, coordinator: {} },
-    { ...base, name: 'single', kind: 'single', mode: 'sync', islands: nominal.slice(0, 1), coordinator: {} },
+    // the baselines stop at the tokens the live run ended with
+    { ...base, tokens: live.tokens, name: 'ddp', kind: 'ddp', mode: 'sync', islands: nominal, coordinator: {} },
+    { ...base, tokens: live.tokens, name: 'single', kind: 'single', mode: 'sync', islands: nominal.slice(0, 1), coordinator: {} },
   ];
   return { common, rows };
 }
 
-/** Reads a fleet's report.json back into its twin spec (Infinity was written as a string). */
-export function readTwinSpec(path: string): TwinSpec {
-  let report: { twinSpec?: TwinSpec };
-  try {
-    report = JSON.parse(readFileSync(path, 'utf8'), (_k, v) => (v === 'Infinity' ? Infinity : v)) as { twinSpec?: TwinSpec };
-  } catch (e) {
-    throw Object.assign(new Error(`--from-fleet '${path}': ${(e as Error).message}`), { code: 'E_BAD_REQUEST' });
-  }
-  if (!report.twinSpec?.rows?.length) throw Object.assign(new Error(`--from-fleet '${path}' is not an atoll fleet report.json (no twinSpec)`), { code: 'E_BAD_REQUEST' });
-  return report.twinSpec;
+/** What the live server took in and sent out (the islands' own counts), per accepted token. */
+function serverBytes(bytesIn: number, bytesOut: number, tokens: number): SimRunResult['server'] {
+  return { bytesIn, bytesOut, snapshotBytes: 0, inPerToken: bytesIn / Math.max(1, tokens), outPerToken: bytesOut / Math.max(1, tokens) };
 }
 
 /** The live run as a report row: θ at each mark through the same evaluator as the simulated rows. */
@@ -87,6 +80,7 @@ export async function liveRow(live: LiveRun, common: SimCommon, ddpRow: SimRow):
     commReductionVsDdp: ddpBytesPerIsland(ddpRow, live.tokens, common.seqLen, numParams(live.runConfig.model)) / Math.max(1, up),
     goodput: live.tokens / Math.max(1, computed), accepted: isl.reduce((a, l) => a + l.accepted, 0), rejected,
     versions: live.versions, virtualTimeMs: live.seconds * 1000, realTimeMs: live.seconds * 1000, curve, perIsland: [], notes: [],
+    server: serverBytes(isl.reduce((a, l) => a + l.bytesUp, 0), isl.reduce((a, l) => a + l.bytesDown, 0), live.tokens),
   };
 }
 

@@ -4,7 +4,7 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
-import type { Encoding } from '../../core/codec/index.ts';
+import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { Run } from '../run.ts';
 
@@ -21,7 +21,7 @@ export const ConfigPatchSchema = Type.Object({
   roundTime: Type.Optional(Type.Number({ minimum: 0, maximum: 86_400 })),
   quorum: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
   maxStaleness: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
-  codec: Type.Optional(Type.Union(['f32', 'f16', 'int8', 'int4', 'topk'].map((e) => Type.Literal(e)))),
+  codec: Type.Optional(Type.Union(ENCODINGS.map((e) => Type.Literal(e)))),
   innerSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
 }, { additionalProperties: false, minProperties: 1 });
 
@@ -36,7 +36,8 @@ function toCoordinatorPatch(b: Static<typeof ConfigPatchSchema>, current: { oute
   if (b.roundTime !== undefined) p.targetRoundMs = Math.round(b.roundTime * 1000);
   if (b.quorum !== undefined) p.quorum = b.quorum;
   if (b.maxStaleness !== undefined) p.maxStaleness = b.maxStaleness;
-  if (b.codec !== undefined) p.uplink = { ...current.uplink, encoding: b.codec as Encoding };
+  // another encoding starts from its own defaults (sparse's block of 4096 is no int4 setting)
+  if (b.codec !== undefined) p.uplink = b.codec === (current.uplink as { encoding: string }).encoding ? { ...current.uplink } : { encoding: b.codec as Encoding };
   if (b.innerSteps !== undefined) p.innerSteps = b.innerSteps;
   return p;
 }

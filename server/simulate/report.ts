@@ -27,7 +27,7 @@ function fmtRejected(r: Record<string, number>): string {
 /** The terminal table (plain text, fixed-width columns). */
 export function formatTable(runs: Array<Omit<SimRunResult, 'curve'>>): string {
   const ddp = runs.find((r) => r.kind === 'ddp');
-  const head = ['row', 'eval loss', 'vs DDP', 'tokens', 'up/island', 'less up than DDP', 'down/island', 'less down', 'goodput', 'rejected', 'virt time', 'real time'];
+  const head = ['row', 'eval loss', 'vs DDP', 'tokens', 'up/island', 'less up than DDP', 'down/island', 'less down', 'goodput', 'srv in/tok', 'srv out/tok', 'rejected', 'virt time', 'real time'];
   const rows = runs.map((r) => [
     r.name,
     Number.isFinite(r.evalLoss) ? r.evalLoss.toFixed(4) + (r.evalLossSd > 0 ? ` ± ${r.evalLossSd.toFixed(4)}` : '') : 'diverged',
@@ -38,6 +38,8 @@ export function formatTable(runs: Array<Omit<SimRunResult, 'curve'>>): string {
     fmtBytes(r.bytesDownPerIsland),
     ddp && r.kind === 'diloco' ? fmtX(ddp.bytesDownPerIsland / Math.max(1, r.bytesDownPerIsland)) : '-',
     r.goodput.toFixed(3),
+    Number.isFinite(r.server?.inPerToken) ? `${r.server.inPerToken.toFixed(2)} B` : '-',
+    Number.isFinite(r.server?.outPerToken) ? `${r.server.outPerToken.toFixed(2)} B` : '-',
     fmtRejected(r.rejected),
     `${(r.virtualTimeMs / 1000).toFixed(0)} s`,
     `${(r.realTimeMs / 1000).toFixed(0)} s`,

@@ -3,6 +3,7 @@
 
 import { VirtualClock } from '../../client/island/clock.ts';
 import { LocalHub, type Link, type LocalTransport } from '../../client/island/local.ts';
+import { MixMember } from '../../client/island/mix-member.ts';
 import { IslandRuntime } from '../../client/island/runtime.ts';
 import type { Clock, HelloResult, Transport } from '../../client/island/transport.ts';
 import { decodeDelta, encodeDelta, peekHeader } from '../../core/codec/index.ts';
@@ -17,6 +18,7 @@ import type { Result } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { SimAuditor, fakeWork } from './audit-sim.ts';
 import { type EngineMaker, engineMaker, holdClock } from './engines.ts';
+import { SimMixHub } from './mix-sim.ts';
 import { SimEngine } from './sim-engine.ts';
 import type { Behaviour, CurvePoint, IslandReport, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult } from './types.ts';
 
@@ -52,10 +54,11 @@ export class Evaluator {
   }
 }
 
-function linkFor(clock: Clock, net: NetworkSpec): Link {
+/** An island's link to the server; `count` sums what the server receives (in) and sends (out). */
+function linkFor(clock: Clock, net: NetworkSpec, count: { in: number; out: number }): Link {
   return {
-    up: (bytes) => clock.sleep(net.latencyMs + (1000 * bytes) / net.upBytesPerSec),
-    down: (bytes) => clock.sleep(net.latencyMs + (1000 * bytes) / net.downBytesPerSec),
+    up: (bytes) => { count.in += bytes; return clock.sleep(net.latencyMs + (1000 * bytes) / net.upBytesPerSec); },
+    down: (bytes) => { count.out += bytes; return clock.sleep(net.latencyMs + (1000 * bytes) / net.downBytesPerSec); },
   };
 }
 
@@ -127,7 +130,7 @@ function emptyResult(row: SimRow, n: number): SimRunResult {
     codec: row.kind === 'diloco' ? row.codec.encoding + (row.codec.deflate ? '+deflate' : '') : 'f32 (all-reduce)',
     islands: n, evalLoss: NaN, evalLossSd: 0, seedLosses: [], tokens: 0, tokensComputed: 0, bytesUpPerIsland: 0, bytesDownPerIsland: 0,
     commReductionVsDdp: NaN, goodput: 1, accepted: 0, rejected: {}, versions: 0, virtualTimeMs: 0, realTimeMs: 0,
-    curve: [], perIsland: [], notes: [],
+    curve: [], perIsland: [], notes: [], server: { bytesIn: 0, bytesOut: 0, snapshotBytes: 0, inPerToken: NaN, outPerToken: NaN },
   };
 }
 
@@ -160,7 +163,7 @@ async function runBaselineOn(engines: EngineMaker, row: SimRow, common: SimCommo
   const steps = Math.ceil(row.tokens / tokensPerStep);
   const plan: InnerLrPlan = {
     maxLr: row.lr.maxLr, minLr: row.lr.minLr, warmupTokens: row.lr.warmupTokens, totalTokens: row.tokens,
-    tokensStart: 0, tokensPerStep, localWarmupSteps: 0, localStepsDone: 0,
+    tokensStart: 0, tokensPerStep, localWarmupSteps: 0,
   };
   // virtual time: the slowest island's compute, then a ring all-reduce of fp32 gradients
   const computeMs = Math.max(...islands.map((s) => (1000 * s.batchSize * T) / (s.speed * row.baseTokensPerSec)));
@@ -203,7 +206,7 @@ async function runBaselineOn(engines: EngineMaker, row: SimRow, common: SimCommo
   out.curve = curve;
   out.perIsland = islands.map((s) => ({
     name: s.name, speed: s.speed, batchSize: s.batchSize, behaviour: s.behaviour, bytesUp: steps * ringBytes, bytesDown: steps * ringBytes,
-    tokensComputed: steps * s.batchSize * T, rounds: steps, accepted: steps, rejected: {}, drops: 0,
+    tokensComputed: steps * s.batchSize * T, rounds: steps, accepted: steps, acceptedTokens: steps * s.batchSize * T, rejected: {}, drops: 0,
   }));
   log?.(`${row.name}: eval ${out.evalLoss.toFixed(4)} after ${tokens} tokens`);
   return out;
@@ -250,8 +253,11 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   const stall = () => (stalled ||= computed() > STALL_FACTOR * row.tokens);
   const notes: string[] = [];
   curve.push({ tokens: 0, tokensComputed: 0, timeMs: 0, evalLoss: await evaluator.loss(coord.model().params) });
+  const serverBytes = { in: 0, out: 0 };
+  let mixHub: SimMixHub | null = null;
   const hub = new LocalHub(coord, {
     clock,
+    route: (u, t) => mixHub?.route(u, t) ?? false,
     // the "checkpoint" of the simulator: record the eval curve at the durable point
     persist: async (ev) => {
       progress?.(ev.update.totalTokens / row.tokens);
@@ -264,12 +270,14 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
     },
   });
 
+  if (row.mix) mixHub = new SimMixHub(hub, clock, row.mix, n, coord.config().uplink, mixSeed(common.seed, 0x313c));
   const reports: IslandReport[] = [];
+  let snapshots = 0;
   const auditor = row.audit ? new SimAuditor(hub, row.audit, ds.train, config, T, common.seed, Math.max(...row.islands.map((s) => s.batchSize))) : null;
   const agents = row.islands.map(async (spec, idx) => {
     const rep: IslandReport = {
       name: spec.name, speed: spec.speed, batchSize: spec.batchSize, behaviour: spec.behaviour,
-      bytesUp: 0, bytesDown: 0, tokensComputed: 0, rounds: 0, accepted: 0, rejected: {}, drops: 0,
+      bytesUp: 0, bytesDown: 0, tokensComputed: 0, rounds: 0, accepted: 0, acceptedTokens: 0, rejected: {}, drops: 0,
     };
     reports[idx] = rep;
     const tps = spec.speed * row.baseTokensPerSec;
@@ -281,17 +289,29 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
     let islandId: string | undefined;
     if (spec.joinAtMs > 0) await clock.sleep(spec.joinAtMs);
     while (clock.now() < spec.leaveAtMs) {
-      const local: LocalTransport = hub.connect(linkFor(clock, spec.network));
+      const serverLink = linkFor(clock, spec.network, serverBytes);
+      const local: LocalTransport = hub.connect(serverLink);
       // the validator sees what the server sees: it wraps the link, the island's own changes wrap it
-      const link: Transport = auditor ? auditor.wrap(local, spec.behaviour !== 'honest') : local;
-      const transport: Transport = spec.behaviour === 'honest' ? link : fakeWork(link, spec.behaviour) ?? new TamperingTransport(link, spec.behaviour, n, mixSeed(common.seed, idx));
-      const rt = new IslandRuntime({
+      let link: Transport = auditor ? auditor.wrap(local, spec.behaviour !== 'honest') : local;
+      let crashed = false;
+      let rt: IslandRuntime | null = null;
+      if (mixHub) {
+        const mh = mixHub;
+        const crash = () => { crashed = true; local.kill(); if (local.id) mh.kill(local.id); rt?.stop(); };
+        // a member that drops mid-exchange: after a random part of its group's first stage
+        const onGrouped = () => { if (spec.mixDropProb && rand() < spec.mixDropProb) void clock.sleep(rand() * 2 * spec.network.latencyMs).then(crash); };
+        const { port, peers } = mh.attach(local, serverLink, spec.network, onGrouped);
+        link = new MixMember(link, port, peers, n, spec.behaviour === 'lie-fragment' ? { tamper: (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } } : {});
+      }
+      const honest = spec.behaviour === 'honest' || spec.behaviour === 'lie-fragment';
+      const transport: Transport = honest ? link : fakeWork(link, spec.behaviour) ?? new TamperingTransport(link, spec.behaviour, n, mixSeed(common.seed, idx));
+      rt = new IslandRuntime({
         engine, train, transport, clock, resumeIslandId: islandId,
         caps: { name: spec.name, tokensPerSec: tps, batchSize: spec.batchSize, maxBatch: spec.batchSize },
       });
       let killAt = Infinity;
-      let crashed = false;
       rt.on((e) => {
+        if (e.type === 'submitted' && e.ack.status === 'applied') rep.acceptedTokens += e.meta.tokens;
         if (e.type === 'assignment') {
           killAt = spec.dropProb > 0 && rand() < spec.dropProb
             ? clock.now() + (0.2 + 0.6 * rand()) * ((1000 * e.assignment.innerSteps * e.assignment.batchSize * T) / tps)
@@ -302,7 +322,8 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
         if (clock.now() >= killAt || clock.now() >= spec.leaveAtMs || stall()) {
           crashed = clock.now() >= killAt;
           local.kill();
-          rt.stop();
+          if (local.id) mixHub?.kill(local.id);
+          rt!.stop();
         }
       };
       const summary = await rt.start();
@@ -312,6 +333,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
       rep.bytesUp += p.bytesUp;
       rep.bytesDown += p.bytesDown;
       rep.rounds += p.rounds;
+      snapshots += p.snapshots;
       rep.accepted += p.accepted;
       for (const [k, v] of Object.entries(p.rejected)) rep.rejected[k] = (rep.rejected[k] ?? 0) + v;
       if (summary.reason === 'done' || !crashed || stalled) break;
@@ -344,6 +366,10 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   out.curve = curve;
   out.perIsland = reports;
   if (auditor) out.audits = auditor.report();
+  const snapshotBytes = snapshots * 4 * n;
+  const perToken = (b: number) => b / Math.max(1, totals.tokensApplied);
+  out.server = { bytesIn: serverBytes.in, bytesOut: serverBytes.out - snapshotBytes, snapshotBytes, inPerToken: perToken(serverBytes.in), outPerToken: perToken(serverBytes.out - snapshotBytes) };
+  if (mixHub) out.mix = { ...mixHub.totals };
   if (!Number.isFinite(finalLoss)) notes.push('θ diverged');
   if (stalled) notes.push(`stalled: islands computed ${STALL_FACTOR}× the token budget, but θ holds only ${totals.tokensApplied} tokens`);
   out.notes = notes;
@@ -362,7 +388,7 @@ export async function warmStart(common: SimCommon, ds: TextDataset, tokens: numb
   try {
     const engine = await engines.make({ config, maxBatch: B, maxT: T });
     await engine.setParams(initParams(config, common.seed));
-    const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0, localStepsDone: 0 };
+    const plan: InnerLrPlan = { ...lr, warmupTokens: Math.min(4096, tokens / 4), totalTokens: tokens, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: 0 };
     const batch = allocBatch(B, T);
     const stream = streamId('warm-start');
     for (let s = 0; s * B * T < tokens; s++) {

@@ -22,7 +22,7 @@ import type { SimEngineKind } from './engines.ts';
 import { ddpBytesPerIsland, mergeSeeds, runRows } from './index.ts';
 import { warmStartOffPlateau } from './row.ts';
 import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
-import { fitPowerLaw, scalingHtml, scalingPlotSvg, scalingTable, verdictOf } from './scaling-report.ts';
+import { type ScalingReport, type ScalingRow, type ScalingRung, fitPowerLaw, scalingHtml, scalingPlotSvg, scalingTable, verdictOf } from './scaling-report.ts';
 import type { SimCommon, SimRow, SimRunResult } from './types.ts';
 
 /** A rung of the ladder: a model shape (sequence length 32 throughout). */
@@ -79,35 +79,6 @@ export interface ScalingOptions {
   print?: boolean;
   log?: (line: string) => void;
   progress?: { start(names: string[]): void; update(i: number, frac: number): void };
-}
-
-/** One row of a rung: the compare preset's row fields plus its training compute. */
-export type ScalingRow = Omit<SimRunResult, 'curve'> & { flops: number; vsDdp: number; lessDownThanDdp: number; lr: number; innerSteps?: number };
-
-export interface ScalingRung {
-  name: string;
-  config: GPTConfig;
-  params: number;
-  flopsPerToken: number;
-  tokens: number;
-  /** H of the islands' nominal (fastest) island at this rung. */
-  innerSteps: number;
-  warmStart: { tokens: number; evalLoss: number };
-  /** The sweep's DDP rows: peak lr and eval loss; `ddp` is the best of them. */
-  ddpSweep: Array<{ lr: number; evalLoss: number }>;
-  ddpLr: number;
-  rows: ScalingRow[];
-}
-
-export interface ScalingReport {
-  config: {
-    preset: 'scaling'; tokensPerParam: number; outerRounds: number; lrSweep: number[]; globalBatch: number; seqLen: number;
-    hRule: string; data: string; seed: number; workers: number; engine: SimEngineKind; realTimeMs: number; cpuTimeMs: number;
-  };
-  rungs: ScalingRung[];
-  /** Per row name: eval loss ≈ a · C^−b over the rungs (C = training FLOPs). */
-  fits: Array<{ row: string; a: number; b: number }>;
-  verdict: { word: 'narrows' | 'holds' | 'widens'; sentence: string; ratios: Array<{ rung: string; row: string; ratio: number }> };
 }
 
 /** Parses the CLI flags the scaling preset takes (the rest of simulate's flags are ignored). */

@@ -24,7 +24,7 @@
 //   decayed: a small β (0.25–0.5) and many cheap entries are what closed the gap. docs/research.md
 //   lists the settings tried.
 
-import { type CoordinatorConfigPatch, SPARSE_UPLINK } from '../../core/coord/index.ts';
+import { type CoordinatorConfigPatch, SPARSE_DOWNLINK, SPARSE_UPLINK } from '../../core/coord/index.ts';
 import type { Encoding } from '../../core/codec/index.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Behaviour, IslandSpec, NetworkSpec, SimRow } from './types.ts';
@@ -97,9 +97,9 @@ export function diloco(name: string, d: RowDefaults, mode: TrainingMode, encodin
       dylu: true, targetRoundMs: roundMs(d, islands),
       quorum: 1, maxStaleness: 4 * islands.length,
       normBound: { factor: 4, window: 32, minHistory: 3 },
-      // the sparse rows' downlink: int4, one scale per 4096 entries, + deflate (error feedback on the
-      // server: replicas still apply the same decoded bits); blocks of 64 cost 12 % more bytes down, same loss
-      ...(sparse ? { downlink: { encoding: 'int4', blockSize: 4096, deflate: true } } : {}),
+      // the sparse rows' downlink (SPARSE_DOWNLINK, shared with `atoll serve`'s default run): int4, one
+      // scale per 4096 entries, + deflate (error feedback on the server: replicas still apply the same decoded bits)
+      ...(sparse ? { downlink: { ...SPARSE_DOWNLINK } } : {}),
       ...extra,
     },
     lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec, seeds: d.seeds,
@@ -116,6 +116,14 @@ export function baseline(name: string, kind: 'ddp' | 'single', d: RowDefaults, i
 /** Virtual time of one round of the fastest island at H steps. */
 function roundMs(d: RowDefaults, islands: IslandSpec[]): number {
   return Math.min(...islands.map((s) => (1000 * d.innerSteps * s.batchSize * d.seqLen) / (s.speed * d.baseTokensPerSec)));
+}
+
+/** The spot-check rate of the mixing rows: one fragment in ten is also uploaded by a second member. */
+export const MIX_SPOT_RATE = 0.1;
+
+/** The headline row's islands mixing in groups of k; a ready island waits up to a quarter of a round for its group. */
+export function mixed(name: string, d: RowDefaults, islands: IslandSpec[], k: number, rm: number, encoding: Encoding = 'sparse'): SimRow {
+  return { ...diloco(name, d, 'async', encoding, islands), mix: { k, formWaitMs: rm / 4, spotRate: MIX_SPOT_RATE } };
 }
 
 /** The robust-aggregation setting of the attacker rows. */
@@ -170,6 +178,12 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
     diloco('async-sparse-noise-robust', one, 'async', 'sparse', attack(['noise']), ROBUST),
     diloco('async-sparse-collude-robust', one, 'async', 'sparse', attack(['collude', 'collude']), ROBUST),
     diloco('async-sparse-scale100-nobound', one, 'async', 'sparse', attack(['scaled']), { normBound: { factor: 0 } }),
+    // butterfly mixing of the headline row in groups of k (mix-sim.ts); 30 % of members dropping
+    // mid-exchange; one member of each group of 4 lying about its fragment
+    ...[2, 4, 8].map((k) => mixed(`async-sparse-hetero-mix${k}`, one, het, k, rm)),
+    mixed('async-int4-hetero-mix4', one, het, 4, rm, 'int4'),
+    mixed('async-sparse-hetero-mix4-drop30', one, het.map((s) => ({ ...s, mixDropProb: 0.3, offlineMs: rm / 2 })), 4, rm),
+    mixed('async-sparse-hetero-mix4-liar', one, het.map((s, i) => (i % 4 === 3 ? { ...s, behaviour: 'lie-fragment' as const } : s)), 4, rm),
     ...(['other-stream', 'fewer-steps'] as const).map((fake) => audited(`sync-int8-audit-${fake}`, one, fake)),
   ];
 }

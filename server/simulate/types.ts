@@ -12,7 +12,7 @@ import type { Numerics } from './sim-engine.ts';
  * or ×4, sign-flipped, replaced by Gaussian noise of the same norm, NaNs, or a colluding pair that
  * both send one shared random direction (per base version) at their own Δ's norm.
  */
-export type Behaviour = 'honest' | 'scaled' | 'scale4' | 'sign-flip' | 'noise' | 'nan' | 'collude' | 'other-stream' | 'fewer-steps';
+export type Behaviour = 'honest' | 'scaled' | 'scale4' | 'sign-flip' | 'noise' | 'nan' | 'collude' | 'other-stream' | 'fewer-steps' | 'lie-fragment';
 
 export interface NetworkSpec {
   /** Uplink and downlink bandwidth, bytes/s. */
@@ -41,6 +41,8 @@ export interface IslandSpec {
   numerics?: Numerics;
   /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
   shard?: [number, number];
+  /** Butterfly mixing: probability, per group it is in, of crashing mid-exchange (then back after offlineMs). */
+  mixDropProb?: number;
 }
 
 /** One row of a comparison: a baseline or a DiLoCo configuration, on the same data and token budget. */
@@ -61,6 +63,8 @@ export interface SimRow {
   seeds?: number[];
   /** Virtual throughput of a speed-1 island, tokens/s. */
   baseTokensPerSec: number;
+  /** Butterfly mixing in groups of k (mix-sim.ts); absent: every island uploads directly. */
+  mix?: { k: number; formWaitMs: number; spotRate: number };
   /** Verified work: a validator audits this fraction of accepted deltas and bans at banAfter failures (audit-sim.ts). */
   audit?: { rate: number; banAfter: number };
 }
@@ -102,6 +106,8 @@ export interface IslandReport {
   tokensComputed: number;
   rounds: number;
   accepted: number;
+  /** Tokens of its deltas acknowledged as applied (what θ holds of its work). */
+  acceptedTokens: number;
   rejected: Record<string, number>;
   drops: number;
 }
@@ -138,6 +144,13 @@ export interface SimRunResult {
   notes: string[];
   /** Rows with `audit`: what the validator found. */
   audits?: AuditReport;
+  /**
+   * What the server received and sent (every message on the islands' server links), per token
+   * accepted into θ. Egress excludes snapshots (θ whole, to a joining island), counted apart.
+   */
+  server: { bytesIn: number; bytesOut: number; snapshotBytes: number; inPerToken: number; outPerToken: number };
+  /** Rows with `mix`: groups, fallbacks, spot checks, audits. */
+  mix?: MixTotals;
 }
 
 /** A validator's findings over one row: verdicts on honest and fake islands, and how soon fakes were banned. */
@@ -236,4 +249,25 @@ export interface SimReport {
     rows: Array<Pick<SimRow, 'name' | 'kind' | 'mode' | 'codec' | 'lr' | 'coordinator'> & { islands: Array<Pick<IslandSpec, 'name' | 'speed' | 'batchSize' | 'behaviour' | 'dropProb'>> }>;
   };
   runs: Array<Omit<SimRunResult, 'curve'>>;
+}
+
+/** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */
+export interface TwinSpec {
+  common: SimCommon;
+  rows: SimRow[];
+}
+
+/** The butterfly mixing's counts over a simulated run (mix-sim.ts). */
+export interface MixTotals {
+  groups: number;
+  mixedGroups: number;
+  fallbacks: number;
+  checks: number;
+  audits: number;
+  implicated: number;
+  disputes: number;
+  /** Bytes members sent each other (not the server's). */
+  peerBytes: number;
+  /** Islands that waited formWaitMs and uploaded directly. */
+  expired: number;
 }

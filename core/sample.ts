@@ -1,7 +1,7 @@
 // Autoregressive sampling through any TrainingEngine (CPU or WebGPU).
 
-import type { TrainingEngine } from '../engine.ts';
-import { mulberry32 } from '../random.ts';
+import type { TrainingEngine } from './engine.ts';
+import { mulberry32 } from './random.ts';
 
 export interface SampleOptions {
   tokens: number;

@@ -9,9 +9,9 @@
 // The event loop only posts messages meanwhile. Bit-identical to the coordinator's own step
 // (test/outer-offload.test.ts).
 
-import type { Coordinator } from '../core/coord/index.ts';
-import { type Result, ok } from '../core/result.ts';
-import { OuterPool } from './cluster/outer-pool.ts';
+import type { Coordinator } from '../../core/coord/index.ts';
+import { type Result, ok } from '../../core/result.ts';
+import { OuterPool } from './pool.ts';
 
 export class OuterOffloadHost {
   /** The pool slot behind each delta buffer handed to the coordinator, and the free ones. */

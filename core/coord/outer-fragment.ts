@@ -1,44 +1,35 @@
-// One outer-step worker: owns a fragment [a, b) of the parameters (the outer optimizer's momentum
-// and buffer and the downlink's error-feedback residual for it) and works on shared θ, shared
-// delta slots and the shared downlink frame. See outer-pool.ts for the protocol.
+// One fragment [a, a + len) of the outer step: its share of the outer optimizer's state
+// (momentum, delayed-Nesterov buffer) and of the downlink's error-feedback residual, and the
+// step on it as propose → commit or abort. Pure: the server's worker threads (server/outer/)
+// each own one, on shared θ, shared delta slots and the shared downlink frame.
 //
 // The fragment starts on a downlink block boundary, so its blocks are the whole frame's blocks:
 // encoding the fragment with the codec's own encodeWithFeedback and placing its scales and int8
 // values at their offsets in the frame gives the same bytes as encoding all of θ at once.
 
-import { parentPort, workerData } from 'node:worker_threads';
-import { CodecScratch, ErrorFeedback, decodeDelta, encodeWithFeedback } from '../../core/codec/index.ts';
-import { crc32 } from '../../core/codec/crc32.ts';
-import { HASH_CHUNK_WORDS, hashChunks } from '../../core/coord/hash.ts';
-import { type OuterConfig, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
+import { CodecScratch, type DownlinkEncoding, ErrorFeedback, HEADER_BYTES, encodeWithFeedback } from '../codec/index.ts';
+import { type OuterConfig, OuterOptimizer, applyUpdate } from './outer.ts';
 import { type ProposalSums, agreementOf, chunkScratch, combineAll, proposeInt8 } from './outer-int8.ts';
 
-export interface OuterWorkerInit {
-  n: number;
-  a: number;
-  b: number;
-  theta: SharedArrayBuffer;
-}
-
-export type DownlinkSpec = { encoding: 'int8' | 'int4' | 'f32'; blockSize: number };
-
-export type ToOuterWorker =
-  | { id: number; op: 'slot'; slot: number; sab: SharedArrayBuffer }
-  | { id: number; op: 'decode'; slot: number; frame: Uint8Array }
-  | { id: number; op: 'propose'; slots: number[]; weights: number[] | null; outer: OuterConfig; downlink: DownlinkSpec; scale: number; period: number; share: boolean; frame: SharedArrayBuffer }
-  | { id: number; op: 'commit' }
-  | { id: number; op: 'abort' }
-  | { id: number; op: 'hash'; c0: number; c1: number; out: SharedArrayBuffer }
-  | { id: number; op: 'crc'; frame: SharedArrayBuffer; length: number }
-  | { id: number; op: 'export'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer }
-  | { id: number; op: 'import'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer; bufferCount: number; steps: number };
+export type DownlinkSpec = { encoding: DownlinkEncoding; blockSize: number };
 
 /** Per-fragment sums for each delta's agreement with g: Σ d_j·g, Σ d_j², and Σ g² (weighted steps only). */
 export interface AgreementSums { dots: number[]; sqs: number[]; gg: number }
 
-export type FromOuterWorker =
-  | { id: number; ok: true; norm?: number; sumSq?: number; agreement?: AgreementSums; crc?: number; bufferCount?: number; steps?: number }
-  | { id: number; ok: false; code: string; message: string };
+/**
+ * One outer step over the fragments: g = `slots[0]` itself (weights null) or Σ weights[j]·slots[j];
+ * u by `outer` with scale and period (period 0: the plain step u = scale·g; `share`: a merge
+ * window's share of a step, as OuterOptimizer.propose); then the downlink quantization.
+ */
+export interface FragmentStep {
+  slots: number[];
+  weights: number[] | null;
+  outer: OuterConfig;
+  downlink: DownlinkSpec;
+  scale: number;
+  period: number;
+  share: boolean;
+}
 
 /**
  * Byte offsets of a fragment's scales and values inside a frame's payload (after the header); a
@@ -52,12 +43,8 @@ export function fragmentLayout(n: number, a: number, b: number, d: DownlinkSpec)
   return { ...scales, values: 4 * nb + a, valueBytes: b - a };
 }
 
-const HEADER_BYTES = 32;
-
-type Propose = Extract<ToOuterWorker, { op: 'propose' }>;
-
 /** One fragment's outer optimizer and downlink residual, with the shadow buffers of a proposal. */
-class Fragment {
+export class Fragment {
   outer: OuterOptimizer;
   readonly fb: ErrorFeedback;
   private readonly residualBackup: Float32Array;
@@ -96,7 +83,7 @@ class Fragment {
    * and rounded once (as the coordinator's combineDeltas), with each delta's agreement sums: the
    * int8 path's first pass (outer-int8.ts).
    */
-  private gradient(slots: Float32Array[], m: Propose, a: number): { g: Float32Array; agreement?: AgreementSums } {
+  private gradient(slots: Float32Array[], m: FragmentStep, a: number): { g: Float32Array; agreement?: AgreementSums } {
     const len = this.len;
     if (m.weights === null) return { g: slots[m.slots[0]].subarray(a, a + len) };
     const D = m.slots.map((s) => slots[s].subarray(a, a + len));
@@ -107,7 +94,7 @@ class Fragment {
   }
 
   /** Returns Σu² of the proposed update (and, for a weighted g, the agreement sums), or an error (then nothing may be committed). */
-  propose(slots: Float32Array[], m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
+  propose(slots: Float32Array[], m: FragmentStep, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
     this.fused = m.downlink.encoding === 'int8';
     if (this.fused) return this.proposeInt8(slots, m, n, a, frame);
     const { g, agreement } = this.gradient(slots, m, a);
@@ -136,7 +123,7 @@ class Fragment {
    * blocks, fused into passes over chunks of the fragment (outer-int8.ts): the same float
    * operations in the same order (test/cluster-outer.test.ts checks the bits).
    */
-  private proposeInt8(slots: Float32Array[], m: Propose, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
+  private proposeInt8(slots: Float32Array[], m: FragmentStep, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
     const { lr, momentum: mu, kind } = m.outer;
     const st = this.outer.state, len = this.len, B = m.downlink.blockSize;
     const plain = m.period === 0; // u = s·g, the state kept (OuterOptimizer.proposePlain)
@@ -186,67 +173,3 @@ class Fragment {
     this.decoded = null;
   }
 }
-
-function run(init: OuterWorkerInit): void {
-  const port = parentPort!;
-  const { n, a, b } = init;
-  const len = b - a;
-  const theta = new Float32Array(init.theta, 4 * a, len);
-  const thetaWords = new Uint32Array(init.theta, 0, n);
-  const slots: Float32Array[] = [];
-  let frag = new Fragment(len);
-  const reply = (m: FromOuterWorker) => port.postMessage(m);
-
-  port.on('message', (m: ToOuterWorker) => {
-    switch (m.op) {
-      case 'slot':
-        slots[m.slot] = new Float32Array(m.sab);
-        return reply({ id: m.id, ok: true });
-      case 'decode': {
-        // a whole delta on this worker: the frame's CRC covers all of it
-        const d = decodeDelta(m.frame, n, slots[m.slot]);
-        if (!d.ok) return reply({ id: m.id, ok: false, code: d.error.code, message: d.error.message });
-        let s = 0;
-        const x = d.value;
-        for (let i = 0; i < n; i++) s += x[i] * x[i];
-        return reply({ id: m.id, ok: true, norm: Math.sqrt(s) });
-      }
-      case 'propose': {
-        const r = frag.propose(slots, m, n, a, m.frame);
-        return reply('code' in r ? { id: m.id, ok: false, ...r } : { id: m.id, ok: true, sumSq: r.sumSq, agreement: r.agreement });
-      }
-      case 'commit':
-        frag.commit(theta);
-        return reply({ id: m.id, ok: true });
-      case 'abort':
-        frag.abort();
-        return reply({ id: m.id, ok: true });
-      case 'hash': // θ's chunks [c0, c1) (any worker's fragment: every commit came before)
-        hashChunks(thetaWords, m.c0 * HASH_CHUNK_WORDS, Math.min(n, m.c1 * HASH_CHUNK_WORDS), new Uint32Array(m.out));
-        return reply({ id: m.id, ok: true });
-      case 'crc': {
-        const f = new Uint8Array(m.frame, 0, m.length);
-        return reply({ id: m.id, ok: true, crc: crc32(f.subarray(HEADER_BYTES), crc32(f.subarray(0, 28))) });
-      }
-      case 'export': {
-        const s = frag.outer.state;
-        new Float32Array(m.momentum, 4 * a, len).set(s.momentum);
-        new Float32Array(m.buffer, 4 * a, len).set(s.buffer);
-        new Float32Array(m.residual, 4 * a, len).set(frag.fb.residual);
-        return reply({ id: m.id, ok: true, bufferCount: s.bufferCount, steps: s.steps });
-      }
-      case 'import': {
-        frag = new Fragment(len);
-        frag.outer = new OuterOptimizer(len, {
-          momentum: new Float32Array(m.momentum, 4 * a, len).slice(),
-          buffer: new Float32Array(m.buffer, 4 * a, len).slice(),
-          bufferCount: m.bufferCount, steps: m.steps,
-        });
-        frag.fb.residual.set(new Float32Array(m.residual, 4 * a, len));
-        return reply({ id: m.id, ok: true });
-      }
-    }
-  });
-}
-
-if (workerData && (workerData as { kind?: string }).kind === 'atoll-outer') run(workerData as OuterWorkerInit);

@@ -13,34 +13,22 @@
 
 import { Worker } from 'node:worker_threads';
 import { type Result, err, ok } from '../../core/result.ts';
-import type { OuterConfig, OuterState } from '../../core/coord/outer.ts';
-import { ENCODINGS, frameBytes } from '../../core/codec/index.ts';
+import type { OuterState } from '../../core/coord/outer.ts';
+import { HEADER_BYTES, frameBytes, writeHeader } from '../../core/codec/index.ts';
 import { combineChunkHashes, hashChunkCount } from '../../core/coord/hash.ts';
-import type { AgreementSums, DownlinkSpec, FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './outer-worker.ts';
+import type { AgreementSums, DownlinkSpec, FragmentStep } from '../../core/coord/outer-fragment.ts';
+import type { FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './worker.ts';
 
 const REGISTER_URL = new URL('../../bin/register.js', import.meta.url).href;
-const WORKER_URL = new URL('./outer-worker.ts', import.meta.url);
-const HEADER_BYTES = 32;
+const WORKER_URL = new URL('./worker.ts', import.meta.url);
 
 /** Distributes T over the union of the message variants (so each keeps its own fields). */
 type Omitted<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 type Request = Omitted<ToOuterWorker, 'id'>;
 type Answer = Extract<FromOuterWorker, { ok: true }>;
 
-/**
- * One outer step: g = `slots[0]` itself (weights null) or Σ weights[j]·slots[j]; u by `outer` with
- * scale and period (period 0: the plain step u = scale·g; `share`: a merge window's share of a
- * step, as OuterOptimizer.propose); then the downlink quantization.
- */
-export interface OuterStepSpec {
-  slots: number[];
-  weights: number[] | null;
-  outer: OuterConfig;
-  downlink: DownlinkSpec;
-  scale: number;
-  period: number;
-  share?: boolean;
-}
+/** One outer step (FragmentStep; `share` defaults to false). */
+export type OuterStepSpec = Omit<FragmentStep, 'share'> & { share?: boolean };
 
 export interface OuterStepResult {
   /** The downlink frame every replica applies (a fresh buffer owned by the caller). */
@@ -180,7 +168,7 @@ export class OuterPool {
     const n = this.n;
     const payload = frameBytes(n, o.downlink) - HEADER_BYTES; // exact for f32, int8, int4
     const length = HEADER_BYTES + payload;
-    writeHeader(new DataView(this.frameSab, 0, HEADER_BYTES), o.downlink, n, payload);
+    writeHeader(new Uint8Array(this.frameSab, 0, HEADER_BYTES), { encoding: o.downlink.encoding, flags: 0, count: n, blockSize: o.downlink.encoding === 'f32' ? 0 : o.downlink.blockSize, k: 0, storedBytes: payload, rawBytes: payload });
     // θ's hash chunks split over the workers; the frame's CRC after the first worker's share
     const W = this.workers.length, chunks = hashChunkCount(n);
     const hashed = this.workers.map((_, w) => this.call(w, { op: 'hash', c0: Math.floor((w * chunks) / W), c1: Math.floor(((w + 1) * chunks) / W), out: this.hashSab }));
@@ -233,19 +221,4 @@ function sumAgreement(parts: Answer[]): AgreementSums {
     for (let j = 0; j < k; j++) { total.dots[j] += a.dots[j]; total.sqs[j] += a.sqs[j]; }
   }
   return total;
-}
-
-/** The frame header of a downlink frame (frame.ts layout), CRC left for the caller. */
-function writeHeader(dv: DataView, d: DownlinkSpec, n: number, payload: number): void {
-  const magic = [0x41, 0x54, 0x4c, 0x44]; // 'ATLD'
-  for (let i = 0; i < 4; i++) dv.setUint8(i, magic[i]);
-  dv.setUint8(4, 1);
-  dv.setUint8(5, ENCODINGS.indexOf(d.encoding));
-  dv.setUint8(6, 0);
-  dv.setUint8(7, 0);
-  dv.setUint32(8, n, true);
-  dv.setUint32(12, d.encoding === 'f32' ? 0 : d.blockSize, true);
-  dv.setUint32(16, 0, true);
-  dv.setUint32(20, payload, true);
-  dv.setUint32(24, payload, true);
 }

@@ -10,7 +10,7 @@
 // and every running sum takes its terms in element order: the bits are the coordinator's
 // (test/cluster-outer.test.ts). A chunk is a whole number of downlink blocks.
 
-import { MIN_SCALE, roundHalfUp } from '../../core/codec/payloads.ts';
+import { MIN_SCALE, roundHalfUp } from '../codec/payloads.ts';
 
 const CHUNK = 4096;
 

@@ -1,6 +1,7 @@
-// Calibration before the first assignment: the island times a few real training steps on its own
-// engine, so the server can size even the first round to the run's target round time (DyLU reads
-// caps.tokensPerSec from hello). A reload re-uses the last measurement of the same device and shape.
+// Calibration before the first assignment: the island (the volunteer page, `atoll island`) times a
+// few real training steps on its own engine, so the server can size even the first round to the
+// run's target round time (DyLU reads caps.tokensPerSec from hello). A reload of the page re-uses the
+// last measurement of the same device and shape.
 //
 // It must not cost a round's worth of time on a slow device (on a software GPU one full-batch step
 // of the `small` preset is about a minute): there it times batches of 1 and 2 and scales them up.
@@ -8,7 +9,31 @@
 import { sampleBatch } from '../../core/data/dataset.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
 import { initParams } from '../../core/model/gpt.ts';
-import type { Calibration, ModelShape } from './messages.ts';
+import type { GPTConfig } from '../../core/model/config.ts';
+
+/** The model and batch shape an engine is built for. */
+export interface ModelShape {
+  config: GPTConfig;
+  maxBatch: number;
+  maxT?: number;
+}
+
+/** This device's measured training speed (the page saves it across reloads). */
+export interface Calibration {
+  /** Engine, device and shape it was measured for (calibrationKey). */
+  key: string;
+  /** Full-batch training speed while computing, tokens/s (the usage cap not applied). */
+  tokensPerSec: number;
+  /** One full-batch step, ms. */
+  stepMs: number;
+  /** The steps timed: batch size and time, ms. */
+  timed: Array<{ B: number; ms: number }>;
+  /** True when the full-batch step was estimated from batches 1 and 2 (a slow device), not timed. */
+  estimated: boolean;
+  /** Time the calibration took, ms; when it was measured (epoch ms). */
+  ms: number;
+  at: number;
+}
 
 /** A full-batch step that would take under this is timed itself. */
 const FULL_STEP_UNDER_MS = 3000;

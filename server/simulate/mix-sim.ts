@@ -1,0 +1,281 @@
+// Butterfly mixing in the simulator: the server's mixing side (MixBroker) in process, the peers'
+// data channels as in-process links in virtual time (sender's latency and uplink, receiver's
+// downlink), and the downlink's update pieces. Every byte a member sends the server or receives
+// from it goes through that island's Link, which row.ts counts as server ingress and egress.
+
+import type { Clock } from '../../client/island/transport.ts';
+import type { Link, LocalHub, LocalTransport } from '../../client/island/local.ts';
+import type { MemberHandlers, MemberPlan, MixPort, PeerNet, UpdatePiece } from '../../client/island/mix-member.ts';
+import type { CodecOptions } from '../../core/codec/index.ts';
+import { l2 } from '../../core/coord/aggregate.ts';
+import { checkWork } from '../../core/coord/validate.ts';
+import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
+import type { PeerChannel, PieceChannel } from '../../core/mix/butterfly.ts';
+import { pieceRange } from '../../core/mix/butterfly.ts';
+import { sha256Hex } from '../../core/mix/commit.ts';
+import { type AckMsg, type DeltaMeta, ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
+import { mulberry32 } from '../../core/random.ts';
+import { ok } from '../../core/result.ts';
+import type { MixTotals, NetworkSpec } from './types.ts';
+
+// Message sizes beside the payload, as the simulator's other messages count them (local.ts: a
+// delta's meta 256 B, an update's header 128 B): a SHA-256 is 32 B; a fragment's header (group,
+// index, length) and its transcript commitment 48 B.
+const META_BYTES = 256;
+const UPDATE_HEADER_BYTES = 128;
+const HASH_BYTES = 32;
+const FRAGMENT_HEADER_BYTES = 16 + HASH_BYTES;
+
+/** How long a member waits on a peer's message before it gives the exchange up (virtual ms). */
+const PEER_TIMEOUT_MS = 10_000;
+
+interface Member {
+  islandId: string;
+  link: Link;
+  net: NetworkSpec;
+  handlers: MemberHandlers | null;
+  pieceListeners: Array<(p: UpdatePiece) => void>;
+  dead: boolean;
+  transport: LocalTransport;
+  /** The last group it mixed in (its peers stay connected for the downlink). */
+  group: { id: number; members: string[] } | null;
+}
+
+interface Waiter<T> { resolve(v: T): void }
+
+export class SimMixHub {
+  readonly broker: MixBroker;
+  readonly totals: MixTotals = { groups: 0, mixedGroups: 0, fallbacks: 0, checks: 0, audits: 0, implicated: 0, disputes: 0, peerBytes: 0, expired: 0 };
+  private readonly members = new Map<string, Member>();
+  private readonly groupWaiters = new Map<string, Waiter<MemberPlan | null>>();
+  private readonly fragWaiters = new Map<string, Waiter<FragmentUpload | null>>();
+  private readonly ackWaiters = new Map<string, Waiter<AckMsg | 'direct'>>();
+  /** In-flight peer messages and receivers, by `${channel}|${from}|${to}|${stage}`. */
+  private readonly mail = new Map<string, unknown>();
+  private readonly mailWaiters = new Map<string, Waiter<unknown>>();
+  private readonly piecesSent = new Set<string>();
+  /** Outcomes settled before the member asked (its fragment came after its group fell back). */
+  private readonly early = new Map<string, AckMsg | 'direct'>();
+
+  constructor(private readonly hub: LocalHub, private readonly clock: Clock, cfg: MixConfig, n: number, private readonly codec: CodecOptions, seed: number) {
+    this.broker = new MixBroker(cfg, n, codec.encoding === 'sparse' || codec.encoding === 'int8' || codec.encoding === 'int4' ? codec.blockSize ?? 64 : 64, mulberry32(seed));
+  }
+
+  /** One island's mixing port and peer net, over its server link. */
+  attach(transport: LocalTransport, link: Link, net: NetworkSpec, onGrouped?: () => void): { port: MixPort; peers: PeerNet } {
+    const self: { m: Member | null } = { m: null };
+    const member = (islandId: string): Member => {
+      if (self.m && self.m.islandId === islandId) return self.m;
+      const prev = this.members.get(islandId);
+      self.m = { islandId, link, net, handlers: pending.handlers, pieceListeners: pending.pieces, dead: false, transport, group: null };
+      if (prev) prev.dead = true;
+      this.members.set(islandId, self.m);
+      return self.m;
+    };
+    const pending: { handlers: MemberHandlers | null; pieces: Array<(p: UpdatePiece) => void> } = { handlers: null, pieces: [] };
+    const port: MixPort = {
+      ready: async (meta, frameHash) => {
+        const m = member(meta.islandId);
+        await link.up(META_BYTES + HASH_BYTES);
+        if (m.dead) return null;
+        const plan = await this.ready(m, meta, frameHash);
+        if (plan) { await link.down(64 + 48 * plan.members.length); onGrouped?.(); }
+        return m.dead ? null : plan;
+      },
+      fragment: async (groupId, up) => {
+        const m = self.m!;
+        await link.up((up?.frame.length ?? 0) + FRAGMENT_HEADER_BYTES);
+        const key = `${groupId}|${m.islandId}`;
+        const early = this.early.get(key);
+        this.early.delete(key);
+        const waiting = early !== undefined ? Promise.resolve(early) : new Promise<AckMsg | 'direct'>((resolve) => this.ackWaiters.set(key, { resolve }));
+        this.resolve(this.fragWaiters, key, m.dead ? null : up);
+        const r = await waiting;
+        await link.down(128);
+        return r;
+      },
+      serve: (h) => { pending.handlers = h; if (self.m) self.m.handlers = h; },
+      onPiece: (l) => { pending.pieces.push(l); },
+    };
+    const peers: PeerNet = {
+      channel: (plan) => this.channel(`g${plan.groupId}`, plan.index, plan.members.map((x) => x.islandId)),
+      pieces: (key, index, members) => this.pieceChannel(`d${key}`, index, members),
+    };
+    return { port, peers };
+  }
+
+  /** The island crashed: its peers' receives fail, its waits end. */
+  kill(islandId: string): void {
+    const m = this.members.get(islandId);
+    if (!m) return;
+    m.dead = true;
+    this.broker.drop(islandId);
+    this.resolve(this.groupWaiters, islandId, null);
+    for (const [key, w] of this.mailWaiters) {
+      if (key.split('|')[1] === islandId) { this.mailWaiters.delete(key); w.resolve(null); }
+    }
+    for (const [key, w] of this.fragWaiters) if (key.endsWith(`|${islandId}`)) { this.fragWaiters.delete(key); w.resolve(null); }
+  }
+
+  // ── grouping and settling ─────────────────────────────────────────────────────────────────────
+
+  private async ready(m: Member, meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null> {
+    const coord = this.hub.coord;
+    const rec = coord.island(meta.islandId);
+    const work = rec ? checkWork(meta, rec, coord.config(), this.clock.now()) : null;
+    if (!work?.ok) return null; // the direct upload gets the coordinator's clear rejection
+    const waiting = new Promise<MemberPlan | null>((resolve) => this.groupWaiters.set(m.islandId, { resolve }));
+    const plan = this.broker.offer({ islandId: m.islandId, meta, frameHash, tokens: work.meta.tokens, readyAt: this.clock.now() });
+    if (plan) this.start(plan);
+    else void this.clock.sleep(this.broker.cfg.formWaitMs).then(() => {
+      for (const e of this.broker.expire(this.clock.now())) { this.totals.expired++; this.resolve(this.groupWaiters, e.islandId, null); }
+    });
+    return waiting;
+  }
+
+  private start(plan: GroupPlan): void {
+    this.totals.groups++;
+    plan.members.forEach((x, index) => this.resolve(this.groupWaiters, x.islandId, { ...plan, index }));
+    void this.settle(plan);
+  }
+
+  private async settle(plan: GroupPlan): Promise<void> {
+    const ids = plan.members.map((x) => x.islandId);
+    const at = (j: number) => this.members.get(ids[j])!;
+    const timeout = <T>(p: Promise<T>, ms: number, key?: string) => Promise.race([p, this.clock.sleep(ms).then(() => {
+      if (key) this.resolve(this.fragWaiters, key, null);
+      return null;
+    })]);
+    const out = await this.broker.settle(plan, {
+      fragment: (j) => timeout(new Promise<FragmentUpload | null>((resolve) => {
+        if (at(j).dead) return resolve(null);
+        this.fragWaiters.set(`${plan.groupId}|${ids[j]}`, { resolve });
+      }), 3 * PEER_TIMEOUT_MS, `${plan.groupId}|${ids[j]}`),
+      check: async (c, j) => {
+        const m = at(c);
+        if (m.dead || !m.handlers) return null;
+        await m.link.down(128);
+        const others = ids.map((_, i) => (i === c ? null : at(i).handlers?.piece(plan.groupId, j, c)));
+        const [up] = await Promise.all([timeout(m.handlers.check(plan.groupId, j), PEER_TIMEOUT_MS), ...others]);
+        if (up) await m.link.up(up.frame.length + FRAGMENT_HEADER_BYTES + HASH_BYTES * up.received.length);
+        return up;
+      },
+      replay: async (j) => {
+        const m = at(j);
+        if (m.dead || !m.handlers) return null;
+        await m.link.down(128);
+        const r = await m.handlers.replay(plan.groupId);
+        if (r) await m.link.up(r.frame.length + FRAGMENT_HEADER_BYTES + HASH_BYTES * (r.sent.length + r.received.length));
+        return r;
+      },
+    }, this.codec);
+    const answer = (islandId: string, a: AckMsg | 'direct') => {
+      const key = `${plan.groupId}|${islandId}`;
+      if (this.ackWaiters.has(key)) this.resolve(this.ackWaiters, key, a); else this.early.set(key, a);
+    };
+    const direct = (islandId: string) => answer(islandId, 'direct');
+    if (out.kind === 'direct') {
+      this.totals.fallbacks++;
+      return ids.forEach(direct);
+    }
+    this.totals.mixedGroups++;
+    this.totals.checks += out.checks;
+    if (out.audited) this.totals.audits++;
+    this.totals.disputes += out.disputes.length;
+    const coord = this.hub.coord;
+    for (const bad of out.implicated) {
+      this.totals.implicated++;
+      coord.recordAudit(bad.islandId, false);
+      coord.ban(bad.islandId, this.clock.now(), `butterfly mixing: ${bad.reason}`);
+      await this.hub.dispatch();
+      const m = plan.members.find((x) => x.islandId === bad.islandId)!;
+      answer(bad.islandId, {
+        islandId: bad.islandId, seq: m.meta.seq, roundId: m.meta.roundId, status: 'rejected', version: coord.version,
+        error: { code: ErrorCode.MIX_MISMATCH, message: bad.reason },
+      });
+    }
+    const norm = l2(out.delta);
+    const group = { id: plan.groupId, members: out.accepted.map((x) => x.islandId) };
+    // one contribution per member, its tokens and credit the server's; the same group mean for each
+    await Promise.all(out.accepted.map(async (x) => {
+      const m = this.members.get(x.islandId);
+      if (m && !m.dead) m.group = group;
+      const ack = await this.hub.submit({ meta: x.meta, frame: out.frames[plan.members.indexOf(x)], decoded: ok({ delta: out.delta.slice(), norm }) });
+      answer(x.islandId, ack);
+    }));
+    for (const x of plan.members) if (!out.accepted.includes(x) && !out.implicated.some((b) => b.islandId === x.islandId)) direct(x.islandId);
+  }
+
+  // ── the downlink: pieces to groups whose peers are all still there ────────────────────────────
+
+  /** LocalHub's route: true when the update goes to this transport's island as a piece. */
+  route(update: UpdateMsg, t: LocalTransport): boolean {
+    const id = t.id;
+    const m = id ? this.members.get(id) : undefined;
+    const g = m?.group;
+    if (!m || !g || m.dead || m.transport !== t || g.members.length < 2 || (g.members.length & (g.members.length - 1)) !== 0) return false;
+    const all = g.members.map((x) => this.members.get(x));
+    if (all.some((x) => !x || x.dead || x.group?.id !== g.id || x.pieceListeners.length === 0)) return false;
+    const key = `${g.id}@${update.version}`;
+    if (!this.piecesSent.has(key)) {
+      this.piecesSent.add(key);
+      void this.sendPieces(update, g, all as Member[]);
+    }
+    return true;
+  }
+
+  private async sendPieces(update: UpdateMsg, g: { id: number; members: string[] }, all: Member[]): Promise<void> {
+    const { frame, ...head } = update;
+    const frameHash = sha256Hex(frame);
+    const k = all.length;
+    all.forEach((m, index) => {
+      const [a, b] = pieceRange(frame.length, k, index);
+      const piece = frame.slice(a, b);
+      void m.link.down(piece.length + UPDATE_HEADER_BYTES + HASH_BYTES + 16).then(() => {
+        if (!m.dead) for (const l of m.pieceListeners) l({ update: head, frameHash, groupId: g.id, index, members: g.members, piece });
+      });
+    });
+  }
+
+  // ── in-process data channels ──────────────────────────────────────────────────────────────────
+
+  private channel(ch: string, index: number, ids: string[]): PeerChannel {
+    return {
+      send: (to, stage, payload) => this.post(ch, ids[index], ids[to], stage, payload, payload.byteLength),
+      recv: (from, stage) => this.take<Float32Array>(ch, ids[from], ids[index], stage),
+    };
+  }
+
+  private pieceChannel(ch: string, index: number, ids: string[]): PieceChannel {
+    return {
+      send: (to, stage, pieces) => this.post(ch, ids[index], ids[to], stage, pieces, [...pieces.values()].reduce((a, b) => a + b.length + 8, 0)),
+      recv: (from, stage) => this.take<Map<number, Uint8Array>>(ch, ids[from], ids[index], stage),
+    };
+  }
+
+  private async post(ch: string, from: string, to: string, stage: number, msg: unknown, bytes: number): Promise<void> {
+    const a = this.members.get(from), b = this.members.get(to);
+    if (!a || !b || a.dead) return;
+    this.totals.peerBytes += bytes + 16;
+    await this.clock.sleep(a.net.latencyMs + (1000 * bytes) / a.net.upBytesPerSec + (1000 * bytes) / b.net.downBytesPerSec);
+    if (a.dead || b.dead) return;
+    const key = `${ch}|${from}|${to}|${stage}`;
+    const w = this.mailWaiters.get(key);
+    if (w) { this.mailWaiters.delete(key); w.resolve(msg); } else this.mail.set(key, msg);
+  }
+
+  private take<T>(ch: string, from: string, to: string, stage: number): Promise<T | null> {
+    const key = `${ch}|${from}|${to}|${stage}`;
+    if (this.mail.has(key)) { const m = this.mail.get(key) as T; this.mail.delete(key); return Promise.resolve(m); }
+    if (this.members.get(from)?.dead !== false) return Promise.resolve(null);
+    return new Promise<T | null>((resolve) => {
+      this.mailWaiters.set(key, { resolve: resolve as (v: unknown) => void });
+      void this.clock.sleep(PEER_TIMEOUT_MS).then(() => this.resolve(this.mailWaiters, key, null));
+    });
+  }
+
+  private resolve<T>(map: Map<string, Waiter<T>>, key: string, v: T): void {
+    const w = map.get(key);
+    if (w) { map.delete(key); w.resolve(v); }
+  }
+}
