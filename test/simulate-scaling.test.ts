@@ -31,7 +31,9 @@ describe('atoll simulate --preset scaling', () => {
     expect(new Set(p.rows.find((r) => r.name === 'islands-32')!.islands.map((s) => s.speed))).toEqual(new Set([1, 2, 4]));
     expect(scalingOptionsFromCli({ rungs: 'tiny,nope' })).toMatchObject({ ok: false, error: { code: 'E_BAD_REQUEST' } });
     expect(scalingOptionsFromCli({ rungs: '9' })).toMatchObject({ ok: false });
-    expect(scalingOptionsFromCli({ rungs: 'tiny,L4-C76', tokensPerParam: '0.5', json: true })).toMatchObject({ ok: true, value: { rungs: ['tiny', 'L4-C76'], tokensPerParam: 0.5, json: true } });
+    expect(scalingOptionsFromCli({ rungs: 'tiny,L4-C76', tokensPerParam: '0.5', outerRounds: '12', engine: 'webgpu', json: true })).toMatchObject({ ok: true, value: { rungs: ['tiny', 'L4-C76'], tokensPerParam: 0.5, outerRounds: 12, engine: 'webgpu', json: true } });
+    expect(scalingOptionsFromCli({ engine: 'cuda' })).toMatchObject({ ok: false, error: { message: '--engine must be cpu|webgpu' } });
+    expect(simulateOptionsFromCli({ engine: 'webgpu' })).toMatchObject({ ok: true, value: { engine: 'webgpu' } });
     expect(RUNGS.at(-1)!.name).toBe('base-T32');
   });
 
