@@ -130,7 +130,7 @@ describe('an island\'s first accepted round lowers the global eval loss', () => 
     const codec = await expectFrameIsCpuDelta(getPreset('small'), theta0, train, gpu);
     console.log('first round on small:', JSON.stringify({ v0, v1, steps: gpu.assignment.innerSteps, islandMs: gpu.ms, testMs: Date.now() - t0, codec }));
     expect(v1).toBeLessThan(v0);
-    // SwiftShader's pipelines for `small` take most of it: 338 s once at load 30 on 2 cores
+    // SwiftShader's pipelines for `small` take most of it: 65 s at load ~20 on 2 cores, 338 s once at load 30
   }, 480_000);
 
   it('tiny on the default setting: a CPU island from the cold start, then a WebGPU island joining late', async () => {

@@ -9,7 +9,7 @@
 // stepped here or by a host's worker threads), stats (the Ledger: totals, per-version figures,
 // history), snapshot.
 
-import { decodeDelta, maxFrameBytes } from '../codec/index.ts';
+import { decodeDelta, maxFrameBytes, peekHeader } from '../codec/index.ts';
 import { type Result, err, ok } from '../result.ts';
 import { type Assignment, type ModelSnapshotMsg, type TrainingMode, type UpdateMsg, ErrorCode, PROTOCOL_VERSION, validateDeltaMeta } from '../protocol.ts';
 import { NormHistory, combineDeltas, isWeightedMean, l2, weighDeltas } from './aggregate.ts';
@@ -22,10 +22,10 @@ import { assignWork, dropPending, hold, leaveRound, newRound, outerStepOf, round
 import { Ledger } from './stats.ts';
 import { type CoordinatorState, type SnapshotAlloc, readSnapshot, writeSnapshot } from './snapshot.ts';
 import type {
-  Closing, Contribution, CoordinatorEvent, CoordinatorOptions, CoordinatorSnapshot, CoordinatorTotals, DeltaSubmission, IslandRecord, JoinRequest,
+  AssignedWork, Closing, Contribution, CoordinatorEvent, CoordinatorOptions, CoordinatorSnapshot, CoordinatorTotals, DeltaSubmission, IslandRecord, JoinRequest,
   JoinResult, OuterOffload, OuterStepDone, OuterStepRequest, PendingDelta, RejectedContribution, RoundState, SubmitAccepted, VersionStats,
 } from './types.ts';
-import { checkDelta } from './validate.ts';
+import { checkDelta, rebaseWork } from './validate.ts';
 
 export type * from './types.ts';
 export { trimmedMean } from './aggregate.ts';
@@ -149,6 +149,9 @@ export class Coordinator {
     if (!found.ok) return found;
     const isl = found.value;
     this.book.setStatus(isl, 'banned', reason);
+    // its credit goes (what it put into θ stays until a revert: server/revert.ts)
+    isl.revokedTokens = (isl.revokedTokens ?? 0) + isl.tokensContributed;
+    isl.tokensContributed = 0;
     leaveRound(this.round, isl);
     const dropped = dropPending(this.round, islandId).map((p) => {
       this.outerStep.release(p.delta);
@@ -159,8 +162,20 @@ export class Coordinator {
     return ok(undefined);
   }
 
-  /** A validator's verdict on one of the island's deltas (audit.ts); returns its counts. */
-  recordAudit(islandId: string, passed: boolean): Result<{ passed: number; failed: number }> { return this.book.recordAudit(islandId, passed); }
+  /** The host hands an assignment out on an older, durable base (async): deltas are checked against that one. */
+  rebaseAssignment(islandId: string, roundId: number, baseVersion: number): void {
+    const isl = this.book.byId.get(islandId);
+    if (isl) rebaseWork(isl, roundId, baseVersion);
+  }
+
+  /** A validator's verdict on the island's delta `seq` (audit.ts); returns its counts. */
+  recordAudit(islandId: string, passed: boolean, seq?: number): Result<{ passed: number; failed: number; lastPassedSeq?: number }> { return this.book.recordAudit(islandId, passed, seq); }
+
+  /** A copy of the island's recorded assignment for `roundId` (what its delta must match), if held. */
+  islandWork(islandId: string, roundId: number): AssignedWork | undefined {
+    const w = this.book.byId.get(islandId)?.work?.find((x) => x.roundId === roundId);
+    return w && structuredClone(w);
+  }
 
   /**
    * The next assignment after a submit. null: wait — an 'assignment' event will bring it (sync: when
@@ -206,7 +221,8 @@ export class Coordinator {
 
   private validateAndHold(sub: DeltaSubmission, now: number, held: Float32Array | null): { result: Result<SubmitAccepted>; kept: boolean } {
     const no = (r: Result<never>) => ({ result: r, kept: false });
-    const chk = checkDelta(sub.meta, this.book.byId, {
+    const header = peekHeader(sub.frame); // the frame's encoding must be its assignment's (validate.ts)
+    const chk = checkDelta(sub.meta, header.ok ? header.value.encoding : null, this.book.byId, {
       cfg: this.cfg, version: this.versionNum, paused: this.paused, done: this.done,
       roundId: this.round.id, roundBaseVersion: this.round.baseVersion, assignSerial: this.assignSerial,
     }, now, (isl) => this.book.touch(isl, now));
@@ -231,7 +247,7 @@ export class Coordinator {
     isl.accepted += 1;
     const roundBefore = this.round.id;
     this.maybeCloseRound(now);
-    return { result: ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm }), kept: true };
+    return { result: ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm, steps }), kept: true };
   }
 
   /** Δ decoded into the scratch buffer, and ‖Δ‖. */
@@ -302,6 +318,38 @@ export class Coordinator {
     c.round = s.round; c.norms.restore(s.normHistory, s.normSteps);
     Object.assign(c.ledger, { totals: s.totals, perVersion: s.perVersion, history: s.history });
     return ok(c);
+  }
+
+  // ── revert (server/revert.ts) ───────────────────────────────────────────────────────────────
+
+  /**
+   * Takes one recorded outer step again, with exactly `kept` (decoded deltas as they were held):
+   * what closing a round with them does, here, its events dropped. For a coordinator restored from
+   * a checkpoint to rebuild θ without some deltas; never on the live one.
+   */
+  replayStep(kept: Omit<PendingDelta, 'weight' | 'arrivedAt'>[], now: number): void {
+    this.idle();
+    if (this.outerStep.offload) throw new Error('coordinator: a replay takes its steps here (no offload)');
+    this.round.pending = kept.map((k) => ({ ...k, weight: 0, arrivedAt: now }));
+    this.closeRound(now);
+    this.events = [];
+  }
+
+  /**
+   * θ, the outer optimizer's and the downlink's state and the norm history of `rebuilt` (a replay)
+   * replace this coordinator's, as a new version; `tokensRemoved` leave the token count. No update
+   * message leads to it: replicas fetch θ (updatesSince answers E_TOO_OLD for older versions). With
+   * an offload, the host imports the new state before the next step (OuterOffloadHost.importState).
+   */
+  adoptRebuilt(rebuilt: Coordinator, tokensRemoved: number): void {
+    this.idle();
+    const { outer, residual } = rebuilt.outerStep.state();
+    this.outerStep.adopt(rebuilt.outerStep.theta, outer, residual);
+    this.norms.restore(rebuilt.norms.scores.slice(), rebuilt.norms.steps.slice());
+    this.versionNum += 1;
+    this.hashHex = hashParams(this.outerStep.theta);
+    this.ledger.totals.tokensApplied = Math.max(0, this.ledger.totals.tokensApplied - tokensRemoved);
+    this.ledger.totals.version = this.versionNum;
   }
 
   // ── the outer step elsewhere ────────────────────────────────────────────────────────────────

@@ -92,11 +92,13 @@ export class IslandBook {
   }
 
   /** A validator's verdict on one of the island's deltas (audit.ts); returns its counts. */
-  recordAudit(islandId: string, passed: boolean): Result<{ passed: number; failed: number }> {
+  recordAudit(islandId: string, passed: boolean, seq?: number): Result<{ passed: number; failed: number; lastPassedSeq?: number }> {
     const found = this.lookup(islandId, false);
     if (!found.ok) return found;
     const a = (found.value.audits ??= { passed: 0, failed: 0 });
     if (passed) a.passed++; else a.failed++;
+    // the last passed audit: a ban's revert reaches back to the deltas after it (server/revert.ts)
+    if (passed && seq !== undefined) a.lastPassedSeq = Math.max(a.lastPassedSeq ?? -1, seq);
     return ok({ ...a });
   }
 }

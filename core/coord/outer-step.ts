@@ -57,6 +57,16 @@ export class OuterStep {
     this.downlink.updates = updates;
   }
 
+  /** θ and the state of a rebuilt run (a revert) replace these; no kept update frame leads to it. A host must import the state again. */
+  adopt(theta: Float32Array, outer: OuterState, residual: Float32Array): void {
+    this.theta.set(theta);
+    this.outer.state = { momentum: outer.momentum.slice(), buffer: outer.buffer.slice(), bufferCount: outer.bufferCount, steps: outer.steps };
+    this.downlink.fb.residual.set(residual);
+    this.residualView = this.downlink.fb.residual;
+    this.downlink.updates = [];
+    this.stale = 0;
+  }
+
   /** The host's optimizer and downlink state after its last step (views kept for snapshots). */
   sync(outer: OuterState, residual: Float32Array): void {
     this.outer.state = outer;

@@ -8,6 +8,7 @@ import { buildClientIfNeeded } from '../client-build.ts';
 import { type RunConfig, type RunFlags, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
 import { RunStore } from '../store.ts';
 import type { AuditOptions } from '../audit.ts';
+import { lockRunFolder, moveRunFolderAside } from '../run-folder.ts';
 
 export interface ServeCliOptions extends RunFlags {
   config?: string;
@@ -30,6 +31,8 @@ export interface ServeCliOptions extends RunFlags {
   validatorToken?: string;
   auditRate?: number;
   auditBanAfter?: number;
+  /** Move the run folder aside (<dir>.old-<time>) and start a new run there. */
+  startOver?: boolean;
 }
 
 /** Fails with a hint before anything is written when another process holds the port. */
@@ -49,6 +52,13 @@ function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resum
   const file = o.config ? readConfigFile(o.config) : null;
   const name = o.name ?? (typeof file?.name === 'string' ? file.name : DEFAULT_RUN_NAME);
   const dir = resolve(o.runDir ?? join('runs', name));
+  if (o.startOver) {
+    const lock = lockRunFolder(dir); // never from under a live server
+    if (!lock.ok) throw Object.assign(new Error(lock.error.message), { code: lock.error.code });
+    lock.value();
+    const aside = moveRunFolderAside(dir);
+    if (aside) process.stdout.write(`atoll serve: --start-over: moved ${dir} aside to ${aside}\n`);
+  }
   const stored = existsSync(join(dir, 'config.json')) ? new RunStore(dir).readConfig<RunConfig>() : null;
   if (stored) {
     const { config, patch } = resumeRunConfig(stored, o);

@@ -92,6 +92,11 @@ export class OuterOffloadHost {
     if (coord.version === version && !coord.stepping) coord.syncOuterState(state.outer, state.residual);
   }
 
+  /** The coordinator's optimizer and downlink state go to the workers again (θ is shared already): after a revert. */
+  async importState(coord: Coordinator): Promise<void> {
+    await this.pool.importState({ outer: coord.outerState(), residual: coord.downlinkResidual() });
+  }
+
   /** Gives a buffer from `ingest` back unused. */
   release(b: Float32Array): void {
     this.free.push(b);

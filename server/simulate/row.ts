@@ -273,6 +273,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   if (row.mix) mixHub = new SimMixHub(hub, clock, row.mix, n, coord.config().uplink, mixSeed(common.seed, 0x313c));
   const reports: IslandReport[] = [];
   let snapshots = 0;
+  const memberStats = { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
   const auditor = row.audit ? new SimAuditor(hub, row.audit, ds.train, config, T, common.seed, Math.max(...row.islands.map((s) => s.batchSize))) : null;
   const agents = row.islands.map(async (spec, idx) => {
     const rep: IslandReport = {
@@ -301,7 +302,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
         // a member that drops mid-exchange: after a random part of its group's first stage
         const onGrouped = () => { if (spec.mixDropProb && rand() < spec.mixDropProb) void clock.sleep(rand() * 2 * spec.network.latencyMs).then(crash); };
         const { port, peers } = mh.attach(local, serverLink, spec.network, onGrouped);
-        link = new MixMember(link, port, peers, n, spec.behaviour === 'lie-fragment' ? { tamper: (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } } : {});
+        link = new MixMember(link, port, peers, n, { stats: memberStats, tamper: spec.behaviour === 'lie-fragment' ? (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } : undefined });
       }
       const honest = spec.behaviour === 'honest' || spec.behaviour === 'lie-fragment';
       const transport: Transport = honest ? link : fakeWork(link, spec.behaviour) ?? new TamperingTransport(link, spec.behaviour, n, mixSeed(common.seed, idx));
@@ -369,7 +370,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   const snapshotBytes = snapshots * 4 * n;
   const perToken = (b: number) => b / Math.max(1, totals.tokensApplied);
   out.server = { bytesIn: serverBytes.in, bytesOut: serverBytes.out - snapshotBytes, snapshotBytes, inPerToken: perToken(serverBytes.in), outPerToken: perToken(serverBytes.out - snapshotBytes) };
-  if (mixHub) out.mix = { ...mixHub.totals };
+  if (mixHub) out.mix = { ...mixHub.totals, piecesOk: memberStats.piecesOk, piecesRefetched: memberStats.piecesRefetched };
   if (!Number.isFinite(finalLoss)) notes.push('θ diverged');
   if (stalled) notes.push(`stalled: islands computed ${STALL_FACTOR}× the token budget, but θ holds only ${totals.tokensApplied} tokens`);
   out.notes = notes;

@@ -6,6 +6,7 @@ import type { GPTConfig, PresetName } from '../../core/model/config.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
+import type { MixConfig } from '../../core/mix/broker.ts';
 
 /**
  * How a simulated island behaves when it sends its delta: honest, or an attack on it — scaled ×100
@@ -64,7 +65,7 @@ export interface SimRow {
   /** Virtual throughput of a speed-1 island, tokens/s. */
   baseTokensPerSec: number;
   /** Butterfly mixing in groups of k (mix-sim.ts); absent: every island uploads directly. */
-  mix?: { k: number; formWaitMs: number; spotRate: number };
+  mix?: MixConfig;
   /** Verified work: a validator audits this fraction of accepted deltas and bans at banAfter failures (audit-sim.ts). */
   audit?: { rate: number; banAfter: number };
 }
@@ -86,6 +87,26 @@ export interface SimCommon {
   data?: string;
   /** Shared starting point of every row (a warm start); undefined: initParams(model, seed). */
   init?: Float32Array;
+}
+
+/** What butterfly mixing did over a row (mix-sim.ts). */
+export interface MixTotals {
+  groups: number;
+  mixedGroups: number;
+  fallbacks: number;
+  checks: number;
+  audits: number;
+  implicated: number;
+  /** Bytes members sent each other (not the server's). */
+  peerBytes: number;
+  /** Members of groups that mixed, and the fragment bytes they uploaded (spot checks and replays apart). */
+  mixedMembers: number;
+  fragmentBytes: number;
+  /** Update pieces exchanged and checked, and updates fetched whole after a missing or wrong piece. */
+  piecesOk: number;
+  piecesRefetched: number;
+  /** Islands that waited formWaitMs and uploaded directly. */
+  expired: number;
 }
 
 export interface CurvePoint {
@@ -179,7 +200,9 @@ export interface SimulateOptions {
    * the async heterogeneous sparse row over 3 seeds; one island alone; sync int4, async int4; the
    * sparse row with 30% dropout, churn, mixed numerics, an uneven network, DyLU off, non-i.i.d.
    * shards; attackers (sign flip, ×4, same-norm noise, a colluding pair) with robust aggregation,
-   * ×100 without the norm bound. 'diloco': one DiLoCo row built from mode/codec/islands plus the
+   * ×100 without the norm bound; butterfly mixing of the async sparse row in groups of 2, 4 and 8
+   * (async-sparse-hetero-mixK), of 4 with 30 % of members dropping mid-exchange and with one lying
+   * member per group, and the async int4 row in groups of 4. 'diloco': one DiLoCo row built from mode/codec/islands plus the
    * DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
    */
   preset?: 'compare' | 'diloco' | 'smoke';
@@ -257,17 +280,3 @@ export interface TwinSpec {
   rows: SimRow[];
 }
 
-/** The butterfly mixing's counts over a simulated run (mix-sim.ts). */
-export interface MixTotals {
-  groups: number;
-  mixedGroups: number;
-  fallbacks: number;
-  checks: number;
-  audits: number;
-  implicated: number;
-  disputes: number;
-  /** Bytes members sent each other (not the server's). */
-  peerBytes: number;
-  /** Islands that waited formWaitMs and uploaded directly. */
-  expired: number;
-}
