@@ -60,12 +60,12 @@ async function getJson<T>(url: string): Promise<T> {
 }
 
 /**
- * Updates as the run folder holds them: a 'resume' at version v (an aggregator takeover) drops what
+ * Updates as the run folder's events.jsonl holds them: a 'resume' at version v (an aggregator takeover) drops what
  * the log said past v (never made durable, never acknowledged).
  */
-export function loggedUpdates(eventsPath: string): Array<{ version: number; tokens: number; totalTokens?: number; contributors: Array<{ island: string; seq: number }> }> {
+export function loggedUpdates(events: string): Array<{ version: number; tokens: number; totalTokens?: number; contributors: Array<{ island: string; seq: number }> }> {
   let updates: ReturnType<typeof loggedUpdates> = [];
-  for (const line of readFileSync(eventsPath, 'utf8').split('\n')) {
+  for (const line of events.split('\n')) {
     if (line.includes('"type":"resume"')) {
       const v = (JSON.parse(line) as { version: number }).version;
       updates = updates.filter((u) => u.version <= v);
@@ -259,7 +259,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     await Promise.all(pages.map((p) => p.b.close()));
     for (const s of [...servers].reverse()) { if (alive(s)) s.child.kill('SIGTERM'); await Promise.race([s.exited, sleep(15_000)]); }
 
-    const updates = loggedUpdates(join(runDir, 'events.jsonl'));
+    const events = readFileSync(join(runDir, 'events.jsonl'), 'utf8');
+    const updates = loggedUpdates(events);
     const logged = new Map<string, number>();
     const byIsland = new Map<string, number>();
     for (const u of updates) for (const c of u.contributors) {
@@ -285,7 +286,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       topology: spec.redis !== undefined ? 'roles' : 'embedded', runConfig, seconds, versions: last.version, tokens: last.tokensTotal,
       bytesIn: last.bytesIn, bytesOut: last.bytesOut,
       snapshots: snapshots.map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 })).sort((a, b) => a.version - b.version),
-      islands, lost, duplicated, faults,
+      islands, lost, duplicated, faults, events,
     };
   } finally {
     process.off('exit', onExit);
