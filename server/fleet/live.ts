@@ -29,7 +29,7 @@ export interface LiveHooks {
 }
 
 /** What the page exposes on window.__atoll.view (client/volunteer/main.ts), the parts the fleet reads. */
-interface PageView { islandId: string | null; round: { step: number; total: number } | null; roundsAccepted: number; roundsRejected: number; tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string }
+interface PageView { lastRejection: { code: string; message: string } | null; islandId: string | null; round: { step: number; total: number } | null; roundsAccepted: number; roundsRejected: number; tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string }
 
 type Proc = { child: ChildProcess; out: string; exited: Promise<void> };
 
@@ -108,8 +108,11 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   const t0 = Date.now();
   try {
     const ports: number[] = [];
-    // the pages load the client build: vite build once when dist/client is missing
-    if (spec.browsers > 0) (await import('../commands/serve.ts')).buildClientIfNeeded(hooks.log);
+    // the pages load the client build: vite build when dist/client is missing or older than its sources
+    if (spec.browsers > 0) {
+      const ms = (await import('./client-build.ts')).ensureClientBuild();
+      if (ms > 0) hooks.log(`fleet: built the client (vite build, ${(ms / 1000).toFixed(0)} s)`);
+    }
     if (spec.redis !== undefined) {
       redis = spec.redis === true ? await startRedis() : null;
       const url = spec.redis === true ? redis!.url : spec.redis;
@@ -165,8 +168,17 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       // the Node islands start once every page had its first delta accepted: a page on SwiftShader
       // is slow, and fast islands could spend the whole budget before its first round lands
       hooks.log(`fleet: ${spec.browsers} volunteer page(s) clicked Start; the Node islands start once each had a delta accepted`);
+      let said = Date.now();
       await waitUntil('every page to have a delta accepted', 600_000, async () => {
         await readPages();
+        if (Date.now() - said > 30_000) {
+          said = Date.now();
+          for (const p of pages) {
+            const log = await p.b.page.evaluate(() => (globalThis as unknown as { __atoll: { log: Array<{ text: string }> } }).__atoll.log.slice(-12).map((l) => l.text)).catch(() => []);
+            hooks.log(`fleet: ${p.isl.name} log: ${log.join(' | ')}`);
+          }
+          hooks.log(`fleet: pages: ${pages.map((p) => `${p.isl.name} ${p.view?.phase ?? '?'} step ${p.view?.round?.step ?? '-'}/${p.view?.round?.total ?? '-'} accepted ${p.view?.roundsAccepted ?? 0}${p.view?.lastRejection ? ` (${p.view.lastRejection.code})` : ''}`).join(', ')}`);
+        }
         return pages.every((p) => (p.view?.roundsAccepted ?? 0) > 0);
       });
     }
