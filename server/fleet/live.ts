@@ -89,7 +89,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   const env = { ...process.env, ATOLL_ADMIN_TOKEN: 'fleet', ...(existsSync(SWIFTSHADER_ICD) && !process.env.VK_ICD_FILENAMES ? { VK_ICD_FILENAMES: SWIFTSHADER_ICD } : {}) };
   const servers: Proc[] = [];
   const nodes: NodeChild[] = [];
-  const pages: Array<{ isl: LiveIsland; b: LaunchedBrowser; view: PageView | null }> = [];
+  const pages: Array<{ isl: LiveIsland; b: LaunchedBrowser; view: PageView | null; logSeen: number }> = [];
   let redis: RedisProc | null = null;
   const cleanup = async () => {
     for (const n of nodes) if (alive(n.proc)) n.proc.child.kill('SIGKILL');
@@ -157,7 +157,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       await Promise.all(Array.from({ length: spec.browsers }, async (_, i) => {
         const b = await launchChromium({ webgpu: true, logConsole: false });
         const isl = newIsland(`page-${i + 1}`, 'page', 'webgpu', 0, 1);
-        pages.push({ isl, b, view: null });
+        pages.push({ isl, b, view: null, logSeen: 0 });
         await b.page.goto(`${urls[i % urls.length]}/`);
         await b.page.waitForFunction(() => {
           const a = (globalThis as unknown as { __atoll?: { probe: unknown; run: unknown } }).__atoll;
@@ -173,9 +173,12 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
         await readPages();
         if (Date.now() - said > 30_000) {
           said = Date.now();
+          // what each page said since the last look (its activity log: rejections, back-offs, reconnects)
           for (const p of pages) {
-            const log = await p.b.page.evaluate(() => (globalThis as unknown as { __atoll: { log: Array<{ text: string }> } }).__atoll.log.slice(-12).map((l) => l.text)).catch(() => []);
-            hooks.log(`fleet: ${p.isl.name} log: ${log.join(' | ')}`);
+            const log = await p.b.page.evaluate(() => (globalThis as unknown as { __atoll: { log: Array<{ text: string }> } }).__atoll.log.map((l) => l.text)).catch(() => [] as string[]);
+            const fresh = log.slice(p.logSeen);
+            p.logSeen = log.length;
+            if (fresh.length) hooks.log(`fleet: ${p.isl.name}: ${fresh.slice(-6).join(' | ')}`);
           }
           hooks.log(`fleet: pages: ${pages.map((p) => `${p.isl.name} ${p.view?.phase ?? '?'} step ${p.view?.round?.step ?? '-'}/${p.view?.round?.total ?? '-'} accepted ${p.view?.roundsAccepted ?? 0}${p.view?.lastRejection ? ` (${p.view.lastRejection.code})` : ''}`).join(', ')}`);
         }
@@ -232,13 +235,15 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       }
       if (Date.now() - lastPages > 1000) { lastPages = Date.now(); await readPages(); }
       while (schedule.length && schedule[0].at * spec.tokens <= last.tokensTotal) {
-        const ev = schedule.shift()!;
+        const ev = schedule[0];
+        // a leave or kill waits for islands that are training (the pages may have run alone so far)
+        const victims = nodes.filter((n) => alive(n.proc) && n.isl.leaveAtMs === null && n.isl.joinAtMs >= 0).slice(0, ev.count);
+        if (ev.action !== 'join' && victims.length < ev.count) break;
+        schedule.shift();
         faults.push(`${ev.action} ${ev.count} at ${(100 * ev.at).toFixed(0)} %`);
         hooks.log(`fleet: ${ev.action} ${ev.count} island(s) at ${(100 * last.tokensTotal / spec.tokens).toFixed(0)} % of the tokens`);
-        for (let j = 0; j < ev.count; j++) {
-          if (ev.action === 'join') { startNode(); continue; }
-          const victim = nodes.find((n) => alive(n.proc) && n.isl.leaveAtMs === null && n.isl.joinAtMs >= 0);
-          if (!victim) continue;
+        if (ev.action === 'join') { for (let j = 0; j < ev.count; j++) startNode(); continue; }
+        for (const victim of victims) {
           victim.isl.leaveAtMs = Date.now() - t0;
           victim.isl.killed = ev.action === 'kill';
           victim.proc.child.kill(ev.action === 'kill' ? 'SIGKILL' : 'SIGTERM');
