@@ -12,7 +12,6 @@ import { join, resolve } from 'node:path';
 import type { IslandView, RunConfig, RunStatus } from '../../core/api.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
-import { type RedisProc, freeTcpPort, startRedis } from '../cluster/redis-proc.ts';
 import { readConfigFile } from '../run-config.ts';
 import type { LaunchedBrowser } from './chromium.ts';
 import type { FleetSpec, LiveIsland, LiveRun, ThetaSnapshot } from './types.ts';
@@ -24,6 +23,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface LiveHooks {
   log(line: string): void;
+  /** A free TCP port on 127.0.0.1 (for the servers). */
+  freePort(): Promise<number>;
   /** Fraction of the token budget in θ. */
   progress(frac: number): void;
 }
@@ -90,13 +91,11 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   const servers: Proc[] = [];
   const nodes: NodeChild[] = [];
   const pages: Array<{ isl: LiveIsland; b: LaunchedBrowser; view: PageView | null; logSeen: number }> = [];
-  let redis: RedisProc | null = null;
   const cleanup = async () => {
     for (const n of nodes) if (alive(n.proc)) n.proc.child.kill('SIGKILL');
     await Promise.all(pages.map((p) => p.b.close()));
     for (const s of servers) if (alive(s)) s.child.kill('SIGKILL');
     await Promise.all([...servers, ...nodes.map((n) => n.proc)].map((p) => p.exited));
-    await redis?.stop().catch(() => {});
     rmSync(dir, { recursive: true, force: true });
   };
   // the parent going away takes everything with it (children are SIGKILLed synchronously on exit)
@@ -114,15 +113,15 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       if (ms > 0) hooks.log(`fleet: built the client (vite build, ${(ms / 1000).toFixed(0)} s)`);
     }
     if (spec.redis !== undefined) {
-      redis = spec.redis === true ? await startRedis() : null;
-      const url = spec.redis === true ? redis!.url : spec.redis;
+      if (spec.redis === true) throw Object.assign(new Error('runLive needs the Redis URL (the fleet command starts redis-server)'), { code: 'E_BAD_REQUEST' });
+      const url = spec.redis;
       servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'aggregator', '--lease-ms', '3000', ...runFlags], env));
       for (let g = 0; g < 2; g++) {
-        ports.push(await freeTcpPort());
+        ports.push(await hooks.freePort());
         servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'gateway', '--name', 'fleet', '--port', String(ports[g]), '--host', '127.0.0.1', '--log-level', 'warn'], env));
       }
     } else {
-      ports.push(await freeTcpPort());
+      ports.push(await hooks.freePort());
       servers.push(spawnProc([atoll, 'serve', '--port', String(ports[0]), '--host', '127.0.0.1', ...runFlags], env));
     }
     // localhost: a secure context, so the pages are offered WebGPU

@@ -6,7 +6,6 @@
 // island train on the same data to the same tokens. Every row, and θ the live run served at its
 // evaluation marks, is evaluated by one Evaluator on the same held-out batches.
 
-import { readFileSync } from 'node:fs';
 import type { RunConfig } from '../../core/api.ts';
 import { getPreset, numParams } from '../../core/model/config.ts';
 import { loadCorpus } from '../corpus.ts';
@@ -54,18 +53,6 @@ export function twinSpec(live: LiveRun, tokens: number, evals: number, evalBatch
     { ...base, tokens: live.tokens, name: 'single', kind: 'single', mode: 'sync', islands: nominal.slice(0, 1), coordinator: {} },
   ];
   return { common, rows };
-}
-
-/** Reads a fleet's report.json back into its twin spec (Infinity was written as a string). */
-export function readTwinSpec(path: string): TwinSpec {
-  let report: { twinSpec?: TwinSpec };
-  try {
-    report = JSON.parse(readFileSync(path, 'utf8'), (_k, v) => (v === 'Infinity' ? Infinity : v)) as { twinSpec?: TwinSpec };
-  } catch (e) {
-    throw Object.assign(new Error(`--from-fleet '${path}': ${(e as Error).message}`), { code: 'E_BAD_REQUEST' });
-  }
-  if (!report.twinSpec?.rows?.length) throw Object.assign(new Error(`--from-fleet '${path}' is not an atoll fleet report.json (no twinSpec)`), { code: 'E_BAD_REQUEST' });
-  return report.twinSpec;
 }
 
 /** What the live server took in and sent out (the islands' own counts), per accepted token. */

@@ -24,7 +24,7 @@ import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
 import { runRow, warmStartOffPlateau } from './row.ts';
-import { readTwinSpec } from '../fleet/twin.ts';
+import { readTwinSpec } from '../fleet/twin-spec.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions } from './types.ts';
