@@ -142,10 +142,11 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const snap = async () => {
       const r = await fetch(`${url}/api/model`);
       if (!r.ok) return;
-      const version = Number(r.headers.get('x-atoll-version'));
-      if (snapshots.some((s) => s.version === version)) return;
       const c = decodeCheckpoint(new Uint8Array(await r.arrayBuffer()));
       if (!c.ok) throw Object.assign(new Error(`GET /api/model: ${c.error.message}`), { code: 'E_FLEET_MODEL' });
+      // the version from the checkpoint itself (a gateway forwards the body, not every header)
+      const version = Number(c.value.meta.version ?? r.headers.get('x-atoll-version'));
+      if (snapshots.some((s) => s.version === version)) return;
       snapshots.push({ version, timeMs: version === 0 ? 0 : Date.now() - t0, params: c.value.params });
     };
     await snap();
@@ -226,6 +227,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     while (!last.done) {
       if (Date.now() > deadline) throw Object.assign(new Error(`the run did not reach ${spec.tokens} tokens in ${Math.round(spec.timeoutMs / 60_000)} min (at ${last.tokensTotal})`), { code: 'E_FLEET_TIMEOUT' });
       await sleep(250);
+      const dead = servers.find((sv) => !alive(sv));
+      if (dead) throw Object.assign(new Error(`a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`), { code: 'E_FLEET_SERVE' });
       try { last = await getJson<RunStatus>(`${url}/api/status`); } catch { continue; }
       hooks.progress(last.tokensTotal / spec.tokens);
       if (last.tokensTotal >= nextSnap) {
