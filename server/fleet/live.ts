@@ -19,6 +19,8 @@ import type { FleetSpec, LiveIsland, LiveRun, ThetaSnapshot } from './types.ts';
 const ROOT = resolve(import.meta.dirname, '../..');
 const CHILD = join(ROOT, 'server/fleet/island-child.ts');
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+/** --redis: the one aggregator's lease. No standby takes over, so a lease lapsed under a starved event loop would end the run (3 s did, at 16 islands on 2 busy cores). */
+const AGGREGATOR_LEASE_MS = 30_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface LiveHooks {
@@ -115,7 +117,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     if (spec.redis !== undefined) {
       if (spec.redis === true) throw Object.assign(new Error('runLive needs the Redis URL (the fleet command starts redis-server)'), { code: 'E_BAD_REQUEST' });
       const url = spec.redis;
-      servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'aggregator', '--lease-ms', '3000', ...runFlags], env));
+      servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'aggregator', '--lease-ms', String(AGGREGATOR_LEASE_MS), ...runFlags], env));
       for (let g = 0; g < 2; g++) {
         ports.push(await hooks.freePort());
         servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'gateway', '--name', 'fleet', '--port', String(ports[g]), '--host', '127.0.0.1', '--log-level', 'warn'], env));
