@@ -35,7 +35,7 @@ export function benchCheckpoint(o: { preset?: 'tiny' | 'small' | 'base'; updates
   const j = coord.join({ caps: { engine: 'cpu' }, protocolVersion: PROTOCOL_VERSION }, 0);
   if (!j.ok || !j.value.assignment) throw new Error('bench: join failed');
   let a = j.value.assignment;
-  const frame = encodeDelta(syntheticDelta(n, 11).map((x) => x * 0.01), { encoding: 'int8', blockSize: 64 });
+  const frame = encodeDelta(syntheticDelta(n, 11).map((x) => x * 0.01), a.codec); // the assignment's codec (a frame must use it)
   for (let v = 0, now = 1; v < updates; v++) {
     const r = coord.submit({ meta: { islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: v + 1, steps: a.innerSteps, tokens: a.innerSteps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 1000 }, frame }, now++);
     if (!r.ok) throw new Error(`bench: submit rejected: ${r.error.code}`);

@@ -19,6 +19,8 @@ import { buildRunConfig } from '../server/run-config.ts';
 
 export interface ColdStartOptions {
   preset: string;
+  /** The run's `--codec` (default: the default run's uplink, sparse). */
+  codec?: string;
   /** Round lengths (inner steps) to evaluate v1 after. */
   rounds: number[];
   /** Warmups to compare, in AdamW steps (0: none). */
@@ -39,6 +41,7 @@ export interface ColdStartRow {
 
 export interface ColdStartReport {
   preset: string;
+  codec: string;
   params: number;
   batch: number;
   seqLen: number;
@@ -48,7 +51,7 @@ export interface ColdStartReport {
 }
 
 export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartReport> {
-  const run = buildRunConfig(null, { preset: o.preset });
+  const run = buildRunConfig(null, { preset: o.preset, codec: o.codec });
   const cc = run.coordinator;
   const ds = loadCorpus(run.data);
   const B = cc.batchSize, T = cc.seqLen;
@@ -103,11 +106,11 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartRepo
     const before = await evalLoss(warm);
     for (const w of o.warmups) rows.push({ start: 'late', warmup: w, before, after: (await trajectory(warm, w, 'island-2')).after });
   }
-  return { preset: o.preset, params: theta0.length, batch: B, seqLen: T, maxLr: cc.innerLr.maxLr, late: o.late, rows };
+  return { preset: o.preset, codec: cc.uplink.encoding, params: theta0.length, batch: B, seqLen: T, maxLr: cc.innerLr.maxLr, late: o.late, rows };
 }
 
 export function formatColdStart(r: ColdStartReport): string {
-  const lines = [`${r.preset} (${r.params.toLocaleString('en-US')} params, batch ${r.batch} × ${r.seqLen}, max lr ${r.maxLr}): held-out loss before → after one island's first round of H steps`];
+  const lines = [`${r.preset} (${r.params.toLocaleString('en-US')} params, batch ${r.batch} × ${r.seqLen}, max lr ${r.maxLr}, ${r.codec} uplink): held-out loss before → after one island's first round of H steps`];
   const hs = Object.keys(r.rows[0]?.after ?? {}).map(Number);
   lines.push(['start', 'warmup', 'before', ...hs.map((h) => `H=${h}`)].join('\t'));
   for (const row of r.rows) lines.push([row.start === 'late' ? `late (θ after ${r.late} steps)` : 'cold (v0)', row.warmup, row.before.toFixed(3), ...hs.map((h) => row.after[h].toFixed(3))].join('\t'));

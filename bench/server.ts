@@ -116,8 +116,8 @@ export async function benchApply(encoding: Encoding, n: number, seconds: number,
   const coord = new Coordinator({
     params,
     config: mode === 'sync'
-      ? { ...BENCH_COORD, mode: 'sync', quorum: 1, minContributors: 1 }
-      : { ...BENCH_COORD, mode: 'async', outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
+      ? { ...BENCH_COORD, uplink: { encoding, blockSize: 64 }, mode: 'sync', quorum: 1, minContributors: 1 }
+      : { ...BENCH_COORD, uplink: { encoding, blockSize: 64 }, mode: 'async', outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
     now: 0,
   });
   const host = workers > 0 ? await OuterOffloadHost.start(coord, workers) : null;

@@ -62,15 +62,25 @@ export function circles(g: ImportGraph): string[][] {
   return out;
 }
 
-/** The room of a file: core/model, server/outer, client/engine, …, or the top folder for its loose files. */
+/**
+ * The room of a file: its folder below core/, client/ or server/ (core/coord, server/outer, …),
+ * the file itself for the loose files of core/ and server/ (they sit at every height: result.ts
+ * at the bottom, cli.ts at the top), else its top folder (shaders, bench, bin).
+ */
 export function roomOf(file: string): string {
   const parts = file.split('/');
   if (parts.length > 2 && ['core', 'client', 'server'].includes(parts[0])) return `${parts[0]}/${parts[1]}`;
+  if (parts.length === 2 && ['core', 'server'].includes(parts[0])) return file;
   return parts[0];
 }
 
-/** The single-process server: server/ but its Redis roles and the CLI commands (which start either). */
-export const singleProcessServer = (file: string) => file.startsWith('server/') && !file.startsWith('server/cluster/') && !file.startsWith('server/commands/');
+/** The single-process server: every file `createServer` (server/app.ts) reaches. */
+export function singleProcessServer(g: ImportGraph): Set<string> {
+  const seen = new Set<string>();
+  const walk = (f: string) => { if (seen.has(f)) return; seen.add(f); for (const t of g.edges.get(f) ?? []) walk(t); };
+  walk('server/app.ts');
+  return new Set([...seen].filter((f) => f.startsWith('server/')));
+}
 
 /** Room → the rooms it imports. */
 export function roomGraph(g: ImportGraph): Map<string, Set<string>> {
@@ -99,37 +109,51 @@ function layers(rooms: Map<string, Set<string>>): string[][] {
   for (const r of rooms.keys()) d(r);
   const rows: string[][] = [];
   for (const [r, v] of depth) (rows[v] ??= []).push(r);
-  return rows.map((row) => (row ?? []).sort()).reverse();
+  const ordered = rows.map((row) => (row ?? []).sort()).reverse();
+  // fewer crossings: each row (from the second) ordered by the mean place of its importers above
+  const place = new Map<string, number>();
+  ordered.forEach((row, i) => {
+    if (i > 0) {
+      const at = (r: string) => {
+        const xs = [...rooms].filter(([, tos]) => tos.has(r)).map(([from]) => place.get(from)).filter((x): x is number => x !== undefined);
+        return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0.5;
+      };
+      row.sort((a, b) => at(a) - at(b) || (a < b ? -1 : 1));
+    }
+    row.forEach((r, j) => place.set(r, (j + 0.5) / row.length));
+  });
+  return ordered;
 }
 
 /** docs/structure.svg: the rooms and their arrows; an arrow up a row (a room circle) or from the server into server/cluster is red. */
 export function drawRooms(g: ImportGraph): string {
   const rooms = roomGraph(g);
   const rows = layers(rooms);
-  const W = 150, H = 30, GX = 24, GY = 70, M = 20;
+  const W = 150, H = 26, GX = 12, GY = 60, M = 20;
   const width = Math.max(...rows.map((r) => r.length)) * (W + GX) + 2 * M;
   const pos = new Map<string, { x: number; y: number; row: number }>();
   rows.forEach((row, i) => {
     const x0 = (width - row.length * (W + GX) + GX) / 2;
-    row.forEach((r, j) => pos.set(r, { x: x0 + j * (W + GX), y: M + 40 + i * (H + GY), row: i }));
+    row.forEach((r, j) => pos.set(r, { x: x0 + j * (W + GX), y: M + 40 + i * (H + GY) + (j % 2) * 16, row: i }));
   });
-  const height = M + 40 + rows.length * (H + GY);
-  const serverFiles = new Set(g.files.filter(singleProcessServer).map(roomOf));
+  const height = M + 56 + rows.length * (H + GY);
+  const serverRooms = new Set([...singleProcessServer(g)].map(roomOf));
   const lines: string[] = [];
   for (const [from, tos] of [...rooms].sort()) {
     for (const to of [...tos].sort()) {
       const a = pos.get(from)!, b = pos.get(to)!;
-      const bad = b.row <= a.row || (to === 'server/cluster' && serverFiles.has(from) && from !== 'server/commands');
+      const bad = b.row <= a.row || (to === 'server/cluster' && serverRooms.has(from));
       lines.push(`<line x1="${a.x + W / 2}" y1="${a.y + H}" x2="${b.x + W / 2}" y2="${b.y}" stroke="${bad ? '#d00' : '#8895a7'}" stroke-width="${bad ? 2 : 1}" marker-end="url(#${bad ? 'bad' : 'arrow'})"/>`);
     }
   }
-  const boxes = [...pos].map(([r, p]) => `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${r.startsWith('core') ? '#e8f1fb' : r.startsWith('server') ? '#fbf1e6' : r.startsWith('client') || r === 'shaders' ? '#eaf6ea' : '#f2f2f2'}" stroke="#445"/><text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">${r}</text></g>`);
+  const boxes = [...pos].map(([r, p]) => `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${r.startsWith('core') ? '#e8f1fb' : r.startsWith('server') ? '#fbf1e6' : r.startsWith('client') || r === 'shaders' ? '#eaf6ea' : '#f2f2f2'}" stroke="#445"/><text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">${r.replace(/^(core|server)\/(?=[\w-]+\.ts$)/, '')}</text></g>`);
   const c = circles(g).length;
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
     '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="#8895a7"/></marker>',
     '<marker id="bad" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="#d00"/></marker></defs>',
     `<text x="${M}" y="${M + 8}" font-size="13">Atoll's rooms and their imports (npm run structure): ${c} import circle${c === 1 ? '' : 's'} between files; an arrow up a row (a circle of rooms) or from the single-process server into server/cluster would be red</text>`,
+    `<text x="${M}" y="${M + 26}" font-size="11" fill="#555">blue: core/ · green: client/ and shaders/ · orange: server/ (a loose file of core/ or server/ is its own box) · grey: bench/, bin/ and the root's config files</text>`,
     ...lines,
     ...boxes,
     '</svg>',

@@ -29,6 +29,10 @@ export interface RunConfig {
     maxIslands: number;
     /** events.jsonl is rotated past this many bytes (startup reads only the current file). */
     maxLogBytes: number;
+    /** Proof of work a new island identity costs: leading zero bits of SHA-256 (0: none asked). Absent: 16. */
+    powBits?: number;
+    /** New island identities per address per hour. Absent: 60. */
+    newIslandsPerHour?: number;
   };
   /** Origins allowed besides the server's own (CORS and socket.io); empty = closed. */
   allowOrigins: string[];
@@ -99,6 +103,10 @@ export interface IslandView {
   contributorId: string;
   engine: string;
   adapter: string;
+  /** Storage precision it reported (f32, f16, bf16). */
+  numerics: string;
+  /** Devices behind it (data-parallel inside the island). */
+  devices: number;
   speed: number | null;
   tokens: number;
   tokensSubmitted: number;
@@ -174,8 +182,15 @@ export interface HistoryPoint {
   tokensPerSecByEngine: Record<string, number>;
 }
 
-/** GET /api/islands. */
-export interface IslandsResponse { islands: IslandView[] }
+/** GET /api/islands?offset&limit: one page (at most 1,000) of the islands, in the order the server keeps them. */
+export interface IslandsResponse {
+  islands: IslandView[];
+  /** Islands in all. */
+  total: number;
+  offset: number;
+  /** The offset of the next page, or null after the last. */
+  next: number | null;
+}
 
 /** GET /api/history?since&limit. */
 export interface HistoryResponse { points: HistoryPoint[] }

@@ -4,7 +4,7 @@
 
 import type { GPTConfig } from './model/config.ts';
 import type { Tokens } from './model/ops.ts';
-import type { EngineKind } from './protocol.ts';
+import type { EngineKind, Numerics } from './protocol.ts';
 
 /** One micro-batch: inputs and next-token targets, each (B,T) row-major. */
 export interface Batch {
@@ -27,6 +27,12 @@ export interface EngineOptions {
   maxBatch: number;
   /** Largest sequence length (≤ config.blockSize). */
   maxT?: number;
+  /**
+   * Storage of the activations the matmuls and attention read, of the matmuls' weight copy and of
+   * Δ: 'f16' keeps them as halves (master weights, gradients and Adam moments stay f32; the CPU
+   * engine models it with the kernels' CPU twins); default f32.
+   */
+  precision?: 'f32' | 'f16';
   beta1?: number;
   beta2?: number;
   eps?: number;
@@ -45,6 +51,10 @@ export interface TrainingEngine {
   readonly config: GPTConfig;
   /** Human-readable device description (adapter name, or "cpu"). */
   readonly device: string;
+  /** Storage precision (absent: f32); reported in the island's hello. */
+  readonly numerics?: Numerics;
+  /** Devices it trains on data-parallel (absent: 1); reported in the island's hello. */
+  readonly devices?: number;
 
   /** Replace θ. Also records θ as the start point for `readDelta()`. */
   setParams(params: Float32Array): Promise<void>;

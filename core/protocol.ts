@@ -9,7 +9,8 @@
 //
 // One island's life, in messages:
 //
-//   island → server   hello {protocolVersion, caps}                 → assignment (or error)
+//   island → server   challenge                                      → {challenge, bits, expiresAt} (a new identity's proof of work)
+//   island → server   hello {protocolVersion, caps, pow}            → assignment (or error)
 //   island → server   fetchModel                                     → {version, hash, params (f32)}
 //   island → server   delta {DeltaMeta, frame (codec bytes)}        → ack   (sent only once durable)
 //   server → island   update {UpdateMsg}  (broadcast, one per version v → v+1)
@@ -25,7 +26,7 @@ import type { CodecOptions } from './codec/index.ts';
 import { learningRate } from './model/schedule.ts';
 
 /** Bumped on every incompatible change to the messages below. */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /**
  * Every error code an island can see, with the layer that produces it. Codec codes are passed
@@ -82,6 +83,10 @@ const Int = (o: object = {}) => Type.Integer({ minimum: 0, maximum: Number.MAX_S
 const Id = (maxLength: number) => Type.String({ minLength: 1, maxLength, pattern: '^[A-Za-z0-9_-]+$' });
 const closed = { additionalProperties: false } as const;
 
+/** An island's numerics: f32, or f16 storage (the WebGPU engine's --precision f16; bf16 only in the simulator). */
+export const NumericsSchema = Type.Union([Type.Literal('f32'), Type.Literal('f16'), Type.Literal('bf16')]);
+export type Numerics = Static<typeof NumericsSchema>;
+
 export const EngineKindSchema = Type.Union([Type.Literal('cpu'), Type.Literal('webgpu')]);
 export type EngineKind = Static<typeof EngineKindSchema>;
 
@@ -103,6 +108,10 @@ export const IslandCapsSchema = Type.Object({
   maxBatch: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
   /** Preferred micro-batch (≤ maxBatch); the server uses it when it fits its own bounds. */
   batchSize: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
+  /** Storage precision of its activations and weight copy (master weights are f32 everywhere); default f32. Shown. */
+  numerics: Type.Optional(NumericsSchema),
+  /** Devices it trains on data-parallel (one Δ for all of them); default 1. Shown. */
+  devices: Type.Optional(Int({ minimum: 1, maximum: 64 })),
 }, closed);
 export type IslandCaps = Static<typeof IslandCapsSchema>;
 
@@ -115,6 +124,11 @@ export const HelloSchema = Type.Object({
   resumeToken: Type.Optional(Id(128)),
   /** false: no pushed `update` broadcasts (the island pulls with `updates` when it needs θ). */
   push: Type.Optional(Type.Boolean()),
+  /** A new identity's proof of work (docs/protocol.md): a `challenge` answer and a nonce for it. */
+  pow: Type.Optional(Type.Object({
+    challenge: Type.String({ minLength: 1, maxLength: 128 }),
+    nonce: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }),
+  }, closed)),
 }, closed);
 export type HelloMsg = Static<typeof HelloSchema>;
 
@@ -161,6 +175,59 @@ export const VerdictSchema = Type.Object({
 }, closed);
 /** `nextAssignment`, `fetchModel`, `auditJob`: no payload ({} or none). */
 export const EmptySchema = Type.Union([Type.Object({}, closed), Type.Undefined(), Type.Null()]);
+
+// ── butterfly mixing (docs/protocol.md, "Butterfly mixing"; core/mix) ──────────────────────────
+
+/** A SHA-256, 64 lowercase hex digits. */
+const Sha256 = Type.String({ minLength: 64, maxLength: 64, pattern: '^[0-9a-f]{64}$' });
+
+/**
+ * `mix:ready`: the island's round is done; it commits to its Δ frame (SHA-256 of the exact bytes it
+ * would send as `delta`) and asks to be grouped. Answered with a MixPlan, or null: send `delta`.
+ */
+export const MixReadySchema = Type.Object({ meta: DeltaMetaSchema, frameHash: Sha256 }, closed);
+/** `mix:fragment`: the member's fragment (a codec frame of its range of the group's mean), or null when its exchange failed. */
+export const MixFragmentSchema = Type.Object({ groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) }, closed);
+/** The answer to the server's `mix:check` (fragment j recomputed) or `mix:replay` (the committed Δ frame); null: cannot. */
+export const MixAnswerSchema = Type.Object({ groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) }, closed);
+/**
+ * `mix:signal`: WebRTC signalling for one peer of the group, relayed by the server as it is: the
+ * offer and answer SDP (non-trickle: gathered candidates inside), or one ICE candidate.
+ */
+export const MixSignalSchema = Type.Object({
+  groupId: Int(),
+  /** The peer's member index. */
+  to: Int({ maximum: 255 }),
+  kind: Type.Union([Type.Literal('offer'), Type.Literal('answer'), Type.Literal('candidate')]),
+  data: Type.String({ maxLength: 16384 }),
+}, closed);
+
+/** The server's answer to `mix:ready` when a group formed: who mixes, with what weights, over which ranges. */
+export interface MixPlanMsg {
+  groupId: number;
+  /** This island's member index. */
+  index: number;
+  /** In member order: island id, the tokens the server assigned it (its weight), its Δ frame's SHA-256. */
+  members: Array<{ islandId: string; tokens: number; frameHash: string }>;
+  /** Fragment j covers parameters [ranges[j][0], ranges[j][1]). */
+  ranges: Array<[number, number]>;
+  /** ms: a group whose fragments are not all in by then falls back to direct uploads. */
+  exchangeTimeoutMs: number;
+  /** RTCPeerConnection iceServers the operator configured (empty on loopback). */
+  iceServers: Array<{ urls: string | string[]; username?: string; credential?: string }>;
+}
+
+/** `mix:piece`: one member's byte piece of an update frame; the group exchanges the rest. */
+export interface MixPieceMsg {
+  update: Omit<UpdateMsg, 'frame'>;
+  /** SHA-256 of the whole update frame. */
+  frameHash: string;
+  groupId: number;
+  index: number;
+  /** The group's island ids in member order. */
+  members: string[];
+  piece: Uint8Array;
+}
 
 /** The answer to `hello`. */
 export interface HelloAnswer {
@@ -303,7 +370,9 @@ export interface ModelSnapshotMsg {
 
 // ---------------------------------------------------------------------------------------------
 // The coordinator's own check of a delta's numbers, for callers that bypass the gateway (the
-// simulator, tests). Returns an error message, or null when valid.
+// simulator, tests): only what keeps its arithmetic sound (integers where it counts, numbers where
+// it divides). The shape check with the bounds is the gateway's compiled DeltaMetaSchema.
+// Returns an error message, or null when valid.
 
 const isNonNegInt = (x: unknown): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0;
 

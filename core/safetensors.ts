@@ -9,7 +9,7 @@
 // Checkpoints are written with this, so Python's `safetensors.safe_open` / `load_file` read them.
 
 import { type Result, err, ok } from './result.ts';
-import { f16Table } from './codec/f16.ts';
+import { f16Table } from './model/f16.ts';
 
 export type Dtype = 'F32' | 'F16' | 'I32' | 'U8' | 'I64';
 

@@ -10,15 +10,19 @@ import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
 import { Gateway } from './gateway.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { apiPlugin } from './plugins/api.ts';
-import { Metrics, metricsPlugin } from './plugins/metrics.ts';
+import { Metrics } from './metrics.ts';
+import { metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
 import { logCheckpoint, logRunEvent } from './ops-log.ts';
 import { Run } from './run.ts';
+import { STRICT_AJV, strictHttp } from './http-strict.ts';
+import { AuthLimiter } from './auth-limit.ts';
 import { type RunPort, localPort } from './run-port.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
 import { ok } from '../core/result.ts';
 import type { RunConfig } from './run-config.ts';
 import { type AuditOptions, RunAudits } from './audit.ts';
+import { closeOnce } from './close-once.ts';
 
 export interface AtollServerOptions {
   /** The run folder. */
@@ -39,6 +43,8 @@ export interface AtollServerOptions {
   listenOn?: { host: string; port: number };
   /** Verified work: audits of a sample of accepted deltas by validators holding this token (server/audit.ts). */
   audit?: AuditOptions;
+  /** A connection idle this long is closed (default 30 s; tests shorten it). */
+  idleTimeoutMs?: number;
   /** Gateway knobs for tests and the bench. */
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
 }
@@ -51,6 +57,8 @@ export interface AtollServer {
   adminToken: string;
   /** The file the admin token is kept in (null: it came from the caller, e.g. ATOLL_ADMIN_TOKEN). */
   adminTokenFile: string | null;
+  /** Wrong admin tokens by address, with back-off (auth-limit.ts). */
+  adminAuth: AuthLimiter;
   /** Listens; resolves with the bound address (port 0 picks a free one). */
   listen(port: number, host?: string): Promise<{ port: number; host: string; url: string }>;
   close(): Promise<void>;
@@ -65,11 +73,12 @@ export interface RunApp {
   metrics: Metrics;
   adminToken: string;
   adminTokenFile: string | null;
+  adminAuth: AuthLimiter;
   close(): Promise<void>;
 }
 
 /** Fastify with the security headers and the REST rate limit every role shares. */
-export async function baseApp(o: { logLevel?: string; restPerMinute: number }): Promise<FastifyInstance> {
+export async function baseApp(o: { logLevel?: string; restPerMinute: number; idleTimeoutMs?: number }): Promise<FastifyInstance> {
   const app = Fastify({
     logger: o.logLevel ? { level: o.logLevel, stream: process.stderr } : false,
     // per-request lines off: the ops log (ops-log.ts) says what matters
@@ -77,9 +86,15 @@ export async function baseApp(o: { logLevel?: string; restPerMinute: number }): 
     // a delta never travels over REST; JSON bodies are admin patches
     bodyLimit: 64 * 1024,
     forceCloseConnections: true,
-    // route schemas are closed: an unknown key is a 400, not silently dropped
-    ajv: { customOptions: { removeAdditional: false } },
+    // route schemas are closed and nothing is coerced: an unknown key or a wrong type is a 400 (http-strict.ts)
+    ajv: STRICT_AJV,
+    // an idle keep-alive connection, or one that sends no request, is closed
+    connectionTimeout: o.idleTimeoutMs ?? 30_000,
+    keepAliveTimeout: Math.min(10_000, o.idleTimeoutMs ?? 10_000),
+    requestTimeout: 60_000,
   });
+  // errors as { error: { code, message } } (validation, 404, 405, 429), before any route is added
+  strictHttp(app);
   await app.register(helmet, {
     contentSecurityPolicy: {
       directives: {
@@ -107,20 +122,15 @@ export async function baseApp(o: { logLevel?: string; restPerMinute: number }): 
     max: o.restPerMinute,
     timeWindow: 60_000,
     allowList: (req) => req.url === '/healthz' || req.url === '/metrics',
+    errorResponseBuilder: (_req, ctx) => ({ statusCode: 429, code: 'E_RATE_LIMIT', message: `more than ${ctx.max} requests a minute from this address: retry in ${ctx.after}` }),
   });
   return app;
 }
 
-/** The pages, and errors as `{ error: { code, message } }`. */
+/** The pages; then the app is ready. */
 export async function finishApp(app: FastifyInstance, clientDir: string | undefined): Promise<void> {
   await app.register(staticPlugin, { root: clientDir ?? DEFAULT_CLIENT_DIR });
   // CORS stays closed: no Access-Control-Allow-Origin is ever sent, so browsers keep other origins out.
-  app.setErrorHandler((e: Error & { statusCode?: number; code?: string }, _req, reply) => {
-    const status = e.statusCode && e.statusCode >= 400 ? e.statusCode : 500;
-    if (status >= 500) app.log.warn(`http error: ${e.stack ?? e.message}`);
-    reply.code(status).send({ error: { code: status === 429 ? 'E_RATE_LIMIT' : status >= 500 ? 'E_INTERNAL' : (e.code?.startsWith('E_') ? e.code : 'E_BAD_REQUEST'), message: status >= 500 ? 'internal error' : e.message } });
-  });
-  app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}` } }));
   await app.ready();
 }
 
@@ -129,7 +139,7 @@ export async function finishApp(app: FastifyInstance, clientDir: string | undefi
  * aggregator role holds the Redis lease instead, which also covers a standby on another host.
  */
 export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): Promise<RunApp> {
-  const app = await baseApp({ logLevel: o.logLevel, restPerMinute: o.config.limits.restPerMinute });
+  const app = await baseApp({ logLevel: o.logLevel, restPerMinute: o.config.limits.restPerMinute, idleTimeoutMs: o.idleTimeoutMs });
   const log = (line: string) => app.log.warn(line);
   // One server per run folder: refuse before anything in it is written.
   const lock = o.lock === false ? ok(() => {}) : lockRunFolder(o.dir, o.listenOn);
@@ -142,7 +152,13 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
     lock.value();
     throw e;
   }
-  if (o.audit?.token) run.audits = new RunAudits(run, o.audit);
+  if (o.audit?.token) {
+    run.audits = new RunAudits({
+      get coord() { return run.coord; },
+      appendLog: (line) => run.store.append(line as { type: string }),
+      ban: (id, reason) => run.admin.ban(id, reason),
+    }, o.audit);
+  }
   run.store.onEvent = (e) => logRunEvent(app.log, e);
   run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
   const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);
@@ -150,18 +166,16 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
   app.get('/healthz', { config: { rateLimit: false } }, async () => ({ ok: true, version: run.version, hash: run.hash }));
   await app.register(metricsPlugin, { metrics });
   await app.register(apiPlugin, { run });
-  await app.register(adminPlugin, { run, token: token.token });
+  const adminAuth = new AuthLimiter('admin token', log);
+  await app.register(adminPlugin, { run, token: token.token, limiter: adminAuth });
   await finishApp(app, o.clientDir);
-  let closed = false;
   return {
-    app, run, metrics, adminToken: token.token, adminTokenFile: token.file,
-    async close() {
-      if (closed) return;
-      closed = true;
+    app, run, metrics, adminToken: token.token, adminTokenFile: token.file, adminAuth,
+    close: closeOnce(async () => {
       await app.close();
       await run.close();
       lock.value();
-    },
+    }),
   };
 }
 
@@ -178,6 +192,7 @@ export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0
 export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: AtollServerOptions['gateway']): Gateway {
   return new Gateway(app.server, {
     run, helloPerMinute: c.limits.helloPerMinute, maxIslands: c.limits.maxIslands, allowOrigins: c.allowOrigins,
+    powBits: c.limits.powBits, newIslandsPerHour: c.limits.newIslandsPerHour,
     log: (line) => app.log.warn(line),
     ...knobs,
   });
@@ -187,16 +202,13 @@ export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunCon
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const core = await createRunApp(o);
   const gateway = attachGateway(core.app, localPort(core.run), o.config, o.gateway);
-  let closed = false;
   return {
     ...core, gateway,
     listen: (port, host) => listenOn(core.app, port, host),
-    async close() {
-      if (closed) return;
-      closed = true;
+    close: closeOnce(async () => {
       await gateway.close();
       await core.close();
-    },
+    }),
   };
 }
 

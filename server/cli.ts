@@ -6,17 +6,42 @@ import { PRESETS } from '../core/model/config.ts';
 import { ENCODINGS } from '../core/codec/index.ts';
 import { COLD_START_WARMUP_STEPS } from '../core/coord/config.ts';
 
-function intArg(v: string): number {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`'${v}' is not a non-negative integer`);
-  return n;
+/** A plain decimal as a flag may spell it (no hex, no blank, no NaN or Infinity). */
+const DECIMAL = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$/;
+
+/** An integer flag in [min, max]: anything else stops the command before any work, one line naming the flag. */
+function intIn(min: number, max: number): (v: string) => number {
+  return (v) => {
+    const n = Number(v);
+    if (!DECIMAL.test(v.trim()) || !Number.isInteger(n) || n < min || n > max) throw new InvalidArgumentError(`must be an integer in [${min}, ${max}]`);
+    return n;
+  };
 }
 
-function numArg(v: string): number {
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new InvalidArgumentError(`'${v}' is not a number`);
-  return n;
+/** A number flag in [min, max] ((min, max] with `aboveMin`). */
+function numIn(min: number, max: number, aboveMin = false): (v: string) => number {
+  return (v) => {
+    const n = Number(v);
+    if (!DECIMAL.test(v.trim()) || !Number.isFinite(n) || n < min || n > max || (aboveMin && n === min)) {
+      throw new InvalidArgumentError(`must be a number in ${aboveMin ? '(' : '['}${min}, ${max}]`);
+    }
+    return n;
+  };
 }
+
+/** `island --server`: one or more http(s) URLs, comma-separated. */
+function serverUrls(v: string): string {
+  for (const u of v.split(',')) {
+    let ok = false;
+    try { const p = new URL(u.trim()); ok = (p.protocol === 'http:' || p.protocol === 'https:') && p.hostname !== ''; } catch { /* not a URL */ }
+    if (!ok) throw new InvalidArgumentError(`'${u.trim().slice(0, 80)}' is not an http(s) URL (e.g. http://localhost:8080)`);
+  }
+  return v;
+}
+
+const SEED = intIn(0, 2 ** 32 - 1);
+const PORT = intIn(0, 65_535);
+const WORKERS = intIn(0, 64);
 
 /** `serve --outer-workers`: the outer step in two worker threads unless told otherwise. */
 const OUTER_WORKERS_DEFAULT = 2;
@@ -34,19 +59,20 @@ function fail(e: unknown): never {
 export function buildProgram(): Command {
   const program = new Command('atoll')
     .description('Train one language model across islands of compute: browsers on WebGPU and GPU servers, synced by compressed DiLoCo deltas.')
-    .showHelpAfterError();
+    // one line naming the flag and its range (the help is one --help away)
+    .showHelpAfterError(false);
 
   program.command('train')
     .description('train one island locally (no server), evaluate on the held-out split, write a checkpoint')
     .addOption(presetOption().default('small'))
-    .option('--steps <n>', 'inner steps', intArg, 300)
+    .option('--steps <n>', 'inner steps, 1..10,000,000', intIn(1, 10_000_000), 300)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option('--out <file>', 'checkpoint path (safetensors)', 'ckpt.safetensors')
-    .option('--batch <n>', 'sequences per step', intArg)
-    .option('--lr <lr>', 'peak learning rate', numArg, 3e-3)
-    .option('--seed <n>', 'init and data seed', intArg, 1337)
-    .option('--eval-every <n>', 'evaluate every n steps', intArg, 50)
-    .option('--eval-batches <n>', 'held-out batches per eval', intArg, 8)
+    .option('--batch <n>', 'sequences per step, 1..4096', intIn(1, 4096))
+    .option('--lr <lr>', 'peak learning rate, (0, 1]', numIn(0, 1, true), 3e-3)
+    .option('--seed <n>', 'init and data seed, 0..2^32-1', SEED, 1337)
+    .option('--eval-every <n>', 'evaluate every n steps, 1..10,000,000', intIn(1, 10_000_000), 50)
+    .option('--eval-batches <n>', 'held-out batches per eval, 1..100,000', intIn(1, 100_000), 8)
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
     .option('--json', 'print one JSON object at the end')
@@ -65,9 +91,9 @@ export function buildProgram(): Command {
     .description('print text generated from a checkpoint')
     .requiredOption('--checkpoint <file>', 'a checkpoint written by atoll train or atoll serve')
     .option('--prompt <text>', 'text to continue', '')
-    .option('--tokens <n>', 'bytes to generate', intArg, 200)
-    .option('--temperature <t>', 'sampling temperature (0 = greedy)', numArg, 0.8)
-    .option('--seed <n>', 'sampling seed', intArg, 1)
+    .option('--tokens <n>', 'bytes to generate, 1..100,000', intIn(1, 100_000), 200)
+    .option('--temperature <t>', 'sampling temperature, 0..10 (0 = greedy)', numIn(0, 10), 0.8)
+    .option('--seed <n>', 'sampling seed, 0..2^32-1', SEED, 1)
     .addOption(engineOption())
     .action(async (o) => {
       const { sampleFromCheckpoint } = await import('./commands/sample.ts');
@@ -90,30 +116,31 @@ export function buildProgram(): Command {
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .addOption(new Option('--mode <mode>', 'DiLoCo mode').choices(['sync', 'async']))
     .addOption(new Option('--codec <enc>', 'delta encoding').choices([...ENCODINGS]))
-    .option('--outer-lr <lr>', 'outer learning rate', numArg)
-    .option('--outer-momentum <m>', 'outer Nesterov momentum', numArg)
-    .option('--round-time <s>', 'target round time in seconds (0: fixed inner steps)', numArg)
-    .option('--quorum <q>', 'sync: fraction of the round that must report before the grace window may close it', numArg)
-    .option('--max-staleness <n>', 'reject deltas more than n versions behind', intArg)
-    .option('--inner-steps <n>', 'inner steps per round (of the fastest island)', intArg)
-    .option('--seed <n>', 'θ init seed (new runs)', intArg)
+    .option('--outer-lr <lr>', 'outer learning rate, [0, 10]', numIn(0, 10))
+    .option('--outer-momentum <m>', 'outer Nesterov momentum, [0, 0.999]', numIn(0, 0.999))
+    .option('--round-time <s>', 'target round time in seconds, [0, 86400] (0: fixed inner steps)', numIn(0, 86_400))
+    .option('--quorum <q>', 'sync: fraction of the round that must report before the grace window may close it, [0, 1]', numIn(0, 1))
+    .option('--max-staleness <n>', 'reject deltas more than n versions behind, 0..1,000,000', intIn(0, 1_000_000))
+    .option('--inner-steps <n>', 'inner steps per round (of the fastest island), 1..10,000,000', intIn(1, 10_000_000))
+    .option('--seed <n>', 'θ init seed (new runs), 0..2^32-1', SEED)
     .option('--run-dir <dir>', 'run folder (default ./runs/<name>)')
     .option('--name <name>', 'run name')
     .option('--title <text>', 'headline of the volunteer page (default: a title for the default run, else the name)')
     .option('--description <text>', 'run description for the volunteer page')
     .option('--config <file>', 'JSON run config (flags override it)')
-    .option('--port <n>', 'HTTP port (default $PORT or 8080)', intArg)
+    .option('--start-over', 'move the run folder aside (to <dir>.old-<time>) and start a new run there: for a folder whose checkpoints are all unreadable')
+    .option('--port <n>', 'HTTP port, 0..65535 (default $PORT or 8080)', PORT)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
-    .option('--outer-workers <n>', 'worker threads for the outer step, off the event loop (0: on the event loop)', intArg, OUTER_WORKERS_DEFAULT)
+    .option('--outer-workers <n>', 'worker threads for the outer step, off the event loop, 0..64 (0: on the event loop)', WORKERS, OUTER_WORKERS_DEFAULT)
     .addOption(new Option('--log-level <level>', 'operator log level (JSON lines on stderr; default $ATOLL_LOG_LEVEL or info)').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']))
     .option('--build-if-needed', 'run vite build first when dist/client is missing')
     .option('--redis <url>', 'scale out on Redis (redis://HOST:PORT): with --role, this process is one part of the run')
     .addOption(new Option('--role <role>', 'with --redis: gateway (islands, pages, API; any number), aggregator (the run folder and coordinator; one active, the others standby), or all (both)').choices(['gateway', 'aggregator', 'all']))
-    .option('--lease-ms <ms>', 'with --redis: the aggregator lease; a standby takes over this long after the active one stops renewing (default 5000)', intArg)
+    .option('--lease-ms <ms>', 'with --redis: the aggregator lease, 100..3,600,000; a standby takes over this long after the active one stops renewing (default 5000)', intIn(100, 3_600_000))
     .option('--validator-token <token>', 'verified work: validators (atoll island --validator) authenticate with this (default $ATOLL_VALIDATOR_TOKEN; none: no audits)')
-    .option('--audit-rate <f>', 'fraction of accepted dense-code deltas audited, [0, 1] (default 0.1)', numArg)
-    .option('--audit-ban-after <n>', 'failed audits that ban an island (0: never; default 2)', intArg)
+    .option('--audit-rate <f>', 'fraction of accepted dense-code deltas audited, [0, 1] (default 0.1)', numIn(0, 1))
+    .option('--audit-ban-after <n>', 'failed audits that ban an island, 0..1000 (0: never; default 2)', intIn(0, 1000))
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');
       await serve(o);
@@ -121,13 +148,15 @@ export function buildProgram(): Command {
 
   program.command('island')
     .description('a headless island: joins a server and trains until the run is done or Ctrl-C')
-    .requiredOption('--server <urls>', 'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them')
+    .requiredOption('--server <urls>', 'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them', serverUrls)
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
+    .addOption(new Option('--precision <p>', 'WebGPU: storage of activations, the matmuls\' weight copy and Δ (master weights and Adam moments stay f32)').choices(['f32', 'f16']).default('f32'))
+    .option('--devices <n>', 'WebGPU: train data-parallel on n devices as one island, 1..64 (gradients all-reduced every step, one Δ)', intIn(1, 64), 1)
     .option('--no-calibrate', 'skip timing a few steps before joining (the first round is then the run\'s default length, not sized to its round time)')
     .option('--name <name>', 'display name on the dashboard')
-    .option('--batch <n>', 'largest micro-batch to run (default: the run\'s)', intArg)
-    .option('--duty <f>', 'fraction of time spent computing, (0, 1]', numArg)
+    .option('--batch <n>', 'largest micro-batch per device, 1..65536 (default: the run\'s); the island\'s batch is n × devices', intIn(1, 65_536))
+    .option('--duty <f>', 'fraction of time spent computing, (0, 1]', numIn(0, 1, true))
     .option('--json', 'print one JSON summary at the end')
     .option('--validator', 'audit a sample of other islands\' deltas instead of training (recomputes them on the engine, cpu by default)')
     .option('--validator-token <token>', 'with --validator: the run\'s validator token (default $ATOLL_VALIDATOR_TOKEN)')
@@ -140,26 +169,26 @@ export function buildProgram(): Command {
     .description('many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island')
     .option('--preset <name>', 'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ladder), smoke (seconds); a model preset name means compare on that model', 'compare')
     .addOption(new Option('--model <name>', 'model preset').choices(Object.keys(PRESETS)))
-    .option('--islands <n>', 'islands per DiLoCo row', intArg)
-    .option('--tokens <n>', 'token budget per row (tokens in θ)', intArg)
-    .option('--rounds <n>', 'budget in rounds of the nominal island instead of tokens', intArg)
+    .option('--islands <n>', 'islands per DiLoCo row, 1..256', intIn(1, 256))
+    .option('--tokens <n>', 'token budget per row (tokens in θ), 1..10^12', intIn(1, 1e12))
+    .option('--rounds <n>', 'budget in rounds of the nominal island instead of tokens, 1..1,000,000', intIn(1, 1_000_000))
     .addOption(new Option('--mode <mode>', 'diloco preset: DiLoCo mode').choices(['sync', 'async']))
     .addOption(new Option('--codec <enc>', 'diloco preset: delta encoding').choices([...ENCODINGS]))
-    .option('--inner-steps <n>', 'inner steps H of the nominal island', intArg)
+    .option('--inner-steps <n>', 'inner steps H of the nominal island, 1..1,000,000', intIn(1, 1_000_000))
     .option('--quick', 'one seed and fewer rows (tests)')
     .option('--rows <names>', "only these rows of the preset, comma-separated (with --quick: any row of the full preset, one seed)")
-    .option('--eval-batches <n>', 'held-out batches per evaluation (default 64)', intArg)
-    .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from (0: cold, as --cold)', intArg)
+    .option('--eval-batches <n>', 'held-out batches per evaluation, 1..100,000 (default 64)', intIn(1, 100_000))
+    .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from, 0..10^12 (0: cold, as --cold)', intIn(0, 1e12))
     .option('--cold', 'start every row cold, from θ0 = the init a fresh atoll serve --seed run starts from (no warm start)')
     .option('--from-fleet <report>', "replay an atoll fleet report.json in virtual time: its twin, DDP and single rows")
     .option('--compare <rows>', "diloco preset: baselines to add, comma-separated (ddp,single; 'none')")
-    .option('--seed <n>', 'init and data seed', intArg)
-    .option('--workers <n>', 'worker threads running rows in parallel (0: in this thread)', intArg)
+    .option('--seed <n>', 'init and data seed, 0..2^32-1', SEED)
+    .option('--workers <n>', 'worker threads running rows in parallel, 0..64 (0: in this thread)', WORKERS)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option('--out <dir>', 'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>)')
     .option('--rungs <n|names>', 'scaling preset: the first n rungs of the ladder, or rung names, comma-separated (default the 4 CPU rungs)')
     .option('--tokens-per-param <x>', 'scaling preset: token budget per parameter at every rung (default 2)')
-    .option('--outer-rounds <n>', 'scaling preset: fleet rounds per run, the H rule H = tokens / (rounds × global batch) (default 8)', intArg)
+    .option('--outer-rounds <n>', 'scaling preset: fleet rounds per run, 1..100,000, the H rule H = tokens / (rounds × global batch) (default 8)', intIn(1, 100_000))
     .addOption(new Option('--engine <kind>', 'training engine of every island, baseline and evaluation (virtual time either way)').choices(['cpu', 'webgpu']).default('cpu'))
     .option('--json', 'print report.json on stdout instead of the table')
     .action(async (o) => {
@@ -190,23 +219,23 @@ export function buildProgram(): Command {
   program.command('fleet')
     .description('a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html')
     .addOption(presetOption().default('tiny'))
-    .option('--islands <n>', 'Node islands, each its own process (those --schedule joins included)', intArg, 4)
-    .option('--browsers <n>', 'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start', intArg, 0)
-    .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu', 'cpu')
+    .option('--islands <n>', 'Node islands, each its own process (those --schedule joins included), 0..64', intIn(0, 64), 4)
+    .option('--browsers <n>', 'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start, 0..16', intIn(0, 16), 0)
+    .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu; :f16 for f16 storage, xN for N devices (webgpu), e.g. webgpu:f16x2', 'cpu')
     .option('--batches <list>', 'Node islands\' micro-batches, cycled (default: the run\'s)')
     .option('--duty <list>', 'Node islands\' duty cycles in (0, 1], cycled', '1')
     .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, then restarted)')
-    .option('--tokens <n>', 'tokens in θ that end the run (and every row)', intArg, 50_000)
+    .option('--tokens <n>', 'tokens in θ that end the run (and every row), 1..10^12', intIn(1, 1e12), 50_000)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
-    .option('--seed <n>', 'θ init seed of the run and its twin', intArg, 1337)
+    .option('--seed <n>', 'θ init seed of the run and its twin, 0..2^32-1', SEED, 1337)
     .addOption(new Option('--mode <mode>', 'DiLoCo mode (default: the run config\'s)').choices(['sync', 'async']))
     .addOption(new Option('--codec <enc>', 'delta encoding (default: the run config\'s)').choices([...ENCODINGS]))
     .option('--config <file>', 'JSON run config, as atoll serve --config (the twin takes its settings from the run)')
     .option('--redis [url]', 'on the Redis roles: one aggregator and two gateways (no URL: a redis-server on a free port)')
-    .option('--evals <n>', 'evaluation points over the run', intArg, 12)
-    .option('--eval-batches <n>', 'held-out batches per evaluation (16 sequences each)', intArg, 64)
-    .option('--workers <n>', 'worker threads for the twin, DDP and single rows', intArg)
-    .option('--timeout <min>', 'give up when the live run has not reached the budget after this long', numArg, 30)
+    .option('--evals <n>', 'evaluation points over the run, 1..1000', intIn(1, 1000), 12)
+    .option('--eval-batches <n>', 'held-out batches per evaluation (16 sequences each), 1..100,000', intIn(1, 100_000), 64)
+    .option('--workers <n>', 'worker threads for the twin, DDP and single rows, 0..64', WORKERS)
+    .option('--timeout <min>', 'give up when the live run has not reached the budget after this long, (0, 10080] minutes', numIn(0, 10_080, true), 30)
     .option('--out <dir>', 'output folder (default runs/fleet-<time>)')
     .option('--json', 'print report.json on stdout')
     .action(async (o) => {
@@ -216,10 +245,10 @@ export function buildProgram(): Command {
 
   program.command('chaos')
     .description('fault instrument: the same run with and without island kills, dropped connections and pauses; goodput, lost, duplicates, eval loss')
-    .option('--islands <n>', 'islands training at any time', intArg, 4)
-    .option('--fail <f>', 'fraction of islands killed (kill -9) over the run', numArg, 0.3)
-    .option('--tokens <n>', 'tokens in θ that end each run', intArg, 40_000)
-    .option('--latency <ms>', 'latency the proxies add each way', intArg, 10)
+    .option('--islands <n>', 'islands training at any time, 1..64', intIn(1, 64), 4)
+    .option('--fail <f>', 'fraction of islands killed (kill -9) over the run, [0, 1]', numIn(0, 1), 0.3)
+    .option('--tokens <n>', 'tokens in θ that end each run, 1..10^9', intIn(1, 1e9), 40_000)
+    .option('--latency <ms>', 'latency the proxies add each way, 0..10,000 ms', intIn(0, 10_000), 10)
     .option('--no-baseline', 'skip the fault-free run (no eval-loss comparison)')
     .option('--roles', 'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway and of the active aggregator')
     .option('--json', 'print one JSON object')
@@ -233,12 +262,12 @@ export function buildProgram(): Command {
   const bench = program.command('bench').description('benchmarks that print JSON (with --json)');
   bench.command('server')
     .description('server apply throughput per codec, and a load test with many simulated islands')
-    .option('--islands <n>', 'simulated islands for the load test', intArg, 1000)
-    .option('--procs <n>', 'child processes that hold the simulated islands', intArg, 4)
-    .option('--seconds <s>', 'load test duration', numArg, 20)
-    .option('--gateways <n>', 'load test on Redis roles: n gateway processes and one aggregator (a redis-server on a free port; 0: the embedded server)', intArg, 0)
+    .option('--islands <n>', 'simulated islands for the load test, 1..100,000', intIn(1, 100_000), 1000)
+    .option('--procs <n>', 'child processes that hold the simulated islands, 1..64', intIn(1, 64), 4)
+    .option('--seconds <s>', 'load test duration, (0, 3600]', numIn(0, 3600, true), 20)
+    .option('--gateways <n>', 'load test on Redis roles: n gateway processes and one aggregator, 0..16 (a redis-server on a free port; 0: the embedded server)', intIn(0, 16), 0)
     .option('--skip-load', 'only measure apply throughput')
-    .option('--outer-workers <n>', 'worker threads for the outer step, as serve --outer-workers (0: on the event loop; no pool figures)', intArg, OUTER_WORKERS_DEFAULT)
+    .option('--outer-workers <n>', 'worker threads for the outer step, as serve --outer-workers, 0..64 (0: on the event loop; no pool figures)', WORKERS, OUTER_WORKERS_DEFAULT)
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { benchServer } = await import('../bench/server.ts');
@@ -247,7 +276,7 @@ export function buildProgram(): Command {
     });
   bench.command('kernels')
     .description('our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference (bench/README.md)')
-    .option('--peak-tflops <x>', "the adapter's fp32 peak in TFLOP/s: adds MFU figures", numArg)
+    .option('--peak-tflops <x>', "the adapter's fp32 peak in TFLOP/s, (0, 10000]: adds MFU figures", numIn(0, 10_000, true))
     .option('--quick', 'fewer shapes and steps')
     .option('--no-autotune', 'train step: skip timing the matmul variants at engine start')
     .option('--profile', "time each kernel of a training step (timestamp-query) and print its share")
@@ -262,17 +291,18 @@ export function buildProgram(): Command {
     .addOption(new Option('--preset <name>', 'model preset of the default run').choices(Object.keys(PRESETS)).default('small'))
     .option('--rounds <list>', 'round lengths in inner steps, comma-separated', '1,4,8,50')
     .option('--warmups <list>', 'warmups in AdamW steps to compare (0: none), comma-separated; the first one\'s island is the late joiner\'s start', `${COLD_START_WARMUP_STEPS},0`)
-    .option('--late <n>', 'a late joiner trains from θ after this many steps (0: none)', intArg, 50)
+    .option('--late <n>', 'a late joiner trains from θ after this many steps, 0..1,000,000 (0: none)', intIn(0, 1_000_000), 50)
+    .addOption(new Option('--codec <enc>', 'the run\'s uplink (default: the default run\'s, sparse)').choices([...ENCODINGS]))
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { benchColdStart, formatColdStart } = await import('../bench/cold-start.ts');
       const list = (s: string) => s.split(',').map((x) => Number(x.trim())).filter((x) => Number.isInteger(x) && x >= 0);
-      const r = await benchColdStart({ preset: o.preset, rounds: list(o.rounds).filter((x) => x > 0), warmups: list(o.warmups), late: o.late, log: o.json ? undefined : (s: string) => process.stderr.write(s + '\n') });
+      const r = await benchColdStart({ preset: o.preset, codec: o.codec, rounds: list(o.rounds).filter((x) => x > 0), warmups: list(o.warmups), late: o.late, log: o.json ? undefined : (s: string) => process.stderr.write(s + '\n') });
       process.stdout.write((o.json ? JSON.stringify(r) : formatColdStart(r)) + '\n');
     });
   bench.command('codec')
     .description('pseudo-gradient codec: encode/decode MB/s and frame size per encoding, on a base-sized delta')
-    .option('--repeats <n>', 'timed repeats per encoding (median)', intArg, 3)
+    .option('--repeats <n>', 'timed repeats per encoding (median), 1..100', intIn(1, 100), 3)
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { runCodecBench, formatCodecBench } = await import('../bench/codec.ts');

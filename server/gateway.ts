@@ -19,6 +19,8 @@ import { AuditError } from '../core/coord/audit.ts';
 import { err, ok } from '../core/result.ts';
 import type { DashboardTick, IslandView } from '../core/api.ts';
 import type { RunPort } from './run-port.ts';
+import { AuthLimiter } from './auth-limit.ts';
+import { IdentityCost } from './identity-cost.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -55,6 +57,9 @@ export interface GatewayOptions {
   run: RunPort;
   /** hello messages per IP per minute. */
   helloPerMinute: number;
+  /** A new identity's proof of work (leading zero bits; 0: none) and its budget per address per hour. */
+  powBits?: number;
+  newIslandsPerHour?: number;
   maxIslands: number;
   /** Origins allowed besides same-origin; requests without an Origin header (Node islands) pass. */
   allowOrigins: string[];
@@ -118,6 +123,10 @@ export class Gateway {
   private readonly dashPeriodMs: number;
   private heartbeatTimer: ReturnType<typeof setInterval>;
   private readonly log: (line: string) => void;
+  /** Wrong validator tokens, per address, with back-off (auth-limit.ts). */
+  readonly validatorAuth: AuthLimiter;
+  /** What a new identity costs (identity-cost.ts). */
+  readonly identities: IdentityCost;
   /** Counters for tests and the bench. */
   stats = { violations: 0, oversize: 0, disconnectsForViolations: 0, dashboardMessages: 0 };
 
@@ -126,6 +135,8 @@ export class Gateway {
     this.opts = opts;
     this.log = opts.log ?? (() => {});
     this.helloLimiter = new RateLimiter(opts.helloPerMinute);
+    this.validatorAuth = new AuthLimiter('validator token', this.log);
+    this.identities = new IdentityCost(opts.powBits ?? 16, opts.newIslandsPerHour ?? 60);
     // Headroom over the legal frame: a somewhat oversized frame still arrives and gets E_OVERSIZE;
     // only a grossly oversized one is cut by the transport (the island learnt the limit beforehand).
     const maxFrame = this.run.maxFrameBytes();
@@ -241,9 +252,15 @@ export class Gateway {
           });
       });
     };
-    const known = new Set(['hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict']);
+    const known = new Set(['challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict']);
     socket.onAny((event: string) => {
       if (!known.has(event)) violation(GatewayError.UNKNOWN_EVENT, `unknown event '${String(event).slice(0, 64)}'`);
+    });
+
+    // a new identity's proof of work: the challenge to solve (before hello; docs/protocol.md)
+    handle('challenge', (payload, ack) => {
+      if (!checkEmpty.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, 'challenge takes no payload'));
+      ack(ok(this.identities.challenge()));
     });
 
     handle('hello', async (payload, ack) => {
@@ -255,7 +272,15 @@ export class Gateway {
         return ack(err(ErrorCode.PROTOCOL_VERSION, `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`));
       }
       if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(err(ErrorCode.FULL, 'the server holds its maximum number of islands: retry later'));
-      const r = await this.run.hello({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: h.resumeIslandId, resumeToken: h.resumeToken });
+      // a new identity costs work (and the address's budget); a resume with its token costs nothing
+      const resuming = h.resumeIslandId !== undefined && h.resumeToken !== undefined;
+      let paid = false;
+      if (!resuming || h.pow) {
+        const p = this.identities.pay(ip, h.pow);
+        if (!p.ok && !resuming) return ack(err(p.error.code, p.error.message));
+        paid = p.ok;
+      }
+      const r = await this.run.hello({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: h.resumeIslandId, resumeToken: h.resumeToken, resumeOnly: !paid });
       if (!r.ok) return ack(err(r.error.code, r.error.message));
       const id = r.value.islandId;
       if (!socket.connected) {
@@ -351,11 +376,16 @@ export class Gateway {
     // verified work: a validator authenticates with the token, then takes jobs and sends verdicts
     const notValidator = () => err(AuditError.NOT_VALIDATOR, 'this connection is not a validator (send `validator` with the server\'s token first)');
     handle('validator', (payload, ack) => {
+      const wait = this.validatorAuth.retryAfter(ip);
+      if (wait > 0) return ack(err(GatewayError.RATE_LIMIT, `too many wrong validator tokens from this address: retry in ${Math.ceil(wait / 1000)} s`));
       if (!checkValidator.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `validator: ${firstError(checkValidator, payload)}`));
       const audits = this.run.audits;
-      if (!audits || !audits.auth((payload as Static<typeof ValidatorSchema>).token)) {
-        return ack(err(AuditError.NOT_VALIDATOR, audits ? 'wrong validator token' : 'this server runs no audits (no validator token)'));
+      if (!audits) return ack(err(AuditError.NOT_VALIDATOR, 'this server runs no audits (no validator token)'));
+      if (!audits.auth((payload as Static<typeof ValidatorSchema>).token)) {
+        this.validatorAuth.failed(ip);
+        return ack(err(AuditError.NOT_VALIDATOR, 'wrong validator token'));
       }
+      this.validatorAuth.succeeded(ip);
       st.validator = true;
       ack(ok({}));
     });

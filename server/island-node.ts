@@ -16,7 +16,11 @@ export interface NodeIslandOptions {
   /** WebGPU: tune the matmuls at start (default true; `--no-autotune`). */
   autotune?: boolean;
   name?: string;
-  /** Micro-batch this island can run (default: the run's). */
+  /** WebGPU: storage precision (default f32). */
+  precision?: 'f32' | 'f16';
+  /** WebGPU: devices training data-parallel as this one island (default 1). */
+  devices?: number;
+  /** Micro-batch each device runs (default: the run's); the island's batch is this × devices. */
   batch?: number;
   /** Fraction of time spent computing (default 1). */
   dutyCycle?: number;
@@ -90,9 +94,10 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   const maxOutageMs = o.maxOutageMs ?? 600_000;
   const info = (await retry('cannot reach the server', maxOutageMs, onGateway((b) => getJson(`${b}/api/run`)), say)) as RunInfoLite;
   const train = await retry('cannot download the training data', maxOutageMs, onGateway((b) => getBytes(`${b}/api/data/train`)), say);
-  const batch = o.batch ?? info.batch ?? 8;
-  const engine = await createEngine(o.engine, { config: info.model, maxBatch: batch }, { autotune: o.autotune });
-  say(`atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, batch ${batch}, ${train.length.toLocaleString()} training bytes`);
+  const devices = o.devices ?? 1;
+  const batch = (o.batch ?? info.batch ?? 8) * devices;
+  const engine = await createEngine(o.engine, { config: info.model, maxBatch: batch }, { autotune: o.autotune, precision: o.precision, devices });
+  say(`atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, ${engine.numerics ?? 'f32'}, batch ${batch}, ${train.length.toLocaleString()} training bytes`);
   // the speed at the duty cycle: what a round's wall time will see (calibrate leaves AdamW fresh)
   const duty = Math.min(1, Math.max(0.01, o.dutyCycle ?? 1));
   const shape = { config: info.model, maxBatch: batch, maxT: info.seqLen };

@@ -9,6 +9,7 @@ export function islandView(r: IslandRecord, connected: boolean, quality: { cosin
   for (const v of Object.values(r.rejected)) rejected += v;
   return {
     id: r.id, name: r.name, contributorId: r.contributorId ?? r.id, engine: r.engine, adapter: r.adapter,
+    numerics: r.caps.numerics ?? 'f32', devices: r.caps.devices ?? 1,
     speed: r.tokensPerSec ?? null, tokens: r.tokensContributed, tokensSubmitted: r.tokensSubmitted,
     accepted: r.accepted, rejected, rejectedByCode: r.rejected, lastSeen: r.lastSeen,
     status: r.status === 'online' && !connected ? 'offline' : r.status, connected,

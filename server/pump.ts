@@ -8,7 +8,7 @@
 
 import type { Coordinator, CoordinatorEvent } from '../core/coord/index.ts';
 import { backoff } from '../core/random.ts';
-import type { Metrics } from './plugins/metrics.ts';
+import type { Metrics } from './metrics.ts';
 import type { RunStore } from './store.ts';
 
 /** What the pump asks of its run: log a batch (before the commit) and publish it (after). */

@@ -3,13 +3,16 @@
 // A run checkpoint is a model checkpoint (core/checkpoint.ts: one F32 tensor per parameter tensor,
 // `config` metadata; `atoll sample --checkpoint` and Python read it) plus the coordinator's state:
 // F32 tensors outer.momentum, outer.buffer, downlink.residual, pending.<i>, U8 tensors update.<v>
-// (the last few downlink frames), and the coordinator's JSON snapshot under metadata `coordinator`.
+// (the last few downlink frames), and the coordinator's JSON snapshot under metadata `coordinator`,
+// whose island records are only what resuming needs (island-file.ts: the full ones are beside it).
 
 import type { RunConfig } from '../core/api.ts';
 import { Coordinator, type CoordinatorSnapshot, type CoordinatorSnapshotMeta } from '../core/coord/index.ts';
 import { type GPTConfig, numParams, paramLayout } from '../core/model/config.ts';
-import { type Result, err } from '../core/result.ts';
+import { type Result, err, ok } from '../core/result.ts';
 import type { RunStore } from './store.ts';
+import { type IslandCore, IslandFile, joinIslands, splitIslands } from './island-file.ts';
+import type { IslandRecord } from '../core/coord/index.ts';
 import { type TensorInput, readSafetensors, safetensorsParts, tensorAsFloat32 } from '../core/safetensors.ts';
 
 /** Update frames kept in a checkpoint (islands further behind after a restart fetch the snapshot). */
@@ -52,7 +55,7 @@ export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): 
   const theta = snap.tensors.theta as Float32Array;
   const tensors: Record<string, TensorInput> = {};
   for (const t of layout.tensors) tensors[t.name] = { dtype: 'F32', shape: t.shape, data: theta.subarray(t.offset, t.offset + t.size) };
-  const meta: CoordinatorSnapshotMeta = { ...snap.meta, updates: snap.meta.updates.slice(-CHECKPOINT_UPDATES) };
+  const meta: CoordinatorSnapshotMeta & { islandCore: IslandCore[] } = { ...snap.meta, updates: snap.meta.updates.slice(-CHECKPOINT_UPDATES), ...splitIslands(snap.meta.islands) };
   const keepUpdates = new Set(meta.updates.map((u) => `update.${u.version}`));
   for (const [name, arr] of Object.entries(snap.tensors)) {
     if (name === 'theta') continue;
@@ -72,14 +75,19 @@ export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): 
   });
 }
 
-function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig): Result<Coordinator> {
+/** A run checkpoint's coordinator; `islandsFile` gives the full island records its cores are laid over. */
+export function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig, islandsFile: () => Map<string, IslandRecord> = () => new Map()): Result<Coordinator> {
   const file = readSafetensors(bytes);
   if (!file.ok) return file;
   const { tensors, metadata } = file.value;
   if (metadata.config !== JSON.stringify(expected)) return err('E_WRONG_MODEL', `checkpoint is for model ${metadata.config}, the run is ${JSON.stringify(expected)}`);
-  let meta: CoordinatorSnapshotMeta;
+  let meta: CoordinatorSnapshotMeta & { islandCore?: IslandCore[] };
   try { meta = JSON.parse(metadata.coordinator ?? '') as CoordinatorSnapshotMeta; } catch {
     return err('E_BAD_CHECKPOINT', 'checkpoint has no coordinator state (a plain model checkpoint?)');
+  }
+  if (meta.islandCore) {
+    const { islandCore, ...rest } = meta;
+    meta = { ...rest, islands: joinIslands(meta.islands, islandCore, islandsFile()) };
   }
   const layout = paramLayout(expected);
   const theta = new Float32Array(layout.total);
@@ -101,9 +109,23 @@ function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig): Result<Coo
 export function restoreLatest(store: RunStore, model: GPTConfig, log: (line: string) => void): Coordinator | null {
   for (const ck of store.listCheckpoints()) {
     const bytes = store.readCheckpoint(ck.version);
-    const r = bytes ? decodeRunCheckpoint(bytes, model) : err('E_BAD_CHECKPOINT', 'unreadable');
+    const r = bytes ? decodeRunCheckpoint(bytes, model, () => new IslandFile(store.dir).read()) : err('E_BAD_CHECKPOINT', 'unreadable');
     if (r.ok) return r.value;
     log(`checkpoint ${ck.path} is unusable (${r.error.code}: ${r.error.message}); trying an older one`);
   }
   return null;
+}
+
+/** The coordinator of the newest kept checkpoint older than `version` (a revert's start). */
+export function checkpointBefore(store: RunStore, model: GPTConfig, islands: IslandFile, version: number): Result<{ version: number; coord: Coordinator }> {
+  const kept = store.listCheckpoints();
+  for (const ck of kept) {
+    if (ck.version >= version) continue;
+    const bytes = store.readCheckpoint(ck.version);
+    const r = bytes ? decodeRunCheckpoint(bytes, model, () => islands.read()) : err('E_BAD_CHECKPOINT', `${ck.path} is unreadable`);
+    if (!r.ok) return err(r.error.code, `checkpoint ${ck.path}: ${r.error.message}`);
+    return ok({ version: ck.version, coord: r.value });
+  }
+  const oldest = kept.at(-1)?.version;
+  return err('E_NOT_KEPT', `no kept checkpoint is older than version ${version} (the oldest is ${oldest ?? 'none'}): raise checkpoints.keep to reach further back`);
 }

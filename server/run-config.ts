@@ -73,7 +73,7 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
     }),
     eval: { batches: evalBatches, batchSize: evalBatchSize },
     checkpoints: { keep: 5 },
-    limits: { helloPerMinute: 120, restPerMinute: 600, maxIslands: 5000, maxLogBytes: 64 * 1024 * 1024 },
+    limits: { helloPerMinute: 120, restPerMinute: 600, maxIslands: 5000, maxLogBytes: 64 * 1024 * 1024, powBits: 16, newIslandsPerHour: 60 },
     allowOrigins: [],
   };
 }
@@ -112,10 +112,43 @@ export function readConfigFile(path: string): RunConfigFile {
   try {
     const v = JSON.parse(text) as unknown;
     if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('not a JSON object');
+    const problems = configFileProblems(v as Record<string, unknown>);
+    if (problems.length) throw new Error(problems.join('; '));
     return v as RunConfigFile;
   } catch (e) {
     throw new ConfigError('E_BAD_CONFIG', `--config '${path}': ${(e as Error).message}`);
   }
+}
+
+/** Keys a run file may hold besides the default config's (optional ones the defaults leave out). */
+const OPTIONAL_KEYS: Record<string, Record<string, unknown>> = {
+  'coordinator.uplink': { topkFraction: 0, strided: false, valueBits: 0, feedbackDecay: 0, deflate: false, blockSize: 0 },
+  'coordinator.downlink': { deflate: false },
+};
+
+/**
+ * A run file's keys and types against the default config (one shape: the embedded default):
+ * an unknown key, or a value of another type than the default's (a string where a number or a
+ * list belongs, a non-finite number), is named. Ranges are the config validation's.
+ */
+export function configFileProblems(file: Record<string, unknown>): string[] {
+  const problems: string[] = [];
+  const shape = defaultRunConfig('tiny') as unknown as Record<string, unknown>;
+  const walk = (v: Record<string, unknown>, like: Record<string, unknown>, at: string) => {
+    for (const [k, x] of Object.entries(v)) {
+      const path = at ? `${at}.${k}` : k;
+      const want = k in like ? like[k] : OPTIONAL_KEYS[at]?.[k];
+      if (want === undefined) { problems.push(`unknown key ${path}`); continue; }
+      const kind = (y: unknown) => (Array.isArray(y) ? 'array' : y === null ? 'null' : typeof y);
+      if (kind(x) !== kind(want)) { problems.push(`${path} must be ${({ object: 'an object', array: 'a list' } as Record<string, string>)[kind(want)] ?? `a ${kind(want)}`}, got ${JSON.stringify(x)?.slice(0, 40)}`); continue; }
+      if (typeof x === 'number' && !Number.isFinite(x)) problems.push(`${path} must be finite`);
+      else if (Array.isArray(x) && Array.isArray(want) && x.some((e) => typeof e !== 'string')) problems.push(`${path} must be a list of strings`);
+      else if (kind(x) === 'object' && k !== 'model') walk(x as Record<string, unknown>, want as Record<string, unknown>, path);
+      else if (k === 'model') walk(x as Record<string, unknown>, shape.model as Record<string, unknown>, path);
+    }
+  };
+  walk(file, { ...shape, preset: 'custom' }, '');
+  return problems;
 }
 
 /** Builds a fresh run's config from an optional file and the flags. */
@@ -192,6 +225,8 @@ function validateRunConfig(c: RunConfig): void {
   posInt('limits.restPerMinute', c.limits.restPerMinute);
   posInt('limits.maxIslands', c.limits.maxIslands);
   posInt('limits.maxLogBytes', c.limits.maxLogBytes);
+  if (c.limits.powBits !== undefined && !(Number.isInteger(c.limits.powBits) && c.limits.powBits >= 0 && c.limits.powBits <= 32)) problems.push('limits.powBits must be an integer in [0, 32]');
+  if (c.limits.newIslandsPerHour !== undefined) posInt('limits.newIslandsPerHour', c.limits.newIslandsPerHour);
   if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
 }
 

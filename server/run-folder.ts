@@ -4,9 +4,10 @@
 //   <dir>/admin-token    the admin bearer token, created once (mode 0600) unless ATOLL_ADMIN_TOKEN is set
 
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Result, err, ok } from '../core/result.ts';
+import type { RunStore } from './store.ts';
 
 export const LOCK_FILE = 'server.lock';
 export const ADMIN_TOKEN_FILE = 'admin-token';
@@ -60,4 +61,28 @@ export function adminToken(dir: string, fromEnv: string | undefined): { token: s
   const token = randomBytes(24).toString('base64url');
   writeFileSync(file, token + '\n', { mode: 0o600 });
   return { token, file };
+}
+
+/**
+ * `serve --start-over`: the run folder moves aside to `<dir>.old-<time>` (nothing is deleted) and
+ * a new run starts in `dir`. Returns where it went, or null when there was no folder.
+ */
+export function moveRunFolderAside(dir: string, now = Date.now()): string | null {
+  if (!existsSync(dir)) return null;
+  const aside = `${dir.replace(/[/\\]+$/, '')}.old-${new Date(now).toISOString().replace(/[:.]/g, '-')}`;
+  renameSync(dir, aside);
+  return aside;
+}
+
+/** E_RUN_UNREADABLE when the folder has a log or checkpoints but none of them could be read. */
+export function refuseUnreadableRun(store: RunStore): void {
+  const checkpoints = store.listCheckpoints().map((c) => c.path);
+  const logged = store.readEvents().length > 0;
+  if (!checkpoints.length && !logged) return;
+  const files = [...(logged ? [store.logPath] : []), ...checkpoints];
+  throw Object.assign(new Error(
+    `the run folder ${store.dir} holds a run (${files.join(', ')}) but no readable checkpoint${checkpoints.length ? '' : ' (there is none)'}. `
+    + 'Nothing was changed. To keep it, restore a checkpoint into its checkpoints/ folder; to start a new run there, '
+    + 'run again with --start-over (the folder is moved aside to <dir>.old-<time>, not deleted).',
+  ), { code: 'E_RUN_UNREADABLE' });
 }

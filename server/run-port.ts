@@ -7,7 +7,7 @@
 
 import type { HistoryPoint, IslandView, RunStatus } from '../core/api.ts';
 import type { AckMsg, Assignment, DeltaMeta, IslandCaps, UpdateMsg } from '../core/protocol.ts';
-import { type Result, ok } from '../core/result.ts';
+import { type Result, err, ok } from '../core/result.ts';
 import type { AuditJobWire, VerdictAnswer } from './audit.ts';
 import type { Run } from './run.ts';
 
@@ -16,6 +16,8 @@ export interface HelloRequest {
   protocolVersion: number;
   resumeIslandId?: string;
   resumeToken?: string;
+  /** No proof of work was paid: only a resumed identity may join (E_POW otherwise). */
+  resumeOnly?: boolean;
 }
 
 /** A joined island: its id (resumed when the token matched), first assignment and resume token. */
@@ -84,33 +86,35 @@ export function localPort(run: Run): RunPort {
     listen(l) {
       run.onUpdate = (u) => l.update(u);
       run.onBan = (id) => l.ban(id);
+      run.onReset = () => l.reset();
     },
     async hello(h) {
       // Resuming an identity needs the token the server handed out with it.
-      const resume = h.resumeIslandId !== undefined && run.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
-      const r = await run.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
+      const resume = h.resumeIslandId !== undefined && run.islands.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
+      if (!resume && h.resumeOnly) return err('E_POW', 'the resume token was not accepted, and a new identity needs a proof of work: ask `challenge`, then hello with pow');
+      const r = await run.islands.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
       if (!r.ok) return r;
-      return ok({ ...r.value, resumeToken: run.resumeToken(r.value.islandId), resumed: resume !== undefined });
+      return ok({ ...r.value, resumeToken: run.islands.resumeToken(r.value.islandId), resumed: resume !== undefined });
     },
-    submit: (meta, frame) => run.submit(meta, frame),
-    nextAssignment: (id) => run.nextAssignment(id),
+    submit: (meta, frame) => run.islands.submit(meta, frame),
+    nextAssignment: (id) => run.islands.nextAssignment(id),
     updatesSince: async (v) => run.updatesSince(v),
     durableParams: async () => run.durableParams(),
-    rename: async (id, name) => run.rename(id, name),
-    leave: (id, reason) => run.leave(id, reason),
-    heartbeat: (ids) => { for (const id of ids) run.heartbeat(id); },
+    rename: async (id, name) => run.islands.rename(id, name),
+    leave: (id, reason) => run.islands.leave(id, reason),
+    heartbeat: (ids) => { for (const id of ids) run.islands.heartbeat(id); },
     setConnected(id, sockets) {
       if (sockets > 0) run.connected.set(id, sockets);
       else run.connected.delete(id);
       run.metrics.islandsOnline.set(run.connected.size);
     },
-    forgetWaiters: (id) => run.forgetWaiters(id),
-    noteRejected: (code, bytes) => run.noteRejected(code, bytes),
-    noteBytesOut: (bytes) => run.noteBytesOut(bytes),
-    status: async () => run.status(),
+    forgetWaiters: (id) => run.islands.forgetWaiters(id),
+    noteRejected: (code, bytes) => run.islands.noteRejected(code, bytes),
+    noteBytesOut: (bytes) => run.islands.noteBytesOut(bytes),
+    status: async () => run.views.status(),
     async dashboardFeed(watching) {
-      const history = run.takeDirtyHistory();
-      return watching ? { history, status: run.status(), islands: run.islands() } : null;
+      const history = run.views.takeDirtyHistory();
+      return watching ? { history, status: run.views.status(), islands: run.views.islands() } : null;
     },
     audits: run.audits ? {
       auth: (token) => run.audits!.auth(token),

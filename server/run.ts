@@ -1,6 +1,7 @@
 // One training run on the server: the coordinator, driven by the wall clock, made durable by the
-// run store, observed by the eval worker, the history and the metrics. The gateway (socket.io) and
-// the REST plugins only talk to this class.
+// run store, observed by the eval worker, the history and the metrics. Its three faces live beside
+// it: `run.islands` (run-islands.ts: what the gateway asks through its RunPort), `run.views`
+// (run-views.ts: what the REST API reads) and `run.admin` (run-admin.ts: what the operator changes).
 //
 // Durable before acknowledged: every coordinator call is followed by `kick()`, and the durability
 // pump (pump.ts) publishes a batch of events (acks, broadcasts, assignments) only once its
@@ -11,24 +12,28 @@
 // change rounds wait (`whenIdle`), and the pump snapshots only between steps.
 
 import type { RunAudits } from './audit.ts';
+import { DeltaArchive } from './revert.ts';
+import { IslandFile } from './island-file.ts';
+import { RunAdmin } from './run-admin.ts';
+import { RunViews } from './run-views.ts';
+import { RunIslands } from './run-islands.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
 import type { TextDataset } from '../core/data/dataset.ts';
-import { encodeCheckpoint } from '../core/checkpoint.ts';
 import { initParams } from '../core/model/gpt.ts';
 import type { GPTConfig } from '../core/model/config.ts';
-import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type UpdateMsg } from '../core/protocol.ts';
+import { ErrorCode, type UpdateMsg } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import { loadCorpus } from './corpus.ts';
 import { EvalService } from './eval-worker.ts';
-import type { Metrics } from './plugins/metrics.ts';
-import type { CheckpointInfo, HistoryPoint, IslandView, RunConfig, RunStatus } from '../core/api.ts';
-import { RunHistory, eventLine, finiteOrNull, type PointContext } from './history.ts';
+import type { Metrics } from './metrics.ts';
+import type { RunConfig } from '../core/api.ts';
+import { RunHistory, eventLine, type PointContext } from './history.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
-import { SnapshotArrays, checkpointFile, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
+import { SnapshotArrays, encodeRunCheckpoint, restoreLatest } from './run-checkpoint.ts';
+import { refuseUnreadableRun } from './run-folder.ts';
 import { RunStore } from './store.ts';
 import { Waiters } from './waiters.ts';
-import { islandView } from './island-view.ts';
 import { OuterOffloadHost } from './outer/offload.ts';
 
 /** θ as of the last durable version: what islands may download. */
@@ -61,25 +66,23 @@ export class Run {
   readonly paramCount: number;
   coord: Coordinator;
   readonly resumed: boolean;
-  private readonly tokens: ResumeTokens;
+  /** Resume tokens of island ids (resume-tokens.ts). */
+  readonly tokens: ResumeTokens;
   private durable: DurableState;
   /** The state a batch in the pump makes durable once it is committed. */
   private nextDurable: DurableState | null = null;
-  private modelCache: { version: number; bytes: Uint8Array } | null = null;
   private readonly snapshotArrays = new SnapshotArrays();
   readonly history = new RunHistory();
   private evalService: EvalService | null = null;
-  private sampler: EvalService | null = null;
-  private sampling = false;
   private readonly log: (line: string) => void;
 
-  // acks and waiters
-  private readonly waiters = new Waiters();
+  /** Acks and assignments waiting for durability (waiters.ts). */
+  readonly waiters = new Waiters();
 
   private readonly pump: DurabilityPump;
   private closed = false;
   /** The outer step in worker threads (null: on the event loop), and the step in flight. */
-  private offload: OuterOffloadHost | null = null;
+  offload: OuterOffloadHost | null = null;
   private stepping: Promise<void> | null = null;
   private syncing: Promise<void> | null = null;
 
@@ -93,8 +96,18 @@ export class Run {
   onUpdate: (u: UpdateMsg) => void = () => {};
   onIslandEvent: (islandId: string, status: string, reason: string) => void = () => {};
   onBan: (islandId: string) => void = () => {};
+  /** θ was rebuilt (a revert): every island must say hello again and fetch it. */
+  onReset: () => void = () => {};
   /** Verified work (server/audit.ts): null unless a validator token was given. */
   audits: RunAudits | null = null;
+  /** The islands' side (run-islands.ts), the REST views (core/api.ts shapes) and the operator's calls. */
+  readonly islands: RunIslands;
+  readonly views: RunViews;
+  readonly admin: RunAdmin;
+  /** Each version's deltas, kept for reverts (server/revert.ts). */
+  readonly archive: DeltaArchive;
+  /** The full island records, beside the checkpoints (island-file.ts). */
+  readonly islandFile: IslandFile;
 
   private constructor(o: OpenRunOptions, store: RunStore, dataset: TextDataset, coord: Coordinator, resumed: boolean) {
     this.dir = o.dir;
@@ -107,6 +120,11 @@ export class Run {
     this.resumed = resumed;
     this.log = o.log ?? (() => {});
     this.tokens = new ResumeTokens(o.dir);
+    this.islands = new RunIslands(this);
+    this.views = new RunViews(this);
+    this.admin = new RunAdmin(this);
+    this.archive = new DeltaArchive(o.dir);
+    this.islandFile = new IslandFile(o.dir);
     this.durable = { version: coord.version, hash: coord.hash, totalTokens: coord.totals().tokensApplied, theta: coord.params().slice() };
     this.pump = new DurabilityPump({
       coord, store, metrics: this.metrics, log: this.log,
@@ -120,10 +138,12 @@ export class Run {
   /** Opens (resuming when the folder holds a run) or creates the run in `o.dir`. */
   static async open(o: OpenRunOptions): Promise<Run> {
     const store = new RunStore(o.dir, { keep: o.config.checkpoints.keep, maxLogBytes: o.config.limits.maxLogBytes });
-    await store.openLog();
     const dataset = loadCorpus(o.config.data);
     const now = Date.now();
     let coord = restoreLatest(store, o.config.model, o.log ?? (() => {}));
+    // a folder that holds a run but no readable checkpoint must not quietly start again at version 0
+    if (!coord) refuseUnreadableRun(store);
+    await store.openLog();
     const resumed = coord !== null;
     if (!coord) coord = new Coordinator({ params: initParams(o.config.model, o.config.seed), config: o.config.coordinator, now });
     if (resumed && o.resumePatch && Object.keys(o.resumePatch).length) {
@@ -136,11 +156,7 @@ export class Run {
       coord.drainEvents();
     }
     const run = new Run(o, store, dataset, coord, resumed);
-    if ((o.outerWorkers ?? 0) > 0) {
-      const why = OuterOffloadHost.unsupported(coord.config().downlink);
-      if (why) run.log(`run: the outer step stays on the event loop: ${why}`);
-      else run.offload = await OuterOffloadHost.start(coord, o.outerWorkers!);
-    }
+    if ((o.outerWorkers ?? 0) > 0) run.offload = await OuterOffloadHost.start(coord, o.outerWorkers!);
     run.config = { ...run.config, coordinator: coord.config() };
     store.writeConfig(run.config);
     const traffic = run.history.replay(store.readEvents(), coord.version, run.waiters.lastApplied);
@@ -172,91 +188,21 @@ export class Run {
   /** The largest legal delta frame. */
   get maxFrameBytes(): number { return this.coord.maxFrameBytes(); }
   get model(): GPTConfig { return this.config.model; }
+  /** An outer step is in flight (calls that change rounds wait: whenIdle). */
+  get busy(): boolean { return this.stepping !== null; }
   /** Worker threads taking the outer step (0: the event loop takes it). */
   get outerWorkers(): number { return this.offload?.workers ?? 0; }
-
-  status(now = Date.now()): RunStatus {
-    const t = this.coord.totals();
-    const last = this.history.last;
-    return {
-      run: this.config.name,
-      mode: this.coord.mode,
-      version: this.durable.version,
-      hash: this.durable.hash,
-      paused: this.coord.isPaused,
-      done: this.coord.isDone,
-      islandsOnline: this.islandsOnline(),
-      tokensTotal: this.durable.totalTokens,
-      tokensPerSec: this.history.tokensPerSec(now),
-      evalLoss: this.history.lastEval?.loss ?? null,
-      evalVersion: this.history.lastEval?.version ?? null,
-      trainLoss: last?.trainLoss ?? null,
-      bytesIn: this.bytesIn,
-      bytesOut: this.bytesOut,
-      bytesDataParallel: (this.durable.totalTokens / (this.config.coordinator.batchSize * this.config.coordinator.seqLen)) * 4 * this.paramCount,
-      bytesPerUpdate: this.meanUpdateBytes(),
-      goodput: t.goodput,
-      accepted: t.accepted,
-      rejected: t.rejected,
-      time: now,
-    };
-  }
 
   islandsOnline(): number {
     return this.connected.size;
   }
 
-  islands(): IslandView[] {
-    return this.coord.islands().map((r) => islandView(r, this.connected.has(r.id), this.history.islands.summary(r.id)));
-  }
-
-  /** History points after `since` (a version), at most `limit` (the newest). */
-  historySince(since = -1, limit = 100_000): HistoryPoint[] {
-    return this.history.since(since, limit);
-  }
-
-  /** History points changed since the last call (new versions, late eval losses). */
-  takeDirtyHistory(): HistoryPoint[] {
-    return this.history.takeDirty();
-  }
-
-  /** Checkpoints on disk, newest first: GET /api/checkpoints. */
-  checkpoints(): CheckpointInfo[] {
-    return this.store.listCheckpoints().map((c) => ({
-      version: c.version, hash: this.store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs),
-      url: `/api/checkpoints/${c.version}`, file: checkpointFile(this.config.name, c.version),
-      hfUrl: `/api/checkpoints/${c.version}/hf`, hfFile: checkpointFile(this.config.name, c.version, 'hf'),
-    }));
-  }
-
-  /** The bytes of the checkpoint of `version`, or null when it is not kept. */
-  checkpointBytes(version: number): Uint8Array | null {
-    return this.store.readCheckpoint(version);
-  }
-
-  /** θ at the durable version as safetensors (cached per version): GET /api/model. */
-  modelBytes(): { version: number; hash: string; bytes: Uint8Array } {
-    const d = this.durable;
-    if (!this.modelCache || this.modelCache.version !== d.version) {
-      const bytes = encodeCheckpoint({
-        config: this.config.model, params: d.theta, extra: {},
-        meta: { version: String(d.version), hash: d.hash, tokens: String(d.totalTokens), run: this.config.name },
-      });
-      this.modelCache = { version: d.version, bytes };
-    }
-    return { version: d.version, hash: d.hash, bytes: this.modelCache.bytes };
-  }
+  /** Tokens in θ at the durable version. */
+  get durableTokens(): number { return this.durable.totalTokens; }
 
   /** θ at the durable version (read-only by contract). */
   durableParams(): { version: number; hash: string; params: Float32Array } {
     return { version: this.durable.version, hash: this.durable.hash, params: this.durable.theta };
-  }
-
-  /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
-  private meanUpdateBytes(): number | null {
-    const r = this.coord.updatesSince(Math.max(0, this.durable.version - 8));
-    const ups = r.ok ? r.value.filter((u) => u.version <= this.durable.version) : [];
-    return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
   }
 
   /** Update messages after `fromVersion`, up to the durable version only. */
@@ -272,181 +218,12 @@ export class Run {
     return ok(ups);
   }
 
-  // ── islands ───────────────────────────────────────────────────────────────────────────────
-
-  /** A resume token for an island id: an HMAC, so it survives restarts without being stored. */
-  resumeToken(islandId: string): string {
-    return this.tokens.token(islandId);
-  }
-
-  checkResumeToken(islandId: string, token: unknown): boolean {
-    return this.tokens.check(islandId, token);
-  }
-
-  /** join → the assignment is released only once its base version is durable. */
-  async join(req: Parameters<Coordinator['join']>[0]): Promise<Result<{ islandId: string; assignment: Assignment | null }>> {
-    if (this.stepping) await this.whenIdle();
-    const now = Date.now();
-    const known = req.resumeIslandId !== undefined && this.coord.island(req.resumeIslandId) !== undefined;
-    const r = this.coord.join(req, now);
-    if (r.ok && known) {
-      // A reconnecting island may still be busy with its previous round (training, or waiting for
-      // the ack of a delta): it must not become a member of the open round it will not work on,
-      // or a sync round would wait for it in vain. Leaving + heartbeat keeps it online and out of
-      // the round; it gets its next assignment when it asks for one.
-      this.coord.leave(r.value.islandId, now);
-      this.coord.heartbeat(r.value.islandId, now);
-      r.value.assignment = null;
-    }
-    this.kick();
-    if (!r.ok) return r;
-    this.store.append({ type: 'join', island: r.value.islandId, name: req.caps.name ?? '', engine: req.caps.engine, adapter: req.caps.adapter ?? '', resumed: req.resumeIslandId !== undefined });
-    if (r.value.assignment) r.value.assignment = await this.releasable(r.value.assignment);
-    return r;
-  }
-
-  rename(islandId: string, name: string): Result<void> {
-    const r = this.coord.rename(islandId, name);
-    if (r.ok) this.store.append({ type: 'rename', island: islandId, name });
-    return r;
-  }
-
-  leave(islandId: string, reason: string): void {
-    if (this.stepping) {
-      void this.whenIdle().then(() => this.leave(islandId, reason));
-      return;
-    }
-    const r = this.coord.leave(islandId, Date.now());
-    if (r.ok) this.store.append({ type: 'leave', island: islandId, reason });
-    this.waiters.deliver(islandId, err(ErrorCode.TRANSPORT, 'island left'));
-    this.kick();
-  }
-
-  heartbeat(islandId: string): void {
-    this.coord.heartbeat(islandId, Date.now());
-    this.kick();
-  }
-
-  /** The next assignment; waits (sync) until the round closes. */
-  async nextAssignment(islandId: string): Promise<Result<Assignment>> {
-    if (this.stepping) await this.whenIdle();
-    const r = this.coord.nextAssignment(islandId, Date.now());
-    this.kick();
-    if (!r.ok) return r;
-    if (r.value) return ok(await this.releasable(r.value));
-    return this.waiters.waitAssignment(islandId);
-  }
-
-  /**
-   * An assignment may only name a durable version (an island must never train on a θ a crash could
-   * take back). Sync: its round's base, so wait for it. Async: any base is fine (staleness is what
-   * the island reports), so hand out the durable one at once instead of waiting for a commit.
-   */
-  private async releasable(a: Assignment): Promise<Assignment> {
-    if (a.baseVersion <= this.durable.version) return a;
-    if (a.mode === 'async') return { ...a, baseVersion: this.durable.version, baseHash: this.durable.hash };
-    await this.whenDurable(a.baseVersion);
-    return a;
-  }
-
-  /** Drops an island's waiting nextAssignment calls (its socket closed). */
-  forgetWaiters(islandId: string): void {
-    this.waiters.forget(islandId);
-  }
-
-  /**
-   * Submits one delta. Resolves with the ack: at once when rejected, after the update that holds
-   * it is durable when accepted. A resend of a delta that is pending or already applied gets the
-   * same answer as the original (the island lost the ack, not the delta).
-   */
-  async submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg> {
-    const known = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
-    if (known) return known;
-    // with the offload, the frame is decoded on a worker first (the coordinator checks the rest)
-    const decoded = this.offload ? await this.offload.ingest(frame) : undefined;
-    if (decoded) {
-      await this.whenIdle();
-      const again = this.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
-      if (again) {
-        if (decoded.ok) this.offload!.release(decoded.value.delta);
-        return again;
-      }
-    }
-    const t0 = performance.now();
-    const audit = this.audits?.sample(meta) ?? null;
-    const r = this.coord.submit({ meta, frame, decoded }, Date.now());
-    if (audit && r.ok) this.audits!.offer(meta, frame, audit);
-    this.metrics.applySeconds.observe((performance.now() - t0) / 1000);
-    this.bytesIn += frame.length;
-    this.metrics.bytesIn.inc(frame.length);
-    if (!r.ok) {
-      this.metrics.deltasRejected.inc({ code: r.error.code });
-      this.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: 'rejected', code: r.error.code });
-      this.kick();
-      return { islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: this.durable.version, error: r.error };
-    }
-    this.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: r.value.status, staleness: r.value.staleness, tokens: meta.tokens, loss: finiteOrNull(meta.lossMean) });
-    const ack = this.waiters.expectAck(meta.islandId, meta.seq);
-    this.kick();
-    return ack;
-  }
-
-  /** Counts a rejection made before the coordinator saw the message (schema, size, identity). */
-  noteRejected(code: string, bytes: number): void {
-    this.metrics.deltasRejected.inc({ code });
-    this.bytesIn += bytes;
-    this.metrics.bytesIn.inc(bytes);
-  }
-
-  noteBytesOut(bytes: number): void {
-    this.bytesOut += bytes;
-    this.metrics.bytesOut.inc(bytes);
-  }
-
   /** Resolves once `version` (or a later one) is durable. */
   whenDurable(version: number): Promise<void> {
     return this.waiters.whenDurable(version, this.durable.version);
   }
 
-  // ── admin ─────────────────────────────────────────────────────────────────────────────────
-
-  async pause(): Promise<void> {
-    this.coord.pause();
-    this.store.append({ type: 'admin', action: 'pause' });
-    await this.checkpointNow();
-  }
-
-  async resume(): Promise<void> {
-    await this.whenIdle();
-    this.coord.resume(Date.now());
-    this.kick(); // resuming may close a round: its step starts
-    this.store.append({ type: 'admin', action: 'resume' });
-    await this.checkpointNow();
-  }
-
-  async setConfig(patch: CoordinatorConfigPatch): Promise<Result<RunConfig>> {
-    const why = this.offload && patch.downlink ? OuterOffloadHost.unsupported(patch.downlink) : null;
-    if (why) return err(ErrorCode.BAD_CONFIG, why);
-    await this.whenIdle();
-    const r = this.coord.setConfig(patch);
-    if (!r.ok) return r;
-    this.config = { ...this.config, coordinator: r.value };
-    this.store.writeConfig(this.config);
-    this.store.append({ type: 'admin', action: 'config', patch });
-    await this.checkpointNow();
-    return ok(this.config);
-  }
-
-  async ban(islandId: string, reason: string): Promise<Result<void>> {
-    await this.whenIdle();
-    const r = this.coord.ban(islandId, Date.now(), reason);
-    this.kick(); // a ban may close a round: its step starts
-    if (!r.ok) return r;
-    this.store.append({ type: 'admin', action: 'ban', island: islandId, reason });
-    this.onBan(islandId);
-    await this.checkpointNow();
-    return ok(undefined);
-  }
+  // ── durability ────────────────────────────────────────────────────────────────────────────
 
   /** Writes a checkpoint of the current state now (after any batch in flight). */
   async checkpointNow(): Promise<{ version: number; path: string; bytes: number }> {
@@ -461,24 +238,22 @@ export class Run {
     const version = snap.meta.version;
     this.store.requestCheckpoint(version, () => encodeRunCheckpoint(this.config, snap));
     await this.pump.commit();
+    await this.islandFile.maybeWrite(() => snap.meta.islands, true);
     const info = this.store.listCheckpoints().find((c) => c.version === version);
     return { version, path: this.store.checkpointPath(version), bytes: info?.bytes ?? 0 };
   }
 
-  /** Text from the current model, in a worker (one request at a time). */
-  async sample(tokens: number, prompt: Uint8Array, seed: number, temperature: number): Promise<Result<{ version: number; bytes: Uint8Array }>> {
-    if (this.sampling) return err('E_BUSY', 'a sample is being generated: try again in a moment');
-    this.sampling = true;
-    try {
-      this.sampler ??= new EvalService({ config: this.config.model, heldOut: this.dataset.heldOut, batchSize: 1, nBatches: 1 });
-      const d = this.durable;
-      const bytes = await this.sampler.sample(d.theta, { prompt, tokens, temperature, seed });
-      return ok({ version: d.version, bytes });
-    } catch (e) {
-      return err('E_SAMPLE', (e as Error).message);
-    } finally {
-      this.sampling = false;
-    }
+  /** θ was rebuilt in the coordinator (a revert): it becomes durable and islands start over from it. */
+  async rebuilt(): Promise<void> {
+    const c = this.coord;
+    await this.offload?.importState(c);
+    await this.checkpointNow();
+    this.durable = { version: c.version, hash: c.hash, totalTokens: c.totals().tokensApplied, theta: c.params().slice() };
+    this.waiters.releaseDurable(c.version);
+    this.views.invalidate();
+    this.syncMetrics();
+    this.evalService?.requestEval(c.version, this.durable.theta);
+    this.onReset();
   }
 
   /** Waits until no batch of events is in flight and everything queued is durable. */
@@ -495,10 +270,11 @@ export class Run {
     if (this.closed) return;
     await this.whenIdle();
     await this.pump.close();
+    await this.islandFile.maybeWrite(() => this.coord.islands(), true);
     this.closed = true;
     await this.offload?.close();
     await this.evalService?.close();
-    await this.sampler?.close();
+    await this.views.close();
     await this.store.close();
   }
 
@@ -546,12 +322,16 @@ export class Run {
   private prepare(events: CoordinatorEvent[]): void {
     if (events.some((e) => e.type === 'update')) {
       const snap = this.coord.snapshot(this.snapshotArrays.alloc);
+      void this.islandFile.maybeWrite(() => snap.meta.islands).catch((e: unknown) => this.log(`run: writing the islands file failed: ${(e as Error).message}`));
       this.nextDurable = { version: snap.meta.version, hash: snap.meta.hash, totalTokens: snap.meta.totals.tokensApplied, theta: snap.tensors.theta as Float32Array };
       this.store.requestCheckpoint(this.nextDurable.version, () => encodeRunCheckpoint(this.config, snap));
     }
+    const oldest = this.store.listCheckpoints().at(-1)?.version ?? 0;
     for (const ev of events) {
       const line = eventLine(ev, this.pointContext(ev.type === 'update' ? ev.contributors : []));
       if (line) this.store.append(line);
+      if (ev.type === 'update') this.archive.write(ev.update.version, ev.update.time, ev.contributors, oldest);
+      if (ev.type === 'update' || ev.type === 'rejected') for (const x of ev.rejected) this.archive.drop(x.islandId, x.seq);
     }
   }
 
@@ -560,10 +340,7 @@ export class Run {
     const next = this.nextDurable;
     this.nextDurable = null;
     this.snapshotArrays.releaseAll(); // the batch's checkpoint is written
-    if (next) {
-      this.durable = next;
-      this.modelCache = null;
-    }
+    if (next) this.durable = next;
     for (const ev of events) this.dispatch(ev);
     if (next) {
       this.waiters.releaseDurable(next.version);

@@ -1,10 +1,11 @@
 // adamw.wgsl's dispatch: one AdamW step over the flat parameters, weight decay per tensor range.
 
 import { adamwUpdate as adamwUpdateCpu } from '../core/model/ops.ts';
+import { adamwUpdateF16 } from '../core/model/ops-f16.ts';
 import { type DispatchSpec, defineKernel, grid1 } from './kernel.ts';
 import src from './adamw.wgsl?raw';
 
-export const adamw = defineKernel('adamw', src, { adamw_update: adamwUpdateCpu });
+export const adamw = defineKernel('adamw', src, { adamw_update: adamwUpdateCpu, adamw_update_f16: adamwUpdateF16 });
 
 /** Merged [start, end, decay] ranges of the layout (neighbours with the same decay flag join). */
 export function decayRanges(tensors: Array<{ offset: number; size: number; decay: boolean }>): Array<[number, number, boolean]> {
@@ -20,8 +21,11 @@ export function decayRanges(tensors: Array<{ offset: number; size: number; decay
 const PER_THREAD = 4; // adamw.wgsl
 const MAX_RANGES = adamw.params.fields.get('ranges')!.offsets.length / 4; // array<vec4<u32>, 16>
 
-/** One AdamW step over all N parameters; weight decay only inside the `decay` ranges. */
-export function adamwUpdate(params: GPUBuffer, grads: GPUBuffer, m: GPUBuffer, v: GPUBuffer, clip: GPUBuffer, d: { N: number; ranges: Array<[number, number, boolean]> }): DispatchSpec {
+/**
+ * One AdamW step over all N parameters; weight decay only inside the `decay` ranges. With `copy`
+ * (--precision f16) the new weights also go into the matmuls' weight copy as halves.
+ */
+export function adamwUpdate(params: GPUBuffer, grads: GPUBuffer, m: GPUBuffer, v: GPUBuffer, clip: GPUBuffer, d: { N: number; ranges: Array<[number, number, boolean]>; copy?: GPUBuffer }): DispatchSpec {
   if (d.ranges.length > MAX_RANGES) throw new Error(`adamw_update takes at most ${MAX_RANGES} decay ranges, got ${d.ranges.length}`);
   const table: number[] = [];
   for (let i = 0; i < MAX_RANGES; i++) {
@@ -29,8 +33,8 @@ export function adamwUpdate(params: GPUBuffer, grads: GPUBuffer, m: GPUBuffer, v
     table.push(r ? r[0] : 0, r ? r[1] : 0, r && r[2] ? 1 : 0, 0);
   }
   return adamw.dispatch({
-    entry: 'adamw_update',
-    buffers: { params, grads, m, v, clip },
+    entry: d.copy ? 'adamw_update_f16' : 'adamw_update',
+    buffers: { params, grads, m, v, clip, ...(d.copy ? { copy_h: d.copy } : {}) },
     params: () => ({ N: d.N, num_ranges: d.ranges.length, ranges: table }),
     grid: () => grid1(Math.ceil(d.N / PER_THREAD), 256),
   });

@@ -27,16 +27,34 @@ const ADAMW_PER_THREAD: u32 = 4u;
 @compute @workgroup_size(256)
 fn adamw_update(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let i0 = thread_index(id, lid, 256u) * ADAMW_PER_THREAD;
-  if (i0 >= p.N) { return; }
-  var r = 0u;
-  while (r + 1u < p.num_ranges && i0 >= p.ranges[r].y) { r++; }
-  for (var i = i0; i < min(i0 + ADAMW_PER_THREAD, p.N); i++) {
-    while (i >= p.ranges[r].y && r + 1u < p.num_ranges) { r++; }
-    adamw_one(i, p.ranges[r].z != 0u);
-  }
+  if (i0 < p.N) { adamw_thread(i0); }
 }
 
-fn adamw_one(i: u32, decay: bool) {
+// --precision f16: the same step, then the thread's four new weights as halves into the copy the
+// matmuls read (rounded once, here; nothing else converts the weights). Past N: 0.
+@group(0) @binding(6) var<storage, read_write> copy_h: array<vec2<u32>>;
+
+@compute @workgroup_size(256)
+fn adamw_update_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i0 = thread_index(id, lid, 256u) * ADAMW_PER_THREAD;
+  if (i0 >= p.N) { return; }
+  let w = adamw_thread(i0);
+  copy_h[i0 / 4u] = vec2<u32>(pack2x16float(w.xy), pack2x16float(w.zw));
+}
+
+// Elements i0 .. i0+3 (those below N); returns their new weights, 0 past N.
+fn adamw_thread(i0: u32) -> vec4<f32> {
+  var r = 0u;
+  while (r + 1u < p.num_ranges && i0 >= p.ranges[r].y) { r++; }
+  var w = vec4<f32>(0.0);
+  for (var i = i0; i < min(i0 + ADAMW_PER_THREAD, p.N); i++) {
+    while (i >= p.ranges[r].y && r + 1u < p.num_ranges) { r++; }
+    w[i - i0] = adamw_one(i, p.ranges[r].z != 0u);
+  }
+  return w;
+}
+
+fn adamw_one(i: u32, decay: bool) -> f32 {
   let wd = select(0.0, st.weight_decay, decay);
   let g = grads[i] * clip[1];
   let mi = st.beta1 * m[i] + (1.0 - st.beta1) * g;
@@ -46,5 +64,7 @@ fn adamw_one(i: u32, decay: bool) {
   let mhat = mi / st.bc1;
   let vhat = vi / st.bc2;
   let w = params[i];
-  params[i] = w - st.lr * (mhat / (sqrt(vhat) + st.eps) + wd * w);
+  let nw = w - st.lr * (mhat / (sqrt(vhat) + st.eps) + wd * w);
+  params[i] = nw;
+  return nw;
 }

@@ -1,7 +1,7 @@
 // attention.wgsl's dispatches: causal multi-head self-attention, flash style (head size HS = C/NH written in).
 
 import { attentionBackward as attentionBackwardCpu, attentionForward as attentionForwardCpu } from '../core/model/ops.ts';
-import { type DispatchSpec, type Shape, acc, defineKernel } from './kernel.ts';
+import { type Defines, type DispatchSpec, type Shape, acc, defineKernel } from './kernel.ts';
 import src from './attention.wgsl?raw';
 
 export const attention = defineKernel('attention', src, {
@@ -10,7 +10,14 @@ export const attention = defineKernel('attention', src, {
   attention_backward_dkv: attentionBackwardCpu,
 });
 
-export interface AttentionDims { C: number; NH: number }
+/** half: qkv and out stored as halves (--precision f16; head size a multiple of 4). */
+export interface AttentionDims { C: number; NH: number; half?: boolean }
+
+function defines(d: AttentionDims): Defines {
+  const HS = d.C / d.NH;
+  if (d.half && HS % 4 !== 0) throw new Error(`attention with f16 storage needs a head size that is a multiple of 4, got ${HS}`);
+  return d.half ? { HS, QKV: 'f16', OUT: 'f16' } : { HS };
+}
 
 const ROWS = 32; // attention.wgsl BR
 const params = (d: AttentionDims, accumulate: boolean | undefined) => (s: Shape) => ({ B: s.B, T: s.T, C: d.C, NH: d.NH, accumulate: acc(accumulate), scale: 1 / Math.sqrt(d.C / d.NH) });
@@ -21,14 +28,13 @@ export const attentionTileBytes = (hs: number) => { const bc = hs <= 32 ? 32 : 1
 
 /** out (B,T,C) and lse (B,NH,T), the softmax's log-normaliser per row, from inp (B,T,3C). */
 export function attentionForward(out: GPUBuffer, lse: GPUBuffer, inp: GPUBuffer, d: AttentionDims): DispatchSpec {
-  return attention.dispatch({ entry: 'attention_forward', defines: { HS: d.C / d.NH }, buffers: { out, lse, inp }, params: params(d, false), grid: grid(d) });
+  return attention.dispatch({ entry: 'attention_forward', defines: defines(d), buffers: { out, lse, inp }, params: params(d, false), grid: grid(d) });
 }
 
 /** dinp (B,T,3C) from dout (B,T,C), the forward's out and lse; dsum (B,NH,T) is scratch. */
 export function attentionBackward(dinp: GPUBuffer, dsum: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, out: GPUBuffer, lse: GPUBuffer, d: AttentionDims & { accumulate?: boolean }): DispatchSpec[] {
-  const defines = { HS: d.C / d.NH };
   return [
-    attention.dispatch({ entry: 'attention_backward_dq', defines, buffers: { dinp, dsum, inp, lse_in: lse, dout, out_in: out }, params: params(d, d.accumulate), grid: grid(d) }),
-    attention.dispatch({ entry: 'attention_backward_dkv', defines, buffers: { dinp, dsum, inp, lse_in: lse, dout }, params: params(d, d.accumulate), grid: grid(d) }),
+    attention.dispatch({ entry: 'attention_backward_dq', defines: defines(d), buffers: { dinp, dsum, inp, lse_in: lse, dout, out_in: out }, params: params(d, d.accumulate), grid: grid(d) }),
+    attention.dispatch({ entry: 'attention_backward_dkv', defines: defines(d), buffers: { dinp, dsum, inp, lse_in: lse, dout }, params: params(d, d.accumulate), grid: grid(d) }),
   ];
 }

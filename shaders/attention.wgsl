@@ -36,6 +36,11 @@ alias Tile = array<vec4<f32>, BC * H4>;
 @group(0) @binding(4) var<storage, read> lse_in: array<f32>;
 @group(0) @binding(5) var<storage, read> dout: array<f32>;       // (B,T,C)
 @group(0) @binding(6) var<storage, read> out_in: array<f32>;
+// f16 storage (--precision f16, HS a multiple of 4): qkv and out as halves, 4 to a vec2<u32>
+// (defines QKV and OUT, f32 or f16); lse, dout and dinp stay f32.
+@group(0) @binding(1) var<storage, read_write> out_h: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> inp_h: array<vec2<u32>>;
+@group(0) @binding(6) var<storage, read> out_in_h: array<vec2<u32>>;
 
 var<workgroup> tile_a: Tile;
 var<workgroup> tile_b: Tile;
@@ -51,10 +56,36 @@ fn dout_at(b: u32, t: u32, h: u32) -> u32 {
 }
 
 // Channels 4·c4 .. 4·c4+3 of the head row at idx (zero past HS).
-fn inp4(idx: u32, c4: u32) -> vec4<f32> {
+fn inp4(idx: u32, c4: u32) -> vec4<f32> { return inp4_{{QKV=f32}}(idx, c4); }
+
+fn inp4_f32(idx: u32, c4: u32) -> vec4<f32> {
   var v = vec4<f32>(0.0);
   for (var k = 0u; k < 4u; k++) { if (c4 * 4u + k < HS) { v[k] = inp[idx + c4 * 4u + k]; } }
   return v;
+}
+
+fn unpack4h(x: vec2<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y)); }
+fn inp4_f16(idx: u32, c4: u32) -> vec4<f32> { return unpack4h(inp_h[idx / 4u + c4]); }
+
+// The forward's output row at idx: stored, and read back by attention_backward_dq.
+fn store_out_f32(idx: u32, o: ptr<function, Row>, l: f32) {
+  for (var c = 0u; c < HS; c++) { out[idx + c] = (*o)[c / 4u][c % 4u] / l; }
+}
+fn store_out_f16(idx: u32, o: ptr<function, Row>, l: f32) {
+  for (var i = 0u; i < H4; i++) {
+    let v = (*o)[i] / l;
+    out_h[idx / 4u + i] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+  }
+}
+fn out_dot_f32(idx: u32, g: ptr<function, Row>) -> f32 {
+  var d = 0.0;
+  for (var c = 0u; c < HS; c++) { d += (*g)[c / 4u][c % 4u] * out_in[idx + c]; }
+  return d;
+}
+fn out_dot_f16(idx: u32, g: ptr<function, Row>) -> f32 {
+  var d = 0.0;
+  for (var i = 0u; i < H4; i++) { d += dot((*g)[i], unpack4h(out_in_h[idx / 4u + i])); }
+  return d;
 }
 
 fn dout4(idx: u32, c4: u32) -> vec4<f32> {
@@ -107,6 +138,13 @@ fn block_of(id: Grid) -> Block {
   return Block(id.wid.y / p.NH, id.wid.y % p.NH, id.wid.y, id.wid.x * BR);
 }
 
+// The keys (tile_a) and values (tile_b) of rows [k0, k0 + BC) of the block's (batch, head), then a barrier.
+fn load_kv(w: Block, k0: u32, lid: u32) {
+  load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
+  load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
+  workgroupBarrier();
+}
+
 fn store_grad(idx: u32, g: ptr<function, Row>, scale: f32) {
   for (var c = 0u; c < HS; c++) {
     let v = (*g)[c / 4u][c % 4u] * scale;
@@ -126,9 +164,7 @@ fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   var o: Row;
   for (var i = 0u; i < H4; i++) { q[i] = inp4(qkv_at(w.b, r, w.h, 0u), i) * p.scale; }
   for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
-    load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
-    load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
-    workgroupBarrier();
+    load_kv(w, k0, lid);
     // the keys ≤ t, the max and sum updated per key (an array of the tile's scores, indexed
     // dynamically, cost more than the second exp on a CPU adapter)
     for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
@@ -143,7 +179,7 @@ fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
     workgroupBarrier();
   }
   if (t < p.T) {
-    for (var c = 0u; c < HS; c++) { out[dout_at(w.b, t, w.h) + c] = o[c / 4u][c % 4u] / l; }
+    store_out_{{OUT=f32}}(dout_at(w.b, t, w.h), &o, l);
     lse[w.bh * p.T + t] = m + log(l);
   }
 }
@@ -162,12 +198,10 @@ fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
     q[i] = inp4(qkv_at(w.b, r, w.h, 0u), i) * p.scale;
     g[i] = dout4(dout_at(w.b, r, w.h), i);
   }
-  for (var c = 0u; c < HS; c++) { d += g[c / 4u][c % 4u] * out_in[dout_at(w.b, r, w.h) + c]; }
+  d = out_dot_{{OUT=f32}}(dout_at(w.b, r, w.h), &g);
   let L = lse_in[w.bh * p.T + r];
   for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
-    load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
-    load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
-    workgroupBarrier();
+    load_kv(w, k0, lid);
     for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
       let qk_gv = dot2_tiles(&q, &g, j);
       axpy_tile(&dq, exp(qk_gv.x - L) * (qk_gv.y - d), &tile_a, j);

@@ -42,8 +42,13 @@ export function requiredDefines(src: string): string[] {
 export function withPrelude(src: string, defines: Defines = {}, subgroups = false, file = 'shader'): string {
   const prelude = fill(preludeSrc, { SUBGROUPS: String(subgroups) }, 'prelude.wgsl');
   const sg = subgroups ? subgroupsSrc : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\n';
-  return `${subgroups ? 'enable subgroups;\n' : ''}${prelude}\n${sg}\n${fill(expandTemplate(src), defines, file)}`;
+  // the define ENABLE names an extension the source needs (half.wgsl's native form: f16); directives go first
+  const enables = [subgroups ? 'subgroups' : '', defines.ENABLE ? String(defines.ENABLE) : ''].filter(Boolean).map((e) => `enable ${e};\n`).join('');
+  return `${enables}${prelude}\n${sg}\n${fill(expandTemplate(src), defines, file)}`;
 }
+
+/** Every {{NAME=default}} as its default (what the bindings are read from: a define may pick a function, never a binding). */
+const withDefaults = (src: string) => src.replace(/\{\{\w+=(\w+)\}\}/g, '$1');
 
 // ---------------------------------------------------------------- reading the WGSL
 
@@ -151,7 +156,7 @@ function blockEnd(src: string, i: number): number {
  * through the functions it calls (member names after `.` are not references).
  */
 export function entryBindings(src: string): Map<string, EntryBindings> {
-  const code = stripComments(expandTemplate(src));
+  const code = withDefaults(stripComments(expandTemplate(src)));
   const vars = bindingVars(code);
   const bodies = new Map<string, string>();
   const entries: string[] = [];

@@ -45,14 +45,23 @@ fn layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let m = wg_sum(s, lid, WG) / f32(p.C);
   var v = 0.0;
   for (var i = lid; i < p.C; i += WG) { let d = inp[x + i] - m; v += d * d; }
+  let rs = ln_stats(row, m, v, lid);
+  for (var i = lid; i < p.C; i += WG) { out[x + i] = ln_affine(inp[x + i], m, rs, i); }
+}
+
+// The row's rstd from the threads' partial Σ(x − m)²; thread 0 keeps the mean and rstd for the backward.
+fn ln_stats(row: u32, m: f32, v: f32, lid: u32) -> f32 {
   let rs = 1.0 / sqrt(wg_sum(v, lid, WG) / f32(p.C) + EPS);
-  for (var i = lid; i < p.C; i += WG) {
-    out[x + i] = (inp[x + i] - m) * rs * params[p.w_off + i] + params[p.b_off + i];
-  }
   if (lid == 0u) {
     mean[row] = m;
     rstd[row] = rs;
   }
+  return rs;
+}
+
+// Element i of the normalised row, scaled and shifted by the weight and bias.
+fn ln_affine(x: f32, m: f32, rs: f32, i: u32) -> f32 {
+  return (x - m) * rs * params[p.w_off + i] + params[p.b_off + i];
 }
 
 // res = inp1 + inp2, then out = layernorm(res): the residual add and the next LayerNorm share one
@@ -61,8 +70,8 @@ fn layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
 fn residual_layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let row = group_index(id);
   if (row >= p.N) { return; }
-  let x = row * p.C;
   var s = 0.0;
+  let x = row * p.C;
   for (var i = lid; i < p.C; i += WG) {
     let r = inp1[x + i] + inp2[x + i];
     res[x + i] = r;
@@ -71,14 +80,8 @@ fn residual_layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u3
   let m = wg_sum(s, lid, WG) / f32(p.C);
   var v = 0.0;
   for (var i = lid; i < p.C; i += WG) { let d = res[x + i] - m; v += d * d; }
-  let rs = 1.0 / sqrt(wg_sum(v, lid, WG) / f32(p.C) + EPS);
-  for (var i = lid; i < p.C; i += WG) {
-    out[x + i] = (res[x + i] - m) * rs * params[p.w_off + i] + params[p.b_off + i];
-  }
-  if (lid == 0u) {
-    mean[row] = m;
-    rstd[row] = rs;
-  }
+  let rs = ln_stats(row, m, v, lid);
+  for (var i = lid; i < p.C; i += WG) { out[x + i] = ln_affine(res[x + i], m, rs, i); }
 }
 
 // dinp (+)= (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd, dnorm = weight·dout.

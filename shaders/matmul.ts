@@ -63,6 +63,19 @@ export interface MatmulDims {
   /** the tile (default: DEFAULT_TILE); dwTile for dW */
   tile?: MatmulTile | null;
   dwTile?: MatmulTile | null;
+  /**
+   * f16 storage (--precision f16; vec4 variants only): `inp` the layer's input as halves, `w` the
+   * weight (and bias) from the half copy, `out` the forward's output (and its GELU) as halves.
+   * Gradients stay f32.
+   */
+  half?: { inp?: boolean; w?: boolean; out?: boolean };
+}
+
+/** The matmul defines of one pass's operand storage: A4, B4, C4 'f16' where halves. */
+function halfDefines(pass: string, a: boolean | undefined, b: boolean | undefined, c: boolean | undefined, vec4: boolean): Defines {
+  if (!(a || b || c)) return {};
+  if (!vec4) throw new Error(`${pass}: f16 operands need the vec4 variant (dims and offsets multiples of 4)`);
+  return { ...(a ? { A4: 'f16' } : {}), ...(b ? { B4: 'f16' } : {}), ...(c ? { C4: 'f16' } : {}) };
 }
 
 /**
@@ -123,7 +136,7 @@ export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer,
   const k = matmulKernel('matmul_forward', vec4, d.tile);
   return matmul.dispatch({
     entry: k.entry,
-    defines: k.defines,
+    defines: { ...k.defines, ...halfDefines(k.entry, d.half?.inp, d.half?.w, d.half?.out, vec4) },
     buffers: { c: out, a: inp, b: params },
     params: (s) => ({ M: rows(s), N: d.OC, K: d.C, flags, a_off: d.inOff ?? 0, b_off: d.wOff, bias_off: d.biasOff ?? 0, act_off: d.geluOff ?? 0 }),
     grid: (s) => k.grid(rows(s), d.OC),
@@ -146,7 +159,7 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
     const k = matmulKernel('matmul_backward_dinp', vec4, d.tile);
     specs.push(matmul.dispatch({
       entry: k.entry,
-      defines: k.defines,
+      defines: { ...k.defines, ...halfDefines(k.entry, false, d.half?.w, false, vec4) },
       buffers: { c: dinp, a: dout, b: params },
       // M = B·T, N = C, K = OC; A = dout (M,K), B = W (K,N)
       params: (s) => ({ M: rows(s), N: d.C, K: d.OC, flags: d.accumulateDinp ? ACCUMULATE : 0, b_off: d.wOff }),
@@ -154,7 +167,9 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
     }));
   }
   // dW: M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
-  const dw = matmulKernel('matmul_backward_dweight', d.dwVec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0), d.dwTile);
+  const dwVec4 = d.dwVec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0);
+  const dw0 = matmulKernel('matmul_backward_dweight', dwVec4, d.dwTile);
+  const dw = { ...dw0, defines: { ...dw0.defines, ...halfDefines(dw0.entry, false, d.half?.inp, false, dwVec4) } };
   const split = (s: Shape) => splitK(d.OC, d.C, rows(s), d.splitK || undefined);
   const splitSlices = (s: Shape) => ({ slices: split(s).slices > 1 ? split(s).slices : 0 });
   specs.push(matmul.dispatch({

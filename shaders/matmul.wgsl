@@ -40,6 +40,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> a4: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> b4: array<vec4<f32>>;
+// f16 storage (--precision f16; vec4 variants only): an operand as halves, 4 to a vec2<u32>
+@group(0) @binding(1) var<storage, read_write> c_h: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> a_h: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read> b_h: array<vec2<u32>>;
 
 // The tile, one variant per define set (the autotuner's choice; defaults as described above):
 // BM × BN outputs per workgroup, TM rows × 4 columns per thread; the direct kernels use
@@ -91,14 +95,29 @@ fn elem_vec4(x: u32, i: u32) -> f32 {
   return read4_vec4(x, i - i % 4u, 4u)[i % 4u];
 }
 
+// Each operand's storage, f32 or f16, is a define (A4, B4, C4): the forward reads its input
+// and the weight copy as halves and may store halves; the backward reads the forward's input
+// and the weight copy as halves; gradients are always f32.
 fn read4_vec4(x: u32, i: u32, n: u32) -> vec4<f32> {
-  if (x == OP_B) { return b4[i / 4u]; }
-  return a4[i / 4u];
+  if (x == OP_B) { return b4_{{B4=f32}}(i / 4u); }
+  return a4_{{A4=f32}}(i / 4u);
 }
 
 fn write4_vec4(i: u32, v: vec4<f32>, n: u32) {
-  c4[i / 4u] = select(v, c4[i / 4u] + v, (p.flags & ACCUMULATE) != 0u);
+  let j = i / 4u;
+  c4_set_{{C4=f32}}(j, select(v, c4_get_{{C4=f32}}(j) + v, (p.flags & ACCUMULATE) != 0u));
 }
+
+fn unpack4h(x: vec2<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y)); }
+fn pack4h(v: vec4<f32>) -> vec2<u32> { return vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw)); }
+fn a4_f32(j: u32) -> vec4<f32> { return a4[j]; }
+fn a4_f16(j: u32) -> vec4<f32> { return unpack4h(a_h[j]); }
+fn b4_f32(j: u32) -> vec4<f32> { return b4[j]; }
+fn b4_f16(j: u32) -> vec4<f32> { return unpack4h(b_h[j]); }
+fn c4_get_f32(j: u32) -> vec4<f32> { return c4[j]; }
+fn c4_get_f16(j: u32) -> vec4<f32> { return unpack4h(c_h[j]); }
+fn c4_set_f32(j: u32, v: vec4<f32>) { c4[j] = v; }
+fn c4_set_f16(j: u32, v: vec4<f32>) { c_h[j] = pack4h(v); }
 
 fn a_off(x: u32) -> u32 { return select(p.a_off, p.b_off, x == OP_B); }
 

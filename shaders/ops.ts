@@ -8,6 +8,7 @@ import { crossentropy } from './crossentropy.ts';
 import { encoder } from './encoder.ts';
 import { gelu } from './gelu.ts';
 import { gradnorm } from './gradnorm.ts';
+import { half } from './half.ts';
 import type { Kernel } from './kernel.ts';
 import { layernorm } from './layernorm.ts';
 import { matmul } from './matmul.ts';
@@ -19,11 +20,12 @@ export * from './crossentropy.ts';
 export * from './encoder.ts';
 export * from './gelu.ts';
 export * from './gradnorm.ts';
+export * from './half.ts';
 export * from './layernorm.ts';
 export * from './matmul.ts';
 export * from './residual.ts';
 
-export const KERNELS: readonly Kernel[] = [adamw, attention, crossentropy, encoder, gelu, gradnorm, layernorm, matmul, residual];
+export const KERNELS: readonly Kernel[] = [adamw, attention, crossentropy, encoder, gelu, gradnorm, half, layernorm, matmul, residual];
 
 /** Most storage buffers any entry point binds (browsers guarantee 8). */
 export const MAX_STORAGE_BINDINGS = Math.max(...KERNELS.flatMap((k) => [...k.entries.values()].map((e) => e.bindings.length)));

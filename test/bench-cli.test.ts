@@ -11,7 +11,7 @@ describe('bench CLI', () => {
     expect(sub.kernels).toEqual(expect.arrayContaining(['--json', '--quick', '--peak-tflops', '--no-autotune', '--profile']));
     expect(sub.codec).toEqual(expect.arrayContaining(['--json', '--repeats']));
     expect(sub.server).toEqual(expect.arrayContaining(['--islands', '--procs', '--seconds', '--gateways', '--skip-load', '--json']));
-    expect(sub['cold-start']).toEqual(expect.arrayContaining(['--preset', '--rounds', '--warmups', '--late', '--json']));
+    expect(sub['cold-start']).toEqual(expect.arrayContaining(['--preset', '--rounds', '--warmups', '--late', '--codec', '--json']));
   });
 
   it('cold-start: the warmed-up first round lowers the loss, cold and joining late (tiny)', async () => {

@@ -6,9 +6,11 @@ import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import { loadCorpus } from '../server/corpus.ts';
-import { benchMatmul, matmulCases, type MatmulCase } from '../bench/kernels.ts';
+import { benchMatmul, matmulCases, type MatmulCase } from '../bench/matmul.ts';
 import { TILE_VARIANTS, choiceLabel } from '../client/engine/webgpu-tune.ts';
 import { setupTfjsWebgpu, type TfWebgpu } from '../bench/tfjs-webgpu.ts';
+import { benchHalf } from '../bench/half.ts';
+import { drain, timeInterleaved } from '../bench/timing.ts';
 import { getTestDevice, releaseTestDevice } from './helpers/gpu.ts';
 
 let tfw: TfWebgpu | null = null;
@@ -24,6 +26,17 @@ async function tfjs(): Promise<TfWebgpu> {
 }
 
 describe('bench: TF.js peer and matmul harness', () => {
+  it('f16 storage vs f32: one timed row per bandwidth-bound kernel pair', async () => {
+    const { device } = await getTestDevice();
+    const rows = await benchHalf(device, { time: timeInterleaved, drain, repeats: 1, targetMs: 2, log: () => {}, preset: 'tiny' });
+    expect(rows.map((r) => r.kernel)).toEqual(['adamw', 'layernorm', 'residual', 'gelu', 'delta']);
+    for (const r of rows) {
+      expect(r.f32_ms, r.kernel).toBeGreaterThan(0);
+      expect(r.f16_ms, r.kernel).toBeGreaterThan(0);
+      expect(r.speedup).toBeCloseTo(r.f32_ms / r.f16_ms, 6);
+    }
+  });
+
   it('the TF.js GPT runs on the same adapter and its loss goes down', async () => {
     const t = await tfjs();
     expect(t.tf.getBackend()).toBe('webgpu');

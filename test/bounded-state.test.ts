@@ -33,9 +33,9 @@ describe('bounded state', () => {
     let ts = await startTestServer({ dir, file });
     const caps = { engine: 'cpu' as const, name: 'n'.repeat(64), adapter: 'a'.repeat(256), contributorId: 'c'.repeat(64), tokensPerSec: 1e12, maxBatch: 65536 };
     const hostileHello = async (k: number) => {
-      const r = await ts.server.run.join({ caps: { ...caps, name: `hostile-${k}` }, protocolVersion: PROTOCOL_VERSION });
+      const r = await ts.server.run.islands.join({ caps: { ...caps, name: `hostile-${k}` }, protocolVersion: PROTOCOL_VERSION });
       if (!r.ok) throw new Error(r.error.message);
-      ts.server.run.leave(r.value.islandId, 'gone'); // hello, then vanish
+      ts.server.run.islands.leave(r.value.islandId, 'gone'); // hello, then vanish
       if (k % 100 === 99) await ts.server.run.drain(); // hellos arrive over time, commits between them
     };
     for (let k = 0; k < 1000; k++) await hostileHello(k);
@@ -54,13 +54,13 @@ describe('bounded state', () => {
 
     // a restart reads the current log only (its carry line holds the history) and resumes
     const { version, hash } = ts.server.run;
-    const points = ts.server.run.historySince().length;
+    const points = ts.server.run.views.historySince().length;
     await ts.server.close();
     ts = await startTestServer({ dir, file });
     servers.push(ts);
     expect(ts.server.run.version).toBe(version);
     expect(ts.server.run.hash).toBe(hash);
-    expect(ts.server.run.historySince().length).toBe(points);
+    expect(ts.server.run.views.historySince().length).toBe(points);
   }, 120_000);
 
   it('1,000 hellos with junk caps store nothing; hellos are counted per address', async () => {

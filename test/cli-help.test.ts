@@ -53,6 +53,10 @@ describe('the CLI has every command the README names', () => {
     const out = await help(['serve']);
     for (const f of ['--redis <url>', '--role <role>', 'gateway', 'aggregator', '"all"', '--lease-ms <ms>']) expect(out).toContain(f);
   });
+  it('island --help lists the numerics and devices flags', async () => {
+    const out = await help(['island']);
+    for (const f of ['--precision <p>', '"f32"', '"f16"', '--devices <n>']) expect(out).toContain(f);
+  });
   it('simulate --help lists every flag simulateOptionsFromCli reads', async () => {
     const out = await help(['simulate']);
     for (const f of ['--preset', '--model', '--islands', '--tokens', '--rounds', '--mode', '--codec', '--inner-steps', '--warm-start-tokens',

@@ -4,7 +4,7 @@
 // rejected (non-finite) step.
 
 import { afterAll, describe, expect, it } from 'vitest';
-import { encodeDelta } from '../core/codec/index.ts';
+import { encodeDelta, peekHeader } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { OuterConfig } from '../core/coord/outer.ts';
 import { OuterPool } from '../server/outer/pool.ts';
@@ -43,6 +43,8 @@ describe('outer pool', () => {
       }
       if (!got.ok) throw new Error(got.error.message);
       expect(Buffer.from(got.value.frame).equals(Buffer.from(want.frame))).toBe(true);
+      const h = peekHeader(got.value.frame);
+      expect(h.ok && h.value.deflated).toBe(downlink.deflate === true);
       expect(got.value.hash).toBe(want.hash);
       expect(Buffer.from(pool.theta.buffer).equals(Buffer.from(ref.theta.buffer))).toBe(true);
       expect(got.value.updateNorm).toBeCloseTo(want.updateNorm, 6);
@@ -73,6 +75,8 @@ describe('outer pool', () => {
     await check([vec(79), vec(80)], [0.5, 0.5], { kind: 'sgd', lr: 0.5, momentum: 0.9, dnPeriod: 0 }, int8, 0.6, 1, true); // heavy ball, a share
     await check([vec(76)], [1], nesterov, { encoding: 'int4', blockSize: 64 });
     await check([vec(77)], null, nesterov, { encoding: 'int4', blockSize: 32 }, 0.5, 1, true);
+    // the default run's downlink (int4, deflated): the workers seal the frame deflated, as encodeDelta does
+    await check([vec(81), vec(82)], [0.5, 0.5], nesterov, { encoding: 'int4', blockSize: 256, deflate: true });
 
     const s = await pool.exportViews();
     expect(Buffer.from(s.outer.momentum.buffer).equals(Buffer.from(ref.outer.state.momentum.buffer))).toBe(true);

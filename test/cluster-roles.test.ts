@@ -44,13 +44,15 @@ describe('atoll serve --redis --role: two gateways, one aggregator', () => {
   it('islands on both gateways get every update, agree on θ, and fail over with their identity', async () => {
     redis = await startRedis();
     dir = tempDir('atoll-roles-');
+    // sync rounds and dense (auditable) deltas: the former default this test is about
     const common = ['--redis', redis.url, '--name', 'roles'];
-    const agg = spawnRole([...common, '--role', 'aggregator', '--run-dir', dir, '--preset', 'tiny', '--inner-steps', '2', '--no-eval', '--validator-token', 'vt', '--audit-rate', '1'], 'aggregator');
+    const sync = ['--mode', 'sync', '--codec', 'int8'];
+    const agg = spawnRole([...common, '--role', 'aggregator', '--run-dir', dir, '--preset', 'tiny', '--inner-steps', '2', '--no-eval', ...sync, '--validator-token', 'vt', '--audit-rate', '1'], 'aggregator');
     procs.push(agg);
     await waitFor('the aggregator to hold the lease', () => agg.output.some((l) => l.includes('aggregator active')), 60_000);
     const ga = await spawnServe([...common, '--role', 'gateway'], await freePort());
     // B is `--role all`: a gateway, and an aggregator that stays a standby while the first one lives
-    const gb = await spawnServe([...common, '--role', 'all', '--run-dir', dir, '--preset', 'tiny', '--inner-steps', '2', '--no-eval'], await freePort());
+    const gb = await spawnServe([...common, '--role', 'all', '--run-dir', dir, '--preset', 'tiny', '--inner-steps', '2', '--no-eval', ...sync], await freePort());
     procs.push(ga, gb);
     const a = spawnIsland(`${ga.url},${gb.url}`, 'a');
     const b = spawnIsland(`${gb.url},${ga.url}`, 'b');

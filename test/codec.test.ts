@@ -18,7 +18,7 @@ import {
   selectTopK,
 } from '../core/codec/index.ts';
 import { benchCodec } from '../bench/codec.ts';
-import { decodeF16Array, encodeF16Array } from '../core/codec/f16.ts';
+import { decodeF16Array, encodeF16Array } from '../core/model/f16.ts';
 import { roundHalfUp } from '../core/codec/payloads.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
 

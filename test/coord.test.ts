@@ -472,7 +472,7 @@ describe('replicas', () => {
     seqs = new Map();
     const cfg: CoordinatorConfigPatch = { mode: 'sync', uplink: { encoding: 'int8' }, downlink: { encoding: 'int8', blockSize: 64 }, batchSize: 4, seqLen: 8, quorum: 1 };
     const c = new Coordinator({ params: randomVec(3, 0.02), config: cfg });
-    const a = join(c), b = join(c);
+    const a = join(c), b = join(c, 0, { ...CAPS, numerics: 'f16', devices: 2 });
     c.submit({ meta: meta(a.a), frame: encodeDelta(randomVec(1), { encoding: 'int8' }) }, 1);
     c.submit({ meta: meta(b.a), frame: encodeDelta(randomVec(2), { encoding: 'int8' }) }, 2);
     const a2 = c.nextAssignment(a.id, 3), b2 = c.nextAssignment(b.id, 3);
@@ -486,6 +486,8 @@ describe('replicas', () => {
     const d = r.value;
     expect(d.hash).toBe(c.hash);
     expect(d.version).toBe(c.version);
+    // each island's numerics and devices from its hello are in its record, and survive the checkpoint
+    expect([d.island(a.id)?.caps.numerics, d.island(b.id)?.caps.numerics, d.island(b.id)?.caps.devices]).toEqual([undefined, 'f16', 2]);
     const lastSeqB = seqs.get(b.id)!;
     const frame = encodeDelta(randomVec(4), { encoding: 'int8' });
     const m = meta(b2.value);

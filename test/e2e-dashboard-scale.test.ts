@@ -81,7 +81,7 @@ describe('dashboard with 1,000 islands', () => {
     ensureClientBuild();
     // 1,000 hellos from one loopback address: lift the per-IP hello limit for this run.
     const cfg = join(cfgDir, 'config.json');
-    writeFileSync(cfg, JSON.stringify({ limits: { helloPerMinute: 100_000, maxIslands: 5000 } }));
+    writeFileSync(cfg, JSON.stringify({ limits: { helloPerMinute: 100_000, maxIslands: 5000, powBits: 0, newIslandsPerHour: 100_000 } }));
     server = await startServer({ args: ['--config', cfg, '--no-eval'] });
     lap('server up');
     swarm = spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), join(ROOT, 'test/helpers/dashboard-swarm.ts'), server.url, String(N), '4000'], {

@@ -47,7 +47,8 @@ describe('dashboard e2e', () => {
     const buildMs = ensureClientBuild();
     lap(`client build ${buildMs} ms`);
     [server, browser] = await Promise.all([
-      startServer({ token: TOKEN, args: ['--inner-steps', '4'] }),
+      // sync rounds: the islands table's quality (cosine with the round's merged Δ) is a sync-round figure
+      startServer({ token: TOKEN, args: ['--inner-steps', '4', '--mode', 'sync', '--codec', 'int8'] }),
       launchChromium({ webgpu: false, viewport: { width: 1400, height: 1000 } }),
     ]);
     lap('server up');
@@ -98,6 +99,8 @@ describe('dashboard e2e', () => {
     lap('both islands listed');
     const engines = await page.$$eval('#islands-table tbody tr td:nth-child(2)', (els) => els.map((e) => e.textContent));
     expect(engines.every((e) => e?.startsWith('cpu'))).toBe(true);
+    // the numerics each island's hello reported (CPU islands: f32 on one device)
+    expect(await page.$$eval('#islands-table tbody tr td:nth-child(3)', (els) => els.map((e) => e.textContent))).toEqual(['f32', 'f32']);
 
     await page.click('#tab-overview');
     const points = () => page.getAttribute('#chart-loss', 'data-points').then(Number);
@@ -152,7 +155,7 @@ describe('dashboard e2e', () => {
     await page.click('#tab-islands');
     await page.click('button[data-sort="quality"]');
     await expect.poll(() => page.getAttribute('th[data-col="quality"]', 'aria-sort'), { timeout: 5_000 }).toBe('descending');
-    const qualities = async () => (await page.$$eval('#islands-table tbody tr', (rows) => rows.map((r) => r.querySelector('td:nth-child(8)')?.textContent ?? ''))).map(Number);
+    const qualities = async () => (await page.$$eval('#islands-table tbody tr', (rows) => rows.map((r) => r.querySelector('td:nth-child(9)')?.textContent ?? ''))).map(Number);
     await expect.poll(async () => (await qualities()).every((q) => Number.isFinite(q)), { timeout: 10_000 }).toBe(true);
     const qs = await qualities();
     expect([...qs].sort((a, b) => b - a)).toEqual(qs);

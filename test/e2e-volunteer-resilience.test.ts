@@ -5,7 +5,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { CpuEngine } from '../client/engine/cpu.ts';
-import { calibrate, fullStepPlan } from '../client/island/calibrate.ts';
+import { calibrate, fullStepPlan, pickNumerics } from '../client/island/calibrate.ts';
 import { estimateCosts } from '../client/volunteer/costs.ts';
 import { type BusyInfo, type EngineHandle, ResilientEngine } from '../client/volunteer/resilient-engine.ts';
 import { generateBetweenSteps } from '../client/volunteer/sampler.ts';
@@ -255,6 +255,16 @@ describe('ResilientEngine', () => {
     expect(fullStepPlan(6000, 7500, 8)).toEqual({ kind: 'estimated', stepMs: 30_000 }); // batch 1 slowed by warm-up
     expect(fullStepPlan(300, 600, 8)).toEqual({ kind: 'full' }); // a full step is cheap to time
     expect(fullStepPlan(7000, 14_000, 2)).toEqual({ kind: 'full' });
+  });
+
+  it('?precision=auto keeps f16 storage only when it trains faster, and says so', () => {
+    const c = (tokensPerSec: number) => ({ key: 'k', tokensPerSec, stepMs: 1, timed: [], estimated: false, ms: 1, at: 0 });
+    const faster = pickNumerics(c(1000), c(1400));
+    expect([faster.numerics, faster.speedup]).toEqual(['f16', 1.4]);
+    expect(faster.line).toBe('Numerics: f16 storage, 1.40× faster than f32 here (f16 1,400 vs f32 1,000 tokens/s); master weights stay f32.');
+    const slower = pickNumerics(c(1000), c(900));
+    expect(slower.numerics).toBe('f32');
+    expect(slower.line).toContain('f16 storage was not faster here');
   });
 
   it("a contributor's credit adds up their islands, ranks by merged tokens and shows their latest name", () => {

@@ -7,6 +7,8 @@
 //   4. Pause mid-round and resume: the round goes on, nothing is lost, nothing is sent twice.
 //   5. Server restart: the page reconnects by itself and goes on contributing.
 //   6. Without WebGPU: a clear message and a CPU opt-in that contributes an accepted delta.
+//   The run is the default setting (async, sparse); each page's first accepted round (WebGPU from the
+//   cold start v0, the CPU page joining a trained θ) evaluates below the version it started from.
 //   Also: the phase indicator passes through every phase of a round (screenshots of each, desktop
 //   and phone, under test-artifacts/), the device measures its speed before the first round, a
 //   sample while training stretches no step by more than 2×, and the busy-GPU back-off engages and
@@ -250,6 +252,8 @@ describe('volunteer page (Chromium)', () => {
     const cal = (await pageView(gpu!)).calibration;
     expect(cal?.tokensPerSec).toBeGreaterThan(0);
     expect((await pageLog(gpu!)).some((l) => l.startsWith('Measured '))).toBe(true);
+    // ?precision=auto on a software adapter keeps f32 without timing f16, and says so
+    expect((await pageLog(gpu!)).some((l) => l.startsWith('Numerics: f32 (a software adapter'))).toBe(true);
     await textOf(gpu!, '#cost-hour', 'an hour');
     // the layout must not move while the numbers update: boxes at the first step and after the round
     const boxes = () => page.evaluate(() => ['#s-version', '#s-loss', '#s-speed', '#s-up', '#round-steps', '#round-eta', '#loss-chart', '#sample', '#conn']
@@ -522,6 +526,16 @@ describe('volunteer page (Chromium)', () => {
       return v.roundsAccepted >= 1 ? v : null;
     }, 90_000, 500);
     expect(v.engine).toBe('cpu');
+    // the CPU page's first round (alone now, a fresh AdamW joining a trained θ) lowers the held-out loss
+    const a0 = (await pageAssignments(cpu))[0];
+    const ev = await waitFor('the evals around the CPU page\'s first round', async () => {
+      const { points } = await getJson<{ points: Array<{ version: number; evalLoss: number | null }> }>(`${url}/api/history`);
+      const at = (k: number) => points.find((p) => p.version === k)?.evalLoss;
+      return at(a0.baseVersion) != null && at(a0.baseVersion + 1) != null ? { before: at(a0.baseVersion)!, after: at(a0.baseVersion + 1)! } : null;
+    }, 30_000, 250);
+    timings.cpuPageEvalBefore = ev.before;
+    timings.cpuPageEvalAfter = ev.after;
+    expect(ev.after, JSON.stringify(ev)).toBeLessThan(ev.before);
     const row = (await islands()).find((i) => i.id === v.islandId)!;
     expect(row.engine).toBe('cpu');
     expect(row.accepted).toBeGreaterThanOrEqual(1);

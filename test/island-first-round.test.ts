@@ -1,10 +1,12 @@
 // The first contribution never hurts. On `npm start`'s run (the `small` preset on the measured
 // setting: async, sparse up, int4 down) and on `tiny`, a Node island's first accepted round leaves the
-// global held-out loss below the version it started from: a WebGPU island (Dawn; SwiftShader without
-// a GPU) from the cold start v0, then a CPU island joining late with a fresh AdamW, and on tiny the
-// other way round. The islands calibrate as the volunteer page does, so their first rounds are sized
-// to the run's round time (a second or two here). The WebGPU island's Δ is the CPU engine's for the
-// same θ, data and steps, end to end through readDelta and the codec.
+// global held-out loss below the version it started from: on small a WebGPU island (Dawn; SwiftShader
+// without a GPU) from the cold start v0; on tiny a CPU island from v0, then a WebGPU island joining
+// late with a fresh AdamW. On tiny the islands calibrate as the volunteer page does, so their first
+// rounds are sized to the run's round time (a second); on small the run's rounds are one step and the
+// island skips the calibration (a step of batch 1 takes seconds on SwiftShader, the calibration two
+// more). The WebGPU island's Δ is the CPU engine's for the same θ, data and steps, end to end through
+// readDelta and the codec.
 
 import { afterAll, describe, expect, it } from 'vitest';
 import { CpuEngine } from '../client/engine/cpu.ts';
@@ -15,6 +17,7 @@ import { allocBatch, sampleBatch } from '../core/data/dataset.ts';
 import { type GPTConfig, getPreset } from '../core/model/config.ts';
 import { type Assignment, innerLearningRate } from '../core/protocol.ts';
 import { startNodeIsland } from '../server/island-node.ts';
+import type { RunFlags } from '../server/run-config.ts';
 import { getJson, startTestServer, type TestServer, waitFor } from './helpers/server.ts';
 
 interface Point { version: number; evalLoss: number | null }
@@ -23,20 +26,20 @@ interface FirstRound { assignment: Assignment; frame: Uint8Array; version: numbe
 const servers: TestServer[] = [];
 afterAll(async () => { for (const s of servers) await s.close(); });
 
-/** A run of `preset` on the default setting, evaluating every version, rounds sized to `roundS`. */
-async function defaultRun(preset: string, roundS: number): Promise<TestServer> {
-  const s = await startTestServer({ flags: { preset, roundTime: roundS }, evaluate: true });
+/** A run of `preset` on the default setting, evaluating every version (rounds: `flags`). */
+async function defaultRun(preset: string, flags: RunFlags): Promise<TestServer> {
+  const s = await startTestServer({ flags: { preset, ...flags }, evaluate: true });
   servers.push(s);
   return s;
 }
 
 /** One island's first accepted round, then it stops: what it was assigned and sent, and the version that holds it. */
-async function firstRound(url: string, engine: 'cpu' | 'webgpu', batch: number): Promise<FirstRound> {
+async function firstRound(url: string, engine: 'cpu' | 'webgpu', batch: number, calibrate = true): Promise<FirstRound> {
   const t0 = Date.now();
   let assignment: Assignment | null = null;
   let got: Omit<FirstRound, 'tokensPerSec' | 'ms'> | null = null;
   const isl = await startNodeIsland({
-    server: url, engine, batch, autotune: false, name: `first-${engine}`,
+    server: url, engine, batch, calibrate, autotune: false, name: `first-${engine}`,
     onEvent: (e: IslandEvent) => {
       if (e.type === 'assignment') assignment = e.assignment;
       if (e.type === 'submitted' && e.ack.status === 'applied' && !got) {
@@ -112,32 +115,33 @@ async function expectFrameIsCpuDelta(config: GPTConfig, theta: Float32Array, tra
 }
 
 describe('an island\'s first accepted round lowers the global eval loss', () => {
-  it('npm start\'s run (small): a WebGPU island from the cold start, then a CPU island joining late', async () => {
-    const s = await defaultRun('small', 2);
+  it('npm start\'s run (small): a WebGPU island from the cold start; its frame is the CPU engine\'s Δ', async () => {
+    const t0 = Date.now();
+    // one step of batch 1 (a step of `small` on SwiftShader is seconds at batch 1, half a minute at 8);
+    // calibration is checked on tiny below
+    const s = await defaultRun('small', { innerSteps: 1 });
     const run = await getJson<{ config: { coordinator: { mode: string; uplink: { encoding: string }; downlink: { encoding: string } } } }>(`${s.url}/api/run`);
     expect(run.config.coordinator).toMatchObject({ mode: 'async', uplink: { encoding: 'sparse' }, downlink: { encoding: 'int4' } });
     const v0 = await evalAt(s.url, 0);
     const theta0 = await modelNow(s.url);
-    // batch 1: a step of `small` on SwiftShader is seconds, not the full batch's half minute
-    const gpu = await firstRound(s.url, 'webgpu', 1);
+    const gpu = await firstRound(s.url, 'webgpu', 1, false);
     const v1 = await evalAt(s.url, gpu.version);
     const train = new Uint8Array(await (await fetch(`${s.url}/api/data/train`)).arrayBuffer());
     const codec = await expectFrameIsCpuDelta(getPreset('small'), theta0, train, gpu);
-    const cpu = await firstRound(s.url, 'cpu', 2);
-    const v2 = await evalAt(s.url, cpu.version);
-    const before = await evalAt(s.url, cpu.assignment.baseVersion);
-    console.log('first rounds on small:', JSON.stringify({ v0, webgpu: { steps: gpu.assignment.innerSteps, v1, ms: gpu.ms }, cpu: { base: cpu.assignment.baseVersion, steps: cpu.assignment.innerSteps, before, after: v2, ms: cpu.ms }, codec }));
+    console.log('first round on small:', JSON.stringify({ v0, v1, steps: gpu.assignment.innerSteps, islandMs: gpu.ms, testMs: Date.now() - t0, codec }));
     expect(v1).toBeLessThan(v0);
-    expect(v2).toBeLessThan(before);
-    // calibrated, so sized to the round time: one step at the slow device's speed, not the run's 50
-    expect(gpu.tokensPerSec).toBeGreaterThan(0);
-    expect(gpu.assignment.innerSteps).toBeLessThan(50);
-  }, 240_000);
+    // SwiftShader's pipelines for `small` take most of it: 65 s at load ~20 on 2 cores, 338 s once at load 30
+  }, 480_000);
 
   it('tiny on the default setting: a CPU island from the cold start, then a WebGPU island joining late', async () => {
-    const s = await defaultRun('tiny', 1);
+    const s = await defaultRun('tiny', { roundTime: 1 });
     const v0 = await evalAt(s.url, 0);
     const cpu = await firstRound(s.url, 'cpu', 8);
+    // calibrated as the page is: the first round is DyLU's time rule at the measured speed (1 s), not the run's 20 steps
+    const run = await getJson<{ config: { coordinator: { minInnerSteps: number; maxInnerSteps: number } } }>(`${s.url}/api/run`);
+    const { minInnerSteps, maxInnerSteps } = run.config.coordinator;
+    const sized = Math.min(maxInnerSteps, Math.max(minInnerSteps, Math.round((cpu.tokensPerSec! * 1) / (cpu.assignment.batchSize * cpu.assignment.seqLen))));
+    expect(cpu.assignment.innerSteps).toBe(sized);
     const v1 = await evalAt(s.url, cpu.version);
     const gpu = await firstRound(s.url, 'webgpu', 8);
     const before = await evalAt(s.url, gpu.assignment.baseVersion);

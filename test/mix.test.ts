@@ -7,11 +7,9 @@
 
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { type CodecOptions, encodeDelta } from '../core/codec/index.ts';
-import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker, type Replay, transcriptHash } from '../core/mix/broker.ts';
-import {
-  type PeerChannel, type PieceChannel, allGather, canonicalFragment, fragmentRanges, mixWeights, pieceRange, reduceScatter,
-} from '../core/mix/butterfly.ts';
+import { type CodecOptions, decodeDelta, encodeDelta } from '../core/codec/index.ts';
+import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
+import { type PieceChannel, canonicalFragment, exchange, fragmentRanges, joinPieces, mixWeights, packPieces, pieceRange, unpackPieces } from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
@@ -47,36 +45,28 @@ function randomDeltas(k: number, n: number, seed: number): Float32Array[] {
 const CODEC: CodecOptions = { encoding: 'int8', blockSize: 64, deflate: false };
 const meta = (i: number): DeltaMeta => ({ islandId: `island-${i + 1}`, roundId: 1, baseVersion: 0, seq: 1, steps: 4, tokens: 4 * (i + 1) * 16, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 100 });
 
-/** A group of k run in memory: plan, each member's reduce-scatter, and a GroupIO over the results. */
-async function group(k: number, n: number, opts: { lieInTransit?: number; mixesOther?: number; lieFragment?: number; dropped?: number } = {}) {
+/** A group of k run in memory: plan, each member's exchange and fragment, and a GroupIO over the results. */
+async function group(k: number, n: number, opts: { lieInTransit?: number; lieFragment?: number; dropped?: number } = {}) {
   const xs = randomDeltas(k, n, 7 + k);
   const frames = xs.map((x) => encodeDelta(x, CODEC));
   const tokens = xs.map((_, i) => 64 * (i + 1));
   const plan: GroupPlan = { groupId: 1, members: xs.map((_, i) => ({ islandId: `island-${i + 1}`, meta: meta(i), frameHash: sha256Hex(frames[i]), tokens: tokens[i], readyAt: 0 })), ranges: fragmentRanges(n, k, 64), weights: mixWeights(tokens) };
-  // members mix what the server would decode of their frames
-  const { decodeDelta } = await import('../core/codec/index.ts');
   const dx = frames.map((f) => { const d = decodeDelta(f, n); if (!d.ok) throw new Error(d.error.message); return d.value.slice(); });
-  const net = mesh<Float32Array>((from, stage, v) => (from === opts.lieInTransit && stage === 1 ? v.map((t) => -t) : v), opts.dropped);
-  const mixedX = (x: Float32Array, i: number) => (i === opts.mixesOther ? x.map((t) => 2 * t) : x);
-  const results = await Promise.all(dx.map((x, i) => (i === opts.dropped ? Promise.resolve(null) : reduceScatter(i, k, mixedX(x, i), plan.weights, plan.ranges, net(i) as PeerChannel))));
-  const logs = results.map((r) => r && { sent: r.log.sent.map((v) => sha256Hex(v)), received: r.log.received.map((v) => sha256Hex(v)) });
-  const uploads: Array<FragmentUpload | null> = results.map((r, i) => {
-    if (!r) return null;
-    const f = i === opts.lieFragment ? r.fragment.map((t) => -t) : r.fragment;
-    return { frame: encodeDelta(f, CODEC), transcript: transcriptHash(logs[i]!.sent, logs[i]!.received) };
-  });
+  // a member that changes the frames it forwards: the receiver's commitment check stops the exchange
+  const net = mesh<Map<number, Uint8Array>>((from, _s, v) => (from === opts.lieInTransit ? new Map([...v].map(([j, b]) => [j, j === from ? b : b.map((x) => x ^ 1)])) : v), opts.dropped);
+  const held = await Promise.all(frames.map((f, i) => (i === opts.dropped ? Promise.resolve(null)
+    : exchange(i, k, f, net(i) as PieceChannel, (j, b) => sha256Hex(b) === plan.members[j].frameHash))));
+  const fragment = (j: number, liar: boolean) => {
+    const f = canonicalFragment(held[j]!.map((b) => { const d = decodeDelta(b, n); return d.ok ? d.value.slice() : new Float32Array(n); }), plan.weights, plan.ranges[j]);
+    return encodeDelta(liar ? f.map((t) => -t) : f, CODEC);
+  };
+  const uploads: Array<FragmentUpload | null> = held.map((h, i) => (h ? { frame: fragment(i, i === opts.lieFragment) } : null));
   const io: GroupIO = {
     fragment: async (j) => uploads[j],
-    check: async (c, j) => {
-      const [lo, hi] = plan.ranges[j];
-      const right = canonicalFragment(dx, plan.weights, [lo, hi]);
-      const f = c === opts.lieFragment ? right.map((t) => -t) : right;
-      const received = dx.map((x, m) => sha256Hex(Float32Array.from(x.subarray(lo, hi), (t) => plan.weights[m] * t)));
-      return { frame: encodeDelta(f, CODEC), transcript: '', received };
-    },
-    replay: async (j): Promise<Replay | null> => (logs[j] ? { frame: frames[j], ...logs[j]! } : null),
+    check: async (c, j) => (held[c] ? { frame: (() => { const h = held[j]; held[j] = held[c]; const f = fragment(j, c === opts.lieFragment); held[j] = h; return f; })() } : null),
+    replay: async (j) => frames[j],
   };
-  return { plan, dx, results, io };
+  return { plan, dx, held, io };
 }
 
 describe('butterfly mixing', () => {
@@ -87,29 +77,42 @@ describe('butterfly mixing', () => {
     }
   });
 
-  it('reduce-scatter: member j holds fragment j of the token-weighted mean, bit for bit as recomputed; the all-gather rebuilds a frame', async () => {
+  it('the butterfly exchange gives every member every frame (checked against commitments); fragments are the token-weighted mean, bit for bit as recomputed', async () => {
     for (const k of [2, 4, 8]) {
       const n = 1000;
-      const { plan, dx, results } = await group(k, n);
+      const { plan, dx, held } = await group(k, n);
       const W = plan.members.reduce((a, m) => a + m.tokens, 0);
       for (let j = 0; j < k; j++) {
-        const mine = results[j]!.fragment;
+        const xs = held[j]!.map((b) => { const d = decodeDelta(b, n); return d.ok ? d.value.slice() : null; });
         const [lo, hi] = plan.ranges[j];
+        const mine = canonicalFragment(xs, plan.weights, [lo, hi]);
         expect(mine).toEqual(canonicalFragment(dx, plan.weights, [lo, hi]));
-        for (const t of [lo, hi - 1]) {
-          const exact = dx.reduce((a, x, m) => a + (plan.members[m].tokens / W) * x[t], 0);
-          expect(mine[t - lo]).toBeCloseTo(exact, 6);
-        }
+        for (const t of [lo, hi - 1]) expect(mine[t - lo]).toBeCloseTo(dx.reduce((a, x, m) => a + (plan.members[m].tokens / W) * x[t], 0), 6);
       }
       const frame = Uint8Array.from({ length: 777 }, (_, i) => i & 255);
       const pieces = mesh<Map<number, Uint8Array>>();
-      const got = await Promise.all(Array.from({ length: k }, (_, i) => allGather(i, k, frame.slice(...pieceRange(777, k, i)), pieces(i) as PieceChannel)));
-      for (const g of got) expect(g).toEqual(frame);
+      const got = await Promise.all(Array.from({ length: k }, (_, i) => exchange(i, k, frame.slice(...pieceRange(777, k, i)), pieces(i) as PieceChannel)));
+      for (const g of got) expect(joinPieces(g!)).toEqual(frame);
     }
+    // a forwarded frame that is not the one its member committed to ends the exchange
+    const tampered = await group(4, 1000, { lieInTransit: 1 });
+    expect(tampered.held.filter((h) => h === null).length).toBeGreaterThan(0);
+  });
+
+  it("a stage message built by hand from docs/protocol.md's layout unpacks; a malformed one is refused", () => {
+    // count 2; member 0: 3 bytes; member 3: 1 byte (index, u32 LE length, bytes)
+    const msg = Uint8Array.from([2, 0, 3, 0, 0, 0, 7, 8, 9, 3, 1, 0, 0, 0, 42]);
+    const m = unpackPieces(msg)!;
+    expect([...m.keys()]).toEqual([0, 3]);
+    expect(Array.from(m.get(0)!)).toEqual([7, 8, 9]);
+    expect(Array.from(m.get(3)!)).toEqual([42]);
+    expect(packPieces(m)).toEqual(msg);
+    expect(unpackPieces(msg.subarray(0, 14))).toBeNull(); // truncated
+    expect(unpackPieces(Uint8Array.from([...msg, 0]))).toBeNull(); // trailing bytes
   });
 
   it('settles honest uploads into the group mean; a missing member sends everyone to direct upload', async () => {
-    const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 1 }, 1000, 64, mulberry32(3));
+    const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 1, exchangeTimeoutMs: 100 }, 1000, 64, mulberry32(3));
     const g = await group(4, 1000);
     const out = await broker.settle(g.plan, g.io, CODEC);
     expect(out.kind).toBe('mixed');
@@ -122,47 +125,37 @@ describe('butterfly mixing', () => {
     expect(fell.kind).toBe('direct');
   });
 
-  it('groups form from k ready islands; one left waiting goes direct after formWaitMs', () => {
-    const broker = new MixBroker({ k: 2, formWaitMs: 100, spotRate: 0 }, 10, 1, mulberry32(1));
+  it('groups form from k ready islands; after formWaitMs those waiting form the largest power of two, one alone goes direct', () => {
+    const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
     const ready = (i: number, at: number) => ({ islandId: `i${i}`, meta: meta(i), frameHash: '', tokens: 10, readyAt: at });
-    expect(broker.offer(ready(0, 0))).toBeNull();
-    expect(broker.offer(ready(1, 10))?.members.map((m) => m.islandId)).toEqual(['i0', 'i1']);
-    expect(broker.offer(ready(2, 20))).toBeNull();
-    expect(broker.expire(119)).toEqual([]);
-    expect(broker.expire(120).map((m) => m.islandId)).toEqual(['i2']);
+    for (let i = 0; i < 3; i++) expect(broker.offer(ready(i, 10 * i))).toBeNull();
+    expect(broker.offer(ready(3, 30))?.members.map((m) => m.islandId)).toEqual(['i0', 'i1', 'i2', 'i3']);
+    for (let i = 4; i < 7; i++) expect(broker.offer(ready(i, 10 * i))).toBeNull();
+    expect(broker.expire(139)).toEqual({ groups: [], direct: [] });
+    const due = broker.expire(140);
+    expect(due.groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i4', 'i5']]);
+    expect(due.groups[0].ranges).toHaveLength(2);
+    expect(broker.expire(160).direct.map((m) => m.islandId)).toEqual(['i6']);
   });
 
-  it('an audit pins a wrong fragment on its uploader, a wrong partial sum on its sender, never on the honest', async () => {
-    const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 1 }, 1000, 64, mulberry32(5));
+  it('an audit pins a wrong fragment or spot check on its uploader only; the server recomputes the honest mean', async () => {
+    const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 1, exchangeTimeoutMs: 100 }, 1000, 64, mulberry32(5));
     const liar = await group(4, 1000, { lieFragment: 1 });
     const a = await broker.settle(liar.plan, liar.io, CODEC);
     expect(a.kind === 'mixed' && a.audited).toBe(true);
     if (a.kind !== 'mixed') return;
     expect(a.implicated.map((x) => x.islandId)).toEqual(['island-2']);
     expect(a.accepted.map((m) => m.islandId)).toEqual(['island-1', 'island-3', 'island-4']);
-    // the server's mean over the honest three, from their committed Δs
     const honest = [0, 2, 3], W = honest.reduce((s, i) => s + liar.plan.members[i].tokens, 0);
     expect(a.delta[10]).toBeCloseTo(honest.reduce((s, i) => s + (liar.plan.members[i].tokens / W) * liar.dx[i][10], 0), 6);
-    // member 0 mixes another Δ than it committed to: its partial sums are wrong as it logs them, so
-    // it alone is implicated, not the partners whose fragments it spoiled
-    const other = await group(4, 1000, { mixesOther: 0 });
-    const b = await broker.settle(other.plan, other.io, CODEC);
-    expect(b.kind === 'mixed' && b.implicated.map((x) => x.islandId)).toEqual(['island-1']);
-    // member 0's stage-1 message is changed after it logged it: its log and member 2's disagree and
-    // neither can be shown to lie, so neither is counted against (a dispute), and the honest mean stands
-    const transit = await group(4, 1000, { lieInTransit: 0 });
-    const c = await broker.settle(transit.plan, transit.io, CODEC);
-    expect(c.kind === 'mixed' && c.implicated).toEqual([]);
-    expect(c.kind === 'mixed' && c.disputes).toContainEqual(['island-3', 'island-1']);
-    expect(c.kind === 'mixed' && c.accepted).toHaveLength(4);
   });
 
-  it('simulated: mixing in groups of 4 cuts server bytes per accepted token; drops mid-exchange lose nothing; a liar is caught', async () => {
+  it('simulated: a group of 4 uploads about one Δ, the downlink goes in pieces; drops mid-exchange lose nothing; a liar is caught', async () => {
     const ds = loadCorpus();
     const common = { model: 'tiny' as const, seqLen: 32, seed: 1, evals: 1, evalBatches: 2, evalBatchSize: 4 };
     const d = { islands: 8, seeds: [1], batchSize: 4, tokens: 16_000, innerSteps: 8, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 2048 } };
     const het = heterogeneous(8, 4);
-    const rm = (1000 * 8 * Math.max(...het.map((s) => s.batchSize)) * 32) / (4 * 2000);
+    const rm = Math.min(...het.map((s) => (1000 * 8 * s.batchSize * 32) / (s.speed * 2000)));
     const direct: SimRow = { ...mixed('direct', d, het, 4, rm, 'int8'), mix: undefined };
     const row = mixed('mix4', d, het.map((s, i) => ({ ...s, mixDropProb: i === 0 ? 0.5 : 0, offlineMs: rm / 2, behaviour: i === 7 ? 'lie-fragment' as const : 'honest' as const })), 4, rm, 'int8');
     row.mix!.spotRate = 0.5;
@@ -174,8 +167,12 @@ describe('butterfly mixing', () => {
     expect(b.mix!.fallbacks).toBeGreaterThan(0); // island-1 dropped mid-exchange at least once
     // every accepted token counted once: θ's tokens are the sum of the islands' acknowledged work
     expect(b.tokens).toBe(b.perIsland.reduce((s, r) => s + r.acceptedTokens, 0));
-    expect(b.server.inPerToken).toBeLessThan(a.server.inPerToken / 2);
-    expect(b.server.outPerToken).toBeLessThan(a.server.outPerToken / 2);
+    // a group of 4 uploads about one Δ's worth of fragments (not 4), and the downlink's pieces cut egress
+    const meanFrame = (a.bytesUpPerIsland * a.perIsland.length) / a.perIsland.reduce((s, r) => s + r.rounds, 0);
+    expect(b.mix!.fragmentBytes).toBeLessThan(0.45 * b.mix!.mixedMembers * meanFrame); // groups of 2 formed at formWaitMs send halves
+    expect(b.mix!.piecesOk).toBeGreaterThan(0);
+    expect(b.mix!.piecesRefetched).toBe(0);
+    expect(b.server.bytesOut / b.versions).toBeLessThan(0.7 * (a.server.bytesOut / a.versions)); // some islands are between groups
     expect(b.evalLoss).toBeLessThan(a.curve[0].evalLoss);
   }, 120_000);
 });

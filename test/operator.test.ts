@@ -13,6 +13,7 @@ import { startIsland } from './helpers/dashboard-server.ts';
 import { io } from 'socket.io-client';
 import { encodeDelta } from '../core/codec/index.ts';
 import { type Assignment, PROTOCOL_VERSION } from '../core/protocol.ts';
+import { solvePow } from '../core/pow.ts';
 
 const runDir = tempDir('atoll-operator-');
 const procs: Proc[] = [];
@@ -66,13 +67,18 @@ describe('operator', () => {
     // own: the island may be between rounds when the pause lands, and then waits for resume sending nothing.
     const raw = io(`${server.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
     const hello = await new Promise<{ ok: boolean; value: { islandId: string; assignment: Assignment } }>((resolve) => {
-      raw.on('connect', () => raw.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'op-raw' } }, resolve));
+      // a new identity pays its proof of work (docs/protocol.md), as any client does
+      raw.on('connect', async () => {
+        const c = (await raw.emitWithAck('challenge', {})) as { value: { challenge: string; bits: number } };
+        const nonce = await solvePow(c.value.challenge, c.value.bits);
+        raw.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'op-raw' }, pow: { challenge: c.value.challenge, nonce } }, resolve);
+      });
     });
     expect(hello.ok).toBe(true);
     expect((await fetch(`${server.url}/api/admin/pause`, { method: 'POST', headers: auth(token) })).status).toBe(200);
     const a = hello.value.assignment;
     const meta = { islandId: hello.value.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: 1, steps: 1, tokens: a.batchSize * a.seqLen, lossFirst: 3, lossLast: 3, lossMean: 3, elapsedMs: 1000 };
-    const frame = encodeDelta(new Float32Array(a.paramCount), { encoding: 'f32' });
+    const frame = encodeDelta(new Float32Array(a.paramCount), a.codec); // the assignment's codec: only the pause is wrong
     const answer = await new Promise<{ ok: boolean; value?: { status: string; error?: { code: string } } }>((resolve) => raw.emit('delta', { meta, frame }, resolve));
     raw.disconnect();
     expect(answer).toMatchObject({ ok: true, value: { status: 'rejected', error: { code: 'E_PAUSED' } } });

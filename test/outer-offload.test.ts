@@ -156,12 +156,12 @@ describe('outer step off the event loop', () => {
     // a corrupt frame decoded on a worker is rejected with the decoder's code, its buffer given back
     const next = c.nextAssignment(j.value.islandId, 3000);
     if (!next.ok || !next.value) throw new Error('no assignment');
-    const bad = encodeDelta(vec(4, 0.01), { encoding: 'int8', blockSize: 64 });
+    const n2 = next.value;
+    const bad = encodeDelta(vec(4, 0.01), n2.codec); // the assignment's codec: its claim fits, its bytes do not
     bad[200] ^= 0xff;
     const before = host.buffers;
     const decoded = await host.ingest(bad);
     expect(decoded.ok ? 'ok' : decoded.error.code).toBe('E_CRC');
-    const n2 = next.value;
     const r = c.submit({ meta: { ...meta, roundId: n2.roundId, baseVersion: n2.baseVersion, seq: 2 }, frame: bad, decoded }, 4000);
     expect(r.ok ? 'ok' : r.error.code).toBe('E_CRC');
     expect(await host.ingest(encodeDelta(vec(5, 0.01), { encoding: 'f32' }))).toMatchObject({ ok: true });
@@ -181,7 +181,7 @@ describe('outer step off the event loop', () => {
   });
 
   it('a server whose ban closes a round takes that round’s step in the workers, then checkpoints', async () => {
-    const ts = await startTestServer({ adminToken: 'tok', flags: { mode: 'sync' } });
+    const ts = await startTestServer({ adminToken: 'tok', flags: { mode: 'sync', codec: 'int8' } }); // a dense codec: its downlink is not deflated, so the workers take the step
     const sockets: Socket[] = [];
     try {
       const hello = async (name: string) => {
@@ -194,7 +194,7 @@ describe('outer step off the event loop', () => {
       expect(ts.server.run.outerWorkers).toBeGreaterThan(0);
       const asg = a.r.value.assignment;
       const meta = { islandId: a.r.value.islandId, roundId: asg.roundId, baseVersion: asg.baseVersion, seq: 1, steps: asg.innerSteps, tokens: asg.innerSteps * asg.batchSize * asg.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 1 };
-      const frame = encodeDelta(new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i)), { encoding: 'int8', blockSize: 64 });
+      const frame = encodeDelta(new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i)), asg.codec); // the assignment's codec
       const ack = new Promise<{ ok: boolean; value: { status: string; version: number } }>((done) => a.s.emit('delta', { meta, frame }, done));
       // b never reports: banning it closes the round, and A's delta is applied by the workers
       const ban = await fetch(`${ts.url}/api/admin/islands/${b.r.value.islandId}/ban`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: '{}' });

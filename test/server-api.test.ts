@@ -32,11 +32,16 @@ describe('REST API and admin auth', () => {
     await ts?.close();
   });
 
-  const admin = (method: string, path: string, auth: string | null, body?: unknown) => fetch(`${ts.url}${path}`, {
-    method,
-    headers: { ...(auth !== null ? { authorization: auth } : {}), ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-    body: body !== undefined ? JSON.stringify(body) : undefined,
-  });
+  // in-process requests (fastify.inject), from `address`: wrong tokens lock their address out (auth-limit.ts)
+  const admin = async (method: string, path: string, auth: string | null, body?: unknown, address = '127.0.0.1') => {
+    const r = await ts.server.app.inject({
+      method: method as 'GET', url: path, remoteAddress: address,
+      headers: { ...(auth !== null ? { authorization: auth } : {}), ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      ...(body !== undefined ? { payload: JSON.stringify(body) } : {}),
+    });
+    return { status: r.statusCode, headers: r.headers, json: async () => r.json() as unknown };
+  };
+  let wrongFrom = 0;
 
   it('admin routes without the token, or with a wrong one, are 401 and change nothing', async () => {
     const run = ts.server.run;
@@ -48,7 +53,7 @@ describe('REST API and admin auth', () => {
     const auths = [null, '', 'Bearer', 'Bearer ', 'Bearer wrong', `Bearer ${TOKEN}x`, `Bearer ${TOKEN.slice(0, -1)}`, `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}`, TOKEN, `bearer  ${TOKEN} extra`];
     for (const [method, path, body] of calls) {
       for (const auth of auths) {
-        const r = await admin(method, path, auth, body);
+        const r = await admin(method, path, auth, body, `10.1.0.${++wrongFrom % 250}`);
         expect(r.status, `${method} ${path} with ${auth}`).toBe(401);
         expect(((await r.json()) as { error: { code: string } }).error.code).toBe('E_UNAUTHORIZED');
       }

@@ -32,6 +32,19 @@ const specs: DispatchSpec[] = [
   ...op.gradNorm(buf, buf, buf, { N: 20011 }),
   op.adamwUpdate(buf, buf, buf, buf, buf, { N: 20011, ranges: [[0, 10, true], [10, 20011, false]] }),
   op.pseudoGradient(buf, buf, buf, { N: 20011 }),
+  // --precision f16: half.wgsl in both storage forms, and the f16 forms of matmul, attention, adamw
+  ...op.HALF_FORMS.flatMap((form) => [
+    op.layernormForwardF16(buf, buf, buf, buf, buf, { C: 48, wOff: 0, bOff: 48, form }),
+    op.residualLayernormForwardF16(buf, buf, buf, buf, buf, buf, buf, { C: 48, wOff: 0, bOff: 48, form }),
+    op.geluBackwardF16(buf, buf, { width: 192, form }),
+    op.pseudoGradientF16(buf, buf, buf, { N: 20011, form }),
+    op.packF16(buf, buf, { N: 20011, form }),
+  ]),
+  op.matmulForward(buf, buf, buf, { ...d, geluOff: 16, half: { inp: true, w: true, out: true } }),
+  ...op.matmulBackward(buf, buf, buf, buf, buf, { ...d, half: { inp: true, w: true } }),
+  op.attentionForward(buf, buf, buf, { C: 48, NH: 4, half: true }),
+  ...op.attentionBackward(buf, buf, buf, buf, buf, buf, { C: 48, NH: 4, half: true }),
+  op.adamwUpdate(buf, buf, buf, buf, buf, { N: 20011, ranges: [[0, 10, true], [10, 20011, false]], copy: buf }),
 ];
 
 describe('kernel modules read their WGSL', () => {

@@ -89,7 +89,7 @@ describe('a run that does not audit', () => {
     const [first, second] = await honestJobs(island, false);
     expect((await judge(ref, train, first)).cosine!).toBeGreaterThan(0.99); // the first round starts fresh either way
     expect((await judge(ref, train, second)).cosine!).toBeLessThan(0.97);
-    const run = (encoding: 'int8' | 'sparse', freshInnerOptimizer: boolean) => ({ uplink: { encoding }, freshInnerOptimizer });
+    const run = (encoding: 'int8' | 'sparse', fresh: boolean) => ({ encoding, fresh });
     expect(new AuditQueue({ rate: 1 }).wants(run('int8', false), 0)).toBe(false);
   }, 60_000);
 });
@@ -97,7 +97,7 @@ describe('a run that does not audit', () => {
 describe('AuditQueue', () => {
   it('samples dense codes only, stays bounded, leases and settles once', () => {
     const q = new AuditQueue({ rate: 0.5, maxJobs: 2, leaseMs: 100 });
-    const run = (encoding: 'int8' | 'sparse') => ({ uplink: { encoding }, freshInnerOptimizer: true });
+    const run = (encoding: 'int8' | 'sparse') => ({ encoding, fresh: true });
     expect(q.wants(run('int8'), 0.4)).toBe(true);
     expect(q.wants(run('int8'), 0.6)).toBe(false);
     expect(q.wants(run('sparse'), 0)).toBe(false);

@@ -155,6 +155,8 @@ describe('WebGpuEngine on tiny', () => {
 
   it('peak GPU bytes: base at batch 8 fits in 1 GiB', () => {
     expect(estimateGpuBytes({ config: PRESETS.base, maxBatch: 8 })).toBeLessThanOrEqual(2 ** 30);
+    // --precision f16: halves for the matmuls' inputs and weight copy, within 450 MiB
+    expect(estimateGpuBytes({ config: PRESETS.base, maxBatch: 8, precision: 'f16' })).toBeLessThanOrEqual(450 * 2 ** 20);
   });
 
   it('allocates what estimateGpuBytes says', () => {

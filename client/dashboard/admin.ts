@@ -5,6 +5,7 @@
 import { api, type ApiAnswer } from './api.ts';
 import { clear, h, setText } from './dom.ts';
 import type { RunConfig } from '../../core/api.ts';
+import { ENCODINGS } from '../../core/codec/encodings.ts';
 import { errorText } from './run-panel.ts';
 import type { Store } from './store.ts';
 
@@ -22,8 +23,6 @@ interface Field {
   hint?: string;
 }
 
-/** Codec encodings (core/codec ENCODINGS). */
-const ENCODINGS = ['f32', 'f16', 'int8', 'int4', 'topk'];
 
 export const CONFIG_FIELDS: Field[] = [
   { key: 'outerLr', label: 'Outer learning rate', get: (c) => c.coordinator.outer.lr, kind: 'number', step: 'any', hint: 'DiLoCo 0.7 · FedAvg 1.0' },
@@ -32,7 +31,7 @@ export const CONFIG_FIELDS: Field[] = [
   { key: 'innerSteps', label: 'Inner steps (H)', get: (c) => c.coordinator.innerSteps, kind: 'number', step: '1', hint: 'of the fastest island' },
   { key: 'quorum', label: 'Quorum', get: (c) => c.coordinator.quorum, kind: 'number', step: 'any', hint: 'sync: share of members, 0–1' },
   { key: 'maxStaleness', label: 'Max staleness', get: (c) => c.coordinator.maxStaleness, kind: 'number', step: '1', hint: 'versions; older Δs → E_STALE' },
-  { key: 'codec', label: 'Codec (uplink Δ)', get: (c) => c.coordinator.uplink.encoding, kind: 'select', options: ENCODINGS, hint: 'islands\u2019 delta encoding' },
+  { key: 'codec', label: 'Codec (uplink Δ)', get: (c) => c.coordinator.uplink.encoding, kind: 'select', options: [...ENCODINGS], hint: 'islands\u2019 delta encoding' },
 ];
 
 function readField(el: HTMLInputElement | HTMLSelectElement): string {

@@ -36,6 +36,18 @@ async function get<T>(path: string): Promise<T | null> {
   return r.ok ? (r.body as T) : null;
 }
 
+/** Every island, page by page (GET /api/islands answers at most 1,000 a request); null when a page fails. */
+async function allIslands(): Promise<IslandsResponse['islands'] | null> {
+  const out: IslandsResponse['islands'] = [];
+  for (let offset: number | null = 0; offset !== null;) {
+    const page: IslandsResponse | null = await get<IslandsResponse>(`/api/islands?offset=${offset}`);
+    if (!page) return null;
+    out.push(...page.islands);
+    offset = page.next;
+  }
+  return out;
+}
+
 export type Connection = 'connecting' | 'live' | 'polling' | 'offline';
 
 /**
@@ -74,12 +86,12 @@ export class LiveSource {
 
   async loadAll(): Promise<void> {
     const [st, isl, hist, run, ck] = await Promise.all([
-      get<RunStatus>('/api/status'), get<IslandsResponse>('/api/islands'), get<HistoryResponse>('/api/history'),
+      get<RunStatus>('/api/status'), allIslands(), get<HistoryResponse>('/api/history'),
       get<RunInfo>('/api/run'), get<CheckpointsResponse>('/api/checkpoints'),
     ]);
     this.restOk = st !== null;
     if (st) this.store.setStatus(st);
-    if (isl) this.store.setIslands(isl.islands);
+    if (isl) this.store.setIslands(isl);
     if (hist) this.store.addHistory(hist.points);
     if (run) this.store.setRun(run);
     if (ck) this.store.setCheckpoints(ck.checkpoints);
@@ -158,7 +170,7 @@ export class LiveSource {
           if (st) this.store.setStatus(st);
           if (this.connection !== 'live') this.setConnection(st ? 'polling' : 'offline');
         }),
-        get<IslandsResponse>('/api/islands').then((r) => { if (r) this.store.setIslands(r.islands); }),
+        allIslands().then((r) => { if (r) this.store.setIslands(r); }),
       ];
       if (this.pollTick % 3 === 1) calls.push(this.refreshHistory());
       await Promise.all(calls);

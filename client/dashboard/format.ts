@@ -51,3 +51,9 @@ export function fmtAudits(a: { passed: number; failed: number } | undefined): st
   if (!a || a.passed + a.failed === 0) return '';
   return a.failed > 0 ? `⚑ ${a.failed} failed audit${a.failed === 1 ? '' : 's'}` : `✓ verified ${a.passed}`;
 }
+
+/** An island's numerics: 'f16', or 'f16 × 2 devices' for an island of several devices. */
+export function fmtNumerics(i: { numerics?: string; devices?: number }): string {
+  const n = i.devices ?? 1;
+  return `${i.numerics ?? 'f32'}${n > 1 ? ` × ${n} devices` : ''}`;
+}

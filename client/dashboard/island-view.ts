@@ -7,7 +7,7 @@ import type { IslandDetail } from '../../core/api.ts';
 import { api } from './api.ts';
 import { ChartBox, PALETTE } from './charts.ts';
 import { clear, h, setText } from './dom.ts';
-import { fmtAgo, fmtAudits, fmtFixed, fmtInt, fmtSI, fmtTime } from './format.ts';
+import { fmtAgo, fmtAudits, fmtFixed, fmtInt, fmtNumerics, fmtSI, fmtTime } from './format.ts';
 import { errorText } from './run-panel.ts';
 
 const REFRESH_MS = 2000;
@@ -67,6 +67,7 @@ export class IslandPanel {
     setText(this.note, `${i.id} · ${i.status}${error ? ` · ${error}` : ''}`);
     const rows: Array<[string, string]> = [
       ['Engine', [i.engine, i.adapter].filter(Boolean).join(' · ')],
+      ['Numerics', fmtNumerics(i)],
       ['Status', [i.status, fmtAudits(i.audits)].filter(Boolean).join(' · ')],
       ['Audits passed / failed', i.audits ? `${fmtInt(i.audits.passed)} / ${fmtInt(i.audits.failed)}` : '–'],
       ['Speed', i.speed === null ? '–' : `${fmtSI(i.speed)} tokens/s`],

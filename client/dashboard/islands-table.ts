@@ -3,7 +3,7 @@
 // twice a second cost one sort + one page of text writes, and nothing jumps.
 
 import { h, setAttr, setText } from './dom.ts';
-import { fmtAgo, fmtAudits, fmtFixed, fmtInt, fmtSI } from './format.ts';
+import { fmtAgo, fmtAudits, fmtFixed, fmtInt, fmtNumerics, fmtSI } from './format.ts';
 import type { IslandView as Island } from '../../core/api.ts';
 import { isOnline, type Store } from './store.ts';
 import { PAGE_SIZES, type SortDir, type ViewState } from './url.ts';
@@ -20,6 +20,7 @@ interface Column {
 export const COLUMNS: Column[] = [
   { key: 'name', label: 'Island', title: 'display name (id)', get: (i) => i.name.toLowerCase(), cell: (i) => i.name },
   { key: 'engine', label: 'Engine · adapter', title: 'engine type and GPU adapter', get: (i) => `${i.engine} ${i.adapter}`.toLowerCase(), cell: (i) => [i.engine, i.adapter].filter(Boolean).join(' · ') || '–' },
+  { key: 'numerics', label: 'Numerics', title: 'storage precision (master weights f32) and devices training data-parallel inside the island', get: (i) => `${i.numerics} ${i.devices}`, cell: fmtNumerics },
   { key: 'speed', label: 'Speed', title: 'measured speed (tokens/s)', num: true, get: (i) => i.speed, cell: (i) => fmtSI(i.speed) },
   { key: 'steps', label: 'Inner steps', title: 'inner steps assigned for the next round', num: true, get: (i) => i.innerSteps, cell: (i) => fmtInt(i.innerSteps) },
   { key: 'tokens', label: 'Tokens', title: 'tokens contributed', num: true, get: (i) => i.tokens, cell: (i) => fmtInt(i.tokens) },

@@ -5,12 +5,15 @@ import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine 
 import { type GPTConfig, paramLayout } from '../../core/model/config.ts';
 import { GPT } from '../../core/model/gpt.ts';
 import { ADAMW_DEFAULTS, adamwUpdate, clipScale, gradNormSquared, pseudoGradient } from '../../core/model/ops.ts';
+import { pseudoGradientF16 } from '../../core/model/ops-f16.ts';
 
 export class CpuEngine implements TrainingEngine {
   readonly kind = 'cpu' as const;
   readonly device = 'cpu';
   readonly gpuBytes = 0;
   readonly config: GPTConfig;
+  /** f16: the WebGPU engine's --precision f16, modelled by the CPU twins of its kernels. */
+  get numerics(): 'f32' | 'f16' { return this.model.numerics; }
   private readonly model: GPT;
   private readonly evalModel: GPT;
   private readonly start: Float32Array;
@@ -27,6 +30,10 @@ export class CpuEngine implements TrainingEngine {
     this.model = new GPT(opts.config, opts.maxBatch, maxT);
     // sampling and eval share the weights but use their own small activations
     this.evalModel = new GPT(opts.config, Math.min(opts.maxBatch, 8), maxT);
+    if (opts.precision === 'f16') {
+      this.model.useF16Storage();
+      this.evalModel.useF16Storage();
+    }
     const n = this.model.params.length;
     this.start = new Float32Array(n);
     this.m = new Float32Array(n);
@@ -55,7 +62,8 @@ export class CpuEngine implements TrainingEngine {
   async readDelta(): Promise<Float32Array> {
     const n = this.start.length;
     const delta = new Float32Array(n);
-    pseudoGradient(delta, this.start, this.model.params, n);
+    // f16: Δ as the GPU engine reads it back, rounded once to halves
+    (this.numerics === 'f16' ? pseudoGradientF16 : pseudoGradient)(delta, this.start, this.model.params, n);
     return delta;
   }
 

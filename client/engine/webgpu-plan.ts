@@ -18,6 +18,8 @@ export interface WebGpuEngineOptions extends EngineOptions {
   subgroups?: boolean;
   /** The adapter's fp32 peak in TFLOP/s, where known (gives `peakFlops` and `mfu()`). */
   peakTflops?: number;
+  /** Size of the readback buffer θ, Δ and the moments are read through in chunks (default READBACK_BYTES; tests make it small). */
+  readbackBytes?: number;
   /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
   autotune?: { cache: TuneCache | null; budgetMs?: number };
 }
@@ -26,7 +28,7 @@ export interface WebGpuEngineOptions extends EngineOptions {
 export const AUTOTUNE_BUDGET_MS = 2000;
 
 /** Features the engine uses where the adapter has them: request them with the device. */
-export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query'];
+export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query', 'shader-f16'];
 
 /** The subset of ENGINE_FEATURES this adapter offers, for `requestDevice({ requiredFeatures })`. */
 export const engineFeatures = (adapter: GPUAdapter): GPUFeatureName[] => ENGINE_FEATURES.filter((f) => adapter.features.has(f));
@@ -59,6 +61,12 @@ export interface Plan {
 }
 
 export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
+/** The readback buffer's size: reads of θ, Δ and the moments go through it in chunks of this. */
+export const READBACK_BYTES = 4 * 2 ** 20;
+export const h16b = (n: number) => Math.max(16, Math.ceil((n * 2) / 16) * 16); // bytes of n halves, padded alike
+
+/** Activations stored as halves with --precision f16 (what the matmuls and attention read). */
+export const HALF_ACTIVATIONS = new Set(['ln1', 'qkv', 'atty', 'ln2', 'fch', 'lnf']);
 
 export function resolve(opts: WebGpuEngineOptions) {
   const c = opts.config;
@@ -78,26 +86,33 @@ export function plan(opts: WebGpuEngineOptions): Plan {
     ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, attLse: ROWS,
     residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: 2 * BT * 4 * C /* fc output, then its GELU at BT·4C */, residual3: BT * C,
   };
-  for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, f32b(n));
+  const f16 = opts.precision === 'f16';
+  const bytes = (k: string, n: number) => (f16 && HALF_ACTIVATIONS.has(k) ? h16b(n) : f32b(n));
+  if (f16) s.set('wcopy', h16b(N)); // the matmuls' weight copy (AdamW writes it)
+  for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, bytes(k, n));
   const single: Record<string, number> = {
     encoded: BT * C, attproj: BT * C, fcproj: BT * C, lnf: BT * C, lnfMean: BT, lnfRstd: BT,
     logits: BT * V, probs: BT * V, losses: BT,
     // gradients of activations: one layer's worth, reused down the layers; the residual
-    // stream's gradient is one buffer that every LayerNorm backward adds into
+    // stream's gradient is one buffer that every LayerNorm backward adds into. Buffers whose
+    // lives do not overlap are one: attention's dout is dln, its dinp (dqkv) is dfchGelu; f16's
+    // in-place GELU backward needs no dfch
     dlogits: BT * V, dln: BT * C, dres: BT * C,
-    dqkv: BT * 3 * C, datty: BT * C, dfch: BT * 4 * C, dfchGelu: BT * 4 * C, attDsum: ROWS,
+    dfchGelu: BT * 4 * C, ...(f16 ? {} : { dfch: BT * 4 * C }), attDsum: ROWS,
     dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
     inputs: BT, targets: BT,
     ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
   };
-  for (const [k, n] of Object.entries(single)) s.set(k, f32b(n));
+  for (const [k, n] of Object.entries(single)) s.set(k, bytes(k, n));
   const o = new Map<string, number>();
-  o.set('readback', f32b(N));
+  // θ, Δ and the moments are read back a chunk at a time; logits and eval losses fit in one
+  o.set('readback', Math.min(f32b(N), Math.max(Math.ceil((opts.readbackBytes ?? READBACK_BYTES) / 16) * 16, f32b(V), f32b(EVAL_SLOTS))));
   o.set('lossStaging', f32b(ring + EVAL_SLOTS));
   o.set('stepUniform', 256);
   // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
   o.set('uniforms', (stepDispatches(L) + 1) * 256);
   o.set('deltaUniforms', 256);
+  if (f16) o.set('packUniforms', 256);
   const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
   return { storage: s, other: o, maxT, ring, maxGroups, attTileBytes: op.attentionTileBytes(C / NH) };
 }
@@ -165,6 +180,13 @@ export function validateOptions(opts: WebGpuEngineOptions): void {
   // grid dimensions the kernels index directly (vocab rows, batch·heads, positions)
   const dims = { vocabSize: opts.config.vocabSize, 'maxBatch·nHead': opts.maxBatch * opts.config.nHead, maxT };
   for (const [k, v] of Object.entries(dims)) if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
+  const p = opts.precision ?? 'f32';
+  if (p !== 'f32' && p !== 'f16') throw new Error(`precision ${String(p)} must be f32 or f16`);
+  if (p === 'f16') {
+    // halves are read 4 at a time (vec4 loads of the matmuls and attention)
+    const { nEmbd: C, nHead: NH, vocabSize: V } = opts.config;
+    for (const [k, v] of Object.entries({ nEmbd: C, vocabSize: V, 'head size': C / NH })) if (v % 4 !== 0) throw new Error(`precision f16 needs ${k} a multiple of 4, got ${v}`);
+  }
 }
 
 export function engineError(code: string, message: string): Error & { code: string } {

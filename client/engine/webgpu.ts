@@ -16,15 +16,16 @@
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import { type GPTConfig, mfu, paramLayout } from '../../core/model/config.ts';
 import { ADAMW_DEFAULTS, type Tokens } from '../../core/model/ops.ts';
+import { unpackHalves } from '../../core/model/ops-f16.ts';
 import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
-import type { DispatchSpec } from '../../shaders/kernel.ts';
 import {
-  AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, PER_LAYER, type Plan, type WebGpuEngineOptions,
+  AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, type Plan, type WebGpuEngineOptions,
   engineError, estimateGpuBytes, f32b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
 } from './webgpu-plan.ts';
 import * as op from '../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
-import { type TuneResult, autotuneMatmuls, modelMatmuls, tunedDims } from './webgpu-tune.ts';
+import { type TuneResult, autotuneMatmuls, modelMatmuls } from './webgpu-tune.ts';
+import { trainingStep } from './webgpu-step.ts';
 
 
 export {
@@ -51,6 +52,10 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly gpu: GPUDevice;
   /** Whether the reductions use subgroup operations. */
   readonly subgroups: boolean;
+  /** Storage precision of the activations the matmuls read, of their weight copy and of Δ. */
+  readonly numerics: 'f32' | 'f16';
+  /** --precision f16: half.wgsl's storage form on this device (native with shader-f16). */
+  readonly halfForm: op.HalfForm;
   /** The adapter's peak FLOP/s, when given (peakTflops). */
   readonly peakFlops?: number;
   /** What the autotuner chose (null: not tuned). */
@@ -64,8 +69,10 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly staging: GPUBuffer[] = []; // loss staging buffers, all of them
   private program!: Program;
   private deltaProgram!: Program;
+  private packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
   private fwdEnd = 0;  // dispatches [0, fwdEnd): forward to the logits
   private lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
+  private optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
   private readonly hyper: typeof ADAMW_DEFAULTS;
   private readonly stepUniform = new ArrayBuffer(STEP_UNIFORM_BYTES);
   private readonly tokIn: Uint32Array;
@@ -86,6 +93,8 @@ export class WebGpuEngine implements TrainingEngine {
     this.config = { ...opts.config };
     this.device = opts.adapterInfo ?? 'webgpu';
     this.subgroups = (opts.subgroups ?? true) && device.features.has('subgroups');
+    this.numerics = opts.precision ?? 'f32';
+    this.halfForm = op.halfForm(device.features);
     this.autotune = opts.autotune;
     if (opts.peakTflops) this.peakFlops = opts.peakTflops * 1e12;
     const r = resolve(opts);
@@ -144,6 +153,11 @@ export class WebGpuEngine implements TrainingEngine {
     return e;
   }
 
+  /** Parameters of the model (θ's length). */
+  get paramCount(): number {
+    return this.N;
+  }
+
   /** Bytes allocated on the device. */
   get gpuBytes(): number {
     return this.bytes;
@@ -178,100 +192,32 @@ export class WebGpuEngine implements TrainingEngine {
     return x;
   }
 
-  /** The whole training step as a list of dispatches, in gpt.ts's order. */
+  /** The training step's dispatches (webgpu-step.ts) built into programs, on tuned matmuls. */
   private async build(): Promise<void> {
-    const c = this.config;
-    const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
-    const layout = paramLayout(c);
-    // element offset of a tensor, or of layer l's slice of a (L, ...) tensor
-    const at = (name: string, l = 0) => {
-      const t = layout.byName[name];
-      return t.offset + (PER_LAYER.has(name) ? (l * t.size) / L : 0);
-    };
-    const b = (n: string) => this.b(n);
-    const params = b('params'), grads = b('grads'), partials = b('dwPartials');
-    const resid = (l: number) => (l < 0 ? b('encoded') : b(`residual3.${l}`));
-    // the residual stream's gradient: one buffer, each LayerNorm backward adds its dinp into it
-    const dres = b('dres');
-    const specs: DispatchSpec[] = [];
-    const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
     const kernels = KernelSet.for(this.gpu, { subgroups: this.subgroups });
     if (this.autotune) {
-      this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(C, V), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
+      this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(this.config.nEmbd, this.config.vocabSize), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
     }
-    const gelu = this.maxB * this.maxT * 4 * C; // offset of the GELU half of each fch buffer
-    const tuned = (cin: number, cout: number) => tunedDims(this.tuning?.choices ?? new Map(), cin, cout);
-
-    // ---- forward: each residual add is fused into the LayerNorm that reads it next
-    specs.push(
-      op.encoderForward(b('encoded'), b('inputs'), params, enc),
-      op.layernormForward(b('ln1.0'), b('ln1Mean.0'), b('ln1Rstd.0'), b('encoded'), params, { C, wOff: at('ln1w', 0), bOff: at('ln1b', 0) }),
-    );
-    for (let l = 0; l < L; l++) {
-      const x = (k: string) => b(`${k}.${l}`);
-      // residual3.l feeds layer l + 1's ln1, or lnf after the last layer
-      const next = l + 1 < L
-        ? { out: b(`ln1.${l + 1}`), mean: b(`ln1Mean.${l + 1}`), rstd: b(`ln1Rstd.${l + 1}`), wOff: at('ln1w', l + 1), bOff: at('ln1b', l + 1) }
-        : { out: b('lnf'), mean: b('lnfMean'), rstd: b('lnfRstd'), wOff: at('lnfw'), bOff: at('lnfb') };
-      specs.push(
-        op.matmulForward(x('qkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), ...tuned(C, 3 * C).fwd }),
-        op.attentionForward(x('atty'), x('attLse'), x('qkv'), { C, NH }),
-        op.matmulForward(b('attproj'), x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), ...tuned(C, C).fwd }),
-        op.residualLayernormForward(x('residual2'), x('ln2'), x('ln2Mean'), x('ln2Rstd'), resid(l - 1), b('attproj'), params, { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
-        // bias + GELU fused into the fc matmul: fch holds the pre-activation (for the backward), then its GELU at `gelu`
-        op.matmulForward(x('fch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), geluOff: gelu, ...tuned(C, 4 * C).fwd }),
-        op.matmulForward(b('fcproj'), x('fch'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, ...tuned(4 * C, C).fwd }),
-        op.residualLayernormForward(x('residual3'), next.out, next.mean, next.rstd, x('residual2'), b('fcproj'), params, { C, wOff: next.wOff, bOff: next.bOff }),
-      );
-    }
-    specs.push(
-      op.matmulForward(b('logits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, ...tuned(C, V).fwd }), // tied LM head
-    );
-    this.fwdEnd = specs.length;
-    specs.push(
-      op.softmaxCrossEntropyForward(b('losses'), b('probs'), b('logits'), b('targets'), { V }),
-      op.meanLoss(b('ring'), b('losses')),
-    );
-    this.lossEnd = specs.length;
-
-    // ---- backward (overwrite unless noted). A residual add passes its gradient to both inputs
-    // unchanged, so the stream's gradient stays in `dres`: the projections read it as their dout,
-    // and each LayerNorm backward adds its dinp into it once they have.
-    specs.push(
-      op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
-      ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), params, { C, OC: V, wOff: at('wte'), biasOff: null, partials, ...tuned(C, V).bwd }),
-      ...op.layernormBackward(dres, grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb'), partials }),
-    );
-    for (let l = L - 1; l >= 0; l--) {
-      const x = (k: string) => b(`${k}.${l}`);
-      specs.push(
-        // dres = d residual3.l
-        ...op.matmulBackward(b('dfchGelu'), grads, dres, x('fch'), params, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, partials, ...tuned(4 * C, C).bwd }),
-        op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
-        ...op.matmulBackward(b('dln'), grads, b('dfch'), x('ln2'), params, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd }),
-        ...op.layernormBackward(dres, grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), partials, accumulateDinp: true }),
-        // dres = d residual2.l
-        ...op.matmulBackward(b('datty'), grads, dres, x('atty'), params, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials, ...tuned(C, C).bwd }),
-        ...op.attentionBackward(b('dqkv'), b('attDsum'), b('datty'), x('qkv'), x('atty'), x('attLse'), { C, NH }),
-        ...op.matmulBackward(b('dln'), grads, b('dqkv'), x('ln1'), params, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials, ...tuned(C, 3 * C).bwd }),
-        ...op.layernormBackward(dres, grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), partials, accumulateDinp: true }),
-      );
-    }
-    // dres = d encoded; the tied wte already holds the LM head's gradient: the embedding's adds to it
-    specs.push(...op.encoderBackward(grads, dres, b('inputs'), { ...enc, accumulateWte: true }));
-
-    // ---- optimizer
-    specs.push(
-      ...op.gradNorm(b('clip'), b('partials'), grads, { N: this.N }),
-      op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), { N: this.N, ranges: op.decayRanges(layout.tensors) }),
-    );
-
+    const f16 = this.numerics === 'f16', form = this.halfForm;
+    const { specs, fwdEnd, lossEnd, optStart } = trainingStep(this.config, (n) => this.b(n), { maxRows: this.maxB * this.maxT, choices: this.tuning?.choices ?? new Map(), ...(f16 ? { f16: { form } } : {}) });
+    this.fwdEnd = fwdEnd;
+    this.lossEnd = lossEnd;
+    this.optStart = optStart;
+    const L = this.config.nLayer, b = (n: string) => this.b(n);
+    const params = b('params'), grads = b('grads');
     if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
     const probe = { B: this.maxB, T: this.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
-    this.deltaProgram = await Program.build(kernels, [op.pseudoGradient(grads, b('start'), params, { N: this.N })], probe, undefined, 'delta');
+    // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
+    const delta = f16 ? op.pseudoGradientF16(grads, b('start'), params, { N: this.N, form }) : op.pseudoGradient(grads, b('start'), params, { N: this.N });
+    this.deltaProgram = await Program.build(kernels, [delta], probe, undefined, 'delta');
     this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
     this.deltaProgram.setShape(probe);
+    if (f16) {
+      this.packProgram = await Program.build(kernels, [op.packF16(b('wcopy'), params, { N: this.N, form })], probe, undefined, 'pack');
+      this.bytes += this.packProgram.uniform.size;
+      this.packProgram.setShape(probe);
+    }
   }
 
   // ---------------------------------------------------------------- checks
@@ -334,6 +280,41 @@ export class WebGpuEngine implements TrainingEngine {
   /** Model FLOPs utilisation at `tokensPerSec` (T: sequence length) where the peak is known, else null. */
   mfu(tokensPerSec: number, T = this.maxT): number | null {
     return this.peakFlops ? mfu(this.config, tokensPerSec, this.peakFlops, T) : null;
+  }
+
+  // ---------------------------------------------------------------- several devices (multi-device.ts)
+
+  /**
+   * The first half of a data-parallel step: forward, loss and backward on this device's share of
+   * the batch. Then `addGradientsInto` (the all-reduce is the caller's) and `applyGradients`.
+   */
+  gradientsStep(batch: Batch, opts: StepOptions): void {
+    this.enqueue(batch, opts, (enc, shape) => {
+      const pass = enc.beginComputePass();
+      this.program.encode(pass, shape, 0, this.optStart);
+      pass.end();
+    });
+  }
+
+  /** The gradients of the last `gradientsStep`, added into `into` × `weight` as they are read back. */
+  async addGradientsInto(into: Float32Array, weight: number): Promise<void> {
+    this.usable();
+    await this.exclusive(() => this.readOut(this.b('grads'), 4 * this.N, (chunk, at) => {
+      const g = new Float32Array(chunk), o = at / 4;
+      for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
+    }));
+  }
+
+  /** The second half: the all-reduced gradients in, then grad norm, clip and AdamW (one submission). */
+  applyGradients(grads: Float32Array): void {
+    this.usable();
+    if (grads.length !== this.N) throw engineError('E_WRONG_SIZE', `gradients have ${grads.length} elements, the model needs ${this.N}`);
+    this.gpu.queue.writeBuffer(this.b('grads'), 0, grads);
+    const enc = this.gpu.createCommandEncoder({ label: 'applyGradients' });
+    const pass = enc.beginComputePass();
+    this.program.encode(pass, { B: this.maxB, T: this.maxT }, this.optStart);
+    pass.end();
+    this.gpu.queue.submit([enc.finish()]);
   }
 
   /** Loads the batch and step uniform, records the step with `record`, submits (the loss ring as in `step`). */
@@ -463,6 +444,14 @@ export class WebGpuEngine implements TrainingEngine {
     const q = this.gpu.queue;
     q.writeBuffer(this.b('params'), 0, params);
     q.writeBuffer(this.b('start'), 0, params);
+    if (this.packProgram) {
+      // f16: the matmuls' weight copy, rounded once from θ (AdamW keeps it after each step)
+      const enc = this.gpu.createCommandEncoder({ label: 'setParams.pack' });
+      const pass = enc.beginComputePass();
+      this.packProgram.encode(pass, { B: this.maxB, T: this.maxT });
+      pass.end();
+      q.submit([enc.finish()]);
+    }
   }
 
   async getParams(): Promise<Float32Array> {
@@ -473,13 +462,22 @@ export class WebGpuEngine implements TrainingEngine {
   async readDelta(): Promise<Float32Array> {
     this.usable();
     return this.exclusive(async () => {
-      const enc = this.gpu.createCommandEncoder({ label: 'readDelta' });
-      const pass = enc.beginComputePass();
-      this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
-      pass.end();
-      enc.copyBufferToBuffer(this.b('grads'), 0, this.b('readback'), 0, f32b(this.N));
-      this.gpu.queue.submit([enc.finish()]);
-      return this.readMapped(this.N);
+      const delta = (enc: GPUCommandEncoder) => {
+        const pass = enc.beginComputePass();
+        this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
+        pass.end();
+      };
+      const out = new Float32Array(this.N);
+      if (this.numerics === 'f32') {
+        await this.readOut(this.b('grads'), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4), delta);
+      } else {
+        // N halves, half the bytes of f32, unpacked here once (for the codec); chunks hold whole words
+        await this.readOut(this.b('grads'), 4 * Math.ceil(this.N / 2), (chunk, at) => {
+          const from = at / 2, n = Math.min(this.N - from, (chunk.byteLength / 4) * 2);
+          unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
+        }, delta);
+      }
+      return out;
     });
   }
 
@@ -531,11 +529,29 @@ export class WebGpuEngine implements TrainingEngine {
   private readBuffer(name: string): Promise<Float32Array> {
     this.usable();
     return this.exclusive(async () => {
-      const enc = this.gpu.createCommandEncoder({ label: `read ${name}` });
-      enc.copyBufferToBuffer(this.b(name), 0, this.b('readback'), 0, f32b(this.N));
-      this.gpu.queue.submit([enc.finish()]);
-      return this.readMapped(this.N);
+      const out = new Float32Array(this.N);
+      await this.readOut(this.b(name), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4));
+      return out;
     });
+  }
+
+  /**
+   * `bytes` of `src` from its start, through the readback buffer (READBACK_BYTES: a big model's θ
+   * takes several), each chunk handed to `take` while mapped, with its byte offset. `first` records
+   * work into the first chunk's submission (readDelta's Δ pass). Call inside `exclusive`.
+   */
+  private async readOut(src: GPUBuffer, bytes: number, take: (chunk: ArrayBuffer, at: number) => void, first?: (enc: GPUCommandEncoder) => void): Promise<void> {
+    const rb = this.b('readback');
+    for (let at = 0; at < bytes; at += rb.size) {
+      const n = Math.min(rb.size, Math.ceil((bytes - at) / 4) * 4);
+      const enc = this.gpu.createCommandEncoder({ label: `read ${src.label}` });
+      if (at === 0) first?.(enc);
+      enc.copyBufferToBuffer(src, at, rb, 0, n);
+      this.gpu.queue.submit([enc.finish()]);
+      await rb.mapAsync(GPUMapMode.READ, 0, n);
+      take(rb.getMappedRange(0, n), at);
+      rb.unmap();
+    }
   }
 
   /** Frees the engine's buffers (the device belongs to the caller). */
@@ -546,6 +562,7 @@ export class WebGpuEngine implements TrainingEngine {
     for (const b of this.staging) b.destroy();
     this.program?.destroy();
     this.deltaProgram?.destroy();
+    this.packProgram?.destroy();
     this.lostCallbacks.clear();
   }
 }

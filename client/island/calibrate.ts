@@ -33,10 +33,26 @@ export interface Calibration {
   /** Time the calibration took, ms; when it was measured (epoch ms). */
   ms: number;
   at: number;
+  /** The engine's storage precision it was measured with (the page's choice; absent: f32). */
+  numerics?: 'f32' | 'f16';
+  /** With precision 'auto': f16's speed ÷ f32's, when both were timed. */
+  f16Speedup?: number;
 }
 
 /** A full-batch step that would take under this is timed itself. */
 const FULL_STEP_UNDER_MS = 3000;
+
+/**
+ * f32 or f16 storage from their two calibrations: f16 when it trains faster, with the line the page
+ * logs (the ratio is f16's tokens/s ÷ f32's).
+ */
+export function pickNumerics(f32: Calibration, f16: Calibration): { numerics: 'f32' | 'f16'; speedup: number; line: string } {
+  const speedup = f16.tokensPerSec / f32.tokensPerSec;
+  const both = `f16 ${Math.round(f16.tokensPerSec).toLocaleString('en-US')} vs f32 ${Math.round(f32.tokensPerSec).toLocaleString('en-US')} tokens/s`;
+  return speedup > 1
+    ? { numerics: 'f16', speedup, line: `Numerics: f16 storage, ${speedup.toFixed(2)}× faster than f32 here (${both}); master weights stay f32.` }
+    : { numerics: 'f32', speedup, line: `Numerics: f32; f16 storage was not faster here (${both}).` };
+}
 
 /** Which saved measurement fits this engine and shape. */
 export function calibrationKey(kind: string, device: string, shape: ModelShape): string {

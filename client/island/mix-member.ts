@@ -1,35 +1,26 @@
 // A group member's side of butterfly mixing, as a Transport around the island's own: submitDelta
-// commits to the Δ's hash, waits to be grouped, runs the reduce-scatter with its peers and uploads
-// its fragment; any failure (no group formed, a peer dropped or stalled, the server fell back)
-// ends in the plain direct upload of the same (meta, frame), so nothing is lost and the seq keeps
-// it from counting twice. Pushed update pieces are all-gathered from the group and checked against
-// the update's hash before the runtime sees them; a wrong piece means fetching the update whole.
+// commits to its Δ frame's hash, waits to be grouped, swaps frames with its peers along the
+// butterfly (each checked against its sender's commitment), reduces its fragment of the group's
+// token-weighted mean and uploads it. Any failure (no group formed, a peer dropped, stalled or sent
+// a frame that fails its commitment, the server called the group off) ends in the plain direct
+// upload of the same (meta, frame): nothing is lost, and the seq keeps it from counting twice.
+// Pushed update pieces are exchanged the same way and checked against the update's hash before the
+// runtime sees them; a wrong or missing piece means fetching the update whole from the server.
 // No node: imports: the browser, the Node island and the simulator run it with their own MixPort.
 
 import { type CodecOptions, decodeDelta, encodeDelta } from '../../core/codec/index.ts';
-import { type CheckUpload, type FragmentUpload, type GroupPlan, type Replay, transcriptHash } from '../../core/mix/broker.ts';
-import { type PeerChannel, type PieceChannel, allGather, reduceScatter, treeSum, weighted } from '../../core/mix/butterfly.ts';
+import type { FragmentUpload, GroupPlan } from '../../core/mix/broker.ts';
+import { type PieceChannel, canonicalFragment, exchange, joinPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
-import type { AckMsg, Assignment, DeltaMeta, HelloMsg, ModelSnapshotMsg, UpdateMsg } from '../../core/protocol.ts';
+import type { AckMsg, Assignment, DeltaMeta, HelloMsg, MixPieceMsg, ModelSnapshotMsg, UpdateMsg } from '../../core/protocol.ts';
 import { type Result, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
 
 /** Updates kept for catch-up (fetchUpdates) after they were delivered. */
 const RECENT_KEPT = 16;
 
-/** The stage tag of spot-check pieces for fragment j (reduce-scatter stages are 0..log2 k − 1). */
-export const CHECK_STAGE = 64;
-
-/** A pushed piece of an update: the update without its frame, the frame's SHA-256, and this member's byte piece. */
-export interface UpdatePiece {
-  update: Omit<UpdateMsg, 'frame'>;
-  frameHash: string;
-  groupId: number;
-  index: number;
-  /** The group's island ids in member order. */
-  members: string[];
-  piece: Uint8Array;
-}
+/** A pushed piece of an update (the `mix:piece` message). */
+export type UpdatePiece = MixPieceMsg;
 
 /** The member's group as the server announced it. */
 export interface MemberPlan extends GroupPlan { index: number }
@@ -38,8 +29,11 @@ export interface MemberPlan extends GroupPlan { index: number }
 export interface MixPort {
   /** Commits (frame hash) and waits to be grouped: the plan, or null to upload directly. */
   ready(meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null>;
-  /** Uploads this member's fragment (null: its exchange failed). The ack of its own Δ, or 'direct' to upload directly. */
-  fragment(groupId: number, up: FragmentUpload | null): Promise<AckMsg | 'direct'>;
+  /**
+   * Uploads this member's fragment (null: its exchange failed). The ack of its own Δ; 'direct' to
+   * upload directly; 'regroup' when its group was called off (a member dropped): ready again, once.
+   */
+  fragment(groupId: number, up: FragmentUpload | null): Promise<AckMsg | 'direct' | 'regroup'>;
   /** The server's requests to this member while its group settles. */
   serve(handlers: MemberHandlers): void;
   onPiece(listener: (p: UpdatePiece) => void): void;
@@ -47,18 +41,15 @@ export interface MixPort {
 
 /** What the server may ask of a member while its group settles. */
 export interface MemberHandlers {
-  /** Recompute fragment j from every member's piece and upload it (a spot check). */
-  check(groupId: number, j: number): Promise<CheckUpload | null>;
-  /** Send this member's weighted piece of fragment j to the checker. */
-  piece(groupId: number, j: number, checker: number): Promise<void>;
-  /** Upload the whole Δ frame committed to, and the exchange's transcript (an audit). */
-  replay(groupId: number): Promise<Replay | null>;
+  /** Recompute fragment j from the frames held and upload it (a spot check). */
+  check(groupId: number, j: number): Promise<FragmentUpload | null>;
+  /** Upload the whole Δ frame committed to (an audit). */
+  replay(groupId: number): Promise<Uint8Array | null>;
 }
 
-/** The member's data channels to the peers of a group (WebRTC live, in-process links in the simulator). */
+/** The member's data channels to a group's peers (WebRTC live, in-process links in the simulator); `key` names the exchange. */
 export interface PeerNet {
-  channel(plan: MemberPlan): PeerChannel;
-  pieces(key: string, index: number, members: string[]): PieceChannel;
+  channel(key: string, index: number, members: string[]): PieceChannel;
 }
 
 export interface MixMemberOptions {
@@ -72,8 +63,9 @@ export interface MixMemberStats { mixed: number; direct: number; piecesOk: numbe
 
 export class MixMember implements Transport {
   private codec: CodecOptions | null = null;
-  private readonly held = new Map<number, { x: Float32Array; frame: Uint8Array; plan: MemberPlan; sent: string[]; received: string[] }>();
-  /** Updates seen lately (pushed whole or all-gathered), and all-gathers in flight, by version. */
+  /** Groups this member is in: the frames it holds, until the server settled the group. */
+  private readonly held = new Map<number, { xs: Float32Array[]; frame: Uint8Array; plan: MemberPlan }>();
+  /** Updates seen lately (pushed whole or exchanged in pieces), and piece exchanges in flight, by version. */
   private readonly recent = new Map<number, UpdateMsg>();
   private readonly gathering = new Map<number, Promise<void>>();
   private readonly listeners = new Set<(m: UpdateMsg) => void>();
@@ -81,10 +73,7 @@ export class MixMember implements Transport {
 
   constructor(private readonly inner: Transport, private readonly port: MixPort, private readonly net: PeerNet, private readonly n: number, private readonly opts: MixMemberOptions = {}) {
     this.stats = opts.stats ?? { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
-    port.serve({ check: (g, j) => this.check(g, j), piece: (g, j, c) => this.sendCheckPiece(g, j, c), replay: async (g) => {
-      const h = this.held.get(g);
-      return h ? { frame: h.frame, sent: h.sent, received: h.received } : null;
-    } });
+    port.serve({ check: async (g, j) => this.check(g, j), replay: async (g) => this.held.get(g)?.frame ?? null });
     port.onPiece((p) => this.onPiece(p));
     inner.onUpdate((m) => this.deliver(m));
   }
@@ -104,10 +93,12 @@ export class MixMember implements Transport {
   }
 
   fetchModel(): Promise<Result<ModelSnapshotMsg>> { return this.inner.fetchModel(); }
+  close(reason: string): Promise<void> { return this.inner.close(reason); }
+
   /**
-   * Catch-up: an update whose pieces are still being all-gathered is waited for, not fetched again
-   * from the server (the runtime asks as soon as its assignment names a newer base version); the
-   * server is asked only for what follows the updates held here.
+   * Catch-up: an update whose pieces are still being exchanged is waited for, not fetched again from
+   * the server (the runtime asks as soon as its assignment names a newer base version); the server
+   * is asked only for what follows the updates held here.
    */
   async fetchUpdates(from: number): Promise<Result<UpdateMsg[]>> {
     await Promise.all([...this.gathering].filter(([v]) => v > from).map(([, p]) => p));
@@ -116,7 +107,6 @@ export class MixMember implements Transport {
     const r = await this.inner.fetchUpdates(from + held.length);
     return r.ok ? ok([...held, ...r.value]) : held.length ? ok(held) : r;
   }
-  close(reason: string): Promise<void> { return this.inner.close(reason); }
 
   onUpdate(listener: (m: UpdateMsg) => void): () => void {
     this.listeners.add(listener);
@@ -125,27 +115,43 @@ export class MixMember implements Transport {
 
   async submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
     const codec = this.codec;
-    const x = decodeDelta(frame, this.n);
-    const plan = codec && x.ok ? await this.port.ready(meta, sha256Hex(frame)) : null;
-    if (!plan || !codec || !x.ok) return this.direct(meta, frame);
-    const h = { x: x.value.slice(), frame, plan, sent: [] as string[], received: [] as string[] };
-    this.held.set(plan.groupId, h);
-    try {
-      const rs = await reduceScatter(plan.index, plan.members.length, x.value, plan.weights, plan.ranges, this.net.channel(plan));
-      let up: FragmentUpload | null = null;
-      if (rs) {
-        this.opts.tamper?.(rs.fragment);
-        h.sent = rs.log.sent.map((v) => sha256Hex(v));
-        h.received = rs.log.received.map((v) => sha256Hex(v));
-        up = { frame: encodeDelta(rs.fragment, codec), transcript: transcriptHash(h.sent, h.received) };
-      }
-      const ack = await this.port.fragment(plan.groupId, up);
-      if (ack === 'direct') return this.direct(meta, frame);
+    if (!codec || !peekable(frame)) return this.direct(meta, frame);
+    const frameHash = sha256Hex(frame);
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const plan = await this.port.ready(meta, frameHash);
+      if (!plan) break;
+      const ack = await this.mix(plan, frame, codec);
+      if (ack === 'direct') break;
+      if (ack === 'regroup') continue;
       this.stats.mixed++;
       return ok(ack);
+    }
+    return this.direct(meta, frame);
+  }
+
+  /** One group: swap frames, reduce and upload this member's fragment; the server's verdict. */
+  private async mix(plan: MemberPlan, frame: Uint8Array, codec: CodecOptions): Promise<AckMsg | 'direct' | 'regroup'> {
+    let up: FragmentUpload | null = null;
+    const ids = plan.members.map((m) => m.islandId);
+    const frames = await exchange(plan.index, ids.length, frame, this.net.channel(`g${plan.groupId}`, plan.index, ids), (j, b) => sha256Hex(b) === plan.members[j].frameHash);
+    const xs = frames?.map((f) => decodeDelta(f, this.n));
+    if (xs && xs.every((x) => x.ok)) {
+      const decoded = xs.map((x) => (x.ok ? x.value.slice() : new Float32Array(0)));
+      this.held.set(plan.groupId, { xs: decoded, frame, plan });
+      up = { frame: this.fragmentFrame(decoded, plan, plan.index, codec) };
+    }
+    try {
+      return await this.port.fragment(plan.groupId, up);
     } finally {
       this.held.delete(plan.groupId);
     }
+  }
+
+  /** Fragment j of the group's mean from the frames held, encoded with the run's uplink codec. */
+  private fragmentFrame(xs: Float32Array[], plan: MemberPlan, j: number, codec: CodecOptions): Uint8Array {
+    const f = canonicalFragment(xs, plan.weights, plan.ranges[j]);
+    this.opts.tamper?.(f);
+    return encodeDelta(f, codec);
   }
 
   private direct(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
@@ -153,28 +159,10 @@ export class MixMember implements Transport {
     return this.inner.submitDelta(meta, frame);
   }
 
-  /** A spot check: fragment j recomputed from every member's weighted piece (the butterfly's tree order). */
-  private async check(groupId: number, j: number): Promise<CheckUpload | null> {
+  /** A spot check: fragment j recomputed from the frames this member holds. */
+  private check(groupId: number, j: number): FragmentUpload | null {
     const h = this.held.get(groupId);
-    if (!h || !this.codec) return null;
-    const { plan, x } = h;
-    const ch = this.net.channel(plan);
-    const [lo, hi] = plan.ranges[j];
-    const mine = weighted(x.subarray(lo, hi), plan.weights[plan.index]);
-    const pieces = await Promise.all(plan.members.map((_, m) => (m === plan.index ? Promise.resolve(mine) : ch.recv(m, CHECK_STAGE + j))));
-    if (pieces.some((p) => !p || p.length !== hi - lo)) return null;
-    const received = pieces.map((p) => sha256Hex(p!));
-    const sum = treeSum(pieces.map((p) => p!.slice()));
-    this.opts.tamper?.(sum);
-    return { frame: encodeDelta(sum, this.codec), transcript: '', received };
-  }
-
-  /** Another member checks fragment j: send it this member's weighted piece. */
-  private async sendCheckPiece(groupId: number, j: number, checker: number): Promise<void> {
-    const h = this.held.get(groupId);
-    if (!h) return;
-    const [lo, hi] = h.plan.ranges[j];
-    await this.net.channel(h.plan).send(checker, CHECK_STAGE + j, weighted(h.x.subarray(lo, hi), h.plan.weights[h.plan.index]));
+    return h && this.codec ? { frame: this.fragmentFrame(h.xs, h.plan, j, this.codec) } : null;
   }
 
   private deliver(m: UpdateMsg): void {
@@ -191,8 +179,8 @@ export class MixMember implements Transport {
   }
 
   private async gather(p: UpdatePiece): Promise<void> {
-    const k = p.members.length;
-    const whole = await allGather(p.index, k, p.piece, this.net.pieces(`${p.groupId}@${p.update.version}`, p.index, p.members));
+    const pieces = await exchange(p.index, p.members.length, p.piece, this.net.channel(`d${p.groupId}@${p.update.version}`, p.index, p.members));
+    const whole = pieces && joinPieces(pieces);
     if (whole && sha256Hex(whole) === p.frameHash) {
       this.stats.piecesOk++;
       return this.deliver({ ...p.update, frame: whole });
@@ -203,3 +191,6 @@ export class MixMember implements Transport {
     if (r.ok) for (const u of r.value) if (u.version === p.update.version) this.deliver(u);
   }
 }
+
+/** A frame worth mixing: at least a header (the runtime's own frames always are). */
+function peekable(frame: Uint8Array): boolean { return frame.length >= 32; }

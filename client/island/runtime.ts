@@ -208,7 +208,7 @@ export class IslandRuntime {
   private async loop(): Promise<string> {
     this.setStatus('connecting');
     this.unsubscribe = this.transport.onUpdate((msg) => this.onPushedUpdate(msg));
-    const caps: IslandCaps = { engine: this.engine.kind, adapter: this.engine.device, ...this.opts.caps };
+    const caps: IslandCaps = { engine: this.engine.kind, adapter: this.engine.device, numerics: this.engine.numerics ?? 'f32', devices: this.engine.devices ?? 1, ...this.opts.caps };
     const hello = await this.transport.hello({ protocolVersion: PROTOCOL_VERSION, caps, resumeIslandId: this.opts.resumeIslandId });
     if (!hello.ok) return hello.error.code === ErrorCode.DONE ? 'done' : this.fail(hello.error);
     this.progress.islandId = hello.value.islandId;

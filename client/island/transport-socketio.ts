@@ -13,6 +13,7 @@ import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloAnsw
 import { backoff } from '../../core/random.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
+import { solvePow } from '../../core/pow.ts';
 
 export interface SocketIoTransportOptions {
   /**
@@ -158,11 +159,23 @@ export class SocketIoTransport implements Transport {
 
   async hello(msg: HelloMsg): Promise<Result<HelloResult>> {
     this.helloMsg = msg;
-    for (;;) {
+    // a new identity pays a proof of work (docs/protocol.md); a saved one resumes for free, and pays
+    // only when the server does not take its token (E_POW)
+    let payWork = false;
+    for (let powTries = 0; ;) {
       const up = await this.waitConnected();
       if (!up.ok) return up;
-      const r = await this.emit<HelloAnswer>('hello', this.helloPayload(), this.opts.requestTimeoutMs);
+      const payload = this.helloPayload();
+      if (payWork || payload.resumeToken === undefined) {
+        const pow = await this.proofOfWork();
+        if (pow === DISCONNECTED || pow === TIMEOUT) continue;
+        if (!pow.ok) return pow;
+        payload.pow = pow.value;
+      }
+      const r = await this.emit<HelloAnswer>('hello', payload, this.opts.requestTimeoutMs);
       if (r === DISCONNECTED || r === TIMEOUT) continue;
+      // E_POW: the token was not taken (pay, and start as a new island), or the challenge expired meanwhile
+      if (!r.ok && r.error.code === 'E_POW' && powTries++ < 3) { payWork = true; continue; }
       if (!r.ok) return err(r.error.code, r.error.message);
       this.setIdentity(r.value);
       this.markReady();
@@ -280,6 +293,15 @@ export class SocketIoTransport implements Transport {
   }
 
   // ── internals ─────────────────────────────────────────────────────────────────────────────
+
+  /** A new identity's proof of work: the server's challenge, solved (core/pow.ts). */
+  private async proofOfWork(): Promise<Result<{ challenge: string; nonce: string }> | typeof DISCONNECTED | typeof TIMEOUT> {
+    const c = await this.emit<{ challenge: string; bits: number }>('challenge', {}, this.opts.requestTimeoutMs);
+    if (c === DISCONNECTED || c === TIMEOUT || !c.ok) return c;
+    const self = this; // the search stops when the transport is closed
+    const nonce = await solvePow(c.value.challenge, c.value.bits, { get aborted() { return self.closed; } });
+    return nonce === null ? err('E_POW', 'no nonce found') : ok({ challenge: c.value.challenge, nonce });
+  }
 
   private helloPayload(): HelloMsg {
     const base = this.helloMsg!;

@@ -6,9 +6,7 @@
 // on a transport error (server restart, network loss); a lost GPU device is
 // rebuilt underneath it by ResilientEngine, without losing the round.
 
-import { CpuEngine } from '../engine/cpu.ts';
 import { WebGpuEngine } from '../engine/webgpu.ts';
-import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../engine/webgpu-tune.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
@@ -17,12 +15,12 @@ import { encodeText } from '../../core/data/tokenizer.ts';
 import { mfu } from '../../core/model/config.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
-import { calibrate, calibrationKey, fullBatch } from '../island/calibrate.ts';
+import { calibrate, calibrationKey, fullBatch, pickNumerics } from '../island/calibrate.ts';
 import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
 import { generateBetweenSteps, SamplerEngines } from './sampler.ts';
-import { engineOptions, openDevice, probeGpu } from './worker-gpu.ts';
+import { autotuneLine, cpuName, engineOptions, lastAdapter, openEngineHandle, probeGpu } from './worker-gpu.ts';
 
 const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
 const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
@@ -125,26 +123,11 @@ function stopWith(reason: string): void {
 
 // ---------------------------------------------------------------- engine
 
-let tuneCache: Promise<TuneCache | null> | null = null;
-
-async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Promise<ResilientEngine> {
-  const eo = engineOptions(shape);
+async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true, precision: 'f32' | 'f16' = 'f32'): Promise<ResilientEngine> {
   const open = async (): Promise<EngineHandle> => {
-    if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
-    const dev = await openDevice(shape);
-    // the matmul autotuner on first start, its choices cached by adapter (IndexedDB: workers have no localStorage)
-    const autotune = opts?.autotune === false ? undefined : { cache: await (tuneCache ??= indexedDbTuneCache()) };
-    const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, autotune });
-    if (onLog) log('info', autotuneLine(e.tuning));
-    let simulated = false;
-    const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
-    return {
-      engine: e,
-      lost,
-      dispose: () => dev.device.destroy(),
-      simulateLoss: () => { simulated = true; dev.device.destroy(); },
-      gpuDevice: dev.device,
-    };
+    const h = await openEngineHandle(kind, shape, opts?.autotune !== false, precision);
+    if (onLog && h.engine instanceof WebGpuEngine) log('info', autotuneLine(h.engine.tuning));
+    return h;
   };
   return ResilientEngine.create({
     open,
@@ -173,13 +156,6 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true): Pr
   });
 }
 
-/** What the matmul autotuner did at this engine start (null: the page's ?autotune=0). */
-function autotuneLine(t: TuneResult | null): string {
-  if (!t) return 'Matmul autotuning is off (?autotune=0): every matmul on the default tile.';
-  const n = (from: TuneResult['report'][number]['from']) => t.report.filter((r) => r.from === from).length;
-  return `Matmul tiles: ${n('timed')} timed now, ${n('cache')} from this browser's cache, ${n('default')} at the default until a later start (${(t.ms / 1000).toFixed(1)} s).`;
-}
-
 // ---------------------------------------------------------------- data
 
 async function fetchBytes(url: string): Promise<Uint8Array> {
@@ -199,7 +175,8 @@ async function start(o: StartOptions): Promise<void> {
   publish(true);
   const t0 = performance.now();
   try {
-    engine = await openEngine(o.engine, o.shape);
+    // a fixed ?precision=, or the choice saved with this device's calibration (checked against its key later)
+    engine = await openEngine(o.engine, o.shape, true, o.precision === 'auto' ? o.calibration?.numerics ?? 'f32' : o.precision);
   } catch (e) {
     log('error', `Could not start the ${o.engine === 'cpu' ? 'CPU' : 'WebGPU'} engine: ${(e as Error).message}`);
     stopWith(`Could not start the engine: ${(e as Error).message}`);
@@ -220,7 +197,8 @@ async function start(o: StartOptions): Promise<void> {
 /** This device's speed: the saved measurement when it fits, else a few timed steps now. */
 async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<void> {
   if (calibration || !engine) return;
-  const key = calibrationKey(o.engine, engine.device, o.shape);
+  // the precision setting is part of the key: ?precision=f32 never reuses an f16 choice
+  const key = `${calibrationKey(o.engine, engine.device, o.shape)}|${o.precision}`;
   if (o.calibration?.key === key) {
     calibration = o.calibration;
     log('info', `Speed measured earlier on this device: ${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(1)} s).`);
@@ -228,14 +206,51 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
   }
   view.detail = 'Measuring this device’s speed on a few training steps…';
   publish(true);
-  calibration = await calibrate(engine.current, data, o.shape, key);
+  calibration = { ...(await calibrate(engine.current, data, o.shape, key)), numerics: engine.numerics === 'f16' ? 'f16' : 'f32' };
+  if (o.engine === 'webgpu' && o.precision === 'auto' && engine.numerics !== 'f16') await tryF16(o, data, key);
   view.detail = '';
+  if (!calibration) return;
   post({ type: 'calibrated', calibration });
   const c = calibration;
   const steps = c.timed.map((t) => `${t.B}: ${(t.ms / 1000).toFixed(1)} s`).join(', ');
   log('info', `Measured ${Math.round(c.tokensPerSec).toLocaleString('en-US')} tokens/s in ${(c.ms / 1000).toFixed(1)} s (steps of batch ${steps}; ` +
     `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): the first round is sized from it.`);
   publish(true);
+}
+
+/**
+ * ?precision=auto on a first visit: time an f16 engine as the f32 one was and keep the faster; the
+ * choice is saved with the calibration. A software adapter keeps f32 (its speed says nothing of a GPU).
+ */
+async function tryF16(o: StartOptions, data: Uint8Array, key: string): Promise<void> {
+  if (!engine || !calibration) return;
+  if (lastAdapter()?.isFallbackAdapter) {
+    log('info', 'Numerics: f32 (a software adapter: f16 storage is not timed here).');
+    return;
+  }
+  let f16: ResilientEngine;
+  try {
+    f16 = await openEngine(o.engine, o.shape, false, 'f16');
+  } catch (e) {
+    log('info', `Numerics: f32 (f16 storage does not run here: ${(e as Error).message}).`);
+    return;
+  }
+  view.detail = 'Timing f16 storage against f32 on a few training steps…';
+  publish(true);
+  const c16 = await calibrate(f16.current, data, o.shape, key);
+  const pick = pickNumerics(calibration, c16);
+  log('info', pick.line);
+  if (pick.numerics === 'f16') {
+    engine.destroy();
+    engine = f16;
+    engine.dutyCycle = o.dutyCycle;
+    engine.extraStepMs = delays.stepMs;
+    calibration = { ...c16, numerics: 'f16', f16Speedup: pick.speedup };
+    view.device = engine.device;
+  } else {
+    f16.destroy();
+    calibration = { ...calibration, f16Speedup: pick.speedup };
+  }
 }
 
 /**
@@ -254,11 +269,6 @@ function refineCalibration(a: Assignment): void {
 /** The name on the leaderboard: the display name, or a stable anonymous one from the contributor id. */
 function islandName(o: StartOptions): string {
   return (o.displayName || `volunteer-${o.contributorId.replace(/[^a-zA-Z0-9]/g, '').slice(0, 8)}`).slice(0, 64);
-}
-
-function cpuName(): string {
-  const n = (navigator as Navigator & { hardwareConcurrency?: number }).hardwareConcurrency;
-  return n ? `CPU (1 of ${n} threads)` : 'CPU';
 }
 
 /** Runs the island; restarts it after a transport failure, with exponential backoff. */

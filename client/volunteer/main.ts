@@ -9,6 +9,7 @@ import { caret, sampleNodes } from './sample-text.ts';
 import { cleanDisplayName, loadPrefs, savePrefs } from './identity.ts';
 import type { DebugDelays, EngineKind, FromWorker, GpuProbe, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
+import { connLine, phaseLine, roundStepper } from './phase-text.ts';
 import type { ContributorCredit } from '../../core/api.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { type GlobalStatus, estimateTrainingBytes, parseRunInfo, parseStatus, type RunInfo } from './run-info.ts';
@@ -21,18 +22,16 @@ function $<T extends HTMLElement = HTMLElement>(id: string): T {
   return el as T;
 }
 
+/** Elements by id, under the keys given: `{ key: 'element-id' }`. */
+function byIds<K extends string>(ids: Record<K, string>): Record<K, HTMLElement> {
+  return Object.fromEntries(Object.entries<string>(ids).map(([k, id]) => [k, $(id)])) as Record<K, HTMLElement>;
+}
+
+// the page's sections, one line each: run, costs, GPU check, credit, live view, round, stats, samples
 const ui = {
-  runName: $('run-name'),
-  runDesc: $('run-description'),
-  costGpu: $('cost-gpu'),
-  costDown: $('cost-down'),
-  costUp: $('cost-up'),
-  costHour: $('cost-hour'),
-  costMem: $('cost-mem'),
-  gpuStatus: $('gpu-status'),
-  gpuStatusText: $('gpu-status-text'),
-  cpuOptin: $('cpu-optin'),
-  gpuHelp: $('gpu-missing-help'),
+  ...byIds({ runName: 'run-name', runDesc: 'run-description' }),
+  ...byIds({ costGpu: 'cost-gpu', costDown: 'cost-down', costUp: 'cost-up', costHour: 'cost-hour', costMem: 'cost-mem' }),
+  ...byIds({ gpuStatus: 'gpu-status', gpuStatusText: 'gpu-status-text', cpuOptin: 'cpu-optin', gpuHelp: 'gpu-missing-help' }),
   useCpu: $<HTMLInputElement>('use-cpu'),
   start: $<HTMLButtonElement>('start'),
   pause: $<HTMLButtonElement>('pause'),
@@ -40,40 +39,16 @@ const ui = {
   pauseHidden: $<HTMLInputElement>('pause-hidden'),
   displayName: $<HTMLInputElement>('display-name'),
   saveName: $<HTMLButtonElement>('save-name'),
-  contributorId: $('contributor-id'),
-  crTokens: $('cr-tokens'),
-  crComputed: $('cr-computed'),
-  crAccepted: $('cr-accepted'),
-  crRank: $('cr-rank'),
-  live: $('live'),
-  conn: $('conn'),
-  connText: $('conn-text'),
-  phaseText: $('phase-text'),
+  ...byIds({ contributorId: 'contributor-id', crTokens: 'cr-tokens', crComputed: 'cr-computed', crAccepted: 'cr-accepted', crRank: 'cr-rank' }),
+  ...byIds({ live: 'live', conn: 'conn', connText: 'conn-text', phaseText: 'phase-text' }),
   phases: Array.from(document.querySelectorAll<HTMLLIElement>('#phases li')),
-  phTraining: $('ph-training'),
-  phUploading: $('ph-uploading'),
-  busyNote: $('busy-note'),
-  deviceName: $('device-name'),
-  deviceSpeed: $('device-speed'),
-  roundSteps: $('round-steps'),
-  roundEta: $('round-eta'),
-  roundProgress: $('round-progress'),
-  roundFill: $('round-fill'),
-  sVersion: $('s-version'),
-  sEval: $('s-eval'),
-  sLoss: $('s-loss'),
-  sSpeed: $('s-speed'),
-  sTokens: $('s-tokens'),
-  sRounds: $('s-rounds'),
-  sUp: $('s-up'),
-  sDown: $('s-down'),
-  lossChart: $('loss-chart'),
-  rejection: $('rejection'),
-  log: $('log'),
+  ...byIds({ phTraining: 'ph-training', phUploading: 'ph-uploading', busyNote: 'busy-note', deviceName: 'device-name', deviceSpeed: 'device-speed' }),
+  ...byIds({ roundSteps: 'round-steps', roundEta: 'round-eta', roundProgress: 'round-progress', roundFill: 'round-fill' }),
+  ...byIds({ sVersion: 's-version', sEval: 's-eval', sLoss: 's-loss', sSpeed: 's-speed', sTokens: 's-tokens', sRounds: 's-rounds', sUp: 's-up', sDown: 's-down' }),
+  ...byIds({ lossChart: 'loss-chart', rejection: 'rejection', log: 'log' }),
   samplePrompt: $<HTMLInputElement>('sample-prompt'),
   sampleGo: $<HTMLButtonElement>('sample-go'),
-  sampleOut: $('sample-out'),
-  sampleMeta: $('sample-meta'),
+  ...byIds({ sampleOut: 'sample-out', sampleMeta: 'sample-meta' }),
 };
 
 /** Sets text only when it changed (no needless layout work at 10 Hz). */
@@ -284,7 +259,7 @@ ui.start.addEventListener('click', () => {
   ensureChart();
   send({
     type: 'start',
-    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration, autotune: new URLSearchParams(location.search).get('autotune') !== '0' },
+    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration, autotune: new URLSearchParams(location.search).get('autotune') !== '0', precision: precisionParam() },
   });
   syncHiddenPause();
   void pollStatus();
@@ -346,57 +321,16 @@ ui.displayName.addEventListener('keydown', (e) => { if (e.key === 'Enter') saveN
 
 // ---------------------------------------------------------------- live view
 
-const PHASE_TEXT: Record<IslandView['phase'], string> = {
-  idle: 'Not started.',
-  starting: 'Starting: preparing the GPU and connecting…',
-  syncing: 'Downloading the current global model (θ)…',
-  training: 'Training on your device.',
-  uploading: 'Sending this round’s update…',
-  waiting: 'Update sent; waiting for the round to close…',
-  pausing: 'Pausing after the current step…',
-  paused: 'Paused. Finished work is kept; resume whenever you like.',
-  recovering: 'Recovering…',
-  error: 'Stopped.',
-};
-
-const CONN_TEXT: Record<IslandView['connection'], string> = {
-  offline: 'Not connected',
-  connecting: 'Connecting…',
-  connected: 'Connected',
-  reconnecting: 'Reconnecting…',
-};
-
-/** The round's phases, in order, for the stepper. */
-const ROUND_PHASES: Phase[] = ['syncing', 'training', 'uploading', 'waiting'];
 let roundPhase: Phase | null = null;
 
 function renderPhases(v: IslandView): void {
-  if (ROUND_PHASES.includes(v.phase)) roundPhase = v.phase;
-  else if (v.phase === 'idle' || v.phase === 'starting' || v.phase === 'error') roundPhase = null;
-  const at = roundPhase ? ROUND_PHASES.indexOf(roundPhase) : -1;
-  const halted = v.phase === 'paused' || v.phase === 'pausing' || v.phase === 'recovering';
-  ui.phases.forEach((li, i) => {
-    li.dataset.state = i < at ? 'done' : i === at ? (halted ? 'paused' : 'current') : 'todo';
-  });
+  const stepper = roundStepper(v, roundPhase);
+  roundPhase = stepper.roundPhase;
+  ui.phases.forEach((li, i) => { li.dataset.state = stepper.states[i]; });
   const r = v.round;
   setText(ui.phTraining, r ? `step ${formatInt(r.step)} of ${formatInt(r.total)}` : 'step – of –');
   setText(ui.phUploading, v.bytesUp > 0 ? `${formatBytes(v.bytesUp)} sent so far` : 'compressed Δ');
   if (phasesSeen[phasesSeen.length - 1] !== v.phase) phasesSeen.push(v.phase);
-}
-
-/** The phase line: what runs now, with the step, the cap in force and why it is lowered. */
-function phaseLine(v: IslandView): string {
-  const pct = (u: number) => `${Math.round(u * 100)}%`;
-  let phase = PHASE_TEXT[v.phase];
-  if (v.phase === 'training' && v.round) {
-    phase = `Training: step ${formatInt(v.round.step)} of ${formatInt(v.round.total)}` +
-      (v.effectiveDutyCycle < 1 ? `, at a ${pct(v.effectiveDutyCycle)} usage cap.` : '.');
-  }
-  if (v.phase === 'paused' && v.pauseReasons.length === 1 && v.pauseReasons[0] === 'hidden') phase = 'Paused while this tab is hidden.';
-  if (v.detail) phase = `${phase} ${v.detail}`;
-  if (started && status?.paused && v.phase !== 'paused') phase = `${phase} The researchers have paused the run for now; your island waits and goes on when they resume it.`;
-  if (started && status?.done) phase = 'The run has reached its goal. Thank you for contributing!';
-  return phase;
 }
 
 function renderView(): void {
@@ -404,10 +338,8 @@ function renderView(): void {
   document.body.dataset.phase = v.phase;
   renderPhases(v);
   ui.conn.dataset.conn = v.connection;
-  setText(ui.connText, v.connection === 'reconnecting' && v.reconnectInSec != null
-    ? `Reconnecting in ${Math.max(0, Math.ceil(v.reconnectInSec))} s`
-    : CONN_TEXT[v.connection]);
-  setText(ui.phaseText, phaseLine(v));
+  setText(ui.connText, connLine(v));
+  setText(ui.phaseText, phaseLine(v, { started, paused: !!status?.paused, done: !!status?.done }));
   setText(ui.deviceName, v.device ? (v.engine === 'cpu' ? `${v.device} (CPU engine)` : v.device) : '–');
   setText(ui.deviceSpeed, (v.stepMs != null ? `· a step takes ${v.stepMs < 1000 ? `${Math.round(v.stepMs)} ms` : formatDuration(v.stepMs / 1000)} of compute` : '') +
     (v.mfu != null ? ` · MFU ${formatPercent(v.mfu, 2)}` : ''));
@@ -528,3 +460,9 @@ function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
 renderView();
 void loadRun();
 void pollStatus();
+
+/** ?precision=f32|f16 fixes the WebGPU storage precision; absent (auto): the worker times both on a first visit. */
+function precisionParam(): 'auto' | 'f32' | 'f16' {
+  const p = new URLSearchParams(location.search).get('precision');
+  return p === 'f32' || p === 'f16' ? p : 'auto';
+}

@@ -40,6 +40,11 @@ export interface StartOptions {
   calibration: Calibration | null;
   /** WebGPU: time the matmul variants at engine start, choices cached by adapter in IndexedDB (false: the page's ?autotune=0). */
   autotune: boolean;
+  /**
+   * WebGPU storage precision (the page's ?precision=): 'auto' times f32 and f16 on a first visit
+   * and keeps the faster (a software adapter keeps f32 untimed: it only emulates a GPU).
+   */
+  precision: 'auto' | 'f32' | 'f16';
 }
 
 

@@ -100,6 +100,7 @@ export class ResilientEngine implements TrainingEngine {
   }
 
   get device(): string { return this.handle.engine.device; }
+  get numerics(): TrainingEngine['numerics'] { return this.handle.engine.numerics; }
   get gpuBytes(): number { return this.handle.engine.gpuBytes; }
   get peakFlops(): number | undefined { return this.handle.engine.peakFlops; }
   /** The engine currently in use (changes after a recovery). */

@@ -1,11 +1,14 @@
 // WebGPU in the island worker: the capability check shown before anything starts,
-// and opening a device with only the limits the model needs. Runs in the worker,
+// opening a device with only the limits the model needs, and the engine on it. Runs in the worker,
 // because the worker's navigator.gpu is the one that trains (it can differ from the
 // page's: some browsers expose WebGPU to windows before workers).
 
-import { checkAdapterFits, engineFeatures, estimateGpuBytes, requiredLimits } from '../engine/webgpu.ts';
+import { CpuEngine } from '../engine/cpu.ts';
+import { WebGpuEngine, checkAdapterFits, engineFeatures, estimateGpuBytes, requiredLimits } from '../engine/webgpu.ts';
+import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../engine/webgpu-tune.ts';
 import type { EngineOptions } from '../../core/engine.ts';
-import type { AdapterSummary, GpuProbe, ModelShape } from './messages.ts';
+import type { AdapterSummary, EngineKind, GpuProbe, ModelShape } from './messages.ts';
+import type { EngineHandle } from './resilient-engine.ts';
 
 export function engineOptions(shape: ModelShape): EngineOptions {
   return { config: shape.config, maxBatch: shape.maxBatch, maxT: shape.maxT };
@@ -68,4 +71,45 @@ export async function openDevice(shape: ModelShape): Promise<OpenedDevice> {
   if (!fits.ok) throw new Error(`${fits.error.code}: ${fits.error.message}`);
   const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts), requiredFeatures: engineFeatures(adapter), label: 'atoll island' });
   return { device, adapter: describeAdapter(adapter), lost: device.lost };
+}
+
+let tuneCache: Promise<TuneCache | null> | null = null;
+let adapter: AdapterSummary | null = null;
+
+/** The adapter of the last device opened (?precision=auto does not time f16 on a software one). */
+export const lastAdapter = (): AdapterSummary | null => adapter;
+
+/**
+ * An engine of `kind` for `shape` with its device and the device's loss (ResilientEngine's
+ * handle); WebGPU with the matmul autotuner unless `autotune` is false, its choices cached by
+ * adapter (IndexedDB: workers have no localStorage).
+ */
+export async function openEngineHandle(kind: EngineKind, shape: ModelShape, autotune: boolean, precision: 'f32' | 'f16' = 'f32'): Promise<EngineHandle> {
+  const eo = engineOptions(shape);
+  if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
+  const dev = await openDevice(shape);
+  adapter = dev.adapter;
+  const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, precision, autotune: autotune ? { cache: await (tuneCache ??= indexedDbTuneCache()) } : undefined });
+  let simulated = false;
+  const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
+  return {
+    engine: e,
+    lost,
+    dispose: () => dev.device.destroy(),
+    simulateLoss: () => { simulated = true; dev.device.destroy(); },
+    gpuDevice: dev.device,
+  };
+}
+
+/** What the matmul autotuner did at this engine start (null: the page's ?autotune=0). */
+export function autotuneLine(t: TuneResult | null): string {
+  if (!t) return 'Matmul autotuning is off (?autotune=0): every matmul on the default tile.';
+  const n = (from: TuneResult['report'][number]['from']) => t.report.filter((r) => r.from === from).length;
+  return `Matmul tiles: ${n('timed')} timed now, ${n('cache')} from this browser's cache, ${n('default')} at the default until a later start (${(t.ms / 1000).toFixed(1)} s).`;
+}
+
+/** The CPU engine's device line: it trains on one thread. */
+export function cpuName(): string {
+  const n = (navigator as Navigator & { hardwareConcurrency?: number }).hardwareConcurrency;
+  return n ? `CPU (1 of ${n} threads)` : 'CPU';
 }

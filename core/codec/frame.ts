@@ -45,10 +45,9 @@ import {
 import { type SparseLayout, readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
 import { ErrorFeedback, TOPK_HIST_SIZE, selectTopK } from './topk.ts';
 
-export type Encoding = 'f32' | 'f16' | 'int8' | 'int4' | 'topk' | 'sparse';
+import { ENCODINGS, type Encoding } from './encodings.ts';
 
-/** Wire ids: the index of each encoding in this list. Append only. */
-export const ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', 'int4', 'topk', 'sparse'];
+export { ENCODINGS, type Encoding };
 
 export interface CodecOptions {
   encoding: Encoding;
@@ -258,7 +257,33 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
   }
 
   writeHeader(frame, { encoding: ENCODINGS[enc], flags, count: n, blockSize, k, storedBytes: frame.length - HEADER_BYTES, rawBytes: rawLen });
+  writeCrc(frame);
+  return frame;
+}
+
+/** Writes a frame's CRC (bytes 28..31), its header and payload in place. */
+function writeCrc(frame: Uint8Array): void {
   new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES).setUint32(28, frameCrc(frame, frame.length - HEADER_BYTES), true);
+}
+
+/**
+ * Seals a frame whose header (but the CRC) and raw payload are written, as encodeDelta would:
+ * with `deflate`, a new frame with the payload deflated where that makes it strictly smaller;
+ * then the CRC. The outer-step workers seal the downlink frame they quantized with it.
+ */
+export function sealFrame(frame: Uint8Array, deflate: boolean): Uint8Array {
+  if (deflate && frame.length > HEADER_BYTES) {
+    const z = deflateSync(frame.subarray(HEADER_BYTES), { level: DEFLATE_LEVEL });
+    if (z.length < frame.length - HEADER_BYTES) {
+      const out = new Uint8Array(HEADER_BYTES + z.length);
+      out.set(frame.subarray(0, HEADER_BYTES));
+      out.set(z, HEADER_BYTES);
+      out[6] |= FLAG_DEFLATED;
+      new DataView(out.buffer).setUint32(20, z.length, true);
+      frame = out;
+    }
+  }
+  writeCrc(frame);
   return frame;
 }
 

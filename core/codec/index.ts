@@ -26,8 +26,10 @@ export {
   frameCrc,
   maxFrameBytes,
   peekHeader,
+  sealFrame,
   writeHeader,
 } from './frame.ts';
+export { DOWNLINK_ENCODINGS, type DownlinkEncoding } from './encodings.ts';
 export { ErrorFeedback, selectTopK } from './topk.ts';
 export { crc32 } from './crc32.ts';
-export { f16ToF32, f32ToF16 } from './f16.ts';
+export { f16ToF32, f32ToF16 } from '../model/f16.ts';

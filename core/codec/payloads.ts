@@ -4,7 +4,7 @@
 
 import { type Err, type Result, err, ok } from '../result.ts';
 import { CodecErrorCode } from './errors.ts';
-import { f16Table, f32BitsToF16Bits } from './f16.ts';
+import { f16Table, f32BitsToF16Bits } from '../model/f16.ts';
 
 const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 

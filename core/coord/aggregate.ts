@@ -45,6 +45,32 @@ export class NormHistory {
     return (steps) => base * Math.sqrt(Math.max(1, steps > 0 && ref > 0 ? steps / ref : 1));
   }
 
+  /**
+   * A delta's score ‖Δ‖/√steps on arrival, and its bound: once a history exists, against history ∪
+   * the open window, as at close (the window shares this delta's learning rate and residual
+   * carry-over, where early, smaller deltas alone would reject honest ones, and each rejection, put
+   * back into the residual, grows the next delta). A score over its bound enters the history.
+   */
+  judge(norm: number, steps: number, nb: CoordinatorConfig['normBound'], pending: NormSample[]): { score: number; bound: number; over: boolean } {
+    const score = norm / Math.sqrt(Math.max(1, steps));
+    const bound = this.scores.length < nb.minHistory ? Infinity : this.limiter(nb, pending)(steps);
+    const over = score > bound;
+    if (over) this.push({ score, steps }, nb.window);
+    return { score, bound, over };
+  }
+
+  /**
+   * The close-time bound, against history ∪ the round (it catches a bad delta in the first round):
+   * the deltas within it, and those over it with their bound (their scores enter the history).
+   */
+  split<T extends NormSample>(pending: T[], nb: CoordinatorConfig['normBound']): { kept: T[]; over: Array<{ p: T; limit: number }> } {
+    const bound = this.limiter(nb, pending);
+    const kept = pending.filter((p) => p.score <= bound(p.steps));
+    const over = pending.filter((p) => p.score > bound(p.steps)).map((p) => ({ p, limit: bound(p.steps) }));
+    for (const { p } of over) this.push(p, nb.window);
+    return { kept, over };
+  }
+
   push(sample: NormSample, window: number): void {
     this.scores.push(sample.score);
     this.steps.push(sample.steps);

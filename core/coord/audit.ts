@@ -6,8 +6,10 @@
 //
 // While a run audits, its islands start every dense-code round from a fresh AdamW (the config's
 // freshInnerOptimizer, set by server/audit.ts; client/island/runtime.ts), so an honest Δ is a
-// function of the job alone; a delta sent while it was off is never sampled. Deltas sent with error feedback through a sparse code (topk, sparse)
-// carry a residual of earlier rounds and cannot be recomputed: they are never sampled.
+// function of the job alone. What is sampled is decided by the island's assignment as the server
+// recorded it (validate.ts), never by the delta's claims: an assignment made while fresh AdamW was
+// off, or of a sparse code (topk, sparse: their error feedback carries a residual of earlier rounds
+// and cannot be recomputed), is never sampled; every other accepted delta is, whatever its staleness.
 //
 //   offer(delta) → queued (bounded: the oldest queued job makes room)
 //   take(now)    → the oldest queued job, leased to a validator for leaseMs (then queued again)
@@ -16,8 +18,7 @@
 import type { Encoding } from '../codec/index.ts';
 import type { InnerLrPlan } from '../protocol.ts';
 import { type Result, err, ok } from '../result.ts';
-import type { CoordinatorConfig } from './config.ts';
-import type { IslandRecord } from './types.ts';
+import type { AssignedWork, IslandRecord } from './types.ts';
 
 /** Deltas whose Δ a validator can recompute (dense codes; their small error feedback stays inside the tolerance). */
 export const AUDITABLE_ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', 'int4'];
@@ -101,11 +102,18 @@ export class AuditQueue {
   get size(): number { return this.queued.length + this.leased.size; }
 
   /**
-   * Whether to sample an accepted delta sent under run config `run`: `u` uniform in [0, 1) (the
-   * caller's random source). Only rounds that started from a fresh AdamW can be recomputed.
+   * Whether to sample a delta made for assignment `work` (its record on the island: the codec and
+   * the fresh AdamW it asked for, not what the delta claims): `u` uniform in [0, 1) (the caller's
+   * random source). Only rounds of a dense code that started from a fresh AdamW can be recomputed.
+   * Staleness plays no part: a delta on any base the run accepts can be sampled.
    */
-  wants(run: Pick<CoordinatorConfig, 'uplink' | 'freshInnerOptimizer'>, u: number): boolean {
-    return this.cfg.rate > 0 && run.freshInnerOptimizer && AUDITABLE_ENCODINGS.includes(run.uplink.encoding) && u < this.cfg.rate;
+  wants(work: Pick<AssignedWork, 'encoding' | 'fresh'> | undefined, u: number): boolean {
+    return this.cfg.rate > 0 && work?.fresh === true && work.encoding !== undefined && AUDITABLE_ENCODINGS.includes(work.encoding) && u < this.cfg.rate;
+  }
+
+  /** Whether a delta for `work` is of a kind that may be audited (sampled or not). */
+  static auditable(work: Pick<AssignedWork, 'encoding' | 'fresh'> | undefined): boolean {
+    return work?.fresh === true && work.encoding !== undefined && AUDITABLE_ENCODINGS.includes(work.encoding);
   }
 
   offer(job: Omit<AuditJob, 'jobId'>): number {
@@ -138,14 +146,15 @@ export class AuditQueue {
   }
 
   /** A validator's measurement of a leased job; passed is null when it could not judge (cosine null). */
-  settle(jobId: number, cosine: number | null, normRatio: number | null): Result<{ islandId: string; passed: boolean | null }> {
+  settle(jobId: number, cosine: number | null, normRatio: number | null): Result<{ islandId: string; seq: number; passed: boolean | null }> {
     const l = this.leased.get(jobId);
     if (!l) return err(AuditError.UNKNOWN_AUDIT, `audit ${jobId} is not leased (unknown, settled, or its lease ran out)`);
     this.leased.delete(jobId);
-    if (cosine === null || normRatio === null) { this.stats.skipped++; return ok({ islandId: l.job.islandId, passed: null }); }
+    const { islandId, seq } = l.job;
+    if (cosine === null || normRatio === null) { this.stats.skipped++; return ok({ islandId, seq, passed: null }); }
     const passed = auditPasses(cosine, normRatio, this.cfg.tolerance);
     this.stats[passed ? 'passed' : 'failed']++;
-    return ok({ islandId: l.job.islandId, passed });
+    return ok({ islandId, seq, passed });
   }
 }
 

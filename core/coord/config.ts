@@ -1,8 +1,9 @@
 // Coordinator configuration: defaults, validation, and the knobs that may change at runtime.
 
 import type { CodecOptions } from '../codec/index.ts';
-import { ENCODINGS } from '../codec/index.ts';
-import type { TrainingMode } from '../protocol.ts';
+import { DOWNLINK_ENCODINGS, type DownlinkEncoding, ENCODINGS } from '../codec/index.ts';
+import { ErrorCode, type TrainingMode } from '../protocol.ts';
+import { type Result, err, ok } from '../result.ts';
 import type { OuterConfig } from './outer.ts';
 
 /** How a delta's weight falls with its staleness τ = v_now − v_base. */
@@ -84,7 +85,7 @@ export interface CoordinatorConfig {
   // ---- codecs
   uplink: CodecOptions;
   /** The server's own update is sent, and applied, through this codec (with server-side error feedback). */
-  downlink: { encoding: 'int8' | 'int4' | 'f32'; blockSize: number; deflate?: boolean };
+  downlink: { encoding: DownlinkEncoding; blockSize: number; deflate?: boolean };
   /** Update messages kept for catch-up; an island further behind fetches the snapshot. */
   keepUpdates: number;
 
@@ -241,7 +242,7 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   if (c.uplink?.feedbackDecay !== undefined) num('uplink.feedbackDecay', c.uplink.feedbackDecay, 0, 1);
   if (c.uplink?.strided !== undefined && typeof c.uplink.strided !== 'boolean') p.push('uplink.strided must be a boolean');
   if (c.uplink?.valueBits !== undefined && c.uplink.valueBits !== 1 && c.uplink.valueBits !== 2) p.push('uplink.valueBits must be 1 or 2');
-  if (!['int8', 'int4', 'f32'].includes(c.downlink?.encoding)) p.push(`downlink.encoding must be 'int8', 'int4' or 'f32'`);
+  if (!DOWNLINK_ENCODINGS.includes(c.downlink?.encoding)) p.push(`downlink.encoding must be one of ${DOWNLINK_ENCODINGS.join('|')}`);
   num('downlink.blockSize', c.downlink?.blockSize, 8, 65536, true);
   if (c.downlink && c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');
   if (c.uplink?.blockSize !== undefined && c.uplink.blockSize % 2 !== 0) p.push('uplink.blockSize must be even');
@@ -268,3 +269,13 @@ export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
   'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
   'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',
 ];
+
+/** `cfg` with `patch` applied: E_BAD_CONFIG for a key fixed for the run (RUNTIME_KEYS) or a value out of range. */
+export function patchConfig(cfg: CoordinatorConfig, patch: CoordinatorConfigPatch): Result<CoordinatorConfig> {
+  for (const k of Object.keys(patch)) {
+    if (!RUNTIME_KEYS.includes(k as keyof CoordinatorConfig)) return err(ErrorCode.BAD_CONFIG, `${k} cannot change during a run`);
+  }
+  const next = mergeConfig(cfg, patch);
+  const problems = validateCoordinatorConfig(next);
+  return problems.length ? err(ErrorCode.BAD_CONFIG, problems.join('; ')) : ok(next);
+}

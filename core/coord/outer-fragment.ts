@@ -7,11 +7,12 @@
 // encoding the fragment with the codec's own encodeWithFeedback and placing its scales and int8
 // values at their offsets in the frame gives the same bytes as encoding all of θ at once.
 
-import { CodecScratch, ErrorFeedback, HEADER_BYTES, encodeWithFeedback } from '../codec/index.ts';
+import { CodecScratch, type DownlinkEncoding, ErrorFeedback, HEADER_BYTES, encodeWithFeedback } from '../codec/index.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from './outer.ts';
 import { type ProposalSums, agreementOf, chunkScratch, combineAll, proposeInt8 } from './outer-int8.ts';
 
-export type DownlinkSpec = { encoding: 'int8' | 'int4' | 'f32'; blockSize: number };
+/** The downlink the fragments quantize to; `deflate`: the frame is sealed deflated (the pool's 'seal'). */
+export type DownlinkSpec = { encoding: DownlinkEncoding; blockSize: number; deflate?: boolean };
 
 /** Per-fragment sums for each delta's agreement with g: Σ d_j·g, Σ d_j², and Σ g² (weighted steps only). */
 export interface AgreementSums { dots: number[]; sqs: number[]; gg: number }
@@ -101,7 +102,8 @@ export class Fragment {
     const finite = m.period === 0 ? this.outer.proposePlain(g, m.scale) : this.outer.propose(m.outer, g, m.scale, m.period, m.share);
     if (!finite) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     this.residualBackup.set(this.fb.residual);
-    const q = encodeWithFeedback(this.outer.update, this.fb, m.downlink, this.scratch);
+    // the fragment's own frame is never deflated: its bytes are cut into the whole frame, which the pool seals
+    const q = encodeWithFeedback(this.outer.update, this.fb, { encoding: m.downlink.encoding, blockSize: m.downlink.blockSize }, this.scratch);
     if (!q.ok) {
       this.fb.residual.set(this.residualBackup);
       return { code: q.error.code, message: `the outer update could not be encoded: ${q.error.message}` };

@@ -32,6 +32,8 @@ export class OuterStep {
   private residualView: Float32Array;
   /** Offloaded steps taken since the host last handed its optimizer and downlink state over. */
   stale = 0;
+  /** Delta buffers given back, reused (here; the host keeps its own once offloaded). */
+  private readonly pool: Float32Array[] = [];
 
   constructor(params: Float32Array) {
     const n = params.length;
@@ -55,11 +57,30 @@ export class OuterStep {
     this.downlink.updates = updates;
   }
 
+  /** θ and the state of a rebuilt run (a revert) replace these; no kept update frame leads to it. A host must import the state again. */
+  adopt(theta: Float32Array, outer: OuterState, residual: Float32Array): void {
+    this.theta.set(theta);
+    this.outer.state = { momentum: outer.momentum.slice(), buffer: outer.buffer.slice(), bufferCount: outer.bufferCount, steps: outer.steps };
+    this.downlink.fb.residual.set(residual);
+    this.residualView = this.downlink.fb.residual;
+    this.downlink.updates = [];
+    this.stale = 0;
+  }
+
   /** The host's optimizer and downlink state after its last step (views kept for snapshots). */
   sync(outer: OuterState, residual: Float32Array): void {
     this.outer.state = outer;
     this.residualView = residual;
     this.stale = 0;
+  }
+
+  /** A buffer to hold a delta in (the host's shared memory once offloaded). */
+  take(): Float32Array { return this.offload?.buffer() ?? this.pool.pop() ?? new Float32Array(this.theta.length); }
+
+  /** Gives a delta's buffer back. */
+  release(b: Float32Array): void {
+    if (this.offload) this.offload.release(b);
+    else if (this.pool.length < 64) this.pool.push(b);
   }
 
   /** θ and g move into the host's buffers; deltas held (since a restore) move there too. */
@@ -69,6 +90,7 @@ export class OuterStep {
     this.theta = o.theta;
     this.g = o.g;
     this.offload = o;
+    this.pool.length = 0; // deltas live in the host's buffers from now on
     for (const p of pending) {
       const b = o.buffer();
       b.set(p.delta);

@@ -8,6 +8,7 @@ import { AUDITABLE_ENCODINGS } from './audit.ts';
 import { type CoordinatorConfig, stalenessWeight } from './config.ts';
 import { dyluInnerSteps } from './dylu.ts';
 import type { IslandRecord, PendingDelta, RoundState } from './types.ts';
+import { rememberWork } from './validate.ts';
 
 export function onlineCount(islands: Iterable<IslandRecord>): number {
   let n = 0;
@@ -99,6 +100,53 @@ export function sizeAssignment(
   }
   const tokensPerStep = allKnown && isl.tokensPerSec ? (agg * B * T) / isl.tokensPerSec : Math.max(1, online) * B * T;
   return { steps, tokensPerStep };
+}
+
+/**
+ * A fresh assignment for `isl` in the open round (sync) or under a new serial (async): sized by DyLU
+ * and the budget, recorded on the island. A round nobody trains in starts again with its first
+ * member (an island joining an idle or a fresh server gets a whole round, not the time left of an
+ * empty one); a late joiner of a sync round gets the time left in it (not an island back after its
+ * ack's round trip).
+ */
+export function assignWork(
+  isl: IslandRecord, r: RoundState, cfg: CoordinatorConfig, islands: Iterable<IslandRecord>,
+  at: { roundId: number; baseVersion: number; baseHash: string; tokensApplied: number; paramCount: number; now: number },
+): Assignment {
+  const sync = cfg.mode === 'sync', now = at.now;
+  if (sync && r.members.size === 0 && r.pending.length === 0) r.openedAt = now;
+  if (sync) r.members.add(isl.id);
+  const late = now - r.openedAt;
+  const remainingMs = sync && cfg.targetRoundMs > 0 && late > 0.25 * cfg.targetRoundMs ? Math.max(0, cfg.targetRoundMs - late) : undefined;
+  const size = sizeAssignment(isl, islands, cfg, at.tokensApplied, remainingMs);
+  const a = assignmentMessage(isl, cfg, size, at);
+  Object.assign(isl, { roundId: at.roundId, assignedSteps: size.steps, assignedAt: now, waiting: false, dataSteps: isl.dataSteps + size.steps });
+  rememberWork(isl, a);
+  return a;
+}
+
+/** Takes a banned island's deltas out of the open round (it no longer waits for them); returns them. */
+export function dropPending(r: RoundState, islandId: string): PendingDelta[] {
+  const dropped = r.pending.filter((p) => p.islandId === islandId);
+  r.pending = r.pending.filter((p) => p.islandId !== islandId);
+  r.returned.delete(islandId);
+  r.failed.delete(islandId);
+  return dropped;
+}
+
+/** When the open round (sync: its timeout, or its grace once quorate) or merge window (async) must close; Infinity when it holds nothing. */
+export function roundDeadline(r: RoundState, islands: ReadonlyMap<string, IslandRecord>, cfg: CoordinatorConfig): number {
+  if (r.pending.length === 0) return Infinity;
+  if (cfg.mode === 'async') return windowDeadline(r, cfg.asyncWindow);
+  const timeout = r.openedAt + cfg.roundTimeoutMs;
+  return quorumMet(r, islands, cfg) ? Math.min(timeout, graceDeadline(r, cfg.grace)) : timeout;
+}
+
+/** The island stops taking part in the open round (it left or was banned): not a member, no work. */
+export function leaveRound(r: RoundState, isl: IslandRecord): void {
+  isl.waiting = false;
+  isl.roundId = undefined;
+  r.members.delete(isl.id);
 }
 
 /** The assignment message for `isl` (data starts at its next unused step). */

@@ -1,6 +1,7 @@
 // The coordinator's types: what it knows about islands, what it answers, the events it emits, and
 // its snapshot. Internal round and window state is here too, so the modules beside it share one shape.
 
+import type { Encoding } from '../codec/index.ts';
 import type { AtollError, Result } from '../result.ts';
 import { streamId } from '../data/dataset.ts';
 import type { Assignment, DeltaMeta, InnerLrPlan, IslandCaps, UpdateMsg } from '../protocol.ts';
@@ -48,12 +49,20 @@ export interface IslandRecord {
   /** Its last few assignments: what its deltas' claims are checked against (validate.ts). */
   work?: AssignedWork[];
   /** Verdicts of validators on its deltas (audit.ts); absent until the first. */
-  audits?: { passed: number; failed: number };
+  audits?: { passed: number; failed: number; lastPassedSeq?: number };
+  /** Credit taken back by a ban: the tokens it had contributed then (they stay in θ until a revert). */
+  revokedTokens?: number;
 }
 
 /** The figures of one assignment that a delta's claims must fit. */
 export interface AssignedWork {
   roundId: number;
+  /** The version it was handed out on (after the host's release: Coordinator.rebaseAssignment). Absent on records from older checkpoints. */
+  baseVersion?: number;
+  /** The codec it asked for: a Δ's frame must use this encoding. */
+  encoding?: Encoding;
+  /** It started from a fresh AdamW (recomputable by a validator). */
+  fresh?: boolean;
   steps: number;
   batchSize: number;
   issuedAt: number;
@@ -82,6 +91,8 @@ export interface SubmitAccepted {
   staleness: number;
   /** ‖Δ‖₂ of the decoded delta. */
   norm: number;
+  /** The steps its assignment gave (the norm bound's, and a revert's replay). */
+  steps: number;
 }
 
 /** One counted delta, as listed in an 'update' event (ack each with AckMsg{status:'applied'}). */
@@ -317,4 +328,11 @@ export function newIslandRecord(id: string, caps: IslandCaps, batchSize: number,
     roundId: undefined, assignedSteps: 0, assignedAt: now, waiting: false, lastSeq: -1, submittedRounds: [],
     stream: streamId(id), dataSteps: 0, caps: structuredClone(caps), work: [],
   };
+}
+
+/** A round whose outer step is in flight (offload), or being taken here. */
+export interface Closing {
+  now: number;
+  kept: PendingDelta[];
+  rejected: RejectedContribution[];
 }

@@ -3,6 +3,7 @@
 // the answer.
 
 import { type Assignment, ErrorCode, type DeltaMeta } from '../protocol.ts';
+import type { Encoding } from '../codec/index.ts';
 import type { CoordinatorConfig } from './config.ts';
 import type { AssignedWork, IslandRecord } from './types.ts';
 
@@ -45,28 +46,65 @@ export function checkDeltaPlace(m: DeltaMeta, isl: IslandRecord, c: DeltaPlaceCo
   return { ok: true, tau, late };
 }
 
-/** Keeps an assignment's figures on the island's record (the last WORK_KEPT). */
+/** Keeps an assignment's figures on the island's record (the last WORK_KEPT rounds). */
 export function rememberWork(isl: IslandRecord, a: Assignment): void {
-  const list = (isl.work ??= []); // records restored from older checkpoints have none
-  list.push({ roundId: a.roundId, steps: a.innerSteps, batchSize: a.batchSize, issuedAt: a.issuedAt, data: { ...a.data }, lr: { ...a.lr }, gradClip: a.gradClip });
+  // records restored from older checkpoints have none; a round assigned again keeps only its newest
+  const list = (isl.work = (isl.work ?? []).filter((w) => w.roundId !== a.roundId));
+  list.push({
+    roundId: a.roundId, baseVersion: a.baseVersion, encoding: a.codec.encoding, fresh: a.freshOptimizer === true,
+    steps: a.innerSteps, batchSize: a.batchSize, issuedAt: a.issuedAt, data: { ...a.data }, lr: { ...a.lr }, gradClip: a.gradClip,
+  });
   if (list.length > WORK_KEPT) list.shift();
 }
 
-export interface DerivedWork { ok: true; meta: DeltaMeta; assignedSteps: number }
+/** The host released an assignment on an older (durable) base than it was made on (async): its record follows. */
+export function rebaseWork(isl: IslandRecord, roundId: number, baseVersion: number): void {
+  for (const w of isl.work ?? []) if (w.roundId === roundId) w.baseVersion = baseVersion;
+}
+
+export interface DerivedWork { ok: true; meta: DeltaMeta; assignedSteps: number; work: AssignedWork }
 
 /**
- * Work is derived, not claimed. `steps` may not exceed the assignment's; `tokens` must be exactly
+ * Work is derived, not claimed: a Δ names its assignment (roundId), which must be one of the
+ * island's last WORK_KEPT, and matches it. Its base version is the assignment's (async: or a
+ * newer one, up to the current version: the island caught up before training); its frame uses the
+ * assignment's encoding; `steps` may not exceed the assignment's; `tokens` must be exactly
  * steps × batchSize × seqLen of the assignment; the speed (tokens / elapsedMs) may exceed the one
- * the server observed (tokens over the time since it issued the assignment) by MAX_SPEEDUP at most. An assignment the record no longer holds
- * (a restart between issue and checkpoint) is checked against the run's bounds instead.
+ * the server observed (tokens over the time since it issued the assignment) by MAX_SPEEDUP at most.
+ * Every failure is E_BAD_CLAIM, charged nothing.
  */
-export function checkWork(m: DeltaMeta, isl: IslandRecord, cfg: CoordinatorConfig, now: number): DerivedWork | DeltaProblem {
+export function checkWork(m: DeltaMeta, frameEncoding: Encoding | null, isl: IslandRecord, cfg: CoordinatorConfig, now: number): DerivedWork | DeltaProblem {
   const no = (message: string): DeltaProblem => ({ ok: false, code: ErrorCode.BAD_CLAIM, message, tokens: 0 });
-  const a: AssignedWork = isl.work?.find((w) => w.roundId === m.roundId)
-    ?? { roundId: m.roundId, steps: Math.max(cfg.innerSteps, cfg.maxInnerSteps), batchSize: isl.batchSize, issuedAt: now };
+  const a = isl.work?.find((w) => w.roundId === m.roundId);
+  if (!a) return no(`round ${m.roundId} is not one of the assignments this server holds for ${isl.id} (its last ${WORK_KEPT}): take the next assignment`);
+  if (a.baseVersion !== undefined) {
+    const fits = cfg.mode === 'sync' ? m.baseVersion === a.baseVersion : m.baseVersion >= a.baseVersion;
+    if (!fits) return no(`base version ${m.baseVersion} does not match assignment ${a.roundId}'s ${cfg.mode === 'sync' ? '' : 'at least '}${a.baseVersion}`);
+  }
+  if (a.encoding !== undefined && frameEncoding !== null && frameEncoding !== a.encoding) return no(`frame encoding ${frameEncoding} is not assignment ${a.roundId}'s ${a.encoding}`);
   if (m.steps > a.steps) return no(`steps ${m.steps} exceed the assignment's ${a.steps}`);
   const tokens = m.steps * a.batchSize * cfg.seqLen;
   if (m.tokens !== tokens) return no(`tokens ${m.tokens} ≠ steps × batchSize × seqLen = ${m.steps} × ${a.batchSize} × ${cfg.seqLen}`);
   const elapsedMs = Math.max(m.elapsedMs, (now - a.issuedAt) / MAX_SPEEDUP);
-  return { ok: true, meta: { ...m, tokens, elapsedMs }, assignedSteps: a.steps };
+  return { ok: true, meta: { ...m, tokens, elapsedMs }, assignedSteps: a.steps, work: a };
+}
+
+/**
+ * Every check before decoding, in order: a known island, not banned (then `seen` marks it alive),
+ * its work derived (checkWork), the delta's place (checkDeltaPlace). A problem names the island
+ * when it is known, for the counts.
+ */
+export function checkDelta(
+  meta: DeltaMeta, frameEncoding: Encoding | null, islands: ReadonlyMap<string, IslandRecord>, c: DeltaPlaceContext, now: number, seen: (isl: IslandRecord) => void,
+): { ok: true; isl: IslandRecord; m: DeltaMeta; steps: number; tau: number; late: boolean } | (DeltaProblem & { isl?: IslandRecord }) {
+  const isl = islands.get(meta.islandId);
+  if (!isl) return { ok: false, code: ErrorCode.UNKNOWN_ISLAND, message: `no island ${meta.islandId}`, tokens: 0 };
+  if (isl.status === 'banned') return { ok: false, isl, code: ErrorCode.BANNED, message: `island ${isl.id} is banned`, tokens: 0 };
+  seen(isl);
+  // from here on, tokens, steps and speed are the server's figures
+  const work = checkWork(meta, frameEncoding, isl, c.cfg, now);
+  if (!work.ok) return { ...work, isl };
+  const place = checkDeltaPlace(work.meta, isl, c);
+  if (!place.ok) return { ...place, isl };
+  return { ok: true, isl, m: work.meta, steps: work.assignedSteps, tau: place.tau, late: place.late };
 }

@@ -10,7 +10,7 @@
 
 import { type CodecOptions, decodeDelta, encodeDelta } from '../codec/index.ts';
 import type { DeltaMeta } from '../protocol.ts';
-import { canonicalFragment, fragmentRanges, gatherRanges, keptFragments, mixWeights, sentFragments, stagesOf, weighted } from './butterfly.ts';
+import { canonicalFragment, fragmentRanges, mixWeights } from './butterfly.ts';
 import { sha256Hex } from './commit.ts';
 
 export interface MixConfig {
@@ -20,6 +20,8 @@ export interface MixConfig {
   formWaitMs: number;
   /** Share of fragments a second member also uploads (the spot check), [0, 1]. */
   spotRate: number;
+  /** A group whose fragments are not all in this long after it formed falls back to direct uploads (ms). */
+  exchangeTimeoutMs: number;
 }
 
 export interface ReadyMember {
@@ -42,30 +44,16 @@ export interface GroupPlan {
   weights: Float32Array;
 }
 
-/**
- * A fragment upload: the codec frame of the fragment, and a commitment to the uploader's transcript
- * (transcriptHash of the SHA-256 of each message it sent and received), revealed only in an audit.
- */
-export interface FragmentUpload { frame: Uint8Array; transcript: string }
-
-/** A spot check's upload: the recomputed fragment and the hashes of the pieces it was computed from. */
-export interface CheckUpload extends FragmentUpload { received: string[] }
-
-/** What an audit asks of a member: its whole Δ frame and the transcript its upload committed to. */
-export interface Replay { frame: Uint8Array; sent: string[]; received: string[] }
-
-/** The commitment to a transcript: SHA-256 of its hashes joined ('s' sent…, 'r' received…). */
-export function transcriptHash(sent: string[], received: string[]): string {
-  return sha256Hex(new TextEncoder().encode(`s${sent.join(',')}r${received.join(',')}`));
-}
+/** A fragment upload (or a spot check's): the codec frame of the fragment. */
+export interface FragmentUpload { frame: Uint8Array }
 
 /** What the host fetches from members while a group settles; null: the member is gone or stalled. */
 export interface GroupIO {
   fragment(index: number): Promise<FragmentUpload | null>;
-  /** Member `checker` recomputes fragment j from the members' pieces and uploads it. */
-  check(checker: number, j: number): Promise<CheckUpload | null>;
-  /** The member's whole Δ frame and its transcript (an audit's replay). */
-  replay(index: number): Promise<Replay | null>;
+  /** Member `checker` recomputes fragment j from the frames it holds and uploads it. */
+  check(checker: number, j: number): Promise<FragmentUpload | null>;
+  /** The member's whole Δ frame (an audit's replay). */
+  replay(index: number): Promise<Uint8Array | null>;
 }
 
 export interface Implicated { islandId: string; reason: string }
@@ -79,8 +67,6 @@ export type GroupOutcome =
     /** The fragment each member uploaded, by member index (what the server received of it). */
     frames: Uint8Array[];
     implicated: Implicated[];
-    /** Pairs whose accounts disagree and cannot be told apart: neither is counted against. */
-    disputes: Array<[string, string]>;
     checks: number;
     audited: boolean;
   }
@@ -98,16 +84,26 @@ export class MixBroker {
     this.queue = this.queue.filter((q) => q.islandId !== m.islandId);
     this.queue.push(m);
     if (this.queue.length < this.cfg.k) return null;
-    const members = this.queue.splice(0, this.cfg.k);
-    return { groupId: ++this.serial, members, ranges: fragmentRanges(this.n, this.cfg.k, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
+    return this.plan(this.queue.splice(0, this.cfg.k));
   }
 
-  /** Members that waited formWaitMs without a group: they upload directly. */
-  expire(now: number): ReadyMember[] {
-    const due = (q: ReadyMember) => q.readyAt + this.cfg.formWaitMs <= now;
-    const out = this.queue.filter(due);
-    this.queue = this.queue.filter((q) => !due(q));
-    return out;
+  /**
+   * When the oldest waiting island has waited formWaitMs: the waiting islands form the largest group
+   * of a power of two (≥ 2, ≤ k) they can, oldest first; one left alone uploads directly.
+   */
+  expire(now: number): { groups: GroupPlan[]; direct: ReadyMember[] } {
+    const groups: GroupPlan[] = [];
+    const direct: ReadyMember[] = [];
+    while (this.queue.length && this.queue[0].readyAt + this.cfg.formWaitMs <= now) {
+      if (this.queue.length < 2) { direct.push(this.queue.shift()!); continue; }
+      const size = 1 << Math.floor(Math.log2(Math.min(this.queue.length, this.cfg.k)));
+      groups.push(this.plan(this.queue.splice(0, size)));
+    }
+    return { groups, direct };
+  }
+
+  private plan(members: ReadyMember[]): GroupPlan {
+    return { groupId: ++this.serial, members, ranges: fragmentRanges(this.n, members.length, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
   }
 
   /** A waiting island left: it no longer waits. */
@@ -120,116 +116,70 @@ export class MixBroker {
   /** Settles a group from its uploads (see the file comment). `codec`: the run's uplink, which fragments use too. */
   async settle(plan: GroupPlan, io: GroupIO, codec: CodecOptions): Promise<GroupOutcome> {
     const k = plan.members.length;
-    const ups = await Promise.all(plan.members.map((_, j) => io.fragment(j)));
+    const ups = await allOrNull(plan.members.map((_, j) => io.fragment(j)));
     if (ups.some((u) => u === null)) return { kind: 'direct', members: plan.members.filter((_, j) => ups[j] !== null), reason: 'a member dropped or stalled' };
     const frags = ups as FragmentUpload[];
     const parts = frags.map((u, j) => decodeDelta(u.frame, plan.ranges[j][1] - plan.ranges[j][0]));
     let mismatch = parts.some((p) => !p.ok);
-    const checkers: Array<{ checker: number; j: number; up: CheckUpload; received: string[] }> = [];
+    const checkers: Array<{ checker: number; j: number; up: FragmentUpload }> = [];
     for (let j = 0; j < k && !mismatch; j++) {
       if (this.rand() >= this.cfg.spotRate) continue;
       const checker = (j + 1 + Math.floor(this.rand() * (k - 1))) % k;
       const up = await io.check(checker, j);
       if (!up) continue; // the checker left: this fragment goes unchecked this time
-      checkers.push({ checker, j, up, received: up.received });
+      checkers.push({ checker, j, up });
       if (!sameBytes(up.frame, frags[j].frame)) mismatch = true;
     }
     if (!mismatch) {
       const delta = new Float32Array(this.n);
       parts.forEach((p, j) => { if (p.ok) delta.set(p.value, plan.ranges[j][0]); });
-      return { kind: 'mixed', delta, accepted: plan.members, frames: frags.map((u) => u.frame), implicated: [], disputes: [], checks: checkers.length, audited: false };
+      return { kind: 'mixed', delta, accepted: plan.members, frames: frags.map((u) => u.frame), implicated: [], checks: checkers.length, audited: false };
     }
     return this.audit(plan, io, codec, frags, checkers);
   }
 
-  /** Replays every member's Δ (checked against its commitment), recomputes, and attributes each wrong upload. */
-  private async audit(plan: GroupPlan, io: GroupIO, codec: CodecOptions, frags: FragmentUpload[], checks: Array<{ checker: number; j: number; up: CheckUpload; received: string[] }>): Promise<GroupOutcome> {
-    const k = plan.members.length;
+  /**
+   * Replays every member's Δ (checked against its commitment) and recomputes the fragments: an upload
+   * that differs is its uploader's lie, since an honest member reduces only frames that matched their
+   * commitments. The group's mean is then the server's, over the members neither implicated nor silent.
+   */
+  private async audit(plan: GroupPlan, io: GroupIO, codec: CodecOptions, frags: FragmentUpload[], checks: Array<{ checker: number; j: number; up: FragmentUpload }>): Promise<GroupOutcome> {
     const implicated = new Map<number, string>();
-    const disputes: Array<[string, string]> = [];
-    const logs: Array<{ sent: string[]; received: string[] }> = plan.members.map(() => ({ sent: [], received: [] }));
-    const uploads = [...frags, ...checks.map((c) => c.up)];
-    const uploader = [...frags.map((_, j) => j), ...checks.map((c) => c.checker)];
     const xs: Array<Float32Array | null> = await Promise.all(plan.members.map(async (m, j) => {
-      const r = await io.replay(j);
-      if (!r || sha256Hex(r.frame) !== m.frameHash) { implicated.set(j, r ? 'replayed Δ does not match its commitment' : 'no replay'); return null; }
-      const own = uploads.filter((_, u) => uploader[u] === j);
-      for (const up of own) {
-        // the transcript of its fragment (or of its spot check) must be the one it committed to
-        const t = up === frags[j] ? transcriptHash(r.sent, r.received) : up.transcript;
-        if (t !== up.transcript) { implicated.set(j, 'revealed transcript does not match its commitment'); return null; }
-      }
-      logs[j] = { sent: r.sent, received: r.received };
-      const d = decodeDelta(r.frame, this.n);
+      const f = await io.replay(j);
+      if (!f || sha256Hex(f) !== m.frameHash) { implicated.set(j, f ? 'replayed Δ does not match its commitment' : 'no replay'); return null; }
+      const d = decodeDelta(f, this.n);
       if (!d.ok) { implicated.set(j, `committed Δ does not decode: ${d.error.code}`); return null; }
       return d.value.slice();
     }));
-    if (xs.every((x) => x !== null)) attributeLies(plan, codec, xs as Float32Array[], frags, checks, logs, implicated, disputes);
-    // the group's mean over the members whose Δ the server holds and who are not implicated
+    if (xs.every((x) => x !== null)) {
+      plan.ranges.forEach((range, j) => {
+        const right = encodeDelta(canonicalFragment(xs, plan.weights, range), codec);
+        if (!sameBytes(right, frags[j].frame)) implicated.set(j, 'uploaded a wrong fragment');
+        for (const c of checks) if (c.j === j && !sameBytes(right, c.up.frame)) implicated.set(c.checker, 'uploaded a wrong spot check');
+      });
+    }
     const accepted = plan.members.filter((_, j) => xs[j] && !implicated.has(j));
-    const tokens = plan.members.map((m, j) => (accepted.includes(m) ? m.tokens : 0));
-    const a = mixWeights(tokens);
-    const delta = accepted.length ? canonicalFragment(xs.map((x, j) => (tokens[j] ? x : null)), a, [0, this.n]) : new Float32Array(this.n);
+    const tokens = plan.members.map((m) => (accepted.includes(m) ? m.tokens : 0));
+    const delta = accepted.length ? canonicalFragment(xs.map((x, j) => (tokens[j] ? x : null)), mixWeights(tokens), [0, this.n]) : new Float32Array(this.n);
     return {
-      kind: 'mixed', delta, accepted, frames: frags.map((u) => u.frame), disputes, checks: checks.length, audited: true,
+      kind: 'mixed', delta, accepted, frames: frags.map((u) => u.frame), checks: checks.length, audited: true,
       implicated: [...implicated].map(([j, reason]) => ({ islandId: plan.members[j].islandId, reason })),
     };
   }
 }
 
-/**
- * Who lied, from the committed Δs and the revealed transcripts. A wrong message is pinned on the
- * member that sent it only if everything it had received before was right (an error it merely
- * passed on is its sender's); a member that logs a right message its partner logs as wrong is a
- * dispute, counted against neither; an upload (fragment or spot check) is pinned on its uploader
- * only if every message it received was right.
- */
-function attributeLies(
-  plan: GroupPlan, codec: CodecOptions, x: Float32Array[], frags: FragmentUpload[],
-  checks: Array<{ checker: number; j: number; up: CheckUpload; received: string[] }>,
-  logs: Array<{ sent: string[]; received: string[] }>, implicated: Map<number, string>, disputes: Array<[string, string]>,
-): void {
-  const k = x.length;
-  const truth = correctTranscripts(x, plan);
-  const receivedRight = (m: number, before: number) => logs[m].received.slice(0, before).every((h, s) => h === truth[m ^ (1 << s)][s]);
-  for (let s = 0; s < stagesOf(k); s++) {
-    for (let p = 0; p < k; p++) {
-      const q = p ^ (1 << s);
-      if (logs[p].sent[s] !== truth[p][s] && receivedRight(p, s)) implicated.set(p, `sent a wrong partial sum at stage ${s}`);
-      else if (logs[p].sent[s] === truth[p][s] && logs[q].received[s] !== truth[p][s]) disputes.push([plan.members[q].islandId, plan.members[p].islandId]);
-    }
-  }
-  for (let j = 0; j < k; j++) {
-    const [lo, hi] = plan.ranges[j];
-    const right = encodeDelta(canonicalFragment(x, plan.weights, plan.ranges[j]), codec);
-    if (!sameBytes(right, frags[j].frame) && receivedRight(j, stagesOf(k))) implicated.set(j, 'uploaded a wrong fragment');
-    for (const c of checks.filter((c) => c.j === j && !sameBytes(right, c.up.frame))) {
-      const pieces = x.map((xm, m) => sha256Hex(weighted(xm.subarray(lo, hi), plan.weights[m])));
-      const bad = c.received.findIndex((h, m) => h !== pieces[m]);
-      if (bad < 0) implicated.set(c.checker, 'uploaded a wrong spot check');
-      else disputes.push([plan.members[c.checker].islandId, plan.members[bad].islandId]);
-    }
-  }
-}
-
-/** SHA-256 of what each member should have sent at each stage, from the replayed Δs. */
-function correctTranscripts(xs: Float32Array[], plan: GroupPlan): string[][] {
-  const k = xs.length;
-  const acc = xs.map((x, m) => weighted(x, plan.weights[m]));
-  const out: string[][] = xs.map(() => []);
-  for (let s = 0; s < stagesOf(k); s++) {
-    const msgs = acc.map((v, i) => gatherRanges(v, sentFragments(i, s, k), plan.ranges));
-    for (let i = 0; i < k; i++) out[i].push(sha256Hex(msgs[i]));
-    const before = acc.map((v) => v.slice());
-    for (let i = 0; i < k; i++) {
-      const p = i ^ (1 << s);
-      for (const j of keptFragments(i, s, k)) {
-        const [lo, hi] = plan.ranges[j];
-        for (let t = lo; t < hi; t++) acc[i][t] = before[i][t] + before[p][t];
-      }
-    }
-  }
-  return out;
+/** All results, or as soon as one is null: that one null and the others as far as they came (null). */
+function allOrNull<T>(ps: Array<Promise<T | null>>): Promise<Array<T | null>> {
+  return new Promise((resolve) => {
+    const out: Array<T | null> = ps.map(() => null);
+    let left = ps.length;
+    ps.forEach((p, i) => void p.then((v) => {
+      out[i] = v;
+      if (v === null) resolve(out.map((x, j) => (j === i ? null : x)));
+      else if (--left === 0) resolve(out);
+    }));
+  });
 }
 
 export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {

@@ -10,6 +10,7 @@ import {
   layernormBackward, layernormForward, matmulBackward, matmulForward, residualBackward, residualForward,
   meanLoss, softmaxCrossEntropyBackward, softmaxCrossEntropyForward,
 } from './ops.ts';
+import { roundHalves } from './ops-f16.ts';
 
 type Ctor<A extends Arr> = { new (n: number): A };
 
@@ -67,6 +68,8 @@ export class GPT<A extends Arr = Float32Array> {
   private T = 0;
   private inputs: Tokens | null = null;
   private targets: Tokens | null = null;
+  /** f16 storage (the WebGPU engine's --precision f16, modelled by its CPU twins): the matmuls' half weight copy and its views. */
+  private half: { copy: A; v: Record<string, A> } | null = null;
 
   constructor(config: GPTConfig, readonly maxB: number, readonly maxT: number = config.blockSize, private readonly ctor: Ctor<A> = Float32Array as unknown as Ctor<A>) {
     validateConfig(config);
@@ -84,6 +87,22 @@ export class GPT<A extends Arr = Float32Array> {
     }
   }
 
+  /**
+   * Models --precision f16 as the CPU twins of its kernels do (core/model/ops-f16.ts): the
+   * LayerNorm outputs, qkv, attention's output and fch (with its GELU) rounded to halves as they
+   * are stored, the matmuls' weights and biases read from a copy of θ rounded once per forward.
+   * Master weights, gradients and the residual stream stay in the array type.
+   */
+  useF16Storage(): this {
+    const copy = new this.ctor(this.params.length);
+    this.half = { copy, v: paramViews(this.config, copy) };
+    return this;
+  }
+
+  get numerics(): 'f32' | 'f16' {
+    return this.half ? 'f16' : 'f32';
+  }
+
   /** Forward over inputs (B,T); with targets, returns the mean cross-entropy loss. */
   forward(inputs: Tokens, targets: Tokens | null, B: number, T: number): number {
     const c = this.config, C = c.nEmbd, NH = c.nHead, V = c.vocabSize;
@@ -91,25 +110,34 @@ export class GPT<A extends Arr = Float32Array> {
     if (inputs.length < B * T) throw new Error(`inputs has ${inputs.length} tokens, need ${B * T}`);
     this.B = B; this.T = T; this.inputs = inputs; this.targets = targets;
     const p = this.p, a = this.acts, BT = B * T;
+    // f16: round what the engine stores as halves (h), and read matmul weights from the half copy (m)
+    const h = (x: A): A => (this.half ? roundHalves(x) : x);
+    if (this.half) {
+      this.half.copy.set(this.params);
+      roundHalves(this.half.copy);
+    }
+    const mp = this.half ? this.half.v : p;
     encoderForward(a.encoded, inputs, p.wte, p.wpe, B, T, C);
     let residual = a.encoded.subarray(0, BT * C) as A;
     for (let l = 0; l < c.nLayer; l++) {
       const L = this.layer(l, this.acts, B, T);
-      const W = this.layerParams(l);
+      const W = this.layerParams(l), M = this.layerSlice(mp, l);
       layernormForward(L.ln1, L.ln1Mean, L.ln1Rstd, residual, W.ln1w, W.ln1b, B, T, C);
-      matmulForward(L.qkv, L.ln1, W.qkvw, W.qkvb, B, T, C, 3 * C);
-      attentionForward(L.atty, L.preatt, L.att, L.qkv, B, T, C, NH);
-      matmulForward(L.attproj, L.atty, W.attprojw, W.attprojb, B, T, C, C);
+      h(L.ln1);
+      matmulForward(L.qkv, L.ln1, M.qkvw, M.qkvb, B, T, C, 3 * C);
+      attentionForward(L.atty, L.preatt, L.att, h(L.qkv), B, T, C, NH);
+      matmulForward(L.attproj, h(L.atty), M.attprojw, M.attprojb, B, T, C, C);
       residualForward(L.residual2, residual, L.attproj, BT * C);
       layernormForward(L.ln2, L.ln2Mean, L.ln2Rstd, L.residual2, W.ln2w, W.ln2b, B, T, C);
-      matmulForward(L.fch, L.ln2, W.fcw, W.fcb, B, T, C, 4 * C);
-      geluForward(L.fchGelu, L.fch, BT * 4 * C);
-      matmulForward(L.fcproj, L.fchGelu, W.fcprojw, W.fcprojb, B, T, 4 * C, C);
+      matmulForward(L.fch, h(L.ln2), M.fcw, M.fcb, B, T, C, 4 * C);
+      geluForward(L.fchGelu, L.fch, BT * 4 * C); // from the f32 sums, as the matmul's epilogue
+      h(L.fch);
+      matmulForward(L.fcproj, h(L.fchGelu), M.fcprojw, M.fcprojb, B, T, 4 * C, C);
       residualForward(L.residual3, L.residual2, L.fcproj, BT * C);
       residual = L.residual3;
     }
     layernormForward(a.lnf, a.lnfMean, a.lnfRstd, residual, p.lnfw, p.lnfb, B, T, C);
-    matmulForward(a.logits, a.lnf, p.wte, null, B, T, C, V); // tied LM head
+    matmulForward(a.logits, h(a.lnf), mp.wte, null, B, T, C, V); // tied LM head
     if (!targets) return NaN;
     softmaxCrossEntropyForward(a.losses, a.probs, a.logits, targets, B, T, V);
     return meanLoss(a.losses, BT);
@@ -128,25 +156,26 @@ export class GPT<A extends Arr = Float32Array> {
     this.grads.fill(0);
     for (const d of Object.values(this.dacts)) d.fill(0);
     const p = this.p, g = this.g, a = this.acts, d = this.dacts;
+    const mp = this.half ? this.half.v : p; // the matmuls' weights, as in the forward
     softmaxCrossEntropyBackward(d.logits, a.probs, this.targets, 1 / BT, B, T, V);
     const lastResidual = c.nLayer > 0 ? this.layer(c.nLayer - 1, this.acts, B, T).residual3 : a.encoded;
     const dlastResidual = c.nLayer > 0 ? this.layer(c.nLayer - 1, this.dacts, B, T).residual3 : d.encoded;
-    matmulBackward(d.lnf, g.wte, null, d.logits, a.lnf, p.wte, B, T, C, V);
+    matmulBackward(d.lnf, g.wte, null, d.logits, a.lnf, mp.wte, B, T, C, V);
     layernormBackward(dlastResidual, g.lnfw, g.lnfb, d.lnf, lastResidual, p.lnfw, a.lnfMean, a.lnfRstd, B, T, C);
     for (let l = c.nLayer - 1; l >= 0; l--) {
       const L = this.layer(l, this.acts, B, T), D = this.layer(l, this.dacts, B, T);
-      const W = this.layerParams(l), G = this.layerGrads(l);
+      const W = this.layerParams(l), G = this.layerGrads(l), M = this.layerSlice(mp, l);
       const residual = l === 0 ? a.encoded : this.layer(l - 1, this.acts, B, T).residual3;
       const dresidual = l === 0 ? d.encoded : this.layer(l - 1, this.dacts, B, T).residual3;
       residualBackward(D.residual2, D.fcproj, D.residual3, BT * C);
-      matmulBackward(D.fchGelu, G.fcprojw, G.fcprojb, D.fcproj, L.fchGelu, W.fcprojw, B, T, 4 * C, C);
+      matmulBackward(D.fchGelu, G.fcprojw, G.fcprojb, D.fcproj, L.fchGelu, M.fcprojw, B, T, 4 * C, C);
       geluBackward(D.fch, L.fch, D.fchGelu, BT * 4 * C);
-      matmulBackward(D.ln2, G.fcw, G.fcb, D.fch, L.ln2, W.fcw, B, T, C, 4 * C);
+      matmulBackward(D.ln2, G.fcw, G.fcb, D.fch, L.ln2, M.fcw, B, T, C, 4 * C);
       layernormBackward(D.residual2, G.ln2w, G.ln2b, D.ln2, L.residual2, W.ln2w, L.ln2Mean, L.ln2Rstd, B, T, C);
       residualBackward(dresidual, D.attproj, D.residual2, BT * C);
-      matmulBackward(D.atty, G.attprojw, G.attprojb, D.attproj, L.atty, W.attprojw, B, T, C, C);
+      matmulBackward(D.atty, G.attprojw, G.attprojb, D.attproj, L.atty, M.attprojw, B, T, C, C);
       attentionBackward(D.qkv, D.preatt, D.att, D.atty, L.qkv, L.att, B, T, C, NH);
-      matmulBackward(D.ln1, G.qkvw, G.qkvb, D.qkv, L.ln1, W.qkvw, B, T, C, 3 * C);
+      matmulBackward(D.ln1, G.qkvw, G.qkvb, D.qkv, L.ln1, M.qkvw, B, T, C, 3 * C);
       layernormBackward(dresidual, G.ln1w, G.ln1b, D.ln1, residual, W.ln1w, L.ln1Mean, L.ln1Rstd, B, T, C);
     }
     encoderBackward(g.wte, g.wpe, d.encoded, this.inputs, B, T, C);

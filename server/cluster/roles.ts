@@ -12,6 +12,7 @@ import type { Gateway } from '../gateway.ts';
 import { connectRedis } from './keys.ts';
 import { RemotePort } from './remote-port.ts';
 import { RunHost } from './run-host.ts';
+import { closeOnce } from '../close-once.ts';
 
 export interface GatewayRole {
   app: FastifyInstance;
@@ -56,18 +57,15 @@ export async function startGatewayRole(o: {
   });
   await finishApp(app, o.clientDir);
   const gateway = attachGateway(app, port, desc, o.gateway);
-  let closed = false;
   return {
     app, gateway, port,
     listen: (p, host) => listenOn(app, p, host),
-    async close() {
-      if (closed) return;
-      closed = true;
+    close: closeOnce(async () => {
       await gateway.close();
       await app.close();
       port.close();
       redis.disconnect();
-    },
+    }),
   };
 }
 

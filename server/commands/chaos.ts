@@ -32,6 +32,33 @@ import { loggedUpdates } from '../fleet/live.ts';
 const ROOT = resolve(import.meta.dirname, '../..');
 const SELF = fileURLToPath(import.meta.url);
 
+/**
+ * What this process started and must take down with it: children are killed and temp folders
+ * removed when a run ends, and also when chaos itself is stopped (SIGINT, SIGTERM, SIGHUP).
+ */
+const owned = { children: new Set<ChildProcess>(), dirs: new Set<string>() };
+function own(child: ChildProcess): ChildProcess {
+  owned.children.add(child);
+  child.once('exit', () => owned.children.delete(child));
+  return child;
+}
+function cleanUpOwned(): void {
+  for (const c of owned.children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  for (const d of owned.dirs) rmSync(d, { recursive: true, force: true });
+}
+let signalsHandled = false;
+function takeDownOnSignals(log: (s: string) => void): void {
+  if (signalsHandled) return;
+  signalsHandled = true;
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.once(sig, () => {
+      log(`atoll chaos: ${sig}: stopping ${owned.children.size} child process(es), removing ${owned.dirs.size} temp folder(s)`);
+      cleanUpOwned();
+      process.exit(sig === 'SIGINT' ? 130 : 143);
+    });
+  }
+}
+
 export interface ChaosOptions {
   /** Islands training at any time (default 4). */
   islands?: number;
@@ -122,7 +149,7 @@ function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<
   const proxy = new FaultProxy({ host: '127.0.0.1', port: ports[0] }, { latencyMs });
   return proxy.listen().then((proxyUrl) => {
     const servers = [proxyUrl, ...ports.slice(1).map((p) => `http://127.0.0.1:${p}`)].join(',');
-    const child = spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), SELF, 'island', servers, name], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] });
+    const child = own(spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), SELF, 'island', servers, name], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] }));
     const isl: IslandChild = { name, child, proxy, acks: [], tokensSubmitted: 0, stepsSinceSubmit: 0, tokensPerStep: 0, exited: new Promise((r) => child.once('exit', () => r())) };
     let partial = '';
     child.stdout?.on('data', (b: Buffer) => {
@@ -147,7 +174,7 @@ function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<
 type Serve = { child: ChildProcess; out: string; exited: Promise<void> };
 
 function serveChild(args: string[]): Serve {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'], env: { ...process.env, ATOLL_ADMIN_TOKEN: 'chaos' } });
+  const child = own(spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'], env: { ...process.env, ATOLL_ADMIN_TOKEN: 'chaos' } }));
   const s: Serve = { child, out: '', exited: new Promise<void>((r) => child.once('exit', () => r())) };
   child.stdout?.on('data', (b: Buffer) => { s.out += b.toString(); });
   return s;
@@ -157,6 +184,7 @@ const alive = (s: Serve) => s.child.exitCode === null && s.child.signalCode === 
 
 async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | 'baseline'>>, log: (s: string) => void, faults: string[]): Promise<ChaosRun> {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-chaos-'));
+  owned.dirs.add(dir);
   writeFileSync(join(dir, 'run.json'), JSON.stringify({ coordinator: { totalTokens: o.tokens } }));
   const runFlags = ['--preset', 'tiny', '--run-dir', join(dir, 'run'), '--config', join(dir, 'run.json'), '--inner-steps', String(o.innerSteps), '--seed', String(o.seed)];
   const servers: Serve[] = [];
@@ -287,6 +315,7 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
     await redis?.stop();
     await Promise.all(islands.map((i) => i.proxy.close().catch(() => {})));
     rmSync(dir, { recursive: true, force: true });
+    owned.dirs.delete(dir);
   }
 }
 
@@ -296,6 +325,10 @@ export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
     latencyMs: opts.latencyMs ?? 10, innerSteps: opts.innerSteps ?? 8, seed: opts.seed ?? 1, roles: opts.roles ?? false,
   };
   const log = opts.log ?? (() => {});
+  if (!(Number.isInteger(o.islands) && o.islands >= 1 && o.islands <= 64)) throw Object.assign(new Error(`--islands must be an integer in [1, 64], got ${o.islands}`), { code: 'E_BAD_FLAGS' });
+  if (!(Number.isInteger(o.tokens) && o.tokens >= 1)) throw Object.assign(new Error(`--tokens must be a positive integer, got ${o.tokens}`), { code: 'E_BAD_FLAGS' });
+  if (!(o.failFraction >= 0 && o.failFraction <= 1)) throw Object.assign(new Error(`--fail must be a number in [0, 1], got ${o.failFraction}`), { code: 'E_BAD_FLAGS' });
+  takeDownOnSignals(log);
   const clean = opts.baseline === false ? null : await runOnce(false, o, log, []);
   const faults: string[] = [];
   const faulty = await runOnce(true, o, log, faults);

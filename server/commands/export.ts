@@ -5,6 +5,7 @@ import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { decodeCheckpoint, encodeCheckpoint } from '../../core/checkpoint.ts';
 import { HF_FILES, exportHf, importHf } from '../../core/hf.ts';
+import { assertWritable } from '../fsutil.ts';
 
 export interface ExportCliOptions {
   checkpoint: string;
@@ -24,10 +25,11 @@ function read(path: string): Uint8Array {
 
 /** Writes the export; returns the paths written. */
 export function exportCheckpoint(o: ExportCliOptions): string[] {
+  assertWritable('--out', o.out, o.format === 'hf' ? 'folder' : 'file');
   if (o.format === 'hf') {
     const ck = decodeCheckpoint(read(o.checkpoint));
     if (!ck.ok) fail(ck.error.code, `${o.checkpoint}: ${ck.error.message}`);
-    mkdirSync(o.out, { recursive: true });
+    mkdirSync(o.out, { recursive: true }); // its parent exists (assertWritable): no recursive walk up
     return Object.entries(exportHf(ck.value)).map(([name, bytes]) => {
       writeFileSync(join(o.out, name), bytes);
       return join(o.out, name);

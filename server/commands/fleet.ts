@@ -15,6 +15,7 @@ import type { FleetReport, FleetSpec, ScheduleEvent } from '../fleet/types.ts';
 import { ProgressBars } from '../simulate/progress.ts';
 import { curvesCsv, esc, formatTable, htmlPage, plotSvg } from '../simulate/report.ts';
 import type { SimRunResult } from '../simulate/types.ts';
+import { parseFleetEngine } from '../fleet/engine-spec.ts';
 
 export interface FleetCliOptions {
   preset?: string;
@@ -64,7 +65,7 @@ export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
   const preset = (o.preset ?? 'tiny') as PresetName;
   if (!(preset in PRESETS)) throw bad(`--preset must be one of ${Object.keys(PRESETS).join('|')}`);
   const engines = (o.engines ?? 'cpu').split(',').map((e) => e.trim());
-  for (const e of engines) if (e !== 'cpu' && e !== 'webgpu') throw bad(`--engines: '${e}' is not cpu or webgpu`);
+  for (const e of engines) if (!parseFleetEngine(e)) throw bad(`--engines: '${e}' is not cpu or webgpu, with :f16 and xN (devices, webgpu) where wanted`);
   const schedule = parseSchedule(o.schedule);
   const islands = o.islands ?? 4;
   const joins = schedule.filter((e) => e.action === 'join').reduce((a, e) => a + e.count, 0);

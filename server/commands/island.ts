@@ -7,6 +7,8 @@ export interface IslandCliOptions {
   server: string;
   engine: EngineKind;
   autotune?: boolean;
+  precision?: 'f32' | 'f16';
+  devices?: number;
   /** Time a few steps before joining (default true; `--no-calibrate`). */
   calibrate?: boolean;
   name?: string;
@@ -24,6 +26,8 @@ export async function island(o: IslandCliOptions): Promise<number> {
     server: o.server,
     engine: o.engine,
     autotune: o.autotune,
+    precision: o.precision,
+    devices: o.devices,
     calibrate: o.calibrate,
     name: o.name,
     batch: o.batch,

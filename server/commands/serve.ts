@@ -1,13 +1,15 @@
 // `atoll serve`: the coordinator server. Builds the client when asked and needed, resolves the run
 // config (new run, or resume of the run folder), starts the app, and shuts down cleanly on signals.
 
-import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { type AtollServer, DEFAULT_CLIENT_DIR, createServer } from '../app.ts';
-import { type RunConfig, type RunFlags, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
+import { type AtollServer, createServer } from '../app.ts';
+import { buildClientIfNeeded } from '../client-build.ts';
+import { AUDITABLE_ENCODINGS } from '../../core/coord/audit.ts';
+import { type RunConfig, type RunFlags, ConfigError, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
 import { RunStore } from '../store.ts';
 import type { AuditOptions } from '../audit.ts';
+import { lockRunFolder, moveRunFolderAside } from '../run-folder.ts';
 
 export interface ServeCliOptions extends RunFlags {
   config?: string;
@@ -30,6 +32,8 @@ export interface ServeCliOptions extends RunFlags {
   validatorToken?: string;
   auditRate?: number;
   auditBanAfter?: number;
+  /** Move the run folder aside (<dir>.old-<time>) and start a new run there. */
+  startOver?: boolean;
 }
 
 /** Fails with a hint before anything is written when another process holds the port. */
@@ -44,32 +48,36 @@ async function assertPortFree(port: number, host: string): Promise<void> {
   });
 }
 
-const ROOT = resolve(import.meta.dirname, '../..');
-
-/** Runs `vite build` when dist/client is missing and the client sources exist. */
-export function buildClientIfNeeded(say: (s: string) => void): void {
-  if (existsSync(join(DEFAULT_CLIENT_DIR, 'index.html'))) return;
-  if (!existsSync(join(ROOT, 'client/index.html')) || !existsSync(join(ROOT, 'vite.config.ts'))) {
-    say('atoll serve: no client sources to build; serving a placeholder page');
-    return;
-  }
-  say('atoll serve: dist/client is missing; running vite build …');
-  const vite = join(ROOT, 'node_modules/vite/bin/vite.js');
-  const r = spawnSync(process.execPath, [vite, 'build', '--logLevel', 'warn'], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
-  if (r.status !== 0) say('atoll serve: vite build failed; serving a placeholder page (run `npm run build` to see why)');
-}
-
 /** Resolves the run folder and config: resume when the folder holds a run, else a fresh one. */
 function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resumePatch: RunConfig['coordinator'] | undefined; resumed: boolean } {
   const file = o.config ? readConfigFile(o.config) : null;
   const name = o.name ?? (typeof file?.name === 'string' ? file.name : DEFAULT_RUN_NAME);
   const dir = resolve(o.runDir ?? join('runs', name));
+  if (o.startOver) {
+    const lock = lockRunFolder(dir); // never from under a live server
+    if (!lock.ok) throw Object.assign(new Error(lock.error.message), { code: lock.error.code });
+    lock.value();
+    const aside = moveRunFolderAside(dir);
+    if (aside) process.stdout.write(`atoll serve: --start-over: moved ${dir} aside to ${aside}\n`);
+  }
   const stored = existsSync(join(dir, 'config.json')) ? new RunStore(dir).readConfig<RunConfig>() : null;
   if (stored) {
     const { config, patch } = resumeRunConfig(stored, o);
-    return { dir, config, resumePatch: Object.keys(patch).length ? (patch as RunConfig['coordinator']) : undefined, resumed: true };
+    return { dir, config: auditable(config, o), resumePatch: Object.keys(patch).length ? (patch as RunConfig['coordinator']) : undefined, resumed: true };
   }
-  return { dir, config: buildRunConfig(file, { ...o, name }), resumePatch: undefined, resumed: false };
+  // Audits recompute a dense Δ: with validators and no codec chosen, the deltas are int8 (said at start).
+  const dense = auditOptions(o) && o.codec === undefined && !(file?.coordinator as { uplink?: unknown } | undefined)?.uplink;
+  if (dense) process.stdout.write('atoll serve: validators audit dense deltas: the uplink is int8 (sparse deltas cannot be recomputed; docs/protocol.md, "Verified work")\n');
+  return { dir, config: auditable(buildRunConfig(file, { ...o, name, ...(dense ? { codec: 'int8' } : {}) }), o), resumePatch: undefined, resumed: false };
+}
+
+/** A run with validators whose uplink no validator can recompute is refused: its audits would sample nothing. */
+function auditable(config: RunConfig, o: ServeCliOptions): RunConfig {
+  const enc = config.coordinator.uplink.encoding;
+  if (auditOptions(o) && !AUDITABLE_ENCODINGS.includes(enc)) {
+    throw new ConfigError('E_BAD_CONFIG', `--validator-token: ${enc} deltas cannot be audited (their error feedback carries earlier rounds); use --codec ${AUDITABLE_ENCODINGS.join('|')}, or serve without validators`);
+  }
+  return config;
 }
 
 export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {

@@ -11,7 +11,7 @@ import { learningRate, type LrSchedule } from '../../core/model/schedule.ts';
 import { loadCorpus } from '../corpus.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from '../engines.ts';
-import { writeFileAtomic } from '../fsutil.ts';
+import { assertWritable, writeFileAtomic } from '../fsutil.ts';
 
 export interface TrainOptions {
   preset: PresetName;
@@ -53,6 +53,7 @@ async function meanEvalLoss(engine: TrainingEngine, batches: Batch[]): Promise<n
 export { writeFileAtomic } from '../fsutil.ts';
 
 export async function train(o: TrainOptions): Promise<TrainReport> {
+  assertWritable('--out', o.out, 'file'); // before any training
   const config = getPreset(o.preset);
   const B = o.batch ?? DEFAULT_BATCH[o.preset];
   const T = config.blockSize;

@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type ConsoleMessage, type Page } from 'playwright-core';
+import { closeOnce } from '../close-once.ts';
 
 export const CHROMIUM_PATH = process.env.ATOLL_CHROMIUM ?? '/usr/bin/chromium';
 
@@ -74,17 +75,14 @@ export async function launchChromium(opts: LaunchOptions): Promise<LaunchedBrows
   page.on('worker', (w) => {
     w.on('console', (m: ConsoleMessage) => push(`worker ${m.type()}: ${m.text()}`));
   });
-  let closed = false;
   return {
     browser: null,
     context,
     page,
     logs,
-    async close() {
-      if (closed) return;
-      closed = true;
+    close: closeOnce(async () => {
       await context.close().catch(() => {});
       rmSync(userDataDir, { recursive: true, force: true });
-    },
+    }),
   };
 }

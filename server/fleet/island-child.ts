@@ -21,6 +21,8 @@ export interface IslandChildOptions {
   server: string;
   name: string;
   engine: EngineKind;
+  precision?: 'f32' | 'f16';
+  devices?: number;
   batch?: number;
   duty?: number;
   /** Date.now() of the fleet's start: `t` in every line counts from here. */
@@ -34,7 +36,7 @@ async function main(o: IslandChildOptions): Promise<void> {
   let round = -1, tokensPerStep = 0;
   let exitStats: () => Record<string, number> = () => ({});
   const isl = await startNodeIsland({
-    server: o.server, engine: o.engine, name: o.name, batch: o.batch, dutyCycle: o.duty,
+    server: o.server, engine: o.engine, precision: o.precision, devices: o.devices, name: o.name, batch: o.batch, dutyCycle: o.duty,
     progress: 'none', maxOutageMs: 120_000, handleSignals: true,
     onEvent: (e, transport) => {
       const now = performance.now();

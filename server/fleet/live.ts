@@ -15,6 +15,7 @@ import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { readConfigFile } from '../run-config.ts';
 import type { LaunchedBrowser } from './chromium.ts';
 import type { FleetSpec, LiveIsland, LiveRun, ThetaSnapshot } from './types.ts';
+import { parseFleetEngine } from './engine-spec.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CHILD = join(ROOT, 'server/fleet/island-child.ts');
@@ -111,7 +112,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const ports: number[] = [];
     // the pages load the client build: vite build when dist/client is missing or older than its sources
     if (spec.browsers > 0) {
-      const ms = (await import('./client-build.ts')).ensureClientBuild();
+      const ms = (await import('../client-build.ts')).ensureClientBuild();
       if (ms > 0) hooks.log(`fleet: built the client (vite build, ${(ms / 1000).toFixed(0)} s)`);
     }
     if (spec.redis !== undefined) {
@@ -201,11 +202,12 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     let next = 0;
     const startNode = (base?: LiveIsland) => {
       const k = next++;
-      const engine = base?.engine ?? spec.engines[k % spec.engines.length] as EngineKind;
+      const engine = base?.engine ?? spec.engines[k % spec.engines.length];
+      const e = parseFleetEngine(engine) ?? { kind: 'cpu' as EngineKind, precision: 'f32', devices: 1 };
       const batch = base?.batchSize || (spec.batches.length ? spec.batches[k % spec.batches.length] : cc.batchSize);
       const duty = base?.duty ?? spec.duty[k % spec.duty.length];
       const isl = newIsland(base ? `${base.name}-restart` : `node-${k + 1}`, 'node', engine, batch, duty);
-      const opts = { server: ports.map((_, j) => urls[(k + j) % urls.length]).join(','), name: isl.name, engine, batch, duty, t0 };
+      const opts = { server: ports.map((_, j) => urls[(k + j) % urls.length]).join(','), name: isl.name, engine: e.kind, precision: e.precision, devices: e.devices, batch, duty, t0 };
       const proc = spawnProc(['--import', join(ROOT, 'bin/register.js'), CHILD, JSON.stringify(opts)], env);
       let partial = '';
       proc.child.stdout?.on('data', (b: Buffer) => {

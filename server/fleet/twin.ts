@@ -12,9 +12,10 @@ import { loadCorpus } from '../corpus.ts';
 import { ddpBytesPerIsland, runRows } from '../simulate/index.ts';
 import { CpuEngine } from '../../client/engine/cpu.ts';
 import { Evaluator, modelConfig } from '../simulate/row.ts';
-import type { CurvePoint, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult } from '../simulate/types.ts';
+import type { CurvePoint, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResult, TwinSpec } from '../simulate/types.ts';
 import { island } from '../simulate/scenarios.ts';
-import type { LiveIsland, LiveRun, TwinSpec } from './types.ts';
+import type { LiveIsland, LiveRun } from './types.ts';
+import { parseFleetEngine } from './engine-spec.ts';
 
 /** Loopback: the live run's islands and server share one machine. */
 export const LOOPBACK: NetworkSpec = { upBytesPerSec: 1e9, downBytesPerSec: 1e9, latencyMs: 0.1 };
@@ -23,8 +24,11 @@ const BASE_TOKENS_PER_SEC = 1000;
 
 /** The simulator's island for a live one: measured speed, batch, join and leave times. */
 function twinIsland(l: LiveIsland): IslandSpec {
+  const e = parseFleetEngine(l.engine);
   return island(l.name, {
-    speed: l.tokensPerSec / BASE_TOKENS_PER_SEC, batchSize: l.batchSize,
+    // a several-device island trains as one device at its whole batch (test/multi-device.test.ts)
+    ...(e ? { precision: e.precision, devices: e.devices } : {}),
+    speed: l.tokensPerSec / BASE_TOKENS_PER_SEC, batchSize: l.batchSize * (e?.devices ?? 1), // --batch is per device
     joinAtMs: Math.max(0, l.joinAtMs), leaveAtMs: l.leaveAtMs ?? Infinity, network: LOOPBACK,
   });
 }

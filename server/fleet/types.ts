@@ -2,7 +2,7 @@
 
 import type { RunConfig } from '../../core/api.ts';
 import type { PresetName } from '../../core/model/config.ts';
-import type { IslandSpec, SimCommon, SimRow, SimRunResult } from '../simulate/types.ts';
+import type { IslandSpec, SimCommon, SimRow, SimRunResult, TwinSpec } from '../simulate/types.ts';
 
 /** One event of the schedule: at this fraction of the token budget in θ, `count` Node islands join, leave (SIGTERM) or are killed (-9) and restarted. */
 export interface ScheduleEvent {
@@ -97,28 +97,15 @@ export interface LiveRun {
   events: string;
 }
 
-/** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */
-export interface TwinSpec {
-  common: SimCommon;
-  rows: SimRow[];
-}
 
 /** A row of the report: eval loss at the end and the curve. */
 export type FleetRow = Omit<SimRunResult, 'curve'> & { curve?: SimRunResult['curve'] };
 
 export interface FleetReport {
-  config: {
-    preset: PresetName;
+  config: Pick<FleetSpec, 'preset' | 'tokens' | 'islands' | 'browsers' | 'engines' | 'batches' | 'duty' | 'schedule'> & {
     params: number;
     data: string;
     seed: number;
-    tokens: number;
-    islands: number;
-    browsers: number;
-    engines: string[];
-    batches: number[];
-    duty: number[];
-    schedule: ScheduleEvent[];
     topology: 'embedded' | 'roles';
     /** The live run's coordinator config: the twin's too. */
     coordinator: RunConfig['coordinator'];

@@ -63,11 +63,6 @@ export class OuterOffloadHost {
     }
   }
 
-  /** A downlink the workers cannot produce (they do not deflate), or null. */
-  static unsupported(downlink: { deflate?: boolean }): string | null {
-    return downlink.deflate ? 'a deflated downlink is encoded on the event loop only: run with --outer-workers 0' : null;
-  }
-
   /**
    * Takes the coordinator's pending outer step, if any, and completes it (a rejected step, e.g. a
    * non-finite update, completes as an error: nothing moved). Throws only when a worker died: θ may
@@ -76,9 +71,9 @@ export class OuterOffloadHost {
   async take(coord: Coordinator): Promise<void> {
     const req = coord.pendingStep();
     if (!req) return;
-    const { encoding, blockSize } = req.downlink;
+    const { encoding, blockSize, deflate } = req.downlink;
     const slots = req.deltas ? req.deltas.map((d) => this.slotOf.get(d) ?? fail('a delta outside the shared buffers')) : [this.gSlot];
-    const r = await this.pool.step({ slots, weights: req.weights, outer: req.outer, downlink: { encoding, blockSize }, scale: req.scale, period: req.period, share: req.share });
+    const r = await this.pool.step({ slots, weights: req.weights, outer: req.outer, downlink: { encoding, blockSize, deflate }, scale: req.scale, period: req.period, share: req.share });
     coord.completeStep(r);
   }
 
@@ -90,6 +85,11 @@ export class OuterOffloadHost {
     const version = coord.version;
     const state = await this.pool.exportViews();
     if (coord.version === version && !coord.stepping) coord.syncOuterState(state.outer, state.residual);
+  }
+
+  /** The coordinator's optimizer and downlink state go to the workers again (θ is shared already): after a revert. */
+  async importState(coord: Coordinator): Promise<void> {
+    await this.pool.importState({ outer: coord.outerState(), residual: coord.downlinkResidual() });
   }
 
   /** Gives a buffer from `ingest` back unused. */

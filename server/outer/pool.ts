@@ -169,13 +169,16 @@ export class OuterPool {
     const payload = frameBytes(n, o.downlink) - HEADER_BYTES; // exact for f32, int8, int4
     const length = HEADER_BYTES + payload;
     writeHeader(new Uint8Array(this.frameSab, 0, HEADER_BYTES), { encoding: o.downlink.encoding, flags: 0, count: n, blockSize: o.downlink.encoding === 'f32' ? 0 : o.downlink.blockSize, k: 0, storedBytes: payload, rawBytes: payload });
-    // θ's hash chunks split over the workers; the frame's CRC after the first worker's share
+    // θ's hash chunks split over the workers; the frame sealed (deflate where asked, CRC) after the first worker's share
     const W = this.workers.length, chunks = hashChunkCount(n);
     const hashed = this.workers.map((_, w) => this.call(w, { op: 'hash', c0: Math.floor((w * chunks) / W), c1: Math.floor(((w + 1) * chunks) / W), out: this.hashSab }));
-    const [c] = await Promise.all([this.call(0, { op: 'crc', frame: this.frameSab, length }), ...hashed]);
-    const frame = new Uint8Array(length);
-    frame.set(new Uint8Array(this.frameSab, 0, length));
-    new DataView(frame.buffer).setUint32(28, (c as Answer).crc!, true);
+    const [c] = await Promise.all([this.call(0, { op: 'seal', frame: this.frameSab, length, deflate: o.downlink.deflate === true }), ...hashed]);
+    let frame = (c as Answer).sealed;
+    if (!frame) {
+      frame = new Uint8Array(length);
+      frame.set(new Uint8Array(this.frameSab, 0, length));
+      new DataView(frame.buffer).setUint32(28, (c as Answer).crc!, true);
+    }
     const sumSq = proposed.reduce((s, r) => s + ((r as Answer).sumSq ?? 0), 0);
     return ok({ frame, hash: combineChunkHashes(new Uint32Array(this.hashSab)), updateNorm: Math.sqrt(sumSq), agreement: o.weights ? sumAgreement(proposed as Answer[]) : undefined });
   }

@@ -3,7 +3,7 @@
 // slots and the shared downlink frame.
 
 import { parentPort, workerData } from 'node:worker_threads';
-import { HEADER_BYTES, decodeDelta, frameCrc } from '../../core/codec/index.ts';
+import { HEADER_BYTES, decodeDelta, frameCrc, sealFrame } from '../../core/codec/index.ts';
 import { HASH_CHUNK_WORDS, hashChunks } from '../../core/coord/hash.ts';
 import { OuterOptimizer } from '../../core/coord/outer.ts';
 import { type AgreementSums, Fragment, type FragmentStep } from '../../core/coord/outer-fragment.ts';
@@ -22,12 +22,12 @@ export type ToOuterWorker =
   | { id: number; op: 'commit' }
   | { id: number; op: 'abort' }
   | { id: number; op: 'hash'; c0: number; c1: number; out: SharedArrayBuffer }
-  | { id: number; op: 'crc'; frame: SharedArrayBuffer; length: number }
+  | { id: number; op: 'seal'; frame: SharedArrayBuffer; length: number; deflate: boolean }
   | { id: number; op: 'export'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer }
   | { id: number; op: 'import'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer; bufferCount: number; steps: number };
 
 export type FromOuterWorker =
-  | { id: number; ok: true; norm?: number; sumSq?: number; agreement?: AgreementSums; crc?: number; bufferCount?: number; steps?: number }
+  | { id: number; ok: true; norm?: number; sumSq?: number; agreement?: AgreementSums; crc?: number; sealed?: Uint8Array; bufferCount?: number; steps?: number }
   | { id: number; ok: false; code: string; message: string };
 
 function run(init: OuterWorkerInit): void {
@@ -67,8 +67,11 @@ function run(init: OuterWorkerInit): void {
       case 'hash': // θ's chunks [c0, c1) (any worker's fragment: every commit came before)
         hashChunks(thetaWords, m.c0 * HASH_CHUNK_WORDS, Math.min(n, m.c1 * HASH_CHUNK_WORDS), new Uint32Array(m.out));
         return reply({ id: m.id, ok: true });
-      case 'crc': {
-        return reply({ id: m.id, ok: true, crc: frameCrc(new Uint8Array(m.frame, 0, m.length), m.length - HEADER_BYTES) });
+      case 'seal': {
+        const frame = new Uint8Array(m.frame, 0, m.length);
+        // deflated: sealed here, off the event loop, into a frame of its own; else only the CRC
+        if (m.deflate) return reply({ id: m.id, ok: true, sealed: sealFrame(frame.slice(), true) });
+        return reply({ id: m.id, ok: true, crc: frameCrc(frame, m.length - HEADER_BYTES) });
       }
       case 'export': {
         const s = frag.outer.state;

@@ -1,16 +1,21 @@
-// Admin routes under /api/admin, behind `Authorization: Bearer <ATOLL_ADMIN_TOKEN>`.
-// Every change is durable (checkpointed, logged) before the 200 goes out.
+// Admin routes under /api/admin, behind `Authorization: Bearer <ATOLL_ADMIN_TOKEN>`. Wrong tokens
+// are counted per address with back-off (auth-limit.ts). Every change is durable (checkpointed,
+// logged) before the 200 goes out; the operations themselves are server/run-admin.ts.
 
 import { timingSafeEqual, createHash } from 'node:crypto';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { Type, type Static } from '@sinclair/typebox';
-import type { Encoding } from '../../core/codec/index.ts';
-import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
+import type { FastifyInstance } from 'fastify';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
+import type { CoordinatorConfig, CoordinatorConfigPatch } from '../../core/coord/index.ts';
+import { AuthLimiter } from '../auth-limit.ts';
+import { sendError } from '../http-strict.ts';
 import type { Run } from '../run.ts';
 
 export interface AdminOptions {
   run: Run;
   token: string;
+  /** Wrong tokens by address (the app keeps it, so the operator's log and tests can read it). */
+  limiter: AuthLimiter;
 }
 
 /** The hyperparameters an admin may change while the run is live. */
@@ -21,73 +26,117 @@ export const ConfigPatchSchema = Type.Object({
   roundTime: Type.Optional(Type.Number({ minimum: 0, maximum: 86_400 })),
   quorum: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
   maxStaleness: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
-  codec: Type.Optional(Type.Union(['f32', 'f16', 'int8', 'int4', 'topk'].map((e) => Type.Literal(e)))),
+  codec: Type.Optional(Type.Union(ENCODINGS.map((e) => Type.Literal(e)))),
   innerSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
 }, { additionalProperties: false, minProperties: 1 });
+export type ConfigPatch = Static<typeof ConfigPatchSchema>;
 
-const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
-const BanBody = Type.Union([Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false }), Type.Null()]);
+/** Each key of the schema, and the coordinator patch it makes (the compiler holds the two lists together). */
+const PATCH_KEYS: { [K in keyof ConfigPatch]-?: (v: NonNullable<ConfigPatch[K]>, cur: CoordinatorConfig) => CoordinatorConfigPatch } = {
+  outerLr: (v, cur) => ({ outer: { ...cur.outer, lr: v } }),
+  outerMomentum: (v, cur) => ({ outer: { ...cur.outer, momentum: v } }),
+  roundTime: (v) => ({ targetRoundMs: Math.round(v * 1000) }),
+  quorum: (v) => ({ quorum: v }),
+  maxStaleness: (v) => ({ maxStaleness: v }),
+  // another encoding starts from its own defaults (sparse's block of 4096 is no int4 setting)
+  codec: (v, cur) => ({ uplink: v === cur.uplink.encoding ? { ...cur.uplink } : { encoding: v as Encoding } }),
+  innerSteps: (v) => ({ innerSteps: v }),
+};
 
-function toCoordinatorPatch(b: Static<typeof ConfigPatchSchema>, current: { outer: object; uplink: object }): CoordinatorConfigPatch {
-  const p: CoordinatorConfigPatch = {};
-  if (b.outerLr !== undefined || b.outerMomentum !== undefined) {
-    p.outer = { ...current.outer, ...(b.outerLr !== undefined ? { lr: b.outerLr } : {}), ...(b.outerMomentum !== undefined ? { momentum: b.outerMomentum } : {}) };
+/** The body's keys as one coordinator patch (outerLr and outerMomentum merge into one `outer`). */
+export function toCoordinatorPatch(b: ConfigPatch, cur: CoordinatorConfig): CoordinatorConfigPatch {
+  const out: CoordinatorConfigPatch = {};
+  const now = structuredClone(cur);
+  for (const k of Object.keys(b) as Array<keyof ConfigPatch>) {
+    const p = (PATCH_KEYS[k] as (v: unknown, c: CoordinatorConfig) => CoordinatorConfigPatch)(b[k], now);
+    Object.assign(out, p);
+    Object.assign(now, p);
   }
-  if (b.roundTime !== undefined) p.targetRoundMs = Math.round(b.roundTime * 1000);
-  if (b.quorum !== undefined) p.quorum = b.quorum;
-  if (b.maxStaleness !== undefined) p.maxStaleness = b.maxStaleness;
-  if (b.codec !== undefined) p.uplink = { ...current.uplink, encoding: b.codec as Encoding };
-  if (b.innerSteps !== undefined) p.innerSteps = b.innerSteps;
-  return p;
+  return out;
 }
+
+const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }) }, { additionalProperties: false });
+const BanBody = Type.Union([Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false }), Type.Null()]);
+const NoBody = Type.Union([Type.Object({}, { additionalProperties: false }), Type.Null()]);
+const ErrorBody = Type.Object({ error: Type.Object({ code: Type.String(), message: Type.String() }) });
+const Any = Type.Object({}, { additionalProperties: true });
+const IslandDelta = Type.Object({ version: Type.Integer(), seq: Type.Integer(), roundId: Type.Integer(), baseVersion: Type.Integer(), tokens: Type.Integer() });
+const replies = (ok: TSchema) => ({ 200: ok, '4xx': ErrorBody });
+
+const Paused = Type.Object({ ok: Type.Literal(true), paused: Type.Boolean(), version: Type.Integer() });
+const Checkpointed = Type.Object({ ok: Type.Literal(true), version: Type.Integer(), path: Type.String(), bytes: Type.Integer() });
+const Banned = Type.Object({ ok: Type.Literal(true), island: Type.String(), status: Type.Literal('banned'), revokedTokens: Type.Integer(), deltas: Type.Array(IslandDelta) });
+const Deltas = Type.Object({ island: Type.String(), lastPassedSeq: Type.Union([Type.Integer(), Type.Null()]), deltas: Type.Array(IslandDelta) });
+const Reverted = Type.Object({
+  ok: Type.Literal(true), islandId: Type.String(), removed: Type.Array(IslandDelta), fromCheckpoint: Type.Integer(), replayed: Type.Integer(),
+  version: Type.Integer(), hash: Type.String(), ms: Type.Number(),
+});
 
 export async function adminPlugin(app: FastifyInstance, opts: AdminOptions): Promise<void> {
   const run = opts.run;
   // Compare digests, so neither the length nor the content of the token leaks through timing.
   const want = createHash('sha256').update(opts.token).digest();
+  const limiter = opts.limiter;
 
-  app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
+  app.addHook('onRequest', async (req, reply) => {
+    const wait = limiter.retryAfter(req.ip);
+    if (wait > 0) {
+      reply.header('retry-after', String(Math.ceil(wait / 1000)));
+      return sendError(reply, 429, 'E_RATE_LIMIT', `too many wrong admin tokens from this address: retry in ${Math.ceil(wait / 1000)} s`);
+    }
     const h = req.headers.authorization;
     const m = typeof h === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
     const got = createHash('sha256').update(m ? m[1] : '').digest();
     if (!m || !timingSafeEqual(got, want)) {
+      limiter.failed(req.ip);
       reply.header('www-authenticate', 'Bearer realm="atoll-admin"');
-      return reply.code(401).send({ error: { code: 'E_UNAUTHORIZED', message: 'admin routes need Authorization: Bearer <ATOLL_ADMIN_TOKEN>' } });
+      return sendError(reply, 401, 'E_UNAUTHORIZED', 'admin routes need Authorization: Bearer <ATOLL_ADMIN_TOKEN>');
     }
+    limiter.succeeded(req.ip);
   });
 
   // A side-effect-free token check: the dashboard flags a wrong token when it is entered.
-  app.get('/api/admin/whoami', async () => ({ ok: true, role: 'admin' }));
+  app.get('/api/admin/whoami', { schema: { response: replies(Type.Object({ ok: Type.Literal(true), role: Type.Literal('admin') })) } }, async () => ({ ok: true as const, role: 'admin' as const }));
 
-  app.post('/api/admin/pause', async () => {
-    await run.pause();
-    return { ok: true, paused: true, version: run.version };
+  app.post<{ Body: Static<typeof NoBody> }>('/api/admin/pause', { schema: { body: NoBody, response: replies(Paused) } }, async () => {
+    await run.admin.pause();
+    return { ok: true as const, paused: true, version: run.version };
   });
 
-  app.post('/api/admin/resume', async () => {
-    await run.resume();
-    return { ok: true, paused: false, version: run.version };
+  app.post<{ Body: Static<typeof NoBody> }>('/api/admin/resume', { schema: { body: NoBody, response: replies(Paused) } }, async () => {
+    await run.admin.resume();
+    return { ok: true as const, paused: false, version: run.version };
   });
 
-  // attachValidation: a bad patch answers E_BAD_CONFIG, like a patch the coordinator refuses.
-  app.patch('/api/admin/config', { schema: { body: ConfigPatchSchema }, attachValidation: true }, async (req, reply) => {
-    if (req.validationError) return reply.code(400).send({ error: { code: 'E_BAD_CONFIG', message: req.validationError.message } });
-    const cur = run.coord.config();
-    const r = await run.setConfig(toCoordinatorPatch(req.body as Static<typeof ConfigPatchSchema>, cur));
-    if (!r.ok) return reply.code(400).send({ error: r.error });
-    return { ok: true, config: r.value.coordinator };
+  // a body outside the schema is a 400 E_BAD_REQUEST (the app's error handler); one the coordinator refuses, E_BAD_CONFIG
+  app.patch<{ Body: ConfigPatch }>('/api/admin/config', { schema: { body: ConfigPatchSchema, response: replies(Type.Object({ ok: Type.Literal(true), config: Any })) } }, async (req, reply) => {
+    const r = await run.admin.setConfig(toCoordinatorPatch(req.body, run.coord.config()));
+    if (!r.ok) return sendError(reply, 400, r.error.code, r.error.message);
+    return { ok: true as const, config: r.value.coordinator };
   });
 
-  app.post('/api/admin/checkpoint', async () => {
-    const c = await run.checkpointNow();
-    return { ok: true, ...c };
+  app.post<{ Body: Static<typeof NoBody> }>('/api/admin/checkpoint', { schema: { body: NoBody, response: replies(Checkpointed) } }, async () => {
+    const c = await run.admin.checkpointNow();
+    return { ok: true as const, ...c };
   });
 
-  app.post('/api/admin/islands/:id/ban', { schema: { params: IdParams, body: BanBody } }, async (req, reply) => {
-    const id = (req.params as Static<typeof IdParams>).id;
-    const reason = (req.body as Static<typeof BanBody> | undefined)?.reason ?? 'banned by admin';
-    const r = await run.ban(id, reason);
-    if (!r.ok) return reply.code(r.error.code === 'E_UNKNOWN_ISLAND' ? 404 : 400).send({ error: r.error });
-    return { ok: true, island: id, status: 'banned' };
+  app.post<{ Params: Static<typeof IdParams>; Body: Static<typeof BanBody> }>('/api/admin/islands/:id/ban', { schema: { params: IdParams, body: BanBody, response: replies(Banned) } }, async (req, reply) => {
+    const id = req.params.id;
+    const r = await run.admin.ban(id, req.body?.reason ?? 'banned by admin');
+    if (!r.ok) return sendError(reply, r.error.code === 'E_UNKNOWN_ISLAND' ? 404 : 400, r.error.code, r.error.message);
+    return { ok: true as const, island: id, status: 'banned' as const, revokedTokens: r.value.revokedTokens, deltas: r.value.deltas };
+  });
+
+  // what a revert would take out: the island's applied deltas since its last passed audit
+  app.get<{ Params: Static<typeof IdParams> }>('/api/admin/islands/:id/deltas', { schema: { params: IdParams, response: replies(Deltas) } }, async (req, reply) => {
+    const rec = run.coord.island(req.params.id);
+    if (!rec) return sendError(reply, 404, 'E_UNKNOWN_ISLAND', `no island ${req.params.id}`);
+    return { island: rec.id, lastPassedSeq: rec.audits?.lastPassedSeq ?? null, deltas: run.admin.deltas(rec.id) };
+  });
+
+  app.post<{ Params: Static<typeof IdParams>; Body: Static<typeof NoBody> }>('/api/admin/islands/:id/revert', { schema: { params: IdParams, body: NoBody, response: replies(Reverted) } }, async (req, reply) => {
+    const r = await run.admin.revert(req.params.id);
+    if (!r.ok) return sendError(reply, r.error.code === 'E_UNKNOWN_ISLAND' ? 404 : r.error.code === 'E_NOT_KEPT' ? 409 : 400, r.error.code, r.error.message);
+    return { ok: true as const, ...r.value };
   });
 }

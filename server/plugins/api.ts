@@ -13,6 +13,7 @@ import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { exportHf } from '../../core/hf.ts';
 import { creditOf } from '../../core/credit.ts';
 import type { Run } from '../run.ts';
+import { ISLANDS_PAGE_MAX } from '../run-views.ts';
 import { checkpointFile } from '../run-checkpoint.ts';
 import { tarFolder } from '../tar.ts';
 
@@ -22,8 +23,9 @@ export interface ApiOptions {
   maxSampleTokens?: number;
 }
 
-// Route schemas: Fastify validates them (query strings coerced to numbers) and answers 400
-// E_BAD_REQUEST through the app's error handler before a handler runs.
+// Route schemas: Fastify validates them (nothing coerced; a query string's numbers are read
+// strictly by http-strict.ts) and answers 400 E_BAD_REQUEST through the app's error handler before
+// a handler runs. Route types are taken from the schemas.
 const HistoryQuery = Type.Object({
   since: Type.Optional(Type.Integer({ minimum: -1, maximum: Number.MAX_SAFE_INTEGER })),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
@@ -33,6 +35,10 @@ const SampleQuery = Type.Object({
   prompt: Type.Optional(Type.String({ maxLength: 512 })),
   seed: Type.Optional(Type.Integer({ minimum: 0, maximum: 2 ** 32 - 1 })),
   temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 5 })),
+}, { additionalProperties: false });
+const IslandsQuery = Type.Object({
+  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: ISLANDS_PAGE_MAX })),
 }, { additionalProperties: false });
 const IslandParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
 const VersionParams = Type.Object({ version: Type.String({ pattern: '^[0-9]{1,12}$' }) }, { additionalProperties: false });
@@ -69,39 +75,42 @@ export function runInfo(run: Run): RunInfo {
 
 export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise<void> {
   const run = opts.run;
+  const views = run.views;
   const maxSample = opts.maxSampleTokens ?? 256;
 
-  app.get('/api/status', async (): Promise<RunStatus> => run.status());
+  app.get('/api/status', async (): Promise<RunStatus> => views.status());
 
   app.get('/api/run', async () => runInfo(run));
 
-  app.get('/api/islands', async (): Promise<IslandsResponse> => ({ islands: run.islands() }));
+  // paged, from a copy refreshed at most once a second (run-views.ts)
+  app.get<{ Querystring: Static<typeof IslandsQuery> }>('/api/islands', { schema: { querystring: IslandsQuery } }, async (req): Promise<IslandsResponse> =>
+    views.islandsPage(req.query.offset ?? 0, req.query.limit ?? ISLANDS_PAGE_MAX));
 
-  app.get('/api/islands/:id', { schema: { params: IslandParams } }, async (req, reply) => {
-    const id = (req.params as Static<typeof IslandParams>).id;
-    const island = run.islands().find((i) => i.id === id);
+  app.get<{ Params: Static<typeof IslandParams> }>('/api/islands/:id', { schema: { params: IslandParams } }, async (req, reply) => {
+    const id = req.params.id;
+    const island = views.islands().find((i) => i.id === id);
     if (!island) return reply.code(404).send({ error: { code: 'E_UNKNOWN_ISLAND', message: `no island '${id}' (see /api/islands)` } });
     const body: IslandDetail = { island, contributions: run.history.islands.contributions(id) };
     return body;
   });
 
   // A volunteer's own totals and place, by the contributor id their browser keeps (all their islands).
-  app.get('/api/contributors/:id', { schema: { params: ContributorParams } }, async (req): Promise<ContributorCredit> =>
-    creditOf(run.islands(), (req.params as Static<typeof ContributorParams>).id));
+  app.get<{ Params: Static<typeof ContributorParams> }>('/api/contributors/:id', { schema: { params: ContributorParams } }, async (req): Promise<ContributorCredit> =>
+    creditOf(views.islands(), req.params.id));
 
-  app.get('/api/history', { schema: { querystring: HistoryQuery } }, async (req) => {
-    const { since, limit } = req.query as Static<typeof HistoryQuery>;
-    const body: HistoryResponse = { points: run.historySince(since ?? -1, limit ?? 100_000) };
+  app.get<{ Querystring: Static<typeof HistoryQuery> }>('/api/history', { schema: { querystring: HistoryQuery } }, async (req) => {
+    const { since, limit } = req.query;
+    const body: HistoryResponse = { points: views.historySince(since ?? -1, limit ?? 100_000) };
     return body;
   });
 
   // The model an island trains from: θ at the last durable version, as safetensors.
   app.get('/api/model', async (req, reply) => {
-    const m = run.modelBytes();
+    const m = views.modelBytes();
     const etag = `"${m.hash}"`;
     reply.header('etag', etag).header('cache-control', 'no-cache').header('x-atoll-version', String(m.version)).header('x-atoll-hash', m.hash);
     if (ifNoneMatch(req, etag)) return reply.code(304).send();
-    run.noteBytesOut(m.bytes.length);
+    run.islands.noteBytesOut(m.bytes.length);
     return reply.type('application/octet-stream').send(Buffer.from(m.bytes.buffer, m.bytes.byteOffset, m.bytes.byteLength));
   });
 
@@ -116,20 +125,20 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
   });
 
   app.get('/api/checkpoints', async (): Promise<CheckpointsResponse> => ({
-    checkpoints: run.checkpoints(),
+    checkpoints: views.checkpoints(),
   }));
 
-  app.get('/api/checkpoints/:version', { schema: { params: VersionParams } }, async (req, reply) => {
-    const v = Number((req.params as Static<typeof VersionParams>).version);
-    const bytes = run.checkpointBytes(v);
+  app.get<{ Params: Static<typeof VersionParams> }>('/api/checkpoints/:version', { schema: { params: VersionParams } }, async (req, reply) => {
+    const v = Number(req.params.version);
+    const bytes = views.checkpointBytes(v);
     if (!bytes) return reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no checkpoint of version ${v} (see /api/checkpoints)` } });
     reply.header('content-disposition', `attachment; filename="${checkpointFile(run.config.name, v)}"`);
     return reply.type('application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   });
 
-  app.get('/api/checkpoints/:version/hf', { schema: { params: VersionParams } }, async (req, reply) => {
-    const v = Number((req.params as Static<typeof VersionParams>).version);
-    const bytes = run.checkpointBytes(v);
+  app.get<{ Params: Static<typeof VersionParams> }>('/api/checkpoints/:version/hf', { schema: { params: VersionParams } }, async (req, reply) => {
+    const v = Number(req.params.version);
+    const bytes = views.checkpointBytes(v);
     if (!bytes) return reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no checkpoint of version ${v} (see /api/checkpoints)` } });
     const ck = decodeCheckpoint(bytes);
     if (!ck.ok) return reply.code(500).send({ error: ck.error });
@@ -138,11 +147,11 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     return reply.type('application/x-tar').send(Buffer.from(tar.buffer, tar.byteOffset, tar.byteLength));
   });
 
-  app.get('/api/sample', { schema: { querystring: SampleQuery } }, async (req, reply) => {
-    const s = req.query as Static<typeof SampleQuery>;
+  app.get<{ Querystring: Static<typeof SampleQuery> }>('/api/sample', { schema: { querystring: SampleQuery } }, async (req, reply) => {
+    const s = req.query;
     const tokens = Math.min(maxSample, s.tokens ?? 100);
     const prompt = encodeText(s.prompt ?? '');
-    const r = await run.sample(tokens, prompt.subarray(Math.max(0, prompt.length - run.config.model.blockSize)), s.seed ?? 1, s.temperature ?? 0.8);
+    const r = await views.sample(tokens, prompt.subarray(Math.max(0, prompt.length - run.config.model.blockSize)), s.seed ?? 1, s.temperature ?? 0.8);
     if (!r.ok) return reply.code(r.error.code === 'E_BUSY' ? 503 : 500).send({ error: r.error });
     const body: SampleResponse = { version: r.value.version, prompt: s.prompt ?? '', text: decodeTokens(r.value.bytes), tokens };
     return body;

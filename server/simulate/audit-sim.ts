@@ -89,7 +89,8 @@ export class SimAuditor {
   wrap(inner: Transport, fake: boolean): Transport {
     return new AuditingTransport(inner, async (meta, frame, submit) => {
       const coord = this.hub.coord;
-      const sampled = meta.baseVersion === coord.version && this.queue.wants(coord.config(), this.rand());
+      const assigned = coord.island(meta.islandId)?.work?.find((w) => w.roundId === meta.roundId);
+      const sampled = meta.baseVersion === coord.version && this.queue.wants(assigned, this.rand());
       const base = sampled ? coord.model() : null;
       const isl = base && coord.island(meta.islandId);
       const work = isl ? auditWork(isl, meta.roundId, meta.steps, this.seqLen) : null;

@@ -15,7 +15,7 @@
 // a ring all-reduce of fp32 gradients every step, 2(N−1)/N × 4 bytes × params per island per step.
 
 import { availableParallelism } from 'node:os';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
@@ -24,10 +24,9 @@ import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
 import { runRow, warmStartOffPlateau } from './row.ts';
-import { readTwinSpec } from '../fleet/twin-spec.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
 import type { SimEngineKind } from './engines.ts';
-import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions } from './types.ts';
+import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions, TwinSpec } from './types.ts';
 
 export type { SimulateOptions, SimReport, SimRunResult, SimRow } from './types.ts';
 export { runRow } from './row.ts';
@@ -244,4 +243,16 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     else process.stdout.write(`${table}\n\nrun folder: ${outDir}\n`);
   }
   return report;
+}
+
+/** Reads a fleet's report.json back into its twin spec (Infinity was written as a string). */
+function readTwinSpec(path: string): TwinSpec {
+  let report: { twinSpec?: TwinSpec };
+  try {
+    report = JSON.parse(readFileSync(path, 'utf8'), (_k, v) => (v === 'Infinity' ? Infinity : v)) as { twinSpec?: TwinSpec };
+  } catch (e) {
+    throw Object.assign(new Error(`--from-fleet '${path}': ${(e as Error).message}`), { code: 'E_BAD_REQUEST' });
+  }
+  if (!report.twinSpec?.rows?.length) throw Object.assign(new Error(`--from-fleet '${path}' is not an atoll fleet report.json (no twinSpec)`), { code: 'E_BAD_REQUEST' });
+  return report.twinSpec;
 }

@@ -10,38 +10,21 @@ import type { CodecOptions } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import { checkWork } from '../../core/coord/validate.ts';
 import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
-import type { PeerChannel, PieceChannel } from '../../core/mix/butterfly.ts';
-import { pieceRange } from '../../core/mix/butterfly.ts';
+import { type PieceChannel, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
 import { type AckMsg, type DeltaMeta, ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
 import { mulberry32 } from '../../core/random.ts';
 import { ok } from '../../core/result.ts';
-import type { NetworkSpec } from './types.ts';
+import type { MixTotals, NetworkSpec } from './types.ts';
 
 // Message sizes beside the payload, as the simulator's other messages count them (local.ts: a
 // delta's meta 256 B, an update's header 128 B): a SHA-256 is 32 B; a fragment's header (group,
-// index, length) and its transcript commitment 48 B.
+// index, length) 16 B.
 const META_BYTES = 256;
 const UPDATE_HEADER_BYTES = 128;
 const HASH_BYTES = 32;
-const FRAGMENT_HEADER_BYTES = 16 + HASH_BYTES;
+const FRAGMENT_HEADER_BYTES = 16;
 
-/** How long a member waits on a peer's message before it gives the exchange up (virtual ms). */
-const PEER_TIMEOUT_MS = 10_000;
-
-export interface MixTotals {
-  groups: number;
-  mixedGroups: number;
-  fallbacks: number;
-  checks: number;
-  audits: number;
-  implicated: number;
-  disputes: number;
-  /** Bytes members sent each other (not the server's). */
-  peerBytes: number;
-  /** Islands that waited formWaitMs and uploaded directly. */
-  expired: number;
-}
 
 interface Member {
   islandId: string;
@@ -59,17 +42,20 @@ interface Waiter<T> { resolve(v: T): void }
 
 export class SimMixHub {
   readonly broker: MixBroker;
-  readonly totals: MixTotals = { groups: 0, mixedGroups: 0, fallbacks: 0, checks: 0, audits: 0, implicated: 0, disputes: 0, peerBytes: 0, expired: 0 };
+  readonly totals: MixTotals = { groups: 0, mixedGroups: 0, fallbacks: 0, checks: 0, audits: 0, implicated: 0, peerBytes: 0, expired: 0, mixedMembers: 0, fragmentBytes: 0, piecesOk: 0, piecesRefetched: 0 };
   private readonly members = new Map<string, Member>();
   private readonly groupWaiters = new Map<string, Waiter<MemberPlan | null>>();
   private readonly fragWaiters = new Map<string, Waiter<FragmentUpload | null>>();
-  private readonly ackWaiters = new Map<string, Waiter<AckMsg | 'direct'>>();
+  private readonly ackWaiters = new Map<string, Waiter<AckMsg | 'direct' | 'regroup'>>();
   /** In-flight peer messages and receivers, by `${channel}|${from}|${to}|${stage}`. */
   private readonly mail = new Map<string, unknown>();
   private readonly mailWaiters = new Map<string, Waiter<unknown>>();
   private readonly piecesSent = new Set<string>();
+  private readonly aborted = new Set<string>();
   /** Outcomes settled before the member asked (its fragment came after its group fell back). */
-  private readonly early = new Map<string, AckMsg | 'direct'>();
+  private readonly early = new Map<string, AckMsg | 'direct' | 'regroup'>();
+  /** Deltas (island#seq) whose group was called off once already: the next fallback is direct. */
+  private readonly regrouped = new Set<string>();
 
   constructor(private readonly hub: LocalHub, private readonly clock: Clock, cfg: MixConfig, n: number, private readonly codec: CodecOptions, seed: number) {
     this.broker = new MixBroker(cfg, n, codec.encoding === 'sparse' || codec.encoding === 'int8' || codec.encoding === 'int4' ? codec.blockSize ?? 64 : 64, mulberry32(seed));
@@ -93,7 +79,8 @@ export class SimMixHub {
         await link.up(META_BYTES + HASH_BYTES);
         if (m.dead) return null;
         const plan = await this.ready(m, meta, frameHash);
-        if (plan) { await link.down(64 + 48 * plan.members.length); onGrouped?.(); }
+        // the plan: group id, ranges, and per member its id, tokens and commitment
+        if (plan) { await link.down(64 + (48 + HASH_BYTES) * plan.members.length); onGrouped?.(); }
         return m.dead ? null : plan;
       },
       fragment: async (groupId, up) => {
@@ -102,7 +89,7 @@ export class SimMixHub {
         const key = `${groupId}|${m.islandId}`;
         const early = this.early.get(key);
         this.early.delete(key);
-        const waiting = early !== undefined ? Promise.resolve(early) : new Promise<AckMsg | 'direct'>((resolve) => this.ackWaiters.set(key, { resolve }));
+        const waiting = early !== undefined ? Promise.resolve(early) : new Promise<AckMsg | 'direct' | 'regroup'>((resolve) => this.ackWaiters.set(key, { resolve }));
         this.resolve(this.fragWaiters, key, m.dead ? null : up);
         const r = await waiting;
         await link.down(128);
@@ -111,10 +98,7 @@ export class SimMixHub {
       serve: (h) => { pending.handlers = h; if (self.m) self.m.handlers = h; },
       onPiece: (l) => { pending.pieces.push(l); },
     };
-    const peers: PeerNet = {
-      channel: (plan) => this.channel(`g${plan.groupId}`, plan.index, plan.members.map((x) => x.islandId)),
-      pieces: (key, index, members) => this.pieceChannel(`d${key}`, index, members),
-    };
+    const peers: PeerNet = { channel: (key, index, members) => this.pieceChannel(key, index, members) };
     return { port, peers };
   }
 
@@ -136,13 +120,15 @@ export class SimMixHub {
   private async ready(m: Member, meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null> {
     const coord = this.hub.coord;
     const rec = coord.island(meta.islandId);
-    const work = rec ? checkWork(meta, rec, coord.config(), this.clock.now()) : null;
+    const work = rec ? checkWork(meta, null, rec, coord.config(), this.clock.now()) : null; // the frame's encoding is checked at its upload
     if (!work?.ok) return null; // the direct upload gets the coordinator's clear rejection
     const waiting = new Promise<MemberPlan | null>((resolve) => this.groupWaiters.set(m.islandId, { resolve }));
     const plan = this.broker.offer({ islandId: m.islandId, meta, frameHash, tokens: work.meta.tokens, readyAt: this.clock.now() });
     if (plan) this.start(plan);
     else void this.clock.sleep(this.broker.cfg.formWaitMs).then(() => {
-      for (const e of this.broker.expire(this.clock.now())) { this.totals.expired++; this.resolve(this.groupWaiters, e.islandId, null); }
+      const due = this.broker.expire(this.clock.now());
+      for (const e of due.direct) { this.totals.expired++; this.resolve(this.groupWaiters, e.islandId, null); }
+      for (const g of due.groups) this.start(g);
     });
     return waiting;
   }
@@ -164,38 +150,45 @@ export class SimMixHub {
       fragment: (j) => timeout(new Promise<FragmentUpload | null>((resolve) => {
         if (at(j).dead) return resolve(null);
         this.fragWaiters.set(`${plan.groupId}|${ids[j]}`, { resolve });
-      }), 3 * PEER_TIMEOUT_MS, `${plan.groupId}|${ids[j]}`),
+      }), this.broker.cfg.exchangeTimeoutMs, `${plan.groupId}|${ids[j]}`),
       check: async (c, j) => {
         const m = at(c);
         if (m.dead || !m.handlers) return null;
         await m.link.down(128);
-        const others = ids.map((_, i) => (i === c ? null : at(i).handlers?.piece(plan.groupId, j, c)));
-        const [up] = await Promise.all([timeout(m.handlers.check(plan.groupId, j), PEER_TIMEOUT_MS), ...others]);
-        if (up) await m.link.up(up.frame.length + FRAGMENT_HEADER_BYTES + HASH_BYTES * up.received.length);
+        const up = await m.handlers.check(plan.groupId, j);
+        if (up) await m.link.up(up.frame.length + FRAGMENT_HEADER_BYTES);
         return up;
       },
       replay: async (j) => {
         const m = at(j);
         if (m.dead || !m.handlers) return null;
         await m.link.down(128);
-        const r = await m.handlers.replay(plan.groupId);
-        if (r) await m.link.up(r.frame.length + FRAGMENT_HEADER_BYTES + HASH_BYTES * (r.sent.length + r.received.length));
-        return r;
+        const f = await m.handlers.replay(plan.groupId);
+        if (f) await m.link.up(f.length + FRAGMENT_HEADER_BYTES);
+        return f;
       },
     }, this.codec);
-    const answer = (islandId: string, a: AckMsg | 'direct') => {
+    const answer = (islandId: string, a: AckMsg | 'direct' | 'regroup') => {
       const key = `${plan.groupId}|${islandId}`;
       if (this.ackWaiters.has(key)) this.resolve(this.ackWaiters, key, a); else this.early.set(key, a);
     };
     const direct = (islandId: string) => answer(islandId, 'direct');
     if (out.kind === 'direct') {
       this.totals.fallbacks++;
-      return ids.forEach(direct);
+      this.abort(`g${plan.groupId}`);
+      // the members still there try once more to mix (with each other or others now ready)
+      for (const x of plan.members) {
+        const once = `${x.islandId}#${x.meta.seq}`;
+        const alive = this.members.get(x.islandId)?.dead === false;
+        if (alive && !this.regrouped.has(once)) { this.regrouped.add(once); answer(x.islandId, 'regroup'); } else direct(x.islandId);
+      }
+      return;
     }
     this.totals.mixedGroups++;
+    this.totals.mixedMembers += plan.members.length;
+    this.totals.fragmentBytes += out.frames.reduce((a, f) => a + f.length, 0);
     this.totals.checks += out.checks;
     if (out.audited) this.totals.audits++;
-    this.totals.disputes += out.disputes.length;
     const coord = this.hub.coord;
     for (const bad of out.implicated) {
       this.totals.implicated++;
@@ -253,24 +246,24 @@ export class SimMixHub {
 
   // ── in-process data channels ──────────────────────────────────────────────────────────────────
 
-  private channel(ch: string, index: number, ids: string[]): PeerChannel {
-    return {
-      send: (to, stage, payload) => this.post(ch, ids[index], ids[to], stage, payload, payload.byteLength),
-      recv: (from, stage) => this.take<Float32Array>(ch, ids[from], ids[index], stage),
-    };
+  /** The server called a group off: its members stop waiting on each other (their exchange fails at once). */
+  private abort(ch: string): void {
+    this.aborted.add(ch);
+    for (const [key, w] of this.mailWaiters) if (key.startsWith(`${ch}|`)) { this.mailWaiters.delete(key); w.resolve(null); }
   }
 
+  /** A member's data channels: each stage's pieces cross as one packed message (packPieces). */
   private pieceChannel(ch: string, index: number, ids: string[]): PieceChannel {
     return {
-      send: (to, stage, pieces) => this.post(ch, ids[index], ids[to], stage, pieces, [...pieces.values()].reduce((a, b) => a + b.length + 8, 0)),
-      recv: (from, stage) => this.take<Map<number, Uint8Array>>(ch, ids[from], ids[index], stage),
+      send: (to, stage, pieces) => { const msg = packPieces(pieces); return this.post(ch, ids[index], ids[to], stage, msg, msg.length); },
+      recv: async (from, stage) => { const m = await this.take<Uint8Array>(ch, ids[from], ids[index], stage); return m && unpackPieces(m); },
     };
   }
 
   private async post(ch: string, from: string, to: string, stage: number, msg: unknown, bytes: number): Promise<void> {
     const a = this.members.get(from), b = this.members.get(to);
     if (!a || !b || a.dead) return;
-    this.totals.peerBytes += bytes + 16;
+    this.totals.peerBytes += bytes;
     await this.clock.sleep(a.net.latencyMs + (1000 * bytes) / a.net.upBytesPerSec + (1000 * bytes) / b.net.downBytesPerSec);
     if (a.dead || b.dead) return;
     const key = `${ch}|${from}|${to}|${stage}`;
@@ -281,10 +274,10 @@ export class SimMixHub {
   private take<T>(ch: string, from: string, to: string, stage: number): Promise<T | null> {
     const key = `${ch}|${from}|${to}|${stage}`;
     if (this.mail.has(key)) { const m = this.mail.get(key) as T; this.mail.delete(key); return Promise.resolve(m); }
-    if (this.members.get(from)?.dead !== false) return Promise.resolve(null);
+    if (this.members.get(from)?.dead !== false || this.aborted.has(ch)) return Promise.resolve(null);
     return new Promise<T | null>((resolve) => {
       this.mailWaiters.set(key, { resolve: resolve as (v: unknown) => void });
-      void this.clock.sleep(PEER_TIMEOUT_MS).then(() => this.resolve(this.mailWaiters, key, null));
+      void this.clock.sleep(this.broker.cfg.exchangeTimeoutMs).then(() => this.resolve(this.mailWaiters, key, null));
     });
   }
 

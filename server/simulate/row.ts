@@ -273,6 +273,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   if (row.mix) mixHub = new SimMixHub(hub, clock, row.mix, n, coord.config().uplink, mixSeed(common.seed, 0x313c));
   const reports: IslandReport[] = [];
   let snapshots = 0;
+  const memberStats = { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
   const auditor = row.audit ? new SimAuditor(hub, row.audit, ds.train, config, T, common.seed, Math.max(...row.islands.map((s) => s.batchSize))) : null;
   const agents = row.islands.map(async (spec, idx) => {
     const rep: IslandReport = {
@@ -281,8 +282,8 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
     };
     reports[idx] = rep;
     const tps = spec.speed * row.baseTokensPerSec;
-    const made = await clock.hold(engines.make({ config, maxBatch: spec.batchSize, maxT: T }));
-    const engine = new SimEngine(engines.kind === 'cpu' ? made : holdClock(made, clock), clock, tps, spec.numerics);
+    const made = await clock.hold(engines.make({ config, maxBatch: spec.batchSize, maxT: T, precision: spec.precision }));
+    const engine = new SimEngine(engines.kind === 'cpu' ? made : holdClock(made, clock), clock, tps, spec.numerics, spec.devices);
     const train = spec.shard ? ds.train.subarray(Math.floor(spec.shard[0] * ds.train.length), Math.floor(spec.shard[1] * ds.train.length)) : ds.train;
     simEngines.push(engine);
     const rand = mulberry32(mixSeed(common.seed, hashString(spec.name), 0xd209));
@@ -301,7 +302,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
         // a member that drops mid-exchange: after a random part of its group's first stage
         const onGrouped = () => { if (spec.mixDropProb && rand() < spec.mixDropProb) void clock.sleep(rand() * 2 * spec.network.latencyMs).then(crash); };
         const { port, peers } = mh.attach(local, serverLink, spec.network, onGrouped);
-        link = new MixMember(link, port, peers, n, spec.behaviour === 'lie-fragment' ? { tamper: (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } } : {});
+        link = new MixMember(link, port, peers, n, { stats: memberStats, tamper: spec.behaviour === 'lie-fragment' ? (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } : undefined });
       }
       const honest = spec.behaviour === 'honest' || spec.behaviour === 'lie-fragment';
       const transport: Transport = honest ? link : fakeWork(link, spec.behaviour) ?? new TamperingTransport(link, spec.behaviour, n, mixSeed(common.seed, idx));
@@ -311,6 +312,8 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
       });
       let killAt = Infinity;
       rt.on((e) => {
+        if (e.type === 'synced' && e.via === 'update') rep.hashChecks = (rep.hashChecks ?? 0) + 1;
+        if (e.type === 'error' && /HASH/.test(e.error.code)) rep.hashMismatches = (rep.hashMismatches ?? 0) + 1;
         if (e.type === 'submitted' && e.ack.status === 'applied') rep.acceptedTokens += e.meta.tokens;
         if (e.type === 'assignment') {
           killAt = spec.dropProb > 0 && rand() < spec.dropProb
@@ -369,7 +372,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   const snapshotBytes = snapshots * 4 * n;
   const perToken = (b: number) => b / Math.max(1, totals.tokensApplied);
   out.server = { bytesIn: serverBytes.in, bytesOut: serverBytes.out - snapshotBytes, snapshotBytes, inPerToken: perToken(serverBytes.in), outPerToken: perToken(serverBytes.out - snapshotBytes) };
-  if (mixHub) out.mix = { ...mixHub.totals };
+  if (mixHub) out.mix = { ...mixHub.totals, piecesOk: memberStats.piecesOk, piecesRefetched: memberStats.piecesRefetched };
   if (!Number.isFinite(finalLoss)) notes.push('θ diverged');
   if (stalled) notes.push(`stalled: islands computed ${STALL_FACTOR}× the token budget, but θ holds only ${totals.tokensApplied} tokens`);
   out.notes = notes;

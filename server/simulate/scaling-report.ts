@@ -2,7 +2,38 @@
 // SVG of eval loss against training FLOPs (log–log) with each row's fitted line.
 
 import { fmtBytes } from './report.ts';
-import type { ScalingReport, ScalingRung } from './scaling.ts';
+import type { GPTConfig } from '../../core/model/config.ts';
+import type { SimEngineKind } from './engines.ts';
+import type { SimRunResult } from './types.ts';
+
+/** One row of a rung: the compare preset's row fields plus its training compute. */
+export type ScalingRow = Omit<SimRunResult, 'curve'> & { flops: number; vsDdp: number; lessDownThanDdp: number; lr: number; innerSteps?: number };
+
+export interface ScalingRung {
+  name: string;
+  config: GPTConfig;
+  params: number;
+  flopsPerToken: number;
+  tokens: number;
+  /** H of the islands' nominal (fastest) island at this rung. */
+  innerSteps: number;
+  warmStart: { tokens: number; evalLoss: number };
+  /** The sweep's DDP rows: peak lr and eval loss; `ddp` is the best of them. */
+  ddpSweep: Array<{ lr: number; evalLoss: number }>;
+  ddpLr: number;
+  rows: ScalingRow[];
+}
+
+export interface ScalingReport {
+  config: {
+    preset: 'scaling'; tokensPerParam: number; outerRounds: number; lrSweep: number[]; globalBatch: number; seqLen: number;
+    hRule: string; data: string; seed: number; workers: number; engine: SimEngineKind; realTimeMs: number; cpuTimeMs: number;
+  };
+  rungs: ScalingRung[];
+  /** Per row name: eval loss ≈ a · C^−b over the rungs (C = training FLOPs). */
+  fits: Array<{ row: string; a: number; b: number }>;
+  verdict: { word: 'narrows' | 'holds' | 'widens'; sentence: string; ratios: Array<{ rung: string; row: string; ratio: number }> };
+}
 
 /** Least squares of log L = log a − b log C: eval loss ≈ a · C^−b. */
 export function fitPowerLaw(points: Array<[number, number]>): { a: number; b: number } {

@@ -1,7 +1,8 @@
 // `atoll simulate --preset scaling`: does the islands' gap to data-parallel training narrow, hold
 // or widen as the model grows? A ladder of model sizes, each with a token budget proportional to
 // its parameters; per rung a tuned DDP (a small inner-lr sweep, the same for every rung), a single
-// island, and 8 and 32 heterogeneous async sparse islands, all from one shared warm start per rung.
+// island, and 8 and 32 heterogeneous async sparse islands at the tuned DDP's inner lr (DiLoCo's
+// practice: the inner optimizer is the data-parallel one), all from one shared warm start per rung.
 //
 //   const report = await runScaling({ rungs: 4 });   // ScalingReport: rungs[].rows[] like compare's rows
 //
@@ -21,8 +22,8 @@ import type { SimEngineKind } from './engines.ts';
 import { ddpBytesPerIsland, mergeSeeds, runRows } from './index.ts';
 import { warmStartOffPlateau } from './row.ts';
 import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
-import { fitPowerLaw, scalingHtml, scalingPlotSvg, scalingTable, verdictOf } from './scaling-report.ts';
-import type { SimCommon, SimRow, SimRunResult } from './types.ts';
+import { type ScalingReport, type ScalingRow, type ScalingRung, fitPowerLaw, scalingHtml, scalingPlotSvg, scalingTable, verdictOf } from './scaling-report.ts';
+import type { SimCommon, SimRow, SimRunResult, SimulateOptions } from './types.ts';
 
 /** A rung of the ladder: a model shape (sequence length 32 throughout). */
 export interface RungSpec { name: string; config: GPTConfig }
@@ -30,7 +31,7 @@ export interface RungSpec { name: string; config: GPTConfig }
 const shape = (nLayer: number, nHead: number, nEmbd: number): GPTConfig => ({ vocabSize: 256, blockSize: 32, nLayer, nHead, nEmbd });
 
 /**
- * The ladder: the CPU rungs (`tiny` to 8.6× its parameters) and, for a real GPU (`--engine webgpu`),
+ * The ladder: the CPU rungs (`tiny` to 8.7× its parameters) and, for a real GPU (`--engine webgpu`),
  * the shapes of `small` and `base` at the same sequence length.
  */
 export const RUNGS: RungSpec[] = [
@@ -45,7 +46,7 @@ export const RUNGS: RungSpec[] = [
 export const CPU_RUNGS = 4;
 
 /** DDP's peak inner lr sweep (cosine to a tenth), the same at every rung. */
-export const LR_SWEEP = [3e-3, 6e-3, 1.2e-2];
+export const LR_SWEEP = [3e-3, 6e-3, 1.2e-2, 2.4e-2];
 /** Rounds of the fleet per run: H = tokens / (OUTER_ROUNDS × global batch × T). */
 export const OUTER_ROUNDS = 8;
 /** Tokens in θ per parameter (every rung). Sized so the CPU ladder fits 60 minutes on 2 quiet cores. */
@@ -54,9 +55,13 @@ export const TOKENS_PER_PARAM = 2;
 export const GLOBAL_BATCH = 32;
 const SEQ_LEN = 32;
 const ISLAND_COUNTS = [8, 32];
-const ISLAND_LR = { maxLr: 3e-3, minLr: 3e-4 };
+/** Inner lr of `single` (batch 4, as the compare preset's); the islands take their rung's tuned DDP lr. */
+const SINGLE_LR = 3e-3;
 
-export interface ScalingOptions {
+/** simulate's options that the ladder takes as they are (workers, data, engine, out, json, print, log, progress, seed, evalBatches). */
+type SharedOptions = Pick<SimulateOptions, 'workers' | 'data' | 'engine' | 'out' | 'json' | 'print' | 'log' | 'progress' | 'seed' | 'evalBatches'>;
+
+export interface ScalingOptions extends SharedOptions {
   /** The first n rungs of RUNGS, or rung names (default the CPU ladder). */
   rungs?: number | string[];
   tokensPerParam?: number;
@@ -67,45 +72,6 @@ export interface ScalingOptions {
   /** Shared warm start per rung, tokens (default 32768; 0 for none). */
   warmStartTokens?: number;
   evals?: number;
-  evalBatches?: number;
-  seed?: number;
-  workers?: number;
-  data?: string;
-  engine?: SimEngineKind;
-  out?: string;
-  json?: boolean;
-  print?: boolean;
-  log?: (line: string) => void;
-  progress?: { start(names: string[]): void; update(i: number, frac: number): void };
-}
-
-/** One row of a rung: the compare preset's row fields plus its training compute. */
-export type ScalingRow = Omit<SimRunResult, 'curve'> & { flops: number; vsDdp: number; lessDownThanDdp: number; lr: number; innerSteps?: number };
-
-export interface ScalingRung {
-  name: string;
-  config: GPTConfig;
-  params: number;
-  flopsPerToken: number;
-  tokens: number;
-  /** H of the islands' nominal (fastest) island at this rung. */
-  innerSteps: number;
-  warmStart: { tokens: number; evalLoss: number };
-  /** The sweep's DDP rows: peak lr and eval loss; `ddp` is the best of them. */
-  ddpSweep: Array<{ lr: number; evalLoss: number }>;
-  ddpLr: number;
-  rows: ScalingRow[];
-}
-
-export interface ScalingReport {
-  config: {
-    preset: 'scaling'; tokensPerParam: number; outerRounds: number; lrSweep: number[]; globalBatch: number; seqLen: number;
-    hRule: string; data: string; seed: number; workers: number; engine: SimEngineKind; realTimeMs: number; cpuTimeMs: number;
-  };
-  rungs: ScalingRung[];
-  /** Per row name: eval loss ≈ a · C^−b over the rungs (C = training FLOPs). */
-  fits: Array<{ row: string; a: number; b: number }>;
-  verdict: { word: 'narrows' | 'holds' | 'widens'; sentence: string; ratios: Array<{ rung: string; row: string; ratio: number }> };
 }
 
 /** Parses the CLI flags the scaling preset takes (the rest of simulate's flags are ignored). */
@@ -155,12 +121,12 @@ export function rungRows(spec: RungSpec, o: { tokensPerParam: number; outerRound
   const tokens = Math.round(o.tokensPerParam * params);
   const innerSteps = Math.max(2, Math.round(tokens / (o.outerRounds * GLOBAL_BATCH * SEQ_LEN)));
   const lr = (maxLr: number) => ({ maxLr, minLr: maxLr / 10, warmupTokens: Math.min(8192, Math.round(tokens / 8)) });
-  const d: RowDefaults = { islands: 8, seeds: [o.seed], batchSize: 4, tokens, innerSteps, baseTokensPerSec: 2000, seqLen: SEQ_LEN, lr: lr(ISLAND_LR.maxLr) };
+  const d: RowDefaults = { islands: 8, seeds: [o.seed], batchSize: 4, tokens, innerSteps, baseTokensPerSec: 2000, seqLen: SEQ_LEN, lr: lr(SINGLE_LR) };
   const rows: SimRow[] = [];
   const rowLr: number[] = [];
   for (const maxLr of o.lrSweep) { rows.push(baseline(`ddp-lr${maxLr}`, 'ddp', { ...d, lr: lr(maxLr) }, uniform(8, GLOBAL_BATCH / 8))); rowLr.push(maxLr); }
-  rows.push(baseline('single', 'single', d, uniform(1, 4))); rowLr.push(ISLAND_LR.maxLr);
-  for (const n of ISLAND_COUNTS) { rows.push(diloco(`islands-${n}`, { ...d, islands: n }, 'async', 'sparse', heterogeneous(n, GLOBAL_BATCH / n))); rowLr.push(ISLAND_LR.maxLr); }
+  rows.push(baseline('single', 'single', d, uniform(1, 4))); rowLr.push(SINGLE_LR);
+  for (const n of ISLAND_COUNTS) { rows.push(diloco(`islands-${n}`, { ...d, islands: n }, 'async', 'sparse', heterogeneous(n, GLOBAL_BATCH / n))); rowLr.push(NaN); } // set from the sweep
   return { spec, params, tokens, innerSteps, rows, rowLr };
 }
 
@@ -199,10 +165,24 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
   // each row's result as it finishes (a long ladder cut short keeps what it measured)
   const partial = join(outDir, 'rows.jsonl');
   writeFileSync(partial, '');
-  const done = (i: number, r: SimRunResult) => appendFileSync(partial, JSON.stringify({ rung: jobs[i].p.spec.name, params: jobs[i].p.params, ...r, curve: undefined }) + '\n');
   log(`simulate scaling: ${plans.length} rungs (${plans.map((p) => `${p.spec.name} ${p.params} params, ${p.tokens} tokens, H ${p.innerSteps}`).join('; ')}), ${jobs.length} rows on ${workers} worker(s)`);
   opts.progress?.start(jobs.map((j) => `${j.p.spec.name} ${j.row.name}`));
-  const runs = await runRows(jobs.map((j) => j.row), jobs.map((j) => commons[j.k]), workers, log, opts.progress && ((i, f) => opts.progress!.update(i, f)), jobs.map((j) => rowCost(j.p, j.row)), done);
+  const runs: SimRunResult[] = new Array(jobs.length);
+  // phase 1: the DDP sweep and single; phase 2: the islands, at the inner lr of their rung's tuned DDP
+  for (const phase of [jobs.filter((j) => j.row.kind !== 'diloco'), jobs.filter((j) => j.row.kind === 'diloco')]) {
+    if (phase[0]?.row.kind === 'diloco') {
+      for (const j of phase) {
+        const sweep = runs.filter((_, i) => jobs[i].k === j.k && jobs[i].row.kind === 'ddp');
+        const best = o.lrSweep[sweep.indexOf(sweep.reduce((a, b) => (b.evalLoss < a.evalLoss ? b : a)))];
+        j.row.lr = { ...j.row.lr, maxLr: best, minLr: best / 10 };
+        j.p.rowLr[j.r] = best;
+      }
+    }
+    const got = await runRows(phase.map((j) => j.row), phase.map((j) => commons[j.k]), workers, log,
+      opts.progress && ((i, f) => opts.progress!.update(jobs.indexOf(phase[i]), f)), phase.map((j) => rowCost(j.p, j.row)),
+      (i, r) => appendFileSync(partial, JSON.stringify({ rung: phase[i].p.spec.name, params: phase[i].p.params, ...r, curve: undefined }) + '\n'));
+    got.forEach((r, i) => { runs[jobs.indexOf(phase[i])] = r; });
+  }
 
   const rungs: ScalingRung[] = plans.map((p, k) => {
     const fpt = flopsPerToken(p.spec.config, SEQ_LEN);

@@ -121,9 +121,13 @@ function roundMs(d: RowDefaults, islands: IslandSpec[]): number {
 /** The spot-check rate of the mixing rows: one fragment in ten is also uploaded by a second member. */
 export const MIX_SPOT_RATE = 0.1;
 
-/** The headline row's islands mixing in groups of k; a ready island waits up to a quarter of a round for its group. */
+/**
+ * The headline row's islands mixing in groups of k: a ready island waits up to a quarter of a round
+ * for its group, and a group falls back to direct uploads when its exchange is not done two rounds after it formed
+ * (tiny rounds are short: 0.2-0.4 s of virtual time, where an int8 frame takes 47 ms a hop).
+ */
 export function mixed(name: string, d: RowDefaults, islands: IslandSpec[], k: number, rm: number, encoding: Encoding = 'sparse'): SimRow {
-  return { ...diloco(name, d, 'async', encoding, islands), mix: { k, formWaitMs: rm / 4, spotRate: MIX_SPOT_RATE } };
+  return { ...diloco(name, d, 'async', encoding, islands), mix: { k, formWaitMs: rm / 4, exchangeTimeoutMs: 2 * rm, spotRate: MIX_SPOT_RATE } };
 }
 
 /** The robust-aggregation setting of the attacker rows. */
@@ -185,6 +189,21 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
     mixed('async-sparse-hetero-mix4-drop30', one, het.map((s) => ({ ...s, mixDropProb: 0.3, offlineMs: rm / 2 })), 4, rm),
     mixed('async-sparse-hetero-mix4-liar', one, het.map((s, i) => (i % 4 === 3 ? { ...s, behaviour: 'lie-fragment' as const } : s)), 4, rm),
     ...(['other-stream', 'fewer-steps'] as const).map((fake) => audited(`sync-int8-audit-${fake}`, one, fake)),
+    ...mixedComputeRows(one),
+  ];
+}
+
+/**
+ * Compute islands with different numerics and parallelism in one run (issue 24): of n islands of
+ * the heterogeneous fleet, a third keep f32, a third run f16 storage, and the fastest is a 2-device
+ * island (its batch and speed the two devices' totals); and the same fleet all in f32.
+ */
+export function mixedComputeRows(d: RowDefaults): SimRow[] {
+  const het = heterogeneous(d.islands, d.batchSize);
+  const mixed = het.map((s, i) => (i === het.length - 1 ? { ...s, devices: 2 } : i % 2 === 1 ? { ...s, precision: 'f16' as const } : s));
+  return [
+    diloco('sync-int8-mixed-compute', d, 'sync', 'int8', mixed),
+    diloco('sync-int8-mixed-compute-all-f32', d, 'sync', 'int8', mixed.map((s) => ({ ...s, precision: 'f32' as const }))),
   ];
 }
 

@@ -5,11 +5,11 @@
 
 import type { Batch, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
-import type { EngineKind } from '../../core/protocol.ts';
+import type { EngineKind, Numerics } from '../../core/protocol.ts';
 import type { Clock } from '../../client/island/transport.ts';
 import { f16ToF32, f32ToF16 } from '../../core/codec/index.ts';
 
-export type Numerics = 'f32' | 'f16' | 'bf16';
+export type { Numerics };
 
 const bits = new Uint32Array(1), asFloat = new Float32Array(bits.buffer);
 /** Rounds to bfloat16 (nearest even) and back. */
@@ -39,7 +39,10 @@ export class SimEngine implements TrainingEngine {
     private readonly clock: Clock,
     /** Virtual training throughput of this island, tokens/s. */
     readonly tokensPerSec: number,
-    readonly numerics: Numerics = 'f32',
+    /** The simulator's weight rounding (after each step); f32: none. */
+    readonly weights: Numerics = 'f32',
+    /** Devices behind the island (reported in its hello). */
+    readonly devices = 1,
   ) {
     this.kind = inner.kind;
     this.config = inner.config;
@@ -47,18 +50,20 @@ export class SimEngine implements TrainingEngine {
   }
 
   get gpuBytes(): number { return this.inner.gpuBytes; }
+  /** What the hello reports: the weight rounding where there is one, else the engine's storage precision. */
+  get numerics(): Numerics { return this.weights !== 'f32' ? this.weights : this.inner.numerics ?? 'f32'; }
   private start: Float32Array | null = null;
 
   async setParams(p: Float32Array): Promise<void> {
-    if (this.numerics === 'f32') return this.inner.setParams(p);
+    if (this.weights === 'f32') return this.inner.setParams(p);
     this.start = p.slice();
     const r = p.slice();
-    roundTo(r, this.numerics);
+    roundTo(r, this.weights);
     await this.inner.setParams(r);
   }
   getParams(): Promise<Float32Array> { return this.inner.getParams(); }
   async readDelta(): Promise<Float32Array> {
-    if (this.numerics === 'f32' || !this.start) return this.inner.readDelta();
+    if (this.weights === 'f32' || !this.start) return this.inner.readDelta();
     const d = await this.inner.getParams();
     for (let i = 0; i < d.length; i++) d[i] = this.start[i] - d[i];
     return d;
@@ -73,9 +78,9 @@ export class SimEngine implements TrainingEngine {
 
   async step(batch: Batch, opts: StepOptions): Promise<void> {
     await this.inner.step(batch, opts);
-    if (this.numerics !== 'f32') {
+    if (this.weights !== 'f32') {
       const p = await this.inner.getParams();
-      roundTo(p, this.numerics);
+      roundTo(p, this.weights);
       await this.inner.setParams(p);
     }
     const tokens = batch.B * batch.T;

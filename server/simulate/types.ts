@@ -6,7 +6,7 @@ import type { GPTConfig, PresetName } from '../../core/model/config.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
-import type { MixTotals } from './mix-sim.ts';
+import type { MixConfig } from '../../core/mix/broker.ts';
 
 /**
  * How a simulated island behaves when it sends its delta: honest, or an attack on it — scaled ×100
@@ -40,6 +40,17 @@ export interface IslandSpec {
   network: NetworkSpec;
   /** Weights kept in f16/bf16 on this island (rounded after each step); default f32. */
   numerics?: Numerics;
+  /**
+   * The engine's storage precision: 'f16' is --precision f16 (on the CPU engine, its kernels' CPU
+   * twins; on --engine webgpu, the f16 kernels); default f32.
+   */
+  precision?: 'f32' | 'f16';
+  /**
+   * Devices behind this island (reported in its hello): batchSize and speed are their totals, one
+   * Δ. It trains as one device at the whole batch, which the multi-device engine equals
+   * (test/multi-device.test.ts). Default 1.
+   */
+  devices?: number;
   /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
   shard?: [number, number];
   /** Butterfly mixing: probability, per group it is in, of crashing mid-exchange (then back after offlineMs). */
@@ -65,7 +76,7 @@ export interface SimRow {
   /** Virtual throughput of a speed-1 island, tokens/s. */
   baseTokensPerSec: number;
   /** Butterfly mixing in groups of k (mix-sim.ts); absent: every island uploads directly. */
-  mix?: { k: number; formWaitMs: number; spotRate: number };
+  mix?: MixConfig;
   /** Verified work: a validator audits this fraction of accepted deltas and bans at banAfter failures (audit-sim.ts). */
   audit?: { rate: number; banAfter: number };
 }
@@ -87,6 +98,26 @@ export interface SimCommon {
   data?: string;
   /** Shared starting point of every row (a warm start); undefined: initParams(model, seed). */
   init?: Float32Array;
+}
+
+/** What butterfly mixing did over a row (mix-sim.ts). */
+export interface MixTotals {
+  groups: number;
+  mixedGroups: number;
+  fallbacks: number;
+  checks: number;
+  audits: number;
+  implicated: number;
+  /** Bytes members sent each other (not the server's). */
+  peerBytes: number;
+  /** Members of groups that mixed, and the fragment bytes they uploaded (spot checks and replays apart). */
+  mixedMembers: number;
+  fragmentBytes: number;
+  /** Update pieces exchanged and checked, and updates fetched whole after a missing or wrong piece. */
+  piecesOk: number;
+  piecesRefetched: number;
+  /** Islands that waited formWaitMs and uploaded directly. */
+  expired: number;
 }
 
 export interface CurvePoint {
@@ -111,6 +142,9 @@ export interface IslandReport {
   acceptedTokens: number;
   rejected: Record<string, number>;
   drops: number;
+  /** Updates applied with θ's hash checked against the server's, and those that did not match. */
+  hashChecks?: number;
+  hashMismatches?: number;
 }
 
 export interface SimRunResult {
@@ -180,7 +214,9 @@ export interface SimulateOptions {
    * the async heterogeneous sparse row over 3 seeds; one island alone; sync int4, async int4; the
    * sparse row with 30% dropout, churn, mixed numerics, an uneven network, DyLU off, non-i.i.d.
    * shards; attackers (sign flip, ×4, same-norm noise, a colluding pair) with robust aggregation,
-   * ×100 without the norm bound. 'diloco': one DiLoCo row built from mode/codec/islands plus the
+   * ×100 without the norm bound; butterfly mixing of the async sparse row in groups of 2, 4 and 8
+   * (async-sparse-hetero-mixK), of 4 with 30 % of members dropping mid-exchange and with one lying
+   * member per group, and the async int4 row in groups of 4. 'diloco': one DiLoCo row built from mode/codec/islands plus the
    * DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
    */
   preset?: 'compare' | 'diloco' | 'smoke';
@@ -251,3 +287,10 @@ export interface SimReport {
   };
   runs: Array<Omit<SimRunResult, 'curve'>>;
 }
+
+/** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */
+export interface TwinSpec {
+  common: SimCommon;
+  rows: SimRow[];
+}
+

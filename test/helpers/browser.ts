@@ -1,5 +1,5 @@
 // The e2e tests' browsers (server/fleet/chromium.ts launches them) and the client build they load
-// (server/fleet/client-build.ts).
+// (server/client-build.ts).
 
 export { CHROMIUM_PATH, type LaunchOptions, type LaunchedBrowser, chromiumArgs, launchChromium } from '../../server/fleet/chromium.ts';
-export { ensureClientBuild } from '../../server/fleet/client-build.ts';
+export { ensureClientBuild } from '../../server/client-build.ts';

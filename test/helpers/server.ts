@@ -66,12 +66,15 @@ export async function startTestServer(o: {
   audit?: import('../../server/audit.ts').AuditOptions;
   /** Worker threads for the outer step (default 2, as `atoll serve`). */
   outerWorkers?: number;
+  idleTimeoutMs?: number;
 } = {}): Promise<TestServer> {
   const { createServer } = await import('../../server/app.ts');
   const { buildRunConfig } = await import('../../server/run-config.ts');
   const dir = o.dir ?? tempDir();
-  const config = buildRunConfig(o.file ?? null, { preset: 'tiny', name: 'test', ...o.flags });
-  const server = await createServer({ dir, config, evaluate: o.evaluate ?? false, outerWorkers: o.outerWorkers ?? 2, adminToken: o.adminToken ?? 'test-admin-token', gateway: o.gateway, audit: o.audit, clientDir: join(dir, 'no-client') });
+  // identities cost no proof of work here unless a test asks for it (test/trust-identity.test.ts does)
+  const file = { ...o.file, limits: { ...o.file?.limits, powBits: o.file?.limits?.powBits ?? 0 } } as NonNullable<typeof o.file>;
+  const config = buildRunConfig(file, { preset: 'tiny', name: 'test', ...o.flags });
+  const server = await createServer({ dir, config, evaluate: o.evaluate ?? false, outerWorkers: o.outerWorkers ?? 2, adminToken: o.adminToken ?? 'test-admin-token', gateway: o.gateway, audit: o.audit, idleTimeoutMs: o.idleTimeoutMs, clientDir: join(dir, 'no-client') });
   const { url } = await server.listen(0, '127.0.0.1');
   return {
     server, url, dir,

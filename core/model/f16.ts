@@ -1,4 +1,5 @@
-// IEEE 754 binary16 <-> binary32 conversion on bit patterns.
+// IEEE 754 binary16 <-> binary32 conversion on bit patterns (the f16 codec, safetensors, and the
+// f16-storage twins of core/model/ops-f16.ts).
 //
 // binary16: 1 sign bit | 5 exponent bits (bias 15) | 10 mantissa bits.
 // float32 -> float16 rounds to nearest, ties to even, and keeps inf, NaN (quiet) and subnormals.
