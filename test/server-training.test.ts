@@ -70,6 +70,8 @@ describe('server + 3 Node islands', () => {
       expect(st.paused).toBe(false);
       expect(st.bytesIn).toBeGreaterThan(0);
       expect(st.bytesOut).toBeGreaterThan(0);
+      // /api/islands serves a copy up to ISLANDS_REFRESH_MS old (a bounded cost under polling): take a fresh one
+      run.views.invalidate();
       const { islands: list } = await getJson<{ islands: Island[] }>(`${base}/api/islands`);
       expect(list.map((i) => i.name).sort()).toEqual(['alpha', 'beta', 'gamma']);
       for (const i of list) {
