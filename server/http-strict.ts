@@ -4,10 +4,17 @@
 // Every error leaves as `{ error: { code, message } }`; a known path asked with a method it does
 // not serve is a 405 with `Allow`.
 
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Static, TSchema } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyTypeProvider } from 'fastify';
 
 /** AJV options for every route: no coercion, no defaults filled in, nothing removed. */
 export const STRICT_AJV = { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false } } as const;
+
+/** Route types from the routes' TypeBox schemas (`app.withTypeProvider<TypeBoxTypes>()`): params, query and body as validated, replies as serialized. */
+export interface TypeBoxTypes extends FastifyTypeProvider {
+  validator: this['schema'] extends TSchema ? Static<this['schema']> : unknown;
+  serializer: this['schema'] extends TSchema ? Static<this['schema']> : unknown;
+}
 
 /** A decimal number as a query string may spell it. */
 const DECIMAL = /^-?(?:0|[1-9][0-9]{0,20})(?:\.[0-9]{1,20})?(?:[eE][-+]?[0-9]{1,3})?$/;
