@@ -3,8 +3,8 @@
 // flag in one line; a run folder with a log but no readable checkpoint refuses to start and says
 // how to recover; idle connections are closed.
 
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -92,6 +92,27 @@ describe('run files', () => {
     const runDir = join(dir, 'run');
     expect(await refusal(['serve', '--config', write('y.json', { allowOrigins: '*' }), '--run-dir', runDir, '--port', '0'])).toMatch(/^E_BAD_CONFIG/);
     expect(existsSync(runDir)).toBe(false);
+  });
+});
+
+describe('a run with validators audits what it accepts', () => {
+  it('serve --validator-token with no codec takes int8 deltas; with --codec sparse it is refused before anything is written', async () => {
+    const dir = tempDir();
+    cleanup.push(() => { spawnSync('rm', ['-rf', dir]); });
+    const refused = join(dir, 'sparse');
+    expect(await refusal(['serve', '--validator-token', 'v', '--codec', 'sparse', '--run-dir', refused, '--port', '0', '--preset', 'tiny'])).toMatch(/^E_BAD_CONFIG: --validator-token: sparse deltas cannot be audited/);
+    expect(existsSync(refused)).toBe(false);
+    const child = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', '--validator-token', 'v', '--run-dir', join(dir, 'dense'), '--port', '0', '--preset', 'tiny', '--no-eval', '--outer-workers', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    await new Promise<void>((up, fail) => {
+      child.stdout!.on('data', (b: Buffer) => { out += b; if (out.includes('listening on')) up(); });
+      child.once('exit', (c) => fail(new Error(`serve exited ${c}: ${out}`)));
+    });
+    const closed = new Promise((done) => child.once('exit', done));
+    child.kill('SIGTERM');
+    await closed;
+    expect(out).toMatch(/the uplink is int8/);
+    expect(JSON.parse(readFileSync(join(dir, 'dense', 'config.json'), 'utf8')).coordinator.uplink.encoding).toBe('int8');
   });
 });
 

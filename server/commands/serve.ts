@@ -5,7 +5,8 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type AtollServer, createServer } from '../app.ts';
 import { buildClientIfNeeded } from '../client-build.ts';
-import { type RunConfig, type RunFlags, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
+import { AUDITABLE_ENCODINGS } from '../../core/coord/audit.ts';
+import { type RunConfig, type RunFlags, ConfigError, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
 import { RunStore } from '../store.ts';
 import type { AuditOptions } from '../audit.ts';
 import { lockRunFolder, moveRunFolderAside } from '../run-folder.ts';
@@ -62,9 +63,21 @@ function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resum
   const stored = existsSync(join(dir, 'config.json')) ? new RunStore(dir).readConfig<RunConfig>() : null;
   if (stored) {
     const { config, patch } = resumeRunConfig(stored, o);
-    return { dir, config, resumePatch: Object.keys(patch).length ? (patch as RunConfig['coordinator']) : undefined, resumed: true };
+    return { dir, config: auditable(config, o), resumePatch: Object.keys(patch).length ? (patch as RunConfig['coordinator']) : undefined, resumed: true };
   }
-  return { dir, config: buildRunConfig(file, { ...o, name }), resumePatch: undefined, resumed: false };
+  // Audits recompute a dense Δ: with validators and no codec chosen, the deltas are int8 (said at start).
+  const dense = auditOptions(o) && o.codec === undefined && !(file?.coordinator as { uplink?: unknown } | undefined)?.uplink;
+  if (dense) process.stdout.write('atoll serve: validators audit dense deltas: the uplink is int8 (sparse deltas cannot be recomputed; docs/protocol.md, "Verified work")\n');
+  return { dir, config: auditable(buildRunConfig(file, { ...o, name, ...(dense ? { codec: 'int8' } : {}) }), o), resumePatch: undefined, resumed: false };
+}
+
+/** A run with validators whose uplink no validator can recompute is refused: its audits would sample nothing. */
+function auditable(config: RunConfig, o: ServeCliOptions): RunConfig {
+  const enc = config.coordinator.uplink.encoding;
+  if (auditOptions(o) && !AUDITABLE_ENCODINGS.includes(enc)) {
+    throw new ConfigError('E_BAD_CONFIG', `--validator-token: ${enc} deltas cannot be audited (their error feedback carries earlier rounds); use --codec ${AUDITABLE_ENCODINGS.join('|')}, or serve without validators`);
+  }
+  return config;
 }
 
 export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
