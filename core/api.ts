@@ -242,6 +242,10 @@ export const SampleResponseSchema = Type.Object({
 });
 export type SampleResponse = Static<typeof SampleResponseSchema>;
 
+/** GET /healthz: up, and the durable version it serves. */
+export const HealthSchema = Type.Object({ ok: Type.Literal(true), version: Type.Integer(), hash: Type.String() });
+export type Health = Static<typeof HealthSchema>;
+
 /** The error body of every failed request. */
 export const ApiErrorSchema = Type.Object({ error: Type.Object({ code: Type.String(), message: Type.String() }) });
 export type ApiError = Static<typeof ApiErrorSchema>;

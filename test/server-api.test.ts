@@ -177,7 +177,8 @@ describe('REST API and admin auth', () => {
     expect(await wire('/api/checkpoints')).toEqual({ checkpoints: views.checkpoints() });
     expect(await wire(`/api/contributors/${isl[0].contributorId}`)).toEqual(creditOf(isl, isl[0].contributorId));
     // routes that take no input refuse a query key, with the one error shape
-    for (const path of ['/api/status', '/api/run', '/api/model', '/api/checkpoints', `/api/islands/${islandId}`]) {
+    expect(await wire('/healthz')).toEqual({ ok: true, version: ts.server.run.version, hash: ts.server.run.hash });
+    for (const path of ['/api/status', '/api/run', '/api/model', '/api/checkpoints', `/api/islands/${islandId}`, '/healthz', '/metrics']) {
       const r = await ts.server.app.inject({ method: 'GET', url: `${path}?x=1` });
       expect([path, r.statusCode, (r.json() as { error: { code: string } }).error.code]).toEqual([path, 400, 'E_BAD_REQUEST']);
     }

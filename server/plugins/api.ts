@@ -3,19 +3,19 @@
 
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { Type, type TSchema } from '@sinclair/typebox';
+import { Type } from '@sinclair/typebox';
 import { frameBytes } from '../../core/codec/index.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
 import {
-  ApiErrorSchema, CheckpointsResponseSchema, ContributorCreditSchema, HistoryResponseSchema, IslandDetailSchema, IslandsResponseSchema,
+  CheckpointsResponseSchema, ContributorCreditSchema, HistoryResponseSchema, IslandDetailSchema, IslandsResponseSchema,
   RunInfoSchema, RunStatusSchema, SampleResponseSchema, type RunInfo,
 } from '../../core/api.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { exportHf } from '../../core/hf.ts';
 import { creditOf } from '../../core/credit.ts';
-import { type TypeBoxTypes } from '../http-strict.ts';
+import { NoQuery, replies, type TypeBoxTypes } from '../http-strict.ts';
 import type { Run } from '../run.ts';
 import { ISLANDS_PAGE_MAX } from '../run-views.ts';
 import { checkpointFile } from '../run-checkpoint.ts';
@@ -47,16 +47,12 @@ const IslandsQuery = Type.Object({
 const IslandParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
 const VersionParams = Type.Object({ version: Type.String({ pattern: '^[0-9]{1,12}$' }) }, { additionalProperties: false });
 const ContributorParams = Type.Object({ id: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }) }, { additionalProperties: false });
-/** Routes that take no input refuse any query key too. */
-const NoQuery = Type.Object({}, { additionalProperties: false });
 
 // Response schemas: the shapes of core/api.ts (the one contract with the pages); fast-json-stringify
 // writes only the fields they declare. Binary bodies (a Buffer) are sent as they are; their schema
 // says what they are. Every error is {error: {code, message}}.
 const Binary = (description: string) => Type.Unsafe<Buffer>({ type: 'string', description });
 const NotModified = Type.Unsafe<undefined>({ description: 'If-None-Match matched: no body' });
-const replies = <T extends TSchema, M extends Record<number, TSchema> = Record<never, TSchema>>(ok: T, more?: M) =>
-  ({ 200: ok, ...more as M, '4xx': ApiErrorSchema, '5xx': ApiErrorSchema });
 
 export function runInfo(run: Run): RunInfo {
   const c = run.config;
