@@ -4,12 +4,11 @@
 
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { Type, type Static, type TSchema } from '@sinclair/typebox';
-import { ApiErrorSchema } from '../../core/api.ts';
+import { Type, type Static } from '@sinclair/typebox';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfig, CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import { AuthLimiter } from '../auth-limit.ts';
-import { sendError } from '../http-strict.ts';
+import { replies, sendError } from '../http-strict.ts';
 import type { Run } from '../run.ts';
 
 export interface AdminOptions {
@@ -61,7 +60,6 @@ const BanBody = Type.Union([Type.Object({ reason: Type.Optional(Type.String({ ma
 const NoBody = Type.Union([Type.Object({}, { additionalProperties: false }), Type.Null()]);
 const Any = Type.Object({}, { additionalProperties: true });
 const IslandDelta = Type.Object({ version: Type.Integer(), seq: Type.Integer(), roundId: Type.Integer(), baseVersion: Type.Integer(), tokens: Type.Integer() });
-const replies = (ok: TSchema) => ({ 200: ok, '4xx': ApiErrorSchema });
 
 const Paused = Type.Object({ ok: Type.Literal(true), paused: Type.Boolean(), version: Type.Integer() });
 const Checkpointed = Type.Object({ ok: Type.Literal(true), version: Type.Integer(), path: Type.String(), bytes: Type.Integer() });
