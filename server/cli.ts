@@ -193,27 +193,17 @@ export function buildProgram(): Command {
     .option('--json', 'print report.json on stdout instead of the table')
     .action(async (o) => {
       const { runSimulate, simulateOptionsFromCli } = await import('./simulate/index.ts');
-      const { ProgressBars } = await import('./simulate/progress.ts');
+      const { stderrProgress } = await import('./simulate/progress.ts');
       if (o.preset === 'scaling') {
         const { runScaling, scalingOptionsFromCli } = await import('./simulate/scaling.ts');
         const sp = scalingOptionsFromCli(o);
         if (!sp.ok) throw Object.assign(new Error(sp.error.message), { code: sp.error.code });
-        let sbars: InstanceType<typeof ProgressBars> | undefined;
-        await runScaling({
-          ...sp.value,
-          log: (l: string) => (sbars ? sbars.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
-          progress: sp.value.json ? undefined : { start: (names) => { sbars = new ProgressBars(process.stderr, names); }, update: (i, f) => sbars?.update(i, f) },
-        });
+        await runScaling({ ...sp.value, ...stderrProgress(!sp.value.json) });
         return;
       }
       const parsed = simulateOptionsFromCli(o);
       if (!parsed.ok) throw Object.assign(new Error(parsed.error.message), { code: parsed.error.code });
-      let bars: InstanceType<typeof ProgressBars> | undefined;
-      await runSimulate({
-        ...parsed.value,
-        log: (l: string) => (bars ? bars.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
-        progress: { start: (names) => { bars = new ProgressBars(process.stderr, names); }, update: (i, f) => bars?.update(i, f) },
-      });
+      await runSimulate({ ...parsed.value, ...stderrProgress(true) });
     });
 
   program.command('fleet')

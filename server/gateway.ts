@@ -21,6 +21,7 @@ import type { DashboardTick, IslandView } from '../core/api.ts';
 import type { RunPort } from './run-port.ts';
 import { AuthLimiter } from './auth-limit.ts';
 import { IdentityCost } from './identity-cost.ts';
+import { TokenBuckets } from './token-buckets.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -88,25 +89,6 @@ interface IslandSocketState {
 /** Addresses whose hello budget is remembered (the least recently seen is forgotten first). */
 const HELLO_ADDRESSES = 100_000;
 
-/** Token buckets keyed by IP: the hellos counted per address. */
-class RateLimiter {
-  private buckets = new Map<string, { tokens: number; at: number }>();
-  constructor(private perMinute: number) {}
-  take(key: string, now = Date.now()): boolean {
-    const cap = Math.max(1, this.perMinute);
-    const b = this.buckets.get(key) ?? { tokens: cap, at: now };
-    b.tokens = Math.min(cap, b.tokens + ((now - b.at) * cap) / 60_000);
-    b.at = now;
-    // most recently seen last; under a flood of addresses the stalest one goes (never all at once)
-    this.buckets.delete(key);
-    this.buckets.set(key, b);
-    if (this.buckets.size > HELLO_ADDRESSES) this.buckets.delete(this.buckets.keys().next().value!);
-    if (b.tokens < 1) return false;
-    b.tokens -= 1;
-    return true;
-  }
-}
-
 export class Gateway {
   readonly io: Server;
   readonly islands: Namespace;
@@ -115,7 +97,8 @@ export class Gateway {
   readonly maxHttpBufferSize: number;
   private readonly run: RunPort;
   private readonly opts: GatewayOptions;
-  private readonly helloLimiter: RateLimiter;
+  /** The hellos counted per address, a minute's worth at most. */
+  private readonly helloLimiter: TokenBuckets;
   /** Sockets by island id (usually one; a newer connection replaces an older one). */
   private readonly socketsByIsland = new Map<string, Set<Socket>>();
   private readonly islandJson = new Map<string, string>();
@@ -134,7 +117,7 @@ export class Gateway {
     this.run = opts.run;
     this.opts = opts;
     this.log = opts.log ?? (() => {});
-    this.helloLimiter = new RateLimiter(opts.helloPerMinute);
+    this.helloLimiter = new TokenBuckets(opts.helloPerMinute, 60_000, HELLO_ADDRESSES);
     this.validatorAuth = new AuthLimiter('validator token', this.log);
     this.identities = new IdentityCost(opts.powBits ?? 16, opts.newIslandsPerHour ?? 60);
     // Headroom over the legal frame: a somewhat oversized frame still arrives and gets E_OVERSIZE;
@@ -265,7 +248,7 @@ export class Gateway {
 
     handle('hello', async (payload, ack) => {
       if (st.islandId) return ack(err(ErrorCode.BAD_REQUEST, 'this connection already said hello'));
-      if (!this.helloLimiter.take(ip)) return ack(err(GatewayError.RATE_LIMIT, 'too many hellos from this address: retry later'));
+      if (!this.helloLimiter.take(ip, Date.now())) return ack(err(GatewayError.RATE_LIMIT, 'too many hellos from this address: retry later'));
       if (!checkHello.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `hello: ${firstError(checkHello, payload)}`));
       const h = payload as Static<typeof HelloSchema>;
       if (h.protocolVersion !== PROTOCOL_VERSION) {

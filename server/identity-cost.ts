@@ -6,6 +6,7 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { leadingZeroBits } from '../core/pow.ts';
 import { type Result, err, ok } from '../core/result.ts';
+import { TokenBuckets } from './token-buckets.ts';
 
 /** A challenge is good this long after it was handed out. */
 export const CHALLENGE_TTL_MS = 5 * 60_000;
@@ -24,10 +25,12 @@ export interface Challenge { challenge: string; bits: number; expiresAt: number 
 export class IdentityCost {
   private readonly secret = randomBytes(32);
   private readonly spent = new Map<string, number>();
-  private readonly budgets = new Map<string, { tokens: number; at: number }>();
+  private readonly budgets: TokenBuckets;
 
   /** `bits` 0: no proof of work is asked. `perHour`: new identities per address per hour. */
-  constructor(readonly bits: number, private readonly perHour: number) {}
+  constructor(readonly bits: number, perHour: number) {
+    this.budgets = new TokenBuckets(perHour, 3_600_000, ADDRESSES);
+  }
 
   get required(): boolean { return this.bits > 0; }
 
@@ -71,15 +74,7 @@ export class IdentityCost {
 
   /** One new identity from the address's hourly budget. */
   private take(address: string, now: number): Result<void> {
-    const cap = Math.max(1, this.perHour);
-    const b = this.budgets.get(address) ?? { tokens: cap, at: now };
-    b.tokens = Math.min(cap, b.tokens + ((now - b.at) * cap) / 3_600_000);
-    b.at = now;
-    this.budgets.delete(address);
-    this.budgets.set(address, b);
-    if (this.budgets.size > ADDRESSES) this.budgets.delete(this.budgets.keys().next().value!);
-    if (b.tokens < 1) return err('E_RATE_LIMIT', `this address made its ${cap} new identities this hour: resume an identity (resumeToken), or retry later`);
-    b.tokens -= 1;
+    if (!this.budgets.take(address, now)) return err('E_RATE_LIMIT', `this address made its ${this.budgets.cap} new identities this hour: resume an identity (resumeToken), or retry later`);
     return ok(undefined);
   }
 }

@@ -15,14 +15,8 @@ import { decodeDelta } from '../core/codec/index.ts';
 import type { Contribution, Coordinator } from '../core/coord/index.ts';
 import { type Result, err, ok } from '../core/result.ts';
 
-/** One delta of a version, as the outer step read it. */
-export interface ArchivedDelta {
-  islandId: string;
-  seq: number;
-  roundId: number;
-  baseVersion: number;
-  staleness: number;
-  tokens: number;
+/** One delta of a version, as the outer step read it: its contribution's identity and tokens, and more. */
+export interface ArchivedDelta extends Pick<Contribution, 'islandId' | 'seq' | 'roundId' | 'baseVersion' | 'staleness' | 'tokens'> {
   /** The steps its assignment gave, and ‖Δ‖/√steps (the norm bound's figures). */
   steps: number;
   score: number;

@@ -6,7 +6,7 @@
 //   and clip scale, AdamW. The mean loss goes to a slot of a GPU loss ring; the ring
 //   is copied to a mappable buffer every `lossReadEvery` steps (inside that step's
 //   submission) and by `takeLosses()`, which alone maps them: no promise is pending
-//   while steps run (under Node a pending Dawn promise busy-polls a core).
+//   while steps run (under Node a pending Dawn promise busy-polls a core). Both readers: webgpu-readback.ts.
 // - Nothing is zeroed per step: each kernel that first writes a gradient overwrites
 //   it, and only the two true fan-ins accumulate (the residual stream's gradient, and
 //   the tied wte that gets the LM head's and the embedding's gradient).
@@ -26,6 +26,7 @@ import * as op from '../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
 import { type TuneResult, autotuneMatmuls, modelMatmuls } from './webgpu-tune.ts';
 import { trainingStep } from './webgpu-step.ts';
+import { LossRing, Readback } from './webgpu-readback.ts';
 
 
 export {
@@ -34,13 +35,6 @@ export {
 } from './webgpu-plan.ts';
 
 // ---------------------------------------------------------------------------- engine
-
-/** A copy of the loss ring in a mappable buffer: `count` losses from ring slot `first`. */
-interface Drain {
-  staging: GPUBuffer;
-  first: number;
-  count: number;
-}
 
 export class WebGpuEngine implements TrainingEngine {
   readonly kind = 'webgpu' as const;
@@ -66,7 +60,6 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly maxT: number;
   private readonly R: number;
   private readonly buf: Map<string, GPUBuffer>;
-  private readonly staging: GPUBuffer[] = []; // loss staging buffers, all of them
   private program!: Program;
   private deltaProgram!: Program;
   private packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
@@ -78,11 +71,8 @@ export class WebGpuEngine implements TrainingEngine {
   private readonly tokIn: Uint32Array;
   private readonly tokOut: Uint32Array;
   private t = 0;           // AdamW steps (bias correction)
-  private steps = 0;       // steps enqueued by this engine (ring slot = steps % R)
-  private pending = 0;     // losses in the ring not yet copied out
-  private drains: Drain[] = [];
-  private freeStaging: GPUBuffer[] = [];
-  private readLock: Promise<unknown> = Promise.resolve();
+  private losses!: LossRing;
+  private reads!: Readback;
   private bytes = 0;
   private isLost = false;
   private destroyed = false;
@@ -180,9 +170,8 @@ export class WebGpuEngine implements TrainingEngine {
     for (const [name, size] of p.storage) this.buf.set(name, this.alloc(name, size, S));
     const o = p.other;
     this.buf.set('readback', this.alloc('readback', o.get('readback')!, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST));
-    const staging = this.alloc('lossStaging', o.get('lossStaging')!, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
-    this.staging.push(staging);
-    this.freeStaging.push(staging);
+    this.reads = new Readback(this.gpu, this.b('readback'));
+    this.losses = new LossRing(this.gpu, this.b('ring'), this.R, o.get('lossStaging')!, (l, n, u) => this.alloc(l, n, u));
     this.buf.set('stepUniform', this.alloc('stepUniform', o.get('stepUniform')!, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST));
   }
 
@@ -299,7 +288,7 @@ export class WebGpuEngine implements TrainingEngine {
   /** The gradients of the last `gradientsStep`, added into `into` × `weight` as they are read back. */
   async addGradientsInto(into: Float32Array, weight: number): Promise<void> {
     this.usable();
-    await this.exclusive(() => this.readOut(this.b('grads'), 4 * this.N, (chunk, at) => {
+    await this.reads.exclusive(() => this.reads.out(this.b('grads'), 4 * this.N, (chunk, at) => {
       const g = new Float32Array(chunk), o = at / 4;
       for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
     }));
@@ -323,60 +312,19 @@ export class WebGpuEngine implements TrainingEngine {
     const { B, T } = batch;
     this.loadTokens(batch.inputs, batch.targets, B, T);
     this.t += 1;
-    const slot = this.steps % this.R;
-    this.writeStep(opts.lr, opts.gradClip, slot);
+    this.writeStep(opts.lr, opts.gradClip, this.losses.slot);
     const shape = { B, T };
     this.program.setShape(shape);
     const enc = this.gpu.createCommandEncoder({ label: 'step' });
     record(enc, shape);
-    this.steps += 1;
-    this.pending += 1;
-    let staging: GPUBuffer | null = null;
-    if (this.pending === this.R) {
-      // the ring is full: copy it out in this same submission, map it later
-      staging = this.acquireStaging();
-      enc.copyBufferToBuffer(this.b('ring'), 0, staging, 0, this.R * 4);
-    }
+    this.losses.recorded(enc);
     this.gpu.queue.submit([enc.finish()]);
-    if (staging) {
-      this.drains.push({ staging, first: (slot + 1) % this.R, count: this.R });
-      this.pending = 0;
-    }
-  }
-
-  private acquireStaging(): GPUBuffer {
-    const s = this.freeStaging.pop();
-    if (s) return s;
-    // every staging buffer holds unread losses: add one (one per lossReadEvery steps not yet taken)
-    const b = this.alloc('lossStaging', f32b(this.R + EVAL_SLOTS), GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
-    this.staging.push(b);
-    return b;
   }
 
   /** Losses of the steps since the last call, in order (copied and mapped asynchronously). */
   async takeLosses(): Promise<number[]> {
     this.usable();
-    if (this.pending > 0) {
-      const count = this.pending;
-      const staging = this.acquireStaging();
-      const enc = this.gpu.createCommandEncoder({ label: 'takeLosses' });
-      enc.copyBufferToBuffer(this.b('ring'), 0, staging, 0, this.R * 4);
-      this.gpu.queue.submit([enc.finish()]);
-      this.drains.push({ staging, first: (this.steps - count) % this.R, count });
-      this.pending = 0;
-    }
-    const drains = this.drains;
-    this.drains = [];
-    const out: number[] = [];
-    const R = this.R;
-    for (const { staging, first, count } of drains) {
-      await staging.mapAsync(GPUMapMode.READ, 0, R * 4);
-      const ring = new Float32Array(staging.getMappedRange(0, R * 4));
-      for (let i = 0; i < count; i++) out.push(ring[(first + i) % R]);
-      staging.unmap();
-      this.freeStaging.push(staging);
-    }
-    return out;
+    return this.losses.take();
   }
 
   // ---------------------------------------------------------------- evaluation
@@ -385,14 +333,14 @@ export class WebGpuEngine implements TrainingEngine {
     this.usable();
     const { B, T } = batch;
     if (T > this.maxT || T < 1 || B < 1) throw engineError('E_BAD_BATCH', `eval batch (${B},${T}) needs 1 ≤ T ≤ ${this.maxT}`);
-    return this.exclusive(async () => {
+    return this.reads.exclusive(async () => {
       let sum = 0;
       const sizes: number[] = [];
       const flush = async () => {
         const enc = this.gpu.createCommandEncoder({ label: 'evalLoss.read' });
         enc.copyBufferToBuffer(this.b('ring'), this.R * 4, this.b('readback'), 0, sizes.length * 4);
         this.gpu.queue.submit([enc.finish()]);
-        const vals = await this.readMapped(sizes.length);
+        const vals = await this.reads.mapped(sizes.length);
         sizes.forEach((nb, j) => { sum += vals[j] * nb; });
         sizes.length = 0;
       };
@@ -421,7 +369,7 @@ export class WebGpuEngine implements TrainingEngine {
     const T = Math.min(context.length, this.maxT);
     if (T < 1) throw engineError('E_BAD_BATCH', 'empty context');
     const ctx = context.subarray(context.length - T);
-    return this.exclusive(async () => {
+    return this.reads.exclusive(async () => {
       this.loadTokens(ctx, null, 1, T);
       const shape = { B: 1, T };
       this.program.setShape(shape);
@@ -432,7 +380,7 @@ export class WebGpuEngine implements TrainingEngine {
       pass.end();
       enc.copyBufferToBuffer(this.b('logits'), (T - 1) * V * 4, this.b('readback'), 0, V * 4);
       this.gpu.queue.submit([enc.finish()]);
-      return this.readMapped(V);
+      return this.reads.mapped(V);
     });
   }
 
@@ -461,7 +409,7 @@ export class WebGpuEngine implements TrainingEngine {
   /** Δ = θ_start − θ, computed on the GPU (into the gradient buffer, which the next step overwrites). */
   async readDelta(): Promise<Float32Array> {
     this.usable();
-    return this.exclusive(async () => {
+    return this.reads.exclusive(async () => {
       const delta = (enc: GPUCommandEncoder) => {
         const pass = enc.beginComputePass();
         this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
@@ -469,10 +417,10 @@ export class WebGpuEngine implements TrainingEngine {
       };
       const out = new Float32Array(this.N);
       if (this.numerics === 'f32') {
-        await this.readOut(this.b('grads'), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4), delta);
+        await this.reads.out(this.b('grads'), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4), delta);
       } else {
         // N halves, half the bytes of f32, unpacked here once (for the codec); chunks hold whole words
-        await this.readOut(this.b('grads'), 4 * Math.ceil(this.N / 2), (chunk, at) => {
+        await this.reads.out(this.b('grads'), 4 * Math.ceil(this.N / 2), (chunk, at) => {
           const from = at / 2, n = Math.min(this.N - from, (chunk.byteLength / 4) * 2);
           unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
         }, delta);
@@ -511,47 +459,13 @@ export class WebGpuEngine implements TrainingEngine {
 
   // ---------------------------------------------------------------- readback helpers
 
-  /** Runs reads through the one readback buffer one at a time. */
-  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.readLock.then(fn, fn);
-    this.readLock = run.catch(() => {});
-    return run;
-  }
-
-  private async readMapped(n: number): Promise<Float32Array> {
-    const rb = this.b('readback');
-    await rb.mapAsync(GPUMapMode.READ, 0, f32b(n));
-    const out = new Float32Array(rb.getMappedRange(0, f32b(n)).slice(0, n * 4));
-    rb.unmap();
-    return out;
-  }
-
   private readBuffer(name: string): Promise<Float32Array> {
     this.usable();
-    return this.exclusive(async () => {
+    return this.reads.exclusive(async () => {
       const out = new Float32Array(this.N);
-      await this.readOut(this.b(name), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4));
+      await this.reads.out(this.b(name), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4));
       return out;
     });
-  }
-
-  /**
-   * `bytes` of `src` from its start, through the readback buffer (READBACK_BYTES: a big model's θ
-   * takes several), each chunk handed to `take` while mapped, with its byte offset. `first` records
-   * work into the first chunk's submission (readDelta's Δ pass). Call inside `exclusive`.
-   */
-  private async readOut(src: GPUBuffer, bytes: number, take: (chunk: ArrayBuffer, at: number) => void, first?: (enc: GPUCommandEncoder) => void): Promise<void> {
-    const rb = this.b('readback');
-    for (let at = 0; at < bytes; at += rb.size) {
-      const n = Math.min(rb.size, Math.ceil((bytes - at) / 4) * 4);
-      const enc = this.gpu.createCommandEncoder({ label: `read ${src.label}` });
-      if (at === 0) first?.(enc);
-      enc.copyBufferToBuffer(src, at, rb, 0, n);
-      this.gpu.queue.submit([enc.finish()]);
-      await rb.mapAsync(GPUMapMode.READ, 0, n);
-      take(rb.getMappedRange(0, n), at);
-      rb.unmap();
-    }
   }
 
   /** Frees the engine's buffers (the device belongs to the caller). */
@@ -559,7 +473,7 @@ export class WebGpuEngine implements TrainingEngine {
     if (this.destroyed) return;
     this.destroyed = true;
     for (const b of this.buf.values()) b.destroy();
-    for (const b of this.staging) b.destroy();
+    this.losses?.destroy();
     this.program?.destroy();
     this.deltaProgram?.destroy();
     this.packProgram?.destroy();

@@ -8,10 +8,7 @@
 
 import { WebGpuEngine } from '../engine/webgpu.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
-import { decodeCheckpoint } from '../../core/checkpoint.ts';
-import type { TrainingEngine } from '../../core/engine.ts';
 import { backoff } from '../../core/random.ts';
-import { encodeText } from '../../core/data/tokenizer.ts';
 import { mfu } from '../../core/model/config.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
@@ -19,7 +16,8 @@ import { calibrate, calibrationKey, fullBatch, pickNumerics } from '../island/ca
 import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
-import { generateBetweenSteps, SamplerEngines } from './sampler.ts';
+import { answerSample, SamplerEngines } from './sampler.ts';
+import { phaseOf } from './phase-text.ts';
 import { autotuneLine, cpuName, engineOptions, lastAdapter, openEngineHandle, probeGpu } from './worker-gpu.ts';
 
 const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
@@ -96,24 +94,8 @@ function refreshView(): void {
 }
 
 function currentPhase(): Phase {
-  if (fatal !== null) { view.detail = fatal; return 'error'; }
-  if (deviceRecovering || backingOff) return 'recovering';
-  if (!opts) return 'idle';
-  const s = runtimeStatus;
-  if (s === 'paused') return 'paused';
-  if (pauseReasons.size > 0) {
-    // nothing computes while waiting for the next round: that is paused already
-    if (s === 'waiting' || s === 'idle') return 'paused';
-    return 'pausing';
-  }
-  switch (s) {
-    case 'connecting': return 'starting';
-    case 'syncing': return 'syncing';
-    case 'training': return 'training';
-    case 'submitting': return 'uploading';
-    case 'waiting': return 'waiting';
-    default: return 'starting';
-  }
+  if (fatal !== null) view.detail = fatal;
+  return phaseOf({ fatal: fatal !== null, recovering: deviceRecovering || backingOff, started: opts !== null, runtimeStatus, pausing: pauseReasons.size > 0 });
 }
 
 function stopWith(reason: string): void {
@@ -454,44 +436,17 @@ function resume(reason: PauseReason): void {
 
 const samplers = new SamplerEngines();
 
-async function globalModel(shape: ModelShape): Promise<{ params: Float32Array; version: number | null }> {
-  const rt = runtime;
-  const state = rt?.replicaState;
-  const params = rt?.replicaParams();
-  if (state && params) return { params, version: state.version };
-  const bytes = await fetchBytes(new URL('/api/model', opts?.serverUrl ?? self.location.origin).href);
-  const ck = decodeCheckpoint(bytes, shape.config);
-  if (!ck.ok) throw new Error(`${ck.error.code}: ${ck.error.message}`);
-  const v = Number(ck.value.meta.version);
-  return { params: ck.value.params, version: Number.isFinite(v) ? v : null };
-}
-
-async function sample(m: Extract<ToWorker, { type: 'sample' }>): Promise<void> {
-  const t0 = performance.now();
-  try {
-    const kind = opts?.engine ?? m.engine;
-    const g = await globalModel(m.shape);
-    let out: Uint8Array | null = null;
-    let e: TrainingEngine | null = null;
-    for (let attempt = 0; !out; attempt++) {
-      try {
-        e = await samplers.get(kind, m.shape, engine, (s) => openEngine('webgpu', s, false));
-        // setParams queues a write only; the tokens themselves wait for gaps between training steps
-        await e.setParams(g.params);
-        out = await generateBetweenSteps(e, encodeText(m.prompt), { tokens: m.tokens, temperature: m.temperature, seed: m.seed }, engine, (sofar) => {
-          post({ type: 'sample-progress', id: m.id, bytes: sofar.slice(), tokens: m.tokens });
-        });
-      } catch (err) {
-        if (attempt > 0 || !samplers.invalidate()) throw err;
-      }
-    }
-    const device = kind === 'cpu' ? cpuName() : e!.device;
-    post({ type: 'sample', id: m.id, ok: true, bytes: out, version: g.version, ms: performance.now() - t0, device });
-  } catch (e) {
-    const msg = (e as Error).message;
-    const code = /^(E_[A-Z_0-9]+)/.exec(msg)?.[1] ?? 'E_SAMPLE';
-    post({ type: 'sample', id: m.id, ok: false, code, message: msg.replace(/^E_[A-Z_0-9]+:\s*/, '') });
-  }
+/** The page's 'sample' request (sampler.ts), with what it needs of this worker's state. */
+function sample(m: Extract<ToWorker, { type: 'sample' }>): Promise<void> {
+  return answerSample(samplers, m, {
+    kind: opts?.engine ?? m.engine,
+    training: () => engine,
+    replica: runtime,
+    modelUrl: () => new URL('/api/model', opts?.serverUrl ?? self.location.origin).href,
+    fetchBytes,
+    openOwn: (s) => openEngine('webgpu', s, false),
+    post,
+  });
 }
 
 // ---------------------------------------------------------------- messages

@@ -1,8 +1,39 @@
 // The volunteer page's words for what the island does: the phase line, the connection line and
 // the round stepper's states, from the worker's IslandView. No DOM: main.ts writes them in.
+// Also the phase itself, as the island worker derives it from its state (phaseOf).
 
 import { formatInt } from '../ui/format.ts';
 import type { IslandView, Phase } from './messages.ts';
+
+/** What the island worker's phase is made of. `runtimeStatus`: the IslandRuntime's last status. */
+export interface PhaseState {
+  fatal: boolean;
+  recovering: boolean;
+  started: boolean;
+  runtimeStatus: string;
+  pausing: boolean;
+}
+
+export function phaseOf(s: PhaseState): Phase {
+  if (s.fatal) return 'error';
+  if (s.recovering) return 'recovering';
+  if (!s.started) return 'idle';
+  const r = s.runtimeStatus;
+  if (r === 'paused') return 'paused';
+  if (s.pausing) {
+    // nothing computes while waiting for the next round: that is paused already
+    if (r === 'waiting' || r === 'idle') return 'paused';
+    return 'pausing';
+  }
+  switch (r) {
+    case 'connecting': return 'starting';
+    case 'syncing': return 'syncing';
+    case 'training': return 'training';
+    case 'submitting': return 'uploading';
+    case 'waiting': return 'waiting';
+    default: return 'starting';
+  }
+}
 
 const PHASE_TEXT: Record<IslandView['phase'], string> = {
   idle: 'Not started.',

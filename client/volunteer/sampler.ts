@@ -1,15 +1,19 @@
 // Samples of the global model, written on the volunteer's own device without hurting training:
 // tokens are generated in the gaps between training steps (training takes precedence), each gap
 // used for under a third of a usual step, so no step waits more than that for a sample.
+// `answerSample` serves the page's 'sample' request for the island worker.
 
 import { CpuEngine } from '../engine/cpu.ts';
 import { WebGpuEngine } from '../engine/webgpu.ts';
 import type { TrainingEngine } from '../../core/engine.ts';
 import { type SampleOptions, sampleToken } from '../../core/sample.ts';
 import { mulberry32 } from '../../core/random.ts';
-import type { EngineKind, ModelShape } from './messages.ts';
+import { decodeCheckpoint } from '../../core/checkpoint.ts';
+import { encodeText } from '../../core/data/tokenizer.ts';
+import type { IslandRuntime } from '../island/index.ts';
+import type { EngineKind, FromWorker, ModelShape, ToWorker } from './messages.ts';
 import type { ResilientEngine } from './resilient-engine.ts';
-import { engineOptions } from './worker-gpu.ts';
+import { cpuName, engineOptions } from './worker-gpu.ts';
 
 /** Where sample tokens get their GPU time: the training engine's gaps between steps. */
 export interface StepGate {
@@ -89,4 +93,61 @@ export async function generateBetweenSteps(
     slot?.release();
   }
   return out;
+}
+
+/** What answering a sample request needs of the island worker. */
+export interface SampleContext {
+  /** The engine kind samples run on. */
+  kind: EngineKind;
+  /** The training engine now (its device is shared, its gaps used), or null before Start. */
+  training(): ResilientEngine | null;
+  /** The island's replica of the global model, when it has one; else `modelUrl()` is fetched. */
+  replica: Pick<IslandRuntime, 'replicaState' | 'replicaParams'> | null;
+  modelUrl(): string;
+  /** Fetches bytes (the worker counts them as downloaded). */
+  fetchBytes(url: string): Promise<Uint8Array>;
+  /** Opens the sampler's own WebGPU engine (before Start). */
+  openOwn(shape: ModelShape): Promise<TrainingEngine>;
+  post(m: FromWorker): void;
+}
+
+/** θ of the global model: the island's replica when it has one, else the server's checkpoint. */
+async function globalModel(shape: ModelShape, c: SampleContext): Promise<{ params: Float32Array; version: number | null }> {
+  const state = c.replica?.replicaState;
+  const params = c.replica?.replicaParams();
+  if (state && params) return { params, version: state.version };
+  const bytes = await c.fetchBytes(c.modelUrl());
+  const ck = decodeCheckpoint(bytes, shape.config);
+  if (!ck.ok) throw new Error(`${ck.error.code}: ${ck.error.message}`);
+  const v = Number(ck.value.meta.version);
+  return { params: ck.value.params, version: Number.isFinite(v) ? v : null };
+}
+
+/** Writes the requested sample, posting progress and then the sample or its error (once retried on a lost device). */
+export async function answerSample(samplers: SamplerEngines, m: Extract<ToWorker, { type: 'sample' }>, c: SampleContext): Promise<void> {
+  const t0 = performance.now();
+  try {
+    const kind = c.kind;
+    const g = await globalModel(m.shape, c);
+    let out: Uint8Array | null = null;
+    let e: TrainingEngine | null = null;
+    for (let attempt = 0; !out; attempt++) {
+      try {
+        e = await samplers.get(kind, m.shape, c.training(), c.openOwn);
+        // setParams queues a write only; the tokens themselves wait for gaps between training steps
+        await e.setParams(g.params);
+        out = await generateBetweenSteps(e, encodeText(m.prompt), { tokens: m.tokens, temperature: m.temperature, seed: m.seed }, c.training(), (sofar) => {
+          c.post({ type: 'sample-progress', id: m.id, bytes: sofar.slice(), tokens: m.tokens });
+        });
+      } catch (err) {
+        if (attempt > 0 || !samplers.invalidate()) throw err;
+      }
+    }
+    const device = kind === 'cpu' ? cpuName() : e!.device;
+    c.post({ type: 'sample', id: m.id, ok: true, bytes: out, version: g.version, ms: performance.now() - t0, device });
+  } catch (e) {
+    const msg = (e as Error).message;
+    const code = /^(E_[A-Z_0-9]+)/.exec(msg)?.[1] ?? 'E_SAMPLE';
+    c.post({ type: 'sample', id: m.id, ok: false, code, message: msg.replace(/^E_[A-Z_0-9]+:\s*/, '') });
+  }
 }

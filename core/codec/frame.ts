@@ -39,11 +39,11 @@ import { type Result, err, ok } from '../result.ts';
 import { crc32 } from './crc32.ts';
 import { CodecErrorCode } from './errors.ts';
 import {
-  nonFinite, readF16Payload, readF32Payload, readInt4Payload, readInt8Payload, readTopkPayload,
+  readF16Payload, readF32Payload, readInt4Payload, readInt8Payload, readTopkPayload,
   writeF16Payload, writeF32Payload, writeInt4Blocks, writeInt8Blocks,
 } from './payloads.ts';
 import { type SparseLayout, readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
-import { ErrorFeedback, TOPK_HIST_SIZE, selectTopK } from './topk.ts';
+import { TOPK_HIST_SIZE, selectTopK } from './topk.ts';
 
 import { ENCODINGS, type Encoding } from './encodings.ts';
 
@@ -459,45 +459,4 @@ function decodeUnchecked(frame: Uint8Array, expectedCount: number, out?: Float32
     default:
       return readTopkPayload(payload, h.blockSize, h.k, dst);
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Error feedback round
-
-/**
- * One island round with error feedback: sends C(Δ + e) and keeps e ← (Δ + e) − decode(C(Δ + e)).
- * Uses `fb.residual` as the work buffer, so it needs no n-sized allocation beyond `decoded`
- * (which lives in `scratch` when given: valid until the next call). `delta` is not modified.
- * If Δ + e has a non-finite entry the residual is reset (it can no longer be trusted) and
- * E_NON_FINITE is returned: nothing should be sent.
- */
-export function encodeWithFeedback(
-  delta: Float32Array,
-  fb: ErrorFeedback,
-  opts: CodecOptions,
-  scratch?: CodecScratch,
-): Result<{ frame: Uint8Array; decoded: Float32Array }> {
-  const e = fb.residual;
-  const n = delta.length;
-  if (e.length !== n) return err(CodecErrorCode.WRONG_SIZE, `delta holds ${n} elements, residual ${e.length}`);
-  const beta = opts.feedbackDecay ?? 1;
-  let probe = 0;
-  for (let i = 0; i < n; i++) {
-    const v = Math.fround(beta * e[i] + delta[i]);
-    e[i] = v;
-    probe += v * 0;
-  }
-  if (probe !== 0) {
-    fb.reset();
-    return nonFinite();
-  }
-  const frame = encodeDelta(e, opts, scratch);
-  const decoded = decodeDelta(frame, n, scratch ? scratch.decodeBuffer(n) : undefined);
-  if (!decoded.ok) {
-    fb.reset();
-    return decoded;
-  }
-  const sent = decoded.value;
-  for (let i = 0; i < n; i++) e[i] -= sent[i];
-  return ok({ frame, decoded: sent });
 }

@@ -21,7 +21,6 @@ export {
   MAX_COUNT,
   decodeDelta,
   encodeDelta,
-  encodeWithFeedback,
   frameBytes,
   frameCrc,
   maxFrameBytes,
@@ -30,6 +29,7 @@ export {
   writeHeader,
 } from './frame.ts';
 export { DOWNLINK_ENCODINGS, type DownlinkEncoding } from './encodings.ts';
-export { ErrorFeedback, selectTopK } from './topk.ts';
+export { ErrorFeedback, encodeWithFeedback } from './feedback.ts';
+export { selectTopK } from './topk.ts';
 export { crc32 } from './crc32.ts';
 export { f16ToF32, f32ToF16 } from '../model/f16.ts';

@@ -1,4 +1,4 @@
-// Top-k selection by magnitude, and the island-side error-feedback residual.
+// Top-k selection by magnitude (the island-side error-feedback residual: feedback.ts).
 //
 // Selection is a two-level radix select on float bits, O(n) with no sort: for IEEE floats the
 // bit pattern of |x| (sign bit cleared) orders like |x| itself, so
@@ -60,47 +60,5 @@ export function selectTopK(x: Float32Array, k: number, hist: Uint32Array, outIdx
       outIdx[j++] = i;
       ties--;
     }
-  }
-}
-
-/**
- * Error feedback (EF / EF21-style memory) kept on the island across rounds.
- *
- * Each round the island sends C(Δ + e) and keeps e ← (Δ + e) − decode(C(Δ + e)), so whatever
- * compression drops is sent later instead of lost: the sum of what was sent tracks the sum of the
- * true Δs up to the bounded residual e. `encodeWithFeedback` (frame.ts) does the whole round; the
- * two methods below are the same steps for callers that encode themselves.
- */
-export class ErrorFeedback {
-  /** e: what has been intended but not yet sent, in the flat parameter layout (a worker swaps in its next one). */
-  residual: Float32Array;
-
-  constructor(n: number) {
-    this.residual = new Float32Array(n);
-  }
-
-  /** delta ← delta + e, in place. Encode the result, then call `update`. */
-  compensate(delta: Float32Array): void {
-    const e = this.residual;
-    const n = Math.min(e.length, delta.length);
-    for (let i = 0; i < n; i++) delta[i] += e[i];
-  }
-
-  /** e ← intended − sent, where intended is the compensated delta and sent is its decoded frame. */
-  update(sent: Float32Array, intended: Float32Array): void {
-    const e = this.residual;
-    const n = e.length;
-    for (let i = 0; i < n; i++) e[i] = intended[i] - sent[i];
-  }
-
-  /** e ← e + sent: the server did not take what was sent (rejected or lost), so it is owed again. */
-  unsend(sent: Float32Array): void {
-    const e = this.residual;
-    for (let i = 0; i < e.length; i++) e[i] += sent[i];
-  }
-
-  /** Drops the memory, e.g. after a full resync with the server. */
-  reset(): void {
-    this.residual.fill(0);
   }
 }

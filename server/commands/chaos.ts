@@ -27,6 +27,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FaultProxy } from '../cluster/proxy.ts';
 import { type RedisProc, freeTcpPort, startRedis } from '../cluster/redis-proc.ts';
+import { loggedUpdates } from '../fleet/live.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const SELF = fileURLToPath(import.meta.url);
@@ -288,15 +289,7 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
     for (const i of islands) i.child.kill('SIGKILL');
     for (const sv of [...servers].reverse()) { if (alive(sv)) sv.child.kill('SIGTERM'); await sv.exited; }
 
-    // updates as the run folder holds them: a 'resume' at version v (a takeover) drops what the
-    // log said past v (logged, never made durable by a checkpoint, never acknowledged)
-    let updates: Array<{ version: number; tokens: number; contributors: Array<{ island: string; seq: number }> }> = [];
-    for (const line of readFileSync(join(dir, 'run', 'events.jsonl'), 'utf8').split('\n')) {
-      if (line.includes('"type":"resume"')) {
-        const v = (JSON.parse(line) as { version: number }).version;
-        updates = updates.filter((u) => u.version <= v);
-      } else if (line.includes('"type":"update"')) updates.push(JSON.parse(line));
-    }
+    const updates = loggedUpdates(readFileSync(join(dir, 'run', 'events.jsonl'), 'utf8'));
     const logged = new Map<string, number>();
     let tokensInTheta = 0;
     const versions = updates.length;

@@ -8,6 +8,7 @@ import { availableParallelism, loadavg } from 'node:os';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type PresetName, PRESETS, getPreset, numParams } from '../../core/model/config.ts';
+import { freeTcpPort, startRedis } from '../cluster/redis-proc.ts';
 import { runLive } from '../fleet/live.ts';
 import { liveRow, runTwin, twinSpec } from '../fleet/twin.ts';
 import type { FleetReport, FleetSpec, ScheduleEvent } from '../fleet/types.ts';
@@ -93,7 +94,12 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
   const names = ['live', 'twin', 'ddp', 'single'];
   const bars = new ProgressBars(process.stderr, names);
   const log = (l: string) => bars.log(`  ${l}`);
-  const live = await runLive(spec, { log, progress: (f) => bars.update(0, f) });
+  // --redis with no URL: a redis-server of our own, gone with us
+  const redis = spec.redis === true ? await startRedis() : null;
+  const killRedis = () => redis?.child.kill('SIGKILL');
+  process.once('exit', killRedis);
+  const live = await runLive({ ...spec, redis: redis ? redis.url : spec.redis }, { log, progress: (f) => bars.update(0, f), freePort: freeTcpPort })
+    .finally(async () => { process.off('exit', killRedis); await redis?.stop(); });
   bars.update(0, 1);
   log(`fleet: live run reached ${live.tokens.toLocaleString()} tokens in ${live.seconds.toFixed(0)} s (v${live.versions}); the twin, DDP and single island now run in virtual time`);
   const ts = twinSpec(live, spec.tokens, spec.evals, spec.evalBatches);
@@ -130,6 +136,7 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
   const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
   writeFileSync(join(outDir, 'report.json'), json + '\n');
   writeFileSync(join(outDir, 'curves.csv'), curvesCsv(all));
+  writeFileSync(join(outDir, 'live-events.jsonl'), live.events);
   const title = `atoll fleet: live beside its twin and DDP (${spec.preset}, ${live.runConfig.data}, ${spec.islands} Node islands + ${spec.browsers} pages, ${spec.tokens.toLocaleString()} tokens)`;
   const svg = plotSvg(all, title);
   writeFileSync(join(outDir, 'plot.svg'), svg);

@@ -12,7 +12,6 @@ import { join, resolve } from 'node:path';
 import type { IslandView, RunConfig, RunStatus } from '../../core/api.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
-import { type RedisProc, freeTcpPort, startRedis } from '../cluster/redis-proc.ts';
 import { readConfigFile } from '../run-config.ts';
 import type { LaunchedBrowser } from './chromium.ts';
 import type { FleetSpec, LiveIsland, LiveRun, ThetaSnapshot } from './types.ts';
@@ -21,16 +20,20 @@ import { parseFleetEngine } from './engine-spec.ts';
 const ROOT = resolve(import.meta.dirname, '../..');
 const CHILD = join(ROOT, 'server/fleet/island-child.ts');
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+/** --redis: the one aggregator's lease. No standby takes over, so a lease lapsed under a starved event loop would end the run (3 s did, at 16 islands on 2 busy cores). */
+const AGGREGATOR_LEASE_MS = 30_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface LiveHooks {
   log(line: string): void;
+  /** A free TCP port on 127.0.0.1 (for the servers). */
+  freePort(): Promise<number>;
   /** Fraction of the token budget in θ. */
   progress(frac: number): void;
 }
 
 /** What the page exposes on window.__atoll.view (client/volunteer/main.ts), the parts the fleet reads. */
-interface PageView { islandId: string | null; round: { step: number; total: number } | null; roundsAccepted: number; roundsRejected: number; tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string }
+interface PageView { lastRejection: { code: string; message: string } | null; islandId: string | null; round: { step: number; total: number } | null; roundsAccepted: number; roundsRejected: number; tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string }
 
 type Proc = { child: ChildProcess; out: string; exited: Promise<void> };
 
@@ -61,12 +64,12 @@ async function getJson<T>(url: string): Promise<T> {
 }
 
 /**
- * Updates as the run folder holds them: a 'resume' at version v (an aggregator takeover) drops what
+ * Updates as the run folder's events.jsonl holds them: a 'resume' at version v (an aggregator takeover) drops what
  * the log said past v (never made durable, never acknowledged).
  */
-export function loggedUpdates(eventsPath: string): Array<{ version: number; tokens: number; totalTokens?: number; contributors: Array<{ island: string; seq: number }> }> {
+export function loggedUpdates(events: string): Array<{ version: number; tokens: number; totalTokens?: number; contributors: Array<{ island: string; seq: number }> }> {
   let updates: ReturnType<typeof loggedUpdates> = [];
-  for (const line of readFileSync(eventsPath, 'utf8').split('\n')) {
+  for (const line of events.split('\n')) {
     if (line.includes('"type":"resume"')) {
       const v = (JSON.parse(line) as { version: number }).version;
       updates = updates.filter((u) => u.version <= v);
@@ -90,14 +93,12 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   const env = { ...process.env, ATOLL_ADMIN_TOKEN: 'fleet', ...(existsSync(SWIFTSHADER_ICD) && !process.env.VK_ICD_FILENAMES ? { VK_ICD_FILENAMES: SWIFTSHADER_ICD } : {}) };
   const servers: Proc[] = [];
   const nodes: NodeChild[] = [];
-  const pages: Array<{ isl: LiveIsland; b: LaunchedBrowser; view: PageView | null }> = [];
-  let redis: RedisProc | null = null;
+  const pages: Array<{ isl: LiveIsland; b: LaunchedBrowser; view: PageView | null; logSeen: number }> = [];
   const cleanup = async () => {
     for (const n of nodes) if (alive(n.proc)) n.proc.child.kill('SIGKILL');
     await Promise.all(pages.map((p) => p.b.close()));
     for (const s of servers) if (alive(s)) s.child.kill('SIGKILL');
     await Promise.all([...servers, ...nodes.map((n) => n.proc)].map((p) => p.exited));
-    await redis?.stop().catch(() => {});
     rmSync(dir, { recursive: true, force: true });
   };
   // the parent going away takes everything with it (children are SIGKILLed synchronously on exit)
@@ -109,18 +110,21 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   const t0 = Date.now();
   try {
     const ports: number[] = [];
-    // the pages load the client build: vite build once when dist/client is missing
-    if (spec.browsers > 0) (await import('../client-build.ts')).buildClientIfNeeded(hooks.log);
+    // the pages load the client build: vite build when dist/client is missing or older than its sources
+    if (spec.browsers > 0) {
+      const ms = (await import('../client-build.ts')).ensureClientBuild();
+      if (ms > 0) hooks.log(`fleet: built the client (vite build, ${(ms / 1000).toFixed(0)} s)`);
+    }
     if (spec.redis !== undefined) {
-      redis = spec.redis === true ? await startRedis() : null;
-      const url = spec.redis === true ? redis!.url : spec.redis;
-      servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'aggregator', '--lease-ms', '3000', ...runFlags], env));
+      if (spec.redis === true) throw Object.assign(new Error('runLive needs the Redis URL (the fleet command starts redis-server)'), { code: 'E_BAD_REQUEST' });
+      const url = spec.redis;
+      servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'aggregator', '--lease-ms', String(AGGREGATOR_LEASE_MS), ...runFlags], env));
       for (let g = 0; g < 2; g++) {
-        ports.push(await freeTcpPort());
+        ports.push(await hooks.freePort());
         servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'gateway', '--name', 'fleet', '--port', String(ports[g]), '--host', '127.0.0.1', '--log-level', 'warn'], env));
       }
     } else {
-      ports.push(await freeTcpPort());
+      ports.push(await hooks.freePort());
       servers.push(spawnProc([atoll, 'serve', '--port', String(ports[0]), '--host', '127.0.0.1', ...runFlags], env));
     }
     // localhost: a secure context, so the pages are offered WebGPU
@@ -141,10 +145,11 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const snap = async () => {
       const r = await fetch(`${url}/api/model`);
       if (!r.ok) return;
-      const version = Number(r.headers.get('x-atoll-version'));
-      if (snapshots.some((s) => s.version === version)) return;
       const c = decodeCheckpoint(new Uint8Array(await r.arrayBuffer()));
       if (!c.ok) throw Object.assign(new Error(`GET /api/model: ${c.error.message}`), { code: 'E_FLEET_MODEL' });
+      // the version from the checkpoint itself (a gateway forwards the body, not every header)
+      const version = Number(c.value.meta.version ?? r.headers.get('x-atoll-version'));
+      if (snapshots.some((s) => s.version === version)) return;
       snapshots.push({ version, timeMs: version === 0 ? 0 : Date.now() - t0, params: c.value.params });
     };
     await snap();
@@ -155,7 +160,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       await Promise.all(Array.from({ length: spec.browsers }, async (_, i) => {
         const b = await launchChromium({ webgpu: true, logConsole: false });
         const isl = newIsland(`page-${i + 1}`, 'page', 'webgpu', 0, 1);
-        pages.push({ isl, b, view: null });
+        pages.push({ isl, b, view: null, logSeen: 0 });
         await b.page.goto(`${urls[i % urls.length]}/`);
         await b.page.waitForFunction(() => {
           const a = (globalThis as unknown as { __atoll?: { probe: unknown; run: unknown } }).__atoll;
@@ -166,8 +171,20 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       // the Node islands start once every page had its first delta accepted: a page on SwiftShader
       // is slow, and fast islands could spend the whole budget before its first round lands
       hooks.log(`fleet: ${spec.browsers} volunteer page(s) clicked Start; the Node islands start once each had a delta accepted`);
+      let said = Date.now();
       await waitUntil('every page to have a delta accepted', 600_000, async () => {
         await readPages();
+        if (Date.now() - said > 30_000) {
+          said = Date.now();
+          // what each page said since the last look (its activity log: rejections, back-offs, reconnects)
+          for (const p of pages) {
+            const log = await p.b.page.evaluate(() => (globalThis as unknown as { __atoll: { log: Array<{ text: string }> } }).__atoll.log.map((l) => l.text)).catch(() => [] as string[]);
+            const fresh = log.slice(p.logSeen);
+            p.logSeen = log.length;
+            if (fresh.length) hooks.log(`fleet: ${p.isl.name}: ${fresh.slice(-6).join(' | ')}`);
+          }
+          hooks.log(`fleet: pages: ${pages.map((p) => `${p.isl.name} ${p.view?.phase ?? '?'} step ${p.view?.round?.step ?? '-'}/${p.view?.round?.total ?? '-'} accepted ${p.view?.roundsAccepted ?? 0}${p.view?.lastRejection ? ` (${p.view.lastRejection.code})` : ''}`).join(', ')}`);
+        }
         return pages.every((p) => (p.view?.roundsAccepted ?? 0) > 0);
       });
     }
@@ -214,6 +231,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     while (!last.done) {
       if (Date.now() > deadline) throw Object.assign(new Error(`the run did not reach ${spec.tokens} tokens in ${Math.round(spec.timeoutMs / 60_000)} min (at ${last.tokensTotal})`), { code: 'E_FLEET_TIMEOUT' });
       await sleep(250);
+      const dead = servers.find((sv) => !alive(sv));
+      if (dead) throw Object.assign(new Error(`a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`), { code: 'E_FLEET_SERVE' });
       try { last = await getJson<RunStatus>(`${url}/api/status`); } catch { continue; }
       hooks.progress(last.tokensTotal / spec.tokens);
       if (last.tokensTotal >= nextSnap) {
@@ -222,13 +241,15 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       }
       if (Date.now() - lastPages > 1000) { lastPages = Date.now(); await readPages(); }
       while (schedule.length && schedule[0].at * spec.tokens <= last.tokensTotal) {
-        const ev = schedule.shift()!;
+        const ev = schedule[0];
+        // a leave or kill waits for islands that are training (the pages may have run alone so far)
+        const victims = nodes.filter((n) => alive(n.proc) && n.isl.leaveAtMs === null && n.isl.joinAtMs >= 0).slice(0, ev.count);
+        if (ev.action !== 'join' && victims.length < ev.count) break;
+        schedule.shift();
         faults.push(`${ev.action} ${ev.count} at ${(100 * ev.at).toFixed(0)} %`);
         hooks.log(`fleet: ${ev.action} ${ev.count} island(s) at ${(100 * last.tokensTotal / spec.tokens).toFixed(0)} % of the tokens`);
-        for (let j = 0; j < ev.count; j++) {
-          if (ev.action === 'join') { startNode(); continue; }
-          const victim = nodes.find((n) => alive(n.proc) && n.isl.leaveAtMs === null && n.isl.joinAtMs >= 0);
-          if (!victim) continue;
+        if (ev.action === 'join') { for (let j = 0; j < ev.count; j++) startNode(); continue; }
+        for (const victim of victims) {
           victim.isl.leaveAtMs = Date.now() - t0;
           victim.isl.killed = ev.action === 'kill';
           victim.proc.child.kill(ev.action === 'kill' ? 'SIGKILL' : 'SIGTERM');
@@ -261,7 +282,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     await Promise.all(pages.map((p) => p.b.close()));
     for (const s of [...servers].reverse()) { if (alive(s)) s.child.kill('SIGTERM'); await Promise.race([s.exited, sleep(15_000)]); }
 
-    const updates = loggedUpdates(join(runDir, 'events.jsonl'));
+    const events = readFileSync(join(runDir, 'events.jsonl'), 'utf8');
+    const updates = loggedUpdates(events);
     const logged = new Map<string, number>();
     const byIsland = new Map<string, number>();
     for (const u of updates) for (const c of u.contributors) {
@@ -287,7 +309,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       topology: spec.redis !== undefined ? 'roles' : 'embedded', runConfig, seconds, versions: last.version, tokens: last.tokensTotal,
       bytesIn: last.bytesIn, bytesOut: last.bytesOut,
       snapshots: snapshots.map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 })).sort((a, b) => a.version - b.version),
-      islands, lost, duplicated, faults,
+      islands, lost, duplicated, faults, events,
     };
   } finally {
     process.off('exit', onExit);

@@ -93,6 +93,8 @@ export interface LiveRun {
   lost: number;
   duplicated: number;
   faults: string[];
+  /** The run folder's events.jsonl (the fleet writes it beside the report as live-events.jsonl). */
+  events: string;
 }
 
 

@@ -1,6 +1,8 @@
 // Progress bars for `atoll simulate`: one line per row. On a terminal the lines are redrawn in
 // place (log lines print above them); elsewhere each bar prints a line at every tenth.
 
+import type { SimulateOptions } from './types.ts';
+
 export interface ProgressSink {
   write(s: string): unknown;
   isTTY?: boolean;
@@ -55,4 +57,13 @@ export class ProgressBars {
     this.out.write(line + '\n');
     this.redraw();
   }
+}
+
+/** The `log` and `progress` of a run drawn on stderr: log lines print above the bars (none when `bars` is false). */
+export function stderrProgress(bars: boolean): { log: (line: string) => void; progress: SimulateOptions['progress'] } {
+  let shown: ProgressBars | undefined;
+  return {
+    log: (l: string) => (shown ? shown.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
+    progress: bars ? { start: (names) => { shown = new ProgressBars(process.stderr, names); }, update: (i, f) => shown?.update(i, f) } : undefined,
+  };
 }

@@ -1,43 +1,5 @@
-// The e2e tests' browsers (server/fleet/chromium.ts launches them) and the client build they load.
-
-import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+// The e2e tests' browsers (server/fleet/chromium.ts launches them) and the client build they load
+// (server/client-build.ts).
 
 export { CHROMIUM_PATH, type LaunchOptions, type LaunchedBrowser, chromiumArgs, launchChromium } from '../../server/fleet/chromium.ts';
-
-// ---------------------------------------------------------------------------------------------
-// The client build the server serves (dist/client). Built once and reused while its sources are
-// unchanged: a stamp of every source file's path, size and mtime is kept next to the output.
-
-
-const ROOT = join(import.meta.dirname, '..', '..');
-const BUILD_INPUTS = ['client', 'core', 'shaders', 'vite.config.ts', 'package-lock.json'];
-const STAMP = join(ROOT, 'dist', 'client', '.atoll-build-stamp');
-
-function sourceStamp(): string {
-  const h = createHash('sha256');
-  const walk = (p: string) => {
-    const abs = join(ROOT, p);
-    if (!existsSync(abs)) return;
-    const st = statSync(abs);
-    if (st.isDirectory()) {
-      for (const name of readdirSync(abs).sort()) walk(join(p, name));
-    } else {
-      h.update(`${p}\0${st.size}\0${st.mtimeMs}\n`);
-    }
-  };
-  for (const p of BUILD_INPUTS) walk(p);
-  return h.digest('hex');
-}
-
-/** Runs `vite build` unless dist/client is already built from the current sources. Returns ms spent. */
-export function ensureClientBuild(): number {
-  const stamp = sourceStamp();
-  if (existsSync(STAMP) && readFileSync(STAMP, 'utf8') === stamp && existsSync(join(ROOT, 'dist', 'client', 'index.html'))) return 0;
-  const t0 = Date.now();
-  execFileSync(process.execPath, [join(ROOT, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--logLevel', 'error'], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
-  writeFileSync(STAMP, stamp);
-  return Date.now() - t0;
-}
+export { ensureClientBuild } from '../../server/client-build.ts';
