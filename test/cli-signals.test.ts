@@ -10,8 +10,11 @@ import { ROOT, tempDir } from './helpers/server.ts';
 
 const started: ChildProcess[] = [];
 const dirs: string[] = [];
+/** Children seen; killed here too, so a failing run leaves no orphan behind. */
+const grandchildren: number[] = [];
 afterAll(() => {
   for (const c of started) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  for (const pid of grandchildren) if (alive(pid)) process.kill(pid, 'SIGKILL');
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
@@ -63,6 +66,7 @@ async function killWhileServing(args: string[], prefix: string, sig: NodeJS.Sign
   });
   const tServe = Date.now();
   const everyChild = childrenOf(parent.pid!).map((c) => c.pid);
+  grandchildren.push(...everyChild);
   const folders = readdirSync(tmp).filter((f) => f.startsWith(prefix)).map((f) => join(tmp, f));
   expect(folders).toHaveLength(1);
 
