@@ -99,23 +99,31 @@ fn ln_store(row: u32, lid: u32, m: f32, rs: f32, x: vec2<f32>, i: u32) {
   out_h[row * (p.C / 2u) + i] = h2_store((x - m) * rs * wt + bs);
 }
 
-@compute @workgroup_size(64)
-fn layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let row = group_index(id);
-  if (row >= p.N) { return; }
+// A row's mean (from its sum s), variance, normalized halves and stats, over its f32 values in the
+// array SRC: one function per array, since WGSL cannot pass a storage array to a function.
+// @repeat SRC = "inp2", "res2"
+fn ln_finish_{{SRC}}(row: u32, lid: u32, s: vec2<f32>) {
   let cw = p.C / 2u;
   let x = row * cw;
-  var s = vec2<f32>(0.0);
-  for (var i = lid; i < cw; i += WG) { s += inp2[x + i]; }
   let m = wg_sum(s.x + s.y, lid, WG) / f32(p.C);
   var v = 0.0;
-  for (var i = lid; i < cw; i += WG) { let d = inp2[x + i] - m; v += dot(d, d); }
+  for (var i = lid; i < cw; i += WG) { let d = {{SRC}}[x + i] - m; v += dot(d, d); }
   let rs = 1.0 / sqrt(wg_sum(v, lid, WG) / f32(p.C) + EPS);
-  for (var i = lid; i < cw; i += WG) { ln_store(row, lid, m, rs, inp2[x + i], i); }
+  for (var i = lid; i < cw; i += WG) { ln_store(row, lid, m, rs, {{SRC}}[x + i], i); }
   if (lid == 0u) {
     mean[row] = m;
     rstd[row] = rs;
   }
+}
+// @end
+
+@compute @workgroup_size(64)
+fn layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let row = group_index(id);
+  if (row >= p.N) { return; }
+  var s = vec2<f32>(0.0);
+  for (var i = lid; i < p.C / 2u; i += WG) { s += inp2[row * (p.C / 2u) + i]; }
+  ln_finish_inp2(row, lid, s);
 }
 
 // res = inp1 + inp2 (f32), then out = layernorm(res) as halves.
@@ -123,21 +131,12 @@ fn layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
 fn residual_layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let row = group_index(id);
   if (row >= p.N) { return; }
-  let cw = p.C / 2u;
-  let x = row * cw;
+  let x = row * (p.C / 2u);
   var s = vec2<f32>(0.0);
-  for (var i = lid; i < cw; i += WG) {
+  for (var i = lid; i < p.C / 2u; i += WG) {
     let r = inp1_2[x + i] + inp2_2[x + i];
     res2[x + i] = r;
     s += r;
   }
-  let m = wg_sum(s.x + s.y, lid, WG) / f32(p.C);
-  var v = 0.0;
-  for (var i = lid; i < cw; i += WG) { let d = res2[x + i] - m; v += dot(d, d); }
-  let rs = 1.0 / sqrt(wg_sum(v, lid, WG) / f32(p.C) + EPS);
-  for (var i = lid; i < cw; i += WG) { ln_store(row, lid, m, rs, res2[x + i], i); }
-  if (lid == 0u) {
-    mean[row] = m;
-    rstd[row] = rs;
-  }
+  ln_finish_res2(row, lid, s);
 }
