@@ -1,9 +1,17 @@
 // The contract between the server and its pages: what the REST API under /api returns and what the
-// dashboard stream (socket.io namespace /dashboard) emits. Types only; the server produces these
-// shapes and the dashboard and volunteer pages read them, so a change here breaks both at compile time.
+// dashboard stream (socket.io namespace /dashboard) emits. Each response is a TypeBox schema and its
+// type is derived from it (Static<>): the server declares the schemas as its routes' response
+// schemas (fast-json-stringify writes only what they declare), and the pages read the types, so a
+// field missing here is missing on the wire and a change breaks both at compile time.
 
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import type { CoordinatorConfig, IslandStatus } from './coord/index.ts';
 import type { GPTConfig, PresetName } from './model/config.ts';
+
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+/** An open object written as it is (JSON.stringify): shapes defined and checked elsewhere. */
+const Open = <T>(description: string) => Type.Unsafe<T>(Type.Object({}, { additionalProperties: true, description }));
+const Counts = Type.Record(Type.String(), Type.Number());
 
 /** The run's configuration as stored in <run-dir>/config.json. */
 export interface RunConfig {
@@ -39,190 +47,208 @@ export interface RunConfig {
 }
 
 /** GET /api/run: what the run is (fixed for its lifetime except the runtime knobs). */
-export interface RunInfo {
-  name: string;
+export const RunInfoSchema = Type.Object({
+  name: Type.String(),
   /** The volunteer page's headline (the name, for runs stored before titles existed). */
-  title: string;
-  description: string;
-  preset: RunConfig['preset'];
-  model: GPTConfig;
-  params: number;
-  data: { name: string; trainBytes: number; heldOutBytes: number };
-  mode: CoordinatorConfig['mode'];
-  batch: number;
-  seqLen: number;
+  title: Type.String(),
+  description: Type.String(),
+  preset: Type.Unsafe<RunConfig['preset']>(Type.String()),
+  model: Type.Unsafe<GPTConfig>(Type.Object({
+    vocabSize: Type.Integer(), blockSize: Type.Integer(), nLayer: Type.Integer(), nHead: Type.Integer(), nEmbd: Type.Integer(),
+  })),
+  params: Type.Integer(),
+  data: Type.Object({ name: Type.String(), trainBytes: Type.Integer(), heldOutBytes: Type.Integer() }),
+  mode: Type.Unsafe<CoordinatorConfig['mode']>(Type.String()),
+  batch: Type.Integer(),
+  seqLen: Type.Integer(),
   /** null: the round time sets each island's inner steps (DyLU). */
-  innerSteps: number | null;
-  targetRoundMs: number;
-  codec: CoordinatorConfig['uplink'];
-  outer: CoordinatorConfig['outer'];
+  innerSteps: Nullable(Type.Integer()),
+  targetRoundMs: Type.Number(),
+  codec: Open<CoordinatorConfig['uplink']>('the uplink codec options (core/codec)'),
+  outer: Open<CoordinatorConfig['outer']>('the outer optimizer (core/coord)'),
   /** Expected bytes of one island's upload and download per round. */
-  bytesPerRound: { up: number; down: number };
-  modelBytes: number;
-  maxFrameBytes: number;
-  protocolVersion: number;
-  config: RunConfig;
-}
+  bytesPerRound: Type.Object({ up: Type.Number(), down: Type.Number() }),
+  modelBytes: Type.Number(),
+  maxFrameBytes: Type.Number(),
+  protocolVersion: Type.Integer(),
+  config: Open<RunConfig>('the run config as stored in config.json (server/run-config.ts checks it)'),
+});
+export type RunInfo = Static<typeof RunInfoSchema>;
 
 /** GET /api/status and every dashboard tick: the run right now. */
-export interface RunStatus {
-  run: string;
-  mode: string;
-  version: number;
-  hash: string;
-  paused: boolean;
-  done: boolean;
-  islandsOnline: number;
-  tokensTotal: number;
+export const RunStatusSchema = Type.Object({
+  run: Type.String(),
+  mode: Type.String(),
+  version: Type.Integer(),
+  hash: Type.String(),
+  paused: Type.Boolean(),
+  done: Type.Boolean(),
+  islandsOnline: Type.Integer(),
+  tokensTotal: Type.Number(),
   /** The newest history point's tokensPerSec; 0 once no update came for a minute. */
-  tokensPerSec: number;
-  evalLoss: number | null;
-  evalVersion: number | null;
-  trainLoss: number | null;
+  tokensPerSec: Type.Number(),
+  evalLoss: Nullable(Type.Number()),
+  evalVersion: Nullable(Type.Integer()),
+  trainLoss: Nullable(Type.Number()),
   /** Bytes received from and sent to islands since the run began. */
-  bytesIn: number;
-  bytesOut: number;
+  bytesIn: Type.Number(),
+  bytesOut: Type.Number(),
   /** What data-parallel training would have uploaded for tokensTotal: one fp32 gradient per inner step. */
-  bytesDataParallel: number;
+  bytesDataParallel: Type.Number(),
   /**
    * Mean bytes of the last few update frames islands download (the downlink as sent, deflate
    * included: RunInfo.bytesPerRound.down is the undeflated bound); null before the first update.
    */
-  bytesPerUpdate: number | null;
-  goodput: number;
-  accepted: number;
-  rejected: Record<string, number>;
+  bytesPerUpdate: Nullable(Type.Number()),
+  goodput: Type.Number(),
+  accepted: Type.Number(),
+  rejected: Counts,
   /** Server time of this status, ms since the epoch. */
-  time: number;
-}
+  time: Type.Number(),
+});
+export type RunStatus = Static<typeof RunStatusSchema>;
 
 /** GET /api/islands (one row each) and the islands changed since the last dashboard tick. */
-export interface IslandView {
-  id: string;
-  name: string;
-  contributorId: string;
-  engine: string;
-  adapter: string;
+export const IslandViewSchema = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  contributorId: Type.String(),
+  engine: Type.String(),
+  adapter: Type.String(),
   /** Storage precision it reported (f32, f16, bf16). */
-  numerics: string;
+  numerics: Type.String(),
   /** Devices behind it (data-parallel inside the island). */
-  devices: number;
-  speed: number | null;
-  tokens: number;
-  tokensSubmitted: number;
-  accepted: number;
-  rejected: number;
-  rejectedByCode: Record<string, number>;
-  lastSeen: number;
+  devices: Type.Integer(),
+  speed: Nullable(Type.Number()),
+  tokens: Type.Number(),
+  tokensSubmitted: Type.Number(),
+  accepted: Type.Number(),
+  rejected: Type.Number(),
+  rejectedByCode: Counts,
+  lastSeen: Type.Number(),
   /** 'online' only while connected. */
-  status: IslandStatus;
-  connected: boolean;
-  innerSteps: number;
-  batchSize: number;
-  staleness: number;
-  joinedAt: number;
+  status: Type.Unsafe<IslandStatus>(Type.String()),
+  connected: Type.Boolean(),
+  innerSteps: Type.Number(),
+  batchSize: Type.Number(),
+  staleness: Type.Number(),
+  joinedAt: Type.Number(),
   /** Mean cosine of its last accepted Δs with their rounds' merged Δ (sync; null: none yet). */
-  cosine: number | null;
+  cosine: Nullable(Type.Number()),
   /** Mean of their ‖Δ‖/√steps ÷ the round's median (1: typical; null: none yet). */
-  normRatio: number | null;
+  normRatio: Nullable(Type.Number()),
   /** Validators' verdicts on its deltas (verified work; absent until the first). */
-  audits?: { passed: number; failed: number };
-}
+  audits: Type.Optional(Type.Object({ passed: Type.Number(), failed: Type.Number() })),
+});
+export type IslandView = Static<typeof IslandViewSchema>;
 
 /** One accepted Δ of an island, as it went into an outer update. */
-export interface IslandContribution {
-  version: number;
-  time: number;
-  staleness: number;
-  tokens: number;
+export const IslandContributionSchema = Type.Object({
+  version: Type.Integer(),
+  time: Type.Number(),
+  staleness: Type.Number(),
+  tokens: Type.Number(),
   /** Its share of the update. */
-  weight: number;
-  cosine: number | null;
-  normRatio: number | null;
-}
+  weight: Type.Number(),
+  cosine: Nullable(Type.Number()),
+  normRatio: Nullable(Type.Number()),
+});
+export type IslandContribution = Static<typeof IslandContributionSchema>;
 
 /** GET /api/islands/:id: one island and its accepted Δs (the newest last). */
-export interface IslandDetail {
-  island: IslandView;
-  contributions: IslandContribution[];
-}
+export const IslandDetailSchema = Type.Object({
+  island: IslandViewSchema,
+  contributions: Type.Array(IslandContributionSchema),
+});
+export type IslandDetail = Static<typeof IslandDetailSchema>;
 
 /** One point of the dashboard's charts (one per version). */
-export interface HistoryPoint {
-  version: number;
+export const HistoryPointSchema = Type.Object({
+  version: Type.Integer(),
   /** When the update was applied, ms since the epoch. */
-  time: number;
+  time: Type.Number(),
   /** Tokens this update added; totalTokens: the running total in θ. */
-  tokens: number;
-  totalTokens: number;
+  tokens: Type.Number(),
+  totalTokens: Type.Number(),
   /** Tokens into θ per second over the minute up to this point. */
-  tokensPerSec: number;
-  trainLoss: number | null;
-  evalLoss: number | null;
-  islandsOnline: number;
-  contributors: number;
+  tokensPerSec: Type.Number(),
+  trainLoss: Nullable(Type.Number()),
+  evalLoss: Nullable(Type.Number()),
+  islandsOnline: Type.Number(),
+  contributors: Type.Number(),
   /** Δ bytes received during this version and the size of this update's frame. */
-  bytesIn: number;
-  bytesOut: number;
+  bytesIn: Type.Number(),
+  bytesOut: Type.Number(),
   /** Running totals of all bytes received from and sent to islands, as of this point. */
-  bytesInTotal: number;
-  bytesOutTotal: number;
+  bytesInTotal: Type.Number(),
+  bytesOutTotal: Type.Number(),
   /** Accepted Δs of this update by staleness τ (index); the last bucket holds τ ≥ its index. */
-  stalenessHist: number[];
-  accepted: number;
+  stalenessHist: Type.Array(Type.Number()),
+  accepted: Type.Number(),
   /** Δs rejected during this version, by error code. */
-  rejected: Record<string, number>;
+  rejected: Counts,
   /** fp32 bytes of the accepted Δs ÷ their frame bytes (0: none accepted). */
-  compressionRatio: number;
-  goodput: number;
-  updateNorm: number;
+  compressionRatio: Type.Number(),
+  goodput: Type.Number(),
+  updateNorm: Type.Number(),
   /** Tokens of this update by the contributors' engine ("cpu", "webgpu"). */
-  tokensByEngine: Record<string, number>;
+  tokensByEngine: Counts,
   /** tokensByEngine over the time since the previous point: the dashboard's stacked tokens/s. */
-  tokensPerSecByEngine: Record<string, number>;
-}
+  tokensPerSecByEngine: Counts,
+});
+export type HistoryPoint = Static<typeof HistoryPointSchema>;
 
 /** GET /api/islands?offset&limit: one page (at most 1,000) of the islands, in the order the server keeps them. */
-export interface IslandsResponse {
-  islands: IslandView[];
+export const IslandsResponseSchema = Type.Object({
+  islands: Type.Array(IslandViewSchema),
   /** Islands in all. */
-  total: number;
-  offset: number;
+  total: Type.Integer(),
+  offset: Type.Integer(),
   /** The offset of the next page, or null after the last. */
-  next: number | null;
-}
+  next: Nullable(Type.Integer()),
+});
+export type IslandsResponse = Static<typeof IslandsResponseSchema>;
 
 /** GET /api/history?since&limit. */
-export interface HistoryResponse { points: HistoryPoint[] }
+export const HistoryResponseSchema = Type.Object({ points: Type.Array(HistoryPointSchema) });
+export type HistoryResponse = Static<typeof HistoryResponseSchema>;
 
 /** One row of GET /api/checkpoints. */
-export interface CheckpointInfo {
-  version: number;
+export const CheckpointInfoSchema = Type.Object({
+  version: Type.Integer(),
   /** null: the file could not be read. */
-  hash: string | null;
-  bytes: number;
-  time: number;
+  hash: Nullable(Type.String()),
+  bytes: Type.Number(),
+  time: Type.Number(),
   /** The safetensors file, and the name it downloads as. */
-  url: string;
-  file: string;
+  url: Type.String(),
+  file: Type.String(),
   /** The same checkpoint as a transformers GPT-2 folder in a tar archive (atoll export --format hf). */
-  hfUrl: string;
-  hfFile: string;
-}
+  hfUrl: Type.String(),
+  hfFile: Type.String(),
+});
+export type CheckpointInfo = Static<typeof CheckpointInfoSchema>;
 
 /** GET /api/checkpoints. */
-export interface CheckpointsResponse { checkpoints: CheckpointInfo[] }
+export const CheckpointsResponseSchema = Type.Object({ checkpoints: Type.Array(CheckpointInfoSchema) });
+export type CheckpointsResponse = Static<typeof CheckpointsResponseSchema>;
 
 /** GET /api/sample. */
-export interface SampleResponse {
-  version: number;
-  prompt: string;
-  text: string;
-  tokens: number;
-}
+export const SampleResponseSchema = Type.Object({
+  version: Type.Integer(),
+  prompt: Type.String(),
+  text: Type.String(),
+  tokens: Type.Integer(),
+});
+export type SampleResponse = Static<typeof SampleResponseSchema>;
+
+/** GET /healthz: up, and the durable version it serves. */
+export const HealthSchema = Type.Object({ ok: Type.Literal(true), version: Type.Integer(), hash: Type.String() });
+export type Health = Static<typeof HealthSchema>;
 
 /** The error body of every failed request. */
-export interface ApiError { error: { code: string; message: string } }
+export const ApiErrorSchema = Type.Object({ error: Type.Object({ code: Type.String(), message: Type.String() }) });
+export type ApiError = Static<typeof ApiErrorSchema>;
 
 /** One 'tick' on /dashboard, every periodMs (the page's heartbeat): the first holds only the status; later ones what changed. */
 export interface DashboardTick {
@@ -233,17 +259,18 @@ export interface DashboardTick {
 }
 
 /** GET /api/contributors/:id: one contributor's credit, so a volunteer's page shows it after a reload or on another device. */
-export interface ContributorCredit {
-  contributorId: string;
+export const ContributorCreditSchema = Type.Object({
+  contributorId: Type.String(),
   /** The name the leaderboard shows (null: nothing from this contributor yet). */
-  name: string | null;
+  name: Nullable(Type.String()),
   /** Tokens in this contributor's Δs merged into θ, and all tokens computed (merged or not). */
-  tokens: number;
-  tokensComputed: number;
-  accepted: number;
-  rejected: number;
-  islands: number;
+  tokens: Type.Number(),
+  tokensComputed: Type.Number(),
+  accepted: Type.Number(),
+  rejected: Type.Number(),
+  islands: Type.Integer(),
   /** 1-based place on the leaderboard (by merged tokens) among `contributors`; null with no merged tokens. */
-  rank: number | null;
-  contributors: number;
-}
+  rank: Nullable(Type.Integer()),
+  contributors: Type.Integer(),
+});
+export type ContributorCredit = Static<typeof ContributorCreditSchema>;

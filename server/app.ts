@@ -15,7 +15,8 @@ import { metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
 import { logCheckpoint, logRunEvent } from './ops-log.ts';
 import { Run } from './run.ts';
-import { STRICT_AJV, strictHttp } from './http-strict.ts';
+import { NoQuery, STRICT_AJV, replies, strictHttp } from './http-strict.ts';
+import { HealthSchema } from '../core/api.ts';
 import { AuthLimiter } from './auth-limit.ts';
 import { type RunPort, localPort } from './run-port.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
@@ -163,7 +164,7 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
   run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
   const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);
 
-  app.get('/healthz', { config: { rateLimit: false } }, async () => ({ ok: true, version: run.version, hash: run.hash }));
+  app.get('/healthz', { config: { rateLimit: false }, schema: { querystring: NoQuery, response: replies(HealthSchema) } }, async () => ({ ok: true, version: run.version, hash: run.hash }));
   await app.register(metricsPlugin, { metrics });
   await app.register(apiPlugin, { run });
   const adminAuth = new AuthLimiter('admin token', log);

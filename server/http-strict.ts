@@ -4,10 +4,25 @@
 // Every error leaves as `{ error: { code, message } }`; a known path asked with a method it does
 // not serve is a 405 with `Allow`.
 
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { ApiErrorSchema } from '../core/api.ts';
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyTypeProvider } from 'fastify';
 
 /** AJV options for every route: no coercion, no defaults filled in, nothing removed. */
 export const STRICT_AJV = { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false } } as const;
+
+/** Route types from the routes' TypeBox schemas (`app.withTypeProvider<TypeBoxTypes>()`): params, query and body as validated, replies as serialized. */
+export interface TypeBoxTypes extends FastifyTypeProvider {
+  validator: this['schema'] extends TSchema ? Static<this['schema']> : unknown;
+  serializer: this['schema'] extends TSchema ? Static<this['schema']> : unknown;
+}
+
+/** The query schema of a route that takes no input: any key is a 400. */
+export const NoQuery = Type.Object({}, { additionalProperties: false });
+
+/** A route's response schemas: `ok` for 200, `more` by status, the one error body for 4xx and 5xx. */
+export const replies = <T extends TSchema, M extends Record<number, TSchema> = Record<never, TSchema>>(ok: T, more?: M) =>
+  ({ 200: ok, ...more as M, '4xx': ApiErrorSchema, '5xx': ApiErrorSchema });
 
 /** A decimal number as a query string may spell it. */
 const DECIMAL = /^-?(?:0|[1-9][0-9]{0,20})(?:\.[0-9]{1,20})?(?:[eE][-+]?[0-9]{1,3})?$/;

@@ -8,6 +8,8 @@ import { io } from 'socket.io-client';
 import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { hashParams } from '../core/coord/index.ts';
 import { PROTOCOL_VERSION } from '../core/protocol.ts';
+import { creditOf } from '../core/credit.ts';
+import { runInfo } from '../server/plugins/api.ts';
 import { type TestServer, getJson, startTestServer } from './helpers/server.ts';
 
 const TOKEN = 'the-right-token';
@@ -155,6 +157,31 @@ describe('REST API and admin auth', () => {
     expect((await getJson<{ ok: boolean }>(`${base}/healthz`)).ok).toBe(true);
     expect(await (await fetch(`${base}/metrics`)).text()).toMatch(/atoll_model_version/);
     expect((await fetch(`${base}/api/nope`)).status).toBe(404);
+  });
+
+  // Response schemas (core/api.ts) decide what fast-json-stringify writes: a field the server
+  // computes but the schema forgets would vanish from the wire. Compare each body with the server's own value.
+  it('every JSON route writes all the fields the server computes, and refuses input it does not take', async () => {
+    const views = ts.server.run.views;
+    const shape = (v: unknown): unknown => Array.isArray(v) ? (v.length ? [shape(v[0])] : [])
+      : v !== null && typeof v === 'object' ? Object.fromEntries(Object.entries(v).filter(([, x]) => x !== undefined).sort(([a], [b]) => a.localeCompare(b)).map(([k, x]) => [k, shape(x)]))
+        : v === null ? 'null' : typeof v;
+    const wire = async (path: string) => (await ts.server.app.inject({ method: 'GET', url: path })).json() as unknown;
+    expect(await wire('/api/run')).toEqual(JSON.parse(JSON.stringify(runInfo(ts.server.run))));
+    expect(shape(await wire('/api/status'))).toEqual(shape(views.status()));
+    const isl = views.islands();
+    expect(isl.length).toBeGreaterThan(0);
+    expect(shape(await wire('/api/islands'))).toEqual(shape(views.islandsPage()));
+    expect(shape(await wire(`/api/islands/${islandId}`))).toEqual(shape({ island: isl.find((i) => i.id === islandId), contributions: ts.server.run.history.islands.contributions(islandId) }));
+    expect(shape(await wire('/api/history'))).toEqual(shape({ points: views.historySince() }));
+    expect(await wire('/api/checkpoints')).toEqual({ checkpoints: views.checkpoints() });
+    expect(await wire(`/api/contributors/${isl[0].contributorId}`)).toEqual(creditOf(isl, isl[0].contributorId));
+    // routes that take no input refuse a query key, with the one error shape
+    expect(await wire('/healthz')).toEqual({ ok: true, version: ts.server.run.version, hash: ts.server.run.hash });
+    for (const path of ['/api/status', '/api/run', '/api/model', '/api/checkpoints', `/api/islands/${islandId}`, '/healthz', '/metrics']) {
+      const r = await ts.server.app.inject({ method: 'GET', url: `${path}?x=1` });
+      expect([path, r.statusCode, (r.json() as { error: { code: string } }).error.code]).toEqual([path, 400, 'E_BAD_REQUEST']);
+    }
   });
 
   it('sends security headers, keeps CORS closed and refuses foreign socket.io origins', async () => {

@@ -13,6 +13,8 @@ import { connectRedis } from './keys.ts';
 import { RemotePort } from './remote-port.ts';
 import { RunHost } from './run-host.ts';
 import { closeOnce } from '../close-once.ts';
+import { NoQuery, replies } from '../http-strict.ts';
+import { HealthSchema } from '../../core/api.ts';
 
 export interface GatewayRole {
   app: FastifyInstance;
@@ -40,7 +42,7 @@ export async function startGatewayRole(o: {
     throw e;
   }
   const app = await baseApp({ logLevel: o.logLevel, restPerMinute: desc.limits.restPerMinute });
-  app.get('/healthz', { config: { rateLimit: false } }, async () => ({ ok: true, ...port.durable() }));
+  app.get('/healthz', { config: { rateLimit: false }, schema: { querystring: NoQuery, response: replies(HealthSchema) } }, async () => ({ ok: true, ...port.durable() }));
   await app.register(async (api) => {
     // bodies travel as they came: the run's API parses them
     api.removeAllContentTypeParsers();

@@ -4,11 +4,11 @@
 
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { Type, type Static, type TSchema } from '@sinclair/typebox';
+import { Type, type Static } from '@sinclair/typebox';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfig, CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import { AuthLimiter } from '../auth-limit.ts';
-import { sendError } from '../http-strict.ts';
+import { replies, sendError } from '../http-strict.ts';
 import type { Run } from '../run.ts';
 
 export interface AdminOptions {
@@ -58,10 +58,8 @@ export function toCoordinatorPatch(b: ConfigPatch, cur: CoordinatorConfig): Coor
 const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }) }, { additionalProperties: false });
 const BanBody = Type.Union([Type.Object({ reason: Type.Optional(Type.String({ maxLength: 256 })) }, { additionalProperties: false }), Type.Null()]);
 const NoBody = Type.Union([Type.Object({}, { additionalProperties: false }), Type.Null()]);
-const ErrorBody = Type.Object({ error: Type.Object({ code: Type.String(), message: Type.String() }) });
 const Any = Type.Object({}, { additionalProperties: true });
 const IslandDelta = Type.Object({ version: Type.Integer(), seq: Type.Integer(), roundId: Type.Integer(), baseVersion: Type.Integer(), tokens: Type.Integer() });
-const replies = (ok: TSchema) => ({ 200: ok, '4xx': ErrorBody });
 
 const Paused = Type.Object({ ok: Type.Literal(true), paused: Type.Boolean(), version: Type.Integer() });
 const Checkpointed = Type.Object({ ok: Type.Literal(true), version: Type.Integer(), path: Type.String(), bytes: Type.Integer() });

@@ -3,15 +3,19 @@
 
 import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { Type, type Static } from '@sinclair/typebox';
+import { Type } from '@sinclair/typebox';
 import { frameBytes } from '../../core/codec/index.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
-import type { CheckpointsResponse, ContributorCredit, HistoryResponse, IslandDetail, IslandsResponse, RunInfo, RunStatus, SampleResponse } from '../../core/api.ts';
+import {
+  CheckpointsResponseSchema, ContributorCreditSchema, HistoryResponseSchema, IslandDetailSchema, IslandsResponseSchema,
+  RunInfoSchema, RunStatusSchema, SampleResponseSchema, type RunInfo,
+} from '../../core/api.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { exportHf } from '../../core/hf.ts';
 import { creditOf } from '../../core/credit.ts';
+import { NoQuery, replies, type TypeBoxTypes } from '../http-strict.ts';
 import type { Run } from '../run.ts';
 import { ISLANDS_PAGE_MAX } from '../run-views.ts';
 import { checkpointFile } from '../run-checkpoint.ts';
@@ -43,6 +47,12 @@ const IslandsQuery = Type.Object({
 const IslandParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false });
 const VersionParams = Type.Object({ version: Type.String({ pattern: '^[0-9]{1,12}$' }) }, { additionalProperties: false });
 const ContributorParams = Type.Object({ id: Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }) }, { additionalProperties: false });
+
+// Response schemas: the shapes of core/api.ts (the one contract with the pages); fast-json-stringify
+// writes only the fields they declare. Binary bodies (a Buffer) are sent as they are; their schema
+// says what they are. Every error is {error: {code, message}}.
+const Binary = (description: string) => Type.Unsafe<Buffer>({ type: 'string', description });
+const NotModified = Type.Unsafe<undefined>({ description: 'If-None-Match matched: no body' });
 
 export function runInfo(run: Run): RunInfo {
   const c = run.config;
@@ -77,35 +87,34 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
   const run = opts.run;
   const views = run.views;
   const maxSample = opts.maxSampleTokens ?? 256;
+  const api = app.withTypeProvider<TypeBoxTypes>();
 
-  app.get('/api/status', async (): Promise<RunStatus> => views.status());
+  api.get('/api/status', { schema: { querystring: NoQuery, response: replies(RunStatusSchema) } }, async () => views.status());
 
-  app.get('/api/run', async () => runInfo(run));
+  api.get('/api/run', { schema: { querystring: NoQuery, response: replies(RunInfoSchema) } }, async () => runInfo(run));
 
   // paged, from a copy refreshed at most once a second (run-views.ts)
-  app.get<{ Querystring: Static<typeof IslandsQuery> }>('/api/islands', { schema: { querystring: IslandsQuery } }, async (req): Promise<IslandsResponse> =>
+  api.get('/api/islands', { schema: { querystring: IslandsQuery, response: replies(IslandsResponseSchema) } }, async (req) =>
     views.islandsPage(req.query.offset ?? 0, req.query.limit ?? ISLANDS_PAGE_MAX));
 
-  app.get<{ Params: Static<typeof IslandParams> }>('/api/islands/:id', { schema: { params: IslandParams } }, async (req, reply) => {
+  api.get('/api/islands/:id', { schema: { params: IslandParams, querystring: NoQuery, response: replies(IslandDetailSchema) } }, async (req, reply) => {
     const id = req.params.id;
     const island = views.islands().find((i) => i.id === id);
     if (!island) return reply.code(404).send({ error: { code: 'E_UNKNOWN_ISLAND', message: `no island '${id}' (see /api/islands)` } });
-    const body: IslandDetail = { island, contributions: run.history.islands.contributions(id) };
-    return body;
+    return { island, contributions: run.history.islands.contributions(id) };
   });
 
   // A volunteer's own totals and place, by the contributor id their browser keeps (all their islands).
-  app.get<{ Params: Static<typeof ContributorParams> }>('/api/contributors/:id', { schema: { params: ContributorParams } }, async (req): Promise<ContributorCredit> =>
+  api.get('/api/contributors/:id', { schema: { params: ContributorParams, querystring: NoQuery, response: replies(ContributorCreditSchema) } }, async (req) =>
     creditOf(views.islands(), req.params.id));
 
-  app.get<{ Querystring: Static<typeof HistoryQuery> }>('/api/history', { schema: { querystring: HistoryQuery } }, async (req) => {
+  api.get('/api/history', { schema: { querystring: HistoryQuery, response: replies(HistoryResponseSchema) } }, async (req) => {
     const { since, limit } = req.query;
-    const body: HistoryResponse = { points: views.historySince(since ?? -1, limit ?? 100_000) };
-    return body;
+    return { points: views.historySince(since ?? -1, limit ?? 100_000) };
   });
 
   // The model an island trains from: θ at the last durable version, as safetensors.
-  app.get('/api/model', async (req, reply) => {
+  api.get('/api/model', { schema: { querystring: NoQuery, response: replies(Binary('θ as safetensors'), { 304: NotModified }) } }, async (req, reply) => {
     const m = views.modelBytes();
     const etag = `"${m.hash}"`;
     reply.header('etag', etag).header('cache-control', 'no-cache').header('x-atoll-version', String(m.version)).header('x-atoll-hash', m.hash);
@@ -116,7 +125,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
 
   // The training split, for browser islands (immutable for a run: cache it).
   let dataEtag: string | null = null;
-  app.get('/api/data/train', async (req, reply) => {
+  api.get('/api/data/train', { schema: { querystring: NoQuery, response: replies(Binary('the training split, raw bytes'), { 304: NotModified }) } }, async (req, reply) => {
     const bytes = run.dataset.train;
     dataEtag ??= `"${createHash('sha256').update(bytes).digest('hex').slice(0, 32)}"`;
     reply.header('etag', dataEtag).header('cache-control', 'public, max-age=86400');
@@ -124,11 +133,11 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     return reply.type('application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   });
 
-  app.get('/api/checkpoints', async (): Promise<CheckpointsResponse> => ({
+  api.get('/api/checkpoints', { schema: { querystring: NoQuery, response: replies(CheckpointsResponseSchema) } }, async () => ({
     checkpoints: views.checkpoints(),
   }));
 
-  app.get<{ Params: Static<typeof VersionParams> }>('/api/checkpoints/:version', { schema: { params: VersionParams } }, async (req, reply) => {
+  api.get('/api/checkpoints/:version', { schema: { params: VersionParams, querystring: NoQuery, response: replies(Binary('the checkpoint as safetensors')) } }, async (req, reply) => {
     const v = Number(req.params.version);
     const bytes = views.checkpointBytes(v);
     if (!bytes) return reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no checkpoint of version ${v} (see /api/checkpoints)` } });
@@ -136,7 +145,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     return reply.type('application/octet-stream').send(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   });
 
-  app.get<{ Params: Static<typeof VersionParams> }>('/api/checkpoints/:version/hf', { schema: { params: VersionParams } }, async (req, reply) => {
+  api.get('/api/checkpoints/:version/hf', { schema: { params: VersionParams, querystring: NoQuery, response: replies(Binary('a transformers GPT-2 folder as tar')) } }, async (req, reply) => {
     const v = Number(req.params.version);
     const bytes = views.checkpointBytes(v);
     if (!bytes) return reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: `no checkpoint of version ${v} (see /api/checkpoints)` } });
@@ -147,14 +156,13 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     return reply.type('application/x-tar').send(Buffer.from(tar.buffer, tar.byteOffset, tar.byteLength));
   });
 
-  app.get<{ Querystring: Static<typeof SampleQuery> }>('/api/sample', { schema: { querystring: SampleQuery } }, async (req, reply) => {
+  api.get('/api/sample', { schema: { querystring: SampleQuery, response: replies(SampleResponseSchema) } }, async (req, reply) => {
     const s = req.query;
     const tokens = Math.min(maxSample, s.tokens ?? 100);
     const prompt = encodeText(s.prompt ?? '');
     const r = await views.sample(tokens, prompt.subarray(Math.max(0, prompt.length - run.config.model.blockSize)), s.seed ?? 1, s.temperature ?? 0.8);
     if (!r.ok) return reply.code(r.error.code === 'E_BUSY' ? 503 : 500).send({ error: r.error });
-    const body: SampleResponse = { version: r.value.version, prompt: s.prompt ?? '', text: decodeTokens(r.value.bytes), tokens };
-    return body;
+    return { version: r.value.version, prompt: s.prompt ?? '', text: decodeTokens(r.value.bytes), tokens };
   });
 }
 
