@@ -106,6 +106,7 @@ export function localPort(run: Run): RunPort {
     setConnected(id, sockets) {
       if (sockets > 0) run.connected.set(id, sockets);
       else run.connected.delete(id);
+      run.views.islandsMoved();
       run.metrics.islandsOnline.set(run.connected.size);
     },
     forgetWaiters: (id) => run.islands.forgetWaiters(id),

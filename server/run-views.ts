@@ -30,14 +30,17 @@ export interface ViewedRun {
   durableParams(): { version: number; hash: string; params: Float32Array };
 }
 
-/** The islands copy is refreshed at most this often (ms). */
+/** The islands copy is refreshed at most this often (ms)... */
 export const ISLANDS_REFRESH_MS = 1000;
+/** ...or this often once an island connected or left (what the pages and operators look for at once). */
+const ISLANDS_CHANGED_MS = 50;
 /** The largest page of GET /api/islands. */
 export const ISLANDS_PAGE_MAX = 1000;
 
 export class RunViews {
   private readonly run: ViewedRun;
   private islandsCache: { at: number; list: IslandView[] } | null = null;
+  private islandsChanged = false;
   private modelCache: { version: number; hash: string; bytes: Uint8Array } | null = null;
   private sampler: EvalService | null = null;
   private sampling = false;
@@ -73,15 +76,19 @@ export class RunViews {
     };
   }
 
-  /** Every island's view, at most ISLANDS_REFRESH_MS old. */
+  /** Every island's view, at most ISLANDS_REFRESH_MS old (ISLANDS_CHANGED_MS after a connect or leave). */
   islands(now = Date.now()): IslandView[] {
     const c = this.islandsCache;
-    if (c && now - c.at < ISLANDS_REFRESH_MS && now >= c.at) return c.list;
+    if (c && now >= c.at && now - c.at < (this.islandsChanged ? ISLANDS_CHANGED_MS : ISLANDS_REFRESH_MS)) return c.list;
     const run = this.run;
     const list = run.coord.islands().map((r) => islandView(r, run.connected.has(r.id), run.history.islands.summary(r.id)));
     this.islandsCache = { at: now, list };
+    this.islandsChanged = false;
     return list;
   }
+
+  /** An island connected or left: the next read after ISLANDS_CHANGED_MS takes a fresh copy. */
+  islandsMoved(): void { this.islandsChanged = true; }
 
   /** One page of the islands (GET /api/islands?offset&limit). */
   islandsPage(offset = 0, limit = ISLANDS_PAGE_MAX): IslandsResponse {
