@@ -526,16 +526,19 @@ describe('volunteer page (Chromium)', () => {
       return v.roundsAccepted >= 1 ? v : null;
     }, 90_000, 500);
     expect(v.engine).toBe('cpu');
-    // the CPU page's first round (alone now, a fresh AdamW joining a trained θ) lowers the held-out loss
+    // the CPU page's first round (alone now, a fresh AdamW joining a trained θ): the version it makes
+    // is still well below v0. Not asserted: below its own base. The outer Nesterov momentum of the
+    // earlier rounds moves that version too, and once went 3.295 → 3.357 (the note of wave 3 says so).
     const a0 = (await pageAssignments(cpu))[0];
     const ev = await waitFor('the evals around the CPU page\'s first round', async () => {
       const { points } = await getJson<{ points: Array<{ version: number; evalLoss: number | null }> }>(`${url}/api/history`);
       const at = (k: number) => points.find((p) => p.version === k)?.evalLoss;
-      return at(a0.baseVersion) != null && at(a0.baseVersion + 1) != null ? { before: at(a0.baseVersion)!, after: at(a0.baseVersion + 1)! } : null;
+      return at(0) != null && at(a0.baseVersion) != null && at(a0.baseVersion + 1) != null ? { v0: at(0)!, before: at(a0.baseVersion)!, after: at(a0.baseVersion + 1)! } : null;
     }, 30_000, 250);
     timings.cpuPageEvalBefore = ev.before;
     timings.cpuPageEvalAfter = ev.after;
-    expect(ev.after, JSON.stringify(ev)).toBeLessThan(ev.before);
+    expect(a0.baseVersion, 'the CPU page joined a trained θ').toBeGreaterThan(0);
+    expect(ev.after, JSON.stringify(ev)).toBeLessThan(ev.v0 - 0.5);
     const row = (await islands()).find((i) => i.id === v.islandId)!;
     expect(row.engine).toBe('cpu');
     expect(row.accepted).toBeGreaterThanOrEqual(1);
