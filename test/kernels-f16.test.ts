@@ -11,10 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as cpu from '../core/model/ops.ts';
 import * as h from '../core/model/ops-f16.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
-import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
+import { KernelSet, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
 import type { DispatchSpec, Shape } from '../shaders/kernel.ts';
 import * as gpu from '../shaders/ops.ts';
-import { getTestDevice, releaseTestDevice } from './helpers/gpu.ts';
+import { getTestDevice, releaseTestDevice, runDispatches } from './helpers/gpu.ts';
 
 const RTOL = 2e-3;
 const RTOL_F32 = 1e-4;
@@ -47,20 +47,8 @@ const buf = (data: Uint32Array | Float32Array, bytes = data.byteLength) => {
 };
 const halvesBuf = (x: Float32Array) => buf(h.packHalves(x));
 
-/** Runs dispatches as the engine does (a Program: pipelines, bind groups and Params from the WGSL). */
-async function runOn(specs: DispatchSpec[], shape: Shape = { B: 1, T: 1 }): Promise<void> {
-  device.pushErrorScope('validation');
-  const prog = await Program.build(kernels, specs, shape, stepBuf);
-  prog.setShape(shape);
-  const enc = device.createCommandEncoder();
-  const pass = enc.beginComputePass();
-  prog.encode(pass, shape);
-  pass.end();
-  device.queue.submit([enc.finish()]);
-  const err = await device.popErrorScope();
-  if (err) throw new Error(err.message);
-  await device.queue.onSubmittedWorkDone();
-  prog.destroy();
+function runOn(specs: DispatchSpec[], shape: Shape = { B: 1, T: 1 }): Promise<void> {
+  return runDispatches(device, kernels, specs, shape, stepBuf);
 }
 const form = 'packed' as const;
 

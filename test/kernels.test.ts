@@ -6,12 +6,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as cpu from '../core/model/ops.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
-import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
+import { KernelSet, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
 import type { DispatchSpec, Shape } from '../shaders/kernel.ts';
 import * as gpu from '../shaders/ops.ts';
 import type { MatmulTile } from '../shaders/matmul.ts';
 import { TILE_VARIANTS } from '../client/engine/webgpu-tune.ts';
-import { getTestDevice, maxRelErr, readF32, releaseTestDevice, upload } from './helpers/gpu.ts';
+import { getTestDevice, maxRelErr, readF32, releaseTestDevice, runDispatches, upload } from './helpers/gpu.ts';
 
 const RTOL = 1e-4;
 let device: GPUDevice;
@@ -47,19 +47,8 @@ function tokens(n: number, V: number, seed: number): Uint32Array {
   return Uint32Array.from({ length: n }, () => Math.floor(r() * V));
 }
 
-async function runOn(specs: DispatchSpec[], shape: Shape, ks = kernels): Promise<void> {
-  device.pushErrorScope('validation');
-  const prog = await Program.build(ks, specs, shape, stepBuf);
-  prog.setShape(shape);
-  const enc = device.createCommandEncoder();
-  const pass = enc.beginComputePass();
-  prog.encode(pass, shape);
-  pass.end();
-  device.queue.submit([enc.finish()]);
-  const err = await device.popErrorScope();
-  if (err) throw new Error(err.message);
-  await device.queue.onSubmittedWorkDone();
-  prog.destroy();
+function runOn(specs: DispatchSpec[], shape: Shape, ks = kernels): Promise<void> {
+  return runDispatches(device, ks, specs, shape, stepBuf);
 }
 
 async function expectClose(name: string, buf: GPUBuffer, want: Float32Array, rtol = RTOL, offset = 0): Promise<void> {

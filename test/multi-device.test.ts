@@ -7,10 +7,10 @@
 //   differs), and one Δ.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Batch } from '../core/engine.ts';
+import type { Batch, TrainingEngine } from '../core/engine.ts';
+import { textBatch } from './helpers/batches.ts';
 import { type GPTConfig, PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
-import { mulberry32 } from '../core/random.ts';
 import { CpuEngine } from '../client/engine/cpu.ts';
 import { WebGpuEngine, estimateGpuBytes, requiredLimits } from '../client/engine/webgpu.ts';
 import { MultiDeviceEngine, splitRows } from '../client/engine/multi-device.ts';
@@ -20,17 +20,12 @@ import { maxRelErr } from './helpers/gpu.ts';
 const config: GPTConfig = PRESETS.tiny;
 const T = 16, B = 4, STEPS = 4;
 const init = initParams(config, 99);
-const TEXT = new TextEncoder().encode('Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, and nothing particular to interest me on shore. ');
+const batch = (seed: number): Batch => textBatch(B, T, seed);
 
-function batch(seed: number): Batch {
-  const r = mulberry32(seed);
-  const inputs = new Uint8Array(B * T), targets = new Uint8Array(B * T);
-  for (let b = 0; b < B; b++) {
-    const s = Math.floor(r() * (TEXT.length - T - 1));
-    inputs.set(TEXT.subarray(s, s + T), b * T);
-    targets.set(TEXT.subarray(s + 1, s + T + 1), b * T);
-  }
-  return { inputs, targets, B, T };
+/** Each engine from θ = init, STEPS steps on the same two batches in turn. */
+async function trainFromInit(engines: TrainingEngine[]): Promise<void> {
+  for (const e of engines) await e.setParams(init);
+  for (let s = 0; s < STEPS; s++) for (const e of engines) await e.step(batch(s % 2), { lr: 3e-3, gradClip: 1 });
 }
 
 let gpus: NodeGpu[] = [];
@@ -58,15 +53,7 @@ describe('multi-device island', () => {
     expect(f16.gpuBytes).toBeLessThan(estimateGpuBytes({ config, maxBatch: B, maxT: T }));
     const ref = new CpuEngine({ config, maxBatch: B, maxT: T });
     const twin = new CpuEngine({ config, maxBatch: B, maxT: T, precision: 'f16' }); // the CPU twins' model of f16
-    await f16.setParams(init);
-    await ref.setParams(init);
-    await twin.setParams(init);
-    const opts = { lr: 3e-3, gradClip: 1 };
-    for (let s = 0; s < STEPS; s++) {
-      await f16.step(batch(s % 2), opts);
-      await ref.step(batch(s % 2), opts);
-      await twin.step(batch(s % 2), opts);
-    }
+    await trainFromInit([f16, ref, twin]);
     const lh = await f16.takeLosses(), lf = await ref.takeLosses(), lt = await twin.takeLosses();
     const rel = (a: number[]) => a.map((l, s) => Math.abs(l / lh[s] - 1));
     console.log(`f16 engine vs f32 reference: ${rel(lf).map((x) => x.toExponential(1)).join(' ')}; vs the f16 CPU twins: ${rel(lt).map((x) => x.toExponential(1)).join(' ')}`);
@@ -91,13 +78,7 @@ describe('multi-device island', () => {
       await WebGpuEngine.create(gpus[1].device, { config, maxBatch: B / 2, maxT: T, precision: 'f16', readbackBytes: 4096 }),
     ]);
     expect([two.devices, two.numerics]).toEqual([2, 'f16']);
-    await one.setParams(init);
-    await two.setParams(init);
-    const opts = { lr: 3e-3, gradClip: 1 };
-    for (let s = 0; s < STEPS; s++) {
-      await one.step(batch(s % 2), opts);
-      await two.step(batch(s % 2), opts);
-    }
+    await trainFromInit([one, two]);
     const l1 = await one.takeLosses(), l2 = await two.takeLosses();
     expect(l2).toHaveLength(STEPS);
     for (let s = 0; s < STEPS; s++) expect(Math.abs(l2[s] - l1[s]), `step ${s}: ${l2[s]} vs ${l1[s]}`).toBeLessThan(1e-4 * l1[s]);

@@ -10,9 +10,9 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Batch } from '../core/engine.ts';
+import { TEXT, textBatch } from './helpers/batches.ts';
 import { type GPTConfig, PRESETS, mfu, paramLayout } from '../core/model/config.ts';
 import { GPT, initParams } from '../core/model/gpt.ts';
-import { mulberry32 } from '../core/random.ts';
 import { CpuEngine } from '../client/engine/cpu.ts';
 import { WebGpuEngine, checkAdapterFits, estimateGpuBytes, requiredLimits, type WebGpuEngineOptions } from '../client/engine/webgpu.ts';
 import { getTestDevice, maxRelErr, releaseTestDevice } from './helpers/gpu.ts';
@@ -25,22 +25,7 @@ const opts: WebGpuEngineOptions = { config, maxBatch: 4, lossReadEvery: 4 };
 const init = initParams(config, 1234);
 const report: Record<string, number> = {};
 
-// Byte tokens of a repetitive text, so that 10 steps visibly learn something.
-const TEXT = new TextEncoder().encode(
-  'Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, ' +
-  'and nothing particular to interest me on shore, I thought I would sail about a little and see the watery part of the world. ',
-);
-
-function batch(B: number, T: number, seed: number): Batch {
-  const r = mulberry32(seed);
-  const inputs = new Uint8Array(B * T), targets = new Uint8Array(B * T);
-  for (let b = 0; b < B; b++) {
-    const s = Math.floor(r() * (TEXT.length - T - 1));
-    inputs.set(TEXT.subarray(s, s + T), b * T);
-    targets.set(TEXT.subarray(s + 1, s + T + 1), b * T);
-  }
-  return { inputs, targets, B, T };
-}
+const batch = textBatch;
 
 function compareTensors(what: string, got: Float32Array, want: Float32Array, measure: 'rel' | 'abs' = 'rel'): number {
   let worst = 0;

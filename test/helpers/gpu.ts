@@ -3,6 +3,9 @@
 
 import { createNodeGpu, type NodeGpu, type NodeGpuOptions } from '../../server/gpu.ts';
 
+import { type KernelSet, Program } from '../../client/engine/webgpu-kernels.ts';
+import type { DispatchSpec, Shape } from '../../shaders/kernel.ts';
+
 export { readF32 } from '../../client/engine/webgpu-kernels.ts';
 
 let shared: Promise<NodeGpu> | null = null;
@@ -39,4 +42,20 @@ export function maxRelErr(a: ArrayLike<number>, b: ArrayLike<number>): { abs: nu
     scale = Math.max(scale, Math.abs(b[i]));
   }
   return { abs, rel: abs / Math.max(scale, 1e-30) };
+}
+
+/** Runs dispatches as the engine does (a Program: pipelines, bind groups and Params from the WGSL); a validation error throws. */
+export async function runDispatches(device: GPUDevice, kernels: KernelSet, specs: DispatchSpec[], shape: Shape, stepBuf: GPUBuffer): Promise<void> {
+  device.pushErrorScope('validation');
+  const prog = await Program.build(kernels, specs, shape, stepBuf);
+  prog.setShape(shape);
+  const enc = device.createCommandEncoder();
+  const pass = enc.beginComputePass();
+  prog.encode(pass, shape);
+  pass.end();
+  device.queue.submit([enc.finish()]);
+  const err = await device.popErrorScope();
+  if (err) throw new Error(err.message);
+  await device.queue.onSubmittedWorkDone();
+  prog.destroy();
 }
