@@ -70,7 +70,10 @@ function run(init: OuterWorkerInit): void {
       case 'seal': {
         const frame = new Uint8Array(m.frame, 0, m.length);
         // deflated: sealed here, off the event loop, into a frame of its own; else only the CRC
-        if (m.deflate) return reply({ id: m.id, ok: true, sealed: sealFrame(frame.slice(), true) });
+        if (m.deflate) {
+          const sealed = sealFrame(frame, true); // a frame of its own when deflate shrank it, else the shared one
+          return reply({ id: m.id, ok: true, sealed: sealed === frame ? frame.slice() : sealed });
+        }
         return reply({ id: m.id, ok: true, crc: frameCrc(frame, m.length - HEADER_BYTES) });
       }
       case 'export': {
