@@ -4,6 +4,7 @@
 // change is logged and checkpointed before the call resolves.
 
 import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
+import { unauditable } from '../core/coord/audit.ts';
 import { ErrorCode } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { RunConfig } from '../core/api.ts';
@@ -21,6 +22,8 @@ export interface AdminedRun {
   readonly archive: DeltaArchive;
   readonly outerWorkers: number;
   readonly views: { invalidate(): void };
+  /** Non-null while validators audit the run. */
+  readonly audits: unknown;
   onBan(islandId: string): void;
   kick(): void;
   whenIdle(): Promise<void>;
@@ -65,6 +68,8 @@ export class RunAdmin {
 
   async setConfig(patch: CoordinatorConfigPatch): Promise<Result<RunConfig>> {
     const run = this.run;
+    const why = run.audits && patch.uplink?.encoding ? unauditable(patch.uplink.encoding) : null;
+    if (why) return err(ErrorCode.BAD_CONFIG, why);
     await run.whenIdle();
     const r = run.coord.setConfig(patch);
     if (!r.ok) return r;

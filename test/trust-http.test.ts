@@ -55,6 +55,10 @@ describe('strict admin patches', () => {
     expect(JSON.stringify(run.coord.config())).toBe(before.config);
     expect(run.coord.hash).toBe(before.hash);
     expect(JSON.stringify(run.store.readConfig())).toBe(before.stored);
+    // a run with validators refuses an uplink they cannot audit, and nothing changes
+    const sparse = await call('PATCH', '/api/admin/config', { auth: TOKEN, body: { codec: 'sparse' } });
+    expect([sparse.status, sparse.body.error?.code]).toEqual([400, 'E_BAD_CONFIG']);
+    expect(JSON.stringify(run.coord.config())).toBe(before.config);
     // the right type still works
     expect((await call('PATCH', '/api/admin/config', { auth: TOKEN, body: { outerLr: 0.5 } })).status).toBe(200);
     expect(run.coord.config().outer.lr).toBe(0.5);

@@ -23,6 +23,11 @@ import type { AssignedWork, IslandRecord } from './types.ts';
 /** Deltas whose Δ a validator can recompute (dense codes; their small error feedback stays inside the tolerance). */
 export const AUDITABLE_ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', 'int4'];
 
+/** Why a run with validators cannot take `encoding` deltas (their audits would sample nothing), or null. */
+export function unauditable(encoding: Encoding): string | null {
+  return AUDITABLE_ENCODINGS.includes(encoding) ? null : `${encoding} deltas cannot be audited (their error feedback carries earlier rounds): a run with validators takes ${AUDITABLE_ENCODINGS.join('|')}`;
+}
+
 /** What a validator needs to redo one round: batches sampleBatch(train, batchSize, seqLen, seed, stream, stepStart + i), i < steps. */
 export interface AuditWork {
   steps: number;

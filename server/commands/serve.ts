@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type AtollServer, createServer } from '../app.ts';
 import { buildClientIfNeeded } from '../client-build.ts';
-import { AUDITABLE_ENCODINGS } from '../../core/coord/audit.ts';
+import { unauditable } from '../../core/coord/audit.ts';
 import { type RunConfig, type RunFlags, ConfigError, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../run-config.ts';
 import { RunStore } from '../store.ts';
 import type { AuditOptions } from '../audit.ts';
@@ -73,10 +73,8 @@ function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resum
 
 /** A run with validators whose uplink no validator can recompute is refused: its audits would sample nothing. */
 function auditable(config: RunConfig, o: ServeCliOptions): RunConfig {
-  const enc = config.coordinator.uplink.encoding;
-  if (auditOptions(o) && !AUDITABLE_ENCODINGS.includes(enc)) {
-    throw new ConfigError('E_BAD_CONFIG', `--validator-token: ${enc} deltas cannot be audited (their error feedback carries earlier rounds); use --codec ${AUDITABLE_ENCODINGS.join('|')}, or serve without validators`);
-  }
+  const why = auditOptions(o) ? unauditable(config.coordinator.uplink.encoding) : null;
+  if (why) throw new ConfigError('E_BAD_CONFIG', `--validator-token: ${why} (--codec), or serve without validators`);
   return config;
 }
 
