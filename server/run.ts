@@ -344,6 +344,7 @@ export class Run {
     for (const ev of events) this.dispatch(ev);
     if (next) {
       this.waiters.releaseDurable(next.version);
+      this.views.islandsMoved(); // the islands' credit moved with the version: an acked island sees it at once
       this.syncMetrics();
       this.evalService?.requestEval(next.version, next.theta);
     }

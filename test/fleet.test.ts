@@ -47,7 +47,7 @@ describe('atoll fleet', () => {
     // and slow on 2 busy cores, sends its first delta within seconds of its start
     const config = join(out, 'run.json');
     writeFileSync(config, JSON.stringify({ coordinator: { targetRoundMs: 4000, minInnerSteps: 2 } }));
-    const r = await atoll(['fleet', '--preset', 'tiny', '--islands', '3', '--browsers', '1', '--tokens', '20000', '--mode', 'async', '--codec', 'sparse', '--schedule', 'kill:1@0.3',
+    const r = await atoll(['fleet', '--preset', 'tiny', '--islands', '3', '--browsers', '1', '--tokens', '20000', '--mode', 'async', '--codec', 'sparse', '--schedule', 'kill:1@0.5',
       '--config', config, '--evals', '3', '--eval-batches', '4', '--timeout', '4', '--out', out, '--json'], 280_000);
     if (r.code !== 0) throw new Error(`atoll fleet exited ${r.code}:\n${r.stderr.slice(-3000)}`);
     report = JSON.parse(r.stdout) as FleetReport;
@@ -77,7 +77,7 @@ describe('atoll fleet', () => {
       expect(i.bytesUp).toBeGreaterThan(0);
       expect(i.bytesDown).toBeGreaterThan(0);
     }
-    expect(report.faults).toEqual(['kill 1 at 30 %']);
+    expect(report.faults).toEqual(['kill 1 at 50 %']);
   });
 
   it('learns, ends near its twin, and the twin starts where the live run started', () => {
