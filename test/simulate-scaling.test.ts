@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { numParams } from '../core/model/config.ts';
 import { runSimulate, simulateOptionsFromCli } from '../server/simulate/index.ts';
-import { RUNGS, pickRungs, rungRows, runScaling, scalingOptionsFromCli } from '../server/simulate/scaling.ts';
+import { LADDER_OUTER, RUNGS, pickRungs, rungRows, runScaling, scalingOptionsFromCli } from '../server/simulate/scaling.ts';
 import { fitPowerLaw } from '../server/simulate/scaling-report.ts';
 import { runRow } from '../server/simulate/row.ts';
 import { type RowDefaults, codecFor, diloco, heterogeneous, island } from '../server/simulate/scenarios.ts';
@@ -29,6 +29,8 @@ describe('atoll simulate --preset scaling', () => {
     const batch = (name: string) => p.rows.find((r) => r.name === name)!.islands.reduce((a, s) => a + s.batchSize, 0);
     expect([batch('ddp-lr0.003'), batch('islands-8'), batch('islands-32')]).toEqual([32, 32, 32]);
     expect(new Set(p.rows.find((r) => r.name === 'islands-32')!.islands.map((s) => s.speed))).toEqual(new Set([1, 2, 4]));
+    // the islands' outer step is the ladder's (momentum 0.4), not the compare preset's 0.8
+    for (const n of [8, 32]) expect(p.rows.find((r) => r.name === `islands-${n}`)!.coordinator.outer).toEqual({ kind: 'nesterov', lr: 1, momentum: 0.4, dnPeriod: 0 });
     expect(scalingOptionsFromCli({ rungs: 'tiny,nope' })).toMatchObject({ ok: false, error: { code: 'E_BAD_REQUEST' } });
     expect(scalingOptionsFromCli({ rungs: '9' })).toMatchObject({ ok: false });
     expect(scalingOptionsFromCli({ rungs: 'tiny,L4-C76', tokensPerParam: '0.5', outerRounds: '12', engine: 'webgpu', json: true })).toMatchObject({ ok: true, value: { rungs: ['tiny', 'L4-C76'], tokensPerParam: 0.5, outerRounds: 12, engine: 'webgpu', json: true } });
@@ -59,6 +61,7 @@ describe('atoll simulate --preset scaling', () => {
       }
       for (const n of [8, 32]) expect(g.rows.find((x) => x.name === `islands-${n}`)!.commReductionVsDdp).toBeGreaterThan(10);
     }
+    expect(r.config.outer).toEqual(LADDER_OUTER);
     expect(r.fits.map((f) => f.row)).toEqual(['ddp', 'single', 'islands-8', 'islands-32']);
     expect(['narrows', 'holds', 'widens']).toContain(r.verdict.word);
     expect(r.verdict.sentence).toContain(r.verdict.word);

@@ -3,6 +3,7 @@
 
 import { fmtBytes } from './report.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
+import type { OuterConfig } from '../../core/coord/outer.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { SimRunResult } from './types.ts';
 
@@ -27,7 +28,10 @@ export interface ScalingRung {
 export interface ScalingReport {
   config: {
     preset: 'scaling'; tokensPerParam: number; outerRounds: number; lrSweep: number[]; globalBatch: number; seqLen: number;
-    hRule: string; data: string; seed: number; workers: number; engine: SimEngineKind; realTimeMs: number; cpuTimeMs: number;
+    hRule: string;
+    /** The islands' outer optimizer (Nesterov lr, momentum). */
+    outer: OuterConfig;
+    data: string; seed: number; workers: number; engine: SimEngineKind; realTimeMs: number; cpuTimeMs: number;
   };
   rungs: ScalingRung[];
   /** Per row name: eval loss ≈ a · C^−b over the rungs (C = training FLOPs). */
@@ -132,7 +136,7 @@ export function scalingHtml(report: ScalingReport, svg: string, table: string): 
 <body>
 <h1>atoll simulate — scaling ladder</h1>
 <p>${esc(report.verdict.sentence)}</p>
-<p>${esc(report.config.hRule)}; ${report.config.tokensPerParam} tokens per parameter; DDP lr sweep ${report.config.lrSweep.join(', ')}; global batch ${report.config.globalBatch} × ${report.config.seqLen} tokens. Real time ${(report.config.realTimeMs / 1000).toFixed(0)} s.</p>
+<p>${esc(report.config.hRule)}; islands' outer step ${report.config.outer.kind} lr ${report.config.outer.lr}, momentum ${report.config.outer.momentum}; ${report.config.tokensPerParam} tokens per parameter; DDP lr sweep ${report.config.lrSweep.join(', ')}; global batch ${report.config.globalBatch} × ${report.config.seqLen} tokens. Real time ${(report.config.realTimeMs / 1000).toFixed(0)} s.</p>
 ${svg}
 <pre>${esc(table)}</pre>
 </body></html>
