@@ -57,6 +57,8 @@ describe('atoll fleet', () => {
     expect(parseSchedule('join:2@0.3, kill@0.5')).toEqual([{ action: 'join', count: 2, at: 0.3 }, { action: 'kill', count: 1, at: 0.5 }]);
     expect(() => parseSchedule('explode@0.5')).toThrow(/ACTION\[:COUNT\]@FRACTION/);
     expect(() => fleetSpecFromCli({ schedule: 'join:5@0.1', islands: 2 })).toThrow(/joins 5 islands/);
+    expect(() => fleetSpecFromCli({ schedule: 'kill:3@0.5', islands: 2 })).toThrow(/takes 3 Node islands out but --islands is 2/);
+    expect(() => fleetSpecFromCli({ schedule: 'leave:1@0.2,leave:2@0.6', islands: 2 })).toThrow(/takes 3 Node islands out/);
     expect(() => fleetSpecFromCli({ engines: 'cpu,tpu' })).toThrow(/not cpu or webgpu/);
     expect(fleetSpecFromCli({ duty: '1,0.5', batches: '4,8', redis: true })).toMatchObject({ duty: [1, 0.5], batches: [4, 8], redis: true, preset: 'tiny' });
   });
