@@ -12,6 +12,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { fleetSpecFromCli, parseSchedule } from '../server/commands/fleet.ts';
 import type { FleetReport } from '../server/fleet/types.ts';
 import { runSimulate } from '../server/simulate/index.ts';
+import { clientBuildState } from '../server/client-build.ts';
 import { ensureClientBuild } from './helpers/browser.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -41,6 +42,8 @@ describe('atoll fleet', () => {
 
   beforeAll(async () => {
     ensureClientBuild();
+    // every vite build stamps its output (vite.config.ts): what was just built or found is current
+    expect(clientBuildState()).toBe('current');
     rmSync(out, { recursive: true, force: true });
     mkdirSync(out, { recursive: true });
     // rounds of about 4 s, sized by each island's measured speed (DyLU): the page, on SwiftShader
