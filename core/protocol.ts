@@ -248,6 +248,8 @@ export interface HelloAnswer {
   serverTime: number;
   /** true when resumeIslandId and resumeToken were accepted and the old identity continues. */
   resumed: boolean;
+  /** Butterfly mixing's group size k (0 or absent: the server does not mix; send `delta`). */
+  mixGroup?: number;
 }
 
 /**

@@ -18,7 +18,8 @@ import { Run } from './run.ts';
 import { NoQuery, STRICT_AJV, replies, strictHttp } from './http-strict.ts';
 import { HealthSchema } from '../core/api.ts';
 import { AuthLimiter } from './auth-limit.ts';
-import { type RunPort, localPort } from './run-port.ts';
+import { type RunPort, localMixHost, localPort } from './run-port.ts';
+import { MixGateway, type MixOptions, mixSettings } from './mix-gateway.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
 import { ok } from '../core/result.ts';
 import type { RunConfig } from './run-config.ts';
@@ -48,6 +49,8 @@ export interface AtollServerOptions {
   idleTimeoutMs?: number;
   /** Gateway knobs for tests and the bench. */
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
+  /** Butterfly mixing (server/mix-gateway.ts): group size k (0 or absent: off) and its knobs. */
+  mix?: MixOptions;
 }
 
 export interface AtollServer {
@@ -190,7 +193,7 @@ export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0
 }
 
 /** The island gateway on `app`'s HTTP server, with the run's limits. */
-export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: AtollServerOptions['gateway']): Gateway {
+export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: (AtollServerOptions['gateway'] & { mix?: MixGateway }) | undefined): Gateway {
   return new Gateway(app.server, {
     run, helloPerMinute: c.limits.helloPerMinute, maxIslands: c.limits.maxIslands, allowOrigins: c.allowOrigins,
     powBits: c.limits.powBits, newIslandsPerHour: c.limits.newIslandsPerHour,
@@ -202,7 +205,8 @@ export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunCon
 /** The embedded default: the run, its REST API and the island gateway in one process. */
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const core = await createRunApp(o);
-  const gateway = attachGateway(core.app, localPort(core.run), o.config, o.gateway);
+  const mix = o.mix && o.mix.k > 0 ? new MixGateway(mixSettings(o.mix, core.run.coord.config()), localMixHost(core.run), () => core.run.version, (line) => core.app.log.warn(line)) : undefined;
+  const gateway = attachGateway(core.app, localPort(core.run), o.config, { ...o.gateway, mix });
   return {
     ...core, gateway,
     listen: (port, host) => listenOn(core.app, port, host),
