@@ -168,6 +168,7 @@ export function buildProgram(): Command {
     .option('--json', 'print one JSON summary at the end')
     .option('--validator', 'audit a sample of other islands\' deltas instead of training (recomputes them on the engine, cpu by default)')
     .option('--validator-token <token>', 'with --validator: the run\'s validator token (default $ATOLL_VALIDATOR_TOKEN)')
+    .option('--no-mix', 'never join butterfly mixing groups (WebRTC) on a server that mixes: upload every delta directly')
     .action(async (o) => {
       const { island } = await import('./commands/island.ts');
       process.exitCode = await island(o);

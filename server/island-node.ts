@@ -3,10 +3,13 @@
 
 import { type Calibration, calibrate, calibrationKey } from '../client/island/calibrate.ts';
 import { IslandRuntime, type IslandEvent, type IslandRunSummary } from '../client/island/runtime.ts';
-import type { GPTConfig } from '../core/model/config.ts';
+import { type GPTConfig, numParams } from '../core/model/config.ts';
 import type { EngineKind } from '../core/protocol.ts';
 import { createEngine } from './engines.ts';
 import { SocketIoTransport } from '../client/island/transport-socketio.ts';
+import type { MixMemberStats } from '../client/island/mix-member.ts';
+import { mixingTransport } from '../client/island/mix-socketio.ts';
+import type { RtcPeerConstructor } from '../client/island/mix-webrtc.ts';
 import { backoff } from '../core/random.ts';
 
 export interface NodeIslandOptions {
@@ -37,6 +40,8 @@ export interface NodeIslandOptions {
   onEvent?: (e: IslandEvent, transport: SocketIoTransport) => void;
   /** Installs SIGINT/SIGTERM handlers: first stops cleanly, second exits (default false). */
   handleSignals?: boolean;
+  /** Butterfly mixing over WebRTC (node-datachannel) when the server mixes (default true; `--no-mix`). */
+  mix?: boolean;
 }
 
 export interface NodeIsland {
@@ -49,6 +54,8 @@ export interface NodeIsland {
   stop(): void;
   /** True once stop() or a signal asked the island to stop. */
   readonly stopRequested: boolean;
+  /** What butterfly mixing did (null: no WebRTC here, or `mix: false`). */
+  mix: MixMemberStats | null;
 }
 
 interface RunInfoLite {
@@ -109,8 +116,10 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     maxOutageMs,
     onConnection: (state, detail) => { if (state !== 'connected') say(`connection ${state}: ${detail}`); },
   });
+  const mix = o.mix === false ? null : await webRtc(say);
+  const stats: MixMemberStats = { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
   const runtime = new IslandRuntime({
-    engine, train, transport,
+    engine, train, transport: mix ? mixingTransport(transport, mix, numParams(info.model), stats) : transport,
     caps: { name: o.name, maxBatch: batch, batchSize: batch, ...(calibration ? { tokensPerSec: calibration.tokensPerSec * duty } : {}) },
     dutyCycle: o.dutyCycle,
     // a transport failure is only reported after a long outage: retry a few of those too
@@ -172,5 +181,17 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     runtime, transport, done, calibration,
     stop: () => { stops++; runtime.stop(); if (runtime.progress.status === 'waiting') void transport.close('stopped'); },
     get stopRequested() { return stops > 0; },
+    mix: mix ? stats : null,
   };
+}
+
+/** node-datachannel's RTCPeerConnection (libdatachannel); null where its native part does not load: direct uploads. */
+async function webRtc(say: (s: string) => void): Promise<RtcPeerConstructor | null> {
+  try {
+    const m = await import('node-datachannel/polyfill');
+    return m.RTCPeerConnection as unknown as RtcPeerConstructor;
+  } catch (e) {
+    say(`atoll island: no WebRTC (node-datachannel: ${(e as Error).message}): deltas go to the server directly`);
+    return null;
+  }
 }

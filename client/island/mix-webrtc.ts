@@ -78,6 +78,10 @@ export class WebRtcPeerNet implements PeerNet {
   leave(groupId: number): void {
     for (const [k, l] of this.links) if (k.startsWith(`${groupId}/`)) { l.closed = true; l.peer.close(); this.links.delete(k); }
     this.plans.delete(groupId);
+    // an exchange still waiting on this group's peers ends now (the server called the group off)
+    for (const slot of [...this.waiters.keys()]) if (slot.startsWith(`${groupId}/`)) this.wake(slot, null);
+    for (const [k, l] of this.linkWaiters) if (k.startsWith(`${groupId}/`)) { this.linkWaiters.delete(k); for (const w of l) w(null); }
+    for (const k of [...this.mail.keys()]) if (k.startsWith(`${groupId}/`)) this.mail.delete(k);
   }
 
   channel(key: string, _index: number, _members: string[]): PieceChannel {
@@ -127,7 +131,7 @@ export class WebRtcPeerNet implements PeerNet {
   }
 
   private connect(groupId: number, peer: number, offerer: boolean, remoteOffer?: string): void {
-    const pc = new this.RTC({ iceServers: this.iceServers });
+    const pc = new this.RTC({ iceServers: this.plans.get(groupId)?.iceServers ?? this.iceServers });
     const name = `${groupId}/${peer}`;
     let opened: (c: RtcChannel | null) => void = () => {};
     const link: Link = { peer: pc, closed: false, channel: new Promise((r) => (opened = r)) };
