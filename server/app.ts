@@ -57,6 +57,8 @@ export interface AtollServer {
   app: FastifyInstance;
   run: Run;
   gateway: Gateway;
+  /** Butterfly mixing (null: off). */
+  mix: MixGateway | null;
   metrics: Metrics;
   adminToken: string;
   /** The file the admin token is kept in (null: it came from the caller, e.g. ATOLL_ADMIN_TOKEN). */
@@ -208,7 +210,7 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
   const mix = o.mix && o.mix.k > 0 ? new MixGateway(mixSettings(o.mix, core.run.coord.config()), localMixHost(core.run), () => core.run.version, (line) => core.app.log.warn(line)) : undefined;
   const gateway = attachGateway(core.app, localPort(core.run), o.config, { ...o.gateway, mix });
   return {
-    ...core, gateway,
+    ...core, gateway, mix: mix ?? null,
     listen: (port, host) => listenOn(core.app, port, host),
     close: closeOnce(async () => {
       await gateway.close();

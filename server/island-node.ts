@@ -189,6 +189,18 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
 async function webRtc(say: (s: string) => void): Promise<RtcPeerConstructor | null> {
   try {
     const m = await import('node-datachannel/polyfill');
+    // The first connection initializes libdatachannel (its certificate, its threads): done here, once,
+    // because connections a group opens at once while it initializes were seen closing by themselves.
+    const pc = new m.RTCPeerConnection({ iceServers: [] });
+    pc.createDataChannel('warm-up');
+    await pc.setLocalDescription(await pc.createOffer());
+    await new Promise<void>((done) => {
+      const t = setTimeout(done, 2000);
+      const check = () => { if (pc.iceGatheringState === 'complete') { clearTimeout(t); done(); } };
+      pc.addEventListener('icegatheringstatechange', check);
+      check();
+    });
+    pc.close();
     return m.RTCPeerConnection as unknown as RtcPeerConstructor;
   } catch (e) {
     say(`atoll island: no WebRTC (node-datachannel: ${(e as Error).message}): deltas go to the server directly`);

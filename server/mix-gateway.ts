@@ -202,6 +202,13 @@ export class MixGateway {
     });
   }
 
+  /** The island is in a group whose verdict on it is not out yet (its exchange or settle is under way). */
+  exchanging(islandId: string): boolean {
+    const gid = this.groupOf.get(islandId);
+    const g = gid !== undefined ? this.groups.get(gid) : undefined;
+    return !!g && !g.verdicts.has(g.ids.indexOf(islandId)) && !g.uploads.has(g.ids.indexOf(islandId));
+  }
+
   /** An island's socket closed: it waits for no group, and its group's wait for it ends. */
   left(islandId: string, socket: Socket): void {
     if (this.sockets.get(islandId) !== socket) return;
