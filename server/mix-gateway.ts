@@ -50,13 +50,16 @@ export interface MixOptions {
   k: number;
   spotRate?: number;
   iceServers?: IceServer[];
+  /** Defaults below (tests shorten them). */
+  formWaitMs?: number;
+  exchangeTimeoutMs?: number;
 }
 
 /** A ready island waits for a group at most a quarter of the run's target round (0.5..10 s; 2 s with none). */
 export function mixSettings(o: MixOptions, c: CoordinatorConfig): MixSettings {
   const formWaitMs = c.targetRoundMs > 0 ? Math.min(10_000, Math.max(500, c.targetRoundMs / 4)) : 2000;
   // opening k − 1 data channels takes ~40 ms or ~1 s on loopback (test/mix-webrtc.test.ts), a page more
-  return { k: o.k, spotRate: o.spotRate ?? 0.1, formWaitMs, exchangeTimeoutMs: 15_000, iceServers: o.iceServers ?? [] };
+  return { k: o.k, spotRate: o.spotRate ?? 0.1, formWaitMs: o.formWaitMs ?? formWaitMs, exchangeTimeoutMs: o.exchangeTimeoutMs ?? 15_000, iceServers: o.iceServers ?? [] };
 }
 
 /** What mixing needs of the run (run-port.ts: localMixHost). */
