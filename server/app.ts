@@ -208,6 +208,7 @@ export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunCon
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const core = await createRunApp(o);
   const mix = o.mix && o.mix.k > 0 ? new MixGateway(mixSettings(o.mix, core.run.coord.config()), localMixHost(core.run), () => core.run.version, (line) => core.app.log.warn(line)) : undefined;
+  if (mix) core.run.mixStatus = () => mix.status();
   const gateway = attachGateway(core.app, localPort(core.run), o.config, { ...o.gateway, mix });
   return {
     ...core, gateway, mix: mix ?? null,

@@ -23,6 +23,7 @@ import {
   type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixFragmentSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
 } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
+import type { MixStatus } from '../core/api.ts';
 
 const checkReady = TypeCompiler.Compile(MixReadySchema);
 const checkFragment = TypeCompiler.Compile(MixFragmentSchema);
@@ -105,10 +106,14 @@ export interface MixCounters {
   checks: number;
   audits: number;
   implicated: number;
-  /** Bytes of fragments, spot checks and replays received. */
+  /** Bytes of fragments received. */
   fragmentBytes: number;
+  /** Bytes of spot checks and replays received. */
+  checkBytes: number;
   /** Bytes of update pieces sent. */
   pieceBytes: number;
+  /** Server bytes mixing saved before its own costs (MixStatus.savedBytes). */
+  grossSaved: number;
   /** Signalling relayed and plans sent, in and out (JSON text). */
   controlBytes: number;
   /** Islands that waited formWaitMs for a group and uploaded directly. */
@@ -129,7 +134,7 @@ export class MixGateway {
   private timer: ReturnType<typeof setTimeout> | null = null;
   readonly counters: MixCounters = {
     groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
-    fragmentBytes: 0, pieceBytes: 0, controlBytes: 0, expired: 0, groupsByVersion: {},
+    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, grossSaved: 0, controlBytes: 0, expired: 0, groupsByVersion: {},
   };
 
   constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
@@ -205,6 +210,16 @@ export class MixGateway {
     });
   }
 
+  /** The figures the status and the dashboard show (core/api.ts MixStatus). */
+  status(): MixStatus {
+    const c = this.counters;
+    return {
+      k: this.k, groups: c.groups, mixedGroups: c.mixedGroups, fallbacks: c.fallbacks,
+      savedBytes: c.grossSaved - c.checkBytes - c.controlBytes,
+      groupsByVersion: Object.entries(c.groupsByVersion).map(([v, n]) => ({ version: Number(v), groups: n })).sort((a, b) => a.version - b.version),
+    };
+  }
+
   /** The island is in a group whose verdict on it is not out yet (its exchange or settle is under way). */
   exchanging(islandId: string): boolean {
     const gid = this.groupOf.get(islandId);
@@ -243,6 +258,7 @@ export class MixGateway {
         const piece: MixPieceMsg = { update: head, frameHash, groupId: gid, index, members: g.ids, piece: frame.subarray(a, b) };
         s.emit('mix:piece', piece);
         this.counters.pieceBytes += b - a;
+        this.counters.grossSaved += ((g.ids.length - 1) * frame.length) / g.ids.length; // k − 1 whole frames per group
         this.host.noteBytesOut(b - a + 256);
         served.push(s.id);
       });
@@ -319,7 +335,7 @@ export class MixGateway {
       if (!checkAnswer.Check(a)) return null;
       const { groupId, frame } = a as Static<typeof MixAnswerSchema>;
       if (groupId !== g.plan.groupId || !frame || frame.length > this.host.maxFrameBytes()) return null;
-      this.counters.fragmentBytes += frame.length;
+      this.counters.checkBytes += frame.length;
       this.host.noteBytesIn(frame.length);
       return frame;
     } catch {
@@ -340,6 +356,7 @@ export class MixGateway {
     if (out.kind === 'direct') return this.callOff(gid, true);
     this.counters.mixedGroups++;
     this.counters.mixedMembers += out.accepted.length;
+    this.counters.grossSaved += (plan.members.length - 1) * out.frames.reduce((t, f) => t + f.length, 0);
     this.counters.checks += out.checks;
     if (out.audited) this.counters.audits++;
     for (const bad of out.implicated) {

@@ -7,6 +7,7 @@
 
 import { afterAll, describe, expect, it } from 'vitest';
 import type { IslandEvent } from '../client/island/runtime.ts';
+import type { RunStatus } from '../core/api.ts';
 import { startNodeIsland } from '../server/island-node.ts';
 import { type TestServer, getJson, spawnIsland, startTestServer, waitFor } from './helpers/server.ts';
 
@@ -16,7 +17,7 @@ afterAll(async () => { for (const s of servers) await s.close(); });
 const ROUND_TOKENS = 10 * 8 * 32; // tiny: 10 inner steps × batch 8 × seqLen 32
 const BUDGET = 20 * ROUND_TOKENS; // five rounds of four islands
 
-interface Status { bytesIn: number; bytesOut: number; tokensTotal: number; evalLoss: number | null; version: number }
+type Status = Pick<RunStatus, 'bytesIn' | 'bytesOut' | 'tokensTotal' | 'evalLoss' | 'version' | 'mix'>;
 interface IslandRow { id: string; tokens: number }
 interface Point { version: number; evalLoss: number | null }
 
@@ -93,9 +94,15 @@ describe('butterfly mixing live (node-datachannel, 4 Node islands)', () => {
     const c = mixed.server.mix!.counters;
     const ratio = { in: pb.in / pa.in, out: pb.out / pa.out };
     console.log(`mix-live: mixing k=4 ${stA.tokensTotal} tokens in ${(mixMs / 1000).toFixed(1)} s: ${c.mixedGroups}/${c.groups} groups mixed, ${c.fallbacks} fell back, ${c.expired} waits expired, ${c.checks} spot checks; `
-      + `server bytes/token after v1: in ${pa.in.toFixed(3)} vs ${pb.in.toFixed(3)} unmixed (${ratio.in.toFixed(2)}×), out ${pa.out.toFixed(3)} vs ${pb.out.toFixed(3)} (${ratio.out.toFixed(2)}×; ${stA.version} versions vs ${stB.version}); signalling relayed ${c.controlBytes} B; `
+      + `server bytes/token after v1: in ${pa.in.toFixed(3)} vs ${pb.in.toFixed(3)} unmixed (${ratio.in.toFixed(2)}×), out ${pa.out.toFixed(3)} vs ${pb.out.toFixed(3)} (${ratio.out.toFixed(2)}×; ${stA.version} versions vs ${stB.version}); signalling relayed ${c.controlBytes} B, net saved ${stA.mix?.savedBytes} B; `
       + `members mixed ${a.map((x) => x.mixed).join('/')} direct ${a.map((x) => x.direct).join('/')}`);
     expect(c.mixedGroups).toBeGreaterThanOrEqual(3);
+    // the dashboard's figures: bytes saved net of checks and signalling, groups per version
+    const mix = stA.mix!;
+    expect(mix).toMatchObject({ k: 4, groups: c.groups, mixedGroups: c.mixedGroups });
+    expect(mix.savedBytes).toBeGreaterThan(0);
+    expect(mix.groupsByVersion.reduce((t, g) => t + g.groups, 0)).toBe(c.groups);
+    expect(stB.mix).toBeUndefined();
     expect(ratio.in).toBeGreaterThan(3);
     expect(ratio.out).toBeGreaterThan(2.5);
     // θ: every version an island synced to has the server's hash
