@@ -56,9 +56,14 @@ export interface MixOptions {
   exchangeTimeoutMs?: number;
 }
 
-/** A ready island waits for a group at most a quarter of the run's target round (0.5..10 s; 2 s with none). */
+/**
+ * A ready island waits for a group as long as the run's merge window would hold its Δ (the async
+ * window's fraction, a quarter by default, of the target round time), 0.5..10 s; 2 s when the run
+ * sets no round time.
+ */
 export function mixSettings(o: MixOptions, c: CoordinatorConfig): MixSettings {
-  const formWaitMs = c.targetRoundMs > 0 ? Math.min(10_000, Math.max(500, c.targetRoundMs / 4)) : 2000;
+  const fraction = c.asyncWindow.fraction > 0 ? c.asyncWindow.fraction : 0.25;
+  const formWaitMs = c.targetRoundMs > 0 ? Math.min(10_000, c.asyncWindow.capMs || 10_000, Math.max(500, fraction * c.targetRoundMs)) : 2000;
   // opening k − 1 data channels takes ~40 ms or ~1 s on loopback (test/mix-webrtc.test.ts), a page more
   return { k: o.k, spotRate: o.spotRate ?? 0.1, formWaitMs: o.formWaitMs ?? formWaitMs, exchangeTimeoutMs: o.exchangeTimeoutMs ?? 15_000, iceServers: o.iceServers ?? [] };
 }
@@ -248,14 +253,15 @@ export class MixGateway {
    */
   route(u: UpdateMsg): string[] {
     const served: string[] = [];
+    const { frame, ...head } = u;
+    let frameHash: string | null = null;
     for (const [gid, g] of this.groups) {
       if (!g.downlink) continue;
       if (g.ids.some((id, j) => this.groupOf.get(id) !== gid || !g.sockets[j].connected)) { this.endGroup(gid); continue; }
-      const { frame, ...head } = u;
-      const frameHash = sha256Hex(frame);
+      const hash = (frameHash ??= sha256Hex(frame));
       g.sockets.forEach((s, index) => {
         const [a, b] = pieceRange(frame.length, g.ids.length, index);
-        const piece: MixPieceMsg = { update: head, frameHash, groupId: gid, index, members: g.ids, piece: frame.subarray(a, b) };
+        const piece: MixPieceMsg = { update: head, frameHash: hash, groupId: gid, index, members: g.ids, piece: frame.subarray(a, b) };
         s.emit('mix:piece', piece);
         this.counters.pieceBytes += b - a;
         this.counters.grossSaved += ((g.ids.length - 1) * frame.length) / g.ids.length; // k − 1 whole frames per group
