@@ -32,6 +32,9 @@ const checkSignal = TypeCompiler.Compile(MixSignalSchema);
 
 export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal'] as const;
 
+/** How long an island that stalled a group (connected, no fragment by the deadline) uploads directly. */
+const BENCH_MS = 5 * 60_000;
+
 export type IceServer = MixPlanMsg['iceServers'][number];
 
 export interface MixSettings {
@@ -136,6 +139,8 @@ export class MixGateway {
   private readonly readyAcks = new Map<string, Ack>();
   /** Deltas (island#seq) whose group was called off once: the next fallback is direct. */
   private readonly regrouped = new Set<string>();
+  /** Islands that stalled a group, until when they upload directly. */
+  private readonly benched = new Map<string, number>();
   private timer: ReturnType<typeof setTimeout> | null = null;
   readonly counters: MixCounters = {
     groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
@@ -169,7 +174,7 @@ export class MixGateway {
       const meta: DeltaMeta = { ...raw, lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN };
       // the weight is the server's: a claim that fits no assignment uploads directly and is refused there
       const tokens = this.host.work(meta);
-      if (!tokens.ok) return ack(ok(null));
+      if (!tokens.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
       this.readyAcks.get(id)?.(ok(null));
       this.sockets.set(id, socket);
       this.readyAcks.set(id, ack);
@@ -327,7 +332,13 @@ export class MixGateway {
     if (g.uploads.has(j)) return Promise.resolve(g.uploads.get(j)!);
     if (!g.sockets[j].connected) return Promise.resolve(null);
     return new Promise((resolve) => {
-      const t = setTimeout(() => { g.fragWaits.delete(j); resolve(null); }, Math.max(0, deadline - Date.now()));
+      const t = setTimeout(() => {
+        g.fragWaits.delete(j);
+        // connected and silent past the deadline: it stalled its group, and uploads directly for a
+        // while (a stranger cannot hold groups up round after round)
+        if (g.sockets[j].connected) this.benched.set(g.ids[j], Date.now() + BENCH_MS);
+        resolve(null);
+      }, Math.max(0, deadline - Date.now()));
       g.fragWaits.set(j, (u) => { clearTimeout(t); resolve(u); });
     });
   }
@@ -397,6 +408,7 @@ export class MixGateway {
       this.verdict(g, j, again ? 'regroup' : 'direct');
     });
     if (this.regrouped.size > 4096) this.regrouped.clear();
+    if (this.benched.size > 4096) for (const [id, until] of this.benched) if (until <= Date.now()) this.benched.delete(id);
     this.endGroup(gid);
   }
 

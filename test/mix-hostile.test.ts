@@ -2,7 +2,8 @@
 // (--mix-group 2): every malformed or out-of-place `mix:*` message gets a clear error code and
 // changes nothing; signalling reaches only the other member of the sender's group; a member whose
 // fragment fails to decode and who cannot replay its commitment is refused (E_MIX_MISMATCH) and
-// banned, while its honest partner's Δ is applied; a member whose exchange failed regroups once.
+// banned, while its honest partner's Δ is applied; a member whose exchange failed regroups once; a
+// member that stalls its group uploads directly for a while.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { io, type Socket } from 'socket.io-client';
@@ -20,7 +21,7 @@ const sockets: Socket[] = [];
 
 beforeAll(async () => {
   // every delta its own outer step (no merge window): an ack does not wait for the other islands
-  ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 5_000 }, outerWorkers: 0 });
+  ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 1_500 }, outerWorkers: 0 });
 });
 afterAll(async () => { for (const s of sockets) s.close(); await ts?.close(); });
 
@@ -137,5 +138,18 @@ describe('butterfly mixing against hostile clients', () => {
     expect(await ask(E.s, 'mix:fragment', { groupId: pe2.value.groupId, frame: null })).toEqual({ ok: true, value: 'direct' });
     expect(await ask(D.s, 'mix:fragment', { groupId: pd2.value.groupId, frame: null })).toEqual({ ok: true, value: 'direct' });
     expect(ts.server.run.coord.island(D.id)?.tokensContributed ?? 0).toBe(0); // nothing counted
+  }, 30_000);
+
+  it('a member that stalls its group (connected, no fragment) uploads directly for a while', async () => {
+    const F = await island('mix-f');
+    const G = await island('mix-g');
+    const ready = (x: typeof F) => ask<MixPlanMsg | null>(x.s, 'mix:ready', { meta: x.meta, frameHash: x.hash });
+    const [pf, pg] = await Promise.all([ready(F), ready(G)]);
+    if (!pf.ok || !pg.ok || !pf.value || !pg.value) throw new Error(JSON.stringify([pf, pg]));
+    // G uploads its fragment; F says nothing: at the deadline G is told to regroup and F is benched
+    const range = pg.value.ranges[pg.value.index];
+    const fragG = encodeDelta(new Float32Array(range[1] - range[0]), G.a.codec);
+    expect(await ask(G.s, 'mix:fragment', { groupId: pg.value.groupId, frame: fragG })).toEqual({ ok: true, value: 'regroup' });
+    expect(await ready(F)).toEqual({ ok: true, value: null }); // benched: send delta
   }, 30_000);
 });
