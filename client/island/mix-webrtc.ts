@@ -74,6 +74,8 @@ export class WebRtcPeerNet implements PeerNet {
   private readonly plans = new Map<number, MemberPlan>();
   private readonly pendingOffers = new Map<string, string>();
   private readonly linkWaiters = new Map<string, Array<(c: RtcChannel | null) => void>>();
+  /** Groups left (done, or called off by the server), the last 64. */
+  private readonly ended = new Set<number>();
 
   constructor(private readonly RTC: RtcPeerConstructor, private readonly signal: SignalPort, private readonly iceServers: MemberPlanIce[] = [], private readonly timeoutMs = 10_000) {
     signal.onSignal((g, from, kind, data) => this.onSignal(g, from, kind, data));
@@ -81,6 +83,7 @@ export class WebRtcPeerNet implements PeerNet {
 
   /** Connects to every peer of a group as soon as it is announced (the lower index offers). */
   join(plan: MemberPlan): void {
+    if (this.ended.has(plan.groupId)) return; // called off before its plan was read: its exchange fails at once
     this.plans.set(plan.groupId, plan);
     for (let j = 0; j < plan.members.length; j++) {
       if (j === plan.index) continue;
@@ -94,6 +97,8 @@ export class WebRtcPeerNet implements PeerNet {
 
   /** Closes a group's connections (its exchange and downlink are over). */
   leave(groupId: number): void {
+    this.ended.add(groupId);
+    if (this.ended.size > 64) this.ended.delete(this.ended.values().next().value!);
     for (const [k, l] of this.links) if (k.startsWith(`${groupId}/`)) { l.closed = true; l.peer?.close(); this.links.delete(k); l.open(null); }
     this.plans.delete(groupId);
     // an exchange still waiting on this group's peers ends now (the server called the group off)
@@ -124,6 +129,7 @@ export class WebRtcPeerNet implements PeerNet {
   private channelTo(name: string): Promise<RtcChannel | null> {
     const link = this.links.get(name);
     if (link) return link.channel;
+    if (this.ended.has(Number(name.slice(0, name.indexOf('/'))))) return Promise.resolve(null);
     return new Promise((resolve) => {
       const list = this.linkWaiters.get(name) ?? [];
       list.push(resolve);
@@ -135,6 +141,7 @@ export class WebRtcPeerNet implements PeerNet {
   private take(slot: string): Promise<Uint8Array | null> {
     const m = this.mail.get(slot);
     if (m) { this.mail.delete(slot); return Promise.resolve(m); }
+    if (this.ended.has(Number(slot.slice(0, slot.indexOf('/'))))) return Promise.resolve(null);
     // no link yet: the partner's offer is on its way (the timeout covers one that never comes)
     if (this.links.get(slot.slice(0, slot.indexOf('|')))?.closed) return Promise.resolve(null);
     return new Promise((resolve) => {
