@@ -54,7 +54,7 @@ export interface NodeIsland {
   stop(): void;
   /** True once stop() or a signal asked the island to stop. */
   readonly stopRequested: boolean;
-  /** What butterfly mixing did (null: no WebRTC here, or `mix: false`). */
+  /** What butterfly mixing did (null: `mix: false`). */
   mix: MixMemberStats | null;
 }
 
@@ -116,10 +116,11 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     maxOutageMs,
     onConnection: (state, detail) => { if (state !== 'connected') say(`connection ${state}: ${detail}`); },
   });
-  const mix = o.mix === false ? null : await webRtc(say);
   const stats: MixMemberStats = { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
+  let rtcUsed = false;
+  const rtc = () => { rtcUsed = true; return webRtc(say); };
   const runtime = new IslandRuntime({
-    engine, train, transport: mix ? mixingTransport(transport, mix, numParams(info.model), stats) : transport,
+    engine, train, transport: o.mix === false ? transport : mixingTransport(transport, rtc, numParams(info.model), stats),
     caps: { name: o.name, maxBatch: batch, batchSize: batch, ...(calibration ? { tokensPerSec: calibration.tokensPerSec * duty } : {}) },
     dutyCycle: o.dutyCycle,
     // a transport failure is only reported after a long outage: retry a few of those too
@@ -177,18 +178,29 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     line(true);
     if (mode === 'tty') process.stderr.write('\n');
     engine.destroy();
+    if (rtcUsed) void webRtcDone();
     return summary;
   });
   return {
     runtime, transport, done, calibration,
     stop: () => { stops++; runtime.stop(); if (runtime.progress.status === 'waiting') void transport.close('stopped'); },
     get stopRequested() { return stops > 0; },
-    mix: mix ? stats : null,
+    mix: o.mix === false ? null : stats,
   };
+}
+
+/** Islands of this process using node-datachannel (libdatachannel's threads keep a process alive until cleanup). */
+let rtcIslands = 0;
+
+/** An island done with WebRTC; the last one lets the process exit (node-datachannel's cleanup). */
+async function webRtcDone(): Promise<void> {
+  if (--rtcIslands > 0) return;
+  try { (await import('node-datachannel')).cleanup(); } catch { /* never loaded */ }
 }
 
 /** node-datachannel's RTCPeerConnection (libdatachannel); null where its native part does not load: direct uploads. */
 async function webRtc(say: (s: string) => void): Promise<RtcPeerConstructor | null> {
+  rtcIslands++;
   try {
     const m = await import('node-datachannel/polyfill');
     // The first connection initializes libdatachannel (its certificate, its threads): done here, once,

@@ -6,9 +6,9 @@
 // (HelloAnswer.mixGroup ≥ 2); otherwise every `ready` answers null at once and the island uploads
 // directly, as it does whenever a group does not form or falls apart.
 
-import { mixWeights } from '../../core/mix/butterfly.ts';
+import { type PieceChannel, mixWeights } from '../../core/mix/butterfly.ts';
 import type { AckMsg, DeltaMeta, MixPlanMsg, UpdateMsg } from '../../core/protocol.ts';
-import { type MemberHandlers, type MemberPlan, MixMember, type MixMemberStats, type MixPort, type UpdatePiece } from './mix-member.ts';
+import { type MemberHandlers, type MemberPlan, MixMember, type MixMemberStats, type MixPort, type PeerNet, type UpdatePiece } from './mix-member.ts';
 import { type RtcPeerConstructor, type SignalPort, WebRtcPeerNet } from './mix-webrtc.ts';
 import { type SocketIoTransport, bytes } from './transport-socketio.ts';
 
@@ -22,9 +22,11 @@ const isInt = (x: unknown): x is number => Number.isInteger(x) && (x as number) 
 export class SocketMixPort implements MixPort, SignalPort {
   /** The group whose data channels stay open (exchanging, then receiving pieces). */
   private current: number | null = null;
+  /** The data channels, made on the first `ready` of a server that mixes (null: no WebRTC here). */
   net: WebRtcPeerNet | null = null;
+  private netMade: Promise<WebRtcPeerNet | null> | null = null;
 
-  constructor(private readonly t: SocketIoTransport) {
+  constructor(private readonly t: SocketIoTransport, private readonly rtc: () => Promise<RtcPeerConstructor | null>) {
     t.serve('mix:abort', (m: unknown) => {
       const g = (m as { groupId?: unknown } | null)?.groupId;
       if (isInt(g)) this.leave(g);
@@ -35,6 +37,8 @@ export class SocketMixPort implements MixPort, SignalPort {
 
   async ready(meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null> {
     if (!this.active) return null;
+    this.netMade ??= this.rtc().then((RTC) => (this.net = RTC ? new WebRtcPeerNet(RTC, this, [], 15_000) : null));
+    if (!(await this.netMade)) return null;
     const r = await this.t.request<MixPlanMsg | null>('mix:ready', { meta, frameHash }, 0);
     const p = r.ok ? toPlan(r.value) : null;
     if (!p) return null;
@@ -88,11 +92,15 @@ export class SocketMixPort implements MixPort, SignalPort {
   }
 }
 
-/** The island's transport as a group member over WebRTC data channels (`RTC`: the platform's RTCPeerConnection). */
-export function mixingTransport(t: SocketIoTransport, RTC: RtcPeerConstructor, paramCount: number, stats?: MixMemberStats): MixMember {
-  const port = new SocketMixPort(t);
-  port.net = new WebRtcPeerNet(RTC, port, [], 15_000);
-  return new MixMember(t, port, port.net, paramCount, { stats });
+/**
+ * The island's transport as a group member over WebRTC data channels. `rtc` gives the platform's
+ * RTCPeerConnection (null: none), asked only once the server turns out to mix.
+ */
+export function mixingTransport(t: SocketIoTransport, rtc: () => Promise<RtcPeerConstructor | null>, paramCount: number, stats?: MixMemberStats): MixMember {
+  const port = new SocketMixPort(t, rtc);
+  const none: PieceChannel = { send: async () => {}, recv: async () => null };
+  const peers: PeerNet = { channel: (key, index, members) => port.net?.channel(key, index, members) ?? none };
+  return new MixMember(t, port, peers, paramCount, { stats });
 }
 
 function isAck(v: unknown): v is AckMsg {
