@@ -50,6 +50,7 @@ export class SocketMixPort implements MixPort, SignalPort {
 
   async fragment(groupId: number, up: { frame: Uint8Array } | null): Promise<Verdict> {
     const r = await this.t.request<unknown>('mix:fragment', { groupId, frame: up?.frame ?? null }, 0);
+    if (up) this.t.stats.bytesSent += up.frame.length;
     const v = r.ok ? r.value : 'direct';
     const verdict: Verdict = v === 'regroup' || v === 'direct' ? v : isAck(v) ? v : 'direct';
     // mixed: the group's links carry the pieces of later updates; else they are done with
@@ -62,7 +63,10 @@ export class SocketMixPort implements MixPort, SignalPort {
       if (typeof ack !== 'function') return;
       const { groupId, j } = (m ?? {}) as { groupId?: unknown; j?: unknown };
       if (!isInt(groupId) || (event === 'mix:check' && !isInt(j))) return (ack as (a: unknown) => void)({ groupId: 0, frame: null });
-      void f(groupId, isInt(j) ? j : 0).then((frame) => (ack as (a: unknown) => void)({ groupId, frame }), () => (ack as (a: unknown) => void)({ groupId, frame: null }));
+      void f(groupId, isInt(j) ? j : 0).then((frame) => {
+        if (frame) this.t.stats.bytesSent += frame.length;
+        (ack as (a: unknown) => void)({ groupId, frame });
+      }, () => (ack as (a: unknown) => void)({ groupId, frame: null }));
     });
     answer('mix:check', async (g, j) => (await h.check(g, j))?.frame ?? null);
     answer('mix:replay', (g) => h.replay(g));
@@ -71,7 +75,9 @@ export class SocketMixPort implements MixPort, SignalPort {
   onPiece(listener: (p: UpdatePiece) => void): void {
     this.t.serve('mix:piece', (m: unknown) => {
       const p = toPiece(m);
-      if (p) listener(p);
+      if (!p) return;
+      this.t.stats.bytesReceived += p.piece.length;
+      listener(p);
     });
   }
 
