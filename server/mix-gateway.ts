@@ -308,8 +308,9 @@ export class MixGateway {
     this.groups.set(plan.groupId, g);
     this.counters.groups++;
     const v = this.version();
-    this.counters.groupsByVersion[v] = (this.counters.groupsByVersion[v] ?? 0) + 1;
-    delete this.counters.groupsByVersion[v - 64];
+    const byVersion = this.counters.groupsByVersion;
+    byVersion[v] = (byVersion[v] ?? 0) + 1;
+    for (const old of Object.keys(byVersion)) if (Number(old) <= v - 64) delete byVersion[Number(old)];
     for (const id of ids) {
       const old = this.groupOf.get(id);
       this.groupOf.set(id, plan.groupId);
