@@ -17,7 +17,7 @@ import { type CodecOptions, encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { CoordinatorConfig } from '../core/coord/index.ts';
 import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
-import { pieceRange } from '../core/mix/butterfly.ts';
+import { mixWeights, pieceRange } from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import {
   type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixFragmentSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
@@ -126,6 +126,8 @@ export interface MixCounters {
   controlBytes: number;
   /** Islands that waited formWaitMs for a group and uploaded directly. */
   expired: number;
+  /** Groups that reused their previous group's data channels (no signalling). */
+  reused: number;
   /** Groups formed, by the durable version current when they formed (the last 64 versions). */
   groupsByVersion: Record<number, number>;
 }
@@ -144,7 +146,7 @@ export class MixGateway {
   private timer: ReturnType<typeof setTimeout> | null = null;
   readonly counters: MixCounters = {
     groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
-    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, grossSaved: 0, controlBytes: 0, expired: 0, groupsByVersion: {},
+    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, grossSaved: 0, controlBytes: 0, expired: 0, reused: 0, groupsByVersion: {},
   };
 
   constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
@@ -301,7 +303,10 @@ export class MixGateway {
     ack?.(ok(plan));
   }
 
-  private start(plan: GroupPlan): void {
+  private start(formed: GroupPlan): void {
+    const reuse = this.sameAsBefore(formed);
+    const plan = reuse === null ? formed : inOrderOf(formed, this.groups.get(reuse)!.ids);
+    if (reuse !== null) this.counters.reused++;
     const ids = plan.members.map((m) => m.islandId);
     const sockets = ids.map((id) => this.sockets.get(id)!);
     const g: Group = { plan, ids, sockets, fragWaits: new Map(), uploads: new Map(), verdicts: new Map(), acks: new Map(), downlink: false };
@@ -318,7 +323,7 @@ export class MixGateway {
     }
     const members = plan.members.map((m) => ({ islandId: m.islandId, tokens: m.tokens, frameHash: m.frameHash }));
     ids.forEach((id, index) => {
-      const msg: MixPlanMsg = { groupId: plan.groupId, index, members, ranges: plan.ranges, exchangeTimeoutMs: this.settings.exchangeTimeoutMs, iceServers: this.settings.iceServers };
+      const msg: MixPlanMsg = { groupId: plan.groupId, index, members, ranges: plan.ranges, exchangeTimeoutMs: this.settings.exchangeTimeoutMs, iceServers: this.settings.iceServers, ...(reuse !== null ? { reuse } : {}) };
       this.counters.controlBytes += JSON.stringify(msg).length;
       this.answerReady(id, msg);
     });
@@ -326,6 +331,19 @@ export class MixGateway {
       this.log(`mix: settling group ${plan.groupId} failed: ${(e as Error)?.stack ?? String(e)}`);
       this.callOff(plan.groupId, false);
     });
+  }
+
+  /**
+   * The members' last group, when it is this one's members exactly and still takes pieces (mixed in
+   * full, every member connected): its data channels are open, so the new group reuses them in the
+   * same member order and signals nothing (MixPlanMsg.reuse).
+   */
+  private sameAsBefore(plan: GroupPlan): number | null {
+    const old = this.groupOf.get(plan.members[0].islandId);
+    const g = old !== undefined ? this.groups.get(old) : undefined;
+    if (!g?.downlink || g.ids.length !== plan.members.length) return null;
+    const fits = plan.members.every((m) => this.groupOf.get(m.islandId) === old && g.ids.includes(m.islandId) && this.sockets.get(m.islandId) === g.sockets[g.ids.indexOf(m.islandId)]);
+    return fits ? old! : null;
   }
 
   /** The fragment of member j: uploaded, or null when it never came within the exchange timeout. */
@@ -436,6 +454,12 @@ export class MixGateway {
     if (pending) setTimeout(forget, this.settings.exchangeTimeoutMs).unref?.();
     else forget();
   }
+}
+
+/** The plan with its members in `order` (their weights follow them; the ranges depend on k only). */
+function inOrderOf(plan: GroupPlan, order: string[]): GroupPlan {
+  const members = order.map((id) => plan.members.find((m) => m.islandId === id)!);
+  return { ...plan, members, weights: mixWeights(members.map((m) => m.tokens)) };
 }
 
 function firstError(c: { Errors(v: unknown): Iterable<{ path: string; message: string }> }, v: unknown): string {

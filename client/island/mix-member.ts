@@ -30,6 +30,8 @@ export interface MemberPlan {
   ranges: Array<[number, number]>;
   /** a_m = fround(w_m / W) (butterfly.ts mixWeights). */
   weights: Float32Array;
+  /** The previous group whose data channels this one reuses (MixPlanMsg.reuse). */
+  reuse?: number;
   /** RTCPeerConnection iceServers (MixPlanMsg's; absent: host candidates only). */
   iceServers?: Array<{ urls: string | string[]; username?: string; credential?: string }>;
 }

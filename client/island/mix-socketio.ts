@@ -42,9 +42,9 @@ export class SocketMixPort implements MixPort, SignalPort {
     const r = await this.t.request<MixPlanMsg | null>('mix:ready', { meta, frameHash }, 0);
     const p = r.ok ? toPlan(r.value) : null;
     if (!p) return null;
-    if (this.current !== null && this.current !== p.groupId) this.leave(this.current);
+    const reused = this.net?.join(p) ?? false;
+    if (!reused && this.current !== null && this.current !== p.groupId) this.leave(this.current);
     this.current = p.groupId;
-    this.net?.join(p);
     return p;
   }
 
@@ -121,7 +121,10 @@ function toPlan(v: MixPlanMsg | null): MemberPlan | null {
   if (k < 2 || (k & (k - 1)) !== 0 || v.ranges.length !== k || !isInt(v.groupId) || !isInt(v.index) || v.index >= k) return null;
   const members = v.members.map((m) => ({ islandId: String(m.islandId), tokens: Number(m.tokens), frameHash: String(m.frameHash) }));
   if (members.some((m) => !(m.tokens > 0))) return null;
-  return { groupId: v.groupId, index: v.index, members, ranges: v.ranges, weights: mixWeights(members.map((m) => m.tokens)), iceServers: Array.isArray(v.iceServers) ? v.iceServers : [] };
+  return {
+    groupId: v.groupId, index: v.index, members, ranges: v.ranges, weights: mixWeights(members.map((m) => m.tokens)),
+    iceServers: Array.isArray(v.iceServers) ? v.iceServers : [], ...(isInt(v.reuse) ? { reuse: v.reuse } : {}),
+  };
 }
 
 function toPiece(m: unknown): UpdatePiece | null {

@@ -81,10 +81,23 @@ export class WebRtcPeerNet implements PeerNet {
     signal.onSignal((g, from, kind, data) => this.onSignal(g, from, kind, data));
   }
 
-  /** Connects to every peer of a group as soon as it is announced (the lower index offers). */
-  join(plan: MemberPlan): void {
-    if (this.ended.has(plan.groupId)) return; // called off before its plan was read: its exchange fails at once
+  /**
+   * Connects to every peer of a group as soon as it is announced (the lower index offers), or, when
+   * the plan reuses the previous group (same members, same order) whose links are all open, takes
+   * those links over without signalling. Returns whether it reused them.
+   */
+  join(plan: MemberPlan): boolean {
+    if (this.ended.has(plan.groupId)) return false; // called off before its plan was read: its exchange fails at once
     this.plans.set(plan.groupId, plan);
+    const peers = plan.members.map((_, j) => j).filter((j) => j !== plan.index);
+    const old = plan.reuse;
+    if (old !== undefined && peers.every((j) => { const l = this.links.get(`${old}/${j}`); return l && l.ready && !l.closed; })) {
+      for (const j of peers) this.links.set(`${plan.groupId}/${j}`, this.links.get(`${old}/${j}`)!);
+      // keep the previous group's names (its last pieces may still be on their way), forget older ones
+      for (const [k, l] of [...this.links]) if (!k.startsWith(`${old}/`) && !k.startsWith(`${plan.groupId}/`) && peers.some((j) => this.links.get(`${old}/${j}`) === l)) this.links.delete(k);
+      for (const g of [...this.plans.keys()]) if (g !== old && g !== plan.groupId) this.plans.delete(g);
+      return true;
+    }
     for (let j = 0; j < plan.members.length; j++) {
       if (j === plan.index) continue;
       if (plan.index < j) this.connect(plan.groupId, j, true);
@@ -93,6 +106,7 @@ export class WebRtcPeerNet implements PeerNet {
         if (offer !== undefined) { this.pendingOffers.delete(`${plan.groupId}/${j}`); this.answer(plan.groupId, j, offer); }
       }
     }
+    return false;
   }
 
   /** Closes a group's connections (its exchange and downlink are over). */
@@ -205,7 +219,7 @@ export class WebRtcPeerNet implements PeerNet {
       ch.addEventListener('close', () => {
         if (timer) clearInterval(timer);
         if (!current()) return;
-        if (link.ready) this.closed(name, link); else retry();
+        if (link.ready) this.closed(link); else retry();
       });
       ch.addEventListener('message', (e) => {
         const b = asBytes(e.data);
@@ -214,7 +228,7 @@ export class WebRtcPeerNet implements PeerNet {
           if (!ready && current()) { ready = true; if (timer) clearInterval(timer); link.open(ch); }
           return;
         }
-        if (b && current()) this.onMessage(name, b);
+        if (b && current()) this.onMessage(peer, b);
       });
       if (ch.readyState === 'open') greet();
     };
@@ -239,7 +253,7 @@ export class WebRtcPeerNet implements PeerNet {
           if (current()) this.signal.send(groupId, peer, 'answer', pc.localDescription!.sdp);
         }
       } catch {
-        if (offerer) retry(); else if (current()) this.closed(name, link);
+        if (offerer) retry(); else if (current()) this.closed(link);
       }
     })();
   }
@@ -256,14 +270,18 @@ export class WebRtcPeerNet implements PeerNet {
     }
   }
 
-  private onMessage(name: string, b: Uint8Array): void {
+  /** A stage message from the peer at index `peer`: its slot names the exchange's group (a reused link carries several). */
+  private onMessage(peer: number, b: Uint8Array): void {
     if (b.length < 2 || b[0] === 0 || b.length < 2 + b[0]) return;
     const key = new TextDecoder().decode(b.subarray(1, 1 + b[0]));
-    this.wake(`${name}|${key}|${b[1 + b[0]]}`, b.subarray(2 + b[0]));
+    const groupId = /^[a-z](\d+)/.exec(key)?.[1];
+    if (groupId !== undefined) this.wake(`${groupId}/${peer}|${key}|${b[1 + b[0]]}`, b.subarray(2 + b[0]));
   }
 
-  private closed(name: string, link: Link): void {
+  /** A link closed: every exchange waiting on it, under any of its names, ends. */
+  private closed(link: Link): void {
     link.closed = true;
-    for (const slot of [...this.waiters.keys()]) if (slot.startsWith(`${name}|`)) this.wake(slot, null);
+    const names = [...this.links].filter(([, l]) => l === link).map(([k]) => `${k}|`);
+    for (const slot of [...this.waiters.keys()]) if (names.some((n) => slot.startsWith(n))) this.wake(slot, null);
   }
 }
