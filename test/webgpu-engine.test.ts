@@ -232,6 +232,9 @@ describe('adapter limits', () => {
     expect(r.error.message).toMatch(/^maxStorageBufferBindingSize: model needs [\d.]+ MiB, adapter allows [\d.]+ MiB/);
     const bad = checkAdapterFits(adapter, { config, maxBatch: 0 });
     expect(bad.ok ? null : bad.error.code).toBe('E_BAD_CONFIG');
+    // attention holds rows as vec4s: a head size of 6 is refused in f32 too
+    const oddHeads = checkAdapterFits(adapter, { config: { ...config, nEmbd: 12, nHead: 2 }, maxBatch: 1 });
+    expect(oddHeads.ok ? null : oddHeads.error.message).toMatch(/head size .* multiple of 4, got 6/);
   });
 
   it('create() on a device without the limits rejects with E_ADAPTER_TOO_SMALL (no crash, nothing allocated)', async () => {

@@ -181,6 +181,9 @@ export function validateOptions(opts: WebGpuEngineOptions): void {
   for (const [k, v] of Object.entries(dims)) if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
   const p = opts.precision ?? 'f32';
   if (p !== 'f32' && p !== 'f16') throw new Error(`precision ${String(p)} must be f32 or f16`);
+  // attention holds rows as vec4s, in either precision
+  const hs = opts.config.nEmbd / opts.config.nHead;
+  if (hs % 4 !== 0) throw new Error(`the WebGPU engine needs a head size (nEmbd / nHead) that is a multiple of 4, got ${hs}`);
   if (p === 'f16') {
     // halves are read 4 at a time (vec4 loads of the matmuls and attention)
     const { nEmbd: C, nHead: NH, vocabSize: V } = opts.config;
