@@ -1,11 +1,14 @@
 import { resolve } from 'node:path';
 import { defineConfig } from 'vite';
+import { writeBuildStamp } from './server/client-build.ts';
 
 // Two pages: the volunteer page at `/` and the researchers' dashboard at `/dashboard`.
 // `atoll serve` serves dist/client; `vite` alone serves the pages for development,
 // proxying the API and socket.io to a server on :8080.
 export default defineConfig({
   root: 'client',
+  // the stamp of the sources this build came from: `serve --build-if-needed` rebuilds a stale one
+  plugins: [{ name: 'atoll-build-stamp', apply: 'build', closeBundle(error) { if (!error) writeBuildStamp(); } }],
   publicDir: false,
   build: {
     outDir: resolve(import.meta.dirname, 'dist/client'),

@@ -134,7 +134,7 @@ export function buildProgram(): Command {
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
     .option('--outer-workers <n>', 'worker threads for the outer step, off the event loop, 0..64 (0: on the event loop)', WORKERS, OUTER_WORKERS_DEFAULT)
     .addOption(new Option('--log-level <level>', 'operator log level (JSON lines on stderr; default $ATOLL_LOG_LEVEL or info)').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']))
-    .option('--build-if-needed', 'run vite build first when dist/client is missing')
+    .option('--build-if-needed', 'run vite build first when dist/client is missing or older than its sources')
     .option('--redis <url>', 'scale out on Redis (redis://HOST:PORT): with --role, this process is one part of the run')
     .addOption(new Option('--role <role>', 'with --redis: gateway (islands, pages, API; any number), aggregator (the run folder and coordinator; one active, the others standby), or all (both)').choices(['gateway', 'aggregator', 'all']))
     .option('--lease-ms <ms>', 'with --redis: the aggregator lease, 100..3,600,000; a standby takes over this long after the active one stops renewing (default 5000)', intIn(100, 3_600_000))

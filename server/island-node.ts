@@ -115,6 +115,8 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     dutyCycle: o.dutyCycle,
     // a transport failure is only reported after a long outage: retry a few of those too
     maxRetries: 3,
+    // pings answered while the CPU engine steps (a round on its thread outlived the ping timeout)
+    yieldEveryMs: 100,
   });
 
   let lastLine = 0;

@@ -75,6 +75,14 @@ describe('atoll serve --redis --role: two gateways, one aggregator', () => {
       const [ha, hb] = await Promise.all([getJson<{ version: number; hash: string }>(`${ga.url}/healthz`), getJson<{ version: number; hash: string }>(`${gb.url}/healthz`)]);
       return ha.version === hb.version && ha.hash === hb.hash && ha.version >= top;
     }, 30_000);
+    // θ through a gateway says which version it is, as the embedded server's does
+    const hb = await getJson<{ version: number; hash: string }>(`${gb.url}/healthz`);
+    const model = await fetch(`${gb.url}/api/model`);
+    expect(model.status).toBe(200);
+    // (the run may have moved on since /healthz: a version at least as new, its hash the etag's)
+    expect(Number(model.headers.get('x-atoll-version'))).toBeGreaterThanOrEqual(hb.version);
+    expect(model.headers.get('x-atoll-hash')).toMatch(/^[0-9a-f]{16}$/);
+    expect(model.headers.get('etag')).toBe(`"${model.headers.get('x-atoll-hash')}"`);
     const { islands } = await getJson<{ islands: IslandView[] }>(`${gb.url}/api/islands`);
     expect(islands.map((i) => i.name).sort()).toEqual(['a', 'b']);
     for (const i of islands) {

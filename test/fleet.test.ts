@@ -12,6 +12,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { fleetSpecFromCli, parseSchedule } from '../server/commands/fleet.ts';
 import type { FleetReport } from '../server/fleet/types.ts';
 import { runSimulate } from '../server/simulate/index.ts';
+import { clientBuildState } from '../server/client-build.ts';
 import { ensureClientBuild } from './helpers/browser.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -41,6 +42,8 @@ describe('atoll fleet', () => {
 
   beforeAll(async () => {
     ensureClientBuild();
+    // every vite build stamps its output (vite.config.ts): what was just built or found is current
+    expect(clientBuildState()).toBe('current');
     rmSync(out, { recursive: true, force: true });
     mkdirSync(out, { recursive: true });
     // rounds of about 4 s, sized by each island's measured speed (DyLU): the page, on SwiftShader
@@ -57,6 +60,8 @@ describe('atoll fleet', () => {
     expect(parseSchedule('join:2@0.3, kill@0.5')).toEqual([{ action: 'join', count: 2, at: 0.3 }, { action: 'kill', count: 1, at: 0.5 }]);
     expect(() => parseSchedule('explode@0.5')).toThrow(/ACTION\[:COUNT\]@FRACTION/);
     expect(() => fleetSpecFromCli({ schedule: 'join:5@0.1', islands: 2 })).toThrow(/joins 5 islands/);
+    expect(() => fleetSpecFromCli({ schedule: 'kill:3@0.5', islands: 2 })).toThrow(/takes 3 Node islands out but --islands is 2/);
+    expect(() => fleetSpecFromCli({ schedule: 'leave:1@0.2,leave:2@0.6', islands: 2 })).toThrow(/takes 3 Node islands out/);
     expect(() => fleetSpecFromCli({ engines: 'cpu,tpu' })).toThrow(/not cpu or webgpu/);
     expect(fleetSpecFromCli({ duty: '1,0.5', batches: '4,8', redis: true })).toMatchObject({ duty: [1, 0.5], batches: [4, 8], redis: true, preset: 'tiny' });
   });

@@ -114,3 +114,44 @@ describe('IslandRuntime', () => {
     for (const x of [a, b, late]) expect(x.rt.replicaState?.hash).toBe(coord.hash);
   });
 });
+
+// Wall clock: a CPU step runs on the island's own thread. A Node island lets its event loop run at
+// least every yieldEveryMs within a round, so its socket answers the server's pings while it trains.
+describe('IslandRuntime on the wall clock', () => {
+  /** A CPU step that holds the thread for `ms` (a slow machine), as the real CPU engine does. */
+  class BusyEngine extends CpuEngine {
+    constructor(private readonly ms: number) { super({ config: CONFIG, maxBatch: 4 }); }
+    override async step(b: Batch, o: StepOptions): Promise<void> {
+      const until = performance.now() + this.ms;
+      await super.step(b, o);
+      while (performance.now() < until) { /* the rest of a slow step */ }
+    }
+  }
+
+  /** The longest the event loop went without running a 5 ms timer, over one island's run. */
+  async function longestStall(yieldEveryMs: number | undefined): Promise<number> {
+    const coord = new Coordinator({
+      params: initParams(CONFIG, 3),
+      config: { batchSize: 2, seqLen: 16, innerSteps: 16, minInnerSteps: 1, dylu: false, mode: 'async', totalTokens: 16 * 2 * 16 * 2, uplink: { encoding: 'int4', blockSize: 64 } },
+    });
+    const hub = new LocalHub(coord);
+    const rt = new IslandRuntime({ engine: new BusyEngine(25), train: TEXT, transport: hub.connect(), yieldEveryMs });
+    let last = performance.now(), worst = 0;
+    const timer = setInterval(() => { const t = performance.now(); worst = Math.max(worst, t - last); last = t; }, 5);
+    try {
+      const r = await rt.start();
+      expect(r.reason).toBe('done');
+    } finally {
+      clearInterval(timer);
+      hub.close();
+    }
+    return Math.max(worst, performance.now() - last);
+  }
+
+  it('yieldEveryMs keeps the event loop running within a round (16 steps of 25 ms: 400 ms held without it)', async () => {
+    const held = await longestStall(undefined);
+    const yielding = await longestStall(100);
+    expect(held, 'without yields a round holds the thread').toBeGreaterThan(350);
+    expect(yielding, `longest stall with yields every 100 ms (without: ${held.toFixed(0)} ms)`).toBeLessThan(200);
+  });
+});

@@ -77,6 +77,12 @@ export interface IslandRuntimeOptions {
   lossEvery?: number;
   /** Give up a submit after this many transport failures in a row. Default 5. */
   maxRetries?: number;
+  /**
+   * Let the event loop run once the round's steps have held it this long, ms (0: never, the default).
+   * A Node island on the CPU engine steps synchronously: a whole round held its socket's thread past
+   * the server's ping timeout on a loaded machine, and the island dropped out of every merge.
+   */
+  yieldEveryMs?: number;
 }
 
 export interface IslandRunSummary {
@@ -297,6 +303,8 @@ export class IslandRuntime {
     if (!this.batch || this.batch.inputs.length < B * T) this.batch = allocBatch(B, T);
     const lossEvery = Math.max(1, this.opts.lossEvery ?? 1);
     const duty = Math.min(1, Math.max(0.01, this.opts.dutyCycle ?? 1));
+    const yieldEveryMs = this.opts.yieldEveryMs ?? 0;
+    let heldSince = this.clock.now();
     let lossFirst = NaN, lossLast = NaN, lossSum = 0, lossCount = 0, elapsed = 0;
     this.progress.of = a.innerSteps;
     this.progress.step = 0;
@@ -333,7 +341,13 @@ export class IslandRuntime {
       p.lr = lr;
       p.tokensPerSec = elapsed > 0 ? (1000 * (i + 1) * B * T) / elapsed : 0;
       this.emit({ type: 'step', step: i + 1, of: a.innerSteps, loss: lossLast, lr, tokensPerSec: p.tokensPerSec });
-      if (duty < 1 && dt > 0) await this.clock.sleep((dt * (1 - duty)) / duty);
+      if (duty < 1 && dt > 0) {
+        await this.clock.sleep((dt * (1 - duty)) / duty);
+        heldSince = this.clock.now();
+      } else if (yieldEveryMs > 0 && this.clock.now() - heldSince >= yieldEveryMs) {
+        await this.clock.sleep(0);
+        heldSince = this.clock.now();
+      }
     }
     return { steps: a.innerSteps, lossFirst, lossLast, lossMean: lossCount ? lossSum / lossCount : NaN, elapsedMs: elapsed };
   }

@@ -43,8 +43,9 @@ export interface RunHostOptions {
   validatorToken?: string;
 }
 
-/** Headers of an API answer that travel back through the gateway. */
+/** Headers of an API answer that travel back through the gateway: these, and every x-atoll-* (GET /api/model's version and hash). */
 const FORWARDED_HEADERS = ['content-type', 'content-disposition', 'cache-control', 'etag', 'retry-after', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'];
+const forwarded = (h: string) => FORWARDED_HEADERS.includes(h) || h.startsWith('x-atoll-');
 
 export class RunHost {
   token = 0;
@@ -234,7 +235,7 @@ export class RunHost {
       method: req.method as 'GET', url: req.url, headers: req.headers, payload: req.body, remoteAddress: req.remoteAddress,
     });
     const headers: Record<string, string> = {};
-    for (const h of FORWARDED_HEADERS) if (res.headers[h] !== undefined) headers[h] = String(res.headers[h]);
+    for (const [h, v] of Object.entries(res.headers)) if (v !== undefined && forwarded(h)) headers[h] = String(v);
     // a new codec changes the largest legal frame every gateway checks
     if (req.url.startsWith('/api/admin/config') && res.statusCode === 200) await this.event({ kind: 'limits', maxFrameBytes: this.core!.run.maxFrameBytes });
     return { statusCode: res.statusCode, headers, body: res.rawPayload };

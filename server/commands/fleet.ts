@@ -70,6 +70,10 @@ export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
   const islands = o.islands ?? 4;
   const joins = schedule.filter((e) => e.action === 'join').reduce((a, e) => a + e.count, 0);
   if (joins > islands) throw bad(`--schedule joins ${joins} islands but --islands is ${islands} (joining islands count in --islands)`);
+  // leaves and kills take Node islands that are training: more than can ever be would never fire
+  const gone = schedule.filter((e) => e.action === 'leave').reduce((a, e) => a + e.count, 0);
+  const worst = schedule.filter((e) => e.action !== 'join').reduce((a, e) => Math.max(a, e.count), 0);
+  if (gone > islands || worst > islands) throw bad(`--schedule takes ${Math.max(gone, worst)} Node islands out but --islands is ${islands} (pages are never taken out)`);
   if (islands + (o.browsers ?? 0) < 1) throw bad('a fleet needs at least one island or browser');
   return {
     preset, islands, browsers: o.browsers ?? 0, engines,

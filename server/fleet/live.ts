@@ -257,6 +257,12 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
         }
       }
     }
+    // an event still waiting for a training victim when the run ended is reported, not dropped
+    for (const ev of schedule) {
+      const line = `${ev.action} ${ev.count} at ${(100 * ev.at).toFixed(0)} %: did not fire (fewer than ${ev.count} Node island(s) training before the run reached its tokens)`;
+      faults.push(line);
+      hooks.log(`fleet: warning: ${line}`);
+    }
     const seconds = (Date.now() - t0) / 1000;
     // `done` comes from the coordinator, the status's tokens from the durable point just behind it
     await waitUntil('the last update to be durable', 30_000, async () => {
