@@ -1,4 +1,4 @@
-// attention.wgsl's dispatches: causal multi-head self-attention, flash style (head size HS = C/NH written in).
+// attention.wgsl's dispatches: causal multi-head self-attention, flash style in 4×4 register tiles (head size HS = C/NH written in).
 
 import { attentionBackward as attentionBackwardCpu, attentionForward as attentionForwardCpu } from '../core/model/ops.ts';
 import { type Defines, type DispatchSpec, type Shape, acc, defineKernel } from './kernel.ts';
