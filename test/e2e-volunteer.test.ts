@@ -27,7 +27,7 @@ import { CpuEngine } from '../client/engine/cpu.ts';
 import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import { type Assignment, innerLearningRate } from '../core/protocol.ts';
-import type { IslandView } from '../core/api.ts';
+import type { IslandDetail, IslandView } from '../core/api.ts';
 import { contributors } from '../core/credit.ts';
 import { median } from '../core/coord/aggregate.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
@@ -526,18 +526,28 @@ describe('volunteer page (Chromium)', () => {
       return v.roundsAccepted >= 1 ? v : null;
     }, 90_000, 500);
     expect(v.engine).toBe('cpu');
-    // the CPU page's first round (alone now, a fresh AdamW joining a trained θ): the version it makes
-    // is still well below v0. Not asserted: below its own base. The outer Nesterov momentum of the
-    // earlier rounds moves that version too, and once went 3.295 → 3.357 (the note of wave 3 says so).
+    // the CPU page's first round (a fresh AdamW joining a trained θ) never makes the model worse: the
+    // version its Δ was applied in evaluates below the one before it. That version is the one the
+    // server lists for it, not base + 1: a delta the WebGPU page sent just before it left can still
+    // be in the merge window when the CPU page takes its assignment, and make base + 1 alone.
     const a0 = (await pageAssignments(cpu))[0];
     const ev = await waitFor('the evals around the CPU page\'s first round', async () => {
-      const { points } = await getJson<{ points: Array<{ version: number; evalLoss: number | null }> }>(`${url}/api/history`);
-      const at = (k: number) => points.find((p) => p.version === k)?.evalLoss;
-      return at(0) != null && at(a0.baseVersion) != null && at(a0.baseVersion + 1) != null ? { v0: at(0)!, before: at(a0.baseVersion)!, after: at(a0.baseVersion + 1)! } : null;
+      const detail = await getJson<IslandDetail>(`${url}/api/islands/${v.islandId}`);
+      const applied = detail.contributions.map((c) => c.version).sort((x, y) => x - y)[0];
+      if (applied == null) return null;
+      const { points } = await getJson<{ points: Array<{ version: number; evalLoss: number | null; contributors: number }> }>(`${url}/api/history`);
+      const at = (k: number) => points.find((p) => p.version === k);
+      const [p0, before, after] = [at(0), at(applied - 1), at(applied)];
+      return p0?.evalLoss != null && before?.evalLoss != null && after?.evalLoss != null
+        ? { v0: p0.evalLoss, base: a0.baseVersion, applied, before: before.evalLoss, after: after.evalLoss, contributors: after.contributors } : null;
     }, 30_000, 250);
     timings.cpuPageEvalBefore = ev.before;
     timings.cpuPageEvalAfter = ev.after;
+    timings.cpuPageBaseVersion = ev.base;
+    timings.cpuPageAppliedVersion = ev.applied;
     expect(a0.baseVersion, 'the CPU page joined a trained θ').toBeGreaterThan(0);
+    expect(ev.contributors, 'the CPU page alone made that version').toBe(1);
+    expect(ev.after, JSON.stringify(ev)).toBeLessThan(ev.before);
     expect(ev.after, JSON.stringify(ev)).toBeLessThan(ev.v0 - 0.5);
     const row = (await islands()).find((i) => i.id === v.islandId)!;
     expect(row.engine).toBe('cpu');
