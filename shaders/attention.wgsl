@@ -164,6 +164,7 @@ fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
   var qt: Rows; // rows × channels
   var gt: Rows; // dout, rows × channels
   var dq: Rows; // channels × rows
+  var kc: Rows; // the block's keys: read (and converted) once for the scores and for dq
   var d = vec4<f32>(0.0);
   for (var i = 0u; i < H4; i++) {
     let g = dout_chunk(w.b, w.t, w.h, i);
@@ -178,13 +179,14 @@ fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
     var s = mat4x4<f32>();
     var gv = mat4x4<f32>();
     for (var i = 0u; i < H4; i++) {
-      s += qt[i] * qkv_chunk(w.b, k0, w.h, 1u, i);
+      kc[i] = qkv_chunk(w.b, k0, w.h, 1u, i);
+      s += qt[i] * kc[i];
       gv += gt[i] * qkv_chunk(w.b, k0, w.h, 2u, i);
     }
     if (k0 == w.t) { s = mask_causal(s); }
     let ds = transpose(mat4x4<f32>(exp(s[0] - L) * (gv[0] - d), exp(s[1] - L) * (gv[1] - d),
                                    exp(s[2] - L) * (gv[2] - d), exp(s[3] - L) * (gv[3] - d))); // keys × rows
-    for (var i = 0u; i < H4; i++) { dq[i] += qkv_chunk(w.b, k0, w.h, 1u, i) * ds; }
+    for (var i = 0u; i < H4; i++) { dq[i] += kc[i] * ds; }
   }
   for (var r = 0u; r < min(4u, p.T - w.t); r++) {
     let idx = qkv_at(w.b, w.t + r, w.h, 0u);
@@ -203,6 +205,8 @@ fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
   var vt: Rows;
   var dk: Rows; // channels × keys
   var dv: Rows;
+  var qc: Rows; // the block's queries and their dout: read (and converted) once for the scores and the updates
+  var gc: Rows;
   for (var i = 0u; i < H4; i++) {
     kt[i] = transpose(qkv_chunk(w.b, w.t, w.h, 1u, i)) * p.scale;
     vt[i] = transpose(qkv_chunk(w.b, w.t, w.h, 2u, i));
@@ -211,8 +215,10 @@ fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
     var s = mat4x4<f32>();  // keys × queries: s[j] = the 4 keys' scores from query q0+j
     var gv = mat4x4<f32>();
     for (var i = 0u; i < H4; i++) {
-      s += kt[i] * qkv_chunk(w.b, q0, w.h, 0u, i);
-      gv += vt[i] * dout_chunk(w.b, q0, w.h, i);
+      qc[i] = qkv_chunk(w.b, q0, w.h, 0u, i);
+      gc[i] = dout_chunk(w.b, q0, w.h, i);
+      s += kt[i] * qc[i];
+      gv += vt[i] * gc[i];
     }
     if (q0 == w.t) { s = mask_causal_t(s); }
     let L = lse4(w.bh * p.T, q0);
@@ -223,8 +229,8 @@ fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
     let pq = transpose(pr); // queries × keys
     let dsq = transpose(ds);
     for (var i = 0u; i < H4; i++) {
-      dv[i] += dout_chunk(w.b, q0, w.h, i) * pq;
-      dk[i] += qkv_chunk(w.b, q0, w.h, 0u, i) * dsq;
+      dv[i] += gc[i] * pq;
+      dk[i] += qc[i] * dsq;
     }
   }
   for (var r = 0u; r < min(4u, p.T - w.t); r++) {
