@@ -75,6 +75,24 @@ export const RunInfoSchema = Type.Object({
 });
 export type RunInfo = Static<typeof RunInfoSchema>;
 
+/** Butterfly mixing on the server (server/mix-gateway.ts), when it mixes. */
+export const MixStatusSchema = Type.Object({
+  k: Type.Integer(),
+  groups: Type.Integer(),
+  mixedGroups: Type.Integer(),
+  /** Groups called off (a member dropped, stalled or failed its exchange): their members uploaded directly. */
+  fallbacks: Type.Integer(),
+  /**
+   * Server bytes saved by mixing, net: the update pieces' savings (exact: k − 1 frames per group and
+   * update), plus (k − 1) × each mixed group's fragment bytes (a member's own Δ is about its k
+   * fragments' worth), less the spot checks, replays and signalling the server carried.
+   */
+  savedBytes: Type.Number(),
+  /** Groups formed while each of the last versions was current (oldest first). */
+  groupsByVersion: Type.Array(Type.Object({ version: Type.Integer(), groups: Type.Integer() })),
+});
+export type MixStatus = Static<typeof MixStatusSchema>;
+
 /** GET /api/status and every dashboard tick: the run right now. */
 export const RunStatusSchema = Type.Object({
   run: Type.String(),
@@ -105,6 +123,8 @@ export const RunStatusSchema = Type.Object({
   rejected: Counts,
   /** Server time of this status, ms since the epoch. */
   time: Type.Number(),
+  /** Butterfly mixing (absent: the server does not mix). */
+  mix: Type.Optional(MixStatusSchema),
 });
 export type RunStatus = Static<typeof RunStatusSchema>;
 

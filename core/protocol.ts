@@ -215,6 +215,8 @@ export interface MixPlanMsg {
   exchangeTimeoutMs: number;
   /** RTCPeerConnection iceServers the operator configured (empty on loopback). */
   iceServers: Array<{ urls: string | string[]; username?: string; credential?: string }>;
+  /** The same members, in the same order, as group `reuse`, which still takes pieces: use its data channels (no signalling). */
+  reuse?: number;
 }
 
 /** `mix:piece`: one member's byte piece of an update frame; the group exchanges the rest. */
@@ -248,6 +250,8 @@ export interface HelloAnswer {
   serverTime: number;
   /** true when resumeIslandId and resumeToken were accepted and the old identity continues. */
   resumed: boolean;
+  /** Butterfly mixing's group size k (0 or absent: the server does not mix; send `delta`). */
+  mixGroup?: number;
 }
 
 /**

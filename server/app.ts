@@ -18,7 +18,8 @@ import { Run } from './run.ts';
 import { NoQuery, STRICT_AJV, replies, strictHttp } from './http-strict.ts';
 import { HealthSchema } from '../core/api.ts';
 import { AuthLimiter } from './auth-limit.ts';
-import { type RunPort, localPort } from './run-port.ts';
+import { type RunPort, localMixHost, localPort } from './run-port.ts';
+import { MixGateway, type MixOptions, mixSettings } from './mix-gateway.ts';
 import { adminToken, lockRunFolder } from './run-folder.ts';
 import { ok } from '../core/result.ts';
 import type { RunConfig } from './run-config.ts';
@@ -48,12 +49,16 @@ export interface AtollServerOptions {
   idleTimeoutMs?: number;
   /** Gateway knobs for tests and the bench. */
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
+  /** Butterfly mixing (server/mix-gateway.ts): group size k (0 or absent: off) and its knobs. */
+  mix?: MixOptions;
 }
 
 export interface AtollServer {
   app: FastifyInstance;
   run: Run;
   gateway: Gateway;
+  /** Butterfly mixing (null: off). */
+  mix: MixGateway | null;
   metrics: Metrics;
   adminToken: string;
   /** The file the admin token is kept in (null: it came from the caller, e.g. ATOLL_ADMIN_TOKEN). */
@@ -190,7 +195,7 @@ export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0
 }
 
 /** The island gateway on `app`'s HTTP server, with the run's limits. */
-export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: AtollServerOptions['gateway']): Gateway {
+export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: (AtollServerOptions['gateway'] & { mix?: MixGateway }) | undefined): Gateway {
   return new Gateway(app.server, {
     run, helloPerMinute: c.limits.helloPerMinute, maxIslands: c.limits.maxIslands, allowOrigins: c.allowOrigins,
     powBits: c.limits.powBits, newIslandsPerHour: c.limits.newIslandsPerHour,
@@ -202,9 +207,11 @@ export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunCon
 /** The embedded default: the run, its REST API and the island gateway in one process. */
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const core = await createRunApp(o);
-  const gateway = attachGateway(core.app, localPort(core.run), o.config, o.gateway);
+  const mix = o.mix && o.mix.k > 0 ? new MixGateway(mixSettings(o.mix, core.run.coord.config()), localMixHost(core.run), () => core.run.version, (line) => core.app.log.warn(line)) : undefined;
+  if (mix) core.run.mixStatus = () => mix.status();
+  const gateway = attachGateway(core.app, localPort(core.run), o.config, { ...o.gateway, mix });
   return {
-    ...core, gateway,
+    ...core, gateway, mix: mix ?? null,
     listen: (port, host) => listenOn(core.app, port, host),
     close: closeOnce(async () => {
       await gateway.close();

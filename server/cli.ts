@@ -42,6 +42,12 @@ function serverUrls(v: string): string {
 const SEED = intIn(0, 2 ** 32 - 1);
 const PORT = intIn(0, 65_535);
 const WORKERS = intIn(0, 64);
+/** A butterfly group: 0 (off) or a power of two, 2..16. */
+function MIX_GROUP(v: string): number {
+  const k = intIn(0, 16)(v);
+  if (k === 1 || (k & (k - 1)) !== 0) throw new InvalidArgumentError('must be 0 (off) or a power of two from 2 to 16');
+  return k;
+}
 
 /** `serve --outer-workers`: the outer step in two worker threads unless told otherwise. */
 const OUTER_WORKERS_DEFAULT = 2;
@@ -141,6 +147,8 @@ export function buildProgram(): Command {
     .option('--validator-token <token>', 'verified work: validators (atoll island --validator) authenticate with this (default $ATOLL_VALIDATOR_TOKEN; none: no audits)')
     .option('--audit-rate <f>', 'fraction of accepted dense-code deltas audited, [0, 1] (default 0.1)', numIn(0, 1))
     .option('--audit-ban-after <n>', 'failed audits that ban an island, 0..1000 (0: never; default 2)', intIn(0, 1000))
+    .option('--mix-group <k>', 'butterfly mixing: islands ready together average over WebRTC in groups of k and upload 1/k each; 0 (off, the default), 2, 4, 8, 16', MIX_GROUP, 0)
+    .option('--mix-spot-rate <f>', 'with --mix-group: share of fragments a second member recomputes (spot checks), [0, 1] (default 0.1)', numIn(0, 1))
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');
       await serve(o);
@@ -160,6 +168,7 @@ export function buildProgram(): Command {
     .option('--json', 'print one JSON summary at the end')
     .option('--validator', 'audit a sample of other islands\' deltas instead of training (recomputes them on the engine, cpu by default)')
     .option('--validator-token <token>', 'with --validator: the run\'s validator token (default $ATOLL_VALIDATOR_TOKEN)')
+    .option('--no-mix', 'never join butterfly mixing groups (WebRTC) on a server that mixes: upload every delta directly')
     .action(async (o) => {
       const { island } = await import('./commands/island.ts');
       process.exitCode = await island(o);

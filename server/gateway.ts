@@ -22,6 +22,7 @@ import type { RunPort } from './run-port.ts';
 import { AuthLimiter } from './auth-limit.ts';
 import { IdentityCost } from './identity-cost.ts';
 import { TokenBuckets } from './token-buckets.ts';
+import { MIX_EVENTS, type MixGateway } from './mix-gateway.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -72,6 +73,8 @@ export interface GatewayOptions {
   dashboardPeriodMs?: number;
   heartbeatMs?: number;
   log?: (line: string) => void;
+  /** Butterfly mixing (mix-gateway.ts); absent: off, islands upload directly. */
+  mix?: MixGateway;
 }
 
 type Ack = (r: unknown) => void;
@@ -145,8 +148,10 @@ export class Gateway {
 
     this.run.listen({
       update: (u) => {
-        const n = this.islands.adapter.rooms.get('islands')?.size ?? 0;
-        this.islands.to('islands').emit('update', u);
+        // mixed groups get the update as pieces they all-gather (mix-gateway.ts); the rest get it whole
+        const pieces = this.opts.mix?.route(u) ?? [];
+        const n = (this.islands.adapter.rooms.get('islands')?.size ?? 0) - pieces.length;
+        (pieces.length ? this.islands.to('islands').except(pieces) : this.islands.to('islands')).emit('update', u);
         this.run.noteBytesOut(n * (u.frame.length + 256));
       },
       ban: (id) => {
@@ -178,6 +183,7 @@ export class Gateway {
   async close(): Promise<void> {
     clearInterval(this.dashTimer);
     clearInterval(this.heartbeatTimer);
+    this.opts.mix?.close();
     // No explicit disconnect: closing the transports lets islands reconnect to the next process.
     await new Promise<void>((r) => this.io.close(() => r()));
   }
@@ -235,7 +241,7 @@ export class Gateway {
           });
       });
     };
-    const known = new Set(['challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict']);
+    const known = new Set<string>(['challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict', ...(this.opts.mix ? MIX_EVENTS : [])]);
     socket.onAny((event: string) => {
       if (!known.has(event)) violation(GatewayError.UNKNOWN_EVENT, `unknown event '${String(event).slice(0, 64)}'`);
     });
@@ -292,6 +298,7 @@ export class Gateway {
         maxHttpBufferSize: this.maxHttpBufferSize,
         serverTime: Date.now(),
         resumed: r.value.resumed,
+        mixGroup: this.opts.mix?.k ?? 0,
       }));
     });
 
@@ -384,12 +391,15 @@ export class Gateway {
       ack(await this.run.audits.verdict(v.jobId, v.cosine, v.normRatio));
     });
 
+    this.opts.mix?.attach(socket, () => st.islandId, handle);
+
     handle('bye', async (payload, ack) => {
       if (!checkBye.Check(payload ?? {})) return ack(err(ErrorCode.BAD_REQUEST, `bye: ${firstError(checkBye, payload)}`));
       const reason = (payload as Static<typeof ByeSchema> | undefined)?.reason ?? 'bye';
       if (st.islandId) {
         const id = st.islandId;
         this.unbind(id, socket);
+        this.opts.mix?.left(id, socket);
         st.islandId = null;
         if (!this.socketsByIsland.has(id)) this.run.leave(id, reason.slice(0, 256));
       }
@@ -402,6 +412,7 @@ export class Gateway {
       if (!id) return;
       st.islandId = null;
       this.unbind(id, socket);
+      this.opts.mix?.left(id, socket);
       if (!this.socketsByIsland.has(id)) {
         this.run.forgetWaiters(id);
         this.run.leave(id, `disconnected: ${reason}`);

@@ -3,10 +3,13 @@
 
 import { type Calibration, calibrate, calibrationKey } from '../client/island/calibrate.ts';
 import { IslandRuntime, type IslandEvent, type IslandRunSummary } from '../client/island/runtime.ts';
-import type { GPTConfig } from '../core/model/config.ts';
+import { type GPTConfig, numParams } from '../core/model/config.ts';
 import type { EngineKind } from '../core/protocol.ts';
 import { createEngine } from './engines.ts';
 import { SocketIoTransport } from '../client/island/transport-socketio.ts';
+import type { MixMemberStats } from '../client/island/mix-member.ts';
+import { mixingTransport } from '../client/island/mix-socketio.ts';
+import type { RtcPeerConstructor } from '../client/island/mix-webrtc.ts';
 import { backoff } from '../core/random.ts';
 
 export interface NodeIslandOptions {
@@ -37,6 +40,8 @@ export interface NodeIslandOptions {
   onEvent?: (e: IslandEvent, transport: SocketIoTransport) => void;
   /** Installs SIGINT/SIGTERM handlers: first stops cleanly, second exits (default false). */
   handleSignals?: boolean;
+  /** Butterfly mixing over WebRTC (node-datachannel) when the server mixes (default true; `--no-mix`). */
+  mix?: boolean;
 }
 
 export interface NodeIsland {
@@ -49,6 +54,8 @@ export interface NodeIsland {
   stop(): void;
   /** True once stop() or a signal asked the island to stop. */
   readonly stopRequested: boolean;
+  /** What butterfly mixing did (null: `mix: false`). */
+  mix: MixMemberStats | null;
 }
 
 interface RunInfoLite {
@@ -109,8 +116,11 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     maxOutageMs,
     onConnection: (state, detail) => { if (state !== 'connected') say(`connection ${state}: ${detail}`); },
   });
+  const stats: MixMemberStats = { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
+  let rtcUsed = false;
+  const rtc = () => { rtcUsed = true; return webRtc(say); };
   const runtime = new IslandRuntime({
-    engine, train, transport,
+    engine, train, transport: o.mix === false ? transport : mixingTransport(transport, rtc, numParams(info.model), stats),
     caps: { name: o.name, maxBatch: batch, batchSize: batch, ...(calibration ? { tokensPerSec: calibration.tokensPerSec * duty } : {}) },
     dutyCycle: o.dutyCycle,
     // a transport failure is only reported after a long outage: retry a few of those too
@@ -168,11 +178,46 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     line(true);
     if (mode === 'tty') process.stderr.write('\n');
     engine.destroy();
+    if (rtcUsed) void webRtcDone();
     return summary;
   });
   return {
     runtime, transport, done, calibration,
     stop: () => { stops++; runtime.stop(); if (runtime.progress.status === 'waiting') void transport.close('stopped'); },
     get stopRequested() { return stops > 0; },
+    mix: o.mix === false ? null : stats,
   };
+}
+
+/** Islands of this process using node-datachannel (libdatachannel's threads keep a process alive until cleanup). */
+let rtcIslands = 0;
+
+/** An island done with WebRTC; the last one lets the process exit (node-datachannel's cleanup). */
+async function webRtcDone(): Promise<void> {
+  if (--rtcIslands > 0) return;
+  try { (await import('node-datachannel')).cleanup(); } catch { /* never loaded */ }
+}
+
+/** node-datachannel's RTCPeerConnection (libdatachannel); null where its native part does not load: direct uploads. */
+async function webRtc(say: (s: string) => void): Promise<RtcPeerConstructor | null> {
+  rtcIslands++;
+  try {
+    const m = await import('node-datachannel/polyfill');
+    // The first connection initializes libdatachannel (its certificate, its threads): done here, once,
+    // because connections a group opens at once while it initializes were seen closing by themselves.
+    const pc = new m.RTCPeerConnection({ iceServers: [] });
+    pc.createDataChannel('warm-up');
+    await pc.setLocalDescription(await pc.createOffer());
+    await new Promise<void>((done) => {
+      const t = setTimeout(done, 2000);
+      const check = () => { if (pc.iceGatheringState === 'complete') { clearTimeout(t); done(); } };
+      pc.addEventListener('icegatheringstatechange', check);
+      check();
+    });
+    pc.close();
+    return m.RTCPeerConnection as unknown as RtcPeerConstructor;
+  } catch (e) {
+    say(`atoll island: no WebRTC (node-datachannel: ${(e as Error).message}): deltas go to the server directly`);
+    return null;
+  }
 }

@@ -35,6 +35,9 @@ export interface IslandSideRun {
   whenDurable(version: number): Promise<void>;
 }
 
+/** A butterfly group's token-weighted mean Δ (server/mix-gateway.ts), counted as each member's contribution. */
+export interface MixedDelta { delta: Float32Array; norm: number }
+
 export class RunIslands {
   private readonly run: IslandSideRun;
 
@@ -128,11 +131,12 @@ export class RunIslands {
    * it is durable when accepted. A resend of a delta that is pending or already applied gets the
    * same answer as the original (the island lost the ack, not the delta).
    */
-  async submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg> {
+  async submit(meta: DeltaMeta, frame: Uint8Array, mixed?: MixedDelta): Promise<AckMsg> {
     const known = this.run.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
     if (known) return known;
-    // with the offload, the frame is decoded on a worker first (the coordinator checks the rest)
-    const decoded = this.run.offload ? await this.run.offload.ingest(frame) : undefined;
+    // with the offload, the frame is decoded on a worker first (the coordinator checks the rest);
+    // a group's mean comes decoded, into a buffer the coordinator may keep
+    const decoded = mixed ? ok({ delta: this.heldCopy(mixed.delta), norm: mixed.norm }) : this.run.offload ? await this.run.offload.ingest(frame) : undefined;
     if (decoded) {
       await this.run.whenIdle();
       const again = this.run.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
@@ -153,8 +157,7 @@ export class RunIslands {
       }, frame);
     }
     this.run.metrics.applySeconds.observe((performance.now() - t0) / 1000);
-    this.run.bytesIn += frame.length;
-    this.run.metrics.bytesIn.inc(frame.length);
+    if (!mixed) this.noteBytesIn(frame.length); // a group's fragments were counted as they came (mix-gateway.ts)
     if (!r.ok) {
       this.run.metrics.deltasRejected.inc({ code: r.error.code });
       this.run.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: 'rejected', code: r.error.code });
@@ -167,9 +170,20 @@ export class RunIslands {
     return ack;
   }
 
+  /** A copy of a group's mean in a buffer the coordinator can hold (the offload's shared memory when offloaded). */
+  private heldCopy(delta: Float32Array): Float32Array {
+    const buf = this.run.offload ? this.run.offload.buffer() : new Float32Array(delta.length);
+    buf.set(delta);
+    return buf;
+  }
+
   /** Counts a rejection made before the coordinator saw the message (schema, size, identity). */
   noteRejected(code: string, bytes: number): void {
     this.run.metrics.deltasRejected.inc({ code });
+    this.noteBytesIn(bytes);
+  }
+
+  noteBytesIn(bytes: number): void {
     this.run.bytesIn += bytes;
     this.run.metrics.bytesIn.inc(bytes);
   }

@@ -6,9 +6,11 @@
 // Every hook reports state only once it is durable, as Run does.
 
 import type { HistoryPoint, IslandView, RunStatus } from '../core/api.ts';
-import type { AckMsg, Assignment, DeltaMeta, IslandCaps, UpdateMsg } from '../core/protocol.ts';
+import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type IslandCaps, type UpdateMsg } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { AuditJobWire, VerdictAnswer } from './audit.ts';
+import { checkWork } from '../core/coord/validate.ts';
+import type { MixHost } from './mix-gateway.ts';
 import type { Run } from './run.ts';
 
 export interface HelloRequest {
@@ -122,5 +124,25 @@ export function localPort(run: Run): RunPort {
       take: async () => run.audits!.take(),
       verdict: (jobId, cosine, normRatio) => run.audits!.verdict(jobId, cosine, normRatio),
     } : undefined,
+  };
+}
+
+/** What butterfly mixing needs of the run, embedded (the Redis roles do not carry mixing: serve refuses it there). */
+export function localMixHost(run: Run): MixHost {
+  return {
+    paramCount: run.paramCount,
+    maxFrameBytes: () => run.maxFrameBytes,
+    codec: () => run.coord.config().uplink,
+    work(meta) {
+      const isl = run.coord.island(meta.islandId);
+      if (!isl) return err(ErrorCode.UNKNOWN_ISLAND, `no island ${meta.islandId}`);
+      // the frame's encoding is checked when the group's mean is submitted
+      const w = checkWork(meta, null, isl, run.coord.config(), Date.now());
+      return w.ok ? ok(w.meta.tokens) : err(w.code, w.message);
+    },
+    submitMixed: (meta, frame, delta, norm) => run.islands.submit(meta, frame, { delta, norm }),
+    ban: (id, reason) => run.admin.ban(id, reason),
+    noteBytesIn: (bytes) => run.islands.noteBytesIn(bytes),
+    noteBytesOut: (bytes) => run.islands.noteBytesOut(bytes),
   };
 }

@@ -3,7 +3,7 @@
 // second, so a client polling `/api/islands` costs a page of that copy, not a walk over the records.
 
 import { encodeCheckpoint } from '../core/checkpoint.ts';
-import type { CheckpointInfo, HistoryPoint, IslandView, IslandsResponse, RunStatus } from '../core/api.ts';
+import type { CheckpointInfo, HistoryPoint, IslandView, IslandsResponse, MixStatus, RunStatus } from '../core/api.ts';
 import { islandView } from './island-view.ts';
 import type { Coordinator } from '../core/coord/index.ts';
 import type { RunConfig } from '../core/api.ts';
@@ -26,6 +26,8 @@ export interface ViewedRun {
   readonly bytesIn: number;
   readonly bytesOut: number;
   readonly dataset: TextDataset;
+  /** Butterfly mixing's figures (null: the server does not mix). */
+  readonly mixStatus: (() => MixStatus) | null;
   islandsOnline(): number;
   durableParams(): { version: number; hash: string; params: Float32Array };
 }
@@ -73,6 +75,7 @@ export class RunViews {
       accepted: t.accepted,
       rejected: t.rejected,
       time: now,
+      ...(run.mixStatus ? { mix: run.mixStatus() } : {}),
     };
   }
 

@@ -26,7 +26,7 @@ import { type Result, err, ok } from '../core/result.ts';
 import { loadCorpus } from './corpus.ts';
 import { EvalService } from './eval-worker.ts';
 import type { Metrics } from './metrics.ts';
-import type { RunConfig } from '../core/api.ts';
+import type { MixStatus, RunConfig } from '../core/api.ts';
 import { RunHistory, eventLine, type PointContext } from './history.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
@@ -100,6 +100,8 @@ export class Run {
   onReset: () => void = () => {};
   /** Verified work (server/audit.ts): null unless a validator token was given. */
   audits: RunAudits | null = null;
+  /** Butterfly mixing's figures for the status (server/mix-gateway.ts): null unless the server mixes. */
+  mixStatus: (() => MixStatus) | null = null;
   /** The islands' side (run-islands.ts), the REST views (core/api.ts shapes) and the operator's calls. */
   readonly islands: RunIslands;
   readonly views: RunViews;

@@ -14,19 +14,19 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(8) var<uniform> st: Step;
-@group(0) @binding(1) var<storage, read_write> params: array<f32>;
-@group(0) @binding(2) var<storage, read> grads: array<f32>;
-@group(0) @binding(3) var<storage, read_write> m: array<f32>;
-@group(0) @binding(4) var<storage, read_write> v: array<f32>;
+// The buffers are read as vec4s: their sizes are padded to 16 bytes (webgpu-plan.ts f32b) and the
+// elements past N (zeros) are updated to zeros with the rest.
+@group(0) @binding(1) var<storage, read_write> params: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> grads: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> m: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> v: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read> clip: array<f32>;   // [norm², scale]
 
-// ADAMW_PER_THREAD consecutive elements per thread, so the range scan runs once for them
-// (a CPU adapter pays dearly for it). Grid: grid1(ceil(N / ADAMW_PER_THREAD), 256).
-const ADAMW_PER_THREAD: u32 = 4u;
-
+// Four consecutive elements per thread (one vec4 of each buffer), so the range scan runs once
+// for them (a CPU adapter pays dearly for it). Grid: grid1(ceil(N / 4), 256).
 @compute @workgroup_size(256)
 fn adamw_update(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let i0 = thread_index(id, lid, 256u) * ADAMW_PER_THREAD;
+  let i0 = thread_index(id, lid, 256u) * 4u;
   if (i0 < p.N) { adamw_thread(i0); }
 }
 
@@ -36,35 +36,30 @@ fn adamw_update(id: Grid, @builtin(local_invocation_index) lid: u32) {
 
 @compute @workgroup_size(256)
 fn adamw_update_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let i0 = thread_index(id, lid, 256u) * ADAMW_PER_THREAD;
+  let i0 = thread_index(id, lid, 256u) * 4u;
   if (i0 >= p.N) { return; }
-  let w = adamw_thread(i0);
+  let w = select(adamw_thread(i0), vec4<f32>(0.0), vec4<u32>(i0) + vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(p.N));
   copy_h[i0 / 4u] = vec2<u32>(pack2x16float(w.xy), pack2x16float(w.zw));
 }
 
-// Elements i0 .. i0+3 (those below N); returns their new weights, 0 past N.
+// Elements i0 .. i0+3 (i0 a multiple of 4); returns their new weights.
 fn adamw_thread(i0: u32) -> vec4<f32> {
+  // the weight decay of each of the four (a range may end inside them)
   var r = 0u;
   while (r + 1u < p.num_ranges && i0 >= p.ranges[r].y) { r++; }
-  var w = vec4<f32>(0.0);
-  for (var i = i0; i < min(i0 + ADAMW_PER_THREAD, p.N); i++) {
-    while (i >= p.ranges[r].y && r + 1u < p.num_ranges) { r++; }
-    w[i - i0] = adamw_one(i, p.ranges[r].z != 0u);
+  var decay = vec4<f32>(0.0);
+  for (var k = 0u; k < 4u; k++) {
+    while (i0 + k >= p.ranges[r].y && r + 1u < p.num_ranges) { r++; }
+    decay[k] = select(0.0, st.weight_decay, p.ranges[r].z != 0u);
   }
-  return w;
-}
-
-fn adamw_one(i: u32, decay: bool) -> f32 {
-  let wd = select(0.0, st.weight_decay, decay);
-  let g = grads[i] * clip[1];
-  let mi = st.beta1 * m[i] + (1.0 - st.beta1) * g;
-  let vi = st.beta2 * v[i] + (1.0 - st.beta2) * g * g;
-  m[i] = mi;
-  v[i] = vi;
-  let mhat = mi / st.bc1;
-  let vhat = vi / st.bc2;
-  let w = params[i];
-  let nw = w - st.lr * (mhat / (sqrt(vhat) + st.eps) + wd * w);
-  params[i] = nw;
+  let j = i0 / 4u;
+  let g = grads[j] * clip[1];
+  let mi = st.beta1 * m[j] + (1.0 - st.beta1) * g;
+  let vi = st.beta2 * v[j] + (1.0 - st.beta2) * g * g;
+  m[j] = mi;
+  v[j] = vi;
+  let w = params[j];
+  let nw = w - st.lr * ((mi / st.bc1) / (sqrt(vi / st.bc2) + st.eps) + decay * w);
+  params[j] = nw;
   return nw;
 }

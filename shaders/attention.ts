@@ -1,4 +1,4 @@
-// attention.wgsl's dispatches: causal multi-head self-attention, flash style (head size HS = C/NH written in).
+// attention.wgsl's dispatches: causal multi-head self-attention, flash style in 4×4 register tiles (head size HS = C/NH written in).
 
 import { attentionBackward as attentionBackwardCpu, attentionForward as attentionForwardCpu } from '../core/model/ops.ts';
 import { type Defines, type DispatchSpec, type Shape, acc, defineKernel } from './kernel.ts';
@@ -10,21 +10,18 @@ export const attention = defineKernel('attention', src, {
   attention_backward_dkv: attentionBackwardCpu,
 });
 
-/** half: qkv and out stored as halves (--precision f16; head size a multiple of 4). */
+/** half: qkv and out stored as halves (--precision f16). The head size is a multiple of 4 (rows go as vec4s). */
 export interface AttentionDims { C: number; NH: number; half?: boolean }
 
 function defines(d: AttentionDims): Defines {
   const HS = d.C / d.NH;
-  if (d.half && HS % 4 !== 0) throw new Error(`attention with f16 storage needs a head size that is a multiple of 4, got ${HS}`);
+  if (HS % 4 !== 0) throw new Error(`the attention kernels need a head size (nEmbd / nHead) that is a multiple of 4, got ${HS}`);
   return d.half ? { HS, QKV: 'f16', OUT: 'f16' } : { HS };
 }
 
-const ROWS = 32; // attention.wgsl BR
+const ROWS = 64; // attention.wgsl BR: 16 threads of 4 rows
 const params = (d: AttentionDims, accumulate: boolean | undefined) => (s: Shape) => ({ B: s.B, T: s.T, C: d.C, NH: d.NH, accumulate: acc(accumulate), scale: 1 / Math.sqrt(d.C / d.NH) });
 const grid = (d: AttentionDims) => (s: Shape): [number, number, number] => [Math.ceil(s.T / ROWS), s.B * d.NH, 1];
-
-/** Workgroup memory of the attention kernels for head size hs: two BC×hs tiles and BC (lse, D) pairs. */
-export const attentionTileBytes = (hs: number) => { const bc = hs <= 32 ? 32 : 16; return 2 * bc * Math.ceil(hs / 4) * 16 + bc * 8; };
 
 /** out (B,T,C) and lse (B,NH,T), the softmax's log-normaliser per row, from inp (B,T,3C). */
 export function attentionForward(out: GPUBuffer, lse: GPUBuffer, inp: GPUBuffer, d: AttentionDims): DispatchSpec {

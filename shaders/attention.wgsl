@@ -1,13 +1,18 @@
-// Causal multi-head self-attention, flash style. Twins: attentionForward / attentionBackward
-// (core/model/ops.ts). inp (B,T,3C) holds q,k,v; out (B,T,C); head size HS = C/NH.
-// No T×T matrix in memory: a workgroup owns BR rows of one (batch, head), one row per
-// thread held in registers, and streams the other side through workgroup memory in tiles
-// of BC rows. The forward keeps a running max and sum (online softmax) and stores only
-// lse = max + log Σ exp per row; the backward recomputes the probabilities from it.
-//   attention_forward       per query row: out, lse
-//   attention_backward_dq   per query row: dq, and D = dout·out (kept for the next pass)
-//   attention_backward_dkv  per key row: dk, dv, down the queries t ≥ key
-// HS is written into the source per head size; rows are held as vec4s (dot, fma on 4 channels).
+// Causal multi-head self-attention, flash style, in 4×4 register tiles (mat4x4). Twins:
+// attentionForward / attentionBackward (core/model/ops.ts). inp (B,T,3C) holds q,k,v;
+// out (B,T,C); head size HS = C/NH, a multiple of 4.
+// No T×T matrix in memory and no workgroup memory: a thread owns 4 consecutive rows of one
+// (batch, head) and walks the other side 4 rows at a time straight from storage. Channels go
+// 4 at a time as mat4x4s whose columns are the 4 rows (a "chunk"), so a 4×4 block of scores is
+// a sum of H4 mat4x4 products, and so are the updates of the 4 rows' outputs and gradients:
+// every value read is used 4 times from registers. The forward keeps a running max and sum
+// per row (online softmax) and stores only lse = max + log Σ exp; the backward recomputes
+// the probabilities from it.
+//   attention_forward       per 4 query rows: out, lse
+//   attention_backward_dq   per 4 query rows: dq, and D = dout·out (kept for the next pass)
+//   attention_backward_dkv  per 4 key rows: dk, dv, down the queries t ≥ key
+// Layouts: a chunk c (4 channels × 4 rows) has c[r] = channels 4i..4i+3 of row r; a score
+// block s (rows × keys) has s[j] = the 4 rows' scores against key j.
 
 struct Params {
   B: u32,
@@ -19,34 +24,28 @@ struct Params {
 }
 
 const HS: u32 = {{HS}}u;
-const H4: u32 = (HS + 3u) / 4u; // vec4s per head row, zero past HS
-const BR: u32 = 32u; // rows per workgroup, one per thread
-const BC: u32 = select(16u, 32u, HS <= 32u); // rows per tile in workgroup memory (≤ BR; two tiles within 16 KiB)
+const H4: u32 = HS / 4u; // chunks per head row
+const BR: u32 = 64u; // rows per workgroup: 16 threads of 4 rows
 const NEG: f32 = -3.402823e38;
 
-alias Row = array<vec4<f32>, H4>;
-alias Tile = array<vec4<f32>, BC * H4>;
+alias Rows = array<mat4x4<f32>, H4>; // 4 rows of one head, chunk by chunk
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;  // forward: (B,T,C)
 @group(0) @binding(1) var<storage, read_write> dinp: array<f32>; // backward: (B,T,3C)
 @group(0) @binding(2) var<storage, read_write> lse: array<f32>;  // forward: (B,NH,T)
 @group(0) @binding(2) var<storage, read_write> dsum: array<f32>; // dq writes D (B,NH,T), dkv reads it
-@group(0) @binding(3) var<storage, read> inp: array<f32>;        // (B,T,3C)
+@group(0) @binding(3) var<storage, read> inp: array<vec4<f32>>;  // (B,T,3C) as vec4s
 @group(0) @binding(4) var<storage, read> lse_in: array<f32>;
-@group(0) @binding(5) var<storage, read> dout: array<f32>;       // (B,T,C)
-@group(0) @binding(6) var<storage, read> out_in: array<f32>;
-// f16 storage (--precision f16, HS a multiple of 4): qkv and out as halves, 4 to a vec2<u32>
-// (defines QKV and OUT, f32 or f16); lse, dout and dinp stay f32.
+@group(0) @binding(5) var<storage, read> dout: array<vec4<f32>>; // (B,T,C) as vec4s
+@group(0) @binding(6) var<storage, read> out_in: array<vec4<f32>>;
+// f16 storage (--precision f16): qkv and out as halves, 4 to a vec2<u32> (defines QKV and OUT,
+// f32 or f16); lse, dout and dinp stay f32.
 @group(0) @binding(1) var<storage, read_write> out_h: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read> inp_h: array<vec2<u32>>;
 @group(0) @binding(6) var<storage, read> out_in_h: array<vec2<u32>>;
 
-var<workgroup> tile_a: Tile;
-var<workgroup> tile_b: Tile;
-var<workgroup> tile_s: array<vec2<f32>, BC>; // dkv: (lse, D) of the tile's queries
-
-// Index of channel 0 of part `part` (0 q, 1 k, 2 v) of row t, head h, in inp.
+// Index of channel 0 of part `part` (0 q, 1 k, 2 v) of row t, head h, in inp (in floats).
 fn qkv_at(b: u32, t: u32, h: u32, part: u32) -> u32 {
   return (b * p.T + t) * 3u * p.C + part * p.C + h * HS;
 }
@@ -55,201 +54,191 @@ fn dout_at(b: u32, t: u32, h: u32) -> u32 {
   return (b * p.T + t) * p.C + h * HS;
 }
 
-// Channels 4·c4 .. 4·c4+3 of the head row at idx (zero past HS).
-fn inp4(idx: u32, c4: u32) -> vec4<f32> { return inp4_{{QKV=f32}}(idx, c4); }
-
-fn inp4_f32(idx: u32, c4: u32) -> vec4<f32> {
-  var v = vec4<f32>(0.0);
-  for (var k = 0u; k < 4u; k++) { if (c4 * 4u + k < HS) { v[k] = inp[idx + c4 * 4u + k]; } }
-  return v;
-}
-
 fn unpack4h(x: vec2<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y)); }
-fn inp4_f16(idx: u32, c4: u32) -> vec4<f32> { return unpack4h(inp_h[idx / 4u + c4]); }
+fn pack4h(v: vec4<f32>) -> vec2<u32> { return vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw)); }
 
-// The forward's output row at idx: stored, and read back by attention_backward_dq.
-fn store_out_f32(idx: u32, o: ptr<function, Row>, l: f32) {
-  for (var c = 0u; c < HS; c++) { out[idx + c] = (*o)[c / 4u][c % 4u] / l; }
+// Channels 4i .. 4i+3 of the head row whose channel 0 is at idx.
+fn inp4(idx: u32, i: u32) -> vec4<f32> { return inp4_{{QKV=f32}}(idx, i); }
+fn inp4_f32(idx: u32, i: u32) -> vec4<f32> { return inp[idx / 4u + i]; }
+fn inp4_f16(idx: u32, i: u32) -> vec4<f32> { return unpack4h(inp_h[idx / 4u + i]); }
+fn out4(idx: u32, i: u32) -> vec4<f32> { return out4_{{OUT=f32}}(idx, i); }
+fn out4_f32(idx: u32, i: u32) -> vec4<f32> { return out_in[idx / 4u + i]; }
+fn out4_f16(idx: u32, i: u32) -> vec4<f32> { return unpack4h(out_in_h[idx / 4u + i]); }
+fn store_out(idx: u32, i: u32, v: vec4<f32>) { store_out_{{OUT=f32}}(idx, i, v); }
+fn store_out_f32(idx: u32, i: u32, v: vec4<f32>) {
+  let o = idx + 4u * i;
+  out[o] = v.x; out[o + 1u] = v.y; out[o + 2u] = v.z; out[o + 3u] = v.w;
 }
-fn store_out_f16(idx: u32, o: ptr<function, Row>, l: f32) {
-  for (var i = 0u; i < H4; i++) {
-    let v = (*o)[i] / l;
-    out_h[idx / 4u + i] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
-  }
-}
-fn out_dot_f32(idx: u32, g: ptr<function, Row>) -> f32 {
-  var d = 0.0;
-  for (var c = 0u; c < HS; c++) { d += (*g)[c / 4u][c % 4u] * out_in[idx + c]; }
-  return d;
-}
-fn out_dot_f16(idx: u32, g: ptr<function, Row>) -> f32 {
-  var d = 0.0;
-  for (var i = 0u; i < H4; i++) { d += dot((*g)[i], unpack4h(out_in_h[idx / 4u + i])); }
-  return d;
-}
+fn store_out_f16(idx: u32, i: u32, v: vec4<f32>) { out_h[idx / 4u + i] = pack4h(v); }
 
-fn dout4(idx: u32, c4: u32) -> vec4<f32> {
-  var v = vec4<f32>(0.0);
-  for (var k = 0u; k < 4u; k++) { if (c4 * 4u + k < HS) { v[k] = dout[idx + c4 * 4u + k]; } }
-  return v;
+// Chunk i of rows t .. t+3 (clamped to T−1: rows past T are computed on and never stored).
+fn qkv_chunk(b: u32, t: u32, h: u32, part: u32, i: u32) -> mat4x4<f32> {
+  let last = p.T - 1u;
+  return mat4x4<f32>(inp4(qkv_at(b, min(t, last), h, part), i), inp4(qkv_at(b, min(t + 1u, last), h, part), i),
+                     inp4(qkv_at(b, min(t + 2u, last), h, part), i), inp4(qkv_at(b, min(t + 3u, last), h, part), i));
 }
 
-// Tiles of rows t0 .. t0+BC−1 (zero past T): part of inp, or dout.
-fn load_inp(tile: ptr<workgroup, Tile>, b: u32, h: u32, t0: u32, part: u32, lid: u32) {
-  for (var e = lid; e < BC * H4; e += BR) {
-    let t = t0 + e / H4;
-    (*tile)[e] = select(vec4<f32>(0.0), inp4(qkv_at(b, min(t, p.T - 1u), h, part), e % H4), t < p.T);
-  }
+fn dout_chunk(b: u32, t: u32, h: u32, i: u32) -> mat4x4<f32> {
+  let last = p.T - 1u;
+  return mat4x4<f32>(dout[dout_at(b, min(t, last), h) / 4u + i], dout[dout_at(b, min(t + 1u, last), h) / 4u + i],
+                     dout[dout_at(b, min(t + 2u, last), h) / 4u + i], dout[dout_at(b, min(t + 3u, last), h) / 4u + i]);
 }
 
-fn load_dout(tile: ptr<workgroup, Tile>, b: u32, h: u32, t0: u32, lid: u32) {
-  for (var e = lid; e < BC * H4; e += BR) {
-    let t = t0 + e / H4;
-    (*tile)[e] = select(vec4<f32>(0.0), dout4(dout_at(b, min(t, p.T - 1u), h), e % H4), t < p.T);
-  }
+// lse and D of rows t .. t+3 (clamped) of the (batch, head) whose row 0 is at base.
+fn lse4(base: u32, t: u32) -> vec4<f32> {
+  let last = p.T - 1u;
+  return vec4<f32>(lse_in[base + min(t, last)], lse_in[base + min(t + 1u, last)], lse_in[base + min(t + 2u, last)], lse_in[base + min(t + 3u, last)]);
+}
+fn dsum4(base: u32, t: u32) -> vec4<f32> {
+  let last = p.T - 1u;
+  return vec4<f32>(dsum[base + min(t, last)], dsum[base + min(t + 1u, last)], dsum[base + min(t + 2u, last)], dsum[base + min(t + 3u, last)]);
 }
 
-fn dot_tile(x: ptr<function, Row>, tile: ptr<workgroup, Tile>, j: u32) -> f32 {
-  var d = 0.0;
-  for (var i = 0u; i < H4; i++) { d += dot((*x)[i], (*tile)[j * H4 + i]); }
-  return d;
+// m with each column scaled by its entry of d (m · diag(d))
+fn scale_cols(m: mat4x4<f32>, d: vec4<f32>) -> mat4x4<f32> {
+  return mat4x4<f32>(m[0] * d.x, m[1] * d.y, m[2] * d.z, m[3] * d.w);
 }
 
-fn axpy_tile(y: ptr<function, Row>, a: f32, tile: ptr<workgroup, Tile>, j: u32) {
-  for (var i = 0u; i < H4; i++) { (*y)[i] += a * (*tile)[j * H4 + i]; }
+// The diagonal block of a score block s (rows × keys, the same 4 positions): keys after their row masked.
+fn mask_causal(s: mat4x4<f32>) -> mat4x4<f32> {
+  return mat4x4<f32>(s[0], vec4<f32>(NEG, s[1].yzw), vec4<f32>(NEG, NEG, s[2].zw), vec4<f32>(NEG, NEG, NEG, s[3].w));
 }
 
-// (x·tile_a[j], y·tile_b[j]) in one pass over the channels
-fn dot2_tiles(x: ptr<function, Row>, y: ptr<function, Row>, j: u32) -> vec2<f32> {
-  var d = vec2<f32>(0.0);
-  for (var i = 0u; i < H4; i++) { d += vec2<f32>(dot((*x)[i], tile_a[j * H4 + i]), dot((*y)[i], tile_b[j * H4 + i])); }
-  return d;
+// The same for a transposed block (keys × queries): queries before their key masked.
+fn mask_causal_t(s: mat4x4<f32>) -> mat4x4<f32> {
+  return mat4x4<f32>(vec4<f32>(s[0].x, NEG, NEG, NEG), vec4<f32>(s[1].xy, NEG, NEG), vec4<f32>(s[2].xyz, NEG), s[3]);
 }
 
-// A workgroup's rows: batch b, head h (bh = b·NH + h), rows t0 .. t0+BR−1.
+// A thread's rows: batch b, head h (bh = b·NH + h), rows t .. t+3.
 struct Block {
   b: u32,
   h: u32,
   bh: u32,
-  t0: u32,
+  t: u32,
 }
 
-fn block_of(id: Grid) -> Block {
-  return Block(id.wid.y / p.NH, id.wid.y % p.NH, id.wid.y, id.wid.x * BR);
+fn block_of(id: Grid, lid: u32) -> Block {
+  return Block(id.wid.y / p.NH, id.wid.y % p.NH, id.wid.y, id.wid.x * BR + 4u * lid);
 }
 
-// The keys (tile_a) and values (tile_b) of rows [k0, k0 + BC) of the block's (batch, head), then a barrier.
-fn load_kv(w: Block, k0: u32, lid: u32) {
-  load_inp(&tile_a, w.b, w.h, k0, 1u, lid);
-  load_inp(&tile_b, w.b, w.h, k0, 2u, lid);
-  workgroupBarrier();
-}
-
-fn store_grad(idx: u32, g: ptr<function, Row>, scale: f32) {
-  for (var c = 0u; c < HS; c++) {
-    let v = (*g)[c / 4u][c % 4u] * scale;
-    dinp[idx + c] = select(v, dinp[idx + c] + v, p.accumulate != 0u);
-  }
+fn store_grad(idx: u32, g: vec4<f32>) {
+  for (var k = 0u; k < 4u; k++) { dinp[idx + k] = select(g[k], dinp[idx + k] + g[k], p.accumulate != 0u); }
 }
 
 // Grid (ceil(T/BR), B·NH).
-@compute @workgroup_size(32)
+@compute @workgroup_size(16)
 fn attention_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let w = block_of(id);
-  let t = w.t0 + lid;
-  let r = min(t, p.T - 1u); // rows past T compute on row T−1 and store nothing
-  var m = NEG; // running max and sum of exp(score − m)
-  var l = 0.0;
-  var q: Row;
-  var o: Row;
-  for (var i = 0u; i < H4; i++) { q[i] = inp4(qkv_at(w.b, r, w.h, 0u), i) * p.scale; }
-  for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
-    load_kv(w, k0, lid);
-    // the keys ≤ t, the max and sum updated per key (an array of the tile's scores, indexed
-    // dynamically, cost more than the second exp on a CPU adapter)
-    for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
-      let sj = dot_tile(&q, &tile_a, j);
-      let mt = max(m, sj);
-      let corr = exp(m - mt);
-      let pj = exp(sj - mt);
-      l = l * corr + pj;
-      for (var i = 0u; i < H4; i++) { o[i] = o[i] * corr + pj * tile_b[j * H4 + i]; }
-      m = mt;
-    }
-    workgroupBarrier();
+  let w = block_of(id, lid);
+  if (w.t >= p.T) { return; }
+  var qt: Rows; // transposed: qt[i] is rows × channels
+  var o: Rows;  // Σ p·v per row, unnormalised
+  for (var i = 0u; i < H4; i++) { qt[i] = transpose(qkv_chunk(w.b, w.t, w.h, 0u, i)) * p.scale; }
+  var m = vec4<f32>(NEG); // running max and sum of exp(score − m), per row
+  var l = vec4<f32>(0.0);
+  for (var k0 = 0u; k0 <= w.t; k0 += 4u) {
+    var s = mat4x4<f32>();
+    for (var i = 0u; i < H4; i++) { s += qt[i] * qkv_chunk(w.b, k0, w.h, 1u, i); }
+    if (k0 == w.t) { s = mask_causal(s); }
+    let mt = max(m, max(max(s[0], s[1]), max(s[2], s[3])));
+    let corr = exp(m - mt);
+    let pr = mat4x4<f32>(exp(s[0] - mt), exp(s[1] - mt), exp(s[2] - mt), exp(s[3] - mt));
+    l = l * corr + pr[0] + pr[1] + pr[2] + pr[3];
+    let pk = transpose(pr); // keys × rows
+    for (var i = 0u; i < H4; i++) { o[i] = scale_cols(o[i], corr) + qkv_chunk(w.b, k0, w.h, 2u, i) * pk; }
+    m = mt;
   }
-  if (t < p.T) {
-    store_out_{{OUT=f32}}(dout_at(w.b, t, w.h), &o, l);
-    lse[w.bh * p.T + t] = m + log(l);
+  let inv = 1.0 / l;
+  let lr = m + log(l);
+  for (var r = 0u; r < min(4u, p.T - w.t); r++) {
+    let idx = dout_at(w.b, w.t + r, w.h);
+    for (var i = 0u; i < H4; i++) { store_out(idx, i, o[i][r] * inv[r]); }
+    lse[w.bh * p.T + w.t + r] = lr[r];
   }
 }
 
 // dq = scale·Σ_k ds·k with ds = P ⊙ (dout·v − D), P = exp(scale·q·k − lse). Grid (ceil(T/BR), B·NH).
-@compute @workgroup_size(32)
+@compute @workgroup_size(16)
 fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let w = block_of(id);
-  let t = w.t0 + lid;
-  let r = min(t, p.T - 1u); // rows past T compute on row T−1 and store nothing
-  var q: Row;
-  var g: Row;
-  var dq: Row;
-  var d = 0.0;
+  let w = block_of(id, lid);
+  if (w.t >= p.T) { return; }
+  var qt: Rows; // rows × channels
+  var gt: Rows; // dout, rows × channels
+  var dq: Rows; // channels × rows
+  var kc: Rows; // the block's keys: read (and converted) once for the scores and for dq
+  var d = vec4<f32>(0.0);
   for (var i = 0u; i < H4; i++) {
-    q[i] = inp4(qkv_at(w.b, r, w.h, 0u), i) * p.scale;
-    g[i] = dout4(dout_at(w.b, r, w.h), i);
+    let g = dout_chunk(w.b, w.t, w.h, i);
+    qt[i] = transpose(qkv_chunk(w.b, w.t, w.h, 0u, i)) * p.scale;
+    gt[i] = transpose(g);
+    let last = p.T - 1u;
+    d += vec4<f32>(dot(g[0], out4(dout_at(w.b, w.t, w.h), i)), dot(g[1], out4(dout_at(w.b, min(w.t + 1u, last), w.h), i)),
+                   dot(g[2], out4(dout_at(w.b, min(w.t + 2u, last), w.h), i)), dot(g[3], out4(dout_at(w.b, min(w.t + 3u, last), w.h), i)));
   }
-  d = out_dot_{{OUT=f32}}(dout_at(w.b, r, w.h), &g);
-  let L = lse_in[w.bh * p.T + r];
-  for (var k0 = 0u; k0 < min(w.t0 + BR, p.T); k0 += BC) {
-    load_kv(w, k0, lid);
-    for (var j = 0u; j < min(BC, t + 1u - min(k0, t + 1u)); j++) {
-      let qk_gv = dot2_tiles(&q, &g, j);
-      axpy_tile(&dq, exp(qk_gv.x - L) * (qk_gv.y - d), &tile_a, j);
+  let L = lse4(w.bh * p.T, w.t);
+  for (var k0 = 0u; k0 <= w.t; k0 += 4u) {
+    var s = mat4x4<f32>();
+    var gv = mat4x4<f32>();
+    for (var i = 0u; i < H4; i++) {
+      kc[i] = qkv_chunk(w.b, k0, w.h, 1u, i);
+      s += qt[i] * kc[i];
+      gv += gt[i] * qkv_chunk(w.b, k0, w.h, 2u, i);
     }
-    workgroupBarrier();
+    if (k0 == w.t) { s = mask_causal(s); }
+    let ds = transpose(mat4x4<f32>(exp(s[0] - L) * (gv[0] - d), exp(s[1] - L) * (gv[1] - d),
+                                   exp(s[2] - L) * (gv[2] - d), exp(s[3] - L) * (gv[3] - d))); // keys × rows
+    for (var i = 0u; i < H4; i++) { dq[i] += kc[i] * ds; }
   }
-  if (t < p.T) {
-    store_grad(qkv_at(w.b, t, w.h, 0u), &dq, p.scale);
-    dsum[w.bh * p.T + t] = d;
+  for (var r = 0u; r < min(4u, p.T - w.t); r++) {
+    let idx = qkv_at(w.b, w.t + r, w.h, 0u);
+    for (var i = 0u; i < H4; i++) { store_grad(idx + 4u * i, dq[i][r] * p.scale); }
+    dsum[w.bh * p.T + w.t + r] = d[r];
   }
 }
 
 // dv = Σ_{t ≥ key} P·dout, dk = scale·Σ ds·q. Runs after attention_backward_dq (reads D).
 // Grid (ceil(T/BR), B·NH).
-@compute @workgroup_size(32)
+@compute @workgroup_size(16)
 fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let w = block_of(id);
-  let t2 = w.t0 + lid;
-  let r = min(t2, p.T - 1u);
-  var k: Row;
-  var v: Row;
-  var dk: Row;
-  var dv: Row;
+  let w = block_of(id, lid);
+  if (w.t >= p.T) { return; }
+  var kt: Rows; // keys × channels
+  var vt: Rows;
+  var dk: Rows; // channels × keys
+  var dv: Rows;
+  var qc: Rows; // the block's queries and their dout: read (and converted) once for the scores and the updates
+  var gc: Rows;
   for (var i = 0u; i < H4; i++) {
-    k[i] = inp4(qkv_at(w.b, r, w.h, 1u), i) * p.scale;
-    v[i] = inp4(qkv_at(w.b, r, w.h, 2u), i);
+    kt[i] = transpose(qkv_chunk(w.b, w.t, w.h, 1u, i)) * p.scale;
+    vt[i] = transpose(qkv_chunk(w.b, w.t, w.h, 2u, i));
   }
-  for (var q0 = w.t0; q0 < p.T; q0 += BC) {
-    load_inp(&tile_a, w.b, w.h, q0, 0u, lid);
-    load_dout(&tile_b, w.b, w.h, q0, lid);
-    if (lid < BC) {
-      let t = min(q0 + lid, p.T - 1u);
-      tile_s[lid] = vec2<f32>(lse_in[w.bh * p.T + t], dsum[w.bh * p.T + t]);
+  for (var q0 = w.t; q0 < p.T; q0 += 4u) {
+    var s = mat4x4<f32>();  // keys × queries: s[j] = the 4 keys' scores from query q0+j
+    var gv = mat4x4<f32>();
+    for (var i = 0u; i < H4; i++) {
+      qc[i] = qkv_chunk(w.b, q0, w.h, 0u, i);
+      gc[i] = dout_chunk(w.b, q0, w.h, i);
+      s += kt[i] * qc[i];
+      gv += vt[i] * gc[i];
     }
-    workgroupBarrier();
-    for (var j = max(t2, q0) - q0; j < min(BC, p.T - q0); j++) {
-      let kq_vg = dot2_tiles(&k, &v, j);
-      let pj = exp(kq_vg.x - tile_s[j].x);
-      let ds = pj * (kq_vg.y - tile_s[j].y);
-      for (var i = 0u; i < H4; i++) {
-        dv[i] += pj * tile_b[j * H4 + i];
-        dk[i] += ds * tile_a[j * H4 + i];
-      }
+    if (q0 == w.t) { s = mask_causal_t(s); }
+    let L = lse4(w.bh * p.T, q0);
+    let D = dsum4(w.bh * p.T, q0);
+    let live = vec4<f32>(vec4<u32>(q0, q0 + 1u, q0 + 2u, q0 + 3u) < vec4<u32>(p.T)); // queries past T count nothing
+    let pr = mat4x4<f32>(exp(s[0] - L.x) * live.x, exp(s[1] - L.y) * live.y, exp(s[2] - L.z) * live.z, exp(s[3] - L.w) * live.w);
+    let ds = mat4x4<f32>(pr[0] * (gv[0] - D.x), pr[1] * (gv[1] - D.y), pr[2] * (gv[2] - D.z), pr[3] * (gv[3] - D.w));
+    let pq = transpose(pr); // queries × keys
+    let dsq = transpose(ds);
+    for (var i = 0u; i < H4; i++) {
+      dv[i] += gc[i] * pq;
+      dk[i] += qc[i] * dsq;
     }
-    workgroupBarrier();
   }
-  if (t2 < p.T) {
-    store_grad(qkv_at(w.b, t2, w.h, 1u), &dk, p.scale);
-    store_grad(qkv_at(w.b, t2, w.h, 2u), &dv, 1.0);
+  for (var r = 0u; r < min(4u, p.T - w.t); r++) {
+    let ik = qkv_at(w.b, w.t + r, w.h, 1u);
+    let iv = qkv_at(w.b, w.t + r, w.h, 2u);
+    for (var i = 0u; i < H4; i++) {
+      store_grad(ik + 4u * i, dk[i][r] * p.scale);
+      store_grad(iv + 4u * i, dv[i][r]);
+    }
   }
 }

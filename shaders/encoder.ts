@@ -10,6 +10,8 @@ export const encoder = defineKernel('encoder', src, {
   encoder_backward_wpe: encoderBackwardCpu,
 });
 
+const WTE_ROWS = 8; // encoder.wgsl VR: vocab rows per workgroup of encoder_backward_wte
+
 export interface EncoderDims { C: number; V: number; maxT: number; wteOff: number; wpeOff: number }
 
 const params = (d: EncoderDims, accumulate?: boolean) => (s: { B: number; T: number }) =>
@@ -23,7 +25,7 @@ export function encoderForward(out: GPUBuffer, inp: GPUBuffer, params_: GPUBuffe
 /** dwte, dwpe (in `grads` at the offsets) from dout (B,T,C): two gather passes, no atomics. */
 export function encoderBackward(grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, d: EncoderDims & { accumulateWte?: boolean; accumulateWpe?: boolean }): DispatchSpec[] {
   return [
-    encoder.dispatch({ entry: 'encoder_backward_wte', buffers: { grads, inp, dout }, params: params(d, d.accumulateWte), grid: () => [Math.ceil(d.C / 64), d.V, 1] }),
+    encoder.dispatch({ entry: 'encoder_backward_wte', buffers: { grads, inp, dout }, params: params(d, d.accumulateWte), grid: () => [Math.ceil(d.C / 64), Math.ceil(d.V / WTE_ROWS), 1] }),
     encoder.dispatch({ entry: 'encoder_backward_wpe', buffers: { grads, dout }, params: params(d, d.accumulateWpe), grid: () => grid1(d.maxT * d.C, 256) }),
   ];
 }

@@ -39,13 +39,15 @@ fn encoder_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   out[i] = params[p.wte_off + inp[bt] * p.C + c] + params[p.wpe_off + t * p.C + c];
 }
 
-// dwte[v,c] (+)= Σ_{bt: inp[bt]=v} dout[bt,c]. Grid (ceil(C/64), V).
+// dwte[v,c] (+)= Σ_{bt: inp[bt]=v} dout[bt,c], for VR vocab rows per workgroup (one scan of the
+// token ids serves them all). Grid (ceil(C/64), ceil(V/VR)).
+const VR: u32 = 8u;
 @compute @workgroup_size(64)
 fn encoder_backward_wte(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let v = id.wid.y;
+  let v0 = id.wid.y * VR;
   let c = id.wid.x * WG + lid;
   let BT = p.B * p.T;
-  var acc = 0.0;
+  var acc: array<f32, VR>;
   for (var base = 0u; base < BT; base += CHUNK) {
     for (var j = lid; j < CHUNK; j += WG) {
       if (base + j < BT) { tok[j] = inp[base + j]; }
@@ -53,13 +55,16 @@ fn encoder_backward_wte(id: Grid, @builtin(local_invocation_index) lid: u32) {
     workgroupBarrier();
     let n = min(CHUNK, BT - base);
     for (var j = 0u; j < n; j++) {
-      if (tok[j] == v && c < p.C) { acc += dout[(base + j) * p.C + c]; }
+      let r = tok[j] - v0; // ≥ VR (wrapping) for tokens outside this workgroup's rows
+      if (r < VR && c < p.C) { acc[r] += dout[(base + j) * p.C + c]; }
     }
     workgroupBarrier();
   }
   if (c < p.C) {
-    let idx = p.wte_off + v * p.C + c;
-    grads[idx] = select(acc, grads[idx] + acc, p.accumulate != 0u);
+    for (var r = 0u; r < min(VR, p.V - v0); r++) {
+      let idx = p.wte_off + (v0 + r) * p.C + c;
+      grads[idx] = select(acc[r], grads[idx] + acc[r], p.accumulate != 0u);
+    }
   }
 }
 

@@ -8,7 +8,7 @@ export const gradnorm = defineKernel('gradnorm', src, { grad_norm_partial: gradN
 
 /**
  * Partial sums of g² per workgroup: enough to fill a GPU, few enough for one finalising
- * workgroup; 64 elements per thread, as each workgroup's reduction costs barriers (dear on
+ * workgroup; 64 elements (16 vec4s) per thread, as each workgroup's reduction costs barriers (dear on
  * a CPU adapter: 16 per thread took 10 % of a SwiftShader step).
  */
 export function gradNormPartials(N: number): number {

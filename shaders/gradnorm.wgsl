@@ -14,19 +14,19 @@ struct Params {
 
 // grad_norm_partial
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-@group(0) @binding(2) var<storage, read> grads: array<f32>;
+@group(0) @binding(2) var<storage, read> grads: array<vec4<f32>>; // padded to 16 bytes with zeros (webgpu-plan.ts f32b)
 
 // grad_norm_finalize
 @group(0) @binding(1) var<storage, read_write> clip: array<f32>;    // [norm², scale]
 @group(0) @binding(2) var<storage, read> partials_in: array<f32>;
 
-// Grid (num_partials): a grid-stride loop, so the partial count stays fixed.
+// Grid (num_partials): a grid-stride loop over vec4s, so the partial count stays fixed.
 @compute @workgroup_size(256)
 fn grad_norm_partial(id: Grid, @builtin(local_invocation_index) lid: u32) {
   var s = 0.0;
-  for (var i = id.wid.x * 256u + lid; i < p.N; i += p.num_partials * 256u) {
+  for (var i = id.wid.x * 256u + lid; i < (p.N + 3u) / 4u; i += p.num_partials * 256u) {
     let g = grads[i];
-    s += g * g;
+    s += dot(g, g);
   }
   s = wg_sum(s, lid, 256u);
   if (lid == 0u) { partials[id.wid.x] = s; }

@@ -53,6 +53,19 @@ describe('the CLI has every command the README names', () => {
     const out = await help(['serve']);
     for (const f of ['--redis <url>', '--role <role>', 'gateway', 'aggregator', '"all"', '--lease-ms <ms>']) expect(out).toContain(f);
   });
+  it('serve takes --mix-group 0 or a power of two (2..16) and --mix-spot-rate; the Redis roles refuse mixing', async () => {
+    const out = await help(['serve']);
+    for (const f of ['--mix-group <k>', '--mix-spot-rate <f>']) expect(out).toContain(f);
+    expect(await help(['island'])).toContain('--no-mix');
+    for (const k of ['3', '1', '32', 'x']) {
+      const program = buildProgram();
+      program.exitOverride().configureOutput({ writeOut: () => {}, writeErr: () => {} });
+      program.commands.forEach((c) => c.exitOverride().configureOutput({ writeOut: () => {}, writeErr: () => {} }));
+      await expect(program.parseAsync(['node', 'atoll', 'serve', '--mix-group', k])).rejects.toMatchObject({ code: 'commander.invalidArgument' });
+    }
+    const { serve } = await import('../server/commands/serve.ts');
+    await expect(serve({ redis: 'redis://127.0.0.1:1', role: 'gateway', mixGroup: 4 })).rejects.toMatchObject({ code: 'E_BAD_CONFIG' });
+  });
   it('island --help lists the numerics and devices flags', async () => {
     const out = await help(['island']);
     for (const f of ['--precision <p>', '"f32"', '"f16"', '--devices <n>']) expect(out).toContain(f);

@@ -110,6 +110,7 @@ describe('dashboard e2e', () => {
     lap(`loss chart ${before} → ${await points()} points`);
     expect(Number((await page.textContent('#fig-version'))?.replace(/,/g, ''))).toBeGreaterThan(0);
     expect(await page.textContent('#fig-islands')).toBe('2');
+    expect(await page.textContent('#fig-mix')).toBe('off'); // this server does not mix (test/mix-live.test.ts: the figures when it does)
     expect(await dash<string>('d.connection')).toBe('live');
     expect(await dash<number>('d.messages')).toBeGreaterThan(2);
 

@@ -255,6 +255,9 @@ describe('ResilientEngine', () => {
     expect(fullStepPlan(6000, 7500, 8)).toEqual({ kind: 'estimated', stepMs: 30_000 }); // batch 1 slowed by warm-up
     expect(fullStepPlan(300, 600, 8)).toEqual({ kind: 'full' }); // a full step is cheap to time
     expect(fullStepPlan(7000, 14_000, 2)).toEqual({ kind: 'full' });
+    // 2 devices: 2 and 4 rows timed
+    expect(fullStepPlan(7000, 14_000, 8, 2)).toEqual({ kind: 'estimated', stepMs: 28_000 });
+    expect(fullStepPlan(7000, 14_000, 4, 2)).toEqual({ kind: 'full' });
   });
 
   it('?precision=auto keeps f16 storage only when it trains faster, and says so', () => {

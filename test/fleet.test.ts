@@ -82,6 +82,9 @@ describe('atoll fleet', () => {
       expect(i.bytesUp).toBeGreaterThan(0);
       expect(i.bytesDown).toBeGreaterThan(0);
     }
+    // every Node island's θ agreed with the server's after every update it applied
+    expect(nodes.reduce((a, i) => a + i.hashChecks, 0)).toBeGreaterThan(0);
+    for (const i of nodes) expect(i.hashMismatches, i.name).toBe(0);
     expect(report.faults).toEqual(['kill 1 at 50 %']);
   });
 

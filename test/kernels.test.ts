@@ -235,8 +235,8 @@ describe('matmul', () => {
 });
 
 describe('attention', () => {
-  // odd shapes: T not a multiple of the 16-row tiles nor of the 64-row workgroups, head sizes 16 and 20
-  for (const [Bn, Tn, Cn, NH] of [[3, 17, 48, 3], [2, 70, 60, 3]]) {
+  // odd shapes: T not a multiple of the 4-row blocks nor of the 64-row workgroups, T = 1, head sizes 4, 16 and 20
+  for (const [Bn, Tn, Cn, NH] of [[3, 17, 48, 3], [2, 70, 60, 3], [2, 1, 32, 2], [1, 5, 8, 2]]) {
     it(`attention_forward and backward (B=${Bn}, T=${Tn}, C=${Cn}, NH=${NH})`, async () => {
       const s = { B: Bn, T: Tn }, BTn = Bn * Tn, rows = Bn * NH * Tn;
       const inp = randn(BTn * 3 * Cn, 40);
@@ -263,6 +263,9 @@ describe('attention', () => {
       await expectClose('attention_backward', gDinp, dinp);
     });
   }
+  it('refuses a head size that is not a multiple of 4 (rows go as vec4s)', () => {
+    expect(() => gpu.attentionForward(upload(device, new Float32Array(4)), upload(device, new Float32Array(4)), upload(device, new Float32Array(4)), { C: 30, NH: 5 })).toThrow('multiple of 4');
+  });
 });
 
 describe('elementwise', () => {

@@ -16,6 +16,7 @@ import { WebGpuEngine, estimateGpuBytes, requiredLimits } from '../client/engine
 import { MultiDeviceEngine, splitRows } from '../client/engine/multi-device.ts';
 import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
 import { maxRelErr } from './helpers/gpu.ts';
+import { calibrate } from '../client/island/calibrate.ts';
 
 const config: GPTConfig = PRESETS.tiny;
 const T = 16, B = 4, STEPS = 4;
@@ -91,6 +92,12 @@ describe('multi-device island', () => {
     const apart = norm(d2, d1) / norm(d1);
     console.log(`2-device vs 1-device: ‖Δ₂ − Δ₁‖/‖Δ₁‖ = ${apart.toExponential(2)}; losses ${l2.map((l, s) => (l / l1[s] - 1).toExponential(1)).join(' ')} relative`);
     expect(apart).toBeLessThan(1e-2);
+    // the island's calibration runs on it too: its smallest timed batch gives each device a row
+    // (batch 1 on 2 devices was E_BAD_BATCH: `atoll island --devices 2` never trained)
+    const text = new TextEncoder().encode('Call me Ishmael. Some years ago, never mind how long precisely. '.repeat(20));
+    const cal = await calibrate(two, text, { config, maxBatch: B, maxT: T }, 'test');
+    expect(cal.timed.map((t) => t.B).slice(0, 2)).toEqual([2, 4]);
+    expect(cal.tokensPerSec).toBeGreaterThan(0);
     one.destroy();
     two.destroy();
   });

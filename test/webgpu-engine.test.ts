@@ -218,6 +218,28 @@ describe('WebGpuEngine on tiny', () => {
     await expect(engine.step(bad, { lr: 0, gradClip: 0 })).rejects.toThrow(/E_BAD_BATCH/);
     await expect(engine.setParams(new Float32Array(3))).rejects.toThrow(/E_WRONG_SIZE/);
   });
+
+  it('takeLosses maps only after most of the steps\' expected GPU time (no pending map while they run)', async () => {
+    const bt = batch(4, config.blockSize, 7), stepOpts = { lr: 0, gradClip: 1 };
+    await engine.step(bt, stepOpts);
+    await engine.takeLosses();
+    const t1 = performance.now(); // one step as the engine times it: submitted, then read
+    await engine.step(bt, stepOpts);
+    await engine.takeLosses();
+    const oneStep = performance.now() - t1;
+    const mapAsync = GPUBuffer.prototype.mapAsync;
+    let mappedAt = 0;
+    GPUBuffer.prototype.mapAsync = function (this: GPUBuffer, ...a: Parameters<GPUBuffer['mapAsync']>) { mappedAt ||= performance.now(); return mapAsync.apply(this, a); };
+    try {
+      const t0 = performance.now();
+      for (let s = 0; s < 3; s++) await engine.step(bt, stepOpts);
+      expect(await engine.takeLosses()).toHaveLength(3);
+      // it sleeps until 80 % of 3 × its ms per step; mapping at once would come within the recording's few ms
+      expect(mappedAt - t0).toBeGreaterThan(1.2 * oneStep);
+    } finally {
+      GPUBuffer.prototype.mapAsync = mapAsync;
+    }
+  });
 });
 
 describe('adapter limits', () => {
@@ -232,6 +254,9 @@ describe('adapter limits', () => {
     expect(r.error.message).toMatch(/^maxStorageBufferBindingSize: model needs [\d.]+ MiB, adapter allows [\d.]+ MiB/);
     const bad = checkAdapterFits(adapter, { config, maxBatch: 0 });
     expect(bad.ok ? null : bad.error.code).toBe('E_BAD_CONFIG');
+    // attention holds rows as vec4s: a head size of 6 is refused in f32 too
+    const oddHeads = checkAdapterFits(adapter, { config: { ...config, nEmbd: 12, nHead: 2 }, maxBatch: 1 });
+    expect(oddHeads.ok ? null : oddHeads.error.message).toMatch(/head size .* multiple of 4, got 6/);
   });
 
   it('create() on a device without the limits rejects with E_ADAPTER_TOO_SMALL (no crash, nothing allocated)', async () => {

@@ -1,5 +1,6 @@
 // Headline figures: version, tokens trained, tokens/s, islands online, eval loss,
-// goodput, and upload saved against data-parallel training. Fixed-size cards.
+// goodput, upload saved against data-parallel training, and server bytes saved by butterfly
+// mixing with its groups per version. Fixed-size cards.
 
 import type { RunStatus } from '../../core/api.ts';
 import { h, setAttr, setText } from './dom.ts';
@@ -26,6 +27,7 @@ export class Headline {
       ['eval', 'Eval loss', 'held-out loss of the global model'],
       ['goodput', 'Goodput', 'share of the islands\u2019 work that made it into the model'],
       ['saved', 'Upload saved', 'upload bytes saved against data-parallel training (fp32 gradient every step)'],
+      ['mix', 'Mixing saved', 'server bytes saved by butterfly mixing (islands averaging over WebRTC), net of its checks and signalling; groups formed per version'],
     ];
     this.el = h('div', { class: 'headline', role: 'list', 'aria-label': 'Headline figures' });
     for (const [id, label, title] of defs) {
@@ -56,6 +58,9 @@ export class Headline {
     this.set('goodput', fmtPct(s.goodput), 'tokens in θ ÷ tokens in all Δs sent');
     const saved = uploadSaved(s);
     this.set('saved', fmtPct(saved), saved !== null && saved < 1 && s.bytesIn > 0 ? `${fmtRatio(s.bytesDataParallel / s.bytesIn)} less than data-parallel` : '');
+    const m = s.mix;
+    const perVersion = m?.groupsByVersion.slice(-6).map((g) => `v${g.version}:${g.groups}`).join(' ') ?? '';
+    this.set('mix', m ? fmtSI(m.savedBytes, 'B') : 'off', m ? `k ${m.k} · ${fmtInt(m.mixedGroups)}/${fmtInt(m.groups)} groups mixed · ${perVersion}` : 'islands upload directly');
     setAttr(this.cards.get('tps')!.el, 'data-paused', s.paused ? 'true' : null);
   }
 }

@@ -57,7 +57,6 @@ export interface Plan {
   ring: number;
   /** Largest grid dimension any dispatch uses. */
   maxGroups: number;
-  attTileBytes: number;
 }
 
 export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
@@ -114,7 +113,7 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   o.set('deltaUniforms', 256);
   if (f16) o.set('packUniforms', 256);
   const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
-  return { storage: s, other: o, maxT, ring, maxGroups, attTileBytes: op.attentionTileBytes(C / NH) };
+  return { storage: s, other: o, maxT, ring, maxGroups };
 }
 
 /** Bytes the engine allocates on the device for these options (what `gpuBytes` reports after create). */
@@ -140,7 +139,7 @@ export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number
     maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
     maxUniformBufferBindingSize: 512,
     maxBindGroups: 1,
-    maxComputeWorkgroupStorageSize: Math.max(8192, p.attTileBytes), // matmul's tiles; attention's K and V tiles
+    maxComputeWorkgroupStorageSize: 8192, // matmul's tiles (attention uses none)
     maxComputeInvocationsPerWorkgroup: 256,
     maxComputeWorkgroupSizeX: 256,
     maxComputeWorkgroupsPerDimension: Math.min(p.maxGroups, 65535),
@@ -182,6 +181,9 @@ export function validateOptions(opts: WebGpuEngineOptions): void {
   for (const [k, v] of Object.entries(dims)) if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
   const p = opts.precision ?? 'f32';
   if (p !== 'f32' && p !== 'f16') throw new Error(`precision ${String(p)} must be f32 or f16`);
+  // attention holds rows as vec4s, in either precision
+  const hs = opts.config.nEmbd / opts.config.nHead;
+  if (hs % 4 !== 0) throw new Error(`the WebGPU engine needs a head size (nEmbd / nHead) that is a multiple of 4, got ${hs}`);
   if (p === 'f16') {
     // halves are read 4 at a time (vec4 loads of the matmuls and attention)
     const { nEmbd: C, nHead: NH, vocabSize: V } = opts.config;

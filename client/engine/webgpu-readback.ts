@@ -2,7 +2,8 @@
 // - LossRing: each step writes its mean loss to a slot of the GPU loss ring; when the ring is
 //   full it is copied to a mappable staging buffer inside that step's submission, and only
 //   `take()` maps them, so no promise is pending while steps run (under Node a pending Dawn
-//   promise busy-polls a core).
+//   promise busy-polls a core); take() itself sleeps through most of the steps' expected time
+//   (from the last take's GPU ms per step) before it maps.
 // - Readback: the one readback buffer every other read goes through (θ, Δ, the moments, logits,
 //   eval losses), one read at a time, in chunks of its size.
 // No node: imports (runs in a browser or Web Worker too).
@@ -29,6 +30,11 @@ export class LossRing {
   private drains: Drain[] = [];
   private steps = 0;   // steps recorded (ring slot = steps % R)
   private pending = 0; // losses in the ring not yet copied out
+  // take() waits for the GPU without a pending promise for most of the time the steps should take:
+  private untaken = 0;          // steps recorded since the last take
+  private firstAt = 0;          // when the first of them was recorded (ms, performance.now)
+  private idleAt = 0;           // when the last take's map resolved: the queue was empty by then
+  private msPerStep: number | null = null; // GPU ms per step, as the last take saw it
 
   /** `ring`: the GPU loss ring (R slots, then EVAL_SLOTS for evaluation); `stagingBytes`: the first staging buffer's size. */
   constructor(private readonly gpu: GPUDevice, private readonly ring: GPUBuffer, private readonly R: number, stagingBytes: number, private readonly alloc: Alloc) {
@@ -45,6 +51,7 @@ export class LossRing {
   /** Call once a step is recorded into `enc` (before it is submitted): a full ring is copied out in that submission. */
   recorded(enc: GPUCommandEncoder): void {
     const slot = this.slot;
+    if (this.untaken++ === 0) this.firstAt = performance.now();
     this.steps += 1;
     this.pending += 1;
     if (this.pending === this.R) {
@@ -78,6 +85,13 @@ export class LossRing {
     }
     const drains = this.drains;
     this.drains = [];
+    const steps = this.untaken;
+    this.untaken = 0;
+    // the steps ran from `start` at the earliest; sleep through 80 % of their expected time before
+    // mapping (a pending map busy-polls a core under Node, the one a CPU adapter would use)
+    const start = Math.max(this.idleAt, this.firstAt);
+    const wait = this.msPerStep === null ? 0 : start + 0.8 * steps * this.msPerStep - performance.now();
+    if (steps > 0 && wait > 2) await new Promise((r) => setTimeout(r, wait));
     const out: number[] = [];
     const R = this.R;
     for (const { staging, first, count } of drains) {
@@ -87,6 +101,8 @@ export class LossRing {
       staging.unmap();
       this.free.push(staging);
     }
+    this.idleAt = performance.now();
+    if (steps > 0) this.msPerStep = (this.idleAt - start) / steps;
     return out;
   }
 

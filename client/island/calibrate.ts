@@ -79,14 +79,16 @@ async function timeStep(e: TrainingEngine, train: Uint8Array, B: number, T: numb
  * smaller (a first step slowed by warm-up or a busy moment drops out). It is high by about
  * f·(B/2 − 1): on a slow GPU bound by dispatches the first round comes out short rather than long.
  */
-export function fullStepPlan(oneMs: number, twoMs: number, B: number): { kind: 'full' } | { kind: 'estimated'; stepMs: number } {
-  const stepMs = Math.min(oneMs * B, (twoMs * B) / 2);
-  return B <= 2 || stepMs < FULL_STEP_UNDER_MS ? { kind: 'full' } : { kind: 'estimated', stepMs };
+export function fullStepPlan(oneMs: number, twoMs: number, B: number, rows = 1): { kind: 'full' } | { kind: 'estimated'; stepMs: number } {
+  // rows: the smallest batch timed (an island of N devices: N rows, one per device), then twice that
+  const stepMs = Math.min((oneMs * B) / rows, (twoMs * B) / (2 * rows));
+  return B <= 2 * rows || stepMs < FULL_STEP_UNDER_MS ? { kind: 'full' } : { kind: 'estimated', stepMs };
 }
 
 /**
  * Times real steps on `e` (its θ and optimizer state are overwritten: call before the first round).
- * A batch-1 step (it also warms up the first dispatches) and a batch-2 step; then either the full
+ * A batch-1 step (it also warms up the first dispatches) and a batch-2 step (N and 2N rows on N
+ * devices); then either the full
  * batch is estimated from them (a slow device) or one or two full-batch steps are timed.
  */
 export async function calibrate(e: TrainingEngine, train: Uint8Array, shape: ModelShape, key: string): Promise<Calibration> {
@@ -99,8 +101,10 @@ export async function calibrate(e: TrainingEngine, train: Uint8Array, shape: Mod
     return ms;
   };
   await e.setParams(initParams(shape.config, 1));
-  const oneMs = await time(1);
-  const plan = fullStepPlan(oneMs, B >= 2 ? await time(2) : oneMs, B);
+  // a multi-device engine splits a batch's rows over its devices: each needs at least one
+  const rows = Math.min(B, Math.max(1, e.devices ?? 1));
+  const oneMs = await time(rows);
+  const plan = fullStepPlan(oneMs, B >= 2 * rows ? await time(2 * rows) : oneMs, B, rows);
   let stepMs: number;
   if (plan.kind === 'estimated') {
     stepMs = plan.stepMs;

@@ -9,7 +9,7 @@
 // No node: imports: the browser, the Node island and the simulator run it with their own MixPort.
 
 import { type CodecOptions, decodeDelta, encodeDelta } from '../../core/codec/index.ts';
-import type { FragmentUpload, GroupPlan } from '../../core/mix/broker.ts';
+import type { FragmentUpload } from '../../core/mix/broker.ts';
 import { type PieceChannel, canonicalFragment, exchange, joinPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
 import type { AckMsg, Assignment, DeltaMeta, HelloMsg, MixPieceMsg, ModelSnapshotMsg, UpdateMsg } from '../../core/protocol.ts';
@@ -22,11 +22,24 @@ const RECENT_KEPT = 16;
 /** A pushed piece of an update (the `mix:piece` message). */
 export type UpdatePiece = MixPieceMsg;
 
-/** The member's group as the server announced it. */
-export interface MemberPlan extends GroupPlan { index: number }
+/** The member's group as the server announced it (a MixPlanMsg, its weights computed). */
+export interface MemberPlan {
+  groupId: number;
+  index: number;
+  members: Array<{ islandId: string; tokens: number; frameHash: string }>;
+  ranges: Array<[number, number]>;
+  /** a_m = fround(w_m / W) (butterfly.ts mixWeights). */
+  weights: Float32Array;
+  /** The previous group whose data channels this one reuses (MixPlanMsg.reuse). */
+  reuse?: number;
+  /** RTCPeerConnection iceServers (MixPlanMsg's; absent: host candidates only). */
+  iceServers?: Array<{ urls: string | string[]; username?: string; credential?: string }>;
+}
 
 /** The member's link to the server for mixing (signalling + fragments); socket.io live, in-process in the simulator. */
 export interface MixPort {
+  /** The server mixes (live: HelloAnswer.mixGroup ≥ 2): false skips the commitment and the update cache. */
+  readonly active: boolean;
   /** Commits (frame hash) and waits to be grouped: the plan, or null to upload directly. */
   ready(meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null>;
   /**
@@ -115,7 +128,7 @@ export class MixMember implements Transport {
 
   async submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
     const codec = this.codec;
-    if (!codec || !peekable(frame)) return this.direct(meta, frame);
+    if (!codec || !peekable(frame) || !this.port.active) return this.direct(meta, frame);
     const frameHash = sha256Hex(frame);
     for (let attempt = 0; attempt < 2; attempt++) {
       const plan = await this.port.ready(meta, frameHash);
@@ -166,8 +179,10 @@ export class MixMember implements Transport {
   }
 
   private deliver(m: UpdateMsg): void {
-    this.recent.set(m.version, m);
-    this.recent.delete(m.version - RECENT_KEPT);
+    if (this.port.active) {
+      this.recent.set(m.version, m);
+      this.recent.delete(m.version - RECENT_KEPT);
+    }
     for (const l of this.listeners) l(m);
   }
 

@@ -50,7 +50,7 @@ const DISCONNECTED = Symbol('disconnected');
 const TIMEOUT = Symbol('timeout');
 
 /** socket.io gives Node a Buffer and browsers an ArrayBuffer: both become a Uint8Array. */
-function bytes(x: unknown): Uint8Array | null {
+export function bytes(x: unknown): Uint8Array | null {
   if (x instanceof Uint8Array) return x;
   if (x instanceof ArrayBuffer) return new Uint8Array(x);
   if (ArrayBuffer.isView(x)) return new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
@@ -82,6 +82,8 @@ export class SocketIoTransport implements Transport {
   private downSince: number | null = Date.now();
   private fatal: { code: string; message: string } | null = null;
   private closed = false;
+  /** Extra server events handled on every socket (serve()). */
+  private readonly served: Array<[string, (...args: unknown[]) => void]> = [];
   /** Traffic and connection counters (progress lines, tests). */
   readonly stats = { bytesSent: 0, bytesReceived: 0, connects: 0, reconnects: 0, resumes: 0 };
 
@@ -134,6 +136,7 @@ export class SocketIoTransport implements Transport {
     socket.on('protocol_error', (e: { code?: string; message?: string }) => {
       if (e?.code === 'E_REPLACED') this.fatal = { code: 'E_REPLACED', message: e.message ?? 'a newer connection took over this island' };
     });
+    for (const [event, handler] of this.served) socket.on(event, handler);
     return socket;
   }
 
@@ -287,6 +290,25 @@ export class SocketIoTransport implements Transport {
     this.wakeAll();
   }
 
+  /**
+   * A request beside the Transport's (butterfly mixing's `mix:*`): sent once identified, answered by
+   * its ack; a dropped connection or no answer within `timeoutMs` is E_TRANSPORT (not re-sent).
+   */
+  async request<T>(event: string, payload: unknown, timeoutMs = this.opts.requestTimeoutMs): Promise<Result<T>> {
+    const up = await this.waitReady();
+    if (!up.ok) return up;
+    const r = await this.emit<T>(event, payload, timeoutMs);
+    if (r === DISCONNECTED) return err(ErrorCode.TRANSPORT, `${event}: the connection dropped`);
+    if (r === TIMEOUT) return err(ErrorCode.TRANSPORT, `${event}: no answer in ${timeoutMs} ms`);
+    return r.ok ? ok(r.value) : err(r.error.code, r.error.message);
+  }
+
+  /** Handles a server event on this and every later connection (`mix:piece`, `mix:check`, …). */
+  serve(event: string, handler: (...args: unknown[]) => void): void {
+    this.served.push([event, handler]);
+    this.socket.on(event, handler);
+  }
+
   /** Drops the connection without a bye (tests: a network cut; socket.io reconnects by itself). */
   simulateDrop(): void {
     this.socket.io.engine?.close();
@@ -318,6 +340,7 @@ export class SocketIoTransport implements Transport {
     this.identity = {
       islandId: v.islandId, resumeToken: v.resumeToken, version: v.version, hash: v.hash, maxFrameBytes: v.maxFrameBytes,
       maxHttpBufferSize: v.maxHttpBufferSize, protocolVersion: v.protocolVersion, serverTime: v.serverTime, resumed: v.resumed,
+      mixGroup: typeof v.mixGroup === 'number' ? v.mixGroup : 0,
     };
   }
 

@@ -130,7 +130,7 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
     islands: live.islands.map((l) => ({
       name: l.name, kind: l.kind, engine: l.engine, batchSize: l.batchSize, duty: l.duty, tokensPerSec: round(l.tokensPerSec, 1),
       accepted: l.accepted, rejected: l.rejected, rejectedByCode: l.rejectedByCode, bytesUp: l.bytesUp, bytesDown: l.bytesDown,
-      reconnects: l.reconnects, joinAtMs: l.joinAtMs, leaveAtMs: l.leaveAtMs, killed: l.killed,
+      reconnects: l.reconnects, joinAtMs: l.joinAtMs, leaveAtMs: l.leaveAtMs, killed: l.killed, hashChecks: l.hashChecks, hashMismatches: l.hashMismatches,
     })),
     twinSpec: ts,
     twinIslands: ts.rows[0].islands.map(({ name, speed, batchSize, joinAtMs, leaveAtMs }) => ({ name, speed: round(speed), batchSize, joinAtMs, leaveAtMs })),

@@ -18,6 +18,8 @@ export interface IslandCliOptions {
   /** Audit other islands' work instead of training (needs the run's validator token). */
   validator?: boolean;
   validatorToken?: string;
+  /** Butterfly mixing over WebRTC when the server mixes (default true; `--no-mix`). */
+  mix?: boolean;
 }
 
 export async function island(o: IslandCliOptions): Promise<number> {
@@ -34,11 +36,12 @@ export async function island(o: IslandCliOptions): Promise<number> {
     dutyCycle: o.duty,
     progress: o.json ? 'none' : process.stderr.isTTY ? 'tty' : 'lines',
     handleSignals: true,
+    mix: o.mix,
   });
   const s = await isl.done;
   const p = s.progress;
   if (o.json) {
-    process.stdout.write(JSON.stringify({ islandId: s.islandId, reason: s.reason, rounds: p.rounds, tokens: p.tokens, accepted: p.accepted, rejected: p.rejected, version: p.version, bytesSent: isl.transport.stats.bytesSent, bytesReceived: isl.transport.stats.bytesReceived }) + '\n');
+    process.stdout.write(JSON.stringify({ islandId: s.islandId, reason: s.reason, rounds: p.rounds, tokens: p.tokens, accepted: p.accepted, rejected: p.rejected, version: p.version, bytesSent: isl.transport.stats.bytesSent, bytesReceived: isl.transport.stats.bytesReceived, mix: isl.mix }) + '\n');
   } else {
     process.stderr.write(`atoll island: ${s.reason} after ${p.rounds} rounds (${p.accepted} applied), ${p.tokens.toLocaleString()} tokens, at version ${p.version}\n`);
   }

@@ -34,6 +34,9 @@ export interface ServeCliOptions extends RunFlags {
   auditBanAfter?: number;
   /** Move the run folder aside (<dir>.old-<time>) and start a new run there. */
   startOver?: boolean;
+  /** Butterfly mixing's group size (0: off) and spot-check rate (server/mix-gateway.ts). */
+  mixGroup?: number;
+  mixSpotRate?: number;
 }
 
 /** Fails with a hint before anything is written when another process holds the port. */
@@ -95,6 +98,7 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
     logLevel: o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info',
     listenOn: { host, port },
     audit: auditOptions(o),
+    mix: o.mixGroup ? { k: o.mixGroup, spotRate: o.mixSpotRate } : undefined,
   });
   const addr = await server.listen(port, host);
   const r = server.run;
@@ -140,6 +144,8 @@ function onSignals(say: (s: string) => void, close: () => Promise<void>, stray: 
 /** `--redis URL --role gateway|aggregator|all`: this process's part of a scaled-out run. */
 async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise<void> {
   if (!o.redis || !o.role) throw Object.assign(new Error('--redis and --role go together: --redis redis://HOST:PORT --role gateway|aggregator|all'), { code: 'E_BAD_FLAGS' });
+  // the groups live in one gateway's memory, and the roles' port carries no mixing yet
+  if (o.mixGroup) throw new ConfigError('E_BAD_CONFIG', '--mix-group is not available on the Redis roles yet: serve without --redis to mix, or without --mix-group');
   const { startAggregatorRole, startGatewayRole } = await import('../cluster/roles.ts');
   const logLevel = o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info';
   const closers: Array<() => Promise<void>> = [];

@@ -7,6 +7,9 @@
 //    "up":bytes,"down":bytes,"computeMs":ms,"computeTokens":n,"stepTokens":n,"reconnects":n}
 //   {"kind":"exit","up":bytes,"down":bytes,"computeMs":ms,"computeTokens":n,"reconnects":n}
 //
+// Every line's counters also carry hashChecks (updates applied to the island's replica whose θ hash
+// matched the server's) and hashMismatches (updates that did not: the island refetched θ).
+//
 // stepTokens: every step's tokens (work lost to a kill included up to the last line).
 // computeMs/computeTokens: the time between consecutive steps of one round and the tokens of those
 // steps (duty-cycle sleeps and CPU contention included, the round's download and upload not): the
@@ -14,7 +17,7 @@
 //
 //   node --import bin/register.js server/fleet/island-child.ts <json options>
 
-import type { EngineKind } from '../../core/protocol.ts';
+import { type EngineKind, ErrorCode } from '../../core/protocol.ts';
 import { startNodeIsland } from '../island-node.ts';
 
 export interface IslandChildOptions {
@@ -33,14 +36,16 @@ async function main(o: IslandChildOptions): Promise<void> {
   const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
   let computeMs = 0, computeTokens = 0, stepTokens = 0;
   let lastStep = { round: -1, step: -1, at: 0 };
-  let round = -1, tokensPerStep = 0;
+  let round = -1, tokensPerStep = 0, hashChecks = 0, hashMismatches = 0;
   let exitStats: () => Record<string, number> = () => ({});
   const isl = await startNodeIsland({
     server: o.server, engine: o.engine, precision: o.precision, devices: o.devices, name: o.name, batch: o.batch, dutyCycle: o.duty,
     progress: 'none', maxOutageMs: 120_000, handleSignals: true,
     onEvent: (e, transport) => {
       const now = performance.now();
-      const stats = () => ({ up: transport.stats.bytesSent, down: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens, reconnects: transport.stats.reconnects });
+      const stats = () => ({ up: transport.stats.bytesSent, down: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens, reconnects: transport.stats.reconnects, hashChecks, hashMismatches });
+      if (e.type === 'synced' && e.via === 'update') hashChecks++;
+      else if (e.type === 'error' && e.error.code === ErrorCode.HASH_MISMATCH) hashMismatches++;
       if (e.type === 'assignment') {
         round = e.assignment.roundId;
         tokensPerStep = e.assignment.batchSize * e.assignment.seqLen;

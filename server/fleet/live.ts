@@ -337,14 +337,14 @@ function newIsland(name: string, kind: LiveIsland['kind'], engine: string, batch
   return {
     name, kind, engine, batchSize, duty, ids: [], joinAtMs: -1, leaveAtMs: null, lastMs: 0, killed: false,
     computeMs: 0, computeTokens: 0, stepTokens: 0, tokensPerSec: 0, accepted: 0, rejected: 0, rejectedByCode: {},
-    bytesUp: 0, bytesDown: 0, reconnects: 0, acks: [],
+    bytesUp: 0, bytesDown: 0, reconnects: 0, hashChecks: 0, hashMismatches: 0, acks: [],
   };
 }
 
 type ChildLine =
   | { kind: 'assignment'; island: string; t: number }
-  | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number }
-  | { kind: 'step' | 'exit'; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number };
+  | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number; hashChecks: number; hashMismatches: number }
+  | { kind: 'step' | 'exit'; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number; hashChecks: number; hashMismatches: number };
 
 function nodeLine(isl: LiveIsland, m: ChildLine): void {
   if (m.kind === 'assignment') {
@@ -353,7 +353,7 @@ function nodeLine(isl: LiveIsland, m: ChildLine): void {
     isl.lastMs = m.t;
     return;
   }
-  Object.assign(isl, { bytesUp: m.up, bytesDown: m.down, computeMs: m.computeMs, computeTokens: m.computeTokens, stepTokens: m.stepTokens, reconnects: m.reconnects });
+  Object.assign(isl, { bytesUp: m.up, bytesDown: m.down, computeMs: m.computeMs, computeTokens: m.computeTokens, stepTokens: m.stepTokens, reconnects: m.reconnects, hashChecks: m.hashChecks, hashMismatches: m.hashMismatches });
   if (m.kind === 'submitted') {
     isl.lastMs = m.t;
     if (m.status === 'applied') isl.acks.push([m.island, m.seq]);

@@ -67,6 +67,9 @@ export interface LiveIsland {
   bytesUp: number;
   bytesDown: number;
   reconnects: number;
+  /** Node islands: updates applied to the replica with θ's hash matching the server's, and those that did not. */
+  hashChecks: number;
+  hashMismatches: number;
   /** [islandId, seq] of every 'applied' ack (Node islands). */
   acks: Array<[string, number]>;
   /** Rounds the page counted as accepted. */
@@ -127,6 +130,8 @@ export interface FleetReport {
     name: string; kind: 'node' | 'page'; engine: string; batchSize: number; duty: number; tokensPerSec: number;
     accepted: number; rejected: number; rejectedByCode: Record<string, number>; bytesUp: number; bytesDown: number;
     reconnects: number; joinAtMs: number; leaveAtMs: number | null; killed: boolean;
+    /** Node islands: updates whose θ hash agreed with the server's, and those that did not (pages: 0). */
+    hashChecks: number; hashMismatches: number;
   }>;
   twinSpec: TwinSpec;
   /** The twin's islands, in the simulator's terms. */

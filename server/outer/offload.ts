@@ -36,7 +36,7 @@ export class OuterOffloadHost {
   }
 
   /** A free delta buffer in shared memory, known to every worker. */
-  private buffer(): Float32Array {
+  buffer(): Float32Array {
     const reused = this.free.pop();
     if (reused) return reused;
     const slot = this.pool.newSlot();

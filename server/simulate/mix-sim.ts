@@ -74,6 +74,7 @@ export class SimMixHub {
     };
     const pending: { handlers: MemberHandlers | null; pieces: Array<(p: UpdatePiece) => void> } = { handlers: null, pieces: [] };
     const port: MixPort = {
+      active: true,
       ready: async (meta, frameHash) => {
         const m = member(meta.islandId);
         await link.up(META_BYTES + HASH_BYTES);

@@ -1,0 +1,155 @@
+// Butterfly mixing's messages against hostile clients, over real socket.io on the embedded server
+// (--mix-group 2): every malformed or out-of-place `mix:*` message gets a clear error code and
+// changes nothing; signalling reaches only the other member of the sender's group; a member whose
+// fragment fails to decode and who cannot replay its commitment is refused (E_MIX_MISMATCH) and
+// banned, while its honest partner's Δ is applied; a member whose exchange failed regroups once; a
+// member that stalls its group uploads directly for a while.
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { io, type Socket } from 'socket.io-client';
+import { decodeDelta, encodeDelta } from '../core/codec/index.ts';
+import { canonicalFragment, mixWeights } from '../core/mix/butterfly.ts';
+import { sha256Hex } from '../core/mix/commit.ts';
+import { type Assignment, type DeltaMeta, type MixPlanMsg, PROTOCOL_VERSION } from '../core/protocol.ts';
+import { mulberry32 } from '../core/random.ts';
+import { type TestServer, startTestServer } from './helpers/server.ts';
+
+type Wire<T = unknown> = { ok: true; value: T } | { ok: false; error: { code: string; message: string } };
+
+let ts: TestServer;
+const sockets: Socket[] = [];
+
+beforeAll(async () => {
+  // every delta its own outer step (no merge window): an ack does not wait for the other islands
+  ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 1_500 }, outerWorkers: 0 });
+});
+afterAll(async () => { for (const s of sockets) s.close(); await ts?.close(); });
+
+async function connect(): Promise<Socket> {
+  const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
+  sockets.push(s);
+  await new Promise<void>((resolve, reject) => { s.once('connect', () => resolve()); s.once('connect_error', reject); });
+  return s;
+}
+
+function ask<T>(s: Socket, event: string, payload: unknown): Promise<Wire<T>> {
+  return (s.timeout(10_000).emitWithAck(event, payload) as Promise<Wire<T>>).catch((e: Error) => { throw new Error(`${event} ${JSON.stringify(payload)?.slice(0, 80)}: ${e.message}`); });
+}
+
+/** A joined island with its first assignment, its committed Δ frame and its DeltaMeta. */
+async function island(name: string): Promise<{ s: Socket; id: string; meta: DeltaMeta; frame: Uint8Array; hash: string; a: Assignment }> {
+  const s = await connect();
+  const h = await ask<{ islandId: string; assignment: Assignment | null; mixGroup: number }>(s, 'hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } });
+  if (!h.ok || !h.value.assignment) throw new Error(`hello: ${JSON.stringify(h)}`);
+  expect(h.value.mixGroup).toBe(2);
+  const a = h.value.assignment;
+  const r = mulberry32([...name].reduce((h, ch) => h * 31 + ch.charCodeAt(0), 7) >>> 0);
+  const frame = encodeDelta(Float32Array.from({ length: ts.server.run.paramCount }, () => (r() - 0.5) * 1e-3), a.codec);
+  const meta: DeltaMeta = {
+    islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: 1, steps: a.innerSteps,
+    tokens: a.innerSteps * a.batchSize * a.seqLen, lossFirst: 5, lossLast: 4, lossMean: 4.5, elapsedMs: 60_000,
+  };
+  return { s, id: a.islandId, meta, frame, hash: sha256Hex(frame), a };
+}
+
+const code = (w: Wire) => (w.ok ? 'ok' : w.error.code);
+
+describe('butterfly mixing against hostile clients', () => {
+  it('refuses malformed and out-of-place mix messages with a code, relays only within a group, and settles a liar', async () => {
+    const stranger = await connect();
+    expect(code(await ask(stranger, 'mix:ready', {}))).toBe('E_NO_HELLO');
+    const A = await island('mix-a');
+    const B = await island('mix-b');
+    const C = await island('mix-c');
+    // malformed: schema errors before any work
+    for (const bad of [null, 1, 'x', [], {}, { meta: A.meta }, { meta: A.meta, frameHash: 'zz' }, { meta: { ...A.meta, seq: -1 }, frameHash: A.hash }, { meta: A.meta, frameHash: A.hash, extra: 1 }]) {
+      expect(code(await ask(A.s, 'mix:ready', bad)), JSON.stringify(bad)).toBe('E_BAD_REQUEST');
+    }
+    for (const bad of [{}, { groupId: -1, frame: null }, { groupId: 1, frame: 'x' }, { groupId: 1.5, frame: null }]) expect(code(await ask(A.s, 'mix:fragment', bad))).toBe('E_BAD_REQUEST');
+    for (const bad of [{}, { groupId: 1, to: 0, kind: 'hack', data: '' }, { groupId: 1, to: 0, kind: 'offer', data: 'x'.repeat(20_000) }]) expect(code(await ask(A.s, 'mix:signal', bad))).toBe('E_BAD_REQUEST');
+    // someone else's Δ, and a claim that fits no assignment (this one uploads directly: null)
+    expect(code(await ask(C.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }))).toBe('E_BAD_REQUEST');
+    const lie = await ask<MixPlanMsg | null>(C.s, 'mix:ready', { meta: { ...C.meta, tokens: C.meta.tokens * 2 }, frameHash: C.hash });
+    expect(lie).toEqual({ ok: true, value: null });
+
+    // A and B form group g: each is told the other's commitment and its server-derived weight
+    const [pa, pb] = await Promise.all([ask<MixPlanMsg>(A.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }), ask<MixPlanMsg>(B.s, 'mix:ready', { meta: B.meta, frameHash: B.hash })]);
+    if (!pa.ok || !pb.ok) throw new Error(JSON.stringify([pa, pb]));
+    const g = pa.value.groupId;
+    expect(pb.value.groupId).toBe(g);
+    expect(pa.value.members.map((m) => m.frameHash)).toEqual([A.hash, B.hash]);
+    expect(pa.value.members.map((m) => m.tokens)).toEqual([A.meta.tokens, B.meta.tokens]);
+    const [ia, ib] = [pa.value.index, pb.value.index];
+
+    // signalling: only between members of g, to the other member, relayed with the sender's index
+    const got = new Promise<unknown>((resolve) => B.s.once('mix:signal', resolve));
+    expect(code(await ask(A.s, 'mix:signal', { groupId: g, to: ib, kind: 'offer', data: 'v=0' }))).toBe('ok');
+    expect(await got).toEqual({ groupId: g, from: ia, kind: 'offer', data: 'v=0' });
+    expect(code(await ask(A.s, 'mix:signal', { groupId: g, to: ia, kind: 'offer', data: 'v=0' }))).toBe('E_BAD_REQUEST');
+    expect(code(await ask(A.s, 'mix:signal', { groupId: g, to: 7, kind: 'offer', data: 'v=0' }))).toBe('E_BAD_REQUEST');
+    expect(code(await ask(C.s, 'mix:signal', { groupId: g, to: 0, kind: 'offer', data: 'v=0' }))).toBe('E_BAD_REQUEST');
+    expect(code(await ask(C.s, 'mix:fragment', { groupId: g, frame: null }))).toBe('E_BAD_REQUEST');
+    expect(code(await ask(A.s, 'mix:fragment', { groupId: g, frame: new Uint8Array(ts.server.run.maxFrameBytes + 1) }))).toBe('E_OVERSIZE');
+    expect(code(await ask(A.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }))).toBe('E_BAD_REQUEST'); // in g's exchange
+
+    // A is honest (replays its commitment); B uploads garbage and replays a Δ it never committed to
+    A.s.on('mix:replay', (m: { groupId: number }, ack: (a: unknown) => void) => ack({ groupId: m.groupId, frame: A.frame }));
+    B.s.on('mix:replay', (m: { groupId: number }, ack: (a: unknown) => void) => ack({ groupId: m.groupId, frame: A.frame }));
+    const banned = new Promise<unknown>((resolve) => B.s.once('banned', resolve));
+    // A's honest fragment: its range of the token-weighted mean of both committed Δs
+    const n = ts.server.run.paramCount;
+    const xs = [A, B].map((x) => { const d = decodeDelta(x.frame, n); if (!d.ok) throw new Error(d.error.message); return d.value.slice(); });
+    const byIndex = ia === 0 ? xs : [xs[1], xs[0]];
+    const fragA = encodeDelta(canonicalFragment(byIndex, mixWeights(pa.value.members.map((m) => m.tokens)), pa.value.ranges[ia]), A.a.codec);
+    const [va, vb] = await Promise.all([
+      ask<{ status: string; version: number }>(A.s, 'mix:fragment', { groupId: g, frame: fragA }),
+      ask<{ status: string; error?: { code: string } }>(B.s, 'mix:fragment', { groupId: g, frame: Uint8Array.of(1, 2, 3) }),
+    ]);
+    expect(code(await ask(A.s, 'mix:fragment', { groupId: g, frame: fragA }))).toBe('E_BAD_REQUEST'); // twice
+    if (!va.ok || !vb.ok) throw new Error(JSON.stringify([va, vb]));
+    expect(vb.value.status).toBe('rejected');
+    expect(vb.value.error?.code).toBe('E_MIX_MISMATCH');
+    expect(va.value.status).toBe('applied');
+    await banned;
+    expect(ts.server.run.coord.island(B.id)?.status).toBe('banned');
+    expect(ts.server.run.coord.island(A.id)?.tokensContributed).toBe(A.meta.tokens);
+    expect(ts.server.run.coord.island(B.id)?.tokensContributed ?? 0).toBe(0);
+    const c = ts.server.mix!.counters;
+    expect(A.hash).not.toBe(B.hash);
+    expect(c.audits).toBe(1);
+    expect(c.implicated).toBe(1);
+  }, 60_000);
+
+  it('a member whose exchange failed regroups once, then uploads directly', async () => {
+    const D = await island('mix-d');
+    const E = await island('mix-e');
+    const ready = (x: typeof D) => ask<MixPlanMsg>(x.s, 'mix:ready', { meta: x.meta, frameHash: x.hash });
+    const [pd, pe] = await Promise.all([ready(D), ready(E)]);
+    if (!pd.ok || !pe.ok) throw new Error(JSON.stringify([pd, pe]));
+    const aborted = new Promise<unknown>((resolve) => E.s.once('mix:abort', resolve));
+    // D's exchange failed: the group is called off at once, E is told to stop and both regroup
+    expect(await ask(D.s, 'mix:fragment', { groupId: pd.value.groupId, frame: null })).toEqual({ ok: true, value: 'regroup' });
+    expect(await aborted).toEqual({ groupId: pd.value.groupId });
+    expect(await ask(E.s, 'mix:fragment', { groupId: pe.value.groupId, frame: null })).toEqual({ ok: true, value: 'regroup' });
+    const [pd2, pe2] = await Promise.all([ready(D), ready(E)]);
+    if (!pd2.ok || !pe2.ok) throw new Error(JSON.stringify([pd2, pe2]));
+    expect(pd2.value.groupId).not.toBe(pd.value.groupId);
+    // a second failure of the same Δ: upload it directly
+    expect(await ask(E.s, 'mix:fragment', { groupId: pe2.value.groupId, frame: null })).toEqual({ ok: true, value: 'direct' });
+    expect(await ask(D.s, 'mix:fragment', { groupId: pd2.value.groupId, frame: null })).toEqual({ ok: true, value: 'direct' });
+    expect(ts.server.run.coord.island(D.id)?.tokensContributed ?? 0).toBe(0); // nothing counted
+  }, 30_000);
+
+  it('a member that stalls its group (connected, no fragment) uploads directly for a while', async () => {
+    const F = await island('mix-f');
+    const G = await island('mix-g');
+    const ready = (x: typeof F) => ask<MixPlanMsg | null>(x.s, 'mix:ready', { meta: x.meta, frameHash: x.hash });
+    const [pf, pg] = await Promise.all([ready(F), ready(G)]);
+    if (!pf.ok || !pg.ok || !pf.value || !pg.value) throw new Error(JSON.stringify([pf, pg]));
+    // G uploads its fragment; F says nothing: at the deadline G is told to regroup and F is benched
+    const range = pg.value.ranges[pg.value.index];
+    const fragG = encodeDelta(new Float32Array(range[1] - range[0]), G.a.codec);
+    expect(await ask(G.s, 'mix:fragment', { groupId: pg.value.groupId, frame: fragG })).toEqual({ ok: true, value: 'regroup' });
+    expect(await ready(F)).toEqual({ ok: true, value: null }); // benched: send delta
+  }, 30_000);
+});
