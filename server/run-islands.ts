@@ -153,7 +153,7 @@ export class RunIslands {
       if (pick.ok && pick.value) this.run.audits!.offer(meta, frame, pick.value);
       this.run.archive.hold({
         islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, baseVersion: meta.baseVersion, staleness: r.value.staleness,
-        tokens: meta.tokens, steps: r.value.steps, score: r.value.norm / Math.sqrt(Math.max(1, r.value.steps)), lossMean: finiteOrNull(meta.lossMean),
+        tokens: meta.tokens, steps: r.value.steps, score: r.value.score, lossMean: finiteOrNull(meta.lossMean),
       }, frame);
     }
     this.run.metrics.applySeconds.observe((performance.now() - t0) / 1000);

@@ -3,7 +3,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { crc32, decodeDelta, encodeDelta, type CodecOptions } from '../core/codec/index.ts';
-import { NormHistory } from '../core/coord/aggregate.ts';
+import { NormHistory, normSteps } from '../core/coord/aggregate.ts';
 import {
   Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent, applyUpdateMessage, dyluInnerSteps, hashParams,
   stalenessWeight, trimmedMean,
@@ -418,6 +418,30 @@ describe('validation: every rejection leaves θ and the optimizer state unchange
     old.restore([0.3, 0.3, 0.3], undefined);
     expect(old.limiter(nb)(144)).toBeCloseTo(1.2, 12);
     expect(new NormHistory().limiter(nb)(4)).toBe(Infinity);
+  });
+
+  it('norm bound: a round is judged at its fresh-AdamW warmup (normSteps), so a newcomer\'s second round is not over', () => {
+    const plan = { localWarmupSteps: 40 };
+    // no warmup, or past it: the steps themselves
+    expect(normSteps({ localWarmupSteps: 0 }, 8, 0)).toBe(8);
+    expect(normSteps(plan, 8, 40)).toBe(8);
+    expect(normSteps(undefined, 8, 0)).toBe(8);
+    // steps 0–7 and 8–15 of the warmup: Σ((k+1)/40)² = 204/1600 and 1292/1600
+    const first = normSteps(plan, 8, 0), second = normSteps(plan, 8, 8);
+    expect(first).toBeCloseTo(204 / 1600, 12);
+    expect(second).toBeCloseTo(1292 / 1600, 12);
+    // four first rounds of ‖Δ‖ 1, then an honest second round at 5× the norm (2.5× the lr, Adam's
+    // moments still growing): over 4 × the median by the plain √steps rule, within it at its lr
+    const nb = { factor: 4, window: 16, minHistory: 3 };
+    const plain = new NormHistory(), byLr = new NormHistory();
+    for (let i = 0; i < 4; i++) {
+      plain.push({ score: 1 / Math.sqrt(8), steps: 8 }, nb.window);
+      byLr.push({ score: 1 / Math.sqrt(first), steps: 8 }, nb.window);
+    }
+    expect(plain.judge(5, 8, nb, []).over).toBe(true);
+    expect(byLr.judge(5, 8, nb, [], second).over).toBe(false);
+    // and a delta 12× the norm is still over
+    expect(byLr.judge(12, 8, nb, [], second).over).toBe(true);
   });
 });
 

@@ -1,6 +1,7 @@
 // Robust aggregation of pseudo-gradients: the norm bound, the staleness- and token-weighted mean,
 // and the coordinate-wise trimmed mean.
 
+import type { InnerLrPlan } from '../protocol.ts';
 import { type CoordinatorConfig, stalenessWeight } from './config.ts';
 import type { PendingDelta } from './types.ts';
 
@@ -18,6 +19,23 @@ export function median(xs: number[]): number {
 
 /** A delta's norm-bound statistic and the steps it was assigned. */
 export interface NormSample { score: number; steps: number }
+
+/**
+ * The steps a delta is judged as: Σ w_i² over its assigned steps, w_i the fresh-AdamW warmup's
+ * factor on the island's lr at that step (InnerLrPlan.localWarmupSteps), counted from the
+ * `stepsBefore` steps assigned to it earlier. Past the warmup these are the steps; a round in it
+ * counts for less, so a newcomer is judged at its own learning rate: an honest second round, 2.5×
+ * the first's lr, was rejected against a history of first rounds. The run's own schedule (warmup,
+ * cosine) moves every island together, and the history follows it. The server's figures only: an
+ * island that reloaded (a fresh AdamW, its old steps counted) is judged more leniently, never less.
+ */
+export function normSteps(lr: Pick<InnerLrPlan, 'localWarmupSteps'> | undefined, steps: number, stepsBefore: number): number {
+  const n = lr?.localWarmupSteps ?? 0;
+  if (!(n > 0) || stepsBefore >= n) return steps;
+  let w = 0;
+  for (let i = 0; i < steps; i++) w += Math.min(1, (stepsBefore + i + 1) / n) ** 2;
+  return w;
+}
 
 /**
  * The norm bound: a delta's score ‖Δ‖/√steps may be at most factor × the median score of the last
@@ -46,18 +64,20 @@ export class NormHistory {
   }
 
   /**
-   * A delta's score ‖Δ‖/√steps on arrival, and its bound: once a history exists, against history ∪
-   * the open window, as at close (the window shares this delta's learning rate and residual
-   * carry-over, where early, smaller deltas alone would reject honest ones, and each rejection, put
-   * back into the residual, grows the next delta). A score over its bound enters the history.
+   * A delta's score ‖Δ‖/√normSteps on arrival (its assigned steps at their learning rates; the
+   * steps themselves at a constant lr), and its bound for its assigned steps: once a history exists,
+   * against history ∪ the open window, as at close (the window shares this delta's learning rate and
+   * residual carry-over, where early, smaller deltas alone would reject honest ones, and each
+   * rejection, put back into the residual, grows the next delta). A score over its bound enters the history.
    */
-  judge(norm: number, steps: number, nb: CoordinatorConfig['normBound'], pending: NormSample[]): { score: number; bound: number; over: boolean } {
-    const score = norm / Math.sqrt(Math.max(1, steps));
+  judge(norm: number, steps: number, nb: CoordinatorConfig['normBound'], pending: NormSample[], normSteps = steps): { score: number; bound: number; over: boolean } {
+    const score = norm / Math.sqrt(Math.max(1e-6, normSteps));
     const bound = this.scores.length < nb.minHistory ? Infinity : this.limiter(nb, pending)(steps);
     const over = score > bound;
     if (over) this.push({ score, steps }, nb.window);
     return { score, bound, over };
   }
+
 
   /**
    * The close-time bound, against history ∪ the round (it catches a bad delta in the first round):

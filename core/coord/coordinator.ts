@@ -227,14 +227,14 @@ export class Coordinator {
       roundId: this.round.id, roundBaseVersion: this.round.baseVersion, assignSerial: this.assignSerial,
     }, now, (isl) => this.book.touch(isl, now));
     if (!chk.ok) return no(this.reject(chk.isl, chk.tokens, chk.code, chk.message));
-    const { isl, m, steps, tau, late } = chk;
+    const { isl, m, steps, normSteps, tau, late } = chk;
     const sync = this.cfg.mode === 'sync';
 
     const decoded = sub.decoded ?? this.decodeHere(sub.frame);
     if (!decoded.ok) return no(this.reject(isl, m.tokens, decoded.error.code, decoded.error.message));
     const { delta, norm } = decoded.value;
-    const { score, bound, over } = this.norms.judge(norm, steps, this.cfg.normBound, this.round.pending);
-    if (over) return no(this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${this.cfg.normBound.factor} × the median, for ${steps} steps)`));
+    const { score, bound, over } = this.norms.judge(norm, steps, this.cfg.normBound, this.round.pending, normSteps);
+    if (over) return no(this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√normSteps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${this.cfg.normBound.factor} × the median, for ${steps} steps at its learning rates, ${normSteps.toPrecision(3)} normSteps)`));
 
     // counted from here on
     this.ledger.accept(isl, m, tau, { raw: 4 * this.paramCount, frame: sub.frame.length });
@@ -247,7 +247,7 @@ export class Coordinator {
     isl.accepted += 1;
     const roundBefore = this.round.id;
     this.maybeCloseRound(now);
-    return { result: ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm, steps }), kept: true };
+    return { result: ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm, steps, score }), kept: true };
   }
 
   /** Δ decoded into the scratch buffer, and ‖Δ‖. */
@@ -446,7 +446,7 @@ export class Coordinator {
     const { kept, over } = this.norms.split(r.pending, cfg.normBound);
     const rejected = over.map(({ p, limit }) => {
       this.outerStep.release(p.delta);
-      return this.rejectedFrom(p, ErrorCode.NORM_BOUND, `‖Δ‖/√steps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit.toPrecision(4)} for ${p.steps} steps`);
+      return this.rejectedFrom(p, ErrorCode.NORM_BOUND, `‖Δ‖/√normSteps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit.toPrecision(4)} for ${p.steps} steps`);
     });
     this.events.push({ type: 'round', roundId: r.id, baseVersion: r.baseVersion, state: 'closed', members: r.members.size, time: now });
     const c: Closing = { now, kept, rejected };

@@ -93,6 +93,8 @@ export interface SubmitAccepted {
   norm: number;
   /** The steps its assignment gave (the norm bound's, and a revert's replay). */
   steps: number;
+  /** ‖Δ‖/√normSteps: the norm bound's statistic (aggregate.ts normSteps). */
+  score: number;
 }
 
 /** One counted delta, as listed in an 'update' event (ack each with AckMsg{status:'applied'}). */
@@ -191,7 +193,7 @@ export interface CoordinatorTotals {
 /** A delta waiting for its sync round to close. */
 export interface PendingDelta extends Contribution {
   delta: Float32Array;
-  /** ‖Δ‖/√steps, the norm-bound statistic, and the steps the server assigned for it. */
+  /** ‖Δ‖/√normSteps, the norm-bound statistic (aggregate.ts normSteps), and the steps the server assigned for it. */
   score: number;
   steps: number;
   lossMean: number;

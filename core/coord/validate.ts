@@ -4,6 +4,7 @@
 
 import { type Assignment, ErrorCode, type DeltaMeta } from '../protocol.ts';
 import type { Encoding } from '../codec/index.ts';
+import { normSteps } from './aggregate.ts';
 import type { CoordinatorConfig } from './config.ts';
 import type { AssignedWork, IslandRecord } from './types.ts';
 
@@ -96,7 +97,7 @@ export function checkWork(m: DeltaMeta, frameEncoding: Encoding | null, isl: Isl
  */
 export function checkDelta(
   meta: DeltaMeta, frameEncoding: Encoding | null, islands: ReadonlyMap<string, IslandRecord>, c: DeltaPlaceContext, now: number, seen: (isl: IslandRecord) => void,
-): { ok: true; isl: IslandRecord; m: DeltaMeta; steps: number; tau: number; late: boolean } | (DeltaProblem & { isl?: IslandRecord }) {
+): { ok: true; isl: IslandRecord; m: DeltaMeta; steps: number; normSteps: number; tau: number; late: boolean } | (DeltaProblem & { isl?: IslandRecord }) {
   const isl = islands.get(meta.islandId);
   if (!isl) return { ok: false, code: ErrorCode.UNKNOWN_ISLAND, message: `no island ${meta.islandId}`, tokens: 0 };
   if (isl.status === 'banned') return { ok: false, isl, code: ErrorCode.BANNED, message: `island ${isl.id} is banned`, tokens: 0 };
@@ -106,5 +107,6 @@ export function checkDelta(
   if (!work.ok) return { ...work, isl };
   const place = checkDeltaPlace(work.meta, isl, c);
   if (!place.ok) return { ...place, isl };
-  return { ok: true, isl, m: work.meta, steps: work.assignedSteps, tau: place.tau, late: place.late };
+  const w = work.work;
+  return { ok: true, isl, m: work.meta, steps: work.assignedSteps, normSteps: normSteps(w.lr, work.assignedSteps, w.fresh ? 0 : w.data?.stepStart ?? 0), tau: place.tau, late: place.late };
 }
