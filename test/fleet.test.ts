@@ -46,11 +46,13 @@ describe('atoll fleet', () => {
     expect(clientBuildState()).toBe('current');
     rmSync(out, { recursive: true, force: true });
     mkdirSync(out, { recursive: true });
+    // Node islands at duty 0.1: on a quiet machine a CPU island trains ~4,400 tokens/s, and three of
+    // them took the whole budget in one round each, before the kill at 50 % could find a victim.
     // rounds of about 4 s, sized by each island's measured speed (DyLU): the page, on SwiftShader
     // and slow on 2 busy cores, sends its first delta within seconds of its start
     const config = join(out, 'run.json');
     writeFileSync(config, JSON.stringify({ coordinator: { targetRoundMs: 4000, minInnerSteps: 2 } }));
-    const r = await atoll(['fleet', '--preset', 'tiny', '--islands', '3', '--browsers', '1', '--tokens', '20000', '--mode', 'async', '--codec', 'sparse', '--schedule', 'kill:1@0.5',
+    const r = await atoll(['fleet', '--preset', 'tiny', '--islands', '3', '--browsers', '1', '--tokens', '20000', '--mode', 'async', '--codec', 'sparse', '--schedule', 'kill:1@0.5', '--duty', '0.1',
       '--config', config, '--evals', '3', '--eval-batches', '4', '--timeout', '4', '--out', out, '--json'], 280_000);
     if (r.code !== 0) throw new Error(`atoll fleet exited ${r.code}:\n${r.stderr.slice(-3000)}`);
     report = JSON.parse(r.stdout) as FleetReport;

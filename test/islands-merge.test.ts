@@ -32,7 +32,8 @@ function vec(seed: number, scale = 0.01, n = N): Float32Array {
 function coord(config: CoordinatorConfigPatch): Coordinator {
   return new Coordinator({
     params: vec(1, 0.02),
-    config: { downlink: { encoding: 'f32', blockSize: 64 }, uplink: F32, normBound: { factor: 0 }, batchSize: 4, seqLen: 8, innerSteps: 10, ...config },
+    // the synthetic deltas keep one size from the first round on: no fresh-AdamW warmup to judge them by (normSteps)
+    config: { downlink: { encoding: 'f32', blockSize: 64 }, uplink: F32, normBound: { factor: 0 }, batchSize: 4, seqLen: 8, innerSteps: 10, innerLr: { localWarmupSteps: 0 }, ...config },
   });
 }
 
