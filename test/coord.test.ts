@@ -524,6 +524,21 @@ describe('replicas', () => {
   });
 });
 
+describe('the lr schedule\'s position', () => {
+  it('sync rounds of equal steps move the run by every member\'s step, whatever the speeds; async by speed', () => {
+    const caps = (tokensPerSec: number): IslandCaps => ({ engine: 'cpu', batchSize: 8, maxBatch: 8, tokensPerSec });
+    const perStep = 8 * 16;
+    // a slow island joining a fast one: async moves the run by everyone's tokens while it steps once;
+    // sync (equal steps, no DyLU) by one step of each member (the fast one's speed once sent its lr to the schedule's end)
+    for (const [mode, want] of [['sync', 2 * perStep], ['async', (10_200 / 200) * perStep]] as const) {
+      const c = new Coordinator({ params: randomVec(3), config: { mode, dylu: false, batchSize: 8, seqLen: 16, innerSteps: 8, totalTokens: 100_000 } });
+      join(c, 0, caps(10_000));
+      const slow = join(c, 1, caps(200));
+      expect(slow.a.lr.tokensPerStep, mode).toBeCloseTo(want, 6);
+    }
+  });
+});
+
 describe('protocol helpers', () => {
   it('inner lr: warmup then cosine over the run tokens, continuing across rounds', () => {
     const plan = { maxLr: 1e-3, minLr: 1e-4, warmupTokens: 1000, totalTokens: 11_000, tokensStart: 0, tokensPerStep: 100, localWarmupSteps: 0 };

@@ -98,7 +98,11 @@ export function sizeAssignment(
     const need = Math.ceil(Math.max(0, cfg.totalTokens - tokensApplied) / (Math.max(1, online) * B * T));
     if (need <= Math.ceil(1.5 * steps)) steps = Math.max(1, Math.min(need, cfg.maxInnerSteps));
   }
-  const tokensPerStep = allKnown && isl.tokensPerSec ? (agg * B * T) / isl.tokensPerSec : Math.max(1, online) * B * T;
+  // how far the run moves per step of this island: islands step side by side at their speeds, which
+  // holds when rounds are sized by speed (async, or DyLU); sync rounds of equal steps move it by every
+  // member's step (a fast island's speed there made a slow one's lr schedule race to its end)
+  const bySpeed = allKnown && isl.tokensPerSec && (cfg.mode === 'async' || cfg.dylu);
+  const tokensPerStep = bySpeed ? (agg * B * T) / isl.tokensPerSec! : Math.max(1, online) * B * T;
   return { steps, tokensPerStep };
 }
 
