@@ -104,9 +104,10 @@ describe('butterfly mixing live (node-datachannel, 4 Node islands)', () => {
     expect(mix.savedBytes).toBeGreaterThan(0);
     expect(mix.groupsByVersion.reduce((t, g) => t + g.groups, 0)).toBe(c.groups);
     expect(stB.mix).toBeUndefined();
-    // measured 3.2-5.6× in and 5.4-19× out (docs/research.md, section 8): spot checks (10 % of the
-    // fragments, sampled) and where the first update falls move it; 2.5× leaves room for both
-    expect(ratio.in).toBeGreaterThan(2.5);
+    // measured 2.4-6.8× in and 4.0-22× out (docs/research.md, section 8, and CI runs): spot checks
+    // (10 % of the fragments, sampled) and where the first update falls move it (the unmixed run's
+    // bytes per token after v1 ranged 0.88-1.28); 2× in and 2.5× out leave room for both
+    expect(ratio.in).toBeGreaterThan(2);
     expect(ratio.out).toBeGreaterThan(2.5);
     // θ: every version an island synced to has the server's hash
     const hashes = serverHashes(mixed);
