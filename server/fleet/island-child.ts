@@ -36,14 +36,14 @@ async function main(o: IslandChildOptions): Promise<void> {
   const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
   let computeMs = 0, computeTokens = 0, stepTokens = 0;
   let lastStep = { round: -1, step: -1, at: 0 };
-  let round = -1, tokensPerStep = 0, hashChecks = 0, hashMismatches = 0;
+  let round = -1, tokensPerStep = 0, hashChecks = 0, hashMismatches = 0, stepSpeed = 0;
   let exitStats: () => Record<string, number> = () => ({});
   const isl = await startNodeIsland({
     server: o.server, engine: o.engine, precision: o.precision, devices: o.devices, name: o.name, batch: o.batch, dutyCycle: o.duty,
     progress: 'none', maxOutageMs: 120_000, handleSignals: true,
     onEvent: (e, transport) => {
       const now = performance.now();
-      const stats = () => ({ up: transport.stats.bytesSent, down: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens, reconnects: transport.stats.reconnects, hashChecks, hashMismatches });
+      const stats = () => ({ up: transport.stats.bytesSent, down: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens, reconnects: transport.stats.reconnects, hashChecks, hashMismatches, stepSpeed });
       if (e.type === 'synced' && e.via === 'update') hashChecks++;
       else if (e.type === 'error' && e.error.code === ErrorCode.HASH_MISMATCH) hashMismatches++;
       if (e.type === 'assignment') {
@@ -52,6 +52,7 @@ async function main(o: IslandChildOptions): Promise<void> {
         out({ kind: 'assignment', island: e.assignment.islandId, t: Date.now() - o.t0 });
       } else if (e.type === 'step') {
         stepTokens += tokensPerStep;
+        stepSpeed = e.tokensPerSec * Math.min(1, o.duty ?? 1); // the runtime's figure over the round's steps, at its duty (a 1-step round has no pair to time)
         if (lastStep.round === round && e.step === lastStep.step + 1) { computeMs += now - lastStep.at; computeTokens += tokensPerStep; }
         lastStep = { round, step: e.step, at: now };
         out({ kind: 'step', ...stats() });

@@ -307,7 +307,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       // an ack the island saw whose delta the run folder does not hold is lost
       if (isl.kind === 'node') lost += isl.acks.filter(([id, seq]) => !logged.has(`${id}#${seq}`)).length;
       else lost += Math.max(0, (isl.pageAccepted ?? 0) - isl.ids.reduce((a, id) => a + (byIsland.get(id) ?? 0), 0));
-      if (isl.kind === 'node') isl.tokensPerSec = isl.computeMs > 0 ? (1000 * isl.computeTokens) / isl.computeMs : 0;
+      // between consecutive steps of a round; an island whose rounds were all of one step: its runtime's own figure
+      if (isl.kind === 'node') isl.tokensPerSec = isl.computeMs > 0 ? (1000 * isl.computeTokens) / isl.computeMs : isl.stepSpeed;
     }
     const duplicated = [...logged.values()].filter((c) => c > 1).length;
     const history = await historyTokens(updates);
@@ -337,14 +338,14 @@ function newIsland(name: string, kind: LiveIsland['kind'], engine: string, batch
   return {
     name, kind, engine, batchSize, duty, ids: [], joinAtMs: -1, leaveAtMs: null, lastMs: 0, killed: false,
     computeMs: 0, computeTokens: 0, stepTokens: 0, tokensPerSec: 0, accepted: 0, rejected: 0, rejectedByCode: {},
-    bytesUp: 0, bytesDown: 0, reconnects: 0, hashChecks: 0, hashMismatches: 0, acks: [],
+    bytesUp: 0, bytesDown: 0, reconnects: 0, hashChecks: 0, hashMismatches: 0, stepSpeed: 0, acks: [],
   };
 }
 
 type ChildLine =
   | { kind: 'assignment'; island: string; t: number }
-  | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number; hashChecks: number; hashMismatches: number }
-  | { kind: 'step' | 'exit'; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number; hashChecks: number; hashMismatches: number };
+  | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number; hashChecks: number; hashMismatches: number; stepSpeed: number }
+  | { kind: 'step' | 'exit'; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number; hashChecks: number; hashMismatches: number; stepSpeed: number };
 
 function nodeLine(isl: LiveIsland, m: ChildLine): void {
   if (m.kind === 'assignment') {
@@ -353,7 +354,7 @@ function nodeLine(isl: LiveIsland, m: ChildLine): void {
     isl.lastMs = m.t;
     return;
   }
-  Object.assign(isl, { bytesUp: m.up, bytesDown: m.down, computeMs: m.computeMs, computeTokens: m.computeTokens, stepTokens: m.stepTokens, reconnects: m.reconnects, hashChecks: m.hashChecks, hashMismatches: m.hashMismatches });
+  Object.assign(isl, { bytesUp: m.up, bytesDown: m.down, computeMs: m.computeMs, computeTokens: m.computeTokens, stepTokens: m.stepTokens, reconnects: m.reconnects, hashChecks: m.hashChecks, hashMismatches: m.hashMismatches, stepSpeed: m.stepSpeed });
   if (m.kind === 'submitted') {
     isl.lastMs = m.t;
     if (m.status === 'applied') isl.acks.push([m.island, m.seq]);

@@ -70,6 +70,8 @@ export interface LiveIsland {
   /** Node islands: updates applied to the replica with θ's hash matching the server's, and those that did not. */
   hashChecks: number;
   hashMismatches: number;
+  /** Node islands: the runtime's tokens/s over its last round's steps (its speed when no round had two steps). */
+  stepSpeed: number;
   /** [islandId, seq] of every 'applied' ack (Node islands). */
   acks: Array<[string, number]>;
   /** Rounds the page counted as accepted. */
