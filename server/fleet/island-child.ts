@@ -1,15 +1,15 @@
 // One Node island of `atoll fleet`, as its own process: the headless island (server/island-node.ts)
 // reporting on stdout, one JSON line per event, what the fleet needs for its report and its twin:
 //
-//   {"kind":"assignment","island":"…","t":ms}                 a round began
-//   {"kind":"step","up":bytes,…}                                 a step (the counters below)
-//   {"kind":"submitted","island":"…","seq":n,"status":"applied","code":null,"tokens":n,"t":ms,
-//    "up":bytes,"down":bytes,"computeMs":ms,"computeTokens":n,"stepTokens":n,"reconnects":n}
-//   {"kind":"exit","up":bytes,"down":bytes,"computeMs":ms,"computeTokens":n,"reconnects":n}
+//   {"kind":"assignment","island":"…","t":ms}                                  a round began
+//   {"kind":"step","counters":{…}}                                                a step
+//   {"kind":"submitted","island":"…","seq":n,"status":"applied","code":null,"tokens":n,"t":ms,"counters":{…}}
+//   {"kind":"exit","counters":{…}}
 //
-// Every line's counters also carry hashChecks (updates applied to the island's replica whose θ hash
-// matched the server's) and hashMismatches (updates that did not: the island refetched θ).
-//
+// counters (ChildCounters, the fields of the fleet's LiveIsland they set): bytesUp, bytesDown,
+// reconnects; hashChecks (updates applied to the island's replica whose θ hash matched the
+// server's) and hashMismatches (updates that did not: the island refetched θ); stepSpeed (the
+// runtime's tokens/s over the last round's steps, at its duty); and:
 // stepTokens: every step's tokens (work lost to a kill included up to the last line).
 // computeMs/computeTokens: the time between consecutive steps of one round and the tokens of those
 // steps (duty-cycle sleeps and CPU contention included, the round's download and upload not): the
@@ -18,6 +18,7 @@
 //   node --import bin/register.js server/fleet/island-child.ts <json options>
 
 import { type EngineKind, ErrorCode } from '../../core/protocol.ts';
+import type { ChildCounters, ChildLine } from './types.ts';
 import { startNodeIsland } from '../island-node.ts';
 
 export interface IslandChildOptions {
@@ -33,17 +34,20 @@ export interface IslandChildOptions {
 }
 
 async function main(o: IslandChildOptions): Promise<void> {
-  const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
+  const out = (m: ChildLine) => process.stdout.write(JSON.stringify(m) + '\n');
   let computeMs = 0, computeTokens = 0, stepTokens = 0;
   let lastStep = { round: -1, step: -1, at: 0 };
   let round = -1, tokensPerStep = 0, hashChecks = 0, hashMismatches = 0, stepSpeed = 0;
-  let exitStats: () => Record<string, number> = () => ({});
+  let exitStats = null as (() => ChildCounters) | null;
   const isl = await startNodeIsland({
     server: o.server, engine: o.engine, precision: o.precision, devices: o.devices, name: o.name, batch: o.batch, dutyCycle: o.duty,
     progress: 'none', maxOutageMs: 120_000, handleSignals: true,
     onEvent: (e, transport) => {
       const now = performance.now();
-      const stats = () => ({ up: transport.stats.bytesSent, down: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens, reconnects: transport.stats.reconnects, hashChecks, hashMismatches, stepSpeed });
+      const stats = (): ChildCounters => ({
+        bytesUp: transport.stats.bytesSent, bytesDown: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens,
+        reconnects: transport.stats.reconnects, hashChecks, hashMismatches, stepSpeed,
+      });
       if (e.type === 'synced' && e.via === 'update') hashChecks++;
       else if (e.type === 'error' && e.error.code === ErrorCode.HASH_MISMATCH) hashMismatches++;
       if (e.type === 'assignment') {
@@ -55,15 +59,15 @@ async function main(o: IslandChildOptions): Promise<void> {
         stepSpeed = e.tokensPerSec * Math.min(1, o.duty ?? 1); // the runtime's figure over the round's steps, at its duty (a 1-step round has no pair to time)
         if (lastStep.round === round && e.step === lastStep.step + 1) { computeMs += now - lastStep.at; computeTokens += tokensPerStep; }
         lastStep = { round, step: e.step, at: now };
-        out({ kind: 'step', ...stats() });
+        out({ kind: 'step', counters: stats() });
       } else if (e.type === 'submitted') {
-        out({ kind: 'submitted', island: e.meta.islandId, seq: e.meta.seq, status: e.ack.status, code: e.ack.error?.code ?? null, tokens: e.meta.tokens, t: Date.now() - o.t0, ...stats() });
+        out({ kind: 'submitted', island: e.meta.islandId, seq: e.meta.seq, status: e.ack.status, code: e.ack.error?.code ?? null, tokens: e.meta.tokens, t: Date.now() - o.t0, counters: stats() });
       }
       exitStats = stats;
     },
   });
   await isl.done;
-  out({ kind: 'exit', ...exitStats() });
+  if (exitStats) out({ kind: 'exit', counters: exitStats() });
   process.exit(0);
 }
 

@@ -14,7 +14,7 @@ import type { EngineKind } from '../../core/protocol.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { readConfigFile } from '../run-config.ts';
 import type { LaunchedBrowser } from './chromium.ts';
-import type { FleetSpec, LiveIsland, LiveRun, ThetaSnapshot } from './types.ts';
+import type { ChildLine, FleetSpec, LiveIsland, LiveRun, ThetaSnapshot } from './types.ts';
 import { parseFleetEngine } from './engine-spec.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -342,11 +342,6 @@ function newIsland(name: string, kind: LiveIsland['kind'], engine: string, batch
   };
 }
 
-type ChildLine =
-  | { kind: 'assignment'; island: string; t: number }
-  | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number; hashChecks: number; hashMismatches: number; stepSpeed: number }
-  | { kind: 'step' | 'exit'; up: number; down: number; computeMs: number; computeTokens: number; stepTokens: number; reconnects: number; hashChecks: number; hashMismatches: number; stepSpeed: number };
-
 function nodeLine(isl: LiveIsland, m: ChildLine): void {
   if (m.kind === 'assignment') {
     if (isl.joinAtMs < 0) isl.joinAtMs = m.t;
@@ -354,7 +349,7 @@ function nodeLine(isl: LiveIsland, m: ChildLine): void {
     isl.lastMs = m.t;
     return;
   }
-  Object.assign(isl, { bytesUp: m.up, bytesDown: m.down, computeMs: m.computeMs, computeTokens: m.computeTokens, stepTokens: m.stepTokens, reconnects: m.reconnects, hashChecks: m.hashChecks, hashMismatches: m.hashMismatches, stepSpeed: m.stepSpeed });
+  Object.assign(isl, m.counters);
   if (m.kind === 'submitted') {
     isl.lastMs = m.t;
     if (m.status === 'applied') isl.acks.push([m.island, m.seq]);

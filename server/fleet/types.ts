@@ -78,6 +78,15 @@ export interface LiveIsland {
   pageAccepted?: number;
 }
 
+/** What an island child's lines set on its LiveIsland (server/fleet/island-child.ts). */
+export type ChildCounters = Pick<LiveIsland, 'bytesUp' | 'bytesDown' | 'computeMs' | 'computeTokens' | 'stepTokens' | 'reconnects' | 'hashChecks' | 'hashMismatches' | 'stepSpeed'>;
+
+/** One line an island child prints. */
+export type ChildLine =
+  | { kind: 'assignment'; island: string; t: number }
+  | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; counters: ChildCounters }
+  | { kind: 'step' | 'exit'; counters: ChildCounters };
+
 export interface ThetaSnapshot {
   version: number;
   timeMs: number;
