@@ -12,7 +12,7 @@ import { type CodecOptions, decodeDelta, encodeDelta } from '../../core/codec/in
 import type { FragmentUpload } from '../../core/mix/broker.ts';
 import { type PieceChannel, canonicalFragment, exchange, joinPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
-import type { AckMsg, Assignment, DeltaMeta, HelloMsg, MixPieceMsg, ModelSnapshotMsg, UpdateMsg } from '../../core/protocol.ts';
+import type { AckMsg, Assignment, DeltaMeta, HelloMsg, MixPieceMsg, MixPlanMsg, ModelSnapshotMsg, UpdateMsg } from '../../core/protocol.ts';
 import { type Result, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
 
@@ -23,18 +23,10 @@ const RECENT_KEPT = 16;
 export type UpdatePiece = MixPieceMsg;
 
 /** The member's group as the server announced it (a MixPlanMsg, its weights computed). */
-export interface MemberPlan {
-  groupId: number;
-  index: number;
-  members: Array<{ islandId: string; tokens: number; frameHash: string }>;
-  ranges: Array<[number, number]>;
+export type MemberPlan = Pick<MixPlanMsg, 'groupId' | 'index' | 'members' | 'ranges' | 'reuse'> & Partial<Pick<MixPlanMsg, 'iceServers'>> & {
   /** a_m = fround(w_m / W) (butterfly.ts mixWeights). */
   weights: Float32Array;
-  /** The previous group whose data channels this one reuses (MixPlanMsg.reuse). */
-  reuse?: number;
-  /** RTCPeerConnection iceServers (MixPlanMsg's; absent: host candidates only). */
-  iceServers?: Array<{ urls: string | string[]; username?: string; credential?: string }>;
-}
+};
 
 /** The member's link to the server for mixing (signalling + fragments); socket.io live, in-process in the simulator. */
 export interface MixPort {
