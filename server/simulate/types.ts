@@ -183,7 +183,11 @@ export interface SimRunResult {
    * What the server received and sent (every message on the islands' server links), per token
    * accepted into θ. Egress excludes snapshots (θ whole, to a joining island), counted apart.
    */
-  server: { bytesIn: number; bytesOut: number; snapshotBytes: number; inPerToken: number; outPerToken: number };
+  server: {
+    bytesIn: number; bytesOut: number; snapshotBytes: number; inPerToken: number; outPerToken: number;
+    /** The same bytes by message (socket.io event; 'model' the snapshot download). */
+    byMessage?: Record<string, { in: number; out: number }>;
+  };
   /** Rows with `mix`: groups, fallbacks, spot checks, audits. */
   mix?: MixTotals;
 }
