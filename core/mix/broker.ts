@@ -76,6 +76,13 @@ export type GroupOutcome =
 export class MixBroker {
   private queue: ReadyMember[] = [];
   private serial = 0;
+  /**
+   * The members of groups called off (a member dropped or stalled), by island, until formWaitMs after:
+   * those still there mix again among themselves as soon as they are ready again (survivors).
+   */
+  private readonly calledOff = new Map<string, { ids: string[]; gone: Set<string>; until: number }>();
+  /** Islands that left (drop) since they were last ready. */
+  private readonly left = new Set<string>();
 
   constructor(readonly cfg: MixConfig, private readonly n: number, private readonly align: number, private readonly rand: () => number) {}
 
@@ -83,8 +90,31 @@ export class MixBroker {
   offer(m: ReadyMember): GroupPlan | null {
     this.queue = this.queue.filter((q) => q.islandId !== m.islandId);
     this.queue.push(m);
+    this.left.delete(m.islandId);
+    const survivors = this.survivorsOf(m);
+    if (survivors) return survivors;
     if (this.queue.length < this.cfg.k) return null;
     return this.plan(this.queue.splice(0, this.cfg.k));
+  }
+
+  /**
+   * A group called off regroups its survivors: once the largest power of two (≥ 2) of its members not
+   * gone are ready again, they form a group at once, without waiting for others or formWaitMs.
+   */
+  private survivorsOf(m: ReadyMember): GroupPlan | null {
+    const g = this.calledOff.get(m.islandId);
+    if (!g) return null;
+    this.calledOff.delete(m.islandId);
+    if (g.until < m.readyAt) return null;
+    const alive = g.ids.filter((id) => !g.gone.has(id)).length;
+    const size = alive >= 2 ? 1 << Math.floor(Math.log2(alive)) : 0;
+    const back = this.queue.filter((q) => g.ids.includes(q.islandId) && !this.calledOff.has(q.islandId));
+    if (size < 2 || back.length < size) return null;
+    const members = back.slice(0, size);
+    this.queue = this.queue.filter((q) => !members.includes(q));
+    // the rest of the survivors are not waited for: they group as any ready island does
+    for (const id of g.ids) if (this.calledOff.get(id) === g) this.calledOff.delete(id);
+    return this.plan(members);
   }
 
   /**
@@ -106,8 +136,13 @@ export class MixBroker {
     return { groupId: ++this.serial, members, ranges: fragmentRanges(this.n, members.length, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
   }
 
-  /** A waiting island left: it no longer waits. */
-  drop(islandId: string): void { this.queue = this.queue.filter((q) => q.islandId !== islandId); }
+  /** A waiting island left: it no longer waits (nor do its group's survivors wait for it). */
+  drop(islandId: string): void {
+    this.queue = this.queue.filter((q) => q.islandId !== islandId);
+    if (this.left.size >= 4096) this.left.clear();
+    this.left.add(islandId);
+    for (const g of new Set(this.calledOff.values())) if (g.ids.includes(islandId)) g.gone.add(islandId);
+  }
 
   nextDeadline(): number { return this.queue.length ? Math.min(...this.queue.map((q) => q.readyAt + this.cfg.formWaitMs)) : Infinity; }
 
@@ -117,7 +152,11 @@ export class MixBroker {
   async settle(plan: GroupPlan, io: GroupIO, codec: CodecOptions): Promise<GroupOutcome> {
     const k = plan.members.length;
     const ups = await allOrNull(plan.members.map((_, j) => io.fragment(j)));
-    if (ups.some((u) => u === null)) return { kind: 'direct', members: plan.members.filter((_, j) => ups[j] !== null), reason: 'a member dropped or stalled' };
+    if (ups.some((u) => u === null)) {
+      const g = { ids: plan.members.map((x) => x.islandId), gone: new Set(plan.members.map((x) => x.islandId).filter((id) => this.left.has(id))), until: Math.max(...plan.members.map((x) => x.readyAt)) + this.cfg.exchangeTimeoutMs + this.cfg.formWaitMs };
+      for (const id of g.ids) this.calledOff.set(id, g);
+      return { kind: 'direct', members: plan.members.filter((_, j) => ups[j] !== null), reason: 'a member dropped or stalled' };
+    }
     const frags = ups as FragmentUpload[];
     const parts = frags.map((u, j) => decodeDelta(u.frame, plan.ranges[j][1] - plan.ranges[j][0]));
     let mismatch = parts.some((p) => !p.ok);

@@ -55,7 +55,7 @@ export class SimMixHub {
   }
 
   /** One island's mixing port and peer net, over its server link. */
-  attach(transport: LocalTransport, link: Link, net: NetworkSpec, onGrouped?: () => void): { port: MixPort; peers: PeerNet } {
+  attach(transport: LocalTransport, link: Link, net: NetworkSpec, onGrouped?: (seq: number) => void): { port: MixPort; peers: PeerNet } {
     const self: { m: Member | null } = { m: null };
     const member = (islandId: string): Member => {
       if (self.m && self.m.islandId === islandId) return self.m;
@@ -74,7 +74,7 @@ export class SimMixHub {
         if (m.dead) return null;
         const plan = await this.ready(m, meta, frameHash);
         await link.down(okBytes('down', plan && this.planMsg(plan)), 'mix:ready');
-        if (plan) onGrouped?.();
+        if (plan) onGrouped?.(meta.seq);
         return m.dead ? null : plan;
       },
       fragment: async (groupId, up) => {

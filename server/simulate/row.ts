@@ -302,8 +302,14 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
       if (mixHub) {
         const mh = mixHub;
         const crash = () => { crashed = true; local.kill(); if (local.id) mh.kill(local.id); rt?.stop(); };
-        // a member that drops mid-exchange: after a random part of its group's first stage
-        const onGrouped = () => { if (spec.mixDropProb && rand() < spec.mixDropProb) void clock.sleep(rand() * 2 * spec.network.latencyMs).then(crash); };
+        // a member that drops mid-exchange: with probability mixDropProb per Δ, in its first group's
+        // first stage (a random part of it); a Δ regrouped after another member dropped is not drawn again
+        let drawn = -1;
+        const onGrouped = (seq: number) => {
+          if (seq === drawn) return;
+          drawn = seq;
+          if (spec.mixDropProb && rand() < spec.mixDropProb) void clock.sleep(rand() * 2 * spec.network.latencyMs).then(crash);
+        };
         const { port, peers } = mh.attach(local, serverLink, spec.network, onGrouped);
         link = new MixMember(link, port, peers, n, { stats: memberStats, tamper: spec.behaviour === 'lie-fragment' ? (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } : undefined });
       }

@@ -53,7 +53,7 @@ export interface IslandSpec {
   devices?: number;
   /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
   shard?: [number, number];
-  /** Butterfly mixing: probability, per group it is in, of crashing mid-exchange (then back after offlineMs). */
+  /** Butterfly mixing: probability, per Δ it mixes, of crashing in its first group's exchange (then back after offlineMs). */
   mixDropProb?: number;
 }
 
