@@ -63,7 +63,7 @@ async function group(k: number, n: number, opts: { lieInTransit?: number; lieFra
   const uploads: Array<FragmentUpload | null> = held.map((h, i) => (h ? { frame: fragment(i, i === opts.lieFragment) } : null));
   const io: GroupIO = {
     fragment: async (j) => uploads[j],
-    check: async (c, j) => (held[c] ? { frame: (() => { const h = held[j]; held[j] = held[c]; const f = fragment(j, c === opts.lieFragment); held[j] = h; return f; })() } : null),
+    check: async (c, j) => (held[c] ? sha256Hex((() => { const h = held[j]; held[j] = held[c]; const f = fragment(j, c === opts.lieFragment); held[j] = h; return f; })()) : null),
     replay: async (j) => frames[j],
   };
   return { plan, dx, held, io };
@@ -187,7 +187,8 @@ describe('butterfly mixing', () => {
     const meanFrame = (a.bytesUpPerIsland * a.perIsland.length) / a.perIsland.reduce((s, r) => s + r.rounds, 0);
     expect(b.mix!.fragmentBytes).toBeLessThan(0.45 * b.mix!.mixedMembers * meanFrame); // groups of 2 formed at formWaitMs send halves
     expect(b.mix!.piecesOk).toBeGreaterThan(0);
-    expect(b.mix!.piecesRefetched).toBe(0);
+    // a piece goes missing only when a member drops mid-all-gather: each drop leaves at most k − 1 peers fetching the update whole
+    expect(b.mix!.piecesRefetched).toBeLessThanOrEqual(3 * b.perIsland[0].drops);
     expect(b.server.bytesOut / b.versions).toBeLessThan(0.7 * (a.server.bytesOut / a.versions)); // some islands are between groups
     expect(b.evalLoss).toBeLessThan(a.curve[0].evalLoss);
   }, 120_000);

@@ -18,7 +18,7 @@ export interface MixConfig {
   k: number;
   /** A ready island waits at most this long for a group, then uploads directly (ms). */
   formWaitMs: number;
-  /** Share of fragments a second member also uploads (the spot check), [0, 1]. */
+  /** Share of fragments a second member also recomputes, sending its hash (the spot check), [0, 1]. */
   spotRate: number;
   /** A group whose fragments are not all in this long after it formed falls back to direct uploads (ms). */
   exchangeTimeoutMs: number;
@@ -44,14 +44,14 @@ export interface GroupPlan {
   weights: Float32Array;
 }
 
-/** A fragment upload (or a spot check's): the codec frame of the fragment. */
+/** A fragment upload: the codec frame of the fragment. */
 export interface FragmentUpload { frame: Uint8Array }
 
 /** What the host fetches from members while a group settles; null: the member is gone or stalled. */
 export interface GroupIO {
   fragment(index: number): Promise<FragmentUpload | null>;
-  /** Member `checker` recomputes fragment j from the frames it holds and uploads it. */
-  check(checker: number, j: number): Promise<FragmentUpload | null>;
+  /** Member `checker` recomputes fragment j from the frames it holds: the SHA-256 (hex) of its frame. */
+  check(checker: number, j: number): Promise<string | null>;
   /** The member's whole Δ frame (an audit's replay). */
   replay(index: number): Promise<Uint8Array | null>;
 }
@@ -160,14 +160,14 @@ export class MixBroker {
     const frags = ups as FragmentUpload[];
     const parts = frags.map((u, j) => decodeDelta(u.frame, plan.ranges[j][1] - plan.ranges[j][0]));
     let mismatch = parts.some((p) => !p.ok);
-    const checkers: Array<{ checker: number; j: number; up: FragmentUpload }> = [];
+    const checkers: SpotCheck[] = [];
     for (let j = 0; j < k && !mismatch; j++) {
       if (this.rand() >= this.cfg.spotRate) continue;
       const checker = (j + 1 + Math.floor(this.rand() * (k - 1))) % k;
-      const up = await io.check(checker, j);
-      if (!up) continue; // the checker left: this fragment goes unchecked this time
-      checkers.push({ checker, j, up });
-      if (!sameBytes(up.frame, frags[j].frame)) mismatch = true;
+      const hash = await io.check(checker, j);
+      if (!hash) continue; // the checker left: this fragment goes unchecked this time
+      checkers.push({ checker, j, hash });
+      if (hash !== sha256Hex(frags[j].frame)) mismatch = true;
     }
     if (!mismatch) {
       const delta = new Float32Array(this.n);
@@ -182,7 +182,7 @@ export class MixBroker {
    * that differs is its uploader's lie, since an honest member reduces only frames that matched their
    * commitments. The group's mean is then the server's, over the members neither implicated nor silent.
    */
-  private async audit(plan: GroupPlan, io: GroupIO, codec: CodecOptions, frags: FragmentUpload[], checks: Array<{ checker: number; j: number; up: FragmentUpload }>): Promise<GroupOutcome> {
+  private async audit(plan: GroupPlan, io: GroupIO, codec: CodecOptions, frags: FragmentUpload[], checks: SpotCheck[]): Promise<GroupOutcome> {
     const implicated = new Map<number, string>();
     const xs: Array<Float32Array | null> = await Promise.all(plan.members.map(async (m, j) => {
       const f = await io.replay(j);
@@ -195,7 +195,7 @@ export class MixBroker {
       plan.ranges.forEach((range, j) => {
         const right = encodeDelta(canonicalFragment(xs, plan.weights, range), codec);
         if (!sameBytes(right, frags[j].frame)) implicated.set(j, 'uploaded a wrong fragment');
-        for (const c of checks) if (c.j === j && !sameBytes(right, c.up.frame)) implicated.set(c.checker, 'uploaded a wrong spot check');
+        for (const c of checks) if (c.j === j && sha256Hex(right) !== c.hash) implicated.set(c.checker, 'sent a wrong spot check');
       });
     }
     const accepted = plan.members.filter((_, j) => xs[j] && !implicated.has(j));
@@ -207,6 +207,9 @@ export class MixBroker {
     };
   }
 }
+
+/** Member `checker`'s hash of fragment j. */
+interface SpotCheck { checker: number; j: number; hash: string }
 
 /** All results, or as soon as one is null: that one null and the others as far as they came (null). */
 function allOrNull<T>(ps: Array<Promise<T | null>>): Promise<Array<T | null>> {

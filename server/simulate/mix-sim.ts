@@ -149,9 +149,9 @@ export class SimMixHub {
         const m = at(c);
         if (m.dead || !m.handlers) return null;
         await m.link.down(emitBytes('down', 'mix:check', { groupId: plan.groupId, j }), 'mix:check');
-        const up = await m.handlers.check(plan.groupId, j);
-        await m.link.up(ackBytes('up', { groupId: plan.groupId, frame: up?.frame ?? null }), 'mix:check');
-        return up;
+        const hash = await m.handlers.check(plan.groupId, j);
+        await m.link.up(ackBytes('up', { groupId: plan.groupId, hash }), 'mix:check');
+        return hash;
       },
       replay: async (j) => {
         const m = at(j);
