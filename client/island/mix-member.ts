@@ -68,6 +68,8 @@ export interface MixMemberStats { mixed: number; direct: number; piecesOk: numbe
 
 export class MixMember implements Transport {
   private codec: CodecOptions | null = null;
+  /** The latest assignment's base version: the runtime catches up to it (and no further) before training. */
+  private base = -1;
   /** Groups this member is in: the frames it holds, until the server settled the group. */
   private readonly held = new Map<number, { xs: Float32Array[]; frame: Uint8Array; plan: MemberPlan }>();
   /** Updates seen lately (pushed whole or exchanged in pieces), and piece exchanges in flight, by version. */
@@ -83,7 +85,11 @@ export class MixMember implements Transport {
     inner.onUpdate((m) => this.deliver(m));
   }
 
-  private see(a: Assignment | null): void { if (a) this.codec = a.codec; }
+  private see(a: Assignment | null): void {
+    if (!a) return;
+    this.codec = a.codec;
+    this.base = a.baseVersion;
+  }
 
   async hello(m: HelloMsg): Promise<Result<HelloResult>> {
     const r = await this.inner.hello(m);
@@ -103,12 +109,14 @@ export class MixMember implements Transport {
   /**
    * Catch-up: an update whose pieces are still being exchanged is waited for, not fetched again from
    * the server (the runtime asks as soon as its assignment names a newer base version); the server
-   * is asked only for what follows the updates held here.
+   * is asked only for what follows the updates held here, and not at all when they reach the
+   * assignment's base version.
    */
   async fetchUpdates(from: number): Promise<Result<UpdateMsg[]>> {
     await Promise.all([...this.gathering].filter(([v]) => v > from).map(([, p]) => p));
     const held: UpdateMsg[] = [];
     for (let v = from + 1; this.recent.has(v); v++) held.push(this.recent.get(v)!);
+    if (held.length > 0 && from + held.length >= this.base) return ok(held);
     const r = await this.inner.fetchUpdates(from + held.length);
     return r.ok ? ok([...held, ...r.value]) : held.length ? ok(held) : r;
   }
