@@ -125,7 +125,7 @@ describe('butterfly mixing', () => {
     expect(fell.kind).toBe('direct');
   });
 
-  it('groups form from k ready islands; after formWaitMs those waiting form the largest power of two, one alone goes direct', () => {
+  it('groups form from k ready islands; after formWaitMs those waiting form the largest power of two, one alone waits once more for a partner, then goes direct', () => {
     const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
     const ready = (i: number, at: number) => ({ islandId: `i${i}`, meta: meta(i), frameHash: '', tokens: 10, readyAt: at });
     for (let i = 0; i < 3; i++) expect(broker.offer(ready(i, 10 * i))).toBeNull();
@@ -135,7 +135,13 @@ describe('butterfly mixing', () => {
     const due = broker.expire(140);
     expect(due.groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i4', 'i5']]);
     expect(due.groups[0].ranges).toHaveLength(2);
-    expect(broker.expire(160).direct.map((m) => m.islandId)).toEqual(['i6']);
+    expect(broker.expire(160)).toEqual({ groups: [], direct: [] }); // i6 alone: it waits formWaitMs more
+    expect(broker.nextDeadline()).toBe(260);
+    expect(broker.offer(ready(7, 200))).toBeNull();
+    expect(broker.expire(200).groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i6', 'i7']]);
+    expect(broker.offer(ready(8, 300))).toBeNull();
+    expect(broker.expire(499)).toEqual({ groups: [], direct: [] });
+    expect(broker.expire(500).direct.map((m) => m.islandId)).toEqual(['i8']);
   });
 
   it("a group called off regroups its survivors at once: the largest power of two of those not gone, as soon as they are ready again", async () => {

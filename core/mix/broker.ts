@@ -16,7 +16,7 @@ import { sha256Hex } from './commit.ts';
 export interface MixConfig {
   /** Members per group: a power of two ≥ 2. */
   k: number;
-  /** A ready island waits at most this long for a group, then uploads directly (ms). */
+  /** A ready island waits this long for a group of k; one then left alone waits as long again for a partner, then uploads directly (ms). */
   formWaitMs: number;
   /** Share of fragments a second member also recomputes, sending its hash (the spot check), [0, 1]. */
   spotRate: number;
@@ -119,13 +119,18 @@ export class MixBroker {
 
   /**
    * When the oldest waiting island has waited formWaitMs: the waiting islands form the largest group
-   * of a power of two (≥ 2, ≤ k) they can, oldest first; one left alone uploads directly.
+   * of a power of two (≥ 2, ≤ k) they can, oldest first; one left alone waits formWaitMs more for a
+   * partner (rounds that end a moment apart pair up), then uploads directly.
    */
   expire(now: number): { groups: GroupPlan[]; direct: ReadyMember[] } {
     const groups: GroupPlan[] = [];
     const direct: ReadyMember[] = [];
     while (this.queue.length && this.queue[0].readyAt + this.cfg.formWaitMs <= now) {
-      if (this.queue.length < 2) { direct.push(this.queue.shift()!); continue; }
+      if (this.queue.length < 2) {
+        if (this.queue[0].readyAt + 2 * this.cfg.formWaitMs > now) break;
+        direct.push(this.queue.shift()!);
+        continue;
+      }
       const size = 1 << Math.floor(Math.log2(Math.min(this.queue.length, this.cfg.k)));
       groups.push(this.plan(this.queue.splice(0, size)));
     }
@@ -144,7 +149,10 @@ export class MixBroker {
     for (const g of new Set(this.calledOff.values())) if (g.ids.includes(islandId)) g.gone.add(islandId);
   }
 
-  nextDeadline(): number { return this.queue.length ? Math.min(...this.queue.map((q) => q.readyAt + this.cfg.formWaitMs)) : Infinity; }
+  nextDeadline(): number {
+    if (this.queue.length === 1) return this.queue[0].readyAt + 2 * this.cfg.formWaitMs; // alone: nothing to form before
+    return this.queue.length ? Math.min(...this.queue.map((q) => q.readyAt + this.cfg.formWaitMs)) : Infinity;
+  }
 
   get waiting(): number { return this.queue.length; }
 

@@ -119,12 +119,15 @@ export class SimMixHub {
     const waiting = new Promise<MemberPlan | null>((resolve) => this.groupWaiters.set(m.islandId, { resolve }));
     const plan = this.broker.offer({ islandId: m.islandId, meta, frameHash, tokens: work.meta.tokens, readyAt: this.clock.now() });
     if (plan) this.start(plan);
-    else void this.clock.sleep(this.broker.cfg.formWaitMs).then(() => {
-      const due = this.broker.expire(this.clock.now());
-      for (const e of due.direct) { this.totals.expired++; this.resolve(this.groupWaiters, e.islandId, null); }
-      for (const g of due.groups) this.start(g);
-    });
+    else for (const after of [1, 2]) void this.clock.sleep(after * this.broker.cfg.formWaitMs).then(() => this.expire()); // at 2×: one left alone
     return waiting;
+  }
+
+  /** The broker's due groups start; islands left alone upload directly. */
+  private expire(): void {
+    const due = this.broker.expire(this.clock.now());
+    for (const e of due.direct) { this.totals.expired++; this.resolve(this.groupWaiters, e.islandId, null); }
+    for (const g of due.groups) this.start(g);
   }
 
   private start(plan: GroupPlan): void {
