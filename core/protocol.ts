@@ -182,10 +182,27 @@ export const EmptySchema = Type.Union([Type.Object({}, closed), Type.Undefined()
 const Sha256 = Type.String({ minLength: 64, maxLength: 64, pattern: '^[0-9a-f]{64}$' });
 
 /**
+ * `mix:ready`'s meta: DeltaMeta without what the server takes from the connection (`islandId`) or
+ * does not use (`lossFirst`, `lossLast`); each may still be sent (an `islandId` must be the
+ * connection's). Tokens, steps and the rest are checked against the island's assignment as for `delta`.
+ */
+export const MixReadyMetaSchema = Type.Object({
+  ...DeltaMetaSchema.properties,
+  islandId: Type.Optional(Id(64)),
+  lossFirst: Type.Optional(Loss),
+  lossLast: Type.Optional(Loss),
+}, closed);
+/**
  * `mix:ready`: the island's round is done; it commits to its Δ frame (SHA-256 of the exact bytes it
  * would send as `delta`) and asks to be grouped. Answered with a MixPlan, or null: send `delta`.
  */
-export const MixReadySchema = Type.Object({ meta: DeltaMetaSchema, frameHash: Sha256 }, closed);
+export const MixReadySchema = Type.Object({ meta: MixReadyMetaSchema, frameHash: Sha256 }, closed);
+
+/** What a member sends as `mix:ready`'s meta: its Δ's meta less what the server does not need. */
+export function mixReadyMeta(m: DeltaMeta): Static<typeof MixReadyMetaSchema> {
+  const { islandId: _id, lossFirst: _first, lossLast: _last, ...rest } = m;
+  return { ...rest, lossMean: Number.isFinite(rest.lossMean) ? rest.lossMean : null };
+}
 /** `mix:fragment`: the member's fragment (a codec frame of its range of the group's mean), or null when its exchange failed. */
 export const MixFragmentSchema = Type.Object({ groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) }, closed);
 /** The answer to the server's `mix:replay`: the committed Δ frame; null: cannot. */

@@ -170,11 +170,11 @@ export class MixGateway {
       if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
       if (!checkReady.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `mix:ready: ${firstError(checkReady, payload)}`));
       const { meta: raw, frameHash } = payload as Static<typeof MixReadySchema>;
-      if (raw.islandId !== id) return ack(err(ErrorCode.BAD_REQUEST, `mix:ready for island ${raw.islandId} on the connection of ${id}`));
+      if (raw.islandId !== undefined && raw.islandId !== id) return ack(err(ErrorCode.BAD_REQUEST, `mix:ready for island ${raw.islandId} on the connection of ${id}`));
       const gid = this.groupOf.get(id);
       const g = gid !== undefined ? this.groups.get(gid) : undefined;
       if (g && !g.verdicts.has(g.ids.indexOf(id))) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
-      const meta: DeltaMeta = { ...raw, lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN };
+      const meta: DeltaMeta = { ...raw, islandId: id, lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN };
       // the weight is the server's: a claim that fits no assignment uploads directly and is refused there
       const tokens = this.host.work(meta);
       if (!tokens.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));

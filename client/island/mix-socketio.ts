@@ -7,7 +7,7 @@
 // directly, as it does whenever a group does not form or falls apart.
 
 import { type PieceChannel, mixWeights } from '../../core/mix/butterfly.ts';
-import type { AckMsg, DeltaMeta, MixPlanMsg, UpdateMsg } from '../../core/protocol.ts';
+import { type AckMsg, type DeltaMeta, type MixPlanMsg, type UpdateMsg, mixReadyMeta } from '../../core/protocol.ts';
 import { type MemberHandlers, type MemberPlan, MixMember, type MixMemberStats, type MixPort, type PeerNet, type UpdatePiece } from './mix-member.ts';
 import { type RtcPeerConstructor, type SignalPort, WebRtcPeerNet } from './mix-webrtc.ts';
 import { type SocketIoTransport, bytes } from './transport-socketio.ts';
@@ -39,7 +39,7 @@ export class SocketMixPort implements MixPort, SignalPort {
     if (!this.active) return null;
     this.netMade ??= this.rtc().then((RTC) => (this.net = RTC ? new WebRtcPeerNet(RTC, this, [], 15_000) : null));
     if (!(await this.netMade)) return null;
-    const r = await this.t.request<MixPlanMsg | null>('mix:ready', { meta, frameHash }, 0);
+    const r = await this.t.request<MixPlanMsg | null>('mix:ready', { meta: mixReadyMeta(meta), frameHash }, 0);
     const p = r.ok ? toPlan(r.value) : null;
     if (!p) return null;
     const reused = this.net?.join(p) ?? false;

@@ -14,7 +14,7 @@ import { checkWork } from '../../core/coord/validate.ts';
 import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
 import { type PieceChannel, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
-import { type AckMsg, type DeltaMeta, ErrorCode, type MixPieceMsg, type MixPlanMsg, type UpdateMsg } from '../../core/protocol.ts';
+import { type AckMsg, type DeltaMeta, ErrorCode, type MixPieceMsg, type MixPlanMsg, type UpdateMsg, mixReadyMeta } from '../../core/protocol.ts';
 import { mulberry32 } from '../../core/random.ts';
 import { ok } from '../../core/result.ts';
 import type { MixTotals, NetworkSpec } from './types.ts';
@@ -70,7 +70,7 @@ export class SimMixHub {
       active: true,
       ready: async (meta, frameHash) => {
         const m = member(meta.islandId);
-        await link.up(emitBytes('up', 'mix:ready', { meta, frameHash }), 'mix:ready');
+        await link.up(emitBytes('up', 'mix:ready', { meta: mixReadyMeta(meta), frameHash }), 'mix:ready');
         if (m.dead) return null;
         const plan = await this.ready(m, meta, frameHash);
         await link.down(okBytes('down', plan && this.planMsg(plan)), 'mix:ready');
