@@ -20,7 +20,7 @@ export const layernorm = defineKernel('layernorm', src, {
 export interface LayernormDims { C: number; wOff: number; bOff: number }
 
 /** The halves' storage form of layernorm.wgsl (its defaults are the packed form). */
-const HALF_LN_DEFINES: Record<HalfForm, Defines> = {
+export const HALF_LN_DEFINES: Record<HalfForm, Defines> = {
   packed: {},
   native: { H8: 'mat2x4h', H8_LOAD: 'mat2x4f', H8_STORE: 'mat2x4h', H2: 'vec2h', H2_LOAD: 'vec2f', ENABLE: 'f16' },
 };

@@ -278,6 +278,11 @@ describe('storage forms', () => {
     expect(native.startsWith('enable f16;')).toBe(true);
     expect(native).toMatch(/alias H2 = vec2h;/);
     expect(native).not.toMatch(/pack2x16float\(/);
+    // the LayerNorm's 16-byte chunks of 8 halves: vec4<u32> packed, mat2x4<f16> native
+    const ln = code(gpu.layernorm.source(gpu.HALF_LN_DEFINES.native));
+    expect(ln.startsWith('enable f16;')).toBe(true);
+    expect(ln).toMatch(/alias H8 = mat2x4h;/);
+    expect(code(gpu.layernorm.source({}))).toMatch(/alias H8 = vec4u;/);
     expect(gpu.halfForm(new Set(['shader-f16']))).toBe('native');
     expect(gpu.halfForm(new Set())).toBe('packed');
   });
