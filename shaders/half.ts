@@ -1,5 +1,5 @@
 // half.wgsl's dispatches: the f16-storage kernels of --precision f16 that have no f32 file to be a
-// form of (the GELU backward from halves, Δ and the weight copy as halves). The storage forms.
+// form of (the GELU backward from halves, Δ and the weight copy as halves).
 // Two storage forms of one source: 'packed' (pack2x16float, core WGSL, every adapter) and 'native'
 // (`shader-f16`: vec2<f16>, the same bytes).
 

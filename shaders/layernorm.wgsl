@@ -1,10 +1,10 @@
 // LayerNorm over C, eps 1e-5. Twins: layernormForward / layernormBackward (core/model/ops.ts);
 // residual_layernorm_forward: residualForward then layernormForward, in one pass over the row; the
 // _f16 entries (--precision f16): the same with the stream and out as halves (core/model/ops-f16.ts).
-// Forward: rows of 16-byte chunks (4 f32, or 8 halves), p.tpr threads a row (the power of two
-// ≥ the row's chunks, ≤ 64), 64 / p.tpr rows a workgroup; one segmented reduction a row, of
+// Forward: rows of 16-byte chunks (4 f32, or 8 halves), p.tpr threads a row (the largest power of
+// two ≤ the row's chunks, ≤ 64), 64 / p.tpr rows a workgroup; one segmented reduction a row, of
 // (Σ(x − k), Σ(x − k)²) about the row's first value k. Halves put 8 channels in a chunk, so a row
-// of halves takes half the threads (and, up to C = 256, half the workgroups) of a row of f32.
+// of halves takes half the threads (and, up to C = 512, half the workgroups) of a row of f32.
 // dinp: one workgroup per row, tree reductions in workgroup memory. dweight/dbias: column sums over
 // slices of rows (enough workgroups), then the slices in order. Their input (the residual stream)
 // is read through inp_at: f32, or halves for --precision f16 (the define INP).
