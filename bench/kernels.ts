@@ -237,6 +237,9 @@ export async function benchTrainStep(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: b
   }
 }
 
+const HALF_REPEATS = 7;
+const HALF_TARGET_MS = 500;
+
 export async function benchKernels(opts: KernelBenchOptions = {}): Promise<KernelBenchResult> {
   const t0 = performance.now();
   const log = opts.log ?? (() => {});
@@ -259,7 +262,9 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
     const attention = await benchAttention(gpu.device, { software, time: timeInterleaved, drain, repeats: mm.repeats, targetMs: mm.targetMs, log });
 
     // ---- f16 storage against f32 on the bandwidth-bound kernels
-    const half = await benchHalf(gpu.device, { time: timeInterleaved, drain, repeats: mm.repeats, targetMs: mm.targetMs, log });
+    // these kernels take 3–200 ms on a software adapter: ≥ 0.5 s a measurement and ≥ 7 of them,
+    // so that a moment of load on a shared machine is a small part of each (both forms alike)
+    const half = await benchHalf(gpu.device, { time: timeInterleaved, drain, repeats: Math.max(mm.repeats, HALF_REPEATS), targetMs: Math.max(mm.targetMs, HALF_TARGET_MS), log });
 
     // ---- training step
     const { trainStep, gpuBytes, autotune, profile } = await benchTrainStep(gpu, tfw, { quick, software, peakTflops: opts.peakTflops, autotune: opts.autotune, profile: opts.profile, log });

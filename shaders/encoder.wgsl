@@ -1,4 +1,5 @@
-// Token + position embedding. Twins: encoderForward / encoderBackward (core/model/ops.ts).
+// Token + position embedding. Twins: encoderForward / encoderBackward (core/model/ops.ts);
+// encoder_forward_f16 (--precision f16): encoderForwardF16 (core/model/ops-f16.ts).
 // WGSL has no float atomics, so the backward gathers instead of scattering: the
 // workgroup that owns vocab row v scans the token ids and sums the positions
 // holding v. Deterministic and race-free; the scan is uniform per workgroup.
@@ -16,10 +17,14 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 
-// encoder_forward: out (B,T,C) = wte[inp] + wpe[t]
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+// encoder_forward: out (B,T,C) = wte[inp] + wpe[t], a thread per 16-byte chunk of out: 4 f32 from
+// params, or (encoder_forward_f16) 8 halves from the matmuls' half weight copy, stored as halves
+// (the residual stream of --precision f16; packed two to a word, element 2w low, as half.wgsl)
+@group(0) @binding(1) var<storage, read_write> out4: array<vec4f>;
+@group(0) @binding(1) var<storage, read_write> out_h8: array<vec4u>;
 @group(0) @binding(2) var<storage, read> inp: array<u32>;       // (B,T) token ids
-@group(0) @binding(3) var<storage, read> params: array<f32>;
+@group(0) @binding(3) var<storage, read> params4: array<vec4f>;
+@group(0) @binding(3) var<storage, read> wcopy_h8: array<vec4u>;
 
 // backward
 @group(0) @binding(1) var<storage, read_write> grads: array<f32>;
@@ -29,14 +34,35 @@ const WG: u32 = 64u;
 const CHUNK: u32 = 256u; // token ids staged per pass (4 per thread)
 var<workgroup> tok: array<u32, CHUNK>;
 
+// Chunk i of out with n chunks a row (C / 4 or C / 8): (its wte chunk, its wpe chunk), in chunks
+// (the offsets are multiples of the chunk).
+fn enc_chunks(i: u32, n: u32) -> vec2u {
+  let bt = i / n;
+  let c = i % n;
+  return vec2u(p.wte_off / (p.C / n) + inp[bt] * n + c, p.wpe_off / (p.C / n) + (bt % p.T) * n + c);
+}
+
 @compute @workgroup_size(256)
 fn encoder_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let i = thread_index(id, lid, 256u);
-  if (i >= p.B * p.T * p.C) { return; }
-  let c = i % p.C;
-  let bt = i / p.C;
-  let t = bt % p.T;
-  out[i] = params[p.wte_off + inp[bt] * p.C + c] + params[p.wpe_off + t * p.C + c];
+  if (i >= p.B * p.T * p.C / 4u) { return; }
+  let at = enc_chunks(i, p.C / 4u);
+  out4[i] = params4[at.x] + params4[at.y];
+}
+
+fn h8_unpack(w: vec4u) -> mat2x4f {
+  return mat2x4f(vec4f(unpack2x16float(w.x), unpack2x16float(w.y)), vec4f(unpack2x16float(w.z), unpack2x16float(w.w)));
+}
+fn h8_pack(v: mat2x4f) -> vec4u {
+  return vec4u(pack2x16float(v[0].xy), pack2x16float(v[0].zw), pack2x16float(v[1].xy), pack2x16float(v[1].zw));
+}
+
+@compute @workgroup_size(256)
+fn encoder_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  let i = thread_index(id, lid, 256u);
+  if (i >= p.B * p.T * p.C / 8u) { return; }
+  let at = enc_chunks(i, p.C / 8u);
+  out_h8[i] = h8_pack(h8_unpack(wcopy_h8[at.x]) + h8_unpack(wcopy_h8[at.y]));
 }
 
 // dwte[v,c] (+)= Σ_{bt: inp[bt]=v} dout[bt,c], for VR vocab rows per workgroup (one scan of the

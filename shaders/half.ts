@@ -1,19 +1,16 @@
 // half.wgsl's dispatches: the f16-storage kernels of --precision f16 that have no f32 file to be a
-// form of (LayerNorm into halves, the GELU backward from halves, Δ and the weight copy as halves).
+// form of (the GELU backward from halves, Δ and the weight copy as halves).
 // Two storage forms of one source: 'packed' (pack2x16float, core WGSL, every adapter) and 'native'
 // (`shader-f16`: vec2<f16>, the same bytes).
 
 import * as f16 from '../core/model/ops-f16.ts';
-import { residualForward } from '../core/model/ops.ts';
-import { type Defines, type DispatchSpec, type Shape, defineKernel, grid1, rows } from './kernel.ts';
+import { type Defines, type DispatchSpec, defineKernel, grid1, rows } from './kernel.ts';
 import src from './half.wgsl?raw';
 
 export const half = defineKernel('half', src, {
   gelu_backward_f16: f16.geluBackwardF16,
   pseudo_gradient_f16: f16.pseudoGradientF16,
   pack_f16: f16.packF16,
-  layernorm_forward_f16: f16.layernormForwardF16,
-  residual_layernorm_forward_f16: [residualForward, f16.layernormForwardF16],
 });
 
 export const HALF_FORMS = ['packed', 'native'] as const;
@@ -28,22 +25,7 @@ export const HALF_DEFINES: Record<HalfForm, Defines> = {
 /** The form a device uses: native where it has `shader-f16`, packed elsewhere. */
 export const halfForm = (features: { has(f: string): boolean }): HalfForm => (features.has('shader-f16') ? 'native' : 'packed');
 
-export interface HalfLayernormDims { C: number; wOff: number; bOff: number; form: HalfForm }
-
 const evenC = (C: number) => { if (C % 2 !== 0) throw new Error(`f16 storage needs an even channel count, got C = ${C}`); };
-const lnParams = (d: HalfLayernormDims) => (s: Shape) => ({ N: rows(s), C: d.C, w_off: d.wOff, b_off: d.bOff });
-
-/** out (B,T,C) halves = layernorm(inp) of the f32 stream; mean, rstd f32. */
-export function layernormForwardF16(out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: HalfLayernormDims): DispatchSpec {
-  evenC(d.C);
-  return half.dispatch({ entry: 'layernorm_forward_f16', defines: HALF_DEFINES[d.form], buffers: { out_h: out, mean, rstd, inp2: inp, params }, params: lnParams(d), grid: (s) => grid1(rows(s), 1) });
-}
-
-/** res (f32) = inp1 + inp2, then out (halves) = layernorm(res). */
-export function residualLayernormForwardF16(res: GPUBuffer, out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp1: GPUBuffer, inp2: GPUBuffer, params: GPUBuffer, d: HalfLayernormDims): DispatchSpec {
-  evenC(d.C);
-  return half.dispatch({ entry: 'residual_layernorm_forward_f16', defines: HALF_DEFINES[d.form], buffers: { out_h: out, mean, rstd, res2: res, params, inp1_2: inp1, inp2_2: inp2 }, params: lnParams(d), grid: (s) => grid1(rows(s), 1) });
-}
 
 /** In place: grad (f32) = gelu'(inp)·grad, inp the fc pre-activation as halves; width even. */
 export function geluBackwardF16(grad: GPUBuffer, inp: GPUBuffer, d: { width: number; form: HalfForm }): DispatchSpec {

@@ -41,7 +41,7 @@ export function requiredDefines(src: string): string[] {
  */
 export function withPrelude(src: string, defines: Defines = {}, subgroups = false, file = 'shader'): string {
   const prelude = fill(preludeSrc, { SUBGROUPS: String(subgroups) }, 'prelude.wgsl');
-  const sg = subgroups ? subgroupsSrc : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\n';
+  const sg = subgroups ? subgroupsSrc : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\nfn sg_seg_sum2(x: vec2<f32>, lid: u32, seg: u32) -> vec2<f32> { return x; }\n';
   // the define ENABLE names an extension the source needs (half.wgsl's native form: f16); directives go first
   const enables = [subgroups ? 'subgroups' : '', defines.ENABLE ? String(defines.ENABLE) : ''].filter(Boolean).map((e) => `enable ${e};\n`).join('');
   return `${enables}${prelude}\n${sg}\n${fill(expandTemplate(src), defines, file)}`;

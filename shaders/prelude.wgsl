@@ -59,6 +59,21 @@ fn wg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> {
   return r;
 }
 
+// The sum over each segment of `seg` consecutive threads (a power of two ≤ 64, uniform), given to
+// every thread of the segment: the LayerNorm rows of layernorm.wgsl. Without subgroups a tree in
+// workgroup memory (log2 seg barriers), with them a butterfly in the subgroup and its partials
+// through workgroup memory (one barrier). Called once per invocation: wg_red is not reused after.
+fn seg_sum2(x: vec2<f32>, lid: u32, seg: u32) -> vec2<f32> {
+  if (SUBGROUPS) { return sg_seg_sum2(x, lid, seg); }
+  wg_red[lid] = x;
+  workgroupBarrier();
+  for (var s = seg / 2u; s > 0u; s >>= 1u) {
+    if (lid % seg < s) { wg_red[lid] += wg_red[lid + s]; }
+    workgroupBarrier();
+  }
+  return wg_red[lid - lid % seg];
+}
+
 fn wg_sum2(x: vec2<f32>, lid: u32, n: u32) -> vec2<f32> { return wg_reduce2(x, lid, n, false); }
 fn wg_sum(x: f32, lid: u32, n: u32) -> f32 { return wg_reduce2(vec2<f32>(x, 0.0), lid, n, false).x; }
 fn wg_max(x: f32, lid: u32, n: u32) -> f32 { return wg_reduce2(vec2<f32>(x, 0.0), lid, n, true).x; }

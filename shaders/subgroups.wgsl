@@ -19,3 +19,21 @@ fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> {
   workgroupBarrier(); // wg_red is reused by the next call
   return r;
 }
+
+// seg_sum2's subgroup path: a butterfly over the aligned groups of min(seg, size) lanes, then,
+// where a segment spans several subgroups, their partials through workgroup memory.
+fn sg_seg_sum2(x: vec2<f32>, lid: u32, seg: u32) -> vec2<f32> {
+  let size = subgroupAdd(1u);
+  let lane = subgroupExclusiveAdd(1u);
+  var v = x;
+  for (var o = 1u; o < seg; o <<= 1u) {
+    let y = subgroupShuffleXor(v, o);
+    if (o < size) { v += y; }
+  }
+  if (lane == 0u) { wg_red[lid / size] = v; }
+  workgroupBarrier();
+  let n = max(1u, seg / size);
+  var s = vec2<f32>(0.0);
+  for (var k = 0u; k < n; k++) { s += wg_red[(lid / seg) * n + k]; }
+  return select(s, v, size >= seg);
+}

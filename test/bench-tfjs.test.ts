@@ -29,7 +29,7 @@ describe('bench: TF.js peer and matmul harness', () => {
   it('f16 storage vs f32: one timed row per bandwidth-bound kernel pair', async () => {
     const { device } = await getTestDevice();
     const rows = await benchHalf(device, { time: timeInterleaved, drain, repeats: 1, targetMs: 2, log: () => {}, preset: 'tiny' });
-    expect(rows.map((r) => r.kernel)).toEqual(['adamw', 'layernorm', 'residual', 'gelu', 'delta']);
+    expect(rows.map((r) => r.kernel)).toEqual(['adamw', 'layernorm', 'residual', 'encoder', 'gelu', 'delta']);
     for (const r of rows) {
       expect(r.f32_ms, r.kernel).toBeGreaterThan(0);
       expect(r.f16_ms, r.kernel).toBeGreaterThan(0);

@@ -1,11 +1,11 @@
-// The f16-storage kernels (shaders/half.wgsl; matmul, attention and adamw_update with their f16
+// The f16-storage kernels (shaders/half.wgsl; LayerNorm, the encoder, matmul, attention and adamw_update with their f16
 // defines or entry) against their CPU twins (core/model/ops-f16.ts), which model the rounding:
 // inputs read as halves, outputs stored as halves. Packed halves (pack2x16float, core WGSL) run on every adapter; the native-f16 form needs
 // `shader-f16`, which SwiftShader lacks, so here it is only generated (the same bytes, checked on
 // a real GPU only). Each output stored as halves must be within 2e-3 normwise of its twin (two
 // f16 ulps of the largest entry) AND bit-equal to the twin in ≥ 95 % of entries: the rounding is
 // modelled, not merely tolerated. f32 outputs (gradients, the masters) within 1e-4 as for the f32
-// kernels, except where noted. Odd N (a half-used last word) and C = 50 (not a multiple of 4).
+// kernels, except where noted. Odd N (a half-used last word).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as cpu from '../core/model/ops.ts';
@@ -21,12 +21,14 @@ const RTOL_F32 = 1e-4;
 const MIN_EXACT = 0.95;
 let device: GPUDevice;
 let kernels: KernelSet;
+let sgKernels: KernelSet; // subgroup reductions, as the engine on SwiftShader
 let stepBuf: GPUBuffer;
 const report: Record<string, string> = {};
 
 beforeAll(async () => {
-  ({ device } = await getTestDevice());
+  ({ device } = await getTestDevice({ optionalFeatures: ['subgroups'] }));
   kernels = new KernelSet(device);
+  sgKernels = new KernelSet(device, { subgroups: true });
   stepBuf = device.createBuffer({ size: STEP_UNIFORM_BYTES, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
 });
 
@@ -47,8 +49,8 @@ const buf = (data: Uint32Array | Float32Array, bytes = data.byteLength) => {
 };
 const halvesBuf = (x: Float32Array) => buf(h.packHalves(x));
 
-function runOn(specs: DispatchSpec[], shape: Shape = { B: 1, T: 1 }): Promise<void> {
-  return runDispatches(device, kernels, specs, shape, stepBuf);
+function runOn(specs: DispatchSpec[], shape: Shape = { B: 1, T: 1 }, ks = kernels): Promise<void> {
+  return runDispatches(device, ks, specs, shape, stepBuf);
 }
 const form = 'packed' as const;
 
@@ -124,10 +126,16 @@ describe('half.wgsl', () => {
     h.packF16(copy, start, N);
     await expectHalves('pack_f16', packed, copy);
   });
+});
 
-  it('layernorm_forward_f16 and residual_layernorm_forward_f16, C = 50: f32 stream in, halves out', async () => {
-    const B = 3, T = 17, C = 50, rows = B * T, shape = { B, T };
-    const a = randn(rows * C, 5, 3).map((v, i) => v + (i % C) * 0.1), b2 = randn(rows * C, 8);
+describe('the residual stream as halves (layernorm.wgsl, encoder.wgsl)', () => {
+  // C = 56: 7 chunks of 8 halves, 4 threads a row (SwiftShader's subgroup), 16 rows a workgroup, the
+  // last of 51 partial; C = 16: 2 chunks, 2 threads a row (a part of a subgroup). Both on subgroup
+  // reductions (the engine's path here), C = 56 also on the workgroup tree
+  for (const [C, path] of [[56, 'subgroups'], [16, 'subgroups'], [56, 'workgroup']] as const) it(`layernorm_forward_f16, residual_layernorm_forward_f16 and the backward on halves, C = ${C}, ${path} reductions`, async () => {
+    const ks = path === 'subgroups' ? sgKernels : kernels;
+    const B = 3, T = 17, rows = B * T, shape = { B, T };
+    const a = h.roundHalves(randn(rows * C, 5, 3).map((v, i) => v + (i % C) * 0.1)), b2 = h.roundHalves(randn(rows * C, 8));
     const wOff = 3, bOff = 3 + C + 1;
     const p = randn(bOff + C, 6);
     const w = p.subarray(wOff, wOff + C), bias = p.subarray(bOff, bOff + C);
@@ -136,19 +144,45 @@ describe('half.wgsl', () => {
     h.layernormForwardF16(want, mean, rstd, a, w, bias, B, T, C);
     const out = buf(new Uint32Array(h.halfWords(rows * C)));
     const m = buf(new Float32Array(rows)), r = buf(new Float32Array(rows));
-    await runOn([gpu.layernormForwardF16(out, m, r, buf(a), buf(p), d)], shape);
-    await expectHalves('layernorm_forward_f16', out, want);
-    await expectF32('layernorm_forward_f16.mean', m, mean);
-    await expectF32('layernorm_forward_f16.rstd', r, rstd);
+    await runOn([gpu.layernormForwardF16(out, m, r, halvesBuf(a), buf(p), d)], shape, ks);
+    await expectHalves(`layernorm_forward_f16 C=${C}`, out, want);
+    await expectF32(`layernorm_forward_f16.mean C=${C}`, m, mean);
+    await expectF32(`layernorm_forward_f16.rstd C=${C}`, r, rstd);
 
+    // the sum is stored rounded, and normalised as stored
     const res = new Float32Array(rows * C);
-    cpu.residualForward(res, a, b2, rows * C);
-    h.layernormForwardF16(want, mean, rstd, res, w, bias, B, T, C);
-    const gRes = buf(new Float32Array(rows * C));
-    await runOn([gpu.residualLayernormForwardF16(gRes, out, m, r, buf(a), buf(b2), buf(p), d)], shape);
-    await expectF32('residual_layernorm_forward_f16.res', gRes, res);
-    await expectHalves('residual_layernorm_forward_f16', out, want);
-    await expectF32('residual_layernorm_forward_f16.rstd', r, rstd);
+    h.residualLayernormForwardF16(res, want, mean, rstd, a, b2, w, bias, B, T, C);
+    const sum = new Float32Array(rows * C);
+    cpu.residualForward(sum, a, b2, rows * C);
+    expect(Array.from(res)).toEqual(Array.from(h.roundHalves(sum)));
+    const gRes = buf(new Uint32Array(h.halfWords(rows * C)));
+    await runOn([gpu.residualLayernormForwardF16(gRes, out, m, r, halvesBuf(a), halvesBuf(b2), buf(p), d)], shape, ks);
+    await expectHalves(`residual_layernorm_forward_f16.res C=${C}`, gRes, res, 0, 1); // one rounding of an exact f32 sum: bit-equal
+    await expectHalves(`residual_layernorm_forward_f16 C=${C}`, out, want);
+    await expectF32(`residual_layernorm_forward_f16.rstd C=${C}`, r, rstd);
+
+    // the backward reads the stream it normalised as halves; its gradients f32
+    const dout = randn(rows * C, 9), dinp0 = randn(rows * C, 10), g0 = randn(p.length, 11);
+    const dinp = dinp0.slice(), grads = g0.slice();
+    cpu.layernormBackward(dinp, grads.subarray(wOff, wOff + C), grads.subarray(bOff, bOff + C), dout, res, w, mean, rstd, B, T, C);
+    const gDinp = buf(dinp0), gGrads = buf(g0);
+    const partials = buf(new Float32Array(gpu.partialsScratch(0, rows, 2 * C)));
+    await runOn(gpu.layernormBackward(gDinp, gGrads, buf(dout), gRes, buf(p), m, r, { C, wOff, bOff, partials, accumulateDinp: true, accumulateParams: true, half: form }), shape, ks);
+    await expectF32(`layernorm_backward_f16.dinp C=${C}`, gDinp, dinp);
+    await expectF32(`layernorm_backward_f16.dparams C=${C}`, gGrads, grads);
+  });
+
+  it('encoder_forward_f16: wte and wpe from the half weight copy, the stream out as halves', async () => {
+    const B = 3, T = 17, C = 48, V = 51, maxT = 20, wteOff = 8, wpeOff = 8 + V * C + 8;
+    const p = randn(wpeOff + maxT * C + 5, 12);
+    const inp = Uint32Array.from({ length: B * T }, (_, i) => (i * 7 + 3) % V);
+    const want = new Float32Array(B * T * C);
+    h.encoderForwardF16(want, inp, p.subarray(wteOff, wteOff + V * C), p.subarray(wpeOff, wpeOff + maxT * C), B, T, C);
+    const out = buf(new Uint32Array(h.halfWords(B * T * C)));
+    const d = { C, V, maxT, wteOff, wpeOff };
+    await runOn([gpu.encoderForwardF16(out, buf(inp), halvesBuf(p), d)], { B, T });
+    await expectHalves('encoder_forward_f16', out, want, 0, 1); // one f32 add of two halves, rounded once: bit-equal
+    expect(() => gpu.encoderForwardF16(out, out, out, { ...d, wpeOff: 4 })).toThrow('encoder_forward_f16 needs wpeOff a multiple of 8, got 4');
   });
 });
 
@@ -244,6 +278,11 @@ describe('storage forms', () => {
     expect(native.startsWith('enable f16;')).toBe(true);
     expect(native).toMatch(/alias H2 = vec2h;/);
     expect(native).not.toMatch(/pack2x16float\(/);
+    // the LayerNorm's 16-byte chunks of 8 halves: vec4<u32> packed, mat2x4<f16> native
+    const ln = code(gpu.layernorm.source(gpu.HALF_LN_DEFINES.native));
+    expect(ln.startsWith('enable f16;')).toBe(true);
+    expect(ln).toMatch(/alias H8 = mat2x4h;/);
+    expect(code(gpu.layernorm.source({}))).toMatch(/alias H8 = vec4u;/);
     expect(gpu.halfForm(new Set(['shader-f16']))).toBe('native');
     expect(gpu.halfForm(new Set())).toBe('packed');
   });

@@ -63,7 +63,7 @@ const shape = { B, T };
 const BT = B * T;
 
 describe('encoder', () => {
-  const V = 51, maxT = 20, wteOff = 5, wpeOff = 5 + V * C + 3;
+  const V = 51, maxT = 20, wteOff = 4, wpeOff = 4 + V * C + 4; // a thread a vec4: C and the offsets ÷ 4
   const params = randn(wpeOff + maxT * C + 7, 1);
   const wte = params.subarray(wteOff, wteOff + V * C);
   const wpe = params.subarray(wpeOff, wpeOff + maxT * C);
@@ -76,6 +76,7 @@ describe('encoder', () => {
     const out = upload(device, new Float32Array(BT * C));
     await runOn([gpu.encoderForward(out, upload(device, inp), upload(device, params), d)], shape);
     await expectClose('encoder_forward', out, want);
+    expect(() => gpu.encoderForward(out, out, out, { ...d, wteOff: 5 })).toThrow('encoder_forward needs wteOff a multiple of 4, got 5');
   });
 
   it('encoder_backward (accumulating, and overwriting)', async () => {
@@ -101,8 +102,11 @@ it('the test adapter has subgroups (SwiftShader: size 4), so both reduction path
 });
 
 for (const [path, ks] of REDUCTION_PATHS) describe(`layernorm (${path} reductions)`, () => {
-  // C=50: not a multiple of 4; B·T=200: the weight and bias gradients over 3 row slices of 67
-  for (const [Cn, shape] of [[48, { B, T }], [50, { B, T }], [50, { B: 4, T: 50 }]] as const) {
+  // The forward in vec4 chunks, p.tpr threads a row: C=48 (12 chunks: 8 threads, 2 subgroups of
+  // SwiftShader's 4, 8 rows a workgroup, the last of 51 rows partial), C=52 (13 chunks: some threads
+  // take 2), C=16 (4 chunks, one subgroup a row); B·T=200: the weight and bias gradients over 3 row
+  // slices of 67
+  for (const [Cn, shape] of [[48, { B, T }], [52, { B, T }], [16, { B, T }], [52, { B: 4, T: 50 }]] as const) {
     const BT = shape.B * shape.T;
     it(`layernorm_forward and backward, C=${Cn}, B·T=${BT}`, async () => {
       if (BT === 200) expect(gpu.rowSlices(BT)).toEqual({ slices: 3, chunk: 67 });
@@ -118,6 +122,7 @@ for (const [path, ks] of REDUCTION_PATHS) describe(`layernorm (${path} reduction
       await expectClose('layernorm_forward', gOut, out);
       await expectClose('layernorm_forward', gMean, mean);
       await expectClose('layernorm_forward', gRstd, rstd);
+      expect(() => gpu.layernormForward(gOut, gMean, gRstd, gInp, gParams, { ...d, C: 50 })).toThrow('layernorm forward needs C a multiple of 4, got C = 50');
 
       const dout = randn(BT * Cn, 12);
       const dinp0 = randn(BT * Cn, 13), grads0 = randn(params.length, 14);

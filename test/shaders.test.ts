@@ -32,10 +32,13 @@ const specs: DispatchSpec[] = [
   ...op.gradNorm(buf, buf, buf, { N: 20011 }),
   op.adamwUpdate(buf, buf, buf, buf, buf, { N: 20011, ranges: [[0, 10, true], [10, 20011, false]] }),
   op.pseudoGradient(buf, buf, buf, { N: 20011 }),
-  // --precision f16: half.wgsl in both storage forms, and the f16 forms of matmul, attention, adamw
+  // --precision f16: half.wgsl and the LayerNorm in both storage forms, and the f16 forms of the
+  // encoder, matmul, attention, adamw
+  op.encoderForwardF16(buf, buf, buf, { C: 48, V: 51, maxT: 32, wteOff: 0, wpeOff: 8 }),
   ...op.HALF_FORMS.flatMap((form) => [
     op.layernormForwardF16(buf, buf, buf, buf, buf, { C: 48, wOff: 0, bOff: 48, form }),
     op.residualLayernormForwardF16(buf, buf, buf, buf, buf, buf, buf, { C: 48, wOff: 0, bOff: 48, form }),
+    ...op.layernormBackward(buf, buf, buf, buf, buf, buf, buf, { C: 48, wOff: 0, bOff: 48, partials: buf, half: form }),
     op.geluBackwardF16(buf, buf, { width: 192, form }),
     op.pseudoGradientF16(buf, buf, buf, { N: 20011, form }),
     op.packF16(buf, buf, { N: 20011, form }),

@@ -140,7 +140,7 @@ describe('WebGpuEngine on tiny', () => {
 
   it('peak GPU bytes: base at batch 8 fits in 1 GiB', () => {
     expect(estimateGpuBytes({ config: PRESETS.base, maxBatch: 8 })).toBeLessThanOrEqual(2 ** 30);
-    // --precision f16: halves for the matmuls' inputs and weight copy, within 450 MiB
+    // --precision f16: every activation but the logits and the weight copy as halves, within 450 MiB
     expect(estimateGpuBytes({ config: PRESETS.base, maxBatch: 8, precision: 'f16' })).toBeLessThanOrEqual(450 * 2 ** 20);
   });
 

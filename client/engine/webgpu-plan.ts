@@ -64,8 +64,8 @@ export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); /
 export const READBACK_BYTES = 4 * 2 ** 20;
 export const h16b = (n: number) => Math.max(16, Math.ceil((n * 2) / 16) * 16); // bytes of n halves, padded alike
 
-/** Activations stored as halves with --precision f16 (what the matmuls and attention read). */
-export const HALF_ACTIVATIONS = new Set(['ln1', 'qkv', 'atty', 'ln2', 'fch', 'lnf']);
+/** Activations stored as halves with --precision f16: all but the logits (and their gradients: f32). */
+export const HALF_ACTIVATIONS = new Set(['encoded', 'ln1', 'qkv', 'atty', 'attproj', 'residual2', 'ln2', 'fch', 'fcproj', 'residual3', 'lnf']);
 
 export function resolve(opts: WebGpuEngineOptions) {
   const c = opts.config;
@@ -185,9 +185,9 @@ export function validateOptions(opts: WebGpuEngineOptions): void {
   const hs = opts.config.nEmbd / opts.config.nHead;
   if (hs % 4 !== 0) throw new Error(`the WebGPU engine needs a head size (nEmbd / nHead) that is a multiple of 4, got ${hs}`);
   if (p === 'f16') {
-    // halves are read 4 at a time (vec4 loads of the matmuls and attention)
+    // halves are read 4 at a time (vec4 loads of the matmuls and attention), 8 by the encoder and LayerNorm
     const { nEmbd: C, nHead: NH, vocabSize: V } = opts.config;
-    for (const [k, v] of Object.entries({ nEmbd: C, vocabSize: V, 'head size': C / NH })) if (v % 4 !== 0) throw new Error(`precision f16 needs ${k} a multiple of 4, got ${v}`);
+    for (const [k, v, n] of [['nEmbd', C, 8], ['vocabSize', V, 4], ['head size', C / NH, 4]] as const) if (v % n !== 0) throw new Error(`precision f16 needs ${k} a multiple of ${n}, got ${v}`);
   }
 }
 

@@ -88,10 +88,11 @@ export class GPT<A extends Arr = Float32Array> {
   }
 
   /**
-   * Models --precision f16 as the CPU twins of its kernels do (core/model/ops-f16.ts): the
-   * LayerNorm outputs, qkv, attention's output and fch (with its GELU) rounded to halves as they
-   * are stored, the matmuls' weights and biases read from a copy of θ rounded once per forward.
-   * Master weights, gradients and the residual stream stay in the array type.
+   * Models --precision f16 as the CPU twins of its kernels do (core/model/ops-f16.ts): every
+   * activation but the logits (the residual stream, the LayerNorm outputs, qkv, attention's output,
+   * the projections, fch with its GELU) rounded to halves as it is stored, the encoder's and the
+   * matmuls' weights read from a copy of θ rounded once per forward. Master weights and gradients
+   * stay in the array type.
    */
   useF16Storage(): this {
     const copy = new this.ctor(this.params.length);
@@ -117,8 +118,8 @@ export class GPT<A extends Arr = Float32Array> {
       roundHalves(this.half.copy);
     }
     const mp = this.half ? this.half.v : p;
-    encoderForward(a.encoded, inputs, p.wte, p.wpe, B, T, C);
-    let residual = a.encoded.subarray(0, BT * C) as A;
+    encoderForward(a.encoded, inputs, mp.wte, mp.wpe, B, T, C);
+    let residual = h(a.encoded.subarray(0, BT * C) as A);
     for (let l = 0; l < c.nLayer; l++) {
       const L = this.layer(l, this.acts, B, T);
       const W = this.layerParams(l), M = this.layerSlice(mp, l);
@@ -127,14 +128,14 @@ export class GPT<A extends Arr = Float32Array> {
       matmulForward(L.qkv, L.ln1, M.qkvw, M.qkvb, B, T, C, 3 * C);
       attentionForward(L.atty, L.preatt, L.att, h(L.qkv), B, T, C, NH);
       matmulForward(L.attproj, h(L.atty), M.attprojw, M.attprojb, B, T, C, C);
-      residualForward(L.residual2, residual, L.attproj, BT * C);
-      layernormForward(L.ln2, L.ln2Mean, L.ln2Rstd, L.residual2, W.ln2w, W.ln2b, B, T, C);
+      residualForward(L.residual2, residual, h(L.attproj), BT * C);
+      layernormForward(L.ln2, L.ln2Mean, L.ln2Rstd, h(L.residual2), W.ln2w, W.ln2b, B, T, C);
       matmulForward(L.fch, h(L.ln2), M.fcw, M.fcb, B, T, C, 4 * C);
       geluForward(L.fchGelu, L.fch, BT * 4 * C); // from the f32 sums, as the matmul's epilogue
       h(L.fch);
       matmulForward(L.fcproj, h(L.fchGelu), M.fcprojw, M.fcprojb, B, T, 4 * C, C);
-      residualForward(L.residual3, L.residual2, L.fcproj, BT * C);
-      residual = L.residual3;
+      residualForward(L.residual3, L.residual2, h(L.fcproj), BT * C);
+      residual = h(L.residual3);
     }
     layernormForward(a.lnf, a.lnfMean, a.lnfRstd, residual, p.lnfw, p.lnfb, B, T, C);
     matmulForward(a.logits, h(a.lnf), mp.wte, null, B, T, C, V); // tied LM head

@@ -72,10 +72,24 @@ export function geluBackwardF16(grad: Arr, inp: Arr, N: number): void {
   op.geluBackward(grad, halves(inp), dout, N);
 }
 
-/** layernorm_forward_f16: out (halves) from the f32 stream; mean, rstd, weight, bias f32. */
+/** encoder_forward_f16: out (halves) = wte[inp] + wpe[t], both read from the half weight copy. */
+export function encoderForwardF16(out: Arr, inp: op.Tokens, wte: Arr, wpe: Arr, B: number, T: number, C: number): void {
+  op.encoderForward(out, inp, halves(wte), halves(wpe), B, T, C);
+  roundHalves(out.subarray(0, B * T * C));
+}
+
+/** layernorm_forward_f16: out (halves) from the stream read as halves; mean, rstd, weight, bias f32. */
 export function layernormForwardF16(out: Arr, mean: Arr, rstd: Arr, inp: Arr, weight: Arr, bias: Arr, B: number, T: number, C: number): void {
-  op.layernormForward(out, mean, rstd, inp, weight, bias, B, T, C);
-  roundHalves(out);
+  op.layernormForward(out, mean, rstd, halves(inp.subarray(0, B * T * C)), weight, bias, B, T, C);
+  roundHalves(out.subarray(0, B * T * C));
+}
+
+/** residual_layernorm_forward_f16: res (halves) = inp1 + inp2 (halves), rounded once; out (halves) = layernorm(res). */
+export function residualLayernormForwardF16(res: Arr, out: Arr, mean: Arr, rstd: Arr, inp1: Arr, inp2: Arr, weight: Arr, bias: Arr, B: number, T: number, C: number): void {
+  const n = B * T * C;
+  op.residualForward(res, halves(inp1.subarray(0, n)), halves(inp2.subarray(0, n)), n);
+  roundHalves(res.subarray(0, n));
+  layernormForwardF16(out, mean, rstd, res, weight, bias, B, T, C);
 }
 
 /**
