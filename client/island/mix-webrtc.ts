@@ -62,12 +62,32 @@ interface Waiter { resolve(m: Uint8Array | null): void }
 const HELLO = Uint8Array.of(0, 1);
 const ACK = Uint8Array.of(0, 2);
 
+/** The group an exchange key names (`g12`, `d12@40`: group 12). */
+export function groupOf(key: string): number {
+  return Number(/^[a-z](\d+)/.exec(key)?.[1] ?? NaN);
+}
+
+/** A stage message: 1 byte key length, the key, 1 byte stage, then packPieces' bytes. */
+export function wireMessage(key: string, stage: number, pieces: Map<number, Uint8Array>): Uint8Array {
+  const body = packPieces(pieces), k = new TextEncoder().encode(key);
+  const msg = new Uint8Array(2 + k.length + body.length);
+  msg[0] = k.length; msg.set(k, 1); msg[1 + k.length] = stage; msg.set(body, 2 + k.length);
+  return msg;
+}
+
 function asBytes(data: unknown): Uint8Array | null {
   return data instanceof ArrayBuffer ? new Uint8Array(data) : data instanceof Uint8Array ? data : null;
 }
 
 /** WebRTC data channels to the peers of this island's groups. */
-export class WebRtcPeerNet implements PeerNet {
+/** A member's data channels to its groups' peers: joined per plan (reusing the last group's links when it can), left when done. */
+export interface GroupNet extends PeerNet {
+  /** Connects to a group's peers; resolves whether the previous group's open links were reused. */
+  join(plan: MemberPlan): boolean | Promise<boolean>;
+  leave(groupId: number): void;
+}
+
+export class WebRtcPeerNet implements GroupNet {
   private readonly links = new Map<string, Link>();
   private readonly mail = new Map<string, Uint8Array>();
   private readonly waiters = new Map<string, Waiter>();
@@ -122,21 +142,25 @@ export class WebRtcPeerNet implements PeerNet {
   }
 
   channel(key: string, _index: number, _members: string[]): PieceChannel {
-    const groupId = Number(/^[a-z](\d+)/.exec(key)?.[1] ?? NaN);
+    const groupId = groupOf(key);
     return {
-      send: async (to, stage, pieces) => {
-        const ch = await this.channelTo(`${groupId}/${to}`);
-        if (!ch || ch.readyState !== 'open') return;
-        const body = packPieces(pieces), k = new TextEncoder().encode(key);
-        const msg = new Uint8Array(2 + k.length + body.length);
-        msg[0] = k.length; msg.set(k, 1); msg[1 + k.length] = stage; msg.set(body, 2 + k.length);
-        ch.send(msg);
-      },
+      send: (to, stage, pieces) => this.sendWire(groupId, to, wireMessage(key, stage, pieces)),
       recv: async (from, stage) => {
-        const m = await this.take(`${groupId}/${from}|${key}|${stage}`);
+        const m = await this.recvBody(groupId, key, from, stage);
         return m && unpackPieces(m);
       },
     };
+  }
+
+  /** Sends a stage message (wireMessage's bytes) to a group's peer, once their link is ready. */
+  async sendWire(groupId: number, to: number, msg: Uint8Array): Promise<void> {
+    const ch = await this.channelTo(`${groupId}/${to}`);
+    if (ch && ch.readyState === 'open') ch.send(msg);
+  }
+
+  /** A peer's stage message of exchange `key`, its packPieces bytes (null: the peer or the group is gone). */
+  recvBody(groupId: number, key: string, from: number, stage: number): Promise<Uint8Array | null> {
+    return this.take(`${groupId}/${from}|${key}|${stage}`);
   }
 
   /** The open channel to a peer; the answerer's link exists only once the offer arrived, so wait for it. */
