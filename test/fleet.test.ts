@@ -66,6 +66,10 @@ describe('atoll fleet', () => {
     expect(() => fleetSpecFromCli({ schedule: 'leave:1@0.2,leave:2@0.6', islands: 2 })).toThrow(/takes 3 Node islands out/);
     expect(() => fleetSpecFromCli({ engines: 'cpu,tpu' })).toThrow(/not cpu or webgpu/);
     expect(fleetSpecFromCli({ duty: '1,0.5', batches: '4,8', redis: true })).toMatchObject({ duty: [1, 0.5], batches: [4, 8], redis: true, preset: 'tiny' });
+    expect(() => fleetSpecFromCli({ mixGroup: 3 })).toThrow(/--mix-group must be 0 \(off\) or a power of two/);
+    expect(() => fleetSpecFromCli({ mixGroup: 4, redis: true })).toThrow(/embedded server only/);
+    expect(fleetSpecFromCli({ mixGroup: 4 })).toMatchObject({ mixGroup: 4 });
+    expect(fleetSpecFromCli({})).toMatchObject({ mixGroup: 0 });
   });
 
   it('loses nothing, applies nothing twice, and the page had deltas accepted', () => {

@@ -1,8 +1,9 @@
 // Butterfly mixing's data channels over WebRTC: one RTCPeerConnection per peer of a group, one
 // ordered reliable data channel ('atoll-mix') on it, signalled through the server (`mix:signal`,
-// non-trickle: the offer and answer carry every gathered candidate). The browser passes its native
-// RTCPeerConnection; the Node island passes node-datachannel's (`node-datachannel/polyfill`,
-// libdatachannel). No node: or DOM imports: the constructor comes in.
+// non-trickle: the offer and answer carry every gathered candidate). The page's main thread passes
+// the browser's native RTCPeerConnection (its worker's island reaches it through mix-relay.ts); the
+// Node island passes node-datachannel's (`node-datachannel/polyfill`, libdatachannel). No node: or
+// DOM imports: the constructor comes in.
 //
 // A message on the channel: 1 byte key length, the key (UTF-8: which exchange, e.g. `g12` for a
 // group's Δs, `d12@40` for version 40's pieces), 1 byte stage, then packPieces' bytes.
