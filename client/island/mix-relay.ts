@@ -58,16 +58,22 @@ export function hostPeerNet(port: RelayPort, RTC: RtcPeerConstructor, timeoutMs 
   port.addEventListener('message', (e) => {
     const m = e.data as ToHost;
     switch (m?.t) {
-      case 'join':
-        void Promise.resolve(net.join(m.plan)).then((reused) => port.postMessage({ t: 'joined', id: m.id, reused } satisfies FromHost, []));
+      case 'join': {
+        // a connection that cannot be made (a browser that refuses WebRTC) ends the group's exchange at once: the island uploads directly
+        let reused = false;
+        try { reused = net.join(m.plan); } catch { net.leave(m.plan.groupId); }
+        port.postMessage({ t: 'joined', id: m.id, reused } satisfies FromHost, []);
         break;
+      }
       case 'leave': net.leave(m.groupId); break;
       case 'send': void net.sendWire(m.groupId, m.to, m.msg); break;
       case 'recv':
         // the body is a view of the message the channel delivered, read by no one else: its buffer goes over
         void net.recvBody(m.groupId, m.key, m.from, m.stage).then((body) => port.postMessage({ t: 'body', id: m.id, body } satisfies FromHost, own(body)));
         break;
-      case 'signal': fromServer?.(m.groupId, m.from, m.kind, m.data); break;
+      case 'signal':
+        try { fromServer?.(m.groupId, m.from, m.kind, m.data); } catch { net.leave(m.groupId); }
+        break;
     }
   });
   port.start?.();
