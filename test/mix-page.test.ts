@@ -4,7 +4,7 @@
 // islands (node-datachannel) form groups over real data channels on loopback: page ↔ page and
 // page ↔ Node links. The pages' Δs go up as fragments and are applied; every island's θ hash, the
 // pages' too, agrees with the server's at every update it applied; the loss goes down; every
-// applied token is counted once.
+// applied token is counted once. The gateway's wire counters hold more than the frames.
 
 import { afterAll, describe, expect, it } from 'vitest';
 import type { IslandEvent } from '../client/island/runtime.ts';
@@ -89,6 +89,11 @@ describe('butterfly mixing with a page (Chromium RTCPeerConnection ↔ node-data
       expect(rows.islands.find((r) => r.id === v.islandId)?.tokens).toBe(v.tokensContributed);
     }
     expect(nodes.reduce((t, n) => t + n.appliedTokens, views.reduce((t, v) => t + v.tokensContributed, 0))).toBe(st.tokensTotal);
+    // the gateway's wire counters: the frames plus the JSON, signalling and pings around them
+    const metrics = await fetch(`${server.url}/metrics`).then((r) => r.text());
+    const wire = (dir: string) => Number(new RegExp(`^atoll_wire_bytes_${dir}_total (\\S+)$`, 'm').exec(metrics)?.[1]);
+    expect(wire('in')).toBeGreaterThan(st.bytesIn);
+    expect(wire('out')).toBeGreaterThan(0);
     // loss goes down
     const points = await waitFor('the last eval', async () => {
       const { points: p } = await getJson<{ points: Array<{ evalLoss: number | null }> }>(`${server!.url}/api/history`);

@@ -95,6 +95,7 @@ function timestamp(): string {
 }
 
 const round = (x: number, d = 4) => Number(x.toFixed(d));
+const perToken = (bytes: number | null, tokens: number) => (bytes === null ? null : round(bytes / Math.max(1, tokens)));
 
 /** Runs the fleet and its twin, writes the output folder, returns the report. */
 export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number; json?: boolean } = {}): Promise<FleetReport> {
@@ -130,8 +131,10 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
     },
     live: {
       evalLoss: liveResult.evalLoss, tokens: live.tokens, versions: live.versions, seconds: round(live.seconds, 1), bytesIn: live.bytesIn, bytesOut: live.bytesOut,
-      inPerToken: round(live.bytesIn / Math.max(1, live.tokens)), outPerToken: round(live.bytesOut / Math.max(1, live.tokens)),
-      steady: { ...live.steady, inPerToken: round(live.steady.inPerToken), outPerToken: round(live.steady.outPerToken) }, mix: live.mix, curve: liveResult.curve,
+      inPerToken: perToken(live.bytesIn, live.tokens)!, outPerToken: perToken(live.bytesOut, live.tokens)!,
+      wireInPerToken: perToken(live.wireIn, live.tokens), wireOutPerToken: perToken(live.wireOut, live.tokens),
+      steady: { ...live.steady, ...Object.fromEntries((['inPerToken', 'outPerToken', 'wireInPerToken', 'wireOutPerToken'] as const).map((k) => [k, live.steady[k] === null ? null : round(live.steady[k])])) },
+      mix: live.mix, curve: liveResult.curve,
     },
     twin, ddp, single,
     ratios: { liveOverTwin: round(liveResult.evalLoss / twin.evalLoss), liveOverDdp: round(liveResult.evalLoss / ddp.evalLoss), twinOverDdp: round(twin.evalLoss / ddp.evalLoss) },
@@ -165,8 +168,10 @@ The twin is this run in virtual time: the same model, data, seed, cold start and
 
 /** The server's traffic per accepted token, and what mixing did. */
 function trafficLine(r: FleetReport): string {
-  const l = r.live, m = l.mix;
-  return `server bytes per accepted token: in ${l.inPerToken.toFixed(3)}, out ${l.outPerToken.toFixed(3)}; from ${l.steady.fromTokens.toLocaleString()} tokens (v${l.steady.fromVersion}, every island training): in ${l.steady.inPerToken.toFixed(3)}, out ${l.steady.outPerToken.toFixed(3)}`
+  const l = r.live, m = l.mix, s = l.steady;
+  const wire = (i: number | null, o: number | null) => (i === null || o === null ? '' : ` (on the wire: in ${i.toFixed(3)}, out ${o.toFixed(3)})`);
+  return `server bytes per accepted token, frames: in ${l.inPerToken.toFixed(3)}, out ${l.outPerToken.toFixed(3)}${wire(l.wireInPerToken, l.wireOutPerToken)}; `
+    + `from ${s.fromTokens.toLocaleString()} tokens (v${s.fromVersion}, every island training): in ${s.inPerToken.toFixed(3)}, out ${s.outPerToken.toFixed(3)}${wire(s.wireInPerToken, s.wireOutPerToken)}`
     + (m ? `\nmixing k=${m.k}: ${m.mixedGroups}/${m.groups} groups mixed, ${m.fallbacks} called off, signalling relayed ${m.signallingBytes.toLocaleString()} B, net saved ${Math.round(m.savedBytes).toLocaleString()} B` : '');
 }
 

@@ -233,7 +233,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     let last = await getJson<RunStatus>(`${url}/api/status`);
     let lastPages = 0;
     // the steady traffic's mark: every island (of the first ones) has downloaded θ and steps
-    let mark: RunStatus | null = null;
+    let mark: Traffic | null = null;
     const training = () => nodes.length >= initial && nodes.every((n) => n.isl.stepTokens > 0 || !alive(n.proc)) && pages.every((p) => (p.view?.stepsDone ?? 0) > 0);
     const deadline = t0 + spec.timeoutMs;
     while (!last.done) {
@@ -243,7 +243,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       if (dead) throw Object.assign(new Error(`a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`), { code: 'E_FLEET_SERVE' });
       try { last = await getJson<RunStatus>(`${url}/api/status`); } catch { continue; }
       hooks.progress(last.tokensTotal / spec.tokens);
-      if (!mark && training()) mark = last;
+      if (!mark && training()) mark = { status: last, wire: await wireBytes(url) };
       if (last.tokensTotal >= nextSnap) {
         while (nextSnap <= last.tokensTotal) nextSnap += spec.tokens / spec.evals;
         await snap();
@@ -278,6 +278,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       last = await getJson<RunStatus>(`${url}/api/status`);
       return last.tokensTotal >= spec.tokens;
     });
+    const end: Traffic = { status: last, wire: await wireBytes(url) };
     await waitUntil('the last version to be served', 30_000, async () => {
       await snap();
       return snapshots.some((s) => s.version === last.version);
@@ -323,7 +324,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const history = await historyTokens(updates);
     return {
       topology: spec.redis !== undefined ? 'roles' : 'embedded', runConfig, seconds, versions: last.version, tokens: last.tokensTotal,
-      bytesIn: last.bytesIn, bytesOut: last.bytesOut, steady: steadyTraffic(mark, last), mix: last.mix ?? null,
+      bytesIn: last.bytesIn, bytesOut: last.bytesOut, wireIn: end.wire?.in ?? null, wireOut: end.wire?.out ?? null, steady: steadyTraffic(mark, end), mix: last.mix ?? null,
       snapshots: snapshots.map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 })).sort((a, b) => a.version - b.version),
       islands, lost, duplicated, faults, events,
     };
@@ -335,11 +336,27 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   }
 }
 
+/** The server's counters at one moment: /api/status's frames and /metrics' wire bytes (null: not counted there). */
+interface Traffic { status: Pick<RunStatus, 'tokensTotal' | 'version' | 'bytesIn' | 'bytesOut'>; wire: { in: number; out: number } | null }
+
+/** /metrics' atoll_wire_bytes_in_total and _out_total (the embedded server's gateway counts them; the Redis roles' /metrics is the aggregator's). */
+async function wireBytes(url: string): Promise<{ in: number; out: number } | null> {
+  const text = await fetch(`${url}/metrics`).then((r) => (r.ok ? r.text() : ''), () => '');
+  const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const w = { in: read('atoll_wire_bytes_in_total'), out: read('atoll_wire_bytes_out_total') };
+  return Number.isFinite(w.in) && Number.isFinite(w.out) && w.in + w.out > 0 ? w : null;
+}
+
 /** Server bytes per accepted token from the mark (none reached: from the start) to the end. */
-function steadyTraffic(mark: RunStatus | null, end: RunStatus): SteadyTraffic {
-  const from = mark ?? { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 };
-  const tokens = Math.max(1, end.tokensTotal - from.tokensTotal);
-  return { fromTokens: from.tokensTotal, fromVersion: from.version, inPerToken: (end.bytesIn - from.bytesIn) / tokens, outPerToken: (end.bytesOut - from.bytesOut) / tokens };
+function steadyTraffic(mark: Traffic | null, end: Traffic): SteadyTraffic {
+  const from: Traffic = mark ?? { status: { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 }, wire: { in: 0, out: 0 } };
+  const a = from.status, b = end.status;
+  const tokens = Math.max(1, b.tokensTotal - a.tokensTotal);
+  const wire = from.wire && end.wire ? { in: (end.wire.in - from.wire.in) / tokens, out: (end.wire.out - from.wire.out) / tokens } : null;
+  return {
+    fromTokens: a.tokensTotal, fromVersion: a.version, inPerToken: (b.bytesIn - a.bytesIn) / tokens, outPerToken: (b.bytesOut - a.bytesOut) / tokens,
+    wireInPerToken: wire?.in ?? null, wireOutPerToken: wire?.out ?? null,
+  };
 }
 
 /** Tokens in θ at each version, from the logged updates. */

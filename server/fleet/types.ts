@@ -92,7 +92,13 @@ export type ChildLine =
   | { kind: 'step' | 'exit'; counters: ChildCounters };
 
 /** Server bytes per accepted token from a mark on (the tokens in θ and the version at the mark). */
-export interface SteadyTraffic { fromTokens: number; fromVersion: number; inPerToken: number; outPerToken: number }
+export interface SteadyTraffic {
+  fromTokens: number; fromVersion: number;
+  /** Frames (Δs, fragments, updates, pieces, snapshots: /api/status bytesIn/bytesOut). */
+  inPerToken: number; outPerToken: number;
+  /** Everything on the islands' connections as sent (engine.io packets: /metrics atoll_wire_bytes_*); null: not counted (the Redis roles). */
+  wireInPerToken: number | null; wireOutPerToken: number | null;
+}
 
 export interface ThetaSnapshot {
   version: number;
@@ -109,6 +115,9 @@ export interface LiveRun {
   tokens: number;
   bytesIn: number;
   bytesOut: number;
+  /** The islands' connections' bytes as sent, whole run (null: not counted). */
+  wireIn: number | null;
+  wireOut: number | null;
   /** The server's traffic once every island had downloaded θ and was training (a snapshot each is the same with or without mixing). */
   steady: SteadyTraffic;
   /** /api/status's mixing figures at the end (null: the run did not mix). */
@@ -141,8 +150,8 @@ export interface FleetReport {
   };
   live: {
     evalLoss: number; tokens: number; versions: number; seconds: number; bytesIn: number; bytesOut: number;
-    /** Whole run, per accepted token (snapshots included). */
-    inPerToken: number; outPerToken: number;
+    /** Whole run, per accepted token (snapshots included): frames, and everything on the wire (null: not counted). */
+    inPerToken: number; outPerToken: number; wireInPerToken: number | null; wireOutPerToken: number | null;
     steady: SteadyTraffic;
     mix: MixStatus | null;
     curve: SimRunResult['curve'];
