@@ -96,7 +96,7 @@ export interface SteadyTraffic {
   fromTokens: number; fromVersion: number;
   /** Frames (Δs, fragments, updates, pieces, snapshots: /api/status bytesIn/bytesOut). */
   inPerToken: number; outPerToken: number;
-  /** Everything on the islands' connections as sent (engine.io packets: /metrics atoll_wire_bytes_*); null: not counted (the Redis roles). */
+  /** Everything on the islands' socket.io connections as sent (engine.io packets: /metrics atoll_wire_bytes_*; θ's HTTP downloads are not in it); null: not counted (the Redis roles). */
   wireInPerToken: number | null; wireOutPerToken: number | null;
 }
 
