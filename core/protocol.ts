@@ -188,8 +188,10 @@ const Sha256 = Type.String({ minLength: 64, maxLength: 64, pattern: '^[0-9a-f]{6
 export const MixReadySchema = Type.Object({ meta: DeltaMetaSchema, frameHash: Sha256 }, closed);
 /** `mix:fragment`: the member's fragment (a codec frame of its range of the group's mean), or null when its exchange failed. */
 export const MixFragmentSchema = Type.Object({ groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) }, closed);
-/** The answer to the server's `mix:check` (fragment j recomputed) or `mix:replay` (the committed Δ frame); null: cannot. */
+/** The answer to the server's `mix:replay`: the committed Δ frame; null: cannot. */
 export const MixAnswerSchema = Type.Object({ groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) }, closed);
+/** The answer to the server's `mix:check`: the SHA-256 of fragment j's frame as this member recomputes it; null: cannot. */
+export const MixCheckAnswerSchema = Type.Object({ groupId: Int(), hash: Type.Union([Sha256, Type.Null()]) }, closed);
 /**
  * `mix:signal`: WebRTC signalling for one peer of the group, relayed by the server as it is: the
  * offer and answer SDP (non-trickle: gathered candidates inside), or one ICE candidate.

@@ -20,7 +20,7 @@ import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '..
 import { mixWeights, pieceRange } from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import {
-  type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixFragmentSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
+  type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixCheckAnswerSchema, MixFragmentSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
 } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { MixStatus } from '../core/api.ts';
@@ -28,6 +28,7 @@ import type { MixStatus } from '../core/api.ts';
 const checkReady = TypeCompiler.Compile(MixReadySchema);
 const checkFragment = TypeCompiler.Compile(MixFragmentSchema);
 const checkAnswer = TypeCompiler.Compile(MixAnswerSchema);
+const checkCheckAnswer = TypeCompiler.Compile(MixCheckAnswerSchema);
 const checkSignal = TypeCompiler.Compile(MixSignalSchema);
 
 export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal'] as const;
@@ -116,7 +117,7 @@ export interface MixCounters {
   implicated: number;
   /** Bytes of fragments received. */
   fragmentBytes: number;
-  /** Bytes of spot checks and replays received. */
+  /** Bytes of spot checks (their hashes) and replays received. */
   checkBytes: number;
   /** Bytes of update pieces sent. */
   pieceBytes: number;
@@ -362,21 +363,34 @@ export class MixGateway {
     });
   }
 
-  /** A request to member j with its answer's frame (`mix:check`, `mix:replay`); null: gone, late or malformed. */
-  private async ask(g: Group, j: number, event: 'mix:check' | 'mix:replay', body: object): Promise<Uint8Array | null> {
+  /** A request to member j and its answer (`mix:check`, `mix:replay`); null: gone or no answer in time. */
+  private async ask(g: Group, j: number, event: 'mix:check' | 'mix:replay', body: object): Promise<unknown> {
     const s = g.sockets[j];
     if (!s.connected) return null;
     try {
-      const a: unknown = await s.timeout(this.settings.exchangeTimeoutMs).emitWithAck(event, body);
-      if (!checkAnswer.Check(a)) return null;
-      const { groupId, frame } = a as Static<typeof MixAnswerSchema>;
-      if (groupId !== g.plan.groupId || !frame || frame.length > this.host.maxFrameBytes()) return null;
-      this.counters.checkBytes += frame.length;
-      this.host.noteBytesIn(frame.length);
-      return frame;
+      return await s.timeout(this.settings.exchangeTimeoutMs).emitWithAck(event, body);
     } catch {
       return null; // no answer in time
     }
+  }
+
+  /** Member c's hash of fragment j (a spot check); null: gone, late, malformed or another group's. */
+  private async spotCheck(g: Group, c: number, j: number): Promise<string | null> {
+    const a = await this.ask(g, c, 'mix:check', { groupId: g.plan.groupId, j });
+    if (!checkCheckAnswer.Check(a) || a.groupId !== g.plan.groupId || !a.hash) return null;
+    this.counters.checkBytes += a.hash.length;
+    return a.hash;
+  }
+
+  /** Member j's committed Δ frame (an audit's replay); null: gone, late, malformed, oversized or another group's. */
+  private async replay(g: Group, j: number): Promise<Uint8Array | null> {
+    const a = await this.ask(g, j, 'mix:replay', { groupId: g.plan.groupId });
+    if (!checkAnswer.Check(a)) return null;
+    const { groupId, frame } = a as Static<typeof MixAnswerSchema>;
+    if (groupId !== g.plan.groupId || !frame || frame.length > this.host.maxFrameBytes()) return null;
+    this.counters.checkBytes += frame.length;
+    this.host.noteBytesIn(frame.length);
+    return frame;
   }
 
   private async settle(gid: number): Promise<void> {
@@ -385,8 +399,8 @@ export class MixGateway {
     const deadline = Date.now() + this.settings.exchangeTimeoutMs;
     const io: GroupIO = {
       fragment: (j) => this.fragment(g, j, deadline),
-      check: async (c, j) => { const f = await this.ask(g, c, 'mix:check', { groupId: gid, j }); return f && { frame: f }; },
-      replay: (j) => this.ask(g, j, 'mix:replay', { groupId: gid }),
+      check: (c, j) => this.spotCheck(g, c, j),
+      replay: (j) => this.replay(g, j),
     };
     const out = await this.broker.settle(plan, io, this.host.codec());
     if (out.kind === 'direct') return this.callOff(gid, true);

@@ -3,17 +3,22 @@
 // is released only after the 'update' that includes it has been handed to `persist` (awaited).
 //
 // Network effects are pluggable: each transport may have a Link whose up()/down() await the time
-// a message of that many bytes takes (the simulator advances a virtual clock there).
+// a message of that many bytes takes (the simulator advances a virtual clock there). The bytes are
+// what the live socket.io link would carry for the same message (wire-bytes.ts).
 
 import { Coordinator, type CoordinatorEvent, type DeltaSubmission } from '../../core/coord/index.ts';
 import { type Result, err, ok } from '../../core/result.ts';
-import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../../core/protocol.ts';
+import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloAnswer, type HelloMsg, type ModelSnapshotMsg, PROTOCOL_VERSION, type UpdateMsg } from '../../core/protocol.ts';
 import { type Clock, type HelloResult, type Transport, wallClock } from './transport.ts';
+import { ackBytes, emitBytes, okBytes } from './wire-bytes.ts';
 
-/** Time a message takes on an island's link; resolve when it has arrived. */
+/** An HTTP GET of /api/model (request line and headers): the snapshot itself comes back as its f32 params. */
+const MODEL_REQUEST_BYTES = 160;
+
+/** Time a message takes on an island's link; resolve when it has arrived. `what`: the message's event (for breakdowns). */
 export interface Link {
-  up(bytes: number): Promise<void>;
-  down(bytes: number): Promise<void>;
+  up(bytes: number, what?: string): Promise<void>;
+  down(bytes: number, what?: string): Promise<void>;
 }
 
 export const instantLink: Link = { up: async () => {}, down: async () => {} };
@@ -195,11 +200,12 @@ export class LocalTransport implements Transport {
 
   async hello(msg: HelloMsg): Promise<Result<HelloResult>> {
     if (this.dead) return this.gone();
-    await this.link.up(256);
+    await this.link.up(emitBytes('up', 'hello', msg), 'hello');
     if (this.dead) return this.gone();
-    const r = this.hub.coord.join({ caps: msg.caps, protocolVersion: msg.protocolVersion, resumeIslandId: msg.resumeIslandId }, this.hub.clock.now());
+    const now = this.hub.clock.now();
+    const r = this.hub.coord.join({ caps: msg.caps, protocolVersion: msg.protocolVersion, resumeIslandId: msg.resumeIslandId }, now);
     await this.hub.dispatch();
-    await this.link.down(512);
+    await this.link.down(r.ok ? okBytes('down', helloAnswer(r.value.islandId, r.value.assignment, this.hub.coord, now)) : errBytes(r.error), 'hello');
     if (!r.ok) return r;
     this.islandId = r.value.islandId;
     return ok({ islandId: r.value.islandId, assignment: r.value.assignment });
@@ -207,24 +213,24 @@ export class LocalTransport implements Transport {
 
   async fetchModel(): Promise<Result<ModelSnapshotMsg>> {
     if (this.dead) return this.gone();
-    await this.link.up(64);
+    await this.link.up(MODEL_REQUEST_BYTES, 'model');
     const m = this.hub.coord.model();
-    await this.link.down(m.params.byteLength);
+    await this.link.down(m.params.byteLength, 'model');
     return this.dead ? this.gone() : ok(m);
   }
 
   async submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
     if (this.dead) return this.gone();
-    await this.link.up(frame.length + 256);
+    await this.link.up(emitBytes('up', 'delta', { meta, frame }), 'delta');
     if (this.dead) return this.gone();
     const ack = await this.hub.submit({ meta, frame });
-    await this.link.down(128);
+    await this.link.down(okBytes('down', ack), 'delta');
     return this.dead ? this.gone() : ok(ack);
   }
 
   async nextAssignment(): Promise<Result<Assignment>> {
     if (this.dead || !this.islandId) return this.gone();
-    await this.link.up(64);
+    await this.link.up(emitBytes('up', 'nextAssignment', {}), 'nextAssignment');
     if (this.dead) return this.gone();
     const id = this.islandId;
     const r = this.hub.coord.nextAssignment(id, this.hub.clock.now());
@@ -237,15 +243,15 @@ export class LocalTransport implements Transport {
       out = await waiting;
     }
     await this.hub.dispatch();
-    await this.link.down(512);
+    await this.link.down(out.ok ? okBytes('down', out.value) : errBytes(out.error), 'nextAssignment');
     return this.dead ? this.gone() : out;
   }
 
   async fetchUpdates(fromVersion: number): Promise<Result<UpdateMsg[]>> {
     if (this.dead) return this.gone();
-    await this.link.up(64);
+    await this.link.up(emitBytes('up', 'updates', { fromVersion }), 'updates');
     const r = this.hub.coord.updatesSince(fromVersion);
-    if (r.ok) await this.link.down(r.value.reduce((a, u) => a + u.frame.length + 128, 0));
+    await this.link.down(r.ok ? okBytes('down', r.value) : errBytes(r.error), 'updates');
     return this.dead ? this.gone() : r;
   }
 
@@ -257,7 +263,7 @@ export class LocalTransport implements Transport {
   /** @internal Broadcast from the hub; arrives after this link's downlink time. */
   deliver(msg: UpdateMsg): void {
     if (this.dead || this.listeners.size === 0) return;
-    void this.link.down(msg.frame.length + 128).then(() => {
+    void this.link.down(emitBytes('down', 'update', msg, false), 'update').then(() => {
       if (this.dead) return;
       for (const l of this.listeners) l(msg);
     });
@@ -266,4 +272,18 @@ export class LocalTransport implements Transport {
   async close(_reason: string): Promise<void> {
     await this.disconnect();
   }
+}
+
+/** A refused request's answer, `{ ok: false, error }`. */
+function errBytes(error: { code: string; message: string }): number {
+  return ackBytes('down', { ok: false, error: { code: error.code, message: error.message } });
+}
+
+/** The hello answer the live server sends (HelloAnswer): what the simulator counts for a join. */
+function helloAnswer(islandId: string, assignment: Assignment | null, coord: Coordinator, now: number): HelloAnswer {
+  const maxFrameBytes = coord.maxFrameBytes();
+  return {
+    islandId, resumeToken: 'r'.repeat(32), assignment, version: coord.version, hash: coord.hash, protocolVersion: PROTOCOL_VERSION,
+    maxFrameBytes, maxHttpBufferSize: maxFrameBytes + Math.max(1 << 20, maxFrameBytes >> 3), serverTime: now, resumed: false,
+  };
 }

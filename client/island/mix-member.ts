@@ -46,8 +46,8 @@ export interface MixPort {
 
 /** What the server may ask of a member while its group settles. */
 export interface MemberHandlers {
-  /** Recompute fragment j from the frames held and upload it (a spot check). */
-  check(groupId: number, j: number): Promise<FragmentUpload | null>;
+  /** Recompute fragment j from the frames held: the SHA-256 (hex) of its frame (a spot check). */
+  check(groupId: number, j: number): Promise<string | null>;
   /** Upload the whole Δ frame committed to (an audit). */
   replay(groupId: number): Promise<Uint8Array | null>;
 }
@@ -164,10 +164,10 @@ export class MixMember implements Transport {
     return this.inner.submitDelta(meta, frame);
   }
 
-  /** A spot check: fragment j recomputed from the frames this member holds. */
-  private check(groupId: number, j: number): FragmentUpload | null {
+  /** A spot check: the hash of fragment j recomputed from the frames this member holds. */
+  private check(groupId: number, j: number): string | null {
     const h = this.held.get(groupId);
-    return h && this.codec ? { frame: this.fragmentFrame(h.xs, h.plan, j, this.codec) } : null;
+    return h && this.codec ? sha256Hex(this.fragmentFrame(h.xs, h.plan, j, this.codec)) : null;
   }
 
   private deliver(m: UpdateMsg): void {

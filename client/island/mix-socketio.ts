@@ -60,17 +60,18 @@ export class SocketMixPort implements MixPort, SignalPort {
   }
 
   serve(h: MemberHandlers): void {
-    const answer = (event: string, f: (g: number, j: number) => Promise<Uint8Array | null>) => this.t.serve(event, (m: unknown, ack: unknown) => {
+    // mix:check's answer is { groupId, hash }, mix:replay's { groupId, frame } (null: cannot)
+    const answer = <T>(event: string, field: 'hash' | 'frame', f: (g: number, j: number) => Promise<T | null>) => this.t.serve(event, (m: unknown, ack: unknown) => {
       if (typeof ack !== 'function') return;
       const { groupId, j } = (m ?? {}) as { groupId?: unknown; j?: unknown };
-      if (!isInt(groupId) || (event === 'mix:check' && !isInt(j))) return (ack as (a: unknown) => void)({ groupId: 0, frame: null });
-      void f(groupId, isInt(j) ? j : 0).then((frame) => {
-        if (frame) this.t.stats.bytesSent += frame.length;
-        (ack as (a: unknown) => void)({ groupId, frame });
-      }, () => (ack as (a: unknown) => void)({ groupId, frame: null }));
+      if (!isInt(groupId) || (event === 'mix:check' && !isInt(j))) return (ack as (a: unknown) => void)({ groupId: 0, [field]: null });
+      void f(groupId, isInt(j) ? j : 0).then((v) => {
+        if (v instanceof Uint8Array) this.t.stats.bytesSent += v.length;
+        (ack as (a: unknown) => void)({ groupId, [field]: v });
+      }, () => (ack as (a: unknown) => void)({ groupId, [field]: null }));
     });
-    answer('mix:check', async (g, j) => (await h.check(g, j))?.frame ?? null);
-    answer('mix:replay', (g) => h.replay(g));
+    answer('mix:check', 'hash', (g, j) => h.check(g, j));
+    answer('mix:replay', 'frame', (g) => h.replay(g));
   }
 
   onPiece(listener: (p: UpdatePiece) => void): void {

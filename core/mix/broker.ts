@@ -18,7 +18,7 @@ export interface MixConfig {
   k: number;
   /** A ready island waits at most this long for a group, then uploads directly (ms). */
   formWaitMs: number;
-  /** Share of fragments a second member also uploads (the spot check), [0, 1]. */
+  /** Share of fragments a second member also recomputes, sending its hash (the spot check), [0, 1]. */
   spotRate: number;
   /** A group whose fragments are not all in this long after it formed falls back to direct uploads (ms). */
   exchangeTimeoutMs: number;
@@ -44,14 +44,14 @@ export interface GroupPlan {
   weights: Float32Array;
 }
 
-/** A fragment upload (or a spot check's): the codec frame of the fragment. */
+/** A fragment upload: the codec frame of the fragment. */
 export interface FragmentUpload { frame: Uint8Array }
 
 /** What the host fetches from members while a group settles; null: the member is gone or stalled. */
 export interface GroupIO {
   fragment(index: number): Promise<FragmentUpload | null>;
-  /** Member `checker` recomputes fragment j from the frames it holds and uploads it. */
-  check(checker: number, j: number): Promise<FragmentUpload | null>;
+  /** Member `checker` recomputes fragment j from the frames it holds: the SHA-256 (hex) of its frame. */
+  check(checker: number, j: number): Promise<string | null>;
   /** The member's whole Δ frame (an audit's replay). */
   replay(index: number): Promise<Uint8Array | null>;
 }
@@ -76,6 +76,13 @@ export type GroupOutcome =
 export class MixBroker {
   private queue: ReadyMember[] = [];
   private serial = 0;
+  /**
+   * The members of groups called off (a member dropped or stalled), by island, until formWaitMs after:
+   * those still there mix again among themselves as soon as they are ready again (survivors).
+   */
+  private readonly calledOff = new Map<string, { ids: string[]; gone: Set<string>; until: number }>();
+  /** Islands that left (drop) since they were last ready. */
+  private readonly left = new Set<string>();
 
   constructor(readonly cfg: MixConfig, private readonly n: number, private readonly align: number, private readonly rand: () => number) {}
 
@@ -83,8 +90,31 @@ export class MixBroker {
   offer(m: ReadyMember): GroupPlan | null {
     this.queue = this.queue.filter((q) => q.islandId !== m.islandId);
     this.queue.push(m);
+    this.left.delete(m.islandId);
+    const survivors = this.survivorsOf(m);
+    if (survivors) return survivors;
     if (this.queue.length < this.cfg.k) return null;
     return this.plan(this.queue.splice(0, this.cfg.k));
+  }
+
+  /**
+   * A group called off regroups its survivors: once the largest power of two (≥ 2) of its members not
+   * gone are ready again, they form a group at once, without waiting for others or formWaitMs.
+   */
+  private survivorsOf(m: ReadyMember): GroupPlan | null {
+    const g = this.calledOff.get(m.islandId);
+    if (!g) return null;
+    this.calledOff.delete(m.islandId);
+    if (g.until < m.readyAt) return null;
+    const alive = g.ids.filter((id) => !g.gone.has(id)).length;
+    const size = alive >= 2 ? 1 << Math.floor(Math.log2(alive)) : 0;
+    const back = this.queue.filter((q) => g.ids.includes(q.islandId) && !this.calledOff.has(q.islandId));
+    if (size < 2 || back.length < size) return null;
+    const members = back.slice(0, size);
+    this.queue = this.queue.filter((q) => !members.includes(q));
+    // the rest of the survivors are not waited for: they group as any ready island does
+    for (const id of g.ids) if (this.calledOff.get(id) === g) this.calledOff.delete(id);
+    return this.plan(members);
   }
 
   /**
@@ -106,8 +136,13 @@ export class MixBroker {
     return { groupId: ++this.serial, members, ranges: fragmentRanges(this.n, members.length, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
   }
 
-  /** A waiting island left: it no longer waits. */
-  drop(islandId: string): void { this.queue = this.queue.filter((q) => q.islandId !== islandId); }
+  /** A waiting island left: it no longer waits (nor do its group's survivors wait for it). */
+  drop(islandId: string): void {
+    this.queue = this.queue.filter((q) => q.islandId !== islandId);
+    if (this.left.size >= 4096) this.left.clear();
+    this.left.add(islandId);
+    for (const g of new Set(this.calledOff.values())) if (g.ids.includes(islandId)) g.gone.add(islandId);
+  }
 
   nextDeadline(): number { return this.queue.length ? Math.min(...this.queue.map((q) => q.readyAt + this.cfg.formWaitMs)) : Infinity; }
 
@@ -117,18 +152,22 @@ export class MixBroker {
   async settle(plan: GroupPlan, io: GroupIO, codec: CodecOptions): Promise<GroupOutcome> {
     const k = plan.members.length;
     const ups = await allOrNull(plan.members.map((_, j) => io.fragment(j)));
-    if (ups.some((u) => u === null)) return { kind: 'direct', members: plan.members.filter((_, j) => ups[j] !== null), reason: 'a member dropped or stalled' };
+    if (ups.some((u) => u === null)) {
+      const g = { ids: plan.members.map((x) => x.islandId), gone: new Set(plan.members.map((x) => x.islandId).filter((id) => this.left.has(id))), until: Math.max(...plan.members.map((x) => x.readyAt)) + this.cfg.exchangeTimeoutMs + this.cfg.formWaitMs };
+      for (const id of g.ids) this.calledOff.set(id, g);
+      return { kind: 'direct', members: plan.members.filter((_, j) => ups[j] !== null), reason: 'a member dropped or stalled' };
+    }
     const frags = ups as FragmentUpload[];
     const parts = frags.map((u, j) => decodeDelta(u.frame, plan.ranges[j][1] - plan.ranges[j][0]));
     let mismatch = parts.some((p) => !p.ok);
-    const checkers: Array<{ checker: number; j: number; up: FragmentUpload }> = [];
+    const checkers: SpotCheck[] = [];
     for (let j = 0; j < k && !mismatch; j++) {
       if (this.rand() >= this.cfg.spotRate) continue;
       const checker = (j + 1 + Math.floor(this.rand() * (k - 1))) % k;
-      const up = await io.check(checker, j);
-      if (!up) continue; // the checker left: this fragment goes unchecked this time
-      checkers.push({ checker, j, up });
-      if (!sameBytes(up.frame, frags[j].frame)) mismatch = true;
+      const hash = await io.check(checker, j);
+      if (!hash) continue; // the checker left: this fragment goes unchecked this time
+      checkers.push({ checker, j, hash });
+      if (hash !== sha256Hex(frags[j].frame)) mismatch = true;
     }
     if (!mismatch) {
       const delta = new Float32Array(this.n);
@@ -143,7 +182,7 @@ export class MixBroker {
    * that differs is its uploader's lie, since an honest member reduces only frames that matched their
    * commitments. The group's mean is then the server's, over the members neither implicated nor silent.
    */
-  private async audit(plan: GroupPlan, io: GroupIO, codec: CodecOptions, frags: FragmentUpload[], checks: Array<{ checker: number; j: number; up: FragmentUpload }>): Promise<GroupOutcome> {
+  private async audit(plan: GroupPlan, io: GroupIO, codec: CodecOptions, frags: FragmentUpload[], checks: SpotCheck[]): Promise<GroupOutcome> {
     const implicated = new Map<number, string>();
     const xs: Array<Float32Array | null> = await Promise.all(plan.members.map(async (m, j) => {
       const f = await io.replay(j);
@@ -156,7 +195,7 @@ export class MixBroker {
       plan.ranges.forEach((range, j) => {
         const right = encodeDelta(canonicalFragment(xs, plan.weights, range), codec);
         if (!sameBytes(right, frags[j].frame)) implicated.set(j, 'uploaded a wrong fragment');
-        for (const c of checks) if (c.j === j && !sameBytes(right, c.up.frame)) implicated.set(c.checker, 'uploaded a wrong spot check');
+        for (const c of checks) if (c.j === j && sha256Hex(right) !== c.hash) implicated.set(c.checker, 'sent a wrong spot check');
       });
     }
     const accepted = plan.members.filter((_, j) => xs[j] && !implicated.has(j));
@@ -168,6 +207,9 @@ export class MixBroker {
     };
   }
 }
+
+/** Member `checker`'s hash of fragment j. */
+interface SpotCheck { checker: number; j: number; hash: string }
 
 /** All results, or as soon as one is null: that one null and the others as far as they came (null). */
 function allOrNull<T>(ps: Array<Promise<T | null>>): Promise<Array<T | null>> {

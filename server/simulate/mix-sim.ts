@@ -1,30 +1,23 @@
 // Butterfly mixing in the simulator: the server's mixing side (MixBroker) in process, the peers'
 // data channels as in-process links in virtual time (sender's latency and uplink, receiver's
-// downlink), and the downlink's update pieces. Every byte a member sends the server or receives
-// from it goes through that island's Link, which row.ts counts as server ingress and egress.
+// downlink), and the downlink's update pieces. Every message a member sends the server or receives
+// from it goes through that island's Link at its socket.io size (wire-bytes.ts), which row.ts
+// counts as server ingress and egress.
 
 import type { Clock } from '../../client/island/transport.ts';
 import type { Link, LocalHub, LocalTransport } from '../../client/island/local.ts';
 import type { MemberHandlers, MemberPlan, MixPort, PeerNet, UpdatePiece } from '../../client/island/mix-member.ts';
+import { ackBytes, emitBytes, okBytes } from '../../client/island/wire-bytes.ts';
 import type { CodecOptions } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import { checkWork } from '../../core/coord/validate.ts';
 import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
 import { type PieceChannel, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
-import { type AckMsg, type DeltaMeta, ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
+import { type AckMsg, type DeltaMeta, ErrorCode, type MixPieceMsg, type MixPlanMsg, type UpdateMsg } from '../../core/protocol.ts';
 import { mulberry32 } from '../../core/random.ts';
 import { ok } from '../../core/result.ts';
 import type { MixTotals, NetworkSpec } from './types.ts';
-
-// Message sizes beside the payload, as the simulator's other messages count them (local.ts: a
-// delta's meta 256 B, an update's header 128 B): a SHA-256 is 32 B; a fragment's header (group,
-// index, length) 16 B.
-const META_BYTES = 256;
-const UPDATE_HEADER_BYTES = 128;
-const HASH_BYTES = 32;
-const FRAGMENT_HEADER_BYTES = 16;
-
 
 interface Member {
   islandId: string;
@@ -62,7 +55,7 @@ export class SimMixHub {
   }
 
   /** One island's mixing port and peer net, over its server link. */
-  attach(transport: LocalTransport, link: Link, net: NetworkSpec, onGrouped?: () => void): { port: MixPort; peers: PeerNet } {
+  attach(transport: LocalTransport, link: Link, net: NetworkSpec, onGrouped?: (seq: number) => void): { port: MixPort; peers: PeerNet } {
     const self: { m: Member | null } = { m: null };
     const member = (islandId: string): Member => {
       if (self.m && self.m.islandId === islandId) return self.m;
@@ -77,23 +70,23 @@ export class SimMixHub {
       active: true,
       ready: async (meta, frameHash) => {
         const m = member(meta.islandId);
-        await link.up(META_BYTES + HASH_BYTES);
+        await link.up(emitBytes('up', 'mix:ready', { meta, frameHash }), 'mix:ready');
         if (m.dead) return null;
         const plan = await this.ready(m, meta, frameHash);
-        // the plan: group id, ranges, and per member its id, tokens and commitment
-        if (plan) { await link.down(64 + (48 + HASH_BYTES) * plan.members.length); onGrouped?.(); }
+        await link.down(okBytes('down', plan && this.planMsg(plan)), 'mix:ready');
+        if (plan) onGrouped?.(meta.seq);
         return m.dead ? null : plan;
       },
       fragment: async (groupId, up) => {
         const m = self.m!;
-        await link.up((up?.frame.length ?? 0) + FRAGMENT_HEADER_BYTES);
+        await link.up(emitBytes('up', 'mix:fragment', { groupId, frame: up?.frame ?? null }), 'mix:fragment');
         const key = `${groupId}|${m.islandId}`;
         const early = this.early.get(key);
         this.early.delete(key);
         const waiting = early !== undefined ? Promise.resolve(early) : new Promise<AckMsg | 'direct' | 'regroup'>((resolve) => this.ackWaiters.set(key, { resolve }));
         this.resolve(this.fragWaiters, key, m.dead ? null : up);
         const r = await waiting;
-        await link.down(128);
+        await link.down(okBytes('down', r), 'mix:fragment');
         return r;
       },
       serve: (h) => { pending.handlers = h; if (self.m) self.m.handlers = h; },
@@ -155,17 +148,17 @@ export class SimMixHub {
       check: async (c, j) => {
         const m = at(c);
         if (m.dead || !m.handlers) return null;
-        await m.link.down(128);
-        const up = await m.handlers.check(plan.groupId, j);
-        if (up) await m.link.up(up.frame.length + FRAGMENT_HEADER_BYTES);
-        return up;
+        await m.link.down(emitBytes('down', 'mix:check', { groupId: plan.groupId, j }), 'mix:check');
+        const hash = await m.handlers.check(plan.groupId, j);
+        await m.link.up(ackBytes('up', { groupId: plan.groupId, hash }), 'mix:check');
+        return hash;
       },
       replay: async (j) => {
         const m = at(j);
         if (m.dead || !m.handlers) return null;
-        await m.link.down(128);
+        await m.link.down(emitBytes('down', 'mix:replay', { groupId: plan.groupId }), 'mix:replay');
         const f = await m.handlers.replay(plan.groupId);
-        if (f) await m.link.up(f.length + FRAGMENT_HEADER_BYTES);
+        await m.link.up(ackBytes('up', { groupId: plan.groupId, frame: f }), 'mix:replay');
         return f;
       },
     }, this.codec);
@@ -177,6 +170,10 @@ export class SimMixHub {
     if (out.kind === 'direct') {
       this.totals.fallbacks++;
       this.abort(`g${plan.groupId}`);
+      for (const id of ids) {
+        const m = this.members.get(id);
+        if (m && !m.dead) void m.link.down(emitBytes('down', 'mix:abort', { groupId: plan.groupId }, false), 'mix:abort');
+      }
       // the members still there try once more to mix (with each other or others now ready)
       for (const x of plan.members) {
         const once = `${x.islandId}#${x.meta.seq}`;
@@ -238,11 +235,19 @@ export class SimMixHub {
     const k = all.length;
     all.forEach((m, index) => {
       const [a, b] = pieceRange(frame.length, k, index);
-      const piece = frame.slice(a, b);
-      void m.link.down(piece.length + UPDATE_HEADER_BYTES + HASH_BYTES + 16).then(() => {
-        if (!m.dead) for (const l of m.pieceListeners) l({ update: head, frameHash, groupId: g.id, index, members: g.members, piece });
+      const msg: MixPieceMsg = { update: head, frameHash, groupId: g.id, index, members: g.members, piece: frame.slice(a, b) };
+      void m.link.down(emitBytes('down', 'mix:piece', msg, false), 'mix:piece').then(() => {
+        if (!m.dead) for (const l of m.pieceListeners) l(msg);
       });
     });
+  }
+
+  /** The plan as the live server sends it (server/mix-gateway.ts): what a member's `mix:ready` answer carries. */
+  private planMsg(plan: MemberPlan): MixPlanMsg {
+    return {
+      groupId: plan.groupId, index: plan.index, members: plan.members.map((x) => ({ islandId: x.islandId, tokens: x.tokens, frameHash: x.frameHash })),
+      ranges: plan.ranges, exchangeTimeoutMs: this.broker.cfg.exchangeTimeoutMs, iceServers: [],
+    };
   }
 
   // ── in-process data channels ──────────────────────────────────────────────────────────────────

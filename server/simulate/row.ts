@@ -54,11 +54,14 @@ export class Evaluator {
   }
 }
 
-/** An island's link to the server; `count` sums what the server receives (in) and sends (out). */
-function linkFor(clock: Clock, net: NetworkSpec, count: { in: number; out: number }): Link {
+interface ServerCount { in: number; out: number; byMessage: Record<string, { in: number; out: number }> }
+
+/** An island's link to the server; `count` sums what the server receives (in) and sends (out), also by message. */
+function linkFor(clock: Clock, net: NetworkSpec, count: ServerCount): Link {
+  const of = (what = 'other') => (count.byMessage[what] ??= { in: 0, out: 0 });
   return {
-    up: (bytes) => { count.in += bytes; return clock.sleep(net.latencyMs + (1000 * bytes) / net.upBytesPerSec); },
-    down: (bytes) => { count.out += bytes; return clock.sleep(net.latencyMs + (1000 * bytes) / net.downBytesPerSec); },
+    up: (bytes, what) => { count.in += bytes; of(what).in += bytes; return clock.sleep(net.latencyMs + (1000 * bytes) / net.upBytesPerSec); },
+    down: (bytes, what) => { count.out += bytes; of(what).out += bytes; return clock.sleep(net.latencyMs + (1000 * bytes) / net.downBytesPerSec); },
   };
 }
 
@@ -253,7 +256,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   const stall = () => (stalled ||= computed() > STALL_FACTOR * row.tokens);
   const notes: string[] = [];
   curve.push({ tokens: 0, tokensComputed: 0, timeMs: 0, evalLoss: await evaluator.loss(coord.model().params) });
-  const serverBytes = { in: 0, out: 0 };
+  const serverBytes: ServerCount = { in: 0, out: 0, byMessage: {} };
   let mixHub: SimMixHub | null = null;
   const hub = new LocalHub(coord, {
     clock,
@@ -299,8 +302,14 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
       if (mixHub) {
         const mh = mixHub;
         const crash = () => { crashed = true; local.kill(); if (local.id) mh.kill(local.id); rt?.stop(); };
-        // a member that drops mid-exchange: after a random part of its group's first stage
-        const onGrouped = () => { if (spec.mixDropProb && rand() < spec.mixDropProb) void clock.sleep(rand() * 2 * spec.network.latencyMs).then(crash); };
+        // a member that drops mid-exchange: with probability mixDropProb per Δ, in its first group's
+        // first stage (a random part of it); a Δ regrouped after another member dropped is not drawn again
+        let drawn = -1;
+        const onGrouped = (seq: number) => {
+          if (seq === drawn) return;
+          drawn = seq;
+          if (spec.mixDropProb && rand() < spec.mixDropProb) void clock.sleep(rand() * 2 * spec.network.latencyMs).then(crash);
+        };
         const { port, peers } = mh.attach(local, serverLink, spec.network, onGrouped);
         link = new MixMember(link, port, peers, n, { stats: memberStats, tamper: spec.behaviour === 'lie-fragment' ? (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } : undefined });
       }
@@ -371,7 +380,7 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
   if (auditor) out.audits = auditor.report();
   const snapshotBytes = snapshots * 4 * n;
   const perToken = (b: number) => b / Math.max(1, totals.tokensApplied);
-  out.server = { bytesIn: serverBytes.in, bytesOut: serverBytes.out - snapshotBytes, snapshotBytes, inPerToken: perToken(serverBytes.in), outPerToken: perToken(serverBytes.out - snapshotBytes) };
+  out.server = { bytesIn: serverBytes.in, bytesOut: serverBytes.out - snapshotBytes, snapshotBytes, inPerToken: perToken(serverBytes.in), outPerToken: perToken(serverBytes.out - snapshotBytes), byMessage: serverBytes.byMessage };
   if (mixHub) out.mix = { ...mixHub.totals, piecesOk: memberStats.piecesOk, piecesRefetched: memberStats.piecesRefetched };
   if (!Number.isFinite(finalLoss)) notes.push('θ diverged');
   if (stalled) notes.push(`stalled: islands computed ${STALL_FACTOR}× the token budget, but θ holds only ${totals.tokensApplied} tokens`);

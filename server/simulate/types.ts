@@ -53,7 +53,7 @@ export interface IslandSpec {
   devices?: number;
   /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
   shard?: [number, number];
-  /** Butterfly mixing: probability, per group it is in, of crashing mid-exchange (then back after offlineMs). */
+  /** Butterfly mixing: probability, per Δ it mixes, of crashing in its first group's exchange (then back after offlineMs). */
   mixDropProb?: number;
 }
 
@@ -183,7 +183,11 @@ export interface SimRunResult {
    * What the server received and sent (every message on the islands' server links), per token
    * accepted into θ. Egress excludes snapshots (θ whole, to a joining island), counted apart.
    */
-  server: { bytesIn: number; bytesOut: number; snapshotBytes: number; inPerToken: number; outPerToken: number };
+  server: {
+    bytesIn: number; bytesOut: number; snapshotBytes: number; inPerToken: number; outPerToken: number;
+    /** The same bytes by message (socket.io event; 'model' the snapshot download). */
+    byMessage?: Record<string, { in: number; out: number }>;
+  };
   /** Rows with `mix`: groups, fallbacks, spot checks, audits. */
   mix?: MixTotals;
 }
