@@ -59,6 +59,9 @@ const MAX_ATTEMPTS = 4;
 
 interface Waiter { resolve(m: Uint8Array | null): void }
 
+/** Stage messages held before their exchange asks for them, at most (a group of 16 over log2 16 stages, pieces too, needs far fewer). */
+const MAIL_KEPT = 256;
+
 /** The link handshake: a key length of 0 marks a control message (1: hello, 2: ack). */
 const HELLO = Uint8Array.of(0, 1);
 const ACK = Uint8Array.of(0, 2);
@@ -191,7 +194,11 @@ export class WebRtcPeerNet implements GroupNet {
 
   private wake(slot: string, m: Uint8Array | null): void {
     const w = this.waiters.get(slot);
-    if (w) { this.waiters.delete(slot); w.resolve(m); } else if (m) this.mail.set(slot, m);
+    if (w) { this.waiters.delete(slot); w.resolve(m); } else if (m) {
+      // a peer's messages nobody waits for yet (it ran ahead): kept, but a peer cannot fill memory with them
+      this.mail.set(slot, m);
+      if (this.mail.size > MAIL_KEPT) this.mail.delete(this.mail.keys().next().value!);
+    }
   }
 
   /** The link to a group's peer: one per pair, whatever attempts its connection takes. */
