@@ -149,6 +149,7 @@ export function buildProgram(): Command {
     .option('--audit-ban-after <n>', 'failed audits that ban an island, 0..1000 (0: never; default 2)', intIn(0, 1000))
     .option('--mix-group <k>', 'butterfly mixing: islands ready together average over WebRTC in groups of k and upload 1/k each; 0 (off, the default), 2, 4, 8, 16', MIX_GROUP, 0)
     .option('--mix-spot-rate <f>', 'with --mix-group: share of fragments a second member recomputes (spot checks), [0, 1] (default 0.1)', numIn(0, 1))
+    .option('--mix-ice-servers <file>', 'with --mix-group: JSON array of RTCPeerConnection iceServers (STUN, TURN) every group member gets, for peers beyond a LAN (default none: host candidates only)')
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');
       await serve(o);
