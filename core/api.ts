@@ -88,6 +88,8 @@ export const MixStatusSchema = Type.Object({
    * fragments' worth), less the spot checks, replays and signalling the server carried.
    */
   savedBytes: Type.Number(),
+  /** Signalling the server relayed (SDP offers and answers, both ways, and the group plans), bytes. */
+  signallingBytes: Type.Integer(),
   /** Groups formed while each of the last versions was current (oldest first). */
   groupsByVersion: Type.Array(Type.Object({ version: Type.Integer(), groups: Type.Integer() })),
 });

@@ -7,7 +7,7 @@ import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import helmet from '@fastify/helmet';
 import rateLimit from '@fastify/rate-limit';
 import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
-import { Gateway } from './gateway.ts';
+import { Gateway, type GatewayOptions } from './gateway.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { apiPlugin } from './plugins/api.ts';
 import { Metrics } from './metrics.ts';
@@ -195,7 +195,7 @@ export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0
 }
 
 /** The island gateway on `app`'s HTTP server, with the run's limits. */
-export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: (AtollServerOptions['gateway'] & { mix?: MixGateway }) | undefined): Gateway {
+export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: (AtollServerOptions['gateway'] & Pick<GatewayOptions, 'mix' | 'wire'>) | undefined): Gateway {
   return new Gateway(app.server, {
     run, helloPerMinute: c.limits.helloPerMinute, maxIslands: c.limits.maxIslands, allowOrigins: c.allowOrigins,
     powBits: c.limits.powBits, newIslandsPerHour: c.limits.newIslandsPerHour,
@@ -209,7 +209,7 @@ export async function createServer(o: AtollServerOptions): Promise<AtollServer> 
   const core = await createRunApp(o);
   const mix = o.mix && o.mix.k > 0 ? new MixGateway(mixSettings(o.mix, core.run.coord.config()), localMixHost(core.run), () => core.run.version, (line) => core.app.log.warn(line)) : undefined;
   if (mix) core.run.mixStatus = () => mix.status();
-  const gateway = attachGateway(core.app, localPort(core.run), o.config, { ...o.gateway, mix });
+  const gateway = attachGateway(core.app, localPort(core.run), o.config, { ...o.gateway, mix, wire: core.metrics });
   return {
     ...core, gateway, mix: mix ?? null,
     listen: (port, host) => listenOn(core.app, port, host),

@@ -149,6 +149,7 @@ export function buildProgram(): Command {
     .option('--audit-ban-after <n>', 'failed audits that ban an island, 0..1000 (0: never; default 2)', intIn(0, 1000))
     .option('--mix-group <k>', 'butterfly mixing: islands ready together average over WebRTC in groups of k and upload 1/k each; 0 (off, the default), 2, 4, 8, 16', MIX_GROUP, 0)
     .option('--mix-spot-rate <f>', 'with --mix-group: share of fragments a second member recomputes (spot checks), [0, 1] (default 0.1)', numIn(0, 1))
+    .option('--mix-ice-servers <file>', 'with --mix-group: JSON array of RTCPeerConnection iceServers (STUN, TURN) every group member gets, for peers beyond a LAN (default none: host candidates only)')
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');
       await serve(o);
@@ -231,6 +232,7 @@ export function buildProgram(): Command {
     .addOption(new Option('--codec <enc>', 'delta encoding (default: the run config\'s)').choices([...ENCODINGS]))
     .option('--config <file>', 'JSON run config, as atoll serve --config (the twin takes its settings from the run)')
     .option('--redis [url]', 'on the Redis roles: one aggregator and two gateways (no URL: a redis-server on a free port)')
+    .option('--mix-group <k>', 'butterfly mixing (atoll serve --mix-group): islands and pages ready together average over WebRTC in groups of k; 0 (off, the default), 2, 4, 8, 16; not with --redis', MIX_GROUP, 0)
     .option('--evals <n>', 'evaluation points over the run, 1..1000', intIn(1, 1000), 12)
     .option('--eval-batches <n>', 'held-out batches per evaluation (16 sequences each), 1..100,000', intIn(1, 100_000), 64)
     .option('--workers <n>', 'worker threads for the twin, DDP and single rows, 0..64', WORKERS)

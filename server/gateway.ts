@@ -23,6 +23,7 @@ import { AuthLimiter } from './auth-limit.ts';
 import { IdentityCost } from './identity-cost.ts';
 import { TokenBuckets } from './token-buckets.ts';
 import { MIX_EVENTS, type MixGateway } from './mix-gateway.ts';
+import type { Metrics } from './metrics.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -75,6 +76,8 @@ export interface GatewayOptions {
   log?: (line: string) => void;
   /** Butterfly mixing (mix-gateway.ts); absent: off, islands upload directly. */
   mix?: MixGateway;
+  /** Counters of the islands' connections' bytes as sent (engine.io packets); absent: not counted. */
+  wire?: Pick<Metrics, 'wireBytesIn' | 'wireBytesOut'>;
 }
 
 type Ack = (r: unknown) => void;
@@ -201,6 +204,11 @@ export class Gateway {
     const rate = this.opts.messagesPerSecond ?? 100;
     st.tokens = 2 * rate;
     const budget = this.opts.violationBudget ?? 32;
+    const wire = this.opts.wire;
+    if (wire) {
+      socket.conn.on('packet', (p: WirePacket) => wire.wireBytesIn.inc(wireBytes(p, true)));
+      socket.conn.on('packetCreate', (p: WirePacket) => wire.wireBytesOut.inc(wireBytes(p, false)));
+    }
 
     const violation = (code: string, message: string) => {
       this.stats.violations++;
@@ -468,4 +476,18 @@ export class Gateway {
     this.dashboard.emit('tick', tick);
     this.stats.dashboardMessages++;
   }
+}
+
+/** An engine.io packet as its socket's 'packet' and 'packetCreate' events give it. */
+interface WirePacket { type: string; data?: unknown }
+
+/**
+ * A packet's bytes on a WebSocket: a text frame is the packet type's digit and the UTF-8 text, a
+ * binary frame the bytes alone (engine.io v4); plus the frame header (2, 4 or 10 bytes, and the
+ * client's 4-byte mask). TCP and IP headers are not counted.
+ */
+function wireBytes(p: WirePacket, masked: boolean): number {
+  const d = p.data;
+  const body = typeof d === 'string' ? 1 + Buffer.byteLength(d) : d instanceof ArrayBuffer || ArrayBuffer.isView(d) ? d.byteLength : 1;
+  return body + (body < 126 ? 2 : body < 65_536 ? 4 : 10) + (masked ? 4 : 0);
 }

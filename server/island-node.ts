@@ -9,7 +9,7 @@ import { createEngine } from './engines.ts';
 import { SocketIoTransport } from '../client/island/transport-socketio.ts';
 import type { MixMemberStats } from '../client/island/mix-member.ts';
 import { mixingTransport } from '../client/island/mix-socketio.ts';
-import type { RtcPeerConstructor } from '../client/island/mix-webrtc.ts';
+import { type RtcPeerConstructor, type SignalPort, WebRtcPeerNet } from '../client/island/mix-webrtc.ts';
 import { backoff } from '../core/random.ts';
 
 export interface NodeIslandOptions {
@@ -118,9 +118,9 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   });
   const stats: MixMemberStats = { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
   let rtcUsed = false;
-  const rtc = () => { rtcUsed = true; return webRtc(say); };
+  const makeNet = async (signal: SignalPort) => { rtcUsed = true; const RTC = await webRtc(say); return RTC && new WebRtcPeerNet(RTC, signal, [], 15_000); };
   const runtime = new IslandRuntime({
-    engine, train, transport: o.mix === false ? transport : mixingTransport(transport, rtc, numParams(info.model), stats),
+    engine, train, transport: o.mix === false ? transport : mixingTransport(transport, makeNet, numParams(info.model), stats),
     caps: { name: o.name, maxBatch: batch, batchSize: batch, ...(calibration ? { tokensPerSec: calibration.tokensPerSec * duty } : {}) },
     dutyCycle: o.dutyCycle,
     // a transport failure is only reported after a long outage: retry a few of those too

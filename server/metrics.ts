@@ -10,6 +10,9 @@ export class Metrics {
   readonly deltasRejected = new Counter({ name: 'atoll_deltas_rejected_total', help: 'Deltas rejected, by error code', labelNames: ['code'] as const, registers: [this.registry] });
   readonly bytesIn = new Counter({ name: 'atoll_bytes_in_total', help: 'Delta frame bytes received from islands', registers: [this.registry] });
   readonly bytesOut = new Counter({ name: 'atoll_bytes_out_total', help: 'Model and update bytes sent to islands', registers: [this.registry] });
+  /** Everything on the islands' connections as sent: engine.io packets (pings, JSON, binary attachments) and their WebSocket frame headers. */
+  readonly wireBytesIn = new Counter({ name: 'atoll_wire_bytes_in_total', help: 'Bytes islands sent on their socket.io connections: engine.io packets with WebSocket frame headers', registers: [this.registry] });
+  readonly wireBytesOut = new Counter({ name: 'atoll_wire_bytes_out_total', help: 'Bytes sent to islands on their socket.io connections: engine.io packets with WebSocket frame headers', registers: [this.registry] });
   readonly version = new Gauge({ name: 'atoll_model_version', help: 'Current model version (outer updates applied)', registers: [this.registry] });
   readonly tokens = new Gauge({ name: 'atoll_tokens_total', help: 'Training tokens folded into the model', registers: [this.registry] });
   readonly evalLoss = new Gauge({ name: 'atoll_eval_loss', help: 'Held-out loss of the latest evaluated version', registers: [this.registry] });

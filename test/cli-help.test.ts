@@ -1,7 +1,9 @@
 // Every command the README's command table names exists and answers --help (bench's subcommands,
 // named in its row, too), so a documented command can never be missing from the CLI again.
 
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../server/cli.ts';
@@ -66,6 +68,24 @@ describe('the CLI has every command the README names', () => {
     const { serve } = await import('../server/commands/serve.ts');
     await expect(serve({ redis: 'redis://127.0.0.1:1', role: 'gateway', mixGroup: 4 })).rejects.toMatchObject({ code: 'E_BAD_CONFIG' });
   });
+  it('serve --mix-ice-servers takes a bounded JSON array of STUN/TURN servers, refused with a code before anything is written', async () => {
+    expect(await help(['serve'])).toContain('--mix-ice-servers <file>');
+    const { serve, readIceServers } = await import('../server/commands/serve.ts');
+    const dir = mkdtempSync(join(tmpdir(), 'atoll-ice-'));
+    const file = (name: string, v: unknown) => { const f = join(dir, name); writeFileSync(f, typeof v === 'string' ? v : JSON.stringify(v)); return f; };
+    // the docs' example (docs/protocol.md, "WebRTC settings")
+    const good = [{ urls: 'stun:stun.example.org:3478' }, { urls: ['turn:turn.example.org:3478?transport=udp', 'turns:turn.example.org:5349?transport=tcp'], username: 'u', credential: 'c' }];
+    expect(readIceServers(file('good.json', good))).toEqual(good);
+    for (const bad of ['{', [{ urls: 'http://example.org' }], [{ urls: 'stun:a', extra: 1 }], Array.from({ length: 9 }, () => ({ urls: 'stun:a' })), [{ urls: [] }], { urls: 'stun:a' }]) {
+      expect(() => readIceServers(file('bad.json', bad)), JSON.stringify(bad)).toThrow(expect.objectContaining({ code: 'E_BAD_CONFIG' }));
+    }
+    expect(() => readIceServers(join(dir, 'missing.json'))).toThrow(expect.objectContaining({ code: 'E_BAD_CONFIG' }));
+    const runDir = join(dir, 'run');
+    await expect(serve({ runDir, mixGroup: 4, mixIceServers: file('bad.json', [{ urls: 'http://x' }]) })).rejects.toMatchObject({ code: 'E_BAD_CONFIG' });
+    await expect(serve({ runDir, mixIceServers: file('good.json', good) })).rejects.toMatchObject({ code: 'E_BAD_CONFIG' }); // without --mix-group
+    expect(existsSync(runDir)).toBe(false);
+    rmSync(dir, { recursive: true, force: true });
+  });
   it('island --help lists the numerics and devices flags', async () => {
     const out = await help(['island']);
     for (const f of ['--precision <p>', '"f32"', '"f16"', '--devices <n>']) expect(out).toContain(f);
@@ -78,6 +98,6 @@ describe('the CLI has every command the README names', () => {
   it('fleet --help lists every flag fleetSpecFromCli reads', async () => {
     const out = await help(['fleet']);
     for (const f of ['--preset', '--islands', '--browsers', '--engines', '--batches', '--duty', '--schedule', '--tokens', '--data', '--seed', '--mode',
-      '--codec', '--config', '--redis [url]', '--evals', '--eval-batches', '--workers', '--timeout', '--out', '--json']) expect(out).toContain(f);
+      '--codec', '--config', '--redis [url]', '--mix-group <k>', '--evals', '--eval-batches', '--workers', '--timeout', '--out', '--json']) expect(out).toContain(f);
   });
 });

@@ -66,6 +66,10 @@ describe('atoll fleet', () => {
     expect(() => fleetSpecFromCli({ schedule: 'leave:1@0.2,leave:2@0.6', islands: 2 })).toThrow(/takes 3 Node islands out/);
     expect(() => fleetSpecFromCli({ engines: 'cpu,tpu' })).toThrow(/not cpu or webgpu/);
     expect(fleetSpecFromCli({ duty: '1,0.5', batches: '4,8', redis: true })).toMatchObject({ duty: [1, 0.5], batches: [4, 8], redis: true, preset: 'tiny' });
+    expect(() => fleetSpecFromCli({ mixGroup: 3 })).toThrow(/--mix-group must be 0 \(off\) or a power of two/);
+    expect(() => fleetSpecFromCli({ mixGroup: 4, redis: true })).toThrow(/embedded server only/);
+    expect(fleetSpecFromCli({ mixGroup: 4 })).toMatchObject({ mixGroup: 4 });
+    expect(fleetSpecFromCli({})).toMatchObject({ mixGroup: 0 });
   });
 
   it('loses nothing, applies nothing twice, and the page had deltas accepted', () => {
@@ -87,7 +91,16 @@ describe('atoll fleet', () => {
     // every Node island's θ agreed with the server's after every update it applied
     expect(nodes.reduce((a, i) => a + i.hashChecks, 0)).toBeGreaterThan(0);
     for (const i of nodes) expect(i.hashMismatches, i.name).toBe(0);
+    expect(pages[0].hashMismatches).toBe(0);
     expect(report.faults).toEqual(['kill 1 at 50 %']);
+    // the server's bytes per accepted token: frames and the wire (engine.io packets: more than the frames in); no mixing here
+    const l = report.live;
+    expect(l.inPerToken).toBeGreaterThan(0);
+    expect(l.wireInPerToken!).toBeGreaterThan(l.inPerToken);
+    expect(l.steady.fromTokens).toBeGreaterThan(0);
+    expect(l.steady.wireOutPerToken!).toBeGreaterThan(0);
+    expect(l.mix).toBeNull();
+    for (const i of report.islands) expect(i.roundsMixed).toBe(0);
   });
 
   it('learns, ends near its twin, and the twin starts where the live run started', () => {

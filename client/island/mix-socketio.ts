@@ -1,6 +1,7 @@
 // Butterfly mixing's link to the live server: the MixPort and the WebRTC signalling over the
 // island's socket.io transport (docs/protocol.md, "Butterfly mixing"), for the Node island and the
-// page alike (no node: or DOM imports: the RTCPeerConnection constructor comes in).
+// page alike (no node: or DOM imports: the data channels come in, as a GroupNet: the Node island's
+// WebRtcPeerNet over node-datachannel, the page worker's RelayPeerNet to its main thread).
 //
 // `mixingTransport` wraps the island's transport in a MixMember when the server mixes
 // (HelloAnswer.mixGroup ≥ 2); otherwise every `ready` answers null at once and the island uploads
@@ -9,7 +10,7 @@
 import { type PieceChannel, mixWeights } from '../../core/mix/butterfly.ts';
 import { type AckMsg, type DeltaMeta, type MixPlanMsg, type UpdateMsg, mixReadyMeta } from '../../core/protocol.ts';
 import { type MemberHandlers, type MemberPlan, MixMember, type MixMemberStats, type MixPort, type PeerNet, type UpdatePiece } from './mix-member.ts';
-import { type RtcPeerConstructor, type SignalPort, WebRtcPeerNet } from './mix-webrtc.ts';
+import type { GroupNet, SignalPort } from './mix-webrtc.ts';
 import { type SocketIoTransport, bytes } from './transport-socketio.ts';
 
 type Verdict = AckMsg | 'direct' | 'regroup';
@@ -23,10 +24,10 @@ export class SocketMixPort implements MixPort, SignalPort {
   /** The group whose data channels stay open (exchanging, then receiving pieces). */
   private current: number | null = null;
   /** The data channels, made on the first `ready` of a server that mixes (null: no WebRTC here). */
-  net: WebRtcPeerNet | null = null;
-  private netMade: Promise<WebRtcPeerNet | null> | null = null;
+  net: GroupNet | null = null;
+  private netMade: Promise<GroupNet | null> | null = null;
 
-  constructor(private readonly t: SocketIoTransport, private readonly rtc: () => Promise<RtcPeerConstructor | null>) {
+  constructor(private readonly t: SocketIoTransport, private readonly makeNet: (signal: SignalPort) => Promise<GroupNet | null>) {
     t.serve('mix:abort', (m: unknown) => {
       const g = (m as { groupId?: unknown } | null)?.groupId;
       if (isInt(g)) this.leave(g);
@@ -37,12 +38,12 @@ export class SocketMixPort implements MixPort, SignalPort {
 
   async ready(meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null> {
     if (!this.active) return null;
-    this.netMade ??= this.rtc().then((RTC) => (this.net = RTC ? new WebRtcPeerNet(RTC, this, [], 15_000) : null));
+    this.netMade ??= this.makeNet(this).then((net) => (this.net = net), () => null);
     if (!(await this.netMade)) return null;
     const r = await this.t.request<MixPlanMsg | null>('mix:ready', { meta: mixReadyMeta(meta), frameHash }, 0);
     const p = r.ok ? toPlan(r.value) : null;
     if (!p) return null;
-    const reused = this.net?.join(p) ?? false;
+    const reused = (await this.net?.join(p)) ?? false;
     if (!reused && this.current !== null && this.current !== p.groupId) this.leave(this.current);
     this.current = p.groupId;
     return p;
@@ -100,11 +101,12 @@ export class SocketMixPort implements MixPort, SignalPort {
 }
 
 /**
- * The island's transport as a group member over WebRTC data channels. `rtc` gives the platform's
- * RTCPeerConnection (null: none), asked only once the server turns out to mix.
+ * The island's transport as a group member over WebRTC data channels. `makeNet` gives the
+ * platform's data channels, signalling through the port it is handed (null: no WebRTC here), asked
+ * only once the server turns out to mix.
  */
-export function mixingTransport(t: SocketIoTransport, rtc: () => Promise<RtcPeerConstructor | null>, paramCount: number, stats?: MixMemberStats): MixMember {
-  const port = new SocketMixPort(t, rtc);
+export function mixingTransport(t: SocketIoTransport, makeNet: (signal: SignalPort) => Promise<GroupNet | null>, paramCount: number, stats?: MixMemberStats): MixMember {
+  const port = new SocketMixPort(t, makeNet);
   const none: PieceChannel = { send: async () => {}, recv: async () => null };
   const peers: PeerNet = { channel: (key, index, members) => port.net?.channel(key, index, members) ?? none };
   return new MixMember(t, port, peers, paramCount, { stats });

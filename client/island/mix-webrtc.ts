@@ -1,8 +1,9 @@
 // Butterfly mixing's data channels over WebRTC: one RTCPeerConnection per peer of a group, one
 // ordered reliable data channel ('atoll-mix') on it, signalled through the server (`mix:signal`,
-// non-trickle: the offer and answer carry every gathered candidate). The browser passes its native
-// RTCPeerConnection; the Node island passes node-datachannel's (`node-datachannel/polyfill`,
-// libdatachannel). No node: or DOM imports: the constructor comes in.
+// non-trickle: the offer and answer carry every gathered candidate). The page's main thread passes
+// the browser's native RTCPeerConnection (its worker's island reaches it through mix-relay.ts); the
+// Node island passes node-datachannel's (`node-datachannel/polyfill`, libdatachannel). No node: or
+// DOM imports: the constructor comes in.
 //
 // A message on the channel: 1 byte key length, the key (UTF-8: which exchange, e.g. `g12` for a
 // group's Δs, `d12@40` for version 40's pieces), 1 byte stage, then packPieces' bytes.
@@ -58,16 +59,39 @@ const MAX_ATTEMPTS = 4;
 
 interface Waiter { resolve(m: Uint8Array | null): void }
 
+/** Stage messages held before their exchange asks for them, at most (a group of 16 over log2 16 stages, pieces too, needs far fewer). */
+const MAIL_KEPT = 256;
+
 /** The link handshake: a key length of 0 marks a control message (1: hello, 2: ack). */
 const HELLO = Uint8Array.of(0, 1);
 const ACK = Uint8Array.of(0, 2);
+
+/** The group an exchange key names (`g12`, `d12@40`: group 12). */
+export function groupOf(key: string): number {
+  return Number(/^[a-z](\d+)/.exec(key)?.[1] ?? NaN);
+}
+
+/** A stage message: 1 byte key length, the key, 1 byte stage, then packPieces' bytes. */
+export function wireMessage(key: string, stage: number, pieces: Map<number, Uint8Array>): Uint8Array {
+  const body = packPieces(pieces), k = new TextEncoder().encode(key);
+  const msg = new Uint8Array(2 + k.length + body.length);
+  msg[0] = k.length; msg.set(k, 1); msg[1 + k.length] = stage; msg.set(body, 2 + k.length);
+  return msg;
+}
 
 function asBytes(data: unknown): Uint8Array | null {
   return data instanceof ArrayBuffer ? new Uint8Array(data) : data instanceof Uint8Array ? data : null;
 }
 
 /** WebRTC data channels to the peers of this island's groups. */
-export class WebRtcPeerNet implements PeerNet {
+/** A member's data channels to its groups' peers: joined per plan (reusing the last group's links when it can), left when done. */
+export interface GroupNet extends PeerNet {
+  /** Connects to a group's peers; resolves whether the previous group's open links were reused. */
+  join(plan: MemberPlan): boolean | Promise<boolean>;
+  leave(groupId: number): void;
+}
+
+export class WebRtcPeerNet implements GroupNet {
   private readonly links = new Map<string, Link>();
   private readonly mail = new Map<string, Uint8Array>();
   private readonly waiters = new Map<string, Waiter>();
@@ -122,21 +146,25 @@ export class WebRtcPeerNet implements PeerNet {
   }
 
   channel(key: string, _index: number, _members: string[]): PieceChannel {
-    const groupId = Number(/^[a-z](\d+)/.exec(key)?.[1] ?? NaN);
+    const groupId = groupOf(key);
     return {
-      send: async (to, stage, pieces) => {
-        const ch = await this.channelTo(`${groupId}/${to}`);
-        if (!ch || ch.readyState !== 'open') return;
-        const body = packPieces(pieces), k = new TextEncoder().encode(key);
-        const msg = new Uint8Array(2 + k.length + body.length);
-        msg[0] = k.length; msg.set(k, 1); msg[1 + k.length] = stage; msg.set(body, 2 + k.length);
-        ch.send(msg);
-      },
+      send: (to, stage, pieces) => this.sendWire(groupId, to, wireMessage(key, stage, pieces)),
       recv: async (from, stage) => {
-        const m = await this.take(`${groupId}/${from}|${key}|${stage}`);
+        const m = await this.recvBody(groupId, key, from, stage);
         return m && unpackPieces(m);
       },
     };
+  }
+
+  /** Sends a stage message (wireMessage's bytes) to a group's peer, once their link is ready. */
+  async sendWire(groupId: number, to: number, msg: Uint8Array): Promise<void> {
+    const ch = await this.channelTo(`${groupId}/${to}`);
+    if (ch && ch.readyState === 'open') ch.send(msg);
+  }
+
+  /** A peer's stage message of exchange `key`, its packPieces bytes (null: the peer or the group is gone). */
+  recvBody(groupId: number, key: string, from: number, stage: number): Promise<Uint8Array | null> {
+    return this.take(`${groupId}/${from}|${key}|${stage}`);
   }
 
   /** The open channel to a peer; the answerer's link exists only once the offer arrived, so wait for it. */
@@ -166,7 +194,11 @@ export class WebRtcPeerNet implements PeerNet {
 
   private wake(slot: string, m: Uint8Array | null): void {
     const w = this.waiters.get(slot);
-    if (w) { this.waiters.delete(slot); w.resolve(m); } else if (m) this.mail.set(slot, m);
+    if (w) { this.waiters.delete(slot); w.resolve(m); } else if (m) {
+      // a peer's messages nobody waits for yet (it ran ahead): kept, but a peer cannot fill memory with them
+      this.mail.set(slot, m);
+      if (this.mail.size > MAIL_KEPT) this.mail.delete(this.mail.keys().next().value!);
+    }
   }
 
   /** The link to a group's peer: one per pair, whatever attempts its connection takes. */

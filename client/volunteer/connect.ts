@@ -4,6 +4,9 @@
 // same island identity; in-flight requests are re-sent idempotently.
 
 import type { Transport } from '../island/index.ts';
+import type { MixMemberStats } from '../island/mix-member.ts';
+import type { RelayPeerNet } from '../island/mix-relay.ts';
+import { mixingTransport } from '../island/mix-socketio.ts';
 import { SocketIoTransport } from '../island/transport-socketio.ts';
 import type { Connection, DebugDelays, LogLevel } from './messages.ts';
 
@@ -20,7 +23,14 @@ export interface ConnectHooks {
   log: (level: LogLevel, text: string) => void;
 }
 
-export function connectTransport(url: string, hooks: ConnectHooks): ConnectedTransport {
+/** Butterfly mixing: the page's data channels (null: no WebRTC, direct uploads), the model's size, counts to fill. */
+export interface MixHooks {
+  peers: RelayPeerNet | null;
+  paramCount: number;
+  stats: MixMemberStats;
+}
+
+export function connectTransport(url: string, hooks: ConnectHooks, mix?: MixHooks): ConnectedTransport {
   let down = false;
   const t = new SocketIoTransport({
     url,
@@ -52,8 +62,10 @@ export function connectTransport(url: string, hooks: ConnectHooks): ConnectedTra
       }
     },
   });
+  const peers = mix?.peers;
   return {
-    transport: t,
+    // a group member when the server mixes (its hello answer says so); direct uploads otherwise
+    transport: peers && mix ? mixingTransport(t, async (signal) => peers.use(signal), mix.paramCount, mix.stats) : t,
     connected: () => t.connected,
     rename: async (name) => {
       const r = await t.rename(name);

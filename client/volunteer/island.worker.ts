@@ -9,9 +9,11 @@
 import { WebGpuEngine } from '../engine/webgpu.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { backoff } from '../../core/random.ts';
-import { mfu } from '../../core/model/config.ts';
-import type { Assignment } from '../../core/protocol.ts';
+import { mfu, numParams } from '../../core/model/config.ts';
+import { type Assignment, ErrorCode } from '../../core/protocol.ts';
 import { connectTransport, type ConnectedTransport, delayedTransport } from './connect.ts';
+import { RelayPeerNet } from '../island/mix-relay.ts';
+import type { MixMemberStats } from '../island/mix-member.ts';
 import { calibrate, calibrationKey, fullBatch, pickNumerics } from '../island/calibrate.ts';
 import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
 import { initialView } from './messages.ts';
@@ -50,6 +52,9 @@ let fatal: string | null = null;
 /** A lost GPU device is being rebuilt / the supervisor waits to restart the runtime. */
 let deviceRecovering = false;
 let backingOff = false;
+/** Butterfly mixing: the page's data channels (null: the page has no RTCPeerConnection) and what the member did. */
+let peers: RelayPeerNet | null = null;
+const mixStats: MixMemberStats = { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
 
 // ---------------------------------------------------------------- view
 
@@ -83,6 +88,8 @@ function refreshView(): void {
   const a = assignment;
   view.mfu = peak && a && view.stepMs ? mfu(engine!.config, (1000 * a.batchSize * a.seqLen) / view.stepMs, peak, a.seqLen) : null;
   view.calibration = calibration;
+  view.roundsMixed = mixStats.mixed;
+  view.roundsDirect = mixStats.direct;
   view.phase = currentPhase();
   view.reconnectInSec = reconnectAt != null ? Math.max(0, (reconnectAt - performance.now()) / 1000) : null;
   if (view.round) {
@@ -273,7 +280,7 @@ async function supervise(o: StartOptions): Promise<void> {
     link = connectTransport(o.serverUrl, {
       onConnection: (c) => { view.connection = c; publish(true); },
       log,
-    });
+    }, { peers, paramCount: numParams(o.shape.config), stats: mixStats });
     runtimeOpts = {
       engine: engine!,
       train,
@@ -396,6 +403,7 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
       break;
     }
     case 'synced': {
+      if (e.via === 'update') view.hashChecks += 1; // the runtime applied it and θ's hash agreed
       view.globalVersion = Math.max(view.globalVersion ?? -1, e.version);
       if (e.via === 'snapshot') log('info', `Downloaded the global model v${e.version}.`);
       publish();
@@ -403,6 +411,7 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
     }
     case 'error': {
       lastError = `${e.error.code}: ${e.error.message}`;
+      if (e.error.code === ErrorCode.HASH_MISMATCH) view.hashMismatches += 1;
       log(e.error.code === 'E_DONE' ? 'info' : 'warn', lastError);
       if (e.error.code === 'E_TRANSPORT') view.connection = 'reconnecting';
       publish(true);
@@ -458,7 +467,9 @@ self.addEventListener('message', (ev: Event) => {
       void probeGpu(m.shape).then((probe) => post({ type: 'probe', probe }));
       break;
     case 'start':
-      if (!opts) void start(m.opts);
+      if (opts) break;
+      if (m.peers) peers = new RelayPeerNet(m.peers);
+      void start(m.opts);
       break;
     case 'pause': pause(m.reason); break;
     case 'resume': resume(m.reason); break;

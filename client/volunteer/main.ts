@@ -13,6 +13,8 @@ import { connLine, phaseLine, roundStepper } from './phase-text.ts';
 import type { ContributorCredit } from '../../core/api.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { type GlobalStatus, estimateTrainingBytes, parseRunInfo, parseStatus, type RunInfo } from './run-info.ts';
+import { hostPeerNet } from '../island/mix-relay.ts';
+import type { RtcPeerConstructor } from '../island/mix-webrtc.ts';
 
 // ---------------------------------------------------------------- DOM handles
 
@@ -130,6 +132,14 @@ worker.addEventListener('error', (e) => {
   addLog('error', `The island worker failed: ${e.message || 'unknown error'}`, Date.now());
   setText(ui.phaseText, 'The island stopped because of an error in its worker. Reload the page to start again.');
 });
+
+/** The worker's end of this page's WebRTC data channels (mix-relay.ts), or null: no RTCPeerConnection here (the island uploads directly). */
+function peerPort(): MessagePort | null {
+  if (typeof RTCPeerConnection !== 'function') return null;
+  const ch = new MessageChannel();
+  hostPeerNet(ch.port1, RTCPeerConnection as unknown as RtcPeerConstructor);
+  return ch.port2;
+}
 
 function shape(): ModelShape | null {
   return run ? { config: run.model, maxBatch: run.batch, maxT: run.seqLen } : null;
@@ -257,10 +267,10 @@ ui.start.addEventListener('click', () => {
   startedAt = Date.now();
   ui.live.dataset.active = 'true';
   ensureChart();
-  send({
-    type: 'start',
-    opts: { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration, autotune: new URLSearchParams(location.search).get('autotune') !== '0', precision: precisionParam() },
-  });
+  const opts = { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration, autotune: new URLSearchParams(location.search).get('autotune') !== '0', precision: precisionParam() };
+  // butterfly mixing's peer connections live here (workers have no RTCPeerConnection); the worker relays through a port
+  const peers = peerPort();
+  worker.postMessage({ type: 'start', opts, peers: peers ?? undefined } satisfies ToWorker, peers ? [peers] : []);
   syncHiddenPause();
   void pollStatus();
   updateButtons();

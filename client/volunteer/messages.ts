@@ -62,7 +62,8 @@ export type PauseReason = 'user' | 'hidden';
 
 export type ToWorker =
   | { type: 'probe'; shape: ModelShape }
-  | { type: 'start'; opts: StartOptions }
+  /** `peers`: the page's WebRTC data channels for butterfly mixing (client/island/mix-relay.ts); absent: none. */
+  | { type: 'start'; opts: StartOptions; peers?: MessagePort }
   | { type: 'pause'; reason: PauseReason }
   | { type: 'resume'; reason: PauseReason }
   | { type: 'set-duty-cycle'; dutyCycle: number }
@@ -135,6 +136,12 @@ export interface IslandView {
   paused: boolean;
   pauseReasons: PauseReason[];
   lastRejection: { code: string; message: string; at: number } | null;
+  /** Updates applied to the replica whose θ hash matched the server's, and those that did not (θ fetched again). */
+  hashChecks: number;
+  hashMismatches: number;
+  /** Rounds whose Δ went up mixed in a group (butterfly mixing), and those sent directly while the server mixes. */
+  roundsMixed: number;
+  roundsDirect: number;
 }
 
 export interface LossPoint {
@@ -171,5 +178,6 @@ export function initialView(dutyCycle = 1): IslandView {
     islandId: null, round: null, globalVersion: null, globalEvalLoss: null, lastLoss: null,
     stepsDone: 0, tokensContributed: 0, tokensTrained: 0, roundsAccepted: 0, roundsRejected: 0,
     bytesUp: 0, bytesDown: 0, tokensPerSec: null, stepMs: null, mfu: null, dutyCycle, effectiveDutyCycle: dutyCycle, busy: false, calibration: null, paused: false, pauseReasons: [], lastRejection: null,
+    hashChecks: 0, hashMismatches: 0, roundsMixed: 0, roundsDirect: 0,
   };
 }

@@ -32,6 +32,7 @@ export interface FleetCliOptions {
   codec?: string;
   config?: string;
   redis?: string | boolean;
+  mixGroup?: number;
   evals?: number;
   evalBatches?: number;
   workers?: number;
@@ -75,12 +76,16 @@ export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
   const worst = schedule.filter((e) => e.action !== 'join').reduce((a, e) => Math.max(a, e.count), 0);
   if (gone > islands || worst > islands) throw bad(`--schedule takes ${Math.max(gone, worst)} Node islands out but --islands is ${islands} (pages are never taken out)`);
   if (islands + (o.browsers ?? 0) < 1) throw bad('a fleet needs at least one island or browser');
+  const mixGroup = o.mixGroup ?? 0;
+  if (mixGroup !== 0 && (mixGroup < 2 || mixGroup > 16 || (mixGroup & (mixGroup - 1)) !== 0)) throw bad('--mix-group must be 0 (off) or a power of two from 2 to 16');
+  // atoll serve refuses it on the Redis roles (the groups live in one gateway's memory)
+  if (mixGroup && o.redis) throw bad('--mix-group runs on the embedded server only: leave out --redis');
   return {
     preset, islands, browsers: o.browsers ?? 0, engines,
     batches: numbers('batches', o.batches, (n) => Number.isInteger(n) && n >= 1 && n <= 1024),
     duty: o.duty ? numbers('duty', o.duty, (n) => n > 0 && n <= 1) : [1],
     schedule, tokens: o.tokens ?? 50_000, data: o.data, seed: o.seed ?? 1337, mode: o.mode, codec: o.codec, config: o.config,
-    redis: o.redis === true ? true : typeof o.redis === 'string' ? o.redis : undefined,
+    redis: o.redis === true ? true : typeof o.redis === 'string' ? o.redis : undefined, mixGroup,
     evals: o.evals ?? 12, evalBatches: o.evalBatches ?? 64, timeoutMs: (o.timeout ?? 30) * 60_000,
   };
 }
@@ -90,6 +95,7 @@ function timestamp(): string {
 }
 
 const round = (x: number, d = 4) => Number(x.toFixed(d));
+const perToken = (bytes: number | null, tokens: number) => (bytes === null ? null : round(bytes / Math.max(1, tokens)));
 
 /** Runs the fleet and its twin, writes the output folder, returns the report. */
 export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number; json?: boolean } = {}): Promise<FleetReport> {
@@ -119,18 +125,24 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
   const report: FleetReport = {
     config: {
       preset: spec.preset, params: numParams(getPreset(spec.preset)), data: live.runConfig.data, seed: live.runConfig.seed, tokens: spec.tokens,
-      islands: spec.islands, browsers: spec.browsers, engines: spec.engines, batches: spec.batches, duty: spec.duty, schedule: spec.schedule,
+      islands: spec.islands, browsers: spec.browsers, mixGroup: spec.mixGroup, engines: spec.engines, batches: spec.batches, duty: spec.duty, schedule: spec.schedule,
       topology: live.topology, coordinator: cc, load: [round(load0, 2), round(loadavg()[0], 2)], cores: availableParallelism(),
       realTimeMs: Math.round(performance.now() - t0),
     },
-    live: { evalLoss: liveResult.evalLoss, tokens: live.tokens, versions: live.versions, seconds: round(live.seconds, 1), bytesIn: live.bytesIn, bytesOut: live.bytesOut, curve: liveResult.curve },
+    live: {
+      evalLoss: liveResult.evalLoss, tokens: live.tokens, versions: live.versions, seconds: round(live.seconds, 1), bytesIn: live.bytesIn, bytesOut: live.bytesOut,
+      inPerToken: perToken(live.bytesIn, live.tokens)!, outPerToken: perToken(live.bytesOut, live.tokens)!,
+      wireInPerToken: perToken(live.wireIn, live.tokens), wireOutPerToken: perToken(live.wireOut, live.tokens),
+      steady: { ...live.steady, ...Object.fromEntries((['inPerToken', 'outPerToken', 'wireInPerToken', 'wireOutPerToken'] as const).map((k) => [k, live.steady[k] === null ? null : round(live.steady[k])])) },
+      mix: live.mix, curve: liveResult.curve,
+    },
     twin, ddp, single,
     ratios: { liveOverTwin: round(liveResult.evalLoss / twin.evalLoss), liveOverDdp: round(liveResult.evalLoss / ddp.evalLoss), twinOverDdp: round(twin.evalLoss / ddp.evalLoss) },
     lost: live.lost, duplicated: live.duplicated, faults: live.faults,
     islands: live.islands.map((l) => ({
       name: l.name, kind: l.kind, engine: l.engine, batchSize: l.batchSize, duty: l.duty, tokensPerSec: round(l.tokensPerSec, 1),
       accepted: l.accepted, rejected: l.rejected, rejectedByCode: l.rejectedByCode, bytesUp: l.bytesUp, bytesDown: l.bytesDown,
-      reconnects: l.reconnects, joinAtMs: l.joinAtMs, leaveAtMs: l.leaveAtMs, killed: l.killed, hashChecks: l.hashChecks, hashMismatches: l.hashMismatches,
+      reconnects: l.reconnects, joinAtMs: l.joinAtMs, leaveAtMs: l.leaveAtMs, killed: l.killed, hashChecks: l.hashChecks, hashMismatches: l.hashMismatches, roundsMixed: l.roundsMixed,
     })),
     twinSpec: ts,
     twinIslands: ts.rows[0].islands.map(({ name, speed, batchSize, joinAtMs, leaveAtMs }) => ({ name, speed: round(speed), batchSize, joinAtMs, leaveAtMs })),
@@ -148,16 +160,25 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
   const islandsTable = islandTable(report);
   writeFileSync(join(outDir, 'report.html'), htmlPage(title, `<p>live: ${live.topology === 'roles' ? 'one aggregator and two gateways on Redis' : 'the embedded server'}, ${cc.mode} DiLoCo, ${esc(cc.uplink.encoding)} up, ${esc(cc.downlink.encoding)} down,
 ${live.seconds.toFixed(0)} s of wall time (right panel: wall time for live, virtual time for the simulated rows). live/twin ${report.ratios.liveOverTwin}×, live/DDP ${report.ratios.liveOverDdp}×; lost ${live.lost}, duplicated ${live.duplicated}.
-The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config, one simulated island per live island with the speed it measured.</p>`, svg, `${table}\n\n${islandsTable}`, report));
+The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config, one simulated island per live island with the speed it measured.</p>`, svg, `${table}\n\n${islandsTable}\n\n${trafficLine(report)}`, report));
   if (o.json) process.stdout.write(json + '\n');
-  else process.stdout.write(`${table}\n\n${islandsTable}\n\nlive/twin ${report.ratios.liveOverTwin}×  live/DDP ${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`);
+  else process.stdout.write(`${table}\n\n${islandsTable}\n\n${trafficLine(report)}\nlive/twin ${report.ratios.liveOverTwin}×  live/DDP ${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`);
   return report;
 }
 
+/** The server's traffic per accepted token, and what mixing did. */
+function trafficLine(r: FleetReport): string {
+  const l = r.live, m = l.mix, s = l.steady;
+  const wire = (i: number | null, o: number | null) => (i === null || o === null ? '' : ` (on the wire: in ${i.toFixed(3)}, out ${o.toFixed(3)})`);
+  return `server bytes per accepted token, frames: in ${l.inPerToken.toFixed(3)}, out ${l.outPerToken.toFixed(3)}${wire(l.wireInPerToken, l.wireOutPerToken)}; `
+    + `from ${s.fromTokens.toLocaleString()} tokens (v${s.fromVersion}, every island training): in ${s.inPerToken.toFixed(3)}, out ${s.outPerToken.toFixed(3)}${wire(s.wireInPerToken, s.wireOutPerToken)}`
+    + (m ? `\nmixing k=${m.k}: ${m.mixedGroups}/${m.groups} groups mixed, ${m.fallbacks} called off, signalling relayed ${m.signallingBytes.toLocaleString()} B, net saved ${Math.round(m.savedBytes).toLocaleString()} B` : '');
+}
+
 function islandTable(r: FleetReport): string {
-  const head = ['island', 'kind', 'engine', 'batch', 'duty', 'tokens/s', 'accepted', 'rejected', 'up', 'down', 'joined s', 'left s'];
+  const head = ['island', 'kind', 'engine', 'batch', 'duty', 'tokens/s', 'accepted', 'rejected', 'mixed', 'θ hash ok/bad', 'up', 'down', 'joined s', 'left s'];
   const kb = (b: number) => `${(b / 1e3).toFixed(0)} kB`;
-  const rows = r.islands.map((i) => [i.name, i.kind, i.engine, String(i.batchSize), String(i.duty), i.tokensPerSec.toFixed(0), String(i.accepted), String(i.rejected), kb(i.bytesUp), kb(i.bytesDown),
+  const rows = r.islands.map((i) => [i.name, i.kind, i.engine, String(i.batchSize), String(i.duty), i.tokensPerSec.toFixed(0), String(i.accepted), String(i.rejected), String(i.roundsMixed), `${i.hashChecks}/${i.hashMismatches}`, kb(i.bytesUp), kb(i.bytesDown),
     i.joinAtMs < 0 ? '-' : (i.joinAtMs / 1000).toFixed(1), i.leaveAtMs === null ? '-' : `${(i.leaveAtMs / 1000).toFixed(1)}${i.killed ? ' (kill)' : ''}`]);
   const w = head.map((h, k) => Math.max(h.length, ...rows.map((x) => x[k].length)));
   const line = (c: string[]) => c.map((x, k) => (k === 0 ? x.padEnd(w[k]) : x.padStart(w[k]))).join('  ');

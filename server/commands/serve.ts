@@ -1,7 +1,7 @@
 // `atoll serve`: the coordinator server. Builds the client when asked and needed, resolves the run
 // config (new run, or resume of the run folder), starts the app, and shuts down cleanly on signals.
 
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type AtollServer, createServer } from '../app.ts';
 import { buildClientIfNeeded } from '../client-build.ts';
@@ -10,6 +10,7 @@ import { type RunConfig, type RunFlags, ConfigError, DEFAULT_RUN_NAME, buildRunC
 import { RunStore } from '../store.ts';
 import type { AuditOptions } from '../audit.ts';
 import { lockRunFolder, moveRunFolderAside } from '../run-folder.ts';
+import { type IceServers, parseIceServers } from '../ice-servers.ts';
 
 export interface ServeCliOptions extends RunFlags {
   config?: string;
@@ -37,6 +38,17 @@ export interface ServeCliOptions extends RunFlags {
   /** Butterfly mixing's group size (0: off) and spot-check rate (server/mix-gateway.ts). */
   mixGroup?: number;
   mixSpotRate?: number;
+  /** A JSON file of iceServers (STUN, TURN) every group member gets (server/ice-servers.ts). */
+  mixIceServers?: string;
+}
+
+/** --mix-ice-servers: the file's iceServers, or E_BAD_CONFIG before anything starts. */
+export function readIceServers(file: string): IceServers {
+  let text: string;
+  try { text = readFileSync(file, 'utf8'); } catch (e) { throw new ConfigError('E_BAD_CONFIG', `--mix-ice-servers: cannot read ${file}: ${(e as Error).message}`); }
+  const r = parseIceServers(text);
+  if (!r.ok) throw new ConfigError('E_BAD_CONFIG', `--mix-ice-servers ${file}: ${r.error.message}`);
+  return r.value;
 }
 
 /** Fails with a hint before anything is written when another process holds the port. */
@@ -84,6 +96,9 @@ function auditable(config: RunConfig, o: ServeCliOptions): RunConfig {
 export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
   const say = (s: string) => process.stdout.write(s + '\n');
   if (o.redis || o.role) return serveRoles(o, say);
+  if (o.mixIceServers && !o.mixGroup) throw new ConfigError('E_BAD_CONFIG', '--mix-ice-servers goes with --mix-group (the iceServers are for group members)');
+  // checked before anything is built or written
+  const iceServers = o.mixIceServers ? readIceServers(o.mixIceServers) : undefined;
   if (o.buildIfNeeded) buildClientIfNeeded(say);
   const { dir, config, resumePatch, resumed } = resolveRun(o);
   const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
@@ -98,7 +113,7 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
     logLevel: o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info',
     listenOn: { host, port },
     audit: auditOptions(o),
-    mix: o.mixGroup ? { k: o.mixGroup, spotRate: o.mixSpotRate } : undefined,
+    mix: o.mixGroup ? { k: o.mixGroup, spotRate: o.mixSpotRate, iceServers } : undefined,
   });
   const addr = await server.listen(port, host);
   const r = server.run;

@@ -47,6 +47,10 @@ export function chromiumArgs(webgpu: boolean, extra: string[] = []): string[] {
     '--disable-background-timer-throttling',
     '--disable-renderer-backgrounding',
     '--disable-backgrounding-occluded-windows',
+    // WebRTC (butterfly mixing): plain host candidates, not mDNS `.local` names that a Node peer
+    // (libdatachannel) cannot resolve and that need multicast on the host; on loopback and LANs
+    // host candidates are all ICE needs (docs/protocol.md, "WebRTC settings")
+    '--disable-features=WebRtcHideLocalIpsWithMdns',
     ...extra,
   ];
 }

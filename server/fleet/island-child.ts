@@ -9,7 +9,8 @@
 // counters (ChildCounters, the fields of the fleet's LiveIsland they set): bytesUp, bytesDown,
 // reconnects; hashChecks (updates applied to the island's replica whose θ hash matched the
 // server's) and hashMismatches (updates that did not: the island refetched θ); stepSpeed (the
-// runtime's tokens/s over the last round's steps, at its duty); and:
+// runtime's tokens/s over the last round's steps, at its duty); roundsMixed (deltas that went up
+// mixed in a group); and:
 // stepTokens: every step's tokens (work lost to a kill included up to the last line).
 // computeMs/computeTokens: the time between consecutive steps of one round and the tokens of those
 // steps (duty-cycle sleeps and CPU contention included, the round's download and upload not): the
@@ -39,6 +40,7 @@ async function main(o: IslandChildOptions): Promise<void> {
   let lastStep = { round: -1, step: -1, at: 0 };
   let round = -1, tokensPerStep = 0, hashChecks = 0, hashMismatches = 0, stepSpeed = 0;
   let exitStats = null as (() => ChildCounters) | null;
+  let mixed = () => 0;
   const isl = await startNodeIsland({
     server: o.server, engine: o.engine, precision: o.precision, devices: o.devices, name: o.name, batch: o.batch, dutyCycle: o.duty,
     progress: 'none', maxOutageMs: 120_000, handleSignals: true,
@@ -46,7 +48,7 @@ async function main(o: IslandChildOptions): Promise<void> {
       const now = performance.now();
       const stats = (): ChildCounters => ({
         bytesUp: transport.stats.bytesSent, bytesDown: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens,
-        reconnects: transport.stats.reconnects, hashChecks, hashMismatches, stepSpeed,
+        reconnects: transport.stats.reconnects, hashChecks, hashMismatches, stepSpeed, roundsMixed: mixed(),
       });
       if (e.type === 'synced' && e.via === 'update') hashChecks++;
       else if (e.type === 'error' && e.error.code === ErrorCode.HASH_MISMATCH) hashMismatches++;
@@ -66,6 +68,7 @@ async function main(o: IslandChildOptions): Promise<void> {
       exitStats = stats;
     },
   });
+  mixed = () => isl.mix?.mixed ?? 0;
   await isl.done;
   if (exitStats) out({ kind: 'exit', counters: exitStats() });
   process.exit(0);

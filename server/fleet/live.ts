@@ -14,7 +14,7 @@ import type { EngineKind } from '../../core/protocol.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { readConfigFile } from '../run-config.ts';
 import type { LaunchedBrowser } from './chromium.ts';
-import type { ChildLine, FleetSpec, LiveIsland, LiveRun, ThetaSnapshot } from './types.ts';
+import type { ChildLine, FleetSpec, LiveIsland, LiveRun, SteadyTraffic, ThetaSnapshot } from './types.ts';
 import { parseFleetEngine } from './engine-spec.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -33,7 +33,11 @@ export interface LiveHooks {
 }
 
 /** What the page exposes on window.__atoll.view (client/volunteer/main.ts), the parts the fleet reads. */
-interface PageView { lastRejection: { code: string; message: string } | null; islandId: string | null; round: { step: number; total: number } | null; roundsAccepted: number; roundsRejected: number; tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string }
+interface PageView {
+  lastRejection: { code: string; message: string } | null; islandId: string | null; round: { step: number; total: number } | null; roundsAccepted: number; roundsRejected: number;
+  tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string; stepsDone: number;
+  hashChecks: number; hashMismatches: number; roundsMixed: number;
+}
 
 type Proc = { child: ChildProcess; out: string; exited: Promise<void> };
 
@@ -88,7 +92,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   const file = spec.config ? readConfigFile(spec.config) : {};
   writeFileSync(join(dir, 'run.json'), JSON.stringify({ ...file, coordinator: { ...(file.coordinator ?? {}), totalTokens: spec.tokens } }));
   const runFlags = ['--preset', spec.preset, '--run-dir', runDir, '--config', join(dir, 'run.json'), '--seed', String(spec.seed), '--name', 'fleet', '--no-eval', '--log-level', 'warn',
-    ...(spec.data ? ['--data', spec.data] : []), ...(spec.mode ? ['--mode', spec.mode] : []), ...(spec.codec ? ['--codec', spec.codec] : [])];
+    ...(spec.data ? ['--data', spec.data] : []), ...(spec.mode ? ['--mode', spec.mode] : []), ...(spec.codec ? ['--codec', spec.codec] : []),
+    ...(spec.mixGroup ? ['--mix-group', String(spec.mixGroup)] : [])];
   const atoll = join(ROOT, 'bin/atoll.js');
   const env = { ...process.env, ATOLL_ADMIN_TOKEN: 'fleet', ...(existsSync(SWIFTSHADER_ICD) && !process.env.VK_ICD_FILENAMES ? { VK_ICD_FILENAMES: SWIFTSHADER_ICD } : {}) };
   const servers: Proc[] = [];
@@ -227,6 +232,9 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     let nextSnap = spec.tokens / spec.evals;
     let last = await getJson<RunStatus>(`${url}/api/status`);
     let lastPages = 0;
+    // the steady traffic's mark: every island (of the first ones) has downloaded θ and steps
+    let mark: Traffic | null = null;
+    const training = () => nodes.length >= initial && nodes.every((n) => n.isl.stepTokens > 0 || !alive(n.proc)) && pages.every((p) => (p.view?.stepsDone ?? 0) > 0);
     const deadline = t0 + spec.timeoutMs;
     while (!last.done) {
       if (Date.now() > deadline) throw Object.assign(new Error(`the run did not reach ${spec.tokens} tokens in ${Math.round(spec.timeoutMs / 60_000)} min (at ${last.tokensTotal})`), { code: 'E_FLEET_TIMEOUT' });
@@ -235,6 +243,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       if (dead) throw Object.assign(new Error(`a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`), { code: 'E_FLEET_SERVE' });
       try { last = await getJson<RunStatus>(`${url}/api/status`); } catch { continue; }
       hooks.progress(last.tokensTotal / spec.tokens);
+      if (!mark && training()) mark = { status: last, wire: await wireBytes(url) };
       if (last.tokensTotal >= nextSnap) {
         while (nextSnap <= last.tokensTotal) nextSnap += spec.tokens / spec.evals;
         await snap();
@@ -269,6 +278,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       last = await getJson<RunStatus>(`${url}/api/status`);
       return last.tokensTotal >= spec.tokens;
     });
+    const end: Traffic = { status: last, wire: await wireBytes(url) };
     await waitUntil('the last version to be served', 30_000, async () => {
       await snap();
       return snapshots.some((s) => s.version === last.version);
@@ -281,7 +291,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     for (const p of pages) {
       const v = p.view;
       if (!v) continue;
-      Object.assign(p.isl, { bytesUp: v.bytesUp, bytesDown: v.bytesDown, tokensPerSec: v.tokensPerSec ?? 0, engine: v.engine ?? 'webgpu' });
+      Object.assign(p.isl, { bytesUp: v.bytesUp, bytesDown: v.bytesDown, tokensPerSec: v.tokensPerSec ?? 0, engine: v.engine ?? 'webgpu', hashChecks: v.hashChecks, hashMismatches: v.hashMismatches, roundsMixed: v.roundsMixed });
       p.isl.stepTokens = v.tokensContributed;
       p.isl.pageAccepted = v.roundsAccepted;
     }
@@ -314,7 +324,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const history = await historyTokens(updates);
     return {
       topology: spec.redis !== undefined ? 'roles' : 'embedded', runConfig, seconds, versions: last.version, tokens: last.tokensTotal,
-      bytesIn: last.bytesIn, bytesOut: last.bytesOut,
+      bytesIn: last.bytesIn, bytesOut: last.bytesOut, wireIn: end.wire?.in ?? null, wireOut: end.wire?.out ?? null, steady: steadyTraffic(mark, end), mix: last.mix ?? null,
       snapshots: snapshots.map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 })).sort((a, b) => a.version - b.version),
       islands, lost, duplicated, faults, events,
     };
@@ -324,6 +334,29 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     process.off('SIGTERM', onSignal);
     await cleanup();
   }
+}
+
+/** The server's counters at one moment: /api/status's frames and /metrics' wire bytes (null: not counted there). */
+interface Traffic { status: Pick<RunStatus, 'tokensTotal' | 'version' | 'bytesIn' | 'bytesOut'>; wire: { in: number; out: number } | null }
+
+/** /metrics' atoll_wire_bytes_in_total and _out_total (the embedded server's gateway counts them; the Redis roles' /metrics is the aggregator's). */
+async function wireBytes(url: string): Promise<{ in: number; out: number } | null> {
+  const text = await fetch(`${url}/metrics`).then((r) => (r.ok ? r.text() : ''), () => '');
+  const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const w = { in: read('atoll_wire_bytes_in_total'), out: read('atoll_wire_bytes_out_total') };
+  return Number.isFinite(w.in) && Number.isFinite(w.out) && w.in + w.out > 0 ? w : null;
+}
+
+/** Server bytes per accepted token from the mark (none reached: from the start) to the end. */
+function steadyTraffic(mark: Traffic | null, end: Traffic): SteadyTraffic {
+  const from: Traffic = mark ?? { status: { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 }, wire: { in: 0, out: 0 } };
+  const a = from.status, b = end.status;
+  const tokens = Math.max(1, b.tokensTotal - a.tokensTotal);
+  const wire = from.wire && end.wire ? { in: (end.wire.in - from.wire.in) / tokens, out: (end.wire.out - from.wire.out) / tokens } : null;
+  return {
+    fromTokens: a.tokensTotal, fromVersion: a.version, inPerToken: (b.bytesIn - a.bytesIn) / tokens, outPerToken: (b.bytesOut - a.bytesOut) / tokens,
+    wireInPerToken: wire?.in ?? null, wireOutPerToken: wire?.out ?? null,
+  };
 }
 
 /** Tokens in θ at each version, from the logged updates. */
@@ -338,7 +371,7 @@ function newIsland(name: string, kind: LiveIsland['kind'], engine: string, batch
   return {
     name, kind, engine, batchSize, duty, ids: [], joinAtMs: -1, leaveAtMs: null, lastMs: 0, killed: false,
     computeMs: 0, computeTokens: 0, stepTokens: 0, tokensPerSec: 0, accepted: 0, rejected: 0, rejectedByCode: {},
-    bytesUp: 0, bytesDown: 0, reconnects: 0, hashChecks: 0, hashMismatches: 0, stepSpeed: 0, acks: [],
+    bytesUp: 0, bytesDown: 0, reconnects: 0, hashChecks: 0, hashMismatches: 0, roundsMixed: 0, stepSpeed: 0, acks: [],
   };
 }
 

@@ -16,6 +16,7 @@ import type { CurvePoint, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResu
 import { island } from '../simulate/scenarios.ts';
 import type { LiveIsland, LiveRun } from './types.ts';
 import { parseFleetEngine } from './engine-spec.ts';
+import { mixSettings } from '../mix-gateway.ts';
 
 /** Loopback: the live run's islands and server share one machine. */
 export const LOOPBACK: NetworkSpec = { upBytesPerSec: 1e9, downBytesPerSec: 1e9, latencyMs: 0.1 };
@@ -51,6 +52,8 @@ export function twinSpec(live: LiveRun, tokens: number, evals: number, evalBatch
       codec: { deflate: false, blockSize: 64, ...cc.uplink } as SimRow['codec'],
       // the live run's coordinator as it ran, to the same budget; no heartbeats in virtual time
       coordinator: { ...cc, totalTokens: tokens, islandTimeoutMs: 1e10 },
+      // a mixing run's twin mixes in groups of the same k, with the server's own timings
+      ...(live.mix ? { mix: (({ k, formWaitMs, spotRate, exchangeTimeoutMs }) => ({ k, formWaitMs, spotRate, exchangeTimeoutMs }))(mixSettings({ k: live.mix.k }, cc)) } : {}),
     },
     // the baselines stop at the tokens the live run ended with
     { ...base, tokens: live.tokens, name: 'ddp', kind: 'ddp', mode: 'sync', islands: nominal, coordinator: {} },

@@ -1,6 +1,6 @@
 // Types of `atoll fleet`: the spec of a live run, what the live run measured, and the report.
 
-import type { RunConfig } from '../../core/api.ts';
+import type { MixStatus, RunConfig } from '../../core/api.ts';
 import type { PresetName } from '../../core/model/config.ts';
 import type { IslandSpec, SimCommon, SimRow, SimRunResult, TwinSpec } from '../simulate/types.ts';
 
@@ -34,6 +34,8 @@ export interface FleetSpec {
   config?: string;
   /** The Redis roles: a URL, or true to start a redis-server. */
   redis?: string | true;
+  /** Butterfly mixing's group size (`atoll serve --mix-group`); 0: off. */
+  mixGroup: number;
   /** Evaluation points over the run (θ is kept at each). */
   evals: number;
   evalBatches: number;
@@ -70,6 +72,8 @@ export interface LiveIsland {
   /** Node islands: updates applied to the replica with θ's hash matching the server's, and those that did not. */
   hashChecks: number;
   hashMismatches: number;
+  /** Rounds whose Δ went up mixed in a group (butterfly mixing). */
+  roundsMixed: number;
   /** Node islands: the runtime's tokens/s over its last round's steps (its speed when no round had two steps). */
   stepSpeed: number;
   /** [islandId, seq] of every 'applied' ack (Node islands). */
@@ -79,13 +83,22 @@ export interface LiveIsland {
 }
 
 /** What an island child's lines set on its LiveIsland (server/fleet/island-child.ts). */
-export type ChildCounters = Pick<LiveIsland, 'bytesUp' | 'bytesDown' | 'computeMs' | 'computeTokens' | 'stepTokens' | 'reconnects' | 'hashChecks' | 'hashMismatches' | 'stepSpeed'>;
+export type ChildCounters = Pick<LiveIsland, 'bytesUp' | 'bytesDown' | 'computeMs' | 'computeTokens' | 'stepTokens' | 'reconnects' | 'hashChecks' | 'hashMismatches' | 'stepSpeed' | 'roundsMixed'>;
 
 /** One line an island child prints. */
 export type ChildLine =
   | { kind: 'assignment'; island: string; t: number }
   | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; counters: ChildCounters }
   | { kind: 'step' | 'exit'; counters: ChildCounters };
+
+/** Server bytes per accepted token from a mark on (the tokens in θ and the version at the mark). */
+export interface SteadyTraffic {
+  fromTokens: number; fromVersion: number;
+  /** Frames (Δs, fragments, updates, pieces, snapshots: /api/status bytesIn/bytesOut). */
+  inPerToken: number; outPerToken: number;
+  /** Everything on the islands' socket.io connections as sent (engine.io packets: /metrics atoll_wire_bytes_*; θ's HTTP downloads are not in it); null: not counted (the Redis roles). */
+  wireInPerToken: number | null; wireOutPerToken: number | null;
+}
 
 export interface ThetaSnapshot {
   version: number;
@@ -102,6 +115,13 @@ export interface LiveRun {
   tokens: number;
   bytesIn: number;
   bytesOut: number;
+  /** The islands' connections' bytes as sent, whole run (null: not counted). */
+  wireIn: number | null;
+  wireOut: number | null;
+  /** The server's traffic once every island had downloaded θ and was training (a snapshot each is the same with or without mixing). */
+  steady: SteadyTraffic;
+  /** /api/status's mixing figures at the end (null: the run did not mix). */
+  mix: MixStatus | null;
   snapshots: Array<ThetaSnapshot & { tokens: number }>;
   islands: LiveIsland[];
   lost: number;
@@ -116,7 +136,7 @@ export interface LiveRun {
 export type FleetRow = Omit<SimRunResult, 'curve'> & { curve?: SimRunResult['curve'] };
 
 export interface FleetReport {
-  config: Pick<FleetSpec, 'preset' | 'tokens' | 'islands' | 'browsers' | 'engines' | 'batches' | 'duty' | 'schedule'> & {
+  config: Pick<FleetSpec, 'preset' | 'tokens' | 'islands' | 'browsers' | 'mixGroup' | 'engines' | 'batches' | 'duty' | 'schedule'> & {
     params: number;
     data: string;
     seed: number;
@@ -128,7 +148,14 @@ export interface FleetReport {
     cores: number;
     realTimeMs: number;
   };
-  live: { evalLoss: number; tokens: number; versions: number; seconds: number; bytesIn: number; bytesOut: number; curve: SimRunResult['curve'] };
+  live: {
+    evalLoss: number; tokens: number; versions: number; seconds: number; bytesIn: number; bytesOut: number;
+    /** Whole run, per accepted token (snapshots included): frames, and everything on the wire (null: not counted). */
+    inPerToken: number; outPerToken: number; wireInPerToken: number | null; wireOutPerToken: number | null;
+    steady: SteadyTraffic;
+    mix: MixStatus | null;
+    curve: SimRunResult['curve'];
+  };
   twin: FleetRow;
   ddp: FleetRow;
   single: FleetRow;
@@ -141,8 +168,9 @@ export interface FleetReport {
     name: string; kind: 'node' | 'page'; engine: string; batchSize: number; duty: number; tokensPerSec: number;
     accepted: number; rejected: number; rejectedByCode: Record<string, number>; bytesUp: number; bytesDown: number;
     reconnects: number; joinAtMs: number; leaveAtMs: number | null; killed: boolean;
-    /** Node islands: updates whose θ hash agreed with the server's, and those that did not (pages: 0). */
+    /** Updates applied whose θ hash agreed with the server's, and those that did not (θ fetched again). */
     hashChecks: number; hashMismatches: number;
+    roundsMixed: number;
   }>;
   twinSpec: TwinSpec;
   /** The twin's islands, in the simulator's terms. */

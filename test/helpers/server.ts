@@ -69,6 +69,8 @@ export async function startTestServer(o: {
   idleTimeoutMs?: number;
   /** Butterfly mixing (server/mix-gateway.ts). */
   mix?: import('../../server/mix-gateway.ts').MixOptions;
+  /** Serve the pages' build (dist/client; the caller builds it), as `atoll serve` does. */
+  pages?: boolean;
 } = {}): Promise<TestServer> {
   const { createServer } = await import('../../server/app.ts');
   const { buildRunConfig } = await import('../../server/run-config.ts');
@@ -76,7 +78,7 @@ export async function startTestServer(o: {
   // identities cost no proof of work here unless a test asks for it (test/trust-identity.test.ts does)
   const file = { ...o.file, limits: { ...o.file?.limits, powBits: o.file?.limits?.powBits ?? 0 } } as NonNullable<typeof o.file>;
   const config = buildRunConfig(file, { preset: 'tiny', name: 'test', ...o.flags });
-  const server = await createServer({ dir, config, evaluate: o.evaluate ?? false, outerWorkers: o.outerWorkers ?? 2, adminToken: o.adminToken ?? 'test-admin-token', gateway: o.gateway, audit: o.audit, idleTimeoutMs: o.idleTimeoutMs, clientDir: join(dir, 'no-client'), mix: o.mix });
+  const server = await createServer({ dir, config, evaluate: o.evaluate ?? false, outerWorkers: o.outerWorkers ?? 2, adminToken: o.adminToken ?? 'test-admin-token', gateway: o.gateway, audit: o.audit, idleTimeoutMs: o.idleTimeoutMs, clientDir: o.pages ? undefined : join(dir, 'no-client'), mix: o.mix });
   const { url } = await server.listen(0, '127.0.0.1');
   return {
     server, url, dir,
