@@ -234,9 +234,22 @@ export interface MixPlanMsg {
   exchangeTimeoutMs: number;
   /** RTCPeerConnection iceServers the operator configured (empty on loopback). */
   iceServers: Array<{ urls: string | string[]; username?: string; credential?: string }>;
-  /** The same members, in the same order, as group `reuse`, which still takes pieces: use its data channels (no signalling). */
-  reuse?: number;
+  /**
+   * This member's butterfly partners (index XOR 2^s) whose data channel with it the server signalled
+   * in an earlier group and nobody reported lost (`mix:lost`): use that channel, signal nothing. The
+   * partners not listed are connected afresh through `mix:signal`.
+   */
+  linked?: number[];
 }
+
+/** Data channels a member keeps open to other islands, at most (least recently used closed first); the server tracks as many per island. */
+export const MIX_LINKS_KEPT = 16;
+
+/**
+ * `mix:lost`: this island's data channel with island `peer`, made by group `groupId`'s signalling,
+ * closed or never opened: the next group that pairs them signals it afresh.
+ */
+export const MixLostSchema = Type.Object({ peer: Id(64), groupId: Int() }, closed);
 
 /** `mix:piece`: one member's byte piece of an update frame; the group exchanges the rest. */
 export interface MixPieceMsg {

@@ -3,7 +3,8 @@
 // `mix:*` events here through its own wrapper (ack required, rate limit, no throw escapes).
 //
 // The server matches islands whose rounds end within formWaitMs into groups, relays WebRTC
-// signalling between the members of one group only, collects each member's fragment, asks for
+// signalling between butterfly partners of one group only, and only for pairs with no live link
+// (core/mix/links.ts: a link signalled once serves every later group that pairs the two), collects each member's fragment, asks for
 // spot checks and replays, and hands the settled group to the run (one contribution per member, its
 // tokens derived from its assignment, never claimed). A group that falls apart costs nothing: its
 // members are told to regroup once, then to upload directly; nothing is counted before every
@@ -17,10 +18,11 @@ import { type CodecOptions, encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { CoordinatorConfig } from '../core/coord/index.ts';
 import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
-import { mixWeights, pieceRange } from '../core/mix/butterfly.ts';
+import { butterflyPartners, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
+import { PairLinks } from '../core/mix/links.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import {
-  type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixCheckAnswerSchema, MixFragmentSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
+  type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixCheckAnswerSchema, MixFragmentSchema, MixLostSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
 } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { MixStatus } from '../core/api.ts';
@@ -30,8 +32,9 @@ const checkFragment = TypeCompiler.Compile(MixFragmentSchema);
 const checkAnswer = TypeCompiler.Compile(MixAnswerSchema);
 const checkCheckAnswer = TypeCompiler.Compile(MixCheckAnswerSchema);
 const checkSignal = TypeCompiler.Compile(MixSignalSchema);
+const checkLost = TypeCompiler.Compile(MixLostSchema);
 
-export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal'] as const;
+export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal', 'mix:lost'] as const;
 
 /** How long an island that stalled a group (connected, no fragment by the deadline) uploads directly. */
 const BENCH_MS = 5 * 60_000;
@@ -127,8 +130,11 @@ export interface MixCounters {
   controlBytes: number;
   /** Islands that waited formWaitMs for a group and uploaded directly. */
   expired: number;
-  /** Groups that reused their previous group's data channels (no signalling). */
-  reused: number;
+  /** Butterfly pairs of the groups formed: signalled afresh, and linked already (no signalling). */
+  linksSignalled: number;
+  linksReused: number;
+  /** `mix:lost` reports that made the server forget a pair. */
+  linksLost: number;
   /** Groups formed, by the durable version current when they formed (the last 64 versions). */
   groupsByVersion: Record<number, number>;
 }
@@ -145,9 +151,11 @@ export class MixGateway {
   /** Islands that stalled a group, until when they upload directly. */
   private readonly benched = new Map<string, number>();
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** The islands' data channels, as far as the server signalled them and heard of no loss. */
+  readonly links = new PairLinks();
   readonly counters: MixCounters = {
     groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
-    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, grossSaved: 0, controlBytes: 0, expired: 0, reused: 0, groupsByVersion: {},
+    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, grossSaved: 0, controlBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, linksLost: 0, groupsByVersion: {},
   };
 
   constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
@@ -214,11 +222,23 @@ export class MixGateway {
       const g = this.groups.get(s.groupId);
       const from = g ? g.ids.indexOf(id) : -1;
       if (!g || from < 0 || this.groupOf.get(id) !== s.groupId) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
-      if (s.to >= g.ids.length || s.to === from) return ack(err(ErrorCode.BAD_REQUEST, `group ${s.groupId} has no other member ${s.to}`));
+      if (s.to >= g.ids.length || !butterflyPartners(from, g.ids.length).includes(s.to)) return ack(err(ErrorCode.BAD_REQUEST, `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`));
       const to = g.sockets[s.to];
       if (!to.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
       this.counters.controlBytes += 2 * s.data.length;
+      // a fresh offer (a member that lost a link the plan called linked): lost reports of the old link no longer count
+      if (s.kind === 'offer') this.links.use(id, g.ids[s.to], s.groupId, true);
       to.emit('mix:signal', { groupId: s.groupId, from, kind: s.kind, data: s.data });
+      ack(ok({}));
+    });
+
+    // a lost link: the next group that pairs the two signals it afresh (a bogus report costs just that)
+    handle('mix:lost', (payload, ack) => {
+      const id = islandId();
+      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
+      if (!checkLost.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `mix:lost: ${firstError(checkLost, payload)}`));
+      const { peer, groupId } = payload as Static<typeof MixLostSchema>;
+      if (this.links.lost(id, peer, groupId)) this.counters.linksLost++;
       ack(ok({}));
     });
   }
@@ -245,6 +265,7 @@ export class MixGateway {
     if (this.sockets.get(islandId) !== socket) return;
     this.sockets.delete(islandId);
     this.readyAcks.delete(islandId);
+    this.links.forget(islandId);
     this.broker.drop(islandId);
     const gid = this.groupOf.get(islandId);
     const g = gid !== undefined ? this.groups.get(gid) : undefined;
@@ -305,10 +326,18 @@ export class MixGateway {
   }
 
   private start(formed: GroupPlan): void {
-    const reuse = this.sameAsBefore(formed);
-    const plan = reuse === null ? formed : inOrderOf(formed, this.groups.get(reuse)!.ids);
-    if (reuse !== null) this.counters.reused++;
+    const plan = inOrderOf(formed, this.links.order(formed.members.map((m) => m.islandId)));
     const ids = plan.members.map((m) => m.islandId);
+    // each member's partners already linked; the other pairs are signalled in this group
+    const linked = ids.map((id, i) => butterflyPartners(i, ids.length).filter((j) => this.links.has(id, ids[j])));
+    ids.forEach((id, i) => {
+      for (const j of butterflyPartners(i, ids.length)) {
+        if (j < i) continue;
+        const had = this.links.has(id, ids[j]);
+        this.counters[had ? 'linksReused' : 'linksSignalled']++;
+        this.links.use(id, ids[j], plan.groupId, !had);
+      }
+    });
     const sockets = ids.map((id) => this.sockets.get(id)!);
     const g: Group = { plan, ids, sockets, fragWaits: new Map(), uploads: new Map(), verdicts: new Map(), acks: new Map(), downlink: false };
     this.groups.set(plan.groupId, g);
@@ -324,7 +353,7 @@ export class MixGateway {
     }
     const members = plan.members.map((m) => ({ islandId: m.islandId, tokens: m.tokens, frameHash: m.frameHash }));
     ids.forEach((id, index) => {
-      const msg: MixPlanMsg = { groupId: plan.groupId, index, members, ranges: plan.ranges, exchangeTimeoutMs: this.settings.exchangeTimeoutMs, iceServers: this.settings.iceServers, ...(reuse !== null ? { reuse } : {}) };
+      const msg: MixPlanMsg = { groupId: plan.groupId, index, members, ranges: plan.ranges, exchangeTimeoutMs: this.settings.exchangeTimeoutMs, iceServers: this.settings.iceServers, ...(linked[index].length ? { linked: linked[index] } : {}) };
       this.counters.controlBytes += JSON.stringify(msg).length;
       this.answerReady(id, msg);
     });
@@ -332,19 +361,6 @@ export class MixGateway {
       this.log(`mix: settling group ${plan.groupId} failed: ${(e as Error)?.stack ?? String(e)}`);
       this.callOff(plan.groupId, false);
     });
-  }
-
-  /**
-   * The members' last group, when it is this one's members exactly and still takes pieces (mixed in
-   * full, every member connected): its data channels are open, so the new group reuses them in the
-   * same member order and signals nothing (MixPlanMsg.reuse).
-   */
-  private sameAsBefore(plan: GroupPlan): number | null {
-    const old = this.groupOf.get(plan.members[0].islandId);
-    const g = old !== undefined ? this.groups.get(old) : undefined;
-    if (!g?.downlink || g.ids.length !== plan.members.length) return null;
-    const fits = plan.members.every((m) => this.groupOf.get(m.islandId) === old && g.ids.includes(m.islandId) && this.sockets.get(m.islandId) === g.sockets[g.ids.indexOf(m.islandId)]);
-    return fits ? old! : null;
   }
 
   /** The fragment of member j: uploaded, or null when it never came within the exchange timeout. */

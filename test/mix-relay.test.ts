@@ -44,7 +44,7 @@ function page(RTC: RtcPeerConstructor, signal: SignalPort) {
   const port = ch.port2 as unknown as RelayPort;
   const post = port.postMessage.bind(port);
   port.postMessage = (m, transfer) => { sent.push(m); post(m, transfer); };
-  closers.push(() => { host.leave(1); ch.port1.close(); ch.port2.close(); });
+  closers.push(() => { host.close(); ch.port1.close(); ch.port2.close(); });
   return { net: new RelayPeerNet(port).use(signal), sent };
 }
 
@@ -53,7 +53,7 @@ describe('the page\'s WebRTC relay (worker ↔ main thread)', () => {
     const [s0, s1] = relay(2);
     const worker = page(RTCPeerConnection as unknown as RtcPeerConstructor, s0);
     const direct = new WebRtcPeerNet(RTCPeerConnection as unknown as RtcPeerConstructor, s1, [], 10_000);
-    closers.push(() => direct.leave(1));
+    closers.push(() => direct.close());
     const [p0, p1] = [plan(1, 0), plan(1, 1)];
     expect(await worker.net.join(p0)).toBe(false);
     direct.join(p1);

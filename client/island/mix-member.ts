@@ -23,7 +23,7 @@ const RECENT_KEPT = 16;
 export type UpdatePiece = MixPieceMsg;
 
 /** The member's group as the server announced it (a MixPlanMsg, its weights computed). */
-export type MemberPlan = Pick<MixPlanMsg, 'groupId' | 'index' | 'members' | 'ranges' | 'reuse'> & Partial<Pick<MixPlanMsg, 'iceServers'>> & {
+export type MemberPlan = Pick<MixPlanMsg, 'groupId' | 'index' | 'members' | 'ranges' | 'linked'> & Partial<Pick<MixPlanMsg, 'iceServers'>> & {
   /** a_m = fround(w_m / W) (butterfly.ts mixWeights). */
   weights: Float32Array;
 };

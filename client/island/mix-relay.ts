@@ -33,7 +33,9 @@ export type FromHost =
   | { t: 'joined'; id: number; reused: boolean }
   | { t: 'body'; id: number; body: Uint8Array | null }
   /** A signal for the server to relay to member `to`. */
-  | { t: 'signal'; groupId: number; to: number; kind: SignalKind; data: string };
+  | { t: 'signal'; groupId: number; to: number; kind: SignalKind; data: string }
+  /** A link lost, for the server (`mix:lost`). */
+  | { t: 'lost'; peer: string; groupId: number };
 
 /**
  * A view's buffer to transfer: one that holds nothing but the view, give or take `header` bytes
@@ -53,6 +55,7 @@ export function hostPeerNet(port: RelayPort, RTC: RtcPeerConstructor, timeoutMs 
   const signal: SignalPort = {
     send: (groupId, to, kind, data) => port.postMessage({ t: 'signal', groupId, to, kind, data } satisfies FromHost, []),
     onSignal: (l) => { fromServer = l; },
+    lost: (peer, groupId) => port.postMessage({ t: 'lost', peer, groupId } satisfies FromHost, []),
   };
   const net = new WebRtcPeerNet(RTC, signal, [], timeoutMs);
   port.addEventListener('message', (e) => {
@@ -93,6 +96,7 @@ export class RelayPeerNet implements GroupNet {
     port.addEventListener('message', (e) => {
       const m = e.data as FromHost;
       if (m?.t === 'signal') this.signal?.send(m.groupId, m.to, m.kind, m.data);
+      else if (m?.t === 'lost') this.signal?.lost?.(m.peer, m.groupId);
       else if (m && (m.t === 'joined' || m.t === 'body')) {
         const done = this.pending.get(m.id);
         this.pending.delete(m.id);

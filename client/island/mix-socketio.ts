@@ -43,8 +43,9 @@ export class SocketMixPort implements MixPort, SignalPort {
     const r = await this.t.request<MixPlanMsg | null>('mix:ready', { meta: mixReadyMeta(meta), frameHash }, 0);
     const p = r.ok ? toPlan(r.value) : null;
     if (!p) return null;
-    const reused = (await this.net?.join(p)) ?? false;
-    if (!reused && this.current !== null && this.current !== p.groupId) this.leave(this.current);
+    await this.net?.join(p);
+    // the server sends the last group no more pieces: its waits end (its links stay, for later groups)
+    if (this.current !== null && this.current !== p.groupId) this.leave(this.current);
     this.current = p.groupId;
     return p;
   }
@@ -94,6 +95,10 @@ export class SocketMixPort implements MixPort, SignalPort {
     });
   }
 
+  lost(peer: string, groupId: number): void {
+    void this.t.request('mix:lost', { peer, groupId }, 10_000);
+  }
+
   private leave(groupId: number): void {
     this.net?.leave(groupId);
     if (this.current === groupId) this.current = null;
@@ -126,7 +131,7 @@ function toPlan(v: MixPlanMsg | null): MemberPlan | null {
   if (members.some((m) => !(m.tokens > 0))) return null;
   return {
     groupId: v.groupId, index: v.index, members, ranges: v.ranges, weights: mixWeights(members.map((m) => m.tokens)),
-    iceServers: Array.isArray(v.iceServers) ? v.iceServers : [], ...(isInt(v.reuse) ? { reuse: v.reuse } : {}),
+    iceServers: Array.isArray(v.iceServers) ? v.iceServers : [], linked: Array.isArray(v.linked) ? v.linked.filter((j) => isInt(j) && j < k) : [],
   };
 }
 

@@ -1,6 +1,8 @@
-// Butterfly mixing's data channels over WebRTC: one RTCPeerConnection per peer of a group, one
+// Butterfly mixing's data channels over WebRTC: one RTCPeerConnection per pair of islands, one
 // ordered reliable data channel ('atoll-mix') on it, signalled through the server (`mix:signal`,
-// non-trickle: the offer and answer carry every gathered candidate). The page's main thread passes
+// non-trickle: the offer and answer carry every gathered candidate) the first time a group pairs
+// them, kept across groups (at most MIX_LINKS_KEPT, least recently used closed first) and reused
+// whenever a later plan lists the partner as `linked`; a link lost is reported (`mix:lost`). The page's main thread passes
 // the browser's native RTCPeerConnection (its worker's island reaches it through mix-relay.ts); the
 // Node island passes node-datachannel's (`node-datachannel/polyfill`, libdatachannel). No node: or
 // DOM imports: the constructor comes in.
@@ -8,7 +10,8 @@
 // A message on the channel: 1 byte key length, the key (UTF-8: which exchange, e.g. `g12` for a
 // group's Δs, `d12@40` for version 40's pieces), 1 byte stage, then packPieces' bytes.
 
-import { type PieceChannel, packPieces, unpackPieces } from '../../core/mix/butterfly.ts';
+import { type PieceChannel, butterflyPartners, packPieces, unpackPieces } from '../../core/mix/butterfly.ts';
+import { MIX_LINKS_KEPT } from '../../core/protocol.ts';
 import type { MemberPlan, PeerNet } from './mix-member.ts';
 
 /** The parts of the standard RTCPeerConnection API used here. */
@@ -36,14 +39,23 @@ export interface RtcChannel {
 export type RtcPeerConstructor = new (cfg: { iceServers: MemberPlanIce[] }) => RtcPeer;
 type MemberPlanIce = { urls: string | string[]; username?: string; credential?: string };
 
-/** The server's signalling relay (`mix:signal`), as the member sees it. */
+/** The server's signalling relay (`mix:signal`), and the `mix:lost` report, as the member sees them. */
 export interface SignalPort {
   send(groupId: number, to: number, kind: 'offer' | 'answer' | 'candidate', data: string): void;
   onSignal(l: (groupId: number, from: number, kind: 'offer' | 'answer' | 'candidate', data: string) => void): void;
+  /** The link with island `peer`, made by group `groupId`'s signalling, is gone (absent: nobody to tell). */
+  lost?(peer: string, groupId: number): void;
 }
 
+/** The data channel to one other island. */
 interface Link {
-  /** The ready channel (both sides listening), or null: the peer never came. */
+  peerId: string;
+  /** The group whose signalling made it, and the peer's index there (where its signals go). */
+  groupId: number;
+  index: number;
+  /** This side sent the offer. */
+  offerer: boolean;
+  /** The ready channel (both sides listening), or null: it never opened. */
   channel: Promise<RtcChannel | null>;
   open(c: RtcChannel | null): void;
   /** The current attempt's connection. */
@@ -56,6 +68,8 @@ interface Link {
 /** A connection not ready this long is tried again (opens take ~20 ms, or ~1 s after a retransmit). */
 const RETRY_MS = 2500;
 const MAX_ATTEMPTS = 4;
+/** Plans kept (the current group and the previous ones whose pieces may still be on their way). */
+const PLANS_KEPT = 4;
 
 interface Waiter { resolve(m: Uint8Array | null): void }
 
@@ -83,15 +97,18 @@ function asBytes(data: unknown): Uint8Array | null {
   return data instanceof ArrayBuffer ? new Uint8Array(data) : data instanceof Uint8Array ? data : null;
 }
 
-/** WebRTC data channels to the peers of this island's groups. */
-/** A member's data channels to its groups' peers: joined per plan (reusing the last group's links when it can), left when done. */
+/** A member's data channels to its groups' peers: joined per plan (reusing the links it lists as linked), left when done. */
 export interface GroupNet extends PeerNet {
-  /** Connects to a group's peers; resolves whether the previous group's open links were reused. */
+  /** Connects to a group's partners; resolves whether every one was already linked (nothing signalled). */
   join(plan: MemberPlan): boolean | Promise<boolean>;
   leave(groupId: number): void;
 }
 
+/** A mailbox slot: group, sending island, exchange key, stage. */
+const slotOf = (groupId: number, peerId: string, key: string, stage: number) => `${groupId}/${peerId}|${key}|${stage}`;
+
 export class WebRtcPeerNet implements GroupNet {
+  /** By peer island id, least recently used first. */
   private readonly links = new Map<string, Link>();
   private readonly mail = new Map<string, Uint8Array>();
   private readonly waiters = new Map<string, Waiter>();
@@ -105,44 +122,49 @@ export class WebRtcPeerNet implements GroupNet {
     signal.onSignal((g, from, kind, data) => this.onSignal(g, from, kind, data));
   }
 
+  /** Islands with a link open or opening (tests, the page's log). */
+  get linkCount(): number { return this.links.size; }
+
   /**
-   * Connects to every peer of a group as soon as it is announced (the lower index offers), or, when
-   * the plan reuses the previous group (same members, same order) whose links are all open, takes
-   * those links over without signalling. Returns whether it reused them.
+   * Connects to a group's butterfly partners as soon as it is announced: a partner the plan lists
+   * as linked over the open link to it (a link this side lost is offered afresh, whatever the
+   * indices: the peer's answer replaces its own); any other, afresh (the lower index offers).
+   * Returns whether every partner was linked already.
    */
   join(plan: MemberPlan): boolean {
     if (this.ended.has(plan.groupId)) return false; // called off before its plan was read: its exchange fails at once
     this.plans.set(plan.groupId, plan);
-    const peers = plan.members.map((_, j) => j).filter((j) => j !== plan.index);
-    const old = plan.reuse;
-    if (old !== undefined && peers.every((j) => { const l = this.links.get(`${old}/${j}`); return l && l.ready && !l.closed; })) {
-      for (const j of peers) this.links.set(`${plan.groupId}/${j}`, this.links.get(`${old}/${j}`)!);
-      // keep the previous group's names (its last pieces may still be on their way), forget older ones
-      for (const [k, l] of [...this.links]) if (!k.startsWith(`${old}/`) && !k.startsWith(`${plan.groupId}/`) && peers.some((j) => this.links.get(`${old}/${j}`) === l)) this.links.delete(k);
-      for (const g of [...this.plans.keys()]) if (g !== old && g !== plan.groupId) this.plans.delete(g);
-      return true;
+    for (const g of [...this.plans.keys()].slice(0, -PLANS_KEPT)) this.plans.delete(g);
+    const linked = new Set(plan.linked ?? []);
+    let all = true;
+    for (const j of butterflyPartners(plan.index, plan.members.length)) {
+      const id = plan.members[j].islandId;
+      const had = this.links.get(id);
+      if (linked.has(j) && had && !had.closed) { this.touch(id, had); continue; }
+      all = false;
+      if (plan.index < j || linked.has(j)) { this.connect(id, plan.groupId, j, true); continue; }
+      // the peer offers: a link left from before is done with (the server saw it lost, or forgot it)
+      if (had) this.drop(had);
+      const offer = this.pendingOffers.get(`${plan.groupId}/${j}`);
+      if (offer !== undefined) { this.pendingOffers.delete(`${plan.groupId}/${j}`); this.connect(id, plan.groupId, j, false, offer); }
     }
-    for (let j = 0; j < plan.members.length; j++) {
-      if (j === plan.index) continue;
-      if (plan.index < j) this.connect(plan.groupId, j, true);
-      else {
-        const offer = this.pendingOffers.get(`${plan.groupId}/${j}`);
-        if (offer !== undefined) { this.pendingOffers.delete(`${plan.groupId}/${j}`); this.answer(plan.groupId, j, offer); }
-      }
-    }
-    return false;
+    return all;
   }
 
-  /** Closes a group's connections (its exchange and downlink are over). */
+  /** The group's exchanges are over (or called off): their waits end; the links stay for later groups. */
   leave(groupId: number): void {
     this.ended.add(groupId);
     if (this.ended.size > 64) this.ended.delete(this.ended.values().next().value!);
-    for (const [k, l] of this.links) if (k.startsWith(`${groupId}/`)) { l.closed = true; l.peer?.close(); this.links.delete(k); l.open(null); }
     this.plans.delete(groupId);
-    // an exchange still waiting on this group's peers ends now (the server called the group off)
     for (const slot of [...this.waiters.keys()]) if (slot.startsWith(`${groupId}/`)) this.wake(slot, null);
-    for (const [k, l] of this.linkWaiters) if (k.startsWith(`${groupId}/`)) { this.linkWaiters.delete(k); for (const w of l) w(null); }
     for (const k of [...this.mail.keys()]) if (k.startsWith(`${groupId}/`)) this.mail.delete(k);
+    for (const k of [...this.pendingOffers.keys()]) if (k.startsWith(`${groupId}/`)) this.pendingOffers.delete(k);
+  }
+
+  /** Closes every link (the island is going away). */
+  close(): void {
+    for (const l of [...this.links.values()]) this.drop(l, true);
+    for (const g of [...this.plans.keys()]) this.leave(g);
   }
 
   channel(key: string, _index: number, _members: string[]): PieceChannel {
@@ -156,39 +178,38 @@ export class WebRtcPeerNet implements GroupNet {
     };
   }
 
-  /** Sends a stage message (wireMessage's bytes) to a group's peer, once their link is ready. */
+  /** Sends a stage message (wireMessage's bytes) to a group's member, once their link is ready. */
   async sendWire(groupId: number, to: number, msg: Uint8Array): Promise<void> {
-    const ch = await this.channelTo(`${groupId}/${to}`);
+    const id = this.plans.get(groupId)?.members[to]?.islandId;
+    const ch = id === undefined ? null : await this.channelTo(groupId, id);
     if (ch && ch.readyState === 'open') ch.send(msg);
   }
 
-  /** A peer's stage message of exchange `key`, its packPieces bytes (null: the peer or the group is gone). */
+  /** A group member's stage message of exchange `key`, its packPieces bytes (null: the peer or the group is gone). */
   recvBody(groupId: number, key: string, from: number, stage: number): Promise<Uint8Array | null> {
-    return this.take(`${groupId}/${from}|${key}|${stage}`);
-  }
-
-  /** The open channel to a peer; the answerer's link exists only once the offer arrived, so wait for it. */
-  private channelTo(name: string): Promise<RtcChannel | null> {
-    const link = this.links.get(name);
-    if (link) return link.channel;
-    if (this.ended.has(Number(name.slice(0, name.indexOf('/'))))) return Promise.resolve(null);
-    return new Promise((resolve) => {
-      const list = this.linkWaiters.get(name) ?? [];
-      list.push(resolve);
-      this.linkWaiters.set(name, list);
-      setTimeout(() => resolve(null), this.timeoutMs);
-    });
-  }
-
-  private take(slot: string): Promise<Uint8Array | null> {
+    const id = this.plans.get(groupId)?.members[from]?.islandId;
+    if (id === undefined) return Promise.resolve(null);
+    const slot = slotOf(groupId, id, key, stage);
     const m = this.mail.get(slot);
     if (m) { this.mail.delete(slot); return Promise.resolve(m); }
-    if (this.ended.has(Number(slot.slice(0, slot.indexOf('/'))))) return Promise.resolve(null);
+    if (this.ended.has(groupId) || this.links.get(id)?.closed) return Promise.resolve(null);
     // no link yet: the partner's offer is on its way (the timeout covers one that never comes)
-    if (this.links.get(slot.slice(0, slot.indexOf('|')))?.closed) return Promise.resolve(null);
     return new Promise((resolve) => {
       this.waiters.set(slot, { resolve });
       setTimeout(() => this.wake(slot, null), this.timeoutMs);
+    });
+  }
+
+  /** The open channel to a peer; the answerer's link exists only once the offer arrived, so wait for it. */
+  private channelTo(groupId: number, id: string): Promise<RtcChannel | null> {
+    const link = this.links.get(id);
+    if (link) return link.channel;
+    if (this.ended.has(groupId)) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      const list = this.linkWaiters.get(id) ?? [];
+      list.push(resolve);
+      this.linkWaiters.set(id, list);
+      setTimeout(() => resolve(null), this.timeoutMs);
     });
   }
 
@@ -201,38 +222,70 @@ export class WebRtcPeerNet implements GroupNet {
     }
   }
 
-  /** The link to a group's peer: one per pair, whatever attempts its connection takes. */
-  private link(groupId: number, peer: number): Link {
-    const name = `${groupId}/${peer}`;
-    const had = this.links.get(name);
-    if (had) return had;
-    let resolve: (c: RtcChannel | null) => void = () => {};
-    const link: Link = { peer: null, closed: false, ready: false, attempts: 0, channel: new Promise((r) => (resolve = r)), open: () => {} };
-    link.open = (c) => { if (!link.ready) { link.ready = c !== null; resolve(c); } };
-    this.links.set(name, link);
-    for (const w of this.linkWaiters.get(name) ?? []) void link.channel.then(w);
-    this.linkWaiters.delete(name);
-    setTimeout(() => link.open(null), this.timeoutMs);
-    return link;
+  /** Most recently used last; beyond MIX_LINKS_KEPT the least recently used link closes. */
+  private touch(id: string, link: Link): void {
+    this.links.delete(id);
+    this.links.set(id, link);
+    while (this.links.size > MIX_LINKS_KEPT) {
+      const oldest = this.links.values().next().value!;
+      this.drop(oldest, true);
+      this.signal.lost?.(oldest.peerId, oldest.groupId);
+    }
   }
 
   /**
-   * One attempt at a pair's connection. libdatachannel on loopback leaves a few connections of a
-   * group never open (or closing by themselves): the offerer starts over with a fresh connection
-   * and offer when one is not ready within RETRY_MS or fails, up to MAX_ATTEMPTS; the answerer
-   * answers each new offer with a fresh connection.
+   * Closes a link deliberately, reporting nothing: replaced by a new link to the same peer (whose
+   * waits go on), or evicted or closing down (`endWaits`: the waits on the peer end now).
    */
-  private connect(groupId: number, peer: number, offerer: boolean, remoteOffer?: string): void {
-    const name = `${groupId}/${peer}`;
-    const link = this.link(groupId, peer);
-    if (link.ready || link.closed) return;
+  private drop(link: Link, endWaits = false): void {
+    link.closed = true;
+    if (this.links.get(link.peerId) === link) this.links.delete(link.peerId);
     link.peer?.close();
+    link.open(null);
+    if (endWaits) this.endWaits(link.peerId);
+  }
+
+  /** A link closed or never opened by itself: every exchange waiting on it ends, and the server hears of it. */
+  private lost(link: Link): void {
+    if (link.closed) return;
+    link.closed = true;
+    link.open(null);
+    this.endWaits(link.peerId);
+    if (this.links.get(link.peerId) === link) this.signal.lost?.(link.peerId, link.groupId);
+  }
+
+  private endWaits(peerId: string): void {
+    for (const slot of [...this.waiters.keys()]) if (slot.includes(`/${peerId}|`)) this.wake(slot, null);
+  }
+
+  /**
+   * One attempt at a pair's connection (a new link replaces the pair's old one). libdatachannel on
+   * loopback leaves a few connections never open (or closing by themselves): the offerer starts
+   * over with a fresh connection and offer when one is not ready within RETRY_MS or fails, up to
+   * MAX_ATTEMPTS; the answerer answers each new offer with a fresh connection.
+   */
+  private connect(id: string, groupId: number, index: number, offerer: boolean, remoteOffer?: string, link?: Link): void {
+    if (!link) {
+      const old = this.links.get(id);
+      if (old) this.drop(old);
+      let resolve: (c: RtcChannel | null) => void = () => {};
+      const made: Link = { peerId: id, groupId, index, offerer, peer: null, closed: false, ready: false, attempts: 0, channel: new Promise((r) => (resolve = r)), open: () => {} };
+      made.open = (c) => { if (!made.ready) { made.ready = c !== null; resolve(c); } };
+      link = made;
+      this.touch(id, made);
+      for (const w of this.linkWaiters.get(id) ?? []) void made.channel.then(w);
+      this.linkWaiters.delete(id);
+      setTimeout(() => { if (!made.ready) this.lost(made); }, this.timeoutMs);
+    }
+    const l = link;
+    if (l.ready || l.closed) return;
+    l.peer?.close();
     const pc = new this.RTC({ iceServers: this.plans.get(groupId)?.iceServers ?? this.iceServers });
-    link.peer = pc;
-    const attempt = ++link.attempts;
-    const current = () => link.peer === pc && !link.closed;
+    l.peer = pc;
+    const attempt = ++l.attempts;
+    const current = () => l.peer === pc && !l.closed;
     const retry = () => {
-      if (offerer && current() && !link.ready && attempt === link.attempts && attempt < MAX_ATTEMPTS) this.connect(groupId, peer, true);
+      if (offerer && current() && !l.ready && attempt === l.attempts && attempt < MAX_ATTEMPTS) this.connect(id, groupId, index, true, undefined, l);
     };
     // Open is not enough: a message that reaches a side before its 'message' listener is attached
     // (the answerer's channel comes in an event) is lost (node-datachannel#25). So each side says
@@ -251,16 +304,16 @@ export class WebRtcPeerNet implements GroupNet {
       ch.addEventListener('close', () => {
         if (timer) clearInterval(timer);
         if (!current()) return;
-        if (link.ready) this.closed(link); else retry();
+        if (l.ready) this.lost(l); else retry();
       });
       ch.addEventListener('message', (e) => {
         const b = asBytes(e.data);
         if (b && b.length === 2 && b[0] === 0) {
           if (b[1] === HELLO[1]) try { ch.send(ACK); } catch { /* closing */ }
-          if (!ready && current()) { ready = true; if (timer) clearInterval(timer); link.open(ch); }
+          if (!ready && current()) { ready = true; if (timer) clearInterval(timer); l.open(ch); }
           return;
         }
-        if (b && current()) this.onMessage(peer, b);
+        if (b && current()) this.onMessage(id, b);
       });
       if (ch.readyState === 'open') greet();
     };
@@ -268,7 +321,10 @@ export class WebRtcPeerNet implements GroupNet {
       if (pc.iceGatheringState === 'complete') resolve();
       pc.addEventListener('icegatheringstatechange', () => { if (pc.iceGatheringState === 'complete') resolve(); });
     });
-    pc.addEventListener('connectionstatechange', () => { if (pc.connectionState === 'failed' || pc.connectionState === 'closed') retry(); });
+    pc.addEventListener('connectionstatechange', () => {
+      if (pc.connectionState !== 'failed' && pc.connectionState !== 'closed') return;
+      if (l.ready && current()) this.lost(l); else retry();
+    });
     if (offerer) setTimeout(retry, RETRY_MS);
     void (async () => {
       try {
@@ -276,44 +332,44 @@ export class WebRtcPeerNet implements GroupNet {
           wire(pc.createDataChannel('atoll-mix', { ordered: true }));
           await pc.setLocalDescription(await pc.createOffer());
           await gathered;
-          if (current()) this.signal.send(groupId, peer, 'offer', pc.localDescription!.sdp);
+          if (current()) this.signal.send(groupId, index, 'offer', pc.localDescription!.sdp);
         } else {
           pc.addEventListener('datachannel', (e) => { if (e.channel) wire(e.channel); });
           await pc.setRemoteDescription({ type: 'offer', sdp: remoteOffer });
           await pc.setLocalDescription(await pc.createAnswer());
           await gathered;
-          if (current()) this.signal.send(groupId, peer, 'answer', pc.localDescription!.sdp);
+          if (current()) this.signal.send(groupId, index, 'answer', pc.localDescription!.sdp);
         }
       } catch {
-        if (offerer) retry(); else if (current()) this.closed(link);
+        if (offerer) retry(); else if (current()) this.lost(l);
       }
     })();
   }
 
-  private answer(groupId: number, from: number, sdp: string): void { this.connect(groupId, from, false, sdp); }
-
+  /**
+   * A partner's offer replaces the pair's link (the partner had none), except while this side, the
+   * lower index, is itself offering for the pair: the partner answers that one instead.
+   */
   private onSignal(groupId: number, from: number, kind: string, data: string): void {
     const plan = this.plans.get(groupId);
+    const id = plan?.members[from]?.islandId;
     if (kind === 'offer') {
-      if (plan && plan.index > from) this.answer(groupId, from, data);
-      else if (!plan) this.pendingOffers.set(`${groupId}/${from}`, data); // the offer beat the plan
-    } else if (kind === 'answer') {
-      void this.links.get(`${groupId}/${from}`)?.peer?.setRemoteDescription({ type: 'answer', sdp: data }).catch(() => {});
+      if (!plan) { if (!this.ended.has(groupId)) this.pendingOffers.set(`${groupId}/${from}`, data); return; } // the offer beat the plan
+      if (id === undefined || from === plan.index) return;
+      const mine = this.links.get(id);
+      if (plan.index < from && mine && mine.offerer && !mine.ready && !mine.closed) return;
+      this.connect(id, groupId, from, false, data);
+    } else if (kind === 'answer' && id !== undefined) {
+      const l = this.links.get(id);
+      if (l?.offerer && !l.ready) void l.peer?.setRemoteDescription({ type: 'answer', sdp: data }).catch(() => {});
     }
   }
 
-  /** A stage message from the peer at index `peer`: its slot names the exchange's group (a reused link carries several). */
-  private onMessage(peer: number, b: Uint8Array): void {
+  /** A stage message from island `peerId`: its key names the exchange and its group (one link carries many groups'). */
+  private onMessage(peerId: string, b: Uint8Array): void {
     if (b.length < 2 || b[0] === 0 || b.length < 2 + b[0]) return;
     const key = new TextDecoder().decode(b.subarray(1, 1 + b[0]));
-    const groupId = /^[a-z](\d+)/.exec(key)?.[1];
-    if (groupId !== undefined) this.wake(`${groupId}/${peer}|${key}|${b[1 + b[0]]}`, b.subarray(2 + b[0]));
-  }
-
-  /** A link closed: every exchange waiting on it, under any of its names, ends. */
-  private closed(link: Link): void {
-    link.closed = true;
-    const names = [...this.links].filter(([, l]) => l === link).map(([k]) => `${k}|`);
-    for (const slot of [...this.waiters.keys()]) if (names.some((n) => slot.startsWith(n))) this.wake(slot, null);
+    const groupId = groupOf(key);
+    if (Number.isInteger(groupId) && !this.ended.has(groupId)) this.wake(slotOf(groupId, peerId, key, b[1 + b[0]]), b.subarray(2 + b[0]));
   }
 }

@@ -132,3 +132,10 @@ export function joinPieces(pieces: Uint8Array[]): Uint8Array {
   for (const b of pieces) { out.set(b, o); o += b.length; }
   return out;
 }
+
+/** Member i's partners in a group of k, by stage (i XOR 2^s): the only data channels its exchanges use. */
+export function butterflyPartners(i: number, k: number): number[] {
+  const out: number[] = [];
+  for (let bit = 1; bit < k; bit <<= 1) out.push(i ^ bit);
+  return out;
+}
