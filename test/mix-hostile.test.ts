@@ -134,6 +134,20 @@ describe('butterfly mixing against hostile clients', () => {
     const [pd2, pe2] = await Promise.all([ready(D), ready(E)]);
     if (!pd2.ok || !pe2.ok) throw new Error(JSON.stringify([pd2, pe2]));
     expect(pd2.value.groupId).not.toBe(pd.value.groupId);
+    // the pair's link was signalled in the first group and nobody reported it lost: the plan lists it, to reuse
+    expect(pd2.value.linked).toEqual([1 - pd2.value.index]);
+    expect(pe2.value.linked).toEqual([1 - pe2.value.index]);
+    // mix:lost: malformed is refused; a report about a pair the reporter is not in, or about a link
+    // older than the pair's, changes nothing; the member's own report forgets the pair (a re-signal, no more)
+    const mix = ts.server.mix!;
+    for (const bad of [{}, { peer: E.id }, { peer: 'a b', groupId: 1 }, { peer: E.id, groupId: -1 }, { peer: E.id, groupId: 1, x: 1 }]) expect(code(await ask(D.s, 'mix:lost', bad)), JSON.stringify(bad)).toBe('E_BAD_REQUEST');
+    const F = await island('mix-lost-f');
+    expect(code(await ask(F.s, 'mix:lost', { peer: E.id, groupId: pd2.value.groupId }))).toBe('ok');
+    expect(code(await ask(D.s, 'mix:lost', { peer: E.id, groupId: pd.value.groupId - 1 }))).toBe('ok');
+    expect(mix.links.has(D.id, E.id)).toBe(true);
+    expect(code(await ask(D.s, 'mix:lost', { peer: E.id, groupId: pd.value.groupId }))).toBe('ok');
+    expect(mix.links.has(D.id, E.id)).toBe(false);
+    expect(mix.links.has(E.id, D.id)).toBe(false);
     // a second failure of the same Δ: upload it directly
     expect(await ask(E.s, 'mix:fragment', { groupId: pe2.value.groupId, frame: null })).toEqual({ ok: true, value: 'direct' });
     expect(await ask(D.s, 'mix:fragment', { groupId: pd2.value.groupId, frame: null })).toEqual({ ok: true, value: 'direct' });

@@ -66,9 +66,11 @@ describe('butterfly mixing with a page (Chromium RTCPeerConnection ↔ node-data
     expect(st.done).toBe(true);
     const views = (await Promise.all(browsers.map((b) => pageView(b)))) as MixView[];
     const c = server.server.mix!.counters;
-    console.log(`mix-page: ${c.mixedGroups}/${c.groups} groups mixed, ${c.fallbacks} fell back, ${c.expired} waits expired, ${c.reused} reused; pages mixed ${views.map((v) => v.roundsMixed).join('/')} direct ${views.map((v) => v.roundsDirect).join('/')} accepted ${views.map((v) => v.roundsAccepted).join('/')}, hash checks ${views.map((v) => v.hashChecks).join('/')}; Node islands mixed ${nodes.map((n) => n.mixed).join('/')}; signalling ${c.controlBytes} B`);
+    console.log(`mix-page: ${c.mixedGroups}/${c.groups} groups mixed, ${c.fallbacks} fell back, ${c.expired} waits expired, pairs signalled ${c.linksSignalled}, reused ${c.linksReused}, lost ${c.linksLost}; pages mixed ${views.map((v) => v.roundsMixed).join('/')} direct ${views.map((v) => v.roundsDirect).join('/')} accepted ${views.map((v) => v.roundsAccepted).join('/')}, hash checks ${views.map((v) => v.hashChecks).join('/')}; Node islands mixed ${nodes.map((n) => n.mixed).join('/')}; signalling ${c.controlBytes} B`);
     for (const [i, v] of views.entries()) if (v.roundsMixed === 0) console.log((await pageLog(browsers[i])).slice(-20).join('\n'));
     expect(c.mixedGroups).toBeGreaterThanOrEqual(1);
+    // signalling paid once per pair (6 pairs among 4 islands), again only for a pair reported lost
+    expect(c.linksSignalled).toBeLessThanOrEqual(6 + c.linksLost);
     const hashes = new Map<number, string>();
     for (const e of server.server.run.store.readEvents() as Array<{ type: string; version?: number; hash?: string }>) {
       if ((e.type === 'update' || e.type === 'start') && e.version !== undefined && e.hash) hashes.set(e.version, e.hash);
