@@ -39,7 +39,7 @@ async function steadyTraffic(url: string): Promise<() => Promise<{ in: number; o
   const at: Status = await waitFor<Status | null>('the first update', async () => {
     const st = await getJson<Status>(`${url}/api/status`);
     return st.version >= 1 ? st : null;
-  }, 60_000, 20) as Status;
+  }, 60_000, 150) as Status; // (the status allows 600 requests a minute)
   return async () => {
     const st = await getJson<Status>(`${url}/api/status`);
     const tokens = st.tokensTotal - at.tokensTotal;

@@ -117,6 +117,8 @@ export class WebRtcPeerNet implements GroupNet {
   private readonly linkWaiters = new Map<string, Array<(c: RtcChannel | null) => void>>();
   /** Groups left (done, or called off by the server), the last 64. */
   private readonly ended = new Set<number>();
+  /** Resolved (null) when the group is left: a send waiting on a link that never opens stops there. */
+  private readonly endings = new Map<number, { done: Promise<null>; end(): void }>();
 
   constructor(private readonly RTC: RtcPeerConstructor, private readonly signal: SignalPort, private readonly iceServers: MemberPlanIce[] = [], private readonly timeoutMs = 10_000) {
     signal.onSignal((g, from, kind, data) => this.onSignal(g, from, kind, data));
@@ -134,7 +136,7 @@ export class WebRtcPeerNet implements GroupNet {
   join(plan: MemberPlan): boolean {
     if (this.ended.has(plan.groupId)) return false; // called off before its plan was read: its exchange fails at once
     this.plans.set(plan.groupId, plan);
-    for (const g of [...this.plans.keys()].slice(0, -PLANS_KEPT)) this.plans.delete(g);
+    for (const g of [...this.plans.keys()].slice(0, -PLANS_KEPT)) this.leave(g);
     const linked = new Set(plan.linked ?? []);
     let all = true;
     for (const j of butterflyPartners(plan.index, plan.members.length)) {
@@ -156,6 +158,10 @@ export class WebRtcPeerNet implements GroupNet {
     this.ended.add(groupId);
     if (this.ended.size > 64) this.ended.delete(this.ended.values().next().value!);
     this.plans.delete(groupId);
+    this.endings.get(groupId)?.end();
+    this.endings.delete(groupId);
+    // a link this group was signalling and that is not open yet never will be (the server relays no more for it)
+    for (const l of [...this.links.values()]) if (l.groupId === groupId && !l.ready) this.lost(l);
     for (const slot of [...this.waiters.keys()]) if (slot.startsWith(`${groupId}/`)) this.wake(slot, null);
     for (const k of [...this.mail.keys()]) if (k.startsWith(`${groupId}/`)) this.mail.delete(k);
     for (const k of [...this.pendingOffers.keys()]) if (k.startsWith(`${groupId}/`)) this.pendingOffers.delete(k);
@@ -181,7 +187,7 @@ export class WebRtcPeerNet implements GroupNet {
   /** Sends a stage message (wireMessage's bytes) to a group's member, once their link is ready. */
   async sendWire(groupId: number, to: number, msg: Uint8Array): Promise<void> {
     const id = this.plans.get(groupId)?.members[to]?.islandId;
-    const ch = id === undefined ? null : await this.channelTo(groupId, id);
+    const ch = id === undefined || this.ended.has(groupId) ? null : await Promise.race([this.channelTo(groupId, id), this.ending(groupId)]);
     if (ch && ch.readyState === 'open') ch.send(msg);
   }
 
@@ -198,6 +204,16 @@ export class WebRtcPeerNet implements GroupNet {
       this.waiters.set(slot, { resolve });
       setTimeout(() => this.wake(slot, null), this.timeoutMs);
     });
+  }
+
+  private ending(groupId: number): Promise<null> {
+    let e = this.endings.get(groupId);
+    if (!e) {
+      let end = () => {};
+      const done = new Promise<null>((r) => (end = () => r(null)));
+      this.endings.set(groupId, (e = { done, end }));
+    }
+    return e.done;
   }
 
   /** The open channel to a peer; the answerer's link exists only once the offer arrived, so wait for it. */
@@ -348,7 +364,8 @@ export class WebRtcPeerNet implements GroupNet {
 
   /**
    * A partner's offer replaces the pair's link (the partner had none), except while this side, the
-   * lower index, is itself offering for the pair: the partner answers that one instead.
+   * lower index, is itself offering for the pair: the partner answers that one instead. A new offer
+   * for a link this side is answering and that is not open yet is a retry: same link, new connection.
    */
   private onSignal(groupId: number, from: number, kind: string, data: string): void {
     const plan = this.plans.get(groupId);
@@ -357,8 +374,10 @@ export class WebRtcPeerNet implements GroupNet {
       if (!plan) { if (!this.ended.has(groupId)) this.pendingOffers.set(`${groupId}/${from}`, data); return; } // the offer beat the plan
       if (id === undefined || from === plan.index) return;
       const mine = this.links.get(id);
-      if (plan.index < from && mine && mine.offerer && !mine.ready && !mine.closed) return;
-      this.connect(id, groupId, from, false, data);
+      const opening = mine && !mine.ready && !mine.closed;
+      if (plan.index < from && opening && mine.offerer) return;
+      // the offerer's retry of a link still opening: the same link (sends may be waiting on it), a fresh connection
+      this.connect(id, groupId, from, false, data, opening && !mine.offerer && mine.groupId === groupId ? mine : undefined);
     } else if (kind === 'answer' && id !== undefined) {
       const l = this.links.get(id);
       if (l?.offerer && !l.ready) void l.peer?.setRemoteDescription({ type: 'answer', sdp: data }).catch(() => {});
