@@ -90,6 +90,9 @@ export const MixStatusSchema = Type.Object({
   savedBytes: Type.Number(),
   /** Signalling the server relayed (SDP offers and answers, both ways, and the group plans), bytes. */
   signallingBytes: Type.Integer(),
+  /** Butterfly partner pairs of the groups formed: signalled afresh, and over a data channel kept from an earlier group. */
+  pairsSignalled: Type.Integer(),
+  pairsReused: Type.Integer(),
   /** Groups formed while each of the last versions was current (oldest first). */
   groupsByVersion: Type.Array(Type.Object({ version: Type.Integer(), groups: Type.Integer() })),
 });

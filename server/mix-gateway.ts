@@ -248,7 +248,7 @@ export class MixGateway {
     const c = this.counters;
     return {
       k: this.k, groups: c.groups, mixedGroups: c.mixedGroups, fallbacks: c.fallbacks,
-      savedBytes: c.grossSaved - c.checkBytes - c.controlBytes, signallingBytes: c.controlBytes,
+      savedBytes: c.grossSaved - c.checkBytes - c.controlBytes, signallingBytes: c.controlBytes, pairsSignalled: c.linksSignalled, pairsReused: c.linksReused,
       groupsByVersion: Object.entries(c.groupsByVersion).map(([v, n]) => ({ version: Number(v), groups: n })).sort((a, b) => a.version - b.version),
     };
   }

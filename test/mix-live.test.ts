@@ -102,7 +102,7 @@ describe('butterfly mixing live (node-datachannel, 4 Node islands)', () => {
     expect(c.linksSignalled).toBeLessThanOrEqual(4 + c.linksLost);
     // the dashboard's figures: bytes saved net of checks and signalling, groups per version
     const mix = stA.mix!;
-    expect(mix).toMatchObject({ k: 4, groups: c.groups, mixedGroups: c.mixedGroups });
+    expect(mix).toMatchObject({ k: 4, groups: c.groups, mixedGroups: c.mixedGroups, pairsSignalled: c.linksSignalled, pairsReused: c.linksReused });
     expect(mix.savedBytes).toBeGreaterThan(0);
     expect(mix.groupsByVersion.reduce((t, g) => t + g.groups, 0)).toBe(c.groups);
     expect(stB.mix).toBeUndefined();
