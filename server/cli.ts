@@ -5,6 +5,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { PRESETS } from '../core/model/config.ts';
 import { ENCODINGS } from '../core/codec/index.ts';
 import { COLD_START_WARMUP_STEPS } from '../core/coord/config.ts';
+import { SIM_MODEL_NAMES } from './simulate/rungs.ts';
 
 /** A plain decimal as a flag may spell it (no hex, no blank, no NaN or Infinity). */
 const DECIMAL = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$/;
@@ -178,7 +179,7 @@ export function buildProgram(): Command {
   program.command('simulate')
     .description('many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island')
     .option('--preset <name>', 'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ladder), smoke (seconds); a model preset name means compare on that model', 'compare')
-    .addOption(new Option('--model <name>', 'model preset').choices(Object.keys(PRESETS)))
+    .addOption(new Option('--model <name>', 'model preset, or a scaling rung\'s shape (sequence length 32)').choices(SIM_MODEL_NAMES))
     .option('--islands <n>', 'islands per DiLoCo row, 1..256', intIn(1, 256))
     .option('--tokens <n>', 'token budget per row (tokens in θ), 1..10^12', intIn(1, 1e12))
     .option('--rounds <n>', 'budget in rounds of the nominal island instead of tokens, 1..1,000,000', intIn(1, 1_000_000))

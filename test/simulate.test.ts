@@ -53,6 +53,15 @@ describe('atoll simulate', () => {
     expect(readFileSync(join(out, 'plot.svg'), 'utf8')).toContain('<polyline');
   });
 
+  it('--model takes a scaling rung\'s shape: the rows train that model (its parameter count), in worker threads too', async () => {
+    expect(simulateOptionsFromCli({ model: 'L3-C64' })).toMatchObject({ ok: true, value: { model: 'L3-C64' } });
+    const bad = simulateOptionsFromCli({ model: 'L9-C999' });
+    expect(bad.ok ? '' : bad.error.message).toMatch(/--model must be one of tiny\|small\|base\|L2-C48\|L3-C64\|L4-C76/);
+    const report = await runSimulate({ preset: 'smoke', model: 'L2-C48', rows: ['sync-int4'], workers: 1, out: mkdtempSync(join(tmpdir(), 'atoll-sim-')), print: false, log: () => {} });
+    expect(report.config).toMatchObject({ model: 'L2-C48', params: 70_464 });
+    expect(report.runs[0].evalLoss).toBeLessThan(4.5); // from ~5.5 (uniform over 256 bytes)
+  });
+
   it('--rows keeps the named rows of the preset; an unknown name is an error before anything runs', async () => {
     const out = mkdtempSync(join(tmpdir(), 'atoll-sim-'));
     await expect(runSimulate({ preset: 'smoke', rows: ['sync-int4', 'nope'], out, print: false, log: () => {} })).rejects.toThrow(/unknown row nope: the preset has ddp, single, sync-int4/);

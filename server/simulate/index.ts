@@ -24,6 +24,7 @@ import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
 import { runRow, warmStartOffPlateau } from './row.ts';
+import { SIM_MODEL_NAMES, simModelConfig } from './rungs.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions, TwinSpec } from './types.ts';
@@ -73,8 +74,8 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
   if (!['compare', 'diloco', 'smoke'].includes(preset)) return err('E_BAD_REQUEST', `--preset must be compare|diloco|smoke (or a model preset), got '${preset}'`);
   o.preset = preset as SimulateOptions['preset'];
   if (raw.model !== undefined) {
-    if (!(String(raw.model) in PRESETS)) return err('E_BAD_REQUEST', `--model must be one of ${Object.keys(PRESETS).join('|')}`);
-    o.model = String(raw.model) as PresetName;
+    if (!simModelConfig(String(raw.model))) return err('E_BAD_REQUEST', `--model must be one of ${SIM_MODEL_NAMES.join('|')}`);
+    o.model = String(raw.model);
   }
   for (const k of ['islands', 'tokens', 'rounds', 'seed', 'workers', 'innerSteps', 'warmStartTokens', 'evalBatches'] as const) {
     const v = int(k, raw[k]);
@@ -159,13 +160,16 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const t0 = performance.now();
   const preset = opts.preset ?? 'compare';
   const model = opts.model ?? 'tiny';
-  const config = getPreset(model);
+  const named = simModelConfig(model);
+  if (!named) throw Object.assign(new Error(`unknown model '${model}' (expected one of ${SIM_MODEL_NAMES.join(', ')})`), { code: 'E_BAD_REQUEST' });
+  const config = named.config;
   const nParams = numParams(config);
   const log = opts.log ?? (opts.json ? () => {} : (l: string) => process.stderr.write(`  ${l}\n`));
   const seqLen = preset === 'smoke' ? Math.min(16, config.blockSize) : config.blockSize;
   const d = rowDefaults({ ...opts, preset }, seqLen);
   const common: SimCommon = {
-    model, seqLen, seed: opts.seed ?? 1,
+    // a rung's shape rides in config (the workers build the model from it), under the preset it grew from
+    model: named.preset ? model as PresetName : 'tiny', config: named.preset ? undefined : config, seqLen, seed: opts.seed ?? 1,
     evals: preset === 'smoke' ? 2 : 12, evalBatches: opts.evalBatches ?? (preset === 'smoke' ? 2 : 64), evalBatchSize: preset === 'smoke' ? 4 : 16,
     data: opts.data, engine: opts.engine,
   };

@@ -26,28 +26,11 @@ import { ddpBytesPerIsland, mergeSeeds, runRows } from './index.ts';
 import { warmStartOffPlateau } from './row.ts';
 import type { OuterConfig } from '../../core/coord/outer.ts';
 import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
+import { CPU_RUNGS, RUNGS, type RungSpec } from './rungs.ts';
 import { type ScalingReport, type ScalingRow, type ScalingRung, fitPowerLaw, scalingHtml, scalingPlotSvg, scalingTable, verdictOf } from './scaling-report.ts';
 import type { SimCommon, SimRow, SimRunResult, SimulateOptions } from './types.ts';
 
-/** A rung of the ladder: a model shape (sequence length 32 throughout). */
-export interface RungSpec { name: string; config: GPTConfig }
-
-const shape = (nLayer: number, nHead: number, nEmbd: number): GPTConfig => ({ vocabSize: 256, blockSize: 32, nLayer, nHead, nEmbd });
-
-/**
- * The ladder: the CPU rungs (`tiny` to 8.7× its parameters) and, for a real GPU (`--engine webgpu`),
- * the shapes of `small` and `base` at the same sequence length.
- */
-export const RUNGS: RungSpec[] = [
-  { name: 'tiny', config: shape(2, 2, 32) },
-  { name: 'L2-C48', config: shape(2, 2, 48) },
-  { name: 'L3-C64', config: shape(3, 4, 64) },
-  { name: 'L4-C76', config: shape(4, 4, 76) },
-  { name: 'small-T32', config: shape(4, 6, 192) },
-  { name: 'base-T32', config: shape(6, 6, 384) },
-];
-/** Rungs of the default (CPU) ladder. */
-export const CPU_RUNGS = 4;
+export { CPU_RUNGS, RUNGS, type RungSpec } from './rungs.ts';
 
 /** DDP's peak inner lr sweep (cosine to a tenth), the same at every rung. */
 export const LR_SWEEP = [3e-3, 6e-3, 1.2e-2, 2.4e-2];

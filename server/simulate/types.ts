@@ -224,8 +224,8 @@ export interface SimulateOptions {
    * DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
    */
   preset?: 'compare' | 'diloco' | 'smoke';
-  /** Model preset (default 'tiny'). */
-  model?: PresetName;
+  /** Model preset, or a scaling rung's shape by name (`L3-C64`, …; default 'tiny'). */
+  model?: string;
   /** Islands per DiLoCo row (default 8). */
   islands?: number;
   /** Token budget per row (tokens in θ). Default: sized so `compare` takes ~10 min on 2 cores. */
@@ -275,7 +275,7 @@ export interface SimulateOptions {
 export interface SimReport {
   config: {
     preset: string;
-    model: PresetName;
+    model: string;
     params: number;
     seqLen: number;
     tokens: number;
