@@ -126,8 +126,9 @@ export interface MixCounters {
   pieceBytes: number;
   /** Server bytes mixing saved before its own costs (MixStatus.savedBytes). */
   grossSaved: number;
-  /** Signalling relayed and plans sent, in and out (JSON text). */
+  /** Signalling relayed and plans sent, in and out (JSON text); the plans' share. */
   controlBytes: number;
+  planBytes: number;
   /** Islands that waited formWaitMs for a group and uploaded directly. */
   expired: number;
   /** Butterfly pairs of the groups formed: signalled afresh, and linked already (no signalling). */
@@ -155,7 +156,7 @@ export class MixGateway {
   readonly links = new PairLinks();
   readonly counters: MixCounters = {
     groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
-    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, grossSaved: 0, controlBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, linksLost: 0, groupsByVersion: {},
+    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, grossSaved: 0, controlBytes: 0, planBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, linksLost: 0, groupsByVersion: {},
   };
 
   constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
@@ -354,7 +355,8 @@ export class MixGateway {
     const members = plan.members.map((m) => ({ islandId: m.islandId, tokens: m.tokens, frameHash: m.frameHash }));
     ids.forEach((id, index) => {
       const msg: MixPlanMsg = { groupId: plan.groupId, index, members, ranges: plan.ranges, exchangeTimeoutMs: this.settings.exchangeTimeoutMs, iceServers: this.settings.iceServers, ...(linked[index].length ? { linked: linked[index] } : {}) };
-      this.counters.controlBytes += JSON.stringify(msg).length;
+      const bytes = JSON.stringify(msg).length;
+      this.counters.controlBytes += bytes; this.counters.planBytes += bytes;
       this.answerReady(id, msg);
     });
     void this.settle(plan.groupId).catch((e: unknown) => {

@@ -94,7 +94,7 @@ describe('butterfly mixing live (node-datachannel, 4 Node islands)', () => {
     const c = mixed.server.mix!.counters;
     const ratio = { in: pb.in / pa.in, out: pb.out / pa.out };
     console.log(`mix-live: mixing k=4 ${stA.tokensTotal} tokens in ${(mixMs / 1000).toFixed(1)} s: ${c.mixedGroups}/${c.groups} groups mixed, ${c.fallbacks} fell back, ${c.expired} waits expired, pairs signalled ${c.linksSignalled}, reused ${c.linksReused}, lost ${c.linksLost}, ${c.checks} spot checks; `
-      + `server bytes/token after v1: in ${pa.in.toFixed(3)} vs ${pb.in.toFixed(3)} unmixed (${ratio.in.toFixed(2)}×), out ${pa.out.toFixed(3)} vs ${pb.out.toFixed(3)} (${ratio.out.toFixed(2)}×; ${stA.version} versions vs ${stB.version}); signalling relayed ${c.controlBytes} B, net saved ${stA.mix?.savedBytes} B; `
+      + `server bytes/token after v1: in ${pa.in.toFixed(3)} vs ${pb.in.toFixed(3)} unmixed (${ratio.in.toFixed(2)}×), out ${pa.out.toFixed(3)} vs ${pb.out.toFixed(3)} (${ratio.out.toFixed(2)}×; ${stA.version} versions vs ${stB.version}); signalling relayed ${c.controlBytes} B (plans ${c.planBytes} B of it), net saved ${stA.mix?.savedBytes} B; `
       + `members mixed ${a.map((x) => x.mixed).join('/')} direct ${a.map((x) => x.direct).join('/')}`);
     expect(c.mixedGroups).toBeGreaterThanOrEqual(3);
     // signalling paid once per pair of butterfly partners (4 in a group of 4), again only for a pair reported lost
