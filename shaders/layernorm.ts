@@ -40,12 +40,12 @@ function forward(d: LayernormDims, perChunk: 4 | 8) {
 }
 
 export function layernormForward(out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp: GPUBuffer, params_: GPUBuffer, d: LayernormDims): DispatchSpec {
-  return layernorm.dispatch({ entry: 'layernorm_forward', buffers: { out4: out, mean, rstd, inp4: inp, params: params_ }, ...forward(d, 4) });
+  return layernorm.dispatch({ entry: 'layernorm_forward', buffers: { out_4: out, mean, rstd, inp_4: inp, params: params_ }, ...forward(d, 4) });
 }
 
 /** res (B,T,C) = inp1 + inp2, then out = layernorm(res) with its mean and rstd: one pass per row. */
 export function residualLayernormForward(res: GPUBuffer, out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp1: GPUBuffer, inp2: GPUBuffer, params_: GPUBuffer, d: LayernormDims): DispatchSpec {
-  return layernorm.dispatch({ entry: 'residual_layernorm_forward', buffers: { out4: out, mean, rstd, res4: res, params: params_, inp1_4: inp1, inp2_4: inp2 }, ...forward(d, 4) });
+  return layernorm.dispatch({ entry: 'residual_layernorm_forward', buffers: { out_4: out, mean, rstd, res_4: res, params: params_, inp1_4: inp1, inp2_4: inp2 }, ...forward(d, 4) });
 }
 
 export interface HalfLayernormDims extends LayernormDims { form: HalfForm }

@@ -36,15 +36,15 @@ alias H2 = {{H2=u32}};
 fn h2_load(x: H2) -> vec2f { return {{H2_LOAD=unpack2x16float}}(x); }
 
 // layernorm_forward, residual_layernorm_forward (f32, as vec4s) and their _f16 forms (as H8)
-@group(0) @binding(1) var<storage, read_write> out4: array<vec4f>;  // (N,C)
+@group(0) @binding(1) var<storage, read_write> out_4: array<vec4f>;  // (N,C)
 @group(0) @binding(1) var<storage, read_write> out_h8: array<H8>;
 @group(0) @binding(2) var<storage, read_write> mean: array<f32>;   // (N) cached for the backward
 @group(0) @binding(3) var<storage, read_write> rstd: array<f32>;   // (N)
-@group(0) @binding(4) var<storage, read> inp4: array<vec4f>;       // (N,C)
+@group(0) @binding(4) var<storage, read> inp_4: array<vec4f>;       // (N,C)
 @group(0) @binding(4) var<storage, read> inp_h8: array<H8>;
 @group(0) @binding(5) var<storage, read> params: array<f32>;
 // residual: res = inp1 + inp2, the residual stream (kept)
-@group(0) @binding(4) var<storage, read_write> res4: array<vec4f>;
+@group(0) @binding(4) var<storage, read_write> res_4: array<vec4f>;
 @group(0) @binding(4) var<storage, read_write> res_h8: array<H8>;
 @group(0) @binding(6) var<storage, read> inp1_4: array<vec4f>;
 @group(0) @binding(6) var<storage, read> inp1_h8: array<H8>;
@@ -96,60 +96,58 @@ fn affine4(x: vec4f, st: vec2f, c: u32) -> vec4f {
 }
 fn affine8(x: mat2x4f, st: vec2f, c: u32) -> mat2x4f { return mat2x4f(affine4(x[0], st, c), affine4(x[1], st, c + 4u)); }
 
-@compute @workgroup_size(64)
-fn layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let r = ln_row(id, lid, 4u);
-  let k = inp4[r.x0].x;
+// A chunk of the stream in each storage form, as the template below reads it: _4 four f32 (a
+// vec4f, loaded and stored as is), _h8 eight halves (H8, converted to and from a mat2x4f).
+const W_4: u32 = 4u;
+const W_h8: u32 = 8u;
+fn ld_4(x: vec4f) -> vec4f { return x; }
+fn ld_h8(x: H8) -> mat2x4f { return h8_load(x); }
+fn st_4(x: vec4f) -> vec4f { return x; }
+fn st_h8(x: mat2x4f) -> H8 { return h8_store(x); }
+fn first_4(x: vec4f) -> f32 { return x.x; }
+fn first_h8(x: mat2x4f) -> f32 { return x[0].x; }
+fn moments_4(x: vec4f, k: f32) -> vec2f { return moments4(x, k); }
+fn moments_h8(x: mat2x4f, k: f32) -> vec2f { return moments8(x, k); }
+fn affine_4(x: vec4f, st: vec2f, c: u32) -> vec4f { return affine4(x, st, c); }
+fn affine_h8(x: mat2x4f, st: vec2f, c: u32) -> mat2x4f { return affine8(x, st, c); }
+
+// One body per storage form S: the LayerNorm of a row, and the residual add fused into it (the
+// residual add and the next LayerNorm share one read of the stream; each thread reads back only the
+// chunks it wrote). On halves the sum is stored rounded, and the LayerNorm is of what was stored.
+// @repeat S = "_4", "_h8"
+fn ln_forward{{S}}(id: Grid, lid: u32) {
+  let r = ln_row(id, lid, W{{S}});
+  let k = first{{S}}(ld{{S}}(inp{{S}}[r.x0]));
   var s = vec2f(0.0);
-  for (var j = r.lane; j < p.C / 4u; j += p.tpr) { s += moments4(inp4[r.x0 + j], k); }
+  for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) { s += moments{{S}}(ld{{S}}(inp{{S}}[r.x0 + j]), k); }
   let st = ln_stats(r, k, seg_sum2(s, lid, p.tpr));
   if (!r.live) { return; }
-  for (var j = r.lane; j < p.C / 4u; j += p.tpr) { out4[r.x0 + j] = affine4(inp4[r.x0 + j], st, 4u * j); }
+  for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) { out{{S}}[r.x0 + j] = st{{S}}(affine{{S}}(ld{{S}}(inp{{S}}[r.x0 + j]), st, W{{S}} * j)); }
 }
 
-@compute @workgroup_size(64)
-fn layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let r = ln_row(id, lid, 8u);
-  let k = h8_load(inp_h8[r.x0])[0].x;
+fn residual_ln_forward{{S}}(id: Grid, lid: u32) {
+  let r = ln_row(id, lid, W{{S}});
+  let k = first{{S}}(ld{{S}}(inp1{{S}}[r.x0])) + first{{S}}(ld{{S}}(inp2{{S}}[r.x0]));
   var s = vec2f(0.0);
-  for (var j = r.lane; j < p.C / 8u; j += p.tpr) { s += moments8(h8_load(inp_h8[r.x0 + j]), k); }
-  let st = ln_stats(r, k, seg_sum2(s, lid, p.tpr));
-  if (!r.live) { return; }
-  for (var j = r.lane; j < p.C / 8u; j += p.tpr) { out_h8[r.x0 + j] = h8_store(affine8(h8_load(inp_h8[r.x0 + j]), st, 8u * j)); }
-}
-
-// res = inp1 + inp2, then out = layernorm(res): the residual add and the next LayerNorm share one
-// read of the stream (each thread reads back only the chunks it wrote).
-@compute @workgroup_size(64)
-fn residual_layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let r = ln_row(id, lid, 4u);
-  let k = inp1_4[r.x0].x + inp2_4[r.x0].x;
-  var s = vec2f(0.0);
-  for (var j = r.lane; j < p.C / 4u; j += p.tpr) {
-    let x = inp1_4[r.x0 + j] + inp2_4[r.x0 + j];
-    if (r.live) { res4[r.x0 + j] = x; }
-    s += moments4(x, k);
+  for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) {
+    let h = st{{S}}(ld{{S}}(inp1{{S}}[r.x0 + j]) + ld{{S}}(inp2{{S}}[r.x0 + j]));
+    if (r.live) { res{{S}}[r.x0 + j] = h; }
+    s += moments{{S}}(ld{{S}}(h), k);
   }
   let st = ln_stats(r, k, seg_sum2(s, lid, p.tpr));
   if (!r.live) { return; }
-  for (var j = r.lane; j < p.C / 4u; j += p.tpr) { out4[r.x0 + j] = affine4(res4[r.x0 + j], st, 4u * j); }
+  for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) { out{{S}}[r.x0 + j] = st{{S}}(affine{{S}}(ld{{S}}(res{{S}}[r.x0 + j]), st, W{{S}} * j)); }
 }
+// @end
 
-// The same on halves: the sum is stored rounded, and the LayerNorm is of what was stored.
 @compute @workgroup_size(64)
-fn residual_layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let r = ln_row(id, lid, 8u);
-  let k = h8_load(inp1_h8[r.x0])[0].x + h8_load(inp2_h8[r.x0])[0].x;
-  var s = vec2f(0.0);
-  for (var j = r.lane; j < p.C / 8u; j += p.tpr) {
-    let h = h8_store(h8_load(inp1_h8[r.x0 + j]) + h8_load(inp2_h8[r.x0 + j]));
-    if (r.live) { res_h8[r.x0 + j] = h; }
-    s += moments8(h8_load(h), k);
-  }
-  let st = ln_stats(r, k, seg_sum2(s, lid, p.tpr));
-  if (!r.live) { return; }
-  for (var j = r.lane; j < p.C / 8u; j += p.tpr) { out_h8[r.x0 + j] = h8_store(affine8(h8_load(res_h8[r.x0 + j]), st, 8u * j)); }
-}
+fn layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) { ln_forward_4(id, lid); }
+@compute @workgroup_size(64)
+fn layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) { ln_forward_h8(id, lid); }
+@compute @workgroup_size(64)
+fn residual_layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) { residual_ln_forward_4(id, lid); }
+@compute @workgroup_size(64)
+fn residual_layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) { residual_ln_forward_h8(id, lid); }
 
 // ---- backward
 
