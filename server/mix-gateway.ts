@@ -17,7 +17,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type CodecOptions, encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { CoordinatorConfig } from '../core/coord/index.ts';
-import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
+import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
 import { butterflyPartners, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
 import { PairLinks } from '../core/mix/links.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
@@ -81,8 +81,10 @@ export interface MixHost {
   maxFrameBytes(): number;
   /** The run's uplink codec: fragments use it too. */
   codec(): CodecOptions;
-  /** The tokens the server assigned this Δ's round (its weight), or why the claim fits no assignment. */
-  work(meta: DeltaMeta): Result<number>;
+  /** The tokens the server assigned this Δ's round (its weight) and when it handed the round out, or why the claim fits no assignment. */
+  work(meta: DeltaMeta): Result<{ tokens: number; issuedAt: number }>;
+  /** The islands with a round in progress (broker.ts busyIslands): a short group may wait for those due soon. */
+  busy(): BusyIsland[];
   /** One member's contribution: the group's mean (decoded, and encoded for the archive); the ack as for `delta`. */
   submitMixed(meta: DeltaMeta, frame: Uint8Array, delta: Float32Array, norm: number): Promise<AckMsg>;
   ban(islandId: string, reason: string): Promise<unknown>;
@@ -190,7 +192,7 @@ export class MixGateway {
       this.readyAcks.get(id)?.(ok(null));
       this.sockets.set(id, socket);
       this.readyAcks.set(id, ack);
-      const plan = this.broker.offer({ islandId: id, meta, frameHash, tokens: tokens.value, readyAt: Date.now() });
+      const plan = this.broker.offer({ islandId: id, meta, frameHash, tokens: tokens.value.tokens, readyAt: Date.now(), startedAt: tokens.value.issuedAt });
       if (plan) this.start(plan);
       this.schedule();
     });
@@ -312,7 +314,7 @@ export class MixGateway {
     if (!Number.isFinite(at)) return;
     this.timer = setTimeout(() => {
       this.timer = null;
-      const due = this.broker.expire(Date.now());
+      const due = this.broker.expire(Date.now(), this.broker.waiting < this.settings.k ? this.host.busy() : []);
       for (const m of due.direct) { this.counters.expired++; this.answerReady(m.islandId, null); }
       for (const p of due.groups) this.start(p);
       this.schedule();

@@ -10,6 +10,7 @@ import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type IslandCap
 import { type Result, err, ok } from '../core/result.ts';
 import type { AuditJobWire, VerdictAnswer } from './audit.ts';
 import { checkWork } from '../core/coord/validate.ts';
+import { busyIslands } from '../core/mix/broker.ts';
 import type { MixHost } from './mix-gateway.ts';
 import type { Run } from './run.ts';
 
@@ -138,8 +139,9 @@ export function localMixHost(run: Run): MixHost {
       if (!isl) return err(ErrorCode.UNKNOWN_ISLAND, `no island ${meta.islandId}`);
       // the frame's encoding is checked when the group's mean is submitted
       const w = checkWork(meta, null, isl, run.coord.config(), Date.now());
-      return w.ok ? ok(w.meta.tokens) : err(w.code, w.message);
+      return w.ok ? ok({ tokens: w.meta.tokens, issuedAt: w.work.issuedAt }) : err(w.code, w.message);
     },
+    busy: () => busyIslands(run.coord.islands()),
     submitMixed: (meta, frame, delta, norm) => run.islands.submit(meta, frame, { delta, norm }),
     ban: (id, reason) => run.admin.ban(id, reason),
     noteBytesIn: (bytes) => run.islands.noteBytesIn(bytes),

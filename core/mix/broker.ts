@@ -9,6 +9,7 @@
 // settled from Δs that match the hashes their members committed to before the exchange.
 
 import { type CodecOptions, decodeDelta, encodeDelta } from '../codec/index.ts';
+import type { IslandRecord } from '../coord/types.ts';
 import type { DeltaMeta } from '../protocol.ts';
 import { canonicalFragment, fragmentRanges, mixWeights } from './butterfly.ts';
 import { sha256Hex } from './commit.ts';
@@ -32,7 +33,12 @@ export interface ReadyMember {
   /** The tokens the server assigned this round (its weight): derived, not claimed. */
   tokens: number;
   readyAt: number;
+  /** When the server handed out this round's assignment (its wall time, readyAt − startedAt, paces the island's next ready). */
+  startedAt?: number;
 }
+
+/** An island with a round in progress, as the host's records have it: when its assignment went out, and its steps. */
+export interface BusyIsland { islandId: string; assignedAt: number; steps: number }
 
 export interface GroupPlan {
   groupId: number;
@@ -72,6 +78,12 @@ export type GroupOutcome =
   }
   | { kind: 'direct'; members: ReadyMember[]; reason: string };
 
+/** The islands of the host's records that have a round in progress (what expire's `busy` takes). */
+export function busyIslands(records: readonly IslandRecord[]): BusyIsland[] {
+  return records.filter((r) => r.status === 'online' && r.roundId !== undefined && !r.waiting)
+    .map((r) => ({ islandId: r.id, assignedAt: r.assignedAt, steps: r.assignedSteps }));
+}
+
 /** Groups and fallbacks, in arrival order. */
 export class MixBroker {
   private queue: ReadyMember[] = [];
@@ -83,6 +95,10 @@ export class MixBroker {
   private readonly calledOff = new Map<string, { ids: string[]; gone: Set<string>; until: number }>();
   /** Islands that left (drop) since they were last ready. */
   private readonly left = new Set<string>();
+  /** Wall ms per inner step of each island's last round (assignment to ready): when it will be ready next. */
+  private readonly pace = new Map<string, number>();
+  /** The oldest waiting island, while its group short of k waits for islands due soon (expire). */
+  private holding: string | null = null;
 
   constructor(readonly cfg: MixConfig, private readonly n: number, private readonly align: number, private readonly rand: () => number) {}
 
@@ -91,6 +107,10 @@ export class MixBroker {
     this.queue = this.queue.filter((q) => q.islandId !== m.islandId);
     this.queue.push(m);
     this.left.delete(m.islandId);
+    if (m.startedAt !== undefined && m.meta.steps > 0 && m.readyAt > m.startedAt) {
+      if (this.pace.size >= 4096 && !this.pace.has(m.islandId)) this.pace.clear();
+      this.pace.set(m.islandId, (m.readyAt - m.startedAt) / m.meta.steps);
+    }
     const survivors = this.survivorsOf(m);
     if (survivors) return survivors;
     if (this.queue.length < this.cfg.k) return null;
@@ -119,22 +139,41 @@ export class MixBroker {
 
   /**
    * When the oldest waiting island has waited formWaitMs: the waiting islands form the largest group
-   * of a power of two (≥ 2, ≤ k) they can, oldest first; one left alone waits formWaitMs more for a
-   * partner (rounds that end a moment apart pair up), then uploads directly.
+   * of a power of two (≥ 2, ≤ k) they can, oldest first, unless `busy` islands are due (by their
+   * last round's pace) soon enough to make k before the oldest has waited 2 × formWaitMs: then the
+   * group waits for them until then (a pair uploads half a Δ each, a group of 4 a quarter). One left
+   * alone waits formWaitMs more for a partner (rounds that end a moment apart pair up), then uploads
+   * directly. No island waits more than 2 × formWaitMs.
    */
-  expire(now: number): { groups: GroupPlan[]; direct: ReadyMember[] } {
+  expire(now: number, busy: readonly BusyIsland[] = []): { groups: GroupPlan[]; direct: ReadyMember[] } {
     const groups: GroupPlan[] = [];
     const direct: ReadyMember[] = [];
+    this.holding = null;
     while (this.queue.length && this.queue[0].readyAt + this.cfg.formWaitMs <= now) {
+      const last = this.queue[0].readyAt + 2 * this.cfg.formWaitMs;
       if (this.queue.length < 2) {
-        if (this.queue[0].readyAt + 2 * this.cfg.formWaitMs > now) break;
+        if (last > now) break;
         direct.push(this.queue.shift()!);
         continue;
+      }
+      if (this.queue.length < this.cfg.k && last > now && this.queue.length + this.dueBy(last, busy) >= this.cfg.k) {
+        this.holding = this.queue[0].islandId;
+        break;
       }
       const size = 1 << Math.floor(Math.log2(Math.min(this.queue.length, this.cfg.k)));
       groups.push(this.plan(this.queue.splice(0, size)));
     }
     return { groups, direct };
+  }
+
+  /** Busy islands not waiting whose next ready, at their last round's pace, falls by `t`. */
+  private dueBy(t: number, busy: readonly BusyIsland[]): number {
+    let n = 0;
+    for (const b of busy) {
+      const pace = this.pace.get(b.islandId);
+      if (pace !== undefined && !this.left.has(b.islandId) && b.assignedAt + pace * b.steps <= t && !this.queue.some((q) => q.islandId === b.islandId)) n++;
+    }
+    return n;
   }
 
   private plan(members: ReadyMember[]): GroupPlan {
@@ -146,11 +185,13 @@ export class MixBroker {
     this.queue = this.queue.filter((q) => q.islandId !== islandId);
     if (this.left.size >= 4096) this.left.clear();
     this.left.add(islandId);
+    this.pace.delete(islandId);
     for (const g of new Set(this.calledOff.values())) if (g.ids.includes(islandId)) g.gone.add(islandId);
   }
 
   nextDeadline(): number {
-    if (this.queue.length === 1) return this.queue[0].readyAt + 2 * this.cfg.formWaitMs; // alone: nothing to form before
+    // alone, or a short group waiting for islands due soon: nothing to form before
+    if (this.queue.length === 1 || this.holding === this.queue[0]?.islandId) return this.queue[0].readyAt + 2 * this.cfg.formWaitMs;
     return this.queue.length ? Math.min(...this.queue.map((q) => q.readyAt + this.cfg.formWaitMs)) : Infinity;
   }
 
