@@ -182,13 +182,15 @@ export const EmptySchema = Type.Union([Type.Object({}, closed), Type.Undefined()
 const Sha256 = Type.String({ minLength: 64, maxLength: 64, pattern: '^[0-9a-f]{64}$' });
 
 /**
- * `mix:ready`'s meta: DeltaMeta without what the server takes from the connection (`islandId`) or
- * does not use (`lossFirst`, `lossLast`); each may still be sent (an `islandId` must be the
- * connection's). Tokens, steps and the rest are checked against the island's assignment as for `delta`.
+ * `mix:ready`'s meta: DeltaMeta without what the server takes from the connection (`islandId`),
+ * derives from the assignment (`tokens` = steps × batchSize × seqLen) or does not use (`lossFirst`,
+ * `lossLast`); each may still be sent (an `islandId` must be the connection's, `tokens` the derived
+ * figure). Steps, base version and the rest are checked against the island's assignment as for `delta`.
  */
 export const MixReadyMetaSchema = Type.Object({
   ...DeltaMetaSchema.properties,
   islandId: Type.Optional(Id(64)),
+  tokens: Type.Optional(DeltaMetaSchema.properties.tokens),
   lossFirst: Type.Optional(Loss),
   lossLast: Type.Optional(Loss),
 }, closed);
@@ -198,10 +200,14 @@ export const MixReadyMetaSchema = Type.Object({
  */
 export const MixReadySchema = Type.Object({ meta: MixReadyMetaSchema, frameHash: Sha256 }, closed);
 
-/** What a member sends as `mix:ready`'s meta: its Δ's meta less what the server does not need. */
+/**
+ * What a member sends as `mix:ready`'s meta: its Δ's meta less what the server does not need, the
+ * informational figures rounded (loss to 1e-5, compute time to the ms): every byte here is paid per
+ * member, where the fragment is paid once per group.
+ */
 export function mixReadyMeta(m: DeltaMeta): Static<typeof MixReadyMetaSchema> {
-  const { islandId: _id, lossFirst: _first, lossLast: _last, ...rest } = m;
-  return { ...rest, lossMean: Number.isFinite(rest.lossMean) ? rest.lossMean : null };
+  const { islandId: _id, tokens: _tokens, lossFirst: _first, lossLast: _last, ...rest } = m;
+  return { ...rest, lossMean: Number.isFinite(rest.lossMean) ? Math.round(rest.lossMean * 1e5) / 1e5 : null, elapsedMs: Math.round(rest.elapsedMs) };
 }
 /** `mix:fragment`: the member's fragment (a codec frame of its range of the group's mean), or null when its exchange failed. */
 export const MixFragmentSchema = Type.Object({ groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) }, closed);

@@ -17,6 +17,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type CodecOptions, encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { CoordinatorConfig } from '../core/coord/index.ts';
+import type { ClaimedMeta } from '../core/coord/validate.ts';
 import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
 import { butterflyPartners, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
 import { PairLinks } from '../core/mix/links.ts';
@@ -81,8 +82,11 @@ export interface MixHost {
   maxFrameBytes(): number;
   /** The run's uplink codec: fragments use it too. */
   codec(): CodecOptions;
-  /** The tokens the server assigned this Δ's round (its weight) and when it handed the round out, or why the claim fits no assignment. */
-  work(meta: DeltaMeta): Result<{ tokens: number; issuedAt: number }>;
+  /**
+   * The Δ's meta with the server's figures (its `tokens`, the weight, derived from the assignment; an
+   * absent claim is taken as that) and when the round was handed out, or why the claim fits no assignment.
+   */
+  work(meta: ClaimedMeta): Result<{ meta: DeltaMeta; issuedAt: number }>;
   /** The islands with a round in progress (broker.ts busyIslands): a short group may wait for those due soon. */
   busy(): BusyIsland[];
   /** One member's contribution: the group's mean (decoded, and encoded for the archive); the ack as for `delta`. */
@@ -185,14 +189,13 @@ export class MixGateway {
       const gid = this.groupOf.get(id);
       const g = gid !== undefined ? this.groups.get(gid) : undefined;
       if (g && !g.verdicts.has(g.ids.indexOf(id))) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
-      const meta: DeltaMeta = { ...raw, islandId: id, lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN };
-      // the weight is the server's: a claim that fits no assignment uploads directly and is refused there
-      const tokens = this.host.work(meta);
+      // the weight is the server's (tokens derived from the assignment): a claim that fits no assignment uploads directly and is refused there
+      const tokens = this.host.work({ ...raw, islandId: id, lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN });
       if (!tokens.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
       this.readyAcks.get(id)?.(ok(null));
       this.sockets.set(id, socket);
       this.readyAcks.set(id, ack);
-      const plan = this.broker.offer({ islandId: id, meta, frameHash, tokens: tokens.value.tokens, readyAt: Date.now(), startedAt: tokens.value.issuedAt });
+      const plan = this.broker.offer({ islandId: id, meta: tokens.value.meta, frameHash, tokens: tokens.value.meta.tokens, readyAt: Date.now(), startedAt: tokens.value.issuedAt });
       if (plan) this.start(plan);
       this.schedule();
     });

@@ -72,8 +72,10 @@ describe('butterfly mixing against hostile clients', () => {
     const lie = await ask<MixPlanMsg | null>(C.s, 'mix:ready', { meta: { ...C.meta, tokens: C.meta.tokens * 2 }, frameHash: C.hash });
     expect(lie).toEqual({ ok: true, value: null });
 
-    // A and B form group g: each is told the other's commitment and its server-derived weight
-    const [pa, pb] = await Promise.all([ask<MixPlanMsg>(A.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }), ask<MixPlanMsg>(B.s, 'mix:ready', { meta: B.meta, frameHash: B.hash })]);
+    // A and B form group g: each is told the other's commitment and its server-derived weight (B,
+    // as our islands do, leaves its tokens out: the server derives them from B's assignment)
+    const { tokens: _bTokens, ...bMeta } = B.meta;
+    const [pa, pb] = await Promise.all([ask<MixPlanMsg>(A.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }), ask<MixPlanMsg>(B.s, 'mix:ready', { meta: bMeta, frameHash: B.hash })]);
     if (!pa.ok || !pb.ok) throw new Error(JSON.stringify([pa, pb]));
     const g = pa.value.groupId;
     expect(pb.value.groupId).toBe(g);

@@ -64,17 +64,19 @@ export function rebaseWork(isl: IslandRecord, roundId: number, baseVersion: numb
 }
 
 export interface DerivedWork { ok: true; meta: DeltaMeta; assignedSteps: number; work: AssignedWork }
+/** A Δ's meta as claimed: `tokens` may be left out where the protocol derives it (`mix:ready`). */
+export type ClaimedMeta = Omit<DeltaMeta, 'tokens'> & { tokens?: number };
 
 /**
  * Work is derived, not claimed: a Δ names its assignment (roundId), which must be one of the
  * island's last WORK_KEPT, and matches it. Its base version is the assignment's (async: or a
  * newer one, up to the current version: the island caught up before training); its frame uses the
  * assignment's encoding; `steps` may not exceed the assignment's; `tokens` must be exactly
- * steps × batchSize × seqLen of the assignment; the speed (tokens / elapsedMs) may exceed the one
+ * steps × batchSize × seqLen of the assignment (absent: taken as that); the speed (tokens / elapsedMs) may exceed the one
  * the server observed (tokens over the time since it issued the assignment) by MAX_SPEEDUP at most.
  * Every failure is E_BAD_CLAIM, charged nothing.
  */
-export function checkWork(m: DeltaMeta, frameEncoding: Encoding | null, isl: IslandRecord, cfg: CoordinatorConfig, now: number): DerivedWork | DeltaProblem {
+export function checkWork(m: ClaimedMeta, frameEncoding: Encoding | null, isl: IslandRecord, cfg: CoordinatorConfig, now: number): DerivedWork | DeltaProblem {
   const no = (message: string): DeltaProblem => ({ ok: false, code: ErrorCode.BAD_CLAIM, message, tokens: 0 });
   const a = isl.work?.find((w) => w.roundId === m.roundId);
   if (!a) return no(`round ${m.roundId} is not one of the assignments this server holds for ${isl.id} (its last ${WORK_KEPT}): take the next assignment`);
@@ -85,7 +87,7 @@ export function checkWork(m: DeltaMeta, frameEncoding: Encoding | null, isl: Isl
   if (a.encoding !== undefined && frameEncoding !== null && frameEncoding !== a.encoding) return no(`frame encoding ${frameEncoding} is not assignment ${a.roundId}'s ${a.encoding}`);
   if (m.steps > a.steps) return no(`steps ${m.steps} exceed the assignment's ${a.steps}`);
   const tokens = m.steps * a.batchSize * cfg.seqLen;
-  if (m.tokens !== tokens) return no(`tokens ${m.tokens} ≠ steps × batchSize × seqLen = ${m.steps} × ${a.batchSize} × ${cfg.seqLen}`);
+  if (m.tokens !== undefined && m.tokens !== tokens) return no(`tokens ${m.tokens} ≠ steps × batchSize × seqLen = ${m.steps} × ${a.batchSize} × ${cfg.seqLen}`);
   const elapsedMs = Math.max(m.elapsedMs, (now - a.issuedAt) / MAX_SPEEDUP);
   return { ok: true, meta: { ...m, tokens, elapsedMs }, assignedSteps: a.steps, work: a };
 }
