@@ -137,6 +137,18 @@ describe('the outer step of a merge window', () => {
     expect(windowStep(cfg, [{ tokens: 3200 }, { tokens: 3200 }], islands).scale).toBe(1);
   });
 
+  it('without a target time, the nominal round is the steps DyLU gave before the budget clipped them', () => {
+    const cfg = mergeConfig(DEFAULT_COORDINATOR_CONFIG, { mode: 'async', dylu: true, targetRoundMs: 0, seqLen: 8 });
+    // the tail gave each island 2 of its 10 steps (× 4 × 8 tokens): a window of one such Δ is 64 / 640 of a step, not 64 / 128
+    const isl = (id: string) => ({ ...newIslandRecord(id, { engine: 'cpu' }, 4, 0), assignedSteps: 2, nominalSteps: 10 });
+    expect(windowStep(cfg, [{ tokens: 64 }], [isl('a'), isl('b')]).scale).toBeCloseTo(64 / 640, 12);
+    // the coordinator records both: a budget of 160 tokens is 5 of the 10 steps
+    const c = coord({ mode: 'async', dylu: true, targetRoundMs: 0, totalTokens: 160 });
+    const a = join(c);
+    expect(a.innerSteps).toBe(5);
+    expect(c.island(a.islandId)).toMatchObject({ assignedSteps: 5, nominalSteps: 10 });
+  });
+
   it('the coordinator steps a window of part of the fleet by its share', () => {
     const c = coord({ mode: 'async', asyncWindow: { fraction: 0.25, floorMs: 0, capMs: 60_000 }, outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 } });
     const [a, b] = [join(c), join(c)];

@@ -65,6 +65,8 @@ export function usesTurn(r: RoundState, m: DeltaMeta | undefined, code: string):
 
 export interface AssignmentSize {
   steps: number;
+  /** The steps before the budget's last round clipped them (DyLU's or the configured H). */
+  nominalSteps: number;
   /** Run tokens that pass per inner step of this island (the inner lr schedule's clock). */
   tokensPerStep: number;
 }
@@ -92,6 +94,7 @@ export function sizeAssignment(
       minInnerSteps: cfg.minInnerSteps, maxInnerSteps: cfg.maxInnerSteps, targetRoundMs: cfg.targetRoundMs, remainingMs,
     })
     : cfg.innerSteps;
+  const nominalSteps = steps;
   if (cfg.totalTokens > 0) {
     // the budget's last round takes all that is left (up to 1.5 H): no one-step tail round that
     // uploads a whole frame and takes a whole momentum step for a few tokens
@@ -103,7 +106,7 @@ export function sizeAssignment(
   // member's step (a fast island's speed there made a slow one's lr schedule race to its end)
   const bySpeed = allKnown && isl.tokensPerSec && (cfg.mode === 'async' || cfg.dylu);
   const tokensPerStep = bySpeed ? (agg * B * T) / isl.tokensPerSec! : Math.max(1, online) * B * T;
-  return { steps, tokensPerStep };
+  return { steps, nominalSteps, tokensPerStep };
 }
 
 /**
@@ -124,7 +127,7 @@ export function assignWork(
   const remainingMs = sync && cfg.targetRoundMs > 0 && late > 0.25 * cfg.targetRoundMs ? Math.max(0, cfg.targetRoundMs - late) : undefined;
   const size = sizeAssignment(isl, islands, cfg, at.tokensApplied, remainingMs);
   const a = assignmentMessage(isl, cfg, size, at);
-  Object.assign(isl, { roundId: at.roundId, assignedSteps: size.steps, assignedAt: now, waiting: false, dataSteps: isl.dataSteps + size.steps });
+  Object.assign(isl, { roundId: at.roundId, assignedSteps: size.steps, nominalSteps: size.nominalSteps, assignedAt: now, waiting: false, dataSteps: isl.dataSteps + size.steps });
   rememberWork(isl, a);
   return a;
 }
@@ -224,11 +227,12 @@ export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number 
   let round = 0;
   for (const isl of islands) {
     if (isl.status !== 'online') continue;
-    // a nominal round (DyLU's target time at the island's measured speed), not the budget's short
-    // last assignments: with error feedback their deltas carry the residual's backlog, and steps
-    // of those tail windows at a share of a short round overshot
+    // a nominal round (DyLU's target time at the island's measured speed, or its steps before the
+    // budget's clip), not the budget's short last assignments: tail windows of a few tokens each took
+    // nearly a whole momentum step at a share of a short round and overshot (a fleet on tiny with
+    // int8 deltas: eval 3.15 → 7.94 over its last two windows)
     const nominal = cfg.dylu && cfg.targetRoundMs > 0 && isl.tokensPerSec ? (isl.tokensPerSec * cfg.targetRoundMs) / 1000 : 0;
-    round += Math.max(isl.assignedSteps * isl.batchSize * cfg.seqLen, nominal);
+    round += Math.max(Math.max(isl.assignedSteps, isl.nominalSteps ?? 0) * isl.batchSize * cfg.seqLen, nominal);
   }
   const tokens = kept.reduce((a, p) => a + p.tokens, 0);
   return { scale: round > 0 ? Math.min(1, tokens / round) : 1, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1, share: true };

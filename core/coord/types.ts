@@ -35,6 +35,8 @@ export interface IslandRecord {
   /** Current assignment (undefined when it has none / is waiting). */
   roundId: number | undefined;
   assignedSteps: number;
+  /** Its steps as DyLU sized them, before the budget's last round clipped them (windowStep's nominal round). */
+  nominalSteps?: number;
   assignedAt: number;
   /** Waiting for the next round to open (sync) or for resume (paused). */
   waiting: boolean;
