@@ -112,7 +112,9 @@ describe('atoll fleet', () => {
     expect(report.twin.curve![0].evalLoss).toBe(live[0].evalLoss);
     expect(report.live.tokens).toBeGreaterThanOrEqual(20_000);
     expect(report.ddp.tokens).toBeGreaterThanOrEqual(report.live.tokens);
-    for (const f of ['report.json', 'curves.csv', 'plot.svg', 'report.html']) expect(existsSync(join(out, f))).toBe(true);
+    for (const f of ['report.json', 'curves.csv', 'plot.svg', 'report.html', 'live-events.jsonl']) expect(existsSync(join(out, f))).toBe(true);
+    // the servers' own output at the warn level (empty on a clean run), under a header per server
+    expect(readFileSync(join(out, 'server.log'), 'utf8')).toMatch(/── server 1 of 1 ──/);
     const svg = readFileSync(join(out, 'plot.svg'), 'utf8');
     for (const row of ['live', 'twin', 'ddp']) expect(svg).toContain(`>${row}</text>`);
   });

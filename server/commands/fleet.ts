@@ -153,6 +153,7 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
   writeFileSync(join(outDir, 'report.json'), json + '\n');
   writeFileSync(join(outDir, 'curves.csv'), curvesCsv(all));
   writeFileSync(join(outDir, 'live-events.jsonl'), live.events);
+  writeFileSync(join(outDir, 'server.log'), live.serverLog);
   const title = `atoll fleet: live beside its twin and DDP (${spec.preset}, ${live.runConfig.data}, ${spec.islands} Node islands + ${spec.browsers} pages, ${spec.tokens.toLocaleString()} tokens)`;
   const svg = plotSvg(all, title);
   writeFileSync(join(outDir, 'plot.svg'), svg);

@@ -326,7 +326,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       topology: spec.redis !== undefined ? 'roles' : 'embedded', runConfig, seconds, versions: last.version, tokens: last.tokensTotal,
       bytesIn: last.bytesIn, bytesOut: last.bytesOut, wireIn: end.wire?.in ?? null, wireOut: end.wire?.out ?? null, steady: steadyTraffic(mark, end), mix: last.mix ?? null,
       snapshots: snapshots.map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 })).sort((a, b) => a.version - b.version),
-      islands, lost, duplicated, faults, events,
+      islands, lost, duplicated, faults, events, serverLog: servers.map((s, i) => `── server ${i + 1} of ${servers.length} ──\n${s.out}`).join('\n'),
     };
   } finally {
     process.off('exit', onExit);

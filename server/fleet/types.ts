@@ -129,6 +129,8 @@ export interface LiveRun {
   faults: string[];
   /** The run folder's events.jsonl (the fleet writes it beside the report as live-events.jsonl). */
   events: string;
+  /** The servers' own output (warnings and errors at the run's log level), the last 64 kB of each: server.log. */
+  serverLog: string;
 }
 
 
