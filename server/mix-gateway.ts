@@ -84,10 +84,10 @@ export interface MixHost {
   codec(): CodecOptions;
   /**
    * The Δ's meta with the server's figures (its `tokens`, the weight, derived from the assignment; an
-   * absent claim is taken as that) and when the round was handed out, or why the claim fits no assignment.
+   * absent claim is taken as that), or why the claim fits no assignment.
    */
-  work(meta: ClaimedMeta): Result<{ meta: DeltaMeta; issuedAt: number }>;
-  /** The islands with a round in progress (broker.ts busyIslands): a short group may wait for those due soon. */
+  work(meta: ClaimedMeta): Result<DeltaMeta>;
+  /** The islands with a round in progress (broker.ts busyIslands): a short group may wait for them. */
   busy(): BusyIsland[];
   /** One member's contribution: the group's mean (decoded, and encoded for the archive); the ack as for `delta`. */
   submitMixed(meta: DeltaMeta, frame: Uint8Array, delta: Float32Array, norm: number): Promise<AckMsg>;
@@ -195,7 +195,7 @@ export class MixGateway {
       this.readyAcks.get(id)?.(ok(null));
       this.sockets.set(id, socket);
       this.readyAcks.set(id, ack);
-      const plan = this.broker.offer({ islandId: id, meta: tokens.value.meta, frameHash, tokens: tokens.value.meta.tokens, readyAt: Date.now(), startedAt: tokens.value.issuedAt });
+      const plan = this.broker.offer({ islandId: id, meta: tokens.value, frameHash, tokens: tokens.value.tokens, readyAt: Date.now() });
       if (plan) this.start(plan);
       this.schedule();
     });

@@ -139,7 +139,7 @@ export function localMixHost(run: Run): MixHost {
       if (!isl) return err(ErrorCode.UNKNOWN_ISLAND, `no island ${meta.islandId}`);
       // the frame's encoding is checked when the group's mean is submitted
       const w = checkWork(meta, null, isl, run.coord.config(), Date.now());
-      return w.ok ? ok({ meta: w.meta, issuedAt: w.work.issuedAt }) : err(w.code, w.message);
+      return w.ok ? ok(w.meta) : err(w.code, w.message);
     },
     busy: () => busyIslands(run.coord.islands()),
     submitMixed: (meta, frame, delta, norm) => run.islands.submit(meta, frame, { delta, norm }),

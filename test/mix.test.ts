@@ -144,25 +144,27 @@ describe('butterfly mixing', () => {
     expect(broker.expire(500).direct.map((m) => m.islandId)).toEqual(['i8']);
   });
 
-  it('a short group waits (up to 2 × formWaitMs) for the islands due by their last round\'s pace, not for those due later', () => {
+  it('a short group waits (up to 2 × formWaitMs) when enough islands are still working to make k; not for islands already ready', () => {
     const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
-    const ready = (i: number, at: number, startedAt: number) => ({ islandId: `i${i}`, meta: meta(i), frameHash: '', tokens: 10, readyAt: at, startedAt });
-    // first rounds of 4 steps (meta's), assigned at 0, ready at 80·i: paces of 20, 40, 60, 80 ms a step
-    for (let i = 1; i <= 4; i++) broker.offer(ready(i, 80 * i, 0));
-    const busy = (i: number, assignedAt: number) => ({ islandId: `i${i}`, assignedAt, steps: 8 }); // a round of 8 steps: due at assignedAt + 8 × pace
-    for (const i of [5, 6, 7]) expect(broker.offer(ready(i, 995 + i, 900))).toBeNull();
-    // at formWaitMs the three waiting hold: i1 (due 100 + 160) makes four before 1000 + 2 × formWaitMs
-    expect(broker.expire(1100, [busy(1, 100), busy(4, 800)])).toEqual({ groups: [], direct: [] });
+    const ready = (i: number, at: number, roundId = 1) => ({ islandId: `i${i}`, meta: { ...meta(i), roundId }, frameHash: '', tokens: 10, readyAt: at });
+    for (let i = 1; i <= 4; i++) broker.offer(ready(i, i)); // i1..i4 mixed once (round 1)
+    const busy = (i: number, roundId = 2) => ({ islandId: `i${i}`, roundId });
+    for (const i of [5, 6, 7]) expect(broker.offer(ready(i, 1000))).toBeNull();
+    // at formWaitMs the three hold while i1 works on its next round (it could make four)
+    expect(broker.expire(1100, [busy(1)])).toEqual({ groups: [], direct: [] });
     expect(broker.nextDeadline()).toBe(1200);
-    expect(broker.offer(ready(1, 1150, 1000))?.members.map((m) => m.islandId)).toEqual(['i5', 'i6', 'i7', 'i1']);
-    // three waiting with nobody due in time (i4 at 2000 + 640): a pair forms at formWaitMs, the third waits alone
-    for (const i of [8, 9, 10]) broker.offer(ready(i, 2000 + i, 1900));
-    expect(broker.expire(2108, [busy(4, 2000)]).groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i8', 'i9']]);
-    expect(broker.expire(2210, [busy(4, 2000)]).direct.map((m) => m.islandId)).toEqual(['i10']);
-    // a held group never waits past 2 × formWaitMs: then the largest power of two forms
-    for (const i of [11, 12, 13]) broker.offer(ready(i, 3000, 2900));
-    expect(broker.expire(3100, [busy(5, 3000)])).toEqual({ groups: [], direct: [] }); // i5 (25 ms a step) due at 3200
-    const end = broker.expire(3200, [busy(5, 3000)]);
+    expect(broker.offer(ready(1, 1150, 2))?.members.map((m) => m.islandId)).toEqual(['i5', 'i6', 'i7', 'i1']);
+    // three waiting, and the only busy island is still on the round it was ready with (in an exchange): a pair forms at once
+    for (const i of [8, 9, 10]) broker.offer(ready(i, 2000));
+    expect(broker.expire(2100, [busy(1, 2)]).groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i8', 'i9']]);
+    // nor does one never seen ready count (it may not mix at all)
+    for (const i of [8, 9]) broker.offer(ready(i, 2150));
+    expect(broker.expire(2210, [{ islandId: 'new', roundId: 7 }]).groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i10', 'i8']]);
+    expect(broker.expire(2350, []).direct.map((m) => m.islandId)).toEqual(['i9']); // alone: direct after 2 × formWaitMs
+    // a held group never waits past 2 × formWaitMs: then the largest power of two forms, the last goes direct
+    for (const i of [11, 12, 13]) broker.offer(ready(i, 3000));
+    expect(broker.expire(3100, [busy(2)])).toEqual({ groups: [], direct: [] });
+    const end = broker.expire(3200, [busy(2)]);
     expect(end.groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i11', 'i12']]);
     expect(end.direct.map((m) => m.islandId)).toEqual(['i13']);
   });

@@ -33,12 +33,10 @@ export interface ReadyMember {
   /** The tokens the server assigned this round (its weight): derived, not claimed. */
   tokens: number;
   readyAt: number;
-  /** When the server handed out this round's assignment (its wall time, readyAt − startedAt, paces the island's next ready). */
-  startedAt?: number;
 }
 
-/** An island with a round in progress, as the host's records have it: when its assignment went out, and its steps. */
-export interface BusyIsland { islandId: string; assignedAt: number; steps: number }
+/** An island with a round in progress (its assignment's round), as the host's records have it. */
+export interface BusyIsland { islandId: string; roundId: number }
 
 export interface GroupPlan {
   groupId: number;
@@ -81,7 +79,7 @@ export type GroupOutcome =
 /** The islands of the host's records that have a round in progress (what expire's `busy` takes). */
 export function busyIslands(records: readonly IslandRecord[]): BusyIsland[] {
   return records.filter((r) => r.status === 'online' && r.roundId !== undefined && !r.waiting)
-    .map((r) => ({ islandId: r.id, assignedAt: r.assignedAt, steps: r.assignedSteps }));
+    .map((r) => ({ islandId: r.id, roundId: r.roundId! }));
 }
 
 /** Groups and fallbacks, in arrival order. */
@@ -95,8 +93,8 @@ export class MixBroker {
   private readonly calledOff = new Map<string, { ids: string[]; gone: Set<string>; until: number }>();
   /** Islands that left (drop) since they were last ready. */
   private readonly left = new Set<string>();
-  /** Wall ms per inner step of each island's last round (assignment to ready): when it will be ready next. */
-  private readonly pace = new Map<string, number>();
+  /** The round each island was last ready with (`offer`): an island still on it is in an exchange or uploading, not working. */
+  private readonly lastReady = new Map<string, number>();
   /** The oldest waiting island, while its group short of k waits for islands due soon (expire). */
   private holding: string | null = null;
 
@@ -107,10 +105,8 @@ export class MixBroker {
     this.queue = this.queue.filter((q) => q.islandId !== m.islandId);
     this.queue.push(m);
     this.left.delete(m.islandId);
-    if (m.startedAt !== undefined && m.meta.steps > 0 && m.readyAt > m.startedAt) {
-      if (this.pace.size >= 4096 && !this.pace.has(m.islandId)) this.pace.clear();
-      this.pace.set(m.islandId, (m.readyAt - m.startedAt) / m.meta.steps);
-    }
+    if (this.lastReady.size >= 4096 && !this.lastReady.has(m.islandId)) this.lastReady.clear();
+    this.lastReady.set(m.islandId, m.meta.roundId);
     const survivors = this.survivorsOf(m);
     if (survivors) return survivors;
     if (this.queue.length < this.cfg.k) return null;
@@ -139,9 +135,9 @@ export class MixBroker {
 
   /**
    * When the oldest waiting island has waited formWaitMs: the waiting islands form the largest group
-   * of a power of two (≥ 2, ≤ k) they can, oldest first, unless `busy` islands are due (by their
-   * last round's pace) soon enough to make k before the oldest has waited 2 × formWaitMs: then the
-   * group waits for them until then (a pair uploads half a Δ each, a group of 4 a quarter). One left
+   * of a power of two (≥ 2, ≤ k) they can, oldest first, unless enough `busy` islands (still working
+   * on a round, islands that have mixed before) could make k: then the group waits for them until the
+   * oldest has waited 2 × formWaitMs (a pair uploads half a Δ each, a group of 4 a quarter). One left
    * alone waits formWaitMs more for a partner (rounds that end a moment apart pair up), then uploads
    * directly. No island waits more than 2 × formWaitMs.
    */
@@ -156,7 +152,7 @@ export class MixBroker {
         direct.push(this.queue.shift()!);
         continue;
       }
-      if (this.queue.length < this.cfg.k && last > now && this.queue.length + this.dueBy(last, busy) >= this.cfg.k) {
+      if (this.queue.length < this.cfg.k && last > now && this.queue.length + this.working(busy) >= this.cfg.k) {
         this.holding = this.queue[0].islandId;
         break;
       }
@@ -166,12 +162,15 @@ export class MixBroker {
     return { groups, direct };
   }
 
-  /** Busy islands not waiting whose next ready, at their last round's pace, falls by `t`. */
-  private dueBy(t: number, busy: readonly BusyIsland[]): number {
+  /**
+   * Busy islands still working: islands that have mixed before, not waiting, whose current round is
+   * not the one they were last ready with (that one is in a group's exchange, or went directly).
+   */
+  private working(busy: readonly BusyIsland[]): number {
     let n = 0;
     for (const b of busy) {
-      const pace = this.pace.get(b.islandId);
-      if (pace !== undefined && !this.left.has(b.islandId) && b.assignedAt + pace * b.steps <= t && !this.queue.some((q) => q.islandId === b.islandId)) n++;
+      const last = this.lastReady.get(b.islandId);
+      if (last !== undefined && last !== b.roundId && !this.left.has(b.islandId) && !this.queue.some((q) => q.islandId === b.islandId)) n++;
     }
     return n;
   }
@@ -185,7 +184,7 @@ export class MixBroker {
     this.queue = this.queue.filter((q) => q.islandId !== islandId);
     if (this.left.size >= 4096) this.left.clear();
     this.left.add(islandId);
-    this.pace.delete(islandId);
+    this.lastReady.delete(islandId);
     for (const g of new Set(this.calledOff.values())) if (g.ids.includes(islandId)) g.gone.add(islandId);
   }
 

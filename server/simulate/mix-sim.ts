@@ -117,7 +117,7 @@ export class SimMixHub {
     const work = rec ? checkWork(meta, null, rec, coord.config(), this.clock.now()) : null; // the frame's encoding is checked at its upload
     if (!work?.ok) return null; // the direct upload gets the coordinator's clear rejection
     const waiting = new Promise<MemberPlan | null>((resolve) => this.groupWaiters.set(m.islandId, { resolve }));
-    const plan = this.broker.offer({ islandId: m.islandId, meta, frameHash, tokens: work.meta.tokens, readyAt: this.clock.now(), startedAt: work.work.issuedAt });
+    const plan = this.broker.offer({ islandId: m.islandId, meta, frameHash, tokens: work.meta.tokens, readyAt: this.clock.now() });
     if (plan) this.start(plan);
     else for (const after of [1, 2]) void this.clock.sleep(after * this.broker.cfg.formWaitMs).then(() => this.expire()); // at 2×: one left alone
     return waiting;
