@@ -138,7 +138,9 @@ export class RunIslands {
     // a group's mean comes decoded, into a buffer the coordinator may keep
     const decoded = mixed ? ok({ delta: this.heldCopy(mixed.delta), norm: mixed.norm }) : this.run.offload ? await this.run.offload.ingest(frame) : undefined;
     if (decoded) {
-      await this.run.whenIdle();
+      // wait out a step in flight; another submit may start one between our wait's end and our turn
+      // (a group's members are submitted together), so look again before going on
+      do await this.run.whenIdle(); while (this.run.busy);
       const again = this.run.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
       if (again) {
         if (decoded.ok) this.run.offload!.release(decoded.value.delta);

@@ -180,6 +180,36 @@ describe('outer step off the event loop', () => {
     expect(flag?.defaultValue).toBe(2);
   });
 
+  it('deltas submitted together (a mixed group\'s members) wait for the step one of them starts, instead of failing', async () => {
+    const ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' } });
+    const sockets: Socket[] = [];
+    try {
+      const hello = async (name: string) => {
+        const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
+        sockets.push(s);
+        const r = await new Promise<{ ok: boolean; value: { islandId: string; assignment: Assignment } }>((done) => s.on('connect', () => s.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } }, done)));
+        const asg = r.value.assignment;
+        const delta = new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i + name.length));
+        const meta = { islandId: r.value.islandId, roundId: asg.roundId, baseVersion: asg.baseVersion, seq: 1, steps: asg.innerSteps, tokens: asg.innerSteps * asg.batchSize * asg.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 1 };
+        return { meta, frame: encodeDelta(delta, asg.codec), mixed: { delta, norm: Math.hypot(...delta.subarray(0, 4096)) } };
+      };
+      const [x, a, b] = [await hello('x'), await hello('a'), await hello('b')];
+      expect(ts.server.run.outerWorkers).toBeGreaterThan(0);
+      const islands = ts.server.run.islands;
+      const px = islands.submit(x.meta, x.frame, x.mixed); // opens a merge window (a and b still work)
+      for (let i = 0; i < 20; i++) await Promise.resolve();
+      const until = Date.now() + 50;
+      while (Date.now() < until) { /* the window's deadline passes before its timer can fire */ }
+      // a's submit closes the window and starts the step on the workers; b's comes right after it
+      const [aa, ab, ax] = await Promise.all([islands.submit(a.meta, a.frame, a.mixed), islands.submit(b.meta, b.frame, b.mixed), px]);
+      for (const ack of [aa, ab, ax]) expect(ack.status).toBe('applied');
+      expect(ts.server.run.version).toBeGreaterThanOrEqual(2);
+    } finally {
+      for (const s of sockets) s.disconnect();
+      await ts.close();
+    }
+  });
+
   it('a server whose ban closes a round takes that round’s step in the workers, then checkpoints', async () => {
     const ts = await startTestServer({ adminToken: 'tok', flags: { mode: 'sync', codec: 'int8' } }); // a dense codec: its downlink is not deflated, so the workers take the step
     const sockets: Socket[] = [];
