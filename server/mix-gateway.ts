@@ -16,7 +16,6 @@ import type { Static } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type CodecOptions, encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
-import type { CoordinatorConfig } from '../core/coord/index.ts';
 import type { ClaimedMeta } from '../core/coord/validate.ts';
 import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
 import { butterflyPartners, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
@@ -27,6 +26,7 @@ import {
 } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { MixStatus } from '../core/api.ts';
+import type { MixSettings } from './mix-settings.ts';
 
 const checkReady = TypeCompiler.Compile(MixReadySchema);
 const checkFragment = TypeCompiler.Compile(MixFragmentSchema);
@@ -40,42 +40,6 @@ export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal', 'mix:lost'
 /** How long an island that stalled a group (connected, no fragment by the deadline) uploads directly. */
 const BENCH_MS = 5 * 60_000;
 
-export type IceServer = MixPlanMsg['iceServers'][number];
-
-export interface MixSettings {
-  /** Members per group, a power of two ≥ 2. */
-  k: number;
-  /** Share of fragments a second member recomputes (the spot check), [0, 1]. */
-  spotRate: number;
-  /** A ready island waits this long for a group, then uploads directly (ms). */
-  formWaitMs: number;
-  /** A group whose fragments are not all in this long after it formed falls back (ms). */
-  exchangeTimeoutMs: number;
-  iceServers: IceServer[];
-}
-
-/** The operator's choices (`atoll serve --mix-group k --mix-spot-rate f`); the rest follows from the run. */
-export interface MixOptions {
-  k: number;
-  spotRate?: number;
-  iceServers?: IceServer[];
-  /** Defaults below (tests shorten them). */
-  formWaitMs?: number;
-  exchangeTimeoutMs?: number;
-}
-
-/**
- * A ready island waits for a group as long as the run's merge window would hold its Δ (the async
- * window's fraction, a quarter by default, of the target round time), 0.5..10 s; 2 s when the run
- * sets no round time.
- */
-export function mixSettings(o: MixOptions, c: CoordinatorConfig): MixSettings {
-  const fraction = c.asyncWindow.fraction > 0 ? c.asyncWindow.fraction : 0.25;
-  const formWaitMs = c.targetRoundMs > 0 ? Math.min(10_000, c.asyncWindow.capMs || 10_000, Math.max(500, fraction * c.targetRoundMs)) : 2000;
-  // opening k − 1 data channels takes ~40 ms or ~1 s on loopback (test/mix-webrtc.test.ts), a page more
-  return { k: o.k, spotRate: o.spotRate ?? 0.1, formWaitMs: o.formWaitMs ?? formWaitMs, exchangeTimeoutMs: o.exchangeTimeoutMs ?? 15_000, iceServers: o.iceServers ?? [] };
-}
-
 /** What mixing needs of the run (run-port.ts: localMixHost). */
 export interface MixHost {
   readonly paramCount: number;
@@ -87,7 +51,7 @@ export interface MixHost {
    * absent claim is taken as that), or why the claim fits no assignment.
    */
   work(meta: ClaimedMeta): Result<DeltaMeta>;
-  /** The islands with a round in progress (broker.ts busyIslands): a short group may wait for them. */
+  /** The islands with a round in progress (Coordinator.roundsInProgress): a short group may wait for them. */
   busy(): BusyIsland[];
   /** One member's contribution: the group's mean (decoded, and encoded for the archive); the ack as for `delta`. */
   submitMixed(meta: DeltaMeta, frame: Uint8Array, delta: Float32Array, norm: number): Promise<AckMsg>;
@@ -190,12 +154,12 @@ export class MixGateway {
       const g = gid !== undefined ? this.groups.get(gid) : undefined;
       if (g && !g.verdicts.has(g.ids.indexOf(id))) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
       // the weight is the server's (tokens derived from the assignment): a claim that fits no assignment uploads directly and is refused there
-      const tokens = this.host.work({ ...raw, islandId: id, lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN });
-      if (!tokens.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
+      const derived = this.host.work({ ...raw, islandId: id, lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN });
+      if (!derived.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
       this.readyAcks.get(id)?.(ok(null));
       this.sockets.set(id, socket);
       this.readyAcks.set(id, ack);
-      const plan = this.broker.offer({ islandId: id, meta: tokens.value, frameHash, tokens: tokens.value.tokens, readyAt: Date.now() });
+      const plan = this.broker.offer({ islandId: id, meta: derived.value, frameHash, tokens: derived.value.tokens, readyAt: Date.now() });
       if (plan) this.start(plan);
       this.schedule();
     });

@@ -10,7 +10,6 @@ import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type IslandCap
 import { type Result, err, ok } from '../core/result.ts';
 import type { AuditJobWire, VerdictAnswer } from './audit.ts';
 import { checkWork } from '../core/coord/validate.ts';
-import { busyIslands } from '../core/mix/broker.ts';
 import type { MixHost } from './mix-gateway.ts';
 import type { Run } from './run.ts';
 
@@ -141,7 +140,7 @@ export function localMixHost(run: Run): MixHost {
       const w = checkWork(meta, null, isl, run.coord.config(), Date.now());
       return w.ok ? ok(w.meta) : err(w.code, w.message);
     },
-    busy: () => busyIslands(run.coord.islands()),
+    busy: () => run.coord.roundsInProgress(),
     submitMixed: (meta, frame, delta, norm) => run.islands.submit(meta, frame, { delta, norm }),
     ban: (id, reason) => run.admin.ban(id, reason),
     noteBytesIn: (bytes) => run.islands.noteBytesIn(bytes),

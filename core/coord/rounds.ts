@@ -229,8 +229,8 @@ export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number 
     if (isl.status !== 'online') continue;
     // a nominal round (DyLU's target time at the island's measured speed, or its steps before the
     // budget's clip), not the budget's short last assignments: tail windows of a few tokens each took
-    // nearly a whole momentum step at a share of a short round and overshot (a fleet on tiny with
-    // int8 deltas: eval 3.15 → 7.94 over its last two windows)
+    // nearly a whole momentum step at a share of a short round and overshot (the twin of a fleet on
+    // tiny with int8 deltas: eval 3.12 → 11.02 over its last two windows; 3.13 with this)
     const nominal = cfg.dylu && cfg.targetRoundMs > 0 && isl.tokensPerSec ? (isl.tokensPerSec * cfg.targetRoundMs) / 1000 : 0;
     round += Math.max(Math.max(isl.assignedSteps, isl.nominalSteps ?? 0) * isl.batchSize * cfg.seqLen, nominal);
   }

@@ -9,7 +9,6 @@
 // settled from Δs that match the hashes their members committed to before the exchange.
 
 import { type CodecOptions, decodeDelta, encodeDelta } from '../codec/index.ts';
-import type { IslandRecord } from '../coord/types.ts';
 import type { DeltaMeta } from '../protocol.ts';
 import { canonicalFragment, fragmentRanges, mixWeights } from './butterfly.ts';
 import { sha256Hex } from './commit.ts';
@@ -35,7 +34,7 @@ export interface ReadyMember {
   readyAt: number;
 }
 
-/** An island with a round in progress (its assignment's round), as the host's records have it. */
+/** An island with a round in progress (its assignment's round), as the host's records have it (Coordinator.roundsInProgress). */
 export interface BusyIsland { islandId: string; roundId: number }
 
 export interface GroupPlan {
@@ -75,12 +74,6 @@ export type GroupOutcome =
     audited: boolean;
   }
   | { kind: 'direct'; members: ReadyMember[]; reason: string };
-
-/** The islands of the host's records that have a round in progress (what expire's `busy` takes). */
-export function busyIslands(records: readonly IslandRecord[]): BusyIsland[] {
-  return records.filter((r) => r.status === 'online' && r.roundId !== undefined && !r.waiting)
-    .map((r) => ({ islandId: r.id, roundId: r.roundId! }));
-}
 
 /** Groups and fallbacks, in arrival order. */
 export class MixBroker {

@@ -16,7 +16,7 @@ import type { CurvePoint, IslandSpec, NetworkSpec, SimCommon, SimRow, SimRunResu
 import { island } from '../simulate/scenarios.ts';
 import type { LiveIsland, LiveRun } from './types.ts';
 import { parseFleetEngine } from './engine-spec.ts';
-import { mixSettings } from '../mix-gateway.ts';
+import { mixSettings } from '../mix-settings.ts';
 
 /** Loopback: the live run's islands and server share one machine. */
 export const LOOPBACK: NetworkSpec = { upBytesPerSec: 1e9, downBytesPerSec: 1e9, latencyMs: 0.1 };

@@ -11,7 +11,7 @@ import { ackBytes, emitBytes, okBytes } from '../../client/island/wire-bytes.ts'
 import type { CodecOptions } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import { checkWork } from '../../core/coord/validate.ts';
-import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker, busyIslands } from '../../core/mix/broker.ts';
+import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
 import { type PieceChannel, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
 import { type AckMsg, type DeltaMeta, ErrorCode, type MixPieceMsg, type MixPlanMsg, type UpdateMsg, mixReadyMeta } from '../../core/protocol.ts';
@@ -125,7 +125,7 @@ export class SimMixHub {
 
   /** The broker's due groups start; islands left alone upload directly. */
   private expire(): void {
-    const due = this.broker.expire(this.clock.now(), busyIslands(this.hub.coord.islands()));
+    const due = this.broker.expire(this.clock.now(), this.hub.coord.roundsInProgress());
     for (const e of due.direct) { this.totals.expired++; this.resolve(this.groupWaiters, e.islandId, null); }
     for (const g of due.groups) this.start(g);
   }

@@ -68,7 +68,7 @@ export async function startTestServer(o: {
   outerWorkers?: number;
   idleTimeoutMs?: number;
   /** Butterfly mixing (server/mix-gateway.ts). */
-  mix?: import('../../server/mix-gateway.ts').MixOptions;
+  mix?: import('../../server/mix-settings.ts').MixOptions;
   /** Serve the pages' build (dist/client; the caller builds it), as `atoll serve` does. */
   pages?: boolean;
 } = {}): Promise<TestServer> {

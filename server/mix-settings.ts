@@ -1,0 +1,42 @@
+// Butterfly mixing's settings on the live server: the operator's choices (`atoll serve --mix-group
+// k --mix-spot-rate f --mix-ice-servers FILE`) and the timings that follow from the run's config.
+// The gateway (mix-gateway.ts) runs on them; the fleet's twin (fleet/twin.ts) simulates with them.
+
+import type { CoordinatorConfig } from '../core/coord/index.ts';
+import type { MixPlanMsg } from '../core/protocol.ts';
+
+export type IceServer = MixPlanMsg['iceServers'][number];
+
+export interface MixSettings {
+  /** Members per group, a power of two ≥ 2. */
+  k: number;
+  /** Share of fragments a second member recomputes (the spot check), [0, 1]. */
+  spotRate: number;
+  /** A ready island waits this long for a group of k; a short group or a lone island up to twice as long, then a smaller group or a direct upload (ms). */
+  formWaitMs: number;
+  /** A group whose fragments are not all in this long after it formed falls back (ms). */
+  exchangeTimeoutMs: number;
+  iceServers: IceServer[];
+}
+
+/** The operator's choices (`atoll serve --mix-group k --mix-spot-rate f`); the rest follows from the run. */
+export interface MixOptions {
+  k: number;
+  spotRate?: number;
+  iceServers?: IceServer[];
+  /** Defaults below (tests shorten them). */
+  formWaitMs?: number;
+  exchangeTimeoutMs?: number;
+}
+
+/**
+ * A ready island waits for a group as long as the run's merge window would hold its Δ (the async
+ * window's fraction, a quarter by default, of the target round time), 0.5..10 s; 2 s when the run
+ * sets no round time.
+ */
+export function mixSettings(o: MixOptions, c: CoordinatorConfig): MixSettings {
+  const fraction = c.asyncWindow.fraction > 0 ? c.asyncWindow.fraction : 0.25;
+  const formWaitMs = c.targetRoundMs > 0 ? Math.min(10_000, c.asyncWindow.capMs || 10_000, Math.max(500, fraction * c.targetRoundMs)) : 2000;
+  // opening k − 1 data channels takes ~40 ms or ~1 s on loopback (test/mix-webrtc.test.ts), a page more
+  return { k: o.k, spotRate: o.spotRate ?? 0.1, formWaitMs: o.formWaitMs ?? formWaitMs, exchangeTimeoutMs: o.exchangeTimeoutMs ?? 15_000, iceServers: o.iceServers ?? [] };
+}
