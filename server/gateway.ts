@@ -156,7 +156,7 @@ export class Gateway {
         const pieces = this.opts.mix?.route(u) ?? [];
         const n = (this.islands.adapter.rooms.get('islands')?.size ?? 0) - pieces.length;
         (pieces.length ? this.islands.to('islands').except(pieces) : this.islands.to('islands')).emit('update', u);
-        this.run.noteBytesOut(n * (u.frame.length + 256));
+        this.run.noteBytesOut(n * (u.frame.length + 256), 'update');
       },
       ban: (id) => {
         for (const s of this.socketsByIsland.get(id) ?? []) {
@@ -352,7 +352,7 @@ export class Gateway {
       if (!r.ok) return ack(err(r.error.code, r.error.message));
       let bytes = 0;
       for (const u of r.value) bytes += u.frame.length + 256;
-      this.run.noteBytesOut(bytes);
+      this.run.noteBytesOut(bytes, 'catchup');
       ack(ok(r.value));
     });
 
@@ -361,7 +361,7 @@ export class Gateway {
       if (!checkEmpty.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, 'fetchModel takes no payload'));
       const d = await this.run.durableParams();
       const bytes = new Uint8Array(d.params.buffer, d.params.byteOffset, d.params.byteLength);
-      this.run.noteBytesOut(bytes.length);
+      this.run.noteBytesOut(bytes.length, 'model');
       ack(ok({ version: d.version, hash: d.hash, params: bytes }));
     });
 

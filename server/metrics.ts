@@ -3,13 +3,23 @@
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
+/** What a sent model or update byte was (atoll_bytes_out_total's `kind`). */
+export const BYTES_OUT_KINDS = ['update', 'piece', 'catchup', 'model'] as const;
+export type BytesOutKind = (typeof BYTES_OUT_KINDS)[number];
+
+/** A kind from the wire (the Redis roles' RPC); anything else counts as a pushed update. */
+export function bytesOutKind(v: unknown): BytesOutKind {
+  return BYTES_OUT_KINDS.includes(v as BytesOutKind) ? (v as BytesOutKind) : 'update';
+}
+
 export class Metrics {
   readonly registry = new Registry();
   readonly islandsOnline = new Gauge({ name: 'atoll_islands_online', help: 'Islands connected and identified', registers: [this.registry] });
   readonly deltasAccepted = new Counter({ name: 'atoll_deltas_accepted_total', help: 'Deltas accepted into an outer update', registers: [this.registry] });
   readonly deltasRejected = new Counter({ name: 'atoll_deltas_rejected_total', help: 'Deltas rejected, by error code', labelNames: ['code'] as const, registers: [this.registry] });
   readonly bytesIn = new Counter({ name: 'atoll_bytes_in_total', help: 'Delta frame bytes received from islands', registers: [this.registry] });
-  readonly bytesOut = new Counter({ name: 'atoll_bytes_out_total', help: 'Model and update bytes sent to islands', registers: [this.registry] });
+  /** By kind: `update` (pushed whole), `piece` (a mixed group's share of one), `catchup` (asked for), `model` (θ whole). */
+  readonly bytesOut = new Counter({ name: 'atoll_bytes_out_total', help: 'Model and update bytes sent to islands, by kind', labelNames: ['kind'] as const, registers: [this.registry] });
   /** Everything on the islands' connections as sent: engine.io packets (pings, JSON, binary attachments) and their WebSocket frame headers. */
   readonly wireBytesIn = new Counter({ name: 'atoll_wire_bytes_in_total', help: 'Bytes islands sent on their socket.io connections: engine.io packets with WebSocket frame headers', registers: [this.registry] });
   readonly wireBytesOut = new Counter({ name: 'atoll_wire_bytes_out_total', help: 'Bytes sent to islands on their socket.io connections: engine.io packets with WebSocket frame headers', registers: [this.registry] });

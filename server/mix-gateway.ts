@@ -26,6 +26,7 @@ import {
 } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { MixStatus } from '../core/api.ts';
+import type { BytesOutKind } from './metrics.ts';
 import type { MixSettings } from './mix-settings.ts';
 
 const checkReady = TypeCompiler.Compile(MixReadySchema);
@@ -57,7 +58,7 @@ export interface MixHost {
   submitMixed(meta: DeltaMeta, frame: Uint8Array, delta: Float32Array, norm: number): Promise<AckMsg>;
   ban(islandId: string, reason: string): Promise<unknown>;
   noteBytesIn(bytes: number): void;
-  noteBytesOut(bytes: number): void;
+  noteBytesOut(bytes: number, kind: BytesOutKind): void;
 }
 
 type Verdict = AckMsg | 'direct' | 'regroup';
@@ -264,7 +265,7 @@ export class MixGateway {
         s.emit('mix:piece', piece);
         this.counters.pieceBytes += b - a;
         this.counters.grossSaved += ((g.ids.length - 1) * frame.length) / g.ids.length; // k − 1 whole frames per group
-        this.host.noteBytesOut(b - a + 256);
+        this.host.noteBytesOut(b - a + 256, 'piece');
         served.push(s.id);
       });
     }

@@ -8,7 +8,7 @@ import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode } from '../core
 import { type Result, err, ok } from '../core/result.ts';
 import type { RunAudits } from './audit.ts';
 import { finiteOrNull } from './history.ts';
-import type { Metrics } from './metrics.ts';
+import type { BytesOutKind, Metrics } from './metrics.ts';
 import type { OuterOffloadHost } from './outer/offload.ts';
 import type { ResumeTokens } from './resume-tokens.ts';
 import type { DeltaArchive } from './revert.ts';
@@ -190,8 +190,8 @@ export class RunIslands {
     this.run.metrics.bytesIn.inc(bytes);
   }
 
-  noteBytesOut(bytes: number): void {
+  noteBytesOut(bytes: number, kind: BytesOutKind): void {
     this.run.bytesOut += bytes;
-    this.run.metrics.bytesOut.inc(bytes);
+    this.run.metrics.bytesOut.inc({ kind }, bytes);
   }
 }

@@ -10,6 +10,7 @@ import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type IslandCap
 import { type Result, err, ok } from '../core/result.ts';
 import type { AuditJobWire, VerdictAnswer } from './audit.ts';
 import { checkWork } from '../core/coord/validate.ts';
+import type { BytesOutKind } from './metrics.ts';
 import type { MixHost } from './mix-gateway.ts';
 import type { Run } from './run.ts';
 
@@ -65,7 +66,7 @@ export interface RunPort {
   setConnected(islandId: string, sockets: number): void;
   forgetWaiters(islandId: string): void;
   noteRejected(code: string, bytes: number): void;
-  noteBytesOut(bytes: number): void;
+  noteBytesOut(bytes: number, kind: BytesOutKind): void;
   status(): Promise<RunStatus>;
   /** History points changed since the last call, with the status and islands when a dashboard watches (else null: dropped). */
   dashboardFeed(watching: boolean): Promise<DashboardFeed | null>;
@@ -113,7 +114,7 @@ export function localPort(run: Run): RunPort {
     },
     forgetWaiters: (id) => run.islands.forgetWaiters(id),
     noteRejected: (code, bytes) => run.islands.noteRejected(code, bytes),
-    noteBytesOut: (bytes) => run.islands.noteBytesOut(bytes),
+    noteBytesOut: (bytes, kind) => run.islands.noteBytesOut(bytes, kind),
     status: async () => run.views.status(),
     async dashboardFeed(watching) {
       const history = run.views.takeDirtyHistory();
@@ -144,6 +145,6 @@ export function localMixHost(run: Run): MixHost {
     submitMixed: (meta, frame, delta, norm) => run.islands.submit(meta, frame, { delta, norm }),
     ban: (id, reason) => run.admin.ban(id, reason),
     noteBytesIn: (bytes) => run.islands.noteBytesIn(bytes),
-    noteBytesOut: (bytes) => run.islands.noteBytesOut(bytes),
+    noteBytesOut: (bytes, kind) => run.islands.noteBytesOut(bytes, kind),
   };
 }

@@ -14,6 +14,7 @@ import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type UpdateMsg
 import { type Result, err } from '../../core/result.ts';
 import type { AuditPort, DashboardFeed, HelloGrant, HelloRequest, RunListener, RunPort } from '../run-port.ts';
 import type { AuditJobWire, VerdictAnswer } from '../audit.ts';
+import type { BytesOutKind } from '../metrics.ts';
 import type { RunConfig } from '../run-config.ts';
 import { GatewayLink } from './gateway-link.ts';
 import { type RunKeys, runKeys } from './keys.ts';
@@ -150,7 +151,7 @@ export class RemotePort implements RunPort {
     this.rpc.failTagged(islandId, 'the island left');
   }
   noteRejected(code: string, bytes: number): void { this.rpc.cast('noteRejected', [code, bytes]); }
-  noteBytesOut(bytes: number): void { this.rpc.cast('noteBytesOut', [bytes]); }
+  noteBytesOut(bytes: number, kind: BytesOutKind): void { this.rpc.cast('noteBytesOut', [bytes, kind]); }
 
   /** Appends the delta to the stream; the ack comes when the aggregator settles it. */
   async submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg> {

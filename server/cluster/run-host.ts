@@ -19,6 +19,7 @@ import type { Redis } from 'ioredis';
 import type { DeltaMeta } from '../../core/protocol.ts';
 import type { HistoryPoint } from '../../core/api.ts';
 import type { RunApp } from '../app.ts';
+import { bytesOutKind } from '../metrics.ts';
 import { type RunPort, localPort } from '../run-port.ts';
 import { type RunKeys, runKeys, scriptErrorCode } from './keys.ts';
 import { AggregatorLease } from './lease.ts';
@@ -204,7 +205,7 @@ export class RunHost {
       case 'leave': return this.connectedAnywhere(String(a[0])) > 0 ? undefined : port.leave(String(a[0]), String(a[1]));
       case 'forgetWaiters': return this.connectedAnywhere(String(a[0])) > 0 ? undefined : port.forgetWaiters(String(a[0]));
       case 'noteRejected': return port.noteRejected(String(a[0]), Number(a[1]));
-      case 'noteBytesOut': return port.noteBytesOut(Number(a[0]));
+      case 'noteBytesOut': return port.noteBytesOut(Number(a[0]), bytesOutKind(a[1]));
       case 'heartbeat': return port.heartbeat(a[0] as string[]);
       case 'setConnected': {
         const [id, n] = [String(a[0]), Number(a[1])];

@@ -147,10 +147,14 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
 
     // θ at evaluation marks: v0, every budget/evals tokens, and the end
     const snapshots: ThetaSnapshot[] = [];
+    // the server counts these downloads as model bytes sent: they are the harness's, not the islands', and come off its figures
+    let observed = 0;
     const snap = async () => {
       const r = await fetch(`${url}/api/model`);
       if (!r.ok) return;
-      const c = decodeCheckpoint(new Uint8Array(await r.arrayBuffer()));
+      const body = new Uint8Array(await r.arrayBuffer());
+      observed += body.length;
+      const c = decodeCheckpoint(body);
       if (!c.ok) throw Object.assign(new Error(`GET /api/model: ${c.error.message}`), { code: 'E_FLEET_MODEL' });
       // the version from the checkpoint itself (a gateway forwards the body, not every header)
       const version = Number(c.value.meta.version ?? r.headers.get('x-atoll-version'));
@@ -243,7 +247,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       if (dead) throw Object.assign(new Error(`a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`), { code: 'E_FLEET_SERVE' });
       try { last = await getJson<RunStatus>(`${url}/api/status`); } catch { continue; }
       hooks.progress(last.tokensTotal / spec.tokens);
-      if (!mark && training()) mark = { status: last, wire: await wireBytes(url) };
+      if (!mark && training()) mark = { status: last, observed, ...(await counters(url)) };
       if (last.tokensTotal >= nextSnap) {
         while (nextSnap <= last.tokensTotal) nextSnap += spec.tokens / spec.evals;
         await snap();
@@ -278,7 +282,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       last = await getJson<RunStatus>(`${url}/api/status`);
       return last.tokensTotal >= spec.tokens;
     });
-    const end: Traffic = { status: last, wire: await wireBytes(url) };
+    const end: Traffic = { status: last, observed, ...(await counters(url)) };
     await waitUntil('the last version to be served', 30_000, async () => {
       await snap();
       return snapshots.some((s) => s.version === last.version);
@@ -324,7 +328,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const history = await historyTokens(updates);
     return {
       topology: spec.redis !== undefined ? 'roles' : 'embedded', runConfig, seconds, versions: last.version, tokens: last.tokensTotal,
-      bytesIn: last.bytesIn, bytesOut: last.bytesOut, wireIn: end.wire?.in ?? null, wireOut: end.wire?.out ?? null, steady: steadyTraffic(mark, end), mix: last.mix ?? null,
+      bytesIn: end.status.bytesIn, bytesOut: end.status.bytesOut - end.observed, wireIn: end.wire?.in ?? null, wireOut: end.wire?.out ?? null, outByKind: islandsOnly(end.outByKind, end.observed), steady: steadyTraffic(mark, end), mix: last.mix ?? null,
       snapshots: snapshots.map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 })).sort((a, b) => a.version - b.version),
       islands, lost, duplicated, faults, events, serverLog: servers.map((s, i) => `── server ${i + 1} of ${servers.length} ──\n${s.out}`).join('\n'),
     };
@@ -336,26 +340,44 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   }
 }
 
-/** The server's counters at one moment: /api/status's frames and /metrics' wire bytes (null: not counted there). */
-interface Traffic { status: Pick<RunStatus, 'tokensTotal' | 'version' | 'bytesIn' | 'bytesOut'>; wire: { in: number; out: number } | null }
+/** The server's counters at one moment: /api/status's frames and /metrics' wire bytes and frames out by kind (null: not counted there). */
+interface Traffic {
+  status: Pick<RunStatus, 'tokensTotal' | 'version' | 'bytesIn' | 'bytesOut'>;
+  wire: { in: number; out: number } | null;
+  outByKind: Record<string, number> | null;
+  /** The fleet's own θ downloads so far (in the server's model bytes). */
+  observed: number;
+}
+
+/** Frames out by kind without the fleet's own θ downloads. */
+function islandsOnly(byKind: Record<string, number> | null, observed: number): Record<string, number> | null {
+  return byKind && { ...byKind, model: (byKind.model ?? 0) - observed };
+}
 
 /** /metrics' atoll_wire_bytes_in_total and _out_total (the embedded server's gateway counts them; the Redis roles' /metrics is the aggregator's). */
-async function wireBytes(url: string): Promise<{ in: number; out: number } | null> {
+async function counters(url: string): Promise<Pick<Traffic, 'wire' | 'outByKind'>> {
   const text = await fetch(`${url}/metrics`).then((r) => (r.ok ? r.text() : ''), () => '');
   const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
   const w = { in: read('atoll_wire_bytes_in_total'), out: read('atoll_wire_bytes_out_total') };
-  return Number.isFinite(w.in) && Number.isFinite(w.out) && w.in + w.out > 0 ? w : null;
+  const byKind: Record<string, number> = {};
+  for (const m of text.matchAll(/^atoll_bytes_out_total\{kind="(\w+)"\} (\S+)$/gm)) byKind[m[1]] = Number(m[2]);
+  return {
+    wire: Number.isFinite(w.in) && Number.isFinite(w.out) && w.in + w.out > 0 ? w : null,
+    outByKind: Object.keys(byKind).length ? byKind : null,
+  };
 }
 
 /** Server bytes per accepted token from the mark (none reached: from the start) to the end. */
 function steadyTraffic(mark: Traffic | null, end: Traffic): SteadyTraffic {
-  const from: Traffic = mark ?? { status: { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 }, wire: { in: 0, out: 0 } };
+  const from: Traffic = mark ?? { status: { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 }, wire: { in: 0, out: 0 }, outByKind: {}, observed: 0 };
   const a = from.status, b = end.status;
   const tokens = Math.max(1, b.tokensTotal - a.tokensTotal);
   const wire = from.wire && end.wire ? { in: (end.wire.in - from.wire.in) / tokens, out: (end.wire.out - from.wire.out) / tokens } : null;
   return {
-    fromTokens: a.tokensTotal, fromVersion: a.version, inPerToken: (b.bytesIn - a.bytesIn) / tokens, outPerToken: (b.bytesOut - a.bytesOut) / tokens,
+    fromTokens: a.tokensTotal, fromVersion: a.version, inPerToken: (b.bytesIn - a.bytesIn) / tokens, outPerToken: (b.bytesOut - a.bytesOut - (end.observed - from.observed)) / tokens,
     wireInPerToken: wire?.in ?? null, wireOutPerToken: wire?.out ?? null,
+    outByKindPerToken: from.outByKind && end.outByKind
+      ? Object.fromEntries(Object.entries(islandsOnly(end.outByKind, end.observed - from.observed)!).map(([k, v]) => [k, (v - (from.outByKind![k] ?? 0)) / tokens])) : null,
   };
 }
 

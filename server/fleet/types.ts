@@ -94,10 +94,12 @@ export type ChildLine =
 /** Server bytes per accepted token from a mark on (the tokens in θ and the version at the mark). */
 export interface SteadyTraffic {
   fromTokens: number; fromVersion: number;
-  /** Frames (Δs, fragments, updates, pieces, snapshots: /api/status bytesIn/bytesOut). */
+  /** Frames (Δs, fragments, updates, pieces, the islands' snapshots: /api/status bytesIn/bytesOut, less the fleet's own θ downloads). */
   inPerToken: number; outPerToken: number;
   /** Everything on the islands' socket.io connections as sent (engine.io packets: /metrics atoll_wire_bytes_*; θ's HTTP downloads are not in it); null: not counted (the Redis roles). */
   wireInPerToken: number | null; wireOutPerToken: number | null;
+  /** Frames out by kind (/metrics atoll_bytes_out_total: update, piece, catchup, model); null: not counted. */
+  outByKindPerToken: Record<string, number> | null;
 }
 
 export interface ThetaSnapshot {
@@ -114,10 +116,13 @@ export interface LiveRun {
   versions: number;
   tokens: number;
   bytesIn: number;
+  /** Frames sent to the islands (/api/status bytesOut, less the fleet's own θ downloads at its evaluation marks). */
   bytesOut: number;
   /** The islands' connections' bytes as sent, whole run (null: not counted). */
   wireIn: number | null;
   wireOut: number | null;
+  /** Frames out by kind, whole run (/metrics atoll_bytes_out_total{kind}); null: not counted (the Redis roles). */
+  outByKind: Record<string, number> | null;
   /** The server's traffic once every island had downloaded θ and was training (a snapshot each is the same with or without mixing). */
   steady: SteadyTraffic;
   /** /api/status's mixing figures at the end (null: the run did not mix). */
@@ -154,6 +159,8 @@ export interface FleetReport {
     evalLoss: number; tokens: number; versions: number; seconds: number; bytesIn: number; bytesOut: number;
     /** Whole run, per accepted token (snapshots included): frames, and everything on the wire (null: not counted). */
     inPerToken: number; outPerToken: number; wireInPerToken: number | null; wireOutPerToken: number | null;
+    /** Frames out by kind per accepted token, whole run (null: not counted). */
+    outByKindPerToken: Record<string, number> | null;
     steady: SteadyTraffic;
     mix: MixStatus | null;
     curve: SimRunResult['curve'];

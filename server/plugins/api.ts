@@ -119,7 +119,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     const etag = `"${m.hash}"`;
     reply.header('etag', etag).header('cache-control', 'no-cache').header('x-atoll-version', String(m.version)).header('x-atoll-hash', m.hash);
     if (ifNoneMatch(req, etag)) return reply.code(304).send();
-    run.islands.noteBytesOut(m.bytes.length);
+    run.islands.noteBytesOut(m.bytes.length, 'model');
     return reply.type('application/octet-stream').send(Buffer.from(m.bytes.buffer, m.bytes.byteOffset, m.bytes.byteLength));
   });
 
