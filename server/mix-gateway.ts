@@ -8,8 +8,8 @@
 // spot checks and replays, and hands the settled group to the run (one contribution per member, its
 // tokens derived from its assignment, never claimed). A group that falls apart costs nothing: its
 // members are told to regroup once, then to upload directly; nothing is counted before every
-// fragment is in. Later updates go to a mixed group as k pieces (`mix:piece`), which the members
-// all-gather; the rest of the islands get the whole update as before.
+// fragment is in. Each later update goes as k pieces (`mix:piece`) to rings of islands linked as
+// butterfly partners (core/mix/rings.ts), which all-gather them; the rest get the whole update.
 
 import type { Socket } from 'socket.io';
 import type { Static } from '@sinclair/typebox';
@@ -20,6 +20,7 @@ import type { ClaimedMeta } from '../core/coord/validate.ts';
 import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
 import { butterflyPartners, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
 import { PairLinks } from '../core/mix/links.ts';
+import { formRings } from '../core/mix/rings.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import {
   type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixCheckAnswerSchema, MixFragmentSchema, MixLostSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
@@ -76,8 +77,6 @@ interface Group {
   /** The settle's verdicts, and the members' `mix:fragment` acks waiting for them. */
   verdicts: Map<number, Verdict>;
   acks: Map<number, Ack>;
-  /** Mixed, with every member accepted: later updates go to it as pieces. */
-  downlink: boolean;
 }
 
 /** What mixing did, cumulative (the dashboard and the live test read it). */
@@ -93,8 +92,9 @@ export interface MixCounters {
   fragmentBytes: number;
   /** Bytes of spot checks (their hashes) and replays received. */
   checkBytes: number;
-  /** Bytes of update pieces sent. */
+  /** Bytes of update pieces sent, and the rings they went to (one per ring and version). */
   pieceBytes: number;
+  rings: number;
   /** Server bytes mixing saved before its own costs (MixStatus.savedBytes). */
   grossSaved: number;
   /** Signalling relayed and plans sent, in and out (JSON text); the plans' share. */
@@ -127,7 +127,7 @@ export class MixGateway {
   readonly links = new PairLinks();
   readonly counters: MixCounters = {
     groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
-    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, grossSaved: 0, controlBytes: 0, planBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, linksLost: 0, groupsByVersion: {},
+    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, rings: 0, grossSaved: 0, controlBytes: 0, planBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, linksLost: 0, groupsByVersion: {},
   };
 
   constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
@@ -244,31 +244,36 @@ export class MixGateway {
     const j = g.ids.indexOf(islandId);
     const wait = g.fragWaits.get(j);
     if (wait) { g.fragWaits.delete(j); wait(null); } else if (!g.uploads.has(j)) g.uploads.set(j, null);
-    if (g.downlink) this.endGroup(gid!);
   }
 
   /**
-   * A new durable version: pieces to every mixed group whose members are all still connected and
-   * still in it. Returns the socket ids served so (the broadcast skips them).
+   * A new durable version: pieces to rings of connected mixing islands whose butterfly partners are
+   * linked (rings.ts), whatever groups they last mixed in. Returns the socket ids served so (the
+   * broadcast skips them).
    */
   route(u: UpdateMsg): string[] {
+    const now = Date.now();
+    const eligible: string[] = [];
+    for (const [id, s] of this.sockets) if (s.connected && (this.benched.get(id) ?? 0) <= now) eligible.push(id);
+    const rings = formRings(eligible, (a, b) => this.links.has(a, b), this.k);
+    if (!rings.length) return [];
     const served: string[] = [];
     const { frame, ...head } = u;
-    let frameHash: string | null = null;
-    for (const [gid, g] of this.groups) {
-      if (!g.downlink) continue;
-      if (g.ids.some((id, j) => this.groupOf.get(id) !== gid || !g.sockets[j].connected)) { this.endGroup(gid); continue; }
-      const hash = (frameHash ??= sha256Hex(frame));
-      g.sockets.forEach((s, index) => {
-        const [a, b] = pieceRange(frame.length, g.ids.length, index);
-        const piece: MixPieceMsg = { update: head, frameHash: hash, groupId: gid, index, members: g.ids, piece: frame.subarray(a, b) };
+    const frameHash = sha256Hex(frame);
+    for (const ring of rings) {
+      const groupId = this.broker.nextId();
+      ring.forEach((id, index) => {
+        const s = this.sockets.get(id)!;
+        const [a, b] = pieceRange(frame.length, ring.length, index);
+        const piece: MixPieceMsg = { update: head, frameHash, groupId, index, members: ring, piece: frame.subarray(a, b) };
         s.emit('mix:piece', piece);
         this.counters.pieceBytes += b - a;
-        this.counters.grossSaved += ((g.ids.length - 1) * frame.length) / g.ids.length; // k − 1 whole frames per group
+        this.counters.grossSaved += ((ring.length - 1) * frame.length) / ring.length; // k − 1 whole frames per ring
         this.host.noteBytesOut(b - a + 256, 'piece');
         served.push(s.id);
       });
     }
+    this.counters.rings += rings.length;
     return served;
   }
 
@@ -310,7 +315,7 @@ export class MixGateway {
       }
     });
     const sockets = ids.map((id) => this.sockets.get(id)!);
-    const g: Group = { plan, ids, sockets, fragWaits: new Map(), uploads: new Map(), verdicts: new Map(), acks: new Map(), downlink: false };
+    const g: Group = { plan, ids, sockets, fragWaits: new Map(), uploads: new Map(), verdicts: new Map(), acks: new Map() };
     this.groups.set(plan.groupId, g);
     this.counters.groups++;
     const v = this.version();
@@ -407,13 +412,12 @@ export class MixGateway {
     const norm = l2(out.delta);
     // the group's mean in the run's codec: what the run archives for each member (reverts replay it)
     const frame = encodeDelta(out.delta, this.host.codec());
-    g.downlink = out.accepted.length === plan.members.length;
     await Promise.all(out.accepted.map(async (x) => {
       const ack = await this.host.submitMixed(x.meta, frame, out.delta, norm);
       this.verdict(g, g.ids.indexOf(x.islandId), ack);
     }));
     plan.members.forEach((x, j) => { if (!g.verdicts.has(j)) this.verdict(g, j, 'direct'); });
-    if (!g.downlink) this.endGroup(gid);
+    this.endGroup(gid);
   }
 
   /** The group is called off: members still connected regroup once per Δ, the rest upload directly. */
@@ -444,7 +448,6 @@ export class MixGateway {
   private endGroup(gid: number): void {
     const g = this.groups.get(gid);
     if (!g) return;
-    g.downlink = false;
     for (const [j, ack] of g.acks) ack(ok(g.verdicts.get(j) ?? 'direct'));
     g.acks.clear();
     // a member whose fragment has not come yet gets its verdict when it does, for one exchange timeout

@@ -97,6 +97,7 @@ describe('butterfly mixing live (node-datachannel, 4 Node islands)', () => {
       + `server bytes/token after v1: in ${pa.in.toFixed(3)} vs ${pb.in.toFixed(3)} unmixed (${ratio.in.toFixed(2)}×), out ${pa.out.toFixed(3)} vs ${pb.out.toFixed(3)} (${ratio.out.toFixed(2)}×; ${stA.version} versions vs ${stB.version}); signalling relayed ${c.controlBytes} B (plans ${c.planBytes} B of it), net saved ${stA.mix?.savedBytes} B; `
       + `members mixed ${a.map((x) => x.mixed).join('/')} direct ${a.map((x) => x.direct).join('/')}`);
     expect(c.mixedGroups).toBeGreaterThanOrEqual(3);
+    expect(c.rings).toBeGreaterThan(0); // updates went to rings as pieces
     // signalling paid once per pair of butterfly partners (4 in a group of 4), again only for a pair reported lost
     expect(c.linksReused).toBeGreaterThanOrEqual(4);
     expect(c.linksSignalled).toBeLessThanOrEqual(4 + c.linksLost);

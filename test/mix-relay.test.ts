@@ -58,7 +58,7 @@ describe('the page\'s WebRTC relay (worker ↔ main thread)', () => {
     expect(await worker.net.join(p0)).toBe(false);
     direct.join(p1);
     const [a, b] = await Promise.all([
-      exchange(0, 2, frames[0], worker.net.channel('g1'), check(p0)),
+      exchange(0, 2, frames[0], worker.net.channel('g1', 0, ids), check(p0)),
       exchange(1, 2, frames[1], direct.channel('g1', 1, ids), check(p1)),
     ]);
     expect(a!.map(sha256Hex)).toEqual(frames.map(sha256Hex));
@@ -75,7 +75,7 @@ describe('the page\'s WebRTC relay (worker ↔ main thread)', () => {
     const p0 = plan(2, 0);
     const t0 = performance.now();
     expect(await worker.net.join(p0)).toBe(false);
-    expect(await exchange(0, 2, frames[0], worker.net.channel('g2'), check(p0))).toBeNull();
+    expect(await exchange(0, 2, frames[0], worker.net.channel('g2', 0, ids), check(p0))).toBeNull();
     expect(performance.now() - t0).toBeLessThan(1000);
   });
 });

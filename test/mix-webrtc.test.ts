@@ -3,14 +3,15 @@
 // `mix:signal`, swap their committed frames along the butterfly, and each reduces its fragment,
 // bit for bit the fragment the server recomputes; a later group of other members reuses the links
 // of the pairs it shares with the first (no signalling for them); a member killed mid-exchange
-// leaves its peers with a failed exchange (their fallback is the direct upload), not a hang.
+// leaves its peers with a failed exchange (their fallback is the direct upload), not a hang; a
+// downlink ring of members no group held together all-gathers an update over the links groups left.
 
 import { RTCPeerConnection } from 'node-datachannel/polyfill';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type SignalPort, type RtcPeerConstructor, WebRtcPeerNet } from '../client/island/mix-webrtc.ts';
 import type { MemberPlan } from '../client/island/mix-member.ts';
 import { decodeDelta, encodeDelta } from '../core/codec/index.ts';
-import { canonicalFragment, exchange, fragmentRanges, mixWeights } from '../core/mix/butterfly.ts';
+import { canonicalFragment, exchange, fragmentRanges, joinPieces, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
 
@@ -53,7 +54,7 @@ describe('butterfly mixing over WebRTC (node-datachannel)', () => {
     const run = (g: number, i: number) => {
       const p = plan(g, i), x = groups.get(g)![i];
       const reusedAll = nets[x].join(p);
-      return { reusedAll, held: exchange(i, k, frames[x], nets[x].channel(`g${g}`, i, []), (j, b) => sha256Hex(b) === p.members[j].frameHash) };
+      return { reusedAll, held: exchange(i, k, frames[x], nets[x].channel(`g${g}`, i, p.members.map((m) => m.islandId)), (j, b) => sha256Hex(b) === p.members[j].frameHash) };
     };
     const t0 = performance.now();
     const held = await Promise.all([0, 1, 2, 3].map((i) => run(1, i).held));
@@ -77,6 +78,13 @@ describe('butterfly mixing over WebRTC (node-datachannel)', () => {
     const signalled3 = log.filter((s) => s.g === 3).map((s) => [s.from, s.to].sort().join('-'));
     expect(new Set(signalled3)).toEqual(new Set(['1-3', '2-3']));
     console.log(`mix-webrtc: a group sharing 2 of its 4 pairs with the first in ${(performance.now() - t2).toFixed(0)} ms, ${signalled3.length} signals (all for the 2 new pairs)`);
+    // a downlink ring no group had (nets 3 and 4 never met), over the links groups 1 and 3 left:
+    // an update frame's 4 pieces all-gathered with no plan and no signalling
+    const ring = [3, 1, 2, 4], update = frames[0], signalsBefore = log.length;
+    const ringIds = ring.map((x) => `island-${x + 1}`);
+    const gathered = await Promise.all(ring.map((x, i) => exchange(i, k, update.slice(...pieceRange(update.length, k, i)), nets[x].channel('d99@7', i, ringIds))));
+    for (const g of gathered) expect(sha256Hex(joinPieces(g!))).toBe(sha256Hex(update));
+    expect(log.length).toBe(signalsBefore);
     // group 2: member 3 connects afresh, then dies (1.2 s in: its channels are open) without sending its stage-0 message
     const doomed = plan(2, 3);
     nets[3].join(doomed);

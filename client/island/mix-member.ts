@@ -188,13 +188,23 @@ export class MixMember implements Transport {
 
   private onPiece(p: UpdatePiece): void {
     const v = p.update.version;
-    if (this.recent.has(v) || this.gathering.has(v)) return;
+    if (this.gathering.has(v)) return;
+    // an update this member has already (it caught up from the server first) still takes its part
+    // in the ring's exchange: its peers need its piece
+    if (this.recent.has(v)) {
+      void exchange(p.index, p.members.length, p.piece, this.pieceChannel(p));
+      return;
+    }
     const done = this.gather(p).finally(() => this.gathering.delete(v));
     this.gathering.set(v, done);
   }
 
+  private pieceChannel(p: UpdatePiece) {
+    return this.net.channel(`d${p.groupId}@${p.update.version}`, p.index, p.members);
+  }
+
   private async gather(p: UpdatePiece): Promise<void> {
-    const pieces = await exchange(p.index, p.members.length, p.piece, this.net.channel(`d${p.groupId}@${p.update.version}`, p.index, p.members));
+    const pieces = await exchange(p.index, p.members.length, p.piece, this.pieceChannel(p));
     const whole = pieces && joinPieces(pieces);
     if (whole && sha256Hex(whole) === p.frameHash) {
       this.stats.piecesOk++;

@@ -23,8 +23,8 @@ export interface RelayPort {
 export type ToHost =
   | { t: 'join'; id: number; plan: MemberPlan }
   | { t: 'leave'; groupId: number }
-  | { t: 'send'; groupId: number; to: number; msg: Uint8Array }
-  | { t: 'recv'; id: number; groupId: number; key: string; from: number; stage: number }
+  | { t: 'send'; groupId: number; to: string; msg: Uint8Array }
+  | { t: 'recv'; id: number; groupId: number; key: string; from: string; stage: number }
   /** A signal the server relayed to this island, from member `from`. */
   | { t: 'signal'; groupId: number; from: number; kind: SignalKind; data: string };
 
@@ -119,15 +119,15 @@ export class RelayPeerNet implements GroupNet {
 
   leave(groupId: number): void { this.post({ t: 'leave', groupId }); }
 
-  channel(key: string): PieceChannel {
+  channel(key: string, _index: number, members: string[]): PieceChannel {
     const groupId = groupOf(key);
     return {
       send: async (to, stage, pieces) => {
         const msg = wireMessage(key, stage, pieces);
-        this.post({ t: 'send', groupId, to, msg }, own(msg));
+        this.post({ t: 'send', groupId, to: members[to], msg }, own(msg));
       },
       recv: async (from, stage) => {
-        const m = await this.ask<Extract<FromHost, { t: 'body' }>>((id) => ({ t: 'recv', id, groupId, key, from, stage }));
+        const m = await this.ask<Extract<FromHost, { t: 'body' }>>((id) => ({ t: 'recv', id, groupId, key, from: members[from], stage }));
         return m.body && unpackPieces(m.body);
       },
     };

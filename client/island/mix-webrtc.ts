@@ -173,27 +173,28 @@ export class WebRtcPeerNet implements GroupNet {
     for (const g of [...this.plans.keys()]) this.leave(g);
   }
 
-  channel(key: string, _index: number, _members: string[]): PieceChannel {
+  /** An exchange's channel among `members` (a group's, or a downlink ring's: no plan, links made by earlier groups). */
+  channel(key: string, _index: number, members: string[]): PieceChannel {
     const groupId = groupOf(key);
     return {
-      send: (to, stage, pieces) => this.sendWire(groupId, to, wireMessage(key, stage, pieces)),
+      send: (to, stage, pieces) => this.sendWire(groupId, members[to], wireMessage(key, stage, pieces)),
       recv: async (from, stage) => {
-        const m = await this.recvBody(groupId, key, from, stage);
+        const m = await this.recvBody(groupId, key, members[from], stage);
         return m && unpackPieces(m);
       },
     };
   }
 
-  /** Sends a stage message (wireMessage's bytes) to a group's member, once their link is ready. */
-  async sendWire(groupId: number, to: number, msg: Uint8Array): Promise<void> {
-    const id = this.plans.get(groupId)?.members[to]?.islandId;
-    const ch = id === undefined || this.ended.has(groupId) ? null : await Promise.race([this.channelTo(groupId, id), this.ending(groupId)]);
+  /** Sends a stage message (wireMessage's bytes) to island `id` in group or ring `groupId`, once their link is ready. */
+  async sendWire(groupId: number, id: string | undefined, msg: Uint8Array): Promise<void> {
+    // a ring has no plan, and nothing ends it but the link's wait
+    const link = id === undefined || this.ended.has(groupId) ? null : this.channelTo(groupId, id);
+    const ch = link && (this.plans.has(groupId) ? await Promise.race([link, this.ending(groupId)]) : await link);
     if (ch && ch.readyState === 'open') ch.send(msg);
   }
 
-  /** A group member's stage message of exchange `key`, its packPieces bytes (null: the peer or the group is gone). */
-  recvBody(groupId: number, key: string, from: number, stage: number): Promise<Uint8Array | null> {
-    const id = this.plans.get(groupId)?.members[from]?.islandId;
+  /** Island `id`'s stage message of exchange `key`, its packPieces bytes (null: the peer or the group is gone). */
+  recvBody(groupId: number, key: string, id: string | undefined, stage: number): Promise<Uint8Array | null> {
     if (id === undefined) return Promise.resolve(null);
     const slot = slotOf(groupId, id, key, stage);
     const m = this.mail.get(slot);

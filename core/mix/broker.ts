@@ -168,8 +168,11 @@ export class MixBroker {
     return n;
   }
 
+  /** A fresh id from the groups' sequence (the downlink's rings are numbered with the groups: a member tells them apart by id alone). */
+  nextId(): number { return ++this.serial; }
+
   private plan(members: ReadyMember[]): GroupPlan {
-    return { groupId: ++this.serial, members, ranges: fragmentRanges(this.n, members.length, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
+    return { groupId: this.nextId(), members, ranges: fragmentRanges(this.n, members.length, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
   }
 
   /** A waiting island left: it no longer waits (nor do its group's survivors wait for it). */

@@ -12,7 +12,9 @@ import type { CodecOptions } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import { checkWork } from '../../core/coord/validate.ts';
 import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
-import { type PieceChannel, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
+import { type PieceChannel, butterflyPartners, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
+import { PairLinks } from '../../core/mix/links.ts';
+import { formRings } from '../../core/mix/rings.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
 import { type AckMsg, type DeltaMeta, ErrorCode, type MixPieceMsg, type MixPlanMsg, type UpdateMsg, mixReadyMeta } from '../../core/protocol.ts';
 import { mulberry32 } from '../../core/random.ts';
@@ -27,8 +29,6 @@ interface Member {
   pieceListeners: Array<(p: UpdatePiece) => void>;
   dead: boolean;
   transport: LocalTransport;
-  /** The last group it mixed in (its peers stay connected for the downlink). */
-  group: { id: number; members: string[] } | null;
 }
 
 interface Waiter<T> { resolve(v: T): void }
@@ -43,7 +43,9 @@ export class SimMixHub {
   /** In-flight peer messages and receivers, by `${channel}|${from}|${to}|${stage}`. */
   private readonly mail = new Map<string, unknown>();
   private readonly mailWaiters = new Map<string, Waiter<unknown>>();
-  private readonly piecesSent = new Set<string>();
+  /** Pairs linked by the groups so far (forgotten when an island crashes); the rings of the latest version. */
+  private readonly links = new PairLinks();
+  private ringsOf: { version: number; ringed: Set<string> } | null = null;
   private readonly aborted = new Set<string>();
   /** Outcomes settled before the member asked (its fragment came after its group fell back). */
   private readonly early = new Map<string, AckMsg | 'direct' | 'regroup'>();
@@ -60,7 +62,7 @@ export class SimMixHub {
     const member = (islandId: string): Member => {
       if (self.m && self.m.islandId === islandId) return self.m;
       const prev = this.members.get(islandId);
-      self.m = { islandId, link, net, handlers: pending.handlers, pieceListeners: pending.pieces, dead: false, transport, group: null };
+      self.m = { islandId, link, net, handlers: pending.handlers, pieceListeners: pending.pieces, dead: false, transport };
       if (prev) prev.dead = true;
       this.members.set(islandId, self.m);
       return self.m;
@@ -102,6 +104,7 @@ export class SimMixHub {
     if (!m) return;
     m.dead = true;
     this.broker.drop(islandId);
+    this.links.forget(islandId);
     this.resolve(this.groupWaiters, islandId, null);
     for (const [key, w] of this.mailWaiters) {
       if (key.split('|')[1] === islandId) { this.mailWaiters.delete(key); w.resolve(null); }
@@ -132,6 +135,9 @@ export class SimMixHub {
 
   private start(plan: GroupPlan): void {
     this.totals.groups++;
+    // the group's butterfly partners are linked from now on (live: once signalled, links.ts)
+    const ids = plan.members.map((x) => x.islandId);
+    ids.forEach((id, i) => { for (const j of butterflyPartners(i, ids.length)) if (j > i) this.links.use(id, ids[j], plan.groupId, true); });
     plan.members.forEach((x, index) => this.resolve(this.groupWaiters, x.islandId, { ...plan, index }));
     void this.settle(plan);
   }
@@ -195,6 +201,7 @@ export class SimMixHub {
       this.totals.implicated++;
       coord.recordAudit(bad.islandId, false);
       coord.ban(bad.islandId, this.clock.now(), `butterfly mixing: ${bad.reason}`);
+      this.links.forget(bad.islandId); // live, the ban closes its socket: no ring holds it
       await this.hub.dispatch();
       const m = plan.members.find((x) => x.islandId === bad.islandId)!;
       answer(bad.islandId, {
@@ -203,33 +210,29 @@ export class SimMixHub {
       });
     }
     const norm = l2(out.delta);
-    const group = { id: plan.groupId, members: out.accepted.map((x) => x.islandId) };
     // one contribution per member, its tokens and credit the server's; the same group mean for each
     await Promise.all(out.accepted.map(async (x) => {
-      const m = this.members.get(x.islandId);
-      if (m && !m.dead) m.group = group;
       const ack = await this.hub.submit({ meta: x.meta, frame: out.frames[plan.members.indexOf(x)], decoded: ok({ delta: out.delta.slice(), norm }) });
       answer(x.islandId, ack);
     }));
     for (const x of plan.members) if (!out.accepted.includes(x) && !out.implicated.some((b) => b.islandId === x.islandId)) direct(x.islandId);
   }
 
-  // ── the downlink: pieces to groups whose peers are all still there ────────────────────────────
+  // ── the downlink: pieces to rings of linked islands (core/mix/rings.ts, as the live server) ─────
 
   /** LocalHub's route: true when the update goes to this transport's island as a piece. */
   route(update: UpdateMsg, t: LocalTransport): boolean {
-    const id = t.id;
-    const m = id ? this.members.get(id) : undefined;
-    const g = m?.group;
-    if (!m || !g || m.dead || m.transport !== t || g.members.length < 2 || (g.members.length & (g.members.length - 1)) !== 0) return false;
-    const all = g.members.map((x) => this.members.get(x));
-    if (all.some((x) => !x || x.dead || x.group?.id !== g.id || x.pieceListeners.length === 0)) return false;
-    const key = `${g.id}@${update.version}`;
-    if (!this.piecesSent.has(key)) {
-      this.piecesSent.add(key);
-      void this.sendPieces(update, g, all as Member[]);
-    }
-    return true;
+    if (this.ringsOf?.version !== update.version) this.ringsOf = { version: update.version, ringed: this.sendRings(update) };
+    const m = t.id ? this.members.get(t.id) : undefined;
+    return !!m && !m.dead && m.transport === t && this.ringsOf.ringed.has(m.islandId);
+  }
+
+  /** Partitions the members still there into rings and sends each its pieces; the islands ringed. */
+  private sendRings(update: UpdateMsg): Set<string> {
+    const eligible = [...this.members.values()].filter((m) => !m.dead && m.pieceListeners.length > 0).map((m) => m.islandId);
+    const rings = formRings(eligible, (a, b) => this.links.has(a, b), this.broker.cfg.k);
+    for (const ring of rings) void this.sendPieces(update, { id: this.broker.nextId(), members: ring }, ring.map((id) => this.members.get(id)!));
+    return new Set(rings.flat());
   }
 
   private async sendPieces(update: UpdateMsg, g: { id: number; members: string[] }, all: Member[]): Promise<void> {
