@@ -257,16 +257,25 @@ export const MIX_LINKS_KEPT = 16;
  */
 export const MixLostSchema = Type.Object({ peer: Id(64), groupId: Int() }, closed);
 
-/** `mix:piece`: one member's byte piece of an update frame; the group exchanges the rest. */
+/**
+ * `mix:piece`: one member's byte piece of an update frame; its ring (a downlink group, numbered with
+ * the groups: not necessarily one the member mixed in) exchanges the rest.
+ */
 export interface MixPieceMsg {
   update: Omit<UpdateMsg, 'frame'>;
   /** SHA-256 of the whole update frame. */
   frameHash: string;
+  /** The ring's id: the exchange key is `d<groupId>@<version>`, and `mix:signal` for its new links names it. */
   groupId: number;
   index: number;
-  /** The group's island ids in member order. */
+  /** The ring's island ids in member order. */
   members: string[];
   piece: Uint8Array;
+  /**
+   * Present when the ring needs links not made yet: the partners already linked, as MixPlanMsg.linked;
+   * the others are connected through `mix:signal` naming this ring. Absent: every partner is linked.
+   */
+  linked?: number[];
 }
 
 /** The answer to `hello`. */

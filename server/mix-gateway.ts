@@ -20,7 +20,7 @@ import type { ClaimedMeta } from '../core/coord/validate.ts';
 import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
 import { butterflyPartners, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
 import { PairLinks } from '../core/mix/links.ts';
-import { formRings } from '../core/mix/rings.ts';
+import { planRings } from '../core/mix/rings.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import {
   type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixCheckAnswerSchema, MixFragmentSchema, MixLostSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
@@ -38,6 +38,13 @@ const checkSignal = TypeCompiler.Compile(MixSignalSchema);
 const checkLost = TypeCompiler.Compile(MixLostSchema);
 
 export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal', 'mix:lost'] as const;
+
+/** Rings whose signalling the server relays, at most (the latest; a ring signals within its exchange timeout). */
+const RINGS_SIGNALLING = 64;
+/** A pair reported lost is not signalled for a ring again for this long (a link that cannot open is not retried every update). */
+const LOST_COOLDOWN_MS = 5 * 60_000;
+
+const pairKey = (a: string, b: string) => (a < b ? `${a} ${b}` : `${b} ${a}`);
 
 /** How long an island that stalled a group (connected, no fragment by the deadline) uploads directly. */
 const BENCH_MS = 5 * 60_000;
@@ -105,6 +112,8 @@ export interface MixCounters {
   /** Butterfly pairs of the groups formed: signalled afresh, and linked already (no signalling). */
   linksSignalled: number;
   linksReused: number;
+  /** Pairs signalled for rings (the rest of their pairs were linked). */
+  ringLinksSignalled: number;
   /** `mix:lost` reports that made the server forget a pair. */
   linksLost: number;
   /** Groups formed, by the durable version current when they formed (the last 64 versions). */
@@ -125,9 +134,12 @@ export class MixGateway {
   private timer: ReturnType<typeof setTimeout> | null = null;
   /** The islands' data channels, as far as the server signalled them and heard of no loss. */
   readonly links = new PairLinks();
+  /** Rings that signal new links (their members, by ring id), the last RINGS_SIGNALLING; pairs reported lost, and when. */
+  private readonly signalling = new Map<number, string[]>();
+  private readonly lost = new Map<string, number>();
   readonly counters: MixCounters = {
     groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
-    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, rings: 0, grossSaved: 0, controlBytes: 0, planBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, linksLost: 0, groupsByVersion: {},
+    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, rings: 0, grossSaved: 0, controlBytes: 0, planBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, ringLinksSignalled: 0, linksLost: 0, groupsByVersion: {},
   };
 
   constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
@@ -190,15 +202,17 @@ export class MixGateway {
       if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
       if (!checkSignal.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `mix:signal: ${firstError(checkSignal, payload)}`));
       const s = payload as Static<typeof MixSignalSchema>;
+      // a group this island is in now, or a ring that signals its new links
       const g = this.groups.get(s.groupId);
-      const from = g ? g.ids.indexOf(id) : -1;
-      if (!g || from < 0 || this.groupOf.get(id) !== s.groupId) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
-      if (s.to >= g.ids.length || !butterflyPartners(from, g.ids.length).includes(s.to)) return ack(err(ErrorCode.BAD_REQUEST, `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`));
-      const to = g.sockets[s.to];
-      if (!to.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
+      const ids = g && this.groupOf.get(id) === s.groupId ? g.ids : this.signalling.get(s.groupId);
+      const from = ids ? ids.indexOf(id) : -1;
+      if (!ids || from < 0) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
+      if (s.to >= ids.length || !butterflyPartners(from, ids.length).includes(s.to)) return ack(err(ErrorCode.BAD_REQUEST, `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`));
+      const to = g && ids === g.ids ? g.sockets[s.to] : this.sockets.get(ids[s.to]);
+      if (!to?.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
       this.counters.controlBytes += 2 * s.data.length;
       // a fresh offer (a member that lost a link the plan called linked): lost reports of the old link no longer count
-      if (s.kind === 'offer') this.links.use(id, g.ids[s.to], s.groupId, true);
+      if (s.kind === 'offer') this.links.use(id, ids[s.to], s.groupId, true);
       to.emit('mix:signal', { groupId: s.groupId, from, kind: s.kind, data: s.data });
       ack(ok({}));
     });
@@ -209,7 +223,11 @@ export class MixGateway {
       if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
       if (!checkLost.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `mix:lost: ${firstError(checkLost, payload)}`));
       const { peer, groupId } = payload as Static<typeof MixLostSchema>;
-      if (this.links.lost(id, peer, groupId)) this.counters.linksLost++;
+      if (this.links.lost(id, peer, groupId)) {
+        this.counters.linksLost++;
+        this.lost.set(pairKey(id, peer), Date.now());
+        if (this.lost.size > 4096) this.lost.delete(this.lost.keys().next().value!);
+      }
       ack(ok({}));
     });
   }
@@ -255,17 +273,19 @@ export class MixGateway {
     const now = Date.now();
     const eligible: string[] = [];
     for (const [id, s] of this.sockets) if (s.connected && (this.benched.get(id) ?? 0) <= now) eligible.push(id);
-    const rings = formRings(eligible, (a, b) => this.links.has(a, b), this.k);
+    const rings = planRings(eligible, this.links, this.k, (a, b) => !this.lostLately(a, b, now));
+    if (process.env.ATOLL_DEBUG_RINGS) process.stderr.write(`RINGS v${u.version} sockets ${this.sockets.size} eligible ${eligible.length} rings ${rings.map((r) => r.ids.length + (r.linked ? '+' : '')).join(',')} links ${this.links.size}\n`);
     if (!rings.length) return [];
     const served: string[] = [];
     const { frame, ...head } = u;
     const frameHash = sha256Hex(frame);
-    for (const ring of rings) {
+    for (const { ids: ring, linked } of rings) {
       const groupId = this.broker.nextId();
+      if (linked) this.signalRing(groupId, ring);
       ring.forEach((id, index) => {
         const s = this.sockets.get(id)!;
         const [a, b] = pieceRange(frame.length, ring.length, index);
-        const piece: MixPieceMsg = { update: head, frameHash, groupId, index, members: ring, piece: frame.subarray(a, b) };
+        const piece: MixPieceMsg = { update: head, frameHash, groupId, index, members: ring, piece: frame.subarray(a, b), ...(linked ? { linked: linked[index] } : {}) };
         s.emit('mix:piece', piece);
         this.counters.pieceBytes += b - a;
         this.counters.grossSaved += ((ring.length - 1) * frame.length) / ring.length; // k − 1 whole frames per ring
@@ -275,6 +295,25 @@ export class MixGateway {
     }
     this.counters.rings += rings.length;
     return served;
+  }
+
+  /** A ring with new links: the server relays their signalling (`mix:signal` naming the ring) and knows the pairs from now on. */
+  private signalRing(groupId: number, ids: string[]): void {
+    this.signalling.set(groupId, ids);
+    if (this.signalling.size > RINGS_SIGNALLING) this.signalling.delete(this.signalling.keys().next().value!);
+    ids.forEach((id, i) => {
+      for (const j of butterflyPartners(i, ids.length)) {
+        if (j < i) continue;
+        const had = this.links.has(id, ids[j]);
+        if (!had) this.counters.ringLinksSignalled++;
+        this.links.use(id, ids[j], groupId, !had);
+      }
+    });
+  }
+
+  /** The pair's link was reported lost within LOST_COOLDOWN_MS: no ring signals it again yet. */
+  private lostLately(a: string, b: string, now: number): boolean {
+    return now - (this.lost.get(pairKey(a, b)) ?? -Infinity) < LOST_COOLDOWN_MS;
   }
 
   // ── groups ──────────────────────────────────────────────────────────────────────────────────

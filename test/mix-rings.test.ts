@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { butterflyPartners } from '../core/mix/butterfly.ts';
 import { PairLinks } from '../core/mix/links.ts';
-import { formRings } from '../core/mix/rings.ts';
+import { formRings, planRings } from '../core/mix/rings.ts';
 
 /** Links as groups made them: every butterfly pair of each group, in member order. */
 function linksOf(groups: string[][]): PairLinks {
@@ -58,5 +58,24 @@ describe('downlink rings (core/mix/rings.ts)', () => {
     const all = new Set(ids);
     const rings = formRings(ids, (p, q) => all.has(p) && all.has(q) && p !== q, 8);
     expect(rings.map((r) => r.length)).toEqual(Array(8).fill(8));
+  });
+
+  it('islands the links cannot ring go in fresh rings of k that signal only their missing pairs; a pair lost lately keeps its islands out', () => {
+    // a-b-c-d linked as a square; e, f, g, h met a, b, c, d only in pairs
+    const links = linksOf([['a', 'b', 'c', 'd'], ['e', 'a'], ['f', 'b'], ['g', 'h']]);
+    const ids = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'];
+    const plans = planRings(ids, links, 4, () => true);
+    expect(plans[0]).toEqual({ ids: ['a', 'b', 'c', 'd'], linked: null });
+    // e, f, g, h: one ring; g-h is linked, and links.order puts them as partners: they signal nothing for it
+    expect(plans).toHaveLength(2);
+    const fresh = plans[1];
+    expect(new Set(fresh.ids)).toEqual(new Set(['e', 'f', 'g', 'h']));
+    fresh.ids.forEach((id, i) => {
+      for (const j of butterflyPartners(i, 4)) expect(fresh.linked![i].includes(j)).toBe(links.has(id, fresh.ids[j]));
+    });
+    expect(fresh.linked!.flat().length).toBe(2); // g→h and h→g
+    // e's links lost lately: no fresh ring; g-h still a ring of 2 over its link, e and f whole
+    const cautious = planRings(ids, links, 4, (p, q) => p !== 'e' && q !== 'e');
+    expect(cautious.slice(1)).toEqual([{ ids: ['g', 'h'], linked: null }]);
   });
 });

@@ -7,8 +7,7 @@
 // code, so the messages are checked for shape only. No node: or DOM imports: the port comes in.
 
 import { type PieceChannel, unpackPieces } from '../../core/mix/butterfly.ts';
-import type { MemberPlan } from './mix-member.ts';
-import { type GroupNet, type RtcPeerConstructor, type SignalPort, WebRtcPeerNet, groupOf, wireMessage } from './mix-webrtc.ts';
+import { type GroupNet, type LinkPlan, type RtcPeerConstructor, type SignalPort, WebRtcPeerNet, groupOf, wireMessage } from './mix-webrtc.ts';
 
 type SignalKind = 'offer' | 'answer' | 'candidate';
 
@@ -21,7 +20,7 @@ export interface RelayPort {
 
 /** Worker → main thread. */
 export type ToHost =
-  | { t: 'join'; id: number; plan: MemberPlan }
+  | { t: 'join'; id: number; plan: LinkPlan }
   | { t: 'leave'; groupId: number }
   | { t: 'send'; groupId: number; to: string; msg: Uint8Array }
   | { t: 'recv'; id: number; groupId: number; key: string; from: string; stage: number }
@@ -113,7 +112,7 @@ export class RelayPeerNet implements GroupNet {
     return this;
   }
 
-  join(plan: MemberPlan): Promise<boolean> {
+  join(plan: LinkPlan): Promise<boolean> {
     return this.ask<Extract<FromHost, { t: 'joined' }>>((id) => ({ t: 'join', id, plan })).then((m) => m.reused);
   }
 

@@ -19,10 +19,15 @@ const SIGNAL_KINDS = new Set(['offer', 'answer', 'candidate']);
 
 const isInt = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 0;
 
+/** A ring that signals new links is left this long after its piece came (its exchange is over by then, or failed). */
+const RING_LINKS_MS = 30_000;
+
 /** The island's MixPort and SignalPort over its socket.io transport. */
 export class SocketMixPort implements MixPort, SignalPort {
   /** The group whose data channels stay open (exchanging, then receiving pieces). */
   private current: number | null = null;
+  /** The operator's ICE servers, from the last plan (a ring that signals new links uses them too). */
+  private iceServers: NonNullable<MemberPlan['iceServers']> = [];
   /** The data channels, made on the first `ready` of a server that mixes (null: no WebRTC here). */
   net: GroupNet | null = null;
   private netMade: Promise<GroupNet | null> | null = null;
@@ -43,6 +48,7 @@ export class SocketMixPort implements MixPort, SignalPort {
     const r = await this.t.request<MixPlanMsg | null>('mix:ready', { meta: mixReadyMeta(meta), frameHash }, 0);
     const p = r.ok ? toPlan(r.value) : null;
     if (!p) return null;
+    this.iceServers = p.iceServers ?? [];
     await this.net?.join(p);
     // the server sends the last group no more pieces: its waits end (its links stay, for later groups)
     if (this.current !== null && this.current !== p.groupId) this.leave(this.current);
@@ -80,7 +86,12 @@ export class SocketMixPort implements MixPort, SignalPort {
       const p = toPiece(m);
       if (!p) return;
       this.t.stats.bytesReceived += p.piece.length;
-      listener(p);
+      if (!p.linked || !this.net) return listener(p);
+      // a ring with new links: connect them as for a group's plan (its exchange waits for them), then let them be
+      const net = this.net;
+      void Promise.resolve(net.join({ groupId: p.groupId, index: p.index, members: p.members.map((islandId) => ({ islandId })), linked: p.linked, iceServers: this.iceServers }))
+        .catch(() => false).then(() => listener(p));
+      setTimeout(() => net.leave(p.groupId), RING_LINKS_MS).unref?.();
     });
   }
 
@@ -141,5 +152,8 @@ function toPiece(m: unknown): UpdatePiece | null {
   if (!piece || !p!.update || typeof p!.update !== 'object' || !isInt(p!.groupId) || !isInt(p!.index) || !Array.isArray(p!.members) || typeof p!.frameHash !== 'string') return null;
   const u = p!.update as Omit<UpdateMsg, 'frame'>;
   if (!isInt(u.version) || !isInt(u.prevVersion) || typeof u.hash !== 'string') return null;
-  return { ...p!, piece, update: { ...u, trainLoss: typeof u.trainLoss === 'number' ? u.trainLoss : NaN } };
+  const k = p!.members.length;
+  if (k < 2 || (k & (k - 1)) !== 0 || p!.index >= k) return null;
+  const linked = Array.isArray(p!.linked) ? p!.linked.filter((j) => isInt(j) && j < k) : undefined;
+  return { ...p!, piece, members: p!.members.map(String), linked, update: { ...u, trainLoss: typeof u.trainLoss === 'number' ? u.trainLoss : NaN } };
 }

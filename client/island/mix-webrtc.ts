@@ -14,6 +14,9 @@ import { type PieceChannel, butterflyPartners, packPieces, unpackPieces } from '
 import { MIX_LINKS_KEPT } from '../../core/protocol.ts';
 import type { MemberPlan, PeerNet } from './mix-member.ts';
 
+/** What connecting a group's or a ring's links needs of its plan. */
+export type LinkPlan = Pick<MemberPlan, 'groupId' | 'index' | 'linked' | 'iceServers'> & { members: ReadonlyArray<{ islandId: string }> };
+
 /** The parts of the standard RTCPeerConnection API used here. */
 export interface RtcPeer {
   createDataChannel(label: string, init?: { ordered?: boolean }): RtcChannel;
@@ -68,8 +71,8 @@ interface Link {
 /** A connection not ready this long is tried again (opens take ~20 ms, or ~1 s after a retransmit). */
 const RETRY_MS = 2500;
 const MAX_ATTEMPTS = 4;
-/** Plans kept (the current group and the previous ones whose pieces may still be on their way). */
-const PLANS_KEPT = 4;
+/** Plans kept (the current group, earlier ones whose exchanges may still run, rings signalling new links). */
+const PLANS_KEPT = 8;
 
 interface Waiter { resolve(m: Uint8Array | null): void }
 
@@ -100,7 +103,7 @@ function asBytes(data: unknown): Uint8Array | null {
 /** A member's data channels to its groups' peers: joined per plan (reusing the links it lists as linked), left when done. */
 export interface GroupNet extends PeerNet {
   /** Connects to a group's partners; resolves whether every one was already linked (nothing signalled). */
-  join(plan: MemberPlan): boolean | Promise<boolean>;
+  join(plan: LinkPlan): boolean | Promise<boolean>;
   leave(groupId: number): void;
 }
 
@@ -112,7 +115,7 @@ export class WebRtcPeerNet implements GroupNet {
   private readonly links = new Map<string, Link>();
   private readonly mail = new Map<string, Uint8Array>();
   private readonly waiters = new Map<string, Waiter>();
-  private readonly plans = new Map<number, MemberPlan>();
+  private readonly plans = new Map<number, LinkPlan>();
   private readonly pendingOffers = new Map<string, string>();
   private readonly linkWaiters = new Map<string, Array<(c: RtcChannel | null) => void>>();
   /** Groups left (done, or called off by the server), the last 64. */
@@ -133,7 +136,7 @@ export class WebRtcPeerNet implements GroupNet {
    * indices: the peer's answer replaces its own); any other, afresh (the lower index offers).
    * Returns whether every partner was linked already.
    */
-  join(plan: MemberPlan): boolean {
+  join(plan: LinkPlan): boolean {
     if (this.ended.has(plan.groupId)) return false; // called off before its plan was read: its exchange fails at once
     this.plans.set(plan.groupId, plan);
     for (const g of [...this.plans.keys()].slice(0, -PLANS_KEPT)) this.leave(g);

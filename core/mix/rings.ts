@@ -7,23 +7,54 @@
 // a downlink that followed the last group lost it at the first regroup, and the slow island got
 // every later update whole. A ring needs only data channels between its butterfly partners, and
 // those outlive the groups that made them (links.ts), so each update partitions the islands anew
-// over the links the server knows: as many rings of k as the links allow, then smaller powers of
-// two, and whole updates for the rest.
+// over the links the server knows: as many rings of k as the links allow; the islands left over
+// in rings of k that signal their missing links once (`linked` on the piece, as on a plan), which
+// later updates then reuse; smaller rings over the links there are; whole updates for the rest.
 
 import { butterflyPartners } from './butterfly.ts';
+import type { PairLinks } from './links.ts';
+
+/** One ring of an update: its members in butterfly order; `linked` per member when some of its pairs must be signalled (null: all linked). */
+export interface RingPlan { ids: string[]; linked: number[][] | null }
+
+/**
+ * The rings of one update (the policy above). `canSignal(a, b)`: the pair may be connected afresh
+ * (the server keeps a pair that was lost lately out, so a link that cannot open is not tried per update).
+ */
+export function planRings(ids: readonly string[], links: Pick<PairLinks, 'has' | 'order'>, k: number, canSignal: (a: string, b: string) => boolean): RingPlan[] {
+  const has = (a: string, b: string) => links.has(a, b);
+  const full = formRings(ids, has, k, k);
+  const ringed = new Set(full.flat());
+  const plans: RingPlan[] = full.map((r) => ({ ids: r, linked: null }));
+  let left = ids.filter((id) => !ringed.has(id));
+  const rest: string[] = [];
+  while (left.length >= k) {
+    const ring = links.order(left.slice(0, k));
+    const pairs = ring.flatMap((id, i) => butterflyPartners(i, k).filter((j) => j > i).map((j) => [id, ring[j]] as const));
+    if (pairs.every(([a, b]) => has(a, b) || canSignal(a, b))) {
+      plans.push({ ids: ring, linked: ring.map((id, i) => butterflyPartners(i, k).filter((j) => has(id, ring[j]))) });
+      left = left.slice(k);
+    } else {
+      rest.push(left[0]);
+      left = left.slice(1);
+    }
+  }
+  for (const r of formRings([...rest, ...left], has, k / 2)) plans.push({ ids: r, linked: null });
+  return plans;
+}
 
 /** Search steps per ring size before settling for smaller rings (a ring of 8 over 16 links each is about 16^7 orders at worst). */
 const SEARCH_BUDGET = 20_000;
 
 /**
  * A partition of `ids` (in this order of preference) into rings: each of a power-of-two size in
- * [2, k], each in butterfly order (member i is linked to every partner i XOR 2^s). Islands no ring
+ * [minSize, k], each in butterfly order (member i is linked to every partner i XOR 2^s). Islands no ring
  * can hold are left out (they get the update whole). Deterministic for the same input.
  */
-export function formRings(ids: readonly string[], linked: (a: string, b: string) => boolean, k: number): string[][] {
+export function formRings(ids: readonly string[], linked: (a: string, b: string) => boolean, k: number, minSize = 2): string[][] {
   const free = new Set(ids);
   const rings: string[][] = [];
-  for (let size = k; size >= 2; size /= 2) {
+  for (let size = k; size >= Math.max(2, minSize); size /= 2) {
     let budget = SEARCH_BUDGET;
     for (const first of ids) {
       if (!free.has(first) || free.size < size) continue;

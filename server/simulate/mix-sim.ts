@@ -14,7 +14,7 @@ import { checkWork } from '../../core/coord/validate.ts';
 import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
 import { type PieceChannel, butterflyPartners, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
 import { PairLinks } from '../../core/mix/links.ts';
-import { formRings } from '../../core/mix/rings.ts';
+import { planRings } from '../../core/mix/rings.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
 import { type AckMsg, type DeltaMeta, ErrorCode, type MixPieceMsg, type MixPlanMsg, type UpdateMsg, mixReadyMeta } from '../../core/protocol.ts';
 import { mulberry32 } from '../../core/random.ts';
@@ -230,9 +230,14 @@ export class SimMixHub {
   /** Partitions the members still there into rings and sends each its pieces; the islands ringed. */
   private sendRings(update: UpdateMsg): Set<string> {
     const eligible = [...this.members.values()].filter((m) => !m.dead && m.pieceListeners.length > 0).map((m) => m.islandId);
-    const rings = formRings(eligible, (a, b) => this.links.has(a, b), this.broker.cfg.k);
-    for (const ring of rings) void this.sendPieces(update, { id: this.broker.nextId(), members: ring }, ring.map((id) => this.members.get(id)!));
-    return new Set(rings.flat());
+    // a ring's new links open at once here (the simulator's peers need no signalling)
+    const rings = planRings(eligible, this.links, this.broker.cfg.k, () => true);
+    for (const { ids } of rings) {
+      const id = this.broker.nextId();
+      ids.forEach((a, i) => { for (const j of butterflyPartners(i, ids.length)) if (j > i) this.links.use(a, ids[j], id, true); });
+      void this.sendPieces(update, { id, members: ids }, ids.map((x) => this.members.get(x)!));
+    }
+    return new Set(rings.flatMap((r) => r.ids));
   }
 
   private async sendPieces(update: UpdateMsg, g: { id: number; members: string[] }, all: Member[]): Promise<void> {
