@@ -24,7 +24,7 @@ import { IdentityCost } from './identity-cost.ts';
 import { TokenBuckets } from './token-buckets.ts';
 import { MIX_EVENTS, type MixGateway } from './mix-gateway.ts';
 import type { Metrics } from './metrics.ts';
-import { type WireDirection, frameHeaderBytes } from '../client/island/wire-bytes.ts';
+import { type WirePacket, WireMeter } from './wire-meter.ts';
 
 /** Gateway-level error codes (besides core/protocol's). */
 export const GatewayError = {
@@ -207,8 +207,9 @@ export class Gateway {
     const budget = this.opts.violationBudget ?? 32;
     const wire = this.opts.wire;
     if (wire) {
-      socket.conn.on('packet', (p: WirePacket) => wire.wireBytesIn.inc(wireBytes(p, 'up')));
-      socket.conn.on('packetCreate', (p: WirePacket) => wire.wireBytesOut.inc(wireBytes(p, 'down')));
+      const meter = new WireMeter(wire);
+      socket.conn.on('packet', (p: WirePacket) => meter.count(p, 'up'));
+      socket.conn.on('packetCreate', (p: WirePacket) => meter.count(p, 'down'));
     }
 
     const violation = (code: string, message: string) => {
@@ -477,18 +478,4 @@ export class Gateway {
     this.dashboard.emit('tick', tick);
     this.stats.dashboardMessages++;
   }
-}
-
-/** An engine.io packet as its socket's 'packet' and 'packetCreate' events give it. */
-interface WirePacket { type: string; data?: unknown }
-
-/**
- * A packet's bytes on a WebSocket: a text frame is the packet type's digit and the UTF-8 text, a
- * binary frame the bytes alone (engine.io v4); plus the frame header (wire-bytes.ts, the rule the
- * simulator counts by). TCP and IP headers are not counted.
- */
-function wireBytes(p: WirePacket, dir: WireDirection): number {
-  const d = p.data;
-  const body = typeof d === 'string' ? 1 + Buffer.byteLength(d) : d instanceof ArrayBuffer || ArrayBuffer.isView(d) ? d.byteLength : 1;
-  return body + frameHeaderBytes(body, dir);
 }

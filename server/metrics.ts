@@ -21,8 +21,8 @@ export class Metrics {
   /** By kind: `update` (pushed whole), `piece` (a mixed group's share of one), `catchup` (asked for), `model` (θ whole). */
   readonly bytesOut = new Counter({ name: 'atoll_bytes_out_total', help: 'Model and update bytes sent to islands, by kind', labelNames: ['kind'] as const, registers: [this.registry] });
   /** Everything on the islands' connections as sent: engine.io packets (pings, JSON, binary attachments) and their WebSocket frame headers. */
-  readonly wireBytesIn = new Counter({ name: 'atoll_wire_bytes_in_total', help: 'Bytes islands sent on their socket.io connections: engine.io packets with WebSocket frame headers', registers: [this.registry] });
-  readonly wireBytesOut = new Counter({ name: 'atoll_wire_bytes_out_total', help: 'Bytes sent to islands on their socket.io connections: engine.io packets with WebSocket frame headers', registers: [this.registry] });
+  readonly wireBytesIn = new Counter({ name: 'atoll_wire_bytes_in_total', help: 'Bytes islands sent on their socket.io connections: engine.io packets with WebSocket frame headers, by message (wire-meter.ts)', labelNames: ['message'] as const, registers: [this.registry] });
+  readonly wireBytesOut = new Counter({ name: 'atoll_wire_bytes_out_total', help: 'Bytes sent to islands on their socket.io connections: engine.io packets with WebSocket frame headers, by message (wire-meter.ts)', labelNames: ['message'] as const, registers: [this.registry] });
   readonly version = new Gauge({ name: 'atoll_model_version', help: 'Current model version (outer updates applied)', registers: [this.registry] });
   readonly tokens = new Gauge({ name: 'atoll_tokens_total', help: 'Training tokens folded into the model', registers: [this.registry] });
   readonly evalLoss = new Gauge({ name: 'atoll_eval_loss', help: 'Held-out loss of the latest evaluated version', registers: [this.registry] });

@@ -10,6 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { IslandEvent } from '../client/island/runtime.ts';
 import type { RunStatus } from '../core/api.ts';
 import { startNodeIsland } from '../server/island-node.ts';
+import { byLabel } from '../server/fleet/live.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
 import { type TestServer, getJson, startTestServer, waitFor } from './helpers/server.ts';
 import { openVolunteerPage, pageLog, pageView, type PageView } from './helpers/volunteer-page.ts';
@@ -93,9 +94,13 @@ describe('butterfly mixing with a page (Chromium RTCPeerConnection ↔ node-data
     expect(nodes.reduce((t, n) => t + n.appliedTokens, views.reduce((t, v) => t + v.tokensContributed, 0))).toBe(st.tokensTotal);
     // the gateway's wire counters: the frames plus the JSON, signalling and pings around them
     const metrics = await fetch(`${server.url}/metrics`).then((r) => r.text());
-    const wire = (dir: string) => Number(new RegExp(`^atoll_wire_bytes_${dir}_total (\\S+)$`, 'm').exec(metrics)?.[1]);
-    expect(wire('in')).toBeGreaterThan(st.bytesIn);
-    expect(wire('out')).toBeGreaterThan(0);
+    const wire = (dir: string) => byLabel(metrics, `atoll_wire_bytes_${dir}_total`);
+    const total = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
+    expect(total(wire('in'))).toBeGreaterThan(st.bytesIn);
+    // by message: the fragments (binary attachments count with their event), and the pieces of the updates
+    expect(wire('in')['mix:fragment']).toBeGreaterThan(0);
+    expect(wire('out')['mix:piece']).toBeGreaterThan(0);
+    expect(wire('out')['ack:nextAssignment']).toBeGreaterThan(0);
     // loss goes down
     const points = await waitFor('the last eval', async () => {
       const { points: p } = await getJson<{ points: Array<{ evalLoss: number | null }> }>(`${server!.url}/api/history`);

@@ -328,7 +328,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const history = await historyTokens(updates);
     return {
       topology: spec.redis !== undefined ? 'roles' : 'embedded', runConfig, seconds, versions: last.version, tokens: last.tokensTotal,
-      bytesIn: end.status.bytesIn, bytesOut: end.status.bytesOut - end.observed, wireIn: end.wire?.in ?? null, wireOut: end.wire?.out ?? null, outByKind: islandsOnly(end.outByKind, end.observed), steady: steadyTraffic(mark, end), mix: last.mix ?? null,
+      bytesIn: end.status.bytesIn, bytesOut: end.status.bytesOut - end.observed, wireIn: end.wire?.in ?? null, wireOut: end.wire?.out ?? null, outByKind: islandsOnly(end.outByKind, end.observed), wireByMessage: end.wireByMessage, steady: steadyTraffic(mark, end), mix: last.mix ?? null,
       snapshots: snapshots.map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 })).sort((a, b) => a.version - b.version),
       islands, lost, duplicated, faults, events, serverLog: servers.map((s, i) => `── server ${i + 1} of ${servers.length} ──\n${s.out}`).join('\n'),
     };
@@ -344,6 +344,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
 interface Traffic {
   status: Pick<RunStatus, 'tokensTotal' | 'version' | 'bytesIn' | 'bytesOut'>;
   wire: { in: number; out: number } | null;
+  wireByMessage: { in: Record<string, number>; out: Record<string, number> } | null;
   outByKind: Record<string, number> | null;
   /** The fleet's own θ downloads so far (in the server's model bytes). */
   observed: number;
@@ -354,22 +355,31 @@ function islandsOnly(byKind: Record<string, number> | null, observed: number): R
   return byKind && { ...byKind, model: (byKind.model ?? 0) - observed };
 }
 
-/** /metrics' atoll_wire_bytes_in_total and _out_total (the embedded server's gateway counts them; the Redis roles' /metrics is the aggregator's). */
-async function counters(url: string): Promise<Pick<Traffic, 'wire' | 'outByKind'>> {
+/** A labelled counter's values in /metrics' text, by its one label's value. */
+export function byLabel(text: string, name: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const m of text.matchAll(new RegExp(`^${name}\\{\\w+="([^"]*)"\\} (\\S+)$`, 'gm'))) out[m[1]] = Number(m[2]);
+  return out;
+}
+
+const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
+
+/** /metrics' wire bytes by message and frames out by kind (the embedded server's gateway counts them; the Redis roles' /metrics is the aggregator's). */
+async function counters(url: string): Promise<Pick<Traffic, 'wire' | 'wireByMessage' | 'outByKind'>> {
   const text = await fetch(`${url}/metrics`).then((r) => (r.ok ? r.text() : ''), () => '');
-  const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
-  const w = { in: read('atoll_wire_bytes_in_total'), out: read('atoll_wire_bytes_out_total') };
-  const byKind: Record<string, number> = {};
-  for (const m of text.matchAll(/^atoll_bytes_out_total\{kind="(\w+)"\} (\S+)$/gm)) byKind[m[1]] = Number(m[2]);
+  const byMessage = { in: byLabel(text, 'atoll_wire_bytes_in_total'), out: byLabel(text, 'atoll_wire_bytes_out_total') };
+  const w = { in: sum(byMessage.in), out: sum(byMessage.out) };
+  const byKind = byLabel(text, 'atoll_bytes_out_total');
   return {
-    wire: Number.isFinite(w.in) && Number.isFinite(w.out) && w.in + w.out > 0 ? w : null,
+    wire: w.in + w.out > 0 ? w : null,
+    wireByMessage: w.in + w.out > 0 ? byMessage : null,
     outByKind: Object.keys(byKind).length ? byKind : null,
   };
 }
 
 /** Server bytes per accepted token from the mark (none reached: from the start) to the end. */
 function steadyTraffic(mark: Traffic | null, end: Traffic): SteadyTraffic {
-  const from: Traffic = mark ?? { status: { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 }, wire: { in: 0, out: 0 }, outByKind: {}, observed: 0 };
+  const from: Traffic = mark ?? { status: { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 }, wire: { in: 0, out: 0 }, wireByMessage: { in: {}, out: {} }, outByKind: {}, observed: 0 };
   const a = from.status, b = end.status;
   const tokens = Math.max(1, b.tokensTotal - a.tokensTotal);
   const wire = from.wire && end.wire ? { in: (end.wire.in - from.wire.in) / tokens, out: (end.wire.out - from.wire.out) / tokens } : null;

@@ -123,6 +123,8 @@ export interface LiveRun {
   wireOut: number | null;
   /** Frames out by kind, whole run (/metrics atoll_bytes_out_total{kind}); null: not counted (the Redis roles). */
   outByKind: Record<string, number> | null;
+  /** The wire bytes by message, whole run (/metrics atoll_wire_bytes_*_total{message}); null: not counted. */
+  wireByMessage: { in: Record<string, number>; out: Record<string, number> } | null;
   /** The server's traffic once every island had downloaded θ and was training (a snapshot each is the same with or without mixing). */
   steady: SteadyTraffic;
   /** /api/status's mixing figures at the end (null: the run did not mix). */
@@ -161,6 +163,8 @@ export interface FleetReport {
     inPerToken: number; outPerToken: number; wireInPerToken: number | null; wireOutPerToken: number | null;
     /** Frames out by kind per accepted token, whole run (null: not counted). */
     outByKindPerToken: Record<string, number> | null;
+    /** Wire bytes by message per accepted token, whole run (null: not counted). */
+    wireByMessagePerToken: { in: Record<string, number>; out: Record<string, number> } | null;
     steady: SteadyTraffic;
     mix: MixStatus | null;
     curve: SimRunResult['curve'];
