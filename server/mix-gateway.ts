@@ -274,7 +274,6 @@ export class MixGateway {
     const eligible: string[] = [];
     for (const [id, s] of this.sockets) if (s.connected && (this.benched.get(id) ?? 0) <= now) eligible.push(id);
     const rings = planRings(eligible, this.links, this.k, (a, b) => !this.lostLately(a, b, now));
-    if (process.env.ATOLL_DEBUG_RINGS) process.stderr.write(`RINGS v${u.version} sockets ${this.sockets.size} eligible ${eligible.length} rings ${rings.map((r) => r.ids.length + (r.linked ? '+' : '')).join(',')} links ${this.links.size}\n`);
     if (!rings.length) return [];
     const served: string[] = [];
     const { frame, ...head } = u;
