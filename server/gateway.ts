@@ -349,7 +349,9 @@ export class Gateway {
     handle('updates', async (payload, ack) => {
       if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
       if (!checkUpdates.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `updates: ${firstError(checkUpdates, payload)}`));
-      const r = await this.run.updatesSince((payload as Static<typeof UpdatesSchema>).fromVersion);
+      const { fromVersion } = payload as Static<typeof UpdatesSchema>;
+      this.opts.mix?.caughtUp(st.islandId, fromVersion);
+      const r = await this.run.updatesSince(fromVersion);
       if (!r.ok) return ack(err(r.error.code, r.error.message));
       let bytes = 0;
       for (const u of r.value) bytes += u.frame.length + 256;

@@ -18,17 +18,16 @@ import { type CodecOptions, encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { ClaimedMeta } from '../core/coord/validate.ts';
 import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
-import { butterflyPartners, mixWeights, pieceRange } from '../core/mix/butterfly.ts';
+import { butterflyPartners, mixWeights } from '../core/mix/butterfly.ts';
 import { PairLinks } from '../core/mix/links.ts';
-import { planRings } from '../core/mix/rings.ts';
-import { sha256Hex } from '../core/mix/commit.ts';
 import {
-  type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixCheckAnswerSchema, MixFragmentSchema, MixLostSchema, type MixPieceMsg, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
+  type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixCheckAnswerSchema, MixFragmentSchema, MixLostSchema, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
 } from '../core/protocol.ts';
 import { type Result, err, ok } from '../core/result.ts';
 import type { MixStatus } from '../core/api.ts';
 import type { BytesOutKind } from './metrics.ts';
 import type { MixSettings } from './mix-settings.ts';
+import { type RingCounters, RingRouter } from './mix-rings.ts';
 
 const checkReady = TypeCompiler.Compile(MixReadySchema);
 const checkFragment = TypeCompiler.Compile(MixFragmentSchema);
@@ -38,13 +37,6 @@ const checkSignal = TypeCompiler.Compile(MixSignalSchema);
 const checkLost = TypeCompiler.Compile(MixLostSchema);
 
 export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal', 'mix:lost'] as const;
-
-/** Rings whose signalling the server relays, at most (the latest; a ring signals within its exchange timeout). */
-const RINGS_SIGNALLING = 64;
-/** A pair reported lost is not signalled for a ring again for this long (a link that cannot open is not retried every update). */
-const LOST_COOLDOWN_MS = 5 * 60_000;
-
-const pairKey = (a: string, b: string) => (a < b ? `${a} ${b}` : `${b} ${a}`);
 
 /** How long an island that stalled a group (connected, no fragment by the deadline) uploads directly. */
 const BENCH_MS = 5 * 60_000;
@@ -87,7 +79,7 @@ interface Group {
 }
 
 /** What mixing did, cumulative (the dashboard and the live test read it). */
-export interface MixCounters {
+export interface MixCounters extends RingCounters {
   groups: number;
   mixedGroups: number;
   fallbacks: number;
@@ -99,11 +91,7 @@ export interface MixCounters {
   fragmentBytes: number;
   /** Bytes of spot checks (their hashes) and replays received. */
   checkBytes: number;
-  /** Bytes of update pieces sent, and the rings they went to (one per ring and version). */
-  pieceBytes: number;
-  rings: number;
-  /** Server bytes mixing saved before its own costs (MixStatus.savedBytes). */
-  grossSaved: number;
+
   /** Signalling relayed and plans sent, in and out (JSON text); the plans' share. */
   controlBytes: number;
   planBytes: number;
@@ -112,8 +100,6 @@ export interface MixCounters {
   /** Butterfly pairs of the groups formed: signalled afresh, and linked already (no signalling). */
   linksSignalled: number;
   linksReused: number;
-  /** Pairs signalled for rings (the rest of their pairs were linked). */
-  ringLinksSignalled: number;
   /** `mix:lost` reports that made the server forget a pair. */
   linksLost: number;
   /** Groups formed, by the durable version current when they formed (the last 64 versions). */
@@ -134,18 +120,18 @@ export class MixGateway {
   private timer: ReturnType<typeof setTimeout> | null = null;
   /** The islands' data channels, as far as the server signalled them and heard of no loss. */
   readonly links = new PairLinks();
-  /** Rings that signal new links (their members, by ring id), the last RINGS_SIGNALLING; pairs reported lost, and when. */
-  private readonly signalling = new Map<number, string[]>();
-  private readonly lost = new Map<string, number>();
+  /** The downlink: updates as pieces to rings of islands. */
+  private readonly rings: RingRouter;
   readonly counters: MixCounters = {
     groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
-    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, rings: 0, grossSaved: 0, controlBytes: 0, planBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, ringLinksSignalled: 0, linksLost: 0, groupsByVersion: {},
+    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, rings: 0, ringsFailed: 0, grossSaved: 0, controlBytes: 0, planBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, ringLinksSignalled: 0, linksLost: 0, groupsByVersion: {},
   };
 
   constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
     const c = host.codec();
     const align = c.encoding === 'sparse' || c.encoding === 'int8' || c.encoding === 'int4' ? c.blockSize ?? 64 : 64;
     this.broker = new MixBroker({ k: settings.k, formWaitMs: settings.formWaitMs, spotRate: settings.spotRate, exchangeTimeoutMs: settings.exchangeTimeoutMs }, host.paramCount, align, Math.random);
+    this.rings = new RingRouter(this.links, settings.k, () => this.broker.nextId(), this.counters, (bytes, kind) => host.noteBytesOut(bytes, kind));
   }
 
   get k(): number { return this.settings.k; }
@@ -204,7 +190,7 @@ export class MixGateway {
       const s = payload as Static<typeof MixSignalSchema>;
       // a group this island is in now, or a ring that signals its new links
       const g = this.groups.get(s.groupId);
-      const ids = g && this.groupOf.get(id) === s.groupId ? g.ids : this.signalling.get(s.groupId);
+      const ids = g && this.groupOf.get(id) === s.groupId ? g.ids : this.rings.members(s.groupId);
       const from = ids ? ids.indexOf(id) : -1;
       if (!ids || from < 0) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
       if (s.to >= ids.length || !butterflyPartners(from, ids.length).includes(s.to)) return ack(err(ErrorCode.BAD_REQUEST, `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`));
@@ -225,8 +211,7 @@ export class MixGateway {
       const { peer, groupId } = payload as Static<typeof MixLostSchema>;
       if (this.links.lost(id, peer, groupId)) {
         this.counters.linksLost++;
-        this.lost.set(pairKey(id, peer), Date.now());
-        if (this.lost.size > 4096) this.lost.delete(this.lost.keys().next().value!);
+        this.rings.lostPair(id, peer);
       }
       ack(ok({}));
     });
@@ -253,6 +238,7 @@ export class MixGateway {
   left(islandId: string, socket: Socket): void {
     if (this.sockets.get(islandId) !== socket) return;
     this.sockets.delete(islandId);
+    this.rings.left(islandId);
     this.readyAcks.delete(islandId);
     this.links.forget(islandId);
     this.broker.drop(islandId);
@@ -264,56 +250,13 @@ export class MixGateway {
     if (wait) { g.fragWaits.delete(j); wait(null); } else if (!g.uploads.has(j)) g.uploads.set(j, null);
   }
 
-  /**
-   * A new durable version: pieces to rings of connected mixing islands whose butterfly partners are
-   * linked (rings.ts), whatever groups they last mixed in. Returns the socket ids served so (the
-   * broadcast skips them).
-   */
+  /** A new durable version: pieces to the rings (mix-rings.ts); the socket ids served so (the broadcast skips them). */
   route(u: UpdateMsg): string[] {
-    const now = Date.now();
-    const eligible: string[] = [];
-    for (const [id, s] of this.sockets) if (s.connected && (this.benched.get(id) ?? 0) <= now) eligible.push(id);
-    const rings = planRings(eligible, this.links, this.k, (a, b) => !this.lostLately(a, b, now));
-    if (!rings.length) return [];
-    const served: string[] = [];
-    const { frame, ...head } = u;
-    const frameHash = sha256Hex(frame);
-    for (const { ids: ring, linked } of rings) {
-      const groupId = this.broker.nextId();
-      if (linked) this.signalRing(groupId, ring);
-      ring.forEach((id, index) => {
-        const s = this.sockets.get(id)!;
-        const [a, b] = pieceRange(frame.length, ring.length, index);
-        const piece: MixPieceMsg = { update: head, frameHash, groupId, index, members: ring, piece: frame.subarray(a, b), ...(linked ? { linked: linked[index] } : {}) };
-        s.emit('mix:piece', piece);
-        this.counters.pieceBytes += b - a;
-        this.counters.grossSaved += ((ring.length - 1) * frame.length) / ring.length; // k − 1 whole frames per ring
-        this.host.noteBytesOut(b - a + 256, 'piece');
-        served.push(s.id);
-      });
-    }
-    this.counters.rings += rings.length;
-    return served;
+    return this.rings.route(u, this.sockets, (id, now) => (this.benched.get(id) ?? 0) > now);
   }
 
-  /** A ring with new links: the server relays their signalling (`mix:signal` naming the ring) and knows the pairs from now on. */
-  private signalRing(groupId: number, ids: string[]): void {
-    this.signalling.set(groupId, ids);
-    if (this.signalling.size > RINGS_SIGNALLING) this.signalling.delete(this.signalling.keys().next().value!);
-    ids.forEach((id, i) => {
-      for (const j of butterflyPartners(i, ids.length)) {
-        if (j < i) continue;
-        const had = this.links.has(id, ids[j]);
-        if (!had) this.counters.ringLinksSignalled++;
-        this.links.use(id, ids[j], groupId, !had);
-      }
-    });
-  }
-
-  /** The pair's link was reported lost within LOST_COOLDOWN_MS: no ring signals it again yet. */
-  private lostLately(a: string, b: string, now: number): boolean {
-    return now - (this.lost.get(pairKey(a, b)) ?? -Infinity) < LOST_COOLDOWN_MS;
-  }
+  /** An island asks for updates from `fromVersion` (its ring's exchange may have failed). */
+  caughtUp(islandId: string, fromVersion: number): void { this.rings.caughtUp(islandId, fromVersion); }
 
   // ── groups ──────────────────────────────────────────────────────────────────────────────────
 

@@ -87,10 +87,12 @@ export class SocketMixPort implements MixPort, SignalPort {
       if (!p) return;
       this.t.stats.bytesReceived += p.piece.length;
       if (!p.linked || !this.net) return listener(p);
-      // a ring with new links: connect them as for a group's plan (its exchange waits for them), then let them be
+      // a ring with new links: connect them as for a group's plan, then exchange at once (the exchange
+      // waits for the links; the page's relay reads the join before the exchange's messages). Not
+      // after the join: an update the member is gathering is waited for, not asked of the server
       const net = this.net;
-      void Promise.resolve(net.join({ groupId: p.groupId, index: p.index, members: p.members.map((islandId) => ({ islandId })), linked: p.linked, iceServers: this.iceServers }))
-        .catch(() => false).then(() => listener(p));
+      void Promise.resolve(net.join({ groupId: p.groupId, index: p.index, members: p.members.map((islandId) => ({ islandId })), linked: p.linked, iceServers: this.iceServers })).catch(() => false);
+      listener(p);
       setTimeout(() => net.leave(p.groupId), RING_LINKS_MS).unref?.();
     });
   }
