@@ -93,6 +93,12 @@ export const MixStatusSchema = Type.Object({
   /** Butterfly partner pairs of the groups formed: signalled afresh, and over a data channel kept from an earlier group. */
   pairsSignalled: Type.Integer(),
   pairsReused: Type.Integer(),
+  /** Islands that waited for a group in vain and uploaded directly. */
+  expired: Type.Integer(),
+  /** The downlink: rings served pieces (one per ring and version), rings whose exchange failed, pairs signalled for rings. */
+  rings: Type.Integer(),
+  ringsFailed: Type.Integer(),
+  ringPairsSignalled: Type.Integer(),
   /** Groups formed while each of the last versions was current (oldest first). */
   groupsByVersion: Type.Array(Type.Object({ version: Type.Integer(), groups: Type.Integer() })),
 });

@@ -223,6 +223,7 @@ export class MixGateway {
     return {
       k: this.k, groups: c.groups, mixedGroups: c.mixedGroups, fallbacks: c.fallbacks,
       savedBytes: c.grossSaved - c.checkBytes - c.controlBytes, signallingBytes: c.controlBytes, pairsSignalled: c.linksSignalled, pairsReused: c.linksReused,
+      expired: c.expired, rings: c.rings, ringsFailed: c.ringsFailed, ringPairsSignalled: c.ringLinksSignalled,
       groupsByVersion: Object.entries(c.groupsByVersion).map(([v, n]) => ({ version: Number(v), groups: n })).sort((a, b) => a.version - b.version),
     };
   }
