@@ -17,7 +17,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type CodecOptions, encodeDelta } from '../core/codec/index.ts';
 import { l2 } from '../core/coord/aggregate.ts';
 import type { ClaimedMeta } from '../core/coord/validate.ts';
-import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
+import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker, memberNorms } from '../core/mix/broker.ts';
 import { butterflyPartners, mixWeights } from '../core/mix/butterfly.ts';
 import { PairLinks } from '../core/mix/links.ts';
 import {
@@ -391,11 +391,11 @@ export class MixGateway {
       this.verdict(g, j, { islandId: bad.islandId, seq: m.meta.seq, roundId: m.meta.roundId, status: 'rejected', version: this.version(), error: { code: ErrorCode.MIX_MISMATCH, message: bad.reason } });
       await this.host.ban(bad.islandId, `butterfly mixing: ${bad.reason}`);
     }
-    const norm = l2(out.delta);
+    const norms = memberNorms(l2(out.delta), out.accepted);
     // the group's mean in the run's codec: what the run archives for each member (reverts replay it)
     const frame = encodeDelta(out.delta, this.host.codec());
-    await Promise.all(out.accepted.map(async (x) => {
-      const ack = await this.host.submitMixed(x.meta, frame, out.delta, norm);
+    await Promise.all(out.accepted.map(async (x, i) => {
+      const ack = await this.host.submitMixed(x.meta, frame, out.delta, norms[i]);
       this.verdict(g, g.ids.indexOf(x.islandId), ack);
     }));
     plan.members.forEach((x, j) => { if (!g.verdicts.has(j)) this.verdict(g, j, 'direct'); });

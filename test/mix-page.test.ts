@@ -101,6 +101,10 @@ describe('butterfly mixing with a page (Chromium RTCPeerConnection ↔ node-data
     expect(wire('in')['mix:fragment']).toBeGreaterThan(0);
     expect(wire('out')['mix:piece']).toBeGreaterThan(0);
     expect(wire('out')['ack:nextAssignment']).toBeGreaterThan(0);
+    // frames sent by kind: θ to each joining island, and update pieces to the rings
+    const sent = byLabel(metrics, 'atoll_bytes_out_total');
+    expect(sent.model).toBeGreaterThanOrEqual(4 * 4 * server!.server.run.paramCount);
+    expect(sent.piece).toBeGreaterThan(0);
     // loss goes down
     const points = await waitFor('the last eval', async () => {
       const { points: p } = await getJson<{ points: Array<{ evalLoss: number | null }> }>(`${server!.url}/api/history`);

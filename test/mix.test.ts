@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { type CodecOptions, decodeDelta, encodeDelta } from '../core/codec/index.ts';
-import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker } from '../core/mix/broker.ts';
+import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker, type ReadyMember, memberNorms } from '../core/mix/broker.ts';
 import { type PieceChannel, canonicalFragment, exchange, fragmentRanges, joinPieces, mixWeights, packPieces, pieceRange, unpackPieces } from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
@@ -109,6 +109,20 @@ describe('butterfly mixing', () => {
     expect(packPieces(m)).toEqual(msg);
     expect(unpackPieces(msg.subarray(0, 14))).toBeNull(); // truncated
     expect(unpackPieces(Uint8Array.from([...msg, 0]))).toBeNull(); // trailing bytes
+  });
+
+  it("each member's copy of the group mean is judged by the norm bound as a Δ of the group's steps, not its own", () => {
+    const member = (steps: number, tokens: number) => ({ islandId: `s${steps}`, meta: { steps } as DeltaMeta, frameHash: '', tokens, readyAt: 0 }) as ReadyMember;
+    // equal steps: the mean's own norm
+    expect(memberNorms(2, [member(20, 100), member(20, 300)])).toEqual([2, 2]);
+    // a page of 3 steps with servers of 40: every copy scores ‖mean‖/√steps alike, the score of a Δ
+    // of Σ a_m √steps_m (the page's own √3 would score it 3.5× the servers')
+    const group = [member(3, 96), member(40, 1280), member(40, 1280), member(40, 1280)];
+    const norms = memberNorms(1, group);
+    const scores = norms.map((n, i) => n / Math.sqrt(group[i].meta.steps));
+    for (const s of scores) expect(s).toBeCloseTo(scores[0], 12);
+    const a = mixWeights(group.map((m) => m.tokens));
+    expect(scores[0]).toBeCloseTo(1 / group.reduce((t, m, i) => t + a[i] * Math.sqrt(m.meta.steps), 0), 12);
   });
 
   it('settles honest uploads into the group mean; a missing member sends everyone to direct upload', async () => {

@@ -273,3 +273,16 @@ export function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
 }
+
+/**
+ * The norm each accepted member's contribution is judged by. The coordinator's norm bound scores
+ * ‖Δ‖/√steps against its history; a group's mean is as long as a mix of Δs of its members' steps,
+ * so member j's copy is judged as ‖mean‖ · √steps_j / Σ_m a_m √steps_m (a_m its token share; equal
+ * steps: ‖mean‖ itself). Judged by ‖mean‖, a page of 3 steps grouped with servers of 40 was refused
+ * (E_NORM_BOUND) for the servers' longer Δs.
+ */
+export function memberNorms(norm: number, members: readonly ReadyMember[]): number[] {
+  const a = mixWeights(members.map((m) => m.tokens));
+  const mixed = members.reduce((t, m, i) => t + a[i] * Math.sqrt(Math.max(1, m.meta.steps)), 0);
+  return members.map((m) => (norm * Math.sqrt(Math.max(1, m.meta.steps))) / Math.max(1e-12, mixed));
+}

@@ -11,7 +11,7 @@ import { ackBytes, emitBytes, okBytes } from '../../client/island/wire-bytes.ts'
 import type { CodecOptions } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import { checkWork } from '../../core/coord/validate.ts';
-import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker } from '../../core/mix/broker.ts';
+import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker, memberNorms } from '../../core/mix/broker.ts';
 import { type PieceChannel, butterflyPartners, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
 import { PairLinks } from '../../core/mix/links.ts';
 import { planRings } from '../../core/mix/rings.ts';
@@ -209,10 +209,10 @@ export class SimMixHub {
         error: { code: ErrorCode.MIX_MISMATCH, message: bad.reason },
       });
     }
-    const norm = l2(out.delta);
+    const norms = memberNorms(l2(out.delta), out.accepted);
     // one contribution per member, its tokens and credit the server's; the same group mean for each
-    await Promise.all(out.accepted.map(async (x) => {
-      const ack = await this.hub.submit({ meta: x.meta, frame: out.frames[plan.members.indexOf(x)], decoded: ok({ delta: out.delta.slice(), norm }) });
+    await Promise.all(out.accepted.map(async (x, i) => {
+      const ack = await this.hub.submit({ meta: x.meta, frame: out.frames[plan.members.indexOf(x)], decoded: ok({ delta: out.delta.slice(), norm: norms[i] }) });
       answer(x.islandId, ack);
     }));
     for (const x of plan.members) if (!out.accepted.includes(x) && !out.implicated.some((b) => b.islandId === x.islandId)) direct(x.islandId);
