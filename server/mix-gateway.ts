@@ -91,7 +91,6 @@ export interface MixCounters extends RingCounters {
   fragmentBytes: number;
   /** Bytes of spot checks (their hashes) and replays received. */
   checkBytes: number;
-
   /** Signalling relayed and plans sent, in and out (JSON text); the plans' share. */
   controlBytes: number;
   planBytes: number;
@@ -287,15 +286,10 @@ export class MixGateway {
     const plan = inOrderOf(formed, this.links.order(formed.members.map((m) => m.islandId)));
     const ids = plan.members.map((m) => m.islandId);
     // each member's partners already linked; the other pairs are signalled in this group
-    const linked = ids.map((id, i) => butterflyPartners(i, ids.length).filter((j) => this.links.has(id, ids[j])));
-    ids.forEach((id, i) => {
-      for (const j of butterflyPartners(i, ids.length)) {
-        if (j < i) continue;
-        const had = this.links.has(id, ids[j]);
-        this.counters[had ? 'linksReused' : 'linksSignalled']++;
-        this.links.use(id, ids[j], plan.groupId, !had);
-      }
-    });
+    const linked = this.links.partnersLinked(ids);
+    const used = this.links.useAll(ids, plan.groupId);
+    this.counters.linksSignalled += used.signalled;
+    this.counters.linksReused += used.reused;
     const sockets = ids.map((id) => this.sockets.get(id)!);
     const g: Group = { plan, ids, sockets, fragWaits: new Map(), uploads: new Map(), verdicts: new Map(), acks: new Map() };
     this.groups.set(plan.groupId, g);

@@ -7,7 +7,7 @@
 // for a while.
 
 import type { Socket } from 'socket.io';
-import { butterflyPartners, pieceRange } from '../core/mix/butterfly.ts';
+import { pieceRange } from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import type { PairLinks } from '../core/mix/links.ts';
 import { planRings } from '../core/mix/rings.ts';
@@ -123,13 +123,6 @@ export class RingRouter {
   private signal(groupId: number, ids: string[]): void {
     this.signalling.set(groupId, ids);
     if (this.signalling.size > RINGS_SIGNALLING) this.signalling.delete(this.signalling.keys().next().value!);
-    ids.forEach((id, i) => {
-      for (const j of butterflyPartners(i, ids.length)) {
-        if (j < i) continue;
-        const had = this.links.has(id, ids[j]);
-        if (!had) this.counters.ringLinksSignalled++;
-        this.links.use(id, ids[j], groupId, !had);
-      }
-    });
+    this.counters.ringLinksSignalled += this.links.useAll(ids, groupId).signalled;
   }
 }

@@ -4,43 +4,29 @@
 // names; each island's record is bounded (least recently used forgotten first).
 
 import { describe, expect, it } from 'vitest';
-import { butterflyPartners } from '../core/mix/butterfly.ts';
 import { PairLinks } from '../core/mix/links.ts';
 
-/** Records group `ids` (in member order) as the gateway does: every partner pair used, the new ones signalled. */
-function form(links: PairLinks, ids: string[], groupId: number): { signalled: number; reused: number } {
-  const out = { signalled: 0, reused: 0 };
-  ids.forEach((id, i) => {
-    for (const j of butterflyPartners(i, ids.length)) {
-      if (j < i) continue;
-      const had = links.has(id, ids[j]);
-      out[had ? 'reused' : 'signalled']++;
-      links.use(id, ids[j], groupId, !had);
-    }
-  });
-  return out;
-}
 
 describe('PairLinks', () => {
   it('orders a group of other members so that its already-linked pairs are partners', () => {
     const links = new PairLinks();
-    expect(form(links, ['A', 'B', 'C', 'D'], 1)).toEqual({ signalled: 4, reused: 0 }); // partners A-B, A-C, B-D, C-D
+    expect(links.useAll(['A', 'B', 'C', 'D'], 1)).toEqual({ signalled: 4, reused: 0 }); // partners A-B, A-C, B-D, C-D
     // E replaces D: as given, A and B are not partners (E-C, E-A, C-B, A-B would be); ordered, A-B and A-C both are
     const order = links.order(['E', 'C', 'B', 'A']);
-    expect(form(links, order, 2)).toEqual({ signalled: 2, reused: 2 });
+    expect(links.useAll(order, 2)).toEqual({ signalled: 2, reused: 2 });
     expect(links.order(['A', 'B', 'C', 'D'])).toEqual(['A', 'B', 'C', 'D']); // all four linked already: kept
-    expect(form(links, ['A', 'B', 'C', 'D'], 3)).toEqual({ signalled: 0, reused: 4 });
+    expect(links.useAll(['A', 'B', 'C', 'D'], 3)).toEqual({ signalled: 0, reused: 4 });
   });
 
   it('forgets a pair on its own member\'s report of that link, and bounds each island\'s record', () => {
     const links = new PairLinks(3);
-    form(links, ['A', 'B'], 1);
+    links.useAll(['A', 'B'], 1);
     expect(links.lost('C', 'B', 1)).toBe(false); // not C's pair
-    form(links, ['B', 'A'], 5); // reused: still the link group 1 made
+    links.useAll(['B', 'A'], 5); // reused: still the link group 1 made
     expect(links.lost('A', 'B', 0)).toBe(false); // a link older than the pair's
     expect(links.lost('A', 'B', 1)).toBe(true);
     expect(links.has('B', 'A')).toBe(false);
-    for (const [g, p] of ['P', 'Q', 'R', 'S'].entries()) form(links, ['A', p], 10 + g);
+    for (const [g, p] of ['P', 'Q', 'R', 'S'].entries()) links.useAll(['A', p], 10 + g);
     expect(['P', 'Q', 'R', 'S'].map((p) => links.has('A', p))).toEqual([false, true, true, true]);
     expect(links.has('P', 'A')).toBe(false);
     links.forget('S');

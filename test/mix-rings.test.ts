@@ -6,7 +6,7 @@ import { formRings, planRings } from '../core/mix/rings.ts';
 /** Links as groups made them: every butterfly pair of each group, in member order. */
 function linksOf(groups: string[][]): PairLinks {
   const links = new PairLinks();
-  groups.forEach((g, gid) => g.forEach((id, i) => { for (const j of butterflyPartners(i, g.length)) if (j > i) links.use(id, g[j], gid, true); }));
+  groups.forEach((g, gid) => links.useAll(g, gid));
   return links;
 }
 

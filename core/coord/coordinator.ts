@@ -84,11 +84,7 @@ export class Coordinator {
   islands(): IslandRecord[] { return [...this.book.byId.values()].map((r) => structuredClone(r)); }
   island(id: string): IslandRecord | undefined { const r = this.book.byId.get(id); return r && structuredClone(r); }
   /** The online islands with a round in progress: ids and round ids only, no copies of the records (mixing asks per group wait). */
-  roundsInProgress(): Array<{ islandId: string; roundId: number }> {
-    const out: Array<{ islandId: string; roundId: number }> = [];
-    for (const r of this.book.byId.values()) if (r.status === 'online' && r.roundId !== undefined && !r.waiting) out.push({ islandId: r.id, roundId: r.roundId });
-    return out;
-  }
+  roundsInProgress(): Array<{ islandId: string; roundId: number }> { return this.book.roundsInProgress(); }
   history(): readonly VersionStats[] { return this.ledger.history; }
   totals(): CoordinatorTotals { return structuredClone(this.ledger.totals); }
   /** A copy of the downlink's error-feedback residual. */

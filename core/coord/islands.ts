@@ -13,6 +13,13 @@ export class IslandBook {
 
   constructor(private readonly emit: (e: CoordinatorEvent) => void) {}
 
+  /** The online islands with a round in progress (not waiting for an assignment): ids and round ids. */
+  roundsInProgress(): Array<{ islandId: string; roundId: number }> {
+    const out: Array<{ islandId: string; roundId: number }> = [];
+    for (const r of this.byId.values()) if (r.status === 'online' && r.roundId !== undefined && !r.waiting) out.push({ islandId: r.id, roundId: r.roundId });
+    return out;
+  }
+
   /**
    * An island's record, new or known (`resumeIslandId`: its caps renewed), marked online and seen
    * now. E_BANNED for a banned one; E_FULL when no record can be made room for.

@@ -29,6 +29,25 @@ export class PairLinks {
     this.put(b, a, at);
   }
 
+  /** Each member's butterfly partners (by index) already linked to it, `ids` in member order (a plan's or a ring piece's `linked`). */
+  partnersLinked(ids: readonly string[]): number[][] {
+    return ids.map((id, i) => butterflyPartners(i, ids.length).filter((j) => this.has(id, ids[j])));
+  }
+
+  /** Group or ring `groupId` (`ids` in member order) uses every butterfly pair of its own: how many were signalled afresh, how many linked already. */
+  useAll(ids: readonly string[], groupId: number): { signalled: number; reused: number } {
+    const out = { signalled: 0, reused: 0 };
+    ids.forEach((id, i) => {
+      for (const j of butterflyPartners(i, ids.length)) {
+        if (j < i) continue;
+        const had = this.has(id, ids[j]);
+        out[had ? 'reused' : 'signalled']++;
+        this.use(id, ids[j], groupId, !had);
+      }
+    });
+    return out;
+  }
+
   /**
    * Island `a` reports its link with `b`, made by group `groupId`, lost: forgotten unless a later
    * group signalled the pair since (the report is about a link already replaced).

@@ -21,7 +21,7 @@ export interface RingPlan { ids: string[]; linked: number[][] | null }
  * The rings of one update (the policy above). `canSignal(a, b)`: the pair may be connected afresh
  * (the server keeps a pair that was lost lately out, so a link that cannot open is not tried per update).
  */
-export function planRings(ids: readonly string[], links: Pick<PairLinks, 'has' | 'order'>, k: number, canSignal: (a: string, b: string) => boolean): RingPlan[] {
+export function planRings(ids: readonly string[], links: Pick<PairLinks, 'has' | 'order' | 'partnersLinked'>, k: number, canSignal: (a: string, b: string) => boolean): RingPlan[] {
   const has = (a: string, b: string) => links.has(a, b);
   const full = formRings(ids, has, k, k);
   const ringed = new Set(full.flat());
@@ -32,7 +32,7 @@ export function planRings(ids: readonly string[], links: Pick<PairLinks, 'has' |
     const ring = links.order(left.slice(0, k));
     const pairs = ring.flatMap((id, i) => butterflyPartners(i, k).filter((j) => j > i).map((j) => [id, ring[j]] as const));
     if (pairs.every(([a, b]) => has(a, b) || canSignal(a, b))) {
-      plans.push({ ids: ring, linked: ring.map((id, i) => butterflyPartners(i, k).filter((j) => has(id, ring[j]))) });
+      plans.push({ ids: ring, linked: links.partnersLinked(ring) });
       left = left.slice(k);
     } else {
       rest.push(left[0]);

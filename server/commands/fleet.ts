@@ -96,8 +96,8 @@ function timestamp(): string {
 
 const round = (x: number, d = 4) => Number(x.toFixed(d));
 const perToken = (bytes: number | null, tokens: number) => (bytes === null ? null : round(bytes / Math.max(1, tokens)));
-/** Each entry per token, largest first. */
-const perTokenEach = (r: Record<string, number>, tokens: number) => Object.fromEntries(Object.entries(r).sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, round(v / Math.max(1, tokens))]));
+/** Each entry per token (already per token: `tokens` 1), rounded, largest first. */
+const perTokenEach = (r: Record<string, number>, tokens = 1) => Object.fromEntries(Object.entries(r).sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, round(v / Math.max(1, tokens))]));
 
 /** Runs the fleet and its twin, writes the output folder, returns the report. */
 export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number; json?: boolean } = {}): Promise<FleetReport> {
@@ -137,7 +137,7 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
       wireInPerToken: perToken(live.wireIn, live.tokens), wireOutPerToken: perToken(live.wireOut, live.tokens),
       outByKindPerToken: live.outByKind && perTokenEach(live.outByKind, live.tokens),
       wireByMessagePerToken: live.wireByMessage && { in: perTokenEach(live.wireByMessage.in, live.tokens), out: perTokenEach(live.wireByMessage.out, live.tokens) },
-      steady: { ...live.steady, ...Object.fromEntries((['inPerToken', 'outPerToken', 'wireInPerToken', 'wireOutPerToken'] as const).map((k) => [k, live.steady[k] === null ? null : round(live.steady[k])])), outByKindPerToken: live.steady.outByKindPerToken && Object.fromEntries(Object.entries(live.steady.outByKindPerToken).map(([k, v]) => [k, round(v)])) },
+      steady: { ...live.steady, ...Object.fromEntries((['inPerToken', 'outPerToken', 'wireInPerToken', 'wireOutPerToken'] as const).map((k) => [k, live.steady[k] === null ? null : round(live.steady[k])])), outByKindPerToken: live.steady.outByKindPerToken && perTokenEach(live.steady.outByKindPerToken) },
       mix: live.mix, curve: liveResult.curve,
     },
     twin, ddp, single,

@@ -12,7 +12,7 @@ import type { CodecOptions } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import { checkWork } from '../../core/coord/validate.ts';
 import { type FragmentUpload, type GroupPlan, type MixConfig, MixBroker, memberNorms } from '../../core/mix/broker.ts';
-import { type PieceChannel, butterflyPartners, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
+import { type PieceChannel, packPieces, pieceRange, unpackPieces } from '../../core/mix/butterfly.ts';
 import { PairLinks } from '../../core/mix/links.ts';
 import { planRings } from '../../core/mix/rings.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
@@ -136,8 +136,7 @@ export class SimMixHub {
   private start(plan: GroupPlan): void {
     this.totals.groups++;
     // the group's butterfly partners are linked from now on (live: once signalled, links.ts)
-    const ids = plan.members.map((x) => x.islandId);
-    ids.forEach((id, i) => { for (const j of butterflyPartners(i, ids.length)) if (j > i) this.links.use(id, ids[j], plan.groupId, true); });
+    this.links.useAll(plan.members.map((x) => x.islandId), plan.groupId);
     plan.members.forEach((x, index) => this.resolve(this.groupWaiters, x.islandId, { ...plan, index }));
     void this.settle(plan);
   }
@@ -234,7 +233,7 @@ export class SimMixHub {
     const rings = planRings(eligible, this.links, this.broker.cfg.k, () => true);
     for (const { ids } of rings) {
       const id = this.broker.nextId();
-      ids.forEach((a, i) => { for (const j of butterflyPartners(i, ids.length)) if (j > i) this.links.use(a, ids[j], id, true); });
+      this.links.useAll(ids, id);
       void this.sendPieces(update, { id, members: ids }, ids.map((x) => this.members.get(x)!));
     }
     return new Set(rings.flatMap((r) => r.ids));
