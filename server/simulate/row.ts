@@ -14,7 +14,7 @@ import { type GPTConfig, getPreset, numParams } from '../../core/model/config.ts
 import { initParams } from '../../core/model/gpt.ts';
 import { type AckMsg, type Assignment, type DeltaMeta, type HelloMsg, type InnerLrPlan, type ModelSnapshotMsg, type UpdateMsg, innerLearningRate } from '../../core/protocol.ts';
 import { gaussian, hashString, mixSeed, mulberry32 } from '../../core/random.ts';
-import type { Result } from '../../core/result.ts';
+import { type Result, err } from '../../core/result.ts';
 import { loadCorpus } from '../corpus.ts';
 import { SimAuditor, fakeWork } from './audit-sim.ts';
 import { type EngineMaker, engineMaker, holdClock } from './engines.ts';
@@ -65,22 +65,29 @@ function linkFor(clock: Clock, net: NetworkSpec, count: ServerCount): Link {
   };
 }
 
-/**
- * A modified client: it trains honestly, then rewrites its delta before sending (the attacks the
- * coordinator's validation must survive). Same codec settings as the honest frame.
- */
-class TamperingTransport implements Transport {
-  private readonly randn: () => number;
-  constructor(private readonly inner: Transport, private readonly behaviour: Behaviour, private readonly n: number, seed: number) {
-    this.randn = gaussian(mulberry32(seed));
-  }
+/** Every call passed to the inner transport: the base of the simulator's misbehaving links. */
+class PassThrough implements Transport {
+  constructor(protected readonly inner: Transport) {}
   hello(m: HelloMsg): Promise<Result<HelloResult>> { return this.inner.hello(m); }
   fetchModel(): Promise<Result<ModelSnapshotMsg>> { return this.inner.fetchModel(); }
   nextAssignment(): Promise<Result<Assignment>> { return this.inner.nextAssignment(); }
   fetchUpdates(v: number): Promise<Result<UpdateMsg[]>> { return this.inner.fetchUpdates(v); }
   onUpdate(l: (m: UpdateMsg) => void): () => void { return this.inner.onUpdate(l); }
   close(r: string): Promise<void> { return this.inner.close(r); }
-  submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
+  submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> { return this.inner.submitDelta(meta, frame); }
+}
+
+/**
+ * A modified client: it trains honestly, then rewrites its delta before sending (the attacks the
+ * coordinator's validation must survive). Same codec settings as the honest frame.
+ */
+class TamperingTransport extends PassThrough {
+  private readonly randn: () => number;
+  constructor(inner: Transport, private readonly behaviour: Behaviour, private readonly n: number, seed: number) {
+    super(inner);
+    this.randn = gaussian(mulberry32(seed));
+  }
+  override submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
     const h = peekHeader(frame);
     const d = decodeDelta(frame, this.n);
     if (!h.ok || !d.ok) return this.inner.submitDelta(meta, frame);
@@ -312,6 +319,10 @@ async function runDilocoOn(engines: EngineMaker, row: SimRow, common: SimCommon,
         };
         const { port, peers } = mh.attach(local, serverLink, spec.network, onGrouped);
         link = new MixMember(link, port, peers, n, { stats: memberStats, tamper: spec.behaviour === 'lie-fragment' ? (f) => { for (let i = 0; i < f.length; i++) f[i] = -f[i]; } : undefined });
+      } else if (spec.mixDropProb) {
+        // the twin without groups: the same draw per Δ, the crash as the island hands its Δ on (it never arrives)
+        const p = spec.mixDropProb;
+        link = new DropOnUpload(link, () => rand() < p, () => { crashed = true; local.kill(); rt?.stop(); });
       }
       const honest = spec.behaviour === 'honest' || spec.behaviour === 'lie-fragment';
       const transport: Transport = honest ? link : fakeWork(link, spec.behaviour) ?? new TamperingTransport(link, spec.behaviour, n, mixSeed(common.seed, idx));
@@ -440,4 +451,14 @@ export async function warmStartOffPlateau(common: SimCommon, ds: TextDataset, to
     w = await warmStart(common, ds, t);
   }
   return { ...w, tokens: t };
+}
+
+/** A link whose `submitDelta` crashes the island instead when `draw()` says so: the Δ never arrives. */
+class DropOnUpload extends PassThrough {
+  constructor(inner: Transport, private readonly draw: () => boolean, private readonly crash: () => void) { super(inner); }
+  override submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
+    if (!this.draw()) return this.inner.submitDelta(meta, frame);
+    this.crash();
+    return Promise.resolve(err('E_TRANSPORT', 'crashed as it uploaded (simulated)'));
+  }
 }

@@ -167,6 +167,7 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
   // churn: two islands join at a third of the run, two leave at two thirds (rounds ≈ tokens / fleet round)
   const runMs = (d.tokens / (n * d.innerSteps * d.batchSize * d.seqLen)) * rm;
   const churn = het.map((s, i) => (i < 2 ? { ...s, joinAtMs: runMs / 3 } : i >= n - 2 ? { ...s, leaveAtMs: (2 * runMs) / 3 } : s));
+  const drop30 = het.map((s) => ({ ...s, mixDropProb: 0.3, offlineMs: rm / 2 }));
   const phone: NetworkSpec = { upBytesPerSec: 250e3, downBytesPerSec: 1.25e6, latencyMs: 80 };
   return [
     ...rows,
@@ -186,7 +187,9 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
     // mid-exchange; one member of each group of 4 lying about its fragment
     ...[2, 4, 8].map((k) => mixed(`async-sparse-hetero-mix${k}`, one, het, k, rm)),
     mixed('async-int4-hetero-mix4', one, het, 4, rm, 'int4'),
-    mixed('async-sparse-hetero-mix4-drop30', one, het.map((s) => ({ ...s, mixDropProb: 0.3, offlineMs: rm / 2 })), 4, rm),
+    // the drop row's twin without groups: the same crashes, as each island uploads its Δ
+    diloco('async-sparse-hetero-drop30', one, 'async', 'sparse', drop30),
+    mixed('async-sparse-hetero-mix4-drop30', one, drop30, 4, rm),
     mixed('async-sparse-hetero-mix4-liar', one, het.map((s, i) => (i % 4 === 3 ? { ...s, behaviour: 'lie-fragment' as const } : s)), 4, rm),
     ...(['other-stream', 'fewer-steps'] as const).map((fake) => audited(`sync-int8-audit-${fake}`, one, fake)),
     ...mixedComputeRows(one),

@@ -53,7 +53,7 @@ export interface IslandSpec {
   devices?: number;
   /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
   shard?: [number, number];
-  /** Butterfly mixing: probability, per Δ it mixes, of crashing in its first group's exchange (then back after offlineMs). */
+  /** Probability, per Δ, of crashing as the island hands it on: mixing, in its first group's exchange; else as it uploads it (then back after offlineMs). */
   mixDropProb?: number;
 }
 
