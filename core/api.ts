@@ -80,6 +80,10 @@ export const MixStatusSchema = Type.Object({
   k: Type.Integer(),
   groups: Type.Integer(),
   mixedGroups: Type.Integer(),
+  /** Members of the mixed groups whose contribution was accepted (mixedMembers / mixedGroups: the mean group size). */
+  mixedMembers: Type.Integer(),
+  /** How long a ready island now waits for a group of k (ms): formWaitMs, or its share of the measured round period. */
+  formWaitMs: Type.Integer(),
   /** Groups called off (a member dropped, stalled or failed its exchange): their members uploaded directly. */
   fallbacks: Type.Integer(),
   /**

@@ -129,7 +129,7 @@ export class MixGateway {
   constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
     const c = host.codec();
     const align = c.encoding === 'sparse' || c.encoding === 'int8' || c.encoding === 'int4' ? c.blockSize ?? 64 : 64;
-    this.broker = new MixBroker({ k: settings.k, formWaitMs: settings.formWaitMs, spotRate: settings.spotRate, exchangeTimeoutMs: settings.exchangeTimeoutMs }, host.paramCount, align, Math.random);
+    this.broker = new MixBroker(settings, host.paramCount, align, Math.random);
     this.rings = new RingRouter(this.links, settings.k, () => this.broker.nextId(), this.counters, (bytes, kind) => host.noteBytesOut(bytes, kind));
   }
 
@@ -220,7 +220,7 @@ export class MixGateway {
   status(): MixStatus {
     const c = this.counters;
     return {
-      k: this.k, groups: c.groups, mixedGroups: c.mixedGroups, fallbacks: c.fallbacks,
+      k: this.k, groups: c.groups, mixedGroups: c.mixedGroups, mixedMembers: c.mixedMembers, formWaitMs: Math.round(this.broker.formWait()), fallbacks: c.fallbacks,
       savedBytes: c.grossSaved - c.checkBytes - c.controlBytes, signallingBytes: c.controlBytes, pairsSignalled: c.linksSignalled, pairsReused: c.linksReused,
       expired: c.expired, rings: c.rings, ringsFailed: c.ringsFailed, ringPairsSignalled: c.ringLinksSignalled,
       groupsByVersion: Object.entries(c.groupsByVersion).map(([v, n]) => ({ version: Number(v), groups: n })).sort((a, b) => a.version - b.version),

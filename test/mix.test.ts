@@ -183,6 +183,31 @@ describe('butterfly mixing', () => {
     expect(end.direct.map((m) => m.islandId)).toEqual(['i13']);
   });
 
+  it('with formWaitFraction the wait follows the median round period (not a regroup), within formWaitMs..maxFormWaitMs', () => {
+    const broker = new MixBroker({ k: 4, formWaitMs: 100, formWaitFraction: 0.25, maxFormWaitMs: 1000, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
+    const ready = (i: number, at: number, roundId: number) => ({ islandId: `i${i}`, meta: { ...meta(i), roundId }, frameHash: '', tokens: 10, readyAt: at });
+    expect(broker.formWait()).toBe(100); // nothing measured yet
+    broker.offer(ready(1, 0, 1));
+    broker.offer(ready(1, 50, 1)); // the same round again (a regroup): no period
+    expect(broker.formWait()).toBe(100);
+    broker.offer(ready(1, 2000, 2)); // a 2 s round: a quarter of it
+    expect(broker.formWait()).toBe(500);
+    broker.drop('i1');
+    // a group waits that long now: three ready at 3000 have not expired at 3400, and have at 3500
+    for (const i of [2, 3, 4]) broker.offer(ready(i, 3000, 1));
+    expect(broker.expire(3400).groups).toEqual([]);
+    expect(broker.nextDeadline()).toBe(3000 + 500);
+    broker.offer(ready(2, 9000, 2)); // 6 s: the median of 2 s and 6 s is 6 s, capped at maxFormWaitMs
+    expect(broker.formWait()).toBe(1000);
+    broker.offer(ready(3, 3100, 2)); // periods 2 s, 6 s, 100 ms: the median 2 s
+    expect(broker.formWait()).toBe(500);
+    // a fixed wait (no fraction) does not move
+    const fixed = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
+    fixed.offer(ready(1, 0, 1));
+    fixed.offer(ready(1, 4000, 2));
+    expect(fixed.formWait()).toBe(100);
+  });
+
   it("a group called off regroups its survivors at once: the largest power of two of those not gone, as soon as they are ready again", async () => {
     const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
     const ready = (i: number, at: number) => ({ islandId: `i${i}`, meta: meta(i), frameHash: '', tokens: 10, readyAt: at });
@@ -247,4 +272,20 @@ describe('butterfly mixing', () => {
     expect(a.server.outPerToken / c.server.outPerToken).toBeGreaterThan(3.3);
     expect(c.evalLoss).toBeLessThan(a.curve[0].evalLoss);
   }, 120_000);
+
+  it("the drop row's twin without groups: an island crashing as it uploads loses that Δ, comes back, and still learns; each token counted once", async () => {
+    const ds = loadCorpus();
+    const common = { model: 'tiny' as const, seqLen: 32, seed: 1, evals: 1, evalBatches: 2, evalBatchSize: 4 };
+    const d = { islands: 4, seeds: [1], batchSize: 4, tokens: 8_000, innerSteps: 8, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 2048 } };
+    const het = heterogeneous(4, 4);
+    const rm = Math.min(...het.map((s) => (1000 * 8 * s.batchSize * 32) / (s.speed * 2000)));
+    const twin: SimRow = { ...mixed('drop50', d, het.map((s) => ({ ...s, mixDropProb: 0.5, offlineMs: rm / 2 })), 4, rm), mix: undefined };
+    const r = await runRow(twin, { common, ds });
+    const drops = r.perIsland.reduce((a, x) => a + x.drops, 0);
+    expect(drops).toBeGreaterThan(0);
+    // each crash lost a whole round's Δ: at least drops × the smallest round's tokens computed and not in θ
+    expect(r.tokensComputed - r.tokens).toBeGreaterThanOrEqual(drops * 4 * 4 * 32);
+    expect(r.tokens).toBe(r.perIsland.reduce((a, x) => a + x.acceptedTokens, 0));
+    expect(r.evalLoss).toBeLessThan(r.curve[0].evalLoss);
+  }, 60_000);
 });

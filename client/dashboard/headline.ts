@@ -60,7 +60,7 @@ export class Headline {
     this.set('saved', fmtPct(saved), saved !== null && saved < 1 && s.bytesIn > 0 ? `${fmtRatio(s.bytesDataParallel / s.bytesIn)} less than data-parallel` : '');
     const m = s.mix;
     const perVersion = m?.groupsByVersion.slice(-6).map((g) => `v${g.version}:${g.groups}`).join(' ') ?? '';
-    this.set('mix', m ? fmtSI(m.savedBytes, 'B') : 'off', m ? `k ${m.k} · ${fmtInt(m.mixedGroups)}/${fmtInt(m.groups)} groups mixed · ${fmtInt(m.rings)} rings · ${perVersion}` : 'islands upload directly');
+    this.set('mix', m ? fmtSI(m.savedBytes, 'B') : 'off', m ? `k ${m.k} · ${fmtInt(m.mixedGroups)}/${fmtInt(m.groups)} groups mixed${m.mixedGroups ? ` (${(m.mixedMembers / m.mixedGroups).toFixed(1)} each)` : ''} · ${fmtInt(m.rings)} rings · ${perVersion}` : 'islands upload directly');
     setAttr(this.cards.get('tps')!.el, 'data-paused', s.paused ? 'true' : null);
   }
 }

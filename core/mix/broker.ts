@@ -18,6 +18,13 @@ export interface MixConfig {
   k: number;
   /** A ready island waits this long for a group of k; one then left alone waits as long again for a partner, then uploads directly (ms). */
   formWaitMs: number;
+  /**
+   * > 0: the wait is instead max(formWaitMs, this × the median of the islands' recent round periods,
+   * the time between an island's consecutive readies), at most maxFormWaitMs: rounds that last half a
+   * minute end seconds apart, more than a fixed wait holds.
+   */
+  formWaitFraction?: number;
+  maxFormWaitMs?: number;
   /** Share of fragments a second member also recomputes, sending its hash (the spot check), [0, 1]. */
   spotRate: number;
   /** A group whose fragments are not all in this long after it formed falls back to direct uploads (ms). */
@@ -75,6 +82,9 @@ export type GroupOutcome =
   }
   | { kind: 'direct'; members: ReadyMember[]; reason: string };
 
+/** Round periods the adaptive wait takes its median of. */
+const PERIODS_KEPT = 32;
+
 /** Groups and fallbacks, in arrival order. */
 export class MixBroker {
   private queue: ReadyMember[] = [];
@@ -90,14 +100,39 @@ export class MixBroker {
   private readonly lastReady = new Map<string, number>();
   /** The oldest waiting island, while its group short of k waits for islands due soon (expire). */
   private holding: string | null = null;
+  /** When each island was last ready, and the latest round periods (formWaitFraction). */
+  private readonly lastReadyAt = new Map<string, number>();
+  private readonly periods: number[] = [];
+  private waitMs: number;
 
-  constructor(readonly cfg: MixConfig, private readonly n: number, private readonly align: number, private readonly rand: () => number) {}
+  constructor(readonly cfg: MixConfig, private readonly n: number, private readonly align: number, private readonly rand: () => number) {
+    this.waitMs = cfg.formWaitMs;
+  }
+
+  /** How long a ready island waits for a group of k now (formWaitMs, or its share of the measured round period). */
+  formWait(): number { return this.waitMs; }
+
+  /** An island's ready after its previous one: a round period (the last PERIODS_KEPT of all islands set the wait). */
+  private notePeriod(m: ReadyMember, lastRound: number | undefined): void {
+    const f = this.cfg.formWaitFraction ?? 0;
+    if (f <= 0 || lastRound === m.meta.roundId) return; // a regroup is not a round
+    const prev = this.lastReadyAt.get(m.islandId);
+    if (this.lastReadyAt.size >= 4096 && prev === undefined) this.lastReadyAt.clear();
+    this.lastReadyAt.set(m.islandId, m.readyAt);
+    if (prev === undefined) return;
+    this.periods.push(m.readyAt - prev);
+    if (this.periods.length > PERIODS_KEPT) this.periods.shift();
+    const sorted = [...this.periods].sort((a, b) => a - b);
+    const med = sorted[sorted.length >> 1];
+    this.waitMs = Math.min(this.cfg.maxFormWaitMs ?? Infinity, Math.max(this.cfg.formWaitMs, f * med));
+  }
 
   /** An island is ready (committed): a group when k are waiting, else null (it waits up to formWaitMs). */
   offer(m: ReadyMember): GroupPlan | null {
     this.queue = this.queue.filter((q) => q.islandId !== m.islandId);
     this.queue.push(m);
     this.left.delete(m.islandId);
+    this.notePeriod(m, this.lastReady.get(m.islandId));
     if (this.lastReady.size >= 4096 && !this.lastReady.has(m.islandId)) this.lastReady.clear();
     this.lastReady.set(m.islandId, m.meta.roundId);
     const survivors = this.survivorsOf(m);
@@ -138,8 +173,9 @@ export class MixBroker {
     const groups: GroupPlan[] = [];
     const direct: ReadyMember[] = [];
     this.holding = null;
-    while (this.queue.length && this.queue[0].readyAt + this.cfg.formWaitMs <= now) {
-      const last = this.queue[0].readyAt + 2 * this.cfg.formWaitMs;
+    const wait = this.waitMs;
+    while (this.queue.length && this.queue[0].readyAt + wait <= now) {
+      const last = this.queue[0].readyAt + 2 * wait;
       if (this.queue.length < 2) {
         if (last > now) break;
         direct.push(this.queue.shift()!);
@@ -186,8 +222,8 @@ export class MixBroker {
 
   nextDeadline(): number {
     // alone, or a short group waiting for islands due soon: nothing to form before
-    if (this.queue.length === 1 || this.holding === this.queue[0]?.islandId) return this.queue[0].readyAt + 2 * this.cfg.formWaitMs;
-    return this.queue.length ? Math.min(...this.queue.map((q) => q.readyAt + this.cfg.formWaitMs)) : Infinity;
+    if (this.queue.length === 1 || this.holding === this.queue[0]?.islandId) return this.queue[0].readyAt + 2 * this.waitMs;
+    return this.queue.length ? Math.min(...this.queue.map((q) => q.readyAt + this.waitMs)) : Infinity;
   }
 
   get waiting(): number { return this.queue.length; }
@@ -197,7 +233,7 @@ export class MixBroker {
     const k = plan.members.length;
     const ups = await allOrNull(plan.members.map((_, j) => io.fragment(j)));
     if (ups.some((u) => u === null)) {
-      const g = { ids: plan.members.map((x) => x.islandId), gone: new Set(plan.members.map((x) => x.islandId).filter((id) => this.left.has(id))), until: Math.max(...plan.members.map((x) => x.readyAt)) + this.cfg.exchangeTimeoutMs + this.cfg.formWaitMs };
+      const g = { ids: plan.members.map((x) => x.islandId), gone: new Set(plan.members.map((x) => x.islandId).filter((id) => this.left.has(id))), until: Math.max(...plan.members.map((x) => x.readyAt)) + this.cfg.exchangeTimeoutMs + this.waitMs };
       for (const id of g.ids) this.calledOff.set(id, g);
       return { kind: 'direct', members: plan.members.filter((_, j) => ups[j] !== null), reason: 'a member dropped or stalled' };
     }

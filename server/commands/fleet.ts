@@ -177,7 +177,7 @@ function trafficLine(r: FleetReport): string {
   const wire = (i: number | null, o: number | null) => (i === null || o === null ? '' : ` (on the wire: in ${i.toFixed(3)}, out ${o.toFixed(3)})`);
   return `server bytes per accepted token, frames: in ${l.inPerToken.toFixed(3)}, out ${l.outPerToken.toFixed(3)}${wire(l.wireInPerToken, l.wireOutPerToken)}; `
     + `from ${s.fromTokens.toLocaleString()} tokens (v${s.fromVersion}, every island training): in ${s.inPerToken.toFixed(3)}, out ${s.outPerToken.toFixed(3)}${wire(s.wireInPerToken, s.wireOutPerToken)}`
-    + (m ? `\nmixing k=${m.k}: ${m.mixedGroups}/${m.groups} groups mixed, ${m.fallbacks} called off, signalling relayed ${m.signallingBytes.toLocaleString()} B (pairs signalled ${m.pairsSignalled}, reused ${m.pairsReused}), net saved ${Math.round(m.savedBytes).toLocaleString()} B` : '');
+    + (m ? `\nmixing k=${m.k}: ${m.mixedGroups}/${m.groups} groups mixed (${m.mixedMembers} members), ${m.fallbacks} called off, ${m.expired} waits in vain (now ${m.formWaitMs} ms), signalling relayed ${m.signallingBytes.toLocaleString()} B (pairs signalled ${m.pairsSignalled}, reused ${m.pairsReused}), net saved ${Math.round(m.savedBytes).toLocaleString()} B` : '');
 }
 
 function islandTable(r: FleetReport): string {

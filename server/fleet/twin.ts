@@ -53,7 +53,7 @@ export function twinSpec(live: LiveRun, tokens: number, evals: number, evalBatch
       // the live run's coordinator as it ran, to the same budget; no heartbeats in virtual time
       coordinator: { ...cc, totalTokens: tokens, islandTimeoutMs: 1e10 },
       // a mixing run's twin mixes in groups of the same k, with the server's own timings
-      ...(live.mix ? { mix: (({ k, formWaitMs, spotRate, exchangeTimeoutMs }) => ({ k, formWaitMs, spotRate, exchangeTimeoutMs }))(mixSettings({ k: live.mix.k }, cc)) } : {}),
+      ...(live.mix ? { mix: (({ k, formWaitMs, formWaitFraction, maxFormWaitMs, spotRate, exchangeTimeoutMs }) => ({ k, formWaitMs, formWaitFraction, maxFormWaitMs, spotRate, exchangeTimeoutMs }))(mixSettings({ k: live.mix.k }, cc)) } : {}),
     },
     // the baselines stop at the tokens the live run ended with
     { ...base, tokens: live.tokens, name: 'ddp', kind: 'ddp', mode: 'sync', islands: nominal, coordinator: {} },

@@ -122,7 +122,7 @@ export class SimMixHub {
     const waiting = new Promise<MemberPlan | null>((resolve) => this.groupWaiters.set(m.islandId, { resolve }));
     const plan = this.broker.offer({ islandId: m.islandId, meta, frameHash, tokens: work.meta.tokens, readyAt: this.clock.now() });
     if (plan) this.start(plan);
-    else for (const after of [1, 2]) void this.clock.sleep(after * this.broker.cfg.formWaitMs).then(() => this.expire()); // at 2×: one left alone
+    else for (const after of [1, 2]) void this.clock.sleep(after * this.broker.formWait()).then(() => this.expire()); // at 2×: one left alone
     return waiting;
   }
 
