@@ -69,6 +69,16 @@ async function group(k: number, n: number, opts: { lieInTransit?: number; lieFra
   return { plan, dx, held, io };
 }
 
+/** A small simulated run of `islands` heterogeneous islands on tiny; rm: the fastest island's round (ms). */
+function simSetup(islands: number, tokens: number) {
+  const ds = loadCorpus();
+  const common = { model: 'tiny' as const, seqLen: 32, seed: 1, evals: 1, evalBatches: 2, evalBatchSize: 4 };
+  const d = { islands, seeds: [1], batchSize: 4, tokens, innerSteps: 8, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 2048 } };
+  const het = heterogeneous(islands, 4);
+  const rm = Math.min(...het.map((s) => (1000 * 8 * s.batchSize * 32) / (s.speed * 2000)));
+  return { ds, common, d, het, rm };
+}
+
 describe('butterfly mixing', () => {
   it('SHA-256 commitments agree with node:crypto', () => {
     for (const n of [0, 3, 55, 56, 64, 119, 1000]) {
@@ -237,11 +247,7 @@ describe('butterfly mixing', () => {
   });
 
   it('simulated: a group of 4 uploads about one Δ, the downlink goes in pieces, server bytes per token fall; drops mid-exchange lose nothing; a liar is caught', async () => {
-    const ds = loadCorpus();
-    const common = { model: 'tiny' as const, seqLen: 32, seed: 1, evals: 1, evalBatches: 2, evalBatchSize: 4 };
-    const d = { islands: 8, seeds: [1], batchSize: 4, tokens: 16_000, innerSteps: 8, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 2048 } };
-    const het = heterogeneous(8, 4);
-    const rm = Math.min(...het.map((s) => (1000 * 8 * s.batchSize * 32) / (s.speed * 2000)));
+    const { ds, common, d, het, rm } = simSetup(8, 16_000);
     const direct: SimRow = { ...mixed('direct', d, het, 4, rm), mix: undefined };
     const clean = mixed('mix4', d, het, 4, rm);
     const row = mixed('mix4-drop-liar', d, het.map((s, i) => ({ ...s, mixDropProb: i === 0 ? 0.5 : 0, offlineMs: rm / 2, behaviour: i === 7 ? 'lie-fragment' as const : 'honest' as const })), 4, rm);
@@ -274,11 +280,7 @@ describe('butterfly mixing', () => {
   }, 120_000);
 
   it("the drop row's twin without groups: an island crashing as it uploads loses that Δ, comes back, and still learns; each token counted once", async () => {
-    const ds = loadCorpus();
-    const common = { model: 'tiny' as const, seqLen: 32, seed: 1, evals: 1, evalBatches: 2, evalBatchSize: 4 };
-    const d = { islands: 4, seeds: [1], batchSize: 4, tokens: 8_000, innerSteps: 8, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 2048 } };
-    const het = heterogeneous(4, 4);
-    const rm = Math.min(...het.map((s) => (1000 * 8 * s.batchSize * 32) / (s.speed * 2000)));
+    const { ds, common, d, het, rm } = simSetup(4, 8_000);
     const twin: SimRow = { ...mixed('drop50', d, het.map((s) => ({ ...s, mixDropProb: 0.5, offlineMs: rm / 2 })), 4, rm), mix: undefined };
     const r = await runRow(twin, { common, ds });
     const drops = r.perIsland.reduce((a, x) => a + x.drops, 0);
