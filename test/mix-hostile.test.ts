@@ -6,53 +6,28 @@
 // member that stalls its group uploads directly for a while.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { io, type Socket } from 'socket.io-client';
 import { decodeDelta, encodeDelta } from '../core/codec/index.ts';
 import { canonicalFragment, mixWeights } from '../core/mix/butterfly.ts';
-import { sha256Hex } from '../core/mix/commit.ts';
-import { type Assignment, type DeltaMeta, type MixPlanMsg, PROTOCOL_VERSION } from '../core/protocol.ts';
-import { mulberry32 } from '../core/random.ts';
+import type { MixPlanMsg } from '../core/protocol.ts';
+import { ask, code, rawIslands } from './helpers/mix-clients.ts';
 import { type TestServer, startTestServer } from './helpers/server.ts';
 
-type Wire<T = unknown> = { ok: true; value: T } | { ok: false; error: { code: string; message: string } };
-
 let ts: TestServer;
-const sockets: Socket[] = [];
+const clients = rawIslands(() => ts);
+const connect = () => clients.connect();
 
 beforeAll(async () => {
   // every delta its own outer step (no merge window): an ack does not wait for the other islands
   ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 1_500 }, outerWorkers: 0 });
 });
-afterAll(async () => { for (const s of sockets) s.close(); await ts?.close(); });
+afterAll(async () => { clients.closeAll(); await ts?.close(); });
 
-async function connect(): Promise<Socket> {
-  const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
-  sockets.push(s);
-  await new Promise<void>((resolve, reject) => { s.once('connect', () => resolve()); s.once('connect_error', reject); });
-  return s;
+/** A joined island of the --mix-group 2 server. */
+async function island(name: string) {
+  const x = await clients.island(name);
+  expect(x.mixGroup).toBe(2);
+  return x;
 }
-
-function ask<T>(s: Socket, event: string, payload: unknown): Promise<Wire<T>> {
-  return (s.timeout(10_000).emitWithAck(event, payload) as Promise<Wire<T>>).catch((e: Error) => { throw new Error(`${event} ${JSON.stringify(payload)?.slice(0, 80)}: ${e.message}`); });
-}
-
-/** A joined island with its first assignment, its committed Δ frame and its DeltaMeta. */
-async function island(name: string): Promise<{ s: Socket; id: string; meta: DeltaMeta; frame: Uint8Array; hash: string; a: Assignment }> {
-  const s = await connect();
-  const h = await ask<{ islandId: string; assignment: Assignment | null; mixGroup: number }>(s, 'hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } });
-  if (!h.ok || !h.value.assignment) throw new Error(`hello: ${JSON.stringify(h)}`);
-  expect(h.value.mixGroup).toBe(2);
-  const a = h.value.assignment;
-  const r = mulberry32([...name].reduce((h, ch) => h * 31 + ch.charCodeAt(0), 7) >>> 0);
-  const frame = encodeDelta(Float32Array.from({ length: ts.server.run.paramCount }, () => (r() - 0.5) * 1e-3), a.codec);
-  const meta: DeltaMeta = {
-    islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: 1, steps: a.innerSteps,
-    tokens: a.innerSteps * a.batchSize * a.seqLen, lossFirst: 5, lossLast: 4, lossMean: 4.5, elapsedMs: 60_000,
-  };
-  return { s, id: a.islandId, meta, frame, hash: sha256Hex(frame), a };
-}
-
-const code = (w: Wire) => (w.ok ? 'ok' : w.error.code);
 
 describe('butterfly mixing against hostile clients', () => {
   it('refuses malformed and out-of-place mix messages with a code, relays only within a group, and settles a liar', async () => {

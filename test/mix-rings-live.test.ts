@@ -6,42 +6,29 @@
 // naming that ring reaches its partner only; a pair reported lost is not signalled again.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { io, type Socket } from 'socket.io-client';
 import { decodeDelta, encodeDelta } from '../core/codec/index.ts';
 import { canonicalFragment, mixWeights } from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
-import { type Assignment, type DeltaMeta, type MixPieceMsg, type MixPlanMsg, PROTOCOL_VERSION, type UpdateMsg } from '../core/protocol.ts';
-import { mulberry32 } from '../core/random.ts';
+import type { Assignment, MixPieceMsg, MixPlanMsg, UpdateMsg } from '../core/protocol.ts';
+import { ask, code, rawIslands } from './helpers/mix-clients.ts';
 import { type TestServer, startTestServer } from './helpers/server.ts';
 
-type Wire<T = unknown> = { ok: true; value: T } | { ok: false; error: { code: string; message: string } };
-
 let ts: TestServer;
-const sockets: Socket[] = [];
+const clients = rawIslands(() => ts);
 
 beforeAll(async () => {
   ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 5_000 }, outerWorkers: 0 });
 });
-afterAll(async () => { for (const s of sockets) s.close(); await ts?.close(); });
+afterAll(async () => { clients.closeAll(); await ts?.close(); });
 
-const ask = <T>(s: Socket, event: string, payload: unknown) => s.timeout(10_000).emitWithAck(event, payload) as Promise<Wire<T>>;
-const code = (w: Wire) => (w.ok ? 'ok' : w.error.code);
-
-/** A joined island, its first assignment, a Δ frame and its meta; what the server pushed it. */
+/** A joined island, and what the server pushed it. */
 async function island(name: string) {
-  const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
-  sockets.push(s);
   const pieces: MixPieceMsg[] = [], updates: UpdateMsg[] = [];
-  s.on('mix:piece', (p: MixPieceMsg) => pieces.push(p));
-  s.on('update', (u: UpdateMsg) => updates.push(u));
-  await new Promise<void>((resolve, reject) => { s.once('connect', () => resolve()); s.once('connect_error', reject); });
-  const h = await ask<{ assignment: Assignment }>(s, 'hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } });
-  if (!h.ok) throw new Error(JSON.stringify(h));
-  const a = h.value.assignment;
-  const r = mulberry32([...name].reduce((x, ch) => x * 31 + ch.charCodeAt(0), 7) >>> 0);
-  const frame = encodeDelta(Float32Array.from({ length: ts.server.run.paramCount }, () => (r() - 0.5) * 1e-3), a.codec);
-  const meta: DeltaMeta = { islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: 1, steps: a.innerSteps, tokens: a.innerSteps * a.batchSize * a.seqLen, lossFirst: 5, lossLast: 4, lossMean: 4.5, elapsedMs: 60_000 };
-  return { s, id: a.islandId, a, frame, meta, hash: sha256Hex(frame), pieces, updates };
+  const x = await clients.island(name, (s) => {
+    s.on('mix:piece', (p: MixPieceMsg) => pieces.push(p));
+    s.on('update', (u: UpdateMsg) => updates.push(u));
+  });
+  return { ...x, pieces, updates };
 }
 type Island = Awaited<ReturnType<typeof island>>;
 
