@@ -55,8 +55,7 @@ export interface MixHost {
   /** The islands with a round in progress (Coordinator.roundsInProgress): a short group may wait for them. */
   busy(): BusyIsland[];
   /** One member's contribution: the group's mean (decoded, and encoded for the archive); the ack as for `delta`. */
-  /** readyAt: the member's mix:ready (Date.now), from which the coordinator learns its round overhead. */
-  submitMixed(meta: DeltaMeta, frame: Uint8Array, delta: Float32Array, norm: number, readyAt: number): Promise<AckMsg>;
+  submitMixed(meta: DeltaMeta, frame: Uint8Array, delta: Float32Array, norm: number): Promise<AckMsg>;
   ban(islandId: string, reason: string): Promise<unknown>;
   noteBytesIn(bytes: number): void;
   noteBytesOut(bytes: number, kind: BytesOutKind): void;
@@ -390,7 +389,7 @@ export class MixGateway {
     // the group's mean in the run's codec: what the run archives for each member (reverts replay it)
     const frame = encodeDelta(out.delta, this.host.codec());
     await Promise.all(out.accepted.map(async (x, i) => {
-      const ack = await this.host.submitMixed(x.meta, frame, out.delta, norms[i], x.readyAt);
+      const ack = await this.host.submitMixed(x.meta, frame, out.delta, norms[i]);
       this.verdict(g, g.ids.indexOf(x.islandId), ack);
     }));
     plan.members.forEach((x, j) => { if (!g.verdicts.has(j)) this.verdict(g, j, 'direct'); });

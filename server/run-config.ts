@@ -27,8 +27,6 @@ export interface RunFlags {
   title?: string;
   description?: string;
   seed?: number;
-  /** `--mix-group k`: k > 0 turns alignRounds on (unless the run's file sets it). */
-  mixGroup?: number;
 }
 
 export class ConfigError extends Error {
@@ -182,8 +180,6 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
   // the default title describes the default run only: another run reads as its name until given one
   if (flags.title === undefined && file?.title === undefined && (cfg.name !== DEFAULT_RUN_NAME || cfg.data !== 'moby-dick')) cfg.title = cfg.name;
   cfg.coordinator = mergeConfig(cfg.coordinator, flagPatch(flags));
-  // mixing groups fill when rounds end together (alignedInnerSteps); the file may say otherwise
-  if (flags.mixGroup && file?.coordinator?.alignRounds === undefined) cfg.coordinator.alignRounds = true;
   // Async without merge windows applies each Δ on arrival: the delayed Nesterov of Async Local-SGD,
   // unless set explicitly (a merge window takes one Nesterov step, as the simulator measured).
   const outerGiven = file?.coordinator?.outer?.kind !== undefined;
@@ -206,10 +202,8 @@ export function resumeRunConfig(stored: RunConfig, flags: RunFlags): { config: R
     throw new ConfigError('E_CONFIG_MISMATCH', `the run folder holds a different run: ${problems.join(', ')}. Use another --run-dir or --name to start a new run.`);
   }
   const { mode: _m, ...patch } = flagPatch(flags);
-  if (flags.mixGroup && stored.coordinator.alignRounds === undefined) patch.alignRounds = true;
-  // runs stored before titles existed read their name as the title; keys added since take their defaults
-  const coordinator = mergeConfig(mergeConfig(DEFAULT_COORDINATOR_CONFIG, stored.coordinator), patch);
-  const config: RunConfig = { ...stored, title: stored.title ?? stored.name, coordinator };
+  // runs stored before titles existed read their name as the title
+  const config: RunConfig = { ...stored, title: stored.title ?? stored.name, coordinator: mergeConfig(stored.coordinator, patch) };
   if (flags.name !== undefined) config.name = flags.name;
   if (flags.title !== undefined) config.title = flags.title;
   if (flags.description !== undefined) config.description = flags.description;

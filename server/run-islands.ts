@@ -36,7 +36,7 @@ export interface IslandSideRun {
 }
 
 /** A butterfly group's token-weighted mean Δ (server/mix-gateway.ts), counted as each member's contribution. */
-export interface MixedDelta { delta: Float32Array; norm: number; /** Its member's mix:ready (ms, Date.now). */ readyAt?: number }
+export interface MixedDelta { delta: Float32Array; norm: number }
 
 export class RunIslands {
   private readonly run: IslandSideRun;
@@ -149,7 +149,7 @@ export class RunIslands {
     }
     const t0 = performance.now();
     const pick = this.run.audits?.sample(meta) ?? ok(null);
-    const r = pick.ok ? this.run.coord.submit({ meta, frame, decoded, readyAt: mixed?.readyAt }, Date.now()) : pick;
+    const r = pick.ok ? this.run.coord.submit({ meta, frame, decoded }, Date.now()) : pick;
     if (!pick.ok && decoded?.ok) this.run.offload!.release(decoded.value.delta);
     if (r.ok) {
       if (pick.ok && pick.value) this.run.audits!.offer(meta, frame, pick.value);

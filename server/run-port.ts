@@ -142,7 +142,7 @@ export function localMixHost(run: Run): MixHost {
       return w.ok ? ok(w.meta) : err(w.code, w.message);
     },
     busy: () => run.coord.roundsInProgress(),
-    submitMixed: (meta, frame, delta, norm, readyAt) => run.islands.submit(meta, frame, { delta, norm, readyAt }),
+    submitMixed: (meta, frame, delta, norm) => run.islands.submit(meta, frame, { delta, norm }),
     ban: (id, reason) => run.admin.ban(id, reason),
     noteBytesIn: (bytes) => run.islands.noteBytesIn(bytes),
     noteBytesOut: (bytes, kind) => run.islands.noteBytesOut(bytes, kind),

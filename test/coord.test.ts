@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { crc32, decodeDelta, encodeDelta, type CodecOptions } from '../core/codec/index.ts';
 import { NormHistory, normSteps } from '../core/coord/aggregate.ts';
 import {
-  Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent, alignedInnerSteps, applyUpdateMessage, dyluInnerSteps, hashParams,
+  Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent, applyUpdateMessage, dyluInnerSteps, hashParams,
   stalenessWeight, trimmedMean,
 } from '../core/coord/index.ts';
 import type { Assignment, DeltaMeta, IslandCaps } from '../core/protocol.ts';
@@ -295,37 +295,6 @@ describe('DyLU', () => {
     expect(fast.innerSteps).toBe(128);
     const t = (a: Assignment, tps: number) => (a.innerSteps * a.batchSize * a.seqLen) / tps;
     expect(t(slow, 1024)).toBeCloseTo(t(fast, 4096), 9);
-  });
-  it('aligned rounds: the steps that end on the next tick at least half a period away, past minInnerSteps', () => {
-    // ratio rule: H = 100 steps of the fastest at 16 steps/s take 6.25 s: the period is 8 s (a power
-    // of two seconds, so grids nest); 1024 tok/s = 4 steps/s
-    const x = { ...base, tokensPerSec: 1024, fastestStepsPerSec: 16, targetRoundMs: 0 };
-    expect(alignedInnerSteps({ ...x, nowMs: 0 })).toBe(32); // tick 8 s
-    expect(alignedInnerSteps({ ...x, nowMs: 1000 })).toBe(28); // 7 s to the same tick
-    expect(alignedInnerSteps({ ...x, nowMs: 4500 })).toBe(46); // 3.5 s < half a period: the tick at 16 s
-    // a fastest island 4× faster: a 2 s period whose ticks include the 8 s period's
-    expect(alignedInnerSteps({ ...x, fastestStepsPerSec: 64, nowMs: 1000 })).toBe(12); // tick 4 s
-    // time rule: ticks every targetRoundMs; a slow island's 5 steps take 10 s, so it ends two ticks on
-    expect(alignedInnerSteps({ ...base, tokensPerSec: 128, fastestStepsPerSec: undefined, targetRoundMs: 4000, nowMs: 1000 })).toBe(6);
-    // speed unknown: DyLU's own steps
-    expect(alignedInnerSteps({ ...x, tokensPerSec: undefined, nowMs: 1000 })).toBe(100);
-    // 2 s of overhead: the compute ends 2 s before the tick, and the tick must leave half a period of it
-    expect(alignedInnerSteps({ ...x, nowMs: 1000, overheadMs: 2000 })).toBe(20); // 5 s of compute to the 8 s tick
-    expect(alignedInnerSteps({ ...x, nowMs: 3000, overheadMs: 2000 })).toBe(44); // 3 s < 4 s: the 16 s tick
-  });
-  it('aligned rounds: islands of 1× and 3× speed assigned at different times end on the same tick', () => {
-    const c = makeCoord({ mode: 'async', dylu: true, alignRounds: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, minInnerSteps: 1, maxInnerSteps: 1000 });
-    const ends = [[0, 1024], [1500, 3072], [3900, 3072]].map(([now, tps]) => now + (1000 * join(c, now, { engine: 'cpu', tokensPerSec: tps }).a.innerSteps * 256) / tps);
-    for (const e of ends) expect(e).toBeCloseTo(8000, -2);
-    // the overhead is learnt from when the Δ was ready (ready − assigned − elapsedMs) and ends the next compute earlier
-    const i = join(c, 8000, { engine: 'cpu', tokensPerSec: 1024 });
-    expect(i.a.innerSteps).toBe(32); // 8 s to the 16 s tick
-    const sub = c.submit({ meta: meta(i.a, { elapsedMs: 8000 }), frame: encodeDelta(randomVec(30), F32), readyAt: 17_000 }, 17_500);
-    expect(sub.ok).toBe(true);
-    expect(c.island(i.id)!.overheadMs).toBe(1000);
-    // off (the default): each round lasts the target from its own start
-    const d = makeCoord({ mode: 'async', dylu: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, minInnerSteps: 1, maxInnerSteps: 1000 });
-    expect(join(d, 3900, { engine: 'cpu', tokensPerSec: 3072 }).a.innerSteps).toBe(96);
   });
   it('sync: the first island on an idle or fresh server gets a whole round from its declared speed, a late joiner the time left', () => {
     const c = makeCoord({ mode: 'sync', dylu: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, minInnerSteps: 1, maxInnerSteps: 1000 });

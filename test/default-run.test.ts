@@ -4,7 +4,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_COORDINATOR_CONFIG, MEASURED_SETTING } from '../core/coord/index.ts';
-import { buildRunConfig, resumeRunConfig } from '../server/run-config.ts';
+import { buildRunConfig } from '../server/run-config.ts';
 import { compareRows } from '../server/simulate/scenarios.ts';
 
 const codecOf = (c: object) => ({ deflate: false, ...c });
@@ -34,16 +34,5 @@ describe('the default run', () => {
     expect(buildRunConfig(null, { mode: 'sync', codec: 'sparse' }).coordinator.downlink).toEqual(MEASURED_SETTING.downlink);
     // async without merge windows: each arrival is its own step, the delayed Nesterov of Async Local-SGD
     expect(buildRunConfig({ coordinator: { asyncWindow: { fraction: 0 } } }, {}).coordinator.outer.kind).toBe('delayed-nesterov');
-  });
-
-  it('--mix-group aligns the rounds unless the run file says; a run stored before alignRounds resumes with its default', () => {
-    expect(buildRunConfig(null, {}).coordinator.alignRounds).toBe(false);
-    expect(buildRunConfig(null, { mixGroup: 4 }).coordinator.alignRounds).toBe(true);
-    expect(buildRunConfig({ coordinator: { alignRounds: false } }, { mixGroup: 4 }).coordinator.alignRounds).toBe(false);
-    const stored = buildRunConfig(null, {});
-    delete (stored.coordinator as Partial<typeof stored.coordinator>).alignRounds;
-    expect(resumeRunConfig(stored, {}).config.coordinator.alignRounds).toBe(false);
-    expect(resumeRunConfig(stored, { mixGroup: 4 }).patch).toMatchObject({ alignRounds: true });
-    expect(() => buildRunConfig({ coordinator: { alignRounds: 'yes' as unknown as boolean } }, {})).toThrow(/alignRounds/);
   });
 });

@@ -45,12 +45,6 @@ export interface CoordinatorConfig {
    * 0: Async Local-SGD's rule, H_i = H · v_i / v_max over the active islands.
    */
   targetRoundMs: number;
-  /**
-   * Async, DyLU: size each round to end on the run's next tick (every target round time, or H steps of
-   * the fastest island), so islands of any speed finish together (dylu.ts, alignedInnerSteps).
-   * `atoll serve --mix-group k` turns it on: groups then fill.
-   */
-  alignRounds: boolean;
 
   // ---- sync rounds
   /** Fraction of the round's live members that must have submitted before the grace window may close it. */
@@ -150,7 +144,6 @@ export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   maxIslandRecords: 10_000,
   dylu: true,
   targetRoundMs: 0,
-  alignRounds: false,
   quorum: 0.75,
   minContributors: 1,
   grace: { factor: 1.5, floorMs: 2_000, capMs: 120_000 },
@@ -222,7 +215,6 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   num('maxIslandRecords', c.maxIslandRecords, 1, 1e7, true);
   if (c.minInnerSteps > c.maxInnerSteps) p.push('minInnerSteps must be ≤ maxInnerSteps');
   num('targetRoundMs', c.targetRoundMs, 0, 1e9);
-  if (typeof c.alignRounds !== 'boolean') p.push('alignRounds must be a boolean');
   num('quorum', c.quorum, 0, 1);
   num('minContributors', c.minContributors, 1, 1e6, true);
   num('grace.factor', c.grace?.factor, 0, 1e3);
@@ -273,7 +265,7 @@ export function stalenessWeight(fn: StalenessFn, tau: number): number {
 /** Keys that may change while a run is live (mode, shapes and the data seed may not). */
 export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
   'outer', 'soloPlainStep', 'freshInnerOptimizer', 'innerLr', 'gradClip', 'totalTokens', 'innerSteps', 'minInnerSteps', 'maxInnerSteps', 'dylu',
-  'targetRoundMs', 'alignRounds', 'quorum', 'minContributors', 'grace', 'roundTimeoutMs', 'lateDeltas', 'trimFraction', 'aggregation', 'clip', 'asyncWindow',
+  'targetRoundMs', 'quorum', 'minContributors', 'grace', 'roundTimeoutMs', 'lateDeltas', 'trimFraction', 'aggregation', 'clip', 'asyncWindow',
   'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
   'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',
 ];

@@ -18,7 +18,7 @@ import { hashParams } from './hash.ts';
 import { IslandBook } from './islands.ts';
 import type { OuterState } from './outer.ts';
 import { OuterStep, type StepTaken } from './outer-step.ts';
-import { assignWork, dropPending, hold, leaveRound, newRound, noteOverhead, outerStepOf, roundDeadline, roundShouldClose, usesTurn, windowShouldClose } from './rounds.ts';
+import { assignWork, dropPending, hold, leaveRound, newRound, outerStepOf, roundDeadline, roundShouldClose, usesTurn, windowShouldClose } from './rounds.ts';
 import { Ledger } from './stats.ts';
 import { type CoordinatorState, type SnapshotAlloc, readSnapshot, writeSnapshot } from './snapshot.ts';
 import type {
@@ -239,7 +239,6 @@ export class Coordinator {
     if (over) return no(this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√normSteps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${this.cfg.normBound.factor} × the median, for ${steps} steps at its learning rates, ${normSteps.toPrecision(3)} normSteps)`));
 
     // counted from here on
-    if (m.roundId === isl.roundId) noteOverhead(isl, (sub.readyAt ?? now) - isl.assignedAt - m.elapsedMs);
     this.ledger.accept(isl, m, tau, { raw: 4 * this.paramCount, frame: sub.frame.length });
 
     const base: Contribution = { islandId: isl.id, seq: m.seq, roundId: m.roundId, baseVersion: m.baseVersion, staleness: tau, tokens: m.tokens, weight: 0 };

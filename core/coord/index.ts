@@ -42,6 +42,6 @@ export {
   validateCoordinatorConfig,
 } from './config.ts';
 export { type OuterConfig, type OuterKind, type OuterState, DILOCO_OUTER, FEDAVG_OUTER, OuterOptimizer, applyUpdate, newOuterState } from './outer.ts';
-export { alignedInnerSteps, type DyluInput, dyluInnerSteps } from './dylu.ts';
+export { type DyluInput, dyluInnerSteps } from './dylu.ts';
 export { hashParams } from './hash.ts';
 export { applyUpdateMessage, type ReplicaState } from './replica.ts';

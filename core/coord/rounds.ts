@@ -6,7 +6,7 @@ import { type Assignment, type DeltaMeta, ErrorCode } from '../protocol.ts';
 import { median } from './aggregate.ts';
 import { AUDITABLE_ENCODINGS } from './audit.ts';
 import { type CoordinatorConfig, stalenessWeight } from './config.ts';
-import { alignedInnerSteps, dyluInnerSteps } from './dylu.ts';
+import { dyluInnerSteps } from './dylu.ts';
 import type { IslandRecord, PendingDelta, RoundState } from './types.ts';
 import { rememberWork } from './validate.ts';
 
@@ -77,7 +77,7 @@ export interface AssignmentSize {
  * speeds are unknown.
  */
 export function sizeAssignment(
-  isl: IslandRecord, islands: Iterable<IslandRecord>, cfg: CoordinatorConfig, tokensApplied: number, remainingMs: number | undefined, nowMs: number,
+  isl: IslandRecord, islands: Iterable<IslandRecord>, cfg: CoordinatorConfig, tokensApplied: number, remainingMs: number | undefined,
 ): AssignmentSize {
   const B = isl.batchSize, T = cfg.seqLen;
   let fastest: number | undefined;
@@ -88,13 +88,12 @@ export function sizeAssignment(
     if (o.tokensPerSec === undefined) allKnown = false;
     else { agg += o.tokensPerSec; fastest = Math.max(fastest ?? 0, o.tokensPerSec / (o.batchSize * T)); }
   }
-  const dylu = {
-    tokensPerSec: isl.tokensPerSec, fastestStepsPerSec: fastest, batchSize: B, seqLen: T, innerSteps: cfg.innerSteps,
-    minInnerSteps: cfg.minInnerSteps, maxInnerSteps: cfg.maxInnerSteps, targetRoundMs: cfg.targetRoundMs, remainingMs,
-  };
-  let steps = !cfg.dylu ? cfg.innerSteps
-    : cfg.alignRounds && cfg.mode === 'async' ? alignedInnerSteps({ ...dylu, nowMs, overheadMs: isl.overheadMs ?? 0 })
-    : dyluInnerSteps(dylu);
+  let steps = cfg.dylu
+    ? dyluInnerSteps({
+      tokensPerSec: isl.tokensPerSec, fastestStepsPerSec: fastest, batchSize: B, seqLen: T, innerSteps: cfg.innerSteps,
+      minInnerSteps: cfg.minInnerSteps, maxInnerSteps: cfg.maxInnerSteps, targetRoundMs: cfg.targetRoundMs, remainingMs,
+    })
+    : cfg.innerSteps;
   const nominalSteps = steps;
   if (cfg.totalTokens > 0) {
     // the budget's last round takes all that is left (up to 1.5 H): no one-step tail round that
@@ -126,7 +125,7 @@ export function assignWork(
   if (sync) r.members.add(isl.id);
   const late = now - r.openedAt;
   const remainingMs = sync && cfg.targetRoundMs > 0 && late > 0.25 * cfg.targetRoundMs ? Math.max(0, cfg.targetRoundMs - late) : undefined;
-  const size = sizeAssignment(isl, islands, cfg, at.tokensApplied, remainingMs, now);
+  const size = sizeAssignment(isl, islands, cfg, at.tokensApplied, remainingMs);
   const a = assignmentMessage(isl, cfg, size, at);
   Object.assign(isl, { roundId: at.roundId, assignedSteps: size.steps, nominalSteps: size.nominalSteps, assignedAt: now, waiting: false, dataSteps: isl.dataSteps + size.steps });
   rememberWork(isl, a);
@@ -237,13 +236,6 @@ export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number 
   }
   const tokens = kept.reduce((a, p) => a + p.tokens, 0);
   return { scale: round > 0 ? Math.min(1, tokens / round) : 1, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1, share: true };
-}
-
-/** Folds one round's overhead (ms past its compute) into the island's running mean, bounded to a minute. */
-export function noteOverhead(isl: IslandRecord, ms: number): void {
-  if (!Number.isFinite(ms)) return;
-  const x = Math.min(60_000, Math.max(0, ms));
-  isl.overheadMs = isl.overheadMs === undefined ? x : 0.5 * isl.overheadMs + 0.5 * x;
 }
 
 /** Holds a counted delta in the open round (sync) or merge window (async, which opens with it). */

@@ -38,12 +38,6 @@ export interface IslandRecord {
   /** Its steps as DyLU sized them, before the budget's last round clipped them (windowStep's nominal round). */
   nominalSteps?: number;
   assignedAt: number;
-  /**
-   * Its rounds' time past their compute (download and apply, encode, upload), ms: a running mean of
-   * ready − assigned − the Δ's elapsedMs, from the server's clock. Aligned rounds end its compute this
-   * much before the tick (a page's overhead is seconds, a Node island's a fraction of one).
-   */
-  overheadMs?: number;
   /** Waiting for the next round to open (sync) or for resume (paused). */
   waiting: boolean;
   /** Highest seq counted (replay guard). */
@@ -89,8 +83,6 @@ export interface DeltaSubmission {
    * coordinator now owns, and ‖Δ‖; or the decoder's error. Absent: the coordinator decodes.
    */
   decoded?: Result<{ delta: Float32Array; norm: number }>;
-  /** When the island had this Δ ready, by the host's clock (a mixed member: its mix:ready; absent: now). Aligned rounds learn its overhead from it. */
-  readyAt?: number;
 }
 
 export interface SubmitAccepted {

@@ -211,7 +211,7 @@ export class SimMixHub {
     const norms = memberNorms(l2(out.delta), out.accepted);
     // one contribution per member, its tokens and credit the server's; the same group mean for each
     await Promise.all(out.accepted.map(async (x, i) => {
-      const ack = await this.hub.submit({ meta: x.meta, frame: out.frames[plan.members.indexOf(x)], decoded: ok({ delta: out.delta.slice(), norm: norms[i] }), readyAt: x.readyAt });
+      const ack = await this.hub.submit({ meta: x.meta, frame: out.frames[plan.members.indexOf(x)], decoded: ok({ delta: out.delta.slice(), norm: norms[i] }) });
       answer(x.islandId, ack);
     }));
     for (const x of plan.members) if (!out.accepted.includes(x) && !out.implicated.some((b) => b.islandId === x.islandId)) direct(x.islandId);
