@@ -18,6 +18,8 @@ export class Metrics {
   readonly deltasAccepted = new Counter({ name: 'atoll_deltas_accepted_total', help: 'Deltas accepted into an outer update', registers: [this.registry] });
   readonly deltasRejected = new Counter({ name: 'atoll_deltas_rejected_total', help: 'Deltas rejected, by error code', labelNames: ['code'] as const, registers: [this.registry] });
   readonly bytesIn = new Counter({ name: 'atoll_bytes_in_total', help: 'Delta frame bytes received from islands', registers: [this.registry] });
+  /** A Δ the server already held, sent again (its ack was lost): answered with the first ack, its bytes counted in atoll_bytes_in_total. */
+  readonly deltasResent = new Counter({ name: 'atoll_deltas_resent_total', help: 'Deltas sent again that the server already held, answered with their first ack', registers: [this.registry] });
   /** By kind: `update` (pushed whole), `piece` (a mixed group's share of one), `catchup` (asked for), `model` (θ whole). */
   readonly bytesOut = new Counter({ name: 'atoll_bytes_out_total', help: 'Model and update bytes sent to islands, by kind', labelNames: ['kind'] as const, registers: [this.registry] });
   /** Everything on the islands' connections as sent: engine.io packets (pings, JSON, binary attachments) and their WebSocket frame headers. */

@@ -310,9 +310,15 @@ describe('protocol fuzz', () => {
     const round1 = (na.value.value as unknown as Assignment).roundId;
     // a base older than its assignment's is a claim that does not fit (issue 23: no cover in staleness)
     expect(codeOf(await frame('base below its assignment\'s', good, { baseVersion: 0, roundId: round1 }, a))).toBe('E_BAD_CLAIM');
-    // a resend of the applied delta gets its original ack back, and changes nothing
+    // a resend of the applied delta gets its original ack back, and changes nothing; its bytes did
+    // come in (atoll_bytes_in_total), and it is counted as a resend
+    const bytesIn = async () => (await getJson<{ bytesIn: number }>(`${ts.url}/api/status`)).bytesIn;
+    const resent = async () => Number(/^atoll_deltas_resent_total (\S+)$/m.exec(await (await fetch(`${ts.url}/metrics`)).text())?.[1]);
+    const [in0, resent0] = [await bytesIn(), await resent()];
     const again = await send(a, 'delta', { meta: meta(), frame: good });
     expect(again.kind === 'ack' && again.value.value).toMatchObject({ status: 'applied', version: 1, seq: 1 });
+    expect(await bytesIn()).toBe(in0 + good.length);
+    expect(await resent()).toBe(resent0 + 1);
     expect(coord.version).toBe(1);
     expect(coord.hash).toBe(hash1);
     expect(coord.outerState().momentum).toEqual(mom1);
