@@ -3,14 +3,17 @@
 // changes nothing; signalling reaches only the other member of the sender's group; a member whose
 // fragment fails to decode and who cannot replay its commitment is refused (E_MIX_MISMATCH) and
 // banned, while its honest partner's Δ is applied; a member whose exchange failed regroups once; a
-// member that stalls its group uploads directly for a while.
+// member that stalls its group uploads directly for a while; a member whose connection drops while
+// its group settles, and who then uploads its Δ directly, gets the group's ack (counted once, its
+// bytes counted as a resend).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeDelta, encodeDelta } from '../core/codec/index.ts';
 import { canonicalFragment, mixWeights } from '../core/mix/butterfly.ts';
 import type { MixPlanMsg } from '../core/protocol.ts';
-import { ask, code, rawIslands } from './helpers/mix-clients.ts';
-import { type TestServer, startTestServer } from './helpers/server.ts';
+import { PROTOCOL_VERSION } from '../core/protocol.ts';
+import { ask, code, type RawIsland, rawIslands } from './helpers/mix-clients.ts';
+import { type TestServer, getJson, startTestServer } from './helpers/server.ts';
 
 let ts: TestServer;
 const clients = rawIslands(() => ts);
@@ -21,6 +24,12 @@ beforeAll(async () => {
   ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 1_500 }, outerWorkers: 0 });
 });
 afterAll(async () => { clients.closeAll(); await ts?.close(); });
+
+/** Member j's honest fragment: its range of the token-weighted mean of the members' committed Δs (members in index order). */
+function honestFragment(plan: MixPlanMsg, members: RawIsland[], j: number, n: number): Uint8Array {
+  const xs = members.map((x) => { const d = decodeDelta(x.frame, n); if (!d.ok) throw new Error(d.error.message); return d.value.slice(); });
+  return encodeDelta(canonicalFragment(xs, mixWeights(plan.members.map((m) => m.tokens)), plan.ranges[j]), members[j].a.codec);
+}
 
 /** A joined island of the --mix-group 2 server. */
 async function island(name: string) {
@@ -73,11 +82,7 @@ describe('butterfly mixing against hostile clients', () => {
     A.s.on('mix:replay', (m: { groupId: number }, ack: (a: unknown) => void) => ack({ groupId: m.groupId, frame: A.frame }));
     B.s.on('mix:replay', (m: { groupId: number }, ack: (a: unknown) => void) => ack({ groupId: m.groupId, frame: A.frame }));
     const banned = new Promise<unknown>((resolve) => B.s.once('banned', resolve));
-    // A's honest fragment: its range of the token-weighted mean of both committed Δs
-    const n = ts.server.run.paramCount;
-    const xs = [A, B].map((x) => { const d = decodeDelta(x.frame, n); if (!d.ok) throw new Error(d.error.message); return d.value.slice(); });
-    const byIndex = ia === 0 ? xs : [xs[1], xs[0]];
-    const fragA = encodeDelta(canonicalFragment(byIndex, mixWeights(pa.value.members.map((m) => m.tokens)), pa.value.ranges[ia]), A.a.codec);
+    const fragA = honestFragment(pa.value, ia === 0 ? [A, B] : [B, A], ia, ts.server.run.paramCount);
     const [va, vb] = await Promise.all([
       ask<{ status: string; version: number }>(A.s, 'mix:fragment', { groupId: g, frame: fragA }),
       ask<{ status: string; error?: { code: string } }>(B.s, 'mix:fragment', { groupId: g, frame: Uint8Array.of(1, 2, 3) }),
@@ -142,5 +147,62 @@ describe('butterfly mixing against hostile clients', () => {
     const fragG = encodeDelta(new Float32Array(range[1] - range[0]), G.a.codec);
     expect(await ask(G.s, 'mix:fragment', { groupId: pg.value.groupId, frame: fragG })).toEqual({ ok: true, value: 'regroup' });
     expect(await ready(F)).toEqual({ ok: true, value: null }); // benched: send delta
+  }, 30_000);
+});
+
+describe('a member whose connection drops while its group settles', () => {
+  let tq: TestServer;
+  const raw = rawIslands(() => tq);
+  beforeAll(async () => {
+    // no spot checks: the dropped member could not answer one
+    tq = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 10_000, spotRate: 0 }, outerWorkers: 0 });
+  });
+  afterAll(async () => { raw.closeAll(); await tq?.close(); });
+
+  it('uploads its Δ directly on its return and gets the group\'s ack: counted once, its bytes counted as a resend', async () => {
+    const H = await raw.island('drop-h');
+    const I = await raw.island('drop-i');
+    const [ph, pi] = await Promise.all([H, I].map((x) => ask<MixPlanMsg>(x.s, 'mix:ready', { meta: x.meta, frameHash: x.hash })));
+    if (!ph.ok || !pi.ok) throw new Error(JSON.stringify([ph, pi]));
+    const g = ph.value.groupId;
+    const byIndex = ph.value.index === 0 ? [H, I] : [I, H];
+    const n = tq.server.run.paramCount;
+    const mix = tq.server.mix!;
+    const bytesIn = async () => (await getJson<{ bytesIn: number }>(`${tq.url}/api/status`)).bytesIn;
+    const resent = async () => Number(/^atoll_deltas_resent_total (\S+)$/m.exec(await (await fetch(`${tq.url}/metrics`)).text())?.[1]);
+    const in0 = await bytesIn();
+    // H's fragment is in; then its connection drops, before the group's verdict
+    const fragH = honestFragment(ph.value, byIndex, ph.value.index, n);
+    H.s.emit('mix:fragment', { groupId: g, frame: fragH }, () => {});
+    for (let t = 0; mix.counters.fragmentBytes < fragH.length; t++) {
+      if (t > 200) throw new Error('the server never got H\'s fragment');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    H.s.disconnect();
+    // I's fragment completes the group: both Δs go in through it
+    const fragI = honestFragment(pi.value, byIndex, pi.value.index, n);
+    const vi = await ask<{ status: string; version: number }>(I.s, 'mix:fragment', { groupId: g, frame: fragI });
+    if (!vi.ok) throw new Error(JSON.stringify(vi));
+    expect(vi.value.status).toBe('applied');
+    expect(mix.counters.mixedMembers).toBe(2);
+    const coord = tq.server.run.coord;
+    const tokens = coord.island(H.id)?.tokensContributed;
+    expect(tokens).toBe(H.meta.tokens);
+    const version = coord.version;
+    // H comes back under its identity; its verdict lost, it uploads its Δ directly
+    const s2 = await raw.connect();
+    const back = await ask<{ islandId: string }>(s2, 'hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'drop-h' }, resumeIslandId: H.id, resumeToken: H.resumeToken });
+    expect(back.ok && back.value.islandId).toBe(H.id);
+    const resent0 = await resent();
+    const again = await ask<{ status: string; seq: number; version: number }>(s2, 'delta', { meta: H.meta, frame: H.frame });
+    // the group's ack: nothing counted twice, θ unchanged; the frame's bytes came in all the same
+    // (each member's share is its own outer step here: H's ack names the version before or at I's)
+    expect(again).toMatchObject({ ok: true, value: { status: 'applied', seq: H.meta.seq } });
+    expect(again.ok && again.value.version).toBeGreaterThanOrEqual(vi.value.version - 1);
+    expect(again.ok && again.value.version).toBeLessThanOrEqual(vi.value.version);
+    expect(coord.island(H.id)?.tokensContributed).toBe(tokens);
+    expect(coord.version).toBe(version);
+    expect(await resent()).toBe(resent0 + 1);
+    expect(await bytesIn()).toBe(in0 + fragH.length + fragI.length + H.frame.length);
   }, 30_000);
 });
