@@ -28,6 +28,9 @@ import { learningRate } from './model/schedule.ts';
 /** Bumped on every incompatible change to the messages below. */
 export const PROTOCOL_VERSION = 3;
 
+/** The events an island (or a validator) sends the server, each with an ack; butterfly mixing adds its own (server/mix-gateway.ts MIX_EVENTS). */
+export const ISLAND_EVENTS = ['challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict'] as const;
+
 /**
  * Every error code an island can see, with the layer that produces it. Codec codes are passed
  * through from core/codec unchanged (E_TRUNCATED, E_CRC, E_CORRUPT, ...).

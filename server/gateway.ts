@@ -12,7 +12,7 @@ import { Server, type Namespace, type Socket } from 'socket.io';
 import type { Static, TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import {
-  ByeSchema, RenameSchema, type DeltaMeta, DeltaSchema, EmptySchema, ErrorCode, type HelloAnswer, HelloSchema, PROTOCOL_VERSION, UpdatesSchema,
+  ByeSchema, RenameSchema, type DeltaMeta, DeltaSchema, EmptySchema, ErrorCode, type HelloAnswer, ISLAND_EVENTS, HelloSchema, PROTOCOL_VERSION, UpdatesSchema,
   ValidatorSchema, VerdictSchema,
 } from '../core/protocol.ts';
 import { AuditError } from '../core/coord/audit.ts';
@@ -251,7 +251,7 @@ export class Gateway {
           });
       });
     };
-    const known = new Set<string>(['challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict', ...(this.opts.mix ? MIX_EVENTS : [])]);
+    const known = new Set<string>([...ISLAND_EVENTS, ...(this.opts.mix ? MIX_EVENTS : [])]);
     socket.onAny((event: string) => {
       if (!known.has(event)) violation(GatewayError.UNKNOWN_EVENT, `unknown event '${String(event).slice(0, 64)}'`);
     });

@@ -105,7 +105,6 @@ export class RingRouter {
    */
   caughtUp(islandId: string, fromVersion: number): void {
     const r = this.lastRing.get(islandId);
-    if (process.env.ATOLL_DEBUG_RINGS) process.stderr.write(`CAUGHTUP ${islandId} from ${fromVersion} ring ${r ? r.version + ' ' + r.ids.join(',') : '-'} t ${Date.now()}\n`);
     if (!r || fromVersion >= r.version) return;
     this.counters.ringsFailed++;
     const now = Date.now();

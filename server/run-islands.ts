@@ -133,7 +133,7 @@ export class RunIslands {
    */
   async submit(meta: DeltaMeta, frame: Uint8Array, mixed?: MixedDelta): Promise<AckMsg> {
     const known = this.run.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
-    if (known) return this.resent(mixed ? null : frame, known);
+    if (known) return this.resent(known, frame, mixed);
     // with the offload, the frame is decoded on a worker first (the coordinator checks the rest);
     // a group's mean comes decoded, into a buffer the coordinator may keep
     const decoded = mixed ? ok({ delta: this.heldCopy(mixed.delta), norm: mixed.norm }) : this.run.offload ? await this.run.offload.ingest(frame) : undefined;
@@ -144,7 +144,7 @@ export class RunIslands {
       const again = this.run.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
       if (again) {
         if (decoded.ok) this.run.offload!.release(decoded.value.delta);
-        return this.resent(mixed ? null : frame, again);
+        return this.resent(again, frame, mixed);
       }
     }
     const t0 = performance.now();
@@ -179,9 +179,9 @@ export class RunIslands {
     return buf;
   }
 
-  /** A Δ the run already holds, sent again: its bytes came in all the same; the first ack answers it (a group's mean, null, came as fragments). */
-  private resent(frame: Uint8Array | null, ack: Promise<AckMsg>): Promise<AckMsg> {
-    if (frame) {
+  /** A Δ the run already holds, sent again: its bytes came in all the same (a group's mean came as fragments, counted then); the first ack answers it. */
+  private resent(ack: Promise<AckMsg>, frame: Uint8Array, mixed: MixedDelta | undefined): Promise<AckMsg> {
+    if (!mixed) {
       this.noteBytesIn(frame.length);
       this.run.metrics.deltasResent.inc();
     }

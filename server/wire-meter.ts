@@ -5,16 +5,17 @@
 // from a fixed list, anything else is `other`: a stranger cannot grow the label set.
 
 import { type WireDirection, frameHeaderBytes } from '../client/island/wire-bytes.ts';
+import { ISLAND_EVENTS } from '../core/protocol.ts';
 import type { Metrics } from './metrics.ts';
+import { MIX_EVENTS } from './mix-gateway.ts';
 
 /** An engine.io packet as its socket's 'packet' and 'packetCreate' events give it. */
 export interface WirePacket { type: string; data?: unknown }
 
-/** Every event an island and the server send each other (docs/protocol.md). */
-const EVENTS = new Set([
-  'challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'validator', 'auditJob', 'verdict', 'bye',
-  'mix:ready', 'mix:fragment', 'mix:signal', 'mix:lost', 'mix:check', 'mix:replay', 'mix:abort', 'mix:piece',
-  'update', 'tick', 'banned', 'protocol_error',
+/** Every event an island and the server send each other (docs/protocol.md): the islands' (as the gateway takes them; `mix:signal` goes both ways), then the server's own. */
+const EVENTS = new Set<string>([
+  ...ISLAND_EVENTS, ...MIX_EVENTS,
+  'mix:check', 'mix:replay', 'mix:abort', 'mix:piece', 'update', 'tick', 'banned', 'protocol_error',
 ]);
 
 /** Acks remembered per connection and direction, at most (an island asks a few at a time). */

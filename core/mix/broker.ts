@@ -96,12 +96,14 @@ export class MixBroker {
   private readonly calledOff = new Map<string, { ids: string[]; gone: Set<string>; until: number }>();
   /** Islands that left (drop) since they were last ready. */
   private readonly left = new Set<string>();
-  /** The round each island was last ready with (`offer`): an island still on it is in an exchange or uploading, not working. */
-  private readonly lastReady = new Map<string, number>();
+  /**
+   * The round each island was last ready with (`offer`; an island still on it is in an exchange or
+   * uploading, not working), and when (the round periods of formWaitFraction).
+   */
+  private readonly lastReady = new Map<string, { roundId: number; at: number }>();
   /** The oldest waiting island, while its group short of k waits for islands due soon (expire). */
   private holding: string | null = null;
-  /** When each island was last ready, and the latest round periods (formWaitFraction). */
-  private readonly lastReadyAt = new Map<string, number>();
+  /** The latest round periods (formWaitFraction). */
   private readonly periods: number[] = [];
   private waitMs: number;
 
@@ -112,15 +114,11 @@ export class MixBroker {
   /** How long a ready island waits for a group of k now (formWaitMs, or its share of the measured round period). */
   formWait(): number { return this.waitMs; }
 
-  /** An island's ready after its previous one: a round period (the last PERIODS_KEPT of all islands set the wait). */
-  private notePeriod(m: ReadyMember, lastRound: number | undefined): void {
+  /** An island's ready after its previous round's: a round period (the last PERIODS_KEPT of all islands set the wait). */
+  private notePeriod(ms: number): void {
     const f = this.cfg.formWaitFraction ?? 0;
-    if (f <= 0 || lastRound === m.meta.roundId) return; // a regroup is not a round
-    const prev = this.lastReadyAt.get(m.islandId);
-    if (this.lastReadyAt.size >= 4096 && prev === undefined) this.lastReadyAt.clear();
-    this.lastReadyAt.set(m.islandId, m.readyAt);
-    if (prev === undefined) return;
-    this.periods.push(m.readyAt - prev);
+    if (f <= 0) return;
+    this.periods.push(ms);
     if (this.periods.length > PERIODS_KEPT) this.periods.shift();
     const sorted = [...this.periods].sort((a, b) => a - b);
     const med = sorted[sorted.length >> 1];
@@ -132,9 +130,13 @@ export class MixBroker {
     this.queue = this.queue.filter((q) => q.islandId !== m.islandId);
     this.queue.push(m);
     this.left.delete(m.islandId);
-    this.notePeriod(m, this.lastReady.get(m.islandId));
-    if (this.lastReady.size >= 4096 && !this.lastReady.has(m.islandId)) this.lastReady.clear();
-    this.lastReady.set(m.islandId, m.meta.roundId);
+    const prev = this.lastReady.get(m.islandId);
+    // a new round (a regroup is not one: it keeps its round's first ready)
+    if (prev?.roundId !== m.meta.roundId) {
+      if (prev) this.notePeriod(m.readyAt - prev.at);
+      if (this.lastReady.size >= 4096 && !prev) this.lastReady.clear();
+      this.lastReady.set(m.islandId, { roundId: m.meta.roundId, at: m.readyAt });
+    }
     const survivors = this.survivorsOf(m);
     if (survivors) return survivors;
     if (this.queue.length < this.cfg.k) return null;
@@ -198,7 +200,7 @@ export class MixBroker {
   private working(busy: readonly BusyIsland[]): number {
     let n = 0;
     for (const b of busy) {
-      const last = this.lastReady.get(b.islandId);
+      const last = this.lastReady.get(b.islandId)?.roundId;
       if (last !== undefined && last !== b.roundId && !this.left.has(b.islandId) && !this.queue.some((q) => q.islandId === b.islandId)) n++;
     }
     return n;
