@@ -2,5 +2,5 @@
 // The `atoll` command. The sources are TypeScript; bin/register.js lets Node run them.
 import './register.js';
 
-const { main } = await import('../server/cli.ts');
+const { main } = await import('../instruments/cli.ts');
 await main(process.argv);

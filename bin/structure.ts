@@ -2,7 +2,7 @@
 // Files are the TypeScript sources outside test/; an arrow is an import, export-from,
 // dynamic import() or worker `new URL('./x.ts', import.meta.url)` between two of them (type-only
 // imports too: a reader follows them as well). Rooms are folders: core/<dir>, client/<dir>,
-// server/<dir>, and the loose files of core/, server/, shaders/, bench/ and bin/.
+// server/<dir>, instruments/<dir>, and the loose files of core/, server/, instruments/, shaders/ and bin/.
 
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, normalize, sep } from 'node:path';
@@ -15,7 +15,11 @@ export interface ImportGraph {
 }
 
 /** The source folders (test/ is left out: tests import whatever they test). */
-const ROOTS = ['core', 'shaders', 'client', 'server', 'bench', 'bin'];
+const ROOTS = ['core', 'shaders', 'client', 'server', 'instruments', 'bin'];
+
+/** Top folders whose subfolders are rooms, and those whose loose files are rooms of their own. */
+const NESTED = ['core', 'client', 'server', 'instruments'];
+const LOOSE = ['core', 'server', 'instruments'];
 
 const SPEC = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+|new URL\(\s*)['"](\.{1,2}\/[^'"?]+\.ts)['"]/g;
 
@@ -63,14 +67,14 @@ export function circles(g: ImportGraph): string[][] {
 }
 
 /**
- * The room of a file: its folder below core/, client/ or server/ (core/coord, server/outer, …),
- * the file itself for the loose files of core/ and server/ (they sit at every height: result.ts
- * at the bottom, cli.ts at the top), else its top folder (shaders, bench, bin).
+ * The room of a file: its folder below core/, client/, server/ or instruments/ (core/coord,
+ * server/outer, …), the file itself for the loose files of core/, server/ and instruments/ (they sit
+ * at every height: result.ts at the bottom, cli.ts at the top), else its top folder (shaders, bin).
  */
 export function roomOf(file: string): string {
   const parts = file.split('/');
-  if (parts.length > 2 && ['core', 'client', 'server'].includes(parts[0])) return `${parts[0]}/${parts[1]}`;
-  if (parts.length === 2 && ['core', 'server'].includes(parts[0])) return file;
+  if (parts.length > 2 && NESTED.includes(parts[0])) return `${parts[0]}/${parts[1]}`;
+  if (parts.length === 2 && LOOSE.includes(parts[0])) return file;
   return parts[0];
 }
 
@@ -146,14 +150,14 @@ export function drawRooms(g: ImportGraph): string {
       lines.push(`<line x1="${a.x + W / 2}" y1="${a.y + H}" x2="${b.x + W / 2}" y2="${b.y}" stroke="${bad ? '#d00' : '#8895a7'}" stroke-width="${bad ? 2 : 1}" marker-end="url(#${bad ? 'bad' : 'arrow'})"/>`);
     }
   }
-  const boxes = [...pos].map(([r, p]) => `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${r.startsWith('core') ? '#e8f1fb' : r.startsWith('server') ? '#fbf1e6' : r.startsWith('client') || r === 'shaders' ? '#eaf6ea' : '#f2f2f2'}" stroke="#445"/><text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">${r.replace(/^(core|server)\/(?=[\w-]+\.ts$)/, '')}</text></g>`);
+  const boxes = [...pos].map(([r, p]) => `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${r.startsWith('core') ? '#e8f1fb' : r.startsWith('server') ? '#fbf1e6' : r.startsWith('client') || r === 'shaders' ? '#eaf6ea' : '#f2f2f2'}" stroke="#445"/><text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">${r.replace(/^(core|server|instruments)\/(?=[\w-]+\.ts$)/, '')}</text></g>`);
   const c = circles(g).length;
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
     '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="#8895a7"/></marker>',
     '<marker id="bad" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="#d00"/></marker></defs>',
     `<text x="${M}" y="${M + 8}" font-size="13">Atoll's rooms and their imports (npm run structure): ${c} import circle${c === 1 ? '' : 's'} between files; an arrow up a row (a circle of rooms) or from the single-process server into server/cluster would be red</text>`,
-    `<text x="${M}" y="${M + 26}" font-size="11" fill="#555">blue: core/ · green: client/ and shaders/ · orange: server/ (a loose file of core/ or server/ is its own box) · grey: bench/, bin/ and the root's config files</text>`,
+    `<text x="${M}" y="${M + 26}" font-size="11" fill="#555">blue: core/ · green: client/ and shaders/ · orange: server/ · grey: instruments/, bin/ and the root's config files (a loose file of core/, server/ or instruments/ is its own box)</text>`,
     ...lines,
     ...boxes,
     '</svg>',

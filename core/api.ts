@@ -71,11 +71,11 @@ export const RunInfoSchema = Type.Object({
   modelBytes: Type.Number(),
   maxFrameBytes: Type.Number(),
   protocolVersion: Type.Integer(),
-  config: Open<RunConfig>('the run config as stored in config.json (server/run-config.ts checks it)'),
+  config: Open<RunConfig>('the run config as stored in config.json (server/run/config.ts checks it)'),
 });
 export type RunInfo = Static<typeof RunInfoSchema>;
 
-/** Butterfly mixing on the server (server/mix-gateway.ts), when it mixes. */
+/** Butterfly mixing on the server (server/gateway/mix.ts), when it mixes. */
 export const MixStatusSchema = Type.Object({
   k: Type.Integer(),
   groups: Type.Integer(),

@@ -3,7 +3,7 @@
 // Inbound messages are TypeBox schemas and their types derive from them (Static<>): the gateway
 // compiles each schema once and checks every message against it before anything reads it. Shared
 // by the coordinator (core/coord), the island runtime (client/island), the simulator
-// (server/simulate) and the socket.io gateway. Every object is closed (additionalProperties:
+// (instruments/simulate) and the socket.io gateway. Every object is closed (additionalProperties:
 // false) and every string, number and nesting level is bounded, so nothing an island sends can
 // grow the server's state beyond these bounds.
 //
@@ -28,7 +28,7 @@ import { learningRate } from './model/schedule.ts';
 /** Bumped on every incompatible change to the messages below. */
 export const PROTOCOL_VERSION = 3;
 
-/** The events an island (or a validator) sends the server, each with an ack; butterfly mixing adds its own (server/mix-gateway.ts MIX_EVENTS). */
+/** The events an island (or a validator) sends the server, each with an ack; butterfly mixing adds its own (server/gateway/mix.ts MIX_EVENTS). */
 export const ISLAND_EVENTS = ['challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict'] as const;
 
 /**

@@ -1,6 +1,6 @@
 // Autoregressive sampling through any TrainingEngine (CPU or WebGPU).
 
-import type { TrainingEngine } from './engine.ts';
+import type { TrainingEngine } from './engine/index.ts';
 import { mulberry32 } from './random.ts';
 
 export interface SampleOptions {

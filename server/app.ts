@@ -7,24 +7,24 @@ import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import helmet from '@fastify/helmet';
 import rateLimit from '@fastify/rate-limit';
 import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
-import { Gateway, type GatewayOptions } from './gateway.ts';
+import { Gateway, type GatewayOptions } from './gateway/gateway.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { apiPlugin } from './plugins/api.ts';
 import { Metrics } from './metrics.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
-import { logCheckpoint, logRunEvent } from './ops-log.ts';
-import { Run } from './run.ts';
-import { NoQuery, STRICT_AJV, replies, strictHttp } from './http-strict.ts';
+import { logCheckpoint, logRunEvent } from './run/ops-log.ts';
+import { Run } from './run/run.ts';
+import { NoQuery, STRICT_AJV, replies, strictHttp } from './plugins/http-strict.ts';
 import { HealthSchema } from '../core/api.ts';
-import { AuthLimiter } from './auth-limit.ts';
-import { type RunPort, localMixHost, localPort } from './run-port.ts';
-import { MixGateway } from './mix-gateway.ts';
-import { type MixOptions, mixSettings } from './mix-settings.ts';
-import { adminToken, lockRunFolder } from './run-folder.ts';
+import { AuthLimiter } from './plugins/auth-limit.ts';
+import { type RunPort, localMixHost, localPort } from './gateway/run-port.ts';
+import { MixGateway } from './gateway/mix.ts';
+import { type MixOptions, mixSettings } from './gateway/mix-settings.ts';
+import { adminToken, lockRunFolder } from './run/folder.ts';
 import { ok } from '../core/result.ts';
-import type { RunConfig } from './run-config.ts';
-import { type AuditOptions, RunAudits } from './audit.ts';
+import type { RunConfig } from './run/config.ts';
+import { type AuditOptions, RunAudits } from './run/audit.ts';
 import { closeOnce } from './close-once.ts';
 
 export interface AtollServerOptions {
@@ -44,13 +44,13 @@ export interface AtollServerOptions {
   logLevel?: string;
   /** Where the server listens, recorded in the run folder's lock. */
   listenOn?: { host: string; port: number };
-  /** Verified work: audits of a sample of accepted deltas by validators holding this token (server/audit.ts). */
+  /** Verified work: audits of a sample of accepted deltas by validators holding this token (server/run/audit.ts). */
   audit?: AuditOptions;
   /** A connection idle this long is closed (default 30 s; tests shorten it). */
   idleTimeoutMs?: number;
   /** Gateway knobs for tests and the bench. */
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
-  /** Butterfly mixing (server/mix-gateway.ts): group size k (0 or absent: off) and its knobs. */
+  /** Butterfly mixing (server/gateway/mix.ts): group size k (0 or absent: off) and its knobs. */
   mix?: MixOptions;
 }
 

@@ -3,7 +3,7 @@
 // point's bindings (the module-scope variables it reaches, through the functions it calls:
 // what `layout: 'auto'` binds), and the source as the device compiles it (the prelude in
 // front, templates expanded, every {{NAME}} filled or an error naming the shader).
-// Pure: no device calls; client/engine/webgpu-kernels.ts compiles and dispatches.
+// Pure: no device calls; client/island/engine/webgpu-kernels.ts compiles and dispatches.
 
 import preludeSrc from './prelude.wgsl?raw';
 import subgroupsSrc from './subgroups.wgsl?raw';

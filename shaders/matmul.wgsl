@@ -13,7 +13,7 @@
 // tiles (8 KiB) stored k-major so the inner loop reads one vec4 of A and one of B per
 // k and does 16 FMAs. Every thread moves one vec4 of each tile per K step. Other tile
 // sizes and rows per thread, and the direct kernels (no workgroup memory), are variants
-// of the same source (defines below) that the autotuner (client/engine/webgpu-tune.ts) times.
+// of the same source (defines below) that the autotuner (client/island/engine/webgpu-tune.ts) times.
 // One templated body: the block between `@repeat V` and `@end` is written once and
 // expanded for V = "" (scalar loads: any shape) and V = "_vec4" (vec4 loads and stores,
 // used when the contiguous dims and offsets are multiples of 4). Only the three memory

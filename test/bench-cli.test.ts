@@ -1,8 +1,8 @@
 // `atoll bench kernels`, `codec` and `cold-start` are registered with their options; cold-start runs.
 import { describe, expect, it } from 'vitest';
-import { buildProgram } from '../server/cli.ts';
-import { formatCodecBench } from '../bench/codec.ts';
-import { benchColdStart, formatColdStart } from '../bench/cold-start.ts';
+import { buildProgram } from '../instruments/cli.ts';
+import { formatCodecBench } from '../instruments/bench/codec.ts';
+import { benchColdStart, formatColdStart } from '../instruments/bench/cold-start.ts';
 
 describe('bench CLI', () => {
   it('has kernels and codec subcommands next to server', () => {

@@ -3,8 +3,8 @@
 // log exactly once.
 
 import { describe, expect, it } from 'vitest';
-import { benchCheckpoint } from '../bench/checkpoint.ts';
-import { benchLoad } from '../bench/server.ts';
+import { benchCheckpoint } from '../instruments/bench/checkpoint.ts';
+import { benchLoad } from '../instruments/bench/server.ts';
 
 describe('bench server: load', () => {
   it('holds the islands, acks deltas, and the log has each acked one once (lost = duplicated = 0)', async () => {

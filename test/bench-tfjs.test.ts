@@ -1,16 +1,16 @@
 // `atoll bench kernels` on the Node WebGPU adapter (SwiftShader without a GPU):
-//  - the TF.js peer GPT (bench/tfjs-gpt.ts) trains: its loss goes down;
+//  - the TF.js peer GPT (instruments/bench/tfjs-gpt.ts) trains: its loss goes down;
 //  - the matmul harness dispatches our kernel as the engine does and agrees with tf.matMul.
 import { afterAll, describe, expect, it } from 'vitest';
 import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
-import { loadCorpus } from '../server/corpus.ts';
-import { benchMatmul, matmulCases, type MatmulCase } from '../bench/matmul.ts';
-import { TILE_VARIANTS, choiceLabel } from '../client/engine/webgpu-tune.ts';
-import { setupTfjsWebgpu, type TfWebgpu } from '../bench/tfjs-webgpu.ts';
-import { benchHalf } from '../bench/half.ts';
-import { drain, timeInterleaved } from '../bench/timing.ts';
+import { loadCorpus } from '../server/run/corpus.ts';
+import { benchMatmul, matmulCases, type MatmulCase } from '../instruments/bench/matmul.ts';
+import { TILE_VARIANTS, choiceLabel } from '../client/island/engine/webgpu-tune.ts';
+import { setupTfjsWebgpu, type TfWebgpu } from '../instruments/bench/tfjs-webgpu.ts';
+import { benchHalf } from '../instruments/bench/half.ts';
+import { drain, timeInterleaved } from '../instruments/bench/timing.ts';
 import { getTestDevice, releaseTestDevice } from './helpers/gpu.ts';
 
 let tfw: TfWebgpu | null = null;
@@ -40,7 +40,7 @@ describe('bench: TF.js peer and matmul harness', () => {
   it('the TF.js GPT runs on the same adapter and its loss goes down', async () => {
     const t = await tfjs();
     expect(t.tf.getBackend()).toBe('webgpu');
-    const { TfGpt, tfBatch } = await import('../bench/tfjs-gpt.ts');
+    const { TfGpt, tfBatch } = await import('../instruments/bench/tfjs-gpt.ts');
     const config = { ...PRESETS.tiny, nLayer: 1 };
     const B = 2, T = 16;
     const batch = sampleBatch(loadCorpus().train, B, T, 7, 0, 0);

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { buildProgram } from '../server/cli.ts';
+import { buildProgram } from '../instruments/cli.ts';
 
 /** [command, ...subcommands] per row of the README's "## Commands" table. */
 function readmeCommands(): string[][] {
@@ -65,12 +65,12 @@ describe('the CLI has every command the README names', () => {
       program.commands.forEach((c) => c.exitOverride().configureOutput({ writeOut: () => {}, writeErr: () => {} }));
       await expect(program.parseAsync(['node', 'atoll', 'serve', '--mix-group', k])).rejects.toMatchObject({ code: 'commander.invalidArgument' });
     }
-    const { serve } = await import('../server/commands/serve.ts');
+    const { serve } = await import('../instruments/commands/serve.ts');
     await expect(serve({ redis: 'redis://127.0.0.1:1', role: 'gateway', mixGroup: 4 })).rejects.toMatchObject({ code: 'E_BAD_CONFIG' });
   });
   it('serve --mix-ice-servers takes a bounded JSON array of STUN/TURN servers, refused with a code before anything is written', async () => {
     expect(await help(['serve'])).toContain('--mix-ice-servers <file>');
-    const { serve, readIceServers } = await import('../server/commands/serve.ts');
+    const { serve, readIceServers } = await import('../instruments/commands/serve.ts');
     const dir = mkdtempSync(join(tmpdir(), 'atoll-ice-'));
     const file = (name: string, v: unknown) => { const f = join(dir, name); writeFileSync(f, typeof v === 'string' ? v : JSON.stringify(v)); return f; };
     // the docs' example (docs/protocol.md, "WebRTC settings")

@@ -4,8 +4,8 @@
 // over) and of the active aggregator (the standby takes over): lost = duplicates = 0.
 
 import { describe, expect, it } from 'vitest';
-import { buildProgram } from '../server/cli.ts';
-import { chaos } from '../server/commands/chaos.ts';
+import { buildProgram } from '../instruments/cli.ts';
+import { chaos } from '../instruments/commands/chaos.ts';
 
 describe('atoll chaos', () => {
   it('is a command with its flags', () => {

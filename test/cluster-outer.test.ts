@@ -138,12 +138,12 @@ describe('outer pool', () => {
 
 describe('bench server: outerWorkers', () => {
   it('reports ingest and apply apart, with the event loop\'s longest stall; --outer-workers is a flag', async () => {
-    const { benchOuterPool } = await import('../bench/outer-pool.ts');
+    const { benchOuterPool } = await import('../instruments/bench/outer-pool.ts');
     const r = await benchOuterPool({ n: 1 << 16, workers: 2, seconds: 0.05 });
     expect(r.workers).toBe(2);
     expect(r.roundSize).toBe(4);
     for (const k of ['ingestParamsPerSec', 'applyParamsPerSec', 'applyAsyncParamsPerSec', 'stepMs', 'loopMaxStallMs'] as const) expect(r[k]).toBeGreaterThan(0);
-    const { buildProgram } = await import('../server/cli.ts');
+    const { buildProgram } = await import('../instruments/cli.ts');
     const bench = buildProgram().commands.find((c) => c.name() === 'bench')!;
     expect(bench.commands.find((c) => c.name() === 'server')!.options.map((o) => o.long)).toContain('--outer-workers');
   });

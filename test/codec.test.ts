@@ -17,7 +17,7 @@ import {
   peekHeader,
   selectTopK,
 } from '../core/codec/index.ts';
-import { benchCodec } from '../bench/codec.ts';
+import { benchCodec } from '../instruments/bench/codec.ts';
 import { decodeF16Array, encodeF16Array } from '../core/model/f16.ts';
 import { roundHalfUp } from '../core/codec/payloads.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadCorpus } from '../server/corpus.ts';
+import { loadCorpus } from '../server/run/corpus.ts';
 
 const text = (b: Uint8Array) => Buffer.from(b).toString('latin1');
 

@@ -4,8 +4,8 @@
 
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_COORDINATOR_CONFIG, MEASURED_SETTING } from '../core/coord/index.ts';
-import { buildRunConfig } from '../server/run-config.ts';
-import { compareRows } from '../server/simulate/scenarios.ts';
+import { buildRunConfig } from '../server/run/config.ts';
+import { compareRows } from '../instruments/simulate/scenarios.ts';
 
 const codecOf = (c: object) => ({ deflate: false, ...c });
 

@@ -4,7 +4,7 @@
 // hold() keeps training steps back while a sample runs.
 
 import { describe, expect, it } from 'vitest';
-import { CpuEngine } from '../client/engine/cpu.ts';
+import { JsEngine } from '../core/engine/js.ts';
 import { calibrate, fullStepPlan, pickNumerics } from '../client/island/calibrate.ts';
 import { estimateCosts } from '../client/volunteer/costs.ts';
 import { type BusyInfo, type EngineHandle, ResilientEngine } from '../client/volunteer/resilient-engine.ts';
@@ -15,7 +15,7 @@ import { generate } from '../core/sample.ts';
 import type { IslandView } from '../core/api.ts';
 import { creditOf } from '../core/credit.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
-import type { Batch, TrainingEngine } from '../core/engine.ts';
+import type { Batch, TrainingEngine } from '../core/engine/index.ts';
 import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 
@@ -30,7 +30,7 @@ class LossyEngine implements TrainingEngine {
   readonly kind = 'webgpu' as const;
   readonly config = config;
   readonly gpuBytes = 0;
-  readonly inner = new CpuEngine({ config, maxBatch: B, maxT: T });
+  readonly inner = new JsEngine({ config, maxBatch: B, maxT: T });
   private dead = false;
   private onLost!: (i: { reason: string; message: string }) => void;
   readonly lost = new Promise<{ reason: string; message: string }>((r) => { this.onLost = r; });
@@ -72,7 +72,7 @@ describe('ResilientEngine', () => {
   it('rebuilds a lost device and replays the round: same losses and Δ as without the loss', async () => {
     const theta = initParams(config, 7);
     // reference: six steps after one warm-up round (so the optimizer state is not zero)
-    const ref = new CpuEngine({ config, maxBatch: B, maxT: T });
+    const ref = new JsEngine({ config, maxBatch: B, maxT: T });
     await ref.setParams(theta);
     await ref.step(batch(100), stepOpts(0));
     await ref.takeLosses();
@@ -174,7 +174,7 @@ describe('ResilientEngine', () => {
     devices[0].stepDelayMs = 150;
     const theta = initParams(config, 3);
     await engine.setParams(theta);
-    const sampler = new CpuEngine({ config, maxBatch: 1 });
+    const sampler = new JsEngine({ config, maxBatch: 1 });
     await sampler.setParams(theta);
     const slow = new Proxy(sampler, {
       get: (t, k) => (k === 'nextTokenLogits'
@@ -236,7 +236,7 @@ describe('ResilientEngine', () => {
 
   it('calibration times full batches on a quick device and scales batches 1 and 2 up on a slow one', async () => {
     const shape = { config, maxBatch: B, maxT: T };
-    const quick = await calibrate(new CpuEngine({ config, maxBatch: B, maxT: T }), data, shape, 'k');
+    const quick = await calibrate(new JsEngine({ config, maxBatch: B, maxT: T }), data, shape, 'k');
     expect(quick).toMatchObject({ key: 'k', estimated: false });
     expect(quick.timed.map((t) => t.B)).toEqual([1, 2, B, B]);
     expect(quick.tokensPerSec).toBeCloseTo((1000 * B * T) / quick.stepMs);

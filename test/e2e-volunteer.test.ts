@@ -23,7 +23,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CpuEngine } from '../client/engine/cpu.ts';
+import { JsEngine } from '../core/engine/js.ts';
 import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import { type Assignment, innerLearningRate } from '../core/protocol.ts';
@@ -129,7 +129,7 @@ const autotuneCounts = (log: string[]) => log.flatMap((l) => {
   const m = /^Matmul tiles: (\d+) timed now, (\d+) from this browser's cache, (\d+) at the default/.exec(l);
   return m ? [{ timed: +m[1], cache: +m[2], shapes: +m[1] + +m[2] + +m[3] }] : [];
 });
-/** How many choices and variant times the autotuner wrote to IndexedDB (client/engine/webgpu-tune.ts: indexedDbTuneCache). */
+/** How many choices and variant times the autotuner wrote to IndexedDB (client/island/engine/webgpu-tune.ts: indexedDbTuneCache). */
 const cachedTuning = (b: LaunchedBrowser) => b.page.evaluate(() => new Promise<number>((resolve, reject) => {
   const open = indexedDB.open('atoll-autotune');
   open.onerror = () => reject(open.error);
@@ -319,7 +319,7 @@ describe('volunteer page (Chromium)', () => {
     expect(a.baseVersion).toBe(0);
     const losses = (await pageLosses(gpu!)).filter((l) => l.roundId === a.roundId).map((l) => l.loss);
     expect(losses.length).toBe(a.innerSteps);
-    const ref = new CpuEngine({ config: (await getJson<{ model: CpuEngine['config'] }>(`${url}/api/run`)).model, maxBatch: a.batchSize, maxT: a.seqLen });
+    const ref = new JsEngine({ config: (await getJson<{ model: JsEngine['config'] }>(`${url}/api/run`)).model, maxBatch: a.batchSize, maxT: a.seqLen });
     await ref.setParams(model0!);
     for (let i = 0; i < losses.length; i++) {
       const batch = sampleBatch(train!, a.batchSize, a.seqLen, a.data.seed, a.data.stream, a.data.stepStart + i);

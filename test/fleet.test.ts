@@ -9,9 +9,9 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { fleetSpecFromCli, parseSchedule } from '../server/commands/fleet.ts';
-import type { FleetReport } from '../server/fleet/types.ts';
-import { runSimulate } from '../server/simulate/index.ts';
+import { fleetSpecFromCli, parseSchedule } from '../instruments/commands/fleet.ts';
+import type { FleetReport } from '../instruments/fleet/types.ts';
+import { runSimulate } from '../instruments/simulate/index.ts';
 import { clientBuildState } from '../server/client-build.ts';
 import { ensureClientBuild } from './helpers/browser.ts';
 

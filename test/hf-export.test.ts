@@ -17,7 +17,7 @@ import { byteSymbols, exportHf, importHf } from '../core/hf.ts';
 import { type GPTConfig, paramLayout } from '../core/model/config.ts';
 import { mulberry32 } from '../core/random.ts';
 import { readSafetensors, tensorAsFloat32 } from '../core/safetensors.ts';
-import { createEngine } from '../server/engines.ts';
+import { createEngine } from '../client/island/engine/node-engines.ts';
 
 const ROOT = join(import.meta.dirname, '..');
 const config: GPTConfig = { vocabSize: 256, blockSize: 16, nLayer: 2, nHead: 2, nEmbd: 16 };

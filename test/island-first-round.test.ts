@@ -9,15 +9,15 @@
 // readDelta and the codec.
 
 import { afterAll, describe, expect, it } from 'vitest';
-import { CpuEngine } from '../client/engine/cpu.ts';
+import { JsEngine } from '../core/engine/js.ts';
 import type { IslandEvent } from '../client/island/runtime.ts';
 import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { decodeDelta } from '../core/codec/index.ts';
 import { allocBatch, sampleBatch } from '../core/data/dataset.ts';
 import { type GPTConfig, getPreset } from '../core/model/config.ts';
 import { type Assignment, innerLearningRate } from '../core/protocol.ts';
-import { startNodeIsland } from '../server/island-node.ts';
-import type { RunFlags } from '../server/run-config.ts';
+import { startNodeIsland } from '../client/island/node.ts';
+import type { RunFlags } from '../server/run/config.ts';
 import { getJson, startTestServer, type TestServer, waitFor } from './helpers/server.ts';
 
 interface Point { version: number; evalLoss: number | null }
@@ -75,7 +75,7 @@ async function modelNow(url: string): Promise<Float32Array> {
  */
 async function expectFrameIsCpuDelta(config: GPTConfig, theta: Float32Array, train: Uint8Array, r: FirstRound): Promise<Record<string, number>> {
   const a = r.assignment;
-  const cpu = new CpuEngine({ config, maxBatch: a.batchSize, maxT: a.seqLen });
+  const cpu = new JsEngine({ config, maxBatch: a.batchSize, maxT: a.seqLen });
   await cpu.setParams(theta);
   const batch = allocBatch(a.batchSize, a.seqLen);
   for (let i = 0; i < a.innerSteps; i++) {

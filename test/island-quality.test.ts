@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { combineDeltas, l2 } from '../core/coord/aggregate.ts';
 import { DEFAULT_COORDINATOR_CONFIG } from '../core/coord/index.ts';
 import type { PendingDelta } from '../core/coord/types.ts';
-import { IslandQuality } from '../server/island-quality.ts';
+import { IslandQuality } from '../server/run/island-quality.ts';
 
 function pending(islandId: string, delta: number[]): PendingDelta {
   const d = Float32Array.from(delta);

@@ -1,18 +1,20 @@
 // The island runtime with an in-process transport and the CPU engine, in virtual time.
 
 import { describe, expect, it } from 'vitest';
-import { CpuEngine } from '../client/engine/cpu.ts';
-import { IslandRuntime, LocalHub, VirtualClock, type IslandEvent } from '../client/island/index.ts';
+import { JsEngine } from '../core/engine/js.ts';
+import { IslandRuntime, type IslandEvent } from '../client/island/index.ts';
+import { VirtualClock } from '../instruments/simulate/clock.ts';
+import { LocalHub } from '../instruments/simulate/local.ts';
 import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../core/coord/index.ts';
 import type { GPTConfig } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
-import type { Batch, StepOptions } from '../core/engine.ts';
+import type { Batch, StepOptions } from '../core/engine/index.ts';
 
 const CONFIG: GPTConfig = { vocabSize: 256, blockSize: 16, nLayer: 1, nHead: 2, nEmbd: 16 };
 const TEXT = new TextEncoder().encode('It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. '.repeat(40));
 
-/** CpuEngine whose steps take virtual time (1 ms per token). */
-class TimedEngine extends CpuEngine {
+/** JsEngine whose steps take virtual time (1 ms per token). */
+class TimedEngine extends JsEngine {
   constructor(private readonly clock: VirtualClock) { super({ config: CONFIG, maxBatch: 4 }); }
   override async step(b: Batch, o: StepOptions): Promise<void> {
     await super.step(b, o);
@@ -119,7 +121,7 @@ describe('IslandRuntime', () => {
 // least every yieldEveryMs within a round, so its socket answers the server's pings while it trains.
 describe('IslandRuntime on the wall clock', () => {
   /** A CPU step that holds the thread for `ms` (a slow machine), as the real CPU engine does. */
-  class BusyEngine extends CpuEngine {
+  class BusyEngine extends JsEngine {
     constructor(private readonly ms: number) { super({ config: CONFIG, maxBatch: 4 }); }
     override async step(b: Batch, o: StepOptions): Promise<void> {
       const until = performance.now() + this.ms;

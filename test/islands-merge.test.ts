@@ -4,8 +4,8 @@
 // server does not take a delta.
 
 import { describe, expect, it } from 'vitest';
-import { CpuEngine } from '../client/engine/cpu.ts';
-import { LocalHub } from '../client/island/local.ts';
+import { JsEngine } from '../core/engine/js.ts';
+import { LocalHub } from '../instruments/simulate/local.ts';
 import type { Transport } from '../client/island/transport.ts';
 import { IslandRuntime } from '../client/island/runtime.ts';
 import { type CodecOptions, decodeDelta, encodeDelta, frameBytes, peekHeader } from '../core/codec/index.ts';
@@ -449,7 +449,7 @@ describe('island error feedback', () => {
         return ack;
       },
     };
-    rt = new IslandRuntime({ engine: new CpuEngine({ config, maxBatch: 2, maxT: 16 }), train: new TextEncoder().encode('call me ishmael. '.repeat(400)), transport, caps: { batchSize: 2 } });
+    rt = new IslandRuntime({ engine: new JsEngine({ config, maxBatch: 2, maxT: 16 }), train: new TextEncoder().encode('call me ishmael. '.repeat(400)), transport, caps: { batchSize: 2 } });
     // after each ack the runtime settles its residual before the next round's first step
     rt.on((e) => {
       if (e.type !== 'submitted' || !pending.length) return;

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as cpu from '../core/model/ops.ts';
 import * as h from '../core/model/ops-f16.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
-import { KernelSet, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
+import { KernelSet, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/island/engine/webgpu-kernels.ts';
 import type { DispatchSpec, Shape } from '../shaders/kernel.ts';
 import * as gpu from '../shaders/ops.ts';
 import { getTestDevice, releaseTestDevice, runDispatches } from './helpers/gpu.ts';

@@ -6,11 +6,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as cpu from '../core/model/ops.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
-import { KernelSet, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/engine/webgpu-kernels.ts';
+import { KernelSet, STEP_UNIFORM_BYTES, encodeStepUniform } from '../client/island/engine/webgpu-kernels.ts';
 import type { DispatchSpec, Shape } from '../shaders/kernel.ts';
 import * as gpu from '../shaders/ops.ts';
 import type { MatmulTile } from '../shaders/matmul.ts';
-import { TILE_VARIANTS } from '../client/engine/webgpu-tune.ts';
+import { TILE_VARIANTS } from '../client/island/engine/webgpu-tune.ts';
 import { getTestDevice, maxRelErr, readF32, releaseTestDevice, runDispatches, upload } from './helpers/gpu.ts';
 
 const RTOL = 1e-4;

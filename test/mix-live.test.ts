@@ -8,7 +8,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import type { IslandEvent } from '../client/island/runtime.ts';
 import type { RunStatus } from '../core/api.ts';
-import { startNodeIsland } from '../server/island-node.ts';
+import { startNodeIsland } from '../client/island/node.ts';
 import { type TestServer, getJson, spawnIsland, startTestServer, waitFor } from './helpers/server.ts';
 
 const servers: TestServer[] = [];

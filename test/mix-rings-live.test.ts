@@ -1,4 +1,4 @@
-// The downlink's rings on the live server (server/mix-rings.ts), over real socket.io with raw
+// The downlink's rings on the live server (server/gateway/mix-rings.ts), over real socket.io with raw
 // clients (--mix-group 2): a version goes as pieces to a ring of islands linked by an earlier
 // group, and whole to an island that does not mix; a member that asks for a version it got a piece
 // of (its ring's exchange failed) takes its ring out of the rings for a while (whole updates);

@@ -13,10 +13,10 @@ import { type PieceChannel, canonicalFragment, exchange, fragmentRanges, joinPie
 import { sha256Hex } from '../core/mix/commit.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
-import { loadCorpus } from '../server/corpus.ts';
-import { runRow } from '../server/simulate/row.ts';
-import { heterogeneous, mixed } from '../server/simulate/scenarios.ts';
-import type { SimRow } from '../server/simulate/types.ts';
+import { loadCorpus } from '../server/run/corpus.ts';
+import { runRow } from '../instruments/simulate/row.ts';
+import { heterogeneous, mixed } from '../instruments/simulate/scenarios.ts';
+import type { SimRow } from '../instruments/simulate/types.ts';
 
 /** In-memory channels among k members; `lie(from, stage, payload)` may rewrite what a member sends. */
 function mesh<T>(lie?: (from: number, stage: number, v: T) => T, dead?: number) {

@@ -5,10 +5,10 @@
 // carry each island's numerics and devices into the coordinator's records (the checkpoint's).
 
 import { describe, expect, it } from 'vitest';
-import { runRow } from '../server/simulate/row.ts';
-import { mixedComputeRows } from '../server/simulate/scenarios.ts';
-import { parseFleetEngine } from '../server/fleet/engine-spec.ts';
-import { fleetSpecFromCli } from '../server/commands/fleet.ts';
+import { runRow } from '../instruments/simulate/row.ts';
+import { mixedComputeRows } from '../instruments/simulate/scenarios.ts';
+import { parseFleetEngine } from '../instruments/fleet/engine-spec.ts';
+import { fleetSpecFromCli } from '../instruments/commands/fleet.ts';
 
 describe('mixed numerics and parallelism in one run (simulator)', () => {
   it('f32 + f16 + 2-device islands: eval loss within 1.01× of all-f32, θ hashes agree', async () => {

@@ -1,7 +1,7 @@
 // AdamW against a hand-computed step; determinism of init and batches; overfitting one batch.
 
 import { describe, expect, it } from 'vitest';
-import { CpuEngine } from '../client/engine/cpu.ts';
+import { JsEngine } from '../core/engine/js.ts';
 import { allocBatch, evalBatches, sampleBatch, splitCorpus } from '../core/data/dataset.ts';
 import { decodeTokens, encodeText } from '../core/data/tokenizer.ts';
 import { PRESETS, flopsPerToken, numParams, paramLayout, paramViews } from '../core/model/config.ts';
@@ -35,7 +35,7 @@ describe('AdamW', () => {
     expect(layout.tensors.filter((t) => t.decay).map((t) => t.name)).toEqual(['wte', 'wpe', 'qkvw', 'attprojw', 'fcw', 'fcprojw']);
     // with lr>0 and a zero batch effect impossible, check decay via a param that gets no gradient:
     // wpe rows beyond T get zero gradient, so only decay moves them: p·(1 − lr·wd)
-    const c = PRESETS.tiny, e = new CpuEngine({ config: c, maxBatch: 1, maxT: 4 });
+    const c = PRESETS.tiny, e = new JsEngine({ config: c, maxBatch: 1, maxT: 4 });
     const theta = initParams(c, 3);
     await e.setParams(theta);
     const b = allocBatch(1, 4);
@@ -101,7 +101,7 @@ describe('determinism and data', () => {
 describe('overfitting', () => {
   it('drives one fixed batch to a loss below 0.1', async () => {
     const c = PRESETS.tiny, B = 2, T = 32;
-    const e = new CpuEngine({ config: c, maxBatch: B });
+    const e = new JsEngine({ config: c, maxBatch: B });
     await e.setParams(initParams(c, 1));
     const b = sampleBatch(encodeText('Call me Ishmael. Some years ago—never mind how long precisely—having little or no money in my purse'.repeat(3)), B, T, 1, 0, 0);
     for (let i = 0; i < 150; i++) await e.step(b, { lr: 3e-3, gradClip: 1 });

@@ -2,19 +2,19 @@
 // f16 engines throughout so each device compiles one set of pipelines:
 // - the f16 engine against the f32 CPU reference: the same losses within f16's rounding, it
 //   learns, Δ comes back as halves, and it holds less GPU memory than f32 (gpuBytes = the plan);
-// - an island of two devices (client/engine/multi-device.ts) against one device at twice the
+// - an island of two devices (client/island/engine/multi-device.ts) against one device at twice the
 //   batch: the same losses and θ within the kernel tolerance (only the order of the gradient sums
 //   differs), and one Δ.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Batch, TrainingEngine } from '../core/engine.ts';
+import type { Batch, TrainingEngine } from '../core/engine/index.ts';
 import { textBatch } from './helpers/batches.ts';
 import { type GPTConfig, PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
-import { CpuEngine } from '../client/engine/cpu.ts';
-import { WebGpuEngine, estimateGpuBytes, requiredLimits } from '../client/engine/webgpu.ts';
-import { MultiDeviceEngine, splitRows } from '../client/engine/multi-device.ts';
-import { createNodeGpu, type NodeGpu } from '../server/gpu.ts';
+import { JsEngine } from '../core/engine/js.ts';
+import { WebGpuEngine, estimateGpuBytes, requiredLimits } from '../client/island/engine/webgpu.ts';
+import { MultiDeviceEngine, splitRows } from '../client/island/engine/multi-device.ts';
+import { createNodeGpu, type NodeGpu } from '../client/island/engine/dawn.ts';
 import { maxRelErr } from './helpers/gpu.ts';
 import { calibrate } from '../client/island/calibrate.ts';
 
@@ -52,8 +52,8 @@ describe('multi-device island', () => {
     expect(f16.numerics).toBe('f16');
     expect(f16.gpuBytes).toBe(estimateGpuBytes({ config, maxBatch: B, maxT: T, precision: 'f16' }));
     expect(f16.gpuBytes).toBeLessThan(estimateGpuBytes({ config, maxBatch: B, maxT: T }));
-    const ref = new CpuEngine({ config, maxBatch: B, maxT: T });
-    const twin = new CpuEngine({ config, maxBatch: B, maxT: T, precision: 'f16' }); // the CPU twins' model of f16
+    const ref = new JsEngine({ config, maxBatch: B, maxT: T });
+    const twin = new JsEngine({ config, maxBatch: B, maxT: T, precision: 'f16' }); // the CPU twins' model of f16
     await trainFromInit([f16, ref, twin]);
     const lh = await f16.takeLosses(), lf = await ref.takeLosses(), lt = await twin.takeLosses();
     const rel = (a: number[]) => a.map((l, s) => Math.abs(l / lh[s] - 1));

@@ -169,12 +169,12 @@ describe('outer step off the event loop', () => {
   });
 
   it('bench server measures ingest and apply apart with the step in workers, as serve --outer-workers takes it', async () => {
-    const { benchApply } = await import('../bench/server.ts');
+    const { benchApply } = await import('../instruments/bench/server.ts');
     for (const workers of [2, 0]) {
       const r = await benchApply('int8', 1 << 16, 0.05, 'sync', 4, workers);
       for (const k of ['paramsPerSec', 'ingestParamsPerSec', 'applyParamsPerSec'] as const) expect(Number.isFinite(r[k]) && r[k] > 0, `${k} with ${workers} workers`).toBe(true);
     }
-    const { buildProgram } = await import('../server/cli.ts');
+    const { buildProgram } = await import('../instruments/cli.ts');
     const serve = buildProgram().commands.find((c) => c.name() === 'serve')!;
     const flag = serve.options.find((o) => o.long === '--outer-workers');
     expect(flag?.defaultValue).toBe(2);

@@ -19,7 +19,7 @@ const DOC = readFileSync(join(ROOT, 'docs/protocol.md'), 'utf8');
 /** The files whose error codes an island or an API client can see. */
 function protocolFiles(): string[] {
   const dirFiles = (d: string) => readdirSync(join(ROOT, d)).filter((f) => f.endsWith('.ts')).map((f) => join(d, f));
-  return ['core/protocol.ts', 'server/gateway.ts', 'server/mix-gateway.ts', 'server/app.ts', 'server/http-strict.ts', 'server/audit.ts', 'server/run-admin.ts', 'server/revert.ts', ...dirFiles('core/codec'), ...dirFiles('core/coord'), ...dirFiles('server/plugins'), ...dirFiles('client/island')];
+  return ['core/protocol.ts', 'server/gateway/gateway.ts', 'server/gateway/mix.ts', 'server/app.ts', 'server/plugins/http-strict.ts', 'server/run/audit.ts', 'server/run/admin.ts', 'server/run/delta-archive.ts', ...dirFiles('core/codec'), ...dirFiles('core/coord'), ...dirFiles('server/plugins'), ...dirFiles('client/island')];
 }
 
 /** A frame laid out by hand: the 32-byte header of the docs, then the raw payload. */

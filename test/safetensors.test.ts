@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SafetensorsErrorCode, readSafetensors, safetensorsParts, tensorAsFloat32, writeSafetensors } from '../core/safetensors.ts';
-import { SnapshotArrays } from '../server/run-checkpoint.ts';
+import { SnapshotArrays } from '../server/run/checkpoint.ts';
 import { mulberry32 } from '../core/random.ts';
 
 const enc = new TextEncoder();

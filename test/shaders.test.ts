@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { type DispatchSpec, bindStorage, defineKernel, entryBindings, paramsLayout, writeParams } from '../shaders/kernel.ts';
 import * as op from '../shaders/ops.ts';
-import { TILE_VARIANTS } from '../client/engine/webgpu-tune.ts';
+import { TILE_VARIANTS } from '../client/island/engine/webgpu-tune.ts';
 
 const buf = {} as GPUBuffer; // never touched without a device
 const d = { C: 48, OC: 144, wOff: 4, biasOff: 8, partials: buf };

@@ -7,12 +7,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { numParams } from '../core/model/config.ts';
-import { runSimulate, simulateOptionsFromCli } from '../server/simulate/index.ts';
-import { LADDER_OUTER, RUNGS, pickRungs, rungRows, runScaling, scalingOptionsFromCli } from '../server/simulate/scaling.ts';
-import { fitPowerLaw } from '../server/simulate/scaling-report.ts';
-import { runRow } from '../server/simulate/row.ts';
-import { type RowDefaults, codecFor, diloco, heterogeneous, island } from '../server/simulate/scenarios.ts';
-import type { SimRow } from '../server/simulate/types.ts';
+import { runSimulate, simulateOptionsFromCli } from '../instruments/simulate/index.ts';
+import { LADDER_OUTER, RUNGS, pickRungs, rungRows, runScaling, scalingOptionsFromCli } from '../instruments/simulate/scaling.ts';
+import { fitPowerLaw } from '../instruments/simulate/scaling-report.ts';
+import { runRow } from '../instruments/simulate/row.ts';
+import { type RowDefaults, codecFor, diloco, heterogeneous, island } from '../instruments/simulate/scenarios.ts';
+import type { SimRow } from '../instruments/simulate/types.ts';
 
 const quiet = { print: false, log: () => {} };
 

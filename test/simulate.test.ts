@@ -5,11 +5,11 @@ import { mkdtempSync, readFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { runSimulate, simulateOptionsFromCli } from '../server/simulate/index.ts';
-import { ProgressBars } from '../server/simulate/progress.ts';
-import { loadCorpus } from '../server/corpus.ts';
-import { byteEntropies, runRow, warmStartOffPlateau } from '../server/simulate/row.ts';
-import { codecFor, island } from '../server/simulate/scenarios.ts';
+import { runSimulate, simulateOptionsFromCli } from '../instruments/simulate/index.ts';
+import { ProgressBars } from '../instruments/simulate/progress.ts';
+import { loadCorpus } from '../server/run/corpus.ts';
+import { byteEntropies, runRow, warmStartOffPlateau } from '../instruments/simulate/row.ts';
+import { codecFor, island } from '../instruments/simulate/scenarios.ts';
 
 describe('atoll simulate', () => {
   it('parses CLI flags', () => {

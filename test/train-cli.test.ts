@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { decodeCheckpoint, encodeCheckpoint } from '../core/checkpoint.ts';
 import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
-import { loadCorpus } from '../server/corpus.ts';
+import { loadCorpus } from '../server/run/corpus.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'atoll-train-'));
 const atoll = (args: string[]) => spawnSync('node', ['bin/atoll.js', ...args], { encoding: 'utf8', timeout: 120_000 });

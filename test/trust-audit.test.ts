@@ -10,7 +10,7 @@ import { encodeDelta } from '../core/codec/index.ts';
 import { Coordinator, hashParams } from '../core/coord/index.ts';
 import { type Assignment, type DeltaMeta, ErrorCode } from '../core/protocol.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
-import type { Run } from '../server/run.ts';
+import type { Run } from '../server/run/run.ts';
 import { type TestServer, startTestServer } from './helpers/server.ts';
 
 const servers: TestServer[] = [];

@@ -9,9 +9,9 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CommanderError } from 'commander';
-import { buildProgram } from '../server/cli.ts';
-import { moveRunFolderAside } from '../server/run-folder.ts';
-import { readConfigFile } from '../server/run-config.ts';
+import { buildProgram } from '../instruments/cli.ts';
+import { moveRunFolderAside } from '../server/run/folder.ts';
+import { readConfigFile } from '../server/run/config.ts';
 import { ROOT, type TestServer, startTestServer, tempDir } from './helpers/server.ts';
 
 const cleanup: Array<() => Promise<void> | void> = [];

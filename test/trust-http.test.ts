@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { io } from 'socket.io-client';
 import { ConfigPatchSchema } from '../server/plugins/admin.ts';
-import { FREE_FAILURES } from '../server/auth-limit.ts';
+import { FREE_FAILURES } from '../server/plugins/auth-limit.ts';
 import { type TestServer, startTestServer } from './helpers/server.ts';
 
 const TOKEN = 'strict-admin-token';

@@ -7,8 +7,8 @@ import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PROTOCOL_VERSION } from '../core/protocol.ts';
-import { ISLANDS_FILE } from '../server/island-file.ts';
-import { ISLANDS_PAGE_MAX } from '../server/run-views.ts';
+import { ISLANDS_FILE } from '../server/run/island-file.ts';
+import { ISLANDS_PAGE_MAX } from '../server/run/views.ts';
 import { type TestServer, startTestServer, tempDir } from './helpers/server.ts';
 
 const servers: TestServer[] = [];

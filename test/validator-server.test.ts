@@ -7,14 +7,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { io } from 'socket.io-client';
 import { IslandRuntime } from '../client/island/runtime.ts';
 import { SocketIoTransport } from '../client/island/transport-socketio.ts';
-import { CpuEngine } from '../client/engine/cpu.ts';
+import { JsEngine } from '../core/engine/js.ts';
 import type { Assignment, IslandCaps } from '../core/protocol.ts';
 import type { Result } from '../core/result.ts';
 import type { IslandView } from '../core/api.ts';
 import { PRESETS } from '../core/model/config.ts';
-import { loadCorpus } from '../server/corpus.ts';
-import { startNodeIsland } from '../server/island-node.ts';
-import { startNodeValidator } from '../server/island-validator.ts';
+import { loadCorpus } from '../server/run/corpus.ts';
+import { startNodeIsland } from '../client/island/node.ts';
+import { startNodeValidator } from '../client/island/node-validator.ts';
 import { fmtAudits } from '../client/dashboard/format.ts';
 import { spawnSync } from 'node:child_process';
 import { ROOT } from './helpers/server.ts';
@@ -31,7 +31,7 @@ function otherStreamIsland(url: string, train: Uint8Array, batch: number): Islan
   transport.hello = async (m) => { const r = await hello(m); return r.ok ? { ok: true, value: { ...r.value, assignment: lie(r.value.assignment) } } : r; };
   transport.nextAssignment = async () => { const r: Result<Assignment> = await next(); return r.ok ? { ok: true, value: lie(r.value)! } : r; };
   const caps: Partial<IslandCaps> = { name: 'liar', batchSize: batch, maxBatch: batch };
-  return new IslandRuntime({ engine: new CpuEngine({ config: PRESETS.tiny, maxBatch: batch }), train, transport, caps });
+  return new IslandRuntime({ engine: new JsEngine({ config: PRESETS.tiny, maxBatch: batch }), train, transport, caps });
 }
 
 describe('verified work on the server', () => {

@@ -3,20 +3,21 @@
 // a CPU island and a Node WebGPU island (SwiftShader), through the real coordinator and runtime.
 
 import { afterAll, describe, expect, it } from 'vitest';
-import { CpuEngine } from '../client/engine/cpu.ts';
-import { IslandRuntime, LocalHub } from '../client/island/index.ts';
+import { JsEngine } from '../core/engine/js.ts';
+import { IslandRuntime } from '../client/island/index.ts';
+import { LocalHub } from '../instruments/simulate/local.ts';
 import { judge, recomputeDelta } from '../client/island/validator.ts';
 import { decodeDelta, encodeDelta } from '../core/codec/index.ts';
 import { type AuditJob, AuditQueue, DEFAULT_AUDIT_TOLERANCE, auditPasses, auditWork } from '../core/coord/audit.ts';
 import { Coordinator } from '../core/coord/index.ts';
 import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
-import type { TrainingEngine } from '../core/engine.ts';
+import type { TrainingEngine } from '../core/engine/index.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
-import { loadCorpus } from '../server/corpus.ts';
-import { createEngine } from '../server/engines.ts';
-import { runRow } from '../server/simulate/row.ts';
-import { type RowDefaults, compareRows } from '../server/simulate/scenarios.ts';
+import { loadCorpus } from '../server/run/corpus.ts';
+import { createEngine } from '../client/island/engine/node-engines.ts';
+import { runRow } from '../instruments/simulate/row.ts';
+import { type RowDefaults, compareRows } from '../instruments/simulate/scenarios.ts';
 
 const config = PRESETS.tiny;
 const B = 4, T = 32, H = 8;
@@ -52,7 +53,7 @@ const passes = (m: { cosine: number | null; normRatio: number | null }) => audit
 describe.each(['cpu', 'webgpu'] as const)('validator on a %s island', (kind) => {
   it('passes every honest round and fails a fake one', async () => {
     const island = await createEngine(kind, { config, maxBatch: B }, { autotune: false });
-    const ref = new CpuEngine({ config, maxBatch: B });
+    const ref = new JsEngine({ config, maxBatch: B });
     engines.push(island, ref);
     const jobs = await honestJobs(island);
     expect(jobs.length).toBe(2);
@@ -83,8 +84,8 @@ describe.each(['cpu', 'webgpu'] as const)('validator on a %s island', (kind) => 
 
 describe('a run that does not audit', () => {
   it('keeps the island\'s AdamW across rounds (its second Δ is not a fresh-AdamW recompute), and its deltas are never sampled', async () => {
-    const island = new CpuEngine({ config, maxBatch: B });
-    const ref = new CpuEngine({ config, maxBatch: B });
+    const island = new JsEngine({ config, maxBatch: B });
+    const ref = new JsEngine({ config, maxBatch: B });
     engines.push(island, ref);
     const [first, second] = await honestJobs(island, false);
     expect((await judge(ref, train, first)).cosine!).toBeGreaterThan(0.99); // the first round starts fresh either way

@@ -1,11 +1,11 @@
 // The WebGPU engine in headless Chromium (its SwiftShader WebGPU): 10 AdamW steps on
-// `tiny`, served by Vite's dev server from test/browser/, compared with CpuEngine in Node.
+// `tiny`, served by Vite's dev server from test/browser/, compared with JsEngine in Node.
 // Same tolerances as test/webgpu-engine.test.ts: losses relative 1e-3, parameters absolute 1e-3.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolve } from 'node:path';
 import { createServer, type ViteDevServer } from 'vite';
-import { CpuEngine } from '../client/engine/cpu.ts';
+import { JsEngine } from '../core/engine/js.ts';
 import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { mulberry32 } from '../core/random.ts';
@@ -39,7 +39,7 @@ const TEXT = new TextEncoder().encode(
 );
 
 describe('WebGpuEngine in Chromium', () => {
-  it('10 AdamW steps match CpuEngine in Node', async () => {
+  it('10 AdamW steps match JsEngine in Node', async () => {
     const config = PRESETS.tiny;
     const B = 2, T = config.blockSize, lr = 3e-3, gradClip = 1;
     const init = initParams(config, 1234);
@@ -55,7 +55,7 @@ describe('WebGpuEngine in Chromium', () => {
       batches.push({ inputs, targets, B, T });
     }
 
-    const cpu = new CpuEngine({ config, maxBatch: B });
+    const cpu = new JsEngine({ config, maxBatch: B });
     await cpu.setParams(init);
     for (const b of batches) await cpu.step({ inputs: Uint8Array.from(b.inputs), targets: Uint8Array.from(b.targets), B, T }, { lr, gradClip });
     const want = await cpu.takeLosses();

@@ -1,5 +1,5 @@
 // The whole model on the GPU against the CPU reference (PRESETS.tiny): loss and every
-// parameter's gradient vs GPT (core/model/gpt.ts), 10 AdamW steps vs CpuEngine, Δ,
+// parameter's gradient vs GPT (core/model/gpt.ts), 10 AdamW steps vs JsEngine, Δ,
 // eval, sampling logits, one submission per step, and the adapter-limit errors.
 // Loss and gradients: error per tensor = max|gpu − cpu| / max|cpu| (normwise relative) ≤ 1e-3.
 // Parameters after AdamW: max |gpu − cpu| ≤ 1e-3 per element (absolute). Adam divides each
@@ -9,15 +9,15 @@
 // SwiftShader runs barrier kernels slowly, so the batches here are small (B ≤ 4).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Batch } from '../core/engine.ts';
+import type { Batch } from '../core/engine/index.ts';
 import { TEXT, textBatch } from './helpers/batches.ts';
 import { type GPTConfig, PRESETS, mfu, paramLayout } from '../core/model/config.ts';
 import { GPT, initParams } from '../core/model/gpt.ts';
-import { CpuEngine } from '../client/engine/cpu.ts';
-import { WebGpuEngine, checkAdapterFits, estimateGpuBytes, requiredLimits, type WebGpuEngineOptions } from '../client/engine/webgpu.ts';
+import { JsEngine } from '../core/engine/js.ts';
+import { WebGpuEngine, checkAdapterFits, estimateGpuBytes, requiredLimits, type WebGpuEngineOptions } from '../client/island/engine/webgpu.ts';
 import { getTestDevice, maxRelErr, releaseTestDevice } from './helpers/gpu.ts';
-import { KernelSet } from '../client/engine/webgpu-kernels.ts';
-import { TILE_VARIANTS, autotuneMatmuls, choiceLabel, modelMatmuls, tuneCacheKey, tuneKey } from '../client/engine/webgpu-tune.ts';
+import { KernelSet } from '../client/island/engine/webgpu-kernels.ts';
+import { TILE_VARIANTS, autotuneMatmuls, choiceLabel, modelMatmuls, tuneCacheKey, tuneKey } from '../client/island/engine/webgpu-tune.ts';
 
 const TOL = 1e-3;
 const config: GPTConfig = PRESETS.tiny;
@@ -104,7 +104,7 @@ describe('WebGpuEngine on tiny', () => {
       chosen.set(tuneCacheKey(engine.device, rows, s), JSON.stringify({ vec4: s.C % 4 === 0 && s.OC % 4 === 0, splitK: 1, tile: TILE_VARIANTS[i % TILE_VARIANTS.length] }));
     });
     const tuned = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache: { get: (k) => chosen.get(k) ?? null, set: () => {} }, budgetMs: -1 } });
-    const cpu = new CpuEngine(opts);
+    const cpu = new JsEngine(opts);
     try {
       expect(tuned.tuning!.report.every((r) => r.from === 'cache' && r.chosen.tile)).toBe(true);
       await cpu.setParams(init);
@@ -169,8 +169,8 @@ describe('WebGpuEngine on tiny', () => {
     expect(maxRelErr(await engine.getParams(), init).abs).toBe(0);
   });
 
-  it('10 AdamW steps: losses, final params and Δ match CpuEngine', async () => {
-    const cpu = new CpuEngine(opts);
+  it('10 AdamW steps: losses, final params and Δ match JsEngine', async () => {
+    const cpu = new JsEngine(opts);
     await cpu.setParams(init);
     await engine.setParams(init);
     await engine.resetOptimizerState();

@@ -1,6 +1,6 @@
 // The Node WebGPU harness works: an adapter, a device, a compute shader, a readback.
 import { afterAll, describe, expect, it } from 'vitest';
-import { NO_ADAPTER_HELP, createNodeGpu } from '../server/gpu.ts';
+import { NO_ADAPTER_HELP, createNodeGpu } from '../client/island/engine/dawn.ts';
 import { getTestDevice, readF32, releaseTestDevice, upload } from './helpers/gpu.ts';
 
 afterAll(releaseTestDevice);

@@ -1,4 +1,4 @@
-// The simulator's byte counts (client/island/wire-bytes.ts) against a real socket.io connection:
+// The simulator's byte counts (core/wire-bytes.ts) against a real socket.io connection:
 // what an emit and its ack put on the TCP stream, read off the server's socket.
 
 import { createServer } from 'node:http';
@@ -6,7 +6,7 @@ import type { AddressInfo, Socket as TcpSocket } from 'node:net';
 import { Server } from 'socket.io';
 import { io as connect } from 'socket.io-client';
 import { describe, expect, it } from 'vitest';
-import { emitBytes, okBytes } from '../client/island/wire-bytes.ts';
+import { emitBytes, okBytes } from '../core/wire-bytes.ts';
 import type { AckMsg, DeltaMeta } from '../core/protocol.ts';
 
 describe('wire bytes', () => {

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { Metrics } from '../server/metrics.ts';
-import { WireMeter } from '../server/wire-meter.ts';
-import { byLabel } from '../server/fleet/live.ts';
+import { WireMeter } from '../server/gateway/wire-meter.ts';
+import { byLabel } from '../instruments/fleet/live.ts';
 
-describe('wire bytes by message (server/wire-meter.ts)', () => {
+describe('wire bytes by message (server/gateway/wire-meter.ts)', () => {
   it('labels events, their binary attachments and their acks; unknown names are other', async () => {
     const metrics = new Metrics();
     const m = new WireMeter(metrics);

@@ -7,7 +7,7 @@
 // of the `small` preset is about a minute): there it times batches of 1 and 2 and scales them up.
 
 import { sampleBatch } from '../../core/data/dataset.ts';
-import type { TrainingEngine } from '../../core/engine.ts';
+import type { TrainingEngine } from '../../core/engine/index.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
 

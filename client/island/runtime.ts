@@ -17,7 +17,7 @@ import { AUDITABLE_ENCODINGS } from '../../core/coord/audit.ts';
 import { applyUpdateMessage, type ReplicaState } from '../../core/coord/replica.ts';
 import { hashParams } from '../../core/coord/hash.ts';
 import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
-import type { Batch, TrainingEngine } from '../../core/engine.ts';
+import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
 import {
   type AckMsg, type Assignment, type DeltaMeta, type IslandCaps, type UpdateMsg,
   ErrorCode, PROTOCOL_VERSION, innerLearningRate,

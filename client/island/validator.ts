@@ -8,7 +8,7 @@ import { decodeDelta } from '../../core/codec/index.ts';
 import { type AuditJob, compareDeltas } from '../../core/coord/audit.ts';
 import { hashParams } from '../../core/coord/hash.ts';
 import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
-import type { TrainingEngine } from '../../core/engine.ts';
+import type { TrainingEngine } from '../../core/engine/index.ts';
 import { innerLearningRate } from '../../core/protocol.ts';
 import type { Result } from '../../core/result.ts';
 

@@ -6,7 +6,7 @@
 // on a transport error (server restart, network loss); a lost GPU device is
 // rebuilt underneath it by ResilientEngine, without losing the round.
 
-import { WebGpuEngine } from '../engine/webgpu.ts';
+import { WebGpuEngine } from '../island/engine/webgpu.ts';
 import { IslandRuntime, type IslandEvent, type IslandRuntimeOptions } from '../island/index.ts';
 import { backoff } from '../../core/random.ts';
 import { mfu, numParams } from '../../core/model/config.ts';

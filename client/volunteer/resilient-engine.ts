@@ -11,7 +11,7 @@
 // failed. The island runtime above never notices, so the round, its sequence number
 // and its place on the server all continue.
 
-import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine.ts';
+import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../core/engine/index.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
 import { backoff } from '../../core/random.ts';
 import { median } from '../../core/coord/aggregate.ts';

@@ -3,9 +3,9 @@
 // used for under a third of a usual step, so no step waits more than that for a sample.
 // `answerSample` serves the page's 'sample' request for the island worker.
 
-import { CpuEngine } from '../engine/cpu.ts';
-import { WebGpuEngine } from '../engine/webgpu.ts';
-import type { TrainingEngine } from '../../core/engine.ts';
+import { JsEngine } from '../../core/engine/js.ts';
+import { WebGpuEngine } from '../island/engine/webgpu.ts';
+import type { TrainingEngine } from '../../core/engine/index.ts';
 import { type SampleOptions, sampleToken } from '../../core/sample.ts';
 import { mulberry32 } from '../../core/random.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
@@ -45,7 +45,7 @@ export class SamplerEngines {
     h?.engine.destroy();
     const small: ModelShape = { config: shape.config, maxBatch: 1 };
     let e: TrainingEngine;
-    if (kind === 'cpu') e = new CpuEngine(engineOptions(small));
+    if (kind === 'cpu') e = new JsEngine(engineOptions(small));
     else if (shared) e = await WebGpuEngine.create(shared, { ...engineOptions(small), adapterInfo: training!.device });
     else e = await openOwn(small);
     const held: Held = { kind, engine: e, shared, dead: false };

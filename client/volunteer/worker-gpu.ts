@@ -3,10 +3,10 @@
 // because the worker's navigator.gpu is the one that trains (it can differ from the
 // page's: some browsers expose WebGPU to windows before workers).
 
-import { CpuEngine } from '../engine/cpu.ts';
-import { WebGpuEngine, checkAdapterFits, engineFeatures, estimateGpuBytes, requiredLimits } from '../engine/webgpu.ts';
-import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../engine/webgpu-tune.ts';
-import type { EngineOptions } from '../../core/engine.ts';
+import { JsEngine } from '../../core/engine/js.ts';
+import { WebGpuEngine, checkAdapterFits, engineFeatures, estimateGpuBytes, requiredLimits } from '../island/engine/webgpu.ts';
+import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../island/engine/webgpu-tune.ts';
+import type { EngineOptions } from '../../core/engine/index.ts';
 import type { AdapterSummary, EngineKind, GpuProbe, ModelShape } from './messages.ts';
 import type { EngineHandle } from './resilient-engine.ts';
 
@@ -86,7 +86,7 @@ export const lastAdapter = (): AdapterSummary | null => adapter;
  */
 export async function openEngineHandle(kind: EngineKind, shape: ModelShape, autotune: boolean, precision: 'f32' | 'f16' = 'f32'): Promise<EngineHandle> {
   const eo = engineOptions(shape);
-  if (kind === 'cpu') return { engine: new CpuEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
+  if (kind === 'cpu') return { engine: new JsEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
   const dev = await openDevice(shape);
   adapter = dev.adapter;
   const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, precision, autotune: autotune ? { cache: await (tuneCache ??= indexedDbTuneCache()) } : undefined });

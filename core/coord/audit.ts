@@ -5,7 +5,7 @@
 // failures on the island's record. Pure: the server and the simulator drive it with their clocks.
 //
 // While a run audits, its islands start every dense-code round from a fresh AdamW (the config's
-// freshInnerOptimizer, set by server/audit.ts; client/island/runtime.ts), so an honest Δ is a
+// freshInnerOptimizer, set by server/run/audit.ts; client/island/runtime.ts), so an honest Δ is a
 // function of the job alone. What is sampled is decided by the island's assignment as the server
 // recorded it (validate.ts), never by the delta's claims: an assignment made while fresh AdamW was
 // off, or of a sparse code (topk, sparse: their error feedback carries a residual of earlier rounds

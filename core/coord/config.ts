@@ -24,7 +24,7 @@ export interface CoordinatorConfig {
   gradClip: number;
   /**
    * Dense codes: every round starts from a fresh AdamW (the assignment's freshOptimizer), so a
-   * validator can recompute Δ from the job alone. On while the run audits (server/audit.ts); off, an
+   * validator can recompute Δ from the job alone. On while the run audits (server/run/audit.ts); off, an
    * island keeps its AdamW across rounds (short rounds of one island otherwise lose ~5 % of loss).
    */
   freshInnerOptimizer: boolean;

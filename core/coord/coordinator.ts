@@ -15,11 +15,11 @@ import { type Assignment, type ModelSnapshotMsg, type TrainingMode, type UpdateM
 import { NormHistory, combineDeltas, isWeightedMean, l2, weighDeltas } from './aggregate.ts';
 import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, mergeConfig, patchConfig, validateCoordinatorConfig } from './config.ts';
 import { hashParams } from './hash.ts';
-import { IslandBook } from './islands.ts';
+import { IslandBook } from './island-book.ts';
 import type { OuterState } from './outer.ts';
 import { OuterStep, type StepTaken } from './outer-step.ts';
 import { assignWork, dropPending, hold, leaveRound, newRound, outerStepOf, roundDeadline, roundShouldClose, usesTurn, windowShouldClose } from './rounds.ts';
-import { Ledger } from './stats.ts';
+import { Ledger } from './ledger.ts';
 import { type CoordinatorState, type SnapshotAlloc, readSnapshot, writeSnapshot } from './snapshot.ts';
 import type {
   AssignedWork, Closing, Contribution, CoordinatorEvent, CoordinatorOptions, CoordinatorSnapshot, CoordinatorTotals, DeltaSubmission, IslandRecord, JoinRequest,
@@ -151,7 +151,7 @@ export class Coordinator {
     if (!found.ok) return found;
     const isl = found.value;
     this.book.setStatus(isl, 'banned', reason);
-    // its credit goes (what it put into θ stays until a revert: server/revert.ts)
+    // its credit goes (what it put into θ stays until a revert: server/run/delta-archive.ts)
     isl.revokedTokens = (isl.revokedTokens ?? 0) + isl.tokensContributed;
     isl.tokensContributed = 0;
     leaveRound(this.round, isl);
@@ -322,7 +322,7 @@ export class Coordinator {
     return ok(c);
   }
 
-  // ── revert (server/revert.ts) ───────────────────────────────────────────────────────────────
+  // ── revert (server/run/delta-archive.ts) ───────────────────────────────────────────────────────────────
 
   /**
    * Takes one recorded outer step again, with exactly `kept` (decoded deltas as they were held):

@@ -1,6 +1,6 @@
 // A corpus split into train and held-out bytes, with deterministic batch sampling.
 
-import type { Batch } from '../engine.ts';
+import type { Batch } from '../engine/index.ts';
 import { hashString, mixSeed, mulberry32 } from '../random.ts';
 
 /** The corpus is cut into chunks; every HELD_OUT_EVERY-th chunk is held out, so eval spans the whole text. */

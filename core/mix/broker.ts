@@ -1,7 +1,7 @@
 // The server's side of butterfly mixing, pure of I/O: it matches islands whose rounds end close
 // together into groups of k, then settles each group from what its members upload: the k fragments
 // of the group's token-weighted mean, the sampled spot checks, and (on a mismatch) the replayed
-// whole Δs that settle who lied. The host (server/mixing.ts live, server/simulate/ in virtual time)
+// whole Δs that settle who lied. The host (server/mixing.ts live, instruments/simulate/ in virtual time)
 // carries the messages and hands the result to the coordinator, one contribution per member.
 //
 // Islands are strangers: the weights are the tokens the server assigned (checkWork), never a

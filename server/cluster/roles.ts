@@ -8,12 +8,12 @@
 import { hostname } from 'node:os';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { type AtollServerOptions, type RunApp, attachGateway, baseApp, createRunApp, finishApp, listenOn } from '../app.ts';
-import type { Gateway } from '../gateway.ts';
+import type { Gateway } from '../gateway/gateway.ts';
 import { connectRedis } from './keys.ts';
 import { RemotePort } from './remote-port.ts';
 import { RunHost } from './run-host.ts';
 import { closeOnce } from '../close-once.ts';
-import { NoQuery, replies } from '../http-strict.ts';
+import { NoQuery, replies } from '../plugins/http-strict.ts';
 import { HealthSchema } from '../../core/api.ts';
 
 export interface GatewayRole {

@@ -20,7 +20,7 @@ import type { DeltaMeta } from '../../core/protocol.ts';
 import type { HistoryPoint } from '../../core/api.ts';
 import type { RunApp } from '../app.ts';
 import { bytesOutKind } from '../metrics.ts';
-import { type RunPort, localPort } from '../run-port.ts';
+import { type RunPort, localPort } from '../gateway/run-port.ts';
 import { type RunKeys, runKeys, scriptErrorCode } from './keys.ts';
 import { AggregatorLease } from './lease.ts';
 import type { Forwarded, ForwardedReply, RunDescription, RunEvent } from './remote-port.ts';

@@ -1,15 +1,15 @@
 // Admin routes under /api/admin, behind `Authorization: Bearer <ATOLL_ADMIN_TOKEN>`. Wrong tokens
 // are counted per address with back-off (auth-limit.ts). Every change is durable (checkpointed,
-// logged) before the 200 goes out; the operations themselves are server/run-admin.ts.
+// logged) before the 200 goes out; the operations themselves are server/run/admin.ts.
 
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfig, CoordinatorConfigPatch } from '../../core/coord/index.ts';
-import { AuthLimiter } from '../auth-limit.ts';
-import { replies, sendError } from '../http-strict.ts';
-import type { Run } from '../run.ts';
+import { AuthLimiter } from './auth-limit.ts';
+import { replies, sendError } from './http-strict.ts';
+import type { Run } from '../run/run.ts';
 
 export interface AdminOptions {
   run: Run;

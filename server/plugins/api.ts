@@ -15,10 +15,10 @@ import {
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { exportHf } from '../../core/hf.ts';
 import { creditOf } from '../../core/credit.ts';
-import { NoQuery, replies, type TypeBoxTypes } from '../http-strict.ts';
-import type { Run } from '../run.ts';
-import { ISLANDS_PAGE_MAX } from '../run-views.ts';
-import { checkpointFile } from '../run-checkpoint.ts';
+import { NoQuery, replies, type TypeBoxTypes } from './http-strict.ts';
+import type { Run } from '../run/run.ts';
+import { ISLANDS_PAGE_MAX } from '../run/views.ts';
+import { checkpointFile } from '../run/checkpoint.ts';
 import { tarFolder } from '../tar.ts';
 
 export interface ApiOptions {

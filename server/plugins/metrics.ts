@@ -2,7 +2,7 @@
 
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { NoQuery, replies } from '../http-strict.ts';
+import { NoQuery, replies } from './http-strict.ts';
 import type { Metrics } from '../metrics.ts';
 
 export async function metricsPlugin(app: FastifyInstance, opts: { metrics: Metrics }): Promise<void> {

@@ -1,11 +1,11 @@
 // Test page: runs WebGpuEngine on the browser's own WebGPU (navigator.gpu), driven by
 // test/webgpu-browser.test.ts through `window.atollRun`.
 
-import type { Batch } from '../../core/engine.ts';
+import type { Batch } from '../../core/engine/index.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
-import { WebGpuEngine, checkAdapterFits, engineFeatures, requiredLimits } from '../../client/engine/webgpu.ts';
-import { KernelSet } from '../../client/engine/webgpu-kernels.ts';
-import { type MatmulShape, autotuneMatmuls, indexedDbTuneCache } from '../../client/engine/webgpu-tune.ts';
+import { WebGpuEngine, checkAdapterFits, engineFeatures, requiredLimits } from '../../client/island/engine/webgpu.ts';
+import { KernelSet } from '../../client/island/engine/webgpu-kernels.ts';
+import { type MatmulShape, autotuneMatmuls, indexedDbTuneCache } from '../../client/island/engine/webgpu-tune.ts';
 
 export interface RunRequest {
   config: GPTConfig;

@@ -1,7 +1,7 @@
 // Byte-token batches of a short repetitive text, so that a few steps visibly learn something
 // (the engine tests compare engines on the same batches).
 
-import type { Batch } from '../../core/engine.ts';
+import type { Batch } from '../../core/engine/index.ts';
 import { mulberry32 } from '../../core/random.ts';
 
 export const TEXT = new TextEncoder().encode(

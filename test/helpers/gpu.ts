@@ -1,12 +1,12 @@
 // One WebGPU device per test file (Dawn in Node; SwiftShader when there is no GPU).
 // A missing adapter FAILS the test with the message that says how to get one.
 
-import { createNodeGpu, type NodeGpu, type NodeGpuOptions } from '../../server/gpu.ts';
+import { createNodeGpu, type NodeGpu, type NodeGpuOptions } from '../../client/island/engine/dawn.ts';
 
-import { type KernelSet, Program } from '../../client/engine/webgpu-kernels.ts';
+import { type KernelSet, Program } from '../../client/island/engine/webgpu-kernels.ts';
 import type { DispatchSpec, Shape } from '../../shaders/kernel.ts';
 
-export { readF32 } from '../../client/engine/webgpu-kernels.ts';
+export { readF32 } from '../../client/island/engine/webgpu-kernels.ts';
 
 let shared: Promise<NodeGpu> | null = null;
 

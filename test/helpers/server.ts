@@ -57,23 +57,23 @@ export interface TestServer {
 
 /** A tiny-model run (JSON run-file shape: `coordinator` may be partial) in a fresh temp folder. */
 export async function startTestServer(o: {
-  file?: import('../../server/run-config.ts').RunConfigFile;
-  flags?: import('../../server/run-config.ts').RunFlags;
+  file?: import('../../server/run/config.ts').RunConfigFile;
+  flags?: import('../../server/run/config.ts').RunFlags;
   dir?: string;
   evaluate?: boolean;
   adminToken?: string;
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
-  audit?: import('../../server/audit.ts').AuditOptions;
+  audit?: import('../../server/run/audit.ts').AuditOptions;
   /** Worker threads for the outer step (default 2, as `atoll serve`). */
   outerWorkers?: number;
   idleTimeoutMs?: number;
-  /** Butterfly mixing (server/mix-gateway.ts). */
-  mix?: import('../../server/mix-settings.ts').MixOptions;
+  /** Butterfly mixing (server/gateway/mix.ts). */
+  mix?: import('../../server/gateway/mix-settings.ts').MixOptions;
   /** Serve the pages' build (dist/client; the caller builds it), as `atoll serve` does. */
   pages?: boolean;
 } = {}): Promise<TestServer> {
   const { createServer } = await import('../../server/app.ts');
-  const { buildRunConfig } = await import('../../server/run-config.ts');
+  const { buildRunConfig } = await import('../../server/run/config.ts');
   const dir = o.dir ?? tempDir();
   // identities cost no proof of work here unless a test asks for it (test/trust-identity.test.ts does)
   const file = { ...o.file, limits: { ...o.file?.limits, powBits: o.file?.limits?.powBits ?? 0 } } as NonNullable<typeof o.file>;
@@ -200,7 +200,7 @@ export function spawnIsland(url: string, name: string, env: Record<string, strin
 // ── the island child ────────────────────────────────────────────────────────────────────────
 
 async function islandChild(url: string, name: string): Promise<void> {
-  const { startNodeIsland } = await import('../../server/island-node.ts');
+  const { startNodeIsland } = await import('../../client/island/node.ts');
   const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
   const isl = await startNodeIsland({
     server: url, engine: 'cpu', name, progress: 'none', maxOutageMs: 120_000,

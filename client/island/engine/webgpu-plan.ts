@@ -1,0 +1,196 @@
+// The WebGPU engine's options and sizing: every buffer it allocates for (maxBatch, maxT),
+// the device limits and features it asks for, and the checks before it allocates.
+// No node: imports (browser, Web Worker and Node).
+
+import type { EngineOptions } from '../../../core/engine/index.ts';
+import { paramLayout, validateConfig } from '../../../core/model/config.ts';
+import { type Result, err, ok } from '../../../core/result.ts';
+import { MAX_STORAGE_BINDINGS } from '../../../shaders/ops.ts';
+import * as op from '../../../shaders/ops.ts';
+import type { TuneCache } from './webgpu-tune.ts';
+
+export interface WebGpuEngineOptions extends EngineOptions {
+  /** Shown as the engine's `device` (e.g. the adapter's description). */
+  adapterInfo?: string;
+  /** Size of the GPU loss ring: losses are copied off the GPU every this many steps (default 64). */
+  lossReadEvery?: number;
+  /** Reductions with subgroup operations (default: when the device has `subgroups`). */
+  subgroups?: boolean;
+  /** The adapter's fp32 peak in TFLOP/s, where known (gives `peakFlops` and `mfu()`). */
+  peakTflops?: number;
+  /** Size of the readback buffer θ, Δ and the moments are read through in chunks (default READBACK_BYTES; tests make it small). */
+  readbackBytes?: number;
+  /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
+  autotune?: { cache: TuneCache | null; budgetMs?: number };
+}
+
+/** The autotuner's time budget at engine start. */
+export const AUTOTUNE_BUDGET_MS = 2000;
+
+/** Features the engine uses where the adapter has them: request them with the device. */
+export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query', 'shader-f16'];
+
+/** The subset of ENGINE_FEATURES this adapter offers, for `requestDevice({ requiredFeatures })`. */
+export const engineFeatures = (adapter: GPUAdapter): GPUFeatureName[] => ENGINE_FEATURES.filter((f) => adapter.features.has(f));
+
+export interface DeviceLost {
+  reason: string;
+  message: string;
+}
+
+export const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
+
+/** Dispatches recorded for one training step (checked against what build() records). */
+export const stepDispatches = (L: number) => 18 + 40 * L;
+
+/** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
+export const EVAL_SLOTS = 16;
+
+// ---------------------------------------------------------------------------- sizing
+
+export interface Plan {
+  /** Storage buffers: name → bytes. */
+  storage: Map<string, number>;
+  /** Mappable and uniform buffers: bytes. */
+  other: Map<string, number>;
+  maxT: number;
+  ring: number;
+  /** Largest grid dimension any dispatch uses. */
+  maxGroups: number;
+}
+
+export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
+/** The readback buffer's size: reads of θ, Δ and the moments go through it in chunks of this. */
+export const READBACK_BYTES = 4 * 2 ** 20;
+export const h16b = (n: number) => Math.max(16, Math.ceil((n * 2) / 16) * 16); // bytes of n halves, padded alike
+
+/** Activations stored as halves with --precision f16: all but the logits (and their gradients: f32). */
+export const HALF_ACTIVATIONS = new Set(['encoded', 'ln1', 'qkv', 'atty', 'attproj', 'residual2', 'ln2', 'fch', 'fcproj', 'residual3', 'lnf']);
+
+export function resolve(opts: WebGpuEngineOptions) {
+  const c = opts.config;
+  const maxT = opts.maxT ?? c.blockSize;
+  return { c, maxT, B: opts.maxBatch, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
+}
+
+/** Every buffer the engine allocates, sized for (maxBatch, maxT). */
+export function plan(opts: WebGpuEngineOptions): Plan {
+  const { c, maxT, B, ring } = resolve(opts);
+  const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
+  const N = paramLayout(c).total;
+  const BT = B * maxT, ROWS = B * NH * maxT;
+  const s = new Map<string, number>();
+  for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
+  const perLayer: Record<string, number> = {
+    ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, attLse: ROWS,
+    residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: 2 * BT * 4 * C /* fc output, then its GELU at BT·4C */, residual3: BT * C,
+  };
+  const f16 = opts.precision === 'f16';
+  const bytes = (k: string, n: number) => (f16 && HALF_ACTIVATIONS.has(k) ? h16b(n) : f32b(n));
+  if (f16) s.set('wcopy', h16b(N)); // the matmuls' weight copy (AdamW writes it)
+  for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, bytes(k, n));
+  const single: Record<string, number> = {
+    encoded: BT * C, attproj: BT * C, fcproj: BT * C, lnf: BT * C, lnfMean: BT, lnfRstd: BT,
+    logits: BT * V, probs: BT * V, losses: BT,
+    // gradients of activations: one layer's worth, reused down the layers; the residual
+    // stream's gradient is one buffer that every LayerNorm backward adds into. Buffers whose
+    // lives do not overlap are one: attention's dout is dln, its dinp (dqkv) is dfchGelu; f16's
+    // in-place GELU backward needs no dfch
+    dlogits: BT * V, dln: BT * C, dres: BT * C,
+    dfchGelu: BT * 4 * C, ...(f16 ? {} : { dfch: BT * 4 * C }), attDsum: ROWS,
+    dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
+    inputs: BT, targets: BT,
+    ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
+  };
+  for (const [k, n] of Object.entries(single)) s.set(k, bytes(k, n));
+  const o = new Map<string, number>();
+  // θ, Δ and the moments are read back a chunk at a time; logits and eval losses fit in one
+  o.set('readback', Math.min(f32b(N), Math.max(Math.ceil((opts.readbackBytes ?? READBACK_BYTES) / 16) * 16, f32b(V), f32b(EVAL_SLOTS))));
+  o.set('lossStaging', f32b(ring + EVAL_SLOTS));
+  o.set('stepUniform', 256);
+  // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
+  o.set('uniforms', (stepDispatches(L) + 1) * 256);
+  o.set('deltaUniforms', 256);
+  if (f16) o.set('packUniforms', 256);
+  const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
+  return { storage: s, other: o, maxT, ring, maxGroups };
+}
+
+/** Bytes the engine allocates on the device for these options (what `gpuBytes` reports after create). */
+export function estimateGpuBytes(opts: WebGpuEngineOptions): number {
+  const p = plan(opts);
+  let total = 0;
+  for (const v of p.storage.values()) total += v;
+  for (const v of p.other.values()) total += v;
+  return total;
+}
+
+/**
+ * The device limits this config needs, for `adapter.requestDevice({ requiredLimits })`.
+ * Only what the engine uses; every value above the WebGPU defaults must be requested.
+ */
+export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number> {
+  const p = plan(opts);
+  const largestStorage = Math.max(...p.storage.values());
+  const largest = Math.max(largestStorage, ...p.other.values());
+  return {
+    maxStorageBufferBindingSize: largestStorage,
+    maxBufferSize: largest,
+    maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
+    maxUniformBufferBindingSize: 512,
+    maxBindGroups: 1,
+    maxComputeWorkgroupStorageSize: 8192, // matmul's tiles (attention uses none)
+    maxComputeInvocationsPerWorkgroup: 256,
+    maxComputeWorkgroupSizeX: 256,
+    maxComputeWorkgroupsPerDimension: Math.min(p.maxGroups, 65535),
+  };
+}
+
+export const mib = (n: number) => `${(n / 2 ** 20).toFixed(n % 2 ** 20 === 0 ? 0 : 1)} MiB`;
+
+export function limitShortfall(limits: Record<string, number>, have: GPUSupportedLimits, opts: WebGpuEngineOptions, who: string): Result<void> {
+  const have_ = have as unknown as Record<string, number>;
+  for (const [k, need] of Object.entries(limits)) {
+    const h = have_[k];
+    if (h === undefined || need <= h) continue;
+    const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? mib : String;
+    const { c, maxT, B } = resolve(opts);
+    return err('E_ADAPTER_TOO_SMALL',
+      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, batch ${B}×${maxT}; try a smaller batch or model)`);
+  }
+  return ok(undefined);
+}
+
+/** Whether the adapter can run this config; names the first limit it lacks. */
+export function checkAdapterFits(adapter: GPUAdapter, opts: WebGpuEngineOptions): Result<void> {
+  try {
+    validateOptions(opts);
+  } catch (e) {
+    return err('E_BAD_CONFIG', (e as Error).message);
+  }
+  return limitShortfall(requiredLimits(opts), adapter.limits, opts, 'adapter');
+}
+
+export function validateOptions(opts: WebGpuEngineOptions): void {
+  validateConfig(opts.config);
+  const maxT = opts.maxT ?? opts.config.blockSize;
+  if (!Number.isInteger(maxT) || maxT < 1 || maxT > opts.config.blockSize) throw new Error(`maxT ${maxT} must be an integer in [1, blockSize ${opts.config.blockSize}]`);
+  if (!Number.isInteger(opts.maxBatch) || opts.maxBatch < 1) throw new Error(`maxBatch ${opts.maxBatch} must be a positive integer`);
+  // grid dimensions the kernels index directly (vocab rows, batch·heads, positions)
+  const dims = { vocabSize: opts.config.vocabSize, 'maxBatch·nHead': opts.maxBatch * opts.config.nHead, maxT };
+  for (const [k, v] of Object.entries(dims)) if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
+  const p = opts.precision ?? 'f32';
+  if (p !== 'f32' && p !== 'f16') throw new Error(`precision ${String(p)} must be f32 or f16`);
+  // attention holds rows as vec4s, in either precision
+  const hs = opts.config.nEmbd / opts.config.nHead;
+  if (hs % 4 !== 0) throw new Error(`the WebGPU engine needs a head size (nEmbd / nHead) that is a multiple of 4, got ${hs}`);
+  if (p === 'f16') {
+    // halves are read 4 at a time (vec4 loads of the matmuls and attention), 8 by the encoder and LayerNorm
+    const { nEmbd: C, nHead: NH, vocabSize: V } = opts.config;
+    for (const [k, v, n] of [['nEmbd', C, 8], ['vocabSize', V, 4], ['head size', C / NH, 4]] as const) if (v % n !== 0) throw new Error(`precision f16 needs ${k} a multiple of ${n}, got ${v}`);
+  }
+}
+
+export function engineError(code: string, message: string): Error & { code: string } {
+  return Object.assign(new Error(`${code}: ${message}`), { code });
+}

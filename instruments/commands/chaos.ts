@@ -1,0 +1,355 @@
+// `atoll chaos`: the fault instrument. Runs the same training twice on loopback, `atoll serve` and N
+// real Node islands (CPU engine), each island behind its own FaultProxy (added latency, dropped
+// connections): once without faults, once with a schedule keyed to training progress:
+//   - kill -9 of ⌈failFraction·N⌉ islands spread over the run, each replaced by a fresh island;
+//   - every connection of one island's proxy dropped, twice;
+//   - one island paused (SIGSTOP) for a few seconds, then resumed (SIGCONT).
+// Reports goodput (tokens in θ ÷ tokens computed), acknowledged deltas lost (an 'applied' ack with
+// no matching contributor in the event log), duplicates (a contributor logged twice), and the eval
+// loss against the fault-free run.
+//
+// Topology: the embedded server (one process), or with `roles` the Redis roles: a redis-server,
+// two `atoll serve --role aggregator` (one active, one standby) on one run folder and two
+// `--role gateway`; each island's proxy leads to one gateway and its `--server` list names the
+// other next. The faulty run then also kills gateway 0 (kill -9; its islands fail over) and the
+// active aggregator (kill -9; the standby takes over, a new standby is started), and reports each
+// failover time. `topology` and `faults` in the result say exactly what ran.
+//
+// Every fault fires in the first half of the tokens, so the second half shows the run recovering.
+//
+// Run as a script (`node --import bin/register.js instruments/commands/chaos.ts island <url> <name>`),
+// this file is the island child: one JSON line per step, submission and sync.
+
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { FaultProxy } from '../../server/cluster/proxy.ts';
+import { type RedisProc, freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
+import { loggedUpdates } from '../fleet/live.ts';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const SELF = fileURLToPath(import.meta.url);
+
+/**
+ * What this process started and must take down with it: children are killed and temp folders
+ * removed when a run ends, and also when chaos itself is stopped (SIGINT, SIGTERM, SIGHUP).
+ */
+const owned = { children: new Set<ChildProcess>(), dirs: new Set<string>() };
+function own(child: ChildProcess): ChildProcess {
+  owned.children.add(child);
+  child.once('exit', () => owned.children.delete(child));
+  return child;
+}
+function cleanUpOwned(): void {
+  for (const c of owned.children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  for (const d of owned.dirs) rmSync(d, { recursive: true, force: true });
+}
+let signalsHandled = false;
+function takeDownOnSignals(log: (s: string) => void): void {
+  if (signalsHandled) return;
+  signalsHandled = true;
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.once(sig, () => {
+      log(`atoll chaos: ${sig}: stopping ${owned.children.size} child process(es), removing ${owned.dirs.size} temp folder(s)`);
+      cleanUpOwned();
+      process.exit(sig === 'SIGINT' ? 130 : 143);
+    });
+  }
+}
+
+export interface ChaosOptions {
+  /** Islands training at any time (default 4). */
+  islands?: number;
+  /** Fraction of islands killed (kill -9) over the faulty run (default 0.3). */
+  failFraction?: number;
+  /** Tokens in θ that end each run (default 40,000). */
+  tokens?: number;
+  /** Latency every proxy adds each way, ms (default 10). */
+  latencyMs?: number;
+  innerSteps?: number;
+  seed?: number;
+  /** Also run without faults, for the eval-loss comparison (default true). */
+  baseline?: boolean;
+  /** On the Redis roles (two gateways, two aggregators) instead of the embedded server. */
+  roles?: boolean;
+  log?: (line: string) => void;
+}
+
+export interface ChaosRun {
+  faulty: boolean;
+  seconds: number;
+  versions: number;
+  /** Tokens the islands trained on: every submitted delta's, plus the steps of killed islands that never reached the server. */
+  tokensComputed: number;
+  /** Tokens of the contributors of every logged update. */
+  tokensInTheta: number;
+  goodput: number;
+  /** 'applied' acks islands received. */
+  acked: number;
+  lost: number;
+  duplicates: number;
+  evalLoss: number | null;
+  islandKills: number;
+  connectionDrops: number;
+  pauses: number;
+  gatewayKills: number;
+  aggregatorKills: number;
+  /** Roles: ms from the active aggregator's kill -9 to its standby's takeover. */
+  failoverMs: number[];
+}
+
+export interface ChaosResult {
+  topology: 'embedded' | 'roles';
+  islands: number;
+  failFraction: number;
+  tokens: number;
+  /** Faults the faulty run applied, in order, with the progress at which each fired. */
+  faults: string[];
+  clean: ChaosRun | null;
+  faulty: ChaosRun;
+  /** (faulty − clean) / clean eval loss, percent. */
+  evalLossDeltaPct: number | null;
+}
+
+interface IslandChild {
+  name: string;
+  child: ChildProcess;
+  proxy: FaultProxy;
+  /** [islandId, seq] of every 'applied' ack. */
+  acks: Array<[string, number]>;
+  tokensSubmitted: number;
+  stepsSinceSubmit: number;
+  tokensPerStep: number;
+  exited: Promise<void>;
+}
+
+type Status = { version: number; tokensTotal: number; done: boolean; evalLoss: number | null; evalVersion: number | null };
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function status(url: string): Promise<Status> {
+  const r = await fetch(`${url}/api/status`);
+  if (!r.ok) throw new Error(`E_CHAOS: /api/status answered ${r.status}`);
+  return (await r.json()) as Status;
+}
+
+async function waitUntil(what: string, ms: number, f: () => Promise<boolean>): Promise<void> {
+  const end = Date.now() + ms;
+  for (;;) {
+    try { if (await f()) return; } catch { /* not up yet */ }
+    if (Date.now() > end) throw new Error(`E_CHAOS_TIMEOUT: ${what} within ${ms / 1000} s`);
+    await sleep(200);
+  }
+}
+
+/** An island behind a proxy to `ports[0]`; the other ports are its next gateways (`--server A,B`). */
+function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<IslandChild> {
+  const proxy = new FaultProxy({ host: '127.0.0.1', port: ports[0] }, { latencyMs });
+  return proxy.listen().then((proxyUrl) => {
+    const servers = [proxyUrl, ...ports.slice(1).map((p) => `http://127.0.0.1:${p}`)].join(',');
+    const child = own(spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), SELF, 'island', servers, name], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] }));
+    const isl: IslandChild = { name, child, proxy, acks: [], tokensSubmitted: 0, stepsSinceSubmit: 0, tokensPerStep: 0, exited: new Promise((r) => child.once('exit', () => r())) };
+    let partial = '';
+    child.stdout?.on('data', (b: Buffer) => {
+      const lines = (partial + b.toString()).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) {
+        if (!line.startsWith('{')) continue;
+        const m = JSON.parse(line) as { kind: string; island?: string; seq?: number; status?: string; tokens?: number; steps?: number };
+        if (m.kind === 'step') isl.stepsSinceSubmit++;
+        else if (m.kind === 'submitted') {
+          isl.tokensSubmitted += m.tokens!;
+          isl.tokensPerStep = m.tokens! / Math.max(1, m.steps!);
+          isl.stepsSinceSubmit = 0;
+          if (m.status === 'applied') isl.acks.push([m.island!, m.seq!]);
+        }
+      }
+    });
+    return isl;
+  });
+}
+
+type Serve = { child: ChildProcess; out: string; exited: Promise<void> };
+
+function serveChild(args: string[]): Serve {
+  const child = own(spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'], env: { ...process.env, ATOLL_ADMIN_TOKEN: 'chaos' } }));
+  const s: Serve = { child, out: '', exited: new Promise<void>((r) => child.once('exit', () => r())) };
+  child.stdout?.on('data', (b: Buffer) => { s.out += b.toString(); });
+  return s;
+}
+
+const alive = (s: Serve) => s.child.exitCode === null && s.child.signalCode === null;
+
+async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | 'baseline'>>, log: (s: string) => void, faults: string[]): Promise<ChaosRun> {
+  const dir = mkdtempSync(join(tmpdir(), 'atoll-chaos-'));
+  owned.dirs.add(dir);
+  writeFileSync(join(dir, 'run.json'), JSON.stringify({ coordinator: { totalTokens: o.tokens } }));
+  const runFlags = ['--preset', 'tiny', '--run-dir', join(dir, 'run'), '--config', join(dir, 'run.json'), '--inner-steps', String(o.innerSteps), '--seed', String(o.seed)];
+  const servers: Serve[] = [];
+  let redis: RedisProc | null = null;
+  const ports: number[] = [];
+  const aggregators: Serve[] = [];
+  const startAggregator = () => {
+    const a = serveChild(['--redis', redis!.url, '--role', 'aggregator', '--name', 'chaos', '--lease-ms', '2000', ...runFlags]);
+    servers.push(a);
+    aggregators.push(a);
+  };
+  const islands: IslandChild[] = [];
+  const counts = { islandKills: 0, connectionDrops: 0, pauses: 0, gatewayKills: 0, aggregatorKills: 0 };
+  const failoverMs: number[] = [];
+  const t0 = performance.now();
+  try {
+    if (o.roles) {
+      redis = await startRedis();
+      startAggregator();
+      startAggregator();
+      for (let g = 0; g < 2; g++) {
+        ports.push(await freeTcpPort());
+        servers.push(serveChild(['--redis', redis.url, '--role', 'gateway', '--name', 'chaos', '--port', String(ports[g]), '--host', '127.0.0.1']));
+      }
+    } else {
+      ports.push(await freeTcpPort());
+      servers.push(serveChild(['--port', String(ports[0]), '--host', '127.0.0.1', ...runFlags]));
+    }
+    for (const p of ports) await waitUntil('atoll serve to answer', 120_000, async () => (await fetch(`http://127.0.0.1:${p}/healthz`)).ok);
+    // the last gateway is never killed: the harness reads the run there
+    const url = `http://127.0.0.1:${ports[ports.length - 1]}`;
+    const route = (k: number) => ports.map((_, j) => ports[(k + j) % ports.length]);
+    let next = 0;
+    const addIsland = async () => { islands.push(await spawnIsland(`island-${next}`, route(next), o.latencyMs)); next++; };
+    for (let i = 0; i < o.islands; i++) await addIsland();
+    log(`chaos: ${faulty ? 'faulty' : 'clean'} run, ${o.islands} islands, to ${o.tokens} tokens`);
+
+    // the schedule: [progress, action], fired once each as θ's tokens pass the mark
+    const schedule: Array<[number, string, () => Promise<void> | void]> = [];
+    const killed: IslandChild[] = [];
+    if (faulty) {
+      const kills = Math.ceil(o.failFraction * o.islands);
+      for (let j = 0; j < kills; j++) {
+        schedule.push([0.1 + (0.4 * (j + 0.5)) / kills, 'kill -9 island', async () => {
+          const victim = islands.splice(j % islands.length, 1)[0];
+          victim.child.kill('SIGKILL');
+          await victim.exited;
+          await victim.proxy.close();
+          counts.islandKills++;
+          killed.push(victim);
+          await addIsland();
+        }]);
+      }
+      if (o.roles) {
+        schedule.push([0.25, 'kill -9 gateway 0', async () => {
+          servers[2].child.kill('SIGKILL');
+          await servers[2].exited;
+          counts.gatewayKills++;
+        }]);
+        schedule.push([0.35, 'kill -9 the active aggregator', async () => {
+          const active = aggregators.find((a) => alive(a) && a.out.includes('aggregator active'))!;
+          active.child.kill('SIGKILL');
+          const t = performance.now();
+          await active.exited;
+          counts.aggregatorKills++;
+          startAggregator();
+          await waitUntil('a standby to take over', 60_000, async () => aggregators.some((a) => a !== active && a.out.includes('aggregator active')));
+          failoverMs.push(Math.round(performance.now() - t));
+        }]);
+      }
+      for (const p of [0.2, 0.4]) schedule.push([p, 'drop connections', () => { islands[0].proxy.dropAll(); counts.connectionDrops++; }]);
+      schedule.push([0.3, 'SIGSTOP island for 3 s', async () => {
+        const c = islands[islands.length - 1].child;
+        c.kill('SIGSTOP');
+        counts.pauses++;
+        await sleep(3000);
+        c.kill('SIGCONT');
+      }]);
+      schedule.sort((a, b) => a[0] - b[0]);
+    }
+    let last: Status = await status(url);
+    const deadline = Date.now() + 20 * 60_000;
+    while (!last.done) {
+      if (Date.now() > deadline) throw new Error('E_CHAOS_TIMEOUT: the run did not finish in 20 minutes');
+      await sleep(200);
+      try { last = await status(url); } catch { continue; }
+      const progress = last.tokensTotal / o.tokens;
+      while (schedule.length && schedule[0][0] <= progress) {
+        const [p, what, act] = schedule.shift()!;
+        faults.push(`${what} at ${(100 * p).toFixed(0)} %`);
+        log(`chaos: ${what} at ${(100 * progress).toFixed(0)} % of the tokens`);
+        await act();
+      }
+    }
+    await waitUntil('the final eval', 120_000, async () => {
+      last = await status(url);
+      return last.evalVersion === last.version;
+    });
+    const seconds = (performance.now() - t0) / 1000;
+    for (const i of islands) i.child.kill('SIGTERM');
+    await Promise.race([Promise.all(islands.map((i) => i.exited)), sleep(10_000)]);
+    for (const i of islands) i.child.kill('SIGKILL');
+    for (const sv of [...servers].reverse()) { if (alive(sv)) sv.child.kill('SIGTERM'); await sv.exited; }
+
+    const updates = loggedUpdates(readFileSync(join(dir, 'run', 'events.jsonl'), 'utf8'));
+    const logged = new Map<string, number>();
+    let tokensInTheta = 0;
+    const versions = updates.length;
+    for (const e of updates) {
+      tokensInTheta += e.tokens;
+      for (const c of e.contributors) logged.set(`${c.island}#${c.seq}`, (logged.get(`${c.island}#${c.seq}`) ?? 0) + 1);
+    }
+    const all = [...islands, ...killed];
+    let lost = 0;
+    let acked = 0;
+    for (const i of all) for (const [id, seq] of i.acks) { acked++; if (!logged.has(`${id}#${seq}`)) lost++; }
+    const duplicates = [...logged.values()].filter((c) => c > 1).length;
+    const tokensComputed = all.reduce((s, i) => s + i.tokensSubmitted, 0) + killed.reduce((s, i) => s + i.stepsSinceSubmit * i.tokensPerStep, 0);
+    return {
+      faulty, seconds: Number(seconds.toFixed(1)), versions, tokensComputed, tokensInTheta,
+      goodput: Number((tokensInTheta / Math.max(1, tokensComputed)).toFixed(4)),
+      acked, lost, duplicates, evalLoss: last.evalLoss, ...counts, failoverMs,
+    };
+  } finally {
+    for (const i of islands) if (i.child.exitCode === null) i.child.kill('SIGKILL');
+    for (const sv of servers) if (alive(sv)) sv.child.kill('SIGKILL');
+    await Promise.all(servers.map((sv) => sv.exited));
+    await redis?.stop();
+    await Promise.all(islands.map((i) => i.proxy.close().catch(() => {})));
+    rmSync(dir, { recursive: true, force: true });
+    owned.dirs.delete(dir);
+  }
+}
+
+export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
+  const o = {
+    islands: opts.islands ?? 4, failFraction: opts.failFraction ?? 0.3, tokens: opts.tokens ?? 40_000,
+    latencyMs: opts.latencyMs ?? 10, innerSteps: opts.innerSteps ?? 8, seed: opts.seed ?? 1, roles: opts.roles ?? false,
+  };
+  const log = opts.log ?? (() => {});
+  if (!(Number.isInteger(o.islands) && o.islands >= 1 && o.islands <= 64)) throw Object.assign(new Error(`--islands must be an integer in [1, 64], got ${o.islands}`), { code: 'E_BAD_FLAGS' });
+  if (!(Number.isInteger(o.tokens) && o.tokens >= 1)) throw Object.assign(new Error(`--tokens must be a positive integer, got ${o.tokens}`), { code: 'E_BAD_FLAGS' });
+  if (!(o.failFraction >= 0 && o.failFraction <= 1)) throw Object.assign(new Error(`--fail must be a number in [0, 1], got ${o.failFraction}`), { code: 'E_BAD_FLAGS' });
+  takeDownOnSignals(log);
+  const clean = opts.baseline === false ? null : await runOnce(false, o, log, []);
+  const faults: string[] = [];
+  const faulty = await runOnce(true, o, log, faults);
+  const d = clean && clean.evalLoss !== null && faulty.evalLoss !== null ? (100 * (faulty.evalLoss - clean.evalLoss)) / clean.evalLoss : null;
+  return { topology: o.roles ? 'roles' : 'embedded', islands: o.islands, failFraction: o.failFraction, tokens: o.tokens, faults, clean, faulty, evalLossDeltaPct: d === null ? null : Number(d.toFixed(2)) };
+}
+
+// ── the island child ────────────────────────────────────────────────────────────────────────
+
+async function islandChild(url: string, name: string): Promise<void> {
+  const { startNodeIsland } = await import('../../client/island/node.ts');
+  const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
+  const isl = await startNodeIsland({
+    server: url, engine: 'cpu', name, progress: 'none', maxOutageMs: 120_000, handleSignals: true,
+    onEvent: (e) => {
+      if (e.type === 'step') out({ kind: 'step' });
+      else if (e.type === 'submitted') out({ kind: 'submitted', island: e.meta.islandId, seq: e.meta.seq, status: e.ack.status, tokens: e.meta.tokens, steps: e.meta.steps });
+    },
+  });
+  await isl.done;
+  process.exit(0);
+}
+
+if (process.argv[1] === SELF && process.argv[2] === 'island') void islandChild(process.argv[3], process.argv[4]);

@@ -1,0 +1,48 @@
+// `atoll export`: a checkpoint to a transformers folder (--format hf), or such a folder back to
+// an atoll checkpoint (--format atoll).
+
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { decodeCheckpoint, encodeCheckpoint } from '../../core/checkpoint.ts';
+import { HF_FILES, exportHf, importHf } from '../../core/hf.ts';
+import { assertWritable } from '../../server/fsutil.ts';
+
+export interface ExportCliOptions {
+  checkpoint: string;
+  format: 'hf' | 'atoll';
+  out: string;
+}
+
+function fail(code: string, message: string): never {
+  throw Object.assign(new Error(message), { code });
+}
+
+function read(path: string): Uint8Array {
+  try { return new Uint8Array(readFileSync(path)); } catch (e) {
+    fail('E_CHECKPOINT_MISSING', `cannot read '${path}': ${(e as Error).message}`);
+  }
+}
+
+/** Writes the export; returns the paths written. */
+export function exportCheckpoint(o: ExportCliOptions): string[] {
+  assertWritable('--out', o.out, o.format === 'hf' ? 'folder' : 'file');
+  if (o.format === 'hf') {
+    const ck = decodeCheckpoint(read(o.checkpoint));
+    if (!ck.ok) fail(ck.error.code, `${o.checkpoint}: ${ck.error.message}`);
+    mkdirSync(o.out, { recursive: true }); // its parent exists (assertWritable): no recursive walk up
+    return Object.entries(exportHf(ck.value)).map(([name, bytes]) => {
+      writeFileSync(join(o.out, name), bytes);
+      return join(o.out, name);
+    });
+  }
+  let names: string[];
+  try { names = readdirSync(o.checkpoint); } catch (e) {
+    fail('E_CHECKPOINT_MISSING', `--format atoll reads a transformers folder: ${(e as Error).message}`);
+  }
+  const folder: Record<string, Uint8Array> = {};
+  for (const n of HF_FILES) if (names.includes(n)) folder[n] = read(join(o.checkpoint, n));
+  const ck = importHf(folder);
+  if (!ck.ok) fail(ck.error.code, `${o.checkpoint}: ${ck.error.message}`);
+  writeFileSync(o.out, encodeCheckpoint(ck.value));
+  return [o.out];
+}

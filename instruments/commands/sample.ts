@@ -1,0 +1,34 @@
+// `atoll sample`: print text generated from a checkpoint.
+
+import { readFileSync } from 'node:fs';
+import { decodeCheckpoint } from '../../core/checkpoint.ts';
+import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
+import { generate } from '../../core/sample.ts';
+import type { EngineKind } from '../../core/protocol.ts';
+import { createEngine } from '../../client/island/engine/node-engines.ts';
+
+export interface SampleCliOptions {
+  checkpoint: string;
+  prompt: string;
+  tokens: number;
+  temperature: number;
+  seed: number;
+  engine: EngineKind;
+}
+
+export async function sampleFromCheckpoint(o: SampleCliOptions): Promise<string> {
+  let bytes: Uint8Array;
+  try { bytes = new Uint8Array(readFileSync(o.checkpoint)); } catch (e) {
+    throw Object.assign(new Error(`cannot read checkpoint '${o.checkpoint}': ${(e as Error).message}`), { code: 'E_CHECKPOINT_MISSING' });
+  }
+  const ck = decodeCheckpoint(bytes);
+  if (!ck.ok) throw Object.assign(new Error(`${o.checkpoint}: ${ck.error.message}`), { code: ck.error.code });
+  const engine = await createEngine(o.engine, { config: ck.value.config, maxBatch: 1 });
+  try {
+    await engine.setParams(ck.value.params);
+    const out = await generate(engine, encodeText(o.prompt), { tokens: o.tokens, temperature: o.temperature, seed: o.seed });
+    return decodeTokens(out);
+  } finally {
+    engine.destroy();
+  }
+}

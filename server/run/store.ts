@@ -1,0 +1,279 @@
+// The run folder: everything a run needs to resume after a crash, and nothing else.
+//
+//   <dir>/config.json                      the run config (atomic write)
+//   <dir>/checkpoints/v<version>.safetensors  θ + outer optimizer state + coordinator snapshot (last K kept)
+//   <dir>/events.jsonl                     append-only event log, one JSON object per line
+//   <dir>/events.<n>.jsonl                 rotated logs (the last LOGS_KEPT); never read back
+//
+// Durability is group-committed: callers queue log lines and ask for a checkpoint; `commit()`
+// writes the newest checkpoint (temp, fsync, rename) and appends every queued line with one
+// write + fsync, side by side, then resolves. So one fsync latency covers many events when the
+// server is busy. Readers of the log treat a 'resume' line as the truth about the version.
+//
+// Past `maxLogBytes` the log is rotated before the next commit's lines: the new file starts with
+// the line `carry()` returns (what a reader of the old files would have learnt), so startup reads
+// one bounded file, never the whole history of the run.
+
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, renameSync, statSync, unlinkSync } from 'node:fs';
+import { open, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { writeFileAtomic, writeFileAtomicAsync } from '../fsutil.ts';
+
+export interface CheckpointInfo {
+  version: number;
+  path: string;
+  bytes: number;
+  mtimeMs: number;
+}
+
+/** One line of events.jsonl. `t` is ms since the epoch; the rest depends on `type`. */
+export interface LogEvent {
+  t: number;
+  type: string;
+  [k: string]: unknown;
+}
+
+const CKPT_RE = /^v(\d{8,})\.safetensors$/;
+const ROTATED_RE = /^events\.(\d+)\.jsonl$/;
+/** Rotated logs kept beside the current one (for people; the server never reads them). */
+const LOGS_KEPT = 2;
+
+export class RunStore {
+  readonly dir: string;
+  readonly checkpointDir: string;
+  readonly logPath: string;
+  private keep: number;
+  private readonly maxLogBytes: number;
+  private logBytes = 0;
+  private log: FileHandle | null = null;
+  /** The first line of a rotated-to log (set by the run). */
+  carry: () => Omit<LogEvent, 't'> = () => ({ type: 'carry' });
+  private queued: string[] = [];
+  private hashCache = new Map<string, string | null>();
+  private nextCheckpoint: { version: number; encode: () => Uint8Array[] } | null = null;
+  private committing: Promise<void> | null = null;
+  private followUp: Promise<void> | null = null;
+  private closed = false;
+  /** Observers for the operator's log (server/app.ts): each queued line, each checkpoint written. */
+  onEvent: ((e: LogEvent) => void) | null = null;
+  onCheckpoint: ((version: number, path: string, bytes: number) => void) | null = null;
+  /** Bytes and fsyncs, for metrics and the bench. */
+  stats = { commits: 0, checkpointsWritten: 0, linesWritten: 0, lastCommitMs: 0 };
+  /** Why this process may not write now (a deposed aggregator: server/cluster/run-host.ts), or null. */
+  refuse: () => string | null = () => null;
+
+  constructor(dir: string, opts: { keep?: number; maxLogBytes?: number } = {}) {
+    this.dir = dir;
+    this.checkpointDir = join(dir, 'checkpoints');
+    this.logPath = join(dir, 'events.jsonl');
+    this.keep = Math.max(1, opts.keep ?? 5);
+    this.maxLogBytes = opts.maxLogBytes ?? 64 * 1024 * 1024;
+    mkdirSync(this.checkpointDir, { recursive: true });
+  }
+
+  setKeep(k: number): void {
+    this.keep = Math.max(1, k);
+  }
+
+  async openLog(): Promise<void> {
+    if (this.log) return;
+    this.log = await open(this.logPath, 'a');
+    this.logBytes = (await this.log.stat()).size;
+  }
+
+  // --- config -------------------------------------------------------------------------------
+
+  readConfig<T>(): T | null {
+    const p = join(this.dir, 'config.json');
+    if (!existsSync(p)) return null;
+    return JSON.parse(readFileSync(p, 'utf8')) as T;
+  }
+
+  writeConfig(config: unknown): void {
+    writeFileAtomic(join(this.dir, 'config.json'), JSON.stringify(config, null, 2) + '\n');
+  }
+
+  // --- checkpoints --------------------------------------------------------------------------
+
+  checkpointPath(version: number): string {
+    return join(this.checkpointDir, `v${String(version).padStart(8, '0')}.safetensors`);
+  }
+
+  /** Checkpoints on disk, newest first. Leftover temp files are ignored. */
+  listCheckpoints(): CheckpointInfo[] {
+    const out: CheckpointInfo[] = [];
+    for (const f of readdirSync(this.checkpointDir)) {
+      const m = CKPT_RE.exec(f);
+      if (!m) continue;
+      const path = join(this.checkpointDir, f);
+      try {
+        const st = statSync(path);
+        out.push({ version: Number(m[1]), path, bytes: st.size, mtimeMs: st.mtimeMs });
+      } catch { /* pruned meanwhile */ }
+    }
+    return out.sort((a, b) => b.version - a.version);
+  }
+
+  /** The θ hash a checkpoint's metadata records (its header only is read; cached per file). */
+  checkpointHash(c: CheckpointInfo): string | null {
+    const key = `${c.path}:${c.mtimeMs}`;
+    const cached = this.hashCache.get(key);
+    if (cached !== undefined) return cached;
+    let hash: string | null = null;
+    let fd: number | null = null;
+    try {
+      fd = openSync(c.path, 'r');
+      const len = Buffer.alloc(8);
+      readSync(fd, len, 0, 8, 0);
+      const n = Number(len.readBigUInt64LE(0));
+      if (n > 0 && n <= 64 * 1024 * 1024) {
+        const header = Buffer.alloc(n);
+        readSync(fd, header, 0, n, 8);
+        const meta = JSON.parse(header.toString('utf8')).__metadata__;
+        if (meta && typeof meta.hash === 'string') hash = meta.hash;
+      }
+    } catch { /* unreadable: no hash */ } finally {
+      if (fd !== null) closeSync(fd);
+    }
+    if (this.hashCache.size > 64) this.hashCache.clear();
+    this.hashCache.set(key, hash);
+    return hash;
+  }
+
+  readCheckpoint(version: number): Uint8Array | null {
+    try {
+      return new Uint8Array(readFileSync(this.checkpointPath(version)));
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * Asks for a checkpoint of `version` in the next commit. `encode` runs at commit time, so a
+   * burst of updates writes only the newest; it must capture its state now (copy θ) if that
+   * state may change before then — callers pass a closure over copies.
+   */
+  requestCheckpoint(version: number, encode: () => Uint8Array[]): void {
+    if (!this.nextCheckpoint || version >= this.nextCheckpoint.version) this.nextCheckpoint = { version, encode };
+  }
+
+  // --- event log ----------------------------------------------------------------------------
+
+  /** Queues one event; it reaches the disk at the next commit. */
+  append(event: Omit<LogEvent, 't'> & { t?: number }): void {
+    if (this.closed) return;
+    const e = { t: event.t ?? Date.now(), ...event } as LogEvent;
+    this.queued.push(JSON.stringify(e) + '\n');
+    this.onEvent?.(e);
+  }
+
+  /** A checkpoint was requested and is not written yet. */
+  get checkpointPending(): boolean {
+    return this.nextCheckpoint !== null;
+  }
+
+  get pendingLines(): number {
+    return this.queued.length;
+  }
+
+  /** Every line of the log that parses (a torn last line after a crash is skipped). */
+  readEvents(): LogEvent[] {
+    if (!existsSync(this.logPath)) return [];
+    const out: LogEvent[] = [];
+    for (const line of readFileSync(this.logPath, 'utf8').split('\n')) {
+      if (!line) continue;
+      try { out.push(JSON.parse(line) as LogEvent); } catch { /* torn tail */ }
+    }
+    return out;
+  }
+
+  // --- commit -------------------------------------------------------------------------------
+
+  /**
+   * Makes everything queued so far durable: the requested checkpoint, then the log lines.
+   * Concurrent calls share work; a call made while a commit runs waits for the next one, so
+   * what it queued is covered when it resolves.
+   */
+  commit(): Promise<void> {
+    if (!this.committing) return this.startCommit();
+    // Everyone who asks while a commit runs shares the single next one.
+    this.followUp ??= this.committing.catch(() => {}).then(() => {
+      this.followUp = null;
+      return this.startCommit();
+    });
+    return this.followUp;
+  }
+
+  private startCommit(): Promise<void> {
+    const p = this.doCommit().finally(() => { if (this.committing === p) this.committing = null; });
+    this.committing = p;
+    return p;
+  }
+
+  private async doCommit(): Promise<void> {
+    const t0 = performance.now();
+    const refused = this.refuse();
+    if (refused) throw Object.assign(new Error(refused), { code: 'E_FENCED' });
+    const ck = this.nextCheckpoint;
+    this.nextCheckpoint = null;
+    const lines = this.queued;
+    this.queued = [];
+    // The checkpoint and the log lines are written side by side: a commit costs one fsync latency,
+    // not two. If a crash lands between the two, the log may name a version the newest checkpoint
+    // lacks; the restart logs a 'resume' line at the checkpoint's version, and readers drop what the
+    // log said past it (nothing there was acknowledged: acks wait for both writes).
+    const work: Array<Promise<void>> = [];
+    if (ck) {
+      const parts = ck.encode();
+      const bytes = parts.reduce((s, p) => s + p.length, 0);
+      work.push(writeFileAtomicAsync(this.checkpointPath(ck.version), parts).then(() => {
+        this.stats.checkpointsWritten++;
+        this.onCheckpoint?.(ck.version, this.checkpointPath(ck.version), bytes);
+        this.prune();
+      }));
+    }
+    if (lines.length > 0) {
+      work.push((async () => {
+        await this.openLog();
+        if (this.logBytes >= this.maxLogBytes) await this.rotate(lines);
+        const text = lines.join('');
+        this.logBytes += Buffer.byteLength(text);
+        await this.log!.write(text);
+        await this.log!.datasync();
+        this.stats.linesWritten += lines.length;
+      })());
+    }
+    await Promise.all(work);
+    this.stats.commits++;
+    this.stats.lastCommitMs = performance.now() - t0;
+  }
+
+  /** Renames the log to events.<n>.jsonl and starts a new one with the carry line. */
+  private async rotate(lines: string[]): Promise<void> {
+    await this.log!.close();
+    this.log = null;
+    const rotated = readdirSync(this.dir).map((f) => ROTATED_RE.exec(f)).filter((m) => m !== null).map((m) => Number(m[1])).sort((a, b) => a - b);
+    renameSync(this.logPath, join(this.dir, `events.${(rotated.at(-1) ?? 0) + 1}.jsonl`));
+    for (const n of rotated.slice(0, Math.max(0, rotated.length + 1 - LOGS_KEPT))) {
+      try { unlinkSync(join(this.dir, `events.${n}.jsonl`)); } catch { /* already gone */ }
+    }
+    await this.openLog();
+    lines.unshift(JSON.stringify({ t: Date.now(), ...this.carry() }) + '\n');
+  }
+
+  /** Keeps the newest K checkpoints. */
+  private prune(): void {
+    const all = this.listCheckpoints();
+    for (const c of all.slice(this.keep)) {
+      try { unlinkSync(c.path); } catch { /* already gone */ }
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.committing) await this.committing.catch(() => {});
+    if (this.queued.length > 0 || this.nextCheckpoint) await this.commit().catch(() => {});
+    this.closed = true;
+    await this.log?.close().catch(() => {});
+    this.log = null;
+  }
+}
