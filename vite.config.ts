@@ -8,7 +8,15 @@ import { writeBuildStamp } from './server/client-build.ts';
 export default defineConfig({
   root: 'client',
   // the stamp of the sources this build came from: `serve --build-if-needed` rebuilds a stale one
-  plugins: [{ name: 'atoll-build-stamp', apply: 'build', closeBundle(error) { if (!error) writeBuildStamp(); } }],
+  plugins: [
+    {
+      name: 'atoll-build-stamp',
+      apply: 'build',
+      closeBundle(error) {
+        if (!error) writeBuildStamp();
+      },
+    },
+  ],
   publicDir: false,
   build: {
     outDir: resolve(import.meta.dirname, 'dist/client'),

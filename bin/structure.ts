@@ -25,7 +25,9 @@ const SPEC = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+|new URL\(\s*)['"](\.{1,2
 
 /** The import graph of the .ts files under `root`'s source folders and at its top. */
 export function importGraph(root: string): ImportGraph {
-  const files = ROOTS.flatMap((dir) => (readdirSync(join(root, dir), { recursive: true }) as string[]).map((f) => `${dir}/${f.split(sep).join('/')}`))
+  const files = ROOTS.flatMap((dir) =>
+    (readdirSync(join(root, dir), { recursive: true }) as string[]).map((f) => `${dir}/${f.split(sep).join('/')}`),
+  )
     .filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts') && !f.includes('node_modules/'))
     .concat(readdirSync(root).filter((f) => f.endsWith('.ts')))
     .sort();
@@ -46,19 +48,31 @@ export function importGraph(root: string): ImportGraph {
 /** Every import circle: the strongly connected components of more than one file (Tarjan). */
 export function circles(g: ImportGraph): string[][] {
   let index = 0;
-  const idx = new Map<string, number>(), low = new Map<string, number>(), on = new Set<string>(), stack: string[] = [];
+  const idx = new Map<string, number>(),
+    low = new Map<string, number>(),
+    on = new Set<string>(),
+    stack: string[] = [];
   const out: string[][] = [];
   const visit = (v: string) => {
-    idx.set(v, index); low.set(v, index); index++;
-    stack.push(v); on.add(v);
+    idx.set(v, index);
+    low.set(v, index);
+    index++;
+    stack.push(v);
+    on.add(v);
     for (const w of g.edges.get(v) ?? []) {
-      if (!idx.has(w)) { visit(w); low.set(v, Math.min(low.get(v)!, low.get(w)!)); }
-      else if (on.has(w)) low.set(v, Math.min(low.get(v)!, idx.get(w)!));
+      if (!idx.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (on.has(w)) low.set(v, Math.min(low.get(v)!, idx.get(w)!));
     }
     if (low.get(v) === idx.get(v)) {
       const scc: string[] = [];
       let w: string;
-      do { w = stack.pop()!; on.delete(w); scc.push(w); } while (w !== v);
+      do {
+        w = stack.pop()!;
+        on.delete(w);
+        scc.push(w);
+      } while (w !== v);
       if (scc.length > 1) out.push(scc.sort());
     }
   };
@@ -81,7 +95,11 @@ export function roomOf(file: string): string {
 /** The single-process server: every file `createServer` (server/app.ts) reaches. */
 export function singleProcessServer(g: ImportGraph): Set<string> {
   const seen = new Set<string>();
-  const walk = (f: string) => { if (seen.has(f)) return; seen.add(f); for (const t of g.edges.get(f) ?? []) walk(t); };
+  const walk = (f: string) => {
+    if (seen.has(f)) return;
+    seen.add(f);
+    for (const t of g.edges.get(f) ?? []) walk(t);
+  };
   walk('server/app.ts');
   return new Set([...seen].filter((f) => f.startsWith('server/')));
 }
@@ -119,7 +137,10 @@ function layers(rooms: Map<string, Set<string>>): string[][] {
   ordered.forEach((row, i) => {
     if (i > 0) {
       const at = (r: string) => {
-        const xs = [...rooms].filter(([, tos]) => tos.has(r)).map(([from]) => place.get(from)).filter((x): x is number => x !== undefined);
+        const xs = [...rooms]
+          .filter(([, tos]) => tos.has(r))
+          .map(([from]) => place.get(from))
+          .filter((x): x is number => x !== undefined);
         return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0.5;
       };
       row.sort((a, b) => at(a) - at(b) || (a < b ? -1 : 1));
@@ -133,7 +154,11 @@ function layers(rooms: Map<string, Set<string>>): string[][] {
 export function drawRooms(g: ImportGraph): string {
   const rooms = roomGraph(g);
   const rows = layers(rooms);
-  const W = 150, H = 26, GX = 12, GY = 60, M = 20;
+  const W = 150,
+    H = 26,
+    GX = 12,
+    GY = 60,
+    M = 20;
   const width = Math.max(...rows.map((r) => r.length)) * (W + GX) + 2 * M;
   const pos = new Map<string, { x: number; y: number; row: number }>();
   rows.forEach((row, i) => {
@@ -145,12 +170,18 @@ export function drawRooms(g: ImportGraph): string {
   const lines: string[] = [];
   for (const [from, tos] of [...rooms].sort()) {
     for (const to of [...tos].sort()) {
-      const a = pos.get(from)!, b = pos.get(to)!;
+      const a = pos.get(from)!,
+        b = pos.get(to)!;
       const bad = b.row <= a.row || (to === 'server/cluster' && serverRooms.has(from));
-      lines.push(`<line x1="${a.x + W / 2}" y1="${a.y + H}" x2="${b.x + W / 2}" y2="${b.y}" stroke="${bad ? '#d00' : '#8895a7'}" stroke-width="${bad ? 2 : 1}" marker-end="url(#${bad ? 'bad' : 'arrow'})"/>`);
+      lines.push(
+        `<line x1="${a.x + W / 2}" y1="${a.y + H}" x2="${b.x + W / 2}" y2="${b.y}" stroke="${bad ? '#d00' : '#8895a7'}" stroke-width="${bad ? 2 : 1}" marker-end="url(#${bad ? 'bad' : 'arrow'})"/>`,
+      );
     }
   }
-  const boxes = [...pos].map(([r, p]) => `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${r.startsWith('core') ? '#e8f1fb' : r.startsWith('server') ? '#fbf1e6' : r.startsWith('client') || r === 'shaders' ? '#eaf6ea' : '#f2f2f2'}" stroke="#445"/><text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">${r.replace(/^(core|server|instruments)\/(?=[\w-]+\.ts$)/, '')}</text></g>`);
+  const boxes = [...pos].map(
+    ([r, p]) =>
+      `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${r.startsWith('core') ? '#e8f1fb' : r.startsWith('server') ? '#fbf1e6' : r.startsWith('client') || r === 'shaders' ? '#eaf6ea' : '#f2f2f2'}" stroke="#445"/><text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">${r.replace(/^(core|server|instruments)\/(?=[\w-]+\.ts$)/, '')}</text></g>`,
+  );
   const c = circles(g).length;
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
@@ -170,5 +201,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const g = importGraph(root);
   writeFileSync(join(root, 'docs/structure.svg'), drawRooms(g));
   const cs = circles(g);
-  console.log(`docs/structure.svg: ${g.files.length} files, ${roomGraph(g).size} rooms, ${cs.length} import circle(s)${cs.map((c) => `\n  ${c.join(' ↔ ')}`).join('')}`);
+  console.log(
+    `docs/structure.svg: ${g.files.length} files, ${roomGraph(g).size} rooms, ${cs.length} import circle(s)${cs.map((c) => `\n  ${c.join(' ↔ ')}`).join('')}`,
+  );
 }

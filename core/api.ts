@@ -53,9 +53,15 @@ export const RunInfoSchema = Type.Object({
   title: Type.String(),
   description: Type.String(),
   preset: Type.Unsafe<RunConfig['preset']>(Type.String()),
-  model: Type.Unsafe<GPTConfig>(Type.Object({
-    vocabSize: Type.Integer(), blockSize: Type.Integer(), nLayer: Type.Integer(), nHead: Type.Integer(), nEmbd: Type.Integer(),
-  })),
+  model: Type.Unsafe<GPTConfig>(
+    Type.Object({
+      vocabSize: Type.Integer(),
+      blockSize: Type.Integer(),
+      nLayer: Type.Integer(),
+      nHead: Type.Integer(),
+      nEmbd: Type.Integer(),
+    }),
+  ),
   params: Type.Integer(),
   data: Type.Object({ name: Type.String(), trainBytes: Type.Integer(), heldOutBytes: Type.Integer() }),
   mode: Type.Unsafe<CoordinatorConfig['mode']>(Type.String()),

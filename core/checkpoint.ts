@@ -18,9 +18,11 @@ export interface Checkpoint {
 
 export function encodeCheckpoint(ck: Checkpoint): Uint8Array {
   const layout = paramLayout(ck.config);
-  if (ck.params.length !== layout.total) throw new Error(`E_WRONG_SIZE: params has ${ck.params.length} elements, config needs ${layout.total}`);
+  if (ck.params.length !== layout.total)
+    throw new Error(`E_WRONG_SIZE: params has ${ck.params.length} elements, config needs ${layout.total}`);
   const tensors: Record<string, TensorInput> = {};
-  for (const t of layout.tensors) tensors[t.name] = { dtype: 'F32', shape: t.shape, data: ck.params.subarray(t.offset, t.offset + t.size) };
+  for (const t of layout.tensors)
+    tensors[t.name] = { dtype: 'F32', shape: t.shape, data: ck.params.subarray(t.offset, t.offset + t.size) };
   for (const [name, data] of Object.entries(ck.extra)) tensors[name] = { dtype: 'F32', shape: [data.length], data };
   return writeSafetensors(tensors, { ...ck.meta, format: 'atoll-checkpoint-1', config: JSON.stringify(ck.config) });
 }
@@ -38,7 +40,10 @@ export function decodeCheckpoint(bytes: Uint8Array, expected?: GPTConfig): Resul
     return err('E_BAD_CHECKPOINT', `checkpoint has no valid model config in its metadata (${(e as Error).message})`);
   }
   if (expected && JSON.stringify(canonical(expected)) !== JSON.stringify(canonical(config))) {
-    return err('E_WRONG_MODEL', `checkpoint is for model ${JSON.stringify(config)}, expected ${JSON.stringify(expected)}`);
+    return err(
+      'E_WRONG_MODEL',
+      `checkpoint is for model ${JSON.stringify(config)}, expected ${JSON.stringify(expected)}`,
+    );
   }
   const layout = paramLayout(config);
   const params = new Float32Array(layout.total);

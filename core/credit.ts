@@ -32,7 +32,19 @@ export function contributors(islands: Iterable<IslandView>): Contributor[] {
     const key = contributorKey(i);
     let c = by.get(key);
     if (!c) {
-      c = { key, name: '', tokens: 0, tokensComputed: 0, accepted: 0, rejected: 0, islands: 0, online: 0, engines: [], lastSeen: null, engineSet: new Set() };
+      c = {
+        key,
+        name: '',
+        tokens: 0,
+        tokensComputed: 0,
+        accepted: 0,
+        rejected: 0,
+        islands: 0,
+        online: 0,
+        engines: [],
+        lastSeen: null,
+        engineSet: new Set(),
+      };
       by.set(key, c);
     }
     c.tokens += i.tokens;
@@ -60,7 +72,14 @@ export function creditOf(islands: Iterable<IslandView>, contributorId: string): 
   const at = ranked.findIndex((c) => c.key === contributorId);
   const c = at >= 0 ? ranked[at] : contributors([...islands].filter((i) => contributorKey(i) === contributorId))[0];
   return {
-    contributorId, name: c?.name ?? null, tokens: c?.tokens ?? 0, tokensComputed: c?.tokensComputed ?? 0,
-    accepted: c?.accepted ?? 0, rejected: c?.rejected ?? 0, islands: c?.islands ?? 0, rank: at >= 0 ? at + 1 : null, contributors: all,
+    contributorId,
+    name: c?.name ?? null,
+    tokens: c?.tokens ?? 0,
+    tokensComputed: c?.tokensComputed ?? 0,
+    accepted: c?.accepted ?? 0,
+    rejected: c?.rejected ?? 0,
+    islands: c?.islands ?? 0,
+    rank: at >= 0 ? at + 1 : null,
+    contributors: all,
   };
 }

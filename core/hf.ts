@@ -24,22 +24,36 @@ import { type TensorInput, readSafetensors, tensorAsFloat32, writeSafetensors } 
 
 /** Per-layer tensors: atoll name, transformers name inside transformer.h.{l}, stored transposed. */
 const LAYER: ReadonlyArray<[string, string, boolean]> = [
-  ['ln1w', 'ln_1.weight', false], ['ln1b', 'ln_1.bias', false],
-  ['qkvw', 'attn.c_attn.weight', true], ['qkvb', 'attn.c_attn.bias', false],
-  ['attprojw', 'attn.c_proj.weight', true], ['attprojb', 'attn.c_proj.bias', false],
-  ['ln2w', 'ln_2.weight', false], ['ln2b', 'ln_2.bias', false],
-  ['fcw', 'mlp.c_fc.weight', true], ['fcb', 'mlp.c_fc.bias', false],
-  ['fcprojw', 'mlp.c_proj.weight', true], ['fcprojb', 'mlp.c_proj.bias', false],
+  ['ln1w', 'ln_1.weight', false],
+  ['ln1b', 'ln_1.bias', false],
+  ['qkvw', 'attn.c_attn.weight', true],
+  ['qkvb', 'attn.c_attn.bias', false],
+  ['attprojw', 'attn.c_proj.weight', true],
+  ['attprojb', 'attn.c_proj.bias', false],
+  ['ln2w', 'ln_2.weight', false],
+  ['ln2b', 'ln_2.bias', false],
+  ['fcw', 'mlp.c_fc.weight', true],
+  ['fcb', 'mlp.c_fc.bias', false],
+  ['fcprojw', 'mlp.c_proj.weight', true],
+  ['fcprojb', 'mlp.c_proj.bias', false],
 ];
 const GLOBAL: ReadonlyArray<[string, string]> = [
-  ['wte', 'transformer.wte.weight'], ['wpe', 'transformer.wpe.weight'],
-  ['lnfw', 'transformer.ln_f.weight'], ['lnfb', 'transformer.ln_f.bias'],
+  ['wte', 'transformer.wte.weight'],
+  ['wpe', 'transformer.wpe.weight'],
+  ['lnfw', 'transformer.ln_f.weight'],
+  ['lnfb', 'transformer.ln_f.bias'],
 ];
 
 /** The files of a transformers model folder, by name. */
 export type HfFolder = Record<string, Uint8Array>;
 
-export const HF_FILES = ['model.safetensors', 'config.json', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'] as const;
+export const HF_FILES = [
+  'model.safetensors',
+  'config.json',
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+] as const;
 
 /** (rows, cols) row-major → (cols, rows) row-major. */
 function transpose(src: Float32Array, rows: number, cols: number): Float32Array {
@@ -91,12 +105,30 @@ export function byteSymbols(): string[] {
 
 function tokenizerJson(): Record<string, unknown> {
   const vocab: Record<string, number> = {};
-  byteSymbols().forEach((s, b) => { vocab[s] = b; });
+  byteSymbols().forEach((s, b) => {
+    vocab[s] = b;
+  });
   const byteLevel = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false };
   return {
-    version: '1.0', truncation: null, padding: null, added_tokens: [], normalizer: null,
-    pre_tokenizer: byteLevel, post_processor: null, decoder: byteLevel,
-    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: [] },
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: [],
+    normalizer: null,
+    pre_tokenizer: byteLevel,
+    post_processor: null,
+    decoder: byteLevel,
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: false,
+      byte_fallback: false,
+      vocab,
+      merges: [],
+    },
   };
 }
 
@@ -107,7 +139,10 @@ export function exportHf(ck: Checkpoint): HfFolder {
   const c = ck.config;
   const layout = paramLayout(c);
   const tensors: Record<string, TensorInput> = {};
-  const view = (name: string) => { const t = layout.byName[name]; return ck.params.subarray(t.offset, t.offset + t.size); };
+  const view = (name: string) => {
+    const t = layout.byName[name];
+    return ck.params.subarray(t.offset, t.offset + t.size);
+  };
   for (const [a, h] of GLOBAL) tensors[h] = { dtype: 'F32', shape: layout.byName[a].shape, data: view(a) };
   for (const [a, h, tr] of LAYER) {
     const rest = layout.byName[a].shape.slice(1);
@@ -127,8 +162,11 @@ export function exportHf(ck: Checkpoint): HfFolder {
     'config.json': json(hfConfig(c)),
     'tokenizer.json': json(tokenizerJson()),
     'tokenizer_config.json': json({
-      tokenizer_class: 'PreTrainedTokenizerFast', model_max_length: c.blockSize, clean_up_tokenization_spaces: false,
-      add_prefix_space: false, added_tokens_decoder: {},
+      tokenizer_class: 'PreTrainedTokenizerFast',
+      model_max_length: c.blockSize,
+      clean_up_tokenization_spaces: false,
+      add_prefix_space: false,
+      added_tokens_decoder: {},
     }),
     'special_tokens_map.json': json({}),
   };
@@ -138,13 +176,25 @@ export function exportHf(ck: Checkpoint): HfFolder {
 export function importHf(folder: HfFolder): Result<Checkpoint> {
   const cfgBytes = folder['config.json'];
   const model = folder['model.safetensors'];
-  if (!cfgBytes || !model) return err('E_BAD_CHECKPOINT', 'a transformers folder needs config.json and model.safetensors');
+  if (!cfgBytes || !model)
+    return err('E_BAD_CHECKPOINT', 'a transformers folder needs config.json and model.safetensors');
   let config: GPTConfig;
   try {
     const h = JSON.parse(new TextDecoder().decode(cfgBytes)) as Record<string, unknown>;
-    if (h.model_type !== 'gpt2') return err('E_BAD_CHECKPOINT', `config.json: model_type '${String(h.model_type)}', expected 'gpt2'`);
-    if (h.activation_function !== 'gelu_new') return err('E_BAD_CHECKPOINT', `config.json: activation '${String(h.activation_function)}': atoll's GELU is gelu_new (tanh)`);
-    config = { vocabSize: Number(h.vocab_size), blockSize: Number(h.n_positions), nLayer: Number(h.n_layer), nHead: Number(h.n_head), nEmbd: Number(h.n_embd) };
+    if (h.model_type !== 'gpt2')
+      return err('E_BAD_CHECKPOINT', `config.json: model_type '${String(h.model_type)}', expected 'gpt2'`);
+    if (h.activation_function !== 'gelu_new')
+      return err(
+        'E_BAD_CHECKPOINT',
+        `config.json: activation '${String(h.activation_function)}': atoll's GELU is gelu_new (tanh)`,
+      );
+    config = {
+      vocabSize: Number(h.vocab_size),
+      blockSize: Number(h.n_positions),
+      nLayer: Number(h.n_layer),
+      nHead: Number(h.n_head),
+      nEmbd: Number(h.n_embd),
+    };
     validateConfig(config);
   } catch (e) {
     return err('E_BAD_CHECKPOINT', `config.json: ${(e as Error).message}`);
@@ -157,7 +207,8 @@ export function importHf(folder: HfFolder): Result<Checkpoint> {
   const take = (name: string, shape: number[]): Result<Float32Array> => {
     const t = tensors[name];
     if (!t) return err('E_MISSING_TENSOR', `model.safetensors lacks '${name}'`);
-    if (t.dtype !== 'F32' || t.shape.join(',') !== shape.join(',')) return err('E_WRONG_SIZE', `'${name}' is ${t.dtype} [${t.shape}], expected F32 [${shape}]`);
+    if (t.dtype !== 'F32' || t.shape.join(',') !== shape.join(','))
+      return err('E_WRONG_SIZE', `'${name}' is ${t.dtype} [${t.shape}], expected F32 [${shape}]`);
     return ok(tensorAsFloat32(t));
   };
   for (const [a, h] of GLOBAL) {

@@ -7,7 +7,10 @@
 export function leadingZeroBits(d: Uint8Array): number {
   let n = 0;
   for (const byte of d) {
-    if (byte === 0) { n += 8; continue; }
+    if (byte === 0) {
+      n += 8;
+      continue;
+    }
     return n + Math.clz32(byte) - 24;
   }
   return n;
@@ -25,7 +28,9 @@ export async function solvePow(challenge: string, bits: number, signal?: { abort
   for (let base = 0; base < 2 ** 40; base += BATCH) {
     if (signal?.aborted) return null;
     const tries = Array.from({ length: BATCH }, (_, i) => String(base + i));
-    const digests = await Promise.all(tries.map((n) => crypto.subtle.digest('SHA-256', enc.encode(`${challenge}:${n}`))));
+    const digests = await Promise.all(
+      tries.map((n) => crypto.subtle.digest('SHA-256', enc.encode(`${challenge}:${n}`))),
+    );
     for (let i = 0; i < BATCH; i++) if (leadingZeroBits(new Uint8Array(digests[i])) >= bits) return tries[i];
   }
   return null;

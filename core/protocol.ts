@@ -29,7 +29,19 @@ import { learningRate } from './model/schedule.ts';
 export const PROTOCOL_VERSION = 3;
 
 /** The events an island (or a validator) sends the server, each with an ack; butterfly mixing adds its own (server/gateway/mix.ts MIX_EVENTS). */
-export const ISLAND_EVENTS = ['challenge', 'hello', 'delta', 'nextAssignment', 'updates', 'fetchModel', 'rename', 'bye', 'validator', 'auditJob', 'verdict'] as const;
+export const ISLAND_EVENTS = [
+  'challenge',
+  'hello',
+  'delta',
+  'nextAssignment',
+  'updates',
+  'fetchModel',
+  'rename',
+  'bye',
+  'validator',
+  'auditJob',
+  'verdict',
+] as const;
 
 /**
  * Every error code an island can see, with the layer that produces it. Codec codes are passed
@@ -94,72 +106,90 @@ export const EngineKindSchema = Type.Union([Type.Literal('cpu'), Type.Literal('w
 export type EngineKind = Static<typeof EngineKindSchema>;
 
 /** What an island says about itself in `hello`. All of it is a claim: shown, or bounded before use. */
-export const IslandCapsSchema = Type.Object({
-  /** Human-readable name, shown on the dashboard. */
-  name: Type.Optional(Type.String({ maxLength: 64 })),
-  /**
-   * A stable anonymous id of the contributor (a browser keeps it in localStorage), so credit on
-   * the leaderboard adds up across sessions and devices of one volunteer. Never personal data.
-   */
-  contributorId: Type.Optional(Id(64)),
-  engine: EngineKindSchema,
-  /** Adapter / device description ("cpu", "NVIDIA ...", "google / swiftshader"). */
-  adapter: Type.Optional(Type.String({ maxLength: 256 })),
-  /** Benchmarked training throughput, tokens/s. Seeds DyLU until the first delta is measured. */
-  tokensPerSec: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1e12 })),
-  /** Largest micro-batch the island can run; the server never assigns more. */
-  maxBatch: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
-  /** Preferred micro-batch (≤ maxBatch); the server uses it when it fits its own bounds. */
-  batchSize: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
-  /** Storage precision of its activations and weight copy (master weights are f32 everywhere); default f32. Shown. */
-  numerics: Type.Optional(NumericsSchema),
-  /** Devices it trains on data-parallel (one Δ for all of them); default 1. Shown. */
-  devices: Type.Optional(Int({ minimum: 1, maximum: 64 })),
-}, closed);
+export const IslandCapsSchema = Type.Object(
+  {
+    /** Human-readable name, shown on the dashboard. */
+    name: Type.Optional(Type.String({ maxLength: 64 })),
+    /**
+     * A stable anonymous id of the contributor (a browser keeps it in localStorage), so credit on
+     * the leaderboard adds up across sessions and devices of one volunteer. Never personal data.
+     */
+    contributorId: Type.Optional(Id(64)),
+    engine: EngineKindSchema,
+    /** Adapter / device description ("cpu", "NVIDIA ...", "google / swiftshader"). */
+    adapter: Type.Optional(Type.String({ maxLength: 256 })),
+    /** Benchmarked training throughput, tokens/s. Seeds DyLU until the first delta is measured. */
+    tokensPerSec: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1e12 })),
+    /** Largest micro-batch the island can run; the server never assigns more. */
+    maxBatch: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
+    /** Preferred micro-batch (≤ maxBatch); the server uses it when it fits its own bounds. */
+    batchSize: Type.Optional(Int({ minimum: 1, maximum: 65536 })),
+    /** Storage precision of its activations and weight copy (master weights are f32 everywhere); default f32. Shown. */
+    numerics: Type.Optional(NumericsSchema),
+    /** Devices it trains on data-parallel (one Δ for all of them); default 1. Shown. */
+    devices: Type.Optional(Int({ minimum: 1, maximum: 64 })),
+  },
+  closed,
+);
 export type IslandCaps = Static<typeof IslandCapsSchema>;
 
-export const HelloSchema = Type.Object({
-  protocolVersion: Int(),
-  caps: IslandCapsSchema,
-  /** Rejoin under a previous id (keeps the island's record, stats and data stream); needs resumeToken. */
-  resumeIslandId: Type.Optional(Id(64)),
-  /** The token the server handed out with that id in its answer to the first hello. */
-  resumeToken: Type.Optional(Id(128)),
-  /** false: no pushed `update` broadcasts (the island pulls with `updates` when it needs θ). */
-  push: Type.Optional(Type.Boolean()),
-  /** A new identity's proof of work (docs/protocol.md): a `challenge` answer and a nonce for it. */
-  pow: Type.Optional(Type.Object({
-    challenge: Type.String({ minLength: 1, maxLength: 128 }),
-    nonce: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }),
-  }, closed)),
-}, closed);
+export const HelloSchema = Type.Object(
+  {
+    protocolVersion: Int(),
+    caps: IslandCapsSchema,
+    /** Rejoin under a previous id (keeps the island's record, stats and data stream); needs resumeToken. */
+    resumeIslandId: Type.Optional(Id(64)),
+    /** The token the server handed out with that id in its answer to the first hello. */
+    resumeToken: Type.Optional(Id(128)),
+    /** false: no pushed `update` broadcasts (the island pulls with `updates` when it needs θ). */
+    push: Type.Optional(Type.Boolean()),
+    /** A new identity's proof of work (docs/protocol.md): a `challenge` answer and a nonce for it. */
+    pow: Type.Optional(
+      Type.Object(
+        {
+          challenge: Type.String({ minLength: 1, maxLength: 128 }),
+          nonce: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }),
+        },
+        closed,
+      ),
+    ),
+  },
+  closed,
+);
 export type HelloMsg = Static<typeof HelloSchema>;
 
 // JSON has no NaN: an island's NaN loss travels as null.
 const Loss = Type.Union([Type.Number(), Type.Null()]);
 
 /** Metadata sent with each delta frame. */
-export const DeltaMetaSchema = Type.Object({
-  islandId: Id(64),
-  /** The assignment's roundId, echoed. */
-  roundId: Int(),
-  /** The version the island actually trained from. */
-  baseVersion: Int(),
-  /** Per-island sequence number, strictly increasing over the island's life (replay guard). */
-  seq: Int(),
-  /** Inner steps run: at most the assignment's innerSteps. */
-  steps: Int({ maximum: 1e9 }),
-  /** Tokens trained on: exactly steps × batchSize × seqLen of the assignment. */
-  tokens: Int({ maximum: 1e15 }),
-  lossFirst: Loss,
-  lossLast: Loss,
-  lossMean: Loss,
-  /** Compute time of the inner steps, ms (informational: shown, never used to weigh or credit). */
-  elapsedMs: Type.Number({ minimum: 0, maximum: 1e12 }),
-}, closed);
+export const DeltaMetaSchema = Type.Object(
+  {
+    islandId: Id(64),
+    /** The assignment's roundId, echoed. */
+    roundId: Int(),
+    /** The version the island actually trained from. */
+    baseVersion: Int(),
+    /** Per-island sequence number, strictly increasing over the island's life (replay guard). */
+    seq: Int(),
+    /** Inner steps run: at most the assignment's innerSteps. */
+    steps: Int({ maximum: 1e9 }),
+    /** Tokens trained on: exactly steps × batchSize × seqLen of the assignment. */
+    tokens: Int({ maximum: 1e15 }),
+    lossFirst: Loss,
+    lossLast: Loss,
+    lossMean: Loss,
+    /** Compute time of the inner steps, ms (informational: shown, never used to weigh or credit). */
+    elapsedMs: Type.Number({ minimum: 0, maximum: 1e12 }),
+  },
+  closed,
+);
 /** DeltaMeta as it arrives; `DeltaMeta` holds NaN where the wire has null. */
 export type DeltaMetaWire = Static<typeof DeltaMetaSchema>;
-export type DeltaMeta = Omit<DeltaMetaWire, 'lossFirst' | 'lossLast' | 'lossMean'> & { lossFirst: number; lossLast: number; lossMean: number };
+export type DeltaMeta = Omit<DeltaMetaWire, 'lossFirst' | 'lossLast' | 'lossMean'> & {
+  lossFirst: number;
+  lossLast: number;
+  lossMean: number;
+};
 
 /** `delta`: the metadata and the codec frame (binary). The frame's size is checked separately. */
 export const DeltaSchema = Type.Object({ meta: DeltaMetaSchema, frame: Type.Uint8Array() }, closed);
@@ -171,11 +201,14 @@ export const RenameSchema = Type.Object({ name: Type.String({ minLength: 1, maxL
 /** `validator`: a trusted validator's token (docs/protocol.md, "Verified work"). */
 export const ValidatorSchema = Type.Object({ token: Type.String({ minLength: 1, maxLength: 256 }) }, closed);
 /** `verdict`: a validator's measurement of an audit job; both null when it could not judge it. */
-export const VerdictSchema = Type.Object({
-  jobId: Int(),
-  cosine: Type.Union([Type.Number({ minimum: -1.001, maximum: 1.001 }), Type.Null()]),
-  normRatio: Type.Union([Type.Number({ minimum: 0, maximum: 1e12 }), Type.Null()]),
-}, closed);
+export const VerdictSchema = Type.Object(
+  {
+    jobId: Int(),
+    cosine: Type.Union([Type.Number({ minimum: -1.001, maximum: 1.001 }), Type.Null()]),
+    normRatio: Type.Union([Type.Number({ minimum: 0, maximum: 1e12 }), Type.Null()]),
+  },
+  closed,
+);
 /** `nextAssignment`, `fetchModel`, `auditJob`: no payload ({} or none). */
 export const EmptySchema = Type.Union([Type.Object({}, closed), Type.Undefined(), Type.Null()]);
 
@@ -190,13 +223,16 @@ const Sha256 = Type.String({ minLength: 64, maxLength: 64, pattern: '^[0-9a-f]{6
  * `lossLast`); each may still be sent (an `islandId` must be the connection's, `tokens` the derived
  * figure). Steps, base version and the rest are checked against the island's assignment as for `delta`.
  */
-export const MixReadyMetaSchema = Type.Object({
-  ...DeltaMetaSchema.properties,
-  islandId: Type.Optional(Id(64)),
-  tokens: Type.Optional(DeltaMetaSchema.properties.tokens),
-  lossFirst: Type.Optional(Loss),
-  lossLast: Type.Optional(Loss),
-}, closed);
+export const MixReadyMetaSchema = Type.Object(
+  {
+    ...DeltaMetaSchema.properties,
+    islandId: Type.Optional(Id(64)),
+    tokens: Type.Optional(DeltaMetaSchema.properties.tokens),
+    lossFirst: Type.Optional(Loss),
+    lossLast: Type.Optional(Loss),
+  },
+  closed,
+);
 /**
  * `mix:ready`: the island's round is done; it commits to its Δ frame (SHA-256 of the exact bytes it
  * would send as `delta`) and asks to be grouped. Answered with a MixPlan, or null: send `delta`.
@@ -210,25 +246,38 @@ export const MixReadySchema = Type.Object({ meta: MixReadyMetaSchema, frameHash:
  */
 export function mixReadyMeta(m: DeltaMeta): Static<typeof MixReadyMetaSchema> {
   const { islandId: _id, tokens: _tokens, lossFirst: _first, lossLast: _last, ...rest } = m;
-  return { ...rest, lossMean: Number.isFinite(rest.lossMean) ? Math.round(rest.lossMean * 1e5) / 1e5 : null, elapsedMs: Math.round(rest.elapsedMs) };
+  return {
+    ...rest,
+    lossMean: Number.isFinite(rest.lossMean) ? Math.round(rest.lossMean * 1e5) / 1e5 : null,
+    elapsedMs: Math.round(rest.elapsedMs),
+  };
 }
 /** `mix:fragment`: the member's fragment (a codec frame of its range of the group's mean), or null when its exchange failed. */
-export const MixFragmentSchema = Type.Object({ groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) }, closed);
+export const MixFragmentSchema = Type.Object(
+  { groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) },
+  closed,
+);
 /** The answer to the server's `mix:replay`: the committed Δ frame; null: cannot. */
-export const MixAnswerSchema = Type.Object({ groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) }, closed);
+export const MixAnswerSchema = Type.Object(
+  { groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) },
+  closed,
+);
 /** The answer to the server's `mix:check`: the SHA-256 of fragment j's frame as this member recomputes it; null: cannot. */
 export const MixCheckAnswerSchema = Type.Object({ groupId: Int(), hash: Type.Union([Sha256, Type.Null()]) }, closed);
 /**
  * `mix:signal`: WebRTC signalling for one peer of the group, relayed by the server as it is: the
  * offer and answer SDP (non-trickle: gathered candidates inside), or one ICE candidate.
  */
-export const MixSignalSchema = Type.Object({
-  groupId: Int(),
-  /** The peer's member index. */
-  to: Int({ maximum: 255 }),
-  kind: Type.Union([Type.Literal('offer'), Type.Literal('answer'), Type.Literal('candidate')]),
-  data: Type.String({ maxLength: 16384 }),
-}, closed);
+export const MixSignalSchema = Type.Object(
+  {
+    groupId: Int(),
+    /** The peer's member index. */
+    to: Int({ maximum: 255 }),
+    kind: Type.Union([Type.Literal('offer'), Type.Literal('answer'), Type.Literal('candidate')]),
+    data: Type.String({ maxLength: 16384 }),
+  },
+  closed,
+);
 
 /** The server's answer to `mix:ready` when a group formed: who mixes, with what weights, over which ranges. */
 export interface MixPlanMsg {

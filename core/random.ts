@@ -35,7 +35,11 @@ export function hashString(s: string): number {
 export function gaussian(rand: () => number): () => number {
   let spare: number | null = null;
   return () => {
-    if (spare !== null) { const s = spare; spare = null; return s; }
+    if (spare !== null) {
+      const s = spare;
+      spare = null;
+      return s;
+    }
     let u = 0;
     while (u === 0) u = rand();
     const v = rand();

@@ -50,7 +50,7 @@ const MAX_HEADER_BYTES = 100_000_000;
 const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 function isDtype(s: unknown): s is Dtype {
-  return typeof s === 'string' && Object.prototype.hasOwnProperty.call(DTYPE_BYTES, s);
+  return typeof s === 'string' && Object.hasOwn(DTYPE_BYTES, s);
 }
 
 /** Number of elements of `shape`, or -1 if it is not a list of non-negative safe integers. */
@@ -101,7 +101,10 @@ export function concatBytes(parts: Uint8Array[]): Uint8Array {
  * tensor's bytes as a view of its data (no copy on a little-endian host), for a writer that
  * writes them one after the other: a large checkpoint is never gathered into one buffer.
  */
-export function safetensorsParts(tensors: Record<string, TensorInput>, metadata?: Record<string, string>): Uint8Array[] {
+export function safetensorsParts(
+  tensors: Record<string, TensorInput>,
+  metadata?: Record<string, string>,
+): Uint8Array[] {
   const parts: string[] = [];
   if (metadata !== undefined) {
     for (const [k, v] of Object.entries(metadata)) {
@@ -118,7 +121,9 @@ export function safetensorsParts(tensors: Record<string, TensorInput>, metadata?
     if (count < 0) throw new RangeError(`tensor ${name}: bad shape ${JSON.stringify(t.shape)}`);
     const bytes = count * DTYPE_BYTES[t.dtype];
     if (bytes !== t.data.byteLength) {
-      throw new RangeError(`tensor ${name}: shape ${JSON.stringify(t.shape)} ${t.dtype} needs ${bytes} bytes, data has ${t.data.byteLength}`);
+      throw new RangeError(
+        `tensor ${name}: shape ${JSON.stringify(t.shape)} ${t.dtype} needs ${bytes} bytes, data has ${t.data.byteLength}`,
+      );
     }
     const entry = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + bytes] };
     parts.push(`${JSON.stringify(name)}:${JSON.stringify(entry)}`);
@@ -164,7 +169,8 @@ function readUnchecked(bytes: Uint8Array): Result<SafetensorsFile> {
   const lenLo = dv.getUint32(0, true);
   const lenHi = dv.getUint32(4, true);
   const headerLen = lenHi * 2 ** 32 + lenLo; // exact below 2^53, and anything that large fails below
-  if (headerLen > bytes.length - 8) return err(TRUNCATED, `header of ${headerLen} bytes runs past the ${bytes.length}-byte file`);
+  if (headerLen > bytes.length - 8)
+    return err(TRUNCATED, `header of ${headerLen} bytes runs past the ${bytes.length}-byte file`);
   if (headerLen > MAX_HEADER_BYTES) return err(BAD_HEADER, `header of ${headerLen} bytes exceeds ${MAX_HEADER_BYTES}`);
 
   let text: string;
@@ -218,9 +224,13 @@ function readUnchecked(bytes: Uint8Array): Result<SafetensorsFile> {
       return err(BAD_TENSOR, `tensor ${name}: bad data_offsets ${JSON.stringify(offsets)}`);
     }
     const [begin, end] = offsets as [number, number];
-    if (end > dataLen) return err(BAD_TENSOR, `tensor ${name}: data_offsets [${begin}, ${end}] past the ${dataLen}-byte buffer`);
+    if (end > dataLen)
+      return err(BAD_TENSOR, `tensor ${name}: data_offsets [${begin}, ${end}] past the ${dataLen}-byte buffer`);
     if (count * DTYPE_BYTES[dtype] !== end - begin) {
-      return err(BAD_TENSOR, `tensor ${name}: shape ${JSON.stringify(shape)} ${dtype} needs ${count * DTYPE_BYTES[dtype]} bytes, offsets span ${end - begin}`);
+      return err(
+        BAD_TENSOR,
+        `tensor ${name}: shape ${JSON.stringify(shape)} ${dtype} needs ${count * DTYPE_BYTES[dtype]} bytes, offsets span ${end - begin}`,
+      );
     }
     spans.push({ name, begin, end });
     defineEntry(tensors, name, {

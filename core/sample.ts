@@ -18,11 +18,16 @@ export function sampleToken(logits: Float32Array, temperature: number, topK: num
     for (let i = 1; i < V; i++) if (logits[i] > logits[best]) best = i;
     return best;
   }
-  const order = Array.from({ length: V }, (_, i) => i).sort((a, b) => logits[b] - logits[a]).slice(0, Math.max(1, Math.min(topK, V)));
+  const order = Array.from({ length: V }, (_, i) => i)
+    .sort((a, b) => logits[b] - logits[a])
+    .slice(0, Math.max(1, Math.min(topK, V)));
   const maxv = logits[order[0]];
   const w = order.map((i) => Math.exp((logits[i] - maxv) / temperature));
   let r = rand() * w.reduce((a, b) => a + b, 0);
-  for (let j = 0; j < order.length; j++) { r -= w[j]; if (r <= 0) return order[j]; }
+  for (let j = 0; j < order.length; j++) {
+    r -= w[j];
+    if (r <= 0) return order[j];
+  }
   return order[order.length - 1];
 }
 

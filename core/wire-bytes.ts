@@ -20,7 +20,12 @@ export type WireDirection = 'up' | 'down';
 
 /** An emit of `event` with `payload`; `ack`: it asks for an answer (carries an ack id). */
 export function emitBytes(dir: WireDirection, event: string, payload: unknown, ack = true): number {
-  return packetBytes(dir, { type: PacketType.EVENT, nsp: NSP, data: payload === undefined ? [event] : [event, payload], ...(ack ? { id: ACK_ID } : {}) });
+  return packetBytes(dir, {
+    type: PacketType.EVENT,
+    nsp: NSP,
+    data: payload === undefined ? [event] : [event, payload],
+    ...(ack ? { id: ACK_ID } : {}),
+  });
 }
 
 /** The answer to a request: the gateway's `{ ok: true, value }` (or `{ ok: false, error }`) as the ack's argument. */
@@ -33,7 +38,10 @@ export function okBytes(dir: WireDirection, value: unknown): number {
   return ackBytes(dir, { ok: true, value });
 }
 
-function packetBytes(dir: WireDirection, packet: { type: PacketType; nsp: string; data: unknown[]; id?: number }): number {
+function packetBytes(
+  dir: WireDirection,
+  packet: { type: PacketType; nsp: string; data: unknown[]; id?: number },
+): number {
   let total = 0;
   for (const part of encoder.encode(packet) as Array<string | ArrayBufferView>) {
     const payload = typeof part === 'string' ? 1 + utf8Length(part) : part.byteLength;
@@ -53,7 +61,10 @@ function utf8Length(s: string): number {
     const c = s.charCodeAt(i);
     if (c < 0x80) n += 1;
     else if (c < 0x800) n += 2;
-    else if (c >= 0xd800 && c < 0xdc00) { n += 4; i++; } // a surrogate pair
+    else if (c >= 0xd800 && c < 0xdc00) {
+      n += 4;
+      i++;
+    } // a surrogate pair
     else n += 3;
   }
   return n;

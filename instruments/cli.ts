@@ -14,7 +14,8 @@ const DECIMAL = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$/;
 function intIn(min: number, max: number): (v: string) => number {
   return (v) => {
     const n = Number(v);
-    if (!DECIMAL.test(v.trim()) || !Number.isInteger(n) || n < min || n > max) throw new InvalidArgumentError(`must be an integer in [${min}, ${max}]`);
+    if (!DECIMAL.test(v.trim()) || !Number.isInteger(n) || n < min || n > max)
+      throw new InvalidArgumentError(`must be an integer in [${min}, ${max}]`);
     return n;
   };
 }
@@ -34,8 +35,14 @@ function numIn(min: number, max: number, aboveMin = false): (v: string) => numbe
 function serverUrls(v: string): string {
   for (const u of v.split(',')) {
     let ok = false;
-    try { const p = new URL(u.trim()); ok = (p.protocol === 'http:' || p.protocol === 'https:') && p.hostname !== ''; } catch { /* not a URL */ }
-    if (!ok) throw new InvalidArgumentError(`'${u.trim().slice(0, 80)}' is not an http(s) URL (e.g. http://localhost:8080)`);
+    try {
+      const p = new URL(u.trim());
+      ok = (p.protocol === 'http:' || p.protocol === 'https:') && p.hostname !== '';
+    } catch {
+      /* not a URL */
+    }
+    if (!ok)
+      throw new InvalidArgumentError(`'${u.trim().slice(0, 80)}' is not an http(s) URL (e.g. http://localhost:8080)`);
   }
   return v;
 }
@@ -58,18 +65,21 @@ const engineOption = () => new Option('--engine <kind>', 'training engine').choi
 /** Prints an error with its code and exits non-zero (never a stack trace for user errors). */
 function fail(e: unknown): never {
   const err = e as Error & { code?: string };
-  const code = err.code ?? (/^(E_[A-Z_]+)/.exec(err.message)?.[1]) ?? 'E_FAILED';
+  const code = err.code ?? /^(E_[A-Z_]+)/.exec(err.message)?.[1] ?? 'E_FAILED';
   process.stderr.write(`atoll: error ${code}: ${err.message.replace(/^E_[A-Z_]+:\s*/, '')}\n`);
   process.exit(1);
 }
 
 export function buildProgram(): Command {
   const program = new Command('atoll')
-    .description('Train one language model across islands of compute: browsers on WebGPU and GPU servers, synced by compressed DiLoCo deltas.')
+    .description(
+      'Train one language model across islands of compute: browsers on WebGPU and GPU servers, synced by compressed DiLoCo deltas.',
+    )
     // one line naming the flag and its range (the help is one --help away)
     .showHelpAfterError(false);
 
-  program.command('train')
+  program
+    .command('train')
     .description('train one island locally (no server), evaluate on the held-out split, write a checkpoint')
     .addOption(presetOption().default('small'))
     .option('--steps <n>', 'inner steps, 1..10,000,000', intIn(1, 10_000_000), 300)
@@ -90,11 +100,14 @@ export function buildProgram(): Command {
         const { trainLosses: _omit, ...rest } = r;
         process.stdout.write(JSON.stringify(rest) + '\n');
       } else {
-        process.stderr.write(`done: ${r.tokens} tokens, eval loss ${r.evalLossFirst.toFixed(3)} → ${r.evalLossLast.toFixed(3)}, ${r.tokensPerSec.toFixed(0)} tok/s\n`);
+        process.stderr.write(
+          `done: ${r.tokens} tokens, eval loss ${r.evalLossFirst.toFixed(3)} → ${r.evalLossLast.toFixed(3)}, ${r.tokensPerSec.toFixed(0)} tok/s\n`,
+        );
       }
     });
 
-  program.command('sample')
+  program
+    .command('sample')
     .description('print text generated from a checkpoint')
     .requiredOption('--checkpoint <file>', 'a checkpoint written by atoll train or atoll serve')
     .option('--prompt <text>', 'text to continue', '')
@@ -107,8 +120,11 @@ export function buildProgram(): Command {
       process.stdout.write(o.prompt + (await sampleFromCheckpoint(o)) + '\n');
     });
 
-  program.command('export')
-    .description('a checkpoint as a Hugging Face transformers GPT-2 folder (--format hf), or such a folder back to a checkpoint (--format atoll)')
+  program
+    .command('export')
+    .description(
+      'a checkpoint as a Hugging Face transformers GPT-2 folder (--format hf), or such a folder back to a checkpoint (--format atoll)',
+    )
     .requiredOption('--checkpoint <path>', 'hf: a checkpoint file; atoll: a transformers folder')
     .addOption(new Option('--format <fmt>', 'what to write').choices(['hf', 'atoll']).default('hf'))
     .requiredOption('--out <path>', 'hf: the folder to write; atoll: the checkpoint file')
@@ -117,8 +133,11 @@ export function buildProgram(): Command {
       for (const p of exportCheckpoint(o)) process.stderr.write(`wrote ${p}\n`);
     });
 
-  program.command('serve')
-    .description('the coordinator server: island protocol (socket.io), REST API, /metrics, volunteer page and dashboard; resumes an existing run folder')
+  program
+    .command('serve')
+    .description(
+      'the coordinator server: island protocol (socket.io), REST API, /metrics, volunteer page and dashboard; resumes an existing run folder',
+    )
     .addOption(presetOption())
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .addOption(new Option('--mode <mode>', 'DiLoCo mode').choices(['sync', 'async']))
@@ -126,7 +145,11 @@ export function buildProgram(): Command {
     .option('--outer-lr <lr>', 'outer learning rate, [0, 10]', numIn(0, 10))
     .option('--outer-momentum <m>', 'outer Nesterov momentum, [0, 0.999]', numIn(0, 0.999))
     .option('--round-time <s>', 'target round time in seconds, [0, 86400] (0: fixed inner steps)', numIn(0, 86_400))
-    .option('--quorum <q>', 'sync: fraction of the round that must report before the grace window may close it, [0, 1]', numIn(0, 1))
+    .option(
+      '--quorum <q>',
+      'sync: fraction of the round that must report before the grace window may close it, [0, 1]',
+      numIn(0, 1),
+    )
     .option('--max-staleness <n>', 'reject deltas more than n versions behind, 0..1,000,000', intIn(0, 1_000_000))
     .option('--inner-steps <n>', 'inner steps per round (of the fastest island), 1..10,000,000', intIn(1, 10_000_000))
     .option('--seed <n>', 'θ init seed (new runs), 0..2^32-1', SEED)
@@ -135,72 +158,181 @@ export function buildProgram(): Command {
     .option('--title <text>', 'headline of the volunteer page (default: a title for the default run, else the name)')
     .option('--description <text>', 'run description for the volunteer page')
     .option('--config <file>', 'JSON run config (flags override it)')
-    .option('--start-over', 'move the run folder aside (to <dir>.old-<time>) and start a new run there: for a folder whose checkpoints are all unreadable')
+    .option(
+      '--start-over',
+      'move the run folder aside (to <dir>.old-<time>) and start a new run there: for a folder whose checkpoints are all unreadable',
+    )
     .option('--port <n>', 'HTTP port, 0..65535 (default $PORT or 8080)', PORT)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
-    .option('--outer-workers <n>', 'worker threads for the outer step, off the event loop, 0..64 (0: on the event loop)', WORKERS, OUTER_WORKERS_DEFAULT)
-    .addOption(new Option('--log-level <level>', 'operator log level (JSON lines on stderr; default $ATOLL_LOG_LEVEL or info)').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']))
+    .option(
+      '--outer-workers <n>',
+      'worker threads for the outer step, off the event loop, 0..64 (0: on the event loop)',
+      WORKERS,
+      OUTER_WORKERS_DEFAULT,
+    )
+    .addOption(
+      new Option(
+        '--log-level <level>',
+        'operator log level (JSON lines on stderr; default $ATOLL_LOG_LEVEL or info)',
+      ).choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+    )
     .option('--build-if-needed', 'run vite build first when dist/client is missing or older than its sources')
     .option('--redis <url>', 'scale out on Redis (redis://HOST:PORT): with --role, this process is one part of the run')
-    .addOption(new Option('--role <role>', 'with --redis: gateway (islands, pages, API; any number), aggregator (the run folder and coordinator; one active, the others standby), or all (both)').choices(['gateway', 'aggregator', 'all']))
-    .option('--lease-ms <ms>', 'with --redis: the aggregator lease, 100..3,600,000; a standby takes over this long after the active one stops renewing (default 5000)', intIn(100, 3_600_000))
-    .option('--validator-token <token>', 'verified work: validators (atoll island --validator) authenticate with this (default $ATOLL_VALIDATOR_TOKEN; none: no audits)')
+    .addOption(
+      new Option(
+        '--role <role>',
+        'with --redis: gateway (islands, pages, API; any number), aggregator (the run folder and coordinator; one active, the others standby), or all (both)',
+      ).choices(['gateway', 'aggregator', 'all']),
+    )
+    .option(
+      '--lease-ms <ms>',
+      'with --redis: the aggregator lease, 100..3,600,000; a standby takes over this long after the active one stops renewing (default 5000)',
+      intIn(100, 3_600_000),
+    )
+    .option(
+      '--validator-token <token>',
+      'verified work: validators (atoll island --validator) authenticate with this (default $ATOLL_VALIDATOR_TOKEN; none: no audits)',
+    )
     .option('--audit-rate <f>', 'fraction of accepted dense-code deltas audited, [0, 1] (default 0.1)', numIn(0, 1))
     .option('--audit-ban-after <n>', 'failed audits that ban an island, 0..1000 (0: never; default 2)', intIn(0, 1000))
-    .option('--mix-group <k>', 'butterfly mixing: islands ready together average over WebRTC in groups of k and upload 1/k each; 0 (off, the default), 2, 4, 8, 16', MIX_GROUP, 0)
-    .option('--mix-spot-rate <f>', 'with --mix-group: share of fragments a second member recomputes (spot checks), [0, 1] (default 0.1)', numIn(0, 1))
-    .option('--mix-ice-servers <file>', 'with --mix-group: JSON array of RTCPeerConnection iceServers (STUN, TURN) every group member gets, for peers beyond a LAN (default none: host candidates only)')
+    .option(
+      '--mix-group <k>',
+      'butterfly mixing: islands ready together average over WebRTC in groups of k and upload 1/k each; 0 (off, the default), 2, 4, 8, 16',
+      MIX_GROUP,
+      0,
+    )
+    .option(
+      '--mix-spot-rate <f>',
+      'with --mix-group: share of fragments a second member recomputes (spot checks), [0, 1] (default 0.1)',
+      numIn(0, 1),
+    )
+    .option(
+      '--mix-ice-servers <file>',
+      'with --mix-group: JSON array of RTCPeerConnection iceServers (STUN, TURN) every group member gets, for peers beyond a LAN (default none: host candidates only)',
+    )
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');
       await serve(o);
     });
 
-  program.command('island')
+  program
+    .command('island')
     .description('a headless island: joins a server and trains until the run is done or Ctrl-C')
-    .requiredOption('--server <urls>', 'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them', serverUrls)
+    .requiredOption(
+      '--server <urls>',
+      'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them',
+      serverUrls,
+    )
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
-    .addOption(new Option('--precision <p>', 'WebGPU: storage of activations, the matmuls\' weight copy and Δ (master weights and Adam moments stay f32)').choices(['f32', 'f16']).default('f32'))
-    .option('--devices <n>', 'WebGPU: train data-parallel on n devices as one island, 1..64 (gradients all-reduced every step, one Δ)', intIn(1, 64), 1)
-    .option('--no-calibrate', 'skip timing a few steps before joining (the first round is then the run\'s default length, not sized to its round time)')
+    .addOption(
+      new Option(
+        '--precision <p>',
+        "WebGPU: storage of activations, the matmuls' weight copy and Δ (master weights and Adam moments stay f32)",
+      )
+        .choices(['f32', 'f16'])
+        .default('f32'),
+    )
+    .option(
+      '--devices <n>',
+      'WebGPU: train data-parallel on n devices as one island, 1..64 (gradients all-reduced every step, one Δ)',
+      intIn(1, 64),
+      1,
+    )
+    .option(
+      '--no-calibrate',
+      "skip timing a few steps before joining (the first round is then the run's default length, not sized to its round time)",
+    )
     .option('--name <name>', 'display name on the dashboard')
-    .option('--batch <n>', 'largest micro-batch per device, 1..65536 (default: the run\'s); the island\'s batch is n × devices', intIn(1, 65_536))
+    .option(
+      '--batch <n>',
+      "largest micro-batch per device, 1..65536 (default: the run's); the island's batch is n × devices",
+      intIn(1, 65_536),
+    )
     .option('--duty <f>', 'fraction of time spent computing, (0, 1]', numIn(0, 1, true))
     .option('--json', 'print one JSON summary at the end')
-    .option('--validator', 'audit a sample of other islands\' deltas instead of training (recomputes them on the engine, cpu by default)')
-    .option('--validator-token <token>', 'with --validator: the run\'s validator token (default $ATOLL_VALIDATOR_TOKEN)')
-    .option('--no-mix', 'never join butterfly mixing groups (WebRTC) on a server that mixes: upload every delta directly')
+    .option(
+      '--validator',
+      "audit a sample of other islands' deltas instead of training (recomputes them on the engine, cpu by default)",
+    )
+    .option('--validator-token <token>', "with --validator: the run's validator token (default $ATOLL_VALIDATOR_TOKEN)")
+    .option(
+      '--no-mix',
+      'never join butterfly mixing groups (WebRTC) on a server that mixes: upload every delta directly',
+    )
     .action(async (o) => {
       const { island } = await import('./commands/island.ts');
       process.exitCode = await island(o);
     });
 
-  program.command('simulate')
-    .description('many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island')
-    .option('--preset <name>', 'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ladder), smoke (seconds); a model preset name means compare on that model', 'compare')
-    .addOption(new Option('--model <name>', 'model preset, or a scaling rung\'s shape (sequence length 32)').choices(SIM_MODEL_NAMES))
+  program
+    .command('simulate')
+    .description(
+      'many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island',
+    )
+    .option(
+      '--preset <name>',
+      'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ladder), smoke (seconds); a model preset name means compare on that model',
+      'compare',
+    )
+    .addOption(
+      new Option('--model <name>', "model preset, or a scaling rung's shape (sequence length 32)").choices(
+        SIM_MODEL_NAMES,
+      ),
+    )
     .option('--islands <n>', 'islands per DiLoCo row, 1..256', intIn(1, 256))
     .option('--tokens <n>', 'token budget per row (tokens in θ), 1..10^12', intIn(1, 1e12))
-    .option('--rounds <n>', 'budget in rounds of the nominal island instead of tokens, 1..1,000,000', intIn(1, 1_000_000))
+    .option(
+      '--rounds <n>',
+      'budget in rounds of the nominal island instead of tokens, 1..1,000,000',
+      intIn(1, 1_000_000),
+    )
     .addOption(new Option('--mode <mode>', 'diloco preset: DiLoCo mode').choices(['sync', 'async']))
     .addOption(new Option('--codec <enc>', 'diloco preset: delta encoding').choices([...ENCODINGS]))
     .option('--inner-steps <n>', 'inner steps H of the nominal island, 1..1,000,000', intIn(1, 1_000_000))
     .option('--quick', 'one seed and fewer rows (tests)')
-    .option('--rows <names>', "only these rows of the preset, comma-separated (with --quick: any row of the full preset, one seed)")
+    .option(
+      '--rows <names>',
+      'only these rows of the preset, comma-separated (with --quick: any row of the full preset, one seed)',
+    )
     .option('--eval-batches <n>', 'held-out batches per evaluation, 1..100,000 (default 64)', intIn(1, 100_000))
-    .option('--warm-start-tokens <n>', 'tokens of single-island training every row starts from, 0..10^12 (0: cold, as --cold)', intIn(0, 1e12))
-    .option('--cold', 'start every row cold, from θ0 = the init a fresh atoll serve --seed run starts from (no warm start)')
-    .option('--from-fleet <report>', "replay an atoll fleet report.json in virtual time: its twin, DDP and single rows")
+    .option(
+      '--warm-start-tokens <n>',
+      'tokens of single-island training every row starts from, 0..10^12 (0: cold, as --cold)',
+      intIn(0, 1e12),
+    )
+    .option(
+      '--cold',
+      'start every row cold, from θ0 = the init a fresh atoll serve --seed run starts from (no warm start)',
+    )
+    .option('--from-fleet <report>', 'replay an atoll fleet report.json in virtual time: its twin, DDP and single rows')
     .option('--compare <rows>', "diloco preset: baselines to add, comma-separated (ddp,single; 'none')")
     .option('--seed <n>', 'init and data seed, 0..2^32-1', SEED)
     .option('--workers <n>', 'worker threads running rows in parallel, 0..64 (0: in this thread)', WORKERS)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
-    .option('--out <dir>', 'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>)')
-    .option('--rungs <n|names>', 'scaling preset: the first n rungs of the ladder, or rung names, comma-separated (default the 4 CPU rungs)')
+    .option(
+      '--out <dir>',
+      'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>)',
+    )
+    .option(
+      '--rungs <n|names>',
+      'scaling preset: the first n rungs of the ladder, or rung names, comma-separated (default the 4 CPU rungs)',
+    )
     .option('--tokens-per-param <x>', 'scaling preset: token budget per parameter at every rung (default 2)')
-    .option('--outer-rounds <n>', 'scaling preset: fleet rounds per run, 1..100,000, the H rule H = tokens / (rounds × global batch) (default 8)', intIn(1, 100_000))
-    .addOption(new Option('--engine <kind>', 'training engine of every island, baseline and evaluation (virtual time either way)').choices(['cpu', 'webgpu']).default('cpu'))
+    .option(
+      '--outer-rounds <n>',
+      'scaling preset: fleet rounds per run, 1..100,000, the H rule H = tokens / (rounds × global batch) (default 8)',
+      intIn(1, 100_000),
+    )
+    .addOption(
+      new Option(
+        '--engine <kind>',
+        'training engine of every island, baseline and evaluation (virtual time either way)',
+      )
+        .choices(['cpu', 'webgpu'])
+        .default('cpu'),
+    )
     .option('--json', 'print report.json on stdout instead of the table')
     .action(async (o) => {
       const { runSimulate, simulateOptionsFromCli } = await import('./simulate/index.ts');
@@ -217,27 +349,65 @@ export function buildProgram(): Command {
       await runSimulate({ ...parsed.value, ...stderrProgress(true) });
     });
 
-  program.command('fleet')
-    .description('a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html')
+  program
+    .command('fleet')
+    .description(
+      'a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html',
+    )
     .addOption(presetOption().default('tiny'))
-    .option('--islands <n>', 'Node islands, each its own process (those --schedule joins included), 0..64', intIn(0, 64), 4)
-    .option('--browsers <n>', 'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start, 0..16', intIn(0, 16), 0)
-    .option('--engines <list>', 'Node islands\' engines, cycled: cpu, webgpu; :f16 for f16 storage, xN for N devices (webgpu), e.g. webgpu:f16x2', 'cpu')
-    .option('--batches <list>', 'Node islands\' micro-batches, cycled (default: the run\'s)')
-    .option('--duty <list>', 'Node islands\' duty cycles in (0, 1], cycled', '1')
-    .option('--schedule <events>', 'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, then restarted)')
+    .option(
+      '--islands <n>',
+      'Node islands, each its own process (those --schedule joins included), 0..64',
+      intIn(0, 64),
+      4,
+    )
+    .option(
+      '--browsers <n>',
+      'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start, 0..16',
+      intIn(0, 16),
+      0,
+    )
+    .option(
+      '--engines <list>',
+      "Node islands' engines, cycled: cpu, webgpu; :f16 for f16 storage, xN for N devices (webgpu), e.g. webgpu:f16x2",
+      'cpu',
+    )
+    .option('--batches <list>', "Node islands' micro-batches, cycled (default: the run's)")
+    .option('--duty <list>', "Node islands' duty cycles in (0, 1], cycled", '1')
+    .option(
+      '--schedule <events>',
+      'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, then restarted)',
+    )
     .option('--tokens <n>', 'tokens in θ that end the run (and every row), 1..10^12', intIn(1, 1e12), 50_000)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option('--seed <n>', 'θ init seed of the run and its twin, 0..2^32-1', SEED, 1337)
-    .addOption(new Option('--mode <mode>', 'DiLoCo mode (default: the run config\'s)').choices(['sync', 'async']))
-    .addOption(new Option('--codec <enc>', 'delta encoding (default: the run config\'s)').choices([...ENCODINGS]))
+    .addOption(new Option('--mode <mode>', "DiLoCo mode (default: the run config's)").choices(['sync', 'async']))
+    .addOption(new Option('--codec <enc>', "delta encoding (default: the run config's)").choices([...ENCODINGS]))
     .option('--config <file>', 'JSON run config, as atoll serve --config (the twin takes its settings from the run)')
-    .option('--redis [url]', 'on the Redis roles: one aggregator and two gateways (no URL: a redis-server on a free port)')
-    .option('--mix-group <k>', 'butterfly mixing (atoll serve --mix-group): islands and pages ready together average over WebRTC in groups of k; 0 (off, the default), 2, 4, 8, 16; not with --redis', MIX_GROUP, 0)
+    .option(
+      '--redis [url]',
+      'on the Redis roles: one aggregator and two gateways (no URL: a redis-server on a free port)',
+    )
+    .option(
+      '--mix-group <k>',
+      'butterfly mixing (atoll serve --mix-group): islands and pages ready together average over WebRTC in groups of k; 0 (off, the default), 2, 4, 8, 16; not with --redis',
+      MIX_GROUP,
+      0,
+    )
     .option('--evals <n>', 'evaluation points over the run, 1..1000', intIn(1, 1000), 12)
-    .option('--eval-batches <n>', 'held-out batches per evaluation (16 sequences each), 1..100,000', intIn(1, 100_000), 64)
+    .option(
+      '--eval-batches <n>',
+      'held-out batches per evaluation (16 sequences each), 1..100,000',
+      intIn(1, 100_000),
+      64,
+    )
     .option('--workers <n>', 'worker threads for the twin, DDP and single rows, 0..64', WORKERS)
-    .option('--timeout <min>', 'give up when the live run has not reached the budget after this long, (0, 10080] minutes', numIn(0, 10_080, true), 30)
+    .option(
+      '--timeout <min>',
+      'give up when the live run has not reached the budget after this long, (0, 10080] minutes',
+      numIn(0, 10_080, true),
+      30,
+    )
     .option('--out <dir>', 'output folder (default runs/fleet-<time>)')
     .option('--json', 'print report.json on stdout')
     .action(async (o) => {
@@ -245,64 +415,138 @@ export function buildProgram(): Command {
       await fleet(fleetSpecFromCli(o), { out: o.out, workers: o.workers, json: !!o.json });
     });
 
-  program.command('chaos')
-    .description('fault instrument: the same run with and without island kills, dropped connections and pauses; goodput, lost, duplicates, eval loss')
+  program
+    .command('chaos')
+    .description(
+      'fault instrument: the same run with and without island kills, dropped connections and pauses; goodput, lost, duplicates, eval loss',
+    )
     .option('--islands <n>', 'islands training at any time, 1..64', intIn(1, 64), 4)
     .option('--fail <f>', 'fraction of islands killed (kill -9) over the run, [0, 1]', numIn(0, 1), 0.3)
     .option('--tokens <n>', 'tokens in θ that end each run, 1..10^9', intIn(1, 1e9), 40_000)
     .option('--latency <ms>', 'latency the proxies add each way, 0..10,000 ms', intIn(0, 10_000), 10)
     .option('--no-baseline', 'skip the fault-free run (no eval-loss comparison)')
-    .option('--roles', 'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway and of the active aggregator')
+    .option(
+      '--roles',
+      'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway and of the active aggregator',
+    )
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const say = (s: string) => process.stderr.write(s + '\n');
       const { chaos } = await import('./commands/chaos.ts');
-      const r = await chaos({ islands: o.islands, failFraction: o.fail, tokens: o.tokens, latencyMs: o.latency, baseline: o.baseline, roles: !!o.roles, log: say });
+      const r = await chaos({
+        islands: o.islands,
+        failFraction: o.fail,
+        tokens: o.tokens,
+        latencyMs: o.latency,
+        baseline: o.baseline,
+        roles: !!o.roles,
+        log: say,
+      });
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });
 
   const bench = program.command('bench').description('benchmarks that print JSON (with --json)');
-  bench.command('server')
+  bench
+    .command('server')
     .description('server apply throughput per codec, and a load test with many simulated islands')
     .option('--islands <n>', 'simulated islands for the load test, 1..100,000', intIn(1, 100_000), 1000)
     .option('--procs <n>', 'child processes that hold the simulated islands, 1..64', intIn(1, 64), 4)
     .option('--seconds <s>', 'load test duration, (0, 3600]', numIn(0, 3600, true), 20)
-    .option('--gateways <n>', 'load test on Redis roles: n gateway processes and one aggregator, 0..16 (a redis-server on a free port; 0: the embedded server)', intIn(0, 16), 0)
+    .option(
+      '--gateways <n>',
+      'load test on Redis roles: n gateway processes and one aggregator, 0..16 (a redis-server on a free port; 0: the embedded server)',
+      intIn(0, 16),
+      0,
+    )
     .option('--skip-load', 'only measure apply throughput')
-    .option('--outer-workers <n>', 'worker threads for the outer step, as serve --outer-workers, 0..64 (0: on the event loop; no pool figures)', WORKERS, OUTER_WORKERS_DEFAULT)
+    .option(
+      '--outer-workers <n>',
+      'worker threads for the outer step, as serve --outer-workers, 0..64 (0: on the event loop; no pool figures)',
+      WORKERS,
+      OUTER_WORKERS_DEFAULT,
+    )
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { benchServer } = await import('./bench/server.ts');
-      const r = await benchServer({ islands: o.islands, procs: o.procs, seconds: o.seconds, gateways: o.gateways, load: !o.skipLoad, outerWorkers: o.outerWorkers, log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n') });
+      const r = await benchServer({
+        islands: o.islands,
+        procs: o.procs,
+        seconds: o.seconds,
+        gateways: o.gateways,
+        load: !o.skipLoad,
+        outerWorkers: o.outerWorkers,
+        log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n'),
+      });
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });
-  bench.command('kernels')
-    .description('our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference (bench/README.md)')
-    .option('--peak-tflops <x>', "the adapter's fp32 peak in TFLOP/s, (0, 10000]: adds MFU figures", numIn(0, 10_000, true))
+  bench
+    .command('kernels')
+    .description(
+      'our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference (bench/README.md)',
+    )
+    .option(
+      '--peak-tflops <x>',
+      "the adapter's fp32 peak in TFLOP/s, (0, 10000]: adds MFU figures",
+      numIn(0, 10_000, true),
+    )
     .option('--quick', 'fewer shapes and steps')
     .option('--no-autotune', 'train step: skip timing the matmul variants at engine start')
-    .option('--profile', "time each kernel of a training step (timestamp-query) and print its share")
+    .option('--profile', 'time each kernel of a training step (timestamp-query) and print its share')
     .option('--json', 'print one JSON object (progress still goes to stderr)')
     .action(async (o) => {
       const { benchKernels, formatKernelBench } = await import('./bench/kernels.ts');
-      const r = await benchKernels({ peakTflops: o.peakTflops, quick: !!o.quick, autotune: o.autotune, profile: !!o.profile, log: (s: string) => process.stderr.write(s + '\n') });
+      const r = await benchKernels({
+        peakTflops: o.peakTflops,
+        quick: !!o.quick,
+        autotune: o.autotune,
+        profile: !!o.profile,
+        log: (s: string) => process.stderr.write(s + '\n'),
+      });
       process.stdout.write((o.json ? JSON.stringify(r) : formatKernelBench(r)) + '\n');
     });
-  bench.command('cold-start')
-    .description('one island\'s first round on a preset\'s default run: held-out loss before and after, per round length, with and without the fresh-AdamW warmup, cold and joining late (CPU, deterministic)')
-    .addOption(new Option('--preset <name>', 'model preset of the default run').choices(Object.keys(PRESETS)).default('small'))
+  bench
+    .command('cold-start')
+    .description(
+      "one island's first round on a preset's default run: held-out loss before and after, per round length, with and without the fresh-AdamW warmup, cold and joining late (CPU, deterministic)",
+    )
+    .addOption(
+      new Option('--preset <name>', 'model preset of the default run').choices(Object.keys(PRESETS)).default('small'),
+    )
     .option('--rounds <list>', 'round lengths in inner steps, comma-separated', '1,4,8,50')
-    .option('--warmups <list>', 'warmups in AdamW steps to compare (0: none), comma-separated; the first one\'s island is the late joiner\'s start', `${COLD_START_WARMUP_STEPS},0`)
-    .option('--late <n>', 'a late joiner trains from θ after this many steps, 0..1,000,000 (0: none)', intIn(0, 1_000_000), 50)
-    .addOption(new Option('--codec <enc>', 'the run\'s uplink (default: the default run\'s, sparse)').choices([...ENCODINGS]))
+    .option(
+      '--warmups <list>',
+      "warmups in AdamW steps to compare (0: none), comma-separated; the first one's island is the late joiner's start",
+      `${COLD_START_WARMUP_STEPS},0`,
+    )
+    .option(
+      '--late <n>',
+      'a late joiner trains from θ after this many steps, 0..1,000,000 (0: none)',
+      intIn(0, 1_000_000),
+      50,
+    )
+    .addOption(
+      new Option('--codec <enc>', "the run's uplink (default: the default run's, sparse)").choices([...ENCODINGS]),
+    )
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { benchColdStart, formatColdStart } = await import('./bench/cold-start.ts');
-      const list = (s: string) => s.split(',').map((x) => Number(x.trim())).filter((x) => Number.isInteger(x) && x >= 0);
-      const r = await benchColdStart({ preset: o.preset, codec: o.codec, rounds: list(o.rounds).filter((x) => x > 0), warmups: list(o.warmups), late: o.late, log: o.json ? undefined : (s: string) => process.stderr.write(s + '\n') });
+      const list = (s: string) =>
+        s
+          .split(',')
+          .map((x) => Number(x.trim()))
+          .filter((x) => Number.isInteger(x) && x >= 0);
+      const r = await benchColdStart({
+        preset: o.preset,
+        codec: o.codec,
+        rounds: list(o.rounds).filter((x) => x > 0),
+        warmups: list(o.warmups),
+        late: o.late,
+        log: o.json ? undefined : (s: string) => process.stderr.write(s + '\n'),
+      });
       process.stdout.write((o.json ? JSON.stringify(r) : formatColdStart(r)) + '\n');
     });
-  bench.command('codec')
+  bench
+    .command('codec')
     .description('pseudo-gradient codec: encode/decode MB/s and frame size per encoding, on a base-sized delta')
     .option('--repeats <n>', 'timed repeats per encoding (median), 1..100', intIn(1, 100), 3)
     .option('--json', 'print one JSON object')

@@ -85,7 +85,11 @@ export interface RunApp {
 }
 
 /** Fastify with the security headers and the REST rate limit every role shares. */
-export async function baseApp(o: { logLevel?: string; restPerMinute: number; idleTimeoutMs?: number }): Promise<FastifyInstance> {
+export async function baseApp(o: {
+  logLevel?: string;
+  restPerMinute: number;
+  idleTimeoutMs?: number;
+}): Promise<FastifyInstance> {
   const app = Fastify({
     logger: o.logLevel ? { level: o.logLevel, stream: process.stderr } : false,
     // per-request lines off: the ops log (ops-log.ts) says what matters
@@ -129,7 +133,11 @@ export async function baseApp(o: { logLevel?: string; restPerMinute: number; idl
     max: o.restPerMinute,
     timeWindow: 60_000,
     allowList: (req) => req.url === '/healthz' || req.url === '/metrics',
-    errorResponseBuilder: (_req, ctx) => ({ statusCode: 429, code: 'E_RATE_LIMIT', message: `more than ${ctx.max} requests a minute from this address: retry in ${ctx.after}` }),
+    errorResponseBuilder: (_req, ctx) => ({
+      statusCode: 429,
+      code: 'E_RATE_LIMIT',
+      message: `more than ${ctx.max} requests a minute from this address: retry in ${ctx.after}`,
+    }),
   });
   return app;
 }
@@ -146,7 +154,11 @@ export async function finishApp(app: FastifyInstance, clientDir: string | undefi
  * aggregator role holds the Redis lease instead, which also covers a standby on another host.
  */
 export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): Promise<RunApp> {
-  const app = await baseApp({ logLevel: o.logLevel, restPerMinute: o.config.limits.restPerMinute, idleTimeoutMs: o.idleTimeoutMs });
+  const app = await baseApp({
+    logLevel: o.logLevel,
+    restPerMinute: o.config.limits.restPerMinute,
+    idleTimeoutMs: o.idleTimeoutMs,
+  });
   const log = (line: string) => app.log.warn(line);
   // One server per run folder: refuse before anything in it is written.
   const lock = o.lock === false ? ok(() => {}) : lockRunFolder(o.dir, o.listenOn);
@@ -154,30 +166,52 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
   const metrics = new Metrics();
   let run: Run;
   try {
-    run = await Run.open({ dir: o.dir, config: o.config, resumePatch: o.resumePatch, metrics, evaluate: o.evaluate, outerWorkers: o.outerWorkers, log });
+    run = await Run.open({
+      dir: o.dir,
+      config: o.config,
+      resumePatch: o.resumePatch,
+      metrics,
+      evaluate: o.evaluate,
+      outerWorkers: o.outerWorkers,
+      log,
+    });
   } catch (e) {
     lock.value();
     throw e;
   }
   if (o.audit?.token) {
-    run.audits = new RunAudits({
-      get coord() { return run.coord; },
-      appendLog: (line) => run.store.append(line as { type: string }),
-      ban: (id, reason) => run.admin.ban(id, reason),
-    }, o.audit);
+    run.audits = new RunAudits(
+      {
+        get coord() {
+          return run.coord;
+        },
+        appendLog: (line) => run.store.append(line as { type: string }),
+        ban: (id, reason) => run.admin.ban(id, reason),
+      },
+      o.audit,
+    );
   }
   run.store.onEvent = (e) => logRunEvent(app.log, e);
   run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
   const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);
 
-  app.get('/healthz', { config: { rateLimit: false }, schema: { querystring: NoQuery, response: replies(HealthSchema) } }, async () => ({ ok: true, version: run.version, hash: run.hash }));
+  app.get(
+    '/healthz',
+    { config: { rateLimit: false }, schema: { querystring: NoQuery, response: replies(HealthSchema) } },
+    async () => ({ ok: true, version: run.version, hash: run.hash }),
+  );
   await app.register(metricsPlugin, { metrics });
   await app.register(apiPlugin, { run });
   const adminAuth = new AuthLimiter('admin token', log);
   await app.register(adminPlugin, { run, token: token.token, limiter: adminAuth });
   await finishApp(app, o.clientDir);
   return {
-    app, run, metrics, adminToken: token.token, adminTokenFile: token.file, adminAuth,
+    app,
+    run,
+    metrics,
+    adminToken: token.token,
+    adminTokenFile: token.file,
+    adminAuth,
     close: closeOnce(async () => {
       await app.close();
       await run.close();
@@ -187,7 +221,11 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
 }
 
 /** Resolves with the bound address (port 0 picks a free one). */
-export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0.0'): Promise<{ port: number; host: string; url: string }> {
+export async function listenOn(
+  app: FastifyInstance,
+  port: number,
+  host = '0.0.0.0',
+): Promise<{ port: number; host: string; url: string }> {
   await app.listen({ port, host });
   const addr = app.server.address();
   const p = typeof addr === 'object' && addr ? addr.port : port;
@@ -196,10 +234,19 @@ export async function listenOn(app: FastifyInstance, port: number, host = '0.0.0
 }
 
 /** The island gateway on `app`'s HTTP server, with the run's limits. */
-export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunConfig, 'limits' | 'allowOrigins'>, knobs: (AtollServerOptions['gateway'] & Pick<GatewayOptions, 'mix' | 'wire'>) | undefined): Gateway {
+export function attachGateway(
+  app: FastifyInstance,
+  run: RunPort,
+  c: Pick<RunConfig, 'limits' | 'allowOrigins'>,
+  knobs: (AtollServerOptions['gateway'] & Pick<GatewayOptions, 'mix' | 'wire'>) | undefined,
+): Gateway {
   return new Gateway(app.server, {
-    run, helloPerMinute: c.limits.helloPerMinute, maxIslands: c.limits.maxIslands, allowOrigins: c.allowOrigins,
-    powBits: c.limits.powBits, newIslandsPerHour: c.limits.newIslandsPerHour,
+    run,
+    helloPerMinute: c.limits.helloPerMinute,
+    maxIslands: c.limits.maxIslands,
+    allowOrigins: c.allowOrigins,
+    powBits: c.limits.powBits,
+    newIslandsPerHour: c.limits.newIslandsPerHour,
     log: (line) => app.log.warn(line),
     ...knobs,
   });
@@ -208,11 +255,21 @@ export function attachGateway(app: FastifyInstance, run: RunPort, c: Pick<RunCon
 /** The embedded default: the run, its REST API and the island gateway in one process. */
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const core = await createRunApp(o);
-  const mix = o.mix && o.mix.k > 0 ? new MixGateway(mixSettings(o.mix, core.run.coord.config()), localMixHost(core.run), () => core.run.version, (line) => core.app.log.warn(line)) : undefined;
+  const mix =
+    o.mix && o.mix.k > 0
+      ? new MixGateway(
+          mixSettings(o.mix, core.run.coord.config()),
+          localMixHost(core.run),
+          () => core.run.version,
+          (line) => core.app.log.warn(line),
+        )
+      : undefined;
   if (mix) core.run.mixStatus = () => mix.status();
   const gateway = attachGateway(core.app, localPort(core.run), o.config, { ...o.gateway, mix, wire: core.metrics });
   return {
-    ...core, gateway, mix: mix ?? null,
+    ...core,
+    gateway,
+    mix: mix ?? null,
     listen: (port, host) => listenOn(core.app, port, host),
     close: closeOnce(async () => {
       await gateway.close();

@@ -39,12 +39,19 @@ export function writeBuildStamp(root = ROOT): void {
 /** 'missing', 'stale' (built from other sources, or by a build that wrote no stamp) or 'current'. */
 export function clientBuildState(root = ROOT): 'missing' | 'stale' | 'current' {
   if (!existsSync(join(out(root), 'index.html'))) return 'missing';
-  return existsSync(stampFile(root)) && readFileSync(stampFile(root), 'utf8') === sourceStamp(root) ? 'current' : 'stale';
+  return existsSync(stampFile(root)) && readFileSync(stampFile(root), 'utf8') === sourceStamp(root)
+    ? 'current'
+    : 'stale';
 }
 
 function viteBuild(): boolean {
   const vite = join(ROOT, 'node_modules', 'vite', 'bin', 'vite.js');
-  return spawnSync(process.execPath, [vite, 'build', '--logLevel', 'error'], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] }).status === 0;
+  return (
+    spawnSync(process.execPath, [vite, 'build', '--logLevel', 'error'], {
+      cwd: ROOT,
+      stdio: ['ignore', 'inherit', 'inherit'],
+    }).status === 0
+  );
 }
 
 /** `serve --build-if-needed`: builds when dist/client is missing or stale; a failed build leaves what there was. */
@@ -55,8 +62,13 @@ export function buildClientIfNeeded(say: (s: string) => void): void {
     if (state === 'missing') say('atoll serve: no client sources to build; serving a placeholder page');
     return;
   }
-  say(`atoll serve: dist/client is ${state === 'missing' ? 'missing' : 'older than its sources'}; running vite build …`);
-  if (!viteBuild()) say(`atoll serve: vite build failed; ${state === 'missing' ? 'serving a placeholder page' : 'serving the older build'} (run \`npm run build\` to see why)`);
+  say(
+    `atoll serve: dist/client is ${state === 'missing' ? 'missing' : 'older than its sources'}; running vite build …`,
+  );
+  if (!viteBuild())
+    say(
+      `atoll serve: vite build failed; ${state === 'missing' ? 'serving a placeholder page' : 'serving the older build'} (run \`npm run build\` to see why)`,
+    );
 }
 
 /** Builds unless dist/client is current; throws when the build fails. Returns ms spent. */

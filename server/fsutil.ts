@@ -10,7 +10,11 @@ export function writeFileAtomic(path: string, data: Uint8Array | string): void {
   const tmp = `${path}.tmp-${process.pid}`;
   writeFileSync(tmp, data);
   const fd = openSync(tmp, 'r');
-  try { fsyncSync(fd); } finally { closeSync(fd); }
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
   renameSync(tmp, path);
   fsyncDirSync(dirname(path));
 }
@@ -33,15 +37,27 @@ export async function writeFileAtomicAsync(path: string, data: Uint8Array | stri
 function fsyncDirSync(dir: string): void {
   try {
     const fd = openSync(dir, 'r');
-    try { fsyncSync(fd); } finally { closeSync(fd); }
-  } catch { /* some filesystems refuse fsync on folders; the rename is still atomic */ }
+    try {
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    /* some filesystems refuse fsync on folders; the rename is still atomic */
+  }
 }
 
 async function fsyncDir(dir: string): Promise<void> {
   try {
     const fh = await open(dir, 'r');
-    try { await fh.sync(); } finally { await fh.close(); }
-  } catch { /* as above */ }
+    try {
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    /* as above */
+  }
 }
 
 /**
@@ -51,14 +67,24 @@ async function fsyncDir(dir: string): Promise<void> {
  * Throws E_BAD_FLAGS naming `flag`.
  */
 export function assertWritable(flag: string, path: string, kind: 'file' | 'folder'): void {
-  const no = (why: string): never => { throw Object.assign(new Error(`${flag} ${path}: ${why}`), { code: 'E_BAD_FLAGS' }); };
+  const no = (why: string): never => {
+    throw Object.assign(new Error(`${flag} ${path}: ${why}`), { code: 'E_BAD_FLAGS' });
+  };
   let st: Stats | null = null;
-  try { st = statSync(path); } catch { /* does not exist yet */ }
+  try {
+    st = statSync(path);
+  } catch {
+    /* does not exist yet */
+  }
   if (st && kind === 'file' && st.isDirectory()) no('is a folder; give a file path');
   if (st && kind === 'folder' && !st.isDirectory()) no('exists and is not a folder');
   const parent = kind === 'folder' && st ? path : dirname(resolve(path));
   let pst: Stats | null = null;
-  try { pst = statSync(parent); } catch { /* missing */ }
+  try {
+    pst = statSync(parent);
+  } catch {
+    /* missing */
+  }
   if (!pst?.isDirectory()) no(`its folder ${parent} does not exist`);
   const probe = join(parent, `.atoll-probe-${process.pid}`);
   try {

@@ -8,7 +8,9 @@ import src from './adamw.wgsl?raw';
 export const adamw = defineKernel('adamw', src, { adamw_update: adamwUpdateCpu, adamw_update_f16: adamwUpdateF16 });
 
 /** Merged [start, end, decay] ranges of the layout (neighbours with the same decay flag join). */
-export function decayRanges(tensors: Array<{ offset: number; size: number; decay: boolean }>): Array<[number, number, boolean]> {
+export function decayRanges(
+  tensors: Array<{ offset: number; size: number; decay: boolean }>,
+): Array<[number, number, boolean]> {
   const out: Array<[number, number, boolean]> = [];
   for (const t of tensors) {
     const last = out[out.length - 1];
@@ -25,12 +27,20 @@ const MAX_RANGES = adamw.params.fields.get('ranges')!.offsets.length / 4; // arr
  * One AdamW step over all N parameters; weight decay only inside the `decay` ranges. With `copy`
  * (--precision f16) the new weights also go into the matmuls' weight copy as halves.
  */
-export function adamwUpdate(params: GPUBuffer, grads: GPUBuffer, m: GPUBuffer, v: GPUBuffer, clip: GPUBuffer, d: { N: number; ranges: Array<[number, number, boolean]>; copy?: GPUBuffer }): DispatchSpec {
-  if (d.ranges.length > MAX_RANGES) throw new Error(`adamw_update takes at most ${MAX_RANGES} decay ranges, got ${d.ranges.length}`);
+export function adamwUpdate(
+  params: GPUBuffer,
+  grads: GPUBuffer,
+  m: GPUBuffer,
+  v: GPUBuffer,
+  clip: GPUBuffer,
+  d: { N: number; ranges: Array<[number, number, boolean]>; copy?: GPUBuffer },
+): DispatchSpec {
+  if (d.ranges.length > MAX_RANGES)
+    throw new Error(`adamw_update takes at most ${MAX_RANGES} decay ranges, got ${d.ranges.length}`);
   const table: number[] = [];
   for (let i = 0; i < MAX_RANGES; i++) {
     const r = d.ranges[i];
-    table.push(r ? r[0] : 0, r ? r[1] : 0, r && r[2] ? 1 : 0, 0);
+    table.push(r ? r[0] : 0, r ? r[1] : 0, r?.[2] ? 1 : 0, 0);
   }
   return adamw.dispatch({
     entry: d.copy ? 'adamw_update_f16' : 'adamw_update',

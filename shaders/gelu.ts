@@ -7,10 +7,25 @@ import src from './gelu.wgsl?raw';
 export const gelu = defineKernel('gelu', src, { gelu_forward: geluForwardCpu, gelu_backward: geluBackwardCpu });
 
 export function geluForward(out: GPUBuffer, inp: GPUBuffer, d: { width: number }): DispatchSpec {
-  return gelu.dispatch({ entry: 'gelu_forward', buffers: { out, inp }, params: (s) => ({ N: rows(s) * d.width }), grid: (s) => grid1(rows(s) * d.width, 256) });
+  return gelu.dispatch({
+    entry: 'gelu_forward',
+    buffers: { out, inp },
+    params: (s) => ({ N: rows(s) * d.width }),
+    grid: (s) => grid1(rows(s) * d.width, 256),
+  });
 }
 
 /** dinp (+)= gelu'(inp) · dout (dinp binds to the shader's `out`). */
-export function geluBackward(dinp: GPUBuffer, inp: GPUBuffer, dout: GPUBuffer, d: { width: number; accumulate?: boolean }): DispatchSpec {
-  return gelu.dispatch({ entry: 'gelu_backward', buffers: { out: dinp, inp, dout }, params: (s) => ({ N: rows(s) * d.width, accumulate: acc(d.accumulate) }), grid: (s) => grid1(rows(s) * d.width, 256) });
+export function geluBackward(
+  dinp: GPUBuffer,
+  inp: GPUBuffer,
+  dout: GPUBuffer,
+  d: { width: number; accumulate?: boolean },
+): DispatchSpec {
+  return gelu.dispatch({
+    entry: 'gelu_backward',
+    buffers: { out: dinp, inp, dout },
+    params: (s) => ({ N: rows(s) * d.width, accumulate: acc(d.accumulate) }),
+    grid: (s) => grid1(rows(s) * d.width, 256),
+  });
 }

@@ -4,7 +4,10 @@ import { clipScale, gradNormSquared } from '../core/model/ops.ts';
 import { type DispatchSpec, defineKernel } from './kernel.ts';
 import src from './gradnorm.wgsl?raw';
 
-export const gradnorm = defineKernel('gradnorm', src, { grad_norm_partial: gradNormSquared, grad_norm_finalize: [gradNormSquared, clipScale] });
+export const gradnorm = defineKernel('gradnorm', src, {
+  grad_norm_partial: gradNormSquared,
+  grad_norm_finalize: [gradNormSquared, clipScale],
+});
 
 /**
  * Partial sums of g² per workgroup: enough to fill a GPU, few enough for one finalising
@@ -21,6 +24,11 @@ export function gradNorm(clip: GPUBuffer, partials: GPUBuffer, grads: GPUBuffer,
   const params = () => ({ N: d.N, num_partials: P });
   return [
     gradnorm.dispatch({ entry: 'grad_norm_partial', buffers: { partials, grads }, params, grid: () => [P, 1, 1] }),
-    gradnorm.dispatch({ entry: 'grad_norm_finalize', buffers: { clip, partials_in: partials }, params, grid: () => [1, 1, 1] }),
+    gradnorm.dispatch({
+      entry: 'grad_norm_finalize',
+      buffers: { clip, partials_in: partials },
+      params,
+      grid: () => [1, 1, 1],
+    }),
   ];
 }

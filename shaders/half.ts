@@ -23,22 +23,48 @@ export const HALF_DEFINES: Record<HalfForm, Defines> = {
 };
 
 /** The form a device uses: native where it has `shader-f16`, packed elsewhere. */
-export const halfForm = (features: { has(f: string): boolean }): HalfForm => (features.has('shader-f16') ? 'native' : 'packed');
+export const halfForm = (features: { has(f: string): boolean }): HalfForm =>
+  features.has('shader-f16') ? 'native' : 'packed';
 
-const evenC = (C: number) => { if (C % 2 !== 0) throw new Error(`f16 storage needs an even channel count, got C = ${C}`); };
+const evenC = (C: number) => {
+  if (C % 2 !== 0) throw new Error(`f16 storage needs an even channel count, got C = ${C}`);
+};
 
 /** In place: grad (f32) = gelu'(inp)·grad, inp the fc pre-activation as halves; width even. */
 export function geluBackwardF16(grad: GPUBuffer, inp: GPUBuffer, d: { width: number; form: HalfForm }): DispatchSpec {
   evenC(d.width);
-  return half.dispatch({ entry: 'gelu_backward_f16', defines: HALF_DEFINES[d.form], buffers: { d: grad, inp_h: inp }, params: (s) => ({ N: rows(s) * d.width }), grid: (s) => grid1((rows(s) * d.width) / 2, 256) });
+  return half.dispatch({
+    entry: 'gelu_backward_f16',
+    defines: HALF_DEFINES[d.form],
+    buffers: { d: grad, inp_h: inp },
+    params: (s) => ({ N: rows(s) * d.width }),
+    grid: (s) => grid1((rows(s) * d.width) / 2, 256),
+  });
 }
 
 /** delta (N halves) = start − theta, from the f32 masters. */
-export function pseudoGradientF16(delta: GPUBuffer, start: GPUBuffer, theta: GPUBuffer, d: { N: number; form: HalfForm }): DispatchSpec {
-  return half.dispatch({ entry: 'pseudo_gradient_f16', defines: HALF_DEFINES[d.form], buffers: { out_h: delta, in1_f: start, in2_f: theta }, params: () => ({ N: d.N }), grid: () => grid1(Math.ceil(d.N / 2), 256) });
+export function pseudoGradientF16(
+  delta: GPUBuffer,
+  start: GPUBuffer,
+  theta: GPUBuffer,
+  d: { N: number; form: HalfForm },
+): DispatchSpec {
+  return half.dispatch({
+    entry: 'pseudo_gradient_f16',
+    defines: HALF_DEFINES[d.form],
+    buffers: { out_h: delta, in1_f: start, in2_f: theta },
+    params: () => ({ N: d.N }),
+    grid: () => grid1(Math.ceil(d.N / 2), 256),
+  });
 }
 
 /** out (N halves) = inp (f32): the matmuls' weight copy after setParams. */
 export function packF16(out: GPUBuffer, inp: GPUBuffer, d: { N: number; form: HalfForm }): DispatchSpec {
-  return half.dispatch({ entry: 'pack_f16', defines: HALF_DEFINES[d.form], buffers: { out_h: out, in1_f: inp }, params: () => ({ N: d.N }), grid: () => grid1(Math.ceil(d.N / 2), 256) });
+  return half.dispatch({
+    entry: 'pack_f16',
+    defines: HALF_DEFINES[d.form],
+    buffers: { out_h: out, in1_f: inp },
+    params: () => ({ N: d.N }),
+    grid: () => grid1(Math.ceil(d.N / 2), 256),
+  });
 }

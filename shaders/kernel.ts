@@ -16,8 +16,11 @@ export type Defines = Record<string, number | string>;
  * {{NAME}} replaced by it (gpu.cpp's one-template-many-variants, in a few lines).
  */
 export function expandTemplate(src: string): string {
-  return src.replace(/^\/\/ @repeat (\w+) = (.*)\n([\s\S]*?)^\/\/ @end\n/gm, (_, name: string, values: string, body: string) =>
-    [...values.matchAll(/"([^"]*)"/g)].map(([, v]) => body.replaceAll(`{{${name}}}`, v)).join('\n'));
+  return src.replace(
+    /^\/\/ @repeat (\w+) = (.*)\n([\s\S]*?)^\/\/ @end\n/gm,
+    (_, name: string, values: string, body: string) =>
+      [...values.matchAll(/"([^"]*)"/g)].map(([, v]) => body.replaceAll(`{{${name}}}`, v)).join('\n'),
+  );
 }
 
 /** {{NAME}}, or {{NAME=default}} where the shader has one; a placeholder with neither a value nor a default throws, naming `file`. */
@@ -41,9 +44,14 @@ export function requiredDefines(src: string): string[] {
  */
 export function withPrelude(src: string, defines: Defines = {}, subgroups = false, file = 'shader'): string {
   const prelude = fill(preludeSrc, { SUBGROUPS: String(subgroups) }, 'prelude.wgsl');
-  const sg = subgroups ? subgroupsSrc : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\nfn sg_seg_sum2(x: vec2<f32>, lid: u32, seg: u32) -> vec2<f32> { return x; }\n';
+  const sg = subgroups
+    ? subgroupsSrc
+    : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\nfn sg_seg_sum2(x: vec2<f32>, lid: u32, seg: u32) -> vec2<f32> { return x; }\n';
   // the define ENABLE names an extension the source needs (half.wgsl's native form: f16); directives go first
-  const enables = [subgroups ? 'subgroups' : '', defines.ENABLE ? String(defines.ENABLE) : ''].filter(Boolean).map((e) => `enable ${e};\n`).join('');
+  const enables = [subgroups ? 'subgroups' : '', defines.ENABLE ? String(defines.ENABLE) : '']
+    .filter(Boolean)
+    .map((e) => `enable ${e};\n`)
+    .join('');
   return `${enables}${prelude}\n${sg}\n${fill(expandTemplate(src), defines, file)}`;
 }
 
@@ -72,7 +80,12 @@ export interface EntryBindings {
   step: boolean;
 }
 
-interface WgslType { scalar: ParamField['type']; size: number; align: number; offsets: number[] }
+interface WgslType {
+  scalar: ParamField['type'];
+  size: number;
+  align: number;
+  offsets: number[];
+}
 
 function wgslType(t: string, where: string): WgslType {
   t = t.replace(/\s+/g, '');
@@ -88,7 +101,12 @@ function wgslType(t: string, where: string): WgslType {
     const el = wgslType(m[1], where);
     const stride = Math.ceil(el.size / el.align) * el.align;
     const n = Number(m[2]);
-    return { scalar: el.scalar, size: stride * n, align: el.align, offsets: Array.from({ length: n }, (_, i) => el.offsets.map((o) => i * stride + o)).flat() };
+    return {
+      scalar: el.scalar,
+      size: stride * n,
+      align: el.align,
+      offsets: Array.from({ length: n }, (_, i) => el.offsets.map((o) => i * stride + o)).flat(),
+    };
   }
   throw new Error(`${where}: Params field type ${t} is not one a uniform of the kernels uses`);
 }
@@ -98,7 +116,8 @@ export function paramsLayout(src: string, file: string): ParamsLayout {
   const body = /struct Params\s*\{([^}]*)\}/.exec(stripComments(src))?.[1];
   if (body === undefined) throw new Error(`${file}: no struct Params`);
   const fields = new Map<string, ParamField>();
-  let at = 0, align = 4;
+  let at = 0,
+    align = 4;
   for (const decl of splitTopLevel(body)) {
     const m = /^(\w+)\s*:\s*(.+)$/s.exec(decl.trim());
     if (!m) throw new Error(`${file}: cannot read Params field "${decl.trim()}"`);
@@ -114,7 +133,8 @@ export function paramsLayout(src: string, file: string): ParamsLayout {
 /** The comma-separated parts of `s` outside <…>, empty parts dropped. */
 function splitTopLevel(s: string): string[] {
   const parts: string[] = [];
-  let depth = 0, from = 0;
+  let depth = 0,
+    from = 0;
   for (let i = 0; i <= s.length; i++) {
     const c = s[i];
     if (c === '<') depth++;
@@ -130,13 +150,16 @@ function splitTopLevel(s: string): string[] {
 /** Every `@group(0) @binding(n) var<…> name` of a shader: name → binding, and whether it is storage. */
 function bindingVars(code: string): Map<string, { binding: number; storage: boolean }> {
   const vars = new Map<string, { binding: number; storage: boolean }>();
-  for (const m of code.matchAll(/@group\(0\)\s*@binding\((\d+)\)\s*var<(\w+)[^>]*>\s*(\w+)\s*:/g)) vars.set(m[3], { binding: Number(m[1]), storage: m[2] === 'storage' });
+  for (const m of code.matchAll(/@group\(0\)\s*@binding\((\d+)\)\s*var<(\w+)[^>]*>\s*(\w+)\s*:/g))
+    vars.set(m[3], { binding: Number(m[1]), storage: m[2] === 'storage' });
   return vars;
 }
 
 /** Storage variable name → binding (aliases of one binding each have their line). */
 export function storageVars(src: string): Map<string, number> {
-  return new Map([...bindingVars(stripComments(expandTemplate(src)))].filter(([, v]) => v.storage).map(([k, v]) => [k, v.binding]));
+  return new Map(
+    [...bindingVars(stripComments(expandTemplate(src)))].filter(([, v]) => v.storage).map(([k, v]) => [k, v.binding]),
+  );
 }
 
 const stripComments = (src: string) => src.replace(/\/\*[\s\S]*?\*\//g, '').replace(/\/\/[^\n]*/g, '');
@@ -171,7 +194,10 @@ export function entryBindings(src: string): Map<string, EntryBindings> {
     const walk = (fn: string) => {
       for (const [, name] of (bodies.get(fn) ?? '').matchAll(/(?<![.\w])([A-Za-z_]\w*)/g)) {
         if (vars.has(name)) reached.add(name);
-        else if (bodies.has(name) && !seen.has(name)) { seen.add(name); walk(name); }
+        else if (bodies.has(name) && !seen.has(name)) {
+          seen.add(name);
+          walk(name);
+        }
       }
     };
     walk(entry);
@@ -213,7 +239,8 @@ export function defineKernel<E extends string>(name: string, src: string, twins:
   const all = entryBindings(src);
   const missing = [...all.keys()].filter((e) => !(e in twins));
   const extra = Object.keys(twins).filter((e) => !all.has(e));
-  if (missing.length || extra.length) throw new Error(`${file}: entry points without a CPU twin: [${missing}]; twins of no entry point: [${extra}]`);
+  if (missing.length || extra.length)
+    throw new Error(`${file}: entry points without a CPU twin: [${missing}]; twins of no entry point: [${extra}]`);
   const kernel: Kernel<E> = {
     file,
     src,
@@ -261,7 +288,8 @@ export function bindStorage(spec: DispatchSpec): Array<[number, GPUBuffer]> {
     out.push([binding, buf]);
   }
   const given = out.map(([b]) => b).sort((a, b) => a - b);
-  if (given.join() !== info.bindings.join()) throw new Error(`${where}: buffers for bindings [${given}] given, the entry binds [${info.bindings}]`);
+  if (given.join() !== info.bindings.join())
+    throw new Error(`${where}: buffers for bindings [${given}] given, the entry binds [${info.bindings}]`);
   return out.sort((a, b) => a[0] - b[0]);
 }
 
@@ -271,7 +299,8 @@ export function writeParams(layout: ParamsLayout, values: ParamValues, dv: DataV
     const f = layout.fields.get(name);
     if (!f) throw new Error(`${where}: Params has no field ${name}`);
     const xs = typeof v === 'number' ? [v] : v;
-    if (xs.length !== f.offsets.length) throw new Error(`${where}: Params.${name} takes ${f.offsets.length} values, got ${xs.length}`);
+    if (xs.length !== f.offsets.length)
+      throw new Error(`${where}: Params.${name} takes ${f.offsets.length} values, got ${xs.length}`);
     for (let i = 0; i < xs.length; i++) {
       const o = at + f.offsets[i];
       if (f.type === 'f32') dv.setFloat32(o, xs[i], true);

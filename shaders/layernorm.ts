@@ -1,8 +1,15 @@
 // layernorm.wgsl's dispatches: LayerNorm (and the residual add fused into it), forward and backward,
 // on f32 or (--precision f16) on the residual stream and out as halves.
 
-import { layernormBackward as layernormBackwardCpu, layernormForward as layernormForwardCpu, residualForward } from '../core/model/ops.ts';
-import { layernormForwardF16 as layernormForwardF16Cpu, residualLayernormForwardF16 as residualLayernormForwardF16Cpu } from '../core/model/ops-f16.ts';
+import {
+  layernormBackward as layernormBackwardCpu,
+  layernormForward as layernormForwardCpu,
+  residualForward,
+} from '../core/model/ops.ts';
+import {
+  layernormForwardF16 as layernormForwardF16Cpu,
+  residualLayernormForwardF16 as residualLayernormForwardF16Cpu,
+} from '../core/model/ops-f16.ts';
 import type { HalfForm } from './half.ts';
 import { type Defines, type DispatchSpec, type Shape, acc, defineKernel, grid1, rows } from './kernel.ts';
 import { rowSlices, sumSlices } from './matmul.ts';
@@ -17,7 +24,11 @@ export const layernorm = defineKernel('layernorm', src, {
   layernorm_backward_dweight: layernormBackwardCpu,
 });
 
-export interface LayernormDims { C: number; wOff: number; bOff: number }
+export interface LayernormDims {
+  C: number;
+  wOff: number;
+  bOff: number;
+}
 
 /** The halves' storage form of layernorm.wgsl (its defaults are the packed form). */
 export const HALF_LN_DEFINES: Record<HalfForm, Defines> = {
@@ -34,30 +45,85 @@ const params = (d: LayernormDims) => (s: Shape) => ({ N: rows(s), C: d.C, w_off:
 
 /** The forward's Params and grid for C channels in chunks of `perChunk` (4 f32 or 8 halves). */
 function forward(d: LayernormDims, perChunk: 4 | 8) {
-  if (d.C % perChunk !== 0) throw new Error(`layernorm ${perChunk === 8 ? 'on halves' : 'forward'} needs C a multiple of ${perChunk}, got C = ${d.C}`);
+  if (d.C % perChunk !== 0)
+    throw new Error(
+      `layernorm ${perChunk === 8 ? 'on halves' : 'forward'} needs C a multiple of ${perChunk}, got C = ${d.C}`,
+    );
   const tpr = lnThreadsPerRow(d.C / perChunk);
   return { params: (s: Shape) => ({ ...params(d)(s), tpr }), grid: (s: Shape) => grid1(rows(s), WG / tpr) };
 }
 
-export function layernormForward(out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp: GPUBuffer, params_: GPUBuffer, d: LayernormDims): DispatchSpec {
-  return layernorm.dispatch({ entry: 'layernorm_forward', buffers: { out_4: out, mean, rstd, inp_4: inp, params: params_ }, ...forward(d, 4) });
+export function layernormForward(
+  out: GPUBuffer,
+  mean: GPUBuffer,
+  rstd: GPUBuffer,
+  inp: GPUBuffer,
+  params_: GPUBuffer,
+  d: LayernormDims,
+): DispatchSpec {
+  return layernorm.dispatch({
+    entry: 'layernorm_forward',
+    buffers: { out_4: out, mean, rstd, inp_4: inp, params: params_ },
+    ...forward(d, 4),
+  });
 }
 
 /** res (B,T,C) = inp1 + inp2, then out = layernorm(res) with its mean and rstd: one pass per row. */
-export function residualLayernormForward(res: GPUBuffer, out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp1: GPUBuffer, inp2: GPUBuffer, params_: GPUBuffer, d: LayernormDims): DispatchSpec {
-  return layernorm.dispatch({ entry: 'residual_layernorm_forward', buffers: { out_4: out, mean, rstd, res_4: res, params: params_, inp1_4: inp1, inp2_4: inp2 }, ...forward(d, 4) });
+export function residualLayernormForward(
+  res: GPUBuffer,
+  out: GPUBuffer,
+  mean: GPUBuffer,
+  rstd: GPUBuffer,
+  inp1: GPUBuffer,
+  inp2: GPUBuffer,
+  params_: GPUBuffer,
+  d: LayernormDims,
+): DispatchSpec {
+  return layernorm.dispatch({
+    entry: 'residual_layernorm_forward',
+    buffers: { out_4: out, mean, rstd, res_4: res, params: params_, inp1_4: inp1, inp2_4: inp2 },
+    ...forward(d, 4),
+  });
 }
 
-export interface HalfLayernormDims extends LayernormDims { form: HalfForm }
+export interface HalfLayernormDims extends LayernormDims {
+  form: HalfForm;
+}
 
 /** out (B,T,C) halves = layernorm(inp), inp halves (the residual stream of --precision f16); mean, rstd f32. */
-export function layernormForwardF16(out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp: GPUBuffer, params_: GPUBuffer, d: HalfLayernormDims): DispatchSpec {
-  return layernorm.dispatch({ entry: 'layernorm_forward_f16', defines: HALF_LN_DEFINES[d.form], buffers: { out_h8: out, mean, rstd, inp_h8: inp, params: params_ }, ...forward(d, 8) });
+export function layernormForwardF16(
+  out: GPUBuffer,
+  mean: GPUBuffer,
+  rstd: GPUBuffer,
+  inp: GPUBuffer,
+  params_: GPUBuffer,
+  d: HalfLayernormDims,
+): DispatchSpec {
+  return layernorm.dispatch({
+    entry: 'layernorm_forward_f16',
+    defines: HALF_LN_DEFINES[d.form],
+    buffers: { out_h8: out, mean, rstd, inp_h8: inp, params: params_ },
+    ...forward(d, 8),
+  });
 }
 
 /** res (halves) = inp1 + inp2 (halves), rounded once; then out (halves) = layernorm(res). */
-export function residualLayernormForwardF16(res: GPUBuffer, out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp1: GPUBuffer, inp2: GPUBuffer, params_: GPUBuffer, d: HalfLayernormDims): DispatchSpec {
-  return layernorm.dispatch({ entry: 'residual_layernorm_forward_f16', defines: HALF_LN_DEFINES[d.form], buffers: { out_h8: out, mean, rstd, res_h8: res, params: params_, inp1_h8: inp1, inp2_h8: inp2 }, ...forward(d, 8) });
+export function residualLayernormForwardF16(
+  res: GPUBuffer,
+  out: GPUBuffer,
+  mean: GPUBuffer,
+  rstd: GPUBuffer,
+  inp1: GPUBuffer,
+  inp2: GPUBuffer,
+  params_: GPUBuffer,
+  d: HalfLayernormDims,
+): DispatchSpec {
+  return layernorm.dispatch({
+    entry: 'residual_layernorm_forward_f16',
+    defines: HALF_LN_DEFINES[d.form],
+    buffers: { out_h8: out, mean, rstd, res_h8: res, params: params_, inp1_h8: inp1, inp2_h8: inp2 },
+    ...forward(d, 8),
+  });
 }
 
 /**
@@ -65,7 +131,16 @@ export function residualLayernormForwardF16(res: GPUBuffer, out: GPUBuffer, mean
  * `partials` (partialsScratch elements), then the slices summed in order. With `half`, the
  * forward's input (the residual stream) is read as halves of that form; C even.
  */
-export function layernormBackward(dinp: GPUBuffer, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params_: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, d: LayernormDims & { partials: GPUBuffer; accumulateDinp?: boolean; accumulateParams?: boolean; half?: HalfForm }): DispatchSpec[] {
+export function layernormBackward(
+  dinp: GPUBuffer,
+  grads: GPUBuffer,
+  dout: GPUBuffer,
+  inp: GPUBuffer,
+  params_: GPUBuffer,
+  mean: GPUBuffer,
+  rstd: GPUBuffer,
+  d: LayernormDims & { partials: GPUBuffer; accumulateDinp?: boolean; accumulateParams?: boolean; half?: HalfForm },
+): DispatchSpec[] {
   const slices = (s: Shape) => rowSlices(rows(s));
   if (d.half && d.C % 2 !== 0) throw new Error(`layernorm backward on halves needs an even C, got C = ${d.C}`);
   const defines = d.half ? { ...HALF_LN_DEFINES[d.half], INP: 'inp_f16' } : undefined;
@@ -86,6 +161,11 @@ export function layernormBackward(dinp: GPUBuffer, grads: GPUBuffer, dout: GPUBu
       grid: (s) => [Math.ceil(d.C / 64), slices(s).slices, 1],
     }),
     // rows (dweight, dbias) of the slices → grads at wOff and bOff (rows bOff − wOff apart, mod 2³²)
-    sumSlices(grads, d.partials, { M: 2, N: d.C, outOff: d.wOff, rowStride: (d.bOff - d.wOff) >>> 0, accumulate: d.accumulateParams }, slices),
+    sumSlices(
+      grads,
+      d.partials,
+      { M: 2, N: d.C, outOff: d.wOff, rowStride: (d.bOff - d.wOff) >>> 0, accumulate: d.accumulateParams },
+      slices,
+    ),
   ];
 }

@@ -9,7 +9,8 @@ import src from './matmul.wgsl?raw';
 type Variant = '' | '_vec4' | '_direct' | '_direct_vec4';
 type Pass = 'matmul_forward' | 'matmul_backward_dinp' | 'matmul_backward_dweight';
 const VARIANTS: Variant[] = ['', '_vec4', '_direct', '_direct_vec4'];
-const variants = (base: Pass, twin: CpuTwin) => Object.fromEntries(VARIANTS.map((v) => [`${base}${v}`, twin])) as Record<`${Pass}${Variant}`, CpuTwin>;
+const variants = (base: Pass, twin: CpuTwin) =>
+  Object.fromEntries(VARIANTS.map((v) => [`${base}${v}`, twin])) as Record<`${Pass}${Variant}`, CpuTwin>;
 
 export const matmul = defineKernel('matmul', src, {
   ...variants('matmul_forward', matmulForwardCpu),
@@ -36,12 +37,24 @@ export function partialsScratch(maxOut: number, maxRows: number, maxWidth: numbe
 }
 
 /** out (M,N) (+)= Σ_z partials[z] over the slices (matmul_backward_dweight_reduce); out rows rowStride apart. */
-export function sumSlices(out: GPUBuffer, partials: GPUBuffer, d: { M: number; N: number; outOff: number; rowStride: number; accumulate?: boolean }, slices: (s: Shape) => { slices: number }): DispatchSpec {
+export function sumSlices(
+  out: GPUBuffer,
+  partials: GPUBuffer,
+  d: { M: number; N: number; outOff: number; rowStride: number; accumulate?: boolean },
+  slices: (s: Shape) => { slices: number },
+): DispatchSpec {
   return matmul.dispatch({
     entry: 'matmul_backward_dweight_reduce',
     buffers: { c: out, a: partials },
     // bias_off: the reduce's row stride of out
-    params: (s) => ({ M: d.M, N: d.N, K: slices(s).slices, flags: d.accumulate ? ACCUMULATE : 0, c_off: d.outOff, bias_off: d.rowStride }),
+    params: (s) => ({
+      M: d.M,
+      N: d.N,
+      K: slices(s).slices,
+      flags: d.accumulate ? ACCUMULATE : 0,
+      c_off: d.outOff,
+      bias_off: d.rowStride,
+    }),
     grid: (s) => (slices(s).slices > 0 ? grid1(d.M * d.N, 256) : [0, 0, 0]),
   });
 }
@@ -72,7 +85,13 @@ export interface MatmulDims {
 }
 
 /** The matmul defines of one pass's operand storage: A4, B4, C4 'f16' where halves. */
-function halfDefines(pass: string, a: boolean | undefined, b: boolean | undefined, c: boolean | undefined, vec4: boolean): Defines {
+function halfDefines(
+  pass: string,
+  a: boolean | undefined,
+  b: boolean | undefined,
+  c: boolean | undefined,
+  vec4: boolean,
+): Defines {
   if (!(a || b || c)) return {};
   if (!vec4) throw new Error(`${pass}: f16 operands need the vec4 variant (dims and offsets multiples of 4)`);
   return { ...(a ? { A4: 'f16' } : {}), ...(b ? { B4: 'f16' } : {}), ...(c ? { C4: 'f16' } : {}) };
@@ -98,7 +117,11 @@ function matmulKernel(base: Pass, vec4: boolean, tile: MatmulTile | null | undef
   const t = tile ?? DEFAULT_TILE;
   const entry = `${base}${t.direct ? '_direct' : ''}${vec4 ? '_vec4' : ''}` as const;
   const grid = (M: number, N: number, z = 1): [number, number, number] => [Math.ceil(N / t.bn), Math.ceil(M / t.bm), z];
-  const defines: Defines | undefined = !tile ? undefined : t.direct ? { DX: t.bn / (t.tn ?? 4), DY: t.bm / t.tm, TM: t.tm, CN: (t.tn ?? 4) / 4 } : { BM: t.bm, BN: t.bn, TM: t.tm };
+  const defines: Defines | undefined = !tile
+    ? undefined
+    : t.direct
+      ? { DX: t.bn / (t.tn ?? 4), DY: t.bm / t.tm, TM: t.tm, CN: (t.tn ?? 4) / 4 }
+      : { BM: t.bm, BN: t.bn, TM: t.tm };
   return { entry, grid, defines };
 }
 
@@ -109,7 +132,9 @@ const SPLIT_TARGET_GROUPS = 128; // enough workgroups to occupy a discrete GPU
 
 /** K slices for dW (M×N output, K = B·T rows): more slices when the output has few tiles. */
 export function splitK(M: number, N: number, K: number, force?: number): { slices: number; chunk: number } {
-  const want = force ?? Math.min(SPLIT_K_MAX, Math.floor(K / SPLIT_MIN_ROWS), Math.ceil(SPLIT_TARGET_GROUPS / (tiles(M) * tiles(N))));
+  const want =
+    force ??
+    Math.min(SPLIT_K_MAX, Math.floor(K / SPLIT_MIN_ROWS), Math.ceil(SPLIT_TARGET_GROUPS / (tiles(M) * tiles(N))));
   const s = Math.max(1, Math.min(want, K));
   const chunk = Math.ceil(Math.ceil(K / s) / 16) * 16; // a multiple of the K tile
   return { slices: Math.ceil(K / chunk), chunk };
@@ -138,7 +163,16 @@ export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer,
     entry: k.entry,
     defines: { ...k.defines, ...halfDefines(k.entry, d.half?.inp, d.half?.w, d.half?.out, vec4) },
     buffers: { c: out, a: inp, b: params },
-    params: (s) => ({ M: rows(s), N: d.OC, K: d.C, flags, a_off: d.inOff ?? 0, b_off: d.wOff, bias_off: d.biasOff ?? 0, act_off: d.geluOff ?? 0 }),
+    params: (s) => ({
+      M: rows(s),
+      N: d.OC,
+      K: d.C,
+      flags,
+      a_off: d.inOff ?? 0,
+      b_off: d.wOff,
+      bias_off: d.biasOff ?? 0,
+      act_off: d.geluOff ?? 0,
+    }),
     grid: (s) => k.grid(rows(s), d.OC),
   });
 }
@@ -150,21 +184,30 @@ export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer,
  * the direct and the split dispatches are both recorded, the shape decides which runs)
  * and dbias's row slices. `splitK` 0 or absent: the heuristic.
  */
-export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: GPUBuffer, inp: GPUBuffer, params: GPUBuffer, d: MatmulDims & { partials: GPUBuffer; accumulateDinp?: boolean; accumulateParams?: boolean; splitK?: number }): DispatchSpec[] {
+export function matmulBackward(
+  dinp: GPUBuffer | null,
+  grads: GPUBuffer,
+  dout: GPUBuffer,
+  inp: GPUBuffer,
+  params: GPUBuffer,
+  d: MatmulDims & { partials: GPUBuffer; accumulateDinp?: boolean; accumulateParams?: boolean; splitK?: number },
+): DispatchSpec[] {
   const vec4 = d.vec4 !== false && aligned4(d.C, d.OC, d.wOff);
   const accP = d.accumulateParams ? ACCUMULATE : 0;
   const partials = d.partials;
   const specs: DispatchSpec[] = [];
   if (dinp) {
     const k = matmulKernel('matmul_backward_dinp', vec4, d.tile);
-    specs.push(matmul.dispatch({
-      entry: k.entry,
-      defines: { ...k.defines, ...halfDefines(k.entry, false, d.half?.w, false, vec4) },
-      buffers: { c: dinp, a: dout, b: params },
-      // M = B·T, N = C, K = OC; A = dout (M,K), B = W (K,N)
-      params: (s) => ({ M: rows(s), N: d.C, K: d.OC, flags: d.accumulateDinp ? ACCUMULATE : 0, b_off: d.wOff }),
-      grid: (s) => k.grid(rows(s), d.C),
-    }));
+    specs.push(
+      matmul.dispatch({
+        entry: k.entry,
+        defines: { ...k.defines, ...halfDefines(k.entry, false, d.half?.w, false, vec4) },
+        buffers: { c: dinp, a: dout, b: params },
+        // M = B·T, N = C, K = OC; A = dout (M,K), B = W (K,N)
+        params: (s) => ({ M: rows(s), N: d.C, K: d.OC, flags: d.accumulateDinp ? ACCUMULATE : 0, b_off: d.wOff }),
+        grid: (s) => k.grid(rows(s), d.C),
+      }),
+    );
   }
   // dW: M = OC, N = C, K = B·T; A = dout read transposed, B = inp (K,N)
   const dwVec4 = d.dwVec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0);
@@ -172,27 +215,55 @@ export function matmulBackward(dinp: GPUBuffer | null, grads: GPUBuffer, dout: G
   const dw = { ...dw0, defines: { ...dw0.defines, ...halfDefines(dw0.entry, false, d.half?.inp, false, dwVec4) } };
   const split = (s: Shape) => splitK(d.OC, d.C, rows(s), d.splitK || undefined);
   const splitSlices = (s: Shape) => ({ slices: split(s).slices > 1 ? split(s).slices : 0 });
-  specs.push(matmul.dispatch({
-    entry: dw.entry,
-    defines: dw.defines,
-    buffers: { c: grads, a: dout, b: inp },
-    params: (s) => ({ M: d.OC, N: d.C, K: rows(s), flags: accP, b_off: d.inOff ?? 0, c_off: d.wOff, k_chunk: rows(s) }),
-    grid: (s) => (split(s).slices > 1 ? [0, 0, 0] : dw.grid(d.OC, d.C)),
-  }), matmul.dispatch({
-    entry: dw.entry,
-    defines: dw.defines,
-    buffers: { c: partials, a: dout, b: inp },
-    params: (s) => ({ M: d.OC, N: d.C, K: rows(s), b_off: d.inOff ?? 0, k_chunk: split(s).chunk }),
-    grid: (s) => { const k = split(s); return k.slices > 1 ? dw.grid(d.OC, d.C, k.slices) : [0, 0, 0]; },
-  }), sumSlices(grads, partials, { M: d.OC, N: d.C, outOff: d.wOff, rowStride: d.C, accumulate: d.accumulateParams }, splitSlices));
+  specs.push(
+    matmul.dispatch({
+      entry: dw.entry,
+      defines: dw.defines,
+      buffers: { c: grads, a: dout, b: inp },
+      params: (s) => ({
+        M: d.OC,
+        N: d.C,
+        K: rows(s),
+        flags: accP,
+        b_off: d.inOff ?? 0,
+        c_off: d.wOff,
+        k_chunk: rows(s),
+      }),
+      grid: (s) => (split(s).slices > 1 ? [0, 0, 0] : dw.grid(d.OC, d.C)),
+    }),
+    matmul.dispatch({
+      entry: dw.entry,
+      defines: dw.defines,
+      buffers: { c: partials, a: dout, b: inp },
+      params: (s) => ({ M: d.OC, N: d.C, K: rows(s), b_off: d.inOff ?? 0, k_chunk: split(s).chunk }),
+      grid: (s) => {
+        const k = split(s);
+        return k.slices > 1 ? dw.grid(d.OC, d.C, k.slices) : [0, 0, 0];
+      },
+    }),
+    sumSlices(
+      grads,
+      partials,
+      { M: d.OC, N: d.C, outOff: d.wOff, rowStride: d.C, accumulate: d.accumulateParams },
+      splitSlices,
+    ),
+  );
   if (d.biasOff !== null) {
     const slices = (s: Shape) => rowSlices(rows(s));
-    specs.push(matmul.dispatch({
-      entry: 'matmul_backward_dbias',
-      buffers: { c: partials, a: dout },
-      params: (s) => ({ M: rows(s), N: d.OC, k_chunk: slices(s).chunk }),
-      grid: (s) => [Math.ceil(d.OC / 64), slices(s).slices, 1],
-    }), sumSlices(grads, partials, { M: 1, N: d.OC, outOff: d.biasOff, rowStride: d.OC, accumulate: d.accumulateParams }, slices));
+    specs.push(
+      matmul.dispatch({
+        entry: 'matmul_backward_dbias',
+        buffers: { c: partials, a: dout },
+        params: (s) => ({ M: rows(s), N: d.OC, k_chunk: slices(s).chunk }),
+        grid: (s) => [Math.ceil(d.OC / 64), slices(s).slices, 1],
+      }),
+      sumSlices(
+        grads,
+        partials,
+        { M: 1, N: d.OC, outOff: d.biasOff, rowStride: d.OC, accumulate: d.accumulateParams },
+        slices,
+      ),
+    );
   }
   return specs;
 }

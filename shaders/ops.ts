@@ -25,7 +25,20 @@ export * from './layernorm.ts';
 export * from './matmul.ts';
 export * from './residual.ts';
 
-export const KERNELS: readonly Kernel[] = [adamw, attention, crossentropy, encoder, gelu, gradnorm, half, layernorm, matmul, residual];
+export const KERNELS: readonly Kernel[] = [
+  adamw,
+  attention,
+  crossentropy,
+  encoder,
+  gelu,
+  gradnorm,
+  half,
+  layernorm,
+  matmul,
+  residual,
+];
 
 /** Most storage buffers any entry point binds (browsers guarantee 8). */
-export const MAX_STORAGE_BINDINGS = Math.max(...KERNELS.flatMap((k) => [...k.entries.values()].map((e) => e.bindings.length)));
+export const MAX_STORAGE_BINDINGS = Math.max(
+  ...KERNELS.flatMap((k) => [...k.entries.values()].map((e) => e.bindings.length)),
+);

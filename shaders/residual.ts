@@ -8,5 +8,10 @@ export const residual = defineKernel('residual', src, { residual_forward: [resid
 
 /** delta = start − theta over N (residual_forward with alpha = −1). */
 export function pseudoGradient(delta: GPUBuffer, start: GPUBuffer, theta: GPUBuffer, d: { N: number }): DispatchSpec {
-  return residual.dispatch({ entry: 'residual_forward', buffers: { out: delta, inp1: start, inp2: theta }, params: () => ({ N: d.N, alpha: -1 }), grid: () => grid1(d.N, 256) });
+  return residual.dispatch({
+    entry: 'residual_forward',
+    buffers: { out: delta, inp1: start, inp2: theta },
+    params: () => ({ N: d.N, alpha: -1 }),
+    grid: () => grid1(d.N, 256),
+  });
 }

@@ -28,7 +28,14 @@ async function tfjs(): Promise<TfWebgpu> {
 describe('bench: TF.js peer and matmul harness', () => {
   it('f16 storage vs f32: one timed row per bandwidth-bound kernel pair', async () => {
     const { device } = await getTestDevice();
-    const rows = await benchHalf(device, { time: timeInterleaved, drain, repeats: 1, targetMs: 2, log: () => {}, preset: 'tiny' });
+    const rows = await benchHalf(device, {
+      time: timeInterleaved,
+      drain,
+      repeats: 1,
+      targetMs: 2,
+      log: () => {},
+      preset: 'tiny',
+    });
     expect(rows.map((r) => r.kernel)).toEqual(['adamw', 'layernorm', 'residual', 'encoder', 'gelu', 'delta']);
     for (const r of rows) {
       expect(r.f32_ms, r.kernel).toBeGreaterThan(0);
@@ -42,14 +49,16 @@ describe('bench: TF.js peer and matmul harness', () => {
     expect(t.tf.getBackend()).toBe('webgpu');
     const { TfGpt, tfBatch } = await import('../instruments/bench/tfjs-gpt.ts');
     const config = { ...PRESETS.tiny, nLayer: 1 };
-    const B = 2, T = 16;
+    const B = 2,
+      T = 16;
     const batch = sampleBatch(loadCorpus().train, B, T, 7, 0, 0);
     const model = new TfGpt({ config, init: initParams(config, 7), lr: 1e-2 });
     try {
       const { x, y } = tfBatch(batch.inputs, batch.targets, B, T);
       for (let s = 0; s < 3; s++) model.step(x, y); // the same batch three times: its loss must fall
       const losses = await model.takeLosses();
-      x.dispose(); y.dispose();
+      x.dispose();
+      y.dispose();
       expect(losses).toHaveLength(3);
       for (const l of losses) expect(Number.isFinite(l)).toBe(true);
       expect(losses[0]).toBeGreaterThan(Math.log(256) - 0.5); // ≈ ln V at init
@@ -72,14 +81,17 @@ describe('bench: TF.js peer and matmul harness', () => {
     const t = await tfjs();
     // multiples of 4 take the vec4 entry points, odd sizes the scalar ones and the edges, many rows split-K
     const cases: MatmulCase[] = [];
-    for (const pass of ['fwd', 'dX', 'dW'] as const) cases.push({ preset: 'small', layer: 't', pass, rows: 32, cin: 24, cout: 40, bias: true });
+    for (const pass of ['fwd', 'dX', 'dW'] as const)
+      cases.push({ preset: 'small', layer: 't', pass, rows: 32, cin: 24, cout: 40, bias: true });
     cases.push({ preset: 'small', layer: 't', pass: 'fwd', rows: 20, cin: 13, cout: 18, bias: true });
     cases.push({ preset: 'small', layer: 't', pass: 'dW', rows: 512, cin: 16, cout: 8, bias: true }); // split-K dW + reduce
     const r = await benchMatmul(gpu, t, { cases, software: true, targetMs: 5, repeats: 1, autotune: false });
     // and one pass on the autotuner's choice (every variant timed)
     const tuned = await benchMatmul(gpu, t, { cases: [cases[1]], software: true, targetMs: 5, repeats: 1 });
     expect(r.rows.map((row) => row.variant)).toEqual(['vec4', 'vec4', 'vec4', 'scalar', 'vec4']);
-    expect(['vec4', 'scalar', ...TILE_VARIANTS.map((tile) => choiceLabel({ vec4: true, splitK: 1, tile }))]).toContain(tuned.rows[0].variant);
+    expect(['vec4', 'scalar', ...TILE_VARIANTS.map((tile) => choiceLabel({ vec4: true, splitK: 1, tile }))]).toContain(
+      tuned.rows[0].variant,
+    );
     expect(r.rows).toHaveLength(cases.length);
     for (const row of [...r.rows, ...tuned.rows]) {
       expect(row.max_rel_err, row.shape).toBeLessThan(1e-5);

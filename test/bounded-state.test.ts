@@ -25,15 +25,27 @@ const hello = (s: Socket, payload: unknown) =>
 
 describe('bounded state', () => {
   const servers: TestServer[] = [];
-  afterAll(async () => { for (const s of servers) await s.close(); });
+  afterAll(async () => {
+    for (const s of servers) await s.close();
+  });
 
   it('10,000 hostile hellos: island records stay capped, the checkpoint and the log stay bounded, a restart reads one file', async () => {
     const dir = tempDir();
     const file = { coordinator: { maxIslandRecords: RECORDS }, limits: { maxLogBytes: LOG_BYTES } };
     let ts = await startTestServer({ dir, file });
-    const caps = { engine: 'cpu' as const, name: 'n'.repeat(64), adapter: 'a'.repeat(256), contributorId: 'c'.repeat(64), tokensPerSec: 1e12, maxBatch: 65536 };
+    const caps = {
+      engine: 'cpu' as const,
+      name: 'n'.repeat(64),
+      adapter: 'a'.repeat(256),
+      contributorId: 'c'.repeat(64),
+      tokensPerSec: 1e12,
+      maxBatch: 65536,
+    };
     const hostileHello = async (k: number) => {
-      const r = await ts.server.run.islands.join({ caps: { ...caps, name: `hostile-${k}` }, protocolVersion: PROTOCOL_VERSION });
+      const r = await ts.server.run.islands.join({
+        caps: { ...caps, name: `hostile-${k}` },
+        protocolVersion: PROTOCOL_VERSION,
+      });
       if (!r.ok) throw new Error(r.error.message);
       ts.server.run.islands.leave(r.value.islandId, 'gone'); // hello, then vanish
       if (k % 100 === 99) await ts.server.run.drain(); // hellos arrive over time, commits between them
@@ -64,12 +76,18 @@ describe('bounded state', () => {
   }, 120_000);
 
   it('1,000 hellos with junk caps store nothing; hellos are counted per address', async () => {
-    const ts = await startTestServer({ file: { limits: { helloPerMinute: 1_000_000 } }, gateway: { messagesPerSecond: 1_000_000 } });
+    const ts = await startTestServer({
+      file: { limits: { helloPerMinute: 1_000_000 } },
+      gateway: { messagesPerSecond: 1_000_000 },
+    });
     servers.push(ts);
     const run = ts.server.run;
     const before = await run.checkpointNow();
     const s = await connect(ts.url);
-    const junk = (k: number) => ({ protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: `junk-${k}`, [`key${k}`]: 'x'.repeat(2_000), blob: { a: [k, { b: k }] } } });
+    const junk = (k: number) => ({
+      protocolVersion: PROTOCOL_VERSION,
+      caps: { engine: 'cpu', name: `junk-${k}`, [`key${k}`]: 'x'.repeat(2_000), blob: { a: [k, { b: k }] } },
+    });
     for (let k = 0; k < 1000; k++) expect((await hello(s, junk(k))).error?.code).toBe('E_BAD_REQUEST');
     s.disconnect();
     expect(run.coord.islands()).toHaveLength(0);
@@ -77,7 +95,10 @@ describe('bounded state', () => {
     expect(after.bytes).toBe(before.bytes);
 
     // one address, a budget of 10 hellos a minute: the 11th is refused before it is read
-    const limited = await startTestServer({ file: { limits: { helloPerMinute: 10 } }, gateway: { messagesPerSecond: 1_000_000 } });
+    const limited = await startTestServer({
+      file: { limits: { helloPerMinute: 10 } },
+      gateway: { messagesPerSecond: 1_000_000 },
+    });
     servers.push(limited);
     const t = await connect(limited.url);
     const codes: string[] = [];

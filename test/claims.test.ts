@@ -22,8 +22,15 @@ describe('claims that lie', () => {
     const c = new Coordinator({
       params: vec(1, 0.02),
       config: {
-        mode: 'async', uplink: { encoding: 'f32' }, downlink: { encoding: 'f32', blockSize: 64 }, batchSize: 4, seqLen: 8, innerSteps: 10,
-        dylu: false, normBound: { factor: 2, window: 32, minHistory: 3 }, totalTokens: 1_000_000,
+        mode: 'async',
+        uplink: { encoding: 'f32' },
+        downlink: { encoding: 'f32', blockSize: 64 },
+        batchSize: 4,
+        seqLen: 8,
+        innerSteps: 10,
+        dylu: false,
+        normBound: { factor: 2, window: 32, minHistory: 3 },
+        totalTokens: 1_000_000,
       },
     });
     const j = c.join({ caps: { engine: 'cpu', name: 'liar' } }, 0);
@@ -35,11 +42,21 @@ describe('claims that lie', () => {
     const meta = (o: Partial<DeltaMeta> = {}): DeltaMeta => {
       const steps = o.steps ?? a.innerSteps;
       return {
-        islandId: id, roundId: a.roundId, baseVersion: c.version, seq: ++seq, steps, tokens: steps * a.batchSize * a.seqLen,
-        lossFirst: 3, lossLast: 2, lossMean: 2.5, elapsedMs: 1000, ...o,
+        islandId: id,
+        roundId: a.roundId,
+        baseVersion: c.version,
+        seq: ++seq,
+        steps,
+        tokens: steps * a.batchSize * a.seqLen,
+        lossFirst: 3,
+        lossLast: 2,
+        lossMean: 2.5,
+        elapsedMs: 1000,
+        ...o,
       };
     };
-    const submit = (m: DeltaMeta, d: Float32Array) => c.submit({ meta: m, frame: encodeDelta(d, { encoding: 'f32' }) }, (now += 1000));
+    const submit = (m: DeltaMeta, d: Float32Array) =>
+      c.submit({ meta: m, frame: encodeDelta(d, { encoding: 'f32' }) }, (now += 1000));
     const next = () => {
       const r = c.nextAssignment(id, now);
       if (!r.ok || !r.value) throw new Error('no assignment');
@@ -85,17 +102,39 @@ describe('claims that lie', () => {
   it('a claimed speed is at most twice what the server observed', () => {
     const c = new Coordinator({
       params: vec(2, 0.02),
-      config: { mode: 'async', uplink: { encoding: 'f32' }, downlink: { encoding: 'f32', blockSize: 64 }, batchSize: 4, seqLen: 8, innerSteps: 10, dylu: false },
+      config: {
+        mode: 'async',
+        uplink: { encoding: 'f32' },
+        downlink: { encoding: 'f32', blockSize: 64 },
+        batchSize: 4,
+        seqLen: 8,
+        innerSteps: 10,
+        dylu: false,
+      },
     });
     const j = c.join({ caps: { engine: 'cpu', tokensPerSec: 1e12 } }, 0);
     if (!j.ok || !j.value.assignment) throw new Error('join failed');
     const a = j.value.assignment;
     const tokens = a.innerSteps * a.batchSize * a.seqLen;
     // 1 ms of compute claimed; the server saw 10 s since the assignment
-    const r = c.submit({
-      meta: { islandId: a.islandId, roundId: a.roundId, baseVersion: 0, seq: 1, steps: a.innerSteps, tokens, lossFirst: 3, lossLast: 2, lossMean: 2.5, elapsedMs: 1 },
-      frame: encodeDelta(vec(3, 0.01), { encoding: 'f32' }),
-    }, 10_000);
+    const r = c.submit(
+      {
+        meta: {
+          islandId: a.islandId,
+          roundId: a.roundId,
+          baseVersion: 0,
+          seq: 1,
+          steps: a.innerSteps,
+          tokens,
+          lossFirst: 3,
+          lossLast: 2,
+          lossMean: 2.5,
+          elapsedMs: 1,
+        },
+        frame: encodeDelta(vec(3, 0.01), { encoding: 'f32' }),
+      },
+      10_000,
+    );
     expect(r.ok).toBe(true);
     expect(c.island(a.islandId)!.tokensPerSec).toBeCloseTo((2 * tokens) / 10, 6);
   });

@@ -10,7 +10,9 @@ import { chaos } from '../instruments/commands/chaos.ts';
 describe('atoll chaos', () => {
   it('is a command with its flags', () => {
     const c = buildProgram().commands.find((x) => x.name() === 'chaos')!;
-    expect(c.options.map((o) => o.long)).toEqual(expect.arrayContaining(['--islands', '--fail', '--tokens', '--latency', '--no-baseline', '--roles', '--json']));
+    expect(c.options.map((o) => o.long)).toEqual(
+      expect.arrayContaining(['--islands', '--fail', '--tokens', '--latency', '--no-baseline', '--roles', '--json']),
+    );
   });
 
   it('a faulty run: every fault fires, lost = 0, duplicates = 0, goodput and eval loss reported', async () => {
@@ -29,7 +31,14 @@ describe('atoll chaos', () => {
   });
 
   it('--roles: a gateway and the active aggregator killed too; the standby takes over, nothing lost or doubled', async () => {
-    const r = await chaos({ islands: 2, failFraction: 0.5, tokens: 8_000, innerSteps: 4, baseline: false, roles: true });
+    const r = await chaos({
+      islands: 2,
+      failFraction: 0.5,
+      tokens: 8_000,
+      innerSteps: 4,
+      baseline: false,
+      roles: true,
+    });
     expect(r.topology).toBe('roles');
     const f = r.faulty;
     expect([f.gatewayKills, f.aggregatorKills]).toEqual([1, 1]);

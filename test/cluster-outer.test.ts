@@ -11,11 +11,16 @@ import { OuterPool } from '../server/outer/pool.ts';
 import { type DownlinkCfg, ReferenceOuter } from './helpers/outer-reference.ts';
 
 const N = 57 * 256 + 37; // not a multiple of the alignment, the block size or the worker count; fragments of two 4096-element chunks
-const rand = (seed: number) => () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 2 ** 32) - 0.5;
-const vec = (seed: number, scale = 0.01) => { const r = rand(seed); return Float32Array.from({ length: N }, () => r() * scale); };
+const rand = (seed: number) => () => (seed = (seed * 1664525 + 1013904223) >>> 0) / 2 ** 32 - 0.5;
+const vec = (seed: number, scale = 0.01) => {
+  const r = rand(seed);
+  return Float32Array.from({ length: N }, () => r() * scale);
+};
 
 const pools: OuterPool[] = [];
-afterAll(async () => { for (const p of pools) await p.close(); });
+afterAll(async () => {
+  for (const p of pools) await p.close();
+});
 
 describe('outer pool', () => {
   it('matches the sequential outer step bit for bit (sync rounds, async delayed Nesterov, shares, plain steps, f32 and int4 downlinks, a rejected step)', async () => {
@@ -26,7 +31,15 @@ describe('outer pool', () => {
     const int8 = { encoding: 'int8' as const, blockSize: 64 };
     const nesterov: OuterConfig = { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
     const dn: OuterConfig = { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
-    const check = async (deltas: Float32Array[], weights: number[] | null, outer: OuterConfig, downlink: DownlinkCfg = int8, scale = 1, period = 1, share = false) => {
+    const check = async (
+      deltas: Float32Array[],
+      weights: number[] | null,
+      outer: OuterConfig,
+      downlink: DownlinkCfg = int8,
+      scale = 1,
+      period = 1,
+      share = false,
+    ) => {
       const slots: number[] = [];
       for (const d of deltas) {
         const r = await pool.ingest(encodeDelta(d, { encoding: 'f32' }));
@@ -49,7 +62,8 @@ describe('outer pool', () => {
       expect(Buffer.from(pool.theta.buffer).equals(Buffer.from(ref.theta.buffer))).toBe(true);
       expect(got.value.updateNorm).toBeCloseTo(want.updateNorm, 6);
       // each delta's agreement sums (the fragments' partial sums added: equal up to rounding)
-      const close = (x: number[], y: number[]) => x.forEach((v, j) => expect(Math.abs(v - y[j])).toBeLessThanOrEqual(1e-9 * Math.abs(y[j]) + 1e-12));
+      const close = (x: number[], y: number[]) =>
+        x.forEach((v, j) => expect(Math.abs(v - y[j])).toBeLessThanOrEqual(1e-9 * Math.abs(y[j]) + 1e-12));
       if (want.agreement) {
         const a = got.value.agreement!;
         close(a.dots, want.agreement.dots);
@@ -59,8 +73,16 @@ describe('outer pool', () => {
     };
     for (let r = 0; r < 3; r++) await check([vec(10 + r), vec(20 + r), vec(30 + r)], [0.5, 0.3, 0.2], nesterov);
     // rounds of 4 and 7 deltas: the fused pass takes deltas four at a time, then one by one
-    await check([0, 1, 2, 3].map((j) => vec(80 + j)), [0.4, 0.3, 0.2, 0.1], nesterov);
-    await check([0, 1, 2, 3, 4, 5, 6].map((j) => vec(90 + j)), [0.2, 0.2, 0.1, 0.1, 0.1, 0.15, 0.15], nesterov);
+    await check(
+      [0, 1, 2, 3].map((j) => vec(80 + j)),
+      [0.4, 0.3, 0.2, 0.1],
+      nesterov,
+    );
+    await check(
+      [0, 1, 2, 3, 4, 5, 6].map((j) => vec(90 + j)),
+      [0.2, 0.2, 0.1, 0.1, 0.1, 0.15, 0.15],
+      nesterov,
+    );
     for (let k = 0; k < 4; k++) await check([vec(40 + k)], null, dn, int8, 1 / 3, 3);
     await check([vec(50)], [1], nesterov, { encoding: 'f32', blockSize: 64 });
     const bad = vec(60);
@@ -72,7 +94,15 @@ describe('outer pool', () => {
     await check([vec(74)], null, nesterov, { encoding: 'f32', blockSize: 64 }, 0.61, 1, true);
     await check([vec(75)], null, nesterov, int8, 1, 0);
     await check([vec(78)], null, { kind: 'sgd', lr: 1, momentum: 0, dnPeriod: 0 }, int8, 0.3, 1, true); // sgd, a share of a step
-    await check([vec(79), vec(80)], [0.5, 0.5], { kind: 'sgd', lr: 0.5, momentum: 0.9, dnPeriod: 0 }, int8, 0.6, 1, true); // heavy ball, a share
+    await check(
+      [vec(79), vec(80)],
+      [0.5, 0.5],
+      { kind: 'sgd', lr: 0.5, momentum: 0.9, dnPeriod: 0 },
+      int8,
+      0.6,
+      1,
+      true,
+    ); // heavy ball, a share
     await check([vec(76)], [1], nesterov, { encoding: 'int4', blockSize: 64 });
     await check([vec(77)], null, nesterov, { encoding: 'int4', blockSize: 32 }, 0.5, 1, true);
     // the default run's downlink (int4, deflated): the workers seal the frame deflated, as encodeDelta does
@@ -94,7 +124,14 @@ describe('outer pool', () => {
     const r = await pool.ingest(encodeDelta(d, { encoding: 'f32' }));
     if (!r.ok) throw new Error(r.error.code);
     const outer: OuterConfig = { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 };
-    const got = await pool.step({ slots: [r.value.slot], weights: [1], outer, downlink: { encoding: 'int8', blockSize: 64 }, scale: 1, period: 1 });
+    const got = await pool.step({
+      slots: [r.value.slot],
+      weights: [1],
+      outer,
+      downlink: { encoding: 'int8', blockSize: 64 },
+      scale: 1,
+      period: 1,
+    });
     if (!got.ok) throw new Error(got.error.message);
     expect(got.value.hash).toBe(ref.step([d], [1], outer, { encoding: 'int8', blockSize: 64 })!.hash);
     await (pool as unknown as { workers: Array<{ terminate(): Promise<number> }> }).workers[0].terminate();
@@ -137,12 +174,19 @@ describe('outer pool', () => {
 });
 
 describe('bench server: outerWorkers', () => {
-  it('reports ingest and apply apart, with the event loop\'s longest stall; --outer-workers is a flag', async () => {
+  it("reports ingest and apply apart, with the event loop's longest stall; --outer-workers is a flag", async () => {
     const { benchOuterPool } = await import('../instruments/bench/outer-pool.ts');
     const r = await benchOuterPool({ n: 1 << 16, workers: 2, seconds: 0.05 });
     expect(r.workers).toBe(2);
     expect(r.roundSize).toBe(4);
-    for (const k of ['ingestParamsPerSec', 'applyParamsPerSec', 'applyAsyncParamsPerSec', 'stepMs', 'loopMaxStallMs'] as const) expect(r[k]).toBeGreaterThan(0);
+    for (const k of [
+      'ingestParamsPerSec',
+      'applyParamsPerSec',
+      'applyAsyncParamsPerSec',
+      'stepMs',
+      'loopMaxStallMs',
+    ] as const)
+      expect(r[k]).toBeGreaterThan(0);
     const { buildProgram } = await import('../instruments/cli.ts');
     const bench = buildProgram().commands.find((c) => c.name() === 'bench')!;
     expect(bench.commands.find((c) => c.name() === 'server')!.options.map((o) => o.long)).toContain('--outer-workers');

@@ -20,7 +20,8 @@ let redis: Redis;
 const clients: Array<{ disconnect(): void } | { close(): void }> = [];
 let runN = 0;
 const newRun = () => runKeys(`t${++runN}`);
-const lease = (keys: ReturnType<typeof runKeys>, owner: string, ttlMs = 5000) => new AggregatorLease(redis, keys, { owner, ttlMs });
+const lease = (keys: ReturnType<typeof runKeys>, owner: string, ttlMs = 5000) =>
+  new AggregatorLease(redis, keys, { owner, ttlMs });
 const consumer = (keys: ReturnType<typeof runKeys>) => {
   const c = new DeltaConsumer(redis, keys);
   clients.push(c);
@@ -34,7 +35,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of clients) ('close' in c ? c.close() : c.disconnect());
+  for (const c of clients) 'close' in c ? c.close() : c.disconnect();
   redis?.disconnect();
   await redisProc?.stop();
 });
@@ -42,7 +43,8 @@ afterAll(async () => {
 describe('aggregator lease', () => {
   it('one holder at a time; tokens only grow; a released lease goes to the standby and fences the old token', async () => {
     const keys = newRun();
-    const a = lease(keys, 'a'), b = lease(keys, 'b');
+    const a = lease(keys, 'a'),
+      b = lease(keys, 'b');
     const c = consumer(keys);
     const ta = await a.tryAcquire();
     expect(ta).toBe(1);
@@ -61,11 +63,30 @@ describe('aggregator lease', () => {
   it('a deposed aggregator woken by SIGCONT after its lease lapsed writes nothing', async () => {
     const run = `t${++runN}`;
     const keys = runKeys(run);
-    const child = spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), join(ROOT, 'test/helpers/redis.ts'), 'writer', redisProc.url, run, '600'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        join(ROOT, 'bin/register.js'),
+        join(ROOT, 'test/helpers/redis.ts'),
+        'writer',
+        redisProc.url,
+        run,
+        '600',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     const lines: Array<{ kind: string; version?: number; code?: string; token?: number }> = [];
-    const p = track(child, 'writer', (l) => { if (l.startsWith('{')) lines.push(JSON.parse(l)); });
+    const p = track(child, 'writer', (l) => {
+      if (l.startsWith('{')) lines.push(JSON.parse(l));
+    });
     try {
-      await waitFor('the writer to make durable writes', () => lines.filter((l) => l.kind === 'wrote').length >= 3, 30_000, 20);
+      await waitFor(
+        'the writer to make durable writes',
+        () => lines.filter((l) => l.kind === 'wrote').length >= 3,
+        30_000,
+        20,
+      );
       const oldToken = lines.find((l) => l.kind === 'token')!.token!;
       const sub = redis.duplicate();
       clients.push(sub);
@@ -81,7 +102,12 @@ describe('aggregator lease', () => {
       const before = lines.length;
       seen.length = 0;
       child.kill('SIGCONT');
-      await waitFor('the woken writer to attempt writes', () => lines.slice(before).filter((l) => l.kind === 'fenced').length >= 3, 30_000, 20);
+      await waitFor(
+        'the woken writer to attempt writes',
+        () => lines.slice(before).filter((l) => l.kind === 'fenced').length >= 3,
+        30_000,
+        20,
+      );
       const after = lines.slice(before);
       expect(after.filter((l) => l.kind === 'wrote')).toEqual([]);
       expect(after.filter((l) => l.kind === 'fenced').every((l) => l.code === 'E_FENCED')).toBe(true);
@@ -115,11 +141,21 @@ describe('delta stream', () => {
     expect((await appendDelta(redis, keys, 'i2', 5, '{"b":2}', frame(2))).kind).toBe('appended');
 
     const got = await c.readNew(token, 10, 0);
-    expect(got.map((d) => [d.island, d.seq, d.meta])).toEqual([['i1', 1, '{"a":1}'], ['i2', 5, '{"b":2}']]);
+    expect(got.map((d) => [d.island, d.seq, d.meta])).toEqual([
+      ['i1', 1, '{"a":1}'],
+      ['i2', 5, '{"b":2}'],
+    ]);
     expect(Array.from(got[0].frame)).toEqual(Array.from(frame(1)));
     expect(await c.readNew(token, 10, 0)).toEqual([]);
 
-    await c.settle(token, [{ ...got[0], state: 'v:1' }, { ...got[1], state: 'r:E_STALE' }], { version: 1, hash: 'h' });
+    await c.settle(
+      token,
+      [
+        { ...got[0], state: 'v:1' },
+        { ...got[1], state: 'r:E_STALE' },
+      ],
+      { version: 1, hash: 'h' },
+    );
     expect(await w1).toBe('v:1');
     expect(await w2).toBe('r:E_STALE');
     expect(feed.durableVersion).toBe(1);
@@ -143,11 +179,13 @@ describe('delta stream', () => {
     expect(performance.now() - t0).toBeLessThan(15_000);
   });
 
-  it('a standby finds its predecessor\'s unsettled deltas; the predecessor can no longer read or settle', async () => {
+  it("a standby finds its predecessor's unsettled deltas; the predecessor can no longer read or settle", async () => {
     const keys = newRun();
-    const a = consumer(keys), b = consumer(keys);
+    const a = consumer(keys),
+      b = consumer(keys);
     await a.ensureGroup();
-    const la = lease(keys, 'a'), lb = lease(keys, 'b');
+    const la = lease(keys, 'a'),
+      lb = lease(keys, 'b');
     const ta = await la.tryAcquire();
     for (let s = 1; s <= 3; s++) await appendDelta(redis, keys, `i${s}`, s, '{}', frame(s));
     const read = await a.readNew(ta, 2, 0);
@@ -197,7 +235,10 @@ describe('redis-server harness', () => {
 
 describe('fault proxy', () => {
   it('adds latency in both directions and drops open connections', async () => {
-    const echo = createServer((s) => { s.on('error', () => {}); s.pipe(s); });
+    const echo = createServer((s) => {
+      s.on('error', () => {});
+      s.pipe(s);
+    });
     await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
     const port = (echo.address() as { port: number }).port;
     const proxy = new FaultProxy({ host: '127.0.0.1', port }, { latencyMs: 60 });

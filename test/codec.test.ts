@@ -100,22 +100,37 @@ describe('crc32', () => {
 
 describe('roundHalfUp', () => {
   it('is Math.round on every integer-and-a-half neighbourhood the quantizers meet, and on random values', () => {
-    const f64 = new Float64Array(1), bits = new BigInt64Array(f64.buffer);
-    const step = (x: number, dir: 1n | -1n) => { f64[0] = x; bits[0] += x > 0 ? dir : -dir; return f64[0]; };
+    const f64 = new Float64Array(1),
+      bits = new BigInt64Array(f64.buffer);
+    const step = (x: number, dir: 1n | -1n) => {
+      f64[0] = x;
+      bits[0] += x > 0 ? dir : -dir;
+      return f64[0];
+    };
     const same = (x: number) => roundHalfUp(x) + 0 === Math.round(x) + 0; // −0 and +0 store alike
     const bad: number[] = [];
-    for (let k = -130; k <= 130; k++) for (const c of [k, k + 0.5]) {
-      if (c === 0) continue;
-      let lo = c, hi = c;
-      for (let s = 0; s < 40; s++) {
-        if (!same(lo)) bad.push(lo);
-        if (!same(hi)) bad.push(hi);
-        lo = step(lo, -1n); hi = step(hi, 1n);
+    for (let k = -130; k <= 130; k++)
+      for (const c of [k, k + 0.5]) {
+        if (c === 0) continue;
+        let lo = c,
+          hi = c;
+        for (let s = 0; s < 40; s++) {
+          if (!same(lo)) bad.push(lo);
+          if (!same(hi)) bad.push(hi);
+          lo = step(lo, -1n);
+          hi = step(hi, 1n);
+        }
       }
+    for (const x of [0.49999999999999994, -0.49999999999999994, 0.5, -0.5, 1e-300, -1e-300, 0, -0])
+      if (!same(x)) bad.push(x);
+    const r = (() => {
+      let s = 12345;
+      return () => ((s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32 - 0.5) * 260;
+    })();
+    for (let i = 0; i < 200_000; i++) {
+      const x = r();
+      if (!same(x)) bad.push(x);
     }
-    for (const x of [0.49999999999999994, -0.49999999999999994, 0.5, -0.5, 1e-300, -1e-300, 0, -0]) if (!same(x)) bad.push(x);
-    const r = (() => { let s = 12345; return () => ((s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32 - 0.5) * 260; })();
-    for (let i = 0; i < 200_000; i++) { const x = r(); if (!same(x)) bad.push(x); }
     expect(bad).toEqual([]);
   });
 });
@@ -210,7 +225,10 @@ describe('encode/decode round trip', () => {
     }
   });
 
-  for (const [encoding, qmax] of [['int8', 127], ['int4', 7]] as const) {
+  for (const [encoding, qmax] of [
+    ['int8', 127],
+    ['int4', 7],
+  ] as const) {
     it(`${encoding} is within scale/2 of each element, per block`, () => {
       for (const n of SIZES) {
         for (const blockSize of [8, 64, 250]) {
@@ -332,10 +350,7 @@ describe('error feedback', () => {
     const n = 4000;
     const rounds = 50;
     const drift = randomDelta(n, 1); // a consistent direction, as real pseudo-gradients have
-    for (const opts of [
-      { encoding: 'topk', topkFraction: 0.05 },
-      { encoding: 'int4' },
-    ] as CodecOptions[]) {
+    for (const opts of [{ encoding: 'topk', topkFraction: 0.05 }, { encoding: 'int4' }] as CodecOptions[]) {
       const fb = new ErrorFeedback(n);
       const scratch = new CodecScratch();
       const sumIn = new Float64Array(n);
@@ -511,7 +526,8 @@ describe('decode validation', () => {
     for (const encoding of ENCODINGS) {
       for (const deflate of [false, true]) configs.push({ encoding, deflate, topkFraction: 0.2, blockSize: 16 });
     }
-    for (const valueBits of [1, 2] as const) configs.push({ encoding: 'sparse', strided: true, valueBits, topkFraction: 0.25, blockSize: 16 });
+    for (const valueBits of [1, 2] as const)
+      configs.push({ encoding: 'sparse', strided: true, valueBits, topkFraction: 0.25, blockSize: 16 });
     const seen = new Map<string, number>();
     let mutations = 0;
     for (const opts of configs) {

@@ -5,8 +5,14 @@ import { describe, expect, it } from 'vitest';
 import { crc32, decodeDelta, encodeDelta, type CodecOptions } from '../core/codec/index.ts';
 import { NormHistory, normSteps } from '../core/coord/aggregate.ts';
 import {
-  Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent, applyUpdateMessage, dyluInnerSteps, hashParams,
-  stalenessWeight, trimmedMean,
+  Coordinator,
+  type CoordinatorConfigPatch,
+  type CoordinatorEvent,
+  applyUpdateMessage,
+  dyluInnerSteps,
+  hashParams,
+  stalenessWeight,
+  trimmedMean,
 } from '../core/coord/index.ts';
 import type { Assignment, DeltaMeta, IslandCaps } from '../core/protocol.ts';
 import { ErrorCode, innerLearningRate } from '../core/protocol.ts';
@@ -27,7 +33,15 @@ function randomVec(seed: number, scale = 0.01, n = N): Float32Array {
 function makeCoord(config: CoordinatorConfigPatch, seed = 1): Coordinator {
   return new Coordinator({
     params: randomVec(seed, 0.02),
-    config: { downlink: { encoding: 'f32', blockSize: 64 }, uplink: F32, normBound: { factor: 0 }, batchSize: 4, seqLen: 8, innerSteps: 10, ...config },
+    config: {
+      downlink: { encoding: 'f32', blockSize: 64 },
+      uplink: F32,
+      normBound: { factor: 0 },
+      batchSize: 4,
+      seqLen: 8,
+      innerSteps: 10,
+      ...config,
+    },
   });
 }
 
@@ -43,12 +57,22 @@ function meta(a: Assignment, o: Partial<DeltaMeta> = {}): DeltaMeta {
   seqs.set(a.islandId, seq);
   const steps = o.steps ?? a.innerSteps;
   return {
-    islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq, steps,
-    tokens: steps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2, lossMean: 2.5, elapsedMs: 1000, ...o,
+    islandId: a.islandId,
+    roundId: a.roundId,
+    baseVersion: a.baseVersion,
+    seq,
+    steps,
+    tokens: steps * a.batchSize * a.seqLen,
+    lossFirst: 3,
+    lossLast: 2,
+    lossMean: 2.5,
+    elapsedMs: 1000,
+    ...o,
   };
 }
 
-const updates = (evs: CoordinatorEvent[]) => evs.filter((e): e is Extract<CoordinatorEvent, { type: 'update' }> => e.type === 'update');
+const updates = (evs: CoordinatorEvent[]) =>
+  evs.filter((e): e is Extract<CoordinatorEvent, { type: 'update' }> => e.type === 'update');
 
 function expectClose(actual: Float32Array, expected: Float64Array | Float32Array, tol = 1e-6): void {
   let worst = 0;
@@ -78,7 +102,12 @@ describe('sync averaging', () => {
   });
 
   it('trimmed mean drops the extremes per coordinate', () => {
-    const ds = [Float32Array.from([1, 10, -5]), Float32Array.from([2, 20, 0]), Float32Array.from([3, -30, 5]), Float32Array.from([100, 0, 1])];
+    const ds = [
+      Float32Array.from([1, 10, -5]),
+      Float32Array.from([2, 20, 0]),
+      Float32Array.from([3, -30, 5]),
+      Float32Array.from([100, 0, 1]),
+    ];
     const out = new Float32Array(3);
     trimmedMean(ds, 1, out);
     expect(Array.from(out)).toEqual([2.5, 5, 0.5]);
@@ -88,7 +117,8 @@ describe('sync averaging', () => {
 describe('outer optimizers', () => {
   it('Nesterov matches the hand-computed reference over 3 rounds', () => {
     seqs = new Map();
-    const lr = 0.7, mu = 0.9;
+    const lr = 0.7,
+      mu = 0.9;
     const c2 = makeCoord({ mode: 'sync', soloPlainStep: false, outer: { kind: 'nesterov', lr, momentum: mu } });
     const theta = Float64Array.from(c2.params());
     const m = new Float64Array(N);
@@ -110,10 +140,19 @@ describe('outer optimizers', () => {
 
   it('delayed Nesterov: plain lr·g/N per arrival, momentum step every N arrivals', () => {
     seqs = new Map();
-    const lr = 0.5, mu = 0.8, period = 2;
-    const c = makeCoord({ mode: 'async', asyncWindow: { fraction: 0 }, soloPlainStep: false, staleness: 'none', outer: { kind: 'delayed-nesterov', lr, momentum: mu, dnPeriod: period } });
+    const lr = 0.5,
+      mu = 0.8,
+      period = 2;
+    const c = makeCoord({
+      mode: 'async',
+      asyncWindow: { fraction: 0 },
+      soloPlainStep: false,
+      staleness: 'none',
+      outer: { kind: 'delayed-nesterov', lr, momentum: mu, dnPeriod: period },
+    });
     const theta = Float64Array.from(c.params());
-    const m = new Float64Array(N), b = new Float64Array(N);
+    const m = new Float64Array(N),
+      b = new Float64Array(N);
     let asg = join(c).a; // one active island: s = w / 1 = 1 (tokens = expected)
     for (let k = 0; k < 5; k++) {
       const g = randomVec(200 + k);
@@ -142,7 +181,13 @@ describe('outer optimizers', () => {
 describe('sync rounds: quorum and grace window', () => {
   it('closes at quorum + grace, not before; late deltas join the next round discounted', () => {
     seqs = new Map();
-    const c = makeCoord({ mode: 'sync', outer: { kind: 'sgd', lr: 1, momentum: 0 }, quorum: 0.5, grace: { factor: 2, floorMs: 100, capMs: 60_000 }, staleness: 'inv-sqrt' });
+    const c = makeCoord({
+      mode: 'sync',
+      outer: { kind: 'sgd', lr: 1, momentum: 0 },
+      quorum: 0.5,
+      grace: { factor: 2, floorMs: 100, capMs: 60_000 },
+      staleness: 'inv-sqrt',
+    });
     const isl = [join(c), join(c), join(c), join(c)];
     c.drainEvents();
     expect(c.submit({ meta: meta(isl[0].a), frame: encodeDelta(randomVec(1), F32) }, 1000).ok).toBe(true);
@@ -157,7 +202,8 @@ describe('sync rounds: quorum and grace window', () => {
     const ev = updates(c.drainEvents());
     expect(ev[0].contributors.map((x) => x.islandId)).toEqual(['island-1', 'island-2']);
     // islands 1 and 2 take round-1 work; island 3 returns late (round 0 closed): folded into round 1
-    const a1 = c.nextAssignment('island-1', 2300), a2 = c.nextAssignment('island-2', 2300);
+    const a1 = c.nextAssignment('island-1', 2300),
+      a2 = c.nextAssignment('island-2', 2300);
     if (!a1.ok || !a1.value || !a2.ok || !a2.value) throw new Error('expected assignments');
     expect(a1.value.roundId).toBe(1);
     const late = c.submit({ meta: meta(isl[2].a, { tokens: 320 }), frame: encodeDelta(randomVec(3), F32) }, 2500);
@@ -177,8 +223,15 @@ describe('sync rounds: quorum and grace window', () => {
 
   it('a departed island never stalls the round; the round timeout closes without quorum', () => {
     seqs = new Map();
-    const c = makeCoord({ mode: 'sync', quorum: 1, roundTimeoutMs: 5000, grace: { factor: 1, floorMs: 0, capMs: 1000 } });
-    const a = join(c), b = join(c), d = join(c);
+    const c = makeCoord({
+      mode: 'sync',
+      quorum: 1,
+      roundTimeoutMs: 5000,
+      grace: { factor: 1, floorMs: 0, capMs: 1000 },
+    });
+    const a = join(c),
+      b = join(c),
+      d = join(c);
     c.submit({ meta: meta(a.a), frame: encodeDelta(randomVec(1), F32) }, 100);
     expect(c.version).toBe(0);
     c.leave(b.id, 200); // gone: only d is still awaited
@@ -193,7 +246,8 @@ describe('sync rounds: quorum and grace window', () => {
   it('rounds close as soon as every live member has returned', () => {
     seqs = new Map();
     const c = makeCoord({ mode: 'sync', quorum: 1 });
-    const a = join(c), b = join(c);
+    const a = join(c),
+      b = join(c);
     c.submit({ meta: meta(a.a), frame: encodeDelta(randomVec(1), F32) }, 10);
     expect(c.nextAssignment(a.id, 11)).toEqual({ ok: true, value: null }); // waits for the round
     c.submit({ meta: meta(b.a), frame: encodeDelta(randomVec(2), F32) }, 20);
@@ -209,7 +263,9 @@ describe('sync rounds: rejected members', () => {
   it('a member whose delta was rejected no longer holds the round, and waits for the next one', () => {
     seqs = new Map();
     const c = makeCoord({ mode: 'sync', quorum: 1, roundTimeoutMs: 1e9, grace: { factor: 1, floorMs: 0, capMs: 1e9 } });
-    const a = join(c), b = join(c), bad = join(c);
+    const a = join(c),
+      b = join(c),
+      bad = join(c);
     c.submit({ meta: meta(a.a), frame: encodeDelta(randomVec(1), F32) }, 10);
     const x = randomVec(2);
     x[0] = NaN;
@@ -218,7 +274,10 @@ describe('sync rounds: rejected members', () => {
     expect(c.nextAssignment(bad.id, 12)).toEqual({ ok: true, value: null }); // its turn is used
     c.submit({ meta: meta(b.a), frame: encodeDelta(randomVec(3), F32) }, 20); // closes: a and b are all that is awaited
     expect(c.version).toBe(1);
-    const asg = c.drainEvents().filter((e) => e.type === 'assignment').map((e) => e.type === 'assignment' && e.islandId);
+    const asg = c
+      .drainEvents()
+      .filter((e) => e.type === 'assignment')
+      .map((e) => e.type === 'assignment' && e.islandId);
     expect(asg).toContain(bad.id);
   });
 
@@ -240,8 +299,15 @@ describe('staleness', () => {
     expect(stalenessWeight('inv-linear', 3)).toBeCloseTo(0.25, 12);
     expect(stalenessWeight('none', 9)).toBe(1);
     seqs = new Map();
-    const c = makeCoord({ mode: 'async', asyncWindow: { fraction: 0 }, maxStaleness: 2, staleness: 'inv-sqrt', outer: { kind: 'sgd', lr: 1, momentum: 0 } });
-    const slow = join(c), fast = join(c);
+    const c = makeCoord({
+      mode: 'async',
+      asyncWindow: { fraction: 0 },
+      maxStaleness: 2,
+      staleness: 'inv-sqrt',
+      outer: { kind: 'sgd', lr: 1, momentum: 0 },
+    });
+    const slow = join(c),
+      fast = join(c);
     let fa = fast.a;
     for (let k = 0; k < 2; k++) {
       expect(c.submit({ meta: meta(fa), frame: encodeDelta(randomVec(k), F32) }, k).ok).toBe(true);
@@ -274,21 +340,38 @@ describe('DyLU', () => {
   const base = { batchSize: 8, seqLen: 32, innerSteps: 100, minInnerSteps: 5, maxInnerSteps: 400 };
   it('time rule: steps that take targetRoundMs at the island speed', () => {
     // 10 s at 2048 tok/s with 256 tokens per step = 80 steps
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 2048, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(80);
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 8192, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(320);
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 2048, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(
+      80,
+    );
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 8192, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(
+      320,
+    );
     expect(dyluInnerSteps({ ...base, tokensPerSec: 1, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(5); // min
-    expect(dyluInnerSteps({ ...base, tokensPerSec: 1e6, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(400); // max
-    expect(dyluInnerSteps({ ...base, tokensPerSec: undefined, fastestStepsPerSec: 10, targetRoundMs: 10_000 })).toBe(100);
+    expect(dyluInnerSteps({ ...base, tokensPerSec: 1e6, fastestStepsPerSec: undefined, targetRoundMs: 10_000 })).toBe(
+      400,
+    ); // max
+    expect(dyluInnerSteps({ ...base, tokensPerSec: undefined, fastestStepsPerSec: 10, targetRoundMs: 10_000 })).toBe(
+      100,
+    );
   });
   it('ratio rule (Async Local-SGD): H · (steps/s) / (steps/s)_max, seconds per step compared, not tokens/s', () => {
     // 256 tokens per step: 1000 tok/s = 3.9 steps/s against 15.6 steps/s
     expect(dyluInnerSteps({ ...base, tokensPerSec: 1000, fastestStepsPerSec: 4000 / 256, targetRoundMs: 0 })).toBe(25);
     expect(dyluInnerSteps({ ...base, tokensPerSec: 4000, fastestStepsPerSec: 4000 / 256, targetRoundMs: 0 })).toBe(100);
     // same tokens/s, half the batch: twice the steps per second, so the same number of steps as the fastest
-    expect(dyluInnerSteps({ ...base, batchSize: 4, tokensPerSec: 2000, fastestStepsPerSec: 2000 / 128, targetRoundMs: 0 })).toBe(100);
+    expect(
+      dyluInnerSteps({ ...base, batchSize: 4, tokensPerSec: 2000, fastestStepsPerSec: 2000 / 128, targetRoundMs: 0 }),
+    ).toBe(100);
   });
   it('the coordinator assigns islands of 1× and 4× speed steps that take the same time', () => {
-    const c = makeCoord({ mode: 'async', dylu: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, maxInnerSteps: 1000 });
+    const c = makeCoord({
+      mode: 'async',
+      dylu: true,
+      targetRoundMs: 8000,
+      batchSize: 8,
+      seqLen: 32,
+      maxInnerSteps: 1000,
+    });
     const slow = join(c, 0, { engine: 'cpu', tokensPerSec: 1024 }).a;
     const fast = join(c, 0, { engine: 'webgpu', tokensPerSec: 4096 }).a;
     expect(slow.innerSteps).toBe(32);
@@ -297,12 +380,28 @@ describe('DyLU', () => {
     expect(t(slow, 1024)).toBeCloseTo(t(fast, 4096), 9);
   });
   it('sync: the first island on an idle or fresh server gets a whole round from its declared speed, a late joiner the time left', () => {
-    const c = makeCoord({ mode: 'sync', dylu: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, minInnerSteps: 1, maxInnerSteps: 1000 });
+    const c = makeCoord({
+      mode: 'sync',
+      dylu: true,
+      targetRoundMs: 8000,
+      batchSize: 8,
+      seqLen: 32,
+      minInnerSteps: 1,
+      maxInnerSteps: 1000,
+    });
     // the round has been open (and empty) for a minute when the volunteer arrives
     expect(join(c, 60_000, { engine: 'webgpu', tokensPerSec: 1024 }).a.innerSteps).toBe(32);
     expect(join(c, 64_000, { engine: 'webgpu', tokensPerSec: 1024 }).a.innerSteps).toBe(16);
     // a fresh server: the first island half a round after it opened still gets a whole round
-    const fresh = makeCoord({ mode: 'sync', dylu: true, targetRoundMs: 8000, batchSize: 8, seqLen: 32, minInnerSteps: 1, maxInnerSteps: 1000 });
+    const fresh = makeCoord({
+      mode: 'sync',
+      dylu: true,
+      targetRoundMs: 8000,
+      batchSize: 8,
+      seqLen: 32,
+      minInnerSteps: 1,
+      maxInnerSteps: 1000,
+    });
     expect(join(fresh, 4000, { engine: 'webgpu', tokensPerSec: 1024 }).a.innerSteps).toBe(32);
   });
 });
@@ -310,8 +409,17 @@ describe('DyLU', () => {
 describe('validation: every rejection leaves θ and the optimizer state unchanged', () => {
   it('rejects each bad delta with its code', () => {
     seqs = new Map();
-    const c = makeCoord({ mode: 'async', asyncWindow: { fraction: 0 }, maxStaleness: 1, uplink: { encoding: 'int8' }, normBound: { factor: 4, window: 16, minHistory: 3 }, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 2 } });
-    const good = join(c), other = join(c), victim = join(c);
+    const c = makeCoord({
+      mode: 'async',
+      asyncWindow: { fraction: 0 },
+      maxStaleness: 1,
+      uplink: { encoding: 'int8' },
+      normBound: { factor: 4, window: 16, minHistory: 3 },
+      outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 2 },
+    });
+    const good = join(c),
+      other = join(c),
+      victim = join(c);
     let ga = good.a;
     const next = () => {
       const n = c.nextAssignment(good.id, 1);
@@ -320,7 +428,9 @@ describe('validation: every rejection leaves θ and the optimizer state unchange
     };
     // history for the norm bound (and a non-trivial optimizer state)
     for (let k = 0; k < 3; k++) {
-      expect(c.submit({ meta: meta(ga), frame: encodeDelta(randomVec(40 + k), { encoding: 'int8' }) }, 1).ok).toBe(true);
+      expect(c.submit({ meta: meta(ga), frame: encodeDelta(randomVec(40 + k), { encoding: 'int8' }) }, 1).ok).toBe(
+        true,
+      );
       next();
     }
     expect(c.outerState().bufferCount).toBe(1);
@@ -335,18 +445,66 @@ describe('validation: every rejection leaves θ and the optimizer state unchange
       return `${c.hash}|${hashParams(s.momentum)}|${hashParams(s.buffer)}|${s.bufferCount}|${s.steps}|${c.version}`;
     };
     const cases: Array<[string, () => ReturnType<Coordinator['submit']>]> = [
-      [ErrorCode.UNKNOWN_ISLAND, () => c.submit({ meta: { ...meta(ga), islandId: 'nobody' }, frame: int8(randomVec(1)) }, 2)],
+      [
+        ErrorCode.UNKNOWN_ISLAND,
+        () => c.submit({ meta: { ...meta(ga), islandId: 'nobody' }, frame: int8(randomVec(1)) }, 2),
+      ],
       [ErrorCode.WRONG_SIZE, () => c.submit({ meta: meta(ga), frame: int8(randomVec(1, 0.01, N + 1)) }, 2)],
       [ErrorCode.TRUNCATED, () => c.submit({ meta: meta(ga), frame: int8(randomVec(1)).subarray(0, 20) }, 2)],
-      [ErrorCode.CRC, () => { const f = int8(randomVec(1)); f[40] ^= 1; return c.submit({ meta: meta(ga), frame: f }, 2); }],
-      [ErrorCode.CORRUPT, () => { const f = int8(randomVec(1)); f[32 + 4 * 4 + 7] = 0x80; return c.submit({ meta: meta(ga), frame: fixCrc(f) }, 2); }],
-      [ErrorCode.NON_FINITE, () => { const x = randomVec(1); x[3] = NaN; return c.submit({ meta: meta(ga), frame: int8(x) }, 2); }],
-      [ErrorCode.FUTURE_VERSION, () => c.submit({ meta: meta(ga, { baseVersion: c.version + 1 }), frame: int8(randomVec(1)) }, 2)],
+      [
+        ErrorCode.CRC,
+        () => {
+          const f = int8(randomVec(1));
+          f[40] ^= 1;
+          return c.submit({ meta: meta(ga), frame: f }, 2);
+        },
+      ],
+      [
+        ErrorCode.CORRUPT,
+        () => {
+          const f = int8(randomVec(1));
+          f[32 + 4 * 4 + 7] = 0x80;
+          return c.submit({ meta: meta(ga), frame: fixCrc(f) }, 2);
+        },
+      ],
+      [
+        ErrorCode.NON_FINITE,
+        () => {
+          const x = randomVec(1);
+          x[3] = NaN;
+          return c.submit({ meta: meta(ga), frame: int8(x) }, 2);
+        },
+      ],
+      [
+        ErrorCode.FUTURE_VERSION,
+        () => c.submit({ meta: meta(ga, { baseVersion: c.version + 1 }), frame: int8(randomVec(1)) }, 2),
+      ],
       [ErrorCode.STALE, () => c.submit({ meta: meta(other.a), frame: int8(randomVec(1)) }, 2)],
-      [ErrorCode.NORM_BOUND, () => { const x = randomVec(1); for (let i = 0; i < N; i++) x[i] *= 100; return c.submit({ meta: meta(ga), frame: int8(x) }, 2); }],
+      [
+        ErrorCode.NORM_BOUND,
+        () => {
+          const x = randomVec(1);
+          for (let i = 0; i < N; i++) x[i] *= 100;
+          return c.submit({ meta: meta(ga), frame: int8(x) }, 2);
+        },
+      ],
       [ErrorCode.DUPLICATE, () => c.submit({ meta: { ...meta(ga), seq: 1 }, frame: int8(randomVec(1)) }, 2)],
-      [ErrorCode.PAUSED, () => { c.pause(); const r = c.submit({ meta: meta(ga), frame: int8(randomVec(1)) }, 2); c.resume(3); return r; }],
-      [ErrorCode.BANNED, () => { c.ban(victim.id, 2); return c.submit({ meta: meta(victim.a), frame: int8(randomVec(1)) }, 2); }],
+      [
+        ErrorCode.PAUSED,
+        () => {
+          c.pause();
+          const r = c.submit({ meta: meta(ga), frame: int8(randomVec(1)) }, 2);
+          c.resume(3);
+          return r;
+        },
+      ],
+      [
+        ErrorCode.BANNED,
+        () => {
+          c.ban(victim.id, 2);
+          return c.submit({ meta: meta(victim.a), frame: int8(randomVec(1)) }, 2);
+        },
+      ],
     ];
     for (const [code, run] of cases) {
       const before = stateKey();
@@ -382,10 +540,19 @@ describe('validation: every rejection leaves θ and the optimizer state unchange
     seqs = new Map();
     const c = makeCoord({ mode: 'sync', normBound: { factor: 4, window: 16, minHistory: 3 } });
     let isl = [join(c), join(c), join(c)];
-    isl.forEach(({ a }, k) => expect(c.submit({ meta: meta(a), frame: encodeDelta(randomVec(70 + k), F32) }, 10 + k).ok).toBe(true));
+    isl.forEach(({ a }, k) =>
+      expect(c.submit({ meta: meta(a), frame: encodeDelta(randomVec(70 + k), F32) }, 10 + k).ok).toBe(true),
+    );
     c.drainEvents();
     const hash = c.hash;
-    isl = isl.map(({ id }) => ({ id, a: (() => { const n = c.nextAssignment(id, 20); if (!n.ok || !n.value) throw new Error('no assignment'); return n.value; })() }));
+    isl = isl.map(({ id }) => ({
+      id,
+      a: (() => {
+        const n = c.nextAssignment(id, 20);
+        if (!n.ok || !n.value) throw new Error('no assignment');
+        return n.value;
+      })(),
+    }));
     isl.forEach(({ a }, k) => {
       const x = randomVec(80 + k).map((v) => 100 * v);
       const r = c.submit({ meta: meta(a), frame: encodeDelta(x, F32) }, 30 + k);
@@ -395,7 +562,11 @@ describe('validation: every rejection leaves θ and the optimizer state unchange
       expect(n.ok && (n.value ? n.value.baseVersion : null)).toBe(k < 2 ? null : 1);
     });
     const ev = c.drainEvents();
-    expect(ev.filter((e) => e.type === 'assignment').map((e) => e.type === 'assignment' && e.result.ok && e.result.value.baseVersion)).toEqual([1, 1]);
+    expect(
+      ev
+        .filter((e) => e.type === 'assignment')
+        .map((e) => e.type === 'assignment' && e.result.ok && e.result.value.baseVersion),
+    ).toEqual([1, 1]);
     expect(c.hash).toBe(hash);
   });
 
@@ -413,27 +584,34 @@ describe('validation: every rejection leaves θ and the optimizer state unchange
     // a 4-step delta at 5× the usual norm is still over
     expect(5 * 0.3).toBeGreaterThan(bound(4));
     // the open window counts too; checkpoints without steps fall back to the plain √ rule
-    expect(h.limiter(nb, [{ score: 0.3, steps: 400 }, { score: 0.3, steps: 400 }])(144)).toBeCloseTo(1.2 * 6, 12);
+    expect(
+      h.limiter(nb, [
+        { score: 0.3, steps: 400 },
+        { score: 0.3, steps: 400 },
+      ])(144),
+    ).toBeCloseTo(1.2 * 6, 12);
     const old = new NormHistory();
     old.restore([0.3, 0.3, 0.3], undefined);
     expect(old.limiter(nb)(144)).toBeCloseTo(1.2, 12);
     expect(new NormHistory().limiter(nb)(4)).toBe(Infinity);
   });
 
-  it('norm bound: a round is judged at its fresh-AdamW warmup (normSteps), so a newcomer\'s second round is not over', () => {
+  it("norm bound: a round is judged at its fresh-AdamW warmup (normSteps), so a newcomer's second round is not over", () => {
     const plan = { localWarmupSteps: 40 };
     // no warmup, or past it: the steps themselves
     expect(normSteps({ localWarmupSteps: 0 }, 8, 0)).toBe(8);
     expect(normSteps(plan, 8, 40)).toBe(8);
     expect(normSteps(undefined, 8, 0)).toBe(8);
     // steps 0–7 and 8–15 of the warmup: Σ((k+1)/40)² = 204/1600 and 1292/1600
-    const first = normSteps(plan, 8, 0), second = normSteps(plan, 8, 8);
+    const first = normSteps(plan, 8, 0),
+      second = normSteps(plan, 8, 8);
     expect(first).toBeCloseTo(204 / 1600, 12);
     expect(second).toBeCloseTo(1292 / 1600, 12);
     // four first rounds of ‖Δ‖ 1, then an honest second round at 5× the norm (2.5× the lr, Adam's
     // moments still growing): over 4 × the median by the plain √steps rule, within it at its lr
     const nb = { factor: 4, window: 16, minHistory: 3 };
-    const plain = new NormHistory(), byLr = new NormHistory();
+    const plain = new NormHistory(),
+      byLr = new NormHistory();
     for (let i = 0; i < 4; i++) {
       plain.push({ score: 1 / Math.sqrt(8), steps: 8 }, nb.window);
       byLr.push({ score: 1 / Math.sqrt(first), steps: 8 }, nb.window);
@@ -450,7 +628,16 @@ describe('replicas', () => {
     seqs = new Map();
     const c = new Coordinator({
       params: randomVec(7, 0.02),
-      config: { mode: 'async', asyncWindow: { fraction: 0 }, uplink: { encoding: 'int4', blockSize: 64 }, downlink: { encoding: 'int8', blockSize: 64 }, batchSize: 4, seqLen: 8, maxStaleness: 100, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
+      config: {
+        mode: 'async',
+        asyncWindow: { fraction: 0 },
+        uplink: { encoding: 'int4', blockSize: 64 },
+        downlink: { encoding: 'int8', blockSize: 64 },
+        batchSize: 4,
+        seqLen: 8,
+        maxStaleness: 100,
+        outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+      },
     });
     const replica = { ...c.model() };
     let lagging = { ...c.model() }; // catches up later from updatesSince
@@ -458,7 +645,10 @@ describe('replicas', () => {
     let updatesSeen = 0;
     for (let k = 0; k < 20; k++) {
       const i = k % 3;
-      const r = c.submit({ meta: meta(islands[i]), frame: encodeDelta(randomVec(300 + k), { encoding: 'int4', blockSize: 64 }) }, k);
+      const r = c.submit(
+        { meta: meta(islands[i]), frame: encodeDelta(randomVec(300 + k), { encoding: 'int4', blockSize: 64 }) },
+        k,
+      );
       expect(r.ok).toBe(true);
       for (const ev of updates(c.drainEvents())) {
         expect(applyUpdateMessage(replica, ev.update).ok).toBe(true);
@@ -494,12 +684,21 @@ describe('replicas', () => {
 
   it('snapshot → restore resumes exactly', () => {
     seqs = new Map();
-    const cfg: CoordinatorConfigPatch = { mode: 'sync', uplink: { encoding: 'int8' }, downlink: { encoding: 'int8', blockSize: 64 }, batchSize: 4, seqLen: 8, quorum: 1 };
+    const cfg: CoordinatorConfigPatch = {
+      mode: 'sync',
+      uplink: { encoding: 'int8' },
+      downlink: { encoding: 'int8', blockSize: 64 },
+      batchSize: 4,
+      seqLen: 8,
+      quorum: 1,
+    };
     const c = new Coordinator({ params: randomVec(3, 0.02), config: cfg });
-    const a = join(c), b = join(c, 0, { ...CAPS, numerics: 'f16', devices: 2 });
+    const a = join(c),
+      b = join(c, 0, { ...CAPS, numerics: 'f16', devices: 2 });
     c.submit({ meta: meta(a.a), frame: encodeDelta(randomVec(1), { encoding: 'int8' }) }, 1);
     c.submit({ meta: meta(b.a), frame: encodeDelta(randomVec(2), { encoding: 'int8' }) }, 2);
-    const a2 = c.nextAssignment(a.id, 3), b2 = c.nextAssignment(b.id, 3);
+    const a2 = c.nextAssignment(a.id, 3),
+      b2 = c.nextAssignment(b.id, 3);
     if (!a2.ok || !a2.value || !b2.ok || !b2.value) throw new Error('no assignment');
     c.submit({ meta: meta(a2.value), frame: encodeDelta(randomVec(3), { encoding: 'int8' }) }, 4); // pending in the snapshot
     const snap = c.snapshot();
@@ -511,7 +710,11 @@ describe('replicas', () => {
     expect(d.hash).toBe(c.hash);
     expect(d.version).toBe(c.version);
     // each island's numerics and devices from its hello are in its record, and survive the checkpoint
-    expect([d.island(a.id)?.caps.numerics, d.island(b.id)?.caps.numerics, d.island(b.id)?.caps.devices]).toEqual([undefined, 'f16', 2]);
+    expect([d.island(a.id)?.caps.numerics, d.island(b.id)?.caps.numerics, d.island(b.id)?.caps.devices]).toEqual([
+      undefined,
+      'f16',
+      2,
+    ]);
     const lastSeqB = seqs.get(b.id)!;
     const frame = encodeDelta(randomVec(4), { encoding: 'int8' });
     const m = meta(b2.value);
@@ -524,14 +727,20 @@ describe('replicas', () => {
   });
 });
 
-describe('the lr schedule\'s position', () => {
-  it('sync rounds of equal steps move the run by every member\'s step, whatever the speeds; async by speed', () => {
+describe("the lr schedule's position", () => {
+  it("sync rounds of equal steps move the run by every member's step, whatever the speeds; async by speed", () => {
     const caps = (tokensPerSec: number): IslandCaps => ({ engine: 'cpu', batchSize: 8, maxBatch: 8, tokensPerSec });
     const perStep = 8 * 16;
     // a slow island joining a fast one: async moves the run by everyone's tokens while it steps once;
     // sync (equal steps, no DyLU) by one step of each member (the fast one's speed once sent its lr to the schedule's end)
-    for (const [mode, want] of [['sync', 2 * perStep], ['async', (10_200 / 200) * perStep]] as const) {
-      const c = new Coordinator({ params: randomVec(3), config: { mode, dylu: false, batchSize: 8, seqLen: 16, innerSteps: 8, totalTokens: 100_000 } });
+    for (const [mode, want] of [
+      ['sync', 2 * perStep],
+      ['async', (10_200 / 200) * perStep],
+    ] as const) {
+      const c = new Coordinator({
+        params: randomVec(3),
+        config: { mode, dylu: false, batchSize: 8, seqLen: 16, innerSteps: 8, totalTokens: 100_000 },
+      });
       join(c, 0, caps(10_000));
       const slow = join(c, 1, caps(200));
       expect(slow.a.lr.tokensPerStep, mode).toBeCloseTo(want, 6);
@@ -541,11 +750,22 @@ describe('the lr schedule\'s position', () => {
 
 describe('protocol helpers', () => {
   it('inner lr: warmup then cosine over the run tokens, continuing across rounds', () => {
-    const plan = { maxLr: 1e-3, minLr: 1e-4, warmupTokens: 1000, totalTokens: 11_000, tokensStart: 0, tokensPerStep: 100, localWarmupSteps: 0 };
-    expect(innerLearningRate(plan, 4)).toBeCloseTo(1e-3 * 500 / 1100, 12);
+    const plan = {
+      maxLr: 1e-3,
+      minLr: 1e-4,
+      warmupTokens: 1000,
+      totalTokens: 11_000,
+      tokensStart: 0,
+      tokensPerStep: 100,
+      localWarmupSteps: 0,
+    };
+    expect(innerLearningRate(plan, 4)).toBeCloseTo((1e-3 * 500) / 1100, 12);
     expect(innerLearningRate(plan, 10)).toBeCloseTo(1e-3, 12);
     expect(innerLearningRate({ ...plan, tokensStart: 6000 }, 0)).toBeCloseTo(5.5e-4, 12); // half way: (max+min)/2
-    expect(innerLearningRate({ ...plan, tokensStart: 5000 }, 10)).toBeCloseTo(innerLearningRate({ ...plan, tokensStart: 6000 }, 0), 12);
+    expect(innerLearningRate({ ...plan, tokensStart: 5000 }, 10)).toBeCloseTo(
+      innerLearningRate({ ...plan, tokensStart: 6000 }, 0),
+      12,
+    );
     expect(innerLearningRate({ ...plan, tokensStart: 20_000 }, 0)).toBeCloseTo(1e-4, 12);
   });
 });

@@ -10,7 +10,8 @@ const text = (b: Uint8Array) => Buffer.from(b).toString('latin1');
 
 describe('loadCorpus', () => {
   it("reads the bundled State of the Union addresses as 'sotu', apart from Moby-Dick", () => {
-    const sotu = loadCorpus('sotu'), moby = loadCorpus('moby-dick');
+    const sotu = loadCorpus('sotu'),
+      moby = loadCorpus('moby-dick');
     expect(sotu.name).toBe('sotu');
     expect(loadCorpus().name).toBe('moby-dick');
     const n = sotu.train.length + sotu.heldOut.length;

@@ -26,6 +26,17 @@ describe('dashboard axes', () => {
     expect(x2[4]).toBeGreaterThan(30);
     expect(x2[4]).toBeLessThan(30 + 29 * 60);
     // no gap, nothing inserted
-    expect(breakGaps([[0, 10, 20], [1, 2, 3]], 60)).toEqual([[0, 10, 20], [1, 2, 3]]);
+    expect(
+      breakGaps(
+        [
+          [0, 10, 20],
+          [1, 2, 3],
+        ],
+        60,
+      ),
+    ).toEqual([
+      [0, 10, 20],
+      [1, 2, 3],
+    ]);
   });
 });

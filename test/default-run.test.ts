@@ -10,9 +10,18 @@ import { compareRows } from '../instruments/simulate/scenarios.ts';
 const codecOf = (c: object) => ({ deflate: false, ...c });
 
 describe('the default run', () => {
-  it('is the simulator comparison row\'s setting: async, sparse up, int4 per 4096 down', () => {
+  it("is the simulator comparison row's setting: async, sparse up, int4 per 4096 down", () => {
     const run = buildRunConfig(null, {}).coordinator;
-    const d = { islands: 8, seeds: [1], batchSize: 4, tokens: 200_000, innerSteps: 16, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 } };
+    const d = {
+      islands: 8,
+      seeds: [1],
+      batchSize: 4,
+      tokens: 200_000,
+      innerSteps: 16,
+      baseTokensPerSec: 2000,
+      seqLen: 32,
+      lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 },
+    };
     const row = compareRows(d, true).find((r) => r.name === 'async-sparse-hetero')!;
     expect(run.mode).toBe(row.mode);
     expect(codecOf(run.uplink)).toEqual(codecOf(row.codec));
@@ -31,8 +40,12 @@ describe('the default run', () => {
     expect(old.mode).toBe('sync');
     expect(old.uplink).toEqual({ encoding: 'int8' });
     expect(old.downlink).toEqual({ encoding: 'int8', blockSize: 64 });
-    expect(buildRunConfig(null, { mode: 'sync', codec: 'sparse' }).coordinator.downlink).toEqual(MEASURED_SETTING.downlink);
+    expect(buildRunConfig(null, { mode: 'sync', codec: 'sparse' }).coordinator.downlink).toEqual(
+      MEASURED_SETTING.downlink,
+    );
     // async without merge windows: each arrival is its own step, the delayed Nesterov of Async Local-SGD
-    expect(buildRunConfig({ coordinator: { asyncWindow: { fraction: 0 } } }, {}).coordinator.outer.kind).toBe('delayed-nesterov');
+    expect(buildRunConfig({ coordinator: { asyncWindow: { fraction: 0 } } }, {}).coordinator.outer.kind).toBe(
+      'delayed-nesterov',
+    );
   });
 });

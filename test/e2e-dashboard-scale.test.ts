@@ -39,9 +39,19 @@ let swarm: ReturnType<typeof spawn> | null = null;
 let swarmExited: Promise<void> = Promise.resolve();
 const cfgDir = mkdtempSync(join(tmpdir(), 'atoll-dash-scale-'));
 const t0 = Date.now();
-const lap = (what: string) => process.stderr.write(`[e2e-dashboard-scale] ${what} at ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+const lap = (what: string) =>
+  process.stderr.write(`[e2e-dashboard-scale] ${what} at ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
 
-interface Window { frames: number; maxGap: number; longTasks: number[]; busyMs: number; renders: number; renderMs: number[]; messages: number; islands: number }
+interface Window {
+  frames: number;
+  maxGap: number;
+  longTasks: number[];
+  busyMs: number;
+  renders: number;
+  renderMs: number[];
+  messages: number;
+  islands: number;
+}
 
 /** Measures `ms` of the page's main thread in the page: long tasks, frame gaps, renders. */
 async function measure(ms: number): Promise<Window> {
@@ -81,22 +91,46 @@ describe('dashboard with 1,000 islands', () => {
     ensureClientBuild();
     // 1,000 hellos from one loopback address: lift the per-IP hello limit for this run.
     const cfg = join(cfgDir, 'config.json');
-    writeFileSync(cfg, JSON.stringify({ limits: { helloPerMinute: 100_000, maxIslands: 5000, powBits: 0, newIslandsPerHour: 100_000 } }));
+    writeFileSync(
+      cfg,
+      JSON.stringify({ limits: { helloPerMinute: 100_000, maxIslands: 5000, powBits: 0, newIslandsPerHour: 100_000 } }),
+    );
     server = await startServer({ args: ['--config', cfg, '--no-eval'] });
     lap('server up');
-    swarm = spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), join(ROOT, 'test/helpers/dashboard-swarm.ts'), server.url, String(N), '4000'], {
-      cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    swarm = spawn(
+      process.execPath,
+      [
+        '--import',
+        join(ROOT, 'bin/register.js'),
+        join(ROOT, 'test/helpers/dashboard-swarm.ts'),
+        server.url,
+        String(N),
+        '4000',
+      ],
+      {
+        cwd: ROOT,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     swarmExited = new Promise((r) => swarm!.once('exit', () => r()));
     const launching = launchChromium({ webgpu: false, viewport: { width: 1400, height: 1000 } });
     let out = '';
-    swarm.stdout!.on('data', (b: Buffer) => { out += b.toString(); });
-    swarm.stderr!.on('data', (b: Buffer) => { out += b.toString(); });
-    const ready = await waitFor('the swarm to say hello', () => {
-      if (swarm!.exitCode !== null) throw new Error(`swarm exited: ${out}`);
-      const line = out.split('\n').find((l) => l.includes('"ready"'));
-      return line ? (JSON.parse(line) as { ok: number; errors: Record<string, number>; ms: number }) : null;
-    }, 90_000, 250) as { ok: number; errors: Record<string, number>; ms: number };
+    swarm.stdout!.on('data', (b: Buffer) => {
+      out += b.toString();
+    });
+    swarm.stderr!.on('data', (b: Buffer) => {
+      out += b.toString();
+    });
+    const ready = (await waitFor(
+      'the swarm to say hello',
+      () => {
+        if (swarm!.exitCode !== null) throw new Error(`swarm exited: ${out}`);
+        const line = out.split('\n').find((l) => l.includes('"ready"'));
+        return line ? (JSON.parse(line) as { ok: number; errors: Record<string, number>; ms: number }) : null;
+      },
+      90_000,
+      250,
+    )) as { ok: number; errors: Record<string, number>; ms: number };
     lap(`swarm ready: ${ready.ok} hellos in ${ready.ms} ms ${JSON.stringify(ready.errors)}`);
     expect(ready.ok).toBe(N);
     browser = await launching;
@@ -121,7 +155,11 @@ describe('dashboard with 1,000 islands', () => {
   it('lists 1,000 islands and stays responsive while their updates stream in', async () => {
     const { page } = browser;
     await page.goto(`${server.url}/dashboard#tab=islands`);
-    await page.waitForFunction(() => (window as unknown as { __atollDashboard?: { islands: number } }).__atollDashboard?.islands === 1000, null, { timeout: 30_000 });
+    await page.waitForFunction(
+      () => (window as unknown as { __atollDashboard?: { islands: number } }).__atollDashboard?.islands === 1000,
+      null,
+      { timeout: 30_000 },
+    );
     await expect.poll(() => page.textContent('#islands-summary'), { timeout: 10_000 }).toContain('of 1,000 islands');
     expect(await page.textContent('#fig-islands')).toBe('1,000');
     expect(await page.locator('#islands-table tbody tr').count()).toBe(50);
@@ -137,8 +175,14 @@ describe('dashboard with 1,000 islands', () => {
     expect(w.renders).toBeLessThanOrEqual(2 * (WINDOW_MS / 1000) + 1);
 
     // Interactions: sort by name, then page 2, are on screen within 500 ms.
-    const sortMs = await latency('button[data-sort="name"]', `document.querySelector('th[data-col="name"]').getAttribute('aria-sort') === 'ascending'`);
-    const pageMs = await latency('button[aria-label="Next page"]', `document.querySelector('.page-label').textContent === 'page 2 of 20'`);
+    const sortMs = await latency(
+      'button[data-sort="name"]',
+      `document.querySelector('th[data-col="name"]').getAttribute('aria-sort') === 'ascending'`,
+    );
+    const pageMs = await latency(
+      'button[aria-label="Next page"]',
+      `document.querySelector('.page-label').textContent === 'page 2 of 20'`,
+    );
     lap(`sort ${sortMs} ms, next page ${pageMs} ms`);
     expect(sortMs).toBeLessThan(500);
     expect(pageMs).toBeLessThan(500);

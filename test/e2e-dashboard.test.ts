@@ -16,18 +16,23 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
-import { getJson, type Proc, ROOT, type ServerHandle, startIsland, startServer, waitFor } from './helpers/dashboard-server.ts';
+import { getJson, type Proc, ROOT, type ServerHandle, startIsland, startServer } from './helpers/dashboard-server.ts';
 
 const TOKEN = 'dashboard-e2e-admin-token';
 const ARTIFACTS = join(ROOT, 'test-artifacts');
 
-interface Status { paused: boolean; version: number; islandsOnline: number }
+interface Status {
+  paused: boolean;
+  version: number;
+  islandsOnline: number;
+}
 
 let server: ServerHandle;
 let browser: LaunchedBrowser;
 const islands: Proc[] = [];
 const t0 = Date.now();
-const lap = (what: string) => process.stderr.write(`[e2e-dashboard] ${what} at ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+const lap = (what: string) =>
+  process.stderr.write(`[e2e-dashboard] ${what} at ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
 
 /** The page's own instrumentation (client/dashboard/main.ts). */
 async function dash<T>(expr: string): Promise<T> {
@@ -36,7 +41,9 @@ async function dash<T>(expr: string): Promise<T> {
 
 /** Distinct display names in the islands table (an island that reconnects may be listed twice). */
 async function tableNames(): Promise<string[]> {
-  const names = await browser.page.$$eval('#islands-table tbody tr td:first-child .nm', (els) => els.map((e) => e.textContent ?? ''));
+  const names = await browser.page.$$eval('#islands-table tbody tr td:first-child .nm', (els) =>
+    els.map((e) => e.textContent ?? ''),
+  );
   return [...new Set(names)].sort();
 }
 
@@ -65,7 +72,9 @@ describe('dashboard e2e', () => {
     const { page } = browser;
     await page.goto(`${server.url}/dashboard#tab=islands`);
     await page.waitForSelector('#connection[data-state="live"]', { timeout: 20_000 });
-    await expect.poll(() => page.textContent('#islands-empty'), { timeout: 10_000 }).toContain('No islands have joined yet');
+    await expect
+      .poll(() => page.textContent('#islands-empty'), { timeout: 10_000 })
+      .toContain('No islands have joined yet');
     expect(await page.isVisible('#islands-empty')).toBe(true);
     // the headline fills in on the first status tick, which may come after the empty table
     await expect.poll(() => page.textContent('#fig-islands'), { timeout: 10_000 }).toBe('0');
@@ -77,7 +86,9 @@ describe('dashboard e2e', () => {
     await page.click('#tab-overview');
     expect(await page.locator('#charts .chart').count()).toBe(7);
     // Charts that need deltas say what they wait for instead of drawing nothing.
-    await expect.poll(() => page.textContent('#chart-staleness .plot-empty'), { timeout: 10_000 }).toContain('No accepted deltas yet');
+    await expect
+      .poll(() => page.textContent('#chart-staleness .plot-empty'), { timeout: 10_000 })
+      .toContain('No accepted deltas yet');
     // One point (version 0): the time axis reads as clock times, not a span of days; the
     // islands-online axis counts in whole numbers ("0, 1", never "0, 1, 1").
     await expect.poll(() => page.getAttribute('#chart-version', 'data-x-ticks'), { timeout: 10_000 }).toBeTruthy();
@@ -97,10 +108,14 @@ describe('dashboard e2e', () => {
     await page.click('#tab-islands');
     await expect.poll(tableNames, { timeout: 60_000, interval: 500 }).toEqual(['alice', 'bob']);
     lap('both islands listed');
-    const engines = await page.$$eval('#islands-table tbody tr td:nth-child(2)', (els) => els.map((e) => e.textContent));
+    const engines = await page.$$eval('#islands-table tbody tr td:nth-child(2)', (els) =>
+      els.map((e) => e.textContent),
+    );
     expect(engines.every((e) => e?.startsWith('cpu'))).toBe(true);
     // the numerics each island's hello reported (CPU islands: f32 on one device)
-    expect(await page.$$eval('#islands-table tbody tr td:nth-child(3)', (els) => els.map((e) => e.textContent))).toEqual(['f32', 'f32']);
+    expect(
+      await page.$$eval('#islands-table tbody tr td:nth-child(3)', (els) => els.map((e) => e.textContent)),
+    ).toEqual(['f32', 'f32']);
 
     await page.click('#tab-overview');
     const points = () => page.getAttribute('#chart-loss', 'data-points').then(Number);
@@ -116,14 +131,26 @@ describe('dashboard e2e', () => {
 
     lap('version, islands, live checked');
     // The TOKENS / S headline is the newest point's rate, the figure the chart ends on.
-    await expect.poll(() => dash<boolean>('d.status.version === d.lastPoint.version && d.status.tokensPerSec === d.lastPoint.tokensPerSec && d.status.tokensPerSec > 0'), { timeout: 10_000 }).toBe(true);
+    await expect
+      .poll(
+        () =>
+          dash<boolean>(
+            'd.status.version === d.lastPoint.version && d.status.tokensPerSec === d.lastPoint.tokensPerSec && d.status.tokensPerSec > 0',
+          ),
+        { timeout: 10_000 },
+      )
+      .toBe(true);
     // Up and down bandwidth: told apart by colour and dash even where the values coincide.
     const styles = (await page.getAttribute('#chart-bytes', 'data-series'))!.split('|').map((x) => x.split(':'));
     const [up, down] = [styles.find((x) => x[0].startsWith('up')), styles.find((x) => x[0].startsWith('down'))];
     expect(up![1]).not.toBe(down![1]);
     expect(up![2]).not.toBe(down![2]);
     await page.click('#tab-leaderboard');
-    await expect.poll(() => page.$$eval('#leaderboard-table tbody td.t-name', (els) => els.map((e) => e.textContent).sort()), { timeout: 30_000 }).toEqual(['alice', 'bob']);
+    await expect
+      .poll(() => page.$$eval('#leaderboard-table tbody td.t-name', (els) => els.map((e) => e.textContent).sort()), {
+        timeout: 30_000,
+      })
+      .toEqual(['alice', 'bob']);
 
     await page.click('#tab-overview');
     await page.waitForTimeout(800); // staged chart builds + legend
@@ -135,7 +162,9 @@ describe('dashboard e2e', () => {
 
   it('island view of a live CPU island (#island=ID); the table sorts and filters by quality', async () => {
     const { page } = browser;
-    const list = await getJson<{ islands: Array<{ id: string; name: string; status: string; cosine: number | null }> }>(`${server.url}/api/islands`);
+    const list = await getJson<{ islands: Array<{ id: string; name: string; status: string; cosine: number | null }> }>(
+      `${server.url}/api/islands`,
+    );
     const alice = list.islands.find((i) => i.name === 'alice' && i.status === 'online')!;
     await page.goto(`${server.url}/dashboard#island=${alice.id}`);
     await page.waitForSelector('#panel-island:not([hidden])', { timeout: 10_000 });
@@ -144,9 +173,15 @@ describe('dashboard e2e', () => {
     const facts = () => page.textContent('#island-facts');
     await expect.poll(facts, { timeout: 10_000 }).toMatch(/Speed[\d.,]+ (k )?tokens\/s/);
     // sync rounds with two islands: every accepted Δ has a cosine with its round's merged Δ
-    await expect.poll(async () => Number((await facts())!.match(/Quality \(cosine, last 10\)(-?[\d.]+)/)?.[1]), { timeout: 30_000 }).toBeGreaterThan(-1);
+    await expect
+      .poll(async () => Number((await facts())!.match(/Quality \(cosine, last 10\)(-?[\d.]+)/)?.[1]), {
+        timeout: 30_000,
+      })
+      .toBeGreaterThan(-1);
     expect(await facts()).toMatch(/Inner steps \(next round\)4/);
-    await expect.poll(() => page.getAttribute('#chart-island-quality', 'data-points').then(Number), { timeout: 20_000 }).toBeGreaterThanOrEqual(1);
+    await expect
+      .poll(() => page.getAttribute('#chart-island-quality', 'data-points').then(Number), { timeout: 20_000 })
+      .toBeGreaterThanOrEqual(1);
     expect(await page.textContent('#island-rejections')).toBeTruthy();
     await page.waitForTimeout(500);
     await page.screenshot({ path: join(ARTIFACTS, 'dashboard-island.png'), fullPage: true });
@@ -155,8 +190,15 @@ describe('dashboard e2e', () => {
     await page.click('#island-back');
     await page.click('#tab-islands');
     await page.click('button[data-sort="quality"]');
-    await expect.poll(() => page.getAttribute('th[data-col="quality"]', 'aria-sort'), { timeout: 5_000 }).toBe('descending');
-    const qualities = async () => (await page.$$eval('#islands-table tbody tr', (rows) => rows.map((r) => r.querySelector('td:nth-child(9)')?.textContent ?? ''))).map(Number);
+    await expect
+      .poll(() => page.getAttribute('th[data-col="quality"]', 'aria-sort'), { timeout: 5_000 })
+      .toBe('descending');
+    const qualities = async () =>
+      (
+        await page.$$eval('#islands-table tbody tr', (rows) =>
+          rows.map((r) => r.querySelector('td:nth-child(9)')?.textContent ?? ''),
+        )
+      ).map(Number);
     await expect.poll(async () => (await qualities()).every((q) => Number.isFinite(q)), { timeout: 10_000 }).toBe(true);
     const qs = await qualities();
     expect([...qs].sort((a, b) => b - a)).toEqual(qs);
@@ -180,7 +222,17 @@ describe('dashboard e2e', () => {
       await page.route('**/socket.io/**', (route) => route.abort());
       await page.goto(`${server.url}/dashboard#tab=islands`);
       await page.waitForSelector('#connection[data-state="polling"]', { timeout: 15_000 });
-      await expect.poll(async () => [...new Set(await page.$$eval('#islands-table tbody tr td:first-child .nm', (els) => els.map((e) => e.textContent)))].sort(), { timeout: 15_000 }).toEqual(['alice', 'bob']);
+      await expect
+        .poll(
+          async () =>
+            [
+              ...new Set(
+                await page.$$eval('#islands-table tbody tr td:first-child .nm', (els) => els.map((e) => e.textContent)),
+              ),
+            ].sort(),
+          { timeout: 15_000 },
+        )
+        .toEqual(['alice', 'bob']);
       const version = async () => Number((await page.textContent('#fig-version'))?.replace(/,/g, ''));
       const v0 = await version();
       await expect.poll(version, { timeout: 30_000, interval: 500 }).toBeGreaterThan(v0);
@@ -195,7 +247,9 @@ describe('dashboard e2e', () => {
     await page.reload();
     await expect.poll(tableNames, { timeout: 10_000 }).toEqual(['alice']);
     expect(await page.inputValue('#island-filter')).toBe('ali');
-    await expect.poll(() => page.getAttribute('th[data-col="name"]', 'aria-sort'), { timeout: 5_000 }).toBe('ascending');
+    await expect
+      .poll(() => page.getAttribute('th[data-col="name"]', 'aria-sort'), { timeout: 5_000 })
+      .toBe('ascending');
     expect(await page.getAttribute('#tab-islands', 'aria-selected')).toBe('true');
 
     // Change things through the UI: the hash follows, and a reload brings them back.
@@ -213,7 +267,9 @@ describe('dashboard e2e', () => {
     expect(await page.isChecked('#x-tokens')).toBe(true);
     await page.click('#tab-islands');
     // renders are coalesced (≤ 2/s), so the table may draw a moment after the click
-    await expect.poll(() => page.getAttribute('th[data-col="speed"]', 'aria-sort'), { timeout: 5_000 }).toBe('descending');
+    await expect
+      .poll(() => page.getAttribute('th[data-col="speed"]', 'aria-sort'), { timeout: 5_000 })
+      .toBe('descending');
     // Keyboard: arrow keys move between tabs.
     await page.focus('#tab-islands');
     await page.keyboard.press('ArrowRight');
@@ -238,8 +294,15 @@ describe('dashboard e2e', () => {
     // one snapshot of the first row: the table re-renders when a new checkpoint lands
     const row = await page.evaluate(() => {
       const tr = document.querySelector('#checkpoints-table tbody tr')!;
-      const a = tr.querySelector('a.dl-atoll')!, hf = tr.querySelector('a.dl-hf')!;
-      return { href: a.getAttribute('href'), name: a.textContent, download: a.getAttribute('download'), hfHref: hf.getAttribute('href'), hfDownload: hf.getAttribute('download') };
+      const a = tr.querySelector('a.dl-atoll')!,
+        hf = tr.querySelector('a.dl-hf')!;
+      return {
+        href: a.getAttribute('href'),
+        name: a.textContent,
+        download: a.getAttribute('download'),
+        hfHref: hf.getAttribute('href'),
+        hfDownload: hf.getAttribute('download'),
+      };
     });
     const { href, name } = row;
     expect(href).toMatch(/^\/api\/checkpoints\/\d+$/);
@@ -254,18 +317,24 @@ describe('dashboard e2e', () => {
     expect(row.hfDownload).toBe(hfName);
     const tar = new Uint8Array(await (await fetch(server.url + row.hfHref)).arrayBuffer());
     const entries: string[] = [];
-    for (let at = 0; at + 512 <= tar.length && tar[at] !== 0;) {
+    for (let at = 0; at + 512 <= tar.length && tar[at] !== 0; ) {
       const h = new TextDecoder().decode(tar.subarray(at, at + 512));
       entries.push(h.slice(0, 100).replace(/\0.*$/s, ''));
       at += 512 + Math.ceil(parseInt(h.slice(124, 136), 8) / 512) * 512;
     }
     const folder = hfName.replace('.tar', '');
-    expect(entries.sort()).toEqual(['config.json', 'model.safetensors', 'special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json'].map((f) => `${folder}/${f}`));
+    expect(entries.sort()).toEqual(
+      ['config.json', 'model.safetensors', 'special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json'].map(
+        (f) => `${folder}/${f}`,
+      ),
+    );
 
     lap('checkpoint downloaded');
     await page.fill('#sample-tokens', '40');
     await page.click('#sample-button');
-    await expect.poll(() => page.textContent('#sample-meta'), { timeout: 30_000 }).toMatch(/40 tokens from version \d+/);
+    await expect
+      .poll(() => page.textContent('#sample-meta'), { timeout: 30_000 })
+      .toMatch(/40 tokens from version \d+/);
     expect((await page.textContent('#sample-output'))!.length).toBeGreaterThan(0);
     lap('sampled');
   });
@@ -285,7 +354,8 @@ describe('dashboard e2e', () => {
     await page.waitForSelector('#admin-token-state[data-verdict="refused"]', { timeout: 5_000 });
     // a refused token leaves every action disabled, and says why
     await page.waitForTimeout(600);
-    for (const id of ['#admin-pause', '#admin-resume', '#admin-checkpoint', '#admin-config-apply', '#admin-ban']) expect(await page.isDisabled(id)).toBe(true);
+    for (const id of ['#admin-pause', '#admin-resume', '#admin-checkpoint', '#admin-config-apply', '#admin-ban'])
+      expect(await page.isDisabled(id)).toBe(true);
     expect(await page.textContent('#admin-gate')).toContain('refused');
     expect((await status()).paused).toBe(false);
     await page.waitForTimeout(600);
@@ -315,13 +385,17 @@ describe('dashboard e2e', () => {
     await expect.poll(() => page.inputValue('#cfg-outerLr'), { timeout: 5_000 }).toBe('0.7');
     await page.fill('#cfg-outerLr', '0.5');
     await page.click('#admin-config-apply');
-    await expect.poll(() => page.textContent('#admin-answer'), { timeout: 10_000 }).toMatch(/^config \{"outerLr":0\.5\}: 200 OK/);
+    await expect
+      .poll(() => page.textContent('#admin-answer'), { timeout: 10_000 })
+      .toMatch(/^config \{"outerLr":0\.5\}: 200 OK/);
     const run = await getJson<{ config: { coordinator: { outer: { lr: number } } } }>(`${server.url}/api/run`);
     expect(run.config.coordinator.outer.lr).toBe(0.5);
 
     lap('config patched');
     // Ban bob.
-    const list = await getJson<{ islands: Array<{ id: string; name: string; status: string }> }>(`${server.url}/api/islands`);
+    const list = await getJson<{ islands: Array<{ id: string; name: string; status: string }> }>(
+      `${server.url}/api/islands`,
+    );
     const bob = list.islands.find((i) => i.name === 'bob' && i.status === 'online')!;
     await page.fill('#admin-ban-id', bob.id);
     await page.fill('#admin-ban-reason', 'e2e');

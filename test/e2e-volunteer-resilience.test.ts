@@ -20,7 +20,8 @@ import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 
 const config = PRESETS.tiny;
-const B = 4, T = 16;
+const B = 4,
+  T = 16;
 const data = new Uint8Array(4096).map((_, i) => (i * 7 + (i >> 3)) & 0x7f);
 const batch = (i: number): Batch => sampleBatch(data, B, T, 1, 2, i);
 const stepOpts = (i: number) => ({ lr: 1e-3 * (1 + i / 10), gradClip: 1 });
@@ -33,28 +34,62 @@ class LossyEngine implements TrainingEngine {
   readonly inner = new JsEngine({ config, maxBatch: B, maxT: T });
   private dead = false;
   private onLost!: (i: { reason: string; message: string }) => void;
-  readonly lost = new Promise<{ reason: string; message: string }>((r) => { this.onLost = r; });
+  readonly lost = new Promise<{ reason: string; message: string }>((r) => {
+    this.onLost = r;
+  });
   stepDelayMs = 0;
   /** Extra per batch row: a device bound by arithmetic. */
   rowDelayMs = 0;
   constructor(readonly device: string) {}
-  lose(): void { this.dead = true; this.onLost({ reason: 'unknown', message: 'test' }); }
-  private check(): void { if (this.dead) throw new Error('E_DEVICE_LOST: gone'); }
-  async setParams(p: Float32Array) { this.check(); return this.inner.setParams(p); }
-  async getParams() { this.check(); return this.inner.getParams(); }
-  async readDelta() { this.check(); return this.inner.readDelta(); }
-  async getOptimizerState() { this.check(); return this.inner.getOptimizerState(); }
-  async setOptimizerState(s: Parameters<TrainingEngine['setOptimizerState']>[0]) { this.check(); return this.inner.setOptimizerState(s); }
-  async resetOptimizerState() { this.check(); return this.inner.resetOptimizerState(); }
+  lose(): void {
+    this.dead = true;
+    this.onLost({ reason: 'unknown', message: 'test' });
+  }
+  private check(): void {
+    if (this.dead) throw new Error('E_DEVICE_LOST: gone');
+  }
+  async setParams(p: Float32Array) {
+    this.check();
+    return this.inner.setParams(p);
+  }
+  async getParams() {
+    this.check();
+    return this.inner.getParams();
+  }
+  async readDelta() {
+    this.check();
+    return this.inner.readDelta();
+  }
+  async getOptimizerState() {
+    this.check();
+    return this.inner.getOptimizerState();
+  }
+  async setOptimizerState(s: Parameters<TrainingEngine['setOptimizerState']>[0]) {
+    this.check();
+    return this.inner.setOptimizerState(s);
+  }
+  async resetOptimizerState() {
+    this.check();
+    return this.inner.resetOptimizerState();
+  }
   async step(b: Batch, o: Parameters<TrainingEngine['step']>[1]) {
     this.check();
     const delay = this.stepDelayMs + this.rowDelayMs * b.B;
     if (delay) await new Promise((r) => setTimeout(r, delay));
     return this.inner.step(b, o);
   }
-  async takeLosses() { this.check(); return this.inner.takeLosses(); }
-  async evalLoss(b: Batch) { this.check(); return this.inner.evalLoss(b); }
-  async nextTokenLogits(c: Uint8Array) { this.check(); return this.inner.nextTokenLogits(c); }
+  async takeLosses() {
+    this.check();
+    return this.inner.takeLosses();
+  }
+  async evalLoss(b: Batch) {
+    this.check();
+    return this.inner.evalLoss(b);
+  }
+  async nextTokenLogits(c: Uint8Array) {
+    this.check();
+    return this.inner.nextTokenLogits(c);
+  }
   destroy(): void {}
 }
 
@@ -89,10 +124,10 @@ describe('ResilientEngine', () => {
     const losses: number[] = [];
     for (let i = 0; i < 6; i++) {
       await engine.step(batch(i), stepOpts(i));
-      if (i === 1) losses.push(...await engine.takeLosses());
+      if (i === 1) losses.push(...(await engine.takeLosses()));
       if (i === 3) devices[0].lose(); // two steps taken, two more queued, then the device dies
     }
-    losses.push(...await engine.takeLosses());
+    losses.push(...(await engine.takeLosses()));
     expect(devices).toHaveLength(2);
     expect(engine.device).toBe('gpu 1');
     expect(losses).toEqual(refLosses);
@@ -128,7 +163,9 @@ describe('ResilientEngine', () => {
     await engine.setParams(initParams(config, 1));
     const release = engine.hold();
     let stepped = false;
-    const p = engine.step(batch(0), stepOpts(0)).then(() => { stepped = true; });
+    const p = engine.step(batch(0), stepOpts(0)).then(() => {
+      stepped = true;
+    });
     await new Promise((r) => setTimeout(r, 30));
     expect(stepped).toBe(false);
     release();
@@ -142,7 +179,10 @@ describe('ResilientEngine', () => {
     devices[0].stepDelayMs = 15;
     await engine.setParams(initParams(config, 1));
     const run = async (n: number) => {
-      for (let i = 0; i < n; i++) { await engine.step(batch(i), stepOpts(i)); await engine.takeLosses(); }
+      for (let i = 0; i < n; i++) {
+        await engine.step(batch(i), stepOpts(i));
+        await engine.takeLosses();
+      }
     };
     await run(6);
     expect(engine.busy).toBe(false);
@@ -177,9 +217,13 @@ describe('ResilientEngine', () => {
     const sampler = new JsEngine({ config, maxBatch: 1 });
     await sampler.setParams(theta);
     const slow = new Proxy(sampler, {
-      get: (t, k) => (k === 'nextTokenLogits'
-        ? async (c: Uint8Array) => { await new Promise((r) => setTimeout(r, 20)); return t.nextTokenLogits(c); }
-        : Reflect.get(t, k)),
+      get: (t, k) =>
+        k === 'nextTokenLogits'
+          ? async (c: Uint8Array) => {
+              await new Promise((r) => setTimeout(r, 20));
+              return t.nextTokenLogits(c);
+            }
+          : Reflect.get(t, k),
     });
     const o = { tokens: 24, temperature: 0.8, seed: 5 };
     const want = await generate(sampler, Uint8Array.from([67, 97]), o);
@@ -202,11 +246,14 @@ describe('ResilientEngine', () => {
     expect(Array.from(got)).toEqual(Array.from(want));
     expect(stepMs.length).toBeGreaterThan(1);
     const usual = engine.medianStepMs!;
-    for (const ms of stepMs) expect(ms, `steps ${stepMs.map(Math.round).join(', ')} vs median ${usual}`).toBeLessThan(2 * usual + 40);
+    for (const ms of stepMs)
+      expect(ms, `steps ${stepMs.map(Math.round).join(', ')} vs median ${usual}`).toBeLessThan(2 * usual + 40);
   });
 
   it('shows invalid UTF-8 and control bytes as visible escapes, readable text as it is', () => {
-    const bytes = Uint8Array.from([0x43, 0x61, 0x6c, 0x6c, 0x0a, 0xc3, 0xa9, 0xff, 0x01, 0xe2, 0x82, 0x41, 0x09, 0xf0, 0x9f, 0x90, 0xb3, 0x7f]);
+    const bytes = Uint8Array.from([
+      0x43, 0x61, 0x6c, 0x6c, 0x0a, 0xc3, 0xa9, 0xff, 0x01, 0xe2, 0x82, 0x41, 0x09, 0xf0, 0x9f, 0x90, 0xb3, 0x7f,
+    ]);
     expect(visibleText(bytes)).toEqual([
       { text: 'Call\né', escaped: false },
       { text: '\\xff\\x01\\xe2\\x82', escaped: true },
@@ -218,7 +265,13 @@ describe('ResilientEngine', () => {
   });
 
   it('costs per hour follow the measured speed, the cap and the round-time target within the step bounds', () => {
-    const base = { model: PRESETS.small, batch: 8, seqLen: 128, bytesPerRound: { up: 2_000_000, down: 1_000_000 }, config: { coordinator: { minInnerSteps: 1, maxInnerSteps: 2000 } } };
+    const base = {
+      model: PRESETS.small,
+      batch: 8,
+      seqLen: 128,
+      bytesPerRound: { up: 2_000_000, down: 1_000_000 },
+      config: { coordinator: { minInnerSteps: 1, maxInnerSteps: 2000 } },
+    };
     const timed = parseRunInfo({ ...base, targetRoundMs: 90_000 });
     // 1024 tokens a step at 512 tok/s: 2 s a step, 45 steps fill 90 s: 40 rounds an hour
     const c = estimateCosts(timed, 512);
@@ -226,7 +279,11 @@ describe('ResilientEngine', () => {
     expect(c.upPerHour).toBeCloseTo(40 * 2_000_000);
     expect(c.downPerHour).toBeCloseTo(40 * 1_000_000);
     // once the server has sent updates, their measured mean (deflated) replaces the codec's bound
-    expect(estimateCosts(timed, 512, 250_000)).toMatchObject({ downPerRound: 250_000, downPerHour: 40 * 250_000, upPerHour: 40 * 2_000_000 });
+    expect(estimateCosts(timed, 512, 250_000)).toMatchObject({
+      downPerRound: 250_000,
+      downPerHour: 40 * 250_000,
+      upPerHour: 40 * 2_000_000,
+    });
     // a device too slow for one step in 90 s still runs one: a round is one 120 s step
     expect(estimateCosts(timed, 1024 / 120).roundSec).toBeCloseTo(120);
     expect(estimateCosts(timed, null).upPerHour).toBeNull();
@@ -261,26 +318,72 @@ describe('ResilientEngine', () => {
   });
 
   it('?precision=auto keeps f16 storage only when it trains faster, and says so', () => {
-    const c = (tokensPerSec: number) => ({ key: 'k', tokensPerSec, stepMs: 1, timed: [], estimated: false, ms: 1, at: 0 });
+    const c = (tokensPerSec: number) => ({
+      key: 'k',
+      tokensPerSec,
+      stepMs: 1,
+      timed: [],
+      estimated: false,
+      ms: 1,
+      at: 0,
+    });
     const faster = pickNumerics(c(1000), c(1400));
     expect([faster.numerics, faster.speedup]).toEqual(['f16', 1.4]);
-    expect(faster.line).toBe('Numerics: f16 storage, 1.40× faster than f32 here (f16 1,400 vs f32 1,000 tokens/s); master weights stay f32.');
+    expect(faster.line).toBe(
+      'Numerics: f16 storage, 1.40× faster than f32 here (f16 1,400 vs f32 1,000 tokens/s); master weights stay f32.',
+    );
     const slower = pickNumerics(c(1000), c(900));
     expect(slower.numerics).toBe('f32');
     expect(slower.line).toContain('f16 storage was not faster here');
   });
 
   it("a contributor's credit adds up their islands, ranks by merged tokens and shows their latest name", () => {
-    const isl = (id: string, contributorId: string, name: string, tokens: number, tokensSubmitted: number, lastSeen: number) =>
-      ({ id, contributorId, name, tokens, tokensSubmitted, accepted: tokens > 0 ? 1 : 0, rejected: 0, lastSeen, status: 'online', engine: 'webgpu' }) as unknown as IslandView;
+    const isl = (
+      id: string,
+      contributorId: string,
+      name: string,
+      tokens: number,
+      tokensSubmitted: number,
+      lastSeen: number,
+    ) =>
+      ({
+        id,
+        contributorId,
+        name,
+        tokens,
+        tokensSubmitted,
+        accepted: tokens > 0 ? 1 : 0,
+        rejected: 0,
+        lastSeen,
+        status: 'online',
+        engine: 'webgpu',
+      }) as unknown as IslandView;
     const all = [
-      isl('island-1', 'alice-0001', 'volunteer-alice', 1000, 1200, 1), isl('island-2', 'bob-00001', 'bob', 1500, 1500, 2),
-      isl('island-3', 'alice-0001', 'Ishmael', 1000, 1000, 3), isl('island-4', 'carol-001', 'carol', 0, 500, 4),
+      isl('island-1', 'alice-0001', 'volunteer-alice', 1000, 1200, 1),
+      isl('island-2', 'bob-00001', 'bob', 1500, 1500, 2),
+      isl('island-3', 'alice-0001', 'Ishmael', 1000, 1000, 3),
+      isl('island-4', 'carol-001', 'carol', 0, 500, 4),
     ];
-    expect(creditOf(all, 'alice-0001')).toEqual({ contributorId: 'alice-0001', name: 'Ishmael', tokens: 2000, tokensComputed: 2200, accepted: 2, rejected: 0, islands: 2, rank: 1, contributors: 2 });
+    expect(creditOf(all, 'alice-0001')).toEqual({
+      contributorId: 'alice-0001',
+      name: 'Ishmael',
+      tokens: 2000,
+      tokensComputed: 2200,
+      accepted: 2,
+      rejected: 0,
+      islands: 2,
+      rank: 1,
+      contributors: 2,
+    });
     expect(creditOf(all, 'bob-00001').rank).toBe(2);
     // computed but nothing merged yet: counted, not ranked
     expect(creditOf(all, 'carol-001')).toMatchObject({ tokens: 0, tokensComputed: 500, rank: null });
-    expect(creditOf(all, 'nobody-01')).toMatchObject({ name: null, tokens: 0, islands: 0, rank: null, contributors: 2 });
+    expect(creditOf(all, 'nobody-01')).toMatchObject({
+      name: null,
+      tokens: 0,
+      islands: 0,
+      rank: null,
+      contributors: 2,
+    });
   });
 });

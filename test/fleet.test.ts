@@ -26,12 +26,23 @@ const TWIN_BOUND = 0.35;
 
 function atoll(args: string[], timeoutMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((done) => {
-    const child = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '', stderr = '';
-    child.stdout.on('data', (b: Buffer) => { stdout += b.toString(); });
-    child.stderr.on('data', (b: Buffer) => { stderr += b.toString(); });
+    const child = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '',
+      stderr = '';
+    child.stdout.on('data', (b: Buffer) => {
+      stdout += b.toString();
+    });
+    child.stderr.on('data', (b: Buffer) => {
+      stderr += b.toString();
+    });
     const t = setTimeout(() => child.kill('SIGTERM'), timeoutMs);
-    child.once('exit', (code) => { clearTimeout(t); done({ code, stdout, stderr }); });
+    child.once('exit', (code) => {
+      clearTimeout(t);
+      done({ code, stdout, stderr });
+    });
   });
 }
 
@@ -52,20 +63,63 @@ describe('atoll fleet', () => {
     // and slow on 2 busy cores, sends its first delta within seconds of its start
     const config = join(out, 'run.json');
     writeFileSync(config, JSON.stringify({ coordinator: { targetRoundMs: 4000, minInnerSteps: 2 } }));
-    const r = await atoll(['fleet', '--preset', 'tiny', '--islands', '3', '--browsers', '1', '--tokens', '20000', '--mode', 'async', '--codec', 'sparse', '--schedule', 'kill:1@0.5', '--duty', '0.1',
-      '--config', config, '--evals', '3', '--eval-batches', '4', '--timeout', '4', '--out', out, '--json'], 280_000);
+    const r = await atoll(
+      [
+        'fleet',
+        '--preset',
+        'tiny',
+        '--islands',
+        '3',
+        '--browsers',
+        '1',
+        '--tokens',
+        '20000',
+        '--mode',
+        'async',
+        '--codec',
+        'sparse',
+        '--schedule',
+        'kill:1@0.5',
+        '--duty',
+        '0.1',
+        '--config',
+        config,
+        '--evals',
+        '3',
+        '--eval-batches',
+        '4',
+        '--timeout',
+        '4',
+        '--out',
+        out,
+        '--json',
+      ],
+      280_000,
+    );
     if (r.code !== 0) throw new Error(`atoll fleet exited ${r.code}:\n${r.stderr.slice(-3000)}`);
     report = JSON.parse(r.stdout) as FleetReport;
   }, 300_000);
 
   it('parses its spec; a bad one is an error before anything starts', () => {
-    expect(parseSchedule('join:2@0.3, kill@0.5')).toEqual([{ action: 'join', count: 2, at: 0.3 }, { action: 'kill', count: 1, at: 0.5 }]);
+    expect(parseSchedule('join:2@0.3, kill@0.5')).toEqual([
+      { action: 'join', count: 2, at: 0.3 },
+      { action: 'kill', count: 1, at: 0.5 },
+    ]);
     expect(() => parseSchedule('explode@0.5')).toThrow(/ACTION\[:COUNT\]@FRACTION/);
     expect(() => fleetSpecFromCli({ schedule: 'join:5@0.1', islands: 2 })).toThrow(/joins 5 islands/);
-    expect(() => fleetSpecFromCli({ schedule: 'kill:3@0.5', islands: 2 })).toThrow(/takes 3 Node islands out but --islands is 2/);
-    expect(() => fleetSpecFromCli({ schedule: 'leave:1@0.2,leave:2@0.6', islands: 2 })).toThrow(/takes 3 Node islands out/);
+    expect(() => fleetSpecFromCli({ schedule: 'kill:3@0.5', islands: 2 })).toThrow(
+      /takes 3 Node islands out but --islands is 2/,
+    );
+    expect(() => fleetSpecFromCli({ schedule: 'leave:1@0.2,leave:2@0.6', islands: 2 })).toThrow(
+      /takes 3 Node islands out/,
+    );
     expect(() => fleetSpecFromCli({ engines: 'cpu,tpu' })).toThrow(/not cpu or webgpu/);
-    expect(fleetSpecFromCli({ duty: '1,0.5', batches: '4,8', redis: true })).toMatchObject({ duty: [1, 0.5], batches: [4, 8], redis: true, preset: 'tiny' });
+    expect(fleetSpecFromCli({ duty: '1,0.5', batches: '4,8', redis: true })).toMatchObject({
+      duty: [1, 0.5],
+      batches: [4, 8],
+      redis: true,
+      preset: 'tiny',
+    });
     expect(() => fleetSpecFromCli({ mixGroup: 3 })).toThrow(/--mix-group must be 0 \(off\) or a power of two/);
     expect(() => fleetSpecFromCli({ mixGroup: 4, redis: true })).toThrow(/embedded server only/);
     expect(fleetSpecFromCli({ mixGroup: 4 })).toMatchObject({ mixGroup: 4 });
@@ -114,7 +168,8 @@ describe('atoll fleet', () => {
     expect(report.twin.curve![0].evalLoss).toBe(live[0].evalLoss);
     expect(report.live.tokens).toBeGreaterThanOrEqual(20_000);
     expect(report.ddp.tokens).toBeGreaterThanOrEqual(report.live.tokens);
-    for (const f of ['report.json', 'curves.csv', 'plot.svg', 'report.html', 'live-events.jsonl']) expect(existsSync(join(out, f))).toBe(true);
+    for (const f of ['report.json', 'curves.csv', 'plot.svg', 'report.html', 'live-events.jsonl'])
+      expect(existsSync(join(out, f))).toBe(true);
     // the servers' own output at the warn level (empty on a clean run), under a header per server
     expect(readFileSync(join(out, 'server.log'), 'utf8')).toMatch(/── server 1 of 1 ──/);
     const svg = readFileSync(join(out, 'plot.svg'), 'utf8');
@@ -122,7 +177,14 @@ describe('atoll fleet', () => {
   });
 
   it('simulate --from-fleet replays the twin to the same eval loss', async () => {
-    const sim = await runSimulate({ fromFleet: join(out, 'report.json'), rows: ['twin'], workers: 0, out: join(out, 'replay'), print: false, log: () => {} });
+    const sim = await runSimulate({
+      fromFleet: join(out, 'report.json'),
+      rows: ['twin'],
+      workers: 0,
+      out: join(out, 'replay'),
+      print: false,
+      log: () => {},
+    });
     expect(sim.runs.map((r) => r.name)).toEqual(['twin']);
     expect(sim.config.warmStartTokens).toBe(0);
     expect(sim.runs[0].evalLoss).toBe(report.twin.evalLoss);

@@ -43,17 +43,26 @@ describe('atoll export --format hf', () => {
   it('writes the state dict of GPT2LMHeadModel: names, shapes, metadata', () => {
     const C = config.nEmbd;
     const want: Record<string, number[]> = {
-      'transformer.wte.weight': [256, C], 'transformer.wpe.weight': [16, C],
-      'transformer.ln_f.weight': [C], 'transformer.ln_f.bias': [C],
+      'transformer.wte.weight': [256, C],
+      'transformer.wpe.weight': [16, C],
+      'transformer.ln_f.weight': [C],
+      'transformer.ln_f.bias': [C],
     };
     for (let l = 0; l < 2; l++) {
       const p = `transformer.h.${l}.`;
       Object.assign(want, {
-        [p + 'ln_1.weight']: [C], [p + 'ln_1.bias']: [C], [p + 'ln_2.weight']: [C], [p + 'ln_2.bias']: [C],
-        [p + 'attn.c_attn.weight']: [C, 3 * C], [p + 'attn.c_attn.bias']: [3 * C],
-        [p + 'attn.c_proj.weight']: [C, C], [p + 'attn.c_proj.bias']: [C],
-        [p + 'mlp.c_fc.weight']: [C, 4 * C], [p + 'mlp.c_fc.bias']: [4 * C],
-        [p + 'mlp.c_proj.weight']: [4 * C, C], [p + 'mlp.c_proj.bias']: [C],
+        [p + 'ln_1.weight']: [C],
+        [p + 'ln_1.bias']: [C],
+        [p + 'ln_2.weight']: [C],
+        [p + 'ln_2.bias']: [C],
+        [p + 'attn.c_attn.weight']: [C, 3 * C],
+        [p + 'attn.c_attn.bias']: [3 * C],
+        [p + 'attn.c_proj.weight']: [C, C],
+        [p + 'attn.c_proj.bias']: [C],
+        [p + 'mlp.c_fc.weight']: [C, 4 * C],
+        [p + 'mlp.c_fc.bias']: [4 * C],
+        [p + 'mlp.c_proj.weight']: [4 * C, C],
+        [p + 'mlp.c_proj.bias']: [C],
       });
     }
     const got = Object.fromEntries(Object.entries(hf).map(([k, v]) => [k, v.shape]));
@@ -61,16 +70,33 @@ describe('atoll export --format hf', () => {
     expect(Object.values(hf).every((t) => t.dtype === 'F32')).toBe(true);
     expect(st.value.metadata.format).toBe('pt');
     expect(st.value.metadata['atoll.version']).toBe('12');
-    expect(Object.keys(folder).sort()).toEqual(['config.json', 'model.safetensors', 'special_tokens_map.json', 'tokenizer.json', 'tokenizer_config.json']);
+    expect(Object.keys(folder).sort()).toEqual([
+      'config.json',
+      'model.safetensors',
+      'special_tokens_map.json',
+      'tokenizer.json',
+      'tokenizer_config.json',
+    ]);
   });
 
   it('transposes the four Conv1D weights to (in, out) and unstacks layers', () => {
     const C = config.nEmbd;
     const L = paramLayout(config).byName;
-    const at = (name: string, l: number, o: number, i: number, inDim: number, outDim: number) => ck.params[L[name].offset + l * inDim * outDim + o * inDim + i];
-    for (const [a, h, inDim, outDim] of [['qkvw', 'attn.c_attn.weight', C, 3 * C], ['attprojw', 'attn.c_proj.weight', C, C], ['fcw', 'mlp.c_fc.weight', C, 4 * C], ['fcprojw', 'mlp.c_proj.weight', 4 * C, C]] as const) {
+    const at = (name: string, l: number, o: number, i: number, inDim: number, outDim: number) =>
+      ck.params[L[name].offset + l * inDim * outDim + o * inDim + i];
+    for (const [a, h, inDim, outDim] of [
+      ['qkvw', 'attn.c_attn.weight', C, 3 * C],
+      ['attprojw', 'attn.c_proj.weight', C, C],
+      ['fcw', 'mlp.c_fc.weight', C, 4 * C],
+      ['fcprojw', 'mlp.c_proj.weight', 4 * C, C],
+    ] as const) {
       const w = W(`transformer.h.1.${h}`);
-      for (const [o, i] of [[0, 1], [outDim - 1, 0], [3, inDim - 2]]) expect(w[i * outDim + o]).toBe(at(a, 1, o, i, inDim, outDim));
+      for (const [o, i] of [
+        [0, 1],
+        [outDim - 1, 0],
+        [3, inDim - 2],
+      ])
+        expect(w[i * outDim + o]).toBe(at(a, 1, o, i, inDim, outDim));
     }
     expect(W('transformer.h.1.ln_2.bias')).toEqual(ck.params.subarray(L.ln2b.offset + C, L.ln2b.offset + 2 * C));
   });
@@ -78,8 +104,16 @@ describe('atoll export --format hf', () => {
   it('config.json and a byte-level tokenizer whose ids are the UTF-8 bytes', () => {
     const cfg = JSON.parse(new TextDecoder().decode(folder['config.json']));
     expect(cfg).toMatchObject({
-      model_type: 'gpt2', architectures: ['GPT2LMHeadModel'], vocab_size: 256, n_positions: 16, n_embd: 16, n_layer: 2, n_head: 2,
-      activation_function: 'gelu_new', layer_norm_epsilon: 1e-5, tie_word_embeddings: true,
+      model_type: 'gpt2',
+      architectures: ['GPT2LMHeadModel'],
+      vocab_size: 256,
+      n_positions: 16,
+      n_embd: 16,
+      n_layer: 2,
+      n_head: 2,
+      activation_function: 'gelu_new',
+      layer_norm_epsilon: 1e-5,
+      tie_word_embeddings: true,
     });
     expect(cfg.bos_token_id).toBeLessThan(256);
     expect(cfg.eos_token_id).toBeLessThan(256);
@@ -119,7 +153,8 @@ describe('atoll export --format hf', () => {
 
     const src = join(dir, 'ck.safetensors');
     writeFileSync(src, encodeCheckpoint(ck));
-    const atoll = (...args: string[]) => execFileSync(process.execPath, [join(ROOT, 'bin/atoll.js'), 'export', ...args], { cwd: ROOT, stdio: 'pipe' });
+    const atoll = (...args: string[]) =>
+      execFileSync(process.execPath, [join(ROOT, 'bin/atoll.js'), 'export', ...args], { cwd: ROOT, stdio: 'pipe' });
     atoll('--checkpoint', src, '--format', 'hf', '--out', join(dir, 'hf'));
     expect(readdirSync(join(dir, 'hf')).sort()).toContain('model.safetensors');
     atoll('--checkpoint', join(dir, 'hf'), '--format', 'atoll', '--out', join(dir, 'back.safetensors'));
@@ -137,46 +172,52 @@ function hfForward(tokens: Uint8Array): Float32Array {
   const hs = C / NH;
   const conv = (x: Float64Array, w: Float32Array, b: Float32Array, nIn: number, nOut: number) => {
     const y = new Float64Array(T * nOut);
-    for (let t = 0; t < T; t++) for (let o = 0; o < nOut; o++) {
-      let s = b[o];
-      for (let i = 0; i < nIn; i++) s += x[t * nIn + i] * w[i * nOut + o];
-      y[t * nOut + o] = s;
-    }
+    for (let t = 0; t < T; t++)
+      for (let o = 0; o < nOut; o++) {
+        let s = b[o];
+        for (let i = 0; i < nIn; i++) s += x[t * nIn + i] * w[i * nOut + o];
+        y[t * nOut + o] = s;
+      }
     return y;
   };
   const ln = (x: Float64Array, g: Float32Array, b: Float32Array) => {
     const y = new Float64Array(x.length);
     for (let t = 0; t < T; t++) {
-      let m = 0, v = 0;
+      let m = 0,
+        v = 0;
       for (let i = 0; i < C; i++) m += x[t * C + i] / C;
       for (let i = 0; i < C; i++) v += (x[t * C + i] - m) ** 2 / C;
       for (let i = 0; i < C; i++) y[t * C + i] = ((x[t * C + i] - m) / Math.sqrt(v + 1e-5)) * g[i] + b[i];
     }
     return y;
   };
-  const wte = W('transformer.wte.weight'), wpe = W('transformer.wpe.weight');
+  const wte = W('transformer.wte.weight'),
+    wpe = W('transformer.wpe.weight');
   let x = new Float64Array(T * C);
   for (let t = 0; t < T; t++) for (let i = 0; i < C; i++) x[t * C + i] = wte[tokens[t] * C + i] + wpe[t * C + i];
   for (let l = 0; l < L; l++) {
     const p = (n: string) => W(`transformer.h.${l}.${n}`);
     const qkv = conv(ln(x, p('ln_1.weight'), p('ln_1.bias')), p('attn.c_attn.weight'), p('attn.c_attn.bias'), C, 3 * C);
     const y = new Float64Array(T * C);
-    for (let h = 0; h < NH; h++) for (let t = 0; t < T; t++) {
-      const att: number[] = [];
-      for (let u = 0; u <= t; u++) {
-        let s = 0;
-        for (let i = 0; i < hs; i++) s += qkv[t * 3 * C + h * hs + i] * qkv[u * 3 * C + C + h * hs + i];
-        att.push(s / Math.sqrt(hs));
+    for (let h = 0; h < NH; h++)
+      for (let t = 0; t < T; t++) {
+        const att: number[] = [];
+        for (let u = 0; u <= t; u++) {
+          let s = 0;
+          for (let i = 0; i < hs; i++) s += qkv[t * 3 * C + h * hs + i] * qkv[u * 3 * C + C + h * hs + i];
+          att.push(s / Math.sqrt(hs));
+        }
+        const mx = Math.max(...att);
+        const e = att.map((a) => Math.exp(a - mx));
+        const z = e.reduce((a, b) => a + b, 0);
+        for (let u = 0; u <= t; u++)
+          for (let i = 0; i < hs; i++) y[t * C + h * hs + i] += (e[u] / z) * qkv[u * 3 * C + 2 * C + h * hs + i];
       }
-      const mx = Math.max(...att);
-      const e = att.map((a) => Math.exp(a - mx));
-      const z = e.reduce((a, b) => a + b, 0);
-      for (let u = 0; u <= t; u++) for (let i = 0; i < hs; i++) y[t * C + h * hs + i] += (e[u] / z) * qkv[u * 3 * C + 2 * C + h * hs + i];
-    }
     const a = conv(y, p('attn.c_proj.weight'), p('attn.c_proj.bias'), C, C);
     x = x.map((v, i) => v + a[i]);
-    const f = conv(ln(x, p('ln_2.weight'), p('ln_2.bias')), p('mlp.c_fc.weight'), p('mlp.c_fc.bias'), C, 4 * C)
-      .map((v) => 0.5 * v * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3))));
+    const f = conv(ln(x, p('ln_2.weight'), p('ln_2.bias')), p('mlp.c_fc.weight'), p('mlp.c_fc.bias'), C, 4 * C).map(
+      (v) => 0.5 * v * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3))),
+    );
     const m = conv(f, p('mlp.c_proj.weight'), p('mlp.c_proj.bias'), 4 * C, C);
     x = x.map((v, i) => v + m[i]);
   }

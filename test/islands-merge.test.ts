@@ -33,7 +33,16 @@ function coord(config: CoordinatorConfigPatch): Coordinator {
   return new Coordinator({
     params: vec(1, 0.02),
     // the synthetic deltas keep one size from the first round on: no fresh-AdamW warmup to judge them by (normSteps)
-    config: { downlink: { encoding: 'f32', blockSize: 64 }, uplink: F32, normBound: { factor: 0 }, batchSize: 4, seqLen: 8, innerSteps: 10, innerLr: { localWarmupSteps: 0 }, ...config },
+    config: {
+      downlink: { encoding: 'f32', blockSize: 64 },
+      uplink: F32,
+      normBound: { factor: 0 },
+      batchSize: 4,
+      seqLen: 8,
+      innerSteps: 10,
+      innerLr: { localWarmupSteps: 0 },
+      ...config,
+    },
   });
 }
 
@@ -47,12 +56,22 @@ let seq = 0;
 function meta(a: Assignment, o: Partial<DeltaMeta> = {}): DeltaMeta {
   const steps = o.steps ?? a.innerSteps;
   return {
-    islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: ++seq, steps,
-    tokens: steps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2, lossMean: 2.5, elapsedMs: 1000, ...o,
+    islandId: a.islandId,
+    roundId: a.roundId,
+    baseVersion: a.baseVersion,
+    seq: ++seq,
+    steps,
+    tokens: steps * a.batchSize * a.seqLen,
+    lossFirst: 3,
+    lossLast: 2,
+    lossMean: 2.5,
+    elapsedMs: 1000,
+    ...o,
   };
 }
 
-const updates = (evs: CoordinatorEvent[]) => evs.filter((e): e is Extract<CoordinatorEvent, { type: 'update' }> => e.type === 'update');
+const updates = (evs: CoordinatorEvent[]) =>
+  evs.filter((e): e is Extract<CoordinatorEvent, { type: 'update' }> => e.type === 'update');
 
 describe('async merge window', () => {
   it('merges deltas that arrive together into one outer step; on-time islands get τ = 0', () => {
@@ -92,15 +111,21 @@ describe('the outer step of a merge window', () => {
   // row's eval loss jumped from 2.809 to 2.967 over its last three versions.
   it('a window holding the share s of a fleet round takes that fraction of a step, momentum included', () => {
     const cfg = { kind: 'nesterov' as const, lr: 0.7, momentum: 0.9, dnPeriod: 0 };
-    const g = vec(30), h = vec(31);
-    const full = new OuterOptimizer(N), half = new OuterOptimizer(N);
-    for (const o of [full, half]) { o.propose(cfg, g, 1, 1); o.commit(); }
+    const g = vec(30),
+      h = vec(31);
+    const full = new OuterOptimizer(N),
+      half = new OuterOptimizer(N);
+    for (const o of [full, half]) {
+      o.propose(cfg, g, 1, 1);
+      o.commit();
+    }
     // s = 1: the plain step, bit for bit
     full.propose(cfg, h, 1, 1);
     half.propose(cfg, h, 1, 1, true);
     expect(half.update).toEqual(full.update);
     // s = 1/8: m' = μ^s·m + s·h, u = lr·(s·h + s·μ·m')
-    const s = 1 / 8, m = half.state.momentum;
+    const s = 1 / 8,
+      m = half.state.momentum;
     half.propose(cfg, h, s, 1, true);
     for (const i of [0, 7, 100]) {
       const mi = Math.fround(Math.pow(0.9, s) * m[i] + Math.fround(s * h[i]));
@@ -112,13 +137,19 @@ describe('the outer step of a merge window', () => {
   });
 
   it('sgd and heavy ball take that fraction too: sgd moves lr·s·g, heavy ball lr·(s·g + s·μ^s·m)', () => {
-    const g = vec(32), h = vec(33), s = 0.25;
+    const g = vec(32),
+      h = vec(33),
+      s = 0.25;
     const sgd = new OuterOptimizer(N);
     sgd.propose({ kind: 'sgd', lr: 1, momentum: 0, dnPeriod: 0 }, g, s, 1, true);
     for (const i of [0, 7, 100]) expect(sgd.update[i]).toBeCloseTo(s * g[i], 9); // was s²·g
     const hb = { kind: 'sgd' as const, lr: 0.5, momentum: 0.9, dnPeriod: 0 };
-    const whole = new OuterOptimizer(N), part = new OuterOptimizer(N);
-    for (const o of [whole, part]) { o.propose(hb, g, 1, 1); o.commit(); }
+    const whole = new OuterOptimizer(N),
+      part = new OuterOptimizer(N);
+    for (const o of [whole, part]) {
+      o.propose(hb, g, 1, 1);
+      o.commit();
+    }
     whole.propose(hb, h, 1, 1);
     part.propose(hb, h, 1, 1, true);
     expect(part.update).toEqual(whole.update); // s = 1, bit for bit
@@ -127,10 +158,19 @@ describe('the outer step of a merge window', () => {
     for (const i of [0, 7, 100]) expect(part.update[i]).toBeCloseTo(0.5 * (s * h[i] + s * Math.pow(0.9, s) * m[i]), 9);
   });
 
-  it('the share is of a nominal round (DyLU target time × speed), not of the budget\'s short last assignments', () => {
-    const cfg = mergeConfig(DEFAULT_COORDINATOR_CONFIG, { mode: 'async', dylu: true, targetRoundMs: 10_000, seqLen: 8 });
+  it("the share is of a nominal round (DyLU target time × speed), not of the budget's short last assignments", () => {
+    const cfg = mergeConfig(DEFAULT_COORDINATOR_CONFIG, {
+      mode: 'async',
+      dylu: true,
+      targetRoundMs: 10_000,
+      seqLen: 8,
+    });
     // two islands at 320 tokens/s: 3200 tokens a nominal round; the budget's tail gave each 2 steps × 4 × 8 = 64
-    const isl = (id: string) => ({ ...newIslandRecord(id, { engine: 'cpu' }, 4, 0), tokensPerSec: 320, assignedSteps: 2 });
+    const isl = (id: string) => ({
+      ...newIslandRecord(id, { engine: 'cpu' }, 4, 0),
+      tokensPerSec: 320,
+      assignedSteps: 2,
+    });
     const islands = [isl('a'), isl('b')];
     expect(windowStep(cfg, [{ tokens: 64 }], islands).scale).toBeCloseTo(64 / 6400, 12);
     // a full round of both is a whole step
@@ -140,7 +180,11 @@ describe('the outer step of a merge window', () => {
   it('without a target time, the nominal round is the steps DyLU gave before the budget clipped them', () => {
     const cfg = mergeConfig(DEFAULT_COORDINATOR_CONFIG, { mode: 'async', dylu: true, targetRoundMs: 0, seqLen: 8 });
     // the tail gave each island 2 of its 10 steps (× 4 × 8 tokens): a window of one such Δ is 64 / 640 of a step, not 64 / 128
-    const isl = (id: string) => ({ ...newIslandRecord(id, { engine: 'cpu' }, 4, 0), assignedSteps: 2, nominalSteps: 10 });
+    const isl = (id: string) => ({
+      ...newIslandRecord(id, { engine: 'cpu' }, 4, 0),
+      assignedSteps: 2,
+      nominalSteps: 10,
+    });
     expect(windowStep(cfg, [{ tokens: 64 }], [isl('a'), isl('b')]).scale).toBeCloseTo(64 / 640, 12);
     // the coordinator records both: a budget of 160 tokens is 5 of the 10 steps
     const c = coord({ mode: 'async', dylu: true, targetRoundMs: 0, totalTokens: 160 });
@@ -150,7 +194,11 @@ describe('the outer step of a merge window', () => {
   });
 
   it('the coordinator steps a window of part of the fleet by its share', () => {
-    const c = coord({ mode: 'async', asyncWindow: { fraction: 0.25, floorMs: 0, capMs: 60_000 }, outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 } });
+    const c = coord({
+      mode: 'async',
+      asyncWindow: { fraction: 0.25, floorMs: 0, capMs: 60_000 },
+      outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9 },
+    });
     const [a, b] = [join(c), join(c)];
     const theta0 = (c.params() as Float32Array).slice();
     c.submit({ meta: meta(a), frame: encodeDelta(vec(40), F32) }, 1000);
@@ -171,9 +219,15 @@ describe('audit fixes', () => {
     let as = [join(c), join(c)];
     const steps: number[] = [];
     while (!c.isDone) {
-      for (const a of as) { steps.push(a.innerSteps); c.submit({ meta: meta(a), frame: encodeDelta(vec(seq), F32) }, 10); }
+      for (const a of as) {
+        steps.push(a.innerSteps);
+        c.submit({ meta: meta(a), frame: encodeDelta(vec(seq), F32) }, 10);
+      }
       c.drainEvents();
-      as = as.flatMap((a) => { const n = c.nextAssignment(a.islandId, 10); return n.ok && n.value ? [n.value] : []; });
+      as = as.flatMap((a) => {
+        const n = c.nextAssignment(a.islandId, 10);
+        return n.ok && n.value ? [n.value] : [];
+      });
     }
     expect(steps).toEqual([10, 10, 11, 11]); // not 10, 10, 10, 10, 1, 1
   });
@@ -183,12 +237,18 @@ describe('audit fixes', () => {
     const j = c.join({ caps: { engine: 'cpu', tokensPerSec: 320 } }, 0); // 32 tokens a step: 100 steps in 10 s
     if (!j.ok || !j.value.assignment) throw new Error('no assignment');
     expect(j.value.assignment.innerSteps).toBe(100);
-    c.submit({ meta: meta(j.value.assignment, { elapsedMs: 1000 * j.value.assignment.innerSteps * 32 / 320 }) , frame: encodeDelta(vec(5), F32) }, 10_000);
+    c.submit(
+      {
+        meta: meta(j.value.assignment, { elapsedMs: (1000 * j.value.assignment.innerSteps * 32) / 320 }),
+        frame: encodeDelta(vec(5), F32),
+      },
+      10_000,
+    );
     c.drainEvents();
     const back = c.nextAssignment(j.value.islandId, 10_060); // 60 ms after the round opened
     expect(back.ok && back.value?.innerSteps).toBe(100);
     const late = c.join({ caps: { engine: 'cpu', tokensPerSec: 320 } }, 15_000);
-    const lateSteps = late.ok ? late.value.assignment?.innerSteps ?? 0 : 0;
+    const lateSteps = late.ok ? (late.value.assignment?.innerSteps ?? 0) : 0;
     expect(lateSteps).toBeGreaterThanOrEqual(45); // about half a round is left
     expect(lateSteps).toBeLessThanOrEqual(55);
   });
@@ -216,11 +276,15 @@ describe('lean downlink', () => {
 
 describe('robust aggregation against attackers', () => {
   const honest = Array.from({ length: 7 }, (_, k) => {
-    const common = vec(100, 0.01), own = vec(200 + k, 0.004);
+    const common = vec(100, 0.01),
+      own = vec(200 + k, 0.004);
     return common.map((x, i) => x + own[i]);
   });
   /** One merge window of the honest deltas plus `bad`; returns the outer update and the rejection codes. */
-  function window(bad: Float32Array[], config: CoordinatorConfigPatch): { u: Float32Array; rejected: string[]; theta0: Float32Array } {
+  function window(
+    bad: Float32Array[],
+    config: CoordinatorConfigPatch,
+  ): { u: Float32Array; rejected: string[]; theta0: Float32Array } {
     const c = coord({ mode: 'async', outer: { kind: 'sgd', lr: 1, momentum: 0 }, ...config });
     const theta0 = (c.params() as Float32Array).slice();
     const ds = [...honest, ...bad];
@@ -236,7 +300,11 @@ describe('robust aggregation against attackers', () => {
   }
   const dist = (a: Float32Array, b: Float32Array) => Math.sqrt(a.reduce((s, x, i) => s + (x - b[i]) ** 2, 0));
   const ref = window([], {}).u;
-  const ROBUST: CoordinatorConfigPatch = { aggregation: 'centered-clip', trimFraction: 0.125, normBound: { factor: 3, window: 32, minHistory: 3 } };
+  const ROBUST: CoordinatorConfigPatch = {
+    aggregation: 'centered-clip',
+    trimFraction: 0.125,
+    normBound: { factor: 3, window: 32, minHistory: 3 },
+  };
   const g = honest[0];
   const norm = Math.sqrt(g.reduce((s, x) => s + x * x, 0));
   const noise = vec(999, 1);
@@ -251,13 +319,18 @@ describe('robust aggregation against attackers', () => {
     it(`${name}: rejected, or its pull on θ clipped well below the plain mean's`, () => {
       const robust = window(bad, ROBUST);
       const plain = window(bad, {});
-      const pullRobust = dist(robust.u, ref), pullPlain = dist(plain.u, ref);
+      const pullRobust = dist(robust.u, ref),
+        pullPlain = dist(plain.u, ref);
       expect(robust.rejected.length > 0 || pullRobust < 0.5 * pullPlain).toBe(true);
       expect(pullRobust).toBeLessThan(0.25 * Math.sqrt(ref.reduce((s, x) => s + x * x, 0)));
     });
   }
   it('a delta rejected at submit leaves θ and the optimizer state unchanged', () => {
-    const c = coord({ mode: 'async', asyncWindow: { fraction: 0 }, normBound: { factor: 3, window: 32, minHistory: 3 } });
+    const c = coord({
+      mode: 'async',
+      asyncWindow: { fraction: 0 },
+      normBound: { factor: 3, window: 32, minHistory: 3 },
+    });
     let a = join(c);
     for (let k = 0; k < 4; k++) {
       c.submit({ meta: meta(a), frame: encodeDelta(honest[k], F32) }, k);
@@ -266,7 +339,16 @@ describe('robust aggregation against attackers', () => {
       a = n.value;
     }
     const before = { theta: (c.params() as Float32Array).slice(), outer: c.outerState(), hash: c.hash };
-    const r = c.submit({ meta: meta(a), frame: encodeDelta(honest[4].map((x) => 4 * x), F32) }, 9);
+    const r = c.submit(
+      {
+        meta: meta(a),
+        frame: encodeDelta(
+          honest[4].map((x) => 4 * x),
+          F32,
+        ),
+      },
+      9,
+    );
     expect(r.ok ? 'ok' : r.error.code).toBe(ErrorCode.NORM_BOUND);
     expect(c.hash).toBe(before.hash);
     expect(c.params()).toEqual(before.theta);
@@ -278,9 +360,17 @@ describe('the norm bound in async windows', () => {
   // Error feedback makes honest sparse deltas grow over the first rounds (the residual carries over):
   // a history of small early scores alone rejected them at submit, and each rejection grew them again.
   it('bounds a delta against history ∪ its window: a grown honest delta passes, ×100 does not', () => {
-    const c = coord({ mode: 'async', asyncWindow: { fraction: 100, floorMs: 60_000, capMs: 1e9 }, normBound: { factor: 4, window: 32, minHistory: 3 } });
+    const c = coord({
+      mode: 'async',
+      asyncWindow: { fraction: 100, floorMs: 60_000, capMs: 1e9 },
+      normBound: { factor: 4, window: 32, minHistory: 3 },
+    });
     const g = vec(5, 0.01);
-    const at = (x: number) => encodeDelta(g.map((v) => x * v), F32);
+    const at = (x: number) =>
+      encodeDelta(
+        g.map((v) => x * v),
+        F32,
+      );
     const first = [join(c), join(c), join(c)];
     first.forEach((a, k) => c.submit({ meta: meta(a), frame: at(1) }, 10 + k)); // history: three scores s
     expect(updates(c.drainEvents())).toHaveLength(1);
@@ -303,9 +393,17 @@ describe('the norm bound in async windows', () => {
   // The sign-flip row livelocked: the first window's scores (lr warmup) were so small that every
   // honest delta after it was over the bound, and only accepted scores entered the history.
   it('a rejected score enters the history: honest deltas that all outgrow an early history are taken a window later; ×100 is not', () => {
-    const c = coord({ mode: 'async', asyncWindow: { fraction: 100, floorMs: 60_000, capMs: 1e9 }, normBound: { factor: 3, window: 32, minHistory: 3 } });
+    const c = coord({
+      mode: 'async',
+      asyncWindow: { fraction: 100, floorMs: 60_000, capMs: 1e9 },
+      normBound: { factor: 3, window: 32, minHistory: 3 },
+    });
     const g = vec(6, 0.01);
-    const at = (x: number) => encodeDelta(g.map((v) => x * v), F32);
+    const at = (x: number) =>
+      encodeDelta(
+        g.map((v) => x * v),
+        F32,
+      );
     const again = (a: Assignment, now: number) => {
       const n = c.nextAssignment(a.islandId, now);
       if (!n.ok || !n.value) throw new Error('no assignment');
@@ -332,7 +430,9 @@ describe('the norm bound in async windows', () => {
 });
 
 describe('sparse frames (chunk-wise top-k, 2-bit values)', () => {
-  const C = 256, k = 8, n = 1000; // 3 full chunks and a short one
+  const C = 256,
+    k = 8,
+    n = 1000; // 3 full chunks and a short one
   const x = vec(7, 1, n);
   x[3] = 50; // a global outlier must not take another chunk's share
   const opts: CodecOptions = { encoding: 'sparse', blockSize: C, topkFraction: k / C };
@@ -344,14 +444,19 @@ describe('sparse frames (chunk-wise top-k, 2-bit values)', () => {
     if (!d.ok) throw new Error(d.error.message);
     for (let s = 0; s < n; s += C) {
       const chunk = Array.from(x.subarray(s, Math.min(n, s + C)));
-      const top = chunk.map((v, i) => [Math.abs(v), i] as const).sort((p, q) => q[0] - p[0]).slice(0, k).map((p) => p[1]).sort((p, q) => p - q);
+      const top = chunk
+        .map((v, i) => [Math.abs(v), i] as const)
+        .sort((p, q) => q[0] - p[0])
+        .slice(0, k)
+        .map((p) => p[1])
+        .sort((p, q) => p - q);
       const kept = chunk.flatMap((_, i) => (d.value[s + i] !== 0 ? [i] : []));
       expect(kept).toEqual(top);
       for (const i of kept) expect(Math.sign(d.value[s + i])).toBe(Math.sign(chunk[i]));
       expect(new Set(kept.map((i) => Math.abs(d.value[s + i]))).size).toBeLessThanOrEqual(2);
     }
     // 2 bits a value, 8 bits an offset (C = 256), two f32 scales a chunk
-    expect(f.length).toBe(32 + 4 * 8 + Math.ceil(32 * 8 / 8) + Math.ceil(32 / 4));
+    expect(f.length).toBe(32 + 4 * 8 + Math.ceil((32 * 8) / 8) + Math.ceil(32 / 4));
   });
   it('round-trips: the decoded frame re-encodes to the same frame', () => {
     const f = encodeDelta(x, opts);
@@ -372,7 +477,9 @@ describe('sparse frames (chunk-wise top-k, 2-bit values)', () => {
 });
 
 describe('strided sparse frames (a phase per chunk instead of offsets; 2-bit or 1-bit values)', () => {
-  const C = 256, k = 64, n = 1000; // stride 4 in the full chunks; the short last chunk (232) keeps its share, 58, at stride 4
+  const C = 256,
+    k = 64,
+    n = 1000; // stride 4 in the full chunks; the short last chunk (232) keeps its share, 58, at stride 4
   const x = vec(11, 1, n);
   for (let i = 2; i < n; i += 4) x[i] *= 3; // phase 2 holds the most energy in every full chunk
   const opts: CodecOptions = { encoding: 'sparse', blockSize: C, topkFraction: k / C, strided: true };
@@ -393,7 +500,7 @@ describe('strided sparse frames (a phase per chunk instead of offsets; 2-bit or 
     expect(frameBytes(n, opts)).toBe(f.length);
     expect(encodeDelta(d.value, opts)).toEqual(f);
   });
-  it('1-bit values: the sign times the chunk\'s mean kept magnitude', () => {
+  it("1-bit values: the sign times the chunk's mean kept magnitude", () => {
     const one: CodecOptions = { ...opts, valueBits: 1 };
     const f = encodeDelta(x, one);
     const h = peekHeader(f);
@@ -408,9 +515,18 @@ describe('strided sparse frames (a phase per chunk instead of offsets; 2-bit or 
     expect(encodeDelta(d.value, one)).toEqual(f);
   });
   it('the uplink config hands the layout to islands; a wrong value is a config error', () => {
-    const uplink: CodecOptions = { encoding: 'sparse', blockSize: 4096, topkFraction: 1 / 2, strided: true, valueBits: 1, feedbackDecay: 0.35 };
+    const uplink: CodecOptions = {
+      encoding: 'sparse',
+      blockSize: 4096,
+      topkFraction: 1 / 2,
+      strided: true,
+      valueBits: 1,
+      feedbackDecay: 0.35,
+    };
     expect(join(coord({ uplink })).codec).toEqual(uplink);
-    expect(validateCoordinatorConfig(mergeConfig(DEFAULT_COORDINATOR_CONFIG, { uplink: { ...uplink, valueBits: 3 as 1 } }))).toContain('uplink.valueBits must be 1 or 2');
+    expect(
+      validateCoordinatorConfig(mergeConfig(DEFAULT_COORDINATOR_CONFIG, { uplink: { ...uplink, valueBits: 3 as 1 } })),
+    ).toContain('uplink.valueBits must be 1 or 2');
   });
   it('rejects a phase at or past the stride, even under a valid CRC', () => {
     const f = encodeDelta(x, opts).slice();
@@ -426,7 +542,15 @@ describe('island error feedback', () => {
     const config = getPreset('tiny');
     const c = new Coordinator({
       params: initParams(config, 1),
-      config: { mode: 'sync', seqLen: 16, batchSize: 2, innerSteps: 3, dylu: false, totalTokens: 4 * 3 * 2 * 16, uplink: { encoding: 'sparse', blockSize: 1024, topkFraction: 1 / 64, feedbackDecay: 0.9 } },
+      config: {
+        mode: 'sync',
+        seqLen: 16,
+        batchSize: 2,
+        innerSteps: 3,
+        dylu: false,
+        totalTokens: 4 * 3 * 2 * 16,
+        uplink: { encoding: 'sparse', blockSize: 1024, topkFraction: 1 / 64, feedbackDecay: 0.9 },
+      },
     });
     const hub = new LocalHub(c);
     const local = hub.connect();
@@ -436,27 +560,48 @@ describe('island error feedback', () => {
     let rt: IslandRuntime;
     // the first delta is "rejected" on its way; the others go through
     const transport: Transport = {
-      hello: (m) => local.hello(m), fetchModel: () => local.fetchModel(), nextAssignment: () => local.nextAssignment(),
-      fetchUpdates: (v) => local.fetchUpdates(v), onUpdate: (l) => local.onUpdate(l), close: (r) => local.close(r),
+      hello: (m) => local.hello(m),
+      fetchModel: () => local.fetchModel(),
+      nextAssignment: () => local.nextAssignment(),
+      fetchUpdates: (v) => local.fetchUpdates(v),
+      onUpdate: (l) => local.onUpdate(l),
+      close: (r) => local.close(r),
       async submitDelta(m: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
         const atSubmit = rt.residual()!;
         const sent = decodeDelta(frame, atSubmit.length);
         if (!sent.ok) throw new Error('bad frame');
-        const ack: Result<AckMsg> = submits++ === 0
-          ? { ok: true, value: { islandId: m.islandId, seq: m.seq, roundId: m.roundId, status: 'rejected', version: c.version, error: { code: ErrorCode.NORM_BOUND, message: 'test' } } }
-          : await local.submitDelta(m, frame);
+        const ack: Result<AckMsg> =
+          submits++ === 0
+            ? {
+                ok: true,
+                value: {
+                  islandId: m.islandId,
+                  seq: m.seq,
+                  roundId: m.roundId,
+                  status: 'rejected',
+                  version: c.version,
+                  error: { code: ErrorCode.NORM_BOUND, message: 'test' },
+                },
+              }
+            : await local.submitDelta(m, frame);
         pending.push({ atSubmit, sent: sent.value.slice(), status: ack.ok ? ack.value.status : 'lost' });
         return ack;
       },
     };
-    rt = new IslandRuntime({ engine: new JsEngine({ config, maxBatch: 2, maxT: 16 }), train: new TextEncoder().encode('call me ishmael. '.repeat(400)), transport, caps: { batchSize: 2 } });
+    rt = new IslandRuntime({
+      engine: new JsEngine({ config, maxBatch: 2, maxT: 16 }),
+      train: new TextEncoder().encode('call me ishmael. '.repeat(400)),
+      transport,
+      caps: { batchSize: 2 },
+    });
     // after each ack the runtime settles its residual before the next round's first step
     rt.on((e) => {
       if (e.type !== 'submitted' || !pending.length) return;
       const { atSubmit, sent, status } = pending.shift()!;
       const after = rt.residual()!;
       let same = true;
-      for (let i = 0; i < after.length && same; i++) same = after[i] === (status === 'applied' ? atSubmit[i] : Math.fround(atSubmit[i] + sent[i]));
+      for (let i = 0; i < after.length && same; i++)
+        same = after[i] === (status === 'applied' ? atSubmit[i] : Math.fround(atSubmit[i] + sent[i]));
       checks.push({ status, ok: same });
     });
     const summary = await rt.start();

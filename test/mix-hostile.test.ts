@@ -21,14 +21,30 @@ const connect = () => clients.connect();
 
 beforeAll(async () => {
   // every delta its own outer step (no merge window): an ack does not wait for the other islands
-  ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 1_500 }, outerWorkers: 0 });
+  ts = await startTestServer({
+    flags: { mode: 'async', codec: 'int8' },
+    file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } },
+    gateway: { messagesPerSecond: 10_000, violationBudget: 100 },
+    mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 1_500 },
+    outerWorkers: 0,
+  });
 });
-afterAll(async () => { clients.closeAll(); await ts?.close(); });
+afterAll(async () => {
+  clients.closeAll();
+  await ts?.close();
+});
 
 /** Member j's honest fragment: its range of the token-weighted mean of the members' committed Δs (members in index order). */
 function honestFragment(plan: MixPlanMsg, members: RawIsland[], j: number, n: number): Uint8Array {
-  const xs = members.map((x) => { const d = decodeDelta(x.frame, n); if (!d.ok) throw new Error(d.error.message); return d.value.slice(); });
-  return encodeDelta(canonicalFragment(xs, mixWeights(plan.members.map((m) => m.tokens)), plan.ranges[j]), members[j].a.codec);
+  const xs = members.map((x) => {
+    const d = decodeDelta(x.frame, n);
+    if (!d.ok) throw new Error(d.error.message);
+    return d.value.slice();
+  });
+  return encodeDelta(
+    canonicalFragment(xs, mixWeights(plan.members.map((m) => m.tokens)), plan.ranges[j]),
+    members[j].a.codec,
+  );
 }
 
 /** A joined island of the --mix-group 2 server. */
@@ -46,20 +62,42 @@ describe('butterfly mixing against hostile clients', () => {
     const B = await island('mix-b');
     const C = await island('mix-c');
     // malformed: schema errors before any work
-    for (const bad of [null, 1, 'x', [], {}, { meta: A.meta }, { meta: A.meta, frameHash: 'zz' }, { meta: { ...A.meta, seq: -1 }, frameHash: A.hash }, { meta: A.meta, frameHash: A.hash, extra: 1 }]) {
+    for (const bad of [
+      null,
+      1,
+      'x',
+      [],
+      {},
+      { meta: A.meta },
+      { meta: A.meta, frameHash: 'zz' },
+      { meta: { ...A.meta, seq: -1 }, frameHash: A.hash },
+      { meta: A.meta, frameHash: A.hash, extra: 1 },
+    ]) {
       expect(code(await ask(A.s, 'mix:ready', bad)), JSON.stringify(bad)).toBe('E_BAD_REQUEST');
     }
-    for (const bad of [{}, { groupId: -1, frame: null }, { groupId: 1, frame: 'x' }, { groupId: 1.5, frame: null }]) expect(code(await ask(A.s, 'mix:fragment', bad))).toBe('E_BAD_REQUEST');
-    for (const bad of [{}, { groupId: 1, to: 0, kind: 'hack', data: '' }, { groupId: 1, to: 0, kind: 'offer', data: 'x'.repeat(20_000) }]) expect(code(await ask(A.s, 'mix:signal', bad))).toBe('E_BAD_REQUEST');
+    for (const bad of [{}, { groupId: -1, frame: null }, { groupId: 1, frame: 'x' }, { groupId: 1.5, frame: null }])
+      expect(code(await ask(A.s, 'mix:fragment', bad))).toBe('E_BAD_REQUEST');
+    for (const bad of [
+      {},
+      { groupId: 1, to: 0, kind: 'hack', data: '' },
+      { groupId: 1, to: 0, kind: 'offer', data: 'x'.repeat(20_000) },
+    ])
+      expect(code(await ask(A.s, 'mix:signal', bad))).toBe('E_BAD_REQUEST');
     // someone else's Δ, and a claim that fits no assignment (this one uploads directly: null)
     expect(code(await ask(C.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }))).toBe('E_BAD_REQUEST');
-    const lie = await ask<MixPlanMsg | null>(C.s, 'mix:ready', { meta: { ...C.meta, tokens: C.meta.tokens * 2 }, frameHash: C.hash });
+    const lie = await ask<MixPlanMsg | null>(C.s, 'mix:ready', {
+      meta: { ...C.meta, tokens: C.meta.tokens * 2 },
+      frameHash: C.hash,
+    });
     expect(lie).toEqual({ ok: true, value: null });
 
     // A and B form group g: each is told the other's commitment and its server-derived weight (B,
     // as our islands do, leaves its tokens out: the server derives them from B's assignment)
     const { tokens: _bTokens, ...bMeta } = B.meta;
-    const [pa, pb] = await Promise.all([ask<MixPlanMsg>(A.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }), ask<MixPlanMsg>(B.s, 'mix:ready', { meta: bMeta, frameHash: B.hash })]);
+    const [pa, pb] = await Promise.all([
+      ask<MixPlanMsg>(A.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }),
+      ask<MixPlanMsg>(B.s, 'mix:ready', { meta: bMeta, frameHash: B.hash }),
+    ]);
     if (!pa.ok || !pb.ok) throw new Error(JSON.stringify([pa, pb]));
     const g = pa.value.groupId;
     expect(pb.value.groupId).toBe(g);
@@ -71,21 +109,32 @@ describe('butterfly mixing against hostile clients', () => {
     const got = new Promise<unknown>((resolve) => B.s.once('mix:signal', resolve));
     expect(code(await ask(A.s, 'mix:signal', { groupId: g, to: ib, kind: 'offer', data: 'v=0' }))).toBe('ok');
     expect(await got).toEqual({ groupId: g, from: ia, kind: 'offer', data: 'v=0' });
-    expect(code(await ask(A.s, 'mix:signal', { groupId: g, to: ia, kind: 'offer', data: 'v=0' }))).toBe('E_BAD_REQUEST');
+    expect(code(await ask(A.s, 'mix:signal', { groupId: g, to: ia, kind: 'offer', data: 'v=0' }))).toBe(
+      'E_BAD_REQUEST',
+    );
     expect(code(await ask(A.s, 'mix:signal', { groupId: g, to: 7, kind: 'offer', data: 'v=0' }))).toBe('E_BAD_REQUEST');
     expect(code(await ask(C.s, 'mix:signal', { groupId: g, to: 0, kind: 'offer', data: 'v=0' }))).toBe('E_BAD_REQUEST');
     expect(code(await ask(C.s, 'mix:fragment', { groupId: g, frame: null }))).toBe('E_BAD_REQUEST');
-    expect(code(await ask(A.s, 'mix:fragment', { groupId: g, frame: new Uint8Array(ts.server.run.maxFrameBytes + 1) }))).toBe('E_OVERSIZE');
+    expect(
+      code(await ask(A.s, 'mix:fragment', { groupId: g, frame: new Uint8Array(ts.server.run.maxFrameBytes + 1) })),
+    ).toBe('E_OVERSIZE');
     expect(code(await ask(A.s, 'mix:ready', { meta: A.meta, frameHash: A.hash }))).toBe('E_BAD_REQUEST'); // in g's exchange
 
     // A is honest (replays its commitment); B uploads garbage and replays a Δ it never committed to
-    A.s.on('mix:replay', (m: { groupId: number }, ack: (a: unknown) => void) => ack({ groupId: m.groupId, frame: A.frame }));
-    B.s.on('mix:replay', (m: { groupId: number }, ack: (a: unknown) => void) => ack({ groupId: m.groupId, frame: A.frame }));
+    A.s.on('mix:replay', (m: { groupId: number }, ack: (a: unknown) => void) =>
+      ack({ groupId: m.groupId, frame: A.frame }),
+    );
+    B.s.on('mix:replay', (m: { groupId: number }, ack: (a: unknown) => void) =>
+      ack({ groupId: m.groupId, frame: A.frame }),
+    );
     const banned = new Promise<unknown>((resolve) => B.s.once('banned', resolve));
     const fragA = honestFragment(pa.value, ia === 0 ? [A, B] : [B, A], ia, ts.server.run.paramCount);
     const [va, vb] = await Promise.all([
       ask<{ status: string; version: number }>(A.s, 'mix:fragment', { groupId: g, frame: fragA }),
-      ask<{ status: string; error?: { code: string } }>(B.s, 'mix:fragment', { groupId: g, frame: Uint8Array.of(1, 2, 3) }),
+      ask<{ status: string; error?: { code: string } }>(B.s, 'mix:fragment', {
+        groupId: g,
+        frame: Uint8Array.of(1, 2, 3),
+      }),
     ]);
     expect(code(await ask(A.s, 'mix:fragment', { groupId: g, frame: fragA }))).toBe('E_BAD_REQUEST'); // twice
     if (!va.ok || !vb.ok) throw new Error(JSON.stringify([va, vb]));
@@ -110,9 +159,15 @@ describe('butterfly mixing against hostile clients', () => {
     if (!pd.ok || !pe.ok) throw new Error(JSON.stringify([pd, pe]));
     const aborted = new Promise<unknown>((resolve) => E.s.once('mix:abort', resolve));
     // D's exchange failed: the group is called off at once, E is told to stop and both regroup
-    expect(await ask(D.s, 'mix:fragment', { groupId: pd.value.groupId, frame: null })).toEqual({ ok: true, value: 'regroup' });
+    expect(await ask(D.s, 'mix:fragment', { groupId: pd.value.groupId, frame: null })).toEqual({
+      ok: true,
+      value: 'regroup',
+    });
     expect(await aborted).toEqual({ groupId: pd.value.groupId });
-    expect(await ask(E.s, 'mix:fragment', { groupId: pe.value.groupId, frame: null })).toEqual({ ok: true, value: 'regroup' });
+    expect(await ask(E.s, 'mix:fragment', { groupId: pe.value.groupId, frame: null })).toEqual({
+      ok: true,
+      value: 'regroup',
+    });
     const [pd2, pe2] = await Promise.all([ready(D), ready(E)]);
     if (!pd2.ok || !pe2.ok) throw new Error(JSON.stringify([pd2, pe2]));
     expect(pd2.value.groupId).not.toBe(pd.value.groupId);
@@ -122,7 +177,14 @@ describe('butterfly mixing against hostile clients', () => {
     // mix:lost: malformed is refused; a report about a pair the reporter is not in, or about a link
     // older than the pair's, changes nothing; the member's own report forgets the pair (a re-signal, no more)
     const mix = ts.server.mix!;
-    for (const bad of [{}, { peer: E.id }, { peer: 'a b', groupId: 1 }, { peer: E.id, groupId: -1 }, { peer: E.id, groupId: 1, x: 1 }]) expect(code(await ask(D.s, 'mix:lost', bad)), JSON.stringify(bad)).toBe('E_BAD_REQUEST');
+    for (const bad of [
+      {},
+      { peer: E.id },
+      { peer: 'a b', groupId: 1 },
+      { peer: E.id, groupId: -1 },
+      { peer: E.id, groupId: 1, x: 1 },
+    ])
+      expect(code(await ask(D.s, 'mix:lost', bad)), JSON.stringify(bad)).toBe('E_BAD_REQUEST');
     const F = await island('mix-lost-f');
     expect(code(await ask(F.s, 'mix:lost', { peer: E.id, groupId: pd2.value.groupId }))).toBe('ok');
     expect(code(await ask(D.s, 'mix:lost', { peer: E.id, groupId: pd.value.groupId - 1 }))).toBe('ok');
@@ -131,8 +193,14 @@ describe('butterfly mixing against hostile clients', () => {
     expect(mix.links.has(D.id, E.id)).toBe(false);
     expect(mix.links.has(E.id, D.id)).toBe(false);
     // a second failure of the same Δ: upload it directly
-    expect(await ask(E.s, 'mix:fragment', { groupId: pe2.value.groupId, frame: null })).toEqual({ ok: true, value: 'direct' });
-    expect(await ask(D.s, 'mix:fragment', { groupId: pd2.value.groupId, frame: null })).toEqual({ ok: true, value: 'direct' });
+    expect(await ask(E.s, 'mix:fragment', { groupId: pe2.value.groupId, frame: null })).toEqual({
+      ok: true,
+      value: 'direct',
+    });
+    expect(await ask(D.s, 'mix:fragment', { groupId: pd2.value.groupId, frame: null })).toEqual({
+      ok: true,
+      value: 'direct',
+    });
     expect(ts.server.run.coord.island(D.id)?.tokensContributed ?? 0).toBe(0); // nothing counted
   }, 30_000);
 
@@ -145,7 +213,10 @@ describe('butterfly mixing against hostile clients', () => {
     // G uploads its fragment; F says nothing: at the deadline G is told to regroup and F is benched
     const range = pg.value.ranges[pg.value.index];
     const fragG = encodeDelta(new Float32Array(range[1] - range[0]), G.a.codec);
-    expect(await ask(G.s, 'mix:fragment', { groupId: pg.value.groupId, frame: fragG })).toEqual({ ok: true, value: 'regroup' });
+    expect(await ask(G.s, 'mix:fragment', { groupId: pg.value.groupId, frame: fragG })).toEqual({
+      ok: true,
+      value: 'regroup',
+    });
     expect(await ready(F)).toEqual({ ok: true, value: null }); // benched: send delta
   }, 30_000);
 });
@@ -155,27 +226,39 @@ describe('a member whose connection drops while its group settles', () => {
   const raw = rawIslands(() => tq);
   beforeAll(async () => {
     // no spot checks: the dropped member could not answer one
-    tq = await startTestServer({ flags: { mode: 'async', codec: 'int8' }, file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } }, gateway: { messagesPerSecond: 10_000, violationBudget: 100 }, mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 10_000, spotRate: 0 }, outerWorkers: 0 });
+    tq = await startTestServer({
+      flags: { mode: 'async', codec: 'int8' },
+      file: { coordinator: { asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 } } },
+      gateway: { messagesPerSecond: 10_000, violationBudget: 100 },
+      mix: { k: 2, formWaitMs: 60_000, exchangeTimeoutMs: 10_000, spotRate: 0 },
+      outerWorkers: 0,
+    });
   });
-  afterAll(async () => { raw.closeAll(); await tq?.close(); });
+  afterAll(async () => {
+    raw.closeAll();
+    await tq?.close();
+  });
 
-  it('uploads its Δ directly on its return and gets the group\'s ack: counted once, its bytes counted as a resend', async () => {
+  it("uploads its Δ directly on its return and gets the group's ack: counted once, its bytes counted as a resend", async () => {
     const H = await raw.island('drop-h');
     const I = await raw.island('drop-i');
-    const [ph, pi] = await Promise.all([H, I].map((x) => ask<MixPlanMsg>(x.s, 'mix:ready', { meta: x.meta, frameHash: x.hash })));
+    const [ph, pi] = await Promise.all(
+      [H, I].map((x) => ask<MixPlanMsg>(x.s, 'mix:ready', { meta: x.meta, frameHash: x.hash })),
+    );
     if (!ph.ok || !pi.ok) throw new Error(JSON.stringify([ph, pi]));
     const g = ph.value.groupId;
     const byIndex = ph.value.index === 0 ? [H, I] : [I, H];
     const n = tq.server.run.paramCount;
     const mix = tq.server.mix!;
     const bytesIn = async () => (await getJson<{ bytesIn: number }>(`${tq.url}/api/status`)).bytesIn;
-    const resent = async () => Number(/^atoll_deltas_resent_total (\S+)$/m.exec(await (await fetch(`${tq.url}/metrics`)).text())?.[1]);
+    const resent = async () =>
+      Number(/^atoll_deltas_resent_total (\S+)$/m.exec(await (await fetch(`${tq.url}/metrics`)).text())?.[1]);
     const in0 = await bytesIn();
     // H's fragment is in; then its connection drops, before the group's verdict
     const fragH = honestFragment(ph.value, byIndex, ph.value.index, n);
     H.s.emit('mix:fragment', { groupId: g, frame: fragH }, () => {});
     for (let t = 0; mix.counters.fragmentBytes < fragH.length; t++) {
-      if (t > 200) throw new Error('the server never got H\'s fragment');
+      if (t > 200) throw new Error("the server never got H's fragment");
       await new Promise((r) => setTimeout(r, 10));
     }
     H.s.disconnect();
@@ -191,10 +274,18 @@ describe('a member whose connection drops while its group settles', () => {
     const version = coord.version;
     // H comes back under its identity; its verdict lost, it uploads its Δ directly
     const s2 = await raw.connect();
-    const back = await ask<{ islandId: string }>(s2, 'hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'drop-h' }, resumeIslandId: H.id, resumeToken: H.resumeToken });
+    const back = await ask<{ islandId: string }>(s2, 'hello', {
+      protocolVersion: PROTOCOL_VERSION,
+      caps: { engine: 'cpu', name: 'drop-h' },
+      resumeIslandId: H.id,
+      resumeToken: H.resumeToken,
+    });
     expect(back.ok && back.value.islandId).toBe(H.id);
     const resent0 = await resent();
-    const again = await ask<{ status: string; seq: number; version: number }>(s2, 'delta', { meta: H.meta, frame: H.frame });
+    const again = await ask<{ status: string; seq: number; version: number }>(s2, 'delta', {
+      meta: H.meta,
+      frame: H.frame,
+    });
     // the group's ack: nothing counted twice, θ unchanged; the frame's bytes came in all the same
     // (each member's share is its own outer step here: H's ack names the version before or at I's)
     expect(again).toMatchObject({ ok: true, value: { status: 'applied', seq: H.meta.seq } });

@@ -6,7 +6,6 @@
 import { describe, expect, it } from 'vitest';
 import { PairLinks } from '../core/mix/links.ts';
 
-
 describe('PairLinks', () => {
   it('orders a group of other members so that its already-linked pairs are partners', () => {
     const links = new PairLinks();
@@ -18,7 +17,7 @@ describe('PairLinks', () => {
     expect(links.useAll(['A', 'B', 'C', 'D'], 3)).toEqual({ signalled: 0, reused: 4 });
   });
 
-  it('forgets a pair on its own member\'s report of that link, and bounds each island\'s record', () => {
+  it("forgets a pair on its own member's report of that link, and bounds each island's record", () => {
     const links = new PairLinks(3);
     links.useAll(['A', 'B'], 1);
     expect(links.lost('C', 'B', 1)).toBe(false); // not C's pair

@@ -20,21 +20,33 @@ function relay(k: number): SignalPort[] {
   const listeners: Array<(g: number, from: number, kind: 'offer' | 'answer' | 'candidate', data: string) => void> = [];
   return Array.from({ length: k }, (_, i) => ({
     send: (g, to, kind, data) => setTimeout(() => listeners[to]?.(g, i, kind, data), 1),
-    onSignal: (l) => { listeners[i] = l; },
+    onSignal: (l) => {
+      listeners[i] = l;
+    },
   }));
 }
 
 const n = 3000;
-const frames = [1, 2].map((s) => encodeDelta(Float32Array.from({ length: n }, (_, i) => Math.sin(i * s) * 1e-2), { encoding: 'int8', blockSize: 64, deflate: false }));
+const frames = [1, 2].map((s) =>
+  encodeDelta(
+    Float32Array.from({ length: n }, (_, i) => Math.sin(i * s) * 1e-2),
+    { encoding: 'int8', blockSize: 64, deflate: false },
+  ),
+);
 const plan = (groupId: number, index: number): MemberPlan => ({
-  groupId, index, ranges: fragmentRanges(n, 2, 64), weights: mixWeights([256, 256]),
+  groupId,
+  index,
+  ranges: fragmentRanges(n, 2, 64),
+  weights: mixWeights([256, 256]),
   members: frames.map((f, m) => ({ islandId: `island-${m}`, frameHash: sha256Hex(f), tokens: 256 })),
 });
 const ids = ['island-0', 'island-1'];
 const check = (p: MemberPlan) => (j: number, b: Uint8Array) => sha256Hex(b) === p.members[j].frameHash;
 
 const closers: Array<() => void> = [];
-afterAll(() => { for (const c of closers) c(); });
+afterAll(() => {
+  for (const c of closers) c();
+});
 
 /** The worker's end of a page whose main thread runs `RTC`; the port's messages to the host are recorded. */
 function page(RTC: RtcPeerConstructor, signal: SignalPort) {
@@ -43,12 +55,19 @@ function page(RTC: RtcPeerConstructor, signal: SignalPort) {
   const sent: unknown[] = [];
   const port = ch.port2 as unknown as RelayPort;
   const post = port.postMessage.bind(port);
-  port.postMessage = (m, transfer) => { sent.push(m); post(m, transfer); };
-  closers.push(() => { host.close(); ch.port1.close(); ch.port2.close(); });
+  port.postMessage = (m, transfer) => {
+    sent.push(m);
+    post(m, transfer);
+  };
+  closers.push(() => {
+    host.close();
+    ch.port1.close();
+    ch.port2.close();
+  });
   return { net: new RelayPeerNet(port).use(signal), sent };
 }
 
-describe('the page\'s WebRTC relay (worker ↔ main thread)', () => {
+describe("the page's WebRTC relay (worker ↔ main thread)", () => {
   it('a relayed member and a direct one swap frames over a data channel; stage messages are transferred', async () => {
     const [s0, s1] = relay(2);
     const worker = page(RTCPeerConnection as unknown as RtcPeerConstructor, s0);
@@ -70,7 +89,11 @@ describe('the page\'s WebRTC relay (worker ↔ main thread)', () => {
 
   it('a main thread whose RTCPeerConnection refuses ends the exchange at once', async () => {
     const [s0] = relay(2);
-    const Refusing = class { constructor() { throw new Error('WebRTC is disabled'); } } as unknown as RtcPeerConstructor;
+    const Refusing = class {
+      constructor() {
+        throw new Error('WebRTC is disabled');
+      }
+    } as unknown as RtcPeerConstructor;
     const worker = page(Refusing, s0);
     const p0 = plan(2, 0);
     const t0 = performance.now();

@@ -28,7 +28,12 @@ describe('downlink rings (core/mix/rings.ts)', () => {
     // round 1: {a,b,c,d} {e,f,g,h}; round 2 shuffled: {a,e,b,f} {c,g,d,h}: the last groups of a's
     // and c's are gone, but their links still hold two rings of 4
     const ids = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'];
-    const links = linksOf([['a', 'b', 'c', 'd'], ['e', 'f', 'g', 'h'], ['a', 'e', 'b', 'f'], ['c', 'g', 'd', 'h']]);
+    const links = linksOf([
+      ['a', 'b', 'c', 'd'],
+      ['e', 'f', 'g', 'h'],
+      ['a', 'e', 'b', 'f'],
+      ['c', 'g', 'd', 'h'],
+    ]);
     const rings = formRings(ids, (x, y) => links.has(x, y), 4);
     expectValid(rings, links, 4);
     expect(rings.map((r) => r.length)).toEqual([4, 4]);
@@ -36,11 +41,18 @@ describe('downlink rings (core/mix/rings.ts)', () => {
   });
 
   it('falls back to pairs, and leaves out islands with no link (they get the update whole)', () => {
-    const links = linksOf([['a', 'b'], ['c', 'd'], ['b', 'c']]);
+    const links = linksOf([
+      ['a', 'b'],
+      ['c', 'd'],
+      ['b', 'c'],
+    ]);
     const rings = formRings(['a', 'b', 'c', 'd', 'x'], (p, q) => links.has(p, q), 4);
     expectValid(rings, links, 4);
     // a-b-c-d is a path, not a butterfly square: two pairs, x alone
-    expect(rings).toEqual([['a', 'b'], ['c', 'd']]);
+    expect(rings).toEqual([
+      ['a', 'b'],
+      ['c', 'd'],
+    ]);
     expect(formRings(['x', 'y'], () => false, 4)).toEqual([]);
   });
 
@@ -62,7 +74,12 @@ describe('downlink rings (core/mix/rings.ts)', () => {
 
   it('islands the links cannot ring go in fresh rings of k that signal only their missing pairs; a pair lost lately keeps its islands out', () => {
     // a-b-c-d linked as a square; e, f, g, h met a, b, c, d only in pairs
-    const links = linksOf([['a', 'b', 'c', 'd'], ['e', 'a'], ['f', 'b'], ['g', 'h']]);
+    const links = linksOf([
+      ['a', 'b', 'c', 'd'],
+      ['e', 'a'],
+      ['f', 'b'],
+      ['g', 'h'],
+    ]);
     const ids = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'];
     const plans = planRings(ids, links, 4, () => true);
     expect(plans[0]).toEqual({ ids: ['a', 'b', 'c', 'd'], linked: null });

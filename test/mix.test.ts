@@ -8,8 +8,25 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { type CodecOptions, decodeDelta, encodeDelta } from '../core/codec/index.ts';
-import { type FragmentUpload, type GroupIO, type GroupPlan, MixBroker, type ReadyMember, memberNorms } from '../core/mix/broker.ts';
-import { type PieceChannel, canonicalFragment, exchange, fragmentRanges, joinPieces, mixWeights, packPieces, pieceRange, unpackPieces } from '../core/mix/butterfly.ts';
+import {
+  type FragmentUpload,
+  type GroupIO,
+  type GroupPlan,
+  MixBroker,
+  type ReadyMember,
+  memberNorms,
+} from '../core/mix/broker.ts';
+import {
+  type PieceChannel,
+  canonicalFragment,
+  exchange,
+  fragmentRanges,
+  joinPieces,
+  mixWeights,
+  packPieces,
+  pieceRange,
+  unpackPieces,
+} from '../core/mix/butterfly.ts';
 import { sha256Hex } from '../core/mix/commit.ts';
 import type { DeltaMeta } from '../core/protocol.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
@@ -21,19 +38,28 @@ import type { SimRow } from '../instruments/simulate/types.ts';
 /** In-memory channels among k members; `lie(from, stage, payload)` may rewrite what a member sends. */
 function mesh<T>(lie?: (from: number, stage: number, v: T) => T, dead?: number) {
   const box = new Map<string, { v?: T; wake?: (v: T | null) => void }>();
-  const slot = (key: string) => { let s = box.get(key); if (!s) box.set(key, (s = {})); return s; };
+  const slot = (key: string) => {
+    let s = box.get(key);
+    if (!s) box.set(key, (s = {}));
+    return s;
+  };
   return (me: number) => ({
     send: async (to: number, stage: number, v: T) => {
       const s = slot(`${me}>${to}@${stage}`);
       const out = lie ? lie(me, stage, v) : v;
-      if (s.wake) s.wake(out); else s.v = out;
+      if (s.wake) s.wake(out);
+      else s.v = out;
     },
-    recv: (from: number, stage: number) => new Promise<T | null>((resolve) => {
-      if (from === dead) return resolve(null);
-      const s = slot(`${from}>${me}@${stage}`);
-      if (s.v !== undefined) resolve(s.v);
-      else { s.wake = resolve; setTimeout(() => resolve(null), 200); } // a peer that stopped sending: timed out
-    }),
+    recv: (from: number, stage: number) =>
+      new Promise<T | null>((resolve) => {
+        if (from === dead) return resolve(null);
+        const s = slot(`${from}>${me}@${stage}`);
+        if (s.v !== undefined) resolve(s.v);
+        else {
+          s.wake = resolve;
+          setTimeout(() => resolve(null), 200);
+        } // a peer that stopped sending: timed out
+      }),
   });
 }
 
@@ -43,27 +69,86 @@ function randomDeltas(k: number, n: number, seed: number): Float32Array[] {
 }
 
 const CODEC: CodecOptions = { encoding: 'int8', blockSize: 64, deflate: false };
-const meta = (i: number): DeltaMeta => ({ islandId: `island-${i + 1}`, roundId: 1, baseVersion: 0, seq: 1, steps: 4, tokens: 4 * (i + 1) * 16, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 100 });
+const meta = (i: number): DeltaMeta => ({
+  islandId: `island-${i + 1}`,
+  roundId: 1,
+  baseVersion: 0,
+  seq: 1,
+  steps: 4,
+  tokens: 4 * (i + 1) * 16,
+  lossFirst: 3,
+  lossLast: 2.9,
+  lossMean: 2.95,
+  elapsedMs: 100,
+});
 
 /** A group of k run in memory: plan, each member's exchange and fragment, and a GroupIO over the results. */
-async function group(k: number, n: number, opts: { lieInTransit?: number; lieFragment?: number; dropped?: number } = {}) {
+async function group(
+  k: number,
+  n: number,
+  opts: { lieInTransit?: number; lieFragment?: number; dropped?: number } = {},
+) {
   const xs = randomDeltas(k, n, 7 + k);
   const frames = xs.map((x) => encodeDelta(x, CODEC));
   const tokens = xs.map((_, i) => 64 * (i + 1));
-  const plan: GroupPlan = { groupId: 1, members: xs.map((_, i) => ({ islandId: `island-${i + 1}`, meta: meta(i), frameHash: sha256Hex(frames[i]), tokens: tokens[i], readyAt: 0 })), ranges: fragmentRanges(n, k, 64), weights: mixWeights(tokens) };
-  const dx = frames.map((f) => { const d = decodeDelta(f, n); if (!d.ok) throw new Error(d.error.message); return d.value.slice(); });
+  const plan: GroupPlan = {
+    groupId: 1,
+    members: xs.map((_, i) => ({
+      islandId: `island-${i + 1}`,
+      meta: meta(i),
+      frameHash: sha256Hex(frames[i]),
+      tokens: tokens[i],
+      readyAt: 0,
+    })),
+    ranges: fragmentRanges(n, k, 64),
+    weights: mixWeights(tokens),
+  };
+  const dx = frames.map((f) => {
+    const d = decodeDelta(f, n);
+    if (!d.ok) throw new Error(d.error.message);
+    return d.value.slice();
+  });
   // a member that changes the frames it forwards: the receiver's commitment check stops the exchange
-  const net = mesh<Map<number, Uint8Array>>((from, _s, v) => (from === opts.lieInTransit ? new Map([...v].map(([j, b]) => [j, j === from ? b : b.map((x) => x ^ 1)])) : v), opts.dropped);
-  const held = await Promise.all(frames.map((f, i) => (i === opts.dropped ? Promise.resolve(null)
-    : exchange(i, k, f, net(i) as PieceChannel, (j, b) => sha256Hex(b) === plan.members[j].frameHash))));
+  const net = mesh<Map<number, Uint8Array>>(
+    (from, _s, v) =>
+      from === opts.lieInTransit ? new Map([...v].map(([j, b]) => [j, j === from ? b : b.map((x) => x ^ 1)])) : v,
+    opts.dropped,
+  );
+  const held = await Promise.all(
+    frames.map((f, i) =>
+      i === opts.dropped
+        ? Promise.resolve(null)
+        : exchange(i, k, f, net(i) as PieceChannel, (j, b) => sha256Hex(b) === plan.members[j].frameHash),
+    ),
+  );
   const fragment = (j: number, liar: boolean) => {
-    const f = canonicalFragment(held[j]!.map((b) => { const d = decodeDelta(b, n); return d.ok ? d.value.slice() : new Float32Array(n); }), plan.weights, plan.ranges[j]);
+    const f = canonicalFragment(
+      held[j]!.map((b) => {
+        const d = decodeDelta(b, n);
+        return d.ok ? d.value.slice() : new Float32Array(n);
+      }),
+      plan.weights,
+      plan.ranges[j],
+    );
     return encodeDelta(liar ? f.map((t) => -t) : f, CODEC);
   };
-  const uploads: Array<FragmentUpload | null> = held.map((h, i) => (h ? { frame: fragment(i, i === opts.lieFragment) } : null));
+  const uploads: Array<FragmentUpload | null> = held.map((h, i) =>
+    h ? { frame: fragment(i, i === opts.lieFragment) } : null,
+  );
   const io: GroupIO = {
     fragment: async (j) => uploads[j],
-    check: async (c, j) => (held[c] ? sha256Hex((() => { const h = held[j]; held[j] = held[c]; const f = fragment(j, c === opts.lieFragment); held[j] = h; return f; })()) : null),
+    check: async (c, j) =>
+      held[c]
+        ? sha256Hex(
+            (() => {
+              const h = held[j];
+              held[j] = held[c];
+              const f = fragment(j, c === opts.lieFragment);
+              held[j] = h;
+              return f;
+            })(),
+          )
+        : null,
     replay: async (j) => frames[j],
   };
   return { plan, dx, held, io };
@@ -73,7 +158,16 @@ async function group(k: number, n: number, opts: { lieInTransit?: number; lieFra
 function simSetup(islands: number, tokens: number) {
   const ds = loadCorpus();
   const common = { model: 'tiny' as const, seqLen: 32, seed: 1, evals: 1, evalBatches: 2, evalBatchSize: 4 };
-  const d = { islands, seeds: [1], batchSize: 4, tokens, innerSteps: 8, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 2048 } };
+  const d = {
+    islands,
+    seeds: [1],
+    batchSize: 4,
+    tokens,
+    innerSteps: 8,
+    baseTokensPerSec: 2000,
+    seqLen: 32,
+    lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 2048 },
+  };
   const het = heterogeneous(islands, 4);
   const rm = Math.min(...het.map((s) => (1000 * 8 * s.batchSize * 32) / (s.speed * 2000)));
   return { ds, common, d, het, rm };
@@ -93,15 +187,26 @@ describe('butterfly mixing', () => {
       const { plan, dx, held } = await group(k, n);
       const W = plan.members.reduce((a, m) => a + m.tokens, 0);
       for (let j = 0; j < k; j++) {
-        const xs = held[j]!.map((b) => { const d = decodeDelta(b, n); return d.ok ? d.value.slice() : null; });
+        const xs = held[j]!.map((b) => {
+          const d = decodeDelta(b, n);
+          return d.ok ? d.value.slice() : null;
+        });
         const [lo, hi] = plan.ranges[j];
         const mine = canonicalFragment(xs, plan.weights, [lo, hi]);
         expect(mine).toEqual(canonicalFragment(dx, plan.weights, [lo, hi]));
-        for (const t of [lo, hi - 1]) expect(mine[t - lo]).toBeCloseTo(dx.reduce((a, x, m) => a + (plan.members[m].tokens / W) * x[t], 0), 6);
+        for (const t of [lo, hi - 1])
+          expect(mine[t - lo]).toBeCloseTo(
+            dx.reduce((a, x, m) => a + (plan.members[m].tokens / W) * x[t], 0),
+            6,
+          );
       }
       const frame = Uint8Array.from({ length: 777 }, (_, i) => i & 255);
       const pieces = mesh<Map<number, Uint8Array>>();
-      const got = await Promise.all(Array.from({ length: k }, (_, i) => exchange(i, k, frame.slice(...pieceRange(777, k, i)), pieces(i) as PieceChannel)));
+      const got = await Promise.all(
+        Array.from({ length: k }, (_, i) =>
+          exchange(i, k, frame.slice(...pieceRange(777, k, i)), pieces(i) as PieceChannel),
+        ),
+      );
       for (const g of got) expect(joinPieces(g!)).toEqual(frame);
     }
     // a forwarded frame that is not the one its member committed to ends the exchange
@@ -122,7 +227,8 @@ describe('butterfly mixing', () => {
   });
 
   it("each member's copy of the group mean is judged by the norm bound as a Δ of the group's steps, not its own", () => {
-    const member = (steps: number, tokens: number) => ({ islandId: `s${steps}`, meta: { steps } as DeltaMeta, frameHash: '', tokens, readyAt: 0 }) as ReadyMember;
+    const member = (steps: number, tokens: number) =>
+      ({ islandId: `s${steps}`, meta: { steps } as DeltaMeta, frameHash: '', tokens, readyAt: 0 }) as ReadyMember;
     // equal steps: the mean's own norm
     expect(memberNorms(2, [member(20, 100), member(20, 300)])).toEqual([2, 2]);
     // a page of 3 steps with servers of 40: every copy scores ‖mean‖/√steps alike, the score of a Δ
@@ -136,7 +242,12 @@ describe('butterfly mixing', () => {
   });
 
   it('settles honest uploads into the group mean; a missing member sends everyone to direct upload', async () => {
-    const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 1, exchangeTimeoutMs: 100 }, 1000, 64, mulberry32(3));
+    const broker = new MixBroker(
+      { k: 4, formWaitMs: 100, spotRate: 1, exchangeTimeoutMs: 100 },
+      1000,
+      64,
+      mulberry32(3),
+    );
     const g = await group(4, 1000);
     const out = await broker.settle(g.plan, g.io, CODEC);
     expect(out.kind).toBe('mixed');
@@ -151,7 +262,13 @@ describe('butterfly mixing', () => {
 
   it('groups form from k ready islands; after formWaitMs those waiting form the largest power of two, one alone waits once more for a partner, then goes direct', () => {
     const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
-    const ready = (i: number, at: number) => ({ islandId: `i${i}`, meta: meta(i), frameHash: '', tokens: 10, readyAt: at });
+    const ready = (i: number, at: number) => ({
+      islandId: `i${i}`,
+      meta: meta(i),
+      frameHash: '',
+      tokens: 10,
+      readyAt: at,
+    });
     for (let i = 0; i < 3; i++) expect(broker.offer(ready(i, 10 * i))).toBeNull();
     expect(broker.offer(ready(3, 30))?.members.map((m) => m.islandId)).toEqual(['i0', 'i1', 'i2', 'i3']);
     for (let i = 4; i < 7; i++) expect(broker.offer(ready(i, 10 * i))).toBeNull();
@@ -170,7 +287,13 @@ describe('butterfly mixing', () => {
 
   it('a short group waits (up to 2 × formWaitMs) when enough islands are still working to make k; not for islands already ready', () => {
     const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
-    const ready = (i: number, at: number, roundId = 1) => ({ islandId: `i${i}`, meta: { ...meta(i), roundId }, frameHash: '', tokens: 10, readyAt: at });
+    const ready = (i: number, at: number, roundId = 1) => ({
+      islandId: `i${i}`,
+      meta: { ...meta(i), roundId },
+      frameHash: '',
+      tokens: 10,
+      readyAt: at,
+    });
     for (let i = 1; i <= 4; i++) broker.offer(ready(i, i)); // i1..i4 mixed once (round 1)
     const busy = (i: number, roundId = 2) => ({ islandId: `i${i}`, roundId });
     for (const i of [5, 6, 7]) expect(broker.offer(ready(i, 1000))).toBeNull();
@@ -180,10 +303,14 @@ describe('butterfly mixing', () => {
     expect(broker.offer(ready(1, 1150, 2))?.members.map((m) => m.islandId)).toEqual(['i5', 'i6', 'i7', 'i1']);
     // three waiting, and the only busy island is still on the round it was ready with (in an exchange): a pair forms at once
     for (const i of [8, 9, 10]) broker.offer(ready(i, 2000));
-    expect(broker.expire(2100, [busy(1, 2)]).groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i8', 'i9']]);
+    expect(broker.expire(2100, [busy(1, 2)]).groups.map((g) => g.members.map((m) => m.islandId))).toEqual([
+      ['i8', 'i9'],
+    ]);
     // nor does one never seen ready count (it may not mix at all)
     for (const i of [8, 9]) broker.offer(ready(i, 2150));
-    expect(broker.expire(2210, [{ islandId: 'new', roundId: 7 }]).groups.map((g) => g.members.map((m) => m.islandId))).toEqual([['i10', 'i8']]);
+    expect(
+      broker.expire(2210, [{ islandId: 'new', roundId: 7 }]).groups.map((g) => g.members.map((m) => m.islandId)),
+    ).toEqual([['i10', 'i8']]);
     expect(broker.expire(2350, []).direct.map((m) => m.islandId)).toEqual(['i9']); // alone: direct after 2 × formWaitMs
     // a held group never waits past 2 × formWaitMs: then the largest power of two forms, the last goes direct
     for (const i of [11, 12, 13]) broker.offer(ready(i, 3000));
@@ -194,8 +321,19 @@ describe('butterfly mixing', () => {
   });
 
   it('with formWaitFraction the wait follows the median round period (not a regroup), within formWaitMs..maxFormWaitMs', () => {
-    const broker = new MixBroker({ k: 4, formWaitMs: 100, formWaitFraction: 0.25, maxFormWaitMs: 1000, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
-    const ready = (i: number, at: number, roundId: number) => ({ islandId: `i${i}`, meta: { ...meta(i), roundId }, frameHash: '', tokens: 10, readyAt: at });
+    const broker = new MixBroker(
+      { k: 4, formWaitMs: 100, formWaitFraction: 0.25, maxFormWaitMs: 1000, spotRate: 0, exchangeTimeoutMs: 100 },
+      10,
+      1,
+      mulberry32(1),
+    );
+    const ready = (i: number, at: number, roundId: number) => ({
+      islandId: `i${i}`,
+      meta: { ...meta(i), roundId },
+      frameHash: '',
+      tokens: 10,
+      readyAt: at,
+    });
     expect(broker.formWait()).toBe(100); // nothing measured yet
     broker.offer(ready(1, 0, 1));
     broker.offer(ready(1, 50, 1)); // the same round again (a regroup): no period
@@ -218,13 +356,23 @@ describe('butterfly mixing', () => {
     expect(fixed.formWait()).toBe(100);
   });
 
-  it("a group called off regroups its survivors at once: the largest power of two of those not gone, as soon as they are ready again", async () => {
+  it('a group called off regroups its survivors at once: the largest power of two of those not gone, as soon as they are ready again', async () => {
     const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 0, exchangeTimeoutMs: 100 }, 10, 1, mulberry32(1));
-    const ready = (i: number, at: number) => ({ islandId: `i${i}`, meta: meta(i), frameHash: '', tokens: 10, readyAt: at });
+    const ready = (i: number, at: number) => ({
+      islandId: `i${i}`,
+      meta: meta(i),
+      frameHash: '',
+      tokens: 10,
+      readyAt: at,
+    });
     for (let i = 0; i < 3; i++) broker.offer(ready(i, i));
     const plan = broker.offer(ready(3, 3))!;
     broker.drop('i2'); // i2 dropped mid-exchange: its fragment never comes
-    const io: GroupIO = { fragment: async (j) => (j === 2 ? null : { frame: new Uint8Array(8) }), check: async () => null, replay: async () => null };
+    const io: GroupIO = {
+      fragment: async (j) => (j === 2 ? null : { frame: new Uint8Array(8) }),
+      check: async () => null,
+      replay: async () => null,
+    };
     expect((await broker.settle(plan, io, CODEC)).kind).toBe('direct');
     expect(broker.offer(ready(9, 10))).toBeNull(); // another island, ready meanwhile
     expect(broker.offer(ready(0, 20))).toBeNull();
@@ -235,24 +383,48 @@ describe('butterfly mixing', () => {
   });
 
   it('an audit pins a wrong fragment or spot check on its uploader only; the server recomputes the honest mean', async () => {
-    const broker = new MixBroker({ k: 4, formWaitMs: 100, spotRate: 1, exchangeTimeoutMs: 100 }, 1000, 64, mulberry32(5));
+    const broker = new MixBroker(
+      { k: 4, formWaitMs: 100, spotRate: 1, exchangeTimeoutMs: 100 },
+      1000,
+      64,
+      mulberry32(5),
+    );
     const liar = await group(4, 1000, { lieFragment: 1 });
     const a = await broker.settle(liar.plan, liar.io, CODEC);
     expect(a.kind === 'mixed' && a.audited).toBe(true);
     if (a.kind !== 'mixed') return;
     expect(a.implicated.map((x) => x.islandId)).toEqual(['island-2']);
     expect(a.accepted.map((m) => m.islandId)).toEqual(['island-1', 'island-3', 'island-4']);
-    const honest = [0, 2, 3], W = honest.reduce((s, i) => s + liar.plan.members[i].tokens, 0);
-    expect(a.delta[10]).toBeCloseTo(honest.reduce((s, i) => s + (liar.plan.members[i].tokens / W) * liar.dx[i][10], 0), 6);
+    const honest = [0, 2, 3],
+      W = honest.reduce((s, i) => s + liar.plan.members[i].tokens, 0);
+    expect(a.delta[10]).toBeCloseTo(
+      honest.reduce((s, i) => s + (liar.plan.members[i].tokens / W) * liar.dx[i][10], 0),
+      6,
+    );
   });
 
   it('simulated: a group of 4 uploads about one Δ, the downlink goes in pieces, server bytes per token fall; drops mid-exchange lose nothing; a liar is caught', async () => {
     const { ds, common, d, het, rm } = simSetup(8, 16_000);
     const direct: SimRow = { ...mixed('direct', d, het, 4, rm), mix: undefined };
     const clean = mixed('mix4', d, het, 4, rm);
-    const row = mixed('mix4-drop-liar', d, het.map((s, i) => ({ ...s, mixDropProb: i === 0 ? 0.5 : 0, offlineMs: rm / 2, behaviour: i === 7 ? 'lie-fragment' as const : 'honest' as const })), 4, rm);
+    const row = mixed(
+      'mix4-drop-liar',
+      d,
+      het.map((s, i) => ({
+        ...s,
+        mixDropProb: i === 0 ? 0.5 : 0,
+        offlineMs: rm / 2,
+        behaviour: i === 7 ? ('lie-fragment' as const) : ('honest' as const),
+      })),
+      4,
+      rm,
+    );
     row.mix!.spotRate = 0.5;
-    const [a, b, c] = [await runRow(direct, { common, ds }), await runRow(row, { common, ds }), await runRow(clean, { common, ds })];
+    const [a, b, c] = [
+      await runRow(direct, { common, ds }),
+      await runRow(row, { common, ds }),
+      await runRow(clean, { common, ds }),
+    ];
     expect(b.mix!.mixedGroups).toBeGreaterThan(2);
     expect(b.mix!.implicated).toBe(1);
     expect(b.perIsland[7].rejected['E_MIX_MISMATCH'] ?? 0).toBe(1);
@@ -281,7 +453,16 @@ describe('butterfly mixing', () => {
 
   it("the drop row's twin without groups: an island crashing as it uploads loses that Δ, comes back, and still learns; each token counted once", async () => {
     const { ds, common, d, het, rm } = simSetup(4, 8_000);
-    const twin: SimRow = { ...mixed('drop50', d, het.map((s) => ({ ...s, mixDropProb: 0.5, offlineMs: rm / 2 })), 4, rm), mix: undefined };
+    const twin: SimRow = {
+      ...mixed(
+        'drop50',
+        d,
+        het.map((s) => ({ ...s, mixDropProb: 0.5, offlineMs: rm / 2 })),
+        4,
+        rm,
+      ),
+      mix: undefined,
+    };
     const r = await runRow(twin, { common, ds });
     const drops = r.perIsland.reduce((a, x) => a + x.drops, 0);
     expect(drops).toBeGreaterThan(0);

@@ -24,23 +24,34 @@ afterAll(async () => {
 
 /** `atoll serve` with no ATOLL_ADMIN_TOKEN: the run folder keeps the token. */
 async function serve(port: number, extra: string[] = [], env: Record<string, string> = {}): Promise<ServeProc> {
-  const p = await spawnServe(['--preset', 'tiny', '--run-dir', runDir, '--inner-steps', '4', '--no-eval', ...extra], port, { ATOLL_ADMIN_TOKEN: '', ...env });
+  const p = await spawnServe(
+    ['--preset', 'tiny', '--run-dir', runDir, '--inner-steps', '4', '--no-eval', ...extra],
+    port,
+    { ATOLL_ADMIN_TOKEN: '', ...env },
+  );
   procs.push(p);
   return p;
 }
 
 /** A second `atoll serve` that is expected to refuse: its exit code and output. */
 async function refused(args: string[]): Promise<{ code: number | null; out: string }> {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', '--host', '127.0.0.1', '--preset', 'tiny', '--no-eval', ...args], {
-    cwd: ROOT, env: { ...process.env, ATOLL_ADMIN_TOKEN: '' }, stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [join(ROOT, 'bin/atoll.js'), 'serve', '--host', '127.0.0.1', '--preset', 'tiny', '--no-eval', ...args],
+    {
+      cwd: ROOT,
+      env: { ...process.env, ATOLL_ADMIN_TOKEN: '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   const p = track(child, 'serve-2');
   procs.push(p);
   const code = await p.exited;
   return { code, out: p.output.join('\n') };
 }
 
-const logLines = (p: Proc) => p.output.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+const logLines = (p: Proc) =>
+  p.output.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 
 describe('operator', () => {
@@ -62,7 +73,12 @@ describe('operator', () => {
 
     island = startIsland(server.url, 'op-island');
     procs.push(island);
-    await waitFor('two outer updates', async () => ((await (await fetch(`${server.url}/api/status`)).json()) as { version: number }).version >= 2, 60_000, 200);
+    await waitFor(
+      'two outer updates',
+      async () => ((await (await fetch(`${server.url}/api/status`)).json()) as { version: number }).version >= 2,
+      60_000,
+      200,
+    );
     // A delta sent while paused is a rejection (E_PAUSED). It comes from a protocol client of the test's
     // own: the island may be between rounds when the pause lands, and then waits for resume sending nothing.
     const raw = io(`${server.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
@@ -71,19 +87,42 @@ describe('operator', () => {
       raw.on('connect', async () => {
         const c = (await raw.emitWithAck('challenge', {})) as { value: { challenge: string; bits: number } };
         const nonce = await solvePow(c.value.challenge, c.value.bits);
-        raw.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'op-raw' }, pow: { challenge: c.value.challenge, nonce } }, resolve);
+        raw.emit(
+          'hello',
+          {
+            protocolVersion: PROTOCOL_VERSION,
+            caps: { engine: 'cpu', name: 'op-raw' },
+            pow: { challenge: c.value.challenge, nonce },
+          },
+          resolve,
+        );
       });
     });
     expect(hello.ok).toBe(true);
     expect((await fetch(`${server.url}/api/admin/pause`, { method: 'POST', headers: auth(token) })).status).toBe(200);
     const a = hello.value.assignment;
-    const meta = { islandId: hello.value.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: 1, steps: 1, tokens: a.batchSize * a.seqLen, lossFirst: 3, lossLast: 3, lossMean: 3, elapsedMs: 1000 };
+    const meta = {
+      islandId: hello.value.islandId,
+      roundId: a.roundId,
+      baseVersion: a.baseVersion,
+      seq: 1,
+      steps: 1,
+      tokens: a.batchSize * a.seqLen,
+      lossFirst: 3,
+      lossLast: 3,
+      lossMean: 3,
+      elapsedMs: 1000,
+    };
     const frame = encodeDelta(new Float32Array(a.paramCount), a.codec); // the assignment's codec: only the pause is wrong
-    const answer = await new Promise<{ ok: boolean; value?: { status: string; error?: { code: string } } }>((resolve) => raw.emit('delta', { meta, frame }, resolve));
+    const answer = await new Promise<{ ok: boolean; value?: { status: string; error?: { code: string } } }>((resolve) =>
+      raw.emit('delta', { meta, frame }, resolve),
+    );
     raw.disconnect();
     expect(answer).toMatchObject({ ok: true, value: { status: 'rejected', error: { code: 'E_PAUSED' } } });
     await waitFor('a rejection in the log', () => logLines(server).some((l) => l.event === 'rejected'), 10_000, 100);
-    expect((await fetch(`${server.url}/api/admin/checkpoint`, { method: 'POST', headers: auth(token) })).status).toBe(200);
+    expect((await fetch(`${server.url}/api/admin/checkpoint`, { method: 'POST', headers: auth(token) })).status).toBe(
+      200,
+    );
     await waitFor('a checkpoint line', () => logLines(server).some((l) => l.event === 'checkpoint'), 10_000, 100);
     const lines = logLines(server);
     const of = (event: string) => lines.filter((l) => l.event === event);
@@ -101,7 +140,17 @@ describe('operator', () => {
     await island.stop();
     const size = () => statSync(join(runDir, 'events.jsonl')).size;
     let last = -1;
-    await waitFor('the event log to settle', async () => { const s = size(); const same = s === last; last = s; return same; }, 20_000, 1000);
+    await waitFor(
+      'the event log to settle',
+      async () => {
+        const s = size();
+        const same = s === last;
+        last = s;
+        return same;
+      },
+      20_000,
+      1000,
+    );
     const events = readFileSync(join(runDir, 'events.jsonl'));
     const config = readFileSync(join(runDir, 'config.json'));
     const other = await freePort();
@@ -131,7 +180,12 @@ describe('operator', () => {
     // an island joins and trains: a join and updates, none of them logged at this level
     procs.push(startIsland(server.url, 'op-island-2'));
     const v0 = ((await (await fetch(`${server.url}/api/status`)).json()) as { version: number }).version;
-    await waitFor('an update after the restart', async () => ((await (await fetch(`${server.url}/api/status`)).json()) as { version: number }).version > v0, 60_000, 200);
+    await waitFor(
+      'an update after the restart',
+      async () => ((await (await fetch(`${server.url}/api/status`)).json()) as { version: number }).version > v0,
+      60_000,
+      200,
+    );
     expect(logLines(server).filter((l) => (l.level as number) < 50)).toEqual([]);
   });
 });

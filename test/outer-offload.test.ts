@@ -23,9 +23,16 @@ const vec = (seed: number, scale: number) => {
 };
 
 const hosts: OuterOffloadHost[] = [];
-afterAll(async () => { for (const h of hosts) await h.close(); });
+afterAll(async () => {
+  for (const h of hosts) await h.close();
+});
 
-interface Trace { frames: string[]; hashes: string[]; rejected: string[]; cosines: string[] }
+interface Trace {
+  frames: string[];
+  hashes: string[];
+  rejected: string[];
+  cosines: string[];
+}
 
 /** `islands` islands for `rounds` rounds on `c`; with `host`, each pending step is taken through it. */
 async function drive(c: Coordinator, host: OuterOffloadHost | null, islands: number, rounds: number): Promise<Trace> {
@@ -42,7 +49,8 @@ async function drive(c: Coordinator, host: OuterOffloadHost | null, islands: num
         // the workers sum each delta's agreement per fragment: the same cosine to rounding
         for (const k of e.contributors) trace.cosines.push(`${k.islandId}:${(k.cosine ?? NaN).toFixed(6)}`);
       }
-      if (e.type === 'rejected' || e.type === 'update') for (const r of e.rejected) trace.rejected.push(`${r.islandId}:${r.error.code}`);
+      if (e.type === 'rejected' || e.type === 'update')
+        for (const r of e.rejected) trace.rejected.push(`${r.islandId}:${r.error.code}`);
     }
   };
   let now = 1000;
@@ -63,7 +71,18 @@ async function drive(c: Coordinator, host: OuterOffloadHost | null, islands: num
       const seq = (seqs.get(id) ?? 0) + 1;
       seqs.set(id, seq);
       const steps = a.innerSteps;
-      const meta = { islandId: id, roundId: a.roundId, baseVersion: a.baseVersion, seq, steps, tokens: steps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 600 };
+      const meta = {
+        islandId: id,
+        roundId: a.roundId,
+        baseVersion: a.baseVersion,
+        seq,
+        steps,
+        tokens: steps * a.batchSize * a.seqLen,
+        lossFirst: 3,
+        lossLast: 2.5,
+        lossMean: 2.7,
+        elapsedMs: 600,
+      };
       const frame = encodeDelta(vec(100 * r + k, 0.01 * (1 + k)), { encoding: 'f32' });
       // offloaded, the frame is decoded on a worker first (as Run.submit does), but for the first island
       const decoded = host && k > 0 ? await host.ingest(frame) : undefined;
@@ -101,7 +120,11 @@ async function twins(config: CoordinatorConfigPatch, islands: number, rounds: nu
   await host.syncState(off);
   expect(off.outerStateStale).toBe(0);
   expect(off.hash).toBe(here.hash);
-  expect(Buffer.from(off.params().buffer, off.params().byteOffset, 4 * N).equals(Buffer.from(here.params().buffer, here.params().byteOffset, 4 * N))).toBe(true);
+  expect(
+    Buffer.from(off.params().buffer, off.params().byteOffset, 4 * N).equals(
+      Buffer.from(here.params().buffer, here.params().byteOffset, 4 * N),
+    ),
+  ).toBe(true);
   const [sa, sb] = [here.outerState(), off.outerState()];
   expect(Buffer.from(sb.momentum.buffer).equals(Buffer.from(sa.momentum.buffer))).toBe(true);
   expect(Buffer.from(sb.buffer.buffer).equals(Buffer.from(sa.buffer.buffer))).toBe(true);
@@ -114,14 +137,41 @@ async function twins(config: CoordinatorConfigPatch, islands: number, rounds: nu
   return a;
 }
 
-const base: CoordinatorConfigPatch = { uplink: { encoding: 'f32' }, seqLen: 8, innerSteps: 4, dylu: false, normBound: { factor: 0, window: 32, minHistory: 3 } };
+const base: CoordinatorConfigPatch = {
+  uplink: { encoding: 'f32' },
+  seqLen: 8,
+  innerSteps: 4,
+  dylu: false,
+  normBound: { factor: 0, window: 32, minHistory: 3 },
+};
 
 describe('outer step off the event loop', () => {
   it('sync rounds of three islands: the same frames, hashes, θ and state as the coordinator’s own step (int8, int4, and a robust rule combined by the coordinator)', async () => {
     await twins({ ...base, mode: 'sync', downlink: { encoding: 'int8', blockSize: 64 } }, 3, 4, 2);
-    await twins({ ...base, mode: 'sync', downlink: { encoding: 'int4', blockSize: 64 }, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 2 } }, 3, 3, 3);
+    await twins(
+      {
+        ...base,
+        mode: 'sync',
+        downlink: { encoding: 'int4', blockSize: 64 },
+        outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 2 },
+      },
+      3,
+      3,
+      3,
+    );
     // a robust rule: the coordinator combines the deltas itself and the workers take the step from g
-    await twins({ ...base, mode: 'sync', aggregation: 'trimmed-mean', trimFraction: 0.2, downlink: { encoding: 'int8', blockSize: 64 } }, 3, 2, 2);
+    await twins(
+      {
+        ...base,
+        mode: 'sync',
+        aggregation: 'trimmed-mean',
+        trimFraction: 0.2,
+        downlink: { encoding: 'int8', blockSize: 64 },
+      },
+      3,
+      2,
+      2,
+    );
   });
 
   it('async merge windows (shares of a step) and a lone island’s plain step', async () => {
@@ -132,13 +182,28 @@ describe('outer step off the event loop', () => {
 
   it('refuses calls that change rounds while a step is in flight, and a rejected step moves nothing', async () => {
     const outer = { kind: 'nesterov' as const, lr: 5, momentum: 0.9, dnPeriod: 0 };
-    const c = new Coordinator({ params: vec(2, 0.02), config: { ...base, mode: 'sync', soloPlainStep: false, outer, downlink: { encoding: 'int8', blockSize: 64 } }, now: 0 });
+    const c = new Coordinator({
+      params: vec(2, 0.02),
+      config: { ...base, mode: 'sync', soloPlainStep: false, outer, downlink: { encoding: 'int8', blockSize: 64 } },
+      now: 0,
+    });
     const host = await OuterOffloadHost.start(c, 2, 4096);
     hosts.push(host);
     const j = c.join({ caps: { engine: 'cpu', name: 'solo' } }, 0);
     if (!j.ok || !j.value.assignment) throw new Error('join failed');
     const a = j.value.assignment;
-    const meta = { islandId: j.value.islandId, roundId: a.roundId, baseVersion: 0, seq: 1, steps: a.innerSteps, tokens: a.innerSteps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2, lossMean: 2.5, elapsedMs: 500 };
+    const meta = {
+      islandId: j.value.islandId,
+      roundId: a.roundId,
+      baseVersion: 0,
+      seq: 1,
+      steps: a.innerSteps,
+      tokens: a.innerSteps * a.batchSize * a.seqLen,
+      lossFirst: 3,
+      lossLast: 2,
+      lossMean: 2.5,
+      elapsedMs: 500,
+    };
     const huge = vec(3, 1);
     huge[5] = 3e38; // lr 5 × 3e38 overflows f32: the step is rejected
     const hash0 = c.hash;
@@ -162,7 +227,10 @@ describe('outer step off the event loop', () => {
     const before = host.buffers;
     const decoded = await host.ingest(bad);
     expect(decoded.ok ? 'ok' : decoded.error.code).toBe('E_CRC');
-    const r = c.submit({ meta: { ...meta, roundId: n2.roundId, baseVersion: n2.baseVersion, seq: 2 }, frame: bad, decoded }, 4000);
+    const r = c.submit(
+      { meta: { ...meta, roundId: n2.roundId, baseVersion: n2.baseVersion, seq: 2 }, frame: bad, decoded },
+      4000,
+    );
     expect(r.ok ? 'ok' : r.error.code).toBe('E_CRC');
     expect(await host.ingest(encodeDelta(vec(5, 0.01), { encoding: 'f32' }))).toMatchObject({ ok: true });
     expect(host.buffers).toBe(before); // the corrupt frame's buffer was reused
@@ -172,7 +240,8 @@ describe('outer step off the event loop', () => {
     const { benchApply } = await import('../instruments/bench/server.ts');
     for (const workers of [2, 0]) {
       const r = await benchApply('int8', 1 << 16, 0.05, 'sync', 4, workers);
-      for (const k of ['paramsPerSec', 'ingestParamsPerSec', 'applyParamsPerSec'] as const) expect(Number.isFinite(r[k]) && r[k] > 0, `${k} with ${workers} workers`).toBe(true);
+      for (const k of ['paramsPerSec', 'ingestParamsPerSec', 'applyParamsPerSec'] as const)
+        expect(Number.isFinite(r[k]) && r[k] > 0, `${k} with ${workers} workers`).toBe(true);
     }
     const { buildProgram } = await import('../instruments/cli.ts');
     const serve = buildProgram().commands.find((c) => c.name() === 'serve')!;
@@ -180,18 +249,37 @@ describe('outer step off the event loop', () => {
     expect(flag?.defaultValue).toBe(2);
   });
 
-  it('deltas submitted together (a mixed group\'s members) wait for the step one of them starts, instead of failing', async () => {
+  it("deltas submitted together (a mixed group's members) wait for the step one of them starts, instead of failing", async () => {
     const ts = await startTestServer({ flags: { mode: 'async', codec: 'int8' } });
     const sockets: Socket[] = [];
     try {
       const hello = async (name: string) => {
         const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
         sockets.push(s);
-        const r = await new Promise<{ ok: boolean; value: { islandId: string; assignment: Assignment } }>((done) => s.on('connect', () => s.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } }, done)));
+        const r = await new Promise<{ ok: boolean; value: { islandId: string; assignment: Assignment } }>((done) =>
+          s.on('connect', () =>
+            s.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } }, done),
+          ),
+        );
         const asg = r.value.assignment;
         const delta = new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i + name.length));
-        const meta = { islandId: r.value.islandId, roundId: asg.roundId, baseVersion: asg.baseVersion, seq: 1, steps: asg.innerSteps, tokens: asg.innerSteps * asg.batchSize * asg.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 1 };
-        return { meta, frame: encodeDelta(delta, asg.codec), mixed: { delta, norm: Math.hypot(...delta.subarray(0, 4096)) } };
+        const meta = {
+          islandId: r.value.islandId,
+          roundId: asg.roundId,
+          baseVersion: asg.baseVersion,
+          seq: 1,
+          steps: asg.innerSteps,
+          tokens: asg.innerSteps * asg.batchSize * asg.seqLen,
+          lossFirst: 3,
+          lossLast: 2.5,
+          lossMean: 2.7,
+          elapsedMs: 1,
+        };
+        return {
+          meta,
+          frame: encodeDelta(delta, asg.codec),
+          mixed: { delta, norm: Math.hypot(...delta.subarray(0, 4096)) },
+        };
       };
       const [x, a, b] = [await hello('x'), await hello('a'), await hello('b')];
       expect(ts.server.run.outerWorkers).toBeGreaterThan(0);
@@ -199,9 +287,15 @@ describe('outer step off the event loop', () => {
       const px = islands.submit(x.meta, x.frame, x.mixed); // opens a merge window (a and b still work)
       for (let i = 0; i < 20; i++) await Promise.resolve();
       const until = Date.now() + 50;
-      while (Date.now() < until) { /* the window's deadline passes before its timer can fire */ }
+      while (Date.now() < until) {
+        /* the window's deadline passes before its timer can fire */
+      }
       // a's submit closes the window and starts the step on the workers; b's comes right after it
-      const [aa, ab, ax] = await Promise.all([islands.submit(a.meta, a.frame, a.mixed), islands.submit(b.meta, b.frame, b.mixed), px]);
+      const [aa, ab, ax] = await Promise.all([
+        islands.submit(a.meta, a.frame, a.mixed),
+        islands.submit(b.meta, b.frame, b.mixed),
+        px,
+      ]);
       for (const ack of [aa, ab, ax]) expect(ack.status).toBe('applied');
       expect(ts.server.run.version).toBeGreaterThanOrEqual(2);
     } finally {
@@ -217,17 +311,44 @@ describe('outer step off the event loop', () => {
       const hello = async (name: string) => {
         const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
         sockets.push(s);
-        return { s, r: await new Promise<{ ok: boolean; value: { islandId: string; assignment: Assignment } }>((done) => s.on('connect', () => s.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } }, done))) };
+        return {
+          s,
+          r: await new Promise<{ ok: boolean; value: { islandId: string; assignment: Assignment } }>((done) =>
+            s.on('connect', () =>
+              s.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name } }, done),
+            ),
+          ),
+        };
       };
       const a = await hello('a');
       const b = await hello('b');
       expect(ts.server.run.outerWorkers).toBeGreaterThan(0);
       const asg = a.r.value.assignment;
-      const meta = { islandId: a.r.value.islandId, roundId: asg.roundId, baseVersion: asg.baseVersion, seq: 1, steps: asg.innerSteps, tokens: asg.innerSteps * asg.batchSize * asg.seqLen, lossFirst: 3, lossLast: 2.5, lossMean: 2.7, elapsedMs: 1 };
-      const frame = encodeDelta(new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i)), asg.codec); // the assignment's codec
-      const ack = new Promise<{ ok: boolean; value: { status: string; version: number } }>((done) => a.s.emit('delta', { meta, frame }, done));
+      const meta = {
+        islandId: a.r.value.islandId,
+        roundId: asg.roundId,
+        baseVersion: asg.baseVersion,
+        seq: 1,
+        steps: asg.innerSteps,
+        tokens: asg.innerSteps * asg.batchSize * asg.seqLen,
+        lossFirst: 3,
+        lossLast: 2.5,
+        lossMean: 2.7,
+        elapsedMs: 1,
+      };
+      const frame = encodeDelta(
+        new Float32Array(asg.paramCount).map((_, i) => 1e-3 * Math.sin(i)),
+        asg.codec,
+      ); // the assignment's codec
+      const ack = new Promise<{ ok: boolean; value: { status: string; version: number } }>((done) =>
+        a.s.emit('delta', { meta, frame }, done),
+      );
       // b never reports: banning it closes the round, and A's delta is applied by the workers
-      const ban = await fetch(`${ts.url}/api/admin/islands/${b.r.value.islandId}/ban`, { method: 'POST', headers: { authorization: 'Bearer tok', 'content-type': 'application/json' }, body: '{}' });
+      const ban = await fetch(`${ts.url}/api/admin/islands/${b.r.value.islandId}/ban`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer tok', 'content-type': 'application/json' },
+        body: '{}',
+      });
       expect(ban.status).toBe(200);
       expect(await ack).toMatchObject({ ok: true, value: { status: 'applied', version: 1 } });
       expect(ts.server.run.store.listCheckpoints().map((c) => c.version)).toContain(1);

@@ -10,7 +10,9 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = join(import.meta.dirname, '..');
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
-const lock = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, { version?: string; engines?: { node?: string }; hasInstallScript?: boolean }> };
+const lock = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8')) as {
+  packages: Record<string, { version?: string; engines?: { node?: string }; hasInstallScript?: boolean }>;
+};
 const semver = createRequire(import.meta.url)('semver') as { satisfies(v: string, range: string): boolean };
 
 describe('package', () => {

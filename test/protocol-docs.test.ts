@@ -18,8 +18,24 @@ const DOC = readFileSync(join(ROOT, 'docs/protocol.md'), 'utf8');
 
 /** The files whose error codes an island or an API client can see. */
 function protocolFiles(): string[] {
-  const dirFiles = (d: string) => readdirSync(join(ROOT, d)).filter((f) => f.endsWith('.ts')).map((f) => join(d, f));
-  return ['core/protocol.ts', 'server/gateway/gateway.ts', 'server/gateway/mix.ts', 'server/app.ts', 'server/plugins/http-strict.ts', 'server/run/audit.ts', 'server/run/admin.ts', 'server/run/delta-archive.ts', ...dirFiles('core/codec'), ...dirFiles('core/coord'), ...dirFiles('server/plugins'), ...dirFiles('client/island')];
+  const dirFiles = (d: string) =>
+    readdirSync(join(ROOT, d))
+      .filter((f) => f.endsWith('.ts'))
+      .map((f) => join(d, f));
+  return [
+    'core/protocol.ts',
+    'server/gateway/gateway.ts',
+    'server/gateway/mix.ts',
+    'server/app.ts',
+    'server/plugins/http-strict.ts',
+    'server/run/audit.ts',
+    'server/run/admin.ts',
+    'server/run/delta-archive.ts',
+    ...dirFiles('core/codec'),
+    ...dirFiles('core/coord'),
+    ...dirFiles('server/plugins'),
+    ...dirFiles('client/island'),
+  ];
 }
 
 /** A frame laid out by hand: the 32-byte header of the docs, then the raw payload. */
@@ -54,8 +70,14 @@ function tableAfter(marker: string): string[][] {
   expect(at, marker).toBeGreaterThan(0);
   const rows: string[][] = [];
   for (const line of DOC.slice(at).split('\n').slice(1)) {
-    if (!line.startsWith('|')) { if (rows.length) break; continue; }
-    const cells = line.split('|').slice(1, -1).map((c) => c.trim());
+    if (!line.startsWith('|')) {
+      if (rows.length) break;
+      continue;
+    }
+    const cells = line
+      .split('|')
+      .slice(1, -1)
+      .map((c) => c.trim());
     if (!cells[0].startsWith('---')) rows.push(cells);
   }
   return rows.slice(1); // the header row
@@ -64,14 +86,18 @@ function tableAfter(marker: string): string[][] {
 describe('docs/protocol.md', () => {
   it('names every error code the protocol-facing code can send', () => {
     const codes = new Set<string>();
-    for (const f of protocolFiles()) for (const m of readFileSync(join(ROOT, f), 'utf8').matchAll(/'(E_[A-Z0-9_]+)'/g)) codes.add(m[1]);
+    for (const f of protocolFiles())
+      for (const m of readFileSync(join(ROOT, f), 'utf8').matchAll(/'(E_[A-Z0-9_]+)'/g)) codes.add(m[1]);
     expect(codes.size).toBeGreaterThan(30);
     const missing = [...codes].filter((c) => !DOC.includes(`\`${c}\``));
     expect(missing).toEqual([]);
   });
 
   it("θ's hash: the worked example", () => {
-    const m = /θ = \[1, −2, 0\.5\][\s\S]*?hash `([0-9a-f]{16})`;\s+65,537 ones[\s\S]*?hash to `([0-9a-f]{16})`;[\s\S]*?empty θ \(no chunk\) hashes to\s+`([0-9a-f]{16})`/.exec(DOC);
+    const m =
+      /θ = \[1, −2, 0\.5\][\s\S]*?hash `([0-9a-f]{16})`;\s+65,537 ones[\s\S]*?hash to `([0-9a-f]{16})`;[\s\S]*?empty θ \(no chunk\) hashes to\s+`([0-9a-f]{16})`/.exec(
+        DOC,
+      );
     expect(m).not.toBeNull();
     expect(hashParams(new Float32Array([1, -2, 0.5]))).toBe(m![1]);
     expect(hashParams(new Float32Array(65537).fill(1))).toBe(m![2]);
@@ -98,23 +124,32 @@ describe('docs/protocol.md', () => {
     expect(r.ok ? '' : r.error.code).toMatch(/E_CRC|E_BAD_HEADER/);
   });
 
-  it('the frame table lists every encoding in the codec\'s order, and no other', () => {
+  it("the frame table lists every encoding in the codec's order, and no other", () => {
     const row = /\| 5 \| 1 \| encoding: ([^|(]+)/.exec(DOC);
     expect(row).not.toBeNull();
-    const listed = row![1].trim().split(', ').map((e) => e.split(' '));
+    const listed = row![1]
+      .trim()
+      .split(', ')
+      .map((e) => e.split(' '));
     expect(listed.map(([id]) => Number(id))).toEqual(ENCODINGS.map((_, i) => i));
     expect(listed.map(([, name]) => name)).toEqual([...ENCODINGS]);
     expect(DOC).toContain(`${ENCODINGS.length} and above: \`E_BAD_HEADER\``);
   });
 
-  it('the sparse short-chunk rule as the doc states it is the codec\'s', () => {
+  it("the sparse short-chunk rule as the doc states it is the codec's", () => {
     const [full, short] = tableAfter('<!-- sparse-short-chunk');
     expect(full.slice(1)).toEqual(['kc = k', 'kc = k']);
     expect(short.slice(1)).toEqual(['kc = min(k, len)', 'kc = max(1, ⌊len · k / C⌋)']);
-    const doc = (len: number, C: number, k: number, strided: boolean) => (len === C ? k : strided ? Math.max(1, Math.floor((len * k) / C)) : Math.min(k, len));
-    for (const C of [8, 64, 4096]) for (const k of [1, 3, C / 2, C]) for (const len of [1, 2, 5, C - 1, C]) {
-      for (const strided of [false, true]) expect(chunkKept(len, C, k, strided), `len ${len} C ${C} k ${k} strided ${strided}`).toBe(doc(len, C, k, strided));
-    }
+    const doc = (len: number, C: number, k: number, strided: boolean) =>
+      len === C ? k : strided ? Math.max(1, Math.floor((len * k) / C)) : Math.min(k, len);
+    for (const C of [8, 64, 4096])
+      for (const k of [1, 3, C / 2, C])
+        for (const len of [1, 2, 5, C - 1, C]) {
+          for (const strided of [false, true])
+            expect(chunkKept(len, C, k, strided), `len ${len} C ${C} k ${k} strided ${strided}`).toBe(
+              doc(len, C, k, strided),
+            );
+        }
   });
 
   it('sparse frames built from the doc alone decode as it says (magnitude order, bit streams across chunks, strided short chunk)', () => {
@@ -125,34 +160,53 @@ describe('docs/protocol.md', () => {
     const topk = decodeDelta(frame(5, 10, 8, 4, [...mags, ...offsets, ...codes]), 10);
     expect(topk.ok && Array.from(topk.value)).toEqual([0, 2, 0, -0.5, 0.5, 0, -2, 0, -1, 3]);
     // strided, 1-bit (flags bit 1 and 2): chunk 0 phase 1, stride ⌊8/4⌋ = 2; the short chunk keeps max(1, ⌊2·4/8⌋) = 1 at phase 1
-    const strided = decodeDelta(frame(5, 10, 8, 4, [...f32le(0.25), ...f32le(4), ...u16le(1), ...u16le(1), ...bitStream([0, 1, 0, 0, 1], 1)], 6), 10);
+    const strided = decodeDelta(
+      frame(5, 10, 8, 4, [...f32le(0.25), ...f32le(4), ...u16le(1), ...u16le(1), ...bitStream([0, 1, 0, 0, 1], 1)], 6),
+      10,
+    );
     expect(strided.ok && Array.from(strided.value)).toEqual([0, 0.25, 0, -0.25, 0, 0.25, 0, 0.25, 0, -4]);
     // a negative magnitude is accepted and flips the sign, as the doc says
-    const neg = decodeDelta(frame(5, 10, 8, 4, [...f32le(-0.25), ...f32le(4), ...u16le(1), ...u16le(1), ...bitStream([0, 1, 0, 0, 1], 1)], 6), 10);
+    const neg = decodeDelta(
+      frame(5, 10, 8, 4, [...f32le(-0.25), ...f32le(4), ...u16le(1), ...u16le(1), ...bitStream([0, 1, 0, 0, 1], 1)], 6),
+      10,
+    );
     expect(neg.ok && neg.value[1]).toBe(-0.25);
   });
 
-  it('the delta\'s numeric ranges in the doc are the schema\'s', () => {
+  it("the delta's numeric ranges in the doc are the schema's", () => {
     const rows = tableAfter('<!-- delta-meta-ranges');
-    const props = DeltaMetaSchema.properties as Record<string, { type?: string; minimum?: number; maximum?: number; anyOf?: unknown[] }>;
+    const props = DeltaMetaSchema.properties as Record<
+      string,
+      { type?: string; minimum?: number; maximum?: number; anyOf?: unknown[] }
+    >;
     const checked = new Set<string>();
     for (const [field, type, range] of rows) {
       for (const name of field.split(',').map((f) => f.trim().replace(/`/g, ''))) {
         const p = props[name];
         expect(p, name).toBeDefined();
         checked.add(name);
-        if (p.anyOf) { expect(type).toBe('number or `null`'); continue; }
+        if (p.anyOf) {
+          expect(type).toBe('number or `null`');
+          continue;
+        }
         expect(type, name).toBe(p.type);
         const m = /^(\d+) \.\. (\d+)$/.exec(range);
         expect(m, `${name}: ${range}`).not.toBeNull();
         expect([Number(m![1]), Number(m![2])], name).toEqual([p.minimum, p.maximum]);
       }
     }
-    expect([...checked].sort()).toEqual(Object.keys(props).filter((k) => k !== 'islandId').sort());
+    expect([...checked].sort()).toEqual(
+      Object.keys(props)
+        .filter((k) => k !== 'islandId')
+        .sort(),
+    );
   });
 
-  it('the proof of work\'s worked example holds', async () => {
-    const m = /challenge `([a-z-]+)` the first good decimal\s+nonce is `(\d+)`: SHA-256 of `[^`]+` begins `([0-9a-f]{8})…`/.exec(DOC);
+  it("the proof of work's worked example holds", async () => {
+    const m =
+      /challenge `([a-z-]+)` the first good decimal\s+nonce is `(\d+)`: SHA-256 of `[^`]+` begins `([0-9a-f]{8})…`/.exec(
+        DOC,
+      );
     expect(m).not.toBeNull();
     expect(await solvePow(m![1], 12)).toBe(m![2]);
     const d = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(`${m![1]}:${m![2]}`)));

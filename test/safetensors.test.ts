@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { SafetensorsErrorCode, readSafetensors, safetensorsParts, tensorAsFloat32, writeSafetensors } from '../core/safetensors.ts';
+import {
+  SafetensorsErrorCode,
+  readSafetensors,
+  safetensorsParts,
+  tensorAsFloat32,
+  writeSafetensors,
+} from '../core/safetensors.ts';
 import { SnapshotArrays } from '../server/run/checkpoint.ts';
 import { mulberry32 } from '../core/random.ts';
 
@@ -59,12 +65,38 @@ describe('writeSafetensors / readSafetensors', () => {
 
   it('writes the exact published layout', () => {
     const bytes = writeSafetensors(
-      { b: { dtype: 'U8', shape: [3], data: new Uint8Array([7, 8, 9]) }, a: { dtype: 'F32', shape: [1], data: new Float32Array([1]) } },
+      {
+        b: { dtype: 'U8', shape: [3], data: new Uint8Array([7, 8, 9]) },
+        a: { dtype: 'F32', shape: [1], data: new Float32Array([1]) },
+      },
       { k: 'v' },
     );
-    const json = '{"__metadata__":{"k":"v"},"b":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},"a":{"dtype":"F32","shape":[1],"data_offsets":[3,7]}}';
+    const json =
+      '{"__metadata__":{"k":"v"},"b":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},"a":{"dtype":"F32","shape":[1],"data_offsets":[3,7]}}';
     expect(json.length).toBe(131); // pads to 136 with 5 spaces
-    const expected: number[] = [136, 0, 0, 0, 0, 0, 0, 0, ...enc.encode(json), 0x20, 0x20, 0x20, 0x20, 0x20, 7, 8, 9, 0x00, 0x00, 0x80, 0x3f];
+    const expected: number[] = [
+      136,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      ...enc.encode(json),
+      0x20,
+      0x20,
+      0x20,
+      0x20,
+      0x20,
+      7,
+      8,
+      9,
+      0x00,
+      0x00,
+      0x80,
+      0x3f,
+    ];
     expect(Array.from(bytes)).toEqual(expected);
   });
 
@@ -72,7 +104,9 @@ describe('writeSafetensors / readSafetensors', () => {
     const bytes = writeSafetensors({ x: { dtype: 'I32', shape: [1], data: new Int32Array([5]) } });
     const n = new DataView(bytes.buffer).getUint32(0, true);
     expect(n % 8).toBe(0);
-    expect(new TextDecoder().decode(bytes.subarray(8, 8 + n)).trimEnd()).toBe('{"x":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}}');
+    expect(new TextDecoder().decode(bytes.subarray(8, 8 + n)).trimEnd()).toBe(
+      '{"x":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}}',
+    );
     const r = readSafetensors(bytes);
     expect(r.ok && r.value.metadata).toEqual({});
   });
@@ -104,12 +138,15 @@ describe('writeSafetensors / readSafetensors', () => {
   it('refuses inconsistent input when writing', () => {
     expect(() => writeSafetensors({ x: { dtype: 'F32', shape: [3], data: new Float32Array(2) } })).toThrow(RangeError);
     expect(() => writeSafetensors({ x: { dtype: 'F32', shape: [-1], data: new Float32Array(0) } })).toThrow(RangeError);
-    expect(() => writeSafetensors({ __metadata__: { dtype: 'U8', shape: [0], data: new Uint8Array(0) } })).toThrow(RangeError);
+    expect(() => writeSafetensors({ __metadata__: { dtype: 'U8', shape: [0], data: new Uint8Array(0) } })).toThrow(
+      RangeError,
+    );
   });
 });
 
 describe('readSafetensors validation', () => {
-  const t = (dtype: string, shape: number[], offsets: number[]) => JSON.stringify({ dtype, shape, data_offsets: offsets });
+  const t = (dtype: string, shape: number[], offsets: number[]) =>
+    JSON.stringify({ dtype, shape, data_offsets: offsets });
 
   it('E_TRUNCATED: short file or header past the end', () => {
     expect(codeOf(new Uint8Array(0))).toBe('E_TRUNCATED');
@@ -138,7 +175,12 @@ describe('readSafetensors validation', () => {
   it('E_BAD_TENSOR: dtype, shape, offsets, overlaps, gaps and sizes', () => {
     const data = new Array(16).fill(1);
     const file = (entries: Record<string, string>, bytes = data) =>
-      assemble(`{${Object.entries(entries).map(([k, v]) => `"${k}":${v}`).join(',')}}`, bytes);
+      assemble(
+        `{${Object.entries(entries)
+          .map(([k, v]) => `"${k}":${v}`)
+          .join(',')}}`,
+        bytes,
+      );
     expect(codeOf(file({ a: t('F32', [4], [0, 16]) }))).toBe('ok');
     expect(codeOf(file({ a: t('F31', [4], [0, 16]) }))).toBe('E_BAD_TENSOR'); // unknown dtype
     expect(codeOf(file({ a: t('F32', [5], [0, 16]) }))).toBe('E_BAD_TENSOR'); // size mismatch
@@ -157,7 +199,10 @@ describe('readSafetensors validation', () => {
 
   it('every truncation of a valid file is an error, and none throws', () => {
     const bytes = writeSafetensors(
-      { w: { dtype: 'F32', shape: [3], data: new Float32Array([1, 2, 3]) }, m: { dtype: 'U8', shape: [2], data: new Uint8Array([1, 2]) } },
+      {
+        w: { dtype: 'F32', shape: [3], data: new Float32Array([1, 2, 3]) },
+        m: { dtype: 'U8', shape: [2], data: new Uint8Array([1, 2]) },
+      },
       { a: 'b' },
     );
     const headerEnd = 8 + new DataView(bytes.buffer).getUint32(0, true);
@@ -183,8 +228,12 @@ describe('readSafetensors validation', () => {
 
 describe('safetensorsParts', () => {
   it('are the file writeSafetensors makes, in order, with each tensor a view of its data (no copy)', () => {
-    const a = new Float32Array([1, 2, 3]), b = new Uint8Array([7, 8]);
-    const tensors = { a: { dtype: 'F32' as const, shape: [3], data: a }, b: { dtype: 'U8' as const, shape: [2], data: b } };
+    const a = new Float32Array([1, 2, 3]),
+      b = new Uint8Array([7, 8]);
+    const tensors = {
+      a: { dtype: 'F32' as const, shape: [3], data: a },
+      b: { dtype: 'U8' as const, shape: [2], data: b },
+    };
     const parts = safetensorsParts(tensors, { k: 'v' });
     expect(parts).toHaveLength(3);
     expect(Buffer.concat(parts).equals(Buffer.from(writeSafetensors(tensors, { k: 'v' })))).toBe(true);
@@ -196,7 +245,9 @@ describe('safetensorsParts', () => {
 describe('SnapshotArrays', () => {
   it('lends arrays, takes them back once their checkpoint is written, and lends them again', () => {
     const arrays = new SnapshotArrays(2);
-    const x = arrays.alloc(5), y = arrays.alloc(5), z = arrays.alloc(7);
+    const x = arrays.alloc(5),
+      y = arrays.alloc(5),
+      z = arrays.alloc(7);
     expect(new Set([x, y, z]).size).toBe(3);
     expect(arrays.alloc(5)).not.toBe(x); // still lent
     arrays.releaseAll();

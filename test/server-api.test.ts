@@ -25,7 +25,9 @@ describe('REST API and admin auth', () => {
     const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
     sockets.push(s);
     const r = await new Promise<{ ok: boolean; value: { islandId: string } }>((resolve) => {
-      s.on('connect', () => s.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'victim' } }, resolve));
+      s.on('connect', () =>
+        s.emit('hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'victim' } }, resolve),
+      );
     });
     islandId = r.value.islandId;
   });
@@ -37,8 +39,13 @@ describe('REST API and admin auth', () => {
   // in-process requests (fastify.inject), from `address`: wrong tokens lock their address out (auth-limit.ts)
   const admin = async (method: string, path: string, auth: string | null, body?: unknown, address = '127.0.0.1') => {
     const r = await ts.server.app.inject({
-      method: method as 'GET', url: path, remoteAddress: address,
-      headers: { ...(auth !== null ? { authorization: auth } : {}), ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      method: method as 'GET',
+      url: path,
+      remoteAddress: address,
+      headers: {
+        ...(auth !== null ? { authorization: auth } : {}),
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
       ...(body !== undefined ? { payload: JSON.stringify(body) } : {}),
     });
     return { status: r.statusCode, headers: r.headers, json: async () => r.json() as unknown };
@@ -47,12 +54,33 @@ describe('REST API and admin auth', () => {
 
   it('admin routes without the token, or with a wrong one, are 401 and change nothing', async () => {
     const run = ts.server.run;
-    const before = { paused: run.coord.isPaused, config: JSON.stringify(run.coord.config()), checkpoints: run.store.listCheckpoints().length, island: run.coord.island(islandId)!.status, version: run.version };
+    const before = {
+      paused: run.coord.isPaused,
+      config: JSON.stringify(run.coord.config()),
+      checkpoints: run.store.listCheckpoints().length,
+      island: run.coord.island(islandId)!.status,
+      version: run.version,
+    };
     const calls: Array<[string, string, unknown?]> = [
-      ['POST', '/api/admin/pause'], ['POST', '/api/admin/resume'], ['POST', '/api/admin/checkpoint'],
-      ['PATCH', '/api/admin/config', { outerLr: 0.1 }], ['POST', `/api/admin/islands/${islandId}/ban`, {}], ['GET', '/api/admin/whoami'],
+      ['POST', '/api/admin/pause'],
+      ['POST', '/api/admin/resume'],
+      ['POST', '/api/admin/checkpoint'],
+      ['PATCH', '/api/admin/config', { outerLr: 0.1 }],
+      ['POST', `/api/admin/islands/${islandId}/ban`, {}],
+      ['GET', '/api/admin/whoami'],
     ];
-    const auths = [null, '', 'Bearer', 'Bearer ', 'Bearer wrong', `Bearer ${TOKEN}x`, `Bearer ${TOKEN.slice(0, -1)}`, `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}`, TOKEN, `bearer  ${TOKEN} extra`];
+    const auths = [
+      null,
+      '',
+      'Bearer',
+      'Bearer ',
+      'Bearer wrong',
+      `Bearer ${TOKEN}x`,
+      `Bearer ${TOKEN.slice(0, -1)}`,
+      `Basic ${Buffer.from(`admin:${TOKEN}`).toString('base64')}`,
+      TOKEN,
+      `bearer  ${TOKEN} extra`,
+    ];
     for (const [method, path, body] of calls) {
       for (const auth of auths) {
         const r = await admin(method, path, auth, body, `10.1.0.${++wrongFrom % 250}`);
@@ -76,7 +104,14 @@ describe('REST API and admin auth', () => {
     expect((await admin('POST', '/api/admin/resume', auth)).status).toBe(200);
     expect((await getJson<{ paused: boolean }>(`${ts.url}/api/status`)).paused).toBe(false);
 
-    const ok = await admin('PATCH', '/api/admin/config', auth, { outerLr: 0.5, outerMomentum: 0.8, quorum: 0.5, maxStaleness: 3, codec: 'int4', roundTime: 12 });
+    const ok = await admin('PATCH', '/api/admin/config', auth, {
+      outerLr: 0.5,
+      outerMomentum: 0.8,
+      quorum: 0.5,
+      maxStaleness: 3,
+      codec: 'int4',
+      roundTime: 12,
+    });
     expect(ok.status).toBe(200);
     const cfg = run.coord.config();
     expect(cfg.outer).toMatchObject({ lr: 0.5, momentum: 0.8 });
@@ -86,7 +121,18 @@ describe('REST API and admin auth', () => {
     expect(cfg.targetRoundMs).toBe(12_000);
     // persisted in config.json (so a restart keeps it)
     expect(run.store.readConfig<{ coordinator: { outer: { lr: number } } }>()!.coordinator.outer.lr).toBe(0.5);
-    for (const bad of [{}, { outerLr: -1 }, { outerLr: 'fast' }, { quorum: 2 }, { codec: 'zip' }, { maxStaleness: 1.5 }, { mode: 'async' }, { outerMomentum: 1 }, [], 'x']) {
+    for (const bad of [
+      {},
+      { outerLr: -1 },
+      { outerLr: 'fast' },
+      { quorum: 2 },
+      { codec: 'zip' },
+      { maxStaleness: 1.5 },
+      { mode: 'async' },
+      { outerMomentum: 1 },
+      [],
+      'x',
+    ]) {
       const r = await admin('PATCH', '/api/admin/config', auth, bad);
       expect(r.status, JSON.stringify(bad)).toBe(400);
     }
@@ -98,7 +144,9 @@ describe('REST API and admin auth', () => {
     const ckBody = (await ck.json()) as { version: number; path: string };
     expect(existsSync(ckBody.path)).toBe(true);
     // the list names each checkpoint's θ hash, read from its metadata
-    const listed = await getJson<{ checkpoints: Array<{ version: number; hash: string | null }> }>(`${ts.url}/api/checkpoints`);
+    const listed = await getJson<{ checkpoints: Array<{ version: number; hash: string | null }> }>(
+      `${ts.url}/api/checkpoints`,
+    );
     const mine = listed.checkpoints.find((c) => c.version === ckBody.version);
     expect(mine?.hash).toBe(run.coord.hash);
     expect(run.store.listCheckpoints().length).toBeGreaterThanOrEqual(Math.min(n0, 1));
@@ -115,8 +163,27 @@ describe('REST API and admin auth', () => {
   it('serves the public read-only API', async () => {
     const base = ts.url;
     const st = await getJson<Record<string, unknown>>(`${base}/api/status`);
-    for (const k of ['run', 'mode', 'version', 'hash', 'paused', 'islandsOnline', 'tokensTotal', 'tokensPerSec', 'evalLoss', 'bytesIn', 'bytesOut']) expect(st).toHaveProperty(k);
-    const run = await getJson<{ params: number; model: { nEmbd: number }; codec: { encoding: string }; bytesPerRound: { up: number; down: number }; protocolVersion: number }>(`${base}/api/run`);
+    for (const k of [
+      'run',
+      'mode',
+      'version',
+      'hash',
+      'paused',
+      'islandsOnline',
+      'tokensTotal',
+      'tokensPerSec',
+      'evalLoss',
+      'bytesIn',
+      'bytesOut',
+    ])
+      expect(st).toHaveProperty(k);
+    const run = await getJson<{
+      params: number;
+      model: { nEmbd: number };
+      codec: { encoding: string };
+      bytesPerRound: { up: number; down: number };
+      protocolVersion: number;
+    }>(`${base}/api/run`);
     expect(run.params).toBe(ts.server.run.paramCount);
     expect(run.model.nEmbd).toBe(32);
     expect(run.bytesPerRound.up).toBeGreaterThan(0);
@@ -136,9 +203,13 @@ describe('REST API and admin auth', () => {
     expect(d.status).toBe(200);
     expect((await d.arrayBuffer()).byteLength).toBe(ts.server.run.dataset.train.length);
     expect(d.headers.get('cache-control')).toMatch(/max-age/);
-    expect((await fetch(`${base}/api/data/train`, { headers: { 'if-none-match': d.headers.get('etag')! } })).status).toBe(304);
+    expect(
+      (await fetch(`${base}/api/data/train`, { headers: { 'if-none-match': d.headers.get('etag')! } })).status,
+    ).toBe(304);
 
-    const { checkpoints } = await getJson<{ checkpoints: Array<{ version: number; url: string }> }>(`${base}/api/checkpoints`);
+    const { checkpoints } = await getJson<{ checkpoints: Array<{ version: number; url: string }> }>(
+      `${base}/api/checkpoints`,
+    );
     expect(checkpoints.length).toBeGreaterThan(0);
     const one = await fetch(`${base}${checkpoints[0].url}`);
     expect(one.status).toBe(200);
@@ -163,24 +234,53 @@ describe('REST API and admin auth', () => {
   // computes but the schema forgets would vanish from the wire. Compare each body with the server's own value.
   it('every JSON route writes all the fields the server computes, and refuses input it does not take', async () => {
     const views = ts.server.run.views;
-    const shape = (v: unknown): unknown => Array.isArray(v) ? (v.length ? [shape(v[0])] : [])
-      : v !== null && typeof v === 'object' ? Object.fromEntries(Object.entries(v).filter(([, x]) => x !== undefined).sort(([a], [b]) => a.localeCompare(b)).map(([k, x]) => [k, shape(x)]))
-        : v === null ? 'null' : typeof v;
+    const shape = (v: unknown): unknown =>
+      Array.isArray(v)
+        ? v.length
+          ? [shape(v[0])]
+          : []
+        : v !== null && typeof v === 'object'
+          ? Object.fromEntries(
+              Object.entries(v)
+                .filter(([, x]) => x !== undefined)
+                .sort(([a], [b]) => a.localeCompare(b))
+                .map(([k, x]) => [k, shape(x)]),
+            )
+          : v === null
+            ? 'null'
+            : typeof v;
     const wire = async (path: string) => (await ts.server.app.inject({ method: 'GET', url: path })).json() as unknown;
     expect(await wire('/api/run')).toEqual(JSON.parse(JSON.stringify(runInfo(ts.server.run))));
     expect(shape(await wire('/api/status'))).toEqual(shape(views.status()));
     const isl = views.islands();
     expect(isl.length).toBeGreaterThan(0);
     expect(shape(await wire('/api/islands'))).toEqual(shape(views.islandsPage()));
-    expect(shape(await wire(`/api/islands/${islandId}`))).toEqual(shape({ island: isl.find((i) => i.id === islandId), contributions: ts.server.run.history.islands.contributions(islandId) }));
+    expect(shape(await wire(`/api/islands/${islandId}`))).toEqual(
+      shape({
+        island: isl.find((i) => i.id === islandId),
+        contributions: ts.server.run.history.islands.contributions(islandId),
+      }),
+    );
     expect(shape(await wire('/api/history'))).toEqual(shape({ points: views.historySince() }));
     expect(await wire('/api/checkpoints')).toEqual({ checkpoints: views.checkpoints() });
     expect(await wire(`/api/contributors/${isl[0].contributorId}`)).toEqual(creditOf(isl, isl[0].contributorId));
     // routes that take no input refuse a query key, with the one error shape
     expect(await wire('/healthz')).toEqual({ ok: true, version: ts.server.run.version, hash: ts.server.run.hash });
-    for (const path of ['/api/status', '/api/run', '/api/model', '/api/checkpoints', `/api/islands/${islandId}`, '/healthz', '/metrics']) {
+    for (const path of [
+      '/api/status',
+      '/api/run',
+      '/api/model',
+      '/api/checkpoints',
+      `/api/islands/${islandId}`,
+      '/healthz',
+      '/metrics',
+    ]) {
       const r = await ts.server.app.inject({ method: 'GET', url: `${path}?x=1` });
-      expect([path, r.statusCode, (r.json() as { error: { code: string } }).error.code]).toEqual([path, 400, 'E_BAD_REQUEST']);
+      expect([path, r.statusCode, (r.json() as { error: { code: string } }).error.code]).toEqual([
+        path,
+        400,
+        'E_BAD_REQUEST',
+      ]);
     }
   });
 
@@ -196,7 +296,12 @@ describe('REST API and admin auth', () => {
     const api = await fetch(`${ts.url}/api/status`, { headers: { origin: 'https://evil.example' } });
     expect(api.headers.get('access-control-allow-origin')).toBeNull();
     // socket.io refuses a browser from another origin
-    const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true, extraHeaders: { origin: 'https://evil.example' } });
+    const s = io(`${ts.url}/island`, {
+      transports: ['websocket'],
+      reconnection: false,
+      forceNew: true,
+      extraHeaders: { origin: 'https://evil.example' },
+    });
     const refused = await new Promise<boolean>((resolve) => {
       s.on('connect', () => resolve(false));
       s.on('connect_error', () => resolve(true));

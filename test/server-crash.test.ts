@@ -7,15 +7,40 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { hashParams } from '../core/coord/index.ts';
-import { type IslandProc, type ServeProc, freePort, getJson, spawnIsland, spawnServe, tempDir, waitFor } from './helpers/server.ts';
+import {
+  type IslandProc,
+  type ServeProc,
+  freePort,
+  getJson,
+  spawnIsland,
+  spawnServe,
+  tempDir,
+  waitFor,
+} from './helpers/server.ts';
 
-interface Status { version: number; hash: string; islandsOnline: number }
-interface UpdateLine { type: 'update'; version: number; hash: string; contributors: Array<{ island: string; seq: number }> }
+interface Status {
+  version: number;
+  hash: string;
+  islandsOnline: number;
+}
+interface UpdateLine {
+  type: 'update';
+  version: number;
+  hash: string;
+  contributors: Array<{ island: string; seq: number }>;
+}
 
 function readLog(dir: string): Array<Record<string, unknown>> {
-  return readFileSync(join(dir, 'events.jsonl'), 'utf8').split('\n').filter(Boolean).flatMap((l) => {
-    try { return [JSON.parse(l) as Record<string, unknown>]; } catch { return []; }
-  });
+  return readFileSync(join(dir, 'events.jsonl'), 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Record<string, unknown>];
+      } catch {
+        return [];
+      }
+    });
 }
 
 describe('server crash and restart', () => {
@@ -46,10 +71,13 @@ describe('server crash and restart', () => {
     // what the folder says is durable
     const log = readLog(dir);
     const updates = log.filter((e) => e.type === 'update') as unknown as UpdateLine[];
-    const lastLogged = updates[updates.length - 1];
+    const _lastLogged = updates[updates.length - 1];
 
     // the newest checkpoint on disk: θ, its version and hash (a run checkpoint is a model checkpoint too)
-    const newest = readdirSync(join(dir, 'checkpoints')).filter((f) => /^v\d+\.safetensors$/.test(f)).sort().pop()!;
+    const newest = readdirSync(join(dir, 'checkpoints'))
+      .filter((f) => /^v\d+\.safetensors$/.test(f))
+      .sort()
+      .pop()!;
     const ck = decodeCheckpoint(new Uint8Array(readFileSync(join(dir, 'checkpoints', newest))));
     if (!ck.ok) throw new Error(ck.error.message);
     const ckVersion = Number(ck.value.meta.version);
@@ -68,10 +96,27 @@ describe('server crash and restart', () => {
     if (hashAt.has(ckVersion)) expect(hashAt.get(ckVersion)).toBe(ck.value.meta.hash);
 
     // islands come back by themselves, as themselves, and training goes on
-    await waitFor('both islands back', async () => (await getJson<Status>(`${url}/api/status`)).islandsOnline === 2, 60_000, 200);
-    await waitFor('3 more versions after the restart', async () => (await getJson<Status>(`${url}/api/status`)).version >= st.version + 3, 90_000, 200);
-    await waitFor('new applied acks on both islands', () => islands.every((isl, k) => isl.report.acks.filter((a) => a.status === 'applied').length > ackedBefore[k]), 60_000, 100);
-    const { islands: list } = await getJson<{ islands: Array<{ id: string; connected: boolean }> }>(`${url}/api/islands`);
+    await waitFor(
+      'both islands back',
+      async () => (await getJson<Status>(`${url}/api/status`)).islandsOnline === 2,
+      60_000,
+      200,
+    );
+    await waitFor(
+      '3 more versions after the restart',
+      async () => (await getJson<Status>(`${url}/api/status`)).version >= st.version + 3,
+      90_000,
+      200,
+    );
+    await waitFor(
+      'new applied acks on both islands',
+      () => islands.every((isl, k) => isl.report.acks.filter((a) => a.status === 'applied').length > ackedBefore[k]),
+      60_000,
+      100,
+    );
+    const { islands: list } = await getJson<{ islands: Array<{ id: string; connected: boolean }> }>(
+      `${url}/api/islands`,
+    );
     const ids = islands.map((i) => i.report.islandId!);
     for (const id of ids) expect(list.find((x) => x.id === id)?.connected).toBe(true);
     expect(list.length).toBe(2); // resumed under their ids, not new islands
@@ -80,14 +125,16 @@ describe('server crash and restart', () => {
     // (a 'resume' line is the truth: lines logged past its version before the crash are void)
     const after: UpdateLine[] = [];
     for (const e of readLog(dir)) {
-      if (e.type === 'resume') while (after.length && after[after.length - 1].version > (e.version as number)) after.pop();
+      if (e.type === 'resume')
+        while (after.length && after[after.length - 1].version > (e.version as number)) after.pop();
       if (e.type === 'update') after.push(e as unknown as UpdateLine);
     }
     const contributorOf = new Map<string, number[]>();
-    for (const u of after) for (const c of u.contributors) {
-      const k = `${c.island}#${c.seq}`;
-      contributorOf.set(k, [...(contributorOf.get(k) ?? []), u.version]);
-    }
+    for (const u of after)
+      for (const c of u.contributors) {
+        const k = `${c.island}#${c.seq}`;
+        contributorOf.set(k, [...(contributorOf.get(k) ?? []), u.version]);
+      }
     let checked = 0;
     for (const isl of islands) {
       for (const a of isl.report.acks) {

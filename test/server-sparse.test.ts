@@ -7,14 +7,22 @@ import { frameBytes } from '../core/codec/index.ts';
 import { SPARSE_UPLINK } from '../core/coord/index.ts';
 import { type IslandProc, type TestServer, getJson, spawnIsland, startTestServer, waitFor } from './helpers/server.ts';
 
-interface Status { version: number; accepted: number; bytesIn: number; rejected: Record<string, number> }
+interface Status {
+  version: number;
+  accepted: number;
+  bytesIn: number;
+  rejected: Record<string, number>;
+}
 
 describe('async server with sparse deltas', () => {
   let ts: TestServer;
   const islands: IslandProc[] = [];
 
   beforeAll(async () => {
-    ts = await startTestServer({ flags: { mode: 'async', codec: 'sparse' }, file: { coordinator: { innerSteps: 4, minInnerSteps: 2, maxInnerSteps: 4 } } });
+    ts = await startTestServer({
+      flags: { mode: 'async', codec: 'sparse' },
+      file: { coordinator: { innerSteps: 4, minInnerSteps: 2, maxInnerSteps: 4 } },
+    });
     for (const name of ['north', 'south']) islands.push(spawnIsland(ts.url, name));
   });
 
@@ -24,10 +32,15 @@ describe('async server with sparse deltas', () => {
   });
 
   it('applies sparse frames, and each costs under a fifth of an int8 frame', async () => {
-    const s = await waitFor('3 accepted sparse deltas', async () => {
-      const st = await getJson<Status>(`${ts.url}/api/status`);
-      return st.accepted >= 3 ? st : null;
-    }, 90_000, 250) as Status;
+    const s = (await waitFor(
+      '3 accepted sparse deltas',
+      async () => {
+        const st = await getJson<Status>(`${ts.url}/api/status`);
+        return st.accepted >= 3 ? st : null;
+      },
+      90_000,
+      250,
+    )) as Status;
     const run = await getJson<{ codec: { encoding: string }; params: number }>(`${ts.url}/api/run`);
     expect(run.codec).toMatchObject(SPARSE_UPLINK); // --codec sparse: the measured setting (strided, 1-bit values)
     expect(s.version).toBeGreaterThanOrEqual(1);

@@ -6,11 +6,50 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { io } from 'socket.io-client';
-import { type IslandProc, type TestServer, getJson, sleep, spawnIsland, startTestServer, waitFor } from './helpers/server.ts';
+import {
+  type IslandProc,
+  type TestServer,
+  getJson,
+  sleep,
+  spawnIsland,
+  startTestServer,
+  waitFor,
+} from './helpers/server.ts';
 
-interface Status { version: number; hash: string; islandsOnline: number; tokensTotal: number; evalLoss: number | null; evalVersion: number | null; mode: string; paused: boolean; bytesIn: number; bytesOut: number }
-interface Island { id: string; name: string; engine: string; status: string; connected: boolean; accepted: number; tokens: number; speed: number | null; innerSteps: number; lastSeen: number }
-interface Point { version: number; evalLoss: number | null; trainLoss: number | null; tokens: number; totalTokens: number; islandsOnline: number; tokensByEngine: Record<string, number>; tokensPerSecByEngine: Record<string, number> }
+interface Status {
+  version: number;
+  hash: string;
+  islandsOnline: number;
+  tokensTotal: number;
+  evalLoss: number | null;
+  evalVersion: number | null;
+  mode: string;
+  paused: boolean;
+  bytesIn: number;
+  bytesOut: number;
+}
+interface Island {
+  id: string;
+  name: string;
+  engine: string;
+  status: string;
+  connected: boolean;
+  accepted: number;
+  tokens: number;
+  speed: number | null;
+  innerSteps: number;
+  lastSeen: number;
+}
+interface Point {
+  version: number;
+  evalLoss: number | null;
+  trainLoss: number | null;
+  tokens: number;
+  totalTokens: number;
+  islandsOnline: number;
+  tokensByEngine: Record<string, number>;
+  tokensPerSecByEngine: Record<string, number>;
+}
 
 describe('server + 3 Node islands', () => {
   let ts: TestServer;
@@ -23,7 +62,14 @@ describe('server + 3 Node islands', () => {
       evaluate: true,
       file: {
         eval: { batches: 4, batchSize: 8 },
-        coordinator: { innerSteps: 5, minInnerSteps: 3, maxInnerSteps: 5, quorum: 0.6, grace: { factor: 1.5, floorMs: 1000, capMs: 6000 }, innerLr: { maxLr: 3e-3, minLr: 1e-3 } },
+        coordinator: {
+          innerSteps: 5,
+          minInnerSteps: 3,
+          maxInnerSteps: 5,
+          quorum: 0.6,
+          grace: { factor: 1.5, floorMs: 1000, capMs: 6000 },
+          innerLr: { maxLr: 3e-3, minLr: 1e-3 },
+        },
       },
     });
     for (const name of ['alpha', 'beta', 'gamma']) islands.push(spawnIsland(ts.url, name));
@@ -40,10 +86,23 @@ describe('server + 3 Node islands', () => {
     const ticks: number[] = [];
     dash.on('tick', () => ticks.push(Date.now()));
     try {
-      await waitFor('3 islands online', async () => (await getJson<Status>(`${base}/api/status`)).islandsOnline === 3, 60_000);
-      await waitFor('6 outer updates', async () => (await getJson<Status>(`${base}/api/status`)).version >= 6, 90_000, 250);
+      await waitFor(
+        '3 islands online',
+        async () => (await getJson<Status>(`${base}/api/status`)).islandsOnline === 3,
+        60_000,
+      );
+      await waitFor(
+        '6 outer updates',
+        async () => (await getJson<Status>(`${base}/api/status`)).version >= 6,
+        90_000,
+        250,
+      );
       await ts.server.run.evalIdle();
-      await waitFor('an eval of version ≥ 5', async () => ((await getJson<Status>(`${base}/api/status`)).evalVersion ?? 0) >= 5, 30_000);
+      await waitFor(
+        'an eval of version ≥ 5',
+        async () => ((await getJson<Status>(`${base}/api/status`)).evalVersion ?? 0) >= 5,
+        30_000,
+      );
 
       const { points } = await getJson<{ points: Point[] }>(`${base}/api/history`);
       const evals = points.filter((p) => p.evalLoss !== null);

@@ -23,12 +23,23 @@ describe('the import graph', () => {
 
   it('has no import circle', () => {
     expect(circles(g)).toEqual([]);
-    expect(circles({ files: ['a', 'b', 'c'], edges: new Map([['a', new Set(['b'])], ['b', new Set(['c'])], ['c', new Set(['a'])]]) })).toEqual([['a', 'b', 'c']]);
+    expect(
+      circles({
+        files: ['a', 'b', 'c'],
+        edges: new Map([
+          ['a', new Set(['b'])],
+          ['b', new Set(['c'])],
+          ['c', new Set(['a'])],
+        ]),
+      }),
+    ).toEqual([['a', 'b', 'c']]);
   });
 
   it('core/ imports only core/, and core/model/ nothing of core/ outside the spec', () => {
     expect(arrows.filter(([f, t]) => f.startsWith('core/') && !t.startsWith('core/'))).toEqual([]);
-    expect(arrows.filter(([f, t]) => f.startsWith('core/model/') && !t.startsWith('core/model/') && t !== 'core/random.ts')).toEqual([]);
+    expect(
+      arrows.filter(([f, t]) => f.startsWith('core/model/') && !t.startsWith('core/model/') && t !== 'core/random.ts'),
+    ).toEqual([]);
   });
 
   it('server/ is the serving process alone: it imports neither the island, the pages nor the instruments', () => {
@@ -40,8 +51,10 @@ describe('the import graph', () => {
     expect(arrows.filter(([f, t]) => t.startsWith('instruments/') && !f.startsWith('instruments/'))).toEqual([]);
   });
 
-  it('the island runs in a page\'s worker and in Node: it imports no page', () => {
-    expect(arrows.filter(([f, t]) => f.startsWith('client/island/') && !/^(core|shaders|client\/island)\//.test(t))).toEqual([]);
+  it("the island runs in a page's worker and in Node: it imports no page", () => {
+    expect(
+      arrows.filter(([f, t]) => f.startsWith('client/island/') && !/^(core|shaders|client\/island)\//.test(t)),
+    ).toEqual([]);
   });
 
   it('no file of the single-process server (what server/app.ts reaches) imports server/cluster/', () => {
@@ -52,11 +65,11 @@ describe('the import graph', () => {
     expect(arrows.filter(([f, t]) => server.has(f) && t.startsWith('server/cluster/'))).toEqual([]);
   });
 
-  it('its rooms have no circle either: the drawing\'s arrows all point down', () => {
+  it("its rooms have no circle either: the drawing's arrows all point down", () => {
     expect(drawRooms(g)).not.toContain('stroke="#d00"');
   });
 
-  it('docs/structure.svg is the drawing of this graph\'s rooms', () => {
+  it("docs/structure.svg is the drawing of this graph's rooms", () => {
     expect(roomGraph(g).get('server/run')).toContain('server/outer');
     const drawn = readFileSync(new URL('../docs/structure.svg', import.meta.url), 'utf8');
     expect(drawn === drawRooms(g), 'docs/structure.svg is stale: run `npm run structure`').toBe(true);

@@ -16,9 +16,14 @@ const atoll = (args: string[]) => spawnSync('node', ['bin/atoll.js', ...args], {
 describe('atoll train / sample', () => {
   it('lowers the held-out loss on Moby-Dick and writes a checkpoint that sample reads', () => {
     const ckpt = join(dir, 'tiny.safetensors');
-    const out = execFileSync('node', ['bin/atoll.js', 'train', '--preset', 'tiny', '--steps', '150', '--json', '--out', ckpt, '--eval-every', '75'], { encoding: 'utf8', timeout: 120_000 });
+    const out = execFileSync(
+      'node',
+      ['bin/atoll.js', 'train', '--preset', 'tiny', '--steps', '150', '--json', '--out', ckpt, '--eval-every', '75'],
+      { encoding: 'utf8', timeout: 120_000 },
+    );
     const r = JSON.parse(out.trim());
-    for (const k of ['preset', 'steps', 'tokens', 'trainLoss', 'evalLossFirst', 'evalLossLast', 'tokensPerSec']) expect(r).toHaveProperty(k);
+    for (const k of ['preset', 'steps', 'tokens', 'trainLoss', 'evalLossFirst', 'evalLossLast', 'tokensPerSec'])
+      expect(r).toHaveProperty(k);
     expect(r.evalLossFirst).toBeGreaterThan(5.3); // ≈ ln 256 at init
     expect(r.evalLossLast).toBeLessThan(0.75 * r.evalLossFirst);
     expect(r.tokens).toBe(150 * 8 * 32);
@@ -35,7 +40,9 @@ describe('atoll train / sample', () => {
     const t = decodeCheckpoint(truncated);
     expect(t.ok).toBe(false);
     if (!t.ok) expect(t.error.code).toBe('E_TRUNCATED');
-    const corrupt = good.slice(); corrupt[10] = 0xff; corrupt[11] = 0x00;
+    const corrupt = good.slice();
+    corrupt[10] = 0xff;
+    corrupt[11] = 0x00;
     const c = decodeCheckpoint(corrupt);
     expect(c.ok).toBe(false);
     if (!c.ok) expect(c.error.code).toMatch(/^E_/);
@@ -50,14 +57,17 @@ describe('atoll train / sample', () => {
   });
 
   it('a wrong-size parameter array gives a clear error with a code', () => {
-    expect(() => encodeCheckpoint({ config: PRESETS.tiny, params: new Float32Array(10), meta: {}, extra: {} })).toThrow(/E_WRONG_SIZE/);
+    expect(() => encodeCheckpoint({ config: PRESETS.tiny, params: new Float32Array(10), meta: {}, extra: {} })).toThrow(
+      /E_WRONG_SIZE/,
+    );
     const r = readFileSync(join(dir, 'tiny.safetensors'));
     expect(r.length).toBeGreaterThan(0);
   });
 
   it('a missing or empty data path gives a clear error with a code', () => {
     expect(() => loadCorpus(join(dir, 'nope.txt'))).toThrow(expect.objectContaining({ code: 'E_DATA_MISSING' }));
-    const empty = join(dir, 'empty'); mkdirSync(empty);
+    const empty = join(dir, 'empty');
+    mkdirSync(empty);
     expect(() => loadCorpus(empty)).toThrow(expect.objectContaining({ code: 'E_DATA_EMPTY' }));
     writeFileSync(join(dir, 'e.txt'), '');
     expect(() => loadCorpus(join(dir, 'e.txt'))).toThrow(expect.objectContaining({ code: 'E_DATA_EMPTY' }));

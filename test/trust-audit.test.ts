@@ -14,7 +14,9 @@ import type { Run } from '../server/run/run.ts';
 import { type TestServer, startTestServer } from './helpers/server.ts';
 
 const servers: TestServer[] = [];
-afterAll(async () => { for (const s of servers) await s.close(); });
+afterAll(async () => {
+  for (const s of servers) await s.close();
+});
 
 function vec(n: number, seed: number, scale: number): Float32Array {
   const r = gaussian(mulberry32(seed));
@@ -24,8 +26,17 @@ function vec(n: number, seed: number, scale: number): Float32Array {
 /** The honest shape of a delta's meta for assignment `a`. */
 function metaFor(a: Assignment, seq: number, o: Partial<DeltaMeta> = {}): DeltaMeta {
   return {
-    islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq, steps: a.innerSteps, tokens: a.innerSteps * a.batchSize * a.seqLen,
-    lossFirst: 3, lossLast: 2, lossMean: 2.5, elapsedMs: 1000, ...o,
+    islandId: a.islandId,
+    roundId: a.roundId,
+    baseVersion: a.baseVersion,
+    seq,
+    steps: a.innerSteps,
+    tokens: a.innerSteps * a.batchSize * a.seqLen,
+    lossFirst: 3,
+    lossLast: 2,
+    lossMean: 2.5,
+    elapsedMs: 1000,
+    ...o,
   };
 }
 
@@ -42,9 +53,12 @@ async function next(run: Run, id: string): Promise<Assignment> {
 }
 
 describe('audits by assignment', () => {
-  it('a base other than the assignment\'s, or another codec, is E_BAD_CLAIM (sync)', () => {
+  it("a base other than the assignment's, or another codec, is E_BAD_CLAIM (sync)", () => {
     const n = 256;
-    const c = new Coordinator({ params: vec(n, 1, 0.02), config: { mode: 'sync', quorum: 1, uplink: { encoding: 'int8', blockSize: 64 }, dylu: false, innerSteps: 4 } });
+    const c = new Coordinator({
+      params: vec(n, 1, 0.02),
+      config: { mode: 'sync', quorum: 1, uplink: { encoding: 'int8', blockSize: 64 }, dylu: false, innerSteps: 4 },
+    });
     const j1 = c.join({ caps: { engine: 'cpu' } }, 0);
     if (!j1.ok || !j1.value.assignment) throw new Error('join');
     let a = j1.value.assignment;
@@ -57,17 +71,29 @@ describe('audits by assignment', () => {
     const code = (x: ReturnType<Coordinator['submit']>) => (x.ok ? 'accepted' : x.error.code);
     // the dodge of issue 23: one version below the assignment's base, with the current round
     expect(code(c.submit({ meta: metaFor(a, 2, { baseVersion: 0 }), frame }, 30))).toBe(ErrorCode.BAD_CLAIM);
-    expect(code(c.submit({ meta: metaFor(a, 3), frame: encodeDelta(vec(n, 3, 1e-3), { encoding: 'f32' }) }, 30))).toBe(ErrorCode.BAD_CLAIM);
+    expect(code(c.submit({ meta: metaFor(a, 3), frame: encodeDelta(vec(n, 3, 1e-3), { encoding: 'f32' }) }, 30))).toBe(
+      ErrorCode.BAD_CLAIM,
+    );
     // a round the island was never given
     expect(code(c.submit({ meta: metaFor(a, 4, { roundId: 7 }), frame }, 30))).toBe(ErrorCode.BAD_CLAIM);
     expect(c.version).toBe(1);
     expect(code(c.submit({ meta: metaFor(a, 5), frame }, 30))).toBe('accepted');
   });
 
-  it('a stale Δ on its assignment\'s base is sampled at --audit-rate 1, with θ of that base; an older base is refused', async () => {
+  it("a stale Δ on its assignment's base is sampled at --audit-rate 1, with θ of that base; an older base is refused", async () => {
     const ts = await startTestServer({
-      file: { coordinator: { mode: 'async', uplink: { encoding: 'int8', blockSize: 64 }, asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 }, dylu: false, innerSteps: 4, normBound: { factor: 0, window: 32, minHistory: 3 } } },
-      audit: { token: 'v-token', rate: 1, banAfter: 0, maxJobs: 64 }, outerWorkers: 0,
+      file: {
+        coordinator: {
+          mode: 'async',
+          uplink: { encoding: 'int8', blockSize: 64 },
+          asyncWindow: { fraction: 0, floorMs: 0, capMs: 0 },
+          dylu: false,
+          innerSteps: 4,
+          normBound: { factor: 0, window: 32, minHistory: 3 },
+        },
+      },
+      audit: { token: 'v-token', rate: 1, banAfter: 0, maxJobs: 64 },
+      outerWorkers: 0,
     });
     servers.push(ts);
     const run = ts.server.run;
@@ -114,7 +140,15 @@ describe('bans that reach back', () => {
     }
     return { honest: h.islandId, liar: l?.islandId ?? null };
   }
-  const coordinator = { mode: 'sync' as const, uplink: { encoding: 'int8' as const, blockSize: 64 }, quorum: 1, minContributors: 1, soloPlainStep: false, dylu: false, innerSteps: 4 };
+  const coordinator = {
+    mode: 'sync' as const,
+    uplink: { encoding: 'int8' as const, blockSize: 64 },
+    quorum: 1,
+    minContributors: 1,
+    soloPlainStep: false,
+    dylu: false,
+    innerSteps: 4,
+  };
 
   it('a ban revokes credit and lists the deltas; the revert call gives θ the hash of a run without them', async () => {
     // the reference: the honest island alone, same deltas, outer step on the event loop
@@ -132,19 +166,35 @@ describe('bans that reach back', () => {
     expect(liarTokens).toBeGreaterThan(0);
 
     const auth = { authorization: 'Bearer test-admin-token', 'content-type': 'application/json' };
-    const ban = await ts.server.app.inject({ method: 'POST', url: `/api/admin/islands/${ids.liar}/ban`, headers: auth, payload: '{}' });
+    const ban = await ts.server.app.inject({
+      method: 'POST',
+      url: `/api/admin/islands/${ids.liar}/ban`,
+      headers: auth,
+      payload: '{}',
+    });
     expect(ban.statusCode).toBe(200);
     const banBody = ban.json() as { revokedTokens: number; deltas: Array<{ version: number; seq: number }> };
     expect(banBody.revokedTokens).toBe(liarTokens);
-    expect(banBody.deltas.map((d) => [d.version, d.seq])).toEqual([[1, 1], [2, 2], [3, 3]]);
+    expect(banBody.deltas.map((d) => [d.version, d.seq])).toEqual([
+      [1, 1],
+      [2, 2],
+      [3, 3],
+    ]);
     expect(run.coord.island(ids.liar!)!.tokensContributed).toBe(0);
-    const credit = (await ts.server.app.inject({ url: '/api/islands' })).json() as { islands: Array<{ id: string; tokens: number }> };
+    const credit = (await ts.server.app.inject({ url: '/api/islands' })).json() as {
+      islands: Array<{ id: string; tokens: number }>;
+    };
     expect(credit.islands.find((i) => i.id === ids.liar)!.tokens).toBe(0);
 
     const listed = await ts.server.app.inject({ url: `/api/admin/islands/${ids.liar}/deltas`, headers: auth });
     expect((listed.json() as { deltas: unknown[] }).deltas).toHaveLength(3);
 
-    const rev = await ts.server.app.inject({ method: 'POST', url: `/api/admin/islands/${ids.liar}/revert`, headers: auth, payload: '{}' });
+    const rev = await ts.server.app.inject({
+      method: 'POST',
+      url: `/api/admin/islands/${ids.liar}/revert`,
+      headers: auth,
+      payload: '{}',
+    });
     expect(rev.statusCode, rev.body).toBe(200);
     const body = rev.json() as { hash: string; version: number; fromCheckpoint: number; replayed: number; ms: number };
     const refRun = ref.server.run;
@@ -155,8 +205,13 @@ describe('bans that reach back', () => {
     expect(run.coord.totals().tokensApplied).toBe(refRun.coord.totals().tokensApplied);
     // durable: the checkpoint of the new version holds the rebuilt θ
     expect(run.store.listCheckpoints()[0].version).toBe(4);
-    const bytes = readdirSync(joinPath(ts.dir, 'deltas')).reduce((a, f) => a + statSync(joinPath(ts.dir, 'deltas', f)).size, 0);
-    console.log(`revert: ${body.ms.toFixed(1)} ms for ${body.replayed} versions; deltas kept on disk ${bytes} bytes for 6 int8 deltas of ${run.paramCount} params`);
+    const bytes = readdirSync(joinPath(ts.dir, 'deltas')).reduce(
+      (a, f) => a + statSync(joinPath(ts.dir, 'deltas', f)).size,
+      0,
+    );
+    console.log(
+      `revert: ${body.ms.toFixed(1)} ms for ${body.replayed} versions; deltas kept on disk ${bytes} bytes for 6 int8 deltas of ${run.paramCount} params`,
+    );
     // training goes on from the rebuilt θ
     const h = await next(run, ids.honest);
     expect(h.baseVersion).toBe(4);

@@ -15,15 +15,29 @@ import { readConfigFile } from '../server/run/config.ts';
 import { ROOT, type TestServer, startTestServer, tempDir } from './helpers/server.ts';
 
 const cleanup: Array<() => Promise<void> | void> = [];
-afterAll(async () => { for (const f of cleanup.reverse()) await f(); });
+afterAll(async () => {
+  for (const f of cleanup.reverse()) await f();
+});
 
 /** Parses `args` in-process; resolves with the error message (or null when the command ran). */
 async function refusal(args: string[]): Promise<string | null> {
   const program = buildProgram().exitOverride();
   let out = '';
-  const quiet = { writeErr: (s: string) => { out += s; }, writeOut: () => {} };
+  const quiet = {
+    writeErr: (s: string) => {
+      out += s;
+    },
+    writeOut: () => {},
+  };
   program.configureOutput(quiet);
-  for (const c of program.commands) { c.exitOverride(); c.configureOutput(quiet); for (const cc of c.commands) { cc.exitOverride(); cc.configureOutput(quiet); } }
+  for (const c of program.commands) {
+    c.exitOverride();
+    c.configureOutput(quiet);
+    for (const cc of c.commands) {
+      cc.exitOverride();
+      cc.configureOutput(quiet);
+    }
+  }
   try {
     await program.parseAsync(['node', 'atoll', ...args]);
     return null;
@@ -58,19 +72,39 @@ describe('CLI flags are checked against their ranges before any work', () => {
 
   it('train --out <a folder> and export --out /proc/x stop before any work, and leave no file', async () => {
     const dir = tempDir();
-    cleanup.push(() => { spawnSync('rm', ['-rf', dir]); });
+    cleanup.push(() => {
+      spawnSync('rm', ['-rf', dir]);
+    });
     const t0 = performance.now();
-    expect(await refusal(['train', '--preset', 'tiny', '--steps', '1', '--out', dir])).toMatch(/^E_BAD_FLAGS: --out .* is a folder/);
+    expect(await refusal(['train', '--preset', 'tiny', '--steps', '1', '--out', dir])).toMatch(
+      /^E_BAD_FLAGS: --out .* is a folder/,
+    );
     expect(readdirSync(dir)).toEqual([]); // no .tmp-PID, no checkpoint
     const ck = join(dir, 'ck.safetensors');
     writeFileSync(ck, 'not read');
-    expect(await refusal(['export', '--checkpoint', ck, '--out', '/proc/x'])).toMatch(/^E_BAD_FLAGS: --out \/proc\/x: cannot write in \/proc/);
-    expect(await refusal(['export', '--checkpoint', ck, '--format', 'atoll', '--out', join(dir, 'missing', 'x.safetensors')])).toMatch(/^E_BAD_FLAGS: --out .* does not exist/);
+    expect(await refusal(['export', '--checkpoint', ck, '--out', '/proc/x'])).toMatch(
+      /^E_BAD_FLAGS: --out \/proc\/x: cannot write in \/proc/,
+    );
+    expect(
+      await refusal([
+        'export',
+        '--checkpoint',
+        ck,
+        '--format',
+        'atoll',
+        '--out',
+        join(dir, 'missing', 'x.safetensors'),
+      ]),
+    ).toMatch(/^E_BAD_FLAGS: --out .* does not exist/);
     expect(performance.now() - t0).toBeLessThan(5000);
   });
 
   it('the real command prints one line naming the flag and exits non-zero', () => {
-    const r = spawnSync(process.execPath, ['bin/atoll.js', 'train', '--batch', '0'], { cwd: ROOT, encoding: 'utf8', timeout: 30_000 });
+    const r = spawnSync(process.execPath, ['bin/atoll.js', 'train', '--batch', '0'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
     expect(r.status).not.toBe(0);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
     expect(r.stderr).toContain('--batch');
@@ -80,17 +114,37 @@ describe('CLI flags are checked against their ranges before any work', () => {
 describe('run files', () => {
   it('serve --config refuses unknown keys and wrong types, naming them, before anything is written', async () => {
     const dir = tempDir();
-    cleanup.push(() => { spawnSync('rm', ['-rf', dir]); });
-    const write = (name: string, v: unknown) => { const p = join(dir, name); writeFileSync(p, JSON.stringify(v)); return p; };
-    const bad = (v: unknown) => { try { readConfigFile(write('x.json', v)); return null; } catch (e) { return `${(e as { code?: string }).code}: ${(e as Error).message}`; } };
+    cleanup.push(() => {
+      spawnSync('rm', ['-rf', dir]);
+    });
+    const write = (name: string, v: unknown) => {
+      const p = join(dir, name);
+      writeFileSync(p, JSON.stringify(v));
+      return p;
+    };
+    const bad = (v: unknown) => {
+      try {
+        readConfigFile(write('x.json', v));
+        return null;
+      } catch (e) {
+        return `${(e as { code?: string }).code}: ${(e as Error).message}`;
+      }
+    };
     expect(bad({ allowOrigins: '*' })).toMatch(/^E_BAD_CONFIG: .*allowOrigins must be a list/);
     expect(bad({ allowOrigin: ['https://x'] })).toMatch(/unknown key allowOrigin/);
     expect(bad({ coordinator: { outer: { lr: '0.5' } } })).toMatch(/coordinator\.outer\.lr must be a number/);
     expect(bad({ limits: { powBits: null } })).toMatch(/limits\.powBits must be a number/);
-    expect(bad({ coordinator: { totalTokens: 40_000, uplink: { encoding: 'sparse', topkFraction: 0.5, strided: true } }, limits: { restPerMinute: 10 } })).toBeNull();
+    expect(
+      bad({
+        coordinator: { totalTokens: 40_000, uplink: { encoding: 'sparse', topkFraction: 0.5, strided: true } },
+        limits: { restPerMinute: 10 },
+      }),
+    ).toBeNull();
     // through the command: one line, nothing written
     const runDir = join(dir, 'run');
-    expect(await refusal(['serve', '--config', write('y.json', { allowOrigins: '*' }), '--run-dir', runDir, '--port', '0'])).toMatch(/^E_BAD_CONFIG/);
+    expect(
+      await refusal(['serve', '--config', write('y.json', { allowOrigins: '*' }), '--run-dir', runDir, '--port', '0']),
+    ).toMatch(/^E_BAD_CONFIG/);
     expect(existsSync(runDir)).toBe(false);
   });
 });
@@ -98,34 +152,78 @@ describe('run files', () => {
 describe('a run with validators audits what it accepts', () => {
   it('serve --validator-token with no codec takes int8 deltas; with --codec sparse it is refused before anything is written', async () => {
     const dir = tempDir();
-    cleanup.push(() => { spawnSync('rm', ['-rf', dir]); });
+    cleanup.push(() => {
+      spawnSync('rm', ['-rf', dir]);
+    });
     const refused = join(dir, 'sparse');
-    expect(await refusal(['serve', '--validator-token', 'v', '--codec', 'sparse', '--run-dir', refused, '--port', '0', '--preset', 'tiny'])).toMatch(/^E_BAD_CONFIG: --validator-token: sparse deltas cannot be audited/);
+    expect(
+      await refusal([
+        'serve',
+        '--validator-token',
+        'v',
+        '--codec',
+        'sparse',
+        '--run-dir',
+        refused,
+        '--port',
+        '0',
+        '--preset',
+        'tiny',
+      ]),
+    ).toMatch(/^E_BAD_CONFIG: --validator-token: sparse deltas cannot be audited/);
     expect(existsSync(refused)).toBe(false);
-    const child = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', '--validator-token', 'v', '--run-dir', join(dir, 'dense'), '--port', '0', '--preset', 'tiny', '--no-eval', '--outer-workers', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(
+      process.execPath,
+      [
+        join(ROOT, 'bin/atoll.js'),
+        'serve',
+        '--validator-token',
+        'v',
+        '--run-dir',
+        join(dir, 'dense'),
+        '--port',
+        '0',
+        '--preset',
+        'tiny',
+        '--no-eval',
+        '--outer-workers',
+        '0',
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     let out = '';
     await new Promise<void>((up, fail) => {
-      child.stdout!.on('data', (b: Buffer) => { out += b; if (out.includes('listening on')) up(); });
+      child.stdout!.on('data', (b: Buffer) => {
+        out += b;
+        if (out.includes('listening on')) up();
+      });
       child.once('exit', (c) => fail(new Error(`serve exited ${c}: ${out}`)));
     });
     const closed = new Promise((done) => child.once('exit', done));
     child.kill('SIGTERM');
     await closed;
     expect(out).toMatch(/the uplink is int8/);
-    expect(JSON.parse(readFileSync(join(dir, 'dense', 'config.json'), 'utf8')).coordinator.uplink.encoding).toBe('int8');
+    expect(JSON.parse(readFileSync(join(dir, 'dense', 'config.json'), 'utf8')).coordinator.uplink.encoding).toBe(
+      'int8',
+    );
   });
 });
 
 describe('nothing lost silently', () => {
   it('a run folder with a log but no readable checkpoint refuses to start, names the files and the way out', async () => {
     const dir = join(tempDir(), 'run');
-    cleanup.push(() => { spawnSync('rm', ['-rf', join(dir, '..')]); });
+    cleanup.push(() => {
+      spawnSync('rm', ['-rf', join(dir, '..')]);
+    });
     const first = await startTestServer({ dir });
     await first.server.run.checkpointNow();
     await first.close();
     const ckDir = join(dir, 'checkpoints');
     for (const f of readdirSync(ckDir)) writeFileSync(join(ckDir, f), 'torn');
-    const e = await startTestServer({ dir }).then(() => null, (x: Error & { code?: string }) => x);
+    const e = await startTestServer({ dir }).then(
+      () => null,
+      (x: Error & { code?: string }) => x,
+    );
     expect(e?.code).toBe('E_RUN_UNREADABLE');
     expect(e!.message).toContain(join(dir, 'events.jsonl'));
     expect(e!.message).toContain(readdirSync(ckDir)[0]);

@@ -14,28 +14,50 @@ const TOKEN = 'strict-admin-token';
 let ts: TestServer;
 let from = 0;
 /** A fresh address per call unless given: the REST limit and the auth back-off count per address. */
-const call = async (method: string, url: string, o: { auth?: string; body?: unknown; raw?: string; address?: string } = {}) => {
+const call = async (
+  method: string,
+  url: string,
+  o: { auth?: string; body?: unknown; raw?: string; address?: string } = {},
+) => {
   const payload = o.raw ?? (o.body !== undefined ? JSON.stringify(o.body) : undefined);
   const r = await ts.server.app.inject({
-    method: method as 'GET', url, remoteAddress: o.address ?? `10.9.${(++from >> 8) & 255}.${from & 255}`,
-    headers: { ...(o.auth ? { authorization: `Bearer ${o.auth}` } : {}), ...(payload !== undefined ? { 'content-type': 'application/json' } : {}) },
+    method: method as 'GET',
+    url,
+    remoteAddress: o.address ?? `10.9.${(++from >> 8) & 255}.${from & 255}`,
+    headers: {
+      ...(o.auth ? { authorization: `Bearer ${o.auth}` } : {}),
+      ...(payload !== undefined ? { 'content-type': 'application/json' } : {}),
+    },
     ...(payload !== undefined ? { payload } : {}),
   });
-  return { status: r.statusCode, headers: r.headers, body: r.json() as { error?: { code: string; message: string } } & Record<string, unknown> };
+  return {
+    status: r.statusCode,
+    headers: r.headers,
+    body: r.json() as { error?: { code: string; message: string } } & Record<string, unknown>,
+  };
 };
 
 beforeAll(async () => {
   ts = await startTestServer({
-    adminToken: TOKEN, file: { limits: { restPerMinute: 50, helloPerMinute: 120, maxIslands: 100, maxLogBytes: 1 << 20 } },
-    audit: { token: 'validator-token' }, gateway: { messagesPerSecond: 100_000 }, outerWorkers: 0,
+    adminToken: TOKEN,
+    file: { limits: { restPerMinute: 50, helloPerMinute: 120, maxIslands: 100, maxLogBytes: 1 << 20 } },
+    audit: { token: 'validator-token' },
+    gateway: { messagesPerSecond: 100_000 },
+    outerWorkers: 0,
   });
 });
-afterAll(async () => { await ts?.close(); });
+afterAll(async () => {
+  await ts?.close();
+});
 
 describe('strict admin patches', () => {
   it('{"outerLr": null} and every wrong type answer 400 E_BAD_REQUEST; θ and the config do not change', async () => {
     const run = ts.server.run;
-    const before = { config: JSON.stringify(run.coord.config()), hash: run.coord.hash, stored: JSON.stringify(run.store.readConfig()) };
+    const before = {
+      config: JSON.stringify(run.coord.config()),
+      hash: run.coord.hash,
+      stored: JSON.stringify(run.store.readConfig()),
+    };
     const wrong: unknown[] = [null, '0.5', true, [0.25], {}, 'NaN', 'Infinity'];
     const keys = Object.keys(ConfigPatchSchema.properties);
     expect(keys.length).toBeGreaterThanOrEqual(7);
@@ -47,7 +69,13 @@ describe('strict admin patches', () => {
       }
     }
     // JSON cannot carry NaN or Infinity; as text they are not JSON
-    for (const raw of ['{"outerLr": NaN}', '{"outerLr": Infinity}', '{"outerLr": -Infinity}', '{"outerLr": 1e400}', '{"outerLr":']) {
+    for (const raw of [
+      '{"outerLr": NaN}',
+      '{"outerLr": Infinity}',
+      '{"outerLr": -Infinity}',
+      '{"outerLr": 1e400}',
+      '{"outerLr":',
+    ]) {
       const r = await call('PATCH', '/api/admin/config', { auth: TOKEN, raw });
       expect(r.status, raw).toBe(400);
       expect(r.body.error?.code, raw).toMatch(/^E_BAD_/);
@@ -68,9 +96,18 @@ describe('strict admin patches', () => {
 describe('numbers and errors', () => {
   it('NaN and ±Infinity are refused in query strings, with { error: { code, message } }', async () => {
     for (const url of [
-      '/api/sample?temperature=-Infinity', '/api/sample?tokens=Infinity', '/api/sample?temperature=NaN', '/api/sample?seed=0x10',
-      '/api/history?since=-Infinity', '/api/history?since=NaN', '/api/history?limit=1e400', '/api/history?since=', '/api/history?since=1&since=2',
-      '/api/islands?offset=-1', '/api/islands?limit=100000', '/api/history?nope=1',
+      '/api/sample?temperature=-Infinity',
+      '/api/sample?tokens=Infinity',
+      '/api/sample?temperature=NaN',
+      '/api/sample?seed=0x10',
+      '/api/history?since=-Infinity',
+      '/api/history?since=NaN',
+      '/api/history?limit=1e400',
+      '/api/history?since=',
+      '/api/history?since=1&since=2',
+      '/api/islands?offset=-1',
+      '/api/islands?limit=100000',
+      '/api/history?nope=1',
     ]) {
       const r = await call('GET', url);
       expect(r.status, url).toBe(400);
@@ -96,7 +133,10 @@ describe('numbers and errors', () => {
   it('past limits.restPerMinute an address gets 429 E_RATE_LIMIT', async () => {
     const codes: number[] = [];
     let last: Awaited<ReturnType<typeof call>> | null = null;
-    for (let i = 0; i < 55; i++) { last = await call('GET', '/api/status', { address: '10.200.0.1' }); codes.push(last.status); }
+    for (let i = 0; i < 55; i++) {
+      last = await call('GET', '/api/status', { address: '10.200.0.1' });
+      codes.push(last.status);
+    }
     expect(codes.filter((c) => c === 200)).toHaveLength(50);
     expect(last!.status).toBe(429);
     expect(last!.body.error?.code).toBe('E_RATE_LIMIT');
@@ -110,7 +150,8 @@ describe('failed auth is slowed per address and logged', () => {
     const failures0 = limiter.stats.failures;
     const statuses: number[] = [];
     const t0 = performance.now();
-    for (let i = 0; i < 600; i++) statuses.push((await call('POST', '/api/admin/pause', { auth: `wrong-${i}`, address: '10.66.0.1' })).status);
+    for (let i = 0; i < 600; i++)
+      statuses.push((await call('POST', '/api/admin/pause', { auth: `wrong-${i}`, address: '10.66.0.1' })).status);
     const ms = performance.now() - t0;
     expect(statuses.filter((s) => s === 401)).toHaveLength(FREE_FAILURES + 1);
     expect(statuses.filter((s) => s === 429)).toHaveLength(600 - FREE_FAILURES - 1);
@@ -128,14 +169,19 @@ describe('failed auth is slowed per address and logged', () => {
     try {
       await new Promise<void>((r) => s.on('connect', () => r()));
       const codes: string[] = [];
-      for (let i = 0; i < 600; i++) codes.push(((await s.emitWithAck('validator', { token: `guess-${i}` })) as { error: { code: string } }).error.code);
+      for (let i = 0; i < 600; i++)
+        codes.push(
+          ((await s.emitWithAck('validator', { token: `guess-${i}` })) as { error: { code: string } }).error.code,
+        );
       expect(codes.filter((c) => c === 'E_NOT_VALIDATOR')).toHaveLength(FREE_FAILURES + 1);
       expect(codes.filter((c) => c === 'E_RATE_LIMIT')).toHaveLength(600 - FREE_FAILURES - 1);
       const auth = ts.server.gateway.validatorAuth;
       expect(auth.stats.failures).toBe(FREE_FAILURES + 1);
       expect(auth.recent.filter((l) => l.startsWith('auth: wrong validator token'))).toHaveLength(FREE_FAILURES + 1);
       // even the right token waits out the lock at this address
-      expect(((await s.emitWithAck('validator', { token: 'validator-token' })) as { error: { code: string } }).error.code).toBe('E_RATE_LIMIT');
+      expect(
+        ((await s.emitWithAck('validator', { token: 'validator-token' })) as { error: { code: string } }).error.code,
+      ).toBe('E_RATE_LIMIT');
     } finally {
       s.disconnect();
     }

@@ -14,7 +14,19 @@ const BITS = 12;
 let ts: TestServer;
 const sockets: Socket[] = [];
 beforeAll(async () => {
-  ts = await startTestServer({ file: { limits: { helloPerMinute: 1000, restPerMinute: 600, maxIslands: 100, maxLogBytes: 1 << 20, powBits: BITS, newIslandsPerHour: 4 } }, outerWorkers: 0 });
+  ts = await startTestServer({
+    file: {
+      limits: {
+        helloPerMinute: 1000,
+        restPerMinute: 600,
+        maxIslands: 100,
+        maxLogBytes: 1 << 20,
+        powBits: BITS,
+        newIslandsPerHour: 4,
+      },
+    },
+    outerWorkers: 0,
+  });
 });
 afterAll(async () => {
   for (const s of sockets) s.disconnect();
@@ -27,10 +39,16 @@ async function socket(): Promise<Socket> {
   await new Promise<void>((r) => s.once('connect', () => r()));
   return s;
 }
-type Answer = { ok: boolean; value?: { islandId: string; resumeToken: string; resumed: boolean }; error?: { code: string; message: string } };
+type Answer = {
+  ok: boolean;
+  value?: { islandId: string; resumeToken: string; resumed: boolean };
+  error?: { code: string; message: string };
+};
 const caps = { engine: 'cpu', name: 'pow' };
-const hello = async (s: Socket, extra: object = {}) => (await s.emitWithAck('hello', { protocolVersion: PROTOCOL_VERSION, caps, ...extra })) as Answer;
-const challenge = async (s: Socket) => ((await s.emitWithAck('challenge', {})) as { value: { challenge: string; bits: number; expiresAt: number } }).value;
+const hello = async (s: Socket, extra: object = {}) =>
+  (await s.emitWithAck('hello', { protocolVersion: PROTOCOL_VERSION, caps, ...extra })) as Answer;
+const challenge = async (s: Socket) =>
+  ((await s.emitWithAck('challenge', {})) as { value: { challenge: string; bits: number; expiresAt: number } }).value;
 
 describe('a new identity costs work', () => {
   it('no, forged, spent or too weak proof: E_POW; a solved challenge: an identity; a resume: free; past the budget: E_RATE_LIMIT', async () => {
@@ -41,11 +59,18 @@ describe('a new identity costs work', () => {
     expect(c.expiresAt).toBeGreaterThan(Date.now());
     // a nonce that does not reach the bits
     let weak = 0;
-    while (leadingZeroBits(new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(`${c.challenge}:${weak}`)))) >= BITS) weak++;
+    while (
+      leadingZeroBits(
+        new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(`${c.challenge}:${weak}`))),
+      ) >= BITS
+    )
+      weak++;
     expect((await hello(s1, { pow: { challenge: c.challenge, nonce: String(weak) } })).error?.code).toBe('E_POW');
     // a forged challenge (its MAC changed) with a valid-looking nonce
     const forged = c.challenge.slice(0, -2) + (c.challenge.endsWith('AA') ? 'BB' : 'AA');
-    expect((await hello(s1, { pow: { challenge: forged, nonce: (await solvePow(forged, BITS))! } })).error?.code).toBe('E_POW');
+    expect((await hello(s1, { pow: { challenge: forged, nonce: (await solvePow(forged, BITS))! } })).error?.code).toBe(
+      'E_POW',
+    );
     // the right one
     const nonce = (await solvePow(c.challenge, BITS))!;
     const first = await hello(s1, { pow: { challenge: c.challenge, nonce } });
@@ -53,9 +78,14 @@ describe('a new identity costs work', () => {
     // spent: not twice
     expect((await hello(await socket(), { pow: { challenge: c.challenge, nonce } })).error?.code).toBe('E_POW');
     // a resume with the token costs nothing; with a wrong token and no proof it is E_POW
-    const again = await hello(await socket(), { resumeIslandId: first.value!.islandId, resumeToken: first.value!.resumeToken });
+    const again = await hello(await socket(), {
+      resumeIslandId: first.value!.islandId,
+      resumeToken: first.value!.resumeToken,
+    });
     expect(again.value).toMatchObject({ islandId: first.value!.islandId, resumed: true });
-    expect((await hello(await socket(), { resumeIslandId: first.value!.islandId, resumeToken: 'wrong-token' })).error?.code).toBe('E_POW');
+    expect(
+      (await hello(await socket(), { resumeIslandId: first.value!.islandId, resumeToken: 'wrong-token' })).error?.code,
+    ).toBe('E_POW');
     // the address's budget of 4 new identities an hour (1 spent)
     const codes: string[] = [];
     for (let i = 0; i < 4; i++) {
@@ -70,7 +100,12 @@ describe('a new identity costs work', () => {
 
   it('the island transport pays the proof on its own; 16 bits cost a fraction of a second', async () => {
     await ts.close();
-    ts = await startTestServer({ file: { limits: { helloPerMinute: 1000, restPerMinute: 600, maxIslands: 100, maxLogBytes: 1 << 20, powBits: BITS } }, outerWorkers: 0 });
+    ts = await startTestServer({
+      file: {
+        limits: { helloPerMinute: 1000, restPerMinute: 600, maxIslands: 100, maxLogBytes: 1 << 20, powBits: BITS },
+      },
+      outerWorkers: 0,
+    });
     const t = new SocketIoTransport({ url: ts.url });
     try {
       const r = await t.hello({ protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'transport' } });

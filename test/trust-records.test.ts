@@ -12,7 +12,9 @@ import { ISLANDS_PAGE_MAX } from '../server/run/views.ts';
 import { type TestServer, startTestServer, tempDir } from './helpers/server.ts';
 
 const servers: TestServer[] = [];
-afterAll(async () => { for (const s of servers) await s.close(); });
+afterAll(async () => {
+  for (const s of servers) await s.close();
+});
 
 describe('island records out of the checkpoint', () => {
   it('10,000 records: the checkpoint is ≤ 2× the model, the records come back after a restart, /api/islands is paged', async () => {
@@ -20,9 +22,18 @@ describe('island records out of the checkpoint', () => {
     let ts = await startTestServer({ dir, outerWorkers: 0 });
     const run = ts.server.run;
     const empty = await run.checkpointNow();
-    const caps = { engine: 'cpu' as const, adapter: 'a'.repeat(256), contributorId: 'c'.repeat(64), tokensPerSec: 1e6, maxBatch: 64 };
+    const caps = {
+      engine: 'cpu' as const,
+      adapter: 'a'.repeat(256),
+      contributorId: 'c'.repeat(64),
+      tokensPerSec: 1e6,
+      maxBatch: 64,
+    };
     for (let k = 0; k < 10_000; k++) {
-      const r = await run.islands.join({ caps: { ...caps, name: `island-name-${k}` }, protocolVersion: PROTOCOL_VERSION });
+      const r = await run.islands.join({
+        caps: { ...caps, name: `island-name-${k}` },
+        protocolVersion: PROTOCOL_VERSION,
+      });
       if (!r.ok) throw new Error(r.error.message);
       if (k >= 10) run.islands.leave(r.value.islandId, 'gone'); // ten stay online
     }
@@ -30,13 +41,19 @@ describe('island records out of the checkpoint', () => {
     const ck = await run.checkpointNow();
     const modelBytes = 4 * run.paramCount;
     const filed = statSync(join(dir, ISLANDS_FILE)).size;
-    console.log(`checkpoint: ${empty.bytes} bytes with no islands, ${ck.bytes} with 10,000 (model ${modelBytes}); ${ISLANDS_FILE} ${filed} bytes`);
+    console.log(
+      `checkpoint: ${empty.bytes} bytes with no islands, ${ck.bytes} with 10,000 (model ${modelBytes}); ${ISLANDS_FILE} ${filed} bytes`,
+    );
     // "the model's size" as issue 23 measured it: the run's checkpoint without island records (0.56 MB for tiny)
     expect(ck.bytes).toBeLessThanOrEqual(2 * empty.bytes);
 
     // paged and bounded: the first page, the last, and a limit above the maximum refused
     const page = (q: string) => ts.server.app.inject({ url: `/api/islands${q}` });
-    const p0 = (await page('')).json() as { islands: Array<{ id: string; name: string }>; total: number; next: number | null };
+    const p0 = (await page('')).json() as {
+      islands: Array<{ id: string; name: string }>;
+      total: number;
+      next: number | null;
+    };
     expect(p0.islands).toHaveLength(ISLANDS_PAGE_MAX);
     expect(p0).toMatchObject({ total: 10_000, next: ISLANDS_PAGE_MAX });
     const last = (await page('?offset=9990&limit=50')).json() as { islands: unknown[]; next: number | null };

@@ -21,43 +21,71 @@ import { ROOT } from './helpers/server.ts';
 import { getJson, startTestServer, waitFor } from './helpers/server.ts';
 
 const cleanup: Array<() => Promise<void> | void> = [];
-afterAll(async () => { for (const f of cleanup.reverse()) await f(); });
+afterAll(async () => {
+  for (const f of cleanup.reverse()) await f();
+});
 
 /** An island that trains on another data stream than it was assigned (plausible, fake work). */
 function otherStreamIsland(url: string, train: Uint8Array, batch: number): IslandRuntime {
   const transport = new SocketIoTransport({ url });
   const lie = (a: Assignment | null) => a && { ...a, data: { ...a.data, stream: a.data.stream + 1 } };
-  const hello = transport.hello.bind(transport), next = transport.nextAssignment.bind(transport);
-  transport.hello = async (m) => { const r = await hello(m); return r.ok ? { ok: true, value: { ...r.value, assignment: lie(r.value.assignment) } } : r; };
-  transport.nextAssignment = async () => { const r: Result<Assignment> = await next(); return r.ok ? { ok: true, value: lie(r.value)! } : r; };
+  const hello = transport.hello.bind(transport),
+    next = transport.nextAssignment.bind(transport);
+  transport.hello = async (m) => {
+    const r = await hello(m);
+    return r.ok ? { ok: true, value: { ...r.value, assignment: lie(r.value.assignment) } } : r;
+  };
+  transport.nextAssignment = async () => {
+    const r: Result<Assignment> = await next();
+    return r.ok ? { ok: true, value: lie(r.value)! } : r;
+  };
   const caps: Partial<IslandCaps> = { name: 'liar', batchSize: batch, maxBatch: batch };
   return new IslandRuntime({ engine: new JsEngine({ config: PRESETS.tiny, maxBatch: batch }), train, transport, caps });
 }
 
 describe('verified work on the server', () => {
   it('passes an honest island, bans one that trains on another stream, refuses verdicts from non-validators', async () => {
-    const srv = await startTestServer({ flags: { mode: 'sync', codec: 'int8', innerSteps: 4, quorum: 1 }, audit: { token: 'validator-secret', rate: 1, banAfter: 2 } });
+    const srv = await startTestServer({
+      flags: { mode: 'sync', codec: 'int8', innerSteps: 4, quorum: 1 },
+      audit: { token: 'validator-secret', rate: 1, banAfter: 2 },
+    });
     cleanup.push(() => srv.close());
     const url = srv.url;
 
     // not a validator: refused with a code
     const raw = io(`${url}/island`, { transports: ['websocket'] });
-    cleanup.push(() => { raw.disconnect(); });
+    cleanup.push(() => {
+      raw.disconnect();
+    });
     const rawVerdict = await raw.emitWithAck('verdict', { jobId: 1, cosine: 1, normRatio: 1 });
     expect(rawVerdict.error.code).toBe('E_NOT_VALIDATOR');
     expect((await raw.emitWithAck('auditJob', {})).error.code).toBe('E_NOT_VALIDATOR');
     expect((await raw.emitWithAck('validator', { token: 'wrong' })).error.code).toBe('E_NOT_VALIDATOR');
-    expect((await raw.emitWithAck('verdict', { jobId: 1, cosine: 1, normRatio: 1 })).error.code).toBe('E_NOT_VALIDATOR');
+    expect((await raw.emitWithAck('verdict', { jobId: 1, cosine: 1, normRatio: 1 })).error.code).toBe(
+      'E_NOT_VALIDATOR',
+    );
 
     const honest = await startNodeIsland({ server: url, engine: 'cpu', name: 'honest' });
-    cleanup.push(async () => { honest.stop(); await honest.done; });
+    cleanup.push(async () => {
+      honest.stop();
+      await honest.done;
+    });
     const liar = otherStreamIsland(url, loadCorpus().train, 8);
     void liar.start();
     cleanup.push(() => liar.stop()); // a banned island's last ack never comes: its transport gives up on its own
 
     const verdicts: Array<{ islandId: string; passed: boolean | null; banned: boolean; cosine: number | null }> = [];
-    const v = await startNodeValidator({ server: url, token: 'validator-secret', idleMs: 100, onVerdict: (job, m, passed, banned) => verdicts.push({ islandId: job.islandId, passed, banned, cosine: m.cosine }) });
-    cleanup.push(async () => { v.stop(); await v.done; });
+    const v = await startNodeValidator({
+      server: url,
+      token: 'validator-secret',
+      idleMs: 100,
+      onVerdict: (job, m, passed, banned) =>
+        verdicts.push({ islandId: job.islandId, passed, banned, cosine: m.cosine }),
+    });
+    cleanup.push(async () => {
+      v.stop();
+      await v.done;
+    });
 
     await waitFor('the liar banned', () => verdicts.some((x) => x.banned), 90_000);
     const liarId = liar.progress.islandId!;
@@ -77,7 +105,11 @@ describe('verified work on the server', () => {
   }, 150_000);
 
   it('`atoll island --validator` without a token says how to give one and exits 1', () => {
-    const r = spawnSync(process.execPath, ['bin/atoll.js', 'island', '--validator', '--server', 'http://127.0.0.1:9'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, ATOLL_VALIDATOR_TOKEN: '' } });
+    const r = spawnSync(process.execPath, ['bin/atoll.js', 'island', '--validator', '--server', 'http://127.0.0.1:9'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: { ...process.env, ATOLL_VALIDATOR_TOKEN: '' },
+    });
     expect(r.status).toBe(1);
     expect(r.stderr).toContain('--validator-token or $ATOLL_VALIDATOR_TOKEN');
   });

@@ -20,16 +20,30 @@ import { runRow } from '../instruments/simulate/row.ts';
 import { type RowDefaults, compareRows } from '../instruments/simulate/scenarios.ts';
 
 const config = PRESETS.tiny;
-const B = 4, T = 32, H = 8;
+const B = 4,
+  T = 32,
+  H = 8;
 const train = loadCorpus().train;
 const engines: TrainingEngine[] = [];
-afterAll(() => { for (const e of engines) e.destroy(); });
+afterAll(() => {
+  for (const e of engines) e.destroy();
+});
 
 /** Two sync rounds of one island on `engine`; the audit job of each accepted delta. fresh: the run audits (fresh AdamW per round). */
 async function honestJobs(engine: TrainingEngine, fresh = true): Promise<AuditJob[]> {
   const coord = new Coordinator({
     params: initParams(config, 5),
-    config: { batchSize: B, seqLen: T, innerSteps: H, minInnerSteps: H, dylu: false, totalTokens: 2 * H * B * T, uplink: { encoding: 'int8', blockSize: 64 }, innerLr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0, localWarmupSteps: 0 }, freshInnerOptimizer: fresh },
+    config: {
+      batchSize: B,
+      seqLen: T,
+      innerSteps: H,
+      minInnerSteps: H,
+      dylu: false,
+      totalTokens: 2 * H * B * T,
+      uplink: { encoding: 'int8', blockSize: 64 },
+      innerLr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0, localWarmupSteps: 0 },
+      freshInnerOptimizer: fresh,
+    },
   });
   const hub = new LocalHub(coord);
   const transport = hub.connect();
@@ -39,7 +53,17 @@ async function honestJobs(engine: TrainingEngine, fresh = true): Promise<AuditJo
     const base = coord.model();
     expect(base.version).toBe(meta.baseVersion);
     const work = auditWork(coord.island(meta.islandId)!, meta.roundId, meta.steps, T)!;
-    jobs.push({ jobId: jobs.length + 1, islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, baseVersion: base.version, baseHash: base.hash, work, frame: frame.slice(), params: base.params });
+    jobs.push({
+      jobId: jobs.length + 1,
+      islandId: meta.islandId,
+      seq: meta.seq,
+      roundId: meta.roundId,
+      baseVersion: base.version,
+      baseHash: base.hash,
+      work,
+      frame: frame.slice(),
+      params: base.params,
+    });
     return submit(meta, frame);
   };
   const rt = new IslandRuntime({ engine, train, transport, caps: { batchSize: B, maxBatch: B } });
@@ -48,7 +72,8 @@ async function honestJobs(engine: TrainingEngine, fresh = true): Promise<AuditJo
   return jobs;
 }
 
-const passes = (m: { cosine: number | null; normRatio: number | null }) => auditPasses(m.cosine!, m.normRatio!, DEFAULT_AUDIT_TOLERANCE);
+const passes = (m: { cosine: number | null; normRatio: number | null }) =>
+  auditPasses(m.cosine!, m.normRatio!, DEFAULT_AUDIT_TOLERANCE);
 
 describe.each(['cpu', 'webgpu'] as const)('validator on a %s island', (kind) => {
   it('passes every honest round and fails a fake one', async () => {
@@ -65,13 +90,23 @@ describe.each(['cpu', 'webgpu'] as const)('validator on a %s island', (kind) => 
     // fakes of the last round, each sent as a valid int8 frame
     const job = jobs[1];
     const honest = await recomputeDelta(ref, train, job);
-    const fake = (d: Float32Array): AuditJob => ({ ...job, frame: encodeDelta(d, { encoding: 'int8', blockSize: 64 }) });
+    const fake = (d: Float32Array): AuditJob => ({
+      ...job,
+      frame: encodeDelta(d, { encoding: 'int8', blockSize: 64 }),
+    });
     const norm = (d: Float32Array) => Math.sqrt(d.reduce((a, x) => a + x * x, 0));
-    const otherStream = await recomputeDelta(ref, train, { ...job, work: { ...job.work, data: { ...job.work.data, stream: job.work.data.stream + 1 } } });
+    const otherStream = await recomputeDelta(ref, train, {
+      ...job,
+      work: { ...job.work, data: { ...job.work.data, stream: job.work.data.stream + 1 } },
+    });
     const fewer = await recomputeDelta(ref, train, { ...job, work: { ...job.work, steps: H / 4 } });
     const scale = norm(honest) / norm(fewer);
     const fewerScaled = fewer.map((x) => x * scale);
-    for (const [name, d] of [['other stream', otherStream], ['fewer steps, norm-matched', fewerScaled], ['scaled ×1.5', honest.map((x) => 1.5 * x)]] as const) {
+    for (const [name, d] of [
+      ['other stream', otherStream],
+      ['fewer steps, norm-matched', fewerScaled],
+      ['scaled ×1.5', honest.map((x) => 1.5 * x)],
+    ] as const) {
       const m = await judge(ref, train, fake(d));
       expect(passes(m), `${name}: cosine ${m.cosine} norm ratio ${m.normRatio}`).toBe(false);
     }
@@ -83,7 +118,7 @@ describe.each(['cpu', 'webgpu'] as const)('validator on a %s island', (kind) => 
 });
 
 describe('a run that does not audit', () => {
-  it('keeps the island\'s AdamW across rounds (its second Δ is not a fresh-AdamW recompute), and its deltas are never sampled', async () => {
+  it("keeps the island's AdamW across rounds (its second Δ is not a fresh-AdamW recompute), and its deltas are never sampled", async () => {
     const island = new JsEngine({ config, maxBatch: B });
     const ref = new JsEngine({ config, maxBatch: B });
     engines.push(island, ref);
@@ -102,7 +137,16 @@ describe('AuditQueue', () => {
     expect(q.wants(run('int8'), 0.4)).toBe(true);
     expect(q.wants(run('int8'), 0.6)).toBe(false);
     expect(q.wants(run('sparse'), 0)).toBe(false);
-    const job = { islandId: 'island-1', seq: 1, roundId: 0, baseVersion: 0, baseHash: '', work: null as never, frame: new Uint8Array(), params: new Float32Array() };
+    const job = {
+      islandId: 'island-1',
+      seq: 1,
+      roundId: 0,
+      baseVersion: 0,
+      baseHash: '',
+      work: null as never,
+      frame: new Uint8Array(),
+      params: new Float32Array(),
+    };
     const ids = [q.offer(job), q.offer(job), q.offer(job)];
     expect(q.size).toBe(2);
     expect(q.stats.dropped).toBe(1);
@@ -118,17 +162,37 @@ describe('AuditQueue', () => {
 });
 
 describe('simulator rows with fake work', () => {
-  const d: RowDefaults = { islands: 8, seeds: [1], batchSize: 4, tokens: 200_000, innerSteps: 16, baseTokensPerSec: 2000, seqLen: 32, lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 } };
-  it.each(['other-stream', 'fewer-steps'])('sync-int8-audit-%s: the fake island is banned within 2 validations, no honest one fails', async (fake) => {
-    const row = compareRows(d).find((r) => r.name === `sync-int8-audit-${fake}`)!;
-    // shorter rounds, every accepted delta audited: a few rounds suffice
-    const short = { ...row, tokens: 3 * 4 * 4 * 4 * 16, audit: { rate: 1, banAfter: 2 }, coordinator: { ...row.coordinator, innerSteps: 4, minInnerSteps: 4, maxInnerSteps: 4, dylu: false } };
-    const res = await runRow(short, { common: { model: 'tiny', seqLen: 16, seed: 1, evals: 1, evalBatches: 1, evalBatchSize: 2 } });
-    const a = res.audits!;
-    expect(a.fakeBanned).toBe(1);
-    expect(a.validationsToBan).toEqual([2]);
-    expect(a.honestFailed).toBe(0);
-    expect(a.honestPassed).toBeGreaterThan(0);
-    expect(res.perIsland[3].behaviour).toBe(fake);
-  }, 60_000);
+  const d: RowDefaults = {
+    islands: 8,
+    seeds: [1],
+    batchSize: 4,
+    tokens: 200_000,
+    innerSteps: 16,
+    baseTokensPerSec: 2000,
+    seqLen: 32,
+    lr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 },
+  };
+  it.each(['other-stream', 'fewer-steps'])(
+    'sync-int8-audit-%s: the fake island is banned within 2 validations, no honest one fails',
+    async (fake) => {
+      const row = compareRows(d).find((r) => r.name === `sync-int8-audit-${fake}`)!;
+      // shorter rounds, every accepted delta audited: a few rounds suffice
+      const short = {
+        ...row,
+        tokens: 3 * 4 * 4 * 4 * 16,
+        audit: { rate: 1, banAfter: 2 },
+        coordinator: { ...row.coordinator, innerSteps: 4, minInnerSteps: 4, maxInnerSteps: 4, dylu: false },
+      };
+      const res = await runRow(short, {
+        common: { model: 'tiny', seqLen: 16, seed: 1, evals: 1, evalBatches: 1, evalBatchSize: 2 },
+      });
+      const a = res.audits!;
+      expect(a.fakeBanned).toBe(1);
+      expect(a.validationsToBan).toEqual([2]);
+      expect(a.honestFailed).toBe(0);
+      expect(a.honestPassed).toBeGreaterThan(0);
+      expect(res.perIsland[3].behaviour).toBe(fake);
+    },
+    60_000,
+  );
 });

@@ -9,15 +9,27 @@
 // SwiftShader runs barrier kernels slowly, so the batches here are small (B ≤ 4).
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Batch } from '../core/engine/index.ts';
 import { TEXT, textBatch } from './helpers/batches.ts';
 import { type GPTConfig, PRESETS, mfu, paramLayout } from '../core/model/config.ts';
 import { GPT, initParams } from '../core/model/gpt.ts';
 import { JsEngine } from '../core/engine/js.ts';
-import { WebGpuEngine, checkAdapterFits, estimateGpuBytes, requiredLimits, type WebGpuEngineOptions } from '../client/island/engine/webgpu.ts';
+import {
+  WebGpuEngine,
+  checkAdapterFits,
+  estimateGpuBytes,
+  requiredLimits,
+  type WebGpuEngineOptions,
+} from '../client/island/engine/webgpu.ts';
 import { getTestDevice, maxRelErr, releaseTestDevice } from './helpers/gpu.ts';
 import { KernelSet } from '../client/island/engine/webgpu-kernels.ts';
-import { TILE_VARIANTS, autotuneMatmuls, choiceLabel, modelMatmuls, tuneCacheKey, tuneKey } from '../client/island/engine/webgpu-tune.ts';
+import {
+  TILE_VARIANTS,
+  autotuneMatmuls,
+  choiceLabel,
+  modelMatmuls,
+  tuneCacheKey,
+  tuneKey,
+} from '../client/island/engine/webgpu-tune.ts';
 
 const TOL = 1e-3;
 const config: GPTConfig = PRESETS.tiny;
@@ -56,7 +68,10 @@ beforeAll(async () => {
 
 afterAll(async () => {
   engine?.destroy();
-  console.log('webgpu engine vs CPU:', JSON.stringify(report, (_, v) => (typeof v === 'number' && v < 1 ? Number(v.toExponential(2)) : v)));
+  console.log(
+    'webgpu engine vs CPU:',
+    JSON.stringify(report, (_, v) => (typeof v === 'number' && v < 1 ? Number(v.toExponential(2)) : v)),
+  );
   await releaseTestDevice();
 });
 
@@ -65,16 +80,27 @@ describe('WebGpuEngine on tiny', () => {
     // the qkv forward of tiny, timed without a budget: every variant (default tile vec4 and scalar, each other tile), cached
     const rows = opts.maxBatch * config.blockSize;
     const qkv = { pass: 'fwd', C: config.nEmbd, OC: 3 * config.nEmbd } as const;
-    const first = await autotuneMatmuls(device, KernelSet.for(device), [qkv], rows, { adapter: engine.device, cache, budgetMs: Infinity });
+    const first = await autotuneMatmuls(device, KernelSet.for(device), [qkv], rows, {
+      adapter: engine.device,
+      cache,
+      budgetMs: Infinity,
+    });
     expect(first.report[0].from).toBe('timed');
     const variants = ['vec4', 'scalar', ...TILE_VARIANTS.map((tile) => choiceLabel({ vec4: true, splitK: 1, tile }))];
     expect(Object.keys(first.report[0].ms!).sort()).toEqual(variants.sort());
     expect(tuneCache.size).toBe(1 + variants.length); // the choice and each variant's time
     // an engine start past its budget: the cached shape is read, the 14 others keep the default, one variant of the next is timed and cached
-    const again = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache, budgetMs: -1 } });
+    const again = await WebGpuEngine.create(device, {
+      ...opts,
+      adapterInfo: engine.device,
+      autotune: { cache, budgetMs: -1 },
+    });
     const report = again.tuning!.report; // 5 layers × fwd, dX, dW
     expect(report.length).toBe(15);
-    expect(report.find((r) => r.shape === tuneKey(qkv))).toMatchObject({ from: 'cache', chosen: first.report[0].chosen });
+    expect(report.find((r) => r.shape === tuneKey(qkv))).toMatchObject({
+      from: 'cache',
+      chosen: first.report[0].chosen,
+    });
     expect(report.filter((r) => r.from === 'default').length).toBe(14);
     expect(tuneCache.size).toBe(1 + variants.length + 1);
     again.destroy();
@@ -90,7 +116,13 @@ describe('WebGpuEngine on tiny', () => {
     const partial = { get: (k: string) => store.get(k) ?? null, set: (k: string, v: string) => void store.set(k, v) };
     const n = 2 + TILE_VARIANTS.length; // vec4, scalar and each tile
     for (let start = 1; start <= n; start++) {
-      const r = (await autotuneMatmuls(device, KernelSet.for(device), [qkv], rows, { adapter: 'budget-test', cache: partial, budgetMs: 0 })).report[0];
+      const r = (
+        await autotuneMatmuls(device, KernelSet.for(device), [qkv], rows, {
+          adapter: 'budget-test',
+          cache: partial,
+          budgetMs: 0,
+        })
+      ).report[0];
       expect(Object.keys(r.ms!).length).toBe(start);
       expect(r.from).toBe(start < n ? 'default' : 'timed');
     }
@@ -101,9 +133,20 @@ describe('WebGpuEngine on tiny', () => {
     const rows = opts.maxBatch * config.blockSize;
     const chosen = new Map<string, string>();
     modelMatmuls(config.nEmbd, config.vocabSize).forEach((s, i) => {
-      chosen.set(tuneCacheKey(engine.device, rows, s), JSON.stringify({ vec4: s.C % 4 === 0 && s.OC % 4 === 0, splitK: 1, tile: TILE_VARIANTS[i % TILE_VARIANTS.length] }));
+      chosen.set(
+        tuneCacheKey(engine.device, rows, s),
+        JSON.stringify({
+          vec4: s.C % 4 === 0 && s.OC % 4 === 0,
+          splitK: 1,
+          tile: TILE_VARIANTS[i % TILE_VARIANTS.length],
+        }),
+      );
     });
-    const tuned = await WebGpuEngine.create(device, { ...opts, adapterInfo: engine.device, autotune: { cache: { get: (k) => chosen.get(k) ?? null, set: () => {} }, budgetMs: -1 } });
+    const tuned = await WebGpuEngine.create(device, {
+      ...opts,
+      adapterInfo: engine.device,
+      autotune: { cache: { get: (k) => chosen.get(k) ?? null, set: () => {} }, budgetMs: -1 },
+    });
     const cpu = new JsEngine(opts);
     try {
       expect(tuned.tuning!.report.every((r) => r.from === 'cache' && r.chosen.tile)).toBe(true);
@@ -114,7 +157,8 @@ describe('WebGpuEngine on tiny', () => {
         await cpu.step(bt, { lr: 3e-3, gradClip: 1 });
         await tuned.step(bt, { lr: 3e-3, gradClip: 1 });
       }
-      const want = await cpu.takeLosses(), got = await tuned.takeLosses();
+      const want = await cpu.takeLosses(),
+        got = await tuned.takeLosses();
       expect(got.length).toBe(3);
       got.forEach((l, i) => expect(Math.abs(l - want[i]) / want[i]).toBeLessThanOrEqual(TOL));
       compareTensors('paramsTiles3', await tuned.getParams(), await cpu.getParams(), 'abs');
@@ -141,7 +185,9 @@ describe('WebGpuEngine on tiny', () => {
   it('peak GPU bytes: base at batch 8 fits in 1 GiB', () => {
     expect(estimateGpuBytes({ config: PRESETS.base, maxBatch: 8 })).toBeLessThanOrEqual(2 ** 30);
     // --precision f16: every activation but the logits and the weight copy as halves, within 450 MiB
-    expect(estimateGpuBytes({ config: PRESETS.base, maxBatch: 8, precision: 'f16' })).toBeLessThanOrEqual(450 * 2 ** 20);
+    expect(estimateGpuBytes({ config: PRESETS.base, maxBatch: 8, precision: 'f16' })).toBeLessThanOrEqual(
+      450 * 2 ** 20,
+    );
   });
 
   it('allocates what estimateGpuBytes says', () => {
@@ -188,7 +234,9 @@ describe('WebGpuEngine on tiny', () => {
     const got = await engine.takeLosses(); // ring of 4: two copied out during the steps, the rest now
     expect(got.length).toBe(10);
     let worst = 0;
-    got.forEach((l, i) => { worst = Math.max(worst, Math.abs(l - want[i]) / Math.abs(want[i])); });
+    got.forEach((l, i) => {
+      worst = Math.max(worst, Math.abs(l - want[i]) / Math.abs(want[i]));
+    });
     report.losses10 = worst;
     report.firstLoss = want[0];
     report.lastLoss = want[9];
@@ -219,8 +267,9 @@ describe('WebGpuEngine on tiny', () => {
     await expect(engine.setParams(new Float32Array(3))).rejects.toThrow(/E_WRONG_SIZE/);
   });
 
-  it('takeLosses maps only after most of the steps\' expected GPU time (no pending map while they run)', async () => {
-    const bt = batch(4, config.blockSize, 7), stepOpts = { lr: 0, gradClip: 1 };
+  it("takeLosses maps only after most of the steps' expected GPU time (no pending map while they run)", async () => {
+    const bt = batch(4, config.blockSize, 7),
+      stepOpts = { lr: 0, gradClip: 1 };
     await engine.step(bt, stepOpts);
     await engine.takeLosses();
     const t1 = performance.now(); // one step as the engine times it: submitted, then read
@@ -229,7 +278,10 @@ describe('WebGpuEngine on tiny', () => {
     const oneStep = performance.now() - t1;
     const mapAsync = GPUBuffer.prototype.mapAsync;
     let mappedAt = 0;
-    GPUBuffer.prototype.mapAsync = function (this: GPUBuffer, ...a: Parameters<GPUBuffer['mapAsync']>) { mappedAt ||= performance.now(); return mapAsync.apply(this, a); };
+    GPUBuffer.prototype.mapAsync = function (this: GPUBuffer, ...a: Parameters<GPUBuffer['mapAsync']>) {
+      mappedAt ||= performance.now();
+      return mapAsync.apply(this, a);
+    };
     try {
       const t0 = performance.now();
       for (let s = 0; s < 3; s++) await engine.step(bt, stepOpts);
@@ -243,7 +295,10 @@ describe('WebGpuEngine on tiny', () => {
 });
 
 describe('adapter limits', () => {
-  const huge: WebGpuEngineOptions = { config: { vocabSize: 50000, blockSize: 64, nLayer: 1, nHead: 8, nEmbd: 8192 }, maxBatch: 1 };
+  const huge: WebGpuEngineOptions = {
+    config: { vocabSize: 50000, blockSize: 64, nLayer: 1, nHead: 8, nEmbd: 8192 },
+    maxBatch: 1,
+  };
 
   it('checkAdapterFits names the limit the model exceeds', () => {
     expect(checkAdapterFits(adapter, opts).ok).toBe(true);
@@ -261,7 +316,10 @@ describe('adapter limits', () => {
 
   it('create() on a device without the limits rejects with E_ADAPTER_TOO_SMALL (no crash, nothing allocated)', async () => {
     // the shared device was created with tiny's limits, i.e. the 128 MiB default binding size
-    const big: WebGpuEngineOptions = { config: { vocabSize: 40000, blockSize: 64, nLayer: 1, nHead: 8, nEmbd: 1024 }, maxBatch: 1 };
+    const big: WebGpuEngineOptions = {
+      config: { vocabSize: 40000, blockSize: 64, nLayer: 1, nHead: 8, nEmbd: 1024 },
+      maxBatch: 1,
+    };
     expect(requiredLimits(big).maxStorageBufferBindingSize).toBeGreaterThan(device.limits.maxStorageBufferBindingSize);
     await expect(WebGpuEngine.create(device, big)).rejects.toMatchObject({
       code: 'E_ADAPTER_TOO_SMALL',
@@ -274,7 +332,9 @@ describe('adapter limits', () => {
 describe('device loss', () => {
   it('lost resolves, onLost fires, and the engine refuses work with E_DEVICE_LOST', async () => {
     let seen: { reason: string } | null = null;
-    engine.onLost((l) => { seen = l; });
+    engine.onLost((l) => {
+      seen = l;
+    });
     device.destroy();
     const l = await engine.lost;
     expect(l.reason).toBe('destroyed');
@@ -287,7 +347,15 @@ describe('device loss', () => {
 function countSubmits() {
   const q = device.queue;
   const original = q.submit;
-  const c = { count: 0, reset: () => { c.count = 0; }, restore: () => { q.submit = original; } };
+  const c = {
+    count: 0,
+    reset: () => {
+      c.count = 0;
+    },
+    restore: () => {
+      q.submit = original;
+    },
+  };
   q.submit = function (this: GPUQueue, bufs: Iterable<GPUCommandBuffer>) {
     c.count += 1;
     return original.call(this, bufs);

@@ -21,10 +21,16 @@ describe('webgpu smoke', () => {
           if (g.x < ${n}u) { y[g.x] = 2.0 * x[g.x] + 1.0; }
         }`,
     });
-    const pipeline = await device.createComputePipelineAsync({ layout: 'auto', compute: { module, entryPoint: 'main' } });
+    const pipeline = await device.createComputePipelineAsync({
+      layout: 'auto',
+      compute: { module, entryPoint: 'main' },
+    });
     const bg = device.createBindGroup({
       layout: pipeline.getBindGroupLayout(0),
-      entries: [{ binding: 0, resource: { buffer: inp } }, { binding: 1, resource: { buffer: out } }],
+      entries: [
+        { binding: 0, resource: { buffer: inp } },
+        { binding: 1, resource: { buffer: out } },
+      ],
     });
     const enc = device.createCommandEncoder();
     const pass = enc.beginComputePass();
@@ -38,7 +44,9 @@ describe('webgpu smoke', () => {
   });
 
   it('without an adapter, says how to get one', async () => {
-    await expect(createNodeGpu({ adapter: 'swiftshader', swiftshaderIcd: '/nonexistent/vk_swiftshader_icd.json' })).rejects.toThrow(NO_ADAPTER_HELP);
+    await expect(
+      createNodeGpu({ adapter: 'swiftshader', swiftshaderIcd: '/nonexistent/vk_swiftshader_icd.json' }),
+    ).rejects.toThrow(NO_ADAPTER_HELP);
     expect(NO_ADAPTER_HELP).toMatch(/apt-get install chromium/);
   });
 

@@ -10,12 +10,25 @@ import { emitBytes, okBytes } from '../core/wire-bytes.ts';
 import type { AckMsg, DeltaMeta } from '../core/protocol.ts';
 
 describe('wire bytes', () => {
-  it("an emit with a binary frame and its ack take exactly emitBytes and okBytes on the connection", async () => {
+  it('an emit with a binary frame and its ack take exactly emitBytes and okBytes on the connection', async () => {
     const http = createServer();
     const server = new Server(http, { perMessageDeflate: false, httpCompression: false, serveClient: false });
     let tcp: TcpSocket | null = null;
-    http.on('upgrade', (_req, socket: TcpSocket) => { tcp = socket; });
-    const meta: DeltaMeta = { islandId: 'island-7', roundId: 12, baseVersion: 3, seq: 5, steps: 10, tokens: 1280, lossFirst: 3.125, lossLast: NaN, lossMean: 2.9871234, elapsedMs: 431.5 };
+    http.on('upgrade', (_req, socket: TcpSocket) => {
+      tcp = socket;
+    });
+    const meta: DeltaMeta = {
+      islandId: 'island-7',
+      roundId: 12,
+      baseVersion: 3,
+      seq: 5,
+      steps: 10,
+      tokens: 1280,
+      lossFirst: 3.125,
+      lossLast: NaN,
+      lossMean: 2.9871234,
+      elapsedMs: 431.5,
+    };
     const ack: AckMsg = { islandId: 'island-7', seq: 5, roundId: 12, status: 'applied', version: 4 };
     const frame = Uint8Array.from({ length: 3000 }, (_, i) => (i * 7) & 255);
     const seen: Array<{ read: number; written: number }> = [];
@@ -28,7 +41,10 @@ describe('wire bytes', () => {
       });
     });
     await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-    const client = connect(`http://127.0.0.1:${(http.address() as AddressInfo).port}/island`, { transports: ['websocket'], reconnection: false });
+    const client = connect(`http://127.0.0.1:${(http.address() as AddressInfo).port}/island`, {
+      transports: ['websocket'],
+      reconnection: false,
+    });
     try {
       // ack ids count from 0 per connection: 100 requests first, so the next carries wire-bytes' id 100
       for (let i = 0; i < 100; i++) await client.timeout(5000).emitWithAck('ping', {});

@@ -19,7 +19,8 @@ describe('wire bytes by message (server/gateway/wire-meter.ts)', () => {
     m.count({ type: 'message', data: '2/island,9["ticker",1]' }, 'up');
     m.count({ type: 'message', data: '2/island,["nope",{}]' }, 'up');
     const text = await metrics.registry.metrics();
-    const up = byLabel(text, 'atoll_wire_bytes_in_total'), down = byLabel(text, 'atoll_wire_bytes_out_total');
+    const up = byLabel(text, 'atoll_wire_bytes_in_total'),
+      down = byLabel(text, 'atoll_wire_bytes_out_total');
     expect(Object.keys(up).sort()).toEqual(['delta', 'other']);
     expect(up.delta).toBeGreaterThan(1000); // the frame counts with its event
     expect(Object.keys(down).sort()).toEqual(['ack:delta', 'engine.io', 'update']);

@@ -23,15 +23,63 @@ interface Field {
   hint?: string;
 }
 
-
 export const CONFIG_FIELDS: Field[] = [
-  { key: 'outerLr', label: 'Outer learning rate', get: (c) => c.coordinator.outer.lr, kind: 'number', step: 'any', hint: 'DiLoCo 0.7 · FedAvg 1.0' },
-  { key: 'outerMomentum', label: 'Outer momentum', get: (c) => c.coordinator.outer.momentum, kind: 'number', step: 'any', hint: 'Nesterov; DiLoCo 0.9' },
-  { key: 'roundTime', label: 'Target round time (s)', get: (c) => +(c.coordinator.targetRoundMs / 1000).toPrecision(12), kind: 'number', step: 'any', hint: '0 = fixed inner steps' },
-  { key: 'innerSteps', label: 'Inner steps (H)', get: (c) => c.coordinator.innerSteps, kind: 'number', step: '1', hint: 'of the fastest island' },
-  { key: 'quorum', label: 'Quorum', get: (c) => c.coordinator.quorum, kind: 'number', step: 'any', hint: 'sync: share of members, 0–1' },
-  { key: 'maxStaleness', label: 'Max staleness', get: (c) => c.coordinator.maxStaleness, kind: 'number', step: '1', hint: 'versions; older Δs → E_STALE' },
-  { key: 'codec', label: 'Codec (uplink Δ)', get: (c) => c.coordinator.uplink.encoding, kind: 'select', options: [...ENCODINGS], hint: 'islands\u2019 delta encoding' },
+  {
+    key: 'outerLr',
+    label: 'Outer learning rate',
+    get: (c) => c.coordinator.outer.lr,
+    kind: 'number',
+    step: 'any',
+    hint: 'DiLoCo 0.7 · FedAvg 1.0',
+  },
+  {
+    key: 'outerMomentum',
+    label: 'Outer momentum',
+    get: (c) => c.coordinator.outer.momentum,
+    kind: 'number',
+    step: 'any',
+    hint: 'Nesterov; DiLoCo 0.9',
+  },
+  {
+    key: 'roundTime',
+    label: 'Target round time (s)',
+    get: (c) => +(c.coordinator.targetRoundMs / 1000).toPrecision(12),
+    kind: 'number',
+    step: 'any',
+    hint: '0 = fixed inner steps',
+  },
+  {
+    key: 'innerSteps',
+    label: 'Inner steps (H)',
+    get: (c) => c.coordinator.innerSteps,
+    kind: 'number',
+    step: '1',
+    hint: 'of the fastest island',
+  },
+  {
+    key: 'quorum',
+    label: 'Quorum',
+    get: (c) => c.coordinator.quorum,
+    kind: 'number',
+    step: 'any',
+    hint: 'sync: share of members, 0–1',
+  },
+  {
+    key: 'maxStaleness',
+    label: 'Max staleness',
+    get: (c) => c.coordinator.maxStaleness,
+    kind: 'number',
+    step: '1',
+    hint: 'versions; older Δs → E_STALE',
+  },
+  {
+    key: 'codec',
+    label: 'Codec (uplink Δ)',
+    get: (c) => c.coordinator.uplink.encoding,
+    kind: 'select',
+    options: [...ENCODINGS],
+    hint: 'islands\u2019 delta encoding',
+  },
 ];
 
 function readField(el: HTMLInputElement | HTMLSelectElement): string {
@@ -48,7 +96,11 @@ export class AdminPanel {
   private tokenInput: HTMLInputElement;
   private tokenState = h('p', { id: 'admin-token-state', class: 'token-state', 'aria-live': 'polite' });
   private gateNote = h('p', { id: 'admin-gate', class: 'gate' });
-  private answer = h('div', { id: 'admin-answer', class: 'answer', role: 'status', 'aria-live': 'polite' }, 'No action yet.');
+  private answer = h(
+    'div',
+    { id: 'admin-answer', class: 'answer', role: 'status', 'aria-live': 'polite' },
+    'No action yet.',
+  );
   private log = h('ol', { id: 'admin-log', class: 'log' });
   private controls: Array<HTMLButtonElement | HTMLInputElement | HTMLSelectElement> = [];
   private inputs = new Map<string, HTMLInputElement | HTMLSelectElement>();
@@ -60,16 +112,31 @@ export class AdminPanel {
   private verdict: 'unknown' | 'accepted' | 'refused' = 'unknown';
   private banSig = '';
 
-  constructor(private store: Store, private afterAction: () => void) {
-    this.tokenInput = h('input', { type: 'password', id: 'admin-token', autocomplete: 'off', placeholder: 'admin token', 'aria-label': 'Admin token' });
+  constructor(
+    private store: Store,
+    private afterAction: () => void,
+  ) {
+    this.tokenInput = h('input', {
+      type: 'password',
+      id: 'admin-token',
+      autocomplete: 'off',
+      placeholder: 'admin token',
+      'aria-label': 'Admin token',
+    });
     const saveBtn = h('button', { type: 'submit', id: 'admin-token-save' }, 'Use token');
     const forgetBtn = h('button', { type: 'button', id: 'admin-token-forget' }, 'Forget');
-    forgetBtn.addEventListener('click', () => { sessionStorage.removeItem(TOKEN_KEY); this.tokenInput.value = ''; this.verdict = 'unknown'; this.sync(); });
+    forgetBtn.addEventListener('click', () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      this.tokenInput.value = '';
+      this.verdict = 'unknown';
+      this.sync();
+    });
     const tokenForm = h('form', { class: 'toolbar', id: 'admin-token-form' }, this.tokenInput, saveBtn, forgetBtn);
     tokenForm.addEventListener('submit', (e) => {
       e.preventDefault();
       const t = this.tokenInput.value.trim();
-      if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY);
+      if (t) sessionStorage.setItem(TOKEN_KEY, t);
+      else sessionStorage.removeItem(TOKEN_KEY);
       this.tokenInput.value = '';
       this.verdict = 'unknown';
       this.sync();
@@ -83,48 +150,121 @@ export class AdminPanel {
       return b;
     };
     const pauseBtn = btn('admin-pause', 'Pause training', () => void this.act('pause', 'POST', '/api/admin/pause'));
-    const resumeBtn = btn('admin-resume', 'Resume training', () => void this.act('resume', 'POST', '/api/admin/resume'));
-    const ckBtn = btn('admin-checkpoint', 'Checkpoint now', () => void this.act('checkpoint', 'POST', '/api/admin/checkpoint'));
+    const resumeBtn = btn(
+      'admin-resume',
+      'Resume training',
+      () => void this.act('resume', 'POST', '/api/admin/resume'),
+    );
+    const ckBtn = btn(
+      'admin-checkpoint',
+      'Checkpoint now',
+      () => void this.act('checkpoint', 'POST', '/api/admin/checkpoint'),
+    );
 
     const rows = CONFIG_FIELDS.map((f) => {
       const id = `cfg-${f.key}`;
-      const input = f.kind === 'select'
-        ? h('select', { id, name: f.key }, h('option', { value: '' }, '–'), ...(f.options ?? []).map((o) => h('option', { value: o }, o)))
-        : h('input', { type: f.kind, id, name: f.key, step: f.step ?? null, autocomplete: 'off' });
+      const input =
+        f.kind === 'select'
+          ? h(
+              'select',
+              { id, name: f.key },
+              h('option', { value: '' }, '–'),
+              ...(f.options ?? []).map((o) => h('option', { value: o }, o)),
+            )
+          : h('input', { type: f.kind, id, name: f.key, step: f.step ?? null, autocomplete: 'off' });
       this.inputs.set(f.key, input);
       this.controls.push(input);
-      return h('div', { class: `field ${f.kind}` }, h('label', { for: id }, f.label), input, h('span', { class: 'hint' }, f.hint ?? ''));
+      return h(
+        'div',
+        { class: `field ${f.kind}` },
+        h('label', { for: id }, f.label),
+        input,
+        h('span', { class: 'hint' }, f.hint ?? ''),
+      );
     });
     const applyBtn = h('button', { type: 'submit', id: 'admin-config-apply', class: 'primary' }, 'Apply changes');
     this.controls.push(applyBtn);
     const cfgForm = h('form', { id: 'admin-config', class: 'fields' }, ...rows, h('div', { class: 'field' }, applyBtn));
-    cfgForm.addEventListener('submit', (e) => { e.preventDefault(); void this.applyConfig(); });
+    cfgForm.addEventListener('submit', (e) => {
+      e.preventDefault();
+      void this.applyConfig();
+    });
 
-    this.banInput = h('input', { type: 'text', id: 'admin-ban-id', list: 'ban-candidates', placeholder: 'island id', autocomplete: 'off', 'aria-label': 'Island id to ban' });
+    this.banInput = h('input', {
+      type: 'text',
+      id: 'admin-ban-id',
+      list: 'ban-candidates',
+      placeholder: 'island id',
+      autocomplete: 'off',
+      'aria-label': 'Island id to ban',
+    });
     this.banInput.addEventListener('input', () => this.suggest());
     this.banInput.addEventListener('focus', () => this.suggest());
-    this.banReason = h('input', { type: 'text', id: 'admin-ban-reason', placeholder: 'reason (optional)', autocomplete: 'off', 'aria-label': 'Ban reason' });
+    this.banReason = h('input', {
+      type: 'text',
+      id: 'admin-ban-reason',
+      placeholder: 'reason (optional)',
+      autocomplete: 'off',
+      'aria-label': 'Ban reason',
+    });
     const banBtn = h('button', { type: 'submit', id: 'admin-ban', class: 'danger' }, 'Ban island');
     this.controls.push(this.banInput, this.banReason, banBtn);
-    const banForm = h('form', { class: 'toolbar', id: 'admin-ban-form' }, this.banInput, this.banReason, banBtn, this.banList);
+    const banForm = h(
+      'form',
+      { class: 'toolbar', id: 'admin-ban-form' },
+      this.banInput,
+      this.banReason,
+      banBtn,
+      this.banList,
+    );
     banForm.addEventListener('submit', (e) => {
       e.preventDefault();
       const id = this.banInput.value.trim();
-      if (!id) { this.show('ban', { ok: false, status: 0, body: 'Enter an island id first.' }, true); return; }
+      if (!id) {
+        this.show('ban', { ok: false, status: 0, body: 'Enter an island id first.' }, true);
+        return;
+      }
       const reason = this.banReason.value.trim();
       void this.act(`ban ${id}`, 'POST', `/api/admin/islands/${encodeURIComponent(id)}/ban`, reason ? { reason } : {});
     });
 
-    this.el = h('div', { class: 'admin' },
+    this.el = h(
+      'div',
+      { class: 'admin' },
       h('section', { class: 'card wide' }, h('h2', {}, 'Last server answer'), this.answer),
-      h('section', { class: 'card' }, h('h2', {}, 'Admin token'), tokenForm, this.tokenState,
-        h('p', { class: 'muted small' }, 'Kept in this tab\u2019s sessionStorage only and sent as Authorization: Bearer. The server checks it on every action.')),
-      h('section', { class: 'card' }, h('h2', {}, 'Training'), this.gateNote,
-        h('div', { class: 'toolbar' }, pauseBtn, resumeBtn, ckBtn, h('span', { class: 'spacer' }), this.pausedState)),
-      h('section', { class: 'card' }, h('h2', {}, 'Hyperparameters'), cfgForm,
-        h('p', { class: 'muted small' }, 'Only the fields you change are sent (PATCH /api/admin/config); the form then shows the server\u2019s config.')),
+      h(
+        'section',
+        { class: 'card' },
+        h('h2', {}, 'Admin token'),
+        tokenForm,
+        this.tokenState,
+        h(
+          'p',
+          { class: 'muted small' },
+          'Kept in this tab\u2019s sessionStorage only and sent as Authorization: Bearer. The server checks it on every action.',
+        ),
+      ),
+      h(
+        'section',
+        { class: 'card' },
+        h('h2', {}, 'Training'),
+        this.gateNote,
+        h('div', { class: 'toolbar' }, pauseBtn, resumeBtn, ckBtn, h('span', { class: 'spacer' }), this.pausedState),
+      ),
+      h(
+        'section',
+        { class: 'card' },
+        h('h2', {}, 'Hyperparameters'),
+        cfgForm,
+        h(
+          'p',
+          { class: 'muted small' },
+          'Only the fields you change are sent (PATCH /api/admin/config); the form then shows the server\u2019s config.',
+        ),
+      ),
       h('section', { class: 'card' }, h('h2', {}, 'Ban an island'), banForm),
-      h('section', { class: 'card wide' }, h('h2', {}, 'All answers this session'), this.log));
+      h('section', { class: 'card wide' }, h('h2', {}, 'All answers this session'), this.log),
+    );
     const saved = sessionStorage.getItem(TOKEN_KEY);
     if (saved) this.verdict = 'unknown';
     this.sync();
@@ -150,14 +290,27 @@ export class AdminPanel {
     const has = !!this.token();
     // Usable only once the server accepted the token (GET /api/admin/whoami): a refused one keeps them disabled.
     for (const c of this.controls) c.disabled = !has || this.verdict !== 'accepted';
-    setText(this.tokenState, !has ? 'No token entered.'
-      : this.verdict === 'accepted' ? 'Token set; the server accepted it.'
-      : this.verdict === 'refused' ? 'Token set, but the server refused it. Enter the right one.'
-      : 'Token set for this tab; the server checks it on the first action.');
+    setText(
+      this.tokenState,
+      !has
+        ? 'No token entered.'
+        : this.verdict === 'accepted'
+          ? 'Token set; the server accepted it.'
+          : this.verdict === 'refused'
+            ? 'Token set, but the server refused it. Enter the right one.'
+            : 'Token set for this tab; the server checks it on the first action.',
+    );
     this.tokenState.dataset.verdict = has ? this.verdict : 'none';
-    setText(this.gateNote, !has ? 'Admin controls are disabled: enter the admin token above.'
-      : this.verdict === 'refused' ? 'Admin controls are disabled: the server refused this token.'
-      : this.verdict === 'unknown' ? 'Checking the token with the server…' : '');
+    setText(
+      this.gateNote,
+      !has
+        ? 'Admin controls are disabled: enter the admin token above.'
+        : this.verdict === 'refused'
+          ? 'Admin controls are disabled: the server refused this token.'
+          : this.verdict === 'unknown'
+            ? 'Checking the token with the server…'
+            : '',
+    );
   }
 
   render(store: Store): void {
@@ -236,17 +389,30 @@ export class AdminPanel {
 
   private show(label: string, r: ApiAnswer, local = false): void {
     const refused = r.status === 401 || r.status === 403;
-    const head = local ? 'not sent' : r.status === 0 ? 'no answer' : `${r.status}${r.ok ? ' OK' : refused ? ' refused' : ' error'}`;
+    const head = local
+      ? 'not sent'
+      : r.status === 0
+        ? 'no answer'
+        : `${r.status}${r.ok ? ' OK' : refused ? ' refused' : ' error'}`;
     const detail = r.ok ? (typeof r.body === 'string' ? r.body : JSON.stringify(r.body)) : errorText(r.body);
     const cls = r.ok ? 'ok' : refused ? 'refused' : 'err';
     this.answer.className = `answer ${cls}`;
     this.answer.dataset.status = String(r.status);
     clear(this.answer);
-    this.answer.append(h('strong', {}, `${label}: ${head}`), ' ', h('span', { class: 'mono' }, (detail ?? '').slice(0, 500)),
-      ...(refused ? [h('span', { class: 'refusal' }, ' — the server refused this token; nothing was changed.')] : []));
-    const li = h('li', { class: cls }, h('time', {}, new Date().toLocaleTimeString(undefined, { hour12: false })), ` ${label}: ${head} `, h('span', { class: 'mono' }, (detail ?? '').slice(0, 300)));
+    this.answer.append(
+      h('strong', {}, `${label}: ${head}`),
+      ' ',
+      h('span', { class: 'mono' }, (detail ?? '').slice(0, 500)),
+      ...(refused ? [h('span', { class: 'refusal' }, ' — the server refused this token; nothing was changed.')] : []),
+    );
+    const li = h(
+      'li',
+      { class: cls },
+      h('time', {}, new Date().toLocaleTimeString(undefined, { hour12: false })),
+      ` ${label}: ${head} `,
+      h('span', { class: 'mono' }, (detail ?? '').slice(0, 300)),
+    );
     this.log.prepend(li);
     while (this.log.children.length > 30) this.log.lastElementChild!.remove();
   }
 }
-

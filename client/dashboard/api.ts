@@ -1,8 +1,15 @@
 // REST calls and the live stream (socket.io namespace /dashboard, with REST polling
 // as the fallback whenever the socket is not connected).
 
-import { io, type Socket } from 'socket.io-client';
-import type { CheckpointsResponse, DashboardTick, HistoryResponse, IslandsResponse, RunInfo, RunStatus } from '../../core/api.ts';
+import { io } from 'socket.io-client';
+import type {
+  CheckpointsResponse,
+  DashboardTick,
+  HistoryResponse,
+  IslandsResponse,
+  RunInfo,
+  RunStatus,
+} from '../../core/api.ts';
 import type { Store } from './store.ts';
 
 export interface ApiAnswer {
@@ -15,11 +22,19 @@ export async function api(path: string, init: RequestInit = {}, timeoutMs = 15_0
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), timeoutMs);
   try {
-    const res = await fetch(path, { ...init, signal: ctl.signal, headers: { accept: 'application/json', ...(init.headers ?? {}) } });
+    const res = await fetch(path, {
+      ...init,
+      signal: ctl.signal,
+      headers: { accept: 'application/json', ...(init.headers ?? {}) },
+    });
     const text = await res.text();
     let body: unknown = text;
     if (text && (res.headers.get('content-type') ?? '').includes('json')) {
-      try { body = JSON.parse(text); } catch { /* keep the text */ }
+      try {
+        body = JSON.parse(text);
+      } catch {
+        /* keep the text */
+      }
     }
     return { ok: res.ok, status: res.status, body };
   } catch (e) {
@@ -39,7 +54,7 @@ async function get<T>(path: string): Promise<T | null> {
 /** Every island, page by page (GET /api/islands answers at most 1,000 a request); null when a page fails. */
 async function allIslands(): Promise<IslandsResponse['islands'] | null> {
   const out: IslandsResponse['islands'] = [];
-  for (let offset: number | null = 0; offset !== null;) {
+  for (let offset: number | null = 0; offset !== null; ) {
     const page: IslandsResponse | null = await get<IslandsResponse>(`/api/islands?offset=${offset}`);
     if (!page) return null;
     out.push(...page.islands);
@@ -60,7 +75,6 @@ export class LiveSource {
   messages = 0;
   /** The stream's heartbeat (DashboardTick.periodMs). */
   private periodMs = 500;
-  private socket: Socket | null = null;
   private pollTimer: ReturnType<typeof setTimeout> | null = null;
   private pollTick = 0;
   private restOk = false;
@@ -81,13 +95,18 @@ export class LiveSource {
     }, 250);
     await this.loadAll();
     // If the socket is not up within 4 s, poll until it is.
-    setTimeout(() => { if (this.connection !== 'live') this.startPolling(); }, 4000);
+    setTimeout(() => {
+      if (this.connection !== 'live') this.startPolling();
+    }, 4000);
   }
 
   async loadAll(): Promise<void> {
     const [st, isl, hist, run, ck] = await Promise.all([
-      get<RunStatus>('/api/status'), allIslands(), get<HistoryResponse>('/api/history'),
-      get<RunInfo>('/api/run'), get<CheckpointsResponse>('/api/checkpoints'),
+      get<RunStatus>('/api/status'),
+      allIslands(),
+      get<HistoryResponse>('/api/history'),
+      get<RunInfo>('/api/run'),
+      get<CheckpointsResponse>('/api/checkpoints'),
     ]);
     this.restOk = st !== null;
     if (st) this.store.setStatus(st);
@@ -125,7 +144,6 @@ export class LiveSource {
       reconnectionDelayMax: 5_000,
       timeout: 10_000,
     });
-    this.socket = socket;
     socket.on('connect', () => {
       this.lastMessageAt = Date.now();
       this.setConnection('live');
@@ -133,8 +151,12 @@ export class LiveSource {
       // Fill whatever was missed while disconnected.
       void this.refreshHistory();
     });
-    socket.on('disconnect', () => { this.startPolling(); });
-    socket.on('connect_error', () => { if (this.connection !== 'polling') this.startPolling(); });
+    socket.on('disconnect', () => {
+      this.startPolling();
+    });
+    socket.on('connect_error', () => {
+      if (this.connection !== 'polling') this.startPolling();
+    });
     socket.on('tick', (tick: DashboardTick) => {
       this.messages++;
       this.lastMessageAt = Date.now();
@@ -170,7 +192,9 @@ export class LiveSource {
           if (st) this.store.setStatus(st);
           if (this.connection !== 'live') this.setConnection(st ? 'polling' : 'offline');
         }),
-        allIslands().then((r) => { if (r) this.store.setIslands(r); }),
+        allIslands().then((r) => {
+          if (r) this.store.setIslands(r);
+        }),
       ];
       if (this.pollTick % 3 === 1) calls.push(this.refreshHistory());
       await Promise.all(calls);

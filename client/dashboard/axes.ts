@@ -19,7 +19,10 @@ export function clock(sec: number, incr: number): string {
 }
 
 /** Tick steps for axes that count things: whole numbers only. */
-export const INTEGER_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12];
+export const INTEGER_INCRS = [
+  1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+  1e11, 1e12,
+];
 
 /**
  * Columns with a null row inserted wherever consecutive x lie further apart than `gap` (and the

@@ -51,14 +51,27 @@ export class ChartBox {
   /** Inputs of the last update (see Charts.render). */
   deps = '';
 
-  constructor(readonly id: string, title: string) {
+  constructor(
+    readonly id: string,
+    title: string,
+  ) {
     this.plot = h('div', { class: 'plot', style: `height:${HEIGHT + 48}px` });
     this.emptyEl = h('div', { class: 'plot-empty', hidden: true });
     this.noteEl = h('p', { class: 'chart-note' });
-    this.el = h('section', { class: 'chart', id: `chart-${id}`, 'data-chart': id, 'aria-label': title },
-      h('h3', {}, title), h('div', { class: 'plot-wrap' }, this.plot, this.emptyEl), this.noteEl);
-    this.plot.addEventListener('mouseenter', () => { this.hover = true; });
-    this.plot.addEventListener('mouseleave', () => { this.hover = false; requestAnimationFrame(() => this.showLatest()); });
+    this.el = h(
+      'section',
+      { class: 'chart', id: `chart-${id}`, 'data-chart': id, 'aria-label': title },
+      h('h3', {}, title),
+      h('div', { class: 'plot-wrap' }, this.plot, this.emptyEl),
+      this.noteEl,
+    );
+    this.plot.addEventListener('mouseenter', () => {
+      this.hover = true;
+    });
+    this.plot.addEventListener('mouseleave', () => {
+      this.hover = false;
+      requestAnimationFrame(() => this.showLatest());
+    });
   }
 
   get needsRebuild(): boolean {
@@ -78,8 +91,14 @@ export class ChartBox {
     setText(this.noteEl, def.note ?? '');
     this.el.dataset.points = String(def.data[0]?.length ?? 0);
     // What the page draws, for tests and for people reading the DOM: each series' label, colour, dash.
-    this.el.dataset.series = def.series.map((s) => `${s.label}:${typeof s.stroke === 'string' ? s.stroke : 'fn'}:${(s.dash ?? []).join(',')}`).join('|');
-    if (def.breaks && def.x === 'time' && def.data[0].length > 1) def = { ...def, data: breakGaps(def.data as Array<Array<number | null>>, gapSeconds(def.data[0] as number[])) as Data };
+    this.el.dataset.series = def.series
+      .map((s) => `${s.label}:${typeof s.stroke === 'string' ? s.stroke : 'fn'}:${(s.dash ?? []).join(',')}`)
+      .join('|');
+    if (def.breaks && def.x === 'time' && def.data[0].length > 1)
+      def = {
+        ...def,
+        data: breakGaps(def.data as Array<Array<number | null>>, gapSeconds(def.data[0] as number[])) as Data,
+      };
     const width = Math.max(200, this.plot.clientWidth);
     if (!this.u || this.key !== def.key) {
       this.u?.destroy();
@@ -114,37 +133,98 @@ export class ChartBox {
   private options(def: ChartDef, width: number): uPlot.Options {
     const axisColor = getComputedStyle(document.documentElement).getPropertyValue('--muted').trim() || '#667';
     const gridColor = getComputedStyle(document.documentElement).getPropertyValue('--grid').trim() || '#e4e6ea';
-    const axis = (o: uPlot.Axis): uPlot.Axis => ({ stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 }, font: '11px system-ui, sans-serif', ...o });
+    const axis = (o: uPlot.Axis): uPlot.Axis => ({
+      stroke: axisColor,
+      grid: { stroke: gridColor, width: 1 },
+      ticks: { stroke: gridColor, width: 1 },
+      font: '11px system-ui, sans-serif',
+      ...o,
+    });
     // The tick labels drawn last, on the chart element (the canvas holds no text to read).
-    const ticks = (k: 'xTicks' | 'yTicks', labels: string[]) => { this.el.dataset[k] = labels.join('|'); return labels; };
-    const xAxis: uPlot.Axis = def.x === 'time'
-      ? axis({ space: 80, values: (_u, splits, _ax, _space, incr) => ticks('xTicks', splits.map((v) => clock(v, incr))) })
-      : axis({ values: (_u, splits) => ticks('xTicks', splits.map((v) => (def.xValues ? def.xValues(v) : fmtSI(v)))) });
-    const size = (_u: uPlot, values: string[] | null) => (values && values.length ? Math.ceil(Math.max(...values.map((s) => (s ?? '').length)) * 6.6 + 16) : 40);
-    const axes: uPlot.Axis[] = [xAxis, axis({ size, ...(def.yInt ? { incrs: INTEGER_INCRS } : {}), values: (_u, splits) => ticks('yTicks', splits.map((v) => def.yFmt(v))) })];
-    const scales: uPlot.Scales = { x: def.x === 'time' ? { time: true, range: (u, min, max) => timeRange(u.data[0] as number[], min, max) } : { time: false } };
+    const ticks = (k: 'xTicks' | 'yTicks', labels: string[]) => {
+      this.el.dataset[k] = labels.join('|');
+      return labels;
+    };
+    const xAxis: uPlot.Axis =
+      def.x === 'time'
+        ? axis({
+            space: 80,
+            values: (_u, splits, _ax, _space, incr) =>
+              ticks(
+                'xTicks',
+                splits.map((v) => clock(v, incr)),
+              ),
+          })
+        : axis({
+            values: (_u, splits) =>
+              ticks(
+                'xTicks',
+                splits.map((v) => (def.xValues ? def.xValues(v) : fmtSI(v))),
+              ),
+          });
+    const size = (_u: uPlot, values: string[] | null) =>
+      values?.length ? Math.ceil(Math.max(...values.map((s) => (s ?? '').length)) * 6.6 + 16) : 40;
+    const axes: uPlot.Axis[] = [
+      xAxis,
+      axis({
+        size,
+        ...(def.yInt ? { incrs: INTEGER_INCRS } : {}),
+        values: (_u, splits) =>
+          ticks(
+            'yTicks',
+            splits.map((v) => def.yFmt(v)),
+          ),
+      }),
+    ];
+    const scales: uPlot.Scales = {
+      x:
+        def.x === 'time'
+          ? { time: true, range: (u, min, max) => timeRange(u.data[0] as number[], min, max) }
+          : { time: false },
+    };
     if (def.bars) scales.x = { time: false, range: (_u, min, max) => [min - 0.5, max + 0.5] };
     if (def.yInt) scales.y = { range: (_u, min, max) => [Math.min(0, min), Math.max(1, Math.ceil(max))] };
     if (def.yRight) {
       const f = def.yRight.fmt;
-      axes.push(axis({ scale: 'r', side: 1, size, grid: { show: false }, values: (_u, splits) => splits.map((v) => f(v)) }));
+      axes.push(
+        axis({ scale: 'r', side: 1, size, grid: { show: false }, values: (_u, splits) => splits.map((v) => f(v)) }),
+      );
       scales.r = { auto: true };
     }
     // Off the chart, the legend shows each series' latest value (a late eval loss lands on an
     // older point, so the newest point may have none); on hover, exactly the hovered point.
-    const latest = (fmt: uPlot.Series.Value | undefined): uPlot.Series.Value => (u, v, si, idx) => {
-      let val: number | null = v;
-      if ((val === null || val === undefined) && !this.hover && idx !== null) {
-        const ys = u.data[si] as Y;
-        for (let i = Math.min(idx, ys.length - 1); i >= 0; i--) if (isNum(ys[i])) { val = ys[i]; break; }
-      }
-      return typeof fmt === 'function' ? fmt(u, val as number, si, idx) : val === null || val === undefined ? '–' : String(val);
-    };
+    const latest =
+      (fmt: uPlot.Series.Value | undefined): uPlot.Series.Value =>
+      (u, v, si, idx) => {
+        let val: number | null = v;
+        if ((val === null || val === undefined) && !this.hover && idx !== null) {
+          const ys = u.data[si] as Y;
+          for (let i = Math.min(idx, ys.length - 1); i >= 0; i--)
+            if (isNum(ys[i])) {
+              val = ys[i];
+              break;
+            }
+        }
+        return typeof fmt === 'function'
+          ? fmt(u, val as number, si, idx)
+          : val === null || val === undefined
+            ? '–'
+            : String(val);
+      };
     const ys = def.series.map((s) => ({ ...s, value: latest(s.value) }));
     return {
       width,
       height: HEIGHT,
-      series: [{ label: def.x === 'time' ? 'time' : def.x === 'tokens' ? 'tokens' : def.xLabel ?? 'x', value: def.x === 'time' ? '{HH}:{mm}:{ss}' : (_u, v) => (v === null ? '–' : def.xValues ? def.xValues(v) : fmtInt(v)) }, ...ys],
+      series: [
+        {
+          label: def.x === 'time' ? 'time' : def.x === 'tokens' ? 'tokens' : (def.xLabel ?? 'x'),
+          value:
+            def.x === 'time'
+              ? '{HH}:{mm}:{ss}'
+              : (_u, v) => (v === null ? '–' : def.xValues ? def.xValues(v) : fmtInt(v)),
+        },
+        ...ys,
+      ],
       axes,
       scales,
       legend: { live: true },
@@ -187,7 +267,9 @@ export function ema(ys: Y, w: number): Y {
 
 /** Per-second rate of a running total, against time in ms. */
 function rate(cum: number[], times: number[]): Y {
-  return cum.map((v, i) => (i > 0 && times[i] > times[i - 1] ? Math.max(0, (v - cum[i - 1]) / ((times[i] - times[i - 1]) / 1000)) : null));
+  return cum.map((v, i) =>
+    i > 0 && times[i] > times[i - 1] ? Math.max(0, (v - cum[i - 1]) / ((times[i] - times[i - 1]) / 1000)) : null,
+  );
 }
 
 const xLabel = (x: XAxis) => (x === 'time' ? 'time' : 'tokens trained');
@@ -203,9 +285,30 @@ function lossDef(points: HistoryPoint[], x: XAxis, smooth: number): ChartDef {
     x,
     data: [ps.map((p) => xOf(p, x)), train, ema(train, smooth), evalL],
     series: [
-      { label: 'train (raw)', stroke: '#b8c7d6', width: 1, value: (_u, v) => fmtLoss(v), spanGaps: true, points: { show: false } },
-      { label: smooth > 0 ? `train (EMA ${smooth})` : 'train', stroke: PALETTE[0], width: 2, value: (_u, v) => fmtLoss(v), spanGaps: true, points: { show: false } },
-      { label: 'eval (global model)', stroke: PALETTE[1], width: 2, value: (_u, v) => fmtLoss(v), spanGaps: true, points: { show: true, size: 5 } },
+      {
+        label: 'train (raw)',
+        stroke: '#b8c7d6',
+        width: 1,
+        value: (_u, v) => fmtLoss(v),
+        spanGaps: true,
+        points: { show: false },
+      },
+      {
+        label: smooth > 0 ? `train (EMA ${smooth})` : 'train',
+        stroke: PALETTE[0],
+        width: 2,
+        value: (_u, v) => fmtLoss(v),
+        spanGaps: true,
+        points: { show: false },
+      },
+      {
+        label: 'eval (global model)',
+        stroke: PALETTE[1],
+        width: 2,
+        value: (_u, v) => fmtLoss(v),
+        spanGaps: true,
+        points: { show: true, size: 5 },
+      },
     ],
     yFmt: (v) => v.toFixed(2),
     empty: ps.length === 0 ? WAIT : hasAny ? null : 'No loss reported yet',
@@ -233,20 +336,32 @@ function throughputDef(points: HistoryPoint[], x: XAxis): ChartDef {
     let any = false;
     for (let i = raw.length - 1; i >= 0; i--) {
       const v = raw[i][j];
-      if (isNum(v)) { acc += v; any = true; }
+      if (isNum(v)) {
+        acc += v;
+        any = true;
+      }
       stacked[i][j] = any ? acc : null;
     }
   }
-  const total: uPlot.Series = { label: 'total', stroke: () => getComputedStyle(document.documentElement).getPropertyValue('--text').trim() || '#333', width: 1.5, value: (_u, v) => fmtSI(v, ' tok/s'), spanGaps: true, points: { show: false } };
-  const stacks = engines.map((e, i): uPlot.Series => ({
-    label: e,
-    stroke: PALETTE[(i + 2) % PALETTE.length],
-    fill: PALE[(i + 2) % PALE.length],
-    width: 1,
+  const total: uPlot.Series = {
+    label: 'total',
+    stroke: () => getComputedStyle(document.documentElement).getPropertyValue('--text').trim() || '#333',
+    width: 1.5,
+    value: (_u, v) => fmtSI(v, ' tok/s'),
     spanGaps: true,
     points: { show: false },
-    value: (_u, _v, _si, idx) => (idx === null ? '–' : fmtSI(raw[i][idx], ' tok/s')),
-  }));
+  };
+  const stacks = engines.map(
+    (e, i): uPlot.Series => ({
+      label: e,
+      stroke: PALETTE[(i + 2) % PALETTE.length],
+      fill: PALE[(i + 2) % PALE.length],
+      width: 1,
+      spanGaps: true,
+      points: { show: false },
+      value: (_u, _v, _si, idx) => (idx === null ? '–' : fmtSI(raw[i][idx], ' tok/s')),
+    }),
+  );
   // uPlot draws in order: the stacks first (bottom-most engine last), the total on top.
   return {
     key: `tps/${x}/${engines.join(',')}`,
@@ -266,8 +381,25 @@ function islandsDef(points: HistoryPoint[], x: XAxis): ChartDef {
     x,
     data: [ps.map((p) => xOf(p, x)), ps.map((p) => p.islandsOnline), ps.map((p) => p.contributors)],
     series: [
-      { label: 'online', stroke: PALETTE[2], fill: 'rgba(63,143,90,0.12)', width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } },
-      { label: 'contributors / update', stroke: PALETTE[0], width: 1.5, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), spanGaps: true, points: { show: false } },
+      {
+        label: 'online',
+        stroke: PALETTE[2],
+        fill: 'rgba(63,143,90,0.12)',
+        width: 2,
+        paths: uPlot.paths.stepped?.({ align: 1 }),
+        value: (_u, v) => fmtInt(v),
+        spanGaps: true,
+        points: { show: false },
+      },
+      {
+        label: 'contributors / update',
+        stroke: PALETTE[0],
+        width: 1.5,
+        paths: uPlot.paths.stepped?.({ align: 1 }),
+        value: (_u, v) => fmtInt(v),
+        spanGaps: true,
+        points: { show: false },
+      },
     ],
     yFmt: (v) => fmtInt(v),
     yInt: true,
@@ -279,13 +411,43 @@ function islandsDef(points: HistoryPoint[], x: XAxis): ChartDef {
 function bytesDef(points: HistoryPoint[], x: XAxis): ChartDef {
   const ps = withX(points, x);
   const times = ps.map((p) => p.time);
-  const up = rate(ps.map((p) => p.bytesInTotal), times);
-  const down = rate(ps.map((p) => p.bytesOutTotal), times);
+  const up = rate(
+    ps.map((p) => p.bytesInTotal),
+    times,
+  );
+  const down = rate(
+    ps.map((p) => p.bytesOutTotal),
+    times,
+  );
   const ratio: Y = ps.map((p) => (p.compressionRatio > 0 ? p.compressionRatio : null));
   const series: uPlot.Series[] = [
-    { label: 'up (islands → server)', stroke: PALETTE[0], width: 2, value: (_u, v) => (isNum(v) ? `${fmtBytes(v)}/s` : '–'), spanGaps: true, points: { show: false } },
-    { label: 'down (server → islands)', stroke: PALETTE[3], width: 2, dash: [6, 3], value: (_u, v) => (isNum(v) ? `${fmtBytes(v)}/s` : '–'), spanGaps: true, points: { show: false } },
-    { label: 'compression', scale: 'r', stroke: PALETTE[6], width: 1.5, dash: [4, 3], value: (_u, v) => fmtRatio(v), spanGaps: true, points: { show: false } },
+    {
+      label: 'up (islands → server)',
+      stroke: PALETTE[0],
+      width: 2,
+      value: (_u, v) => (isNum(v) ? `${fmtBytes(v)}/s` : '–'),
+      spanGaps: true,
+      points: { show: false },
+    },
+    {
+      label: 'down (server → islands)',
+      stroke: PALETTE[3],
+      width: 2,
+      dash: [6, 3],
+      value: (_u, v) => (isNum(v) ? `${fmtBytes(v)}/s` : '–'),
+      spanGaps: true,
+      points: { show: false },
+    },
+    {
+      label: 'compression',
+      scale: 'r',
+      stroke: PALETTE[6],
+      width: 1.5,
+      dash: [4, 3],
+      value: (_u, v) => fmtRatio(v),
+      spanGaps: true,
+      points: { show: false },
+    },
   ];
   const any = up.some(isNum) || down.some(isNum);
   return {
@@ -306,7 +468,16 @@ function versionDef(points: HistoryPoint[], x: XAxis): ChartDef {
     key: `version/${x}`,
     x,
     data: [ps.map((p) => xOf(p, x)), ps.map((p) => p.version)],
-    series: [{ label: 'outer version', stroke: PALETTE[4], width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), points: { show: false } }],
+    series: [
+      {
+        label: 'outer version',
+        stroke: PALETTE[4],
+        width: 2,
+        paths: uPlot.paths.stepped?.({ align: 1 }),
+        value: (_u, v) => fmtInt(v),
+        points: { show: false },
+      },
+    ],
     yFmt: (v) => fmtInt(v),
     yInt: true,
     breaks: true,
@@ -327,14 +498,27 @@ function stalenessDef(points: HistoryPoint[]): ChartDef {
   if (max >= 0) max = Math.max(max, Math.min(2, lastBucket));
   const xs: number[] = [];
   const ys: Y = [];
-  for (let t = 0; t <= max; t++) { xs.push(t); ys.push(counts.get(t) ?? 0); }
+  for (let t = 0; t <= max; t++) {
+    xs.push(t);
+    ys.push(counts.get(t) ?? 0);
+  }
   const total = ys.reduce<number>((a, b) => a + (b ?? 0), 0);
   return {
     key: 'staleness',
     x: 'linear',
     bars: true,
     data: [xs, ys],
-    series: [{ label: 'accepted Δs', stroke: PALETTE[0], fill: PALE[0], width: 1, paths: uPlot.paths.bars?.({ size: [0.7, 60] }), value: (_u, v) => fmtInt(v), points: { show: false } }],
+    series: [
+      {
+        label: 'accepted Δs',
+        stroke: PALETTE[0],
+        fill: PALE[0],
+        width: 1,
+        paths: uPlot.paths.bars?.({ size: [0.7, 60] }),
+        value: (_u, v) => fmtInt(v),
+        points: { show: false },
+      },
+    ],
     xValues: (v) => (Number.isInteger(v) ? (v === lastBucket && lastBucket > 2 ? `τ≥${v}` : `τ=${v}`) : ''),
     xLabel: 'staleness',
     yFmt: (v) => fmtInt(v),
@@ -351,21 +535,43 @@ function outcomesDef(points: HistoryPoint[], x: XAxis): ChartDef {
   const list = [...codes].sort();
   let acc = 0;
   const accepted: Y = ps.map((p) => (acc += p.accepted));
-  const byCode: Y[] = list.map((c) => { let s = 0; return ps.map((p) => (s += p.rejected[c] ?? 0)); });
+  const byCode: Y[] = list.map((c) => {
+    let s = 0;
+    return ps.map((p) => (s += p.rejected[c] ?? 0));
+  });
   const totals = list.map((c, i) => `${c} ${fmtInt(byCode[i][byCode[i].length - 1])}`);
   return {
     key: `outcomes/${x}/${list.join(',')}`,
     x,
     data: [ps.map((p) => xOf(p, x)), accepted, ...byCode],
     series: [
-      { label: 'accepted', stroke: PALETTE[2], width: 2, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), points: { show: false } },
-      ...list.map((c, i): uPlot.Series => ({ label: `rejected ${c}`, stroke: PALETTE[(i + 4) % PALETTE.length], width: 1.5, dash: [5, 3], paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), points: { show: false } })),
+      {
+        label: 'accepted',
+        stroke: PALETTE[2],
+        width: 2,
+        paths: uPlot.paths.stepped?.({ align: 1 }),
+        value: (_u, v) => fmtInt(v),
+        points: { show: false },
+      },
+      ...list.map(
+        (c, i): uPlot.Series => ({
+          label: `rejected ${c}`,
+          stroke: PALETTE[(i + 4) % PALETTE.length],
+          width: 1.5,
+          dash: [5, 3],
+          paths: uPlot.paths.stepped?.({ align: 1 }),
+          value: (_u, v) => fmtInt(v),
+          points: { show: false },
+        }),
+      ),
     ],
     yFmt: (v) => fmtSI(v),
     yInt: true,
     breaks: true,
     empty: ps.length === 0 ? WAIT : null,
-    note: ps.length ? `Cumulative. Accepted ${fmtInt(acc)}${list.length ? '; rejected: ' + totals.join(', ') : '; none rejected'}.` : '',
+    note: ps.length
+      ? `Cumulative. Accepted ${fmtInt(acc)}${list.length ? '; rejected: ' + totals.join(', ') : '; none rejected'}.`
+      : '',
   };
 }
 
@@ -378,7 +584,10 @@ export class Charts {
   private ro: ResizeObserver;
 
   /** `requestRender`: called when some charts were left for the next frame (creation is staged). */
-  constructor(private root: HTMLElement, private requestRender: () => void = () => {}) {
+  constructor(
+    private root: HTMLElement,
+    private requestRender: () => void = () => {},
+  ) {
     const defs: Array<[string, string]> = [
       ['loss', 'Loss'],
       ['tps', 'Tokens / s'],
@@ -397,7 +606,9 @@ export class Charts {
     let raf = 0;
     this.ro = new ResizeObserver(() => {
       cancelAnimationFrame(raf);
-      raf = requestAnimationFrame(() => { for (const b of this.boxes) b.resize(); });
+      raf = requestAnimationFrame(() => {
+        for (const b of this.boxes) b.resize();
+      });
     });
     this.ro.observe(root);
   }
@@ -432,7 +643,10 @@ export class Charts {
       const def = make();
       if (box.needsBuild(def)) {
         // Build while within the frame budget (at least one per frame, none when the budget is 0).
-        if (buildBudgetMs <= 0 || (builds > 0 && performance.now() - t0 > buildBudgetMs)) { deferred = true; continue; }
+        if (buildBudgetMs <= 0 || (builds > 0 && performance.now() - t0 > buildBudgetMs)) {
+          deferred = true;
+          continue;
+        }
         builds++;
       }
       box.update(def);
@@ -448,4 +662,3 @@ export class Charts {
     for (const b of this.boxes) b.deps = '';
   }
 }
-

@@ -7,7 +7,11 @@ import { h, setAttr, setText } from './dom.ts';
 import { fmtInt, fmtLoss, fmtPct, fmtRatio, fmtSI, isNum } from './format.ts';
 import type { Store } from './store.ts';
 
-interface Card { value: HTMLElement; sub: HTMLElement; el: HTMLElement }
+interface Card {
+  value: HTMLElement;
+  sub: HTMLElement;
+  el: HTMLElement;
+}
 
 /** Share of the upload saved against data-parallel training (null before any tokens). */
 export function uploadSaved(s: RunStatus): number | null {
@@ -27,7 +31,11 @@ export class Headline {
       ['eval', 'Eval loss', 'held-out loss of the global model'],
       ['goodput', 'Goodput', 'share of the islands\u2019 work that made it into the model'],
       ['saved', 'Upload saved', 'upload bytes saved against data-parallel training (fp32 gradient every step)'],
-      ['mix', 'Mixing saved', 'server bytes saved by butterfly mixing (islands averaging over WebRTC), net of its checks and signalling; groups formed per version'],
+      [
+        'mix',
+        'Mixing saved',
+        'server bytes saved by butterfly mixing (islands averaging over WebRTC), net of its checks and signalling; groups formed per version',
+      ],
     ];
     this.el = h('div', { class: 'headline', role: 'list', 'aria-label': 'Headline figures' });
     for (const [id, label, title] of defs) {
@@ -57,10 +65,26 @@ export class Headline {
     this.set('eval', fmtLoss(s.evalLoss), (isNum(s.trainLoss) ? `train ${fmtLoss(s.trainLoss)}` : '') + evalOf);
     this.set('goodput', fmtPct(s.goodput), 'tokens in θ ÷ tokens in all Δs sent');
     const saved = uploadSaved(s);
-    this.set('saved', fmtPct(saved), saved !== null && saved < 1 && s.bytesIn > 0 ? `${fmtRatio(s.bytesDataParallel / s.bytesIn)} less than data-parallel` : '');
+    this.set(
+      'saved',
+      fmtPct(saved),
+      saved !== null && saved < 1 && s.bytesIn > 0
+        ? `${fmtRatio(s.bytesDataParallel / s.bytesIn)} less than data-parallel`
+        : '',
+    );
     const m = s.mix;
-    const perVersion = m?.groupsByVersion.slice(-6).map((g) => `v${g.version}:${g.groups}`).join(' ') ?? '';
-    this.set('mix', m ? fmtSI(m.savedBytes, 'B') : 'off', m ? `k ${m.k} · ${fmtInt(m.mixedGroups)}/${fmtInt(m.groups)} groups mixed${m.mixedGroups ? ` (${(m.mixedMembers / m.mixedGroups).toFixed(1)} each)` : ''} · ${fmtInt(m.rings)} rings · ${perVersion}` : 'islands upload directly');
+    const perVersion =
+      m?.groupsByVersion
+        .slice(-6)
+        .map((g) => `v${g.version}:${g.groups}`)
+        .join(' ') ?? '';
+    this.set(
+      'mix',
+      m ? fmtSI(m.savedBytes, 'B') : 'off',
+      m
+        ? `k ${m.k} · ${fmtInt(m.mixedGroups)}/${fmtInt(m.groups)} groups mixed${m.mixedGroups ? ` (${(m.mixedMembers / m.mixedGroups).toFixed(1)} each)` : ''} · ${fmtInt(m.rings)} rings · ${perVersion}`
+        : 'islands upload directly',
+    );
     setAttr(this.cards.get('tps')!.el, 'data-paused', s.paused ? 'true' : null);
   }
 }

@@ -26,14 +26,28 @@ export class IslandPanel {
   constructor(private close: () => void) {
     const back = h('button', { type: 'button', id: 'island-back' }, '← all islands');
     back.addEventListener('click', () => this.close());
-    this.el = h('div', { class: 'island-view', id: 'island-view' },
-      h('div', { class: 'card-head' }, this.title, back), this.note,
-      h('div', { class: 'run' },
+    this.el = h(
+      'div',
+      { class: 'island-view', id: 'island-view' },
+      h('div', { class: 'card-head' }, this.title, back),
+      this.note,
+      h(
+        'div',
+        { class: 'run' },
         h('section', { class: 'card' }, h('table', { class: 'kv', id: 'island-facts' }, this.facts)),
-        h('div', { class: 'run-side' },
+        h(
+          'div',
+          { class: 'run-side' },
           this.chart.el,
-          h('section', { class: 'card' }, h('h2', {}, 'Rejections by code'),
-            h('table', { class: 'kv', id: 'island-rejections' }, this.rejections)))));
+          h(
+            'section',
+            { class: 'card' },
+            h('h2', {}, 'Rejections by code'),
+            h('table', { class: 'kv', id: 'island-rejections' }, this.rejections),
+          ),
+        ),
+      ),
+    );
   }
 
   /** Shows island `id` (''  hides the view and stops refreshing). */
@@ -86,7 +100,8 @@ export class IslandPanel {
     clear(this.rejections);
     const codes = Object.entries(i.rejectedByCode).sort((a, b) => b[1] - a[1]);
     if (codes.length === 0) this.rejections.appendChild(h('tr', {}, h('td', {}, 'none')));
-    for (const [code, n] of codes) this.rejections.appendChild(h('tr', {}, h('th', { scope: 'row' }, code), h('td', {}, fmtInt(n))));
+    for (const [code, n] of codes)
+      this.rejections.appendChild(h('tr', {}, h('th', { scope: 'row' }, code), h('td', {}, fmtInt(n))));
     const cs = d.contributions;
     this.chart.update({
       key: 'island-quality',
@@ -95,12 +110,37 @@ export class IslandPanel {
       xValues: (v) => (Number.isInteger(v) ? `v${v}` : ''),
       data: [cs.map((c) => c.version), cs.map((c) => c.cosine), cs.map((c) => c.normRatio), cs.map((c) => c.staleness)],
       series: [
-        { label: 'cosine', stroke: PALETTE[0], width: 2, value: (_u, v) => fmtFixed(v, 3), points: { show: true, size: 5 } },
-        { label: 'norm ÷ median', stroke: PALETTE[1], width: 1.5, dash: [5, 3], value: (_u, v) => fmtFixed(v, 2), points: { show: true, size: 4 } },
-        { label: 'staleness τ', stroke: PALETTE[4], width: 1, paths: uPlot.paths.stepped?.({ align: 1 }), value: (_u, v) => fmtInt(v), points: { show: false } },
+        {
+          label: 'cosine',
+          stroke: PALETTE[0],
+          width: 2,
+          value: (_u, v) => fmtFixed(v, 3),
+          points: { show: true, size: 5 },
+        },
+        {
+          label: 'norm ÷ median',
+          stroke: PALETTE[1],
+          width: 1.5,
+          dash: [5, 3],
+          value: (_u, v) => fmtFixed(v, 2),
+          points: { show: true, size: 4 },
+        },
+        {
+          label: 'staleness τ',
+          stroke: PALETTE[4],
+          width: 1,
+          paths: uPlot.paths.stepped?.({ align: 1 }),
+          value: (_u, v) => fmtInt(v),
+          points: { show: false },
+        },
       ],
       yFmt: (v) => v.toFixed(1),
-      empty: cs.length === 0 ? 'No accepted Δ yet' : cs.every((c) => c.cosine === null) ? 'Quality is measured in sync rounds; this run is async' : null,
+      empty:
+        cs.length === 0
+          ? 'No accepted Δ yet'
+          : cs.every((c) => c.cosine === null)
+            ? 'Quality is measured in sync rounds; this run is async'
+            : null,
       note: 'Per accepted Δ: cosine with its round\u2019s merged Δ (1 agrees, 0 orthogonal), ‖Δ‖/√steps ÷ the round\u2019s median, and staleness.',
     });
   }

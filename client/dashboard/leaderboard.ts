@@ -13,16 +13,42 @@ export class Leaderboard {
   private tbody = h('tbody');
   private rows: HTMLTableRowElement[] = [];
   private note = h('p', { class: 'muted small', id: 'leaderboard-note' });
-  private emptyEl = h('div', { class: 'empty', id: 'leaderboard-empty', hidden: true }, 'No contributions yet. Credit appears here once an island\u2019s first Δ is accepted.');
+  private emptyEl = h(
+    'div',
+    { class: 'empty', id: 'leaderboard-empty', hidden: true },
+    'No contributions yet. Credit appears here once an island\u2019s first Δ is accepted.',
+  );
   private sig = '';
 
   constructor() {
-    const cols = ['#', 'Contributor', 'Tokens merged', 'Share', 'Tokens computed', 'Accepted Δs', 'Islands', 'Engines', 'Last seen'];
+    const cols = [
+      '#',
+      'Contributor',
+      'Tokens merged',
+      'Share',
+      'Tokens computed',
+      'Accepted Δs',
+      'Islands',
+      'Engines',
+      'Last seen',
+    ];
     const num = [true, false, true, false, true, true, true, false, true];
-    this.el = h('div', { class: 'leaderboard' },
-      h('div', { class: 'table-wrap' }, h('table', { class: 'grid', id: 'leaderboard-table' },
-        h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { scope: 'col', class: num[i] ? 'num' : '' }, c)))), this.tbody), this.emptyEl),
-      this.note);
+    this.el = h(
+      'div',
+      { class: 'leaderboard' },
+      h(
+        'div',
+        { class: 'table-wrap' },
+        h(
+          'table',
+          { class: 'grid', id: 'leaderboard-table' },
+          h('thead', {}, h('tr', {}, ...cols.map((c, i) => h('th', { scope: 'col', class: num[i] ? 'num' : '' }, c)))),
+          this.tbody,
+        ),
+        this.emptyEl,
+      ),
+      this.note,
+    );
   }
 
   render(store: Store, now: number): void {
@@ -33,13 +59,35 @@ export class Leaderboard {
     const total = all.reduce((a, c) => a + c.tokens, 0);
     const top = all.slice(0, TOP);
     while (this.rows.length < top.length) {
-      const share = h('td', { class: 'share' }, h('span', { class: 'bar', 'aria-hidden': 'true' }), h('span', { class: 'v' }));
-      this.rows.push(h('tr', {}, h('td', { class: 'num' }), h('td', { class: 't-name' }), h('td', { class: 'num' }), share, h('td', { class: 'num' }), h('td', { class: 'num' }), h('td', { class: 'num' }), h('td'), h('td', { class: 'num' })));
+      const share = h(
+        'td',
+        { class: 'share' },
+        h('span', { class: 'bar', 'aria-hidden': 'true' }),
+        h('span', { class: 'v' }),
+      );
+      this.rows.push(
+        h(
+          'tr',
+          {},
+          h('td', { class: 'num' }),
+          h('td', { class: 't-name' }),
+          h('td', { class: 'num' }),
+          share,
+          h('td', { class: 'num' }),
+          h('td', { class: 'num' }),
+          h('td', { class: 'num' }),
+          h('td'),
+          h('td', { class: 'num' }),
+        ),
+      );
     }
     for (let r = 0; r < this.rows.length; r++) {
       const tr = this.rows[r];
       const c = top[r];
-      if (!c) { if (tr.parentNode) tr.remove(); continue; }
+      if (!c) {
+        if (tr.parentNode) tr.remove();
+        continue;
+      }
       if (tr.parentNode !== this.tbody || this.tbody.children[r] !== tr) this.tbody.appendChild(tr);
       const td = tr.children;
       const frac = total > 0 ? c.tokens / total : 0;
@@ -55,6 +103,13 @@ export class Leaderboard {
       setText(td[8], fmtAgo(c.lastSeen, now));
     }
     this.emptyEl.hidden = all.length > 0;
-    setText(this.note, all.length > TOP ? `Top ${TOP} of ${fmtInt(all.length)} contributors; ${fmtInt(total)} tokens in all.` : all.length ? `${fmtInt(all.length)} contributor${all.length === 1 ? '' : 's'}; ${fmtInt(total)} tokens in all. Islands of one contributor (or one display name) are credited together.` : '');
+    setText(
+      this.note,
+      all.length > TOP
+        ? `Top ${TOP} of ${fmtInt(all.length)} contributors; ${fmtInt(total)} tokens in all.`
+        : all.length
+          ? `${fmtInt(all.length)} contributor${all.length === 1 ? '' : 's'}; ${fmtInt(total)} tokens in all. Islands of one contributor (or one display name) are credited together.`
+          : '',
+    );
   }
 }

@@ -22,7 +22,13 @@ import { parseView, serializeView, SMOOTHINGS, TABS, type Tab, type ViewState } 
 /** At most two renders a second, whatever the message rate. */
 export const MIN_RENDER_INTERVAL_MS = 500;
 
-const TAB_LABELS: Record<Tab, string> = { overview: 'Overview', islands: 'Islands', leaderboard: 'Leaderboard', run: 'Run', admin: 'Admin' };
+const TAB_LABELS: Record<Tab, string> = {
+  overview: 'Overview',
+  islands: 'Islands',
+  leaderboard: 'Leaderboard',
+  run: 'Run',
+  admin: 'Admin',
+};
 
 const store = new Store();
 const source = new LiveSource(store);
@@ -32,22 +38,44 @@ let view: ViewState = parseView(location.hash);
 const perf = { renders: 0, renderMs: [] as number[], maxRenderMs: 0 };
 (window as unknown as { __atollDashboard: unknown }).__atollDashboard = {
   perf,
-  get view() { return view; },
-  get connection() { return source.connection; },
-  get messages() { return source.messages; },
-  get islands() { return store.islands.size; },
-  get historyPoints() { return store.history.length; },
-  get status() { return store.status; },
-  get lastPoint() { return store.history[store.history.length - 1] ?? null; },
+  get view() {
+    return view;
+  },
+  get connection() {
+    return source.connection;
+  },
+  get messages() {
+    return source.messages;
+  },
+  get islands() {
+    return store.islands.size;
+  },
+  get historyPoints() {
+    return store.history.length;
+  },
+  get status() {
+    return store.status;
+  },
+  get lastPoint() {
+    return store.history[store.history.length - 1] ?? null;
+  },
 };
 
 // ---------------------------------------------------------------- layout
 const app = $('#app');
-const connDot = h('span', { class: 'conn', id: 'connection', 'data-state': 'connecting', role: 'status', 'aria-live': 'polite' }, 'connecting…');
+const connDot = h(
+  'span',
+  { class: 'conn', id: 'connection', 'data-state': 'connecting', role: 'status', 'aria-live': 'polite' },
+  'connecting…',
+);
 const runName = h('span', { class: 'run-name', id: 'header-run' }, '');
 const modeBadge = h('span', { class: 'badge', id: 'header-mode', hidden: true });
 const pausedBadge = h('span', { class: 'badge warn', id: 'header-paused', hidden: true }, 'paused');
-const doneBadge = h('span', { class: 'badge', id: 'header-done', hidden: true, title: 'the run reached its token budget' }, 'finished');
+const doneBadge = h(
+  'span',
+  { class: 'badge', id: 'header-done', hidden: true, title: 'the run reached its token budget' },
+  'finished',
+);
 const updated = h('span', { class: 'muted small', id: 'header-updated' });
 const headline = new Headline();
 
@@ -55,7 +83,11 @@ const tabButtons = new Map<Tab, HTMLButtonElement>();
 const panels = new Map<Tab, HTMLElement>();
 const tablist = h('nav', { class: 'tabs', role: 'tablist', 'aria-label': 'Dashboard sections' });
 for (const t of TABS) {
-  const b = h('button', { type: 'button', role: 'tab', id: `tab-${t}`, 'aria-controls': `panel-${t}`, 'data-tab': t }, TAB_LABELS[t]);
+  const b = h(
+    'button',
+    { type: 'button', role: 'tab', id: `tab-${t}`, 'aria-controls': `panel-${t}`, 'data-tab': t },
+    TAB_LABELS[t],
+  );
   b.addEventListener('click', () => setView({ tab: t, island: '' }, true));
   b.addEventListener('keydown', (e) => {
     const i = TABS.indexOf(t);
@@ -64,11 +96,25 @@ for (const t of TABS) {
     else if (e.key === 'ArrowLeft') next = TABS[(i + TABS.length - 1) % TABS.length];
     else if (e.key === 'Home') next = TABS[0];
     else if (e.key === 'End') next = TABS[TABS.length - 1];
-    if (next) { e.preventDefault(); setView({ tab: next }, true); tabButtons.get(next)!.focus(); }
+    if (next) {
+      e.preventDefault();
+      setView({ tab: next }, true);
+      tabButtons.get(next)!.focus();
+    }
   });
   tabButtons.set(t, b);
   tablist.appendChild(b);
-  panels.set(t, h('section', { class: 'panel', role: 'tabpanel', id: `panel-${t}`, 'aria-labelledby': `tab-${t}`, tabindex: 0, hidden: true }));
+  panels.set(
+    t,
+    h('section', {
+      class: 'panel',
+      role: 'tabpanel',
+      id: `panel-${t}`,
+      'aria-labelledby': `tab-${t}`,
+      tabindex: 0,
+      hidden: true,
+    }),
+  );
 }
 
 // overview: x-axis toggle + smoothing + charts
@@ -76,20 +122,40 @@ const xToggle = h('div', { class: 'segmented', role: 'radiogroup', 'aria-label':
 for (const x of ['time', 'tokens'] as const) {
   const id = `x-${x}`;
   const input = h('input', { type: 'radio', name: 'xaxis', id, value: x });
-  input.addEventListener('change', () => { if (input.checked) setView({ x }); });
+  input.addEventListener('change', () => {
+    if (input.checked) setView({ x });
+  });
   xToggle.append(input, h('label', { for: id }, x === 'time' ? 'vs time' : 'vs tokens'));
 }
-const smoothSelect = h('select', { id: 'smoothing', 'aria-label': 'Train loss smoothing' }, ...SMOOTHINGS.map((s) => h('option', { value: String(s) }, s === 0 ? 'no smoothing' : `EMA ${s}`)));
+const smoothSelect = h(
+  'select',
+  { id: 'smoothing', 'aria-label': 'Train loss smoothing' },
+  ...SMOOTHINGS.map((s) => h('option', { value: String(s) }, s === 0 ? 'no smoothing' : `EMA ${s}`)),
+);
 smoothSelect.addEventListener('change', () => setView({ smooth: Number(smoothSelect.value) }));
 const chartGrid = h('div', { class: 'charts', id: 'charts' });
-panels.get('overview')!.append(h('div', { class: 'toolbar' }, h('span', { class: 'muted' }, 'x axis'), xToggle, h('span', { class: 'muted' }, 'train loss'), smoothSelect), chartGrid);
+panels
+  .get('overview')!
+  .append(
+    h(
+      'div',
+      { class: 'toolbar' },
+      h('span', { class: 'muted' }, 'x axis'),
+      xToggle,
+      h('span', { class: 'muted' }, 'train loss'),
+      smoothSelect,
+    ),
+    chartGrid,
+  );
 const charts = new Charts(chartGrid, () => invalidate(true));
 
 const table = new IslandsTable(() => view, setView);
 panels.get('islands')!.append(table.el);
 const leaderboard = new Leaderboard();
 panels.get('leaderboard')!.append(leaderboard.el);
-const runPanel = new RunPanel(async () => { await Promise.all([source.refreshCheckpoints(), source.refreshRun()]); });
+const runPanel = new RunPanel(async () => {
+  await Promise.all([source.refreshCheckpoints(), source.refreshRun()]);
+});
 panels.get('run')!.append(runPanel.el);
 const admin = new AdminPanel(store, () => {
   void source.refreshStatus();
@@ -98,11 +164,25 @@ const admin = new AdminPanel(store, () => {
 });
 panels.get('admin')!.append(admin.el);
 const islandPanel = new IslandPanel(() => setView({ island: '' }, true));
-const islandSection = h('section', { class: 'panel', id: 'panel-island', 'aria-label': 'Island', hidden: true }, islandPanel.el);
+const islandSection = h(
+  'section',
+  { class: 'panel', id: 'panel-island', 'aria-label': 'Island', hidden: true },
+  islandPanel.el,
+);
 
 app.replaceChildren(
-  h('header', { class: 'top' },
-    h('h1', {}, 'Atoll'), runName, modeBadge, pausedBadge, doneBadge, h('span', { class: 'spacer' }), updated, connDot),
+  h(
+    'header',
+    { class: 'top' },
+    h('h1', {}, 'Atoll'),
+    runName,
+    modeBadge,
+    pausedBadge,
+    doneBadge,
+    h('span', { class: 'spacer' }),
+    updated,
+    connDot,
+  ),
   headline.el,
   tablist,
   ...panels.values(),
@@ -124,8 +204,16 @@ function setView(patch: Partial<ViewState>, push = false): void {
   invalidate(true);
 }
 
-window.addEventListener('hashchange', () => { view = parseView(location.hash); charts.invalidate(); invalidate(true); });
-window.addEventListener('popstate', () => { view = parseView(location.hash); charts.invalidate(); invalidate(true); });
+window.addEventListener('hashchange', () => {
+  view = parseView(location.hash);
+  charts.invalidate();
+  invalidate(true);
+});
+window.addEventListener('popstate', () => {
+  view = parseView(location.hash);
+  charts.invalidate();
+  invalidate(true);
+});
 // Canonical hash from the start (so a copied link always carries the tab).
 if (location.hash !== serializeView(view)) history.replaceState(null, '', serializeView(view));
 
@@ -139,10 +227,16 @@ let timer: ReturnType<typeof setTimeout> | null = null;
 function invalidate(now = false): void {
   if (now) urgent = true;
   if (scheduled && !(now && timer)) return;
-  if (timer) { clearTimeout(timer); timer = null; }
+  if (timer) {
+    clearTimeout(timer);
+    timer = null;
+  }
   scheduled = true;
   const wait = urgent ? 0 : Math.max(0, lastRender + MIN_RENDER_INTERVAL_MS - performance.now());
-  timer = setTimeout(() => { timer = null; requestAnimationFrame(frame); }, wait);
+  timer = setTimeout(() => {
+    timer = null;
+    requestAnimationFrame(frame);
+  }, wait);
 }
 
 function frame(): void {
@@ -187,23 +281,47 @@ function render(): void {
   if (smoothSelect.value !== String(view.smooth)) smoothSelect.value = String(view.smooth);
   switch (view.tab) {
     case 'overview':
-      if (revealed) { charts.invalidate(); invalidate(true); } else charts.render(store, view.x, view.smooth);
+      if (revealed) {
+        charts.invalidate();
+        invalidate(true);
+      } else charts.render(store, view.x, view.smooth);
       break;
-    case 'islands': table.render(store, now); break;
-    case 'leaderboard': leaderboard.render(store, now); break;
-    case 'run': runPanel.render(store); break;
-    case 'admin': admin.render(store); break;
+    case 'islands':
+      table.render(store, now);
+      break;
+    case 'leaderboard':
+      leaderboard.render(store, now);
+      break;
+    case 'run':
+      runPanel.render(store);
+      break;
+    case 'admin':
+      admin.render(store);
+      break;
   }
 }
 
 function showConnection(c: Connection): void {
   connDot.dataset.state = c;
   setText(connDot, c === 'live' ? 'live' : c === 'polling' ? 'polling' : c === 'offline' ? 'offline' : 'connecting…');
-  setAttr(connDot, 'title', c === 'live' ? 'socket.io /dashboard stream' : c === 'polling' ? 'socket down: polling the REST API every 2 s' : c === 'offline' ? 'no answer from the server: retrying' : '');
+  setAttr(
+    connDot,
+    'title',
+    c === 'live'
+      ? 'socket.io /dashboard stream'
+      : c === 'polling'
+        ? 'socket down: polling the REST API every 2 s'
+        : c === 'offline'
+          ? 'no answer from the server: retrying'
+          : '',
+  );
 }
 
 store.onChange(() => invalidate());
-source.onConnection = (c) => { showConnection(c); invalidate(); };
+source.onConnection = (c) => {
+  showConnection(c);
+  invalidate();
+};
 setInterval(() => invalidate(), 1000); // "last seen" / "updated" clocks
 void source.start();
 invalidate(true);

@@ -32,10 +32,23 @@ export function runFacts(r: RunInfo): Array<[string, string]> {
     ['Model', `GPT-2: ${m.nLayer} layers, ${m.nHead} heads, width ${m.nEmbd}, context ${m.blockSize} tokens`],
     ['Parameters', `${fmtSI(r.params)} (${fmtBytes(r.modelBytes)} in fp32)`],
     ['Text', `${r.data.name}: ${fmtBytes(r.data.trainBytes)} to train on, ${fmtBytes(r.data.heldOutBytes)} held out`],
-    ['Mode', r.mode === 'sync' ? 'sync: one outer update per round of all islands' : 'async: an outer update per arriving Δ'],
+    [
+      'Mode',
+      r.mode === 'sync' ? 'sync: one outer update per round of all islands' : 'async: an outer update per arriving Δ',
+    ],
     ['Inner step', `${r.batch} sequences × ${r.seqLen} tokens = ${fmtInt(r.batch * r.seqLen)} tokens`],
-    ['Inner steps per round', r.innerSteps === null ? `set per island to fill a ${(r.targetRoundMs / 1000).toFixed(0)} s round` : `H = ${r.innerSteps}`],
-    ['Codec (Δ upload)', c.encoding === 'topk' ? `top-k, ${((c.topkFraction ?? 0.01) * 100).toFixed(2)}% of entries` : `${c.encoding}${c.blockSize ? `, blocks of ${c.blockSize}` : ''}`],
+    [
+      'Inner steps per round',
+      r.innerSteps === null
+        ? `set per island to fill a ${(r.targetRoundMs / 1000).toFixed(0)} s round`
+        : `H = ${r.innerSteps}`,
+    ],
+    [
+      'Codec (Δ upload)',
+      c.encoding === 'topk'
+        ? `top-k, ${((c.topkFraction ?? 0.01) * 100).toFixed(2)}% of entries`
+        : `${c.encoding}${c.blockSize ? `, blocks of ${c.blockSize}` : ''}`,
+    ],
     ['Outer optimizer', `${o.kind}, learning rate ${o.lr}, momentum ${o.momentum}`],
     ['Traffic per island and round', `${fmtBytes(r.bytesPerRound.up)} up, ${fmtBytes(r.bytesPerRound.down)} down`],
     ['Largest Δ frame accepted', fmtBytes(r.maxFrameBytes)],
@@ -64,25 +77,80 @@ export class RunPanel {
   private sig = '';
 
   constructor(private refresh: () => Promise<void>) {
-    this.tokensInput = h('input', { type: 'number', id: 'sample-tokens', min: 1, max: 2000, value: 200, 'aria-label': 'Tokens to sample' });
-    this.tokensInput.addEventListener('keydown', (e) => { if (e.key === 'Enter') void this.sample(); });
-    this.sampleBtn = h('button', { type: 'button', id: 'sample-button', class: 'primary' }, 'Sample from current model');
+    this.tokensInput = h('input', {
+      type: 'number',
+      id: 'sample-tokens',
+      min: 1,
+      max: 2000,
+      value: 200,
+      'aria-label': 'Tokens to sample',
+    });
+    this.tokensInput.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') void this.sample();
+    });
+    this.sampleBtn = h(
+      'button',
+      { type: 'button', id: 'sample-button', class: 'primary' },
+      'Sample from current model',
+    );
     this.sampleBtn.addEventListener('click', () => void this.sample());
     const refreshBtn = h('button', { type: 'button', id: 'checkpoints-refresh' }, 'Refresh');
     refreshBtn.addEventListener('click', () => void this.refresh());
     this.sampleOut.textContent = 'Press the button to generate text from the current global model.';
-    const configCard = h('section', { class: 'card' }, this.title, this.desc,
+    const configCard = h(
+      'section',
+      { class: 'card' },
+      this.title,
+      this.desc,
       h('table', { class: 'kv', id: 'run-facts' }, h('caption', {}, 'Run'), this.facts),
-      h('details', { class: 'config', open: true }, h('summary', {}, 'Full configuration'),
-        h('table', { class: 'kv', id: 'run-config' }, this.config)));
-    const checkpointsCard = h('section', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', {}, 'Checkpoints'), refreshBtn),
-      h('div', { class: 'table-wrap' }, h('table', { class: 'grid', id: 'checkpoints-table' },
-        h('thead', {}, h('tr', {}, h('th', { class: 'num', scope: 'col' }, 'Version'), h('th', { scope: 'col' }, 'Saved'), h('th', { class: 'num', scope: 'col' }, 'Size'), h('th', { scope: 'col' }, 'Hash'), h('th', { scope: 'col' }, 'Download'))),
-        this.ckBody), this.ckEmpty),
-      h('p', { class: 'muted small' }, 'Safetensors: npx atoll sample --checkpoint FILE. transformers (.tar): unpack, then GPT2LMHeadModel.from_pretrained(folder) and AutoTokenizer.from_pretrained(folder); the context is limited to the block size.'));
-    const sampleCard = h('section', { class: 'card' }, h('h2', {}, 'Sample'),
+      h(
+        'details',
+        { class: 'config', open: true },
+        h('summary', {}, 'Full configuration'),
+        h('table', { class: 'kv', id: 'run-config' }, this.config),
+      ),
+    );
+    const checkpointsCard = h(
+      'section',
+      { class: 'card' },
+      h('div', { class: 'card-head' }, h('h2', {}, 'Checkpoints'), refreshBtn),
+      h(
+        'div',
+        { class: 'table-wrap' },
+        h(
+          'table',
+          { class: 'grid', id: 'checkpoints-table' },
+          h(
+            'thead',
+            {},
+            h(
+              'tr',
+              {},
+              h('th', { class: 'num', scope: 'col' }, 'Version'),
+              h('th', { scope: 'col' }, 'Saved'),
+              h('th', { class: 'num', scope: 'col' }, 'Size'),
+              h('th', { scope: 'col' }, 'Hash'),
+              h('th', { scope: 'col' }, 'Download'),
+            ),
+          ),
+          this.ckBody,
+        ),
+        this.ckEmpty,
+      ),
+      h(
+        'p',
+        { class: 'muted small' },
+        'Safetensors: npx atoll sample --checkpoint FILE. transformers (.tar): unpack, then GPT2LMHeadModel.from_pretrained(folder) and AutoTokenizer.from_pretrained(folder); the context is limited to the block size.',
+      ),
+    );
+    const sampleCard = h(
+      'section',
+      { class: 'card' },
+      h('h2', {}, 'Sample'),
       h('div', { class: 'toolbar' }, h('label', { for: 'sample-tokens' }, 'Tokens '), this.tokensInput, this.sampleBtn),
-      this.sampleOut, this.sampleMeta);
+      this.sampleOut,
+      this.sampleMeta,
+    );
     this.el = h('div', { class: 'run' }, configCard, h('div', { class: 'run-side' }, checkpointsCard, sampleCard));
   }
 
@@ -94,20 +162,40 @@ export class RunPanel {
     setText(this.title, run?.name ? `Run: ${run.name}` : 'Run');
     setText(this.desc, run?.description ?? (run ? '' : 'Run information is not available yet.'));
     clear(this.facts);
-    for (const [k, v] of run ? runFacts(run) : []) this.facts.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
+    for (const [k, v] of run ? runFacts(run) : [])
+      this.facts.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
     clear(this.config);
-    for (const [k, v] of run ? flatten(run.config) : []) this.config.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
+    for (const [k, v] of run ? flatten(run.config) : [])
+      this.config.appendChild(h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)));
     clear(this.ckBody);
     const cks = store.checkpoints ?? [];
     for (const c of cks) {
-      this.ckBody.appendChild(h('tr', {},
-        h('td', { class: 'num' }, fmtInt(c.version)),
-        h('td', {}, fmtTime(c.time)),
-        h('td', { class: 'num' }, fmtBytes(c.bytes)),
-        h('td', { class: 'mono' }, c.hash ? c.hash.slice(0, 12) : '–'),
-        h('td', { class: 'downloads' },
-          h('a', { href: c.url, download: c.file, class: 'dl-atoll' }, c.file), ' ',
-          h('a', { href: c.hfUrl, download: c.hfFile, class: 'dl-hf', title: 'a transformers GPT-2 folder (GPT2LMHeadModel.from_pretrained), as .tar' }, 'transformers (.tar)'))));
+      this.ckBody.appendChild(
+        h(
+          'tr',
+          {},
+          h('td', { class: 'num' }, fmtInt(c.version)),
+          h('td', {}, fmtTime(c.time)),
+          h('td', { class: 'num' }, fmtBytes(c.bytes)),
+          h('td', { class: 'mono' }, c.hash ? c.hash.slice(0, 12) : '–'),
+          h(
+            'td',
+            { class: 'downloads' },
+            h('a', { href: c.url, download: c.file, class: 'dl-atoll' }, c.file),
+            ' ',
+            h(
+              'a',
+              {
+                href: c.hfUrl,
+                download: c.hfFile,
+                class: 'dl-hf',
+                title: 'a transformers GPT-2 folder (GPT2LMHeadModel.from_pretrained), as .tar',
+              },
+              'transformers (.tar)',
+            ),
+          ),
+        ),
+      );
     }
     this.ckEmpty.hidden = cks.length > 0;
   }
@@ -128,6 +216,9 @@ export class RunPanel {
     const b = r.body as SampleResponse;
     this.sampleOut.textContent = b.prompt + b.text;
     // The server caps the length; say what it actually generated.
-    setText(this.sampleMeta, `${b.tokens} tokens from version ${b.version} in ${ms} ms${b.tokens < n ? ` (the server caps samples at ${b.tokens})` : ''}.`);
+    setText(
+      this.sampleMeta,
+      `${b.tokens} tokens from version ${b.version} in ${ms} ms${b.tokens < n ? ` (the server caps samples at ${b.tokens})` : ''}.`,
+    );
   }
 }

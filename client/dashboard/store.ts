@@ -60,7 +60,10 @@ export class Store {
       else {
         const at = h.findIndex((q) => q.version >= p.version);
         if (h[at].version === p.version) h[at] = p;
-        else { h.push(p); sorted = false; }
+        else {
+          h.push(p);
+          sorted = false;
+        }
       }
     }
     if (!sorted) h.sort((a, b) => a.version - b.version);

@@ -21,7 +21,16 @@ export interface ViewState {
 }
 
 export const DEFAULT_VIEW: ViewState = {
-  tab: 'overview', sort: 'tokens', dir: 'desc', q: '', status: '', page: 1, size: 50, x: 'time', smooth: 0.6, island: '',
+  tab: 'overview',
+  sort: 'tokens',
+  dir: 'desc',
+  q: '',
+  status: '',
+  page: 1,
+  size: 50,
+  x: 'time',
+  smooth: 0.6,
+  island: '',
 };
 
 export const PAGE_SIZES = [25, 50, 100, 250];

@@ -46,18 +46,35 @@ const FULL_STEP_UNDER_MS = 3000;
  * f32 or f16 storage from their two calibrations: f16 when it trains faster, with the line the page
  * logs (the ratio is f16's tokens/s ÷ f32's).
  */
-export function pickNumerics(f32: Calibration, f16: Calibration): { numerics: 'f32' | 'f16'; speedup: number; line: string } {
+export function pickNumerics(
+  f32: Calibration,
+  f16: Calibration,
+): { numerics: 'f32' | 'f16'; speedup: number; line: string } {
   const speedup = f16.tokensPerSec / f32.tokensPerSec;
   const both = `f16 ${Math.round(f16.tokensPerSec).toLocaleString('en-US')} vs f32 ${Math.round(f32.tokensPerSec).toLocaleString('en-US')} tokens/s`;
   return speedup > 1
-    ? { numerics: 'f16', speedup, line: `Numerics: f16 storage, ${speedup.toFixed(2)}× faster than f32 here (${both}); master weights stay f32.` }
+    ? {
+        numerics: 'f16',
+        speedup,
+        line: `Numerics: f16 storage, ${speedup.toFixed(2)}× faster than f32 here (${both}); master weights stay f32.`,
+      }
     : { numerics: 'f32', speedup, line: `Numerics: f32; f16 storage was not faster here (${both}).` };
 }
 
 /** Which saved measurement fits this engine and shape. */
 export function calibrationKey(kind: string, device: string, shape: ModelShape): string {
   const c = shape.config;
-  return [kind, device, c.vocabSize, c.blockSize, c.nLayer, c.nHead, c.nEmbd, shape.maxBatch, shape.maxT ?? c.blockSize].join('|');
+  return [
+    kind,
+    device,
+    c.vocabSize,
+    c.blockSize,
+    c.nLayer,
+    c.nHead,
+    c.nEmbd,
+    shape.maxBatch,
+    shape.maxT ?? c.blockSize,
+  ].join('|');
 }
 
 /** The full batch a round trains on: what the calibration measures. */
@@ -79,7 +96,12 @@ async function timeStep(e: TrainingEngine, train: Uint8Array, B: number, T: numb
  * smaller (a first step slowed by warm-up or a busy moment drops out). It is high by about
  * f·(B/2 − 1): on a slow GPU bound by dispatches the first round comes out short rather than long.
  */
-export function fullStepPlan(oneMs: number, twoMs: number, B: number, rows = 1): { kind: 'full' } | { kind: 'estimated'; stepMs: number } {
+export function fullStepPlan(
+  oneMs: number,
+  twoMs: number,
+  B: number,
+  rows = 1,
+): { kind: 'full' } | { kind: 'estimated'; stepMs: number } {
   // rows: the smallest batch timed (an island of N devices: N rows, one per device), then twice that
   const stepMs = Math.min((oneMs * B) / rows, (twoMs * B) / (2 * rows));
   return B <= 2 * rows || stepMs < FULL_STEP_UNDER_MS ? { kind: 'full' } : { kind: 'estimated', stepMs };
@@ -91,7 +113,12 @@ export function fullStepPlan(oneMs: number, twoMs: number, B: number, rows = 1):
  * devices); then either the full
  * batch is estimated from them (a slow device) or one or two full-batch steps are timed.
  */
-export async function calibrate(e: TrainingEngine, train: Uint8Array, shape: ModelShape, key: string): Promise<Calibration> {
+export async function calibrate(
+  e: TrainingEngine,
+  train: Uint8Array,
+  shape: ModelShape,
+  key: string,
+): Promise<Calibration> {
   const t0 = performance.now();
   const { B, T } = fullBatch(shape);
   const timed: Calibration['timed'] = [];
@@ -114,5 +141,13 @@ export async function calibrate(e: TrainingEngine, train: Uint8Array, shape: Mod
     if (stepMs < FULL_STEP_UNDER_MS) stepMs = (stepMs + (await time(B))) / 2;
   }
   await e.resetOptimizerState();
-  return { key, tokensPerSec: (1000 * B * T) / stepMs, stepMs, timed, estimated: plan.kind === 'estimated', ms: performance.now() - t0, at: Date.now() };
+  return {
+    key,
+    tokensPerSec: (1000 * B * T) / stepMs,
+    stepMs,
+    timed,
+    estimated: plan.kind === 'estimated',
+    ms: performance.now() - t0,
+    at: Date.now(),
+  };
 }

@@ -12,7 +12,16 @@ import { type CodecOptions, decodeDelta, encodeDelta } from '../../core/codec/in
 import type { FragmentUpload } from '../../core/mix/broker.ts';
 import { type PieceChannel, canonicalFragment, exchange, joinPieces } from '../../core/mix/butterfly.ts';
 import { sha256Hex } from '../../core/mix/commit.ts';
-import type { AckMsg, Assignment, DeltaMeta, HelloMsg, MixPieceMsg, MixPlanMsg, ModelSnapshotMsg, UpdateMsg } from '../../core/protocol.ts';
+import type {
+  AckMsg,
+  Assignment,
+  DeltaMeta,
+  HelloMsg,
+  MixPieceMsg,
+  MixPlanMsg,
+  ModelSnapshotMsg,
+  UpdateMsg,
+} from '../../core/protocol.ts';
 import { type Result, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
 
@@ -23,10 +32,11 @@ const RECENT_KEPT = 16;
 export type UpdatePiece = MixPieceMsg;
 
 /** The member's group as the server announced it (a MixPlanMsg, its weights computed). */
-export type MemberPlan = Pick<MixPlanMsg, 'groupId' | 'index' | 'members' | 'ranges' | 'linked'> & Partial<Pick<MixPlanMsg, 'iceServers'>> & {
-  /** a_m = fround(w_m / W) (butterfly.ts mixWeights). */
-  weights: Float32Array;
-};
+export type MemberPlan = Pick<MixPlanMsg, 'groupId' | 'index' | 'members' | 'ranges' | 'linked'> &
+  Partial<Pick<MixPlanMsg, 'iceServers'>> & {
+    /** a_m = fround(w_m / W) (butterfly.ts mixWeights). */
+    weights: Float32Array;
+  };
 
 /** The member's link to the server for mixing (signalling + fragments); socket.io live, in-process in the simulator. */
 export interface MixPort {
@@ -64,7 +74,12 @@ export interface MixMemberOptions {
   stats?: MixMemberStats;
 }
 
-export interface MixMemberStats { mixed: number; direct: number; piecesOk: number; piecesRefetched: number }
+export interface MixMemberStats {
+  mixed: number;
+  direct: number;
+  piecesOk: number;
+  piecesRefetched: number;
+}
 
 export class MixMember implements Transport {
   private codec: CodecOptions | null = null;
@@ -78,7 +93,13 @@ export class MixMember implements Transport {
   private readonly listeners = new Set<(m: UpdateMsg) => void>();
   readonly stats: MixMemberStats;
 
-  constructor(private readonly inner: Transport, private readonly port: MixPort, private readonly net: PeerNet, private readonly n: number, private readonly opts: MixMemberOptions = {}) {
+  constructor(
+    private readonly inner: Transport,
+    private readonly port: MixPort,
+    private readonly net: PeerNet,
+    private readonly n: number,
+    private readonly opts: MixMemberOptions = {},
+  ) {
     this.stats = opts.stats ?? { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
     port.serve({ check: async (g, j) => this.check(g, j), replay: async (g) => this.held.get(g)?.frame ?? null });
     port.onPiece((p) => this.onPiece(p));
@@ -103,8 +124,12 @@ export class MixMember implements Transport {
     return r;
   }
 
-  fetchModel(): Promise<Result<ModelSnapshotMsg>> { return this.inner.fetchModel(); }
-  close(reason: string): Promise<void> { return this.inner.close(reason); }
+  fetchModel(): Promise<Result<ModelSnapshotMsg>> {
+    return this.inner.fetchModel();
+  }
+  close(reason: string): Promise<void> {
+    return this.inner.close(reason);
+  }
 
   /**
    * Catch-up: an update whose pieces are still being exchanged is waited for, not fetched again from
@@ -146,9 +171,15 @@ export class MixMember implements Transport {
   private async mix(plan: MemberPlan, frame: Uint8Array, codec: CodecOptions): Promise<AckMsg | 'direct' | 'regroup'> {
     let up: FragmentUpload | null = null;
     const ids = plan.members.map((m) => m.islandId);
-    const frames = await exchange(plan.index, ids.length, frame, this.net.channel(`g${plan.groupId}`, plan.index, ids), (j, b) => sha256Hex(b) === plan.members[j].frameHash);
+    const frames = await exchange(
+      plan.index,
+      ids.length,
+      frame,
+      this.net.channel(`g${plan.groupId}`, plan.index, ids),
+      (j, b) => sha256Hex(b) === plan.members[j].frameHash,
+    );
     const xs = frames?.map((f) => decodeDelta(f, this.n));
-    if (xs && xs.every((x) => x.ok)) {
+    if (xs?.every((x) => x.ok)) {
       const decoded = xs.map((x) => (x.ok ? x.value.slice() : new Float32Array(0)));
       this.held.set(plan.groupId, { xs: decoded, frame, plan });
       up = { frame: this.fragmentFrame(decoded, plan, plan.index, codec) };
@@ -218,4 +249,6 @@ export class MixMember implements Transport {
 }
 
 /** A frame worth mixing: at least a header (the runtime's own frames always are). */
-function peekable(frame: Uint8Array): boolean { return frame.length >= 32; }
+function peekable(frame: Uint8Array): boolean {
+  return frame.length >= 32;
+}

@@ -7,7 +7,15 @@
 // code, so the messages are checked for shape only. No node: or DOM imports: the port comes in.
 
 import { type PieceChannel, unpackPieces } from '../../core/mix/butterfly.ts';
-import { type GroupNet, type LinkPlan, type RtcPeerConstructor, type SignalPort, WebRtcPeerNet, groupOf, wireMessage } from './mix-webrtc.ts';
+import {
+  type GroupNet,
+  type LinkPlan,
+  type RtcPeerConstructor,
+  type SignalPort,
+  WebRtcPeerNet,
+  groupOf,
+  wireMessage,
+} from './mix-webrtc.ts';
 
 type SignalKind = 'offer' | 'answer' | 'candidate';
 
@@ -42,7 +50,9 @@ export type FromHost =
  * never detach what others still read.
  */
 function own(b: Uint8Array | null, header = 0): ArrayBuffer[] {
-  return b && b.buffer instanceof ArrayBuffer && b.byteOffset <= header && b.buffer.byteLength - b.byteLength <= header ? [b.buffer] : [];
+  return b && b.buffer instanceof ArrayBuffer && b.byteOffset <= header && b.buffer.byteLength - b.byteLength <= header
+    ? [b.buffer]
+    : [];
 }
 
 /**
@@ -52,8 +62,11 @@ function own(b: Uint8Array | null, header = 0): ArrayBuffer[] {
 export function hostPeerNet(port: RelayPort, RTC: RtcPeerConstructor, timeoutMs = 15_000): WebRtcPeerNet {
   let fromServer: ((g: number, from: number, kind: SignalKind, data: string) => void) | null = null;
   const signal: SignalPort = {
-    send: (groupId, to, kind, data) => port.postMessage({ t: 'signal', groupId, to, kind, data } satisfies FromHost, []),
-    onSignal: (l) => { fromServer = l; },
+    send: (groupId, to, kind, data) =>
+      port.postMessage({ t: 'signal', groupId, to, kind, data } satisfies FromHost, []),
+    onSignal: (l) => {
+      fromServer = l;
+    },
     lost: (peer, groupId) => port.postMessage({ t: 'lost', peer, groupId } satisfies FromHost, []),
   };
   const net = new WebRtcPeerNet(RTC, signal, [], timeoutMs);
@@ -63,18 +76,32 @@ export function hostPeerNet(port: RelayPort, RTC: RtcPeerConstructor, timeoutMs 
       case 'join': {
         // a connection that cannot be made (a browser that refuses WebRTC) ends the group's exchange at once: the island uploads directly
         let reused = false;
-        try { reused = net.join(m.plan); } catch { net.leave(m.plan.groupId); }
+        try {
+          reused = net.join(m.plan);
+        } catch {
+          net.leave(m.plan.groupId);
+        }
         port.postMessage({ t: 'joined', id: m.id, reused } satisfies FromHost, []);
         break;
       }
-      case 'leave': net.leave(m.groupId); break;
-      case 'send': void net.sendWire(m.groupId, m.to, m.msg); break;
+      case 'leave':
+        net.leave(m.groupId);
+        break;
+      case 'send':
+        void net.sendWire(m.groupId, m.to, m.msg);
+        break;
       case 'recv':
         // the body is a view of the message the channel delivered, read by no one else: its buffer goes over
-        void net.recvBody(m.groupId, m.key, m.from, m.stage).then((body) => port.postMessage({ t: 'body', id: m.id, body } satisfies FromHost, own(body)));
+        void net
+          .recvBody(m.groupId, m.key, m.from, m.stage)
+          .then((body) => port.postMessage({ t: 'body', id: m.id, body } satisfies FromHost, own(body)));
         break;
       case 'signal':
-        try { fromServer?.(m.groupId, m.from, m.kind, m.data); } catch { net.leave(m.groupId); }
+        try {
+          fromServer?.(m.groupId, m.from, m.kind, m.data);
+        } catch {
+          net.leave(m.groupId);
+        }
         break;
     }
   });
@@ -116,7 +143,9 @@ export class RelayPeerNet implements GroupNet {
     return this.ask<Extract<FromHost, { t: 'joined' }>>((id) => ({ t: 'join', id, plan })).then((m) => m.reused);
   }
 
-  leave(groupId: number): void { this.post({ t: 'leave', groupId }); }
+  leave(groupId: number): void {
+    this.post({ t: 'leave', groupId });
+  }
 
   channel(key: string, _index: number, members: string[]): PieceChannel {
     const groupId = groupOf(key);
@@ -126,13 +155,22 @@ export class RelayPeerNet implements GroupNet {
         this.post({ t: 'send', groupId, to: members[to], msg }, own(msg));
       },
       recv: async (from, stage) => {
-        const m = await this.ask<Extract<FromHost, { t: 'body' }>>((id) => ({ t: 'recv', id, groupId, key, from: members[from], stage }));
+        const m = await this.ask<Extract<FromHost, { t: 'body' }>>((id) => ({
+          t: 'recv',
+          id,
+          groupId,
+          key,
+          from: members[from],
+          stage,
+        }));
         return m.body && unpackPieces(m.body);
       },
     };
   }
 
-  private post(m: ToHost, transfer: ArrayBuffer[] = []): void { this.port.postMessage(m, transfer); }
+  private post(m: ToHost, transfer: ArrayBuffer[] = []): void {
+    this.port.postMessage(m, transfer);
+  }
 
   /** A request the main thread answers (it always does: its waits end at its timeout or the group's leave). */
   private ask<R extends FromHost>(make: (id: number) => ToHost): Promise<R> {

@@ -9,7 +9,15 @@
 
 import { type PieceChannel, mixWeights } from '../../core/mix/butterfly.ts';
 import { type AckMsg, type DeltaMeta, type MixPlanMsg, type UpdateMsg, mixReadyMeta } from '../../core/protocol.ts';
-import { type MemberHandlers, type MemberPlan, MixMember, type MixMemberStats, type MixPort, type PeerNet, type UpdatePiece } from './mix-member.ts';
+import {
+  type MemberHandlers,
+  type MemberPlan,
+  MixMember,
+  type MixMemberStats,
+  type MixPort,
+  type PeerNet,
+  type UpdatePiece,
+} from './mix-member.ts';
 import type { GroupNet, SignalPort } from './mix-webrtc.ts';
 import { type SocketIoTransport, bytes } from './transport-socketio.ts';
 
@@ -32,18 +40,26 @@ export class SocketMixPort implements MixPort, SignalPort {
   net: GroupNet | null = null;
   private netMade: Promise<GroupNet | null> | null = null;
 
-  constructor(private readonly t: SocketIoTransport, private readonly makeNet: (signal: SignalPort) => Promise<GroupNet | null>) {
+  constructor(
+    private readonly t: SocketIoTransport,
+    private readonly makeNet: (signal: SignalPort) => Promise<GroupNet | null>,
+  ) {
     t.serve('mix:abort', (m: unknown) => {
       const g = (m as { groupId?: unknown } | null)?.groupId;
       if (isInt(g)) this.leave(g);
     });
   }
 
-  get active(): boolean { return (this.t.island?.mixGroup ?? 0) >= 2; }
+  get active(): boolean {
+    return (this.t.island?.mixGroup ?? 0) >= 2;
+  }
 
   async ready(meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null> {
     if (!this.active) return null;
-    this.netMade ??= this.makeNet(this).then((net) => (this.net = net), () => null);
+    this.netMade ??= this.makeNet(this).then(
+      (net) => (this.net = net),
+      () => null,
+    );
     if (!(await this.netMade)) return null;
     const r = await this.t.request<MixPlanMsg | null>('mix:ready', { meta: mixReadyMeta(meta), frameHash }, 0);
     const p = r.ok ? toPlan(r.value) : null;
@@ -68,15 +84,20 @@ export class SocketMixPort implements MixPort, SignalPort {
 
   serve(h: MemberHandlers): void {
     // mix:check's answer is { groupId, hash }, mix:replay's { groupId, frame } (null: cannot)
-    const answer = <T>(event: string, field: 'hash' | 'frame', f: (g: number, j: number) => Promise<T | null>) => this.t.serve(event, (m: unknown, ack: unknown) => {
-      if (typeof ack !== 'function') return;
-      const { groupId, j } = (m ?? {}) as { groupId?: unknown; j?: unknown };
-      if (!isInt(groupId) || (event === 'mix:check' && !isInt(j))) return (ack as (a: unknown) => void)({ groupId: 0, [field]: null });
-      void f(groupId, isInt(j) ? j : 0).then((v) => {
-        if (v instanceof Uint8Array) this.t.stats.bytesSent += v.length;
-        (ack as (a: unknown) => void)({ groupId, [field]: v });
-      }, () => (ack as (a: unknown) => void)({ groupId, [field]: null }));
-    });
+    const answer = <T>(event: string, field: 'hash' | 'frame', f: (g: number, j: number) => Promise<T | null>) =>
+      this.t.serve(event, (m: unknown, ack: unknown) => {
+        if (typeof ack !== 'function') return;
+        const { groupId, j } = (m ?? {}) as { groupId?: unknown; j?: unknown };
+        if (!isInt(groupId) || (event === 'mix:check' && !isInt(j)))
+          return (ack as (a: unknown) => void)({ groupId: 0, [field]: null });
+        void f(groupId, isInt(j) ? j : 0).then(
+          (v) => {
+            if (v instanceof Uint8Array) this.t.stats.bytesSent += v.length;
+            (ack as (a: unknown) => void)({ groupId, [field]: v });
+          },
+          () => (ack as (a: unknown) => void)({ groupId, [field]: null }),
+        );
+      });
     answer('mix:check', 'hash', (g, j) => h.check(g, j));
     answer('mix:replay', 'frame', (g) => h.replay(g));
   }
@@ -91,7 +112,15 @@ export class SocketMixPort implements MixPort, SignalPort {
       // waits for the links; the page's relay reads the join before the exchange's messages). Not
       // after the join: an update the member is gathering is waited for, not asked of the server
       const net = this.net;
-      void Promise.resolve(net.join({ groupId: p.groupId, index: p.index, members: p.members.map((islandId) => ({ islandId })), linked: p.linked, iceServers: this.iceServers })).catch(() => false);
+      void Promise.resolve(
+        net.join({
+          groupId: p.groupId,
+          index: p.index,
+          members: p.members.map((islandId) => ({ islandId })),
+          linked: p.linked,
+          iceServers: this.iceServers,
+        }),
+      ).catch(() => false);
       listener(p);
       setTimeout(() => net.leave(p.groupId), RING_LINKS_MS).unref?.();
     });
@@ -104,7 +133,14 @@ export class SocketMixPort implements MixPort, SignalPort {
   onSignal(l: (groupId: number, from: number, kind: SignalKind, data: string) => void): void {
     this.t.serve('mix:signal', (m: unknown) => {
       const s = (m ?? {}) as { groupId?: unknown; from?: unknown; kind?: unknown; data?: unknown };
-      if (isInt(s.groupId) && isInt(s.from) && typeof s.kind === 'string' && SIGNAL_KINDS.has(s.kind) && typeof s.data === 'string') l(s.groupId, s.from, s.kind as SignalKind, s.data);
+      if (
+        isInt(s.groupId) &&
+        isInt(s.from) &&
+        typeof s.kind === 'string' &&
+        SIGNAL_KINDS.has(s.kind) &&
+        typeof s.data === 'string'
+      )
+        l(s.groupId, s.from, s.kind as SignalKind, s.data);
     });
   }
 
@@ -123,7 +159,12 @@ export class SocketMixPort implements MixPort, SignalPort {
  * platform's data channels, signalling through the port it is handed (null: no WebRTC here), asked
  * only once the server turns out to mix.
  */
-export function mixingTransport(t: SocketIoTransport, makeNet: (signal: SignalPort) => Promise<GroupNet | null>, paramCount: number, stats?: MixMemberStats): MixMember {
+export function mixingTransport(
+  t: SocketIoTransport,
+  makeNet: (signal: SignalPort) => Promise<GroupNet | null>,
+  paramCount: number,
+  stats?: MixMemberStats,
+): MixMember {
   const port = new SocketMixPort(t, makeNet);
   const none: PieceChannel = { send: async () => {}, recv: async () => null };
   const peers: PeerNet = { channel: (key, index, members) => port.net?.channel(key, index, members) ?? none };
@@ -132,30 +173,61 @@ export function mixingTransport(t: SocketIoTransport, makeNet: (signal: SignalPo
 
 function isAck(v: unknown): v is AckMsg {
   const a = v as AckMsg | null;
-  return !!a && typeof a === 'object' && typeof a.islandId === 'string' && isInt(a.seq) && (a.status === 'applied' || a.status === 'rejected');
+  return (
+    !!a &&
+    typeof a === 'object' &&
+    typeof a.islandId === 'string' &&
+    isInt(a.seq) &&
+    (a.status === 'applied' || a.status === 'rejected')
+  );
 }
 
 /** The server's plan, checked for shape (the server is trusted; a malformed one means: upload directly). */
 function toPlan(v: MixPlanMsg | null): MemberPlan | null {
   if (!v || typeof v !== 'object' || !Array.isArray(v.members) || !Array.isArray(v.ranges)) return null;
   const k = v.members.length;
-  if (k < 2 || (k & (k - 1)) !== 0 || v.ranges.length !== k || !isInt(v.groupId) || !isInt(v.index) || v.index >= k) return null;
-  const members = v.members.map((m) => ({ islandId: String(m.islandId), tokens: Number(m.tokens), frameHash: String(m.frameHash) }));
+  if (k < 2 || (k & (k - 1)) !== 0 || v.ranges.length !== k || !isInt(v.groupId) || !isInt(v.index) || v.index >= k)
+    return null;
+  const members = v.members.map((m) => ({
+    islandId: String(m.islandId),
+    tokens: Number(m.tokens),
+    frameHash: String(m.frameHash),
+  }));
   if (members.some((m) => !(m.tokens > 0))) return null;
   return {
-    groupId: v.groupId, index: v.index, members, ranges: v.ranges, weights: mixWeights(members.map((m) => m.tokens)),
-    iceServers: Array.isArray(v.iceServers) ? v.iceServers : [], linked: Array.isArray(v.linked) ? v.linked.filter((j) => isInt(j) && j < k) : [],
+    groupId: v.groupId,
+    index: v.index,
+    members,
+    ranges: v.ranges,
+    weights: mixWeights(members.map((m) => m.tokens)),
+    iceServers: Array.isArray(v.iceServers) ? v.iceServers : [],
+    linked: Array.isArray(v.linked) ? v.linked.filter((j) => isInt(j) && j < k) : [],
   };
 }
 
 function toPiece(m: unknown): UpdatePiece | null {
   const p = m as UpdatePiece | null;
   const piece = p && typeof p === 'object' ? bytes(p.piece) : null;
-  if (!piece || !p!.update || typeof p!.update !== 'object' || !isInt(p!.groupId) || !isInt(p!.index) || !Array.isArray(p!.members) || typeof p!.frameHash !== 'string') return null;
+  if (
+    !piece ||
+    !p!.update ||
+    typeof p!.update !== 'object' ||
+    !isInt(p!.groupId) ||
+    !isInt(p!.index) ||
+    !Array.isArray(p!.members) ||
+    typeof p!.frameHash !== 'string'
+  )
+    return null;
   const u = p!.update as Omit<UpdateMsg, 'frame'>;
   if (!isInt(u.version) || !isInt(u.prevVersion) || typeof u.hash !== 'string') return null;
   const k = p!.members.length;
   if (k < 2 || (k & (k - 1)) !== 0 || p!.index >= k) return null;
   const linked = Array.isArray(p!.linked) ? p!.linked.filter((j) => isInt(j) && j < k) : undefined;
-  return { ...p!, piece, members: p!.members.map(String), linked, update: { ...u, trainLoss: typeof u.trainLoss === 'number' ? u.trainLoss : NaN } };
+  return {
+    ...p!,
+    piece,
+    members: p!.members.map(String),
+    linked,
+    update: { ...u, trainLoss: typeof u.trainLoss === 'number' ? u.trainLoss : NaN },
+  };
 }

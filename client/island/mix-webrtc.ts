@@ -15,7 +15,9 @@ import { MIX_LINKS_KEPT } from '../../core/protocol.ts';
 import type { MemberPlan, PeerNet } from './mix-member.ts';
 
 /** What connecting a group's or a ring's links needs of its plan. */
-export type LinkPlan = Pick<MemberPlan, 'groupId' | 'index' | 'linked' | 'iceServers'> & { members: ReadonlyArray<{ islandId: string }> };
+export type LinkPlan = Pick<MemberPlan, 'groupId' | 'index' | 'linked' | 'iceServers'> & {
+  members: ReadonlyArray<{ islandId: string }>;
+};
 
 /** The parts of the standard RTCPeerConnection API used here. */
 export interface RtcPeer {
@@ -27,7 +29,10 @@ export interface RtcPeer {
   readonly localDescription: { type: string; sdp: string } | null;
   readonly iceGatheringState: string;
   readonly connectionState: string;
-  addEventListener(type: 'icegatheringstatechange' | 'connectionstatechange' | 'datachannel', l: (e: { channel?: RtcChannel }) => void): void;
+  addEventListener(
+    type: 'icegatheringstatechange' | 'connectionstatechange' | 'datachannel',
+    l: (e: { channel?: RtcChannel }) => void,
+  ): void;
   close(): void;
 }
 
@@ -74,7 +79,9 @@ const MAX_ATTEMPTS = 4;
 /** Plans kept (the current group, earlier ones whose exchanges may still run, rings signalling new links). */
 const PLANS_KEPT = 8;
 
-interface Waiter { resolve(m: Uint8Array | null): void }
+interface Waiter {
+  resolve(m: Uint8Array | null): void;
+}
 
 /** Stage messages held before their exchange asks for them, at most (a group of 16 over log2 16 stages, pieces too, needs far fewer). */
 const MAIL_KEPT = 256;
@@ -90,9 +97,13 @@ export function groupOf(key: string): number {
 
 /** A stage message: 1 byte key length, the key, 1 byte stage, then packPieces' bytes. */
 export function wireMessage(key: string, stage: number, pieces: Map<number, Uint8Array>): Uint8Array {
-  const body = packPieces(pieces), k = new TextEncoder().encode(key);
+  const body = packPieces(pieces),
+    k = new TextEncoder().encode(key);
   const msg = new Uint8Array(2 + k.length + body.length);
-  msg[0] = k.length; msg.set(k, 1); msg[1 + k.length] = stage; msg.set(body, 2 + k.length);
+  msg[0] = k.length;
+  msg.set(k, 1);
+  msg[1 + k.length] = stage;
+  msg.set(body, 2 + k.length);
   return msg;
 }
 
@@ -123,12 +134,19 @@ export class WebRtcPeerNet implements GroupNet {
   /** Resolved (null) when the group is left: a send waiting on a link that never opens stops there. */
   private readonly endings = new Map<number, { done: Promise<null>; end(): void }>();
 
-  constructor(private readonly RTC: RtcPeerConstructor, private readonly signal: SignalPort, private readonly iceServers: MemberPlanIce[] = [], private readonly timeoutMs = 10_000) {
+  constructor(
+    private readonly RTC: RtcPeerConstructor,
+    private readonly signal: SignalPort,
+    private readonly iceServers: MemberPlanIce[] = [],
+    private readonly timeoutMs = 10_000,
+  ) {
     signal.onSignal((g, from, kind, data) => this.onSignal(g, from, kind, data));
   }
 
   /** Islands with a link open or opening (tests, the page's log). */
-  get linkCount(): number { return this.links.size; }
+  get linkCount(): number {
+    return this.links.size;
+  }
 
   /**
    * Connects to a group's butterfly partners as soon as it is announced: a partner the plan lists
@@ -145,13 +163,22 @@ export class WebRtcPeerNet implements GroupNet {
     for (const j of butterflyPartners(plan.index, plan.members.length)) {
       const id = plan.members[j].islandId;
       const had = this.links.get(id);
-      if (linked.has(j) && had && !had.closed) { this.touch(id, had); continue; }
+      if (linked.has(j) && had && !had.closed) {
+        this.touch(id, had);
+        continue;
+      }
       all = false;
-      if (plan.index < j || linked.has(j)) { this.connect(id, plan.groupId, j, true); continue; }
+      if (plan.index < j || linked.has(j)) {
+        this.connect(id, plan.groupId, j, true);
+        continue;
+      }
       // the peer offers: a link left from before is done with (the server saw it lost, or forgot it)
       if (had) this.drop(had);
       const offer = this.pendingOffers.get(`${plan.groupId}/${j}`);
-      if (offer !== undefined) { this.pendingOffers.delete(`${plan.groupId}/${j}`); this.connect(id, plan.groupId, j, false, offer); }
+      if (offer !== undefined) {
+        this.pendingOffers.delete(`${plan.groupId}/${j}`);
+        this.connect(id, plan.groupId, j, false, offer);
+      }
     }
     return all;
   }
@@ -201,7 +228,10 @@ export class WebRtcPeerNet implements GroupNet {
     if (id === undefined) return Promise.resolve(null);
     const slot = slotOf(groupId, id, key, stage);
     const m = this.mail.get(slot);
-    if (m) { this.mail.delete(slot); return Promise.resolve(m); }
+    if (m) {
+      this.mail.delete(slot);
+      return Promise.resolve(m);
+    }
     if (this.ended.has(groupId) || this.links.get(id)?.closed) return Promise.resolve(null);
     // no link yet: the partner's offer is on its way (the timeout covers one that never comes)
     return new Promise((resolve) => {
@@ -235,7 +265,10 @@ export class WebRtcPeerNet implements GroupNet {
 
   private wake(slot: string, m: Uint8Array | null): void {
     const w = this.waiters.get(slot);
-    if (w) { this.waiters.delete(slot); w.resolve(m); } else if (m) {
+    if (w) {
+      this.waiters.delete(slot);
+      w.resolve(m);
+    } else if (m) {
       // a peer's messages nobody waits for yet (it ran ahead): kept, but a peer cannot fill memory with them
       this.mail.set(slot, m);
       if (this.mail.size > MAIL_KEPT) this.mail.delete(this.mail.keys().next().value!);
@@ -284,18 +317,43 @@ export class WebRtcPeerNet implements GroupNet {
    * over with a fresh connection and offer when one is not ready within RETRY_MS or fails, up to
    * MAX_ATTEMPTS; the answerer answers each new offer with a fresh connection.
    */
-  private connect(id: string, groupId: number, index: number, offerer: boolean, remoteOffer?: string, link?: Link): void {
+  private connect(
+    id: string,
+    groupId: number,
+    index: number,
+    offerer: boolean,
+    remoteOffer?: string,
+    link?: Link,
+  ): void {
     if (!link) {
       const old = this.links.get(id);
       if (old) this.drop(old);
       let resolve: (c: RtcChannel | null) => void = () => {};
-      const made: Link = { peerId: id, groupId, index, offerer, peer: null, closed: false, ready: false, attempts: 0, channel: new Promise((r) => (resolve = r)), open: () => {} };
-      made.open = (c) => { if (!made.ready) { made.ready = c !== null; resolve(c); } };
+      const made: Link = {
+        peerId: id,
+        groupId,
+        index,
+        offerer,
+        peer: null,
+        closed: false,
+        ready: false,
+        attempts: 0,
+        channel: new Promise((r) => (resolve = r)),
+        open: () => {},
+      };
+      made.open = (c) => {
+        if (!made.ready) {
+          made.ready = c !== null;
+          resolve(c);
+        }
+      };
       link = made;
       this.touch(id, made);
       for (const w of this.linkWaiters.get(id) ?? []) void made.channel.then(w);
       this.linkWaiters.delete(id);
-      setTimeout(() => { if (!made.ready) this.lost(made); }, this.timeoutMs);
+      setTimeout(() => {
+        if (!made.ready) this.lost(made);
+      }, this.timeoutMs);
     }
     const l = link;
     if (l.ready || l.closed) return;
@@ -305,32 +363,52 @@ export class WebRtcPeerNet implements GroupNet {
     const attempt = ++l.attempts;
     const current = () => l.peer === pc && !l.closed;
     const retry = () => {
-      if (offerer && current() && !l.ready && attempt === l.attempts && attempt < MAX_ATTEMPTS) this.connect(id, groupId, index, true, undefined, l);
+      if (offerer && current() && !l.ready && attempt === l.attempts && attempt < MAX_ATTEMPTS)
+        this.connect(id, groupId, index, true, undefined, l);
     };
     // Open is not enough: a message that reaches a side before its 'message' listener is attached
     // (the answerer's channel comes in an event) is lost (node-datachannel#25). So each side says
     // hello until it hears the other's hello or ack: then both listen, and the link is ready.
     const wire = (ch: RtcChannel) => {
       ch.binaryType = 'arraybuffer';
-      let ready = false, timer: ReturnType<typeof setInterval> | null = null;
-      const hello = () => { try { if (ch.readyState === 'open') ch.send(HELLO); } catch { /* closing */ } };
+      let ready = false,
+        timer: ReturnType<typeof setInterval> | null = null;
+      const hello = () => {
+        try {
+          if (ch.readyState === 'open') ch.send(HELLO);
+        } catch {
+          /* closing */
+        }
+      };
       const greet = () => {
         if (timer || ready) return;
         hello();
         timer = setInterval(hello, 100);
-        setTimeout(() => { if (timer) clearInterval(timer); }, this.timeoutMs);
+        setTimeout(() => {
+          if (timer) clearInterval(timer);
+        }, this.timeoutMs);
       };
       ch.addEventListener('open', greet);
       ch.addEventListener('close', () => {
         if (timer) clearInterval(timer);
         if (!current()) return;
-        if (l.ready) this.lost(l); else retry();
+        if (l.ready) this.lost(l);
+        else retry();
       });
       ch.addEventListener('message', (e) => {
         const b = asBytes(e.data);
         if (b && b.length === 2 && b[0] === 0) {
-          if (b[1] === HELLO[1]) try { ch.send(ACK); } catch { /* closing */ }
-          if (!ready && current()) { ready = true; if (timer) clearInterval(timer); l.open(ch); }
+          if (b[1] === HELLO[1])
+            try {
+              ch.send(ACK);
+            } catch {
+              /* closing */
+            }
+          if (!ready && current()) {
+            ready = true;
+            if (timer) clearInterval(timer);
+            l.open(ch);
+          }
           return;
         }
         if (b && current()) this.onMessage(id, b);
@@ -339,11 +417,14 @@ export class WebRtcPeerNet implements GroupNet {
     };
     const gathered = new Promise<void>((resolve) => {
       if (pc.iceGatheringState === 'complete') resolve();
-      pc.addEventListener('icegatheringstatechange', () => { if (pc.iceGatheringState === 'complete') resolve(); });
+      pc.addEventListener('icegatheringstatechange', () => {
+        if (pc.iceGatheringState === 'complete') resolve();
+      });
     });
     pc.addEventListener('connectionstatechange', () => {
       if (pc.connectionState !== 'failed' && pc.connectionState !== 'closed') return;
-      if (l.ready && current()) this.lost(l); else retry();
+      if (l.ready && current()) this.lost(l);
+      else retry();
     });
     if (offerer) setTimeout(retry, RETRY_MS);
     void (async () => {
@@ -354,14 +435,17 @@ export class WebRtcPeerNet implements GroupNet {
           await gathered;
           if (current()) this.signal.send(groupId, index, 'offer', pc.localDescription!.sdp);
         } else {
-          pc.addEventListener('datachannel', (e) => { if (e.channel) wire(e.channel); });
+          pc.addEventListener('datachannel', (e) => {
+            if (e.channel) wire(e.channel);
+          });
           await pc.setRemoteDescription({ type: 'offer', sdp: remoteOffer });
           await pc.setLocalDescription(await pc.createAnswer());
           await gathered;
           if (current()) this.signal.send(groupId, index, 'answer', pc.localDescription!.sdp);
         }
       } catch {
-        if (offerer) retry(); else if (current()) this.lost(l);
+        if (offerer) retry();
+        else if (current()) this.lost(l);
       }
     })();
   }
@@ -375,13 +459,23 @@ export class WebRtcPeerNet implements GroupNet {
     const plan = this.plans.get(groupId);
     const id = plan?.members[from]?.islandId;
     if (kind === 'offer') {
-      if (!plan) { if (!this.ended.has(groupId)) this.pendingOffers.set(`${groupId}/${from}`, data); return; } // the offer beat the plan
+      if (!plan) {
+        if (!this.ended.has(groupId)) this.pendingOffers.set(`${groupId}/${from}`, data);
+        return;
+      } // the offer beat the plan
       if (id === undefined || from === plan.index) return;
       const mine = this.links.get(id);
       const opening = mine && !mine.ready && !mine.closed;
       if (plan.index < from && opening && mine.offerer) return;
       // the offerer's retry of a link still opening: the same link (sends may be waiting on it), a fresh connection
-      this.connect(id, groupId, from, false, data, opening && !mine.offerer && mine.groupId === groupId ? mine : undefined);
+      this.connect(
+        id,
+        groupId,
+        from,
+        false,
+        data,
+        opening && !mine.offerer && mine.groupId === groupId ? mine : undefined,
+      );
     } else if (kind === 'answer' && id !== undefined) {
       const l = this.links.get(id);
       if (l?.offerer && !l.ready) void l.peer?.setRemoteDescription({ type: 'answer', sdp: data }).catch(() => {});
@@ -393,6 +487,7 @@ export class WebRtcPeerNet implements GroupNet {
     if (b.length < 2 || b[0] === 0 || b.length < 2 + b[0]) return;
     const key = new TextDecoder().decode(b.subarray(1, 1 + b[0]));
     const groupId = groupOf(key);
-    if (Number.isInteger(groupId) && !this.ended.has(groupId)) this.wake(slotOf(groupId, peerId, key, b[1 + b[0]]), b.subarray(2 + b[0]));
+    if (Number.isInteger(groupId) && !this.ended.has(groupId))
+      this.wake(slotOf(groupId, peerId, key, b[1 + b[0]]), b.subarray(2 + b[0]));
   }
 }

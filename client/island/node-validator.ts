@@ -72,7 +72,12 @@ export async function startNodeValidator(o: NodeValidatorOptions): Promise<NodeV
     return engine;
   };
   say(`atoll island --validator: run '${info.name}', engine ${o.engine ?? 'cpu'}`);
-  const socket = io(`${base}/island`, { path: '/socket.io', transports: ['websocket'], reconnection: true, timeout: 20_000 });
+  const socket = io(`${base}/island`, {
+    path: '/socket.io',
+    transports: ['websocket'],
+    reconnection: true,
+    timeout: 20_000,
+  });
   const link = socketLink(socket);
   let stopped = false;
   let wake: (() => void) | null = null;
@@ -81,10 +86,22 @@ export async function startNodeValidator(o: NodeValidatorOptions): Promise<NodeV
       const a = await link.auth(o.token);
       if (!a.ok) return a;
       return await runValidator({
-        engineFor, train, link, stopped: () => stopped,
-        idle: () => new Promise<void>((r) => { const t = setTimeout(r, o.idleMs ?? 1000); wake = () => { clearTimeout(t); r(); }; }),
+        engineFor,
+        train,
+        link,
+        stopped: () => stopped,
+        idle: () =>
+          new Promise<void>((r) => {
+            const t = setTimeout(r, o.idleMs ?? 1000);
+            wake = () => {
+              clearTimeout(t);
+              r();
+            };
+          }),
         onVerdict: (job, m, passed, banned) => {
-          say(`audit ${job.jobId} of ${job.islandId} (round ${job.roundId}): cosine ${m.cosine?.toFixed(4) ?? '-'} norm ratio ${m.normRatio?.toFixed(3) ?? '-'} → ${passed === null ? `skipped (${m.reason})` : passed ? 'passed' : 'FAILED'}${banned ? ', island banned' : ''}`);
+          say(
+            `audit ${job.jobId} of ${job.islandId} (round ${job.roundId}): cosine ${m.cosine?.toFixed(4) ?? '-'} norm ratio ${m.normRatio?.toFixed(3) ?? '-'} → ${passed === null ? `skipped (${m.reason})` : passed ? 'passed' : 'FAILED'}${banned ? ', island banned' : ''}`,
+          );
           o.onVerdict?.(job, m, passed, banned);
         },
       });
@@ -93,5 +110,11 @@ export async function startNodeValidator(o: NodeValidatorOptions): Promise<NodeV
       (engine as TrainingEngine | null)?.destroy();
     }
   })();
-  return { done, stop: () => { stopped = true; wake?.(); } };
+  return {
+    done,
+    stop: () => {
+      stopped = true;
+      wake?.();
+    },
+  };
 }

@@ -84,7 +84,8 @@ async function retry<T>(what: string, maxMs: number, f: () => Promise<T>, say: (
     try {
       return await f();
     } catch (e) {
-      if (Date.now() - t0 > maxMs) throw Object.assign(new Error(`${what}: ${(e as Error).message}`), { code: 'E_UNREACHABLE' });
+      if (Date.now() - t0 > maxMs)
+        throw Object.assign(new Error(`${what}: ${(e as Error).message}`), { code: 'E_UNREACHABLE' });
       if (attempt === 0) say(`${what}: ${(e as Error).message}; retrying`);
       await new Promise((r) => setTimeout(r, backoff(attempt, 500, 10_000, 0.5)));
     }
@@ -93,35 +94,81 @@ async function retry<T>(what: string, maxMs: number, f: () => Promise<T>, say: (
 
 export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland> {
   // several gateways of one run, comma-separated: the first fetches try each in turn, the transport fails over
-  const gateways = o.server.split(',').map((u) => u.trim().replace(/\/+$/, '')).filter(Boolean);
+  const gateways = o.server
+    .split(',')
+    .map((u) => u.trim().replace(/\/+$/, ''))
+    .filter(Boolean);
   let at = 0;
-  const onGateway = <T>(f: (base: string) => Promise<T>) => () => f(gateways[at % gateways.length]).catch((e: unknown) => { at++; throw e; });
+  const onGateway =
+    <T>(f: (base: string) => Promise<T>) =>
+    () =>
+      f(gateways[at % gateways.length]).catch((e: unknown) => {
+        at++;
+        throw e;
+      });
   const mode = o.progress ?? 'none';
-  const say = (s: string) => { if (mode !== 'none') process.stderr.write(`${mode === 'tty' ? '\r\x1b[K' : ''}${s}\n`); };
+  const say = (s: string) => {
+    if (mode !== 'none') process.stderr.write(`${mode === 'tty' ? '\r\x1b[K' : ''}${s}\n`);
+  };
   const maxOutageMs = o.maxOutageMs ?? 600_000;
-  const info = (await retry('cannot reach the server', maxOutageMs, onGateway((b) => getJson(`${b}/api/run`)), say)) as RunInfoLite;
-  const train = await retry('cannot download the training data', maxOutageMs, onGateway((b) => getBytes(`${b}/api/data/train`)), say);
+  const info = (await retry(
+    'cannot reach the server',
+    maxOutageMs,
+    onGateway((b) => getJson(`${b}/api/run`)),
+    say,
+  )) as RunInfoLite;
+  const train = await retry(
+    'cannot download the training data',
+    maxOutageMs,
+    onGateway((b) => getBytes(`${b}/api/data/train`)),
+    say,
+  );
   const devices = o.devices ?? 1;
   const batch = (o.batch ?? info.batch ?? 8) * devices;
-  const engine = await createEngine(o.engine, { config: info.model, maxBatch: batch }, { autotune: o.autotune, precision: o.precision, devices });
-  say(`atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, ${engine.numerics ?? 'f32'}, batch ${batch}, ${train.length.toLocaleString()} training bytes`);
+  const engine = await createEngine(
+    o.engine,
+    { config: info.model, maxBatch: batch },
+    { autotune: o.autotune, precision: o.precision, devices },
+  );
+  say(
+    `atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, ${engine.numerics ?? 'f32'}, batch ${batch}, ${train.length.toLocaleString()} training bytes`,
+  );
   // the speed at the duty cycle: what a round's wall time will see (calibrate leaves AdamW fresh)
   const duty = Math.min(1, Math.max(0.01, o.dutyCycle ?? 1));
   const shape = { config: info.model, maxBatch: batch, maxT: info.seqLen };
-  const calibration = o.calibrate === false ? null : await calibrate(engine, train, shape, calibrationKey(engine.kind, engine.device, shape));
-  if (calibration) say(`atoll island: measured ${Math.round(calibration.tokensPerSec).toLocaleString()} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(2)} s${calibration.estimated ? ', estimated from batches 1 and 2' : ''}) in ${(calibration.ms / 1000).toFixed(1)} s`);
+  const calibration =
+    o.calibrate === false
+      ? null
+      : await calibrate(engine, train, shape, calibrationKey(engine.kind, engine.device, shape));
+  if (calibration)
+    say(
+      `atoll island: measured ${Math.round(calibration.tokensPerSec).toLocaleString()} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(2)} s${calibration.estimated ? ', estimated from batches 1 and 2' : ''}) in ${(calibration.ms / 1000).toFixed(1)} s`,
+    );
 
   const transport = new SocketIoTransport({
     url: gateways.join(','),
     maxOutageMs,
-    onConnection: (state, detail) => { if (state !== 'connected') say(`connection ${state}: ${detail}`); },
+    onConnection: (state, detail) => {
+      if (state !== 'connected') say(`connection ${state}: ${detail}`);
+    },
   });
   const stats: MixMemberStats = { mixed: 0, direct: 0, piecesOk: 0, piecesRefetched: 0 };
   let rtcUsed = false;
-  const makeNet = async (signal: SignalPort) => { rtcUsed = true; const RTC = await webRtc(say); return RTC && new WebRtcPeerNet(RTC, signal, [], 15_000); };
+  const makeNet = async (signal: SignalPort) => {
+    rtcUsed = true;
+    const RTC = await webRtc(say);
+    return RTC && new WebRtcPeerNet(RTC, signal, [], 15_000);
+  };
   const runtime = new IslandRuntime({
-    engine, train, transport: o.mix === false ? transport : mixingTransport(transport, makeNet, numParams(info.model), stats),
-    caps: { name: o.name, maxBatch: batch, batchSize: batch, ...(calibration ? { tokensPerSec: calibration.tokensPerSec * duty } : {}) },
+    engine,
+    train,
+    transport: o.mix === false ? transport : mixingTransport(transport, makeNet, numParams(info.model), stats),
+    caps: {
+      name: o.name,
+      maxBatch: batch,
+      batchSize: batch,
+      ...(calibration ? { tokensPerSec: calibration.tokensPerSec * duty } : {}),
+    },
     dutyCycle: o.dutyCycle,
     // a transport failure is only reported after a long outage: retry a few of those too
     maxRetries: 3,
@@ -182,9 +229,18 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     return summary;
   });
   return {
-    runtime, transport, done, calibration,
-    stop: () => { stops++; runtime.stop(); if (runtime.progress.status === 'waiting') void transport.close('stopped'); },
-    get stopRequested() { return stops > 0; },
+    runtime,
+    transport,
+    done,
+    calibration,
+    stop: () => {
+      stops++;
+      runtime.stop();
+      if (runtime.progress.status === 'waiting') void transport.close('stopped');
+    },
+    get stopRequested() {
+      return stops > 0;
+    },
     mix: o.mix === false ? null : stats,
   };
 }
@@ -195,7 +251,11 @@ let rtcIslands = 0;
 /** An island done with WebRTC; the last one lets the process exit (node-datachannel's cleanup). */
 async function webRtcDone(): Promise<void> {
   if (--rtcIslands > 0) return;
-  try { (await import('node-datachannel')).cleanup(); } catch { /* never loaded */ }
+  try {
+    (await import('node-datachannel')).cleanup();
+  } catch {
+    /* never loaded */
+  }
 }
 
 /** node-datachannel's RTCPeerConnection (libdatachannel); null where its native part does not load: direct uploads. */
@@ -210,7 +270,12 @@ async function webRtc(say: (s: string) => void): Promise<RtcPeerConstructor | nu
     await pc.setLocalDescription(await pc.createOffer());
     await new Promise<void>((done) => {
       const t = setTimeout(done, 2000);
-      const check = () => { if (pc.iceGatheringState === 'complete') { clearTimeout(t); done(); } };
+      const check = () => {
+        if (pc.iceGatheringState === 'complete') {
+          clearTimeout(t);
+          done();
+        }
+      };
       pc.addEventListener('icegatheringstatechange', check);
       check();
     });

@@ -19,15 +19,30 @@ import { hashParams } from '../../core/coord/hash.ts';
 import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
 import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
 import {
-  type AckMsg, type Assignment, type DeltaMeta, type IslandCaps, type UpdateMsg,
-  ErrorCode, PROTOCOL_VERSION, innerLearningRate,
+  type AckMsg,
+  type Assignment,
+  type DeltaMeta,
+  type IslandCaps,
+  type UpdateMsg,
+  ErrorCode,
+  PROTOCOL_VERSION,
+  innerLearningRate,
 } from '../../core/protocol.ts';
 import { backoff } from '../../core/random.ts';
 import type { AtollError, Result } from '../../core/result.ts';
 import { type Clock, type Transport, wallClock } from './transport.ts';
 
 export type IslandStatusName =
-  | 'idle' | 'connecting' | 'syncing' | 'training' | 'submitting' | 'waiting' | 'paused' | 'stopped' | 'done' | 'error';
+  | 'idle'
+  | 'connecting'
+  | 'syncing'
+  | 'training'
+  | 'submitting'
+  | 'waiting'
+  | 'paused'
+  | 'stopped'
+  | 'done'
+  | 'error';
 
 /** Everything a progress bar, a page or the simulator shows. Updated in place; read it any time. */
 export interface IslandProgress {
@@ -100,8 +115,22 @@ export class IslandRuntime {
   private readonly opts: IslandRuntimeOptions;
   private readonly listeners = new Set<(e: IslandEvent) => void>();
   readonly progress: IslandProgress = {
-    status: 'idle', islandId: null, roundId: null, step: 0, of: 0, loss: NaN, lr: 0, tokensPerSec: 0,
-    version: -1, rounds: 0, tokens: 0, accepted: 0, rejected: {}, bytesUp: 0, bytesDown: 0, snapshots: 0,
+    status: 'idle',
+    islandId: null,
+    roundId: null,
+    step: 0,
+    of: 0,
+    loss: NaN,
+    lr: 0,
+    tokensPerSec: 0,
+    version: -1,
+    rounds: 0,
+    tokens: 0,
+    accepted: 0,
+    rejected: {},
+    bytesUp: 0,
+    bytesDown: 0,
+    snapshots: 0,
   };
   private replica: ReplicaState | null = null;
   private latestKnownVersion = -1;
@@ -141,17 +170,24 @@ export class IslandRuntime {
   }
 
   /** A copy of the error-feedback residual e (what was meant but not yet sent; null before the first delta). */
-  residual(): Float32Array | null { return this.feedback ? this.feedback.residual.slice() : null; }
+  residual(): Float32Array | null {
+    return this.feedback ? this.feedback.residual.slice() : null;
+  }
 
   /** A copy of the replica θ (null before the first model download). */
-  replicaParams(): Float32Array | null { return this.replica ? this.replica.params.slice() : null; }
+  replicaParams(): Float32Array | null {
+    return this.replica ? this.replica.params.slice() : null;
+  }
 
   /** Runs until the server says the run is done, stop() is called, or an unrecoverable error. */
   start(): Promise<IslandRunSummary> {
     this.running ??= this.loop().then(
       (reason) => this.finish(reason),
       (e: unknown) => {
-        this.emit({ type: 'error', error: { code: ErrorCode.TRANSPORT, message: e instanceof Error ? e.message : String(e) } });
+        this.emit({
+          type: 'error',
+          error: { code: ErrorCode.TRANSPORT, message: e instanceof Error ? e.message : String(e) },
+        });
         return this.finish('error');
       },
     );
@@ -179,7 +215,9 @@ export class IslandRuntime {
     this.resume();
   }
 
-  get isPaused(): boolean { return this.paused; }
+  get isPaused(): boolean {
+    return this.paused;
+  }
 
   // ── internals ───────────────────────────────────────────────────────────────────────────────
 
@@ -195,9 +233,17 @@ export class IslandRuntime {
   private async finish(reason: string): Promise<IslandRunSummary> {
     this.unsubscribe?.();
     this.unsubscribe = null;
-    try { await this.transport.close(reason); } catch { /* closing is best effort */ }
+    try {
+      await this.transport.close(reason);
+    } catch {
+      /* closing is best effort */
+    }
     this.setStatus(reason === 'done' ? 'done' : reason === 'stopped' ? 'stopped' : 'error', reason);
-    return { islandId: this.progress.islandId, reason, progress: { ...this.progress, rejected: { ...this.progress.rejected } } };
+    return {
+      islandId: this.progress.islandId,
+      reason,
+      progress: { ...this.progress, rejected: { ...this.progress.rejected } },
+    };
   }
 
   private waitForResume(): Promise<void> {
@@ -214,8 +260,18 @@ export class IslandRuntime {
   private async loop(): Promise<string> {
     this.setStatus('connecting');
     this.unsubscribe = this.transport.onUpdate((msg) => this.onPushedUpdate(msg));
-    const caps: IslandCaps = { engine: this.engine.kind, adapter: this.engine.device, numerics: this.engine.numerics ?? 'f32', devices: this.engine.devices ?? 1, ...this.opts.caps };
-    const hello = await this.transport.hello({ protocolVersion: PROTOCOL_VERSION, caps, resumeIslandId: this.opts.resumeIslandId });
+    const caps: IslandCaps = {
+      engine: this.engine.kind,
+      adapter: this.engine.device,
+      numerics: this.engine.numerics ?? 'f32',
+      devices: this.engine.devices ?? 1,
+      ...this.opts.caps,
+    };
+    const hello = await this.transport.hello({
+      protocolVersion: PROTOCOL_VERSION,
+      caps,
+      resumeIslandId: this.opts.resumeIslandId,
+    });
     if (!hello.ok) return hello.error.code === ErrorCode.DONE ? 'done' : this.fail(hello.error);
     this.progress.islandId = hello.value.islandId;
     let assignment = hello.value.assignment;
@@ -265,15 +321,23 @@ export class IslandRuntime {
       // seq: strictly increasing, and never below what the server still expects (a restarted island)
       this.seq = Math.max(this.seq + 1, a.minSeq ?? 0);
       const meta: DeltaMeta = {
-        islandId: a.islandId, roundId: a.roundId, baseVersion, seq: this.seq, steps: trained.steps,
-        tokens: trained.steps * a.batchSize * a.seqLen, lossFirst: trained.lossFirst, lossLast: trained.lossLast,
-        lossMean: trained.lossMean, elapsedMs: trained.elapsedMs,
+        islandId: a.islandId,
+        roundId: a.roundId,
+        baseVersion,
+        seq: this.seq,
+        steps: trained.steps,
+        tokens: trained.steps * a.batchSize * a.seqLen,
+        lossFirst: trained.lossFirst,
+        lossLast: trained.lossLast,
+        lossMean: trained.lossMean,
+        elapsedMs: trained.elapsedMs,
       };
       const ack = await this.submitWithRetry(meta, frame);
       // sparse codes: what was not applied goes back into the residual (no work dropped). Dense codes
       // drop it: their residual holds only quantization error, so the next Δ stays recomputable
       // (a rejected Δ carried over doubled the next one's norm and failed an honest audit)
-      if ((!ack.ok || ack.value.status !== 'applied') && !AUDITABLE_ENCODINGS.includes(a.codec.encoding)) this.feedback.unsend(this.sent);
+      if ((!ack.ok || ack.value.status !== 'applied') && !AUDITABLE_ENCODINGS.includes(a.codec.encoding))
+        this.feedback.unsend(this.sent);
       if (!ack.ok) return this.fail(ack.error);
       this.progress.rounds += 1;
       this.progress.tokens += meta.tokens;
@@ -288,8 +352,13 @@ export class IslandRuntime {
   }
 
   /** Runs the round's inner steps. 'abandoned' when a pause outlived the round's base version. */
-  private async runInnerSteps(a: Assignment, theta: Float32Array): Promise<
-    { steps: number; lossFirst: number; lossLast: number; lossMean: number; elapsedMs: number } | 'stopped' | 'abandoned'
+  private async runInnerSteps(
+    a: Assignment,
+    theta: Float32Array,
+  ): Promise<
+    | { steps: number; lossFirst: number; lossLast: number; lossMean: number; elapsedMs: number }
+    | 'stopped'
+    | 'abandoned'
   > {
     await this.engine.setParams(theta);
     // a fresh AdamW when the server says so (dense codes in a run that audits: a validator then
@@ -299,13 +368,18 @@ export class IslandRuntime {
       await this.engine.resetOptimizerState();
       this.optimizerSteps = 0;
     }
-    const B = a.batchSize, T = a.seqLen;
+    const B = a.batchSize,
+      T = a.seqLen;
     if (!this.batch || this.batch.inputs.length < B * T) this.batch = allocBatch(B, T);
     const lossEvery = Math.max(1, this.opts.lossEvery ?? 1);
     const duty = Math.min(1, Math.max(0.01, this.opts.dutyCycle ?? 1));
     const yieldEveryMs = this.opts.yieldEveryMs ?? 0;
     let heldSince = this.clock.now();
-    let lossFirst = NaN, lossLast = NaN, lossSum = 0, lossCount = 0, elapsed = 0;
+    let lossFirst = NaN,
+      lossLast = NaN,
+      lossSum = 0,
+      lossCount = 0,
+      elapsed = 0;
     this.progress.of = a.innerSteps;
     this.progress.step = 0;
     this.setStatus('training');
@@ -349,7 +423,13 @@ export class IslandRuntime {
         heldSince = this.clock.now();
       }
     }
-    return { steps: a.innerSteps, lossFirst, lossLast, lossMean: lossCount ? lossSum / lossCount : NaN, elapsedMs: elapsed };
+    return {
+      steps: a.innerSteps,
+      lossFirst,
+      lossLast,
+      lossMean: lossCount ? lossSum / lossCount : NaN,
+      elapsedMs: elapsed,
+    };
   }
 
   /** After a pause: may the round still be submitted? (sync: its round is open; async: not too stale). */
@@ -396,7 +476,10 @@ export class IslandRuntime {
       progressed = false;
       for (let k = 0; k < this.inbox.length; k++) {
         const msg = this.inbox[k];
-        if (msg.version <= rep.version) { this.inbox.splice(k--, 1); continue; }
+        if (msg.version <= rep.version) {
+          this.inbox.splice(k--, 1);
+          continue;
+        }
         if (msg.prevVersion !== rep.version) continue;
         this.inbox.splice(k, 1);
         if (!this.applyOne(msg)) return false;
@@ -409,7 +492,8 @@ export class IslandRuntime {
 
   private applyOne(msg: UpdateMsg): boolean {
     const rep = this.replica!;
-    if (!this.decodeScratch || this.decodeScratch.length !== rep.params.length) this.decodeScratch = new Float32Array(rep.params.length);
+    if (!this.decodeScratch || this.decodeScratch.length !== rep.params.length)
+      this.decodeScratch = new Float32Array(rep.params.length);
     const r = applyUpdateMessage(rep, msg, this.decodeScratch);
     if (!r.ok) {
       this.emit({ type: 'error', error: r.error });
@@ -446,7 +530,10 @@ export class IslandRuntime {
       this.progress.snapshots += 1;
       const hash = hashParams(s.params);
       if (hash !== s.hash) {
-        this.emit({ type: 'error', error: { code: ErrorCode.HASH_MISMATCH, message: `snapshot hash ${hash} ≠ ${s.hash}` } });
+        this.emit({
+          type: 'error',
+          error: { code: ErrorCode.HASH_MISMATCH, message: `snapshot hash ${hash} ≠ ${s.hash}` },
+        });
         continue;
       }
       this.replica = { version: s.version, hash, params: s.params.slice() };

@@ -9,7 +9,16 @@
 
 import { io, type Socket } from 'socket.io-client';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
-import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloAnswer, type HelloMsg, type ModelSnapshotMsg, type UpdateMsg } from '../../core/protocol.ts';
+import {
+  type AckMsg,
+  type Assignment,
+  type DeltaMeta,
+  ErrorCode,
+  type HelloAnswer,
+  type HelloMsg,
+  type ModelSnapshotMsg,
+  type UpdateMsg,
+} from '../../core/protocol.ts';
 import { backoff } from '../../core/random.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
@@ -61,12 +70,14 @@ function toUpdate(m: unknown): UpdateMsg | null {
   if (!m || typeof m !== 'object') return null;
   const u = m as UpdateMsg;
   const frame = bytes(u.frame);
-  if (!frame || typeof u.version !== 'number' || typeof u.prevVersion !== 'number' || typeof u.hash !== 'string') return null;
+  if (!frame || typeof u.version !== 'number' || typeof u.prevVersion !== 'number' || typeof u.hash !== 'string')
+    return null;
   return { ...u, frame, trainLoss: typeof u.trainLoss === 'number' ? u.trainLoss : NaN };
 }
 
 export class SocketIoTransport implements Transport {
-  private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch' | 'resume'>> & Pick<SocketIoTransportOptions, 'onConnection' | 'resume'>;
+  private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch' | 'resume'>> &
+    Pick<SocketIoTransportOptions, 'onConnection' | 'resume'>;
   private socket: Socket;
   private readonly urls: string[];
   private at = 0;
@@ -100,12 +111,17 @@ export class SocketIoTransport implements Transport {
       resume: opts.resume,
     };
     this.fetchFn = opts.fetch ?? ((...a: Parameters<typeof fetch>) => fetch(...a));
-    this.urls = opts.url.split(',').map((u) => u.trim().replace(/\/+$/, '')).filter(Boolean);
+    this.urls = opts.url
+      .split(',')
+      .map((u) => u.trim().replace(/\/+$/, ''))
+      .filter(Boolean);
     this.socket = this.openSocket();
   }
 
   /** The gateway in use. */
-  get url(): string { return this.urls[this.at]; }
+  get url(): string {
+    return this.urls[this.at];
+  }
 
   private openSocket(): Socket {
     const socket = io(`${this.url}/island`, {
@@ -134,7 +150,8 @@ export class SocketIoTransport implements Transport {
       this.fatal = { code: ErrorCode.BANNED, message: e?.message ?? 'banned' };
     });
     socket.on('protocol_error', (e: { code?: string; message?: string }) => {
-      if (e?.code === 'E_REPLACED') this.fatal = { code: 'E_REPLACED', message: e.message ?? 'a newer connection took over this island' };
+      if (e?.code === 'E_REPLACED')
+        this.fatal = { code: 'E_REPLACED', message: e.message ?? 'a newer connection took over this island' };
     });
     for (const [event, handler] of this.served) socket.on(event, handler);
     return socket;
@@ -155,8 +172,12 @@ export class SocketIoTransport implements Transport {
   }
 
   /** The identity the server gave (null before the first hello). */
-  get island(): HelloIdentity | null { return this.identity; }
-  get connected(): boolean { return this.ready; }
+  get island(): HelloIdentity | null {
+    return this.identity;
+  }
+  get connected(): boolean {
+    return this.ready;
+  }
 
   // ── Transport ─────────────────────────────────────────────────────────────────────────────
 
@@ -165,7 +186,7 @@ export class SocketIoTransport implements Transport {
     // a new identity pays a proof of work (docs/protocol.md); a saved one resumes for free, and pays
     // only when the server does not take its token (E_POW)
     let payWork = false;
-    for (let powTries = 0; ;) {
+    for (let powTries = 0; ; ) {
       const up = await this.waitConnected();
       if (!up.ok) return up;
       const payload = this.helloPayload();
@@ -178,7 +199,10 @@ export class SocketIoTransport implements Transport {
       const r = await this.emit<HelloAnswer>('hello', payload, this.opts.requestTimeoutMs);
       if (r === DISCONNECTED || r === TIMEOUT) continue;
       // E_POW: the token was not taken (pay, and start as a new island), or the challenge expired meanwhile
-      if (!r.ok && r.error.code === 'E_POW' && powTries++ < 3) { payWork = true; continue; }
+      if (!r.ok && r.error.code === 'E_POW' && powTries++ < 3) {
+        payWork = true;
+        continue;
+      }
       if (!r.ok) return err(r.error.code, r.error.message);
       this.setIdentity(r.value);
       this.markReady();
@@ -208,7 +232,8 @@ export class SocketIoTransport implements Transport {
         if (!ck.ok) return ck;
         const version = Number(ck.value.meta.version);
         const hash = ck.value.meta.hash;
-        if (!Number.isInteger(version) || typeof hash !== 'string') return err(ErrorCode.BAD_REQUEST, 'the model download has no version/hash');
+        if (!Number.isInteger(version) || typeof hash !== 'string')
+          return err(ErrorCode.BAD_REQUEST, 'the model download has no version/hash');
         return ok({ version, hash, params: ck.value.params });
       } catch (e) {
         if (this.closed) return err(ErrorCode.TRANSPORT, 'transport closed');
@@ -222,8 +247,14 @@ export class SocketIoTransport implements Transport {
     const limit = this.identity?.maxFrameBytes;
     if (limit !== undefined && frame.length > limit) {
       // Never send what the server must refuse: say why here instead of a cut connection there.
-      return ok({ islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: meta.baseVersion,
-        error: { code: 'E_OVERSIZE', message: `frame of ${frame.length} bytes exceeds the server's limit of ${limit}` } });
+      return ok({
+        islandId: meta.islandId,
+        seq: meta.seq,
+        roundId: meta.roundId,
+        status: 'rejected',
+        version: meta.baseVersion,
+        error: { code: 'E_OVERSIZE', message: `frame of ${frame.length} bytes exceeds the server's limit of ${limit}` },
+      });
     }
     for (;;) {
       const up = await this.waitReady();
@@ -232,10 +263,23 @@ export class SocketIoTransport implements Transport {
       if (r === DISCONNECTED || r === TIMEOUT) continue; // re-sent on the next connection: same seq, same ack
       this.stats.bytesSent += frame.length;
       if (r.ok) return ok(r.value);
-      if (r.error.code === 'E_RATE_LIMIT') { await sleep(1000); continue; }
-      if (r.error.code === 'E_NO_HELLO') { await this.resumeIdentity(); continue; }
+      if (r.error.code === 'E_RATE_LIMIT') {
+        await sleep(1000);
+        continue;
+      }
+      if (r.error.code === 'E_NO_HELLO') {
+        await this.resumeIdentity();
+        continue;
+      }
       // refused before the coordinator saw it (malformed, oversize): a rejection, not a network failure
-      return ok({ islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: meta.baseVersion, error: r.error });
+      return ok({
+        islandId: meta.islandId,
+        seq: meta.seq,
+        roundId: meta.roundId,
+        status: 'rejected',
+        version: meta.baseVersion,
+        error: r.error,
+      });
     }
   }
 
@@ -246,9 +290,18 @@ export class SocketIoTransport implements Transport {
       const r = await this.emit<Assignment>('nextAssignment', {}, 0);
       if (r === DISCONNECTED || r === TIMEOUT) continue;
       if (r.ok) return ok(r.value);
-      if (r.error.code === 'E_RATE_LIMIT') { await sleep(1000); continue; }
-      if (r.error.code === 'E_NO_HELLO') { await this.resumeIdentity(); continue; }
-      if (r.error.code === ErrorCode.TRANSPORT) { await sleep(200); continue; }
+      if (r.error.code === 'E_RATE_LIMIT') {
+        await sleep(1000);
+        continue;
+      }
+      if (r.error.code === 'E_NO_HELLO') {
+        await this.resumeIdentity();
+        continue;
+      }
+      if (r.error.code === ErrorCode.TRANSPORT) {
+        await sleep(200);
+        continue;
+      }
       return err(r.error.code, r.error.message);
     }
   }
@@ -260,7 +313,10 @@ export class SocketIoTransport implements Transport {
       const r = await this.emit<unknown[]>('updates', { fromVersion }, this.opts.requestTimeoutMs);
       if (r === DISCONNECTED || r === TIMEOUT) continue;
       if (!r.ok) {
-        if (r.error.code === 'E_RATE_LIMIT') { await sleep(1000); continue; }
+        if (r.error.code === 'E_RATE_LIMIT') {
+          await sleep(1000);
+          continue;
+        }
         return err(r.error.code, r.error.message);
       }
       const out: UpdateMsg[] = [];
@@ -317,11 +373,17 @@ export class SocketIoTransport implements Transport {
   // ── internals ─────────────────────────────────────────────────────────────────────────────
 
   /** A new identity's proof of work: the server's challenge, solved (core/pow.ts). */
-  private async proofOfWork(): Promise<Result<{ challenge: string; nonce: string }> | typeof DISCONNECTED | typeof TIMEOUT> {
+  private async proofOfWork(): Promise<
+    Result<{ challenge: string; nonce: string }> | typeof DISCONNECTED | typeof TIMEOUT
+  > {
     const c = await this.emit<{ challenge: string; bits: number }>('challenge', {}, this.opts.requestTimeoutMs);
     if (c === DISCONNECTED || c === TIMEOUT || !c.ok) return c;
     const self = this; // the search stops when the transport is closed
-    const nonce = await solvePow(c.value.challenge, c.value.bits, { get aborted() { return self.closed; } });
+    const nonce = await solvePow(c.value.challenge, c.value.bits, {
+      get aborted() {
+        return self.closed;
+      },
+    });
     return nonce === null ? err('E_POW', 'no nonce found') : ok({ challenge: c.value.challenge, nonce });
   }
 
@@ -338,8 +400,15 @@ export class SocketIoTransport implements Transport {
 
   private setIdentity(v: HelloIdentity): void {
     this.identity = {
-      islandId: v.islandId, resumeToken: v.resumeToken, version: v.version, hash: v.hash, maxFrameBytes: v.maxFrameBytes,
-      maxHttpBufferSize: v.maxHttpBufferSize, protocolVersion: v.protocolVersion, serverTime: v.serverTime, resumed: v.resumed,
+      islandId: v.islandId,
+      resumeToken: v.resumeToken,
+      version: v.version,
+      hash: v.hash,
+      maxFrameBytes: v.maxFrameBytes,
+      maxHttpBufferSize: v.maxHttpBufferSize,
+      protocolVersion: v.protocolVersion,
+      serverTime: v.serverTime,
+      resumed: v.resumed,
       mixGroup: typeof v.mixGroup === 'number' ? v.mixGroup : 0,
     };
   }
@@ -366,14 +435,20 @@ export class SocketIoTransport implements Transport {
       if (r === DISCONNECTED) return; // the next 'connect' tries again
       if (r === TIMEOUT) continue;
       if (!r.ok) {
-        if (r.error.code === 'E_RATE_LIMIT') { await sleep(backoff(attempt, 1000, 15_000, this.opts.jitter)); continue; }
+        if (r.error.code === 'E_RATE_LIMIT') {
+          await sleep(backoff(attempt, 1000, 15_000, this.opts.jitter));
+          continue;
+        }
         this.fatal = r.error;
         this.opts.onConnection?.('failed', `${r.error.code}: ${r.error.message}`);
         this.wakeAll();
         return;
       }
       if (r.value.islandId !== this.identity!.islandId) {
-        this.fatal = { code: 'E_IDENTITY', message: `the server did not resume island ${this.identity!.islandId} (gave ${r.value.islandId})` };
+        this.fatal = {
+          code: 'E_IDENTITY',
+          message: `the server did not resume island ${this.identity!.islandId} (gave ${r.value.islandId})`,
+        };
         this.opts.onConnection?.('failed', this.fatal.message);
         this.wakeAll();
         return;
@@ -431,17 +506,25 @@ export class SocketIoTransport implements Transport {
       if (this.closed) return err(ErrorCode.TRANSPORT, 'transport closed');
       if (this.fatal) return err(this.fatal.code, this.fatal.message);
       if (cond()) return ok(undefined);
-      if (this.outageTooLong()) return err(ErrorCode.TRANSPORT, `server unreachable for ${Math.round(this.opts.maxOutageMs / 1000)} s`);
+      if (this.outageTooLong())
+        return err(ErrorCode.TRANSPORT, `server unreachable for ${Math.round(this.opts.maxOutageMs / 1000)} s`);
       // wake on a state change, or re-check every second (outage deadline)
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, 1000);
-        this.readyWaiters.push(() => { clearTimeout(t); resolve(); });
+        this.readyWaiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
       });
     }
   }
 
   /** One emit with an ack; DISCONNECTED if the connection drops first, TIMEOUT after `timeoutMs` (0: none). */
-  private emit<T>(event: string, payload: unknown, timeoutMs: number): Promise<Wire<T> | typeof DISCONNECTED | typeof TIMEOUT> {
+  private emit<T>(
+    event: string,
+    payload: unknown,
+    timeoutMs: number,
+  ): Promise<Wire<T> | typeof DISCONNECTED | typeof TIMEOUT> {
     return new Promise((resolve) => {
       let done = false;
       let timer: ReturnType<typeof setTimeout> | null = null;

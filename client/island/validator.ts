@@ -13,7 +13,11 @@ import { innerLearningRate } from '../../core/protocol.ts';
 import type { Result } from '../../core/result.ts';
 
 /** The Δ an honest island sends for this job's round: θ_base − θ after `steps` fresh-AdamW steps. */
-export async function recomputeDelta(engine: TrainingEngine, train: Uint8Array, job: Pick<AuditJob, 'params' | 'work'>): Promise<Float32Array> {
+export async function recomputeDelta(
+  engine: TrainingEngine,
+  train: Uint8Array,
+  job: Pick<AuditJob, 'params' | 'work'>,
+): Promise<Float32Array> {
   const w = job.work;
   await engine.setParams(job.params);
   await engine.resetOptimizerState();
@@ -26,11 +30,16 @@ export async function recomputeDelta(engine: TrainingEngine, train: Uint8Array, 
   return engine.readDelta();
 }
 
-export interface AuditMeasure { cosine: number | null; normRatio: number | null; reason?: string }
+export interface AuditMeasure {
+  cosine: number | null;
+  normRatio: number | null;
+  reason?: string;
+}
 
 /** Recomputes the job and compares; cosine null when it cannot be judged (θ's hash, an undecodable frame). */
 export async function judge(engine: TrainingEngine, train: Uint8Array, job: AuditJob): Promise<AuditMeasure> {
-  if (hashParams(job.params) !== job.baseHash) return { cosine: null, normRatio: null, reason: 'base θ does not match its hash' };
+  if (hashParams(job.params) !== job.baseHash)
+    return { cosine: null, normRatio: null, reason: 'base θ does not match its hash' };
   const sent = decodeDelta(job.frame, job.params.length);
   if (!sent.ok) return { cosine: null, normRatio: null, reason: `${sent.error.code}: ${sent.error.message}` };
   const ref = await recomputeDelta(engine, train, job);
@@ -40,7 +49,10 @@ export async function judge(engine: TrainingEngine, train: Uint8Array, job: Audi
 /** The validator's side of the wire (socket.io in `atoll island --validator`). */
 export interface ValidatorLink {
   take(): Promise<Result<AuditJob | null>>;
-  verdict(jobId: number, m: AuditMeasure): Promise<Result<{ islandId: string; passed: boolean | null; banned: boolean }>>;
+  verdict(
+    jobId: number,
+    m: AuditMeasure,
+  ): Promise<Result<{ islandId: string; passed: boolean | null; banned: boolean }>>;
 }
 
 export interface ValidatorOptions {
@@ -60,7 +72,10 @@ export async function runValidator(o: ValidatorOptions): Promise<Result<number>>
   while (!o.stopped()) {
     const j = await o.link.take();
     if (!j.ok) return j;
-    if (!j.value) { await o.idle(); continue; }
+    if (!j.value) {
+      await o.idle();
+      continue;
+    }
     const job = j.value;
     const m = await judge(await o.engineFor(job.work.batchSize), o.train, job);
     const v = await o.link.verdict(job.jobId, m);

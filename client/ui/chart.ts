@@ -57,28 +57,37 @@ export class LiveChart {
     const axisColor = css.getPropertyValue('--chart-axis').trim() || '#6b7280';
     const gridColor = css.getPropertyValue('--chart-grid').trim() || 'rgba(127,127,127,0.15)';
     const axis = (label?: string): uPlot.Axis => ({
-      label, stroke: axisColor, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 },
-      font: '11px system-ui, sans-serif', labelFont: '11px system-ui, sans-serif', labelSize: label ? 16 : 0,
+      label,
+      stroke: axisColor,
+      grid: { stroke: gridColor, width: 1 },
+      ticks: { stroke: gridColor, width: 1 },
+      font: '11px system-ui, sans-serif',
+      labelFont: '11px system-ui, sans-serif',
+      labelSize: label ? 16 : 0,
     });
-    this.plot = new uPlot({
-      width: Math.max(200, container.clientWidth || 300),
-      height,
-      legend: { show: opts.series.length > 1 },
-      cursor: { drag: { x: false, y: false } },
-      scales: { x: { time: !!opts.time }, y: opts.logY ? { distr: 3 } : { auto: true } },
-      axes: [{ ...axis(opts.xLabel), ...(opts.integerX ? { incrs: INTEGER_INCRS } : {}) }, axis(opts.yLabel)],
-      series: [
-        { label: opts.xLabel ?? 'x' },
-        ...opts.series.map((s, i) => ({
-          label: s.label,
-          stroke: s.stroke ?? PALETTE[i % PALETTE.length],
-          width: s.width ?? 1.5,
-          spanGaps: true,
-          points: { show: !!s.points, size: 5 },
-          ...(s.points ? { paths: () => null } : {}),
-        })),
-      ],
-    }, [[], ...opts.series.map(() => [])], container);
+    this.plot = new uPlot(
+      {
+        width: Math.max(200, container.clientWidth || 300),
+        height,
+        legend: { show: opts.series.length > 1 },
+        cursor: { drag: { x: false, y: false } },
+        scales: { x: { time: !!opts.time }, y: opts.logY ? { distr: 3 } : { auto: true } },
+        axes: [{ ...axis(opts.xLabel), ...(opts.integerX ? { incrs: INTEGER_INCRS } : {}) }, axis(opts.yLabel)],
+        series: [
+          { label: opts.xLabel ?? 'x' },
+          ...opts.series.map((s, i) => ({
+            label: s.label,
+            stroke: s.stroke ?? PALETTE[i % PALETTE.length],
+            width: s.width ?? 1.5,
+            spanGaps: true,
+            points: { show: !!s.points, size: 5 },
+            ...(s.points ? { paths: () => null } : {}),
+          })),
+        ],
+      },
+      [[], ...opts.series.map(() => [])],
+      container,
+    );
     this.resize = new ResizeObserver(() => {
       const w = container.clientWidth;
       if (w > 0 && Math.abs(w - this.plot.width) > 1) this.plot.setSize({ width: w, height });
@@ -102,7 +111,10 @@ export class LiveChart {
   set(xs: number[], ...ys: Array<Array<number | null>>): void {
     this.xs.length = 0;
     this.xs.push(...xs);
-    this.ys.forEach((arr, i) => { arr.length = 0; arr.push(...(ys[i] ?? xs.map(() => null))); });
+    this.ys.forEach((arr, i) => {
+      arr.length = 0;
+      arr.push(...(ys[i] ?? xs.map(() => null)));
+    });
     this.schedule();
   }
 

@@ -20,7 +20,10 @@ export function formatFixed(x: number | null | undefined, digits: number): strin
 function scaled(n: number, base: number, units: readonly string[]): string {
   let v = Math.abs(n);
   let i = 0;
-  while (v >= base - 0.5 && i < units.length - 1) { v /= base; i++; }
+  while (v >= base - 0.5 && i < units.length - 1) {
+    v /= base;
+    i++;
+  }
   const s = i === 0 ? String(Math.round(v)) : v >= 99.95 ? v.toFixed(0) : v >= 9.995 ? v.toFixed(1) : v.toFixed(2);
   return (n < 0 ? '-' : '') + s + units[i];
 }

@@ -52,7 +52,8 @@ export function connectTransport(url: string, hooks: ConnectHooks, mix?: MixHook
           break;
         case 'disconnected':
           hooks.onConnection('reconnecting');
-          if (!down) hooks.log('warn', `Connection lost (${detail}); reconnecting with backoff. Training goes on meanwhile.`);
+          if (!down)
+            hooks.log('warn', `Connection lost (${detail}); reconnecting with backoff. Training goes on meanwhile.`);
           down = true;
           break;
         case 'failed':
@@ -69,7 +70,12 @@ export function connectTransport(url: string, hooks: ConnectHooks, mix?: MixHook
     connected: () => t.connected,
     rename: async (name) => {
       const r = await t.rename(name);
-      hooks.log(r.ok ? 'info' : 'warn', r.ok ? `The leaderboard shows you as “${name}” from its next update.` : `The server did not take the new name (${r.error.code}): ${r.error.message}`);
+      hooks.log(
+        r.ok ? 'info' : 'warn',
+        r.ok
+          ? `The leaderboard shows you as “${name}” from its next update.`
+          : `The server did not take the new name (${r.error.code}): ${r.error.message}`,
+      );
     },
   };
 }

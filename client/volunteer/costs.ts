@@ -19,7 +19,11 @@ export interface CostEstimate {
  * uploads one Δ and downloads one update (DyLU sizes every island's round to the same time, so one
  * merge window, one version, per round); `bytesPerUpdate` is the server's measured update size.
  */
-export function estimateCosts(run: RunInfo, tokensPerSecAtCap: number | null, bytesPerUpdate: number | null = null): CostEstimate {
+export function estimateCosts(
+  run: RunInfo,
+  tokensPerSecAtCap: number | null,
+  bytesPerUpdate: number | null = null,
+): CostEstimate {
   const downPerRound = bytesPerUpdate ?? run.bytesPerRound.down;
   const none: CostEstimate = { downPerRound, roundSec: null, roundsPerHour: null, upPerHour: null, downPerHour: null };
   if (tokensPerSecAtCap == null || !(tokensPerSecAtCap > 0)) return none;

@@ -15,12 +15,25 @@ import { connectTransport, type ConnectedTransport, delayedTransport } from './c
 import { RelayPeerNet } from '../island/mix-relay.ts';
 import type { MixMemberStats } from '../island/mix-member.ts';
 import { calibrate, calibrationKey, fullBatch, pickNumerics } from '../island/calibrate.ts';
-import type { Calibration, DebugDelays, EngineKind, FromWorker, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, StartOptions, ToWorker } from './messages.ts';
+import type {
+  Calibration,
+  DebugDelays,
+  EngineKind,
+  FromWorker,
+  IslandView,
+  LogLevel,
+  LossPoint,
+  ModelShape,
+  PauseReason,
+  Phase,
+  StartOptions,
+  ToWorker,
+} from './messages.ts';
 import { initialView } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
 import { answerSample, SamplerEngines } from './sampler.ts';
 import { phaseOf } from './phase-text.ts';
-import { autotuneLine, cpuName, engineOptions, lastAdapter, openEngineHandle, probeGpu } from './worker-gpu.ts';
+import { autotuneLine, cpuName, lastAdapter, openEngineHandle, probeGpu } from './worker-gpu.ts';
 
 const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
 const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
@@ -63,13 +76,19 @@ let lastPost = 0;
 /** Posts the view at most ~8 times a second. */
 function publish(now = false): void {
   if (now || performance.now() - lastPost > 125) {
-    if (viewTimer) { clearTimeout(viewTimer); viewTimer = null; }
+    if (viewTimer) {
+      clearTimeout(viewTimer);
+      viewTimer = null;
+    }
     lastPost = performance.now();
     refreshView();
     post({ type: 'view', view });
     return;
   }
-  viewTimer ??= setTimeout(() => { viewTimer = null; publish(true); }, 125);
+  viewTimer ??= setTimeout(() => {
+    viewTimer = null;
+    publish(true);
+  }, 125);
 }
 
 function refreshView(): void {
@@ -86,7 +105,10 @@ function refreshView(): void {
   // MFU of the compute itself (rests excluded), where the engine knows its device's peak
   const peak = engine?.peakFlops;
   const a = assignment;
-  view.mfu = peak && a && view.stepMs ? mfu(engine!.config, (1000 * a.batchSize * a.seqLen) / view.stepMs, peak, a.seqLen) : null;
+  view.mfu =
+    peak && a && view.stepMs
+      ? mfu(engine!.config, (1000 * a.batchSize * a.seqLen) / view.stepMs, peak, a.seqLen)
+      : null;
   view.calibration = calibration;
   view.roundsMixed = mixStats.mixed;
   view.roundsDirect = mixStats.direct;
@@ -102,7 +124,13 @@ function refreshView(): void {
 
 function currentPhase(): Phase {
   if (fatal !== null) view.detail = fatal;
-  return phaseOf({ fatal: fatal !== null, recovering: deviceRecovering || backingOff, started: opts !== null, runtimeStatus, pausing: pauseReasons.size > 0 });
+  return phaseOf({
+    fatal: fatal !== null,
+    recovering: deviceRecovering || backingOff,
+    started: opts !== null,
+    runtimeStatus,
+    pausing: pauseReasons.size > 0,
+  });
 }
 
 function stopWith(reason: string): void {
@@ -112,7 +140,12 @@ function stopWith(reason: string): void {
 
 // ---------------------------------------------------------------- engine
 
-async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true, precision: 'f32' | 'f16' = 'f32'): Promise<ResilientEngine> {
+async function openEngine(
+  kind: EngineKind,
+  shape: ModelShape,
+  onLog = true,
+  precision: 'f32' | 'f16' = 'f32',
+): Promise<ResilientEngine> {
   const open = async (): Promise<EngineHandle> => {
     const h = await openEngineHandle(kind, shape, opts?.autotune !== false, precision);
     if (onLog && h.engine instanceof WebGpuEngine) log('info', autotuneLine(h.engine.tuning));
@@ -123,20 +156,34 @@ async function openEngine(kind: EngineKind, shape: ModelShape, onLog = true, pre
     onBusy: (b) => {
       if (!onLog) return;
       const pct = (u: number) => `${Math.round(u * 100)}%`;
-      if (b.busy) log('warn', `The GPU seems busy with something else (a step took ${(b.stepMs / 1000).toFixed(1)} s, usually ${(b.medianMs / 1000).toFixed(1)} s): backing off to ${pct(b.dutyCycle)} until steps are quick again.`);
-      else log('info', `Steps are quick again (${(b.stepMs / 1000).toFixed(1)} s): back to the ${pct(b.dutyCycle)} usage cap.`);
+      if (b.busy)
+        log(
+          'warn',
+          `The GPU seems busy with something else (a step took ${(b.stepMs / 1000).toFixed(1)} s, usually ${(b.medianMs / 1000).toFixed(1)} s): backing off to ${pct(b.dutyCycle)} until steps are quick again.`,
+        );
+      else
+        log(
+          'info',
+          `Steps are quick again (${(b.stepMs / 1000).toFixed(1)} s): back to the ${pct(b.dutyCycle)} usage cap.`,
+        );
       publish(true);
     },
     onLoss: (i) => {
       if (!onLog) return; // the sampler's own device: rebuilt quietly on the next sample
-      log('warn', `The GPU device was lost (${i.reason}${i.message ? `: ${i.message}` : ''}); opening a new one and resuming from the last synced model.`);
+      log(
+        'warn',
+        `The GPU device was lost (${i.reason}${i.message ? `: ${i.message}` : ''}); opening a new one and resuming from the last synced model.`,
+      );
       deviceRecovering = true;
       view.detail = 'The GPU device was lost; rebuilding it and replaying this round’s steps.';
       publish(true);
     },
     onRecovered: (r) => {
       if (!onLog) return;
-      log('info', `GPU device rebuilt (${r.device}); replayed ${r.replayedSteps} step(s) of the round in ${Math.round(r.ms)} ms. Nothing was lost.`);
+      log(
+        'info',
+        `GPU device rebuilt (${r.device}); replayed ${r.replayedSteps} step(s) of the round in ${Math.round(r.ms)} ms. Nothing was lost.`,
+      );
       deviceRecovering = false;
       view.detail = '';
       view.device = r.device;
@@ -165,7 +212,12 @@ async function start(o: StartOptions): Promise<void> {
   const t0 = performance.now();
   try {
     // a fixed ?precision=, or the choice saved with this device's calibration (checked against its key later)
-    engine = await openEngine(o.engine, o.shape, true, o.precision === 'auto' ? o.calibration?.numerics ?? 'f32' : o.precision);
+    engine = await openEngine(
+      o.engine,
+      o.shape,
+      true,
+      o.precision === 'auto' ? (o.calibration?.numerics ?? 'f32') : o.precision,
+    );
   } catch (e) {
     log('error', `Could not start the ${o.engine === 'cpu' ? 'CPU' : 'WebGPU'} engine: ${(e as Error).message}`);
     stopWith(`Could not start the engine: ${(e as Error).message}`);
@@ -178,7 +230,10 @@ async function start(o: StartOptions): Promise<void> {
     await samplers.get('webgpu', o.shape, engine, (s) => openEngine('webgpu', s, false)).catch(() => {});
   }
   view.device = o.engine === 'cpu' ? cpuName() : engine.device;
-  log('info', `Engine ready: ${view.device} (${((performance.now() - t0) / 1000).toFixed(1)} s to set up${o.engine === 'webgpu' ? ', mostly compiling the GPU kernels' : ''}).`);
+  log(
+    'info',
+    `Engine ready: ${view.device} (${((performance.now() - t0) / 1000).toFixed(1)} s to set up${o.engine === 'webgpu' ? ', mostly compiling the GPU kernels' : ''}).`,
+  );
   publish(true);
   void supervise(o);
 }
@@ -190,20 +245,29 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
   const key = `${calibrationKey(o.engine, engine.device, o.shape)}|${o.precision}`;
   if (o.calibration?.key === key) {
     calibration = o.calibration;
-    log('info', `Speed measured earlier on this device: ${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(1)} s).`);
+    log(
+      'info',
+      `Speed measured earlier on this device: ${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(1)} s).`,
+    );
     return;
   }
   view.detail = 'Measuring this device’s speed on a few training steps…';
   publish(true);
-  calibration = { ...(await calibrate(engine.current, data, o.shape, key)), numerics: engine.numerics === 'f16' ? 'f16' : 'f32' };
+  calibration = {
+    ...(await calibrate(engine.current, data, o.shape, key)),
+    numerics: engine.numerics === 'f16' ? 'f16' : 'f32',
+  };
   if (o.engine === 'webgpu' && o.precision === 'auto' && engine.numerics !== 'f16') await tryF16(o, data, key);
   view.detail = '';
   if (!calibration) return;
   post({ type: 'calibrated', calibration });
   const c = calibration;
   const steps = c.timed.map((t) => `${t.B}: ${(t.ms / 1000).toFixed(1)} s`).join(', ');
-  log('info', `Measured ${Math.round(c.tokensPerSec).toLocaleString('en-US')} tokens/s in ${(c.ms / 1000).toFixed(1)} s (steps of batch ${steps}; ` +
-    `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): the first round is sized from it.`);
+  log(
+    'info',
+    `Measured ${Math.round(c.tokensPerSec).toLocaleString('en-US')} tokens/s in ${(c.ms / 1000).toFixed(1)} s (steps of batch ${steps}; ` +
+      `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): the first round is sized from it.`,
+  );
   publish(true);
 }
 
@@ -247,12 +311,22 @@ async function tryF16(o: StartOptions, data: Uint8Array, key: string): Promise<v
  * the cost card and a reload's first round use what this device really does.
  */
 function refineCalibration(a: Assignment): void {
-  const c = calibration, med = engine?.medianStepMs;
+  const c = calibration,
+    med = engine?.medianStepMs;
   const full = opts && fullBatch(opts.shape);
   if (!c?.estimated || med == null || !full || a.batchSize !== full.B || a.seqLen !== full.T) return;
-  calibration = { ...c, stepMs: med, tokensPerSec: (1000 * a.batchSize * a.seqLen) / med, estimated: false, at: Date.now() };
+  calibration = {
+    ...c,
+    stepMs: med,
+    tokensPerSec: (1000 * a.batchSize * a.seqLen) / med,
+    estimated: false,
+    at: Date.now(),
+  };
   post({ type: 'calibrated', calibration });
-  log('info', `A full step takes ${(med / 1000).toFixed(1)} s here (estimated ${(c.stepMs / 1000).toFixed(1)} s): saved for the next visit.`);
+  log(
+    'info',
+    `A full step takes ${(med / 1000).toFixed(1)} s here (estimated ${(c.stepMs / 1000).toFixed(1)} s): saved for the next visit.`,
+  );
 }
 
 /** The name on the leaderboard: the display name, or a stable anonymous one from the contributor id. */
@@ -277,16 +351,25 @@ async function supervise(o: StartOptions): Promise<void> {
       log('warn', `Could not measure this device’s speed (${(e as Error).message}).`);
     }
     view.connection = 'connecting';
-    link = connectTransport(o.serverUrl, {
-      onConnection: (c) => { view.connection = c; publish(true); },
-      log,
-    }, { peers, paramCount: numParams(o.shape.config), stats: mixStats });
+    link = connectTransport(
+      o.serverUrl,
+      {
+        onConnection: (c) => {
+          view.connection = c;
+          publish(true);
+        },
+        log,
+      },
+      { peers, paramCount: numParams(o.shape.config), stats: mixStats },
+    );
     runtimeOpts = {
       engine: engine!,
       train,
       transport: delayedTransport(link.transport, () => delays),
       caps: {
-        name: islandName(o), contributorId: o.contributorId.replace(/[^A-Za-z0-9_-]/g, '').slice(0, 64), maxBatch: o.shape.maxBatch,
+        name: islandName(o),
+        contributorId: o.contributorId.replace(/[^A-Za-z0-9_-]/g, '').slice(0, 64),
+        maxBatch: o.shape.maxBatch,
         // the speed at the usage cap: what a round's wall time will see
         ...(calibration ? { tokensPerSec: calibration.tokensPerSec * engine!.effectiveDutyCycle } : {}),
       },
@@ -298,7 +381,11 @@ async function supervise(o: StartOptions): Promise<void> {
     };
     const rt = new IslandRuntime(runtimeOpts);
     runtime = rt;
-    const off = rt.on((e) => onEvent(e, () => { failures = 0; }));
+    const off = rt.on((e) =>
+      onEvent(e, () => {
+        failures = 0;
+      }),
+    );
     if (pauseReasons.size > 0) rt.pause();
     const summary = await rt.start();
     off();
@@ -315,7 +402,9 @@ async function supervise(o: StartOptions): Promise<void> {
     if (summary.reason === 'stopped') return;
     if (/E_DEVICE_LOST|E_NO_ADAPTER|E_NO_WEBGPU/.test(lastError)) {
       deviceRecovering = false;
-      stopWith(`The GPU is not usable any more (${lastError}). Reload the page to try again, or contribute with the CPU.`);
+      stopWith(
+        `The GPU is not usable any more (${lastError}). Reload the page to try again, or contribute with the CPU.`,
+      );
       return;
     }
     await waitToRetry(++failures, `The island stopped (${summary.reason}: ${lastError || 'no detail'}).`);
@@ -349,7 +438,8 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
         view.connection = link?.connected() === false ? 'reconnecting' : 'connected';
       }
       if (e.detail && e.status === 'syncing') log('info', capitalize(e.detail) + '.');
-      if (e.status === 'paused') log('info', 'Paused. The round continues on resume if the server still accepts its base model.');
+      if (e.status === 'paused')
+        log('info', 'Paused. The round continues on resume if the server still accepts its base model.');
       publish(true);
       break;
     }
@@ -366,7 +456,10 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
       view.islandId = a.islandId;
       view.round = { baseVersion: a.baseVersion, step: 0, total: a.innerSteps, etaSec: null };
       post({ type: 'assignment', assignment: a });
-      log('info', `Round ${a.roundId}: ${a.innerSteps} steps of ${a.batchSize}×${a.seqLen} tokens from model v${a.baseVersion}.`);
+      log(
+        'info',
+        `Round ${a.roundId}: ${a.innerSteps} steps of ${a.batchSize}×${a.seqLen} tokens from model v${a.baseVersion}.`,
+      );
       publish(true);
       break;
     }
@@ -379,7 +472,14 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
       if (a) view.tokensTrained += a.batchSize * a.seqLen;
       view.stepsDone = globalStep;
       if (e.step % roundLossEvery === 0 || e.step === e.of) {
-        const point: LossPoint = { step: globalStep, roundId: a?.roundId ?? -1, roundStep: e.step, version: a?.baseVersion ?? -1, loss: e.loss, at: Date.now() };
+        const point: LossPoint = {
+          step: globalStep,
+          roundId: a?.roundId ?? -1,
+          roundStep: e.step,
+          version: a?.baseVersion ?? -1,
+          loss: e.loss,
+          at: Date.now(),
+        };
         post({ type: 'losses', points: [point] });
       }
       publish();
@@ -391,7 +491,10 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
         view.roundsAccepted += 1;
         view.tokensContributed += meta.tokens;
         if (assignment) refineCalibration(assignment);
-        log('info', `Update accepted into model v${ack.version}: ${meta.tokens.toLocaleString('en-US')} tokens, ${frameBytes.toLocaleString('en-US')} bytes, mean loss ${meta.lossMean.toFixed(3)}.`);
+        log(
+          'info',
+          `Update accepted into model v${ack.version}: ${meta.tokens.toLocaleString('en-US')} tokens, ${frameBytes.toLocaleString('en-US')} bytes, mean loss ${meta.lossMean.toFixed(3)}.`,
+        );
       } else {
         view.roundsRejected += 1;
         const code = ack.error?.code ?? 'E_REJECTED';
@@ -471,8 +574,12 @@ self.addEventListener('message', (ev: Event) => {
       if (m.peers) peers = new RelayPeerNet(m.peers);
       void start(m.opts);
       break;
-    case 'pause': pause(m.reason); break;
-    case 'resume': resume(m.reason); break;
+    case 'pause':
+      pause(m.reason);
+      break;
+    case 'resume':
+      resume(m.reason);
+      break;
     case 'set-duty-cycle':
       if (engine) engine.dutyCycle = m.dutyCycle;
       if (opts) opts.dutyCycle = m.dutyCycle;
@@ -485,7 +592,9 @@ self.addEventListener('message', (ev: Event) => {
       if (runtimeOpts?.caps) runtimeOpts.caps.name = islandName(opts);
       void link?.rename(islandName(opts));
       break;
-    case 'sample': void sample(m); break;
+    case 'sample':
+      void sample(m);
+      break;
     case 'debug-delays':
       Object.assign(delays, m.delays);
       if (engine) engine.extraStepMs = delays.stepMs;

@@ -3,11 +3,31 @@
 // island.worker.ts, so the tab stays responsive while the GPU works.
 
 import { LiveChart } from '../ui/chart.ts';
-import { formatBytes, formatCount, formatDuration, formatFixed, formatInt, formatPercent, formatRate } from '../ui/format.ts';
+import {
+  formatBytes,
+  formatCount,
+  formatDuration,
+  formatFixed,
+  formatInt,
+  formatPercent,
+  formatRate,
+} from '../ui/format.ts';
 import { estimateCosts, measuredPerHour } from './costs.ts';
 import { caret, sampleNodes } from './sample-text.ts';
 import { cleanDisplayName, loadPrefs, savePrefs } from './identity.ts';
-import type { DebugDelays, EngineKind, FromWorker, GpuProbe, IslandView, LogLevel, LossPoint, ModelShape, PauseReason, Phase, ToWorker } from './messages.ts';
+import type {
+  DebugDelays,
+  EngineKind,
+  FromWorker,
+  GpuProbe,
+  IslandView,
+  LogLevel,
+  LossPoint,
+  ModelShape,
+  PauseReason,
+  Phase,
+  ToWorker,
+} from './messages.ts';
 import { initialView } from './messages.ts';
 import { connLine, phaseLine, roundStepper } from './phase-text.ts';
 import type { ContributorCredit } from '../../core/api.ts';
@@ -32,8 +52,19 @@ function byIds<K extends string>(ids: Record<K, string>): Record<K, HTMLElement>
 // the page's sections, one line each: run, costs, GPU check, credit, live view, round, stats, samples
 const ui = {
   ...byIds({ runName: 'run-name', runDesc: 'run-description' }),
-  ...byIds({ costGpu: 'cost-gpu', costDown: 'cost-down', costUp: 'cost-up', costHour: 'cost-hour', costMem: 'cost-mem' }),
-  ...byIds({ gpuStatus: 'gpu-status', gpuStatusText: 'gpu-status-text', cpuOptin: 'cpu-optin', gpuHelp: 'gpu-missing-help' }),
+  ...byIds({
+    costGpu: 'cost-gpu',
+    costDown: 'cost-down',
+    costUp: 'cost-up',
+    costHour: 'cost-hour',
+    costMem: 'cost-mem',
+  }),
+  ...byIds({
+    gpuStatus: 'gpu-status',
+    gpuStatusText: 'gpu-status-text',
+    cpuOptin: 'cpu-optin',
+    gpuHelp: 'gpu-missing-help',
+  }),
   useCpu: $<HTMLInputElement>('use-cpu'),
   start: $<HTMLButtonElement>('start'),
   pause: $<HTMLButtonElement>('pause'),
@@ -41,12 +72,38 @@ const ui = {
   pauseHidden: $<HTMLInputElement>('pause-hidden'),
   displayName: $<HTMLInputElement>('display-name'),
   saveName: $<HTMLButtonElement>('save-name'),
-  ...byIds({ contributorId: 'contributor-id', crTokens: 'cr-tokens', crComputed: 'cr-computed', crAccepted: 'cr-accepted', crRank: 'cr-rank' }),
+  ...byIds({
+    contributorId: 'contributor-id',
+    crTokens: 'cr-tokens',
+    crComputed: 'cr-computed',
+    crAccepted: 'cr-accepted',
+    crRank: 'cr-rank',
+  }),
   ...byIds({ live: 'live', conn: 'conn', connText: 'conn-text', phaseText: 'phase-text' }),
   phases: Array.from(document.querySelectorAll<HTMLLIElement>('#phases li')),
-  ...byIds({ phTraining: 'ph-training', phUploading: 'ph-uploading', busyNote: 'busy-note', deviceName: 'device-name', deviceSpeed: 'device-speed' }),
-  ...byIds({ roundSteps: 'round-steps', roundEta: 'round-eta', roundProgress: 'round-progress', roundFill: 'round-fill' }),
-  ...byIds({ sVersion: 's-version', sEval: 's-eval', sLoss: 's-loss', sSpeed: 's-speed', sTokens: 's-tokens', sRounds: 's-rounds', sUp: 's-up', sDown: 's-down' }),
+  ...byIds({
+    phTraining: 'ph-training',
+    phUploading: 'ph-uploading',
+    busyNote: 'busy-note',
+    deviceName: 'device-name',
+    deviceSpeed: 'device-speed',
+  }),
+  ...byIds({
+    roundSteps: 'round-steps',
+    roundEta: 'round-eta',
+    roundProgress: 'round-progress',
+    roundFill: 'round-fill',
+  }),
+  ...byIds({
+    sVersion: 's-version',
+    sEval: 's-eval',
+    sLoss: 's-loss',
+    sSpeed: 's-speed',
+    sTokens: 's-tokens',
+    sRounds: 's-rounds',
+    sUp: 's-up',
+    sDown: 's-down',
+  }),
   ...byIds({ lossChart: 'loss-chart', rejection: 'rejection', log: 'log' }),
   samplePrompt: $<HTMLInputElement>('sample-prompt'),
   sampleGo: $<HTMLButtonElement>('sample-go'),
@@ -81,12 +138,24 @@ let startedAt = 0;
 
 /** Test and debugging hook: the page's state, read by the end-to-end tests. */
 const debug = {
-  get run() { return run; },
-  get probe() { return probe; },
-  get view() { return view; },
-  get status() { return status; },
-  get credit() { return credit; },
-  get started() { return started; },
+  get run() {
+    return run;
+  },
+  get probe() {
+    return probe;
+  },
+  get view() {
+    return view;
+  },
+  get status() {
+    return status;
+  },
+  get credit() {
+    return credit;
+  },
+  get started() {
+    return started;
+  },
   losses,
   assignments,
   log: logLines,
@@ -107,7 +176,10 @@ const send = (m: ToWorker) => worker.postMessage(m);
 worker.addEventListener('message', (e: MessageEvent<FromWorker>) => {
   const m = e.data;
   switch (m.type) {
-    case 'probe': probe = m.probe; renderProbe(); break;
+    case 'probe':
+      probe = m.probe;
+      renderProbe();
+      break;
     case 'calibrated':
       prefs.calibration = m.calibration;
       savePrefs(prefs);
@@ -121,11 +193,22 @@ worker.addEventListener('message', (e: MessageEvent<FromWorker>) => {
       if (accepted) void pollStatus();
       break;
     }
-    case 'losses': addLosses(m.points); break;
-    case 'assignment': assignments.push(m.assignment); if (assignments.length > 50) assignments.shift(); break;
-    case 'log': addLog(m.level, m.text, m.at); break;
-    case 'sample': renderSample(m); break;
-    case 'sample-progress': renderSampleProgress(m.id, m.bytes, m.tokens); break;
+    case 'losses':
+      addLosses(m.points);
+      break;
+    case 'assignment':
+      assignments.push(m.assignment);
+      if (assignments.length > 50) assignments.shift();
+      break;
+    case 'log':
+      addLog(m.level, m.text, m.at);
+      break;
+    case 'sample':
+      renderSample(m);
+      break;
+    case 'sample-progress':
+      renderSampleProgress(m.id, m.bytes, m.tokens);
+      break;
   }
 });
 worker.addEventListener('error', (e) => {
@@ -179,13 +262,15 @@ function renderCosts(r: RunInfo): void {
     : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, within the cap you set`;
   const cal = prefs.calibration;
   const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null, status?.bytesPerUpdate ?? null);
-  ui.costDown.textContent = `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
+  ui.costDown.textContent =
+    `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
     ` and ${formatBytes(r.data.trainBytes)} of training text), then ${status?.bytesPerUpdate != null ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
-    ` (${r.config.coordinator.downlink.encoding} update${status?.bytesPerUpdate != null ? ', the last updates\' mean' : ''})`;
+    ` (${r.config.coordinator.downlink.encoding} update${status?.bytesPerUpdate != null ? ", the last updates' mean" : ''})`;
   ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
   if (est.roundsPerHour != null && est.roundSec != null) {
-    ui.costHour.textContent = `About ${formatBytes(est.upPerHour)} up and ${formatBytes(est.downPerHour)} down an hour: a round every ` +
+    ui.costHour.textContent =
+      `About ${formatBytes(est.upPerHour)} up and ${formatBytes(est.downPerHour)} down an hour: a round every ` +
       `${formatDuration(est.roundSec)} at this device's measured ${formatRate(cal!.tokensPerSec, 'tok')} and your ${Math.round(prefs.dutyCycle * 100)}% cap`;
   }
 }
@@ -201,10 +286,15 @@ async function pollStatus(): Promise<void> {
       status = parseStatus(await res.json());
       if (run && status.bytesPerUpdate !== was) renderCosts(run);
     }
-    const cr = await fetch(`/api/contributors/${encodeURIComponent(prefs.contributorId)}`, { headers: { accept: 'application/json' }, cache: 'no-store' });
+    const cr = await fetch(`/api/contributors/${encodeURIComponent(prefs.contributorId)}`, {
+      headers: { accept: 'application/json' },
+      cache: 'no-store',
+    });
     if (cr.ok) credit = (await cr.json()) as ContributorCredit;
     renderView();
-  } catch { /* the server is away: the worker reports the connection */ }
+  } catch {
+    /* the server is away: the worker reports the connection */
+  }
   clearTimeout(statusTimer);
   statusTimer = setTimeout(() => void pollStatus(), started && !document.hidden ? 5000 : 30_000);
 }
@@ -227,9 +317,10 @@ function renderProbe(): void {
       error: 'Checking WebGPU failed.',
     };
     ui.gpuStatusText.textContent = `${lead[probe.reason]} ${probe.message}`;
-    ui.gpuHelp.textContent = probe.reason === 'too-small'
-      ? 'You can still help with your processor instead.'
-      : 'Recent Chrome or Edge on Windows, macOS, ChromeOS and Android, Safari 26 and Firefox 141 on Windows have WebGPU; on Linux it may need to be enabled. Or help with your processor instead:';
+    ui.gpuHelp.textContent =
+      probe.reason === 'too-small'
+        ? 'You can still help with your processor instead.'
+        : 'Recent Chrome or Edge on Windows, macOS, ChromeOS and Android, Safari 26 and Firefox 141 on Windows have WebGPU; on Linux it may need to be enabled. Or help with your processor instead:';
     ui.cpuOptin.hidden = false;
   }
   document.body.dataset.webgpu = probe.ok ? 'yes' : probe.reason;
@@ -247,7 +338,11 @@ function chosenEngine(): EngineKind | null {
 function updateButtons(): void {
   const engine = chosenEngine();
   ui.start.disabled = started || !run || !engine;
-  ui.start.textContent = started ? 'Contributing' : engine === 'cpu' ? 'Start contributing (CPU)' : 'Start contributing';
+  ui.start.textContent = started
+    ? 'Contributing'
+    : engine === 'cpu'
+      ? 'Start contributing (CPU)'
+      : 'Start contributing';
   ui.pause.disabled = !started || view.phase === 'error';
   const userPaused = view.pauseReasons.includes('user');
   ui.pause.setAttribute('aria-pressed', String(userPaused));
@@ -267,7 +362,17 @@ ui.start.addEventListener('click', () => {
   startedAt = Date.now();
   ui.live.dataset.active = 'true';
   ensureChart();
-  const opts = { engine, serverUrl: location.origin, contributorId: prefs.contributorId, displayName: prefs.displayName, dutyCycle: prefs.dutyCycle, shape: s, calibration: prefs.calibration, autotune: new URLSearchParams(location.search).get('autotune') !== '0', precision: precisionParam() };
+  const opts = {
+    engine,
+    serverUrl: location.origin,
+    contributorId: prefs.contributorId,
+    displayName: prefs.displayName,
+    dutyCycle: prefs.dutyCycle,
+    shape: s,
+    calibration: prefs.calibration,
+    autotune: new URLSearchParams(location.search).get('autotune') !== '0',
+    precision: precisionParam(),
+  };
   // butterfly mixing's peer connections live here (workers have no RTCPeerConnection); the worker relays through a port
   const peers = peerPort();
   worker.postMessage({ type: 'start', opts, peers: peers ?? undefined } satisfies ToWorker, peers ? [peers] : []);
@@ -283,7 +388,10 @@ ui.pause.addEventListener('click', () => {
   const paused = view.pauseReasons.includes(reason);
   send({ type: paused ? 'resume' : 'pause', reason });
   // reflect the press at once; the worker's next view confirms it
-  view = { ...view, pauseReasons: paused ? view.pauseReasons.filter((r) => r !== reason) : [...view.pauseReasons, reason] };
+  view = {
+    ...view,
+    pauseReasons: paused ? view.pauseReasons.filter((r) => r !== reason) : [...view.pauseReasons, reason],
+  };
   updateButtons();
 });
 
@@ -324,10 +432,14 @@ function saveName(): void {
   savePrefs(prefs);
   send({ type: 'set-display-name', displayName: name });
   ui.saveName.textContent = 'Saved';
-  setTimeout(() => { ui.saveName.textContent = 'Save'; }, 1500);
+  setTimeout(() => {
+    ui.saveName.textContent = 'Save';
+  }, 1500);
 }
 ui.saveName.addEventListener('click', saveName);
-ui.displayName.addEventListener('keydown', (e) => { if (e.key === 'Enter') saveName(); });
+ui.displayName.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter') saveName();
+});
 
 // ---------------------------------------------------------------- live view
 
@@ -336,7 +448,9 @@ let roundPhase: Phase | null = null;
 function renderPhases(v: IslandView): void {
   const stepper = roundStepper(v, roundPhase);
   roundPhase = stepper.roundPhase;
-  ui.phases.forEach((li, i) => { li.dataset.state = stepper.states[i]; });
+  ui.phases.forEach((li, i) => {
+    li.dataset.state = stepper.states[i];
+  });
   const r = v.round;
   setText(ui.phTraining, r ? `step ${formatInt(r.step)} of ${formatInt(r.total)}` : 'step – of –');
   setText(ui.phUploading, v.bytesUp > 0 ? `${formatBytes(v.bytesUp)} sent so far` : 'compressed Δ');
@@ -351,44 +465,73 @@ function renderView(): void {
   setText(ui.connText, connLine(v));
   setText(ui.phaseText, phaseLine(v, { started, paused: !!status?.paused, done: !!status?.done }));
   setText(ui.deviceName, v.device ? (v.engine === 'cpu' ? `${v.device} (CPU engine)` : v.device) : '–');
-  setText(ui.deviceSpeed, (v.stepMs != null ? `· a step takes ${v.stepMs < 1000 ? `${Math.round(v.stepMs)} ms` : formatDuration(v.stepMs / 1000)} of compute` : '') +
-    (v.mfu != null ? ` · MFU ${formatPercent(v.mfu, 2)}` : ''));
+  setText(
+    ui.deviceSpeed,
+    (v.stepMs != null
+      ? `· a step takes ${v.stepMs < 1000 ? `${Math.round(v.stepMs)} ms` : formatDuration(v.stepMs / 1000)} of compute`
+      : '') + (v.mfu != null ? ` · MFU ${formatPercent(v.mfu, 2)}` : ''),
+  );
   ui.busyNote.hidden = !v.busy;
   if (v.busy) {
-    setText(ui.busyNote, `Your GPU seems busy with something else (steps take much longer than usual), so Atoll backs off to ` +
-      `${Math.round(v.effectiveDutyCycle * 100)}% of the time. It returns to your ${Math.round(v.dutyCycle * 100)}% cap by itself when steps are quick again.`);
+    setText(
+      ui.busyNote,
+      `Your GPU seems busy with something else (steps take much longer than usual), so Atoll backs off to ` +
+        `${Math.round(v.effectiveDutyCycle * 100)}% of the time. It returns to your ${Math.round(v.dutyCycle * 100)}% cap by itself when steps are quick again.`,
+    );
   }
 
   const r = v.round;
   const frac = r && r.total > 0 ? Math.min(1, r.step / r.total) : 0;
   setText(ui.roundSteps, r ? `${formatInt(r.step)} / ${formatInt(r.total)} steps` : '– / – steps');
-  setText(ui.roundEta, r && r.step >= r.total ? 'done'
-    : r && v.paused ? 'ETA: paused'
-      : r && (v.phase === 'training' || v.phase === 'recovering') && r.etaSec != null ? `ETA ${formatDuration(r.etaSec)}` : 'ETA –');
+  setText(
+    ui.roundEta,
+    r && r.step >= r.total
+      ? 'done'
+      : r && v.paused
+        ? 'ETA: paused'
+        : r && (v.phase === 'training' || v.phase === 'recovering') && r.etaSec != null
+          ? `ETA ${formatDuration(r.etaSec)}`
+          : 'ETA –',
+  );
   ui.roundFill.style.transform = `scaleX(${frac})`;
   ui.roundProgress.setAttribute('aria-valuenow', frac.toFixed(3));
-  ui.roundProgress.setAttribute('aria-valuetext', r ? `${r.step} of ${r.total} steps of the round from model version ${r.baseVersion}` : 'no round');
+  ui.roundProgress.setAttribute(
+    'aria-valuetext',
+    r ? `${r.step} of ${r.total} steps of the round from model version ${r.baseVersion}` : 'no round',
+  );
 
   const version = Math.max(v.globalVersion ?? -1, status?.version ?? -1);
   setText(ui.sVersion, version >= 0 ? `v${formatInt(version)}` : '–');
   const evalLoss = status?.evalLoss ?? v.globalEvalLoss;
-  setText(ui.sEval, evalLoss != null ? `${formatFixed(evalLoss, 3)}${status?.evalVersion != null ? ` (v${status.evalVersion})` : ''}` : '–');
+  setText(
+    ui.sEval,
+    evalLoss != null
+      ? `${formatFixed(evalLoss, 3)}${status?.evalVersion != null ? ` (v${status.evalVersion})` : ''}`
+      : '–',
+  );
   setText(ui.sLoss, formatFixed(v.lastLoss, 3));
   setText(ui.sSpeed, formatRate(v.tokensPerSec, 'tok'));
   // the server's totals for this contributor (earlier sessions too), this session's until they arrive
   const accepted = Math.max(credit?.accepted ?? 0, v.roundsAccepted);
   setText(ui.sTokens, formatCount(Math.max(credit?.tokens ?? 0, v.tokensContributed)));
-  setText(ui.sRounds, v.roundsRejected > 0 ? `${formatInt(accepted)} (${formatInt(v.roundsRejected)} rejected)` : formatInt(accepted));
+  setText(
+    ui.sRounds,
+    v.roundsRejected > 0 ? `${formatInt(accepted)} (${formatInt(v.roundsRejected)} rejected)` : formatInt(accepted),
+  );
   renderCredit();
   // counted as it goes, with the hourly rate once a few minutes have passed
   const perHour = (b: number) => measuredPerHour(b, startedAt, Date.now(), 120_000);
-  const upH = perHour(v.bytesUp), downH = perHour(v.bytesDown);
+  const upH = perHour(v.bytesUp),
+    downH = perHour(v.bytesDown);
   setText(ui.sUp, upH != null ? `${formatBytes(v.bytesUp)} (${formatBytes(upH)}/h)` : formatBytes(v.bytesUp));
   setText(ui.sDown, downH != null ? `${formatBytes(v.bytesDown)} (${formatBytes(downH)}/h)` : formatBytes(v.bytesDown));
 
   if (v.lastRejection) {
     ui.rejection.hidden = false;
-    setText(ui.rejection, `The server did not accept an update (${v.lastRejection.code}): ${v.lastRejection.message} The island goes on with the next round.`);
+    setText(
+      ui.rejection,
+      `The server did not accept an update (${v.lastRejection.code}): ${v.lastRejection.message} The island goes on with the next round.`,
+    );
   }
   updateButtons();
 }
@@ -398,11 +541,20 @@ function renderCredit(): void {
   setText(ui.crTokens, c ? formatCount(c.tokens) : '–');
   setText(ui.crComputed, c ? formatCount(c.tokensComputed) : '–');
   setText(ui.crAccepted, c ? formatInt(c.accepted) : '–');
-  setText(ui.crRank, c?.rank != null ? `#${formatInt(c.rank)} of ${formatInt(c.contributors)}` : c ? 'not yet ranked' : '–');
+  setText(
+    ui.crRank,
+    c?.rank != null ? `#${formatInt(c.rank)} of ${formatInt(c.contributors)}` : c ? 'not yet ranked' : '–',
+  );
 }
 
 function ensureChart(): LiveChart {
-  chart ??= new LiveChart(ui.lossChart, { title: 'Local training loss per inner step', xLabel: 'step', series: [{ label: 'loss' }], height: 180, integerX: true });
+  chart ??= new LiveChart(ui.lossChart, {
+    title: 'Local training loss per inner step',
+    xLabel: 'step',
+    series: [{ label: 'loss' }],
+    height: 180,
+    integerX: true,
+  });
   return chart;
 }
 
@@ -440,14 +592,26 @@ ui.sampleGo.addEventListener('click', () => {
   sampleSeq += 1;
   ui.sampleGo.textContent = 'Writing…';
   setText(ui.sampleMeta, started ? 'Writing between training steps (training goes first)…' : 'Writing on your device…');
-  send({ type: 'sample', id: sampleSeq, prompt: ui.samplePrompt.value, tokens: SAMPLE_TOKENS, temperature: 0.8, seed: (Math.random() * 2 ** 31) >>> 0, engine, shape: s });
+  send({
+    type: 'sample',
+    id: sampleSeq,
+    prompt: ui.samplePrompt.value,
+    tokens: SAMPLE_TOKENS,
+    temperature: 0.8,
+    seed: (Math.random() * 2 ** 31) >>> 0,
+    engine,
+    shape: s,
+  });
   updateButtons();
 });
 
 function renderSampleProgress(id: number, bytes: Uint8Array, tokens: number): void {
   if (id !== sampleSeq) return;
   ui.sampleOut.replaceChildren(...sampleNodes(ui.samplePrompt.value, bytes), caret());
-  setText(ui.sampleMeta, `${formatInt(bytes.length)} of ${formatInt(tokens)} tokens${started ? ', between training steps (training goes first)' : ''}…`);
+  setText(
+    ui.sampleMeta,
+    `${formatInt(bytes.length)} of ${formatInt(tokens)} tokens${started ? ', between training steps (training goes first)' : ''}…`,
+  );
 }
 
 function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
@@ -457,7 +621,10 @@ function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
   ui.sampleOut.replaceChildren();
   if (m.ok) {
     ui.sampleOut.append(...sampleNodes(ui.samplePrompt.value, m.bytes));
-    setText(ui.sampleMeta, `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.bytes.length)} tokens in ${formatDuration(m.ms / 1000)}`);
+    setText(
+      ui.sampleMeta,
+      `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.bytes.length)} tokens in ${formatDuration(m.ms / 1000)}`,
+    );
   } else {
     ui.sampleOut.textContent = '';
     setText(ui.sampleMeta, `Could not write a sample (${m.code}): ${m.message}`);

@@ -47,7 +47,6 @@ export interface StartOptions {
   precision: 'auto' | 'f32' | 'f16';
 }
 
-
 /** Test hooks: delays (ms) that make each phase last long enough to look at. */
 export interface DebugDelays {
   /** Added to every training step's compute (as a busy GPU would). */
@@ -68,22 +67,31 @@ export type ToWorker =
   | { type: 'resume'; reason: PauseReason }
   | { type: 'set-duty-cycle'; dutyCycle: number }
   | { type: 'set-display-name'; displayName: string }
-  | { type: 'sample'; id: number; prompt: string; tokens: number; temperature: number; seed: number; engine: EngineKind; shape: ModelShape }
+  | {
+      type: 'sample';
+      id: number;
+      prompt: string;
+      tokens: number;
+      temperature: number;
+      seed: number;
+      engine: EngineKind;
+      shape: ModelShape;
+    }
   /** Test hook: lose the GPU device as a driver crash would. */
   | { type: 'debug-lose-device' }
   | { type: 'debug-delays'; delays: Partial<DebugDelays> };
 
 export type Phase =
-  | 'idle'         // nothing started
-  | 'starting'     // creating the engine / connecting
-  | 'syncing'      // downloading the global model
-  | 'training'     // inner steps
-  | 'uploading'    // sending Δ
-  | 'waiting'      // Δ sent, waiting for the round to close / next assignment
-  | 'pausing'      // pause asked: finishing the current step
+  | 'idle' // nothing started
+  | 'starting' // creating the engine / connecting
+  | 'syncing' // downloading the global model
+  | 'training' // inner steps
+  | 'uploading' // sending Δ
+  | 'waiting' // Δ sent, waiting for the round to close / next assignment
+  | 'pausing' // pause asked: finishing the current step
   | 'paused'
-  | 'recovering'   // device lost or connection dropped: rebuilding
-  | 'error';       // cannot go on (shown with a reason)
+  | 'recovering' // device lost or connection dropped: rebuilding
+  | 'error'; // cannot go on (shown with a reason)
 
 export type Connection = 'offline' | 'connecting' | 'connected' | 'reconnecting';
 
@@ -174,10 +182,37 @@ export type FromWorker =
 
 export function initialView(dutyCycle = 1): IslandView {
   return {
-    phase: 'idle', detail: '', engine: null, device: '', connection: 'offline', reconnectInSec: null,
-    islandId: null, round: null, globalVersion: null, globalEvalLoss: null, lastLoss: null,
-    stepsDone: 0, tokensContributed: 0, tokensTrained: 0, roundsAccepted: 0, roundsRejected: 0,
-    bytesUp: 0, bytesDown: 0, tokensPerSec: null, stepMs: null, mfu: null, dutyCycle, effectiveDutyCycle: dutyCycle, busy: false, calibration: null, paused: false, pauseReasons: [], lastRejection: null,
-    hashChecks: 0, hashMismatches: 0, roundsMixed: 0, roundsDirect: 0,
+    phase: 'idle',
+    detail: '',
+    engine: null,
+    device: '',
+    connection: 'offline',
+    reconnectInSec: null,
+    islandId: null,
+    round: null,
+    globalVersion: null,
+    globalEvalLoss: null,
+    lastLoss: null,
+    stepsDone: 0,
+    tokensContributed: 0,
+    tokensTrained: 0,
+    roundsAccepted: 0,
+    roundsRejected: 0,
+    bytesUp: 0,
+    bytesDown: 0,
+    tokensPerSec: null,
+    stepMs: null,
+    mfu: null,
+    dutyCycle,
+    effectiveDutyCycle: dutyCycle,
+    busy: false,
+    calibration: null,
+    paused: false,
+    pauseReasons: [],
+    lastRejection: null,
+    hashChecks: 0,
+    hashMismatches: 0,
+    roundsMixed: 0,
+    roundsDirect: 0,
   };
 }

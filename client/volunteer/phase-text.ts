@@ -26,12 +26,18 @@ export function phaseOf(s: PhaseState): Phase {
     return 'pausing';
   }
   switch (r) {
-    case 'connecting': return 'starting';
-    case 'syncing': return 'syncing';
-    case 'training': return 'training';
-    case 'submitting': return 'uploading';
-    case 'waiting': return 'waiting';
-    default: return 'starting';
+    case 'connecting':
+      return 'starting';
+    case 'syncing':
+      return 'syncing';
+    case 'training':
+      return 'training';
+    case 'submitting':
+      return 'uploading';
+    case 'waiting':
+      return 'waiting';
+    default:
+      return 'starting';
   }
 }
 
@@ -68,12 +74,17 @@ export function roundStepper(v: IslandView, last: Phase | null): { states: strin
   else if (v.phase === 'idle' || v.phase === 'starting' || v.phase === 'error') roundPhase = null;
   const at = roundPhase ? ROUND_PHASES.indexOf(roundPhase) : -1;
   const halted = v.phase === 'paused' || v.phase === 'pausing' || v.phase === 'recovering';
-  return { states: ROUND_PHASES.map((_, i) => (i < at ? 'done' : i === at ? (halted ? 'paused' : 'current') : 'todo')), roundPhase };
+  return {
+    states: ROUND_PHASES.map((_, i) => (i < at ? 'done' : i === at ? (halted ? 'paused' : 'current') : 'todo')),
+    roundPhase,
+  };
 }
 
 /** The connection line. */
 export function connLine(v: IslandView): string {
-  return v.connection === 'reconnecting' && v.reconnectInSec != null ? `Reconnecting in ${Math.max(0, Math.ceil(v.reconnectInSec))} s` : CONN_TEXT[v.connection];
+  return v.connection === 'reconnecting' && v.reconnectInSec != null
+    ? `Reconnecting in ${Math.max(0, Math.ceil(v.reconnectInSec))} s`
+    : CONN_TEXT[v.connection];
 }
 
 /** The phase line: what runs now, with the step, the cap in force and why it is lowered. */
@@ -81,12 +92,15 @@ export function phaseLine(v: IslandView, run: { started: boolean; paused: boolea
   const pct = (u: number) => `${Math.round(u * 100)}%`;
   let phase = PHASE_TEXT[v.phase];
   if (v.phase === 'training' && v.round) {
-    phase = `Training: step ${formatInt(v.round.step)} of ${formatInt(v.round.total)}` +
+    phase =
+      `Training: step ${formatInt(v.round.step)} of ${formatInt(v.round.total)}` +
       (v.effectiveDutyCycle < 1 ? `, at a ${pct(v.effectiveDutyCycle)} usage cap.` : '.');
   }
-  if (v.phase === 'paused' && v.pauseReasons.length === 1 && v.pauseReasons[0] === 'hidden') phase = 'Paused while this tab is hidden.';
+  if (v.phase === 'paused' && v.pauseReasons.length === 1 && v.pauseReasons[0] === 'hidden')
+    phase = 'Paused while this tab is hidden.';
   if (v.detail) phase = `${phase} ${v.detail}`;
-  if (run.started && run.paused && v.phase !== 'paused') phase = `${phase} The researchers have paused the run for now; your island waits and goes on when they resume it.`;
+  if (run.started && run.paused && v.phase !== 'paused')
+    phase = `${phase} The researchers have paused the run for now; your island waits and goes on when they resume it.`;
   if (run.started && run.done) phase = 'The run has reached its goal. Thank you for contributing!';
   return phase;
 }

@@ -63,10 +63,19 @@ const BUSY = {
   minSteps: 4,
 } as const;
 
-interface RecordedStep { inputs: Uint8Array; targets: Uint8Array; B: number; T: number; opts: StepOptions }
+interface RecordedStep {
+  inputs: Uint8Array;
+  targets: Uint8Array;
+  B: number;
+  T: number;
+  opts: StepOptions;
+}
 
 class DeviceLostError extends Error {
-  constructor(message: string) { super(message); this.name = 'DeviceLostError'; }
+  constructor(message: string) {
+    super(message);
+    this.name = 'DeviceLostError';
+  }
 }
 
 export class ResilientEngine implements TrainingEngine {
@@ -99,14 +108,26 @@ export class ResilientEngine implements TrainingEngine {
     return new ResilientEngine(await opts.open(), opts);
   }
 
-  get device(): string { return this.handle.engine.device; }
-  get numerics(): TrainingEngine['numerics'] { return this.handle.engine.numerics; }
-  get gpuBytes(): number { return this.handle.engine.gpuBytes; }
-  get peakFlops(): number | undefined { return this.handle.engine.peakFlops; }
+  get device(): string {
+    return this.handle.engine.device;
+  }
+  get numerics(): TrainingEngine['numerics'] {
+    return this.handle.engine.numerics;
+  }
+  get gpuBytes(): number {
+    return this.handle.engine.gpuBytes;
+  }
+  get peakFlops(): number | undefined {
+    return this.handle.engine.peakFlops;
+  }
   /** The engine currently in use (changes after a recovery). */
-  get current(): TrainingEngine { return this.handle.engine; }
+  get current(): TrainingEngine {
+    return this.handle.engine;
+  }
   /** The current WebGPU device (changes after a recovery; null for the CPU). */
-  get gpuDevice(): GPUDevice | null { return this.handle.gpuDevice; }
+  get gpuDevice(): GPUDevice | null {
+    return this.handle.gpuDevice;
+  }
 
   /** Test hook: loses the current device as a GPU crash would; recovery starts at once. */
   simulateLoss(): void {
@@ -132,7 +153,9 @@ export class ResilientEngine implements TrainingEngine {
       if (this.recovering) await this.recovering.catch(() => {});
       if (this.lostGeneration === this.generation) await this.recover();
       const gen = this.generation;
-      const lost = this.handle.lost.then(() => { throw new DeviceLostError('device lost during the call'); });
+      const lost = this.handle.lost.then(() => {
+        throw new DeviceLostError('device lost during the call');
+      });
       try {
         return await Promise.race([fn(this.handle.engine), lost]);
       } catch (e) {
@@ -151,9 +174,16 @@ export class ResilientEngine implements TrainingEngine {
       this.consecutiveLosses += 1;
       this.losses += 1;
       if (this.consecutiveLosses > (this.opts.maxConsecutiveLosses ?? 3)) {
-        throw new Error(`E_DEVICE_LOST: the GPU device was lost ${this.consecutiveLosses} times in a row (${this.lostInfo?.message ?? ''})`);
+        throw new Error(
+          `E_DEVICE_LOST: the GPU device was lost ${this.consecutiveLosses} times in a row (${this.lostInfo?.message ?? ''})`,
+        );
       }
-      try { this.handle.engine.destroy(); this.handle.dispose(); } catch { /* already dead */ }
+      try {
+        this.handle.engine.destroy();
+        this.handle.dispose();
+      } catch {
+        /* already dead */
+      }
       // right after a GPU process crash the browser may need a moment to offer an adapter again
       let handle: EngineHandle | null = null;
       for (let attempt = 0; !handle; attempt++) {
@@ -177,7 +207,9 @@ export class ResilientEngine implements TrainingEngine {
         this.pendingLosses = l.slice(this.lossesTaken);
       }
       this.opts.onRecovered?.({ device: e.device, replayedSteps: this.steps.length, ms: performance.now() - t0 });
-    })().finally(() => { this.recovering = null; });
+    })().finally(() => {
+      this.recovering = null;
+    });
     return this.recovering;
   }
 
@@ -192,9 +224,15 @@ export class ResilientEngine implements TrainingEngine {
     this.pendingLosses = [];
   }
 
-  getParams(): Promise<Float32Array> { return this.call((e) => e.getParams()); }
-  readDelta(): Promise<Float32Array> { return this.call((e) => e.readDelta()); }
-  getOptimizerState(): Promise<OptimizerState> { return this.call((e) => e.getOptimizerState()); }
+  getParams(): Promise<Float32Array> {
+    return this.call((e) => e.getParams());
+  }
+  readDelta(): Promise<Float32Array> {
+    return this.call((e) => e.readDelta());
+  }
+  getOptimizerState(): Promise<OptimizerState> {
+    return this.call((e) => e.getOptimizerState());
+  }
 
   async setOptimizerState(state: OptimizerState): Promise<void> {
     await this.call((e) => e.setOptimizerState(state));
@@ -203,7 +241,11 @@ export class ResilientEngine implements TrainingEngine {
 
   async resetOptimizerState(): Promise<void> {
     await this.call((e) => e.resetOptimizerState());
-    if (this.startOpt) { this.startOpt.m.fill(0); this.startOpt.v.fill(0); this.startOpt.step = 0; }
+    if (this.startOpt) {
+      this.startOpt.m.fill(0);
+      this.startOpt.v.fill(0);
+      this.startOpt.step = 0;
+    }
   }
 
   private holds = 0;
@@ -236,7 +278,9 @@ export class ResilientEngine implements TrainingEngine {
   }
 
   /** A step is waiting for a slot to end. */
-  get stepWaiting(): boolean { return this.stepsWaiting > 0; }
+  get stepWaiting(): boolean {
+    return this.stepsWaiting > 0;
+  }
 
   /**
    * GPU usage cap: the fraction of wall time spent computing, (0, 1]. After each step's losses
@@ -307,7 +351,10 @@ export class ResilientEngine implements TrainingEngine {
     if (ms < 1) return;
     await new Promise<void>((resolve) => {
       const t = setTimeout(done, ms);
-      function done() { clearTimeout(t); resolve(); }
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
       this.wakeRest = done;
     });
     this.wakeRest = null;
@@ -322,7 +369,9 @@ export class ResilientEngine implements TrainingEngine {
     const rec: RecordedStep = {
       inputs: Uint8Array.from(batch.inputs.subarray(0, batch.B * batch.T)),
       targets: Uint8Array.from(batch.targets.subarray(0, batch.B * batch.T)),
-      B: batch.B, T: batch.T, opts: { ...opts },
+      B: batch.B,
+      T: batch.T,
+      opts: { ...opts },
     };
     // a recovery inside this call replays the recorded steps, then this one is retried
     await this.call((e) => e.step(batch, opts));
@@ -350,8 +399,12 @@ export class ResilientEngine implements TrainingEngine {
     return out;
   }
 
-  evalLoss(batch: Batch): Promise<number> { return this.call((e) => e.evalLoss(batch)); }
-  nextTokenLogits(context: Uint8Array): Promise<Float32Array> { return this.call((e) => e.nextTokenLogits(context)); }
+  evalLoss(batch: Batch): Promise<number> {
+    return this.call((e) => e.evalLoss(batch));
+  }
+  nextTokenLogits(context: Uint8Array): Promise<Float32Array> {
+    return this.call((e) => e.nextTokenLogits(context));
+  }
 
   destroy(): void {
     this.generation += 1; // a loss caused by this destroy is expected

@@ -9,8 +9,15 @@ export type { RunInfo };
 
 export function parseRunInfo(json: unknown): RunInfo {
   const r = json as Partial<RunInfo> | null;
-  if (!r || typeof r !== 'object' || Array.isArray(r)) throw new Error('E_BAD_RUN_INFO: /api/run did not return an object');
-  if (typeof r.model?.nEmbd !== 'number' || typeof r.batch !== 'number' || typeof r.seqLen !== 'number' || !r.bytesPerRound || !r.config?.coordinator) {
+  if (!r || typeof r !== 'object' || Array.isArray(r))
+    throw new Error('E_BAD_RUN_INFO: /api/run did not return an object');
+  if (
+    typeof r.model?.nEmbd !== 'number' ||
+    typeof r.batch !== 'number' ||
+    typeof r.seqLen !== 'number' ||
+    !r.bytesPerRound ||
+    !r.config?.coordinator
+  ) {
     throw new Error('E_BAD_RUN_INFO: /api/run lacks the model, batch shape, round bytes or coordinator config');
   }
   return r as RunInfo;
@@ -26,10 +33,14 @@ export function estimateTrainingBytes(c: GPTConfig, B: number, T: number): numbe
 }
 
 /** What the page shows about the global model, from GET /api/status. */
-export type GlobalStatus = Pick<RunStatus, 'version' | 'evalLoss' | 'evalVersion' | 'islandsOnline' | 'tokensTotal' | 'paused' | 'done' | 'bytesPerUpdate'>;
+export type GlobalStatus = Pick<
+  RunStatus,
+  'version' | 'evalLoss' | 'evalVersion' | 'islandsOnline' | 'tokensTotal' | 'paused' | 'done' | 'bytesPerUpdate'
+>;
 
 export function parseStatus(json: unknown): GlobalStatus {
   const r = json as Partial<RunStatus> | null;
-  if (!r || typeof r !== 'object' || typeof r.version !== 'number') throw new Error('E_BAD_STATUS: /api/status did not return a run status');
+  if (!r || typeof r !== 'object' || typeof r.version !== 'number')
+    throw new Error('E_BAD_STATUS: /api/status did not return a run status');
   return r as RunStatus;
 }

@@ -15,10 +15,16 @@ function sequenceLength(b: Uint8Array, i: number): number {
   const c = b[i];
   let n: number, min: number;
   if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) { n = 2; min = 0x80; }
-  else if (c >= 0xe0 && c <= 0xef) { n = 3; min = 0x800; }
-  else if (c >= 0xf0 && c <= 0xf4) { n = 4; min = 0x10000; }
-  else return 0;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+    min = 0x80;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    min = 0x800;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    min = 0x10000;
+  } else return 0;
   if (i + n > b.length) return 0;
   let cp = c & (0x7f >> n);
   for (let k = 1; k < n; k++) {
@@ -39,7 +45,7 @@ export function visibleText(bytes: Uint8Array): TextPiece[] {
     else out.push({ text, escaped });
   };
   const decoder = new TextDecoder();
-  for (let i = 0; i < bytes.length;) {
+  for (let i = 0; i < bytes.length; ) {
     const c = bytes[i];
     const n = sequenceLength(bytes, i);
     if (n === 0 || (n === 1 && ((c < 0x20 && c !== 0x0a && c !== 0x09) || c === 0x7f))) {
@@ -58,14 +64,17 @@ export function sampleNodes(prompt: string, bytes: Uint8Array): Node[] {
   const p = document.createElement('span');
   p.className = 'prompt';
   p.textContent = prompt;
-  return [p, ...visibleText(bytes).map((piece) => {
-    if (!piece.escaped) return document.createTextNode(piece.text);
-    const e = document.createElement('span');
-    e.className = 'esc';
-    e.title = 'a byte that is not readable text';
-    e.textContent = piece.text;
-    return e;
-  })];
+  return [
+    p,
+    ...visibleText(bytes).map((piece) => {
+      if (!piece.escaped) return document.createTextNode(piece.text);
+      const e = document.createElement('span');
+      e.className = 'esc';
+      e.title = 'a byte that is not readable text';
+      e.textContent = piece.text;
+      return e;
+    }),
+  ];
 }
 
 /** The blinking caret after a sample being written. */

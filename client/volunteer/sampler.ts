@@ -37,7 +37,12 @@ export class SamplerEngines {
    * On WebGPU it shares the training engine's device when there is one (Dawn reuses the compiled
    * pipelines); before Start it opens its own through `openOwn`.
    */
-  async get(kind: EngineKind, shape: ModelShape, training: ResilientEngine | null, openOwn: (s: ModelShape) => Promise<TrainingEngine>): Promise<TrainingEngine> {
+  async get(
+    kind: EngineKind,
+    shape: ModelShape,
+    training: ResilientEngine | null,
+    openOwn: (s: ModelShape) => Promise<TrainingEngine>,
+  ): Promise<TrainingEngine> {
     const shared = kind === 'webgpu' && training?.kind === 'webgpu' ? training.gpuDevice : null;
     const h = this.held;
     if (h && h.kind === kind && !h.dead && h.shared === shared) return h.engine;
@@ -49,7 +54,10 @@ export class SamplerEngines {
     else if (shared) e = await WebGpuEngine.create(shared, { ...engineOptions(small), adapterInfo: training!.device });
     else e = await openOwn(small);
     const held: Held = { kind, engine: e, shared, dead: false };
-    if (e instanceof WebGpuEngine) void e.lost.then(() => { held.dead = true; });
+    if (e instanceof WebGpuEngine)
+      void e.lost.then(() => {
+        held.dead = true;
+      });
     this.held = held;
     return e;
   }
@@ -67,7 +75,11 @@ export class SamplerEngines {
  * every few tokens. With a gate, each token waits for a gap between training steps.
  */
 export async function generateBetweenSteps(
-  e: TrainingEngine, prompt: Uint8Array, o: SampleOptions, gate: StepGate | null, onProgress: (sofar: Uint8Array) => void,
+  e: TrainingEngine,
+  prompt: Uint8Array,
+  o: SampleOptions,
+  gate: StepGate | null,
+  onProgress: (sofar: Uint8Array) => void,
 ): Promise<Uint8Array> {
   const rand = mulberry32(o.seed ?? 1);
   const ctx = Array.from(prompt.length > 0 ? prompt : [10]);
@@ -79,7 +91,10 @@ export async function generateBetweenSteps(
   try {
     for (let i = 0; i < o.tokens; i++) {
       // a waiting step goes first once the next token would overrun this gap's budget (one token per gap at least)
-      if (slot && gate!.stepWaiting && performance.now() - slot.at + tokenMs > slot.budgetMs) { slot.release(); slot = null; }
+      if (slot && gate!.stepWaiting && performance.now() - slot.at + tokenMs > slot.budgetMs) {
+        slot.release();
+        slot = null;
+      }
       if (gate && !slot) slot = { ...(await gate.between()), at: performance.now() };
       const t0 = performance.now();
       const logits = await e.nextTokenLogits(Uint8Array.from(ctx.slice(-e.config.blockSize)));
@@ -87,7 +102,10 @@ export async function generateBetweenSteps(
       ctx.push(out[i]);
       const now = performance.now();
       tokenMs = Math.max(0.8 * tokenMs, now - t0);
-      if (now - shown > 250) { shown = now; onProgress(out.subarray(0, i + 1)); }
+      if (now - shown > 250) {
+        shown = now;
+        onProgress(out.subarray(0, i + 1));
+      }
     }
   } finally {
     slot?.release();
@@ -112,7 +130,10 @@ export interface SampleContext {
 }
 
 /** θ of the global model: the island's replica when it has one, else the server's checkpoint. */
-async function globalModel(shape: ModelShape, c: SampleContext): Promise<{ params: Float32Array; version: number | null }> {
+async function globalModel(
+  shape: ModelShape,
+  c: SampleContext,
+): Promise<{ params: Float32Array; version: number | null }> {
   const state = c.replica?.replicaState;
   const params = c.replica?.replicaParams();
   if (state && params) return { params, version: state.version };
@@ -124,7 +145,11 @@ async function globalModel(shape: ModelShape, c: SampleContext): Promise<{ param
 }
 
 /** Writes the requested sample, posting progress and then the sample or its error (once retried on a lost device). */
-export async function answerSample(samplers: SamplerEngines, m: Extract<ToWorker, { type: 'sample' }>, c: SampleContext): Promise<void> {
+export async function answerSample(
+  samplers: SamplerEngines,
+  m: Extract<ToWorker, { type: 'sample' }>,
+  c: SampleContext,
+): Promise<void> {
   const t0 = performance.now();
   try {
     const kind = c.kind;
@@ -136,9 +161,15 @@ export async function answerSample(samplers: SamplerEngines, m: Extract<ToWorker
         e = await samplers.get(kind, m.shape, c.training(), c.openOwn);
         // setParams queues a write only; the tokens themselves wait for gaps between training steps
         await e.setParams(g.params);
-        out = await generateBetweenSteps(e, encodeText(m.prompt), { tokens: m.tokens, temperature: m.temperature, seed: m.seed }, c.training(), (sofar) => {
-          c.post({ type: 'sample-progress', id: m.id, bytes: sofar.slice(), tokens: m.tokens });
-        });
+        out = await generateBetweenSteps(
+          e,
+          encodeText(m.prompt),
+          { tokens: m.tokens, temperature: m.temperature, seed: m.seed },
+          c.training(),
+          (sofar) => {
+            c.post({ type: 'sample-progress', id: m.id, bytes: sofar.slice(), tokens: m.tokens });
+          },
+        );
       } catch (err) {
         if (attempt > 0 || !samplers.invalidate()) throw err;
       }

@@ -4,7 +4,13 @@
 // page's: some browsers expose WebGPU to windows before workers).
 
 import { JsEngine } from '../../core/engine/js.ts';
-import { WebGpuEngine, checkAdapterFits, engineFeatures, estimateGpuBytes, requiredLimits } from '../island/engine/webgpu.ts';
+import {
+  WebGpuEngine,
+  checkAdapterFits,
+  engineFeatures,
+  estimateGpuBytes,
+  requiredLimits,
+} from '../island/engine/webgpu.ts';
 import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../island/engine/webgpu-tune.ts';
 import type { EngineOptions } from '../../core/engine/index.ts';
 import type { AdapterSummary, EngineKind, GpuProbe, ModelShape } from './messages.ts';
@@ -19,7 +25,12 @@ export function describeAdapter(adapter: GPUAdapter): AdapterSummary {
   const vendor = info?.vendor ?? '';
   const architecture = info?.architecture ?? '';
   const name = info?.description || [vendor, architecture].filter(Boolean).join(' ') || 'unnamed GPU';
-  return { name, vendor, architecture, isFallbackAdapter: !!(info as GPUAdapterInfo & { isFallbackAdapter?: boolean })?.isFallbackAdapter };
+  return {
+    name,
+    vendor,
+    architecture,
+    isFallbackAdapter: !!(info as GPUAdapterInfo & { isFallbackAdapter?: boolean })?.isFallbackAdapter,
+  };
 }
 
 function gpuApi(): GPU | null {
@@ -35,21 +46,47 @@ export async function probeGpu(shape: ModelShape): Promise<GpuProbe> {
   let gpuBytes = 0;
   try {
     gpuBytes = estimateGpuBytes(engineOptions(shape));
-  } catch { /* a config the engine rejects: checkAdapterFits names it below */ }
+  } catch {
+    /* a config the engine rejects: checkAdapterFits names it below */
+  }
   const gpu = gpuApi();
-  if (!gpu) return { ok: false, reason: 'no-navigator-gpu', message: 'navigator.gpu is missing in the page\'s web worker (no WebGPU, or not to workers).', gpuBytes };
+  if (!gpu)
+    return {
+      ok: false,
+      reason: 'no-navigator-gpu',
+      message: "navigator.gpu is missing in the page's web worker (no WebGPU, or not to workers).",
+      gpuBytes,
+    };
   let adapter: GPUAdapter | null;
   try {
     adapter = await requestAdapter(gpu);
   } catch (e) {
-    return { ok: false, reason: 'error', message: `Asking for a GPU adapter failed: ${(e as Error).message}`, gpuBytes };
+    return {
+      ok: false,
+      reason: 'error',
+      message: `Asking for a GPU adapter failed: ${(e as Error).message}`,
+      gpuBytes,
+    };
   }
   if (!adapter) {
-    return { ok: false, reason: 'no-adapter', message: 'It may be disabled, blocklisted for this driver, or behind a flag (on Linux, chrome://flags/#enable-unsafe-webgpu).', gpuBytes };
+    return {
+      ok: false,
+      reason: 'no-adapter',
+      message:
+        'It may be disabled, blocklisted for this driver, or behind a flag (on Linux, chrome://flags/#enable-unsafe-webgpu).',
+      gpuBytes,
+    };
   }
   const summary = describeAdapter(adapter);
   const fits = checkAdapterFits(adapter, engineOptions(shape));
-  if (!fits.ok) return { ok: false, reason: 'too-small', message: `${summary.name}: ${fits.error.message}`, adapter: summary, gpuBytes };
+  if (!fits.ok)
+    return {
+      ok: false,
+      reason: 'too-small',
+      message: `${summary.name}: ${fits.error.message}`,
+      adapter: summary,
+      gpuBytes,
+    };
   return { ok: true, adapter: summary, gpuBytes };
 }
 
@@ -69,7 +106,11 @@ export async function openDevice(shape: ModelShape): Promise<OpenedDevice> {
   const opts = engineOptions(shape);
   const fits = checkAdapterFits(adapter, opts);
   if (!fits.ok) throw new Error(`${fits.error.code}: ${fits.error.message}`);
-  const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts), requiredFeatures: engineFeatures(adapter), label: 'atoll island' });
+  const device = await adapter.requestDevice({
+    requiredLimits: requiredLimits(opts),
+    requiredFeatures: engineFeatures(adapter),
+    label: 'atoll island',
+  });
   return { device, adapter: describeAdapter(adapter), lost: device.lost };
 }
 
@@ -84,19 +125,42 @@ export const lastAdapter = (): AdapterSummary | null => adapter;
  * handle); WebGPU with the matmul autotuner unless `autotune` is false, its choices cached by
  * adapter (IndexedDB: workers have no localStorage).
  */
-export async function openEngineHandle(kind: EngineKind, shape: ModelShape, autotune: boolean, precision: 'f32' | 'f16' = 'f32'): Promise<EngineHandle> {
+export async function openEngineHandle(
+  kind: EngineKind,
+  shape: ModelShape,
+  autotune: boolean,
+  precision: 'f32' | 'f16' = 'f32',
+): Promise<EngineHandle> {
   const eo = engineOptions(shape);
-  if (kind === 'cpu') return { engine: new JsEngine(eo), lost: new Promise(() => {}), dispose: () => {}, simulateLoss: () => {}, gpuDevice: null };
+  if (kind === 'cpu')
+    return {
+      engine: new JsEngine(eo),
+      lost: new Promise(() => {}),
+      dispose: () => {},
+      simulateLoss: () => {},
+      gpuDevice: null,
+    };
   const dev = await openDevice(shape);
   adapter = dev.adapter;
-  const e = await WebGpuEngine.create(dev.device, { ...eo, adapterInfo: dev.adapter.name, precision, autotune: autotune ? { cache: await (tuneCache ??= indexedDbTuneCache()) } : undefined });
+  const e = await WebGpuEngine.create(dev.device, {
+    ...eo,
+    adapterInfo: dev.adapter.name,
+    precision,
+    autotune: autotune ? { cache: await (tuneCache ??= indexedDbTuneCache()) } : undefined,
+  });
   let simulated = false;
-  const lost = dev.lost.then((i) => ({ reason: simulated ? 'unknown' : (i.reason ?? 'unknown'), message: simulated ? 'simulated loss (test hook)' : i.message }));
+  const lost = dev.lost.then((i) => ({
+    reason: simulated ? 'unknown' : (i.reason ?? 'unknown'),
+    message: simulated ? 'simulated loss (test hook)' : i.message,
+  }));
   return {
     engine: e,
     lost,
     dispose: () => dev.device.destroy(),
-    simulateLoss: () => { simulated = true; dev.device.destroy(); },
+    simulateLoss: () => {
+      simulated = true;
+      dev.device.destroy();
+    },
     gpuDevice: dev.device,
   };
 }

@@ -48,7 +48,6 @@ export class ErrorFeedback {
   }
 }
 
-
 /**
  * One island round with error feedback: sends C(Δ + e) and keeps e ← (Δ + e) − decode(C(Δ + e)).
  * Uses `fb.residual` as the work buffer, so it needs no n-sized allocation beyond `decoded`

@@ -39,8 +39,15 @@ import { type Result, err, ok } from '../result.ts';
 import { crc32 } from './crc32.ts';
 import { CodecErrorCode } from './errors.ts';
 import {
-  readF16Payload, readF32Payload, readInt4Payload, readInt8Payload, readTopkPayload,
-  writeF16Payload, writeF32Payload, writeInt4Blocks, writeInt8Blocks,
+  readF16Payload,
+  readF32Payload,
+  readInt4Payload,
+  readInt8Payload,
+  readTopkPayload,
+  writeF16Payload,
+  writeF32Payload,
+  writeInt4Blocks,
+  writeInt8Blocks,
 } from './payloads.ts';
 import { type SparseLayout, readSparse, sparsePayloadBytes, writeSparse } from './sparse.ts';
 import { TOPK_HIST_SIZE, selectTopK } from './topk.ts';
@@ -153,8 +160,16 @@ export function maxFrameBytes(count: number): number {
 export function frameBytes(count: number, opts: CodecOptions): number {
   const enc = ENCODINGS.indexOf(opts.encoding);
   const blockSize = enc >= ENC_INT8 ? (opts.blockSize ?? DEFAULT_BLOCK_SIZE) : 0;
-  const k = enc === ENC_TOPK ? topkCount(count, opts.topkFraction ?? DEFAULT_TOPK_FRACTION) : enc === ENC_SPARSE ? sparseK(blockSize, opts.topkFraction) : 0;
-  return HEADER_BYTES + rawPayloadLength(enc, count, blockSize, k, k * varintLength(Math.round(count / Math.max(1, k))), sparseLayout(opts));
+  const k =
+    enc === ENC_TOPK
+      ? topkCount(count, opts.topkFraction ?? DEFAULT_TOPK_FRACTION)
+      : enc === ENC_SPARSE
+        ? sparseK(blockSize, opts.topkFraction)
+        : 0;
+  return (
+    HEADER_BYTES +
+    rawPayloadLength(enc, count, blockSize, k, k * varintLength(Math.round(count / Math.max(1, k))), sparseLayout(opts))
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -245,7 +260,8 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
   }
 
   let frame: Uint8Array;
-  let flags = enc !== ENC_SPARSE ? 0 : (layout.strided ? FLAG_STRIDED : 0) | (layout.valueBits === 1 ? FLAG_ONE_BIT : 0);
+  let flags =
+    enc !== ENC_SPARSE ? 0 : (layout.strided ? FLAG_STRIDED : 0) | (layout.valueBits === 1 ? FLAG_ONE_BIT : 0);
   if (frameNoDeflate) {
     frame = frameNoDeflate;
   } else {
@@ -256,14 +272,26 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
     frame.set(stored, HEADER_BYTES);
   }
 
-  writeHeader(frame, { encoding: ENCODINGS[enc], flags, count: n, blockSize, k, storedBytes: frame.length - HEADER_BYTES, rawBytes: rawLen });
+  writeHeader(frame, {
+    encoding: ENCODINGS[enc],
+    flags,
+    count: n,
+    blockSize,
+    k,
+    storedBytes: frame.length - HEADER_BYTES,
+    rawBytes: rawLen,
+  });
   writeCrc(frame);
   return frame;
 }
 
 /** Writes a frame's CRC (bytes 28..31), its header and payload in place. */
 function writeCrc(frame: Uint8Array): void {
-  new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES).setUint32(28, frameCrc(frame, frame.length - HEADER_BYTES), true);
+  new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES).setUint32(
+    28,
+    frameCrc(frame, frame.length - HEADER_BYTES),
+    true,
+  );
 }
 
 /**
@@ -288,7 +316,18 @@ export function sealFrame(frame: Uint8Array, deflate: boolean): Uint8Array {
 }
 
 /** Writes a frame's 32-byte header but its CRC (bytes 28..31: `frameCrc` once the payload is in place). */
-export function writeHeader(frame: Uint8Array, h: { encoding: Encoding; flags: number; count: number; blockSize: number; k: number; storedBytes: number; rawBytes: number }): void {
+export function writeHeader(
+  frame: Uint8Array,
+  h: {
+    encoding: Encoding;
+    flags: number;
+    count: number;
+    blockSize: number;
+    k: number;
+    storedBytes: number;
+    rawBytes: number;
+  },
+): void {
   const dv = new DataView(frame.buffer, frame.byteOffset, HEADER_BYTES);
   for (let i = 0; i < 4; i++) frame[i] = MAGIC[i];
   frame[4] = FRAME_VERSION;
@@ -322,11 +361,19 @@ function varintLength(v: number): number {
 }
 
 function sparseLayout(opts: CodecOptions): SparseLayout {
-  if (opts.valueBits !== undefined && opts.valueBits !== 1 && opts.valueBits !== 2) throw new RangeError(`valueBits must be 1 or 2, got ${opts.valueBits}`);
+  if (opts.valueBits !== undefined && opts.valueBits !== 1 && opts.valueBits !== 2)
+    throw new RangeError(`valueBits must be 1 or 2, got ${opts.valueBits}`);
   return { strided: opts.strided === true, valueBits: opts.valueBits ?? 2 };
 }
 
-function rawPayloadLength(enc: number, n: number, blockSize: number, k: number, varintBytes: number, layout: SparseLayout): number {
+function rawPayloadLength(
+  enc: number,
+  n: number,
+  blockSize: number,
+  k: number,
+  varintBytes: number,
+  layout: SparseLayout,
+): number {
   switch (enc) {
     case ENC_F32:
       return 4 * n;
@@ -355,7 +402,10 @@ export function frameCrc(frame: Uint8Array, payloadBytes: number): number {
 /** Parses and validates the 32-byte header only (no CRC, no payload). */
 export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
   if (frame.length < HEADER_BYTES) {
-    return err(CodecErrorCode.TRUNCATED, `frame of ${frame.length} bytes is shorter than the ${HEADER_BYTES}-byte header`);
+    return err(
+      CodecErrorCode.TRUNCATED,
+      `frame of ${frame.length} bytes is shorter than the ${HEADER_BYTES}-byte header`,
+    );
   }
   for (let i = 0; i < 4; i++) {
     if (frame[i] !== MAGIC[i]) return err(CodecErrorCode.BAD_MAGIC, 'frame does not start with ATLD');
@@ -397,13 +447,31 @@ export function peekHeader(frame: Uint8Array): Result<FrameHeader> {
   } else {
     const expected = rawPayloadLength(enc, count, blockSize, k, 0, layout);
     if (rawPayloadBytes !== expected) {
-      return err(CodecErrorCode.BAD_HEADER, `raw payload of ${rawPayloadBytes} bytes, ${ENCODINGS[enc]} × ${count} needs ${expected}`);
+      return err(
+        CodecErrorCode.BAD_HEADER,
+        `raw payload of ${rawPayloadBytes} bytes, ${ENCODINGS[enc]} × ${count} needs ${expected}`,
+      );
     }
   }
   if (deflated ? payloadBytes >= rawPayloadBytes : payloadBytes !== rawPayloadBytes) {
-    return err(CodecErrorCode.BAD_HEADER, `stored payload of ${payloadBytes} bytes is inconsistent with raw ${rawPayloadBytes}`);
+    return err(
+      CodecErrorCode.BAD_HEADER,
+      `stored payload of ${payloadBytes} bytes is inconsistent with raw ${rawPayloadBytes}`,
+    );
   }
-  return ok({ version: FRAME_VERSION, encoding: ENCODINGS[enc], deflated, strided: layout.strided, valueBits: enc === ENC_SPARSE ? layout.valueBits : 0, count, blockSize, k, payloadBytes, rawPayloadBytes, crc });
+  return ok({
+    version: FRAME_VERSION,
+    encoding: ENCODINGS[enc],
+    deflated,
+    strided: layout.strided,
+    valueBits: enc === ENC_SPARSE ? layout.valueBits : 0,
+    count,
+    blockSize,
+    k,
+    payloadBytes,
+    rawPayloadBytes,
+    crc,
+  });
 }
 
 /**
@@ -424,13 +492,16 @@ function decodeUnchecked(frame: Uint8Array, expectedCount: number, out?: Float32
   if (!parsed.ok) return parsed;
   const h = parsed.value;
   const n = h.count;
-  if (n !== expectedCount) return err(CodecErrorCode.WRONG_SIZE, `frame holds ${n} elements, expected ${expectedCount}`);
+  if (n !== expectedCount)
+    return err(CodecErrorCode.WRONG_SIZE, `frame holds ${n} elements, expected ${expectedCount}`);
   if (out !== undefined && out.length !== n) {
     return err(CodecErrorCode.WRONG_SIZE, `out buffer holds ${out.length} elements, expected ${n}`);
   }
   const total = HEADER_BYTES + h.payloadBytes;
-  if (frame.length < total) return err(CodecErrorCode.TRUNCATED, `frame of ${frame.length} bytes, header says ${total}`);
-  if (frame.length > total) return err(CodecErrorCode.BAD_HEADER, `${frame.length - total} trailing bytes after the payload`);
+  if (frame.length < total)
+    return err(CodecErrorCode.TRUNCATED, `frame of ${frame.length} bytes, header says ${total}`);
+  if (frame.length > total)
+    return err(CodecErrorCode.BAD_HEADER, `${frame.length - total} trailing bytes after the payload`);
   if (frameCrc(frame, h.payloadBytes) !== h.crc) return err(CodecErrorCode.CRC, 'CRC mismatch');
 
   let payload = frame.subarray(HEADER_BYTES, total);
@@ -439,7 +510,10 @@ function decodeUnchecked(frame: Uint8Array, expectedCount: number, out?: Float32
     // stops inflate bombs, since rawPayloadBytes was validated against count.
     const inflated = inflateSync(payload, { out: new Uint8Array(h.rawPayloadBytes + 1) });
     if (inflated.length !== h.rawPayloadBytes) {
-      return err(CodecErrorCode.CORRUPT, `payload inflated to ${inflated.length} bytes, header says ${h.rawPayloadBytes}`);
+      return err(
+        CodecErrorCode.CORRUPT,
+        `payload inflated to ${inflated.length} bytes, header says ${h.rawPayloadBytes}`,
+      );
     }
     payload = inflated;
   }

@@ -213,7 +213,12 @@ export function readInt4Payload(payload: Uint8Array, blockSize: number, dst: Flo
   return illegal ? err(CodecErrorCode.CORRUPT, 'int4 nibble outside [-7, 7] or nonzero padding') : ok(dst);
 }
 
-export function readTopkPayload(payload: Uint8Array, blockSize: number, k: number, dst: Float32Array): Result<Float32Array> {
+export function readTopkPayload(
+  payload: Uint8Array,
+  blockSize: number,
+  k: number,
+  dst: Float32Array,
+): Result<Float32Array> {
   const n = dst.length;
   const nb = Math.ceil(k / blockSize);
   const scales = readScales(payload, nb, 127);

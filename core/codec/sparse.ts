@@ -32,7 +32,8 @@ export function chunkKept(len: number, C: number, k: number, strided: boolean): 
 
 /** Entries kept over n elements in chunks of C keeping k each. */
 export function sparseKept(n: number, C: number, k: number, strided = false): number {
-  const full = Math.floor(n / C), tail = n - full * C;
+  const full = Math.floor(n / C),
+    tail = n - full * C;
   return full * Math.min(k, C) + (tail ? chunkKept(tail, C, k, strided) : 0);
 }
 
@@ -47,8 +48,14 @@ export interface SparseLayout {
 export const TOPK_2BIT: SparseLayout = { strided: false, valueBits: 2 };
 
 /** Byte offsets of the places (offsets or phases) and of the codes, and the payload's length. */
-function sections(n: number, C: number, k: number, { strided, valueBits }: SparseLayout): { places: number; codes: number; end: number } {
-  const nc = Math.ceil(n / C), K = sparseKept(n, C, k, strided);
+function sections(
+  n: number,
+  C: number,
+  k: number,
+  { strided, valueBits }: SparseLayout,
+): { places: number; codes: number; end: number } {
+  const nc = Math.ceil(n / C),
+    K = sparseKept(n, C, k, strided);
   const places = 4 * valueBits * nc;
   const codes = places + (strided ? 2 * nc : Math.ceil((K * offsetBits(C)) / 8));
   return { places, codes, end: codes + Math.ceil((K * valueBits) / 8) };
@@ -60,35 +67,53 @@ export function sparsePayloadBytes(n: number, C: number, k: number, layout: Spar
 
 /** The k-th largest of mag[0..m) (1-based k), by quickselect in place (mag is scratch). */
 function kthLargest(mag: Float32Array, m: number, k: number): number {
-  let lo = 0, hi = m - 1;
+  let lo = 0,
+    hi = m - 1;
   const want = k - 1;
   while (lo < hi) {
     const pivot = mag[(lo + hi) >> 1];
-    let i = lo, j = hi;
+    let i = lo,
+      j = hi;
     while (i <= j) {
       while (mag[i] > pivot) i++;
       while (mag[j] < pivot) j--;
-      if (i <= j) { const t = mag[i]; mag[i] = mag[j]; mag[j] = t; i++; j--; }
+      if (i <= j) {
+        const t = mag[i];
+        mag[i] = mag[j];
+        mag[j] = t;
+        i++;
+        j--;
+      }
     }
-    if (want <= j) hi = j; else if (want >= i) lo = i; else break;
+    if (want <= j) hi = j;
+    else if (want >= i) lo = i;
+    else break;
   }
   return mag[want];
 }
 
 class BitWriter {
   private pos = 0;
-  constructor(private readonly dst: Uint8Array, private readonly base: number) {}
+  constructor(
+    private readonly dst: Uint8Array,
+    private readonly base: number,
+  ) {}
   put(v: number, bits: number): void {
-    for (let b = 0; b < bits; b++, this.pos++) if ((v >>> b) & 1) this.dst[this.base + (this.pos >>> 3)] |= 1 << (this.pos & 7);
+    for (let b = 0; b < bits; b++, this.pos++)
+      if ((v >>> b) & 1) this.dst[this.base + (this.pos >>> 3)] |= 1 << (this.pos & 7);
   }
 }
 
 class BitReader {
   private pos = 0;
-  constructor(private readonly src: Uint8Array, private readonly base: number) {}
+  constructor(
+    private readonly src: Uint8Array,
+    private readonly base: number,
+  ) {}
   get(bits: number): number {
     let v = 0;
-    for (let b = 0; b < bits; b++, this.pos++) v |= ((this.src[this.base + (this.pos >>> 3)] >>> (this.pos & 7)) & 1) << b;
+    for (let b = 0; b < bits; b++, this.pos++)
+      v |= ((this.src[this.base + (this.pos >>> 3)] >>> (this.pos & 7)) & 1) << b;
     return v;
   }
 }
@@ -100,7 +125,8 @@ function selectTopKChunk(x: Float32Array, len: number, kc: number, mag: Float32A
   // kept offsets: |x| > T, then ties |x| == T in index order, until kc
   let above = 0;
   for (let i = 0; i < len; i++) if (Math.abs(x[i]) > T) above++;
-  let ties = kc - above, m = 0;
+  let ties = kc - above,
+    m = 0;
   for (let i = 0; i < len && m < kc; i++) {
     const a = Math.abs(x[i]);
     if (a > T || (a === T && ties-- > 0)) idx[m++] = i;
@@ -109,19 +135,31 @@ function selectTopKChunk(x: Float32Array, len: number, kc: number, mag: Float32A
 
 /** The phase p ∈ [0, s) whose kc entries p + j·s hold the most energy (the lowest p on ties). */
 function bestPhase(x: Float32Array, s: number, kc: number): number {
-  let best = -1, phase = 0;
+  let best = -1,
+    phase = 0;
   for (let p = 0; p < s; p++) {
     let e = 0;
     for (let j = 0, i = p; j < kc; j++, i += s) e += x[i] * x[i];
-    if (e > best) { best = e; phase = p; }
+    if (e > best) {
+      best = e;
+      phase = p;
+    }
   }
   return phase;
 }
 
 /** Writes the sparse payload of src into dst (zeroed, sparsePayloadBytes long). */
-export function writeSparse(src: Float32Array, C: number, k: number, dst: Uint8Array, layout: SparseLayout = TOPK_2BIT): void {
+export function writeSparse(
+  src: Float32Array,
+  C: number,
+  k: number,
+  dst: Uint8Array,
+  layout: SparseLayout = TOPK_2BIT,
+): void {
   const { strided, valueBits: v } = layout;
-  const n = src.length, nc = Math.ceil(n / C), bits = offsetBits(C);
+  const n = src.length,
+    nc = Math.ceil(n / C),
+    bits = offsetBits(C);
   const at = sections(n, C, k, layout);
   dst.fill(0);
   const scales = new DataView(dst.buffer, dst.byteOffset, at.places);
@@ -131,17 +169,23 @@ export function writeSparse(src: Float32Array, C: number, k: number, dst: Uint8A
   const mag = new Float32Array(Math.min(C, n));
   const idx = new Int32Array(Math.min(C, n));
   for (let c = 0; c < nc; c++) {
-    const start = c * C, len = Math.min(C, n - start), kc = chunkKept(len, C, k, strided);
+    const start = c * C,
+      len = Math.min(C, n - start),
+      kc = chunkKept(len, C, k, strided);
     const x = src.subarray(start, start + len);
     let finite = true;
     for (let i = 0; i < len; i++) if (!(Math.abs(x[i]) < Infinity)) finite = false;
     if (!finite) {
       for (let b = 0; b < v; b++) scales.setFloat32(4 * (v * c + b), NaN, true);
-      for (let j = 0; j < kc; j++) { if (!strided) offsets.put(j, bits); codes.put(0, v); }
+      for (let j = 0; j < kc; j++) {
+        if (!strided) offsets.put(j, bits);
+        codes.put(0, v);
+      }
       continue;
     }
     if (strided) {
-      const s = Math.floor(len / kc), p = bestPhase(x, s, kc);
+      const s = Math.floor(len / kc),
+        p = bestPhase(x, s, kc);
       phases.setUint16(2 * c, p, true);
       for (let j = 0; j < kc; j++) idx[j] = p + j * s;
     } else {
@@ -150,8 +194,20 @@ export function writeSparse(src: Float32Array, C: number, k: number, dst: Uint8A
     for (let j = 0; j < kc; j++) mag[j] = Math.abs(x[idx[j]]);
     // 1 bit: one half holding everything (split 0); 2 bits: upper half |x| >= the median kept |x|
     const split = v === 1 ? 0 : kc > 1 ? kthLargest(mag.slice(0, kc), kc, Math.ceil(kc / 2)) : Infinity;
-    let hiSum = 0, hiN = 0, loSum = 0, loN = 0;
-    for (let j = 0; j < kc; j++) { const a = mag[j]; if (a >= split) { hiSum += a; hiN++; } else { loSum += a; loN++; } }
+    let hiSum = 0,
+      hiN = 0,
+      loSum = 0,
+      loN = 0;
+    for (let j = 0; j < kc; j++) {
+      const a = mag[j];
+      if (a >= split) {
+        hiSum += a;
+        hiN++;
+      } else {
+        loSum += a;
+        loN++;
+      }
+    }
     const hi = hiN ? Math.fround(hiSum / hiN) : 0;
     if (v === 2) scales.setFloat32(8 * c, loN ? Math.fround(loSum / loN) : 0, true);
     scales.setFloat32(4 * (v * c + v - 1), hi, true);
@@ -164,9 +220,17 @@ export function writeSparse(src: Float32Array, C: number, k: number, dst: Uint8A
 }
 
 /** Decodes a sparse payload into dst (length n); checks offsets ascend within each chunk and phases lie in [0, s). */
-export function readSparse(payload: Uint8Array, C: number, k: number, dst: Float32Array, layout: SparseLayout = TOPK_2BIT): Result<Float32Array> {
+export function readSparse(
+  payload: Uint8Array,
+  C: number,
+  k: number,
+  dst: Float32Array,
+  layout: SparseLayout = TOPK_2BIT,
+): Result<Float32Array> {
   const { strided, valueBits: v } = layout;
-  const n = dst.length, nc = Math.ceil(n / C), bits = offsetBits(C);
+  const n = dst.length,
+    nc = Math.ceil(n / C),
+    bits = offsetBits(C);
   const at = sections(n, C, k, layout);
   const scales = new DataView(payload.buffer, payload.byteOffset, at.places);
   const offsets = new BitReader(payload, at.places);
@@ -174,15 +238,21 @@ export function readSparse(payload: Uint8Array, C: number, k: number, dst: Float
   const codes = new BitReader(payload, at.codes);
   dst.fill(0);
   for (let c = 0; c < nc; c++) {
-    const start = c * C, len = Math.min(C, n - start), kc = chunkKept(len, C, k, strided);
-    const hi = scales.getFloat32(4 * (v * c + v - 1), true), lo = v === 2 ? scales.getFloat32(8 * c, true) : hi;
-    if (!(Math.abs(lo) < Infinity && Math.abs(hi) < Infinity)) return err('E_NON_FINITE', 'frame holds a non-finite value');
-    const s = Math.floor(len / kc), p = strided ? phases.getUint16(2 * c, true) : 0;
+    const start = c * C,
+      len = Math.min(C, n - start),
+      kc = chunkKept(len, C, k, strided);
+    const hi = scales.getFloat32(4 * (v * c + v - 1), true),
+      lo = v === 2 ? scales.getFloat32(8 * c, true) : hi;
+    if (!(Math.abs(lo) < Infinity && Math.abs(hi) < Infinity))
+      return err('E_NON_FINITE', 'frame holds a non-finite value');
+    const s = Math.floor(len / kc),
+      p = strided ? phases.getUint16(2 * c, true) : 0;
     if (strided && p >= s) return err('E_CORRUPT', `sparse phase ${p} in chunk ${c} is not below its stride ${s}`);
     let prev = -1;
     for (let j = 0; j < kc; j++) {
       const off = strided ? p + j * s : offsets.get(bits);
-      if (off <= prev || off >= len) return err('E_CORRUPT', `sparse offset ${off} in chunk ${c} is out of order or range`);
+      if (off <= prev || off >= len)
+        return err('E_CORRUPT', `sparse offset ${off} in chunk ${c} is out of order or range`);
       prev = off;
       const code = codes.get(v);
       const a = code & 2 ? hi : lo;

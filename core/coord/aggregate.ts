@@ -18,7 +18,10 @@ export function median(xs: number[]): number {
 }
 
 /** A delta's norm-bound statistic and the steps it was assigned. */
-export interface NormSample { score: number; steps: number }
+export interface NormSample {
+  score: number;
+  steps: number;
+}
 
 /**
  * The steps a delta is judged as: Σ w_i² over its assigned steps, w_i the fresh-AdamW warmup's
@@ -29,7 +32,11 @@ export interface NormSample { score: number; steps: number }
  * cosine) moves every island together, and the history follows it. The server's figures only: an
  * island that reloaded (a fresh AdamW, its old steps counted) is judged more leniently, never less.
  */
-export function normSteps(lr: Pick<InnerLrPlan, 'localWarmupSteps'> | undefined, steps: number, stepsBefore: number): number {
+export function normSteps(
+  lr: Pick<InnerLrPlan, 'localWarmupSteps'> | undefined,
+  steps: number,
+  stepsBefore: number,
+): number {
   const n = lr?.localWarmupSteps ?? 0;
   if (!(n > 0) || stepsBefore >= n) return steps;
   let w = 0;
@@ -70,7 +77,13 @@ export class NormHistory {
    * residual carry-over, where early, smaller deltas alone would reject honest ones, and each
    * rejection, put back into the residual, grows the next delta). A score over its bound enters the history.
    */
-  judge(norm: number, steps: number, nb: CoordinatorConfig['normBound'], pending: NormSample[], normSteps = steps): { score: number; bound: number; over: boolean } {
+  judge(
+    norm: number,
+    steps: number,
+    nb: CoordinatorConfig['normBound'],
+    pending: NormSample[],
+    normSteps = steps,
+  ): { score: number; bound: number; over: boolean } {
     const score = norm / Math.sqrt(Math.max(1e-6, normSteps));
     const bound = this.scores.length < nb.minHistory ? Infinity : this.limiter(nb, pending)(steps);
     const over = score > bound;
@@ -78,12 +91,14 @@ export class NormHistory {
     return { score, bound, over };
   }
 
-
   /**
    * The close-time bound, against history ∪ the round (it catches a bad delta in the first round):
    * the deltas within it, and those over it with their bound (their scores enter the history).
    */
-  split<T extends NormSample>(pending: T[], nb: CoordinatorConfig['normBound']): { kept: T[]; over: Array<{ p: T; limit: number }> } {
+  split<T extends NormSample>(
+    pending: T[],
+    nb: CoordinatorConfig['normBound'],
+  ): { kept: T[]; over: Array<{ p: T; limit: number }> } {
     const bound = this.limiter(nb, pending);
     const kept = pending.filter((p) => p.score <= bound(p.steps));
     const over = pending.filter((p) => p.score > bound(p.steps)).map((p) => ({ p, limit: bound(p.steps) }));
@@ -95,7 +110,10 @@ export class NormHistory {
     this.scores.push(sample.score);
     this.steps.push(sample.steps);
     const over = this.scores.length - window;
-    if (over > 0) { this.scores.splice(0, over); this.steps.splice(0, over); }
+    if (over > 0) {
+      this.scores.splice(0, over);
+      this.steps.splice(0, over);
+    }
   }
 
   /** Restores from a checkpoint; steps missing or mismatched are unknown (the plain √ rule). */
@@ -112,21 +130,31 @@ export class NormHistory {
  * CenteredClip (a trimFraction > 0 with 'mean' means the trimmed mean); then each delta's cosine and
  * norm ratio (agreement).
  */
-export function combineDeltas(kept: PendingDelta[], cfg: CoordinatorConfig, version: number, g: Float32Array, acc: Float64Array): void {
+export function combineDeltas(
+  kept: PendingDelta[],
+  cfg: CoordinatorConfig,
+  version: number,
+  g: Float32Array,
+  acc: Float64Array,
+): void {
   weighDeltas(kept, cfg, version);
-  const ds = kept.map((p) => p.delta), ws = kept.map((p) => p.weight);
+  const ds = kept.map((p) => p.delta),
+    ws = kept.map((p) => p.weight);
   const trim = cfg.trimFraction > 0 ? cfg.trimFraction : 0.125;
   if (isWeightedMean(kept.length, cfg)) weightedMean(ds, ws, g, acc);
   else if (cfg.aggregation === 'centered-clip') centeredClip(ds, ws, trim, cfg.clip, g, acc);
   else weightedTrimmedMean(ds, ws, trim, g);
   const gn = l2(g);
-  agreement(kept, kept.map((p) => {
-    let dot = 0;
-    const d = p.delta;
-    for (let i = 0; i < d.length; i++) dot += d[i] * g[i];
-    const dn = l2(d);
-    return dn > 0 && gn > 0 ? dot / (dn * gn) : 0;
-  }));
+  agreement(
+    kept,
+    kept.map((p) => {
+      let dot = 0;
+      const d = p.delta;
+      for (let i = 0; i < d.length; i++) dot += d[i] * g[i];
+      const dn = l2(d);
+      return dn > 0 && gn > 0 ? dot / (dn * gn) : 0;
+    }),
+  );
 }
 
 /** Each delta's staleness (against `version`) and its normalised weight tokens × s(τ). */
@@ -158,7 +186,8 @@ export function agreement(kept: PendingDelta[], cosines: number[]): void {
 export function weightedMean(ds: Float32Array[], ws: number[], out: Float32Array, acc: Float64Array): void {
   acc.fill(0);
   for (let j = 0; j < ds.length; j++) {
-    const d = ds[j], w = ws[j];
+    const d = ds[j],
+      w = ws[j];
     for (let i = 0; i < d.length; i++) acc[i] += w * d[i];
   }
   for (let i = 0; i < out.length; i++) out[i] = acc[i];
@@ -171,20 +200,28 @@ export function weightedMean(ds: Float32Array[], ws: number[], out: Float32Array
 export function weightedTrimmedMean(ds: Float32Array[], ws: number[], beta: number, out: Float32Array): void {
   const k = ds.length;
   const W = ws.reduce((a, b) => a + b, 0);
-  const lo = beta * W, hi = (1 - beta) * W;
-  const val = new Float64Array(k), wt = new Float64Array(k);
+  const lo = beta * W,
+    hi = (1 - beta) * W;
+  const val = new Float64Array(k),
+    wt = new Float64Array(k);
   for (let i = 0; i < out.length; i++) {
     for (let j = 0; j < k; j++) {
       // insertion sort of (value, weight) into val/wt[0..j]
       const v = ds[j][i];
       let p = j - 1;
-      while (p >= 0 && val[p] > v) { val[p + 1] = val[p]; wt[p + 1] = wt[p]; p--; }
+      while (p >= 0 && val[p] > v) {
+        val[p + 1] = val[p];
+        wt[p + 1] = wt[p];
+        p--;
+      }
       val[p + 1] = v;
       wt[p + 1] = ws[j];
     }
-    let c = 0, s = 0;
+    let c = 0,
+      s = 0;
     for (let j = 0; j < k; j++) {
-      const a = Math.max(c, lo), b = Math.min(c + wt[j], hi);
+      const a = Math.max(c, lo),
+        b = Math.min(c + wt[j], hi);
       if (b > a) s += (b - a) * val[j];
       c += wt[j];
     }
@@ -194,7 +231,12 @@ export function weightedTrimmedMean(ds: Float32Array[], ws: number[], beta: numb
 
 /** Coordinate-wise mean of `ds` after dropping the t smallest and t largest values per coordinate. */
 export function trimmedMean(ds: Float32Array[], t: number, out: Float32Array): void {
-  weightedTrimmedMean(ds, ds.map(() => 1), t / ds.length, out);
+  weightedTrimmedMean(
+    ds,
+    ds.map(() => 1),
+    t / ds.length,
+    out,
+  );
 }
 
 /**
@@ -203,7 +245,12 @@ export function trimmedMean(ds: Float32Array[], t: number, out: Float32Array): v
  * median distance from the start. A far-off delta moves v by at most w_i · τ.
  */
 export function centeredClip(
-  ds: Float32Array[], ws: number[], beta: number, clip: CoordinatorConfig['clip'], out: Float32Array, acc: Float64Array,
+  ds: Float32Array[],
+  ws: number[],
+  beta: number,
+  clip: CoordinatorConfig['clip'],
+  out: Float32Array,
+  acc: Float64Array,
 ): void {
   weightedTrimmedMean(ds, ws, beta, out);
   const W = ws.reduce((a, b) => a + b, 0);
@@ -211,13 +258,17 @@ export function centeredClip(
   for (let it = 0; it < clip.iterations; it++) {
     const dist = ds.map((d) => {
       let s = 0;
-      for (let i = 0; i < d.length; i++) { const x = d[i] - out[i]; s += x * x; }
+      for (let i = 0; i < d.length; i++) {
+        const x = d[i] - out[i];
+        s += x * x;
+      }
       return Math.sqrt(s);
     });
     if (it === 0) tau = clip.factor * median(dist);
     acc.fill(0);
     for (let j = 0; j < ds.length; j++) {
-      const c = (ws[j] / W) * (dist[j] > tau ? tau / dist[j] : 1), d = ds[j];
+      const c = (ws[j] / W) * (dist[j] > tau ? tau / dist[j] : 1),
+        d = ds[j];
       for (let i = 0; i < d.length; i++) acc[i] += c * (d[i] - out[i]);
     }
     for (let i = 0; i < out.length; i++) out[i] += acc[i];

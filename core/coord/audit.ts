@@ -25,7 +25,9 @@ export const AUDITABLE_ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', '
 
 /** Why a run with validators cannot take `encoding` deltas (their audits would sample nothing), or null. */
 export function unauditable(encoding: Encoding): string | null {
-  return AUDITABLE_ENCODINGS.includes(encoding) ? null : `${encoding} deltas cannot be audited (their error feedback carries earlier rounds): a run with validators takes ${AUDITABLE_ENCODINGS.join('|')}`;
+  return AUDITABLE_ENCODINGS.includes(encoding)
+    ? null
+    : `${encoding} deltas cannot be audited (their error feedback carries earlier rounds): a run with validators takes ${AUDITABLE_ENCODINGS.join('|')}`;
 }
 
 /** What a validator needs to redo one round: batches sampleBatch(train, batchSize, seqLen, seed, stream, stepStart + i), i < steps. */
@@ -59,7 +61,10 @@ export interface AuditJob {
  * a WebGPU island, norm ratio 1 ± 0.0001; a Δ of another data stream ≤ 0.88, of a quarter of the
  * claimed steps (norm-matched) ≤ 0.80.
  */
-export interface AuditTolerance { minCosine: number; maxNormDev: number }
+export interface AuditTolerance {
+  minCosine: number;
+  maxNormDev: number;
+}
 export const DEFAULT_AUDIT_TOLERANCE: AuditTolerance = { minCosine: 0.97, maxNormDev: 0.1 };
 
 export interface AuditConfig {
@@ -73,7 +78,13 @@ export interface AuditConfig {
   leaseMs: number;
   tolerance: AuditTolerance;
 }
-export const DEFAULT_AUDIT_CONFIG: AuditConfig = { rate: 0.1, maxJobs: 16, banAfter: 2, leaseMs: 120_000, tolerance: DEFAULT_AUDIT_TOLERANCE };
+export const DEFAULT_AUDIT_CONFIG: AuditConfig = {
+  rate: 0.1,
+  maxJobs: 16,
+  banAfter: 2,
+  leaseMs: 120_000,
+  tolerance: DEFAULT_AUDIT_TOLERANCE,
+};
 
 export function auditPasses(cosine: number, normRatio: number, tol: AuditTolerance): boolean {
   return cosine >= tol.minCosine && Math.abs(normRatio - 1) <= tol.maxNormDev;
@@ -81,9 +92,16 @@ export function auditPasses(cosine: number, normRatio: number, tol: AuditToleran
 
 /** cosine(a, b) and ‖a‖ / ‖b‖, accumulated in f64. */
 export function compareDeltas(a: Float32Array, b: Float32Array): { cosine: number; normRatio: number } {
-  let ab = 0, aa = 0, bb = 0;
-  for (let i = 0; i < a.length; i++) { ab += a[i] * b[i]; aa += a[i] * a[i]; bb += b[i] * b[i]; }
-  const na = Math.sqrt(aa), nb = Math.sqrt(bb);
+  let ab = 0,
+    aa = 0,
+    bb = 0;
+  for (let i = 0; i < a.length; i++) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  const na = Math.sqrt(aa),
+    nb = Math.sqrt(bb);
   return { cosine: na > 0 && nb > 0 ? ab / (na * nb) : 0, normRatio: nb > 0 ? na / nb : Infinity };
 }
 
@@ -102,9 +120,13 @@ export class AuditQueue {
   /** Counters: jobs made, dropped for room, settled. */
   readonly stats = { offered: 0, dropped: 0, passed: 0, failed: 0, skipped: 0 };
 
-  constructor(cfg: Partial<AuditConfig> = {}) { this.cfg = { ...DEFAULT_AUDIT_CONFIG, ...cfg }; }
+  constructor(cfg: Partial<AuditConfig> = {}) {
+    this.cfg = { ...DEFAULT_AUDIT_CONFIG, ...cfg };
+  }
 
-  get size(): number { return this.queued.length + this.leased.size; }
+  get size(): number {
+    return this.queued.length + this.leased.size;
+  }
 
   /**
    * Whether to sample a delta made for assignment `work` (its record on the island: the codec and
@@ -113,7 +135,13 @@ export class AuditQueue {
    * Staleness plays no part: a delta on any base the run accepts can be sampled.
    */
   wants(work: Pick<AssignedWork, 'encoding' | 'fresh'> | undefined, u: number): boolean {
-    return this.cfg.rate > 0 && work?.fresh === true && work.encoding !== undefined && AUDITABLE_ENCODINGS.includes(work.encoding) && u < this.cfg.rate;
+    return (
+      this.cfg.rate > 0 &&
+      work?.fresh === true &&
+      work.encoding !== undefined &&
+      AUDITABLE_ENCODINGS.includes(work.encoding) &&
+      u < this.cfg.rate
+    );
   }
 
   /** Whether a delta for `work` is of a kind that may be audited (sampled or not). */
@@ -123,7 +151,10 @@ export class AuditQueue {
 
   offer(job: Omit<AuditJob, 'jobId'>): number {
     if (this.size >= this.cfg.maxJobs) {
-      if (this.queued.length === 0) { this.stats.dropped++; return 0; }
+      if (this.queued.length === 0) {
+        this.stats.dropped++;
+        return 0;
+      }
       this.queued.shift();
       this.stats.dropped++;
     }
@@ -136,7 +167,10 @@ export class AuditQueue {
   /** The oldest queued job, leased until now + leaseMs; expired leases are queued again first. */
   take(now: number): AuditJob | null {
     for (const [id, l] of this.leased) {
-      if (l.until <= now) { this.leased.delete(id); this.queued.unshift(l.job); }
+      if (l.until <= now) {
+        this.leased.delete(id);
+        this.queued.unshift(l.job);
+      }
     }
     const job = this.queued.shift();
     if (!job) return null;
@@ -151,12 +185,20 @@ export class AuditQueue {
   }
 
   /** A validator's measurement of a leased job; passed is null when it could not judge (cosine null). */
-  settle(jobId: number, cosine: number | null, normRatio: number | null): Result<{ islandId: string; seq: number; passed: boolean | null }> {
+  settle(
+    jobId: number,
+    cosine: number | null,
+    normRatio: number | null,
+  ): Result<{ islandId: string; seq: number; passed: boolean | null }> {
     const l = this.leased.get(jobId);
-    if (!l) return err(AuditError.UNKNOWN_AUDIT, `audit ${jobId} is not leased (unknown, settled, or its lease ran out)`);
+    if (!l)
+      return err(AuditError.UNKNOWN_AUDIT, `audit ${jobId} is not leased (unknown, settled, or its lease ran out)`);
     this.leased.delete(jobId);
     const { islandId, seq } = l.job;
-    if (cosine === null || normRatio === null) { this.stats.skipped++; return ok({ islandId, seq, passed: null }); }
+    if (cosine === null || normRatio === null) {
+      this.stats.skipped++;
+      return ok({ islandId, seq, passed: null });
+    }
     const passed = auditPasses(cosine, normRatio, this.cfg.tolerance);
     this.stats[passed ? 'passed' : 'failed']++;
     return ok({ islandId, seq, passed });
@@ -164,8 +206,13 @@ export class AuditQueue {
 }
 
 /** The job's work from the island's remembered assignment (null when the record no longer holds it). */
-export function auditWork(isl: Pick<IslandRecord, 'work'>, roundId: number, steps: number, seqLen: number): AuditWork | null {
+export function auditWork(
+  isl: Pick<IslandRecord, 'work'>,
+  roundId: number,
+  steps: number,
+  seqLen: number,
+): AuditWork | null {
   const a = isl.work?.find((w) => w.roundId === roundId);
-  if (!a || !a.data || !a.lr || a.gradClip === undefined) return null;
+  if (!a?.data || !a.lr || a.gradClip === undefined) return null;
   return { steps, batchSize: a.batchSize, seqLen, gradClip: a.gradClip, lr: { ...a.lr }, data: { ...a.data } };
 }

@@ -101,20 +101,35 @@ export interface CoordinatorConfig {
  * strided, 1-bit values, error feedback decay 0.35. `--codec sparse` and the simulator's sparse
  * rows use it.
  */
-export const SPARSE_UPLINK = { encoding: 'sparse', blockSize: 4096, topkFraction: 0.5, strided: true, valueBits: 1, feedbackDecay: 0.35 } as const satisfies CodecOptions;
+export const SPARSE_UPLINK = {
+  encoding: 'sparse',
+  blockSize: 4096,
+  topkFraction: 0.5,
+  strided: true,
+  valueBits: 1,
+  feedbackDecay: 0.35,
+} as const satisfies CodecOptions;
 
 /**
  * The downlink measured with it: int4, one scale per 4096 entries, deflated (error feedback on the
  * server; blocks of 64 cost 12 % more bytes down for the same loss).
  */
-export const SPARSE_DOWNLINK = { encoding: 'int4', blockSize: 4096, deflate: true } as const satisfies CoordinatorConfig['downlink'];
+export const SPARSE_DOWNLINK = {
+  encoding: 'int4',
+  blockSize: 4096,
+  deflate: true,
+} as const satisfies CoordinatorConfig['downlink'];
 
 /**
  * The measured setting (docs/research.md, the comparison's async heterogeneous sparse row): async
  * merge windows, the sparse uplink and its downlink. `atoll serve`'s default run and the
  * simulator's sparse rows both read it from here.
  */
-export const MEASURED_SETTING = { mode: 'async', uplink: SPARSE_UPLINK, downlink: SPARSE_DOWNLINK } as const satisfies Pick<CoordinatorConfig, 'mode' | 'uplink' | 'downlink'>;
+export const MEASURED_SETTING = {
+  mode: 'async',
+  uplink: SPARSE_UPLINK,
+  downlink: SPARSE_DOWNLINK,
+} as const satisfies Pick<CoordinatorConfig, 'mode' | 'uplink' | 'downlink'>;
 
 /**
  * Every island warms up its inner lr over the first steps of a fresh AdamW state (InnerLrPlan.
@@ -166,7 +181,9 @@ export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
 
 /** A partial config; nested groups may be partial too. */
 export type CoordinatorConfigPatch = {
-  [K in keyof CoordinatorConfig]?: CoordinatorConfig[K] extends object ? Partial<CoordinatorConfig[K]> : CoordinatorConfig[K];
+  [K in keyof CoordinatorConfig]?: CoordinatorConfig[K] extends object
+    ? Partial<CoordinatorConfig[K]>
+    : CoordinatorConfig[K];
 };
 
 /**
@@ -178,8 +195,14 @@ export function mergeConfig(base: CoordinatorConfig, patch: CoordinatorConfigPat
   for (const [k, v] of Object.entries(patch)) {
     if (v === undefined) continue;
     const cur = out[k] as Record<string, unknown> | undefined;
-    const newCodec = (k === 'uplink' || k === 'downlink') && (v as { encoding?: string }).encoding !== undefined && (v as { encoding?: string }).encoding !== cur?.encoding;
-    out[k] = cur && typeof cur === 'object' && v && typeof v === 'object' && !newCodec ? { ...cur, ...(v as object) } : structuredClone(v);
+    const newCodec =
+      (k === 'uplink' || k === 'downlink') &&
+      (v as { encoding?: string }).encoding !== undefined &&
+      (v as { encoding?: string }).encoding !== cur?.encoding;
+    out[k] =
+      cur && typeof cur === 'object' && v && typeof v === 'object' && !newCodec
+        ? { ...cur, ...(v as object) }
+        : structuredClone(v);
   }
   return out as unknown as CoordinatorConfig;
 }
@@ -193,7 +216,8 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
     }
   };
   if (c.mode !== 'sync' && c.mode !== 'async') p.push(`mode must be 'sync' or 'async', got ${String(c.mode)}`);
-  if (!['nesterov', 'sgd', 'delayed-nesterov'].includes(c.outer?.kind)) p.push(`outer.kind must be nesterov|sgd|delayed-nesterov`);
+  if (!['nesterov', 'sgd', 'delayed-nesterov'].includes(c.outer?.kind))
+    p.push(`outer.kind must be nesterov|sgd|delayed-nesterov`);
   num('outer.lr', c.outer?.lr, 0, 10);
   if (typeof c.soloPlainStep !== 'boolean') p.push('soloPlainStep must be a boolean');
   if (typeof c.freshInnerOptimizer !== 'boolean') p.push('freshInnerOptimizer must be a boolean');
@@ -224,7 +248,8 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   num('roundTimeoutMs', c.roundTimeoutMs, 1, 1e10);
   if (c.lateDeltas !== 'next-round' && c.lateDeltas !== 'drop') p.push(`lateDeltas must be 'next-round' or 'drop'`);
   num('trimFraction', c.trimFraction, 0, 0.49);
-  if (!['mean', 'trimmed-mean', 'centered-clip'].includes(c.aggregation)) p.push('aggregation must be mean|trimmed-mean|centered-clip');
+  if (!['mean', 'trimmed-mean', 'centered-clip'].includes(c.aggregation))
+    p.push('aggregation must be mean|trimmed-mean|centered-clip');
   num('clip.iterations', c.clip?.iterations, 1, 100, true);
   num('clip.factor', c.clip?.factor, 0, 1e6);
   num('asyncWindow.fraction', c.asyncWindow?.fraction, 0, 100);
@@ -236,13 +261,17 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
   num('normBound.factor', c.normBound?.factor, 0, 1e9);
   num('normBound.window', c.normBound?.window, 1, 1e6, true);
   num('normBound.minHistory', c.normBound?.minHistory, 1, 1e6, true);
-  if (!c.uplink || !ENCODINGS.includes(c.uplink.encoding)) p.push(`uplink.encoding must be one of ${ENCODINGS.join('|')}`);
+  if (!c.uplink || !ENCODINGS.includes(c.uplink.encoding))
+    p.push(`uplink.encoding must be one of ${ENCODINGS.join('|')}`);
   if (c.uplink?.blockSize !== undefined) num('uplink.blockSize', c.uplink.blockSize, 8, 65536, true);
   if (c.uplink?.topkFraction !== undefined) num('uplink.topkFraction', c.uplink.topkFraction, 1e-9, 1);
   if (c.uplink?.feedbackDecay !== undefined) num('uplink.feedbackDecay', c.uplink.feedbackDecay, 0, 1);
-  if (c.uplink?.strided !== undefined && typeof c.uplink.strided !== 'boolean') p.push('uplink.strided must be a boolean');
-  if (c.uplink?.valueBits !== undefined && c.uplink.valueBits !== 1 && c.uplink.valueBits !== 2) p.push('uplink.valueBits must be 1 or 2');
-  if (!DOWNLINK_ENCODINGS.includes(c.downlink?.encoding)) p.push(`downlink.encoding must be one of ${DOWNLINK_ENCODINGS.join('|')}`);
+  if (c.uplink?.strided !== undefined && typeof c.uplink.strided !== 'boolean')
+    p.push('uplink.strided must be a boolean');
+  if (c.uplink?.valueBits !== undefined && c.uplink.valueBits !== 1 && c.uplink.valueBits !== 2)
+    p.push('uplink.valueBits must be 1 or 2');
+  if (!DOWNLINK_ENCODINGS.includes(c.downlink?.encoding))
+    p.push(`downlink.encoding must be one of ${DOWNLINK_ENCODINGS.join('|')}`);
   num('downlink.blockSize', c.downlink?.blockSize, 8, 65536, true);
   if (c.downlink && c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');
   if (c.uplink?.blockSize !== undefined && c.uplink.blockSize % 2 !== 0) p.push('uplink.blockSize must be even');
@@ -256,24 +285,55 @@ export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
 export function stalenessWeight(fn: StalenessFn, tau: number): number {
   if (tau <= 0) return 1;
   switch (fn) {
-    case 'inv-sqrt': return 1 / Math.sqrt(1 + tau);
-    case 'inv-linear': return 1 / (1 + tau);
-    default: return 1;
+    case 'inv-sqrt':
+      return 1 / Math.sqrt(1 + tau);
+    case 'inv-linear':
+      return 1 / (1 + tau);
+    default:
+      return 1;
   }
 }
 
 /** Keys that may change while a run is live (mode, shapes and the data seed may not). */
 export const RUNTIME_KEYS: ReadonlyArray<keyof CoordinatorConfig> = [
-  'outer', 'soloPlainStep', 'freshInnerOptimizer', 'innerLr', 'gradClip', 'totalTokens', 'innerSteps', 'minInnerSteps', 'maxInnerSteps', 'dylu',
-  'targetRoundMs', 'quorum', 'minContributors', 'grace', 'roundTimeoutMs', 'lateDeltas', 'trimFraction', 'aggregation', 'clip', 'asyncWindow',
-  'maxStaleness', 'staleness', 'maxTokenWeight', 'normBound', 'uplink', 'downlink', 'keepUpdates',
-  'islandTimeoutMs', 'batchSize', 'maxBatchSize', 'historyLimit',
+  'outer',
+  'soloPlainStep',
+  'freshInnerOptimizer',
+  'innerLr',
+  'gradClip',
+  'totalTokens',
+  'innerSteps',
+  'minInnerSteps',
+  'maxInnerSteps',
+  'dylu',
+  'targetRoundMs',
+  'quorum',
+  'minContributors',
+  'grace',
+  'roundTimeoutMs',
+  'lateDeltas',
+  'trimFraction',
+  'aggregation',
+  'clip',
+  'asyncWindow',
+  'maxStaleness',
+  'staleness',
+  'maxTokenWeight',
+  'normBound',
+  'uplink',
+  'downlink',
+  'keepUpdates',
+  'islandTimeoutMs',
+  'batchSize',
+  'maxBatchSize',
+  'historyLimit',
 ];
 
 /** `cfg` with `patch` applied: E_BAD_CONFIG for a key fixed for the run (RUNTIME_KEYS) or a value out of range. */
 export function patchConfig(cfg: CoordinatorConfig, patch: CoordinatorConfigPatch): Result<CoordinatorConfig> {
   for (const k of Object.keys(patch)) {
-    if (!RUNTIME_KEYS.includes(k as keyof CoordinatorConfig)) return err(ErrorCode.BAD_CONFIG, `${k} cannot change during a run`);
+    if (!RUNTIME_KEYS.includes(k as keyof CoordinatorConfig))
+      return err(ErrorCode.BAD_CONFIG, `${k} cannot change during a run`);
   }
   const next = mergeConfig(cfg, patch);
   const problems = validateCoordinatorConfig(next);

@@ -11,19 +11,62 @@
 
 import { decodeDelta, maxFrameBytes, peekHeader } from '../codec/index.ts';
 import { type Result, err, ok } from '../result.ts';
-import { type Assignment, type ModelSnapshotMsg, type TrainingMode, type UpdateMsg, ErrorCode, PROTOCOL_VERSION, validateDeltaMeta } from '../protocol.ts';
+import {
+  type Assignment,
+  type ModelSnapshotMsg,
+  type TrainingMode,
+  type UpdateMsg,
+  ErrorCode,
+  PROTOCOL_VERSION,
+  validateDeltaMeta,
+} from '../protocol.ts';
 import { NormHistory, combineDeltas, isWeightedMean, l2, weighDeltas } from './aggregate.ts';
-import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, mergeConfig, patchConfig, validateCoordinatorConfig } from './config.ts';
+import {
+  type CoordinatorConfig,
+  type CoordinatorConfigPatch,
+  DEFAULT_COORDINATOR_CONFIG,
+  mergeConfig,
+  patchConfig,
+  validateCoordinatorConfig,
+} from './config.ts';
 import { hashParams } from './hash.ts';
 import { IslandBook } from './island-book.ts';
 import type { OuterState } from './outer.ts';
 import { OuterStep, type StepTaken } from './outer-step.ts';
-import { assignWork, dropPending, hold, leaveRound, newRound, outerStepOf, roundDeadline, roundShouldClose, usesTurn, windowShouldClose } from './rounds.ts';
+import {
+  assignWork,
+  dropPending,
+  hold,
+  leaveRound,
+  newRound,
+  outerStepOf,
+  roundDeadline,
+  roundShouldClose,
+  usesTurn,
+  windowShouldClose,
+} from './rounds.ts';
 import { Ledger } from './ledger.ts';
 import { type CoordinatorState, type SnapshotAlloc, readSnapshot, writeSnapshot } from './snapshot.ts';
 import type {
-  AssignedWork, Closing, Contribution, CoordinatorEvent, CoordinatorOptions, CoordinatorSnapshot, CoordinatorTotals, DeltaSubmission, IslandRecord, JoinRequest,
-  JoinResult, OuterOffload, OuterStepDone, OuterStepRequest, PendingDelta, RejectedContribution, RoundState, SubmitAccepted, VersionStats,
+  AssignedWork,
+  Closing,
+  Contribution,
+  CoordinatorEvent,
+  CoordinatorOptions,
+  CoordinatorSnapshot,
+  CoordinatorTotals,
+  DeltaSubmission,
+  IslandRecord,
+  JoinRequest,
+  JoinResult,
+  OuterOffload,
+  OuterStepDone,
+  OuterStepRequest,
+  PendingDelta,
+  RejectedContribution,
+  RoundState,
+  SubmitAccepted,
+  VersionStats,
 } from './types.ts';
 import { checkDelta, rebaseWork } from './validate.ts';
 
@@ -66,41 +109,84 @@ export class Coordinator {
 
   // ── read-only views ─────────────────────────────────────────────────────────────────────────
 
-  get version(): number { return this.versionNum; }
-  get hash(): string { return this.hashHex; }
-  get mode(): TrainingMode { return this.cfg.mode; }
-  get isPaused(): boolean { return this.paused; }
-  get isDone(): boolean { return this.done; }
+  get version(): number {
+    return this.versionNum;
+  }
+  get hash(): string {
+    return this.hashHex;
+  }
+  get mode(): TrainingMode {
+    return this.cfg.mode;
+  }
+  get isPaused(): boolean {
+    return this.paused;
+  }
+  get isDone(): boolean {
+    return this.done;
+  }
   /** The current sync round id (async: the last assignment serial). */
-  get roundId(): number { return this.cfg.mode === 'sync' ? this.round.id : this.assignSerial; }
+  get roundId(): number {
+    return this.cfg.mode === 'sync' ? this.round.id : this.assignSerial;
+  }
   /** A copy of the config. */
-  config(): CoordinatorConfig { return structuredClone(this.cfg); }
+  config(): CoordinatorConfig {
+    return structuredClone(this.cfg);
+  }
   /** θ at the current version, as a fresh copy (a fetchModel answer). */
-  model(): ModelSnapshotMsg { return { version: this.versionNum, hash: this.hashHex, params: this.outerStep.theta.slice() }; }
+  model(): ModelSnapshotMsg {
+    return { version: this.versionNum, hash: this.hashHex, params: this.outerStep.theta.slice() };
+  }
   /** θ itself, read-only by contract (no copy: for the server's checkpoint writer and evals). */
-  params(): Readonly<Float32Array> { return this.outerStep.theta; }
+  params(): Readonly<Float32Array> {
+    return this.outerStep.theta;
+  }
   /** Copies of the outer optimizer's state (tests compare these across rejected deltas). */
-  outerState(): OuterState { return this.outerStep.outerState(); }
-  islands(): IslandRecord[] { return [...this.book.byId.values()].map((r) => structuredClone(r)); }
-  island(id: string): IslandRecord | undefined { const r = this.book.byId.get(id); return r && structuredClone(r); }
+  outerState(): OuterState {
+    return this.outerStep.outerState();
+  }
+  islands(): IslandRecord[] {
+    return [...this.book.byId.values()].map((r) => structuredClone(r));
+  }
+  island(id: string): IslandRecord | undefined {
+    const r = this.book.byId.get(id);
+    return r && structuredClone(r);
+  }
   /** The online islands with a round in progress: ids and round ids only, no copies of the records (mixing asks per group wait). */
-  roundsInProgress(): Array<{ islandId: string; roundId: number }> { return this.book.roundsInProgress(); }
-  history(): readonly VersionStats[] { return this.ledger.history; }
-  totals(): CoordinatorTotals { return structuredClone(this.ledger.totals); }
+  roundsInProgress(): Array<{ islandId: string; roundId: number }> {
+    return this.book.roundsInProgress();
+  }
+  history(): readonly VersionStats[] {
+    return this.ledger.history;
+  }
+  totals(): CoordinatorTotals {
+    return structuredClone(this.ledger.totals);
+  }
   /** A copy of the downlink's error-feedback residual. */
-  downlinkResidual(): Float32Array { return this.outerStep.state().residual.slice(); }
+  downlinkResidual(): Float32Array {
+    return this.outerStep.state().residual.slice();
+  }
   /** True while an offloaded outer step is in flight: then only reads, heartbeats and renames may be called. */
-  get stepping(): boolean { return this.closing !== null; }
+  get stepping(): boolean {
+    return this.closing !== null;
+  }
   /** Drains the event queue (see the durability contract in types.ts). */
-  drainEvents(): CoordinatorEvent[] { const e = this.events; this.events = []; return e; }
+  drainEvents(): CoordinatorEvent[] {
+    const e = this.events;
+    this.events = [];
+    return e;
+  }
   /** The largest legal delta frame for this model (size socket.io's maxHttpBufferSize from it). */
-  maxFrameBytes(): number { return maxFrameBytes(this.paramCount); }
+  maxFrameBytes(): number {
+    return maxFrameBytes(this.paramCount);
+  }
 
   /**
    * The update messages from `fromVersion` to now, for catch-up. E_TOO_OLD when some are no longer
    * kept or together outweigh θ (fetch the snapshot), E_FUTURE_VERSION when fromVersion is ahead.
    */
-  updatesSince(fromVersion: number): Result<UpdateMsg[]> { return this.outerStep.downlink.since(fromVersion, this.versionNum, 4 * this.paramCount); }
+  updatesSince(fromVersion: number): Result<UpdateMsg[]> {
+    return this.outerStep.downlink.since(fromVersion, this.versionNum, 4 * this.paramCount);
+  }
 
   /**
    * When `tick` next needs to run (ms): a grace window or round timeout ending, an island timing out.
@@ -117,7 +203,10 @@ export class Coordinator {
   join(req: JoinRequest, now: number): Result<JoinResult> {
     this.idle();
     if (req.protocolVersion !== undefined && req.protocolVersion !== PROTOCOL_VERSION) {
-      return err(ErrorCode.PROTOCOL_VERSION, `island speaks protocol ${req.protocolVersion}, server ${PROTOCOL_VERSION}`);
+      return err(
+        ErrorCode.PROTOCOL_VERSION,
+        `island speaks protocol ${req.protocolVersion}, server ${PROTOCOL_VERSION}`,
+      );
     }
     const isl = this.book.register(req, this.cfg, now);
     if (!isl.ok) return isl;
@@ -127,10 +216,14 @@ export class Coordinator {
   }
 
   /** Marks an island alive (any message from it counts too). */
-  heartbeat(islandId: string, now: number): Result<void> { return this.book.heartbeat(islandId, now); }
+  heartbeat(islandId: string, now: number): Result<void> {
+    return this.book.heartbeat(islandId, now);
+  }
 
   /** A new display name for a known island (a volunteer saved one while connected). */
-  rename(islandId: string, name: string): Result<void> { return this.book.rename(islandId, name); }
+  rename(islandId: string, name: string): Result<void> {
+    return this.book.rename(islandId, name);
+  }
 
   /** The island said bye (or its socket closed): it stops counting for quorum. Its record stays. */
   leave(islandId: string, now: number): Result<void> {
@@ -171,7 +264,13 @@ export class Coordinator {
   }
 
   /** A validator's verdict on the island's delta `seq` (audit.ts); returns its counts. */
-  recordAudit(islandId: string, passed: boolean, seq?: number): Result<{ passed: number; failed: number; lastPassedSeq?: number }> { return this.book.recordAudit(islandId, passed, seq); }
+  recordAudit(
+    islandId: string,
+    passed: boolean,
+    seq?: number,
+  ): Result<{ passed: number; failed: number; lastPassedSeq?: number }> {
+    return this.book.recordAudit(islandId, passed, seq);
+  }
 
   /** A copy of the island's recorded assignment for `roundId` (what its delta must match), if held. */
   islandWork(islandId: string, roundId: number): AssignedWork | undefined {
@@ -213,7 +312,8 @@ export class Coordinator {
     this.ledger.received(frameBytes);
     const metaProblem = validateDeltaMeta(sub.meta);
     if (metaProblem) return this.reject(undefined, 0, ErrorCode.BAD_REQUEST, metaProblem);
-    if (!(sub.frame instanceof Uint8Array)) return this.reject(undefined, 0, ErrorCode.BAD_REQUEST, 'frame must be bytes');
+    if (!(sub.frame instanceof Uint8Array))
+      return this.reject(undefined, 0, ErrorCode.BAD_REQUEST, 'frame must be bytes');
     // a buffer decoded by the host is ours now: kept as the pending delta, or given back
     const held = sub.decoded?.ok ? sub.decoded.value.delta : null;
     const r = this.validateAndHold(sub, now, held);
@@ -221,13 +321,29 @@ export class Coordinator {
     return r.result;
   }
 
-  private validateAndHold(sub: DeltaSubmission, now: number, held: Float32Array | null): { result: Result<SubmitAccepted>; kept: boolean } {
+  private validateAndHold(
+    sub: DeltaSubmission,
+    now: number,
+    held: Float32Array | null,
+  ): { result: Result<SubmitAccepted>; kept: boolean } {
     const no = (r: Result<never>) => ({ result: r, kept: false });
     const header = peekHeader(sub.frame); // the frame's encoding must be its assignment's (validate.ts)
-    const chk = checkDelta(sub.meta, header.ok ? header.value.encoding : null, this.book.byId, {
-      cfg: this.cfg, version: this.versionNum, paused: this.paused, done: this.done,
-      roundId: this.round.id, roundBaseVersion: this.round.baseVersion, assignSerial: this.assignSerial,
-    }, now, (isl) => this.book.touch(isl, now));
+    const chk = checkDelta(
+      sub.meta,
+      header.ok ? header.value.encoding : null,
+      this.book.byId,
+      {
+        cfg: this.cfg,
+        version: this.versionNum,
+        paused: this.paused,
+        done: this.done,
+        roundId: this.round.id,
+        roundBaseVersion: this.round.baseVersion,
+        assignSerial: this.assignSerial,
+      },
+      now,
+      (isl) => this.book.touch(isl, now),
+    );
     if (!chk.ok) return no(this.reject(chk.isl, chk.tokens, chk.code, chk.message));
     const { isl, m, steps, normSteps, tau, late } = chk;
     const sync = this.cfg.mode === 'sync';
@@ -236,12 +352,28 @@ export class Coordinator {
     if (!decoded.ok) return no(this.reject(isl, m.tokens, decoded.error.code, decoded.error.message));
     const { delta, norm } = decoded.value;
     const { score, bound, over } = this.norms.judge(norm, steps, this.cfg.normBound, this.round.pending, normSteps);
-    if (over) return no(this.reject(isl, m.tokens, ErrorCode.NORM_BOUND, `‖Δ‖/√normSteps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${this.cfg.normBound.factor} × the median, for ${steps} steps at its learning rates, ${normSteps.toPrecision(3)} normSteps)`));
+    if (over)
+      return no(
+        this.reject(
+          isl,
+          m.tokens,
+          ErrorCode.NORM_BOUND,
+          `‖Δ‖/√normSteps = ${score.toPrecision(4)} exceeds its bound ${bound.toPrecision(4)} (${this.cfg.normBound.factor} × the median, for ${steps} steps at its learning rates, ${normSteps.toPrecision(3)} normSteps)`,
+        ),
+      );
 
     // counted from here on
     this.ledger.accept(isl, m, tau, { raw: 4 * this.paramCount, frame: sub.frame.length });
 
-    const base: Contribution = { islandId: isl.id, seq: m.seq, roundId: m.roundId, baseVersion: m.baseVersion, staleness: tau, tokens: m.tokens, weight: 0 };
+    const base: Contribution = {
+      islandId: isl.id,
+      seq: m.seq,
+      roundId: m.roundId,
+      baseVersion: m.baseVersion,
+      staleness: tau,
+      tokens: m.tokens,
+      weight: 0,
+    };
     // hold it until the round (sync) or the merge window (async) closes
     const buf = held ?? this.outerStep.take();
     if (!held) buf.set(delta);
@@ -249,7 +381,18 @@ export class Coordinator {
     isl.accepted += 1;
     const roundBefore = this.round.id;
     this.maybeCloseRound(now);
-    return { result: ok({ status: this.round.id !== roundBefore ? 'applied' : 'pending', version: this.versionNum, roundId: m.roundId, staleness: tau, norm, steps, score }), kept: true };
+    return {
+      result: ok({
+        status: this.round.id !== roundBefore ? 'applied' : 'pending',
+        version: this.versionNum,
+        roundId: m.roundId,
+        staleness: tau,
+        norm,
+        steps,
+        score,
+      }),
+      kept: true,
+    };
   }
 
   /** Δ decoded into the scratch buffer, and ‖Δ‖. */
@@ -267,7 +410,9 @@ export class Coordinator {
 
   // ── admin ───────────────────────────────────────────────────────────────────────────────────
 
-  pause(): void { this.paused = true; }
+  pause(): void {
+    this.paused = true;
+  }
 
   /** Resumes: islands left waiting get their assignments as events. */
   resume(now: number): void {
@@ -294,12 +439,29 @@ export class Coordinator {
   snapshot(alloc?: SnapshotAlloc): CoordinatorSnapshot {
     this.idle();
     const { outer, residual } = this.outerStep.state();
-    return writeSnapshot({
-      config: this.cfg, theta: this.outerStep.theta, version: this.versionNum, hash: this.hashHex, paused: this.paused, done: this.done,
-      outer, downlinkResidual: residual, islands: [...this.book.byId.values()],
-      nextIslandSerial: this.book.nextSerial, assignSerial: this.assignSerial, round: this.round,
-      normHistory: this.norms.scores, normSteps: this.norms.steps, totals: this.ledger.totals, perVersion: this.ledger.perVersion, updates: this.outerStep.downlink.updates, history: this.ledger.history,
-    }, alloc);
+    return writeSnapshot(
+      {
+        config: this.cfg,
+        theta: this.outerStep.theta,
+        version: this.versionNum,
+        hash: this.hashHex,
+        paused: this.paused,
+        done: this.done,
+        outer,
+        downlinkResidual: residual,
+        islands: [...this.book.byId.values()],
+        nextIslandSerial: this.book.nextSerial,
+        assignSerial: this.assignSerial,
+        round: this.round,
+        normHistory: this.norms.scores,
+        normSteps: this.norms.steps,
+        totals: this.ledger.totals,
+        perVersion: this.ledger.perVersion,
+        updates: this.outerStep.downlink.updates,
+        history: this.ledger.history,
+      },
+      alloc,
+    );
   }
 
   /** Rebuilds a coordinator from `snapshot()`; checks sizes and θ's hash. */
@@ -313,11 +475,16 @@ export class Coordinator {
     } catch (e) {
       return err(ErrorCode.BAD_CONFIG, e instanceof Error ? e.message : String(e));
     }
-    c.versionNum = s.version; c.hashHex = s.hash; c.paused = s.paused; c.done = s.done;
+    c.versionNum = s.version;
+    c.hashHex = s.hash;
+    c.paused = s.paused;
+    c.done = s.done;
     c.outerStep.restore(s.outer, s.downlinkResidual, s.updates);
     for (const isl of s.islands) c.book.byId.set(isl.id, isl);
-    c.book.nextSerial = s.nextIslandSerial; c.assignSerial = s.assignSerial;
-    c.round = s.round; c.norms.restore(s.normHistory, s.normSteps);
+    c.book.nextSerial = s.nextIslandSerial;
+    c.assignSerial = s.assignSerial;
+    c.round = s.round;
+    c.norms.restore(s.normHistory, s.normSteps);
     Object.assign(c.ledger, { totals: s.totals, perVersion: s.perVersion, history: s.history });
     return ok(c);
   }
@@ -366,10 +533,14 @@ export class Coordinator {
   }
 
   /** The outer step the host must take now (offload only; see `completeStep`), or null. */
-  pendingStep(): OuterStepRequest | null { return this.outerStep.request; }
+  pendingStep(): OuterStepRequest | null {
+    return this.outerStep.request;
+  }
 
   /** Offloaded steps whose optimizer and downlink state is still only in the host (0: none). */
-  get outerStateStale(): number { return this.outerStep.stale; }
+  get outerStateStale(): number {
+    return this.outerStep.stale;
+  }
 
   /** The host's optimizer and downlink state after the last step (views; snapshots copy them). */
   syncOuterState(outer: OuterState, residual: Float32Array): void {
@@ -406,7 +577,12 @@ export class Coordinator {
   private makeAssignment(isl: IslandRecord, now: number): Assignment {
     const roundId = this.cfg.mode === 'sync' ? this.round.id : ++this.assignSerial;
     return assignWork(isl, this.round, this.cfg, this.book.byId.values(), {
-      roundId, baseVersion: this.versionNum, baseHash: this.hashHex, tokensApplied: this.ledger.totals.tokensApplied, paramCount: this.paramCount, now,
+      roundId,
+      baseVersion: this.versionNum,
+      baseHash: this.hashHex,
+      tokensApplied: this.ledger.totals.tokensApplied,
+      paramCount: this.paramCount,
+      now,
     });
   }
 
@@ -436,9 +612,10 @@ export class Coordinator {
 
   private maybeCloseRound(now: number): void {
     if (this.paused || this.closing) return;
-    const close = this.cfg.mode === 'sync'
-      ? roundShouldClose(this.round, this.book.byId, this.cfg, now)
-      : windowShouldClose(this.round, this.book.byId.values(), this.cfg.asyncWindow, now);
+    const close =
+      this.cfg.mode === 'sync'
+        ? roundShouldClose(this.round, this.book.byId, this.cfg, now)
+        : windowShouldClose(this.round, this.book.byId.values(), this.cfg.asyncWindow, now);
     if (close) this.closeRound(now);
   }
 
@@ -448,11 +625,25 @@ export class Coordinator {
     const { kept, over } = this.norms.split(r.pending, cfg.normBound);
     const rejected = over.map(({ p, limit }) => {
       this.outerStep.release(p.delta);
-      return this.rejectedFrom(p, ErrorCode.NORM_BOUND, `‖Δ‖/√normSteps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit.toPrecision(4)} for ${p.steps} steps`);
+      return this.rejectedFrom(
+        p,
+        ErrorCode.NORM_BOUND,
+        `‖Δ‖/√normSteps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit.toPrecision(4)} for ${p.steps} steps`,
+      );
     });
-    this.events.push({ type: 'round', roundId: r.id, baseVersion: r.baseVersion, state: 'closed', members: r.members.size, time: now });
+    this.events.push({
+      type: 'round',
+      roundId: r.id,
+      baseVersion: r.baseVersion,
+      state: 'closed',
+      members: r.members.size,
+      time: now,
+    });
     const c: Closing = { now, kept, rejected };
-    if (kept.length === 0) return this.finishClose(c, null);
+    if (kept.length === 0) {
+      this.finishClose(c, null);
+      return;
+    }
     // with an offload, the host's workers take the weighted mean (and each delta's agreement with it)
     const inHost = this.outerStep.offload !== null && isWeightedMean(kept.length, cfg);
     if (inHost) weighDeltas(kept, cfg, this.versionNum);
@@ -474,7 +665,14 @@ export class Coordinator {
     for (const p of c.kept) this.outerStep.release(p.delta);
     // everyone waiting joins the next round
     this.round = newRound(this.round.id + 1, this.versionNum, c.now);
-    this.events.push({ type: 'round', roundId: this.round.id, baseVersion: this.versionNum, state: 'open', members: 0, time: c.now });
+    this.events.push({
+      type: 'round',
+      roundId: this.round.id,
+      baseVersion: this.versionNum,
+      state: 'open',
+      members: 0,
+      time: c.now,
+    });
     this.releaseWaiting(c.now);
   }
 
@@ -483,9 +681,19 @@ export class Coordinator {
   /** The new version: counters, credit, history (the ledger), the update message; emits the 'update' event. */
   private recordUpdate(step: StepTaken, c: Closing): void {
     const cfg = this.cfg;
-    const { update, contributors, stats } = this.ledger.closeVersion(c.kept, this.book.byId, {
-      version: this.versionNum + 1, prevHash: this.hashHex, hash: step.hash, frame: step.frame, time: c.now, updateNorm: step.updateNorm,
-    }, cfg.historyLimit);
+    const { update, contributors, stats } = this.ledger.closeVersion(
+      c.kept,
+      this.book.byId,
+      {
+        version: this.versionNum + 1,
+        prevHash: this.hashHex,
+        hash: step.hash,
+        frame: step.frame,
+        time: c.now,
+        updateNorm: step.updateNorm,
+      },
+      cfg.historyLimit,
+    );
     this.versionNum = update.version;
     this.hashHex = update.hash;
     this.outerStep.downlink.keep(update, cfg.keepUpdates);

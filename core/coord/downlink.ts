@@ -24,7 +24,12 @@ export class Downlink {
    */
   encode(u: Float32Array, cfg: CoordinatorConfig['downlink']): Result<{ frame: Uint8Array; decoded: Float32Array }> {
     this.residualBackup.set(this.fb.residual);
-    const q = encodeWithFeedback(u, this.fb, { encoding: cfg.encoding, blockSize: cfg.blockSize, deflate: cfg.deflate }, this.scratch);
+    const q = encodeWithFeedback(
+      u,
+      this.fb,
+      { encoding: cfg.encoding, blockSize: cfg.blockSize, deflate: cfg.deflate },
+      this.scratch,
+    );
     if (!q.ok) {
       this.fb.residual.set(this.residualBackup);
       return err(q.error.code, `the outer update could not be encoded: ${q.error.message}`);
@@ -42,14 +47,23 @@ export class Downlink {
    * (fetch the snapshot), E_FUTURE_VERSION when fromVersion is ahead.
    */
   since(fromVersion: number, version: number, maxBytes = Infinity): Result<UpdateMsg[]> {
-    if (fromVersion > version) return err(ErrorCode.FUTURE_VERSION, `version ${fromVersion} is ahead of the server's ${version}`);
+    if (fromVersion > version)
+      return err(ErrorCode.FUTURE_VERSION, `version ${fromVersion} is ahead of the server's ${version}`);
     if (fromVersion === version) return ok([]);
     const first = this.updates.length ? this.updates[0].prevVersion : version;
-    if (fromVersion < first) return err(ErrorCode.TOO_OLD, `updates from version ${fromVersion} are no longer kept (oldest ${first}): fetch the snapshot`);
+    if (fromVersion < first)
+      return err(
+        ErrorCode.TOO_OLD,
+        `updates from version ${fromVersion} are no longer kept (oldest ${first}): fetch the snapshot`,
+      );
     const ups = this.updates.slice(fromVersion - first);
     // the lean downlink: k frames, or θ when that is smaller
     const bytes = ups.reduce((a, u) => a + u.frame.length, 0);
-    if (bytes > maxBytes) return err(ErrorCode.TOO_OLD, `${ups.length} updates (${bytes} bytes) are larger than θ (${maxBytes} bytes): fetch the snapshot`);
+    if (bytes > maxBytes)
+      return err(
+        ErrorCode.TOO_OLD,
+        `${ups.length} updates (${bytes} bytes) are larger than θ (${maxBytes} bytes): fetch the snapshot`,
+      );
     return ok(ups);
   }
 }

@@ -25,7 +25,7 @@ export function dyluInnerSteps(x: DyluInput): number {
   if (v !== undefined && v > 0) {
     if (x.targetRoundMs > 0) {
       const ms = x.remainingMs ?? x.targetRoundMs;
-      steps = Math.round((ms / 1000) * v / (x.batchSize * x.seqLen));
+      steps = Math.round(((ms / 1000) * v) / (x.batchSize * x.seqLen));
     } else if (x.fastestStepsPerSec !== undefined && x.fastestStepsPerSec > 0) {
       const sps = v / (x.batchSize * x.seqLen);
       steps = Math.round((x.innerSteps * sps) / Math.max(sps, x.fastestStepsPerSec));

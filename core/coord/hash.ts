@@ -20,7 +20,10 @@ const PRIME_40 = 0x0100; // 2^40 = limb 2 × 0x100
  */
 function fnvWords(words: Uint32Array, a: number, b: number, out: Uint32Array, o: number): void {
   // offset basis 0xcbf29ce484222325 as little-endian 16-bit limbs
-  let h0 = 0x2325, h1 = 0x8422, h2 = 0x9ce4, h3 = 0xcbf2;
+  let h0 = 0x2325,
+    h1 = 0x8422,
+    h2 = 0x9ce4,
+    h3 = 0xcbf2;
   for (let i = a; i < b; i++) {
     const v = words[i];
     h0 ^= v & 0xffff;
@@ -30,7 +33,10 @@ function fnvWords(words: Uint32Array, a: number, b: number, out: Uint32Array, o:
     const t1 = h1 * PRIME_LO + (t0 >>> 16);
     const t2 = h2 * PRIME_LO + h0 * PRIME_40 + (t1 >>> 16);
     const t3 = h3 * PRIME_LO + h1 * PRIME_40 + (t2 >>> 16);
-    h0 = t0 & 0xffff; h1 = t1 & 0xffff; h2 = t2 & 0xffff; h3 = t3 & 0xffff;
+    h0 = t0 & 0xffff;
+    h1 = t1 & 0xffff;
+    h2 = t2 & 0xffff;
+    h3 = t3 & 0xffff;
   }
   out[o] = (h0 | (h1 << 16)) >>> 0;
   out[o + 1] = (h2 | (h3 << 16)) >>> 0;

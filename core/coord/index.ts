@@ -41,7 +41,16 @@ export {
   stalenessWeight,
   validateCoordinatorConfig,
 } from './config.ts';
-export { type OuterConfig, type OuterKind, type OuterState, DILOCO_OUTER, FEDAVG_OUTER, OuterOptimizer, applyUpdate, newOuterState } from './outer.ts';
+export {
+  type OuterConfig,
+  type OuterKind,
+  type OuterState,
+  DILOCO_OUTER,
+  FEDAVG_OUTER,
+  OuterOptimizer,
+  applyUpdate,
+  newOuterState,
+} from './outer.ts';
 export { type DyluInput, dyluInnerSteps } from './dylu.ts';
 export { hashParams } from './hash.ts';
 export { applyUpdateMessage, type ReplicaState } from './replica.ts';

@@ -4,7 +4,14 @@
 import { type Result, err, ok } from '../result.ts';
 import { ErrorCode, type IslandCaps } from '../protocol.ts';
 import type { CoordinatorConfig } from './config.ts';
-import { type CoordinatorEvent, type IslandRecord, type IslandStatus, type JoinRequest, makeRoom, newIslandRecord } from './types.ts';
+import {
+  type CoordinatorEvent,
+  type IslandRecord,
+  type IslandStatus,
+  type JoinRequest,
+  makeRoom,
+  newIslandRecord,
+} from './types.ts';
 
 export class IslandBook {
   readonly byId = new Map<string, IslandRecord>();
@@ -16,7 +23,9 @@ export class IslandBook {
   /** The online islands with a round in progress (not waiting for an assignment): ids and round ids. */
   roundsInProgress(): Array<{ islandId: string; roundId: number }> {
     const out: Array<{ islandId: string; roundId: number }> = [];
-    for (const r of this.byId.values()) if (r.status === 'online' && r.roundId !== undefined && !r.waiting) out.push({ islandId: r.id, roundId: r.roundId });
+    for (const r of this.byId.values())
+      if (r.status === 'online' && r.roundId !== undefined && !r.waiting)
+        out.push({ islandId: r.id, roundId: r.roundId });
     return out;
   }
 
@@ -35,7 +44,8 @@ export class IslandBook {
       if (caps.tokensPerSec !== undefined && isl.tokensPerSec === undefined) isl.tokensPerSec = caps.tokensPerSec;
       isl.batchSize = batchSizeFor(caps, cfg);
     } else {
-      if (!makeRoom(this.byId, cfg.maxIslandRecords)) return err(ErrorCode.FULL, `the server holds its ${cfg.maxIslandRecords} island records: retry later`);
+      if (!makeRoom(this.byId, cfg.maxIslandRecords))
+        return err(ErrorCode.FULL, `the server holds its ${cfg.maxIslandRecords} island records: retry later`);
       const id = req.resumeIslandId ?? `island-${this.nextSerial++}`;
       isl = newIslandRecord(id, caps, batchSizeFor(caps, cfg), now);
       this.byId.set(id, isl);
@@ -99,11 +109,16 @@ export class IslandBook {
   }
 
   /** A validator's verdict on one of the island's deltas (audit.ts); returns its counts. */
-  recordAudit(islandId: string, passed: boolean, seq?: number): Result<{ passed: number; failed: number; lastPassedSeq?: number }> {
+  recordAudit(
+    islandId: string,
+    passed: boolean,
+    seq?: number,
+  ): Result<{ passed: number; failed: number; lastPassedSeq?: number }> {
     const found = this.lookup(islandId, false);
     if (!found.ok) return found;
     const a = (found.value.audits ??= { passed: 0, failed: 0 });
-    if (passed) a.passed++; else a.failed++;
+    if (passed) a.passed++;
+    else a.failed++;
     // the last passed audit: a ban's revert reaches back to the deltas after it (server/run/delta-archive.ts)
     if (passed && seq !== undefined) a.lastPassedSeq = Math.max(a.lastPassedSeq ?? -1, seq);
     return ok({ ...a });

@@ -3,13 +3,30 @@
 
 import type { DeltaMeta, UpdateMsg } from '../protocol.ts';
 import {
-  type Contribution, type CoordinatorTotals, type IslandRecord, type PendingDelta, type PerVersion, type RejectedContribution,
-  STALENESS_BUCKETS, SUBMITTED_ROUNDS_KEPT, type VersionStats, newPerVersion,
+  type Contribution,
+  type CoordinatorTotals,
+  type IslandRecord,
+  type PendingDelta,
+  type PerVersion,
+  type RejectedContribution,
+  STALENESS_BUCKETS,
+  SUBMITTED_ROUNDS_KEPT,
+  type VersionStats,
+  newPerVersion,
 } from './types.ts';
 
 /** The run's totals, the figures of the version in progress, and the stats of the versions kept. */
 export class Ledger {
-  totals: CoordinatorTotals = { version: 0, tokensApplied: 0, tokensSubmitted: 0, accepted: 0, rejected: {}, bytesIn: 0, bytesOut: 0, goodput: 1 };
+  totals: CoordinatorTotals = {
+    version: 0,
+    tokensApplied: 0,
+    tokensSubmitted: 0,
+    accepted: 0,
+    rejected: {},
+    bytesIn: 0,
+    bytesOut: 0,
+    goodput: 1,
+  };
   perVersion: PerVersion = newPerVersion();
   history: VersionStats[] = [];
 
@@ -43,9 +60,27 @@ export class Ledger {
    * Version `u.version` made of `kept`, published as `u.frame`: the totals, each island's credit, its
    * update message and stats (kept, the last `historyLimit`); the next version's figures start anew.
    */
-  closeVersion(kept: PendingDelta[], islands: ReadonlyMap<string, IslandRecord>, u: { version: number; prevHash: string; hash: string; frame: Uint8Array; time: number; updateNorm: number }, historyLimit: number): { update: UpdateMsg; contributors: Contribution[]; stats: VersionStats } {
-    const version = u.version, bytesOut = u.frame.length;
-    const contributors: Contribution[] = kept.map(({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }));
+  closeVersion(
+    kept: PendingDelta[],
+    islands: ReadonlyMap<string, IslandRecord>,
+    u: { version: number; prevHash: string; hash: string; frame: Uint8Array; time: number; updateNorm: number },
+    historyLimit: number,
+  ): { update: UpdateMsg; contributors: Contribution[]; stats: VersionStats } {
+    const version = u.version,
+      bytesOut = u.frame.length;
+    const contributors: Contribution[] = kept.map(
+      ({ islandId, seq, roundId, baseVersion, staleness, tokens, weight, cosine, normRatio }) => ({
+        islandId,
+        seq,
+        roundId,
+        baseVersion,
+        staleness,
+        tokens,
+        weight,
+        cosine,
+        normRatio,
+      }),
+    );
     const t = this.totals;
     const tokens = contributors.reduce((a, k) => a + k.tokens, 0);
     t.tokensApplied += tokens;
@@ -57,20 +92,39 @@ export class Ledger {
       const isl = islands.get(k.islandId);
       if (isl) isl.tokensContributed += k.tokens;
     }
-    const stats = versionStats({ version, time: u.time, tokens, trainLoss, bytesOut, updateNorm: u.updateNorm }, contributors, this.perVersion, t);
+    const stats = versionStats(
+      { version, time: u.time, tokens, trainLoss, bytesOut, updateNorm: u.updateNorm },
+      contributors,
+      this.perVersion,
+      t,
+    );
     this.perVersion = newPerVersion();
     this.history.push(stats);
     if (this.history.length > historyLimit) this.history.splice(0, this.history.length - historyLimit);
     const update: UpdateMsg = {
-      version, prevVersion: version - 1, prevHash: u.prevHash, hash: u.hash, frame: u.frame, time: u.time,
-      tokens, totalTokens: t.tokensApplied, contributors: contributors.length, trainLoss,
+      version,
+      prevVersion: version - 1,
+      prevHash: u.prevHash,
+      hash: u.hash,
+      frame: u.frame,
+      time: u.time,
+      tokens,
+      totalTokens: t.tokensApplied,
+      contributors: contributors.length,
+      trainLoss,
     };
     return { update, contributors, stats };
   }
 }
 
 /** Counts one rejection by `code` (per version, in the totals, on the island) and charges `tokens` as submitted. */
-export function countRejection(pv: PerVersion, totals: CoordinatorTotals, isl: IslandRecord | undefined, code: string, tokens: number): void {
+export function countRejection(
+  pv: PerVersion,
+  totals: CoordinatorTotals,
+  isl: IslandRecord | undefined,
+  code: string,
+  tokens: number,
+): void {
   pv.rejected[code] = (pv.rejected[code] ?? 0) + 1;
   totals.rejected[code] = (totals.rejected[code] ?? 0) + 1;
   if (isl) {
@@ -83,29 +137,50 @@ export function countRejection(pv: PerVersion, totals: CoordinatorTotals, isl: I
 
 /** Token-weighted mean of the finite losses (NaN when none). */
 export function meanLoss(losses: Array<{ tokens: number; loss: number }>): number {
-  let lw = 0, ls = 0;
-  for (const l of losses) if (Number.isFinite(l.loss)) { lw += l.tokens; ls += l.tokens * l.loss; }
+  let lw = 0,
+    ls = 0;
+  for (const l of losses)
+    if (Number.isFinite(l.loss)) {
+      lw += l.tokens;
+      ls += l.tokens * l.loss;
+    }
   return lw > 0 ? ls / lw : NaN;
 }
 
 export function versionStats(
   u: { version: number; time: number; tokens: number; trainLoss: number; bytesOut: number; updateNorm: number },
-  contributors: Contribution[], pv: PerVersion, totals: CoordinatorTotals,
+  contributors: Contribution[],
+  pv: PerVersion,
+  totals: CoordinatorTotals,
 ): VersionStats {
   const hist = new Array<number>(STALENESS_BUCKETS).fill(0);
   for (const c of contributors) hist[Math.min(STALENESS_BUCKETS - 1, c.staleness)]++;
   return {
-    version: u.version, time: u.time, tokens: u.tokens, totalTokens: totals.tokensApplied, trainLoss: u.trainLoss,
-    contributors: contributors.length, stalenessHist: hist, accepted: pv.accepted, rejected: { ...pv.rejected },
-    bytesIn: pv.bytesIn, bytesOut: u.bytesOut,
+    version: u.version,
+    time: u.time,
+    tokens: u.tokens,
+    totalTokens: totals.tokensApplied,
+    trainLoss: u.trainLoss,
+    contributors: contributors.length,
+    stalenessHist: hist,
+    accepted: pv.accepted,
+    rejected: { ...pv.rejected },
+    bytesIn: pv.bytesIn,
+    bytesOut: u.bytesOut,
     compressionRatio: pv.frameBytesAccepted > 0 ? pv.rawBytesAccepted / pv.frameBytesAccepted : 0,
-    goodput: totals.goodput, updateNorm: u.updateNorm,
+    goodput: totals.goodput,
+    updateNorm: u.updateNorm,
   };
 }
 
 /** Counts a delta (per version, in the totals) and records it on its island: replay guards, staleness, tokens, speed EMA. */
 export function countAccepted(
-  isl: IslandRecord, m: DeltaMeta, tau: number, pv: PerVersion, totals: CoordinatorTotals, bytes: { raw: number; frame: number },
+  isl: IslandRecord,
+  m: DeltaMeta,
+  tau: number,
+  pv: PerVersion,
+  totals: CoordinatorTotals,
+  bytes: { raw: number; frame: number },
 ): void {
   totals.tokensSubmitted += m.tokens;
   totals.accepted += 1;

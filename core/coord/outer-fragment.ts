@@ -7,7 +7,13 @@
 // encoding the fragment with the codec's own encodeWithFeedback and placing its scales and int8
 // values at their offsets in the frame gives the same bytes as encoding all of θ at once.
 
-import { CodecScratch, type DownlinkEncoding, ErrorFeedback, HEADER_BYTES, encodeWithFeedback } from '../codec/index.ts';
+import {
+  CodecScratch,
+  type DownlinkEncoding,
+  ErrorFeedback,
+  HEADER_BYTES,
+  encodeWithFeedback,
+} from '../codec/index.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from './outer.ts';
 import { type ProposalSums, agreementOf, chunkScratch, combineAll, proposeInt8 } from './outer-int8.ts';
 
@@ -15,7 +21,11 @@ import { type ProposalSums, agreementOf, chunkScratch, combineAll, proposeInt8 }
 export type DownlinkSpec = { encoding: DownlinkEncoding; blockSize: number; deflate?: boolean };
 
 /** Per-fragment sums for each delta's agreement with g: Σ d_j·g, Σ d_j², and Σ g² (weighted steps only). */
-export interface AgreementSums { dots: number[]; sqs: number[]; gg: number }
+export interface AgreementSums {
+  dots: number[];
+  sqs: number[];
+  gg: number;
+}
 
 /**
  * One outer step over the fragments: g = `slots[0]` itself (weights null) or Σ weights[j]·slots[j];
@@ -36,7 +46,12 @@ export interface FragmentStep {
  * Byte offsets of a fragment's scales and values inside a frame's payload (after the header); a
  * starts on a block boundary (and so, blocks being even, on a whole int4 byte).
  */
-export function fragmentLayout(n: number, a: number, b: number, d: DownlinkSpec): { scales: number; scaleBytes: number; values: number; valueBytes: number } {
+export function fragmentLayout(
+  n: number,
+  a: number,
+  b: number,
+  d: DownlinkSpec,
+): { scales: number; scaleBytes: number; values: number; valueBytes: number } {
   if (d.encoding === 'f32') return { scales: 0, scaleBytes: 0, values: 4 * a, valueBytes: 4 * (b - a) };
   const nb = Math.ceil(n / d.blockSize);
   const scales = { scales: 4 * (a / d.blockSize), scaleBytes: 4 * Math.ceil((b - a) / d.blockSize) };
@@ -95,15 +110,27 @@ export class Fragment {
   }
 
   /** Returns Σu² of the proposed update (and, for a weighted g, the agreement sums), or an error (then nothing may be committed). */
-  propose(slots: Float32Array[], m: FragmentStep, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
+  propose(
+    slots: Float32Array[],
+    m: FragmentStep,
+    n: number,
+    a: number,
+    frame: SharedArrayBuffer,
+  ): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
     this.fused = m.downlink.encoding === 'int8';
     if (this.fused) return this.proposeInt8(slots, m, n, a, frame);
     const { g, agreement } = this.gradient(slots, m, a);
-    const finite = m.period === 0 ? this.outer.proposePlain(g, m.scale) : this.outer.propose(m.outer, g, m.scale, m.period, m.share);
+    const finite =
+      m.period === 0 ? this.outer.proposePlain(g, m.scale) : this.outer.propose(m.outer, g, m.scale, m.period, m.share);
     if (!finite) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     this.residualBackup.set(this.fb.residual);
     // the fragment's own frame is never deflated: its bytes are cut into the whole frame, which the pool seals
-    const q = encodeWithFeedback(this.outer.update, this.fb, { encoding: m.downlink.encoding, blockSize: m.downlink.blockSize }, this.scratch);
+    const q = encodeWithFeedback(
+      this.outer.update,
+      this.fb,
+      { encoding: m.downlink.encoding, blockSize: m.downlink.blockSize },
+      this.scratch,
+    );
     if (!q.ok) {
       this.fb.residual.set(this.residualBackup);
       return { code: q.error.code, message: `the outer update could not be encoded: ${q.error.message}` };
@@ -113,7 +140,9 @@ export class Fragment {
     const L = fragmentLayout(n, a, a + this.len, m.downlink);
     const own = q.value.frame.subarray(HEADER_BYTES);
     new Uint8Array(frame, HEADER_BYTES + L.scales, L.scaleBytes).set(own.subarray(0, L.scaleBytes));
-    new Uint8Array(frame, HEADER_BYTES + L.values, L.valueBytes).set(own.subarray(L.scaleBytes, L.scaleBytes + L.valueBytes));
+    new Uint8Array(frame, HEADER_BYTES + L.values, L.valueBytes).set(
+      own.subarray(L.scaleBytes, L.scaleBytes + L.valueBytes),
+    );
     let sumSq = 0;
     const u = this.outer.update;
     for (let i = 0; i < this.len; i++) sumSq += u[i] * u[i];
@@ -125,9 +154,17 @@ export class Fragment {
    * blocks, fused into passes over chunks of the fragment (outer-int8.ts): the same float
    * operations in the same order (test/cluster-outer.test.ts checks the bits).
    */
-  private proposeInt8(slots: Float32Array[], m: FragmentStep, n: number, a: number, frame: SharedArrayBuffer): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
+  private proposeInt8(
+    slots: Float32Array[],
+    m: FragmentStep,
+    n: number,
+    a: number,
+    frame: SharedArrayBuffer,
+  ): { sumSq: number; agreement?: AgreementSums } | { code: string; message: string } {
     const { lr, momentum: mu, kind } = m.outer;
-    const st = this.outer.state, len = this.len, B = m.downlink.blockSize;
+    const st = this.outer.state,
+      len = this.len,
+      B = m.downlink.blockSize;
     const plain = m.period === 0; // u = s·g, the state kept (OuterOptimizer.proposePlain)
     const dn = !plain && kind === 'delayed-nesterov';
     const flush = dn && st.bufferCount + 1 >= Math.max(1, m.period);
@@ -136,16 +173,41 @@ export class Fragment {
     const k = D.length;
     this.acc = chunkScratch(B, this.acc);
     const sums: ProposalSums = new Float64Array(2 * k + 2);
-    const r = proposeInt8({
-      D, W,
-      kind: plain ? 'plain' : dn ? (flush ? 'delayed-flush' : 'delayed') : kind === 'nesterov' ? 'nesterov' : m.share ? 'momentum-share' : 'momentum',
-      s: m.scale, lr, mu, decay: m.share ? Math.pow(mu, m.scale) : mu, part: m.share ? m.scale : 1,
-      m: st.momentum, b: st.buffer, e: this.fb.residual,
-      mNext: this.mNext, bNext: this.bNext, eNext: this.eNext, g: this.g, dq: this.dq,
-      scales: new Float32Array(frame, HEADER_BYTES + 4 * (a / B), Math.ceil(len / B)),
-      q: new Int8Array(frame, HEADER_BYTES + 4 * Math.ceil(n / B) + a, len),
-      blockSize: B, acc: this.acc,
-    }, sums);
+    const r = proposeInt8(
+      {
+        D,
+        W,
+        kind: plain
+          ? 'plain'
+          : dn
+            ? flush
+              ? 'delayed-flush'
+              : 'delayed'
+            : kind === 'nesterov'
+              ? 'nesterov'
+              : m.share
+                ? 'momentum-share'
+                : 'momentum',
+        s: m.scale,
+        lr,
+        mu,
+        decay: m.share ? Math.pow(mu, m.scale) : mu,
+        part: m.share ? m.scale : 1,
+        m: st.momentum,
+        b: st.buffer,
+        e: this.fb.residual,
+        mNext: this.mNext,
+        bNext: this.bNext,
+        eNext: this.eNext,
+        g: this.g,
+        dq: this.dq,
+        scales: new Float32Array(frame, HEADER_BYTES + 4 * (a / B), Math.ceil(len / B)),
+        q: new Int8Array(frame, HEADER_BYTES + 4 * Math.ceil(n / B) + a, len),
+        blockSize: B,
+        acc: this.acc,
+      },
+      sums,
+    );
     if (r === 1) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     if (r === 2) return { code: 'E_CORRUPT', message: 'the outer update could not be encoded: int8 value -128' };
     this.nextCount = dn ? (flush ? 0 : st.bufferCount + 1) : st.bufferCount;

@@ -14,10 +14,18 @@ import type { UpdateMsg } from '../protocol.ts';
 import type { OuterOffload, OuterStepDone, OuterStepRequest, PendingDelta } from './types.ts';
 
 /** A step taken: the downlink frame every replica applies, θ's new hash, ‖u‖. */
-export interface StepTaken { frame: Uint8Array; hash: string; updateNorm: number }
+export interface StepTaken {
+  frame: Uint8Array;
+  hash: string;
+  updateNorm: number;
+}
 
 /** How much of a step: scale s, period (0: the plain step u = s·g), a merge window's share. */
-export interface StepSize { scale: number; period: number; share?: boolean }
+export interface StepSize {
+  scale: number;
+  period: number;
+  share?: boolean;
+}
 
 export class OuterStep {
   theta: Float32Array;
@@ -60,7 +68,12 @@ export class OuterStep {
   /** θ and the state of a rebuilt run (a revert) replace these; no kept update frame leads to it. A host must import the state again. */
   adopt(theta: Float32Array, outer: OuterState, residual: Float32Array): void {
     this.theta.set(theta);
-    this.outer.state = { momentum: outer.momentum.slice(), buffer: outer.buffer.slice(), bufferCount: outer.bufferCount, steps: outer.steps };
+    this.outer.state = {
+      momentum: outer.momentum.slice(),
+      buffer: outer.buffer.slice(),
+      bufferCount: outer.bufferCount,
+      steps: outer.steps,
+    };
     this.downlink.fb.residual.set(residual);
     this.residualView = this.downlink.fb.residual;
     this.downlink.updates = [];
@@ -75,7 +88,9 @@ export class OuterStep {
   }
 
   /** A buffer to hold a delta in (the host's shared memory once offloaded). */
-  take(): Float32Array { return this.offload?.buffer() ?? this.pool.pop() ?? new Float32Array(this.theta.length); }
+  take(): Float32Array {
+    return this.offload?.buffer() ?? this.pool.pop() ?? new Float32Array(this.theta.length);
+  }
 
   /** Gives a delta's buffer back. */
   release(b: Float32Array): void {
@@ -85,7 +100,8 @@ export class OuterStep {
 
   /** θ and g move into the host's buffers; deltas held (since a restore) move there too. */
   useOffload(o: OuterOffload, pending: PendingDelta[]): void {
-    if (o.theta.length !== this.theta.length || o.g.length !== this.theta.length) throw new RangeError('offload buffers do not match the parameter count');
+    if (o.theta.length !== this.theta.length || o.g.length !== this.theta.length)
+      throw new RangeError('offload buffers do not match the parameter count');
     o.theta.set(this.theta);
     this.theta = o.theta;
     this.g = o.g;
@@ -102,15 +118,28 @@ export class OuterStep {
    * The step for the round's `kept` deltas, weighed, and combined into `g` unless `inHost` (the
    * host then takes their weighted mean). Here: its result. Offloaded: null, and `request` waits.
    */
-  begin(cfg: CoordinatorConfig, kept: PendingDelta[], inHost: boolean, { scale, period, share }: StepSize): Result<StepTaken> | null {
+  begin(
+    cfg: CoordinatorConfig,
+    kept: PendingDelta[],
+    inHost: boolean,
+    { scale, period, share }: StepSize,
+  ): Result<StepTaken> | null {
     if (this.offload) {
       this.request = {
-        deltas: inHost ? kept.map((p) => p.delta) : null, weights: inHost ? kept.map((p) => p.weight) : null,
-        outer: { ...cfg.outer }, downlink: { ...cfg.downlink }, scale, period, share: share ?? false,
+        deltas: inHost ? kept.map((p) => p.delta) : null,
+        weights: inHost ? kept.map((p) => p.weight) : null,
+        outer: { ...cfg.outer },
+        downlink: { ...cfg.downlink },
+        scale,
+        period,
+        share: share ?? false,
       };
       return null;
     }
-    const finite = period === 0 ? this.outer.proposePlain(this.g, scale) : this.outer.propose(cfg.outer, this.g, scale, period, share);
+    const finite =
+      period === 0
+        ? this.outer.proposePlain(this.g, scale)
+        : this.outer.propose(cfg.outer, this.g, scale, period, share);
     if (!finite) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
     const q = this.downlink.encode(this.outer.update, cfg.downlink);
     if (!q.ok) return q;
@@ -126,7 +155,11 @@ export class OuterStep {
     if (!res.ok) return res;
     const { frame, hash, updateNorm, agreement: a } = res.value;
     this.stale++;
-    if (a) agreement(kept, a.dots.map((dot, j) => (a.sqs[j] > 0 && a.gg > 0 ? dot / Math.sqrt(a.sqs[j] * a.gg) : 0)));
+    if (a)
+      agreement(
+        kept,
+        a.dots.map((dot, j) => (a.sqs[j] > 0 && a.gg > 0 ? dot / Math.sqrt(a.sqs[j] * a.gg) : 0)),
+      );
     return ok({ frame, hash, updateNorm });
   }
 

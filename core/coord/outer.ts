@@ -64,7 +64,8 @@ export class OuterOptimizer {
 
   constructor(n: number, state?: OuterState) {
     this.state = state ?? newOuterState(n);
-    if (this.state.momentum.length !== n || this.state.buffer.length !== n) throw new RangeError('outer state does not match the parameter count');
+    if (this.state.momentum.length !== n || this.state.buffer.length !== n)
+      throw new RangeError('outer state does not match the parameter count');
     this.nextMomentum = new Float32Array(n);
     this.nextBuffer = new Float32Array(n);
     this.update = new Float32Array(n);
@@ -78,11 +79,14 @@ export class OuterOptimizer {
    */
   propose(cfg: OuterConfig, g: Float32Array, s: number, period: number, share = false): boolean {
     const { lr, momentum: mu } = cfg;
-    const m = this.state.momentum, mNext = this.nextMomentum, u = this.update;
+    const m = this.state.momentum,
+      mNext = this.nextMomentum,
+      u = this.update;
     const n = g.length;
     let probe = 0;
     if (cfg.kind === 'delayed-nesterov') {
-      const b = this.state.buffer, bNext = this.nextBuffer;
+      const b = this.state.buffer,
+        bNext = this.nextBuffer;
       const flush = this.state.bufferCount + 1 >= Math.max(1, period);
       for (let i = 0; i < n; i++) {
         const gi = s * g[i];
@@ -103,7 +107,8 @@ export class OuterOptimizer {
       this.nextBufferCount = flush ? 0 : this.state.bufferCount + 1;
     } else {
       const nesterov = cfg.kind === 'nesterov';
-      const decay = share ? Math.pow(mu, s) : mu, part = share ? s : 1;
+      const decay = share ? Math.pow(mu, s) : mu,
+        part = share ? s : 1;
       for (let i = 0; i < n; i++) {
         const gi = s * g[i];
         const mi = Math.fround(decay * m[i] + gi);
@@ -122,7 +127,10 @@ export class OuterOptimizer {
   proposePlain(g: Float32Array, s: number): boolean {
     const u = this.update;
     let probe = 0;
-    for (let i = 0; i < g.length; i++) { u[i] = s * g[i]; probe += u[i] * 0; }
+    for (let i = 0; i < g.length; i++) {
+      u[i] = s * g[i];
+      probe += u[i] * 0;
+    }
     this.nextMomentum.set(this.state.momentum);
     this.nextBuffer.set(this.state.buffer);
     this.nextBufferCount = this.state.bufferCount;
@@ -132,7 +140,8 @@ export class OuterOptimizer {
   /** Makes the last proposal the live state. */
   commit(): void {
     const s = this.state;
-    const m = s.momentum, b = s.buffer;
+    const m = s.momentum,
+      b = s.buffer;
     s.momentum = this.nextMomentum;
     s.buffer = this.nextBuffer;
     s.bufferCount = this.nextBufferCount;

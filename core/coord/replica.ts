@@ -25,7 +25,10 @@ export interface ReplicaState {
 export function applyUpdateMessage(replica: ReplicaState, msg: UpdateMsg, scratch?: Float32Array): Result<void> {
   if (msg.prevVersion !== replica.version) {
     return msg.prevVersion > replica.version
-      ? err(ErrorCode.FUTURE_VERSION, `update ${msg.prevVersion}→${msg.version} does not follow version ${replica.version}`)
+      ? err(
+          ErrorCode.FUTURE_VERSION,
+          `update ${msg.prevVersion}→${msg.version} does not follow version ${replica.version}`,
+        )
       : err(ErrorCode.STALE, `update ${msg.prevVersion}→${msg.version} is already applied (at ${replica.version})`);
   }
   const n = replica.params.length;

@@ -47,7 +47,12 @@ export function graceDeadline(r: RoundState, g: CoordinatorConfig['grace']): num
  * or every member's delta rejected at submit (an empty close: a fresh round on the same version, else
  * they would wait for this one forever).
  */
-export function roundShouldClose(r: RoundState, islands: ReadonlyMap<string, IslandRecord>, cfg: CoordinatorConfig, now: number): boolean {
+export function roundShouldClose(
+  r: RoundState,
+  islands: ReadonlyMap<string, IslandRecord>,
+  cfg: CoordinatorConfig,
+  now: number,
+): boolean {
   const live = liveMembers(r, islands);
   if (r.pending.length === 0 && r.failed.size > 0 && live === 0) return true;
   if (r.pending.length < cfg.minContributors) return false;
@@ -59,8 +64,16 @@ export function roundShouldClose(r: RoundState, islands: ReadonlyMap<string, Isl
 
 /** Whether a rejection (by `code`) of `m` counts as its island's turn in round `r` (not a retryable or repeated one). */
 export function usesTurn(r: RoundState, m: DeltaMeta | undefined, code: string): boolean {
-  return !!m && typeof m.islandId === 'string' && m.roundId === r.id && r.members.has(m.islandId) && !r.returned.has(m.islandId)
-    && code !== ErrorCode.PAUSED && code !== ErrorCode.DUPLICATE && code !== ErrorCode.DONE;
+  return (
+    !!m &&
+    typeof m.islandId === 'string' &&
+    m.roundId === r.id &&
+    r.members.has(m.islandId) &&
+    !r.returned.has(m.islandId) &&
+    code !== ErrorCode.PAUSED &&
+    code !== ErrorCode.DUPLICATE &&
+    code !== ErrorCode.DONE
+  );
 }
 
 export interface AssignmentSize {
@@ -77,22 +90,39 @@ export interface AssignmentSize {
  * speeds are unknown.
  */
 export function sizeAssignment(
-  isl: IslandRecord, islands: Iterable<IslandRecord>, cfg: CoordinatorConfig, tokensApplied: number, remainingMs: number | undefined,
+  isl: IslandRecord,
+  islands: Iterable<IslandRecord>,
+  cfg: CoordinatorConfig,
+  tokensApplied: number,
+  remainingMs: number | undefined,
 ): AssignmentSize {
-  const B = isl.batchSize, T = cfg.seqLen;
+  const B = isl.batchSize,
+    T = cfg.seqLen;
   let fastest: number | undefined;
-  let agg = 0, allKnown = true, online = 0;
+  let agg = 0,
+    allKnown = true,
+    online = 0;
   for (const o of islands) {
     if (o.status !== 'online') continue;
     online++;
     if (o.tokensPerSec === undefined) allKnown = false;
-    else { agg += o.tokensPerSec; fastest = Math.max(fastest ?? 0, o.tokensPerSec / (o.batchSize * T)); }
+    else {
+      agg += o.tokensPerSec;
+      fastest = Math.max(fastest ?? 0, o.tokensPerSec / (o.batchSize * T));
+    }
   }
   let steps = cfg.dylu
     ? dyluInnerSteps({
-      tokensPerSec: isl.tokensPerSec, fastestStepsPerSec: fastest, batchSize: B, seqLen: T, innerSteps: cfg.innerSteps,
-      minInnerSteps: cfg.minInnerSteps, maxInnerSteps: cfg.maxInnerSteps, targetRoundMs: cfg.targetRoundMs, remainingMs,
-    })
+        tokensPerSec: isl.tokensPerSec,
+        fastestStepsPerSec: fastest,
+        batchSize: B,
+        seqLen: T,
+        innerSteps: cfg.innerSteps,
+        minInnerSteps: cfg.minInnerSteps,
+        maxInnerSteps: cfg.maxInnerSteps,
+        targetRoundMs: cfg.targetRoundMs,
+        remainingMs,
+      })
     : cfg.innerSteps;
   const nominalSteps = steps;
   if (cfg.totalTokens > 0) {
@@ -117,17 +147,38 @@ export function sizeAssignment(
  * ack's round trip).
  */
 export function assignWork(
-  isl: IslandRecord, r: RoundState, cfg: CoordinatorConfig, islands: Iterable<IslandRecord>,
-  at: { roundId: number; baseVersion: number; baseHash: string; tokensApplied: number; paramCount: number; now: number },
+  isl: IslandRecord,
+  r: RoundState,
+  cfg: CoordinatorConfig,
+  islands: Iterable<IslandRecord>,
+  at: {
+    roundId: number;
+    baseVersion: number;
+    baseHash: string;
+    tokensApplied: number;
+    paramCount: number;
+    now: number;
+  },
 ): Assignment {
-  const sync = cfg.mode === 'sync', now = at.now;
+  const sync = cfg.mode === 'sync',
+    now = at.now;
   if (sync && r.members.size === 0 && r.pending.length === 0) r.openedAt = now;
   if (sync) r.members.add(isl.id);
   const late = now - r.openedAt;
-  const remainingMs = sync && cfg.targetRoundMs > 0 && late > 0.25 * cfg.targetRoundMs ? Math.max(0, cfg.targetRoundMs - late) : undefined;
+  const remainingMs =
+    sync && cfg.targetRoundMs > 0 && late > 0.25 * cfg.targetRoundMs
+      ? Math.max(0, cfg.targetRoundMs - late)
+      : undefined;
   const size = sizeAssignment(isl, islands, cfg, at.tokensApplied, remainingMs);
   const a = assignmentMessage(isl, cfg, size, at);
-  Object.assign(isl, { roundId: at.roundId, assignedSteps: size.steps, nominalSteps: size.nominalSteps, assignedAt: now, waiting: false, dataSteps: isl.dataSteps + size.steps });
+  Object.assign(isl, {
+    roundId: at.roundId,
+    assignedSteps: size.steps,
+    nominalSteps: size.nominalSteps,
+    assignedAt: now,
+    waiting: false,
+    dataSteps: isl.dataSteps + size.steps,
+  });
   rememberWork(isl, a);
   return a;
 }
@@ -142,7 +193,11 @@ export function dropPending(r: RoundState, islandId: string): PendingDelta[] {
 }
 
 /** When the open round (sync: its timeout, or its grace once quorate) or merge window (async) must close; Infinity when it holds nothing. */
-export function roundDeadline(r: RoundState, islands: ReadonlyMap<string, IslandRecord>, cfg: CoordinatorConfig): number {
+export function roundDeadline(
+  r: RoundState,
+  islands: ReadonlyMap<string, IslandRecord>,
+  cfg: CoordinatorConfig,
+): number {
   if (r.pending.length === 0) return Infinity;
   if (cfg.mode === 'async') return windowDeadline(r, cfg.asyncWindow);
   const timeout = r.openedAt + cfg.roundTimeoutMs;
@@ -158,15 +213,34 @@ export function leaveRound(r: RoundState, isl: IslandRecord): void {
 
 /** The assignment message for `isl` (data starts at its next unused step). */
 export function assignmentMessage(
-  isl: IslandRecord, cfg: CoordinatorConfig, size: AssignmentSize,
-  at: { roundId: number; baseVersion: number; baseHash: string; tokensApplied: number; paramCount: number; now: number },
+  isl: IslandRecord,
+  cfg: CoordinatorConfig,
+  size: AssignmentSize,
+  at: {
+    roundId: number;
+    baseVersion: number;
+    baseHash: string;
+    tokensApplied: number;
+    paramCount: number;
+    now: number;
+  },
 ): Assignment {
   return {
-    islandId: isl.id, mode: cfg.mode, roundId: at.roundId, baseVersion: at.baseVersion, baseHash: at.baseHash,
-    innerSteps: size.steps, batchSize: isl.batchSize, seqLen: cfg.seqLen,
+    islandId: isl.id,
+    mode: cfg.mode,
+    roundId: at.roundId,
+    baseVersion: at.baseVersion,
+    baseHash: at.baseHash,
+    innerSteps: size.steps,
+    batchSize: isl.batchSize,
+    seqLen: cfg.seqLen,
     lr: {
-      maxLr: cfg.innerLr.maxLr, minLr: cfg.innerLr.minLr, warmupTokens: cfg.innerLr.warmupTokens,
-      totalTokens: cfg.totalTokens, tokensStart: at.tokensApplied, tokensPerStep: size.tokensPerStep,
+      maxLr: cfg.innerLr.maxLr,
+      minLr: cfg.innerLr.minLr,
+      warmupTokens: cfg.innerLr.warmupTokens,
+      totalTokens: cfg.totalTokens,
+      tokensStart: at.tokensApplied,
+      tokensPerStep: size.tokensPerStep,
       localWarmupSteps: cfg.innerLr.localWarmupSteps,
     },
     gradClip: cfg.gradClip,
@@ -186,12 +260,22 @@ export function assignmentMessage(
  * Async, applied on arrival: weight s(τ) · min(cap, tokens / expected) with expected the mean
  * assigned tokens over online islands; scale weight / N and delayed-Nesterov period N (N online islands).
  */
-export function asyncStep(cfg: CoordinatorConfig, tau: number, tokens: number, islands: Iterable<IslandRecord>): { weight: number; scale: number; period: number } {
-  let n = 0, assigned = 0, sum = 0;
+export function asyncStep(
+  cfg: CoordinatorConfig,
+  tau: number,
+  tokens: number,
+  islands: Iterable<IslandRecord>,
+): { weight: number; scale: number; period: number } {
+  let n = 0,
+    assigned = 0,
+    sum = 0;
   for (const isl of islands) {
     if (isl.status !== 'online') continue;
     n++;
-    if (isl.assignedSteps > 0) { sum += isl.assignedSteps * isl.batchSize * cfg.seqLen; assigned++; }
+    if (isl.assignedSteps > 0) {
+      sum += isl.assignedSteps * isl.batchSize * cfg.seqLen;
+      assigned++;
+    }
   }
   n = Math.max(1, n);
   const expected = assigned > 0 ? sum / assigned : cfg.innerSteps * cfg.batchSize * cfg.seqLen;
@@ -210,7 +294,12 @@ export function windowDeadline(r: RoundState, w: CoordinatorConfig['asyncWindow'
   return r.openedAt + Math.min(w.capMs, Math.max(w.floorMs, w.fraction * med));
 }
 
-export function windowShouldClose(r: RoundState, islands: Iterable<IslandRecord>, w: CoordinatorConfig['asyncWindow'], now: number): boolean {
+export function windowShouldClose(
+  r: RoundState,
+  islands: Iterable<IslandRecord>,
+  w: CoordinatorConfig['asyncWindow'],
+  now: number,
+): boolean {
   if (r.pending.length === 0) return false;
   if (now >= windowDeadline(r, w)) return true;
   for (const isl of islands) if (isl.status === 'online' && isl.roundId !== undefined) return false;
@@ -223,7 +312,11 @@ export function windowShouldClose(r: RoundState, islands: Iterable<IslandRecord>
  * by its share (OuterOptimizer.propose's `share`);
  * delayed Nesterov's period counts windows (dnPeriod, default 1).
  */
-export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number }>, islands: Iterable<IslandRecord>): { scale: number; period: number; share: boolean } {
+export function windowStep(
+  cfg: CoordinatorConfig,
+  kept: Array<{ tokens: number }>,
+  islands: Iterable<IslandRecord>,
+): { scale: number; period: number; share: boolean } {
   let round = 0;
   for (const isl of islands) {
     if (isl.status !== 'online') continue;
@@ -231,15 +324,27 @@ export function windowStep(cfg: CoordinatorConfig, kept: Array<{ tokens: number 
     // budget's clip), not the budget's short last assignments: tail windows of a few tokens each took
     // nearly a whole momentum step at a share of a short round and overshot (the twin of a fleet on
     // tiny with int8 deltas: eval 3.12 → 11.02 over its last two windows; 3.13 with this)
-    const nominal = cfg.dylu && cfg.targetRoundMs > 0 && isl.tokensPerSec ? (isl.tokensPerSec * cfg.targetRoundMs) / 1000 : 0;
+    const nominal =
+      cfg.dylu && cfg.targetRoundMs > 0 && isl.tokensPerSec ? (isl.tokensPerSec * cfg.targetRoundMs) / 1000 : 0;
     round += Math.max(Math.max(isl.assignedSteps, isl.nominalSteps ?? 0) * isl.batchSize * cfg.seqLen, nominal);
   }
   const tokens = kept.reduce((a, p) => a + p.tokens, 0);
-  return { scale: round > 0 ? Math.min(1, tokens / round) : 1, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1, share: true };
+  return {
+    scale: round > 0 ? Math.min(1, tokens / round) : 1,
+    period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : 1,
+    share: true,
+  };
 }
 
 /** Holds a counted delta in the open round (sync) or merge window (async, which opens with it). */
-export function hold(r: RoundState, p: PendingDelta, isl: IslandRecord, sync: boolean, late: boolean, now: number): void {
+export function hold(
+  r: RoundState,
+  p: PendingDelta,
+  isl: IslandRecord,
+  sync: boolean,
+  late: boolean,
+  now: number,
+): void {
   if (!sync && r.pending.length === 0) r.openedAt = now;
   r.pending.push(p);
   if (!sync) r.returned.set(isl.id, now - isl.assignedAt);
@@ -252,7 +357,11 @@ export function hold(r: RoundState, p: PendingDelta, isl: IslandRecord, sync: bo
  * Async Local-SGD does. One island alone (soloPlainStep) takes its Δ as it is, period 0 = a plain
  * step: momentum would amplify one island's short rounds several times over.
  */
-export function outerStepOf(cfg: CoordinatorConfig, kept: PendingDelta[], islands: Iterable<IslandRecord>): { scale: number; period: number; share?: boolean } {
+export function outerStepOf(
+  cfg: CoordinatorConfig,
+  kept: PendingDelta[],
+  islands: Iterable<IslandRecord>,
+): { scale: number; period: number; share?: boolean } {
   const all = [...islands];
   if (cfg.soloPlainStep && kept.length === 1 && onlineCount(all) <= 1) return { scale: 1, period: 0 };
   if (cfg.mode === 'sync') return { scale: 1, period: 1 };

@@ -7,7 +7,13 @@ import type { CoordinatorConfig } from './config.ts';
 import { hashParams } from './hash.ts';
 import type { OuterState } from './outer.ts';
 import type {
-  CoordinatorSnapshot, CoordinatorSnapshotMeta, CoordinatorTotals, IslandRecord, PerVersion, RoundState, VersionStats,
+  CoordinatorSnapshot,
+  CoordinatorSnapshotMeta,
+  CoordinatorTotals,
+  IslandRecord,
+  PerVersion,
+  RoundState,
+  VersionStats,
 } from './types.ts';
 
 /** Everything a coordinator is, as plain data. */
@@ -56,19 +62,37 @@ export function writeSnapshot(s: CoordinatorState, alloc?: SnapshotAlloc): Coord
     'outer.buffer': copy(s.outer.buffer),
     'downlink.residual': copy(s.downlinkResidual),
   };
-  s.round.pending.forEach((p, i) => { tensors[`pending.${i}`] = copy(p.delta); });
+  s.round.pending.forEach((p, i) => {
+    tensors[`pending.${i}`] = copy(p.delta);
+  });
   for (const u of s.updates) tensors[`update.${u.version}`] = u.frame;
   const r = s.round;
   const meta: CoordinatorSnapshotMeta = {
-    format: 'atoll-coordinator', formatVersion: 1, protocolVersion: PROTOCOL_VERSION,
-    config: structuredClone(s.config), paramCount: s.theta.length, version: s.version, hash: s.hash,
+    format: 'atoll-coordinator',
+    formatVersion: 1,
+    protocolVersion: PROTOCOL_VERSION,
+    config: structuredClone(s.config),
+    paramCount: s.theta.length,
+    version: s.version,
+    hash: s.hash,
     paused: s.paused,
     outer: { bufferCount: s.outer.bufferCount, steps: s.outer.steps },
-    islands: structuredClone(s.islands), nextIslandSerial: s.nextIslandSerial, assignSerial: s.assignSerial,
-    round: { id: r.id, baseVersion: r.baseVersion, openedAt: r.openedAt, members: [...r.members], returned: [...r.returned], failed: [...r.failed] },
+    islands: structuredClone(s.islands),
+    nextIslandSerial: s.nextIslandSerial,
+    assignSerial: s.assignSerial,
+    round: {
+      id: r.id,
+      baseVersion: r.baseVersion,
+      openedAt: r.openedAt,
+      members: [...r.members],
+      returned: [...r.returned],
+      failed: [...r.failed],
+    },
     pending: r.pending.map(({ delta: _d, ...rest }) => structuredClone(rest)),
-    normHistory: s.normHistory.slice(), normSteps: s.normSteps?.slice(),
-    totals: structuredClone(s.totals), perVersion: structuredClone(s.perVersion),
+    normHistory: s.normHistory.slice(),
+    normSteps: s.normSteps?.slice(),
+    totals: structuredClone(s.totals),
+    perVersion: structuredClone(s.perVersion),
     updates: s.updates.map(({ frame: _f, ...rest }) => structuredClone(rest)),
     // VersionStats entries are never mutated once pushed: a shallow copy is a snapshot
     history: s.history.slice(),
@@ -80,17 +104,27 @@ export function writeSnapshot(s: CoordinatorState, alloc?: SnapshotAlloc): Coord
 /** The state in a snapshot; checks the format, tensor sizes and θ's hash. */
 export function readSnapshot(s: CoordinatorSnapshot): Result<CoordinatorState> {
   const m = s.meta;
-  if (m?.format !== 'atoll-coordinator' || m.formatVersion !== 1) return err(ErrorCode.BAD_REQUEST, 'not an atoll coordinator snapshot (v1)');
+  if (m?.format !== 'atoll-coordinator' || m.formatVersion !== 1)
+    return err(ErrorCode.BAD_REQUEST, 'not an atoll coordinator snapshot (v1)');
   const f32 = (name: string): Float32Array | null => {
     const t = s.tensors[name];
     return t instanceof Float32Array && t.length === m.paramCount ? t.slice() : null;
   };
-  const theta = f32('theta'), mom = f32('outer.momentum'), buf = f32('outer.buffer'), res = f32('downlink.residual');
-  if (!theta || !mom || !buf || !res) return err(ErrorCode.WRONG_SIZE, `snapshot tensors are missing or not ${m.paramCount} f32 elements`);
+  const theta = f32('theta'),
+    mom = f32('outer.momentum'),
+    buf = f32('outer.buffer'),
+    res = f32('downlink.residual');
+  if (!theta || !mom || !buf || !res)
+    return err(ErrorCode.WRONG_SIZE, `snapshot tensors are missing or not ${m.paramCount} f32 elements`);
   if (hashParams(theta) !== m.hash) return err(ErrorCode.HASH_MISMATCH, 'snapshot θ does not match its hash');
   const round: RoundState = {
-    id: m.round.id, baseVersion: m.round.baseVersion, openedAt: m.round.openedAt,
-    members: new Set(m.round.members), returned: new Map(m.round.returned), failed: new Set(m.round.failed ?? []), pending: [],
+    id: m.round.id,
+    baseVersion: m.round.baseVersion,
+    openedAt: m.round.openedAt,
+    members: new Set(m.round.members),
+    returned: new Map(m.round.returned),
+    failed: new Set(m.round.failed ?? []),
+    pending: [],
   };
   for (let i = 0; i < m.pending.length; i++) {
     const d = f32(`pending.${i}`);
@@ -104,10 +138,23 @@ export function readSnapshot(s: CoordinatorSnapshot): Result<CoordinatorState> {
     updates.push({ ...structuredClone(u), frame: frame.slice() });
   }
   return ok({
-    config: m.config, theta, version: m.version, hash: m.hash, paused: m.paused, done: m.done,
+    config: m.config,
+    theta,
+    version: m.version,
+    hash: m.hash,
+    paused: m.paused,
+    done: m.done,
     outer: { momentum: mom, buffer: buf, bufferCount: m.outer.bufferCount, steps: m.outer.steps },
-    downlinkResidual: res, islands: structuredClone(m.islands), nextIslandSerial: m.nextIslandSerial, assignSerial: m.assignSerial,
-    round, normHistory: m.normHistory.slice(), normSteps: m.normSteps?.slice(), totals: structuredClone(m.totals), perVersion: structuredClone(m.perVersion),
-    updates, history: structuredClone(m.history),
+    downlinkResidual: res,
+    islands: structuredClone(m.islands),
+    nextIslandSerial: m.nextIslandSerial,
+    assignSerial: m.assignSerial,
+    round,
+    normHistory: m.normHistory.slice(),
+    normSteps: m.normSteps?.slice(),
+    totals: structuredClone(m.totals),
+    perVersion: structuredClone(m.perVersion),
+    updates,
+    history: structuredClone(m.history),
   });
 }

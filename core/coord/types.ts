@@ -6,7 +6,7 @@ import type { AtollError, Result } from '../result.ts';
 import { streamId } from '../data/dataset.ts';
 import type { Assignment, DeltaMeta, InnerLrPlan, IslandCaps, UpdateMsg } from '../protocol.ts';
 import type { CoordinatorConfig, CoordinatorConfigPatch } from './config.ts';
-import type { OuterConfig, OuterState } from './outer.ts';
+import type { OuterConfig } from './outer.ts';
 
 export type IslandStatus = 'online' | 'offline' | 'left' | 'banned';
 
@@ -160,7 +160,13 @@ export interface VersionStats {
 // must not reach the island before the update is durable.
 // ────────────────────────────────────────────────────────────────────────────────────────────────
 export type CoordinatorEvent =
-  | { type: 'update'; update: UpdateMsg; contributors: Contribution[]; rejected: RejectedContribution[]; stats: VersionStats }
+  | {
+      type: 'update';
+      update: UpdateMsg;
+      contributors: Contribution[];
+      rejected: RejectedContribution[];
+      stats: VersionStats;
+    }
   | { type: 'rejected'; rejected: RejectedContribution[] }
   | { type: 'assignment'; islandId: string; result: Result<Assignment> }
   | { type: 'island'; islandId: string; status: IslandStatus; reason: string }
@@ -225,7 +231,13 @@ export interface PerVersion {
   frameBytesAccepted: number;
 }
 
-export const newPerVersion = (): PerVersion => ({ accepted: 0, rejected: {}, bytesIn: 0, rawBytesAccepted: 0, frameBytesAccepted: 0 });
+export const newPerVersion = (): PerVersion => ({
+  accepted: 0,
+  rejected: {},
+  bytesIn: 0,
+  rawBytesAccepted: 0,
+  frameBytesAccepted: 0,
+});
 export const STALENESS_BUCKETS = 17;
 export const SUBMITTED_ROUNDS_KEPT = 16;
 
@@ -249,7 +261,14 @@ export interface CoordinatorSnapshotMeta {
   islands: IslandRecord[];
   nextIslandSerial: number;
   assignSerial: number;
-  round: { id: number; baseVersion: number; openedAt: number; members: string[]; returned: Array<[string, number]>; failed?: string[] };
+  round: {
+    id: number;
+    baseVersion: number;
+    openedAt: number;
+    members: string[];
+    returned: Array<[string, number]>;
+    failed?: string[];
+  };
   pending: Array<Omit<PendingDelta, 'delta'>>;
   normHistory: number[];
   /** Assigned steps of each normHistory score (absent in older checkpoints). */
@@ -318,7 +337,9 @@ export interface CoordinatorOptions {
  */
 export function makeRoom(islands: Map<string, IslandRecord>, cap: number): boolean {
   if (islands.size < cap) return true;
-  const idle = [...islands.values()].filter((r) => (r.status === 'offline' || r.status === 'left') && r.accepted === 0 && r.tokensContributed === 0);
+  const idle = [...islands.values()].filter(
+    (r) => (r.status === 'offline' || r.status === 'left') && r.accepted === 0 && r.tokensContributed === 0,
+  );
   idle.sort((a, b) => a.lastSeen - b.lastSeen);
   for (let i = 0; i < idle.length && islands.size > Math.floor(0.9 * cap); i++) islands.delete(idle[i].id);
   return islands.size < cap;
@@ -326,11 +347,32 @@ export function makeRoom(islands: Map<string, IslandRecord>, cap: number): boole
 
 export function newIslandRecord(id: string, caps: IslandCaps, batchSize: number, now: number): IslandRecord {
   return {
-    id, name: (caps.name ?? id).slice(0, 64), contributorId: (caps.contributorId ?? id).slice(0, 64), engine: caps.engine, adapter: caps.adapter ?? '', status: 'online',
-    joinedAt: now, lastSeen: now, tokensPerSec: caps.tokensPerSec, batchSize,
-    tokensContributed: 0, tokensSubmitted: 0, accepted: 0, rejected: {}, lastBaseVersion: -1, lastStaleness: 0,
-    roundId: undefined, assignedSteps: 0, assignedAt: now, waiting: false, lastSeq: -1, submittedRounds: [],
-    stream: streamId(id), dataSteps: 0, caps: structuredClone(caps), work: [],
+    id,
+    name: (caps.name ?? id).slice(0, 64),
+    contributorId: (caps.contributorId ?? id).slice(0, 64),
+    engine: caps.engine,
+    adapter: caps.adapter ?? '',
+    status: 'online',
+    joinedAt: now,
+    lastSeen: now,
+    tokensPerSec: caps.tokensPerSec,
+    batchSize,
+    tokensContributed: 0,
+    tokensSubmitted: 0,
+    accepted: 0,
+    rejected: {},
+    lastBaseVersion: -1,
+    lastStaleness: 0,
+    roundId: undefined,
+    assignedSteps: 0,
+    assignedAt: now,
+    waiting: false,
+    lastSeq: -1,
+    submittedRounds: [],
+    stream: streamId(id),
+    dataSteps: 0,
+    caps: structuredClone(caps),
+    work: [],
   };
 }
 

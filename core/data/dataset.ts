@@ -24,7 +24,10 @@ export function splitCorpus(name: string, bytes: Uint8Array): TextDataset {
     const parts = idx.map((i) => bytes.subarray(i * SPLIT_CHUNK, Math.min(bytes.length, (i + 1) * SPLIT_CHUNK)));
     const out = new Uint8Array(parts.reduce((a, p) => a + p.length, 0));
     let o = 0;
-    for (const p of parts) { out.set(p, o); o += p.length; }
+    for (const p of parts) {
+      out.set(p, o);
+      o += p.length;
+    }
     return out;
   };
   return { name, train: gather(trainIdx), heldOut: nChunks > 1 ? gather(heldIdx) : bytes.slice() };
@@ -44,10 +47,20 @@ export function streamId(islandId: string | number): number {
  * from a PRNG seeded by all four, so a run can be replayed exactly.
  * Fills `out` when given (no allocation on the hot path).
  */
-export function sampleBatch(data: Uint8Array, B: number, T: number, seed: number, stream: number, step: number, out?: Batch): Batch {
-  if (data.length < T + 1) throw new Error(`E_DATA_TOO_SMALL: ${data.length} bytes cannot make sequences of length ${T}`);
+export function sampleBatch(
+  data: Uint8Array,
+  B: number,
+  T: number,
+  seed: number,
+  stream: number,
+  step: number,
+  out?: Batch,
+): Batch {
+  if (data.length < T + 1)
+    throw new Error(`E_DATA_TOO_SMALL: ${data.length} bytes cannot make sequences of length ${T}`);
   const batch = out ?? allocBatch(B, T);
-  batch.B = B; batch.T = T;
+  batch.B = B;
+  batch.T = T;
   const span = data.length - T - 1;
   for (let b = 0; b < B; b++) {
     const rand = mulberry32(mixSeed(seed, stream, step, b));

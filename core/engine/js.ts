@@ -13,7 +13,9 @@ export class JsEngine implements TrainingEngine {
   readonly gpuBytes = 0;
   readonly config: GPTConfig;
   /** f16: the WebGPU engine's --precision f16, modelled by the CPU twins of its kernels. */
-  get numerics(): 'f32' | 'f16' { return this.model.numerics; }
+  get numerics(): 'f32' | 'f16' {
+    return this.model.numerics;
+  }
   private readonly model: GPT;
   private readonly evalModel: GPT;
   private readonly start: Float32Array;
@@ -49,7 +51,9 @@ export class JsEngine implements TrainingEngine {
 
   async setParams(params: Float32Array): Promise<void> {
     if (params.length !== this.model.params.length) {
-      throw new Error(`E_WRONG_SIZE: parameter array has ${params.length} elements, the model needs ${this.model.params.length}`);
+      throw new Error(
+        `E_WRONG_SIZE: parameter array has ${params.length} elements, the model needs ${this.model.params.length}`,
+      );
     }
     this.model.params.set(params);
     this.start.set(params);
@@ -72,7 +76,8 @@ export class JsEngine implements TrainingEngine {
   }
 
   async setOptimizerState(s: OptimizerState): Promise<void> {
-    if (s.m.length !== this.m.length || s.v.length !== this.v.length) throw new Error('E_WRONG_SIZE: optimizer state does not match the model');
+    if (s.m.length !== this.m.length || s.v.length !== this.v.length)
+      throw new Error('E_WRONG_SIZE: optimizer state does not match the model');
     this.m.set(s.m);
     this.v.set(s.v);
     this.t = s.step;
@@ -94,9 +99,18 @@ export class JsEngine implements TrainingEngine {
     const h = this.hyper;
     for (const [off, size, decay] of this.decayRanges) {
       adamwUpdate(
-        model.params.subarray(off, off + size), model.grads.subarray(off, off + size),
-        this.m.subarray(off, off + size), this.v.subarray(off, off + size), size,
-        opts.lr, h.beta1, h.beta2, h.eps, decay ? h.weightDecay : 0, this.t, scale,
+        model.params.subarray(off, off + size),
+        model.grads.subarray(off, off + size),
+        this.m.subarray(off, off + size),
+        this.v.subarray(off, off + size),
+        size,
+        opts.lr,
+        h.beta1,
+        h.beta2,
+        h.eps,
+        decay ? h.weightDecay : 0,
+        this.t,
+        scale,
       );
     }
     this.losses.push(loss);

@@ -42,7 +42,10 @@ export interface ReadyMember {
 }
 
 /** An island with a round in progress (its assignment's round), as the host's records have it (Coordinator.roundsInProgress). */
-export interface BusyIsland { islandId: string; roundId: number }
+export interface BusyIsland {
+  islandId: string;
+  roundId: number;
+}
 
 export interface GroupPlan {
   groupId: number;
@@ -55,7 +58,9 @@ export interface GroupPlan {
 }
 
 /** A fragment upload: the codec frame of the fragment. */
-export interface FragmentUpload { frame: Uint8Array }
+export interface FragmentUpload {
+  frame: Uint8Array;
+}
 
 /** What the host fetches from members while a group settles; null: the member is gone or stalled. */
 export interface GroupIO {
@@ -66,20 +71,23 @@ export interface GroupIO {
   replay(index: number): Promise<Uint8Array | null>;
 }
 
-export interface Implicated { islandId: string; reason: string }
+export interface Implicated {
+  islandId: string;
+  reason: string;
+}
 
 export type GroupOutcome =
   | {
-    kind: 'mixed';
-    /** The group's token-weighted mean Δ (n values) over `accepted`. */
-    delta: Float32Array;
-    accepted: ReadyMember[];
-    /** The fragment each member uploaded, by member index (what the server received of it). */
-    frames: Uint8Array[];
-    implicated: Implicated[];
-    checks: number;
-    audited: boolean;
-  }
+      kind: 'mixed';
+      /** The group's token-weighted mean Δ (n values) over `accepted`. */
+      delta: Float32Array;
+      accepted: ReadyMember[];
+      /** The fragment each member uploaded, by member index (what the server received of it). */
+      frames: Uint8Array[];
+      implicated: Implicated[];
+      checks: number;
+      audited: boolean;
+    }
   | { kind: 'direct'; members: ReadyMember[]; reason: string };
 
 /** Round periods the adaptive wait takes its median of. */
@@ -107,12 +115,19 @@ export class MixBroker {
   private readonly periods: number[] = [];
   private waitMs: number;
 
-  constructor(readonly cfg: MixConfig, private readonly n: number, private readonly align: number, private readonly rand: () => number) {
+  constructor(
+    readonly cfg: MixConfig,
+    private readonly n: number,
+    private readonly align: number,
+    private readonly rand: () => number,
+  ) {
     this.waitMs = cfg.formWaitMs;
   }
 
   /** How long a ready island waits for a group of k now (formWaitMs, or its share of the measured round period). */
-  formWait(): number { return this.waitMs; }
+  formWait(): number {
+    return this.waitMs;
+  }
 
   /** An island's ready after its previous round's: a round period (the last PERIODS_KEPT of all islands set the wait). */
   private notePeriod(ms: number): void {
@@ -201,16 +216,29 @@ export class MixBroker {
     let n = 0;
     for (const b of busy) {
       const last = this.lastReady.get(b.islandId)?.roundId;
-      if (last !== undefined && last !== b.roundId && !this.left.has(b.islandId) && !this.queue.some((q) => q.islandId === b.islandId)) n++;
+      if (
+        last !== undefined &&
+        last !== b.roundId &&
+        !this.left.has(b.islandId) &&
+        !this.queue.some((q) => q.islandId === b.islandId)
+      )
+        n++;
     }
     return n;
   }
 
   /** A fresh id from the groups' sequence (the downlink's rings are numbered with the groups: a member tells them apart by id alone). */
-  nextId(): number { return ++this.serial; }
+  nextId(): number {
+    return ++this.serial;
+  }
 
   private plan(members: ReadyMember[]): GroupPlan {
-    return { groupId: this.nextId(), members, ranges: fragmentRanges(this.n, members.length, this.align), weights: mixWeights(members.map((x) => x.tokens)) };
+    return {
+      groupId: this.nextId(),
+      members,
+      ranges: fragmentRanges(this.n, members.length, this.align),
+      weights: mixWeights(members.map((x) => x.tokens)),
+    };
   }
 
   /** A waiting island left: it no longer waits (nor do its group's survivors wait for it). */
@@ -224,20 +252,31 @@ export class MixBroker {
 
   nextDeadline(): number {
     // alone, or a short group waiting for islands due soon: nothing to form before
-    if (this.queue.length === 1 || this.holding === this.queue[0]?.islandId) return this.queue[0].readyAt + 2 * this.waitMs;
+    if (this.queue.length === 1 || this.holding === this.queue[0]?.islandId)
+      return this.queue[0].readyAt + 2 * this.waitMs;
     return this.queue.length ? Math.min(...this.queue.map((q) => q.readyAt + this.waitMs)) : Infinity;
   }
 
-  get waiting(): number { return this.queue.length; }
+  get waiting(): number {
+    return this.queue.length;
+  }
 
   /** Settles a group from its uploads (see the file comment). `codec`: the run's uplink, which fragments use too. */
   async settle(plan: GroupPlan, io: GroupIO, codec: CodecOptions): Promise<GroupOutcome> {
     const k = plan.members.length;
     const ups = await allOrNull(plan.members.map((_, j) => io.fragment(j)));
     if (ups.some((u) => u === null)) {
-      const g = { ids: plan.members.map((x) => x.islandId), gone: new Set(plan.members.map((x) => x.islandId).filter((id) => this.left.has(id))), until: Math.max(...plan.members.map((x) => x.readyAt)) + this.cfg.exchangeTimeoutMs + this.waitMs };
+      const g = {
+        ids: plan.members.map((x) => x.islandId),
+        gone: new Set(plan.members.map((x) => x.islandId).filter((id) => this.left.has(id))),
+        until: Math.max(...plan.members.map((x) => x.readyAt)) + this.cfg.exchangeTimeoutMs + this.waitMs,
+      };
       for (const id of g.ids) this.calledOff.set(id, g);
-      return { kind: 'direct', members: plan.members.filter((_, j) => ups[j] !== null), reason: 'a member dropped or stalled' };
+      return {
+        kind: 'direct',
+        members: plan.members.filter((_, j) => ups[j] !== null),
+        reason: 'a member dropped or stalled',
+      };
     }
     const frags = ups as FragmentUpload[];
     const parts = frags.map((u, j) => decodeDelta(u.frame, plan.ranges[j][1] - plan.ranges[j][0]));
@@ -253,8 +292,18 @@ export class MixBroker {
     }
     if (!mismatch) {
       const delta = new Float32Array(this.n);
-      parts.forEach((p, j) => { if (p.ok) delta.set(p.value, plan.ranges[j][0]); });
-      return { kind: 'mixed', delta, accepted: plan.members, frames: frags.map((u) => u.frame), implicated: [], checks: checkers.length, audited: false };
+      parts.forEach((p, j) => {
+        if (p.ok) delta.set(p.value, plan.ranges[j][0]);
+      });
+      return {
+        kind: 'mixed',
+        delta,
+        accepted: plan.members,
+        frames: frags.map((u) => u.frame),
+        implicated: [],
+        checks: checkers.length,
+        audited: false,
+      };
     }
     return this.audit(plan, io, codec, frags, checkers);
   }
@@ -264,45 +313,78 @@ export class MixBroker {
    * that differs is its uploader's lie, since an honest member reduces only frames that matched their
    * commitments. The group's mean is then the server's, over the members neither implicated nor silent.
    */
-  private async audit(plan: GroupPlan, io: GroupIO, codec: CodecOptions, frags: FragmentUpload[], checks: SpotCheck[]): Promise<GroupOutcome> {
+  private async audit(
+    plan: GroupPlan,
+    io: GroupIO,
+    codec: CodecOptions,
+    frags: FragmentUpload[],
+    checks: SpotCheck[],
+  ): Promise<GroupOutcome> {
     const implicated = new Map<number, string>();
-    const xs: Array<Float32Array | null> = await Promise.all(plan.members.map(async (m, j) => {
-      const f = await io.replay(j);
-      if (!f || sha256Hex(f) !== m.frameHash) { implicated.set(j, f ? 'replayed Δ does not match its commitment' : 'no replay'); return null; }
-      const d = decodeDelta(f, this.n);
-      if (!d.ok) { implicated.set(j, `committed Δ does not decode: ${d.error.code}`); return null; }
-      return d.value.slice();
-    }));
+    const xs: Array<Float32Array | null> = await Promise.all(
+      plan.members.map(async (m, j) => {
+        const f = await io.replay(j);
+        if (!f || sha256Hex(f) !== m.frameHash) {
+          implicated.set(j, f ? 'replayed Δ does not match its commitment' : 'no replay');
+          return null;
+        }
+        const d = decodeDelta(f, this.n);
+        if (!d.ok) {
+          implicated.set(j, `committed Δ does not decode: ${d.error.code}`);
+          return null;
+        }
+        return d.value.slice();
+      }),
+    );
     if (xs.every((x) => x !== null)) {
       plan.ranges.forEach((range, j) => {
         const right = encodeDelta(canonicalFragment(xs, plan.weights, range), codec);
         if (!sameBytes(right, frags[j].frame)) implicated.set(j, 'uploaded a wrong fragment');
-        for (const c of checks) if (c.j === j && sha256Hex(right) !== c.hash) implicated.set(c.checker, 'sent a wrong spot check');
+        for (const c of checks)
+          if (c.j === j && sha256Hex(right) !== c.hash) implicated.set(c.checker, 'sent a wrong spot check');
       });
     }
     const accepted = plan.members.filter((_, j) => xs[j] && !implicated.has(j));
     const tokens = plan.members.map((m) => (accepted.includes(m) ? m.tokens : 0));
-    const delta = accepted.length ? canonicalFragment(xs.map((x, j) => (tokens[j] ? x : null)), mixWeights(tokens), [0, this.n]) : new Float32Array(this.n);
+    const delta = accepted.length
+      ? canonicalFragment(
+          xs.map((x, j) => (tokens[j] ? x : null)),
+          mixWeights(tokens),
+          [0, this.n],
+        )
+      : new Float32Array(this.n);
     return {
-      kind: 'mixed', delta, accepted, frames: frags.map((u) => u.frame), checks: checks.length, audited: true,
+      kind: 'mixed',
+      delta,
+      accepted,
+      frames: frags.map((u) => u.frame),
+      checks: checks.length,
+      audited: true,
       implicated: [...implicated].map(([j, reason]) => ({ islandId: plan.members[j].islandId, reason })),
     };
   }
 }
 
 /** Member `checker`'s hash of fragment j. */
-interface SpotCheck { checker: number; j: number; hash: string }
+interface SpotCheck {
+  checker: number;
+  j: number;
+  hash: string;
+}
 
 /** All results, or as soon as one is null: that one null and the others as far as they came (null). */
 function allOrNull<T>(ps: Array<Promise<T | null>>): Promise<Array<T | null>> {
   return new Promise((resolve) => {
     const out: Array<T | null> = ps.map(() => null);
     let left = ps.length;
-    ps.forEach((p, i) => void p.then((v) => {
-      out[i] = v;
-      if (v === null) resolve(out.map((x, j) => (j === i ? null : x)));
-      else if (--left === 0) resolve(out);
-    }));
+    ps.forEach(
+      (p, i) =>
+        void p.then((v) => {
+          out[i] = v;
+          if (v === null) resolve(out.map((x, j) => (j === i ? null : x)));
+          else if (--left === 0) resolve(out);
+        }),
+    );
   });
 }
 

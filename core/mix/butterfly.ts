@@ -22,9 +22,13 @@ export function fragmentRanges(n: number, k: number, align: number): Array<[numb
   return Array.from({ length: k }, (_, j) => [cut(j), j === k - 1 ? n : cut(j + 1)] as [number, number]);
 }
 
-export function isPowerOfTwo(k: number): boolean { return Number.isInteger(k) && k >= 1 && (k & (k - 1)) === 0; }
+export function isPowerOfTwo(k: number): boolean {
+  return Number.isInteger(k) && k >= 1 && (k & (k - 1)) === 0;
+}
 
-export function stagesOf(k: number): number { return Math.round(Math.log2(k)); }
+export function stagesOf(k: number): number {
+  return Math.round(Math.log2(k));
+}
 
 /** Each member's share a_m = fround(w_m / W) of the token-weighted mean. */
 export function mixWeights(tokens: number[]): Float32Array {
@@ -44,8 +48,14 @@ export function weighted(x: Float32Array, a: number): Float32Array {
  * the butterfly's order: the pairwise tree over member indices. Bit-identical to reduceScatter's.
  * `xs[m]` null: member m is left out (its weight must then be 0).
  */
-export function canonicalFragment(xs: Array<Float32Array | null>, a: Float32Array, range: [number, number]): Float32Array {
-  return treeSum(xs.map((x, m) => (x ? weighted(x.subarray(range[0], range[1]), a[m]) : new Float32Array(range[1] - range[0]))));
+export function canonicalFragment(
+  xs: Array<Float32Array | null>,
+  a: Float32Array,
+  range: [number, number],
+): Float32Array {
+  return treeSum(
+    xs.map((x, m) => (x ? weighted(x.subarray(range[0], range[1]), a[m]) : new Float32Array(range[1] - range[0]))),
+  );
 }
 
 /** The pairwise tree sum ((p0+p1)+(p2+p3))+… of k equal-length pieces (a power of two of them), f32; reuses the pieces. */
@@ -54,7 +64,8 @@ export function treeSum(pieces: Float32Array[]): Float32Array {
   while (level.length > 1) {
     const next: Float32Array[] = [];
     for (let m = 0; m < level.length; m += 2) {
-      const s = level[m], b = level[m + 1];
+      const s = level[m],
+        b = level[m + 1];
       for (let t = 0; t < s.length; t++) s[t] += b[t];
       next.push(s);
     }
@@ -80,7 +91,13 @@ export interface PieceChannel {
  * commitment); returns all k pieces by index, or null when a partner is missing or sent a piece
  * that fails the check.
  */
-export async function exchange(i: number, k: number, mine: Uint8Array, ch: PieceChannel, accept: (j: number, b: Uint8Array) => boolean = () => true): Promise<Uint8Array[] | null> {
+export async function exchange(
+  i: number,
+  k: number,
+  mine: Uint8Array,
+  ch: PieceChannel,
+  accept: (j: number, b: Uint8Array) => boolean = () => true,
+): Promise<Uint8Array[] | null> {
   const have = new Map<number, Uint8Array>([[i, mine]]);
   for (let s = 0; s < stagesOf(k); s++) {
     const p = i ^ (1 << s);
@@ -105,7 +122,12 @@ export function packPieces(pieces: Map<number, Uint8Array>): Uint8Array {
   const dv = new DataView(out.buffer);
   out[0] = pieces.size;
   let o = 1;
-  for (const [j, b] of pieces) { out[o] = j; dv.setUint32(o + 1, b.length, true); out.set(b, o + 5); o += 5 + b.length; }
+  for (const [j, b] of pieces) {
+    out[o] = j;
+    dv.setUint32(o + 1, b.length, true);
+    out.set(b, o + 5);
+    o += 5 + b.length;
+  }
   return out;
 }
 
@@ -129,7 +151,10 @@ export function unpackPieces(msg: Uint8Array): Map<number, Uint8Array> | null {
 export function joinPieces(pieces: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(pieces.reduce((a, b) => a + b.length, 0));
   let o = 0;
-  for (const b of pieces) { out.set(b, o); o += b.length; }
+  for (const b of pieces) {
+    out.set(b, o);
+    o += b.length;
+  }
   return out;
 }
 

@@ -13,7 +13,9 @@ export class PairLinks {
 
   constructor(private readonly kept = MIX_LINKS_KEPT) {}
 
-  has(a: string, b: string): boolean { return this.peers.get(a)?.has(b) ?? false; }
+  has(a: string, b: string): boolean {
+    return this.peers.get(a)?.has(b) ?? false;
+  }
 
   /** Pairs known (both directions counted once). */
   get size(): number {
@@ -24,7 +26,7 @@ export class PairLinks {
 
   /** The pair is used by group `groupId`: signalled there (`signalled`), or reused; most recently used now. */
   use(a: string, b: string, groupId: number, signalled: boolean): void {
-    const at = signalled ? groupId : this.peers.get(a)?.get(b) ?? groupId;
+    const at = signalled ? groupId : (this.peers.get(a)?.get(b) ?? groupId);
     this.put(a, b, at);
     this.put(b, a, at);
   }
@@ -73,22 +75,32 @@ export class PairLinks {
    */
   order(ids: string[]): string[] {
     const k = ids.length;
-    let best = ids, bestScore = this.score(ids);
+    let best = ids,
+      bestScore = this.score(ids);
     for (let first = 0; first < k && bestScore < (k * Math.log2(k)) / 2; first++) {
       const placed = [ids[first]];
       const rest = ids.filter((_, i) => i !== first);
       while (rest.length) {
         const i = placed.length;
-        const earlier = butterflyPartners(i, k).filter((j) => j < i).map((j) => placed[j]);
-        let pick = 0, pickScore = -1;
+        const earlier = butterflyPartners(i, k)
+          .filter((j) => j < i)
+          .map((j) => placed[j]);
+        let pick = 0,
+          pickScore = -1;
         rest.forEach((id, r) => {
           const s = earlier.filter((p) => this.has(id, p)).length;
-          if (s > pickScore) { pick = r; pickScore = s; }
+          if (s > pickScore) {
+            pick = r;
+            pickScore = s;
+          }
         });
         placed.push(rest.splice(pick, 1)[0]);
       }
       const s = this.score(placed);
-      if (s > bestScore) { best = placed; bestScore = s; }
+      if (s > bestScore) {
+        best = placed;
+        bestScore = s;
+      }
     }
     return best;
   }
@@ -96,7 +108,9 @@ export class PairLinks {
   /** Linked butterfly pairs in this member order. */
   private score(ids: string[]): number {
     let n = 0;
-    ids.forEach((id, i) => { for (const j of butterflyPartners(i, ids.length)) if (j > i && this.has(id, ids[j])) n++; });
+    ids.forEach((id, i) => {
+      for (const j of butterflyPartners(i, ids.length)) if (j > i && this.has(id, ids[j])) n++;
+    });
     return n;
   }
 

@@ -15,13 +15,21 @@ import { butterflyPartners } from './butterfly.ts';
 import type { PairLinks } from './links.ts';
 
 /** One ring of an update: its members in butterfly order; `linked` per member when some of its pairs must be signalled (null: all linked). */
-export interface RingPlan { ids: string[]; linked: number[][] | null }
+export interface RingPlan {
+  ids: string[];
+  linked: number[][] | null;
+}
 
 /**
  * The rings of one update (the policy above). `canSignal(a, b)`: the pair may be connected afresh
  * (the server keeps a pair that was lost lately out, so a link that cannot open is not tried per update).
  */
-export function planRings(ids: readonly string[], links: Pick<PairLinks, 'has' | 'order' | 'partnersLinked'>, k: number, canSignal: (a: string, b: string) => boolean): RingPlan[] {
+export function planRings(
+  ids: readonly string[],
+  links: Pick<PairLinks, 'has' | 'order' | 'partnersLinked'>,
+  k: number,
+  canSignal: (a: string, b: string) => boolean,
+): RingPlan[] {
   const has = (a: string, b: string) => links.has(a, b);
   const full = formRings(ids, has, k, k);
   const ringed = new Set(full.flat());
@@ -30,7 +38,11 @@ export function planRings(ids: readonly string[], links: Pick<PairLinks, 'has' |
   const rest: string[] = [];
   while (left.length >= k) {
     const ring = links.order(left.slice(0, k));
-    const pairs = ring.flatMap((id, i) => butterflyPartners(i, k).filter((j) => j > i).map((j) => [id, ring[j]] as const));
+    const pairs = ring.flatMap((id, i) =>
+      butterflyPartners(i, k)
+        .filter((j) => j > i)
+        .map((j) => [id, ring[j]] as const),
+    );
     if (pairs.every(([a, b]) => has(a, b) || canSignal(a, b))) {
       plans.push({ ids: ring, linked: links.partnersLinked(ring) });
       left = left.slice(k);
@@ -51,7 +63,12 @@ const SEARCH_BUDGET = 20_000;
  * [minSize, k], each in butterfly order (member i is linked to every partner i XOR 2^s). Islands no ring
  * can hold are left out (they get the update whole). Deterministic for the same input.
  */
-export function formRings(ids: readonly string[], linked: (a: string, b: string) => boolean, k: number, minSize = 2): string[][] {
+export function formRings(
+  ids: readonly string[],
+  linked: (a: string, b: string) => boolean,
+  k: number,
+  minSize = 2,
+): string[][] {
   const free = new Set(ids);
   const rings: string[][] = [];
   for (let size = k; size >= Math.max(2, minSize); size /= 2) {
@@ -69,10 +86,18 @@ export function formRings(ids: readonly string[], linked: (a: string, b: string)
 }
 
 /** Fills `ring` to `size` from `free` by depth-first search; true when it did (ring then holds the order). */
-function place(ring: string[], size: number, free: Set<string>, linked: (a: string, b: string) => boolean, step: () => boolean): boolean {
+function place(
+  ring: string[],
+  size: number,
+  free: Set<string>,
+  linked: (a: string, b: string) => boolean,
+  step: () => boolean,
+): boolean {
   const i = ring.length;
   if (i === size) return true;
-  const earlier = butterflyPartners(i, size).filter((j) => j < i).map((j) => ring[j]);
+  const earlier = butterflyPartners(i, size)
+    .filter((j) => j < i)
+    .map((j) => ring[j]);
   for (const id of free) {
     if (ring.includes(id) || !earlier.every((p) => linked(p, id))) continue;
     if (!step()) return false;

@@ -6,9 +6,9 @@
 export interface GPTConfig {
   vocabSize: number; // V: byte-level tokens, 256
   blockSize: number; // T: max sequence length (size of the position table)
-  nLayer: number;    // L
-  nHead: number;     // NH
-  nEmbd: number;     // C, divisible by nHead
+  nLayer: number; // L
+  nHead: number; // NH
+  nEmbd: number; // C, divisible by nHead
 }
 
 export type PresetName = 'tiny' | 'small' | 'base';
@@ -41,7 +41,7 @@ export interface TensorSpec {
   name: string;
   shape: number[];
   offset: number; // in elements
-  size: number;   // in elements
+  size: number; // in elements
   /** Matrices (2-D weights incl. embeddings) get weight decay; gains and biases do not. */
   decay: boolean;
 }
@@ -102,7 +102,8 @@ export type ParamViews<A extends Float32Array | Float64Array = Float32Array> = R
 
 export function paramViews<A extends Float32Array | Float64Array>(c: GPTConfig, flat: A): ParamViews<A> {
   const layout = paramLayout(c);
-  if (flat.length !== layout.total) throw new Error(`parameter array has ${flat.length} elements, the config needs ${layout.total}`);
+  if (flat.length !== layout.total)
+    throw new Error(`parameter array has ${flat.length} elements, the config needs ${layout.total}`);
   const views: Record<string, A> = {};
   for (const t of layout.tensors) views[t.name] = flat.subarray(t.offset, t.offset + t.size) as A;
   return views;

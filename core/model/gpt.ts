@@ -5,10 +5,23 @@
 import { type GPTConfig, paramLayout, paramViews, validateConfig } from './config.ts';
 import { gaussian, mulberry32 } from '../random.ts';
 import {
-  type Arr, type Tokens,
-  attentionBackward, attentionForward, encoderBackward, encoderForward, geluBackward, geluForward,
-  layernormBackward, layernormForward, matmulBackward, matmulForward, residualBackward, residualForward,
-  meanLoss, softmaxCrossEntropyBackward, softmaxCrossEntropyForward,
+  type Arr,
+  type Tokens,
+  attentionBackward,
+  attentionForward,
+  encoderBackward,
+  encoderForward,
+  geluBackward,
+  geluForward,
+  layernormBackward,
+  layernormForward,
+  matmulBackward,
+  matmulForward,
+  residualBackward,
+  residualForward,
+  meanLoss,
+  softmaxCrossEntropyBackward,
+  softmaxCrossEntropyForward,
 } from './ops.ts';
 import { roundHalves } from './ops-f16.ts';
 
@@ -40,15 +53,28 @@ function activationSizes(c: GPTConfig, B: number, T: number): Record<string, num
   const { nLayer: L, nEmbd: C, nHead: NH, vocabSize: V } = c;
   return {
     encoded: B * T * C,
-    ln1: L * B * T * C, ln1Mean: L * B * T, ln1Rstd: L * B * T,
-    qkv: L * B * T * 3 * C, atty: L * B * T * C,
-    preatt: L * B * NH * T * T, att: L * B * NH * T * T,
-    attproj: L * B * T * C, residual2: L * B * T * C,
-    ln2: L * B * T * C, ln2Mean: L * B * T, ln2Rstd: L * B * T,
-    fch: L * B * T * 4 * C, fchGelu: L * B * T * 4 * C,
-    fcproj: L * B * T * C, residual3: L * B * T * C,
-    lnf: B * T * C, lnfMean: B * T, lnfRstd: B * T,
-    logits: B * T * V, probs: B * T * V, losses: B * T,
+    ln1: L * B * T * C,
+    ln1Mean: L * B * T,
+    ln1Rstd: L * B * T,
+    qkv: L * B * T * 3 * C,
+    atty: L * B * T * C,
+    preatt: L * B * NH * T * T,
+    att: L * B * NH * T * T,
+    attproj: L * B * T * C,
+    residual2: L * B * T * C,
+    ln2: L * B * T * C,
+    ln2Mean: L * B * T,
+    ln2Rstd: L * B * T,
+    fch: L * B * T * 4 * C,
+    fchGelu: L * B * T * 4 * C,
+    fcproj: L * B * T * C,
+    residual3: L * B * T * C,
+    lnf: B * T * C,
+    lnfMean: B * T,
+    lnfRstd: B * T,
+    logits: B * T * V,
+    probs: B * T * V,
+    losses: B * T,
   };
 }
 
@@ -71,7 +97,12 @@ export class GPT<A extends Arr = Float32Array> {
   /** f16 storage (the WebGPU engine's --precision f16, modelled by its CPU twins): the matmuls' half weight copy and its views. */
   private half: { copy: A; v: Record<string, A> } | null = null;
 
-  constructor(config: GPTConfig, readonly maxB: number, readonly maxT: number = config.blockSize, private readonly ctor: Ctor<A> = Float32Array as unknown as Ctor<A>) {
+  constructor(
+    config: GPTConfig,
+    readonly maxB: number,
+    readonly maxT: number = config.blockSize,
+    private readonly ctor: Ctor<A> = Float32Array as unknown as Ctor<A>,
+  ) {
     validateConfig(config);
     if (maxT > config.blockSize) throw new Error(`maxT ${maxT} exceeds blockSize ${config.blockSize}`);
     this.config = config;
@@ -106,11 +137,20 @@ export class GPT<A extends Arr = Float32Array> {
 
   /** Forward over inputs (B,T); with targets, returns the mean cross-entropy loss. */
   forward(inputs: Tokens, targets: Tokens | null, B: number, T: number): number {
-    const c = this.config, C = c.nEmbd, NH = c.nHead, V = c.vocabSize;
-    if (B > this.maxB || T > this.maxT) throw new Error(`batch (${B},${T}) exceeds allocated (${this.maxB},${this.maxT})`);
+    const c = this.config,
+      C = c.nEmbd,
+      NH = c.nHead,
+      V = c.vocabSize;
+    if (B > this.maxB || T > this.maxT)
+      throw new Error(`batch (${B},${T}) exceeds allocated (${this.maxB},${this.maxT})`);
     if (inputs.length < B * T) throw new Error(`inputs has ${inputs.length} tokens, need ${B * T}`);
-    this.B = B; this.T = T; this.inputs = inputs; this.targets = targets;
-    const p = this.p, a = this.acts, BT = B * T;
+    this.B = B;
+    this.T = T;
+    this.inputs = inputs;
+    this.targets = targets;
+    const p = this.p,
+      a = this.acts,
+      BT = B * T;
     // f16: round what the engine stores as halves (h), and read matmul weights from the half copy (m)
     const h = (x: A): A => (this.half ? roundHalves(x) : x);
     if (this.half) {
@@ -122,7 +162,8 @@ export class GPT<A extends Arr = Float32Array> {
     let residual = h(a.encoded.subarray(0, BT * C) as A);
     for (let l = 0; l < c.nLayer; l++) {
       const L = this.layer(l, this.acts, B, T);
-      const W = this.layerParams(l), M = this.layerSlice(mp, l);
+      const W = this.layerParams(l),
+        M = this.layerSlice(mp, l);
       layernormForward(L.ln1, L.ln1Mean, L.ln1Rstd, residual, W.ln1w, W.ln1b, B, T, C);
       h(L.ln1);
       matmulForward(L.qkv, L.ln1, M.qkvw, M.qkvb, B, T, C, 3 * C);
@@ -151,12 +192,19 @@ export class GPT<A extends Arr = Float32Array> {
 
   /** Gradients of the mean loss of the last forward into `grads` (overwritten). */
   backward(): void {
-    const c = this.config, C = c.nEmbd, NH = c.nHead, V = c.vocabSize;
-    const { B, T } = this, BT = B * T;
+    const c = this.config,
+      C = c.nEmbd,
+      NH = c.nHead,
+      V = c.vocabSize;
+    const { B, T } = this,
+      BT = B * T;
     if (!this.inputs || !this.targets) throw new Error('backward() needs a forward() with targets first');
     this.grads.fill(0);
     for (const d of Object.values(this.dacts)) d.fill(0);
-    const p = this.p, g = this.g, a = this.acts, d = this.dacts;
+    const p = this.p,
+      g = this.g,
+      a = this.acts,
+      d = this.dacts;
     const mp = this.half ? this.half.v : p; // the matmuls' weights, as in the forward
     softmaxCrossEntropyBackward(d.logits, a.probs, this.targets, 1 / BT, B, T, V);
     const lastResidual = c.nLayer > 0 ? this.layer(c.nLayer - 1, this.acts, B, T).residual3 : a.encoded;
@@ -164,8 +212,11 @@ export class GPT<A extends Arr = Float32Array> {
     matmulBackward(d.lnf, g.wte, null, d.logits, a.lnf, mp.wte, B, T, C, V);
     layernormBackward(dlastResidual, g.lnfw, g.lnfb, d.lnf, lastResidual, p.lnfw, a.lnfMean, a.lnfRstd, B, T, C);
     for (let l = c.nLayer - 1; l >= 0; l--) {
-      const L = this.layer(l, this.acts, B, T), D = this.layer(l, this.dacts, B, T);
-      const W = this.layerParams(l), G = this.layerGrads(l), M = this.layerSlice(mp, l);
+      const L = this.layer(l, this.acts, B, T),
+        D = this.layer(l, this.dacts, B, T);
+      const W = this.layerParams(l),
+        G = this.layerGrads(l),
+        M = this.layerSlice(mp, l);
       const residual = l === 0 ? a.encoded : this.layer(l - 1, this.acts, B, T).residual3;
       const dresidual = l === 0 ? d.encoded : this.layer(l - 1, this.dacts, B, T).residual3;
       residualBackward(D.residual2, D.fcproj, D.residual3, BT * C);
@@ -187,10 +238,22 @@ export class GPT<A extends Arr = Float32Array> {
     const { nEmbd: C, nHead: NH } = this.config;
     const BT = B * T;
     const per: Record<string, number> = {
-      ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C,
-      preatt: B * NH * T * T, att: B * NH * T * T, attproj: BT * C, residual2: BT * C,
-      ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: BT * 4 * C, fchGelu: BT * 4 * C,
-      fcproj: BT * C, residual3: BT * C,
+      ln1: BT * C,
+      ln1Mean: BT,
+      ln1Rstd: BT,
+      qkv: BT * 3 * C,
+      atty: BT * C,
+      preatt: B * NH * T * T,
+      att: B * NH * T * T,
+      attproj: BT * C,
+      residual2: BT * C,
+      ln2: BT * C,
+      ln2Mean: BT,
+      ln2Rstd: BT,
+      fch: BT * 4 * C,
+      fchGelu: BT * 4 * C,
+      fcproj: BT * C,
+      residual3: BT * C,
     };
     const out: Record<string, A> = {};
     for (const [k, n] of Object.entries(per)) out[k] = slab[k].subarray(l * n, (l + 1) * n) as A;
@@ -200,13 +263,30 @@ export class GPT<A extends Arr = Float32Array> {
   private layerSlice(views: Record<string, A>, l: number): Record<string, A> {
     const L = this.config.nLayer;
     const out: Record<string, A> = {};
-    for (const k of ['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']) {
+    for (const k of [
+      'ln1w',
+      'ln1b',
+      'qkvw',
+      'qkvb',
+      'attprojw',
+      'attprojb',
+      'ln2w',
+      'ln2b',
+      'fcw',
+      'fcb',
+      'fcprojw',
+      'fcprojb',
+    ]) {
       const n = views[k].length / L;
       out[k] = views[k].subarray(l * n, (l + 1) * n) as A;
     }
     return out;
   }
 
-  private layerParams(l: number) { return this.layerSlice(this.p, l); }
-  private layerGrads(l: number) { return this.layerSlice(this.g, l); }
+  private layerParams(l: number) {
+    return this.layerSlice(this.p, l);
+  }
+  private layerGrads(l: number) {
+    return this.layerSlice(this.g, l);
+  }
 }

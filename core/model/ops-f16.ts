@@ -79,13 +79,35 @@ export function encoderForwardF16(out: Arr, inp: op.Tokens, wte: Arr, wpe: Arr, 
 }
 
 /** layernorm_forward_f16: out (halves) from the stream read as halves; mean, rstd, weight, bias f32. */
-export function layernormForwardF16(out: Arr, mean: Arr, rstd: Arr, inp: Arr, weight: Arr, bias: Arr, B: number, T: number, C: number): void {
+export function layernormForwardF16(
+  out: Arr,
+  mean: Arr,
+  rstd: Arr,
+  inp: Arr,
+  weight: Arr,
+  bias: Arr,
+  B: number,
+  T: number,
+  C: number,
+): void {
   op.layernormForward(out, mean, rstd, halves(inp.subarray(0, B * T * C)), weight, bias, B, T, C);
   roundHalves(out.subarray(0, B * T * C));
 }
 
 /** residual_layernorm_forward_f16: res (halves) = inp1 + inp2 (halves), rounded once; out (halves) = layernorm(res). */
-export function residualLayernormForwardF16(res: Arr, out: Arr, mean: Arr, rstd: Arr, inp1: Arr, inp2: Arr, weight: Arr, bias: Arr, B: number, T: number, C: number): void {
+export function residualLayernormForwardF16(
+  res: Arr,
+  out: Arr,
+  mean: Arr,
+  rstd: Arr,
+  inp1: Arr,
+  inp2: Arr,
+  weight: Arr,
+  bias: Arr,
+  B: number,
+  T: number,
+  C: number,
+): void {
   const n = B * T * C;
   op.residualForward(res, halves(inp1.subarray(0, n)), halves(inp2.subarray(0, n)), n);
   roundHalves(res.subarray(0, n));
@@ -96,7 +118,17 @@ export function residualLayernormForwardF16(res: Arr, out: Arr, mean: Arr, rstd:
  * matmul with f16 operands: inp (A) read as halves where `halfIn`, the weight always from the
  * half copy, out stored as halves where `halfOut` (then the fused GELU's output too, in `gelu`).
  */
-export function matmulForwardF16(out: Arr, inp: Arr, weight: Arr, bias: Arr | null, B: number, T: number, C: number, OC: number, f: { halfIn: boolean; halfOut: boolean; gelu?: Arr }): void {
+export function matmulForwardF16(
+  out: Arr,
+  inp: Arr,
+  weight: Arr,
+  bias: Arr | null,
+  B: number,
+  T: number,
+  C: number,
+  OC: number,
+  f: { halfIn: boolean; halfOut: boolean; gelu?: Arr },
+): void {
   op.matmulForward(out, asStored(inp, f.halfIn), halves(weight), bias && halves(bias), B, T, C, OC);
   if (f.gelu) op.geluForward(f.gelu, out, B * T * OC); // from the f32 sums, as the epilogue
   if (f.halfOut) {
@@ -106,18 +138,50 @@ export function matmulForwardF16(out: Arr, inp: Arr, weight: Arr, bias: Arr | nu
 }
 
 /** matmul backward with the layer's input stored as halves (`halfIn`) and W from the half copy; gradients f32. */
-export function matmulBackwardF16(dinp: Arr, dweight: Arr, dbias: Arr | null, dout: Arr, inp: Arr, weight: Arr, B: number, T: number, C: number, OC: number, f: { halfIn: boolean }): void {
+export function matmulBackwardF16(
+  dinp: Arr,
+  dweight: Arr,
+  dbias: Arr | null,
+  dout: Arr,
+  inp: Arr,
+  weight: Arr,
+  B: number,
+  T: number,
+  C: number,
+  OC: number,
+  f: { halfIn: boolean },
+): void {
   op.matmulBackward(dinp, dweight, dbias, dout, asStored(inp, f.halfIn), halves(weight), B, T, C, OC);
 }
 
 /** attention_forward with qkv read as halves and out stored as halves (the softmax in f32). */
-export function attentionForwardF16(out: Arr, preatt: Arr, att: Arr, inp: Arr, B: number, T: number, C: number, NH: number): void {
+export function attentionForwardF16(
+  out: Arr,
+  preatt: Arr,
+  att: Arr,
+  inp: Arr,
+  B: number,
+  T: number,
+  C: number,
+  NH: number,
+): void {
   op.attentionForward(out, preatt, att, halves(inp), B, T, C, NH);
   roundHalves(out);
 }
 
 /** attention backward from the halves the forward stored (qkv); dout and dinp f32. */
-export function attentionBackwardF16(dinp: Arr, dpreatt: Arr, datt: Arr, dout: Arr, inp: Arr, att: Arr, B: number, T: number, C: number, NH: number): void {
+export function attentionBackwardF16(
+  dinp: Arr,
+  dpreatt: Arr,
+  datt: Arr,
+  dout: Arr,
+  inp: Arr,
+  att: Arr,
+  B: number,
+  T: number,
+  C: number,
+  NH: number,
+): void {
   op.attentionBackward(dinp, dpreatt, datt, dout, halves(inp), att, B, T, C, NH);
 }
 
@@ -125,7 +189,21 @@ export function attentionBackwardF16(dinp: Arr, dpreatt: Arr, datt: Arr, dout: A
  * adamw_update_f16: the f32 AdamW step on the f32 masters (params, m, v), then the weight copy the
  * matmuls read: copy (halves) = params rounded once.
  */
-export function adamwUpdateF16(params: Arr, copy: Arr, grads: Arr, m: Arr, v: Arr, N: number, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, gradScale: number): void {
+export function adamwUpdateF16(
+  params: Arr,
+  copy: Arr,
+  grads: Arr,
+  m: Arr,
+  v: Arr,
+  N: number,
+  lr: number,
+  beta1: number,
+  beta2: number,
+  eps: number,
+  weightDecay: number,
+  step: number,
+  gradScale: number,
+): void {
   op.adamwUpdate(params, grads, m, v, N, lr, beta1, beta2, eps, weightDecay, step, gradScale);
   packF16(copy, params, N);
 }

@@ -13,7 +13,9 @@ export type Tokens = Uint8Array | Uint16Array | Int32Array | Uint32Array;
 export function encoderForward(out: Arr, inp: Tokens, wte: Arr, wpe: Arr, B: number, T: number, C: number): void {
   for (let bt = 0; bt < B * T; bt++) {
     const t = bt % T;
-    const o = bt * C, w = inp[bt] * C, p = t * C;
+    const o = bt * C,
+      w = inp[bt] * C,
+      p = t * C;
     for (let i = 0; i < C; i++) out[o + i] = wte[w + i] + wpe[p + i];
   }
 }
@@ -21,7 +23,9 @@ export function encoderForward(out: Arr, inp: Tokens, wte: Arr, wpe: Arr, B: num
 export function encoderBackward(dwte: Arr, dwpe: Arr, dout: Arr, inp: Tokens, B: number, T: number, C: number): void {
   for (let bt = 0; bt < B * T; bt++) {
     const t = bt % T;
-    const o = bt * C, w = inp[bt] * C, p = t * C;
+    const o = bt * C,
+      w = inp[bt] * C,
+      p = t * C;
     for (let i = 0; i < C; i++) {
       const d = dout[o + i];
       dwte[w + i] += d;
@@ -35,14 +39,27 @@ export function encoderBackward(dwte: Arr, dwpe: Arr, dout: Arr, inp: Tokens, B:
 export const LN_EPS = 1e-5;
 
 /** out (B,T,C); mean, rstd (B,T) cached for the backward; inp (B,T,C); weight, bias (C). */
-export function layernormForward(out: Arr, mean: Arr, rstd: Arr, inp: Arr, weight: Arr, bias: Arr, B: number, T: number, C: number): void {
+export function layernormForward(
+  out: Arr,
+  mean: Arr,
+  rstd: Arr,
+  inp: Arr,
+  weight: Arr,
+  bias: Arr,
+  B: number,
+  T: number,
+  C: number,
+): void {
   for (let bt = 0; bt < B * T; bt++) {
     const x = bt * C;
     let m = 0;
     for (let i = 0; i < C; i++) m += inp[x + i];
     m /= C;
     let v = 0;
-    for (let i = 0; i < C; i++) { const d = inp[x + i] - m; v += d * d; }
+    for (let i = 0; i < C; i++) {
+      const d = inp[x + i] - m;
+      v += d * d;
+    }
     v /= C;
     const s = 1 / Math.sqrt(v + LN_EPS);
     for (let i = 0; i < C; i++) out[x + i] = (inp[x + i] - m) * s * weight[i] + bias[i];
@@ -51,11 +68,26 @@ export function layernormForward(out: Arr, mean: Arr, rstd: Arr, inp: Arr, weigh
   }
 }
 
-export function layernormBackward(dinp: Arr, dweight: Arr, dbias: Arr, dout: Arr, inp: Arr, weight: Arr, mean: Arr, rstd: Arr, B: number, T: number, C: number): void {
+export function layernormBackward(
+  dinp: Arr,
+  dweight: Arr,
+  dbias: Arr,
+  dout: Arr,
+  inp: Arr,
+  weight: Arr,
+  mean: Arr,
+  rstd: Arr,
+  B: number,
+  T: number,
+  C: number,
+): void {
   for (let bt = 0; bt < B * T; bt++) {
-    const x = bt * C, m = mean[bt], s = rstd[bt];
+    const x = bt * C,
+      m = mean[bt],
+      s = rstd[bt];
     // two reductions: mean(dnorm) and mean(dnorm * norm)
-    let dnormMean = 0, dnormNormMean = 0;
+    let dnormMean = 0,
+      dnormNormMean = 0;
     for (let i = 0; i < C; i++) {
       const norm = (inp[x + i] - m) * s;
       const dnorm = weight[i] * dout[x + i];
@@ -77,16 +109,31 @@ export function layernormBackward(dinp: Arr, dweight: Arr, dbias: Arr, dout: Arr
 // ---------------------------------------------------------------------------- matmul
 
 /** out (B,T,OC) = inp (B,T,C) · weight(OC,C)ᵀ + bias (OC); bias may be null. */
-export function matmulForward(out: Arr, inp: Arr, weight: Arr, bias: Arr | null, B: number, T: number, C: number, OC: number): void {
+export function matmulForward(
+  out: Arr,
+  inp: Arr,
+  weight: Arr,
+  bias: Arr | null,
+  B: number,
+  T: number,
+  C: number,
+  OC: number,
+): void {
   const BT = B * T;
   let bt = 0;
   // four rows at a time: each weight row is read once per four outputs
   for (; bt + 4 <= BT; bt += 4) {
-    const x0 = bt * C, x1 = x0 + C, x2 = x1 + C, x3 = x2 + C;
+    const x0 = bt * C,
+      x1 = x0 + C,
+      x2 = x1 + C,
+      x3 = x2 + C;
     for (let o = 0; o < OC; o++) {
       const w = o * C;
       const b = bias ? bias[o] : 0;
-      let a0 = b, a1 = b, a2 = b, a3 = b;
+      let a0 = b,
+        a1 = b,
+        a2 = b,
+        a3 = b;
       for (let i = 0; i < C; i++) {
         const wi = weight[w + i];
         a0 += inp[x0 + i] * wi;
@@ -112,19 +159,39 @@ export function matmulForward(out: Arr, inp: Arr, weight: Arr, bias: Arr | null,
 }
 
 /** dinp (B,T,C) += dout·weight; dweight (OC,C) += doutᵀ·inp; dbias (OC) += Σ dout. */
-export function matmulBackward(dinp: Arr, dweight: Arr, dbias: Arr | null, dout: Arr, inp: Arr, weight: Arr, B: number, T: number, C: number, OC: number): void {
+export function matmulBackward(
+  dinp: Arr,
+  dweight: Arr,
+  dbias: Arr | null,
+  dout: Arr,
+  inp: Arr,
+  weight: Arr,
+  B: number,
+  T: number,
+  C: number,
+  OC: number,
+): void {
   const BT = B * T;
   // dinp: four weight rows per pass, so each dinp element is loaded/stored once per four FMAs
   for (let bt = 0; bt < BT; bt++) {
-    const x = bt * C, d = bt * OC;
+    const x = bt * C,
+      d = bt * OC;
     let o = 0;
     for (; o + 4 <= OC; o += 4) {
-      const g0 = dout[d + o], g1 = dout[d + o + 1], g2 = dout[d + o + 2], g3 = dout[d + o + 3];
-      const w0 = o * C, w1 = w0 + C, w2 = w1 + C, w3 = w2 + C;
-      for (let i = 0; i < C; i++) dinp[x + i] += g0 * weight[w0 + i] + g1 * weight[w1 + i] + g2 * weight[w2 + i] + g3 * weight[w3 + i];
+      const g0 = dout[d + o],
+        g1 = dout[d + o + 1],
+        g2 = dout[d + o + 2],
+        g3 = dout[d + o + 3];
+      const w0 = o * C,
+        w1 = w0 + C,
+        w2 = w1 + C,
+        w3 = w2 + C;
+      for (let i = 0; i < C; i++)
+        dinp[x + i] += g0 * weight[w0 + i] + g1 * weight[w1 + i] + g2 * weight[w2 + i] + g3 * weight[w3 + i];
     }
     for (; o < OC; o++) {
-      const g = dout[d + o], w = o * C;
+      const g = dout[d + o],
+        w = o * C;
       for (let i = 0; i < C; i++) dinp[x + i] += g * weight[w + i];
     }
   }
@@ -134,13 +201,21 @@ export function matmulBackward(dinp: Arr, dweight: Arr, dbias: Arr | null, dout:
     let db = 0;
     let bt = 0;
     for (; bt + 4 <= BT; bt += 4) {
-      const g0 = dout[bt * OC + o], g1 = dout[(bt + 1) * OC + o], g2 = dout[(bt + 2) * OC + o], g3 = dout[(bt + 3) * OC + o];
+      const g0 = dout[bt * OC + o],
+        g1 = dout[(bt + 1) * OC + o],
+        g2 = dout[(bt + 2) * OC + o],
+        g3 = dout[(bt + 3) * OC + o];
       db += g0 + g1 + g2 + g3;
-      const x0 = bt * C, x1 = x0 + C, x2 = x1 + C, x3 = x2 + C;
-      for (let i = 0; i < C; i++) dweight[w + i] += g0 * inp[x0 + i] + g1 * inp[x1 + i] + g2 * inp[x2 + i] + g3 * inp[x3 + i];
+      const x0 = bt * C,
+        x1 = x0 + C,
+        x2 = x1 + C,
+        x3 = x2 + C;
+      for (let i = 0; i < C; i++)
+        dweight[w + i] += g0 * inp[x0 + i] + g1 * inp[x1 + i] + g2 * inp[x2 + i] + g3 * inp[x3 + i];
     }
     for (; bt < BT; bt++) {
-      const g = dout[bt * OC + o], x = bt * C;
+      const g = dout[bt * OC + o],
+        x = bt * C;
       db += g;
       for (let i = 0; i < C; i++) dweight[w + i] += g * inp[x + i];
     }
@@ -154,12 +229,19 @@ export function matmulBackward(dinp: Arr, dweight: Arr, dbias: Arr | null, dout:
  * Calls `body` for every (b, t, h) attention row with its offsets: q, the query of head h at
  * position t in inp (B,T,3C); row, its row in att (B,NH,T,T); o, its slot in out (B,T,C).
  */
-function forEachHeadRow(B: number, T: number, C: number, NH: number,
-  body: (b: number, t: number, h: number, q: number, row: number, o: number) => void): void {
-  const C3 = 3 * C, hs = C / NH;
+function forEachHeadRow(
+  B: number,
+  T: number,
+  C: number,
+  NH: number,
+  body: (b: number, t: number, h: number, q: number, row: number, o: number) => void,
+): void {
+  const C3 = 3 * C,
+    hs = C / NH;
   for (let b = 0; b < B; b++) {
     for (let t = 0; t < T; t++) {
-      for (let h = 0; h < NH; h++) body(b, t, h, b * T * C3 + t * C3 + h * hs, b * NH * T * T + h * T * T + t * T, b * T * C + t * C + h * hs);
+      for (let h = 0; h < NH; h++)
+        body(b, t, h, b * T * C3 + t * C3 + h * hs, b * NH * T * T + h * T * T + t * T, b * T * C + t * C + h * hs);
     }
   }
 }
@@ -169,8 +251,19 @@ function forEachHeadRow(B: number, T: number, C: number, NH: number,
  * inp (B,T,3C) holds q,k,v; preatt, att (B,NH,T,T); out (B,T,C).
  * The softmax is fused and max-subtracted; entries t2 > t are zero in att.
  */
-export function attentionForward(out: Arr, preatt: Arr, att: Arr, inp: Arr, B: number, T: number, C: number, NH: number): void {
-  const C3 = 3 * C, hs = C / NH, scale = 1 / Math.sqrt(hs);
+export function attentionForward(
+  out: Arr,
+  preatt: Arr,
+  att: Arr,
+  inp: Arr,
+  B: number,
+  T: number,
+  C: number,
+  NH: number,
+): void {
+  const C3 = 3 * C,
+    hs = C / NH,
+    scale = 1 / Math.sqrt(hs);
   forEachHeadRow(B, T, C, NH, (b, t, h, q, row, o) => {
     let maxv = -Infinity;
     for (let t2 = 0; t2 <= t; t2++) {
@@ -190,7 +283,10 @@ export function attentionForward(out: Arr, preatt: Arr, att: Arr, inp: Arr, B: n
     const inv = 1 / sum;
     for (let t2 = 0; t2 < T; t2++) {
       if (t2 <= t) att[row + t2] *= inv;
-      else { att[row + t2] = 0; preatt[row + t2] = 0; }
+      else {
+        att[row + t2] = 0;
+        preatt[row + t2] = 0;
+      }
     }
     for (let i = 0; i < hs; i++) out[o + i] = 0;
     for (let t2 = 0; t2 <= t; t2++) {
@@ -201,8 +297,21 @@ export function attentionForward(out: Arr, preatt: Arr, att: Arr, inp: Arr, B: n
   });
 }
 
-export function attentionBackward(dinp: Arr, dpreatt: Arr, datt: Arr, dout: Arr, inp: Arr, att: Arr, B: number, T: number, C: number, NH: number): void {
-  const C3 = 3 * C, hs = C / NH, scale = 1 / Math.sqrt(hs);
+export function attentionBackward(
+  dinp: Arr,
+  dpreatt: Arr,
+  datt: Arr,
+  dout: Arr,
+  inp: Arr,
+  att: Arr,
+  B: number,
+  T: number,
+  C: number,
+  NH: number,
+): void {
+  const C3 = 3 * C,
+    hs = C / NH,
+    scale = 1 / Math.sqrt(hs);
   forEachHeadRow(B, T, C, NH, (b, t, h, q, row, o) => {
     // out = att · v
     for (let t2 = 0; t2 <= t; t2++) {
@@ -259,19 +368,34 @@ export function residualForward(out: Arr, inp1: Arr, inp2: Arr, N: number): void
 }
 
 export function residualBackward(dinp1: Arr, dinp2: Arr, dout: Arr, N: number): void {
-  for (let i = 0; i < N; i++) { dinp1[i] += dout[i]; dinp2[i] += dout[i]; }
+  for (let i = 0; i < N; i++) {
+    dinp1[i] += dout[i];
+    dinp2[i] += dout[i];
+  }
 }
 
 // ---------------------------------------------------------------------------- softmax + cross-entropy (fused)
 
 /** losses (B,T) = −log softmax(logits)[target]; probs (B,T,V) cached for the backward. */
-export function softmaxCrossEntropyForward(losses: Arr, probs: Arr, logits: Arr, targets: Tokens, B: number, T: number, V: number): void {
+export function softmaxCrossEntropyForward(
+  losses: Arr,
+  probs: Arr,
+  logits: Arr,
+  targets: Tokens,
+  B: number,
+  T: number,
+  V: number,
+): void {
   for (let bt = 0; bt < B * T; bt++) {
     const x = bt * V;
     let maxv = -Infinity;
     for (let i = 0; i < V; i++) if (logits[x + i] > maxv) maxv = logits[x + i];
     let sum = 0;
-    for (let i = 0; i < V; i++) { const e = Math.exp(logits[x + i] - maxv); probs[x + i] = e; sum += e; }
+    for (let i = 0; i < V; i++) {
+      const e = Math.exp(logits[x + i] - maxv);
+      probs[x + i] = e;
+      sum += e;
+    }
     const inv = 1 / sum;
     for (let i = 0; i < V; i++) probs[x + i] *= inv;
     losses[bt] = -Math.log(probs[x + targets[bt]]);
@@ -279,9 +403,18 @@ export function softmaxCrossEntropyForward(losses: Arr, probs: Arr, logits: Arr,
 }
 
 /** dlogits += (probs − onehot(target)) · dloss, with dloss = 1/(B·T) for a mean loss. */
-export function softmaxCrossEntropyBackward(dlogits: Arr, probs: Arr, targets: Tokens, dloss: number, B: number, T: number, V: number): void {
+export function softmaxCrossEntropyBackward(
+  dlogits: Arr,
+  probs: Arr,
+  targets: Tokens,
+  dloss: number,
+  B: number,
+  T: number,
+  V: number,
+): void {
   for (let bt = 0; bt < B * T; bt++) {
-    const x = bt * V, y = targets[bt];
+    const x = bt * V,
+      y = targets[bt];
     for (let i = 0; i < V; i++) dlogits[x + i] += (probs[x + i] - (i === y ? 1 : 0)) * dloss;
   }
 }
@@ -310,15 +443,30 @@ export const ADAMW_DEFAULTS: Omit<AdamWHyper, 'lr'> = { beta1: 0.9, beta2: 0.95,
  * One AdamW step over N elements (decoupled weight decay, bias-corrected moments).
  * `step` is 1-based; `gradScale` multiplies the gradient first (global-norm clipping).
  */
-export function adamwUpdate(params: Arr, grads: Arr, m: Arr, v: Arr, N: number, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, step: number, gradScale: number): void {
-  const bc1 = 1 - Math.pow(beta1, step), bc2 = 1 - Math.pow(beta2, step);
+export function adamwUpdate(
+  params: Arr,
+  grads: Arr,
+  m: Arr,
+  v: Arr,
+  N: number,
+  lr: number,
+  beta1: number,
+  beta2: number,
+  eps: number,
+  weightDecay: number,
+  step: number,
+  gradScale: number,
+): void {
+  const bc1 = 1 - Math.pow(beta1, step),
+    bc2 = 1 - Math.pow(beta2, step);
   for (let i = 0; i < N; i++) {
     const g = grads[i] * gradScale;
     const mi = beta1 * m[i] + (1 - beta1) * g;
     const vi = beta2 * v[i] + (1 - beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    const mhat = mi / bc1, vhat = vi / bc2;
+    const mhat = mi / bc1,
+      vhat = vi / bc2;
     params[i] -= lr * (mhat / (Math.sqrt(vhat) + eps) + weightDecay * params[i]);
   }
 }

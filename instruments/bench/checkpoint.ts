@@ -27,17 +27,43 @@ export interface CheckpointBench {
 }
 
 /** `updates` outer steps of a `preset` run (default base), then `repeats` checkpoints each way. */
-export function benchCheckpoint(o: { preset?: 'tiny' | 'small' | 'base'; updates?: number; repeats?: number } = {}): CheckpointBench {
+export function benchCheckpoint(
+  o: { preset?: 'tiny' | 'small' | 'base'; updates?: number; repeats?: number } = {},
+): CheckpointBench {
   const updates = o.updates ?? 8;
   const run = buildRunConfig(null, { preset: o.preset ?? 'base', name: 'bench' });
   const n = numParams(run.model);
-  const coord = new Coordinator({ params: syntheticDelta(n, 7), config: { ...run.coordinator, mode: 'sync', quorum: 1, minContributors: 1 }, now: 0 });
+  const coord = new Coordinator({
+    params: syntheticDelta(n, 7),
+    config: { ...run.coordinator, mode: 'sync', quorum: 1, minContributors: 1 },
+    now: 0,
+  });
   const j = coord.join({ caps: { engine: 'cpu' }, protocolVersion: PROTOCOL_VERSION }, 0);
   if (!j.ok || !j.value.assignment) throw new Error('bench: join failed');
   let a = j.value.assignment;
-  const frame = encodeDelta(syntheticDelta(n, 11).map((x) => x * 0.01), a.codec); // the assignment's codec (a frame must use it)
+  const frame = encodeDelta(
+    syntheticDelta(n, 11).map((x) => x * 0.01),
+    a.codec,
+  ); // the assignment's codec (a frame must use it)
   for (let v = 0, now = 1; v < updates; v++) {
-    const r = coord.submit({ meta: { islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: v + 1, steps: a.innerSteps, tokens: a.innerSteps * a.batchSize * a.seqLen, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 1000 }, frame }, now++);
+    const r = coord.submit(
+      {
+        meta: {
+          islandId: a.islandId,
+          roundId: a.roundId,
+          baseVersion: a.baseVersion,
+          seq: v + 1,
+          steps: a.innerSteps,
+          tokens: a.innerSteps * a.batchSize * a.seqLen,
+          lossFirst: 3,
+          lossLast: 2.9,
+          lossMean: 2.95,
+          elapsedMs: 1000,
+        },
+        frame,
+      },
+      now++,
+    );
     if (!r.ok) throw new Error(`bench: submit rejected: ${r.error.code}`);
     coord.drainEvents();
     const na = coord.nextAssignment(a.islandId, now++);
@@ -45,7 +71,10 @@ export function benchCheckpoint(o: { preset?: 'tiny' | 'small' | 'base'; updates
     a = na.value;
   }
   const arrays = new SnapshotArrays();
-  const reused: number[] = [], snaps: number[] = [], encs: number[] = [], fresh: number[] = [];
+  const reused: number[] = [],
+    snaps: number[] = [],
+    encs: number[] = [],
+    fresh: number[] = [];
   for (let r = 0; r < (o.repeats ?? 5); r++) {
     let t = performance.now();
     const s = coord.snapshot(arrays.alloc);
@@ -53,7 +82,9 @@ export function benchCheckpoint(o: { preset?: 'tiny' | 'small' | 'base'; updates
     encodeRunCheckpoint(run, s);
     const t2 = performance.now();
     arrays.releaseAll();
-    snaps.push(t1 - t); encs.push(t2 - t1); reused.push(t2 - t);
+    snaps.push(t1 - t);
+    encs.push(t2 - t1);
+    reused.push(t2 - t);
     t = performance.now();
     const f = coord.snapshot();
     for (const [k, x] of Object.entries(f.tensors)) if (k.startsWith('update.')) f.tensors[k] = x.slice();
@@ -61,5 +92,12 @@ export function benchCheckpoint(o: { preset?: 'tiny' | 'small' | 'base'; updates
     fresh.push(performance.now() - t);
   }
   const r1 = (x: number) => Number(x.toFixed(1));
-  return { updates, stallMs: r1(median(reused)), snapshotMs: r1(median(snaps)), encodeMs: r1(median(encs)), stallFreshMs: r1(median(fresh)), speedup: r1(median(fresh) / median(reused)) };
+  return {
+    updates,
+    stallMs: r1(median(reused)),
+    snapshotMs: r1(median(snaps)),
+    encodeMs: r1(median(encs)),
+    stallFreshMs: r1(median(fresh)),
+    speedup: r1(median(fresh) / median(reused)),
+  };
 }

@@ -13,10 +13,17 @@ import { type LoadTarget, loadRunFile } from './load-run.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/atoll.js', import.meta.url));
 
-interface Child { child: ChildProcess; out: string[]; exited: Promise<number | null> }
+interface Child {
+  child: ChildProcess;
+  out: string[];
+  exited: Promise<number | null>;
+}
 
 function serve(args: string[]): Child {
-  const child = spawn(process.execPath, [BIN, 'serve', ...args], { env: { ...process.env, ATOLL_ADMIN_TOKEN: 'bench', ATOLL_LOG_LEVEL: 'error' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, 'serve', ...args], {
+    env: { ...process.env, ATOLL_ADMIN_TOKEN: 'bench', ATOLL_LOG_LEVEL: 'error' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const out: string[] = [];
   child.stdout?.on('data', (b: Buffer) => out.push(b.toString()));
   child.stderr?.on('data', (b: Buffer) => out.push(b.toString()));
@@ -26,8 +33,13 @@ function serve(args: string[]): Child {
 async function until(what: string, c: Child, f: () => boolean | Promise<boolean>, ms = 120_000): Promise<void> {
   const end = Date.now() + ms;
   for (;;) {
-    if (c.child.exitCode !== null) throw new Error(`E_BENCH: ${what}: the process exited with ${c.child.exitCode}: ${c.out.join('').slice(-2000)}`);
-    try { if (await f()) return; } catch { /* not up yet */ }
+    if (c.child.exitCode !== null)
+      throw new Error(`E_BENCH: ${what}: the process exited with ${c.child.exitCode}: ${c.out.join('').slice(-2000)}`);
+    try {
+      if (await f()) return;
+    } catch {
+      /* not up yet */
+    }
     if (Date.now() > end) throw new Error(`E_BENCH: timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -63,7 +75,7 @@ export async function clusterTarget(dir: string, gateways: number, log: (s: stri
     return {
       urls,
       async stop() {
-        const st = await (await fetch(`${urls[0]}/api/status`)).json() as { version: number; islandsOnline: number };
+        const st = (await (await fetch(`${urls[0]}/api/status`)).json()) as { version: number; islandsOnline: number };
         await stopAll();
         return { connected: st.islandsOnline, versions: st.version };
       },

@@ -1,7 +1,14 @@
 // `atoll bench codec`: codec throughput and frame size of every pseudo-gradient encoding, on a
 // synthetic delta the size of the `base` preset.
 
-import { type CodecOptions, CodecScratch, ENCODINGS, type Encoding, decodeDelta, encodeDelta } from '../../core/codec/index.ts';
+import {
+  type CodecOptions,
+  CodecScratch,
+  ENCODINGS,
+  type Encoding,
+  decodeDelta,
+  encodeDelta,
+} from '../../core/codec/index.ts';
 import { PRESETS, numParams } from '../../core/model/config.ts';
 import { gaussian, mulberry32 } from '../../core/random.ts';
 import { median } from './timing.ts';
@@ -91,7 +98,9 @@ export function formatCodecBench(r: CodecBenchReport): string {
     '  encoding  deflate   encode MB/s   decode MB/s        bytes   smaller than f32',
   ];
   for (const x of r.results) {
-    lines.push(`  ${x.encoding.padEnd(8)}  ${(x.deflate ? 'yes' : 'no').padEnd(7)} ${x.encodeMBps.toFixed(0).padStart(13)} ${x.decodeMBps.toFixed(0).padStart(13)} ${x.bytes.toLocaleString().padStart(12)}   ×${x.ratioVsF32.toFixed(1)}`);
+    lines.push(
+      `  ${x.encoding.padEnd(8)}  ${(x.deflate ? 'yes' : 'no').padEnd(7)} ${x.encodeMBps.toFixed(0).padStart(13)} ${x.decodeMBps.toFixed(0).padStart(13)} ${x.bytes.toLocaleString().padStart(12)}   ×${x.ratioVsF32.toFixed(1)}`,
+    );
   }
   return lines.join('\n');
 }

@@ -54,7 +54,8 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartRepo
   const run = buildRunConfig(null, { preset: o.preset, codec: o.codec });
   const cc = run.coordinator;
   const ds = loadCorpus(run.data);
-  const B = cc.batchSize, T = cc.seqLen;
+  const B = cc.batchSize,
+    T = cc.seqLen;
   const evalB = evalBatches(ds.heldOut, run.eval.batchSize, run.model.blockSize, run.eval.batches);
   const evaluator = new JsEngine({ config: run.model, maxBatch: run.eval.batchSize });
   const evalLoss = async (p: Float32Array) => {
@@ -67,10 +68,23 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartRepo
   const batch = allocBatch(B, T);
 
   /** One island from θ with a fresh AdamW: v1 after each round length (and θ after `keepAt` steps). */
-  const trajectory = async (theta: Float32Array, warmup: number, stream: string, keepAt = 0): Promise<{ after: Record<number, number>; kept: Float32Array | null }> => {
+  const trajectory = async (
+    theta: Float32Array,
+    warmup: number,
+    stream: string,
+    keepAt = 0,
+  ): Promise<{ after: Record<number, number>; kept: Float32Array | null }> => {
     const engine = new JsEngine({ config: run.model, maxBatch: B, maxT: T });
     await engine.setParams(theta);
-    const plan: InnerLrPlan = { maxLr: cc.innerLr.maxLr, minLr: cc.innerLr.minLr, warmupTokens: 0, totalTokens: 0, tokensStart: 0, tokensPerStep: B * T, localWarmupSteps: warmup };
+    const plan: InnerLrPlan = {
+      maxLr: cc.innerLr.maxLr,
+      minLr: cc.innerLr.minLr,
+      warmupTokens: 0,
+      totalTokens: 0,
+      tokensStart: 0,
+      tokensPerStep: B * T,
+      localWarmupSteps: warmup,
+    };
     const after: Record<number, number> = {};
     let kept: Float32Array | null = null;
     const last = Math.max(...o.rounds, keepAt);
@@ -80,7 +94,10 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartRepo
       await engine.takeLosses();
       if (o.rounds.includes(i + 1)) {
         const enc = encodeWithFeedback(await engine.readDelta(), new ErrorFeedback(theta.length), cc.uplink);
-        if (!enc.ok) { after[i + 1] = NaN; continue; }
+        if (!enc.ok) {
+          after[i + 1] = NaN;
+          continue;
+        }
         const d = decodeDelta(enc.value.frame, theta.length);
         if (!d.ok) throw new Error(d.error.message);
         const v1 = theta.slice();
@@ -104,15 +121,35 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartRepo
   }
   if (o.late > 0 && warm) {
     const before = await evalLoss(warm);
-    for (const w of o.warmups) rows.push({ start: 'late', warmup: w, before, after: (await trajectory(warm, w, 'island-2')).after });
+    for (const w of o.warmups)
+      rows.push({ start: 'late', warmup: w, before, after: (await trajectory(warm, w, 'island-2')).after });
   }
-  return { preset: o.preset, codec: cc.uplink.encoding, params: theta0.length, batch: B, seqLen: T, maxLr: cc.innerLr.maxLr, late: o.late, rows };
+  return {
+    preset: o.preset,
+    codec: cc.uplink.encoding,
+    params: theta0.length,
+    batch: B,
+    seqLen: T,
+    maxLr: cc.innerLr.maxLr,
+    late: o.late,
+    rows,
+  };
 }
 
 export function formatColdStart(r: ColdStartReport): string {
-  const lines = [`${r.preset} (${r.params.toLocaleString('en-US')} params, batch ${r.batch} × ${r.seqLen}, max lr ${r.maxLr}, ${r.codec} uplink): held-out loss before → after one island's first round of H steps`];
+  const lines = [
+    `${r.preset} (${r.params.toLocaleString('en-US')} params, batch ${r.batch} × ${r.seqLen}, max lr ${r.maxLr}, ${r.codec} uplink): held-out loss before → after one island's first round of H steps`,
+  ];
   const hs = Object.keys(r.rows[0]?.after ?? {}).map(Number);
   lines.push(['start', 'warmup', 'before', ...hs.map((h) => `H=${h}`)].join('\t'));
-  for (const row of r.rows) lines.push([row.start === 'late' ? `late (θ after ${r.late} steps)` : 'cold (v0)', row.warmup, row.before.toFixed(3), ...hs.map((h) => row.after[h].toFixed(3))].join('\t'));
+  for (const row of r.rows)
+    lines.push(
+      [
+        row.start === 'late' ? `late (θ after ${r.late} steps)` : 'cold (v0)',
+        row.warmup,
+        row.before.toFixed(3),
+        ...hs.map((h) => row.after[h].toFixed(3)),
+      ].join('\t'),
+    );
   return lines.join('\n');
 }

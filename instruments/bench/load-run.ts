@@ -13,12 +13,27 @@ export function loadRunFile() {
     name: 'bench',
     model: LOAD_MODEL,
     coordinator: {
-      mode: 'async' as const, seqLen: 16, batchSize: 1, innerSteps: 1, minInnerSteps: 1, maxStaleness: 1_000_000,
-      normBound: { factor: 0, window: 32, minHistory: 3 }, islandTimeoutMs: 600_000, keepUpdates: 4, historyLimit: 16,
+      mode: 'async' as const,
+      seqLen: 16,
+      batchSize: 1,
+      innerSteps: 1,
+      minInnerSteps: 1,
+      maxStaleness: 1_000_000,
+      normBound: { factor: 0, window: 32, minHistory: 3 },
+      islandTimeoutMs: 600_000,
+      keepUpdates: 4,
+      historyLimit: 16,
       // the simulated islands send int8 frames (server-load-worker.ts), and a frame must be of its assignment's codec
-      uplink: { encoding: 'int8' as const, blockSize: 64 }, downlink: { encoding: 'int8' as const, blockSize: 64 },
+      uplink: { encoding: 'int8' as const, blockSize: 64 },
+      downlink: { encoding: 'int8' as const, blockSize: 64 },
     },
-    limits: { helloPerMinute: 1_000_000, restPerMinute: 1_000_000, maxIslands: 1_000_000, powBits: 0, newIslandsPerHour: 1_000_000 },
+    limits: {
+      helloPerMinute: 1_000_000,
+      restPerMinute: 1_000_000,
+      maxIslands: 1_000_000,
+      powBits: 0,
+      newIslandsPerHour: 1_000_000,
+    },
     checkpoints: { keep: 2 },
   };
 }

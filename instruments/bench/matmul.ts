@@ -11,7 +11,14 @@ import * as op from '../../shaders/ops.ts';
 import type { TfWebgpu } from './tfjs-webgpu.ts';
 import { drain, geomean, randomArray, timeInterleaved } from './timing.ts';
 import { submitPasses } from './attention.ts';
-import { type MatmulChoice, autotuneMatmuls, choiceLabel, defaultChoice, tuneKey, tunedDims } from '../../client/island/engine/webgpu-tune.ts';
+import {
+  type MatmulChoice,
+  autotuneMatmuls,
+  choiceLabel,
+  defaultChoice,
+  tuneKey,
+  tunedDims,
+} from '../../client/island/engine/webgpu-tune.ts';
 
 export type MatmulPass = 'fwd' | 'dX' | 'dW';
 
@@ -81,14 +88,35 @@ class OurMatmulHarness {
    */
   /** The autotuner's choice for the case's pass and rows (timed afresh: no cache, no budget). */
   async tune(c: MatmulCase, adapter: string): Promise<MatmulChoice | undefined> {
-    const r = await autotuneMatmuls(this.device, this.kernels, [{ pass: c.pass, C: c.cin, OC: c.cout }], c.rows, { adapter, cache: null, budgetMs: Infinity });
+    const r = await autotuneMatmuls(this.device, this.kernels, [{ pass: c.pass, C: c.cin, OC: c.cout }], c.rows, {
+      adapter,
+      cache: null,
+      budgetMs: Infinity,
+    });
     return r.report[0].chosen;
   }
 
-  async prepare(c: MatmulCase, inp: Float32Array, w: Float32Array, dout: Float32Array, bias: Float32Array | null, choice?: MatmulChoice): Promise<OurMatmul> {
+  async prepare(
+    c: MatmulCase,
+    inp: Float32Array,
+    w: Float32Array,
+    dout: Float32Array,
+    bias: Float32Array | null,
+    choice?: MatmulChoice,
+  ): Promise<OurMatmul> {
     const device = this.device;
-    const tuned = tunedDims(new Map(choice ? [[tuneKey({ pass: c.pass, C: c.cin, OC: c.cout }), choice]] : []), c.cin, c.cout);
-    const dims = { C: c.cin, OC: c.cout, wOff: 0, biasOff: bias ? w.length : null, ...(c.pass === 'fwd' ? tuned.fwd : tuned.bwd) };
+    const tuned = tunedDims(
+      new Map(choice ? [[tuneKey({ pass: c.pass, C: c.cin, OC: c.cout }), choice]] : []),
+      c.cin,
+      c.cout,
+    );
+    const dims = {
+      C: c.cin,
+      OC: c.cout,
+      wOff: 0,
+      biasOff: bias ? w.length : null,
+      ...(c.pass === 'fwd' ? tuned.fwd : tuned.bwd),
+    };
     const params = new Float32Array(w.length + (bias?.length ?? 0));
     params.set(w);
     if (bias) params.set(bias, w.length);
@@ -97,23 +125,29 @@ class OurMatmulHarness {
     let out: GPUBuffer, outLen: number, specs: DispatchSpec[];
     if (c.pass === 'fwd') {
       const bufInp = this.storage(inp);
-      out = this.storage(c.rows * c.cout); outLen = c.rows * c.cout;
+      out = this.storage(c.rows * c.cout);
+      outLen = c.rows * c.cout;
       owned.push(bufInp, out);
       specs = [op.matmulForward(out, bufInp, bufParams, dims)];
     } else {
-      const bufInp = this.storage(inp), bufDout = this.storage(dout);
+      const bufInp = this.storage(inp),
+        bufDout = this.storage(dout);
       const grads = this.storage(params.length);
       owned.push(bufInp, bufDout, grads);
       if (c.pass === 'dX') {
-        out = this.storage(c.rows * c.cin); outLen = c.rows * c.cin;
+        out = this.storage(c.rows * c.cin);
+        outLen = c.rows * c.cin;
         owned.push(out);
-        specs = [op.matmulBackward(out, grads, bufDout, bufInp, bufParams, { ...dims, biasOff: null, partials: grads })[0]];
+        specs = [
+          op.matmulBackward(out, grads, bufDout, bufInp, bufParams, { ...dims, biasOff: null, partials: grads })[0],
+        ];
       } else {
         // dW as the engine records it: direct, or split-K slices into scratch plus their reduce
         // (the shape picks which; the other dispatches have an empty grid and are skipped)
         const partials = this.storage(op.partialsScratch(c.cout * c.cin, c.rows, c.cout));
         owned.push(partials);
-        out = grads; outLen = c.cout * c.cin;
+        out = grads;
+        outLen = c.cout * c.cin;
         specs = op.matmulBackward(null, grads, bufDout, bufInp, bufParams, { ...dims, biasOff: null, partials });
       }
     }
@@ -188,29 +222,45 @@ function mnk(c: MatmulCase): [number, number, number] {
 
 function shapeLabel(c: MatmulCase): string {
   const { rows: R, cin: I, cout: O } = c;
-  const expr = c.pass === 'fwd' ? `${R}x${I} * (${O}x${I})^T` : c.pass === 'dX' ? `${R}x${O} * ${O}x${I}` : `(${R}x${O})^T * ${R}x${I}`;
+  const expr =
+    c.pass === 'fwd'
+      ? `${R}x${I} * (${O}x${I})^T`
+      : c.pass === 'dX'
+        ? `${R}x${O} * ${O}x${I}`
+        : `(${R}x${O})^T * ${R}x${I}`;
   return `${c.preset}.${c.layer}.${c.pass} ${expr}`;
 }
 
-async function benchMatmulCase(c: MatmulCase, ours: OurMatmulHarness, tfw: TfWebgpu, targetMs: number, repeats: number, peakTflops?: number, choice?: MatmulChoice): Promise<MatmulRow> {
+async function benchMatmulCase(
+  c: MatmulCase,
+  ours: OurMatmulHarness,
+  tfw: TfWebgpu,
+  targetMs: number,
+  repeats: number,
+  peakTflops?: number,
+  choice?: MatmulChoice,
+): Promise<MatmulRow> {
   const tf = tfw.tf;
   const [M, N, K] = mnk(c);
   const seed = M * 31 + N * 7 + K;
   // the operands of the pass, in the memory order both sides read them
-  const inp = randomArray(c.rows * c.cin, seed + 1);     // (rows, in)
-  const w = randomArray(c.cout * c.cin, seed + 2);       // (out, in)
-  const dout = randomArray(c.rows * c.cout, seed + 3);   // (rows, out)
+  const inp = randomArray(c.rows * c.cin, seed + 1); // (rows, in)
+  const w = randomArray(c.cout * c.cin, seed + 2); // (out, in)
+  const dout = randomArray(c.rows * c.cout, seed + 3); // (rows, out)
   const bias = c.pass === 'fwd' && c.bias ? randomArray(c.cout, seed + 4) : null;
   let tfRun: () => import('@tensorflow/tfjs').Tensor;
   let ta: import('@tensorflow/tfjs').Tensor2D, tb: import('@tensorflow/tfjs').Tensor2D;
   if (c.pass === 'fwd') {
-    ta = tf.tensor2d(inp, [c.rows, c.cin]); tb = tf.tensor2d(w, [c.cout, c.cin]);
+    ta = tf.tensor2d(inp, [c.rows, c.cin]);
+    tb = tf.tensor2d(w, [c.cout, c.cin]);
     tfRun = () => tf.matMul(ta, tb, false, true);
   } else if (c.pass === 'dX') {
-    ta = tf.tensor2d(dout, [c.rows, c.cout]); tb = tf.tensor2d(w, [c.cout, c.cin]);
+    ta = tf.tensor2d(dout, [c.rows, c.cout]);
+    tb = tf.tensor2d(w, [c.cout, c.cin]);
     tfRun = () => tf.matMul(ta, tb, false, false);
   } else {
-    ta = tf.tensor2d(dout, [c.rows, c.cout]); tb = tf.tensor2d(inp, [c.rows, c.cin]);
+    ta = tf.tensor2d(dout, [c.rows, c.cout]);
+    tb = tf.tensor2d(inp, [c.rows, c.cin]);
     tfRun = () => tf.matMul(ta, tb, true, false);
   }
   const flop = 2 * M * N * K;
@@ -224,30 +274,47 @@ async function benchMatmulCase(c: MatmulCase, ours: OurMatmulHarness, tfw: TfWeb
     const ref = tf.tidy(() => (bias ? tf.add(tfRun(), tf.tensor1d(bias)) : tfRun()));
     const want = (await ref.data()) as Float32Array;
     ref.dispose();
-    let maxDiff = 0, scale = 0;
+    let maxDiff = 0,
+      scale = 0;
     for (let i = 0; i < want.length; i++) {
       const d = Math.abs(got[i] - want[i]);
       maxDiff = Number.isNaN(d) ? Infinity : Math.max(maxDiff, d);
       scale = Math.max(scale, Math.abs(want[i]));
     }
     err = maxDiff / Math.max(scale, 1e-30);
-    [oursMs, tfMs] = await timeInterleaved([
-      (n, e) => mm.run(n, e),
-      async (n, e) => {
-        for (let i = 0; i < n; i++) tfRun().dispose();
-        await tfSync(tfw, e);
-      },
-    ], targetMs, repeats);
+    [oursMs, tfMs] = await timeInterleaved(
+      [
+        (n, e) => mm.run(n, e),
+        async (n, e) => {
+          for (let i = 0; i < n; i++) tfRun().dispose();
+          await tfSync(tfw, e);
+        },
+      ],
+      targetMs,
+      repeats,
+    );
   } finally {
     mm.destroy();
-    ta.dispose(); tb.dispose();
+    ta.dispose();
+    tb.dispose();
   }
 
   const ours_gflops = flop / (oursMs * 1e6);
   const tfjs_gflops = flop / (tfMs * 1e6);
   const row: MatmulRow = {
-    shape: shapeLabel(c), preset: c.preset, layer: c.layer, pass: c.pass, M, N, K,
-    ours_gflops, tfjs_gflops, ratio: ours_gflops / tfjs_gflops, ours_ms: oursMs, tfjs_ms: tfMs, max_rel_err: err,
+    shape: shapeLabel(c),
+    preset: c.preset,
+    layer: c.layer,
+    pass: c.pass,
+    M,
+    N,
+    K,
+    ours_gflops,
+    tfjs_gflops,
+    ratio: ours_gflops / tfjs_gflops,
+    ours_ms: oursMs,
+    tfjs_ms: tfMs,
+    max_rel_err: err,
     variant: choiceLabel(choice ?? defaultChoice({ pass: c.pass, C: c.cin, OC: c.cout })),
   };
   if (peakTflops) {
@@ -259,7 +326,11 @@ async function benchMatmulCase(c: MatmulCase, ours: OurMatmulHarness, tfw: TfWeb
 
 /** Submits whatever TF.js has encoded so far (its open compute pass included). */
 function flushTf(tfw: TfWebgpu): void {
-  const b = tfw.tf.backend() as unknown as { ensureCommandEncoderReady(): void; endComputePassEncoder(): void; submitQueue(): void };
+  const b = tfw.tf.backend() as unknown as {
+    ensureCommandEncoderReady(): void;
+    endComputePassEncoder(): void;
+    submitQueue(): void;
+  };
   b.ensureCommandEncoderReady();
   b.endComputePassEncoder();
   b.submitQueue();
@@ -273,7 +344,6 @@ async function tfSync(tfw: TfWebgpu, expectMs: number): Promise<void> {
 
 // ------------------------------------------------------------------ the bench
 
-
 export function isSoftware(gpu: NodeGpu): boolean {
   return gpu.info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe|software/i.test(gpu.info.description);
 }
@@ -286,7 +356,20 @@ export interface MatmulBench {
 }
 
 /** The matmul half of the bench, on an existing device and TF.js. */
-export async function benchMatmul(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: boolean; software?: boolean; peakTflops?: number; autotune?: boolean; log?: (s: string) => void; cases?: MatmulCase[]; targetMs?: number; repeats?: number }): Promise<MatmulBench> {
+export async function benchMatmul(
+  gpu: NodeGpu,
+  tfw: TfWebgpu,
+  o: {
+    quick?: boolean;
+    software?: boolean;
+    peakTflops?: number;
+    autotune?: boolean;
+    log?: (s: string) => void;
+    cases?: MatmulCase[];
+    targetMs?: number;
+    repeats?: number;
+  },
+): Promise<MatmulBench> {
   const quick = !!o.quick;
   const software = o.software ?? isSoftware(gpu);
   const log = o.log ?? (() => {});
@@ -298,7 +381,9 @@ export async function benchMatmul(gpu: NodeGpu, tfw: TfWebgpu, o: { quick?: bool
   for (const c of cases) {
     const choice = o.autotune === false ? undefined : await harness.tune(c, gpu.info.description);
     const row = await benchMatmulCase(c, harness, tfw, targetMs, repeats, o.peakTflops, choice);
-    log(`matmul ${row.shape.padEnd(42)} ours ${row.ours_gflops.toFixed(2).padStart(9)} GFLOP/s  tfjs ${row.tfjs_gflops.toFixed(2).padStart(9)} GFLOP/s  ×${row.ratio.toFixed(2)}  (err ${row.max_rel_err.toExponential(1)}, ${row.variant})`);
+    log(
+      `matmul ${row.shape.padEnd(42)} ours ${row.ours_gflops.toFixed(2).padStart(9)} GFLOP/s  tfjs ${row.tfjs_gflops.toFixed(2).padStart(9)} GFLOP/s  ×${row.ratio.toFixed(2)}  (err ${row.max_rel_err.toExponential(1)}, ${row.variant})`,
+    );
     matmul.push(row);
   }
   const ratios = matmul.map((r) => r.ratio);

@@ -21,7 +21,13 @@ export interface OuterPoolBench {
   loopMaxStallMs: number;
 }
 
-export async function benchOuterPool(o: { n: number; workers: number; encoding?: Encoding; roundSize?: number; seconds?: number }): Promise<OuterPoolBench> {
+export async function benchOuterPool(o: {
+  n: number;
+  workers: number;
+  encoding?: Encoding;
+  roundSize?: number;
+  seconds?: number;
+}): Promise<OuterPoolBench> {
   const { n, workers } = o;
   const roundSize = o.roundSize ?? 4;
   const seconds = o.seconds ?? 1.5;
@@ -51,7 +57,9 @@ export async function benchOuterPool(o: { n: number; workers: number; encoding?:
     const inFlight = 2 * workers;
     const ingestMs = await timed(async () => {
       const rs = await Promise.all(Array.from({ length: inFlight }, () => pool.ingest(frame)));
-      for (const r of rs) if (r.ok) pool.release(r.value.slot); else throw new Error(`bench: ingest failed: ${r.error.code}`);
+      for (const r of rs)
+        if (r.ok) pool.release(r.value.slot);
+        else throw new Error(`bench: ingest failed: ${r.error.code}`);
     });
     const slots: number[] = [];
     for (let k = 0; k < roundSize; k++) {
@@ -64,8 +72,26 @@ export async function benchOuterPool(o: { n: number; workers: number; encoding?:
       if (!r.ok) throw new Error(`bench: outer step failed: ${r.error.code}`);
     };
     const downlink = { encoding: 'int8' as const, blockSize: 64 };
-    const syncMs = await timed(() => step({ slots, weights: slots.map(() => 1 / roundSize), outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 }, downlink, scale: 1, period: 1 }));
-    const asyncMs = await timed(() => step({ slots: [slots[0]], weights: null, outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 }, downlink, scale: 1 / roundSize, period: roundSize }));
+    const syncMs = await timed(() =>
+      step({
+        slots,
+        weights: slots.map(() => 1 / roundSize),
+        outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+        downlink,
+        scale: 1,
+        period: 1,
+      }),
+    );
+    const asyncMs = await timed(() =>
+      step({
+        slots: [slots[0]],
+        weights: null,
+        outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+        downlink,
+        scale: 1 / roundSize,
+        period: roundSize,
+      }),
+    );
     return {
       workers,
       ingestParamsPerSec: Math.round((inFlight * n) / (ingestMs / 1000)),

@@ -29,25 +29,44 @@ const say = (line: string) => process.send?.({ type: 'log', line: `[load ${index
 
 function ask<T>(s: Socket, event: string, payload: unknown, timeoutMs = 60_000): Promise<Wire<T>> {
   return new Promise((resolve) => {
-    const t = setTimeout(() => resolve({ ok: false, error: { code: 'E_TIMEOUT', message: `${event} timed out` } }), timeoutMs);
-    s.emit(event, payload, (r: Wire<T>) => { clearTimeout(t); resolve(r); });
+    const t = setTimeout(
+      () => resolve({ ok: false, error: { code: 'E_TIMEOUT', message: `${event} timed out` } }),
+      timeoutMs,
+    );
+    s.emit(event, payload, (r: Wire<T>) => {
+      clearTimeout(t);
+      resolve(r);
+    });
   });
 }
 
 let startAt = Infinity;
 let deadline = Infinity;
 let go: () => void = () => {};
-const started = new Promise<void>((r) => { go = r; });
+const started = new Promise<void>((r) => {
+  go = r;
+});
 
 async function island(k: number): Promise<Socket | null> {
   const s = io(`${url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true, timeout: 30_000 });
   const up = await new Promise<boolean>((resolve) => {
     s.once('connect', () => resolve(true));
-    s.once('connect_error', (e) => { errors.push(`connect: ${e.message}`); resolve(false); });
+    s.once('connect_error', (e) => {
+      errors.push(`connect: ${e.message}`);
+      resolve(false);
+    });
   });
   if (!up) return null;
-  const h = await ask<{ islandId: string; assignment: Assignment | null }>(s, 'hello', { protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: `load-${index}-${k}`, batchSize: 1 }, push: false });
-  if (!h.ok) { errors.push(`hello: ${h.error.code} ${h.error.message}`); s.disconnect(); return null; }
+  const h = await ask<{ islandId: string; assignment: Assignment | null }>(s, 'hello', {
+    protocolVersion: PROTOCOL_VERSION,
+    caps: { engine: 'cpu', name: `load-${index}-${k}`, batchSize: 1 },
+    push: false,
+  });
+  if (!h.ok) {
+    errors.push(`hello: ${h.error.code} ${h.error.message}`);
+    s.disconnect();
+    return null;
+  }
   const id = h.value.islandId;
   let a = h.value.assignment;
   let seq = 0;
@@ -58,15 +77,32 @@ async function island(k: number): Promise<Socket | null> {
     while (Date.now() < deadline && s.connected) {
       if (!a) {
         const na = await ask<Assignment>(s, 'nextAssignment', {});
-        if (!na.ok) { errors.push(`next: ${na.error.code}`); break; }
+        if (!na.ok) {
+          errors.push(`next: ${na.error.code}`);
+          break;
+        }
         a = na.value;
       }
-      const meta = { islandId: id, roundId: a.roundId, baseVersion: a.baseVersion, seq: ++seq, steps: 1, tokens: 16, lossFirst: 3, lossLast: 3, lossMean: 3, elapsedMs: 10 };
+      const meta = {
+        islandId: id,
+        roundId: a.roundId,
+        baseVersion: a.baseVersion,
+        seq: ++seq,
+        steps: 1,
+        tokens: 16,
+        lossFirst: 3,
+        lossLast: 3,
+        lossMean: 3,
+        elapsedMs: 10,
+      };
       const t0 = performance.now();
       const r = await ask<AckMsg>(s, 'delta', { meta, frame });
       const dt = performance.now() - t0;
       a = null;
-      if (!r.ok) { errors.push(`delta: ${r.error.code} ${r.error.message}`); continue; }
+      if (!r.ok) {
+        errors.push(`delta: ${r.error.code} ${r.error.message}`);
+        continue;
+      }
       if (r.value.status === 'applied') {
         acks.push([id, meta.seq, r.value.version]);
         latencies.push(dt);
@@ -99,7 +135,10 @@ async function main(): Promise<void> {
   // let in-flight deltas get their acks
   await new Promise((r) => setTimeout(r, 1500));
   for (const s of sockets) s?.disconnect();
-  process.send?.({ type: 'report', report: { connected, acks, latencies, rejected, errors: [...new Set(errors)].slice(0, 20) } }, () => process.exit(0));
+  process.send?.(
+    { type: 'report', report: { connected, acks, latencies, rejected, errors: [...new Set(errors)].slice(0, 20) } },
+    () => process.exit(0),
+  );
 }
 
 void main();

@@ -111,13 +111,26 @@ function cachedDelta(n: number, seed: number): Float32Array {
  *         `roundSize` deltas: `applyParamsPerSec` is that share alone;
  *   async: ingest + a full outer step per delta.
  */
-export async function benchApply(encoding: Encoding, n: number, seconds: number, mode: 'sync' | 'async' = 'sync', roundSize = 4, workers = 2): Promise<{ paramsPerSec: number; msPerDelta: number; ingestParamsPerSec: number; applyParamsPerSec: number }> {
+export async function benchApply(
+  encoding: Encoding,
+  n: number,
+  seconds: number,
+  mode: 'sync' | 'async' = 'sync',
+  roundSize = 4,
+  workers = 2,
+): Promise<{ paramsPerSec: number; msPerDelta: number; ingestParamsPerSec: number; applyParamsPerSec: number }> {
   const params = cachedDelta(n, 7).map((x) => x * 20);
   const coord = new Coordinator({
     params,
-    config: mode === 'sync'
-      ? { ...BENCH_COORD, uplink: { encoding, blockSize: 64 }, mode: 'sync', quorum: 1, minContributors: 1 }
-      : { ...BENCH_COORD, uplink: { encoding, blockSize: 64 }, mode: 'async', outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 } },
+    config:
+      mode === 'sync'
+        ? { ...BENCH_COORD, uplink: { encoding, blockSize: 64 }, mode: 'sync', quorum: 1, minContributors: 1 }
+        : {
+            ...BENCH_COORD,
+            uplink: { encoding, blockSize: 64 },
+            mode: 'async',
+            outer: { kind: 'delayed-nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+          },
     now: 0,
   });
   const host = workers > 0 ? await OuterOffloadHost.start(coord, workers) : null;
@@ -137,7 +150,25 @@ export async function benchApply(encoding: Encoding, n: number, seconds: number,
       const a = isl.a;
       const t = performance.now();
       const decoded = host ? await host.ingest(frame) : undefined; // decode on a worker, as Run.submit
-      const r = coord.submit({ meta: { islandId: a.islandId, roundId: a.roundId, baseVersion: a.baseVersion, seq: ++isl.seq, steps: 10, tokens: 2560, lossFirst: 3, lossLast: 2.9, lossMean: 2.95, elapsedMs: 1000 }, frame, decoded }, now++);
+      const r = coord.submit(
+        {
+          meta: {
+            islandId: a.islandId,
+            roundId: a.roundId,
+            baseVersion: a.baseVersion,
+            seq: ++isl.seq,
+            steps: 10,
+            tokens: 2560,
+            lossFirst: 3,
+            lossLast: 2.9,
+            lossMean: 2.95,
+            elapsedMs: 1000,
+          },
+          frame,
+          decoded,
+        },
+        now++,
+      );
       if (!r.ok) throw new Error(`bench: submit rejected: ${r.error.code} ${r.error.message}`);
       if (host) await host.take(coord);
       // a submit that does not close the round, or the one that does (its step included)
@@ -164,7 +195,12 @@ export async function benchApply(encoding: Encoding, n: number, seconds: number,
     const ingest = submitTimes.length ? median(submitTimes) : NaN;
     // the closing submit holds one ingest too; the rest is the round's aggregate and step
     const apply = (median(closeTimes) - (Number.isNaN(ingest) ? 0 : ingest)) / k;
-    return { paramsPerSec: n / (med / 1000), msPerDelta: med, ingestParamsPerSec: n / (ingest / 1000), applyParamsPerSec: n / (apply / 1000) };
+    return {
+      paramsPerSec: n / (med / 1000),
+      msPerDelta: med,
+      ingestParamsPerSec: n / (ingest / 1000),
+      applyParamsPerSec: n / (apply / 1000),
+    };
   } finally {
     await host?.close();
   }
@@ -179,7 +215,14 @@ async function embeddedTarget(dir: string, outerWorkers: number): Promise<LoadTa
   const { createServer } = await import('../../server/app.ts');
   const { buildRunConfig } = await import('../../server/run/config.ts');
   const config = buildRunConfig(loadRunFile(), { name: 'bench' });
-  const server = await createServer({ dir, config, evaluate: false, outerWorkers, adminToken: 'bench', gateway: { messagesPerSecond: 1000, heartbeatMs: 30_000 } });
+  const server = await createServer({
+    dir,
+    config,
+    evaluate: false,
+    outerWorkers,
+    adminToken: 'bench',
+    gateway: { messagesPerSecond: 1000, heartbeatMs: 30_000 },
+  });
   const { url } = await server.listen(0, '127.0.0.1');
   return {
     urls: [url],
@@ -194,41 +237,71 @@ async function embeddedTarget(dir: string, outerWorkers: number): Promise<LoadTa
   };
 }
 
-export async function benchLoad(o: { islands: number; procs: number; seconds: number; gateways?: number; outerWorkers?: number; log: (s: string) => void }): Promise<LoadResult> {
+export async function benchLoad(o: {
+  islands: number;
+  procs: number;
+  seconds: number;
+  gateways?: number;
+  outerWorkers?: number;
+  log: (s: string) => void;
+}): Promise<LoadResult> {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-bench-'));
   const gateways = o.gateways ?? 0;
-  const target = gateways > 0 ? await (await import('./cluster-load.ts')).clusterTarget(dir, gateways, o.log) : await embeddedTarget(dir, o.outerWorkers ?? 2);
+  const target =
+    gateways > 0
+      ? await (await import('./cluster-load.ts')).clusterTarget(dir, gateways, o.log)
+      : await embeddedTarget(dir, o.outerWorkers ?? 2);
   const url = target.urls.join(' ');
   const n = numParams(LOAD_MODEL);
   o.log(`load: server on ${url}, ${o.islands} islands in ${o.procs} processes, ${o.seconds} s, model of ${n} params`);
   const per = Math.ceil(o.islands / o.procs);
   const children = Array.from({ length: o.procs }, (_, i) => {
     const count = Math.min(per, o.islands - i * per);
-    return fork(new URL('./server-load-worker.ts', import.meta.url), [target.urls[i % target.urls.length], String(count), String(o.seconds * 1000), String(i)], {
-      execArgv: ['--import', REGISTER_URL], stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-    });
+    return fork(
+      new URL('./server-load-worker.ts', import.meta.url),
+      [target.urls[i % target.urls.length], String(count), String(o.seconds * 1000), String(i)],
+      {
+        execArgv: ['--import', REGISTER_URL],
+        stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+      },
+    );
   });
-  type Report = { connected: number; acks: Array<[string, number, number]>; latencies: number[]; rejected: number; errors: string[] };
+  type Report = {
+    connected: number;
+    acks: Array<[string, number, number]>;
+    latencies: number[];
+    rejected: number;
+    errors: string[];
+  };
   let ready = 0;
   let connectedAtStart = 0;
   let startedAt = 0;
-  const reports = await Promise.all(children.map((c) => new Promise<Report>((resolve) => {
-    let rep: Report | null = null;
-    c.on('message', (m: { type: string; report?: Report; line?: string; connected?: number }) => {
-      if (m.type === 'log' && m.line) o.log(m.line);
-      if (m.type === 'report' && m.report) rep = m.report;
-      if (m.type === 'ready') {
-        connectedAtStart += m.connected ?? 0;
-        // everyone connected: start all islands at the same instant
-        if (++ready === children.length) {
-          startedAt = Date.now() + 300;
-          o.log(`load: ${connectedAtStart} islands connected; sending for ${o.seconds} s`);
-          for (const ch of children) ch.send({ type: 'go', at: startedAt });
-        }
-      }
-    });
-    c.on('exit', () => resolve(rep ?? { connected: 0, acks: [], latencies: [], rejected: 0, errors: ['worker exited without a report'] }));
-  })));
+  const reports = await Promise.all(
+    children.map(
+      (c) =>
+        new Promise<Report>((resolve) => {
+          let rep: Report | null = null;
+          c.on('message', (m: { type: string; report?: Report; line?: string; connected?: number }) => {
+            if (m.type === 'log' && m.line) o.log(m.line);
+            if (m.type === 'report' && m.report) rep = m.report;
+            if (m.type === 'ready') {
+              connectedAtStart += m.connected ?? 0;
+              // everyone connected: start all islands at the same instant
+              if (++ready === children.length) {
+                startedAt = Date.now() + 300;
+                o.log(`load: ${connectedAtStart} islands connected; sending for ${o.seconds} s`);
+                for (const ch of children) ch.send({ type: 'go', at: startedAt });
+              }
+            }
+          });
+          c.on('exit', () =>
+            resolve(
+              rep ?? { connected: 0, acks: [], latencies: [], rejected: 0, errors: ['worker exited without a report'] },
+            ),
+          );
+        }),
+    ),
+  );
   void startedAt;
   const { connected, versions, commits } = await target.stop();
 
@@ -260,7 +333,10 @@ export async function benchLoad(o: { islands: number; procs: number; seconds: nu
   return {
     islands: o.islands,
     gateways,
-    connected: Math.max(connected, reports.reduce((a, r) => a + r.connected, 0)),
+    connected: Math.max(
+      connected,
+      reports.reduce((a, r) => a + r.connected, 0),
+    ),
     deltasPerSec: acked / o.seconds,
     ackP50Ms: percentile(lat, 50),
     ackP99Ms: percentile(lat, 99),
@@ -278,7 +354,15 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
   const log = opts.log ?? (() => {});
   const n = numParams(getPreset('base'));
   const workers = opts.outerWorkers ?? 2;
-  const out: BenchServerResult = { paramCount: n, applyWorkers: workers, applyParamsPerSec: {}, ingestParamsPerSec: {}, deltaParamsPerSec: {}, applyMsPerDelta: {}, applyAsyncParamsPerSec: {} };
+  const out: BenchServerResult = {
+    paramCount: n,
+    applyWorkers: workers,
+    applyParamsPerSec: {},
+    ingestParamsPerSec: {},
+    deltaParamsPerSec: {},
+    applyMsPerDelta: {},
+    applyAsyncParamsPerSec: {},
+  };
   const M = (x: number) => (x / 1e6).toFixed(0);
   for (const enc of ENCODINGS) {
     const r = await benchApply(enc, n, opts.applySeconds ?? 1.5, 'sync', 4, workers);
@@ -288,19 +372,38 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
     out.applyMsPerDelta[enc] = Number(r.msPerDelta.toFixed(2));
     const a = await benchApply(enc, n, opts.applySeconds ?? 1.5, 'async', 4, workers);
     out.applyAsyncParamsPerSec[enc] = Math.round(a.paramsPerSec);
-    log(`${enc} (outer step on ${workers ? `${workers} workers` : 'the event loop'}): sync apply ${M(r.applyParamsPerSec)} M params/s, ingest ${M(r.ingestParamsPerSec)} M/s, both ${M(r.paramsPerSec)} M/s (${r.msPerDelta.toFixed(0)} ms per base-sized delta); async ${M(a.paramsPerSec)} M/s (${a.msPerDelta.toFixed(0)} ms)`);
+    log(
+      `${enc} (outer step on ${workers ? `${workers} workers` : 'the event loop'}): sync apply ${M(r.applyParamsPerSec)} M params/s, ingest ${M(r.ingestParamsPerSec)} M/s, both ${M(r.paramsPerSec)} M/s (${r.msPerDelta.toFixed(0)} ms per base-sized delta); async ${M(a.paramsPerSec)} M/s (${a.msPerDelta.toFixed(0)} ms)`,
+    );
   }
   if (workers > 0) {
     const p = await benchApply('int8', n, opts.applySeconds ?? 1.5, 'sync', 4, 0);
-    out.applyOnEventLoop = { applyParamsPerSec: Math.round(p.applyParamsPerSec), ingestParamsPerSec: Math.round(p.ingestParamsPerSec), speedup: Number((out.applyParamsPerSec.int8 / p.applyParamsPerSec).toFixed(2)) };
-    log(`int8 with the outer step on the event loop: sync apply ${M(p.applyParamsPerSec)} M params/s, ingest ${M(p.ingestParamsPerSec)} M/s: the workers apply ${out.applyOnEventLoop.speedup}× as fast`);
-    const w = out.outerWorkers = await benchOuterPool({ n, workers, seconds: opts.applySeconds ?? 1.5 });
-    log(`outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`);
+    out.applyOnEventLoop = {
+      applyParamsPerSec: Math.round(p.applyParamsPerSec),
+      ingestParamsPerSec: Math.round(p.ingestParamsPerSec),
+      speedup: Number((out.applyParamsPerSec.int8 / p.applyParamsPerSec).toFixed(2)),
+    };
+    log(
+      `int8 with the outer step on the event loop: sync apply ${M(p.applyParamsPerSec)} M params/s, ingest ${M(p.ingestParamsPerSec)} M/s: the workers apply ${out.applyOnEventLoop.speedup}× as fast`,
+    );
+    const w = (out.outerWorkers = await benchOuterPool({ n, workers, seconds: opts.applySeconds ?? 1.5 }));
+    log(
+      `outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`,
+    );
   }
-  const c = out.checkpoint = benchCheckpoint();
-  log(`checkpoint of base with ${c.updates} update frames: the event loop stops ${c.stallMs} ms (snapshot ${c.snapshotMs}, encoding ${c.encodeMs}); fresh arrays and one buffer: ${c.stallFreshMs} ms (${c.speedup}×)`);
+  const c = (out.checkpoint = benchCheckpoint());
+  log(
+    `checkpoint of base with ${c.updates} update frames: the event loop stops ${c.stallMs} ms (snapshot ${c.snapshotMs}, encoding ${c.encodeMs}); fresh arrays and one buffer: ${c.stallFreshMs} ms (${c.speedup}×)`,
+  );
   if (opts.load !== false) {
-    out.load = await benchLoad({ islands: opts.islands ?? 1000, procs: Math.max(1, opts.procs ?? 4), seconds: opts.seconds ?? 20, gateways: opts.gateways, outerWorkers: workers, log });
+    out.load = await benchLoad({
+      islands: opts.islands ?? 1000,
+      procs: Math.max(1, opts.procs ?? 4),
+      seconds: opts.seconds ?? 20,
+      gateways: opts.gateways,
+      outerWorkers: workers,
+      log,
+    });
   }
   return out;
 }

@@ -26,12 +26,18 @@ export interface TfGptOptions {
 }
 
 interface Block {
-  ln1w: tf.Variable; ln1b: tf.Variable;
-  qkvw: tf.Variable; qkvb: tf.Variable;
-  attprojw: tf.Variable; attprojb: tf.Variable;
-  ln2w: tf.Variable; ln2b: tf.Variable;
-  fcw: tf.Variable; fcb: tf.Variable;
-  fcprojw: tf.Variable; fcprojb: tf.Variable;
+  ln1w: tf.Variable;
+  ln1b: tf.Variable;
+  qkvw: tf.Variable;
+  qkvb: tf.Variable;
+  attprojw: tf.Variable;
+  attprojb: tf.Variable;
+  ln2w: tf.Variable;
+  ln2b: tf.Variable;
+  fcw: tf.Variable;
+  fcb: tf.Variable;
+  fcprojw: tf.Variable;
+  fcprojb: tf.Variable;
 }
 
 const GELU_S = Math.sqrt(2 / Math.PI);
@@ -51,7 +57,8 @@ export class TfGpt {
     validateConfig(opts.config);
     this.config = opts.config;
     const layout = paramLayout(opts.config);
-    if (opts.init.length !== layout.total) throw new Error(`TfGpt: init has ${opts.init.length} elements, the config needs ${layout.total}`);
+    if (opts.init.length !== layout.total)
+      throw new Error(`TfGpt: init has ${opts.init.length} elements, the config needs ${layout.total}`);
     const L = opts.config.nLayer;
     // one variable per tensor and layer, as a TF.js user would write it
     const v = (name: string, layer?: number): tf.Variable => {
@@ -59,15 +66,28 @@ export class TfGpt {
       const shape = layer === undefined ? t.shape : t.shape.slice(1);
       const size = shape.reduce((a, b) => a * b, 1);
       const off = t.offset + (layer ?? 0) * size;
-      return tf.variable(tf.tensor(opts.init.slice(off, off + size), shape, 'float32'), true, layer === undefined ? name : `${name}.${layer}`);
+      return tf.variable(
+        tf.tensor(opts.init.slice(off, off + size), shape, 'float32'),
+        true,
+        layer === undefined ? name : `${name}.${layer}`,
+      );
     };
     this.wte = v('wte');
     this.wpe = v('wpe');
     for (let l = 0; l < L; l++) {
       this.blocks.push({
-        ln1w: v('ln1w', l), ln1b: v('ln1b', l), qkvw: v('qkvw', l), qkvb: v('qkvb', l),
-        attprojw: v('attprojw', l), attprojb: v('attprojb', l), ln2w: v('ln2w', l), ln2b: v('ln2b', l),
-        fcw: v('fcw', l), fcb: v('fcb', l), fcprojw: v('fcprojw', l), fcprojb: v('fcprojb', l),
+        ln1w: v('ln1w', l),
+        ln1b: v('ln1b', l),
+        qkvw: v('qkvw', l),
+        qkvb: v('qkvb', l),
+        attprojw: v('attprojw', l),
+        attprojb: v('attprojb', l),
+        ln2w: v('ln2w', l),
+        ln2b: v('ln2b', l),
+        fcw: v('fcw', l),
+        fcb: v('fcb', l),
+        fcprojw: v('fcprojw', l),
+        fcprojb: v('fcprojb', l),
       });
     }
     this.lnfw = v('lnfw');
@@ -158,7 +178,13 @@ export class TfGpt {
     for (const m of this.masks.values()) m.dispose();
     this.masks.clear();
     this.optimizer.dispose();
-    const vars = [this.wte, this.wpe, this.lnfw, this.lnfb, ...this.blocks.flatMap((b) => Object.values(b) as tf.Variable[])];
+    const vars = [
+      this.wte,
+      this.wpe,
+      this.lnfw,
+      this.lnfb,
+      ...this.blocks.flatMap((b) => Object.values(b) as tf.Variable[]),
+    ];
     for (const v of vars) v.dispose();
   }
 }

@@ -15,7 +15,11 @@ export function randomArray(n: number, seed: number): Float32Array {
   let s = seed >>> 0 || 1;
   const out = new Float32Array(n);
   for (let i = 0; i < n; i++) {
-    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
     out[i] = s / 4294967296 - 0.5;
   }
   return out;
@@ -39,7 +43,12 @@ export type Runner = (n: number, expectMs: number) => Promise<void>;
  * rounds that measure each runner once, interleaved, so that load from anything else on
  * the machine falls on all of them alike.
  */
-export async function timeInterleaved(runners: Runner[], targetMs: number, repeats: number, maxN = 1000): Promise<number[]> {
+export async function timeInterleaved(
+  runners: Runner[],
+  targetMs: number,
+  repeats: number,
+  maxN = 1000,
+): Promise<number[]> {
   const ns: number[] = [];
   const expect: number[] = [];
   for (const run of runners) {
@@ -63,4 +72,3 @@ export async function timeInterleaved(runners: Runner[], targetMs: number, repea
   }
   return times.map(median);
 }
-

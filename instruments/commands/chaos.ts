@@ -52,7 +52,9 @@ function takeDownOnSignals(log: (s: string) => void): void {
   signalsHandled = true;
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.once(sig, () => {
-      log(`atoll chaos: ${sig}: stopping ${owned.children.size} child process(es), removing ${owned.dirs.size} temp folder(s)`);
+      log(
+        `atoll chaos: ${sig}: stopping ${owned.children.size} child process(es), removing ${owned.dirs.size} temp folder(s)`,
+      );
       cleanUpOwned();
       process.exit(sig === 'SIGINT' ? 130 : 143);
     });
@@ -125,7 +127,13 @@ interface IslandChild {
   exited: Promise<void>;
 }
 
-type Status = { version: number; tokensTotal: number; done: boolean; evalLoss: number | null; evalVersion: number | null };
+type Status = {
+  version: number;
+  tokensTotal: number;
+  done: boolean;
+  evalLoss: number | null;
+  evalVersion: number | null;
+};
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -138,7 +146,11 @@ async function status(url: string): Promise<Status> {
 async function waitUntil(what: string, ms: number, f: () => Promise<boolean>): Promise<void> {
   const end = Date.now() + ms;
   for (;;) {
-    try { if (await f()) return; } catch { /* not up yet */ }
+    try {
+      if (await f()) return;
+    } catch {
+      /* not up yet */
+    }
     if (Date.now() > end) throw new Error(`E_CHAOS_TIMEOUT: ${what} within ${ms / 1000} s`);
     await sleep(200);
   }
@@ -149,15 +161,36 @@ function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<
   const proxy = new FaultProxy({ host: '127.0.0.1', port: ports[0] }, { latencyMs });
   return proxy.listen().then((proxyUrl) => {
     const servers = [proxyUrl, ...ports.slice(1).map((p) => `http://127.0.0.1:${p}`)].join(',');
-    const child = own(spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), SELF, 'island', servers, name], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'] }));
-    const isl: IslandChild = { name, child, proxy, acks: [], tokensSubmitted: 0, stepsSinceSubmit: 0, tokensPerStep: 0, exited: new Promise((r) => child.once('exit', () => r())) };
+    const child = own(
+      spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), SELF, 'island', servers, name], {
+        cwd: ROOT,
+        stdio: ['ignore', 'pipe', 'ignore'],
+      }),
+    );
+    const isl: IslandChild = {
+      name,
+      child,
+      proxy,
+      acks: [],
+      tokensSubmitted: 0,
+      stepsSinceSubmit: 0,
+      tokensPerStep: 0,
+      exited: new Promise((r) => child.once('exit', () => r())),
+    };
     let partial = '';
     child.stdout?.on('data', (b: Buffer) => {
       const lines = (partial + b.toString()).split('\n');
       partial = lines.pop() ?? '';
       for (const line of lines) {
         if (!line.startsWith('{')) continue;
-        const m = JSON.parse(line) as { kind: string; island?: string; seq?: number; status?: string; tokens?: number; steps?: number };
+        const m = JSON.parse(line) as {
+          kind: string;
+          island?: string;
+          seq?: number;
+          status?: string;
+          tokens?: number;
+          steps?: number;
+        };
         if (m.kind === 'step') isl.stepsSinceSubmit++;
         else if (m.kind === 'submitted') {
           isl.tokensSubmitted += m.tokens!;
@@ -174,25 +207,59 @@ function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<
 type Serve = { child: ChildProcess; out: string; exited: Promise<void> };
 
 function serveChild(args: string[]): Serve {
-  const child = own(spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'ignore'], env: { ...process.env, ATOLL_ADMIN_TOKEN: 'chaos' } }));
+  const child = own(
+    spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'ignore'],
+      env: { ...process.env, ATOLL_ADMIN_TOKEN: 'chaos' },
+    }),
+  );
   const s: Serve = { child, out: '', exited: new Promise<void>((r) => child.once('exit', () => r())) };
-  child.stdout?.on('data', (b: Buffer) => { s.out += b.toString(); });
+  child.stdout?.on('data', (b: Buffer) => {
+    s.out += b.toString();
+  });
   return s;
 }
 
 const alive = (s: Serve) => s.child.exitCode === null && s.child.signalCode === null;
 
-async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | 'baseline'>>, log: (s: string) => void, faults: string[]): Promise<ChaosRun> {
+async function runOnce(
+  faulty: boolean,
+  o: Required<Omit<ChaosOptions, 'log' | 'baseline'>>,
+  log: (s: string) => void,
+  faults: string[],
+): Promise<ChaosRun> {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-chaos-'));
   owned.dirs.add(dir);
   writeFileSync(join(dir, 'run.json'), JSON.stringify({ coordinator: { totalTokens: o.tokens } }));
-  const runFlags = ['--preset', 'tiny', '--run-dir', join(dir, 'run'), '--config', join(dir, 'run.json'), '--inner-steps', String(o.innerSteps), '--seed', String(o.seed)];
+  const runFlags = [
+    '--preset',
+    'tiny',
+    '--run-dir',
+    join(dir, 'run'),
+    '--config',
+    join(dir, 'run.json'),
+    '--inner-steps',
+    String(o.innerSteps),
+    '--seed',
+    String(o.seed),
+  ];
   const servers: Serve[] = [];
   let redis: RedisProc | null = null;
   const ports: number[] = [];
   const aggregators: Serve[] = [];
   const startAggregator = () => {
-    const a = serveChild(['--redis', redis!.url, '--role', 'aggregator', '--name', 'chaos', '--lease-ms', '2000', ...runFlags]);
+    const a = serveChild([
+      '--redis',
+      redis!.url,
+      '--role',
+      'aggregator',
+      '--name',
+      'chaos',
+      '--lease-ms',
+      '2000',
+      ...runFlags,
+    ]);
     servers.push(a);
     aggregators.push(a);
   };
@@ -207,18 +274,35 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
       startAggregator();
       for (let g = 0; g < 2; g++) {
         ports.push(await freeTcpPort());
-        servers.push(serveChild(['--redis', redis.url, '--role', 'gateway', '--name', 'chaos', '--port', String(ports[g]), '--host', '127.0.0.1']));
+        servers.push(
+          serveChild([
+            '--redis',
+            redis.url,
+            '--role',
+            'gateway',
+            '--name',
+            'chaos',
+            '--port',
+            String(ports[g]),
+            '--host',
+            '127.0.0.1',
+          ]),
+        );
       }
     } else {
       ports.push(await freeTcpPort());
       servers.push(serveChild(['--port', String(ports[0]), '--host', '127.0.0.1', ...runFlags]));
     }
-    for (const p of ports) await waitUntil('atoll serve to answer', 120_000, async () => (await fetch(`http://127.0.0.1:${p}/healthz`)).ok);
+    for (const p of ports)
+      await waitUntil('atoll serve to answer', 120_000, async () => (await fetch(`http://127.0.0.1:${p}/healthz`)).ok);
     // the last gateway is never killed: the harness reads the run there
     const url = `http://127.0.0.1:${ports[ports.length - 1]}`;
     const route = (k: number) => ports.map((_, j) => ports[(k + j) % ports.length]);
     let next = 0;
-    const addIsland = async () => { islands.push(await spawnIsland(`island-${next}`, route(next), o.latencyMs)); next++; };
+    const addIsland = async () => {
+      islands.push(await spawnIsland(`island-${next}`, route(next), o.latencyMs));
+      next++;
+    };
     for (let i = 0; i < o.islands; i++) await addIsland();
     log(`chaos: ${faulty ? 'faulty' : 'clean'} run, ${o.islands} islands, to ${o.tokens} tokens`);
 
@@ -228,41 +312,67 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
     if (faulty) {
       const kills = Math.ceil(o.failFraction * o.islands);
       for (let j = 0; j < kills; j++) {
-        schedule.push([0.1 + (0.4 * (j + 0.5)) / kills, 'kill -9 island', async () => {
-          const victim = islands.splice(j % islands.length, 1)[0];
-          victim.child.kill('SIGKILL');
-          await victim.exited;
-          await victim.proxy.close();
-          counts.islandKills++;
-          killed.push(victim);
-          await addIsland();
-        }]);
+        schedule.push([
+          0.1 + (0.4 * (j + 0.5)) / kills,
+          'kill -9 island',
+          async () => {
+            const victim = islands.splice(j % islands.length, 1)[0];
+            victim.child.kill('SIGKILL');
+            await victim.exited;
+            await victim.proxy.close();
+            counts.islandKills++;
+            killed.push(victim);
+            await addIsland();
+          },
+        ]);
       }
       if (o.roles) {
-        schedule.push([0.25, 'kill -9 gateway 0', async () => {
-          servers[2].child.kill('SIGKILL');
-          await servers[2].exited;
-          counts.gatewayKills++;
-        }]);
-        schedule.push([0.35, 'kill -9 the active aggregator', async () => {
-          const active = aggregators.find((a) => alive(a) && a.out.includes('aggregator active'))!;
-          active.child.kill('SIGKILL');
-          const t = performance.now();
-          await active.exited;
-          counts.aggregatorKills++;
-          startAggregator();
-          await waitUntil('a standby to take over', 60_000, async () => aggregators.some((a) => a !== active && a.out.includes('aggregator active')));
-          failoverMs.push(Math.round(performance.now() - t));
-        }]);
+        schedule.push([
+          0.25,
+          'kill -9 gateway 0',
+          async () => {
+            servers[2].child.kill('SIGKILL');
+            await servers[2].exited;
+            counts.gatewayKills++;
+          },
+        ]);
+        schedule.push([
+          0.35,
+          'kill -9 the active aggregator',
+          async () => {
+            const active = aggregators.find((a) => alive(a) && a.out.includes('aggregator active'))!;
+            active.child.kill('SIGKILL');
+            const t = performance.now();
+            await active.exited;
+            counts.aggregatorKills++;
+            startAggregator();
+            await waitUntil('a standby to take over', 60_000, async () =>
+              aggregators.some((a) => a !== active && a.out.includes('aggregator active')),
+            );
+            failoverMs.push(Math.round(performance.now() - t));
+          },
+        ]);
       }
-      for (const p of [0.2, 0.4]) schedule.push([p, 'drop connections', () => { islands[0].proxy.dropAll(); counts.connectionDrops++; }]);
-      schedule.push([0.3, 'SIGSTOP island for 3 s', async () => {
-        const c = islands[islands.length - 1].child;
-        c.kill('SIGSTOP');
-        counts.pauses++;
-        await sleep(3000);
-        c.kill('SIGCONT');
-      }]);
+      for (const p of [0.2, 0.4])
+        schedule.push([
+          p,
+          'drop connections',
+          () => {
+            islands[0].proxy.dropAll();
+            counts.connectionDrops++;
+          },
+        ]);
+      schedule.push([
+        0.3,
+        'SIGSTOP island for 3 s',
+        async () => {
+          const c = islands[islands.length - 1].child;
+          c.kill('SIGSTOP');
+          counts.pauses++;
+          await sleep(3000);
+          c.kill('SIGCONT');
+        },
+      ]);
       schedule.sort((a, b) => a[0] - b[0]);
     }
     let last: Status = await status(url);
@@ -270,7 +380,11 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
     while (!last.done) {
       if (Date.now() > deadline) throw new Error('E_CHAOS_TIMEOUT: the run did not finish in 20 minutes');
       await sleep(200);
-      try { last = await status(url); } catch { continue; }
+      try {
+        last = await status(url);
+      } catch {
+        continue;
+      }
       const progress = last.tokensTotal / o.tokens;
       while (schedule.length && schedule[0][0] <= progress) {
         const [p, what, act] = schedule.shift()!;
@@ -287,7 +401,10 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
     for (const i of islands) i.child.kill('SIGTERM');
     await Promise.race([Promise.all(islands.map((i) => i.exited)), sleep(10_000)]);
     for (const i of islands) i.child.kill('SIGKILL');
-    for (const sv of [...servers].reverse()) { if (alive(sv)) sv.child.kill('SIGTERM'); await sv.exited; }
+    for (const sv of [...servers].reverse()) {
+      if (alive(sv)) sv.child.kill('SIGTERM');
+      await sv.exited;
+    }
 
     const updates = loggedUpdates(readFileSync(join(dir, 'run', 'events.jsonl'), 'utf8'));
     const logged = new Map<string, number>();
@@ -300,13 +417,28 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
     const all = [...islands, ...killed];
     let lost = 0;
     let acked = 0;
-    for (const i of all) for (const [id, seq] of i.acks) { acked++; if (!logged.has(`${id}#${seq}`)) lost++; }
+    for (const i of all)
+      for (const [id, seq] of i.acks) {
+        acked++;
+        if (!logged.has(`${id}#${seq}`)) lost++;
+      }
     const duplicates = [...logged.values()].filter((c) => c > 1).length;
-    const tokensComputed = all.reduce((s, i) => s + i.tokensSubmitted, 0) + killed.reduce((s, i) => s + i.stepsSinceSubmit * i.tokensPerStep, 0);
+    const tokensComputed =
+      all.reduce((s, i) => s + i.tokensSubmitted, 0) +
+      killed.reduce((s, i) => s + i.stepsSinceSubmit * i.tokensPerStep, 0);
     return {
-      faulty, seconds: Number(seconds.toFixed(1)), versions, tokensComputed, tokensInTheta,
+      faulty,
+      seconds: Number(seconds.toFixed(1)),
+      versions,
+      tokensComputed,
+      tokensInTheta,
       goodput: Number((tokensInTheta / Math.max(1, tokensComputed)).toFixed(4)),
-      acked, lost, duplicates, evalLoss: last.evalLoss, ...counts, failoverMs,
+      acked,
+      lost,
+      duplicates,
+      evalLoss: last.evalLoss,
+      ...counts,
+      failoverMs,
     };
   } finally {
     for (const i of islands) if (i.child.exitCode === null) i.child.kill('SIGKILL');
@@ -321,19 +453,41 @@ async function runOnce(faulty: boolean, o: Required<Omit<ChaosOptions, 'log' | '
 
 export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
   const o = {
-    islands: opts.islands ?? 4, failFraction: opts.failFraction ?? 0.3, tokens: opts.tokens ?? 40_000,
-    latencyMs: opts.latencyMs ?? 10, innerSteps: opts.innerSteps ?? 8, seed: opts.seed ?? 1, roles: opts.roles ?? false,
+    islands: opts.islands ?? 4,
+    failFraction: opts.failFraction ?? 0.3,
+    tokens: opts.tokens ?? 40_000,
+    latencyMs: opts.latencyMs ?? 10,
+    innerSteps: opts.innerSteps ?? 8,
+    seed: opts.seed ?? 1,
+    roles: opts.roles ?? false,
   };
   const log = opts.log ?? (() => {});
-  if (!(Number.isInteger(o.islands) && o.islands >= 1 && o.islands <= 64)) throw Object.assign(new Error(`--islands must be an integer in [1, 64], got ${o.islands}`), { code: 'E_BAD_FLAGS' });
-  if (!(Number.isInteger(o.tokens) && o.tokens >= 1)) throw Object.assign(new Error(`--tokens must be a positive integer, got ${o.tokens}`), { code: 'E_BAD_FLAGS' });
-  if (!(o.failFraction >= 0 && o.failFraction <= 1)) throw Object.assign(new Error(`--fail must be a number in [0, 1], got ${o.failFraction}`), { code: 'E_BAD_FLAGS' });
+  if (!(Number.isInteger(o.islands) && o.islands >= 1 && o.islands <= 64))
+    throw Object.assign(new Error(`--islands must be an integer in [1, 64], got ${o.islands}`), {
+      code: 'E_BAD_FLAGS',
+    });
+  if (!(Number.isInteger(o.tokens) && o.tokens >= 1))
+    throw Object.assign(new Error(`--tokens must be a positive integer, got ${o.tokens}`), { code: 'E_BAD_FLAGS' });
+  if (!(o.failFraction >= 0 && o.failFraction <= 1))
+    throw Object.assign(new Error(`--fail must be a number in [0, 1], got ${o.failFraction}`), { code: 'E_BAD_FLAGS' });
   takeDownOnSignals(log);
   const clean = opts.baseline === false ? null : await runOnce(false, o, log, []);
   const faults: string[] = [];
   const faulty = await runOnce(true, o, log, faults);
-  const d = clean && clean.evalLoss !== null && faulty.evalLoss !== null ? (100 * (faulty.evalLoss - clean.evalLoss)) / clean.evalLoss : null;
-  return { topology: o.roles ? 'roles' : 'embedded', islands: o.islands, failFraction: o.failFraction, tokens: o.tokens, faults, clean, faulty, evalLossDeltaPct: d === null ? null : Number(d.toFixed(2)) };
+  const d =
+    clean && clean.evalLoss !== null && faulty.evalLoss !== null
+      ? (100 * (faulty.evalLoss - clean.evalLoss)) / clean.evalLoss
+      : null;
+  return {
+    topology: o.roles ? 'roles' : 'embedded',
+    islands: o.islands,
+    failFraction: o.failFraction,
+    tokens: o.tokens,
+    faults,
+    clean,
+    faulty,
+    evalLossDeltaPct: d === null ? null : Number(d.toFixed(2)),
+  };
 }
 
 // ── the island child ────────────────────────────────────────────────────────────────────────
@@ -342,10 +496,23 @@ async function islandChild(url: string, name: string): Promise<void> {
   const { startNodeIsland } = await import('../../client/island/node.ts');
   const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
   const isl = await startNodeIsland({
-    server: url, engine: 'cpu', name, progress: 'none', maxOutageMs: 120_000, handleSignals: true,
+    server: url,
+    engine: 'cpu',
+    name,
+    progress: 'none',
+    maxOutageMs: 120_000,
+    handleSignals: true,
     onEvent: (e) => {
       if (e.type === 'step') out({ kind: 'step' });
-      else if (e.type === 'submitted') out({ kind: 'submitted', island: e.meta.islandId, seq: e.meta.seq, status: e.ack.status, tokens: e.meta.tokens, steps: e.meta.steps });
+      else if (e.type === 'submitted')
+        out({
+          kind: 'submitted',
+          island: e.meta.islandId,
+          seq: e.meta.seq,
+          status: e.ack.status,
+          tokens: e.meta.tokens,
+          steps: e.meta.steps,
+        });
     },
   });
   await isl.done;

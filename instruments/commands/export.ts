@@ -18,7 +18,9 @@ function fail(code: string, message: string): never {
 }
 
 function read(path: string): Uint8Array {
-  try { return new Uint8Array(readFileSync(path)); } catch (e) {
+  try {
+    return new Uint8Array(readFileSync(path));
+  } catch (e) {
     fail('E_CHECKPOINT_MISSING', `cannot read '${path}': ${(e as Error).message}`);
   }
 }
@@ -36,7 +38,9 @@ export function exportCheckpoint(o: ExportCliOptions): string[] {
     });
   }
   let names: string[];
-  try { names = readdirSync(o.checkpoint); } catch (e) {
+  try {
+    names = readdirSync(o.checkpoint);
+  } catch (e) {
     fail('E_CHECKPOINT_MISSING', `--format atoll reads a transformers folder: ${(e as Error).message}`);
   }
   const folder: Record<string, Uint8Array> = {};

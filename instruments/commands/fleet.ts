@@ -46,11 +46,18 @@ const bad = (message: string) => Object.assign(new Error(message), { code: 'E_BA
 /** `join:2@0.3,leave:1@0.6,kill:1@0.4`: at 30 % of the tokens two Node islands join, … */
 export function parseSchedule(s: string | undefined): ScheduleEvent[] {
   if (!s) return [];
-  return s.split(',').map((part) => part.trim()).filter(Boolean).map((part) => {
-    const m = /^(join|leave|kill)(?::(\d+))?@([0-9.]+)$/.exec(part);
-    if (!m || !(Number(m[3]) >= 0 && Number(m[3]) < 1)) throw bad(`--schedule: '${part}' is not ACTION[:COUNT]@FRACTION (join|leave|kill, fraction of the tokens in [0, 1))`);
-    return { action: m[1] as ScheduleEvent['action'], count: Number(m[2] ?? 1), at: Number(m[3]) };
-  });
+  return s
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)
+    .map((part) => {
+      const m = /^(join|leave|kill)(?::(\d+))?@([0-9.]+)$/.exec(part);
+      if (!m || !(Number(m[3]) >= 0 && Number(m[3]) < 1))
+        throw bad(
+          `--schedule: '${part}' is not ACTION[:COUNT]@FRACTION (join|leave|kill, fraction of the tokens in [0, 1))`,
+        );
+      return { action: m[1] as ScheduleEvent['action'], count: Number(m[2] ?? 1), at: Number(m[3]) };
+    });
 }
 
 function numbers(flag: string, s: string | undefined, ok: (n: number) => boolean): number[] {
@@ -66,27 +73,46 @@ export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
   const preset = (o.preset ?? 'tiny') as PresetName;
   if (!(preset in PRESETS)) throw bad(`--preset must be one of ${Object.keys(PRESETS).join('|')}`);
   const engines = (o.engines ?? 'cpu').split(',').map((e) => e.trim());
-  for (const e of engines) if (!parseFleetEngine(e)) throw bad(`--engines: '${e}' is not cpu or webgpu, with :f16 and xN (devices, webgpu) where wanted`);
+  for (const e of engines)
+    if (!parseFleetEngine(e))
+      throw bad(`--engines: '${e}' is not cpu or webgpu, with :f16 and xN (devices, webgpu) where wanted`);
   const schedule = parseSchedule(o.schedule);
   const islands = o.islands ?? 4;
   const joins = schedule.filter((e) => e.action === 'join').reduce((a, e) => a + e.count, 0);
-  if (joins > islands) throw bad(`--schedule joins ${joins} islands but --islands is ${islands} (joining islands count in --islands)`);
+  if (joins > islands)
+    throw bad(`--schedule joins ${joins} islands but --islands is ${islands} (joining islands count in --islands)`);
   // leaves and kills take Node islands that are training: more than can ever be would never fire
   const gone = schedule.filter((e) => e.action === 'leave').reduce((a, e) => a + e.count, 0);
   const worst = schedule.filter((e) => e.action !== 'join').reduce((a, e) => Math.max(a, e.count), 0);
-  if (gone > islands || worst > islands) throw bad(`--schedule takes ${Math.max(gone, worst)} Node islands out but --islands is ${islands} (pages are never taken out)`);
+  if (gone > islands || worst > islands)
+    throw bad(
+      `--schedule takes ${Math.max(gone, worst)} Node islands out but --islands is ${islands} (pages are never taken out)`,
+    );
   if (islands + (o.browsers ?? 0) < 1) throw bad('a fleet needs at least one island or browser');
   const mixGroup = o.mixGroup ?? 0;
-  if (mixGroup !== 0 && (mixGroup < 2 || mixGroup > 16 || (mixGroup & (mixGroup - 1)) !== 0)) throw bad('--mix-group must be 0 (off) or a power of two from 2 to 16');
+  if (mixGroup !== 0 && (mixGroup < 2 || mixGroup > 16 || (mixGroup & (mixGroup - 1)) !== 0))
+    throw bad('--mix-group must be 0 (off) or a power of two from 2 to 16');
   // atoll serve refuses it on the Redis roles (the groups live in one gateway's memory)
   if (mixGroup && o.redis) throw bad('--mix-group runs on the embedded server only: leave out --redis');
   return {
-    preset, islands, browsers: o.browsers ?? 0, engines,
+    preset,
+    islands,
+    browsers: o.browsers ?? 0,
+    engines,
     batches: numbers('batches', o.batches, (n) => Number.isInteger(n) && n >= 1 && n <= 1024),
     duty: o.duty ? numbers('duty', o.duty, (n) => n > 0 && n <= 1) : [1],
-    schedule, tokens: o.tokens ?? 50_000, data: o.data, seed: o.seed ?? 1337, mode: o.mode, codec: o.codec, config: o.config,
-    redis: o.redis === true ? true : typeof o.redis === 'string' ? o.redis : undefined, mixGroup,
-    evals: o.evals ?? 12, evalBatches: o.evalBatches ?? 64, timeoutMs: (o.timeout ?? 30) * 60_000,
+    schedule,
+    tokens: o.tokens ?? 50_000,
+    data: o.data,
+    seed: o.seed ?? 1337,
+    mode: o.mode,
+    codec: o.codec,
+    config: o.config,
+    redis: o.redis === true ? true : typeof o.redis === 'string' ? o.redis : undefined,
+    mixGroup,
+    evals: o.evals ?? 12,
+    evalBatches: o.evalBatches ?? 64,
+    timeoutMs: (o.timeout ?? 30) * 60_000,
   };
 }
 
@@ -97,10 +123,18 @@ function timestamp(): string {
 const round = (x: number, d = 4) => Number(x.toFixed(d));
 const perToken = (bytes: number | null, tokens: number) => (bytes === null ? null : round(bytes / Math.max(1, tokens)));
 /** Each entry per token (already per token: `tokens` 1), rounded, largest first. */
-const perTokenEach = (r: Record<string, number>, tokens = 1) => Object.fromEntries(Object.entries(r).sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, round(v / Math.max(1, tokens))]));
+const perTokenEach = (r: Record<string, number>, tokens = 1) =>
+  Object.fromEntries(
+    Object.entries(r)
+      .sort((a, b) => b[1] - a[1])
+      .map(([k, v]) => [k, round(v / Math.max(1, tokens))]),
+  );
 
 /** Runs the fleet and its twin, writes the output folder, returns the report. */
-export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number; json?: boolean } = {}): Promise<FleetReport> {
+export async function fleet(
+  spec: FleetSpec,
+  o: { out?: string; workers?: number; json?: boolean } = {},
+): Promise<FleetReport> {
   const t0 = performance.now();
   const load0 = loadavg()[0];
   const names = ['live', 'twin', 'ddp', 'single'];
@@ -110,10 +144,17 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
   const redis = spec.redis === true ? await startRedis() : null;
   const killRedis = () => redis?.child.kill('SIGKILL');
   process.once('exit', killRedis);
-  const live = await runLive({ ...spec, redis: redis ? redis.url : spec.redis }, { log, progress: (f) => bars.update(0, f), freePort: freeTcpPort })
-    .finally(async () => { process.off('exit', killRedis); await redis?.stop(); });
+  const live = await runLive(
+    { ...spec, redis: redis ? redis.url : spec.redis },
+    { log, progress: (f) => bars.update(0, f), freePort: freeTcpPort },
+  ).finally(async () => {
+    process.off('exit', killRedis);
+    await redis?.stop();
+  });
   bars.update(0, 1);
-  log(`fleet: live run reached ${live.tokens.toLocaleString()} tokens in ${live.seconds.toFixed(0)} s (v${live.versions}); the twin, DDP and single island now run in virtual time`);
+  log(
+    `fleet: live run reached ${live.tokens.toLocaleString()} tokens in ${live.seconds.toFixed(0)} s (v${live.versions}); the twin, DDP and single island now run in virtual time`,
+  );
   const ts = twinSpec(live, spec.tokens, spec.evals, spec.evalBatches);
   const workers = o.workers ?? Math.min(2, availableParallelism());
   const [rows, liveResult] = await Promise.all([
@@ -126,30 +167,92 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
   const strip = ({ curve: _c, ...r }: SimRunResult) => r;
   const report: FleetReport = {
     config: {
-      preset: spec.preset, params: numParams(getPreset(spec.preset)), data: live.runConfig.data, seed: live.runConfig.seed, tokens: spec.tokens,
-      islands: spec.islands, browsers: spec.browsers, mixGroup: spec.mixGroup, engines: spec.engines, batches: spec.batches, duty: spec.duty, schedule: spec.schedule,
-      topology: live.topology, coordinator: cc, load: [round(load0, 2), round(loadavg()[0], 2)], cores: availableParallelism(),
+      preset: spec.preset,
+      params: numParams(getPreset(spec.preset)),
+      data: live.runConfig.data,
+      seed: live.runConfig.seed,
+      tokens: spec.tokens,
+      islands: spec.islands,
+      browsers: spec.browsers,
+      mixGroup: spec.mixGroup,
+      engines: spec.engines,
+      batches: spec.batches,
+      duty: spec.duty,
+      schedule: spec.schedule,
+      topology: live.topology,
+      coordinator: cc,
+      load: [round(load0, 2), round(loadavg()[0], 2)],
+      cores: availableParallelism(),
       realTimeMs: Math.round(performance.now() - t0),
     },
     live: {
-      evalLoss: liveResult.evalLoss, tokens: live.tokens, versions: live.versions, seconds: round(live.seconds, 1), bytesIn: live.bytesIn, bytesOut: live.bytesOut,
-      inPerToken: perToken(live.bytesIn, live.tokens)!, outPerToken: perToken(live.bytesOut, live.tokens)!,
-      wireInPerToken: perToken(live.wireIn, live.tokens), wireOutPerToken: perToken(live.wireOut, live.tokens),
+      evalLoss: liveResult.evalLoss,
+      tokens: live.tokens,
+      versions: live.versions,
+      seconds: round(live.seconds, 1),
+      bytesIn: live.bytesIn,
+      bytesOut: live.bytesOut,
+      inPerToken: perToken(live.bytesIn, live.tokens)!,
+      outPerToken: perToken(live.bytesOut, live.tokens)!,
+      wireInPerToken: perToken(live.wireIn, live.tokens),
+      wireOutPerToken: perToken(live.wireOut, live.tokens),
       outByKindPerToken: live.outByKind && perTokenEach(live.outByKind, live.tokens),
-      wireByMessagePerToken: live.wireByMessage && { in: perTokenEach(live.wireByMessage.in, live.tokens), out: perTokenEach(live.wireByMessage.out, live.tokens) },
-      steady: { ...live.steady, ...Object.fromEntries((['inPerToken', 'outPerToken', 'wireInPerToken', 'wireOutPerToken'] as const).map((k) => [k, live.steady[k] === null ? null : round(live.steady[k])])), outByKindPerToken: live.steady.outByKindPerToken && perTokenEach(live.steady.outByKindPerToken) },
-      mix: live.mix, curve: liveResult.curve,
+      wireByMessagePerToken: live.wireByMessage && {
+        in: perTokenEach(live.wireByMessage.in, live.tokens),
+        out: perTokenEach(live.wireByMessage.out, live.tokens),
+      },
+      steady: {
+        ...live.steady,
+        ...Object.fromEntries(
+          (['inPerToken', 'outPerToken', 'wireInPerToken', 'wireOutPerToken'] as const).map((k) => [
+            k,
+            live.steady[k] === null ? null : round(live.steady[k]),
+          ]),
+        ),
+        outByKindPerToken: live.steady.outByKindPerToken && perTokenEach(live.steady.outByKindPerToken),
+      },
+      mix: live.mix,
+      curve: liveResult.curve,
     },
-    twin, ddp, single,
-    ratios: { liveOverTwin: round(liveResult.evalLoss / twin.evalLoss), liveOverDdp: round(liveResult.evalLoss / ddp.evalLoss), twinOverDdp: round(twin.evalLoss / ddp.evalLoss) },
-    lost: live.lost, duplicated: live.duplicated, faults: live.faults,
+    twin,
+    ddp,
+    single,
+    ratios: {
+      liveOverTwin: round(liveResult.evalLoss / twin.evalLoss),
+      liveOverDdp: round(liveResult.evalLoss / ddp.evalLoss),
+      twinOverDdp: round(twin.evalLoss / ddp.evalLoss),
+    },
+    lost: live.lost,
+    duplicated: live.duplicated,
+    faults: live.faults,
     islands: live.islands.map((l) => ({
-      name: l.name, kind: l.kind, engine: l.engine, batchSize: l.batchSize, duty: l.duty, tokensPerSec: round(l.tokensPerSec, 1),
-      accepted: l.accepted, rejected: l.rejected, rejectedByCode: l.rejectedByCode, bytesUp: l.bytesUp, bytesDown: l.bytesDown,
-      reconnects: l.reconnects, joinAtMs: l.joinAtMs, leaveAtMs: l.leaveAtMs, killed: l.killed, hashChecks: l.hashChecks, hashMismatches: l.hashMismatches, roundsMixed: l.roundsMixed,
+      name: l.name,
+      kind: l.kind,
+      engine: l.engine,
+      batchSize: l.batchSize,
+      duty: l.duty,
+      tokensPerSec: round(l.tokensPerSec, 1),
+      accepted: l.accepted,
+      rejected: l.rejected,
+      rejectedByCode: l.rejectedByCode,
+      bytesUp: l.bytesUp,
+      bytesDown: l.bytesDown,
+      reconnects: l.reconnects,
+      joinAtMs: l.joinAtMs,
+      leaveAtMs: l.leaveAtMs,
+      killed: l.killed,
+      hashChecks: l.hashChecks,
+      hashMismatches: l.hashMismatches,
+      roundsMixed: l.roundsMixed,
     })),
     twinSpec: ts,
-    twinIslands: ts.rows[0].islands.map(({ name, speed, batchSize, joinAtMs, leaveAtMs }) => ({ name, speed: round(speed), batchSize, joinAtMs, leaveAtMs })),
+    twinIslands: ts.rows[0].islands.map(({ name, speed, batchSize, joinAtMs, leaveAtMs }) => ({
+      name,
+      speed: round(speed),
+      batchSize,
+      joinAtMs,
+      leaveAtMs,
+    })),
   };
   const outDir = resolve(o.out ?? join('runs', `fleet-${timestamp()}`));
   mkdirSync(outDir, { recursive: true });
@@ -163,28 +266,76 @@ export async function fleet(spec: FleetSpec, o: { out?: string; workers?: number
   writeFileSync(join(outDir, 'plot.svg'), svg);
   const table = formatTable(all.map(strip));
   const islandsTable = islandTable(report);
-  writeFileSync(join(outDir, 'report.html'), htmlPage(title, `<p>live: ${live.topology === 'roles' ? 'one aggregator and two gateways on Redis' : 'the embedded server'}, ${cc.mode} DiLoCo, ${esc(cc.uplink.encoding)} up, ${esc(cc.downlink.encoding)} down,
+  writeFileSync(
+    join(outDir, 'report.html'),
+    htmlPage(
+      title,
+      `<p>live: ${live.topology === 'roles' ? 'one aggregator and two gateways on Redis' : 'the embedded server'}, ${cc.mode} DiLoCo, ${esc(cc.uplink.encoding)} up, ${esc(cc.downlink.encoding)} down,
 ${live.seconds.toFixed(0)} s of wall time (right panel: wall time for live, virtual time for the simulated rows). live/twin ${report.ratios.liveOverTwin}×, live/DDP ${report.ratios.liveOverDdp}×; lost ${live.lost}, duplicated ${live.duplicated}.
-The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config, one simulated island per live island with the speed it measured.</p>`, svg, `${table}\n\n${islandsTable}\n\n${trafficLine(report)}`, report));
+The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config, one simulated island per live island with the speed it measured.</p>`,
+      svg,
+      `${table}\n\n${islandsTable}\n\n${trafficLine(report)}`,
+      report,
+    ),
+  );
   if (o.json) process.stdout.write(json + '\n');
-  else process.stdout.write(`${table}\n\n${islandsTable}\n\n${trafficLine(report)}\nlive/twin ${report.ratios.liveOverTwin}×  live/DDP ${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`);
+  else
+    process.stdout.write(
+      `${table}\n\n${islandsTable}\n\n${trafficLine(report)}\nlive/twin ${report.ratios.liveOverTwin}×  live/DDP ${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`,
+    );
   return report;
 }
 
 /** The server's traffic per accepted token, and what mixing did. */
 function trafficLine(r: FleetReport): string {
-  const l = r.live, m = l.mix, s = l.steady;
-  const wire = (i: number | null, o: number | null) => (i === null || o === null ? '' : ` (on the wire: in ${i.toFixed(3)}, out ${o.toFixed(3)})`);
-  return `server bytes per accepted token, frames: in ${l.inPerToken.toFixed(3)}, out ${l.outPerToken.toFixed(3)}${wire(l.wireInPerToken, l.wireOutPerToken)}; `
-    + `from ${s.fromTokens.toLocaleString()} tokens (v${s.fromVersion}, every island training): in ${s.inPerToken.toFixed(3)}, out ${s.outPerToken.toFixed(3)}${wire(s.wireInPerToken, s.wireOutPerToken)}`
-    + (m ? `\nmixing k=${m.k}: ${m.mixedGroups}/${m.groups} groups mixed (${m.mixedMembers} members), ${m.fallbacks} called off, ${m.expired} waits in vain (now ${m.formWaitMs} ms), signalling relayed ${m.signallingBytes.toLocaleString()} B (pairs signalled ${m.pairsSignalled}, reused ${m.pairsReused}), net saved ${Math.round(m.savedBytes).toLocaleString()} B` : '');
+  const l = r.live,
+    m = l.mix,
+    s = l.steady;
+  const wire = (i: number | null, o: number | null) =>
+    i === null || o === null ? '' : ` (on the wire: in ${i.toFixed(3)}, out ${o.toFixed(3)})`;
+  return (
+    `server bytes per accepted token, frames: in ${l.inPerToken.toFixed(3)}, out ${l.outPerToken.toFixed(3)}${wire(l.wireInPerToken, l.wireOutPerToken)}; ` +
+    `from ${s.fromTokens.toLocaleString()} tokens (v${s.fromVersion}, every island training): in ${s.inPerToken.toFixed(3)}, out ${s.outPerToken.toFixed(3)}${wire(s.wireInPerToken, s.wireOutPerToken)}` +
+    (m
+      ? `\nmixing k=${m.k}: ${m.mixedGroups}/${m.groups} groups mixed (${m.mixedMembers} members), ${m.fallbacks} called off, ${m.expired} waits in vain (now ${m.formWaitMs} ms), signalling relayed ${m.signallingBytes.toLocaleString()} B (pairs signalled ${m.pairsSignalled}, reused ${m.pairsReused}), net saved ${Math.round(m.savedBytes).toLocaleString()} B`
+      : '')
+  );
 }
 
 function islandTable(r: FleetReport): string {
-  const head = ['island', 'kind', 'engine', 'batch', 'duty', 'tokens/s', 'accepted', 'rejected', 'mixed', 'θ hash ok/bad', 'up', 'down', 'joined s', 'left s'];
+  const head = [
+    'island',
+    'kind',
+    'engine',
+    'batch',
+    'duty',
+    'tokens/s',
+    'accepted',
+    'rejected',
+    'mixed',
+    'θ hash ok/bad',
+    'up',
+    'down',
+    'joined s',
+    'left s',
+  ];
   const kb = (b: number) => `${(b / 1e3).toFixed(0)} kB`;
-  const rows = r.islands.map((i) => [i.name, i.kind, i.engine, String(i.batchSize), String(i.duty), i.tokensPerSec.toFixed(0), String(i.accepted), String(i.rejected), String(i.roundsMixed), `${i.hashChecks}/${i.hashMismatches}`, kb(i.bytesUp), kb(i.bytesDown),
-    i.joinAtMs < 0 ? '-' : (i.joinAtMs / 1000).toFixed(1), i.leaveAtMs === null ? '-' : `${(i.leaveAtMs / 1000).toFixed(1)}${i.killed ? ' (kill)' : ''}`]);
+  const rows = r.islands.map((i) => [
+    i.name,
+    i.kind,
+    i.engine,
+    String(i.batchSize),
+    String(i.duty),
+    i.tokensPerSec.toFixed(0),
+    String(i.accepted),
+    String(i.rejected),
+    String(i.roundsMixed),
+    `${i.hashChecks}/${i.hashMismatches}`,
+    kb(i.bytesUp),
+    kb(i.bytesDown),
+    i.joinAtMs < 0 ? '-' : (i.joinAtMs / 1000).toFixed(1),
+    i.leaveAtMs === null ? '-' : `${(i.leaveAtMs / 1000).toFixed(1)}${i.killed ? ' (kill)' : ''}`,
+  ]);
   const w = head.map((h, k) => Math.max(h.length, ...rows.map((x) => x[k].length)));
   const line = (c: string[]) => c.map((x, k) => (k === 0 ? x.padEnd(w[k]) : x.padStart(w[k]))).join('  ');
   return [line(head), w.map((n) => '-'.repeat(n)).join('  '), ...rows.map(line)].join('\n');

@@ -41,9 +41,24 @@ export async function island(o: IslandCliOptions): Promise<number> {
   const s = await isl.done;
   const p = s.progress;
   if (o.json) {
-    process.stdout.write(JSON.stringify({ islandId: s.islandId, reason: s.reason, rounds: p.rounds, tokens: p.tokens, accepted: p.accepted, rejected: p.rejected, version: p.version, bytesSent: isl.transport.stats.bytesSent, bytesReceived: isl.transport.stats.bytesReceived, mix: isl.mix }) + '\n');
+    process.stdout.write(
+      JSON.stringify({
+        islandId: s.islandId,
+        reason: s.reason,
+        rounds: p.rounds,
+        tokens: p.tokens,
+        accepted: p.accepted,
+        rejected: p.rejected,
+        version: p.version,
+        bytesSent: isl.transport.stats.bytesSent,
+        bytesReceived: isl.transport.stats.bytesReceived,
+        mix: isl.mix,
+      }) + '\n',
+    );
   } else {
-    process.stderr.write(`atoll island: ${s.reason} after ${p.rounds} rounds (${p.accepted} applied), ${p.tokens.toLocaleString()} tokens, at version ${p.version}\n`);
+    process.stderr.write(
+      `atoll island: ${s.reason} after ${p.rounds} rounds (${p.accepted} applied), ${p.tokens.toLocaleString()} tokens, at version ${p.version}\n`,
+    );
   }
   return s.reason === 'stopped' || s.reason === 'done' || isl.stopRequested ? 0 : 1;
 }
@@ -52,18 +67,29 @@ export async function island(o: IslandCliOptions): Promise<number> {
 async function validator(o: IslandCliOptions): Promise<number> {
   const token = o.validatorToken ?? process.env.ATOLL_VALIDATOR_TOKEN?.trim();
   if (!token) {
-    process.stderr.write('atoll island --validator: give the run\'s validator token (--validator-token or $ATOLL_VALIDATOR_TOKEN)\n');
+    process.stderr.write(
+      "atoll island --validator: give the run's validator token (--validator-token or $ATOLL_VALIDATOR_TOKEN)\n",
+    );
     return 1;
   }
   const { startNodeValidator } = await import('../../client/island/node-validator.ts');
   const say = (s: string) => process.stderr.write(s + '\n');
   const v = await startNodeValidator({ server: o.server, token, engine: o.engine, say: o.json ? undefined : say });
   let stopping = false;
-  const onSignal = () => { if (stopping) process.exit(1); stopping = true; v.stop(); };
+  const onSignal = () => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    v.stop();
+  };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   const r = await v.done;
   if (o.json) process.stdout.write(JSON.stringify(r.ok ? { verdicts: r.value } : { error: r.error }) + '\n');
-  else say(r.ok ? `atoll island --validator: stopped after ${r.value} verdicts` : `atoll island --validator: ${r.error.code}: ${r.error.message}`);
+  else
+    say(
+      r.ok
+        ? `atoll island --validator: stopped after ${r.value} verdicts`
+        : `atoll island --validator: ${r.error.code}: ${r.error.message}`,
+    );
   return r.ok ? 0 : 1;
 }

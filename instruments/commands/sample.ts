@@ -18,15 +18,23 @@ export interface SampleCliOptions {
 
 export async function sampleFromCheckpoint(o: SampleCliOptions): Promise<string> {
   let bytes: Uint8Array;
-  try { bytes = new Uint8Array(readFileSync(o.checkpoint)); } catch (e) {
-    throw Object.assign(new Error(`cannot read checkpoint '${o.checkpoint}': ${(e as Error).message}`), { code: 'E_CHECKPOINT_MISSING' });
+  try {
+    bytes = new Uint8Array(readFileSync(o.checkpoint));
+  } catch (e) {
+    throw Object.assign(new Error(`cannot read checkpoint '${o.checkpoint}': ${(e as Error).message}`), {
+      code: 'E_CHECKPOINT_MISSING',
+    });
   }
   const ck = decodeCheckpoint(bytes);
   if (!ck.ok) throw Object.assign(new Error(`${o.checkpoint}: ${ck.error.message}`), { code: ck.error.code });
   const engine = await createEngine(o.engine, { config: ck.value.config, maxBatch: 1 });
   try {
     await engine.setParams(ck.value.params);
-    const out = await generate(engine, encodeText(o.prompt), { tokens: o.tokens, temperature: o.temperature, seed: o.seed });
+    const out = await generate(engine, encodeText(o.prompt), {
+      tokens: o.tokens,
+      temperature: o.temperature,
+      seed: o.seed,
+    });
     return decodeTokens(out);
   } finally {
     engine.destroy();

@@ -6,7 +6,15 @@ import { join, resolve } from 'node:path';
 import { type AtollServer, createServer } from '../../server/app.ts';
 import { buildClientIfNeeded } from '../../server/client-build.ts';
 import { unauditable } from '../../core/coord/audit.ts';
-import { type RunConfig, type RunFlags, ConfigError, DEFAULT_RUN_NAME, buildRunConfig, readConfigFile, resumeRunConfig } from '../../server/run/config.ts';
+import {
+  type RunConfig,
+  type RunFlags,
+  ConfigError,
+  DEFAULT_RUN_NAME,
+  buildRunConfig,
+  readConfigFile,
+  resumeRunConfig,
+} from '../../server/run/config.ts';
 import { RunStore } from '../../server/run/store.ts';
 import type { AuditOptions } from '../../server/run/audit.ts';
 import { lockRunFolder, moveRunFolderAside } from '../../server/run/folder.ts';
@@ -45,7 +53,11 @@ export interface ServeCliOptions extends RunFlags {
 /** --mix-ice-servers: the file's iceServers, or E_BAD_CONFIG before anything starts. */
 export function readIceServers(file: string): IceServers {
   let text: string;
-  try { text = readFileSync(file, 'utf8'); } catch (e) { throw new ConfigError('E_BAD_CONFIG', `--mix-ice-servers: cannot read ${file}: ${(e as Error).message}`); }
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new ConfigError('E_BAD_CONFIG', `--mix-ice-servers: cannot read ${file}: ${(e as Error).message}`);
+  }
   const r = parseIceServers(text);
   if (!r.ok) throw new ConfigError('E_BAD_CONFIG', `--mix-ice-servers ${file}: ${r.error.message}`);
   return r.value;
@@ -56,15 +68,26 @@ async function assertPortFree(port: number, host: string): Promise<void> {
   const { createServer } = await import('node:net');
   await new Promise<void>((done, fail) => {
     const s = createServer();
-    s.once('error', (e: NodeJS.ErrnoException) => fail(e.code === 'EADDRINUSE'
-      ? Object.assign(new Error(`port ${port} is in use (another atoll serve?): choose another with --port N`), { code: 'E_PORT_IN_USE' })
-      : e));
+    s.once('error', (e: NodeJS.ErrnoException) =>
+      fail(
+        e.code === 'EADDRINUSE'
+          ? Object.assign(new Error(`port ${port} is in use (another atoll serve?): choose another with --port N`), {
+              code: 'E_PORT_IN_USE',
+            })
+          : e,
+      ),
+    );
     s.listen(port, host, () => s.close(() => done()));
   });
 }
 
 /** Resolves the run folder and config: resume when the folder holds a run, else a fresh one. */
-function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resumePatch: RunConfig['coordinator'] | undefined; resumed: boolean } {
+function resolveRun(o: ServeCliOptions): {
+  dir: string;
+  config: RunConfig;
+  resumePatch: RunConfig['coordinator'] | undefined;
+  resumed: boolean;
+} {
   const file = o.config ? readConfigFile(o.config) : null;
   const name = o.name ?? (typeof file?.name === 'string' ? file.name : DEFAULT_RUN_NAME);
   const dir = resolve(o.runDir ?? join('runs', name));
@@ -78,12 +101,26 @@ function resolveRun(o: ServeCliOptions): { dir: string; config: RunConfig; resum
   const stored = existsSync(join(dir, 'config.json')) ? new RunStore(dir).readConfig<RunConfig>() : null;
   if (stored) {
     const { config, patch } = resumeRunConfig(stored, o);
-    return { dir, config: auditable(config, o), resumePatch: Object.keys(patch).length ? (patch as RunConfig['coordinator']) : undefined, resumed: true };
+    return {
+      dir,
+      config: auditable(config, o),
+      resumePatch: Object.keys(patch).length ? (patch as RunConfig['coordinator']) : undefined,
+      resumed: true,
+    };
   }
   // Audits recompute a dense Δ: with validators and no codec chosen, the deltas are int8 (said at start).
-  const dense = auditOptions(o) && o.codec === undefined && !(file?.coordinator as { uplink?: unknown } | undefined)?.uplink;
-  if (dense) process.stdout.write('atoll serve: validators audit dense deltas: the uplink is int8 (sparse deltas cannot be recomputed; docs/protocol.md, "Verified work")\n');
-  return { dir, config: auditable(buildRunConfig(file, { ...o, name, ...(dense ? { codec: 'int8' } : {}) }), o), resumePatch: undefined, resumed: false };
+  const dense =
+    auditOptions(o) && o.codec === undefined && !(file?.coordinator as { uplink?: unknown } | undefined)?.uplink;
+  if (dense)
+    process.stdout.write(
+      'atoll serve: validators audit dense deltas: the uplink is int8 (sparse deltas cannot be recomputed; docs/protocol.md, "Verified work")\n',
+    );
+  return {
+    dir,
+    config: auditable(buildRunConfig(file, { ...o, name, ...(dense ? { codec: 'int8' } : {}) }), o),
+    resumePatch: undefined,
+    resumed: false,
+  };
 }
 
 /** A run with validators whose uplink no validator can recompute is refused: its audits would sample nothing. */
@@ -93,10 +130,17 @@ function auditable(config: RunConfig, o: ServeCliOptions): RunConfig {
   return config;
 }
 
-export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
+export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined> {
   const say = (s: string) => process.stdout.write(s + '\n');
-  if (o.redis || o.role) return serveRoles(o, say);
-  if (o.mixIceServers && !o.mixGroup) throw new ConfigError('E_BAD_CONFIG', '--mix-ice-servers goes with --mix-group (the iceServers are for group members)');
+  if (o.redis || o.role) {
+    await serveRoles(o, say);
+    return undefined;
+  }
+  if (o.mixIceServers && !o.mixGroup)
+    throw new ConfigError(
+      'E_BAD_CONFIG',
+      '--mix-ice-servers goes with --mix-group (the iceServers are for group members)',
+    );
   // checked before anything is built or written
   const iceServers = o.mixIceServers ? readIceServers(o.mixIceServers) : undefined;
   if (o.buildIfNeeded) buildClientIfNeeded(say);
@@ -106,7 +150,9 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
   const host = o.host ?? process.env.HOST ?? '0.0.0.0';
   if (port !== 0) await assertPortFree(port, host);
   const server = await createServer({
-    dir, config, resumePatch,
+    dir,
+    config,
+    resumePatch,
     adminToken: envToken ? envToken : undefined,
     evaluate: o.eval !== false,
     outerWorkers: o.outerWorkers,
@@ -118,16 +164,28 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
   const addr = await server.listen(port, host);
   const r = server.run;
   const cc = r.config.coordinator;
-  say(`atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`);
-  say(`  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} deltas, outer ${cc.outer.kind} lr ${cc.outer.lr} momentum ${cc.outer.momentum}, ${r.outerWorkers ? `outer step on ${r.outerWorkers} worker threads` : 'outer step on the event loop'}`);
-  say(`  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`);
+  say(
+    `atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`,
+  );
+  say(
+    `  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} deltas, outer ${cc.outer.kind} lr ${cc.outer.lr} momentum ${cc.outer.momentum}, ${r.outerWorkers ? `outer step on ${r.outerWorkers} worker threads` : 'outer step on the event loop'}`,
+  );
+  say(
+    `  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`,
+  );
   say(`  islands: npx atoll island --server ${addr.url}`);
-  say(server.adminTokenFile
-    ? `  admin token in ${server.adminTokenFile} (kept across restarts; set ATOLL_ADMIN_TOKEN to choose your own)`
-    : '  admin token: $ATOLL_ADMIN_TOKEN');
+  say(
+    server.adminTokenFile
+      ? `  admin token in ${server.adminTokenFile} (kept across restarts; set ATOLL_ADMIN_TOKEN to choose your own)`
+      : '  admin token: $ATOLL_ADMIN_TOKEN',
+  );
   say(`atoll serve: listening on ${addr.url}`);
 
-  onSignals(say, () => server.close(), (e) => server.app.log.error({ err: e }, 'unhandled rejection'));
+  onSignals(
+    say,
+    () => server.close(),
+    (e) => server.app.log.error({ err: e }, 'unhandled rejection'),
+  );
   return server;
 }
 
@@ -135,7 +193,11 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | void> {
 function auditOptions(o: ServeCliOptions): AuditOptions | undefined {
   const token = o.validatorToken ?? process.env.ATOLL_VALIDATOR_TOKEN?.trim();
   if (!token) return undefined;
-  return { token, ...(o.auditRate !== undefined ? { rate: o.auditRate } : {}), ...(o.auditBanAfter !== undefined ? { banAfter: o.auditBanAfter } : {}) };
+  return {
+    token,
+    ...(o.auditRate !== undefined ? { rate: o.auditRate } : {}),
+    ...(o.auditBanAfter !== undefined ? { banAfter: o.auditBanAfter } : {}),
+  };
 }
 
 /** Ctrl-C / SIGTERM close cleanly (a second one exits at once); a stray rejection is logged, not fatal. */
@@ -145,10 +207,13 @@ function onSignals(say: (s: string) => void, close: () => Promise<void>, stray: 
     if (stopping) process.exit(1);
     stopping = true;
     say(`atoll serve: ${sig}: flushing the run folder and closing …`);
-    close().then(() => process.exit(0), (e) => {
-      process.stderr.write(`atoll serve: close failed: ${(e as Error).message}\n`);
-      process.exit(1);
-    });
+    close().then(
+      () => process.exit(0),
+      (e) => {
+        process.stderr.write(`atoll serve: close failed: ${(e as Error).message}\n`);
+        process.exit(1);
+      },
+    );
   };
   // A library's stray rejection must not take the run down with it: log it and keep serving.
   process.on('unhandledRejection', stray);
@@ -158,13 +223,23 @@ function onSignals(say: (s: string) => void, close: () => Promise<void>, stray: 
 
 /** `--redis URL --role gateway|aggregator|all`: this process's part of a scaled-out run. */
 async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise<void> {
-  if (!o.redis || !o.role) throw Object.assign(new Error('--redis and --role go together: --redis redis://HOST:PORT --role gateway|aggregator|all'), { code: 'E_BAD_FLAGS' });
+  if (!o.redis || !o.role)
+    throw Object.assign(
+      new Error('--redis and --role go together: --redis redis://HOST:PORT --role gateway|aggregator|all'),
+      { code: 'E_BAD_FLAGS' },
+    );
   // the groups live in one gateway's memory, and the roles' port carries no mixing yet
-  if (o.mixGroup) throw new ConfigError('E_BAD_CONFIG', '--mix-group is not available on the Redis roles yet: serve without --redis to mix, or without --mix-group');
+  if (o.mixGroup)
+    throw new ConfigError(
+      'E_BAD_CONFIG',
+      '--mix-group is not available on the Redis roles yet: serve without --redis to mix, or without --mix-group',
+    );
   const { startAggregatorRole, startGatewayRole } = await import('../../server/cluster/roles.ts');
   const logLevel = o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info';
   const closers: Array<() => Promise<void>> = [];
-  const closeAll = async () => { for (const c of closers.reverse()) await c(); };
+  const closeAll = async () => {
+    for (const c of closers.reverse()) await c();
+  };
   let name = o.name ?? DEFAULT_RUN_NAME;
   if (o.role !== 'gateway') {
     if (o.buildIfNeeded) buildClientIfNeeded(say);
@@ -172,20 +247,40 @@ async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise
     name = config.name;
     const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
     const agg = startAggregatorRole({
-      dir, config, resumePatch, adminToken: envToken ? envToken : undefined, evaluate: o.eval !== false, outerWorkers: o.outerWorkers, logLevel,
-      redis: o.redis, run: name, leaseMs: o.leaseMs ?? 5000, audit: auditOptions(o),
+      dir,
+      config,
+      resumePatch,
+      adminToken: envToken ? envToken : undefined,
+      evaluate: o.eval !== false,
+      outerWorkers: o.outerWorkers,
+      logLevel,
+      redis: o.redis,
+      run: name,
+      leaseMs: o.leaseMs ?? 5000,
+      audit: auditOptions(o),
       // deposed: not one more write, not even a flush
-      onFenced: (why) => { say(`atoll serve: aggregator fenced (${why}): exiting`); process.exit(3); },
+      onFenced: (why) => {
+        say(`atoll serve: aggregator fenced (${why}): exiting`);
+        process.exit(3);
+      },
     });
     closers.push(() => agg.close());
     say(`atoll serve: aggregator for run '${name}' in ${dir} on ${o.redis}: standby until it holds the lease`);
-    void agg.active.then((on) => {
-      if (!on) return;
-      const r = agg.host.core!.run;
-      say(`atoll serve: aggregator active (token ${agg.host.token}), run '${name}' (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`);
-      if (!agg.host.core!.adminTokenFile) return;
-      say(`  admin token in ${agg.host.core!.adminTokenFile}`);
-    }, (e: unknown) => { say(`atoll serve: aggregator failed: ${(e as Error).stack ?? String(e)}`); process.exit(1); });
+    void agg.active.then(
+      (on) => {
+        if (!on) return;
+        const r = agg.host.core!.run;
+        say(
+          `atoll serve: aggregator active (token ${agg.host.token}), run '${name}' (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`,
+        );
+        if (!agg.host.core!.adminTokenFile) return;
+        say(`  admin token in ${agg.host.core!.adminTokenFile}`);
+      },
+      (e: unknown) => {
+        say(`atoll serve: aggregator failed: ${(e as Error).stack ?? String(e)}`);
+        process.exit(1);
+      },
+    );
   }
   if (o.role !== 'aggregator') {
     const port = o.port ?? (process.env.PORT ? Number(process.env.PORT) : 8080);
@@ -195,8 +290,12 @@ async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise
     const gw = await startGatewayRole({ redis: o.redis, run: name, logLevel });
     closers.push(() => gw.close());
     const addr = await gw.listen(port, host);
-    say(`  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`);
+    say(
+      `  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`,
+    );
     say(`atoll serve: gateway listening on ${addr.url}`);
   }
-  onSignals(say, closeAll, (e) => process.stderr.write(`atoll serve: unhandled rejection: ${(e as Error)?.stack ?? String(e)}\n`));
+  onSignals(say, closeAll, (e) =>
+    process.stderr.write(`atoll serve: unhandled rejection: ${(e as Error)?.stack ?? String(e)}\n`),
+  );
 }

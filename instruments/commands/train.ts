@@ -62,15 +62,30 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   try {
     await engine.setParams(initParams(config, o.seed));
     const evalSet = evalBatches(data.heldOut, B, T, o.evalBatches);
-    const sched: LrSchedule = { maxLr: o.lr, minLr: o.lr / 10, warmup: Math.min(100, Math.ceil(o.steps / 10)), total: o.steps };
-    const log = (s: string) => { if (!o.json) process.stderr.write(s + '\n'); };
-    log(`atoll train: preset ${o.preset} (${numParams(config).toLocaleString()} params), engine ${engine.kind} on ${engine.device}, data ${data.name} (${data.train.length.toLocaleString()} train / ${data.heldOut.length.toLocaleString()} held-out bytes)`);
+    const sched: LrSchedule = {
+      maxLr: o.lr,
+      minLr: o.lr / 10,
+      warmup: Math.min(100, Math.ceil(o.steps / 10)),
+      total: o.steps,
+    };
+    const log = (s: string) => {
+      if (!o.json) process.stderr.write(s + '\n');
+    };
+    log(
+      `atoll train: preset ${o.preset} (${numParams(config).toLocaleString()} params), engine ${engine.kind} on ${engine.device}, data ${data.name} (${data.train.length.toLocaleString()} train / ${data.heldOut.length.toLocaleString()} held-out bytes)`,
+    );
     const evalLossFirst = await meanEvalLoss(engine, evalSet);
     let evalLossLast = evalLossFirst;
-    const bar = new SingleBar({
-      format: 'train |{bar}| {value}/{total} steps | loss {loss} | eval {evalLoss} | {tps} tok/s',
-      stream: process.stderr, hideCursor: true, noTTYOutput: !o.json, notTTYSchedule: 5000,
-    }, Presets.shades_classic);
+    const bar = new SingleBar(
+      {
+        format: 'train |{bar}| {value}/{total} steps | loss {loss} | eval {evalLoss} | {tps} tok/s',
+        stream: process.stderr,
+        hideCursor: true,
+        noTTYOutput: !o.json,
+        notTTYSchedule: 5000,
+      },
+      Presets.shades_classic,
+    );
     if (!o.json) bar.start(o.steps, 0, { loss: '-', evalLoss: evalLossFirst.toFixed(3), tps: '-' });
     const batch = allocBatch(B, T);
     const losses: number[] = [];
@@ -80,25 +95,50 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
       sampleBatch(data.train, B, T, o.seed, 0, step, batch);
       await engine.step(batch, { lr: learningRate(sched, step), gradClip: 1.0 });
       const last = step === o.steps - 1;
-      if ((step + 1) % 10 === 0 || last) losses.push(...await engine.takeLosses()); // losses are read back in batches
+      if ((step + 1) % 10 === 0 || last) losses.push(...(await engine.takeLosses())); // losses are read back in batches
       trainTime += performance.now() - t0;
       if ((step + 1) % o.evalEvery === 0 || last) evalLossLast = await meanEvalLoss(engine, evalSet);
       const tps = ((step + 1) * B * T) / (trainTime / 1000);
-      if (!o.json) bar.update(step + 1, { loss: losses.length ? losses[losses.length - 1].toFixed(3) : '-', evalLoss: evalLossLast.toFixed(3), tps: tps.toFixed(0) });
+      if (!o.json)
+        bar.update(step + 1, {
+          loss: losses.length ? losses[losses.length - 1].toFixed(3) : '-',
+          evalLoss: evalLossLast.toFixed(3),
+          tps: tps.toFixed(0),
+        });
     }
     if (!o.json) bar.stop();
     const params = await engine.getParams();
     const tokens = o.steps * B * T;
-    writeFileAtomic(o.out, encodeCheckpoint({
-      config, params, extra: {},
-      meta: { preset: o.preset, steps: String(o.steps), tokens: String(tokens), evalLoss: String(evalLossLast), data: data.name },
-    }));
+    writeFileAtomic(
+      o.out,
+      encodeCheckpoint({
+        config,
+        params,
+        extra: {},
+        meta: {
+          preset: o.preset,
+          steps: String(o.steps),
+          tokens: String(tokens),
+          evalLoss: String(evalLossLast),
+          data: data.name,
+        },
+      }),
+    );
     log(`wrote ${o.out}`);
     const tail = losses.slice(-Math.min(10, losses.length));
     return {
-      preset: o.preset, engine: engine.kind, device: engine.device, params: numParams(config),
-      steps: o.steps, tokens, trainLoss: tail.reduce((a, b) => a + b, 0) / tail.length, trainLosses: losses,
-      evalLossFirst, evalLossLast, tokensPerSec: tokens / (trainTime / 1000), checkpoint: o.out,
+      preset: o.preset,
+      engine: engine.kind,
+      device: engine.device,
+      params: numParams(config),
+      steps: o.steps,
+      tokens,
+      trainLoss: tail.reduce((a, b) => a + b, 0) / tail.length,
+      trainLosses: losses,
+      evalLossFirst,
+      evalLossLast,
+      tokensPerSec: tokens / (trainTime / 1000),
+      checkpoint: o.out,
     };
   } finally {
     engine.destroy();

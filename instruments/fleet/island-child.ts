@@ -36,19 +36,41 @@ export interface IslandChildOptions {
 
 async function main(o: IslandChildOptions): Promise<void> {
   const out = (m: ChildLine) => process.stdout.write(JSON.stringify(m) + '\n');
-  let computeMs = 0, computeTokens = 0, stepTokens = 0;
+  let computeMs = 0,
+    computeTokens = 0,
+    stepTokens = 0;
   let lastStep = { round: -1, step: -1, at: 0 };
-  let round = -1, tokensPerStep = 0, hashChecks = 0, hashMismatches = 0, stepSpeed = 0;
+  let round = -1,
+    tokensPerStep = 0,
+    hashChecks = 0,
+    hashMismatches = 0,
+    stepSpeed = 0;
   let exitStats = null as (() => ChildCounters) | null;
   let mixed = () => 0;
   const isl = await startNodeIsland({
-    server: o.server, engine: o.engine, precision: o.precision, devices: o.devices, name: o.name, batch: o.batch, dutyCycle: o.duty,
-    progress: 'none', maxOutageMs: 120_000, handleSignals: true,
+    server: o.server,
+    engine: o.engine,
+    precision: o.precision,
+    devices: o.devices,
+    name: o.name,
+    batch: o.batch,
+    dutyCycle: o.duty,
+    progress: 'none',
+    maxOutageMs: 120_000,
+    handleSignals: true,
     onEvent: (e, transport) => {
       const now = performance.now();
       const stats = (): ChildCounters => ({
-        bytesUp: transport.stats.bytesSent, bytesDown: transport.stats.bytesReceived, computeMs: Math.round(computeMs), computeTokens, stepTokens,
-        reconnects: transport.stats.reconnects, hashChecks, hashMismatches, stepSpeed, roundsMixed: mixed(),
+        bytesUp: transport.stats.bytesSent,
+        bytesDown: transport.stats.bytesReceived,
+        computeMs: Math.round(computeMs),
+        computeTokens,
+        stepTokens,
+        reconnects: transport.stats.reconnects,
+        hashChecks,
+        hashMismatches,
+        stepSpeed,
+        roundsMixed: mixed(),
       });
       if (e.type === 'synced' && e.via === 'update') hashChecks++;
       else if (e.type === 'error' && e.error.code === ErrorCode.HASH_MISMATCH) hashMismatches++;
@@ -59,11 +81,23 @@ async function main(o: IslandChildOptions): Promise<void> {
       } else if (e.type === 'step') {
         stepTokens += tokensPerStep;
         stepSpeed = e.tokensPerSec * Math.min(1, o.duty ?? 1); // the runtime's figure over the round's steps, at its duty (a 1-step round has no pair to time)
-        if (lastStep.round === round && e.step === lastStep.step + 1) { computeMs += now - lastStep.at; computeTokens += tokensPerStep; }
+        if (lastStep.round === round && e.step === lastStep.step + 1) {
+          computeMs += now - lastStep.at;
+          computeTokens += tokensPerStep;
+        }
         lastStep = { round, step: e.step, at: now };
         out({ kind: 'step', counters: stats() });
       } else if (e.type === 'submitted') {
-        out({ kind: 'submitted', island: e.meta.islandId, seq: e.meta.seq, status: e.ack.status, code: e.ack.error?.code ?? null, tokens: e.meta.tokens, t: Date.now() - o.t0, counters: stats() });
+        out({
+          kind: 'submitted',
+          island: e.meta.islandId,
+          seq: e.meta.seq,
+          status: e.ack.status,
+          code: e.ack.error?.code ?? null,
+          tokens: e.meta.tokens,
+          t: Date.now() - o.t0,
+          counters: stats(),
+        });
       }
       exitStats = stats;
     },

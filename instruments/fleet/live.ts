@@ -34,9 +34,21 @@ export interface LiveHooks {
 
 /** What the page exposes on window.__atoll.view (client/volunteer/main.ts), the parts the fleet reads. */
 interface PageView {
-  lastRejection: { code: string; message: string } | null; islandId: string | null; round: { step: number; total: number } | null; roundsAccepted: number; roundsRejected: number;
-  tokensContributed: number; tokensPerSec: number | null; bytesUp: number; bytesDown: number; engine: string | null; phase: string; stepsDone: number;
-  hashChecks: number; hashMismatches: number; roundsMixed: number;
+  lastRejection: { code: string; message: string } | null;
+  islandId: string | null;
+  round: { step: number; total: number } | null;
+  roundsAccepted: number;
+  roundsRejected: number;
+  tokensContributed: number;
+  tokensPerSec: number | null;
+  bytesUp: number;
+  bytesDown: number;
+  engine: string | null;
+  phase: string;
+  stepsDone: number;
+  hashChecks: number;
+  hashMismatches: number;
+  roundsMixed: number;
 }
 
 type Proc = { child: ChildProcess; out: string; exited: Promise<void> };
@@ -44,7 +56,9 @@ type Proc = { child: ChildProcess; out: string; exited: Promise<void> };
 function spawnProc(args: string[], env: NodeJS.ProcessEnv = process.env): Proc {
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env });
   const p: Proc = { child, out: '', exited: new Promise<void>((r) => child.once('exit', () => r())) };
-  const keep = (b: Buffer) => { p.out = (p.out + b.toString()).slice(-64_000); };
+  const keep = (b: Buffer) => {
+    p.out = (p.out + b.toString()).slice(-64_000);
+  };
   child.stdout?.on('data', keep);
   child.stderr?.on('data', keep);
   return p;
@@ -55,8 +69,13 @@ const alive = (p: Proc) => p.child.exitCode === null && p.child.signalCode === n
 async function waitUntil(what: string, ms: number, f: () => Promise<boolean> | boolean): Promise<void> {
   const end = Date.now() + ms;
   for (;;) {
-    try { if (await f()) return; } catch { /* not yet */ }
-    if (Date.now() > end) throw Object.assign(new Error(`${what} within ${Math.round(ms / 1000)} s`), { code: 'E_FLEET_TIMEOUT' });
+    try {
+      if (await f()) return;
+    } catch {
+      /* not yet */
+    }
+    if (Date.now() > end)
+      throw Object.assign(new Error(`${what} within ${Math.round(ms / 1000)} s`), { code: 'E_FLEET_TIMEOUT' });
     await sleep(200);
   }
 }
@@ -71,7 +90,12 @@ async function getJson<T>(url: string): Promise<T> {
  * Updates as the run folder's events.jsonl holds them: a 'resume' at version v (an aggregator takeover) drops what
  * the log said past v (never made durable, never acknowledged).
  */
-export function loggedUpdates(events: string): Array<{ version: number; tokens: number; totalTokens?: number; contributors: Array<{ island: string; seq: number }> }> {
+export function loggedUpdates(events: string): Array<{
+  version: number;
+  tokens: number;
+  totalTokens?: number;
+  contributors: Array<{ island: string; seq: number }>;
+}> {
   let updates: ReturnType<typeof loggedUpdates> = [];
   for (const line of events.split('\n')) {
     if (line.includes('"type":"resume"')) {
@@ -83,19 +107,45 @@ export function loggedUpdates(events: string): Array<{ version: number; tokens: 
 }
 
 /** A Node island process and what its JSON lines said. */
-interface NodeChild { isl: LiveIsland; proc: Proc }
+interface NodeChild {
+  isl: LiveIsland;
+  proc: Proc;
+}
 
 /** Runs the live fleet to its token budget. Cleans up whatever happens. */
 export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRun> {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-fleet-'));
   const runDir = join(dir, 'run');
   const file = spec.config ? readConfigFile(spec.config) : {};
-  writeFileSync(join(dir, 'run.json'), JSON.stringify({ ...file, coordinator: { ...(file.coordinator ?? {}), totalTokens: spec.tokens } }));
-  const runFlags = ['--preset', spec.preset, '--run-dir', runDir, '--config', join(dir, 'run.json'), '--seed', String(spec.seed), '--name', 'fleet', '--no-eval', '--log-level', 'warn',
-    ...(spec.data ? ['--data', spec.data] : []), ...(spec.mode ? ['--mode', spec.mode] : []), ...(spec.codec ? ['--codec', spec.codec] : []),
-    ...(spec.mixGroup ? ['--mix-group', String(spec.mixGroup)] : [])];
+  writeFileSync(
+    join(dir, 'run.json'),
+    JSON.stringify({ ...file, coordinator: { ...(file.coordinator ?? {}), totalTokens: spec.tokens } }),
+  );
+  const runFlags = [
+    '--preset',
+    spec.preset,
+    '--run-dir',
+    runDir,
+    '--config',
+    join(dir, 'run.json'),
+    '--seed',
+    String(spec.seed),
+    '--name',
+    'fleet',
+    '--no-eval',
+    '--log-level',
+    'warn',
+    ...(spec.data ? ['--data', spec.data] : []),
+    ...(spec.mode ? ['--mode', spec.mode] : []),
+    ...(spec.codec ? ['--codec', spec.codec] : []),
+    ...(spec.mixGroup ? ['--mix-group', String(spec.mixGroup)] : []),
+  ];
   const atoll = join(ROOT, 'bin/atoll.js');
-  const env = { ...process.env, ATOLL_ADMIN_TOKEN: 'fleet', ...(existsSync(SWIFTSHADER_ICD) && !process.env.VK_ICD_FILENAMES ? { VK_ICD_FILENAMES: SWIFTSHADER_ICD } : {}) };
+  const env = {
+    ...process.env,
+    ATOLL_ADMIN_TOKEN: 'fleet',
+    ...(existsSync(SWIFTSHADER_ICD) && !process.env.VK_ICD_FILENAMES ? { VK_ICD_FILENAMES: SWIFTSHADER_ICD } : {}),
+  };
   const servers: Proc[] = [];
   const nodes: NodeChild[] = [];
   const pages: Array<{ isl: LiveIsland; b: LaunchedBrowser; view: PageView | null; logSeen: number }> = [];
@@ -107,8 +157,14 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     rmSync(dir, { recursive: true, force: true });
   };
   // the parent going away takes everything with it (children are SIGKILLed synchronously on exit)
-  const onExit = () => { for (const p of [...nodes.map((n) => n.proc), ...servers]) if (alive(p)) p.child.kill('SIGKILL'); rmSync(dir, { recursive: true, force: true }); };
-  const onSignal = (sig: NodeJS.Signals) => { hooks.log(`fleet: ${sig}: stopping every island, page and server`); void cleanup().finally(() => process.exit(130)); };
+  const onExit = () => {
+    for (const p of [...nodes.map((n) => n.proc), ...servers]) if (alive(p)) p.child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const onSignal = (sig: NodeJS.Signals) => {
+    hooks.log(`fleet: ${sig}: stopping every island, page and server`);
+    void cleanup().finally(() => process.exit(130));
+  };
   process.once('exit', onExit);
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
@@ -121,12 +177,50 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       if (ms > 0) hooks.log(`fleet: built the client (vite build, ${(ms / 1000).toFixed(0)} s)`);
     }
     if (spec.redis !== undefined) {
-      if (spec.redis === true) throw Object.assign(new Error('runLive needs the Redis URL (the fleet command starts redis-server)'), { code: 'E_BAD_REQUEST' });
+      if (spec.redis === true)
+        throw Object.assign(new Error('runLive needs the Redis URL (the fleet command starts redis-server)'), {
+          code: 'E_BAD_REQUEST',
+        });
       const url = spec.redis;
-      servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'aggregator', '--lease-ms', String(AGGREGATOR_LEASE_MS), ...runFlags], env));
+      servers.push(
+        spawnProc(
+          [
+            atoll,
+            'serve',
+            '--redis',
+            url,
+            '--role',
+            'aggregator',
+            '--lease-ms',
+            String(AGGREGATOR_LEASE_MS),
+            ...runFlags,
+          ],
+          env,
+        ),
+      );
       for (let g = 0; g < 2; g++) {
         ports.push(await hooks.freePort());
-        servers.push(spawnProc([atoll, 'serve', '--redis', url, '--role', 'gateway', '--name', 'fleet', '--port', String(ports[g]), '--host', '127.0.0.1', '--log-level', 'warn'], env));
+        servers.push(
+          spawnProc(
+            [
+              atoll,
+              'serve',
+              '--redis',
+              url,
+              '--role',
+              'gateway',
+              '--name',
+              'fleet',
+              '--port',
+              String(ports[g]),
+              '--host',
+              '127.0.0.1',
+              '--log-level',
+              'warn',
+            ],
+            env,
+          ),
+        );
       }
     } else {
       ports.push(await hooks.freePort());
@@ -136,14 +230,37 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const urls = ports.map((p) => `http://localhost:${p}`);
     for (const u of urls) {
       await waitUntil(`atoll serve to answer at ${u}`, 120_000, async () => {
-        if (servers.some((s) => !alive(s))) throw Object.assign(new Error(`atoll serve exited:\n${servers.map((s) => s.out).join('\n').slice(-2000)}`), { code: 'E_FLEET_SERVE' });
+        if (servers.some((s) => !alive(s)))
+          throw Object.assign(
+            new Error(
+              `atoll serve exited:\n${servers
+                .map((s) => s.out)
+                .join('\n')
+                .slice(-2000)}`,
+            ),
+            { code: 'E_FLEET_SERVE' },
+          );
         return (await fetch(`${u}/api/status`)).ok;
-      }).catch((e: Error & { code?: string }) => { throw e.code === 'E_FLEET_SERVE' ? e : Object.assign(new Error(`${e.message}\n${servers.map((s) => s.out).join('\n').slice(-2000)}`), { code: e.code }); });
+      }).catch((e: Error & { code?: string }) => {
+        throw e.code === 'E_FLEET_SERVE'
+          ? e
+          : Object.assign(
+              new Error(
+                `${e.message}\n${servers
+                  .map((s) => s.out)
+                  .join('\n')
+                  .slice(-2000)}`,
+              ),
+              { code: e.code },
+            );
+      });
     }
     const url = urls[urls.length - 1];
     const runConfig = JSON.parse(readFileSync(join(runDir, 'config.json'), 'utf8')) as RunConfig;
     const cc = runConfig.coordinator;
-    hooks.log(`fleet: run on ${spec.redis !== undefined ? 'Redis roles (1 aggregator, 2 gateways)' : 'the embedded server'}: ${runConfig.preset}, data ${runConfig.data}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} up, ${cc.downlink.encoding} down, to ${spec.tokens.toLocaleString()} tokens`);
+    hooks.log(
+      `fleet: run on ${spec.redis !== undefined ? 'Redis roles (1 aggregator, 2 gateways)' : 'the embedded server'}: ${runConfig.preset}, data ${runConfig.data}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} up, ${cc.downlink.encoding} down, to ${spec.tokens.toLocaleString()} tokens`,
+    );
 
     // θ at evaluation marks: v0, every budget/evals tokens, and the end
     const snapshots: ThetaSnapshot[] = [];
@@ -166,20 +283,28 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     // pages first: compiling WebGPU pipelines on SwiftShader is slow, and a page must be training before the budget runs out
     if (spec.browsers > 0) {
       const { launchChromium } = await import('./chromium.ts');
-      await Promise.all(Array.from({ length: spec.browsers }, async (_, i) => {
-        const b = await launchChromium({ webgpu: true, logConsole: false });
-        const isl = newIsland(`page-${i + 1}`, 'page', 'webgpu', 0, 1);
-        pages.push({ isl, b, view: null, logSeen: 0 });
-        await b.page.goto(`${urls[i % urls.length]}/`);
-        await b.page.waitForFunction(() => {
-          const a = (globalThis as unknown as { __atoll?: { probe: unknown; run: unknown } }).__atoll;
-          return !!(a?.probe && a.run);
-        }, null, { timeout: 60_000 });
-        await b.page.click('#start');
-      }));
+      await Promise.all(
+        Array.from({ length: spec.browsers }, async (_, i) => {
+          const b = await launchChromium({ webgpu: true, logConsole: false });
+          const isl = newIsland(`page-${i + 1}`, 'page', 'webgpu', 0, 1);
+          pages.push({ isl, b, view: null, logSeen: 0 });
+          await b.page.goto(`${urls[i % urls.length]}/`);
+          await b.page.waitForFunction(
+            () => {
+              const a = (globalThis as unknown as { __atoll?: { probe: unknown; run: unknown } }).__atoll;
+              return !!(a?.probe && a.run);
+            },
+            null,
+            { timeout: 60_000 },
+          );
+          await b.page.click('#start');
+        }),
+      );
       // the Node islands start once every page had its first delta accepted: a page on SwiftShader
       // is slow, and fast islands could spend the whole budget before its first round lands
-      hooks.log(`fleet: ${spec.browsers} volunteer page(s) clicked Start; the Node islands start once each had a delta accepted`);
+      hooks.log(
+        `fleet: ${spec.browsers} volunteer page(s) clicked Start; the Node islands start once each had a delta accepted`,
+      );
       let said = Date.now();
       await waitUntil('every page to have a delta accepted', 600_000, async () => {
         await readPages();
@@ -187,12 +312,18 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
           said = Date.now();
           // what each page said since the last look (its activity log: rejections, back-offs, reconnects)
           for (const p of pages) {
-            const log = await p.b.page.evaluate(() => (globalThis as unknown as { __atoll: { log: Array<{ text: string }> } }).__atoll.log.map((l) => l.text)).catch(() => [] as string[]);
+            const log = await p.b.page
+              .evaluate(() =>
+                (globalThis as unknown as { __atoll: { log: Array<{ text: string }> } }).__atoll.log.map((l) => l.text),
+              )
+              .catch(() => [] as string[]);
             const fresh = log.slice(p.logSeen);
             p.logSeen = log.length;
             if (fresh.length) hooks.log(`fleet: ${p.isl.name}: ${fresh.slice(-6).join(' | ')}`);
           }
-          hooks.log(`fleet: pages: ${pages.map((p) => `${p.isl.name} ${p.view?.phase ?? '?'} step ${p.view?.round?.step ?? '-'}/${p.view?.round?.total ?? '-'} accepted ${p.view?.roundsAccepted ?? 0}${p.view?.lastRejection ? ` (${p.view.lastRejection.code})` : ''}`).join(', ')}`);
+          hooks.log(
+            `fleet: pages: ${pages.map((p) => `${p.isl.name} ${p.view?.phase ?? '?'} step ${p.view?.round?.step ?? '-'}/${p.view?.round?.total ?? '-'} accepted ${p.view?.roundsAccepted ?? 0}${p.view?.lastRejection ? ` (${p.view.lastRejection.code})` : ''}`).join(', ')}`,
+          );
         }
         return pages.every((p) => (p.view?.roundsAccepted ?? 0) > 0);
       });
@@ -200,7 +331,9 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
 
     async function readPages(): Promise<void> {
       for (const p of pages) {
-        const v = await p.b.page.evaluate(() => (globalThis as unknown as { __atoll: { view: PageView } }).__atoll.view).catch(() => null);
+        const v = await p.b.page
+          .evaluate(() => (globalThis as unknown as { __atoll: { view: PageView } }).__atoll.view)
+          .catch(() => null);
         if (!v) continue;
         if (v.round && p.isl.joinAtMs < 0) p.isl.joinAtMs = Date.now() - t0;
         if (v.islandId && !p.isl.ids.includes(v.islandId)) p.isl.ids.push(v.islandId);
@@ -216,7 +349,16 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       const batch = base?.batchSize || (spec.batches.length ? spec.batches[k % spec.batches.length] : cc.batchSize);
       const duty = base?.duty ?? spec.duty[k % spec.duty.length];
       const isl = newIsland(base ? `${base.name}-restart` : `node-${k + 1}`, 'node', engine, batch, duty);
-      const opts = { server: ports.map((_, j) => urls[(k + j) % urls.length]).join(','), name: isl.name, engine: e.kind, precision: e.precision, devices: e.devices, batch, duty, t0 };
+      const opts = {
+        server: ports.map((_, j) => urls[(k + j) % urls.length]).join(','),
+        name: isl.name,
+        engine: e.kind,
+        precision: e.precision,
+        devices: e.devices,
+        batch,
+        duty,
+        t0,
+      };
       const proc = spawnProc(['--import', join(ROOT, 'bin/register.js'), CHILD, JSON.stringify(opts)], env);
       let partial = '';
       proc.child.stdout?.on('data', (b: Buffer) => {
@@ -238,35 +380,67 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     let lastPages = 0;
     // the steady traffic's mark: every island (of the first ones) has downloaded θ and steps
     let mark: Traffic | null = null;
-    const training = () => nodes.length >= initial && nodes.every((n) => n.isl.stepTokens > 0 || !alive(n.proc)) && pages.every((p) => (p.view?.stepsDone ?? 0) > 0);
+    const training = () =>
+      nodes.length >= initial &&
+      nodes.every((n) => n.isl.stepTokens > 0 || !alive(n.proc)) &&
+      pages.every((p) => (p.view?.stepsDone ?? 0) > 0);
     const deadline = t0 + spec.timeoutMs;
     while (!last.done) {
-      if (Date.now() > deadline) throw Object.assign(new Error(`the run did not reach ${spec.tokens} tokens in ${Math.round(spec.timeoutMs / 60_000)} min (at ${last.tokensTotal})`), { code: 'E_FLEET_TIMEOUT' });
+      if (Date.now() > deadline)
+        throw Object.assign(
+          new Error(
+            `the run did not reach ${spec.tokens} tokens in ${Math.round(spec.timeoutMs / 60_000)} min (at ${last.tokensTotal})`,
+          ),
+          { code: 'E_FLEET_TIMEOUT' },
+        );
       await sleep(250);
       const dead = servers.find((sv) => !alive(sv));
-      if (dead) throw Object.assign(new Error(`a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`), { code: 'E_FLEET_SERVE' });
-      try { last = await getJson<RunStatus>(`${url}/api/status`); } catch { continue; }
+      if (dead)
+        throw Object.assign(
+          new Error(
+            `a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`,
+          ),
+          { code: 'E_FLEET_SERVE' },
+        );
+      try {
+        last = await getJson<RunStatus>(`${url}/api/status`);
+      } catch {
+        continue;
+      }
       hooks.progress(last.tokensTotal / spec.tokens);
       if (!mark && training()) mark = { status: last, observed, ...(await counters(url)) };
       if (last.tokensTotal >= nextSnap) {
         while (nextSnap <= last.tokensTotal) nextSnap += spec.tokens / spec.evals;
         await snap();
       }
-      if (Date.now() - lastPages > 1000) { lastPages = Date.now(); await readPages(); }
+      if (Date.now() - lastPages > 1000) {
+        lastPages = Date.now();
+        await readPages();
+      }
       while (schedule.length && schedule[0].at * spec.tokens <= last.tokensTotal) {
         const ev = schedule[0];
         // a leave or kill waits for islands that are training (the pages may have run alone so far)
-        const victims = nodes.filter((n) => alive(n.proc) && n.isl.leaveAtMs === null && n.isl.joinAtMs >= 0).slice(0, ev.count);
+        const victims = nodes
+          .filter((n) => alive(n.proc) && n.isl.leaveAtMs === null && n.isl.joinAtMs >= 0)
+          .slice(0, ev.count);
         if (ev.action !== 'join' && victims.length < ev.count) break;
         schedule.shift();
         faults.push(`${ev.action} ${ev.count} at ${(100 * ev.at).toFixed(0)} %`);
-        hooks.log(`fleet: ${ev.action} ${ev.count} island(s) at ${(100 * last.tokensTotal / spec.tokens).toFixed(0)} % of the tokens`);
-        if (ev.action === 'join') { for (let j = 0; j < ev.count; j++) startNode(); continue; }
+        hooks.log(
+          `fleet: ${ev.action} ${ev.count} island(s) at ${((100 * last.tokensTotal) / spec.tokens).toFixed(0)} % of the tokens`,
+        );
+        if (ev.action === 'join') {
+          for (let j = 0; j < ev.count; j++) startNode();
+          continue;
+        }
         for (const victim of victims) {
           victim.isl.leaveAtMs = Date.now() - t0;
           victim.isl.killed = ev.action === 'kill';
           victim.proc.child.kill(ev.action === 'kill' ? 'SIGKILL' : 'SIGTERM');
-          if (ev.action === 'kill') { await victim.proc.exited; startNode(victim.isl); }
+          if (ev.action === 'kill') {
+            await victim.proc.exited;
+            startNode(victim.isl);
+          }
         }
       }
     }
@@ -295,42 +469,74 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     for (const p of pages) {
       const v = p.view;
       if (!v) continue;
-      Object.assign(p.isl, { bytesUp: v.bytesUp, bytesDown: v.bytesDown, tokensPerSec: v.tokensPerSec ?? 0, engine: v.engine ?? 'webgpu', hashChecks: v.hashChecks, hashMismatches: v.hashMismatches, roundsMixed: v.roundsMixed });
+      Object.assign(p.isl, {
+        bytesUp: v.bytesUp,
+        bytesDown: v.bytesDown,
+        tokensPerSec: v.tokensPerSec ?? 0,
+        engine: v.engine ?? 'webgpu',
+        hashChecks: v.hashChecks,
+        hashMismatches: v.hashMismatches,
+        roundsMixed: v.roundsMixed,
+      });
       p.isl.stepTokens = v.tokensContributed;
       p.isl.pageAccepted = v.roundsAccepted;
     }
     await Promise.all(pages.map((p) => p.b.close()));
-    for (const s of [...servers].reverse()) { if (alive(s)) s.child.kill('SIGTERM'); await Promise.race([s.exited, sleep(15_000)]); }
+    for (const s of [...servers].reverse()) {
+      if (alive(s)) s.child.kill('SIGTERM');
+      await Promise.race([s.exited, sleep(15_000)]);
+    }
 
     const events = readFileSync(join(runDir, 'events.jsonl'), 'utf8');
     const updates = loggedUpdates(events);
     const logged = new Map<string, number>();
     const byIsland = new Map<string, number>();
-    for (const u of updates) for (const c of u.contributors) {
-      logged.set(`${c.island}#${c.seq}`, (logged.get(`${c.island}#${c.seq}`) ?? 0) + 1);
-      byIsland.set(c.island, (byIsland.get(c.island) ?? 0) + 1);
-    }
+    for (const u of updates)
+      for (const c of u.contributors) {
+        logged.set(`${c.island}#${c.seq}`, (logged.get(`${c.island}#${c.seq}`) ?? 0) + 1);
+        byIsland.set(c.island, (byIsland.get(c.island) ?? 0) + 1);
+      }
     const islands = [...nodes.map((n) => n.isl), ...pages.map((p) => p.isl)];
     let lost = 0;
     for (const isl of islands) {
       const rows = served.filter((v) => isl.ids.includes(v.id));
       isl.accepted = rows.reduce((a, v) => a + v.accepted, 0);
       isl.rejected = rows.reduce((a, v) => a + v.rejected, 0);
-      for (const v of rows) for (const [k, c] of Object.entries(v.rejectedByCode)) isl.rejectedByCode[k] = (isl.rejectedByCode[k] ?? 0) + c;
+      for (const v of rows)
+        for (const [k, c] of Object.entries(v.rejectedByCode)) isl.rejectedByCode[k] = (isl.rejectedByCode[k] ?? 0) + c;
       if (isl.kind === 'page' && rows[0]) isl.batchSize = rows[0].batchSize;
       // an ack the island saw whose delta the run folder does not hold is lost
       if (isl.kind === 'node') lost += isl.acks.filter(([id, seq]) => !logged.has(`${id}#${seq}`)).length;
       else lost += Math.max(0, (isl.pageAccepted ?? 0) - isl.ids.reduce((a, id) => a + (byIsland.get(id) ?? 0), 0));
       // between consecutive steps of a round; an island whose rounds were all of one step: its runtime's own figure
-      if (isl.kind === 'node') isl.tokensPerSec = isl.computeMs > 0 ? (1000 * isl.computeTokens) / isl.computeMs : isl.stepSpeed;
+      if (isl.kind === 'node')
+        isl.tokensPerSec = isl.computeMs > 0 ? (1000 * isl.computeTokens) / isl.computeMs : isl.stepSpeed;
     }
     const duplicated = [...logged.values()].filter((c) => c > 1).length;
     const history = await historyTokens(updates);
     return {
-      topology: spec.redis !== undefined ? 'roles' : 'embedded', runConfig, seconds, versions: last.version, tokens: last.tokensTotal,
-      bytesIn: end.status.bytesIn, bytesOut: end.status.bytesOut - end.observed, wireIn: end.wire?.in ?? null, wireOut: end.wire?.out ?? null, outByKind: islandsOnly(end.outByKind, end.observed), wireByMessage: end.wireByMessage, steady: steadyTraffic(mark, end), mix: last.mix ?? null,
-      snapshots: snapshots.map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 })).sort((a, b) => a.version - b.version),
-      islands, lost, duplicated, faults, events, serverLog: servers.map((s, i) => `── server ${i + 1} of ${servers.length} ──\n${s.out}`).join('\n'),
+      topology: spec.redis !== undefined ? 'roles' : 'embedded',
+      runConfig,
+      seconds,
+      versions: last.version,
+      tokens: last.tokensTotal,
+      bytesIn: end.status.bytesIn,
+      bytesOut: end.status.bytesOut - end.observed,
+      wireIn: end.wire?.in ?? null,
+      wireOut: end.wire?.out ?? null,
+      outByKind: islandsOnly(end.outByKind, end.observed),
+      wireByMessage: end.wireByMessage,
+      steady: steadyTraffic(mark, end),
+      mix: last.mix ?? null,
+      snapshots: snapshots
+        .map((s) => ({ ...s, tokens: history.get(s.version) ?? 0 }))
+        .sort((a, b) => a.version - b.version),
+      islands,
+      lost,
+      duplicated,
+      faults,
+      events,
+      serverLog: servers.map((s, i) => `── server ${i + 1} of ${servers.length} ──\n${s.out}`).join('\n'),
     };
   } finally {
     process.off('exit', onExit);
@@ -366,8 +572,14 @@ const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a +
 
 /** /metrics' wire bytes by message and frames out by kind (the embedded server's gateway counts them; the Redis roles' /metrics is the aggregator's). */
 async function counters(url: string): Promise<Pick<Traffic, 'wire' | 'wireByMessage' | 'outByKind'>> {
-  const text = await fetch(`${url}/metrics`).then((r) => (r.ok ? r.text() : ''), () => '');
-  const byMessage = { in: byLabel(text, 'atoll_wire_bytes_in_total'), out: byLabel(text, 'atoll_wire_bytes_out_total') };
+  const text = await fetch(`${url}/metrics`).then(
+    (r) => (r.ok ? r.text() : ''),
+    () => '',
+  );
+  const byMessage = {
+    in: byLabel(text, 'atoll_wire_bytes_in_total'),
+    out: byLabel(text, 'atoll_wire_bytes_out_total'),
+  };
   const w = { in: sum(byMessage.in), out: sum(byMessage.out) };
   const byKind = byLabel(text, 'atoll_bytes_out_total');
   return {
@@ -379,15 +591,36 @@ async function counters(url: string): Promise<Pick<Traffic, 'wire' | 'wireByMess
 
 /** Server bytes per accepted token from the mark (none reached: from the start) to the end. */
 function steadyTraffic(mark: Traffic | null, end: Traffic): SteadyTraffic {
-  const from: Traffic = mark ?? { status: { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 }, wire: { in: 0, out: 0 }, wireByMessage: { in: {}, out: {} }, outByKind: {}, observed: 0 };
-  const a = from.status, b = end.status;
+  const from: Traffic = mark ?? {
+    status: { tokensTotal: 0, version: 0, bytesIn: 0, bytesOut: 0 },
+    wire: { in: 0, out: 0 },
+    wireByMessage: { in: {}, out: {} },
+    outByKind: {},
+    observed: 0,
+  };
+  const a = from.status,
+    b = end.status;
   const tokens = Math.max(1, b.tokensTotal - a.tokensTotal);
-  const wire = from.wire && end.wire ? { in: (end.wire.in - from.wire.in) / tokens, out: (end.wire.out - from.wire.out) / tokens } : null;
+  const wire =
+    from.wire && end.wire
+      ? { in: (end.wire.in - from.wire.in) / tokens, out: (end.wire.out - from.wire.out) / tokens }
+      : null;
   return {
-    fromTokens: a.tokensTotal, fromVersion: a.version, inPerToken: (b.bytesIn - a.bytesIn) / tokens, outPerToken: (b.bytesOut - a.bytesOut - (end.observed - from.observed)) / tokens,
-    wireInPerToken: wire?.in ?? null, wireOutPerToken: wire?.out ?? null,
-    outByKindPerToken: from.outByKind && end.outByKind
-      ? Object.fromEntries(Object.entries(islandsOnly(end.outByKind, end.observed - from.observed)!).map(([k, v]) => [k, (v - (from.outByKind![k] ?? 0)) / tokens])) : null,
+    fromTokens: a.tokensTotal,
+    fromVersion: a.version,
+    inPerToken: (b.bytesIn - a.bytesIn) / tokens,
+    outPerToken: (b.bytesOut - a.bytesOut - (end.observed - from.observed)) / tokens,
+    wireInPerToken: wire?.in ?? null,
+    wireOutPerToken: wire?.out ?? null,
+    outByKindPerToken:
+      from.outByKind && end.outByKind
+        ? Object.fromEntries(
+            Object.entries(islandsOnly(end.outByKind, end.observed - from.observed)!).map(([k, v]) => [
+              k,
+              (v - (from.outByKind![k] ?? 0)) / tokens,
+            ]),
+          )
+        : null,
   };
 }
 
@@ -395,15 +628,46 @@ function steadyTraffic(mark: Traffic | null, end: Traffic): SteadyTraffic {
 async function historyTokens(updates: ReturnType<typeof loggedUpdates>): Promise<Map<number, number>> {
   const m = new Map<number, number>([[0, 0]]);
   let total = 0;
-  for (const u of updates) { total += u.tokens; m.set(u.version, u.totalTokens ?? total); }
+  for (const u of updates) {
+    total += u.tokens;
+    m.set(u.version, u.totalTokens ?? total);
+  }
   return m;
 }
 
-function newIsland(name: string, kind: LiveIsland['kind'], engine: string, batchSize: number, duty: number): LiveIsland {
+function newIsland(
+  name: string,
+  kind: LiveIsland['kind'],
+  engine: string,
+  batchSize: number,
+  duty: number,
+): LiveIsland {
   return {
-    name, kind, engine, batchSize, duty, ids: [], joinAtMs: -1, leaveAtMs: null, lastMs: 0, killed: false,
-    computeMs: 0, computeTokens: 0, stepTokens: 0, tokensPerSec: 0, accepted: 0, rejected: 0, rejectedByCode: {},
-    bytesUp: 0, bytesDown: 0, reconnects: 0, hashChecks: 0, hashMismatches: 0, roundsMixed: 0, stepSpeed: 0, acks: [],
+    name,
+    kind,
+    engine,
+    batchSize,
+    duty,
+    ids: [],
+    joinAtMs: -1,
+    leaveAtMs: null,
+    lastMs: 0,
+    killed: false,
+    computeMs: 0,
+    computeTokens: 0,
+    stepTokens: 0,
+    tokensPerSec: 0,
+    accepted: 0,
+    rejected: 0,
+    rejectedByCode: {},
+    bytesUp: 0,
+    bytesDown: 0,
+    reconnects: 0,
+    hashChecks: 0,
+    hashMismatches: 0,
+    roundsMixed: 0,
+    stepSpeed: 0,
+    acks: [],
   };
 }
 

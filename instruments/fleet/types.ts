@@ -2,7 +2,7 @@
 
 import type { MixStatus, RunConfig } from '../../core/api.ts';
 import type { PresetName } from '../../core/model/config.ts';
-import type { IslandSpec, SimCommon, SimRow, SimRunResult, TwinSpec } from '../simulate/types.ts';
+import type { IslandSpec, SimRunResult, TwinSpec } from '../simulate/types.ts';
 
 /** One event of the schedule: at this fraction of the token budget in θ, `count` Node islands join, leave (SIGTERM) or are killed (-9) and restarted. */
 export interface ScheduleEvent {
@@ -83,21 +83,45 @@ export interface LiveIsland {
 }
 
 /** What an island child's lines set on its LiveIsland (instruments/fleet/island-child.ts). */
-export type ChildCounters = Pick<LiveIsland, 'bytesUp' | 'bytesDown' | 'computeMs' | 'computeTokens' | 'stepTokens' | 'reconnects' | 'hashChecks' | 'hashMismatches' | 'stepSpeed' | 'roundsMixed'>;
+export type ChildCounters = Pick<
+  LiveIsland,
+  | 'bytesUp'
+  | 'bytesDown'
+  | 'computeMs'
+  | 'computeTokens'
+  | 'stepTokens'
+  | 'reconnects'
+  | 'hashChecks'
+  | 'hashMismatches'
+  | 'stepSpeed'
+  | 'roundsMixed'
+>;
 
 /** One line an island child prints. */
 export type ChildLine =
   | { kind: 'assignment'; island: string; t: number }
-  | { kind: 'submitted'; island: string; seq: number; status: string; code: string | null; tokens: number; t: number; counters: ChildCounters }
+  | {
+      kind: 'submitted';
+      island: string;
+      seq: number;
+      status: string;
+      code: string | null;
+      tokens: number;
+      t: number;
+      counters: ChildCounters;
+    }
   | { kind: 'step' | 'exit'; counters: ChildCounters };
 
 /** Server bytes per accepted token from a mark on (the tokens in θ and the version at the mark). */
 export interface SteadyTraffic {
-  fromTokens: number; fromVersion: number;
+  fromTokens: number;
+  fromVersion: number;
   /** Frames (Δs, fragments, updates, pieces, the islands' snapshots: /api/status bytesIn/bytesOut, less the fleet's own θ downloads). */
-  inPerToken: number; outPerToken: number;
+  inPerToken: number;
+  outPerToken: number;
   /** Everything on the islands' socket.io connections as sent (engine.io packets: /metrics atoll_wire_bytes_*; θ's HTTP downloads are not in it); null: not counted (the Redis roles). */
-  wireInPerToken: number | null; wireOutPerToken: number | null;
+  wireInPerToken: number | null;
+  wireOutPerToken: number | null;
   /** Frames out by kind (/metrics atoll_bytes_out_total: update, piece, catchup, model); null: not counted. */
   outByKindPerToken: Record<string, number> | null;
 }
@@ -140,12 +164,14 @@ export interface LiveRun {
   serverLog: string;
 }
 
-
 /** A row of the report: eval loss at the end and the curve. */
 export type FleetRow = Omit<SimRunResult, 'curve'> & { curve?: SimRunResult['curve'] };
 
 export interface FleetReport {
-  config: Pick<FleetSpec, 'preset' | 'tokens' | 'islands' | 'browsers' | 'mixGroup' | 'engines' | 'batches' | 'duty' | 'schedule'> & {
+  config: Pick<
+    FleetSpec,
+    'preset' | 'tokens' | 'islands' | 'browsers' | 'mixGroup' | 'engines' | 'batches' | 'duty' | 'schedule'
+  > & {
     params: number;
     data: string;
     seed: number;
@@ -158,9 +184,17 @@ export interface FleetReport {
     realTimeMs: number;
   };
   live: {
-    evalLoss: number; tokens: number; versions: number; seconds: number; bytesIn: number; bytesOut: number;
+    evalLoss: number;
+    tokens: number;
+    versions: number;
+    seconds: number;
+    bytesIn: number;
+    bytesOut: number;
     /** Whole run, per accepted token (snapshots included): frames, and everything on the wire (null: not counted). */
-    inPerToken: number; outPerToken: number; wireInPerToken: number | null; wireOutPerToken: number | null;
+    inPerToken: number;
+    outPerToken: number;
+    wireInPerToken: number | null;
+    wireOutPerToken: number | null;
     /** Frames out by kind per accepted token, whole run (null: not counted). */
     outByKindPerToken: Record<string, number> | null;
     /** Wire bytes by message per accepted token, whole run (null: not counted). */
@@ -178,11 +212,24 @@ export interface FleetReport {
   duplicated: number;
   faults: string[];
   islands: Array<{
-    name: string; kind: 'node' | 'page'; engine: string; batchSize: number; duty: number; tokensPerSec: number;
-    accepted: number; rejected: number; rejectedByCode: Record<string, number>; bytesUp: number; bytesDown: number;
-    reconnects: number; joinAtMs: number; leaveAtMs: number | null; killed: boolean;
+    name: string;
+    kind: 'node' | 'page';
+    engine: string;
+    batchSize: number;
+    duty: number;
+    tokensPerSec: number;
+    accepted: number;
+    rejected: number;
+    rejectedByCode: Record<string, number>;
+    bytesUp: number;
+    bytesDown: number;
+    reconnects: number;
+    joinAtMs: number;
+    leaveAtMs: number | null;
+    killed: boolean;
     /** Updates applied whose θ hash agreed with the server's, and those that did not (θ fetched again). */
-    hashChecks: number; hashMismatches: number;
+    hashChecks: number;
+    hashMismatches: number;
     roundsMixed: number;
   }>;
   twinSpec: TwinSpec;

@@ -21,13 +21,27 @@ import type { AuditReport, Behaviour } from './types.ts';
 /** Passes every call to `inner`; subclasses change some. */
 class ForwardingTransport implements Transport {
   constructor(protected readonly inner: Transport) {}
-  hello(m: HelloMsg): Promise<Result<HelloResult>> { return this.inner.hello(m); }
-  nextAssignment(): Promise<Result<Assignment>> { return this.inner.nextAssignment(); }
-  submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> { return this.inner.submitDelta(meta, frame); }
-  fetchModel(): Promise<Result<ModelSnapshotMsg>> { return this.inner.fetchModel(); }
-  fetchUpdates(v: number): Promise<Result<UpdateMsg[]>> { return this.inner.fetchUpdates(v); }
-  onUpdate(l: (m: UpdateMsg) => void): () => void { return this.inner.onUpdate(l); }
-  close(r: string): Promise<void> { return this.inner.close(r); }
+  hello(m: HelloMsg): Promise<Result<HelloResult>> {
+    return this.inner.hello(m);
+  }
+  nextAssignment(): Promise<Result<Assignment>> {
+    return this.inner.nextAssignment();
+  }
+  submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
+    return this.inner.submitDelta(meta, frame);
+  }
+  fetchModel(): Promise<Result<ModelSnapshotMsg>> {
+    return this.inner.fetchModel();
+  }
+  fetchUpdates(v: number): Promise<Result<UpdateMsg[]>> {
+    return this.inner.fetchUpdates(v);
+  }
+  onUpdate(l: (m: UpdateMsg) => void): () => void {
+    return this.inner.onUpdate(l);
+  }
+  close(r: string): Promise<void> {
+    return this.inner.close(r);
+  }
 }
 
 /**
@@ -36,7 +50,12 @@ class ForwardingTransport implements Transport {
  */
 class FakeWorkTransport extends ForwardingTransport {
   private readonly assigned = new Map<number, number>();
-  constructor(inner: Transport, private readonly behaviour: 'other-stream' | 'fewer-steps') { super(inner); }
+  constructor(
+    inner: Transport,
+    private readonly behaviour: 'other-stream' | 'fewer-steps',
+  ) {
+    super(inner);
+  }
   private fake(a: Assignment): Assignment {
     if (this.behaviour === 'other-stream') return { ...a, data: { ...a.data, stream: a.data.stream + 1 } };
     this.assigned.set(a.roundId, a.innerSteps);
@@ -45,7 +64,9 @@ class FakeWorkTransport extends ForwardingTransport {
   }
   override async hello(m: HelloMsg): Promise<Result<HelloResult>> {
     const r = await this.inner.hello(m);
-    return r.ok && r.value.assignment ? { ok: true, value: { ...r.value, assignment: this.fake(r.value.assignment) } } : r;
+    return r.ok && r.value.assignment
+      ? { ok: true, value: { ...r.value, assignment: this.fake(r.value.assignment) } }
+      : r;
   }
   override async nextAssignment(): Promise<Result<Assignment>> {
     const r = await this.inner.nextAssignment();
@@ -60,7 +81,16 @@ class FakeWorkTransport extends ForwardingTransport {
 
 /** Audits a sample of accepted deltas on their way through (what the server's validators see). */
 class AuditingTransport extends ForwardingTransport {
-  constructor(inner: Transport, private readonly onSubmit: (meta: DeltaMeta, frame: Uint8Array, submit: () => Promise<Result<AckMsg>>) => Promise<Result<AckMsg>>) { super(inner); }
+  constructor(
+    inner: Transport,
+    private readonly onSubmit: (
+      meta: DeltaMeta,
+      frame: Uint8Array,
+      submit: () => Promise<Result<AckMsg>>,
+    ) => Promise<Result<AckMsg>>,
+  ) {
+    super(inner);
+  }
   override submitDelta(meta: DeltaMeta, frame: Uint8Array): Promise<Result<AckMsg>> {
     return this.onSubmit(meta, frame, () => this.inner.submitDelta(meta, frame));
   }
@@ -77,9 +107,28 @@ export class SimAuditor {
   private readonly rand: () => number;
   private readonly fakeIds = new Set<string>();
   private readonly verdicts = new Map<string, { passed: number; failed: number }>();
-  private readonly out: AuditReport = { audits: 0, honestPassed: 0, honestFailed: 0, fakePassed: 0, fakeFailed: 0, fakeBanned: 0, fakeIslands: 0, validationsToBan: [], minHonestCosine: null, maxFakeCosine: null };
+  private readonly out: AuditReport = {
+    audits: 0,
+    honestPassed: 0,
+    honestFailed: 0,
+    fakePassed: 0,
+    fakeFailed: 0,
+    fakeBanned: 0,
+    fakeIslands: 0,
+    validationsToBan: [],
+    minHonestCosine: null,
+    maxFakeCosine: null,
+  };
 
-  constructor(private readonly hub: LocalHub, cfg: { rate: number; banAfter: number }, private readonly train: Uint8Array, config: GPTConfig, private readonly seqLen: number, seed: number, maxBatch: number) {
+  constructor(
+    private readonly hub: LocalHub,
+    cfg: { rate: number; banAfter: number },
+    private readonly train: Uint8Array,
+    config: GPTConfig,
+    private readonly seqLen: number,
+    seed: number,
+    maxBatch: number,
+  ) {
     this.queue = new AuditQueue({ rate: cfg.rate, banAfter: cfg.banAfter });
     this.engine = new JsEngine({ config, maxBatch, maxT: seqLen });
     this.rand = mulberry32(seed ^ 0xa0d17);
@@ -96,8 +145,21 @@ export class SimAuditor {
       const work = isl ? auditWork(isl, meta.roundId, meta.steps, this.seqLen) : null;
       const r = await submit();
       if (base && work && r.ok && r.value.status === 'applied') {
-        if (fake && !this.fakeIds.has(meta.islandId)) { this.fakeIds.add(meta.islandId); this.out.fakeIslands++; }
-        await this.judgeOne(meta.islandId, fake, { jobId: 0, islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, baseVersion: base.version, baseHash: base.hash, work, frame, params: base.params });
+        if (fake && !this.fakeIds.has(meta.islandId)) {
+          this.fakeIds.add(meta.islandId);
+          this.out.fakeIslands++;
+        }
+        await this.judgeOne(meta.islandId, fake, {
+          jobId: 0,
+          islandId: meta.islandId,
+          seq: meta.seq,
+          roundId: meta.roundId,
+          baseVersion: base.version,
+          baseHash: base.hash,
+          work,
+          frame,
+          params: base.params,
+        });
       }
       return r;
     });
@@ -125,9 +187,14 @@ export class SimAuditor {
     if (!passed && counts.ok && banAfter > 0 && counts.value.failed === banAfter) {
       coord.ban(islandId, this.hub.clock.now(), `failed ${banAfter} audits of its work`);
       await this.hub.dispatch();
-      if (fake) { o.fakeBanned++; o.validationsToBan.push(v.passed + v.failed); }
+      if (fake) {
+        o.fakeBanned++;
+        o.validationsToBan.push(v.passed + v.failed);
+      }
     }
   }
 
-  report(): AuditReport { return structuredClone(this.out); }
+  report(): AuditReport {
+    return structuredClone(this.out);
+  }
 }

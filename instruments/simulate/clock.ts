@@ -6,11 +6,16 @@
 
 import type { Clock } from '../../client/island/transport.ts';
 
-interface Sleeper { at: number; seq: number; wake: () => void }
+interface Sleeper {
+  at: number;
+  seq: number;
+  wake: () => void;
+}
 
-const macrotask: () => Promise<void> = typeof (globalThis as { setImmediate?: unknown }).setImmediate === 'function'
-  ? () => new Promise((r) => (globalThis as unknown as { setImmediate: (f: () => void) => void }).setImmediate(r))
-  : () => new Promise((r) => setTimeout(r, 0));
+const macrotask: () => Promise<void> =
+  typeof (globalThis as { setImmediate?: unknown }).setImmediate === 'function'
+    ? () => new Promise((r) => (globalThis as unknown as { setImmediate: (f: () => void) => void }).setImmediate(r))
+    : () => new Promise((r) => setTimeout(r, 0));
 
 export class VirtualClock implements Clock {
   private t: number;
@@ -19,9 +24,13 @@ export class VirtualClock implements Clock {
   /** Real asynchronous work in flight (hold): time does not move until it settles. */
   private held = new Set<Promise<unknown>>();
 
-  constructor(start = 0) { this.t = start; }
+  constructor(start = 0) {
+    this.t = start;
+  }
 
-  now(): number { return this.t; }
+  now(): number {
+    return this.t;
+  }
 
   sleep(ms: number): Promise<void> {
     return new Promise((wake) => this.push({ at: this.t + Math.max(0, ms || 0), seq: this.seq++, wake }));
@@ -33,13 +42,17 @@ export class VirtualClock implements Clock {
    */
   hold<T>(p: Promise<T>): Promise<T> {
     this.held.add(p);
-    const done = () => { this.held.delete(p); };
+    const done = () => {
+      this.held.delete(p);
+    };
     p.then(done, done);
     return p;
   }
 
   /** Sleepers not yet woken. */
-  get pending(): number { return this.heap.length; }
+  get pending(): number {
+    return this.heap.length;
+  }
 
   /**
    * Drives virtual time until `main` settles and returns its result. Throws if nothing is
@@ -48,10 +61,20 @@ export class VirtualClock implements Clock {
    */
   async run<T>(main: Promise<T>, maxTime = Infinity): Promise<T> {
     let settled = false;
-    main.then(() => { settled = true; }, () => { settled = true; });
+    main.then(
+      () => {
+        settled = true;
+      },
+      () => {
+        settled = true;
+      },
+    );
     for (;;) {
       await macrotask();
-      while (this.held.size > 0) { await Promise.allSettled([...this.held]); await macrotask(); }
+      while (this.held.size > 0) {
+        await Promise.allSettled([...this.held]);
+        await macrotask();
+      }
       if (settled) return main;
       const next = this.pop();
       if (!next) throw new Error(`virtual clock: deadlock at t=${this.t} ms (nothing runnable, nothing sleeping)`);
@@ -61,7 +84,9 @@ export class VirtualClock implements Clock {
     }
   }
 
-  private less(a: Sleeper, b: Sleeper): boolean { return a.at < b.at || (a.at === b.at && a.seq < b.seq); }
+  private less(a: Sleeper, b: Sleeper): boolean {
+    return a.at < b.at || (a.at === b.at && a.seq < b.seq);
+  }
 
   private push(s: Sleeper): void {
     const h = this.heap;
@@ -84,7 +109,8 @@ export class VirtualClock implements Clock {
       h[0] = last;
       let i = 0;
       for (;;) {
-        const l = 2 * i + 1, r = l + 1;
+        const l = 2 * i + 1,
+          r = l + 1;
         let m = i;
         if (l < h.length && this.less(h[l], h[m])) m = l;
         if (r < h.length && this.less(h[r], h[m])) m = r;

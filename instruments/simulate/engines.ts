@@ -21,13 +21,22 @@ export interface EngineMaker {
  * Engines for one row. `largest` bounds every engine the row makes (the device is created with the
  * limits it needs); the WebGPU engines are not autotuned (a row's engines would each time variants).
  */
-export async function engineMaker(kind: SimEngineKind, largest: { config: GPTConfig; maxBatch: number; maxT: number }): Promise<EngineMaker> {
+export async function engineMaker(
+  kind: SimEngineKind,
+  largest: { config: GPTConfig; maxBatch: number; maxT: number },
+): Promise<EngineMaker> {
   const made: TrainingEngine[] = [];
   if (kind === 'cpu') {
     return {
       kind,
-      async make(opts) { const e = new JsEngine(opts); made.push(e); return e; },
-      async dispose() { for (const e of made.splice(0)) e.destroy(); },
+      async make(opts) {
+        const e = new JsEngine(opts);
+        made.push(e);
+        return e;
+      },
+      async dispose() {
+        for (const e of made.splice(0)) e.destroy();
+      },
     };
   }
   const { createNodeGpu } = await import('../../client/island/engine/dawn.ts');
@@ -35,8 +44,15 @@ export async function engineMaker(kind: SimEngineKind, largest: { config: GPTCon
   const gpu = await createNodeGpu({ requiredLimits: requiredLimits(largest), optionalFeatures: ENGINE_FEATURES });
   return {
     kind,
-    async make(opts) { const e = await WebGpuEngine.create(gpu.device, { ...opts, adapterInfo: gpu.info.description }); made.push(e); return e; },
-    async dispose() { for (const e of made.splice(0)) e.destroy(); await gpu.dispose(); },
+    async make(opts) {
+      const e = await WebGpuEngine.create(gpu.device, { ...opts, adapterInfo: gpu.info.description });
+      made.push(e);
+      return e;
+    },
+    async dispose() {
+      for (const e of made.splice(0)) e.destroy();
+      await gpu.dispose();
+    },
   };
 }
 

@@ -19,7 +19,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
-import { PRESETS, type PresetName, getPreset, numParams } from '../../core/model/config.ts';
+import { PRESETS, type PresetName, numParams } from '../../core/model/config.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
@@ -57,7 +57,9 @@ function rowDefaults(o: Required<Pick<SimulateOptions, 'preset'>> & SimulateOpti
     seqLen,
     lr: smoke ? { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 } : { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 8192 },
   };
-  d.tokens = o.tokens ?? (o.rounds !== undefined ? o.rounds * d.islands * d.innerSteps * d.batchSize * seqLen : smoke ? 2048 : 200_000);
+  d.tokens =
+    o.tokens ??
+    (o.rounds !== undefined ? o.rounds * d.islands * d.innerSteps * d.batchSize * seqLen : smoke ? 2048 : 200_000);
   return d;
 }
 
@@ -70,33 +72,57 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     return Number.isInteger(n) && n >= 0 ? n : new Error(`--${k} must be a non-negative integer, got '${String(v)}'`);
   };
   let preset = raw.preset === undefined ? 'compare' : String(raw.preset);
-  if (preset in PRESETS) { o.model = preset as PresetName; preset = 'compare'; }
-  if (!['compare', 'diloco', 'smoke'].includes(preset)) return err('E_BAD_REQUEST', `--preset must be compare|diloco|smoke (or a model preset), got '${preset}'`);
+  if (preset in PRESETS) {
+    o.model = preset as PresetName;
+    preset = 'compare';
+  }
+  if (!['compare', 'diloco', 'smoke'].includes(preset))
+    return err('E_BAD_REQUEST', `--preset must be compare|diloco|smoke (or a model preset), got '${preset}'`);
   o.preset = preset as SimulateOptions['preset'];
   if (raw.model !== undefined) {
-    if (!simModelConfig(String(raw.model))) return err('E_BAD_REQUEST', `--model must be one of ${SIM_MODEL_NAMES.join('|')}`);
+    if (!simModelConfig(String(raw.model)))
+      return err('E_BAD_REQUEST', `--model must be one of ${SIM_MODEL_NAMES.join('|')}`);
     o.model = String(raw.model);
   }
-  for (const k of ['islands', 'tokens', 'rounds', 'seed', 'workers', 'innerSteps', 'warmStartTokens', 'evalBatches'] as const) {
+  for (const k of [
+    'islands',
+    'tokens',
+    'rounds',
+    'seed',
+    'workers',
+    'innerSteps',
+    'warmStartTokens',
+    'evalBatches',
+  ] as const) {
     const v = int(k, raw[k]);
     if (v instanceof Error) return err('E_BAD_REQUEST', v.message);
     if (v !== undefined) (o as Record<string, unknown>)[k] = v;
   }
-  if (o.islands !== undefined && (o.islands < 1 || o.islands > MAX_ISLANDS)) return err('E_BAD_REQUEST', `--islands must be 1..${MAX_ISLANDS} (each simulated island holds a model and its optimizer in this process), got ${o.islands}`);
+  if (o.islands !== undefined && (o.islands < 1 || o.islands > MAX_ISLANDS))
+    return err(
+      'E_BAD_REQUEST',
+      `--islands must be 1..${MAX_ISLANDS} (each simulated island holds a model and its optimizer in this process), got ${o.islands}`,
+    );
   if (raw.mode !== undefined) {
     if (raw.mode !== 'sync' && raw.mode !== 'async') return err('E_BAD_REQUEST', `--mode must be sync|async`);
     o.mode = raw.mode;
   }
   if (raw.codec !== undefined) {
-    if (!ENCODINGS.includes(raw.codec as Encoding)) return err('E_BAD_REQUEST', `--codec must be one of ${ENCODINGS.join('|')}`);
+    if (!ENCODINGS.includes(raw.codec as Encoding))
+      return err('E_BAD_REQUEST', `--codec must be one of ${ENCODINGS.join('|')}`);
     o.codec = raw.codec as Encoding;
   }
-  if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu') return err('E_BAD_REQUEST', `--engine must be cpu|webgpu, got '${String(raw.engine)}'`);
+  if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu')
+    return err('E_BAD_REQUEST', `--engine must be cpu|webgpu, got '${String(raw.engine)}'`);
   if (raw.engine !== undefined) o.engine = raw.engine as SimEngineKind;
   if (raw.out !== undefined) o.out = String(raw.out);
   if (raw.data !== undefined) o.data = String(raw.data);
   if (raw.compare !== undefined) o.compare = raw.compare === true ? 'ddp,single' : String(raw.compare);
-  if (raw.rows !== undefined) o.rows = String(raw.rows).split(',').map((s) => s.trim()).filter(Boolean);
+  if (raw.rows !== undefined)
+    o.rows = String(raw.rows)
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
   if (raw.cold === true) o.warmStartTokens = 0;
   if (raw.fromFleet !== undefined) o.fromFleet = String(raw.fromFleet);
   o.json = raw.json === true || raw.json === 'true';
@@ -112,30 +138,66 @@ function timestamp(): string {
  * Runs rows on `workers` worker threads (0: in this thread), longest first (by `cost` where given,
  * else DiLoCo rows first), results in row order.
  */
-export async function runRows(rows: SimRow[], commons: SimCommon[], workers: number, log: (l: string) => void, progress?: (i: number, frac: number) => void, cost?: number[], done?: (i: number, r: SimRunResult) => void): Promise<SimRunResult[]> {
+export async function runRows(
+  rows: SimRow[],
+  commons: SimCommon[],
+  workers: number,
+  log: (l: string) => void,
+  progress?: (i: number, frac: number) => void,
+  cost?: number[],
+  done?: (i: number, r: SimRunResult) => void,
+): Promise<SimRunResult[]> {
   const results: SimRunResult[] = new Array(rows.length);
   if (workers <= 0) {
     const ds = loadCorpus(commons[0].data);
-    for (let i = 0; i < rows.length; i++) { results[i] = await runRow(rows[i], { common: commons[i], ds, log, progress: (f) => progress?.(i, f) }); done?.(i, results[i]); }
+    for (let i = 0; i < rows.length; i++) {
+      results[i] = await runRow(rows[i], { common: commons[i], ds, log, progress: (f) => progress?.(i, f) });
+      done?.(i, results[i]);
+    }
     return results;
   }
-  const order = rows.map((_, i) => i).sort(cost ? (a, b) => cost[b] - cost[a] : (a, b) => (rows[b].kind === 'diloco' ? 1 : 0) - (rows[a].kind === 'diloco' ? 1 : 0));
+  const order = rows
+    .map((_, i) => i)
+    .sort(
+      cost
+        ? (a, b) => cost[b] - cost[a]
+        : (a, b) => (rows[b].kind === 'diloco' ? 1 : 0) - (rows[a].kind === 'diloco' ? 1 : 0),
+    );
   const register = new URL('../../bin/register.js', import.meta.url).href;
-  const runOne = (i: number) => new Promise<void>((resolvePromise, reject) => {
-    const w = new Worker(new URL('./worker.ts', import.meta.url), { workerData: { row: rows[i], common: commons[i] }, execArgv: ['--import', register] });
-    w.on('message', (m: { type: 'log'; line: string } | { type: 'progress'; frac: number } | { type: 'result'; result: SimRunResult } | { type: 'error'; message: string }) => {
-      if (m.type === 'log') log(m.line);
-      else if (m.type === 'progress') progress?.(i, m.frac);
-      else if (m.type === 'result') { results[i] = m.result; done?.(i, m.result); }
-      else reject(new Error(`row ${rows[i].name}: ${m.message}`));
+  const runOne = (i: number) =>
+    new Promise<void>((resolvePromise, reject) => {
+      const w = new Worker(new URL('./worker.ts', import.meta.url), {
+        workerData: { row: rows[i], common: commons[i] },
+        execArgv: ['--import', register],
+      });
+      w.on(
+        'message',
+        (
+          m:
+            | { type: 'log'; line: string }
+            | { type: 'progress'; frac: number }
+            | { type: 'result'; result: SimRunResult }
+            | { type: 'error'; message: string },
+        ) => {
+          if (m.type === 'log') log(m.line);
+          else if (m.type === 'progress') progress?.(i, m.frac);
+          else if (m.type === 'result') {
+            results[i] = m.result;
+            done?.(i, m.result);
+          } else reject(new Error(`row ${rows[i].name}: ${m.message}`));
+        },
+      );
+      w.on('error', reject);
+      w.on('exit', (code) =>
+        results[i] ? resolvePromise() : reject(new Error(`row ${rows[i].name}: worker exited with code ${code}`)),
+      );
     });
-    w.on('error', reject);
-    w.on('exit', (code) => (results[i] ? resolvePromise() : reject(new Error(`row ${rows[i].name}: worker exited with code ${code}`))));
-  });
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(workers, rows.length) }, async () => {
-    while (next < order.length) await runOne(order[next++]);
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(workers, rows.length) }, async () => {
+      while (next < order.length) await runOne(order[next++]);
+    }),
+  );
   return results;
 }
 
@@ -152,7 +214,7 @@ export function ddpBytesPerIsland(row: SimRow, tokens: number, seqLen: number, n
   const N = row.islands.length;
   if (N < 2) return 0;
   const totalB = row.islands.reduce((a, s) => a + s.batchSize, 0);
-  return (tokens / (totalB * seqLen)) * (2 * (N - 1) / N) * 4 * nParams;
+  return (tokens / (totalB * seqLen)) * ((2 * (N - 1)) / N) * 4 * nParams;
 }
 
 /** Runs a simulation preset, writes the run folder, prints the table (or JSON), returns the report. */
@@ -161,7 +223,10 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const preset = opts.preset ?? 'compare';
   const model = opts.model ?? 'tiny';
   const named = simModelConfig(model);
-  if (!named) throw Object.assign(new Error(`unknown model '${model}' (expected one of ${SIM_MODEL_NAMES.join(', ')})`), { code: 'E_BAD_REQUEST' });
+  if (!named)
+    throw Object.assign(new Error(`unknown model '${model}' (expected one of ${SIM_MODEL_NAMES.join(', ')})`), {
+      code: 'E_BAD_REQUEST',
+    });
   const config = named.config;
   const nParams = numParams(config);
   const log = opts.log ?? (opts.json ? () => {} : (l: string) => process.stderr.write(`  ${l}\n`));
@@ -169,9 +234,15 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const d = rowDefaults({ ...opts, preset }, seqLen);
   const common: SimCommon = {
     // a rung's shape rides in config (the workers build the model from it), under the preset it grew from
-    model: named.preset ? model as PresetName : 'tiny', config: named.preset ? undefined : config, seqLen, seed: opts.seed ?? 1,
-    evals: preset === 'smoke' ? 2 : 12, evalBatches: opts.evalBatches ?? (preset === 'smoke' ? 2 : 64), evalBatchSize: preset === 'smoke' ? 4 : 16,
-    data: opts.data, engine: opts.engine,
+    model: named.preset ? (model as PresetName) : 'tiny',
+    config: named.preset ? undefined : config,
+    seqLen,
+    seed: opts.seed ?? 1,
+    evals: preset === 'smoke' ? 2 : 12,
+    evalBatches: opts.evalBatches ?? (preset === 'smoke' ? 2 : 64),
+    evalBatchSize: preset === 'smoke' ? 4 : 16,
+    data: opts.data,
+    engine: opts.engine,
   };
   let rows: SimRow[];
   const fleet = opts.fromFleet ? readTwinSpec(opts.fromFleet) : null;
@@ -183,16 +254,23 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     d.baseTokensPerSec = rows[0].baseTokensPerSec;
   } else if (preset === 'compare') rows = compareRows(d, opts.quick && !opts.rows);
   else {
-    const extra = (opts.compare ?? 'ddp,single').split(',').map((s) => s.trim()).filter((s) => s && s !== 'none');
+    const extra = (opts.compare ?? 'ddp,single')
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s && s !== 'none');
     rows = dilocoRows(d, opts.mode ?? (preset === 'smoke' ? 'sync' : 'async'), opts.codec ?? 'int4', extra);
   }
   if (opts.rows) {
     const unknown = opts.rows.filter((n) => !rows.some((r) => r.name === n));
-    if (unknown.length) throw Object.assign(new Error(`unknown row ${unknown.join(', ')}: the preset has ${rows.map((r) => r.name).join(', ')}`), { code: 'E_BAD_REQUEST' });
+    if (unknown.length)
+      throw Object.assign(
+        new Error(`unknown row ${unknown.join(', ')}: the preset has ${rows.map((r) => r.name).join(', ')}`),
+        { code: 'E_BAD_REQUEST' },
+      );
     rows = rows.filter((r) => opts.rows!.includes(r.name));
   }
   const workers = opts.workers ?? Math.min(2, availableParallelism());
-  const warmTokens = fleet ? 0 : opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768);
+  const warmTokens = fleet ? 0 : (opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768));
   // one shared warm start per seed: every row of that seed starts there
   const seeds = [...new Set(rows.flatMap((r) => r.seeds ?? [common.seed]))];
   const perSeed = new Map<number, SimCommon>();
@@ -206,29 +284,63 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
       c.init = w.params;
       if (seed === seeds[0]) warmLoss = w.evalLoss;
       warmStarts.push({ seed, tokens: w.tokens, evalLoss: w.evalLoss });
-      log(`warm start (seed ${seed}): ${w.tokens} tokens of single-island training, eval ${w.evalLoss.toFixed(4)} (every row of this seed starts here)`);
+      log(
+        `warm start (seed ${seed}): ${w.tokens} tokens of single-island training, eval ${w.evalLoss.toFixed(4)} (every row of this seed starts here)`,
+      );
     }
     perSeed.set(seed, c);
   }
   const jobs = rows.flatMap((row, r) => (row.seeds ?? [common.seed]).map((seed) => ({ row, r, seed })));
-  log(`simulate ${preset}: ${rows.length} rows (${jobs.length} runs over seeds) on ${model} (${nParams} params), ${d.tokens} tokens each, ${workers} worker(s)`);
-  opts.progress?.start(jobs.map((j) => (j.row.seeds && j.row.seeds.length > 1 ? `${j.row.name} s${j.seed}` : j.row.name)));
-  const runs = await runRows(jobs.map((j) => j.row), jobs.map((j) => perSeed.get(j.seed)!), workers, log, opts.progress && ((i, f) => opts.progress!.update(i, f)));
+  log(
+    `simulate ${preset}: ${rows.length} rows (${jobs.length} runs over seeds) on ${model} (${nParams} params), ${d.tokens} tokens each, ${workers} worker(s)`,
+  );
+  opts.progress?.start(
+    jobs.map((j) => (j.row.seeds && j.row.seeds.length > 1 ? `${j.row.name} s${j.seed}` : j.row.name)),
+  );
+  const runs = await runRows(
+    jobs.map((j) => j.row),
+    jobs.map((j) => perSeed.get(j.seed)!),
+    workers,
+    log,
+    opts.progress && ((i, f) => opts.progress!.update(i, f)),
+  );
   const results = rows.map((_, r) => mergeSeeds(runs.filter((_, k) => jobs[k].r === r)));
 
   for (let i = 0; i < results.length; i++) {
-    const r = results[i], row = rows[i];
+    const r = results[i],
+      row = rows[i];
     if (r.kind === 'ddp') r.commReductionVsDdp = 1;
     else if (r.kind === 'single') r.commReductionVsDdp = Infinity;
     else r.commReductionVsDdp = ddpBytesPerIsland(row, r.tokens, seqLen, nParams) / Math.max(1, r.bytesUpPerIsland);
   }
   const report: SimReport = {
     config: {
-      preset, model, params: nParams, seqLen, tokens: d.tokens, warmStartTokens: warmTokens, warmStartEvalLoss: warmLoss, warmStarts, seed: common.seed, workers, baseTokensPerSec: d.baseTokensPerSec,
+      preset,
+      model,
+      params: nParams,
+      seqLen,
+      tokens: d.tokens,
+      warmStartTokens: warmTokens,
+      warmStartEvalLoss: warmLoss,
+      warmStarts,
+      seed: common.seed,
+      workers,
+      baseTokensPerSec: d.baseTokensPerSec,
       realTimeMs: performance.now() - t0,
       rows: rows.map((r) => ({
-        name: r.name, kind: r.kind, mode: r.mode, codec: r.codec, lr: r.lr, coordinator: r.coordinator,
-        islands: r.islands.map(({ name, speed, batchSize, behaviour, dropProb }) => ({ name, speed, batchSize, behaviour, dropProb })),
+        name: r.name,
+        kind: r.kind,
+        mode: r.mode,
+        codec: r.codec,
+        lr: r.lr,
+        coordinator: r.coordinator,
+        islands: r.islands.map(({ name, speed, batchSize, behaviour, dropProb }) => ({
+          name,
+          speed,
+          batchSize,
+          behaviour,
+          dropProb,
+        })),
       })),
     },
     runs: results.map(({ curve: _c, ...rest }) => rest),
@@ -239,7 +351,10 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
   writeFileSync(join(outDir, 'report.json'), json + '\n');
   writeFileSync(join(outDir, 'curves.csv'), curvesCsv(results));
-  const svg = plotSvg(results, `atoll simulate ${preset}: held-out loss (${model}, ${d.tokens.toLocaleString()} tokens per row)`);
+  const svg = plotSvg(
+    results,
+    `atoll simulate ${preset}: held-out loss (${model}, ${d.tokens.toLocaleString()} tokens per row)`,
+  );
   writeFileSync(join(outDir, 'plot.svg'), svg);
   writeFileSync(join(outDir, 'report.html'), reportHtml(report, svg, table));
   if (opts.print !== false) {
@@ -253,10 +368,15 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
 function readTwinSpec(path: string): TwinSpec {
   let report: { twinSpec?: TwinSpec };
   try {
-    report = JSON.parse(readFileSync(path, 'utf8'), (_k, v) => (v === 'Infinity' ? Infinity : v)) as { twinSpec?: TwinSpec };
+    report = JSON.parse(readFileSync(path, 'utf8'), (_k, v) => (v === 'Infinity' ? Infinity : v)) as {
+      twinSpec?: TwinSpec;
+    };
   } catch (e) {
     throw Object.assign(new Error(`--from-fleet '${path}': ${(e as Error).message}`), { code: 'E_BAD_REQUEST' });
   }
-  if (!report.twinSpec?.rows?.length) throw Object.assign(new Error(`--from-fleet '${path}' is not an atoll fleet report.json (no twinSpec)`), { code: 'E_BAD_REQUEST' });
+  if (!report.twinSpec?.rows?.length)
+    throw Object.assign(new Error(`--from-fleet '${path}' is not an atoll fleet report.json (no twinSpec)`), {
+      code: 'E_BAD_REQUEST',
+    });
   return report.twinSpec;
 }

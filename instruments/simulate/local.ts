@@ -6,9 +6,19 @@
 // a message of that many bytes takes (the simulator advances a virtual clock there). The bytes are
 // what the live socket.io link would carry for the same message (wire-bytes.ts).
 
-import { Coordinator, type CoordinatorEvent, type DeltaSubmission } from '../../core/coord/index.ts';
+import type { Coordinator, CoordinatorEvent, DeltaSubmission } from '../../core/coord/index.ts';
 import { type Result, err, ok } from '../../core/result.ts';
-import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type HelloAnswer, type HelloMsg, type ModelSnapshotMsg, PROTOCOL_VERSION, type UpdateMsg } from '../../core/protocol.ts';
+import {
+  type AckMsg,
+  type Assignment,
+  type DeltaMeta,
+  ErrorCode,
+  type HelloAnswer,
+  type HelloMsg,
+  type ModelSnapshotMsg,
+  PROTOCOL_VERSION,
+  type UpdateMsg,
+} from '../../core/protocol.ts';
 import { type Clock, type HelloResult, type Transport, wallClock } from '../../client/island/transport.ts';
 import { ackBytes, emitBytes, okBytes } from '../../core/wire-bytes.ts';
 
@@ -33,7 +43,9 @@ export interface LocalHubOptions {
   observe?: (ev: CoordinatorEvent) => void;
 }
 
-interface Waiter<T> { resolve: (v: T) => void }
+interface Waiter<T> {
+  resolve: (v: T) => void;
+}
 
 /** Owns the coordinator and routes its events to the in-process transports. */
 export class LocalHub {
@@ -63,9 +75,13 @@ export class LocalHub {
   }
 
   /** Stops scheduling ticks (end of a simulation). */
-  close(): void { this.closed = true; }
+  close(): void {
+    this.closed = true;
+  }
 
-  /** @internal */ detach(t: LocalTransport): void { this.transports.delete(t); }
+  /** @internal */ detach(t: LocalTransport): void {
+    this.transports.delete(t);
+  }
 
   /** Submits one delta to the coordinator now; resolves with its ack (rejected at once, or once durable). */
   async submit(sub: DeltaSubmission): Promise<AckMsg> {
@@ -73,7 +89,14 @@ export class LocalHub {
     const r = this.coord.submit(sub, this.clock.now());
     if (!r.ok) {
       await this.dispatch();
-      return { islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: this.coord.version, error: r.error };
+      return {
+        islandId: meta.islandId,
+        seq: meta.seq,
+        roundId: meta.roundId,
+        status: 'rejected',
+        version: this.coord.version,
+        error: r.error,
+      };
     }
     const waiting = this.waitAck(meta.islandId, meta.seq);
     await this.dispatch();
@@ -111,7 +134,13 @@ export class LocalHub {
         if (ev.type === 'update') {
           if (this.opts.persist) await this.opts.persist(ev);
           for (const c of ev.contributors) {
-            this.resolveAck(c.islandId, c.seq, { islandId: c.islandId, seq: c.seq, roundId: c.roundId, status: 'applied', version: ev.update.version });
+            this.resolveAck(c.islandId, c.seq, {
+              islandId: c.islandId,
+              seq: c.seq,
+              roundId: c.roundId,
+              status: 'applied',
+              version: ev.update.version,
+            });
           }
           for (const r of ev.rejected) this.rejectAck(r.islandId, r.seq, r.roundId, r.error);
           for (const t of this.transports) if (!this.opts.route?.(ev.update, t)) t.deliver(ev.update);
@@ -177,7 +206,9 @@ export class LocalTransport implements Transport {
     this.link = link;
   }
 
-  get id(): string | null { return this.islandId; }
+  get id(): string | null {
+    return this.islandId;
+  }
 
   /** Simulates a crash / lost connection: every later call fails, the coordinator sees the island leave. */
   kill(): void {
@@ -196,16 +227,26 @@ export class LocalTransport implements Transport {
     }
   }
 
-  private gone<T>(): Result<T> { return err(ErrorCode.TRANSPORT, 'connection closed'); }
+  private gone<T>(): Result<T> {
+    return err(ErrorCode.TRANSPORT, 'connection closed');
+  }
 
   async hello(msg: HelloMsg): Promise<Result<HelloResult>> {
     if (this.dead) return this.gone();
     await this.link.up(emitBytes('up', 'hello', msg), 'hello');
     if (this.dead) return this.gone();
     const now = this.hub.clock.now();
-    const r = this.hub.coord.join({ caps: msg.caps, protocolVersion: msg.protocolVersion, resumeIslandId: msg.resumeIslandId }, now);
+    const r = this.hub.coord.join(
+      { caps: msg.caps, protocolVersion: msg.protocolVersion, resumeIslandId: msg.resumeIslandId },
+      now,
+    );
     await this.hub.dispatch();
-    await this.link.down(r.ok ? okBytes('down', helloAnswer(r.value.islandId, r.value.assignment, this.hub.coord, now)) : errBytes(r.error), 'hello');
+    await this.link.down(
+      r.ok
+        ? okBytes('down', helloAnswer(r.value.islandId, r.value.assignment, this.hub.coord, now))
+        : errBytes(r.error),
+      'hello',
+    );
     if (!r.ok) return r;
     this.islandId = r.value.islandId;
     return ok({ islandId: r.value.islandId, assignment: r.value.assignment });
@@ -283,7 +324,15 @@ function errBytes(error: { code: string; message: string }): number {
 function helloAnswer(islandId: string, assignment: Assignment | null, coord: Coordinator, now: number): HelloAnswer {
   const maxFrameBytes = coord.maxFrameBytes();
   return {
-    islandId, resumeToken: 'r'.repeat(32), assignment, version: coord.version, hash: coord.hash, protocolVersion: PROTOCOL_VERSION,
-    maxFrameBytes, maxHttpBufferSize: maxFrameBytes + Math.max(1 << 20, maxFrameBytes >> 3), serverTime: now, resumed: false,
+    islandId,
+    resumeToken: 'r'.repeat(32),
+    assignment,
+    version: coord.version,
+    hash: coord.hash,
+    protocolVersion: PROTOCOL_VERSION,
+    maxFrameBytes,
+    maxHttpBufferSize: maxFrameBytes + Math.max(1 << 20, maxFrameBytes >> 3),
+    serverTime: now,
+    resumed: false,
   };
 }

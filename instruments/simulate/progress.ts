@@ -16,7 +16,10 @@ export class ProgressBars {
   private drawn = 0;
   private lastDraw = 0;
 
-  constructor(private readonly out: ProgressSink, private readonly names: string[]) {
+  constructor(
+    private readonly out: ProgressSink,
+    private readonly names: string[],
+  ) {
     this.frac = names.map(() => 0);
     this.tenths = names.map(() => -1);
   }
@@ -51,7 +54,10 @@ export class ProgressBars {
 
   /** A log line, above the bars on a terminal. */
   log(line: string): void {
-    if (!this.out.isTTY) { this.out.write(line + '\n'); return; }
+    if (!this.out.isTTY) {
+      this.out.write(line + '\n');
+      return;
+    }
     if (this.drawn > 0) this.out.write(`\x1b[${this.drawn}F\x1b[J`);
     this.drawn = 0;
     this.out.write(line + '\n');
@@ -64,6 +70,13 @@ export function stderrProgress(bars: boolean): { log: (line: string) => void; pr
   let shown: ProgressBars | undefined;
   return {
     log: (l: string) => (shown ? shown.log(`  ${l}`) : process.stderr.write(`  ${l}\n`)),
-    progress: bars ? { start: (names) => { shown = new ProgressBars(process.stderr, names); }, update: (i, f) => shown?.update(i, f) } : undefined,
+    progress: bars
+      ? {
+          start: (names) => {
+            shown = new ProgressBars(process.stderr, names);
+          },
+          update: (i, f) => shown?.update(i, f),
+        }
+      : undefined,
   };
 }

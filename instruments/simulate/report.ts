@@ -3,7 +3,18 @@
 
 import type { SimReport, SimRunResult } from './types.ts';
 
-const COLORS = ['#222222', '#888888', '#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
+const COLORS = [
+  '#222222',
+  '#888888',
+  '#1f77b4',
+  '#ff7f0e',
+  '#2ca02c',
+  '#d62728',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#17becf',
+];
 
 export function fmtBytes(b: number): string {
   if (!Number.isFinite(b)) return '-';
@@ -27,10 +38,27 @@ function fmtRejected(r: Record<string, number>): string {
 /** The terminal table (plain text, fixed-width columns). */
 export function formatTable(runs: Array<Omit<SimRunResult, 'curve'>>): string {
   const ddp = runs.find((r) => r.kind === 'ddp');
-  const head = ['row', 'eval loss', 'vs DDP', 'tokens', 'up/island', 'less up than DDP', 'down/island', 'less down', 'goodput', 'srv in/tok', 'srv out/tok', 'rejected', 'virt time', 'real time'];
+  const head = [
+    'row',
+    'eval loss',
+    'vs DDP',
+    'tokens',
+    'up/island',
+    'less up than DDP',
+    'down/island',
+    'less down',
+    'goodput',
+    'srv in/tok',
+    'srv out/tok',
+    'rejected',
+    'virt time',
+    'real time',
+  ];
   const rows = runs.map((r) => [
     r.name,
-    Number.isFinite(r.evalLoss) ? r.evalLoss.toFixed(4) + (r.evalLossSd > 0 ? ` ± ${r.evalLossSd.toFixed(4)}` : '') : 'diverged',
+    Number.isFinite(r.evalLoss)
+      ? r.evalLoss.toFixed(4) + (r.evalLossSd > 0 ? ` ± ${r.evalLossSd.toFixed(4)}` : '')
+      : 'diverged',
     ddp && Number.isFinite(r.evalLoss) ? `${(r.evalLoss / ddp.evalLoss).toFixed(3)}×` : '-',
     `${(r.tokens / 1000).toFixed(0)}k`,
     fmtBytes(r.bytesUpPerIsland),
@@ -45,13 +73,16 @@ export function formatTable(runs: Array<Omit<SimRunResult, 'curve'>>): string {
     `${(r.realTimeMs / 1000).toFixed(0)} s`,
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
   return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
 export function curvesCsv(runs: SimRunResult[]): string {
   const lines = ['row,tokens,tokens_computed,time_ms,eval_loss'];
-  for (const r of runs) for (const p of r.curve) lines.push(`${r.name},${p.tokens},${p.tokensComputed},${p.timeMs.toFixed(1)},${p.evalLoss.toFixed(5)}`);
+  for (const r of runs)
+    for (const p of r.curve)
+      lines.push(`${r.name},${p.tokens},${p.tokensComputed},${p.timeMs.toFixed(1)},${p.evalLoss.toFixed(5)}`);
   return lines.join('\n') + '\n';
 }
 
@@ -59,22 +90,35 @@ export const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;')
 
 /** Two panels: eval loss vs tokens in θ, and vs virtual time. Self-contained SVG. */
 export function plotSvg(runs: SimRunResult[], title: string): string {
-  const W = 980, H = 420, panelW = 400, panelH = 300, top = 50, lefts = [70, 545];
+  const W = 980,
+    H = 420,
+    panelW = 400,
+    panelH = 300,
+    top = 50,
+    lefts = [70, 545];
   const pts = runs.flatMap((r) => r.curve.filter((p) => Number.isFinite(p.evalLoss)));
   const finite = pts.map((p) => p.evalLoss);
   // the first point (init) is far above the rest: clip the y range to what the runs reach after it
-  const later = runs.flatMap((r) => r.curve.slice(1).map((p) => p.evalLoss).filter(Number.isFinite));
+  const later = runs.flatMap((r) =>
+    r.curve
+      .slice(1)
+      .map((p) => p.evalLoss)
+      .filter(Number.isFinite),
+  );
   const yMin = Math.min(...(later.length ? later : finite)) - 0.05;
   const yMaxRaw = later.length ? Math.max(...later) : Math.max(...finite);
   const yMax = Math.min(yMaxRaw, yMin + 3) + 0.05;
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H + 20 * Math.ceil(runs.length / 4)}" font-family="sans-serif" font-size="12">`);
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H + 20 * Math.ceil(runs.length / 4)}" font-family="sans-serif" font-size="12">`,
+  );
   out.push(`<rect width="100%" height="100%" fill="white"/>`);
   out.push(`<text x="${W / 2}" y="22" text-anchor="middle" font-size="15">${esc(title)}</text>`);
-  const panels: Array<{ label: string; x: (p: SimRunResult['curve'][number]) => number; fmt: (v: number) => string }> = [
-    { label: 'tokens in θ', x: (p) => p.tokens, fmt: (v) => `${Math.round(v / 1000)}k` },
-    { label: 'virtual time (s)', x: (p) => p.timeMs / 1000, fmt: (v) => v.toFixed(0) },
-  ];
+  const panels: Array<{ label: string; x: (p: SimRunResult['curve'][number]) => number; fmt: (v: number) => string }> =
+    [
+      { label: 'tokens in θ', x: (p) => p.tokens, fmt: (v) => `${Math.round(v / 1000)}k` },
+      { label: 'virtual time (s)', x: (p) => p.timeMs / 1000, fmt: (v) => v.toFixed(0) },
+    ];
   panels.forEach((panel, pi) => {
     const left = lefts[pi];
     const xs = pts.map(panel.x);
@@ -90,15 +134,24 @@ export function plotSvg(runs: SimRunResult[], title: string): string {
       out.push(`<text x="${sx(xv)}" y="${top + panelH + 16}" text-anchor="middle">${panel.fmt(xv)}</text>`);
     }
     out.push(`<text x="${left + panelW / 2}" y="${top + panelH + 34}" text-anchor="middle">${panel.label}</text>`);
-    out.push(`<text x="${left - 50}" y="${top + panelH / 2}" transform="rotate(-90 ${left - 50} ${top + panelH / 2})" text-anchor="middle">held-out loss</text>`);
+    out.push(
+      `<text x="${left - 50}" y="${top + panelH / 2}" transform="rotate(-90 ${left - 50} ${top + panelH / 2})" text-anchor="middle">held-out loss</text>`,
+    );
     runs.forEach((r, ri) => {
-      const path = r.curve.filter((p) => Number.isFinite(p.evalLoss)).map((p) => `${sx(panel.x(p)).toFixed(1)},${sy(p.evalLoss).toFixed(1)}`).join(' ');
-      if (path) out.push(`<polyline fill="none" stroke="${COLORS[ri % COLORS.length]}" stroke-width="1.6" points="${path}"/>`);
+      const path = r.curve
+        .filter((p) => Number.isFinite(p.evalLoss))
+        .map((p) => `${sx(panel.x(p)).toFixed(1)},${sy(p.evalLoss).toFixed(1)}`)
+        .join(' ');
+      if (path)
+        out.push(`<polyline fill="none" stroke="${COLORS[ri % COLORS.length]}" stroke-width="1.6" points="${path}"/>`);
     });
   });
   runs.forEach((r, ri) => {
-    const x = 70 + (ri % 4) * 225, y = top + panelH + 58 + 20 * Math.floor(ri / 4);
-    out.push(`<line x1="${x}" x2="${x + 22}" y1="${y - 4}" y2="${y - 4}" stroke="${COLORS[ri % COLORS.length]}" stroke-width="3"/>`);
+    const x = 70 + (ri % 4) * 225,
+      y = top + panelH + 58 + 20 * Math.floor(ri / 4);
+    out.push(
+      `<line x1="${x}" x2="${x + 22}" y1="${y - 4}" y2="${y - 4}" stroke="${COLORS[ri % COLORS.length]}" stroke-width="3"/>`,
+    );
     out.push(`<text x="${x + 28}" y="${y}">${esc(r.name)}</text>`);
   });
   out.push('</svg>');
@@ -122,7 +175,13 @@ ${svg}
 
 export function reportHtml(report: SimReport, svg: string, table: string): string {
   const c = report.config;
-  return htmlPage(`atoll simulate — ${c.preset}`, `<p>Model <b>${esc(c.model)}</b> (${c.params.toLocaleString()} parameters), sequence length ${c.seqLen},
+  return htmlPage(
+    `atoll simulate — ${c.preset}`,
+    `<p>Model <b>${esc(c.model)}</b> (${c.params.toLocaleString()} parameters), sequence length ${c.seqLen},
 ${c.tokens.toLocaleString()} tokens per row, seed ${c.seed}. Virtual time: a speed-1 island trains
-${c.baseTokensPerSec} tokens/s. Real time ${(c.realTimeMs / 1000).toFixed(0)} s on ${c.workers} worker(s).</p>`, svg, table, report);
+${c.baseTokensPerSec} tokens/s. Real time ${(c.realTimeMs / 1000).toFixed(0)} s on ${c.workers} worker(s).</p>`,
+    svg,
+    table,
+    report,
+  );
 }

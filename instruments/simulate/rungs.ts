@@ -4,9 +4,18 @@
 import { type GPTConfig, PRESETS } from '../../core/model/config.ts';
 
 /** A rung of the ladder: a model shape (sequence length 32 throughout). */
-export interface RungSpec { name: string; config: GPTConfig }
+export interface RungSpec {
+  name: string;
+  config: GPTConfig;
+}
 
-const shape = (nLayer: number, nHead: number, nEmbd: number): GPTConfig => ({ vocabSize: 256, blockSize: 32, nLayer, nHead, nEmbd });
+const shape = (nLayer: number, nHead: number, nEmbd: number): GPTConfig => ({
+  vocabSize: 256,
+  blockSize: 32,
+  nLayer,
+  nHead,
+  nEmbd,
+});
 
 /**
  * The ladder: the CPU rungs (`tiny` to 8.7× its parameters) and, for a real GPU (`--engine webgpu`),

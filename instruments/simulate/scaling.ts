@@ -18,7 +18,7 @@
 
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { type GPTConfig, flopsPerToken, numParams } from '../../core/model/config.ts';
+import { flopsPerToken, numParams } from '../../core/model/config.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import type { SimEngineKind } from './engines.ts';
@@ -27,7 +27,16 @@ import { warmStartOffPlateau } from './row.ts';
 import type { OuterConfig } from '../../core/coord/outer.ts';
 import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
 import { CPU_RUNGS, RUNGS, type RungSpec } from './rungs.ts';
-import { type ScalingReport, type ScalingRow, type ScalingRung, fitPowerLaw, scalingHtml, scalingPlotSvg, scalingTable, verdictOf } from './scaling-report.ts';
+import {
+  type ScalingReport,
+  type ScalingRow,
+  type ScalingRung,
+  fitPowerLaw,
+  scalingHtml,
+  scalingPlotSvg,
+  scalingTable,
+  verdictOf,
+} from './scaling-report.ts';
 import type { SimCommon, SimRow, SimRunResult, SimulateOptions } from './types.ts';
 
 export { CPU_RUNGS, RUNGS, type RungSpec } from './rungs.ts';
@@ -51,7 +60,10 @@ export const LADDER_OUTER: OuterConfig = { kind: 'nesterov', lr: 1, momentum: 0.
 const SINGLE_LR = 3e-3;
 
 /** simulate's options that the ladder takes as they are (workers, data, engine, out, json, print, log, progress, seed, evalBatches). */
-type SharedOptions = Pick<SimulateOptions, 'workers' | 'data' | 'engine' | 'out' | 'json' | 'print' | 'log' | 'progress' | 'seed' | 'evalBatches'>;
+type SharedOptions = Pick<
+  SimulateOptions,
+  'workers' | 'data' | 'engine' | 'out' | 'json' | 'print' | 'log' | 'progress' | 'seed' | 'evalBatches'
+>;
 
 export interface ScalingOptions extends SharedOptions {
   /** The first n rungs of RUNGS, or rung names (default the CPU ladder). */
@@ -71,21 +83,36 @@ export function scalingOptionsFromCli(raw: Record<string, unknown>): Result<Scal
   const o: ScalingOptions = { json: raw.json === true || raw.json === 'true' };
   if (raw.rungs !== undefined) {
     const s = String(raw.rungs);
-    o.rungs = /^\d+$/.test(s) ? Number(s) : s.split(',').map((x) => x.trim()).filter(Boolean);
-    try { pickRungs(o.rungs); } catch (e) { return err('E_BAD_REQUEST', (e as Error).message); }
+    o.rungs = /^\d+$/.test(s)
+      ? Number(s)
+      : s
+          .split(',')
+          .map((x) => x.trim())
+          .filter(Boolean);
+    try {
+      pickRungs(o.rungs);
+    } catch (e) {
+      return err('E_BAD_REQUEST', (e as Error).message);
+    }
   }
   if (raw.tokensPerParam !== undefined) {
     const t = Number(raw.tokensPerParam);
-    if (!(t > 0 && t <= 1000)) return err('E_BAD_REQUEST', `--tokens-per-param must be in (0, 1000], got '${String(raw.tokensPerParam)}'`);
+    if (!(t > 0 && t <= 1000))
+      return err('E_BAD_REQUEST', `--tokens-per-param must be in (0, 1000], got '${String(raw.tokensPerParam)}'`);
     o.tokensPerParam = t;
   }
   for (const k of ['seed', 'workers', 'evalBatches', 'warmStartTokens', 'outerRounds'] as const) {
     if (raw[k] === undefined) continue;
     const n = Number(raw[k]);
-    if (!Number.isInteger(n) || n < 0) return err('E_BAD_REQUEST', `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a non-negative integer, got '${String(raw[k])}'`);
+    if (!Number.isInteger(n) || n < 0)
+      return err(
+        'E_BAD_REQUEST',
+        `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a non-negative integer, got '${String(raw[k])}'`,
+      );
     o[k] = n;
   }
-  if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu') return err('E_BAD_REQUEST', '--engine must be cpu|webgpu');
+  if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu')
+    return err('E_BAD_REQUEST', '--engine must be cpu|webgpu');
   if (raw.engine !== undefined) o.engine = raw.engine as SimEngineKind;
   if (raw.data !== undefined) o.data = String(raw.data);
   if (raw.out !== undefined) o.out = String(raw.out);
@@ -96,29 +123,71 @@ export function scalingOptionsFromCli(raw: Record<string, unknown>): Result<Scal
 export function pickRungs(r: ScalingOptions['rungs']): RungSpec[] {
   if (r === undefined) return RUNGS.slice(0, CPU_RUNGS);
   if (typeof r === 'number') {
-    if (!Number.isInteger(r) || r < 2 || r > RUNGS.length) throw Object.assign(new Error(`--rungs must be 2..${RUNGS.length} or rung names (${RUNGS.map((x) => x.name).join(', ')}), got ${r}`), { code: 'E_BAD_REQUEST' });
+    if (!Number.isInteger(r) || r < 2 || r > RUNGS.length)
+      throw Object.assign(
+        new Error(
+          `--rungs must be 2..${RUNGS.length} or rung names (${RUNGS.map((x) => x.name).join(', ')}), got ${r}`,
+        ),
+        { code: 'E_BAD_REQUEST' },
+      );
     return RUNGS.slice(0, r);
   }
   const out = r.map((n) => RUNGS.find((x) => x.name === n));
   const bad = r.filter((_, i) => !out[i]);
-  if (bad.length || out.length < 2) throw Object.assign(new Error(`--rungs: ${bad.length ? `unknown rung ${bad.join(', ')}` : 'at least 2 rungs'}; the ladder has ${RUNGS.map((x) => x.name).join(', ')}`), { code: 'E_BAD_REQUEST' });
+  if (bad.length || out.length < 2)
+    throw Object.assign(
+      new Error(
+        `--rungs: ${bad.length ? `unknown rung ${bad.join(', ')}` : 'at least 2 rungs'}; the ladder has ${RUNGS.map((x) => x.name).join(', ')}`,
+      ),
+      { code: 'E_BAD_REQUEST' },
+    );
   return out as RungSpec[];
 }
 
-interface Plan { spec: RungSpec; params: number; tokens: number; innerSteps: number; rows: SimRow[]; rowLr: number[] }
+interface Plan {
+  spec: RungSpec;
+  params: number;
+  tokens: number;
+  innerSteps: number;
+  rows: SimRow[];
+  rowLr: number[];
+}
 
 /** The rows of one rung (H from the rule, DDP at each swept lr, single, 8 and 32 islands). */
-export function rungRows(spec: RungSpec, o: { tokensPerParam: number; outerRounds: number; lrSweep: number[]; seed: number }): Plan {
+export function rungRows(
+  spec: RungSpec,
+  o: { tokensPerParam: number; outerRounds: number; lrSweep: number[]; seed: number },
+): Plan {
   const params = numParams(spec.config);
   const tokens = Math.round(o.tokensPerParam * params);
   const innerSteps = Math.max(2, Math.round(tokens / (o.outerRounds * GLOBAL_BATCH * SEQ_LEN)));
   const lr = (maxLr: number) => ({ maxLr, minLr: maxLr / 10, warmupTokens: Math.min(8192, Math.round(tokens / 8)) });
-  const d: RowDefaults = { islands: 8, seeds: [o.seed], batchSize: 4, tokens, innerSteps, baseTokensPerSec: 2000, seqLen: SEQ_LEN, lr: lr(SINGLE_LR) };
+  const d: RowDefaults = {
+    islands: 8,
+    seeds: [o.seed],
+    batchSize: 4,
+    tokens,
+    innerSteps,
+    baseTokensPerSec: 2000,
+    seqLen: SEQ_LEN,
+    lr: lr(SINGLE_LR),
+  };
   const rows: SimRow[] = [];
   const rowLr: number[] = [];
-  for (const maxLr of o.lrSweep) { rows.push(baseline(`ddp-lr${maxLr}`, 'ddp', { ...d, lr: lr(maxLr) }, uniform(8, GLOBAL_BATCH / 8))); rowLr.push(maxLr); }
-  rows.push(baseline('single', 'single', d, uniform(1, 4))); rowLr.push(SINGLE_LR);
-  for (const n of ISLAND_COUNTS) { rows.push(diloco(`islands-${n}`, { ...d, islands: n }, 'async', 'sparse', heterogeneous(n, GLOBAL_BATCH / n), { outer: { ...LADDER_OUTER } })); rowLr.push(NaN); } // set from the sweep
+  for (const maxLr of o.lrSweep) {
+    rows.push(baseline(`ddp-lr${maxLr}`, 'ddp', { ...d, lr: lr(maxLr) }, uniform(8, GLOBAL_BATCH / 8)));
+    rowLr.push(maxLr);
+  }
+  rows.push(baseline('single', 'single', d, uniform(1, 4)));
+  rowLr.push(SINGLE_LR);
+  for (const n of ISLAND_COUNTS) {
+    rows.push(
+      diloco(`islands-${n}`, { ...d, islands: n }, 'async', 'sparse', heterogeneous(n, GLOBAL_BATCH / n), {
+        outer: { ...LADDER_OUTER },
+      }),
+    );
+    rowLr.push(NaN);
+  } // set from the sweep
   return { spec, params, tokens, innerSteps, rows, rowLr };
 }
 
@@ -133,7 +202,12 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
   const cpu0 = process.cpuUsage();
   const log = opts.log ?? (opts.json ? () => {} : (l: string) => process.stderr.write(`  ${l}\n`));
   const seed = opts.seed ?? 1;
-  const o = { tokensPerParam: opts.tokensPerParam ?? TOKENS_PER_PARAM, outerRounds: opts.outerRounds ?? OUTER_ROUNDS, lrSweep: opts.lrSweep ?? LR_SWEEP, seed };
+  const o = {
+    tokensPerParam: opts.tokensPerParam ?? TOKENS_PER_PARAM,
+    outerRounds: opts.outerRounds ?? OUTER_ROUNDS,
+    lrSweep: opts.lrSweep ?? LR_SWEEP,
+    seed,
+  };
   const engine = opts.engine ?? 'cpu';
   const workers = opts.workers ?? 2;
   const plans = pickRungs(opts.rungs).map((spec) => rungRows(spec, o));
@@ -141,7 +215,17 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
   const commons: SimCommon[] = [];
   const warm: ScalingRung['warmStart'][] = [];
   for (const p of plans) {
-    const c: SimCommon = { model: 'tiny', config: p.spec.config, engine, seqLen: SEQ_LEN, seed, evals: opts.evals ?? 6, evalBatches: opts.evalBatches ?? 32, evalBatchSize: 16, data: opts.data };
+    const c: SimCommon = {
+      model: 'tiny',
+      config: p.spec.config,
+      engine,
+      seqLen: SEQ_LEN,
+      seed,
+      evals: opts.evals ?? 6,
+      evalBatches: opts.evalBatches ?? 32,
+      evalBatchSize: 16,
+      data: opts.data,
+    };
     const wt = opts.warmStartTokens ?? 32_768;
     if (wt > 0) {
       const w = await warmStartOffPlateau(c, ds, wt);
@@ -152,12 +236,16 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
     commons.push(c);
   }
   const jobs = plans.flatMap((p, k) => p.rows.map((row, r) => ({ p, k, r, row })));
-  const outDir = resolve(opts.out ?? join('runs', `scaling-${new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15)}`));
+  const outDir = resolve(
+    opts.out ?? join('runs', `scaling-${new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15)}`),
+  );
   mkdirSync(outDir, { recursive: true });
   // each row's result as it finishes (a long ladder cut short keeps what it measured)
   const partial = join(outDir, 'rows.jsonl');
   writeFileSync(partial, '');
-  log(`simulate scaling: ${plans.length} rungs (${plans.map((p) => `${p.spec.name} ${p.params} params, ${p.tokens} tokens, H ${p.innerSteps}`).join('; ')}), ${jobs.length} rows on ${workers} worker(s)`);
+  log(
+    `simulate scaling: ${plans.length} rungs (${plans.map((p) => `${p.spec.name} ${p.params} params, ${p.tokens} tokens, H ${p.innerSteps}`).join('; ')}), ${jobs.length} rows on ${workers} worker(s)`,
+  );
   opts.progress?.start(jobs.map((j) => `${j.p.spec.name} ${j.row.name}`));
   const runs: SimRunResult[] = new Array(jobs.length);
   // phase 1: the DDP sweep and single; phase 2: the islands, at the inner lr of their rung's tuned DDP
@@ -170,10 +258,22 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
         j.p.rowLr[j.r] = best;
       }
     }
-    const got = await runRows(phase.map((j) => j.row), phase.map((j) => commons[j.k]), workers, log,
-      opts.progress && ((i, f) => opts.progress!.update(jobs.indexOf(phase[i]), f)), phase.map((j) => rowCost(j.p, j.row)),
-      (i, r) => appendFileSync(partial, JSON.stringify({ rung: phase[i].p.spec.name, params: phase[i].p.params, ...r, curve: undefined }) + '\n'));
-    got.forEach((r, i) => { runs[jobs.indexOf(phase[i])] = r; });
+    const got = await runRows(
+      phase.map((j) => j.row),
+      phase.map((j) => commons[j.k]),
+      workers,
+      log,
+      opts.progress && ((i, f) => opts.progress!.update(jobs.indexOf(phase[i]), f)),
+      phase.map((j) => rowCost(j.p, j.row)),
+      (i, r) =>
+        appendFileSync(
+          partial,
+          JSON.stringify({ rung: phase[i].p.spec.name, params: phase[i].p.params, ...r, curve: undefined }) + '\n',
+        ),
+    );
+    got.forEach((r, i) => {
+      runs[jobs.indexOf(phase[i])] = r;
+    });
   }
 
   const rungs: ScalingRung[] = plans.map((p, k) => {
@@ -184,36 +284,76 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
     const ddpLr = p.rowLr[sweep.indexOf(best)];
     // the tuned DDP is the comparison's `ddp` row; the sweep rows stay in the rung's rows
     const all = [{ ...best, name: 'ddp' }, ...res];
-    const rowOf = (name: string) => (name === 'ddp' ? p.rows[sweep.indexOf(best)] : p.rows[res.findIndex((r) => r.name === name)]);
+    const rowOf = (name: string) =>
+      name === 'ddp' ? p.rows[sweep.indexOf(best)] : p.rows[res.findIndex((r) => r.name === name)];
     const ddpDown = best.bytesDownPerIsland;
     const rows: ScalingRow[] = all.map(({ curve: _c, ...r }) => {
       const row = rowOf(r.name);
-      const comm = r.kind === 'ddp' ? 1 : r.kind === 'single' ? Infinity : ddpBytesPerIsland(row, r.tokens, SEQ_LEN, p.params) / Math.max(1, r.bytesUpPerIsland);
+      const comm =
+        r.kind === 'ddp'
+          ? 1
+          : r.kind === 'single'
+            ? Infinity
+            : ddpBytesPerIsland(row, r.tokens, SEQ_LEN, p.params) / Math.max(1, r.bytesUpPerIsland);
       return {
-        ...r, commReductionVsDdp: comm, flops: fpt * r.tokensComputed, vsDdp: r.evalLoss / best.evalLoss,
-        lessDownThanDdp: r.kind === 'diloco' ? ddpDown / Math.max(1, r.bytesDownPerIsland) : r.kind === 'ddp' ? 1 : Infinity,
+        ...r,
+        commReductionVsDdp: comm,
+        flops: fpt * r.tokensComputed,
+        vsDdp: r.evalLoss / best.evalLoss,
+        lessDownThanDdp:
+          r.kind === 'diloco' ? ddpDown / Math.max(1, r.bytesDownPerIsland) : r.kind === 'ddp' ? 1 : Infinity,
         lr: r.name === 'ddp' ? ddpLr : p.rowLr[res.findIndex((x) => x.name === r.name)],
         ...(r.kind === 'diloco' ? { innerSteps: p.innerSteps } : {}),
       };
     });
     return {
-      name: p.spec.name, config: p.spec.config, params: p.params, flopsPerToken: fpt, tokens: p.tokens, innerSteps: p.innerSteps, warmStart: warm[k],
-      ddpSweep: sweep.map((r, i) => ({ lr: p.rowLr[i], evalLoss: r.evalLoss })), ddpLr, rows,
+      name: p.spec.name,
+      config: p.spec.config,
+      params: p.params,
+      flopsPerToken: fpt,
+      tokens: p.tokens,
+      innerSteps: p.innerSteps,
+      warmStart: warm[k],
+      ddpSweep: sweep.map((r, i) => ({ lr: p.rowLr[i], evalLoss: r.evalLoss })),
+      ddpLr,
+      rows,
     };
   });
   const names = ['ddp', 'single', ...ISLAND_COUNTS.map((n) => `islands-${n}`)];
-  const fits = names.map((row) => ({ row, ...fitPowerLaw(rungs.map((g) => { const r = g.rows.find((x) => x.name === row)!; return [r.flops, r.evalLoss] as [number, number]; })) }));
+  const fits = names.map((row) => ({
+    row,
+    ...fitPowerLaw(
+      rungs.map((g) => {
+        const r = g.rows.find((x) => x.name === row)!;
+        return [r.flops, r.evalLoss] as [number, number];
+      }),
+    ),
+  }));
   const cpu = process.cpuUsage(cpu0);
   const report: ScalingReport = {
     config: {
-      preset: 'scaling', tokensPerParam: o.tokensPerParam, outerRounds: o.outerRounds, lrSweep: o.lrSweep, globalBatch: GLOBAL_BATCH, seqLen: SEQ_LEN,
+      preset: 'scaling',
+      tokensPerParam: o.tokensPerParam,
+      outerRounds: o.outerRounds,
+      lrSweep: o.lrSweep,
+      globalBatch: GLOBAL_BATCH,
+      seqLen: SEQ_LEN,
       hRule: `H = tokens / (${o.outerRounds} rounds × ${GLOBAL_BATCH} sequences × ${SEQ_LEN} tokens): H grows in proportion to the budget`,
       outer: LADDER_OUTER,
-      data: opts.data ?? 'moby-dick', seed, workers, engine, realTimeMs: performance.now() - t0,
+      data: opts.data ?? 'moby-dick',
+      seed,
+      workers,
+      engine,
+      realTimeMs: performance.now() - t0,
       // this thread's CPU time and the workers' (process.cpuUsage counts every thread of the process)
       cpuTimeMs: (cpu.user + cpu.system) / 1000,
     },
-    rungs, fits, verdict: verdictOf(rungs, ISLAND_COUNTS.map((n) => `islands-${n}`)),
+    rungs,
+    fits,
+    verdict: verdictOf(
+      rungs,
+      ISLAND_COUNTS.map((n) => `islands-${n}`),
+    ),
   };
   const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
   const table = scalingTable(report);

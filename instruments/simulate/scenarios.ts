@@ -47,12 +47,24 @@ export interface RowDefaults {
 
 export function island(name: string, o: Partial<IslandSpec> = {}): IslandSpec {
   return {
-    name, speed: 1, batchSize: 8, behaviour: 'honest', joinAtMs: 0, leaveAtMs: Infinity, dropProb: 0, offlineMs: 0,
-    network: HOME_NETWORK, ...o,
+    name,
+    speed: 1,
+    batchSize: 8,
+    behaviour: 'honest',
+    joinAtMs: 0,
+    leaveAtMs: Infinity,
+    dropProb: 0,
+    offlineMs: 0,
+    network: HOME_NETWORK,
+    ...o,
   };
 }
 
-export function uniform(n: number, batchSize: number, behaviourOf: (i: number) => Behaviour = () => 'honest'): IslandSpec[] {
+export function uniform(
+  n: number,
+  batchSize: number,
+  behaviourOf: (i: number) => Behaviour = () => 'honest',
+): IslandSpec[] {
   return Array.from({ length: n }, (_, i) => island(`island-${i + 1}`, { batchSize, behaviour: behaviourOf(i) }));
 }
 
@@ -64,14 +76,21 @@ export function uniform(n: number, batchSize: number, behaviourOf: (i: number) =
  * at a time from the last island back, each kept ≥ 1.
  */
 export function heterogeneous(n: number, batchSize: number): IslandSpec[] {
-  if (!Number.isInteger(n) || n < 1 || !Number.isInteger(batchSize) || batchSize < 1) throw new RangeError(`heterogeneous: n and batchSize must be positive integers, got ${n}, ${batchSize}`);
+  if (!Number.isInteger(n) || n < 1 || !Number.isInteger(batchSize) || batchSize < 1)
+    throw new RangeError(`heterogeneous: n and batchSize must be positive integers, got ${n}, ${batchSize}`);
   const speeds = Array.from({ length: n }, (_, i) => (i < Math.round(n / 4) ? 1 : i < Math.round((5 * n) / 8) ? 2 : 4));
   const rel = speeds.map((s) => (s === 1 ? 0.5 : s === 2 ? 1 : 1.5));
   const scale = (n * batchSize) / rel.reduce((a, b) => a + b, 0);
   const bs = rel.map((r) => Math.max(1, Math.round(r * scale)));
   let diff = n * batchSize - bs.reduce((a, b) => a + b, 0);
   if (bs[n - 1] + diff >= 1) bs[n - 1] += diff;
-  else for (let i = n - 1; diff !== 0; i = i > 0 ? i - 1 : n - 1) if (diff > 0 || bs[i] > 1) { const step = Math.sign(diff); bs[i] += step; diff -= step; }
+  else
+    for (let i = n - 1; diff !== 0; i = i > 0 ? i - 1 : n - 1)
+      if (diff > 0 || bs[i] > 1) {
+        const step = Math.sign(diff);
+        bs[i] += step;
+        diff -= step;
+      }
   return speeds.map((speed, i) => island(`island-${i + 1}`, { speed, batchSize: bs[i] }));
 }
 
@@ -86,36 +105,64 @@ export function codecFor(encoding: Encoding): SimRow['codec'] {
   return { encoding, blockSize: encoding === 'int4' ? 256 : 64, deflate: encoding !== 'f32' };
 }
 
-export function diloco(name: string, d: RowDefaults, mode: TrainingMode, encoding: Encoding, islands: IslandSpec[], extra: CoordinatorConfigPatch = {}): SimRow {
+export function diloco(
+  name: string,
+  d: RowDefaults,
+  mode: TrainingMode,
+  encoding: Encoding,
+  islands: IslandSpec[],
+  extra: CoordinatorConfigPatch = {},
+): SimRow {
   const sparse = encoding === 'sparse';
   return {
-    name, kind: 'diloco', mode, islands, codec: codecFor(encoding),
+    name,
+    kind: 'diloco',
+    mode,
+    islands,
+    codec: codecFor(encoding),
     coordinator: {
       ...outerFor(mode),
-      innerSteps: d.innerSteps, minInnerSteps: Math.max(1, Math.floor(d.innerSteps / 8)), maxInnerSteps: d.innerSteps * 4,
+      innerSteps: d.innerSteps,
+      minInnerSteps: Math.max(1, Math.floor(d.innerSteps / 8)),
+      maxInnerSteps: d.innerSteps * 4,
       // DyLU's time rule: the fastest island does H steps, every island returns at about the same time
-      dylu: true, targetRoundMs: roundMs(d, islands),
-      quorum: 1, maxStaleness: 4 * islands.length,
+      dylu: true,
+      targetRoundMs: roundMs(d, islands),
+      quorum: 1,
+      maxStaleness: 4 * islands.length,
       normBound: { factor: 4, window: 32, minHistory: 3 },
       // the sparse rows' downlink (SPARSE_DOWNLINK, shared with `atoll serve`'s default run): int4, one
       // scale per 4096 entries, + deflate (error feedback on the server: replicas still apply the same decoded bits)
       ...(sparse ? { downlink: { ...SPARSE_DOWNLINK } } : {}),
       ...extra,
     },
-    lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec, seeds: d.seeds,
+    lr: d.lr,
+    tokens: d.tokens,
+    baseTokensPerSec: d.baseTokensPerSec,
+    seeds: d.seeds,
   };
 }
 
 export function baseline(name: string, kind: 'ddp' | 'single', d: RowDefaults, islands: IslandSpec[]): SimRow {
   return {
-    name, kind, mode: 'sync', islands, codec: { encoding: 'f32', blockSize: 64, deflate: false },
-    coordinator: {}, lr: d.lr, tokens: d.tokens, baseTokensPerSec: d.baseTokensPerSec, seeds: d.seeds,
+    name,
+    kind,
+    mode: 'sync',
+    islands,
+    codec: { encoding: 'f32', blockSize: 64, deflate: false },
+    coordinator: {},
+    lr: d.lr,
+    tokens: d.tokens,
+    baseTokensPerSec: d.baseTokensPerSec,
+    seeds: d.seeds,
   };
 }
 
 /** Virtual time of one round of the fastest island at H steps. */
 function roundMs(d: RowDefaults, islands: IslandSpec[]): number {
-  return Math.min(...islands.map((s) => (1000 * d.innerSteps * s.batchSize * d.seqLen) / (s.speed * d.baseTokensPerSec)));
+  return Math.min(
+    ...islands.map((s) => (1000 * d.innerSteps * s.batchSize * d.seqLen) / (s.speed * d.baseTokensPerSec)),
+  );
 }
 
 /** The spot-check rate of the mixing rows: one fragment in ten is also uploaded by a second member. */
@@ -126,12 +173,26 @@ export const MIX_SPOT_RATE = 0.1;
  * for its group, and a group falls back to direct uploads when its exchange is not done two rounds after it formed
  * (tiny rounds are short: 0.2-0.4 s of virtual time, where an int8 frame takes 47 ms a hop).
  */
-export function mixed(name: string, d: RowDefaults, islands: IslandSpec[], k: number, rm: number, encoding: Encoding = 'sparse'): SimRow {
-  return { ...diloco(name, d, 'async', encoding, islands), mix: { k, formWaitMs: rm / 4, exchangeTimeoutMs: 2 * rm, spotRate: MIX_SPOT_RATE } };
+export function mixed(
+  name: string,
+  d: RowDefaults,
+  islands: IslandSpec[],
+  k: number,
+  rm: number,
+  encoding: Encoding = 'sparse',
+): SimRow {
+  return {
+    ...diloco(name, d, 'async', encoding, islands),
+    mix: { k, formWaitMs: rm / 4, exchangeTimeoutMs: 2 * rm, spotRate: MIX_SPOT_RATE },
+  };
 }
 
 /** The robust-aggregation setting of the attacker rows. */
-export const ROBUST: CoordinatorConfigPatch = { aggregation: 'centered-clip', trimFraction: 0.125, normBound: { factor: 3, window: 32, minHistory: 3 } };
+export const ROBUST: CoordinatorConfigPatch = {
+  aggregation: 'centered-clip',
+  trimFraction: 0.125,
+  normBound: { factor: 3, window: 32, minHistory: 3 },
+};
 
 /**
  * Verified work: 4 islands (sync, int8), the last sending plausible fake work; a validator audits
@@ -140,7 +201,12 @@ export const ROBUST: CoordinatorConfigPatch = { aggregation: 'centered-clip', tr
  */
 function audited(name: string, d: RowDefaults, fake: Behaviour): SimRow {
   const islands = uniform(4, d.batchSize, (i) => (i === 3 ? fake : 'honest'));
-  return { ...diloco(name, { ...d, tokens: Math.min(d.tokens, 60_000) }, 'sync', 'int8', islands, { freshInnerOptimizer: true }), audit: { rate: 0.5, banAfter: 2 } };
+  return {
+    ...diloco(name, { ...d, tokens: Math.min(d.tokens, 60_000) }, 'sync', 'int8', islands, {
+      freshInnerOptimizer: true,
+    }),
+    audit: { rate: 0.5, banAfter: 2 },
+  };
 }
 
 /**
@@ -155,7 +221,13 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
   const rm = roundMs(d, het);
   const attack = (bs: Behaviour[]) => het.map((s, i) => ({ ...s, behaviour: bs[n - 1 - i] ?? 'honest' }));
   // one island alone as the embedded default runs it (sync, int8), short rounds (H/4), against `single`
-  const alone = diloco('one-island', { ...one, innerSteps: Math.max(2, d.innerSteps >> 2) }, 'sync', 'int8', uniform(1, d.batchSize));
+  const alone = diloco(
+    'one-island',
+    { ...one, innerSteps: Math.max(2, d.innerSteps >> 2) },
+    'sync',
+    'int8',
+    uniform(1, d.batchSize),
+  );
   const rows = [
     baseline('ddp', 'ddp', d, uniform(n, d.batchSize)),
     baseline('single', 'single', d, uniform(1, d.batchSize)),
@@ -166,19 +238,45 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
   if (quick) return rows;
   // churn: two islands join at a third of the run, two leave at two thirds (rounds ≈ tokens / fleet round)
   const runMs = (d.tokens / (n * d.innerSteps * d.batchSize * d.seqLen)) * rm;
-  const churn = het.map((s, i) => (i < 2 ? { ...s, joinAtMs: runMs / 3 } : i >= n - 2 ? { ...s, leaveAtMs: (2 * runMs) / 3 } : s));
+  const churn = het.map((s, i) =>
+    i < 2 ? { ...s, joinAtMs: runMs / 3 } : i >= n - 2 ? { ...s, leaveAtMs: (2 * runMs) / 3 } : s,
+  );
   const drop30 = het.map((s) => ({ ...s, mixDropProb: 0.3, offlineMs: rm / 2 }));
   const phone: NetworkSpec = { upBytesPerSec: 250e3, downBytesPerSec: 1.25e6, latencyMs: 80 };
   return [
     ...rows,
     diloco('sync-int4', one, 'sync', 'int4', uniform(n, d.batchSize)),
     diloco('async-int4-hetero', one, 'async', 'int4', het),
-    diloco('async-sparse-dropout30', one, 'async', 'sparse', het.map((s) => ({ ...s, dropProb: 0.3, offlineMs: rm / 2 }))),
+    diloco(
+      'async-sparse-dropout30',
+      one,
+      'async',
+      'sparse',
+      het.map((s) => ({ ...s, dropProb: 0.3, offlineMs: rm / 2 })),
+    ),
     diloco('async-sparse-churn', one, 'async', 'sparse', churn),
-    diloco('async-sparse-mixed-numerics', one, 'async', 'sparse', het.map((s, i) => ({ ...s, numerics: i % 3 === 0 ? 'bf16' : i % 3 === 1 ? 'f16' : 'f32' }))),
-    diloco('async-sparse-uneven-net', one, 'async', 'sparse', het.map((s, i) => (i === 0 ? { ...s, network: phone } : s))),
+    diloco(
+      'async-sparse-mixed-numerics',
+      one,
+      'async',
+      'sparse',
+      het.map((s, i) => ({ ...s, numerics: i % 3 === 0 ? 'bf16' : i % 3 === 1 ? 'f16' : 'f32' })),
+    ),
+    diloco(
+      'async-sparse-uneven-net',
+      one,
+      'async',
+      'sparse',
+      het.map((s, i) => (i === 0 ? { ...s, network: phone } : s)),
+    ),
     diloco('async-sparse-dylu-off', one, 'async', 'sparse', het, { dylu: false }),
-    diloco('async-sparse-noniid', one, 'async', 'sparse', het.map((s, i) => ({ ...s, shard: [i / n, (i + 1) / n] as [number, number] }))),
+    diloco(
+      'async-sparse-noniid',
+      one,
+      'async',
+      'sparse',
+      het.map((s, i) => ({ ...s, shard: [i / n, (i + 1) / n] as [number, number] })),
+    ),
     diloco('async-sparse-scale4-robust', one, 'async', 'sparse', attack(['scale4']), ROBUST),
     diloco('async-sparse-noise-robust', one, 'async', 'sparse', attack(['noise']), ROBUST),
     diloco('async-sparse-collude-robust', one, 'async', 'sparse', attack(['collude', 'collude']), ROBUST),
@@ -190,7 +288,13 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
     // the drop row's twin without groups: the same crashes, as each island uploads its Δ
     diloco('async-sparse-hetero-drop30', one, 'async', 'sparse', drop30),
     mixed('async-sparse-hetero-mix4-drop30', one, drop30, 4, rm),
-    mixed('async-sparse-hetero-mix4-liar', one, het.map((s, i) => (i % 4 === 3 ? { ...s, behaviour: 'lie-fragment' as const } : s)), 4, rm),
+    mixed(
+      'async-sparse-hetero-mix4-liar',
+      one,
+      het.map((s, i) => (i % 4 === 3 ? { ...s, behaviour: 'lie-fragment' as const } : s)),
+      4,
+      rm,
+    ),
     ...(['other-stream', 'fewer-steps'] as const).map((fake) => audited(`sync-int8-audit-${fake}`, one, fake)),
     ...mixedComputeRows(one),
   ];
@@ -203,10 +307,18 @@ export function compareRows(d: RowDefaults, quick = false): SimRow[] {
  */
 export function mixedComputeRows(d: RowDefaults): SimRow[] {
   const het = heterogeneous(d.islands, d.batchSize);
-  const mixed = het.map((s, i) => (i === het.length - 1 ? { ...s, devices: 2 } : i % 2 === 1 ? { ...s, precision: 'f16' as const } : s));
+  const mixed = het.map((s, i) =>
+    i === het.length - 1 ? { ...s, devices: 2 } : i % 2 === 1 ? { ...s, precision: 'f16' as const } : s,
+  );
   return [
     diloco('sync-int8-mixed-compute', d, 'sync', 'int8', mixed),
-    diloco('sync-int8-mixed-compute-all-f32', d, 'sync', 'int8', mixed.map((s) => ({ ...s, precision: 'f32' as const }))),
+    diloco(
+      'sync-int8-mixed-compute-all-f32',
+      d,
+      'sync',
+      'int8',
+      mixed.map((s) => ({ ...s, precision: 'f32' as const })),
+    ),
   ];
 }
 

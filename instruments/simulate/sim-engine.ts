@@ -11,7 +11,8 @@ import { f16ToF32, f32ToF16 } from '../../core/codec/index.ts';
 
 export type { Numerics };
 
-const bits = new Uint32Array(1), asFloat = new Float32Array(bits.buffer);
+const bits = new Uint32Array(1),
+  asFloat = new Float32Array(bits.buffer);
 /** Rounds to bfloat16 (nearest even) and back. */
 function bf16(x: number): number {
   asFloat[0] = x;
@@ -49,9 +50,13 @@ export class SimEngine implements TrainingEngine {
     this.device = `sim(${inner.device}, ${Math.round(tokensPerSec)} tok/s)`;
   }
 
-  get gpuBytes(): number { return this.inner.gpuBytes; }
+  get gpuBytes(): number {
+    return this.inner.gpuBytes;
+  }
   /** What the hello reports: the weight rounding where there is one, else the engine's storage precision. */
-  get numerics(): Numerics { return this.weights !== 'f32' ? this.weights : this.inner.numerics ?? 'f32'; }
+  get numerics(): Numerics {
+    return this.weights !== 'f32' ? this.weights : (this.inner.numerics ?? 'f32');
+  }
   private start: Float32Array | null = null;
 
   async setParams(p: Float32Array): Promise<void> {
@@ -61,20 +66,36 @@ export class SimEngine implements TrainingEngine {
     roundTo(r, this.weights);
     await this.inner.setParams(r);
   }
-  getParams(): Promise<Float32Array> { return this.inner.getParams(); }
+  getParams(): Promise<Float32Array> {
+    return this.inner.getParams();
+  }
   async readDelta(): Promise<Float32Array> {
     if (this.weights === 'f32' || !this.start) return this.inner.readDelta();
     const d = await this.inner.getParams();
     for (let i = 0; i < d.length; i++) d[i] = this.start[i] - d[i];
     return d;
   }
-  getOptimizerState(): Promise<OptimizerState> { return this.inner.getOptimizerState(); }
-  setOptimizerState(s: OptimizerState): Promise<void> { return this.inner.setOptimizerState(s); }
-  resetOptimizerState(): Promise<void> { return this.inner.resetOptimizerState(); }
-  takeLosses(): Promise<number[]> { return this.inner.takeLosses(); }
-  evalLoss(b: Batch): Promise<number> { return this.inner.evalLoss(b); }
-  nextTokenLogits(c: Uint8Array): Promise<Float32Array> { return this.inner.nextTokenLogits(c); }
-  destroy(): void { this.inner.destroy(); }
+  getOptimizerState(): Promise<OptimizerState> {
+    return this.inner.getOptimizerState();
+  }
+  setOptimizerState(s: OptimizerState): Promise<void> {
+    return this.inner.setOptimizerState(s);
+  }
+  resetOptimizerState(): Promise<void> {
+    return this.inner.resetOptimizerState();
+  }
+  takeLosses(): Promise<number[]> {
+    return this.inner.takeLosses();
+  }
+  evalLoss(b: Batch): Promise<number> {
+    return this.inner.evalLoss(b);
+  }
+  nextTokenLogits(c: Uint8Array): Promise<Float32Array> {
+    return this.inner.nextTokenLogits(c);
+  }
+  destroy(): void {
+    this.inner.destroy();
+  }
 
   async step(batch: Batch, opts: StepOptions): Promise<void> {
     await this.inner.step(batch, opts);

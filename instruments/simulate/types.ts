@@ -13,7 +13,17 @@ import type { MixConfig } from '../../core/mix/broker.ts';
  * or ×4, sign-flipped, replaced by Gaussian noise of the same norm, NaNs, or a colluding pair that
  * both send one shared random direction (per base version) at their own Δ's norm.
  */
-export type Behaviour = 'honest' | 'scaled' | 'scale4' | 'sign-flip' | 'noise' | 'nan' | 'collude' | 'other-stream' | 'fewer-steps' | 'lie-fragment';
+export type Behaviour =
+  | 'honest'
+  | 'scaled'
+  | 'scale4'
+  | 'sign-flip'
+  | 'noise'
+  | 'nan'
+  | 'collude'
+  | 'other-stream'
+  | 'fewer-steps'
+  | 'lie-fragment';
 
 export interface NetworkSpec {
   /** Uplink and downlink bandwidth, bytes/s. */
@@ -64,7 +74,15 @@ export interface SimRow {
   mode: TrainingMode;
   islands: IslandSpec[];
   /** Uplink codec for the deltas (diloco). */
-  codec: { encoding: Encoding; blockSize: number; deflate: boolean; topkFraction?: number; feedbackDecay?: number; strided?: boolean; valueBits?: 1 | 2 };
+  codec: {
+    encoding: Encoding;
+    blockSize: number;
+    deflate: boolean;
+    topkFraction?: number;
+    feedbackDecay?: number;
+    strided?: boolean;
+    valueBits?: 1 | 2;
+  };
   /** Coordinator knobs (diloco); the simulator fills budget, batch and data fields. */
   coordinator: CoordinatorConfigPatch;
   /** Inner AdamW learning rate (peak, floor) and warmup in tokens; DDP/single use the same schedule. */
@@ -184,7 +202,11 @@ export interface SimRunResult {
    * accepted into θ. Egress excludes snapshots (θ whole, to a joining island), counted apart.
    */
   server: {
-    bytesIn: number; bytesOut: number; snapshotBytes: number; inPerToken: number; outPerToken: number;
+    bytesIn: number;
+    bytesOut: number;
+    snapshotBytes: number;
+    inPerToken: number;
+    outPerToken: number;
     /** The same bytes by message (socket.io event; 'model' the snapshot download). */
     byMessage?: Record<string, { in: number; out: number }>;
   };
@@ -287,7 +309,11 @@ export interface SimReport {
     workers: number;
     baseTokensPerSec: number;
     realTimeMs: number;
-    rows: Array<Pick<SimRow, 'name' | 'kind' | 'mode' | 'codec' | 'lr' | 'coordinator'> & { islands: Array<Pick<IslandSpec, 'name' | 'speed' | 'batchSize' | 'behaviour' | 'dropProb'>> }>;
+    rows: Array<
+      Pick<SimRow, 'name' | 'kind' | 'mode' | 'codec' | 'lr' | 'coordinator'> & {
+        islands: Array<Pick<IslandSpec, 'name' | 'speed' | 'batchSize' | 'behaviour' | 'dropProb'>>;
+      }
+    >;
   };
   runs: Array<Omit<SimRunResult, 'curve'>>;
 }
@@ -297,4 +323,3 @@ export interface TwinSpec {
   common: SimCommon;
   rows: SimRow[];
 }
-

@@ -13,5 +13,5 @@ runRow(row, {
   progress: (frac) => port.postMessage({ type: 'progress', frac }),
 }).then(
   (result) => port.postMessage({ type: 'result', result }),
-  (e: unknown) => port.postMessage({ type: 'error', message: e instanceof Error ? e.stack ?? e.message : String(e) }),
+  (e: unknown) => port.postMessage({ type: 'error', message: e instanceof Error ? (e.stack ?? e.message) : String(e) }),
 );

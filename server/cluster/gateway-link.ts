@@ -14,12 +14,18 @@ export class GatewayLink {
   private readonly sub: Redis;
   private readonly updateListeners: Array<(payload: Buffer) => void> = [];
 
-  constructor(private readonly redis: Redis, run: string, o: { recheckMs?: number } = {}) {
+  constructor(
+    private readonly redis: Redis,
+    run: string,
+    o: { recheckMs?: number } = {},
+  ) {
     this.keys = runKeys(run);
     this.feed = new SettleFeed(redis, this.keys, o);
     this.sub = redis.duplicate();
     this.sub.on('error', () => {});
-    this.sub.on('messageBuffer', (_ch: Buffer, payload: Buffer) => { for (const fn of this.updateListeners) fn(payload); });
+    this.sub.on('messageBuffer', (_ch: Buffer, payload: Buffer) => {
+      for (const fn of this.updateListeners) fn(payload);
+    });
   }
 
   async start(): Promise<void> {

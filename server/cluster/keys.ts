@@ -31,15 +31,27 @@ export interface RunKeys {
 export function runKeys(run: string): RunKeys {
   const p = `atoll:{${run}}:`;
   return {
-    lease: p + 'lease', fence: p + 'fence', deltas: p + 'deltas', islands: p + 'islands', durable: p + 'durable',
-    durableChannel: p + 'durable-ch', updateChannel: p + 'update-ch', group: 'aggregators',
-    rpc: p + 'rpc', eventChannel: p + 'event-ch', replyChannel: p + 'reply-ch:',
+    lease: p + 'lease',
+    fence: p + 'fence',
+    deltas: p + 'deltas',
+    islands: p + 'islands',
+    durable: p + 'durable',
+    durableChannel: p + 'durable-ch',
+    updateChannel: p + 'update-ch',
+    group: 'aggregators',
+    rpc: p + 'rpc',
+    eventChannel: p + 'event-ch',
+    replyChannel: p + 'reply-ch:',
   };
 }
 
 /** A client that reconnects forever and never throws an unhandled 'error' event. */
 export function connectRedis(url: string, onError: (e: Error) => void = () => {}): Redis {
-  const c = new Redis(url, { maxRetriesPerRequest: 2, retryStrategy: (n) => Math.min(50 * n, 1000), lazyConnect: false });
+  const c = new Redis(url, {
+    maxRetriesPerRequest: 2,
+    retryStrategy: (n) => Math.min(50 * n, 1000),
+    lazyConnect: false,
+  });
   c.on('error', onError);
   return c;
 }

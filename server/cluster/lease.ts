@@ -44,7 +44,11 @@ export class AggregatorLease {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
 
-  constructor(private readonly redis: Redis, private readonly keys: RunKeys, private readonly o: LeaseOptions) {}
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: RunKeys,
+    private readonly o: LeaseOptions,
+  ) {}
 
   /** One attempt: the new token, or 0 when another aggregator holds the lease. */
   async tryAcquire(): Promise<number> {
@@ -64,7 +68,9 @@ export class AggregatorLease {
       try {
         const t = await this.tryAcquire();
         if (t > 0) return t;
-      } catch { /* Redis unreachable: keep polling */ }
+      } catch {
+        /* Redis unreachable: keep polling */
+      }
       await new Promise((r) => setTimeout(r, Math.max(20, this.o.ttlMs / 4)));
     }
     return 0;
@@ -86,11 +92,15 @@ export class AggregatorLease {
     const t0 = performance.now();
     let kept = false;
     try {
-      kept = Number(await this.redis.eval(RENEW, 1, this.keys.lease, `${this.o.owner}:${this.token}`, this.o.ttlMs)) === 1;
+      kept =
+        Number(await this.redis.eval(RENEW, 1, this.keys.lease, `${this.o.owner}:${this.token}`, this.o.ttlMs)) === 1;
     } catch {
       // Redis unreachable: keep trying until our own clock says the lease has lapsed
       kept = performance.now() < this.validUntil;
-      if (kept) { this.scheduleRenew(); return; }
+      if (kept) {
+        this.scheduleRenew();
+        return;
+      }
     }
     if (kept) {
       this.validUntil = t0 + this.o.ttlMs;

@@ -19,7 +19,10 @@ export class FaultProxy {
   private readonly pairs = new Set<[Socket, Socket]>();
   port = 0;
 
-  constructor(private readonly target: { host: string; port: number }, o: { latencyMs?: number } = {}) {
+  constructor(
+    private readonly target: { host: string; port: number },
+    o: { latencyMs?: number } = {},
+  ) {
     this.latencyMs = o.latencyMs ?? 0;
     this.server = createServer((down) => this.accept(down));
   }
@@ -35,7 +38,10 @@ export class FaultProxy {
   }
 
   private accept(down: Socket): void {
-    if (this.refuse) { down.resetAndDestroy(); return; }
+    if (this.refuse) {
+      down.resetAndDestroy();
+      return;
+    }
     this.stats.connections++;
     const up = connect(this.target.port, this.target.host);
     const pair: [Socket, Socket] = [down, up];
@@ -45,7 +51,11 @@ export class FaultProxy {
       down.destroy();
       up.destroy();
     };
-    for (const s of pair) { s.on('error', close); s.on('close', close); s.setNoDelay(true); }
+    for (const s of pair) {
+      s.on('error', close);
+      s.on('close', close);
+      s.setNoDelay(true);
+    }
     this.pipe(down, up, 'bytesUp');
     this.pipe(up, down, 'bytesDown');
   }
@@ -55,17 +65,25 @@ export class FaultProxy {
     let tail = 0;
     from.on('data', (b: Buffer) => {
       this.stats[counter] += b.length;
-      if (this.latencyMs <= 0) { to.write(b); return; }
+      if (this.latencyMs <= 0) {
+        to.write(b);
+        return;
+      }
       const at = Math.max(performance.now() + this.latencyMs, tail);
       tail = at;
-      setTimeout(() => { if (!to.destroyed) to.write(b); }, at - performance.now());
+      setTimeout(() => {
+        if (!to.destroyed) to.write(b);
+      }, at - performance.now());
     });
   }
 
   /** Cuts every open connection (both ends see a reset). */
   dropAll(): number {
     const n = this.pairs.size;
-    for (const [a, b] of this.pairs) { a.resetAndDestroy(); b.resetAndDestroy(); }
+    for (const [a, b] of this.pairs) {
+      a.resetAndDestroy();
+      b.resetAndDestroy();
+    }
     this.pairs.clear();
     this.stats.drops += n;
     return n;

@@ -32,29 +32,51 @@ export async function freeTcpPort(): Promise<number> {
   });
 }
 
-export async function startRedis(o: { aof?: boolean; dir?: string; port?: number; bin?: string } = {}): Promise<RedisProc> {
+export async function startRedis(
+  o: { aof?: boolean; dir?: string; port?: number; bin?: string } = {},
+): Promise<RedisProc> {
   const ownDir = !o.dir;
   const dir = o.dir ?? mkdtempSync(join(tmpdir(), 'atoll-redis-'));
-  const port = o.port ?? await freeTcpPort();
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--daemonize', 'no', '--loglevel', 'warning',
-    ...(o.aof ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'])];
+  const port = o.port ?? (await freeTcpPort());
+  const args = [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--dir',
+    dir,
+    '--save',
+    '',
+    '--daemonize',
+    'no',
+    '--loglevel',
+    'warning',
+    ...(o.aof ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']),
+  ];
   const child = spawn(o.bin ?? 'redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const log: string[] = [];
   child.stdout?.on('data', (b: Buffer) => log.push(b.toString()));
   child.stderr?.on('data', (b: Buffer) => log.push(b.toString()));
   const exited = new Promise<void>((r) => child.once('exit', () => r()));
-  const spawnError = new Promise<never>((_, rej) => child.once('error', (e) => rej(new Error(`E_REDIS_START: cannot run redis-server: ${e.message}`))));
+  const spawnError = new Promise<never>((_, rej) =>
+    child.once('error', (e) => rej(new Error(`E_REDIS_START: cannot run redis-server: ${e.message}`))),
+  );
   const url = `redis://127.0.0.1:${port}`;
   const ready = (async () => {
     const deadline = Date.now() + 15_000;
     for (;;) {
-      if (child.exitCode !== null) throw new Error(`E_REDIS_START: redis-server exited with ${child.exitCode}: ${log.join('').trim()}`);
+      if (child.exitCode !== null)
+        throw new Error(`E_REDIS_START: redis-server exited with ${child.exitCode}: ${log.join('').trim()}`);
       const c = new Redis(port, '127.0.0.1', { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
       c.on('error', () => {});
       try {
         await c.connect();
         if ((await c.ping()) === 'PONG') return;
-      } catch { /* not listening yet */ } finally { c.disconnect(); }
+      } catch {
+        /* not listening yet */
+      } finally {
+        c.disconnect();
+      }
       if (Date.now() > deadline) throw new Error(`E_REDIS_START: redis-server did not answer on ${url}`);
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -62,13 +84,22 @@ export async function startRedis(o: { aof?: boolean; dir?: string; port?: number
   await Promise.race([ready, spawnError]);
   const alive = () => child.exitCode === null && child.signalCode === null;
   return {
-    url, port, dir, child,
+    url,
+    port,
+    dir,
+    child,
     async stop(s = {}) {
-      if (alive()) { child.kill('SIGTERM'); await exited; }
+      if (alive()) {
+        child.kill('SIGTERM');
+        await exited;
+      }
       if (ownDir && !s.keepDir) rmSync(dir, { recursive: true, force: true });
     },
     async kill9() {
-      if (alive()) { child.kill('SIGKILL'); await exited; }
+      if (alive()) {
+        child.kill('SIGKILL');
+        await exited;
+      }
     },
   };
 }

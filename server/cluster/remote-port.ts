@@ -34,11 +34,24 @@ export interface RunDescription {
 }
 
 /** Events the aggregator publishes on the event channel. */
-export type RunEvent = { kind: 'active'; token: number } | { kind: 'ban'; islandId: string } | { kind: 'limits'; maxFrameBytes: number };
+export type RunEvent =
+  | { kind: 'active'; token: number }
+  | { kind: 'ban'; islandId: string }
+  | { kind: 'limits'; maxFrameBytes: number };
 
 /** A REST request forwarded to the aggregator's API, and its answer. */
-export interface Forwarded { method: string; url: string; headers: Record<string, string>; body?: Buffer; remoteAddress: string }
-export interface ForwardedReply { statusCode: number; headers: Record<string, string>; body: Buffer }
+export interface Forwarded {
+  method: string;
+  url: string;
+  headers: Record<string, string>;
+  body?: Buffer;
+  remoteAddress: string;
+}
+export interface ForwardedReply {
+  statusCode: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
 
 /** Calls that wait on the run (a sync round, a durable version) have no timeout; the rest this one. */
 const CALL_TIMEOUT_MS = 30_000;
@@ -53,7 +66,11 @@ export class RemotePort implements RunPort {
   private dur = { version: -1, hash: '' };
   private aggregatorToken = 0;
 
-  constructor(private readonly redis: Redis, run: string, private readonly log: (line: string) => void = () => {}) {
+  constructor(
+    readonly redis: Redis,
+    run: string,
+    private readonly log: (line: string) => void = () => {},
+  ) {
     this.keys = runKeys(run);
     this.rpc = new RpcClient(redis, this.keys, `gw-${process.pid}-${randomBytes(4).toString('hex')}`);
     this.link = new GatewayLink(redis, run, { recheckMs: 1000 });
@@ -66,7 +83,11 @@ export class RemotePort implements RunPort {
     });
     this.link.onUpdate((payload) => {
       let u: UpdateMsg;
-      try { u = deserialize(payload) as UpdateMsg; } catch { return; }
+      try {
+        u = deserialize(payload) as UpdateMsg;
+      } catch {
+        return;
+      }
       if (u.version > this.dur.version) this.dur = { version: u.version, hash: u.hash };
       this.listener?.update(u);
     });
@@ -85,14 +106,21 @@ export class RemotePort implements RunPort {
         if (d.version > this.dur.version) this.dur = { version: d.version, hash: d.hash };
         return d;
       } catch (e) {
-        if (Date.now() > deadline) throw new Error(`E_NO_AGGREGATOR: no aggregator answered on ${this.keys.rpc} within ${timeoutMs} ms (${(e as Error).message})`);
+        if (Date.now() > deadline)
+          throw new Error(
+            `E_NO_AGGREGATOR: no aggregator answered on ${this.keys.rpc} within ${timeoutMs} ms (${(e as Error).message})`,
+          );
       }
     }
   }
 
   private onEvent(payload: Buffer): void {
     let ev: RunEvent;
-    try { ev = deserialize(payload) as RunEvent; } catch { return; }
+    try {
+      ev = deserialize(payload) as RunEvent;
+    } catch {
+      return;
+    }
     if (ev.kind === 'ban') this.listener?.ban(ev.islandId);
     else if (ev.kind === 'limits' && this.desc) this.desc.maxFrameBytes = ev.maxFrameBytes;
     else if (ev.kind === 'active' && ev.token !== this.aggregatorToken) {
@@ -102,11 +130,14 @@ export class RemotePort implements RunPort {
       this.log(`gateway: aggregator ${ev.token} took over`);
       // the old one's answers died with it; the new one reopened the run at its last durable version
       this.rpc.failOpen('the aggregator changed');
-      this.rpc.call<RunDescription>('describe', [], CALL_TIMEOUT_MS).then((d) => {
-        this.desc = d;
-        this.dur = { version: d.version, hash: d.hash };
-        this.listener?.reset();
-      }, () => this.listener?.reset());
+      this.rpc.call<RunDescription>('describe', [], CALL_TIMEOUT_MS).then(
+        (d) => {
+          this.desc = d;
+          this.dur = { version: d.version, hash: d.hash };
+          this.listener?.reset();
+        },
+        () => this.listener?.reset(),
+      );
     }
   }
 
@@ -130,28 +161,60 @@ export class RemotePort implements RunPort {
     };
   }
 
-  maxFrameBytes(): number { return this.desc?.maxFrameBytes ?? 0; }
-  durable(): { version: number; hash: string } { return this.dur; }
-  listen(l: RunListener): void { this.listener = l; }
-  hello(req: HelloRequest): Promise<Result<HelloGrant>> { return this.result('hello', [req], 0); }
+  maxFrameBytes(): number {
+    return this.desc?.maxFrameBytes ?? 0;
+  }
+  durable(): { version: number; hash: string } {
+    return this.dur;
+  }
+  listen(l: RunListener): void {
+    this.listener = l;
+  }
+  hello(req: HelloRequest): Promise<Result<HelloGrant>> {
+    return this.result('hello', [req], 0);
+  }
   /** Waits for the round; tagged with the island, so that its socket closing ends the wait here too. */
-  nextAssignment(islandId: string): Promise<Result<Assignment>> { return this.result('nextAssignment', [islandId], 0, islandId); }
-  updatesSince(fromVersion: number): Promise<Result<UpdateMsg[]>> { return this.result('updatesSince', [fromVersion]); }
-  rename(islandId: string, name: string): Promise<Result<void>> { return this.result('rename', [islandId, name]); }
-  durableParams(): Promise<{ version: number; hash: string; params: Float32Array }> { return this.rpc.call('durableParams', [], CALL_TIMEOUT_MS); }
-  status(): Promise<RunStatus> { return this.rpc.call('status', [], CALL_TIMEOUT_MS); }
-  dashboardFeed(watching: boolean): Promise<DashboardFeed | null> { return this.rpc.call('dashboardFeed', [watching], CALL_TIMEOUT_MS); }
-  forward(req: Forwarded): Promise<ForwardedReply> { return this.rpc.call('forward', [req], CALL_TIMEOUT_MS); }
-  leave(islandId: string, reason: string): void { this.rpc.cast('leave', [islandId, reason]); }
-  heartbeat(islandIds: string[]): void { this.rpc.cast('heartbeat', [islandIds]); }
-  setConnected(islandId: string, sockets: number): void { this.rpc.cast('setConnected', [islandId, sockets]); }
+  nextAssignment(islandId: string): Promise<Result<Assignment>> {
+    return this.result('nextAssignment', [islandId], 0, islandId);
+  }
+  updatesSince(fromVersion: number): Promise<Result<UpdateMsg[]>> {
+    return this.result('updatesSince', [fromVersion]);
+  }
+  rename(islandId: string, name: string): Promise<Result<void>> {
+    return this.result('rename', [islandId, name]);
+  }
+  durableParams(): Promise<{ version: number; hash: string; params: Float32Array }> {
+    return this.rpc.call('durableParams', [], CALL_TIMEOUT_MS);
+  }
+  status(): Promise<RunStatus> {
+    return this.rpc.call('status', [], CALL_TIMEOUT_MS);
+  }
+  dashboardFeed(watching: boolean): Promise<DashboardFeed | null> {
+    return this.rpc.call('dashboardFeed', [watching], CALL_TIMEOUT_MS);
+  }
+  forward(req: Forwarded): Promise<ForwardedReply> {
+    return this.rpc.call('forward', [req], CALL_TIMEOUT_MS);
+  }
+  leave(islandId: string, reason: string): void {
+    this.rpc.cast('leave', [islandId, reason]);
+  }
+  heartbeat(islandIds: string[]): void {
+    this.rpc.cast('heartbeat', [islandIds]);
+  }
+  setConnected(islandId: string, sockets: number): void {
+    this.rpc.cast('setConnected', [islandId, sockets]);
+  }
   forgetWaiters(islandId: string): void {
     // the Run drops the island's waits unanswered: drop ours too, or they would stay open for good
     this.rpc.cast('forgetWaiters', [islandId]);
     this.rpc.failTagged(islandId, 'the island left');
   }
-  noteRejected(code: string, bytes: number): void { this.rpc.cast('noteRejected', [code, bytes]); }
-  noteBytesOut(bytes: number, kind: BytesOutKind): void { this.rpc.cast('noteBytesOut', [bytes, kind]); }
+  noteRejected(code: string, bytes: number): void {
+    this.rpc.cast('noteRejected', [code, bytes]);
+  }
+  noteBytesOut(bytes: number, kind: BytesOutKind): void {
+    this.rpc.cast('noteBytesOut', [bytes, kind]);
+  }
 
   /** Appends the delta to the stream; the ack comes when the aggregator settles it. */
   async submit(meta: DeltaMeta, frame: Uint8Array): Promise<AckMsg> {

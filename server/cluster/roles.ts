@@ -7,7 +7,15 @@
 
 import { hostname } from 'node:os';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { type AtollServerOptions, type RunApp, attachGateway, baseApp, createRunApp, finishApp, listenOn } from '../app.ts';
+import {
+  type AtollServerOptions,
+  type RunApp,
+  attachGateway,
+  baseApp,
+  createRunApp,
+  finishApp,
+  listenOn,
+} from '../app.ts';
 import type { Gateway } from '../gateway/gateway.ts';
 import { connectRedis } from './keys.ts';
 import { RemotePort } from './remote-port.ts';
@@ -28,12 +36,15 @@ export interface GatewayRole {
 const FORWARDED_REQUEST_HEADERS = ['authorization', 'content-type', 'accept'];
 
 export async function startGatewayRole(o: {
-  redis: string; run: string; clientDir?: string; logLevel?: string;
+  redis: string;
+  run: string;
+  clientDir?: string;
+  logLevel?: string;
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
 }): Promise<GatewayRole> {
   const redis = connectRedis(o.redis);
   const port = new RemotePort(redis, o.run);
-  let desc;
+  let desc: Awaited<ReturnType<RemotePort['start']>>;
   try {
     desc = await port.start();
   } catch (e) {
@@ -42,15 +53,26 @@ export async function startGatewayRole(o: {
     throw e;
   }
   const app = await baseApp({ logLevel: o.logLevel, restPerMinute: desc.limits.restPerMinute });
-  app.get('/healthz', { config: { rateLimit: false }, schema: { querystring: NoQuery, response: replies(HealthSchema) } }, async () => ({ ok: true, ...port.durable() }));
+  app.get(
+    '/healthz',
+    { config: { rateLimit: false }, schema: { querystring: NoQuery, response: replies(HealthSchema) } },
+    async () => ({ ok: true, ...port.durable() }),
+  );
   await app.register(async (api) => {
     // bodies travel as they came: the run's API parses them
     api.removeAllContentTypeParsers();
     api.addContentTypeParser('*', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
     const forward = async (req: FastifyRequest, reply: FastifyReply) => {
       const headers: Record<string, string> = {};
-      for (const h of FORWARDED_REQUEST_HEADERS) if (typeof req.headers[h] === 'string') headers[h] = req.headers[h] as string;
-      const r = await port.forward({ method: req.method, url: req.url, headers, body: req.body as Buffer | undefined, remoteAddress: req.ip });
+      for (const h of FORWARDED_REQUEST_HEADERS)
+        if (typeof req.headers[h] === 'string') headers[h] = req.headers[h] as string;
+      const r = await port.forward({
+        method: req.method,
+        url: req.url,
+        headers,
+        body: req.body as Buffer | undefined,
+        remoteAddress: req.ip,
+      });
       reply.code(r.statusCode).headers(r.headers);
       return reply.send(Buffer.from(r.body.buffer, r.body.byteOffset, r.body.byteLength));
     };
@@ -60,7 +82,9 @@ export async function startGatewayRole(o: {
   await finishApp(app, o.clientDir);
   const gateway = attachGateway(app, port, desc, o.gateway);
   return {
-    app, gateway, port,
+    app,
+    gateway,
+    port,
     listen: (p, host) => listenOn(app, p, host),
     close: closeOnce(async () => {
       await gateway.close();
@@ -79,18 +103,31 @@ export interface AggregatorRole {
 }
 
 /** An aggregator: a standby until the lease is ours, then the run's writer. */
-export function startAggregatorRole(o: AtollServerOptions & {
-  redis: string; run: string; leaseMs: number; onFenced: (why: string) => void; log?: (line: string) => void;
-}): AggregatorRole {
+export function startAggregatorRole(
+  o: AtollServerOptions & {
+    redis: string;
+    run: string;
+    leaseMs: number;
+    onFenced: (why: string) => void;
+    log?: (line: string) => void;
+  },
+): AggregatorRole {
   const redis = connectRedis(o.redis);
   const host = new RunHost({
-    redis, run: o.run, owner: `${hostname()}:${process.pid}`, ttlMs: o.leaseMs, log: o.log, onFenced: o.onFenced, validatorToken: o.audit?.token,
+    redis,
+    run: o.run,
+    owner: `${hostname()}:${process.pid}`,
+    ttlMs: o.leaseMs,
+    log: o.log,
+    onFenced: o.onFenced,
+    validatorToken: o.audit?.token,
     // the lease is the lock: a standby on another host may take this run folder over
     open: (): Promise<RunApp> => createRunApp({ ...o, lock: false }),
   });
   const active = host.start();
   return {
-    host, active,
+    host,
+    active,
     async close() {
       await host.stop();
       redis.disconnect();

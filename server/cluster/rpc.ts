@@ -12,14 +12,32 @@ import { serialize, deserialize } from 'node:v8';
 import type { Redis } from 'ioredis';
 import type { RunKeys } from './keys.ts';
 
-interface Request { id: number; gw: string; m: string; a: unknown[]; exp: number }
-interface Reply { id: number; ok: boolean; v?: unknown; e?: string }
+interface Request {
+  id: number;
+  gw: string;
+  m: string;
+  a: unknown[];
+  exp: number;
+}
+interface Reply {
+  id: number;
+  ok: boolean;
+  v?: unknown;
+  e?: string;
+}
 
 export class RpcClient {
   private seq = 0;
-  private readonly open = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void; timer: NodeJS.Timeout | null; tag: string }>();
+  private readonly open = new Map<
+    number,
+    { resolve: (v: unknown) => void; reject: (e: Error) => void; timer: NodeJS.Timeout | null; tag: string }
+  >();
 
-  constructor(private readonly redis: Redis, private readonly keys: RunKeys, readonly gateway: string) {}
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: RunKeys,
+    readonly gateway: string,
+  ) {}
 
   /** The channel this gateway's answers come on. */
   get channel(): string {
@@ -30,23 +48,36 @@ export class RpcClient {
   call<T>(method: string, args: unknown[], timeoutMs: number, tag = ''): Promise<T> {
     const id = ++this.seq;
     return new Promise<T>((resolve, reject) => {
-      const timer = timeoutMs > 0 ? setTimeout(() => this.settle(id, { id, ok: false, e: `E_TRANSPORT: no answer to ${method} within ${timeoutMs} ms` }), timeoutMs) : null;
+      const timer =
+        timeoutMs > 0
+          ? setTimeout(
+              () => this.settle(id, { id, ok: false, e: `E_TRANSPORT: no answer to ${method} within ${timeoutMs} ms` }),
+              timeoutMs,
+            )
+          : null;
       timer?.unref();
       this.open.set(id, { resolve: resolve as (v: unknown) => void, reject, timer, tag });
-      this.push({ id, gw: this.gateway, m: method, a: args, exp: Date.now() + (timeoutMs || 3_600_000) })
-        .catch((e: unknown) => this.settle(id, { id, ok: false, e: `E_TRANSPORT: ${(e as Error).message}` }));
+      this.push({ id, gw: this.gateway, m: method, a: args, exp: Date.now() + (timeoutMs || 3_600_000) }).catch(
+        (e: unknown) => this.settle(id, { id, ok: false, e: `E_TRANSPORT: ${(e as Error).message}` }),
+      );
     });
   }
 
   /** Sends `method` without waiting for an answer. */
   cast(method: string, args: unknown[]): void {
-    this.push({ id: 0, gw: this.gateway, m: method, a: args, exp: Date.now() + 60_000 }).catch(() => { /* Redis down: the next heartbeat repeats */ });
+    this.push({ id: 0, gw: this.gateway, m: method, a: args, exp: Date.now() + 60_000 }).catch(() => {
+      /* Redis down: the next heartbeat repeats */
+    });
   }
 
   /** An answer from this gateway's reply channel. */
   onReply(payload: Buffer): void {
     let r: Reply;
-    try { r = deserialize(payload) as Reply; } catch { return; }
+    try {
+      r = deserialize(payload) as Reply;
+    } catch {
+      return;
+    }
     this.settle(r.id, r);
   }
 
@@ -66,7 +97,10 @@ export class RpcClient {
     this.open.delete(id);
     if (w.timer) clearTimeout(w.timer);
     if (r.ok) w.resolve(r.v);
-    else w.reject(Object.assign(new Error(r.e ?? 'E_TRANSPORT'), { code: /^(E_[A-Z_]+)/.exec(r.e ?? '')?.[1] ?? 'E_TRANSPORT' }));
+    else
+      w.reject(
+        Object.assign(new Error(r.e ?? 'E_TRANSPORT'), { code: /^(E_[A-Z_]+)/.exec(r.e ?? '')?.[1] ?? 'E_TRANSPORT' }),
+      );
   }
 
   private async push(req: Request): Promise<void> {
@@ -84,7 +118,11 @@ export class RpcServer {
   private readonly blocker: Redis;
   private stopped = false;
 
-  constructor(private readonly redis: Redis, private readonly keys: RunKeys, private readonly handle: RpcHandler) {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: RunKeys,
+    private readonly handle: RpcHandler,
+  ) {
     this.blocker = redis.duplicate();
     this.blocker.on('error', () => {});
   }
@@ -97,23 +135,34 @@ export class RpcServer {
         // wait for one, then take what queued up behind it in the same round trip
         const first = await this.blocker.brpopBuffer(this.keys.rpc, 1);
         if (first) got = [first[1], ...((await this.blocker.rpopBuffer(this.keys.rpc, BATCH)) ?? [])];
-      } catch { if (!this.stopped) await new Promise((r) => setTimeout(r, 200)); }
+      } catch {
+        if (!this.stopped) await new Promise((r) => setTimeout(r, 200));
+      }
       for (const raw of got) this.start(raw);
     }
   }
 
   private start(raw: Buffer): void {
     let req: Request;
-    try { req = deserialize(raw) as Request; } catch { return; }
+    try {
+      req = deserialize(raw) as Request;
+    } catch {
+      return;
+    }
     if (req.exp < Date.now()) return;
     Promise.resolve()
       .then(() => this.handle(req.m, req.a, req.gw))
-      .then((v) => this.reply(req, { id: req.id, ok: true, v }), (e: unknown) => this.reply(req, { id: req.id, ok: false, e: (e as Error)?.message ?? String(e) }));
+      .then(
+        (v) => this.reply(req, { id: req.id, ok: true, v }),
+        (e: unknown) => this.reply(req, { id: req.id, ok: false, e: (e as Error)?.message ?? String(e) }),
+      );
   }
 
   private reply(req: Request, r: Reply): void {
     if (req.id === 0 || this.stopped) return;
-    this.redis.publish(this.keys.replyChannel + req.gw, serialize(r)).catch(() => { /* the gateway times out and the island retries */ });
+    this.redis.publish(this.keys.replyChannel + req.gw, serialize(r)).catch(() => {
+      /* the gateway times out and the island retries */
+    });
   }
 
   stop(): void {

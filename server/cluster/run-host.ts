@@ -45,7 +45,16 @@ export interface RunHostOptions {
 }
 
 /** Headers of an API answer that travel back through the gateway: these, and every x-atoll-* (GET /api/model's version and hash). */
-const FORWARDED_HEADERS = ['content-type', 'content-disposition', 'cache-control', 'etag', 'retry-after', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'];
+const FORWARDED_HEADERS = [
+  'content-type',
+  'content-disposition',
+  'cache-control',
+  'etag',
+  'retry-after',
+  'x-ratelimit-limit',
+  'x-ratelimit-remaining',
+  'x-ratelimit-reset',
+];
 const forwarded = (h: string) => FORWARDED_HEADERS.includes(h) || h.startsWith('x-atoll-');
 
 export class RunHost {
@@ -60,7 +69,10 @@ export class RunHost {
   private consuming: Promise<void> | null = null;
   private sweep: NodeJS.Timeout | null = null;
   /** Per gateway: when last heard of, its sockets per island, its undelivered history points. */
-  private readonly gateways = new Map<string, { seen: number; sockets: Map<string, number>; history: Map<number, HistoryPoint> }>();
+  private readonly gateways = new Map<
+    string,
+    { seen: number; sockets: Map<string, number>; history: Map<number, HistoryPoint> }
+  >();
   private readonly log: (line: string) => void;
   /** Deltas answered by the Run, settled together at the end of the tick. */
   private settling: Settled[] = [];
@@ -68,7 +80,11 @@ export class RunHost {
   constructor(private readonly o: RunHostOptions) {
     this.keys = runKeys(o.run);
     this.log = o.log ?? (() => {});
-    this.lease = new AggregatorLease(o.redis, this.keys, { owner: o.owner, ttlMs: o.ttlMs, onLost: () => this.fenced('the lease lapsed or was taken') });
+    this.lease = new AggregatorLease(o.redis, this.keys, {
+      owner: o.owner,
+      ttlMs: o.ttlMs,
+      onLost: () => this.fenced('the lease lapsed or was taken'),
+    });
     this.consumer = new DeltaConsumer(o.redis, this.keys);
   }
 
@@ -141,9 +157,20 @@ export class RunHost {
       this.settle({ id: d.id, island: d.island, seq: d.seq, state: 'r:E_BAD_REQUEST:unreadable meta' });
       return;
     }
-    void this.port!.submit({ ...meta, islandId: d.island, seq: d.seq }, d.frame).then((ack) => {
-      this.settle({ id: d.id, island: d.island, seq: d.seq, state: ack.status === 'applied' ? `v:${ack.version}` : `r:${ack.error?.code ?? 'E_REJECTED'}:${(ack.error?.message ?? '').slice(0, 200)}` });
-    }, (e: unknown) => this.failed(e));
+    void this.port!.submit({ ...meta, islandId: d.island, seq: d.seq }, d.frame).then(
+      (ack) => {
+        this.settle({
+          id: d.id,
+          island: d.island,
+          seq: d.seq,
+          state:
+            ack.status === 'applied'
+              ? `v:${ack.version}`
+              : `r:${ack.error?.code ?? 'E_REJECTED'}:${(ack.error?.message ?? '').slice(0, 200)}`,
+        });
+      },
+      (e: unknown) => this.failed(e),
+    );
   }
 
   /** One fenced settle for every delta answered in this tick (a durable version answers many at once). */
@@ -191,22 +218,43 @@ export class RunHost {
     switch (method) {
       case 'describe': {
         const run = this.core!.run;
-        const validatorHash = this.o.validatorToken ? createHash('sha256').update(this.o.validatorToken).digest('hex') : null;
-        return { token: this.token, maxFrameBytes: run.maxFrameBytes, version: run.version, hash: run.hash, limits: run.config.limits, allowOrigins: run.config.allowOrigins, validatorHash } satisfies RunDescription;
+        const validatorHash = this.o.validatorToken
+          ? createHash('sha256').update(this.o.validatorToken).digest('hex')
+          : null;
+        return {
+          token: this.token,
+          maxFrameBytes: run.maxFrameBytes,
+          version: run.version,
+          hash: run.hash,
+          limits: run.config.limits,
+          allowOrigins: run.config.allowOrigins,
+          validatorHash,
+        } satisfies RunDescription;
       }
-      case 'hello': return port.hello(a[0] as Parameters<RunPort['hello']>[0]);
-      case 'nextAssignment': return port.nextAssignment(String(a[0]));
-      case 'updatesSince': return port.updatesSince(Number(a[0]));
-      case 'rename': return port.rename(String(a[0]), String(a[1]));
-      case 'durableParams': return port.durableParams();
-      case 'status': return port.status();
+      case 'hello':
+        return port.hello(a[0] as Parameters<RunPort['hello']>[0]);
+      case 'nextAssignment':
+        return port.nextAssignment(String(a[0]));
+      case 'updatesSince':
+        return port.updatesSince(Number(a[0]));
+      case 'rename':
+        return port.rename(String(a[0]), String(a[1]));
+      case 'durableParams':
+        return port.durableParams();
+      case 'status':
+        return port.status();
       // a gateway that lost an island late (it noticed after the island had moved to another gateway)
       // must not take it out of the run, nor drop the waits it now has there
-      case 'leave': return this.connectedAnywhere(String(a[0])) > 0 ? undefined : port.leave(String(a[0]), String(a[1]));
-      case 'forgetWaiters': return this.connectedAnywhere(String(a[0])) > 0 ? undefined : port.forgetWaiters(String(a[0]));
-      case 'noteRejected': return port.noteRejected(String(a[0]), Number(a[1]));
-      case 'noteBytesOut': return port.noteBytesOut(Number(a[0]), bytesOutKind(a[1]));
-      case 'heartbeat': return port.heartbeat(a[0] as string[]);
+      case 'leave':
+        return this.connectedAnywhere(String(a[0])) > 0 ? undefined : port.leave(String(a[0]), String(a[1]));
+      case 'forgetWaiters':
+        return this.connectedAnywhere(String(a[0])) > 0 ? undefined : port.forgetWaiters(String(a[0]));
+      case 'noteRejected':
+        return port.noteRejected(String(a[0]), Number(a[1]));
+      case 'noteBytesOut':
+        return port.noteBytesOut(Number(a[0]), bytesOutKind(a[1]));
+      case 'heartbeat':
+        return port.heartbeat(a[0] as string[]);
       case 'setConnected': {
         const [id, n] = [String(a[0]), Number(a[1])];
         if (n > 0) g.sockets.set(id, n);
@@ -222,23 +270,34 @@ export class RunHost {
         g.history.clear();
         return feed ? { ...feed, history } : null;
       }
-      case 'forward': return this.forward(a[0] as Forwarded);
+      case 'forward':
+        return this.forward(a[0] as Forwarded);
       // the gateway checked the validator's token against the hash `describe` gave it
-      case 'auditTake': return port.audits ? port.audits.take() : null;
-      case 'auditVerdict': return port.audits ? port.audits.verdict(Number(a[0]), a[1] as number | null, a[2] as number | null) : err(AuditError.NOT_VALIDATOR, 'this run holds no audits');
-      default: throw new Error(`E_BAD_REQUEST: no method ${method}`);
+      case 'auditTake':
+        return port.audits ? port.audits.take() : null;
+      case 'auditVerdict':
+        return port.audits
+          ? port.audits.verdict(Number(a[0]), a[1] as number | null, a[2] as number | null)
+          : err(AuditError.NOT_VALIDATOR, 'this run holds no audits');
+      default:
+        throw new Error(`E_BAD_REQUEST: no method ${method}`);
     }
   }
 
   /** A REST request through the run's own API (rate limit, admin token and all). */
   private async forward(req: Forwarded): Promise<ForwardedReply> {
     const res = await this.core!.app.inject({
-      method: req.method as 'GET', url: req.url, headers: req.headers, payload: req.body, remoteAddress: req.remoteAddress,
+      method: req.method as 'GET',
+      url: req.url,
+      headers: req.headers,
+      payload: req.body,
+      remoteAddress: req.remoteAddress,
     });
     const headers: Record<string, string> = {};
     for (const [h, v] of Object.entries(res.headers)) if (v !== undefined && forwarded(h)) headers[h] = String(v);
     // a new codec changes the largest legal frame every gateway checks
-    if (req.url.startsWith('/api/admin/config') && res.statusCode === 200) await this.event({ kind: 'limits', maxFrameBytes: this.core!.run.maxFrameBytes });
+    if (req.url.startsWith('/api/admin/config') && res.statusCode === 200)
+      await this.event({ kind: 'limits', maxFrameBytes: this.core!.run.maxFrameBytes });
     return { statusCode: res.statusCode, headers, body: res.rawPayload };
   }
 

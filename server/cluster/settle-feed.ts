@@ -17,7 +17,11 @@ export class SettleFeed {
   /** Highest durable version announced. */
   durableVersion = -1;
 
-  constructor(private readonly redis: Redis, private readonly keys: RunKeys, private readonly o: { recheckMs?: number } = {}) {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: RunKeys,
+    readonly o: { recheckMs?: number } = {},
+  ) {
     this.sub = redis.duplicate();
     this.sub.on('error', () => {});
     this.sub.on('message', (_ch: string, text: string) => this.onMessage(text));
@@ -43,7 +47,10 @@ export class SettleFeed {
       if (prev && prev.seq === seq) {
         // a retry of the same delta: both callers get the answer
         const first = prev.resolve;
-        prev.resolve = (s) => { first(s); resolve(s); };
+        prev.resolve = (s) => {
+          first(s);
+          resolve(s);
+        };
         return;
       }
       this.waiters.set(island, { seq, since: performance.now(), resolve });
@@ -69,7 +76,11 @@ export class SettleFeed {
 
   private onMessage(text: string): void {
     let m: SettleMessage;
-    try { m = JSON.parse(text) as SettleMessage; } catch { return; }
+    try {
+      m = JSON.parse(text) as SettleMessage;
+    } catch {
+      return;
+    }
     for (const [island, seq, state] of m.settled) this.settleNow(island, seq, state);
     if (m.version !== undefined && m.version > this.durableVersion) {
       this.durableVersion = m.version;
@@ -87,7 +98,9 @@ export class SettleFeed {
         const m = /^(\d+)\|(.*)$/.exec(states[i] ?? '');
         if (m && Number(m[1]) === w.seq) this.settleNow(island, w.seq, m[2]);
       });
-    } catch { /* Redis unreachable: the next tick tries again */ }
+    } catch {
+      /* Redis unreachable: the next tick tries again */
+    }
   }
 
   close(): void {

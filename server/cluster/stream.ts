@@ -28,14 +28,18 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|p')
 return {'appended', id}`;
 
 // KEYS: fence deltas; ARGV: token group id-cursor count
-const READ = FENCE_CHECK + `
+const READ =
+  FENCE_CHECK +
+  `
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[2], 'aggregator', 'COUNT', ARGV[4], 'STREAMS', KEYS[2], ARGV[3])
 if r and r[1] and #r[1][2] > 0 then return {r[1][2], ''} end
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 return {{}, (last[1] and last[1][1]) or '0-0'}`;
 
 // KEYS: fence deltas islands durable; ARGV: token group durable-value('' = none) channel message n, then n × (id island seq state)
-const SETTLE = FENCE_CHECK + `
+const SETTLE =
+  FENCE_CHECK +
+  `
 local n = tonumber(ARGV[6])
 for i = 0, n - 1 do
   local o = 7 + 4 * i
@@ -51,7 +55,9 @@ redis.call('PUBLISH', ARGV[4], ARGV[5])
 return n`;
 
 // KEYS: fence; ARGV: token channel payload
-const PUBLISH = FENCE_CHECK + `
+const PUBLISH =
+  FENCE_CHECK +
+  `
 return redis.call('PUBLISH', ARGV[2], ARGV[3])`;
 
 export type AppendResult =
@@ -61,8 +67,25 @@ export type AppendResult =
   | { kind: 'stale'; latestSeq: number };
 
 /** Gateway side: appends validated deltas. */
-export async function appendDelta(redis: Redis, keys: RunKeys, island: string, seq: number, meta: string, frame: Uint8Array): Promise<AppendResult> {
-  const r = await redis.call('EVAL', APPEND, 2, keys.islands, keys.deltas, island, seq, meta, Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength)) as [string, string];
+export async function appendDelta(
+  redis: Redis,
+  keys: RunKeys,
+  island: string,
+  seq: number,
+  meta: string,
+  frame: Uint8Array,
+): Promise<AppendResult> {
+  const r = (await redis.call(
+    'EVAL',
+    APPEND,
+    2,
+    keys.islands,
+    keys.deltas,
+    island,
+    seq,
+    meta,
+    Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength),
+  )) as [string, string];
   if (r[0] === 'appended') return { kind: 'appended', id: r[1] };
   if (r[0] === 'duplicate') return { kind: 'duplicate', state: r[1] };
   return { kind: 'stale', latestSeq: Number(r[1]) };
@@ -97,7 +120,10 @@ export class DeltaConsumer {
   private lastId = '0-0';
   private readonly blocker: Redis;
 
-  constructor(private readonly redis: Redis, private readonly keys: RunKeys) {
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: RunKeys,
+  ) {
     this.blocker = redis.duplicate();
     this.blocker.on('error', () => {});
   }
@@ -112,7 +138,17 @@ export class DeltaConsumer {
   }
 
   private async read(token: number, cursor: string, count: number): Promise<StreamDelta[]> {
-    const r = await this.redis.callBuffer('EVAL', READ, 2, this.keys.fence, this.keys.deltas, token, this.keys.group, cursor, count) as [Array<[Buffer, Buffer[]]>, Buffer];
+    const r = (await this.redis.callBuffer(
+      'EVAL',
+      READ,
+      2,
+      this.keys.fence,
+      this.keys.deltas,
+      token,
+      this.keys.group,
+      cursor,
+      count,
+    )) as [Array<[Buffer, Buffer[]]>, Buffer];
     if (r[0].length === 0) {
       this.lastId = r[1].toString() || this.lastId;
       return [];
@@ -122,7 +158,13 @@ export class DeltaConsumer {
       const f = new Map<string, Buffer>();
       for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i].toString(), fields[i + 1]);
       const frame = f.get('frame') ?? Buffer.alloc(0);
-      out.push({ id: id.toString(), island: String(f.get('island')), seq: Number(String(f.get('seq'))), meta: String(f.get('meta')), frame: new Uint8Array(frame.buffer, frame.byteOffset, frame.byteLength) });
+      out.push({
+        id: id.toString(),
+        island: String(f.get('island')),
+        seq: Number(String(f.get('seq'))),
+        meta: String(f.get('meta')),
+        frame: new Uint8Array(frame.buffer, frame.byteOffset, frame.byteLength),
+      });
     }
     if (cursor === '>') this.lastId = out[out.length - 1].id;
     return out;
@@ -151,14 +193,38 @@ export class DeltaConsumer {
   /** Settles deltas (and makes `durable` the durable version, when given) in one fenced step, then announces it. */
   async settle(token: number, settled: Settled[], durable?: { version: number; hash: string }): Promise<void> {
     const msg: SettleMessage = { token, ...(durable ?? {}), settled: settled.map((s) => [s.island, s.seq, s.state]) };
-    const args: Array<string | number> = [token, this.keys.group, durable ? `${durable.version}|${durable.hash}|${token}` : '', this.keys.durableChannel, JSON.stringify(msg), settled.length];
+    const args: Array<string | number> = [
+      token,
+      this.keys.group,
+      durable ? `${durable.version}|${durable.hash}|${token}` : '',
+      this.keys.durableChannel,
+      JSON.stringify(msg),
+      settled.length,
+    ];
     for (const s of settled) args.push(s.id, s.island, s.seq, s.state);
-    await this.redis.call('EVAL', SETTLE, 4, this.keys.fence, this.keys.deltas, this.keys.islands, this.keys.durable, ...args);
+    await this.redis.call(
+      'EVAL',
+      SETTLE,
+      4,
+      this.keys.fence,
+      this.keys.deltas,
+      this.keys.islands,
+      this.keys.durable,
+      ...args,
+    );
   }
 
   /** Broadcasts an update to every gateway (fenced). */
   async publishUpdate(token: number, payload: Uint8Array): Promise<void> {
-    await this.redis.call('EVAL', PUBLISH, 1, this.keys.fence, token, this.keys.updateChannel, Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength));
+    await this.redis.call(
+      'EVAL',
+      PUBLISH,
+      1,
+      this.keys.fence,
+      token,
+      this.keys.updateChannel,
+      Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength),
+    );
   }
 
   close(): void {
@@ -167,7 +233,10 @@ export class DeltaConsumer {
 }
 
 /** The latest durable version recorded in Redis, or null before the first. */
-export async function readDurable(redis: Redis, keys: RunKeys): Promise<{ version: number; hash: string; token: number } | null> {
+export async function readDurable(
+  redis: Redis,
+  keys: RunKeys,
+): Promise<{ version: number; hash: string; token: number } | null> {
   const v = await redis.get(keys.durable);
   if (!v) return null;
   const [version, hash, token] = v.split('|');

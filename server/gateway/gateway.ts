@@ -12,8 +12,19 @@ import { Server, type Namespace, type Socket } from 'socket.io';
 import type { Static, TSchema } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import {
-  ByeSchema, RenameSchema, type DeltaMeta, DeltaSchema, EmptySchema, ErrorCode, type HelloAnswer, ISLAND_EVENTS, HelloSchema, PROTOCOL_VERSION, UpdatesSchema,
-  ValidatorSchema, VerdictSchema,
+  ByeSchema,
+  RenameSchema,
+  type DeltaMeta,
+  DeltaSchema,
+  EmptySchema,
+  ErrorCode,
+  type HelloAnswer,
+  ISLAND_EVENTS,
+  HelloSchema,
+  PROTOCOL_VERSION,
+  UpdatesSchema,
+  ValidatorSchema,
+  VerdictSchema,
 } from '../../core/protocol.ts';
 import { AuditError } from '../../core/coord/audit.ts';
 import { err, ok } from '../../core/result.ts';
@@ -148,7 +159,9 @@ export class Gateway {
     this.islands.on('connection', (s) => this.onIsland(s));
     this.dashboard.on('connection', (s) => this.onDashboard(s));
     // socket.io's own engine errors (e.g. a packet above maxHttpBufferSize): say why in the log
-    this.io.engine.on('connection_error', (e: { code: number; message: string }) => this.log(`socket.io connection error ${e.code}: ${e.message}`));
+    this.io.engine.on('connection_error', (e: { code: number; message: string }) =>
+      this.log(`socket.io connection error ${e.code}: ${e.message}`),
+    );
 
     this.run.listen({
       update: (u) => {
@@ -165,12 +178,23 @@ export class Gateway {
         }
       },
       // closing the transport (not a disconnect, which islands take as final) makes them reconnect and resume
-      reset: () => { for (const s of this.islands.sockets.values()) s.conn.close(); },
+      reset: () => {
+        for (const s of this.islands.sockets.values()) s.conn.close();
+      },
     });
     this.dashPeriodMs = Math.max(500, opts.dashboardPeriodMs ?? 500);
-    this.dashTimer = setInterval(() => void this.streamDashboard().catch((e: unknown) => this.log(`gateway: dashboard tick failed: ${(e as Error).message}`)), this.dashPeriodMs);
+    this.dashTimer = setInterval(
+      () =>
+        void this.streamDashboard().catch((e: unknown) =>
+          this.log(`gateway: dashboard tick failed: ${(e as Error).message}`),
+        ),
+      this.dashPeriodMs,
+    );
     this.dashTimer.unref();
-    this.heartbeatTimer = setInterval(() => this.run.heartbeat([...this.socketsByIsland.keys()]), opts.heartbeatMs ?? 10_000);
+    this.heartbeatTimer = setInterval(
+      () => this.run.heartbeat([...this.socketsByIsland.keys()]),
+      opts.heartbeatMs ?? 10_000,
+    );
     this.heartbeatTimer.unref();
   }
 
@@ -180,7 +204,9 @@ export class Gateway {
     try {
       const u = new URL(origin);
       if (u.host === req.headers.host) return true;
-    } catch { return false; }
+    } catch {
+      return false;
+    }
     return this.opts.allowOrigins.includes(origin);
   }
 
@@ -247,7 +273,11 @@ export class Gateway {
           .then(() => fn(payload, reply))
           .catch((e: unknown) => {
             this.log(`gateway: '${event}' handler failed: ${(e as Error)?.stack ?? String(e)}`);
-            try { reply(err(GatewayError.INTERNAL, 'internal error')); } catch { /* socket gone */ }
+            try {
+              reply(err(GatewayError.INTERNAL, 'internal error'));
+            } catch {
+              /* socket gone */
+            }
           });
       });
     };
@@ -264,13 +294,21 @@ export class Gateway {
 
     handle('hello', async (payload, ack) => {
       if (st.islandId) return ack(err(ErrorCode.BAD_REQUEST, 'this connection already said hello'));
-      if (!this.helloLimiter.take(ip, Date.now())) return ack(err(GatewayError.RATE_LIMIT, 'too many hellos from this address: retry later'));
-      if (!checkHello.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `hello: ${firstError(checkHello, payload)}`));
+      if (!this.helloLimiter.take(ip, Date.now()))
+        return ack(err(GatewayError.RATE_LIMIT, 'too many hellos from this address: retry later'));
+      if (!checkHello.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `hello: ${firstError(checkHello, payload)}`));
       const h = payload as Static<typeof HelloSchema>;
       if (h.protocolVersion !== PROTOCOL_VERSION) {
-        return ack(err(ErrorCode.PROTOCOL_VERSION, `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`));
+        return ack(
+          err(
+            ErrorCode.PROTOCOL_VERSION,
+            `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`,
+          ),
+        );
       }
-      if (this.socketsByIsland.size >= this.opts.maxIslands) return ack(err(ErrorCode.FULL, 'the server holds its maximum number of islands: retry later'));
+      if (this.socketsByIsland.size >= this.opts.maxIslands)
+        return ack(err(ErrorCode.FULL, 'the server holds its maximum number of islands: retry later'));
       // a new identity costs work (and the address's budget); a resume with its token costs nothing
       const resuming = h.resumeIslandId !== undefined && h.resumeToken !== undefined;
       let paid = false;
@@ -279,7 +317,13 @@ export class Gateway {
         if (!p.ok && !resuming) return ack(err(p.error.code, p.error.message));
         paid = p.ok;
       }
-      const r = await this.run.hello({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: h.resumeIslandId, resumeToken: h.resumeToken, resumeOnly: !paid });
+      const r = await this.run.hello({
+        caps: h.caps,
+        protocolVersion: h.protocolVersion,
+        resumeIslandId: h.resumeIslandId,
+        resumeToken: h.resumeToken,
+        resumeOnly: !paid,
+      });
       if (!r.ok) return ack(err(r.error.code, r.error.message));
       const id = r.value.islandId;
       if (!socket.connected) {
@@ -297,24 +341,28 @@ export class Gateway {
       }
       if (h.push !== false) socket.join('islands');
       const d = this.run.durable();
-      ack(ok<HelloAnswer>({
-        islandId: id,
-        resumeToken: r.value.resumeToken,
-        assignment: r.value.assignment,
-        version: d.version,
-        hash: d.hash,
-        protocolVersion: PROTOCOL_VERSION,
-        maxFrameBytes: this.run.maxFrameBytes(),
-        maxHttpBufferSize: this.maxHttpBufferSize,
-        serverTime: Date.now(),
-        resumed: r.value.resumed,
-        mixGroup: this.opts.mix?.k ?? 0,
-      }));
+      ack(
+        ok<HelloAnswer>({
+          islandId: id,
+          resumeToken: r.value.resumeToken,
+          assignment: r.value.assignment,
+          version: d.version,
+          hash: d.hash,
+          protocolVersion: PROTOCOL_VERSION,
+          maxFrameBytes: this.run.maxFrameBytes(),
+          maxHttpBufferSize: this.maxHttpBufferSize,
+          serverTime: Date.now(),
+          resumed: r.value.resumed,
+          mixGroup: this.opts.mix?.k ?? 0,
+        }),
+      );
     });
 
     handle('delta', async (payload, ack) => {
-      const bytes = payload && typeof payload === 'object' && (payload as { frame?: unknown }).frame instanceof Uint8Array
-        ? ((payload as { frame: Uint8Array }).frame.length) : 0;
+      const bytes =
+        payload && typeof payload === 'object' && (payload as { frame?: unknown }).frame instanceof Uint8Array
+          ? (payload as { frame: Uint8Array }).frame.length
+          : 0;
       if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
       if (!checkDelta.Check(payload)) {
         this.run.noteRejected(ErrorCode.BAD_REQUEST, bytes);
@@ -325,11 +373,18 @@ export class Gateway {
       if (frame.length > maxFrame) {
         this.stats.oversize++;
         this.run.noteRejected(GatewayError.OVERSIZE, bytes);
-        return ack(err(GatewayError.OVERSIZE, `frame of ${frame.length} bytes exceeds the largest legal frame (${maxFrame} bytes)`));
+        return ack(
+          err(
+            GatewayError.OVERSIZE,
+            `frame of ${frame.length} bytes exceeds the largest legal frame (${maxFrame} bytes)`,
+          ),
+        );
       }
       const meta: DeltaMeta = {
         ...raw,
-        lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN,
+        lossFirst: raw.lossFirst ?? NaN,
+        lossLast: raw.lossLast ?? NaN,
+        lossMean: raw.lossMean ?? NaN,
       };
       if (meta.islandId !== st.islandId) {
         this.run.noteRejected(ErrorCode.BAD_REQUEST, bytes);
@@ -348,7 +403,8 @@ export class Gateway {
 
     handle('updates', async (payload, ack) => {
       if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
-      if (!checkUpdates.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `updates: ${firstError(checkUpdates, payload)}`));
+      if (!checkUpdates.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `updates: ${firstError(checkUpdates, payload)}`));
       const { fromVersion } = payload as Static<typeof UpdatesSchema>;
       this.opts.mix?.caughtUp(st.islandId, fromVersion);
       const r = await this.run.updatesSince(fromVersion);
@@ -370,17 +426,29 @@ export class Gateway {
 
     handle('rename', async (payload, ack) => {
       if (!st.islandId) return ack(err(GatewayError.NO_HELLO, 'say hello first'));
-      if (!checkRename.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `rename: ${firstError(checkRename, payload)}`));
+      if (!checkRename.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `rename: ${firstError(checkRename, payload)}`));
       const r = await this.run.rename(st.islandId, (payload as Static<typeof RenameSchema>).name);
       ack(r.ok ? ok({}) : err(r.error.code, r.error.message));
     });
 
     // verified work: a validator authenticates with the token, then takes jobs and sends verdicts
-    const notValidator = () => err(AuditError.NOT_VALIDATOR, 'this connection is not a validator (send `validator` with the server\'s token first)');
+    const notValidator = () =>
+      err(
+        AuditError.NOT_VALIDATOR,
+        "this connection is not a validator (send `validator` with the server's token first)",
+      );
     handle('validator', (payload, ack) => {
       const wait = this.validatorAuth.retryAfter(ip);
-      if (wait > 0) return ack(err(GatewayError.RATE_LIMIT, `too many wrong validator tokens from this address: retry in ${Math.ceil(wait / 1000)} s`));
-      if (!checkValidator.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `validator: ${firstError(checkValidator, payload)}`));
+      if (wait > 0)
+        return ack(
+          err(
+            GatewayError.RATE_LIMIT,
+            `too many wrong validator tokens from this address: retry in ${Math.ceil(wait / 1000)} s`,
+          ),
+        );
+      if (!checkValidator.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `validator: ${firstError(checkValidator, payload)}`));
       const audits = this.run.audits;
       if (!audits) return ack(err(AuditError.NOT_VALIDATOR, 'this server runs no audits (no validator token)'));
       if (!audits.auth((payload as Static<typeof ValidatorSchema>).token)) {
@@ -398,7 +466,8 @@ export class Gateway {
     });
     handle('verdict', async (payload, ack) => {
       if (!st.validator || !this.run.audits) return ack(notValidator());
-      if (!checkVerdict.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `verdict: ${firstError(checkVerdict, payload)}`));
+      if (!checkVerdict.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `verdict: ${firstError(checkVerdict, payload)}`));
       const v = payload as Static<typeof VerdictSchema>;
       ack(await this.run.audits.verdict(v.jobId, v.cosine, v.normRatio));
     });
@@ -406,7 +475,8 @@ export class Gateway {
     this.opts.mix?.attach(socket, () => st.islandId, handle);
 
     handle('bye', async (payload, ack) => {
-      if (!checkBye.Check(payload ?? {})) return ack(err(ErrorCode.BAD_REQUEST, `bye: ${firstError(checkBye, payload)}`));
+      if (!checkBye.Check(payload ?? {}))
+        return ack(err(ErrorCode.BAD_REQUEST, `bye: ${firstError(checkBye, payload)}`));
       const reason = (payload as Static<typeof ByeSchema> | undefined)?.reason ?? 'bye';
       if (st.islandId) {
         const id = st.islandId;
@@ -455,11 +525,16 @@ export class Gateway {
   private onDashboard(socket: Socket): void {
     // Read-only: nothing a dashboard sends is handled. First message: the status, so the page is
     // live before the next tick; it loads islands and history over REST.
-    socket.onAny(() => { /* ignored: the stream is read-only */ });
-    this.run.status().then((status) => {
-      const tick: DashboardTick = { status, periodMs: this.dashPeriodMs };
-      socket.emit('tick', tick);
-    }, (e: unknown) => this.log(`gateway: dashboard status failed: ${(e as Error).message}`));
+    socket.onAny(() => {
+      /* ignored: the stream is read-only */
+    });
+    this.run.status().then(
+      (status) => {
+        const tick: DashboardTick = { status, periodMs: this.dashPeriodMs };
+        socket.emit('tick', tick);
+      },
+      (e: unknown) => this.log(`gateway: dashboard status failed: ${(e as Error).message}`),
+    );
   }
 
   /** One message per period at most: status, changed islands, new or changed history points. */
@@ -476,7 +551,12 @@ export class Gateway {
       this.islandJson.set(isl.id, j);
       changed.push(isl);
     }
-    const tick: DashboardTick = { status: feed.status, periodMs: this.dashPeriodMs, islands: { changed, removed: [] }, history: feed.history };
+    const tick: DashboardTick = {
+      status: feed.status,
+      periodMs: this.dashPeriodMs,
+      islands: { changed, removed: [] },
+      history: feed.history,
+    };
     this.dashboard.emit('tick', tick);
     this.stats.dashboardMessages++;
   }

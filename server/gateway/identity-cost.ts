@@ -20,7 +20,11 @@ export const IdentityError = {
   POW: 'E_POW',
 } as const;
 
-export interface Challenge { challenge: string; bits: number; expiresAt: number }
+export interface Challenge {
+  challenge: string;
+  bits: number;
+  expiresAt: number;
+}
 
 export class IdentityCost {
   private readonly secret = randomBytes(32);
@@ -28,11 +32,16 @@ export class IdentityCost {
   private readonly budgets: TokenBuckets;
 
   /** `bits` 0: no proof of work is asked. `perHour`: new identities per address per hour. */
-  constructor(readonly bits: number, perHour: number) {
+  constructor(
+    readonly bits: number,
+    perHour: number,
+  ) {
     this.budgets = new TokenBuckets(perHour, 3_600_000, ADDRESSES);
   }
 
-  get required(): boolean { return this.bits > 0; }
+  get required(): boolean {
+    return this.bits > 0;
+  }
 
   challenge(now = Date.now()): Challenge {
     const expiresAt = now + CHALLENGE_TTL_MS;
@@ -46,17 +55,25 @@ export class IdentityCost {
    */
   pay(address: string, pow: { challenge: string; nonce: string } | undefined, now = Date.now()): Result<void> {
     if (!this.required) return this.take(address, now);
-    if (!pow) return err(IdentityError.POW, `a new identity needs a proof of work: ask \`challenge\`, then send hello with pow { challenge, nonce } (${this.bits} bits)`);
+    if (!pow)
+      return err(
+        IdentityError.POW,
+        `a new identity needs a proof of work: ask \`challenge\`, then send hello with pow { challenge, nonce } (${this.bits} bits)`,
+      );
     const parts = pow.challenge.split('.');
     if (parts.length !== 3) return err(IdentityError.POW, 'not a challenge of this server');
     const body = `${parts[0]}.${parts[1]}`;
-    const want = Buffer.from(this.mac(body)), got = Buffer.from(parts[2]);
-    if (want.length !== got.length || !timingSafeEqual(want, got)) return err(IdentityError.POW, 'not a challenge of this server');
+    const want = Buffer.from(this.mac(body)),
+      got = Buffer.from(parts[2]);
+    if (want.length !== got.length || !timingSafeEqual(want, got))
+      return err(IdentityError.POW, 'not a challenge of this server');
     const expiresAt = Number(parts[0]);
     if (!(expiresAt > now)) return err(IdentityError.POW, 'the challenge expired: ask for a new one');
-    if (this.spent.has(pow.challenge)) return err(IdentityError.POW, 'the challenge was already used: ask for a new one');
+    if (this.spent.has(pow.challenge))
+      return err(IdentityError.POW, 'the challenge was already used: ask for a new one');
     const d = createHash('sha256').update(`${pow.challenge}:${pow.nonce}`).digest();
-    if (leadingZeroBits(d) < this.bits) return err(IdentityError.POW, `SHA-256(challenge:nonce) has fewer than ${this.bits} leading zero bits`);
+    if (leadingZeroBits(d) < this.bits)
+      return err(IdentityError.POW, `SHA-256(challenge:nonce) has fewer than ${this.bits} leading zero bits`);
     const budget = this.take(address, now);
     if (!budget.ok) return budget;
     this.spend(pow.challenge, expiresAt, now);
@@ -74,7 +91,11 @@ export class IdentityCost {
 
   /** One new identity from the address's hourly budget. */
   private take(address: string, now: number): Result<void> {
-    if (!this.budgets.take(address, now)) return err('E_RATE_LIMIT', `this address made its ${this.budgets.cap} new identities this hour: resume an identity (resumeToken), or retry later`);
+    if (!this.budgets.take(address, now))
+      return err(
+        'E_RATE_LIMIT',
+        `this address made its ${this.budgets.cap} new identities this hour: resume an identity (resumeToken), or retry later`,
+      );
     return ok(undefined);
   }
 }

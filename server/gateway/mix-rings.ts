@@ -59,11 +59,21 @@ export class RingRouter {
    * Pieces of a new durable version to rings of `sockets` (islands that sent `mix:ready`) still
    * connected and not `excluded`. Returns the socket ids served so (the broadcast skips them).
    */
-  route(u: UpdateMsg, sockets: ReadonlyMap<string, Socket>, excluded: (islandId: string, now: number) => boolean): string[] {
+  route(
+    u: UpdateMsg,
+    sockets: ReadonlyMap<string, Socket>,
+    excluded: (islandId: string, now: number) => boolean,
+  ): string[] {
     const now = Date.now();
     const eligible: string[] = [];
-    for (const [id, s] of sockets) if (s.connected && !excluded(id, now) && (this.benched.get(id) ?? 0) <= now) eligible.push(id);
-    const rings = planRings(eligible, this.links, this.k, (a, b) => now - (this.lost.get(pairKey(a, b)) ?? -Infinity) >= LOST_COOLDOWN_MS);
+    for (const [id, s] of sockets)
+      if (s.connected && !excluded(id, now) && (this.benched.get(id) ?? 0) <= now) eligible.push(id);
+    const rings = planRings(
+      eligible,
+      this.links,
+      this.k,
+      (a, b) => now - (this.lost.get(pairKey(a, b)) ?? -Infinity) >= LOST_COOLDOWN_MS,
+    );
     if (!rings.length) return [];
     const served: string[] = [];
     const { frame, ...head } = u;
@@ -76,7 +86,15 @@ export class RingRouter {
         const s = sockets.get(id)!;
         this.lastRing.set(id, last);
         const [a, b] = pieceRange(frame.length, ring.length, index);
-        const piece: MixPieceMsg = { update: head, frameHash, groupId, index, members: ring, piece: frame.subarray(a, b), ...(linked ? { linked: linked[index] } : {}) };
+        const piece: MixPieceMsg = {
+          update: head,
+          frameHash,
+          groupId,
+          index,
+          members: ring,
+          piece: frame.subarray(a, b),
+          ...(linked ? { linked: linked[index] } : {}),
+        };
         s.emit('mix:piece', piece);
         this.counters.pieceBytes += b - a;
         this.counters.grossSaved += ((ring.length - 1) * frame.length) / ring.length; // k − 1 whole frames per ring
@@ -89,7 +107,9 @@ export class RingRouter {
   }
 
   /** The members of ring `groupId` when it signals new links (the gateway relays `mix:signal` among them). */
-  members(groupId: number): string[] | undefined { return this.signalling.get(groupId); }
+  members(groupId: number): string[] | undefined {
+    return this.signalling.get(groupId);
+  }
 
   /** The pair's link was reported lost: no ring signals it again for LOST_COOLDOWN_MS. */
   lostPair(a: string, b: string): void {
@@ -116,7 +136,9 @@ export class RingRouter {
   }
 
   /** The island's socket closed. */
-  left(islandId: string): void { this.lastRing.delete(islandId); }
+  left(islandId: string): void {
+    this.lastRing.delete(islandId);
+  }
 
   /** A ring with new links: its signalling is relayed, and the server knows its pairs from now on. */
   private signal(groupId: number, ids: string[]): void {

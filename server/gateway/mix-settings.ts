@@ -45,9 +45,14 @@ export function mixSettings(o: MixOptions, c: CoordinatorConfig): MixSettings {
   const formWaitMs = c.targetRoundMs > 0 ? Math.min(maxFormWaitMs, Math.max(500, fraction * c.targetRoundMs)) : 2000;
   // opening k − 1 data channels takes ~40 ms or ~1 s on loopback (test/mix-webrtc.test.ts), a page more
   return {
-    k: o.k, spotRate: o.spotRate ?? 0.1, iceServers: o.iceServers ?? [], exchangeTimeoutMs: o.exchangeTimeoutMs ?? 15_000,
+    k: o.k,
+    spotRate: o.spotRate ?? 0.1,
+    iceServers: o.iceServers ?? [],
+    exchangeTimeoutMs: o.exchangeTimeoutMs ?? 15_000,
     // a test's fixed wait stays fixed
-    formWaitMs: o.formWaitMs ?? formWaitMs, formWaitFraction: o.formWaitMs === undefined ? fraction : 0, maxFormWaitMs,
+    formWaitMs: o.formWaitMs ?? formWaitMs,
+    formWaitFraction: o.formWaitMs === undefined ? fraction : 0,
+    maxFormWaitMs,
   };
 }
 

@@ -17,11 +17,28 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type CodecOptions, encodeDelta } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import type { ClaimedMeta } from '../../core/coord/validate.ts';
-import { type BusyIsland, type FragmentUpload, type GroupIO, type GroupPlan, MixBroker, memberNorms } from '../../core/mix/broker.ts';
+import {
+  type BusyIsland,
+  type FragmentUpload,
+  type GroupIO,
+  type GroupPlan,
+  MixBroker,
+  memberNorms,
+} from '../../core/mix/broker.ts';
 import { butterflyPartners, mixWeights } from '../../core/mix/butterfly.ts';
 import { PairLinks } from '../../core/mix/links.ts';
 import {
-  type AckMsg, type DeltaMeta, ErrorCode, MixAnswerSchema, MixCheckAnswerSchema, MixFragmentSchema, MixLostSchema, type MixPlanMsg, MixReadySchema, MixSignalSchema, type UpdateMsg,
+  type AckMsg,
+  type DeltaMeta,
+  ErrorCode,
+  MixAnswerSchema,
+  MixCheckAnswerSchema,
+  MixFragmentSchema,
+  MixLostSchema,
+  type MixPlanMsg,
+  MixReadySchema,
+  MixSignalSchema,
+  type UpdateMsg,
 } from '../../core/protocol.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { MixStatus } from '../../core/api.ts';
@@ -122,18 +139,50 @@ export class MixGateway {
   /** The downlink: updates as pieces to rings of islands. */
   private readonly rings: RingRouter;
   readonly counters: MixCounters = {
-    groups: 0, mixedGroups: 0, fallbacks: 0, mixedMembers: 0, checks: 0, audits: 0, implicated: 0,
-    fragmentBytes: 0, checkBytes: 0, pieceBytes: 0, rings: 0, ringsFailed: 0, grossSaved: 0, controlBytes: 0, planBytes: 0, expired: 0, linksSignalled: 0, linksReused: 0, ringLinksSignalled: 0, linksLost: 0, groupsByVersion: {},
+    groups: 0,
+    mixedGroups: 0,
+    fallbacks: 0,
+    mixedMembers: 0,
+    checks: 0,
+    audits: 0,
+    implicated: 0,
+    fragmentBytes: 0,
+    checkBytes: 0,
+    pieceBytes: 0,
+    rings: 0,
+    ringsFailed: 0,
+    grossSaved: 0,
+    controlBytes: 0,
+    planBytes: 0,
+    expired: 0,
+    linksSignalled: 0,
+    linksReused: 0,
+    ringLinksSignalled: 0,
+    linksLost: 0,
+    groupsByVersion: {},
   };
 
-  constructor(readonly settings: MixSettings, private readonly host: MixHost, private readonly version: () => number, private readonly log: (line: string) => void = () => {}) {
+  constructor(
+    readonly settings: MixSettings,
+    private readonly host: MixHost,
+    private readonly version: () => number,
+    private readonly log: (line: string) => void = () => {},
+  ) {
     const c = host.codec();
-    const align = c.encoding === 'sparse' || c.encoding === 'int8' || c.encoding === 'int4' ? c.blockSize ?? 64 : 64;
+    const align = c.encoding === 'sparse' || c.encoding === 'int8' || c.encoding === 'int4' ? (c.blockSize ?? 64) : 64;
     this.broker = new MixBroker(settings, host.paramCount, align, Math.random);
-    this.rings = new RingRouter(this.links, settings.k, () => this.broker.nextId(), this.counters, (bytes, kind) => host.noteBytesOut(bytes, kind));
+    this.rings = new RingRouter(
+      this.links,
+      settings.k,
+      () => this.broker.nextId(),
+      this.counters,
+      (bytes, kind) => host.noteBytesOut(bytes, kind),
+    );
   }
 
-  get k(): number { return this.settings.k; }
+  get k(): number {
+    return this.settings.k;
+  }
 
   close(): void {
     if (this.timer) clearTimeout(this.timer);
@@ -145,19 +194,34 @@ export class MixGateway {
     handle('mix:ready', (payload, ack) => {
       const id = islandId();
       if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkReady.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `mix:ready: ${firstError(checkReady, payload)}`));
+      if (!checkReady.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `mix:ready: ${firstError(checkReady, payload)}`));
       const { meta: raw, frameHash } = payload as Static<typeof MixReadySchema>;
-      if (raw.islandId !== undefined && raw.islandId !== id) return ack(err(ErrorCode.BAD_REQUEST, `mix:ready for island ${raw.islandId} on the connection of ${id}`));
+      if (raw.islandId !== undefined && raw.islandId !== id)
+        return ack(err(ErrorCode.BAD_REQUEST, `mix:ready for island ${raw.islandId} on the connection of ${id}`));
       const gid = this.groupOf.get(id);
       const g = gid !== undefined ? this.groups.get(gid) : undefined;
-      if (g && !g.verdicts.has(g.ids.indexOf(id))) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
+      if (g && !g.verdicts.has(g.ids.indexOf(id)))
+        return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
       // the weight is the server's (tokens derived from the assignment): a claim that fits no assignment uploads directly and is refused there
-      const derived = this.host.work({ ...raw, islandId: id, lossFirst: raw.lossFirst ?? NaN, lossLast: raw.lossLast ?? NaN, lossMean: raw.lossMean ?? NaN });
+      const derived = this.host.work({
+        ...raw,
+        islandId: id,
+        lossFirst: raw.lossFirst ?? NaN,
+        lossLast: raw.lossLast ?? NaN,
+        lossMean: raw.lossMean ?? NaN,
+      });
       if (!derived.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
       this.readyAcks.get(id)?.(ok(null));
       this.sockets.set(id, socket);
       this.readyAcks.set(id, ack);
-      const plan = this.broker.offer({ islandId: id, meta: derived.value, frameHash, tokens: derived.value.tokens, readyAt: Date.now() });
+      const plan = this.broker.offer({
+        islandId: id,
+        meta: derived.value,
+        frameHash,
+        tokens: derived.value.tokens,
+        readyAt: Date.now(),
+      });
       if (plan) this.start(plan);
       this.schedule();
     });
@@ -165,34 +229,51 @@ export class MixGateway {
     handle('mix:fragment', (payload, ack) => {
       const id = islandId();
       if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkFragment.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `mix:fragment: ${firstError(checkFragment, payload)}`));
+      if (!checkFragment.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `mix:fragment: ${firstError(checkFragment, payload)}`));
       const { groupId, frame } = payload as Static<typeof MixFragmentSchema>;
       const g = this.groups.get(groupId);
       const j = g ? g.ids.indexOf(id) : -1;
       if (!g || j < 0) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${groupId}`));
-      if (g.uploads.has(j) || g.acks.has(j)) return ack(err(ErrorCode.BAD_REQUEST, `group ${groupId}: this member's fragment came already`));
-      if (frame && frame.length > this.host.maxFrameBytes()) return ack(err('E_OVERSIZE', `fragment of ${frame.length} bytes exceeds the largest legal frame`));
-      if (frame) { this.counters.fragmentBytes += frame.length; this.host.noteBytesIn(frame.length); }
+      if (g.uploads.has(j) || g.acks.has(j))
+        return ack(err(ErrorCode.BAD_REQUEST, `group ${groupId}: this member's fragment came already`));
+      if (frame && frame.length > this.host.maxFrameBytes())
+        return ack(err('E_OVERSIZE', `fragment of ${frame.length} bytes exceeds the largest legal frame`));
+      if (frame) {
+        this.counters.fragmentBytes += frame.length;
+        this.host.noteBytesIn(frame.length);
+      }
       const done = g.verdicts.get(j);
       if (done !== undefined) ack(ok(done));
       else g.acks.set(j, ack);
       const up = frame ? { frame } : null;
       const wait = g.fragWaits.get(j);
       g.uploads.set(j, up);
-      if (wait) { g.fragWaits.delete(j); wait(up); }
+      if (wait) {
+        g.fragWaits.delete(j);
+        wait(up);
+      }
     });
 
     handle('mix:signal', (payload, ack) => {
       const id = islandId();
       if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkSignal.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `mix:signal: ${firstError(checkSignal, payload)}`));
+      if (!checkSignal.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `mix:signal: ${firstError(checkSignal, payload)}`));
       const s = payload as Static<typeof MixSignalSchema>;
       // a group this island is in now, or a ring that signals its new links
       const g = this.groups.get(s.groupId);
       const ids = g && this.groupOf.get(id) === s.groupId ? g.ids : this.rings.members(s.groupId);
       const from = ids ? ids.indexOf(id) : -1;
-      if (!ids || from < 0) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
-      if (s.to >= ids.length || !butterflyPartners(from, ids.length).includes(s.to)) return ack(err(ErrorCode.BAD_REQUEST, `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`));
+      if (!ids || from < 0)
+        return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
+      if (s.to >= ids.length || !butterflyPartners(from, ids.length).includes(s.to))
+        return ack(
+          err(
+            ErrorCode.BAD_REQUEST,
+            `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`,
+          ),
+        );
       const to = g && ids === g.ids ? g.sockets[s.to] : this.sockets.get(ids[s.to]);
       if (!to?.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
       this.counters.controlBytes += 2 * s.data.length;
@@ -206,7 +287,8 @@ export class MixGateway {
     handle('mix:lost', (payload, ack) => {
       const id = islandId();
       if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkLost.Check(payload)) return ack(err(ErrorCode.BAD_REQUEST, `mix:lost: ${firstError(checkLost, payload)}`));
+      if (!checkLost.Check(payload))
+        return ack(err(ErrorCode.BAD_REQUEST, `mix:lost: ${firstError(checkLost, payload)}`));
       const { peer, groupId } = payload as Static<typeof MixLostSchema>;
       if (this.links.lost(id, peer, groupId)) {
         this.counters.linksLost++;
@@ -220,10 +302,23 @@ export class MixGateway {
   status(): MixStatus {
     const c = this.counters;
     return {
-      k: this.k, groups: c.groups, mixedGroups: c.mixedGroups, mixedMembers: c.mixedMembers, formWaitMs: Math.round(this.broker.formWait()), fallbacks: c.fallbacks,
-      savedBytes: c.grossSaved - c.checkBytes - c.controlBytes, signallingBytes: c.controlBytes, pairsSignalled: c.linksSignalled, pairsReused: c.linksReused,
-      expired: c.expired, rings: c.rings, ringsFailed: c.ringsFailed, ringPairsSignalled: c.ringLinksSignalled,
-      groupsByVersion: Object.entries(c.groupsByVersion).map(([v, n]) => ({ version: Number(v), groups: n })).sort((a, b) => a.version - b.version),
+      k: this.k,
+      groups: c.groups,
+      mixedGroups: c.mixedGroups,
+      mixedMembers: c.mixedMembers,
+      formWaitMs: Math.round(this.broker.formWait()),
+      fallbacks: c.fallbacks,
+      savedBytes: c.grossSaved - c.checkBytes - c.controlBytes,
+      signallingBytes: c.controlBytes,
+      pairsSignalled: c.linksSignalled,
+      pairsReused: c.linksReused,
+      expired: c.expired,
+      rings: c.rings,
+      ringsFailed: c.ringsFailed,
+      ringPairsSignalled: c.ringLinksSignalled,
+      groupsByVersion: Object.entries(c.groupsByVersion)
+        .map(([v, n]) => ({ version: Number(v), groups: n }))
+        .sort((a, b) => a.version - b.version),
     };
   }
 
@@ -247,7 +342,10 @@ export class MixGateway {
     if (!g) return;
     const j = g.ids.indexOf(islandId);
     const wait = g.fragWaits.get(j);
-    if (wait) { g.fragWaits.delete(j); wait(null); } else if (!g.uploads.has(j)) g.uploads.set(j, null);
+    if (wait) {
+      g.fragWaits.delete(j);
+      wait(null);
+    } else if (!g.uploads.has(j)) g.uploads.set(j, null);
   }
 
   /** A new durable version: pieces to the rings (mix-rings.ts); the socket ids served so (the broadcast skips them). */
@@ -256,7 +354,9 @@ export class MixGateway {
   }
 
   /** An island asks for updates from `fromVersion` (its ring's exchange may have failed). */
-  caughtUp(islandId: string, fromVersion: number): void { this.rings.caughtUp(islandId, fromVersion); }
+  caughtUp(islandId: string, fromVersion: number): void {
+    this.rings.caughtUp(islandId, fromVersion);
+  }
 
   // ── groups ──────────────────────────────────────────────────────────────────────────────────
 
@@ -266,13 +366,19 @@ export class MixGateway {
     this.timer = null;
     const at = this.broker.nextDeadline();
     if (!Number.isFinite(at)) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      const due = this.broker.expire(Date.now(), this.broker.waiting < this.settings.k ? this.host.busy() : []);
-      for (const m of due.direct) { this.counters.expired++; this.answerReady(m.islandId, null); }
-      for (const p of due.groups) this.start(p);
-      this.schedule();
-    }, Math.max(0, at - Date.now()));
+    this.timer = setTimeout(
+      () => {
+        this.timer = null;
+        const due = this.broker.expire(Date.now(), this.broker.waiting < this.settings.k ? this.host.busy() : []);
+        for (const m of due.direct) {
+          this.counters.expired++;
+          this.answerReady(m.islandId, null);
+        }
+        for (const p of due.groups) this.start(p);
+        this.schedule();
+      },
+      Math.max(0, at - Date.now()),
+    );
     this.timer.unref?.();
   }
 
@@ -291,7 +397,15 @@ export class MixGateway {
     this.counters.linksSignalled += used.signalled;
     this.counters.linksReused += used.reused;
     const sockets = ids.map((id) => this.sockets.get(id)!);
-    const g: Group = { plan, ids, sockets, fragWaits: new Map(), uploads: new Map(), verdicts: new Map(), acks: new Map() };
+    const g: Group = {
+      plan,
+      ids,
+      sockets,
+      fragWaits: new Map(),
+      uploads: new Map(),
+      verdicts: new Map(),
+      acks: new Map(),
+    };
     this.groups.set(plan.groupId, g);
     this.counters.groups++;
     const v = this.version();
@@ -305,9 +419,18 @@ export class MixGateway {
     }
     const members = plan.members.map((m) => ({ islandId: m.islandId, tokens: m.tokens, frameHash: m.frameHash }));
     ids.forEach((id, index) => {
-      const msg: MixPlanMsg = { groupId: plan.groupId, index, members, ranges: plan.ranges, exchangeTimeoutMs: this.settings.exchangeTimeoutMs, iceServers: this.settings.iceServers, ...(linked[index].length ? { linked: linked[index] } : {}) };
+      const msg: MixPlanMsg = {
+        groupId: plan.groupId,
+        index,
+        members,
+        ranges: plan.ranges,
+        exchangeTimeoutMs: this.settings.exchangeTimeoutMs,
+        iceServers: this.settings.iceServers,
+        ...(linked[index].length ? { linked: linked[index] } : {}),
+      };
       const bytes = JSON.stringify(msg).length;
-      this.counters.controlBytes += bytes; this.counters.planBytes += bytes;
+      this.counters.controlBytes += bytes;
+      this.counters.planBytes += bytes;
       this.answerReady(id, msg);
     });
     void this.settle(plan.groupId).catch((e: unknown) => {
@@ -321,14 +444,20 @@ export class MixGateway {
     if (g.uploads.has(j)) return Promise.resolve(g.uploads.get(j)!);
     if (!g.sockets[j].connected) return Promise.resolve(null);
     return new Promise((resolve) => {
-      const t = setTimeout(() => {
-        g.fragWaits.delete(j);
-        // connected and silent past the deadline: it stalled its group, and uploads directly for a
-        // while (a stranger cannot hold groups up round after round)
-        if (g.sockets[j].connected) this.benched.set(g.ids[j], Date.now() + BENCH_MS);
-        resolve(null);
-      }, Math.max(0, deadline - Date.now()));
-      g.fragWaits.set(j, (u) => { clearTimeout(t); resolve(u); });
+      const t = setTimeout(
+        () => {
+          g.fragWaits.delete(j);
+          // connected and silent past the deadline: it stalled its group, and uploads directly for a
+          // while (a stranger cannot hold groups up round after round)
+          if (g.sockets[j].connected) this.benched.set(g.ids[j], Date.now() + BENCH_MS);
+          resolve(null);
+        },
+        Math.max(0, deadline - Date.now()),
+      );
+      g.fragWaits.set(j, (u) => {
+        clearTimeout(t);
+        resolve(u);
+      });
     });
   }
 
@@ -382,17 +511,28 @@ export class MixGateway {
       this.counters.implicated++;
       const j = g.ids.indexOf(bad.islandId);
       const m = plan.members[j];
-      this.verdict(g, j, { islandId: bad.islandId, seq: m.meta.seq, roundId: m.meta.roundId, status: 'rejected', version: this.version(), error: { code: ErrorCode.MIX_MISMATCH, message: bad.reason } });
+      this.verdict(g, j, {
+        islandId: bad.islandId,
+        seq: m.meta.seq,
+        roundId: m.meta.roundId,
+        status: 'rejected',
+        version: this.version(),
+        error: { code: ErrorCode.MIX_MISMATCH, message: bad.reason },
+      });
       await this.host.ban(bad.islandId, `butterfly mixing: ${bad.reason}`);
     }
     const norms = memberNorms(l2(out.delta), out.accepted);
     // the group's mean in the run's codec: what the run archives for each member (reverts replay it)
     const frame = encodeDelta(out.delta, this.host.codec());
-    await Promise.all(out.accepted.map(async (x, i) => {
-      const ack = await this.host.submitMixed(x.meta, frame, out.delta, norms[i]);
-      this.verdict(g, g.ids.indexOf(x.islandId), ack);
-    }));
-    plan.members.forEach((x, j) => { if (!g.verdicts.has(j)) this.verdict(g, j, 'direct'); });
+    await Promise.all(
+      out.accepted.map(async (x, i) => {
+        const ack = await this.host.submitMixed(x.meta, frame, out.delta, norms[i]);
+        this.verdict(g, g.ids.indexOf(x.islandId), ack);
+      }),
+    );
+    plan.members.forEach((_x, j) => {
+      if (!g.verdicts.has(j)) this.verdict(g, j, 'direct');
+    });
     this.endGroup(gid);
   }
 
@@ -409,7 +549,8 @@ export class MixGateway {
       this.verdict(g, j, again ? 'regroup' : 'direct');
     });
     if (this.regrouped.size > 4096) this.regrouped.clear();
-    if (this.benched.size > 4096) for (const [id, until] of this.benched) if (until <= Date.now()) this.benched.delete(id);
+    if (this.benched.size > 4096)
+      for (const [id, until] of this.benched) if (until <= Date.now()) this.benched.delete(id);
     this.endGroup(gid);
   }
 
@@ -417,7 +558,10 @@ export class MixGateway {
     if (g.verdicts.has(j)) return;
     g.verdicts.set(j, v);
     const ack = g.acks.get(j);
-    if (ack) { g.acks.delete(j); ack(ok(v)); }
+    if (ack) {
+      g.acks.delete(j);
+      ack(ok(v));
+    }
   }
 
   /** Forgets a group once its verdicts are out; a member's late `mix:fragment` then hears 'direct'. */

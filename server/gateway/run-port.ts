@@ -6,7 +6,14 @@
 // Every hook reports state only once it is durable, as Run does.
 
 import type { HistoryPoint, IslandView, RunStatus } from '../../core/api.ts';
-import { type AckMsg, type Assignment, type DeltaMeta, ErrorCode, type IslandCaps, type UpdateMsg } from '../../core/protocol.ts';
+import {
+  type AckMsg,
+  type Assignment,
+  type DeltaMeta,
+  ErrorCode,
+  type IslandCaps,
+  type UpdateMsg,
+} from '../../core/protocol.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { AuditJobWire, VerdictAnswer } from '../run/audit.ts';
 import { checkWork } from '../../core/coord/validate.ts';
@@ -93,8 +100,15 @@ export function localPort(run: Run): RunPort {
     },
     async hello(h) {
       // Resuming an identity needs the token the server handed out with it.
-      const resume = h.resumeIslandId !== undefined && run.islands.checkResumeToken(h.resumeIslandId, h.resumeToken) ? h.resumeIslandId : undefined;
-      if (!resume && h.resumeOnly) return err('E_POW', 'the resume token was not accepted, and a new identity needs a proof of work: ask `challenge`, then hello with pow');
+      const resume =
+        h.resumeIslandId !== undefined && run.islands.checkResumeToken(h.resumeIslandId, h.resumeToken)
+          ? h.resumeIslandId
+          : undefined;
+      if (!resume && h.resumeOnly)
+        return err(
+          'E_POW',
+          'the resume token was not accepted, and a new identity needs a proof of work: ask `challenge`, then hello with pow',
+        );
       const r = await run.islands.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
       if (!r.ok) return r;
       return ok({ ...r.value, resumeToken: run.islands.resumeToken(r.value.islandId), resumed: resume !== undefined });
@@ -105,7 +119,9 @@ export function localPort(run: Run): RunPort {
     durableParams: async () => run.durableParams(),
     rename: async (id, name) => run.islands.rename(id, name),
     leave: (id, reason) => run.islands.leave(id, reason),
-    heartbeat: (ids) => { for (const id of ids) run.islands.heartbeat(id); },
+    heartbeat: (ids) => {
+      for (const id of ids) run.islands.heartbeat(id);
+    },
     setConnected(id, sockets) {
       if (sockets > 0) run.connected.set(id, sockets);
       else run.connected.delete(id);
@@ -120,11 +136,13 @@ export function localPort(run: Run): RunPort {
       const history = run.views.takeDirtyHistory();
       return watching ? { history, status: run.views.status(), islands: run.views.islands() } : null;
     },
-    audits: run.audits ? {
-      auth: (token) => run.audits!.auth(token),
-      take: async () => run.audits!.take(),
-      verdict: (jobId, cosine, normRatio) => run.audits!.verdict(jobId, cosine, normRatio),
-    } : undefined,
+    audits: run.audits
+      ? {
+          auth: (token) => run.audits!.auth(token),
+          take: async () => run.audits!.take(),
+          verdict: (jobId, cosine, normRatio) => run.audits!.verdict(jobId, cosine, normRatio),
+        }
+      : undefined,
   };
 }
 

@@ -6,7 +6,11 @@
 export class TokenBuckets {
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
 
-  constructor(private readonly perWindow: number, private readonly windowMs: number, private readonly maxKeys: number) {}
+  constructor(
+    private readonly perWindow: number,
+    private readonly windowMs: number,
+    private readonly maxKeys: number,
+  ) {}
 
   /** What a bucket holds when full (at least 1). */
   get cap(): number {

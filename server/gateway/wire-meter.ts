@@ -10,12 +10,23 @@ import type { Metrics } from '../metrics.ts';
 import { MIX_EVENTS } from './mix.ts';
 
 /** An engine.io packet as its socket's 'packet' and 'packetCreate' events give it. */
-export interface WirePacket { type: string; data?: unknown }
+export interface WirePacket {
+  type: string;
+  data?: unknown;
+}
 
 /** Every event an island and the server send each other (docs/protocol.md): the islands' (as the gateway takes them; `mix:signal` goes both ways), then the server's own. */
 const EVENTS = new Set<string>([
-  ...ISLAND_EVENTS, ...MIX_EVENTS,
-  'mix:check', 'mix:replay', 'mix:abort', 'mix:piece', 'update', 'tick', 'banned', 'protocol_error',
+  ...ISLAND_EVENTS,
+  ...MIX_EVENTS,
+  'mix:check',
+  'mix:replay',
+  'mix:abort',
+  'mix:piece',
+  'update',
+  'tick',
+  'banned',
+  'protocol_error',
 ]);
 
 /** Acks remembered per connection and direction, at most (an island asks a few at a time). */
@@ -33,7 +44,12 @@ export class WireMeter {
 
   count(p: WirePacket, dir: WireDirection): void {
     const d = p.data;
-    const body = typeof d === 'string' ? 1 + Buffer.byteLength(d) : d instanceof ArrayBuffer || ArrayBuffer.isView(d) ? d.byteLength : 1;
+    const body =
+      typeof d === 'string'
+        ? 1 + Buffer.byteLength(d)
+        : d instanceof ArrayBuffer || ArrayBuffer.isView(d)
+          ? d.byteLength
+          : 1;
     const bytes = body + frameHeaderBytes(body, dir);
     (dir === 'up' ? this.metrics.wireBytesIn : this.metrics.wireBytesOut).inc({ message: this.label(p, dir) }, bytes);
   }

@@ -21,7 +21,11 @@ export class OuterOffloadHost {
   private decoding = 0;
   private readonly queued: Array<() => void> = [];
 
-  private constructor(private readonly pool: OuterPool, private readonly gSlot: number, readonly workers: number) {}
+  private constructor(
+    private readonly pool: OuterPool,
+    private readonly gSlot: number,
+    readonly workers: number,
+  ) {}
 
   /**
    * Moves `coord`'s outer step into `workers` threads (its θ, optimizer and downlink state with it),
@@ -31,7 +35,12 @@ export class OuterOffloadHost {
     const pool = OuterPool.start({ theta: coord.params() as Float32Array, workers, align });
     await pool.importState({ outer: coord.outerState(), residual: coord.downlinkResidual() });
     const host = new OuterOffloadHost(pool, pool.newSlot(), workers);
-    coord.useOffload({ theta: pool.theta, g: pool.slotView(host.gSlot), buffer: () => host.buffer(), release: (b) => host.release(b) });
+    coord.useOffload({
+      theta: pool.theta,
+      g: pool.slotView(host.gSlot),
+      buffer: () => host.buffer(),
+      release: (b) => host.release(b),
+    });
     return host;
   }
 
@@ -72,8 +81,18 @@ export class OuterOffloadHost {
     const req = coord.pendingStep();
     if (!req) return;
     const { encoding, blockSize, deflate } = req.downlink;
-    const slots = req.deltas ? req.deltas.map((d) => this.slotOf.get(d) ?? fail('a delta outside the shared buffers')) : [this.gSlot];
-    const r = await this.pool.step({ slots, weights: req.weights, outer: req.outer, downlink: { encoding, blockSize, deflate }, scale: req.scale, period: req.period, share: req.share });
+    const slots = req.deltas
+      ? req.deltas.map((d) => this.slotOf.get(d) ?? fail('a delta outside the shared buffers'))
+      : [this.gSlot];
+    const r = await this.pool.step({
+      slots,
+      weights: req.weights,
+      outer: req.outer,
+      downlink: { encoding, blockSize, deflate },
+      scale: req.scale,
+      period: req.period,
+      share: req.share,
+    });
     coord.completeStep(r);
   }
 
@@ -98,7 +117,9 @@ export class OuterOffloadHost {
   }
 
   /** Shared buffers handed out (tests: the coordinator reuses them). */
-  get buffers(): number { return this.slotOf.size; }
+  get buffers(): number {
+    return this.slotOf.size;
+  }
 
   async close(): Promise<void> {
     await this.pool.close();

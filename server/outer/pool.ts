@@ -16,7 +16,7 @@ import { type Result, err, ok } from '../../core/result.ts';
 import type { OuterState } from '../../core/coord/outer.ts';
 import { HEADER_BYTES, frameBytes, writeHeader } from '../../core/codec/index.ts';
 import { combineChunkHashes, hashChunkCount } from '../../core/coord/hash.ts';
-import type { AgreementSums, DownlinkSpec, FragmentStep } from '../../core/coord/outer-fragment.ts';
+import type { AgreementSums, FragmentStep } from '../../core/coord/outer-fragment.ts';
 import type { FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './worker.ts';
 
 const REGISTER_URL = new URL('../../bin/register.js', import.meta.url).href;
@@ -54,9 +54,15 @@ export class OuterPool {
   private steps: Promise<unknown> = Promise.resolve();
   private broken: Error | null = null;
   private closing = false;
-  private exported: { momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer } | null = null;
+  private exported: { momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer } | null =
+    null;
 
-  private constructor(readonly n: number, theta: Float32Array, workers: number, readonly align: number) {
+  private constructor(
+    readonly n: number,
+    theta: Float32Array,
+    workers: number,
+    readonly align: number,
+  ) {
     this.theta = new Float32Array(new SharedArrayBuffer(4 * n));
     this.theta.set(theta);
     this.frameSab = new SharedArrayBuffer(HEADER_BYTES + 4 * n);
@@ -67,7 +73,13 @@ export class OuterPool {
       const a = Math.min(n, Math.round((w * blocks) / workers) * align);
       const b = Math.min(n, Math.round(((w + 1) * blocks) / workers) * align);
       this.ranges.push([a, b]);
-      const init: OuterWorkerInit & { kind: string } = { kind: 'atoll-outer', n, a, b, theta: this.theta.buffer as SharedArrayBuffer };
+      const init: OuterWorkerInit & { kind: string } = {
+        kind: 'atoll-outer',
+        n,
+        a,
+        b,
+        theta: this.theta.buffer as SharedArrayBuffer,
+      };
       const wk = new Worker(WORKER_URL, { workerData: init, execArgv: ['--import', REGISTER_URL] });
       wk.on('message', (m: FromOuterWorker) => {
         const p = this.waiting.get(m.id);
@@ -76,7 +88,9 @@ export class OuterPool {
       });
       // a worker that died leaves its fragment behind: every call from then on fails (never hangs)
       wk.on('error', (e) => this.fail(e));
-      wk.on('exit', (code) => { if (!this.closing) this.fail(new Error(`outer worker ${w} exited (code ${code})`)); });
+      wk.on('exit', (code) => {
+        if (!this.closing) this.fail(new Error(`outer worker ${w} exited (code ${code})`));
+      });
       this.workers.push(wk);
     }
   }
@@ -157,7 +171,8 @@ export class OuterPool {
 
   private async stepNow(o: OuterStepSpec): Promise<Result<OuterStepResult>> {
     const bs = o.downlink.blockSize;
-    if (o.downlink.encoding !== 'f32' && this.align % bs !== 0) return err('E_POOL_ALIGN', `downlink block size ${bs} does not divide the fragment alignment ${this.align}`);
+    if (o.downlink.encoding !== 'f32' && this.align % bs !== 0)
+      return err('E_POOL_ALIGN', `downlink block size ${bs} does not divide the fragment alignment ${this.align}`);
     const proposed = await this.all({ op: 'propose', ...o, share: o.share ?? false, frame: this.frameSab });
     const bad = proposed.find((r): r is Extract<FromOuterWorker, { ok: false }> => !r.ok);
     if (bad) {
@@ -168,11 +183,30 @@ export class OuterPool {
     const n = this.n;
     const payload = frameBytes(n, o.downlink) - HEADER_BYTES; // exact for f32, int8, int4
     const length = HEADER_BYTES + payload;
-    writeHeader(new Uint8Array(this.frameSab, 0, HEADER_BYTES), { encoding: o.downlink.encoding, flags: 0, count: n, blockSize: o.downlink.encoding === 'f32' ? 0 : o.downlink.blockSize, k: 0, storedBytes: payload, rawBytes: payload });
+    writeHeader(new Uint8Array(this.frameSab, 0, HEADER_BYTES), {
+      encoding: o.downlink.encoding,
+      flags: 0,
+      count: n,
+      blockSize: o.downlink.encoding === 'f32' ? 0 : o.downlink.blockSize,
+      k: 0,
+      storedBytes: payload,
+      rawBytes: payload,
+    });
     // θ's hash chunks split over the workers; the frame sealed (deflate where asked, CRC) after the first worker's share
-    const W = this.workers.length, chunks = hashChunkCount(n);
-    const hashed = this.workers.map((_, w) => this.call(w, { op: 'hash', c0: Math.floor((w * chunks) / W), c1: Math.floor(((w + 1) * chunks) / W), out: this.hashSab }));
-    const [c] = await Promise.all([this.call(0, { op: 'seal', frame: this.frameSab, length, deflate: o.downlink.deflate === true }), ...hashed]);
+    const W = this.workers.length,
+      chunks = hashChunkCount(n);
+    const hashed = this.workers.map((_, w) =>
+      this.call(w, {
+        op: 'hash',
+        c0: Math.floor((w * chunks) / W),
+        c1: Math.floor(((w + 1) * chunks) / W),
+        out: this.hashSab,
+      }),
+    );
+    const [c] = await Promise.all([
+      this.call(0, { op: 'seal', frame: this.frameSab, length, deflate: o.downlink.deflate === true }),
+      ...hashed,
+    ]);
     let frame = (c as Answer).sealed;
     if (!frame) {
       frame = new Uint8Array(length);
@@ -180,7 +214,12 @@ export class OuterPool {
       new DataView(frame.buffer).setUint32(28, (c as Answer).crc!, true);
     }
     const sumSq = proposed.reduce((s, r) => s + ((r as Answer).sumSq ?? 0), 0);
-    return ok({ frame, hash: combineChunkHashes(new Uint32Array(this.hashSab)), updateNorm: Math.sqrt(sumSq), agreement: o.weights ? sumAgreement(proposed as Answer[]) : undefined });
+    return ok({
+      frame,
+      hash: combineChunkHashes(new Uint32Array(this.hashSab)),
+      updateNorm: Math.sqrt(sumSq),
+      agreement: o.weights ? sumAgreement(proposed as Answer[]) : undefined,
+    });
   }
 
   /**
@@ -189,11 +228,20 @@ export class OuterPool {
    */
   async exportViews(): Promise<{ outer: OuterState; residual: Float32Array }> {
     const n = this.n;
-    const sabs = (this.exported ??= { momentum: new SharedArrayBuffer(4 * n), buffer: new SharedArrayBuffer(4 * n), residual: new SharedArrayBuffer(4 * n) });
+    const sabs = (this.exported ??= {
+      momentum: new SharedArrayBuffer(4 * n),
+      buffer: new SharedArrayBuffer(4 * n),
+      residual: new SharedArrayBuffer(4 * n),
+    });
     const r = await this.all({ op: 'export', ...sabs });
     const a = r[0] as Answer;
     return {
-      outer: { momentum: new Float32Array(sabs.momentum), buffer: new Float32Array(sabs.buffer), bufferCount: a.bufferCount!, steps: a.steps! },
+      outer: {
+        momentum: new Float32Array(sabs.momentum),
+        buffer: new Float32Array(sabs.buffer),
+        bufferCount: a.bufferCount!,
+        steps: a.steps!,
+      },
       residual: new Float32Array(sabs.residual),
     };
   }
@@ -205,7 +253,14 @@ export class OuterPool {
       new Float32Array(sab).set(x);
       return sab;
     };
-    await this.all({ op: 'import', momentum: share(s.outer.momentum), buffer: share(s.outer.buffer), residual: share(s.residual), bufferCount: s.outer.bufferCount, steps: s.outer.steps });
+    await this.all({
+      op: 'import',
+      momentum: share(s.outer.momentum),
+      buffer: share(s.outer.buffer),
+      residual: share(s.residual),
+      bufferCount: s.outer.bufferCount,
+      steps: s.outer.steps,
+    });
   }
 
   async close(): Promise<void> {
@@ -221,7 +276,10 @@ function sumAgreement(parts: Answer[]): AgreementSums {
   for (const p of parts) {
     const a = p.agreement!;
     total.gg += a.gg;
-    for (let j = 0; j < k; j++) { total.dots[j] += a.dots[j]; total.sqs[j] += a.sqs[j]; }
+    for (let j = 0; j < k; j++) {
+      total.dots[j] += a.dots[j];
+      total.sqs[j] += a.sqs[j];
+    }
   }
   return total;
 }

@@ -24,10 +24,28 @@ export type ToOuterWorker =
   | { id: number; op: 'hash'; c0: number; c1: number; out: SharedArrayBuffer }
   | { id: number; op: 'seal'; frame: SharedArrayBuffer; length: number; deflate: boolean }
   | { id: number; op: 'export'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer }
-  | { id: number; op: 'import'; momentum: SharedArrayBuffer; buffer: SharedArrayBuffer; residual: SharedArrayBuffer; bufferCount: number; steps: number };
+  | {
+      id: number;
+      op: 'import';
+      momentum: SharedArrayBuffer;
+      buffer: SharedArrayBuffer;
+      residual: SharedArrayBuffer;
+      bufferCount: number;
+      steps: number;
+    };
 
 export type FromOuterWorker =
-  | { id: number; ok: true; norm?: number; sumSq?: number; agreement?: AgreementSums; crc?: number; sealed?: Uint8Array; bufferCount?: number; steps?: number }
+  | {
+      id: number;
+      ok: true;
+      norm?: number;
+      sumSq?: number;
+      agreement?: AgreementSums;
+      crc?: number;
+      sealed?: Uint8Array;
+      bufferCount?: number;
+      steps?: number;
+    }
   | { id: number; ok: false; code: string; message: string };
 
 function run(init: OuterWorkerInit): void {
@@ -56,7 +74,9 @@ function run(init: OuterWorkerInit): void {
       }
       case 'propose': {
         const r = frag.propose(slots, m, n, a, m.frame);
-        return reply('code' in r ? { id: m.id, ok: false, ...r } : { id: m.id, ok: true, sumSq: r.sumSq, agreement: r.agreement });
+        return reply(
+          'code' in r ? { id: m.id, ok: false, ...r } : { id: m.id, ok: true, sumSq: r.sumSq, agreement: r.agreement },
+        );
       }
       case 'commit':
         frag.commit(theta);
@@ -88,7 +108,8 @@ function run(init: OuterWorkerInit): void {
         frag.outer = new OuterOptimizer(len, {
           momentum: new Float32Array(m.momentum, 4 * a, len).slice(),
           buffer: new Float32Array(m.buffer, 4 * a, len).slice(),
-          bufferCount: m.bufferCount, steps: m.steps,
+          bufferCount: m.bufferCount,
+          steps: m.steps,
         });
         frag.fb.residual.set(new Float32Array(m.residual, 4 * a, len));
         return reply({ id: m.id, ok: true });

@@ -12,7 +12,11 @@ export const MAX_LOCK_MS = 5 * 60_000;
 /** Addresses remembered (the stalest goes first). */
 const ADDRESSES = 10_000;
 
-interface Entry { failures: number; lockedUntil: number; lockMs: number }
+interface Entry {
+  failures: number;
+  lockedUntil: number;
+  lockMs: number;
+}
 
 export class AuthLimiter {
   private readonly byAddress = new Map<string, Entry>();
@@ -21,7 +25,10 @@ export class AuthLimiter {
   /** The last lines logged (the operator's log has them all). */
   readonly recent: string[] = [];
 
-  constructor(private readonly what: string, private readonly log: (line: string) => void) {}
+  constructor(
+    private readonly what: string,
+    private readonly log: (line: string) => void,
+  ) {}
 
   /** ms the address must wait before its token is checked again (0: check it now). */
   retryAfter(address: string, now = Date.now()): number {
@@ -52,5 +59,7 @@ export class AuthLimiter {
     if (this.recent.length > 100) this.recent.shift();
   }
 
-  succeeded(address: string): void { this.byAddress.delete(address); }
+  succeeded(address: string): void {
+    this.byAddress.delete(address);
+  }
 }

@@ -9,7 +9,9 @@ import { ApiErrorSchema } from '../../core/api.ts';
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyTypeProvider } from 'fastify';
 
 /** AJV options for every route: no coercion, no defaults filled in, nothing removed. */
-export const STRICT_AJV = { customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false } } as const;
+export const STRICT_AJV = {
+  customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false },
+} as const;
 
 /** Route types from the routes' TypeBox schemas (`app.withTypeProvider<TypeBoxTypes>()`): params, query and body as validated, replies as serialized. */
 export interface TypeBoxTypes extends FastifyTypeProvider {
@@ -21,8 +23,10 @@ export interface TypeBoxTypes extends FastifyTypeProvider {
 export const NoQuery = Type.Object({}, { additionalProperties: false });
 
 /** A route's response schemas: `ok` for 200, `more` by status, the one error body for 4xx and 5xx. */
-export const replies = <T extends TSchema, M extends Record<number, TSchema> = Record<never, TSchema>>(ok: T, more?: M) =>
-  ({ 200: ok, ...more as M, '4xx': ApiErrorSchema, '5xx': ApiErrorSchema });
+export const replies = <T extends TSchema, M extends Record<number, TSchema> = Record<never, TSchema>>(
+  ok: T,
+  more?: M,
+) => ({ 200: ok, ...(more as M), '4xx': ApiErrorSchema, '5xx': ApiErrorSchema });
 
 /** A decimal number as a query string may spell it. */
 const DECIMAL = /^-?(?:0|[1-9][0-9]{0,20})(?:\.[0-9]{1,20})?(?:[eE][-+]?[0-9]{1,3})?$/;
@@ -68,7 +72,12 @@ export function strictHttp(app: FastifyInstance): void {
   // every route's pattern and methods, to tell a wrong method (405) from a wrong path (404)
   const routes: Array<{ re: RegExp; methods: Set<string> }> = [];
   app.addHook('onRoute', (r) => {
-    const re = new RegExp(`^${r.url.replace(/[.+?^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/:[A-Za-z0-9_]+/g, '[^/]+')}$`);
+    const re = new RegExp(
+      `^${r.url
+        .replace(/[.+?^${}()|[\]\\]/g, '\\$&')
+        .replace(/\*/g, '.*')
+        .replace(/:[A-Za-z0-9_]+/g, '[^/]+')}$`,
+    );
     let entry = routes.find((x) => x.re.source === re.source);
     if (!entry) routes.push((entry = { re, methods: new Set() }));
     for (const m of [r.method].flat()) entry.methods.add(m);
@@ -79,7 +88,12 @@ export function strictHttp(app: FastifyInstance): void {
     for (const r of routes) if (r.re.test(path)) for (const m of r.methods) allow.add(m);
     if (allow.size > 0 && !allow.has(req.method)) {
       reply.header('allow', [...allow].sort().join(', '));
-      return sendError(reply, 405, 'E_METHOD', `${req.method} is not allowed on ${path.slice(0, 200)} (allowed: ${[...allow].sort().join(', ')})`);
+      return sendError(
+        reply,
+        405,
+        'E_METHOD',
+        `${req.method} is not allowed on ${path.slice(0, 200)} (allowed: ${[...allow].sort().join(', ')})`,
+      );
     }
     return sendError(reply, 404, 'E_NOT_FOUND', `no route ${req.method} ${path.slice(0, 200)}`);
   });

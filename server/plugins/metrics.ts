@@ -6,8 +6,15 @@ import { NoQuery, replies } from './http-strict.ts';
 import type { Metrics } from '../metrics.ts';
 
 export async function metricsPlugin(app: FastifyInstance, opts: { metrics: Metrics }): Promise<void> {
-  app.get('/metrics', { config: { rateLimit: false }, schema: { querystring: NoQuery, response: replies(Type.String({ description: 'Prometheus text format' })) } }, async (_req, reply) => {
-    reply.header('content-type', opts.metrics.registry.contentType);
-    return opts.metrics.registry.metrics();
-  });
+  app.get(
+    '/metrics',
+    {
+      config: { rateLimit: false },
+      schema: { querystring: NoQuery, response: replies(Type.String({ description: 'Prometheus text format' })) },
+    },
+    async (_req, reply) => {
+      reply.header('content-type', opts.metrics.registry.contentType);
+      return opts.metrics.registry.metrics();
+    },
+  );
 }

@@ -49,7 +49,9 @@ export interface RevertAnswer extends RevertPlan {
 export class RunAdmin {
   private readonly run: AdminedRun;
 
-  constructor(run: AdminedRun) { this.run = run; }
+  constructor(run: AdminedRun) {
+    this.run = run;
+  }
 
   async pause(): Promise<void> {
     this.run.coord.pause();
@@ -88,7 +90,7 @@ export class RunAdmin {
     const r = run.coord.ban(islandId, Date.now(), reason);
     run.kick(); // a ban may close a round: its step starts
     if (!r.ok) return r;
-    const revokedTokens = before?.status === 'banned' ? 0 : before?.tokensContributed ?? 0;
+    const revokedTokens = before?.status === 'banned' ? 0 : (before?.tokensContributed ?? 0);
     run.store.append({ type: 'admin', action: 'ban', island: islandId, reason, revokedTokens });
     run.views.invalidate();
     run.onBan(islandId);
@@ -115,10 +117,21 @@ export class RunAdmin {
     await run.checkpointNow(); // every version so far is on disk, with its deltas
     await run.whenIdle();
     const t0 = performance.now();
-    const plan = rebuildWithout(run.coord, run.archive, islandId, rec.audits?.lastPassedSeq ?? -1, (v) => checkpointBefore(run.store, run.config.model, run.islandFile, v));
+    const plan = rebuildWithout(run.coord, run.archive, islandId, rec.audits?.lastPassedSeq ?? -1, (v) =>
+      checkpointBefore(run.store, run.config.model, run.islandFile, v),
+    );
     if (!plan.ok) return plan;
     const ms = performance.now() - t0;
-    run.store.append({ type: 'admin', action: 'revert', island: islandId, removed: plan.value.removed.length, fromCheckpoint: plan.value.fromCheckpoint, version: run.coord.version, hash: run.coord.hash, ms: Math.round(ms) });
+    run.store.append({
+      type: 'admin',
+      action: 'revert',
+      island: islandId,
+      removed: plan.value.removed.length,
+      fromCheckpoint: plan.value.fromCheckpoint,
+      version: run.coord.version,
+      hash: run.coord.hash,
+      ms: Math.round(ms),
+    });
     await run.rebuilt();
     return ok({ ...plan.value, version: run.coord.version, hash: run.coord.hash, ms });
   }

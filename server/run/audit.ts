@@ -41,7 +41,11 @@ export interface VerdictAnswer {
 }
 
 /** θ of one version, shared by the jobs on it (read-only). */
-export interface BaseTheta { version: number; hash: string; params: Float32Array }
+export interface BaseTheta {
+  version: number;
+  hash: string;
+  params: Float32Array;
+}
 
 /**
  * Versions of θ held for audits: maxStaleness + 1, at most this many. A run whose maxStaleness is
@@ -68,10 +72,14 @@ export class RunAudits {
   }
 
   /** Constant-time check of a validator's token. */
-  auth(token: string): boolean { return timingSafeEqual(digest(token), this.token); }
+  auth(token: string): boolean {
+    return timingSafeEqual(digest(token), this.token);
+  }
 
   /** Versions of θ held now (tests). */
-  get heldVersions(): number[] { return [...this.thetas.keys()]; }
+  get heldVersions(): number[] {
+    return [...this.thetas.keys()];
+  }
 
   /**
    * Before the coordinator sees a delta: θ of the current version is kept (once per version), and
@@ -86,7 +94,10 @@ export class RunAudits {
     const base = this.thetas.get(meta.baseVersion);
     if (!base) {
       if (meta.baseVersion > c.version) return ok(null); // the coordinator answers E_FUTURE_VERSION
-      return err(ErrorCode.STALE, `base version ${meta.baseVersion} is older than the ${this.thetas.size} versions this audited run keeps θ of`);
+      return err(
+        ErrorCode.STALE,
+        `base version ${meta.baseVersion} is older than the ${this.thetas.size} versions this audited run keeps θ of`,
+      );
     }
     return ok(this.queue.wants(work, Math.random()) ? base : null);
   }
@@ -96,7 +107,16 @@ export class RunAudits {
     const isl = this.host.coord.island(meta.islandId);
     const work = isl && auditWork(isl, meta.roundId, meta.steps, this.host.coord.config().seqLen);
     if (!work) return;
-    this.queue.offer({ islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, baseVersion: base.version, baseHash: base.hash, work, frame, params: base.params });
+    this.queue.offer({
+      islandId: meta.islandId,
+      seq: meta.seq,
+      roundId: meta.roundId,
+      baseVersion: base.version,
+      baseHash: base.hash,
+      work,
+      frame,
+      params: base.params,
+    });
   }
 
   take(): AuditJobWire | null {

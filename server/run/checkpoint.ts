@@ -54,8 +54,13 @@ export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): 
   const layout = paramLayout(run.model);
   const theta = snap.tensors.theta as Float32Array;
   const tensors: Record<string, TensorInput> = {};
-  for (const t of layout.tensors) tensors[t.name] = { dtype: 'F32', shape: t.shape, data: theta.subarray(t.offset, t.offset + t.size) };
-  const meta: CoordinatorSnapshotMeta & { islandCore: IslandCore[] } = { ...snap.meta, updates: snap.meta.updates.slice(-CHECKPOINT_UPDATES), ...splitIslands(snap.meta.islands) };
+  for (const t of layout.tensors)
+    tensors[t.name] = { dtype: 'F32', shape: t.shape, data: theta.subarray(t.offset, t.offset + t.size) };
+  const meta: CoordinatorSnapshotMeta & { islandCore: IslandCore[] } = {
+    ...snap.meta,
+    updates: snap.meta.updates.slice(-CHECKPOINT_UPDATES),
+    ...splitIslands(snap.meta.islands),
+  };
   const keepUpdates = new Set(meta.updates.map((u) => `update.${u.version}`));
   for (const [name, arr] of Object.entries(snap.tensors)) {
     if (name === 'theta') continue;
@@ -76,13 +81,20 @@ export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): 
 }
 
 /** A run checkpoint's coordinator; `islandsFile` gives the full island records its cores are laid over. */
-export function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig, islandsFile: () => Map<string, IslandRecord> = () => new Map()): Result<Coordinator> {
+export function decodeRunCheckpoint(
+  bytes: Uint8Array,
+  expected: GPTConfig,
+  islandsFile: () => Map<string, IslandRecord> = () => new Map(),
+): Result<Coordinator> {
   const file = readSafetensors(bytes);
   if (!file.ok) return file;
   const { tensors, metadata } = file.value;
-  if (metadata.config !== JSON.stringify(expected)) return err('E_WRONG_MODEL', `checkpoint is for model ${metadata.config}, the run is ${JSON.stringify(expected)}`);
+  if (metadata.config !== JSON.stringify(expected))
+    return err('E_WRONG_MODEL', `checkpoint is for model ${metadata.config}, the run is ${JSON.stringify(expected)}`);
   let meta: CoordinatorSnapshotMeta & { islandCore?: IslandCore[] };
-  try { meta = JSON.parse(metadata.coordinator ?? '') as CoordinatorSnapshotMeta; } catch {
+  try {
+    meta = JSON.parse(metadata.coordinator ?? '') as CoordinatorSnapshotMeta;
+  } catch {
     return err('E_BAD_CHECKPOINT', 'checkpoint has no coordinator state (a plain model checkpoint?)');
   }
   if (meta.islandCore) {
@@ -93,7 +105,8 @@ export function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig, isla
   const theta = new Float32Array(layout.total);
   for (const t of layout.tensors) {
     const v = tensors[t.name];
-    if (!v || v.dtype !== 'F32' || v.data.length !== 4 * t.size) return err('E_BAD_CHECKPOINT', `tensor ${t.name} is missing or malformed`);
+    if (v?.dtype !== 'F32' || v.data.length !== 4 * t.size)
+      return err('E_BAD_CHECKPOINT', `tensor ${t.name} is missing or malformed`);
     theta.set(tensorAsFloat32(v), t.offset);
   }
   const snapTensors: CoordinatorSnapshot['tensors'] = { theta };
@@ -109,7 +122,9 @@ export function decodeRunCheckpoint(bytes: Uint8Array, expected: GPTConfig, isla
 export function restoreLatest(store: RunStore, model: GPTConfig, log: (line: string) => void): Coordinator | null {
   for (const ck of store.listCheckpoints()) {
     const bytes = store.readCheckpoint(ck.version);
-    const r = bytes ? decodeRunCheckpoint(bytes, model, () => new IslandFile(store.dir).read()) : err('E_BAD_CHECKPOINT', 'unreadable');
+    const r = bytes
+      ? decodeRunCheckpoint(bytes, model, () => new IslandFile(store.dir).read())
+      : err('E_BAD_CHECKPOINT', 'unreadable');
     if (r.ok) return r.value;
     log(`checkpoint ${ck.path} is unusable (${r.error.code}: ${r.error.message}); trying an older one`);
   }
@@ -117,15 +132,25 @@ export function restoreLatest(store: RunStore, model: GPTConfig, log: (line: str
 }
 
 /** The coordinator of the newest kept checkpoint older than `version` (a revert's start). */
-export function checkpointBefore(store: RunStore, model: GPTConfig, islands: IslandFile, version: number): Result<{ version: number; coord: Coordinator }> {
+export function checkpointBefore(
+  store: RunStore,
+  model: GPTConfig,
+  islands: IslandFile,
+  version: number,
+): Result<{ version: number; coord: Coordinator }> {
   const kept = store.listCheckpoints();
   for (const ck of kept) {
     if (ck.version >= version) continue;
     const bytes = store.readCheckpoint(ck.version);
-    const r = bytes ? decodeRunCheckpoint(bytes, model, () => islands.read()) : err('E_BAD_CHECKPOINT', `${ck.path} is unreadable`);
+    const r = bytes
+      ? decodeRunCheckpoint(bytes, model, () => islands.read())
+      : err('E_BAD_CHECKPOINT', `${ck.path} is unreadable`);
     if (!r.ok) return err(r.error.code, `checkpoint ${ck.path}: ${r.error.message}`);
     return ok({ version: ck.version, coord: r.value });
   }
   const oldest = kept.at(-1)?.version;
-  return err('E_NOT_KEPT', `no kept checkpoint is older than version ${version} (the oldest is ${oldest ?? 'none'}): raise checkpoints.keep to reach further back`);
+  return err(
+    'E_NOT_KEPT',
+    `no kept checkpoint is older than version ${version} (the oldest is ${oldest ?? 'none'}): raise checkpoints.keep to reach further back`,
+  );
 }

@@ -4,7 +4,15 @@
 
 import { readFileSync } from 'node:fs';
 import type { RunConfig } from '../../core/api.ts';
-import { type CoordinatorConfig, type CoordinatorConfigPatch, DEFAULT_COORDINATOR_CONFIG, MEASURED_SETTING, SPARSE_UPLINK, mergeConfig, validateCoordinatorConfig } from '../../core/coord/index.ts';
+import {
+  type CoordinatorConfig,
+  type CoordinatorConfigPatch,
+  DEFAULT_COORDINATOR_CONFIG,
+  MEASURED_SETTING,
+  SPARSE_UPLINK,
+  mergeConfig,
+  validateCoordinatorConfig,
+} from '../../core/coord/index.ts';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import { type PresetName, PRESETS, getPreset, validateConfig } from '../../core/model/config.ts';
 
@@ -30,16 +38,47 @@ export interface RunFlags {
 }
 
 export class ConfigError extends Error {
-  constructor(readonly code: string, message: string) { super(message); }
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
 }
 
 /** Per-preset island work: sequences are the model's context, rounds sized for the engines that run it. */
 const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches: number; evalBatchSize: number }> = {
-  tiny: { batchSize: 8, seqLen: 32, innerSteps: 20, targetRoundMs: 0, innerLr: { maxLr: 3e-3, minLr: 3e-4 }, evalBatches: 8, evalBatchSize: 8 },
+  tiny: {
+    batchSize: 8,
+    seqLen: 32,
+    innerSteps: 20,
+    targetRoundMs: 0,
+    innerLr: { maxLr: 3e-3, minLr: 3e-4 },
+    evalBatches: 8,
+    evalBatchSize: 8,
+  },
   // volunteers' rounds aim at 90 s (a minute and a half of a person's GPU between updates), down to one
   // step on a slow device, so even the first round, sized from the device's measured speed, stays near it
-  small: { batchSize: 8, seqLen: 128, innerSteps: 50, targetRoundMs: 90_000, minInnerSteps: 1, innerLr: { maxLr: 2e-3, minLr: 2e-4 }, evalBatches: 2, evalBatchSize: 4 },
-  base: { batchSize: 8, seqLen: 256, innerSteps: 100, targetRoundMs: 120_000, minInnerSteps: 1, innerLr: { maxLr: 1e-3, minLr: 1e-4 }, evalBatches: 1, evalBatchSize: 4 },
+  small: {
+    batchSize: 8,
+    seqLen: 128,
+    innerSteps: 50,
+    targetRoundMs: 90_000,
+    minInnerSteps: 1,
+    innerLr: { maxLr: 2e-3, minLr: 2e-4 },
+    evalBatches: 2,
+    evalBatchSize: 4,
+  },
+  base: {
+    batchSize: 8,
+    seqLen: 256,
+    innerSteps: 100,
+    targetRoundMs: 120_000,
+    minInnerSteps: 1,
+    innerLr: { maxLr: 1e-3, minLr: 1e-4 },
+    evalBatches: 1,
+    evalBatchSize: 4,
+  },
 };
 
 export const DEFAULT_RUN_NAME = 'default';
@@ -56,7 +95,8 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
   return {
     name: DEFAULT_RUN_NAME,
     title: 'Teach a small GPT to write like Moby-Dick',
-    description: 'A small GPT learning Moby-Dick byte by byte, trained by volunteers’ browsers and GPU servers together.',
+    description:
+      'A small GPT learning Moby-Dick byte by byte, trained by volunteers’ browsers and GPU servers together.',
     preset,
     model: getPreset(preset),
     data: 'moby-dick',
@@ -73,7 +113,14 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
     }),
     eval: { batches: evalBatches, batchSize: evalBatchSize },
     checkpoints: { keep: 5 },
-    limits: { helloPerMinute: 120, restPerMinute: 600, maxIslands: 5000, maxLogBytes: 64 * 1024 * 1024, powBits: 16, newIslandsPerHour: 60 },
+    limits: {
+      helloPerMinute: 120,
+      restPerMinute: 600,
+      maxIslands: 5000,
+      maxLogBytes: 64 * 1024 * 1024,
+      powBits: 16,
+      newIslandsPerHour: 60,
+    },
     allowOrigins: [],
   };
 }
@@ -81,11 +128,13 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
 function flagPatch(f: RunFlags): CoordinatorConfigPatch {
   const p: CoordinatorConfigPatch = {};
   if (f.mode !== undefined) {
-    if (f.mode !== 'sync' && f.mode !== 'async') throw new ConfigError('E_BAD_CONFIG', `--mode must be sync or async, got '${f.mode}'`);
+    if (f.mode !== 'sync' && f.mode !== 'async')
+      throw new ConfigError('E_BAD_CONFIG', `--mode must be sync or async, got '${f.mode}'`);
     p.mode = f.mode;
   }
   if (f.codec !== undefined) {
-    if (!ENCODINGS.includes(f.codec as Encoding)) throw new ConfigError('E_BAD_CONFIG', `--codec must be one of ${ENCODINGS.join('|')}, got '${f.codec}'`);
+    if (!ENCODINGS.includes(f.codec as Encoding))
+      throw new ConfigError('E_BAD_CONFIG', `--codec must be one of ${ENCODINGS.join('|')}, got '${f.codec}'`);
     // the uplink, and the downlink measured with it: sparse's int4 per 4096, else int8 per 64
     p.uplink = f.codec === 'sparse' ? { ...SPARSE_UPLINK } : { encoding: f.codec as Encoding };
     p.downlink = f.codec === 'sparse' ? { ...MEASURED_SETTING.downlink } : { ...DENSE_DOWNLINK };
@@ -102,11 +151,16 @@ function flagPatch(f: RunFlags): CoordinatorConfigPatch {
 }
 
 /** A JSON run file: any subset of RunConfig; `coordinator` may be partial. */
-export type RunConfigFile = Omit<Partial<RunConfig>, 'coordinator' | 'limits'> & { coordinator?: CoordinatorConfigPatch; limits?: Partial<RunConfig['limits']> };
+export type RunConfigFile = Omit<Partial<RunConfig>, 'coordinator' | 'limits'> & {
+  coordinator?: CoordinatorConfigPatch;
+  limits?: Partial<RunConfig['limits']>;
+};
 
 export function readConfigFile(path: string): RunConfigFile {
   let text: string;
-  try { text = readFileSync(path, 'utf8'); } catch (e) {
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
     throw new ConfigError('E_CONFIG_MISSING', `cannot read --config '${path}': ${(e as Error).message}`);
   }
   try {
@@ -122,7 +176,14 @@ export function readConfigFile(path: string): RunConfigFile {
 
 /** Keys a run file may hold besides the default config's (optional ones the defaults leave out). */
 const OPTIONAL_KEYS: Record<string, Record<string, unknown>> = {
-  'coordinator.uplink': { topkFraction: 0, strided: false, valueBits: 0, feedbackDecay: 0, deflate: false, blockSize: 0 },
+  'coordinator.uplink': {
+    topkFraction: 0,
+    strided: false,
+    valueBits: 0,
+    feedbackDecay: 0,
+    deflate: false,
+    blockSize: 0,
+  },
   'coordinator.downlink': { deflate: false },
 };
 
@@ -138,12 +199,22 @@ export function configFileProblems(file: Record<string, unknown>): string[] {
     for (const [k, x] of Object.entries(v)) {
       const path = at ? `${at}.${k}` : k;
       const want = k in like ? like[k] : OPTIONAL_KEYS[at]?.[k];
-      if (want === undefined) { problems.push(`unknown key ${path}`); continue; }
+      if (want === undefined) {
+        problems.push(`unknown key ${path}`);
+        continue;
+      }
       const kind = (y: unknown) => (Array.isArray(y) ? 'array' : y === null ? 'null' : typeof y);
-      if (kind(x) !== kind(want)) { problems.push(`${path} must be ${({ object: 'an object', array: 'a list' } as Record<string, string>)[kind(want)] ?? `a ${kind(want)}`}, got ${JSON.stringify(x)?.slice(0, 40)}`); continue; }
+      if (kind(x) !== kind(want)) {
+        problems.push(
+          `${path} must be ${({ object: 'an object', array: 'a list' } as Record<string, string>)[kind(want)] ?? `a ${kind(want)}`}, got ${JSON.stringify(x)?.slice(0, 40)}`,
+        );
+        continue;
+      }
       if (typeof x === 'number' && !Number.isFinite(x)) problems.push(`${path} must be finite`);
-      else if (Array.isArray(x) && Array.isArray(want) && x.some((e) => typeof e !== 'string')) problems.push(`${path} must be a list of strings`);
-      else if (kind(x) === 'object' && k !== 'model') walk(x as Record<string, unknown>, want as Record<string, unknown>, path);
+      else if (Array.isArray(x) && Array.isArray(want) && x.some((e) => typeof e !== 'string'))
+        problems.push(`${path} must be a list of strings`);
+      else if (kind(x) === 'object' && k !== 'model')
+        walk(x as Record<string, unknown>, want as Record<string, unknown>, path);
       else if (k === 'model') walk(x as Record<string, unknown>, shape.model as Record<string, unknown>, path);
     }
   };
@@ -154,7 +225,11 @@ export function configFileProblems(file: Record<string, unknown>): string[] {
 /** Builds a fresh run's config from an optional file and the flags. */
 export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): RunConfig {
   const presetName = flags.preset ?? (file?.preset && file.preset !== 'custom' ? file.preset : undefined) ?? 'small';
-  if (!(presetName in PRESETS)) throw new ConfigError('E_BAD_CONFIG', `unknown preset '${presetName}' (expected ${Object.keys(PRESETS).join(', ')})`);
+  if (!(presetName in PRESETS))
+    throw new ConfigError(
+      'E_BAD_CONFIG',
+      `unknown preset '${presetName}' (expected ${Object.keys(PRESETS).join(', ')})`,
+    );
   const base = defaultRunConfig(presetName as PresetName);
   const { coordinator: _c, ...fileRest } = file ?? {};
   const cfg: RunConfig = {
@@ -170,7 +245,8 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
   };
   if (file?.model && cfg.preset === 'custom') {
     // a custom model keeps its own context length unless the file says otherwise
-    if (file.coordinator?.seqLen === undefined) cfg.coordinator.seqLen = Math.min(cfg.coordinator.seqLen, cfg.model.blockSize);
+    if (file.coordinator?.seqLen === undefined)
+      cfg.coordinator.seqLen = Math.min(cfg.coordinator.seqLen, cfg.model.blockSize);
   }
   if (flags.data !== undefined) cfg.data = flags.data;
   if (flags.name !== undefined) cfg.name = flags.name;
@@ -178,12 +254,18 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
   if (flags.description !== undefined) cfg.description = flags.description;
   if (flags.seed !== undefined) cfg.seed = flags.seed;
   // the default title describes the default run only: another run reads as its name until given one
-  if (flags.title === undefined && file?.title === undefined && (cfg.name !== DEFAULT_RUN_NAME || cfg.data !== 'moby-dick')) cfg.title = cfg.name;
+  if (
+    flags.title === undefined &&
+    file?.title === undefined &&
+    (cfg.name !== DEFAULT_RUN_NAME || cfg.data !== 'moby-dick')
+  )
+    cfg.title = cfg.name;
   cfg.coordinator = mergeConfig(cfg.coordinator, flagPatch(flags));
   // Async without merge windows applies each Δ on arrival: the delayed Nesterov of Async Local-SGD,
   // unless set explicitly (a merge window takes one Nesterov step, as the simulator measured).
   const outerGiven = file?.coordinator?.outer?.kind !== undefined;
-  if (cfg.coordinator.mode === 'async' && cfg.coordinator.asyncWindow.fraction === 0 && !outerGiven) cfg.coordinator.outer.kind = 'delayed-nesterov';
+  if (cfg.coordinator.mode === 'async' && cfg.coordinator.asyncWindow.fraction === 0 && !outerGiven)
+    cfg.coordinator.outer.kind = 'delayed-nesterov';
   validateRunConfig(cfg);
   return cfg;
 }
@@ -192,18 +274,32 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
  * Resuming: the stored config, with the flags' runtime knobs applied on top. Flags that would change
  * what the run is (model, data, mode) must agree with it.
  */
-export function resumeRunConfig(stored: RunConfig, flags: RunFlags): { config: RunConfig; patch: CoordinatorConfigPatch } {
+export function resumeRunConfig(
+  stored: RunConfig,
+  flags: RunFlags,
+): { config: RunConfig; patch: CoordinatorConfigPatch } {
   const problems: string[] = [];
-  if (flags.preset !== undefined && flags.preset !== stored.preset) problems.push(`--preset ${flags.preset} (run uses ${stored.preset})`);
-  if (flags.data !== undefined && flags.data !== stored.data) problems.push(`--data ${flags.data} (run uses ${stored.data})`);
-  if (flags.mode !== undefined && flags.mode !== stored.coordinator.mode) problems.push(`--mode ${flags.mode} (run uses ${stored.coordinator.mode})`);
-  if (flags.seed !== undefined && flags.seed !== stored.seed) problems.push(`--seed ${flags.seed} (run uses ${stored.seed})`);
+  if (flags.preset !== undefined && flags.preset !== stored.preset)
+    problems.push(`--preset ${flags.preset} (run uses ${stored.preset})`);
+  if (flags.data !== undefined && flags.data !== stored.data)
+    problems.push(`--data ${flags.data} (run uses ${stored.data})`);
+  if (flags.mode !== undefined && flags.mode !== stored.coordinator.mode)
+    problems.push(`--mode ${flags.mode} (run uses ${stored.coordinator.mode})`);
+  if (flags.seed !== undefined && flags.seed !== stored.seed)
+    problems.push(`--seed ${flags.seed} (run uses ${stored.seed})`);
   if (problems.length) {
-    throw new ConfigError('E_CONFIG_MISMATCH', `the run folder holds a different run: ${problems.join(', ')}. Use another --run-dir or --name to start a new run.`);
+    throw new ConfigError(
+      'E_CONFIG_MISMATCH',
+      `the run folder holds a different run: ${problems.join(', ')}. Use another --run-dir or --name to start a new run.`,
+    );
   }
   const { mode: _m, ...patch } = flagPatch(flags);
   // runs stored before titles existed read their name as the title
-  const config: RunConfig = { ...stored, title: stored.title ?? stored.name, coordinator: mergeConfig(stored.coordinator, patch) };
+  const config: RunConfig = {
+    ...stored,
+    title: stored.title ?? stored.name,
+    coordinator: mergeConfig(stored.coordinator, patch),
+  };
   if (flags.name !== undefined) config.name = flags.name;
   if (flags.title !== undefined) config.title = flags.title;
   if (flags.description !== undefined) config.description = flags.description;
@@ -212,12 +308,21 @@ export function resumeRunConfig(stored: RunConfig, flags: RunFlags): { config: R
 }
 
 function validateRunConfig(c: RunConfig): void {
-  try { validateConfig(c.model); } catch (e) { throw new ConfigError('E_BAD_CONFIG', (e as Error).message); }
+  try {
+    validateConfig(c.model);
+  } catch (e) {
+    throw new ConfigError('E_BAD_CONFIG', (e as Error).message);
+  }
   const problems = validateCoordinatorConfig(c.coordinator);
-  if (c.coordinator.seqLen > c.model.blockSize) problems.push(`seqLen ${c.coordinator.seqLen} exceeds the model's blockSize ${c.model.blockSize}`);
-  if (typeof c.name !== 'string' || !/^[\w.-]{1,64}$/.test(c.name)) problems.push(`name must be 1-64 of [A-Za-z0-9_.-], got '${c.name}'`);
-  if (typeof c.title !== 'string' || c.title.trim().length === 0 || c.title.length > 120) problems.push('title must be 1-120 characters');
-  const posInt = (k: string, v: unknown) => { if (!Number.isInteger(v) || (v as number) < 1) problems.push(`${k} must be a positive integer`); };
+  if (c.coordinator.seqLen > c.model.blockSize)
+    problems.push(`seqLen ${c.coordinator.seqLen} exceeds the model's blockSize ${c.model.blockSize}`);
+  if (typeof c.name !== 'string' || !/^[\w.-]{1,64}$/.test(c.name))
+    problems.push(`name must be 1-64 of [A-Za-z0-9_.-], got '${c.name}'`);
+  if (typeof c.title !== 'string' || c.title.trim().length === 0 || c.title.length > 120)
+    problems.push('title must be 1-120 characters');
+  const posInt = (k: string, v: unknown) => {
+    if (!Number.isInteger(v) || (v as number) < 1) problems.push(`${k} must be a positive integer`);
+  };
   posInt('eval.batches', c.eval.batches);
   posInt('eval.batchSize', c.eval.batchSize);
   posInt('checkpoints.keep', c.checkpoints.keep);
@@ -225,8 +330,11 @@ function validateRunConfig(c: RunConfig): void {
   posInt('limits.restPerMinute', c.limits.restPerMinute);
   posInt('limits.maxIslands', c.limits.maxIslands);
   posInt('limits.maxLogBytes', c.limits.maxLogBytes);
-  if (c.limits.powBits !== undefined && !(Number.isInteger(c.limits.powBits) && c.limits.powBits >= 0 && c.limits.powBits <= 32)) problems.push('limits.powBits must be an integer in [0, 32]');
+  if (
+    c.limits.powBits !== undefined &&
+    !(Number.isInteger(c.limits.powBits) && c.limits.powBits >= 0 && c.limits.powBits <= 32)
+  )
+    problems.push('limits.powBits must be an integer in [0, 32]');
   if (c.limits.newIslandsPerHour !== undefined) posInt('limits.newIslandsPerHour', c.limits.newIslandsPerHour);
   if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
 }
-

@@ -17,7 +17,12 @@ const BUNDLED: Record<string, string> = {
 };
 
 export class CorpusError extends Error {
-  constructor(readonly code: string, message: string) { super(message); }
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
 }
 
 function bundledPath(name: string): string {
@@ -27,15 +32,20 @@ function bundledPath(name: string): string {
 
 /** Reads `path` (a bundled name, default 'moby-dick', or a file or folder) into a split dataset. */
 export function loadCorpus(path?: string): TextDataset {
-  const name = path || DEFAULT_CORPUS, bundled = Object.hasOwn(BUNDLED, name);
+  const name = path || DEFAULT_CORPUS,
+    bundled = Object.hasOwn(BUNDLED, name);
   const p = bundled ? bundledPath(name) : name;
-  let st;
-  try { st = statSync(p); } catch {
+  let st: ReturnType<typeof statSync>;
+  try {
+    st = statSync(p);
+  } catch {
     throw new CorpusError('E_DATA_MISSING', `data path '${p}' does not exist`);
   }
   let bytes: Uint8Array;
   if (st.isDirectory()) {
-    const files = readdirSync(p).filter((f) => f.endsWith('.txt')).sort();
+    const files = readdirSync(p)
+      .filter((f) => f.endsWith('.txt'))
+      .sort();
     if (files.length === 0) throw new CorpusError('E_DATA_EMPTY', `folder '${p}' holds no .txt files`);
     const parts = files.map((f) => readFileSync(join(p, f)));
     bytes = new Uint8Array(Buffer.concat(parts));

@@ -16,7 +16,8 @@ import type { Contribution, Coordinator } from '../../core/coord/index.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 
 /** One delta of a version, as the outer step read it: its contribution's identity and tokens, and more. */
-export interface ArchivedDelta extends Pick<Contribution, 'islandId' | 'seq' | 'roundId' | 'baseVersion' | 'staleness' | 'tokens'> {
+export interface ArchivedDelta
+  extends Pick<Contribution, 'islandId' | 'seq' | 'roundId' | 'baseVersion' | 'staleness' | 'tokens'> {
   /** The steps its assignment gave, and ‖Δ‖/√steps (the norm bound's figures). */
   steps: number;
   score: number;
@@ -25,10 +26,21 @@ export interface ArchivedDelta extends Pick<Contribution, 'islandId' | 'seq' | '
 }
 
 /** `missing`: contributors whose frames are not kept (accepted before a restart): a replay through this version is refused. */
-interface VersionRecord { version: number; time: number; contributions: ArchivedDelta[]; missing: number }
+interface VersionRecord {
+  version: number;
+  time: number;
+  contributions: ArchivedDelta[];
+  missing: number;
+}
 
 /** A listed delta of an island (GET /api/admin/islands/:id/deltas). */
-export interface IslandDelta { version: number; seq: number; roundId: number; baseVersion: number; tokens: number }
+export interface IslandDelta {
+  version: number;
+  seq: number;
+  roundId: number;
+  baseVersion: number;
+  tokens: number;
+}
 
 export const RevertError = {
   /** What a revert needs is no longer kept (a checkpoint before the first delta, or a version's deltas). */
@@ -47,14 +59,18 @@ export class DeltaArchive {
     mkdirSync(this.dir, { recursive: true });
   }
 
-  path(version: number): string { return join(this.dir, `v${String(version).padStart(8, '0')}.bin`); }
+  path(version: number): string {
+    return join(this.dir, `v${String(version).padStart(8, '0')}.bin`);
+  }
 
   /** An accepted delta: kept until its version is written (or it is rejected at close). */
   hold(d: Omit<ArchivedDelta, 'bytes'>, frame: Uint8Array): void {
     this.held.set(`${d.islandId}/${d.seq}`, { d, frame: frame.slice() });
   }
 
-  drop(islandId: string, seq: number): void { this.held.delete(`${islandId}/${seq}`); }
+  drop(islandId: string, seq: number): void {
+    this.held.delete(`${islandId}/${seq}`);
+  }
 
   /** The version's deltas go to disk (before the version's commit); files older than `oldest` go. */
   write(version: number, time: number, contributors: readonly Contribution[], oldest: number): void {
@@ -64,7 +80,10 @@ export class DeltaArchive {
     for (const c of contributors) {
       const key = `${c.islandId}/${c.seq}`;
       const h = this.held.get(key);
-      if (!h) { missing++; continue; } // accepted before a restart: its frame is not kept
+      if (!h) {
+        missing++;
+        continue;
+      } // accepted before a restart: its frame is not kept
       this.held.delete(key);
       contributions.push({ ...h.d, staleness: c.staleness, bytes: h.frame.length });
       parts.push(h.frame);
@@ -73,21 +92,39 @@ export class DeltaArchive {
     const head = Buffer.alloc(4);
     head.writeUInt32LE(json.length, 0);
     writeFileSync(this.path(version), Buffer.concat([head, json, ...parts]));
-    for (const v of this.versions()) if (v < oldest) { try { unlinkSync(this.path(v)); } catch { /* gone */ } }
+    for (const v of this.versions())
+      if (v < oldest) {
+        try {
+          unlinkSync(this.path(v));
+        } catch {
+          /* gone */
+        }
+      }
   }
 
   /** Versions kept on disk, oldest first. */
   versions(): number[] {
-    return readdirSync(this.dir).map((f) => FILE_RE.exec(f)).filter((m) => m !== null).map((m) => Number(m[1])).sort((a, b) => a - b);
+    return readdirSync(this.dir)
+      .map((f) => FILE_RE.exec(f))
+      .filter((m) => m !== null)
+      .map((m) => Number(m[1]))
+      .sort((a, b) => a - b);
   }
 
-  read(version: number, paramCount: number): Result<{ time: number; deltas: Array<ArchivedDelta & { delta: Float32Array }> }> {
+  read(
+    version: number,
+    paramCount: number,
+  ): Result<{ time: number; deltas: Array<ArchivedDelta & { delta: Float32Array }> }> {
     const p = this.path(version);
     if (!existsSync(p)) return err(RevertError.NOT_KEPT, `the deltas of version ${version} are not kept`);
     const buf = readFileSync(p);
     const n = buf.readUInt32LE(0);
     const rec = JSON.parse(buf.subarray(4, 4 + n).toString('utf8')) as VersionRecord;
-    if (rec.missing > 0) return err(RevertError.NOT_KEPT, `${rec.missing} delta(s) of version ${version} were accepted before a restart and are not kept`);
+    if (rec.missing > 0)
+      return err(
+        RevertError.NOT_KEPT,
+        `${rec.missing} delta(s) of version ${version} were accepted before a restart and are not kept`,
+      );
     const deltas: Array<ArchivedDelta & { delta: Float32Array }> = [];
     let at = 4 + n;
     for (const c of rec.contributions) {
@@ -107,7 +144,8 @@ export class DeltaArchive {
       const buf = readFileSync(this.path(v));
       const rec = JSON.parse(buf.subarray(4, 4 + buf.readUInt32LE(0)).toString('utf8')) as VersionRecord;
       for (const c of rec.contributions) {
-        if (c.islandId === islandId && c.seq > afterSeq) out.push({ version: v, seq: c.seq, roundId: c.roundId, baseVersion: c.baseVersion, tokens: c.tokens });
+        if (c.islandId === islandId && c.seq > afterSeq)
+          out.push({ version: v, seq: c.seq, roundId: c.roundId, baseVersion: c.baseVersion, tokens: c.tokens });
       }
     }
     return out;
@@ -129,11 +167,15 @@ export interface RevertPlan {
  * outer step again without them, then `live` adopts it.
  */
 export function rebuildWithout(
-  live: Coordinator, archive: DeltaArchive, islandId: string, afterSeq: number,
+  live: Coordinator,
+  archive: DeltaArchive,
+  islandId: string,
+  afterSeq: number,
   checkpointBefore: (version: number) => Result<{ version: number; coord: Coordinator }>,
 ): Result<RevertPlan> {
   const removed = archive.list(islandId, afterSeq);
-  if (removed.length === 0) return err(RevertError.NOT_KEPT, `no kept delta of ${islandId} after seq ${afterSeq} (nothing to revert)`);
+  if (removed.length === 0)
+    return err(RevertError.NOT_KEPT, `no kept delta of ${islandId} after seq ${afterSeq} (nothing to revert)`);
   const ck = checkpointBefore(removed[0].version);
   if (!ck.ok) return ck;
   const replay = ck.value.coord;
@@ -143,9 +185,15 @@ export function rebuildWithout(
     if (!rec.ok) return rec;
     const kept = rec.value.deltas.filter((d) => !(d.islandId === islandId && d.seq > afterSeq));
     if (kept.length === 0) continue;
-    replay.replayStep(kept.map((d) => ({ ...d, lossMean: d.lossMean ?? NaN })), rec.value.time);
+    replay.replayStep(
+      kept.map((d) => ({ ...d, lossMean: d.lossMean ?? NaN })),
+      rec.value.time,
+    );
     replayed++;
   }
-  live.adoptRebuilt(replay, removed.reduce((a, d) => a + d.tokens, 0));
+  live.adoptRebuilt(
+    replay,
+    removed.reduce((a, d) => a + d.tokens, 0),
+  );
   return ok({ islandId, removed, fromCheckpoint: ck.value.version, replayed });
 }

@@ -19,7 +19,15 @@ export interface EvalWorkerInit {
 
 type ToWorker =
   | { type: 'eval'; id: number; version: number; params: Float32Array }
-  | { type: 'sample'; id: number; params: Float32Array; prompt: Uint8Array; tokens: number; temperature: number; seed: number };
+  | {
+      type: 'sample';
+      id: number;
+      params: Float32Array;
+      prompt: Uint8Array;
+      tokens: number;
+      temperature: number;
+      seed: number;
+    };
 
 type FromWorker =
   | { type: 'eval'; id: number; version: number; loss: number; ms: number }
@@ -57,7 +65,9 @@ export class EvalService {
       else w.resolve(m);
     });
     this.worker.on('error', (e) => this.failAll(e));
-    this.worker.on('exit', (code) => { if (!this.closed) this.failAll(new Error(`eval worker exited with code ${code}`)); });
+    this.worker.on('exit', (code) => {
+      if (!this.closed) this.failAll(new Error(`eval worker exited with code ${code}`));
+    });
   }
 
   /** True while an eval is running or waiting. */
@@ -77,7 +87,10 @@ export class EvalService {
     while (this.busy && !this.closed) await new Promise((r) => setTimeout(r, 10));
   }
 
-  async sample(params: Float32Array, opts: { prompt: Uint8Array; tokens: number; temperature: number; seed: number }): Promise<Uint8Array> {
+  async sample(
+    params: Float32Array,
+    opts: { prompt: Uint8Array; tokens: number; temperature: number; seed: number },
+  ): Promise<Uint8Array> {
     const copy = params.slice();
     const r = await this.call({ type: 'sample', id: 0, params: copy, ...opts }, [copy.buffer as ArrayBuffer]);
     if (r.type !== 'sample') throw new Error('unexpected reply from the eval worker');
@@ -97,7 +110,9 @@ export class EvalService {
       this.pendingEval = null;
       this.evalRunning = true;
       try {
-        const r = await this.call({ type: 'eval', id: 0, version: job.version, params: job.params }, [job.params.buffer as ArrayBuffer]);
+        const r = await this.call({ type: 'eval', id: 0, version: job.version, params: job.params }, [
+          job.params.buffer as ArrayBuffer,
+        ]);
         if (r.type === 'eval') this.onResult({ version: r.version, loss: r.loss, ms: r.ms });
       } catch (e) {
         if (!this.closed) this.onError(e as Error);
@@ -136,7 +151,9 @@ async function runWorker(init: EvalWorkerInit): Promise<void> {
   const port = parentPort!;
   // One job at a time: eval and sample share the engine's θ.
   let chain = Promise.resolve();
-  port.on('message', (m: ToWorker) => { chain = chain.then(() => handle(m)); });
+  port.on('message', (m: ToWorker) => {
+    chain = chain.then(() => handle(m));
+  });
   async function handle(m: ToWorker): Promise<void> {
     const t0 = performance.now();
     try {
@@ -144,7 +161,13 @@ async function runWorker(init: EvalWorkerInit): Promise<void> {
       if (m.type === 'eval') {
         let s = 0;
         for (const b of batches) s += await engine.evalLoss(b);
-        const reply: FromWorker = { type: 'eval', id: m.id, version: m.version, loss: s / batches.length, ms: performance.now() - t0 };
+        const reply: FromWorker = {
+          type: 'eval',
+          id: m.id,
+          version: m.version,
+          loss: s / batches.length,
+          ms: performance.now() - t0,
+        };
         port.postMessage(reply);
       } else {
         const bytes = await generate(engine, m.prompt, { tokens: m.tokens, temperature: m.temperature, seed: m.seed });

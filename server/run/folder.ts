@@ -12,7 +12,12 @@ import type { RunStore } from './store.ts';
 export const LOCK_FILE = 'server.lock';
 export const ADMIN_TOKEN_FILE = 'admin-token';
 
-interface LockInfo { pid: number; host?: string; port?: number; since: number }
+interface LockInfo {
+  pid: number;
+  host?: string;
+  port?: number;
+  since: number;
+}
 
 function alive(pid: number): boolean {
   try {
@@ -34,18 +39,36 @@ export function lockRunFolder(dir: string, where: { host?: string; port?: number
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       writeFileSync(path, JSON.stringify(mine) + '\n', { flag: 'wx' });
-      return ok(() => { try { unlinkSync(path); } catch { /* already gone */ } });
+      return ok(() => {
+        try {
+          unlinkSync(path);
+        } catch {
+          /* already gone */
+        }
+      });
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') return err('E_RUN_LOCKED', `cannot lock ${path}: ${(e as Error).message}`);
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST')
+        return err('E_RUN_LOCKED', `cannot lock ${path}: ${(e as Error).message}`);
     }
     let held: LockInfo | null = null;
-    try { held = JSON.parse(readFileSync(path, 'utf8')) as LockInfo; } catch { /* torn or empty: stale */ }
+    try {
+      held = JSON.parse(readFileSync(path, 'utf8')) as LockInfo;
+    } catch {
+      /* torn or empty: stale */
+    }
     if (held && typeof held.pid === 'number' && alive(held.pid)) {
       const at = held.port ? ` on port ${held.port}` : '';
-      return err('E_RUN_LOCKED', `the run folder ${dir} is in use by another atoll serve (pid ${held.pid}${at}). `
-        + 'Stop that one first, or give this one its own run folder with --run-dir DIR (and its own --port N).');
+      return err(
+        'E_RUN_LOCKED',
+        `the run folder ${dir} is in use by another atoll serve (pid ${held.pid}${at}). ` +
+          'Stop that one first, or give this one its own run folder with --run-dir DIR (and its own --port N).',
+      );
     }
-    try { unlinkSync(path); } catch { /* raced with another taker */ }
+    try {
+      unlinkSync(path);
+    } catch {
+      /* raced with another taker */
+    }
   }
   return err('E_RUN_LOCKED', `cannot take ${path}: another process keeps taking it`);
 }
@@ -80,9 +103,12 @@ export function refuseUnreadableRun(store: RunStore): void {
   const logged = store.readEvents().length > 0;
   if (!checkpoints.length && !logged) return;
   const files = [...(logged ? [store.logPath] : []), ...checkpoints];
-  throw Object.assign(new Error(
-    `the run folder ${store.dir} holds a run (${files.join(', ')}) but no readable checkpoint${checkpoints.length ? '' : ' (there is none)'}. `
-    + 'Nothing was changed. To keep it, restore a checkpoint into its checkpoints/ folder; to start a new run there, '
-    + 'run again with --start-over (the folder is moved aside to <dir>.old-<time>, not deleted).',
-  ), { code: 'E_RUN_UNREADABLE' });
+  throw Object.assign(
+    new Error(
+      `the run folder ${store.dir} holds a run (${files.join(', ')}) but no readable checkpoint${checkpoints.length ? '' : ' (there is none)'}. ` +
+        'Nothing was changed. To keep it, restore a checkpoint into its checkpoints/ folder; to start a new run there, ' +
+        'run again with --start-over (the folder is moved aside to <dir>.old-<time>, not deleted).',
+    ),
+    { code: 'E_RUN_UNREADABLE' },
+  );
 }

@@ -69,11 +69,26 @@ export class RunHistory {
     const s = ev.stats;
     this.islands.record(s.version, s.time, ev.contributors);
     this.push({
-      version: s.version, time: s.time, tokens: s.tokens, totalTokens: s.totalTokens, tokensPerSec: this.rateAt(s.time, s.totalTokens), trainLoss: finiteOrNull(s.trainLoss),
-      evalLoss: null, islandsOnline: c.islandsOnline, contributors: s.contributors, bytesIn: s.bytesIn, bytesOut: s.bytesOut,
-      bytesInTotal: c.bytesInTotal, bytesOutTotal: c.bytesOutTotal,
-      stalenessHist: s.stalenessHist, accepted: s.accepted, rejected: s.rejected, compressionRatio: s.compressionRatio,
-      goodput: s.goodput, updateNorm: s.updateNorm, ...this.engineRates(s.time, c.tokensByEngine),
+      version: s.version,
+      time: s.time,
+      tokens: s.tokens,
+      totalTokens: s.totalTokens,
+      tokensPerSec: this.rateAt(s.time, s.totalTokens),
+      trainLoss: finiteOrNull(s.trainLoss),
+      evalLoss: null,
+      islandsOnline: c.islandsOnline,
+      contributors: s.contributors,
+      bytesIn: s.bytesIn,
+      bytesOut: s.bytesOut,
+      bytesInTotal: c.bytesInTotal,
+      bytesOutTotal: c.bytesOutTotal,
+      stalenessHist: s.stalenessHist,
+      accepted: s.accepted,
+      rejected: s.rejected,
+      compressionRatio: s.compressionRatio,
+      goodput: s.goodput,
+      updateNorm: s.updateNorm,
+      ...this.engineRates(s.time, c.tokensByEngine),
     });
   }
 
@@ -91,7 +106,11 @@ export class RunHistory {
    * Rebuilds the history from the event log. `acks` receives the last applied ack per island;
    * returns the traffic totals. Lines past `maxVersion` (the checkpoint's) never became durable.
    */
-  replay(events: Iterable<LogEvent>, maxVersion: number, acks: Map<string, AckMsg>): { bytesIn: number; bytesOut: number } {
+  replay(
+    events: Iterable<LogEvent>,
+    maxVersion: number,
+    acks: Map<string, AckMsg>,
+  ): { bytesIn: number; bytesOut: number } {
     const traffic = { bytesIn: 0, bytesOut: 0 };
     for (const e of events) this.replayLine(e, maxVersion, acks, traffic);
     this.dirty.clear();
@@ -102,15 +121,33 @@ export class RunHistory {
   carryLine(acks: Map<string, AckMsg>, traffic: { bytesIn: number; bytesOut: number }): LogLine {
     const p = this.points;
     const keep = CARRY_POINTS / 2;
-    const older = p.length > CARRY_POINTS ? p.slice(0, p.length - keep).filter((_, i, a) => i % Math.ceil(a.length / keep) === 0) : [];
-    return { type: 'carry', points: [...older, ...p.slice(older.length ? p.length - keep : 0)], acks: [...acks.values()], lastEval: this.lastEval, ...traffic };
+    const older =
+      p.length > CARRY_POINTS
+        ? p.slice(0, p.length - keep).filter((_, i, a) => i % Math.ceil(a.length / keep) === 0)
+        : [];
+    return {
+      type: 'carry',
+      points: [...older, ...p.slice(older.length ? p.length - keep : 0)],
+      acks: [...acks.values()],
+      lastEval: this.lastEval,
+      ...traffic,
+    };
   }
 
-  private replayLine(e: LogEvent, maxVersion: number, acks: Map<string, AckMsg>, traffic: { bytesIn: number; bytesOut: number }): void {
+  private replayLine(
+    e: LogEvent,
+    maxVersion: number,
+    acks: Map<string, AckMsg>,
+    traffic: { bytesIn: number; bytesOut: number },
+  ): void {
     const num = (x: unknown, d = 0) => (typeof x === 'number' && Number.isFinite(x) ? x : d);
     if (e.type === 'carry') {
       // written by the server itself at a rotation: trusted like every other line of the log
-      this.points.splice(0, this.points.length, ...((e.points ?? []) as HistoryPoint[]).filter((p) => p.version <= maxVersion));
+      this.points.splice(
+        0,
+        this.points.length,
+        ...((e.points ?? []) as HistoryPoint[]).filter((p) => p.version <= maxVersion),
+      );
       for (const a of (e.acks ?? []) as AckMsg[]) acks.set(a.islandId, a);
       this.lastEval = (e.lastEval ?? null) as RunHistory['lastEval'];
       traffic.bytesIn = num(e.bytesIn);
@@ -130,16 +167,34 @@ export class RunHistory {
       this.islands.replayLine(e);
       const s = (e.stats ?? {}) as Partial<HistoryPoint> & { stalenessHist?: number[] };
       this.push({
-        version, time: e.t, tokens: num(e.tokens), totalTokens: num(e.totalTokens), tokensPerSec: this.rateAt(e.t, num(e.totalTokens)),
-        trainLoss: typeof e.trainLoss === 'number' ? e.trainLoss : null, evalLoss: null, islandsOnline: num(e.islandsOnline), contributors: num(s.contributors),
-        bytesIn: num(s.bytesIn), bytesOut: num(s.bytesOut), bytesInTotal: num(e.bytesInTotal), bytesOutTotal: num(e.bytesOutTotal),
-        stalenessHist: Array.isArray(s.stalenessHist) ? s.stalenessHist : [], accepted: num(s.accepted), rejected: (s.rejected ?? {}) as Record<string, number>,
-        compressionRatio: num(s.compressionRatio), goodput: num(s.goodput, 1), updateNorm: num(s.updateNorm),
+        version,
+        time: e.t,
+        tokens: num(e.tokens),
+        totalTokens: num(e.totalTokens),
+        tokensPerSec: this.rateAt(e.t, num(e.totalTokens)),
+        trainLoss: typeof e.trainLoss === 'number' ? e.trainLoss : null,
+        evalLoss: null,
+        islandsOnline: num(e.islandsOnline),
+        contributors: num(s.contributors),
+        bytesIn: num(s.bytesIn),
+        bytesOut: num(s.bytesOut),
+        bytesInTotal: num(e.bytesInTotal),
+        bytesOutTotal: num(e.bytesOutTotal),
+        stalenessHist: Array.isArray(s.stalenessHist) ? s.stalenessHist : [],
+        accepted: num(s.accepted),
+        rejected: (s.rejected ?? {}) as Record<string, number>,
+        compressionRatio: num(s.compressionRatio),
+        goodput: num(s.goodput, 1),
+        updateNorm: num(s.updateNorm),
         ...this.engineRates(e.t, (e.tokensByEngine ?? {}) as Record<string, number>),
       });
       traffic.bytesIn = num(e.bytesInTotal, traffic.bytesIn);
       traffic.bytesOut = num(e.bytesOutTotal, traffic.bytesOut);
-      for (const c of (Array.isArray(e.contributors) ? e.contributors : []) as Array<{ island: string; seq: number; round: number }>) {
+      for (const c of (Array.isArray(e.contributors) ? e.contributors : []) as Array<{
+        island: string;
+        seq: number;
+        round: number;
+      }>) {
         acks.set(c.island, { islandId: c.island, seq: c.seq, roundId: c.round, status: 'applied', version });
       }
     } else if (e.type === 'eval') {
@@ -160,7 +215,10 @@ export class RunHistory {
   }
 
   /** Per-engine tokens and tokens/s since the previous point. */
-  private engineRates(time: number, tokensByEngine: Record<string, number>): Pick<HistoryPoint, 'tokensByEngine' | 'tokensPerSecByEngine'> {
+  private engineRates(
+    time: number,
+    tokensByEngine: Record<string, number>,
+  ): Pick<HistoryPoint, 'tokensByEngine' | 'tokensPerSecByEngine'> {
     const last = this.last;
     const dt = last ? (time - last.time) / 1000 : 0;
     const tokensPerSecByEngine: Record<string, number> = {};
@@ -186,25 +244,64 @@ export class RunHistory {
 
 function emptyPoint(time: number, islandsOnline: number): HistoryPoint {
   return {
-    version: 0, time, tokens: 0, totalTokens: 0, tokensPerSec: 0, trainLoss: null, evalLoss: null, islandsOnline, contributors: 0,
-    bytesIn: 0, bytesOut: 0, bytesInTotal: 0, bytesOutTotal: 0, stalenessHist: [], accepted: 0, rejected: {}, compressionRatio: 0, goodput: 1, updateNorm: 0,
-    tokensByEngine: {}, tokensPerSecByEngine: {},
+    version: 0,
+    time,
+    tokens: 0,
+    totalTokens: 0,
+    tokensPerSec: 0,
+    trainLoss: null,
+    evalLoss: null,
+    islandsOnline,
+    contributors: 0,
+    bytesIn: 0,
+    bytesOut: 0,
+    bytesInTotal: 0,
+    bytesOutTotal: 0,
+    stalenessHist: [],
+    accepted: 0,
+    rejected: {},
+    compressionRatio: 0,
+    goodput: 1,
+    updateNorm: 0,
+    tokensByEngine: {},
+    tokensPerSecByEngine: {},
   };
 }
 
 /** A coordinator event as a line of events.jsonl (null: not logged). */
 export function eventLine(ev: CoordinatorEvent, c: PointContext): LogLine | null {
-  const rejected = (list: UpdateEvent['rejected']) => list.map((r) => ({ island: r.islandId, seq: r.seq, round: r.roundId, code: r.error.code }));
+  const rejected = (list: UpdateEvent['rejected']) =>
+    list.map((r) => ({ island: r.islandId, seq: r.seq, round: r.roundId, code: r.error.code }));
   switch (ev.type) {
     case 'update': {
       const u = ev.update;
       return {
-        type: 'update', t: u.time, version: u.version, prevVersion: u.prevVersion, hash: u.hash, prevHash: u.prevHash,
-        tokens: u.tokens, totalTokens: u.totalTokens, trainLoss: finiteOrNull(u.trainLoss),
-        contributors: ev.contributors.map((x) => ({ island: x.islandId, seq: x.seq, round: x.roundId, base: x.baseVersion, staleness: x.staleness, tokens: x.tokens, weight: x.weight, cos: x.cosine, norm: x.normRatio })),
+        type: 'update',
+        t: u.time,
+        version: u.version,
+        prevVersion: u.prevVersion,
+        hash: u.hash,
+        prevHash: u.prevHash,
+        tokens: u.tokens,
+        totalTokens: u.totalTokens,
+        trainLoss: finiteOrNull(u.trainLoss),
+        contributors: ev.contributors.map((x) => ({
+          island: x.islandId,
+          seq: x.seq,
+          round: x.roundId,
+          base: x.baseVersion,
+          staleness: x.staleness,
+          tokens: x.tokens,
+          weight: x.weight,
+          cos: x.cosine,
+          norm: x.normRatio,
+        })),
         rejected: rejected(ev.rejected),
         stats: { ...ev.stats, trainLoss: finiteOrNull(ev.stats.trainLoss) },
-        islandsOnline: c.islandsOnline, bytesInTotal: c.bytesInTotal, bytesOutTotal: c.bytesOutTotal, tokensByEngine: c.tokensByEngine,
+        islandsOnline: c.islandsOnline,
+        bytesInTotal: c.bytesInTotal,
+        bytesOutTotal: c.bytesOutTotal,
+        tokensByEngine: c.tokensByEngine,
       };
     }
     case 'rejected':
@@ -212,7 +309,9 @@ export function eventLine(ev: CoordinatorEvent, c: PointContext): LogLine | null
     case 'island':
       return { type: 'island', island: ev.islandId, status: ev.status, reason: ev.reason };
     case 'round':
-      return ev.state === 'closed' ? { type: 'round', round: ev.roundId, base: ev.baseVersion, state: ev.state, members: ev.members } : null;
+      return ev.state === 'closed'
+        ? { type: 'round', round: ev.roundId, base: ev.baseVersion, state: ev.state, members: ev.members }
+        : null;
     case 'done':
       return { type: 'done', version: ev.version, totalTokens: ev.totalTokens };
     default:

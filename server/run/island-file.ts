@@ -25,17 +25,41 @@ export function splitIslands(records: IslandRecord[]): { islands: IslandRecord[]
   const islandCore: IslandCore[] = [];
   for (const r of records) {
     if (r.status === 'online' || r.waiting || r.roundId !== undefined) islands.push(r);
-    else islandCore.push([r.id, r.lastSeq, r.submittedRounds, r.status, r.tokensContributed, r.accepted, r.revokedTokens ?? 0]);
+    else
+      islandCore.push([
+        r.id,
+        r.lastSeq,
+        r.submittedRounds,
+        r.status,
+        r.tokensContributed,
+        r.accepted,
+        r.revokedTokens ?? 0,
+      ]);
   }
   return { islands, islandCore };
 }
 
 /** The records as resumed: the checkpoint's full ones, and each core laid over the file's record (or a bare one). */
-export function joinIslands(full: IslandRecord[], core: IslandCore[] | undefined, file: Map<string, IslandRecord>): IslandRecord[] {
+export function joinIslands(
+  full: IslandRecord[],
+  core: IslandCore[] | undefined,
+  file: Map<string, IslandRecord>,
+): IslandRecord[] {
   const out = [...full];
   for (const [id, lastSeq, submittedRounds, status, tokensContributed, accepted, revokedTokens] of core ?? []) {
     const base = file.get(id) ?? newIslandRecord(id, { engine: 'cpu' }, 1, 0);
-    out.push({ ...base, id, lastSeq, submittedRounds, status, tokensContributed, accepted, ...(revokedTokens ? { revokedTokens } : {}), waiting: false, roundId: undefined });
+    out.push({
+      ...base,
+      id,
+      lastSeq,
+      submittedRounds,
+      status,
+      tokensContributed,
+      accepted,
+      ...(revokedTokens ? { revokedTokens } : {}),
+      waiting: false,
+      roundId: undefined,
+    });
   }
   return out;
 }
@@ -45,7 +69,9 @@ export class IslandFile {
   private writtenAt = -Infinity;
   private writing: Promise<void> | null = null;
 
-  constructor(runDir: string) { this.path = join(runDir, ISLANDS_FILE); }
+  constructor(runDir: string) {
+    this.path = join(runDir, ISLANDS_FILE);
+  }
 
   /** The records of the file, by id (empty when there is none or it does not parse). */
   read(): Map<string, IslandRecord> {
@@ -53,7 +79,9 @@ export class IslandFile {
     if (!existsSync(this.path)) return out;
     try {
       for (const r of JSON.parse(readFileSync(this.path, 'utf8')) as IslandRecord[]) out.set(r.id, r);
-    } catch { /* torn or foreign: the checkpoint's figures stand alone */ }
+    } catch {
+      /* torn or foreign: the checkpoint's figures stand alone */
+    }
     return out;
   }
 
@@ -63,7 +91,9 @@ export class IslandFile {
     if (!force && now - this.writtenAt < ISLANDS_FILE_MS) return Promise.resolve();
     this.writtenAt = now;
     const json = JSON.stringify(records());
-    this.writing = writeFileAtomicAsync(this.path, json).finally(() => { this.writing = null; });
+    this.writing = writeFileAtomicAsync(this.path, json).finally(() => {
+      this.writing = null;
+    });
     return this.writing;
   }
 }

@@ -11,14 +11,23 @@ const KEEP = 500;
 /** Contributions the table's summary averages. */
 const RECENT = 10;
 
-const round4 = (x: number | undefined) => (typeof x === 'number' && Number.isFinite(x) ? Math.round(x * 1e4) / 1e4 : null);
+const round4 = (x: number | undefined) =>
+  typeof x === 'number' && Number.isFinite(x) ? Math.round(x * 1e4) / 1e4 : null;
 
 export class IslandQuality {
   private byIsland = new Map<string, IslandContribution[]>();
 
   record(version: number, time: number, contributors: readonly Contribution[]): void {
     for (const c of contributors) {
-      this.add(c.islandId, { version, time, staleness: c.staleness, tokens: c.tokens, weight: c.weight, cosine: round4(c.cosine), normRatio: round4(c.normRatio) });
+      this.add(c.islandId, {
+        version,
+        time,
+        staleness: c.staleness,
+        tokens: c.tokens,
+        weight: c.weight,
+        cosine: round4(c.cosine),
+        normRatio: round4(c.normRatio),
+      });
     }
   }
 
@@ -28,15 +37,21 @@ export class IslandQuality {
     for (const c of (Array.isArray(e.contributors) ? e.contributors : []) as Array<Record<string, unknown>>) {
       if (typeof c.island !== 'string') continue;
       this.add(c.island, {
-        version: num(e.version), time: e.t, staleness: num(c.staleness), tokens: num(c.tokens), weight: num(c.weight),
-        cosine: round4(c.cos as number | undefined), normRatio: round4(c.norm as number | undefined),
+        version: num(e.version),
+        time: e.t,
+        staleness: num(c.staleness),
+        tokens: num(c.tokens),
+        weight: num(c.weight),
+        cosine: round4(c.cos as number | undefined),
+        normRatio: round4(c.norm as number | undefined),
       });
     }
   }
 
   /** Drops what a restart at `version` voids. */
   truncate(version: number): void {
-    for (const list of this.byIsland.values()) while (list.length && list[list.length - 1].version > version) list.pop();
+    for (const list of this.byIsland.values())
+      while (list.length && list[list.length - 1].version > version) list.pop();
   }
 
   contributions(islandId: string): IslandContribution[] {

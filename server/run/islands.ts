@@ -36,12 +36,17 @@ export interface IslandSideRun {
 }
 
 /** A butterfly group's token-weighted mean Δ (server/gateway/mix.ts), counted as each member's contribution. */
-export interface MixedDelta { delta: Float32Array; norm: number }
+export interface MixedDelta {
+  delta: Float32Array;
+  norm: number;
+}
 
 export class RunIslands {
   private readonly run: IslandSideRun;
 
-  constructor(run: IslandSideRun) { this.run = run; }
+  constructor(run: IslandSideRun) {
+    this.run = run;
+  }
 
   /** A resume token for an island id: an HMAC, so it survives restarts without being stored. */
   resumeToken(islandId: string): string {
@@ -53,7 +58,9 @@ export class RunIslands {
   }
 
   /** join → the assignment is released only once its base version is durable. */
-  async join(req: Parameters<Coordinator['join']>[0]): Promise<Result<{ islandId: string; assignment: Assignment | null }>> {
+  async join(
+    req: Parameters<Coordinator['join']>[0],
+  ): Promise<Result<{ islandId: string; assignment: Assignment | null }>> {
     if (this.run.busy) await this.run.whenIdle();
     const now = Date.now();
     const known = req.resumeIslandId !== undefined && this.run.coord.island(req.resumeIslandId) !== undefined;
@@ -69,7 +76,14 @@ export class RunIslands {
     }
     this.run.kick();
     if (!r.ok) return r;
-    this.run.store.append({ type: 'join', island: r.value.islandId, name: req.caps.name ?? '', engine: req.caps.engine, adapter: req.caps.adapter ?? '', resumed: req.resumeIslandId !== undefined });
+    this.run.store.append({
+      type: 'join',
+      island: r.value.islandId,
+      name: req.caps.name ?? '',
+      engine: req.caps.engine,
+      adapter: req.caps.adapter ?? '',
+      resumed: req.resumeIslandId !== undefined,
+    });
     if (r.value.assignment) r.value.assignment = await this.releasable(r.value.assignment);
     return r;
   }
@@ -136,11 +150,16 @@ export class RunIslands {
     if (known) return this.resent(known, frame, mixed);
     // with the offload, the frame is decoded on a worker first (the coordinator checks the rest);
     // a group's mean comes decoded, into a buffer the coordinator may keep
-    const decoded = mixed ? ok({ delta: this.heldCopy(mixed.delta), norm: mixed.norm }) : this.run.offload ? await this.run.offload.ingest(frame) : undefined;
+    const decoded = mixed
+      ? ok({ delta: this.heldCopy(mixed.delta), norm: mixed.norm })
+      : this.run.offload
+        ? await this.run.offload.ingest(frame)
+        : undefined;
     if (decoded) {
       // wait out a step in flight; another submit may start one between our wait's end and our turn
       // (a group's members are submitted together), so look again before going on
-      do await this.run.whenIdle(); while (this.run.busy);
+      do await this.run.whenIdle();
+      while (this.run.busy);
       const again = this.run.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
       if (again) {
         if (decoded.ok) this.run.offload!.release(decoded.value.delta);
@@ -153,20 +172,57 @@ export class RunIslands {
     if (!pick.ok && decoded?.ok) this.run.offload!.release(decoded.value.delta);
     if (r.ok) {
       if (pick.ok && pick.value) this.run.audits!.offer(meta, frame, pick.value);
-      this.run.archive.hold({
-        islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, baseVersion: meta.baseVersion, staleness: r.value.staleness,
-        tokens: meta.tokens, steps: r.value.steps, score: r.value.score, lossMean: finiteOrNull(meta.lossMean),
-      }, frame);
+      this.run.archive.hold(
+        {
+          islandId: meta.islandId,
+          seq: meta.seq,
+          roundId: meta.roundId,
+          baseVersion: meta.baseVersion,
+          staleness: r.value.staleness,
+          tokens: meta.tokens,
+          steps: r.value.steps,
+          score: r.value.score,
+          lossMean: finiteOrNull(meta.lossMean),
+        },
+        frame,
+      );
     }
     this.run.metrics.applySeconds.observe((performance.now() - t0) / 1000);
     if (!mixed) this.noteBytesIn(frame.length); // a group's fragments were counted as they came (mix-gateway.ts)
     if (!r.ok) {
       this.run.metrics.deltasRejected.inc({ code: r.error.code });
-      this.run.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: 'rejected', code: r.error.code });
+      this.run.store.append({
+        type: 'delta',
+        island: meta.islandId,
+        seq: meta.seq,
+        round: meta.roundId,
+        base: meta.baseVersion,
+        bytes: frame.length,
+        status: 'rejected',
+        code: r.error.code,
+      });
       this.run.kick();
-      return { islandId: meta.islandId, seq: meta.seq, roundId: meta.roundId, status: 'rejected', version: this.run.version, error: r.error };
+      return {
+        islandId: meta.islandId,
+        seq: meta.seq,
+        roundId: meta.roundId,
+        status: 'rejected',
+        version: this.run.version,
+        error: r.error,
+      };
     }
-    this.run.store.append({ type: 'delta', island: meta.islandId, seq: meta.seq, round: meta.roundId, base: meta.baseVersion, bytes: frame.length, status: r.value.status, staleness: r.value.staleness, tokens: meta.tokens, loss: finiteOrNull(meta.lossMean) });
+    this.run.store.append({
+      type: 'delta',
+      island: meta.islandId,
+      seq: meta.seq,
+      round: meta.roundId,
+      base: meta.baseVersion,
+      bytes: frame.length,
+      status: r.value.status,
+      staleness: r.value.staleness,
+      tokens: meta.tokens,
+      loss: finiteOrNull(meta.lossMean),
+    });
     const ack = this.run.waiters.expectAck(meta.islandId, meta.seq);
     this.run.kick();
     return ack;

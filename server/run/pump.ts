@@ -37,7 +37,9 @@ export class DurabilityPump {
 
   constructor(private readonly h: PumpHost) {
     // lines queued outside a batch (joins, rejected deltas, evals) reach the disk within 250 ms
-    this.flushTimer = setInterval(() => { if (h.store.pendingLines > 0) this.kick(); }, 250);
+    this.flushTimer = setInterval(() => {
+      if (h.store.pendingLines > 0) this.kick();
+    }, 250);
     this.flushTimer.unref();
   }
 
@@ -48,14 +50,16 @@ export class DurabilityPump {
       this.again = true;
       return;
     }
-    this.pumping = this.pump().catch((e: unknown) => {
-      // a bug, not input: say so loudly, keep serving (the next kick drains what is left)
-      this.h.log(`run: event pump failed: ${(e as Error)?.stack ?? String(e)}`);
-    }).finally(() => {
-      this.pumping = null;
-      if (this.again) this.kick();
-      this.scheduleTick();
-    });
+    this.pumping = this.pump()
+      .catch((e: unknown) => {
+        // a bug, not input: say so loudly, keep serving (the next kick drains what is left)
+        this.h.log(`run: event pump failed: ${(e as Error)?.stack ?? String(e)}`);
+      })
+      .finally(() => {
+        this.pumping = null;
+        if (this.again) this.kick();
+        this.scheduleTick();
+      });
   }
 
   /** Waits until no batch is in flight and everything queued is durable. */
@@ -112,13 +116,16 @@ export class DurabilityPump {
     if (at >= this.tickAt && this.tickTimer) return;
     if (this.tickTimer) clearTimeout(this.tickTimer);
     this.tickAt = at;
-    this.tickTimer = setTimeout(() => {
-      this.tickTimer = null;
-      this.tickAt = Infinity;
-      if (this.closed) return;
-      this.h.tick(Date.now());
-      if (!this.pumping) this.scheduleTick();
-    }, Math.max(20, at - Date.now()));
+    this.tickTimer = setTimeout(
+      () => {
+        this.tickTimer = null;
+        this.tickAt = Infinity;
+        if (this.closed) return;
+        this.h.tick(Date.now());
+        if (!this.pumping) this.scheduleTick();
+      },
+      Math.max(20, at - Date.now()),
+    );
     this.tickTimer.unref();
   }
 }

@@ -127,9 +127,17 @@ export class Run {
     this.admin = new RunAdmin(this);
     this.archive = new DeltaArchive(o.dir);
     this.islandFile = new IslandFile(o.dir);
-    this.durable = { version: coord.version, hash: coord.hash, totalTokens: coord.totals().tokensApplied, theta: coord.params().slice() };
+    this.durable = {
+      version: coord.version,
+      hash: coord.hash,
+      totalTokens: coord.totals().tokensApplied,
+      theta: coord.params().slice(),
+    };
     this.pump = new DurabilityPump({
-      coord, store, metrics: this.metrics, log: this.log,
+      coord,
+      store,
+      metrics: this.metrics,
+      log: this.log,
       prepare: (events) => this.prepare(events),
       publish: (events) => this.publish(events),
       beforeSnapshot: () => this.beforeSnapshot(),
@@ -147,7 +155,8 @@ export class Run {
     if (!coord) refuseUnreadableRun(store);
     await store.openLog();
     const resumed = coord !== null;
-    if (!coord) coord = new Coordinator({ params: initParams(o.config.model, o.config.seed), config: o.config.coordinator, now });
+    if (!coord)
+      coord = new Coordinator({ params: initParams(o.config.model, o.config.seed), config: o.config.coordinator, now });
     if (resumed && o.resumePatch && Object.keys(o.resumePatch).length) {
       const r = coord.setConfig(o.resumePatch);
       if (!r.ok) throw Object.assign(new Error(r.error.message), { code: r.error.code });
@@ -164,7 +173,8 @@ export class Run {
     const traffic = run.history.replay(store.readEvents(), coord.version, run.waiters.lastApplied);
     run.bytesIn = traffic.bytesIn;
     run.bytesOut = traffic.bytesOut;
-    store.carry = () => run.history.carryLine(run.waiters.lastApplied, { bytesIn: run.bytesIn, bytesOut: run.bytesOut });
+    store.carry = () =>
+      run.history.carryLine(run.waiters.lastApplied, { bytesIn: run.bytesIn, bytesOut: run.bytesOut });
     // Deltas accepted into the open sync round before a restart: a resend attaches to the ack.
     if (resumed) for (const p of coord.snapshot().meta.pending) void run.waiters.expectAck(p.islandId, p.seq);
     if (!resumed) {
@@ -185,22 +195,36 @@ export class Run {
 
   // ── reading ───────────────────────────────────────────────────────────────────────────────
 
-  get version(): number { return this.durable.version; }
-  get hash(): string { return this.durable.hash; }
+  get version(): number {
+    return this.durable.version;
+  }
+  get hash(): string {
+    return this.durable.hash;
+  }
   /** The largest legal delta frame. */
-  get maxFrameBytes(): number { return this.coord.maxFrameBytes(); }
-  get model(): GPTConfig { return this.config.model; }
+  get maxFrameBytes(): number {
+    return this.coord.maxFrameBytes();
+  }
+  get model(): GPTConfig {
+    return this.config.model;
+  }
   /** An outer step is in flight (calls that change rounds wait: whenIdle). */
-  get busy(): boolean { return this.stepping !== null; }
+  get busy(): boolean {
+    return this.stepping !== null;
+  }
   /** Worker threads taking the outer step (0: the event loop takes it). */
-  get outerWorkers(): number { return this.offload?.workers ?? 0; }
+  get outerWorkers(): number {
+    return this.offload?.workers ?? 0;
+  }
 
   islandsOnline(): number {
     return this.connected.size;
   }
 
   /** Tokens in θ at the durable version. */
-  get durableTokens(): number { return this.durable.totalTokens; }
+  get durableTokens(): number {
+    return this.durable.totalTokens;
+  }
 
   /** θ at the durable version (read-only by contract). */
   durableParams(): { version: number; hash: string; params: Float32Array } {
@@ -209,14 +233,16 @@ export class Run {
 
   /** Update messages after `fromVersion`, up to the durable version only. */
   updatesSince(fromVersion: number): Result<UpdateMsg[]> {
-    if (fromVersion > this.durable.version) return err(ErrorCode.FUTURE_VERSION, `version ${fromVersion} is ahead of the server's ${this.durable.version}`);
+    if (fromVersion > this.durable.version)
+      return err(ErrorCode.FUTURE_VERSION, `version ${fromVersion} is ahead of the server's ${this.durable.version}`);
     const r = this.coord.updatesSince(fromVersion);
     if (!r.ok) return r;
     const ups = r.value.filter((u) => u.version <= this.durable.version);
     // past a snapshot's bytes (4 per parameter), the snapshot is the cheaper way to catch up
     let bytes = 0;
     for (const u of ups) bytes += u.frame.length;
-    if (bytes > 4 * this.paramCount) return err(ErrorCode.TOO_OLD, `catching up from ${fromVersion} costs more than the snapshot: fetch the model`);
+    if (bytes > 4 * this.paramCount)
+      return err(ErrorCode.TOO_OLD, `catching up from ${fromVersion} costs more than the snapshot: fetch the model`);
     return ok(ups);
   }
 
@@ -250,7 +276,12 @@ export class Run {
     const c = this.coord;
     await this.offload?.importState(c);
     await this.checkpointNow();
-    this.durable = { version: c.version, hash: c.hash, totalTokens: c.totals().tokensApplied, theta: c.params().slice() };
+    this.durable = {
+      version: c.version,
+      hash: c.hash,
+      totalTokens: c.totals().tokensApplied,
+      theta: c.params().slice(),
+    };
     this.waiters.releaseDurable(c.version);
     this.views.invalidate();
     this.syncMetrics();
@@ -285,15 +316,20 @@ export class Run {
   /** Handles whatever the coordinator has queued (call after every coordinator call). */
   kick(): void {
     if (this.offload && !this.stepping && this.coord.pendingStep()) {
-      this.stepping = this.offload.take(this.coord).then(() => {
-        this.stepping = null;
-        this.kick();
-      }, (e: unknown) => {
-        // a worker died mid-step: θ may be half moved. Stop; a restart resumes from the last durable
-        // checkpoint, and nothing unacknowledged is lost.
-        this.log(`run: the outer step failed, stopping: ${(e as Error)?.stack ?? String(e)}`);
-        setImmediate(() => { throw e; });
-      });
+      this.stepping = this.offload.take(this.coord).then(
+        () => {
+          this.stepping = null;
+          this.kick();
+        },
+        (e: unknown) => {
+          // a worker died mid-step: θ may be half moved. Stop; a restart resumes from the last durable
+          // checkpoint, and nothing unacknowledged is lost.
+          this.log(`run: the outer step failed, stopping: ${(e as Error)?.stack ?? String(e)}`);
+          setImmediate(() => {
+            throw e;
+          });
+        },
+      );
     }
     this.pump.kick();
   }
@@ -310,7 +346,9 @@ export class Run {
   private beforeSnapshot(): Promise<void> | null {
     if (this.stepping) return this.stepping;
     if (!this.offload || !this.coord.outerStateStale) return null;
-    return (this.syncing ??= this.offload.syncState(this.coord).finally(() => { this.syncing = null; }));
+    return (this.syncing ??= this.offload.syncState(this.coord).finally(() => {
+      this.syncing = null;
+    }));
   }
 
   /** The pump's timer: deadlines (a step in flight kicks the pump again when it completes). */
@@ -324,8 +362,15 @@ export class Run {
   private prepare(events: CoordinatorEvent[]): void {
     if (events.some((e) => e.type === 'update')) {
       const snap = this.coord.snapshot(this.snapshotArrays.alloc);
-      void this.islandFile.maybeWrite(() => snap.meta.islands).catch((e: unknown) => this.log(`run: writing the islands file failed: ${(e as Error).message}`));
-      this.nextDurable = { version: snap.meta.version, hash: snap.meta.hash, totalTokens: snap.meta.totals.tokensApplied, theta: snap.tensors.theta as Float32Array };
+      void this.islandFile
+        .maybeWrite(() => snap.meta.islands)
+        .catch((e: unknown) => this.log(`run: writing the islands file failed: ${(e as Error).message}`));
+      this.nextDurable = {
+        version: snap.meta.version,
+        hash: snap.meta.hash,
+        totalTokens: snap.meta.totals.tokensApplied,
+        theta: snap.tensors.theta as Float32Array,
+      };
       this.store.requestCheckpoint(this.nextDurable.version, () => encodeRunCheckpoint(this.config, snap));
     }
     const oldest = this.store.listCheckpoints().at(-1)?.version ?? 0;
@@ -333,7 +378,8 @@ export class Run {
       const line = eventLine(ev, this.pointContext(ev.type === 'update' ? ev.contributors : []));
       if (line) this.store.append(line);
       if (ev.type === 'update') this.archive.write(ev.update.version, ev.update.time, ev.contributors, oldest);
-      if (ev.type === 'update' || ev.type === 'rejected') for (const x of ev.rejected) this.archive.drop(x.islandId, x.seq);
+      if (ev.type === 'update' || ev.type === 'rejected')
+        for (const x of ev.rejected) this.archive.drop(x.islandId, x.seq);
     }
   }
 
@@ -357,7 +403,13 @@ export class Run {
       case 'update': {
         for (const c of ev.contributors) {
           this.metrics.deltasAccepted.inc();
-          this.waiters.resolveAck({ islandId: c.islandId, seq: c.seq, roundId: c.roundId, status: 'applied', version: ev.update.version });
+          this.waiters.resolveAck({
+            islandId: c.islandId,
+            seq: c.seq,
+            roundId: c.roundId,
+            status: 'applied',
+            version: ev.update.version,
+          });
         }
         for (const r of ev.rejected) this.rejectAck(r.islandId, r.seq, r.roundId, r.error);
         this.history.addUpdate(ev, this.pointContext(ev.contributors));
@@ -395,11 +447,21 @@ export class Run {
       const engine = this.coord.island(c.islandId)?.engine ?? 'unknown';
       tokensByEngine[engine] = (tokensByEngine[engine] ?? 0) + c.tokens;
     }
-    return { islandsOnline: this.islandsOnline(), bytesInTotal: this.bytesIn, bytesOutTotal: this.bytesOut, tokensByEngine };
+    return {
+      islandsOnline: this.islandsOnline(),
+      bytesInTotal: this.bytesIn,
+      bytesOutTotal: this.bytesOut,
+      tokensByEngine,
+    };
   }
 
   private startEval(): void {
-    const e = new EvalService({ config: this.config.model, heldOut: this.dataset.heldOut, batchSize: this.config.eval.batchSize, nBatches: this.config.eval.batches });
+    const e = new EvalService({
+      config: this.config.model,
+      heldOut: this.dataset.heldOut,
+      batchSize: this.config.eval.batchSize,
+      nBatches: this.config.eval.batches,
+    });
     e.onResult = (r) => {
       if (this.closed) return;
       this.history.setEval(r.version, r.loss);
@@ -409,7 +471,8 @@ export class Run {
     };
     e.onError = (x) => this.log(`eval failed: ${x.message}`);
     this.evalService = e;
-    if (this.history.lastEval?.version !== this.durable.version) e.requestEval(this.durable.version, this.durable.theta);
+    if (this.history.lastEval?.version !== this.durable.version)
+      e.requestEval(this.durable.version, this.durable.theta);
   }
 
   syncMetrics(): void {

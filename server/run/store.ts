@@ -14,7 +14,18 @@
 // the line `carry()` returns (what a reader of the old files would have learnt), so startup reads
 // one bounded file, never the whole history of the run.
 
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync, readdirSync, renameSync, statSync, unlinkSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  readdirSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+} from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeFileAtomic, writeFileAtomicAsync } from '../fsutil.ts';
@@ -109,7 +120,9 @@ export class RunStore {
       try {
         const st = statSync(path);
         out.push({ version: Number(m[1]), path, bytes: st.size, mtimeMs: st.mtimeMs });
-      } catch { /* pruned meanwhile */ }
+      } catch {
+        /* pruned meanwhile */
+      }
     }
     return out.sort((a, b) => b.version - a.version);
   }
@@ -132,7 +145,9 @@ export class RunStore {
         const meta = JSON.parse(header.toString('utf8')).__metadata__;
         if (meta && typeof meta.hash === 'string') hash = meta.hash;
       }
-    } catch { /* unreadable: no hash */ } finally {
+    } catch {
+      /* unreadable: no hash */
+    } finally {
       if (fd !== null) closeSync(fd);
     }
     if (this.hashCache.size > 64) this.hashCache.clear();
@@ -182,7 +197,11 @@ export class RunStore {
     const out: LogEvent[] = [];
     for (const line of readFileSync(this.logPath, 'utf8').split('\n')) {
       if (!line) continue;
-      try { out.push(JSON.parse(line) as LogEvent); } catch { /* torn tail */ }
+      try {
+        out.push(JSON.parse(line) as LogEvent);
+      } catch {
+        /* torn tail */
+      }
     }
     return out;
   }
@@ -197,15 +216,19 @@ export class RunStore {
   commit(): Promise<void> {
     if (!this.committing) return this.startCommit();
     // Everyone who asks while a commit runs shares the single next one.
-    this.followUp ??= this.committing.catch(() => {}).then(() => {
-      this.followUp = null;
-      return this.startCommit();
-    });
+    this.followUp ??= this.committing
+      .catch(() => {})
+      .then(() => {
+        this.followUp = null;
+        return this.startCommit();
+      });
     return this.followUp;
   }
 
   private startCommit(): Promise<void> {
-    const p = this.doCommit().finally(() => { if (this.committing === p) this.committing = null; });
+    const p = this.doCommit().finally(() => {
+      if (this.committing === p) this.committing = null;
+    });
     this.committing = p;
     return p;
   }
@@ -226,22 +249,26 @@ export class RunStore {
     if (ck) {
       const parts = ck.encode();
       const bytes = parts.reduce((s, p) => s + p.length, 0);
-      work.push(writeFileAtomicAsync(this.checkpointPath(ck.version), parts).then(() => {
-        this.stats.checkpointsWritten++;
-        this.onCheckpoint?.(ck.version, this.checkpointPath(ck.version), bytes);
-        this.prune();
-      }));
+      work.push(
+        writeFileAtomicAsync(this.checkpointPath(ck.version), parts).then(() => {
+          this.stats.checkpointsWritten++;
+          this.onCheckpoint?.(ck.version, this.checkpointPath(ck.version), bytes);
+          this.prune();
+        }),
+      );
     }
     if (lines.length > 0) {
-      work.push((async () => {
-        await this.openLog();
-        if (this.logBytes >= this.maxLogBytes) await this.rotate(lines);
-        const text = lines.join('');
-        this.logBytes += Buffer.byteLength(text);
-        await this.log!.write(text);
-        await this.log!.datasync();
-        this.stats.linesWritten += lines.length;
-      })());
+      work.push(
+        (async () => {
+          await this.openLog();
+          if (this.logBytes >= this.maxLogBytes) await this.rotate(lines);
+          const text = lines.join('');
+          this.logBytes += Buffer.byteLength(text);
+          await this.log!.write(text);
+          await this.log!.datasync();
+          this.stats.linesWritten += lines.length;
+        })(),
+      );
     }
     await Promise.all(work);
     this.stats.commits++;
@@ -252,10 +279,18 @@ export class RunStore {
   private async rotate(lines: string[]): Promise<void> {
     await this.log!.close();
     this.log = null;
-    const rotated = readdirSync(this.dir).map((f) => ROTATED_RE.exec(f)).filter((m) => m !== null).map((m) => Number(m[1])).sort((a, b) => a - b);
+    const rotated = readdirSync(this.dir)
+      .map((f) => ROTATED_RE.exec(f))
+      .filter((m) => m !== null)
+      .map((m) => Number(m[1]))
+      .sort((a, b) => a - b);
     renameSync(this.logPath, join(this.dir, `events.${(rotated.at(-1) ?? 0) + 1}.jsonl`));
     for (const n of rotated.slice(0, Math.max(0, rotated.length + 1 - LOGS_KEPT))) {
-      try { unlinkSync(join(this.dir, `events.${n}.jsonl`)); } catch { /* already gone */ }
+      try {
+        unlinkSync(join(this.dir, `events.${n}.jsonl`));
+      } catch {
+        /* already gone */
+      }
     }
     await this.openLog();
     lines.unshift(JSON.stringify({ t: Date.now(), ...this.carry() }) + '\n');
@@ -265,7 +300,11 @@ export class RunStore {
   private prune(): void {
     const all = this.listCheckpoints();
     for (const c of all.slice(this.keep)) {
-      try { unlinkSync(c.path); } catch { /* already gone */ }
+      try {
+        unlinkSync(c.path);
+      } catch {
+        /* already gone */
+      }
     }
   }
 

@@ -3,7 +3,14 @@
 // second, so a client polling `/api/islands` costs a page of that copy, not a walk over the records.
 
 import { encodeCheckpoint } from '../../core/checkpoint.ts';
-import type { CheckpointInfo, HistoryPoint, IslandView, IslandsResponse, MixStatus, RunStatus } from '../../core/api.ts';
+import type {
+  CheckpointInfo,
+  HistoryPoint,
+  IslandView,
+  IslandsResponse,
+  MixStatus,
+  RunStatus,
+} from '../../core/api.ts';
 import { islandView } from './island-view.ts';
 import type { Coordinator } from '../../core/coord/index.ts';
 import type { RunConfig } from '../../core/api.ts';
@@ -47,7 +54,9 @@ export class RunViews {
   private sampler: EvalService | null = null;
   private sampling = false;
 
-  constructor(run: ViewedRun) { this.run = run; }
+  constructor(run: ViewedRun) {
+    this.run = run;
+  }
 
   status(now = Date.now()): RunStatus {
     const run = this.run;
@@ -69,7 +78,8 @@ export class RunViews {
       trainLoss: last?.trainLoss ?? null,
       bytesIn: run.bytesIn,
       bytesOut: run.bytesOut,
-      bytesDataParallel: (run.durableTokens / (run.config.coordinator.batchSize * run.config.coordinator.seqLen)) * 4 * run.paramCount,
+      bytesDataParallel:
+        (run.durableTokens / (run.config.coordinator.batchSize * run.config.coordinator.seqLen)) * 4 * run.paramCount,
       bytesPerUpdate: this.meanUpdateBytes(),
       goodput: t.goodput,
       accepted: t.accepted,
@@ -84,14 +94,18 @@ export class RunViews {
     const c = this.islandsCache;
     if (c && now >= c.at && now - c.at < (this.islandsChanged ? ISLANDS_CHANGED_MS : ISLANDS_REFRESH_MS)) return c.list;
     const run = this.run;
-    const list = run.coord.islands().map((r) => islandView(r, run.connected.has(r.id), run.history.islands.summary(r.id)));
+    const list = run.coord
+      .islands()
+      .map((r) => islandView(r, run.connected.has(r.id), run.history.islands.summary(r.id)));
     this.islandsCache = { at: now, list };
     this.islandsChanged = false;
     return list;
   }
 
   /** An island connected or left, or a version became durable: the next read after ISLANDS_CHANGED_MS takes a fresh copy. */
-  islandsMoved(): void { this.islandsChanged = true; }
+  islandsMoved(): void {
+    this.islandsChanged = true;
+  }
 
   /** One page of the islands (GET /api/islands?offset&limit). */
   islandsPage(offset = 0, limit = ISLANDS_PAGE_MAX): IslandsResponse {
@@ -102,7 +116,9 @@ export class RunViews {
   }
 
   /** The islands copy is stale now (an admin changed a record). */
-  invalidate(): void { this.islandsCache = null; }
+  invalidate(): void {
+    this.islandsCache = null;
+  }
 
   /** History points after `since` (a version), at most `limit` (the newest). */
   historySince(since = -1, limit = 100_000): HistoryPoint[] {
@@ -118,9 +134,14 @@ export class RunViews {
   checkpoints(): CheckpointInfo[] {
     const { store, config } = this.run;
     return store.listCheckpoints().map((c) => ({
-      version: c.version, hash: store.checkpointHash(c), bytes: c.bytes, time: Math.round(c.mtimeMs),
-      url: `/api/checkpoints/${c.version}`, file: checkpointFile(config.name, c.version),
-      hfUrl: `/api/checkpoints/${c.version}/hf`, hfFile: checkpointFile(config.name, c.version, 'hf'),
+      version: c.version,
+      hash: store.checkpointHash(c),
+      bytes: c.bytes,
+      time: Math.round(c.mtimeMs),
+      url: `/api/checkpoints/${c.version}`,
+      file: checkpointFile(config.name, c.version),
+      hfUrl: `/api/checkpoints/${c.version}/hf`,
+      hfFile: checkpointFile(config.name, c.version, 'hf'),
     }));
   }
 
@@ -135,7 +156,9 @@ export class RunViews {
     if (!this.modelCache || this.modelCache.version !== d.version || this.modelCache.hash !== d.hash) {
       const { config } = this.run;
       const bytes = encodeCheckpoint({
-        config: config.model, params: d.params, extra: {},
+        config: config.model,
+        params: d.params,
+        extra: {},
         meta: { version: String(d.version), hash: d.hash, tokens: String(this.run.durableTokens), run: config.name },
       });
       this.modelCache = { version: d.version, hash: d.hash, bytes };
@@ -152,11 +175,21 @@ export class RunViews {
   }
 
   /** Text from the durable model, in a worker (one request at a time): GET /api/sample. */
-  async sample(tokens: number, prompt: Uint8Array, seed: number, temperature: number): Promise<Result<{ version: number; bytes: Uint8Array }>> {
+  async sample(
+    tokens: number,
+    prompt: Uint8Array,
+    seed: number,
+    temperature: number,
+  ): Promise<Result<{ version: number; bytes: Uint8Array }>> {
     if (this.sampling) return err('E_BUSY', 'a sample is being generated: try again in a moment');
     this.sampling = true;
     try {
-      this.sampler ??= new EvalService({ config: this.run.config.model, heldOut: this.run.dataset.heldOut, batchSize: 1, nBatches: 1 });
+      this.sampler ??= new EvalService({
+        config: this.run.config.model,
+        heldOut: this.run.dataset.heldOut,
+        batchSize: 1,
+        nBatches: 1,
+      });
       const d = this.run.durableParams();
       const bytes = await this.sampler.sample(d.params, { prompt, tokens, temperature, seed });
       return ok({ version: d.version, bytes });

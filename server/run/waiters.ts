@@ -13,7 +13,9 @@ interface Deferred<T> {
 
 function deferred<T>(): Deferred<T> {
   let resolve!: (v: T) => void;
-  const promise = new Promise<T>((r) => { resolve = r; });
+  const promise = new Promise<T>((r) => {
+    resolve = r;
+  });
   return { promise, resolve };
 }
 
@@ -84,7 +86,7 @@ export class Waiters {
   /** `version` is durable now. */
   releaseDurable(version: number): void {
     const keep: typeof this.durable = [];
-    for (const w of this.durable) (w.version <= version ? w.resolve() : keep.push(w));
+    for (const w of this.durable) w.version <= version ? w.resolve() : keep.push(w);
     this.durable = keep;
   }
 }

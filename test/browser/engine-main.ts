@@ -32,9 +32,15 @@ async function run(req: RunRequest): Promise<RunResult> {
   const opts = { config: req.config, maxBatch: req.maxBatch };
   const fits = checkAdapterFits(adapter, opts);
   if (!fits.ok) throw new Error(fits.error.message);
-  const device = await adapter.requestDevice({ requiredLimits: requiredLimits(opts), requiredFeatures: engineFeatures(adapter) });
+  const device = await adapter.requestDevice({
+    requiredLimits: requiredLimits(opts),
+    requiredFeatures: engineFeatures(adapter),
+  });
   const t0 = performance.now();
-  const engine = await WebGpuEngine.create(device, { ...opts, adapterInfo: `${adapter.info.vendor} ${adapter.info.architecture}` });
+  const engine = await WebGpuEngine.create(device, {
+    ...opts,
+    adapterInfo: `${adapter.info.vendor} ${adapter.info.architecture}`,
+  });
   const t1 = performance.now();
   await engine.setParams(Float32Array.from(req.params));
   for (const b of req.batches) {
@@ -62,12 +68,23 @@ async function tune(req: { shape: MatmulShape; rows: number }): Promise<TuneResu
   if (!adapter) throw new Error('no WebGPU adapter in this browser');
   const device = await adapter.requestDevice();
   const db = 'atoll-autotune-test';
-  await new Promise((resolve) => { indexedDB.deleteDatabase(db).onsuccess = resolve; });
-  const start = async (budgetMs: number) => autotuneMatmuls(device, KernelSet.for(device), [req.shape], req.rows, { adapter: 'test', cache: await indexedDbTuneCache(db), budgetMs });
+  await new Promise((resolve) => {
+    indexedDB.deleteDatabase(db).onsuccess = resolve;
+  });
+  const start = async (budgetMs: number) =>
+    autotuneMatmuls(device, KernelSet.for(device), [req.shape], req.rows, {
+      adapter: 'test',
+      cache: await indexedDbTuneCache(db),
+      budgetMs,
+    });
   const first = await start(Infinity);
   const again = await start(0);
   device.destroy();
-  return { first: first.report[0].from, again: again.report[0].from, same: JSON.stringify(first.report[0].chosen) === JSON.stringify(again.report[0].chosen) };
+  return {
+    first: first.report[0].from,
+    again: again.report[0].from,
+    same: JSON.stringify(first.report[0].chosen) === JSON.stringify(again.report[0].chosen),
+  };
 }
 
 (window as unknown as { atollRun: typeof run; atollTune: typeof tune }).atollRun = run;

@@ -16,22 +16,35 @@ export interface ServerHandle extends ServeProc {
 }
 
 /** Starts `atoll serve --preset tiny` on a free loopback port and waits until it answers. */
-export async function startServer(opts: { token?: string; args?: string[]; env?: Record<string, string> } = {}): Promise<ServerHandle> {
+export async function startServer(
+  opts: { token?: string; args?: string[]; env?: Record<string, string> } = {},
+): Promise<ServerHandle> {
   const port = await freePort();
   const runDir = tempDir('atoll-dash-run-');
   const p = await spawnServe(['--preset', 'tiny', '--run-dir', runDir, ...(opts.args ?? [])], port, {
-    ...(opts.token ? { ATOLL_ADMIN_TOKEN: opts.token } : {}), ...opts.env,
+    ...(opts.token ? { ATOLL_ADMIN_TOKEN: opts.token } : {}),
+    ...opts.env,
   });
   return {
-    ...p, runDir,
-    async close() { await p.stop(); rmSync(runDir, { recursive: true, force: true }); },
+    ...p,
+    runDir,
+    async close() {
+      await p.stop();
+      rmSync(runDir, { recursive: true, force: true });
+    },
   };
 }
 
 /** Starts a headless Node island (CPU engine). */
 export function startIsland(serverUrl: string, name: string, args: string[] = []): Proc {
-  const child = spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'island', '--server', serverUrl, '--engine', 'cpu', '--name', name, ...args], {
-    cwd: ROOT, env: process.env, stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [join(ROOT, 'bin/atoll.js'), 'island', '--server', serverUrl, '--engine', 'cpu', '--name', name, ...args],
+    {
+      cwd: ROOT,
+      env: process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   return track(child, `island ${name}`);
 }

@@ -38,26 +38,34 @@ function hello(i: number): Promise<void> {
     };
     s.once('connect_error', (e) => done(`connect: ${e.message}`));
     s.once('connect', () => {
-      s.timeout(20_000).emit('hello', {
-        protocolVersion: PROTOCOL_VERSION,
-        caps: {
-          name: `sim-${String(i % 400).padStart(3, '0')}`,
-          engine: i % 4 === 0 ? 'cpu' : 'webgpu',
-          adapter: i % 4 === 0 ? 'cpu' : ['NVIDIA RTX 4090', 'Apple M2', 'google / swiftshader'][i % 3],
-          tokensPerSec: 200 + ((i * 7919) % 5000),
+      s.timeout(20_000).emit(
+        'hello',
+        {
+          protocolVersion: PROTOCOL_VERSION,
+          caps: {
+            name: `sim-${String(i % 400).padStart(3, '0')}`,
+            engine: i % 4 === 0 ? 'cpu' : 'webgpu',
+            adapter: i % 4 === 0 ? 'cpu' : ['NVIDIA RTX 4090', 'Apple M2', 'google / swiftshader'][i % 3],
+            tokensPerSec: 200 + ((i * 7919) % 5000),
+          },
         },
-      }, (e: Error | null, r: { ok: boolean; error?: { code: string } }) => {
-        if (e) return done('hello timeout');
-        if (!r?.ok) return done(r?.error?.code ?? 'hello failed');
-        ok++;
-        if (pingMs > 0) {
-          const start = setTimeout(() => {
-            timers.push(setInterval(() => { if (s.connected) s.timeout(10_000).emit('nextAssignment', {}, () => {}); }, pingMs));
-          }, Math.random() * pingMs);
-          timers.push(start as unknown as ReturnType<typeof setInterval>);
-        }
-        done();
-      });
+        (e: Error | null, r: { ok: boolean; error?: { code: string } }) => {
+          if (e) return done('hello timeout');
+          if (!r?.ok) return done(r?.error?.code ?? 'hello failed');
+          ok++;
+          if (pingMs > 0) {
+            const start = setTimeout(() => {
+              timers.push(
+                setInterval(() => {
+                  if (s.connected) s.timeout(10_000).emit('nextAssignment', {}, () => {});
+                }, pingMs),
+              );
+            }, Math.random() * pingMs);
+            timers.push(start as unknown as ReturnType<typeof setInterval>);
+          }
+          done();
+        },
+      );
     });
   });
 }

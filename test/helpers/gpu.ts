@@ -26,7 +26,11 @@ export async function releaseTestDevice(): Promise<void> {
 /** Uploads data into a new storage buffer (tests only: allocation per call). */
 export function upload(device: GPUDevice, data: Float32Array | Uint32Array, extraUsage = 0): GPUBuffer {
   const size = Math.max(16, Math.ceil(data.byteLength / 16) * 16);
-  const buf = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST | extraUsage, mappedAtCreation: true });
+  const buf = device.createBuffer({
+    size,
+    usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST | extraUsage,
+    mappedAtCreation: true,
+  });
   new (data.constructor as Float32ArrayConstructor)(buf.getMappedRange()).set(data);
   buf.unmap();
   return buf;
@@ -35,7 +39,8 @@ export function upload(device: GPUDevice, data: Float32Array | Uint32Array, extr
 /** Largest |a−b| relative to the largest |b| (a scale-aware error for a whole tensor). */
 export function maxRelErr(a: ArrayLike<number>, b: ArrayLike<number>): { abs: number; rel: number } {
   if (a.length !== b.length) throw new Error(`length ${a.length} vs ${b.length}`);
-  let abs = 0, scale = 0;
+  let abs = 0,
+    scale = 0;
   for (let i = 0; i < a.length; i++) {
     const d = Math.abs(a[i] - b[i]);
     if (!(d <= abs)) abs = Number.isNaN(d) ? Infinity : d;
@@ -45,7 +50,13 @@ export function maxRelErr(a: ArrayLike<number>, b: ArrayLike<number>): { abs: nu
 }
 
 /** Runs dispatches as the engine does (a Program: pipelines, bind groups and Params from the WGSL); a validation error throws. */
-export async function runDispatches(device: GPUDevice, kernels: KernelSet, specs: DispatchSpec[], shape: Shape, stepBuf: GPUBuffer): Promise<void> {
+export async function runDispatches(
+  device: GPUDevice,
+  kernels: KernelSet,
+  specs: DispatchSpec[],
+  shape: Shape,
+  stepBuf: GPUBuffer,
+): Promise<void> {
   device.pushErrorScope('validation');
   const prog = await Program.build(kernels, specs, shape, stepBuf);
   prog.setShape(shape);

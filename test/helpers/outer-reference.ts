@@ -24,17 +24,33 @@ export class ReferenceOuter {
    * g = Σ weights[j]·deltas[j] (f64, in order), or deltas[0] itself when weights is null; period 0 is
    * the plain step, `share` a merge window's share of a step. Null when the step is rejected.
    */
-  step(deltas: Float32Array[], weights: number[] | null, outer: OuterConfig, downlink: DownlinkCfg, scale = 1, period = 1, share = false): { frame: Uint8Array; hash: string; updateNorm: number; agreement?: { dots: number[]; sqs: number[]; gg: number } } | null {
+  step(
+    deltas: Float32Array[],
+    weights: number[] | null,
+    outer: OuterConfig,
+    downlink: DownlinkCfg,
+    scale = 1,
+    period = 1,
+    share = false,
+  ): {
+    frame: Uint8Array;
+    hash: string;
+    updateNorm: number;
+    agreement?: { dots: number[]; sqs: number[]; gg: number };
+  } | null {
     let g = deltas[0];
     let agreement: { dots: number[]; sqs: number[]; gg: number } | undefined;
     if (weights) {
       const acc = new Float64Array(this.theta.length);
-      deltas.forEach((d, j) => { for (let i = 0; i < acc.length; i++) acc[i] += weights[j] * d[i]; });
+      deltas.forEach((d, j) => {
+        for (let i = 0; i < acc.length; i++) acc[i] += weights[j] * d[i];
+      });
       g = Float32Array.from(acc);
       const dot = (x: Float32Array, y: Float32Array) => x.reduce((s, xi, i) => s + xi * y[i], 0);
       agreement = { dots: deltas.map((d) => dot(d, g)), sqs: deltas.map((d) => dot(d, d)), gg: dot(g, g) };
     }
-    if (!(period === 0 ? this.outer.proposePlain(g, scale) : this.outer.propose(outer, g, scale, period, share))) return null;
+    if (!(period === 0 ? this.outer.proposePlain(g, scale) : this.outer.propose(outer, g, scale, period, share)))
+      return null;
     const q = this.downlink.encode(this.outer.update, downlink);
     if (!q.ok) return null;
     this.outer.commit();

@@ -19,7 +19,11 @@ async function writerChild(url: string, run: string, ttlMs: number): Promise<voi
   const redis = connectRedis(url);
   const keys = runKeys(run);
   const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
-  const lease = new AggregatorLease(redis, keys, { owner: `writer-${process.pid}`, ttlMs, onLost: () => out({ kind: 'lost' }) });
+  const lease = new AggregatorLease(redis, keys, {
+    owner: `writer-${process.pid}`,
+    ttlMs,
+    onLost: () => out({ kind: 'lost' }),
+  });
   const consumer = new DeltaConsumer(redis, keys);
   await consumer.ensureGroup();
   const token = await lease.acquire();

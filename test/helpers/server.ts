@@ -27,15 +27,25 @@ export async function sleep(ms: number): Promise<void> {
 }
 
 /** Polls `fn` until it returns a truthy value; throws after `timeoutMs`. */
-export async function waitFor<T>(what: string, fn: () => Promise<T> | T, timeoutMs = 30_000, everyMs = 100): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T> | T,
+  timeoutMs = 30_000,
+  everyMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
     try {
       const v = await fn();
       if (v) return v;
-    } catch (e) { last = e; }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`,
+      );
     await sleep(everyMs);
   }
 }
@@ -56,32 +66,49 @@ export interface TestServer {
 }
 
 /** A tiny-model run (JSON run-file shape: `coordinator` may be partial) in a fresh temp folder. */
-export async function startTestServer(o: {
-  file?: import('../../server/run/config.ts').RunConfigFile;
-  flags?: import('../../server/run/config.ts').RunFlags;
-  dir?: string;
-  evaluate?: boolean;
-  adminToken?: string;
-  gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
-  audit?: import('../../server/run/audit.ts').AuditOptions;
-  /** Worker threads for the outer step (default 2, as `atoll serve`). */
-  outerWorkers?: number;
-  idleTimeoutMs?: number;
-  /** Butterfly mixing (server/gateway/mix.ts). */
-  mix?: import('../../server/gateway/mix-settings.ts').MixOptions;
-  /** Serve the pages' build (dist/client; the caller builds it), as `atoll serve` does. */
-  pages?: boolean;
-} = {}): Promise<TestServer> {
+export async function startTestServer(
+  o: {
+    file?: import('../../server/run/config.ts').RunConfigFile;
+    flags?: import('../../server/run/config.ts').RunFlags;
+    dir?: string;
+    evaluate?: boolean;
+    adminToken?: string;
+    gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
+    audit?: import('../../server/run/audit.ts').AuditOptions;
+    /** Worker threads for the outer step (default 2, as `atoll serve`). */
+    outerWorkers?: number;
+    idleTimeoutMs?: number;
+    /** Butterfly mixing (server/gateway/mix.ts). */
+    mix?: import('../../server/gateway/mix-settings.ts').MixOptions;
+    /** Serve the pages' build (dist/client; the caller builds it), as `atoll serve` does. */
+    pages?: boolean;
+  } = {},
+): Promise<TestServer> {
   const { createServer } = await import('../../server/app.ts');
   const { buildRunConfig } = await import('../../server/run/config.ts');
   const dir = o.dir ?? tempDir();
   // identities cost no proof of work here unless a test asks for it (test/trust-identity.test.ts does)
-  const file = { ...o.file, limits: { ...o.file?.limits, powBits: o.file?.limits?.powBits ?? 0 } } as NonNullable<typeof o.file>;
+  const file = { ...o.file, limits: { ...o.file?.limits, powBits: o.file?.limits?.powBits ?? 0 } } as NonNullable<
+    typeof o.file
+  >;
   const config = buildRunConfig(file, { preset: 'tiny', name: 'test', ...o.flags });
-  const server = await createServer({ dir, config, evaluate: o.evaluate ?? false, outerWorkers: o.outerWorkers ?? 2, adminToken: o.adminToken ?? 'test-admin-token', gateway: o.gateway, audit: o.audit, idleTimeoutMs: o.idleTimeoutMs, clientDir: o.pages ? undefined : join(dir, 'no-client'), mix: o.mix });
+  const server = await createServer({
+    dir,
+    config,
+    evaluate: o.evaluate ?? false,
+    outerWorkers: o.outerWorkers ?? 2,
+    adminToken: o.adminToken ?? 'test-admin-token',
+    gateway: o.gateway,
+    audit: o.audit,
+    idleTimeoutMs: o.idleTimeoutMs,
+    clientDir: o.pages ? undefined : join(dir, 'no-client'),
+    mix: o.mix,
+  });
   const { url } = await server.listen(0, '127.0.0.1');
   return {
-    server, url, dir,
+    server,
+    url,
+    dir,
     async close() {
       await server.close();
       if (!o.dir) rmSync(dir, { recursive: true, force: true });
@@ -121,11 +148,15 @@ export function track(child: ChildProcess, tag: string, onLine?: (line: string) 
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
   const alive = () => child.exitCode === null && child.signalCode === null;
   return {
-    child, output, exited,
+    child,
+    output,
+    exited,
     async stop(graceMs = 5000) {
       if (!alive()) return;
       child.kill('SIGTERM');
-      const t = setTimeout(() => { if (alive()) child.kill('SIGKILL'); }, graceMs);
+      const t = setTimeout(() => {
+        if (alive()) child.kill('SIGKILL');
+      }, graceMs);
       await exited;
       clearTimeout(t);
     },
@@ -145,15 +176,23 @@ export interface ServeProc extends Proc {
 /** `node bin/atoll.js serve …` as a child on 127.0.0.1:`port`; resolves once /healthz answers. */
 export async function spawnServe(args: string[], port: number, env: Record<string, string> = {}): Promise<ServeProc> {
   const child = spawn(process.execPath, [BIN, 'serve', '--port', String(port), '--host', '127.0.0.1', ...args], {
-    cwd: ROOT, env: { ...process.env, ATOLL_ADMIN_TOKEN: 'test-admin-token', ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: ROOT,
+    env: { ...process.env, ATOLL_ADMIN_TOKEN: 'test-admin-token', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   const p = track(child, 'serve');
   const url = `http://127.0.0.1:${port}`;
-  await waitFor('atoll serve to answer /healthz', async () => {
-    if (child.exitCode !== null) throw new Error(`atoll serve exited with ${child.exitCode}:\n${p.output.join('\n')}`);
-    const r = await fetch(`${url}/healthz`);
-    return r.ok;
-  }, 60_000, 100);
+  await waitFor(
+    'atoll serve to answer /healthz',
+    async () => {
+      if (child.exitCode !== null)
+        throw new Error(`atoll serve exited with ${child.exitCode}:\n${p.output.join('\n')}`);
+      const r = await fetch(`${url}/healthz`);
+      return r.ok;
+    },
+    60_000,
+    100,
+  );
   return { ...p, url, port };
 }
 
@@ -175,7 +214,9 @@ export interface IslandProc extends Proc {
 /** A Node island (CPU engine) as a child process that reports its acks. */
 export function spawnIsland(url: string, name: string, env: Record<string, string> = {}): IslandProc {
   const child = spawn(process.execPath, ['--import', REGISTER, SELF, 'island', url, name], {
-    cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
   });
   const report: IslandReport = { islandId: null, acks: [], versions: [], synced: [], errors: [], resumes: 0 };
   const p = track(child, `island ${name}`, (line) => {
@@ -184,15 +225,22 @@ export function spawnIsland(url: string, name: string, env: Record<string, strin
       const m = JSON.parse(line) as { kind: string } & Record<string, unknown>;
       if (m.kind === 'ack') {
         report.islandId = m.islandId as string;
-        report.acks.push({ seq: m.seq as number, roundId: m.roundId as number, status: m.status as string, version: m.version as number, code: m.code as string | undefined });
+        report.acks.push({
+          seq: m.seq as number,
+          roundId: m.roundId as number,
+          status: m.status as string,
+          version: m.version as number,
+          code: m.code as string | undefined,
+        });
       } else if (m.kind === 'hello') report.islandId = m.islandId as string;
       else if (m.kind === 'synced') {
         report.versions.push(m.version as number);
         report.synced.push({ version: m.version as number, hash: m.hash as string, via: m.via as string });
-      }
-      else if (m.kind === 'error') report.errors.push(`${m.code}: ${m.message}`);
+      } else if (m.kind === 'error') report.errors.push(`${m.code}: ${m.message}`);
       else if (m.kind === 'resumed') report.resumes++;
-    } catch { /* a progress line */ }
+    } catch {
+      /* a progress line */
+    }
   });
   return { ...p, report };
 }
@@ -203,10 +251,22 @@ async function islandChild(url: string, name: string): Promise<void> {
   const { startNodeIsland } = await import('../../client/island/node.ts');
   const out = (m: Record<string, unknown>) => process.stdout.write(JSON.stringify(m) + '\n');
   const isl = await startNodeIsland({
-    server: url, engine: 'cpu', name, progress: 'none', maxOutageMs: 120_000,
+    server: url,
+    engine: 'cpu',
+    name,
+    progress: 'none',
+    maxOutageMs: 120_000,
     onEvent: (e, t) => {
       if (e.type === 'submitted') {
-        out({ kind: 'ack', islandId: e.meta.islandId, seq: e.meta.seq, roundId: e.meta.roundId, status: e.ack.status, version: e.ack.version, code: e.ack.error?.code });
+        out({
+          kind: 'ack',
+          islandId: e.meta.islandId,
+          seq: e.meta.seq,
+          roundId: e.meta.roundId,
+          status: e.ack.status,
+          version: e.ack.version,
+          code: e.ack.error?.code,
+        });
       } else if (e.type === 'synced') out({ kind: 'synced', version: e.version, hash: e.hash, via: e.via });
       else if (e.type === 'error') out({ kind: 'error', code: e.error.code, message: e.error.message });
       else if (e.type === 'assignment') {

@@ -96,7 +96,10 @@ function hasHardwareDriverHint(): boolean {
   });
 }
 
-async function tryAdapter(flags: string[], powerPreference?: GPUPowerPreference): Promise<{ gpu: GPU; adapter: GPUAdapter } | null> {
+async function tryAdapter(
+  flags: string[],
+  powerPreference?: GPUPowerPreference,
+): Promise<{ gpu: GPU; adapter: GPUAdapter } | null> {
   const gpu = create(flags);
   live.add(gpu);
   try {
@@ -120,7 +123,8 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<NodeGpu>
   ensureVulkanLoader();
   const mode = opts.adapter ?? 'auto';
   const icd = opts.swiftshaderIcd ?? SWIFTSHADER_ICD;
-  const userIcd = process.env.VK_ICD_FILENAMES && process.env.VK_ICD_FILENAMES !== icdSetHere ? process.env.VK_ICD_FILENAMES : null;
+  const userIcd =
+    process.env.VK_ICD_FILENAMES && process.env.VK_ICD_FILENAMES !== icdSetHere ? process.env.VK_ICD_FILENAMES : null;
   let found: { gpu: GPU; adapter: GPUAdapter } | null = null;
   if (userIcd) {
     // the caller chose the Vulkan driver
@@ -148,12 +152,17 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<NodeGpu>
     if (isAlignment ? need < has : need > has) {
       live.delete(gpu);
       const show = k.endsWith('Size') ? fmtBytes : String;
-      throw Object.assign(new Error(`${k}: needs ${show(need)}, adapter allows ${show(has)}`), { code: 'E_ADAPTER_TOO_SMALL' });
+      throw Object.assign(new Error(`${k}: needs ${show(need)}, adapter allows ${show(has)}`), {
+        code: 'E_ADAPTER_TOO_SMALL',
+      });
     }
   }
   let device: GPUDevice;
   try {
-    const features = [...(opts.requiredFeatures ?? []), ...(opts.optionalFeatures ?? []).filter((f) => adapter.features.has(f))];
+    const features = [
+      ...(opts.requiredFeatures ?? []),
+      ...(opts.optionalFeatures ?? []).filter((f) => adapter.features.has(f)),
+    ];
     device = await adapter.requestDevice({ requiredLimits: limits, requiredFeatures: features });
   } catch (e) {
     live.delete(gpu);
@@ -165,7 +174,10 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<NodeGpu>
     architecture: ai.architecture,
     device: ai.device,
     description: ai.description || `${ai.vendor} ${ai.architecture}`.trim(),
-    isFallbackAdapter: Boolean((ai as GPUAdapterInfo & { isFallbackAdapter?: boolean }).isFallbackAdapter ?? (adapter as GPUAdapter & { isFallbackAdapter?: boolean }).isFallbackAdapter),
+    isFallbackAdapter: Boolean(
+      (ai as GPUAdapterInfo & { isFallbackAdapter?: boolean }).isFallbackAdapter ??
+        (adapter as GPUAdapter & { isFallbackAdapter?: boolean }).isFallbackAdapter,
+    ),
   };
   let disposed = false;
   return {

@@ -18,7 +18,8 @@ import type { WebGpuEngine } from './webgpu.ts';
 
 /** Rows of a batch of B per device: as even as it goes, the first devices one more. */
 export function splitRows(B: number, devices: number): number[] {
-  const base = Math.floor(B / devices), extra = B % devices;
+  const base = Math.floor(B / devices),
+    extra = B % devices;
   return Array.from({ length: devices }, (_, i) => base + (i < extra ? 1 : 0));
 }
 
@@ -77,9 +78,15 @@ export class MultiDeviceEngine implements TrainingEngine {
     await Promise.all(this.engines.map((e) => e.setParams(p)));
   }
 
-  getParams(): Promise<Float32Array> { return this.engines[0].getParams(); }
-  readDelta(): Promise<Float32Array> { return this.engines[0].readDelta(); }
-  getOptimizerState(): Promise<OptimizerState> { return this.engines[0].getOptimizerState(); }
+  getParams(): Promise<Float32Array> {
+    return this.engines[0].getParams();
+  }
+  readDelta(): Promise<Float32Array> {
+    return this.engines[0].readDelta();
+  }
+  getOptimizerState(): Promise<OptimizerState> {
+    return this.engines[0].getOptimizerState();
+  }
 
   async setOptimizerState(s: OptimizerState): Promise<void> {
     await Promise.all(this.engines.map((e) => e.setOptimizerState(s)));
@@ -89,8 +96,12 @@ export class MultiDeviceEngine implements TrainingEngine {
     await Promise.all(this.engines.map((e) => e.resetOptimizerState()));
   }
 
-  evalLoss(batch: Batch): Promise<number> { return this.engines[0].evalLoss(batch); }
-  nextTokenLogits(context: Uint8Array): Promise<Float32Array> { return this.engines[0].nextTokenLogits(context); }
+  evalLoss(batch: Batch): Promise<number> {
+    return this.engines[0].evalLoss(batch);
+  }
+  nextTokenLogits(context: Uint8Array): Promise<Float32Array> {
+    return this.engines[0].nextTokenLogits(context);
+  }
 
   destroy(): void {
     for (const e of this.engines) e.destroy();

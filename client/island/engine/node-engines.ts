@@ -18,9 +18,14 @@ export interface EngineChoice {
 const badConfig = (message: string) => Object.assign(new Error(`E_BAD_CONFIG: ${message}`), { code: 'E_BAD_CONFIG' });
 
 /** A fresh engine; for WebGPU each device is requested with only the limits the config needs. */
-export async function createEngine(kind: EngineKind, opts: EngineOptions, o: EngineChoice = {}): Promise<TrainingEngine> {
+export async function createEngine(
+  kind: EngineKind,
+  opts: EngineOptions,
+  o: EngineChoice = {},
+): Promise<TrainingEngine> {
   const devices = o.devices ?? 1;
-  if (!Number.isInteger(devices) || devices < 1 || devices > 64) throw badConfig(`--devices ${devices} must be an integer in 1..64`);
+  if (!Number.isInteger(devices) || devices < 1 || devices > 64)
+    throw badConfig(`--devices ${devices} must be an integer in 1..64`);
   if (kind === 'cpu') {
     if (devices > 1) throw badConfig('--devices needs --engine webgpu');
     // f16 on the CPU: the kernels' CPU twins (a model of the WebGPU engine's numerics, not a speed-up)
@@ -45,10 +50,18 @@ export async function createEngine(kind: EngineKind, opts: EngineOptions, o: Eng
       }
     }
   } catch (e) {
-    for (const m of made) { m.destroy(); await m.dispose(); }
+    for (const m of made) {
+      m.destroy();
+      await m.dispose();
+    }
     throw e;
   }
-  const disposeAll = () => { for (const m of made) { m.destroy(); void m.dispose(); } };
+  const disposeAll = () => {
+    for (const m of made) {
+      m.destroy();
+      void m.dispose();
+    }
+  };
   if (devices === 1) {
     const engine = made[0].engine;
     engine.destroy = disposeAll;

@@ -7,7 +7,8 @@ import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { TuneCache } from './webgpu-tune.ts';
 
-export const defaultTuneCachePath = () => process.env.ATOLL_AUTOTUNE_CACHE ?? join(homedir(), '.cache', 'atoll', 'autotune.json');
+export const defaultTuneCachePath = () =>
+  process.env.ATOLL_AUTOTUNE_CACHE ?? join(homedir(), '.cache', 'atoll', 'autotune.json');
 
 export function fileTuneCache(path = defaultTuneCachePath()): TuneCache {
   let entries: Record<string, string> = {};

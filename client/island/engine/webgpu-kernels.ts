@@ -4,7 +4,14 @@
 // batch shape (B,T) changes.
 // No node: imports: this runs in the browser, in a Web Worker and in Node.
 
-import { type DispatchSpec, type Defines, type Kernel, type Shape, bindStorage, writeParams } from '../../../shaders/kernel.ts';
+import {
+  type DispatchSpec,
+  type Defines,
+  type Kernel,
+  type Shape,
+  bindStorage,
+  writeParams,
+} from '../../../shaders/kernel.ts';
 
 // ---------------------------------------------------------------- uniforms
 
@@ -26,9 +33,18 @@ export interface StepUniform {
 export function encodeStepUniform(s: StepUniform, out = new ArrayBuffer(STEP_UNIFORM_BYTES)): ArrayBuffer {
   const f = new Float32Array(out);
   const u = new Uint32Array(out);
-  f[0] = s.lr; f[1] = s.beta1; f[2] = s.beta2; f[3] = s.eps;
-  f[4] = s.weightDecay; f[5] = s.bc1; f[6] = s.bc2; f[7] = s.maxNorm;
-  u[8] = s.lossSlot; u[9] = s.step; u[10] = 0; u[11] = 0;
+  f[0] = s.lr;
+  f[1] = s.beta1;
+  f[2] = s.beta2;
+  f[3] = s.eps;
+  f[4] = s.weightDecay;
+  f[5] = s.bc1;
+  f[6] = s.bc2;
+  f[7] = s.maxNorm;
+  u[8] = s.lossSlot;
+  u[9] = s.step;
+  u[10] = 0;
+  u[11] = 0;
   return out;
 }
 
@@ -39,7 +55,8 @@ export function encodeStepUniform(s: StepUniform, out = new ArrayBuffer(STEP_UNI
  * createComputePipelineAsync 1.6–2.5× slower than the blocking call on 2 cores; a
  * browser keeps the async call so the page (or worker) never blocks on compiles.
  */
-const IS_NODE = typeof (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node === 'string';
+const IS_NODE =
+  typeof (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node === 'string';
 
 /** Compiles the shader modules once and every pipeline once (cached by entry). */
 export class KernelSet {
@@ -62,7 +79,10 @@ export class KernelSet {
   }
 
   /** `subgroups`: reductions with subgroup operations (the device must have the feature). */
-  constructor(readonly device: GPUDevice, opts: { subgroups?: boolean; syncCompile?: boolean } = {}) {
+  constructor(
+    readonly device: GPUDevice,
+    opts: { subgroups?: boolean; syncCompile?: boolean } = {},
+  ) {
     this.subgroups = opts.subgroups ?? false;
     this.syncCompile = opts.syncCompile ?? IS_NODE;
   }
@@ -113,7 +133,7 @@ interface Built {
   spec: DispatchSpec;
   pipeline: GPUComputePipeline;
   bindGroup: GPUBindGroup;
-  slot: number;  // byte offset of the dispatch's uniform slot
+  slot: number; // byte offset of the dispatch's uniform slot
   bytes: number; // its Params struct's size
   step: boolean; // binds the step uniform
 }
@@ -131,25 +151,45 @@ export class Program {
   private shape: Shape | null = null;
   private readonly staging: ArrayBuffer;
 
-  private constructor(readonly device: GPUDevice, built: Built[], uniform: GPUBuffer) {
+  private constructor(
+    readonly device: GPUDevice,
+    built: Built[],
+    uniform: GPUBuffer,
+  ) {
     this.built = built;
     this.uniform = uniform;
     this.staging = new ArrayBuffer(uniform.size);
   }
 
   /** `stepUniform` is bound at binding 8 for the entries that read it. */
-  static async build(kernels: KernelSet, specs: DispatchSpec[], probe: Shape, stepUniform?: GPUBuffer, label = 'program'): Promise<Program> {
+  static async build(
+    kernels: KernelSet,
+    specs: DispatchSpec[],
+    probe: Shape,
+    stepUniform?: GPUBuffer,
+    label = 'program',
+  ): Promise<Program> {
     const device = kernels.device;
     await kernels.prepare(specs);
     let offset = 0;
     const layout = specs.map((spec) => {
       const bytes = spec.kernel.params.bytes;
-      writeParams(spec.kernel.params, spec.params(probe), new DataView(new ArrayBuffer(bytes)), 0, `${spec.kernel.file} ${spec.entry}`);
+      writeParams(
+        spec.kernel.params,
+        spec.params(probe),
+        new DataView(new ArrayBuffer(bytes)),
+        0,
+        `${spec.kernel.file} ${spec.entry}`,
+      );
       const slot = offset;
       offset += Math.ceil(bytes / SLOT_ALIGN) * SLOT_ALIGN;
       return { slot, bytes };
     });
-    const uniform = device.createBuffer({ label: `${label}.uniforms`, size: Math.max(offset, SLOT_ALIGN), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+    const uniform = device.createBuffer({
+      label: `${label}.uniforms`,
+      size: Math.max(offset, SLOT_ALIGN),
+      usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+    });
     const built: Built[] = [];
     for (let i = 0; i < specs.length; i++) {
       const spec = specs[i];
@@ -157,7 +197,9 @@ export class Program {
       const step = spec.kernel.entries.get(spec.entry)!.step;
       const pipeline = await kernels.pipeline(spec.kernel, spec.entry, spec.defines);
       const { slot, bytes } = layout[i];
-      const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: { buffer: uniform, offset: slot, size: Math.ceil(bytes / 16) * 16 } }];
+      const entries: GPUBindGroupEntry[] = [
+        { binding: 0, resource: { buffer: uniform, offset: slot, size: Math.ceil(bytes / 16) * 16 } },
+      ];
       for (const [binding, buffer] of storage) entries.push({ binding, resource: { buffer } });
       if (step) {
         if (!stepUniform) throw new Error(`${spec.entry} needs the step uniform`);
@@ -195,7 +237,11 @@ export class Program {
   }
 
   /** Records each dispatch in its own pass (descriptor from `pass(i)`); returns each pass's entry, null where the shape skips it. */
-  encodeEach(enc: GPUCommandEncoder, shape: Shape, pass: (i: number) => GPUComputePassDescriptor): Array<string | null> {
+  encodeEach(
+    enc: GPUCommandEncoder,
+    shape: Shape,
+    pass: (i: number) => GPUComputePassDescriptor,
+  ): Array<string | null> {
     const entries: Array<string | null> = [];
     for (let i = 0; i < this.built.length; i++) {
       const [x, y, z] = this.built[i].spec.grid(shape);

@@ -31,14 +31,28 @@ export const AUTOTUNE_BUDGET_MS = 2000;
 export const ENGINE_FEATURES: GPUFeatureName[] = ['subgroups', 'timestamp-query', 'shader-f16'];
 
 /** The subset of ENGINE_FEATURES this adapter offers, for `requestDevice({ requiredFeatures })`. */
-export const engineFeatures = (adapter: GPUAdapter): GPUFeatureName[] => ENGINE_FEATURES.filter((f) => adapter.features.has(f));
+export const engineFeatures = (adapter: GPUAdapter): GPUFeatureName[] =>
+  ENGINE_FEATURES.filter((f) => adapter.features.has(f));
 
 export interface DeviceLost {
   reason: string;
   message: string;
 }
 
-export const PER_LAYER = new Set(['ln1w', 'ln1b', 'qkvw', 'qkvb', 'attprojw', 'attprojb', 'ln2w', 'ln2b', 'fcw', 'fcb', 'fcprojw', 'fcprojb']);
+export const PER_LAYER = new Set([
+  'ln1w',
+  'ln1b',
+  'qkvw',
+  'qkvb',
+  'attprojw',
+  'attprojb',
+  'ln2w',
+  'ln2b',
+  'fcw',
+  'fcb',
+  'fcprojw',
+  'fcprojb',
+]);
 
 /** Dispatches recorded for one training step (checked against what build() records). */
 export const stepDispatches = (L: number) => 18 + 40 * L;
@@ -65,7 +79,19 @@ export const READBACK_BYTES = 4 * 2 ** 20;
 export const h16b = (n: number) => Math.max(16, Math.ceil((n * 2) / 16) * 16); // bytes of n halves, padded alike
 
 /** Activations stored as halves with --precision f16: all but the logits (and their gradients: f32). */
-export const HALF_ACTIVATIONS = new Set(['encoded', 'ln1', 'qkv', 'atty', 'attproj', 'residual2', 'ln2', 'fch', 'fcproj', 'residual3', 'lnf']);
+export const HALF_ACTIVATIONS = new Set([
+  'encoded',
+  'ln1',
+  'qkv',
+  'atty',
+  'attproj',
+  'residual2',
+  'ln2',
+  'fch',
+  'fcproj',
+  'residual3',
+  'lnf',
+]);
 
 export function resolve(opts: WebGpuEngineOptions) {
   const c = opts.config;
@@ -78,34 +104,62 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   const { c, maxT, B, ring } = resolve(opts);
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
   const N = paramLayout(c).total;
-  const BT = B * maxT, ROWS = B * NH * maxT;
+  const BT = B * maxT,
+    ROWS = B * NH * maxT;
   const s = new Map<string, number>();
   for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
   const perLayer: Record<string, number> = {
-    ln1: BT * C, ln1Mean: BT, ln1Rstd: BT, qkv: BT * 3 * C, atty: BT * C, attLse: ROWS,
-    residual2: BT * C, ln2: BT * C, ln2Mean: BT, ln2Rstd: BT, fch: 2 * BT * 4 * C /* fc output, then its GELU at BT·4C */, residual3: BT * C,
+    ln1: BT * C,
+    ln1Mean: BT,
+    ln1Rstd: BT,
+    qkv: BT * 3 * C,
+    atty: BT * C,
+    attLse: ROWS,
+    residual2: BT * C,
+    ln2: BT * C,
+    ln2Mean: BT,
+    ln2Rstd: BT,
+    fch: 2 * BT * 4 * C /* fc output, then its GELU at BT·4C */,
+    residual3: BT * C,
   };
   const f16 = opts.precision === 'f16';
   const bytes = (k: string, n: number) => (f16 && HALF_ACTIVATIONS.has(k) ? h16b(n) : f32b(n));
   if (f16) s.set('wcopy', h16b(N)); // the matmuls' weight copy (AdamW writes it)
   for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, bytes(k, n));
   const single: Record<string, number> = {
-    encoded: BT * C, attproj: BT * C, fcproj: BT * C, lnf: BT * C, lnfMean: BT, lnfRstd: BT,
-    logits: BT * V, probs: BT * V, losses: BT,
+    encoded: BT * C,
+    attproj: BT * C,
+    fcproj: BT * C,
+    lnf: BT * C,
+    lnfMean: BT,
+    lnfRstd: BT,
+    logits: BT * V,
+    probs: BT * V,
+    losses: BT,
     // gradients of activations: one layer's worth, reused down the layers; the residual
     // stream's gradient is one buffer that every LayerNorm backward adds into. Buffers whose
     // lives do not overlap are one: attention's dout is dln, its dinp (dqkv) is dfchGelu; f16's
     // in-place GELU backward needs no dfch
-    dlogits: BT * V, dln: BT * C, dres: BT * C,
-    dfchGelu: BT * 4 * C, ...(f16 ? {} : { dfch: BT * 4 * C }), attDsum: ROWS,
+    dlogits: BT * V,
+    dln: BT * C,
+    dres: BT * C,
+    dfchGelu: BT * 4 * C,
+    ...(f16 ? {} : { dfch: BT * 4 * C }),
+    attDsum: ROWS,
     dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
-    inputs: BT, targets: BT,
-    ring: ring + EVAL_SLOTS, partials: op.gradNormPartials(N), clip: 4,
+    inputs: BT,
+    targets: BT,
+    ring: ring + EVAL_SLOTS,
+    partials: op.gradNormPartials(N),
+    clip: 4,
   };
   for (const [k, n] of Object.entries(single)) s.set(k, bytes(k, n));
   const o = new Map<string, number>();
   // θ, Δ and the moments are read back a chunk at a time; logits and eval losses fit in one
-  o.set('readback', Math.min(f32b(N), Math.max(Math.ceil((opts.readbackBytes ?? READBACK_BYTES) / 16) * 16, f32b(V), f32b(EVAL_SLOTS))));
+  o.set(
+    'readback',
+    Math.min(f32b(N), Math.max(Math.ceil((opts.readbackBytes ?? READBACK_BYTES) / 16) * 16, f32b(V), f32b(EVAL_SLOTS))),
+  );
   o.set('lossStaging', f32b(ring + EVAL_SLOTS));
   o.set('stepUniform', 256);
   // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
@@ -148,15 +202,22 @@ export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number
 
 export const mib = (n: number) => `${(n / 2 ** 20).toFixed(n % 2 ** 20 === 0 ? 0 : 1)} MiB`;
 
-export function limitShortfall(limits: Record<string, number>, have: GPUSupportedLimits, opts: WebGpuEngineOptions, who: string): Result<void> {
+export function limitShortfall(
+  limits: Record<string, number>,
+  have: GPUSupportedLimits,
+  opts: WebGpuEngineOptions,
+  who: string,
+): Result<void> {
   const have_ = have as unknown as Record<string, number>;
   for (const [k, need] of Object.entries(limits)) {
     const h = have_[k];
     if (h === undefined || need <= h) continue;
     const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? mib : String;
     const { c, maxT, B } = resolve(opts);
-    return err('E_ADAPTER_TOO_SMALL',
-      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, batch ${B}×${maxT}; try a smaller batch or model)`);
+    return err(
+      'E_ADAPTER_TOO_SMALL',
+      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, batch ${B}×${maxT}; try a smaller batch or model)`,
+    );
   }
   return ok(undefined);
 }
@@ -174,20 +235,29 @@ export function checkAdapterFits(adapter: GPUAdapter, opts: WebGpuEngineOptions)
 export function validateOptions(opts: WebGpuEngineOptions): void {
   validateConfig(opts.config);
   const maxT = opts.maxT ?? opts.config.blockSize;
-  if (!Number.isInteger(maxT) || maxT < 1 || maxT > opts.config.blockSize) throw new Error(`maxT ${maxT} must be an integer in [1, blockSize ${opts.config.blockSize}]`);
-  if (!Number.isInteger(opts.maxBatch) || opts.maxBatch < 1) throw new Error(`maxBatch ${opts.maxBatch} must be a positive integer`);
+  if (!Number.isInteger(maxT) || maxT < 1 || maxT > opts.config.blockSize)
+    throw new Error(`maxT ${maxT} must be an integer in [1, blockSize ${opts.config.blockSize}]`);
+  if (!Number.isInteger(opts.maxBatch) || opts.maxBatch < 1)
+    throw new Error(`maxBatch ${opts.maxBatch} must be a positive integer`);
   // grid dimensions the kernels index directly (vocab rows, batch·heads, positions)
-  const dims = { vocabSize: opts.config.vocabSize, 'maxBatch·nHead': opts.maxBatch * opts.config.nHead, maxT };
-  for (const [k, v] of Object.entries(dims)) if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
+  const dims = { vocabSize: opts.config.vocabSize, maxBatch·nHead: opts.maxBatch * opts.config.nHead, maxT };
+  for (const [k, v] of Object.entries(dims))
+    if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
   const p = opts.precision ?? 'f32';
   if (p !== 'f32' && p !== 'f16') throw new Error(`precision ${String(p)} must be f32 or f16`);
   // attention holds rows as vec4s, in either precision
   const hs = opts.config.nEmbd / opts.config.nHead;
-  if (hs % 4 !== 0) throw new Error(`the WebGPU engine needs a head size (nEmbd / nHead) that is a multiple of 4, got ${hs}`);
+  if (hs % 4 !== 0)
+    throw new Error(`the WebGPU engine needs a head size (nEmbd / nHead) that is a multiple of 4, got ${hs}`);
   if (p === 'f16') {
     // halves are read 4 at a time (vec4 loads of the matmuls and attention), 8 by the encoder and LayerNorm
     const { nEmbd: C, nHead: NH, vocabSize: V } = opts.config;
-    for (const [k, v, n] of [['nEmbd', C, 8], ['vocabSize', V, 4], ['head size', C / NH, 4]] as const) if (v % n !== 0) throw new Error(`precision f16 needs ${k} a multiple of ${n}, got ${v}`);
+    for (const [k, v, n] of [
+      ['nEmbd', C, 8],
+      ['vocabSize', V, 4],
+      ['head size', C / NH, 4],
+    ] as const)
+      if (v % n !== 0) throw new Error(`precision f16 needs ${k} a multiple of ${n}, got ${v}`);
   }
 }
 

@@ -18,12 +18,19 @@ export interface PendingProfile {
 }
 
 /** Records `program` one dispatch per pass with timestamps (dispatches the shape skips are left out of the result). */
-export function recordProfiled(device: GPUDevice, enc: GPUCommandEncoder, program: Program, shape: Shape): PendingProfile {
+export function recordProfiled(
+  device: GPUDevice,
+  enc: GPUCommandEncoder,
+  program: Program,
+  shape: Shape,
+): PendingProfile {
   const n = program.length;
   const querySet = device.createQuerySet({ type: 'timestamp', count: 2 * n });
   const resolved = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
   const staging = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  const entries = program.encodeEach(enc, shape, (i) => ({ timestampWrites: { querySet, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 } }));
+  const entries = program.encodeEach(enc, shape, (i) => ({
+    timestampWrites: { querySet, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 },
+  }));
   enc.resolveQuerySet(querySet, 0, 2 * n, resolved, 0);
   enc.copyBufferToBuffer(resolved, 0, staging, 0, 16 * n);
   return {
@@ -39,7 +46,9 @@ export function recordProfiled(device: GPUDevice, enc: GPUCommandEncoder, progra
 }
 
 /** Per entry point: total ms and share of the step, largest first. */
-export function kernelShares(times: KernelTime[]): Array<{ entry: string; ms: number; share: number; dispatches: number }> {
+export function kernelShares(
+  times: KernelTime[],
+): Array<{ entry: string; ms: number; share: number; dispatches: number }> {
   const total = times.reduce((a, t) => a + Math.max(0, t.ms), 0);
   const by = new Map<string, { ms: number; dispatches: number }>();
   for (const t of times) {
@@ -48,5 +57,7 @@ export function kernelShares(times: KernelTime[]): Array<{ entry: string; ms: nu
     e.dispatches += 1;
     by.set(t.entry, e);
   }
-  return [...by].map(([entry, e]) => ({ entry, ms: e.ms, share: total > 0 ? e.ms / total : 0, dispatches: e.dispatches })).sort((a, b) => b.ms - a.ms);
+  return [...by]
+    .map(([entry, e]) => ({ entry, ms: e.ms, share: total > 0 ? e.ms / total : 0, dispatches: e.dispatches }))
+    .sort((a, b) => b.ms - a.ms);
 }

@@ -28,16 +28,22 @@ export class LossRing {
   private readonly all: GPUBuffer[] = []; // staging buffers, all of them
   private free: GPUBuffer[] = [];
   private drains: Drain[] = [];
-  private steps = 0;   // steps recorded (ring slot = steps % R)
+  private steps = 0; // steps recorded (ring slot = steps % R)
   private pending = 0; // losses in the ring not yet copied out
   // take() waits for the GPU without a pending promise for most of the time the steps should take:
-  private untaken = 0;          // steps recorded since the last take
-  private firstAt = 0;          // when the first of them was recorded (ms, performance.now)
-  private idleAt = 0;           // when the last take's map resolved: the queue was empty by then
+  private untaken = 0; // steps recorded since the last take
+  private firstAt = 0; // when the first of them was recorded (ms, performance.now)
+  private idleAt = 0; // when the last take's map resolved: the queue was empty by then
   private msPerStep: number | null = null; // GPU ms per step, as the last take saw it
 
   /** `ring`: the GPU loss ring (R slots, then EVAL_SLOTS for evaluation); `stagingBytes`: the first staging buffer's size. */
-  constructor(private readonly gpu: GPUDevice, private readonly ring: GPUBuffer, private readonly R: number, stagingBytes: number, private readonly alloc: Alloc) {
+  constructor(
+    private readonly gpu: GPUDevice,
+    private readonly ring: GPUBuffer,
+    private readonly R: number,
+    stagingBytes: number,
+    private readonly alloc: Alloc,
+  ) {
     const staging = alloc('lossStaging', stagingBytes, mappable());
     this.all.push(staging);
     this.free.push(staging);
@@ -115,7 +121,10 @@ export class LossRing {
 export class Readback {
   private lock: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly gpu: GPUDevice, private readonly rb: GPUBuffer) {}
+  constructor(
+    private readonly gpu: GPUDevice,
+    private readonly rb: GPUBuffer,
+  ) {}
 
   /** Runs reads through the readback buffer one at a time. */
   exclusive<T>(fn: () => Promise<T>): Promise<T> {
@@ -138,7 +147,12 @@ export class Readback {
    * takes several), each chunk handed to `take` while mapped, with its byte offset. `first` records
    * work into the first chunk's submission (readDelta's Δ pass). Call inside `exclusive`.
    */
-  async out(src: GPUBuffer, bytes: number, take: (chunk: ArrayBuffer, at: number) => void, first?: (enc: GPUCommandEncoder) => void): Promise<void> {
+  async out(
+    src: GPUBuffer,
+    bytes: number,
+    take: (chunk: ArrayBuffer, at: number) => void,
+    first?: (enc: GPUCommandEncoder) => void,
+  ): Promise<void> {
     const rb = this.rb;
     for (let at = 0; at < bytes; at += rb.size) {
       const n = Math.min(rb.size, Math.ceil((bytes - at) / 4) * 4);

@@ -14,7 +14,11 @@ import { type MatmulChoice, tunedDims } from './webgpu-tune.ts';
  * rows, matmuls on the tuner's `choices`. [0, fwdEnd): forward to the logits; [fwdEnd, lossEnd):
  * the cross-entropy and mean loss; then backward; [optStart, end): grad norm and AdamW.
  */
-export function trainingStep(c: GPTConfig, b: (name: string) => GPUBuffer, o: { maxRows: number; choices: Map<string, MatmulChoice>; f16?: { form: op.HalfForm } }): { specs: DispatchSpec[]; fwdEnd: number; lossEnd: number; optStart: number } {
+export function trainingStep(
+  c: GPTConfig,
+  b: (name: string) => GPUBuffer,
+  o: { maxRows: number; choices: Map<string, MatmulChoice>; f16?: { form: op.HalfForm } },
+): { specs: DispatchSpec[]; fwdEnd: number; lossEnd: number; optStart: number } {
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
   const layout = paramLayout(c);
   // element offset of a tensor, or of layer l's slice of a (L, ...) tensor
@@ -22,12 +26,15 @@ export function trainingStep(c: GPTConfig, b: (name: string) => GPUBuffer, o: { 
     const t = layout.byName[name];
     return t.offset + (PER_LAYER.has(name) ? (l * t.size) / L : 0);
   };
-  const params = b('params'), grads = b('grads'), partials = b('dwPartials');
+  const params = b('params'),
+    grads = b('grads'),
+    partials = b('dwPartials');
   const resid = (l: number) => (l < 0 ? b('encoded') : b(`residual3.${l}`));
   // the residual stream's gradient: one buffer, each LayerNorm backward adds its dinp into it
   const dres = b('dres');
   // gradient buffers shared where their lives do not overlap (webgpu-plan.ts)
-  const datty = b('dln'), dqkv = b('dfchGelu');
+  const datty = b('dln'),
+    dqkv = b('dfchGelu');
   const specs: DispatchSpec[] = [];
   const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
   const gelu = o.maxRows * 4 * C; // offset of the GELU half of each fch buffer
@@ -41,35 +48,107 @@ export function trainingStep(c: GPTConfig, b: (name: string) => GPUBuffer, o: { 
   const halfFwd = (out: boolean) => (f16 ? { half: { inp: true, w: true, out }, vec4: true } : {});
   const halfBwd = f16 ? { half: { inp: true, w: true }, vec4: true, dwVec4: true } : {};
   const lnBwd = f16 ? { half: form } : {}; // the LayerNorm backward reads the stream as halves
-  const lnFwd = (out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, inp: GPUBuffer, d: { C: number; wOff: number; bOff: number }) =>
-    (f16 ? op.layernormForwardF16(out, mean, rstd, inp, params, { ...d, form }) : op.layernormForward(out, mean, rstd, inp, params, d));
-  const resLnFwd = (res: GPUBuffer, out: GPUBuffer, mean: GPUBuffer, rstd: GPUBuffer, a: GPUBuffer, b2: GPUBuffer, d: { C: number; wOff: number; bOff: number }) =>
-    (f16 ? op.residualLayernormForwardF16(res, out, mean, rstd, a, b2, params, { ...d, form }) : op.residualLayernormForward(res, out, mean, rstd, a, b2, params, d));
+  const lnFwd = (
+    out: GPUBuffer,
+    mean: GPUBuffer,
+    rstd: GPUBuffer,
+    inp: GPUBuffer,
+    d: { C: number; wOff: number; bOff: number },
+  ) =>
+    f16
+      ? op.layernormForwardF16(out, mean, rstd, inp, params, { ...d, form })
+      : op.layernormForward(out, mean, rstd, inp, params, d);
+  const resLnFwd = (
+    res: GPUBuffer,
+    out: GPUBuffer,
+    mean: GPUBuffer,
+    rstd: GPUBuffer,
+    a: GPUBuffer,
+    b2: GPUBuffer,
+    d: { C: number; wOff: number; bOff: number },
+  ) =>
+    f16
+      ? op.residualLayernormForwardF16(res, out, mean, rstd, a, b2, params, { ...d, form })
+      : op.residualLayernormForward(res, out, mean, rstd, a, b2, params, d);
 
   // ---- forward: each residual add is fused into the LayerNorm that reads it next
   specs.push(
-    f16 ? op.encoderForwardF16(b('encoded'), b('inputs'), W, enc) : op.encoderForward(b('encoded'), b('inputs'), params, enc),
+    f16
+      ? op.encoderForwardF16(b('encoded'), b('inputs'), W, enc)
+      : op.encoderForward(b('encoded'), b('inputs'), params, enc),
     lnFwd(b('ln1.0'), b('ln1Mean.0'), b('ln1Rstd.0'), b('encoded'), { C, wOff: at('ln1w', 0), bOff: at('ln1b', 0) }),
   );
   for (let l = 0; l < L; l++) {
     const x = (k: string) => b(`${k}.${l}`);
     // residual3.l feeds layer l + 1's ln1, or lnf after the last layer
-    const next = l + 1 < L
-      ? { out: b(`ln1.${l + 1}`), mean: b(`ln1Mean.${l + 1}`), rstd: b(`ln1Rstd.${l + 1}`), wOff: at('ln1w', l + 1), bOff: at('ln1b', l + 1) }
-      : { out: b('lnf'), mean: b('lnfMean'), rstd: b('lnfRstd'), wOff: at('lnfw'), bOff: at('lnfb') };
+    const next =
+      l + 1 < L
+        ? {
+            out: b(`ln1.${l + 1}`),
+            mean: b(`ln1Mean.${l + 1}`),
+            rstd: b(`ln1Rstd.${l + 1}`),
+            wOff: at('ln1w', l + 1),
+            bOff: at('ln1b', l + 1),
+          }
+        : { out: b('lnf'), mean: b('lnfMean'), rstd: b('lnfRstd'), wOff: at('lnfw'), bOff: at('lnfb') };
     specs.push(
-      op.matmulForward(x('qkv'), x('ln1'), W, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), ...tuned(C, 3 * C).fwd, ...halfFwd(true) }),
+      op.matmulForward(x('qkv'), x('ln1'), W, {
+        C,
+        OC: 3 * C,
+        wOff: at('qkvw', l),
+        biasOff: at('qkvb', l),
+        ...tuned(C, 3 * C).fwd,
+        ...halfFwd(true),
+      }),
       op.attentionForward(x('atty'), x('attLse'), x('qkv'), { C, NH, half: f16 }),
-      op.matmulForward(b('attproj'), x('atty'), W, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), ...tuned(C, C).fwd, ...halfFwd(true) }),
-      resLnFwd(x('residual2'), x('ln2'), x('ln2Mean'), x('ln2Rstd'), resid(l - 1), b('attproj'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l) }),
+      op.matmulForward(b('attproj'), x('atty'), W, {
+        C,
+        OC: C,
+        wOff: at('attprojw', l),
+        biasOff: at('attprojb', l),
+        ...tuned(C, C).fwd,
+        ...halfFwd(true),
+      }),
+      resLnFwd(x('residual2'), x('ln2'), x('ln2Mean'), x('ln2Rstd'), resid(l - 1), b('attproj'), {
+        C,
+        wOff: at('ln2w', l),
+        bOff: at('ln2b', l),
+      }),
       // bias + GELU fused into the fc matmul: fch holds the pre-activation (for the backward), then its GELU at `gelu`
-      op.matmulForward(x('fch'), x('ln2'), W, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), geluOff: gelu, ...tuned(C, 4 * C).fwd, ...halfFwd(true) }),
-      op.matmulForward(b('fcproj'), x('fch'), W, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, ...tuned(4 * C, C).fwd, ...halfFwd(true) }),
-      resLnFwd(x('residual3'), next.out, next.mean, next.rstd, x('residual2'), b('fcproj'), { C, wOff: next.wOff, bOff: next.bOff }),
+      op.matmulForward(x('fch'), x('ln2'), W, {
+        C,
+        OC: 4 * C,
+        wOff: at('fcw', l),
+        biasOff: at('fcb', l),
+        geluOff: gelu,
+        ...tuned(C, 4 * C).fwd,
+        ...halfFwd(true),
+      }),
+      op.matmulForward(b('fcproj'), x('fch'), W, {
+        C: 4 * C,
+        OC: C,
+        wOff: at('fcprojw', l),
+        biasOff: at('fcprojb', l),
+        inOff: gelu,
+        ...tuned(4 * C, C).fwd,
+        ...halfFwd(true),
+      }),
+      resLnFwd(x('residual3'), next.out, next.mean, next.rstd, x('residual2'), b('fcproj'), {
+        C,
+        wOff: next.wOff,
+        bOff: next.bOff,
+      }),
     );
   }
   specs.push(
-    op.matmulForward(b('logits'), b('lnf'), W, { C, OC: V, wOff: at('wte'), biasOff: null, ...tuned(C, V).fwd, ...halfFwd(false) }), // tied LM head
+    op.matmulForward(b('logits'), b('lnf'), W, {
+      C,
+      OC: V,
+      wOff: at('wte'),
+      biasOff: null,
+      ...tuned(C, V).fwd,
+      ...halfFwd(false),
+    }), // tied LM head
   );
   const fwdEnd = specs.length;
   specs.push(
@@ -83,23 +162,86 @@ export function trainingStep(c: GPTConfig, b: (name: string) => GPUBuffer, o: { 
   // and each LayerNorm backward adds its dinp into it once they have.
   specs.push(
     op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
-    ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), W, { C, OC: V, wOff: at('wte'), biasOff: null, partials, ...tuned(C, V).bwd, ...halfBwd }),
-    ...op.layernormBackward(dres, grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), { C, wOff: at('lnfw'), bOff: at('lnfb'), partials, ...lnBwd }),
+    ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), W, {
+      C,
+      OC: V,
+      wOff: at('wte'),
+      biasOff: null,
+      partials,
+      ...tuned(C, V).bwd,
+      ...halfBwd,
+    }),
+    ...op.layernormBackward(dres, grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), {
+      C,
+      wOff: at('lnfw'),
+      bOff: at('lnfb'),
+      partials,
+      ...lnBwd,
+    }),
   );
   for (let l = L - 1; l >= 0; l--) {
     const x = (k: string) => b(`${k}.${l}`);
     specs.push(
       // dres = d residual3.l
-      ...op.matmulBackward(b('dfchGelu'), grads, dres, x('fch'), W, { C: 4 * C, OC: C, wOff: at('fcprojw', l), biasOff: at('fcprojb', l), inOff: gelu, partials, ...tuned(4 * C, C).bwd, ...halfBwd }),
+      ...op.matmulBackward(b('dfchGelu'), grads, dres, x('fch'), W, {
+        C: 4 * C,
+        OC: C,
+        wOff: at('fcprojw', l),
+        biasOff: at('fcprojb', l),
+        inOff: gelu,
+        partials,
+        ...tuned(4 * C, C).bwd,
+        ...halfBwd,
+      }),
       // f16: in place, so dfch is dfchGelu
-      f16 ? op.geluBackwardF16(b('dfchGelu'), x('fch'), { width: 4 * C, form }) : op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
-      ...op.matmulBackward(b('dln'), grads, f16 ? b('dfchGelu') : b('dfch'), x('ln2'), W, { C, OC: 4 * C, wOff: at('fcw', l), biasOff: at('fcb', l), partials, ...tuned(C, 4 * C).bwd, ...halfBwd }),
-      ...op.layernormBackward(dres, grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), { C, wOff: at('ln2w', l), bOff: at('ln2b', l), partials, accumulateDinp: true, ...lnBwd }),
+      f16
+        ? op.geluBackwardF16(b('dfchGelu'), x('fch'), { width: 4 * C, form })
+        : op.geluBackward(b('dfch'), x('fch'), b('dfchGelu'), { width: 4 * C }),
+      ...op.matmulBackward(b('dln'), grads, f16 ? b('dfchGelu') : b('dfch'), x('ln2'), W, {
+        C,
+        OC: 4 * C,
+        wOff: at('fcw', l),
+        biasOff: at('fcb', l),
+        partials,
+        ...tuned(C, 4 * C).bwd,
+        ...halfBwd,
+      }),
+      ...op.layernormBackward(dres, grads, b('dln'), x('residual2'), params, x('ln2Mean'), x('ln2Rstd'), {
+        C,
+        wOff: at('ln2w', l),
+        bOff: at('ln2b', l),
+        partials,
+        accumulateDinp: true,
+        ...lnBwd,
+      }),
       // dres = d residual2.l
-      ...op.matmulBackward(datty, grads, dres, x('atty'), W, { C, OC: C, wOff: at('attprojw', l), biasOff: at('attprojb', l), partials, ...tuned(C, C).bwd, ...halfBwd }),
+      ...op.matmulBackward(datty, grads, dres, x('atty'), W, {
+        C,
+        OC: C,
+        wOff: at('attprojw', l),
+        biasOff: at('attprojb', l),
+        partials,
+        ...tuned(C, C).bwd,
+        ...halfBwd,
+      }),
       ...op.attentionBackward(dqkv, b('attDsum'), datty, x('qkv'), x('atty'), x('attLse'), { C, NH, half: f16 }),
-      ...op.matmulBackward(b('dln'), grads, dqkv, x('ln1'), W, { C, OC: 3 * C, wOff: at('qkvw', l), biasOff: at('qkvb', l), partials, ...tuned(C, 3 * C).bwd, ...halfBwd }),
-      ...op.layernormBackward(dres, grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), { C, wOff: at('ln1w', l), bOff: at('ln1b', l), partials, accumulateDinp: true, ...lnBwd }),
+      ...op.matmulBackward(b('dln'), grads, dqkv, x('ln1'), W, {
+        C,
+        OC: 3 * C,
+        wOff: at('qkvw', l),
+        biasOff: at('qkvb', l),
+        partials,
+        ...tuned(C, 3 * C).bwd,
+        ...halfBwd,
+      }),
+      ...op.layernormBackward(dres, grads, b('dln'), resid(l - 1), params, x('ln1Mean'), x('ln1Rstd'), {
+        C,
+        wOff: at('ln1w', l),
+        bOff: at('ln1b', l),
+        partials,
+        accumulateDinp: true,
+        ...lnBwd,
+      }),
     );
   }
   // dres = d encoded; the tied wte already holds the LM head's gradient: the embedding's adds to it
@@ -109,7 +251,11 @@ export function trainingStep(c: GPTConfig, b: (name: string) => GPUBuffer, o: { 
   const optStart = specs.length;
   specs.push(
     ...op.gradNorm(b('clip'), b('partials'), grads, { N: layout.total }),
-    op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), { N: layout.total, ranges: op.decayRanges(layout.tensors), ...(f16 ? { copy: W } : {}) }),
+    op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), {
+      N: layout.total,
+      ranges: op.decayRanges(layout.tensors),
+      ...(f16 ? { copy: W } : {}),
+    }),
   );
   return { specs, fwdEnd, lossEnd, optStart };
 }

@@ -7,7 +7,7 @@
 // default choice until all its variants are timed, over one or more starts. No node: imports: the cache is given
 // (localStorage in a browser, a file in Node: client/island/engine/tune-cache.ts).
 
-import { KernelSet, Program } from './webgpu-kernels.ts';
+import { type KernelSet, Program } from './webgpu-kernels.ts';
 import type { DispatchSpec, Shape } from '../../../shaders/kernel.ts';
 import * as op from '../../../shaders/ops.ts';
 
@@ -53,16 +53,24 @@ export interface TuneResult {
   /** `${pass}:${C}x${OC}` → the choice */
   choices: Map<string, MatmulChoice>;
   /** per shape: the variants' median ms, and where the choice came from */
-  report: Array<{ shape: string; chosen: MatmulChoice; from: 'cache' | 'timed' | 'default'; ms?: Record<string, number> }>;
+  report: Array<{
+    shape: string;
+    chosen: MatmulChoice;
+    from: 'cache' | 'timed' | 'default';
+    ms?: Record<string, number>;
+  }>;
   ms: number;
 }
 
 export const tuneKey = (s: MatmulShape) => `${s.pass}:${s.C}x${s.OC}`;
 /** The cache's key of a shape's choice: by adapter and rows (v3: the tile variants with wider columns). */
-export const tuneCacheKey = (adapter: string, rows: number, s: MatmulShape) => `atoll.autotune.v3|${adapter}|${rows}|${tuneKey(s)}`;
-const tileLabel = (t: op.MatmulTile) => `${t.direct ? 'direct' : 'tile'}${t.bm}x${t.bn}/${t.tm}${t.tn ? `x${t.tn}` : ''}`;
+export const tuneCacheKey = (adapter: string, rows: number, s: MatmulShape) =>
+  `atoll.autotune.v3|${adapter}|${rows}|${tuneKey(s)}`;
+const tileLabel = (t: op.MatmulTile) =>
+  `${t.direct ? 'direct' : 'tile'}${t.bm}x${t.bn}/${t.tm}${t.tn ? `x${t.tn}` : ''}`;
 /** e.g. `vec4`, `vec4/direct64x32/16`, `scalar/split4` */
-export const choiceLabel = (c: MatmulChoice) => `${c.vec4 ? 'vec4' : 'scalar'}${c.tile ? `/${tileLabel(c.tile)}` : ''}${c.splitK > 1 ? `/split${c.splitK}` : ''}`;
+export const choiceLabel = (c: MatmulChoice) =>
+  `${c.vec4 ? 'vec4' : 'scalar'}${c.tile ? `/${tileLabel(c.tile)}` : ''}${c.splitK > 1 ? `/split${c.splitK}` : ''}`;
 
 /** Browser cache: localStorage where the page has it (not in a Web Worker). */
 export function localStorageCache(): TuneCache | null {
@@ -80,7 +88,11 @@ const IDB_STORE = 'choices';
 export async function indexedDbTuneCache(name = 'atoll-autotune'): Promise<TuneCache | null> {
   const idb = (globalThis as { indexedDB?: IDBFactory }).indexedDB;
   if (!idb) return null;
-  const done = <T>(req: IDBRequest<T>) => new Promise<T>((resolve, reject) => { req.onsuccess = () => resolve(req.result); req.onerror = () => reject(req.error); });
+  const done = <T>(req: IDBRequest<T>) =>
+    new Promise<T>((resolve, reject) => {
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error);
+    });
   try {
     const open = idb.open(name, 1);
     open.onupgradeneeded = () => open.result.createObjectStore(IDB_STORE);
@@ -88,7 +100,9 @@ export async function indexedDbTuneCache(name = 'atoll-autotune'): Promise<TuneC
     const store = db.transaction(IDB_STORE, 'readonly').objectStore(IDB_STORE);
     const [keys, values] = await Promise.all([done(store.getAllKeys()), done(store.getAll())]);
     const entries = new Map<string, string>();
-    keys.forEach((k, i) => { if (typeof values[i] === 'string') entries.set(String(k), values[i] as string); });
+    keys.forEach((k, i) => {
+      if (typeof values[i] === 'string') entries.set(String(k), values[i] as string);
+    });
     return {
       get: (k) => entries.get(k) ?? null,
       set(k, v) {
@@ -109,7 +123,11 @@ export async function indexedDbTuneCache(name = 'atoll-autotune'): Promise<TuneC
 function candidates(s: MatmulShape, rows: number): MatmulChoice[] {
   const vec4 = s.C % 4 === 0 && s.OC % 4 === 0;
   const splits = s.pass === 'dW' ? [1, 2, 4, 8].filter((k) => k <= op.maxSplitK(rows)) : [1];
-  const kinds: Array<Omit<MatmulChoice, 'splitK'>> = [{ vec4 }, ...(vec4 ? [{ vec4: false }] : []), ...TILE_VARIANTS.map((tile) => ({ vec4, tile }))];
+  const kinds: Array<Omit<MatmulChoice, 'splitK'>> = [
+    { vec4 },
+    ...(vec4 ? [{ vec4: false }] : []),
+    ...TILE_VARIANTS.map((tile) => ({ vec4, tile })),
+  ];
   return kinds.flatMap((k) => splits.map((splitK) => ({ ...k, splitK })));
 }
 
@@ -120,14 +138,24 @@ export const defaultChoice = (s: MatmulShape): MatmulChoice => ({ vec4: s.C % 4 
  * Tunes `shapes` at `rows` = maxBatch·maxT (weights at offset 0, a bias where the pass has
  * one). `budgetMs` bounds the whole run, cached shapes cost nothing.
  */
-export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, shapes: MatmulShape[], rows: number, o: { adapter: string; cache: TuneCache | null; budgetMs: number }): Promise<TuneResult> {
+export async function autotuneMatmuls(
+  device: GPUDevice,
+  kernels: KernelSet,
+  shapes: MatmulShape[],
+  rows: number,
+  o: { adapter: string; cache: TuneCache | null; budgetMs: number },
+): Promise<TuneResult> {
   const t0 = performance.now();
   const result: TuneResult = { choices: new Map(), report: [], ms: 0 };
   const maxIn = Math.max(...shapes.map((s) => Math.max(s.C, s.OC)));
   const maxW = Math.max(...shapes.map((s) => s.C * s.OC + s.OC));
   const S = GPUBufferUsage.STORAGE;
   const buf = (n: number) => device.createBuffer({ size: Math.max(16, n * 4), usage: S });
-  const a = buf(rows * maxIn), b = buf(rows * maxIn), w = buf(maxW), g = buf(maxW), partials = buf(op.partialsScratch(maxW, rows, maxIn));
+  const a = buf(rows * maxIn),
+    b = buf(rows * maxIn),
+    w = buf(maxW),
+    g = buf(maxW),
+    partials = buf(op.partialsScratch(maxW, rows, maxIn));
   const shape: Shape = { B: 1, T: rows };
   // past the budget, once this start has timed something (each start makes progress)
   let timedAny = false;
@@ -150,7 +178,10 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
       const variantKey = (c: MatmulChoice) => `${key}|${choiceLabel(c)}`;
       // variant times cached by earlier starts that ran out of time on this shape
       const ms: Record<string, number> = {};
-      for (const c of cands) { const t = Number(o.cache?.get(variantKey(c))); if (t > 0) ms[choiceLabel(c)] = t; }
+      for (const c of cands) {
+        const t = Number(o.cache?.get(variantKey(c)));
+        if (t > 0) ms[choiceLabel(c)] = t;
+      }
       const todo: MatmulChoice[] = [];
       const programs: Program[] = [];
       try {
@@ -159,9 +190,24 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
           if (outOfTime()) break; // the rest on a later start
           todo.push(c);
           timedAny = true;
-          const d = { C: s.C, OC: s.OC, wOff: 0, biasOff: s.pass === 'dX' ? null : s.C * s.OC, vec4: c.vec4, dwVec4: c.vec4, tile: c.tile, dwTile: c.tile, partials, splitK: c.splitK };
-          const specs: DispatchSpec[] = s.pass === 'fwd' ? [op.matmulForward(b, a, w, d)]
-            : s.pass === 'dX' ? [op.matmulBackward(b, g, a, b, w, d)[0]] : op.matmulBackward(null, g, a, b, w, { ...d, biasOff: null });
+          const d = {
+            C: s.C,
+            OC: s.OC,
+            wOff: 0,
+            biasOff: s.pass === 'dX' ? null : s.C * s.OC,
+            vec4: c.vec4,
+            dwVec4: c.vec4,
+            tile: c.tile,
+            dwTile: c.tile,
+            partials,
+            splitK: c.splitK,
+          };
+          const specs: DispatchSpec[] =
+            s.pass === 'fwd'
+              ? [op.matmulForward(b, a, w, d)]
+              : s.pass === 'dX'
+                ? [op.matmulBackward(b, g, a, b, w, d)[0]]
+                : op.matmulBackward(null, g, a, b, w, { ...d, biasOff: null });
           programs.push(await Program.build(kernels, specs, shape, undefined, 'autotune'));
         }
         (await timeInterleaved(device, programs, shape, outOfTime)).forEach((t, i) => {
@@ -176,10 +222,14 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
         result.report.push({ shape: tuneKey(s), chosen: defaultChoice(s), from: 'default', ms });
         continue;
       }
-      let best = cands[0], bestMs = Infinity;
+      let best = cands[0],
+        bestMs = Infinity;
       for (const c of cands) {
         const t = ms[choiceLabel(c)];
-        if (t < bestMs) { bestMs = t; best = c; }
+        if (t < bestMs) {
+          bestMs = t;
+          best = c;
+        }
       }
       result.choices.set(tuneKey(s), best);
       result.report.push({ shape: tuneKey(s), chosen: best, from: 'timed', ms });
@@ -199,7 +249,12 @@ export async function autotuneMatmuls(device: GPUDevice, kernels: KernelSet, sha
  * `outOfTime`, the rounds run so far stand, and programs without a warm-up run (the first
  * always has one) get undefined.
  */
-async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Shape, outOfTime: () => boolean): Promise<Array<number | undefined>> {
+async function timeInterleaved(
+  device: GPUDevice,
+  programs: Program[],
+  shape: Shape,
+  outOfTime: () => boolean,
+): Promise<Array<number | undefined>> {
   const warm: number[] = [];
   const times: number[][] = programs.map(() => []);
   for (let round = 0; round < 4; round++) {
@@ -223,7 +278,13 @@ async function timeInterleaved(device: GPUDevice, programs: Program[], shape: Sh
 
 /** The model's matmuls (layer dims), each with its three passes. */
 export function modelMatmuls(C: number, V: number): MatmulShape[] {
-  const layers: Array<[number, number]> = [[C, 3 * C], [C, C], [C, 4 * C], [4 * C, C], [C, V]];
+  const layers: Array<[number, number]> = [
+    [C, 3 * C],
+    [C, C],
+    [C, 4 * C],
+    [4 * C, C],
+    [C, V],
+  ];
   return layers.flatMap(([c, oc]) => (['fwd', 'dX', 'dW'] as const).map((pass) => ({ pass, C: c, OC: oc })));
 }
 
@@ -232,6 +293,12 @@ export function tunedDims(choices: Map<string, MatmulChoice>, C: number, OC: num
   const get = (pass: MatmulShape['pass']) => choices.get(tuneKey({ pass, C, OC }));
   return {
     fwd: { vec4: get('fwd')?.vec4, tile: get('fwd')?.tile },
-    bwd: { vec4: get('dX')?.vec4, tile: get('dX')?.tile, dwVec4: get('dW')?.vec4, dwTile: get('dW')?.tile, splitK: get('dW')?.splitK },
+    bwd: {
+      vec4: get('dX')?.vec4,
+      tile: get('dX')?.tile,
+      dwVec4: get('dW')?.vec4,
+      dwTile: get('dW')?.tile,
+      splitK: get('dW')?.splitK,
+    },
   };
 }

@@ -13,14 +13,26 @@
 // - Batches of any B ≤ maxBatch and T ≤ maxT: the shape only changes uniforms.
 // Works in Node (device from client/island/engine/dawn.ts) and in a browser or Web Worker; no node: imports.
 
-import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from '../../../core/engine/index.ts';
+import type { Batch, OptimizerState, StepOptions, TrainingEngine } from '../../../core/engine/index.ts';
 import { type GPTConfig, mfu, paramLayout } from '../../../core/model/config.ts';
 import { ADAMW_DEFAULTS, type Tokens } from '../../../core/model/ops.ts';
 import { unpackHalves } from '../../../core/model/ops-f16.ts';
 import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
 import {
-  AUTOTUNE_BUDGET_MS, type DeviceLost, EVAL_SLOTS, type Plan, type WebGpuEngineOptions,
-  engineError, estimateGpuBytes, f32b, limitShortfall, mib, plan, requiredLimits, resolve, stepDispatches, validateOptions,
+  AUTOTUNE_BUDGET_MS,
+  type DeviceLost,
+  EVAL_SLOTS,
+  type Plan,
+  type WebGpuEngineOptions,
+  engineError,
+  estimateGpuBytes,
+  limitShortfall,
+  mib,
+  plan,
+  requiredLimits,
+  resolve,
+  stepDispatches,
+  validateOptions,
 } from './webgpu-plan.ts';
 import * as op from '../../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
@@ -28,10 +40,15 @@ import { type TuneResult, autotuneMatmuls, modelMatmuls } from './webgpu-tune.ts
 import { trainingStep } from './webgpu-step.ts';
 import { LossRing, Readback } from './webgpu-readback.ts';
 
-
 export {
-  AUTOTUNE_BUDGET_MS, type DeviceLost, ENGINE_FEATURES, type WebGpuEngineOptions,
-  checkAdapterFits, engineFeatures, estimateGpuBytes, requiredLimits,
+  AUTOTUNE_BUDGET_MS,
+  type DeviceLost,
+  ENGINE_FEATURES,
+  type WebGpuEngineOptions,
+  checkAdapterFits,
+  engineFeatures,
+  estimateGpuBytes,
+  requiredLimits,
 } from './webgpu-plan.ts';
 
 // ---------------------------------------------------------------------------- engine
@@ -63,14 +80,14 @@ export class WebGpuEngine implements TrainingEngine {
   private program!: Program;
   private deltaProgram!: Program;
   private packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
-  private fwdEnd = 0;  // dispatches [0, fwdEnd): forward to the logits
+  private fwdEnd = 0; // dispatches [0, fwdEnd): forward to the logits
   private lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
   private optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
   private readonly hyper: typeof ADAMW_DEFAULTS;
   private readonly stepUniform = new ArrayBuffer(STEP_UNIFORM_BYTES);
   private readonly tokIn: Uint32Array;
   private readonly tokOut: Uint32Array;
-  private t = 0;           // AdamW steps (bias correction)
+  private t = 0; // AdamW steps (bias correction)
   private losses!: LossRing;
   private reads!: Readback;
   private bytes = 0;
@@ -121,7 +138,8 @@ export class WebGpuEngine implements TrainingEngine {
       throw engineError('E_BAD_CONFIG', (e as Error).message);
     }
     const fits = limitShortfall(requiredLimits(opts), device.limits, opts, 'device');
-    if (!fits.ok) throw Object.assign(new Error(`${fits.error.code}: ${fits.error.message}`), { code: fits.error.code });
+    if (!fits.ok)
+      throw Object.assign(new Error(`${fits.error.code}: ${fits.error.message}`), { code: fits.error.code });
     const e = new WebGpuEngine(device, opts);
     device.pushErrorScope('out-of-memory');
     device.pushErrorScope('validation');
@@ -136,7 +154,8 @@ export class WebGpuEngine implements TrainingEngine {
     const oom = await device.popErrorScope();
     if (thrown || oom || validation) {
       e.destroy();
-      if (oom) throw engineError('E_GPU_OUT_OF_MEMORY', `allocating ${mib(estimateGpuBytes(opts))} failed: ${oom.message}`);
+      if (oom)
+        throw engineError('E_GPU_OUT_OF_MEMORY', `allocating ${mib(estimateGpuBytes(opts))} failed: ${oom.message}`);
       if (validation) throw engineError('E_GPU_VALIDATION', validation.message);
       throw thrown;
     }
@@ -169,10 +188,18 @@ export class WebGpuEngine implements TrainingEngine {
     const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     for (const [name, size] of p.storage) this.buf.set(name, this.alloc(name, size, S));
     const o = p.other;
-    this.buf.set('readback', this.alloc('readback', o.get('readback')!, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST));
+    this.buf.set(
+      'readback',
+      this.alloc('readback', o.get('readback')!, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
+    );
     this.reads = new Readback(this.gpu, this.b('readback'));
-    this.losses = new LossRing(this.gpu, this.b('ring'), this.R, o.get('lossStaging')!, (l, n, u) => this.alloc(l, n, u));
-    this.buf.set('stepUniform', this.alloc('stepUniform', o.get('stepUniform')!, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST));
+    this.losses = new LossRing(this.gpu, this.b('ring'), this.R, o.get('lossStaging')!, (l, n, u) =>
+      this.alloc(l, n, u),
+    );
+    this.buf.set(
+      'stepUniform',
+      this.alloc('stepUniform', o.get('stepUniform')!, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST),
+    );
   }
 
   private b(name: string): GPUBuffer {
@@ -185,25 +212,47 @@ export class WebGpuEngine implements TrainingEngine {
   private async build(): Promise<void> {
     const kernels = KernelSet.for(this.gpu, { subgroups: this.subgroups });
     if (this.autotune) {
-      this.tuning = await autotuneMatmuls(this.gpu, kernels, modelMatmuls(this.config.nEmbd, this.config.vocabSize), this.maxB * this.maxT, { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS });
+      this.tuning = await autotuneMatmuls(
+        this.gpu,
+        kernels,
+        modelMatmuls(this.config.nEmbd, this.config.vocabSize),
+        this.maxB * this.maxT,
+        { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS },
+      );
     }
-    const f16 = this.numerics === 'f16', form = this.halfForm;
-    const { specs, fwdEnd, lossEnd, optStart } = trainingStep(this.config, (n) => this.b(n), { maxRows: this.maxB * this.maxT, choices: this.tuning?.choices ?? new Map(), ...(f16 ? { f16: { form } } : {}) });
+    const f16 = this.numerics === 'f16',
+      form = this.halfForm;
+    const { specs, fwdEnd, lossEnd, optStart } = trainingStep(this.config, (n) => this.b(n), {
+      maxRows: this.maxB * this.maxT,
+      choices: this.tuning?.choices ?? new Map(),
+      ...(f16 ? { f16: { form } } : {}),
+    });
     this.fwdEnd = fwdEnd;
     this.lossEnd = lossEnd;
     this.optStart = optStart;
-    const L = this.config.nLayer, b = (n: string) => this.b(n);
-    const params = b('params'), grads = b('grads');
-    if (specs.length !== stepDispatches(L)) throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
+    const L = this.config.nLayer,
+      b = (n: string) => this.b(n);
+    const params = b('params'),
+      grads = b('grads');
+    if (specs.length !== stepDispatches(L))
+      throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
     const probe = { B: this.maxB, T: this.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
     // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
-    const delta = f16 ? op.pseudoGradientF16(grads, b('start'), params, { N: this.N, form }) : op.pseudoGradient(grads, b('start'), params, { N: this.N });
+    const delta = f16
+      ? op.pseudoGradientF16(grads, b('start'), params, { N: this.N, form })
+      : op.pseudoGradient(grads, b('start'), params, { N: this.N });
     this.deltaProgram = await Program.build(kernels, [delta], probe, undefined, 'delta');
     this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
     this.deltaProgram.setShape(probe);
     if (f16) {
-      this.packProgram = await Program.build(kernels, [op.packF16(b('wcopy'), params, { N: this.N, form })], probe, undefined, 'pack');
+      this.packProgram = await Program.build(
+        kernels,
+        [op.packF16(b('wcopy'), params, { N: this.N, form })],
+        probe,
+        undefined,
+        'pack',
+      );
       this.bytes += this.packProgram.uniform.size;
       this.packProgram.setShape(probe);
     }
@@ -221,11 +270,15 @@ export class WebGpuEngine implements TrainingEngine {
     if (!Number.isInteger(B) || !Number.isInteger(T) || B < 1 || T < 1 || B > this.maxB || T > this.maxT) {
       throw engineError('E_BAD_BATCH', `batch (${B},${T}) outside the allocated (1..${this.maxB}, 1..${this.maxT})`);
     }
-    const n = B * T, V = this.config.vocabSize;
-    if (inputs.length < n || (targets && targets.length < n)) throw engineError('E_BAD_BATCH', `a (${B},${T}) batch needs ${n} tokens`);
+    const n = B * T,
+      V = this.config.vocabSize;
+    if (inputs.length < n || (targets && targets.length < n))
+      throw engineError('E_BAD_BATCH', `a (${B},${T}) batch needs ${n} tokens`);
     for (let i = 0; i < n; i++) {
-      const x = inputs[i], y = targets ? targets[i] : 0;
-      if (!(x < V && y < V && x >= 0 && y >= 0)) throw engineError('E_BAD_BATCH', `token id out of range [0, ${V}) at ${i}`);
+      const x = inputs[i],
+        y = targets ? targets[i] : 0;
+      if (!(x < V && y < V && x >= 0 && y >= 0))
+        throw engineError('E_BAD_BATCH', `token id out of range [0, ${V}) at ${i}`);
       this.tokIn[i] = x;
       this.tokOut[i] = y;
     }
@@ -236,11 +289,21 @@ export class WebGpuEngine implements TrainingEngine {
 
   private writeStep(lr: number, maxNorm: number, lossSlot: number): void {
     const h = this.hyper;
-    encodeStepUniform({
-      lr, beta1: h.beta1, beta2: h.beta2, eps: h.eps, weightDecay: h.weightDecay,
-      bc1: 1 - Math.pow(h.beta1, Math.max(1, this.t)), bc2: 1 - Math.pow(h.beta2, Math.max(1, this.t)),
-      maxNorm, lossSlot, step: this.t,
-    }, this.stepUniform);
+    encodeStepUniform(
+      {
+        lr,
+        beta1: h.beta1,
+        beta2: h.beta2,
+        eps: h.eps,
+        weightDecay: h.weightDecay,
+        bc1: 1 - Math.pow(h.beta1, Math.max(1, this.t)),
+        bc2: 1 - Math.pow(h.beta2, Math.max(1, this.t)),
+        maxNorm,
+        lossSlot,
+        step: this.t,
+      },
+      this.stepUniform,
+    );
     this.gpu.queue.writeBuffer(this.b('stepUniform'), 0, this.stepUniform);
   }
 
@@ -260,9 +323,12 @@ export class WebGpuEngine implements TrainingEngine {
    * the GPU ms of every dispatch, in order. Needs the device's `timestamp-query`.
    */
   async profileStep(batch: Batch, opts: StepOptions): Promise<KernelTime[]> {
-    if (!this.gpu.features.has('timestamp-query')) throw engineError('E_NO_TIMESTAMPS', 'the device was created without timestamp-query');
+    if (!this.gpu.features.has('timestamp-query'))
+      throw engineError('E_NO_TIMESTAMPS', 'the device was created without timestamp-query');
     let pending: PendingProfile | null = null;
-    this.enqueue(batch, opts, (enc, shape) => { pending = recordProfiled(this.gpu, enc, this.program, shape); });
+    this.enqueue(batch, opts, (enc, shape) => {
+      pending = recordProfiled(this.gpu, enc, this.program, shape);
+    });
     return (pending as PendingProfile | null)!.read();
   }
 
@@ -288,16 +354,20 @@ export class WebGpuEngine implements TrainingEngine {
   /** The gradients of the last `gradientsStep`, added into `into` × `weight` as they are read back. */
   async addGradientsInto(into: Float32Array, weight: number): Promise<void> {
     this.usable();
-    await this.reads.exclusive(() => this.reads.out(this.b('grads'), 4 * this.N, (chunk, at) => {
-      const g = new Float32Array(chunk), o = at / 4;
-      for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
-    }));
+    await this.reads.exclusive(() =>
+      this.reads.out(this.b('grads'), 4 * this.N, (chunk, at) => {
+        const g = new Float32Array(chunk),
+          o = at / 4;
+        for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
+      }),
+    );
   }
 
   /** The second half: the all-reduced gradients in, then grad norm, clip and AdamW (one submission). */
   applyGradients(grads: Float32Array): void {
     this.usable();
-    if (grads.length !== this.N) throw engineError('E_WRONG_SIZE', `gradients have ${grads.length} elements, the model needs ${this.N}`);
+    if (grads.length !== this.N)
+      throw engineError('E_WRONG_SIZE', `gradients have ${grads.length} elements, the model needs ${this.N}`);
     this.gpu.queue.writeBuffer(this.b('grads'), 0, grads);
     const enc = this.gpu.createCommandEncoder({ label: 'applyGradients' });
     const pass = enc.beginComputePass();
@@ -307,7 +377,11 @@ export class WebGpuEngine implements TrainingEngine {
   }
 
   /** Loads the batch and step uniform, records the step with `record`, submits (the loss ring as in `step`). */
-  private enqueue(batch: Batch, opts: StepOptions, record: (enc: GPUCommandEncoder, shape: { B: number; T: number }) => void): void {
+  private enqueue(
+    batch: Batch,
+    opts: StepOptions,
+    record: (enc: GPUCommandEncoder, shape: { B: number; T: number }) => void,
+  ): void {
     this.usable();
     const { B, T } = batch;
     this.loadTokens(batch.inputs, batch.targets, B, T);
@@ -332,7 +406,8 @@ export class WebGpuEngine implements TrainingEngine {
   async evalLoss(batch: Batch): Promise<number> {
     this.usable();
     const { B, T } = batch;
-    if (T > this.maxT || T < 1 || B < 1) throw engineError('E_BAD_BATCH', `eval batch (${B},${T}) needs 1 ≤ T ≤ ${this.maxT}`);
+    if (T > this.maxT || T < 1 || B < 1)
+      throw engineError('E_BAD_BATCH', `eval batch (${B},${T}) needs 1 ≤ T ≤ ${this.maxT}`);
     return this.reads.exclusive(async () => {
       let sum = 0;
       const sizes: number[] = [];
@@ -341,7 +416,9 @@ export class WebGpuEngine implements TrainingEngine {
         enc.copyBufferToBuffer(this.b('ring'), this.R * 4, this.b('readback'), 0, sizes.length * 4);
         this.gpu.queue.submit([enc.finish()]);
         const vals = await this.reads.mapped(sizes.length);
-        sizes.forEach((nb, j) => { sum += vals[j] * nb; });
+        sizes.forEach((nb, j) => {
+          sum += vals[j] * nb;
+        });
         sizes.length = 0;
       };
       for (let b0 = 0; b0 < B; b0 += this.maxB) {
@@ -388,7 +465,8 @@ export class WebGpuEngine implements TrainingEngine {
 
   async setParams(params: Float32Array): Promise<void> {
     this.usable();
-    if (params.length !== this.N) throw engineError('E_WRONG_SIZE', `parameter array has ${params.length} elements, the model needs ${this.N}`);
+    if (params.length !== this.N)
+      throw engineError('E_WRONG_SIZE', `parameter array has ${params.length} elements, the model needs ${this.N}`);
     const q = this.gpu.queue;
     q.writeBuffer(this.b('params'), 0, params);
     q.writeBuffer(this.b('start'), 0, params);
@@ -417,13 +495,24 @@ export class WebGpuEngine implements TrainingEngine {
       };
       const out = new Float32Array(this.N);
       if (this.numerics === 'f32') {
-        await this.reads.out(this.b('grads'), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4), delta);
+        await this.reads.out(
+          this.b('grads'),
+          4 * this.N,
+          (chunk, at) => out.set(new Float32Array(chunk), at / 4),
+          delta,
+        );
       } else {
         // N halves, half the bytes of f32, unpacked here once (for the codec); chunks hold whole words
-        await this.reads.out(this.b('grads'), 4 * Math.ceil(this.N / 2), (chunk, at) => {
-          const from = at / 2, n = Math.min(this.N - from, (chunk.byteLength / 4) * 2);
-          unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
-        }, delta);
+        await this.reads.out(
+          this.b('grads'),
+          4 * Math.ceil(this.N / 2),
+          (chunk, at) => {
+            const from = at / 2,
+              n = Math.min(this.N - from, (chunk.byteLength / 4) * 2);
+            unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
+          },
+          delta,
+        );
       }
       return out;
     });
@@ -437,7 +526,8 @@ export class WebGpuEngine implements TrainingEngine {
 
   async setOptimizerState(s: OptimizerState): Promise<void> {
     this.usable();
-    if (s.m.length !== this.N || s.v.length !== this.N) throw engineError('E_WRONG_SIZE', 'optimizer state does not match the model');
+    if (s.m.length !== this.N || s.v.length !== this.N)
+      throw engineError('E_WRONG_SIZE', 'optimizer state does not match the model');
     this.gpu.queue.writeBuffer(this.b('m'), 0, s.m);
     this.gpu.queue.writeBuffer(this.b('v'), 0, s.v);
     this.t = s.step;
@@ -480,4 +570,3 @@ export class WebGpuEngine implements TrainingEngine {
     this.lostCallbacks.clear();
   }
 }
-
