@@ -7,9 +7,22 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ENCODINGS, crc32, decodeDelta } from '../core/codec/index.ts';
+import Fastify from 'fastify';
+import {
+  ENCODINGS,
+  ErrorFeedback,
+  crc32,
+  decodeDelta,
+  encodeDelta,
+  encodeWithFeedback,
+  peekHeader,
+} from '../core/codec/index.ts';
 import { chunkKept } from '../core/codec/sparse.ts';
-import { DeltaMetaSchema } from '../core/protocol.ts';
+import { Coordinator, SPARSE_UPLINK } from '../core/coord/index.ts';
+import { sampleBatch } from '../core/data/dataset.ts';
+import { type Assignment, DeltaMetaSchema, type DeltaMeta, ErrorCode, innerLearningRate } from '../core/protocol.ts';
+import { mixSeed, mulberry32 } from '../core/random.ts';
+import { strictHttp } from '../server/plugins/http-strict.ts';
 import { leadingZeroBits, solvePow } from '../core/pow.ts';
 import { hashParams } from '../core/coord/hash.ts';
 import { ROOT } from './helpers/server.ts';
@@ -212,5 +225,204 @@ describe('docs/protocol.md', () => {
     const d = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(`${m![1]}:${m![2]}`)));
     expect(Array.from(d.subarray(0, 4), (b) => b.toString(16).padStart(2, '0')).join('')).toBe(m![3]);
     expect(leadingZeroBits(d)).toBeGreaterThanOrEqual(12);
+  });
+
+  it('the batch and learning-rate worked examples hold', () => {
+    const b =
+      /mixSeed\(7, 12345, 3, 0\) = (\d+), its draw ([0-9.]+), its offset\s+⌊[0-9.]+ × (\d+)⌋ = (\d+); row 1: seed (\d+), offset (\d+)/.exec(
+        DOC,
+      );
+    expect(b).not.toBeNull();
+    expect(mixSeed(7, 12345, 3, 0)).toBe(Number(b![1]));
+    expect(mulberry32(mixSeed(7, 12345, 3, 0))()).toBe(Number(b![2]));
+    expect(mixSeed(7, 12345, 3, 1)).toBe(Number(b![5]));
+    const train = new Uint8Array(1000).map((_, i) => (i * 37 + 11) & 255);
+    const batch = sampleBatch(train, 2, 8, 7, 12345, 3);
+    expect(1000 - 8 - 1 + 1).toBe(Number(b![3]));
+    for (const [row, off] of [
+      [0, Number(b![4])],
+      [1, Number(b![6])],
+    ]) {
+      expect(Array.from(batch.inputs.subarray(8 * row, 8 * row + 8))).toEqual(Array.from(train.subarray(off, off + 8)));
+      expect(Array.from(batch.targets.subarray(8 * row, 8 * row + 8))).toEqual(
+        Array.from(train.subarray(off + 1, off + 9)),
+      );
+    }
+    const lr = /fresh state trains at [^=]+= ([0-9.]+); step 20 with k = 20 at ([0-9.]+)/.exec(DOC);
+    expect(lr).not.toBeNull();
+    const plan = {
+      maxLr: 0.001,
+      minLr: 0.0001,
+      warmupTokens: 1000,
+      totalTokens: 11000,
+      tokensStart: 500,
+      tokensPerStep: 100,
+      localWarmupSteps: 4,
+    };
+    expect(innerLearningRate(plan, 0, 0).toPrecision(6)).toBe(Number(lr![1]).toPrecision(6));
+    expect(innerLearningRate(plan, 20, 20).toPrecision(6)).toBe(Number(lr![2]).toPrecision(6));
+    // k counts the AdamW state's steps, not the round's: a kept state is past its warmup
+    expect(innerLearningRate(plan, 0, 10)).toBeCloseTo(4 * innerLearningRate(plan, 0, 0), 12);
+  });
+
+  it('k from topkFraction rounds half up, of all n (topk) or of C (sparse), as the options table says', () => {
+    const row = tableAfter('The other options').find((r) => r[0] === '`topkFraction` f');
+    expect(row?.[2]).toContain('k = min(n, max(1, round(f · n)))');
+    expect(row?.[2]).toContain('k = min(C, max(1, round(f · C)))');
+    const d = new Float32Array(200).map((_, i) => Math.sin(i) + 2);
+    const k = (f: Uint8Array) => {
+      const h = peekHeader(f);
+      return h.ok ? h.value.k : -1;
+    };
+    // 0.0125 · 200 = 2.5 → 3; 0.0001 · 200 → 1; 1 → all
+    for (const [f, want] of [
+      [0.0125, 3],
+      [0.0001, 1],
+      [1, 200],
+      [0.0075, 2],
+    ])
+      expect(k(encodeDelta(d, { encoding: 'topk', topkFraction: f })), `topk ${f}`).toBe(want);
+    // sparse, C = 8: 0.3125 · 8 = 2.5 → 3; 0.01 · 8 → 1
+    for (const [f, want] of [
+      [0.3125, 3],
+      [0.01, 1],
+      [1, 8],
+    ])
+      expect(k(encodeDelta(d, { encoding: 'sparse', blockSize: 8, topkFraction: f })), `sparse ${f}`).toBe(want);
+  });
+
+  it('the 2-bit split is the ⌈kc/2⌉-th largest kept magnitude; kc = 1 is lower with upper 0', () => {
+    expect(DOC).toContain('is the ⌈kc/2⌉-th largest of their');
+    const mags = (x: number[], k: number) => {
+      const f = encodeDelta(new Float32Array(x), { encoding: 'sparse', blockSize: 8, topkFraction: k / 8 });
+      const dv = new DataView(f.buffer, f.byteOffset + 32, 8);
+      return [dv.getFloat32(0, true), dv.getFloat32(4, true)];
+    };
+    // kc = 4 of |x| 8, 6, 4, 2: upper the 2 largest (mean 7), lower 3
+    expect(mags([8, 0, -6, 0, 4, 0, -2, 0], 4)).toEqual([3, 7]);
+    // kc = 4 with a tie at the split: 8, 6, 6, 2: upper 8, 6, 6
+    expect(mags([8, 0, 6, 0, -6, 0, 2, 0], 4)).toEqual([2, Math.fround(20 / 3)]);
+    // kc = 3 (odd): the median is upper: 8, 6 | 4 → upper 8, 6, 4? no: ⌈3/2⌉ = 2nd largest = 6, upper 8, 6
+    expect(mags([8, 0, 6, 0, 4, 0, 0, 0], 3)).toEqual([4, 7]);
+    // kc = 1: the entry is lower, the upper magnitude 0
+    expect(mags([0, 0, 5, 0, 1, 0, 0, 0], 1)).toEqual([5, 0]);
+  });
+
+  it('every encoding keeps an error-feedback residual; β defaults to 1 (topk too)', () => {
+    expect(DOC).toContain('default 1 (no decay) for every encoding, `topk` included');
+    const n = 64;
+    const d1 = new Float32Array(n).map((_, i) => Math.cos(i) / 3);
+    const d2 = new Float32Array(n).map((_, i) => Math.sin(i) / 5);
+    for (const encoding of ['int8', 'topk'] as const) {
+      const fb = new ErrorFeedback(n);
+      const r1 = encodeWithFeedback(d1, fb, { encoding, topkFraction: 0.1 });
+      if (!r1.ok) throw new Error(r1.error.message);
+      const e1 = d1.map((x, i) => Math.fround(x - r1.value.decoded[i]));
+      expect(Array.from(fb.residual), encoding).toEqual(Array.from(e1));
+      expect(e1.some((x) => x !== 0)).toBe(true);
+      const r2 = encodeWithFeedback(d2, fb, { encoding, topkFraction: 0.1 });
+      if (!r2.ok) throw new Error(r2.error.message);
+      const want = d2.map((x, i) => Math.fround(Math.fround(e1[i] + x) - r2.value.decoded[i]));
+      expect(Array.from(fb.residual), encoding).toEqual(Array.from(want));
+    }
+  });
+});
+
+describe("docs/protocol.md's order of the checks", () => {
+  /** One async island on a sparse assignment, θ at version 0. */
+  function sparseRun() {
+    const N = 512;
+    const c = new Coordinator({
+      params: new Float32Array(N).fill(0.01),
+      config: {
+        mode: 'async',
+        uplink: { ...SPARSE_UPLINK, blockSize: 64 },
+        downlink: { encoding: 'f32', blockSize: 64 },
+        batchSize: 2,
+        seqLen: 8,
+        innerSteps: 4,
+        dylu: false,
+      },
+    });
+    const j = c.join({ caps: { engine: 'cpu' } }, 0);
+    if (!j.ok || !j.value.assignment) throw new Error('join failed');
+    const a: Assignment = j.value.assignment;
+    const meta = (o: Partial<DeltaMeta> = {}): DeltaMeta => ({
+      islandId: a.islandId,
+      roundId: a.roundId,
+      baseVersion: 0,
+      seq: 1,
+      steps: a.innerSteps,
+      tokens: a.innerSteps * a.batchSize * a.seqLen,
+      lossFirst: 3,
+      lossLast: 2,
+      lossMean: 2.5,
+      elapsedMs: 1000,
+      ...o,
+    });
+    const code = (m: DeltaMeta, frame: Uint8Array) => {
+      const r = c.submit({ meta: m, frame }, 10_000);
+      return r.ok ? 'accepted' : r.error.code;
+    };
+    return { c, N, a, meta, code };
+  }
+
+  it('an int8 frame against a sparse assignment is E_BAD_CLAIM, whatever the rest of its header holds', () => {
+    expect(DOC).toContain('`E_BAD_CLAIM` whatever its flags, block size, k or lengths hold');
+    const { N, meta, code, c } = sparseRun();
+    const good = encodeDelta(new Float32Array(N).fill(0.001), { encoding: 'int8' });
+    const spoilt = (at: number, v: number) => {
+      const f = good.slice();
+      new DataView(f.buffer).setUint32(at, v, true);
+      return f;
+    };
+    const flags = good.slice();
+    flags[6] = 2; // a sparse-only flag on an int8 frame: E_BAD_HEADER to the codec
+    for (const [what, f] of [
+      ['legal', good],
+      ['flags', flags],
+      ['block size', spoilt(12, 7)],
+      ['k', spoilt(16, 3)],
+      ['raw length', spoilt(24, 5)],
+      ['stored length', spoilt(20, 5)],
+    ] as const) {
+      expect(peekHeader(f).ok, what).toBe(what === 'legal');
+      expect(code(meta(), f), what).toBe(ErrorCode.BAD_CLAIM);
+    }
+    // bytes that are no frame at all pass the claim's check and get the codec's code
+    const junk = good.slice();
+    junk[0] = 0;
+    expect(code(meta(), junk)).toBe('E_BAD_MAGIC');
+    expect(c.version).toBe(0);
+  });
+
+  it('async: a base below the assignment is E_BAD_CLAIM, one above the server E_FUTURE_VERSION', () => {
+    expect(DOC).toContain(
+      "at least the assignment's (async; below it `E_BAD_CLAIM`) and at most the current version (`E_FUTURE_VERSION`)",
+    );
+    const { N, meta, code } = sparseRun();
+    const f = encodeDelta(new Float32Array(N).fill(0.001), { ...SPARSE_UPLINK, blockSize: 64 });
+    expect(code(meta({ baseVersion: 1 }), f)).toBe(ErrorCode.FUTURE_VERSION);
+    expect(code(meta({ baseVersion: 5 }), f)).toBe(ErrorCode.FUTURE_VERSION);
+  });
+
+  it('HTTP: an unknown path is 404 for every method, beside a static wildcard; a known one 405 with Allow', async () => {
+    const app = Fastify();
+    strictHttp(app);
+    app.get('/*', async (_req, reply) => reply.code(404).send({ error: { code: 'E_NOT_FOUND', message: 'no file' } }));
+    app.get('/api/status', async () => ({ ok: true }));
+    try {
+      for (const method of ['GET', 'POST', 'PUT', 'DELETE'] as const) {
+        const r = await app.inject({ method, url: '/api/nothing-here' });
+        expect(r.statusCode, method).toBe(404);
+        expect(r.json().error.code, method).toBe('E_NOT_FOUND');
+      }
+      const r = await app.inject({ method: 'POST', url: '/api/status' });
+      expect(r.statusCode).toBe(405);
+      expect(r.json().error.code).toBe('E_METHOD');
+      expect(r.headers.allow).toBe('GET, HEAD');
+    } finally {
+      await app.close();
+    }
   });
 });

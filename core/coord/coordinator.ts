@@ -9,7 +9,7 @@
 // stepped here or by a host's worker threads), stats (the Ledger: totals, per-version figures,
 // history), snapshot.
 
-import { decodeDelta, maxFrameBytes, peekHeader } from '../codec/index.ts';
+import { decodeDelta, maxFrameBytes } from '../codec/index.ts';
 import { type Result, err, ok } from '../result.ts';
 import {
   type Assignment,
@@ -68,7 +68,7 @@ import type {
   SubmitAccepted,
   VersionStats,
 } from './types.ts';
-import { checkDelta, rebaseWork } from './validate.ts';
+import { checkDelta, frameEncoding, rebaseWork } from './validate.ts';
 
 export type * from './types.ts';
 export { trimmedMean } from './aggregate.ts';
@@ -327,10 +327,9 @@ export class Coordinator {
     held: Float32Array | null,
   ): { result: Result<SubmitAccepted>; kept: boolean } {
     const no = (r: Result<never>) => ({ result: r, kept: false });
-    const header = peekHeader(sub.frame); // the frame's encoding must be its assignment's (validate.ts)
     const chk = checkDelta(
       sub.meta,
-      header.ok ? header.value.encoding : null,
+      frameEncoding(sub.frame), // byte 5 alone: the frame's encoding must be its assignment's
       this.book.byId,
       {
         cfg: this.cfg,

@@ -3,10 +3,23 @@
 // the answer.
 
 import { type Assignment, ErrorCode, type DeltaMeta } from '../protocol.ts';
-import type { Encoding } from '../codec/index.ts';
+import { ENCODINGS, type Encoding, FRAME_VERSION } from '../codec/index.ts';
 import { normSteps } from './aggregate.ts';
 import type { CoordinatorConfig } from './config.ts';
 import type { AssignedWork, IslandRecord } from './types.ts';
+
+/** A frame's first bytes: magic 'ATLD', format version, encoding id. */
+const MAGIC = [0x41, 0x54, 0x4c, 0x44];
+
+/**
+ * The encoding a frame names (header byte 5), read alone: the claim's check reads no other byte, so
+ * a frame of another encoding is E_BAD_CLAIM whatever the rest of its header holds. Null when the
+ * bytes do not start as a frame of this format (the codec's own codes answer that later).
+ */
+export function frameEncoding(frame: Uint8Array): Encoding | null {
+  if (frame.length < 6 || frame[4] !== FRAME_VERSION || MAGIC.some((b, i) => frame[i] !== b)) return null;
+  return ENCODINGS[frame[5]] ?? null;
+}
 
 /** Assignments kept per island to check claims against (sync rounds accept late deltas). */
 const WORK_KEPT = 4;

@@ -2,7 +2,8 @@
 // `[0.25]` where a number belongs is a 400), and a query string's number is read here, strictly: a
 // plain decimal (no NaN, no ±Infinity, no hex, no blank), then the route's schema checks its range.
 // Every error leaves as `{ error: { code, message } }`; a known path asked with a method it does
-// not serve is a 405 with `Allow`.
+// not serve is a 405 with `Allow`. A path only a wildcard route matches (the static files' `/*`) is
+// not a known one: another method there is a 404 (POST /api/nothing, like GET /api/nothing).
 
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { ApiErrorSchema } from '../../core/api.ts';
@@ -72,12 +73,8 @@ export function strictHttp(app: FastifyInstance): void {
   // every route's pattern and methods, to tell a wrong method (405) from a wrong path (404)
   const routes: Array<{ re: RegExp; methods: Set<string> }> = [];
   app.addHook('onRoute', (r) => {
-    const re = new RegExp(
-      `^${r.url
-        .replace(/[.+?^${}()|[\]\\]/g, '\\$&')
-        .replace(/\*/g, '.*')
-        .replace(/:[A-Za-z0-9_]+/g, '[^/]+')}$`,
-    );
+    if (r.url.includes('*')) return; // a wildcard names no path: POST /api/nothing is 404, not 405
+    const re = new RegExp(`^${r.url.replace(/[.+?^${}()|[\]\\]/g, '\\$&').replace(/:[A-Za-z0-9_]+/g, '[^/]+')}$`);
     let entry = routes.find((x) => x.re.source === re.source);
     if (!entry) routes.push((entry = { re, methods: new Set() }));
     for (const m of [r.method].flat()) entry.methods.add(m);
