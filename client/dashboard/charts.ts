@@ -312,7 +312,9 @@ function lossDef(points: HistoryPoint[], x: XAxis, smooth: number): ChartDef {
     ],
     yFmt: (v) => v.toFixed(2),
     empty: ps.length === 0 ? WAIT : hasAny ? null : 'No loss reported yet',
-    note: `Train loss as reported by islands (averaged per outer step), eval loss of the global model on the held-out split; x = ${xLabel(x)}.`,
+    note:
+      `Train loss as reported by islands (averaged per outer step), eval loss of the global model on the ` +
+      `held-out split; x = ${xLabel(x)}.`,
   };
 }
 
@@ -458,7 +460,9 @@ function bytesDef(points: HistoryPoint[], x: XAxis): ChartDef {
     yFmt: (v) => fmtBytes(v),
     yRight: { label: 'ratio', fmt: (v) => `${v.toPrecision(3)}×` },
     empty: ps.length === 0 ? WAIT : any ? null : 'No traffic measured yet',
-    note: 'Bytes/s between outer updates (Δ frames and joins up; updates and model downloads down). Compression: fp32 bytes of the accepted Δs ÷ their frame bytes, per version.',
+    note:
+      'Bytes/s between outer updates (Δ frames and joins up; updates and model downloads down). Compression: ' +
+      'fp32 bytes of the accepted Δs ÷ their frame bytes, per version.',
   };
 }
 

@@ -141,7 +141,9 @@ export class IslandPanel {
           : cs.every((c) => c.cosine === null)
             ? 'Quality is measured in sync rounds; this run is async'
             : null,
-      note: 'Per accepted Δ: cosine with its round\u2019s merged Δ (1 agrees, 0 orthogonal), ‖Δ‖/√steps ÷ the round\u2019s median, and staleness.',
+      note:
+        'Per accepted Δ: cosine with its round\u2019s merged Δ (1 agrees, 0 orthogonal), ‖Δ‖/√steps ÷ the ' +
+        'round\u2019s median, and staleness.',
     });
   }
 }

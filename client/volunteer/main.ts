@@ -216,7 +216,10 @@ worker.addEventListener('error', (e) => {
   setText(ui.phaseText, 'The island stopped because of an error in its worker. Reload the page to start again.');
 });
 
-/** The worker's end of this page's WebRTC data channels (mix-relay.ts), or null: no RTCPeerConnection here (the island uploads directly). */
+/**
+ * The worker's end of this page's WebRTC data channels (mix-relay.ts), or null: no RTCPeerConnection here (the island
+ * uploads directly).
+ */
 function peerPort(): MessagePort | null {
   if (typeof RTCPeerConnection !== 'function') return null;
   const ch = new MessageChannel();
@@ -258,20 +261,24 @@ function renderRun(r: RunInfo): void {
 function renderCosts(r: RunInfo): void {
   const tokensPerStep = r.batch * r.seqLen;
   ui.costGpu.textContent = r.innerSteps
-    ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens each), as long as you let it run, within the cap you set`
-    : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, within the cap you set`;
+    ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens ` +
+      `each), as long as you let it run, within the cap you set`
+    : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, within ` +
+      `the cap you set`;
   const cal = prefs.calibration;
   const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null, status?.bytesPerUpdate ?? null);
   ui.costDown.textContent =
     `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
-    ` and ${formatBytes(r.data.trainBytes)} of training text), then ${status?.bytesPerUpdate != null ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
+    ` and ${formatBytes(r.data.trainBytes)} of training text), then ` +
+    `${status?.bytesPerUpdate != null ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
     ` (${r.config.coordinator.downlink.encoding} update${status?.bytesPerUpdate != null ? ", the last updates' mean" : ''})`;
   ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
   if (est.roundsPerHour != null && est.roundSec != null) {
     ui.costHour.textContent =
       `About ${formatBytes(est.upPerHour)} up and ${formatBytes(est.downPerHour)} down an hour: a round every ` +
-      `${formatDuration(est.roundSec)} at this device's measured ${formatRate(cal!.tokensPerSec, 'tok')} and your ${Math.round(prefs.dutyCycle * 100)}% cap`;
+      `${formatDuration(est.roundSec)} at this device's measured ${formatRate(cal!.tokensPerSec, 'tok')} and your ` +
+      `${Math.round(prefs.dutyCycle * 100)}% cap`;
   }
 }
 
@@ -320,7 +327,8 @@ function renderProbe(): void {
     ui.gpuHelp.textContent =
       probe.reason === 'too-small'
         ? 'You can still help with your processor instead.'
-        : 'Recent Chrome or Edge on Windows, macOS, ChromeOS and Android, Safari 26 and Firefox 141 on Windows have WebGPU; on Linux it may need to be enabled. Or help with your processor instead:';
+        : 'Recent Chrome or Edge on Windows, macOS, ChromeOS and Android, Safari 26 and Firefox 141 on Windows have ' +
+          'WebGPU; on Linux it may need to be enabled. Or help with your processor instead:';
     ui.cpuOptin.hidden = false;
   }
   document.body.dataset.webgpu = probe.ok ? 'yes' : probe.reason;
@@ -476,7 +484,8 @@ function renderView(): void {
     setText(
       ui.busyNote,
       `Your GPU seems busy with something else (steps take much longer than usual), so Atoll backs off to ` +
-        `${Math.round(v.effectiveDutyCycle * 100)}% of the time. It returns to your ${Math.round(v.dutyCycle * 100)}% cap by itself when steps are quick again.`,
+        `${Math.round(v.effectiveDutyCycle * 100)}% of the time. It returns to your ` +
+        `${Math.round(v.dutyCycle * 100)}% cap by itself when steps are quick again.`,
     );
   }
 
@@ -530,7 +539,8 @@ function renderView(): void {
     ui.rejection.hidden = false;
     setText(
       ui.rejection,
-      `The server did not accept an update (${v.lastRejection.code}): ${v.lastRejection.message} The island goes on with the next round.`,
+      `The server did not accept an update (${v.lastRejection.code}): ${v.lastRejection.message} The island goes on ` +
+        `with the next round.`,
     );
   }
   updateButtons();
@@ -610,7 +620,8 @@ function renderSampleProgress(id: number, bytes: Uint8Array, tokens: number): vo
   ui.sampleOut.replaceChildren(...sampleNodes(ui.samplePrompt.value, bytes), caret());
   setText(
     ui.sampleMeta,
-    `${formatInt(bytes.length)} of ${formatInt(tokens)} tokens${started ? ', between training steps (training goes first)' : ''}…`,
+    `${formatInt(bytes.length)} of ` +
+      `${formatInt(tokens)} tokens${started ? ', between training steps (training goes first)' : ''}…`,
   );
 }
 
@@ -623,7 +634,8 @@ function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
     ui.sampleOut.append(...sampleNodes(ui.samplePrompt.value, m.bytes));
     setText(
       ui.sampleMeta,
-      `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.bytes.length)} tokens in ${formatDuration(m.ms / 1000)}`,
+      `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.bytes.length)} tokens ` +
+        `in ${formatDuration(m.ms / 1000)}`,
     );
   } else {
     ui.sampleOut.textContent = '';

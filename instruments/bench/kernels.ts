@@ -106,7 +106,10 @@ export interface KernelBenchResult {
   autotune: TuneResult['report'] | null;
   /** with --profile: GPU ms per entry point over one training step (timestamp-query) and its share */
   profile: { step_gpu_ms: number; kernels: ReturnType<typeof kernelShares> } | null;
-  /** bytes the engine allocates per preset, batch (at T = blockSize) and precision: nothing is allocated per step, so this is the peak */
+  /**
+   * bytes the engine allocates per preset, batch (at T = blockSize) and precision: nothing is allocated per step, so
+   * this is the peak
+   */
   memory: Array<{ preset: PresetName; batch: number; precision: 'f32' | 'f16'; bytes: number }>;
   seconds: number;
 }
@@ -196,7 +199,8 @@ export async function benchTrainStep(
   const init = initParams(config, 1234);
   const lr = 1e-3;
   log(
-    `train step: preset ${TRAIN_PRESET}, B=${B}, T=${T}: ${warmup} warm-up step(s), then ${rounds} round(s) of ${perRound} step(s) each (CPU: 1 step, ${cpuRounds} round(s))`,
+    `train step: preset ${TRAIN_PRESET}, B=${B}, T=${T}: ${warmup} warm-up step(s), then ${rounds} round(s) of ` +
+      `${perRound} step(s) each (CPU: 1 step, ${cpuRounds} round(s))`,
   );
 
   const { fileTuneCache } = await import('../../client/island/engine/tune-cache.ts');
@@ -208,7 +212,8 @@ export async function benchTrainStep(
   }); // every shape tuned (or cached): the bench measures the tuned engine
   if (engine.tuning)
     log(
-      `  autotune (${engine.tuning.ms.toFixed(0)} ms): ${engine.tuning.report.map((r) => `${r.shape} ${choiceLabel(r.chosen)} (${r.from})`).join(', ')}`,
+      `  autotune (${engine.tuning.ms.toFixed(0)} ms): ` +
+        `${engine.tuning.report.map((r) => `${r.shape} ${choiceLabel(r.chosen)} (${r.from})`).join(', ')}`,
     );
   const engine16 = await WebGpuEngine.create(gpu.device, {
     ...engineOpts,
@@ -242,7 +247,8 @@ export async function benchTrainStep(
         tps[name].push(chunk.reduce((a, b) => a + b.B * b.T, 0) / sec);
       }
       log(
-        `  round ${r + 1}/${rounds}: ours ${tps.ours[r].toFixed(1)}, ours f16 ${tps.ours_f16[r].toFixed(1)}, tfjs ${tps.tfjs[r].toFixed(1)}${r < cpuRounds ? `, cpu ${tps.cpu[r].toFixed(1)}` : ''} tok/s`,
+        `  round ${r + 1}/${rounds}: ours ${tps.ours[r].toFixed(1)}, ours f16 ${tps.ours_f16[r].toFixed(1)}, tfjs ` +
+          `${tps.tfjs[r].toFixed(1)}${r < cpuRounds ? `, cpu ${tps.cpu[r].toFixed(1)}` : ''} tok/s`,
       );
     }
     const ours = median(tps.ours),
@@ -272,11 +278,14 @@ export async function benchTrainStep(
       trainStep.tfjs_mfu = mfu(config, tfjs, o.peakTflops * 1e12, T);
     }
     log(
-      `  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | ours f16 ${losses.ours_f16.map((l) => l.toFixed(3)).join(' ')} | tfjs ${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`,
+      `  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | ours f16 ` +
+        `${losses.ours_f16.map((l) => l.toFixed(3)).join(' ')} | tfjs ` +
+        `${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`,
     );
     let profile: KernelBenchResult['profile'] = null;
     if (o.profile) {
-      // the median of three profiled steps, per kernel (each dispatch in its own pass: the total is above a normal step's)
+      // the median of three profiled steps, per kernel (each dispatch in its own pass: the total is above a normal
+      // step's)
       const runs: KernelTime[][] = [];
       for (let i = 0; i < 3; i++) runs.push(await engine.profileStep(batches[i % batches.length], { lr, gradClip: 1 }));
       await engine.takeLosses();
@@ -461,7 +470,8 @@ export function formatKernelBench(r: KernelBenchResult): string {
     );
     for (const k of r.profile.kernels)
       lines.push(
-        `  ${k.entry.padEnd(36)} ${f(k.ms).padStart(9)} ms ${(100 * k.share).toFixed(1).padStart(6)}%  (${k.dispatches} dispatches)`,
+        `  ${k.entry.padEnd(36)} ${f(k.ms).padStart(9)} ms ${(100 * k.share).toFixed(1).padStart(6)}%  ` +
+          `(${k.dispatches} dispatches)`,
       );
   }
   lines.push('', 'peak GPU bytes (MiB) by preset, batch and precision, T = blockSize (goal: base B=8 ≤ 450):');

@@ -20,7 +20,10 @@ import { parseFleetEngine } from './engine-spec.ts';
 const ROOT = resolve(import.meta.dirname, '../..');
 const CHILD = join(ROOT, 'instruments/fleet/island-child.ts');
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
-/** --redis: the one aggregator's lease. No standby takes over, so a lease lapsed under a starved event loop would end the run (3 s did, at 16 islands on 2 busy cores). */
+/**
+ * --redis: the one aggregator's lease. No standby takes over, so a lease lapsed under a starved event loop would end
+ * the run (3 s did, at 16 islands on 2 busy cores).
+ */
 const AGGREGATOR_LEASE_MS = 30_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -259,12 +262,15 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     const runConfig = JSON.parse(readFileSync(join(runDir, 'config.json'), 'utf8')) as RunConfig;
     const cc = runConfig.coordinator;
     hooks.log(
-      `fleet: run on ${spec.redis !== undefined ? 'Redis roles (1 aggregator, 2 gateways)' : 'the embedded server'}: ${runConfig.preset}, data ${runConfig.data}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} up, ${cc.downlink.encoding} down, to ${spec.tokens.toLocaleString()} tokens`,
+      `fleet: run on ${spec.redis !== undefined ? 'Redis roles (1 aggregator, 2 gateways)' : 'the embedded server'}: ` +
+        `${runConfig.preset}, data ${runConfig.data}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} up, ` +
+        `${cc.downlink.encoding} down, to ${spec.tokens.toLocaleString()} tokens`,
     );
 
     // θ at evaluation marks: v0, every budget/evals tokens, and the end
     const snapshots: ThetaSnapshot[] = [];
-    // the server counts these downloads as model bytes sent: they are the harness's, not the islands', and come off its figures
+    // the server counts these downloads as model bytes sent: they are the harness's, not the islands', and come off its
+    // figures
     let observed = 0;
     const snap = async () => {
       const r = await fetch(`${url}/api/model`);
@@ -280,7 +286,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     };
     await snap();
 
-    // pages first: compiling WebGPU pipelines on SwiftShader is slow, and a page must be training before the budget runs out
+    // pages first: compiling WebGPU pipelines on SwiftShader is slow, and a page must be training before the budget
+    // runs out
     if (spec.browsers > 0) {
       const { launchChromium } = await import('./chromium.ts');
       await Promise.all(
@@ -303,7 +310,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       // the Node islands start once every page had its first delta accepted: a page on SwiftShader
       // is slow, and fast islands could spend the whole budget before its first round lands
       hooks.log(
-        `fleet: ${spec.browsers} volunteer page(s) clicked Start; the Node islands start once each had a delta accepted`,
+        `fleet: ${spec.browsers} volunteer page(s) clicked Start; the Node islands start once each had a delta ` +
+          `accepted`,
       );
       let said = Date.now();
       await waitUntil('every page to have a delta accepted', 600_000, async () => {
@@ -389,7 +397,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       if (Date.now() > deadline)
         throw Object.assign(
           new Error(
-            `the run did not reach ${spec.tokens} tokens in ${Math.round(spec.timeoutMs / 60_000)} min (at ${last.tokensTotal})`,
+            `the run did not reach ${spec.tokens} tokens in ${Math.round(spec.timeoutMs / 60_000)} min (at ` +
+              `${last.tokensTotal})`,
           ),
           { code: 'E_FLEET_TIMEOUT' },
         );
@@ -398,7 +407,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       if (dead)
         throw Object.assign(
           new Error(
-            `a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`,
+            `a server process exited (${dead.child.exitCode ?? dead.child.signalCode}): ` +
+              `${dead.child.spawnargs.slice(2, 6).join(' ')}\n${dead.out.slice(-3000)}`,
           ),
           { code: 'E_FLEET_SERVE' },
         );
@@ -427,7 +437,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
         schedule.shift();
         faults.push(`${ev.action} ${ev.count} at ${(100 * ev.at).toFixed(0)} %`);
         hooks.log(
-          `fleet: ${ev.action} ${ev.count} island(s) at ${((100 * last.tokensTotal) / spec.tokens).toFixed(0)} % of the tokens`,
+          `fleet: ${ev.action} ${ev.count} island(s) at ${((100 * last.tokensTotal) / spec.tokens).toFixed(0)} % of ` +
+            `the tokens`,
         );
         if (ev.action === 'join') {
           for (let j = 0; j < ev.count; j++) startNode();
@@ -446,7 +457,9 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     }
     // an event still waiting for a training victim when the run ended is reported, not dropped
     for (const ev of schedule) {
-      const line = `${ev.action} ${ev.count} at ${(100 * ev.at).toFixed(0)} %: did not fire (fewer than ${ev.count} Node island(s) training before the run reached its tokens)`;
+      const line =
+        `${ev.action} ${ev.count} at ${(100 * ev.at).toFixed(0)} %: did not fire (fewer than ` +
+        `${ev.count} Node island(s) training before the run reached its tokens)`;
       faults.push(line);
       hooks.log(`fleet: warning: ${line}`);
     }
@@ -546,7 +559,10 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
   }
 }
 
-/** The server's counters at one moment: /api/status's frames and /metrics' wire bytes and frames out by kind (null: not counted there). */
+/**
+ * The server's counters at one moment: /api/status's frames and /metrics' wire bytes and frames out by kind (null: not
+ * counted there).
+ */
 interface Traffic {
   status: Pick<RunStatus, 'tokensTotal' | 'version' | 'bytesIn' | 'bytesOut'>;
   wire: { in: number; out: number } | null;
@@ -570,7 +586,10 @@ export function byLabel(text: string, name: string): Record<string, number> {
 
 const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
 
-/** /metrics' wire bytes by message and frames out by kind (the embedded server's gateway counts them; the Redis roles' /metrics is the aggregator's). */
+/**
+ * /metrics' wire bytes by message and frames out by kind (the embedded server's gateway counts them; the Redis roles'
+ * /metrics is the aggregator's).
+ */
 async function counters(url: string): Promise<Pick<Traffic, 'wire' | 'wireByMessage' | 'outByKind'>> {
   const text = await fetch(`${url}/metrics`).then(
     (r) => (r.ok ? r.text() : ''),

@@ -45,7 +45,10 @@ function twinIsland(l: LiveIsland): IslandSpec {
   });
 }
 
-/** The twin, DDP and single rows of a live run (islands that never trained two steps in a row have no speed to copy and are left out). */
+/**
+ * The twin, DDP and single rows of a live run (islands that never trained two steps in a row have no speed to copy and
+ * are left out).
+ */
 export function twinSpec(live: LiveRun, tokens: number, evals: number, evalBatches: number): TwinSpec {
   const cfg: RunConfig = live.runConfig;
   const cc = cfg.coordinator;

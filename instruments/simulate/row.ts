@@ -430,7 +430,8 @@ async function runDilocoOn(
         const l = await evaluator.loss(coord.params() as Float32Array);
         curve.push({ tokens: ev.update.totalTokens, tokensComputed: computed(), timeMs: clock.now(), evalLoss: l });
         log?.(
-          `${row.name}: v${ev.update.version} tokens ${ev.update.totalTokens} eval ${l.toFixed(4)} t=${(clock.now() / 1000).toFixed(1)}s`,
+          `${row.name}: v${ev.update.version} tokens ${ev.update.totalTokens} eval ` +
+            `${l.toFixed(4)} t=${(clock.now() / 1000).toFixed(1)}s`,
         );
       }
     },
@@ -618,7 +619,8 @@ async function runDilocoOn(
     );
   out.notes = notes;
   log?.(
-    `${row.name}: eval ${finalLoss.toFixed(4)} after ${out.tokens} tokens, ${coord.version} versions, goodput ${out.goodput.toFixed(3)}`,
+    `${row.name}: eval ${finalLoss.toFixed(4)} after ${out.tokens} tokens, ${coord.version} versions, goodput ` +
+      `${out.goodput.toFixed(3)}`,
   );
   return out;
 }

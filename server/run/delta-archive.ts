@@ -25,7 +25,10 @@ export interface ArchivedDelta
   bytes: number;
 }
 
-/** `missing`: contributors whose frames are not kept (accepted before a restart): a replay through this version is refused. */
+/**
+ * `missing`: contributors whose frames are not kept (accepted before a restart): a replay through this version is
+ * refused.
+ */
 interface VersionRecord {
   version: number;
   time: number;
