@@ -183,10 +183,19 @@ export function drawRooms(g: ImportGraph): string {
       );
     }
   }
+  const fill = (r: string) =>
+    r.startsWith('core')
+      ? '#e8f1fb'
+      : r.startsWith('server')
+        ? '#fbf1e6'
+        : r.startsWith('client') || r === 'shaders'
+          ? '#eaf6ea'
+          : '#f2f2f2';
   const boxes = [...pos].map(
     ([r, p]) =>
-      `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" ` +
-      `fill="${r.startsWith('core') ? '#e8f1fb' : r.startsWith('server') ? '#fbf1e6' : r.startsWith('client') || r === 'shaders' ? '#eaf6ea' : '#f2f2f2'}" stroke="#445"/><text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">${r.replace(/^(core|server|instruments)\/(?=[\w-]+\.ts$)/, '')}</text></g>`,
+      `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${fill(r)}" stroke="#445"/>` +
+      `<text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">` +
+      `${r.replace(/^(core|server|instruments)\/(?=[\w-]+\.ts$)/, '')}</text></g>`,
   );
   const c = circles(g).length;
   return [

@@ -9,14 +9,15 @@
 //
 // One island's life, in messages:
 //
-//   island → server   challenge                                      → {challenge, bits, expiresAt} (a new identity's proof of work)
-//   island → server   hello {protocolVersion, caps, pow}            → assignment (or error)
-//   island → server   fetchModel                                     → {version, hash, params (f32)}
-//   island → server   delta {DeltaMeta, frame (codec bytes)}        → ack   (sent only once durable)
+//   island → server   challenge                               → {challenge, bits, expiresAt}
+//                                                                (a new identity's proof of work)
+//   island → server   hello {protocolVersion, caps, pow}      → assignment (or error)
+//   island → server   fetchModel                              → {version, hash, params (f32)}
+//   island → server   delta {DeltaMeta, frame (codec bytes)}  → ack   (sent only once durable)
 //   server → island   update {UpdateMsg}  (broadcast, one per version v → v+1)
-//   island → server   nextAssignment                                 → assignment, when one exists
-//   island → server   updates {fromVersion}                          → UpdateMsg[] or "too old"
-//   island → server   rename {name}                                  → {}   (display name, while connected)
+//   island → server   nextAssignment                          → assignment, when one exists
+//   island → server   updates {fromVersion}                   → UpdateMsg[] or "too old"
+//   island → server   rename {name}                           → {}   (display name, while connected)
 //   island → server   bye {reason}
 //
 // Binary payloads (delta frames, update frames, params) travel as Uint8Array / Float32Array.

@@ -122,8 +122,8 @@ export function safetensorsParts(
     const bytes = count * DTYPE_BYTES[t.dtype];
     if (bytes !== t.data.byteLength) {
       throw new RangeError(
-        `tensor ${name}: shape ${JSON.stringify(t.shape)} ${t.dtype} needs ${bytes} bytes, data has ` +
-          `${t.data.byteLength}`,
+        `tensor ${name}: shape ${JSON.stringify(t.shape)} ${t.dtype} needs ${bytes} bytes, ` +
+          `data has ${t.data.byteLength}`,
       );
     }
     const entry = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + bytes] };

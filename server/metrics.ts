@@ -60,16 +60,16 @@ export class Metrics {
   readonly wireBytesIn = new Counter({
     name: 'atoll_wire_bytes_in_total',
     help:
-      'Bytes islands sent on their socket.io connections: engine.io packets with WebSocket frame headers, by ' +
-      'message (wire-meter.ts)',
+      'Bytes islands sent on their socket.io connections: engine.io packets with WebSocket frame headers, ' +
+      'by message (wire-meter.ts)',
     labelNames: ['message'] as const,
     registers: [this.registry],
   });
   readonly wireBytesOut = new Counter({
     name: 'atoll_wire_bytes_out_total',
     help:
-      'Bytes sent to islands on their socket.io connections: engine.io packets with WebSocket frame headers, by ' +
-      'message (wire-meter.ts)',
+      'Bytes sent to islands on their socket.io connections: engine.io packets with WebSocket frame headers, ' +
+      'by message (wire-meter.ts)',
     labelNames: ['message'] as const,
     registers: [this.registry],
   });

@@ -351,8 +351,8 @@ export class IslandsTable {
     setText(
       this.emptyEl,
       total === 0
-        ? 'No islands have joined yet. Open the volunteer page or start one with: npx atoll island --server <this ' +
-            'server>'
+        ? 'No islands have joined yet. Open the volunteer page or start one with: ' +
+            'npx atoll island --server <this server>'
         : 'No island matches the filter.',
     );
     setText(

@@ -141,8 +141,8 @@ export class RunPanel {
         'p',
         { class: 'muted small' },
         'Safetensors: npx atoll sample --checkpoint FILE. transformers (.tar): unpack, then ' +
-          'GPT2LMHeadModel.from_pretrained(folder) and AutoTokenizer.from_pretrained(folder); the context is limited ' +
-          'to the block size.',
+          'GPT2LMHeadModel.from_pretrained(folder) and AutoTokenizer.from_pretrained(folder); ' +
+          'the context is limited to the block size.',
       ),
     );
     const sampleCard = h(

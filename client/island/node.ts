@@ -144,7 +144,9 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   if (calibration)
     say(
       `atoll island: measured ${Math.round(calibration.tokensPerSec).toLocaleString()} tokens/s (a step ` +
-        `${(calibration.stepMs / 1000).toFixed(2)} s${calibration.estimated ? ', estimated from batches 1 and 2' : ''}) in ${(calibration.ms / 1000).toFixed(1)} s`,
+        `${(calibration.stepMs / 1000).toFixed(2)} s` +
+        `${calibration.estimated ? ', estimated from batches 1 and 2' : ''}) ` +
+        `in ${(calibration.ms / 1000).toFixed(1)} s`,
     );
 
   const transport = new SocketIoTransport({

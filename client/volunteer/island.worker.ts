@@ -273,8 +273,8 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
     'info',
     `Measured ${Math.round(c.tokensPerSec).toLocaleString('en-US')} tokens/s in ${(c.ms / 1000).toFixed(1)} s (steps ` +
       `of batch ${steps}; ` +
-      `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): the first round is ` +
-      `sized from it.`,
+      `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): ` +
+      `the first round is sized from it.`,
   );
   publish(true);
 }
@@ -333,8 +333,8 @@ function refineCalibration(a: Assignment): void {
   post({ type: 'calibrated', calibration });
   log(
     'info',
-    `A full step takes ${(med / 1000).toFixed(1)} s here (estimated ${(c.stepMs / 1000).toFixed(1)} s): saved for ` +
-      `the next visit.`,
+    `A full step takes ${(med / 1000).toFixed(1)} s here (estimated ${(c.stepMs / 1000).toFixed(1)} s): ` +
+      `saved for the next visit.`,
   );
 }
 

@@ -263,15 +263,16 @@ function renderCosts(r: RunInfo): void {
   ui.costGpu.textContent = r.innerSteps
     ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens ` +
       `each), as long as you let it run, within the cap you set`
-    : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, within ` +
-      `the cap you set`;
+    : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, ` +
+      `within the cap you set`;
   const cal = prefs.calibration;
   const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null, status?.bytesPerUpdate ?? null);
+  const measured = status?.bytesPerUpdate != null;
   ui.costDown.textContent =
     `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
     ` and ${formatBytes(r.data.trainBytes)} of training text), then ` +
-    `${status?.bytesPerUpdate != null ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
-    ` (${r.config.coordinator.downlink.encoding} update${status?.bytesPerUpdate != null ? ", the last updates' mean" : ''})`;
+    `${measured ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
+    ` (${r.config.coordinator.downlink.encoding} update${measured ? ", the last updates' mean" : ''})`;
   ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
   if (est.roundsPerHour != null && est.roundSec != null) {
@@ -313,7 +314,8 @@ function renderProbe(): void {
   const dot = ui.gpuStatus.querySelector('.dot')!;
   if (probe.ok) {
     dot.className = 'dot dot-ok';
-    ui.gpuStatusText.textContent = `WebGPU is ready: ${probe.adapter.name}${probe.adapter.isFallbackAdapter ? ' (a software renderer: it works, slowly)' : ''}.`;
+    const software = probe.adapter.isFallbackAdapter ? ' (a software renderer: it works, slowly)' : '';
+    ui.gpuStatusText.textContent = `WebGPU is ready: ${probe.adapter.name}${software}.`;
     ui.cpuOptin.hidden = true;
   } else {
     dot.className = 'dot dot-bad';
@@ -539,8 +541,8 @@ function renderView(): void {
     ui.rejection.hidden = false;
     setText(
       ui.rejection,
-      `The server did not accept an update (${v.lastRejection.code}): ${v.lastRejection.message} The island goes on ` +
-        `with the next round.`,
+      `The server did not accept an update (${v.lastRejection.code}): ` +
+        `${v.lastRejection.message} The island goes on with the next round.`,
     );
   }
   updateButtons();
@@ -601,7 +603,8 @@ ui.sampleGo.addEventListener('click', () => {
   sampleBusy = true;
   sampleSeq += 1;
   ui.sampleGo.textContent = 'Writing…';
-  setText(ui.sampleMeta, started ? 'Writing between training steps (training goes first)…' : 'Writing on your device…');
+  const where = started ? 'Writing between training steps (training goes first)…' : 'Writing on your device…';
+  setText(ui.sampleMeta, where);
   send({
     type: 'sample',
     id: sampleSeq,

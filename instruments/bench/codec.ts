@@ -100,8 +100,9 @@ export function formatCodecBench(r: CodecBenchReport): string {
   ];
   for (const x of r.results) {
     lines.push(
-      `  ${x.encoding.padEnd(8)}  ` +
-        `${(x.deflate ? 'yes' : 'no').padEnd(7)} ${x.encodeMBps.toFixed(0).padStart(13)} ${x.decodeMBps.toFixed(0).padStart(13)} ${x.bytes.toLocaleString().padStart(12)}   ×${x.ratioVsF32.toFixed(1)}`,
+      `  ${x.encoding.padEnd(8)}  ${(x.deflate ? 'yes' : 'no').padEnd(7)} ` +
+        `${x.encodeMBps.toFixed(0).padStart(13)} ${x.decodeMBps.toFixed(0).padStart(13)} ` +
+        `${x.bytes.toLocaleString().padStart(12)}   ×${x.ratioVsF32.toFixed(1)}`,
     );
   }
   return lines.join('\n');

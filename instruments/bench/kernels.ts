@@ -327,7 +327,9 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
   try {
     tfw = await setupTfjsWebgpu(gpu);
     log(
-      `adapter: ${gpu.info.description} (${gpu.info.vendor}${gpu.info.isFallbackAdapter ? ', fallback adapter' : ''}); TF.js: ${tfw.description}`,
+      `adapter: ${gpu.info.description} ` +
+        `(${gpu.info.vendor}${gpu.info.isFallbackAdapter ? ', fallback adapter' : ''}); ` +
+        `TF.js: ${tfw.description}`,
     );
 
     // ---- matmul
@@ -422,18 +424,20 @@ function memoryTable(): KernelBenchResult['memory'] {
 /** The human-readable report. */
 export function formatKernelBench(r: KernelBenchResult): string {
   const f = (x: number, d = 2) => x.toFixed(d);
+  const mfu = (x: number | undefined, d: number) => (x !== undefined ? `  MFU ${(100 * x).toFixed(d)}%` : '');
   const lines: string[] = [];
-  lines.push(
-    `adapter: ${r.adapter.description} (${r.adapter.vendor}${r.adapter.isFallbackAdapter ? ', fallback/software adapter: figures are only meaningful as ratios' : ''})`,
-  );
-  lines.push(
-    `TF.js adapter: ${r.adapter.tfjs_description}${r.adapter.same_adapter ? ' (the same)' : ' (NOT the same adapter: ratios compare different hardware)'}`,
-  );
+  const software = r.adapter.isFallbackAdapter
+    ? ', fallback/software adapter: figures are only meaningful as ratios'
+    : '';
+  lines.push(`adapter: ${r.adapter.description} (${r.adapter.vendor}${software})`);
+  const same = r.adapter.same_adapter ? ' (the same)' : ' (NOT the same adapter: ratios compare different hardware)';
+  lines.push(`TF.js adapter: ${r.adapter.tfjs_description}${same}`);
   lines.push('');
   lines.push('matmul (GFLOP/s, median)                          ours       TF.js    ours/TF.js');
   for (const m of r.matmul) {
     lines.push(
-      `  ${m.shape.padEnd(44)} ${f(m.ours_gflops).padStart(9)} ${f(m.tfjs_gflops).padStart(11)} ${('×' + f(m.ratio)).padStart(10)}${m.ours_mfu !== undefined ? `  MFU ${(100 * m.ours_mfu).toFixed(1)}%` : ''}`,
+      `  ${m.shape.padEnd(44)} ${f(m.ours_gflops).padStart(9)} ${f(m.tfjs_gflops).padStart(11)} ` +
+        `${('×' + f(m.ratio)).padStart(10)}${mfu(m.ours_mfu, 1)}`,
     );
   }
   const s = r.matmul_summary;
@@ -442,24 +446,22 @@ export function formatKernelBench(r: KernelBenchResult): string {
   lines.push('attention forward + backward (ms, median)        old      flash   speedup');
   for (const a of r.attention)
     lines.push(
-      `  ${a.shape.padEnd(44)} ${f(a.old_ms).padStart(8)} ${f(a.new_ms).padStart(9)} ${('×' + f(a.speedup)).padStart(9)}  (goal ≥ ×3 at T=256)`,
+      `  ${a.shape.padEnd(44)} ${f(a.old_ms).padStart(8)} ${f(a.new_ms).padStart(9)} ` +
+        `${('×' + f(a.speedup)).padStart(9)}  (goal ≥ ×3 at T=256)`,
     );
   lines.push('');
   lines.push('f16 storage vs f32, bandwidth-bound kernels (ms, median)   f32       f16   speedup');
   for (const h of r.half)
     lines.push(
-      `  ${(h.kernel + ' ' + h.shape).padEnd(52)} ${f(h.f32_ms, 3).padStart(8)} ${f(h.f16_ms, 3).padStart(9)} ${('×' + f(h.speedup)).padStart(8)}  (goal ≥ ×1.3)`,
+      `  ${(h.kernel + ' ' + h.shape).padEnd(52)} ${f(h.f32_ms, 3).padStart(8)} ${f(h.f16_ms, 3).padStart(9)} ` +
+        `${('×' + f(h.speedup)).padStart(8)}  (goal ≥ ×1.3)`,
     );
   lines.push('');
   const t = r.trainStep;
   lines.push(`training step, preset ${t.preset} (B=${t.batch}, T=${t.T}), tokens/s:`);
-  lines.push(
-    `  ours (WebGPU)  ${f(t.ours_tokens_per_sec, 1)}${t.ours_mfu !== undefined ? `  MFU ${(100 * t.ours_mfu).toFixed(2)}%` : ''}`,
-  );
+  lines.push(`  ours (WebGPU)  ${f(t.ours_tokens_per_sec, 1)}${mfu(t.ours_mfu, 2)}`);
   lines.push(`  ours, f16      ${f(t.ours_f16_tokens_per_sec, 1)}  (×${f(t.ratio_f16_vs_tfjs)} vs TF.js)`);
-  lines.push(
-    `  TF.js (WebGPU) ${f(t.tfjs_tokens_per_sec, 1)}${t.tfjs_mfu !== undefined ? `  MFU ${(100 * t.tfjs_mfu).toFixed(2)}%` : ''}`,
-  );
+  lines.push(`  TF.js (WebGPU) ${f(t.tfjs_tokens_per_sec, 1)}${mfu(t.tfjs_mfu, 2)}`);
   lines.push(`  CPU reference  ${f(t.cpu_tokens_per_sec, 1)}`);
   lines.push(`  ours/TF.js ×${f(t.ratio_vs_tfjs)} (goal ≥ ×5), ours/CPU ×${f(t.ratio_vs_cpu)}`);
   lines.push(`gpuBytes: ${r.gpuBytes.toLocaleString()} (${(r.gpuBytes / 2 ** 20).toFixed(1)} MiB)`);

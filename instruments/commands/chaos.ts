@@ -53,8 +53,8 @@ function takeDownOnSignals(log: (s: string) => void): void {
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.once(sig, () => {
       log(
-        `atoll chaos: ${sig}: stopping ${owned.children.size} child process(es), removing ${owned.dirs.size} temp ` +
-          `folder(s)`,
+        `atoll chaos: ${sig}: stopping ${owned.children.size} child process(es), ` +
+          `removing ${owned.dirs.size} temp folder(s)`,
       );
       cleanUpOwned();
       process.exit(sig === 'SIGINT' ? 130 : 143);

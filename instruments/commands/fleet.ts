@@ -86,8 +86,8 @@ export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
   const worst = schedule.filter((e) => e.action !== 'join').reduce((a, e) => Math.max(a, e.count), 0);
   if (gone > islands || worst > islands)
     throw bad(
-      `--schedule takes ${Math.max(gone, worst)} Node islands out but --islands is ${islands} (pages are never taken ` +
-        `out)`,
+      `--schedule takes ${Math.max(gone, worst)} Node islands out but --islands is ${islands} ` +
+        `(pages are never taken out)`,
     );
   if (islands + (o.browsers ?? 0) < 1) throw bad('a fleet needs at least one island or browser');
   const mixGroup = o.mixGroup ?? 0;
@@ -274,9 +274,13 @@ export async function fleet(
     join(outDir, 'report.html'),
     htmlPage(
       title,
-      `<p>live: ${live.topology === 'roles' ? 'one aggregator and two gateways on Redis' : 'the embedded server'}, ${cc.mode} DiLoCo, ${esc(cc.uplink.encoding)} up, ${esc(cc.downlink.encoding)} down,
-${live.seconds.toFixed(0)} s of wall time (right panel: wall time for live, virtual time for the simulated rows). live/twin ${report.ratios.liveOverTwin}×, live/DDP ${report.ratios.liveOverDdp}×; lost ${live.lost}, duplicated ${live.duplicated}.
-The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config, one simulated island per live island with the speed it measured.</p>`,
+      `<p>live: ${live.topology === 'roles' ? 'one aggregator and two gateways on Redis' : 'the embedded server'},
+${cc.mode} DiLoCo, ${esc(cc.uplink.encoding)} up, ${esc(cc.downlink.encoding)} down,
+${live.seconds.toFixed(0)} s of wall time (right panel: wall time for live, virtual time for the simulated rows).
+live/twin ${report.ratios.liveOverTwin}×, live/DDP ${report.ratios.liveOverDdp}×;
+lost ${live.lost}, duplicated ${live.duplicated}.
+The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config,
+one simulated island per live island with the speed it measured.</p>`,
       svg,
       `${table}\n\n${islandsTable}\n\n${trafficLine(report)}`,
       report,

@@ -168,8 +168,8 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined
   const r = server.run;
   const cc = r.config.coordinator;
   say(
-    `atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ` +
-      `${r.hash}`,
+    `atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, ` +
+      `θ hash ${r.hash}`,
   );
   say(
     `  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ` +

@@ -310,8 +310,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       // the Node islands start once every page had its first delta accepted: a page on SwiftShader
       // is slow, and fast islands could spend the whole budget before its first round lands
       hooks.log(
-        `fleet: ${spec.browsers} volunteer page(s) clicked Start; the Node islands start once each had a delta ` +
-          `accepted`,
+        `fleet: ${spec.browsers} volunteer page(s) clicked Start; ` +
+          `the Node islands start once each had a delta accepted`,
       );
       let said = Date.now();
       await waitUntil('every page to have a delta accepted', 600_000, async () => {
@@ -329,9 +329,10 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
             p.logSeen = log.length;
             if (fresh.length) hooks.log(`fleet: ${p.isl.name}: ${fresh.slice(-6).join(' | ')}`);
           }
-          hooks.log(
-            `fleet: pages: ${pages.map((p) => `${p.isl.name} ${p.view?.phase ?? '?'} step ${p.view?.round?.step ?? '-'}/${p.view?.round?.total ?? '-'} accepted ${p.view?.roundsAccepted ?? 0}${p.view?.lastRejection ? ` (${p.view.lastRejection.code})` : ''}`).join(', ')}`,
-          );
+          const page = ({ isl, view: v }: (typeof pages)[number]) =>
+            `${isl.name} ${v?.phase ?? '?'} step ${v?.round?.step ?? '-'}/${v?.round?.total ?? '-'} ` +
+            `accepted ${v?.roundsAccepted ?? 0}${v?.lastRejection ? ` (${v.lastRejection.code})` : ''}`;
+          hooks.log(`fleet: pages: ${pages.map(page).join(', ')}`);
         }
         return pages.every((p) => (p.view?.roundsAccepted ?? 0) > 0);
       });

@@ -165,7 +165,8 @@ export function plotSvg(runs: SimRunResult[], title: string): string {
 export function htmlPage(title: string, intro: string, svg: string, table: string, json: unknown): string {
   return `<!doctype html>
 <html><head><meta charset="utf-8"><title>${esc(title)}</title>
-<style>body{font-family:sans-serif;margin:24px;max-width:1100px} pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
+<style>body{font-family:sans-serif;margin:24px;max-width:1100px}
+pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
 <body>
 <h1>${esc(title)}</h1>
 ${intro}

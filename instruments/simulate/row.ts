@@ -619,8 +619,8 @@ async function runDilocoOn(
     );
   out.notes = notes;
   log?.(
-    `${row.name}: eval ${finalLoss.toFixed(4)} after ${out.tokens} tokens, ${coord.version} versions, goodput ` +
-      `${out.goodput.toFixed(3)}`,
+    `${row.name}: eval ${finalLoss.toFixed(4)} after ${out.tokens} tokens, ${coord.version} versions, ` +
+      `goodput ${out.goodput.toFixed(3)}`,
   );
   return out;
 }

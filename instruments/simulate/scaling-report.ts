@@ -191,10 +191,8 @@ export function scalingPlotSvg(report: ScalingReport): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="12">`,
     '<rect width="100%" height="100%" fill="white"/>',
   ];
-  o.push(
-    `<text x="${W / 2}" y="24" text-anchor="middle" ` +
-      `font-size="15">${esc(`atoll simulate --preset scaling (${report.config.data}): eval loss vs training FLOPs`)}</text>`,
-  );
+  const heading = `atoll simulate --preset scaling (${report.config.data}): eval loss vs training FLOPs`;
+  o.push(`<text x="${W / 2}" y="24" text-anchor="middle" font-size="15">${esc(heading)}</text>`);
   o.push(`<rect x="${left}" y="${top}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
   for (let k = 0; k <= 4; k++) {
     const xv = x0 + ((x1 - x0) * k) / 4,
@@ -236,13 +234,17 @@ export function scalingPlotSvg(report: ScalingReport): string {
 }
 
 export function scalingHtml(report: ScalingReport, svg: string, table: string): string {
+  const c = report.config;
   return `<!doctype html>
 <html><head><meta charset="utf-8"><title>atoll simulate: scaling</title>
-<style>body{font-family:sans-serif;margin:24px;max-width:1200px} pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
+<style>body{font-family:sans-serif;margin:24px;max-width:1200px}
+pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
 <body>
 <h1>atoll simulate — scaling ladder</h1>
 <p>${esc(report.verdict.sentence)}</p>
-<p>${esc(report.config.hRule)}; islands' outer step ${report.config.outer.kind} lr ${report.config.outer.lr}, momentum ${report.config.outer.momentum}; ${report.config.tokensPerParam} tokens per parameter; DDP lr sweep ${report.config.lrSweep.join(', ')}; global batch ${report.config.globalBatch} × ${report.config.seqLen} tokens. Real time ${(report.config.realTimeMs / 1000).toFixed(0)} s.</p>
+<p>${esc(c.hRule)}; islands' outer step ${c.outer.kind} lr ${c.outer.lr}, momentum ${c.outer.momentum};
+${c.tokensPerParam} tokens per parameter; DDP lr sweep ${c.lrSweep.join(', ')};
+global batch ${c.globalBatch} × ${c.seqLen} tokens. Real time ${(c.realTimeMs / 1000).toFixed(0)} s.</p>
 ${svg}
 <pre>${esc(table)}</pre>
 </body></html>

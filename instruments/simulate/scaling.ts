@@ -141,8 +141,8 @@ export function pickRungs(r: ScalingOptions['rungs']): RungSpec[] {
   if (bad.length || out.length < 2)
     throw Object.assign(
       new Error(
-        `--rungs: ${bad.length ? `unknown rung ${bad.join(', ')}` : 'at least 2 rungs'}; the ladder has ` +
-          `${RUNGS.map((x) => x.name).join(', ')}`,
+        `--rungs: ${bad.length ? `unknown rung ${bad.join(', ')}` : 'at least 2 rungs'}; ` +
+          `the ladder has ${RUNGS.map((x) => x.name).join(', ')}`,
       ),
       { code: 'E_BAD_REQUEST' },
     );
@@ -346,8 +346,8 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
       globalBatch: GLOBAL_BATCH,
       seqLen: SEQ_LEN,
       hRule:
-        `H = tokens / (${o.outerRounds} rounds × ${GLOBAL_BATCH} sequences × ${SEQ_LEN} tokens): H grows in ` +
-        `proportion to the budget`,
+        `H = tokens / (${o.outerRounds} rounds × ${GLOBAL_BATCH} sequences × ${SEQ_LEN} tokens): ` +
+        `H grows in proportion to the budget`,
       outer: LADDER_OUTER,
       data: opts.data ?? 'moby-dick',
       seed,

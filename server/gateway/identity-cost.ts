@@ -95,8 +95,8 @@ export class IdentityCost {
     if (!this.budgets.take(address, now))
       return err(
         'E_RATE_LIMIT',
-        `this address made its ${this.budgets.cap} new identities this hour: resume an identity (resumeToken), or ` +
-          `retry later`,
+        `this address made its ${this.budgets.cap} new identities this hour: resume an identity (resumeToken), ` +
+          `or retry later`,
       );
     return ok(undefined);
   }

@@ -110,8 +110,8 @@ export function localPort(run: Run): RunPort {
       if (!resume && h.resumeOnly)
         return err(
           'E_POW',
-          'the resume token was not accepted, and a new identity needs a proof of work: ask `challenge`, then hello ' +
-            'with pow',
+          'the resume token was not accepted, and a new identity needs a proof of work: ask `challenge`, ' +
+            'then hello with pow',
         );
       const r = await run.islands.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
       if (!r.ok) return r;
