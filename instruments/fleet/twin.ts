@@ -11,7 +11,7 @@ import { getPreset, numParams } from '../../core/model/config.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import { ddpBytesPerIsland, runRows } from '../simulate/index.ts';
 import { JsEngine } from '../../core/engine/js.ts';
-import { Evaluator, modelConfig } from '../simulate/row.ts';
+import { Evaluator, modelConfig } from '../simulate/row-shared.ts';
 import type {
   CurvePoint,
   IslandSpec,

@@ -23,7 +23,8 @@ import { PRESETS, type PresetName, numParams } from '../../core/model/config.ts'
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
-import { runRow, warmStartOffPlateau } from './row.ts';
+import { runRow } from './row.ts';
+import { warmStartOffPlateau } from './warm-start.ts';
 import { SIM_MODEL_NAMES, simModelConfig } from './rungs.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
 import type { SimEngineKind } from './engines.ts';

@@ -23,7 +23,7 @@ import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import type { SimEngineKind } from './engines.ts';
 import { ddpBytesPerIsland, mergeSeeds, runRows } from './index.ts';
-import { warmStartOffPlateau } from './row.ts';
+import { warmStartOffPlateau } from './warm-start.ts';
 import type { OuterConfig } from '../../core/coord/outer.ts';
 import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
 import { CPU_RUNGS, RUNGS, type RungSpec } from './rungs.ts';
