@@ -27,7 +27,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FaultProxy } from '../../server/cluster/proxy.ts';
 import { type RedisProc, freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
-import { loggedUpdates } from '../fleet/live.ts';
+import { loggedUpdates } from '../fleet/tally.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const SELF = fileURLToPath(import.meta.url);
