@@ -5,7 +5,7 @@
 import uPlot from 'uplot';
 import type { IslandDetail } from '../../core/api.ts';
 import { api } from './api.ts';
-import { ChartBox, PALETTE } from './charts.ts';
+import { ChartBox, PALETTE } from './chart-box.ts';
 import { clear, h, setText } from './dom.ts';
 import { fmtAgo, fmtAudits, fmtFixed, fmtInt, fmtNumerics, fmtSI, fmtTime } from './format.ts';
 import { errorText } from './run-panel.ts';
