@@ -150,7 +150,10 @@ function layers(rooms: Map<string, Set<string>>): string[][] {
   return ordered;
 }
 
-/** docs/structure.svg: the rooms and their arrows; an arrow up a row (a room circle) or from the server into server/cluster is red. */
+/**
+ * docs/structure.svg: the rooms and their arrows; an arrow up a row (a room circle) or from the server into
+ * server/cluster is red.
+ */
 export function drawRooms(g: ImportGraph): string {
   const rooms = roomGraph(g);
   const rows = layers(rooms);
@@ -174,21 +177,40 @@ export function drawRooms(g: ImportGraph): string {
         b = pos.get(to)!;
       const bad = b.row <= a.row || (to === 'server/cluster' && serverRooms.has(from));
       lines.push(
-        `<line x1="${a.x + W / 2}" y1="${a.y + H}" x2="${b.x + W / 2}" y2="${b.y}" stroke="${bad ? '#d00' : '#8895a7'}" stroke-width="${bad ? 2 : 1}" marker-end="url(#${bad ? 'bad' : 'arrow'})"/>`,
+        `<line x1="${a.x + W / 2}" y1="${a.y + H}" x2="${b.x + W / 2}" y2="${b.y}" ` +
+          `stroke="${bad ? '#d00' : '#8895a7'}" stroke-width="${bad ? 2 : 1}" ` +
+          `marker-end="url(#${bad ? 'bad' : 'arrow'})"/>`,
       );
     }
   }
+  const fill = (r: string) =>
+    r.startsWith('core')
+      ? '#e8f1fb'
+      : r.startsWith('server')
+        ? '#fbf1e6'
+        : r.startsWith('client') || r === 'shaders'
+          ? '#eaf6ea'
+          : '#f2f2f2';
   const boxes = [...pos].map(
     ([r, p]) =>
-      `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${r.startsWith('core') ? '#e8f1fb' : r.startsWith('server') ? '#fbf1e6' : r.startsWith('client') || r === 'shaders' ? '#eaf6ea' : '#f2f2f2'}" stroke="#445"/><text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">${r.replace(/^(core|server|instruments)\/(?=[\w-]+\.ts$)/, '')}</text></g>`,
+      `<g><rect x="${p.x}" y="${p.y}" width="${W}" height="${H}" rx="5" fill="${fill(r)}" stroke="#445"/>` +
+      `<text x="${p.x + W / 2}" y="${p.y + 19}" text-anchor="middle">` +
+      `${r.replace(/^(core|server|instruments)\/(?=[\w-]+\.ts$)/, '')}</text></g>`,
   );
   const c = circles(g).length;
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
-    '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="#8895a7"/></marker>',
-    '<marker id="bad" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="#d00"/></marker></defs>',
-    `<text x="${M}" y="${M + 8}" font-size="13">Atoll's rooms and their imports (npm run structure): ${c} import circle${c === 1 ? '' : 's'} between files; an arrow up a row (a circle of rooms) or from the single-process server into server/cluster would be red</text>`,
-    `<text x="${M}" y="${M + 26}" font-size="11" fill="#555">blue: core/ · green: client/ and shaders/ · orange: server/ · grey: instruments/, bin/ and the root's config files (a loose file of core/, server/ or instruments/ is its own box)</text>`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" ` +
+      `font-size="12">`,
+    '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" ' +
+      'orient="auto"><path d="M0,0L10,5L0,10z" fill="#8895a7"/></marker>',
+    '<marker id="bad" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path ' +
+      'd="M0,0L10,5L0,10z" fill="#d00"/></marker></defs>',
+    `<text x="${M}" y="${M + 8}" font-size="13">Atoll's rooms and their imports (npm run structure): ${c} import ` +
+      `circle${c === 1 ? '' : 's'} between files; an arrow up a row (a circle of rooms) or from the single-process ` +
+      `server into server/cluster would be red</text>`,
+    `<text x="${M}" y="${M + 26}" font-size="11" fill="#555">blue: core/ · green: client/ and shaders/ · orange: ` +
+      `server/ · grey: instruments/, bin/ and the root's config files (a loose file of core/, server/ or ` +
+      `instruments/ is its own box)</text>`,
     ...lines,
     ...boxes,
     '</svg>',
@@ -202,6 +224,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   writeFileSync(join(root, 'docs/structure.svg'), drawRooms(g));
   const cs = circles(g);
   console.log(
-    `docs/structure.svg: ${g.files.length} files, ${roomGraph(g).size} rooms, ${cs.length} import circle(s)${cs.map((c) => `\n  ${c.join(' ↔ ')}`).join('')}`,
+    `docs/structure.svg: ${g.files.length} files, ${roomGraph(g).size} rooms, ${cs.length} import ` +
+      `circle(s)${cs.map((c) => `\n  ${c.join(' ↔ ')}`).join('')}`,
   );
 }

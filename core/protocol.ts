@@ -9,14 +9,15 @@
 //
 // One island's life, in messages:
 //
-//   island → server   challenge                                      → {challenge, bits, expiresAt} (a new identity's proof of work)
-//   island → server   hello {protocolVersion, caps, pow}            → assignment (or error)
-//   island → server   fetchModel                                     → {version, hash, params (f32)}
-//   island → server   delta {DeltaMeta, frame (codec bytes)}        → ack   (sent only once durable)
+//   island → server   challenge                               → {challenge, bits, expiresAt}
+//                                                                (a new identity's proof of work)
+//   island → server   hello {protocolVersion, caps, pow}      → assignment (or error)
+//   island → server   fetchModel                              → {version, hash, params (f32)}
+//   island → server   delta {DeltaMeta, frame (codec bytes)}  → ack   (sent only once durable)
 //   server → island   update {UpdateMsg}  (broadcast, one per version v → v+1)
-//   island → server   nextAssignment                                 → assignment, when one exists
-//   island → server   updates {fromVersion}                          → UpdateMsg[] or "too old"
-//   island → server   rename {name}                                  → {}   (display name, while connected)
+//   island → server   nextAssignment                          → assignment, when one exists
+//   island → server   updates {fromVersion}                   → UpdateMsg[] or "too old"
+//   island → server   rename {name}                           → {}   (display name, while connected)
 //   island → server   bye {reason}
 //
 // Binary payloads (delta frames, update frames, params) travel as Uint8Array / Float32Array.
@@ -28,7 +29,10 @@ import { learningRate } from './model/schedule.ts';
 /** Bumped on every incompatible change to the messages below. */
 export const PROTOCOL_VERSION = 3;
 
-/** The events an island (or a validator) sends the server, each with an ack; butterfly mixing adds its own (server/gateway/mix.ts MIX_EVENTS). */
+/**
+ * The events an island (or a validator) sends the server, each with an ack; butterfly mixing adds its own
+ * (server/gateway/mix.ts MIX_EVENTS).
+ */
 export const ISLAND_EVENTS = [
   'challenge',
   'hello',
@@ -252,7 +256,10 @@ export function mixReadyMeta(m: DeltaMeta): Static<typeof MixReadyMetaSchema> {
     elapsedMs: Math.round(rest.elapsedMs),
   };
 }
-/** `mix:fragment`: the member's fragment (a codec frame of its range of the group's mean), or null when its exchange failed. */
+/**
+ * `mix:fragment`: the member's fragment (a codec frame of its range of the group's mean), or null when its exchange
+ * failed.
+ */
 export const MixFragmentSchema = Type.Object(
   { groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) },
   closed,
@@ -262,7 +269,9 @@ export const MixAnswerSchema = Type.Object(
   { groupId: Int(), frame: Type.Union([Type.Uint8Array(), Type.Null()]) },
   closed,
 );
-/** The answer to the server's `mix:check`: the SHA-256 of fragment j's frame as this member recomputes it; null: cannot. */
+/**
+ * The answer to the server's `mix:check`: the SHA-256 of fragment j's frame as this member recomputes it; null: cannot.
+ */
 export const MixCheckAnswerSchema = Type.Object({ groupId: Int(), hash: Type.Union([Sha256, Type.Null()]) }, closed);
 /**
  * `mix:signal`: WebRTC signalling for one peer of the group, relayed by the server as it is: the
@@ -300,7 +309,10 @@ export interface MixPlanMsg {
   linked?: number[];
 }
 
-/** Data channels a member keeps open to other islands, at most (least recently used closed first); the server tracks as many per island. */
+/**
+ * Data channels a member keeps open to other islands, at most (least recently used closed first); the server tracks as
+ * many per island.
+ */
 export const MIX_LINKS_KEPT = 16;
 
 /**
@@ -405,7 +417,10 @@ export interface Assignment {
   seqLen: number;
   lr: InnerLrPlan;
   gradClip: number;
-  /** Start this round from a fresh AdamW (dense codes while the run audits: Δ recomputable from the job); otherwise keep it. */
+  /**
+   * Start this round from a fresh AdamW (dense codes while the run audits: Δ recomputable from the job); otherwise keep
+   * it.
+   */
   freshOptimizer?: boolean;
   /** Batches: sampleBatch(train, batchSize, seqLen, data.seed, data.stream, data.stepStart + i). */
   data: { seed: number; stream: number; stepStart: number };

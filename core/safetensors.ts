@@ -122,7 +122,8 @@ export function safetensorsParts(
     const bytes = count * DTYPE_BYTES[t.dtype];
     if (bytes !== t.data.byteLength) {
       throw new RangeError(
-        `tensor ${name}: shape ${JSON.stringify(t.shape)} ${t.dtype} needs ${bytes} bytes, data has ${t.data.byteLength}`,
+        `tensor ${name}: shape ${JSON.stringify(t.shape)} ${t.dtype} needs ${bytes} bytes, ` +
+          `data has ${t.data.byteLength}`,
       );
     }
     const entry = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + bytes] };
@@ -229,7 +230,8 @@ function readUnchecked(bytes: Uint8Array): Result<SafetensorsFile> {
     if (count * DTYPE_BYTES[dtype] !== end - begin) {
       return err(
         BAD_TENSOR,
-        `tensor ${name}: shape ${JSON.stringify(shape)} ${dtype} needs ${count * DTYPE_BYTES[dtype]} bytes, offsets span ${end - begin}`,
+        `tensor ${name}: shape ${JSON.stringify(shape)} ${dtype} needs ${count * DTYPE_BYTES[dtype]} bytes, offsets ` +
+          `span ${end - begin}`,
       );
     }
     spans.push({ name, begin, end });

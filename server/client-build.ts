@@ -67,7 +67,9 @@ export function buildClientIfNeeded(say: (s: string) => void): void {
   );
   if (!viteBuild())
     say(
-      `atoll serve: vite build failed; ${state === 'missing' ? 'serving a placeholder page' : 'serving the older build'} (run \`npm run build\` to see why)`,
+      `atoll serve: vite build failed; ` +
+        `${state === 'missing' ? 'serving a placeholder page' : 'serving the older build'} (run \`npm run build\` to ` +
+        `see why)`,
     );
 }
 

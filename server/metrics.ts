@@ -35,29 +35,41 @@ export class Metrics {
     help: 'Delta frame bytes received from islands',
     registers: [this.registry],
   });
-  /** A Δ the server already held, sent again (its ack was lost): answered with the first ack, its bytes counted in atoll_bytes_in_total. */
+  /**
+   * A Δ the server already held, sent again (its ack was lost): answered with the first ack, its bytes counted in
+   * atoll_bytes_in_total.
+   */
   readonly deltasResent = new Counter({
     name: 'atoll_deltas_resent_total',
     help: 'Deltas sent again that the server already held, answered with their first ack',
     registers: [this.registry],
   });
-  /** By kind: `update` (pushed whole), `piece` (a mixed group's share of one), `catchup` (asked for), `model` (θ whole). */
+  /**
+   * By kind: `update` (pushed whole), `piece` (a mixed group's share of one), `catchup` (asked for), `model` (θ whole).
+   */
   readonly bytesOut = new Counter({
     name: 'atoll_bytes_out_total',
     help: 'Model and update bytes sent to islands, by kind',
     labelNames: ['kind'] as const,
     registers: [this.registry],
   });
-  /** Everything on the islands' connections as sent: engine.io packets (pings, JSON, binary attachments) and their WebSocket frame headers. */
+  /**
+   * Everything on the islands' connections as sent: engine.io packets (pings, JSON, binary attachments) and their
+   * WebSocket frame headers.
+   */
   readonly wireBytesIn = new Counter({
     name: 'atoll_wire_bytes_in_total',
-    help: 'Bytes islands sent on their socket.io connections: engine.io packets with WebSocket frame headers, by message (wire-meter.ts)',
+    help:
+      'Bytes islands sent on their socket.io connections: engine.io packets with WebSocket frame headers, ' +
+      'by message (wire-meter.ts)',
     labelNames: ['message'] as const,
     registers: [this.registry],
   });
   readonly wireBytesOut = new Counter({
     name: 'atoll_wire_bytes_out_total',
-    help: 'Bytes sent to islands on their socket.io connections: engine.io packets with WebSocket frame headers, by message (wire-meter.ts)',
+    help:
+      'Bytes sent to islands on their socket.io connections: engine.io packets with WebSocket frame headers, ' +
+      'by message (wire-meter.ts)',
     labelNames: ['message'] as const,
     registers: [this.registry],
   });

@@ -23,7 +23,10 @@ export function expandTemplate(src: string): string {
   );
 }
 
-/** {{NAME}}, or {{NAME=default}} where the shader has one; a placeholder with neither a value nor a default throws, naming `file`. */
+/**
+ * {{NAME}}, or {{NAME=default}} where the shader has one; a placeholder with neither a value nor a default throws,
+ * naming `file`.
+ */
 function fill(text: string, d: Defines, file: string): string {
   return text.replace(/\{\{(\w+)(?:=(\w+))?\}\}/g, (_, k: string, dflt?: string) => {
     if (k in d) return String(d[k]);
@@ -46,7 +49,8 @@ export function withPrelude(src: string, defines: Defines = {}, subgroups = fals
   const prelude = fill(preludeSrc, { SUBGROUPS: String(subgroups) }, 'prelude.wgsl');
   const sg = subgroups
     ? subgroupsSrc
-    : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\nfn sg_seg_sum2(x: vec2<f32>, lid: u32, seg: u32) -> vec2<f32> { return x; }\n';
+    : 'fn sg_reduce2(x: vec2<f32>, lid: u32, n: u32, is_max: bool) -> vec2<f32> { return x; }\nfn sg_seg_sum2(x: ' +
+      'vec2<f32>, lid: u32, seg: u32) -> vec2<f32> { return x; }\n';
   // the define ENABLE names an extension the source needs (half.wgsl's native form: f16); directives go first
   const enables = [subgroups ? 'subgroups' : '', defines.ENABLE ? String(defines.ENABLE) : '']
     .filter(Boolean)
@@ -55,7 +59,10 @@ export function withPrelude(src: string, defines: Defines = {}, subgroups = fals
   return `${enables}${prelude}\n${sg}\n${fill(expandTemplate(src), defines, file)}`;
 }
 
-/** Every {{NAME=default}} as its default (what the bindings are read from: a define may pick a function, never a binding). */
+/**
+ * Every {{NAME=default}} as its default (what the bindings are read from: a define may pick a function, never a
+ * binding).
+ */
 const withDefaults = (src: string) => src.replace(/\{\{\w+=(\w+)\}\}/g, '$1');
 
 // ---------------------------------------------------------------- reading the WGSL
@@ -212,7 +219,10 @@ export function entryBindings(src: string): Map<string, EntryBindings> {
 /** A CPU function (core/model/ops.ts) an entry point is tested against; a list where the entry fuses several. */
 export type CpuTwin = ((...args: never[]) => unknown) | ReadonlyArray<(...args: never[]) => unknown>;
 
-/** One .wgsl file as the engine uses it: its source, Params layout, entry points with their bindings, and their CPU twins. */
+/**
+ * One .wgsl file as the engine uses it: its source, Params layout, entry points with their bindings, and their CPU
+ * twins.
+ */
 export interface Kernel<E extends string = string> {
   /** `matmul.wgsl` */
   readonly file: string;
@@ -268,7 +278,9 @@ export interface DispatchSpec {
   entry: string;
   /** Written into the shader's {{NAME}} placeholders (one module and pipeline per distinct set). */
   defines?: Defines;
-  /** Storage buffers by the WGSL variable they bind to (any alias of the binding; whole buffers, offsets go in Params). */
+  /**
+   * Storage buffers by the WGSL variable they bind to (any alias of the binding; whole buffers, offsets go in Params).
+   */
   buffers: Record<string, GPUBuffer>;
   /** The entry's Params by field name; fields left out are 0. */
   params: (s: Shape) => ParamValues;

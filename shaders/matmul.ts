@@ -31,7 +31,9 @@ export function rowSlices(rows: number): { slices: number; chunk: number } {
   return { slices: Math.ceil(rows / chunk), chunk };
 }
 
-/** Elements of the partials scratch: split-K slices of dW outputs up to maxOut, and row slices of widths up to maxWidth. */
+/**
+ * Elements of the partials scratch: split-K slices of dW outputs up to maxOut, and row slices of widths up to maxWidth.
+ */
 export function partialsScratch(maxOut: number, maxRows: number, maxWidth: number): number {
   return Math.max(splitKScratch(maxOut, maxRows), ROW_SLICES_MAX * maxWidth);
 }

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { IslandEvent } from '../client/island/runtime.ts';
 import type { RunStatus } from '../core/api.ts';
 import { startNodeIsland } from '../client/island/node.ts';
-import { byLabel } from '../instruments/fleet/live.ts';
+import { byLabel } from '../instruments/fleet/traffic.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
 import { type TestServer, getJson, startTestServer, waitFor } from './helpers/server.ts';
 import { openVolunteerPage, pageLog, pageView, type PageView } from './helpers/volunteer-page.ts';

@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { runSimulate, simulateOptionsFromCli } from '../instruments/simulate/index.ts';
 import { ProgressBars } from '../instruments/simulate/progress.ts';
 import { loadCorpus } from '../server/run/corpus.ts';
-import { byteEntropies, runRow, warmStartOffPlateau } from '../instruments/simulate/row.ts';
+import { runRow } from '../instruments/simulate/row.ts';
+import { byteEntropies, warmStartOffPlateau } from '../instruments/simulate/warm-start.ts';
 import { codecFor, island } from '../instruments/simulate/scenarios.ts';
 
 describe('atoll simulate', () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Metrics } from '../server/metrics.ts';
 import { WireMeter } from '../server/gateway/wire-meter.ts';
-import { byLabel } from '../instruments/fleet/live.ts';
+import { byLabel } from '../instruments/fleet/traffic.ts';
 
 describe('wire bytes by message (server/gateway/wire-meter.ts)', () => {
   it('labels events, their binary attachments and their acks; unknown names are other', async () => {

@@ -241,7 +241,8 @@ export class AdminPanel {
         h(
           'p',
           { class: 'muted small' },
-          'Kept in this tab\u2019s sessionStorage only and sent as Authorization: Bearer. The server checks it on every action.',
+          'Kept in this tab\u2019s sessionStorage only and sent as Authorization: Bearer. ' +
+            'The server checks it on every action.',
         ),
       ),
       h(
@@ -259,7 +260,8 @@ export class AdminPanel {
         h(
           'p',
           { class: 'muted small' },
-          'Only the fields you change are sent (PATCH /api/admin/config); the form then shows the server\u2019s config.',
+          'Only the fields you change are sent (PATCH /api/admin/config); ' +
+            'the form then shows the server\u2019s config.',
         ),
       ),
       h('section', { class: 'card' }, h('h2', {}, 'Ban an island'), banForm),

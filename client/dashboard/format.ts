@@ -43,10 +43,13 @@ export function fmtTime(t: number | null | undefined): string {
   if (!isNum(t)) return DASH;
   const d = new Date(t);
   const p = (n: number) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  const date = `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}`;
+  return `${date} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
-/** The verified-work flag of an island: '' before any audit, '✓ verified N' while all passed, '⚑ N failed audits'. */
+/**
+ * The verified-work flag of an island: '' before any audit, '✓ verified N' while all passed, '⚑ N failed audits'.
+ */
 export function fmtAudits(a: { passed: number; failed: number } | undefined): string {
   if (!a || a.passed + a.failed === 0) return '';
   return a.failed > 0 ? `⚑ ${a.failed} failed audit${a.failed === 1 ? '' : 's'}` : `✓ verified ${a.passed}`;

@@ -34,7 +34,8 @@ export class Headline {
       [
         'mix',
         'Mixing saved',
-        'server bytes saved by butterfly mixing (islands averaging over WebRTC), net of its checks and signalling; groups formed per version',
+        'server bytes saved by butterfly mixing (islands averaging over WebRTC), net of its checks and signalling; ' +
+          'groups formed per version',
       ],
     ];
     this.el = h('div', { class: 'headline', role: 'list', 'aria-label': 'Headline figures' });
@@ -82,7 +83,9 @@ export class Headline {
       'mix',
       m ? fmtSI(m.savedBytes, 'B') : 'off',
       m
-        ? `k ${m.k} · ${fmtInt(m.mixedGroups)}/${fmtInt(m.groups)} groups mixed${m.mixedGroups ? ` (${(m.mixedMembers / m.mixedGroups).toFixed(1)} each)` : ''} · ${fmtInt(m.rings)} rings · ${perVersion}`
+        ? `k ${m.k} · ${fmtInt(m.mixedGroups)}/${fmtInt(m.groups)} groups ` +
+            `mixed${m.mixedGroups ? ` (${(m.mixedMembers / m.mixedGroups).toFixed(1)} each)` : ''} · ` +
+            `${fmtInt(m.rings)} rings · ${perVersion}`
         : 'islands upload directly',
     );
     setAttr(this.cards.get('tps')!.el, 'data-paused', s.paused ? 'true' : null);

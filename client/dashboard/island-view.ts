@@ -5,7 +5,7 @@
 import uPlot from 'uplot';
 import type { IslandDetail } from '../../core/api.ts';
 import { api } from './api.ts';
-import { ChartBox, PALETTE } from './charts.ts';
+import { ChartBox, PALETTE } from './chart-box.ts';
 import { clear, h, setText } from './dom.ts';
 import { fmtAgo, fmtAudits, fmtFixed, fmtInt, fmtNumerics, fmtSI, fmtTime } from './format.ts';
 import { errorText } from './run-panel.ts';
@@ -141,7 +141,9 @@ export class IslandPanel {
           : cs.every((c) => c.cosine === null)
             ? 'Quality is measured in sync rounds; this run is async'
             : null,
-      note: 'Per accepted Δ: cosine with its round\u2019s merged Δ (1 agrees, 0 orthogonal), ‖Δ‖/√steps ÷ the round\u2019s median, and staleness.',
+      note:
+        'Per accepted Δ: cosine with its round\u2019s merged Δ (1 agrees, 0 orthogonal), ‖Δ‖/√steps ÷ the ' +
+        'round\u2019s median, and staleness.',
     });
   }
 }

@@ -351,14 +351,16 @@ export class IslandsTable {
     setText(
       this.emptyEl,
       total === 0
-        ? 'No islands have joined yet. Open the volunteer page or start one with: npx atoll island --server <this server>'
+        ? 'No islands have joined yet. Open the volunteer page or start one with: ' +
+            'npx atoll island --server <this server>'
         : 'No island matches the filter.',
     );
     setText(
       this.summary,
       n === 0
         ? `0 of ${fmtInt(total)} islands`
-        : `${fmtInt(start + 1)}–${fmtInt(start + slice.length)} of ${fmtInt(n)}${n !== total ? ` (filtered from ${fmtInt(total)})` : ''} islands`,
+        : `${fmtInt(start + 1)}–${fmtInt(start + slice.length)} of ` +
+            `${fmtInt(n)}${n !== total ? ` (filtered from ${fmtInt(total)})` : ''} islands`,
     );
     setText(this.pageLabel, `page ${page} of ${this.pages}`);
     this.firstBtn.disabled = this.prevBtn.disabled = page <= 1;

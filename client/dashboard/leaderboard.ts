@@ -108,7 +108,8 @@ export class Leaderboard {
       all.length > TOP
         ? `Top ${TOP} of ${fmtInt(all.length)} contributors; ${fmtInt(total)} tokens in all.`
         : all.length
-          ? `${fmtInt(all.length)} contributor${all.length === 1 ? '' : 's'}; ${fmtInt(total)} tokens in all. Islands of one contributor (or one display name) are credited together.`
+          ? `${fmtInt(all.length)} contributor${all.length === 1 ? '' : 's'}; ${fmtInt(total)} tokens in all. ` +
+            `Islands of one contributor (or one display name) are credited together.`
           : '',
     );
   }

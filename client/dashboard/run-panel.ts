@@ -140,7 +140,9 @@ export class RunPanel {
       h(
         'p',
         { class: 'muted small' },
-        'Safetensors: npx atoll sample --checkpoint FILE. transformers (.tar): unpack, then GPT2LMHeadModel.from_pretrained(folder) and AutoTokenizer.from_pretrained(folder); the context is limited to the block size.',
+        'Safetensors: npx atoll sample --checkpoint FILE. transformers (.tar): unpack, then ' +
+          'GPT2LMHeadModel.from_pretrained(folder) and AutoTokenizer.from_pretrained(folder); ' +
+          'the context is limited to the block size.',
       ),
     );
     const sampleCard = h(
@@ -218,7 +220,8 @@ export class RunPanel {
     // The server caps the length; say what it actually generated.
     setText(
       this.sampleMeta,
-      `${b.tokens} tokens from version ${b.version} in ${ms} ms${b.tokens < n ? ` (the server caps samples at ${b.tokens})` : ''}.`,
+      `${b.tokens} tokens from version ${b.version} in ` +
+        `${ms} ms${b.tokens < n ? ` (the server caps samples at ${b.tokens})` : ''}.`,
     );
   }
 }

@@ -51,7 +51,9 @@ export function pickNumerics(
   f16: Calibration,
 ): { numerics: 'f32' | 'f16'; speedup: number; line: string } {
   const speedup = f16.tokensPerSec / f32.tokensPerSec;
-  const both = `f16 ${Math.round(f16.tokensPerSec).toLocaleString('en-US')} vs f32 ${Math.round(f32.tokensPerSec).toLocaleString('en-US')} tokens/s`;
+  const both =
+    `f16 ${Math.round(f16.tokensPerSec).toLocaleString('en-US')} vs f32 ` +
+    `${Math.round(f32.tokensPerSec).toLocaleString('en-US')} tokens/s`;
   return speedup > 1
     ? {
         numerics: 'f16',

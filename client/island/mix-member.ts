@@ -62,7 +62,10 @@ export interface MemberHandlers {
   replay(groupId: number): Promise<Uint8Array | null>;
 }
 
-/** The member's data channels to a group's peers (WebRTC live, in-process links in the simulator); `key` names the exchange. */
+/**
+ * The member's data channels to a group's peers (WebRTC live, in-process links in the simulator); `key` names the
+ * exchange.
+ */
 export interface PeerNet {
   channel(key: string, index: number, members: string[]): PieceChannel;
 }

@@ -74,7 +74,8 @@ export function hostPeerNet(port: RelayPort, RTC: RtcPeerConstructor, timeoutMs 
     const m = e.data as ToHost;
     switch (m?.t) {
       case 'join': {
-        // a connection that cannot be made (a browser that refuses WebRTC) ends the group's exchange at once: the island uploads directly
+        // a connection that cannot be made (a browser that refuses WebRTC) ends the group's exchange at once: the
+        // island uploads directly
         let reused = false;
         try {
           reused = net.join(m.plan);

@@ -2,10 +2,10 @@
 // ordered reliable data channel ('atoll-mix') on it, signalled through the server (`mix:signal`,
 // non-trickle: the offer and answer carry every gathered candidate) the first time a group pairs
 // them, kept across groups (at most MIX_LINKS_KEPT, least recently used closed first) and reused
-// whenever a later plan lists the partner as `linked`; a link lost is reported (`mix:lost`). The page's main thread passes
-// the browser's native RTCPeerConnection (its worker's island reaches it through mix-relay.ts); the
-// Node island passes node-datachannel's (`node-datachannel/polyfill`, libdatachannel). No node: or
-// DOM imports: the constructor comes in.
+// whenever a later plan lists the partner as `linked`; a link lost is reported (`mix:lost`). The page's main thread
+// passes the browser's native RTCPeerConnection (its worker's island reaches it through mix-relay.ts); the Node island
+// passes node-datachannel's (`node-datachannel/polyfill`, libdatachannel). No node: or DOM imports: the constructor
+// comes in.
 //
 // A message on the channel: 1 byte key length, the key (UTF-8: which exchange, e.g. `g12` for a
 // group's Δs, `d12@40` for version 40's pieces), 1 byte stage, then packPieces' bytes.
@@ -83,7 +83,10 @@ interface Waiter {
   resolve(m: Uint8Array | null): void;
 }
 
-/** Stage messages held before their exchange asks for them, at most (a group of 16 over log2 16 stages, pieces too, needs far fewer). */
+/**
+ * Stage messages held before their exchange asks for them, at most (a group of 16 over log2 16 stages, pieces too,
+ * needs far fewer).
+ */
 const MAIL_KEPT = 256;
 
 /** The link handshake: a key length of 0 marks a control message (1: hello, 2: ack). */
@@ -111,7 +114,10 @@ function asBytes(data: unknown): Uint8Array | null {
   return data instanceof ArrayBuffer ? new Uint8Array(data) : data instanceof Uint8Array ? data : null;
 }
 
-/** A member's data channels to its groups' peers: joined per plan (reusing the links it lists as linked), left when done. */
+/**
+ * A member's data channels to its groups' peers: joined per plan (reusing the links it lists as linked), left when
+ * done.
+ */
 export interface GroupNet extends PeerNet {
   /** Connects to a group's partners; resolves whether every one was already linked (nothing signalled). */
   join(plan: LinkPlan): boolean | Promise<boolean>;
@@ -215,7 +221,9 @@ export class WebRtcPeerNet implements GroupNet {
     };
   }
 
-  /** Sends a stage message (wireMessage's bytes) to island `id` in group or ring `groupId`, once their link is ready. */
+  /**
+   * Sends a stage message (wireMessage's bytes) to island `id` in group or ring `groupId`, once their link is ready.
+   */
   async sendWire(groupId: number, id: string | undefined, msg: Uint8Array): Promise<void> {
     // a ring has no plan, and nothing ends it but the link's wait
     const link = id === undefined || this.ended.has(groupId) ? null : this.channelTo(groupId, id);

@@ -99,8 +99,11 @@ export async function startNodeValidator(o: NodeValidatorOptions): Promise<NodeV
             };
           }),
         onVerdict: (job, m, passed, banned) => {
+          const verdict = passed === null ? `skipped (${m.reason})` : passed ? 'passed' : 'FAILED';
           say(
-            `audit ${job.jobId} of ${job.islandId} (round ${job.roundId}): cosine ${m.cosine?.toFixed(4) ?? '-'} norm ratio ${m.normRatio?.toFixed(3) ?? '-'} → ${passed === null ? `skipped (${m.reason})` : passed ? 'passed' : 'FAILED'}${banned ? ', island banned' : ''}`,
+            `audit ${job.jobId} of ${job.islandId} (round ${job.roundId}): cosine ` +
+              `${m.cosine?.toFixed(4) ?? '-'} norm ratio ${m.normRatio?.toFixed(3) ?? '-'} → ` +
+              `${verdict}${banned ? ', island banned' : ''}`,
           );
           o.onVerdict?.(job, m, passed, banned);
         },

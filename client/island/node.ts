@@ -131,7 +131,8 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     { autotune: o.autotune, precision: o.precision, devices },
   );
   say(
-    `atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, ${engine.numerics ?? 'f32'}, batch ${batch}, ${train.length.toLocaleString()} training bytes`,
+    `atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, ${engine.numerics ?? 'f32'}, batch ` +
+      `${batch}, ${train.length.toLocaleString()} training bytes`,
   );
   // the speed at the duty cycle: what a round's wall time will see (calibrate leaves AdamW fresh)
   const duty = Math.min(1, Math.max(0.01, o.dutyCycle ?? 1));
@@ -142,7 +143,10 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
       : await calibrate(engine, train, shape, calibrationKey(engine.kind, engine.device, shape));
   if (calibration)
     say(
-      `atoll island: measured ${Math.round(calibration.tokensPerSec).toLocaleString()} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(2)} s${calibration.estimated ? ', estimated from batches 1 and 2' : ''}) in ${(calibration.ms / 1000).toFixed(1)} s`,
+      `atoll island: measured ${Math.round(calibration.tokensPerSec).toLocaleString()} tokens/s (a step ` +
+        `${(calibration.stepMs / 1000).toFixed(2)} s` +
+        `${calibration.estimated ? ', estimated from batches 1 and 2' : ''}) ` +
+        `in ${(calibration.ms / 1000).toFixed(1)} s`,
     );
 
   const transport = new SocketIoTransport({
@@ -187,7 +191,10 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     lastLine = now;
     const p = runtime.progress;
     const mb = (transport.stats.bytesSent / 1e6).toFixed(2);
-    const text = `${p.islandId ?? '…'} | ${p.status} | round ${p.roundId ?? '-'} step ${p.step}/${p.of} | loss ${Number.isFinite(p.loss) ? p.loss.toFixed(3) : '-'} | ${p.tokensPerSec.toFixed(0)} tok/s | v${p.version} | sent ${mb} MB | acks ${acked} ok, ${rejected} rejected`;
+    const text =
+      `${p.islandId ?? '…'} | ${p.status} | round ${p.roundId ?? '-'} step ${p.step}/${p.of} | loss ` +
+      `${Number.isFinite(p.loss) ? p.loss.toFixed(3) : '-'} | ${p.tokensPerSec.toFixed(0)} tok/s | v${p.version} | ` +
+      `sent ${mb} MB | acks ${acked} ok, ${rejected} rejected`;
     process.stderr.write(mode === 'tty' ? `\r\x1b[K${text}` : `${text}\n`);
   };
   runtime.on((e) => {

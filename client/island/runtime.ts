@@ -3,7 +3,8 @@
 //   hello → assignment ─┐
 //   ┌───────────────────┘
 //   │ bring the replica θ to the assignment's base version (updates, else snapshot; hash-checked)
-//   │ engine.setParams(θ_v) (fresh AdamW if the assignment says so); innerSteps × engine.step (lr from the assignment's plan)
+//   │ engine.setParams(θ_v) (fresh AdamW if the assignment says so)
+//   │ innerSteps × engine.step (lr from the assignment's plan)
 //   │ Δ = engine.readDelta(); frame = encodeWithFeedback(Δ, residual)   (residual stays here)
 //   │ submitDelta(meta, frame) → ack (durable)            nextAssignment() → assignment
 //   │ (not applied, sparse codes: what was sent goes back into the residual, so no work is dropped)

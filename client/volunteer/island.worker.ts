@@ -159,7 +159,8 @@ async function openEngine(
       if (b.busy)
         log(
           'warn',
-          `The GPU seems busy with something else (a step took ${(b.stepMs / 1000).toFixed(1)} s, usually ${(b.medianMs / 1000).toFixed(1)} s): backing off to ${pct(b.dutyCycle)} until steps are quick again.`,
+          `The GPU seems busy with something else (a step took ${(b.stepMs / 1000).toFixed(1)} s, usually ` +
+            `${(b.medianMs / 1000).toFixed(1)} s): backing off to ${pct(b.dutyCycle)} until steps are quick again.`,
         );
       else
         log(
@@ -172,7 +173,8 @@ async function openEngine(
       if (!onLog) return; // the sampler's own device: rebuilt quietly on the next sample
       log(
         'warn',
-        `The GPU device was lost (${i.reason}${i.message ? `: ${i.message}` : ''}); opening a new one and resuming from the last synced model.`,
+        `The GPU device was lost (${i.reason}${i.message ? `: ${i.message}` : ''}); opening a new one and resuming ` +
+          `from the last synced model.`,
       );
       deviceRecovering = true;
       view.detail = 'The GPU device was lost; rebuilding it and replaying this round’s steps.';
@@ -182,7 +184,8 @@ async function openEngine(
       if (!onLog) return;
       log(
         'info',
-        `GPU device rebuilt (${r.device}); replayed ${r.replayedSteps} step(s) of the round in ${Math.round(r.ms)} ms. Nothing was lost.`,
+        `GPU device rebuilt (${r.device}); replayed ${r.replayedSteps} step(s) of the round in ` +
+          `${Math.round(r.ms)} ms. Nothing was lost.`,
       );
       deviceRecovering = false;
       view.detail = '';
@@ -232,7 +235,8 @@ async function start(o: StartOptions): Promise<void> {
   view.device = o.engine === 'cpu' ? cpuName() : engine.device;
   log(
     'info',
-    `Engine ready: ${view.device} (${((performance.now() - t0) / 1000).toFixed(1)} s to set up${o.engine === 'webgpu' ? ', mostly compiling the GPU kernels' : ''}).`,
+    `Engine ready: ${view.device} (${((performance.now() - t0) / 1000).toFixed(1)} s to set ` +
+      `up${o.engine === 'webgpu' ? ', mostly compiling the GPU kernels' : ''}).`,
   );
   publish(true);
   void supervise(o);
@@ -247,7 +251,9 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
     calibration = o.calibration;
     log(
       'info',
-      `Speed measured earlier on this device: ${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s (a step ${(calibration.stepMs / 1000).toFixed(1)} s).`,
+      `Speed measured earlier on this device: ` +
+        `${Math.round(calibration.tokensPerSec).toLocaleString('en-US')} tokens/s (a step ` +
+        `${(calibration.stepMs / 1000).toFixed(1)} s).`,
     );
     return;
   }
@@ -265,8 +271,10 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
   const steps = c.timed.map((t) => `${t.B}: ${(t.ms / 1000).toFixed(1)} s`).join(', ');
   log(
     'info',
-    `Measured ${Math.round(c.tokensPerSec).toLocaleString('en-US')} tokens/s in ${(c.ms / 1000).toFixed(1)} s (steps of batch ${steps}; ` +
-      `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): the first round is sized from it.`,
+    `Measured ${Math.round(c.tokensPerSec).toLocaleString('en-US')} tokens/s in ${(c.ms / 1000).toFixed(1)} s (steps ` +
+      `of batch ${steps}; ` +
+      `a full step ${c.estimated ? 'estimated at' : 'takes'} ${(c.stepMs / 1000).toFixed(1)} s): ` +
+      `the first round is sized from it.`,
   );
   publish(true);
 }
@@ -325,7 +333,8 @@ function refineCalibration(a: Assignment): void {
   post({ type: 'calibrated', calibration });
   log(
     'info',
-    `A full step takes ${(med / 1000).toFixed(1)} s here (estimated ${(c.stepMs / 1000).toFixed(1)} s): saved for the next visit.`,
+    `A full step takes ${(med / 1000).toFixed(1)} s here (estimated ${(c.stepMs / 1000).toFixed(1)} s): ` +
+      `saved for the next visit.`,
   );
 }
 
@@ -493,7 +502,8 @@ function onEvent(e: IslandEvent, healthy: () => void): void {
         if (assignment) refineCalibration(assignment);
         log(
           'info',
-          `Update accepted into model v${ack.version}: ${meta.tokens.toLocaleString('en-US')} tokens, ${frameBytes.toLocaleString('en-US')} bytes, mean loss ${meta.lossMean.toFixed(3)}.`,
+          `Update accepted into model v${ack.version}: ${meta.tokens.toLocaleString('en-US')} tokens, ` +
+            `${frameBytes.toLocaleString('en-US')} bytes, mean loss ${meta.lossMean.toFixed(3)}.`,
         );
       } else {
         view.roundsRejected += 1;

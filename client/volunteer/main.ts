@@ -2,17 +2,8 @@
 // worker. The page only renders; training, sockets and the GPU live in
 // island.worker.ts, so the tab stays responsive while the GPU works.
 
-import { LiveChart } from '../ui/chart.ts';
-import {
-  formatBytes,
-  formatCount,
-  formatDuration,
-  formatFixed,
-  formatInt,
-  formatPercent,
-  formatRate,
-} from '../ui/format.ts';
-import { estimateCosts, measuredPerHour } from './costs.ts';
+import { formatBytes, formatCount, formatDuration, formatInt, formatRate } from '../ui/format.ts';
+import { estimateCosts } from './costs.ts';
 import { caret, sampleNodes } from './sample-text.ts';
 import { cleanDisplayName, loadPrefs, savePrefs } from './identity.ts';
 import type {
@@ -21,99 +12,27 @@ import type {
   FromWorker,
   GpuProbe,
   IslandView,
-  LogLevel,
-  LossPoint,
   ModelShape,
   PauseReason,
-  Phase,
   ToWorker,
 } from './messages.ts';
 import { initialView } from './messages.ts';
-import { connLine, phaseLine, roundStepper } from './phase-text.ts';
 import type { ContributorCredit } from '../../core/api.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { type GlobalStatus, estimateTrainingBytes, parseRunInfo, parseStatus, type RunInfo } from './run-info.ts';
 import { hostPeerNet } from '../island/mix-relay.ts';
 import type { RtcPeerConstructor } from '../island/mix-webrtc.ts';
 
-// ---------------------------------------------------------------- DOM handles
-
-function $<T extends HTMLElement = HTMLElement>(id: string): T {
-  const el = document.getElementById(id);
-  if (!el) throw new Error(`missing #${id}`);
-  return el as T;
-}
-
-/** Elements by id, under the keys given: `{ key: 'element-id' }`. */
-function byIds<K extends string>(ids: Record<K, string>): Record<K, HTMLElement> {
-  return Object.fromEntries(Object.entries<string>(ids).map(([k, id]) => [k, $(id)])) as Record<K, HTMLElement>;
-}
-
-// the page's sections, one line each: run, costs, GPU check, credit, live view, round, stats, samples
-const ui = {
-  ...byIds({ runName: 'run-name', runDesc: 'run-description' }),
-  ...byIds({
-    costGpu: 'cost-gpu',
-    costDown: 'cost-down',
-    costUp: 'cost-up',
-    costHour: 'cost-hour',
-    costMem: 'cost-mem',
-  }),
-  ...byIds({
-    gpuStatus: 'gpu-status',
-    gpuStatusText: 'gpu-status-text',
-    cpuOptin: 'cpu-optin',
-    gpuHelp: 'gpu-missing-help',
-  }),
-  useCpu: $<HTMLInputElement>('use-cpu'),
-  start: $<HTMLButtonElement>('start'),
-  pause: $<HTMLButtonElement>('pause'),
-  capRadios: Array.from(document.querySelectorAll<HTMLInputElement>('input[name="cap"]')),
-  pauseHidden: $<HTMLInputElement>('pause-hidden'),
-  displayName: $<HTMLInputElement>('display-name'),
-  saveName: $<HTMLButtonElement>('save-name'),
-  ...byIds({
-    contributorId: 'contributor-id',
-    crTokens: 'cr-tokens',
-    crComputed: 'cr-computed',
-    crAccepted: 'cr-accepted',
-    crRank: 'cr-rank',
-  }),
-  ...byIds({ live: 'live', conn: 'conn', connText: 'conn-text', phaseText: 'phase-text' }),
-  phases: Array.from(document.querySelectorAll<HTMLLIElement>('#phases li')),
-  ...byIds({
-    phTraining: 'ph-training',
-    phUploading: 'ph-uploading',
-    busyNote: 'busy-note',
-    deviceName: 'device-name',
-    deviceSpeed: 'device-speed',
-  }),
-  ...byIds({
-    roundSteps: 'round-steps',
-    roundEta: 'round-eta',
-    roundProgress: 'round-progress',
-    roundFill: 'round-fill',
-  }),
-  ...byIds({
-    sVersion: 's-version',
-    sEval: 's-eval',
-    sLoss: 's-loss',
-    sSpeed: 's-speed',
-    sTokens: 's-tokens',
-    sRounds: 's-rounds',
-    sUp: 's-up',
-    sDown: 's-down',
-  }),
-  ...byIds({ lossChart: 'loss-chart', rejection: 'rejection', log: 'log' }),
-  samplePrompt: $<HTMLInputElement>('sample-prompt'),
-  sampleGo: $<HTMLButtonElement>('sample-go'),
-  ...byIds({ sampleOut: 'sample-out', sampleMeta: 'sample-meta' }),
-};
-
-/** Sets text only when it changed (no needless layout work at 10 Hz). */
-function setText(el: HTMLElement, text: string): void {
-  if (el.textContent !== text) el.textContent = text;
-}
+import { setText, ui } from './dom.ts';
+import {
+  addLog,
+  addLosses,
+  ensureChart,
+  logLines,
+  losses,
+  phasesSeen,
+  renderView as renderLiveView,
+} from './live-view.ts';
 
 // ---------------------------------------------------------------- state
 
@@ -125,14 +44,9 @@ let view: IslandView = initialView(prefs.dutyCycle);
 let status: GlobalStatus | null = null;
 /** This contributor's credit on the server (all islands with this contributor id). */
 let credit: ContributorCredit | null = null;
-const losses: LossPoint[] = [];
 const assignments: Assignment[] = [];
-const logLines: Array<{ level: LogLevel; text: string; at: number }> = [];
-let chart: LiveChart | null = null;
 let sampleSeq = 0;
 let sampleBusy = false;
-/** Every phase the page has shown, in order (repeats collapsed); read by the tests. */
-const phasesSeen: Phase[] = [];
 /** When contributing started (for the measured bytes per hour). */
 let startedAt = 0;
 
@@ -216,7 +130,10 @@ worker.addEventListener('error', (e) => {
   setText(ui.phaseText, 'The island stopped because of an error in its worker. Reload the page to start again.');
 });
 
-/** The worker's end of this page's WebRTC data channels (mix-relay.ts), or null: no RTCPeerConnection here (the island uploads directly). */
+/**
+ * The worker's end of this page's WebRTC data channels (mix-relay.ts), or null: no RTCPeerConnection here (the island
+ * uploads directly).
+ */
 function peerPort(): MessagePort | null {
   if (typeof RTCPeerConnection !== 'function') return null;
   const ch = new MessageChannel();
@@ -258,20 +175,25 @@ function renderRun(r: RunInfo): void {
 function renderCosts(r: RunInfo): void {
   const tokensPerStep = r.batch * r.seqLen;
   ui.costGpu.textContent = r.innerSteps
-    ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens each), as long as you let it run, within the cap you set`
-    : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, within the cap you set`;
+    ? `Rounds of ${formatInt(r.innerSteps)} training steps (${formatCount(tokensPerStep * r.innerSteps)} tokens ` +
+      `each), as long as you let it run, within the cap you set`
+    : `Rounds of training steps (${formatCount(tokensPerStep)} tokens each), sized to your device's speed, ` +
+      `within the cap you set`;
   const cal = prefs.calibration;
   const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null, status?.bytesPerUpdate ?? null);
+  const measured = status?.bytesPerUpdate != null;
   ui.costDown.textContent =
     `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
-    ` and ${formatBytes(r.data.trainBytes)} of training text), then ${status?.bytesPerUpdate != null ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
-    ` (${r.config.coordinator.downlink.encoding} update${status?.bytesPerUpdate != null ? ", the last updates' mean" : ''})`;
+    ` and ${formatBytes(r.data.trainBytes)} of training text), then ` +
+    `${measured ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
+    ` (${r.config.coordinator.downlink.encoding} update${measured ? ", the last updates' mean" : ''})`;
   ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
   if (est.roundsPerHour != null && est.roundSec != null) {
     ui.costHour.textContent =
       `About ${formatBytes(est.upPerHour)} up and ${formatBytes(est.downPerHour)} down an hour: a round every ` +
-      `${formatDuration(est.roundSec)} at this device's measured ${formatRate(cal!.tokensPerSec, 'tok')} and your ${Math.round(prefs.dutyCycle * 100)}% cap`;
+      `${formatDuration(est.roundSec)} at this device's measured ${formatRate(cal!.tokensPerSec, 'tok')} and your ` +
+      `${Math.round(prefs.dutyCycle * 100)}% cap`;
   }
 }
 
@@ -306,7 +228,8 @@ function renderProbe(): void {
   const dot = ui.gpuStatus.querySelector('.dot')!;
   if (probe.ok) {
     dot.className = 'dot dot-ok';
-    ui.gpuStatusText.textContent = `WebGPU is ready: ${probe.adapter.name}${probe.adapter.isFallbackAdapter ? ' (a software renderer: it works, slowly)' : ''}.`;
+    const software = probe.adapter.isFallbackAdapter ? ' (a software renderer: it works, slowly)' : '';
+    ui.gpuStatusText.textContent = `WebGPU is ready: ${probe.adapter.name}${software}.`;
     ui.cpuOptin.hidden = true;
   } else {
     dot.className = 'dot dot-bad';
@@ -320,7 +243,8 @@ function renderProbe(): void {
     ui.gpuHelp.textContent =
       probe.reason === 'too-small'
         ? 'You can still help with your processor instead.'
-        : 'Recent Chrome or Edge on Windows, macOS, ChromeOS and Android, Safari 26 and Firefox 141 on Windows have WebGPU; on Linux it may need to be enabled. Or help with your processor instead:';
+        : 'Recent Chrome or Edge on Windows, macOS, ChromeOS and Android, Safari 26 and Firefox 141 on Windows have ' +
+          'WebGPU; on Linux it may need to be enabled. Or help with your processor instead:';
     ui.cpuOptin.hidden = false;
   }
   document.body.dataset.webgpu = probe.ok ? 'yes' : probe.reason;
@@ -441,142 +365,11 @@ ui.displayName.addEventListener('keydown', (e) => {
   if (e.key === 'Enter') saveName();
 });
 
-// ---------------------------------------------------------------- live view
-
-let roundPhase: Phase | null = null;
-
-function renderPhases(v: IslandView): void {
-  const stepper = roundStepper(v, roundPhase);
-  roundPhase = stepper.roundPhase;
-  ui.phases.forEach((li, i) => {
-    li.dataset.state = stepper.states[i];
-  });
-  const r = v.round;
-  setText(ui.phTraining, r ? `step ${formatInt(r.step)} of ${formatInt(r.total)}` : 'step – of –');
-  setText(ui.phUploading, v.bytesUp > 0 ? `${formatBytes(v.bytesUp)} sent so far` : 'compressed Δ');
-  if (phasesSeen[phasesSeen.length - 1] !== v.phase) phasesSeen.push(v.phase);
-}
+// ---------------------------------------------------------------- live view (live-view.ts)
 
 function renderView(): void {
-  const v = view;
-  document.body.dataset.phase = v.phase;
-  renderPhases(v);
-  ui.conn.dataset.conn = v.connection;
-  setText(ui.connText, connLine(v));
-  setText(ui.phaseText, phaseLine(v, { started, paused: !!status?.paused, done: !!status?.done }));
-  setText(ui.deviceName, v.device ? (v.engine === 'cpu' ? `${v.device} (CPU engine)` : v.device) : '–');
-  setText(
-    ui.deviceSpeed,
-    (v.stepMs != null
-      ? `· a step takes ${v.stepMs < 1000 ? `${Math.round(v.stepMs)} ms` : formatDuration(v.stepMs / 1000)} of compute`
-      : '') + (v.mfu != null ? ` · MFU ${formatPercent(v.mfu, 2)}` : ''),
-  );
-  ui.busyNote.hidden = !v.busy;
-  if (v.busy) {
-    setText(
-      ui.busyNote,
-      `Your GPU seems busy with something else (steps take much longer than usual), so Atoll backs off to ` +
-        `${Math.round(v.effectiveDutyCycle * 100)}% of the time. It returns to your ${Math.round(v.dutyCycle * 100)}% cap by itself when steps are quick again.`,
-    );
-  }
-
-  const r = v.round;
-  const frac = r && r.total > 0 ? Math.min(1, r.step / r.total) : 0;
-  setText(ui.roundSteps, r ? `${formatInt(r.step)} / ${formatInt(r.total)} steps` : '– / – steps');
-  setText(
-    ui.roundEta,
-    r && r.step >= r.total
-      ? 'done'
-      : r && v.paused
-        ? 'ETA: paused'
-        : r && (v.phase === 'training' || v.phase === 'recovering') && r.etaSec != null
-          ? `ETA ${formatDuration(r.etaSec)}`
-          : 'ETA –',
-  );
-  ui.roundFill.style.transform = `scaleX(${frac})`;
-  ui.roundProgress.setAttribute('aria-valuenow', frac.toFixed(3));
-  ui.roundProgress.setAttribute(
-    'aria-valuetext',
-    r ? `${r.step} of ${r.total} steps of the round from model version ${r.baseVersion}` : 'no round',
-  );
-
-  const version = Math.max(v.globalVersion ?? -1, status?.version ?? -1);
-  setText(ui.sVersion, version >= 0 ? `v${formatInt(version)}` : '–');
-  const evalLoss = status?.evalLoss ?? v.globalEvalLoss;
-  setText(
-    ui.sEval,
-    evalLoss != null
-      ? `${formatFixed(evalLoss, 3)}${status?.evalVersion != null ? ` (v${status.evalVersion})` : ''}`
-      : '–',
-  );
-  setText(ui.sLoss, formatFixed(v.lastLoss, 3));
-  setText(ui.sSpeed, formatRate(v.tokensPerSec, 'tok'));
-  // the server's totals for this contributor (earlier sessions too), this session's until they arrive
-  const accepted = Math.max(credit?.accepted ?? 0, v.roundsAccepted);
-  setText(ui.sTokens, formatCount(Math.max(credit?.tokens ?? 0, v.tokensContributed)));
-  setText(
-    ui.sRounds,
-    v.roundsRejected > 0 ? `${formatInt(accepted)} (${formatInt(v.roundsRejected)} rejected)` : formatInt(accepted),
-  );
-  renderCredit();
-  // counted as it goes, with the hourly rate once a few minutes have passed
-  const perHour = (b: number) => measuredPerHour(b, startedAt, Date.now(), 120_000);
-  const upH = perHour(v.bytesUp),
-    downH = perHour(v.bytesDown);
-  setText(ui.sUp, upH != null ? `${formatBytes(v.bytesUp)} (${formatBytes(upH)}/h)` : formatBytes(v.bytesUp));
-  setText(ui.sDown, downH != null ? `${formatBytes(v.bytesDown)} (${formatBytes(downH)}/h)` : formatBytes(v.bytesDown));
-
-  if (v.lastRejection) {
-    ui.rejection.hidden = false;
-    setText(
-      ui.rejection,
-      `The server did not accept an update (${v.lastRejection.code}): ${v.lastRejection.message} The island goes on with the next round.`,
-    );
-  }
+  renderLiveView(view, { started, status, credit, startedAt });
   updateButtons();
-}
-
-function renderCredit(): void {
-  const c = credit;
-  setText(ui.crTokens, c ? formatCount(c.tokens) : '–');
-  setText(ui.crComputed, c ? formatCount(c.tokensComputed) : '–');
-  setText(ui.crAccepted, c ? formatInt(c.accepted) : '–');
-  setText(
-    ui.crRank,
-    c?.rank != null ? `#${formatInt(c.rank)} of ${formatInt(c.contributors)}` : c ? 'not yet ranked' : '–',
-  );
-}
-
-function ensureChart(): LiveChart {
-  chart ??= new LiveChart(ui.lossChart, {
-    title: 'Local training loss per inner step',
-    xLabel: 'step',
-    series: [{ label: 'loss' }],
-    height: 180,
-    integerX: true,
-  });
-  return chart;
-}
-
-function addLosses(points: LossPoint[]): void {
-  const c = ensureChart();
-  for (const p of points) {
-    losses.push(p);
-    c.push(p.step, p.loss);
-  }
-}
-
-function addLog(level: LogLevel, text: string, at: number): void {
-  logLines.push({ level, text, at });
-  if (logLines.length > 300) logLines.shift();
-  const li = document.createElement('li');
-  li.dataset.level = level;
-  const t = document.createElement('time');
-  t.dateTime = new Date(at).toISOString();
-  t.textContent = new Date(at).toLocaleTimeString();
-  li.append(t, text);
-  ui.log.prepend(li);
-  while (ui.log.children.length > 100) ui.log.lastElementChild?.remove();
 }
 
 // ---------------------------------------------------------------- samples
@@ -591,7 +384,8 @@ ui.sampleGo.addEventListener('click', () => {
   sampleBusy = true;
   sampleSeq += 1;
   ui.sampleGo.textContent = 'Writing…';
-  setText(ui.sampleMeta, started ? 'Writing between training steps (training goes first)…' : 'Writing on your device…');
+  const where = started ? 'Writing between training steps (training goes first)…' : 'Writing on your device…';
+  setText(ui.sampleMeta, where);
   send({
     type: 'sample',
     id: sampleSeq,
@@ -610,7 +404,8 @@ function renderSampleProgress(id: number, bytes: Uint8Array, tokens: number): vo
   ui.sampleOut.replaceChildren(...sampleNodes(ui.samplePrompt.value, bytes), caret());
   setText(
     ui.sampleMeta,
-    `${formatInt(bytes.length)} of ${formatInt(tokens)} tokens${started ? ', between training steps (training goes first)' : ''}…`,
+    `${formatInt(bytes.length)} of ` +
+      `${formatInt(tokens)} tokens${started ? ', between training steps (training goes first)' : ''}…`,
   );
 }
 
@@ -623,7 +418,8 @@ function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
     ui.sampleOut.append(...sampleNodes(ui.samplePrompt.value, m.bytes));
     setText(
       ui.sampleMeta,
-      `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.bytes.length)} tokens in ${formatDuration(m.ms / 1000)}`,
+      `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.bytes.length)} tokens ` +
+        `in ${formatDuration(m.ms / 1000)}`,
     );
   } else {
     ui.sampleOut.textContent = '';

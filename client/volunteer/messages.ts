@@ -38,7 +38,10 @@ export interface StartOptions {
   shape: ModelShape;
   /** The last calibration saved by the page (re-used when its key still fits). */
   calibration: Calibration | null;
-  /** WebGPU: time the matmul variants at engine start, choices cached by adapter in IndexedDB (false: the page's ?autotune=0). */
+  /**
+   * WebGPU: time the matmul variants at engine start, choices cached by adapter in IndexedDB (false: the page's
+   * ?autotune=0).
+   */
   autotune: boolean;
   /**
    * WebGPU storage precision (the page's ?precision=): 'auto' times f32 and f16 on a first visit

@@ -175,7 +175,8 @@ export class ResilientEngine implements TrainingEngine {
       this.losses += 1;
       if (this.consecutiveLosses > (this.opts.maxConsecutiveLosses ?? 3)) {
         throw new Error(
-          `E_DEVICE_LOST: the GPU device was lost ${this.consecutiveLosses} times in a row (${this.lostInfo?.message ?? ''})`,
+          `E_DEVICE_LOST: the GPU device was lost ${this.consecutiveLosses} times in a row ` +
+            `(${this.lostInfo?.message ?? ''})`,
         );
       }
       try {

@@ -73,7 +73,8 @@ export async function probeGpu(shape: ModelShape): Promise<GpuProbe> {
       ok: false,
       reason: 'no-adapter',
       message:
-        'It may be disabled, blocklisted for this driver, or behind a flag (on Linux, chrome://flags/#enable-unsafe-webgpu).',
+        'It may be disabled, blocklisted for this driver, or behind a flag (on Linux, ' +
+        'chrome://flags/#enable-unsafe-webgpu).',
       gpuBytes,
     };
   }
@@ -169,7 +170,10 @@ export async function openEngineHandle(
 export function autotuneLine(t: TuneResult | null): string {
   if (!t) return 'Matmul autotuning is off (?autotune=0): every matmul on the default tile.';
   const n = (from: TuneResult['report'][number]['from']) => t.report.filter((r) => r.from === from).length;
-  return `Matmul tiles: ${n('timed')} timed now, ${n('cache')} from this browser's cache, ${n('default')} at the default until a later start (${(t.ms / 1000).toFixed(1)} s).`;
+  return (
+    `Matmul tiles: ${n('timed')} timed now, ${n('cache')} from this browser's cache, ${n('default')} at the ` +
+    `default until a later start (${(t.ms / 1000).toFixed(1)} s).`
+  );
 }
 
 /** The CPU engine's device line: it trains on one thread. */

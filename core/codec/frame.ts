@@ -60,13 +60,23 @@ export interface CodecOptions {
   encoding: Encoding;
   /** int8/int4/topk values: elements per scale block. Even, 8..65536; default 64. */
   blockSize?: number;
-  /** topk: fraction of entries kept, in (0, 1]; k = max(1, round(fraction · n)). sparse: per chunk, k = max(1, round(fraction · blockSize)). Default 0.01. */
+  /**
+   * topk: fraction of entries kept, in (0, 1]; k = max(1, round(fraction · n)). sparse: per chunk, k = max(1,
+   * round(fraction · blockSize)). Default 0.01.
+   */
   topkFraction?: number;
-  /** encodeWithFeedback: the residual decays by this factor each round before Δ is added (SparseLoCo's β). Default 1. */
+  /**
+   * encodeWithFeedback: the residual decays by this factor each round before Δ is added (SparseLoCo's β). Default 1.
+   */
   feedbackDecay?: number;
-  /** sparse: keep each chunk's k entries at a stride from the phase of most energy instead of its top k (no offsets sent). */
+  /**
+   * sparse: keep each chunk's k entries at a stride from the phase of most energy instead of its top k (no offsets
+   * sent).
+   */
   strided?: boolean;
-  /** sparse: bits per kept value, 2 (default: sign and upper/lower half) or 1 (sign, times the chunk's mean magnitude). */
+  /**
+   * sparse: bits per kept value, 2 (default: sign and upper/lower half) or 1 (sign, times the chunk's mean magnitude).
+   */
   valueBits?: 1 | 2;
   /** Deflate the payload (fflate, raw DEFLATE). Kept only when it makes the payload smaller. */
   deflate?: boolean;

@@ -25,7 +25,10 @@ import { type Result, err, ok } from '../result.ts';
 /** Bits per in-chunk offset for chunks of C entries. */
 export const offsetBits = (C: number): number => Math.max(1, Math.ceil(Math.log2(C)));
 
-/** Entries a chunk of len (of C) keeps: top-k min(k, len); strided the same share of a short chunk, ⌊len·k / C⌋ (at least 1). */
+/**
+ * Entries a chunk of len (of C) keeps: top-k min(k, len); strided the same share of a short chunk, ⌊len·k / C⌋ (at
+ * least 1).
+ */
 export function chunkKept(len: number, C: number, k: number, strided: boolean): number {
   return strided && len < C ? Math.max(1, Math.floor((len * k) / C)) : Math.min(k, len);
 }

@@ -16,7 +16,10 @@ import { sha256Hex } from './commit.ts';
 export interface MixConfig {
   /** Members per group: a power of two ≥ 2. */
   k: number;
-  /** A ready island waits this long for a group of k; one then left alone waits as long again for a partner, then uploads directly (ms). */
+  /**
+   * A ready island waits this long for a group of k; one then left alone waits as long again for a partner, then
+   * uploads directly (ms).
+   */
   formWaitMs: number;
   /**
    * > 0: the wait is instead max(formWaitMs, this × the median of the islands' recent round periods,
@@ -41,7 +44,10 @@ export interface ReadyMember {
   readyAt: number;
 }
 
-/** An island with a round in progress (its assignment's round), as the host's records have it (Coordinator.roundsInProgress). */
+/**
+ * An island with a round in progress (its assignment's round), as the host's records have it
+ * (Coordinator.roundsInProgress).
+ */
 export interface BusyIsland {
   islandId: string;
   roundId: number;
@@ -129,7 +135,9 @@ export class MixBroker {
     return this.waitMs;
   }
 
-  /** An island's ready after its previous round's: a round period (the last PERIODS_KEPT of all islands set the wait). */
+  /**
+   * An island's ready after its previous round's: a round period (the last PERIODS_KEPT of all islands set the wait).
+   */
   private notePeriod(ms: number): void {
     const f = this.cfg.formWaitFraction ?? 0;
     if (f <= 0) return;
@@ -227,7 +235,10 @@ export class MixBroker {
     return n;
   }
 
-  /** A fresh id from the groups' sequence (the downlink's rings are numbered with the groups: a member tells them apart by id alone). */
+  /**
+   * A fresh id from the groups' sequence (the downlink's rings are numbered with the groups: a member tells them apart
+   * by id alone).
+   */
   nextId(): number {
     return ++this.serial;
   }

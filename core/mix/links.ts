@@ -31,12 +31,18 @@ export class PairLinks {
     this.put(b, a, at);
   }
 
-  /** Each member's butterfly partners (by index) already linked to it, `ids` in member order (a plan's or a ring piece's `linked`). */
+  /**
+   * Each member's butterfly partners (by index) already linked to it, `ids` in member order (a plan's or a ring piece's
+   * `linked`).
+   */
   partnersLinked(ids: readonly string[]): number[][] {
     return ids.map((id, i) => butterflyPartners(i, ids.length).filter((j) => this.has(id, ids[j])));
   }
 
-  /** Group or ring `groupId` (`ids` in member order) uses every butterfly pair of its own: how many were signalled afresh, how many linked already. */
+  /**
+   * Group or ring `groupId` (`ids` in member order) uses every butterfly pair of its own: how many were signalled
+   * afresh, how many linked already.
+   */
   useAll(ids: readonly string[], groupId: number): { signalled: number; reused: number } {
     const out = { signalled: 0, reused: 0 };
     ids.forEach((id, i) => {

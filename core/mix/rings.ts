@@ -14,7 +14,10 @@
 import { butterflyPartners } from './butterfly.ts';
 import type { PairLinks } from './links.ts';
 
-/** One ring of an update: its members in butterfly order; `linked` per member when some of its pairs must be signalled (null: all linked). */
+/**
+ * One ring of an update: its members in butterfly order; `linked` per member when some of its pairs must be signalled
+ * (null: all linked).
+ */
 export interface RingPlan {
   ids: string[];
   linked: number[][] | null;
@@ -55,7 +58,10 @@ export function planRings(
   return plans;
 }
 
-/** Search steps per ring size before settling for smaller rings (a ring of 8 over 16 links each is about 16^7 orders at worst). */
+/**
+ * Search steps per ring size before settling for smaller rings (a ring of 8 over 16 links each is about 16^7 orders at
+ * worst).
+ */
 const SEARCH_BUDGET = 20_000;
 
 /**

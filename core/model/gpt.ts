@@ -94,7 +94,10 @@ export class GPT<A extends Arr = Float32Array> {
   private T = 0;
   private inputs: Tokens | null = null;
   private targets: Tokens | null = null;
-  /** f16 storage (the WebGPU engine's --precision f16, modelled by its CPU twins): the matmuls' half weight copy and its views. */
+  /**
+   * f16 storage (the WebGPU engine's --precision f16, modelled by its CPU twins): the matmuls' half weight copy and its
+   * views.
+   */
   private half: { copy: A; v: Record<string, A> } | null = null;
 
   constructor(

@@ -197,7 +197,8 @@ export async function benchAttention(
       max_rel_err: err,
     };
     o.log(
-      `attention ${row.shape.padEnd(28)} old ${oldMs.toFixed(2)} ms  flash ${newMs.toFixed(2)} ms  ×${row.speedup.toFixed(2)} faster  (err ${err.toExponential(1)})`,
+      `attention ${row.shape.padEnd(28)} old ${oldMs.toFixed(2)} ms  flash ${newMs.toFixed(2)} ms  ` +
+        `×${row.speedup.toFixed(2)} faster  (err ${err.toExponential(1)})`,
     );
     rows.push(row);
     for (const b of [inp, dout, ...old.owned, ...flash.owned]) b.destroy();

@@ -94,12 +94,15 @@ export function runCodecBench(opts: { repeats?: number } = {}): CodecBenchReport
 
 export function formatCodecBench(r: CodecBenchReport): string {
   const lines = [
-    `codec on a ${r.preset}-sized delta: ${r.count.toLocaleString()} f32 values (${((4 * r.count) / 1e6).toFixed(1)} MB), median of ${r.repeats}`,
+    `codec on a ${r.preset}-sized delta: ${r.count.toLocaleString()} f32 values ` +
+      `(${((4 * r.count) / 1e6).toFixed(1)} MB), median of ${r.repeats}`,
     '  encoding  deflate   encode MB/s   decode MB/s        bytes   smaller than f32',
   ];
   for (const x of r.results) {
     lines.push(
-      `  ${x.encoding.padEnd(8)}  ${(x.deflate ? 'yes' : 'no').padEnd(7)} ${x.encodeMBps.toFixed(0).padStart(13)} ${x.decodeMBps.toFixed(0).padStart(13)} ${x.bytes.toLocaleString().padStart(12)}   ×${x.ratioVsF32.toFixed(1)}`,
+      `  ${x.encoding.padEnd(8)}  ${(x.deflate ? 'yes' : 'no').padEnd(7)} ` +
+        `${x.encodeMBps.toFixed(0).padStart(13)} ${x.decodeMBps.toFixed(0).padStart(13)} ` +
+        `${x.bytes.toLocaleString().padStart(12)}   ×${x.ratioVsF32.toFixed(1)}`,
     );
   }
   return lines.join('\n');

@@ -138,7 +138,8 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartRepo
 
 export function formatColdStart(r: ColdStartReport): string {
   const lines = [
-    `${r.preset} (${r.params.toLocaleString('en-US')} params, batch ${r.batch} × ${r.seqLen}, max lr ${r.maxLr}, ${r.codec} uplink): held-out loss before → after one island's first round of H steps`,
+    `${r.preset} (${r.params.toLocaleString('en-US')} params, batch ${r.batch} × ${r.seqLen}, max lr ${r.maxLr}, ` +
+      `${r.codec} uplink): held-out loss before → after one island's first round of H steps`,
   ];
   const hs = Object.keys(r.rows[0]?.after ?? {}).map(Number);
   lines.push(['start', 'warmup', 'before', ...hs.map((h) => `H=${h}`)].join('\t'));

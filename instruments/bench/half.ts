@@ -184,7 +184,8 @@ export async function benchHalf(
     );
     const row: HalfRow = { kernel, shape: label, f32_ms: f32Ms, f16_ms: f16Ms, speedup: f32Ms / f16Ms };
     o.log(
-      `f16 ${kernel.padEnd(9)} ${label.padEnd(30)} f32 ${f32Ms.toFixed(3)} ms  f16 ${f16Ms.toFixed(3)} ms  ×${row.speedup.toFixed(2)}`,
+      `f16 ${kernel.padEnd(9)} ${label.padEnd(30)} f32 ${f32Ms.toFixed(3)} ms  f16 ${f16Ms.toFixed(3)} ms  ` +
+        `×${row.speedup.toFixed(2)}`,
     );
     out.push(row);
     for (const s of sides) s.program.destroy();

@@ -106,7 +106,10 @@ export interface KernelBenchResult {
   autotune: TuneResult['report'] | null;
   /** with --profile: GPU ms per entry point over one training step (timestamp-query) and its share */
   profile: { step_gpu_ms: number; kernels: ReturnType<typeof kernelShares> } | null;
-  /** bytes the engine allocates per preset, batch (at T = blockSize) and precision: nothing is allocated per step, so this is the peak */
+  /**
+   * bytes the engine allocates per preset, batch (at T = blockSize) and precision: nothing is allocated per step, so
+   * this is the peak
+   */
   memory: Array<{ preset: PresetName; batch: number; precision: 'f32' | 'f16'; bytes: number }>;
   seconds: number;
 }
@@ -196,7 +199,8 @@ export async function benchTrainStep(
   const init = initParams(config, 1234);
   const lr = 1e-3;
   log(
-    `train step: preset ${TRAIN_PRESET}, B=${B}, T=${T}: ${warmup} warm-up step(s), then ${rounds} round(s) of ${perRound} step(s) each (CPU: 1 step, ${cpuRounds} round(s))`,
+    `train step: preset ${TRAIN_PRESET}, B=${B}, T=${T}: ${warmup} warm-up step(s), then ${rounds} round(s) of ` +
+      `${perRound} step(s) each (CPU: 1 step, ${cpuRounds} round(s))`,
   );
 
   const { fileTuneCache } = await import('../../client/island/engine/tune-cache.ts');
@@ -208,7 +212,8 @@ export async function benchTrainStep(
   }); // every shape tuned (or cached): the bench measures the tuned engine
   if (engine.tuning)
     log(
-      `  autotune (${engine.tuning.ms.toFixed(0)} ms): ${engine.tuning.report.map((r) => `${r.shape} ${choiceLabel(r.chosen)} (${r.from})`).join(', ')}`,
+      `  autotune (${engine.tuning.ms.toFixed(0)} ms): ` +
+        `${engine.tuning.report.map((r) => `${r.shape} ${choiceLabel(r.chosen)} (${r.from})`).join(', ')}`,
     );
   const engine16 = await WebGpuEngine.create(gpu.device, {
     ...engineOpts,
@@ -242,7 +247,8 @@ export async function benchTrainStep(
         tps[name].push(chunk.reduce((a, b) => a + b.B * b.T, 0) / sec);
       }
       log(
-        `  round ${r + 1}/${rounds}: ours ${tps.ours[r].toFixed(1)}, ours f16 ${tps.ours_f16[r].toFixed(1)}, tfjs ${tps.tfjs[r].toFixed(1)}${r < cpuRounds ? `, cpu ${tps.cpu[r].toFixed(1)}` : ''} tok/s`,
+        `  round ${r + 1}/${rounds}: ours ${tps.ours[r].toFixed(1)}, ours f16 ${tps.ours_f16[r].toFixed(1)}, tfjs ` +
+          `${tps.tfjs[r].toFixed(1)}${r < cpuRounds ? `, cpu ${tps.cpu[r].toFixed(1)}` : ''} tok/s`,
       );
     }
     const ours = median(tps.ours),
@@ -272,11 +278,14 @@ export async function benchTrainStep(
       trainStep.tfjs_mfu = mfu(config, tfjs, o.peakTflops * 1e12, T);
     }
     log(
-      `  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | ours f16 ${losses.ours_f16.map((l) => l.toFixed(3)).join(' ')} | tfjs ${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`,
+      `  losses: ours ${losses.ours.map((l) => l.toFixed(3)).join(' ')} | ours f16 ` +
+        `${losses.ours_f16.map((l) => l.toFixed(3)).join(' ')} | tfjs ` +
+        `${losses.tfjs.map((l) => l.toFixed(3)).join(' ')} | cpu ${losses.cpu.map((l) => l.toFixed(3)).join(' ')}`,
     );
     let profile: KernelBenchResult['profile'] = null;
     if (o.profile) {
-      // the median of three profiled steps, per kernel (each dispatch in its own pass: the total is above a normal step's)
+      // the median of three profiled steps, per kernel (each dispatch in its own pass: the total is above a normal
+      // step's)
       const runs: KernelTime[][] = [];
       for (let i = 0; i < 3; i++) runs.push(await engine.profileStep(batches[i % batches.length], { lr, gradClip: 1 }));
       await engine.takeLosses();
@@ -318,7 +327,9 @@ export async function benchKernels(opts: KernelBenchOptions = {}): Promise<Kerne
   try {
     tfw = await setupTfjsWebgpu(gpu);
     log(
-      `adapter: ${gpu.info.description} (${gpu.info.vendor}${gpu.info.isFallbackAdapter ? ', fallback adapter' : ''}); TF.js: ${tfw.description}`,
+      `adapter: ${gpu.info.description} ` +
+        `(${gpu.info.vendor}${gpu.info.isFallbackAdapter ? ', fallback adapter' : ''}); ` +
+        `TF.js: ${tfw.description}`,
     );
 
     // ---- matmul
@@ -413,18 +424,20 @@ function memoryTable(): KernelBenchResult['memory'] {
 /** The human-readable report. */
 export function formatKernelBench(r: KernelBenchResult): string {
   const f = (x: number, d = 2) => x.toFixed(d);
+  const mfu = (x: number | undefined, d: number) => (x !== undefined ? `  MFU ${(100 * x).toFixed(d)}%` : '');
   const lines: string[] = [];
-  lines.push(
-    `adapter: ${r.adapter.description} (${r.adapter.vendor}${r.adapter.isFallbackAdapter ? ', fallback/software adapter: figures are only meaningful as ratios' : ''})`,
-  );
-  lines.push(
-    `TF.js adapter: ${r.adapter.tfjs_description}${r.adapter.same_adapter ? ' (the same)' : ' (NOT the same adapter: ratios compare different hardware)'}`,
-  );
+  const software = r.adapter.isFallbackAdapter
+    ? ', fallback/software adapter: figures are only meaningful as ratios'
+    : '';
+  lines.push(`adapter: ${r.adapter.description} (${r.adapter.vendor}${software})`);
+  const same = r.adapter.same_adapter ? ' (the same)' : ' (NOT the same adapter: ratios compare different hardware)';
+  lines.push(`TF.js adapter: ${r.adapter.tfjs_description}${same}`);
   lines.push('');
   lines.push('matmul (GFLOP/s, median)                          ours       TF.js    ours/TF.js');
   for (const m of r.matmul) {
     lines.push(
-      `  ${m.shape.padEnd(44)} ${f(m.ours_gflops).padStart(9)} ${f(m.tfjs_gflops).padStart(11)} ${('×' + f(m.ratio)).padStart(10)}${m.ours_mfu !== undefined ? `  MFU ${(100 * m.ours_mfu).toFixed(1)}%` : ''}`,
+      `  ${m.shape.padEnd(44)} ${f(m.ours_gflops).padStart(9)} ${f(m.tfjs_gflops).padStart(11)} ` +
+        `${('×' + f(m.ratio)).padStart(10)}${mfu(m.ours_mfu, 1)}`,
     );
   }
   const s = r.matmul_summary;
@@ -433,24 +446,22 @@ export function formatKernelBench(r: KernelBenchResult): string {
   lines.push('attention forward + backward (ms, median)        old      flash   speedup');
   for (const a of r.attention)
     lines.push(
-      `  ${a.shape.padEnd(44)} ${f(a.old_ms).padStart(8)} ${f(a.new_ms).padStart(9)} ${('×' + f(a.speedup)).padStart(9)}  (goal ≥ ×3 at T=256)`,
+      `  ${a.shape.padEnd(44)} ${f(a.old_ms).padStart(8)} ${f(a.new_ms).padStart(9)} ` +
+        `${('×' + f(a.speedup)).padStart(9)}  (goal ≥ ×3 at T=256)`,
     );
   lines.push('');
   lines.push('f16 storage vs f32, bandwidth-bound kernels (ms, median)   f32       f16   speedup');
   for (const h of r.half)
     lines.push(
-      `  ${(h.kernel + ' ' + h.shape).padEnd(52)} ${f(h.f32_ms, 3).padStart(8)} ${f(h.f16_ms, 3).padStart(9)} ${('×' + f(h.speedup)).padStart(8)}  (goal ≥ ×1.3)`,
+      `  ${(h.kernel + ' ' + h.shape).padEnd(52)} ${f(h.f32_ms, 3).padStart(8)} ${f(h.f16_ms, 3).padStart(9)} ` +
+        `${('×' + f(h.speedup)).padStart(8)}  (goal ≥ ×1.3)`,
     );
   lines.push('');
   const t = r.trainStep;
   lines.push(`training step, preset ${t.preset} (B=${t.batch}, T=${t.T}), tokens/s:`);
-  lines.push(
-    `  ours (WebGPU)  ${f(t.ours_tokens_per_sec, 1)}${t.ours_mfu !== undefined ? `  MFU ${(100 * t.ours_mfu).toFixed(2)}%` : ''}`,
-  );
+  lines.push(`  ours (WebGPU)  ${f(t.ours_tokens_per_sec, 1)}${mfu(t.ours_mfu, 2)}`);
   lines.push(`  ours, f16      ${f(t.ours_f16_tokens_per_sec, 1)}  (×${f(t.ratio_f16_vs_tfjs)} vs TF.js)`);
-  lines.push(
-    `  TF.js (WebGPU) ${f(t.tfjs_tokens_per_sec, 1)}${t.tfjs_mfu !== undefined ? `  MFU ${(100 * t.tfjs_mfu).toFixed(2)}%` : ''}`,
-  );
+  lines.push(`  TF.js (WebGPU) ${f(t.tfjs_tokens_per_sec, 1)}${mfu(t.tfjs_mfu, 2)}`);
   lines.push(`  CPU reference  ${f(t.cpu_tokens_per_sec, 1)}`);
   lines.push(`  ours/TF.js ×${f(t.ratio_vs_tfjs)} (goal ≥ ×5), ours/CPU ×${f(t.ratio_vs_cpu)}`);
   lines.push(`gpuBytes: ${r.gpuBytes.toLocaleString()} (${(r.gpuBytes / 2 ** 20).toFixed(1)} MiB)`);
@@ -461,7 +472,8 @@ export function formatKernelBench(r: KernelBenchResult): string {
     );
     for (const k of r.profile.kernels)
       lines.push(
-        `  ${k.entry.padEnd(36)} ${f(k.ms).padStart(9)} ms ${(100 * k.share).toFixed(1).padStart(6)}%  (${k.dispatches} dispatches)`,
+        `  ${k.entry.padEnd(36)} ${f(k.ms).padStart(9)} ms ${(100 * k.share).toFixed(1).padStart(6)}%  ` +
+          `(${k.dispatches} dispatches)`,
       );
   }
   lines.push('', 'peak GPU bytes (MiB) by preset, batch and precision, T = blockSize (goal: base B=8 ≤ 450):');

@@ -382,7 +382,9 @@ export async function benchMatmul(
     const choice = o.autotune === false ? undefined : await harness.tune(c, gpu.info.description);
     const row = await benchMatmulCase(c, harness, tfw, targetMs, repeats, o.peakTflops, choice);
     log(
-      `matmul ${row.shape.padEnd(42)} ours ${row.ours_gflops.toFixed(2).padStart(9)} GFLOP/s  tfjs ${row.tfjs_gflops.toFixed(2).padStart(9)} GFLOP/s  ×${row.ratio.toFixed(2)}  (err ${row.max_rel_err.toExponential(1)}, ${row.variant})`,
+      `matmul ${row.shape.padEnd(42)} ours ${row.ours_gflops.toFixed(2).padStart(9)} GFLOP/s  tfjs ` +
+        `${row.tfjs_gflops.toFixed(2).padStart(9)} GFLOP/s  ×${row.ratio.toFixed(2)}  (err ` +
+        `${row.max_rel_err.toExponential(1)}, ${row.variant})`,
     );
     matmul.push(row);
   }

@@ -11,7 +11,10 @@ export interface OuterPoolBench {
   workers: number;
   /** Decode + validate + ‖Δ‖ of uplink frames, 2 per worker in flight. */
   ingestParamsPerSec: number;
-  /** Sync mode: one outer step (weighted mean of the round, Nesterov, int8 downlink with error feedback, θ hash, CRC) shared by the round's deltas. */
+  /**
+   * Sync mode: one outer step (weighted mean of the round, Nesterov, int8 downlink with error feedback, θ hash, CRC)
+   * shared by the round's deltas.
+   */
   applyParamsPerSec: number;
   /** Async mode: a full outer step per delta (delayed Nesterov). */
   applyAsyncParamsPerSec: number;

@@ -39,7 +39,10 @@ export interface BenchServerOptions {
   load?: boolean;
   /** Apply-throughput repeats per codec (default: enough for ~1.5 s). */
   applySeconds?: number;
-  /** Worker threads for the outer step, as `serve --outer-workers` (default 2; 0: on the event loop, and no pool figures). */
+  /**
+   * Worker threads for the outer step, as `serve --outer-workers` (default 2; 0: on the event loop, and no pool
+   * figures).
+   */
   outerWorkers?: number;
   log?: (line: string) => void;
 }
@@ -69,14 +72,20 @@ export interface BenchServerResult {
   applyWorkers: number;
   /** Sync mode (the default): the round's aggregate and outer step, amortized over its 4 deltas. */
   applyParamsPerSec: Record<string, number>;
-  /** Sync mode, a submit that does not close the round: decode (on a worker with applyWorkers > 0) + validate + hold, one delta at a time. */
+  /**
+   * Sync mode, a submit that does not close the round: decode (on a worker with applyWorkers > 0) + validate + hold,
+   * one delta at a time.
+   */
   ingestParamsPerSec: Record<string, number>;
   /** Sync mode, ingest and apply together, per delta. */
   deltaParamsPerSec: Record<string, number>;
   applyMsPerDelta: Record<string, number>;
   /** Async mode: ingest and a full outer step per delta. */
   applyAsyncParamsPerSec: Record<string, number>;
-  /** The peer in the same run: int8, sync, the outer step on the event loop (`--outer-workers 0`); and applyParamsPerSec.int8 over it. */
+  /**
+   * The peer in the same run: int8, sync, the outer step on the event loop (`--outer-workers 0`); and
+   * applyParamsPerSec.int8 over it.
+   */
   applyOnEventLoop?: { applyParamsPerSec: number; ingestParamsPerSec: number; speedup: number };
   /** The outer step in worker threads (OuterPool), int8 uplink and downlink: ingest and apply apart. */
   outerWorkers?: OuterPoolBench;
@@ -373,7 +382,10 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
     const a = await benchApply(enc, n, opts.applySeconds ?? 1.5, 'async', 4, workers);
     out.applyAsyncParamsPerSec[enc] = Math.round(a.paramsPerSec);
     log(
-      `${enc} (outer step on ${workers ? `${workers} workers` : 'the event loop'}): sync apply ${M(r.applyParamsPerSec)} M params/s, ingest ${M(r.ingestParamsPerSec)} M/s, both ${M(r.paramsPerSec)} M/s (${r.msPerDelta.toFixed(0)} ms per base-sized delta); async ${M(a.paramsPerSec)} M/s (${a.msPerDelta.toFixed(0)} ms)`,
+      `${enc} (outer step on ${workers ? `${workers} workers` : 'the event loop'}): sync apply ` +
+        `${M(r.applyParamsPerSec)} M params/s, ingest ${M(r.ingestParamsPerSec)} M/s, both ${M(r.paramsPerSec)} M/s ` +
+        `(${r.msPerDelta.toFixed(0)} ms per base-sized delta); async ${M(a.paramsPerSec)} M/s ` +
+        `(${a.msPerDelta.toFixed(0)} ms)`,
     );
   }
   if (workers > 0) {
@@ -384,16 +396,21 @@ export async function benchServer(opts: BenchServerOptions = {}): Promise<BenchS
       speedup: Number((out.applyParamsPerSec.int8 / p.applyParamsPerSec).toFixed(2)),
     };
     log(
-      `int8 with the outer step on the event loop: sync apply ${M(p.applyParamsPerSec)} M params/s, ingest ${M(p.ingestParamsPerSec)} M/s: the workers apply ${out.applyOnEventLoop.speedup}× as fast`,
+      `int8 with the outer step on the event loop: sync apply ${M(p.applyParamsPerSec)} M params/s, ingest ` +
+        `${M(p.ingestParamsPerSec)} M/s: the workers apply ${out.applyOnEventLoop.speedup}× as fast`,
     );
     const w = (out.outerWorkers = await benchOuterPool({ n, workers, seconds: opts.applySeconds ?? 1.5 }));
     log(
-      `outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at most ${w.loopMaxStallMs} ms`,
+      `outer step on ${w.workers} workers: ingest ${(w.ingestParamsPerSec / 1e6).toFixed(0)} M params/s, apply sync ` +
+        `${(w.applyParamsPerSec / 1e6).toFixed(0)} M params/s (${w.stepMs} ms per step of a round of ` +
+        `${w.roundSize}), async ${(w.applyAsyncParamsPerSec / 1e6).toFixed(0)} M params/s; event loop stalled at ` +
+        `most ${w.loopMaxStallMs} ms`,
     );
   }
   const c = (out.checkpoint = benchCheckpoint());
   log(
-    `checkpoint of base with ${c.updates} update frames: the event loop stops ${c.stallMs} ms (snapshot ${c.snapshotMs}, encoding ${c.encodeMs}); fresh arrays and one buffer: ${c.stallFreshMs} ms (${c.speedup}×)`,
+    `checkpoint of base with ${c.updates} update frames: the event loop stops ${c.stallMs} ms (snapshot ` +
+      `${c.snapshotMs}, encoding ${c.encodeMs}); fresh arrays and one buffer: ${c.stallFreshMs} ms (${c.speedup}×)`,
   );
   if (opts.load !== false) {
     out.load = await benchLoad({

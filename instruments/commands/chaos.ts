@@ -27,7 +27,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FaultProxy } from '../../server/cluster/proxy.ts';
 import { type RedisProc, freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
-import { loggedUpdates } from '../fleet/live.ts';
+import { loggedUpdates } from '../fleet/tally.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const SELF = fileURLToPath(import.meta.url);
@@ -53,7 +53,8 @@ function takeDownOnSignals(log: (s: string) => void): void {
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.once(sig, () => {
       log(
-        `atoll chaos: ${sig}: stopping ${owned.children.size} child process(es), removing ${owned.dirs.size} temp folder(s)`,
+        `atoll chaos: ${sig}: stopping ${owned.children.size} child process(es), ` +
+          `removing ${owned.dirs.size} temp folder(s)`,
       );
       cleanUpOwned();
       process.exit(sig === 'SIGINT' ? 130 : 143);
@@ -83,7 +84,10 @@ export interface ChaosRun {
   faulty: boolean;
   seconds: number;
   versions: number;
-  /** Tokens the islands trained on: every submitted delta's, plus the steps of killed islands that never reached the server. */
+  /**
+   * Tokens the islands trained on: every submitted delta's, plus the steps of killed islands that never reached the
+   * server.
+   */
   tokensComputed: number;
   /** Tokens of the contributors of every logged update. */
   tokensInTheta: number;

@@ -86,7 +86,8 @@ export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
   const worst = schedule.filter((e) => e.action !== 'join').reduce((a, e) => Math.max(a, e.count), 0);
   if (gone > islands || worst > islands)
     throw bad(
-      `--schedule takes ${Math.max(gone, worst)} Node islands out but --islands is ${islands} (pages are never taken out)`,
+      `--schedule takes ${Math.max(gone, worst)} Node islands out but --islands is ${islands} ` +
+        `(pages are never taken out)`,
     );
   if (islands + (o.browsers ?? 0) < 1) throw bad('a fleet needs at least one island or browser');
   const mixGroup = o.mixGroup ?? 0;
@@ -153,7 +154,8 @@ export async function fleet(
   });
   bars.update(0, 1);
   log(
-    `fleet: live run reached ${live.tokens.toLocaleString()} tokens in ${live.seconds.toFixed(0)} s (v${live.versions}); the twin, DDP and single island now run in virtual time`,
+    `fleet: live run reached ${live.tokens.toLocaleString()} tokens in ${live.seconds.toFixed(0)} s ` +
+      `(v${live.versions}); the twin, DDP and single island now run in virtual time`,
   );
   const ts = twinSpec(live, spec.tokens, spec.evals, spec.evalBatches);
   const workers = o.workers ?? Math.min(2, availableParallelism());
@@ -261,7 +263,9 @@ export async function fleet(
   writeFileSync(join(outDir, 'curves.csv'), curvesCsv(all));
   writeFileSync(join(outDir, 'live-events.jsonl'), live.events);
   writeFileSync(join(outDir, 'server.log'), live.serverLog);
-  const title = `atoll fleet: live beside its twin and DDP (${spec.preset}, ${live.runConfig.data}, ${spec.islands} Node islands + ${spec.browsers} pages, ${spec.tokens.toLocaleString()} tokens)`;
+  const title =
+    `atoll fleet: live beside its twin and DDP (${spec.preset}, ${live.runConfig.data}, ` +
+    `${spec.islands} Node islands + ${spec.browsers} pages, ${spec.tokens.toLocaleString()} tokens)`;
   const svg = plotSvg(all, title);
   writeFileSync(join(outDir, 'plot.svg'), svg);
   const table = formatTable(all.map(strip));
@@ -270,9 +274,13 @@ export async function fleet(
     join(outDir, 'report.html'),
     htmlPage(
       title,
-      `<p>live: ${live.topology === 'roles' ? 'one aggregator and two gateways on Redis' : 'the embedded server'}, ${cc.mode} DiLoCo, ${esc(cc.uplink.encoding)} up, ${esc(cc.downlink.encoding)} down,
-${live.seconds.toFixed(0)} s of wall time (right panel: wall time for live, virtual time for the simulated rows). live/twin ${report.ratios.liveOverTwin}×, live/DDP ${report.ratios.liveOverDdp}×; lost ${live.lost}, duplicated ${live.duplicated}.
-The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config, one simulated island per live island with the speed it measured.</p>`,
+      `<p>live: ${live.topology === 'roles' ? 'one aggregator and two gateways on Redis' : 'the embedded server'},
+${cc.mode} DiLoCo, ${esc(cc.uplink.encoding)} up, ${esc(cc.downlink.encoding)} down,
+${live.seconds.toFixed(0)} s of wall time (right panel: wall time for live, virtual time for the simulated rows).
+live/twin ${report.ratios.liveOverTwin}×, live/DDP ${report.ratios.liveOverDdp}×;
+lost ${live.lost}, duplicated ${live.duplicated}.
+The twin is this run in virtual time: the same model, data, seed, cold start and coordinator config,
+one simulated island per live island with the speed it measured.</p>`,
       svg,
       `${table}\n\n${islandsTable}\n\n${trafficLine(report)}`,
       report,
@@ -281,7 +289,8 @@ The twin is this run in virtual time: the same model, data, seed, cold start and
   if (o.json) process.stdout.write(json + '\n');
   else
     process.stdout.write(
-      `${table}\n\n${islandsTable}\n\n${trafficLine(report)}\nlive/twin ${report.ratios.liveOverTwin}×  live/DDP ${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`,
+      `${table}\n\n${islandsTable}\n\n${trafficLine(report)}\nlive/twin ${report.ratios.liveOverTwin}×  live/DDP ` +
+        `${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`,
     );
   return report;
 }
@@ -294,10 +303,15 @@ function trafficLine(r: FleetReport): string {
   const wire = (i: number | null, o: number | null) =>
     i === null || o === null ? '' : ` (on the wire: in ${i.toFixed(3)}, out ${o.toFixed(3)})`;
   return (
-    `server bytes per accepted token, frames: in ${l.inPerToken.toFixed(3)}, out ${l.outPerToken.toFixed(3)}${wire(l.wireInPerToken, l.wireOutPerToken)}; ` +
-    `from ${s.fromTokens.toLocaleString()} tokens (v${s.fromVersion}, every island training): in ${s.inPerToken.toFixed(3)}, out ${s.outPerToken.toFixed(3)}${wire(s.wireInPerToken, s.wireOutPerToken)}` +
+    `server bytes per accepted token, frames: in ${l.inPerToken.toFixed(3)}, out ` +
+    `${l.outPerToken.toFixed(3)}${wire(l.wireInPerToken, l.wireOutPerToken)}; ` +
+    `from ${s.fromTokens.toLocaleString()} tokens (v${s.fromVersion}, every island training): in ` +
+    `${s.inPerToken.toFixed(3)}, out ${s.outPerToken.toFixed(3)}${wire(s.wireInPerToken, s.wireOutPerToken)}` +
     (m
-      ? `\nmixing k=${m.k}: ${m.mixedGroups}/${m.groups} groups mixed (${m.mixedMembers} members), ${m.fallbacks} called off, ${m.expired} waits in vain (now ${m.formWaitMs} ms), signalling relayed ${m.signallingBytes.toLocaleString()} B (pairs signalled ${m.pairsSignalled}, reused ${m.pairsReused}), net saved ${Math.round(m.savedBytes).toLocaleString()} B`
+      ? `\nmixing k=${m.k}: ${m.mixedGroups}/${m.groups} groups mixed (${m.mixedMembers} members), ` +
+        `${m.fallbacks} called off, ${m.expired} waits in vain (now ${m.formWaitMs} ms), signalling relayed ` +
+        `${m.signallingBytes.toLocaleString()} B (pairs signalled ${m.pairsSignalled}, reused ${m.pairsReused}), net ` +
+        `saved ${Math.round(m.savedBytes).toLocaleString()} B`
       : '')
   );
 }

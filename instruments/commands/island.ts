@@ -57,7 +57,8 @@ export async function island(o: IslandCliOptions): Promise<number> {
     );
   } else {
     process.stderr.write(
-      `atoll island: ${s.reason} after ${p.rounds} rounds (${p.accepted} applied), ${p.tokens.toLocaleString()} tokens, at version ${p.version}\n`,
+      `atoll island: ${s.reason} after ${p.rounds} rounds (${p.accepted} applied), ` +
+        `${p.tokens.toLocaleString()} tokens, at version ${p.version}\n`,
     );
   }
   return s.reason === 'stopped' || s.reason === 'done' || isl.stopRequested ? 0 : 1;

@@ -37,7 +37,9 @@ export interface ServeCliOptions extends RunFlags {
   role?: 'gateway' | 'aggregator' | 'all';
   /** The aggregator lease, ms. */
   leaseMs?: number;
-  /** Verified work: the validators' token (else $ATOLL_VALIDATOR_TOKEN; none: no audits), sample rate, failures to ban. */
+  /**
+   * Verified work: the validators' token (else $ATOLL_VALIDATOR_TOKEN; none: no audits), sample rate, failures to ban.
+   */
   validatorToken?: string;
   auditRate?: number;
   auditBanAfter?: number;
@@ -113,7 +115,8 @@ function resolveRun(o: ServeCliOptions): {
     auditOptions(o) && o.codec === undefined && !(file?.coordinator as { uplink?: unknown } | undefined)?.uplink;
   if (dense)
     process.stdout.write(
-      'atoll serve: validators audit dense deltas: the uplink is int8 (sparse deltas cannot be recomputed; docs/protocol.md, "Verified work")\n',
+      'atoll serve: validators audit dense deltas: the uplink is int8 (sparse deltas cannot be recomputed; ' +
+        'docs/protocol.md, "Verified work")\n',
     );
   return {
     dir,
@@ -165,13 +168,18 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined
   const r = server.run;
   const cc = r.config.coordinator;
   say(
-    `atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`,
+    `atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, ` +
+      `θ hash ${r.hash}`,
   );
   say(
-    `  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ${cc.mode} DiLoCo, ${cc.uplink.encoding} deltas, outer ${cc.outer.kind} lr ${cc.outer.lr} momentum ${cc.outer.momentum}, ${r.outerWorkers ? `outer step on ${r.outerWorkers} worker threads` : 'outer step on the event loop'}`,
+    `  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ` +
+      `${cc.mode} DiLoCo, ${cc.uplink.encoding} deltas, outer ${cc.outer.kind} lr ${cc.outer.lr} momentum ` +
+      `${cc.outer.momentum}, ` +
+      `${r.outerWorkers ? `outer step on ${r.outerWorkers} worker threads` : 'outer step on the event loop'}`,
   );
   say(
-    `  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`,
+    `  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ` +
+      `${addr.url}/metrics`,
   );
   say(`  islands: npx atoll island --server ${addr.url}`);
   say(
@@ -271,7 +279,8 @@ async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise
         if (!on) return;
         const r = agg.host.core!.run;
         say(
-          `atoll serve: aggregator active (token ${agg.host.token}), run '${name}' (${resumed ? 'resumed' : 'new'}) at version ${r.version}, θ hash ${r.hash}`,
+          `atoll serve: aggregator active (token ${agg.host.token}), run '${name}' (${resumed ? 'resumed' : 'new'}) ` +
+            `at version ${r.version}, θ hash ${r.hash}`,
         );
         if (!agg.host.core!.adminTokenFile) return;
         say(`  admin token in ${agg.host.core!.adminTokenFile}`);
@@ -291,7 +300,8 @@ async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise
     closers.push(() => gw.close());
     const addr = await gw.listen(port, host);
     say(
-      `  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ${addr.url}/metrics`,
+      `  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ` +
+        `${addr.url}/metrics`,
     );
     say(`atoll serve: gateway listening on ${addr.url}`);
   }

@@ -72,7 +72,9 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
       if (!o.json) process.stderr.write(s + '\n');
     };
     log(
-      `atoll train: preset ${o.preset} (${numParams(config).toLocaleString()} params), engine ${engine.kind} on ${engine.device}, data ${data.name} (${data.train.length.toLocaleString()} train / ${data.heldOut.length.toLocaleString()} held-out bytes)`,
+      `atoll train: preset ${o.preset} (${numParams(config).toLocaleString()} params), engine ${engine.kind} on ` +
+        `${engine.device}, data ${data.name} (${data.train.length.toLocaleString()} train / ` +
+        `${data.heldOut.length.toLocaleString()} held-out bytes)`,
     );
     const evalLossFirst = await meanEvalLoss(engine, evalSet);
     let evalLossLast = evalLossFirst;

@@ -80,7 +80,8 @@ async function main(o: IslandChildOptions): Promise<void> {
         out({ kind: 'assignment', island: e.assignment.islandId, t: Date.now() - o.t0 });
       } else if (e.type === 'step') {
         stepTokens += tokensPerStep;
-        stepSpeed = e.tokensPerSec * Math.min(1, o.duty ?? 1); // the runtime's figure over the round's steps, at its duty (a 1-step round has no pair to time)
+        // the runtime's figure over the round's steps, at its duty (a 1-step round has no pair to time)
+        stepSpeed = e.tokensPerSec * Math.min(1, o.duty ?? 1);
         if (lastStep.round === round && e.step === lastStep.step + 1) {
           computeMs += now - lastStep.at;
           computeTokens += tokensPerStep;

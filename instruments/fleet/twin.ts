@@ -11,7 +11,7 @@ import { getPreset, numParams } from '../../core/model/config.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import { ddpBytesPerIsland, runRows } from '../simulate/index.ts';
 import { JsEngine } from '../../core/engine/js.ts';
-import { Evaluator, modelConfig } from '../simulate/row.ts';
+import { Evaluator, modelConfig } from '../simulate/row-shared.ts';
 import type {
   CurvePoint,
   IslandSpec,
@@ -45,7 +45,10 @@ function twinIsland(l: LiveIsland): IslandSpec {
   });
 }
 
-/** The twin, DDP and single rows of a live run (islands that never trained two steps in a row have no speed to copy and are left out). */
+/**
+ * The twin, DDP and single rows of a live run (islands that never trained two steps in a row have no speed to copy and
+ * are left out).
+ */
 export function twinSpec(live: LiveRun, tokens: number, evals: number, evalBatches: number): TwinSpec {
   const cfg: RunConfig = live.runConfig;
   const cc = cfg.coordinator;

@@ -4,7 +4,10 @@ import type { MixStatus, RunConfig } from '../../core/api.ts';
 import type { PresetName } from '../../core/model/config.ts';
 import type { IslandSpec, SimRunResult, TwinSpec } from '../simulate/types.ts';
 
-/** One event of the schedule: at this fraction of the token budget in θ, `count` Node islands join, leave (SIGTERM) or are killed (-9) and restarted. */
+/**
+ * One event of the schedule: at this fraction of the token budget in θ, `count` Node islands join, leave (SIGTERM) or
+ * are killed (-9) and restarted.
+ */
 export interface ScheduleEvent {
   action: 'join' | 'leave' | 'kill';
   count: number;
@@ -116,10 +119,16 @@ export type ChildLine =
 export interface SteadyTraffic {
   fromTokens: number;
   fromVersion: number;
-  /** Frames (Δs, fragments, updates, pieces, the islands' snapshots: /api/status bytesIn/bytesOut, less the fleet's own θ downloads). */
+  /**
+   * Frames (Δs, fragments, updates, pieces, the islands' snapshots: /api/status bytesIn/bytesOut, less the fleet's own
+   * θ downloads).
+   */
   inPerToken: number;
   outPerToken: number;
-  /** Everything on the islands' socket.io connections as sent (engine.io packets: /metrics atoll_wire_bytes_*; θ's HTTP downloads are not in it); null: not counted (the Redis roles). */
+  /**
+   * Everything on the islands' socket.io connections as sent (engine.io packets: /metrics atoll_wire_bytes_*; θ's HTTP
+   * downloads are not in it); null: not counted (the Redis roles).
+   */
   wireInPerToken: number | null;
   wireOutPerToken: number | null;
   /** Frames out by kind (/metrics atoll_bytes_out_total: update, piece, catchup, model); null: not counted. */
@@ -149,7 +158,10 @@ export interface LiveRun {
   outByKind: Record<string, number> | null;
   /** The wire bytes by message, whole run (/metrics atoll_wire_bytes_*_total{message}); null: not counted. */
   wireByMessage: { in: Record<string, number>; out: Record<string, number> } | null;
-  /** The server's traffic once every island had downloaded θ and was training (a snapshot each is the same with or without mixing). */
+  /**
+   * The server's traffic once every island had downloaded θ and was training (a snapshot each is the same with or
+   * without mixing).
+   */
   steady: SteadyTraffic;
   /** /api/status's mixing figures at the end (null: the run did not mix). */
   mix: MixStatus | null;

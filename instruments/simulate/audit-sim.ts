@@ -4,7 +4,8 @@
 // The validator's compute takes no virtual time (it is another machine).
 //
 //   const auditor = new SimAuditor(hub, row.audit, train, config, seqLen, seed);
-//   transport = fakeWork(auditor.wrap(local, behaviour !== 'honest'), behaviour) ?? …   (the auditor next to the server)
+//   transport = fakeWork(auditor.wrap(local, behaviour !== 'honest'), behaviour) ?? …
+//     (the auditor next to the server)
 //   result.audits = auditor.report();
 
 import { JsEngine } from '../../core/engine/js.ts';

@@ -23,7 +23,8 @@ import { PRESETS, type PresetName, numParams } from '../../core/model/config.ts'
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
-import { runRow, warmStartOffPlateau } from './row.ts';
+import { runRow } from './row.ts';
+import { warmStartOffPlateau } from './warm-start.ts';
 import { SIM_MODEL_NAMES, simModelConfig } from './rungs.ts';
 import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
 import type { SimEngineKind } from './engines.ts';
@@ -101,7 +102,8 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
   if (o.islands !== undefined && (o.islands < 1 || o.islands > MAX_ISLANDS))
     return err(
       'E_BAD_REQUEST',
-      `--islands must be 1..${MAX_ISLANDS} (each simulated island holds a model and its optimizer in this process), got ${o.islands}`,
+      `--islands must be 1..${MAX_ISLANDS} (each simulated island holds a model and its optimizer in this process), ` +
+        `got ${o.islands}`,
     );
   if (raw.mode !== undefined) {
     if (raw.mode !== 'sync' && raw.mode !== 'async') return err('E_BAD_REQUEST', `--mode must be sync|async`);
@@ -285,14 +287,16 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
       if (seed === seeds[0]) warmLoss = w.evalLoss;
       warmStarts.push({ seed, tokens: w.tokens, evalLoss: w.evalLoss });
       log(
-        `warm start (seed ${seed}): ${w.tokens} tokens of single-island training, eval ${w.evalLoss.toFixed(4)} (every row of this seed starts here)`,
+        `warm start (seed ${seed}): ${w.tokens} tokens of single-island training, eval ` +
+          `${w.evalLoss.toFixed(4)} (every row of this seed starts here)`,
       );
     }
     perSeed.set(seed, c);
   }
   const jobs = rows.flatMap((row, r) => (row.seeds ?? [common.seed]).map((seed) => ({ row, r, seed })));
   log(
-    `simulate ${preset}: ${rows.length} rows (${jobs.length} runs over seeds) on ${model} (${nParams} params), ${d.tokens} tokens each, ${workers} worker(s)`,
+    `simulate ${preset}: ${rows.length} rows (${jobs.length} runs over seeds) on ${model} (${nParams} params), ` +
+      `${d.tokens} tokens each, ${workers} worker(s)`,
   );
   opts.progress?.start(
     jobs.map((j) => (j.row.seeds && j.row.seeds.length > 1 ? `${j.row.name} s${j.seed}` : j.row.name)),

@@ -25,7 +25,9 @@ import { ackBytes, emitBytes, okBytes } from '../../core/wire-bytes.ts';
 /** An HTTP GET of /api/model (request line and headers): the snapshot itself comes back as its f32 params. */
 const MODEL_REQUEST_BYTES = 160;
 
-/** Time a message takes on an island's link; resolve when it has arrived. `what`: the message's event (for breakdowns). */
+/**
+ * Time a message takes on an island's link; resolve when it has arrived. `what`: the message's event (for breakdowns).
+ */
 export interface Link {
   up(bytes: number, what?: string): Promise<void>;
   down(bytes: number, what?: string): Promise<void>;

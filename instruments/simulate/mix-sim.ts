@@ -185,7 +185,8 @@ export class SimMixHub {
   private async ready(m: Member, meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null> {
     const coord = this.hub.coord;
     const rec = coord.island(meta.islandId);
-    const work = rec ? checkWork(meta, null, rec, coord.config(), this.clock.now()) : null; // the frame's encoding is checked at its upload
+    // the frame's encoding is checked at its upload
+    const work = rec ? checkWork(meta, null, rec, coord.config(), this.clock.now()) : null;
     if (!work?.ok) return null; // the direct upload gets the coordinator's clear rejection
     const waiting = new Promise<MemberPlan | null>((resolve) => this.groupWaiters.set(m.islandId, { resolve }));
     const plan = this.broker.offer({
@@ -196,7 +197,8 @@ export class SimMixHub {
       readyAt: this.clock.now(),
     });
     if (plan) this.start(plan);
-    else for (const after of [1, 2]) void this.clock.sleep(after * this.broker.formWait()).then(() => this.expire()); // at 2×: one left alone
+    // at 2×: one left alone
+    else for (const after of [1, 2]) void this.clock.sleep(after * this.broker.formWait()).then(() => this.expire());
     return waiting;
   }
 

@@ -28,7 +28,10 @@ export class ProgressBars {
     const f = Math.min(1, Math.max(0, this.frac[i]));
     const full = Math.round(f * WIDTH);
     const w = Math.max(...this.names.map((n) => n.length));
-    return `  ${this.names[i].padEnd(w)} [${'#'.repeat(full)}${'.'.repeat(WIDTH - full)}] ${(100 * f).toFixed(0).padStart(3)}%`;
+    return (
+      `  ${this.names[i].padEnd(w)} [${'#'.repeat(full)}${'.'.repeat(WIDTH - full)}] ` +
+      `${(100 * f).toFixed(0).padStart(3)}%`
+    );
   }
 
   private redraw(): void {

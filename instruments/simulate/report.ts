@@ -110,7 +110,8 @@ export function plotSvg(runs: SimRunResult[], title: string): string {
   const yMax = Math.min(yMaxRaw, yMin + 3) + 0.05;
   const out: string[] = [];
   out.push(
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H + 20 * Math.ceil(runs.length / 4)}" font-family="sans-serif" font-size="12">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H + 20 * Math.ceil(runs.length / 4)}" ` +
+      `font-family="sans-serif" font-size="12">`,
   );
   out.push(`<rect width="100%" height="100%" fill="white"/>`);
   out.push(`<text x="${W / 2}" y="22" text-anchor="middle" font-size="15">${esc(title)}</text>`);
@@ -135,7 +136,8 @@ export function plotSvg(runs: SimRunResult[], title: string): string {
     }
     out.push(`<text x="${left + panelW / 2}" y="${top + panelH + 34}" text-anchor="middle">${panel.label}</text>`);
     out.push(
-      `<text x="${left - 50}" y="${top + panelH / 2}" transform="rotate(-90 ${left - 50} ${top + panelH / 2})" text-anchor="middle">held-out loss</text>`,
+      `<text x="${left - 50}" y="${top + panelH / 2}" transform="rotate(-90 ${left - 50} ${top + panelH / 2})" ` +
+        `text-anchor="middle">held-out loss</text>`,
     );
     runs.forEach((r, ri) => {
       const path = r.curve
@@ -150,7 +152,8 @@ export function plotSvg(runs: SimRunResult[], title: string): string {
     const x = 70 + (ri % 4) * 225,
       y = top + panelH + 58 + 20 * Math.floor(ri / 4);
     out.push(
-      `<line x1="${x}" x2="${x + 22}" y1="${y - 4}" y2="${y - 4}" stroke="${COLORS[ri % COLORS.length]}" stroke-width="3"/>`,
+      `<line x1="${x}" x2="${x + 22}" y1="${y - 4}" y2="${y - 4}" stroke="${COLORS[ri % COLORS.length]}" ` +
+        `stroke-width="3"/>`,
     );
     out.push(`<text x="${x + 28}" y="${y}">${esc(r.name)}</text>`);
   });
@@ -162,7 +165,8 @@ export function plotSvg(runs: SimRunResult[], title: string): string {
 export function htmlPage(title: string, intro: string, svg: string, table: string, json: unknown): string {
   return `<!doctype html>
 <html><head><meta charset="utf-8"><title>${esc(title)}</title>
-<style>body{font-family:sans-serif;margin:24px;max-width:1100px} pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
+<style>body{font-family:sans-serif;margin:24px;max-width:1100px}
+pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
 <body>
 <h1>${esc(title)}</h1>
 ${intro}

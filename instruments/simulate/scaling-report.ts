@@ -101,7 +101,10 @@ export function verdictOf(rungs: ScalingRung[], islandRows: string[]): ScalingRe
   const parts = islandRows.map(
     (row) => `${row.replace('islands-', '')} islands ${at(first, row).toFixed(3)}× → ${at(last, row).toFixed(3)}×`,
   );
-  const sentence = `From ${first.name} (${first.params.toLocaleString('en-US')} parameters) to ${last.name} (${last.params.toLocaleString('en-US')}), the islands' gap to the tuned DDP ${word}: ${parts.join(', ')} its eval loss.`;
+  const sentence =
+    `From ${first.name} (${first.params.toLocaleString('en-US')} parameters) to ` +
+    `${last.name} (${last.params.toLocaleString('en-US')}), the islands' gap to the tuned DDP ${word}: ` +
+    `${parts.join(', ')} its eval loss.`;
   return { word, sentence, ratios };
 }
 
@@ -113,7 +116,9 @@ export function scalingTable(report: ScalingReport): string {
   const out: string[] = [];
   for (const g of report.rungs) {
     out.push(
-      `${g.name}: ${g.params.toLocaleString('en-US')} params, ${g.tokens.toLocaleString('en-US')} tokens, H ${g.innerSteps}, DDP lr ${g.ddpLr} (sweep ${g.ddpSweep.map((s) => `${s.lr}: ${s.evalLoss.toFixed(4)}`).join(', ')})`,
+      `${g.name}: ${g.params.toLocaleString('en-US')} params, ${g.tokens.toLocaleString('en-US')} tokens, H ` +
+        `${g.innerSteps}, DDP lr ${g.ddpLr} (sweep ` +
+        `${g.ddpSweep.map((s) => `${s.lr}: ${s.evalLoss.toFixed(4)}`).join(', ')})`,
     );
     const head = [
       'row',
@@ -186,21 +191,22 @@ export function scalingPlotSvg(report: ScalingReport): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="12">`,
     '<rect width="100%" height="100%" fill="white"/>',
   ];
-  o.push(
-    `<text x="${W / 2}" y="24" text-anchor="middle" font-size="15">${esc(`atoll simulate --preset scaling (${report.config.data}): eval loss vs training FLOPs`)}</text>`,
-  );
+  const heading = `atoll simulate --preset scaling (${report.config.data}): eval loss vs training FLOPs`;
+  o.push(`<text x="${W / 2}" y="24" text-anchor="middle" font-size="15">${esc(heading)}</text>`);
   o.push(`<rect x="${left}" y="${top}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`);
   for (let k = 0; k <= 4; k++) {
     const xv = x0 + ((x1 - x0) * k) / 4,
       yv = y0 + ((y1 - y0) * k) / 4;
     o.push(`<text x="${sx(xv)}" y="${top + ph + 16}" text-anchor="middle">1e${xv.toFixed(2)}</text>`);
     o.push(
-      `<line x1="${left}" x2="${left + pw}" y1="${sy(yv)}" y2="${sy(yv)}" stroke="#eee"/><text x="${left - 6}" y="${sy(yv) + 4}" text-anchor="end">${(10 ** yv).toFixed(3)}</text>`,
+      `<line x1="${left}" x2="${left + pw}" y1="${sy(yv)}" y2="${sy(yv)}" stroke="#eee"/><text x="${left - 6}" ` +
+        `y="${sy(yv) + 4}" text-anchor="end">${(10 ** yv).toFixed(3)}</text>`,
     );
   }
   o.push(`<text x="${left + pw / 2}" y="${top + ph + 36}" text-anchor="middle">training FLOPs (log)</text>`);
   o.push(
-    `<text x="${left - 60}" y="${top + ph / 2}" transform="rotate(-90 ${left - 60} ${top + ph / 2})" text-anchor="middle">held-out loss (log)</text>`,
+    `<text x="${left - 60}" y="${top + ph / 2}" transform="rotate(-90 ${left - 60} ${top + ph / 2})" ` +
+      `text-anchor="middle">held-out loss (log)</text>`,
   );
   report.fits.forEach((f, i) => {
     const color = COLORS[f.row] ?? '#999';
@@ -208,7 +214,8 @@ export function scalingPlotSvg(report: ScalingReport): string {
       const ly0 = Math.log10(f.a) - f.b * x0,
         ly1 = Math.log10(f.a) - f.b * x1;
       o.push(
-        `<line x1="${sx(x0)}" x2="${sx(x1)}" y1="${sy(ly0)}" y2="${sy(ly1)}" stroke="${color}" stroke-dasharray="5 3"/>`,
+        `<line x1="${sx(x0)}" x2="${sx(x1)}" y1="${sy(ly0)}" y2="${sy(ly1)}" stroke="${color}" stroke-dasharray="5 ` +
+          `3"/>`,
       );
     }
     for (const p of pts.filter((q) => q.row === f.row))
@@ -218,7 +225,8 @@ export function scalingPlotSvg(report: ScalingReport): string {
     const lx0 = left + i * 140,
       ly0 = top + ph + 62;
     o.push(
-      `<circle cx="${lx0 + 6}" cy="${ly0 - 4}" r="4" fill="${color}"/><text x="${lx0 + 16}" y="${ly0}">${esc(`${f.row}: b ${f.b.toFixed(3)}`)}</text>`,
+      `<circle cx="${lx0 + 6}" cy="${ly0 - 4}" r="4" fill="${color}"/><text x="${lx0 + 16}" ` +
+        `y="${ly0}">${esc(`${f.row}: b ${f.b.toFixed(3)}`)}</text>`,
     );
   });
   o.push('</svg>');
@@ -226,13 +234,17 @@ export function scalingPlotSvg(report: ScalingReport): string {
 }
 
 export function scalingHtml(report: ScalingReport, svg: string, table: string): string {
+  const c = report.config;
   return `<!doctype html>
 <html><head><meta charset="utf-8"><title>atoll simulate: scaling</title>
-<style>body{font-family:sans-serif;margin:24px;max-width:1200px} pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
+<style>body{font-family:sans-serif;margin:24px;max-width:1200px}
+pre{background:#f6f6f6;padding:12px;overflow-x:auto}</style></head>
 <body>
 <h1>atoll simulate — scaling ladder</h1>
 <p>${esc(report.verdict.sentence)}</p>
-<p>${esc(report.config.hRule)}; islands' outer step ${report.config.outer.kind} lr ${report.config.outer.lr}, momentum ${report.config.outer.momentum}; ${report.config.tokensPerParam} tokens per parameter; DDP lr sweep ${report.config.lrSweep.join(', ')}; global batch ${report.config.globalBatch} × ${report.config.seqLen} tokens. Real time ${(report.config.realTimeMs / 1000).toFixed(0)} s.</p>
+<p>${esc(c.hRule)}; islands' outer step ${c.outer.kind} lr ${c.outer.lr}, momentum ${c.outer.momentum};
+${c.tokensPerParam} tokens per parameter; DDP lr sweep ${c.lrSweep.join(', ')};
+global batch ${c.globalBatch} × ${c.seqLen} tokens. Real time ${(c.realTimeMs / 1000).toFixed(0)} s.</p>
 ${svg}
 <pre>${esc(table)}</pre>
 </body></html>

@@ -23,7 +23,7 @@ import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import type { SimEngineKind } from './engines.ts';
 import { ddpBytesPerIsland, mergeSeeds, runRows } from './index.ts';
-import { warmStartOffPlateau } from './row.ts';
+import { warmStartOffPlateau } from './warm-start.ts';
 import type { OuterConfig } from '../../core/coord/outer.ts';
 import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
 import { CPU_RUNGS, RUNGS, type RungSpec } from './rungs.ts';
@@ -59,7 +59,10 @@ export const LADDER_OUTER: OuterConfig = { kind: 'nesterov', lr: 1, momentum: 0.
 /** Inner lr of `single` (batch 4, as the compare preset's); the islands take their rung's tuned DDP lr. */
 const SINGLE_LR = 3e-3;
 
-/** simulate's options that the ladder takes as they are (workers, data, engine, out, json, print, log, progress, seed, evalBatches). */
+/**
+ * simulate's options that the ladder takes as they are (workers, data, engine, out, json, print, log, progress, seed,
+ * evalBatches).
+ */
 type SharedOptions = Pick<
   SimulateOptions,
   'workers' | 'data' | 'engine' | 'out' | 'json' | 'print' | 'log' | 'progress' | 'seed' | 'evalBatches'
@@ -107,7 +110,8 @@ export function scalingOptionsFromCli(raw: Record<string, unknown>): Result<Scal
     if (!Number.isInteger(n) || n < 0)
       return err(
         'E_BAD_REQUEST',
-        `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a non-negative integer, got '${String(raw[k])}'`,
+        `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a non-negative integer, got ` +
+          `'${String(raw[k])}'`,
       );
     o[k] = n;
   }
@@ -137,7 +141,8 @@ export function pickRungs(r: ScalingOptions['rungs']): RungSpec[] {
   if (bad.length || out.length < 2)
     throw Object.assign(
       new Error(
-        `--rungs: ${bad.length ? `unknown rung ${bad.join(', ')}` : 'at least 2 rungs'}; the ladder has ${RUNGS.map((x) => x.name).join(', ')}`,
+        `--rungs: ${bad.length ? `unknown rung ${bad.join(', ')}` : 'at least 2 rungs'}; ` +
+          `the ladder has ${RUNGS.map((x) => x.name).join(', ')}`,
       ),
       { code: 'E_BAD_REQUEST' },
     );
@@ -244,7 +249,9 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
   const partial = join(outDir, 'rows.jsonl');
   writeFileSync(partial, '');
   log(
-    `simulate scaling: ${plans.length} rungs (${plans.map((p) => `${p.spec.name} ${p.params} params, ${p.tokens} tokens, H ${p.innerSteps}`).join('; ')}), ${jobs.length} rows on ${workers} worker(s)`,
+    `simulate scaling: ${plans.length} rungs ` +
+      `(${plans.map((p) => `${p.spec.name} ${p.params} params, ${p.tokens} tokens, H ${p.innerSteps}`).join('; ')}), ` +
+      `${jobs.length} rows on ${workers} worker(s)`,
   );
   opts.progress?.start(jobs.map((j) => `${j.p.spec.name} ${j.row.name}`));
   const runs: SimRunResult[] = new Array(jobs.length);
@@ -338,7 +345,9 @@ export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingRepo
       lrSweep: o.lrSweep,
       globalBatch: GLOBAL_BATCH,
       seqLen: SEQ_LEN,
-      hRule: `H = tokens / (${o.outerRounds} rounds × ${GLOBAL_BATCH} sequences × ${SEQ_LEN} tokens): H grows in proportion to the budget`,
+      hRule:
+        `H = tokens / (${o.outerRounds} rounds × ${GLOBAL_BATCH} sequences × ${SEQ_LEN} tokens): ` +
+        `H grows in proportion to the budget`,
       outer: LADDER_OUTER,
       data: opts.data ?? 'moby-dick',
       seed,

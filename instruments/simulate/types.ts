@@ -63,7 +63,10 @@ export interface IslandSpec {
   devices?: number;
   /** Non-i.i.d. data: this island trains on only this slice [from, to) of the train split (fractions). */
   shard?: [number, number];
-  /** Probability, per Δ, of crashing as the island hands it on: mixing, in its first group's exchange; else as it uploads it (then back after offlineMs). */
+  /**
+   * Probability, per Δ, of crashing as the island hands it on: mixing, in its first group's exchange; else as it
+   * uploads it (then back after offlineMs).
+   */
   mixDropProb?: number;
 }
 
@@ -95,7 +98,9 @@ export interface SimRow {
   baseTokensPerSec: number;
   /** Butterfly mixing in groups of k (mix-sim.ts); absent: every island uploads directly. */
   mix?: MixConfig;
-  /** Verified work: a validator audits this fraction of accepted deltas and bans at banAfter failures (audit-sim.ts). */
+  /**
+   * Verified work: a validator audits this fraction of accepted deltas and bans at banAfter failures (audit-sim.ts).
+   */
   audit?: { rate: number; banAfter: number };
 }
 
@@ -242,8 +247,8 @@ export interface SimulateOptions {
    * shards; attackers (sign flip, ×4, same-norm noise, a colluding pair) with robust aggregation,
    * ×100 without the norm bound; butterfly mixing of the async sparse row in groups of 2, 4 and 8
    * (async-sparse-hetero-mixK), of 4 with 30 % of members dropping mid-exchange and with one lying
-   * member per group, and the async int4 row in groups of 4. 'diloco': one DiLoCo row built from mode/codec/islands plus the
-   * DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
+   * member per group, and the async int4 row in groups of 4. 'diloco': one DiLoCo row built from mode/codec/islands
+   * plus the DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
    */
   preset?: 'compare' | 'diloco' | 'smoke';
   /** Model preset, or a scaling rung's shape by name (`L3-C64`, …; default 'tiny'). */

@@ -26,7 +26,8 @@ return redis.call('DEL', KEYS[1])`;
 /** The Lua prologue of every fenced write: KEYS[1] is the fence counter, ARGV[1] the token. */
 export const FENCE_CHECK = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return redis.error_reply('E_FENCED: token ' .. ARGV[1] .. ' is not the latest (' .. tostring(redis.call('GET', KEYS[1])) .. ')')
+  return redis.error_reply('E_FENCED: token ' .. ARGV[1] .. ' is not the latest ('
+    .. tostring(redis.call('GET', KEYS[1])) .. ')')
 end`;
 
 export interface LeaseOptions {

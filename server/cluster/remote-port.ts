@@ -108,7 +108,8 @@ export class RemotePort implements RunPort {
       } catch (e) {
         if (Date.now() > deadline)
           throw new Error(
-            `E_NO_AGGREGATOR: no aggregator answered on ${this.keys.rpc} within ${timeoutMs} ms (${(e as Error).message})`,
+            `E_NO_AGGREGATOR: no aggregator answered on ${this.keys.rpc} within ${timeoutMs} ms ` +
+              `(${(e as Error).message})`,
           );
       }
     }

@@ -44,7 +44,10 @@ export interface RunHostOptions {
   validatorToken?: string;
 }
 
-/** Headers of an API answer that travel back through the gateway: these, and every x-atoll-* (GET /api/model's version and hash). */
+/**
+ * Headers of an API answer that travel back through the gateway: these, and every x-atoll-* (GET /api/model's version
+ * and hash).
+ */
 const FORWARDED_HEADERS = [
   'content-type',
   'content-disposition',

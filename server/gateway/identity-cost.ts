@@ -58,7 +58,8 @@ export class IdentityCost {
     if (!pow)
       return err(
         IdentityError.POW,
-        `a new identity needs a proof of work: ask \`challenge\`, then send hello with pow { challenge, nonce } (${this.bits} bits)`,
+        `a new identity needs a proof of work: ask \`challenge\`, then send hello with pow { challenge, nonce } ` +
+          `(${this.bits} bits)`,
       );
     const parts = pow.challenge.split('.');
     if (parts.length !== 3) return err(IdentityError.POW, 'not a challenge of this server');
@@ -94,7 +95,8 @@ export class IdentityCost {
     if (!this.budgets.take(address, now))
       return err(
         'E_RATE_LIMIT',
-        `this address made its ${this.budgets.cap} new identities this hour: resume an identity (resumeToken), or retry later`,
+        `this address made its ${this.budgets.cap} new identities this hour: resume an identity (resumeToken), ` +
+          `or retry later`,
       );
     return ok(undefined);
   }

@@ -16,7 +16,10 @@ import type { BytesOutKind } from '../metrics.ts';
 
 /** Rings whose signalling the server relays, at most (the latest; a ring signals within its exchange timeout). */
 const RINGS_SIGNALLING = 64;
-/** A pair reported lost is not signalled for a ring again for this long (a link that cannot open is not retried every update). */
+/**
+ * A pair reported lost is not signalled for a ring again for this long (a link that cannot open is not retried every
+ * update).
+ */
 const LOST_COOLDOWN_MS = 5 * 60_000;
 /** The members of a ring whose exchange failed get whole updates this long. */
 const RING_BENCH_MS = 60_000;

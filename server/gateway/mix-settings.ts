@@ -12,9 +12,15 @@ export interface MixSettings {
   k: number;
   /** Share of fragments a second member recomputes (the spot check), [0, 1]. */
   spotRate: number;
-  /** A ready island waits this long for a group of k at least; a short group or a lone island up to twice as long, then a smaller group or a direct upload (ms). */
+  /**
+   * A ready island waits this long for a group of k at least; a short group or a lone island up to twice as long, then
+   * a smaller group or a direct upload (ms).
+   */
   formWaitMs: number;
-  /** The wait grows to this share of the median measured round period (MixConfig.formWaitFraction), at most maxFormWaitMs. */
+  /**
+   * The wait grows to this share of the median measured round period (MixConfig.formWaitFraction), at most
+   * maxFormWaitMs.
+   */
   formWaitFraction: number;
   maxFormWaitMs: number;
   /** A group whose fragments are not all in this long after it formed falls back (ms). */

@@ -75,7 +75,10 @@ export interface RunPort {
   noteRejected(code: string, bytes: number): void;
   noteBytesOut(bytes: number, kind: BytesOutKind): void;
   status(): Promise<RunStatus>;
-  /** History points changed since the last call, with the status and islands when a dashboard watches (else null: dropped). */
+  /**
+   * History points changed since the last call, with the status and islands when a dashboard watches (else null:
+   * dropped).
+   */
   dashboardFeed(watching: boolean): Promise<DashboardFeed | null>;
   /** Verified work; absent where the run holds no audits (no validator token). */
   audits?: AuditPort;
@@ -107,7 +110,8 @@ export function localPort(run: Run): RunPort {
       if (!resume && h.resumeOnly)
         return err(
           'E_POW',
-          'the resume token was not accepted, and a new identity needs a proof of work: ask `challenge`, then hello with pow',
+          'the resume token was not accepted, and a new identity needs a proof of work: ask `challenge`, ' +
+            'then hello with pow',
         );
       const r = await run.islands.join({ caps: h.caps, protocolVersion: h.protocolVersion, resumeIslandId: resume });
       if (!r.ok) return r;

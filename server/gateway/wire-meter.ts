@@ -15,7 +15,10 @@ export interface WirePacket {
   data?: unknown;
 }
 
-/** Every event an island and the server send each other (docs/protocol.md): the islands' (as the gateway takes them; `mix:signal` goes both ways), then the server's own. */
+/**
+ * Every event an island and the server send each other (docs/protocol.md): the islands' (as the gateway takes them;
+ * `mix:signal` goes both ways), then the server's own.
+ */
 const EVENTS = new Set<string>([
   ...ISLAND_EVENTS,
   ...MIX_EVENTS,

@@ -192,7 +192,8 @@ export class OuterPool {
       storedBytes: payload,
       rawBytes: payload,
     });
-    // θ's hash chunks split over the workers; the frame sealed (deflate where asked, CRC) after the first worker's share
+    // θ's hash chunks split over the workers; the frame sealed (deflate where asked, CRC) after the first worker's
+    // share
     const W = this.workers.length,
       chunks = hashChunkCount(n);
     const hashed = this.workers.map((_, w) =>

@@ -14,7 +14,10 @@ export const STRICT_AJV = {
   customOptions: { coerceTypes: false, removeAdditional: false, useDefaults: false, allErrors: false },
 } as const;
 
-/** Route types from the routes' TypeBox schemas (`app.withTypeProvider<TypeBoxTypes>()`): params, query and body as validated, replies as serialized. */
+/**
+ * Route types from the routes' TypeBox schemas (`app.withTypeProvider<TypeBoxTypes>()`): params, query and body as
+ * validated, replies as serialized.
+ */
 export interface TypeBoxTypes extends FastifyTypeProvider {
   validator: this['schema'] extends TSchema ? Static<this['schema']> : unknown;
   serializer: this['schema'] extends TSchema ? Static<this['schema']> : unknown;
@@ -32,7 +35,9 @@ export const replies = <T extends TSchema, M extends Record<number, TSchema> = R
 /** A decimal number as a query string may spell it. */
 const DECIMAL = /^-?(?:0|[1-9][0-9]{0,20})(?:\.[0-9]{1,20})?(?:[eE][-+]?[0-9]{1,3})?$/;
 
-/** The query string's numbers as numbers, where the route's schema asks for one (else left for the schema to refuse). */
+/**
+ * The query string's numbers as numbers, where the route's schema asks for one (else left for the schema to refuse).
+ */
 function readQueryNumbers(req: FastifyRequest): void {
   const schema = req.routeOptions.schema?.querystring as { properties?: Record<string, { type?: string }> } | undefined;
   const q = req.query as Record<string, unknown> | undefined;

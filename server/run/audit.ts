@@ -9,7 +9,8 @@
 // same rate as a fresh one, and recomputed from its own base.
 //
 //   run.audits = new RunAudits(run, { token, rate, banAfter });
-//   Run.submit: const pick = audits.sample(meta) → (refused: E_STALE) → coord.submit → if accepted: audits.offer(meta, frame, pick)
+//   Run.submit: const pick = audits.sample(meta) → (refused: E_STALE) → coord.submit
+//               → if accepted: audits.offer(meta, frame, pick)
 
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { type AuditConfig, type AuditJob, AuditError, AuditQueue, auditWork } from '../../core/coord/audit.ts';

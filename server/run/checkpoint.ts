@@ -151,6 +151,7 @@ export function checkpointBefore(
   const oldest = kept.at(-1)?.version;
   return err(
     'E_NOT_KEPT',
-    `no kept checkpoint is older than version ${version} (the oldest is ${oldest ?? 'none'}): raise checkpoints.keep to reach further back`,
+    `no kept checkpoint is older than version ${version} (the oldest is ${oldest ?? 'none'}): ` +
+      `raise checkpoints.keep to reach further back`,
   );
 }

@@ -4,7 +4,8 @@
 // every later outer step again without them (Coordinator.replayStep), and the live coordinator
 // adopts the result as a new version (Coordinator.adoptRebuilt). Replicas fetch the new θ.
 //
-//   <run>/deltas/v00000012.bin: u32 LE length of the JSON, the JSON ({ version, time, contributions }), the frames in order
+//   <run>/deltas/v00000012.bin: u32 LE length of the JSON, the JSON ({ version, time, contributions }),
+//                               the frames in order
 //
 // Kept as far back as the oldest kept checkpoint (a revert needs one before the first removed
 // delta). Cost, measured in docs/operations.md ("Revert").
@@ -25,7 +26,10 @@ export interface ArchivedDelta
   bytes: number;
 }
 
-/** `missing`: contributors whose frames are not kept (accepted before a restart): a replay through this version is refused. */
+/**
+ * `missing`: contributors whose frames are not kept (accepted before a restart): a replay through this version is
+ * refused.
+ */
 interface VersionRecord {
   version: number;
   time: number;

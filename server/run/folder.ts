@@ -105,8 +105,10 @@ export function refuseUnreadableRun(store: RunStore): void {
   const files = [...(logged ? [store.logPath] : []), ...checkpoints];
   throw Object.assign(
     new Error(
-      `the run folder ${store.dir} holds a run (${files.join(', ')}) but no readable checkpoint${checkpoints.length ? '' : ' (there is none)'}. ` +
-        'Nothing was changed. To keep it, restore a checkpoint into its checkpoints/ folder; to start a new run there, ' +
+      `the run folder ${store.dir} holds a run (${files.join(', ')}) but no readable ` +
+        `checkpoint${checkpoints.length ? '' : ' (there is none)'}. ` +
+        'Nothing was changed. To keep it, restore a checkpoint into its checkpoints/ folder; ' +
+        'to start a new run there, ' +
         'run again with --start-over (the folder is moved aside to <dir>.old-<time>, not deleted).',
     ),
     { code: 'E_RUN_UNREADABLE' },

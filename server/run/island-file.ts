@@ -16,7 +16,10 @@ import { writeFileAtomicAsync } from '../fsutil.ts';
 export const ISLANDS_FILE_MS = 10_000;
 export const ISLANDS_FILE = 'islands.json';
 
-/** [id, lastSeq, submittedRounds, status, tokensContributed, accepted, revokedTokens]: an offline island in a checkpoint. */
+/**
+ * [id, lastSeq, submittedRounds, status, tokensContributed, accepted, revokedTokens]: an offline island in a
+ * checkpoint.
+ */
 export type IslandCore = [string, number, number[], IslandRecord['status'], number, number, number];
 
 /** The checkpoint's islands: full records of the online ones, the core of the rest. */

@@ -21,7 +21,10 @@ export interface PumpHost {
   prepare(events: CoordinatorEvent[]): void;
   /** The batch is durable: act on it. */
   publish(events: CoordinatorEvent[]): void;
-  /** What to wait for before draining events and taking a snapshot (an outer step in flight, its state's handover), or null. */
+  /**
+   * What to wait for before draining events and taking a snapshot (an outer step in flight, its state's handover), or
+   * null.
+   */
   beforeSnapshot(): Promise<void> | null;
   /** Runs the coordinator's deadlines (the host kicks the pump after). */
   tick(now: number): void;

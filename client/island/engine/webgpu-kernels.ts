@@ -236,7 +236,10 @@ export class Program {
     }
   }
 
-  /** Records each dispatch in its own pass (descriptor from `pass(i)`); returns each pass's entry, null where the shape skips it. */
+  /**
+   * Records each dispatch in its own pass (descriptor from `pass(i)`); returns each pass's entry, null where the shape
+   * skips it.
+   */
   encodeEach(
     enc: GPUCommandEncoder,
     shape: Shape,
@@ -258,7 +261,8 @@ export class Program {
   }
 }
 
-// ---------------------------------------------------------------- readback (tests and benchmarks; the engine has its own)
+// ---------------------------------------------------------------- readback (tests and benchmarks; the engine has its
+// own)
 
 /** Reads `n` f32 values of a buffer back through a fresh staging buffer. */
 export async function readF32(device: GPUDevice, buf: GPUBuffer, n: number, offsetElems = 0): Promise<Float32Array> {

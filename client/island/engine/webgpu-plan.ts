@@ -18,7 +18,10 @@ export interface WebGpuEngineOptions extends EngineOptions {
   subgroups?: boolean;
   /** The adapter's fp32 peak in TFLOP/s, where known (gives `peakFlops` and `mfu()`). */
   peakTflops?: number;
-  /** Size of the readback buffer θ, Δ and the moments are read through in chunks (default READBACK_BYTES; tests make it small). */
+  /**
+   * Size of the readback buffer θ, Δ and the moments are read through in chunks (default READBACK_BYTES; tests make it
+   * small).
+   */
   readbackBytes?: number;
   /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
   autotune?: { cache: TuneCache | null; budgetMs?: number };
@@ -146,7 +149,8 @@ export function plan(opts: WebGpuEngineOptions): Plan {
     dfchGelu: BT * 4 * C,
     ...(f16 ? {} : { dfch: BT * 4 * C }),
     attDsum: ROWS,
-    dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C), // split-K slices of dW, row slices of bias and LayerNorm gradients
+    // split-K slices of dW, row slices of bias and LayerNorm gradients
+    dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C),
     inputs: BT,
     targets: BT,
     ring: ring + EVAL_SLOTS,
@@ -216,7 +220,8 @@ export function limitShortfall(
     const { c, maxT, B } = resolve(opts);
     return err(
       'E_ADAPTER_TOO_SMALL',
-      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, batch ${B}×${maxT}; try a smaller batch or model)`,
+      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
+        `batch ${B}×${maxT}; try a smaller batch or model)`,
     );
   }
   return ok(undefined);

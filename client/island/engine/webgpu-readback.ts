@@ -36,7 +36,10 @@ export class LossRing {
   private idleAt = 0; // when the last take's map resolved: the queue was empty by then
   private msPerStep: number | null = null; // GPU ms per step, as the last take saw it
 
-  /** `ring`: the GPU loss ring (R slots, then EVAL_SLOTS for evaluation); `stagingBytes`: the first staging buffer's size. */
+  /**
+   * `ring`: the GPU loss ring (R slots, then EVAL_SLOTS for evaluation); `stagingBytes`: the first staging buffer's
+   * size.
+   */
   constructor(
     private readonly gpu: GPUDevice,
     private readonly ring: GPUBuffer,

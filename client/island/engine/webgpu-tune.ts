@@ -1,11 +1,11 @@
 // The matmul autotuner: at engine start, time the variants of each of the model's
 // matmuls on its real shapes (tile sizes and work per thread, with or without workgroup
-// memory; vec4 or scalar loads; split-K slices for dW), keep the fastest per shape, and cache the choice by adapter so the next start only reads it.
-// Bounded by a time budget, checked before each variant is built and each timing round: the
-// variants timed so far are cached too, so every start makes progress (at least one variant)
-// even where one shape's variants take longer than the budget (SwiftShader); a shape keeps the
-// default choice until all its variants are timed, over one or more starts. No node: imports: the cache is given
-// (localStorage in a browser, a file in Node: client/island/engine/tune-cache.ts).
+// memory; vec4 or scalar loads; split-K slices for dW), keep the fastest per shape, and cache the choice by adapter so
+// the next start only reads it. Bounded by a time budget, checked before each variant is built and each timing round:
+// the variants timed so far are cached too, so every start makes progress (at least one variant) even where one shape's
+// variants take longer than the budget (SwiftShader); a shape keeps the default choice until all its variants are
+// timed, over one or more starts. No node: imports: the cache is given (localStorage in a browser, a file in Node:
+// client/island/engine/tune-cache.ts).
 
 import { type KernelSet, Program } from './webgpu-kernels.ts';
 import type { DispatchSpec, Shape } from '../../../shaders/kernel.ts';
@@ -25,7 +25,10 @@ export interface MatmulShape {
   OC: number;
 }
 
-/** A variant: vec4 loads (only where aligned), the tile (absent: op.DEFAULT_TILE) and, for dW, the K slices (1: no split). */
+/**
+ * A variant: vec4 loads (only where aligned), the tile (absent: op.DEFAULT_TILE) and, for dW, the K slices (1: no
+ * split).
+ */
 export interface MatmulChoice {
   vec4: boolean;
   splitK: number;
@@ -119,7 +122,10 @@ export async function indexedDbTuneCache(name = 'atoll-autotune'): Promise<TuneC
   }
 }
 
-/** The default tile with vec4 and scalar loads, then each tile variant with the loads it can have; × the split-K counts for dW. */
+/**
+ * The default tile with vec4 and scalar loads, then each tile variant with the loads it can have; × the split-K counts
+ * for dW.
+ */
 function candidates(s: MatmulShape, rows: number): MatmulChoice[] {
   const vec4 = s.C % 4 === 0 && s.OC % 4 === 0;
   const splits = s.pass === 'dW' ? [1, 2, 4, 8].filter((k) => k <= op.maxSplitK(rows)) : [1];
