@@ -315,8 +315,8 @@ export class Run {
 
   /** Handles whatever the coordinator has queued (call after every coordinator call). */
   kick(): void {
-    if (this.offload && !this.stepping && this.coord.pendingStep()) {
-      this.stepping = this.offload.take(this.coord).then(
+    if (!this.stepping && this.coord.stepping) {
+      this.stepping = this.coord.whenIdle().then(
         () => {
           this.stepping = null;
           this.kick();
