@@ -24,7 +24,7 @@ import { type MixOptions, mixSettings } from './gateway/mix-settings.ts';
 import { adminToken, lockRunFolder } from './run/folder.ts';
 import { ok } from '../core/result.ts';
 import type { RunConfig } from './run/config.ts';
-import { type AuditOptions, RunAudits } from './run/audit.ts';
+import type { AuditOptions } from './run/audit.ts';
 import { closeOnce } from './close-once.ts';
 
 export interface AtollServerOptions {
@@ -77,6 +77,8 @@ export const DEFAULT_CLIENT_DIR = resolve(import.meta.dirname, '../dist/client')
 export interface RunApp {
   app: FastifyInstance;
   run: Run;
+  /** Butterfly mixing (null: off). */
+  mix: MixGateway | null;
   metrics: Metrics;
   adminToken: string;
   adminTokenFile: string | null;
@@ -173,24 +175,19 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
       metrics,
       evaluate: o.evaluate,
       outerWorkers: o.outerWorkers,
+      audit: o.audit,
       log,
     });
   } catch (e) {
     lock.value();
     throw e;
   }
-  if (o.audit?.token) {
-    run.audits = new RunAudits(
-      {
-        get coord() {
-          return run.coord;
-        },
-        appendLog: (line) => run.store.append(line as { type: string }),
-        ban: (id, reason) => run.admin.ban(id, reason),
-      },
-      o.audit,
-    );
-  }
+  // butterfly mixing: its gateway serves the islands' sockets (createServer), its figures the status
+  const mix =
+    o.mix && o.mix.k > 0
+      ? new MixGateway(mixSettings(o.mix, run.coord.config()), localMixHost(run), () => run.version, log)
+      : null;
+  const mixStatus = mix ? () => mix.status() : undefined;
   run.store.onEvent = (e) => logRunEvent(app.log, e);
   run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
   const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);
@@ -201,13 +198,14 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
     async () => ({ ok: true, version: run.version, hash: run.hash }),
   );
   await app.register(metricsPlugin, { metrics });
-  await app.register(apiPlugin, { run });
+  await app.register(apiPlugin, { run, mix: mixStatus });
   const adminAuth = new AuthLimiter('admin token', log);
   await app.register(adminPlugin, { run, token: token.token, limiter: adminAuth });
   await finishApp(app, o.clientDir);
   return {
     app,
     run,
+    mix,
     metrics,
     adminToken: token.token,
     adminTokenFile: token.file,
@@ -255,21 +253,12 @@ export function attachGateway(
 /** The embedded default: the run, its REST API and the island gateway in one process. */
 export async function createServer(o: AtollServerOptions): Promise<AtollServer> {
   const core = await createRunApp(o);
-  const mix =
-    o.mix && o.mix.k > 0
-      ? new MixGateway(
-          mixSettings(o.mix, core.run.coord.config()),
-          localMixHost(core.run),
-          () => core.run.version,
-          (line) => core.app.log.warn(line),
-        )
-      : undefined;
-  if (mix) core.run.mixStatus = () => mix.status();
-  const gateway = attachGateway(core.app, localPort(core.run), o.config, { ...o.gateway, mix, wire: core.metrics });
+  const mix = core.mix ?? undefined;
+  const port = localPort(core.run, mix && (() => mix.status()));
+  const gateway = attachGateway(core.app, port, o.config, { ...o.gateway, mix, wire: core.metrics });
   return {
     ...core,
     gateway,
-    mix: mix ?? null,
     listen: (port, host) => listenOn(core.app, port, host),
     close: closeOnce(async () => {
       await gateway.close();

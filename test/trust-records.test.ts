@@ -4,10 +4,9 @@
 // refreshed at most once a second.
 
 import { statSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PROTOCOL_VERSION } from '../core/protocol.ts';
-import { ISLANDS_FILE } from '../server/run/island-file.ts';
+import { runPaths } from '../server/run/store.ts';
 import { ISLANDS_PAGE_MAX } from '../server/run/views.ts';
 import { type TestServer, startTestServer, tempDir } from './helpers/server.ts';
 
@@ -40,9 +39,9 @@ describe('island records out of the checkpoint', () => {
     expect(run.coord.islands()).toHaveLength(10_000);
     const ck = await run.checkpointNow();
     const modelBytes = 4 * run.paramCount;
-    const filed = statSync(join(dir, ISLANDS_FILE)).size;
+    const filed = statSync(runPaths(dir).islands).size;
     console.log(
-      `checkpoint: ${empty.bytes} bytes with no islands, ${ck.bytes} with 10,000 (model ${modelBytes}); ${ISLANDS_FILE} ${filed} bytes`,
+      `checkpoint: ${empty.bytes} bytes with no islands, ${ck.bytes} with 10,000 (model ${modelBytes}); islands.json ${filed} bytes`,
     );
     // "the model's size" as issue 23 measured it: the run's checkpoint without island records (0.56 MB for tiny)
     expect(ck.bytes).toBeLessThanOrEqual(2 * empty.bytes);

@@ -20,6 +20,12 @@ export class IslandBook {
 
   constructor(private readonly emit: (e: CoordinatorEvent) => void) {}
 
+  /** A snapshot's records and serial (restore.ts), into an empty book. */
+  load(records: IslandRecord[], nextSerial: number): void {
+    for (const isl of records) this.byId.set(isl.id, isl);
+    this.nextSerial = nextSerial;
+  }
+
   /** The online islands with a round in progress (not waiting for an assignment): ids and round ids. */
   roundsInProgress(): Array<{ islandId: string; roundId: number }> {
     const out: Array<{ islandId: string; roundId: number }> = [];

@@ -30,6 +30,14 @@ export class Ledger {
   perVersion: PerVersion = newPerVersion();
   history: VersionStats[] = [];
 
+  /** Empty, or carrying on from a snapshot's figures. */
+  constructor(from?: Pick<Ledger, 'totals' | 'perVersion' | 'history'>) {
+    if (!from) return;
+    this.totals = from.totals;
+    this.perVersion = from.perVersion;
+    this.history = from.history;
+  }
+
   /** Frame bytes received, whatever becomes of them. */
   received(bytes: number): void {
     this.perVersion.bytesIn += bytes;
@@ -46,7 +54,10 @@ export class Ledger {
     countAccepted(isl, m, tau, this.perVersion, this.totals, bytes);
   }
 
-  /** A held delta rejected after all (its round's norm bound, a ban, a failed step): its acceptance undone, the rejection counted. */
+  /**
+   * A held delta rejected after all (its round's norm bound, a ban, a failed step): its acceptance
+   * undone, the rejection counted.
+   */
   unaccept(p: PendingDelta, isl: IslandRecord | undefined, code: string, message: string): RejectedContribution {
     const { delta: _d, score: _s, lossMean: _l, arrivedAt: _a, weight: _w, ...c } = p;
     if (isl) isl.accepted -= 1;
@@ -173,7 +184,10 @@ export function versionStats(
   };
 }
 
-/** Counts a delta (per version, in the totals) and records it on its island: replay guards, staleness, tokens, speed EMA. */
+/**
+ * Counts a delta (per version, in the totals) and records it on its island: replay guards,
+ * staleness, tokens, speed EMA.
+ */
 export function countAccepted(
   isl: IslandRecord,
   m: DeltaMeta,

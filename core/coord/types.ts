@@ -59,7 +59,10 @@ export interface IslandRecord {
 /** The figures of one assignment that a delta's claims must fit. */
 export interface AssignedWork {
   roundId: number;
-  /** The version it was handed out on (after the host's release: Coordinator.rebaseAssignment). Absent on records from older checkpoints. */
+  /**
+   * The version it was handed out on (after the host's release: Coordinator.rebaseAssignment).
+   * Absent on records from older checkpoints.
+   */
   baseVersion?: number;
   /** The codec it asked for: a Δ's frame must use this encoding. */
   encoding?: Encoding;
@@ -282,10 +285,12 @@ export interface CoordinatorSnapshotMeta {
 
 /**
  * The outer step's numerics run elsewhere (the server's worker threads: server/outer/offload.ts).
- * The coordinator holds deltas in the host's buffers, asks for the step with `pendingStep()`; the
- * host runs it on `theta` (shared with the coordinator) and hands the result to `completeStep()`.
+ * The coordinator holds deltas in the host's buffers and asks for each round's step with `step`;
+ * the host runs it on `theta` (shared with the coordinator), and the round closes with its answer.
  */
 export interface OuterOffload {
+  /** Takes the step (θ moved), or fails to (an error: nothing moved). A rejection: a worker died. */
+  step(req: OuterStepRequest): Promise<Result<OuterStepDone>>;
   /** θ, shared: the host moves it; the coordinator reads it. */
   theta: Float32Array;
   /** Where the coordinator writes g when it combines the deltas itself (robust rules). */

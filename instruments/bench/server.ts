@@ -179,7 +179,7 @@ export async function benchApply(
         now++,
       );
       if (!r.ok) throw new Error(`bench: submit rejected: ${r.error.code} ${r.error.message}`);
-      if (host) await host.take(coord);
+      if (host) await coord.whenIdle();
       // a submit that does not close the round, or the one that does (its step included)
       (k < islands.length - 1 ? submitTimes : closeTimes).push(performance.now() - t);
     }

@@ -5,7 +5,7 @@
 //
 // Every hook reports state only once it is durable, as Run does.
 
-import type { HistoryPoint, IslandView, RunStatus } from '../../core/api.ts';
+import type { HistoryPoint, IslandView, MixStatus, RunStatus } from '../../core/api.ts';
 import {
   type AckMsg,
   type Assignment,
@@ -91,15 +91,15 @@ export interface AuditPort {
   verdict(jobId: number, cosine: number | null, normRatio: number | null): Promise<Result<VerdictAnswer>>;
 }
 
-/** The embedded port: the gateway and the Run in one process. */
-export function localPort(run: Run): RunPort {
+/** The embedded port: the gateway and the Run in one process (`mix`: butterfly mixing's figures, where it mixes). */
+export function localPort(run: Run, mix?: () => MixStatus): RunPort {
   return {
     maxFrameBytes: () => run.maxFrameBytes,
     durable: () => ({ version: run.version, hash: run.hash }),
     listen(l) {
-      run.onUpdate = (u) => l.update(u);
-      run.onBan = (id) => l.ban(id);
-      run.onReset = () => l.reset();
+      run.on('update', (u) => l.update(u));
+      run.on('ban', (id) => l.ban(id));
+      run.on('reset', () => l.reset());
     },
     async hello(h) {
       // Resuming an identity needs the token the server handed out with it.
@@ -126,19 +126,14 @@ export function localPort(run: Run): RunPort {
     heartbeat: (ids) => {
       for (const id of ids) run.islands.heartbeat(id);
     },
-    setConnected(id, sockets) {
-      if (sockets > 0) run.connected.set(id, sockets);
-      else run.connected.delete(id);
-      run.views.islandsMoved();
-      run.metrics.islandsOnline.set(run.connected.size);
-    },
+    setConnected: (id, sockets) => run.islands.setConnected(id, sockets),
     forgetWaiters: (id) => run.islands.forgetWaiters(id),
     noteRejected: (code, bytes) => run.islands.noteRejected(code, bytes),
     noteBytesOut: (bytes, kind) => run.islands.noteBytesOut(bytes, kind),
-    status: async () => run.views.status(),
+    status: async () => run.views.status(Date.now(), mix),
     async dashboardFeed(watching) {
       const history = run.views.takeDirtyHistory();
-      return watching ? { history, status: run.views.status(), islands: run.views.islands() } : null;
+      return watching ? { history, status: run.views.status(Date.now(), mix), islands: run.views.islands() } : null;
     },
     audits: run.audits
       ? {

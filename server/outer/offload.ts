@@ -1,15 +1,15 @@
 // The outer step off the event loop, for a Run: the coordinator's OuterOffload backed by OuterPool
 // (worker threads, each owning one fragment of θ, on shared memory).
 //   ingest(frame)  decodes a delta on a worker into a shared buffer the coordinator's submit takes over;
-//   take(coord)    runs the step the coordinator stopped at (`pendingStep()`): the weighted mean of
+//   step(req)      runs the step the coordinator asks for (OuterOffload.step): the weighted mean of
 //                  the held deltas (or g, combined by the coordinator for a robust rule), the outer
 //                  optimizer, the downlink quantization with error feedback, θ ← θ − Q(u), θ's hash
-//                  and the frame's CRC; the result goes back through `completeStep()`;
+//                  and the frame's CRC; the round closes with its answer;
 //   syncState      hands the optimizer's and downlink's state over when a snapshot needs it.
 // The event loop only posts messages meanwhile. Bit-identical to the coordinator's own step
 // (test/outer-offload.test.ts).
 
-import type { Coordinator } from '../../core/coord/index.ts';
+import type { Coordinator, OuterStepDone, OuterStepRequest } from '../../core/coord/coordinator.ts';
 import { type Result, ok } from '../../core/result.ts';
 import { OuterPool } from './pool.ts';
 
@@ -36,6 +36,7 @@ export class OuterOffloadHost {
     await pool.importState({ outer: coord.outerState(), residual: coord.downlinkResidual() });
     const host = new OuterOffloadHost(pool, pool.newSlot(), workers);
     coord.useOffload({
+      step: (req) => host.step(req),
       theta: pool.theta,
       g: pool.slotView(host.gSlot),
       buffer: () => host.buffer(),
@@ -73,18 +74,16 @@ export class OuterOffloadHost {
   }
 
   /**
-   * Takes the coordinator's pending outer step, if any, and completes it (a rejected step, e.g. a
-   * non-finite update, completes as an error: nothing moved). Throws only when a worker died: θ may
+   * Takes one outer step the coordinator asked for (OuterOffload.step); a rejected step, e.g. a
+   * non-finite update, is an error result: nothing moved. Rejects only when a worker died: θ may
    * then be half moved, and the caller must stop the process (nothing unacknowledged is lost).
    */
-  async take(coord: Coordinator): Promise<void> {
-    const req = coord.pendingStep();
-    if (!req) return;
+  async step(req: OuterStepRequest): Promise<Result<OuterStepDone>> {
     const { encoding, blockSize, deflate } = req.downlink;
     const slots = req.deltas
       ? req.deltas.map((d) => this.slotOf.get(d) ?? fail('a delta outside the shared buffers'))
       : [this.gSlot];
-    const r = await this.pool.step({
+    return this.pool.step({
       slots,
       weights: req.weights,
       outer: req.outer,
@@ -93,7 +92,6 @@ export class OuterOffloadHost {
       period: req.period,
       share: req.share,
     });
-    coord.completeStep(r);
   }
 
   /**

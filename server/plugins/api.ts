@@ -17,6 +17,7 @@ import {
   RunInfoSchema,
   RunStatusSchema,
   SampleResponseSchema,
+  type MixStatus,
   type RunInfo,
 } from '../../core/api.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
@@ -30,6 +31,8 @@ import { tarFolder } from '../tar.ts';
 
 export interface ApiOptions {
   run: Run;
+  /** Butterfly mixing's figures for the status, where the server mixes (server/gateway/mix.ts). */
+  mix?: () => MixStatus;
   /** Largest GET /api/sample length. */
   maxSampleTokens?: number;
 }
@@ -108,11 +111,12 @@ export function runInfo(run: Run): RunInfo {
 export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise<void> {
   const run = opts.run;
   const views = run.views;
+  const mix = opts.mix;
   const maxSample = opts.maxSampleTokens ?? 256;
   const api = app.withTypeProvider<TypeBoxTypes>();
 
   api.get('/api/status', { schema: { querystring: NoQuery, response: replies(RunStatusSchema) } }, async () =>
-    views.status(),
+    views.status(Date.now(), mix),
   );
 
   api.get('/api/run', { schema: { querystring: NoQuery, response: replies(RunInfoSchema) } }, async () => runInfo(run));

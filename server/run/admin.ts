@@ -14,21 +14,23 @@ import type { RunStore } from './store.ts';
 import type { IslandFile } from './island-file.ts';
 import { checkpointBefore } from './checkpoint.ts';
 
-/** What the operator's calls use of the run (server/run/run.ts's Run; named here so neither file imports the other). */
-export interface AdminedRun {
-  readonly coord: Coordinator;
-  config: RunConfig;
-  readonly store: RunStore;
-  readonly archive: DeltaArchive;
-  readonly outerWorkers: number;
-  readonly views: { invalidate(): void };
-  /** Non-null while validators audit the run. */
-  readonly audits: unknown;
-  onBan(islandId: string): void;
+/** The run's parts the operator's calls work with (run.ts builds them). */
+export interface AdminParts {
+  coord: Coordinator;
+  store: RunStore;
+  archive: DeltaArchive;
+  islandFile: IslandFile;
+  views: { invalidate(): void };
+  /** The run config now, and a new one (its knobs changed). */
+  config(): RunConfig;
+  setConfig(c: RunConfig): void;
+  /** Validators audit the run. */
+  audited(): boolean;
+  /** An island was banned (its sockets close: the run's 'ban' event). */
+  banned(islandId: string): void;
   kick(): void;
-  whenIdle(): Promise<void>;
   checkpointNow(): Promise<{ version: number; path: string; bytes: number }>;
-  readonly islandFile: IslandFile;
+  /** θ was rebuilt (a revert): it becomes durable and islands start over. */
   rebuilt(): Promise<void>;
 }
 
@@ -47,10 +49,10 @@ export interface RevertAnswer extends RevertPlan {
 }
 
 export class RunAdmin {
-  private readonly run: AdminedRun;
+  private readonly run: AdminParts;
 
-  constructor(run: AdminedRun) {
-    this.run = run;
+  constructor(parts: AdminParts) {
+    this.run = parts;
   }
 
   async pause(): Promise<void> {
@@ -61,7 +63,7 @@ export class RunAdmin {
 
   async resume(): Promise<void> {
     const run = this.run;
-    await run.whenIdle();
+    await run.coord.whenIdle();
     run.coord.resume(Date.now());
     run.kick(); // resuming may close a round: its step starts
     run.store.append({ type: 'admin', action: 'resume' });
@@ -70,22 +72,23 @@ export class RunAdmin {
 
   async setConfig(patch: CoordinatorConfigPatch): Promise<Result<RunConfig>> {
     const run = this.run;
-    const why = run.audits && patch.uplink?.encoding ? unauditable(patch.uplink.encoding) : null;
+    const why = run.audited() && patch.uplink?.encoding ? unauditable(patch.uplink.encoding) : null;
     if (why) return err(ErrorCode.BAD_CONFIG, why);
-    await run.whenIdle();
+    await run.coord.whenIdle();
     const r = run.coord.setConfig(patch);
     if (!r.ok) return r;
-    run.config = { ...run.config, coordinator: r.value };
-    run.store.writeConfig(run.config);
+    const config = { ...run.config(), coordinator: r.value };
+    run.setConfig(config);
+    run.store.writeConfig(config);
     run.store.append({ type: 'admin', action: 'config', patch });
     await run.checkpointNow();
-    return ok(run.config);
+    return ok(config);
   }
 
   /** Bans an island: pending deltas dropped, credit revoked, sockets closed (the gateway's hook). */
   async ban(islandId: string, reason: string): Promise<Result<BanAnswer>> {
     const run = this.run;
-    await run.whenIdle();
+    await run.coord.whenIdle();
     const before = run.coord.island(islandId);
     const r = run.coord.ban(islandId, Date.now(), reason);
     run.kick(); // a ban may close a round: its step starts
@@ -93,7 +96,7 @@ export class RunAdmin {
     const revokedTokens = before?.status === 'banned' ? 0 : (before?.tokensContributed ?? 0);
     run.store.append({ type: 'admin', action: 'ban', island: islandId, reason, revokedTokens });
     run.views.invalidate();
-    run.onBan(islandId);
+    run.banned(islandId);
     await run.checkpointNow();
     return ok({ island: islandId, revokedTokens, deltas: this.deltas(islandId) });
   }
@@ -115,10 +118,10 @@ export class RunAdmin {
     if (!rec) return err(ErrorCode.UNKNOWN_ISLAND, `no island ${islandId}`);
     if (rec.status !== 'banned') return err(ErrorCode.BAD_REQUEST, `island ${islandId} is not banned: ban it first`);
     await run.checkpointNow(); // every version so far is on disk, with its deltas
-    await run.whenIdle();
+    await run.coord.whenIdle();
     const t0 = performance.now();
     const plan = rebuildWithout(run.coord, run.archive, islandId, rec.audits?.lastPassedSeq ?? -1, (v) =>
-      checkpointBefore(run.store, run.config.model, run.islandFile, v),
+      checkpointBefore(run.store, run.config().model, run.islandFile, v),
     );
     if (!plan.ok) return plan;
     const ms = performance.now() - t0;

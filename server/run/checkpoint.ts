@@ -123,7 +123,7 @@ export function restoreLatest(store: RunStore, model: GPTConfig, log: (line: str
   for (const ck of store.listCheckpoints()) {
     const bytes = store.readCheckpoint(ck.version);
     const r = bytes
-      ? decodeRunCheckpoint(bytes, model, () => new IslandFile(store.dir).read())
+      ? decodeRunCheckpoint(bytes, model, () => new IslandFile(store.paths.islands).read())
       : err('E_BAD_CHECKPOINT', 'unreadable');
     if (r.ok) return r.value;
     log(`checkpoint ${ck.path} is unusable (${r.error.code}: ${r.error.message}); trying an older one`);

@@ -58,8 +58,9 @@ export class DeltaArchive {
   /** Accepted deltas not yet in a version, by `islandId/seq`. */
   private readonly held = new Map<string, { d: Omit<ArchivedDelta, 'bytes'>; frame: Uint8Array }>();
 
-  constructor(runDir: string) {
-    this.dir = join(runDir, 'deltas');
+  /** `dir`: the run folder's deltas folder (store.ts runPaths). */
+  constructor(dir: string) {
+    this.dir = dir;
     mkdirSync(this.dir, { recursive: true });
   }
 

@@ -1,16 +1,12 @@
-// The operator's files in a run folder, besides the run itself:
+// The operator's files in a run folder, besides the run itself (their paths: store.ts runPaths):
 //   <dir>/server.lock    {pid, host, port, since}: the run folder is one server's (O_EXCL; a lock
 //                        whose process is gone is taken over)
 //   <dir>/admin-token    the admin bearer token, created once (mode 0600) unless ATOLL_ADMIN_TOKEN is set
 
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { type Result, err, ok } from '../../core/result.ts';
-import type { RunStore } from './store.ts';
-
-export const LOCK_FILE = 'server.lock';
-export const ADMIN_TOKEN_FILE = 'admin-token';
+import { type RunStore, runPaths } from './store.ts';
 
 interface LockInfo {
   pid: number;
@@ -34,7 +30,7 @@ function alive(pid: number): boolean {
  */
 export function lockRunFolder(dir: string, where: { host?: string; port?: number } = {}): Result<() => void> {
   mkdirSync(dir, { recursive: true });
-  const path = join(dir, LOCK_FILE);
+  const path = runPaths(dir).lock;
   const mine: LockInfo = { pid: process.pid, ...where, since: Date.now() };
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
@@ -76,7 +72,7 @@ export function lockRunFolder(dir: string, where: { host?: string; port?: number
 /** The admin token: `fromEnv` when set, else the run folder's, created once with mode 0600. */
 export function adminToken(dir: string, fromEnv: string | undefined): { token: string; file: string | null } {
   if (fromEnv) return { token: fromEnv, file: null };
-  const file = join(dir, ADMIN_TOKEN_FILE);
+  const file = runPaths(dir).adminToken;
   if (existsSync(file)) {
     const t = readFileSync(file, 'utf8').trim();
     if (t) return { token: t, file };

@@ -7,14 +7,12 @@
 // records are taken and the checkpoint's figures laid over them (the checkpoint is never older).
 
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { IslandRecord } from '../../core/coord/index.ts';
 import { newIslandRecord } from '../../core/coord/types.ts';
 import { writeFileAtomicAsync } from '../fsutil.ts';
 
 /** The islands file is rewritten at most this often (ms). */
 export const ISLANDS_FILE_MS = 10_000;
-export const ISLANDS_FILE = 'islands.json';
 
 /**
  * [id, lastSeq, submittedRounds, status, tokensContributed, accepted, revokedTokens]: an offline island in a
@@ -72,8 +70,9 @@ export class IslandFile {
   private writtenAt = -Infinity;
   private writing: Promise<void> | null = null;
 
-  constructor(runDir: string) {
-    this.path = join(runDir, ISLANDS_FILE);
+  /** `path`: the run folder's islands file (store.ts runPaths). */
+  constructor(path: string) {
+    this.path = path;
   }
 
   /** The records of the file, by id (empty when there is none or it does not parse). */

@@ -14,25 +14,33 @@ import type { ResumeTokens } from './resume-tokens.ts';
 import type { DeltaArchive } from './delta-archive.ts';
 import type { RunStore } from './store.ts';
 import type { Waiters } from './waiters.ts';
+import type { DurableTheta } from './durable.ts';
 
-/** What the islands' side uses of the run (server/run/run.ts's Run; named here so neither file imports the other). */
-export interface IslandSideRun {
-  readonly coord: Coordinator;
-  readonly store: RunStore;
-  readonly metrics: Metrics;
-  readonly tokens: ResumeTokens;
-  readonly waiters: Waiters;
-  readonly offload: OuterOffloadHost | null;
-  readonly audits: RunAudits | null;
-  readonly archive: DeltaArchive;
-  readonly busy: boolean;
-  readonly version: number;
-  readonly hash: string;
+/** Bytes in and out of the islands' side, cumulative over the run (restored from the log). */
+export interface Traffic {
   bytesIn: number;
   bytesOut: number;
+}
+
+/** The run's parts the islands' side works with (run.ts builds them). */
+export interface IslandsParts {
+  coord: Coordinator;
+  store: RunStore;
+  metrics: Metrics;
+  tokens: ResumeTokens;
+  waiters: Waiters;
+  offload: OuterOffloadHost | null;
+  audits: RunAudits | null;
+  archive: DeltaArchive;
+  durable: DurableTheta;
+  /** Connected island sockets by island id (kept by the gateway through setConnected). */
+  connected: Map<string, number>;
+  /** The traffic so far; counted on here. */
+  traffic: Traffic;
+  /** An island connected or left (the views' copy). */
+  moved(): void;
+  /** Handles what the coordinator queued (the run's durability pump). */
   kick(): void;
-  whenIdle(): Promise<void>;
-  whenDurable(version: number): Promise<void>;
 }
 
 /** A butterfly group's token-weighted mean Δ (server/gateway/mix.ts), counted as each member's contribution. */
@@ -42,10 +50,23 @@ export interface MixedDelta {
 }
 
 export class RunIslands {
-  private readonly run: IslandSideRun;
+  private readonly run: IslandsParts;
+  /** Bytes in and out, cumulative over the run. */
+  readonly traffic: Readonly<Traffic>;
+  readonly connected: ReadonlyMap<string, number>;
 
-  constructor(run: IslandSideRun) {
-    this.run = run;
+  constructor(parts: IslandsParts) {
+    this.run = parts;
+    this.traffic = parts.traffic;
+    this.connected = parts.connected;
+  }
+
+  /** Sockets a gateway holds for an island (0: none). */
+  setConnected(islandId: string, sockets: number): void {
+    if (sockets > 0) this.run.connected.set(islandId, sockets);
+    else this.run.connected.delete(islandId);
+    this.run.moved();
+    this.run.metrics.islandsOnline.set(this.run.connected.size);
   }
 
   /** A resume token for an island id: an HMAC, so it survives restarts without being stored. */
@@ -61,7 +82,7 @@ export class RunIslands {
   async join(
     req: Parameters<Coordinator['join']>[0],
   ): Promise<Result<{ islandId: string; assignment: Assignment | null }>> {
-    if (this.run.busy) await this.run.whenIdle();
+    if (this.run.coord.stepping) await this.run.coord.whenIdle();
     const now = Date.now();
     const known = req.resumeIslandId !== undefined && this.run.coord.island(req.resumeIslandId) !== undefined;
     const r = this.run.coord.join(req, now);
@@ -95,8 +116,8 @@ export class RunIslands {
   }
 
   leave(islandId: string, reason: string): void {
-    if (this.run.busy) {
-      void this.run.whenIdle().then(() => this.leave(islandId, reason));
+    if (this.run.coord.stepping) {
+      void this.run.coord.whenIdle().then(() => this.leave(islandId, reason));
       return;
     }
     const r = this.run.coord.leave(islandId, Date.now());
@@ -112,7 +133,7 @@ export class RunIslands {
 
   /** The next assignment; waits (sync) until the round closes. */
   async nextAssignment(islandId: string): Promise<Result<Assignment>> {
-    if (this.run.busy) await this.run.whenIdle();
+    if (this.run.coord.stepping) await this.run.coord.whenIdle();
     const r = this.run.coord.nextAssignment(islandId, Date.now());
     this.run.kick();
     if (!r.ok) return r;
@@ -126,12 +147,12 @@ export class RunIslands {
    * the island reports), so hand out the durable one at once instead of waiting for a commit.
    */
   private async releasable(a: Assignment): Promise<Assignment> {
-    if (a.baseVersion <= this.run.version) return a;
+    if (a.baseVersion <= this.run.durable.version) return a;
     if (a.mode === 'async') {
-      this.run.coord.rebaseAssignment(a.islandId, a.roundId, this.run.version);
-      return { ...a, baseVersion: this.run.version, baseHash: this.run.hash };
+      this.run.coord.rebaseAssignment(a.islandId, a.roundId, this.run.durable.version);
+      return { ...a, baseVersion: this.run.durable.version, baseHash: this.run.durable.hash };
     }
-    await this.run.whenDurable(a.baseVersion);
+    await this.run.durable.whenDurable(a.baseVersion);
     return a;
   }
 
@@ -158,8 +179,8 @@ export class RunIslands {
     if (decoded) {
       // wait out a step in flight; another submit may start one between our wait's end and our turn
       // (a group's members are submitted together), so look again before going on
-      do await this.run.whenIdle();
-      while (this.run.busy);
+      do await this.run.coord.whenIdle();
+      while (this.run.coord.stepping);
       const again = this.run.waiters.knownAck(meta.islandId, meta.seq, meta.roundId);
       if (again) {
         if (decoded.ok) this.run.offload!.release(decoded.value.delta);
@@ -207,7 +228,7 @@ export class RunIslands {
         seq: meta.seq,
         roundId: meta.roundId,
         status: 'rejected',
-        version: this.run.version,
+        version: this.run.durable.version,
         error: r.error,
       };
     }
@@ -251,12 +272,12 @@ export class RunIslands {
   }
 
   noteBytesIn(bytes: number): void {
-    this.run.bytesIn += bytes;
+    this.run.traffic.bytesIn += bytes;
     this.run.metrics.bytesIn.inc(bytes);
   }
 
   noteBytesOut(bytes: number, kind: BytesOutKind): void {
-    this.run.bytesOut += bytes;
+    this.run.traffic.bytesOut += bytes;
     this.run.metrics.bytesOut.inc({ kind }, bytes);
   }
 }

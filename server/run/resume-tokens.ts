@@ -4,14 +4,12 @@
 
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 
 export class ResumeTokens {
   private readonly secret: Buffer;
 
-  /** Loads the run's secret from `dir/secret.key`, creating it (mode 0600) on first use. */
-  constructor(dir: string) {
-    const p = join(dir, 'secret.key');
+  /** Loads the run's secret from `p` (store.ts runPaths: secret.key), creating it (mode 0600) on first use. */
+  constructor(p: string) {
     if (existsSync(p)) this.secret = Buffer.from(readFileSync(p, 'utf8').trim(), 'hex');
     else {
       this.secret = randomBytes(32);

@@ -1,48 +1,46 @@
 // One training run on the server: the coordinator, driven by the wall clock, made durable by the
-// run store, observed by the eval worker, the history and the metrics. Its three faces live beside
-// it: `run.islands` (run-islands.ts: what the gateway asks through its RunPort), `run.views`
-// (run-views.ts: what the REST API reads) and `run.admin` (run-admin.ts: what the operator changes).
+// run store, observed by the eval worker, the history and the metrics. `Run.open` builds its parts
+// (the store, the coordinator restored or new, the outer step's workers, the history and waiters
+// read back from the log) and the constructor puts them together. Its three faces live beside it:
+// `run.islands` (islands.ts: what the gateway asks through its RunPort), `run.views` (views.ts: what
+// the REST API reads) and `run.admin` (admin.ts: what the operator changes). It reports through its
+// events (RunEvents), each emitted once the state it reports is durable.
 //
 // Durable before acknowledged: every coordinator call is followed by `kick()`, and the durability
-// pump (pump.ts) publishes a batch of events (acks, broadcasts, assignments) only once its
-// checkpoint (run-checkpoint.ts) and log lines (history.ts) are on disk (store.ts).
+// pump (pump.ts) publishes a batch of events (batch.ts: acks, broadcasts, assignments) only once
+// its checkpoint (checkpoint.ts) and log lines (history.ts) are on disk (store.ts).
 //
 // The outer step off the event loop: with `outerWorkers` > 0 the coordinator's outer step runs in
-// worker threads (outer/offload.ts). `kick()` starts a pending step; until it completes, calls that
-// change rounds wait (`whenIdle`), and the pump snapshots only between steps.
+// worker threads (outer/offload.ts). Until a step completes, calls that change rounds wait
+// (`whenIdle`), and the pump snapshots only between steps.
 
-import type { RunAudits } from './audit.ts';
-import { DeltaArchive } from './delta-archive.ts';
-import { IslandFile } from './island-file.ts';
-import { RunAdmin } from './admin.ts';
-import { RunViews } from './views.ts';
-import { RunIslands } from './islands.ts';
-import { Coordinator, type CoordinatorConfigPatch, type CoordinatorEvent } from '../../core/coord/index.ts';
+import { EventEmitter } from 'node:events';
+import { Coordinator, type CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { TextDataset } from '../../core/data/dataset.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
 import { ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
 import { type Result, err, ok } from '../../core/result.ts';
-import { loadCorpus } from './corpus.ts';
-import { EvalService } from './eval-worker.ts';
+import type { RunConfig } from '../../core/api.ts';
 import type { Metrics } from '../metrics.ts';
-import type { MixStatus, RunConfig } from '../../core/api.ts';
-import { RunHistory, eventLine, type PointContext } from './history.ts';
+import { OuterOffloadHost } from '../outer/offload.ts';
+import { RunAdmin } from './admin.ts';
+import { type AuditOptions, RunAudits } from './audit.ts';
+import { RunBatches, startEvals } from './batch.ts';
+import { encodeRunCheckpoint, restoreLatest } from './checkpoint.ts';
+import { loadCorpus } from './corpus.ts';
+import { DeltaArchive } from './delta-archive.ts';
+import { DurableTheta, durableOf } from './durable.ts';
+import type { EvalService } from './eval-worker.ts';
+import { refuseUnreadableRun } from './folder.ts';
+import { RunHistory } from './history.ts';
+import { IslandFile } from './island-file.ts';
+import { RunIslands, type Traffic } from './islands.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
-import { SnapshotArrays, encodeRunCheckpoint, restoreLatest } from './checkpoint.ts';
-import { refuseUnreadableRun } from './folder.ts';
 import { RunStore } from './store.ts';
+import { RunViews } from './views.ts';
 import { Waiters } from './waiters.ts';
-import { OuterOffloadHost } from '../outer/offload.ts';
-
-/** θ as of the last durable version: what islands may download. */
-interface DurableState {
-  version: number;
-  hash: string;
-  totalTokens: number;
-  theta: Float32Array;
-}
 
 export interface OpenRunOptions {
   dir: string;
@@ -55,91 +53,127 @@ export interface OpenRunOptions {
   log?: (line: string) => void;
   /** Worker threads for the outer step (0: on the event loop). Default 0. */
   outerWorkers?: number;
+  /** Verified work (audit.ts): audits of a sample of accepted deltas by validators holding its token. */
+  audit?: AuditOptions;
 }
 
-export class Run {
-  readonly dir: string;
+/** What a run reports, each once the state it reports is durable. */
+export interface RunEvents {
+  update: [update: UpdateMsg];
+  island: [islandId: string, status: string, reason: string];
+  /** An island was banned: its sockets must close. */
+  ban: [islandId: string];
+  /** θ was rebuilt (a revert): every island must say hello again and fetch it. */
+  reset: [];
+}
+
+/** The parts a run is built from (Run.open makes them). */
+export interface RunParts {
   config: RunConfig;
+  store: RunStore;
+  metrics: Metrics;
+  dataset: TextDataset;
+  coord: Coordinator;
+  resumed: boolean;
+  history: RunHistory;
+  waiters: Waiters;
+  /** The traffic so far (from the log); the islands' side counts on from it. */
+  traffic: Traffic;
+  offload: OuterOffloadHost | null;
+  audit?: AuditOptions;
+  log: (line: string) => void;
+}
+
+export class Run extends EventEmitter<RunEvents> {
+  private cfg: RunConfig;
   readonly store: RunStore;
   readonly metrics: Metrics;
   readonly dataset: TextDataset;
-  readonly paramCount: number;
-  coord: Coordinator;
+  readonly coord: Coordinator;
   readonly resumed: boolean;
-  /** Resume tokens of island ids (resume-tokens.ts). */
-  readonly tokens: ResumeTokens;
-  private durable: DurableState;
-  /** The state a batch in the pump makes durable once it is committed. */
-  private nextDurable: DurableState | null = null;
-  private readonly snapshotArrays = new SnapshotArrays();
-  readonly history = new RunHistory();
-  private evalService: EvalService | null = null;
-  private readonly log: (line: string) => void;
-
+  readonly history: RunHistory;
   /** Acks and assignments waiting for durability (waiters.ts). */
-  readonly waiters = new Waiters();
-
-  private readonly pump: DurabilityPump;
-  private closed = false;
-  /** The outer step in worker threads (null: on the event loop), and the step in flight. */
-  offload: OuterOffloadHost | null = null;
-  private stepping: Promise<void> | null = null;
-  private syncing: Promise<void> | null = null;
-
-  // traffic, cumulative over the run (restored from the log)
-  bytesIn = 0;
-  bytesOut = 0;
-  /** Connected island sockets by island id (kept by the gateway). */
-  readonly connected = new Map<string, number>();
-
-  /** Hooks for the gateway: all called after the state they report is durable. */
-  onUpdate: (u: UpdateMsg) => void = () => {};
-  onIslandEvent: (islandId: string, status: string, reason: string) => void = () => {};
-  onBan: (islandId: string) => void = () => {};
-  /** θ was rebuilt (a revert): every island must say hello again and fetch it. */
-  onReset: () => void = () => {};
-  /** Verified work (server/run/audit.ts): null unless a validator token was given. */
-  audits: RunAudits | null = null;
-  /** Butterfly mixing's figures for the status (server/gateway/mix.ts): null unless the server mixes. */
-  mixStatus: (() => MixStatus) | null = null;
-  /** The islands' side (run-islands.ts), the REST views (core/api.ts shapes) and the operator's calls. */
+  readonly waiters: Waiters;
+  readonly durable: DurableTheta;
+  /** Verified work (audit.ts): null unless a validator token was given. */
+  readonly audits: RunAudits | null;
+  /** The islands' side, the REST views (core/api.ts shapes) and the operator's calls. */
   readonly islands: RunIslands;
   readonly views: RunViews;
   readonly admin: RunAdmin;
-  /** Each version's deltas, kept for reverts (server/run/delta-archive.ts). */
+  /** Each version's deltas, kept for reverts (delta-archive.ts). */
   readonly archive: DeltaArchive;
   /** The full island records, beside the checkpoints (island-file.ts). */
   readonly islandFile: IslandFile;
+  private readonly offload: OuterOffloadHost | null;
+  private readonly pump: DurabilityPump;
+  private readonly batches: RunBatches;
+  private readonly log: (line: string) => void;
+  private evals: EvalService | null = null;
+  private closed = false;
+  /** The outer step in flight in the workers, and the handover of their state to a snapshot. */
+  private stepping: Promise<void> | null = null;
+  private syncing: Promise<void> | null = null;
 
-  private constructor(o: OpenRunOptions, store: RunStore, dataset: TextDataset, coord: Coordinator, resumed: boolean) {
-    this.dir = o.dir;
-    this.config = o.config;
+  constructor(p: RunParts) {
+    super();
+    const { store, coord, metrics, waiters, history, log } = p;
     this.store = store;
-    this.metrics = o.metrics;
-    this.dataset = dataset;
     this.coord = coord;
-    this.paramCount = coord.paramCount;
-    this.resumed = resumed;
-    this.log = o.log ?? (() => {});
-    this.tokens = new ResumeTokens(o.dir);
-    this.islands = new RunIslands(this);
-    this.views = new RunViews(this);
-    this.admin = new RunAdmin(this);
-    this.archive = new DeltaArchive(o.dir);
-    this.islandFile = new IslandFile(o.dir);
-    this.durable = {
-      version: coord.version,
-      hash: coord.hash,
-      totalTokens: coord.totals().tokensApplied,
-      theta: coord.params().slice(),
+    this.metrics = metrics;
+    this.waiters = waiters;
+    this.history = history;
+    this.log = log;
+    this.dataset = p.dataset;
+    this.resumed = p.resumed;
+    this.cfg = p.config;
+    this.offload = p.offload;
+    const archive = new DeltaArchive(store.paths.deltas);
+    const islandFile = new IslandFile(store.paths.islands);
+    const durable = new DurableTheta(durableOf(coord), waiters);
+    this.archive = archive;
+    this.islandFile = islandFile;
+    this.durable = durable;
+    const kick = () => this.kick();
+    const config = () => this.cfg;
+    const connected = new Map<string, number>();
+    const traffic = p.traffic;
+    this.views = new RunViews({ coord, config, store, history, connected, traffic, durable, dataset: p.dataset });
+    this.admin = new RunAdmin({
+      ...{ coord, store, archive, islandFile, views: this.views, config, kick },
+      setConfig: (c) => {
+        this.cfg = c;
+      },
+      audited: () => this.audits !== null,
+      banned: (id) => this.emit('ban', id),
+      checkpointNow: () => this.checkpointNow(),
+      rebuilt: () => this.rebuilt(),
+    });
+    const ban = (id: string, reason: string) => this.admin.ban(id, reason);
+    const appendLog = (line: Record<string, unknown>) => store.append(line as { type: string });
+    this.audits = p.audit?.token ? new RunAudits({ coord, appendLog, ban }, p.audit) : null;
+    const tokens = new ResumeTokens(store.paths.secret);
+    const moved = () => this.views.islandsMoved();
+    const { offload, audits } = this;
+    this.islands = new RunIslands({
+      ...{ coord, store, metrics, waiters, tokens, archive, durable, connected, traffic },
+      ...{ offload, audits, moved, kick },
+    });
+    const out = {
+      update: (u: UpdateMsg) => this.emit('update', u),
+      island: (id: string, status: string, reason: string) => this.emit('island', id, status, reason),
+      durable: () => this.afterDurable(),
     };
+    const islandsOnline = () => connected.size;
+    this.batches = new RunBatches({
+      ...{ coord, store, archive, islandFile, config, durable, waiters, metrics, history },
+      ...{ traffic, islandsOnline, out, log },
+    });
+    store.carry = () => history.carryLine(waiters.lastApplied, traffic);
     this.pump = new DurabilityPump({
-      coord,
-      store,
-      metrics: this.metrics,
-      log: this.log,
-      prepare: (events) => this.prepare(events),
-      publish: (events) => this.publish(events),
+      ...{ coord, store, metrics, log },
+      prepare: (events) => this.batches.prepare(events),
+      publish: (events) => this.batches.publish(events),
       beforeSnapshot: () => this.beforeSnapshot(),
       tick: (now) => this.tick(now),
     });
@@ -149,14 +183,15 @@ export class Run {
   static async open(o: OpenRunOptions): Promise<Run> {
     const store = new RunStore(o.dir, { keep: o.config.checkpoints.keep, maxLogBytes: o.config.limits.maxLogBytes });
     const dataset = loadCorpus(o.config.data);
+    const log = o.log ?? (() => {});
     const now = Date.now();
-    let coord = restoreLatest(store, o.config.model, o.log ?? (() => {}));
+    const restored = restoreLatest(store, o.config.model, log);
     // a folder that holds a run but no readable checkpoint must not quietly start again at version 0
-    if (!coord) refuseUnreadableRun(store);
+    if (!restored) refuseUnreadableRun(store);
     await store.openLog();
-    const resumed = coord !== null;
-    if (!coord)
-      coord = new Coordinator({ params: initParams(o.config.model, o.config.seed), config: o.config.coordinator, now });
+    const resumed = restored !== null;
+    const params = () => initParams(o.config.model, o.config.seed);
+    const coord = restored ?? new Coordinator({ params: params(), config: o.config.coordinator, now });
     if (resumed && o.resumePatch && Object.keys(o.resumePatch).length) {
       const r = coord.setConfig(o.resumePatch);
       if (!r.ok) throw Object.assign(new Error(r.error.message), { code: r.error.code });
@@ -166,89 +201,75 @@ export class Run {
       for (const isl of coord.islands()) if (isl.status === 'online') coord.leave(isl.id, now);
       coord.drainEvents();
     }
-    const run = new Run(o, store, dataset, coord, resumed);
-    if ((o.outerWorkers ?? 0) > 0) run.offload = await OuterOffloadHost.start(coord, o.outerWorkers!);
-    run.config = { ...run.config, coordinator: coord.config() };
-    store.writeConfig(run.config);
-    const traffic = run.history.replay(store.readEvents(), coord.version, run.waiters.lastApplied);
-    run.bytesIn = traffic.bytesIn;
-    run.bytesOut = traffic.bytesOut;
-    store.carry = () =>
-      run.history.carryLine(run.waiters.lastApplied, { bytesIn: run.bytesIn, bytesOut: run.bytesOut });
+    const workers = o.outerWorkers ?? 0;
+    const offload = workers > 0 ? await OuterOffloadHost.start(coord, workers) : null;
+    const config = { ...o.config, coordinator: coord.config() };
+    store.writeConfig(config);
+    const history = new RunHistory();
+    const waiters = new Waiters();
+    const traffic = history.replay(store.readEvents(), coord.version, waiters.lastApplied);
+    const parts = { config, store, metrics: o.metrics, dataset, coord, resumed, history, waiters, traffic };
+    const run = new Run({ ...parts, offload, audit: o.audit, log });
     // Deltas accepted into the open sync round before a restart: a resend attaches to the ack.
-    if (resumed) for (const p of coord.snapshot().meta.pending) void run.waiters.expectAck(p.islandId, p.seq);
+    if (resumed) for (const p of coord.snapshot().meta.pending) void waiters.expectAck(p.islandId, p.seq);
     if (!resumed) {
       // version 0 is durable before anyone can see it: a restart reproduces it bit for bit
-      store.requestCheckpoint(0, () => encodeRunCheckpoint(run.config, coord.snapshot()));
-      store.append({ type: 'start', version: 0, hash: coord.hash, params: run.paramCount, config: run.config });
-      run.history.start(now, 0);
-      await store.commit();
-    } else {
-      store.append({ type: 'resume', version: coord.version, hash: coord.hash });
-      await store.commit();
-    }
-    run.syncMetrics();
-    if (o.evaluate !== false) run.startEval();
+      store.requestCheckpoint(0, () => encodeRunCheckpoint(config, coord.snapshot()));
+      store.append({ type: 'start', version: 0, hash: coord.hash, params: coord.paramCount, config });
+      history.start(now, 0);
+    } else store.append({ type: 'resume', version: coord.version, hash: coord.hash });
+    await store.commit();
+    run.afterDurable(o.evaluate !== false);
     run.kick();
     return run;
   }
 
   // ── reading ───────────────────────────────────────────────────────────────────────────────
 
+  get config(): RunConfig {
+    return this.cfg;
+  }
   get version(): number {
     return this.durable.version;
   }
   get hash(): string {
     return this.durable.hash;
   }
+  get paramCount(): number {
+    return this.coord.paramCount;
+  }
   /** The largest legal delta frame. */
   get maxFrameBytes(): number {
     return this.coord.maxFrameBytes();
   }
   get model(): GPTConfig {
-    return this.config.model;
-  }
-  /** An outer step is in flight (calls that change rounds wait: whenIdle). */
-  get busy(): boolean {
-    return this.stepping !== null;
+    return this.cfg.model;
   }
   /** Worker threads taking the outer step (0: the event loop takes it). */
   get outerWorkers(): number {
     return this.offload?.workers ?? 0;
   }
-
   islandsOnline(): number {
-    return this.connected.size;
+    return this.islands.connected.size;
   }
-
-  /** Tokens in θ at the durable version. */
-  get durableTokens(): number {
-    return this.durable.totalTokens;
-  }
-
   /** θ at the durable version (read-only by contract). */
   durableParams(): { version: number; hash: string; params: Float32Array } {
-    return { version: this.durable.version, hash: this.durable.hash, params: this.durable.theta };
+    return this.durable.params();
   }
 
   /** Update messages after `fromVersion`, up to the durable version only. */
   updatesSince(fromVersion: number): Result<UpdateMsg[]> {
-    if (fromVersion > this.durable.version)
-      return err(ErrorCode.FUTURE_VERSION, `version ${fromVersion} is ahead of the server's ${this.durable.version}`);
+    const v = this.durable.version;
+    if (fromVersion > v) return err(ErrorCode.FUTURE_VERSION, `version ${fromVersion} is ahead of the server's ${v}`);
     const r = this.coord.updatesSince(fromVersion);
     if (!r.ok) return r;
-    const ups = r.value.filter((u) => u.version <= this.durable.version);
+    const ups = r.value.filter((u) => u.version <= v);
     // past a snapshot's bytes (4 per parameter), the snapshot is the cheaper way to catch up
     let bytes = 0;
     for (const u of ups) bytes += u.frame.length;
     if (bytes > 4 * this.paramCount)
       return err(ErrorCode.TOO_OLD, `catching up from ${fromVersion} costs more than the snapshot: fetch the model`);
     return ok(ups);
-  }
-
-  /** Resolves once `version` (or a later one) is durable. */
-  whenDurable(version: number): Promise<void> {
-    return this.waiters.whenDurable(version, this.durable.version);
   }
 
   // ── durability ────────────────────────────────────────────────────────────────────────────
@@ -264,7 +285,7 @@ export class Run {
     }
     const snap = this.coord.snapshot();
     const version = snap.meta.version;
-    this.store.requestCheckpoint(version, () => encodeRunCheckpoint(this.config, snap));
+    this.store.requestCheckpoint(version, () => encodeRunCheckpoint(this.cfg, snap));
     await this.pump.commit();
     await this.islandFile.maybeWrite(() => snap.meta.islands, true);
     const info = this.store.listCheckpoints().find((c) => c.version === version);
@@ -272,21 +293,29 @@ export class Run {
   }
 
   /** θ was rebuilt in the coordinator (a revert): it becomes durable and islands start over from it. */
-  async rebuilt(): Promise<void> {
-    const c = this.coord;
-    await this.offload?.importState(c);
+  private async rebuilt(): Promise<void> {
+    await this.offload?.importState(this.coord);
     await this.checkpointNow();
-    this.durable = {
-      version: c.version,
-      hash: c.hash,
-      totalTokens: c.totals().tokensApplied,
-      theta: c.params().slice(),
-    };
-    this.waiters.releaseDurable(c.version);
+    this.durable.set(durableOf(this.coord));
+    this.durable.release();
     this.views.invalidate();
-    this.syncMetrics();
-    this.evalService?.requestEval(c.version, this.durable.theta);
-    this.onReset();
+    this.afterDurable();
+    this.emit('reset');
+  }
+
+  /** A version became durable: the views, the metrics and the eval follow (`startEvals`: the first time). */
+  private afterDurable(firstTime?: boolean): void {
+    this.views.islandsMoved(); // the islands' credit moved with the version: an acked island sees it at once
+    const m = this.metrics;
+    m.version.set(this.durable.version);
+    m.tokens.set(this.durable.totalTokens);
+    m.paused.set(this.coord.isPaused ? 1 : 0);
+    m.islandsOnline.set(this.islandsOnline());
+    if (firstTime) {
+      const { durable, history, metrics, store, log } = this;
+      const parts = { config: () => this.cfg, durable, history, metrics, store, log };
+      this.evals = startEvals(parts, this.dataset, () => this.closed);
+    } else this.evals?.requestEval(this.durable.version, this.durable.theta);
   }
 
   /** Waits until no batch of events is in flight and everything queued is durable. */
@@ -296,7 +325,7 @@ export class Run {
 
   /** Waits for a pending eval (tests). */
   async evalIdle(): Promise<void> {
-    await this.evalService?.idle();
+    await this.evals?.idle();
   }
 
   async close(): Promise<void> {
@@ -306,7 +335,7 @@ export class Run {
     await this.islandFile.maybeWrite(() => this.coord.islands(), true);
     this.closed = true;
     await this.offload?.close();
-    await this.evalService?.close();
+    await this.evals?.close();
     await this.views.close();
     await this.store.close();
   }
@@ -315,8 +344,8 @@ export class Run {
 
   /** Handles whatever the coordinator has queued (call after every coordinator call). */
   kick(): void {
-    if (this.offload && !this.stepping && this.coord.pendingStep()) {
-      this.stepping = this.offload.take(this.coord).then(
+    if (!this.stepping && this.coord.stepping) {
+      this.stepping = this.coord.whenIdle().then(
         () => {
           this.stepping = null;
           this.kick();
@@ -332,6 +361,11 @@ export class Run {
       );
     }
     this.pump.kick();
+  }
+
+  /** An outer step is in flight (calls that change rounds wait: whenIdle). */
+  get busy(): boolean {
+    return this.stepping !== null;
   }
 
   /** Resolves when no outer step is in flight (at once without offload). */
@@ -356,129 +390,5 @@ export class Run {
     if (this.stepping) return;
     this.coord.tick(now);
     this.kick();
-  }
-
-  /** Before the commit: the batch's log lines, and its checkpoint when it holds an update. */
-  private prepare(events: CoordinatorEvent[]): void {
-    if (events.some((e) => e.type === 'update')) {
-      const snap = this.coord.snapshot(this.snapshotArrays.alloc);
-      void this.islandFile
-        .maybeWrite(() => snap.meta.islands)
-        .catch((e: unknown) => this.log(`run: writing the islands file failed: ${(e as Error).message}`));
-      this.nextDurable = {
-        version: snap.meta.version,
-        hash: snap.meta.hash,
-        totalTokens: snap.meta.totals.tokensApplied,
-        theta: snap.tensors.theta as Float32Array,
-      };
-      this.store.requestCheckpoint(this.nextDurable.version, () => encodeRunCheckpoint(this.config, snap));
-    }
-    const oldest = this.store.listCheckpoints().at(-1)?.version ?? 0;
-    for (const ev of events) {
-      const line = eventLine(ev, this.pointContext(ev.type === 'update' ? ev.contributors : []));
-      if (line) this.store.append(line);
-      if (ev.type === 'update') this.archive.write(ev.update.version, ev.update.time, ev.contributors, oldest);
-      if (ev.type === 'update' || ev.type === 'rejected')
-        for (const x of ev.rejected) this.archive.drop(x.islandId, x.seq);
-    }
-  }
-
-  /** After the commit: the new durable θ, then acks, broadcasts and assignments. */
-  private publish(events: CoordinatorEvent[]): void {
-    const next = this.nextDurable;
-    this.nextDurable = null;
-    this.snapshotArrays.releaseAll(); // the batch's checkpoint is written
-    if (next) this.durable = next;
-    for (const ev of events) this.dispatch(ev);
-    if (next) {
-      this.waiters.releaseDurable(next.version);
-      this.views.islandsMoved(); // the islands' credit moved with the version: an acked island sees it at once
-      this.syncMetrics();
-      this.evalService?.requestEval(next.version, next.theta);
-    }
-  }
-
-  private dispatch(ev: CoordinatorEvent): void {
-    switch (ev.type) {
-      case 'update': {
-        for (const c of ev.contributors) {
-          this.metrics.deltasAccepted.inc();
-          this.waiters.resolveAck({
-            islandId: c.islandId,
-            seq: c.seq,
-            roundId: c.roundId,
-            status: 'applied',
-            version: ev.update.version,
-          });
-        }
-        for (const r of ev.rejected) this.rejectAck(r.islandId, r.seq, r.roundId, r.error);
-        this.history.addUpdate(ev, this.pointContext(ev.contributors));
-        this.onUpdate(ev.update);
-        break;
-      }
-      case 'rejected':
-        for (const r of ev.rejected) this.rejectAck(r.islandId, r.seq, r.roundId, r.error);
-        break;
-      case 'assignment':
-        this.waiters.deliver(ev.islandId, ev.result);
-        break;
-      case 'island':
-        this.onIslandEvent(ev.islandId, ev.status, ev.reason);
-        break;
-      case 'done':
-        this.waiters.deliverAll(ErrorCode.DONE, 'the run reached its token budget');
-        break;
-      default:
-        break;
-    }
-  }
-
-  private rejectAck(islandId: string, seq: number, roundId: number, error: { code: string; message: string }): void {
-    this.metrics.deltasRejected.inc({ code: error.code });
-    this.waiters.resolveAck({ islandId, seq, roundId, status: 'rejected', version: this.durable.version, error });
-  }
-
-  // ── history, eval, metrics ────────────────────────────────────────────────────────────────
-
-  /** What a history point and an update's log line record beside the coordinator's stats. */
-  private pointContext(contributors: ReadonlyArray<{ islandId: string; tokens: number }>): PointContext {
-    const tokensByEngine: Record<string, number> = {};
-    for (const c of contributors) {
-      const engine = this.coord.island(c.islandId)?.engine ?? 'unknown';
-      tokensByEngine[engine] = (tokensByEngine[engine] ?? 0) + c.tokens;
-    }
-    return {
-      islandsOnline: this.islandsOnline(),
-      bytesInTotal: this.bytesIn,
-      bytesOutTotal: this.bytesOut,
-      tokensByEngine,
-    };
-  }
-
-  private startEval(): void {
-    const e = new EvalService({
-      config: this.config.model,
-      heldOut: this.dataset.heldOut,
-      batchSize: this.config.eval.batchSize,
-      nBatches: this.config.eval.batches,
-    });
-    e.onResult = (r) => {
-      if (this.closed) return;
-      this.history.setEval(r.version, r.loss);
-      this.metrics.evalLoss.set(r.loss);
-      this.metrics.evalVersion.set(r.version);
-      this.store.append({ type: 'eval', version: r.version, loss: r.loss, ms: Math.round(r.ms) });
-    };
-    e.onError = (x) => this.log(`eval failed: ${x.message}`);
-    this.evalService = e;
-    if (this.history.lastEval?.version !== this.durable.version)
-      e.requestEval(this.durable.version, this.durable.theta);
-  }
-
-  syncMetrics(): void {
-    this.metrics.version.set(this.durable.version);
-    this.metrics.tokens.set(this.durable.totalTokens);
-    this.metrics.paused.set(this.coord.isPaused ? 1 : 0);
-    this.metrics.islandsOnline.set(this.islandsOnline());
   }
 }

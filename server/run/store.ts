@@ -1,9 +1,14 @@
-// The run folder: everything a run needs to resume after a crash, and nothing else.
+// The run folder: everything a run needs to resume after a crash, and nothing else. Every path in
+// it is named here (runPaths); the modules that write the other files take their path from it.
 //
 //   <dir>/config.json                      the run config (atomic write)
 //   <dir>/checkpoints/v<version>.safetensors  θ + outer optimizer state + coordinator snapshot (last K kept)
 //   <dir>/events.jsonl                     append-only event log, one JSON object per line
 //   <dir>/events.<n>.jsonl                 rotated logs (the last LOGS_KEPT); never read back
+//   <dir>/islands.json                     the full island records (island-file.ts)
+//   <dir>/deltas/v<version>.bin            each version's deltas, for reverts (delta-archive.ts)
+//   <dir>/secret.key                       the resume tokens' secret (resume-tokens.ts)
+//   <dir>/server.lock, <dir>/admin-token   the operator's files (folder.ts)
 //
 // Durability is group-committed: callers queue log lines and ask for a checkpoint; `commit()`
 // writes the newest checkpoint (temp, fsync, rename) and appends every queued line with one
@@ -44,6 +49,36 @@ export interface LogEvent {
   [k: string]: unknown;
 }
 
+/** Every path of a run folder. */
+export interface RunPaths {
+  dir: string;
+  config: string;
+  checkpoints: string;
+  log: string;
+  /** The rotated log number n. */
+  rotated(n: number): string;
+  islands: string;
+  deltas: string;
+  secret: string;
+  lock: string;
+  adminToken: string;
+}
+
+export function runPaths(dir: string): RunPaths {
+  return {
+    dir,
+    config: join(dir, 'config.json'),
+    checkpoints: join(dir, 'checkpoints'),
+    log: join(dir, 'events.jsonl'),
+    rotated: (n) => join(dir, `events.${n}.jsonl`),
+    islands: join(dir, 'islands.json'),
+    deltas: join(dir, 'deltas'),
+    secret: join(dir, 'secret.key'),
+    lock: join(dir, 'server.lock'),
+    adminToken: join(dir, 'admin-token'),
+  };
+}
+
 const CKPT_RE = /^v(\d{8,})\.safetensors$/;
 const ROTATED_RE = /^events\.(\d+)\.jsonl$/;
 /** Rotated logs kept beside the current one (for people; the server never reads them). */
@@ -51,6 +86,7 @@ const LOGS_KEPT = 2;
 
 export class RunStore {
   readonly dir: string;
+  readonly paths: RunPaths;
   readonly checkpointDir: string;
   readonly logPath: string;
   private keep: number;
@@ -75,8 +111,9 @@ export class RunStore {
 
   constructor(dir: string, opts: { keep?: number; maxLogBytes?: number } = {}) {
     this.dir = dir;
-    this.checkpointDir = join(dir, 'checkpoints');
-    this.logPath = join(dir, 'events.jsonl');
+    this.paths = runPaths(dir);
+    this.checkpointDir = this.paths.checkpoints;
+    this.logPath = this.paths.log;
     this.keep = Math.max(1, opts.keep ?? 5);
     this.maxLogBytes = opts.maxLogBytes ?? 64 * 1024 * 1024;
     mkdirSync(this.checkpointDir, { recursive: true });
@@ -95,13 +132,13 @@ export class RunStore {
   // --- config -------------------------------------------------------------------------------
 
   readConfig<T>(): T | null {
-    const p = join(this.dir, 'config.json');
+    const p = this.paths.config;
     if (!existsSync(p)) return null;
     return JSON.parse(readFileSync(p, 'utf8')) as T;
   }
 
   writeConfig(config: unknown): void {
-    writeFileAtomic(join(this.dir, 'config.json'), JSON.stringify(config, null, 2) + '\n');
+    writeFileAtomic(this.paths.config, JSON.stringify(config, null, 2) + '\n');
   }
 
   // --- checkpoints --------------------------------------------------------------------------
@@ -284,10 +321,10 @@ export class RunStore {
       .filter((m) => m !== null)
       .map((m) => Number(m[1]))
       .sort((a, b) => a - b);
-    renameSync(this.logPath, join(this.dir, `events.${(rotated.at(-1) ?? 0) + 1}.jsonl`));
+    renameSync(this.logPath, this.paths.rotated((rotated.at(-1) ?? 0) + 1));
     for (const n of rotated.slice(0, Math.max(0, rotated.length + 1 - LOGS_KEPT))) {
       try {
-        unlinkSync(join(this.dir, `events.${n}.jsonl`));
+        unlinkSync(this.paths.rotated(n));
       } catch {
         /* already gone */
       }

@@ -18,25 +18,23 @@ import type { RunHistory } from './history.ts';
 import { checkpointFile } from './checkpoint.ts';
 import type { RunStore } from './store.ts';
 import type { TextDataset } from '../../core/data/dataset.ts';
+import type { DurableTheta } from './durable.ts';
+import type { Traffic } from './islands.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { EvalService } from './eval-worker.ts';
 
-/** What the views read of the run (server/run/run.ts's Run; named here so neither file imports the other). */
-export interface ViewedRun {
-  readonly coord: Coordinator;
-  readonly config: RunConfig;
-  readonly store: RunStore;
-  readonly history: RunHistory;
-  readonly connected: ReadonlyMap<string, number>;
-  readonly paramCount: number;
-  readonly durableTokens: number;
-  readonly bytesIn: number;
-  readonly bytesOut: number;
-  readonly dataset: TextDataset;
-  /** Butterfly mixing's figures (null: the server does not mix). */
-  readonly mixStatus: (() => MixStatus) | null;
-  islandsOnline(): number;
-  durableParams(): { version: number; hash: string; params: Float32Array };
+/** The run's parts the views read (run.ts builds them). */
+export interface ViewsParts {
+  coord: Coordinator;
+  /** The run config now (the operator may change its knobs). */
+  config: () => RunConfig;
+  store: RunStore;
+  history: RunHistory;
+  /** Connected island sockets by island id (islands.ts). */
+  connected: ReadonlyMap<string, number>;
+  traffic: Readonly<Traffic>;
+  durable: DurableTheta;
+  dataset: TextDataset;
 }
 
 /** The islands copy is refreshed at most this often (ms)... */
@@ -47,45 +45,47 @@ const ISLANDS_CHANGED_MS = 50;
 export const ISLANDS_PAGE_MAX = 1000;
 
 export class RunViews {
-  private readonly run: ViewedRun;
+  private readonly run: ViewsParts;
   private islandsCache: { at: number; list: IslandView[] } | null = null;
   private islandsChanged = false;
   private modelCache: { version: number; hash: string; bytes: Uint8Array } | null = null;
   private sampler: EvalService | null = null;
   private sampling = false;
 
-  constructor(run: ViewedRun) {
-    this.run = run;
+  constructor(parts: ViewsParts) {
+    this.run = parts;
   }
 
-  status(now = Date.now()): RunStatus {
+  /** The run's status; `mix`: butterfly mixing's figures, where the server mixes (server/gateway/mix.ts). */
+  status(now = Date.now(), mix?: () => MixStatus): RunStatus {
     const run = this.run;
+    const cfg = run.config();
     const t = run.coord.totals();
-    const d = run.durableParams();
+    const d = run.durable.params();
+    const tokens = run.durable.totalTokens;
     const last = run.history.last;
     return {
-      run: run.config.name,
+      run: cfg.name,
       mode: run.coord.mode,
       version: d.version,
       hash: d.hash,
       paused: run.coord.isPaused,
       done: run.coord.isDone,
-      islandsOnline: run.islandsOnline(),
-      tokensTotal: run.durableTokens,
+      islandsOnline: run.connected.size,
+      tokensTotal: tokens,
       tokensPerSec: run.history.tokensPerSec(now),
       evalLoss: run.history.lastEval?.loss ?? null,
       evalVersion: run.history.lastEval?.version ?? null,
       trainLoss: last?.trainLoss ?? null,
-      bytesIn: run.bytesIn,
-      bytesOut: run.bytesOut,
-      bytesDataParallel:
-        (run.durableTokens / (run.config.coordinator.batchSize * run.config.coordinator.seqLen)) * 4 * run.paramCount,
+      bytesIn: run.traffic.bytesIn,
+      bytesOut: run.traffic.bytesOut,
+      bytesDataParallel: (tokens / (cfg.coordinator.batchSize * cfg.coordinator.seqLen)) * 4 * run.coord.paramCount,
       bytesPerUpdate: this.meanUpdateBytes(),
       goodput: t.goodput,
       accepted: t.accepted,
       rejected: t.rejected,
       time: now,
-      ...(run.mixStatus ? { mix: run.mixStatus() } : {}),
+      ...(mix ? { mix: mix() } : {}),
     };
   }
 
@@ -132,7 +132,8 @@ export class RunViews {
 
   /** Checkpoints on disk, newest first: GET /api/checkpoints. */
   checkpoints(): CheckpointInfo[] {
-    const { store, config } = this.run;
+    const { store } = this.run;
+    const config = this.run.config();
     return store.listCheckpoints().map((c) => ({
       version: c.version,
       hash: store.checkpointHash(c),
@@ -152,14 +153,19 @@ export class RunViews {
 
   /** θ at the durable version as safetensors (cached per version): GET /api/model. */
   modelBytes(): { version: number; hash: string; bytes: Uint8Array } {
-    const d = this.run.durableParams();
+    const d = this.run.durable.params();
     if (!this.modelCache || this.modelCache.version !== d.version || this.modelCache.hash !== d.hash) {
-      const { config } = this.run;
+      const config = this.run.config();
       const bytes = encodeCheckpoint({
         config: config.model,
         params: d.params,
         extra: {},
-        meta: { version: String(d.version), hash: d.hash, tokens: String(this.run.durableTokens), run: config.name },
+        meta: {
+          version: String(d.version),
+          hash: d.hash,
+          tokens: String(this.run.durable.totalTokens),
+          run: config.name,
+        },
       });
       this.modelCache = { version: d.version, hash: d.hash, bytes };
     }
@@ -168,7 +174,7 @@ export class RunViews {
 
   /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
   private meanUpdateBytes(): number | null {
-    const v = this.run.durableParams().version;
+    const v = this.run.durable.version;
     const r = this.run.coord.updatesSince(Math.max(0, v - 8));
     const ups = r.ok ? r.value.filter((u) => u.version <= v) : [];
     return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
@@ -185,12 +191,12 @@ export class RunViews {
     this.sampling = true;
     try {
       this.sampler ??= new EvalService({
-        config: this.run.config.model,
+        config: this.run.config().model,
         heldOut: this.run.dataset.heldOut,
         batchSize: 1,
         nBatches: 1,
       });
-      const d = this.run.durableParams();
+      const d = this.run.durable.params();
       const bytes = await this.sampler.sample(d.params, { prompt, tokens, temperature, seed });
       return ok({ version: d.version, bytes });
     } catch (e) {
