@@ -68,7 +68,8 @@ export class RunAdmin {
     await run.checkpointNow();
   }
 
-  async setConfig(patch: CoordinatorConfigPatch): Promise<Result<RunConfig>> {
+  /** `changes`: the knobs as the operator named them (server/run/knobs.ts), logged beside the patch. */
+  async setConfig(patch: CoordinatorConfigPatch, changes?: Record<string, unknown>): Promise<Result<RunConfig>> {
     const run = this.run;
     const why = run.audits && patch.uplink?.encoding ? unauditable(patch.uplink.encoding) : null;
     if (why) return err(ErrorCode.BAD_CONFIG, why);
@@ -77,7 +78,7 @@ export class RunAdmin {
     if (!r.ok) return r;
     run.config = { ...run.config, coordinator: r.value };
     run.store.writeConfig(run.config);
-    run.store.append({ type: 'admin', action: 'config', patch });
+    run.store.append({ type: 'admin', action: 'config', patch, changes: changes ?? patch, version: run.coord.version });
     await run.checkpointNow();
     return ok(run.config);
   }
