@@ -103,8 +103,7 @@ export function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
     coordinator: mergeConfig(DEFAULT_COORDINATOR_CONFIG, {
       ...coord,
       ...structuredClone(MEASURED_SETTING),
-      // Nesterov per merge window, as measured; DiLoCo's lr and momentum for an open-ended run
-      outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+      // the outer step is DEFAULT_COORDINATOR_CONFIG's: Nesterov per merge window, DiLoCo's lr 0.7 and μ 0.9
       // The server keeps its own history (with eval losses); the coordinator's copy only feeds snapshots.
       historyLimit: 64,
       keepUpdates: 32,
