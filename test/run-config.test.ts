@@ -24,7 +24,9 @@ describe('the run config on resume', () => {
     expect(config.coordinator.outer).toMatchObject({ lr: 0.5, momentum: 0.8 });
     expect(patch).toMatchObject({ totalTokens: 60_000, outer: { lr: 0.5, momentum: 0.8 } });
     // a flag wins over the file
-    expect(resumeRunConfig(stored(), { coordinator: { outer: { lr: 0.5 } } }, { outerLr: 0.3 }).config.coordinator.outer.lr).toBe(0.3);
+    expect(
+      resumeRunConfig(stored(), { coordinator: { outer: { lr: 0.5 } } }, { outerLr: 0.3 }).config.coordinator.outer.lr,
+    ).toBe(0.3);
     // nothing given: nothing changes
     expect(resumeRunConfig(stored(), null, {}).patch).toEqual({});
   });
@@ -39,7 +41,9 @@ describe('the run config on resume', () => {
       }
     };
     expect(refuse(null, { preset: 'small' })).toMatch(/^E_CONFIG_MISMATCH: .*--preset small \(run uses tiny/);
-    expect(refuse({ coordinator: { mode: 'sync' } }, {})).toMatch(/coordinator\.mode sync \(run uses async: sync rounds/);
+    expect(refuse({ coordinator: { mode: 'sync' } }, {})).toMatch(
+      /coordinator\.mode sync \(run uses async: sync rounds/,
+    );
     expect(refuse({ coordinator: { seqLen: 16 } }, {})).toMatch(/coordinator\.seqLen 16 \(run uses 32: /);
     expect(refuse(null, { seed: 7 })).toMatch(/--seed 7 \(run uses 1337: θ0 was drawn from it\)/);
     expect(refuse({ model: { vocabSize: 256, blockSize: 32, nLayer: 3, nHead: 2, nEmbd: 32 } }, {})).toMatch(
