@@ -33,13 +33,21 @@ export const RunConfigSchema = Type.Object({
     description: 'run name: the run folder (runs/<name>)',
     must: '1-64 of [A-Za-z0-9_.-]',
   }),
-  title: Type.String({ minLength: 1, maxLength: 120, description: 'headline of the volunteer page', must: '1-120 characters' }),
+  title: Type.String({
+    minLength: 1,
+    maxLength: 120,
+    description: 'headline of the volunteer page',
+    must: '1-120 characters',
+  }),
   description: Type.String({ maxLength: 2000, description: 'run description for the volunteer page' }),
   preset: Type.Unsafe<PresetName | 'custom'>(
-    Type.Union(['tiny', 'small', 'base', 'custom'].map((p) => Type.Literal(p)), {
-      description: 'model preset',
-      fixed: FIXED_MODEL,
-    }),
+    Type.Union(
+      ['tiny', 'small', 'base', 'custom'].map((p) => Type.Literal(p)),
+      {
+        description: 'model preset',
+        fixed: FIXED_MODEL,
+      },
+    ),
   ),
   model: ModelSchema,
   data: Type.String({
@@ -79,7 +87,9 @@ export const RunConfigSchema = Type.Object({
 export type RunConfig = Static<typeof RunConfigSchema>;
 
 /** A `--config` file or a resume's changes: any part of RunConfig, nested groups partial too. */
-export type RunConfigPatch = { [K in keyof RunConfig]?: RunConfig[K] extends object ? DeepPartial<RunConfig[K]> : RunConfig[K] };
+export type RunConfigPatch = {
+  [K in keyof RunConfig]?: RunConfig[K] extends object ? DeepPartial<RunConfig[K]> : RunConfig[K];
+};
 type DeepPartial<T> = T extends unknown[] ? T : { [K in keyof T]?: T[K] extends object ? DeepPartial<T[K]> : T[K] };
 
 /** One knob a flag and the Admin PATCH can set: its place in the config, and its own schema where it has one. */
@@ -185,6 +195,7 @@ export function setAt(target: Record<string, unknown>, path: string, value: unkn
 /** The value at a dotted path, or undefined. */
 export function getAt(o: unknown, path: string): unknown {
   let v = o;
-  for (const key of path.split('.')) v = typeof v === 'object' && v !== null ? (v as Record<string, unknown>)[key] : undefined;
+  for (const key of path.split('.'))
+    v = typeof v === 'object' && v !== null ? (v as Record<string, unknown>)[key] : undefined;
   return v;
 }

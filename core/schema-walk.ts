@@ -103,8 +103,7 @@ export function schemaProblems(schema: TSchema, v: unknown, opts: WalkOptions = 
       if (typeof v !== 'number') return [`${name} must be a number, got ${show(v)}`];
       const lo = n.exclusiveMinimum ?? n.minimum ?? -Infinity;
       const hi = n.maximum ?? Infinity;
-      const bad =
-        !Number.isFinite(v) || (int && !Number.isInteger(v)) || v < lo || v > hi || v === n.exclusiveMinimum;
+      const bad = !Number.isFinite(v) || (int && !Number.isInteger(v)) || v < lo || v > hi || v === n.exclusiveMinimum;
       if (!bad) return [];
       const range = Number.isFinite(lo) && Number.isFinite(hi) ? ` in ${rangeText({ ...n, type: 'number' })}` : '';
       return [`${name} must be ${what}${range}, got ${show(v)}`];

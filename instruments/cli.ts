@@ -77,7 +77,8 @@ function fail(e: unknown): never {
 export function buildProgram(): Command {
   const program = new Command('atoll')
     .description(
-      'Train one language model across islands of compute: browsers on WebGPU and GPU servers, synced by compressed DiLoCo deltas.',
+      'Train one language model across islands of compute: browsers on WebGPU and GPU servers, synced by ' +
+        'compressed DiLoCo deltas.',
     )
     // one line naming the flag and its range (the help is one --help away)
     .showHelpAfterError(false);
@@ -105,7 +106,8 @@ export function buildProgram(): Command {
         process.stdout.write(JSON.stringify(rest) + '\n');
       } else {
         process.stderr.write(
-          `done: ${r.tokens} tokens, eval loss ${r.evalLossFirst.toFixed(3)} → ${r.evalLossLast.toFixed(3)}, ${r.tokensPerSec.toFixed(0)} tok/s\n`,
+          `done: ${r.tokens} tokens, eval loss ${r.evalLossFirst.toFixed(3)} → ${r.evalLossLast.toFixed(3)}, ` +
+            `${r.tokensPerSec.toFixed(0)} tok/s\n`,
         );
       }
     });
@@ -127,7 +129,8 @@ export function buildProgram(): Command {
   program
     .command('export')
     .description(
-      'a checkpoint as a Hugging Face transformers GPT-2 folder (--format hf), or such a folder back to a checkpoint (--format atoll)',
+      'a checkpoint as a Hugging Face transformers GPT-2 folder (--format hf), or such a folder back to a ' +
+        'checkpoint (--format atoll)',
     )
     .requiredOption('--checkpoint <path>', 'hf: a checkpoint file; atoll: a transformers folder')
     .addOption(new Option('--format <fmt>', 'what to write').choices(['hf', 'atoll']).default('hf'))
@@ -192,7 +195,8 @@ export function buildProgram(): Command {
     .description('a headless island: joins a server and trains until the run is done or Ctrl-C')
     .requiredOption(
       '--server <urls>',
-      'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them',
+      'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island ' +
+        'fails over between them',
       serverUrls,
     )
     .addOption(engineOption())
@@ -213,7 +217,8 @@ export function buildProgram(): Command {
     )
     .option(
       '--no-calibrate',
-      "skip timing a few steps before joining (the first round is then the run's default length, not sized to its round time)",
+      "skip timing a few steps before joining (the first round is then the run's default length, not sized " +
+        'to its round time)',
     )
     .option('--name <name>', 'display name on the dashboard')
     .option(
@@ -240,11 +245,13 @@ export function buildProgram(): Command {
   program
     .command('simulate')
     .description(
-      'many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island',
+      'many islands in one process in virtual time, through the real coordinator, codec and island ' +
+        'runtime, compared with data-parallel (DDP) and a single island',
     )
     .option(
       '--preset <name>',
-      'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ladder), smoke (seconds); a model preset name means compare on that model',
+      'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ' +
+        'ladder), smoke (seconds); a model preset name means compare on that model',
       'compare',
     )
     .addOption(
@@ -266,7 +273,7 @@ export function buildProgram(): Command {
     .addOption(knobOption('outerLr', "(default: serve's, 0.7; compare's rows 1.0)"))
     .addOption(knobOption('outerMomentum', "(default: serve's, 0.9; compare's rows 0.8)"))
     .addOption(knobOption('innerLr', '(peak; the floor a tenth of it; default 3e-3)'))
-    .option('--network <up,down,ms>', 'every island\'s link: Mbit/s up, Mbit/s down, ms one way (default 20,100,30)')
+    .option('--network <up,down,ms>', "every island's link: Mbit/s up, Mbit/s down, ms one way (default 20,100,30)")
     .option('--quick', 'one seed and fewer rows (tests)')
     .option(
       '--rows <names>',
@@ -328,7 +335,8 @@ export function buildProgram(): Command {
   program
     .command('fleet')
     .description(
-      'a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html',
+      'a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) ' +
+        'beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html',
     )
     .addOption(presetOption().default('tiny'))
     .option(
@@ -339,7 +347,8 @@ export function buildProgram(): Command {
     )
     .option(
       '--browsers <n>',
-      'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start, 0..16',
+      'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and ' +
+        'click Start, 0..16',
       intIn(0, 16),
       0,
     )
@@ -352,7 +361,8 @@ export function buildProgram(): Command {
     .option('--duty <list>', "Node islands' duty cycles in (0, 1], cycled", '1')
     .option(
       '--schedule <events>',
-      'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, then restarted)',
+      'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 ' +
+        '(kill -9, then restarted)',
     )
     .option('--tokens <n>', 'tokens in θ that end the run (and every row), 1..10^12', intIn(1, 1e12), 50_000)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
@@ -366,7 +376,8 @@ export function buildProgram(): Command {
     )
     .option(
       '--mix-group <k>',
-      'butterfly mixing (atoll serve --mix-group): islands and pages ready together average over WebRTC in groups of k; 0 (off, the default), 2, 4, 8, 16; not with --redis',
+      'butterfly mixing (atoll serve --mix-group): islands and pages ready together average over WebRTC in ' +
+        'groups of k; 0 (off, the default), 2, 4, 8, 16; not with --redis',
       MIX_GROUP,
       0,
     )
@@ -394,7 +405,8 @@ export function buildProgram(): Command {
   program
     .command('chaos')
     .description(
-      'fault instrument: the same run with and without island kills, dropped connections and pauses; goodput, lost, duplicates, eval loss',
+      'fault instrument: the same run with and without island kills, dropped connections and pauses; ' +
+        'goodput, lost, duplicates, eval loss',
     )
     .option('--islands <n>', 'islands training at any time, 1..64', intIn(1, 64), 4)
     .option('--fail <f>', 'fraction of islands killed (kill -9) over the run, [0, 1]', numIn(0, 1), 0.3)
@@ -403,7 +415,8 @@ export function buildProgram(): Command {
     .option('--no-baseline', 'skip the fault-free run (no eval-loss comparison)')
     .option(
       '--roles',
-      'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway and of the active aggregator',
+      'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway ' +
+        'and of the active aggregator',
     )
     .option('--json', 'print one JSON object')
     .action(async (o) => {

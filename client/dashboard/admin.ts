@@ -6,7 +6,7 @@ import { api, type ApiAnswer } from './api.ts';
 import { clear, h, setText } from './dom.ts';
 import type { RunConfig } from '../../core/api.ts';
 import { ENCODINGS } from '../../core/codec/encodings.ts';
-import { ADMIN_KNOBS, knobHelp, knobSchema } from '../../core/run-config.ts';
+import { type ADMIN_KNOBS, knobHelp, knobSchema } from '../../core/run-config.ts';
 import { rangeText } from '../../core/schema-walk.ts';
 import { errorText } from './run-panel.ts';
 import type { Store } from './store.ts';

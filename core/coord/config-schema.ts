@@ -19,8 +19,7 @@ export const num = (lo: number, hi: number, o: Opts) => Type.Number({ minimum: l
 /** An integer in [lo, hi]. */
 export const int = (lo: number, hi: number, o: Opts) => Type.Integer({ minimum: lo, maximum: hi, ...o });
 const bool = (o: Opts) => Type.Boolean(o);
-const group = <P extends Record<string, TSchema>>(props: P, description: string) =>
-  Type.Object(props, { description });
+const group = <P extends Record<string, TSchema>>(props: P, description: string) => Type.Object(props, { description });
 
 const MS = 1e10;
 
@@ -116,9 +115,11 @@ export const CoordinatorConfigSchema = Type.Object(
       'sync: the grace window after the round opened',
     ),
     roundTimeoutMs: num(1, MS, { description: 'a round closes with what it has this long after it opened, ms' }),
-    lateDeltas: oneOf(['next-round', 'drop'] as const, { description: 'a Δ for a closed round: fold it in or drop it' }),
+    lateDeltas: oneOf(['next-round', 'drop'] as const, {
+      description: 'a Δ for a closed round: fold it in or drop it',
+    }),
     trimFraction: num(0, 0.49, { description: 'trimmed mean: fraction of the weight off each end' }),
-    aggregation: oneOf(['mean', 'trimmed-mean', 'centered-clip'] as const, { description: "how deltas combine" }),
+    aggregation: oneOf(['mean', 'trimmed-mean', 'centered-clip'] as const, { description: 'how deltas combine' }),
     clip: group(
       {
         iterations: int(1, 100, { description: 'CenteredClip iterations' }),

@@ -11,7 +11,7 @@ import { type Result, err, ok } from '../result.ts';
 /** How a delta's weight falls with its staleness τ = v_now − v_base. */
 export type StalenessFn = 'inv-sqrt' | 'inv-linear' | 'none';
 
-/** The coordinator's config: the Static type of its schema (config-schema.ts holds each knob's description and range). */
+/** The coordinator's config: its schema's Static type (config-schema.ts: each knob's description and range). */
 export type CoordinatorConfig = Static<typeof CoordinatorConfigSchema>;
 
 /**

@@ -21,7 +21,8 @@ export function registerBench(program: Command): void {
     .option('--seconds <s>', 'load test duration, (0, 3600]', numIn(0, 3600, true), 20)
     .option(
       '--gateways <n>',
-      'load test on Redis roles: n gateway processes and one aggregator, 0..16 (a redis-server on a free port; 0: the embedded server)',
+      'load test on Redis roles: n gateway processes and one aggregator, 0..16 (a redis-server on a free ' +
+        'port; 0: the embedded server)',
       intIn(0, 16),
       0,
     )
@@ -49,7 +50,8 @@ export function registerBench(program: Command): void {
   bench
     .command('kernels')
     .description(
-      'our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference (bench/README.md)',
+      'our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference ' +
+        '(bench/README.md)',
     )
     .option(
       '--peak-tflops <x>',
@@ -74,7 +76,8 @@ export function registerBench(program: Command): void {
   bench
     .command('cold-start')
     .description(
-      "one island's first round on a preset's default run: held-out loss before and after, per round length, with and without the fresh-AdamW warmup, cold and joining late (CPU, deterministic)",
+      "one island's first round on a preset's default run: held-out loss before and after, per round " +
+        'length, with and without the fresh-AdamW warmup, cold and joining late (CPU, deterministic)',
     )
     .addOption(
       new Option('--preset <name>', 'model preset of the default run').choices(Object.keys(PRESETS)).default('small'),

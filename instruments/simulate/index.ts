@@ -25,14 +25,7 @@ import { loadCorpus } from '../../server/run/corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
 import { runRow, warmStartOffPlateau } from './row.ts';
 import { SIM_MODEL_NAMES, simModelConfig } from './rungs.ts';
-import {
-  HOME_NETWORK,
-  type RowDefaults,
-  SERVE_OUTER,
-  SHORT_RUN_OUTER,
-  compareRows,
-  dilocoRows,
-} from './scenarios.ts';
+import { HOME_NETWORK, type RowDefaults, SERVE_OUTER, SHORT_RUN_OUTER, compareRows, dilocoRows } from './scenarios.ts';
 import { describeSetting, parseNetwork } from './setting.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions, TwinSpec } from './types.ts';
@@ -297,8 +290,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   }
   // every island on the home link takes --network's (a row's own link, the phone's, stays)
   const network = opts.network ?? HOME_NETWORK;
-  for (const row of rows)
-    row.islands = row.islands.map((s) => (s.network === HOME_NETWORK ? { ...s, network } : s));
+  for (const row of rows) row.islands = row.islands.map((s) => (s.network === HOME_NETWORK ? { ...s, network } : s));
   const setting = describeSetting(rows, d, network, preset);
   const workers = opts.workers ?? Math.min(2, availableParallelism());
   const warmTokens = fleet ? 0 : (opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768));

@@ -147,8 +147,7 @@ export function mergeRunConfig(base: RunConfig, patch: RunConfigPatch): RunConfi
   for (const [key, v] of Object.entries(patch)) {
     if (v === undefined) continue;
     const cur = out[key];
-    if (key === 'coordinator')
-      out[key] = mergeConfig(cur as CoordinatorConfig, v as CoordinatorConfigPatch);
+    if (key === 'coordinator') out[key] = mergeConfig(cur as CoordinatorConfig, v as CoordinatorConfigPatch);
     else if (key !== 'model' && kindOf(cur) === 'object' && kindOf(v) === 'object')
       out[key] = { ...(cur as object), ...structuredClone(v as object) };
     else out[key] = structuredClone(v);
@@ -261,7 +260,8 @@ export function resumeRunConfig(
   if (problems.length) {
     throw new ConfigError(
       'E_CONFIG_MISMATCH',
-      `the run folder holds a different run: ${problems.join(', ')}. Use another --run-dir or --name to start a new run.`,
+      `the run folder holds a different run: ${problems.join(', ')}. ` +
+        'Use another --run-dir or --name to start a new run.',
     );
   }
   const patch: Record<string, unknown> = {};

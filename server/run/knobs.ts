@@ -49,8 +49,7 @@ export function parseConfigPatch(body: unknown, cur: CoordinatorConfig): Result<
       continue;
     }
     // another encoding starts from its own defaults (sparse's block of 4096 is no int4 setting)
-    if (knob === 'codec')
-      p.uplink = v === cur.uplink.encoding ? { ...cur.uplink } : { encoding: v as Encoding };
+    if (knob === 'codec') p.uplink = v === cur.uplink.encoding ? { ...cur.uplink } : { encoding: v as Encoding };
     else setAt(p, KNOBS[knob].path.replace(/^coordinator\./, ''), knobValue(knob, v));
   }
   if (problems.length) return err(ErrorCode.BAD_REQUEST, problems.join('; '));
