@@ -6,45 +6,16 @@
 
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import type { CoordinatorConfig, IslandStatus } from './coord/index.ts';
-import type { GPTConfig, PresetName } from './model/config.ts';
+import type { GPTConfig } from './model/config.ts';
+import type { RunConfig } from './run-config.ts';
+
+/** The run config (its schema and knobs: core/run-config.ts), as GET /api/run carries it. */
+export type { RunConfig } from './run-config.ts';
 
 const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 /** An open object written as it is (JSON.stringify): shapes defined and checked elsewhere. */
 const Open = <T>(description: string) => Type.Unsafe<T>(Type.Object({}, { additionalProperties: true, description }));
 const Counts = Type.Record(Type.String(), Type.Number());
-
-/** The run's configuration as stored in <run-dir>/config.json. */
-export interface RunConfig {
-  /** The run folder's name ([A-Za-z0-9_.-]); `title` is the headline people read. */
-  name: string;
-  title: string;
-  description: string;
-  preset: PresetName | 'custom';
-  model: GPTConfig;
-  /** Corpus: 'moby-dick' (bundled) or a path to a .txt file / folder of .txt files. */
-  data: string;
-  /** θ init seed. */
-  seed: number;
-  coordinator: CoordinatorConfig;
-  eval: { batches: number; batchSize: number };
-  checkpoints: { keep: number };
-  limits: {
-    /** hello messages per IP per minute (socket.io). */
-    helloPerMinute: number;
-    /** REST requests per IP per minute. */
-    restPerMinute: number;
-    /** Concurrent island connections. */
-    maxIslands: number;
-    /** events.jsonl is rotated past this many bytes (startup reads only the current file). */
-    maxLogBytes: number;
-    /** Proof of work a new island identity costs: leading zero bits of SHA-256 (0: none asked). Absent: 16. */
-    powBits?: number;
-    /** New island identities per address per hour. Absent: 60. */
-    newIslandsPerHour?: number;
-  };
-  /** Origins allowed besides the server's own (CORS and socket.io); empty = closed. */
-  allowOrigins: string[];
-}
 
 /** GET /api/run: what the run is (fixed for its lifetime except the runtime knobs). */
 export const RunInfoSchema = Type.Object({
@@ -250,8 +221,20 @@ export const IslandsResponseSchema = Type.Object({
 });
 export type IslandsResponse = Static<typeof IslandsResponseSchema>;
 
-/** GET /api/history?since&limit. */
-export const HistoryResponseSchema = Type.Object({ points: Type.Array(HistoryPointSchema) });
+/** A change of the run's knobs (PATCH /api/admin/config): the version from which it holds, and the knobs' new values. */
+export const ConfigChangeSchema = Type.Object({
+  version: Type.Integer(),
+  /** ms since the epoch. */
+  time: Type.Number(),
+  changes: Type.Record(Type.String(), Type.Unknown()),
+});
+export type ConfigChange = Static<typeof ConfigChangeSchema>;
+
+/** GET /api/history?since&limit: the points, and every knob change of the run (the charts' markers). */
+export const HistoryResponseSchema = Type.Object({
+  points: Type.Array(HistoryPointSchema),
+  configChanges: Type.Array(ConfigChangeSchema),
+});
 export type HistoryResponse = Static<typeof HistoryResponseSchema>;
 
 /** One row of GET /api/checkpoints. */

@@ -390,6 +390,8 @@ export interface InnerLrPlan {
    * weight by about ±lr whatever its gradient, so they must be small (docs/research.md, "Cold start").
    */
   localWarmupSteps: number;
+  /** AdamW's decoupled weight decay on the matrices (lr-scaled); absent: 0.1 (ADAMW_DEFAULTS). */
+  weightDecay?: number;
 }
 
 /**

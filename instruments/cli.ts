@@ -2,34 +2,12 @@
 // own module) and is loaded lazily, so `atoll sample` does not pay for the server.
 
 import { Command, InvalidArgumentError, Option } from 'commander';
+import type { KnobName } from '../core/run-config.ts';
+import { intIn, knobOption, numIn } from './knob-flags.ts';
+import { registerBench } from './bench/cli.ts';
 import { PRESETS } from '../core/model/config.ts';
 import { ENCODINGS } from '../core/codec/index.ts';
-import { COLD_START_WARMUP_STEPS } from '../core/coord/config.ts';
 import { SIM_MODEL_NAMES } from './simulate/rungs.ts';
-
-/** A plain decimal as a flag may spell it (no hex, no blank, no NaN or Infinity). */
-const DECIMAL = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$/;
-
-/** An integer flag in [min, max]: anything else stops the command before any work, one line naming the flag. */
-function intIn(min: number, max: number): (v: string) => number {
-  return (v) => {
-    const n = Number(v);
-    if (!DECIMAL.test(v.trim()) || !Number.isInteger(n) || n < min || n > max)
-      throw new InvalidArgumentError(`must be an integer in [${min}, ${max}]`);
-    return n;
-  };
-}
-
-/** A number flag in [min, max] ((min, max] with `aboveMin`). */
-function numIn(min: number, max: number, aboveMin = false): (v: string) => number {
-  return (v) => {
-    const n = Number(v);
-    if (!DECIMAL.test(v.trim()) || !Number.isFinite(n) || n < min || n > max || (aboveMin && n === min)) {
-      throw new InvalidArgumentError(`must be a number in ${aboveMin ? '(' : '['}${min}, ${max}]`);
-    }
-    return n;
-  };
-}
 
 /** `island --server`: one or more http(s) URLs, comma-separated. */
 function serverUrls(v: string): string {
@@ -57,8 +35,34 @@ function MIX_GROUP(v: string): number {
   return k;
 }
 
-/** `serve --outer-workers`: the outer step in two worker threads unless told otherwise. */
-const OUTER_WORKERS_DEFAULT = 2;
+/** The run config's knobs `serve` takes as flags (besides --preset), in its help's order. */
+const SERVE_KNOBS: KnobName[] = [
+  'data',
+  'mode',
+  'codec',
+  'outerLr',
+  'outerMomentum',
+  'innerLr',
+  'innerMinLr',
+  'innerWarmupTokens',
+  'weightDecay',
+  'batch',
+  'totalTokens',
+  'roundTime',
+  'quorum',
+  'maxStaleness',
+  'innerSteps',
+  'seed',
+  'name',
+  'title',
+  'description',
+  'outerWorkers',
+  'leaseMs',
+  'auditRate',
+  'auditBanAfter',
+  'mixGroup',
+  'mixSpotRate',
+];
 const presetOption = () => new Option('--preset <name>', 'model preset').choices(Object.keys(PRESETS));
 const engineOption = () => new Option('--engine <kind>', 'training engine').choices(['cpu', 'webgpu']).default('cpu');
 
@@ -73,7 +77,8 @@ function fail(e: unknown): never {
 export function buildProgram(): Command {
   const program = new Command('atoll')
     .description(
-      'Train one language model across islands of compute: browsers on WebGPU and GPU servers, synced by compressed DiLoCo deltas.',
+      'Train one language model across islands of compute: browsers on WebGPU and GPU servers, synced by ' +
+        'compressed DiLoCo deltas.',
     )
     // one line naming the flag and its range (the help is one --help away)
     .showHelpAfterError(false);
@@ -101,7 +106,8 @@ export function buildProgram(): Command {
         process.stdout.write(JSON.stringify(rest) + '\n');
       } else {
         process.stderr.write(
-          `done: ${r.tokens} tokens, eval loss ${r.evalLossFirst.toFixed(3)} → ${r.evalLossLast.toFixed(3)}, ${r.tokensPerSec.toFixed(0)} tok/s\n`,
+          `done: ${r.tokens} tokens, eval loss ${r.evalLossFirst.toFixed(3)} → ${r.evalLossLast.toFixed(3)}, ` +
+            `${r.tokensPerSec.toFixed(0)} tok/s\n`,
         );
       }
     });
@@ -123,7 +129,8 @@ export function buildProgram(): Command {
   program
     .command('export')
     .description(
-      'a checkpoint as a Hugging Face transformers GPT-2 folder (--format hf), or such a folder back to a checkpoint (--format atoll)',
+      'a checkpoint as a Hugging Face transformers GPT-2 folder (--format hf), or such a folder back to a ' +
+        'checkpoint (--format atoll)',
     )
     .requiredOption('--checkpoint <path>', 'hf: a checkpoint file; atoll: a transformers folder')
     .addOption(new Option('--format <fmt>', 'what to write').choices(['hf', 'atoll']).default('hf'))
@@ -133,44 +140,26 @@ export function buildProgram(): Command {
       for (const p of exportCheckpoint(o)) process.stderr.write(`wrote ${p}\n`);
     });
 
-  program
+  const serve = program
     .command('serve')
     .description(
-      'the coordinator server: island protocol (socket.io), REST API, /metrics, volunteer page and dashboard; resumes an existing run folder',
+      'the coordinator server: island protocol (socket.io), REST API, /metrics, volunteer page and dashboard; ' +
+        'resumes an existing run folder (defaults < stored config < --config < flags; docs/operations.md)',
     )
-    .addOption(presetOption())
-    .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
-    .addOption(new Option('--mode <mode>', 'DiLoCo mode').choices(['sync', 'async']))
-    .addOption(new Option('--codec <enc>', 'delta encoding').choices([...ENCODINGS]))
-    .option('--outer-lr <lr>', 'outer learning rate, [0, 10]', numIn(0, 10))
-    .option('--outer-momentum <m>', 'outer Nesterov momentum, [0, 0.999]', numIn(0, 0.999))
-    .option('--round-time <s>', 'target round time in seconds, [0, 86400] (0: fixed inner steps)', numIn(0, 86_400))
-    .option(
-      '--quorum <q>',
-      'sync: fraction of the round that must report before the grace window may close it, [0, 1]',
-      numIn(0, 1),
-    )
-    .option('--max-staleness <n>', 'reject deltas more than n versions behind, 0..1,000,000', intIn(0, 1_000_000))
-    .option('--inner-steps <n>', 'inner steps per round (of the fastest island), 1..10,000,000', intIn(1, 10_000_000))
-    .option('--seed <n>', 'θ init seed (new runs), 0..2^32-1', SEED)
+    .addOption(presetOption());
+  // the run's knobs (core/run-config.ts): name, help and range from the run config's schema
+  for (const k of SERVE_KNOBS) serve.addOption(k === 'mixGroup' ? knobOption(k).argParser(MIX_GROUP) : knobOption(k));
+  serve
     .option('--run-dir <dir>', 'run folder (default ./runs/<name>)')
-    .option('--name <name>', 'run name')
-    .option('--title <text>', 'headline of the volunteer page (default: a title for the default run, else the name)')
-    .option('--description <text>', 'run description for the volunteer page')
-    .option('--config <file>', 'JSON run config (flags override it)')
+    .option('--config <file>', 'JSON run config (flags override it; on resume, over the stored config.json)')
     .option(
       '--start-over',
-      'move the run folder aside (to <dir>.old-<time>) and start a new run there: for a folder whose checkpoints are all unreadable',
+      'move the run folder aside (to <dir>.old-<time>) and start a new run there: for a folder whose ' +
+        'checkpoints are all unreadable',
     )
     .option('--port <n>', 'HTTP port, 0..65535 (default $PORT or 8080)', PORT)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
-    .option(
-      '--outer-workers <n>',
-      'worker threads for the outer step, off the event loop, 0..64 (0: on the event loop)',
-      WORKERS,
-      OUTER_WORKERS_DEFAULT,
-    )
     .addOption(
       new Option(
         '--log-level <level>',
@@ -182,34 +171,19 @@ export function buildProgram(): Command {
     .addOption(
       new Option(
         '--role <role>',
-        'with --redis: gateway (islands, pages, API; any number), aggregator (the run folder and coordinator; one active, the others standby), or all (both)',
+        'with --redis: gateway (islands, pages, API; any number), aggregator (the run folder and coordinator; ' +
+          'one active, the others standby), or all (both)',
       ).choices(['gateway', 'aggregator', 'all']),
     )
     .option(
-      '--lease-ms <ms>',
-      'with --redis: the aggregator lease, 100..3,600,000; a standby takes over this long after the active one stops renewing (default 5000)',
-      intIn(100, 3_600_000),
-    )
-    .option(
       '--validator-token <token>',
-      'verified work: validators (atoll island --validator) authenticate with this (default $ATOLL_VALIDATOR_TOKEN; none: no audits)',
-    )
-    .option('--audit-rate <f>', 'fraction of accepted dense-code deltas audited, [0, 1] (default 0.1)', numIn(0, 1))
-    .option('--audit-ban-after <n>', 'failed audits that ban an island, 0..1000 (0: never; default 2)', intIn(0, 1000))
-    .option(
-      '--mix-group <k>',
-      'butterfly mixing: islands ready together average over WebRTC in groups of k and upload 1/k each; 0 (off, the default), 2, 4, 8, 16',
-      MIX_GROUP,
-      0,
-    )
-    .option(
-      '--mix-spot-rate <f>',
-      'with --mix-group: share of fragments a second member recomputes (spot checks), [0, 1] (default 0.1)',
-      numIn(0, 1),
+      'verified work: validators (atoll island --validator) authenticate with this ' +
+        '(default $ATOLL_VALIDATOR_TOKEN; none: no audits)',
     )
     .option(
       '--mix-ice-servers <file>',
-      'with --mix-group: JSON array of RTCPeerConnection iceServers (STUN, TURN) every group member gets, for peers beyond a LAN (default none: host candidates only)',
+      'with --mix-group: JSON array of RTCPeerConnection iceServers (STUN, TURN) every group member gets, ' +
+        'for peers beyond a LAN (default none: host candidates only)',
     )
     .action(async (o) => {
       const { serve } = await import('./commands/serve.ts');
@@ -221,7 +195,8 @@ export function buildProgram(): Command {
     .description('a headless island: joins a server and trains until the run is done or Ctrl-C')
     .requiredOption(
       '--server <urls>',
-      'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island fails over between them',
+      'server URL, e.g. http://localhost:8080; several gateways of one run comma-separated: the island ' +
+        'fails over between them',
       serverUrls,
     )
     .addOption(engineOption())
@@ -242,7 +217,8 @@ export function buildProgram(): Command {
     )
     .option(
       '--no-calibrate',
-      "skip timing a few steps before joining (the first round is then the run's default length, not sized to its round time)",
+      "skip timing a few steps before joining (the first round is then the run's default length, not sized " +
+        'to its round time)',
     )
     .option('--name <name>', 'display name on the dashboard')
     .option(
@@ -269,11 +245,13 @@ export function buildProgram(): Command {
   program
     .command('simulate')
     .description(
-      'many islands in one process in virtual time, through the real coordinator, codec and island runtime, compared with data-parallel (DDP) and a single island',
+      'many islands in one process in virtual time, through the real coordinator, codec and island ' +
+        'runtime, compared with data-parallel (DDP) and a single island',
     )
     .option(
       '--preset <name>',
-      'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ladder), smoke (seconds); a model preset name means compare on that model',
+      'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ' +
+        'ladder), smoke (seconds); a model preset name means compare on that model',
       'compare',
     )
     .addOption(
@@ -289,8 +267,13 @@ export function buildProgram(): Command {
       intIn(1, 1_000_000),
     )
     .addOption(new Option('--mode <mode>', 'diloco preset: DiLoCo mode').choices(['sync', 'async']))
-    .addOption(new Option('--codec <enc>', 'diloco preset: delta encoding').choices([...ENCODINGS]))
-    .option('--inner-steps <n>', 'inner steps H of the nominal island, 1..1,000,000', intIn(1, 1_000_000))
+    // the knobs of serve, from the same definitions; a flag given holds for every DiLoCo row
+    .addOption(knobOption('codec', "(diloco preset's row; default int4)"))
+    .addOption(knobOption('innerSteps', '(of the nominal island; default 16)'))
+    .addOption(knobOption('outerLr', "(default: serve's, 0.7; compare's rows 1.0)"))
+    .addOption(knobOption('outerMomentum', "(default: serve's, 0.9; compare's rows 0.8)"))
+    .addOption(knobOption('innerLr', '(peak; the floor a tenth of it; default 3e-3)'))
+    .option('--network <up,down,ms>', "every island's link: Mbit/s up, Mbit/s down, ms one way (default 20,100,30)")
     .option('--quick', 'one seed and fewer rows (tests)')
     .option(
       '--rows <names>',
@@ -352,7 +335,8 @@ export function buildProgram(): Command {
   program
     .command('fleet')
     .description(
-      'a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html',
+      'a real run on loopback (atoll serve, Node islands as processes, headless Chromium volunteer pages) ' +
+        'beside its simulated twin, DDP and a single island: report.json, curves.csv, plot.svg, report.html',
     )
     .addOption(presetOption().default('tiny'))
     .option(
@@ -363,7 +347,8 @@ export function buildProgram(): Command {
     )
     .option(
       '--browsers <n>',
-      'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and click Start, 0..16',
+      'headless Chromium volunteer pages (/usr/bin/chromium, WebGPU on SwiftShader) that open the page and ' +
+        'click Start, 0..16',
       intIn(0, 16),
       0,
     )
@@ -376,7 +361,8 @@ export function buildProgram(): Command {
     .option('--duty <list>', "Node islands' duty cycles in (0, 1], cycled", '1')
     .option(
       '--schedule <events>',
-      'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 (kill -9, then restarted)',
+      'joins, leaves and kills as θ passes a fraction of the tokens: join:2@0.3,leave:1@0.6,kill:1@0.4 ' +
+        '(kill -9, then restarted)',
     )
     .option('--tokens <n>', 'tokens in θ that end the run (and every row), 1..10^12', intIn(1, 1e12), 50_000)
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
@@ -390,7 +376,8 @@ export function buildProgram(): Command {
     )
     .option(
       '--mix-group <k>',
-      'butterfly mixing (atoll serve --mix-group): islands and pages ready together average over WebRTC in groups of k; 0 (off, the default), 2, 4, 8, 16; not with --redis',
+      'butterfly mixing (atoll serve --mix-group): islands and pages ready together average over WebRTC in ' +
+        'groups of k; 0 (off, the default), 2, 4, 8, 16; not with --redis',
       MIX_GROUP,
       0,
     )
@@ -418,7 +405,8 @@ export function buildProgram(): Command {
   program
     .command('chaos')
     .description(
-      'fault instrument: the same run with and without island kills, dropped connections and pauses; goodput, lost, duplicates, eval loss',
+      'fault instrument: the same run with and without island kills, dropped connections and pauses; ' +
+        'goodput, lost, duplicates, eval loss',
     )
     .option('--islands <n>', 'islands training at any time, 1..64', intIn(1, 64), 4)
     .option('--fail <f>', 'fraction of islands killed (kill -9) over the run, [0, 1]', numIn(0, 1), 0.3)
@@ -427,7 +415,8 @@ export function buildProgram(): Command {
     .option('--no-baseline', 'skip the fault-free run (no eval-loss comparison)')
     .option(
       '--roles',
-      'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway and of the active aggregator',
+      'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway ' +
+        'and of the active aggregator',
     )
     .option('--json', 'print one JSON object')
     .action(async (o) => {
@@ -445,116 +434,7 @@ export function buildProgram(): Command {
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });
 
-  const bench = program.command('bench').description('benchmarks that print JSON (with --json)');
-  bench
-    .command('server')
-    .description('server apply throughput per codec, and a load test with many simulated islands')
-    .option('--islands <n>', 'simulated islands for the load test, 1..100,000', intIn(1, 100_000), 1000)
-    .option('--procs <n>', 'child processes that hold the simulated islands, 1..64', intIn(1, 64), 4)
-    .option('--seconds <s>', 'load test duration, (0, 3600]', numIn(0, 3600, true), 20)
-    .option(
-      '--gateways <n>',
-      'load test on Redis roles: n gateway processes and one aggregator, 0..16 (a redis-server on a free port; 0: the embedded server)',
-      intIn(0, 16),
-      0,
-    )
-    .option('--skip-load', 'only measure apply throughput')
-    .option(
-      '--outer-workers <n>',
-      'worker threads for the outer step, as serve --outer-workers, 0..64 (0: on the event loop; no pool figures)',
-      WORKERS,
-      OUTER_WORKERS_DEFAULT,
-    )
-    .option('--json', 'print one JSON object')
-    .action(async (o) => {
-      const { benchServer } = await import('./bench/server.ts');
-      const r = await benchServer({
-        islands: o.islands,
-        procs: o.procs,
-        seconds: o.seconds,
-        gateways: o.gateways,
-        load: !o.skipLoad,
-        outerWorkers: o.outerWorkers,
-        log: o.json ? () => {} : (s: string) => process.stderr.write(s + '\n'),
-      });
-      process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
-    });
-  bench
-    .command('kernels')
-    .description(
-      'our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference (bench/README.md)',
-    )
-    .option(
-      '--peak-tflops <x>',
-      "the adapter's fp32 peak in TFLOP/s, (0, 10000]: adds MFU figures",
-      numIn(0, 10_000, true),
-    )
-    .option('--quick', 'fewer shapes and steps')
-    .option('--no-autotune', 'train step: skip timing the matmul variants at engine start')
-    .option('--profile', 'time each kernel of a training step (timestamp-query) and print its share')
-    .option('--json', 'print one JSON object (progress still goes to stderr)')
-    .action(async (o) => {
-      const { benchKernels, formatKernelBench } = await import('./bench/kernels.ts');
-      const r = await benchKernels({
-        peakTflops: o.peakTflops,
-        quick: !!o.quick,
-        autotune: o.autotune,
-        profile: !!o.profile,
-        log: (s: string) => process.stderr.write(s + '\n'),
-      });
-      process.stdout.write((o.json ? JSON.stringify(r) : formatKernelBench(r)) + '\n');
-    });
-  bench
-    .command('cold-start')
-    .description(
-      "one island's first round on a preset's default run: held-out loss before and after, per round length, with and without the fresh-AdamW warmup, cold and joining late (CPU, deterministic)",
-    )
-    .addOption(
-      new Option('--preset <name>', 'model preset of the default run').choices(Object.keys(PRESETS)).default('small'),
-    )
-    .option('--rounds <list>', 'round lengths in inner steps, comma-separated', '1,4,8,50')
-    .option(
-      '--warmups <list>',
-      "warmups in AdamW steps to compare (0: none), comma-separated; the first one's island is the late joiner's start",
-      `${COLD_START_WARMUP_STEPS},0`,
-    )
-    .option(
-      '--late <n>',
-      'a late joiner trains from θ after this many steps, 0..1,000,000 (0: none)',
-      intIn(0, 1_000_000),
-      50,
-    )
-    .addOption(
-      new Option('--codec <enc>', "the run's uplink (default: the default run's, sparse)").choices([...ENCODINGS]),
-    )
-    .option('--json', 'print one JSON object')
-    .action(async (o) => {
-      const { benchColdStart, formatColdStart } = await import('./bench/cold-start.ts');
-      const list = (s: string) =>
-        s
-          .split(',')
-          .map((x) => Number(x.trim()))
-          .filter((x) => Number.isInteger(x) && x >= 0);
-      const r = await benchColdStart({
-        preset: o.preset,
-        codec: o.codec,
-        rounds: list(o.rounds).filter((x) => x > 0),
-        warmups: list(o.warmups),
-        late: o.late,
-        log: o.json ? undefined : (s: string) => process.stderr.write(s + '\n'),
-      });
-      process.stdout.write((o.json ? JSON.stringify(r) : formatColdStart(r)) + '\n');
-    });
-  bench
-    .command('codec')
-    .description('pseudo-gradient codec: encode/decode MB/s and frame size per encoding, on a base-sized delta')
-    .option('--repeats <n>', 'timed repeats per encoding (median), 1..100', intIn(1, 100), 3)
-    .option('--json', 'print one JSON object')
-    .action(async (o) => {
-      const { runCodecBench, formatCodecBench } = await import('./bench/codec.ts');
-      const r = runCodecBench({ repeats: o.repeats });
-      process.stdout.write((o.json ? JSON.stringify(r) : formatCodecBench(r)) + '\n');
-    });
+  registerBench(program);
 
   return program;
 }

@@ -240,10 +240,12 @@ describe('outer step off the event loop', () => {
       for (const k of ['paramsPerSec', 'ingestParamsPerSec', 'applyParamsPerSec'] as const)
         expect(Number.isFinite(r[k]) && r[k] > 0, `${k} with ${workers} workers`).toBe(true);
     }
+    // serve's --outer-workers is the run config's knob: its default is the default run's (2)
     const { buildProgram } = await import('../instruments/cli.ts');
     const serve = buildProgram().commands.find((c) => c.name() === 'serve')!;
-    const flag = serve.options.find((o) => o.long === '--outer-workers');
-    expect(flag?.defaultValue).toBe(2);
+    expect(serve.options.find((o) => o.long === '--outer-workers')).toBeDefined();
+    const { defaultRunConfig } = await import('../server/run/config.ts');
+    expect(defaultRunConfig().outerWorkers).toBe(2);
   });
 
   it("deltas submitted together (a mixed group's members) wait for the step one of them starts, instead of failing", async () => {

@@ -261,7 +261,9 @@ describe('REST API and admin auth', () => {
         contributions: ts.server.run.history.islands.contributions(islandId),
       }),
     );
-    expect(shape(await wire('/api/history'))).toEqual(shape({ points: views.historySince() }));
+    expect(shape(await wire('/api/history'))).toEqual(
+      shape({ points: views.historySince(), configChanges: ts.server.run.history.configChanges }),
+    );
     expect(await wire('/api/checkpoints')).toEqual({ checkpoints: views.checkpoints() });
     expect(await wire(`/api/contributors/${isl[0].contributorId}`)).toEqual(creditOf(isl, isl[0].contributorId));
     // routes that take no input refuse a query key, with the one error shape

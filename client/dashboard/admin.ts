@@ -6,14 +6,16 @@ import { api, type ApiAnswer } from './api.ts';
 import { clear, h, setText } from './dom.ts';
 import type { RunConfig } from '../../core/api.ts';
 import { ENCODINGS } from '../../core/codec/encodings.ts';
+import { type ADMIN_KNOBS, knobHelp, knobSchema } from '../../core/run-config.ts';
+import { rangeText } from '../../core/schema-walk.ts';
 import { errorText } from './run-panel.ts';
 import type { Store } from './store.ts';
 
 export const TOKEN_KEY = 'atoll.dashboard.adminToken';
 
 interface Field {
-  /** Key in the PATCH /api/admin/config body (server/plugins/admin.ts ConfigPatchSchema). */
-  key: string;
+  /** Key in the PATCH /api/admin/config body: a live knob (core/run-config.ts ADMIN_KNOBS). */
+  key: AdminKnob;
   label: string;
   /** The current value, from /api/run's config, as the form shows it. */
   get: (c: RunConfig) => number | string;
@@ -22,6 +24,9 @@ interface Field {
   options?: string[];
   hint?: string;
 }
+
+type AdminKnob = (typeof ADMIN_KNOBS)[number];
+const rangeOf = (k: AdminKnob) => rangeText(knobSchema(k));
 
 export const CONFIG_FIELDS: Field[] = [
   {
@@ -39,6 +44,54 @@ export const CONFIG_FIELDS: Field[] = [
     kind: 'number',
     step: 'any',
     hint: 'Nesterov; DiLoCo 0.9',
+  },
+  {
+    key: 'innerLr',
+    label: 'Inner learning rate (peak)',
+    get: (c) => c.coordinator.innerLr.maxLr,
+    kind: 'number',
+    step: 'any',
+    hint: 'AdamW; from the next assignment',
+  },
+  {
+    key: 'innerMinLr',
+    label: 'Inner lr floor',
+    get: (c) => c.coordinator.innerLr.minLr,
+    kind: 'number',
+    step: 'any',
+    hint: 'end of the cosine over the budget',
+  },
+  {
+    key: 'innerWarmupTokens',
+    label: 'Inner lr warmup (tokens)',
+    get: (c) => c.coordinator.innerLr.warmupTokens,
+    kind: 'number',
+    step: '1',
+    hint: 'linear, from the run\u2019s start',
+  },
+  {
+    key: 'weightDecay',
+    label: 'Weight decay',
+    get: (c) => c.coordinator.innerLr.weightDecay ?? 0.1,
+    kind: 'number',
+    step: 'any',
+    hint: 'AdamW, decoupled',
+  },
+  {
+    key: 'batch',
+    label: 'Batch (sequences)',
+    get: (c) => c.coordinator.batchSize,
+    kind: 'number',
+    step: '1',
+    hint: 'islands that chose none, within their cap',
+  },
+  {
+    key: 'totalTokens',
+    label: 'Token budget',
+    get: (c) => c.coordinator.totalTokens,
+    kind: 'number',
+    step: '1',
+    hint: '0 = open-ended; larger trains on',
   },
   {
     key: 'roundTime',
@@ -179,7 +232,7 @@ export class AdminPanel {
         { class: `field ${f.kind}` },
         h('label', { for: id }, f.label),
         input,
-        h('span', { class: 'hint' }, f.hint ?? ''),
+        h('span', { class: 'hint', title: knobHelp(f.key) }, `${f.hint ?? ''} (${rangeOf(f.key)})`),
       );
     });
     const applyBtn = h('button', { type: 'submit', id: 'admin-config-apply', class: 'primary' }, 'Apply changes');

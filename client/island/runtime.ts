@@ -398,7 +398,7 @@ export class IslandRuntime {
       const batch = sampleBatch(this.train, B, T, a.data.seed, a.data.stream, a.data.stepStart + i, this.batch);
       const lr = innerLearningRate(a.lr, i, this.optimizerSteps);
       const t0 = this.clock.now();
-      await this.engine.step(batch, { lr, gradClip: a.gradClip });
+      await this.engine.step(batch, { lr, gradClip: a.gradClip, weightDecay: a.lr.weightDecay });
       this.optimizerSteps += 1;
       if ((i + 1) % lossEvery === 0 || i + 1 === a.innerSteps) {
         for (const l of await this.engine.takeLosses()) {

@@ -24,7 +24,7 @@ export async function recomputeDelta(
   const batch = allocBatch(w.batchSize, w.seqLen);
   for (let i = 0; i < w.steps; i++) {
     sampleBatch(train, w.batchSize, w.seqLen, w.data.seed, w.data.stream, w.data.stepStart + i, batch);
-    await engine.step(batch, { lr: innerLearningRate(w.lr, i), gradClip: w.gradClip });
+    await engine.step(batch, { lr: innerLearningRate(w.lr, i), gradClip: w.gradClip, weightDecay: w.lr.weightDecay });
   }
   await engine.takeLosses();
   return engine.readDelta();

@@ -1,100 +1,18 @@
 // Coordinator configuration: defaults, validation, and the knobs that may change at runtime.
 
+import type { Static } from '@sinclair/typebox';
 import type { CodecOptions } from '../codec/index.ts';
-import { DOWNLINK_ENCODINGS, type DownlinkEncoding, ENCODINGS } from '../codec/index.ts';
-import { ErrorCode, type TrainingMode } from '../protocol.ts';
+import { ADAMW_DEFAULTS } from '../model/ops.ts';
+import { schemaProblems } from '../schema-walk.ts';
+import { CoordinatorConfigSchema } from './config-schema.ts';
+import { ErrorCode, } from '../protocol.ts';
 import { type Result, err, ok } from '../result.ts';
-import type { OuterConfig } from './outer.ts';
 
 /** How a delta's weight falls with its staleness τ = v_now − v_base. */
 export type StalenessFn = 'inv-sqrt' | 'inv-linear' | 'none';
 
-export interface CoordinatorConfig {
-  mode: TrainingMode;
-  outer: OuterConfig;
-  /** A round or window whose only delta comes from the only online island applies that Δ as is (lr 1, no momentum). */
-  soloPlainStep: boolean;
-
-  // ---- inner loop handed to islands
-  /** Default micro-batch; an island's caps.batchSize is honoured within [1, maxBatchSize]. */
-  batchSize: number;
-  maxBatchSize: number;
-  seqLen: number;
-  innerLr: { maxLr: number; minLr: number; warmupTokens: number; localWarmupSteps: number };
-  gradClip: number;
-  /**
-   * Dense codes: every round starts from a fresh AdamW (the assignment's freshOptimizer), so a
-   * validator can recompute Δ from the job alone. On while the run audits (server/run/audit.ts); off, an
-   * island keeps its AdamW across rounds (short rounds of one island otherwise lose ~5 % of loss).
-   */
-  freshInnerOptimizer: boolean;
-  /** Run length in tokens in θ: drives the cosine and ends the run (E_DONE). 0 = open-ended. */
-  totalTokens: number;
-  dataSeed: number;
-
-  // ---- DyLU: inner steps per island
-  /** H: inner steps of the fastest island (or of every island when DyLU is off / speed unknown). */
-  innerSteps: number;
-  minInnerSteps: number;
-  maxInnerSteps: number;
-  /** Island records kept; past it the longest-gone ones that hold nothing are dropped (types.ts, makeRoom). */
-  maxIslandRecords: number;
-  dylu: boolean;
-  /**
-   * > 0: give each island the steps that take it this long at its measured tokens/s.
-   * 0: Async Local-SGD's rule, H_i = H · v_i / v_max over the active islands.
-   */
-  targetRoundMs: number;
-
-  // ---- sync rounds
-  /** Fraction of the round's live members that must have submitted before the grace window may close it. */
-  quorum: number;
-  /** A round never closes with fewer deltas than this. */
-  minContributors: number;
-  /** Grace window after the round opened: clamp(factor × median return time so far, floorMs, capMs). */
-  grace: { factor: number; floorMs: number; capMs: number };
-  /** A round closes with what it has (≥ minContributors) this long after it opened, quorum or not. */
-  roundTimeoutMs: number;
-  /** A delta for an already closed round: fold it into the open round (staleness-weighted) or reject it (E_STALE). */
-  lateDeltas: 'next-round' | 'drop';
-  /** Token-weighted trimmed mean (and CenteredClip's start): this fraction of the weight off each end, per coordinate. */
-  trimFraction: number;
-  /** How a round's (or merge window's) deltas combine: weighted mean, token-weighted trimmed mean, or CenteredClip. */
-  aggregation: 'mean' | 'trimmed-mean' | 'centered-clip';
-  /** CenteredClip: iterations, and the clip radius as a multiple of the median distance from the start. */
-  clip: { iterations: number; factor: number };
-
-  // ---- async merge window: deltas arriving together merge into one outer step
-  /**
-   * The window closes when no online island is still working, or clamp(fraction × median round
-   * duration, floorMs, capMs) after its first delta. fraction 0: no window, every arrival is its own
-   * outer step scaled by s(τ) · tokens / expected / N (Async Local-SGD).
-   */
-  asyncWindow: { fraction: number; floorMs: number; capMs: number };
-
-  // ---- staleness (async, and late deltas in sync)
-  maxStaleness: number;
-  staleness: StalenessFn;
-  /** Async: a delta's token weight tokens / expected is capped at this. */
-  maxTokenWeight: number;
-
-  // ---- robustness
-  /** Reject Δ when ‖Δ‖/√steps > factor × median of the last `window` accepted values ∪ the open round's (0 = off), once `minHistory` exist. */
-  normBound: { factor: number; window: number; minHistory: number };
-
-  // ---- codecs
-  uplink: CodecOptions;
-  /** The server's own update is sent, and applied, through this codec (with server-side error feedback). */
-  downlink: { encoding: DownlinkEncoding; blockSize: number; deflate?: boolean };
-  /** Update messages kept for catch-up; an island further behind fetches the snapshot. */
-  keepUpdates: number;
-
-  // ---- liveness
-  /** An island unseen for this long is marked offline (and stops counting for quorum). */
-  islandTimeoutMs: number;
-  /** Per-version stats kept for the dashboard. */
-  historyLimit: number;
-}
+/** The coordinator's config: its schema's Static type (config-schema.ts: each knob's description and range). */
+export type CoordinatorConfig = Static<typeof CoordinatorConfigSchema>;
 
 /**
  * The sparse uplink measured in docs/research.md (section 5): half of each 4096-entry chunk,
@@ -149,7 +67,13 @@ export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   batchSize: 8,
   maxBatchSize: 64,
   seqLen: 32,
-  innerLr: { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0, localWarmupSteps: COLD_START_WARMUP_STEPS },
+  innerLr: {
+    maxLr: 3e-3,
+    minLr: 3e-4,
+    warmupTokens: 0,
+    localWarmupSteps: COLD_START_WARMUP_STEPS,
+    weightDecay: ADAMW_DEFAULTS.weightDecay,
+  },
   gradClip: 1,
   totalTokens: 0,
   dataSeed: 1,
@@ -207,77 +131,17 @@ export function mergeConfig(base: CoordinatorConfig, patch: CoordinatorConfigPat
   return out as unknown as CoordinatorConfig;
 }
 
-/** Returns a list of problems (empty when valid). */
+/**
+ * Returns a list of problems (empty when valid): each knob against its schema's type and range, then
+ * what one knob's range cannot say (a floor above its cap, an odd block size).
+ */
 export function validateCoordinatorConfig(c: CoordinatorConfig): string[] {
-  const p: string[] = [];
-  const num = (name: string, v: unknown, lo: number, hi: number, int = false) => {
-    if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi || (int && !Number.isInteger(v))) {
-      p.push(`${name} must be ${int ? 'an integer' : 'a number'} in [${lo}, ${hi}], got ${String(v)}`);
-    }
-  };
-  if (c.mode !== 'sync' && c.mode !== 'async') p.push(`mode must be 'sync' or 'async', got ${String(c.mode)}`);
-  if (!['nesterov', 'sgd', 'delayed-nesterov'].includes(c.outer?.kind))
-    p.push(`outer.kind must be nesterov|sgd|delayed-nesterov`);
-  num('outer.lr', c.outer?.lr, 0, 10);
-  if (typeof c.soloPlainStep !== 'boolean') p.push('soloPlainStep must be a boolean');
-  if (typeof c.freshInnerOptimizer !== 'boolean') p.push('freshInnerOptimizer must be a boolean');
-  num('outer.momentum', c.outer?.momentum, 0, 0.999);
-  num('outer.dnPeriod', c.outer?.dnPeriod, 0, 1e6, true);
-  num('batchSize', c.batchSize, 1, 1e6, true);
-  num('maxBatchSize', c.maxBatchSize, 1, 1e6, true);
-  num('seqLen', c.seqLen, 1, 1e6, true);
-  num('innerLr.maxLr', c.innerLr?.maxLr, 0, 10);
-  num('innerLr.minLr', c.innerLr?.minLr, 0, 10);
-  num('innerLr.warmupTokens', c.innerLr?.warmupTokens, 0, 1e15);
-  num('innerLr.localWarmupSteps', c.innerLr?.localWarmupSteps, 0, 1e9, true);
-  num('gradClip', c.gradClip, 0, 1e9);
-  num('totalTokens', c.totalTokens, 0, 1e15);
-  num('dataSeed', c.dataSeed, 0, 2 ** 32 - 1, true);
-  num('innerSteps', c.innerSteps, 1, 1e7, true);
-  num('minInnerSteps', c.minInnerSteps, 1, 1e7, true);
-  num('maxInnerSteps', c.maxInnerSteps, 1, 1e7, true);
-  num('maxIslandRecords', c.maxIslandRecords, 1, 1e7, true);
+  const p = schemaProblems(CoordinatorConfigSchema, c);
+  if (p.length) return p;
   if (c.minInnerSteps > c.maxInnerSteps) p.push('minInnerSteps must be ≤ maxInnerSteps');
-  num('targetRoundMs', c.targetRoundMs, 0, 1e9);
-  num('quorum', c.quorum, 0, 1);
-  num('minContributors', c.minContributors, 1, 1e6, true);
-  num('grace.factor', c.grace?.factor, 0, 1e3);
-  num('grace.floorMs', c.grace?.floorMs, 0, 1e9);
-  num('grace.capMs', c.grace?.capMs, 0, 1e9);
-  if (c.grace && c.grace.floorMs > c.grace.capMs) p.push('grace.floorMs must be ≤ grace.capMs');
-  num('roundTimeoutMs', c.roundTimeoutMs, 1, 1e10);
-  if (c.lateDeltas !== 'next-round' && c.lateDeltas !== 'drop') p.push(`lateDeltas must be 'next-round' or 'drop'`);
-  num('trimFraction', c.trimFraction, 0, 0.49);
-  if (!['mean', 'trimmed-mean', 'centered-clip'].includes(c.aggregation))
-    p.push('aggregation must be mean|trimmed-mean|centered-clip');
-  num('clip.iterations', c.clip?.iterations, 1, 100, true);
-  num('clip.factor', c.clip?.factor, 0, 1e6);
-  num('asyncWindow.fraction', c.asyncWindow?.fraction, 0, 100);
-  num('asyncWindow.floorMs', c.asyncWindow?.floorMs, 0, 1e9);
-  num('asyncWindow.capMs', c.asyncWindow?.capMs, 0, 1e9);
-  num('maxStaleness', c.maxStaleness, 0, 1e6, true);
-  if (!['inv-sqrt', 'inv-linear', 'none'].includes(c.staleness)) p.push('staleness must be inv-sqrt|inv-linear|none');
-  num('maxTokenWeight', c.maxTokenWeight, 0.001, 1e6);
-  num('normBound.factor', c.normBound?.factor, 0, 1e9);
-  num('normBound.window', c.normBound?.window, 1, 1e6, true);
-  num('normBound.minHistory', c.normBound?.minHistory, 1, 1e6, true);
-  if (!c.uplink || !ENCODINGS.includes(c.uplink.encoding))
-    p.push(`uplink.encoding must be one of ${ENCODINGS.join('|')}`);
-  if (c.uplink?.blockSize !== undefined) num('uplink.blockSize', c.uplink.blockSize, 8, 65536, true);
-  if (c.uplink?.topkFraction !== undefined) num('uplink.topkFraction', c.uplink.topkFraction, 1e-9, 1);
-  if (c.uplink?.feedbackDecay !== undefined) num('uplink.feedbackDecay', c.uplink.feedbackDecay, 0, 1);
-  if (c.uplink?.strided !== undefined && typeof c.uplink.strided !== 'boolean')
-    p.push('uplink.strided must be a boolean');
-  if (c.uplink?.valueBits !== undefined && c.uplink.valueBits !== 1 && c.uplink.valueBits !== 2)
-    p.push('uplink.valueBits must be 1 or 2');
-  if (!DOWNLINK_ENCODINGS.includes(c.downlink?.encoding))
-    p.push(`downlink.encoding must be one of ${DOWNLINK_ENCODINGS.join('|')}`);
-  num('downlink.blockSize', c.downlink?.blockSize, 8, 65536, true);
-  if (c.downlink && c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');
-  if (c.uplink?.blockSize !== undefined && c.uplink.blockSize % 2 !== 0) p.push('uplink.blockSize must be even');
-  num('keepUpdates', c.keepUpdates, 0, 1e6, true);
-  num('islandTimeoutMs', c.islandTimeoutMs, 1, 1e10);
-  num('historyLimit', c.historyLimit, 1, 1e7, true);
+  if (c.grace.floorMs > c.grace.capMs) p.push('grace.floorMs must be ≤ grace.capMs');
+  if (c.downlink.blockSize % 2 !== 0) p.push('downlink.blockSize must be even');
+  if (c.uplink.blockSize !== undefined && c.uplink.blockSize % 2 !== 0) p.push('uplink.blockSize must be even');
   return p;
 }
 

@@ -132,7 +132,7 @@ export class IslandBook {
 }
 
 /** The batch an island trains with: its own within its cap and the run's, else the run's. */
-function batchSizeFor(caps: IslandCaps, cfg: CoordinatorConfig): number {
+export function batchSizeFor(caps: IslandCaps, cfg: CoordinatorConfig): number {
   const cap = Math.min(cfg.maxBatchSize, caps.maxBatch ?? Infinity);
   return Math.max(1, Math.min(cap, caps.batchSize ?? cfg.batchSize));
 }

@@ -7,6 +7,7 @@ import { median } from './aggregate.ts';
 import { AUDITABLE_ENCODINGS } from './audit.ts';
 import { type CoordinatorConfig, stalenessWeight } from './config.ts';
 import { dyluInnerSteps } from './dylu.ts';
+import { batchSizeFor } from './island-book.ts';
 import type { IslandRecord, PendingDelta, RoundState } from './types.ts';
 import { rememberWork } from './validate.ts';
 
@@ -96,6 +97,8 @@ export function sizeAssignment(
   tokensApplied: number,
   remainingMs: number | undefined,
 ): AssignmentSize {
+  // the run's batch may have changed since the island joined (PATCH /api/admin/config batch)
+  isl.batchSize = batchSizeFor(isl.caps, cfg);
   const B = isl.batchSize,
     T = cfg.seqLen;
   let fastest: number | undefined;
@@ -242,6 +245,7 @@ export function assignmentMessage(
       tokensStart: at.tokensApplied,
       tokensPerStep: size.tokensPerStep,
       localWarmupSteps: cfg.innerLr.localWarmupSteps,
+      weightDecay: cfg.innerLr.weightDecay,
     },
     gradClip: cfg.gradClip,
     freshOptimizer: cfg.freshInnerOptimizer && AUDITABLE_ENCODINGS.includes(cfg.uplink.encoding),

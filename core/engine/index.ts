@@ -19,6 +19,8 @@ export interface StepOptions {
   lr: number;
   /** Clip the global gradient norm to this (≤ 0 disables). */
   gradClip: number;
+  /** AdamW's decoupled weight decay for this step (the round's plan); absent: the engine's own. */
+  weightDecay?: number;
 }
 
 export interface EngineOptions {

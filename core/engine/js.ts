@@ -108,7 +108,7 @@ export class JsEngine implements TrainingEngine {
         h.beta1,
         h.beta2,
         h.eps,
-        decay ? h.weightDecay : 0,
+        decay ? (opts.weightDecay ?? h.weightDecay) : 0,
         this.t,
         scale,
       );

@@ -28,26 +28,15 @@ export interface ServeCliOptions extends RunFlags {
   buildIfNeeded?: boolean;
   /** Evaluate after updates (default true; `--no-eval`). */
   eval?: boolean;
-  /** Worker threads for the outer step (0: on the event loop). */
-  outerWorkers?: number;
   /** pino level of the operator's log (default $ATOLL_LOG_LEVEL or info). */
   logLevel?: string;
   /** Scale out on Redis: the run's roles (server/cluster/roles.ts). */
   redis?: string;
   role?: 'gateway' | 'aggregator' | 'all';
-  /** The aggregator lease, ms. */
-  leaseMs?: number;
-  /**
-   * Verified work: the validators' token (else $ATOLL_VALIDATOR_TOKEN; none: no audits), sample rate, failures to ban.
-   */
+  /** Verified work: the validators' token (else $ATOLL_VALIDATOR_TOKEN; none: no audits). */
   validatorToken?: string;
-  auditRate?: number;
-  auditBanAfter?: number;
   /** Move the run folder aside (<dir>.old-<time>) and start a new run there. */
   startOver?: boolean;
-  /** Butterfly mixing's group size (0: off) and spot-check rate (server/gateway/mix.ts). */
-  mixGroup?: number;
-  mixSpotRate?: number;
   /** A JSON file of iceServers (STUN, TURN) every group member gets (server/gateway/ice-servers.ts). */
   mixIceServers?: string;
 }
@@ -102,7 +91,7 @@ function resolveRun(o: ServeCliOptions): {
   }
   const stored = existsSync(join(dir, 'config.json')) ? new RunStore(dir).readConfig<RunConfig>() : null;
   if (stored) {
-    const { config, patch } = resumeRunConfig(stored, o);
+    const { config, patch } = resumeRunConfig(stored, file, o);
     return {
       dir,
       config: auditable(config, o),
@@ -112,7 +101,7 @@ function resolveRun(o: ServeCliOptions): {
   }
   // Audits recompute a dense Δ: with validators and no codec chosen, the deltas are int8 (said at start).
   const dense =
-    auditOptions(o) && o.codec === undefined && !(file?.coordinator as { uplink?: unknown } | undefined)?.uplink;
+    validatorToken(o) && o.codec === undefined && !(file?.coordinator as { uplink?: unknown } | undefined)?.uplink;
   if (dense)
     process.stdout.write(
       'atoll serve: validators audit dense deltas: the uplink is int8 (sparse deltas cannot be recomputed; ' +
@@ -128,7 +117,7 @@ function resolveRun(o: ServeCliOptions): {
 
 /** A run with validators whose uplink no validator can recompute is refused: its audits would sample nothing. */
 function auditable(config: RunConfig, o: ServeCliOptions): RunConfig {
-  const why = auditOptions(o) ? unauditable(config.coordinator.uplink.encoding) : null;
+  const why = auditOptions(o, config) ? unauditable(config.coordinator.uplink.encoding) : null;
   if (why) throw new ConfigError('E_BAD_CONFIG', `--validator-token: ${why} (--codec), or serve without validators`);
   return config;
 }
@@ -139,15 +128,15 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined
     await serveRoles(o, say);
     return undefined;
   }
-  if (o.mixIceServers && !o.mixGroup)
+  // checked before anything is built or written
+  const { dir, config, resumePatch, resumed } = resolveRun(o);
+  if (o.mixIceServers && !config.mix.k)
     throw new ConfigError(
       'E_BAD_CONFIG',
       '--mix-ice-servers goes with --mix-group (the iceServers are for group members)',
     );
-  // checked before anything is built or written
   const iceServers = o.mixIceServers ? readIceServers(o.mixIceServers) : undefined;
   if (o.buildIfNeeded) buildClientIfNeeded(say);
-  const { dir, config, resumePatch, resumed } = resolveRun(o);
   const envToken = process.env.ATOLL_ADMIN_TOKEN?.trim();
   const port = o.port ?? (process.env.PORT ? Number(process.env.PORT) : 8080);
   const host = o.host ?? process.env.HOST ?? '0.0.0.0';
@@ -158,11 +147,11 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined
     resumePatch,
     adminToken: envToken ? envToken : undefined,
     evaluate: o.eval !== false,
-    outerWorkers: o.outerWorkers,
+    outerWorkers: config.outerWorkers,
     logLevel: o.logLevel ?? process.env.ATOLL_LOG_LEVEL ?? 'info',
     listenOn: { host, port },
-    audit: auditOptions(o),
-    mix: o.mixGroup ? { k: o.mixGroup, spotRate: o.mixSpotRate, iceServers } : undefined,
+    audit: auditOptions(o, config),
+    mix: config.mix.k ? { ...config.mix, iceServers } : undefined,
   });
   const addr = await server.listen(port, host);
   const r = server.run;
@@ -197,15 +186,15 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined
   return server;
 }
 
-/** Audits when a validator token is given (flag, else $ATOLL_VALIDATOR_TOKEN). */
-function auditOptions(o: ServeCliOptions): AuditOptions | undefined {
-  const token = o.validatorToken ?? process.env.ATOLL_VALIDATOR_TOKEN?.trim();
-  if (!token) return undefined;
-  return {
-    token,
-    ...(o.auditRate !== undefined ? { rate: o.auditRate } : {}),
-    ...(o.auditBanAfter !== undefined ? { banAfter: o.auditBanAfter } : {}),
-  };
+/** The validators' token (flag, else $ATOLL_VALIDATOR_TOKEN): a secret, never in config.json. */
+function validatorToken(o: ServeCliOptions): string | undefined {
+  return o.validatorToken ?? (process.env.ATOLL_VALIDATOR_TOKEN?.trim() || undefined);
+}
+
+/** Audits when a validator token is given, at the run config's rate and ban threshold. */
+function auditOptions(o: ServeCliOptions, config: RunConfig): AuditOptions | undefined {
+  const token = validatorToken(o);
+  return token ? { token, ...config.audit } : undefined;
 }
 
 /** Ctrl-C / SIGTERM close cleanly (a second one exits at once); a stray rejection is logged, not fatal. */
@@ -260,12 +249,12 @@ async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise
       resumePatch,
       adminToken: envToken ? envToken : undefined,
       evaluate: o.eval !== false,
-      outerWorkers: o.outerWorkers,
+      outerWorkers: config.outerWorkers,
       logLevel,
       redis: o.redis,
       run: name,
-      leaseMs: o.leaseMs ?? 5000,
-      audit: auditOptions(o),
+      leaseMs: config.cluster.leaseMs,
+      audit: auditOptions(o, config),
       // deposed: not one more write, not even a flush
       onFenced: (why) => {
         say(`atoll serve: aggregator fenced (${why}): exiting`);

@@ -26,7 +26,8 @@ import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
 import { runRow } from './row.ts';
 import { warmStartOffPlateau } from './warm-start.ts';
 import { SIM_MODEL_NAMES, simModelConfig } from './rungs.ts';
-import { type RowDefaults, compareRows, dilocoRows } from './scenarios.ts';
+import { HOME_NETWORK, type RowDefaults, SERVE_OUTER, SHORT_RUN_OUTER, compareRows, dilocoRows } from './scenarios.ts';
+import { describeSetting, parseNetwork } from './setting.ts';
 import type { SimEngineKind } from './engines.ts';
 import type { SimCommon, SimReport, SimRow, SimRunResult, SimulateOptions, TwinSpec } from './types.ts';
 
@@ -48,6 +49,7 @@ export const BASE_TOKENS_PER_SEC = 2000;
 function rowDefaults(o: Required<Pick<SimulateOptions, 'preset'>> & SimulateOptions, seqLen: number): RowDefaults {
   const smoke = o.preset === 'smoke';
   const seed = o.seed ?? 1;
+  const peak = o.innerLr ?? 3e-3;
   const d: RowDefaults = {
     islands: o.islands ?? (smoke ? 2 : 8),
     seeds: o.quick || smoke ? [seed] : [seed, seed + 1, seed + 2],
@@ -56,7 +58,13 @@ function rowDefaults(o: Required<Pick<SimulateOptions, 'preset'>> & SimulateOpti
     innerSteps: o.innerSteps ?? (smoke ? 4 : 16),
     baseTokensPerSec: BASE_TOKENS_PER_SEC,
     seqLen,
-    lr: smoke ? { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 0 } : { maxLr: 3e-3, minLr: 3e-4, warmupTokens: 8192 },
+    lr: { maxLr: peak, minLr: peak / 10, warmupTokens: smoke ? 0 : 8192 },
+    // compare's rows keep their short-run outer step unless a flag says otherwise (scenarios.ts)
+    outer: {
+      ...(o.preset === 'compare' ? SHORT_RUN_OUTER : SERVE_OUTER),
+      ...(o.outerLr !== undefined ? { lr: o.outerLr } : {}),
+      ...(o.outerMomentum !== undefined ? { momentum: o.outerMomentum } : {}),
+    },
   };
   d.tokens =
     o.tokens ??
@@ -113,6 +121,17 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     if (!ENCODINGS.includes(raw.codec as Encoding))
       return err('E_BAD_REQUEST', `--codec must be one of ${ENCODINGS.join('|')}`);
     o.codec = raw.codec as Encoding;
+  }
+  for (const k of ['outerLr', 'outerMomentum', 'innerLr'] as const) {
+    if (raw[k] === undefined) continue;
+    const n = Number(raw[k]);
+    if (!Number.isFinite(n) || n < 0) return err('E_BAD_REQUEST', `--${k} must be a non-negative number`);
+    o[k] = n;
+  }
+  if (raw.network !== undefined) {
+    const net = parseNetwork(String(raw.network));
+    if (!net.ok) return net;
+    o.network = net.value;
   }
   if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu')
     return err('E_BAD_REQUEST', `--engine must be cpu|webgpu, got '${String(raw.engine)}'`);
@@ -271,6 +290,10 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
       );
     rows = rows.filter((r) => opts.rows!.includes(r.name));
   }
+  // every island on the home link takes --network's (a row's own link, the phone's, stays)
+  const network = opts.network ?? HOME_NETWORK;
+  for (const row of rows) row.islands = row.islands.map((s) => (s.network === HOME_NETWORK ? { ...s, network } : s));
+  const setting = describeSetting(rows, d, network, preset);
   const workers = opts.workers ?? Math.min(2, availableParallelism());
   const warmTokens = fleet ? 0 : (opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768));
   // one shared warm start per seed: every row of that seed starts there
@@ -330,6 +353,8 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
       seed: common.seed,
       workers,
       baseTokensPerSec: d.baseTokensPerSec,
+      network,
+      setting,
       realTimeMs: performance.now() - t0,
       rows: rows.map((r) => ({
         name: r.name,
@@ -349,7 +374,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     },
     runs: results.map(({ curve: _c, ...rest }) => rest),
   };
-  const table = formatTable(report.runs);
+  const table = `${setting.join('\n')}\n\n${formatTable(report.runs)}`;
   const outDir = resolve(opts.out ?? join('runs', `simulate-${timestamp()}`));
   mkdirSync(outDir, { recursive: true });
   const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);

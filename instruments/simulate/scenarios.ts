@@ -24,7 +24,13 @@
 //   decayed: a small β (0.25–0.5) and many cheap entries are what closed the gap. docs/research.md
 //   lists the settings tried.
 
-import { type CoordinatorConfigPatch, SPARSE_DOWNLINK, SPARSE_UPLINK } from '../../core/coord/index.ts';
+import {
+  type CoordinatorConfigPatch,
+  DEFAULT_COORDINATOR_CONFIG,
+  type OuterConfig,
+  SPARSE_DOWNLINK,
+  SPARSE_UPLINK,
+} from '../../core/coord/index.ts';
 import type { Encoding } from '../../core/codec/index.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Behaviour, IslandSpec, NetworkSpec, SimRow } from './types.ts';
@@ -43,6 +49,8 @@ export interface RowDefaults {
   baseTokensPerSec: number;
   seqLen: number;
   lr: SimRow['lr'];
+  /** The DiLoCo rows' outer step (default SERVE_OUTER). */
+  outer?: OuterConfig;
 }
 
 export function island(name: string, o: Partial<IslandSpec> = {}): IslandSpec {
@@ -94,10 +102,14 @@ export function heterogeneous(n: number, batchSize: number): IslandSpec[] {
   return speeds.map((speed, i) => island(`island-${i + 1}`, { speed, batchSize: bs[i] }));
 }
 
-/** The outer optimizer for 15–30 outer steps: Nesterov, lr 1.0, μ 0.8 (sync rounds and async merge windows alike). */
-export function outerFor(_mode: TrainingMode): CoordinatorConfigPatch {
-  return { outer: { kind: 'nesterov', lr: 1, momentum: 0.8, dnPeriod: 0 } };
-}
+/** serve's outer step (DEFAULT_COORDINATOR_CONFIG: DiLoCo's Nesterov 0.7, μ 0.9): every row's unless it says otherwise. */
+export const SERVE_OUTER: OuterConfig = DEFAULT_COORDINATOR_CONFIG.outer;
+
+/**
+ * The compare preset's outer step, a deliberate difference from serve's: Nesterov lr 1.0, μ 0.8 for
+ * its runs of 15–30 outer steps (0.7, 0.9 is for hundreds). The report's header says so.
+ */
+export const SHORT_RUN_OUTER: OuterConfig = { kind: 'nesterov', lr: 1, momentum: 0.8, dnPeriod: 0 };
 
 /** Row codecs: dense int4/int8/f32, or sparse: half of each 4096-entry chunk, strided, 1-bit values, EF decay 0.35. */
 export function codecFor(encoding: Encoding): SimRow['codec'] {
@@ -121,7 +133,7 @@ export function diloco(
     islands,
     codec: codecFor(encoding),
     coordinator: {
-      ...outerFor(mode),
+      outer: { ...(d.outer ?? SERVE_OUTER) },
       innerSteps: d.innerSteps,
       minInnerSteps: Math.max(1, Math.floor(d.innerSteps / 8)),
       maxInnerSteps: d.innerSteps * 4,

@@ -274,6 +274,13 @@ export interface SimulateOptions {
   fromFleet?: string;
   /** Inner steps H of a nominal island (default: per preset). */
   innerSteps?: number;
+  /** Every DiLoCo row's outer lr and momentum (default: serve's, 0.7 and 0.9; compare's rows 1.0 and 0.8). */
+  outerLr?: number;
+  outerMomentum?: number;
+  /** Peak inner lr of every row (the floor a tenth of it; default 3e-3). */
+  innerLr?: number;
+  /** Every island's link on the home network (default 20 Mbit/s up, 100 down, 30 ms). */
+  network?: NetworkSpec;
   /** Engine of islands, baselines and evaluation: 'cpu' (default) or 'webgpu' (Dawn); virtual time either way. */
   engine?: SimEngineKind;
   /** Run folder for report.json, curves.csv, plot.svg, report.html. Default runs/simulate-<time>. */
@@ -313,6 +320,10 @@ export interface SimReport {
     seed: number;
     workers: number;
     baseTokensPerSec: number;
+    /** The link of every island on the home network (--network). */
+    network: NetworkSpec;
+    /** The report's header: the knobs against serve's defaults, the rows that differ and why, the time axis. */
+    setting: string[];
     realTimeMs: number;
     rows: Array<
       Pick<SimRow, 'name' | 'kind' | 'mode' | 'codec' | 'lr' | 'coordinator'> & {

@@ -5,59 +5,18 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
-import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
-import type { CoordinatorConfig, CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { AuthLimiter } from './auth-limit.ts';
 import { replies, sendError } from './http-strict.ts';
 import type { Run } from '../run/run.ts';
+import { type ConfigPatch, ConfigPatchBody, applyConfigPatch } from '../run/knobs.ts';
+
+export { ConfigPatchSchema } from '../run/knobs.ts';
 
 export interface AdminOptions {
   run: Run;
   token: string;
   /** Wrong tokens by address (the app keeps it, so the operator's log and tests can read it). */
   limiter: AuthLimiter;
-}
-
-/** The hyperparameters an admin may change while the run is live. */
-export const ConfigPatchSchema = Type.Object(
-  {
-    outerLr: Type.Optional(Type.Number({ minimum: 0, maximum: 10 })),
-    outerMomentum: Type.Optional(Type.Number({ minimum: 0, maximum: 0.999 })),
-    /** Target round time, seconds (0: fixed inner steps). */
-    roundTime: Type.Optional(Type.Number({ minimum: 0, maximum: 86_400 })),
-    quorum: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
-    maxStaleness: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000 })),
-    codec: Type.Optional(Type.Union(ENCODINGS.map((e) => Type.Literal(e)))),
-    innerSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 10_000_000 })),
-  },
-  { additionalProperties: false, minProperties: 1 },
-);
-export type ConfigPatch = Static<typeof ConfigPatchSchema>;
-
-/** Each key of the schema, and the coordinator patch it makes (the compiler holds the two lists together). */
-const PATCH_KEYS: {
-  [K in keyof ConfigPatch]-?: (v: NonNullable<ConfigPatch[K]>, cur: CoordinatorConfig) => CoordinatorConfigPatch;
-} = {
-  outerLr: (v, cur) => ({ outer: { ...cur.outer, lr: v } }),
-  outerMomentum: (v, cur) => ({ outer: { ...cur.outer, momentum: v } }),
-  roundTime: (v) => ({ targetRoundMs: Math.round(v * 1000) }),
-  quorum: (v) => ({ quorum: v }),
-  maxStaleness: (v) => ({ maxStaleness: v }),
-  // another encoding starts from its own defaults (sparse's block of 4096 is no int4 setting)
-  codec: (v, cur) => ({ uplink: v === cur.uplink.encoding ? { ...cur.uplink } : { encoding: v as Encoding } }),
-  innerSteps: (v) => ({ innerSteps: v }),
-};
-
-/** The body's keys as one coordinator patch (outerLr and outerMomentum merge into one `outer`). */
-export function toCoordinatorPatch(b: ConfigPatch, cur: CoordinatorConfig): CoordinatorConfigPatch {
-  const out: CoordinatorConfigPatch = {};
-  const now = structuredClone(cur);
-  for (const k of Object.keys(b) as Array<keyof ConfigPatch>) {
-    const p = (PATCH_KEYS[k] as (v: unknown, c: CoordinatorConfig) => CoordinatorConfigPatch)(b[k], now);
-    Object.assign(out, p);
-    Object.assign(now, p);
-  }
-  return out;
 }
 
 const IdParams = Type.Object(
@@ -163,12 +122,12 @@ export async function adminPlugin(app: FastifyInstance, opts: AdminOptions): Pro
     },
   );
 
-  // a body outside the schema is a 400 E_BAD_REQUEST (the app's error handler); one the coordinator refuses, E_BAD_CONFIG
+  // a knob unknown or out of range is a 400 E_BAD_REQUEST naming it and its range (server/run/knobs.ts)
   app.patch<{ Body: ConfigPatch }>(
     '/api/admin/config',
-    { schema: { body: ConfigPatchSchema, response: replies(Type.Object({ ok: Type.Literal(true), config: Any })) } },
+    { schema: { body: ConfigPatchBody, response: replies(Type.Object({ ok: Type.Literal(true), config: Any })) } },
     async (req, reply) => {
-      const r = await run.admin.setConfig(toCoordinatorPatch(req.body, run.coord.config()));
+      const r = await applyConfigPatch(run, req.body);
       if (!r.ok) return sendError(reply, 400, r.error.code, r.error.message);
       return { ok: true as const, config: r.value.coordinator };
     },

@@ -154,7 +154,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     { schema: { querystring: HistoryQuery, response: replies(HistoryResponseSchema) } },
     async (req) => {
       const { since, limit } = req.query;
-      return { points: views.historySince(since ?? -1, limit ?? 100_000) };
+      return { points: views.historySince(since ?? -1, limit ?? 100_000), configChanges: run.history.configChanges };
     },
   );
 

@@ -70,7 +70,8 @@ export class RunAdmin {
     await run.checkpointNow();
   }
 
-  async setConfig(patch: CoordinatorConfigPatch): Promise<Result<RunConfig>> {
+  /** `changes`: the knobs as the operator named them (server/run/knobs.ts), logged beside the patch. */
+  async setConfig(patch: CoordinatorConfigPatch, changes?: Record<string, unknown>): Promise<Result<RunConfig>> {
     const run = this.run;
     const why = run.audited() && patch.uplink?.encoding ? unauditable(patch.uplink.encoding) : null;
     if (why) return err(ErrorCode.BAD_CONFIG, why);
@@ -80,7 +81,7 @@ export class RunAdmin {
     const config = { ...run.config(), coordinator: r.value };
     run.setConfig(config);
     run.store.writeConfig(config);
-    run.store.append({ type: 'admin', action: 'config', patch });
+    run.store.append({ type: 'admin', action: 'config', patch, changes: changes ?? patch, version: run.coord.version });
     await run.checkpointNow();
     return ok(config);
   }

@@ -1,9 +1,11 @@
-// The run config of `atoll serve`: embedded defaults < a JSON file (--config) < flags. Stored as
-// <run-dir>/config.json; on resume the stored config wins, and a flag that contradicts a fixed part
-// of it (model, data, mode) is an error rather than a silent change of the run.
+// The run config of `atoll serve`: one rule, at start and on resume,
+//   start:   embedded defaults < a JSON file (--config) < flags
+//   resume:  embedded defaults < the stored config.json < --config < flags
+// A knob the schema marks `fixed` (model, data, seed, mode, seqLen, dataSeed) that would change on
+// resume is refused by name with its why; every other knob given is applied (totalTokens extends a
+// finished run). The schema and the knobs are core/run-config.ts.
 
 import { readFileSync } from 'node:fs';
-import type { RunConfig } from '../../core/api.ts';
 import {
   type CoordinatorConfig,
   type CoordinatorConfigPatch,
@@ -13,29 +15,26 @@ import {
   mergeConfig,
   validateCoordinatorConfig,
 } from '../../core/coord/index.ts';
-import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
+import type { Encoding } from '../../core/codec/index.ts';
 import { type PresetName, PRESETS, getPreset, validateConfig } from '../../core/model/config.ts';
+import {
+  KNOBS,
+  type KnobName,
+  type RunConfig,
+  type RunConfigPatch,
+  RunConfigSchema,
+  getAt,
+  knobValue,
+  setAt,
+} from '../../core/run-config.ts';
+import { leaves, nodeAt, schemaProblems } from '../../core/schema-walk.ts';
+import { Type } from '@sinclair/typebox';
 
-export type { RunConfig } from '../../core/api.ts';
+export type { RunConfig } from '../../core/run-config.ts';
 
-/** What the serve flags can set (all optional: only given flags override). */
-export interface RunFlags {
-  preset?: string;
-  data?: string;
-  mode?: string;
-  codec?: string;
-  outerLr?: number;
-  outerMomentum?: number;
-  /** Target round time, seconds. */
-  roundTime?: number;
-  quorum?: number;
-  maxStaleness?: number;
-  innerSteps?: number;
-  name?: string;
-  title?: string;
-  description?: string;
-  seed?: number;
-}
+type TextKnob = 'preset' | 'data' | 'mode' | 'codec' | 'name' | 'title' | 'description';
+/** What the flags can set (all optional: only given flags override): the knobs of core/run-config.ts. */
+export type RunFlags = { [K in KnobName]?: K extends TextKnob ? string : number };
 
 export class ConfigError extends Error {
   constructor(
@@ -90,7 +89,7 @@ const DENSE_DOWNLINK: CoordinatorConfig['downlink'] = { encoding: 'int8', blockS
  * The embedded default: `small`, Moby-Dick, on the measured setting (MEASURED_SETTING: async merge
  * windows, the sparse uplink, int4 downlink; the setting the simulator's comparison row measures).
  */
-function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
+export function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
   const { evalBatches, evalBatchSize, ...coord } = PRESET_DEFAULTS[preset];
   return {
     name: DEFAULT_RUN_NAME,
@@ -104,8 +103,7 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
     coordinator: mergeConfig(DEFAULT_COORDINATOR_CONFIG, {
       ...coord,
       ...structuredClone(MEASURED_SETTING),
-      // Nesterov per merge window, as measured; DiLoCo's lr and momentum for an open-ended run
-      outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },
+      // the outer step is DEFAULT_COORDINATOR_CONFIG's: Nesterov per merge window, DiLoCo's lr 0.7 and μ 0.9
       // The server keeps its own history (with eval losses); the coordinator's copy only feeds snapshots.
       historyLimit: 64,
       keepUpdates: 32,
@@ -113,6 +111,10 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
     }),
     eval: { batches: evalBatches, batchSize: evalBatchSize },
     checkpoints: { keep: 5 },
+    mix: { k: 0, spotRate: 0.1 },
+    audit: { rate: 0.1, banAfter: 2 },
+    outerWorkers: 2,
+    cluster: { leaseMs: 5000 },
     limits: {
       helloPerMinute: 120,
       restPerMinute: 600,
@@ -125,36 +127,38 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
   };
 }
 
-function flagPatch(f: RunFlags): CoordinatorConfigPatch {
-  const p: CoordinatorConfigPatch = {};
-  if (f.mode !== undefined) {
-    if (f.mode !== 'sync' && f.mode !== 'async')
-      throw new ConfigError('E_BAD_CONFIG', `--mode must be sync or async, got '${f.mode}'`);
-    p.mode = f.mode;
+/** The flags as one patch of the run config (each knob at its path; --codec picks its downlink too). */
+export function flagPatch(f: RunFlags): RunConfigPatch {
+  const p: Record<string, unknown> = {};
+  for (const [name, v] of Object.entries(f) as Array<[KnobName, unknown]>) {
+    if (v === undefined || !(name in KNOBS) || name === 'preset') continue;
+    if (name === 'codec') {
+      // the uplink, and the downlink measured with it: sparse's int4 per 4096, else int8 per 64
+      setAt(p, 'coordinator.uplink', v === 'sparse' ? { ...SPARSE_UPLINK } : { encoding: v as Encoding });
+      setAt(p, 'coordinator.downlink', v === 'sparse' ? { ...MEASURED_SETTING.downlink } : { ...DENSE_DOWNLINK });
+    } else setAt(p, KNOBS[name].path, knobValue(name, v));
   }
-  if (f.codec !== undefined) {
-    if (!ENCODINGS.includes(f.codec as Encoding))
-      throw new ConfigError('E_BAD_CONFIG', `--codec must be one of ${ENCODINGS.join('|')}, got '${f.codec}'`);
-    // the uplink, and the downlink measured with it: sparse's int4 per 4096, else int8 per 64
-    p.uplink = f.codec === 'sparse' ? { ...SPARSE_UPLINK } : { encoding: f.codec as Encoding };
-    p.downlink = f.codec === 'sparse' ? { ...MEASURED_SETTING.downlink } : { ...DENSE_DOWNLINK };
-  }
-  const outer: Partial<CoordinatorConfig['outer']> = {};
-  if (f.outerLr !== undefined) outer.lr = f.outerLr;
-  if (f.outerMomentum !== undefined) outer.momentum = f.outerMomentum;
-  if (Object.keys(outer).length) p.outer = outer;
-  if (f.roundTime !== undefined) p.targetRoundMs = Math.round(f.roundTime * 1000);
-  if (f.quorum !== undefined) p.quorum = f.quorum;
-  if (f.maxStaleness !== undefined) p.maxStaleness = f.maxStaleness;
-  if (f.innerSteps !== undefined) p.innerSteps = f.innerSteps;
-  return p;
+  return p as RunConfigPatch;
 }
 
-/** A JSON run file: any subset of RunConfig; `coordinator` may be partial. */
-export type RunConfigFile = Omit<Partial<RunConfig>, 'coordinator' | 'limits'> & {
-  coordinator?: CoordinatorConfigPatch;
-  limits?: Partial<RunConfig['limits']>;
-};
+/** `base` with `patch` on top: groups merge key by key, the model is replaced whole, the coordinator by mergeConfig. */
+export function mergeRunConfig(base: RunConfig, patch: RunConfigPatch): RunConfig {
+  const out = structuredClone(base) as unknown as Record<string, unknown>;
+  for (const [key, v] of Object.entries(patch)) {
+    if (v === undefined) continue;
+    const cur = out[key];
+    if (key === 'coordinator') out[key] = mergeConfig(cur as CoordinatorConfig, v as CoordinatorConfigPatch);
+    else if (key !== 'model' && kindOf(cur) === 'object' && kindOf(v) === 'object')
+      out[key] = { ...(cur as object), ...structuredClone(v as object) };
+    else out[key] = structuredClone(v);
+  }
+  return out as unknown as RunConfig;
+}
+
+const kindOf = (y: unknown) => (Array.isArray(y) ? 'array' : y === null ? 'null' : typeof y);
+
+/** A JSON run file: any part of RunConfig. */
+export type RunConfigFile = RunConfigPatch;
 
 export function readConfigFile(path: string): RunConfigFile {
   let text: string;
@@ -174,55 +178,12 @@ export function readConfigFile(path: string): RunConfigFile {
   }
 }
 
-/** Keys a run file may hold besides the default config's (optional ones the defaults leave out). */
-const OPTIONAL_KEYS: Record<string, Record<string, unknown>> = {
-  'coordinator.uplink': {
-    topkFraction: 0,
-    strided: false,
-    valueBits: 0,
-    feedbackDecay: 0,
-    deflate: false,
-    blockSize: 0,
-  },
-  'coordinator.downlink': { deflate: false },
-};
-
-/**
- * A run file's keys and types against the default config (one shape: the embedded default):
- * an unknown key, or a value of another type than the default's (a string where a number or a
- * list belongs, a non-finite number), is named. Ranges are the config validation's.
- */
+/** A run file's keys, types and ranges against the schema: an unknown key or a bad value is named. */
 export function configFileProblems(file: Record<string, unknown>): string[] {
-  const problems: string[] = [];
-  const shape = defaultRunConfig('tiny') as unknown as Record<string, unknown>;
-  const walk = (v: Record<string, unknown>, like: Record<string, unknown>, at: string) => {
-    for (const [k, x] of Object.entries(v)) {
-      const path = at ? `${at}.${k}` : k;
-      const want = k in like ? like[k] : OPTIONAL_KEYS[at]?.[k];
-      if (want === undefined) {
-        problems.push(`unknown key ${path}`);
-        continue;
-      }
-      const kind = (y: unknown) => (Array.isArray(y) ? 'array' : y === null ? 'null' : typeof y);
-      if (kind(x) !== kind(want)) {
-        problems.push(
-          `${path} must be ${({ object: 'an object', array: 'a list' } as Record<string, string>)[kind(want)] ?? `a ${kind(want)}`}, got ${JSON.stringify(x)?.slice(0, 40)}`,
-        );
-        continue;
-      }
-      if (typeof x === 'number' && !Number.isFinite(x)) problems.push(`${path} must be finite`);
-      else if (Array.isArray(x) && Array.isArray(want) && x.some((e) => typeof e !== 'string'))
-        problems.push(`${path} must be a list of strings`);
-      else if (kind(x) === 'object' && k !== 'model')
-        walk(x as Record<string, unknown>, want as Record<string, unknown>, path);
-      else if (k === 'model') walk(x as Record<string, unknown>, shape.model as Record<string, unknown>, path);
-    }
-  };
-  walk(file, { ...shape, preset: 'custom' }, '');
-  return problems;
+  return schemaProblems(RunConfigSchema, file, { partial: true, strict: true });
 }
 
-/** Builds a fresh run's config from an optional file and the flags. */
+/** Builds a fresh run's config: defaults < the file < the flags. */
 export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): RunConfig {
   const presetName = flags.preset ?? (file?.preset && file.preset !== 'custom' ? file.preset : undefined) ?? 'small';
   if (!(presetName in PRESETS))
@@ -231,80 +192,83 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
       `unknown preset '${presetName}' (expected ${Object.keys(PRESETS).join(', ')})`,
     );
   const base = defaultRunConfig(presetName as PresetName);
-  const { coordinator: _c, ...fileRest } = file ?? {};
-  const cfg: RunConfig = {
-    ...base,
-    ...fileRest,
-    preset: file?.model && !flags.preset ? 'custom' : (presetName as PresetName),
-    model: flags.preset ? getPreset(presetName) : (file?.model ?? base.model),
-    coordinator: mergeConfig(base.coordinator, file?.coordinator ?? {}),
-    eval: { ...base.eval, ...(file?.eval ?? {}) },
-    checkpoints: { ...base.checkpoints, ...(file?.checkpoints ?? {}) },
-    limits: { ...base.limits, ...(file?.limits ?? {}) },
-    allowOrigins: file?.allowOrigins ?? base.allowOrigins,
-  };
-  if (file?.model && cfg.preset === 'custom') {
-    // a custom model keeps its own context length unless the file says otherwise
-    if (file.coordinator?.seqLen === undefined)
-      cfg.coordinator.seqLen = Math.min(cfg.coordinator.seqLen, cfg.model.blockSize);
-  }
-  if (flags.data !== undefined) cfg.data = flags.data;
-  if (flags.name !== undefined) cfg.name = flags.name;
-  if (flags.title !== undefined) cfg.title = flags.title;
-  if (flags.description !== undefined) cfg.description = flags.description;
-  if (flags.seed !== undefined) cfg.seed = flags.seed;
+  const cfg = mergeRunConfig(base, file ?? {});
+  cfg.preset = file?.model && !flags.preset ? 'custom' : (presetName as PresetName);
+  cfg.model = flags.preset ? getPreset(presetName) : ((file?.model as RunConfig['model']) ?? base.model);
+  // a custom model keeps its own context length unless the file says otherwise
+  if (file?.model && cfg.preset === 'custom' && file.coordinator?.seqLen === undefined)
+    cfg.coordinator.seqLen = Math.min(cfg.coordinator.seqLen, cfg.model.blockSize);
+  const out = mergeRunConfig(cfg, flagPatch(flags));
   // the default title describes the default run only: another run reads as its name until given one
   if (
     flags.title === undefined &&
     file?.title === undefined &&
-    (cfg.name !== DEFAULT_RUN_NAME || cfg.data !== 'moby-dick')
+    (out.name !== DEFAULT_RUN_NAME || out.data !== 'moby-dick')
   )
-    cfg.title = cfg.name;
-  cfg.coordinator = mergeConfig(cfg.coordinator, flagPatch(flags));
+    out.title = out.name;
   // Async without merge windows applies each Δ on arrival: the delayed Nesterov of Async Local-SGD,
   // unless set explicitly (a merge window takes one Nesterov step, as the simulator measured).
   const outerGiven = file?.coordinator?.outer?.kind !== undefined;
-  if (cfg.coordinator.mode === 'async' && cfg.coordinator.asyncWindow.fraction === 0 && !outerGiven)
-    cfg.coordinator.outer.kind = 'delayed-nesterov';
-  validateRunConfig(cfg);
-  return cfg;
+  if (out.coordinator.mode === 'async' && out.coordinator.asyncWindow.fraction === 0 && !outerGiven)
+    out.coordinator.outer.kind = 'delayed-nesterov';
+  validateRunConfig(out);
+  return out;
 }
 
+/** Each leaf the schema marks fixed (on itself or a group above it), with its why. */
+const FIXED: Array<[string, string]> = leaves(RunConfigSchema).flatMap(([path]) => {
+  const keys = path.split('.');
+  for (let i = keys.length; i > 0; i--) {
+    const why = (nodeAt(RunConfigSchema, keys.slice(0, i).join('.')) as { fixed?: string } | undefined)?.fixed;
+    if (why) return [[path, why] as [string, string]];
+  }
+  return [];
+});
+
 /**
- * Resuming: the stored config, with the flags' runtime knobs applied on top. Flags that would change
- * what the run is (model, data, mode) must agree with it.
+ * Resuming: the stored config (over the defaults, for keys it predates) < the file < the flags.
+ * A fixed knob that would change is refused by name with its why (E_CONFIG_MISMATCH); the
+ * coordinator's changed knobs come back as the patch the restored coordinator takes.
  */
 export function resumeRunConfig(
   stored: RunConfig,
+  file: RunConfigFile | null,
   flags: RunFlags,
 ): { config: RunConfig; patch: CoordinatorConfigPatch } {
+  const preset = stored.preset in PRESETS ? (stored.preset as PresetName) : 'small';
+  const before = mergeRunConfig(defaultRunConfig(preset), { ...stored, title: stored.title ?? stored.name });
+  const { model: _m, preset: _p, ...fileRest } = file ?? {};
+  let next = mergeRunConfig(before, fileRest);
+  // a preset or model given again must be the run's: compare what they would make
+  if (file?.model) next.model = file.model as RunConfig['model'];
+  const presetAsked = flags.preset ?? (file?.preset !== undefined && !file.model ? file.preset : undefined);
+  if (presetAsked !== undefined) {
+    next.preset = presetAsked as PresetName;
+    if (presetAsked in PRESETS) next.model = getPreset(presetAsked);
+  }
+  next = mergeRunConfig(next, flagPatch(flags));
   const problems: string[] = [];
-  if (flags.preset !== undefined && flags.preset !== stored.preset)
-    problems.push(`--preset ${flags.preset} (run uses ${stored.preset})`);
-  if (flags.data !== undefined && flags.data !== stored.data)
-    problems.push(`--data ${flags.data} (run uses ${stored.data})`);
-  if (flags.mode !== undefined && flags.mode !== stored.coordinator.mode)
-    problems.push(`--mode ${flags.mode} (run uses ${stored.coordinator.mode})`);
-  if (flags.seed !== undefined && flags.seed !== stored.seed)
-    problems.push(`--seed ${flags.seed} (run uses ${stored.seed})`);
+  const show = (v: unknown) => (typeof v === 'string' ? v : JSON.stringify(v));
+  for (const [path, why] of FIXED) {
+    const was = getAt(before, path);
+    const now = getAt(next, path);
+    if (JSON.stringify(was) === JSON.stringify(now)) continue;
+    const flag = (Object.keys(KNOBS) as KnobName[]).find((n) => KNOBS[n].path === path && flags[n] !== undefined);
+    const label = flag ? `--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}` : path;
+    problems.push(`${label} ${show(now)} (run uses ${show(was)}: ${why})`);
+  }
   if (problems.length) {
     throw new ConfigError(
       'E_CONFIG_MISMATCH',
-      `the run folder holds a different run: ${problems.join(', ')}. Use another --run-dir or --name to start a new run.`,
+      `the run folder holds a different run: ${problems.join(', ')}. ` +
+        'Use another --run-dir or --name to start a new run.',
     );
   }
-  const { mode: _m, ...patch } = flagPatch(flags);
-  // runs stored before titles existed read their name as the title
-  const config: RunConfig = {
-    ...stored,
-    title: stored.title ?? stored.name,
-    coordinator: mergeConfig(stored.coordinator, patch),
-  };
-  if (flags.name !== undefined) config.name = flags.name;
-  if (flags.title !== undefined) config.title = flags.title;
-  if (flags.description !== undefined) config.description = flags.description;
-  validateRunConfig(config);
-  return { config, patch };
+  const patch: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(next.coordinator))
+    if (JSON.stringify(v) !== JSON.stringify((before.coordinator as Record<string, unknown>)[key])) patch[key] = v;
+  validateRunConfig(next);
+  return { config: next, patch: patch as CoordinatorConfigPatch };
 }
 
 function validateRunConfig(c: RunConfig): void {
@@ -313,28 +277,13 @@ function validateRunConfig(c: RunConfig): void {
   } catch (e) {
     throw new ConfigError('E_BAD_CONFIG', (e as Error).message);
   }
-  const problems = validateCoordinatorConfig(c.coordinator);
+  const problems = [
+    ...validateCoordinatorConfig(c.coordinator),
+    ...schemaProblems(Type.Omit(RunConfigSchema, ['coordinator']), c),
+  ];
   if (c.coordinator.seqLen > c.model.blockSize)
     problems.push(`seqLen ${c.coordinator.seqLen} exceeds the model's blockSize ${c.model.blockSize}`);
-  if (typeof c.name !== 'string' || !/^[\w.-]{1,64}$/.test(c.name))
-    problems.push(`name must be 1-64 of [A-Za-z0-9_.-], got '${c.name}'`);
-  if (typeof c.title !== 'string' || c.title.trim().length === 0 || c.title.length > 120)
-    problems.push('title must be 1-120 characters');
-  const posInt = (k: string, v: unknown) => {
-    if (!Number.isInteger(v) || (v as number) < 1) problems.push(`${k} must be a positive integer`);
-  };
-  posInt('eval.batches', c.eval.batches);
-  posInt('eval.batchSize', c.eval.batchSize);
-  posInt('checkpoints.keep', c.checkpoints.keep);
-  posInt('limits.helloPerMinute', c.limits.helloPerMinute);
-  posInt('limits.restPerMinute', c.limits.restPerMinute);
-  posInt('limits.maxIslands', c.limits.maxIslands);
-  posInt('limits.maxLogBytes', c.limits.maxLogBytes);
-  if (
-    c.limits.powBits !== undefined &&
-    !(Number.isInteger(c.limits.powBits) && c.limits.powBits >= 0 && c.limits.powBits <= 32)
-  )
-    problems.push('limits.powBits must be an integer in [0, 32]');
-  if (c.limits.newIslandsPerHour !== undefined) posInt('limits.newIslandsPerHour', c.limits.newIslandsPerHour);
+  if (c.mix.k === 1 || (c.mix.k & (c.mix.k - 1)) !== 0)
+    problems.push(`mix.k must be 0 (off) or a power of two from 2 to 16, got ${c.mix.k}`);
   if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
 }

@@ -2,7 +2,7 @@
 // event log's lines: `eventLine` writes a coordinator event as a line of events.jsonl, `replay`
 // reads the lines back on startup (history, eval losses, traffic, the last applied ack per island).
 
-import type { HistoryPoint } from '../../core/api.ts';
+import type { ConfigChange, HistoryPoint } from '../../core/api.ts';
 import type { CoordinatorEvent } from '../../core/coord/index.ts';
 import type { AckMsg } from '../../core/protocol.ts';
 import { IslandQuality } from './island-quality.ts';
@@ -28,6 +28,8 @@ export interface PointContext {
 
 export class RunHistory {
   readonly points: HistoryPoint[] = [];
+  /** Every change of the run's knobs (Admin PATCH), at the version it took effect from. */
+  readonly configChanges: ConfigChange[] = [];
   lastEval: { version: number; loss: number } | null = null;
   /** Each island's accepted Δs and their quality. */
   readonly islands = new IslandQuality();
@@ -130,8 +132,14 @@ export class RunHistory {
       points: [...older, ...p.slice(older.length ? p.length - keep : 0)],
       acks: [...acks.values()],
       lastEval: this.lastEval,
+      configChanges: this.configChanges,
       ...traffic,
     };
+  }
+
+  /** Records a knob change (the Admin PATCH's, as its log line says it). */
+  noteConfig(c: ConfigChange): void {
+    this.configChanges.push(c);
   }
 
   private replayLine(
@@ -150,6 +158,7 @@ export class RunHistory {
       );
       for (const a of (e.acks ?? []) as AckMsg[]) acks.set(a.islandId, a);
       this.lastEval = (e.lastEval ?? null) as RunHistory['lastEval'];
+      this.configChanges.splice(0, this.configChanges.length, ...((e.configChanges ?? []) as ConfigChange[]));
       traffic.bytesIn = num(e.bytesIn);
       traffic.bytesOut = num(e.bytesOut);
     } else if (e.type === 'resume') {
@@ -159,6 +168,9 @@ export class RunHistory {
       for (const [id, a] of acks) if (a.version > v) acks.delete(id);
       if (this.lastEval && this.lastEval.version > v) this.lastEval = null;
       this.islands.truncate(v);
+    } else if (e.type === 'admin' && e.action === 'config' && typeof e.version === 'number') {
+      const changes = (e.changes ?? e.patch ?? {}) as Record<string, unknown>;
+      if (e.version <= maxVersion) this.noteConfig({ version: e.version, time: e.t, changes });
     } else if (e.type === 'start') {
       this.start(e.t, 0);
     } else if (e.type === 'update') {

@@ -287,7 +287,7 @@ export class WebGpuEngine implements TrainingEngine {
     if (targets) q.writeBuffer(this.b('targets'), 0, this.tokOut, 0, n);
   }
 
-  private writeStep(lr: number, maxNorm: number, lossSlot: number): void {
+  private writeStep(lr: number, maxNorm: number, lossSlot: number, weightDecay = this.hyper.weightDecay): void {
     const h = this.hyper;
     encodeStepUniform(
       {
@@ -295,7 +295,7 @@ export class WebGpuEngine implements TrainingEngine {
         beta1: h.beta1,
         beta2: h.beta2,
         eps: h.eps,
-        weightDecay: h.weightDecay,
+        weightDecay,
         bc1: 1 - Math.pow(h.beta1, Math.max(1, this.t)),
         bc2: 1 - Math.pow(h.beta2, Math.max(1, this.t)),
         maxNorm,
@@ -386,7 +386,7 @@ export class WebGpuEngine implements TrainingEngine {
     const { B, T } = batch;
     this.loadTokens(batch.inputs, batch.targets, B, T);
     this.t += 1;
-    this.writeStep(opts.lr, opts.gradClip, this.losses.slot);
+    this.writeStep(opts.lr, opts.gradClip, this.losses.slot, opts.weightDecay);
     const shape = { B, T };
     this.program.setShape(shape);
     const enc = this.gpu.createCommandEncoder({ label: 'step' });
