@@ -6,7 +6,7 @@ import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from '@sinclair/typebox';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
-import type { CoordinatorConfig, CoordinatorConfigPatch } from '../../core/coord/index.ts';
+import { type CoordinatorConfig, type CoordinatorConfigPatch, codecSetting } from '../../core/coord/index.ts';
 import type { AuthLimiter } from './auth-limit.ts';
 import { replies, sendError } from './http-strict.ts';
 import type { Run } from '../run/run.ts';
@@ -43,8 +43,8 @@ const PATCH_KEYS: {
   roundTime: (v) => ({ targetRoundMs: Math.round(v * 1000) }),
   quorum: (v) => ({ quorum: v }),
   maxStaleness: (v) => ({ maxStaleness: v }),
-  // another encoding starts from its own defaults (sparse's block of 4096 is no int4 setting)
-  codec: (v, cur) => ({ uplink: v === cur.uplink.encoding ? { ...cur.uplink } : { encoding: v as Encoding } }),
+  // the same uplink and downlink as `serve --codec v`
+  codec: (v) => codecSetting(v as Encoding),
   innerSteps: (v) => ({ innerSteps: v }),
 };
 

@@ -9,7 +9,7 @@ import {
   type CoordinatorConfigPatch,
   DEFAULT_COORDINATOR_CONFIG,
   MEASURED_SETTING,
-  SPARSE_UPLINK,
+  codecSetting,
   mergeConfig,
   validateCoordinatorConfig,
 } from '../../core/coord/index.ts';
@@ -83,9 +83,6 @@ const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches
 
 export const DEFAULT_RUN_NAME = 'default';
 
-/** The downlink of a dense uplink (`--codec int8` and the like): int8, one scale per 64. */
-const DENSE_DOWNLINK: CoordinatorConfig['downlink'] = { encoding: 'int8', blockSize: 64 };
-
 /**
  * The embedded default: `small`, Moby-Dick, on the measured setting (MEASURED_SETTING: async merge
  * windows, the sparse uplink, int4 downlink; the setting the simulator's comparison row measures).
@@ -135,9 +132,8 @@ function flagPatch(f: RunFlags): CoordinatorConfigPatch {
   if (f.codec !== undefined) {
     if (!ENCODINGS.includes(f.codec as Encoding))
       throw new ConfigError('E_BAD_CONFIG', `--codec must be one of ${ENCODINGS.join('|')}, got '${f.codec}'`);
-    // the uplink, and the downlink measured with it: sparse's int4 per 4096, else int8 per 64
-    p.uplink = f.codec === 'sparse' ? { ...SPARSE_UPLINK } : { encoding: f.codec as Encoding };
-    p.downlink = f.codec === 'sparse' ? { ...MEASURED_SETTING.downlink } : { ...DENSE_DOWNLINK };
+    // the uplink, and the downlink measured with it (the admin API's codec gives the same)
+    Object.assign(p, codecSetting(f.codec as Encoding));
   }
   const outer: Partial<CoordinatorConfig['outer']> = {};
   if (f.outerLr !== undefined) outer.lr = f.outerLr;
