@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../instruments/cli.ts';
 import { chaos } from '../instruments/commands/chaos.ts';
+import { type Fault, takeDue } from '../instruments/commands/chaos-faults.ts';
 
 describe('atoll chaos', () => {
   it('is a command with its flags', () => {
@@ -13,6 +14,24 @@ describe('atoll chaos', () => {
     expect(c.options.map((o) => o.long)).toEqual(
       expect.arrayContaining(['--islands', '--fail', '--tokens', '--latency', '--no-baseline', '--roles', '--json']),
     );
+  });
+
+  // The hang (issue 38): a fault passed over by the run's last update came due at 104 % and was
+  // applied to a finished run (an island killed and restarted, connections dropped); from now on a
+  // fault due only once the run is done is reported, never applied nor waited on.
+  it('takeDue: a fault due only once the run is done is not fired, and is reported', () => {
+    const acted: number[] = [];
+    const f = (at: number): Fault => ({ at, what: `f${at}`, act: () => void acted.push(at) });
+    const schedule = [f(0.2), f(0.4), f(1), f(1.5)];
+    const first = schedule[0];
+    expect(takeDue(schedule, 0.3, false)).toEqual({ fire: [first], notFired: [] });
+    expect(schedule.map((x) => x.at)).toEqual([0.4, 1, 1.5]);
+    // the last update took θ from below 40 % to 104 %: the run is done, nothing fires
+    const late = takeDue(schedule, 1.04, true);
+    expect(late.fire).toEqual([]);
+    expect(late.notFired.map((x) => x.at)).toEqual([0.4, 1, 1.5]);
+    expect(schedule).toEqual([]);
+    expect(acted).toEqual([]);
   });
 
   it('a faulty run: every fault fires, lost = 0, duplicates = 0, goodput and eval loss reported', async () => {
