@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../instruments/cli.ts';
 import { chaos } from '../instruments/commands/chaos.ts';
+import { type Fault, takeDue } from '../instruments/commands/chaos-faults.ts';
 
 describe('atoll chaos', () => {
   it('is a command with its flags', () => {
@@ -15,15 +16,43 @@ describe('atoll chaos', () => {
     );
   });
 
-  it('a faulty run: every fault fires, lost = 0, duplicates = 0, goodput and eval loss reported', async () => {
-    const r = await chaos({ islands: 2, failFraction: 0.5, tokens: 8_000, innerSteps: 4, baseline: false });
+  // The hang (issue 38): a fault passed over by the run's last update came due at 104 % and was
+  // applied to a finished run (an island killed and restarted, connections dropped); from now on a
+  // fault due only once the run is done is reported, never applied nor waited on.
+  it('takeDue: a fault due only once the run is done is not fired, and is reported', () => {
+    const acted: number[] = [];
+    const f = (at: number): Fault => ({ at, what: `f${at}`, act: () => void acted.push(at) });
+    const schedule = [f(0.2), f(0.4), f(1), f(1.5)];
+    const first = schedule[0];
+    expect(takeDue(schedule, 0.3, false)).toEqual({ fire: [first], notFired: [] });
+    expect(schedule.map((x) => x.at)).toEqual([0.4, 1, 1.5]);
+    // the last update took θ from below 40 % to 104 %: the run is done, nothing fires
+    const late = takeDue(schedule, 1.04, true);
+    expect(late.fire).toEqual([]);
+    expect(late.notFired.map((x) => x.at)).toEqual([0.4, 1, 1.5]);
+    expect(schedule).toEqual([]);
+    expect(acted).toEqual([]);
+  });
+
+  it('a faulty run: every fault fires or is reported, lost = 0, duplicates = 0, goodput and eval loss reported', async () => {
+    // 16k tokens: the marks at 20-32 % fire while the run trains. A fault's act (a 3 s SIGSTOP, an island
+    // killed and replaced) can outlast the rest of so short a run: a fault that comes due only then is
+    // reported as not fired (chaos-faults.ts), so every fault is accounted for, and the counts are the fired.
+    const r = await chaos({ islands: 2, failFraction: 0.5, tokens: 16_000, innerSteps: 4, baseline: false });
     const f = r.faulty;
-    expect(r.faults).toHaveLength(4);
-    expect([f.islandKills, f.connectionDrops, f.pauses]).toEqual([1, 2, 1]);
+    expect([...r.faults, ...r.notFired]).toHaveLength(4);
+    expect(r.faults.length).toBeGreaterThanOrEqual(3);
+    const fired = (what: string) => r.faults.filter((x) => x.startsWith(what)).length;
+    expect([f.islandKills, f.connectionDrops, f.pauses]).toEqual([
+      fired('kill -9 island'),
+      fired('drop connections'),
+      fired('SIGSTOP'),
+    ]);
+    expect(f.islandKills + f.pauses).toBeGreaterThanOrEqual(1);
     expect(f.acked).toBeGreaterThan(0);
     expect(f.lost).toBe(0);
     expect(f.duplicates).toBe(0);
-    expect(f.tokensInTheta).toBeGreaterThanOrEqual(8_000);
+    expect(f.tokensInTheta).toBeGreaterThanOrEqual(16_000);
     expect(f.goodput).toBeGreaterThan(0);
     expect(f.goodput).toBeLessThanOrEqual(1);
     expect(Number.isFinite(f.evalLoss)).toBe(true);

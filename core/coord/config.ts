@@ -1,11 +1,11 @@
 // Coordinator configuration: defaults, validation, and the knobs that may change at runtime.
 
 import type { Static } from '@sinclair/typebox';
-import type { CodecOptions } from '../codec/index.ts';
+import type { CodecOptions, Encoding } from '../codec/index.ts';
 import { ADAMW_DEFAULTS } from '../model/ops.ts';
 import { schemaProblems } from '../schema-walk.ts';
 import { CoordinatorConfigSchema } from './config-schema.ts';
-import { ErrorCode, } from '../protocol.ts';
+import { ErrorCode } from '../protocol.ts';
 import { type Result, err, ok } from '../result.ts';
 
 /** How a delta's weight falls with its staleness τ = v_now − v_base. */
@@ -48,6 +48,20 @@ export const MEASURED_SETTING = {
   uplink: SPARSE_UPLINK,
   downlink: SPARSE_DOWNLINK,
 } as const satisfies Pick<CoordinatorConfig, 'mode' | 'uplink' | 'downlink'>;
+
+/** The downlink of a dense uplink: int8, one scale per 64. */
+export const DENSE_DOWNLINK = { encoding: 'int8', blockSize: 64 } as const satisfies CoordinatorConfig['downlink'];
+
+/**
+ * The codecs an encoding name stands for, wherever a user picks one (`--codec`, the admin API's
+ * `codec`): sparse is the measured sparse uplink with its int4 downlink; any other encoding is a dense
+ * uplink at the codec's own defaults with the int8 downlink.
+ */
+export function codecSetting(encoding: Encoding): Pick<CoordinatorConfig, 'uplink' | 'downlink'> {
+  return encoding === 'sparse'
+    ? { uplink: { ...SPARSE_UPLINK }, downlink: { ...SPARSE_DOWNLINK } }
+    : { uplink: { encoding }, downlink: { ...DENSE_DOWNLINK } };
+}
 
 /**
  * Every island warms up its inner lr over the first steps of a fresh AdamW state (InnerLrPlan.

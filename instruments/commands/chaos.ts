@@ -15,7 +15,8 @@
 // active aggregator (kill -9; the standby takes over, a new standby is started), and reports each
 // failover time. `topology` and `faults` in the result say exactly what ran.
 //
-// Every fault fires in the first half of the tokens, so the second half shows the run recovering.
+// Every fault fires in the first half of the tokens, so the second half shows the run recovering; one
+// that comes due only once the run is done is reported (notFired), not applied (chaos-faults.ts).
 //
 // Run as a script (`node --import bin/register.js instruments/commands/chaos.ts island <url> <name>`),
 // this file is the island child: one JSON line per step, submission and sync.
@@ -28,6 +29,7 @@ import { fileURLToPath } from 'node:url';
 import { FaultProxy } from '../../server/cluster/proxy.ts';
 import { type RedisProc, freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
 import { loggedUpdates } from '../fleet/tally.ts';
+import { type Fault, faultSchedule, fireDue, sleep, waitUntil } from './chaos-faults.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const SELF = fileURLToPath(import.meta.url);
@@ -77,6 +79,8 @@ export interface ChaosOptions {
   baseline?: boolean;
   /** On the Redis roles (two gateways, two aggregators) instead of the embedded server. */
   roles?: boolean;
+  /** The faults spread over this fraction of the tokens (default 0.5; past 1, some come due after the budget). */
+  span?: number;
   log?: (line: string) => void;
 }
 
@@ -85,8 +89,8 @@ export interface ChaosRun {
   seconds: number;
   versions: number;
   /**
-   * Tokens the islands trained on: every submitted delta's, plus the steps of killed islands that never reached the
-   * server.
+   * Tokens the islands trained on: every submitted delta's, plus the steps of killed islands that
+   * never reached the server.
    */
   tokensComputed: number;
   /** Tokens of the contributors of every logged update. */
@@ -113,6 +117,8 @@ export interface ChaosResult {
   tokens: number;
   /** Faults the faulty run applied, in order, with the progress at which each fired. */
   faults: string[];
+  /** Faults that came due only once the run was done: reported, not applied (chaos-faults.ts). */
+  notFired: string[];
   clean: ChaosRun | null;
   faulty: ChaosRun;
   /** (faulty − clean) / clean eval loss, percent. */
@@ -139,25 +145,11 @@ type Status = {
   evalVersion: number | null;
 };
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 async function status(url: string): Promise<Status> {
-  const r = await fetch(`${url}/api/status`);
+  // bounded: a server that never answers is a failed poll, not a wait until undici's 300 s
+  const r = await fetch(`${url}/api/status`, { signal: AbortSignal.timeout(10_000) });
   if (!r.ok) throw new Error(`E_CHAOS: /api/status answered ${r.status}`);
   return (await r.json()) as Status;
-}
-
-async function waitUntil(what: string, ms: number, f: () => Promise<boolean>): Promise<void> {
-  const end = Date.now() + ms;
-  for (;;) {
-    try {
-      if (await f()) return;
-    } catch {
-      /* not up yet */
-    }
-    if (Date.now() > end) throw new Error(`E_CHAOS_TIMEOUT: ${what} within ${ms / 1000} s`);
-    await sleep(200);
-  }
 }
 
 /** An island behind a proxy to `ports[0]`; the other ports are its next gateways (`--server A,B`). */
@@ -231,7 +223,7 @@ async function runOnce(
   faulty: boolean,
   o: Required<Omit<ChaosOptions, 'log' | 'baseline'>>,
   log: (s: string) => void,
-  faults: string[],
+  faults: { fired: string[]; notFired: string[] },
 ): Promise<ChaosRun> {
   const dir = mkdtempSync(join(tmpdir(), 'atoll-chaos-'));
   owned.dirs.add(dir);
@@ -298,7 +290,11 @@ async function runOnce(
       servers.push(serveChild(['--port', String(ports[0]), '--host', '127.0.0.1', ...runFlags]));
     }
     for (const p of ports)
-      await waitUntil('atoll serve to answer', 120_000, async () => (await fetch(`http://127.0.0.1:${p}/healthz`)).ok);
+      await waitUntil(
+        'atoll serve to answer',
+        120_000,
+        async () => (await fetch(`http://127.0.0.1:${p}/healthz`, { signal: AbortSignal.timeout(10_000) })).ok,
+      );
     // the last gateway is never killed: the harness reads the run there
     const url = `http://127.0.0.1:${ports[ports.length - 1]}`;
     const route = (k: number) => ports.map((_, j) => ports[(k + j) % ports.length]);
@@ -310,75 +306,38 @@ async function runOnce(
     for (let i = 0; i < o.islands; i++) await addIsland();
     log(`chaos: ${faulty ? 'faulty' : 'clean'} run, ${o.islands} islands, to ${o.tokens} tokens`);
 
-    // the schedule: [progress, action], fired once each as θ's tokens pass the mark
-    const schedule: Array<[number, string, () => Promise<void> | void]> = [];
+    // the schedule, fired once each as θ's tokens pass the mark (chaos-faults.ts)
     const killed: IslandChild[] = [];
-    if (faulty) {
-      const kills = Math.ceil(o.failFraction * o.islands);
-      for (let j = 0; j < kills; j++) {
-        schedule.push([
-          0.1 + (0.4 * (j + 0.5)) / kills,
-          'kill -9 island',
-          async () => {
-            const victim = islands.splice(j % islands.length, 1)[0];
-            victim.child.kill('SIGKILL');
-            await victim.exited;
-            await victim.proxy.close();
-            counts.islandKills++;
-            killed.push(victim);
+    const schedule: Fault[] = !faulty
+      ? []
+      : faultSchedule(o, {
+          islands,
+          replace: async (victim) => {
+            killed.push(victim as IslandChild);
             await addIsland();
           },
-        ]);
-      }
-      if (o.roles) {
-        schedule.push([
-          0.25,
-          'kill -9 gateway 0',
-          async () => {
-            servers[2].child.kill('SIGKILL');
-            await servers[2].exited;
-            counts.gatewayKills++;
-          },
-        ]);
-        schedule.push([
-          0.35,
-          'kill -9 the active aggregator',
-          async () => {
-            const active = aggregators.find((a) => alive(a) && a.out.includes('aggregator active'))!;
-            active.child.kill('SIGKILL');
-            const t = performance.now();
-            await active.exited;
-            counts.aggregatorKills++;
-            startAggregator();
-            await waitUntil('a standby to take over', 60_000, async () =>
-              aggregators.some((a) => a !== active && a.out.includes('aggregator active')),
-            );
-            failoverMs.push(Math.round(performance.now() - t));
-          },
-        ]);
-      }
-      for (const p of [0.2, 0.4])
-        schedule.push([
-          p,
-          'drop connections',
-          () => {
-            islands[0].proxy.dropAll();
-            counts.connectionDrops++;
-          },
-        ]);
-      schedule.push([
-        0.3,
-        'SIGSTOP island for 3 s',
-        async () => {
-          const c = islands[islands.length - 1].child;
-          c.kill('SIGSTOP');
-          counts.pauses++;
-          await sleep(3000);
-          c.kill('SIGCONT');
-        },
-      ]);
-      schedule.sort((a, b) => a[0] - b[0]);
-    }
+          ...(o.roles
+            ? {
+                killGateway: async () => {
+                  servers[2].child.kill('SIGKILL');
+                  await servers[2].exited;
+                },
+                failOver: async () => {
+                  const active = aggregators.find((a) => alive(a) && a.out.includes('aggregator active'))!;
+                  active.child.kill('SIGKILL');
+                  const t = performance.now();
+                  await active.exited;
+                  startAggregator();
+                  await waitUntil('a standby to take over', 60_000, async () =>
+                    aggregators.some((a) => a !== active && a.out.includes('aggregator active')),
+                  );
+                  return Math.round(performance.now() - t);
+                },
+              }
+            : {}),
+          counts,
+          failoverMs,
+        });
     let last: Status = await status(url);
     const deadline = Date.now() + 20 * 60_000;
     while (!last.done) {
@@ -389,14 +348,9 @@ async function runOnce(
       } catch {
         continue;
       }
-      const progress = last.tokensTotal / o.tokens;
-      while (schedule.length && schedule[0][0] <= progress) {
-        const [p, what, act] = schedule.shift()!;
-        faults.push(`${what} at ${(100 * p).toFixed(0)} %`);
-        log(`chaos: ${what} at ${(100 * progress).toFixed(0)} % of the tokens`);
-        await act();
-      }
+      await fireDue(schedule, last, o.tokens, faults, log);
     }
+    await fireDue(schedule, last, o.tokens, faults, log);
     await waitUntil('the final eval', 120_000, async () => {
       last = await status(url);
       return last.evalVersion === last.version;
@@ -407,7 +361,13 @@ async function runOnce(
     for (const i of islands) i.child.kill('SIGKILL');
     for (const sv of [...servers].reverse()) {
       if (alive(sv)) sv.child.kill('SIGTERM');
-      await sv.exited;
+      // a server that does not close in 30 s is killed (said), not waited on
+      await Promise.race([sv.exited, sleep(30_000)]);
+      if (alive(sv)) {
+        log('chaos: a server did not exit 30 s after SIGTERM: kill -9');
+        sv.child.kill('SIGKILL');
+        await sv.exited;
+      }
     }
 
     const updates = loggedUpdates(readFileSync(join(dir, 'run', 'events.jsonl'), 'utf8'));
@@ -464,6 +424,7 @@ export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
     innerSteps: opts.innerSteps ?? 8,
     seed: opts.seed ?? 1,
     roles: opts.roles ?? false,
+    span: opts.span ?? 0.5,
   };
   const log = opts.log ?? (() => {});
   if (!(Number.isInteger(o.islands) && o.islands >= 1 && o.islands <= 64))
@@ -474,9 +435,11 @@ export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
     throw Object.assign(new Error(`--tokens must be a positive integer, got ${o.tokens}`), { code: 'E_BAD_FLAGS' });
   if (!(o.failFraction >= 0 && o.failFraction <= 1))
     throw Object.assign(new Error(`--fail must be a number in [0, 1], got ${o.failFraction}`), { code: 'E_BAD_FLAGS' });
+  if (!(o.span > 0 && o.span <= 100))
+    throw Object.assign(new Error(`span must be a number in (0, 100], got ${o.span}`), { code: 'E_BAD_FLAGS' });
   takeDownOnSignals(log);
-  const clean = opts.baseline === false ? null : await runOnce(false, o, log, []);
-  const faults: string[] = [];
+  const clean = opts.baseline === false ? null : await runOnce(false, o, log, { fired: [], notFired: [] });
+  const faults = { fired: [] as string[], notFired: [] as string[] };
   const faulty = await runOnce(true, o, log, faults);
   const d =
     clean && clean.evalLoss !== null && faulty.evalLoss !== null
@@ -487,7 +450,8 @@ export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
     islands: o.islands,
     failFraction: o.failFraction,
     tokens: o.tokens,
-    faults,
+    faults: faults.fired,
+    notFired: faults.notFired,
     clean,
     faulty,
     evalLossDeltaPct: d === null ? null : Number(d.toFixed(2)),

@@ -11,7 +11,7 @@ import {
   type CoordinatorConfigPatch,
   DEFAULT_COORDINATOR_CONFIG,
   MEASURED_SETTING,
-  SPARSE_UPLINK,
+  codecSetting,
   mergeConfig,
   validateCoordinatorConfig,
 } from '../../core/coord/index.ts';
@@ -82,9 +82,6 @@ const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches
 
 export const DEFAULT_RUN_NAME = 'default';
 
-/** The downlink of a dense uplink (`--codec int8` and the like): int8, one scale per 64. */
-const DENSE_DOWNLINK: CoordinatorConfig['downlink'] = { encoding: 'int8', blockSize: 64 };
-
 /**
  * The embedded default: `small`, Moby-Dick, on the measured setting (MEASURED_SETTING: async merge
  * windows, the sparse uplink, int4 downlink; the setting the simulator's comparison row measures).
@@ -134,8 +131,9 @@ export function flagPatch(f: RunFlags): RunConfigPatch {
     if (v === undefined || !(name in KNOBS) || name === 'preset') continue;
     if (name === 'codec') {
       // the uplink, and the downlink measured with it: sparse's int4 per 4096, else int8 per 64
-      setAt(p, 'coordinator.uplink', v === 'sparse' ? { ...SPARSE_UPLINK } : { encoding: v as Encoding });
-      setAt(p, 'coordinator.downlink', v === 'sparse' ? { ...MEASURED_SETTING.downlink } : { ...DENSE_DOWNLINK });
+      const set = codecSetting(v as Encoding); // the admin API's codec gives the same
+      setAt(p, 'coordinator.uplink', set.uplink);
+      setAt(p, 'coordinator.downlink', set.downlink);
     } else setAt(p, KNOBS[name].path, knobValue(name, v));
   }
   return p as RunConfigPatch;

@@ -5,7 +5,7 @@
 
 import { Type } from '@sinclair/typebox';
 import type { Encoding } from '../../core/codec/index.ts';
-import type { CoordinatorConfig, CoordinatorConfigPatch } from '../../core/coord/index.ts';
+import { type CoordinatorConfig, type CoordinatorConfigPatch, codecSetting } from '../../core/coord/index.ts';
 import { ErrorCode } from '../../core/protocol.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { ADMIN_KNOBS, KNOBS, type KnobName, knobHelp, knobSchema, knobValue, setAt } from '../../core/run-config.ts';
@@ -31,7 +31,7 @@ export const ADMIN_KNOB_HELP = Object.fromEntries(ADMIN_KNOBS.map((n) => [n, kno
  * The body as one coordinator patch: E_BAD_REQUEST naming the first unknown knob (and the known ones)
  * or each bad value with its range.
  */
-export function parseConfigPatch(body: unknown, cur: CoordinatorConfig): Result<CoordinatorConfigPatch> {
+export function parseConfigPatch(body: unknown): Result<CoordinatorConfigPatch> {
   if (typeof body !== 'object' || body === null || Array.isArray(body) || Object.keys(body).length === 0)
     return err(ErrorCode.BAD_REQUEST, `the body must be an object of one or more knobs: ${ADMIN_KNOBS.join(', ')}`);
   const problems: string[] = [];
@@ -48,8 +48,8 @@ export function parseConfigPatch(body: unknown, cur: CoordinatorConfig): Result<
       problems.push(`${bad.join('; ')} (${knobHelp(knob)})`);
       continue;
     }
-    // another encoding starts from its own defaults (sparse's block of 4096 is no int4 setting)
-    if (knob === 'codec') p.uplink = v === cur.uplink.encoding ? { ...cur.uplink } : { encoding: v as Encoding };
+    // a codec is its whole setting, uplink and downlink, as `serve --codec v` gives it
+    if (knob === 'codec') Object.assign(p, codecSetting(v as Encoding));
     else setAt(p, KNOBS[knob].path.replace(/^coordinator\./, ''), knobValue(knob, v));
   }
   if (problems.length) return err(ErrorCode.BAD_REQUEST, problems.join('; '));
@@ -67,7 +67,7 @@ export interface KnobbedRun {
 
 /** Checks and applies an Admin PATCH body; the change is in events.jsonl and the history with its version. */
 export async function applyConfigPatch(run: KnobbedRun, body: unknown): Promise<Result<RunConfig>> {
-  const patch = parseConfigPatch(body, run.coord.config());
+  const patch = parseConfigPatch(body);
   if (!patch.ok) return patch;
   const changes = body as Record<string, unknown>;
   const r = await run.admin.setConfig(patch.value, changes);
