@@ -27,7 +27,8 @@ export interface RunConfig {
   seed: number;
   coordinator: CoordinatorConfig;
   eval: { batches: number; batchSize: number };
-  checkpoints: { keep: number };
+  /** Keep the last `keep`, the first of every `every` versions (0: none), the best eval (keep-policy.ts). */
+  checkpoints: { keep: number; every?: number; best?: boolean };
   limits: {
     /** hello messages per IP per minute (socket.io). */
     helloPerMinute: number;
@@ -232,6 +233,9 @@ export const HistoryPointSchema = Type.Object({
   compressionRatio: Type.Number(),
   goodput: Type.Number(),
   updateNorm: Type.Number(),
+  /** The outer lr of this update's step and the inner lr at its token position (null: a run logged before lrs were). */
+  outerLr: Nullable(Type.Number()),
+  innerLr: Nullable(Type.Number()),
   /** Tokens of this update by the contributors' engine ("cpu", "webgpu"). */
   tokensByEngine: Counts,
   /** tokensByEngine over the time since the previous point: the dashboard's stacked tokens/s. */
@@ -254,6 +258,18 @@ export type IslandsResponse = Static<typeof IslandsResponseSchema>;
 export const HistoryResponseSchema = Type.Object({ points: Type.Array(HistoryPointSchema) });
 export type HistoryResponse = Static<typeof HistoryResponseSchema>;
 
+/** GET /api/config-changes: every change of the run's knobs (the Admin PATCH) at the version it took effect. */
+export const ConfigChangesResponseSchema = Type.Object({
+  changes: Type.Array(
+    Type.Object({
+      version: Type.Integer(),
+      time: Type.Number(),
+      patch: Open<Record<string, unknown>>('the PATCH /api/admin/config body'),
+    }),
+  ),
+});
+export type ConfigChangesResponse = Static<typeof ConfigChangesResponseSchema>;
+
 /** One row of GET /api/checkpoints. */
 export const CheckpointInfoSchema = Type.Object({
   version: Type.Integer(),
@@ -267,6 +283,8 @@ export const CheckpointInfoSchema = Type.Object({
   /** The same checkpoint as a transformers GPT-2 folder in a tar archive (atoll export --format hf). */
   hfUrl: Type.String(),
   hfFile: Type.String(),
+  /** Why the keep policy keeps it (server/run/keep-policy.ts): 'last', 'every', 'best'. */
+  keptFor: Type.Array(Type.String()),
 });
 export type CheckpointInfo = Static<typeof CheckpointInfoSchema>;
 

@@ -90,6 +90,7 @@ export function buildProgram(): Command {
     .option('--seed <n>', 'init and data seed, 0..2^32-1', SEED, 1337)
     .option('--eval-every <n>', 'evaluate every n steps, 1..10,000,000', intIn(1, 10_000_000), 50)
     .option('--eval-batches <n>', 'held-out batches per eval, 1..100,000', intIn(1, 100_000), 8)
+    .option('--metrics <dir>', 'folder for the scalars per step: scalars.jsonl and TensorBoard (default <out>.metrics)')
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
     .option('--json', 'print one JSON object at the end')
@@ -165,6 +166,25 @@ export function buildProgram(): Command {
     .option('--port <n>', 'HTTP port, 0..65535 (default $PORT or 8080)', PORT)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
+    .option(
+      '--eval-batches <n>',
+      "held-out batches per eval, 1..100,000 (each batch × seqLen tokens: the dashboard states the eval's tokens)",
+      intIn(1, 100_000),
+    )
+    .option('--keep-last <n>', 'checkpoints: keep the newest n, 1..100,000 (default 5)', intIn(1, 100_000))
+    .option(
+      '--keep-every <k>',
+      'checkpoints: keep the first of every k versions, 0..10^9 (0: none; default 50)',
+      intIn(0, 1e9),
+    )
+    .addOption(
+      new Option('--keep-best <on|off>', 'checkpoints: keep the one of the best eval loss (default on)').argParser(
+        (v) => {
+          if (v !== 'on' && v !== 'off') throw new InvalidArgumentError('on or off');
+          return v === 'on';
+        },
+      ),
+    )
     .option(
       '--outer-workers <n>',
       'worker threads for the outer step, off the event loop, 0..64 (0: on the event loop)',

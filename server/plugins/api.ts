@@ -10,6 +10,7 @@ import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
 import {
   CheckpointsResponseSchema,
+  ConfigChangesResponseSchema,
   ContributorCreditSchema,
   HistoryResponseSchema,
   IslandDetailSchema,
@@ -17,6 +18,7 @@ import {
   RunInfoSchema,
   RunStatusSchema,
   SampleResponseSchema,
+  type ConfigChangesResponse,
   type RunInfo,
 } from '../../core/api.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
@@ -27,6 +29,7 @@ import type { Run } from '../run/run.ts';
 import { ISLANDS_PAGE_MAX } from '../run/views.ts';
 import { checkpointFile } from '../run/checkpoint.ts';
 import { tarFolder } from '../tar.ts';
+import { pointScalars, scalarsCsv } from '../run/scalars.ts';
 
 export interface ApiOptions {
   run: Run;
@@ -154,6 +157,24 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     },
   );
 
+  // The run's scalars (server/run/scalars.ts), one row per version: what <run-dir>/metrics/ holds, as CSV.
+  api.get(
+    '/api/scalars.csv',
+    {
+      schema: { querystring: NoQuery, response: replies(Type.Unsafe<string>({ type: 'string', description: 'CSV' })) },
+    },
+    async (_req, reply) => {
+      const rows = run.history.points.map((p) => ({ step: p.version, time: p.time, scalars: pointScalars(p) }));
+      return reply.type('text/csv; charset=utf-8').send(scalarsCsv(rows));
+    },
+  );
+
+  api.get(
+    '/api/config-changes',
+    { schema: { querystring: NoQuery, response: replies(ConfigChangesResponseSchema) } },
+    async () => ({ changes: run.history.changes as ConfigChangesResponse['changes'] }),
+  );
+
   // The model an island trains from: θ at the last durable version, as safetensors.
   api.get(
     '/api/model',
@@ -251,7 +272,11 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     { schema: { querystring: SampleQuery, response: replies(SampleResponseSchema) } },
     async (req, reply) => {
       const s = req.query;
-      const tokens = Math.min(maxSample, s.tokens ?? 100);
+      const tokens = s.tokens ?? 100;
+      if (tokens > maxSample)
+        return reply.code(400).send({
+          error: { code: 'E_BAD_REQUEST', message: `tokens=${tokens} is above this server's limit of ${maxSample}` },
+        });
       const prompt = encodeText(s.prompt ?? '');
       const r = await views.sample(
         tokens,

@@ -22,6 +22,8 @@ export interface AdminedRun {
   readonly archive: DeltaArchive;
   readonly outerWorkers: number;
   readonly views: { invalidate(): void };
+  /** Config changes are marked at their version (history.ts). */
+  readonly history: { configChanged(version: number, time: number, patch: unknown): void };
   /** Non-null while validators audit the run. */
   readonly audits: unknown;
   onBan(islandId: string): void;
@@ -77,7 +79,9 @@ export class RunAdmin {
     if (!r.ok) return r;
     run.config = { ...run.config, coordinator: r.value };
     run.store.writeConfig(run.config);
-    run.store.append({ type: 'admin', action: 'config', patch });
+    const at = { version: run.coord.version, t: Date.now() };
+    run.store.append({ type: 'admin', action: 'config', ...at, patch });
+    run.history.configChanged(at.version, at.t, patch);
     await run.checkpointNow();
     return ok(run.config);
   }

@@ -15,6 +15,7 @@ import {
 } from '../../core/coord/index.ts';
 import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import { type PresetName, PRESETS, getPreset, validateConfig } from '../../core/model/config.ts';
+import { DEFAULT_KEEP } from './keep-policy.ts';
 
 export type { RunConfig } from '../../core/api.ts';
 
@@ -35,6 +36,12 @@ export interface RunFlags {
   title?: string;
   description?: string;
   seed?: number;
+  /** Held-out batches per eval (eval.batches). */
+  evalBatches?: number;
+  /** The checkpoint keep policy (checkpoints.keep, .every, .best: server/run/keep-policy.ts). */
+  keepLast?: number;
+  keepEvery?: number;
+  keepBest?: boolean;
 }
 
 export class ConfigError extends Error {
@@ -112,7 +119,7 @@ function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
       islandTimeoutMs: 60_000,
     }),
     eval: { batches: evalBatches, batchSize: evalBatchSize },
-    checkpoints: { keep: 5 },
+    checkpoints: { ...DEFAULT_KEEP },
     limits: {
       helloPerMinute: 120,
       restPerMinute: 600,
@@ -254,12 +261,13 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
   if (flags.description !== undefined) cfg.description = flags.description;
   if (flags.seed !== undefined) cfg.seed = flags.seed;
   // the default title describes the default run only: another run reads as its name until given one
-  if (
-    flags.title === undefined &&
-    file?.title === undefined &&
-    (cfg.name !== DEFAULT_RUN_NAME || cfg.data !== 'moby-dick')
-  )
-    cfg.title = cfg.name;
+  // and the default description the default run only: another run says what it trains on
+  if (cfg.name !== DEFAULT_RUN_NAME || cfg.data !== 'moby-dick') {
+    if (flags.title === undefined && file?.title === undefined) cfg.title = cfg.name;
+    if (flags.description === undefined && file?.description === undefined)
+      cfg.description = `A ${cfg.preset} GPT trained on ${cfg.data}, by volunteers’ browsers and GPU servers together.`;
+  }
+  applyEvalAndKeepFlags(cfg, flags);
   cfg.coordinator = mergeConfig(cfg.coordinator, flagPatch(flags));
   // Async without merge windows applies each Δ on arrival: the delayed Nesterov of Async Local-SGD,
   // unless set explicitly (a merge window takes one Nesterov step, as the simulator measured).
@@ -303,8 +311,18 @@ export function resumeRunConfig(
   if (flags.name !== undefined) config.name = flags.name;
   if (flags.title !== undefined) config.title = flags.title;
   if (flags.description !== undefined) config.description = flags.description;
+  applyEvalAndKeepFlags(config, flags);
   validateRunConfig(config);
   return { config, patch };
+}
+
+/** --eval-batches and --keep-*: not what the run is, so they apply on resume as well. */
+function applyEvalAndKeepFlags(c: RunConfig, f: RunFlags): void {
+  if (f.evalBatches !== undefined) c.eval = { ...c.eval, batches: f.evalBatches };
+  c.checkpoints = { ...DEFAULT_KEEP, ...c.checkpoints };
+  if (f.keepLast !== undefined) c.checkpoints.keep = f.keepLast;
+  if (f.keepEvery !== undefined) c.checkpoints.every = f.keepEvery;
+  if (f.keepBest !== undefined) c.checkpoints.best = f.keepBest;
 }
 
 function validateRunConfig(c: RunConfig): void {
@@ -326,6 +344,9 @@ function validateRunConfig(c: RunConfig): void {
   posInt('eval.batches', c.eval.batches);
   posInt('eval.batchSize', c.eval.batchSize);
   posInt('checkpoints.keep', c.checkpoints.keep);
+  const every = c.checkpoints.every;
+  if (every !== undefined && !(Number.isInteger(every) && every >= 0))
+    problems.push('checkpoints.every must be an integer ≥ 0 (0: off)');
   posInt('limits.helloPerMinute', c.limits.helloPerMinute);
   posInt('limits.restPerMinute', c.limits.restPerMinute);
   posInt('limits.maxIslands', c.limits.maxIslands);

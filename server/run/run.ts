@@ -27,7 +27,8 @@ import { loadCorpus } from './corpus.ts';
 import { EvalService } from './eval-worker.ts';
 import type { Metrics } from '../metrics.ts';
 import type { MixStatus, RunConfig } from '../../core/api.ts';
-import { RunHistory, eventLine, type PointContext } from './history.ts';
+import { RunHistory, eventLine, lrAt, type PointContext } from './history.ts';
+import { ScalarLog, metricsDir } from './scalars.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
 import { SnapshotArrays, encodeRunCheckpoint, restoreLatest } from './checkpoint.ts';
@@ -147,7 +148,7 @@ export class Run {
 
   /** Opens (resuming when the folder holds a run) or creates the run in `o.dir`. */
   static async open(o: OpenRunOptions): Promise<Run> {
-    const store = new RunStore(o.dir, { keep: o.config.checkpoints.keep, maxLogBytes: o.config.limits.maxLogBytes });
+    const store = new RunStore(o.dir, { keep: o.config.checkpoints, maxLogBytes: o.config.limits.maxLogBytes });
     const dataset = loadCorpus(o.config.data);
     const now = Date.now();
     let coord = restoreLatest(store, o.config.model, o.log ?? (() => {}));
@@ -173,6 +174,8 @@ export class Run {
     const traffic = run.history.replay(store.readEvents(), coord.version, run.waiters.lastApplied);
     run.bytesIn = traffic.bytesIn;
     run.bytesOut = traffic.bytesOut;
+    run.history.scalars = new ScalarLog(metricsDir(o.dir)); // <dir>/metrics/: JSONL and TensorBoard, from here on
+    for (const p of run.history.points) if (p.evalLoss !== null) store.noteEval(p.version, p.evalLoss);
     store.carry = () =>
       run.history.carryLine(run.waiters.lastApplied, { bytesIn: run.bytesIn, bytesOut: run.bytesOut });
     // Deltas accepted into the open sync round before a restart: a resend attaches to the ack.
@@ -452,6 +455,7 @@ export class Run {
       bytesInTotal: this.bytesIn,
       bytesOutTotal: this.bytesOut,
       tokensByEngine,
+      ...lrAt(this.coord.config(), this.coord.totals().tokensApplied),
     };
   }
 
@@ -465,6 +469,7 @@ export class Run {
     e.onResult = (r) => {
       if (this.closed) return;
       this.history.setEval(r.version, r.loss);
+      this.store.noteEval(r.version, r.loss);
       this.metrics.evalLoss.set(r.loss);
       this.metrics.evalVersion.set(r.version);
       this.store.append({ type: 'eval', version: r.version, loss: r.loss, ms: Math.round(r.ms) });

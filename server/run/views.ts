@@ -133,7 +133,9 @@ export class RunViews {
   /** Checkpoints on disk, newest first: GET /api/checkpoints. */
   checkpoints(): CheckpointInfo[] {
     const { store, config } = this.run;
-    return store.listCheckpoints().map((c) => ({
+    const list = store.listCheckpoints();
+    const kept = store.keptFor(list);
+    return list.map((c) => ({
       version: c.version,
       hash: store.checkpointHash(c),
       bytes: c.bytes,
@@ -142,6 +144,7 @@ export class RunViews {
       file: checkpointFile(config.name, c.version),
       hfUrl: `/api/checkpoints/${c.version}/hf`,
       hfFile: checkpointFile(config.name, c.version, 'hf'),
+      keptFor: kept.get(c.version) ?? [],
     }));
   }
 
@@ -168,10 +171,7 @@ export class RunViews {
 
   /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
   private meanUpdateBytes(): number | null {
-    const v = this.run.durableParams().version;
-    const r = this.run.coord.updatesSince(Math.max(0, v - 8));
-    const ups = r.ok ? r.value.filter((u) => u.version <= v) : [];
-    return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
+    return this.run.history.meanUpdateBytes(this.run.durableParams().version);
   }
 
   /** Text from the durable model, in a worker (one request at a time): GET /api/sample. */
