@@ -60,10 +60,14 @@ describe('checkpoints kept by policy', () => {
   }, 30_000);
 
   it('holds checkpoints newer than the last eval until theirs arrives; a burst keeps the first of a span', () => {
-    const kept = keptVersions([10, 11, 12, 13, 14, 15], { keep: 2, every: 0, best: true }, {
-      best: { version: 10, loss: 1 },
-      evaluated: 12,
-    });
+    const kept = keptVersions(
+      [10, 11, 12, 13, 14, 15],
+      { keep: 2, every: 0, best: true },
+      {
+        best: { version: 10, loss: 1 },
+        evaluated: 12,
+      },
+    );
     expect([...kept.keys()].sort((a, b) => a - b)).toEqual([10, 13, 14, 15]);
     expect(kept.get(13)).toEqual(['eval']);
     // v50 was never written (a burst): v52 is the first of its span and stays
