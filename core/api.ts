@@ -203,6 +203,9 @@ export const HistoryPointSchema = Type.Object({
   compressionRatio: Type.Number(),
   goodput: Type.Number(),
   updateNorm: Type.Number(),
+  /** The outer lr of this update's step and the inner lr at its token position (null: a run logged before lrs were). */
+  outerLr: Nullable(Type.Number()),
+  innerLr: Nullable(Type.Number()),
   /** Tokens of this update by the contributors' engine ("cpu", "webgpu"). */
   tokensByEngine: Counts,
   /** tokensByEngine over the time since the previous point: the dashboard's stacked tokens/s. */
@@ -250,6 +253,8 @@ export const CheckpointInfoSchema = Type.Object({
   /** The same checkpoint as a transformers GPT-2 folder in a tar archive (atoll export --format hf). */
   hfUrl: Type.String(),
   hfFile: Type.String(),
+  /** Why the keep policy keeps it (server/run/keep-policy.ts): 'last', 'every', 'best'. */
+  keptFor: Type.Array(Type.String()),
 });
 export type CheckpointInfo = Static<typeof CheckpointInfoSchema>;
 

@@ -61,7 +61,12 @@ export const RunConfigSchema = Type.Object({
     batches: posInt('held-out batches per evaluation'),
     batchSize: posInt('sequences per held-out batch'),
   }),
-  checkpoints: Type.Object({ keep: posInt('checkpoints kept (the newest)') }),
+  // the keep policy (server/run/keep-policy.ts); every and best absent: its defaults
+  checkpoints: Type.Object({
+    keep: posInt('checkpoints: keep the newest n'),
+    every: Type.Optional(int(0, 1e9, { description: 'checkpoints: keep the first of every k versions (0: none)' })),
+    best: Type.Optional(Type.Boolean({ description: 'checkpoints: keep the one of the best eval loss' })),
+  }),
   limits: Type.Object({
     helloPerMinute: posInt('hello messages per IP per minute (socket.io)'),
     restPerMinute: posInt('REST requests per IP per minute'),
@@ -102,6 +107,8 @@ export interface Knob {
   schema?: TSchema;
   /** config value = flag value × scale (rounded). */
   scale?: number;
+  /** A flag of words for a boolean leaf: --keep-best on|off. */
+  onOff?: boolean;
 }
 
 const k = (path: string, arg: string, more: Partial<Knob> = {}): Knob => ({ path, arg, ...more });
@@ -137,6 +144,15 @@ export const KNOBS = {
   auditBanAfter: k('audit.banAfter', 'n'),
   outerWorkers: k('outerWorkers', 'n'),
   leaseMs: k('cluster.leaseMs', 'ms'),
+  evalBatches: k('eval.batches', 'n'),
+  keepLast: k('checkpoints.keep', 'n'),
+  keepEvery: k('checkpoints.every', 'k'),
+  keepBest: k('checkpoints.best', 'on|off', {
+    onOff: true,
+    schema: Type.Union([Type.Literal('on'), Type.Literal('off')], {
+      description: 'checkpoints: keep the one of the best eval loss',
+    }),
+  }),
 } satisfies Record<string, Knob>;
 export type KnobName = keyof typeof KNOBS;
 
@@ -177,7 +193,8 @@ export function knobHelp(name: KnobName): string {
 
 /** The config value a knob's value makes (another unit scaled). */
 export function knobValue(name: KnobName, v: unknown): unknown {
-  const scale = (KNOBS[name] as Knob).scale;
+  const { scale, onOff } = KNOBS[name] as Knob;
+  if (onOff) return v === 'on' || v === true;
   return scale && typeof v === 'number' ? Math.round(v * scale) : v;
 }
 

@@ -62,6 +62,10 @@ const SERVE_KNOBS: KnobName[] = [
   'auditBanAfter',
   'mixGroup',
   'mixSpotRate',
+  'evalBatches',
+  'keepLast',
+  'keepEvery',
+  'keepBest',
 ];
 const presetOption = () => new Option('--preset <name>', 'model preset').choices(Object.keys(PRESETS));
 const engineOption = () => new Option('--engine <kind>', 'training engine').choices(['cpu', 'webgpu']).default('cpu');
@@ -95,6 +99,7 @@ export function buildProgram(): Command {
     .option('--seed <n>', 'init and data seed, 0..2^32-1', SEED, 1337)
     .option('--eval-every <n>', 'evaluate every n steps, 1..10,000,000', intIn(1, 10_000_000), 50)
     .option('--eval-batches <n>', 'held-out batches per eval, 1..100,000', intIn(1, 100_000), 8)
+    .option('--metrics <dir>', 'folder for the scalars per step: scalars.jsonl and TensorBoard (default <out>.metrics)')
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
     .option('--json', 'print one JSON object at the end')

@@ -1,7 +1,9 @@
-// `atoll train` and `atoll sample` end to end, plus checkpoint and data errors with codes.
+// `atoll train` and `atoll sample` end to end, plus checkpoint and data errors with codes: train's --json
+// carries the whole curve and its scalars land in <out>.metrics/ (JSONL and TensorBoard); sample on a
+// transformers folder says to export it back first.
 
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -27,10 +29,40 @@ describe('atoll train / sample', () => {
     expect(r.evalLossFirst).toBeGreaterThan(5.3); // ≈ ln 256 at init
     expect(r.evalLossLast).toBeLessThan(0.75 * r.evalLossFirst);
     expect(r.tokens).toBe(150 * 8 * 32);
+    // the whole curve: every step's lr and train loss, the evals at 0, 75 and 150
+    expect(r.curve).toHaveLength(151);
+    expect(
+      r.curve.filter((p: { evalLoss: number | null }) => p.evalLoss !== null).map((p: { step: number }) => p.step),
+    ).toEqual([0, 75, 150]);
+    expect(r.curve[150]).toMatchObject({ step: 150, tokens: r.tokens, evalLoss: r.evalLossLast });
+    expect(r.curve.slice(1).every((p: { lr: number; trainLoss: number }) => p.lr > 0 && p.trainLoss > 0)).toBe(true);
+    expect(r.curve[150].trainLoss).toBeLessThan(r.curve[1].trainLoss);
+    const metrics = join(dir, 'tiny.metrics');
+    expect(r.metrics).toBe(metrics);
+    const rows = readFileSync(join(metrics, 'scalars.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(rows.filter((x) => 'train/loss' in x)).toHaveLength(150);
+    expect(rows.filter((x) => 'eval/loss' in x).map((x) => x['eval/loss'])).toEqual([
+      r.evalLossFirst,
+      r.curve[75].evalLoss,
+      r.evalLossLast,
+    ]);
+    expect(readdirSync(metrics).filter((f) => f.startsWith('events.out.tfevents.'))).toHaveLength(1);
     const s = atoll(['sample', '--checkpoint', ckpt, '--prompt', 'Call me', '--tokens', '40']);
     expect(s.status).toBe(0);
     expect(s.stdout.startsWith('Call me')).toBe(true);
     expect(Buffer.byteLength(s.stdout)).toBeGreaterThan(20);
+
+    // a transformers folder is not a checkpoint: the error says how to get one
+    const hf = join(dir, 'tiny-hf');
+    expect(atoll(['export', '--checkpoint', ckpt, '--format', 'hf', '--out', hf]).status).toBe(0);
+    const f = atoll(['sample', '--checkpoint', hf]);
+    expect(f.status).toBe(1);
+    expect(f.stderr).toMatch(/E_CHECKPOINT_FOLDER/);
+    expect(f.stderr).toContain('--format atoll');
+    expect(f.stderr).not.toMatch(/EISDIR/);
   });
 
   it('a corrupt or truncated checkpoint gives a clear error with a code', () => {

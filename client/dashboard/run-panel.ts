@@ -9,6 +9,9 @@ import type { Store } from './store.ts';
 
 type Dict = Record<string, unknown>;
 
+/** The longest sample the server gives (GET /api/sample refuses more: E_BAD_REQUEST naming it). */
+const SAMPLE_MAX = 256;
+
 function isDict(v: unknown): v is Dict {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
@@ -32,10 +35,7 @@ export function runFacts(r: RunInfo): Array<[string, string]> {
     ['Model', `GPT-2: ${m.nLayer} layers, ${m.nHead} heads, width ${m.nEmbd}, context ${m.blockSize} tokens`],
     ['Parameters', `${fmtSI(r.params)} (${fmtBytes(r.modelBytes)} in fp32)`],
     ['Text', `${r.data.name}: ${fmtBytes(r.data.trainBytes)} to train on, ${fmtBytes(r.data.heldOutBytes)} held out`],
-    [
-      'Mode',
-      r.mode === 'sync' ? 'sync: one outer update per round of all islands' : 'async: an outer update per arriving Δ',
-    ],
+    ['Mode', modeText(r)],
     ['Inner step', `${r.batch} sequences × ${r.seqLen} tokens = ${fmtInt(r.batch * r.seqLen)} tokens`],
     [
       'Inner steps per round',
@@ -52,8 +52,36 @@ export function runFacts(r: RunInfo): Array<[string, string]> {
     ['Outer optimizer', `${o.kind}, learning rate ${o.lr}, momentum ${o.momentum}`],
     ['Traffic per island and round', `${fmtBytes(r.bytesPerRound.up)} up, ${fmtBytes(r.bytesPerRound.down)} down`],
     ['Largest Δ frame accepted', fmtBytes(r.maxFrameBytes)],
+    ['Eval', evalText(r)],
+    ['Checkpoints kept', keepText(r.config.checkpoints)],
     ['Protocol version', String(r.protocolVersion)],
   ];
+}
+
+/** How the run's outer updates come: per round (sync), per merge window or per arriving Δ (async). */
+export function modeText(r: RunInfo): string {
+  if (r.mode === 'sync') return 'sync: one outer update per round of all islands';
+  const w = r.config.coordinator.asyncWindow;
+  if (w.fraction === 0) return 'async: an outer update per arriving Δ';
+  const cap = w.capMs > 0 ? `, at most ${(w.capMs / 1000).toFixed(0)} s` : '';
+  return `async: the Δs arriving together merge into one outer update (a window of ${w.fraction} × the median round${cap})`;
+}
+
+/** The eval's size, stated: held-out batches × sequences × the context. */
+export function evalText(r: RunInfo): string {
+  const e = r.config.eval;
+  const tokens = e.batches * e.batchSize * r.model.blockSize;
+  return `held-out loss over ${fmtInt(tokens)} tokens (${e.batches} × ${e.batchSize} × ${r.model.blockSize}; serve --eval-batches)`;
+}
+
+/** The checkpoint keep policy in words (server/run/keep-policy.ts; its defaults for older runs). */
+export function keepText(c: RunInfo['config']['checkpoints']): string {
+  const every = c.every ?? 50;
+  return [
+    `the last ${c.keep}`,
+    ...(every > 0 ? [`the first of every ${every} versions`] : []),
+    ...((c.best ?? true) ? ['the best eval'] : []),
+  ].join(', ');
 }
 
 /** The server's error (core/api.ts ApiError) as one line; a local message as it is. */
@@ -81,7 +109,7 @@ export class RunPanel {
       type: 'number',
       id: 'sample-tokens',
       min: 1,
-      max: 2000,
+      max: SAMPLE_MAX,
       value: 200,
       'aria-label': 'Tokens to sample',
     });
@@ -130,6 +158,7 @@ export class RunPanel {
               h('th', { scope: 'col' }, 'Saved'),
               h('th', { class: 'num', scope: 'col' }, 'Size'),
               h('th', { scope: 'col' }, 'Hash'),
+              h('th', { scope: 'col' }, 'Kept as'),
               h('th', { scope: 'col' }, 'Download'),
             ),
           ),
@@ -180,6 +209,7 @@ export class RunPanel {
           h('td', {}, fmtTime(c.time)),
           h('td', { class: 'num' }, fmtBytes(c.bytes)),
           h('td', { class: 'mono' }, c.hash ? c.hash.slice(0, 12) : '–'),
+          h('td', { class: 'kept' }, c.keptFor.join(', ')),
           h(
             'td',
             { class: 'downloads' },
@@ -203,7 +233,7 @@ export class RunPanel {
   }
 
   private async sample(): Promise<void> {
-    const n = Math.max(1, Math.min(2000, Math.round(Number(this.tokensInput.value) || 200)));
+    const n = Math.max(1, Math.min(SAMPLE_MAX, Math.round(Number(this.tokensInput.value) || 200)));
     this.sampleBtn.disabled = true;
     setText(this.sampleMeta, 'Sampling…');
     const t0 = performance.now();
@@ -217,11 +247,6 @@ export class RunPanel {
     }
     const b = r.body as SampleResponse;
     this.sampleOut.textContent = b.prompt + b.text;
-    // The server caps the length; say what it actually generated.
-    setText(
-      this.sampleMeta,
-      `${b.tokens} tokens from version ${b.version} in ` +
-        `${ms} ms${b.tokens < n ? ` (the server caps samples at ${b.tokens})` : ''}.`,
-    );
+    setText(this.sampleMeta, `${b.tokens} tokens from version ${b.version} in ${ms} ms.`);
   }
 }

@@ -211,7 +211,13 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   const onSignal = () => {
     stops++;
     if (stops === 1) {
-      say('stopping after this step (an in-flight delta still gets its ack); Ctrl-C again to quit now');
+      const p = runtime.progress;
+      say(
+        p.status === 'training'
+          ? `stopping after this step: round ${p.roundId} is dropped unsent (${p.step} of ${p.of} steps done, ` +
+              'its tokens not counted); Ctrl-C again to quit now'
+          : 'stopping after this step (an in-flight delta still gets its ack); Ctrl-C again to quit now',
+      );
       runtime.stop();
       // Waiting for a sync round to close holds no work: leave now instead of after the round.
       if (runtime.progress.status === 'waiting') void transport.close('stopped');

@@ -1,6 +1,7 @@
 // `atoll sample`: print text generated from a checkpoint.
 
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
 import { generate } from '../../core/sample.ts';
@@ -17,6 +18,18 @@ export interface SampleCliOptions {
 }
 
 export async function sampleFromCheckpoint(o: SampleCliOptions): Promise<string> {
+  if (existsSync(o.checkpoint) && statSync(o.checkpoint).isDirectory()) {
+    const hf = existsSync(join(o.checkpoint, 'config.json'));
+    throw Object.assign(
+      new Error(
+        hf
+          ? `'${o.checkpoint}' is a transformers folder, not an atoll checkpoint: ` +
+              `npx atoll export --checkpoint ${o.checkpoint} --format atoll --out ckpt.safetensors first, then sample that`
+          : `'${o.checkpoint}' is a folder: give a .safetensors checkpoint (atoll train --out, or a run's checkpoints/)`,
+      ),
+      { code: 'E_CHECKPOINT_FOLDER' },
+    );
+  }
   let bytes: Uint8Array;
   try {
     bytes = new Uint8Array(readFileSync(o.checkpoint));

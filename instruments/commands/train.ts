@@ -1,5 +1,6 @@
 // `atoll train`: one island, locally, no server. Trains, evaluates on the held-out
-// split every so often, and writes a safetensors checkpoint.
+// split every so often, and writes a safetensors checkpoint, and its scalars per step (loss, lr, tokens,
+// eval) to <metrics>/scalars.jsonl and a TensorBoard event file (server/run/scalars.ts).
 
 import { SingleBar, Presets } from 'cli-progress';
 import { encodeCheckpoint } from '../../core/checkpoint.ts';
@@ -12,6 +13,7 @@ import { loadCorpus } from '../../server/run/corpus.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from '../../client/island/engine/node-engines.ts';
 import { assertWritable, writeFileAtomic } from '../../server/fsutil.ts';
+import { ScalarLog } from '../../server/run/scalars.ts';
 
 export interface TrainOptions {
   preset: PresetName;
@@ -27,7 +29,21 @@ export interface TrainOptions {
   seed: number;
   evalEvery: number;
   evalBatches: number;
+  /** The folder of its scalars (default: the checkpoint's path less .safetensors, plus .metrics). */
+  metrics?: string;
 }
+
+/** One step of the curve: after `step` steps (0: the init), `tokens` trained on. */
+export interface TrainCurvePoint {
+  step: number;
+  tokens: number;
+  lr: number | null;
+  trainLoss: number | null;
+  evalLoss: number | null;
+}
+
+/** The default folder of a checkpoint's scalars: ckpt.safetensors → ckpt.metrics/. */
+export const metricsDirOf = (out: string) => `${out.replace(/\.safetensors$/, '')}.metrics`;
 
 export interface TrainReport {
   preset: string;
@@ -42,6 +58,10 @@ export interface TrainReport {
   evalLossLast: number;
   tokensPerSec: number;
   checkpoint: string;
+  /** Every step's lr and train loss, and the evals (at step 0 and every --eval-every). */
+  curve: TrainCurvePoint[];
+  /** Where the scalars were written. */
+  metrics: string;
 }
 
 async function meanEvalLoss(engine: TrainingEngine, batches: Batch[]): Promise<number> {
@@ -78,6 +98,23 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
     );
     const evalLossFirst = await meanEvalLoss(engine, evalSet);
     let evalLossLast = evalLossFirst;
+    const metrics = o.metrics ?? metricsDirOf(o.out);
+    const scalars = new ScalarLog(metrics, { fresh: true });
+    const tokensPerStep = B * T;
+    const curve: TrainCurvePoint[] = [{ step: 0, tokens: 0, lr: null, trainLoss: null, evalLoss: evalLossFirst }];
+    const record = (p: TrainCurvePoint) => {
+      const at = curve[p.step];
+      if (at) Object.assign(at, Object.fromEntries(Object.entries(p).filter(([, v]) => v !== null)));
+      else curve[p.step] = p;
+      scalars.write(p.step, Date.now(), {
+        'train/loss': p.trainLoss,
+        'eval/loss': p.evalLoss,
+        'lr/inner': p.lr,
+        'tokens/total': p.tokens,
+      });
+    };
+    scalars.write(0, Date.now(), { 'eval/loss': evalLossFirst, 'tokens/total': 0 });
+    const lrs: number[] = [];
     const bar = new SingleBar(
       {
         format: 'train |{bar}| {value}/{total} steps | loss {loss} | eval {evalLoss} | {tps} tok/s',
@@ -95,11 +132,22 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
     for (let step = 0; step < o.steps; step++) {
       const t0 = performance.now();
       sampleBatch(data.train, B, T, o.seed, 0, step, batch);
-      await engine.step(batch, { lr: learningRate(sched, step), gradClip: 1.0 });
+      lrs.push(learningRate(sched, step));
+      await engine.step(batch, { lr: lrs[step], gradClip: 1.0 });
       const last = step === o.steps - 1;
-      if ((step + 1) % 10 === 0 || last) losses.push(...(await engine.takeLosses())); // losses are read back in batches
+      if ((step + 1) % 10 === 0 || last) {
+        // losses are read back in batches
+        const from = losses.length;
+        losses.push(...(await engine.takeLosses()));
+        for (let i = from; i < losses.length; i++)
+          record({ step: i + 1, tokens: (i + 1) * tokensPerStep, lr: lrs[i], trainLoss: losses[i], evalLoss: null });
+      }
       trainTime += performance.now() - t0;
-      if ((step + 1) % o.evalEvery === 0 || last) evalLossLast = await meanEvalLoss(engine, evalSet);
+      if ((step + 1) % o.evalEvery === 0 || last) {
+        evalLossLast = await meanEvalLoss(engine, evalSet);
+        const n = step + 1;
+        record({ step: n, tokens: n * tokensPerStep, lr: lrs[step], trainLoss: null, evalLoss: evalLossLast });
+      }
       const tps = ((step + 1) * B * T) / (trainTime / 1000);
       if (!o.json)
         bar.update(step + 1, {
@@ -141,6 +189,8 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
       evalLossLast,
       tokensPerSec: tokens / (trainTime / 1000),
       checkpoint: o.out,
+      curve,
+      metrics,
     };
   } finally {
     engine.destroy();

@@ -28,6 +28,7 @@ import type { Run } from '../run/run.ts';
 import { ISLANDS_PAGE_MAX } from '../run/views.ts';
 import { checkpointFile } from '../run/checkpoint.ts';
 import { tarFolder } from '../tar.ts';
+import { pointScalars, scalarsCsv } from '../run/scalars.ts';
 
 export interface ApiOptions {
   run: Run;
@@ -158,6 +159,18 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     },
   );
 
+  // The run's scalars (server/run/scalars.ts), one row per version: what <run-dir>/metrics/ holds, as CSV.
+  api.get(
+    '/api/scalars.csv',
+    {
+      schema: { querystring: NoQuery, response: replies(Type.Unsafe<string>({ type: 'string', description: 'CSV' })) },
+    },
+    async (_req, reply) => {
+      const rows = run.history.points.map((p) => ({ step: p.version, time: p.time, scalars: pointScalars(p) }));
+      return reply.type('text/csv; charset=utf-8').send(scalarsCsv(rows));
+    },
+  );
+
   // The model an island trains from: θ at the last durable version, as safetensors.
   api.get(
     '/api/model',
@@ -255,7 +268,11 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     { schema: { querystring: SampleQuery, response: replies(SampleResponseSchema) } },
     async (req, reply) => {
       const s = req.query;
-      const tokens = Math.min(maxSample, s.tokens ?? 100);
+      const tokens = s.tokens ?? 100;
+      if (tokens > maxSample)
+        return reply.code(400).send({
+          error: { code: 'E_BAD_REQUEST', message: `tokens=${tokens} is above this server's limit of ${maxSample}` },
+        });
       const prompt = encodeText(s.prompt ?? '');
       const r = await views.sample(
         tokens,

@@ -21,6 +21,8 @@ export interface AdminParts {
   archive: DeltaArchive;
   islandFile: IslandFile;
   views: { invalidate(): void };
+  /** Config changes are marked at their version (history.ts). */
+  history: { configChanged(version: number, time: number, changes: Record<string, unknown>, patch: unknown): void };
   /** The run config now, and a new one (its knobs changed). */
   config(): RunConfig;
   setConfig(c: RunConfig): void;
@@ -29,6 +31,8 @@ export interface AdminParts {
   /** An island was banned (its sockets close: the run's 'ban' event). */
   banned(islandId: string): void;
   kick(): void;
+  /** Until no batch of events is in flight (run.ts's drain). */
+  drain(): Promise<void>;
   checkpointNow(): Promise<{ version: number; path: string; bytes: number }>;
   /** θ was rebuilt (a revert): it becomes durable and islands start over. */
   rebuilt(): Promise<void>;
@@ -76,12 +80,18 @@ export class RunAdmin {
     const why = run.audited() && patch.uplink?.encoding ? unauditable(patch.uplink.encoding) : null;
     if (why) return err(ErrorCode.BAD_CONFIG, why);
     await run.coord.whenIdle();
+    // the versions made so far are logged under the config they were made with (their lr, in the history)
+    run.kick();
+    await run.drain();
+    await run.coord.whenIdle();
     const r = run.coord.setConfig(patch);
     if (!r.ok) return r;
     const config = { ...run.config(), coordinator: r.value };
     run.setConfig(config);
     run.store.writeConfig(config);
-    run.store.append({ type: 'admin', action: 'config', patch, changes: changes ?? patch, version: run.coord.version });
+    const at = { version: run.coord.version, t: Date.now() };
+    run.store.append({ type: 'admin', action: 'config', ...at, patch, changes: changes ?? patch });
+    run.history.configChanged(at.version, at.t, changes ?? patch, patch);
     await run.checkpointNow();
     return ok(config);
   }

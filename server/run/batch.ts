@@ -12,7 +12,7 @@ import { SnapshotArrays, encodeRunCheckpoint } from './checkpoint.ts';
 import type { DeltaArchive } from './delta-archive.ts';
 import type { DurableState, DurableTheta } from './durable.ts';
 import { EvalService } from './eval-worker.ts';
-import { type PointContext, type RunHistory, eventLine } from './history.ts';
+import { type PointContext, type RunHistory, eventLine, lrAt } from './history.ts';
 import type { IslandFile } from './island-file.ts';
 import type { Traffic } from './islands.ts';
 import type { RunStore } from './store.ts';
@@ -47,6 +47,9 @@ export class RunBatches {
   private next: DurableState | null = null;
   private readonly snapshotArrays = new SnapshotArrays();
 
+  /** Each update's context from prepare, for its history point in publish. */
+  private readonly contexts = new WeakMap<CoordinatorEvent, PointContext>();
+
   constructor(private readonly p: BatchParts) {}
 
   /** Before the commit: the batch's log lines, and its checkpoint when it holds an update. */
@@ -64,7 +67,10 @@ export class RunBatches {
     }
     const oldest = store.listCheckpoints().at(-1)?.version ?? 0;
     for (const ev of events) {
-      const line = eventLine(ev, this.pointContext(ev.type === 'update' ? ev.contributors : []));
+      // an update's context is taken here, as the coordinator made it (the lr it stepped with), for its point too
+      const ctx = this.pointContext(ev.type === 'update' ? ev.contributors : []);
+      if (ev.type === 'update') this.contexts.set(ev, ctx);
+      const line = eventLine(ev, ctx);
       if (line) store.append(line);
       if (ev.type === 'update') archive.write(ev.update.version, ev.update.time, ev.contributors, oldest);
       if (ev.type === 'update' || ev.type === 'rejected') for (const x of ev.rejected) archive.drop(x.islandId, x.seq);
@@ -94,7 +100,7 @@ export class RunBatches {
           waiters.resolveAck({ islandId, seq, roundId, status: 'applied', version: ev.update.version });
         }
         for (const r of ev.rejected) this.rejectAck(r.islandId, r.seq, r.roundId, r.error);
-        this.p.history.addUpdate(ev, this.pointContext(ev.contributors));
+        this.p.history.addUpdate(ev, this.contexts.get(ev) ?? this.pointContext(ev.contributors));
         this.p.out.update(ev.update);
         break;
       }
@@ -129,7 +135,14 @@ export class RunBatches {
       tokensByEngine[engine] = (tokensByEngine[engine] ?? 0) + c.tokens;
     }
     const { bytesIn, bytesOut } = this.p.traffic;
-    return { islandsOnline: this.p.islandsOnline(), bytesInTotal: bytesIn, bytesOutTotal: bytesOut, tokensByEngine };
+    const lr = lrAt(this.p.coord.config(), this.p.coord.totals().tokensApplied);
+    return {
+      islandsOnline: this.p.islandsOnline(),
+      bytesInTotal: bytesIn,
+      bytesOutTotal: bytesOut,
+      tokensByEngine,
+      ...lr,
+    };
   }
 }
 
@@ -153,6 +166,7 @@ export function startEvals(
   e.onResult = (r) => {
     if (closed()) return;
     p.history.setEval(r.version, r.loss);
+    p.store.noteEval(r.version, r.loss); // the keep policy's best
     p.metrics.evalLoss.set(r.loss);
     p.metrics.evalVersion.set(r.version);
     p.store.append({ type: 'eval', version: r.version, loss: r.loss, ms: Math.round(r.ms) });

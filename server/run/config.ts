@@ -29,10 +29,11 @@ import {
 } from '../../core/run-config.ts';
 import { leaves, nodeAt, schemaProblems } from '../../core/schema-walk.ts';
 import { Type } from '@sinclair/typebox';
+import { DEFAULT_KEEP } from './keep-policy.ts';
 
 export type { RunConfig } from '../../core/run-config.ts';
 
-type TextKnob = 'preset' | 'data' | 'mode' | 'codec' | 'name' | 'title' | 'description';
+type TextKnob = 'preset' | 'data' | 'mode' | 'codec' | 'name' | 'title' | 'description' | 'keepBest';
 /** What the flags can set (all optional: only given flags override): the knobs of core/run-config.ts. */
 export type RunFlags = { [K in KnobName]?: K extends TextKnob ? string : number };
 
@@ -107,7 +108,7 @@ export function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
       islandTimeoutMs: 60_000,
     }),
     eval: { batches: evalBatches, batchSize: evalBatchSize },
-    checkpoints: { keep: 5 },
+    checkpoints: { ...DEFAULT_KEEP },
     mix: { k: 0, spotRate: 0.1 },
     audit: { rate: 0.1, banAfter: 2 },
     outerWorkers: 2,
@@ -198,12 +199,12 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
     cfg.coordinator.seqLen = Math.min(cfg.coordinator.seqLen, cfg.model.blockSize);
   const out = mergeRunConfig(cfg, flagPatch(flags));
   // the default title describes the default run only: another run reads as its name until given one
-  if (
-    flags.title === undefined &&
-    file?.title === undefined &&
-    (out.name !== DEFAULT_RUN_NAME || out.data !== 'moby-dick')
-  )
-    out.title = out.name;
+  // and the default description the default run only: another run says what it trains on
+  if (out.name !== DEFAULT_RUN_NAME || out.data !== 'moby-dick') {
+    if (flags.title === undefined && file?.title === undefined) out.title = out.name;
+    if (flags.description === undefined && file?.description === undefined)
+      out.description = `A ${out.preset} GPT trained on ${out.data}, by volunteers’ browsers and GPU servers together.`;
+  }
   // Async without merge windows applies each Δ on arrival: the delayed Nesterov of Async Local-SGD,
   // unless set explicitly (a merge window takes one Nesterov step, as the simulator measured).
   const outerGiven = file?.coordinator?.outer?.kind !== undefined;

@@ -1,12 +1,15 @@
 // The run's history (one point per outer update, for the dashboard and /api/history) and the
 // event log's lines: `eventLine` writes a coordinator event as a line of events.jsonl, `replay`
 // reads the lines back on startup (history, eval losses, traffic, the last applied ack per island).
+// Live points, evals and config changes also go to the run's scalar log (scalars.ts) when it has one.
 
 import type { ConfigChange, HistoryPoint } from '../../core/api.ts';
-import type { CoordinatorEvent } from '../../core/coord/index.ts';
+import type { CoordinatorConfig, CoordinatorEvent } from '../../core/coord/index.ts';
 import type { AckMsg } from '../../core/protocol.ts';
 import { IslandQuality } from './island-quality.ts';
 import type { LogEvent } from './store.ts';
+import { type ScalarLog, pointScalars } from './scalars.ts';
+import { learningRate } from '../../core/model/schedule.ts';
 
 type UpdateEvent = Extract<CoordinatorEvent, { type: 'update' }>;
 /** A line of events.jsonl before the store stamps its time. */
@@ -24,6 +27,15 @@ export interface PointContext {
   bytesInTotal: number;
   bytesOutTotal: number;
   tokensByEngine: Record<string, number>;
+  /** The outer lr of the step and the inner lr at its token position (lrAt). */
+  outerLr: number | null;
+  innerLr: number | null;
+}
+
+/** The outer lr, and the inner lr the schedule gives at `tokensApplied` (what the next assignment starts at). */
+export function lrAt(c: CoordinatorConfig, tokensApplied: number): Pick<PointContext, 'outerLr' | 'innerLr'> {
+  const s = { maxLr: c.innerLr.maxLr, minLr: c.innerLr.minLr, warmup: c.innerLr.warmupTokens, total: c.totalTokens };
+  return { outerLr: c.outer.lr, innerLr: learningRate(s, tokensApplied) };
 }
 
 export class RunHistory {
@@ -33,6 +45,8 @@ export class RunHistory {
   lastEval: { version: number; loss: number } | null = null;
   /** Each island's accepted Δs and their quality. */
   readonly islands = new IslandQuality();
+  /** Where live points, evals and changes are written for trackers (null: nowhere). */
+  scalars: ScalarLog | null = null;
   /** Changed points not yet streamed to dashboards (versions). */
   private dirty = new Set<number>();
 
@@ -60,6 +74,20 @@ export class RunHistory {
   tokensPerSec(now: number): number {
     const last = this.last;
     return last && now - last.time <= TOKENS_PER_SEC_WINDOW_MS ? last.tokensPerSec : 0;
+  }
+
+  /**
+   * The mean frame size of the last `n` updates up to `version` (null: none yet): what a volunteer
+   * downloads per version. From the history, not the coordinator's catch-up (which refuses a span
+   * whose frames outweigh θ: 8 int8 frames do).
+   */
+  meanUpdateBytes(version: number, n = 8): number | null {
+    const sizes: number[] = [];
+    for (let i = this.points.length - 1; i >= 0 && sizes.length < n; i--) {
+      const p = this.points[i];
+      if (p.version <= version && p.version > 0 && p.bytesOut > 0) sizes.push(p.bytesOut);
+    }
+    return sizes.length ? sizes.reduce((a, b) => a + b, 0) / sizes.length : null;
   }
 
   /** Version 0 of a new run. */
@@ -90,14 +118,28 @@ export class RunHistory {
       compressionRatio: s.compressionRatio,
       goodput: s.goodput,
       updateNorm: s.updateNorm,
+      outerLr: c.outerLr,
+      innerLr: c.innerLr,
       ...this.engineRates(s.time, c.tokensByEngine),
     });
+    const p = this.last;
+    if (p?.version === s.version) this.scalars?.write(p.version, p.time, pointScalars(p));
+  }
+
+  /**
+   * A knob changed at `version` (the Admin PATCH): `changes` as the operator named the knobs (the
+   * history's list), `patch` the coordinator's (its config paths: the scalar log's config/<path> tags).
+   */
+  configChanged(version: number, time: number, changes: Record<string, unknown>, patch: unknown): void {
+    this.configChanges.push({ version, time, changes });
+    this.scalars?.change(version, time, patch);
   }
 
   /** An eval loss for `version` (it may arrive after later updates). */
   setEval(version: number, loss: number): void {
     this.lastEval = { version, loss };
     const p = this.find(version);
+    this.scalars?.write(version, p?.time ?? Date.now(), { 'eval/loss': loss });
     if (p) {
       p.evalLoss = loss;
       this.dirty.add(p.version);
@@ -137,11 +179,6 @@ export class RunHistory {
     };
   }
 
-  /** Records a knob change (the Admin PATCH's, as its log line says it). */
-  noteConfig(c: ConfigChange): void {
-    this.configChanges.push(c);
-  }
-
   private replayLine(
     e: LogEvent,
     maxVersion: number,
@@ -167,10 +204,8 @@ export class RunHistory {
       while (this.points.length && this.last!.version > v) this.points.pop();
       for (const [id, a] of acks) if (a.version > v) acks.delete(id);
       if (this.lastEval && this.lastEval.version > v) this.lastEval = null;
+      while (this.configChanges.at(-1) && this.configChanges.at(-1)!.version > v) this.configChanges.pop();
       this.islands.truncate(v);
-    } else if (e.type === 'admin' && e.action === 'config' && typeof e.version === 'number') {
-      const changes = (e.changes ?? e.patch ?? {}) as Record<string, unknown>;
-      if (e.version <= maxVersion) this.noteConfig({ version: e.version, time: e.t, changes });
     } else if (e.type === 'start') {
       this.start(e.t, 0);
     } else if (e.type === 'update') {
@@ -178,6 +213,7 @@ export class RunHistory {
       if (version > maxVersion) return; // logged past the checkpoint: cannot happen, but never trust it
       this.islands.replayLine(e);
       const s = (e.stats ?? {}) as Partial<HistoryPoint> & { stalenessHist?: number[] };
+      const lr = (e.lr ?? {}) as { outer?: unknown; inner?: unknown };
       this.push({
         version,
         time: e.t,
@@ -198,6 +234,8 @@ export class RunHistory {
         compressionRatio: num(s.compressionRatio),
         goodput: num(s.goodput, 1),
         updateNorm: num(s.updateNorm),
+        outerLr: typeof lr.outer === 'number' ? lr.outer : null,
+        innerLr: typeof lr.inner === 'number' ? lr.inner : null,
         ...this.engineRates(e.t, (e.tokensByEngine ?? {}) as Record<string, number>),
       });
       traffic.bytesIn = num(e.bytesInTotal, traffic.bytesIn);
@@ -209,6 +247,11 @@ export class RunHistory {
       }>) {
         acks.set(c.island, { islandId: c.island, seq: c.seq, roundId: c.round, status: 'applied', version });
       }
+    } else if (e.type === 'admin' && e.action === 'config') {
+      // lines logged before changes carried their version took effect after the newest point
+      const version = num(e.version, this.last?.version ?? 0);
+      const changes = (e.changes ?? e.patch ?? {}) as Record<string, unknown>;
+      if (version <= maxVersion) this.configChanges.push({ version, time: e.t, changes });
     } else if (e.type === 'eval') {
       const p = this.find(num(e.version, -1));
       if (p) p.evalLoss = num(e.loss);
@@ -275,6 +318,8 @@ function emptyPoint(time: number, islandsOnline: number): HistoryPoint {
     compressionRatio: 0,
     goodput: 1,
     updateNorm: 0,
+    outerLr: null,
+    innerLr: null,
     tokensByEngine: {},
     tokensPerSecByEngine: {},
   };
@@ -314,6 +359,7 @@ export function eventLine(ev: CoordinatorEvent, c: PointContext): LogLine | null
         bytesInTotal: c.bytesInTotal,
         bytesOutTotal: c.bytesOutTotal,
         tokensByEngine: c.tokensByEngine,
+        lr: { outer: c.outerLr, inner: c.innerLr },
       };
     }
     case 'rejected':

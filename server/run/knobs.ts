@@ -62,15 +62,12 @@ export interface KnobbedRun {
   readonly admin: {
     setConfig(patch: CoordinatorConfigPatch, changes: Record<string, unknown>): Promise<Result<RunConfig>>;
   };
-  readonly history: { noteConfig(c: { version: number; time: number; changes: Record<string, unknown> }): void };
 }
 
-/** Checks and applies an Admin PATCH body; the change is in events.jsonl and the history with its version. */
+/** Checks and applies an Admin PATCH body; the change is in events.jsonl and the history with its version (admin.ts). */
 export async function applyConfigPatch(run: KnobbedRun, body: unknown): Promise<Result<RunConfig>> {
   const patch = parseConfigPatch(body);
   if (!patch.ok) return patch;
   const changes = body as Record<string, unknown>;
-  const r = await run.admin.setConfig(patch.value, changes);
-  if (r.ok) run.history.noteConfig({ version: run.coord.version, time: Date.now(), changes });
-  return r;
+  return run.admin.setConfig(patch.value, changes);
 }

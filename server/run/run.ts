@@ -36,6 +36,7 @@ import { refuseUnreadableRun } from './folder.ts';
 import { RunHistory } from './history.ts';
 import { IslandFile } from './island-file.ts';
 import { RunIslands, type Traffic } from './islands.ts';
+import { ScalarLog, metricsDir } from './scalars.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
 import { RunStore } from './store.ts';
@@ -140,13 +141,14 @@ export class Run extends EventEmitter<RunEvents> {
     const traffic = p.traffic;
     this.views = new RunViews({ coord, config, store, history, connected, traffic, durable, dataset: p.dataset });
     this.admin = new RunAdmin({
-      ...{ coord, store, archive, islandFile, views: this.views, config, kick },
+      ...{ coord, store, archive, islandFile, views: this.views, history, config, kick },
       setConfig: (c) => {
         this.cfg = c;
       },
       audited: () => this.audits !== null,
       banned: (id) => this.emit('ban', id),
       checkpointNow: () => this.checkpointNow(),
+      drain: () => this.drain(),
       rebuilt: () => this.rebuilt(),
     });
     const ban = (id: string, reason: string) => this.admin.ban(id, reason);
@@ -181,7 +183,7 @@ export class Run extends EventEmitter<RunEvents> {
 
   /** Opens (resuming when the folder holds a run) or creates the run in `o.dir`. */
   static async open(o: OpenRunOptions): Promise<Run> {
-    const store = new RunStore(o.dir, { keep: o.config.checkpoints.keep, maxLogBytes: o.config.limits.maxLogBytes });
+    const store = new RunStore(o.dir, { keep: o.config.checkpoints, maxLogBytes: o.config.limits.maxLogBytes });
     const dataset = loadCorpus(o.config.data);
     const log = o.log ?? (() => {});
     const now = Date.now();
@@ -208,6 +210,8 @@ export class Run extends EventEmitter<RunEvents> {
     const history = new RunHistory();
     const waiters = new Waiters();
     const traffic = history.replay(store.readEvents(), coord.version, waiters.lastApplied);
+    history.scalars = new ScalarLog(metricsDir(o.dir)); // <dir>/metrics/: JSONL and TensorBoard, from here on
+    for (const p of history.points) if (p.evalLoss !== null) store.noteEval(p.version, p.evalLoss);
     const parts = { config, store, metrics: o.metrics, dataset, coord, resumed, history, waiters, traffic };
     const run = new Run({ ...parts, offload, audit: o.audit, log });
     // Deltas accepted into the open sync round before a restart: a resend attaches to the ack.

@@ -2,7 +2,7 @@
 // it is named here (runPaths); the modules that write the other files take their path from it.
 //
 //   <dir>/config.json                      the run config (atomic write)
-//   <dir>/checkpoints/v<version>.safetensors  θ + outer optimizer state + coordinator snapshot (last K kept)
+//   <dir>/checkpoints/v<version>.safetensors  θ + outer optimizer state + coordinator snapshot (keep-policy.ts)
 //   <dir>/events.jsonl                     append-only event log, one JSON object per line
 //   <dir>/events.<n>.jsonl                 rotated logs (the last LOGS_KEPT); never read back
 //   <dir>/islands.json                     the full island records (island-file.ts)
@@ -34,6 +34,7 @@ import {
 import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeFileAtomic, writeFileAtomicAsync } from '../fsutil.ts';
+import { type EvalMark, type KeepPolicy, type KeepReason, DEFAULT_KEEP, keptVersions } from './keep-policy.ts';
 
 export interface CheckpointInfo {
   version: number;
@@ -89,7 +90,8 @@ export class RunStore {
   readonly paths: RunPaths;
   readonly checkpointDir: string;
   readonly logPath: string;
-  private keep: number;
+  private readonly policy: KeepPolicy;
+  private readonly mark: EvalMark = { best: null, evaluated: -1 };
   private readonly maxLogBytes: number;
   private logBytes = 0;
   private log: FileHandle | null = null;
@@ -109,18 +111,15 @@ export class RunStore {
   /** Why this process may not write now (a deposed aggregator: server/cluster/run-host.ts), or null. */
   refuse: () => string | null = () => null;
 
-  constructor(dir: string, opts: { keep?: number; maxLogBytes?: number } = {}) {
+  constructor(dir: string, opts: { keep?: number | KeepPolicy; maxLogBytes?: number } = {}) {
     this.dir = dir;
     this.paths = runPaths(dir);
     this.checkpointDir = this.paths.checkpoints;
     this.logPath = this.paths.log;
-    this.keep = Math.max(1, opts.keep ?? 5);
+    const keep = opts.keep ?? DEFAULT_KEEP;
+    this.policy = typeof keep === 'number' ? { keep, every: 0, best: false } : keep;
     this.maxLogBytes = opts.maxLogBytes ?? 64 * 1024 * 1024;
     mkdirSync(this.checkpointDir, { recursive: true });
-  }
-
-  setKeep(k: number): void {
-    this.keep = Math.max(1, k);
   }
 
   async openLog(): Promise<void> {
@@ -333,10 +332,30 @@ export class RunStore {
     lines.unshift(JSON.stringify({ t: Date.now(), ...this.carry() }) + '\n');
   }
 
-  /** Keeps the newest K checkpoints. */
+  /**
+   * An eval loss of `version`: the best so far keeps its checkpoint (if it is still on disk), and
+   * checkpoints newer than the newest eval wait for theirs.
+   */
+  noteEval(version: number, loss: number): void {
+    this.mark.evaluated = Math.max(this.mark.evaluated, version);
+    if (this.mark.best && this.mark.best.loss <= loss) return;
+    if (existsSync(this.checkpointPath(version))) this.mark.best = { version, loss };
+  }
+
+  /** Why the keep policy keeps each checkpoint on disk (by version). */
+  keptFor(list = this.listCheckpoints()): Map<number, KeepReason[]> {
+    return keptVersions(
+      list.map((c) => c.version),
+      this.policy,
+      this.mark,
+    );
+  }
+
+  /** Deletes the checkpoints the keep policy does not keep. */
   private prune(): void {
     const all = this.listCheckpoints();
-    for (const c of all.slice(this.keep)) {
+    const kept = this.keptFor(all);
+    for (const c of all.filter((x) => !kept.has(x.version))) {
       try {
         unlinkSync(c.path);
       } catch {

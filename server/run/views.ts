@@ -134,7 +134,9 @@ export class RunViews {
   checkpoints(): CheckpointInfo[] {
     const { store } = this.run;
     const config = this.run.config();
-    return store.listCheckpoints().map((c) => ({
+    const list = store.listCheckpoints();
+    const kept = store.keptFor(list);
+    return list.map((c) => ({
       version: c.version,
       hash: store.checkpointHash(c),
       bytes: c.bytes,
@@ -143,6 +145,7 @@ export class RunViews {
       file: checkpointFile(config.name, c.version),
       hfUrl: `/api/checkpoints/${c.version}/hf`,
       hfFile: checkpointFile(config.name, c.version, 'hf'),
+      keptFor: kept.get(c.version) ?? [],
     }));
   }
 
@@ -174,10 +177,8 @@ export class RunViews {
 
   /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
   private meanUpdateBytes(): number | null {
-    const v = this.run.durable.version;
-    const r = this.run.coord.updatesSince(Math.max(0, v - 8));
-    const ups = r.ok ? r.value.filter((u) => u.version <= v) : [];
-    return ups.length ? ups.reduce((a, u) => a + u.frame.length, 0) / ups.length : null;
+    // from the history: the coordinator's catch-up refuses a span whose frames outweigh θ (8 int8 frames do)
+    return this.run.history.meanUpdateBytes(this.run.durable.version);
   }
 
   /** Text from the durable model, in a worker (one request at a time): GET /api/sample. */

@@ -1,0 +1,35 @@
+// Ctrl-C on an island in the middle of a round: the island says that the round's work is dropped unsent
+// (how many steps of how many), then leaves cleanly (exit 0), and the server counts none of its tokens.
+
+import { rmSync } from 'node:fs';
+import { afterAll, describe, expect, it } from 'vitest';
+import { type Proc, freePort, getJson, sleep, spawnServe, tempDir, waitFor } from './helpers/server.ts';
+import { startIsland } from './helpers/dashboard-server.ts';
+
+const runDir = tempDir('atoll-island-stop-');
+const procs: Proc[] = [];
+afterAll(async () => {
+  await Promise.all(procs.map((p) => p.stop()));
+  rmSync(runDir, { recursive: true, force: true });
+});
+
+describe('Ctrl-C on an island mid-round', () => {
+  it('says the unfinished round is dropped, with its steps, and exits 0', async () => {
+    // rounds long enough (2,000 steps) that the signal lands in the middle of the first
+    const server = await spawnServe(
+      ['--preset', 'tiny', '--run-dir', runDir, '--inner-steps', '2000', '--no-eval'],
+      await freePort(),
+    );
+    procs.push(server);
+    const island = startIsland(server.url, 'stop-island');
+    procs.push(island);
+    await waitFor('the island measured', () => island.output.some((l) => l.includes('measured')), 60_000, 100);
+    await sleep(3000); // into the round (about 0.03 s a step: a minute for the round)
+    island.child.kill('SIGINT');
+    expect(await island.exited).toBe(0);
+    const said = island.output.find((l) => l.includes('dropped unsent'));
+    expect(said).toMatch(/round \d+ is dropped unsent \([1-9]\d* of 2000 steps done, its tokens not counted\)/);
+    expect(island.output.join('\n')).toMatch(/atoll island: stopped after 0 rounds/);
+    expect((await getJson<{ tokensTotal: number }>(`${server.url}/api/status`)).tokensTotal).toBe(0);
+  }, 120_000);
+});
