@@ -79,6 +79,17 @@ const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches
     evalBatches: 1,
     evalBatchSize: 4,
   },
+  // GPT-2's 50,257-row head dominates each step: small batches, short rounds
+  'gpt2-mini': {
+    batchSize: 2,
+    seqLen: 256,
+    innerSteps: 10,
+    targetRoundMs: 90_000,
+    minInnerSteps: 1,
+    innerLr: { maxLr: 3e-3, minLr: 3e-4 },
+    evalBatches: 1,
+    evalBatchSize: 2,
+  },
 };
 
 export const DEFAULT_RUN_NAME = 'default';
