@@ -1,6 +1,7 @@
 // Autoregressive sampling through any TrainingEngine (CPU or WebGPU).
 
 import type { TrainingEngine } from './engine/index.ts';
+import type { Tokens } from './model/ops.ts';
 import { mulberry32 } from './random.ts';
 
 export interface SampleOptions {
@@ -31,13 +32,14 @@ export function sampleToken(logits: Float32Array, temperature: number, topK: num
   return order[order.length - 1];
 }
 
-/** Continues `prompt` (bytes) by `opts.tokens` tokens; returns only the new bytes. */
-export async function generate(engine: TrainingEngine, prompt: Uint8Array, opts: SampleOptions): Promise<Uint8Array> {
+/** Continues `prompt` (token ids) by `opts.tokens` tokens; returns only the new ids. */
+export async function generate(engine: TrainingEngine, prompt: Tokens, opts: SampleOptions): Promise<Uint32Array> {
   const rand = mulberry32(opts.seed ?? 1);
-  const ctx = Array.from(prompt.length > 0 ? prompt : [10]); // an empty prompt starts at a newline
-  const out = new Uint8Array(opts.tokens);
+  // an empty prompt starts at a newline (byte 10; GPT-2's "\n" is id 198)
+  const ctx = Array.from(prompt.length > 0 ? prompt : [engine.config.vocabSize > 256 ? 198 : 10]);
+  const out = new Uint32Array(opts.tokens);
   for (let i = 0; i < opts.tokens; i++) {
-    const window = Uint8Array.from(ctx.slice(-engine.config.blockSize));
+    const window = Uint32Array.from(ctx.slice(-engine.config.blockSize));
     const logits = await engine.nextTokenLogits(window);
     const tok = sampleToken(logits, opts.temperature ?? 0.8, opts.topK ?? 40, rand);
     out[i] = tok;

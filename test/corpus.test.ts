@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadCorpus } from '../server/run/corpus.ts';
 
-const text = (b: Uint8Array) => Buffer.from(b).toString('latin1');
+const text = (b: ArrayLike<number>) => Buffer.from(Uint8Array.from(b)).toString('latin1');
 
 describe('loadCorpus', () => {
   it("reads the bundled State of the Union addresses as 'sotu', apart from Moby-Dick", () => {

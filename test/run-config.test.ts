@@ -114,3 +114,21 @@ describe('the knobs', () => {
     expect(ADMIN_KNOBS).toEqual(expect.arrayContaining(['innerLr', 'batch', 'totalTokens', 'weightDecay']));
   });
 });
+
+describe('the vocabulary of a served run', () => {
+  it("is the byte tokenizer's: a model of another vocabulary is refused with a code before any work", () => {
+    const why = (file: Parameters<typeof buildRunConfig>[0], flags: Parameters<typeof buildRunConfig>[1]) => {
+      try {
+        buildRunConfig(file, flags);
+        return 'accepted';
+      } catch (e) {
+        return (e as Error & { code?: string }).code + ': ' + (e as Error).message;
+      }
+    };
+    // a byte corpus under a 1024-wide head would sample ids ≥ 256 and export a vocab_size beside 256 entries
+    const tiny = buildRunConfig(null, { preset: 'tiny' }).model;
+    expect(why({ model: { ...tiny, vocabSize: 1024 } }, {})).toMatch(/^E_VOCAB_MISMATCH: model.vocabSize 1024/);
+    expect(why(null, { preset: 'gpt2-mini' })).toMatch(/^E_BAD_CONFIG: preset must be one of/); // atoll train's alone
+    expect(why(null, { preset: 'tiny' })).toBe('accepted');
+  });
+});

@@ -3,6 +3,7 @@
 // trains on another data stream fails and is banned after two failures; audit messages from a
 // connection that is not a validator are refused with E_NOT_VALIDATOR.
 
+import type { TokenArray } from '../core/data/tokenizer.ts';
 import { afterAll, describe, expect, it } from 'vitest';
 import { io } from 'socket.io-client';
 import { IslandRuntime } from '../client/island/runtime.ts';
@@ -26,7 +27,7 @@ afterAll(async () => {
 });
 
 /** An island that trains on another data stream than it was assigned (plausible, fake work). */
-function otherStreamIsland(url: string, train: Uint8Array, batch: number): IslandRuntime {
+function otherStreamIsland(url: string, train: TokenArray, batch: number): IslandRuntime {
   const transport = new SocketIoTransport({ url });
   const lie = (a: Assignment | null) => a && { ...a, data: { ...a.data, stream: a.data.stream + 1 } };
   const hello = transport.hello.bind(transport),

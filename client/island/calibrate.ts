@@ -10,6 +10,7 @@ import { sampleBatch } from '../../core/data/dataset.ts';
 import type { TrainingEngine } from '../../core/engine/index.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
+import type { TokenArray } from '../../core/data/tokenizer.ts';
 
 /** The model and batch shape an engine is built for. */
 export interface ModelShape {
@@ -84,7 +85,7 @@ export function fullBatch(shape: ModelShape): { B: number; T: number } {
   return { B: shape.maxBatch, T: Math.min(shape.maxT ?? shape.config.blockSize, shape.config.blockSize) };
 }
 
-async function timeStep(e: TrainingEngine, train: Uint8Array, B: number, T: number, i: number): Promise<number> {
+async function timeStep(e: TrainingEngine, train: TokenArray, B: number, T: number, i: number): Promise<number> {
   const t0 = performance.now();
   await e.step(sampleBatch(train, B, T, 7, 0, i), { lr: 0, gradClip: 1 });
   await e.takeLosses();
@@ -117,7 +118,7 @@ export function fullStepPlan(
  */
 export async function calibrate(
   e: TrainingEngine,
-  train: Uint8Array,
+  train: TokenArray,
   shape: ModelShape,
   key: string,
 ): Promise<Calibration> {

@@ -32,6 +32,7 @@ import {
 import { backoff } from '../../core/random.ts';
 import type { AtollError, Result } from '../../core/result.ts';
 import { type Clock, type Transport, wallClock } from './transport.ts';
+import type { TokenArray } from '../../core/data/tokenizer.ts';
 
 export type IslandStatusName =
   | 'idle'
@@ -81,7 +82,7 @@ export interface IslandRuntimeOptions {
   /** Its AdamW state fresh (the runtime counts its steps from there for the lr warmup, and resets it itself). */
   engine: TrainingEngine;
   /** Training bytes (the train split of the corpus). */
-  train: Uint8Array;
+  train: TokenArray;
   transport: Transport;
   caps?: Partial<IslandCaps>;
   /** Rejoin under a previous id. */
@@ -111,7 +112,7 @@ export interface IslandRunSummary {
 export class IslandRuntime {
   readonly engine: TrainingEngine;
   private readonly transport: Transport;
-  private readonly train: Uint8Array;
+  private readonly train: TokenArray;
   private readonly clock: Clock;
   private readonly opts: IslandRuntimeOptions;
   private readonly listeners = new Set<(e: IslandEvent) => void>();

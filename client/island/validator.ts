@@ -11,11 +11,12 @@ import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
 import type { TrainingEngine } from '../../core/engine/index.ts';
 import { innerLearningRate } from '../../core/protocol.ts';
 import type { Result } from '../../core/result.ts';
+import type { TokenArray } from '../../core/data/tokenizer.ts';
 
 /** The Δ an honest island sends for this job's round: θ_base − θ after `steps` fresh-AdamW steps. */
 export async function recomputeDelta(
   engine: TrainingEngine,
-  train: Uint8Array,
+  train: TokenArray,
   job: Pick<AuditJob, 'params' | 'work'>,
 ): Promise<Float32Array> {
   const w = job.work;
@@ -37,7 +38,7 @@ export interface AuditMeasure {
 }
 
 /** Recomputes the job and compares; cosine null when it cannot be judged (θ's hash, an undecodable frame). */
-export async function judge(engine: TrainingEngine, train: Uint8Array, job: AuditJob): Promise<AuditMeasure> {
+export async function judge(engine: TrainingEngine, train: TokenArray, job: AuditJob): Promise<AuditMeasure> {
   if (hashParams(job.params) !== job.baseHash)
     return { cosine: null, normRatio: null, reason: 'base θ does not match its hash' };
   const sent = decodeDelta(job.frame, job.params.length);
@@ -58,7 +59,7 @@ export interface ValidatorLink {
 export interface ValidatorOptions {
   /** An engine that runs batches of this size. */
   engineFor: (batchSize: number) => Promise<TrainingEngine>;
-  train: Uint8Array;
+  train: TokenArray;
   link: ValidatorLink;
   /** Waits this long when there is no job (ms). */
   idle: () => Promise<void>;

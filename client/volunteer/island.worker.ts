@@ -34,6 +34,7 @@ import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
 import { answerSample, SamplerEngines } from './sampler.ts';
 import { phaseOf } from './phase-text.ts';
 import { autotuneLine, cpuName, lastAdapter, openEngineHandle, probeGpu } from './worker-gpu.ts';
+import type { TokenArray } from '../../core/data/tokenizer.ts';
 
 const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
 const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
@@ -46,7 +47,7 @@ let engine: ResilientEngine | null = null;
 let runtime: IslandRuntime | null = null;
 let runtimeOpts: IslandRuntimeOptions | null = null;
 let link: ConnectedTransport | null = null;
-let train: Uint8Array | null = null;
+let train: TokenArray | null = null;
 const pauseReasons = new Set<PauseReason>();
 /** Totals of runtimes that ended (each runtime counts from zero). */
 const carried = { bytesUp: 0, bytesDown: 0 };
@@ -243,7 +244,7 @@ async function start(o: StartOptions): Promise<void> {
 }
 
 /** This device's speed: the saved measurement when it fits, else a few timed steps now. */
-async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<void> {
+async function ensureCalibration(o: StartOptions, data: TokenArray): Promise<void> {
   if (calibration || !engine) return;
   // the precision setting is part of the key: ?precision=f32 never reuses an f16 choice
   const key = `${calibrationKey(o.engine, engine.device, o.shape)}|${o.precision}`;
@@ -283,7 +284,7 @@ async function ensureCalibration(o: StartOptions, data: Uint8Array): Promise<voi
  * ?precision=auto on a first visit: time an f16 engine as the f32 one was and keep the faster; the
  * choice is saved with the calibration. A software adapter keeps f32 (its speed says nothing of a GPU).
  */
-async function tryF16(o: StartOptions, data: Uint8Array, key: string): Promise<void> {
+async function tryF16(o: StartOptions, data: TokenArray, key: string): Promise<void> {
   if (!engine || !calibration) return;
   if (lastAdapter()?.isFallbackAdapter) {
     log('info', 'Numerics: f32 (a software adapter: f16 storage is not timed here).');

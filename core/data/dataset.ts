@@ -1,7 +1,8 @@
-// A corpus split into train and held-out bytes, with deterministic batch sampling.
+// A corpus split into train and held-out tokens, with deterministic batch sampling.
 
 import type { Batch } from '../engine/index.ts';
 import { hashString, mixSeed, mulberry32 } from '../random.ts';
+import type { TokenArray, TokenizerName } from './tokenizer.ts';
 
 /** The corpus is cut into chunks; every HELD_OUT_EVERY-th chunk is held out, so eval spans the whole text. */
 export const SPLIT_CHUNK = 8192;
@@ -9,12 +10,14 @@ export const HELD_OUT_EVERY = 10;
 
 export interface TextDataset {
   name: string;
-  train: Uint8Array;
-  heldOut: Uint8Array;
+  /** The ids' tokenizer: the model's vocabulary must be its. */
+  tokenizer: TokenizerName;
+  train: TokenArray;
+  heldOut: TokenArray;
 }
 
-/** Fixed train / held-out split of a byte corpus (never depends on a seed). */
-export function splitCorpus(name: string, bytes: Uint8Array): TextDataset {
+/** Fixed train / held-out split of a corpus's tokens (never depends on a seed). */
+export function splitCorpus(name: string, bytes: TokenArray, tokenizer: TokenizerName = 'byte'): TextDataset {
   const nChunks = Math.ceil(bytes.length / SPLIT_CHUNK);
   const heldIdx: number[] = [];
   const trainIdx: number[] = [];
@@ -22,7 +25,8 @@ export function splitCorpus(name: string, bytes: Uint8Array): TextDataset {
   if (heldIdx.length === 0 && nChunks > 1) heldIdx.push(trainIdx.pop()!);
   const gather = (idx: number[]) => {
     const parts = idx.map((i) => bytes.subarray(i * SPLIT_CHUNK, Math.min(bytes.length, (i + 1) * SPLIT_CHUNK)));
-    const out = new Uint8Array(parts.reduce((a, p) => a + p.length, 0));
+    const n = parts.reduce((a, p) => a + p.length, 0);
+    const out = bytes instanceof Uint16Array ? new Uint16Array(n) : new Uint8Array(n);
     let o = 0;
     for (const p of parts) {
       out.set(p, o);
@@ -30,11 +34,12 @@ export function splitCorpus(name: string, bytes: Uint8Array): TextDataset {
     }
     return out;
   };
-  return { name, train: gather(trainIdx), heldOut: nChunks > 1 ? gather(heldIdx) : bytes.slice() };
+  return { name, tokenizer, train: gather(trainIdx), heldOut: nChunks > 1 ? gather(heldIdx) : bytes.slice() };
 }
 
+/** uint16 rows: any tokenizer's ids fit (GPT-2's 50,257 as in llm.c's shards). */
 export function allocBatch(B: number, T: number): Batch {
-  return { inputs: new Uint8Array(B * T), targets: new Uint8Array(B * T), B, T };
+  return { inputs: new Uint16Array(B * T), targets: new Uint16Array(B * T), B, T };
 }
 
 /** The per-island stream id: different islands see different data for the same (seed, step). */
@@ -48,7 +53,7 @@ export function streamId(islandId: string | number): number {
  * Fills `out` when given (no allocation on the hot path).
  */
 export function sampleBatch(
-  data: Uint8Array,
+  data: TokenArray,
   B: number,
   T: number,
   seed: number,
@@ -57,7 +62,7 @@ export function sampleBatch(
   out?: Batch,
 ): Batch {
   if (data.length < T + 1)
-    throw new Error(`E_DATA_TOO_SMALL: ${data.length} bytes cannot make sequences of length ${T}`);
+    throw new Error(`E_DATA_TOO_SMALL: ${data.length} tokens cannot make sequences of length ${T}`);
   const batch = out ?? allocBatch(B, T);
   batch.B = B;
   batch.T = T;
@@ -72,9 +77,9 @@ export function sampleBatch(
 }
 
 /** A fixed set of held-out batches at evenly spaced offsets: the same for every eval. */
-export function evalBatches(heldOut: Uint8Array, B: number, T: number, nBatches: number): Batch[] {
+export function evalBatches(heldOut: TokenArray, B: number, T: number, nBatches: number): Batch[] {
   const span = heldOut.length - T - 1;
-  if (span < 0) throw new Error(`E_DATA_TOO_SMALL: held-out split has ${heldOut.length} bytes, need > ${T}`);
+  if (span < 0) throw new Error(`E_DATA_TOO_SMALL: held-out split has ${heldOut.length} tokens, need > ${T}`);
   const total = B * nBatches;
   const batches: Batch[] = [];
   for (let k = 0; k < nBatches; k++) {

@@ -79,7 +79,7 @@ export interface TrainingEngine {
   /** Mean loss on a batch without touching θ or the optimizer. */
   evalLoss(batch: Batch): Promise<number>;
   /** Logits (V) for the token after `context` (its last ≤ blockSize tokens). */
-  nextTokenLogits(context: Uint8Array): Promise<Float32Array>;
+  nextTokenLogits(context: Tokens): Promise<Float32Array>;
 
   /** Bytes held on the device (0 for the CPU). */
   readonly gpuBytes: number;

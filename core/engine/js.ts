@@ -4,7 +4,7 @@
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from './index.ts';
 import { type GPTConfig, paramLayout } from '../model/config.ts';
 import { GPT } from '../model/gpt.ts';
-import { ADAMW_DEFAULTS, adamwUpdate, clipScale, gradNormSquared, pseudoGradient } from '../model/ops.ts';
+import { ADAMW_DEFAULTS, type Tokens, adamwUpdate, clipScale, gradNormSquared, pseudoGradient } from '../model/ops.ts';
 import { pseudoGradientF16 } from '../model/ops-f16.ts';
 
 export class JsEngine implements TrainingEngine {
@@ -135,7 +135,7 @@ export class JsEngine implements TrainingEngine {
     return sum / batch.B;
   }
 
-  async nextTokenLogits(context: Uint8Array): Promise<Float32Array> {
+  async nextTokenLogits(context: Tokens): Promise<Float32Array> {
     const T = Math.min(context.length, this.evalModel.maxT);
     const ctx = context.subarray(context.length - T);
     const ev = this.evalModel;

@@ -4,24 +4,29 @@
 // deltas, checkpoints and codec frames, so changing it is a protocol change.
 
 export interface GPTConfig {
-  vocabSize: number; // V: byte-level tokens, 256
+  vocabSize: number; // V: the tokenizer's ids (byte 256, gpt2 50,257)
   blockSize: number; // T: max sequence length (size of the position table)
   nLayer: number; // L
   nHead: number; // NH
   nEmbd: number; // C, divisible by nHead
 }
 
-export type PresetName = 'tiny' | 'small' | 'base';
+export type PresetName = 'tiny' | 'small' | 'base' | 'gpt2-mini';
 
-/** Named presets. `small` is the browser default (~1.9M params), `base` ~11M. */
+/**
+ * Named presets. `small` is the browser default (~1.9M params), `base` ~11M. `gpt2-mini` is GPT-2's
+ * vocabulary and layout (the gpt2 tokenizer) at a size these machines train: ~3.4M params, 3.2M of
+ * them the 50,257-row embedding that is also the head.
+ */
 export const PRESETS: Record<PresetName, GPTConfig> = {
   tiny: { vocabSize: 256, blockSize: 32, nLayer: 2, nHead: 2, nEmbd: 32 },
   small: { vocabSize: 256, blockSize: 128, nLayer: 4, nHead: 6, nEmbd: 192 },
   base: { vocabSize: 256, blockSize: 256, nLayer: 6, nHead: 6, nEmbd: 384 },
+  'gpt2-mini': { vocabSize: 50257, blockSize: 256, nLayer: 4, nHead: 4, nEmbd: 64 },
 };
 
 /** Default micro-batch size per preset (sequences per inner step). */
-export const DEFAULT_BATCH: Record<PresetName, number> = { tiny: 8, small: 8, base: 8 };
+export const DEFAULT_BATCH: Record<PresetName, number> = { tiny: 8, small: 8, base: 8, 'gpt2-mini': 4 };
 
 export function getPreset(name: string): GPTConfig {
   const p = (PRESETS as Record<string, GPTConfig | undefined>)[name];

@@ -3,7 +3,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
-import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
+import { checkpointTokenizer, loadTokenizer } from '../../core/data/tokenizer.ts';
 import { generate } from '../../core/sample.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from '../../client/island/engine/node-engines.ts';
@@ -40,15 +40,16 @@ export async function sampleFromCheckpoint(o: SampleCliOptions): Promise<string>
   }
   const ck = decodeCheckpoint(bytes);
   if (!ck.ok) throw Object.assign(new Error(`${o.checkpoint}: ${ck.error.message}`), { code: ck.error.code });
+  const tok = await loadTokenizer(checkpointTokenizer(ck.value.meta, ck.value.config));
   const engine = await createEngine(o.engine, { config: ck.value.config, maxBatch: 1 });
   try {
     await engine.setParams(ck.value.params);
-    const out = await generate(engine, encodeText(o.prompt), {
+    const out = await generate(engine, tok.encode(o.prompt), {
       tokens: o.tokens,
       temperature: o.temperature,
       seed: o.seed,
     });
-    return decodeTokens(out);
+    return tok.decode(out);
   } finally {
     engine.destroy();
   }

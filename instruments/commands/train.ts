@@ -9,7 +9,8 @@ import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
 import { DEFAULT_BATCH, getPreset, numParams, type PresetName } from '../../core/model/config.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import { learningRate, type LrSchedule } from '../../core/model/schedule.ts';
-import { loadCorpus } from '../../server/run/corpus.ts';
+import { loadDataset } from '../../server/run/corpus.ts';
+import { checkVocab, checkpointTokenizer } from '../../core/data/tokenizer.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from '../../client/island/engine/node-engines.ts';
 import { assertWritable, writeFileAtomic } from '../../server/fsutil.ts';
@@ -77,7 +78,10 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   const config = getPreset(o.preset);
   const B = o.batch ?? DEFAULT_BATCH[o.preset];
   const T = config.blockSize;
-  const data = loadCorpus(o.data);
+  // the tokenizer is the one the preset's vocabulary fits; the data must be in its ids
+  const tokenizer = checkpointTokenizer({}, config);
+  const data = await loadDataset(o.data, tokenizer);
+  checkVocab(config, data.tokenizer);
   const engine = await createEngine(o.engine, { config, maxBatch: B }, { autotune: o.autotune });
   try {
     await engine.setParams(initParams(config, o.seed));
@@ -94,7 +98,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
     log(
       `atoll train: preset ${o.preset} (${numParams(config).toLocaleString()} params), engine ${engine.kind} on ` +
         `${engine.device}, data ${data.name} (${data.train.length.toLocaleString()} train / ` +
-        `${data.heldOut.length.toLocaleString()} held-out bytes)`,
+        `${data.heldOut.length.toLocaleString()} held-out ${tokenizer} tokens)`,
     );
     const evalLossFirst = await meanEvalLoss(engine, evalSet);
     let evalLossLast = evalLossFirst;
@@ -171,6 +175,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
           tokens: String(tokens),
           evalLoss: String(evalLossLast),
           data: data.name,
+          tokenizer,
         },
       }),
     );

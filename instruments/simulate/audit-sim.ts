@@ -18,6 +18,7 @@ import type { AckMsg, Assignment, DeltaMeta, HelloMsg, ModelSnapshotMsg, UpdateM
 import { mulberry32 } from '../../core/random.ts';
 import type { Result } from '../../core/result.ts';
 import type { AuditReport, Behaviour } from './types.ts';
+import type { TokenArray } from '../../core/data/tokenizer.ts';
 
 /** Passes every call to `inner`; subclasses change some. */
 class ForwardingTransport implements Transport {
@@ -124,7 +125,7 @@ export class SimAuditor {
   constructor(
     private readonly hub: LocalHub,
     cfg: { rate: number; banAfter: number },
-    private readonly train: Uint8Array,
+    private readonly train: TokenArray,
     config: GPTConfig,
     private readonly seqLen: number,
     seed: number,

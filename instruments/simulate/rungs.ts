@@ -40,4 +40,8 @@ export function simModelConfig(name: string): { config: GPTConfig; preset: boole
 }
 
 /** Every name `simulate --model` takes. */
-export const SIM_MODEL_NAMES = [...Object.keys(PRESETS), ...RUNGS.map((r) => r.name).filter((n) => !(n in PRESETS))];
+/** The simulator's models: byte-level (its corpora and warm start are bytes), so no BPE preset. */
+const BYTE_PRESETS = Object.entries(PRESETS)
+  .filter(([, c]) => c.vocabSize === 256)
+  .map(([n]) => n);
+export const SIM_MODEL_NAMES = [...BYTE_PRESETS, ...RUNGS.map((r) => r.name).filter((n) => !(n in PRESETS))];

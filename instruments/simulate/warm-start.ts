@@ -48,7 +48,7 @@ export async function warmStart(
 }
 
 /** Byte entropies of `text`, nats: unigram (the plateau a fresh model sits on) and bigram-conditional. */
-export function byteEntropies(text: Uint8Array): { unigram: number; bigram: number } {
+export function byteEntropies(text: ArrayLike<number>): { unigram: number; bigram: number } {
   const one = new Float64Array(256),
     two = new Float64Array(256 * 256);
   for (let i = 0; i < text.length; i++) one[text[i]]++;

@@ -30,6 +30,7 @@ import {
 import { leaves, nodeAt, schemaProblems } from '../../core/schema-walk.ts';
 import { Type } from '@sinclair/typebox';
 import { DEFAULT_KEEP } from './keep-policy.ts';
+import { VOCAB_SIZE } from '../../core/data/tokenizer.ts';
 
 export type { RunConfig } from '../../core/run-config.ts';
 
@@ -78,6 +79,17 @@ const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches
     innerLr: { maxLr: 1e-3, minLr: 1e-4 },
     evalBatches: 1,
     evalBatchSize: 4,
+  },
+  // GPT-2's 50,257-row head dominates each step: small batches, short rounds
+  'gpt2-mini': {
+    batchSize: 2,
+    seqLen: 256,
+    innerSteps: 10,
+    targetRoundMs: 90_000,
+    minInnerSteps: 1,
+    innerLr: { maxLr: 3e-3, minLr: 3e-4 },
+    evalBatches: 1,
+    evalBatchSize: 2,
   },
 };
 
@@ -285,4 +297,11 @@ function validateRunConfig(c: RunConfig): void {
   if (c.mix.k === 1 || (c.mix.k & (c.mix.k - 1)) !== 0)
     problems.push(`mix.k must be 0 (off) or a power of two from 2 to 16, got ${c.mix.k}`);
   if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
+  // a served run reads its corpus as bytes and its pages sample bytes: the gpt2 tokenizer is atoll train's alone
+  if (c.model.vocabSize !== VOCAB_SIZE.byte)
+    throw new ConfigError(
+      'E_VOCAB_MISMATCH',
+      `model.vocabSize ${c.model.vocabSize} does not fit a served run's byte tokenizer (${VOCAB_SIZE.byte} ids); ` +
+        'a gpt2-tokenizer model (--preset gpt2-mini) trains with `atoll train` only',
+    );
 }

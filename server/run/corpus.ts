@@ -1,9 +1,11 @@
-// Loading a corpus from disk: a bundled text by name, a text file, or a folder of .txt files.
+// Loading a corpus from disk: a bundled text by name, a text file, or a folder of .txt files, as
+// bytes (the byte tokenizer) or encoded by another tokenizer.
 
 import { createRequire } from 'node:module';
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { splitCorpus, type TextDataset } from '../../core/data/dataset.ts';
+import { type TokenizerName, loadTokenizer } from '../../core/data/tokenizer.ts';
 
 const DEFAULT_CORPUS = 'moby-dick';
 
@@ -30,8 +32,21 @@ function bundledPath(name: string): string {
   return name === 'sotu' ? dirname(file) : file;
 }
 
-/** Reads `path` (a bundled name, default 'moby-dick', or a file or folder) into a split dataset. */
+/** Reads `path` (a bundled name, default 'moby-dick', or a file or folder) into a split byte dataset. */
 export function loadCorpus(path?: string): TextDataset {
+  const { name, bytes } = readCorpus(path);
+  return splitCorpus(name, bytes);
+}
+
+/** The corpus as `tokenizer`'s ids: the whole text is encoded, then split as a byte corpus is. */
+export async function loadDataset(path: string | undefined, tokenizer: TokenizerName): Promise<TextDataset> {
+  if (tokenizer === 'byte') return loadCorpus(path);
+  const { name, bytes } = readCorpus(path);
+  const tok = await loadTokenizer(tokenizer);
+  return splitCorpus(name, tok.encode(new TextDecoder().decode(bytes)), tokenizer);
+}
+
+function readCorpus(path?: string): { name: string; bytes: Uint8Array } {
   const name = path || DEFAULT_CORPUS,
     bundled = Object.hasOwn(BUNDLED, name);
   const p = bundled ? bundledPath(name) : name;
@@ -53,5 +68,5 @@ export function loadCorpus(path?: string): TextDataset {
     bytes = new Uint8Array(readFileSync(p));
   }
   if (bytes.length === 0) throw new CorpusError('E_DATA_EMPTY', `data path '${p}' is empty`);
-  return splitCorpus(bundled ? name : basename(p), bytes);
+  return { name: bundled ? name : basename(p), bytes };
 }

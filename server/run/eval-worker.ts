@@ -8,11 +8,12 @@
 
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import type { GPTConfig } from '../../core/model/config.ts';
+import type { TokenArray } from '../../core/data/tokenizer.ts';
 
 export interface EvalWorkerInit {
   kind: 'atoll-eval';
   config: GPTConfig;
-  heldOut: Uint8Array;
+  heldOut: TokenArray;
   batchSize: number;
   nBatches: number;
 }
@@ -23,7 +24,7 @@ type ToWorker =
       type: 'sample';
       id: number;
       params: Float32Array;
-      prompt: Uint8Array;
+      prompt: TokenArray;
       tokens: number;
       temperature: number;
       seed: number;
@@ -31,7 +32,7 @@ type ToWorker =
 
 type FromWorker =
   | { type: 'eval'; id: number; version: number; loss: number; ms: number }
-  | { type: 'sample'; id: number; bytes: Uint8Array; ms: number }
+  | { type: 'sample'; id: number; bytes: Uint32Array; ms: number }
   | { type: 'error'; id: number; message: string };
 
 export interface EvalResult {
@@ -89,8 +90,8 @@ export class EvalService {
 
   async sample(
     params: Float32Array,
-    opts: { prompt: Uint8Array; tokens: number; temperature: number; seed: number },
-  ): Promise<Uint8Array> {
+    opts: { prompt: TokenArray; tokens: number; temperature: number; seed: number },
+  ): Promise<Uint32Array> {
     const copy = params.slice();
     const r = await this.call({ type: 'sample', id: 0, params: copy, ...opts }, [copy.buffer as ArrayBuffer]);
     if (r.type !== 'sample') throw new Error('unexpected reply from the eval worker');

@@ -187,7 +187,7 @@ export class RunViews {
     prompt: Uint8Array,
     seed: number,
     temperature: number,
-  ): Promise<Result<{ version: number; bytes: Uint8Array }>> {
+  ): Promise<Result<{ version: number; bytes: Uint32Array }>> {
     if (this.sampling) return err('E_BUSY', 'a sample is being generated: try again in a moment');
     this.sampling = true;
     try {

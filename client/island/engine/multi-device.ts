@@ -12,6 +12,7 @@
 
 import type { Batch, OptimizerState, StepOptions, TrainingEngine } from '../../../core/engine/index.ts';
 import type { GPTConfig } from '../../../core/model/config.ts';
+import type { Tokens } from '../../../core/model/ops.ts';
 import type { Numerics } from '../../../core/protocol.ts';
 import { engineError } from './webgpu-plan.ts';
 import type { WebGpuEngine } from './webgpu.ts';
@@ -99,7 +100,7 @@ export class MultiDeviceEngine implements TrainingEngine {
   evalLoss(batch: Batch): Promise<number> {
     return this.engines[0].evalLoss(batch);
   }
-  nextTokenLogits(context: Uint8Array): Promise<Float32Array> {
+  nextTokenLogits(context: Tokens): Promise<Float32Array> {
     return this.engines[0].nextTokenLogits(context);
   }
 

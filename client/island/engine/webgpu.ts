@@ -441,7 +441,7 @@ export class WebGpuEngine implements TrainingEngine {
     });
   }
 
-  async nextTokenLogits(context: Uint8Array): Promise<Float32Array> {
+  async nextTokenLogits(context: Tokens): Promise<Float32Array> {
     this.usable();
     const T = Math.min(context.length, this.maxT);
     if (T < 1) throw engineError('E_BAD_BATCH', 'empty context');
