@@ -71,12 +71,17 @@ export const MixStatusSchema = Type.Object({
   savedBytes: Type.Number(),
   /** Signalling the server relayed (SDP offers and answers, both ways, and the group plans), bytes. */
   signallingBytes: Type.Integer(),
-  /** Butterfly partner pairs of the groups formed: signalled afresh, and over a data channel kept from an earlier group. */
+  /**
+   * Butterfly partner pairs of the groups formed: signalled afresh, and over a data channel kept from an earlier group.
+   */
   pairsSignalled: Type.Integer(),
   pairsReused: Type.Integer(),
   /** Islands that waited for a group in vain and uploaded directly. */
   expired: Type.Integer(),
-  /** The downlink: rings served pieces (one per ring and version), rings whose exchange failed, pairs signalled for rings. */
+  /**
+   * The downlink: rings served pieces (one per ring and version),
+   * rings whose exchange failed, pairs signalled for rings.
+   */
   rings: Type.Integer(),
   ringsFailed: Type.Integer(),
   ringPairsSignalled: Type.Integer(),
@@ -224,7 +229,9 @@ export const IslandsResponseSchema = Type.Object({
 });
 export type IslandsResponse = Static<typeof IslandsResponseSchema>;
 
-/** A change of the run's knobs (PATCH /api/admin/config): the version from which it holds, and the knobs' new values. */
+/**
+ * A change of the run's knobs (PATCH /api/admin/config): the version from which it holds, and the knobs' new values.
+ */
 export const ConfigChangeSchema = Type.Object({
   version: Type.Integer(),
   /** ms since the epoch. */
@@ -279,7 +286,10 @@ export type Health = Static<typeof HealthSchema>;
 export const ApiErrorSchema = Type.Object({ error: Type.Object({ code: Type.String(), message: Type.String() }) });
 export type ApiError = Static<typeof ApiErrorSchema>;
 
-/** One 'tick' on /dashboard, every periodMs (the page's heartbeat): the first holds only the status; later ones what changed. */
+/**
+ * One 'tick' on /dashboard, every periodMs (the page's heartbeat):
+ * the first holds only the status; later ones what changed.
+ */
 export interface DashboardTick {
   status: RunStatus;
   periodMs: number;
@@ -287,7 +297,10 @@ export interface DashboardTick {
   history?: HistoryPoint[];
 }
 
-/** GET /api/contributors/:id: one contributor's credit, so a volunteer's page shows it after a reload or on another device. */
+/**
+ * GET /api/contributors/:id: one contributor's credit, so a
+ * volunteer's page shows it after a reload or on another device.
+ */
 export const ContributorCreditSchema = Type.Object({
   contributorId: Type.String(),
   /** The name the leaderboard shows (null: nothing from this contributor yet). */

@@ -526,7 +526,7 @@ describe('strided sparse frames (a phase per chunk instead of offsets; 2-bit or 
     expect(join(coord({ uplink })).codec).toEqual(uplink);
     expect(
       validateCoordinatorConfig(mergeConfig(DEFAULT_COORDINATOR_CONFIG, { uplink: { ...uplink, valueBits: 3 as 1 } })),
-    ).toContain('uplink.valueBits must be 1 or 2');
+    ).toContain('uplink.valueBits must be 1 or 2, got 3');
   });
   it('rejects a phase at or past the stride, even under a valid CRC', () => {
     const f = encodeDelta(x, opts).slice();

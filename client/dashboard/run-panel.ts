@@ -64,14 +64,16 @@ export function modeText(r: RunInfo): string {
   const w = r.config.coordinator.asyncWindow;
   if (w.fraction === 0) return 'async: an outer update per arriving Δ';
   const cap = w.capMs > 0 ? `, at most ${(w.capMs / 1000).toFixed(0)} s` : '';
-  return `async: the Δs arriving together merge into one outer update (a window of ${w.fraction} × the median round${cap})`;
+  const window = `a window of ${w.fraction} × the median round${cap}`;
+  return `async: the Δs arriving together merge into one outer update (${window})`;
 }
 
 /** The eval's size, stated: held-out batches × sequences × the context. */
 export function evalText(r: RunInfo): string {
   const e = r.config.eval;
   const tokens = e.batches * e.batchSize * r.model.blockSize;
-  return `held-out loss over ${fmtInt(tokens)} tokens (${e.batches} × ${e.batchSize} × ${r.model.blockSize}; serve --eval-batches)`;
+  const shape = `${e.batches} × ${e.batchSize} × ${r.model.blockSize}`;
+  return `held-out loss over ${fmtInt(tokens)} tokens (${shape}; serve --eval-batches)`;
 }
 
 /** The checkpoint keep policy in words (server/run/keep-policy.ts; its defaults for older runs). */

@@ -27,10 +27,14 @@ export const AUDITABLE_ENCODINGS: readonly Encoding[] = ['f32', 'f16', 'int8', '
 export function unauditable(encoding: Encoding): string | null {
   return AUDITABLE_ENCODINGS.includes(encoding)
     ? null
-    : `${encoding} deltas cannot be audited (their error feedback carries earlier rounds): a run with validators takes ${AUDITABLE_ENCODINGS.join('|')}`;
+    : `${encoding} deltas cannot be audited (their error feedback carries earlier rounds): ` +
+        `a run with validators takes ${AUDITABLE_ENCODINGS.join('|')}`;
 }
 
-/** What a validator needs to redo one round: batches sampleBatch(train, batchSize, seqLen, seed, stream, stepStart + i), i < steps. */
+/**
+ * What a validator needs to redo one round: batches sampleBatch(train,
+ * batchSize, seqLen, seed, stream, stepStart + i), i < steps.
+ */
 export interface AuditWork {
   steps: number;
   batchSize: number;
@@ -108,7 +112,10 @@ export function compareDeltas(a: Float32Array, b: Float32Array): { cosine: numbe
 export const AuditError = {
   /** A verdict (or a job request) from a connection that is not a validator. */
   NOT_VALIDATOR: 'E_NOT_VALIDATOR',
-  /** A verdict for a job that is not leased (unknown, already settled, or its lease ran out and it was settled by another). */
+  /**
+   * A verdict for a job that is not leased (unknown, already
+   * settled, or its lease ran out and it was settled by another).
+   */
   UNKNOWN_AUDIT: 'E_UNKNOWN_AUDIT',
 } as const;
 

@@ -4,7 +4,10 @@
 export interface DyluInput {
   /** The island's measured (or declared) throughput, tokens/s; undefined when unknown. */
   tokensPerSec: number | undefined;
-  /** The fastest active island's inner steps per second (ratio rule): steps, not tokens, so islands of different batch sizes return together. */
+  /**
+   * The fastest active island's inner steps per second (ratio rule): steps,
+   * not tokens, so islands of different batch sizes return together.
+   */
   fastestStepsPerSec: number | undefined;
   batchSize: number;
   seqLen: number;

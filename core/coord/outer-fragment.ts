@@ -109,7 +109,10 @@ export class Fragment {
     return { g: this.g, agreement: agreementOf(sums, D.length) };
   }
 
-  /** Returns Σu² of the proposed update (and, for a weighted g, the agreement sums), or an error (then nothing may be committed). */
+  /**
+   * Returns Σu² of the proposed update (and, for a weighted g, the
+   * agreement sums), or an error (then nothing may be committed).
+   */
   propose(
     slots: Float32Array[],
     m: FragmentStep,

@@ -65,7 +65,10 @@ export class OuterStep {
     this.downlink.updates = updates;
   }
 
-  /** θ and the state of a rebuilt run (a revert) replace these; no kept update frame leads to it. A host must import the state again. */
+  /**
+   * θ and the state of a rebuilt run (a revert) replace these; no kept
+   * update frame leads to it. A host must import the state again.
+   */
   adopt(theta: Float32Array, outer: OuterState, residual: Float32Array): void {
     this.theta.set(theta);
     this.outer.state = {

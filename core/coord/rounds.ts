@@ -63,7 +63,9 @@ export function roundShouldClose(
   return allIn || byGrace || byTimeout || live === 0;
 }
 
-/** Whether a rejection (by `code`) of `m` counts as its island's turn in round `r` (not a retryable or repeated one). */
+/**
+ * Whether a rejection (by `code`) of `m` counts as its island's turn in round `r` (not a retryable or repeated one).
+ */
 export function usesTurn(r: RoundState, m: DeltaMeta | undefined, code: string): boolean {
   return (
     !!m &&
@@ -195,7 +197,10 @@ export function dropPending(r: RoundState, islandId: string): PendingDelta[] {
   return dropped;
 }
 
-/** When the open round (sync: its timeout, or its grace once quorate) or merge window (async) must close; Infinity when it holds nothing. */
+/**
+ * When the open round (sync: its timeout, or its grace once quorate) or
+ * merge window (async) must close; Infinity when it holds nothing.
+ */
 export function roundDeadline(
   r: RoundState,
   islands: ReadonlyMap<string, IslandRecord>,
@@ -312,9 +317,9 @@ export function windowShouldClose(
 
 /**
  * The outer step of a merge window: scale = the window's tokens / the tokens of one round of every
- * online island (at least a nominal one; capped at 1), so a window that holds part of the fleet moves θ, momentum included,
- * by its share (OuterOptimizer.propose's `share`);
- * delayed Nesterov's period counts windows (dnPeriod, default 1).
+ * online island (at least a nominal one; capped at 1), so a window that holds part of the fleet
+ * moves θ, momentum included, by its share (OuterOptimizer.propose's `share`); delayed Nesterov's
+ * period counts windows (dnPeriod, default 1).
  */
 export function windowStep(
   cfg: CoordinatorConfig,

@@ -111,8 +111,9 @@ export type ClaimedMeta = Omit<DeltaMeta, 'tokens'> & { tokens?: number };
  * island's last WORK_KEPT, and matches it. Its base version is the assignment's (async: or a
  * newer one, up to the current version: the island caught up before training); its frame uses the
  * assignment's encoding; `steps` may not exceed the assignment's; `tokens` must be exactly
- * steps × batchSize × seqLen of the assignment (absent: taken as that); the speed (tokens / elapsedMs) may exceed the one
- * the server observed (tokens over the time since it issued the assignment) by MAX_SPEEDUP at most.
+ * steps × batchSize × seqLen of the assignment (absent: taken as that); the speed (tokens / elapsedMs)
+ * may exceed the one the server observed (tokens over the time since it issued the assignment) by
+ * MAX_SPEEDUP at most.
  * Every failure is E_BAD_CLAIM, charged nothing.
  */
 export function checkWork(
@@ -126,13 +127,15 @@ export function checkWork(
   const a = isl.work?.find((w) => w.roundId === m.roundId);
   if (!a)
     return no(
-      `round ${m.roundId} is not one of the assignments this server holds for ${isl.id} (its last ${WORK_KEPT}): take the next assignment`,
+      `round ${m.roundId} is not one of the assignments this server holds for ${isl.id} ` +
+        `(its last ${WORK_KEPT}): take the next assignment`,
     );
   if (a.baseVersion !== undefined) {
     const fits = cfg.mode === 'sync' ? m.baseVersion === a.baseVersion : m.baseVersion >= a.baseVersion;
     if (!fits)
       return no(
-        `base version ${m.baseVersion} does not match assignment ${a.roundId}'s ${cfg.mode === 'sync' ? '' : 'at least '}${a.baseVersion}`,
+        `base version ${m.baseVersion} does not match assignment ${a.roundId}'s ` +
+          `${cfg.mode === 'sync' ? '' : 'at least '}${a.baseVersion}`,
       );
   }
   if (a.encoding !== undefined && frameEncoding !== null && frameEncoding !== a.encoding)

@@ -74,7 +74,9 @@ export interface RankFile {
 let gpt2: Promise<Tokenizer> | null = null;
 let ranks: Promise<RankFile> | null = null;
 
-/** GPT-2's ranks (r50k_base) from the js-tiktoken package: a dynamic import, so a page loads them only for a gpt2 run. */
+/**
+ * GPT-2's ranks (r50k_base) from the js-tiktoken package: a dynamic import, so a page loads them only for a gpt2 run.
+ */
 export function gpt2Ranks(): Promise<RankFile> {
   ranks ??= import('js-tiktoken/ranks/gpt2').then((m) => m.default as RankFile);
   return ranks;

@@ -24,8 +24,10 @@ export async function sampleFromCheckpoint(o: SampleCliOptions): Promise<string>
       new Error(
         hf
           ? `'${o.checkpoint}' is a transformers folder, not an atoll checkpoint: ` +
-              `npx atoll export --checkpoint ${o.checkpoint} --format atoll --out ckpt.safetensors first, then sample that`
-          : `'${o.checkpoint}' is a folder: give a .safetensors checkpoint (atoll train --out, or a run's checkpoints/)`,
+              `npx atoll export --checkpoint ${o.checkpoint} --format atoll --out ckpt.safetensors first, ` +
+              'then sample that'
+          : `'${o.checkpoint}' is a folder: give a .safetensors checkpoint ` +
+              "(atoll train --out, or a run's checkpoints/)",
       ),
       { code: 'E_CHECKPOINT_FOLDER' },
     );

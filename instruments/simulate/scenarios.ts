@@ -102,7 +102,9 @@ export function heterogeneous(n: number, batchSize: number): IslandSpec[] {
   return speeds.map((speed, i) => island(`island-${i + 1}`, { speed, batchSize: bs[i] }));
 }
 
-/** serve's outer step (DEFAULT_COORDINATOR_CONFIG: DiLoCo's Nesterov 0.7, μ 0.9): every row's unless it says otherwise. */
+/**
+ * serve's outer step (DEFAULT_COORDINATOR_CONFIG: DiLoCo's Nesterov 0.7, μ 0.9): every row's unless it says otherwise.
+ */
 export const SERVE_OUTER: OuterConfig = DEFAULT_COORDINATOR_CONFIG.outer;
 
 /**

@@ -303,7 +303,8 @@ export class Gateway {
         return ack(
           err(
             ErrorCode.PROTOCOL_VERSION,
-            `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: reload the page / update atoll`,
+            `this server speaks protocol ${PROTOCOL_VERSION}, the island ${h.protocolVersion}: ` +
+              'reload the page / update atoll',
           ),
         );
       }

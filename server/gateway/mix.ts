@@ -4,7 +4,8 @@
 //
 // The server matches islands whose rounds end within formWaitMs into groups, relays WebRTC
 // signalling between butterfly partners of one group only, and only for pairs with no live link
-// (core/mix/links.ts: a link signalled once serves every later group that pairs the two), collects each member's fragment, asks for
+// (core/mix/links.ts: a link signalled once serves every later group
+// that pairs the two), collects each member's fragment, asks for
 // spot checks and replays, and hands the settled group to the run (one contribution per member, its
 // tokens derived from its assignment, never claimed). A group that falls apart costs nothing: its
 // members are told to regroup once, then to upload directly; nothing is counted before every
@@ -203,7 +204,8 @@ export class MixGateway {
       const g = gid !== undefined ? this.groups.get(gid) : undefined;
       if (g && !g.verdicts.has(g.ids.indexOf(id)))
         return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
-      // the weight is the server's (tokens derived from the assignment): a claim that fits no assignment uploads directly and is refused there
+      // the weight is the server's (tokens derived from the assignment): a
+      // claim that fits no assignment uploads directly and is refused there
       const derived = this.host.work({
         ...raw,
         islandId: id,

@@ -256,7 +256,10 @@ export class RunIslands {
     return buf;
   }
 
-  /** A Δ the run already holds, sent again: its bytes came in all the same (a group's mean came as fragments, counted then); the first ack answers it. */
+  /**
+   * A Δ the run already holds, sent again: its bytes came in all the same (a
+   * group's mean came as fragments, counted then); the first ack answers it.
+   */
   private resent(ack: Promise<AckMsg>, frame: Uint8Array, mixed: MixedDelta | undefined): Promise<AckMsg> {
     if (!mixed) {
       this.noteBytesIn(frame.length);

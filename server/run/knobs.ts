@@ -64,7 +64,9 @@ export interface KnobbedRun {
   };
 }
 
-/** Checks and applies an Admin PATCH body; the change is in events.jsonl and the history with its version (admin.ts). */
+/**
+ * Checks and applies an Admin PATCH body; the change is in events.jsonl and the history with its version (admin.ts).
+ */
 export async function applyConfigPatch(run: KnobbedRun, body: unknown): Promise<Result<RunConfig>> {
   const patch = parseConfigPatch(body);
   if (!patch.ok) return patch;

@@ -39,7 +39,10 @@ export interface ViewsParts {
 
 /** The islands copy is refreshed at most this often (ms)... */
 export const ISLANDS_REFRESH_MS = 1000;
-/** ...or this often once an island connected or left, or a version became durable (what an acked island and its page look for at once). */
+/**
+ * ...or this often once an island connected or left, or a version
+ * became durable (what an acked island and its page look for at once).
+ */
 const ISLANDS_CHANGED_MS = 50;
 /** The largest page of GET /api/islands. */
 export const ISLANDS_PAGE_MAX = 1000;
@@ -102,7 +105,10 @@ export class RunViews {
     return list;
   }
 
-  /** An island connected or left, or a version became durable: the next read after ISLANDS_CHANGED_MS takes a fresh copy. */
+  /**
+   * An island connected or left, or a version became durable:
+   * the next read after ISLANDS_CHANGED_MS takes a fresh copy.
+   */
   islandsMoved(): void {
     this.islandsChanged = true;
   }

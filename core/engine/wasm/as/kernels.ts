@@ -257,7 +257,9 @@ export function columnSum(out: usize, a: usize, M: i32, N: i32, n0: i32, n1: i32
 // ---------------------------------------------------------------------------- encoder
 
 /** out (B,T,C) = wte[tok] + wpe[t], rows [r0, r1) of B·T; tokens are i32. */
-export function encoderForward(out: usize, tokens: usize, wte: usize, wpe: usize, T: i32, C: i32, r0: i32, r1: i32): void {
+export function encoderForward(
+  out: usize, tokens: usize, wte: usize, wpe: usize, T: i32, C: i32, r0: i32, r1: i32,
+): void {
   for (let r = r0; r < r1; r++) {
     const o = at(out, r * C),
       w = at(wte, load<i32>(at(tokens, r)) * C),
@@ -582,7 +584,8 @@ export function geluForward(out: usize, inp: usize, lo: i32, hi: i32): void {
 /** dinp = gelu'(x)·dout over [lo, hi) (overwrites: dinp has no other contributor). */
 export function geluBackward(dinp: usize, inp: usize, dout: usize, lo: i32, hi: i32): void {
   let i = lo;
-  for (; i + 4 <= hi; i += 4) v128.store(at(dinp, i), f32x4.mul(geluGrad4(v128.load(at(inp, i))), v128.load(at(dout, i))));
+  for (; i + 4 <= hi; i += 4)
+    v128.store(at(dinp, i), f32x4.mul(geluGrad4(v128.load(at(inp, i))), v128.load(at(dout, i))));
   for (; i < hi; i++)
     store<f32>(at(dinp, i), f32x4.extract_lane(geluGrad4(splat(load<f32>(at(inp, i)))), 0) * load<f32>(at(dout, i)));
 }
