@@ -68,7 +68,10 @@ const SERVE_KNOBS: KnobName[] = [
   'keepBest',
 ];
 const presetOption = () => new Option('--preset <name>', 'model preset').choices(Object.keys(PRESETS));
-const engineOption = () => new Option('--engine <kind>', 'training engine').choices(['cpu', 'webgpu']).default('cpu');
+const engineOption = () =>
+  new Option('--engine <kind>', 'training engine (cpu: Wasm SIMD; js: the JS reference)')
+    .choices(['cpu', 'js', 'webgpu'])
+    .default('cpu');
 
 /** Prints an error with its code and exits non-zero (never a stack trace for user errors). */
 function fail(e: unknown): never {
@@ -316,9 +319,10 @@ export function buildProgram(): Command {
     .addOption(
       new Option(
         '--engine <kind>',
-        'training engine of every island, baseline and evaluation (virtual time either way)',
+        'training engine of every island, baseline and evaluation (virtual time either way; cpu: Wasm SIMD, ' +
+          'js: the JS reference)',
       )
-        .choices(['cpu', 'webgpu'])
+        .choices(['cpu', 'js', 'webgpu'])
         .default('cpu'),
     )
     .option('--json', 'print report.json on stdout instead of the table')

@@ -10,7 +10,7 @@ import type { RunConfig } from '../../core/api.ts';
 import { getPreset, numParams } from '../../core/model/config.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import { ddpBytesPerIsland, runRows } from '../simulate/index.ts';
-import { JsEngine } from '../../core/engine/js.ts';
+import { createCpuEngine } from '../../core/engine/cpu.ts';
 import { Evaluator, modelConfig } from '../simulate/row-shared.ts';
 import type {
   CurvePoint,
@@ -130,7 +130,7 @@ function serverBytes(bytesIn: number, bytesOut: number, tokens: number): SimRunR
 export async function liveRow(live: LiveRun, common: SimCommon, ddpRow: SimRow): Promise<SimRunResult> {
   const ds = loadCorpus(common.data);
   const evaluator = new Evaluator(
-    new JsEngine({ config: modelConfig(common), maxBatch: common.evalBatchSize, maxT: common.seqLen }),
+    await createCpuEngine('cpu', { config: modelConfig(common), maxBatch: common.evalBatchSize, maxT: common.seqLen }),
     common,
     ds,
   );

@@ -3,12 +3,12 @@
 // virtual: an engine only computes, and the VirtualClock waits (track) for any real GPU work in
 // flight before it moves time on, so a row's schedule does not depend on the device's speed.
 
-import { JsEngine } from '../../core/engine/js.ts';
+import { createCpuEngine } from '../../core/engine/cpu.ts';
 import type { VirtualClock } from './clock.ts';
 import type { EngineOptions, TrainingEngine } from '../../core/engine/index.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
 
-export type SimEngineKind = 'cpu' | 'webgpu';
+export type SimEngineKind = 'cpu' | 'js' | 'webgpu';
 
 export interface EngineMaker {
   readonly kind: SimEngineKind;
@@ -26,11 +26,11 @@ export async function engineMaker(
   largest: { config: GPTConfig; maxBatch: number; maxT: number },
 ): Promise<EngineMaker> {
   const made: TrainingEngine[] = [];
-  if (kind === 'cpu') {
+  if (kind !== 'webgpu') {
     return {
       kind,
       async make(opts) {
-        const e = new JsEngine(opts);
+        const e = await createCpuEngine(kind, opts);
         made.push(e);
         return e;
       },

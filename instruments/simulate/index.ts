@@ -133,8 +133,8 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     if (!net.ok) return net;
     o.network = net.value;
   }
-  if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu')
-    return err('E_BAD_REQUEST', `--engine must be cpu|webgpu, got '${String(raw.engine)}'`);
+  if (raw.engine !== undefined && !['cpu', 'js', 'webgpu'].includes(raw.engine as string))
+    return err('E_BAD_REQUEST', `--engine must be cpu|js|webgpu, got '${String(raw.engine)}'`);
   if (raw.engine !== undefined) o.engine = raw.engine as SimEngineKind;
   if (raw.out !== undefined) o.out = String(raw.out);
   if (raw.data !== undefined) o.data = String(raw.data);

@@ -142,13 +142,13 @@ export class EvalService {
 // Worker side
 
 async function runWorker(init: EvalWorkerInit): Promise<void> {
-  const { JsEngine } = await import('../../core/engine/js.ts');
+  const { createCpuEngine } = await import('../../core/engine/cpu.ts');
   const { evalBatches } = await import('../../core/data/dataset.ts');
   const { generate } = await import('../../core/sample.ts');
   const T = init.config.blockSize;
   const heldOut = new Uint8Array(init.heldOut);
   const batches = evalBatches(heldOut, init.batchSize, T, init.nBatches);
-  const engine = new JsEngine({ config: init.config, maxBatch: Math.max(1, init.batchSize) });
+  const engine = await createCpuEngine('cpu', { config: init.config, maxBatch: Math.max(1, init.batchSize) });
   const port = parentPort!;
   // One job at a time: eval and sample share the engine's θ.
   let chain = Promise.resolve();

@@ -1,9 +1,9 @@
-// Creating a training engine in Node: the CPU reference, or WebGPU through Dawn on one device or
-// several (an island of N devices: client/island/engine/multi-device.ts).
+// Creating a training engine in Node: a CPU engine (Wasm SIMD, or the JS reference: core/engine/cpu.ts),
+// or WebGPU through Dawn on one device or several (an island of N devices: multi-device.ts).
 
 import type { EngineOptions, TrainingEngine } from '../../../core/engine/index.ts';
 import type { EngineKind } from '../../../core/protocol.ts';
-import { JsEngine } from '../../../core/engine/js.ts';
+import { type CpuEngineName, createCpuEngine } from '../../../core/engine/cpu.ts';
 import type { WebGpuEngine as WebGpuEngineT } from './webgpu.ts';
 
 export interface EngineChoice {
@@ -19,17 +19,17 @@ const badConfig = (message: string) => Object.assign(new Error(`E_BAD_CONFIG: ${
 
 /** A fresh engine; for WebGPU each device is requested with only the limits the config needs. */
 export async function createEngine(
-  kind: EngineKind,
+  kind: EngineKind | CpuEngineName,
   opts: EngineOptions,
   o: EngineChoice = {},
 ): Promise<TrainingEngine> {
   const devices = o.devices ?? 1;
   if (!Number.isInteger(devices) || devices < 1 || devices > 64)
     throw badConfig(`--devices ${devices} must be an integer in 1..64`);
-  if (kind === 'cpu') {
+  if (kind !== 'webgpu') {
     if (devices > 1) throw badConfig('--devices needs --engine webgpu');
     // f16 on the CPU: the kernels' CPU twins (a model of the WebGPU engine's numerics, not a speed-up)
-    return new JsEngine({ ...opts, precision: o.precision });
+    return createCpuEngine(kind, { ...opts, precision: o.precision });
   }
   if (opts.maxBatch < devices) throw badConfig(`a batch of ${opts.maxBatch} cannot feed ${devices} devices`);
   const { createNodeGpu } = await import('./dawn.ts');
