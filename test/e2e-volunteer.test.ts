@@ -752,6 +752,7 @@ describe('volunteer page (Chromium)', () => {
       500,
     );
     expect(v.engine).toBe('cpu');
+    expect(v.device, 'the page says which engine it trains on').toMatch(/WebAssembly SIMD/);
     // the CPU page's first round (a fresh AdamW joining a trained θ), at the version the server lists
     // its Δ in (it alone made it): well below v0. Not asserted: below the version before it. A CI run
     // had it 3.216 → 3.372 alone, where the bench's late joiner (bench cold-start --late) improves

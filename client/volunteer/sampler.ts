@@ -3,7 +3,7 @@
 // used for under a third of a usual step, so no step waits more than that for a sample.
 // `answerSample` serves the page's 'sample' request for the island worker.
 
-import { JsEngine } from '../../core/engine/js.ts';
+import { createCpuEngine } from '../../core/engine/cpu.ts';
 import { WebGpuEngine } from '../island/engine/webgpu.ts';
 import type { TrainingEngine } from '../../core/engine/index.ts';
 import { type SampleOptions, sampleToken } from '../../core/sample.ts';
@@ -50,7 +50,7 @@ export class SamplerEngines {
     h?.engine.destroy();
     const small: ModelShape = { config: shape.config, maxBatch: 1 };
     let e: TrainingEngine;
-    if (kind === 'cpu') e = new JsEngine(engineOptions(small));
+    if (kind === 'cpu') e = await createCpuEngine('cpu', engineOptions(small));
     else if (shared) e = await WebGpuEngine.create(shared, { ...engineOptions(small), adapterInfo: training!.device });
     else e = await openOwn(small);
     const held: Held = { kind, engine: e, shared, dead: false };

@@ -3,7 +3,7 @@
 // because the worker's navigator.gpu is the one that trains (it can differ from the
 // page's: some browsers expose WebGPU to windows before workers).
 
-import { JsEngine } from '../../core/engine/js.ts';
+import { createCpuEngine } from '../../core/engine/cpu.ts';
 import {
   WebGpuEngine,
   checkAdapterFits,
@@ -135,7 +135,7 @@ export async function openEngineHandle(
   const eo = engineOptions(shape);
   if (kind === 'cpu')
     return {
-      engine: new JsEngine(eo),
+      engine: await createCpuEngine('cpu', eo), // WebAssembly SIMD, one thread
       lost: new Promise(() => {}),
       dispose: () => {},
       simulateLoss: () => {},
@@ -179,5 +179,5 @@ export function autotuneLine(t: TuneResult | null): string {
 /** The CPU engine's device line: it trains on one thread. */
 export function cpuName(): string {
   const n = (navigator as Navigator & { hardwareConcurrency?: number }).hardwareConcurrency;
-  return n ? `CPU (1 of ${n} threads)` : 'CPU';
+  return n ? `CPU, WebAssembly SIMD (1 of ${n} threads)` : 'CPU, WebAssembly SIMD';
 }
