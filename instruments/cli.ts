@@ -68,6 +68,9 @@ const SERVE_KNOBS: KnobName[] = [
   'keepBest',
 ];
 const presetOption = () => new Option('--preset <name>', 'model preset').choices(Object.keys(PRESETS));
+/** The Wasm engine's threads (worker_threads sharing its memory; the same bits for the same count). */
+const threadsOption = () =>
+  new Option('--threads <n>', 'CPU (Wasm): threads the step runs on, 1..64 (default 1)').argParser(intIn(1, 64));
 const engineOption = () =>
   new Option('--engine <kind>', 'training engine (cpu: Wasm SIMD; js: the JS reference)')
     .choices(['cpu', 'js', 'webgpu'])
@@ -104,6 +107,7 @@ export function buildProgram(): Command {
     .option('--eval-batches <n>', 'held-out batches per eval, 1..100,000', intIn(1, 100_000), 8)
     .option('--metrics <dir>', 'folder for the scalars per step: scalars.jsonl and TensorBoard (default <out>.metrics)')
     .addOption(engineOption())
+    .addOption(threadsOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
     .option('--json', 'print one JSON object at the end')
     .action(async (o) => {
@@ -223,6 +227,7 @@ export function buildProgram(): Command {
       intIn(1, 64),
       1,
     )
+    .addOption(threadsOption())
     .option(
       '--no-calibrate',
       "skip timing a few steps before joining (the first round is then the run's default length, not sized " +

@@ -16,6 +16,20 @@ const dir = mkdtempSync(join(tmpdir(), 'atoll-train-'));
 const atoll = (args: string[]) => spawnSync('node', ['bin/atoll.js', ...args], { encoding: 'utf8', timeout: 120_000 });
 
 describe('atoll train / sample', () => {
+  it('--engine cpu is the Wasm engine (--threads n), --engine js the JS reference', () => {
+    const run = (...args: string[]) => {
+      const r = atoll(['train', '--preset', 'tiny', '--steps', '2', '--eval-every', '2', '--json', ...args]);
+      if (r.status !== 0) throw new Error(r.stderr);
+      return JSON.parse(r.stdout.trim());
+    };
+    expect(run('--threads', '2', '--out', join(dir, 'w2.safetensors')).device).toBe('wasm-simd (2 threads)');
+    expect(run('--out', join(dir, 'w1.safetensors')).device).toBe('wasm-simd (1 thread)');
+    expect(run('--engine', 'js', '--out', join(dir, 'js.safetensors')).device).toBe('cpu');
+    const bad = atoll(['train', '--preset', 'tiny', '--steps', '1', '--engine', 'js', '--threads', '2']);
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toMatch(/E_BAD_CONFIG: --threads/);
+  });
+
   it('lowers the held-out loss on Moby-Dick and writes a checkpoint that sample reads', () => {
     const ckpt = join(dir, 'tiny.safetensors');
     const out = execFileSync(

@@ -1,10 +1,11 @@
 // `atoll island --validator`: a trusted validator in Node. Authenticates with the run's validator
-// token over socket.io, then audits jobs (client/island/validator.ts) on the CPU reference engine
+// token over socket.io, then audits jobs (client/island/validator.ts) on the CPU engine
 // (or the one asked for) until stopped. Messages: docs/protocol.md, "Verified work".
 
 import { io, type Socket } from 'socket.io-client';
 import { type AuditMeasure, type ValidatorLink, runValidator } from './validator.ts';
 import type { AuditJob } from '../../core/coord/audit.ts';
+import type { CpuEngineName } from '../../core/engine/cpu.ts';
 import type { TrainingEngine } from '../../core/engine/index.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
 import type { EngineKind } from '../../core/protocol.ts';
@@ -15,7 +16,7 @@ import { getBytes, getJson } from './node.ts';
 export interface NodeValidatorOptions {
   server: string;
   token: string;
-  engine?: EngineKind;
+  engine?: EngineKind | CpuEngineName;
   /** Wait between asks when no job is queued, ms (default 1000). */
   idleMs?: number;
   say?: (line: string) => void;

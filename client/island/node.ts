@@ -4,6 +4,7 @@
 import { type Calibration, calibrate, calibrationKey } from './calibrate.ts';
 import { IslandRuntime, type IslandEvent, type IslandRunSummary } from './runtime.ts';
 import { type GPTConfig, numParams } from '../../core/model/config.ts';
+import type { CpuEngineName } from '../../core/engine/cpu.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from './engine/node-engines.ts';
 import { SocketIoTransport } from './transport-socketio.ts';
@@ -15,7 +16,7 @@ import { backoff } from '../../core/random.ts';
 export interface NodeIslandOptions {
   /** Server URL, or several gateways of one run comma-separated (failover between them). */
   server: string;
-  engine: EngineKind;
+  engine: EngineKind | CpuEngineName;
   /** WebGPU: tune the matmuls at start (default true; `--no-autotune`). */
   autotune?: boolean;
   name?: string;
@@ -23,6 +24,8 @@ export interface NodeIslandOptions {
   precision?: 'f32' | 'f16';
   /** WebGPU: devices training data-parallel as this one island (default 1). */
   devices?: number;
+  /** CPU (Wasm): threads of this process the step runs on (default 1). */
+  threads?: number;
   /** Micro-batch each device runs (default: the run's); the island's batch is this × devices. */
   batch?: number;
   /** Fraction of time spent computing (default 1). */
@@ -128,7 +131,7 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   const engine = await createEngine(
     o.engine,
     { config: info.model, maxBatch: batch },
-    { autotune: o.autotune, precision: o.precision, devices },
+    { autotune: o.autotune, precision: o.precision, devices, threads: o.threads },
   );
   say(
     `atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, ${engine.numerics ?? 'f32'}, batch ` +

@@ -5,12 +5,29 @@
 import type { EngineOptions, TrainingEngine } from './index.ts';
 import { JsEngine } from './js.ts';
 import { WasmEngine } from './wasm.ts';
+import type { SpawnKernelThread } from './wasm/kernels.ts';
+
+/** The Wasm engine's threads: how many, and how a helper starts where the engine runs (Node, a page). */
+export interface CpuThreads {
+  count: number;
+  spawn: SpawnKernelThread;
+}
 
 export type CpuEngineName = 'cpu' | 'js';
 export const CPU_ENGINE_NAMES: readonly CpuEngineName[] = ['cpu', 'js'];
 
-/** A CPU engine: Wasm for 'cpu' at f32, the JS reference for 'js' or for f16 storage. */
-export async function createCpuEngine(name: CpuEngineName, opts: EngineOptions): Promise<TrainingEngine> {
-  if (name === 'js' || opts.precision === 'f16') return new JsEngine(opts);
-  return WasmEngine.create(opts);
+/** A CPU engine: Wasm for 'cpu' at f32 (on `threads`, default one), the JS reference for 'js' or f16. */
+export async function createCpuEngine(
+  name: CpuEngineName,
+  opts: EngineOptions,
+  threads?: CpuThreads,
+): Promise<TrainingEngine> {
+  if (name === 'js' || opts.precision === 'f16') {
+    if ((threads?.count ?? 1) > 1)
+      throw Object.assign(new Error("E_BAD_CONFIG: --threads is the Wasm engine's (--engine cpu, f32)"), {
+        code: 'E_BAD_CONFIG',
+      });
+    return new JsEngine(opts);
+  }
+  return WasmEngine.create({ ...opts, threads: threads?.count ?? 1, spawn: threads?.spawn });
 }

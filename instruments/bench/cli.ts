@@ -48,6 +48,23 @@ export function registerBench(program: Command): void {
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });
   bench
+    .command('cpu')
+    .description('the training step on the Wasm SIMD engine at 1 and 2 threads against the JS reference')
+    .option('--presets <list>', 'model presets, comma-separated', 'tiny,small,base')
+    .option('--steps <n>', 'timed steps per engine, 1..1000', intIn(1, 1000), 5)
+    .option('--threads <list>', "the Wasm engine's thread counts, comma-separated", '1,2')
+    .option('--json', 'print one JSON object')
+    .action(async (o) => {
+      const presets = String(o.presets).split(',');
+      const bad = presets.filter((p) => !(p in PRESETS));
+      if (bad.length) throw new Error(`E_BAD_REQUEST: --presets: unknown ${bad.join(', ')}`);
+      const threads = String(o.threads).split(',').map(intIn(1, 64));
+      const { benchCpu } = await import('./cpu.ts');
+      const log = o.json ? () => {} : (s: string) => process.stderr.write(s + '\n');
+      const r = await benchCpu({ presets: presets as never, steps: o.steps, threads, log });
+      process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
+    });
+  bench
     .command('kernels')
     .description(
       'our WGSL matmuls and training step vs TF.js (webgpu) on the same adapter, and the CPU reference ' +

@@ -1,14 +1,17 @@
 // `atoll island`: a headless island joining a server, until the run is done or Ctrl-C.
 
 import { startNodeIsland } from '../../client/island/node.ts';
+import type { CpuEngineName } from '../../core/engine/cpu.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 
 export interface IslandCliOptions {
   server: string;
-  engine: EngineKind;
+  engine: EngineKind | CpuEngineName;
   autotune?: boolean;
   precision?: 'f32' | 'f16';
   devices?: number;
+  /** CPU (Wasm): threads the step runs on. */
+  threads?: number;
   /** Time a few steps before joining (default true; `--no-calibrate`). */
   calibrate?: boolean;
   name?: string;
@@ -30,6 +33,7 @@ export async function island(o: IslandCliOptions): Promise<number> {
     autotune: o.autotune,
     precision: o.precision,
     devices: o.devices,
+    threads: o.threads,
     calibrate: o.calibrate,
     name: o.name,
     batch: o.batch,

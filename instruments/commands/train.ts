@@ -11,6 +11,7 @@ import { initParams } from '../../core/model/gpt.ts';
 import { learningRate, type LrSchedule } from '../../core/model/schedule.ts';
 import { loadDataset } from '../../server/run/corpus.ts';
 import { checkVocab, checkpointTokenizer } from '../../core/data/tokenizer.ts';
+import type { CpuEngineName } from '../../core/engine/cpu.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from '../../client/island/engine/node-engines.ts';
 import { assertWritable, writeFileAtomic } from '../../server/fsutil.ts';
@@ -22,7 +23,9 @@ export interface TrainOptions {
   data?: string;
   out: string;
   json: boolean;
-  engine: EngineKind;
+  engine: EngineKind | CpuEngineName;
+  /** CPU (Wasm): threads the step runs on (default 1). */
+  threads?: number;
   /** WebGPU: tune the matmuls at start (default true). */
   autotune?: boolean;
   batch?: number;
@@ -82,7 +85,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   const tokenizer = checkpointTokenizer({}, config);
   const data = await loadDataset(o.data, tokenizer);
   checkVocab(config, data.tokenizer);
-  const engine = await createEngine(o.engine, { config, maxBatch: B }, { autotune: o.autotune });
+  const engine = await createEngine(o.engine, { config, maxBatch: B }, { autotune: o.autotune, threads: o.threads });
   try {
     await engine.setParams(initParams(config, o.seed));
     const evalSet = evalBatches(data.heldOut, B, T, o.evalBatches);

@@ -13,6 +13,8 @@ export interface EngineChoice {
   precision?: 'f32' | 'f16';
   /** WebGPU: devices training data-parallel as one island (default 1); opts.maxBatch is their total. */
   devices?: number;
+  /** CPU (Wasm): threads of this process the step runs on (default 1; worker_threads share its memory). */
+  threads?: number;
 }
 
 const badConfig = (message: string) => Object.assign(new Error(`E_BAD_CONFIG: ${message}`), { code: 'E_BAD_CONFIG' });
@@ -29,8 +31,13 @@ export async function createEngine(
   if (kind !== 'webgpu') {
     if (devices > 1) throw badConfig('--devices needs --engine webgpu');
     // f16 on the CPU: the kernels' CPU twins (a model of the WebGPU engine's numerics, not a speed-up)
-    return createCpuEngine(kind, { ...opts, precision: o.precision });
+    const threads = o.threads ?? 1;
+    if (!Number.isInteger(threads) || threads < 1 || threads > 64)
+      throw badConfig(`--threads ${threads} must be an integer in 1..64`);
+    const { spawnNodeKernelThread } = await import('./wasm-threads.ts');
+    return createCpuEngine(kind, { ...opts, precision: o.precision }, { count: threads, spawn: spawnNodeKernelThread });
   }
+  if ((o.threads ?? 1) > 1) throw badConfig('--threads needs --engine cpu');
   if (opts.maxBatch < devices) throw badConfig(`a batch of ${opts.maxBatch} cannot feed ${devices} devices`);
   const { createNodeGpu } = await import('./dawn.ts');
   const { WebGpuEngine, requiredLimits, ENGINE_FEATURES } = await import('./webgpu.ts');

@@ -1,0 +1,98 @@
+// `atoll bench cpu`: the training step of each preset on the CPU engines in one run: the Wasm SIMD
+// engine (core/engine/wasm.ts) at each thread count against the JS reference (core/engine/js.ts),
+// on the same batches from the same θ0. Tokens/s and GFLOP/s from the median step; the ratio is the
+// Wasm engine's speed over the JS engine's, measured in the same run.
+
+import { createCpuEngine } from '../../core/engine/cpu.ts';
+import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
+import { type PresetName, PRESETS, flopsPerToken } from '../../core/model/config.ts';
+import { initParams } from '../../core/model/gpt.ts';
+import { spawnNodeKernelThread } from '../../client/island/engine/wasm-threads.ts';
+import { median, randomArray } from './timing.ts';
+
+export interface CpuBenchOptions {
+  presets: PresetName[];
+  /** Timed steps per engine (after one untimed warm-up step). */
+  steps: number;
+  /** The Wasm engine's thread counts. */
+  threads: number[];
+  log?: (line: string) => void;
+}
+
+export interface CpuBenchRow {
+  preset: PresetName;
+  engine: 'wasm' | 'js';
+  threads: number;
+  batch: number;
+  seqLen: number;
+  msPerStep: number;
+  tokensPerSec: number;
+  gflops: number;
+  /** This row's speed over the JS engine's on the same preset (1 for the JS row). */
+  vsJs: number;
+}
+
+/** Sequences per step: `tiny` and `small` at the browser's batch, `base` smaller (the JS step takes a minute). */
+const BATCH: Partial<Record<PresetName, number>> = { tiny: 8, small: 8, base: 2 };
+
+function batchOf(preset: PresetName, seed: number): Batch {
+  const c = PRESETS[preset];
+  const B = BATCH[preset] ?? 4,
+    T = c.blockSize;
+  const ids = randomArray(B * T + 1, seed);
+  const tokens = Uint8Array.from(ids, (x) => Math.floor((x + 0.5) * c.vocabSize) % c.vocabSize);
+  return { inputs: tokens.subarray(0, B * T), targets: tokens.subarray(1, B * T + 1), B, T };
+}
+
+async function timeSteps(engine: TrainingEngine, batch: Batch, params: Float32Array, steps: number): Promise<number> {
+  await engine.setParams(params);
+  await engine.step(batch, { lr: 1e-3, gradClip: 1 }); // warm-up: JIT, first-touch of the memory
+  const ms: number[] = [];
+  for (let s = 0; s < steps; s++) {
+    const t0 = performance.now();
+    await engine.step(batch, { lr: 1e-3, gradClip: 1 });
+    await engine.takeLosses(); // the CPU engines are done when step resolves; this keeps the queue empty
+    ms.push(performance.now() - t0);
+  }
+  return median(ms);
+}
+
+export async function benchCpu(o: CpuBenchOptions): Promise<{ rows: CpuBenchRow[]; note: string }> {
+  const rows: CpuBenchRow[] = [];
+  for (const preset of o.presets) {
+    const config = PRESETS[preset];
+    const batch = batchOf(preset, 7);
+    const opts = { config, maxBatch: batch.B, maxT: batch.T };
+    const params = initParams(config, 1337);
+    const tokens = batch.B * batch.T;
+    const row = (engine: 'wasm' | 'js', threads: number, ms: number, jsMs: number): CpuBenchRow => ({
+      preset,
+      engine,
+      threads,
+      batch: batch.B,
+      seqLen: batch.T,
+      msPerStep: ms,
+      tokensPerSec: (tokens * 1000) / ms,
+      gflops: (flopsPerToken(config, batch.T) * tokens) / ms / 1e6,
+      vsJs: jsMs / ms,
+    });
+    const js = await createCpuEngine('js', opts);
+    const jsMs = await timeSteps(js, batch, params, Math.max(1, Math.min(o.steps, preset === 'base' ? 2 : o.steps)));
+    js.destroy();
+    rows.push(row('js', 1, jsMs, jsMs));
+    o.log?.(`${preset}: js ${jsMs.toFixed(1)} ms/step`);
+    for (const threads of o.threads) {
+      const wasm = await createCpuEngine('cpu', opts, { count: threads, spawn: spawnNodeKernelThread });
+      const ms = await timeSteps(wasm, batch, params, o.steps);
+      wasm.destroy();
+      rows.push(row('wasm', threads, ms, jsMs));
+      o.log?.(`${preset}: wasm ×${threads} ${ms.toFixed(1)} ms/step (${(jsMs / ms).toFixed(1)}× js)`);
+    }
+  }
+  return {
+    rows,
+    note:
+      'median step (forward, backward, clip, AdamW) on one batch of random bytes; GFLOP/s by flopsPerToken ' +
+      '(6N + attention); base at batch 2 and at most 2 JS steps',
+  };
+}
