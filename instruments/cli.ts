@@ -2,7 +2,7 @@
 // own module) and is loaded lazily, so `atoll sample` does not pay for the server.
 
 import { Command, InvalidArgumentError, Option } from 'commander';
-import type { KnobName } from '../core/run-config.ts';
+import { KNOBS, type KnobName } from '../core/run-config.ts';
 import { intIn, knobOption, numIn } from './knob-flags.ts';
 import { registerBench } from './bench/cli.ts';
 import { PRESETS } from '../core/model/config.ts';
@@ -35,38 +35,8 @@ function MIX_GROUP(v: string): number {
   return k;
 }
 
-/** The run config's knobs `serve` takes as flags (besides --preset), in its help's order. */
-const SERVE_KNOBS: KnobName[] = [
-  'data',
-  'mode',
-  'codec',
-  'outerLr',
-  'outerMomentum',
-  'innerLr',
-  'innerMinLr',
-  'innerWarmupTokens',
-  'weightDecay',
-  'batch',
-  'totalTokens',
-  'roundTime',
-  'quorum',
-  'maxStaleness',
-  'innerSteps',
-  'seed',
-  'name',
-  'title',
-  'description',
-  'outerWorkers',
-  'leaseMs',
-  'auditRate',
-  'auditBanAfter',
-  'mixGroup',
-  'mixSpotRate',
-  'evalBatches',
-  'keepLast',
-  'keepEvery',
-  'keepBest',
-];
+/** The run config's knobs `serve` takes as flags: every knob (core/run-config.ts KNOBS) but --preset, in its order. */
+const SERVE_KNOBS = (Object.keys(KNOBS) as KnobName[]).filter((k) => k !== 'preset');
 const presetOption = () => new Option('--preset <name>', 'model preset').choices(Object.keys(PRESETS));
 /** The Wasm engine's threads (worker_threads sharing its memory; the same bits for the same count). */
 const threadsOption = () =>
