@@ -112,7 +112,8 @@ export async function baseApp(o: {
     contentSecurityPolicy: {
       directives: {
         defaultSrc: ["'self'"],
-        scriptSrc: ["'self'"],
+        // 'wasm-unsafe-eval': the CPU engine compiles its WebAssembly SIMD kernels (no JS eval is allowed)
+        scriptSrc: ["'self'", "'wasm-unsafe-eval'"],
         // the island runs in a Web Worker; Vite may emit it as a blob: URL
         workerSrc: ["'self'", 'blob:'],
         // socket.io: same origin over ws(s)
