@@ -31,6 +31,8 @@ export default defineConfig({
   },
   worker: { format: 'es' },
   server: {
+    // cross-origin isolated as `atoll serve` makes it: the CPU engine's threads share memory
+    headers: { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' },
     proxy: {
       '/api': 'http://localhost:8080',
       '/socket.io': { target: 'ws://localhost:8080', ws: true },

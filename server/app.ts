@@ -126,8 +126,10 @@ export async function baseApp(o: {
         upgradeInsecureRequests: null,
       },
     },
-    // the volunteer page may load wasm/worker chunks; COEP would block nothing we use but breaks dev proxies
-    crossOriginEmbedderPolicy: false,
+    // cross-origin isolation (with helmet's COOP same-origin): the page's Wasm engine shares its memory
+    // with its helper threads (SharedArrayBuffer). Everything the pages load is same-origin.
+    crossOriginEmbedderPolicy: { policy: 'require-corp' },
+    crossOriginOpenerPolicy: { policy: 'same-origin' },
   });
 
   // REST rate limit per IP (the island protocol has its own limiter in the gateway).

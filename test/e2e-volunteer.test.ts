@@ -753,6 +753,10 @@ describe('volunteer page (Chromium)', () => {
     );
     expect(v.engine).toBe('cpu');
     expect(v.device, 'the page says which engine it trains on').toMatch(/WebAssembly SIMD/);
+    // cross-origin isolated, so the engine's threads share its memory: all the cores, up to 4
+    const iso = await page.evaluate(() => ({ isolated: crossOriginIsolated, cores: navigator.hardwareConcurrency }));
+    expect(iso.isolated).toBe(true);
+    expect(v.device).toContain(`(${Math.min(4, iso.cores)} of ${iso.cores} threads)`);
     // the CPU page's first round (a fresh AdamW joining a trained θ), at the version the server lists
     // its Δ in (it alone made it): well below v0. Not asserted: below the version before it. A CI run
     // had it 3.216 → 3.372 alone, where the bench's late joiner (bench cold-start --late) improves

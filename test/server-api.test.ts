@@ -295,6 +295,9 @@ describe('REST API and admin auth', () => {
     expect(csp).toMatch(/worker-src 'self' blob:/);
     expect(csp).toMatch(/connect-src 'self' ws:\/\/127\.0\.0\.1:\d+ wss:\/\/127\.0\.0\.1:\d+/);
     expect(r.headers.get('x-content-type-options')).toBe('nosniff');
+    // cross-origin isolated: the page's Wasm engine shares memory with its threads
+    expect(r.headers.get('cross-origin-opener-policy')).toBe('same-origin');
+    expect(r.headers.get('cross-origin-embedder-policy')).toBe('require-corp');
     expect(r.headers.get('access-control-allow-origin')).toBeNull();
     const api = await fetch(`${ts.url}/api/status`, { headers: { origin: 'https://evil.example' } });
     expect(api.headers.get('access-control-allow-origin')).toBeNull();

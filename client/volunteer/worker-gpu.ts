@@ -3,7 +3,7 @@
 // because the worker's navigator.gpu is the one that trains (it can differ from the
 // page's: some browsers expose WebGPU to windows before workers).
 
-import { createCpuEngine } from '../../core/engine/cpu.ts';
+import { type CpuThreads, createCpuEngine } from '../../core/engine/cpu.ts';
 import {
   WebGpuEngine,
   checkAdapterFits,
@@ -14,6 +14,7 @@ import {
 import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../island/engine/webgpu-tune.ts';
 import type { EngineOptions } from '../../core/engine/index.ts';
 import type { AdapterSummary, EngineKind, GpuProbe, ModelShape } from './messages.ts';
+import { pageCpuThreads } from './kernel-threads.ts';
 import type { EngineHandle } from './resilient-engine.ts';
 
 export function engineOptions(shape: ModelShape): EngineOptions {
@@ -133,14 +134,16 @@ export async function openEngineHandle(
   precision: 'f32' | 'f16' = 'f32',
 ): Promise<EngineHandle> {
   const eo = engineOptions(shape);
-  if (kind === 'cpu')
+  if (kind === 'cpu') {
+    const engine = await createCpuEngine('cpu', eo, (cpuThreads ??= pageCpuThreads())); // WebAssembly SIMD
     return {
-      engine: await createCpuEngine('cpu', eo), // WebAssembly SIMD, one thread
+      engine,
       lost: new Promise(() => {}),
       dispose: () => {},
       simulateLoss: () => {},
       gpuDevice: null,
     };
+  }
   const dev = await openDevice(shape);
   adapter = dev.adapter;
   const e = await WebGpuEngine.create(dev.device, {
@@ -176,8 +179,11 @@ export function autotuneLine(t: TuneResult | null): string {
   );
 }
 
-/** The CPU engine's device line: it trains on one thread. */
+let cpuThreads: CpuThreads | null = null;
+
+/** The training CPU engine's device line: how many of the machine's threads it trains on. */
 export function cpuName(): string {
   const n = (navigator as Navigator & { hardwareConcurrency?: number }).hardwareConcurrency;
-  return n ? `CPU, WebAssembly SIMD (1 of ${n} threads)` : 'CPU, WebAssembly SIMD';
+  const used = (cpuThreads ??= pageCpuThreads()).count;
+  return n ? `CPU, WebAssembly SIMD (${used} of ${n} threads)` : 'CPU, WebAssembly SIMD';
 }
