@@ -6,7 +6,7 @@
 import type { Batch, EngineOptions, OptimizerState, StepOptions, TrainingEngine } from './index.ts';
 import { type GPTConfig, paramLayout } from '../model/config.ts';
 import { ADAMW_DEFAULTS, clipScale } from '../model/ops.ts';
-import { KernelRunner, type SpawnKernelThread } from './wasm/kernels.ts';
+import { KERNEL_NAMES, type KernelName, KernelRunner, type SpawnKernelThread } from './wasm/kernels.ts';
 import { NORM_CHUNK, wasmLayout } from './wasm/layout.ts';
 import { WasmGPT } from './wasm/model.ts';
 
@@ -53,6 +53,17 @@ export class WasmEngine implements TrainingEngine {
     const bytes = wasmLayout(opts.config, opts.maxBatch, maxT, 0).bytes;
     const run = await KernelRunner.create(bytes, opts.threads ?? 1, opts.spawn);
     return new WasmEngine(new WasmGPT(opts.config, opts.maxBatch, maxT, run), opts);
+  }
+
+  /** Times each kernel from now on (on) or stops (off); returns ms and calls per kernel since it was on. */
+  profileKernels(on: boolean): Array<{ kernel: KernelName; ms: number; calls: number }> {
+    const run = this.model.run;
+    const p = run.profile;
+    run.profile = on
+      ? { ms: new Float64Array(KERNEL_NAMES.length), calls: new Uint32Array(KERNEL_NAMES.length) }
+      : null;
+    if (!p) return [];
+    return KERNEL_NAMES.map((kernel, i) => ({ kernel, ms: p.ms[i], calls: p.calls[i] })).filter((r) => r.calls > 0);
   }
 
   private get L() {

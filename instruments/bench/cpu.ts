@@ -4,6 +4,7 @@
 // Wasm engine's speed over the JS engine's, measured in the same run.
 
 import { createCpuEngine } from '../../core/engine/cpu.ts';
+import { WasmEngine } from '../../core/engine/wasm.ts';
 import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
 import { type PresetName, PRESETS, flopsPerToken } from '../../core/model/config.ts';
 import { initParams } from '../../core/model/gpt.ts';
@@ -30,6 +31,21 @@ export interface CpuBenchRow {
   gflops: number;
   /** This row's speed over the JS engine's on the same preset (1 for the JS row). */
   vsJs: number;
+  /** The Wasm rows: ms per step in each kernel (all its calls), slowest first, from separate profiled steps. */
+  ops?: Array<{ kernel: string; msPerStep: number; callsPerStep: number }>;
+}
+
+/** Steps with each kernel timed, after the timed ones (reading the clock per call would slow those). */
+const PROFILED_STEPS = 2;
+
+async function profileSteps(engine: WasmEngine, batch: Batch): Promise<NonNullable<CpuBenchRow['ops']>> {
+  engine.profileKernels(true);
+  for (let s = 0; s < PROFILED_STEPS; s++) await engine.step(batch, { lr: 1e-3, gradClip: 1 });
+  await engine.takeLosses();
+  return engine
+    .profileKernels(false)
+    .map((r) => ({ kernel: r.kernel, msPerStep: r.ms / PROFILED_STEPS, callsPerStep: r.calls / PROFILED_STEPS }))
+    .sort((a, b) => b.msPerStep - a.msPerStep);
 }
 
 /** Sequences per step: `tiny` and `small` at the browser's batch, `base` smaller (the JS step takes a minute). */
@@ -84,8 +100,9 @@ export async function benchCpu(o: CpuBenchOptions): Promise<{ rows: CpuBenchRow[
     for (const threads of o.threads) {
       const wasm = await createCpuEngine('cpu', opts, { count: threads, spawn: spawnNodeKernelThread });
       const ms = await timeSteps(wasm, batch, params, o.steps);
+      const ops = wasm instanceof WasmEngine ? await profileSteps(wasm, batch) : undefined;
       wasm.destroy();
-      rows.push(row('wasm', threads, ms, jsMs));
+      rows.push({ ...row('wasm', threads, ms, jsMs), ops });
       o.log?.(`${preset}: wasm ×${threads} ${ms.toFixed(1)} ms/step (${(jsMs / ms).toFixed(1)}× js)`);
     }
   }
@@ -93,6 +110,7 @@ export async function benchCpu(o: CpuBenchOptions): Promise<{ rows: CpuBenchRow[
     rows,
     note:
       'median step (forward, backward, clip, AdamW) on one batch of random bytes; GFLOP/s by flopsPerToken ' +
-      '(6N + attention); base at batch 2 and at most 2 JS steps',
+      "(6N + attention); base at batch 2 and at most 2 JS steps; ops: each Wasm kernel's ms per step over " +
+      `${PROFILED_STEPS} more steps with the clock read around every call`,
   };
 }

@@ -156,8 +156,21 @@ export class KernelRunner {
     return new KernelRunner(k, memory, control, threads, helpers);
   }
 
+  /** Time (ms) and calls per kernel, by KERNEL_NAMES index, while on (bench cpu); off, no clock is read. */
+  profile: { ms: Float64Array; calls: Uint32Array } | null = null;
+
   /** Calls kernel `name`(...args, lo, hi) over [0, n) split across the threads at multiples of `align`. */
   run(name: KernelName, n: number, align: number, ...args: number[]): void {
+    const p = this.profile;
+    if (!p) return this.dispatch(name, n, align, args);
+    const t0 = performance.now();
+    this.dispatch(name, n, align, args);
+    const i = KERNEL_NAMES.indexOf(name);
+    p.ms[i] += performance.now() - t0;
+    p.calls[i] += 1;
+  }
+
+  private dispatch(name: KernelName, n: number, align: number, args: number[]): void {
     const fn = this.k[name] as (...a: number[]) => void;
     if (this.threads === 1 || n < 2 * align) {
       fn(...args, 0, n);
