@@ -71,5 +71,7 @@ describe('the Wasm engine on threads', () => {
       expect(sum).toBeLessThan(2 * x.msPerStep);
     }
     expect(r.rows[0].ops).toBeUndefined();
+    expect(r.load.cpus).toBeGreaterThan(0);
+    expect(r.load.after).toBeGreaterThanOrEqual(0);
   }, 120_000);
 });

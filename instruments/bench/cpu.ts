@@ -3,6 +3,7 @@
 // on the same batches from the same θ0. Tokens/s and GFLOP/s from the median step; the ratio is the
 // Wasm engine's speed over the JS engine's, measured in the same run.
 
+import { availableParallelism, loadavg } from 'node:os';
 import { createCpuEngine } from '../../core/engine/cpu.ts';
 import { WasmEngine } from '../../core/engine/wasm.ts';
 import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
@@ -73,8 +74,16 @@ async function timeSteps(engine: TrainingEngine, batch: Batch, params: Float32Ar
   return median(ms);
 }
 
-export async function benchCpu(o: CpuBenchOptions): Promise<{ rows: CpuBenchRow[]; note: string }> {
+export interface CpuBenchReport {
+  rows: CpuBenchRow[];
+  /** The machine's 1-minute load average before and after the run, and its cores (a noisy run shows). */
+  load: { before: number; after: number; cpus: number };
+  note: string;
+}
+
+export async function benchCpu(o: CpuBenchOptions): Promise<CpuBenchReport> {
   const rows: CpuBenchRow[] = [];
+  const before = loadavg()[0];
   for (const preset of o.presets) {
     const config = PRESETS[preset];
     const batch = batchOf(preset, 7);
@@ -108,6 +117,7 @@ export async function benchCpu(o: CpuBenchOptions): Promise<{ rows: CpuBenchRow[
   }
   return {
     rows,
+    load: { before, after: loadavg()[0], cpus: availableParallelism() },
     note:
       'median step (forward, backward, clip, AdamW) on one batch of random bytes; GFLOP/s by flopsPerToken ' +
       "(6N + attention); base at batch 2 and at most 2 JS steps; ops: each Wasm kernel's ms per step over " +
