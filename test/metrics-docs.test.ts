@@ -1,7 +1,9 @@
 // docs/metrics.md is kept true: every flag it names is an option of `atoll serve` or `atoll train`, every scalar
 // tag in its tables is one a run writes (pointScalars, and train's), the /api/history fields it lists are the
 // schema's, the keep-policy table's flags, config keys and defaults are the run config's, the files and routes it
-// cites exist, and README.md and docs/operations.md point to it.
+// cites exist, and README.md and docs/operations.md point to it. docs/research.md's first three sections (a first
+// run, a run of your own, reading the dashboard) name only flags `atoll serve` or `atoll island` take (and
+// tensorboard's --logdir).
 
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -91,5 +93,18 @@ describe('docs/metrics.md', () => {
     expect(readFileSync(join(ROOT, 'server/plugins/api.ts'), 'utf8')).toContain("'/api/scalars.csv'");
     expect(readFileSync(join(ROOT, 'README.md'), 'utf8')).toContain('docs/metrics.md');
     expect(readFileSync(join(ROOT, 'docs/operations.md'), 'utf8')).toContain('docs/metrics.md');
+  });
+});
+
+describe('docs/research.md: a first run, a run of your own, reading the dashboard', () => {
+  it('names only flags `atoll serve` or `atoll island` take', () => {
+    const md = readFileSync(join(ROOT, 'docs/research.md'), 'utf8');
+    const part = md.slice(md.indexOf('## 1.'), md.indexOf('## 4.'));
+    const serve = options('serve');
+    const island = options('island');
+    const flags = [...new Set([...part.matchAll(/(?<![\w-])--[a-z][a-z-]*/g)].map((m) => m[0]))];
+    for (const f of ['--total-tokens', '--title', '--inner-lr', '--weight-decay', '--eval-batches'])
+      expect(flags, f).toContain(f);
+    for (const f of flags) if (f !== '--logdir') expect(serve.has(f) || island.has(f), f).toBe(true);
   });
 });
