@@ -9,12 +9,10 @@
 //   5. Run panel: configuration, checkpoints with download links, a sample from the model.
 //   6. Admin: a wrong token is refused and nothing changes; the right one pauses and resumes
 //      (checked on /api/status), edits a hyperparameter, and bans an island.
-//   7. The edit is a marker at its version on every chart over time or tokens, and the outer-lr chart
-//      steps to it; the run's own metrics JSONL, loaded as another run, is drawn beside its curves.
 //
 // One server, one browser page for all steps, in order.
 
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
@@ -86,8 +84,8 @@ describe('dashboard e2e', () => {
     // renders are coalesced (≤ 2/s): the empty state shows on the next one
     await expect.poll(() => page.isVisible('#leaderboard-empty'), { timeout: 10_000 }).toBe(true);
     await page.click('#tab-overview');
+    // the optimizer's charts (lr, norm) among them: test/e2e-dashboard-charts.test.ts reads them
     expect(await page.locator('#charts .chart').count()).toBe(9);
-    for (const id of ['lr', 'norm']) expect(await page.isVisible(`#chart-${id}`), id).toBe(true);
     // Charts that need deltas say what they wait for instead of drawing nothing.
     await expect
       .poll(() => page.textContent('#chart-staleness .plot-empty'), { timeout: 10_000 })
@@ -148,21 +146,6 @@ describe('dashboard e2e', () => {
     const [up, down] = [styles.find((x) => x[0].startsWith('up')), styles.find((x) => x[0].startsWith('down'))];
     expect(up![1]).not.toBe(down![1]);
     expect(up![2]).not.toBe(down![2]);
-    // The optimizer's charts: the inner lr (tiny's peak, 3e-3, or below it on the schedule), the outer lr 0.7,
-    // and the outer updates' norms, all from the history's points.
-    const latest = async (id: string) =>
-      Object.fromEntries(
-        ((await page.getAttribute(`#chart-${id}`, 'data-latest')) ?? '').split('|').map((kv) => {
-          const at = kv.lastIndexOf(':');
-          return [kv.slice(0, at), kv.slice(at + 1) === '' ? null : Number(kv.slice(at + 1))];
-        }),
-      ) as Record<string, number | null>;
-    await expect.poll(async () => (await latest('lr'))['outer lr'], { timeout: 10_000 }).toBe(0.7);
-    const inner = (await latest('lr'))['inner lr (AdamW)']!;
-    expect(inner).toBeGreaterThan(0);
-    expect(inner).toBeLessThanOrEqual(3e-3);
-    expect((await latest('norm'))['‖outer update‖']).toBeGreaterThan(0);
-    expect(Number(await page.getAttribute('#chart-norm', 'data-points'))).toBeGreaterThan(1);
     await page.click('#tab-leaderboard');
     await expect
       .poll(() => page.$$eval('#leaderboard-table tbody td.t-name', (els) => els.map((e) => e.textContent).sort()), {
@@ -275,24 +258,14 @@ describe('dashboard e2e', () => {
     await page.click('button[data-sort="speed"]');
     await page.click('#tab-overview');
     await page.click('label[for="x-tokens"]');
-    await page.check('#loss-log');
     const hash = await page.evaluate(() => location.hash);
     expect(hash).toContain('tab=overview');
     expect(hash).toContain('sort=speed');
     expect(hash).toContain('x=tokens');
-    expect(hash).toContain('log=1');
     expect(hash).not.toContain('q=');
     await page.reload();
     await page.waitForSelector('#panel-overview:not([hidden])');
     expect(await page.isChecked('#x-tokens')).toBe(true);
-    expect(await page.isChecked('#loss-log')).toBe(true);
-    // the loss on a log axis: its ticks are the log scale's (1, 2, …, 10 for losses between 1 and 10)
-    await expect.poll(() => page.getAttribute('#chart-loss', 'data-y-scale'), { timeout: 5_000 }).toBe('log');
-    const logTicks = (await page.getAttribute('#chart-loss', 'data-y-ticks'))!.split('|').filter(Boolean);
-    expect(logTicks.length).toBeGreaterThan(1);
-    expect(await page.getAttribute('#chart-lr', 'data-y-scale')).toBe('linear');
-    await page.uncheck('#loss-log');
-    await expect.poll(() => page.getAttribute('#chart-loss', 'data-y-scale'), { timeout: 5_000 }).toBe('linear');
     await page.click('#tab-islands');
     // renders are coalesced (≤ 2/s), so the table may draw a moment after the click
     await expect
@@ -432,72 +405,6 @@ describe('dashboard e2e', () => {
     await expect.poll(() => page.textContent('#admin-answer'), { timeout: 10_000 }).toContain(`ban ${bob.id}: 200 OK`);
     const after = await getJson<{ islands: Array<{ id: string; status: string }> }>(`${server.url}/api/islands`);
     expect(after.islands.find((i) => i.id === bob.id)?.status).toBe('banned');
-    expect(pageErrors()).toEqual([]);
-  });
-
-  it('the edit is a marker at its version on every chart; the outer lr steps to it; another run overlays', async () => {
-    const { page } = browser;
-    const hist = await getJson<{ configChanges: Array<{ version: number; changes: Record<string, unknown> }> }>(
-      `${server.url}/api/history`,
-    );
-    const change = hist.configChanges.find((c) => c.changes.outerLr === 0.5)!;
-    expect(change).toBeTruthy();
-    await page.goto(`${server.url}/dashboard#tab=overview`);
-    const timeCharts = ['loss', 'lr', 'norm', 'tps', 'islands', 'bytes', 'version', 'outcomes'];
-    for (const id of timeCharts)
-      await expect
-        .poll(() => page.getAttribute(`#chart-${id}`, 'data-markers'), { timeout: 15_000 })
-        .toContain(String(change.version));
-    expect(await page.getAttribute('#chart-staleness', 'data-markers')).toBe('');
-    // drawn over the plot, the change in its tooltip, and listed above the charts
-    const marker = page.locator(`#chart-loss .cfg-marker[data-version="${change.version}"]`);
-    await expect.poll(() => marker.count(), { timeout: 5_000 }).toBe(1);
-    expect(await marker.getAttribute('title')).toBe(`v${change.version}: outerLr 0.5`);
-    const box = (await marker.boundingBox())!;
-    expect(box.height).toBeGreaterThan(100);
-    expect(await page.textContent('#config-changes')).toContain(`v${change.version}: outerLr 0.5`);
-    // on the tokens axis too
-    await page.click('label[for="x-tokens"]');
-    await expect.poll(() => page.locator('#chart-lr .cfg-marker').count(), { timeout: 5_000 }).toBe(1);
-    // the outer lr chart ends on the new value once an update is taken with it (alice still trains)
-    const outerLr = async () => {
-      const kv = ((await page.getAttribute('#chart-lr', 'data-latest')) ?? '').split('|');
-      return Number(kv.find((x) => x.startsWith('outer lr:'))?.slice('outer lr:'.length));
-    };
-    await expect.poll(outerLr, { timeout: 30_000 }).toBe(0.5);
-    lap('markers');
-
-    // Another run's curves: this run's own metrics JSONL (what <run folder>/metrics/ holds), loaded as a file.
-    const jsonl = readFileSync(join(server.runDir, 'metrics', 'scalars.jsonl'));
-    await page.setInputFiles('#overlay-file', { name: 'baseline.jsonl', mimeType: 'text/plain', buffer: jsonl });
-    await page.waitForSelector('#overlay-state[data-verdict="loaded"]', { timeout: 5_000 });
-    expect(await page.textContent('#overlay-state')).toMatch(/^baseline: \d+ steps, 1 config change/);
-    for (const [id, label] of [
-      ['loss', 'baseline eval'],
-      ['lr', 'baseline outer lr'],
-      ['norm', 'baseline ‖outer update‖'],
-    ])
-      await expect.poll(() => page.getAttribute(`#chart-${id}`, 'data-series'), { timeout: 5_000 }).toContain(label);
-    // the file's eval is this run's eval: the overlaid curve ends on a value this run's history holds
-    const overlaid = Number(
-      ((await page.getAttribute('#chart-loss', 'data-latest')) ?? '')
-        .split('|')
-        .find((x) => x.startsWith('baseline eval:'))
-        ?.split(':')[1],
-    );
-    const evals = (await getJson<{ points: Array<{ evalLoss: number | null }> }>(`${server.url}/api/history`)).points
-      .map((p) => p.evalLoss)
-      .filter((v) => v !== null);
-    expect(evals).toContain(overlaid);
-    await page.waitForTimeout(600);
-    await page.screenshot({ path: join(ARTIFACTS, 'dashboard-overlay.png'), fullPage: true });
-    // a file that is not a metrics JSONL is refused in words; remove drops the overlay
-    await page.setInputFiles('#overlay-file', { name: 'x.jsonl', mimeType: 'text/plain', buffer: Buffer.from('hi\n') });
-    await page.waitForSelector('#overlay-state[data-verdict="error"]', { timeout: 5_000 });
-    expect(await page.textContent('#overlay-state')).toContain('x line 1 is not JSON');
-    await expect
-      .poll(() => page.getAttribute('#chart-loss', 'data-series'), { timeout: 5_000 })
-      .not.toContain('baseline');
     expect(pageErrors()).toEqual([]);
   });
 
