@@ -6,6 +6,7 @@
 //   3. An Admin PATCH of the outer lr made outside the page (REST, as curl would) becomes a marker at its version
 //      on every chart over time or tokens, with the change in its tooltip and in the list above the charts,
 //      and the outer-lr chart steps to the new value.
+//      The island view's quality chart (over versions) marks it too.
 //   4. The run's own metrics JSONL (<run folder>/metrics/scalars.jsonl), loaded as another run's file, is drawn
 //      beside the loss, lr and norm curves; a file that is not one is refused in words.
 
@@ -113,6 +114,13 @@ describe('dashboard e2e: optimizer charts, log axis, config markers, overlay', (
     await expect.poll(() => page.locator('#chart-lr .cfg-marker').count(), { timeout: 5_000 }).toBe(1);
     // the next update is taken with the new outer lr
     await expect.poll(async () => (await latest('lr'))['outer lr'], { timeout: 30_000 }).toBe(0.5);
+    // the island view's chart is over versions: the marker sits at the version itself
+    const list = await getJson<{ islands: Array<{ id: string; name: string }> }>(`${server.url}/api/islands`);
+    await page.goto(`${server.url}/dashboard#island=${list.islands.find((i) => i.name === 'alice')!.id}`);
+    await expect
+      .poll(() => page.getAttribute('#chart-island-quality', 'data-markers'), { timeout: 10_000 })
+      .toBe(String(v));
+    await page.goto(`${server.url}/dashboard#tab=overview&x=tokens`);
     expect(pageErrors()).toEqual([]);
   });
 

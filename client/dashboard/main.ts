@@ -284,6 +284,7 @@ function render(): void {
     panels.get(t)!.hidden = !active || !!view.island;
   }
   islandSection.hidden = !view.island;
+  islandPanel.changes = store.configChanges;
   islandPanel.show(view.island);
   if (view.island) return;
   for (const input of xToggle.querySelectorAll('input')) input.checked = input.value === view.x;
