@@ -84,7 +84,8 @@ describe('dashboard e2e', () => {
     // renders are coalesced (≤ 2/s): the empty state shows on the next one
     await expect.poll(() => page.isVisible('#leaderboard-empty'), { timeout: 10_000 }).toBe(true);
     await page.click('#tab-overview');
-    expect(await page.locator('#charts .chart').count()).toBe(7);
+    // the optimizer's charts (lr, norm) among them: test/e2e-dashboard-charts.test.ts reads them
+    expect(await page.locator('#charts .chart').count()).toBe(9);
     // Charts that need deltas say what they wait for instead of drawing nothing.
     await expect
       .poll(() => page.textContent('#chart-staleness .plot-empty'), { timeout: 10_000 })

@@ -94,6 +94,10 @@ export class LiveSource {
       }
     }, 250);
     await this.loadAll();
+    // A change made elsewhere (another dashboard, curl) reaches the markers within 10 s.
+    setInterval(() => {
+      if (this.connection === 'live') void this.refreshHistory();
+    }, 10_000);
     // If the socket is not up within 4 s, poll until it is.
     setTimeout(() => {
       if (this.connection !== 'live') this.startPolling();
@@ -111,7 +115,7 @@ export class LiveSource {
     this.restOk = st !== null;
     if (st) this.store.setStatus(st);
     if (isl) this.store.setIslands(isl);
-    if (hist) this.store.addHistory(hist.points);
+    if (hist) this.setHistory(hist);
     if (run) this.store.setRun(run);
     if (ck) this.store.setCheckpoints(ck.checkpoints);
     if (this.connection !== 'live') this.setConnection(st ? (this.pollTimer ? 'polling' : 'connecting') : 'offline');
@@ -132,9 +136,15 @@ export class LiveSource {
     if (st) this.store.setStatus(st);
   }
 
-  private async refreshHistory(): Promise<void> {
+  /** The newest points and every config change (the charts' markers: the stream does not carry them). */
+  async refreshHistory(): Promise<void> {
     const h = await get<HistoryResponse>(this.historyUrl());
-    if (h) this.store.addHistory(h.points);
+    if (h) this.setHistory(h);
+  }
+
+  private setHistory(h: HistoryResponse): void {
+    this.store.addHistory(h.points);
+    this.store.setConfigChanges(h.configChanges);
   }
 
   private connect(): void {

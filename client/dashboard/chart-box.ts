@@ -6,6 +6,7 @@ import 'uplot/dist/uPlot.min.css';
 import { INTEGER_INCRS, breakGaps, clock, gapSeconds, timeRange } from './axes.ts';
 import { h, setText } from './dom.ts';
 import { fmtInt, fmtSI, isNum } from './format.ts';
+import type { Marker } from './markers.ts';
 
 type Data = uPlot.AlignedData;
 export type Y = Array<number | null>;
@@ -28,6 +29,10 @@ export interface ChartDef {
   bars?: boolean;
   xValues?: (v: number) => string;
   xLabel?: string;
+  /** A logarithmic y axis (values ≤ 0 are not drawn). */
+  yLog?: boolean;
+  /** The run's config changes on this x axis: a dashed line each, the change in its tooltip. */
+  markers?: Marker[];
   /** Message shown over the chart instead of data. */
   empty: string | null;
   note?: string;
@@ -44,6 +49,7 @@ export class ChartBox {
   private key = '';
   private hover = false;
   private bars = false;
+  private markers: Marker[] = [];
   /** Inputs of the last update (see Charts.render). */
   deps = '';
 
@@ -86,6 +92,18 @@ export class ChartBox {
     setText(this.emptyEl, empty ?? '');
     setText(this.noteEl, def.note ?? '');
     this.el.dataset.points = String(def.data[0]?.length ?? 0);
+    this.el.dataset.yScale = def.yLog ? 'log' : 'linear';
+    this.markers = def.markers ?? [];
+    this.el.dataset.markers = this.markers.map((m) => m.version).join(',');
+    // each series' newest value, as drawn (label:value|…)
+    this.el.dataset.latest = def.series
+      .map((s, i) => {
+        const ys = def.data[i + 1] as Y;
+        let v: number | null = null;
+        for (let j = ys.length - 1; j >= 0 && v === null; j--) if (isNum(ys[j])) v = ys[j];
+        return `${s.label}:${v ?? ''}`;
+      })
+      .join('|');
     // What the page draws, for tests and for people reading the DOM: each series' label, colour, dash.
     this.el.dataset.series = def.series
       .map((s) => `${s.label}:${typeof s.stroke === 'string' ? s.stroke : 'fn'}:${(s.dash ?? []).join(',')}`)
@@ -112,6 +130,26 @@ export class ChartBox {
     if (!u || this.hover || this.bars) return;
     const n = u.data[0]?.length ?? 0;
     if (n > 0) u.setLegend({ idx: n - 1 });
+  }
+
+  /** The markers as thin dashed lines over the plot, each with its change as a tooltip (title). */
+  private placeMarkers(u: uPlot): void {
+    const over = u.over;
+    const els = [...over.querySelectorAll<HTMLElement>('.cfg-marker')];
+    const [min, max] = [u.scales.x.min ?? -Infinity, u.scales.x.max ?? Infinity];
+    const shown = this.markers.filter((m) => m.x >= min && m.x <= max);
+    for (let i = 0; i < Math.max(els.length, shown.length); i++) {
+      const m = shown[i];
+      if (!m) {
+        els[i].remove();
+        continue;
+      }
+      const el = els[i] ?? over.appendChild(h('div', { class: 'cfg-marker', role: 'img' }));
+      el.style.left = `${u.valToPos(m.x, 'x')}px`;
+      el.title = m.label;
+      el.dataset.version = String(m.version);
+      el.setAttribute('aria-label', `config change ${m.label}`);
+    }
   }
 
   resize(): void {
@@ -168,7 +206,8 @@ export class ChartBox {
         values: (_u, splits) =>
           ticks(
             'yTicks',
-            splits.map((v) => def.yFmt(v)),
+            // a log axis hides some splits as null
+            splits.map((v) => (v === null || v === undefined ? '' : def.yFmt(v))),
           ),
       }),
     ];
@@ -180,10 +219,17 @@ export class ChartBox {
     };
     if (def.bars) scales.x = { time: false, range: (_u, min, max) => [min - 0.5, max + 0.5] };
     if (def.yInt) scales.y = { range: (_u, min, max) => [Math.min(0, min), Math.max(1, Math.ceil(max))] };
+    if (def.yLog) scales.y = { distr: 3, log: 10 };
     if (def.yRight) {
       const f = def.yRight.fmt;
       axes.push(
-        axis({ scale: 'r', side: 1, size, grid: { show: false }, values: (_u, splits) => splits.map((v) => f(v)) }),
+        axis({
+          scale: 'r',
+          side: 1,
+          size,
+          grid: { show: false },
+          values: (_u, splits) => splits.map((v) => (v == null ? '' : f(v))),
+        }),
       );
       scales.r = { auto: true };
     }
@@ -224,6 +270,7 @@ export class ChartBox {
       axes,
       scales,
       legend: { live: true },
+      hooks: { draw: [(u) => this.placeMarkers(u)] },
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
     };
   }

@@ -6,12 +6,12 @@ import type { HistoryPoint } from '../../core/api.ts';
 import type { XAxis } from './url.ts';
 import { type ChartDef, PALE, PALETTE, type Y } from './chart-box.ts';
 
-function xOf(p: HistoryPoint, x: XAxis): number {
+export function xOf(p: HistoryPoint, x: XAxis): number {
   return x === 'time' ? p.time / 1000 : p.totalTokens;
 }
 
 /** History points with a non-decreasing x. */
-function withX(points: HistoryPoint[], x: XAxis): HistoryPoint[] {
+export function withX(points: HistoryPoint[], x: XAxis): HistoryPoint[] {
   const out: HistoryPoint[] = [];
   let last = -Infinity;
   for (const p of points) {
@@ -43,8 +43,8 @@ function rate(cum: number[], times: number[]): Y {
   );
 }
 
-const xLabel = (x: XAxis) => (x === 'time' ? 'time' : 'tokens trained');
-const WAIT = 'Waiting for the first outer step…';
+export const xLabel = (x: XAxis) => (x === 'time' ? 'time' : 'tokens trained');
+export const WAIT = 'Waiting for the first outer step…';
 
 export function lossDef(points: HistoryPoint[], x: XAxis, smooth: number): ChartDef {
   const ps = withX(points, x);

@@ -5,6 +5,8 @@ import type { Store } from './store.ts';
 import type { XAxis } from './url.ts';
 import { ChartBox, type ChartDef } from './chart-box.ts';
 import { bytesDef, islandsDef, lossDef, outcomesDef, stalenessDef, throughputDef, versionDef } from './chart-defs.ts';
+import { logY, lrDef, normDef, withOverlay } from './chart-defs-train.ts';
+import { markersOf } from './markers.ts';
 
 export class Charts {
   private boxes: ChartBox[] = [];
@@ -19,6 +21,8 @@ export class Charts {
   ) {
     const defs: Array<[string, string]> = [
       ['loss', 'Loss'],
+      ['lr', 'Learning rates'],
+      ['norm', 'Outer update norm'],
       ['tps', 'Tokens / s'],
       ['islands', 'Islands online'],
       ['bytes', 'Bandwidth and compression'],
@@ -46,30 +50,40 @@ export class Charts {
    * Re-renders when the history, samples, run config or x/smoothing changed. Building a uPlot
    * instance costs 10–60 ms on a slow machine, so charts are built while the frame has budget
    * left (at least one per frame); the rest follow on the next frames (their boxes have fixed
-   * sizes, so nothing moves meanwhile). A budget of 0 builds nothing this frame.
+   * sizes, so nothing moves meanwhile). A budget of 0 builds nothing this frame. `log`: the loss on a log axis.
+   * Every chart over time or tokens carries the run's config changes as markers; the loss, lr and norm charts
+   * also the overlaid run's curves (store.overlay).
    */
-  render(store: Store, x: XAxis, smooth: number, buildBudgetMs = 12): void {
-    const sig = `${store.rev.history}/${x}/${smooth}`;
+  render(store: Store, x: XAxis, smooth: number, log = false, buildBudgetMs = 12): void {
+    const { history: hr, config: cr, overlay: or } = store.rev;
+    const sig = `${hr}/${cr}/${or}/${x}/${smooth}/${log}`;
     if (sig === this.seen || this.root.clientWidth === 0) return;
     const t0 = performance.now();
     const pts = store.history;
-    const hr = store.rev.history;
+    const markers = markersOf(store.configChanges, pts, x);
+    const start = pts[0]?.time ?? null;
+    const over = (id: string, d: ChartDef) => withOverlay(id, d, store.overlay, smooth, start);
+    const loss = () => over('loss', log ? logY(lossDef(pts, x, smooth)) : lossDef(pts, x, smooth));
+    const m = `${cr}/${x}`;
     // [id, what the chart depends on, builder]: a chart whose inputs did not change is skipped.
     const defs: Array<[string, string, () => ChartDef]> = [
-      ['loss', `${hr}/${x}/${smooth}`, () => lossDef(pts, x, smooth)],
-      ['tps', `${hr}/${x}`, () => throughputDef(pts, x)],
-      ['islands', `${hr}/${x}`, () => islandsDef(pts, x)],
-      ['bytes', `${hr}/${x}`, () => bytesDef(pts, x)],
-      ['version', `${hr}/${x}`, () => versionDef(pts, x)],
+      ['loss', `${hr}/${m}/${or}/${smooth}/${log}`, loss],
+      ['lr', `${hr}/${m}/${or}`, () => over('lr', lrDef(pts, x))],
+      ['norm', `${hr}/${m}/${or}`, () => over('norm', normDef(pts, x))],
+      ['tps', `${hr}/${m}`, () => throughputDef(pts, x)],
+      ['islands', `${hr}/${m}`, () => islandsDef(pts, x)],
+      ['bytes', `${hr}/${m}`, () => bytesDef(pts, x)],
+      ['version', `${hr}/${m}`, () => versionDef(pts, x)],
       ['staleness', `${hr}`, () => stalenessDef(pts)],
-      ['outcomes', `${hr}/${x}`, () => outcomesDef(pts, x)],
+      ['outcomes', `${hr}/${m}`, () => outcomesDef(pts, x)],
     ];
     let builds = 0;
     let deferred = false;
     for (const [id, deps, make] of defs) {
       const box = this.byId.get(id)!;
       if (box.deps === deps && !box.needsRebuild) continue;
-      const def = make();
+      const made = make();
+      const def = made.x === 'linear' ? made : { ...made, markers };
       if (box.needsBuild(def)) {
         // Build while within the frame budget (at least one per frame, none when the budget is 0).
         if (buildBudgetMs <= 0 || (builds > 0 && performance.now() - t0 > buildBudgetMs)) {

@@ -3,11 +3,12 @@
 // staleness. Loaded from GET /api/islands/:id while open (every 2 s).
 
 import uPlot from 'uplot';
-import type { IslandDetail } from '../../core/api.ts';
+import type { ConfigChange, IslandDetail } from '../../core/api.ts';
 import { api } from './api.ts';
 import { ChartBox, PALETTE } from './chart-box.ts';
 import { clear, h, setText } from './dom.ts';
 import { fmtAgo, fmtAudits, fmtFixed, fmtInt, fmtNumerics, fmtSI, fmtTime } from './format.ts';
+import { changeText } from './markers.ts';
 import { errorText } from './run-panel.ts';
 
 const REFRESH_MS = 2000;
@@ -22,6 +23,8 @@ export class IslandPanel {
   private id = '';
   private detail: IslandDetail | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** The run's config changes (Store.configChanges): markers at their versions on the quality chart. */
+  changes: ConfigChange[] = [];
 
   constructor(private close: () => void) {
     const back = h('button', { type: 'button', id: 'island-back' }, '← all islands');
@@ -108,6 +111,7 @@ export class IslandPanel {
       x: 'linear',
       xLabel: 'version',
       xValues: (v) => (Number.isInteger(v) ? `v${v}` : ''),
+      markers: this.changes.map((c) => ({ x: c.version, version: c.version, label: changeText(c) })),
       data: [cs.map((c) => c.version), cs.map((c) => c.cosine), cs.map((c) => c.normRatio), cs.map((c) => c.staleness)],
       series: [
         {

@@ -15,6 +15,7 @@ import { Headline } from './headline.ts';
 import { IslandPanel } from './island-view.ts';
 import { IslandsTable } from './islands-table.ts';
 import { Leaderboard } from './leaderboard.ts';
+import { ChangesList, OverlayControl } from './overview-tools.ts';
 import { RunPanel } from './run-panel.ts';
 import { Store } from './store.ts';
 import { parseView, serializeView, SMOOTHINGS, TABS, type Tab, type ViewState } from './url.ts';
@@ -133,6 +134,10 @@ const smoothSelect = h(
   ...SMOOTHINGS.map((s) => h('option', { value: String(s) }, s === 0 ? 'no smoothing' : `EMA ${s}`)),
 );
 smoothSelect.addEventListener('change', () => setView({ smooth: Number(smoothSelect.value) }));
+const logBox = h('input', { type: 'checkbox', id: 'loss-log' });
+logBox.addEventListener('change', () => setView({ log: logBox.checked }));
+const overlay = new OverlayControl(store);
+const changesList = new ChangesList();
 const chartGrid = h('div', { class: 'charts', id: 'charts' });
 panels
   .get('overview')!
@@ -144,7 +149,10 @@ panels
       xToggle,
       h('span', { class: 'muted' }, 'train loss'),
       smoothSelect,
+      h('label', { class: 'check' }, logBox, 'log loss axis'),
+      overlay.el,
     ),
+    changesList.el,
     chartGrid,
   );
 const charts = new Charts(chartGrid, () => invalidate(true));
@@ -159,6 +167,7 @@ const runPanel = new RunPanel(async () => {
 panels.get('run')!.append(runPanel.el);
 const admin = new AdminPanel(store, () => {
   void source.refreshStatus();
+  void source.refreshHistory(); // a config change: its marker
   void source.refreshCheckpoints();
   void source.refreshRun();
 });
@@ -275,16 +284,21 @@ function render(): void {
     panels.get(t)!.hidden = !active || !!view.island;
   }
   islandSection.hidden = !view.island;
+  islandPanel.changes = store.configChanges;
   islandPanel.show(view.island);
   if (view.island) return;
   for (const input of xToggle.querySelectorAll('input')) input.checked = input.value === view.x;
   if (smoothSelect.value !== String(view.smooth)) smoothSelect.value = String(view.smooth);
+  logBox.checked = view.log;
   switch (view.tab) {
     case 'overview':
       if (revealed) {
         charts.invalidate();
         invalidate(true);
-      } else charts.render(store, view.x, view.smooth);
+      } else {
+        charts.render(store, view.x, view.smooth, view.log);
+        changesList.render(store);
+      }
       break;
     case 'islands':
       table.render(store, now);

@@ -1,7 +1,16 @@
 // All data the dashboard shows, in the server's own types (core/api.ts), with revision counters
 // so renderers only redo work for what changed.
 
-import type { CheckpointInfo, DashboardTick, HistoryPoint, IslandView, RunInfo, RunStatus } from '../../core/api.ts';
+import type {
+  CheckpointInfo,
+  ConfigChange,
+  DashboardTick,
+  HistoryPoint,
+  IslandView,
+  RunInfo,
+  RunStatus,
+} from '../../core/api.ts';
+import type { OverlayRun } from './overlay.ts';
 
 const MAX_POINTS = 20_000;
 
@@ -12,8 +21,12 @@ export class Store {
   history: HistoryPoint[] = [];
   run: RunInfo | null = null;
   checkpoints: CheckpointInfo[] | null = null;
+  /** The run's knob changes (GET /api/history), drawn as markers on the charts. */
+  configChanges: ConfigChange[] = [];
+  /** Another run's curves, loaded from its metrics JSONL (overlay.ts); null: none. */
+  overlay: OverlayRun | null = null;
 
-  rev = { status: 0, islands: 0, history: 0, run: 0, checkpoints: 0 };
+  rev = { status: 0, islands: 0, history: 0, run: 0, checkpoints: 0, config: 0, overlay: 0 };
   private listeners: Array<(part: keyof Store['rev']) => void> = [];
 
   onChange(fn: (part: keyof Store['rev']) => void): void {
@@ -69,6 +82,18 @@ export class Store {
     if (!sorted) h.sort((a, b) => a.version - b.version);
     if (h.length > MAX_POINTS) h.splice(0, h.length - MAX_POINTS);
     if (points.length) this.bump('history');
+  }
+
+  /** The whole list, as /api/history gives it; a list equal to the one held changes nothing. */
+  setConfigChanges(list: ConfigChange[]): void {
+    if (JSON.stringify(list) === JSON.stringify(this.configChanges)) return;
+    this.configChanges = list;
+    this.bump('config');
+  }
+
+  setOverlay(run: OverlayRun | null): void {
+    this.overlay = run;
+    this.bump('overlay');
   }
 
   setRun(r: RunInfo): void {

@@ -1,5 +1,5 @@
 // View state that lives in the URL hash, so a link or a reload restores the view:
-//   /dashboard#tab=islands&sort=tokens&dir=desc&q=alice&status=online&page=2&x=tokens
+//   /dashboard#tab=islands&sort=tokens&dir=desc&q=alice&status=online&page=2&x=tokens&log=1
 //   /dashboard#island=ID opens the island view of one island
 
 export const TABS = ['overview', 'islands', 'leaderboard', 'run', 'admin'] as const;
@@ -17,6 +17,7 @@ export interface ViewState {
   size: number; // rows per page
   x: XAxis;
   smooth: number; // EMA weight for train loss, 0..0.99
+  log: boolean; // the loss chart on a log y axis
   island: string; // '' = none; else the island view of that id
 }
 
@@ -30,6 +31,7 @@ export const DEFAULT_VIEW: ViewState = {
   size: 50,
   x: 'time',
   smooth: 0.6,
+  log: false,
   island: '',
 };
 
@@ -55,6 +57,7 @@ export function parseView(hash: string): ViewState {
   if (x === 'time' || x === 'tokens') v.x = x;
   const smooth = p.get('smooth');
   if (smooth !== null && SMOOTHINGS.includes(Number(smooth))) v.smooth = Number(smooth);
+  v.log = p.get('log') === '1';
   v.island = (p.get('island') ?? '').slice(0, 64);
   return v;
 }
@@ -71,6 +74,7 @@ export function serializeView(v: ViewState): string {
   if (v.size !== d.size) p.set('size', String(v.size));
   if (v.x !== d.x) p.set('x', v.x);
   if (v.smooth !== d.smooth) p.set('smooth', String(v.smooth));
+  if (v.log) p.set('log', '1');
   if (v.island) p.set('island', v.island);
   return '#' + p.toString();
 }
