@@ -162,7 +162,10 @@ export class KernelRunner {
   /** Calls kernel `name`(...args, lo, hi) over [0, n) split across the threads at multiples of `align`. */
   run(name: KernelName, n: number, align: number, ...args: number[]): void {
     const p = this.profile;
-    if (!p) return this.dispatch(name, n, align, args);
+    if (!p) {
+      this.dispatch(name, n, align, args);
+      return;
+    }
     const t0 = performance.now();
     this.dispatch(name, n, align, args);
     const i = KERNEL_NAMES.indexOf(name);
