@@ -83,10 +83,10 @@ export function shardFormat(name: string, head: Uint8Array, size: number): Shard
 }
 
 /**
- * A shard's tokens, checked: the header (magic, version, count against the file's size) and every
- * id below `vocabSize`. Refuses with E_BAD_SHARD, naming the shard and what is wrong.
+ * A shard's tokens, checked: the header (magic, version, count against the file's size) and, given
+ * `vocabSize`, every id below it. Refuses with E_BAD_SHARD, naming the shard and what is wrong.
  */
-export function readShard(name: string, bytes: Uint8Array, vocabSize: number): Shard {
+export function readShard(name: string, bytes: Uint8Array, vocabSize?: number): Shard {
   const format = shardFormat(name, bytes, bytes.length);
   let tokens: Uint16Array;
   if (format === 'llmc') {
@@ -105,10 +105,15 @@ export function readShard(name: string, bytes: Uint8Array, vocabSize: number): S
     tokens = uint16s(bytes, 0);
   }
   if (tokens.length === 0) throw bad(name, 'no tokens');
+  if (vocabSize !== undefined) checkIds(name, tokens, vocabSize);
+  return { format, tokens };
+}
+
+/** Every id below the tokenizer's vocabulary (ids from another tokenizer usually are not). */
+export function checkIds(name: string, tokens: Uint16Array, vocabSize: number): void {
   for (let i = 0; i < tokens.length; i++)
     if (tokens[i] >= vocabSize)
       throw bad(name, `token ${i} is id ${tokens[i]}, beyond the tokenizer's ${vocabSize} ids (another tokenizer?)`);
-  return { format, tokens };
 }
 
 /**

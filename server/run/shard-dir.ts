@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { INDEX_FILE, type ShardEntry, heldOutByName, parseIndex } from '../../core/data/shard-index.ts';
-import { ShardError, type ShardFormat, readShard } from '../../core/data/shards.ts';
+import { ShardError, type ShardFormat, checkIds, readShard } from '../../core/data/shards.ts';
 import { type TokenizerName, VOCAB_SIZE } from '../../core/data/tokenizer.ts';
 
 export interface ShardDataset {
@@ -42,7 +42,8 @@ function readBytes(dir: string, name: string): Uint8Array {
 /** One shard against its index entry: the file first (E_BAD_SHARD), then what the index says of it (E_BAD_INDEX). */
 function checkEntry(dir: string, e: ShardEntry, vocab: number): { format: ShardFormat; tokens: Uint16Array } {
   const bytes = readBytes(dir, e.name);
-  const shard = readShard(e.name, bytes, vocab);
+  const shard = readShard(e.name, bytes); // its header: a truncated shard says so
+
   if (shard.tokens.length !== e.tokens)
     throw new ShardError(
       'E_BAD_INDEX',
@@ -60,6 +61,7 @@ function checkEntry(dir: string, e: ShardEntry, vocab: number): { format: ShardF
       `shard '${e.name}': its SHA-256 ${h.slice(0, 12)}… is not ${INDEX_FILE}'s ${e.sha256.slice(0, 12)}… ` +
         '(the shard or the index changed since prepare)',
     );
+  checkIds(e.name, shard.tokens, vocab);
   return shard;
 }
 
