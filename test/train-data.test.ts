@@ -145,7 +145,7 @@ numpy.concatenate([numpy.fromfile(sys.argv[1] + '/' + s['name'], offset=1024, dt
     const t2 = (d: string) => join(d, 'data_train_000002.bin');
     const cases: [string, 'tiny' | 'gpt2-mini', RegExp][] = [
       [
-        spoilt('flip', (d) => edit(t2(d), (b) => (b.fill(7, 5000, 5002), b))),
+        spoilt('flip', (d) => edit(t2(d), (b) => b.fill(7, 5000, 5002))),
         'gpt2-mini',
         /E_BAD_SHARD: shard 'data_train_000002.bin': its SHA-256/,
       ],
