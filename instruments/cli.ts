@@ -124,7 +124,7 @@ export function buildProgram(): Command {
     .requiredOption('--out <path>', 'hf: the folder to write; atoll: the checkpoint file')
     .action(async (o) => {
       const { exportCheckpoint } = await import('./commands/export.ts');
-      for (const p of exportCheckpoint(o)) process.stderr.write(`wrote ${p}\n`);
+      for (const p of await exportCheckpoint(o)) process.stderr.write(`wrote ${p}\n`);
     });
 
   const serve = program
