@@ -55,7 +55,7 @@ describe('atoll data prepare', () => {
   const out = join(dir, 'out');
   let first: Awaited<ReturnType<typeof prepare>>;
 
-  it('walks a folder (.txt, .md, .jsonl, .parquet) into shards of js-tiktoken ids, <|endoftext|> before each document', async () => {
+  it('walks a folder (.txt, .md, .jsonl, .parquet) into shards of js-tiktoken ids, <|endoftext|> first', async () => {
     first = await prepare(opts(out));
     expect(first.tokens).toBe(want.length);
     expect(tokensOf(out)).toEqual(want);
@@ -85,7 +85,7 @@ describe('atoll data prepare', () => {
     expect((await prepare(opts(again))).resumed).toBe(first.shards.length);
   });
 
-  it('refuses other flags on a stopped folder, a folder of other files, and too little text for a train shard', async () => {
+  it('refuses other flags on a stopped folder, a folder of other files, too little text to train', async () => {
     await expect(prepare({ ...opts(out), shardTokens: 4000 })).rejects.toThrow(/E_PREPARE_MISMATCH/);
     await expect(prepare({ ...opts(input), inputs: [join(input, 'b.md')] })).rejects.toThrow(/E_OUT_NOT_EMPTY/);
     const small = { ...opts(join(dir, 'small')), inputs: [join(input, 'b.md')], heldOutTokens: 1_000_000 };

@@ -134,7 +134,7 @@ numpy.concatenate([numpy.fromfile(sys.argv[1] + '/' + s['name'], offset=1024, dt
     }
   }, 60_000);
 
-  it('refuses a corrupt, truncated or foreign shard, a lying index, another tokenizer: by name, with a code', async () => {
+  it('refuses a corrupt, truncated or foreign shard, a lying index, another tokenizer, by name', async () => {
     const spoilt = (name: string, f: (d: string) => void) => {
       const d = join(dir, name);
       cpSync(shards, d, { recursive: true });

@@ -80,7 +80,8 @@ export function loadShardDir(dir: string, tokenizer: TokenizerName): ShardDatase
       throw new ShardError(
         'E_TOKENIZER_MISMATCH',
         `${dir}: its shards are ${index.tokenizer} ids (${index.vocabSize}); the model's vocabulary is ` +
-          `${tokenizer}'s (${vocab}): pick a preset of that tokenizer or prepare the data with --tokenizer ${tokenizer}`,
+          `${tokenizer}'s (${vocab}): pick a preset of that tokenizer or prepare the data with ` +
+          `--tokenizer ${tokenizer}`,
       );
     heldOutName = index.heldOut;
     entries = index.shards.map((e) => ({ name: e.name, read: () => checkEntry(dir, e, vocab) }));
