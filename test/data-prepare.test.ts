@@ -3,7 +3,8 @@
 // documents' js-tiktoken ids each led by <|endoftext|>; a stopped prepare resumes from its last good
 // shard to the same index; bad inputs and a folder of another prepare are refused before any work.
 
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -12,6 +13,7 @@ import { Tiktoken } from 'js-tiktoken/lite';
 import gpt2 from 'js-tiktoken/ranks/gpt2';
 import { afterAll, describe, expect, it } from 'vitest';
 import { readShard } from '../core/data/shards.ts';
+import { buildProgram } from '../instruments/cli.ts';
 import { STATE_FILE, prepare } from '../instruments/commands/data-prepare.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'atoll-prepare-'));
@@ -83,6 +85,58 @@ describe('atoll data prepare', () => {
     expect(tokensOf(again)).toEqual(want);
     // done: a third run only verifies
     expect((await prepare(opts(again))).resumed).toBe(first.shards.length);
+  });
+
+  it('resumes a prepare killed (SIGKILL) mid-run: the ids are whole, the shards written before are kept', async () => {
+    const src = join(dir, 'sotu');
+    mkdirSync(src);
+    const names = readdirSync(SOTU)
+      .filter((f) => f.endsWith('.txt'))
+      .sort()
+      .slice(0, 40);
+    for (const f of names) cpSync(join(SOTU, f), join(src, f));
+    const killed = join(dir, 'killed');
+    const args = ['data', 'prepare', '--out', killed, '--shard-tokens', '8000', '--held-out-tokens', '8000', src];
+    const child = spawn('node', ['bin/atoll.js', ...args], { stdio: 'ignore' });
+    const stateFile = join(killed, STATE_FILE);
+    const shardsWritten = () => (existsSync(stateFile) ? JSON.parse(readFileSync(stateFile, 'utf8')).shards.length : 0);
+    const exit = new Promise<NodeJS.Signals | null>((res) => child.on('exit', (_, sig) => res(sig)));
+    while (child.exitCode === null && shardsWritten() < 2) await new Promise((r) => setTimeout(r, 10));
+    child.kill('SIGKILL');
+    expect(await exit).toBe('SIGKILL'); // stopped before the end (the run takes seconds, 2 shards a fraction of it)
+    const before = shardsWritten();
+    expect(existsSync(join(killed, 'index.json'))).toBe(false);
+    const r = await prepare({ tokenizer: 'gpt2', out: killed, inputs: [src], shardTokens: 8000, heldOutTokens: 8000 });
+    expect(r.resumed).toBe(before);
+    expect(r.shards.length).toBeGreaterThan(before);
+    const all = names.flatMap((f) => [50256, ...enc.encode(readFileSync(join(src, f), 'utf8'), [], [])]);
+    expect(tokensOf(killed)).toEqual(all);
+  }, 60_000);
+
+  it('data prepare --help names its flags; bad flag values are refused before any work', async () => {
+    const program = buildProgram();
+    let out = '';
+    const quiet = (c: ReturnType<typeof buildProgram>) => {
+      c.exitOverride().configureOutput({ writeOut: (t) => void (out += t), writeErr: (t) => void (out += t) });
+      c.commands.forEach(quiet);
+    };
+    quiet(program);
+    await expect(program.parseAsync(['node', 'atoll', 'data', 'prepare', '--help'])).rejects.toMatchObject({
+      code: 'commander.helpDisplayed',
+    });
+    for (const f of ['<inputs...>', '--tokenizer <name>', '--out <dir>', '--shard-tokens <n>', '--held-out-tokens <n>'])
+      expect(out).toContain(f);
+    for (const bad of [
+      ['--shard-tokens', '0'],
+      ['--held-out-tokens', '1e12'],
+      ['--tokenizer', 'llama'],
+    ]) {
+      const p = buildProgram();
+      quiet(p);
+      const argv = ['node', 'atoll', 'data', 'prepare', '--out', join(dir, 'flags'), ...bad, input];
+      await expect(p.parseAsync(argv)).rejects.toMatchObject({ code: expect.stringMatching(/^commander\.invalid/) });
+      expect(existsSync(join(dir, 'flags'))).toBe(false);
+    }
   });
 
   it('refuses other flags on a stopped folder, a folder of other files, too little text to train', async () => {

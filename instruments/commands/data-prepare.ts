@@ -11,7 +11,7 @@
 // size, mtime) and flags re-hashes the shards it lists, keeps the good ones and goes on from the
 // last good one's end; other inputs or flags are refused. index.json is written last.
 
-import { existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { SingleBar, Presets } from 'cli-progress';
 import { INDEX_FILE, INDEX_FORMAT, type ShardEntry, type ShardIndex } from '../../core/data/shard-index.ts';
@@ -66,6 +66,8 @@ function resumeState(o: PrepareOptions, settings: State['settings']): State {
       fail('E_OUT_NOT_EMPTY', `--out ${o.out} holds files and no ${STATE_FILE}: give a new or empty folder`);
     return fresh;
   }
+  // a kill mid-write leaves a temp file (writeFileAtomic's), never a torn shard: drop it
+  for (const f of readdirSync(o.out)) if (/\.tmp-\d+$/.test(f)) rmSync(join(o.out, f));
   const old = JSON.parse(readFileSync(path, 'utf8')) as State;
   if (JSON.stringify(old.settings) !== JSON.stringify(settings))
     fail(
