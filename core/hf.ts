@@ -13,10 +13,12 @@
 //   lnfw/lnfb (C)                                   transformer.ln_f.weight / .bias
 //   (tied to wte)                                   lm_head.weight: not stored (tie_word_embeddings)
 //
-// The tokenizer is byte-level: token id = UTF-8 byte, as in core/data/tokenizer.ts. It is a
-// tokenizers BPE with the 256 byte symbols of GPT-2's byte-to-unicode map and no merges.
+// A byte-level model's tokenizer: token id = UTF-8 byte, as in core/data/tokenizer.ts; a tokenizers
+// BPE with the 256 byte symbols of GPT-2's byte-to-unicode map and no merges. A gpt2 model's:
+// GPT-2's vocab.json and merges.txt, which the caller passes in (core/hf-tokenizer.ts).
 
 import type { Checkpoint } from './checkpoint.ts';
+import { checkpointTokenizer } from './data/tokenizer.ts';
 import { type GPTConfig, paramLayout, validateConfig } from './model/config.ts';
 import { LN_EPS } from './model/ops.ts';
 import { type Result, err, ok } from './result.ts';
@@ -51,6 +53,8 @@ export const HF_FILES = [
   'model.safetensors',
   'config.json',
   'tokenizer.json',
+  'vocab.json',
+  'merges.txt',
   'tokenizer_config.json',
   'special_tokens_map.json',
 ] as const;
@@ -62,8 +66,14 @@ function transpose(src: Float32Array, rows: number, cols: number): Float32Array 
   return out;
 }
 
+/** A tokenizer's files for the folder (they replace the byte-level ones) and its end-of-text id. */
+export interface HfTokenizer {
+  files: HfFolder;
+  eos: number;
+}
+
 /** transformers' GPT2Config for an atoll model. */
-export function hfConfig(c: GPTConfig): Record<string, unknown> {
+export function hfConfig(c: GPTConfig, eos = 0): Record<string, unknown> {
   return {
     architectures: ['GPT2LMHeadModel'],
     model_type: 'gpt2',
@@ -82,9 +92,9 @@ export function hfConfig(c: GPTConfig): Record<string, unknown> {
     initializer_range: 0.02,
     scale_attn_weights: true,
     tie_word_embeddings: true,
-    // byte-level: no special tokens of its own; generation stops at NUL, which the corpus never holds
-    bos_token_id: 0,
-    eos_token_id: 0,
+    // gpt2: <|endoftext|>; byte-level: no special token of its own, so NUL, which the corpus never holds
+    bos_token_id: eos,
+    eos_token_id: eos,
     torch_dtype: 'float32',
     use_cache: true,
   };
@@ -134,9 +144,16 @@ function tokenizerJson(): Record<string, unknown> {
 
 const json = (o: unknown) => new TextEncoder().encode(JSON.stringify(o, null, 2) + '\n');
 
-/** An atoll checkpoint as a folder that GPT2LMHeadModel.from_pretrained and AutoTokenizer load. */
-export function exportHf(ck: Checkpoint): HfFolder {
+/**
+ * An atoll checkpoint as a folder that GPT2LMHeadModel.from_pretrained and AutoTokenizer load; a
+ * gpt2-tokenizer checkpoint needs `tokenizer` (E_NEEDS_TOKENIZER without it).
+ */
+export function exportHf(ck: Checkpoint, tokenizer?: HfTokenizer): HfFolder {
   const c = ck.config;
+  if (!tokenizer && checkpointTokenizer(ck.meta, c) !== 'byte')
+    throw Object.assign(new Error('E_NEEDS_TOKENIZER: a gpt2-tokenizer model is exported with its vocab and merges'), {
+      code: 'E_NEEDS_TOKENIZER',
+    });
   const layout = paramLayout(c);
   const tensors: Record<string, TensorInput> = {};
   const view = (name: string) => {
@@ -157,8 +174,11 @@ export function exportHf(ck: Checkpoint): HfFolder {
   }
   const meta: Record<string, string> = {};
   for (const [k, v] of Object.entries(ck.meta)) if (k !== 'format' && k !== 'coordinator') meta[`atoll.${k}`] = v;
+  const model = writeSafetensors(tensors, { ...meta, format: 'pt' });
+  if (tokenizer)
+    return { 'model.safetensors': model, 'config.json': json(hfConfig(c, tokenizer.eos)), ...tokenizer.files };
   return {
-    'model.safetensors': writeSafetensors(tensors, { ...meta, format: 'pt' }),
+    'model.safetensors': model,
     'config.json': json(hfConfig(c)),
     'tokenizer.json': json(tokenizerJson()),
     'tokenizer_config.json': json({

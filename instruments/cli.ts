@@ -5,6 +5,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { KNOBS, type KnobName } from '../core/run-config.ts';
 import { intIn, knobOption, numIn } from './knob-flags.ts';
 import { registerBench } from './bench/cli.ts';
+import { registerData } from './commands/data.ts';
 import { PRESETS } from '../core/model/config.ts';
 import { ENCODINGS } from '../core/codec/index.ts';
 import { SIM_MODEL_NAMES } from './simulate/rungs.ts';
@@ -68,7 +69,11 @@ export function buildProgram(): Command {
     .description('train one island locally (no server), evaluate on the held-out split, write a checkpoint')
     .addOption(presetOption().default('small'))
     .option('--steps <n>', 'inner steps, 1..10,000,000', intIn(1, 10_000_000), 300)
-    .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
+    .option(
+      '--data <path>',
+      'text file, folder of .txt files, a bundled text: moby-dick (default), sotu, or a folder of token shards ' +
+        '(atoll data prepare, llm.c or nanoGPT .bin files)',
+    )
     .option('--out <file>', 'checkpoint path (safetensors)', 'ckpt.safetensors')
     .option('--batch <n>', 'sequences per step, 1..4096', intIn(1, 4096))
     .option('--lr <lr>', 'peak learning rate, (0, 1]', numIn(0, 1, true), 3e-3)
@@ -119,7 +124,7 @@ export function buildProgram(): Command {
     .requiredOption('--out <path>', 'hf: the folder to write; atoll: the checkpoint file')
     .action(async (o) => {
       const { exportCheckpoint } = await import('./commands/export.ts');
-      for (const p of exportCheckpoint(o)) process.stderr.write(`wrote ${p}\n`);
+      for (const p of await exportCheckpoint(o)) process.stderr.write(`wrote ${p}\n`);
     });
 
   const serve = program
@@ -418,6 +423,7 @@ export function buildProgram(): Command {
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');
     });
 
+  registerData(program);
   registerBench(program);
 
   return program;

@@ -5,6 +5,8 @@ import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { decodeCheckpoint, encodeCheckpoint } from '../../core/checkpoint.ts';
 import { HF_FILES, exportHf, importHf } from '../../core/hf.ts';
+import { gpt2HfTokenizer } from '../../core/hf-tokenizer.ts';
+import { checkpointTokenizer } from '../../core/data/tokenizer.ts';
 import { assertWritable } from '../../server/fsutil.ts';
 
 export interface ExportCliOptions {
@@ -25,14 +27,16 @@ function read(path: string): Uint8Array {
   }
 }
 
-/** Writes the export; returns the paths written. */
-export function exportCheckpoint(o: ExportCliOptions): string[] {
+/** Writes the export; returns the paths written. A gpt2 model's folder gets GPT-2's vocab.json and merges.txt. */
+export async function exportCheckpoint(o: ExportCliOptions): Promise<string[]> {
   assertWritable('--out', o.out, o.format === 'hf' ? 'folder' : 'file');
   if (o.format === 'hf') {
     const ck = decodeCheckpoint(read(o.checkpoint));
     if (!ck.ok) fail(ck.error.code, `${o.checkpoint}: ${ck.error.message}`);
+    const tok = checkpointTokenizer(ck.value.meta, ck.value.config);
+    const files = exportHf(ck.value, tok === 'gpt2' ? await gpt2HfTokenizer(ck.value.config.blockSize) : undefined);
     mkdirSync(o.out, { recursive: true }); // its parent exists (assertWritable): no recursive walk up
-    return Object.entries(exportHf(ck.value)).map(([name, bytes]) => {
+    return Object.entries(files).map(([name, bytes]) => {
       writeFileSync(join(o.out, name), bytes);
       return join(o.out, name);
     });

@@ -4,12 +4,14 @@
 
 import { SingleBar, Presets } from 'cli-progress';
 import { encodeCheckpoint } from '../../core/checkpoint.ts';
-import { evalBatches, sampleBatch, allocBatch } from '../../core/data/dataset.ts';
+import { evalBatches, allocBatch } from '../../core/data/dataset.ts';
+import { sampleShardBatch } from '../../core/data/shards.ts';
 import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
 import { DEFAULT_BATCH, getPreset, numParams, type PresetName } from '../../core/model/config.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import { learningRate, type LrSchedule } from '../../core/model/schedule.ts';
 import { loadDataset } from '../../server/run/corpus.ts';
+import { isShardDir, loadShardDir } from '../../server/run/shard-dir.ts';
 import { checkVocab, checkpointTokenizer } from '../../core/data/tokenizer.ts';
 import type { CpuEngineName } from '../../core/engine/cpu.ts';
 import type { EngineKind } from '../../core/protocol.ts';
@@ -83,8 +85,12 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   const T = config.blockSize;
   // the tokenizer is the one the preset's vocabulary fits; the data must be in its ids
   const tokenizer = checkpointTokenizer({}, config);
-  const data = await loadDataset(o.data, tokenizer);
+  // a shard folder is read and checked in full here, before the engine exists; a text is one train shard
+  const shards = o.data && isShardDir(o.data) ? loadShardDir(o.data, tokenizer) : null;
+  const data = shards ?? (await loadDataset(o.data, tokenizer));
   checkVocab(config, data.tokenizer);
+  const trainParts = 'trainShards' in data ? data.trainShards : [data.train];
+  const trainTokens = trainParts.reduce((a, s) => a + s.length, 0);
   const engine = await createEngine(o.engine, { config, maxBatch: B }, { autotune: o.autotune, threads: o.threads });
   try {
     await engine.setParams(initParams(config, o.seed));
@@ -100,7 +106,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
     };
     log(
       `atoll train: preset ${o.preset} (${numParams(config).toLocaleString()} params), engine ${engine.kind} on ` +
-        `${engine.device}, data ${data.name} (${data.train.length.toLocaleString()} train / ` +
+        `${engine.device}, data ${data.name} (${trainTokens.toLocaleString()} train / ` +
         `${data.heldOut.length.toLocaleString()} held-out ${tokenizer} tokens)`,
     );
     const evalLossFirst = await meanEvalLoss(engine, evalSet);
@@ -138,7 +144,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
     let trainTime = 0;
     for (let step = 0; step < o.steps; step++) {
       const t0 = performance.now();
-      sampleBatch(data.train, B, T, o.seed, 0, step, batch);
+      sampleShardBatch(trainParts, B, T, o.seed, 0, step, batch);
       lrs.push(learningRate(sched, step));
       await engine.step(batch, { lr: lrs[step], gradClip: 1.0 });
       const last = step === o.steps - 1;
