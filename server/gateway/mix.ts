@@ -46,15 +46,13 @@ import type { MixStatus } from '../../core/api.ts';
 import type { BytesOutKind } from '../metrics.ts';
 import type { MixSettings } from './mix-settings.ts';
 import { type RingCounters, RingRouter } from './mix-rings.ts';
+import { type Ack, type IslandConn, type SocketEvent, defineEvent } from './socket-events.ts';
 
-const checkReady = TypeCompiler.Compile(MixReadySchema);
-const checkFragment = TypeCompiler.Compile(MixFragmentSchema);
 const checkAnswer = TypeCompiler.Compile(MixAnswerSchema);
 const checkCheckAnswer = TypeCompiler.Compile(MixCheckAnswerSchema);
-const checkSignal = TypeCompiler.Compile(MixSignalSchema);
-const checkLost = TypeCompiler.Compile(MixLostSchema);
 
 export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal', 'mix:lost'] as const;
+type MixEvent = (typeof MIX_EVENTS)[number];
 
 /** How long an island that stalled a group (connected, no fragment by the deadline) uploads directly. */
 const BENCH_MS = 5 * 60_000;
@@ -80,8 +78,6 @@ export interface MixHost {
 }
 
 type Verdict = AckMsg | 'direct' | 'regroup';
-type Ack = (r: unknown) => void;
-type Handle = (event: string, fn: (payload: unknown, ack: Ack) => Promise<void> | void) => void;
 
 interface Group {
   plan: GroupPlan;
@@ -190,115 +186,111 @@ export class MixGateway {
     this.timer = null;
   }
 
-  /** The `mix:*` handlers of one island socket; `islandId()` is its identity (null before hello). */
-  attach(socket: Socket, islandId: () => string | null, handle: Handle): void {
-    handle('mix:ready', (payload, ack) => {
-      const id = islandId();
-      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkReady.Check(payload))
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:ready: ${firstError(checkReady, payload)}`));
-      const { meta: raw, frameHash } = payload as Static<typeof MixReadySchema>;
-      if (raw.islandId !== undefined && raw.islandId !== id)
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:ready for island ${raw.islandId} on the connection of ${id}`));
-      const gid = this.groupOf.get(id);
-      const g = gid !== undefined ? this.groups.get(gid) : undefined;
-      if (g && !g.verdicts.has(g.ids.indexOf(id)))
-        return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
-      // the weight is the server's (tokens derived from the assignment): a
-      // claim that fits no assignment uploads directly and is refused there
-      const derived = this.host.work({
-        ...raw,
-        islandId: id,
-        lossFirst: raw.lossFirst ?? NaN,
-        lossLast: raw.lossLast ?? NaN,
-        lossMean: raw.lossMean ?? NaN,
-      });
-      if (!derived.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
-      this.readyAcks.get(id)?.(ok(null));
-      this.sockets.set(id, socket);
-      this.readyAcks.set(id, ack);
-      const plan = this.broker.offer({
-        islandId: id,
-        meta: derived.value,
-        frameHash,
-        tokens: derived.value.tokens,
-        readyAt: Date.now(),
-      });
-      if (plan) this.start(plan);
-      this.schedule();
-    });
+  /** The `mix:*` events of the island sockets, declared like the gateway's own (socket-events.ts). */
+  readonly events: Record<MixEvent, SocketEvent<IslandConn>> = {
+    'mix:ready': defineEvent({
+      schema: MixReadySchema,
+      needsHello: true,
+      handle: (c: IslandConn, { meta: raw, frameHash }, ack, id) => {
+        if (raw.islandId !== undefined && raw.islandId !== id)
+          return ack(err(ErrorCode.BAD_REQUEST, `mix:ready for island ${raw.islandId} on the connection of ${id}`));
+        const gid = this.groupOf.get(id);
+        const g = gid !== undefined ? this.groups.get(gid) : undefined;
+        if (g && !g.verdicts.has(g.ids.indexOf(id)))
+          return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
+        // the weight is the server's (tokens derived from the assignment): a
+        // claim that fits no assignment uploads directly and is refused there
+        const derived = this.host.work({
+          ...raw,
+          islandId: id,
+          lossFirst: raw.lossFirst ?? NaN,
+          lossLast: raw.lossLast ?? NaN,
+          lossMean: raw.lossMean ?? NaN,
+        });
+        if (!derived.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
+        this.readyAcks.get(id)?.(ok(null));
+        this.sockets.set(id, c.socket);
+        this.readyAcks.set(id, ack);
+        const plan = this.broker.offer({
+          islandId: id,
+          meta: derived.value,
+          frameHash,
+          tokens: derived.value.tokens,
+          readyAt: Date.now(),
+        });
+        if (plan) this.start(plan);
+        this.schedule();
+      },
+    }),
 
-    handle('mix:fragment', (payload, ack) => {
-      const id = islandId();
-      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkFragment.Check(payload))
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:fragment: ${firstError(checkFragment, payload)}`));
-      const { groupId, frame } = payload as Static<typeof MixFragmentSchema>;
-      const g = this.groups.get(groupId);
-      const j = g ? g.ids.indexOf(id) : -1;
-      if (!g || j < 0) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${groupId}`));
-      if (g.uploads.has(j) || g.acks.has(j))
-        return ack(err(ErrorCode.BAD_REQUEST, `group ${groupId}: this member's fragment came already`));
-      if (frame && frame.length > this.host.maxFrameBytes())
-        return ack(err('E_OVERSIZE', `fragment of ${frame.length} bytes exceeds the largest legal frame`));
-      if (frame) {
-        this.counters.fragmentBytes += frame.length;
-        this.host.noteBytesIn(frame.length);
-      }
-      const done = g.verdicts.get(j);
-      if (done !== undefined) ack(ok(done));
-      else g.acks.set(j, ack);
-      const up = frame ? { frame } : null;
-      const wait = g.fragWaits.get(j);
-      g.uploads.set(j, up);
-      if (wait) {
-        g.fragWaits.delete(j);
-        wait(up);
-      }
-    });
+    'mix:fragment': defineEvent({
+      schema: MixFragmentSchema,
+      needsHello: true,
+      handle: (_c: IslandConn, { groupId, frame }, ack, id) => {
+        const g = this.groups.get(groupId);
+        const j = g ? g.ids.indexOf(id) : -1;
+        if (!g || j < 0) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${groupId}`));
+        if (g.uploads.has(j) || g.acks.has(j))
+          return ack(err(ErrorCode.BAD_REQUEST, `group ${groupId}: this member's fragment came already`));
+        if (frame && frame.length > this.host.maxFrameBytes())
+          return ack(err('E_OVERSIZE', `fragment of ${frame.length} bytes exceeds the largest legal frame`));
+        if (frame) {
+          this.counters.fragmentBytes += frame.length;
+          this.host.noteBytesIn(frame.length);
+        }
+        const done = g.verdicts.get(j);
+        if (done !== undefined) ack(ok(done));
+        else g.acks.set(j, ack);
+        const up = frame ? { frame } : null;
+        const wait = g.fragWaits.get(j);
+        g.uploads.set(j, up);
+        if (wait) {
+          g.fragWaits.delete(j);
+          wait(up);
+        }
+      },
+    }),
 
-    handle('mix:signal', (payload, ack) => {
-      const id = islandId();
-      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkSignal.Check(payload))
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:signal: ${firstError(checkSignal, payload)}`));
-      const s = payload as Static<typeof MixSignalSchema>;
-      // a group this island is in now, or a ring that signals its new links
-      const g = this.groups.get(s.groupId);
-      const ids = g && this.groupOf.get(id) === s.groupId ? g.ids : this.rings.members(s.groupId);
-      const from = ids ? ids.indexOf(id) : -1;
-      if (!ids || from < 0)
-        return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
-      if (s.to >= ids.length || !butterflyPartners(from, ids.length).includes(s.to))
-        return ack(
-          err(
-            ErrorCode.BAD_REQUEST,
-            `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`,
-          ),
-        );
-      const to = g && ids === g.ids ? g.sockets[s.to] : this.sockets.get(ids[s.to]);
-      if (!to?.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
-      this.counters.controlBytes += 2 * s.data.length;
-      // a fresh offer (a member that lost a link the plan called linked): lost reports of the old link no longer count
-      if (s.kind === 'offer') this.links.use(id, ids[s.to], s.groupId, true);
-      to.emit('mix:signal', { groupId: s.groupId, from, kind: s.kind, data: s.data });
-      ack(ok({}));
-    });
+    'mix:signal': defineEvent({
+      schema: MixSignalSchema,
+      needsHello: true,
+      handle: (_c: IslandConn, s, ack, id) => {
+        // a group this island is in now, or a ring that signals its new links
+        const g = this.groups.get(s.groupId);
+        const ids = g && this.groupOf.get(id) === s.groupId ? g.ids : this.rings.members(s.groupId);
+        const from = ids ? ids.indexOf(id) : -1;
+        if (!ids || from < 0)
+          return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
+        if (s.to >= ids.length || !butterflyPartners(from, ids.length).includes(s.to))
+          return ack(
+            err(
+              ErrorCode.BAD_REQUEST,
+              `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`,
+            ),
+          );
+        const to = g && ids === g.ids ? g.sockets[s.to] : this.sockets.get(ids[s.to]);
+        if (!to?.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
+        this.counters.controlBytes += 2 * s.data.length;
+        // a fresh offer (a member that lost a link the plan called linked): lost reports of the old link no longer count
+        if (s.kind === 'offer') this.links.use(id, ids[s.to], s.groupId, true);
+        to.emit('mix:signal', { groupId: s.groupId, from, kind: s.kind, data: s.data });
+        ack(ok({}));
+      },
+    }),
 
     // a lost link: the next group that pairs the two signals it afresh (a bogus report costs just that)
-    handle('mix:lost', (payload, ack) => {
-      const id = islandId();
-      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkLost.Check(payload))
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:lost: ${firstError(checkLost, payload)}`));
-      const { peer, groupId } = payload as Static<typeof MixLostSchema>;
-      if (this.links.lost(id, peer, groupId)) {
-        this.counters.linksLost++;
-        this.rings.lostPair(id, peer);
-      }
-      ack(ok({}));
-    });
-  }
+    'mix:lost': defineEvent({
+      schema: MixLostSchema,
+      needsHello: true,
+      handle: (_c: IslandConn, { peer, groupId }, ack, id) => {
+        if (this.links.lost(id, peer, groupId)) {
+          this.counters.linksLost++;
+          this.rings.lostPair(id, peer);
+        }
+        ack(ok({}));
+      },
+    }),
+  };
 
   /** The figures the status and the dashboard show (core/api.ts MixStatus). */
   status(): MixStatus {
@@ -587,9 +579,4 @@ export class MixGateway {
 function inOrderOf(plan: GroupPlan, order: string[]): GroupPlan {
   const members = order.map((id) => plan.members.find((m) => m.islandId === id)!);
   return { ...plan, members, weights: mixWeights(members.map((m) => m.tokens)) };
-}
-
-function firstError(c: { Errors(v: unknown): Iterable<{ path: string; message: string }> }, v: unknown): string {
-  for (const e of c.Errors(v)) return `${e.path || '(message)'}: ${e.message}`;
-  return 'invalid message';
 }
