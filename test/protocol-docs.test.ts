@@ -38,6 +38,8 @@ function protocolFiles(): string[] {
   return [
     'core/protocol.ts',
     'server/gateway/gateway.ts',
+    'server/gateway/socket-events.ts',
+    'server/gateway/island-events.ts',
     'server/gateway/mix.ts',
     'server/app.ts',
     'server/plugins/http-strict.ts',

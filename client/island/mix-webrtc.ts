@@ -12,48 +12,17 @@
 
 import { type PieceChannel, butterflyPartners, packPieces, unpackPieces } from '../../core/mix/butterfly.ts';
 import { MIX_LINKS_KEPT } from '../../core/protocol.ts';
-import type { MemberPlan, PeerNet } from './mix-member.ts';
+import type {
+  GroupNet,
+  LinkPlan,
+  MemberPlanIce,
+  RtcChannel,
+  RtcPeer,
+  RtcPeerConstructor,
+  SignalPort,
+} from './rtc-types.ts';
 
-/** What connecting a group's or a ring's links needs of its plan. */
-export type LinkPlan = Pick<MemberPlan, 'groupId' | 'index' | 'linked' | 'iceServers'> & {
-  members: ReadonlyArray<{ islandId: string }>;
-};
-
-/** The parts of the standard RTCPeerConnection API used here. */
-export interface RtcPeer {
-  createDataChannel(label: string, init?: { ordered?: boolean }): RtcChannel;
-  createOffer(): Promise<{ type: string; sdp?: string }>;
-  createAnswer(): Promise<{ type: string; sdp?: string }>;
-  setLocalDescription(d: { type: string; sdp?: string }): Promise<void>;
-  setRemoteDescription(d: { type: string; sdp?: string }): Promise<void>;
-  readonly localDescription: { type: string; sdp: string } | null;
-  readonly iceGatheringState: string;
-  readonly connectionState: string;
-  addEventListener(
-    type: 'icegatheringstatechange' | 'connectionstatechange' | 'datachannel',
-    l: (e: { channel?: RtcChannel }) => void,
-  ): void;
-  close(): void;
-}
-
-export interface RtcChannel {
-  binaryType: string;
-  readonly readyState: string;
-  send(data: Uint8Array): void;
-  addEventListener(type: 'open' | 'close' | 'message', l: (e: { data?: unknown }) => void): void;
-  close(): void;
-}
-
-export type RtcPeerConstructor = new (cfg: { iceServers: MemberPlanIce[] }) => RtcPeer;
-type MemberPlanIce = { urls: string | string[]; username?: string; credential?: string };
-
-/** The server's signalling relay (`mix:signal`), and the `mix:lost` report, as the member sees them. */
-export interface SignalPort {
-  send(groupId: number, to: number, kind: 'offer' | 'answer' | 'candidate', data: string): void;
-  onSignal(l: (groupId: number, from: number, kind: 'offer' | 'answer' | 'candidate', data: string) => void): void;
-  /** The link with island `peer`, made by group `groupId`'s signalling, is gone (absent: nobody to tell). */
-  lost?(peer: string, groupId: number): void;
-}
+export type { GroupNet, LinkPlan, RtcChannel, RtcPeer, RtcPeerConstructor, SignalPort } from './rtc-types.ts';
 
 /** The data channel to one other island. */
 interface Link {
@@ -112,16 +81,6 @@ export function wireMessage(key: string, stage: number, pieces: Map<number, Uint
 
 function asBytes(data: unknown): Uint8Array | null {
   return data instanceof ArrayBuffer ? new Uint8Array(data) : data instanceof Uint8Array ? data : null;
-}
-
-/**
- * A member's data channels to its groups' peers: joined per plan (reusing the links it lists as linked), left when
- * done.
- */
-export interface GroupNet extends PeerNet {
-  /** Connects to a group's partners; resolves whether every one was already linked (nothing signalled). */
-  join(plan: LinkPlan): boolean | Promise<boolean>;
-  leave(groupId: number): void;
 }
 
 /** A mailbox slot: group, sending island, exchange key, stage. */

@@ -15,8 +15,6 @@
 
 import { CodecScratch, ErrorFeedback, encodeWithFeedback } from '../../core/codec/index.ts';
 import { AUDITABLE_ENCODINGS } from '../../core/coord/audit.ts';
-import { applyUpdateMessage, type ReplicaState } from '../../core/coord/replica.ts';
-import { hashParams } from '../../core/coord/hash.ts';
 import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
 import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
 import {
@@ -24,7 +22,6 @@ import {
   type Assignment,
   type DeltaMeta,
   type IslandCaps,
-  type UpdateMsg,
   ErrorCode,
   PROTOCOL_VERSION,
   innerLearningRate,
@@ -33,81 +30,22 @@ import { backoff } from '../../core/random.ts';
 import type { AtollError, Result } from '../../core/result.ts';
 import { type Clock, type Transport, wallClock } from './transport.ts';
 import type { TokenArray } from '../../core/data/tokenizer.ts';
+import { ReplicaSync } from './replica-sync.ts';
+import type {
+  IslandEvent,
+  IslandProgress,
+  IslandRunSummary,
+  IslandRuntimeOptions,
+  IslandStatusName,
+} from './runtime-types.ts';
 
-export type IslandStatusName =
-  | 'idle'
-  | 'connecting'
-  | 'syncing'
-  | 'training'
-  | 'submitting'
-  | 'waiting'
-  | 'paused'
-  | 'stopped'
-  | 'done'
-  | 'error';
-
-/** Everything a progress bar, a page or the simulator shows. Updated in place; read it any time. */
-export interface IslandProgress {
-  status: IslandStatusName;
-  islandId: string | null;
-  roundId: number | null;
-  /** Steps done in the current round / its steps. */
-  step: number;
-  of: number;
-  loss: number;
-  lr: number;
-  /** Compute throughput of the last round (tokens/s, excluding sleeps and pauses). */
-  tokensPerSec: number;
-  /** θ version the replica holds. */
-  version: number;
-  rounds: number;
-  tokens: number;
-  accepted: number;
-  rejected: Record<string, number>;
-  bytesUp: number;
-  bytesDown: number;
-  snapshots: number;
-}
-
-export type IslandEvent =
-  | { type: 'status'; status: IslandStatusName; detail?: string }
-  | { type: 'assignment'; assignment: Assignment }
-  | { type: 'step'; step: number; of: number; loss: number; lr: number; tokensPerSec: number }
-  /** `frame`: the bytes sent (the runtime's own buffer: read it in the listener, do not keep it). */
-  | { type: 'submitted'; meta: DeltaMeta; frameBytes: number; frame: Uint8Array; ack: AckMsg }
-  | { type: 'synced'; version: number; hash: string; via: 'update' | 'snapshot' }
-  | { type: 'error'; error: AtollError };
-
-export interface IslandRuntimeOptions {
-  /** Its AdamW state fresh (the runtime counts its steps from there for the lr warmup, and resets it itself). */
-  engine: TrainingEngine;
-  /** Training bytes (the train split of the corpus). */
-  train: TokenArray;
-  transport: Transport;
-  caps?: Partial<IslandCaps>;
-  /** Rejoin under a previous id. */
-  resumeIslandId?: string;
-  clock?: Clock;
-  /** Fraction of time spent computing, (0, 1]: after a step of d ms, sleep d·(1−u)/u. Default 1. */
-  dutyCycle?: number;
-  /** Read losses back every this many steps (WebGPU: a readback stalls the queue). Default 1. */
-  lossEvery?: number;
-  /** Give up a submit after this many transport failures in a row. Default 5. */
-  maxRetries?: number;
-  /**
-   * Let the event loop run once the round's steps have held it this long, ms (0: never, the default).
-   * A Node island on the CPU engine steps synchronously: a whole round held its socket's thread past
-   * the server's ping timeout on a loaded machine, and the island dropped out of every merge.
-   */
-  yieldEveryMs?: number;
-}
-
-export interface IslandRunSummary {
-  islandId: string | null;
-  /** 'done' (server budget reached), 'stopped' (stop()), or an error code. */
-  reason: string;
-  progress: IslandProgress;
-}
+export type {
+  IslandEvent,
+  IslandProgress,
+  IslandRunSummary,
+  IslandRuntimeOptions,
+  IslandStatusName,
+} from './runtime-types.ts';
 
 export class IslandRuntime {
   readonly engine: TrainingEngine;
@@ -134,15 +72,13 @@ export class IslandRuntime {
     bytesDown: 0,
     snapshots: 0,
   };
-  private replica: ReplicaState | null = null;
-  private latestKnownVersion = -1;
-  private inbox: UpdateMsg[] = [];
+  /** θ's replica and the downlink (replica-sync.ts). */
+  private readonly replicas: ReplicaSync;
   private unsubscribe: (() => void) | null = null;
   private feedback: ErrorFeedback | null = null;
   /** The decoded frame of the delta in flight (sparse codes: put back into the residual unless applied). */
   private sent: Float32Array | null = null;
   private readonly scratch = new CodecScratch();
-  private decodeScratch: Float32Array | null = null;
   private batch: Batch | null = null;
   /** AdamW steps of the engine's optimizer state since it was fresh (its lr warmup, InnerLrPlan.localWarmupSteps). */
   private optimizerSteps = 0;
@@ -158,6 +94,7 @@ export class IslandRuntime {
     this.transport = opts.transport;
     this.train = opts.train;
     this.clock = opts.clock ?? wallClock;
+    this.replicas = new ReplicaSync(this.transport, this.progress, (e) => this.emit(e));
   }
 
   /** Subscribes to events; returns the unsubscribe function. */
@@ -168,7 +105,8 @@ export class IslandRuntime {
 
   /** The replica's version and hash (null before the first model download). */
   get replicaState(): { version: number; hash: string } | null {
-    return this.replica && { version: this.replica.version, hash: this.replica.hash };
+    const rep = this.replicas.replica;
+    return rep && { version: rep.version, hash: rep.hash };
   }
 
   /** A copy of the error-feedback residual e (what was meant but not yet sent; null before the first delta). */
@@ -178,7 +116,8 @@ export class IslandRuntime {
 
   /** A copy of the replica θ (null before the first model download). */
   replicaParams(): Float32Array | null {
-    return this.replica ? this.replica.params.slice() : null;
+    const rep = this.replicas.replica;
+    return rep ? rep.params.slice() : null;
   }
 
   /** Runs until the server says the run is done, stop() is called, or an unrecoverable error. */
@@ -261,7 +200,7 @@ export class IslandRuntime {
 
   private async loop(): Promise<string> {
     this.setStatus('connecting');
-    this.unsubscribe = this.transport.onUpdate((msg) => this.onPushedUpdate(msg));
+    this.unsubscribe = this.transport.onUpdate((msg) => this.replicas.onPushed(msg));
     const caps: IslandCaps = {
       engine: this.engine.kind,
       adapter: this.engine.device,
@@ -293,9 +232,10 @@ export class IslandRuntime {
       this.progress.roundId = a.roundId;
 
       // 1. θ at (at least) the base version
-      const synced = await this.syncReplica(a.baseVersion);
+      this.setStatus('syncing');
+      const synced = await this.replicas.sync(a.baseVersion);
       if (!synced.ok) return this.fail(synced.error);
-      const rep = this.replica!;
+      const rep = this.replicas.replica!;
       if (rep.version > a.baseVersion && a.mode === 'sync') continue; // that round already closed
       const baseVersion = rep.version; // async: a newer base is strictly better
 
@@ -314,7 +254,7 @@ export class IslandRuntime {
         this.emit({ type: 'error', error: enc.error });
         await this.engine.resetOptimizerState();
         this.optimizerSteps = 0;
-        this.replica = null;
+        this.replicas.replica = null;
         continue;
       }
       const frame = enc.value.frame;
@@ -436,8 +376,8 @@ export class IslandRuntime {
 
   /** After a pause: may the round still be submitted? (sync: its round is open; async: not too stale). */
   private baseStillAccepted(a: Assignment): boolean {
-    this.drainInbox();
-    const latest = Math.max(this.latestKnownVersion, this.replica?.version ?? -1);
+    this.replicas.drain();
+    const latest = Math.max(this.replicas.latestKnownVersion, this.replicas.replica?.version ?? -1);
     return a.mode === 'sync' ? latest <= a.baseVersion : latest - a.baseVersion < a.maxStaleness;
   }
 
@@ -458,93 +398,5 @@ export class IslandRuntime {
       if (++failures > maxRetries || this.stopped) return r;
       await this.clock.sleep(backoff(failures, 500, 30_000));
     }
-  }
-
-  // ── replica / downlink ──────────────────────────────────────────────────────────────────────
-
-  private onPushedUpdate(msg: UpdateMsg): void {
-    this.progress.bytesDown += msg.frame.length;
-    this.latestKnownVersion = Math.max(this.latestKnownVersion, msg.version);
-    this.inbox.push(msg);
-    this.drainInbox();
-  }
-
-  /** Applies buffered updates that follow the replica's version; drops old ones. */
-  private drainInbox(): boolean {
-    const rep = this.replica;
-    if (!rep) return true;
-    let progressed = true;
-    while (progressed && this.inbox.length) {
-      progressed = false;
-      for (let k = 0; k < this.inbox.length; k++) {
-        const msg = this.inbox[k];
-        if (msg.version <= rep.version) {
-          this.inbox.splice(k--, 1);
-          continue;
-        }
-        if (msg.prevVersion !== rep.version) continue;
-        this.inbox.splice(k, 1);
-        if (!this.applyOne(msg)) return false;
-        progressed = true;
-        break;
-      }
-    }
-    return true;
-  }
-
-  private applyOne(msg: UpdateMsg): boolean {
-    const rep = this.replica!;
-    if (!this.decodeScratch || this.decodeScratch.length !== rep.params.length)
-      this.decodeScratch = new Float32Array(rep.params.length);
-    const r = applyUpdateMessage(rep, msg, this.decodeScratch);
-    if (!r.ok) {
-      this.emit({ type: 'error', error: r.error });
-      this.replica = null; // out of sync (hash mismatch or bad frame): refetch the snapshot
-      return false;
-    }
-    this.progress.version = rep.version;
-    this.emit({ type: 'synced', version: rep.version, hash: rep.hash, via: 'update' });
-    return true;
-  }
-
-  /** Brings the replica to at least `minVersion`: pushed updates, then fetched ones, else the snapshot. */
-  private async syncReplica(minVersion: number): Promise<Result<void>> {
-    this.setStatus('syncing');
-    for (let attempt = 0; attempt < 3; attempt++) {
-      this.drainInbox();
-      if (this.replica && this.replica.version >= minVersion) return { ok: true, value: undefined };
-      if (this.replica) {
-        const ups = await this.transport.fetchUpdates(this.replica.version);
-        if (ups.ok) {
-          for (const u of ups.value) {
-            this.progress.bytesDown += u.frame.length;
-            this.latestKnownVersion = Math.max(this.latestKnownVersion, u.version);
-            if (!this.replica || u.version <= this.replica.version) continue;
-            if (!this.applyOne(u)) break;
-          }
-          if (this.replica && this.replica.version >= minVersion) return { ok: true, value: undefined };
-        }
-      }
-      const snap = await this.transport.fetchModel();
-      if (!snap.ok) return snap;
-      const s = snap.value;
-      this.progress.bytesDown += s.params.byteLength;
-      this.progress.snapshots += 1;
-      const hash = hashParams(s.params);
-      if (hash !== s.hash) {
-        this.emit({
-          type: 'error',
-          error: { code: ErrorCode.HASH_MISMATCH, message: `snapshot hash ${hash} ≠ ${s.hash}` },
-        });
-        continue;
-      }
-      this.replica = { version: s.version, hash, params: s.params.slice() };
-      this.latestKnownVersion = Math.max(this.latestKnownVersion, s.version);
-      this.progress.version = s.version;
-      this.emit({ type: 'synced', version: s.version, hash, via: 'snapshot' });
-    }
-    this.drainInbox();
-    if (this.replica && this.replica.version >= minVersion) return { ok: true, value: undefined };
-    return { ok: false, error: { code: ErrorCode.HASH_MISMATCH, message: `could not reach version ${minVersion}` } };
   }
 }

@@ -22,58 +22,21 @@ import {
 import { backoff } from '../../core/random.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { HelloResult, Transport } from './transport.ts';
+import {
+  DISCONNECTED,
+  type Emitted,
+  type SocketIoTransportOptions,
+  TIMEOUT,
+  emitWithAck,
+  sleep,
+  toUpdate,
+} from './socketio-wire.ts';
+
+export { bytes, type SocketIoTransportOptions } from './socketio-wire.ts';
 import { solvePow } from '../../core/pow.ts';
-
-export interface SocketIoTransportOptions {
-  /**
-   * Server base URL, e.g. http://localhost:8080 (the page's origin in a browser). Several gateways
-   * of one run, comma-separated: after `failoverMs` without a connection the transport moves to
-   * the next one and resumes the same identity there.
-   */
-  url: string;
-  failoverMs?: number;
-  /** Reconnection backoff: first delay, cap, and jitter (± fraction). */
-  reconnectDelayMs?: number;
-  reconnectDelayMaxMs?: number;
-  jitter?: number;
-  /** Give a request up (E_TRANSPORT) after the server has been unreachable this long. */
-  maxOutageMs?: number;
-  /** Requests that should answer quickly (hello, updates) are re-sent after this long. */
-  requestTimeoutMs?: number;
-  /**
-   * An identity from an earlier session (the `island` getter's islandId + resumeToken, saved by the
-   * page): the first hello resumes it, so a reloaded tab or a restarted process stays one island.
-   */
-  resume?: { islandId: string; resumeToken: string };
-  /** Called when the connection goes up or down (progress lines, the volunteer page). */
-  onConnection?: (state: 'connected' | 'disconnected' | 'resumed' | 'failed', detail: string) => void;
-  fetch?: typeof fetch;
-}
-
-type Wire<T> = { ok: true; value: T } | { ok: false; error: { code: string; message: string } };
 
 /** What the server's hello ack carries besides the assignment (core/protocol.ts, HelloAnswer). */
 export type HelloIdentity = Omit<HelloAnswer, 'assignment'>;
-
-const DISCONNECTED = Symbol('disconnected');
-const TIMEOUT = Symbol('timeout');
-
-/** socket.io gives Node a Buffer and browsers an ArrayBuffer: both become a Uint8Array. */
-export function bytes(x: unknown): Uint8Array | null {
-  if (x instanceof Uint8Array) return x;
-  if (x instanceof ArrayBuffer) return new Uint8Array(x);
-  if (ArrayBuffer.isView(x)) return new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
-  return null;
-}
-
-function toUpdate(m: unknown): UpdateMsg | null {
-  if (!m || typeof m !== 'object') return null;
-  const u = m as UpdateMsg;
-  const frame = bytes(u.frame);
-  if (!frame || typeof u.version !== 'number' || typeof u.prevVersion !== 'number' || typeof u.hash !== 'string')
-    return null;
-  return { ...u, frame, trainLoss: typeof u.trainLoss === 'number' ? u.trainLoss : NaN };
-}
 
 export class SocketIoTransport implements Transport {
   private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch' | 'resume'>> &
@@ -370,6 +333,11 @@ export class SocketIoTransport implements Transport {
     this.socket.io.engine?.close();
   }
 
+  /** One emit with an ack; DISCONNECTED if the connection drops first, TIMEOUT after `timeoutMs` (0: none). */
+  private emit<T>(event: string, payload: unknown, timeoutMs: number): Promise<Emitted<T>> {
+    return emitWithAck<T>(this.socket, this.inflight, event, payload, timeoutMs);
+  }
+
   // ── internals ─────────────────────────────────────────────────────────────────────────────
 
   /** A new identity's proof of work: the server's challenge, solved (core/pow.ts). */
@@ -518,35 +486,4 @@ export class SocketIoTransport implements Transport {
       });
     }
   }
-
-  /** One emit with an ack; DISCONNECTED if the connection drops first, TIMEOUT after `timeoutMs` (0: none). */
-  private emit<T>(
-    event: string,
-    payload: unknown,
-    timeoutMs: number,
-  ): Promise<Wire<T> | typeof DISCONNECTED | typeof TIMEOUT> {
-    return new Promise((resolve) => {
-      let done = false;
-      let timer: ReturnType<typeof setTimeout> | null = null;
-      const finish = (v: Wire<T> | typeof DISCONNECTED | typeof TIMEOUT) => {
-        if (done) return;
-        done = true;
-        if (timer) clearTimeout(timer);
-        this.inflight.delete(onDrop);
-        resolve(v);
-      };
-      const onDrop = (v: typeof DISCONNECTED) => finish(v);
-      if (!this.socket.connected) return finish(DISCONNECTED);
-      this.inflight.add(onDrop);
-      if (timeoutMs > 0) timer = setTimeout(() => finish(TIMEOUT), timeoutMs);
-      this.socket.emit(event, payload, (res: unknown) => {
-        if (res && typeof res === 'object' && typeof (res as { ok?: unknown }).ok === 'boolean') finish(res as Wire<T>);
-        else finish({ ok: false, error: { code: ErrorCode.BAD_REQUEST, message: 'malformed answer from the server' } });
-      });
-    });
-  }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }

@@ -13,27 +13,16 @@
 // butterfly partners (core/mix/rings.ts), which all-gather them; the rest get the whole update.
 
 import type { Socket } from 'socket.io';
-import type { Static } from '@sinclair/typebox';
-import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { type CodecOptions, encodeDelta } from '../../core/codec/index.ts';
 import { l2 } from '../../core/coord/aggregate.ts';
 import type { ClaimedMeta } from '../../core/coord/validate.ts';
-import {
-  type BusyIsland,
-  type FragmentUpload,
-  type GroupIO,
-  type GroupPlan,
-  MixBroker,
-  memberNorms,
-} from '../../core/mix/broker.ts';
-import { butterflyPartners, mixWeights } from '../../core/mix/butterfly.ts';
+import { type BusyIsland, type GroupIO, type GroupPlan, MixBroker, memberNorms } from '../../core/mix/broker.ts';
+import { butterflyPartners } from '../../core/mix/butterfly.ts';
 import { PairLinks } from '../../core/mix/links.ts';
 import {
   type AckMsg,
   type DeltaMeta,
   ErrorCode,
-  MixAnswerSchema,
-  MixCheckAnswerSchema,
   MixFragmentSchema,
   MixLostSchema,
   type MixPlanMsg,
@@ -45,16 +34,13 @@ import { type Result, err, ok } from '../../core/result.ts';
 import type { MixStatus } from '../../core/api.ts';
 import type { BytesOutKind } from '../metrics.ts';
 import type { MixSettings } from './mix-settings.ts';
-import { type RingCounters, RingRouter } from './mix-rings.ts';
-
-const checkReady = TypeCompiler.Compile(MixReadySchema);
-const checkFragment = TypeCompiler.Compile(MixFragmentSchema);
-const checkAnswer = TypeCompiler.Compile(MixAnswerSchema);
-const checkCheckAnswer = TypeCompiler.Compile(MixCheckAnswerSchema);
-const checkSignal = TypeCompiler.Compile(MixSignalSchema);
-const checkLost = TypeCompiler.Compile(MixLostSchema);
+import { RingRouter } from './mix-rings.ts';
+import { type MixCounters, mixStatus, newMixCounters } from './mix-counters.ts';
+import { type GroupLink, MixGroup, inOrderOf } from './mix-group.ts';
+import { type Ack, type IslandConn, type SocketEvent, defineEvent } from './socket-events.ts';
 
 export const MIX_EVENTS = ['mix:ready', 'mix:fragment', 'mix:signal', 'mix:lost'] as const;
+type MixEvent = (typeof MIX_EVENTS)[number];
 
 /** How long an island that stalled a group (connected, no fragment by the deadline) uploads directly. */
 const BENCH_MS = 5 * 60_000;
@@ -79,53 +65,9 @@ export interface MixHost {
   noteBytesOut(bytes: number, kind: BytesOutKind): void;
 }
 
-type Verdict = AckMsg | 'direct' | 'regroup';
-type Ack = (r: unknown) => void;
-type Handle = (event: string, fn: (payload: unknown, ack: Ack) => Promise<void> | void) => void;
-
-interface Group {
-  plan: GroupPlan;
-  ids: string[];
-  /** Member sockets, by member index. */
-  sockets: Socket[];
-  /** Fragment waits of the settle, by member index; uploads that came first. */
-  fragWaits: Map<number, (u: FragmentUpload | null) => void>;
-  uploads: Map<number, FragmentUpload | null>;
-  /** The settle's verdicts, and the members' `mix:fragment` acks waiting for them. */
-  verdicts: Map<number, Verdict>;
-  acks: Map<number, Ack>;
-}
-
-/** What mixing did, cumulative (the dashboard and the live test read it). */
-export interface MixCounters extends RingCounters {
-  groups: number;
-  mixedGroups: number;
-  fallbacks: number;
-  mixedMembers: number;
-  checks: number;
-  audits: number;
-  implicated: number;
-  /** Bytes of fragments received. */
-  fragmentBytes: number;
-  /** Bytes of spot checks (their hashes) and replays received. */
-  checkBytes: number;
-  /** Signalling relayed and plans sent, in and out (JSON text); the plans' share. */
-  controlBytes: number;
-  planBytes: number;
-  /** Islands that waited formWaitMs for a group and uploaded directly. */
-  expired: number;
-  /** Butterfly pairs of the groups formed: signalled afresh, and linked already (no signalling). */
-  linksSignalled: number;
-  linksReused: number;
-  /** `mix:lost` reports that made the server forget a pair. */
-  linksLost: number;
-  /** Groups formed, by the durable version current when they formed (the last 64 versions). */
-  groupsByVersion: Record<number, number>;
-}
-
 export class MixGateway {
   private readonly broker: MixBroker;
-  private readonly groups = new Map<number, Group>();
+  private readonly groups = new Map<number, MixGroup>();
   /** The group each island is in now (exchanging, or receiving pieces after it mixed). */
   private readonly groupOf = new Map<string, number>();
   private readonly sockets = new Map<string, Socket>();
@@ -135,33 +77,14 @@ export class MixGateway {
   /** Islands that stalled a group, until when they upload directly. */
   private readonly benched = new Map<string, number>();
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** What a group's requests need (mix-group.ts). */
+  private readonly groupLink: GroupLink;
+
+  readonly counters: MixCounters = newMixCounters();
   /** The islands' data channels, as far as the server signalled them and heard of no loss. */
   readonly links = new PairLinks();
   /** The downlink: updates as pieces to rings of islands. */
   private readonly rings: RingRouter;
-  readonly counters: MixCounters = {
-    groups: 0,
-    mixedGroups: 0,
-    fallbacks: 0,
-    mixedMembers: 0,
-    checks: 0,
-    audits: 0,
-    implicated: 0,
-    fragmentBytes: 0,
-    checkBytes: 0,
-    pieceBytes: 0,
-    rings: 0,
-    ringsFailed: 0,
-    grossSaved: 0,
-    controlBytes: 0,
-    planBytes: 0,
-    expired: 0,
-    linksSignalled: 0,
-    linksReused: 0,
-    ringLinksSignalled: 0,
-    linksLost: 0,
-    groupsByVersion: {},
-  };
 
   constructor(
     readonly settings: MixSettings,
@@ -171,6 +94,14 @@ export class MixGateway {
   ) {
     const c = host.codec();
     const align = c.encoding === 'sparse' || c.encoding === 'int8' || c.encoding === 'int4' ? (c.blockSize ?? 64) : 64;
+    this.groupLink = {
+      exchangeTimeoutMs: this.settings.exchangeTimeoutMs,
+      maxFrameBytes: () => this.host.maxFrameBytes(),
+      noteCheckBytes: (bytes) => {
+        this.counters.checkBytes += bytes;
+      },
+      noteBytesIn: (bytes) => this.host.noteBytesIn(bytes),
+    };
     this.broker = new MixBroker(settings, host.paramCount, align, Math.random);
     this.rings = new RingRouter(
       this.links,
@@ -190,138 +121,106 @@ export class MixGateway {
     this.timer = null;
   }
 
-  /** The `mix:*` handlers of one island socket; `islandId()` is its identity (null before hello). */
-  attach(socket: Socket, islandId: () => string | null, handle: Handle): void {
-    handle('mix:ready', (payload, ack) => {
-      const id = islandId();
-      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkReady.Check(payload))
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:ready: ${firstError(checkReady, payload)}`));
-      const { meta: raw, frameHash } = payload as Static<typeof MixReadySchema>;
-      if (raw.islandId !== undefined && raw.islandId !== id)
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:ready for island ${raw.islandId} on the connection of ${id}`));
-      const gid = this.groupOf.get(id);
-      const g = gid !== undefined ? this.groups.get(gid) : undefined;
-      if (g && !g.verdicts.has(g.ids.indexOf(id)))
-        return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
-      // the weight is the server's (tokens derived from the assignment): a
-      // claim that fits no assignment uploads directly and is refused there
-      const derived = this.host.work({
-        ...raw,
-        islandId: id,
-        lossFirst: raw.lossFirst ?? NaN,
-        lossLast: raw.lossLast ?? NaN,
-        lossMean: raw.lossMean ?? NaN,
-      });
-      if (!derived.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
-      this.readyAcks.get(id)?.(ok(null));
-      this.sockets.set(id, socket);
-      this.readyAcks.set(id, ack);
-      const plan = this.broker.offer({
-        islandId: id,
-        meta: derived.value,
-        frameHash,
-        tokens: derived.value.tokens,
-        readyAt: Date.now(),
-      });
-      if (plan) this.start(plan);
-      this.schedule();
-    });
+  /** The `mix:*` events of the island sockets, declared like the gateway's own (socket-events.ts). */
+  readonly events: Record<MixEvent, SocketEvent<IslandConn>> = {
+    'mix:ready': defineEvent({
+      schema: MixReadySchema,
+      needsHello: true,
+      handle: (c: IslandConn, { meta: raw, frameHash }, ack, id) => {
+        if (raw.islandId !== undefined && raw.islandId !== id)
+          return ack(err(ErrorCode.BAD_REQUEST, `mix:ready for island ${raw.islandId} on the connection of ${id}`));
+        const gid = this.groupOf.get(id);
+        const g = gid !== undefined ? this.groups.get(gid) : undefined;
+        if (g && !g.verdicts.has(g.ids.indexOf(id)))
+          return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is in group ${gid}'s exchange still`));
+        // the weight is the server's (tokens derived from the assignment): a
+        // claim that fits no assignment uploads directly and is refused there
+        const derived = this.host.work({
+          ...raw,
+          islandId: id,
+          lossFirst: raw.lossFirst ?? NaN,
+          lossLast: raw.lossLast ?? NaN,
+          lossMean: raw.lossMean ?? NaN,
+        });
+        if (!derived.ok || (this.benched.get(id) ?? 0) > Date.now()) return ack(ok(null));
+        this.readyAcks.get(id)?.(ok(null));
+        this.sockets.set(id, c.socket);
+        this.readyAcks.set(id, ack);
+        const plan = this.broker.offer({
+          islandId: id,
+          meta: derived.value,
+          frameHash,
+          tokens: derived.value.tokens,
+          readyAt: Date.now(),
+        });
+        if (plan) this.start(plan);
+        this.schedule();
+      },
+    }),
 
-    handle('mix:fragment', (payload, ack) => {
-      const id = islandId();
-      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkFragment.Check(payload))
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:fragment: ${firstError(checkFragment, payload)}`));
-      const { groupId, frame } = payload as Static<typeof MixFragmentSchema>;
-      const g = this.groups.get(groupId);
-      const j = g ? g.ids.indexOf(id) : -1;
-      if (!g || j < 0) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${groupId}`));
-      if (g.uploads.has(j) || g.acks.has(j))
-        return ack(err(ErrorCode.BAD_REQUEST, `group ${groupId}: this member's fragment came already`));
-      if (frame && frame.length > this.host.maxFrameBytes())
-        return ack(err('E_OVERSIZE', `fragment of ${frame.length} bytes exceeds the largest legal frame`));
-      if (frame) {
-        this.counters.fragmentBytes += frame.length;
-        this.host.noteBytesIn(frame.length);
-      }
-      const done = g.verdicts.get(j);
-      if (done !== undefined) ack(ok(done));
-      else g.acks.set(j, ack);
-      const up = frame ? { frame } : null;
-      const wait = g.fragWaits.get(j);
-      g.uploads.set(j, up);
-      if (wait) {
-        g.fragWaits.delete(j);
-        wait(up);
-      }
-    });
+    'mix:fragment': defineEvent({
+      schema: MixFragmentSchema,
+      needsHello: true,
+      handle: (_c: IslandConn, { groupId, frame }, ack, id) => {
+        const g = this.groups.get(groupId);
+        const j = g ? g.ids.indexOf(id) : -1;
+        if (!g || j < 0) return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${groupId}`));
+        if (g.uploads.has(j) || g.acks.has(j))
+          return ack(err(ErrorCode.BAD_REQUEST, `group ${groupId}: this member's fragment came already`));
+        if (frame && frame.length > this.host.maxFrameBytes())
+          return ack(err('E_OVERSIZE', `fragment of ${frame.length} bytes exceeds the largest legal frame`));
+        if (frame) {
+          this.counters.fragmentBytes += frame.length;
+          this.host.noteBytesIn(frame.length);
+        }
+        g.upload(j, frame ? { frame } : null, ack);
+      },
+    }),
 
-    handle('mix:signal', (payload, ack) => {
-      const id = islandId();
-      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkSignal.Check(payload))
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:signal: ${firstError(checkSignal, payload)}`));
-      const s = payload as Static<typeof MixSignalSchema>;
-      // a group this island is in now, or a ring that signals its new links
-      const g = this.groups.get(s.groupId);
-      const ids = g && this.groupOf.get(id) === s.groupId ? g.ids : this.rings.members(s.groupId);
-      const from = ids ? ids.indexOf(id) : -1;
-      if (!ids || from < 0)
-        return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
-      if (s.to >= ids.length || !butterflyPartners(from, ids.length).includes(s.to))
-        return ack(
-          err(
-            ErrorCode.BAD_REQUEST,
-            `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`,
-          ),
-        );
-      const to = g && ids === g.ids ? g.sockets[s.to] : this.sockets.get(ids[s.to]);
-      if (!to?.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
-      this.counters.controlBytes += 2 * s.data.length;
-      // a fresh offer (a member that lost a link the plan called linked): lost reports of the old link no longer count
-      if (s.kind === 'offer') this.links.use(id, ids[s.to], s.groupId, true);
-      to.emit('mix:signal', { groupId: s.groupId, from, kind: s.kind, data: s.data });
-      ack(ok({}));
-    });
+    'mix:signal': defineEvent({
+      schema: MixSignalSchema,
+      needsHello: true,
+      handle: (_c: IslandConn, s, ack, id) => {
+        // a group this island is in now, or a ring that signals its new links
+        const g = this.groups.get(s.groupId);
+        const ids = g && this.groupOf.get(id) === s.groupId ? g.ids : this.rings.members(s.groupId);
+        const from = ids ? ids.indexOf(id) : -1;
+        if (!ids || from < 0)
+          return ack(err(ErrorCode.BAD_REQUEST, `island ${id} is not a member of group ${s.groupId}`));
+        if (s.to >= ids.length || !butterflyPartners(from, ids.length).includes(s.to))
+          return ack(
+            err(
+              ErrorCode.BAD_REQUEST,
+              `member ${s.to} of group ${s.groupId} is not a butterfly partner of member ${from}`,
+            ),
+          );
+        const to = g && ids === g.ids ? g.sockets[s.to] : this.sockets.get(ids[s.to]);
+        if (!to?.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
+        this.counters.controlBytes += 2 * s.data.length;
+        // a fresh offer (a member that lost a link the plan called linked): lost reports of the old link no longer count
+        if (s.kind === 'offer') this.links.use(id, ids[s.to], s.groupId, true);
+        to.emit('mix:signal', { groupId: s.groupId, from, kind: s.kind, data: s.data });
+        ack(ok({}));
+      },
+    }),
 
     // a lost link: the next group that pairs the two signals it afresh (a bogus report costs just that)
-    handle('mix:lost', (payload, ack) => {
-      const id = islandId();
-      if (!id) return ack(err('E_NO_HELLO', 'say hello first'));
-      if (!checkLost.Check(payload))
-        return ack(err(ErrorCode.BAD_REQUEST, `mix:lost: ${firstError(checkLost, payload)}`));
-      const { peer, groupId } = payload as Static<typeof MixLostSchema>;
-      if (this.links.lost(id, peer, groupId)) {
-        this.counters.linksLost++;
-        this.rings.lostPair(id, peer);
-      }
-      ack(ok({}));
-    });
-  }
+    'mix:lost': defineEvent({
+      schema: MixLostSchema,
+      needsHello: true,
+      handle: (_c: IslandConn, { peer, groupId }, ack, id) => {
+        if (this.links.lost(id, peer, groupId)) {
+          this.counters.linksLost++;
+          this.rings.lostPair(id, peer);
+        }
+        ack(ok({}));
+      },
+    }),
+  };
 
   /** The figures the status and the dashboard show (core/api.ts MixStatus). */
   status(): MixStatus {
-    const c = this.counters;
-    return {
-      k: this.k,
-      groups: c.groups,
-      mixedGroups: c.mixedGroups,
-      mixedMembers: c.mixedMembers,
-      formWaitMs: Math.round(this.broker.formWait()),
-      fallbacks: c.fallbacks,
-      savedBytes: c.grossSaved - c.checkBytes - c.controlBytes,
-      signallingBytes: c.controlBytes,
-      pairsSignalled: c.linksSignalled,
-      pairsReused: c.linksReused,
-      expired: c.expired,
-      rings: c.rings,
-      ringsFailed: c.ringsFailed,
-      ringPairsSignalled: c.ringLinksSignalled,
-      groupsByVersion: Object.entries(c.groupsByVersion)
-        .map(([v, n]) => ({ version: Number(v), groups: n }))
-        .sort((a, b) => a.version - b.version),
-    };
+    return mixStatus(this.counters, this.k, Math.round(this.broker.formWait()));
   }
 
   /** The island is in a group whose verdict on it is not out yet (its exchange or settle is under way). */
@@ -342,12 +241,7 @@ export class MixGateway {
     const gid = this.groupOf.get(islandId);
     const g = gid !== undefined ? this.groups.get(gid) : undefined;
     if (!g) return;
-    const j = g.ids.indexOf(islandId);
-    const wait = g.fragWaits.get(j);
-    if (wait) {
-      g.fragWaits.delete(j);
-      wait(null);
-    } else if (!g.uploads.has(j)) g.uploads.set(j, null);
+    g.gone(g.ids.indexOf(islandId));
   }
 
   /** A new durable version: pieces to the rings (mix-rings.ts); the socket ids served so (the broadcast skips them). */
@@ -399,15 +293,7 @@ export class MixGateway {
     this.counters.linksSignalled += used.signalled;
     this.counters.linksReused += used.reused;
     const sockets = ids.map((id) => this.sockets.get(id)!);
-    const g: Group = {
-      plan,
-      ids,
-      sockets,
-      fragWaits: new Map(),
-      uploads: new Map(),
-      verdicts: new Map(),
-      acks: new Map(),
-    };
+    const g = new MixGroup(plan, sockets, this.groupLink);
     this.groups.set(plan.groupId, g);
     this.counters.groups++;
     const v = this.version();
@@ -441,66 +327,16 @@ export class MixGateway {
     });
   }
 
-  /** The fragment of member j: uploaded, or null when it never came within the exchange timeout. */
-  private fragment(g: Group, j: number, deadline: number): Promise<FragmentUpload | null> {
-    if (g.uploads.has(j)) return Promise.resolve(g.uploads.get(j)!);
-    if (!g.sockets[j].connected) return Promise.resolve(null);
-    return new Promise((resolve) => {
-      const t = setTimeout(
-        () => {
-          g.fragWaits.delete(j);
-          // connected and silent past the deadline: it stalled its group, and uploads directly for a
-          // while (a stranger cannot hold groups up round after round)
-          if (g.sockets[j].connected) this.benched.set(g.ids[j], Date.now() + BENCH_MS);
-          resolve(null);
-        },
-        Math.max(0, deadline - Date.now()),
-      );
-      g.fragWaits.set(j, (u) => {
-        clearTimeout(t);
-        resolve(u);
-      });
-    });
-  }
-
-  /** A request to member j and its answer (`mix:check`, `mix:replay`); null: gone or no answer in time. */
-  private async ask(g: Group, j: number, event: 'mix:check' | 'mix:replay', body: object): Promise<unknown> {
-    const s = g.sockets[j];
-    if (!s.connected) return null;
-    try {
-      return await s.timeout(this.settings.exchangeTimeoutMs).emitWithAck(event, body);
-    } catch {
-      return null; // no answer in time
-    }
-  }
-
-  /** Member c's hash of fragment j (a spot check); null: gone, late, malformed or another group's. */
-  private async spotCheck(g: Group, c: number, j: number): Promise<string | null> {
-    const a = await this.ask(g, c, 'mix:check', { groupId: g.plan.groupId, j });
-    if (!checkCheckAnswer.Check(a) || a.groupId !== g.plan.groupId || !a.hash) return null;
-    this.counters.checkBytes += a.hash.length;
-    return a.hash;
-  }
-
-  /** Member j's committed Δ frame (an audit's replay); null: gone, late, malformed, oversized or another group's. */
-  private async replay(g: Group, j: number): Promise<Uint8Array | null> {
-    const a = await this.ask(g, j, 'mix:replay', { groupId: g.plan.groupId });
-    if (!checkAnswer.Check(a)) return null;
-    const { groupId, frame } = a as Static<typeof MixAnswerSchema>;
-    if (groupId !== g.plan.groupId || !frame || frame.length > this.host.maxFrameBytes()) return null;
-    this.counters.checkBytes += frame.length;
-    this.host.noteBytesIn(frame.length);
-    return frame;
-  }
-
   private async settle(gid: number): Promise<void> {
     const g = this.groups.get(gid)!;
     const { plan } = g;
     const deadline = Date.now() + this.settings.exchangeTimeoutMs;
     const io: GroupIO = {
-      fragment: (j) => this.fragment(g, j, deadline),
-      check: (c, j) => this.spotCheck(g, c, j),
-      replay: (j) => this.replay(g, j),
+      // connected and silent past the deadline: it stalled its group, and uploads directly for a
+      // while (a stranger cannot hold groups up round after round)
+      fragment: (j) => g.fragment(j, deadline, (id) => this.benched.set(id, Date.now() + BENCH_MS)),
+      check: (c, j) => g.spotCheck(c, j),
+      replay: (j) => g.replay(j),
     };
     const out = await this.broker.settle(plan, io, this.host.codec());
     if (out.kind === 'direct') return this.callOff(gid, true);
@@ -513,7 +349,7 @@ export class MixGateway {
       this.counters.implicated++;
       const j = g.ids.indexOf(bad.islandId);
       const m = plan.members[j];
-      this.verdict(g, j, {
+      g.verdict(j, {
         islandId: bad.islandId,
         seq: m.meta.seq,
         roundId: m.meta.roundId,
@@ -529,11 +365,11 @@ export class MixGateway {
     await Promise.all(
       out.accepted.map(async (x, i) => {
         const ack = await this.host.submitMixed(x.meta, frame, out.delta, norms[i]);
-        this.verdict(g, g.ids.indexOf(x.islandId), ack);
+        g.verdict(g.ids.indexOf(x.islandId), ack);
       }),
     );
     plan.members.forEach((_x, j) => {
-      if (!g.verdicts.has(j)) this.verdict(g, j, 'direct');
+      if (!g.verdicts.has(j)) g.verdict(j, 'direct');
     });
     this.endGroup(gid);
   }
@@ -548,22 +384,12 @@ export class MixGateway {
       const again = regroup && g.sockets[j].connected && !this.regrouped.has(once);
       if (again) this.regrouped.add(once);
       if (g.sockets[j].connected) g.sockets[j].emit('mix:abort', { groupId: gid });
-      this.verdict(g, j, again ? 'regroup' : 'direct');
+      g.verdict(j, again ? 'regroup' : 'direct');
     });
     if (this.regrouped.size > 4096) this.regrouped.clear();
     if (this.benched.size > 4096)
       for (const [id, until] of this.benched) if (until <= Date.now()) this.benched.delete(id);
     this.endGroup(gid);
-  }
-
-  private verdict(g: Group, j: number, v: Verdict): void {
-    if (g.verdicts.has(j)) return;
-    g.verdicts.set(j, v);
-    const ack = g.acks.get(j);
-    if (ack) {
-      g.acks.delete(j);
-      ack(ok(v));
-    }
   }
 
   /** Forgets a group once its verdicts are out; a member's late `mix:fragment` then hears 'direct'. */
@@ -581,15 +407,4 @@ export class MixGateway {
     if (pending) setTimeout(forget, this.settings.exchangeTimeoutMs).unref?.();
     else forget();
   }
-}
-
-/** The plan with its members in `order` (their weights follow them; the ranges depend on k only). */
-function inOrderOf(plan: GroupPlan, order: string[]): GroupPlan {
-  const members = order.map((id) => plan.members.find((m) => m.islandId === id)!);
-  return { ...plan, members, weights: mixWeights(members.map((m) => m.tokens)) };
-}
-
-function firstError(c: { Errors(v: unknown): Iterable<{ path: string; message: string }> }, v: unknown): string {
-  for (const e of c.Errors(v)) return `${e.path || '(message)'}: ${e.message}`;
-  return 'invalid message';
 }
