@@ -2,8 +2,8 @@
 // tag in its tables is one a run writes (pointScalars, and train's), the /api/history fields it lists are the
 // schema's, the keep-policy table's flags, config keys and defaults are the run config's, the files and routes it
 // cites exist, and README.md and docs/operations.md point to it. docs/research.md's first three sections (a first
-// run, a run of your own, reading the dashboard) name only flags `atoll serve` or `atoll island` take (and
-// tensorboard's --logdir).
+// run, a run of your own with its own data, reading the dashboard) name only flags of `atoll serve`, `island`,
+// `train` or `data prepare` (and tensorboard's --logdir).
 
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -97,14 +97,20 @@ describe('docs/metrics.md', () => {
 });
 
 describe('docs/research.md: a first run, a run of your own, reading the dashboard', () => {
-  it('names only flags `atoll serve` or `atoll island` take', () => {
+  it('names only flags `atoll serve`, `island`, `train` or `data prepare` take', () => {
     const md = readFileSync(join(ROOT, 'docs/research.md'), 'utf8');
     const part = md.slice(md.indexOf('## 1.'), md.indexOf('## 4.'));
-    const serve = options('serve');
-    const island = options('island');
+    const data = buildProgram().commands.find((c: Command) => c.name() === 'data')!;
+    const prepare = data.commands.find((c: Command) => c.name() === 'prepare')!;
+    const known = [options('serve'), options('island'), options('train'), new Set(prepare.options.map((o) => o.long))];
     const flags = [...new Set([...part.matchAll(/(?<![\w-])--[a-z][a-z-]*/g)].map((m) => m[0]))];
-    for (const f of ['--total-tokens', '--title', '--inner-lr', '--weight-decay', '--eval-batches'])
+    for (const f of ['--total-tokens', '--title', '--inner-lr', '--weight-decay', '--eval-batches', '--tokenizer'])
       expect(flags, f).toContain(f);
-    for (const f of flags) if (f !== '--logdir') expect(serve.has(f) || island.has(f), f).toBe(true);
+    for (const f of flags)
+      if (f !== '--logdir')
+        expect(
+          known.some((k) => k.has(f)),
+          f,
+        ).toBe(true);
   });
 });
