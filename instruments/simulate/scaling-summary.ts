@@ -253,5 +253,3 @@ function checksOf(rungs: StudyRung[]): StudyReport['checks'] {
     },
   ];
 }
-
-export { studyTable } from './scaling-table.ts';

@@ -30,7 +30,8 @@ import {
   rowKey,
   rungPlan,
 } from './scaling-protocol.ts';
-import { type StudyReport, studyReport, studyTable } from './scaling-summary.ts';
+import { type StudyReport, studyReport } from './scaling-summary.ts';
+import { studyTable } from './scaling-table.ts';
 import type { SimCommon, SimulateOptions } from './types.ts';
 import { warmStartOffPlateau } from './warm-start.ts';
 
