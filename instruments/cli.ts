@@ -239,7 +239,8 @@ export function buildProgram(): Command {
     .option(
       '--preset <name>',
       'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ' +
-        'ladder), smoke (seconds); a model preset name means compare on that model',
+        'ladder on the published protocol: H 30, 20 tokens per parameter; resumes in --out), scaling-v1 (the ' +
+        'first ladder), smoke (seconds); a model preset name means compare on that model',
       'compare',
     )
     .addOption(
@@ -262,7 +263,7 @@ export function buildProgram(): Command {
     .addOption(knobOption('outerMomentum', "(default: serve's, 0.9; compare's rows 0.8)"))
     .addOption(knobOption('innerLr', '(peak; the floor a tenth of it; default 3e-3)'))
     .option('--network <up,down,ms>', "every island's link: Mbit/s up, Mbit/s down, ms one way (default 20,100,30)")
-    .option('--quick', 'one seed and fewer rows (tests)')
+    .option('--quick', 'one seed and fewer rows (tests); scaling: the CI-sized smoke of its protocol (2 rungs)')
     .option(
       '--rows <names>',
       'only these rows of the preset, comma-separated (with --quick: any row of the full preset, one seed)',
@@ -284,16 +285,17 @@ export function buildProgram(): Command {
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option(
       '--out <dir>',
-      'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>)',
+      'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>); ' +
+        'scaling: rows.jsonl there resumes a stopped ladder',
     )
     .option(
       '--rungs <n|names>',
-      'scaling preset: the first n rungs of the ladder, or rung names, comma-separated (default the 4 CPU rungs)',
+      'scaling presets: the first n rungs of the ladder, or rung names, comma-separated (default the 4 CPU rungs)',
     )
-    .option('--tokens-per-param <x>', 'scaling preset: token budget per parameter at every rung (default 2)')
+    .option('--tokens-per-param <x>', 'scaling presets: token budget per parameter at every rung (default 20; v1 2)')
     .option(
       '--outer-rounds <n>',
-      'scaling preset: fleet rounds per run, 1..100,000, the H rule H = tokens / (rounds × global batch) (default 8)',
+      'scaling-v1: fleet rounds per run, 1..100,000, the H rule H = tokens / (rounds × global batch) (default 8)',
       intIn(1, 100_000),
     )
     .addOption(
@@ -311,6 +313,13 @@ export function buildProgram(): Command {
       const { stderrProgress } = await import('./simulate/progress.ts');
       if (o.preset === 'scaling') {
         const { runScaling, scalingOptionsFromCli } = await import('./simulate/scaling.ts');
+        const sp = scalingOptionsFromCli(o);
+        if (!sp.ok) throw Object.assign(new Error(sp.error.message), { code: sp.error.code });
+        await runScaling({ ...sp.value, log: stderrProgress(false).log });
+        return;
+      }
+      if (o.preset === 'scaling-v1') {
+        const { runScaling, scalingOptionsFromCli } = await import('./simulate/scaling-v1.ts');
         const sp = scalingOptionsFromCli(o);
         if (!sp.ok) throw Object.assign(new Error(sp.error.message), { code: sp.error.code });
         await runScaling({ ...sp.value, ...stderrProgress(!sp.value.json) });

@@ -15,12 +15,15 @@ export const islandStream = (i: number) => streamId(`island-${i + 1}`);
 export const modelConfig = (common: SimCommon): GPTConfig => common.config ?? getPreset(common.model);
 
 /** Engines of a row; the largest batch it trains is `maxBatch` (evaluation's batch included). */
-export function rowEngines(common: SimCommon, maxBatch: number): Promise<EngineMaker> {
-  return engineMaker(common.engine ?? 'cpu', {
+export async function rowEngines(common: SimCommon, maxBatch: number): Promise<EngineMaker> {
+  const m = await engineMaker(common.engine ?? 'cpu', {
     config: modelConfig(common),
     maxBatch: Math.max(maxBatch, common.evalBatchSize),
     maxT: common.seqLen,
   });
+  // common.adam (AdamW's betas) reaches every engine the row makes
+  const adam = common.adam;
+  return adam ? { kind: m.kind, make: (o) => m.make({ ...adam, ...o }), dispose: () => m.dispose() } : m;
 }
 
 /** Held-out evaluation of a parameter vector. */

@@ -26,11 +26,33 @@ export const RUNGS: RungSpec[] = [
   { name: 'L2-C48', config: shape(2, 2, 48) },
   { name: 'L3-C64', config: shape(3, 4, 64) },
   { name: 'L4-C76', config: shape(4, 4, 76) },
+  // one rung above the CPU ladder (817,024 parameters, 23.6× tiny): by name (`--rungs ...,L6-C104`)
+  { name: 'L6-C104', config: shape(6, 4, 104) },
   { name: 'small-T32', config: shape(4, 6, 192) },
   { name: 'base-T32', config: shape(6, 6, 384) },
 ];
 /** Rungs of the default (CPU) ladder. */
 export const CPU_RUNGS = 4;
+
+const badRungs = (m: string) => Object.assign(new Error(m), { code: 'E_BAD_REQUEST' });
+
+/** Picks the rungs: a count from the start of RUNGS, or names (at least 2); undefined: the first `dflt`. */
+export function pickRungs(r: number | string[] | undefined, dflt = CPU_RUNGS): RungSpec[] {
+  if (r === undefined) return RUNGS.slice(0, dflt);
+  const names = RUNGS.map((x) => x.name).join(', ');
+  if (typeof r === 'number') {
+    if (!Number.isInteger(r) || r < 2 || r > RUNGS.length)
+      throw badRungs(`--rungs must be 2..${RUNGS.length} or rung names (${names}), got ${r}`);
+    return RUNGS.slice(0, r);
+  }
+  const out = r.map((n) => RUNGS.find((x) => x.name === n));
+  const bad = r.filter((_, i) => !out[i]);
+  if (bad.length || out.length < 2)
+    throw badRungs(
+      `--rungs: ${bad.length ? `unknown rung ${bad.join(', ')}` : 'at least 2 rungs'}; the ladder has ${names}`,
+    );
+  return out as RungSpec[];
+}
 
 /** A model named by `simulate --model`: a preset's shape, else a rung's (undefined: neither). */
 export function simModelConfig(name: string): { config: GPTConfig; preset: boolean } | undefined {

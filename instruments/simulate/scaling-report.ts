@@ -33,7 +33,7 @@ export interface ScalingRung {
 
 export interface ScalingReport {
   config: {
-    preset: 'scaling';
+    preset: 'scaling-v1';
     tokensPerParam: number;
     outerRounds: number;
     lrSweep: number[];

@@ -1,89 +1,62 @@
-// `atoll simulate --preset scaling`: does the islands' gap to data-parallel training narrow, hold
-// or widen as the model grows? A ladder of model sizes, each with a token budget proportional to
-// its parameters; per rung a tuned DDP (a small inner-lr sweep, the same for every rung), a single
-// island, and 8 and 32 heterogeneous async sparse islands at the tuned DDP's inner lr (DiLoCo's
-// practice: the inner optimizer is the data-parallel one), all from one shared warm start per rung.
+// `atoll simulate --preset scaling`: the scaling study on the published protocol (Charles et al.
+// 2025; scaling-protocol.ts says what every rung trains, scaling-plan.ts what it searches). Does the
+// islands' gap to a tuned DDP narrow, hold or widen from `tiny` to L4-C76?
 //
-//   const report = await runScaling({ rungs: 4 });   // ScalingReport: rungs[].rows[] like compare's rows
+//   const report = await runScaling({ out: 'runs/scaling' });   // again on the same folder: resumes
 //
-// Fairness: DDP is compute-matched to the islands: the same tokens in θ, a global batch equal to the
-// sum of the islands' batches (32 sequences: 8 islands average 4, 32 islands batch 1 each), the same
-// data streams; its peak lr is the best of LR_SWEEP at that rung (every sweep row is reported).
-// H rule: every rung runs about OUTER_ROUNDS rounds of the fleet, so H grows in proportion to the
-// budget (H = tokens / (OUTER_ROUNDS × global batch × T)); the islands' communication per token
-// falls as the model and its budget grow.
-// Outer step: Nesterov lr 1.0 with momentum 0.4 (LADDER_OUTER), not the compare preset's 0.8: with
-// 16–32 merge windows per run, momentum 0.8 carries stale directions (and the sparse uplink's
-// error-feedback backlog) past the point where they help (docs/research.md, section 6, the sweep).
+// Runs go to `workers` worker threads as the search asks for them, the largest rung first (its
+// chain of searches is the longest); each finished run is appended to rows.jsonl, so a stopped
+// ladder started again with the same --out resumes where it stopped. The first ladder (H tied to
+// the budget, 2 tokens per parameter) is `--preset scaling-v1` (scaling-v1.ts).
 
-import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { flopsPerToken, numParams } from '../../core/model/config.ts';
+import { flopsPerToken } from '../../core/model/config.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
-import type { SimEngineKind } from './engines.ts';
-import { ddpBytesPerIsland, mergeSeeds, runRows } from './index.ts';
-import { warmStartOffPlateau } from './warm-start.ts';
-import type { OuterConfig } from '../../core/coord/outer.ts';
-import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
-import { CPU_RUNGS, RUNGS, type RungSpec } from './rungs.ts';
+import { runRows } from './index.ts';
+import { CPU_RUNGS, RUNGS, pickRungs } from './rungs.ts';
+import { Journal, type JournalRun } from './scaling-journal.ts';
+import { planRung } from './scaling-plan.ts';
 import {
-  type ScalingReport,
-  type ScalingRow,
-  type ScalingRung,
-  fitPowerLaw,
-  scalingHtml,
-  scalingPlotSvg,
-  scalingTable,
-  verdictOf,
-} from './scaling-report.ts';
-import type { SimCommon, SimRow, SimRunResult, SimulateOptions } from './types.ts';
+  ADAM,
+  PROTOCOL,
+  PROTOCOL_H,
+  type Protocol,
+  QUICK_PROTOCOL,
+  type RowSpec,
+  SEQ_LEN,
+  buildRow,
+  rowKey,
+  rungPlan,
+} from './scaling-protocol.ts';
+import { type StudyReport, studyReport } from './scaling-summary.ts';
+import { studyTable } from './scaling-table.ts';
+import type { SimCommon, SimulateOptions } from './types.ts';
+import { warmStartOffPlateau } from './warm-start.ts';
 
-export { CPU_RUNGS, RUNGS, type RungSpec } from './rungs.ts';
-
-/** DDP's peak inner lr sweep (cosine to a tenth), the same at every rung. */
-export const LR_SWEEP = [3e-3, 6e-3, 1.2e-2, 2.4e-2];
-/** Rounds of the fleet per run: H = tokens / (OUTER_ROUNDS × global batch × T). */
-export const OUTER_ROUNDS = 8;
-/** Tokens in θ per parameter (every rung). Sized so the CPU ladder fits 60 minutes on 2 quiet cores. */
-export const TOKENS_PER_PARAM = 2;
-/** Global batch in sequences: DDP's, and the sum of each island row's batches. */
-export const GLOBAL_BATCH = 32;
-const SEQ_LEN = 32;
-const ISLAND_COUNTS = [8, 32];
-/**
- * The islands' outer optimizer on the ladder. Measured on the tiny rung, 8 islands (vs tuned DDP):
- * μ 0.8 1.040×, 0.6 1.022×, 0.5 1.020×, 0.4 1.019×, 0 1.027×; 32 islands 1.063× → 1.032× at 0.4.
- */
-export const LADDER_OUTER: OuterConfig = { kind: 'nesterov', lr: 1, momentum: 0.4, dnPeriod: 0 };
-/** Inner lr of `single` (batch 4, as the compare preset's); the islands take their rung's tuned DDP lr. */
-const SINGLE_LR = 3e-3;
-
-/**
- * simulate's options that the ladder takes as they are (workers, data, engine, out, json, print, log, progress, seed,
- * evalBatches).
- */
 type SharedOptions = Pick<
   SimulateOptions,
-  'workers' | 'data' | 'engine' | 'out' | 'json' | 'print' | 'log' | 'progress' | 'seed' | 'evalBatches'
+  'workers' | 'data' | 'engine' | 'out' | 'json' | 'print' | 'log' | 'seed' | 'evalBatches'
 >;
 
 export interface ScalingOptions extends SharedOptions {
-  /** The first n rungs of RUNGS, or rung names (default the CPU ladder). */
+  /** The first n rungs of RUNGS, or rung names (default the 4 CPU rungs; quick: tiny and L2-C48). */
   rungs?: number | string[];
+  /** The CI-sized smoke of the same protocol (QUICK_PROTOCOL). */
+  quick?: boolean;
+  /** D = this × N (default 20; quick 20/64). */
   tokensPerParam?: number;
-  /** Fleet rounds per run (the H rule's constant). */
-  outerRounds?: number;
-  /** DDP's lr sweep (default LR_SWEEP). */
-  lrSweep?: number[];
-  /** Shared warm start per rung, tokens (default 32768; 0 for none). */
+  /** Shared warm start per rung and seed, inside D (default 32768; quick 0). */
   warmStartTokens?: number;
   evals?: number;
+  /** Stop after starting this many runs (tests: a ladder cut short); rows.jsonl keeps them. */
+  maxRuns?: number;
 }
 
-/** Parses the CLI flags the scaling preset takes (the rest of simulate's flags are ignored). */
+/** Parses the flags the scaling preset takes (the rest of simulate's flags are ignored). */
 export function scalingOptionsFromCli(raw: Record<string, unknown>): Result<ScalingOptions> {
-  const o: ScalingOptions = { json: raw.json === true || raw.json === 'true' };
+  const o: ScalingOptions = { json: raw.json === true || raw.json === 'true', quick: raw.quick === true };
   if (raw.rungs !== undefined) {
     const s = String(raw.rungs);
     o.rungs = /^\d+$/.test(s)
@@ -93,7 +66,7 @@ export function scalingOptionsFromCli(raw: Record<string, unknown>): Result<Scal
           .map((x) => x.trim())
           .filter(Boolean);
     try {
-      pickRungs(o.rungs);
+      pickRungs(o.rungs, CPU_RUNGS);
     } catch (e) {
       return err('E_BAD_REQUEST', (e as Error).message);
     }
@@ -104,272 +77,137 @@ export function scalingOptionsFromCli(raw: Record<string, unknown>): Result<Scal
       return err('E_BAD_REQUEST', `--tokens-per-param must be in (0, 1000], got '${String(raw.tokensPerParam)}'`);
     o.tokensPerParam = t;
   }
-  for (const k of ['seed', 'workers', 'evalBatches', 'warmStartTokens', 'outerRounds'] as const) {
+  for (const k of ['seed', 'workers', 'evalBatches', 'warmStartTokens'] as const) {
     if (raw[k] === undefined) continue;
     const n = Number(raw[k]);
     if (!Number.isInteger(n) || n < 0)
       return err(
         'E_BAD_REQUEST',
-        `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a non-negative integer, got ` +
-          `'${String(raw[k])}'`,
+        `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a non-negative integer`,
       );
     o[k] = n;
   }
-  if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu')
-    return err('E_BAD_REQUEST', '--engine must be cpu|webgpu');
-  if (raw.engine !== undefined) o.engine = raw.engine as SimEngineKind;
+  if (raw.cold === true) o.warmStartTokens = 0;
+  if (raw.engine !== undefined && !['cpu', 'js', 'webgpu'].includes(String(raw.engine)))
+    return err('E_BAD_REQUEST', '--engine must be cpu|js|webgpu');
+  if (raw.engine !== undefined) o.engine = raw.engine as ScalingOptions['engine'];
   if (raw.data !== undefined) o.data = String(raw.data);
   if (raw.out !== undefined) o.out = String(raw.out);
   return ok(o);
 }
 
-/** Picks the rungs: a count from the start of RUNGS, or names. */
-export function pickRungs(r: ScalingOptions['rungs']): RungSpec[] {
-  if (r === undefined) return RUNGS.slice(0, CPU_RUNGS);
-  if (typeof r === 'number') {
-    if (!Number.isInteger(r) || r < 2 || r > RUNGS.length)
-      throw Object.assign(
-        new Error(
-          `--rungs must be 2..${RUNGS.length} or rung names (${RUNGS.map((x) => x.name).join(', ')}), got ${r}`,
-        ),
-        { code: 'E_BAD_REQUEST' },
-      );
-    return RUNGS.slice(0, r);
-  }
-  const out = r.map((n) => RUNGS.find((x) => x.name === n));
-  const bad = r.filter((_, i) => !out[i]);
-  if (bad.length || out.length < 2)
-    throw Object.assign(
-      new Error(
-        `--rungs: ${bad.length ? `unknown rung ${bad.join(', ')}` : 'at least 2 rungs'}; ` +
-          `the ladder has ${RUNGS.map((x) => x.name).join(', ')}`,
-      ),
-      { code: 'E_BAD_REQUEST' },
-    );
-  return out as RungSpec[];
+/** The protocol of a run with these options (what rows.jsonl's first line records). */
+export function protocolOf(opts: ScalingOptions): Protocol {
+  const base = opts.quick ? QUICK_PROTOCOL : PROTOCOL;
+  return opts.tokensPerParam !== undefined ? { ...base, tokensPerParam: opts.tokensPerParam } : base;
 }
 
-interface Plan {
-  spec: RungSpec;
-  params: number;
-  tokens: number;
-  innerSteps: number;
-  rows: SimRow[];
-  rowLr: number[];
-}
-
-/** The rows of one rung (H from the rule, DDP at each swept lr, single, 8 and 32 islands). */
-export function rungRows(
-  spec: RungSpec,
-  o: { tokensPerParam: number; outerRounds: number; lrSweep: number[]; seed: number },
-): Plan {
-  const params = numParams(spec.config);
-  const tokens = Math.round(o.tokensPerParam * params);
-  const innerSteps = Math.max(2, Math.round(tokens / (o.outerRounds * GLOBAL_BATCH * SEQ_LEN)));
-  const lr = (maxLr: number) => ({ maxLr, minLr: maxLr / 10, warmupTokens: Math.min(8192, Math.round(tokens / 8)) });
-  const d: RowDefaults = {
-    islands: 8,
-    seeds: [o.seed],
-    batchSize: 4,
-    tokens,
-    innerSteps,
-    baseTokensPerSec: 2000,
-    seqLen: SEQ_LEN,
-    lr: lr(SINGLE_LR),
-  };
-  const rows: SimRow[] = [];
-  const rowLr: number[] = [];
-  for (const maxLr of o.lrSweep) {
-    rows.push(baseline(`ddp-lr${maxLr}`, 'ddp', { ...d, lr: lr(maxLr) }, uniform(8, GLOBAL_BATCH / 8)));
-    rowLr.push(maxLr);
-  }
-  rows.push(baseline('single', 'single', d, uniform(1, 4)));
-  rowLr.push(SINGLE_LR);
-  for (const n of ISLAND_COUNTS) {
-    rows.push(
-      diloco(`islands-${n}`, { ...d, islands: n }, 'async', 'sparse', heterogeneous(n, GLOBAL_BATCH / n), {
-        outer: { ...LADDER_OUTER },
-      }),
-    );
-    rowLr.push(NaN);
-  } // set from the sweep
-  return { spec, params, tokens, innerSteps, rows, rowLr };
-}
-
-/** Relative CPU cost of a row: tokens × params, batch-1 islands about 1.5× per token. */
-function rowCost(p: Plan, row: SimRow): number {
-  const small = row.kind === 'diloco' && row.islands.every((s) => s.batchSize === 1) ? 1.5 : 1;
-  return p.tokens * p.params * small;
-}
-
-export async function runScaling(opts: ScalingOptions = {}): Promise<ScalingReport> {
+export async function runScaling(opts: ScalingOptions = {}): Promise<StudyReport> {
   const t0 = performance.now();
   const cpu0 = process.cpuUsage();
   const log = opts.log ?? (opts.json ? () => {} : (l: string) => process.stderr.write(`  ${l}\n`));
+  const p = protocolOf(opts);
   const seed = opts.seed ?? 1;
-  const o = {
-    tokensPerParam: opts.tokensPerParam ?? TOKENS_PER_PARAM,
-    outerRounds: opts.outerRounds ?? OUTER_ROUNDS,
-    lrSweep: opts.lrSweep ?? LR_SWEEP,
-    seed,
-  };
+  // quick's runs are short: worker threads would spend more starting than computing
+  const workers = opts.workers ?? (opts.quick ? 0 : 2);
+  const specs = pickRungs(opts.rungs ?? (opts.quick ? 2 : CPU_RUNGS), CPU_RUNGS);
+  const plans = specs.map((s) => rungPlan(s, p));
+  const data = opts.data ?? 'sotu';
+  const warmWanted = opts.warmStartTokens ?? (opts.quick ? 0 : 32_768);
+  const evals = opts.evals ?? (opts.quick ? 1 : 6);
+  const evalBatches = opts.evalBatches ?? (opts.quick ? 2 : 32);
   const engine = opts.engine ?? 'cpu';
-  const workers = opts.workers ?? 2;
-  const plans = pickRungs(opts.rungs).map((spec) => rungRows(spec, o));
-  const ds = loadCorpus(opts.data);
-  const commons: SimCommon[] = [];
-  const warm: ScalingRung['warmStart'][] = [];
-  for (const p of plans) {
-    const c: SimCommon = {
-      model: 'tiny',
-      config: p.spec.config,
-      engine,
-      seqLen: SEQ_LEN,
-      seed,
-      evals: opts.evals ?? 6,
-      evalBatches: opts.evalBatches ?? 32,
-      evalBatchSize: 16,
-      data: opts.data,
-    };
-    const wt = opts.warmStartTokens ?? 32_768;
-    if (wt > 0) {
-      const w = await warmStartOffPlateau(c, ds, wt);
-      c.init = w.params;
-      warm.push({ tokens: w.tokens, evalLoss: w.evalLoss });
-      log(`${p.spec.name}: warm start ${w.tokens} tokens, eval ${w.evalLoss.toFixed(4)}`);
-    } else warm.push({ tokens: 0, evalLoss: NaN });
-    commons.push(c);
-  }
-  const jobs = plans.flatMap((p, k) => p.rows.map((row, r) => ({ p, k, r, row })));
   const outDir = resolve(
-    opts.out ?? join('runs', `scaling-${new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15)}`),
+    opts.out ?? join('runs', `scaling-${new Date().toISOString().replace(/\D/g, '').slice(0, 14)}`),
   );
   mkdirSync(outDir, { recursive: true });
-  // each row's result as it finishes (a long ladder cut short keeps what it measured)
-  const partial = join(outDir, 'rows.jsonl');
-  writeFileSync(partial, '');
-  log(
-    `simulate scaling: ${plans.length} rungs ` +
-      `(${plans.map((p) => `${p.spec.name} ${p.params} params, ${p.tokens} tokens, H ${p.innerSteps}`).join('; ')}), ` +
-      `${jobs.length} rows on ${workers} worker(s)`,
-  );
-  opts.progress?.start(jobs.map((j) => `${j.p.spec.name} ${j.row.name}`));
-  const runs: SimRunResult[] = new Array(jobs.length);
-  // phase 1: the DDP sweep and single; phase 2: the islands, at the inner lr of their rung's tuned DDP
-  for (const phase of [jobs.filter((j) => j.row.kind !== 'diloco'), jobs.filter((j) => j.row.kind === 'diloco')]) {
-    if (phase[0]?.row.kind === 'diloco') {
-      for (const j of phase) {
-        const sweep = runs.filter((_, i) => jobs[i].k === j.k && jobs[i].row.kind === 'ddp');
-        const best = o.lrSweep[sweep.indexOf(sweep.reduce((a, b) => (b.evalLoss < a.evalLoss ? b : a)))];
-        j.row.lr = { ...j.row.lr, maxLr: best, minLr: best / 10 };
-        j.p.rowLr[j.r] = best;
-      }
-    }
-    const got = await runRows(
-      phase.map((j) => j.row),
-      phase.map((j) => commons[j.k]),
-      workers,
-      log,
-      opts.progress && ((i, f) => opts.progress!.update(jobs.indexOf(phase[i]), f)),
-      phase.map((j) => rowCost(j.p, j.row)),
-      (i, r) =>
-        appendFileSync(
-          partial,
-          JSON.stringify({ rung: phase[i].p.spec.name, params: phase[i].p.params, ...r, curve: undefined }) + '\n',
-        ),
-    );
-    got.forEach((r, i) => {
-      runs[jobs.indexOf(phase[i])] = r;
-    });
-  }
-
-  const rungs: ScalingRung[] = plans.map((p, k) => {
-    const fpt = flopsPerToken(p.spec.config, SEQ_LEN);
-    const res = runs.filter((_, i) => jobs[i].k === k).map((r) => mergeSeeds([r]));
-    const sweep = res.slice(0, o.lrSweep.length);
-    const best = sweep.reduce((a, b) => (b.evalLoss < a.evalLoss ? b : a));
-    const ddpLr = p.rowLr[sweep.indexOf(best)];
-    // the tuned DDP is the comparison's `ddp` row; the sweep rows stay in the rung's rows
-    const all = [{ ...best, name: 'ddp' }, ...res];
-    const rowOf = (name: string) =>
-      name === 'ddp' ? p.rows[sweep.indexOf(best)] : p.rows[res.findIndex((r) => r.name === name)];
-    const ddpDown = best.bytesDownPerIsland;
-    const rows: ScalingRow[] = all.map(({ curve: _c, ...r }) => {
-      const row = rowOf(r.name);
-      const comm =
-        r.kind === 'ddp'
-          ? 1
-          : r.kind === 'single'
-            ? Infinity
-            : ddpBytesPerIsland(row, r.tokens, SEQ_LEN, p.params) / Math.max(1, r.bytesUpPerIsland);
-      return {
-        ...r,
-        commReductionVsDdp: comm,
-        flops: fpt * r.tokensComputed,
-        vsDdp: r.evalLoss / best.evalLoss,
-        lessDownThanDdp:
-          r.kind === 'diloco' ? ddpDown / Math.max(1, r.bytesDownPerIsland) : r.kind === 'ddp' ? 1 : Infinity,
-        lr: r.name === 'ddp' ? ddpLr : p.rowLr[res.findIndex((x) => x.name === r.name)],
-        ...(r.kind === 'diloco' ? { innerSteps: p.innerSteps } : {}),
-      };
-    });
-    return {
-      name: p.spec.name,
-      config: p.spec.config,
-      params: p.params,
-      flopsPerToken: fpt,
-      tokens: p.tokens,
-      innerSteps: p.innerSteps,
-      warmStart: warm[k],
-      ddpSweep: sweep.map((r, i) => ({ lr: p.rowLr[i], evalLoss: r.evalLoss })),
-      ddpLr,
-      rows,
-    };
-  });
-  const names = ['ddp', 'single', ...ISLAND_COUNTS.map((n) => `islands-${n}`)];
-  const fits = names.map((row) => ({
-    row,
-    ...fitPowerLaw(
-      rungs.map((g) => {
-        const r = g.rows.find((x) => x.name === row)!;
-        return [r.flops, r.evalLoss] as [number, number];
-      }),
-    ),
-  }));
-  const cpu = process.cpuUsage(cpu0);
-  const report: ScalingReport = {
-    config: {
-      preset: 'scaling',
-      tokensPerParam: o.tokensPerParam,
-      outerRounds: o.outerRounds,
-      lrSweep: o.lrSweep,
-      globalBatch: GLOBAL_BATCH,
-      seqLen: SEQ_LEN,
-      hRule:
-        `H = tokens / (${o.outerRounds} rounds × ${GLOBAL_BATCH} sequences × ${SEQ_LEN} tokens): ` +
-        `H grows in proportion to the budget`,
-      outer: LADDER_OUTER,
-      data: opts.data ?? 'moby-dick',
-      seed,
-      workers,
-      engine,
-      realTimeMs: performance.now() - t0,
-      // this thread's CPU time and the workers' (process.cpuUsage counts every thread of the process)
-      cpuTimeMs: (cpu.user + cpu.system) / 1000,
-    },
-    rungs,
-    fits,
-    verdict: verdictOf(
-      rungs,
-      ISLAND_COUNTS.map((n) => `islands-${n}`),
-    ),
+  const head = { p, rungs: specs.map((s) => s.name), data, seed, warmWanted, evals, evalBatches, engine };
+  const journal = new Journal(join(outDir, 'rows.jsonl'), head);
+  if (journal.resumed) log(`resuming ${outDir}: ${journal.resumed} runs done`);
+  const res = new Map([...journal.runs].map(([k, r]) => [k, r.result]));
+  const ds = loadCorpus(data);
+  const warm = new Map<string, Promise<{ common: SimCommon; warmTokens: number }>>();
+  const commonFor = (k: number, s: number) => {
+    const id = `${k}/${s}`;
+    if (!warm.has(id))
+      warm.set(
+        id,
+        (async () => {
+          const common: SimCommon = {
+            model: 'tiny',
+            config: plans[k].spec.config,
+            engine,
+            seqLen: SEQ_LEN,
+            seed: s,
+            evals,
+            evalBatches,
+            evalBatchSize: 16,
+            data,
+            adam: { ...ADAM },
+          };
+          if (warmWanted <= 0) return { common, warmTokens: 0 };
+          const w = await warmStartOffPlateau(common, ds, warmWanted);
+          log(
+            `${plans[k].spec.name} seed ${s}: warm start ${w.tokens} tokens (inside D), eval ${w.evalLoss.toFixed(4)}`,
+          );
+          return { common: { ...common, init: w.params }, warmTokens: w.tokens };
+        })(),
+      );
+    return warm.get(id)!;
   };
-  const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
-  const table = scalingTable(report);
-  const svg = scalingPlotSvg(report);
+  const runSpec = async (s: RowSpec): Promise<JournalRun> => {
+    const k = plans.findIndex((x) => x.spec.name === s.rung);
+    const { common, warmTokens } = await commonFor(k, s.seed);
+    const row = buildRow(plans[k], s, warmTokens);
+    const [result] = await runRows([row], [common], workers > 0 ? 1 : 0, log);
+    return { key: rowKey(s), spec: s, warmTokens, result };
+  };
+  const cost = (s: RowSpec) => plans.find((x) => x.spec.name === s.rung)!.params;
+  const running = new Map<string, Promise<void>>();
+  let ran = 0;
+  for (;;) {
+    const want = plans
+      .flatMap((_, k) => planRung(k, plans, p, seed, res).want)
+      .filter((s) => !running.has(rowKey(s)))
+      .sort((a, b) => cost(b) - cost(a));
+    while (running.size < Math.max(1, workers) && want.length && ran < (opts.maxRuns ?? Infinity)) {
+      const s = want.shift()!;
+      const key = rowKey(s);
+      ran++;
+      log(`run ${ran}: ${key}`);
+      running.set(
+        key,
+        runSpec(s)
+          .then((r) => {
+            journal.add(r);
+            res.set(key, r.result);
+          })
+          .finally(() => running.delete(key)),
+      );
+    }
+    if (!running.size) break;
+    await Promise.race(running.values());
+  }
+  const cpu = process.cpuUsage(cpu0);
+  const report = studyReport(plans, p, seed, journal.runs, {
+    data,
+    seed,
+    workers,
+    engine,
+    quick: opts.quick === true,
+    warmStartTokens: warmWanted,
+    realTimeMs: performance.now() - t0,
+    cpuTimeMs: (cpu.user + cpu.system) / 1000,
+    resumedRuns: journal.resumed,
+    ranRuns: ran,
+    flopsPerToken: plans.map((x) => flopsPerToken(x.spec.config, SEQ_LEN)),
+  });
+  const json = JSON.stringify(report, (_k, v) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v), 2);
+  const table = studyTable(report);
   writeFileSync(join(outDir, 'report.json'), json + '\n');
-  writeFileSync(join(outDir, 'plot.svg'), svg);
-  writeFileSync(join(outDir, 'report.html'), scalingHtml(report, svg, table));
+  writeFileSync(join(outDir, 'report.md'), table + '\n');
   if (opts.print !== false) process.stdout.write(opts.json ? json + '\n' : `${table}\n\nrun folder: ${outDir}\n`);
   return report;
 }
+
+export { PROTOCOL, PROTOCOL_H, QUICK_PROTOCOL, RUNGS };

@@ -121,6 +121,8 @@ export interface SimCommon {
   data?: string;
   /** Shared starting point of every row (a warm start); undefined: initParams(model, seed). */
   init?: Float32Array;
+  /** AdamW's hyperparameters of every engine the row makes (the scaling protocol's β2 0.99); default the engine's. */
+  adam?: { beta1?: number; beta2?: number };
 }
 
 /** What butterfly mixing did over a row (mix-sim.ts). */
