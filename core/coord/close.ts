@@ -9,7 +9,7 @@ import { type Assignment, ErrorCode } from '../protocol.ts';
 import { combineDeltas, isWeightedMean, weighDeltas } from './aggregate.ts';
 import type { StepTaken } from './outer-step.ts';
 import { assignWork, dropPending, leaveRound, newRound, outerStepOf } from './rounds.ts';
-import { roundShouldClose, windowShouldClose } from './rounds.ts';
+import { roundShouldClose, shortCloseReason, windowShouldClose } from './rounds.ts';
 import type { CoordState } from './state.ts';
 import type { Closing, IslandRecord, PendingDelta, RejectedContribution } from './types.ts';
 
@@ -98,9 +98,11 @@ export function closeRound(s: CoordState, now: number): void {
     const why = `‖Δ‖/√normSteps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit.toPrecision(4)}`;
     return rejectedFrom(s, p, ErrorCode.NORM_BOUND, `${why} for ${p.steps} steps`);
   });
+  // a sync round short of minContributors closes with those present (rounds.ts, shortCloseReason)
+  const shortClose = cfg.mode === 'sync' ? (shortCloseReason(r, s.book.byId, cfg, now) ?? undefined) : undefined;
   const closed = { roundId: r.id, baseVersion: r.baseVersion, members: r.members.size, time: now };
-  s.events.push({ type: 'round', state: 'closed', ...closed });
-  const c: Closing = { now, kept, rejected };
+  s.events.push({ type: 'round', state: 'closed', ...closed, ...(shortClose ? { shortClose } : {}) });
+  const c: Closing = { now, kept, rejected, shortClose };
   if (kept.length === 0) {
     finishClose(s, c, null);
     return;
@@ -150,6 +152,7 @@ function recordUpdate(s: CoordState, step: StepTaken, c: Closing): void {
     frame: step.frame,
     time: c.now,
     updateNorm: step.updateNorm,
+    shortClose: c.shortClose,
   };
   const { update, contributors, stats } = s.ledger.closeVersion(c.kept, s.book.byId, next, cfg.historyLimit);
   s.version = update.version;

@@ -121,6 +121,9 @@ export interface RejectedContribution extends Omit<Contribution, 'weight'> {
   error: AtollError;
 }
 
+/** Why a sync round closed with fewer than minContributors deltas (rounds.ts shortCloseReason). */
+export type ShortClose = 'members-in' | 'timeout' | 'none-live';
+
 /** Dashboard stats for one version. */
 export interface VersionStats {
   version: number;
@@ -145,6 +148,11 @@ export interface VersionStats {
   goodput: number;
   /** ‖u‖₂ of the applied outer update. */
   updateNorm: number;
+  /**
+   * Present when this version's sync round closed with fewer than minContributors deltas: why
+   * (rounds.ts shortCloseReason: its live members all in past the grace, the round timeout, none alive).
+   */
+  shortClose?: ShortClose;
 }
 
 // ── Durability contract (for whoever drives this: the server, the simulator) ──────────────────
@@ -173,7 +181,16 @@ export type CoordinatorEvent =
   | { type: 'rejected'; rejected: RejectedContribution[] }
   | { type: 'assignment'; islandId: string; result: Result<Assignment> }
   | { type: 'island'; islandId: string; status: IslandStatus; reason: string }
-  | { type: 'round'; roundId: number; baseVersion: number; state: 'open' | 'closed'; members: number; time: number }
+  | {
+      type: 'round';
+      roundId: number;
+      baseVersion: number;
+      state: 'open' | 'closed';
+      members: number;
+      time: number;
+      /** A sync round closed short of minContributors: why (VersionStats.shortClose). */
+      shortClose?: ShortClose;
+    }
   | { type: 'done'; version: number; totalTokens: number };
 
 export interface JoinRequest {
@@ -199,6 +216,8 @@ export interface CoordinatorTotals {
   bytesIn: number;
   bytesOut: number;
   goodput: number;
+  /** Sync rounds closed with fewer than minContributors deltas (absent in older checkpoints: 0). */
+  shortRounds?: number;
 }
 
 /** A delta waiting for its sync round to close. */
@@ -386,4 +405,6 @@ export interface Closing {
   now: number;
   kept: PendingDelta[];
   rejected: RejectedContribution[];
+  /** The round closed short of minContributors, and why. */
+  shortClose?: ShortClose;
 }

@@ -87,6 +87,7 @@ export class RunViews {
       goodput: t.goodput,
       accepted: t.accepted,
       rejected: t.rejected,
+      shortRounds: t.shortRounds ?? 0,
       time: now,
       ...(mix ? { mix: mix() } : {}),
     };
