@@ -13,7 +13,7 @@ import { runLive } from '../fleet/live.ts';
 import { liveRow, runTwin, twinSpec } from '../fleet/twin.ts';
 import type { FleetReport, FleetSpec, ScheduleEvent } from '../fleet/types.ts';
 import { ProgressBars } from '../simulate/progress.ts';
-import { curvesCsv, esc, formatTable, htmlPage, plotSvg } from '../simulate/report.ts';
+import { curvesCsv, esc, evalCurve, formatTable, htmlPage, plotSvg } from '../simulate/report.ts';
 import type { SimRunResult } from '../simulate/types.ts';
 import { parseFleetEngine } from '../fleet/engine-spec.ts';
 
@@ -215,10 +215,11 @@ export async function fleet(
       },
       mix: live.mix,
       curve: liveResult.curve,
+      evalCurve: evalCurve(liveResult.curve),
     },
-    twin,
-    ddp,
-    single,
+    twin: withEvalCurve(twin),
+    ddp: withEvalCurve(ddp),
+    single: withEvalCurve(single),
     ratios: {
       liveOverTwin: round(liveResult.evalLoss / twin.evalLoss),
       liveOverDdp: round(liveResult.evalLoss / ddp.evalLoss),
@@ -293,6 +294,11 @@ one simulated island per live island with the speed it measured.</p>`,
         `${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`,
     );
   return report;
+}
+
+/** A row as the report keeps it: its figures, its full curve and its eval curve. */
+function withEvalCurve(r: SimRunResult): SimRunResult & { evalCurve: ReturnType<typeof evalCurve> } {
+  return { ...r, evalCurve: evalCurve(r.curve) };
 }
 
 /** The server's traffic per accepted token, and what mixing did. */

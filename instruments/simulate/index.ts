@@ -22,7 +22,7 @@ import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import { PRESETS, type PresetName, numParams } from '../../core/model/config.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
-import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
+import { curvesCsv, formatTable, plotSvg, reportHtml, reportRow } from './report.ts';
 import { runRow } from './row.ts';
 import { warmStartOffPlateau } from './warm-start.ts';
 import { SIM_MODEL_NAMES, simModelConfig } from './rungs.ts';
@@ -372,7 +372,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
         })),
       })),
     },
-    runs: results.map(({ curve: _c, ...rest }) => rest),
+    runs: results.map(reportRow),
   };
   const table = `${setting.join('\n')}\n\n${formatTable(report.runs)}`;
   const outDir = resolve(opts.out ?? join('runs', `simulate-${timestamp()}`));

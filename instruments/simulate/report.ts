@@ -1,7 +1,7 @@
 // Report outputs of `atoll simulate`: the terminal table, curves.csv, a self-contained SVG plot
 // and an HTML page that embeds both.
 
-import type { SimReport, SimRunResult } from './types.ts';
+import type { EvalPoint, ReportRow, SimReport, SimRunResult } from './types.ts';
 
 const COLORS = [
   '#222222',
@@ -33,6 +33,16 @@ function fmtX(x: number): string {
 function fmtRejected(r: Record<string, number>): string {
   const e = Object.entries(r).filter(([, v]) => v > 0);
   return e.length ? e.map(([k, v]) => `${k.replace(/^E_/, '')}:${v}`).join(' ') : '-';
+}
+
+/** A row's eval curve, `[{tokens, evalLoss}]` (a rise inside a run can be read from the JSON). */
+export function evalCurve(curve: SimRunResult['curve']): EvalPoint[] {
+  return curve.map((p) => ({ tokens: p.tokens, evalLoss: p.evalLoss }));
+}
+
+/** A result as a report's row: its figures and its eval curve. */
+export function reportRow({ curve, ...rest }: SimRunResult): ReportRow {
+  return { ...rest, evalCurve: evalCurve(curve) };
 }
 
 /** The terminal table (plain text, fixed-width columns). */

@@ -151,6 +151,15 @@ export interface CurvePoint {
   evalLoss: number;
 }
 
+/** One point of a report row's eval curve: tokens in θ and the held-out loss there. */
+export interface EvalPoint {
+  tokens: number;
+  evalLoss: number;
+}
+
+/** A report's row: the run's figures and its eval curve (the plot's points, without the time axes). */
+export type ReportRow = Omit<SimRunResult, 'curve'> & { evalCurve: EvalPoint[] };
+
 export interface IslandReport {
   name: string;
   speed: number;
@@ -331,7 +340,7 @@ export interface SimReport {
       }
     >;
   };
-  runs: Array<Omit<SimRunResult, 'curve'>>;
+  runs: ReportRow[];
 }
 
 /** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */
