@@ -256,6 +256,7 @@ export function buildProgram(): Command {
     .addOption(knobOption('outerLr', "(default: serve's, 0.7; compare's rows 1.0)"))
     .addOption(knobOption('outerMomentum', "(default: serve's, 0.9; compare's rows 0.8)"))
     .addOption(knobOption('innerLr', '(peak; the floor a tenth of it; default 3e-3)'))
+    .addOption(knobOption('trustRegion', "(every DiLoCo row, a fleet replay's too; default serve's, 2)"))
     .option('--network <up,down,ms>', "every island's link: Mbit/s up, Mbit/s down, ms one way (default 20,100,30)")
     .option('--quick', 'one seed and fewer rows (tests)')
     .option(

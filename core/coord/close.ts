@@ -11,6 +11,7 @@ import type { StepTaken } from './outer-step.ts';
 import { assignWork, dropPending, leaveRound, newRound, outerStepOf } from './rounds.ts';
 import { roundShouldClose, shortCloseReason, windowShouldClose } from './rounds.ts';
 import type { CoordState } from './state.ts';
+import { trustLimit } from './trust.ts';
 import type { Closing, IslandRecord, PendingDelta, RejectedContribution } from './types.ts';
 
 const budgetReached = (s: CoordState) =>
@@ -112,7 +113,8 @@ export function closeRound(s: CoordState, now: number): void {
   const inHost = host !== null && isWeightedMean(kept.length, cfg);
   if (inHost) weighDeltas(kept, cfg, s.version);
   else combineDeltas(kept, cfg, s.version, s.outerStep.g, s.accBuf);
-  const taken = s.outerStep.begin(cfg, kept, inHost, outerStepOf(cfg, kept, s.book.byId.values()));
+  const size = outerStepOf(cfg, kept, s.book.byId.values());
+  const taken = s.outerStep.begin(cfg, kept, inHost, size, trustLimit(s.ledger.history, cfg.trustRegion));
   if (taken || !host || !s.outerStep.request) {
     finishClose(s, c, taken);
     return;
@@ -153,6 +155,7 @@ function recordUpdate(s: CoordState, step: StepTaken, c: Closing): void {
     time: c.now,
     updateNorm: step.updateNorm,
     shortClose: c.shortClose,
+    trustGain: step.trustGain,
   };
   const { update, contributors, stats } = s.ledger.closeVersion(c.kept, s.book.byId, next, cfg.historyLimit);
   s.version = update.version;

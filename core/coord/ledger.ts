@@ -83,6 +83,7 @@ export class Ledger {
       time: number;
       updateNorm: number;
       shortClose?: ShortClose;
+      trustGain?: number;
     },
     historyLimit: number,
   ): { update: UpdateMsg; contributors: Contribution[]; stats: VersionStats } {
@@ -108,13 +109,23 @@ export class Ledger {
     t.bytesOut += bytesOut;
     t.goodput = t.tokensApplied / Math.max(1, t.tokensSubmitted);
     if (u.shortClose) t.shortRounds = (t.shortRounds ?? 0) + 1;
+    if (u.trustGain !== undefined) t.trustClips = (t.trustClips ?? 0) + 1;
     const trainLoss = meanLoss(kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
     for (const k of contributors) {
       const isl = islands.get(k.islandId);
       if (isl) isl.tokensContributed += k.tokens;
     }
     const stats = versionStats(
-      { version, time: u.time, tokens, trainLoss, bytesOut, updateNorm: u.updateNorm, shortClose: u.shortClose },
+      {
+        version,
+        time: u.time,
+        tokens,
+        trainLoss,
+        bytesOut,
+        updateNorm: u.updateNorm,
+        shortClose: u.shortClose,
+        trustGain: u.trustGain,
+      },
       contributors,
       this.perVersion,
       t,
@@ -177,6 +188,7 @@ export function versionStats(
     bytesOut: number;
     updateNorm: number;
     shortClose?: ShortClose;
+    trustGain?: number;
   },
   contributors: Contribution[],
   pv: PerVersion,
@@ -200,6 +212,7 @@ export function versionStats(
     goodput: totals.goodput,
     updateNorm: u.updateNorm,
     ...(u.shortClose ? { shortClose: u.shortClose } : {}),
+    ...(u.trustGain !== undefined ? { trustGain: u.trustGain } : {}),
   };
 }
 

@@ -153,6 +153,11 @@ export interface VersionStats {
    * (rounds.ts shortCloseReason: its live members all in past the grace, the round timeout, none alive).
    */
   shortClose?: ShortClose;
+  /**
+   * Present when the outer step's trust region acted on this version (core/coord/trust.ts): the gain
+   * γ < 1 its pseudo-gradient took so that ‖u‖ stayed at the limit (updateNorm is the clipped one).
+   */
+  trustGain?: number;
 }
 
 // ── Durability contract (for whoever drives this: the server, the simulator) ──────────────────
@@ -218,6 +223,8 @@ export interface CoordinatorTotals {
   goodput: number;
   /** Sync rounds closed with fewer than minContributors deltas (absent in older checkpoints: 0). */
   shortRounds?: number;
+  /** Versions whose step the trust region clipped (absent in older checkpoints: 0). */
+  trustClips?: number;
 }
 
 /** A delta waiting for its sync round to close. */
@@ -332,6 +339,8 @@ export interface OuterStepRequest {
   period: number;
   /** A merge window's share of a step (m ← μ^s·m + s·g). */
   share: boolean;
+  /** The trust region's limit on ‖u‖ (trust.ts; Infinity: none): over it, g takes the gain trustGain gives. */
+  trustLimit: number;
 }
 
 /**
@@ -342,6 +351,8 @@ export interface OuterStepDone {
   frame: Uint8Array;
   hash: string;
   updateNorm: number;
+  /** The trust region's gain on g, present when it acted (< 1). */
+  trustGain?: number;
   /** With `deltas`: each one's Σ d·g and Σ d², and Σ g² (its cosine with g). */
   agreement?: { dots: number[]; sqs: number[]; gg: number };
 }

@@ -122,7 +122,7 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
       return err('E_BAD_REQUEST', `--codec must be one of ${ENCODINGS.join('|')}`);
     o.codec = raw.codec as Encoding;
   }
-  for (const k of ['outerLr', 'outerMomentum', 'innerLr'] as const) {
+  for (const k of ['outerLr', 'outerMomentum', 'innerLr', 'trustRegion'] as const) {
     if (raw[k] === undefined) continue;
     const n = Number(raw[k]);
     if (!Number.isFinite(n) || n < 0) return err('E_BAD_REQUEST', `--${k} must be a non-negative number`);
@@ -293,6 +293,14 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   // every island on the home link takes --network's (a row's own link, the phone's, stays)
   const network = opts.network ?? HOME_NETWORK;
   for (const row of rows) row.islands = row.islands.map((s) => (s.network === HOME_NETWORK ? { ...s, network } : s));
+  // --trust-region: the outer step's trust region factor on every DiLoCo row (core/coord/trust.ts)
+  if (opts.trustRegion !== undefined)
+    for (const row of rows)
+      if (row.kind === 'diloco')
+        row.coordinator = {
+          ...row.coordinator,
+          trustRegion: { ...row.coordinator.trustRegion, factor: opts.trustRegion },
+        };
   const setting = describeSetting(rows, d, network, preset);
   const workers = opts.workers ?? Math.min(2, availableParallelism());
   const warmTokens = fleet ? 0 : (opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768));

@@ -206,6 +206,13 @@ export interface SimRunResult {
   virtualTimeMs: number;
   realTimeMs: number;
   curve: CurvePoint[];
+  /**
+   * The outer steps (DiLoCo rows): each version's tokens in θ, ‖u‖, and the trust region's gain where
+   * it acted (core/coord/trust.ts); `trustClips` and `shortRounds` count what the dashboard shows.
+   */
+  outerSteps?: Array<{ version: number; totalTokens: number; updateNorm: number; trustGain?: number }>;
+  trustClips?: number;
+  shortRounds?: number;
   perIsland: IslandReport[];
   /** Anything unusual (e.g. a diverged row). */
   notes: string[];
@@ -285,6 +292,8 @@ export interface SimulateOptions {
   innerSteps?: number;
   /** Every DiLoCo row's outer lr and momentum (default: serve's, 0.7 and 0.9; compare's rows 1.0 and 0.8). */
   outerLr?: number;
+  /** The outer step's trust region factor on every DiLoCo row (0: off; core/coord/trust.ts). */
+  trustRegion?: number;
   outerMomentum?: number;
   /** Peak inner lr of every row (the floor a tenth of it; default 3e-3). */
   innerLr?: number;

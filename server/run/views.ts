@@ -88,6 +88,7 @@ export class RunViews {
       accepted: t.accepted,
       rejected: t.rejected,
       shortRounds: t.shortRounds ?? 0,
+      trustClips: t.trustClips ?? 0,
       time: now,
       ...(mix ? { mix: mix() } : {}),
     };
