@@ -180,7 +180,7 @@ describe('outer step off the event loop', () => {
     await twins({ ...base, mode: 'sync', soloPlainStep: true, downlink: { encoding: 'f32', blockSize: 64 } }, 1, 3, 2);
   });
 
-  it('the trust region clips the same steps by the same gain on the workers as here (fused int8, int4, a merge window)', async () => {
+  it('the trust region clips the same steps by the same gain on the workers (fused int8, int4, a window)', async () => {
     // momentum grows ‖u‖ round after round: over 1.05 × the median of the last two, g takes a gain γ < 1
     const trustRegion = { factor: 1.05, window: 2 };
     const sync = await twins(
