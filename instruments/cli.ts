@@ -234,7 +234,8 @@ export function buildProgram(): Command {
     .option(
       '--preset <name>',
       'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ' +
-        'ladder), smoke (seconds); a model preset name means compare on that model',
+        'ladder), settings (every codec × sync/async × mixing off/groups of 4 at the CLI defaults, rises ' +
+        'over 2 % flagged), smoke (seconds); a model preset name means compare on that model',
       'compare',
     )
     .addOption(

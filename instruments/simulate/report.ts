@@ -40,9 +40,22 @@ export function evalCurve(curve: SimRunResult['curve']): EvalPoint[] {
   return curve.map((p) => ({ tokens: p.tokens, evalLoss: p.evalLoss }));
 }
 
+/** The most the eval loss ever stood above its running best, as a fraction (0: it never rose). */
+export function maxRise(curve: readonly EvalPoint[]): number {
+  let best = Infinity,
+    rise = 0;
+  for (const p of curve) {
+    if (!Number.isFinite(p.evalLoss)) return Infinity;
+    best = Math.min(best, p.evalLoss);
+    rise = Math.max(rise, p.evalLoss / best - 1);
+  }
+  return rise;
+}
+
 /** A result as a report's row: its figures and its eval curve. */
 export function reportRow({ curve, ...rest }: SimRunResult): ReportRow {
-  return { ...rest, evalCurve: evalCurve(curve) };
+  const points = evalCurve(curve);
+  return { ...rest, evalCurve: points, maxRise: maxRise(points) };
 }
 
 /** The terminal table (plain text, fixed-width columns). */

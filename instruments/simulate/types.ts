@@ -157,8 +157,11 @@ export interface EvalPoint {
   evalLoss: number;
 }
 
-/** A report's row: the run's figures and its eval curve (the plot's points, without the time axes). */
-export type ReportRow = Omit<SimRunResult, 'curve'> & { evalCurve: EvalPoint[] };
+/**
+ * A report's row: the run's figures, its eval curve (the plot's points, without the time axes) and
+ * the most its eval loss ever stood above its running best (a fraction: 0.02 is 2 %).
+ */
+export type ReportRow = Omit<SimRunResult, 'curve'> & { evalCurve: EvalPoint[]; maxRise: number };
 
 export interface IslandReport {
   name: string;
@@ -266,7 +269,7 @@ export interface SimulateOptions {
    * member per group, and the async int4 row in groups of 4. 'diloco': one DiLoCo row built from mode/codec/islands
    * plus the DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
    */
-  preset?: 'compare' | 'diloco' | 'smoke';
+  preset?: 'compare' | 'diloco' | 'smoke' | 'settings';
   /** Model preset, or a scaling rung's shape by name (`L3-C64`, …; default 'tiny'). */
   model?: string;
   /** Islands per DiLoCo row (default 8). */
@@ -350,6 +353,8 @@ export interface SimReport {
     >;
   };
   runs: ReportRow[];
+  /** The settings preset: the rows whose eval loss rose over riseLimit above its best, worst final ÷ best final. */
+  settings?: { riseLimit: number; rising: string[]; worstOverBest: number };
 }
 
 /** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */
