@@ -118,6 +118,10 @@ export const RunStatusSchema = Type.Object({
   goodput: Type.Number(),
   accepted: Type.Number(),
   rejected: Counts,
+  /** Sync rounds closed with fewer than minContributors Δs (HistoryPoint.shortClose says why). */
+  shortRounds: Type.Integer(),
+  /** Versions whose outer step the trust region clipped (HistoryPoint.trustGain). */
+  trustClips: Type.Integer(),
   /** Server time of this status, ms since the epoch. */
   time: Type.Number(),
   /** Butterfly mixing (absent: the server does not mix). */
@@ -208,6 +212,16 @@ export const HistoryPointSchema = Type.Object({
   compressionRatio: Type.Number(),
   goodput: Type.Number(),
   updateNorm: Type.Number(),
+  /**
+   * Present when this version's sync round closed with fewer than minContributors Δs, and why: its
+   * live members were all in past the grace ('members-in'), the round timed out, or none was alive.
+   */
+  shortClose: Type.Optional(Type.String()),
+  /**
+   * Present when the outer step's trust region acted on this version: the gain γ < 1 the merged Δ
+   * took, so that ‖u‖ (updateNorm) stayed at its limit, a multiple of the recent median.
+   */
+  trustGain: Type.Optional(Type.Number()),
   /** The outer lr of this update's step and the inner lr at its token position (null: a run logged before lrs were). */
   outerLr: Nullable(Type.Number()),
   innerLr: Nullable(Type.Number()),

@@ -133,6 +133,7 @@ export const KNOBS = {
   }),
   quorum: k('coordinator.quorum', 'q'),
   maxStaleness: k('coordinator.maxStaleness', 'n'),
+  trustRegion: k('coordinator.trustRegion.factor', 'c'),
   innerSteps: k('coordinator.innerSteps', 'n'),
   seed: k('seed', 'n'),
   name: k('name', 'name'),
@@ -174,7 +175,7 @@ export const ADMIN_KNOBS = [
 ] as const satisfies readonly KnobName[];
 
 /** The knobs `atoll simulate` takes from the same definitions. */
-export const SIMULATE_KNOBS = ['outerLr', 'outerMomentum', 'innerLr', 'innerSteps', 'codec'] as const;
+export const SIMULATE_KNOBS = ['outerLr', 'outerMomentum', 'innerLr', 'innerSteps', 'codec', 'trustRegion'] as const;
 
 /** The schema a knob's value is checked against (the flag's own, else the config's leaf). */
 export function knobSchema(name: KnobName): TSchema {

@@ -240,7 +240,8 @@ export function buildProgram(): Command {
       '--preset <name>',
       'compare (the comparison table), diloco (one DiLoCo row and baselines), scaling (the model-size ' +
         'ladder on the published protocol: H 30, 20 tokens per parameter; resumes in --out), scaling-v1 (the ' +
-        'first ladder), smoke (seconds); a model preset name means compare on that model',
+        'first ladder), settings (every codec × sync/async × mixing off/groups of 4 at the CLI defaults, rises ' +
+        'over 2 % flagged), smoke (seconds); a model preset name means compare on that model',
       'compare',
     )
     .addOption(
@@ -262,6 +263,7 @@ export function buildProgram(): Command {
     .addOption(knobOption('outerLr', "(default: serve's, 0.7; compare's rows 1.0)"))
     .addOption(knobOption('outerMomentum', "(default: serve's, 0.9; compare's rows 0.8)"))
     .addOption(knobOption('innerLr', '(peak; the floor a tenth of it; default 3e-3)'))
+    .addOption(knobOption('trustRegion', "(every DiLoCo row, a fleet replay's too; default serve's, 2)"))
     .option('--network <up,down,ms>', "every island's link: Mbit/s up, Mbit/s down, ms one way (default 20,100,30)")
     .option('--quick', 'one seed and fewer rows (tests); scaling: the CI-sized smoke of its protocol (2 rungs)')
     .option(

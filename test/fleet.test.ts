@@ -166,6 +166,9 @@ describe('atoll fleet', () => {
     expect(Math.abs(report.ratios.liveOverTwin - 1)).toBeLessThan(TWIN_BOUND);
     // cold: the twin's θ0 is the live run's v0, through the same evaluator
     expect(report.twin.curve![0].evalLoss).toBe(live[0].evalLoss);
+    // every row carries its eval curve, [{tokens, evalLoss}]: the curve's points
+    for (const k of ['live', 'twin', 'ddp', 'single'] as const)
+      expect(report[k].evalCurve, k).toEqual(report[k].curve!.map((p) => ({ tokens: p.tokens, evalLoss: p.evalLoss })));
     expect(report.live.tokens).toBeGreaterThanOrEqual(20_000);
     expect(report.ddp.tokens).toBeGreaterThanOrEqual(report.live.tokens);
     for (const f of ['report.json', 'curves.csv', 'plot.svg', 'report.html', 'live-events.jsonl'])
@@ -188,5 +191,6 @@ describe('atoll fleet', () => {
     expect(sim.runs.map((r) => r.name)).toEqual(['twin']);
     expect(sim.config.warmStartTokens).toBe(0);
     expect(sim.runs[0].evalLoss).toBe(report.twin.evalLoss);
+    expect(sim.runs[0].evalCurve).toEqual(report.twin.evalCurve); // the replay's row carries its curve too
   });
 });

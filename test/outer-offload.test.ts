@@ -32,17 +32,20 @@ interface Trace {
   hashes: string[];
   rejected: string[];
   cosines: string[];
+  /** Each version's trust-region gain (1: it did not act). */
+  gains: number[];
 }
 
 /** `islands` islands for `rounds` rounds on `c`; with `host`, each pending step is taken through it. */
 async function drive(c: Coordinator, host: OuterOffloadHost | null, islands: number, rounds: number): Promise<Trace> {
-  const trace: Trace = { frames: [], hashes: [], rejected: [], cosines: [] };
+  const trace: Trace = { frames: [], hashes: [], rejected: [], cosines: [], gains: [] };
   const settle = async () => {
     if (host) await c.whenIdle();
     for (const e of c.drainEvents() as CoordinatorEvent[]) {
       if (e.type === 'update') {
         trace.frames.push(Buffer.from(e.update.frame).toString('base64'));
         trace.hashes.push(e.update.hash);
+        trace.gains.push(e.stats.trustGain ?? 1);
         // the workers sum each delta's agreement per fragment: the same cosine to rounding
         for (const k of e.contributors) trace.cosines.push(`${k.islandId}:${(k.cosine ?? NaN).toFixed(6)}`);
       }
@@ -175,6 +178,33 @@ describe('outer step off the event loop', () => {
     const t = await twins({ ...base, mode: 'async', downlink: { encoding: 'int8', blockSize: 64 } }, 3, 4, 2);
     expect(t.frames.length).toBeGreaterThanOrEqual(4);
     await twins({ ...base, mode: 'sync', soloPlainStep: true, downlink: { encoding: 'f32', blockSize: 64 } }, 1, 3, 2);
+  });
+
+  it('the trust region clips the same steps by the same gain on the workers (fused int8, int4, a window)', async () => {
+    // momentum grows ‖u‖ round after round: over 1.05 × the median of the last two, g takes a gain γ < 1
+    const trustRegion = { factor: 1.05, window: 2 };
+    const sync = await twins(
+      { ...base, mode: 'sync', trustRegion, downlink: { encoding: 'int8', blockSize: 64 } },
+      3,
+      6,
+      2,
+    );
+    const int4 = await twins(
+      { ...base, mode: 'sync', trustRegion, downlink: { encoding: 'int4', blockSize: 64 } },
+      2,
+      6,
+      3,
+    );
+    const win = await twins(
+      { ...base, mode: 'async', trustRegion, downlink: { encoding: 'int8', blockSize: 64 } },
+      3,
+      6,
+      2,
+    );
+    for (const t of [sync, int4, win]) {
+      expect(t.gains.slice(0, 2)).toEqual([1, 1]); // the warm-up: no limit before `window` versions
+      expect(t.gains.filter((g) => g < 1).length).toBeGreaterThan(0);
+    }
   });
 
   it('refuses calls that change rounds while a step is in flight, and a rejected step moves nothing', async () => {

@@ -94,6 +94,17 @@ describe('atoll simulate', () => {
     ])
       expect(json.runs[1]).toHaveProperty(k);
     expect(json.runs[1].seedLosses).toHaveLength(1);
+    // every row carries its eval curve, the plot's points: [{tokens, evalLoss}], ending at its final loss
+    const csv = readFileSync(join(out, 'curves.csv'), 'utf8').trim().split('\n').slice(1);
+    for (const row of json.runs as Array<{ name: string; evalLoss: number; evalCurve: unknown[] }>) {
+      const points = csv.filter((l) => l.startsWith(`${row.name},`)).map((l) => l.split(','));
+      expect(row.evalCurve.length).toBeGreaterThanOrEqual(2);
+      expect(row.evalCurve).toEqual(
+        points.map((c) => ({ tokens: Number(c[1]), evalLoss: expect.closeTo(Number(c[4]), 4) })),
+      );
+      expect(Object.keys(row.evalCurve[0] as object).sort()).toEqual(['evalLoss', 'tokens']);
+      expect((row.evalCurve.at(-1) as { evalLoss: number }).evalLoss).toBeCloseTo(row.evalLoss, 4);
+    }
     expect(readFileSync(join(out, 'plot.svg'), 'utf8')).toContain('<polyline');
   });
 

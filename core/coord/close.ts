@@ -9,8 +9,9 @@ import { type Assignment, ErrorCode } from '../protocol.ts';
 import { combineDeltas, isWeightedMean, weighDeltas } from './aggregate.ts';
 import type { StepTaken } from './outer-step.ts';
 import { assignWork, dropPending, leaveRound, newRound, outerStepOf } from './rounds.ts';
-import { roundShouldClose, windowShouldClose } from './rounds.ts';
+import { roundShouldClose, shortCloseReason, windowShouldClose } from './rounds.ts';
 import type { CoordState } from './state.ts';
+import { trustLimit } from './trust.ts';
 import type { Closing, IslandRecord, PendingDelta, RejectedContribution } from './types.ts';
 
 const budgetReached = (s: CoordState) =>
@@ -98,9 +99,11 @@ export function closeRound(s: CoordState, now: number): void {
     const why = `‖Δ‖/√normSteps = ${p.score.toPrecision(4)} exceeds the round's bound ${limit.toPrecision(4)}`;
     return rejectedFrom(s, p, ErrorCode.NORM_BOUND, `${why} for ${p.steps} steps`);
   });
+  // a sync round short of minContributors closes with those present (rounds.ts, shortCloseReason)
+  const shortClose = cfg.mode === 'sync' ? (shortCloseReason(r, s.book.byId, cfg, now) ?? undefined) : undefined;
   const closed = { roundId: r.id, baseVersion: r.baseVersion, members: r.members.size, time: now };
-  s.events.push({ type: 'round', state: 'closed', ...closed });
-  const c: Closing = { now, kept, rejected };
+  s.events.push({ type: 'round', state: 'closed', ...closed, ...(shortClose ? { shortClose } : {}) });
+  const c: Closing = { now, kept, rejected, shortClose };
   if (kept.length === 0) {
     finishClose(s, c, null);
     return;
@@ -110,7 +113,8 @@ export function closeRound(s: CoordState, now: number): void {
   const inHost = host !== null && isWeightedMean(kept.length, cfg);
   if (inHost) weighDeltas(kept, cfg, s.version);
   else combineDeltas(kept, cfg, s.version, s.outerStep.g, s.accBuf);
-  const taken = s.outerStep.begin(cfg, kept, inHost, outerStepOf(cfg, kept, s.book.byId.values()));
+  const size = outerStepOf(cfg, kept, s.book.byId.values());
+  const taken = s.outerStep.begin(cfg, kept, inHost, size, trustLimit(s.ledger.history, cfg.trustRegion));
   if (taken || !host || !s.outerStep.request) {
     finishClose(s, c, taken);
     return;
@@ -150,6 +154,8 @@ function recordUpdate(s: CoordState, step: StepTaken, c: Closing): void {
     frame: step.frame,
     time: c.now,
     updateNorm: step.updateNorm,
+    shortClose: c.shortClose,
+    trustGain: step.trustGain,
   };
   const { update, contributors, stats } = s.ledger.closeVersion(c.kept, s.book.byId, next, cfg.historyLimit);
   s.version = update.version;

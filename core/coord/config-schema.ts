@@ -146,6 +146,13 @@ export const CoordinatorConfigSchema = Type.Object(
       },
       'the norm bound on deltas',
     ),
+    trustRegion: group(
+      {
+        factor: num(0, 1e6, { description: 'cap ‖u‖ at this × the median of the recent ones (0: off)' }),
+        window: int(1, 1e6, { description: 'recent versions the median is taken over (none capped before)' }),
+      },
+      "the outer step's trust region (core/coord/trust.ts)",
+    ),
     uplink: UplinkSchema,
     downlink: DownlinkSchema,
     keepUpdates: int(0, 1e6, { description: 'update messages kept for catch-up' }),

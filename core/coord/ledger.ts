@@ -10,6 +10,7 @@ import {
   type PerVersion,
   type RejectedContribution,
   STALENESS_BUCKETS,
+  type ShortClose,
   SUBMITTED_ROUNDS_KEPT,
   type VersionStats,
   newPerVersion,
@@ -74,7 +75,16 @@ export class Ledger {
   closeVersion(
     kept: PendingDelta[],
     islands: ReadonlyMap<string, IslandRecord>,
-    u: { version: number; prevHash: string; hash: string; frame: Uint8Array; time: number; updateNorm: number },
+    u: {
+      version: number;
+      prevHash: string;
+      hash: string;
+      frame: Uint8Array;
+      time: number;
+      updateNorm: number;
+      shortClose?: ShortClose;
+      trustGain?: number;
+    },
     historyLimit: number,
   ): { update: UpdateMsg; contributors: Contribution[]; stats: VersionStats } {
     const version = u.version,
@@ -98,13 +108,24 @@ export class Ledger {
     t.version = version;
     t.bytesOut += bytesOut;
     t.goodput = t.tokensApplied / Math.max(1, t.tokensSubmitted);
+    if (u.shortClose) t.shortRounds = (t.shortRounds ?? 0) + 1;
+    if (u.trustGain !== undefined) t.trustClips = (t.trustClips ?? 0) + 1;
     const trainLoss = meanLoss(kept.map((p) => ({ tokens: p.tokens, loss: p.lossMean })));
     for (const k of contributors) {
       const isl = islands.get(k.islandId);
       if (isl) isl.tokensContributed += k.tokens;
     }
     const stats = versionStats(
-      { version, time: u.time, tokens, trainLoss, bytesOut, updateNorm: u.updateNorm },
+      {
+        version,
+        time: u.time,
+        tokens,
+        trainLoss,
+        bytesOut,
+        updateNorm: u.updateNorm,
+        shortClose: u.shortClose,
+        trustGain: u.trustGain,
+      },
       contributors,
       this.perVersion,
       t,
@@ -159,7 +180,16 @@ export function meanLoss(losses: Array<{ tokens: number; loss: number }>): numbe
 }
 
 export function versionStats(
-  u: { version: number; time: number; tokens: number; trainLoss: number; bytesOut: number; updateNorm: number },
+  u: {
+    version: number;
+    time: number;
+    tokens: number;
+    trainLoss: number;
+    bytesOut: number;
+    updateNorm: number;
+    shortClose?: ShortClose;
+    trustGain?: number;
+  },
   contributors: Contribution[],
   pv: PerVersion,
   totals: CoordinatorTotals,
@@ -181,6 +211,8 @@ export function versionStats(
     compressionRatio: pv.frameBytesAccepted > 0 ? pv.rawBytesAccepted / pv.frameBytesAccepted : 0,
     goodput: totals.goodput,
     updateNorm: u.updateNorm,
+    ...(u.shortClose ? { shortClose: u.shortClose } : {}),
+    ...(u.trustGain !== undefined ? { trustGain: u.trustGain } : {}),
   };
 }
 

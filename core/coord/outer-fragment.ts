@@ -40,6 +40,8 @@ export interface FragmentStep {
   scale: number;
   period: number;
   share: boolean;
+  /** The trust region's gain on g alone (trust.ts; default 1). */
+  gain?: number;
 }
 
 /**
@@ -123,8 +125,11 @@ export class Fragment {
     this.fused = m.downlink.encoding === 'int8';
     if (this.fused) return this.proposeInt8(slots, m, n, a, frame);
     const { g, agreement } = this.gradient(slots, m, a);
+    const gain = m.gain ?? 1;
     const finite =
-      m.period === 0 ? this.outer.proposePlain(g, m.scale) : this.outer.propose(m.outer, g, m.scale, m.period, m.share);
+      m.period === 0
+        ? this.outer.proposePlain(g, m.scale * gain)
+        : this.outer.propose(m.outer, g, m.scale, m.period, m.share, gain);
     if (!finite) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     this.residualBackup.set(this.fb.residual);
     // the fragment's own frame is never deflated: its bytes are cut into the whole frame, which the pool seals
@@ -191,7 +196,7 @@ export class Fragment {
               : m.share
                 ? 'momentum-share'
                 : 'momentum',
-        s: m.scale,
+        s: m.scale * (m.gain ?? 1), // the trust region's gain on g alone; decay and part keep the share
         lr,
         mu,
         decay: m.share ? Math.pow(mu, m.scale) : mu,

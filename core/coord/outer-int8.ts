@@ -245,12 +245,13 @@ function updateMomentum(
   }
 }
 
-/** Heavy ball, a share s of a step: m' = μ^s·m + s·g, u = lr·(s·g + s·μ^s·m) (sgd: lr·s·g). */
+/** Heavy ball, a share s (= part) of a step: m' = μ^s·m + s·g, u = lr·(s·g + s·μ^s·m) (sgd: lr·s·g). */
 function updateMomentumShare(
   g: Float32Array,
   s: number,
   lr: number,
   decay: number,
+  part: number,
   m: Float32Array,
   mNext: Float32Array,
   lo: number,
@@ -260,7 +261,7 @@ function updateMomentumShare(
   for (let i = lo; i < hi; i++) {
     const gi = s * g[i];
     mNext[i] = Math.fround(decay * m[i] + gi);
-    u[i] = lr * (gi + s * decay * m[i]);
+    u[i] = lr * (gi + part * decay * m[i]);
   }
 }
 
@@ -367,7 +368,7 @@ export function proposeInt8(p: Int8Proposal, sums: ProposalSums): number {
         updateMomentum(g, p.s, p.lr, p.decay, p.m, p.mNext, lo, hi, u);
         break;
       case 'momentum-share':
-        updateMomentumShare(g, p.s, p.lr, p.decay, p.m, p.mNext, lo, hi, u);
+        updateMomentumShare(g, p.s, p.lr, p.decay, p.part, p.m, p.mNext, lo, hi, u);
         break;
     }
     const r = quantize(u, p.e, p.eNext, p.dq, p.q, p.scales, B, lo, hi, sums);

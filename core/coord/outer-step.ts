@@ -5,12 +5,13 @@
 
 import { type Result, err, ok } from '../result.ts';
 import { ErrorCode } from '../protocol.ts';
-import { agreement, l2 } from './aggregate.ts';
+import { agreement } from './aggregate.ts';
 import type { CoordinatorConfig } from './config.ts';
 import { Downlink } from './downlink.ts';
 import { hashParams } from './hash.ts';
 import { OuterOptimizer, type OuterState, applyUpdate } from './outer.ts';
 import type { UpdateMsg } from '../protocol.ts';
+import { TRUST_PROBES, overLimit, trustGain } from './trust.ts';
 import type { OuterOffload, OuterStepDone, OuterStepRequest, PendingDelta } from './types.ts';
 
 /** A step taken: the downlink frame every replica applies, θ's new hash, ‖u‖. */
@@ -18,6 +19,8 @@ export interface StepTaken {
   frame: Uint8Array;
   hash: string;
   updateNorm: number;
+  /** The trust region's gain on g (trust.ts), present when it acted (< 1). */
+  trustGain?: number;
 }
 
 /** How much of a step: scale s, period (0: the plain step u = s·g), a merge window's share. */
@@ -119,13 +122,15 @@ export class OuterStep {
 
   /**
    * The step for the round's `kept` deltas, weighed, and combined into `g` unless `inHost` (the
-   * host then takes their weighted mean). Here: its result. Offloaded: null, and `request` waits.
+   * host then takes their weighted mean), its ‖u‖ at most `trustLimit` (trust.ts). Here: its
+   * result. Offloaded: null, and `request` waits.
    */
   begin(
     cfg: CoordinatorConfig,
     kept: PendingDelta[],
     inHost: boolean,
     { scale, period, share }: StepSize,
+    trustLimit = Infinity,
   ): Result<StepTaken> | null {
     if (this.offload) {
       this.request = {
@@ -136,19 +141,32 @@ export class OuterStep {
         scale,
         period,
         share: share ?? false,
+        trustLimit,
       };
       return null;
     }
-    const finite =
-      period === 0
-        ? this.outer.proposePlain(this.g, scale)
-        : this.outer.propose(cfg.outer, this.g, scale, period, share);
-    if (!finite) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
+    // Σu² of the proposal at gain γ on g, or null when u is not finite
+    const propose = (gain: number): number | null => {
+      const finite =
+        period === 0
+          ? this.outer.proposePlain(this.g, scale * gain)
+          : this.outer.propose(cfg.outer, this.g, scale, period, share, gain);
+      return finite ? sumSquares(this.outer.update) : null;
+    };
+    let sumSq = propose(1);
+    let gain = 1;
+    if (sumSq !== null && overLimit(sumSq, trustLimit)) {
+      const [q0, qm1] = TRUST_PROBES.map(propose);
+      gain = q0 === null || qm1 === null ? 0 : trustGain(sumSq, q0, qm1, trustLimit);
+      sumSq = propose(gain);
+    }
+    if (sumSq === null) return err(ErrorCode.NON_FINITE, 'the outer update overflowed');
     const q = this.downlink.encode(this.outer.update, cfg.downlink);
     if (!q.ok) return q;
     this.outer.commit();
     applyUpdate(this.theta, q.value.decoded);
-    return ok({ frame: q.value.frame, hash: hashParams(this.theta), updateNorm: l2(this.outer.update) });
+    const taken = { frame: q.value.frame, hash: hashParams(this.theta), updateNorm: Math.sqrt(sumSq) };
+    return ok(gain < 1 ? { ...taken, trustGain: gain } : taken);
   }
 
   /** The host took the requested step (θ moved) or failed to (nothing moved). */
@@ -156,14 +174,16 @@ export class OuterStep {
     if (!this.request) throw new Error('coordinator: no outer step is in flight');
     this.request = null;
     if (!res.ok) return res;
-    const { frame, hash, updateNorm, agreement: a } = res.value;
+    const { frame, hash, updateNorm, agreement: a, trustGain: gain } = res.value;
     this.stale++;
     if (a)
       agreement(
         kept,
         a.dots.map((dot, j) => (a.sqs[j] > 0 && a.gg > 0 ? dot / Math.sqrt(a.sqs[j] * a.gg) : 0)),
       );
-    return ok({ frame, hash, updateNorm });
+    return ok(
+      gain !== undefined && gain < 1 ? { frame, hash, updateNorm, trustGain: gain } : { frame, hash, updateNorm },
+    );
   }
 
   /** Copies of the optimizer's state. */
@@ -171,4 +191,11 @@ export class OuterStep {
     const s = this.state().outer;
     return { momentum: s.momentum.slice(), buffer: s.buffer.slice(), bufferCount: s.bufferCount, steps: s.steps };
   }
+}
+
+/** Σx² in element order (l2's sum, before its root). */
+function sumSquares(x: Float32Array): number {
+  let s = 0;
+  for (let i = 0; i < x.length; i++) s += x[i] * x[i];
+  return s;
 }

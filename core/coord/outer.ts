@@ -74,22 +74,24 @@ export class OuterOptimizer {
   /**
    * Computes u for pseudo-gradient `g` with scale `s` and (delayed-nesterov) period `period`; with
    * `share`, s is the window's share of a fleet round (sgd/nesterov: that fraction of a step: sgd
-   * without momentum moves lr·s·g).
+   * without momentum moves lr·s·g). `gain` multiplies g alone, s keeping its share of a step (the
+   * trust region's γ, trust.ts: the momentum takes γ·s·g).
    * Returns false when u has a non-finite entry (then nothing may be committed).
    */
-  propose(cfg: OuterConfig, g: Float32Array, s: number, period: number, share = false): boolean {
+  propose(cfg: OuterConfig, g: Float32Array, s: number, period: number, share = false, gain = 1): boolean {
     const { lr, momentum: mu } = cfg;
     const m = this.state.momentum,
       mNext = this.nextMomentum,
       u = this.update;
     const n = g.length;
+    const sg = s * gain; // the trust region's gain on g alone (trust.ts); s·1 is s
     let probe = 0;
     if (cfg.kind === 'delayed-nesterov') {
       const b = this.state.buffer,
         bNext = this.nextBuffer;
       const flush = this.state.bufferCount + 1 >= Math.max(1, period);
       for (let i = 0; i < n; i++) {
-        const gi = s * g[i];
+        const gi = sg * g[i];
         let ui = lr * gi;
         const bi = b[i] + gi;
         if (flush) {
@@ -110,7 +112,7 @@ export class OuterOptimizer {
       const decay = share ? Math.pow(mu, s) : mu,
         part = share ? s : 1;
       for (let i = 0; i < n; i++) {
-        const gi = s * g[i];
+        const gi = sg * g[i];
         const mi = Math.fround(decay * m[i] + gi);
         mNext[i] = mi;
         // a share s of a step: the step's gradient term s·g plus s of its momentum term

@@ -8,7 +8,7 @@ import { AUDITABLE_ENCODINGS } from './audit.ts';
 import { type CoordinatorConfig, stalenessWeight } from './config.ts';
 import { dyluInnerSteps } from './dylu.ts';
 import { batchSizeFor } from './island-book.ts';
-import type { IslandRecord, PendingDelta, RoundState } from './types.ts';
+import type { IslandRecord, PendingDelta, RoundState, ShortClose } from './types.ts';
 import { rememberWork } from './validate.ts';
 
 export function onlineCount(islands: Iterable<IslandRecord>): number {
@@ -44,9 +44,29 @@ export function graceDeadline(r: RoundState, g: CoordinatorConfig['grace']): num
 }
 
 /**
+ * Why a sync round that holds fewer than `minContributors` deltas closes anyway, or null (it waits):
+ * every live member is in and the grace deadline passed ('members-in': nobody else can add to it, and
+ * the grace gave a joiner time to), the round timed out ('timeout'), or no member is alive any more
+ * ('none-live'). With no delta at all it never closes this way.
+ */
+export function shortCloseReason(
+  r: RoundState,
+  islands: ReadonlyMap<string, IslandRecord>,
+  cfg: CoordinatorConfig,
+  now: number,
+): ShortClose | null {
+  if (r.pending.length === 0 || r.pending.length >= cfg.minContributors) return null;
+  const live = liveMembers(r, islands);
+  if (live === 0) return 'none-live';
+  if (now >= r.openedAt + cfg.roundTimeoutMs) return 'timeout';
+  if (r.returned.size >= live && now >= graceDeadline(r, cfg.grace)) return 'members-in';
+  return null;
+}
+
+/**
  * All live members in, quorum and grace over, timed out, or only late deltas with nobody to wait for;
  * or every member's delta rejected at submit (an empty close: a fresh round on the same version, else
- * they would wait for this one forever).
+ * they would wait for this one forever). Short of minContributors: shortCloseReason.
  */
 export function roundShouldClose(
   r: RoundState,
@@ -56,7 +76,7 @@ export function roundShouldClose(
 ): boolean {
   const live = liveMembers(r, islands);
   if (r.pending.length === 0 && r.failed.size > 0 && live === 0) return true;
-  if (r.pending.length < cfg.minContributors) return false;
+  if (r.pending.length < cfg.minContributors) return shortCloseReason(r, islands, cfg, now) !== null;
   const allIn = live > 0 && r.returned.size >= live;
   const byGrace = quorumMet(r, islands, cfg) && now >= graceDeadline(r, cfg.grace);
   const byTimeout = now >= r.openedAt + cfg.roundTimeoutMs;
@@ -198,7 +218,7 @@ export function dropPending(r: RoundState, islandId: string): PendingDelta[] {
 }
 
 /**
- * When the open round (sync: its timeout, or its grace once quorate) or
+ * When the open round (sync: its timeout, or its grace once quorate or short with every live member in) or
  * merge window (async) must close; Infinity when it holds nothing.
  */
 export function roundDeadline(
@@ -209,7 +229,9 @@ export function roundDeadline(
   if (r.pending.length === 0) return Infinity;
   if (cfg.mode === 'async') return windowDeadline(r, cfg.asyncWindow);
   const timeout = r.openedAt + cfg.roundTimeoutMs;
-  return quorumMet(r, islands, cfg) ? Math.min(timeout, graceDeadline(r, cfg.grace)) : timeout;
+  // short of minContributors: its live members all in, it closes at the grace deadline (shortCloseReason)
+  const short = r.pending.length < cfg.minContributors && r.returned.size >= liveMembers(r, islands);
+  return quorumMet(r, islands, cfg) || short ? Math.min(timeout, graceDeadline(r, cfg.grace)) : timeout;
 }
 
 /** The island stops taking part in the open round (it left or was banned): not a member, no work. */

@@ -121,6 +121,9 @@ export interface RejectedContribution extends Omit<Contribution, 'weight'> {
   error: AtollError;
 }
 
+/** Why a sync round closed with fewer than minContributors deltas (rounds.ts shortCloseReason). */
+export type ShortClose = 'members-in' | 'timeout' | 'none-live';
+
 /** Dashboard stats for one version. */
 export interface VersionStats {
   version: number;
@@ -145,6 +148,16 @@ export interface VersionStats {
   goodput: number;
   /** ‖u‖₂ of the applied outer update. */
   updateNorm: number;
+  /**
+   * Present when this version's sync round closed with fewer than minContributors deltas: why
+   * (rounds.ts shortCloseReason: its live members all in past the grace, the round timeout, none alive).
+   */
+  shortClose?: ShortClose;
+  /**
+   * Present when the outer step's trust region acted on this version (core/coord/trust.ts): the gain
+   * γ < 1 its pseudo-gradient took so that ‖u‖ stayed at the limit (updateNorm is the clipped one).
+   */
+  trustGain?: number;
 }
 
 // ── Durability contract (for whoever drives this: the server, the simulator) ──────────────────
@@ -173,7 +186,16 @@ export type CoordinatorEvent =
   | { type: 'rejected'; rejected: RejectedContribution[] }
   | { type: 'assignment'; islandId: string; result: Result<Assignment> }
   | { type: 'island'; islandId: string; status: IslandStatus; reason: string }
-  | { type: 'round'; roundId: number; baseVersion: number; state: 'open' | 'closed'; members: number; time: number }
+  | {
+      type: 'round';
+      roundId: number;
+      baseVersion: number;
+      state: 'open' | 'closed';
+      members: number;
+      time: number;
+      /** A sync round closed short of minContributors: why (VersionStats.shortClose). */
+      shortClose?: ShortClose;
+    }
   | { type: 'done'; version: number; totalTokens: number };
 
 export interface JoinRequest {
@@ -199,6 +221,10 @@ export interface CoordinatorTotals {
   bytesIn: number;
   bytesOut: number;
   goodput: number;
+  /** Sync rounds closed with fewer than minContributors deltas (absent in older checkpoints: 0). */
+  shortRounds?: number;
+  /** Versions whose step the trust region clipped (absent in older checkpoints: 0). */
+  trustClips?: number;
 }
 
 /** A delta waiting for its sync round to close. */
@@ -313,6 +339,8 @@ export interface OuterStepRequest {
   period: number;
   /** A merge window's share of a step (m ← μ^s·m + s·g). */
   share: boolean;
+  /** The trust region's limit on ‖u‖ (trust.ts; Infinity: none): over it, g takes the gain trustGain gives. */
+  trustLimit: number;
 }
 
 /**
@@ -323,6 +351,8 @@ export interface OuterStepDone {
   frame: Uint8Array;
   hash: string;
   updateNorm: number;
+  /** The trust region's gain on g, present when it acted (< 1). */
+  trustGain?: number;
   /** With `deltas`: each one's Σ d·g and Σ d², and Σ g² (its cosine with g). */
   agreement?: { dots: number[]; sqs: number[]; gg: number };
 }
@@ -386,4 +416,6 @@ export interface Closing {
   now: number;
   kept: PendingDelta[];
   rejected: RejectedContribution[];
+  /** The round closed short of minContributors, and why. */
+  shortClose?: ShortClose;
 }

@@ -11,9 +11,9 @@ import { type PresetName, PRESETS, getPreset, numParams } from '../../core/model
 import { freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
 import { runLive } from '../fleet/live.ts';
 import { liveRow, runTwin, twinSpec } from '../fleet/twin.ts';
-import type { FleetReport, FleetSpec, ScheduleEvent } from '../fleet/types.ts';
+import type { FleetReport, FleetRow, FleetSpec, ScheduleEvent } from '../fleet/types.ts';
 import { ProgressBars } from '../simulate/progress.ts';
-import { curvesCsv, esc, formatTable, htmlPage, plotSvg } from '../simulate/report.ts';
+import { curvesCsv, esc, evalCurve, formatTable, htmlPage, maxRise, plotSvg } from '../simulate/report.ts';
 import type { SimRunResult } from '../simulate/types.ts';
 import { parseFleetEngine } from '../fleet/engine-spec.ts';
 
@@ -215,10 +215,11 @@ export async function fleet(
       },
       mix: live.mix,
       curve: liveResult.curve,
+      evalCurve: evalCurve(liveResult.curve),
     },
-    twin,
-    ddp,
-    single,
+    twin: withEvalCurve(twin),
+    ddp: withEvalCurve(ddp),
+    single: withEvalCurve(single),
     ratios: {
       liveOverTwin: round(liveResult.evalLoss / twin.evalLoss),
       liveOverDdp: round(liveResult.evalLoss / ddp.evalLoss),
@@ -293,6 +294,12 @@ one simulated island per live island with the speed it measured.</p>`,
         `${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`,
     );
   return report;
+}
+
+/** A row as the report keeps it: its figures, its full curve and its eval curve. */
+function withEvalCurve(r: SimRunResult): FleetRow {
+  const points = evalCurve(r.curve);
+  return { ...r, evalCurve: points, maxRise: maxRise(points) };
 }
 
 /** The server's traffic per accepted token, and what mixing did. */

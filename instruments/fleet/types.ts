@@ -2,7 +2,7 @@
 
 import type { MixStatus, RunConfig } from '../../core/api.ts';
 import type { PresetName } from '../../core/model/config.ts';
-import type { IslandSpec, SimRunResult, TwinSpec } from '../simulate/types.ts';
+import type { EvalPoint, IslandSpec, ReportRow, SimRunResult, TwinSpec } from '../simulate/types.ts';
 
 /**
  * One event of the schedule: at this fraction of the token budget in θ, `count` Node islands join, leave (SIGTERM) or
@@ -176,8 +176,8 @@ export interface LiveRun {
   serverLog: string;
 }
 
-/** A row of the report: eval loss at the end and the curve. */
-export type FleetRow = Omit<SimRunResult, 'curve'> & { curve?: SimRunResult['curve'] };
+/** A row of the report: eval loss at the end, the eval curve `[{tokens, evalLoss}]` and the full curve. */
+export type FleetRow = ReportRow & { curve?: SimRunResult['curve'] };
 
 export interface FleetReport {
   config: Pick<
@@ -214,6 +214,8 @@ export interface FleetReport {
     steady: SteadyTraffic;
     mix: MixStatus | null;
     curve: SimRunResult['curve'];
+    /** The live θ's eval curve, `[{tokens, evalLoss}]`, as every row's. */
+    evalCurve: EvalPoint[];
   };
   twin: FleetRow;
   ddp: FleetRow;

@@ -22,7 +22,8 @@ import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import { PRESETS, type PresetName, numParams } from '../../core/model/config.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
-import { curvesCsv, formatTable, plotSvg, reportHtml } from './report.ts';
+import { curvesCsv, formatTable, plotSvg, reportHtml, reportRow } from './report.ts';
+import { RISE_LIMIT, settingsRows } from './settings.ts';
 import { runRow } from './row.ts';
 import { warmStartOffPlateau } from './warm-start.ts';
 import { SIM_MODEL_NAMES, simModelConfig } from './rungs.ts';
@@ -85,8 +86,8 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     o.model = preset as PresetName;
     preset = 'compare';
   }
-  if (!['compare', 'diloco', 'smoke'].includes(preset))
-    return err('E_BAD_REQUEST', `--preset must be compare|diloco|smoke (or a model preset), got '${preset}'`);
+  if (!['compare', 'diloco', 'smoke', 'settings'].includes(preset))
+    return err('E_BAD_REQUEST', `--preset must be compare|diloco|smoke|settings (or a model preset), got '${preset}'`);
   o.preset = preset as SimulateOptions['preset'];
   if (raw.model !== undefined) {
     if (!simModelConfig(String(raw.model)))
@@ -122,7 +123,7 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
       return err('E_BAD_REQUEST', `--codec must be one of ${ENCODINGS.join('|')}`);
     o.codec = raw.codec as Encoding;
   }
-  for (const k of ['outerLr', 'outerMomentum', 'innerLr'] as const) {
+  for (const k of ['outerLr', 'outerMomentum', 'innerLr', 'trustRegion'] as const) {
     if (raw[k] === undefined) continue;
     const n = Number(raw[k]);
     if (!Number.isFinite(n) || n < 0) return err('E_BAD_REQUEST', `--${k} must be a non-negative number`);
@@ -274,6 +275,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     d.tokens = rows[0].tokens;
     d.baseTokensPerSec = rows[0].baseTokensPerSec;
   } else if (preset === 'compare') rows = compareRows(d, opts.quick && !opts.rows);
+  else if (preset === 'settings') rows = settingsRows(d);
   else {
     const extra = (opts.compare ?? 'ddp,single')
       .split(',')
@@ -293,6 +295,14 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   // every island on the home link takes --network's (a row's own link, the phone's, stays)
   const network = opts.network ?? HOME_NETWORK;
   for (const row of rows) row.islands = row.islands.map((s) => (s.network === HOME_NETWORK ? { ...s, network } : s));
+  // --trust-region: the outer step's trust region factor on every DiLoCo row (core/coord/trust.ts)
+  if (opts.trustRegion !== undefined)
+    for (const row of rows)
+      if (row.kind === 'diloco')
+        row.coordinator = {
+          ...row.coordinator,
+          trustRegion: { ...row.coordinator.trustRegion, factor: opts.trustRegion },
+        };
   const setting = describeSetting(rows, d, network, preset);
   const workers = opts.workers ?? Math.min(2, availableParallelism());
   const warmTokens = fleet ? 0 : (opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768));
@@ -372,8 +382,9 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
         })),
       })),
     },
-    runs: results.map(({ curve: _c, ...rest }) => rest),
+    runs: results.map(reportRow),
   };
+  if (preset === 'settings') report.settings = settingsSummary(report.runs);
   const table = `${setting.join('\n')}\n\n${formatTable(report.runs)}`;
   const outDir = resolve(opts.out ?? join('runs', `simulate-${timestamp()}`));
   mkdirSync(outDir, { recursive: true });
@@ -408,4 +419,14 @@ function readTwinSpec(path: string): TwinSpec {
       code: 'E_BAD_REQUEST',
     });
   return report.twinSpec;
+}
+
+/** The settings preset's verdict: rows whose eval loss rose over RISE_LIMIT above their best, worst final ÷ best. */
+function settingsSummary(runs: SimReport['runs']): NonNullable<SimReport['settings']> {
+  const finals = runs.map((r) => r.evalLoss);
+  return {
+    riseLimit: RISE_LIMIT,
+    rising: runs.filter((r) => !(r.maxRise <= RISE_LIMIT)).map((r) => r.name),
+    worstOverBest: Math.max(...finals) / Math.min(...finals),
+  };
 }

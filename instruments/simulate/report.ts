@@ -1,7 +1,7 @@
 // Report outputs of `atoll simulate`: the terminal table, curves.csv, a self-contained SVG plot
 // and an HTML page that embeds both.
 
-import type { SimReport, SimRunResult } from './types.ts';
+import type { EvalPoint, ReportRow, SimReport, SimRunResult } from './types.ts';
 
 const COLORS = [
   '#222222',
@@ -33,6 +33,29 @@ function fmtX(x: number): string {
 function fmtRejected(r: Record<string, number>): string {
   const e = Object.entries(r).filter(([, v]) => v > 0);
   return e.length ? e.map(([k, v]) => `${k.replace(/^E_/, '')}:${v}`).join(' ') : '-';
+}
+
+/** A row's eval curve, `[{tokens, evalLoss}]` (a rise inside a run can be read from the JSON). */
+export function evalCurve(curve: SimRunResult['curve']): EvalPoint[] {
+  return curve.map((p) => ({ tokens: p.tokens, evalLoss: p.evalLoss }));
+}
+
+/** The most the eval loss ever stood above its running best, as a fraction (0: it never rose). */
+export function maxRise(curve: readonly EvalPoint[]): number {
+  let best = Infinity,
+    rise = 0;
+  for (const p of curve) {
+    if (!Number.isFinite(p.evalLoss)) return Infinity;
+    best = Math.min(best, p.evalLoss);
+    rise = Math.max(rise, p.evalLoss / best - 1);
+  }
+  return rise;
+}
+
+/** A result as a report's row: its figures and its eval curve. */
+export function reportRow({ curve, ...rest }: SimRunResult): ReportRow {
+  const points = evalCurve(curve);
+  return { ...rest, evalCurve: points, maxRise: maxRise(points) };
 }
 
 /** The terminal table (plain text, fixed-width columns). */

@@ -294,6 +294,14 @@ async function runDilocoOn(
   if (totals.rejected['E_DONE'])
     notes.push(`${totals.rejected['E_DONE']} deltas arrived after the token budget was reached (counted as lost work)`);
   out.versions = coord.version;
+  out.outerSteps = coord.history().map(({ version, totalTokens, updateNorm, trustGain }) => ({
+    version,
+    totalTokens,
+    updateNorm: Number(updateNorm.toPrecision(5)),
+    ...(trustGain !== undefined ? { trustGain } : {}),
+  }));
+  out.trustClips = totals.trustClips ?? 0;
+  out.shortRounds = totals.shortRounds ?? 0;
   out.virtualTimeMs = clock.now();
   out.curve = curve;
   out.perIsland = reports;

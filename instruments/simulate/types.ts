@@ -153,6 +153,18 @@ export interface CurvePoint {
   evalLoss: number;
 }
 
+/** One point of a report row's eval curve: tokens in θ and the held-out loss there. */
+export interface EvalPoint {
+  tokens: number;
+  evalLoss: number;
+}
+
+/**
+ * A report's row: the run's figures, its eval curve (the plot's points, without the time axes) and
+ * the most its eval loss ever stood above its running best (a fraction: 0.02 is 2 %).
+ */
+export type ReportRow = Omit<SimRunResult, 'curve'> & { evalCurve: EvalPoint[]; maxRise: number };
+
 export interface IslandReport {
   name: string;
   speed: number;
@@ -199,6 +211,13 @@ export interface SimRunResult {
   virtualTimeMs: number;
   realTimeMs: number;
   curve: CurvePoint[];
+  /**
+   * The outer steps (DiLoCo rows): each version's tokens in θ, ‖u‖, and the trust region's gain where
+   * it acted (core/coord/trust.ts); `trustClips` and `shortRounds` count what the dashboard shows.
+   */
+  outerSteps?: Array<{ version: number; totalTokens: number; updateNorm: number; trustGain?: number }>;
+  trustClips?: number;
+  shortRounds?: number;
   perIsland: IslandReport[];
   /** Anything unusual (e.g. a diverged row). */
   notes: string[];
@@ -252,7 +271,7 @@ export interface SimulateOptions {
    * member per group, and the async int4 row in groups of 4. 'diloco': one DiLoCo row built from mode/codec/islands
    * plus the DDP and single baselines. 'smoke': a seconds-long sanity run (tests).
    */
-  preset?: 'compare' | 'diloco' | 'smoke';
+  preset?: 'compare' | 'diloco' | 'smoke' | 'settings';
   /** Model preset, or a scaling rung's shape by name (`L3-C64`, …; default 'tiny'). */
   model?: string;
   /** Islands per DiLoCo row (default 8). */
@@ -278,6 +297,8 @@ export interface SimulateOptions {
   innerSteps?: number;
   /** Every DiLoCo row's outer lr and momentum (default: serve's, 0.7 and 0.9; compare's rows 1.0 and 0.8). */
   outerLr?: number;
+  /** The outer step's trust region factor on every DiLoCo row (0: off; core/coord/trust.ts). */
+  trustRegion?: number;
   outerMomentum?: number;
   /** Peak inner lr of every row (the floor a tenth of it; default 3e-3). */
   innerLr?: number;
@@ -333,7 +354,9 @@ export interface SimReport {
       }
     >;
   };
-  runs: Array<Omit<SimRunResult, 'curve'>>;
+  runs: ReportRow[];
+  /** The settings preset: the rows whose eval loss rose over riseLimit above its best, worst final ÷ best final. */
+  settings?: { riseLimit: number; rising: string[]; worstOverBest: number };
 }
 
 /** What the twin replays: `atoll simulate --from-fleet report.json` reads it back. */

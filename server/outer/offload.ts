@@ -91,6 +91,7 @@ export class OuterOffloadHost {
       scale: req.scale,
       period: req.period,
       share: req.share,
+      trustLimit: req.trustLimit,
     });
   }
 

@@ -16,6 +16,7 @@ import { type Result, err, ok } from '../../core/result.ts';
 import type { OuterState } from '../../core/coord/outer.ts';
 import { HEADER_BYTES, frameBytes, writeHeader } from '../../core/codec/index.ts';
 import { combineChunkHashes, hashChunkCount } from '../../core/coord/hash.ts';
+import { TRUST_PROBES, overLimit, trustGain } from '../../core/coord/trust.ts';
 import type { AgreementSums, FragmentStep } from '../../core/coord/outer-fragment.ts';
 import type { FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './worker.ts';
 
@@ -27,8 +28,8 @@ type Omitted<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 type Request = Omitted<ToOuterWorker, 'id'>;
 type Answer = Extract<FromOuterWorker, { ok: true }>;
 
-/** One outer step (FragmentStep; `share` defaults to false). */
-export type OuterStepSpec = Omit<FragmentStep, 'share'> & { share?: boolean };
+/** One outer step (FragmentStep; `share` defaults to false), its ‖u‖ at most `trustLimit` (trust.ts; default none). */
+export type OuterStepSpec = Omit<FragmentStep, 'share' | 'gain'> & { share?: boolean; trustLimit?: number };
 
 export interface OuterStepResult {
   /** The downlink frame every replica applies (a fresh buffer owned by the caller). */
@@ -37,6 +38,8 @@ export interface OuterStepResult {
   updateNorm: number;
   /** With weights: each delta's Σ d·g and Σ d², and Σ g² (for its cosine with g). */
   agreement?: AgreementSums;
+  /** The trust region's gain on g, present when it acted (< 1). */
+  trustGain?: number;
 }
 
 export class OuterPool {
@@ -173,7 +176,23 @@ export class OuterPool {
     const bs = o.downlink.blockSize;
     if (o.downlink.encoding !== 'f32' && this.align % bs !== 0)
       return err('E_POOL_ALIGN', `downlink block size ${bs} does not divide the fragment alignment ${this.align}`);
-    const proposed = await this.all({ op: 'propose', ...o, share: o.share ?? false, frame: this.frameSab });
+    const { trustLimit = Infinity, ...spec } = o;
+    const propose = (gain: number) =>
+      this.all({ op: 'propose', ...spec, share: o.share ?? false, gain, frame: this.frameSab });
+    let proposed = await propose(1);
+    let gain = 1;
+    // the trust region (core/coord/trust.ts): over the limit, probe γ = 0 and −1, then propose at the γ that fits
+    if (proposed.every((r) => r.ok) && overLimit(sumSquares(proposed), trustLimit)) {
+      const probes: number[] = [];
+      for (const probe of TRUST_PROBES) {
+        await this.all({ op: 'abort' });
+        const r = await propose(probe);
+        probes.push(r.every((x) => x.ok) ? sumSquares(r) : NaN);
+      }
+      await this.all({ op: 'abort' });
+      gain = probes.some(Number.isNaN) ? 0 : trustGain(sumSquares(proposed), probes[0], probes[1], trustLimit);
+      proposed = await propose(gain);
+    }
     const bad = proposed.find((r): r is Extract<FromOuterWorker, { ok: false }> => !r.ok);
     if (bad) {
       await this.all({ op: 'abort' });
@@ -214,12 +233,12 @@ export class OuterPool {
       frame.set(new Uint8Array(this.frameSab, 0, length));
       new DataView(frame.buffer).setUint32(28, (c as Answer).crc!, true);
     }
-    const sumSq = proposed.reduce((s, r) => s + ((r as Answer).sumSq ?? 0), 0);
     return ok({
       frame,
       hash: combineChunkHashes(new Uint32Array(this.hashSab)),
-      updateNorm: Math.sqrt(sumSq),
+      updateNorm: Math.sqrt(sumSquares(proposed)),
       agreement: o.weights ? sumAgreement(proposed as Answer[]) : undefined,
+      ...(gain < 1 ? { trustGain: gain } : {}),
     });
   }
 
@@ -268,6 +287,11 @@ export class OuterPool {
     this.closing = true;
     await Promise.all(this.workers.map((w) => w.terminate()));
   }
+}
+
+/** Σu² of a proposal: the fragments' sums added up. */
+function sumSquares(proposed: FromOuterWorker[]): number {
+  return proposed.reduce((s, r) => s + ((r as Answer).sumSq ?? 0), 0);
 }
 
 /** The fragments' agreement sums added up. */

@@ -87,6 +87,8 @@ export class RunViews {
       goodput: t.goodput,
       accepted: t.accepted,
       rejected: t.rejected,
+      shortRounds: t.shortRounds ?? 0,
+      trustClips: t.trustClips ?? 0,
       time: now,
       ...(mix ? { mix: mix() } : {}),
     };
