@@ -52,7 +52,7 @@ export interface InnerLrPlan {
    * Warmup of a fresh AdamW state, counted in the island's own AdamW steps since that state was
    * fresh (a joining island, a reloaded tab, a round that starts from a fresh AdamW):
    * lr × min(1, (k + 1) / localWarmupSteps) at its k-th such step. Adam's first steps move every
-   * weight by about ±lr whatever its gradient, so they must be small (docs/research.md, "Cold start").
+   * weight by about ±lr whatever its gradient, so they must be small (docs/studies/cold-start.md).
    */
   localWarmupSteps: number;
   /** AdamW's decoupled weight decay on the matrices (lr-scaled); absent: 0.1 (ADAMW_DEFAULTS). */

@@ -19,7 +19,7 @@ const ROOT = resolve(import.meta.dirname, '..');
 /**
  * live / twin final eval loss. Runs of this size measured 0.9988–1.0107 mostly, but one 1.30: the
  * page's 2-step rounds cost it most of its time in download and upload, which the twin (given the
- * page's step speed, 257 tokens/s, not its 70 effective) does not spend (docs/research.md, section 9).
+ * page's step speed, 257 tokens/s, not its 70 effective) does not spend (docs/studies/fleet.md).
  * A live run that does not learn at all is ≥ 1.4× its twin here.
  */
 const TWIN_BOUND = 0.35;

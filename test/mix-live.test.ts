@@ -146,7 +146,7 @@ describe('butterfly mixing live (node-datachannel, 4 Node islands)', () => {
     expect(mix.savedBytes).toBeGreaterThan(0);
     expect(mix.groupsByVersion.reduce((t, g) => t + g.groups, 0)).toBe(c.groups);
     expect(stB.mix).toBeUndefined();
-    // measured 2.4-6.8× in and 4.0-22× out (docs/research.md, section 8, and CI runs): spot checks
+    // measured 2.4-6.8× in and 4.0-22× out (docs/studies/mixing.md, and CI runs): spot checks
     // (10 % of the fragments, sampled) and where the first update falls move it (the unmixed run's
     // bytes per token after v1 ranged 0.88-1.28); 2× in and 2.5× out leave room for both
     expect(ratio.in).toBeGreaterThan(2);

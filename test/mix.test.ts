@@ -441,7 +441,7 @@ describe('butterfly mixing', () => {
     expect(b.server.bytesOut / b.versions).toBeLessThan(0.7 * (a.server.bytesOut / a.versions)); // some islands are between groups
     expect(b.evalLoss).toBeLessThan(a.curve[0].evalLoss);
     // the row without drops or liars: the server's bytes per accepted token, every message at its
-    // socket.io size, fall 2.52× in and 3.58× out at this size, every group of 4 (docs/research.md §8:
+    // socket.io size, fall 2.52× in and 3.58× out at this size, every group of 4 (docs/studies/mixing.md:
     // 2.53× and 3.56× on the compare preset's 60k tokens)
     expect(c.mix!.mixedGroups).toBe(c.mix!.groups);
     expect(c.mix!.mixedMembers).toBe(4 * c.mix!.groups);

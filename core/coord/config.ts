@@ -15,7 +15,7 @@ export type StalenessFn = 'inv-sqrt' | 'inv-linear' | 'none';
 export type CoordinatorConfig = Static<typeof CoordinatorConfigSchema>;
 
 /**
- * The sparse uplink measured in docs/research.md (section 5): half of each 4096-entry chunk,
+ * The sparse uplink measured in docs/studies/compare.md: half of each 4096-entry chunk,
  * strided, 1-bit values, error feedback decay 0.35. `--codec sparse` and the simulator's sparse
  * rows use it.
  */
@@ -39,7 +39,7 @@ export const SPARSE_DOWNLINK = {
 } as const satisfies CoordinatorConfig['downlink'];
 
 /**
- * The measured setting (docs/research.md, the comparison's async heterogeneous sparse row): async
+ * The measured setting (docs/studies/compare.md, the async heterogeneous sparse row): async
  * merge windows, the sparse uplink and its downlink. `atoll serve`'s default run and the
  * simulator's sparse rows both read it from here.
  */
@@ -69,7 +69,7 @@ export function codecSetting(encoding: Encoding): Pick<CoordinatorConfig, 'uplin
  * a cold model they overshoot (`small`, no warmup: a 4-step first round took the held-out loss from
  * 5.621 to 7.648). Counted in the island's own steps, it holds for a late joiner and for rounds of any
  * length; 2 / (1 − β2) steps (β2 = 0.95: 40) is the untuned rule for Adam (Ma & Yarats 2021).
- * docs/research.md, "Cold start", has the figures.
+ * docs/studies/cold-start.md has the figures.
  */
 export const COLD_START_WARMUP_STEPS = 40;
 

@@ -1,4 +1,4 @@
-// The scaling study's protocol, after Charles et al. 2025 (docs/research.md section 6; the anchor
+// The scaling study's protocol, after Charles et al. 2025 (docs/studies/scaling.md; the anchor
 // text: shared/anchors/algorithms.md, "The protocol, from the full text"), sized to the CPU ladder:
 // what each rung trains (tokens, global batch, H, the inner schedule) and how each row is built
 // from a RowSpec (an arm and its knobs). The search over the knobs is scaling-plan.ts.

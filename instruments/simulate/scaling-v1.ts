@@ -15,7 +15,7 @@
 // falls as the model and its budget grow.
 // Outer step: Nesterov lr 1.0 with momentum 0.4 (LADDER_OUTER), not the compare preset's 0.8: with
 // 16–32 merge windows per run, momentum 0.8 carries stale directions (and the sparse uplink's
-// error-feedback backlog) past the point where they help (docs/research.md, section 6, the sweep).
+// error-feedback backlog) past the point where they help (docs/studies/scaling.md, the sweep).
 
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';

@@ -21,7 +21,7 @@
 //   feedback decay β 0.35: 2.5159 at 200k tokens, seed 1 (DDP 2.4723), 1055× less upload. The
 //   former top 1/64 with 2-bit values and 12-bit offsets (β 0.8: 2.6384) updated too few entries
 //   per round, and its residual's stale backlog, amplified by momentum, hurt once the inner lr had
-//   decayed: a small β (0.25–0.5) and many cheap entries are what closed the gap. docs/research.md
+//   decayed: a small β (0.25–0.5) and many cheap entries are what closed the gap. docs/studies/compare.md
 //   lists the settings tried.
 
 import {
