@@ -51,14 +51,29 @@ export function lrDef(points: HistoryPoint[], x: XAxis): ChartDef {
 export function normDef(points: HistoryPoint[], x: XAxis): ChartDef {
   const ps = withX(points, x);
   const norm: Y = ps.map((p) => (p.version > 0 ? p.updateNorm : null));
+  // where the safety rules acted, a marker on that version's norm
+  const clipped: Y = ps.map((p) => (p.version > 0 && isNum(p.trustGain) ? p.updateNorm : null));
+  const short: Y = ps.map((p) => (p.version > 0 && p.shortClose ? p.updateNorm : null));
+  const nClipped = clipped.filter(isNum).length,
+    nShort = short.filter(isNum).length;
+  const fmt = (v: number | null) => (isNum(v) ? v.toPrecision(3) : '–');
+  const dots = (label: string, stroke: string, size: number) =>
+    line(label, stroke, fmt, { width: 0, paths: () => null, points: { show: true, size, fill: stroke } });
   return {
     key: `norm/${x}`,
     x,
-    data: [ps.map((p) => xOf(p, x)), norm],
-    series: [line('‖outer update‖', PALETTE[3], (v) => (isNum(v) ? v.toPrecision(3) : '–'), { points: { size: 4 } })],
+    data: [ps.map((p) => xOf(p, x)), norm, clipped, short],
+    series: [
+      line('‖outer update‖', PALETTE[3], fmt, { points: { size: 4 } }),
+      dots('clipped by the trust region', '#d62728', 9),
+      dots('sync round closed short', '#7f7f7f', 7),
+    ],
     yFmt: (v) => v.toPrecision(2),
     empty: ps.length === 0 || !norm.some(isNum) ? WAIT : null,
-    note: `L2 norm of each outer update u (θ ← θ − Q(u)), in θ's units. x = ${xLabel(x)}.`,
+    note:
+      `L2 norm of each outer update u (θ ← θ − Q(u)), in θ's units. The trust region clipped ${nClipped} ` +
+      `update${nClipped === 1 ? '' : 's'} to its limit (a multiple of the recent median); ${nShort} sync round${nShort === 1 ? '' : 's'} ` +
+      `closed below minContributors (too few members alive). x = ${xLabel(x)}.`,
   };
 }
 
