@@ -191,8 +191,8 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
       ? new MixGateway(mixSettings(o.mix, run.coord.config()), localMixHost(run), () => run.version, log)
       : null;
   const mixStatus = mix ? () => mix.status() : undefined;
-  run.store.onEvent = (e) => logRunEvent(app.log, e);
-  run.store.onCheckpoint = (v, path, bytes) => logCheckpoint(app.log, v, path, bytes);
+  run.store.on('event', (e) => logRunEvent(app.log, e));
+  run.store.on('checkpoint', (v, path, bytes) => logCheckpoint(app.log, v, path, bytes));
   const token = o.adminToken ? { token: o.adminToken, file: null } : adminToken(o.dir, undefined);
 
   app.get(

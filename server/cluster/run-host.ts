@@ -99,11 +99,11 @@ export class RunHost {
     const core = await this.o.open();
     this.core = core;
     // paused past the lease by our own clock: not one more byte in the run folder (Redis fences the rest)
-    core.run.store.refuse = () => {
+    core.run.store.fence(() => {
       if (this.lease.held()) return null;
       this.fenced('the lease lapsed before a run folder commit');
       return 'E_FENCED: this aggregator no longer holds the lease';
-    };
+    });
     const port = localPort(core.run);
     this.port = port;
     await this.consumer.ensureGroup();

@@ -15,50 +15,34 @@
 // (`whenIdle`), and the pump snapshots only between steps.
 
 import { EventEmitter } from 'node:events';
-import { Coordinator, type CoordinatorConfigPatch } from '../../core/coord/index.ts';
+import type { Coordinator } from '../../core/coord/index.ts';
 import type { TextDataset } from '../../core/data/dataset.ts';
-import { initParams } from '../../core/model/gpt.ts';
 import type { GPTConfig } from '../../core/model/config.ts';
 import { ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { RunConfig } from '../../core/api.ts';
 import type { Metrics } from '../metrics.ts';
-import { OuterOffloadHost } from '../outer/offload.ts';
+import type { OuterOffloadHost } from '../outer/offload.ts';
 import { RunAdmin } from './admin.ts';
-import { type AuditOptions, RunAudits } from './audit.ts';
+import { RunAudits } from './audit.ts';
 import { RunBatches, startEvals } from './batch.ts';
-import { encodeRunCheckpoint, restoreLatest } from './checkpoint.ts';
-import { loadCorpus } from './corpus.ts';
+import { encodeRunCheckpoint } from './checkpoint.ts';
 import { DeltaArchive } from './delta-archive.ts';
 import { DurableTheta, durableOf } from './durable.ts';
 import type { EvalService } from './eval-worker.ts';
-import { refuseUnreadableRun } from './folder.ts';
-import { RunHistory } from './history.ts';
+import type { RunHistory } from './history.ts';
 import { IslandFile } from './island-file.ts';
-import { RunIslands, type Traffic } from './islands.ts';
-import { ScalarLog, metricsDir } from './scalars.ts';
+import { RunIslands } from './islands.ts';
+import { type OpenRunOptions, type RunParts, firstCommit, openParts } from './open.ts';
+import { OuterSteps } from './outer-steps.ts';
 import { DurabilityPump } from './pump.ts';
 import { ResumeTokens } from './resume-tokens.ts';
-import { RunStore } from './store.ts';
+import type { RunStore } from './store.ts';
 import { RunViews } from './views.ts';
-import { Waiters } from './waiters.ts';
+import type { Waiters } from './waiters.ts';
 
-export interface OpenRunOptions {
-  dir: string;
-  config: RunConfig;
-  /** Runtime-knob changes to apply on resume (from flags). */
-  resumePatch?: CoordinatorConfigPatch;
-  metrics: Metrics;
-  /** Eval after updates in a worker (default true). */
-  evaluate?: boolean;
-  log?: (line: string) => void;
-  /** Worker threads for the outer step (0: on the event loop). Default 0. */
-  outerWorkers?: number;
-  /** Verified work (audit.ts): audits of a sample of accepted deltas by validators holding its token. */
-  audit?: AuditOptions;
-}
+export type { OpenRunOptions, RunParts } from './open.ts';
 
-/** What a run reports, each once the state it reports is durable. */
 export interface RunEvents {
   update: [update: UpdateMsg];
   island: [islandId: string, status: string, reason: string];
@@ -66,23 +50,6 @@ export interface RunEvents {
   ban: [islandId: string];
   /** θ was rebuilt (a revert): every island must say hello again and fetch it. */
   reset: [];
-}
-
-/** The parts a run is built from (Run.open makes them). */
-export interface RunParts {
-  config: RunConfig;
-  store: RunStore;
-  metrics: Metrics;
-  dataset: TextDataset;
-  coord: Coordinator;
-  resumed: boolean;
-  history: RunHistory;
-  waiters: Waiters;
-  /** The traffic so far (from the log); the islands' side counts on from it. */
-  traffic: Traffic;
-  offload: OuterOffloadHost | null;
-  audit?: AuditOptions;
-  log: (line: string) => void;
 }
 
 export class Run extends EventEmitter<RunEvents> {
@@ -112,9 +79,8 @@ export class Run extends EventEmitter<RunEvents> {
   private readonly log: (line: string) => void;
   private evals: EvalService | null = null;
   private closed = false;
-  /** The outer step in flight in the workers, and the handover of their state to a snapshot. */
-  private stepping: Promise<void> | null = null;
-  private syncing: Promise<void> | null = null;
+  /** The outer step in flight in the workers (outer-steps.ts). */
+  private readonly steps: OuterSteps;
 
   constructor(p: RunParts) {
     super();
@@ -129,6 +95,7 @@ export class Run extends EventEmitter<RunEvents> {
     this.resumed = p.resumed;
     this.cfg = p.config;
     this.offload = p.offload;
+    this.steps = new OuterSteps(coord, p.offload, log, () => this.kick());
     const archive = new DeltaArchive(store.paths.deltas);
     const islandFile = new IslandFile(store.paths.islands);
     const durable = new DurableTheta(durableOf(coord), waiters);
@@ -171,58 +138,20 @@ export class Run extends EventEmitter<RunEvents> {
       ...{ coord, store, archive, islandFile, config, durable, waiters, metrics, history },
       ...{ traffic, islandsOnline, out, log },
     });
-    store.carry = () => history.carryLine(waiters.lastApplied, traffic);
     this.pump = new DurabilityPump({
       ...{ coord, store, metrics, log },
       prepare: (events) => this.batches.prepare(events),
       publish: (events) => this.batches.publish(events),
-      beforeSnapshot: () => this.beforeSnapshot(),
+      beforeSnapshot: () => this.steps.beforeSnapshot(),
       tick: (now) => this.tick(now),
     });
   }
 
-  /** Opens (resuming when the folder holds a run) or creates the run in `o.dir`. */
+  /** Opens (resuming when the folder holds a run) or creates the run in `o.dir` (open.ts). */
   static async open(o: OpenRunOptions): Promise<Run> {
-    const store = new RunStore(o.dir, { keep: o.config.checkpoints, maxLogBytes: o.config.limits.maxLogBytes });
-    const dataset = loadCorpus(o.config.data);
-    const log = o.log ?? (() => {});
-    const now = Date.now();
-    const restored = restoreLatest(store, o.config.model, log);
-    // a folder that holds a run but no readable checkpoint must not quietly start again at version 0
-    if (!restored) refuseUnreadableRun(store);
-    await store.openLog();
-    const resumed = restored !== null;
-    const params = () => initParams(o.config.model, o.config.seed);
-    const coord = restored ?? new Coordinator({ params: params(), config: o.config.coordinator, now });
-    if (resumed && o.resumePatch && Object.keys(o.resumePatch).length) {
-      const r = coord.setConfig(o.resumePatch);
-      if (!r.ok) throw Object.assign(new Error(r.error.message), { code: r.error.code });
-    }
-    if (resumed) {
-      // Nobody is connected to a process that just started: islands count again once they say hello.
-      for (const isl of coord.islands()) if (isl.status === 'online') coord.leave(isl.id, now);
-      coord.drainEvents();
-    }
-    const workers = o.outerWorkers ?? 0;
-    const offload = workers > 0 ? await OuterOffloadHost.start(coord, workers) : null;
-    const config = { ...o.config, coordinator: coord.config() };
-    store.writeConfig(config);
-    const history = new RunHistory();
-    const waiters = new Waiters();
-    const traffic = history.replay(store.readEvents(), coord.version, waiters.lastApplied);
-    history.scalars = new ScalarLog(metricsDir(o.dir)); // <dir>/metrics/: JSONL and TensorBoard, from here on
-    for (const p of history.points) if (p.evalLoss !== null) store.noteEval(p.version, p.evalLoss);
-    const parts = { config, store, metrics: o.metrics, dataset, coord, resumed, history, waiters, traffic };
-    const run = new Run({ ...parts, offload, audit: o.audit, log });
-    // Deltas accepted into the open sync round before a restart: a resend attaches to the ack.
-    if (resumed) for (const p of coord.snapshot().meta.pending) void waiters.expectAck(p.islandId, p.seq);
-    if (!resumed) {
-      // version 0 is durable before anyone can see it: a restart reproduces it bit for bit
-      store.requestCheckpoint(0, () => encodeRunCheckpoint(config, coord.snapshot()));
-      store.append({ type: 'start', version: 0, hash: coord.hash, params: coord.paramCount, config });
-      history.start(now, 0);
-    } else store.append({ type: 'resume', version: coord.version, hash: coord.hash });
-    await store.commit();
+    const { parts, now } = await openParts(o);
+    const run = new Run(parts);
+    await firstCommit(parts, now);
     run.afterDurable(o.evaluate !== false);
     run.kick();
     return run;
@@ -283,7 +212,7 @@ export class Run extends EventEmitter<RunEvents> {
     for (;;) {
       this.kick();
       await this.drain();
-      const wait = this.beforeSnapshot();
+      const wait = this.steps.beforeSnapshot();
       if (!wait) break;
       await wait;
     }
@@ -348,50 +277,23 @@ export class Run extends EventEmitter<RunEvents> {
 
   /** Handles whatever the coordinator has queued (call after every coordinator call). */
   kick(): void {
-    if (!this.stepping && this.coord.stepping) {
-      this.stepping = this.coord.whenIdle().then(
-        () => {
-          this.stepping = null;
-          this.kick();
-        },
-        (e: unknown) => {
-          // a worker died mid-step: θ may be half moved. Stop; a restart resumes from the last durable
-          // checkpoint, and nothing unacknowledged is lost.
-          this.log(`run: the outer step failed, stopping: ${(e as Error)?.stack ?? String(e)}`);
-          setImmediate(() => {
-            throw e;
-          });
-        },
-      );
-    }
+    this.steps.follow();
     this.pump.kick();
   }
 
   /** An outer step is in flight (calls that change rounds wait: whenIdle). */
   get busy(): boolean {
-    return this.stepping !== null;
+    return this.steps.busy;
   }
 
   /** Resolves when no outer step is in flight (at once without offload). */
-  async whenIdle(): Promise<void> {
-    while (this.stepping) await this.stepping;
-  }
-
-  /**
-   * What a snapshot must wait for: the step in flight, or the workers' optimizer and downlink state
-   * after the last one (handed over only when a snapshot needs it); null: snapshot now.
-   */
-  private beforeSnapshot(): Promise<void> | null {
-    if (this.stepping) return this.stepping;
-    if (!this.offload || !this.coord.outerStateStale) return null;
-    return (this.syncing ??= this.offload.syncState(this.coord).finally(() => {
-      this.syncing = null;
-    }));
+  whenIdle(): Promise<void> {
+    return this.steps.whenIdle();
   }
 
   /** The pump's timer: deadlines (a step in flight kicks the pump again when it completes). */
   private tick(now: number): void {
-    if (this.stepping) return;
+    if (this.steps.busy) return;
     this.coord.tick(now);
     this.kick();
   }

@@ -16,8 +16,12 @@
 // server is busy. Readers of the log treat a 'resume' line as the truth about the version.
 //
 // Past `maxLogBytes` the log is rotated before the next commit's lines: the new file starts with
-// the line `carry()` returns (what a reader of the old files would have learnt), so startup reads
-// one bounded file, never the whole history of the run.
+// the line the `carry` option returns (what a reader of the old files would have learnt), so
+// startup reads one bounded file, never the whole history of the run.
+//
+// It reports through events: 'event' for each queued line, 'checkpoint' for each checkpoint
+// written (the operator's log, server/app.ts). A process that may no longer write (a deposed
+// aggregator, server/cluster/run-host.ts) fences it: `fence(check)`.
 
 import {
   closeSync,
@@ -31,6 +35,7 @@ import {
   statSync,
   unlinkSync,
 } from 'node:fs';
+import { EventEmitter } from 'node:events';
 import { open, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { writeFileAtomic, writeFileAtomicAsync } from '../fsutil.ts';
@@ -80,12 +85,25 @@ export function runPaths(dir: string): RunPaths {
   };
 }
 
+export interface RunStoreOptions {
+  keep?: number | KeepPolicy;
+  maxLogBytes?: number;
+  /** The first line of a rotated-to log (the run's: history.carryLine). */
+  carry?: () => Omit<LogEvent, 't'>;
+}
+
+/** What the store reports: each queued line; each checkpoint written (version, path, bytes). */
+export interface RunStoreEvents {
+  event: [event: LogEvent];
+  checkpoint: [version: number, path: string, bytes: number];
+}
+
 const CKPT_RE = /^v(\d{8,})\.safetensors$/;
 const ROTATED_RE = /^events\.(\d+)\.jsonl$/;
 /** Rotated logs kept beside the current one (for people; the server never reads them). */
 const LOGS_KEPT = 2;
 
-export class RunStore {
+export class RunStore extends EventEmitter<RunStoreEvents> {
   readonly dir: string;
   readonly paths: RunPaths;
   readonly checkpointDir: string;
@@ -95,23 +113,19 @@ export class RunStore {
   private readonly maxLogBytes: number;
   private logBytes = 0;
   private log: FileHandle | null = null;
-  /** The first line of a rotated-to log (set by the run). */
-  carry: () => Omit<LogEvent, 't'> = () => ({ type: 'carry' });
+  private readonly carry: () => Omit<LogEvent, 't'>;
   private queued: string[] = [];
   private hashCache = new Map<string, string | null>();
   private nextCheckpoint: { version: number; encode: () => Uint8Array[] } | null = null;
   private committing: Promise<void> | null = null;
   private followUp: Promise<void> | null = null;
   private closed = false;
-  /** Observers for the operator's log (server/app.ts): each queued line, each checkpoint written. */
-  onEvent: ((e: LogEvent) => void) | null = null;
-  onCheckpoint: ((version: number, path: string, bytes: number) => void) | null = null;
   /** Bytes and fsyncs, for metrics and the bench. */
   stats = { commits: 0, checkpointsWritten: 0, linesWritten: 0, lastCommitMs: 0 };
-  /** Why this process may not write now (a deposed aggregator: server/cluster/run-host.ts), or null. */
-  refuse: () => string | null = () => null;
+  private refuse: () => string | null = () => null;
 
-  constructor(dir: string, opts: { keep?: number | KeepPolicy; maxLogBytes?: number } = {}) {
+  constructor(dir: string, opts: RunStoreOptions = {}) {
+    super();
     this.dir = dir;
     this.paths = runPaths(dir);
     this.checkpointDir = this.paths.checkpoints;
@@ -119,7 +133,16 @@ export class RunStore {
     const keep = opts.keep ?? DEFAULT_KEEP;
     this.policy = typeof keep === 'number' ? { keep, every: 0, best: false } : keep;
     this.maxLogBytes = opts.maxLogBytes ?? 64 * 1024 * 1024;
+    this.carry = opts.carry ?? (() => ({ type: 'carry' }));
     mkdirSync(this.checkpointDir, { recursive: true });
+  }
+
+  /**
+   * From now on every commit first asks `check` why this process may not write (a deposed
+   * aggregator: server/cluster/run-host.ts); a reason fails the commit with E_FENCED, writing nothing.
+   */
+  fence(check: () => string | null): void {
+    this.refuse = check;
   }
 
   async openLog(): Promise<void> {
@@ -215,7 +238,7 @@ export class RunStore {
     if (this.closed) return;
     const e = { t: event.t ?? Date.now(), ...event } as LogEvent;
     this.queued.push(JSON.stringify(e) + '\n');
-    this.onEvent?.(e);
+    this.emit('event', e);
   }
 
   /** A checkpoint was requested and is not written yet. */
@@ -288,7 +311,7 @@ export class RunStore {
       work.push(
         writeFileAtomicAsync(this.checkpointPath(ck.version), parts).then(() => {
           this.stats.checkpointsWritten++;
-          this.onCheckpoint?.(ck.version, this.checkpointPath(ck.version), bytes);
+          this.emit('checkpoint', ck.version, this.checkpointPath(ck.version), bytes);
           this.prune();
         }),
       );

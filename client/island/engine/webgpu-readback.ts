@@ -8,6 +8,7 @@
 //   eval losses), one read at a time, in chunks of its size.
 // No node: imports (runs in a browser or Web Worker too).
 
+import { unpackHalves } from '../../../core/model/ops-f16.ts';
 import { EVAL_SLOTS, f32b } from './webgpu-plan.ts';
 
 /** Creates a buffer and counts its bytes to the engine. */
@@ -167,5 +168,34 @@ export class Readback {
       take(rb.getMappedRange(0, n), at);
       rb.unmap();
     }
+  }
+
+  /**
+   * The first `N` values of `src` as f32; `halves`: `src` holds them as N packed halves (Δ with f16
+   * storage, half the bytes), unpacked here once. `first` as in `out`. Call inside `exclusive`.
+   */
+  async floats(
+    src: GPUBuffer,
+    N: number,
+    halves = false,
+    first?: (enc: GPUCommandEncoder) => void,
+  ): Promise<Float32Array> {
+    const out = new Float32Array(N);
+    if (!halves) {
+      await this.out(src, 4 * N, (chunk, at) => out.set(new Float32Array(chunk), at / 4), first);
+    } else {
+      // chunks hold whole words
+      await this.out(
+        src,
+        4 * Math.ceil(N / 2),
+        (chunk, at) => {
+          const from = at / 2,
+            n = Math.min(N - from, (chunk.byteLength / 4) * 2);
+          unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
+        },
+        first,
+      );
+    }
+    return out;
   }
 }

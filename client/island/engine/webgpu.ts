@@ -15,14 +15,10 @@
 
 import type { Batch, OptimizerState, StepOptions, TrainingEngine } from '../../../core/engine/index.ts';
 import { type GPTConfig, mfu, paramLayout } from '../../../core/model/config.ts';
-import { ADAMW_DEFAULTS, type Tokens } from '../../../core/model/ops.ts';
-import { unpackHalves } from '../../../core/model/ops-f16.ts';
-import { KernelSet, Program, STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
+import type { Tokens } from '../../../core/model/ops.ts';
 import {
-  AUTOTUNE_BUDGET_MS,
   type DeviceLost,
   EVAL_SLOTS,
-  type Plan,
   type WebGpuEngineOptions,
   engineError,
   estimateGpuBytes,
@@ -31,14 +27,13 @@ import {
   plan,
   requiredLimits,
   resolve,
-  stepDispatches,
   validateOptions,
 } from './webgpu-plan.ts';
 import * as op from '../../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
-import { type TuneResult, autotuneMatmuls, modelMatmuls } from './webgpu-tune.ts';
-import { trainingStep } from './webgpu-step.ts';
-import { LossRing, Readback } from './webgpu-readback.ts';
+import type { TuneResult } from './webgpu-tune.ts';
+import { GpuResources } from './webgpu-resources.ts';
+import { StepInputs } from './webgpu-inputs.ts';
 
 export {
   AUTOTUNE_BUDGET_MS,
@@ -71,26 +66,15 @@ export class WebGpuEngine implements TrainingEngine {
   readonly peakFlops?: number;
   /** What the autotuner chose (null: not tuned). */
   tuning: TuneResult | null = null;
-  private readonly autotune: WebGpuEngineOptions['autotune'];
   private readonly N: number;
   private readonly maxB: number;
   private readonly maxT: number;
   private readonly R: number;
-  private readonly buf: Map<string, GPUBuffer>;
-  private program!: Program;
-  private deltaProgram!: Program;
-  private packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
-  private fwdEnd = 0; // dispatches [0, fwdEnd): forward to the logits
-  private lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
-  private optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
-  private readonly hyper: typeof ADAMW_DEFAULTS;
-  private readonly stepUniform = new ArrayBuffer(STEP_UNIFORM_BYTES);
-  private readonly tokIn: Uint32Array;
-  private readonly tokOut: Uint32Array;
+  /** Buffers, readers and programs (webgpu-resources.ts). */
+  private readonly res: GpuResources;
+  /** The step's tokens and uniform (webgpu-inputs.ts). */
+  private readonly inputs: StepInputs;
   private t = 0; // AdamW steps (bias correction)
-  private losses!: LossRing;
-  private reads!: Readback;
-  private bytes = 0;
   private isLost = false;
   private destroyed = false;
   private lostCallbacks = new Set<(l: DeviceLost) => void>();
@@ -102,22 +86,25 @@ export class WebGpuEngine implements TrainingEngine {
     this.subgroups = (opts.subgroups ?? true) && device.features.has('subgroups');
     this.numerics = opts.precision ?? 'f32';
     this.halfForm = op.halfForm(device.features);
-    this.autotune = opts.autotune;
     if (opts.peakTflops) this.peakFlops = opts.peakTflops * 1e12;
     const r = resolve(opts);
     this.maxB = r.B;
     this.maxT = r.maxT;
     this.R = r.ring;
     this.N = paramLayout(this.config).total;
-    this.hyper = {
-      beta1: opts.beta1 ?? ADAMW_DEFAULTS.beta1,
-      beta2: opts.beta2 ?? ADAMW_DEFAULTS.beta2,
-      eps: opts.eps ?? ADAMW_DEFAULTS.eps,
-      weightDecay: opts.weightDecay ?? ADAMW_DEFAULTS.weightDecay,
-    };
-    this.tokIn = new Uint32Array(this.maxB * this.maxT);
-    this.tokOut = new Uint32Array(this.maxB * this.maxT);
-    this.buf = new Map();
+    this.res = new GpuResources(device, {
+      config: this.config,
+      device: this.device,
+      subgroups: this.subgroups,
+      numerics: this.numerics,
+      halfForm: this.halfForm,
+      autotune: opts.autotune,
+      maxB: this.maxB,
+      maxT: this.maxT,
+      R: this.R,
+      N: this.N,
+    });
+    this.inputs = new StepInputs(device, (n) => this.res.b(n), this.config.vocabSize, this.maxB, this.maxT, opts);
     this.lost = device.lost.then((info) => {
       this.isLost = true;
       const l = { reason: String(info.reason ?? 'unknown'), message: info.message };
@@ -145,8 +132,9 @@ export class WebGpuEngine implements TrainingEngine {
     device.pushErrorScope('validation');
     let thrown: unknown = null;
     try {
-      e.allocate(plan(opts));
-      await e.build();
+      e.res.allocate(plan(opts));
+      await e.res.build();
+      e.tuning = e.res.tuning;
     } catch (x) {
       thrown = x;
     }
@@ -169,7 +157,7 @@ export class WebGpuEngine implements TrainingEngine {
 
   /** Bytes allocated on the device. */
   get gpuBytes(): number {
-    return this.bytes;
+    return this.res.bytes;
   }
 
   /** Calls `cb` once if the device is lost; returns an unsubscribe function. */
@@ -178,84 +166,8 @@ export class WebGpuEngine implements TrainingEngine {
     return () => this.lostCallbacks.delete(cb);
   }
 
-  private alloc(label: string, size: number, usage: GPUBufferUsageFlags): GPUBuffer {
-    const b = this.gpu.createBuffer({ label, size, usage });
-    this.bytes += size;
-    return b;
-  }
-
-  private allocate(p: Plan): void {
-    const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
-    for (const [name, size] of p.storage) this.buf.set(name, this.alloc(name, size, S));
-    const o = p.other;
-    this.buf.set(
-      'readback',
-      this.alloc('readback', o.get('readback')!, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
-    );
-    this.reads = new Readback(this.gpu, this.b('readback'));
-    this.losses = new LossRing(this.gpu, this.b('ring'), this.R, o.get('lossStaging')!, (l, n, u) =>
-      this.alloc(l, n, u),
-    );
-    this.buf.set(
-      'stepUniform',
-      this.alloc('stepUniform', o.get('stepUniform')!, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST),
-    );
-  }
-
   private b(name: string): GPUBuffer {
-    const x = this.buf.get(name);
-    if (!x) throw new Error(`internal: no buffer ${name}`);
-    return x;
-  }
-
-  /** The training step's dispatches (webgpu-step.ts) built into programs, on tuned matmuls. */
-  private async build(): Promise<void> {
-    const kernels = KernelSet.for(this.gpu, { subgroups: this.subgroups });
-    if (this.autotune) {
-      this.tuning = await autotuneMatmuls(
-        this.gpu,
-        kernels,
-        modelMatmuls(this.config.nEmbd, this.config.vocabSize),
-        this.maxB * this.maxT,
-        { adapter: this.device, cache: this.autotune.cache, budgetMs: this.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS },
-      );
-    }
-    const f16 = this.numerics === 'f16',
-      form = this.halfForm;
-    const { specs, fwdEnd, lossEnd, optStart } = trainingStep(this.config, (n) => this.b(n), {
-      maxRows: this.maxB * this.maxT,
-      choices: this.tuning?.choices ?? new Map(),
-      ...(f16 ? { f16: { form } } : {}),
-    });
-    this.fwdEnd = fwdEnd;
-    this.lossEnd = lossEnd;
-    this.optStart = optStart;
-    const L = this.config.nLayer,
-      b = (n: string) => this.b(n);
-    const params = b('params'),
-      grads = b('grads');
-    if (specs.length !== stepDispatches(L))
-      throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
-    const probe = { B: this.maxB, T: this.maxT };
-    this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
-    // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
-    const delta = f16
-      ? op.pseudoGradientF16(grads, b('start'), params, { N: this.N, form })
-      : op.pseudoGradient(grads, b('start'), params, { N: this.N });
-    this.deltaProgram = await Program.build(kernels, [delta], probe, undefined, 'delta');
-    this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
-    this.deltaProgram.setShape(probe);
-    if (f16) {
-      this.packProgram = await Program.build(
-        kernels,
-        [op.packF16(b('wcopy'), params, { N: this.N, form })],
-        probe,
-        undefined,
-        'pack',
-      );
-      this.bytes += this.packProgram.uniform.size;
-      this.packProgram.setShape(probe);
-    }
+    return this.res.b(name);
   }
 
   // ---------------------------------------------------------------- checks
@@ -265,55 +177,13 @@ export class WebGpuEngine implements TrainingEngine {
     if (this.isLost) throw engineError('E_DEVICE_LOST', 'the GPU device was lost: create a new engine and setParams');
   }
 
-  /** Copies the batch's tokens into the u32 staging arrays; rejects bad shapes and ids. */
-  private loadTokens(inputs: Tokens, targets: Tokens | null, B: number, T: number): void {
-    if (!Number.isInteger(B) || !Number.isInteger(T) || B < 1 || T < 1 || B > this.maxB || T > this.maxT) {
-      throw engineError('E_BAD_BATCH', `batch (${B},${T}) outside the allocated (1..${this.maxB}, 1..${this.maxT})`);
-    }
-    const n = B * T,
-      V = this.config.vocabSize;
-    if (inputs.length < n || (targets && targets.length < n))
-      throw engineError('E_BAD_BATCH', `a (${B},${T}) batch needs ${n} tokens`);
-    for (let i = 0; i < n; i++) {
-      const x = inputs[i],
-        y = targets ? targets[i] : 0;
-      if (!(x < V && y < V && x >= 0 && y >= 0))
-        throw engineError('E_BAD_BATCH', `token id out of range [0, ${V}) at ${i}`);
-      this.tokIn[i] = x;
-      this.tokOut[i] = y;
-    }
-    const q = this.gpu.queue;
-    q.writeBuffer(this.b('inputs'), 0, this.tokIn, 0, n);
-    if (targets) q.writeBuffer(this.b('targets'), 0, this.tokOut, 0, n);
-  }
-
-  private writeStep(lr: number, maxNorm: number, lossSlot: number, weightDecay = this.hyper.weightDecay): void {
-    const h = this.hyper;
-    encodeStepUniform(
-      {
-        lr,
-        beta1: h.beta1,
-        beta2: h.beta2,
-        eps: h.eps,
-        weightDecay,
-        bc1: 1 - Math.pow(h.beta1, Math.max(1, this.t)),
-        bc2: 1 - Math.pow(h.beta2, Math.max(1, this.t)),
-        maxNorm,
-        lossSlot,
-        step: this.t,
-      },
-      this.stepUniform,
-    );
-    this.gpu.queue.writeBuffer(this.b('stepUniform'), 0, this.stepUniform);
-  }
-
   // ---------------------------------------------------------------- training
 
   /** Enqueues one AdamW step: one submission, no readback. */
   async step(batch: Batch, opts: StepOptions): Promise<void> {
     this.enqueue(batch, opts, (enc, shape) => {
       const pass = enc.beginComputePass();
-      this.program.encode(pass, shape);
+      this.res.program.encode(pass, shape);
       pass.end();
     });
   }
@@ -327,7 +197,7 @@ export class WebGpuEngine implements TrainingEngine {
       throw engineError('E_NO_TIMESTAMPS', 'the device was created without timestamp-query');
     let pending: PendingProfile | null = null;
     this.enqueue(batch, opts, (enc, shape) => {
-      pending = recordProfiled(this.gpu, enc, this.program, shape);
+      pending = recordProfiled(this.gpu, enc, this.res.program, shape);
     });
     return (pending as PendingProfile | null)!.read();
   }
@@ -346,7 +216,7 @@ export class WebGpuEngine implements TrainingEngine {
   gradientsStep(batch: Batch, opts: StepOptions): void {
     this.enqueue(batch, opts, (enc, shape) => {
       const pass = enc.beginComputePass();
-      this.program.encode(pass, shape, 0, this.optStart);
+      this.res.program.encode(pass, shape, 0, this.res.optStart);
       pass.end();
     });
   }
@@ -354,8 +224,8 @@ export class WebGpuEngine implements TrainingEngine {
   /** The gradients of the last `gradientsStep`, added into `into` × `weight` as they are read back. */
   async addGradientsInto(into: Float32Array, weight: number): Promise<void> {
     this.usable();
-    await this.reads.exclusive(() =>
-      this.reads.out(this.b('grads'), 4 * this.N, (chunk, at) => {
+    await this.res.reads.exclusive(() =>
+      this.res.reads.out(this.b('grads'), 4 * this.N, (chunk, at) => {
         const g = new Float32Array(chunk),
           o = at / 4;
         for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
@@ -371,7 +241,7 @@ export class WebGpuEngine implements TrainingEngine {
     this.gpu.queue.writeBuffer(this.b('grads'), 0, grads);
     const enc = this.gpu.createCommandEncoder({ label: 'applyGradients' });
     const pass = enc.beginComputePass();
-    this.program.encode(pass, { B: this.maxB, T: this.maxT }, this.optStart);
+    this.res.program.encode(pass, { B: this.maxB, T: this.maxT }, this.res.optStart);
     pass.end();
     this.gpu.queue.submit([enc.finish()]);
   }
@@ -384,21 +254,21 @@ export class WebGpuEngine implements TrainingEngine {
   ): void {
     this.usable();
     const { B, T } = batch;
-    this.loadTokens(batch.inputs, batch.targets, B, T);
+    this.inputs.tokens(batch.inputs, batch.targets, B, T);
     this.t += 1;
-    this.writeStep(opts.lr, opts.gradClip, this.losses.slot, opts.weightDecay);
+    this.inputs.step(this.t, opts.lr, opts.gradClip, this.res.losses.slot, opts.weightDecay);
     const shape = { B, T };
-    this.program.setShape(shape);
+    this.res.program.setShape(shape);
     const enc = this.gpu.createCommandEncoder({ label: 'step' });
     record(enc, shape);
-    this.losses.recorded(enc);
+    this.res.losses.recorded(enc);
     this.gpu.queue.submit([enc.finish()]);
   }
 
   /** Losses of the steps since the last call, in order (copied and mapped asynchronously). */
   async takeLosses(): Promise<number[]> {
     this.usable();
-    return this.losses.take();
+    return this.res.losses.take();
   }
 
   // ---------------------------------------------------------------- evaluation
@@ -408,14 +278,14 @@ export class WebGpuEngine implements TrainingEngine {
     const { B, T } = batch;
     if (T > this.maxT || T < 1 || B < 1)
       throw engineError('E_BAD_BATCH', `eval batch (${B},${T}) needs 1 ≤ T ≤ ${this.maxT}`);
-    return this.reads.exclusive(async () => {
+    return this.res.reads.exclusive(async () => {
       let sum = 0;
       const sizes: number[] = [];
       const flush = async () => {
         const enc = this.gpu.createCommandEncoder({ label: 'evalLoss.read' });
         enc.copyBufferToBuffer(this.b('ring'), this.R * 4, this.b('readback'), 0, sizes.length * 4);
         this.gpu.queue.submit([enc.finish()]);
-        const vals = await this.reads.mapped(sizes.length);
+        const vals = await this.res.reads.mapped(sizes.length);
         sizes.forEach((nb, j) => {
           sum += vals[j] * nb;
         });
@@ -424,13 +294,13 @@ export class WebGpuEngine implements TrainingEngine {
       for (let b0 = 0; b0 < B; b0 += this.maxB) {
         const nb = Math.min(this.maxB, B - b0);
         const sl = (x: Tokens) => x.subarray(b0 * T, (b0 + nb) * T);
-        this.loadTokens(sl(batch.inputs), sl(batch.targets), nb, T);
-        this.writeStep(0, 0, this.R + sizes.length);
+        this.inputs.tokens(sl(batch.inputs), sl(batch.targets), nb, T);
+        this.inputs.step(this.t, 0, 0, this.R + sizes.length);
         const shape = { B: nb, T };
-        this.program.setShape(shape);
+        this.res.program.setShape(shape);
         const enc = this.gpu.createCommandEncoder({ label: 'evalLoss' });
         const pass = enc.beginComputePass();
-        this.program.encode(pass, shape, 0, this.lossEnd);
+        this.res.program.encode(pass, shape, 0, this.res.lossEnd);
         pass.end();
         this.gpu.queue.submit([enc.finish()]);
         sizes.push(nb);
@@ -446,18 +316,18 @@ export class WebGpuEngine implements TrainingEngine {
     const T = Math.min(context.length, this.maxT);
     if (T < 1) throw engineError('E_BAD_BATCH', 'empty context');
     const ctx = context.subarray(context.length - T);
-    return this.reads.exclusive(async () => {
-      this.loadTokens(ctx, null, 1, T);
+    return this.res.reads.exclusive(async () => {
+      this.inputs.tokens(ctx, null, 1, T);
       const shape = { B: 1, T };
-      this.program.setShape(shape);
+      this.res.program.setShape(shape);
       const V = this.config.vocabSize;
       const enc = this.gpu.createCommandEncoder({ label: 'nextTokenLogits' });
       const pass = enc.beginComputePass();
-      this.program.encode(pass, shape, 0, this.fwdEnd);
+      this.res.program.encode(pass, shape, 0, this.res.fwdEnd);
       pass.end();
       enc.copyBufferToBuffer(this.b('logits'), (T - 1) * V * 4, this.b('readback'), 0, V * 4);
       this.gpu.queue.submit([enc.finish()]);
-      return this.reads.mapped(V);
+      return this.res.reads.mapped(V);
     });
   }
 
@@ -470,11 +340,11 @@ export class WebGpuEngine implements TrainingEngine {
     const q = this.gpu.queue;
     q.writeBuffer(this.b('params'), 0, params);
     q.writeBuffer(this.b('start'), 0, params);
-    if (this.packProgram) {
+    if (this.res.packProgram) {
       // f16: the matmuls' weight copy, rounded once from θ (AdamW keeps it after each step)
       const enc = this.gpu.createCommandEncoder({ label: 'setParams.pack' });
       const pass = enc.beginComputePass();
-      this.packProgram.encode(pass, { B: this.maxB, T: this.maxT });
+      this.res.packProgram.encode(pass, { B: this.maxB, T: this.maxT });
       pass.end();
       q.submit([enc.finish()]);
     }
@@ -487,35 +357,13 @@ export class WebGpuEngine implements TrainingEngine {
   /** Δ = θ_start − θ, computed on the GPU (into the gradient buffer, which the next step overwrites). */
   async readDelta(): Promise<Float32Array> {
     this.usable();
-    return this.reads.exclusive(async () => {
-      const delta = (enc: GPUCommandEncoder) => {
-        const pass = enc.beginComputePass();
-        this.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
-        pass.end();
-      };
-      const out = new Float32Array(this.N);
-      if (this.numerics === 'f32') {
-        await this.reads.out(
-          this.b('grads'),
-          4 * this.N,
-          (chunk, at) => out.set(new Float32Array(chunk), at / 4),
-          delta,
-        );
-      } else {
-        // N halves, half the bytes of f32, unpacked here once (for the codec); chunks hold whole words
-        await this.reads.out(
-          this.b('grads'),
-          4 * Math.ceil(this.N / 2),
-          (chunk, at) => {
-            const from = at / 2,
-              n = Math.min(this.N - from, (chunk.byteLength / 4) * 2);
-            unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
-          },
-          delta,
-        );
-      }
-      return out;
-    });
+    const delta = (enc: GPUCommandEncoder) => {
+      const pass = enc.beginComputePass();
+      this.res.deltaProgram.encode(pass, { B: this.maxB, T: this.maxT });
+      pass.end();
+    };
+    const reads = this.res.reads;
+    return reads.exclusive(() => reads.floats(this.b('grads'), this.N, this.numerics === 'f16', delta));
   }
 
   async getOptimizerState(): Promise<OptimizerState> {
@@ -551,22 +399,15 @@ export class WebGpuEngine implements TrainingEngine {
 
   private readBuffer(name: string): Promise<Float32Array> {
     this.usable();
-    return this.reads.exclusive(async () => {
-      const out = new Float32Array(this.N);
-      await this.reads.out(this.b(name), 4 * this.N, (chunk, at) => out.set(new Float32Array(chunk), at / 4));
-      return out;
-    });
+    const reads = this.res.reads;
+    return reads.exclusive(() => reads.floats(this.b(name), this.N));
   }
 
   /** Frees the engine's buffers (the device belongs to the caller). */
   destroy(): void {
     if (this.destroyed) return;
     this.destroyed = true;
-    for (const b of this.buf.values()) b.destroy();
-    this.losses?.destroy();
-    this.program?.destroy();
-    this.deltaProgram?.destroy();
-    this.packProgram?.destroy();
+    this.res.destroy();
     this.lostCallbacks.clear();
   }
 }

@@ -1,0 +1,142 @@
+// What the WebGPU engine allocates and builds once, in `WebGpuEngine.create()`: its buffers (from
+// webgpu-plan.ts's plan, every byte counted), the two readers (webgpu-readback.ts), the autotuned
+// matmuls and the programs: the training step (webgpu-step.ts), Δ, and f16's weight copy.
+// The engine (webgpu.ts) records and submits them. No node: imports.
+
+import type { GPTConfig } from '../../../core/model/config.ts';
+import * as op from '../../../shaders/ops.ts';
+import { KernelSet, Program } from './webgpu-kernels.ts';
+import { AUTOTUNE_BUDGET_MS, type Plan, type WebGpuEngineOptions, stepDispatches } from './webgpu-plan.ts';
+import { LossRing, Readback } from './webgpu-readback.ts';
+import { trainingStep } from './webgpu-step.ts';
+import { type TuneResult, autotuneMatmuls, modelMatmuls } from './webgpu-tune.ts';
+
+/** What the engine resolved from its options and device, that building needs. */
+export interface ResourceShape {
+  config: GPTConfig;
+  /** The adapter's name (the autotuner's cache key). */
+  device: string;
+  subgroups: boolean;
+  numerics: 'f32' | 'f16';
+  halfForm: op.HalfForm;
+  autotune: WebGpuEngineOptions['autotune'];
+  maxB: number;
+  maxT: number;
+  /** Loss ring slots. */
+  R: number;
+  /** Parameters. */
+  N: number;
+}
+
+/** The engine's buffers, readers and programs; `destroy()` frees whatever was made. */
+export class GpuResources {
+  private readonly buf = new Map<string, GPUBuffer>();
+  /** Bytes allocated on the device. */
+  bytes = 0;
+  losses!: LossRing;
+  reads!: Readback;
+  program!: Program;
+  deltaProgram!: Program;
+  packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
+  fwdEnd = 0; // dispatches [0, fwdEnd): forward to the logits
+  lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
+  optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
+  /** What the autotuner chose (null: not tuned). */
+  tuning: TuneResult | null = null;
+
+  constructor(
+    private readonly gpu: GPUDevice,
+    private readonly s: ResourceShape,
+  ) {}
+
+  private alloc(label: string, size: number, usage: GPUBufferUsageFlags): GPUBuffer {
+    const b = this.gpu.createBuffer({ label, size, usage });
+    this.bytes += size;
+    return b;
+  }
+
+  allocate(p: Plan): void {
+    const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    for (const [name, size] of p.storage) this.buf.set(name, this.alloc(name, size, S));
+    const o = p.other;
+    this.buf.set(
+      'readback',
+      this.alloc('readback', o.get('readback')!, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST),
+    );
+    this.reads = new Readback(this.gpu, this.b('readback'));
+    this.losses = new LossRing(this.gpu, this.b('ring'), this.s.R, o.get('lossStaging')!, (l, n, u) =>
+      this.alloc(l, n, u),
+    );
+    this.buf.set(
+      'stepUniform',
+      this.alloc('stepUniform', o.get('stepUniform')!, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST),
+    );
+  }
+
+  /** The buffer of that name (webgpu-plan.ts's names). */
+  b(name: string): GPUBuffer {
+    const x = this.buf.get(name);
+    if (!x) throw new Error(`internal: no buffer ${name}`);
+    return x;
+  }
+
+  /** The training step's dispatches (webgpu-step.ts) built into programs, on tuned matmuls. */
+  async build(): Promise<void> {
+    const s = this.s;
+    const kernels = KernelSet.for(this.gpu, { subgroups: s.subgroups });
+    if (s.autotune) {
+      this.tuning = await autotuneMatmuls(
+        this.gpu,
+        kernels,
+        modelMatmuls(s.config.nEmbd, s.config.vocabSize),
+        s.maxB * s.maxT,
+        { adapter: s.device, cache: s.autotune.cache, budgetMs: s.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS },
+      );
+    }
+    const f16 = s.numerics === 'f16',
+      form = s.halfForm;
+    const { specs, fwdEnd, lossEnd, optStart } = trainingStep(s.config, (n) => this.b(n), {
+      maxRows: s.maxB * s.maxT,
+      choices: this.tuning?.choices ?? new Map(),
+      ...(f16 ? { f16: { form } } : {}),
+    });
+    this.fwdEnd = fwdEnd;
+    this.lossEnd = lossEnd;
+    this.optStart = optStart;
+    const L = s.config.nLayer,
+      b = (n: string) => this.b(n);
+    const params = b('params'),
+      grads = b('grads');
+    if (specs.length !== stepDispatches(L))
+      throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
+    const probe = { B: s.maxB, T: s.maxT };
+    this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
+    // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
+    const delta = f16
+      ? op.pseudoGradientF16(grads, b('start'), params, { N: s.N, form })
+      : op.pseudoGradient(grads, b('start'), params, { N: s.N });
+    this.deltaProgram = await Program.build(kernels, [delta], probe, undefined, 'delta');
+    this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
+    this.deltaProgram.setShape(probe);
+    if (f16) {
+      this.packProgram = await Program.build(
+        kernels,
+        [op.packF16(b('wcopy'), params, { N: s.N, form })],
+        probe,
+        undefined,
+        'pack',
+      );
+      this.bytes += this.packProgram.uniform.size;
+      this.packProgram.setShape(probe);
+    }
+  }
+
+  /** Frees the buffers and programs (the device belongs to the caller). */
+  destroy(): void {
+    for (const b of this.buf.values()) b.destroy();
+    this.losses?.destroy();
+    this.program?.destroy();
+    this.deltaProgram?.destroy();
+    this.packProgram?.destroy();
+  }
+}
