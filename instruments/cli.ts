@@ -139,6 +139,11 @@ export function buildProgram(): Command {
       'move the run folder aside (to <dir>.old-<time>) and start a new run there: for a folder whose ' +
         'checkpoints are all unreadable',
     )
+    .option(
+      '--init <folder>',
+      'θ0 of a new run from a transformers GPT-2 folder (config.json + model.safetensors, as export --format hf ' +
+        "writes); the run's model is the folder's shape (--preset or a --config model must match it)",
+    )
     .option('--port <n>', 'HTTP port, 0..65535 (default $PORT or 8080)', PORT)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')

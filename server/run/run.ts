@@ -18,7 +18,7 @@ import { EventEmitter } from 'node:events';
 import { Coordinator, type CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { TextDataset } from '../../core/data/dataset.ts';
 import { initParams } from '../../core/model/gpt.ts';
-import type { GPTConfig } from '../../core/model/config.ts';
+import { type GPTConfig, numParams } from '../../core/model/config.ts';
 import { ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { RunConfig } from '../../core/api.ts';
@@ -56,6 +56,8 @@ export interface OpenRunOptions {
   outerWorkers?: number;
   /** Verified work (audit.ts): audits of a sample of accepted deltas by validators holding its token. */
   audit?: AuditOptions;
+  /** θ0 of a new run in place of the seed's init (`serve --init`: a transformers folder); unused on resume. */
+  init?: { params: Float32Array; from: string };
 }
 
 /** What a run reports, each once the state it reports is durable. */
@@ -192,7 +194,9 @@ export class Run extends EventEmitter<RunEvents> {
     if (!restored) refuseUnreadableRun(store);
     await store.openLog();
     const resumed = restored !== null;
-    const params = () => initParams(o.config.model, o.config.seed);
+    const params = () => o.init?.params.slice() ?? initParams(o.config.model, o.config.seed);
+    if (o.init && o.init.params.length !== numParams(o.config.model))
+      throw Object.assign(new Error(`θ0 from ${o.init.from} does not fit the run's model`), { code: 'E_WRONG_SIZE' });
     const coord = restored ?? new Coordinator({ params: params(), config: o.config.coordinator, now });
     if (resumed && o.resumePatch && Object.keys(o.resumePatch).length) {
       const r = coord.setConfig(o.resumePatch);
@@ -219,7 +223,8 @@ export class Run extends EventEmitter<RunEvents> {
     if (!resumed) {
       // version 0 is durable before anyone can see it: a restart reproduces it bit for bit
       store.requestCheckpoint(0, () => encodeRunCheckpoint(config, coord.snapshot()));
-      store.append({ type: 'start', version: 0, hash: coord.hash, params: coord.paramCount, config });
+      const init = o.init ? { init: o.init.from } : {};
+      store.append({ type: 'start', version: 0, hash: coord.hash, params: coord.paramCount, config, ...init });
       history.start(now, 0);
     } else store.append({ type: 'resume', version: coord.version, hash: coord.hash });
     await store.commit();
