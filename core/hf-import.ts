@@ -103,7 +103,7 @@ export function importHf(folder: HfFolder): Result<Checkpoint> {
     used.add('lm_head.weight');
     const wte = layout.byName.wte;
     const w = head.shape.join(',') === wte.shape.join(',') ? tensorAsFloat32(head) : null;
-    const same = w !== null && w.every((x, i) => x === params[wte.offset + i]);
+    const same = w?.every((x, i) => x === params[wte.offset + i]);
     if (!same) return err('E_UNTIED_HEAD', "lm_head.weight differs from wte: atoll's head is tied to wte");
   }
   const extra = Object.keys(tensors).filter((n) => !used.has(n) && !BUFFER.test(n));
