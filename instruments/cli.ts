@@ -46,6 +46,14 @@ const engineOption = () =>
     .choices(['cpu', 'js', 'webgpu'])
     .default('cpu');
 
+const precisionOption = () =>
+  new Option(
+    '--precision <p>',
+    "WebGPU: storage of activations, the matmuls' weight copy and Δ (master weights and Adam moments stay f32)",
+  )
+    .choices(['f32', 'f16'])
+    .default('f32');
+
 /** Prints an error with its code and exits non-zero (never a stack trace for user errors). */
 function fail(e: unknown): never {
   const err = e as Error & { code?: string };
@@ -79,6 +87,7 @@ export function buildProgram(): Command {
     .addOption(engineOption())
     .addOption(threadsOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
+    .addOption(precisionOption())
     .option('--json', 'print one JSON object at the end')
     .action(async (o) => {
       const { train } = await import('./commands/train.ts');
@@ -188,14 +197,7 @@ export function buildProgram(): Command {
     )
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
-    .addOption(
-      new Option(
-        '--precision <p>',
-        "WebGPU: storage of activations, the matmuls' weight copy and Δ (master weights and Adam moments stay f32)",
-      )
-        .choices(['f32', 'f16'])
-        .default('f32'),
-    )
+    .addOption(precisionOption())
     .option(
       '--devices <n>',
       'WebGPU: train data-parallel on n devices as one island, 1..64 (gradients all-reduced every step, one Δ)',
