@@ -19,13 +19,12 @@
 
 import type { Checkpoint } from './checkpoint.ts';
 import { checkpointTokenizer } from './data/tokenizer.ts';
-import { type GPTConfig, paramLayout, validateConfig } from './model/config.ts';
+import { type GPTConfig, paramLayout } from './model/config.ts';
 import { LN_EPS } from './model/ops.ts';
-import { type Result, err, ok } from './result.ts';
-import { type TensorInput, readSafetensors, tensorAsFloat32, writeSafetensors } from './safetensors.ts';
+import { type TensorInput, writeSafetensors } from './safetensors.ts';
 
 /** Per-layer tensors: atoll name, transformers name inside transformer.h.{l}, stored transposed. */
-const LAYER: ReadonlyArray<[string, string, boolean]> = [
+export const LAYER: ReadonlyArray<[string, string, boolean]> = [
   ['ln1w', 'ln_1.weight', false],
   ['ln1b', 'ln_1.bias', false],
   ['qkvw', 'attn.c_attn.weight', true],
@@ -39,7 +38,7 @@ const LAYER: ReadonlyArray<[string, string, boolean]> = [
   ['fcprojw', 'mlp.c_proj.weight', true],
   ['fcprojb', 'mlp.c_proj.bias', false],
 ];
-const GLOBAL: ReadonlyArray<[string, string]> = [
+export const GLOBAL: ReadonlyArray<[string, string]> = [
   ['wte', 'transformer.wte.weight'],
   ['wpe', 'transformer.wpe.weight'],
   ['lnfw', 'transformer.ln_f.weight'],
@@ -60,7 +59,7 @@ export const HF_FILES = [
 ] as const;
 
 /** (rows, cols) row-major → (cols, rows) row-major. */
-function transpose(src: Float32Array, rows: number, cols: number): Float32Array {
+export function transpose(src: Float32Array, rows: number, cols: number): Float32Array {
   const out = new Float32Array(src.length);
   for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = src[r * cols + c];
   return out;
@@ -190,64 +189,4 @@ export function exportHf(ck: Checkpoint, tokenizer?: HfTokenizer): HfFolder {
     }),
     'special_tokens_map.json': json({}),
   };
-}
-
-/** A transformers GPT-2 folder (as exportHf writes it) back to an atoll checkpoint. Never throws. */
-export function importHf(folder: HfFolder): Result<Checkpoint> {
-  const cfgBytes = folder['config.json'];
-  const model = folder['model.safetensors'];
-  if (!cfgBytes || !model)
-    return err('E_BAD_CHECKPOINT', 'a transformers folder needs config.json and model.safetensors');
-  let config: GPTConfig;
-  try {
-    const h = JSON.parse(new TextDecoder().decode(cfgBytes)) as Record<string, unknown>;
-    if (h.model_type !== 'gpt2')
-      return err('E_BAD_CHECKPOINT', `config.json: model_type '${String(h.model_type)}', expected 'gpt2'`);
-    if (h.activation_function !== 'gelu_new')
-      return err(
-        'E_BAD_CHECKPOINT',
-        `config.json: activation '${String(h.activation_function)}': atoll's GELU is gelu_new (tanh)`,
-      );
-    config = {
-      vocabSize: Number(h.vocab_size),
-      blockSize: Number(h.n_positions),
-      nLayer: Number(h.n_layer),
-      nHead: Number(h.n_head),
-      nEmbd: Number(h.n_embd),
-    };
-    validateConfig(config);
-  } catch (e) {
-    return err('E_BAD_CHECKPOINT', `config.json: ${(e as Error).message}`);
-  }
-  const file = readSafetensors(model);
-  if (!file.ok) return file;
-  const { tensors, metadata } = file.value;
-  const layout = paramLayout(config);
-  const params = new Float32Array(layout.total);
-  const take = (name: string, shape: number[]): Result<Float32Array> => {
-    const t = tensors[name];
-    if (!t) return err('E_MISSING_TENSOR', `model.safetensors lacks '${name}'`);
-    if (t.dtype !== 'F32' || t.shape.join(',') !== shape.join(','))
-      return err('E_WRONG_SIZE', `'${name}' is ${t.dtype} [${t.shape}], expected F32 [${shape}]`);
-    return ok(tensorAsFloat32(t));
-  };
-  for (const [a, h] of GLOBAL) {
-    const spec = layout.byName[a];
-    const r = take(h, spec.shape);
-    if (!r.ok) return r;
-    params.set(r.value, spec.offset);
-  }
-  for (const [a, h, tr] of LAYER) {
-    const spec = layout.byName[a];
-    const rest = spec.shape.slice(1);
-    const size = rest.reduce((x, y) => x * y, 1);
-    for (let l = 0; l < config.nLayer; l++) {
-      const r = take(`transformer.h.${l}.${h}`, tr ? [rest[1], rest[0]] : rest);
-      if (!r.ok) return r;
-      params.set(tr ? transpose(r.value, rest[1], rest[0]) : r.value, spec.offset + l * size);
-    }
-  }
-  const meta: Record<string, string> = {};
-  for (const [k, v] of Object.entries(metadata)) if (k.startsWith('atoll.')) meta[k.slice(6)] = v;
-  return ok({ config, params, meta, extra: {} });
 }

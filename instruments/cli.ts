@@ -47,6 +47,14 @@ const engineOption = () =>
     .choices(['cpu', 'js', 'webgpu'])
     .default('cpu');
 
+const precisionOption = () =>
+  new Option(
+    '--precision <p>',
+    "WebGPU: storage of activations, the matmuls' weight copy and Δ (master weights and Adam moments stay f32)",
+  )
+    .choices(['f32', 'f16'])
+    .default('f32');
+
 /** Prints an error with its code and exits non-zero (never a stack trace for user errors). */
 function fail(e: unknown): never {
   const err = e as Error & { code?: string };
@@ -84,6 +92,7 @@ export function buildProgram(): Command {
     .addOption(engineOption())
     .addOption(threadsOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
+    .addOption(precisionOption())
     .option('--json', 'print one JSON object at the end')
     .action(async (o) => {
       const { train } = await import('./commands/train.ts');
@@ -144,6 +153,11 @@ export function buildProgram(): Command {
       'move the run folder aside (to <dir>.old-<time>) and start a new run there: for a folder whose ' +
         'checkpoints are all unreadable',
     )
+    .option(
+      '--init <folder>',
+      'θ0 of a new run from a transformers GPT-2 folder (config.json + model.safetensors, as export --format hf ' +
+        "writes); the run's model is the folder's shape (--preset or a --config model must match it)",
+    )
     .option('--port <n>', 'HTTP port, 0..65535 (default $PORT or 8080)', PORT)
     .option('--host <addr>', 'bind address (default $HOST or 0.0.0.0)')
     .option('--no-eval', 'do not evaluate on the held-out split after updates')
@@ -188,14 +202,7 @@ export function buildProgram(): Command {
     )
     .addOption(engineOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
-    .addOption(
-      new Option(
-        '--precision <p>',
-        "WebGPU: storage of activations, the matmuls' weight copy and Δ (master weights and Adam moments stay f32)",
-      )
-        .choices(['f32', 'f16'])
-        .default('f32'),
-    )
+    .addOption(precisionOption())
     .option(
       '--devices <n>',
       'WebGPU: train data-parallel on n devices as one island, 1..64 (gradients all-reduced every step, one Δ)',

@@ -14,7 +14,7 @@ import { Metrics } from './metrics.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
 import { logCheckpoint, logRunEvent } from './run/ops-log.ts';
-import { Run } from './run/run.ts';
+import { type OpenRunOptions, Run } from './run/run.ts';
 import { NoQuery, STRICT_AJV, replies, strictHttp } from './plugins/http-strict.ts';
 import { HealthSchema } from '../core/api.ts';
 import { AuthLimiter } from './plugins/auth-limit.ts';
@@ -52,6 +52,8 @@ export interface AtollServerOptions {
   gateway?: { messagesPerSecond?: number; violationBudget?: number; heartbeatMs?: number };
   /** Butterfly mixing (server/gateway/mix.ts): group size k (0 or absent: off) and its knobs. */
   mix?: MixOptions;
+  /** θ0 of a new run (`serve --init`), in place of the seed's init. */
+  init?: OpenRunOptions['init'];
 }
 
 export interface AtollServer {
@@ -179,6 +181,7 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
       evaluate: o.evaluate,
       outerWorkers: o.outerWorkers,
       audit: o.audit,
+      init: o.init,
       log,
     });
   } catch (e) {

@@ -1,8 +1,14 @@
-// `atoll bench kernels`, `codec` and `cold-start` are registered with their options; cold-start runs.
+// `atoll bench kernels`, `codec` and `cold-start` are registered with their options; cold-start and codec run.
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../instruments/cli.ts';
-import { formatCodecBench } from '../instruments/bench/codec.ts';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { PRESETS, numParams } from '../core/model/config.ts';
+import { type CodecBenchReport, formatCodecBench } from '../instruments/bench/codec.ts';
+import { formatCodecRounds } from '../instruments/bench/codec-round.ts';
 import { benchColdStart, formatColdStart } from '../instruments/bench/cold-start.ts';
+
+const ROOT = join(import.meta.dirname, '..');
 
 describe('bench CLI', () => {
   it('has kernels and codec subcommands next to server', () => {
@@ -11,7 +17,7 @@ describe('bench CLI', () => {
     expect(sub.kernels).toEqual(
       expect.arrayContaining(['--json', '--quick', '--peak-tflops', '--no-autotune', '--profile']),
     );
-    expect(sub.codec).toEqual(expect.arrayContaining(['--json', '--repeats']));
+    expect(sub.codec).toEqual(expect.arrayContaining(['--json', '--repeats', '--preset', '--rounds-only']));
     expect(sub.server).toEqual(
       expect.arrayContaining(['--islands', '--procs', '--seconds', '--gateways', '--skip-load', '--json']),
     );
@@ -36,7 +42,36 @@ describe('bench CLI', () => {
       repeats: 1,
       count: 1000,
       results: [{ encoding: 'int8', deflate: false, encodeMBps: 100, decodeMBps: 200, bytes: 1100, ratioVsF32: 3.6 }],
+      rounds: [],
     });
     expect(text).toMatch(/int8\s+no\s+100\s+200\s+1,100\s+×3\.6/);
+  });
+
+  it("codec --preset tiny --rounds-only: each run codec's bytes up and down per round and its four timings", () => {
+    const out = execFileSync(
+      process.execPath,
+      [join(ROOT, 'bin/atoll.js'), 'bench', 'codec', '--preset', 'tiny', '--rounds-only', '--repeats', '1', '--json'],
+      { cwd: ROOT, encoding: 'utf8' },
+    );
+    const r = JSON.parse(out) as CodecBenchReport;
+    const n = numParams(PRESETS.tiny);
+    expect(r.preset).toBe('tiny');
+    expect(r.count).toBe(n);
+    expect(r.results).toEqual([]); // --rounds-only
+    const by = Object.fromEntries(r.rounds.map((x) => [x.setting, x]));
+    expect(Object.keys(by)).toEqual(['sparse', 'int8', 'sparse-down']);
+    const chunks = Math.ceil(n / 4096);
+    // sparse: 1 bit for half of each 4096-chunk, plus a few bytes per chunk and the 32-byte header
+    expect(by.sparse.bytesUp).toBeGreaterThanOrEqual(n / 16);
+    expect(by.sparse.bytesUp).toBeLessThan(n / 16 + 16 * chunks + 64);
+    expect(by.sparse.bytesDown).toBeLessThan(n / 2 + 8 * chunks + 64); // int4 per 4096, deflated when smaller
+    expect(by.int8.bytesUp).toBeGreaterThanOrEqual(n);
+    expect(by['sparse-down'].runSetting).toBe(false);
+    expect(by['sparse-down'].bytesDown).toBe(by.sparse.bytesUp);
+    for (const row of r.rounds) {
+      for (const ms of Object.values(row.ms)) expect(ms).toBeGreaterThanOrEqual(0);
+      expect(row.meetsTarget).toEqual({ up: true, down: true }); // tiny is far below 8 MB
+    }
+    expect(formatCodecRounds(r.rounds)).toMatch(/sparse-down\*/);
   });
 });

@@ -74,6 +74,15 @@ describe('config and schedule', () => {
     expect(flopsPerToken(c)).toBe(6 * N + 12 * c.nLayer * c.nHead * (c.nEmbd / c.nHead) * c.blockSize);
   });
 
+  it('gpt2 is GPT-2 small: 124,439,808 parameters with the tied head, and its FLOPs per token', () => {
+    const g = PRESETS.gpt2;
+    expect(g).toEqual({ vocabSize: 50257, blockSize: 1024, nLayer: 12, nHead: 12, nEmbd: 768 });
+    expect(numParams(g)).toBe(124_439_808); // transformers' gpt2 (lm_head tied to wte, not counted twice)
+    expect(paramLayout(g).byName.wte.size).toBe(50257 * 768);
+    // 6·(N − the position table) + 12·L·H·Q·T = 6·123,653,376 + 12·12·12·64·1024
+    expect(flopsPerToken(g)).toBe(741_920_256 + 113_246_208);
+  });
+
   it('warms up linearly then decays by cosine to the floor', () => {
     const s = { maxLr: 1, minLr: 0.1, warmup: 10, total: 110 };
     expect(learningRate(s, 0)).toBeCloseTo(1 / 11);

@@ -129,6 +129,7 @@ describe('the vocabulary of a served run', () => {
     const tiny = buildRunConfig(null, { preset: 'tiny' }).model;
     expect(why({ model: { ...tiny, vocabSize: 1024 } }, {})).toMatch(/^E_VOCAB_MISMATCH: model.vocabSize 1024/);
     expect(why(null, { preset: 'gpt2-mini' })).toMatch(/^E_BAD_CONFIG: preset must be one of/); // atoll train's alone
+    expect(why(null, { preset: 'gpt2' })).toMatch(/^E_BAD_CONFIG: preset must be one of/);
     expect(why(null, { preset: 'tiny' })).toBe('accepted');
   });
 });

@@ -11,22 +11,24 @@ export interface GPTConfig {
   nEmbd: number; // C, divisible by nHead
 }
 
-export type PresetName = 'tiny' | 'small' | 'base' | 'gpt2-mini';
+export type PresetName = 'tiny' | 'small' | 'base' | 'gpt2-mini' | 'gpt2';
 
 /**
  * Named presets. `small` is the browser default (~1.9M params), `base` ~11M. `gpt2-mini` is GPT-2's
  * vocabulary and layout (the gpt2 tokenizer) at a size these machines train: ~3.4M params, 3.2M of
- * them the 50,257-row embedding that is also the head.
+ * them the 50,257-row embedding that is also the head. `gpt2` is GPT-2 small itself (124M, transformers'
+ * `gpt2`): its shapes, so a transformers GPT-2 folder loads into it (core/hf.ts) tensor for tensor.
  */
 export const PRESETS: Record<PresetName, GPTConfig> = {
   tiny: { vocabSize: 256, blockSize: 32, nLayer: 2, nHead: 2, nEmbd: 32 },
   small: { vocabSize: 256, blockSize: 128, nLayer: 4, nHead: 6, nEmbd: 192 },
   base: { vocabSize: 256, blockSize: 256, nLayer: 6, nHead: 6, nEmbd: 384 },
   'gpt2-mini': { vocabSize: 50257, blockSize: 256, nLayer: 4, nHead: 4, nEmbd: 64 },
+  gpt2: { vocabSize: 50257, blockSize: 1024, nLayer: 12, nHead: 12, nEmbd: 768 },
 };
 
 /** Default micro-batch size per preset (sequences per inner step). */
-export const DEFAULT_BATCH: Record<PresetName, number> = { tiny: 8, small: 8, base: 8, 'gpt2-mini': 4 };
+export const DEFAULT_BATCH: Record<PresetName, number> = { tiny: 8, small: 8, base: 8, 'gpt2-mini': 4, gpt2: 1 };
 
 export function getPreset(name: string): GPTConfig {
   const p = (PRESETS as Record<string, GPTConfig | undefined>)[name];

@@ -134,12 +134,22 @@ export function registerBench(program: Command): void {
     });
   bench
     .command('codec')
-    .description('pseudo-gradient codec: encode/decode MB/s and frame size per encoding, on a base-sized delta')
+    .description(
+      "pseudo-gradient codec: encode/decode MB/s and frame size per encoding, and bytes up and down per round in the run's " +
+        'codecs with the time of each side (Node), on a delta the size of a preset (default base; gpt2: 124M)',
+    )
+    .addOption(
+      new Option('--preset <name>', 'model preset: the size of the delta')
+        .choices(Object.keys(PRESETS))
+        .default('base'),
+    )
     .option('--repeats <n>', 'timed repeats per encoding (median), 1..100', intIn(1, 100), 3)
+    .option('--rounds-only', 'only the per-round bytes and times (skip the table of every encoding)')
     .option('--json', 'print one JSON object')
     .action(async (o) => {
       const { runCodecBench, formatCodecBench } = await import('./codec.ts');
-      const r = runCodecBench({ repeats: o.repeats });
+      const log = o.json ? undefined : (s: string) => process.stderr.write(s + '\n');
+      const r = runCodecBench({ repeats: o.repeats, preset: o.preset, roundsOnly: o.roundsOnly === true, log });
       process.stdout.write((o.json ? JSON.stringify(r) : formatCodecBench(r)) + '\n');
     });
 }

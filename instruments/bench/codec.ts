@@ -1,5 +1,6 @@
 // `atoll bench codec`: codec throughput and frame size of every pseudo-gradient encoding, on a
-// synthetic delta the size of the `base` preset.
+// synthetic delta the size of a preset (default `base`), and the bytes up and down per round in the
+// run's codecs with each side's time (codec-round.ts; `--preset gpt2`: at 124M).
 
 import {
   type CodecOptions,
@@ -9,9 +10,12 @@ import {
   decodeDelta,
   encodeDelta,
 } from '../../core/codec/index.ts';
-import { PRESETS, numParams } from '../../core/model/config.ts';
-import { gaussian, mulberry32 } from '../../core/random.ts';
+import { type PresetName, getPreset, numParams } from '../../core/model/config.ts';
+import { type CodecRoundRow, benchCodecRounds, formatCodecRounds } from './codec-round.ts';
+import { syntheticDelta } from './synthetic-delta.ts';
 import { median } from './timing.ts';
+
+export { syntheticDelta };
 
 export interface CodecBenchResult {
   count: number;
@@ -26,23 +30,6 @@ export interface CodecBenchResult {
     /** f32 input bytes / frame bytes: how many times smaller than sending raw f32 */
     ratioVsF32: number;
   }>;
-}
-
-/**
- * A delta shaped like a real one: Gaussian entries whose scale varies per row of 768 (log-normal
- * over two decades, as across embeddings, attention and MLP weights), times a typical Δ magnitude.
- */
-export function syntheticDelta(n: number, seed = 1234): Float32Array {
-  const rand = mulberry32(seed);
-  const normal = gaussian(rand);
-  const out = new Float32Array(n);
-  const row = 768;
-  for (let start = 0; start < n; start += row) {
-    const scale = 1e-3 * Math.exp(normal() * 1.15);
-    const end = Math.min(start + row, n);
-    for (let i = start; i < end; i++) out[i] = normal() * scale;
-  }
-  return out;
 }
 
 /** Encode and decode throughput, frame size and ratio for every encoding, with and without deflate. */
@@ -83,13 +70,21 @@ export function benchCodec(n: number, opts: { repeats?: number } = {}): CodecBen
 }
 
 export interface CodecBenchReport extends CodecBenchResult {
-  preset: 'base';
+  preset: PresetName;
   repeats: number;
+  /** bytes up and down per round in the run's codecs, and each side's time (codec-round.ts) */
+  rounds: CodecRoundRow[];
 }
 
-export function runCodecBench(opts: { repeats?: number } = {}): CodecBenchReport {
+/** `roundsOnly`: skip the table of every encoding (at 124M each is seconds of work). */
+export function runCodecBench(
+  opts: { repeats?: number; preset?: PresetName; roundsOnly?: boolean; log?: (s: string) => void } = {},
+): CodecBenchReport {
   const repeats = Math.max(1, opts.repeats ?? 5);
-  return { preset: 'base', repeats, ...benchCodec(numParams(PRESETS.base), { repeats }) };
+  const preset = opts.preset ?? 'base';
+  const n = numParams(getPreset(preset));
+  const table = opts.roundsOnly ? { count: n, results: [] } : benchCodec(n, { repeats });
+  return { preset, repeats, ...table, rounds: benchCodecRounds(n, { repeats, log: opts.log }) };
 }
 
 export function formatCodecBench(r: CodecBenchReport): string {
@@ -105,5 +100,6 @@ export function formatCodecBench(r: CodecBenchReport): string {
         `${x.bytes.toLocaleString().padStart(12)}   ×${x.ratioVsF32.toFixed(1)}`,
     );
   }
+  if (r.rounds.length) lines.push(formatCodecRounds(r.rounds));
   return lines.join('\n');
 }

@@ -1,12 +1,13 @@
 // `atoll export`: a checkpoint to a transformers folder (--format hf), or such a folder back to
 // an atoll checkpoint (--format atoll).
 
-import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { decodeCheckpoint, encodeCheckpoint } from '../../core/checkpoint.ts';
-import { HF_FILES, exportHf, importHf } from '../../core/hf.ts';
+import { exportHf } from '../../core/hf.ts';
 import { gpt2HfTokenizer } from '../../core/hf-tokenizer.ts';
 import { checkpointTokenizer } from '../../core/data/tokenizer.ts';
+import { readHfFolder } from './hf-folder.ts';
 import { assertWritable } from '../../server/fsutil.ts';
 
 export interface ExportCliOptions {
@@ -41,16 +42,6 @@ export async function exportCheckpoint(o: ExportCliOptions): Promise<string[]> {
       return join(o.out, name);
     });
   }
-  let names: string[];
-  try {
-    names = readdirSync(o.checkpoint);
-  } catch (e) {
-    fail('E_CHECKPOINT_MISSING', `--format atoll reads a transformers folder: ${(e as Error).message}`);
-  }
-  const folder: Record<string, Uint8Array> = {};
-  for (const n of HF_FILES) if (names.includes(n)) folder[n] = read(join(o.checkpoint, n));
-  const ck = importHf(folder);
-  if (!ck.ok) fail(ck.error.code, `${o.checkpoint}: ${ck.error.message}`);
-  writeFileSync(o.out, encodeCheckpoint(ck.value));
+  writeFileSync(o.out, encodeCheckpoint(readHfFolder(o.checkpoint, '--format atoll')));
   return [o.out];
 }

@@ -19,6 +19,7 @@ import { RunStore } from '../../server/run/store.ts';
 import type { AuditOptions } from '../../server/run/audit.ts';
 import { lockRunFolder, moveRunFolderAside } from '../../server/run/folder.ts';
 import { type IceServers, parseIceServers } from '../../server/gateway/ice-servers.ts';
+import { type InitRun, initFromFolder } from './serve-init.ts';
 
 export interface ServeCliOptions extends RunFlags {
   config?: string;
@@ -39,6 +40,8 @@ export interface ServeCliOptions extends RunFlags {
   startOver?: boolean;
   /** A JSON file of iceServers (STUN, TURN) every group member gets (server/gateway/ice-servers.ts). */
   mixIceServers?: string;
+  /** θ0 from a transformers GPT-2 folder (serve-init.ts): a new run only. */
+  init?: string;
 }
 
 /** --mix-ice-servers: the file's iceServers, or E_BAD_CONFIG before anything starts. */
@@ -78,8 +81,9 @@ function resolveRun(o: ServeCliOptions): {
   config: RunConfig;
   resumePatch: RunConfig['coordinator'] | undefined;
   resumed: boolean;
+  init?: InitRun['init'];
 } {
-  const file = o.config ? readConfigFile(o.config) : null;
+  let file = o.config ? readConfigFile(o.config) : null;
   const name = o.name ?? (typeof file?.name === 'string' ? file.name : DEFAULT_RUN_NAME);
   const dir = resolve(o.runDir ?? join('runs', name));
   if (o.startOver) {
@@ -90,6 +94,19 @@ function resolveRun(o: ServeCliOptions): {
     if (aside) process.stdout.write(`atoll serve: --start-over: moved ${dir} aside to ${aside}\n`);
   }
   const stored = existsSync(join(dir, 'config.json')) ? new RunStore(dir).readConfig<RunConfig>() : null;
+  if (stored && o.init)
+    throw new ConfigError(
+      'E_INIT_RESUME',
+      `--init starts a new run, and ${dir} holds one (it resumes from its checkpoints): serve without --init, ` +
+        'or --start-over, or another --run-dir',
+    );
+  let init: InitRun['init'] | undefined;
+  if (o.init) {
+    const r = initFromFolder(o.init, file, o);
+    file = r.file;
+    o = { ...o, ...r.flags };
+    init = r.init;
+  }
   if (stored) {
     const { config, patch } = resumeRunConfig(stored, file, o);
     return {
@@ -112,6 +129,7 @@ function resolveRun(o: ServeCliOptions): {
     config: auditable(buildRunConfig(file, { ...o, name, ...(dense ? { codec: 'int8' } : {}) }), o),
     resumePatch: undefined,
     resumed: false,
+    init,
   };
 }
 
@@ -129,7 +147,7 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined
     return undefined;
   }
   // checked before anything is built or written
-  const { dir, config, resumePatch, resumed } = resolveRun(o);
+  const { dir, config, resumePatch, resumed, init } = resolveRun(o);
   if (o.mixIceServers && !config.mix.k)
     throw new ConfigError(
       'E_BAD_CONFIG',
@@ -152,13 +170,14 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined
     listenOn: { host, port },
     audit: auditOptions(o, config),
     mix: config.mix.k ? { ...config.mix, iceServers } : undefined,
+    init,
   });
   const addr = await server.listen(port, host);
   const r = server.run;
   const cc = r.config.coordinator;
   say(
     `atoll serve: run '${r.config.name}' in ${dir} (${resumed ? 'resumed' : 'new'}) at version ${r.version}, ` +
-      `θ hash ${r.hash}`,
+      `θ hash ${r.hash}${init ? `, θ0 from ${init.from}` : ''}`,
   );
   say(
     `  model ${r.config.preset} (${r.paramCount.toLocaleString()} params), data ${r.dataset.name}, ` +
@@ -225,6 +244,8 @@ async function serveRoles(o: ServeCliOptions, say: (s: string) => void): Promise
       new Error('--redis and --role go together: --redis redis://HOST:PORT --role gateway|aggregator|all'),
       { code: 'E_BAD_FLAGS' },
     );
+  if (o.init)
+    throw new ConfigError('E_BAD_CONFIG', '--init is not available on the Redis roles yet: serve without --redis');
   // the groups live in one gateway's memory, and the roles' port carries no mixing yet
   if (o.mixGroup)
     throw new ConfigError(

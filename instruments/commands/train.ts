@@ -16,6 +16,7 @@ import { checkVocab, checkpointTokenizer } from '../../core/data/tokenizer.ts';
 import type { CpuEngineName } from '../../core/engine/cpu.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from '../../client/island/engine/node-engines.ts';
+import { estimateGpuBytes } from '../../client/island/engine/webgpu-plan.ts';
 import { assertWritable, writeFileAtomic } from '../../server/fsutil.ts';
 import { ScalarLog } from '../../server/run/scalars.ts';
 
@@ -30,6 +31,8 @@ export interface TrainOptions {
   threads?: number;
   /** WebGPU: tune the matmuls at start (default true). */
   autotune?: boolean;
+  /** Storage of activations, the matmuls' weight copy and Δ (default f32; master weights and Adam stay f32). */
+  precision?: 'f32' | 'f16';
   batch?: number;
   lr: number;
   seed: number;
@@ -63,6 +66,9 @@ export interface TrainReport {
   evalLossFirst: number;
   evalLossLast: number;
   tokensPerSec: number;
+  precision: 'f32' | 'f16';
+  /** WebGPU: the bytes the engine allocates on the device (its plan, webgpu-plan.ts); null on the CPU */
+  gpuBytes: number | null;
   checkpoint: string;
   /** Every step's lr and train loss, and the evals (at step 0 and every --eval-every). */
   curve: TrainCurvePoint[];
@@ -91,7 +97,10 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   checkVocab(config, data.tokenizer);
   const trainParts = 'trainShards' in data ? data.trainShards : [data.train];
   const trainTokens = trainParts.reduce((a, s) => a + s.length, 0);
-  const engine = await createEngine(o.engine, { config, maxBatch: B }, { autotune: o.autotune, threads: o.threads });
+  const precision = o.precision ?? 'f32';
+  const engineOpts = { config, maxBatch: B, precision };
+  const engine = await createEngine(o.engine, engineOpts, { autotune: o.autotune, threads: o.threads, precision });
+  const gpuBytes = o.engine === 'webgpu' ? estimateGpuBytes(engineOpts) : null;
   try {
     await engine.setParams(initParams(config, o.seed));
     const evalSet = evalBatches(data.heldOut, B, T, o.evalBatches);
@@ -202,6 +211,8 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
       evalLossFirst,
       evalLossLast,
       tokensPerSec: tokens / (trainTime / 1000),
+      precision,
+      gpuBytes,
       checkpoint: o.out,
       curve,
       metrics,

@@ -91,6 +91,17 @@ const PRESET_DEFAULTS: Record<PresetName, CoordinatorConfigPatch & { evalBatches
     evalBatches: 1,
     evalBatchSize: 2,
   },
+  // GPT-2 small (124M): one sequence of 1,024 tokens a step; no served run takes it yet (its vocabulary)
+  gpt2: {
+    batchSize: 1,
+    seqLen: 1024,
+    innerSteps: 10,
+    targetRoundMs: 120_000,
+    minInnerSteps: 1,
+    innerLr: { maxLr: 6e-4, minLr: 6e-5 },
+    evalBatches: 1,
+    evalBatchSize: 1,
+  },
 };
 
 export const DEFAULT_RUN_NAME = 'default';

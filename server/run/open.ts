@@ -7,6 +7,7 @@ import { Coordinator, type CoordinatorConfigPatch } from '../../core/coord/index
 import type { TextDataset } from '../../core/data/dataset.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import type { RunConfig } from '../../core/api.ts';
+import { numParams } from '../../core/model/config.ts';
 import type { Metrics } from '../metrics.ts';
 import { OuterOffloadHost } from '../outer/offload.ts';
 import type { AuditOptions } from './audit.ts';
@@ -32,6 +33,8 @@ export interface OpenRunOptions {
   outerWorkers?: number;
   /** Verified work (audit.ts): audits of a sample of accepted deltas by validators holding its token. */
   audit?: AuditOptions;
+  /** θ0 of a new run in place of the seed's init (`serve --init`: a transformers folder); unused on resume. */
+  init?: { params: Float32Array; from: string };
 }
 
 /** The parts a run is built from (Run.open makes them). */
@@ -68,7 +71,9 @@ export async function openParts(o: OpenRunOptions): Promise<{ parts: RunParts; n
   if (!restored) refuseUnreadableRun(store);
   await store.openLog();
   const resumed = restored !== null;
-  const params = () => initParams(o.config.model, o.config.seed);
+  const params = () => o.init?.params.slice() ?? initParams(o.config.model, o.config.seed);
+  if (o.init && o.init.params.length !== numParams(o.config.model))
+    throw Object.assign(new Error(`θ0 from ${o.init.from} does not fit the run's model`), { code: 'E_WRONG_SIZE' });
   const coord = restored ?? new Coordinator({ params: params(), config: o.config.coordinator, now });
   if (resumed && o.resumePatch && Object.keys(o.resumePatch).length) {
     const r = coord.setConfig(o.resumePatch);
@@ -93,15 +98,19 @@ export async function openParts(o: OpenRunOptions): Promise<{ parts: RunParts; n
   return { parts: { ...parts, offload, audit: o.audit, log }, now };
 }
 
-/** This process's first lines in the log (and version 0's checkpoint for a new run), made durable. */
-export async function firstCommit(p: RunParts, now: number): Promise<void> {
+/**
+ * This process's first lines in the log (and version 0's checkpoint for a new run), made durable;
+ * `initFrom`: the folder a new run's θ0 came from (serve --init), recorded in its 'start' line.
+ */
+export async function firstCommit(p: RunParts, now: number, initFrom?: string): Promise<void> {
   const { coord, store, waiters, history, config } = p;
   // Deltas accepted into the open sync round before a restart: a resend attaches to the ack.
   if (p.resumed) for (const d of coord.snapshot().meta.pending) void waiters.expectAck(d.islandId, d.seq);
   if (!p.resumed) {
     // version 0 is durable before anyone can see it: a restart reproduces it bit for bit
     store.requestCheckpoint(0, () => encodeRunCheckpoint(config, coord.snapshot()));
-    store.append({ type: 'start', version: 0, hash: coord.hash, params: coord.paramCount, config });
+    const init = initFrom !== undefined ? { init: initFrom } : {};
+    store.append({ type: 'start', version: 0, hash: coord.hash, params: coord.paramCount, config, ...init });
     history.start(now, 0);
   } else store.append({ type: 'resume', version: coord.version, hash: coord.hash });
   await store.commit();

@@ -151,7 +151,7 @@ export class Run extends EventEmitter<RunEvents> {
   static async open(o: OpenRunOptions): Promise<Run> {
     const { parts, now } = await openParts(o);
     const run = new Run(parts);
-    await firstCommit(parts, now);
+    await firstCommit(parts, now, o.init?.from);
     run.afterDurable(o.evaluate !== false);
     run.kick();
     return run;

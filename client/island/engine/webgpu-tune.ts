@@ -141,6 +141,15 @@ function candidates(s: MatmulShape, rows: number): MatmulChoice[] {
 export const defaultChoice = (s: MatmulShape): MatmulChoice => ({ vec4: s.C % 4 === 0 && s.OC % 4 === 0, splitK: 0 });
 
 /**
+ * The tuner's split-K scratch, in elements: as the engine's own (webgpu-plan.ts's dwPartials), sized by
+ * the largest dW (C·OC, no bias), so it never outgrows the buffer limit the engine's plan requests.
+ */
+export function tunerPartials(shapes: MatmulShape[], rows: number): number {
+  const maxIn = Math.max(...shapes.map((s) => Math.max(s.C, s.OC)));
+  return op.partialsScratch(Math.max(...shapes.map((s) => s.C * s.OC)), rows, maxIn);
+}
+
+/**
  * Tunes `shapes` at `rows` = maxBatch·maxT (weights at offset 0, a bias where the pass has
  * one). `budgetMs` bounds the whole run, cached shapes cost nothing.
  */
@@ -156,12 +165,13 @@ export async function autotuneMatmuls(
   const maxIn = Math.max(...shapes.map((s) => Math.max(s.C, s.OC)));
   const maxW = Math.max(...shapes.map((s) => s.C * s.OC + s.OC));
   const S = GPUBufferUsage.STORAGE;
+  const partialsSize = tunerPartials(shapes, rows);
   const buf = (n: number) => device.createBuffer({ size: Math.max(16, n * 4), usage: S });
   const a = buf(rows * maxIn),
     b = buf(rows * maxIn),
     w = buf(maxW),
     g = buf(maxW),
-    partials = buf(op.partialsScratch(maxW, rows, maxIn));
+    partials = buf(partialsSize);
   const shape: Shape = { B: 1, T: rows };
   // past the budget, once this start has timed something (each start makes progress)
   let timedAny = false;
