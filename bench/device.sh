@@ -107,7 +107,12 @@ mem_start() {
     MEM_PID=$!
   else MEM_PID=; fi
 }
-mem_stop() { if [ -n "$MEM_PID" ]; then kill "$MEM_PID" 2> /dev/null || true; wait "$MEM_PID" 2> /dev/null || true; fi; }
+mem_stop() {
+  if [ -n "$MEM_PID" ]; then
+    kill "$MEM_PID" 2> /dev/null || true
+    wait "$MEM_PID" 2> /dev/null || true
+  fi
+}
 
 status=0
 if [ "$MODE" = run ] || [ "${DRY_KERNELS:-0}" = 1 ]; then
@@ -150,11 +155,13 @@ const runs = e.PREC_LIST.split(' ').map((p) => {
     trainLoss: r.trainLoss };
 });
 const kernels = fs.existsSync(e.RESULTS + '/kernels.json') && fs.statSync(e.RESULTS + '/kernels.json').size > 0;
-const out = { mode: e.MODE, node: process.execPath, preset: e.PRESET, flopsPerToken: fpt, peakTflops: Number(e.PEAK), kernels, runs,
-  wallSeconds: Number(e.WALL), date: new Date().toISOString() };
+const out = { mode: e.MODE, node: process.execPath, preset: e.PRESET, flopsPerToken: fpt, peakTflops: Number(e.PEAK),
+  kernels, runs, wallSeconds: Number(e.WALL), date: new Date().toISOString() };
 fs.writeFileSync(e.RESULTS + '/summary.json', JSON.stringify(out, null, 2) + '\n');
 console.log(JSON.stringify(out));
 " || status=1
-if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && [ "$RESULTS" != "$OUT" ]; then cp "$RESULTS"/* "$OUT"/ 2> /dev/null || true; fi
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && [ "$RESULTS" != "$OUT" ]; then
+  cp "$RESULTS"/* "$OUT"/ 2> /dev/null || true
+fi
 say "done in $(($(date +%s) - t_start)) s (exit $status); results in $RESULTS"
 exit $status

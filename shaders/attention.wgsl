@@ -87,11 +87,13 @@ fn dout_chunk(b: u32, t: u32, h: u32, i: u32) -> mat4x4<f32> {
 // lse and D of rows t .. t+3 (clamped) of the (batch, head) whose row 0 is at base.
 fn lse4(base: u32, t: u32) -> vec4<f32> {
   let last = p.T - 1u;
-  return vec4<f32>(lse_in[base + min(t, last)], lse_in[base + min(t + 1u, last)], lse_in[base + min(t + 2u, last)], lse_in[base + min(t + 3u, last)]);
+  return vec4<f32>(lse_in[base + min(t, last)], lse_in[base + min(t + 1u, last)],
+                   lse_in[base + min(t + 2u, last)], lse_in[base + min(t + 3u, last)]);
 }
 fn dsum4(base: u32, t: u32) -> vec4<f32> {
   let last = p.T - 1u;
-  return vec4<f32>(dsum[base + min(t, last)], dsum[base + min(t + 1u, last)], dsum[base + min(t + 2u, last)], dsum[base + min(t + 3u, last)]);
+  return vec4<f32>(dsum[base + min(t, last)], dsum[base + min(t + 1u, last)],
+                   dsum[base + min(t + 2u, last)], dsum[base + min(t + 3u, last)]);
 }
 
 // m with each column scaled by its entry of d (m · diag(d))
@@ -171,8 +173,10 @@ fn attention_backward_dq(id: Grid, @builtin(local_invocation_index) lid: u32) {
     qt[i] = transpose(qkv_chunk(w.b, w.t, w.h, 0u, i)) * p.scale;
     gt[i] = transpose(g);
     let last = p.T - 1u;
-    d += vec4<f32>(dot(g[0], out4(dout_at(w.b, w.t, w.h), i)), dot(g[1], out4(dout_at(w.b, min(w.t + 1u, last), w.h), i)),
-                   dot(g[2], out4(dout_at(w.b, min(w.t + 2u, last), w.h), i)), dot(g[3], out4(dout_at(w.b, min(w.t + 3u, last), w.h), i)));
+    d += vec4<f32>(dot(g[0], out4(dout_at(w.b, w.t, w.h), i)),
+                   dot(g[1], out4(dout_at(w.b, min(w.t + 1u, last), w.h), i)),
+                   dot(g[2], out4(dout_at(w.b, min(w.t + 2u, last), w.h), i)),
+                   dot(g[3], out4(dout_at(w.b, min(w.t + 3u, last), w.h), i)));
   }
   let L = lse4(w.bh * p.T, w.t);
   for (var k0 = 0u; k0 <= w.t; k0 += 4u) {
@@ -224,7 +228,8 @@ fn attention_backward_dkv(id: Grid, @builtin(local_invocation_index) lid: u32) {
     let L = lse4(w.bh * p.T, q0);
     let D = dsum4(w.bh * p.T, q0);
     let live = vec4<f32>(vec4<u32>(q0, q0 + 1u, q0 + 2u, q0 + 3u) < vec4<u32>(p.T)); // queries past T count nothing
-    let pr = mat4x4<f32>(exp(s[0] - L.x) * live.x, exp(s[1] - L.y) * live.y, exp(s[2] - L.z) * live.z, exp(s[3] - L.w) * live.w);
+    let pr = mat4x4<f32>(exp(s[0] - L.x) * live.x, exp(s[1] - L.y) * live.y,
+                         exp(s[2] - L.z) * live.z, exp(s[3] - L.w) * live.w);
     let ds = mat4x4<f32>(pr[0] * (gv[0] - D.x), pr[1] * (gv[1] - D.y), pr[2] * (gv[2] - D.z), pr[3] * (gv[3] - D.w));
     let pq = transpose(pr); // queries × keys
     let dsq = transpose(ds);

@@ -94,7 +94,9 @@ fn affine4(x: vec4f, st: vec2f, c: u32) -> vec4f {
   let b = vec4f(params[p.b_off + c], params[p.b_off + c + 1u], params[p.b_off + c + 2u], params[p.b_off + c + 3u]);
   return (x - st.x) * st.y * w + b;
 }
-fn affine8(x: mat2x4f, st: vec2f, c: u32) -> mat2x4f { return mat2x4f(affine4(x[0], st, c), affine4(x[1], st, c + 4u)); }
+fn affine8(x: mat2x4f, st: vec2f, c: u32) -> mat2x4f {
+  return mat2x4f(affine4(x[0], st, c), affine4(x[1], st, c + 4u));
+}
 
 // A chunk of the stream in each storage form, as the template below reads it: _4 four f32 (a
 // vec4f, loaded and stored as is), _h8 eight halves (H8, converted to and from a mat2x4f).
@@ -122,7 +124,9 @@ fn ln_forward{{S}}(id: Grid, lid: u32) {
   for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) { s += moments{{S}}(ld{{S}}(inp{{S}}[r.x0 + j]), k); }
   let st = ln_stats(r, k, seg_sum2(s, lid, p.tpr));
   if (!r.live) { return; }
-  for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) { out{{S}}[r.x0 + j] = st{{S}}(affine{{S}}(ld{{S}}(inp{{S}}[r.x0 + j]), st, W{{S}} * j)); }
+  for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) {
+    out{{S}}[r.x0 + j] = st{{S}}(affine{{S}}(ld{{S}}(inp{{S}}[r.x0 + j]), st, W{{S}} * j));
+  }
 }
 
 fn residual_ln_forward{{S}}(id: Grid, lid: u32) {
@@ -136,7 +140,9 @@ fn residual_ln_forward{{S}}(id: Grid, lid: u32) {
   }
   let st = ln_stats(r, k, seg_sum2(s, lid, p.tpr));
   if (!r.live) { return; }
-  for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) { out{{S}}[r.x0 + j] = st{{S}}(affine{{S}}(ld{{S}}(res{{S}}[r.x0 + j]), st, W{{S}} * j)); }
+  for (var j = r.lane; j < p.C / W{{S}}; j += p.tpr) {
+    out{{S}}[r.x0 + j] = st{{S}}(affine{{S}}(ld{{S}}(res{{S}}[r.x0 + j]), st, W{{S}} * j));
+  }
 }
 // @end
 
@@ -147,7 +153,9 @@ fn layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) { 
 @compute @workgroup_size(64)
 fn residual_layernorm_forward(id: Grid, @builtin(local_invocation_index) lid: u32) { residual_ln_forward_4(id, lid); }
 @compute @workgroup_size(64)
-fn residual_layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) { residual_ln_forward_h8(id, lid); }
+fn residual_layernorm_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
+  residual_ln_forward_h8(id, lid);
+}
 
 // ---- backward
 

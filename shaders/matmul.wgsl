@@ -200,7 +200,9 @@ fn store_c{{V}}(m0: u32, n: u32, acc: Acc, c_base: u32) {
     let nq = n + 4u * q;
     if (nq >= p.N) { return; }
     let bias = bias4{{V}}(nq);
-    for (var i = 0u; i < min(p.M - min(m0, p.M), TM); i++) { store_row{{V}}(c_base, m0 + i, nq, acc[i / 4u * CN + q][i % 4u] + bias); }
+    for (var i = 0u; i < min(p.M - min(m0, p.M), TM); i++) {
+      store_row{{V}}(c_base, m0 + i, nq, acc[i / 4u * CN + q][i % 4u] + bias);
+    }
   }
 }
 
@@ -239,7 +241,8 @@ fn matmul_backward_dinp{{V}}(id: Grid, @builtin(local_invocation_index) lid: u32
 @compute @workgroup_size(WG)
 fn matmul_backward_dweight{{V}}(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let kbeg = id.wid.z * p.k_chunk;
-  let acc = mm_loop{{V}}(id.wid.y * BM, id.wid.x * BN, kbeg, min(p.K, kbeg + p.k_chunk), lid, DW); // doutᵀ (M,K) · inp (K,N)
+  // doutᵀ (M,K) · inp (K,N)
+  let acc = mm_loop{{V}}(id.wid.y * BM, id.wid.x * BN, kbeg, min(p.K, kbeg + p.k_chunk), lid, DW);
   store_c{{V}}(id.wid.y * BM + (lid / TX) * TM, id.wid.x * BN + (lid % TX) * 4u, acc, p.c_off + id.wid.z * p.M * p.N);
 }
 
@@ -259,18 +262,22 @@ fn mm_direct{{V}}(m0: u32, n: u32, kbeg: u32, kend: u32, which: u32) -> Acc {
     for (var q = 0u; q < CN; q++) {
       let nq = n + 4u * q;
       if (which == FWD) { // W rows n+j along k
-        bk[q] = transpose(mat4x4<f32>(rd_k{{V}}(OP_B, nq, p.N, k, kn), rd_k{{V}}(OP_B, nq + 1u, p.N, k, kn), rd_k{{V}}(OP_B, nq + 2u, p.N, k, kn), rd_k{{V}}(OP_B, nq + 3u, p.N, k, kn)));
+        bk[q] = transpose(mat4x4<f32>(rd_k{{V}}(OP_B, nq, p.N, k, kn), rd_k{{V}}(OP_B, nq + 1u, p.N, k, kn),
+                                      rd_k{{V}}(OP_B, nq + 2u, p.N, k, kn), rd_k{{V}}(OP_B, nq + 3u, p.N, k, kn)));
       } else {
-        bk[q] = mat4x4<f32>(rd_r{{V}}(OP_B, nq, p.N, k, 0u, kn), rd_r{{V}}(OP_B, nq, p.N, k, 1u, kn), rd_r{{V}}(OP_B, nq, p.N, k, 2u, kn), rd_r{{V}}(OP_B, nq, p.N, k, 3u, kn));
+        bk[q] = mat4x4<f32>(rd_r{{V}}(OP_B, nq, p.N, k, 0u, kn), rd_r{{V}}(OP_B, nq, p.N, k, 1u, kn),
+                            rd_r{{V}}(OP_B, nq, p.N, k, 2u, kn), rd_r{{V}}(OP_B, nq, p.N, k, 3u, kn));
       }
     }
     for (var g = 0u; 4u * g < mn; g++) {
       let r = m0 + 4u * g;
       var a: mat4x4<f32>;
       if (which == DW) { // doutᵀ: rows r..r+3 of column k+j are contiguous
-        a = transpose(mat4x4<f32>(rd_r{{V}}(OP_A, r, p.M, k, 0u, kn), rd_r{{V}}(OP_A, r, p.M, k, 1u, kn), rd_r{{V}}(OP_A, r, p.M, k, 2u, kn), rd_r{{V}}(OP_A, r, p.M, k, 3u, kn)));
+        a = transpose(mat4x4<f32>(rd_r{{V}}(OP_A, r, p.M, k, 0u, kn), rd_r{{V}}(OP_A, r, p.M, k, 1u, kn),
+                                  rd_r{{V}}(OP_A, r, p.M, k, 2u, kn), rd_r{{V}}(OP_A, r, p.M, k, 3u, kn)));
       } else {
-        a = mat4x4<f32>(rd_k{{V}}(OP_A, r, p.M, k, kn), rd_k{{V}}(OP_A, r + 1u, p.M, k, kn), rd_k{{V}}(OP_A, r + 2u, p.M, k, kn), rd_k{{V}}(OP_A, r + 3u, p.M, k, kn));
+        a = mat4x4<f32>(rd_k{{V}}(OP_A, r, p.M, k, kn), rd_k{{V}}(OP_A, r + 1u, p.M, k, kn),
+                        rd_k{{V}}(OP_A, r + 2u, p.M, k, kn), rd_k{{V}}(OP_A, r + 3u, p.M, k, kn));
       }
       for (var q = 0u; q < CN; q++) { acc[g * CN + q] += bk[q] * a; }
     }

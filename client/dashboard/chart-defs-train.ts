@@ -72,7 +72,8 @@ export function normDef(points: HistoryPoint[], x: XAxis): ChartDef {
     empty: ps.length === 0 || !norm.some(isNum) ? WAIT : null,
     note:
       `L2 norm of each outer update u (θ ← θ − Q(u)), in θ's units. The trust region clipped ${nClipped} ` +
-      `update${nClipped === 1 ? '' : 's'} to its limit (a multiple of the recent median); ${nShort} sync round${nShort === 1 ? '' : 's'} ` +
+      `update${nClipped === 1 ? '' : 's'} to its limit (a multiple of the recent median); ` +
+      `${nShort} sync round${nShort === 1 ? '' : 's'} ` +
       `closed below minContributors (too few members alive). x = ${xLabel(x)}.`,
   };
 }

@@ -9,7 +9,8 @@
 //   attention_backward_dq   per query row: dpreatt row (scratch) and dq
 //   attention_backward_dkv  per key column: dk and dv gather down the column
 
-struct Params { B: u32, T: u32, C: u32, NH: u32, accumulate: u32, scale: f32 } // accumulate: 1 adds into dinp; scale = 1/sqrt(hs)
+// accumulate: 1 adds into dinp; scale = 1/sqrt(hs)
+struct Params { B: u32, T: u32, C: u32, NH: u32, accumulate: u32, scale: f32 }
 
 override MAX_T: u32 = 256u; // ≥ T: sizes the per-row workgroup arrays
 

@@ -135,8 +135,9 @@ export function registerBench(program: Command): void {
   bench
     .command('codec')
     .description(
-      "pseudo-gradient codec: encode/decode MB/s and frame size per encoding, and bytes up and down per round in the run's " +
-        'codecs with the time of each side (Node), on a delta the size of a preset (default base; gpt2: 124M)',
+      'pseudo-gradient codec: encode/decode MB/s and frame size per encoding, and bytes up and down per ' +
+        "round in the run's codecs with the time of each side (Node), on a delta the size of a preset " +
+        '(default base; gpt2: 124M)',
     )
     .addOption(
       new Option('--preset <name>', 'model preset: the size of the delta')

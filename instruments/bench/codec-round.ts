@@ -109,7 +109,8 @@ export function formatCodecRounds(rows: CodecRoundRow[]): string {
   for (const r of rows) {
     const flag = (ok: boolean) => (ok ? ' ' : '!');
     lines.push(
-      `  ${(r.setting + (r.runSetting ? '' : '*')).padEnd(12)}  ${mb(r.bytesUp).padStart(10)}${flag(r.meetsTarget.up)}  ` +
+      `  ${(r.setting + (r.runSetting ? '' : '*')).padEnd(12)}  ` +
+        `${mb(r.bytesUp).padStart(10)}${flag(r.meetsTarget.up)}  ` +
         `${mb(r.bytesDown).padStart(10)}${flag(r.meetsTarget.down)}  ${r.ms.upEncode.toFixed(0).padStart(5)}  ` +
         `${r.ms.upDecode.toFixed(0).padStart(5)}  ${r.ms.downEncode.toFixed(0).padStart(7)}  ` +
         `${r.ms.downDecode.toFixed(0).padStart(7)}`,

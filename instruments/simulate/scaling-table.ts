@@ -26,7 +26,8 @@ export function studyTable(r: StudyReport): string {
       'AdamW β (0.9, 0.99), clip 1, warmup D/16, cosine to 5 %; outer Nesterov μ 0.9, outer lr swept ' +
       `{${c.outerLrs.join(', ')}} at the first rung; data ${c.data}; seed ${c.seed} (${c.seeds} seeds of ddp, m1, m8 ` +
       `at the first ${c.seedRungs} rungs).`,
-    `${r.complete ? 'Complete' : 'INCOMPLETE (runs missing)'}: ${c.ranRuns} runs this time, ${c.resumedRuns} resumed; ` +
+    `${r.complete ? 'Complete' : 'INCOMPLETE (runs missing)'}: ` +
+      `${c.ranRuns} runs this time, ${c.resumedRuns} resumed; ` +
       `${(c.realTimeMs / 1000).toFixed(0)} s wall, ${(c.cpuTimeMs / 1000).toFixed(0)} s CPU on ${c.workers} worker(s).`,
     '',
   ];

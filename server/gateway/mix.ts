@@ -197,7 +197,8 @@ export class MixGateway {
         const to = g && ids === g.ids ? g.sockets[s.to] : this.sockets.get(ids[s.to]);
         if (!to?.connected) return ack(err('E_TRANSPORT', `member ${s.to} of group ${s.groupId} is gone`));
         this.counters.controlBytes += 2 * s.data.length;
-        // a fresh offer (a member that lost a link the plan called linked): lost reports of the old link no longer count
+        // a fresh offer (a member that lost a link the plan called linked): lost reports of the old link
+        // no longer count
         if (s.kind === 'offer') this.links.use(id, ids[s.to], s.groupId, true);
         to.emit('mix:signal', { groupId: s.groupId, from, kind: s.kind, data: s.data });
         ack(ok({}));
