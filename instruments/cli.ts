@@ -84,6 +84,7 @@ export function buildProgram(): Command {
     )
     .option('--out <file>', 'checkpoint path (safetensors)', 'ckpt.safetensors')
     .option('--batch <n>', 'sequences per step, 1..4096', intIn(1, 4096))
+    .option('--seq-len <n>', "tokens per sequence, 1..the preset's context (default: its context)", intIn(1, 1 << 20))
     .option('--lr <lr>', 'peak learning rate, (0, 1]', numIn(0, 1, true), 3e-3)
     .option('--seed <n>', 'init and data seed, 0..2^32-1', SEED, 1337)
     .option('--eval-every <n>', 'evaluate every n steps, 1..10,000,000', intIn(1, 10_000_000), 50)

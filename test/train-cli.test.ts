@@ -30,6 +30,32 @@ describe('atoll train / sample', () => {
     expect(bad.stderr).toMatch(/E_BAD_CONFIG: --threads/);
   });
 
+  it('--seq-len trains and evaluates on shorter sequences than the context, and refuses a longer one', () => {
+    const out = join(dir, 'short.safetensors');
+    const r = atoll([
+      'train',
+      '--preset',
+      'tiny',
+      '--steps',
+      '2',
+      '--batch',
+      '4',
+      '--seq-len',
+      '16',
+      '--json',
+      '--out',
+      out,
+    ]);
+    expect(r.status, r.stderr).toBe(0);
+    const report = JSON.parse(r.stdout.trim());
+    expect(report.seqLen).toBe(16);
+    expect(report.tokens).toBe(2 * 4 * 16);
+    const T = PRESETS.tiny.blockSize;
+    const long = atoll(['train', '--preset', 'tiny', '--steps', '1', '--seq-len', String(T + 1), '--out', out]);
+    expect(long.status).not.toBe(0);
+    expect(long.stderr).toContain(`E_BAD_CONFIG: --seq-len ${T + 1}: the tiny model's context is 1..${T}`);
+  });
+
   it('lowers the held-out loss on Moby-Dick and writes a checkpoint that sample reads', () => {
     const ckpt = join(dir, 'tiny.safetensors');
     const out = execFileSync(

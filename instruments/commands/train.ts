@@ -34,6 +34,8 @@ export interface TrainOptions {
   /** Storage of activations, the matmuls' weight copy and Δ (default f32; master weights and Adam stay f32). */
   precision?: 'f32' | 'f16';
   batch?: number;
+  /** Tokens per sequence (default: the preset's context, blockSize); at most blockSize. */
+  seqLen?: number;
   lr: number;
   seed: number;
   evalEvery: number;
@@ -60,6 +62,8 @@ export interface TrainReport {
   device: string;
   params: number;
   steps: number;
+  /** Tokens per sequence trained and evaluated on. */
+  seqLen: number;
   tokens: number;
   trainLoss: number;
   trainLosses: number[];
@@ -88,7 +92,14 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   assertWritable('--out', o.out, 'file'); // before any training
   const config = getPreset(o.preset);
   const B = o.batch ?? DEFAULT_BATCH[o.preset];
-  const T = config.blockSize;
+  const T = o.seqLen ?? config.blockSize;
+  if (!Number.isInteger(T) || T < 1 || T > config.blockSize)
+    throw Object.assign(
+      new Error(`E_BAD_CONFIG: --seq-len ${T}: the ${o.preset} model's context is 1..${config.blockSize}`),
+      {
+        code: 'E_BAD_CONFIG',
+      },
+    );
   // the tokenizer is the one the preset's vocabulary fits; the data must be in its ids
   const tokenizer = checkpointTokenizer({}, config);
   // a shard folder is read and checked in full here, before the engine exists; a text is one train shard
@@ -98,7 +109,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   const trainParts = 'trainShards' in data ? data.trainShards : [data.train];
   const trainTokens = trainParts.reduce((a, s) => a + s.length, 0);
   const precision = o.precision ?? 'f32';
-  const engineOpts = { config, maxBatch: B, precision };
+  const engineOpts = { config, maxBatch: B, maxT: T, precision };
   const engine = await createEngine(o.engine, engineOpts, { autotune: o.autotune, threads: o.threads, precision });
   const gpuBytes = o.engine === 'webgpu' ? estimateGpuBytes(engineOpts) : null;
   try {
@@ -205,6 +216,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
       device: engine.device,
       params: numParams(config),
       steps: o.steps,
+      seqLen: T,
       tokens,
       trainLoss: tail.reduce((a, b) => a + b, 0) / tail.length,
       trainLosses: losses,
