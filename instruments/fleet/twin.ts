@@ -191,7 +191,7 @@ export async function runTwin(
 ): Promise<SimRunResult[]> {
   const results = await runRows(
     spec.rows,
-    spec.rows.map(() => spec.common),
+    spec.rows.map(() => ({ ...spec.common, scalars: true })),
     workers,
     log,
     progress,
