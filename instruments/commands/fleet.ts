@@ -16,7 +16,7 @@ import type { FleetReport, FleetRow, FleetSpec, ScheduleEvent } from '../fleet/t
 import { ProgressBars } from '../simulate/progress.ts';
 import { curvesCsv, esc, evalCurve, formatTable, htmlPage, maxRise, plotSvg } from '../simulate/report.ts';
 import type { SimRunResult } from '../simulate/types.ts';
-import { rowMetricsDir, writeRunMetrics } from '../simulate/metrics.ts';
+import { evalRows, rowMetricsDir, writeRunMetrics, writeScalarRows } from '../simulate/metrics.ts';
 import { parseFleetEngine } from '../fleet/engine-spec.ts';
 
 export interface FleetCliOptions {
@@ -177,6 +177,8 @@ export async function fleet(
   const liveMetrics = rowMetricsDir(outDir, 'live');
   mkdirSync(liveMetrics, { recursive: true });
   for (const f of live.metrics) writeFileSync(join(liveMetrics, f.name), f.data);
+  // its server runs --no-eval: the fleet's evals of the live θ join the server's rows
+  writeScalarRows(liveMetrics, evalRows(liveResult.curve), startMs, false);
   const all: SimRunResult[] = [liveResult, twin, ddp, single];
   const cc = live.runConfig.coordinator;
   const strip = ({ curve: _c, ...r }: SimRunResult) => r;

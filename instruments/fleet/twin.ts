@@ -141,6 +141,7 @@ export async function liveRow(live: LiveRun, common: SimCommon, ddpRow: SimRow):
       tokensComputed: s.tokens,
       timeMs: s.timeMs,
       evalLoss: await evaluator.loss(s.params),
+      version: s.version,
     });
   const isl = live.islands;
   const computed = isl.reduce((a, l) => a + l.stepTokens, 0);

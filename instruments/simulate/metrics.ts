@@ -61,9 +61,12 @@ export function clearMetrics(outDir: string): void {
   rmSync(join(outDir, 'metrics'), { recursive: true, force: true });
 }
 
-/** Writes `rows` to a fresh metrics folder `dir`, in step order (a step's update row before its eval). */
-export function writeScalarRows(dir: string, rows: readonly ScalarRow[], startMs: number): void {
-  const log = new ScalarLog(dir, { fresh: true });
+/**
+ * Writes `rows` to the metrics folder `dir`, in step order (a step's update row before its eval): afresh, or
+ * (`fresh` false) after the rows already there, in an event file of its own.
+ */
+export function writeScalarRows(dir: string, rows: readonly ScalarRow[], startMs: number, fresh = true): void {
+  const log = new ScalarLog(dir, { fresh });
   const sorted = rows.map((r, i) => ({ r, i })).sort((a, b) => a.r.step - b.r.step || a.i - b.i);
   for (const { r } of sorted) log.write(r.step, startMs + r.timeMs, r.scalars);
 }
