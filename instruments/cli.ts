@@ -295,7 +295,8 @@ export function buildProgram(): Command {
     .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
     .option(
       '--out <dir>',
-      'run folder for report.json, curves.csv, plot.svg, report.html (default runs/simulate-<time>); ' +
+      'run folder for report.json, curves.csv, plot.svg, report.html, metrics/<row>/ (default ' +
+        'runs/simulate-<time>); ' +
         'scaling: rows.jsonl there resumes a stopped ladder',
     )
     .option(

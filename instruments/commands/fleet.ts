@@ -2,7 +2,8 @@
 // runs `atoll serve`, Node islands as processes and Chromium volunteer pages to a token budget; the
 // twin half (instruments/fleet/twin.ts) replays that run in virtual time, with DDP and a single island at
 // the same tokens. One report: report.json, curves.csv, plot.svg and report.html in the output
-// folder, as `atoll simulate` writes them; `--json` prints report.json.
+// folder, as `atoll simulate` writes them, and metrics/<row>/ (live, twin, ddp, single: scalars.jsonl and TensorBoard
+// event files); `--json` prints report.json.
 
 import { availableParallelism, loadavg } from 'node:os';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -15,6 +16,7 @@ import type { FleetReport, FleetRow, FleetSpec, ScheduleEvent } from '../fleet/t
 import { ProgressBars } from '../simulate/progress.ts';
 import { curvesCsv, esc, evalCurve, formatTable, htmlPage, maxRise, plotSvg } from '../simulate/report.ts';
 import type { SimRunResult } from '../simulate/types.ts';
+import { evalRows, rowMetricsDir, writeRunMetrics, writeScalarRows } from '../simulate/metrics.ts';
 import { parseFleetEngine } from '../fleet/engine-spec.ts';
 
 export interface FleetCliOptions {
@@ -137,6 +139,7 @@ export async function fleet(
   o: { out?: string; workers?: number; json?: boolean } = {},
 ): Promise<FleetReport> {
   const t0 = performance.now();
+  const startMs = Date.now();
   const load0 = loadavg()[0];
   const names = ['live', 'twin', 'ddp', 'single'];
   const bars = new ProgressBars(process.stderr, names);
@@ -164,6 +167,18 @@ export async function fleet(
     liveRow(live, ts.common, ts.rows[1]),
   ]);
   const [twin, ddp, single] = rows;
+  // metrics/<row>/: the simulated rows' as `atoll simulate` writes them, the live run's as its server wrote them
+  const outDir = resolve(o.out ?? join('runs', `fleet-${timestamp()}`));
+  writeRunMetrics(
+    outDir,
+    rows.map((r) => ({ row: r.name, result: r })),
+    startMs,
+  );
+  const liveMetrics = rowMetricsDir(outDir, 'live');
+  mkdirSync(liveMetrics, { recursive: true });
+  for (const f of live.metrics) writeFileSync(join(liveMetrics, f.name), f.data);
+  // its server runs --no-eval: the fleet's evals of the live θ join the server's rows
+  writeScalarRows(liveMetrics, evalRows(liveResult.curve), startMs, false);
   const all: SimRunResult[] = [liveResult, twin, ddp, single];
   const cc = live.runConfig.coordinator;
   const strip = ({ curve: _c, ...r }: SimRunResult) => r;
@@ -257,7 +272,6 @@ export async function fleet(
       leaveAtMs,
     })),
   };
-  const outDir = resolve(o.out ?? join('runs', `fleet-${timestamp()}`));
   mkdirSync(outDir, { recursive: true });
   const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
   writeFileSync(join(outDir, 'report.json'), json + '\n');

@@ -5,7 +5,8 @@
 // keeps θ (GET /api/model) at evaluation marks, and at the budget reads what every island did.
 // Every child process, browser and temp folder goes away with the fleet, on error or signal too.
 
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { metricsDir } from '../../server/run/scalars.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { IslandView, RunConfig, RunStatus } from '../../core/api.ts';
@@ -277,6 +278,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       faults,
       events,
       serverLog: servers.map((s, i) => `── server ${i + 1} of ${servers.length} ──\n${s.out}`).join('\n'),
+      metrics: readMetrics(metricsDir(runDir)),
     };
   } finally {
     process.off('exit', onExit);
@@ -284,4 +286,12 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     process.off('SIGTERM', onSignal);
     await cleanup();
   }
+}
+
+/** The files of the served run's metrics folder (it is removed with the run folder): none when it wrote none. */
+function readMetrics(dir: string): LiveRun['metrics'] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isFile())
+    .map((e) => ({ name: e.name, data: readFileSync(join(dir, e.name)) }));
 }

@@ -141,6 +141,7 @@ export async function liveRow(live: LiveRun, common: SimCommon, ddpRow: SimRow):
       tokensComputed: s.tokens,
       timeMs: s.timeMs,
       evalLoss: await evaluator.loss(s.params),
+      version: s.version,
     });
   const isl = live.islands;
   const computed = isl.reduce((a, l) => a + l.stepTokens, 0);
@@ -191,7 +192,7 @@ export async function runTwin(
 ): Promise<SimRunResult[]> {
   const results = await runRows(
     spec.rows,
-    spec.rows.map(() => spec.common),
+    spec.rows.map(() => ({ ...spec.common, scalars: true })),
     workers,
     log,
     progress,

@@ -174,6 +174,8 @@ export interface LiveRun {
   events: string;
   /** The servers' own output (warnings and errors at the run's log level), the last 64 kB of each: server.log. */
   serverLog: string;
+  /** The run folder's metrics/ files (scalars.jsonl, event files) by name: the fleet writes them to metrics/live/. */
+  metrics: Array<{ name: string; data: Uint8Array }>;
 }
 
 /** A row of the report: eval loss at the end, the eval curve `[{tokens, evalLoss}]` and the full curve. */

@@ -6,6 +6,7 @@ import { numParams } from '../../core/model/config.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import { type InnerLrPlan, innerLearningRate } from '../../core/protocol.ts';
 import type { EngineMaker } from './engines.ts';
+import { type ScalarRow, evalRows } from './metrics.ts';
 import type { CurvePoint, SimCommon, SimRow, SimRunResult } from './types.ts';
 import { type RowContext, Evaluator, emptyResult, islandStream, modelConfig, rowEngines } from './row-shared.ts';
 
@@ -79,14 +80,17 @@ async function runBaselineOn(
   let nextEval = 0;
   let timeMs = 0;
   const curve: CurvePoint[] = [];
-  const evalNow = async (tokens: number) => {
+  // the metrics folder's rows (common.scalars): `atoll train`'s per step
+  const rows: ScalarRow[] = [];
+  const evalNow = async (step: number) => {
+    const tokens = step * tokensPerStep;
     const l = await evaluator.loss(await engine.getParams());
-    curve.push({ tokens, tokensComputed: tokens, timeMs, evalLoss: l });
+    curve.push({ tokens, tokensComputed: tokens, timeMs, evalLoss: l, version: step });
     return l;
   };
   for (let s = 0; s < steps; s++) {
     if (s * tokensPerStep >= nextEval) {
-      await evalNow(s * tokensPerStep);
+      await evalNow(s);
       nextEval += evalEvery;
     }
     let o = 0;
@@ -97,13 +101,20 @@ async function runBaselineOn(
       big.targets.set(part.targets.subarray(0, B * T), o * T);
       o += B;
     }
-    await engine.step(big, { lr: innerLearningRate(plan, s), gradClip: 1 });
-    await engine.takeLosses();
+    const lr = innerLearningRate(plan, s);
+    await engine.step(big, { lr, gradClip: 1 });
+    const losses = await engine.takeLosses();
     timeMs += computeMs + commMs;
+    if (common.scalars)
+      rows.push({
+        step: s + 1,
+        timeMs,
+        scalars: { 'train/loss': losses[0] ?? null, 'lr/inner': lr, 'tokens/total': (s + 1) * tokensPerStep },
+      });
     progress?.((s + 1) / steps);
   }
   const tokens = steps * tokensPerStep;
-  out.evalLoss = await evalNow(tokens);
+  out.evalLoss = await evalNow(steps);
   out.tokens = tokens;
   out.tokensComputed = tokens;
   out.bytesUpPerIsland = steps * ringBytes;
@@ -112,6 +123,7 @@ async function runBaselineOn(
   out.virtualTimeMs = timeMs;
   out.versions = steps;
   out.curve = curve;
+  if (common.scalars) out.scalars = [...rows, ...evalRows(curve)];
   out.perIsland = islands.map((s) => ({
     name: s.name,
     speed: s.speed,

@@ -6,8 +6,9 @@
 //   const o = simulateOptionsFromCli(flags);           // Result<SimulateOptions>
 //   if (o.ok) await runSimulate(o.value);              // writes the run folder, prints the table
 //
-// Output folder (opts.out): report.json, curves.csv, plot.svg, report.html. With opts.json the
-// report is printed on stdout as one JSON object instead of the table.
+// Output folder (opts.out): report.json, curves.csv, plot.svg, report.html, and metrics/<row>/ (scalars.jsonl
+// and TensorBoard event files, as a served run writes them: metrics.ts). With opts.json the report is printed on
+// stdout as one JSON object instead of the table.
 //
 // Measuring: eval loss is the held-out loss of θ (the coordinator's, or the baseline's model) on
 // fixed held-out batches; "tokens" are tokens in θ; goodput = tokens in θ / tokens computed by all
@@ -26,6 +27,7 @@ import { curvesCsv, formatTable, plotSvg, reportHtml, reportRow } from './report
 import { RISE_LIMIT, settingsRows } from './settings.ts';
 import { runRow } from './row.ts';
 import { warmStartOffPlateau } from './warm-start.ts';
+import { writeRunMetrics } from './metrics.ts';
 import { SIM_MODEL_NAMES, simModelConfig } from './rungs.ts';
 import { HOME_NETWORK, type RowDefaults, SERVE_OUTER, SHORT_RUN_OUTER, compareRows, dilocoRows } from './scenarios.ts';
 import { describeSetting, parseNetwork } from './setting.ts';
@@ -242,6 +244,7 @@ export function ddpBytesPerIsland(row: SimRow, tokens: number, seqLen: number, n
 /** Runs a simulation preset, writes the run folder, prints the table (or JSON), returns the report. */
 export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport> {
   const t0 = performance.now();
+  const startMs = Date.now();
   const preset = opts.preset ?? 'compare';
   const model = opts.model ?? 'tiny';
   const named = simModelConfig(model);
@@ -265,6 +268,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     evalBatchSize: preset === 'smoke' ? 4 : 16,
     data: opts.data,
     engine: opts.engine,
+    scalars: true,
   };
   let rows: SimRow[];
   const fleet = opts.fromFleet ? readTwinSpec(opts.fromFleet) : null;
@@ -341,6 +345,11 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
     log,
     opts.progress && ((i, f) => opts.progress!.update(i, f)),
   );
+  // metrics/<row>/ (a row of several seeds: metrics/<row>/s<seed>/), as a served run writes its scalars
+  const outDir = resolve(opts.out ?? join('runs', `simulate-${timestamp()}`));
+  const multi = (j: (typeof jobs)[number]) => (j.row.seeds?.length ?? 1) > 1;
+  const metricsRuns = jobs.map((j, k) => ({ row: j.row.name, seed: multi(j) ? j.seed : undefined, result: runs[k] }));
+  writeRunMetrics(outDir, metricsRuns, startMs);
   const results = rows.map((_, r) => mergeSeeds(runs.filter((_, k) => jobs[k].r === r)));
 
   for (let i = 0; i < results.length; i++) {
@@ -386,7 +395,6 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   };
   if (preset === 'settings') report.settings = settingsSummary(report.runs);
   const table = `${setting.join('\n')}\n\n${formatTable(report.runs)}`;
-  const outDir = resolve(opts.out ?? join('runs', `simulate-${timestamp()}`));
   mkdirSync(outDir, { recursive: true });
   const json = JSON.stringify(report, (_k, v) => (v === Infinity ? 'Infinity' : v), 2);
   writeFileSync(join(outDir, 'report.json'), json + '\n');

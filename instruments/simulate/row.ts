@@ -20,6 +20,7 @@ import type { CurvePoint, IslandReport, NetworkSpec, SimCommon, SimRow, SimRunRe
 import { runBaseline } from './baseline.ts';
 import { DropOnUpload, TamperingTransport } from './faulty-transports.ts';
 import { type RowContext, Evaluator, emptyResult, modelConfig, rowEngines } from './row-shared.ts';
+import { evalRows, versionRows } from './metrics.ts';
 
 /** A row stops once its islands have computed this many times its token budget. */
 const STALL_FACTOR = 5;
@@ -114,7 +115,8 @@ async function runDilocoOn(
   let stalled = false;
   const stall = () => (stalled ||= computed() > STALL_FACTOR * row.tokens);
   const notes: string[] = [];
-  curve.push({ tokens: 0, tokensComputed: 0, timeMs: 0, evalLoss: await evaluator.loss(coord.model().params) });
+  const init = await evaluator.loss(coord.model().params);
+  curve.push({ tokens: 0, tokensComputed: 0, timeMs: 0, evalLoss: init, version: 0 });
   const serverBytes: ServerCount = { in: 0, out: 0, byMessage: {} };
   let mixHub: SimMixHub | null = null;
   const hub = new LocalHub(coord, {
@@ -126,7 +128,13 @@ async function runDilocoOn(
       if (ev.update.totalTokens >= nextEval) {
         while (nextEval <= ev.update.totalTokens) nextEval += evalEvery;
         const l = await evaluator.loss(coord.params() as Float32Array);
-        curve.push({ tokens: ev.update.totalTokens, tokensComputed: computed(), timeMs: clock.now(), evalLoss: l });
+        curve.push({
+          tokens: ev.update.totalTokens,
+          tokensComputed: computed(),
+          timeMs: clock.now(),
+          evalLoss: l,
+          version: ev.update.version,
+        });
         log?.(
           `${row.name}: v${ev.update.version} tokens ${ev.update.totalTokens} eval ` +
             `${l.toFixed(4)} t=${(clock.now() / 1000).toFixed(1)}s`,
@@ -281,7 +289,13 @@ async function runDilocoOn(
   const out = emptyResult(row, row.islands.length);
   const totals = coord.totals();
   const finalLoss = await evaluator.loss(coord.params() as Float32Array);
-  curve.push({ tokens: totals.tokensApplied, tokensComputed: computed(), timeMs: clock.now(), evalLoss: finalLoss });
+  curve.push({
+    tokens: totals.tokensApplied,
+    tokensComputed: computed(),
+    timeMs: clock.now(),
+    evalLoss: finalLoss,
+    version: coord.version,
+  });
   out.evalLoss = finalLoss;
   out.tokens = totals.tokensApplied;
   out.tokensComputed = computed();
@@ -304,6 +318,7 @@ async function runDilocoOn(
   out.shortRounds = totals.shortRounds ?? 0;
   out.virtualTimeMs = clock.now();
   out.curve = curve;
+  if (common.scalars) out.scalars = [...versionRows(coord.history(), coord.config()), ...evalRows(curve)];
   out.perIsland = reports;
   if (auditor) out.audits = auditor.report();
   const snapshotBytes = snapshots * 4 * n;

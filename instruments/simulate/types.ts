@@ -7,6 +7,7 @@ import type { SimEngineKind } from './engines.ts';
 import type { TrainingMode } from '../../core/protocol.ts';
 import type { Numerics } from './sim-engine.ts';
 import type { MixConfig } from '../../core/mix/broker.ts';
+import type { Scalars } from '../../server/run/scalars.ts';
 
 /**
  * How a simulated island behaves when it sends its delta: honest, or an attack on it — scaled ×100
@@ -123,6 +124,8 @@ export interface SimCommon {
   init?: Float32Array;
   /** AdamW's hyperparameters of every engine the row makes (the scaling protocol's β2 0.99); default the engine's. */
   adam?: { beta1?: number; beta2?: number };
+  /** Keep the rows of the run's metrics folder in the result (`scalars`; metrics.ts); default off. */
+  scalars?: boolean;
 }
 
 /** What butterfly mixing did over a row (mix-sim.ts). */
@@ -151,6 +154,15 @@ export interface CurvePoint {
   tokensComputed: number;
   timeMs: number;
   evalLoss: number;
+  /** The version (DiLoCo) or step (DDP, single) evaluated: the metrics folder's step (metrics.ts). */
+  version?: number;
+}
+
+/** A row of a metrics folder (metrics.ts): its step (version or step), virtual ms since the run began, its scalars. */
+export interface ScalarRow {
+  step: number;
+  timeMs: number;
+  scalars: Scalars;
 }
 
 /** One point of a report row's eval curve: tokens in θ and the held-out loss there. */
@@ -238,6 +250,8 @@ export interface SimRunResult {
   };
   /** Rows with `mix`: groups, fallbacks, spot checks, audits. */
   mix?: MixTotals;
+  /** With SimCommon.scalars: the metrics folder's rows (metrics.ts); the reports leave them out. */
+  scalars?: ScalarRow[];
 }
 
 /** A validator's findings over one row: verdicts on honest and fake islands, and how soon fakes were banned. */
@@ -306,7 +320,7 @@ export interface SimulateOptions {
   network?: NetworkSpec;
   /** Engine of islands, baselines and evaluation: 'cpu' (default) or 'webgpu' (Dawn); virtual time either way. */
   engine?: SimEngineKind;
-  /** Run folder for report.json, curves.csv, plot.svg, report.html. Default runs/simulate-<time>. */
+  /** Run folder for report.json, curves.csv, plot.svg, report.html, metrics/. Default runs/simulate-<time>. */
   out?: string;
   /** Print report.json on stdout instead of the table. */
   json?: boolean;
