@@ -6,9 +6,11 @@
 // live run started (the same θ0, cold). `simulate --from-fleet` replays the twin to the same loss.
 
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { parseScalarsJsonl } from '../client/dashboard/overlay.ts';
+import { readEventFile } from './helpers/tfevents.ts';
 import { fleetSpecFromCli, parseSchedule } from '../instruments/commands/fleet.ts';
 import type { FleetReport } from '../instruments/fleet/types.ts';
 import { runSimulate } from '../instruments/simulate/index.ts';
@@ -124,6 +126,36 @@ describe('atoll fleet', () => {
     expect(() => fleetSpecFromCli({ mixGroup: 4, redis: true })).toThrow(/embedded server only/);
     expect(fleetSpecFromCli({ mixGroup: 4 })).toMatchObject({ mixGroup: 4 });
     expect(fleetSpecFromCli({})).toMatchObject({ mixGroup: 0 });
+  });
+
+  // docs/metrics.md: metrics/live/ holds what the live server wrote in its temporary run folder (a row per
+  // version) and the fleet's evals of the live θ (the report's live evalCurve), in a second event file;
+  // metrics/twin/, ddp/ and single/ are written as `atoll simulate` writes its rows
+  it('writes its scalars as a served run does: metrics/live, twin, ddp and single', () => {
+    const lines = (row: string) =>
+      readFileSync(join(out, 'metrics', row, 'scalars.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Record<string, number>);
+    const evalPoints = (row: string) =>
+      lines(row)
+        .filter((l) => 'eval/loss' in l)
+        .map((l) => ({ tokens: l['tokens/total'], evalLoss: l['eval/loss'] }));
+    expect(readdirSync(join(out, 'metrics')).sort()).toEqual(['ddp', 'live', 'single', 'twin']);
+    const live = lines('live').filter((l) => 'update/norm' in l);
+    expect(live.map((l) => l.step)).toEqual(Array.from({ length: report.live.versions }, (_, v) => v + 1));
+    expect(live.at(-1)!['tokens/total']).toBe(report.live.tokens);
+    expect(evalPoints('live')).toEqual(report.live.evalCurve);
+    for (const row of ['twin', 'ddp', 'single'] as const) expect(evalPoints(row), row).toEqual(report[row].evalCurve);
+    for (const row of ['live', 'twin', 'ddp', 'single']) {
+      const dir = join(out, 'metrics', row);
+      parseScalarsJsonl(readFileSync(join(dir, 'scalars.jsonl'), 'utf8'), row); // the dashboard's overlay reads it
+      const files = readdirSync(dir).filter((f) => f.startsWith('events.out.tfevents.'));
+      expect(files, row).toHaveLength(row === 'live' ? 2 : 1); // live: the server's, the fleet's evals
+      const events = files.flatMap((f) => readEventFile(readFileSync(join(dir, f))));
+      const evals = events.filter((e) => 'eval/loss' in e.scalars).map((e) => e.scalars['eval/loss']);
+      expect(evals.length, row).toBe(report[row as 'twin'].evalCurve.length);
+    }
   });
 
   it('loses nothing, applies nothing twice, and the page had deltas accepted', () => {
