@@ -34,7 +34,13 @@ export const RunInfoSchema = Type.Object({
     }),
   ),
   params: Type.Integer(),
-  data: Type.Object({ name: Type.String(), trainBytes: Type.Integer(), heldOutBytes: Type.Integer() }),
+  data: Type.Object({
+    name: Type.String(),
+    trainBytes: Type.Integer(),
+    heldOutBytes: Type.Integer(),
+    /** A shard run (serve --data DIR): its shards, held-out one included (GET /api/data/index); absent otherwise. */
+    shards: Type.Optional(Type.Integer()),
+  }),
   mode: Type.Unsafe<CoordinatorConfig['mode']>(Type.String()),
   batch: Type.Integer(),
   seqLen: Type.Integer(),

@@ -70,6 +70,8 @@ interface RunInfoLite {
   batch: number;
   seqLen: number;
   name: string;
+  /** A shard run: its shard count (GET /api/data/index). */
+  data?: { shards?: number };
 }
 
 export async function getJson(url: string): Promise<unknown> {
@@ -125,7 +127,9 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     say,
   )) as RunInfoLite;
   // a shard run (serve --data DIR): the index, then each round's range only; else the whole train split
-  const shards = await retry('cannot reach the server', maxOutageMs, onGateway(openRangeSource), say);
+  const shards = info.data?.shards
+    ? await retry('cannot reach the server', maxOutageMs, onGateway(openRangeSource), say)
+    : null;
   const train = shards
     ? new Uint8Array(info.seqLen + 2) // calibration's steps time the engine only (lr 0)
     : await retry(
@@ -141,9 +145,12 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     { config: info.model, maxBatch: batch },
     { autotune: o.autotune, precision: o.precision, devices, threads: o.threads },
   );
+  const data = shards
+    ? `${shards.index.shards.length} shards by range`
+    : `${train.length.toLocaleString()} training bytes`;
   say(
     `atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, ${engine.numerics ?? 'f32'}, batch ` +
-      `${batch}, ${shards ? `${shards.index.shards.length} shards by range` : `${train.length.toLocaleString()} training bytes`}`,
+      `${batch}, ${data}`,
   );
   // the speed at the duty cycle: what a round's wall time will see (calibrate leaves AdamW fresh)
   const duty = Math.min(1, Math.max(0.01, o.dutyCycle ?? 1));

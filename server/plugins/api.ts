@@ -93,7 +93,12 @@ export function runInfo(run: Run): RunInfo {
     preset: c.preset,
     model: c.model,
     params,
-    data: { name: run.dataset.name, trainBytes: run.dataset.train.length, heldOutBytes: run.dataset.heldOut.length },
+    data: {
+      name: run.dataset.name,
+      trainBytes: run.dataset.train.length,
+      heldOutBytes: run.dataset.heldOut.length,
+      ...(run.shards ? { shards: run.shards.index.shards.length } : {}),
+    },
     mode: cc.mode,
     batch: cc.batchSize,
     seqLen: cc.seqLen,
