@@ -2,7 +2,10 @@
 // epoch (free, held, trained), driven by random takes, partial trains, releases and islands leaving.
 
 import { describe, expect, it } from 'vitest';
+import { encodeDelta } from '../core/codec/index.ts';
+import { Coordinator } from '../core/coord/index.ts';
 import { DataRanges, type TokenRange } from '../core/coord/data-ranges.ts';
+import type { Assignment, DeltaMeta } from '../core/protocol.ts';
 import { rangeBatch } from '../core/data/shards.ts';
 import { mulberry32 } from '../core/random.ts';
 
@@ -127,5 +130,77 @@ describe('DataRanges', () => {
     }
     expect(seen).toEqual([...tokens]);
     expect(() => rangeBatch(tokens, B, T, 3)).toThrow(/E_RANGE_SHORT/);
+  });
+});
+
+describe('the coordinator with a range ledger', () => {
+  const N = 64;
+  const coord = (ranges?: { name: string; tokens: number }[]) =>
+    new Coordinator({
+      params: new Float32Array(N).fill(0.1),
+      config: {
+        mode: 'async',
+        uplink: { encoding: 'f32' },
+        downlink: { encoding: 'f32', blockSize: 64 },
+        normBound: { factor: 0 },
+        batchSize: 2,
+        seqLen: 8,
+        innerSteps: 3,
+        dylu: false,
+        asyncWindow: { floorMs: 0, capMs: 0, fraction: 0 },
+      },
+      ...(ranges ? { ranges } : {}),
+    });
+  let seq = 0;
+  const meta = (a: Assignment, steps = a.innerSteps): DeltaMeta => ({
+    islandId: a.islandId,
+    roundId: a.roundId,
+    baseVersion: a.baseVersion,
+    seq: ++seq,
+    steps,
+    tokens: steps * a.batchSize * a.seqLen,
+    lossFirst: 3,
+    lossLast: 2,
+    lossMean: 2.5,
+    elapsedMs: 1000,
+  });
+  const delta = encodeDelta(new Float32Array(N).fill(1e-3), { encoding: 'f32' });
+
+  it('assigns ranges sized to the round; a rejected Δ or a leaver returns it, a kept Δ trains its steps', () => {
+    const c = coord([{ name: 'a.bin', tokens: 100 }]);
+    const j = c.join({ caps: { engine: 'cpu' } }, 0);
+    const a = j.ok ? j.value.assignment! : null;
+    expect(a?.data.range).toEqual({ shard: 'a.bin', offset: 0, length: 3 * 2 * 9 });
+    // a Δ that does not decode: rejected, its range goes back
+    expect(c.submit({ meta: meta(a!), frame: new Uint8Array(40) }, 1).ok).toBe(false);
+    expect(c.dataRanges()!.inFlight).toEqual([]);
+    const b = c.nextAssignment(a!.islandId, 2);
+    const a2 = b.ok ? b.value! : null;
+    // 100 tokens hold 5 steps of 18: the range is the first 54 again
+    expect(a2?.data.range).toEqual({ shard: 'a.bin', offset: 0, length: 54 });
+    expect(c.submit({ meta: meta(a2!, 2), frame: delta }, 3).ok).toBe(true);
+    c.tick(10);
+    const st = c.dataRanges()!;
+    expect(st.shards[0].trained).toBe(36); // its 2 steps; the third step's tokens are free again
+    expect(st.recent).toEqual([
+      { islandId: a!.islandId, roundId: a2!.roundId, epoch: 0, shard: 'a.bin', offset: 0, length: 36 },
+    ]);
+    const n = c.nextAssignment(a!.islandId, 11);
+    const a3 = n.ok ? n.value! : null;
+    expect(a3?.data.range).toEqual({ shard: 'a.bin', offset: 36, length: 54 });
+    c.leave(a!.islandId, 12);
+    expect(c.dataRanges()!.inFlight).toEqual([]);
+    // the ledger travels in the snapshot
+    c.join({ caps: { engine: 'cpu' } }, 13);
+    const r = Coordinator.restore(c.snapshot());
+    expect(r.ok && r.value.dataRanges()).toEqual(c.dataRanges());
+  });
+
+  it('a corpus run: no range in the assignment, no ledger in the snapshot', () => {
+    const c = coord();
+    const j = c.join({ caps: { engine: 'cpu' } }, 0);
+    expect(j.ok && 'range' in j.value.assignment!.data).toBe(false);
+    expect(c.dataRanges()).toBeNull();
+    expect('dataRanges' in c.snapshot().meta).toBe(false);
   });
 });

@@ -145,7 +145,8 @@ export function closeRound(s: CoordState, now: number): void {
 /** The round's step taken (or failed, or none: null): record it, then open the next round on the (new) version. */
 function finishClose(s: CoordState, c: Closing, taken: Result<StepTaken> | null): void {
   if (taken?.ok) {
-    if (s.ranges) for (const p of c.kept) s.ranges.trained(p.islandId, p.roundId, p.steps);
+    // the steps it trained are its claim (p.tokens = steps × batchSize × seqLen), p.steps the assigned ones
+    if (s.ranges) for (const p of c.kept) s.ranges.trainedTokens(p.islandId, p.roundId, p.tokens, s.cfg.seqLen);
     recordUpdate(s, taken.value, c);
     for (const p of c.kept) s.norms.push(p, s.cfg.normBound.window);
   } else {

@@ -141,6 +141,12 @@ export class DataRanges {
     if (h) h.submitted = true;
   }
 
+  /** Its Δ is in θ, of `tokens` = steps × batchSize × seqLen model tokens: trained() its steps. */
+  trainedTokens(islandId: string, roundId: number, tokens: number, seqLen: number): void {
+    const h = this.find(islandId, roundId);
+    if (h) this.trained(islandId, roundId, Math.floor(tokens / ((h.unit / (seqLen + 1)) * seqLen)));
+  }
+
   /** Its Δ of `steps` steps is in θ: those tokens are trained, the rest of the range is free again. */
   trained(islandId: string, roundId: number, steps: number): void {
     const i = this.s.held.findIndex((h) => h.islandId === islandId && h.roundId === roundId);
