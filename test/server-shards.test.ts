@@ -23,10 +23,11 @@ const B = 8,
   UNIT = B * (T + 1);
 
 const coordinator = { mode: 'async', innerSteps: 4, minInnerSteps: 4, maxInnerSteps: 4, dylu: false } as const;
-const serveShards = (data: string, evaluate = false) =>
+const serveShards = (data: string, evaluate = false, dir?: string) =>
   startTestServer({
     flags: { data, codec: 'int8' },
     evaluate,
+    dir,
     file: {
       eval: { batches: 4, batchSize: 8 },
       coordinator: { ...coordinator, innerLr: { maxLr: 3e-3, minLr: 1e-3 } },
@@ -147,6 +148,29 @@ describe('serve --data DIR (token shards, ranges by HTTP Range)', () => {
     );
     expect(pts.at(-1)!.evalLoss!).toBeLessThan(pts[0].evalLoss!);
   }, 180_000);
+});
+
+describe('a shard run resumed', () => {
+  it('keeps its range ledger (in the checkpoint); ranges in flight at the stop go back to the pool', async () => {
+    const dir = join(root, 'run');
+    let ts = await serveShards(shardsDir, false, dir);
+    const isl = await startNodeIsland({ server: ts.url, engine: 'cpu', calibrate: false, mix: false, name: 'r' });
+    await waitFor('3 ranges trained', async () => (await getJson<DataStatus>(`${ts.url}/api/data`)).recent.length >= 3);
+    isl.stop();
+    await isl.done;
+    const before = await getJson<DataStatus>(`${ts.url}/api/data`);
+    await ts.close();
+    ts = await serveShards(shardsDir, false, dir);
+    try {
+      const after = await getJson<DataStatus>(`${ts.url}/api/data`);
+      expect(after.inFlight).toEqual([]);
+      expect(after.recent).toEqual(before.recent);
+      expect(after.shards).toEqual(before.shards);
+      expect(after.epochsDone).toBe(before.epochsDone);
+    } finally {
+      await ts.close();
+    }
+  }, 60_000);
 });
 
 describe('serve --data DIR refuses bad shards before it listens', () => {
