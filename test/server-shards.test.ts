@@ -185,6 +185,18 @@ describe('serve --data DIR refuses bad shards before it listens', () => {
     await expect(serveShards(bad)).rejects.toThrow(/E_BAD_SHARD/);
   });
 
+  it('no train shard holds one step (batch × (seqLen + 1) tokens): E_DATA_TOO_SMALL', async () => {
+    const small = join(root, 'small');
+    await prepare({
+      tokenizer: 'byte',
+      out: small,
+      inputs: [join(root, 'in')],
+      shardTokens: 200,
+      heldOutTokens: 23_000,
+    });
+    await expect(serveShards(small)).rejects.toThrow(/E_DATA_TOO_SMALL/);
+  });
+
   it('shards of another tokenizer: E_TOKENIZER_MISMATCH', async () => {
     const other = join(root, 'gpt2');
     cpSync(shardsDir, other, { recursive: true });

@@ -316,7 +316,7 @@ export class IslandRuntime {
     if (!this.batch || this.batch.inputs.length < B * T) this.batch = allocBatch(B, T);
     // a shard run: this round's range, fetched once (only it), each step's batch read from it in order
     const range = a.data.range;
-    if (range && !this.opts.fetchRange) throw new Error('E_BAD_RANGE: a shard run needs fetchRange');
+    if (!range !== !this.opts.fetchRange) throw new Error('E_BAD_RANGE: a range needs fetchRange, a shard run a range');
     const tokens = range && this.opts.fetchRange ? await this.opts.fetchRange(range) : null;
     const lossEvery = Math.max(1, this.opts.lossEvery ?? 1);
     const duty = Math.min(1, Math.max(0.01, this.opts.dutyCycle ?? 1));
