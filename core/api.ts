@@ -374,7 +374,8 @@ export const DataStatusSchema = Type.Object({
   skipped: Type.Integer(),
   bytesServed: Type.Integer(),
   shards: Type.Array(Type.Object({ name: Type.String(), tokens: Type.Integer(), trained: Type.Integer() })),
-  inFlight: Type.Array(RangeRecordSchema),
+  /** `submitted`: its Δ is accepted and waits in the open round or merge window (the island leaving keeps it). */
+  inFlight: Type.Array(Type.Composite([RangeRecordSchema, Type.Object({ submitted: Type.Boolean() })])),
   /** The last 256 ranges trained (what a kept Δ trained of its range), oldest first. */
   recent: Type.Array(RangeRecordSchema),
 });

@@ -14,7 +14,7 @@ import type { Assignment } from '../core/protocol.ts';
 import type { DataRange } from '../core/server-messages.ts';
 import { type NodeIsland, startNodeIsland } from '../client/island/node.ts';
 import { prepare } from '../instruments/commands/data-prepare.ts';
-import { type TestServer, getJson, startTestServer, tempDir, waitFor } from './helpers/server.ts';
+import { type TestServer, getJson, sleep, spawnIsland, startTestServer, tempDir, waitFor } from './helpers/server.ts';
 
 const root = tempDir('atoll-shards-');
 const shardsDir = join(root, 'shards');
@@ -148,6 +148,52 @@ describe('serve --data DIR (token shards, ranges by HTTP Range)', () => {
     );
     expect(pts.at(-1)!.evalLoss!).toBeLessThan(pts[0].evalLoss!);
   }, 180_000);
+});
+
+describe('a killed island', () => {
+  it('its range in flight (frozen by SIGSTOP, then kill -9) is trained later by another island', async () => {
+    const ts = await serveShards(shardsDir);
+    const child = spawnIsland(ts.url, 'doomed');
+    let other: NodeIsland | null = null;
+    try {
+      await waitFor('the child training', () => child.report.acks.length >= 1, 60_000);
+      // frozen while it holds a range (not between an ack and its next assignment)
+      const held = await waitFor(
+        'its range in flight',
+        async () => {
+          child.child.kill('SIGCONT');
+          await sleep(30 + Math.random() * 100);
+          child.child.kill('SIGSTOP');
+          await sleep(200);
+          const d = await getJson<DataStatus>(`${ts.url}/api/data`);
+          return d.inFlight.find((r) => r.islandId === child.report.islandId && !r.submitted) ?? null;
+        },
+        30_000,
+      );
+      if (!held) throw new Error('unreachable');
+      await child.kill9();
+      other = await startNodeIsland({ server: ts.url, engine: 'cpu', calibrate: false, mix: false, name: 'heir' });
+      const heir = other;
+      await waitFor(
+        'the killed range trained by the heir',
+        async () => {
+          const d = await getJson<DataStatus>(`${ts.url}/api/data`);
+          return d.recent.some((r) => r.islandId !== held.islandId && r.epoch === held.epoch && overlaps(r, held));
+        },
+        60_000,
+      );
+      const d = await getJson<DataStatus>(`${ts.url}/api/data`);
+      expect(d.inFlight.some((r) => r.islandId === held.islandId)).toBe(false);
+      expect(d.recent.some((r) => r.islandId === held.islandId && r.epoch === held.epoch && overlaps(r, held))).toBe(
+        false,
+      );
+      heir.stop();
+      await heir.done;
+    } finally {
+      await child.kill9();
+      await ts.close();
+    }
+  }, 120_000);
 });
 
 describe('a shard run resumed', () => {

@@ -73,7 +73,8 @@ export interface DataRangesStatus {
   trainTokens: number;
   skipped: number;
   shards: { name: string; tokens: number; trained: number }[];
-  inFlight: RangeRecord[];
+  /** `submitted`: its Δ is accepted and waits in the open round or merge window. */
+  inFlight: (RangeRecord & { submitted: boolean })[];
   recent: RangeRecord[];
 }
 
@@ -203,7 +204,13 @@ export class DataRanges {
       trainTokens: total,
       skipped: s.skipped,
       shards: s.shards.map((x, i) => ({ name: x.name, tokens: x.tokens, trained: s.trained[i] })),
-      inFlight: s.held.map((h) => ({ islandId: h.islandId, roundId: h.roundId, epoch: h.epoch, ...h.range })),
+      inFlight: s.held.map((h) => ({
+        islandId: h.islandId,
+        roundId: h.roundId,
+        epoch: h.epoch,
+        ...h.range,
+        submitted: h.submitted,
+      })),
       recent: s.recent.map((r) => ({ ...r })),
     };
   }
