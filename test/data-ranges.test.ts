@@ -40,7 +40,10 @@ describe('DataRanges', () => {
     // a submitted Δ's range stays when its island goes
     d.submitted('i5', 1);
     d.releaseIsland('i5');
+    d.refused('i5', 1); // a resend refused at submit: the accepted Δ keeps it
     expect(d.rangeOf('i5', 1)).toBeDefined();
+    d.refused('i6', 1);
+    expect(d.rangeOf('i6', 1)).toBeUndefined();
     // the state survives a snapshot
     expect(new DataRanges(d.state()).status()).toEqual(d.status());
   });

@@ -175,6 +175,11 @@ export class DataRanges {
     this.free(h.epoch, h.range);
   }
 
+  /** A Δ refused at submit: its range goes back unless a Δ for it was already accepted (a resend refused). */
+  refused(islandId: string, roundId: number): void {
+    if (this.find(islandId, roundId)?.submitted === false) this.release(islandId, roundId);
+  }
+
   /** Returns every range of `islandId` with no accepted Δ, but those of `keep` (round ids it may still send). */
   releaseIsland(islandId: string, keep?: ReadonlySet<number>): void {
     for (const h of this.s.held.filter((x) => x.islandId === islandId && !x.submitted && !keep?.has(x.roundId)))

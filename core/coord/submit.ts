@@ -20,7 +20,7 @@ export function submitDelta(s: CoordState, sub: DeltaSubmission, now: number): R
   const r = validateAndCount(s, sub, now);
   // a shard run: a rejected Δ's range goes back to the pool (not for a resend or a retryable refusal)
   if (!r.ok && s.ranges && typeof sub.meta?.islandId === 'string' && !KEEPS_RANGE.has(r.error.code))
-    s.ranges.release(sub.meta.islandId, sub.meta.roundId);
+    s.ranges.refused(sub.meta.islandId, sub.meta.roundId);
   // sync: a member's rejected delta uses its turn, so the round no longer waits for it (no stall on a bad island)
   if (!r.ok && s.cfg.mode === 'sync' && usesTurn(s.round, sub.meta, r.error.code)) {
     s.round.failed.add(sub.meta.islandId);
