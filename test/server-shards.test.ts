@@ -13,6 +13,13 @@ import type { DataIndex, DataStatus } from '../core/api.ts';
 import type { Assignment } from '../core/protocol.ts';
 import type { DataRange } from '../core/server-messages.ts';
 import { type NodeIsland, startNodeIsland } from '../client/island/node.ts';
+import { startNodeValidator } from '../client/island/node-validator.ts';
+import { openRangeSource } from '../client/island/range-fetch.ts';
+import { IslandRuntime } from '../client/island/runtime.ts';
+import { SocketIoTransport } from '../client/island/transport-socketio.ts';
+import { JsEngine } from '../core/engine/js.ts';
+import { PRESETS } from '../core/model/config.ts';
+import type { Result } from '../core/result.ts';
 import { prepare } from '../instruments/commands/data-prepare.ts';
 import { type TestServer, getJson, sleep, spawnIsland, startTestServer, tempDir, waitFor } from './helpers/server.ts';
 
@@ -194,6 +201,72 @@ describe('a killed island', () => {
       await ts.close();
     }
   }, 120_000);
+});
+
+/** An island that trains 2,000 tokens off the range it was assigned (plausible, fake work). */
+async function shiftedRangeIsland(url: string): Promise<IslandRuntime> {
+  const src = (await openRangeSource(url))!;
+  const transport = new SocketIoTransport({ url });
+  const lie = (a: Assignment | null) => {
+    const r = a?.data.range;
+    if (!a || !r) return a;
+    const shard = src.index.shards.find((x) => x.name === r.shard)!;
+    const offset = r.offset + r.length + 2000 <= shard.tokens ? r.offset + 2000 : r.offset - 2000;
+    return { ...a, data: { ...a.data, range: { ...r, offset } } };
+  };
+  const hello = transport.hello.bind(transport),
+    next = transport.nextAssignment.bind(transport);
+  transport.hello = async (m) => {
+    const r = await hello(m);
+    return r.ok ? { ok: true, value: { ...r.value, assignment: lie(r.value.assignment) } } : r;
+  };
+  transport.nextAssignment = async () => {
+    const r: Result<Assignment> = await next();
+    return r.ok ? { ok: true, value: lie(r.value)! } : r;
+  };
+  return new IslandRuntime({
+    engine: new JsEngine({ config: PRESETS.tiny, maxBatch: B }),
+    train: new Uint8Array(0),
+    fetchRange: (r) => src.fetch(r),
+    transport,
+    caps: { name: 'liar', batchSize: B, maxBatch: B },
+  });
+}
+
+describe('audits of a shard run', () => {
+  it('a validator replays each audited assignment on its own range: honest passes, another range is banned', async () => {
+    const ts = await startTestServer({
+      flags: { data: shardsDir, mode: 'sync', codec: 'int8', innerSteps: 4, quorum: 1 },
+      audit: { token: 'validator-secret', rate: 1, banAfter: 2 },
+    });
+    const honest = await startNodeIsland({ server: ts.url, engine: 'cpu', calibrate: false, mix: false, name: 'h' });
+    const liar = await shiftedRangeIsland(ts.url);
+    void liar.start();
+    const verdicts: { islandId: string; passed: boolean | null; banned: boolean; cosine: number | null }[] = [];
+    const v = await startNodeValidator({
+      server: ts.url,
+      token: 'validator-secret',
+      idleMs: 100,
+      onVerdict: (job, m, passed, banned) =>
+        verdicts.push({ islandId: job.islandId, passed, banned, cosine: m.cosine }),
+    });
+    try {
+      await waitFor('the liar banned', () => verdicts.some((x) => x.banned), 60_000);
+      const honestId = honest.runtime.progress.islandId!;
+      await waitFor('2 honest verdicts', () => verdicts.filter((x) => x.islandId === honestId).length >= 2, 60_000);
+      expect(verdicts.filter((x) => x.islandId === honestId).every((x) => x.passed === true)).toBe(true);
+      expect(verdicts.filter((x) => x.islandId === liar.progress.islandId).map((x) => x.passed)).toEqual([
+        false,
+        false,
+      ]);
+    } finally {
+      liar.stop();
+      v.stop();
+      honest.stop();
+      await Promise.allSettled([v.done, honest.done]);
+      await ts.close();
+    }
+  }, 90_000);
 });
 
 describe('a shard run resumed', () => {

@@ -61,9 +61,9 @@ export async function openParts(o: OpenRunOptions): Promise<{ parts: RunParts; n
   // a rotated log starts with what a reader of the old files would have learnt (history.carryLine)
   let carry: (() => ReturnType<RunHistory['carryLine']>) | null = null;
   const { dataset, shards } = openData(o.config); // checked in full before the folder is touched
-  // audits replay an assignment's batches, mixing groups submit a mean: neither knows ranges yet
-  if (shards && (o.audit || o.config.mix.k))
-    throw Object.assign(new Error('serve --data DIR (shards) trains without validators and mixing groups for now'), {
+  // mixing groups submit one mean for several members' ranges: not with ranges yet
+  if (shards && o.config.mix.k)
+    throw Object.assign(new Error('serve --data DIR (shards) trains without mixing groups (--mix-group) for now'), {
       code: 'E_BAD_CONFIG',
     });
   const store = new RunStore(o.dir, {
