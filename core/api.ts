@@ -34,7 +34,13 @@ export const RunInfoSchema = Type.Object({
     }),
   ),
   params: Type.Integer(),
-  data: Type.Object({ name: Type.String(), trainBytes: Type.Integer(), heldOutBytes: Type.Integer() }),
+  data: Type.Object({
+    name: Type.String(),
+    trainBytes: Type.Integer(),
+    heldOutBytes: Type.Integer(),
+    /** A shard run (serve --data DIR): its shards, held-out one included (GET /api/data/index); absent otherwise. */
+    shards: Type.Optional(Type.Integer()),
+  }),
   mode: Type.Unsafe<CoordinatorConfig['mode']>(Type.String()),
   batch: Type.Integer(),
   seqLen: Type.Integer(),
@@ -330,3 +336,47 @@ export const ContributorCreditSchema = Type.Object({
   contributors: Type.Integer(),
 });
 export type ContributorCredit = Static<typeof ContributorCreditSchema>;
+
+/** GET /api/data/index (a shard run, `serve --data DIR`): its shards; headerBytes: 1,024 (llm.c's) or 0 (nanoGPT's). */
+export const DataIndexSchema = Type.Object({
+  format: Type.Literal('atoll-shards'),
+  version: Type.Literal(1),
+  tokenizer: Type.String(),
+  vocabSize: Type.Integer(),
+  heldOut: Type.String(),
+  shards: Type.Array(
+    Type.Object({
+      name: Type.String(),
+      tokens: Type.Integer(),
+      bytes: Type.Integer(),
+      headerBytes: Type.Integer(),
+      sha256: Type.Optional(Type.String()),
+    }),
+  ),
+});
+export type DataIndex = Static<typeof DataIndexSchema>;
+
+/** GET /api/data (a shard run): the range ledger (core/coord/data-ranges.ts) and the shard bytes served. */
+const RangeRecordSchema = Type.Object({
+  islandId: Type.String(),
+  roundId: Type.Integer(),
+  epoch: Type.Integer(),
+  shard: Type.String(),
+  offset: Type.Integer(),
+  length: Type.Integer(),
+});
+
+export const DataStatusSchema = Type.Object({
+  epoch: Type.Integer(),
+  epochsDone: Type.Integer(),
+  epochProgress: Type.Number(),
+  trainTokens: Type.Integer(),
+  skipped: Type.Integer(),
+  bytesServed: Type.Integer(),
+  shards: Type.Array(Type.Object({ name: Type.String(), tokens: Type.Integer(), trained: Type.Integer() })),
+  /** `submitted`: its Δ is accepted and waits in the open round or merge window (the island leaving keeps it). */
+  inFlight: Type.Array(Type.Composite([RangeRecordSchema, Type.Object({ submitted: Type.Boolean() })])),
+  /** The last 256 ranges trained (what a kept Δ trained of its range), oldest first. */
+  recent: Type.Array(RangeRecordSchema),
+});
+export type DataStatus = Static<typeof DataStatusSchema>;

@@ -52,7 +52,9 @@ export const RunConfigSchema = Type.Object({
   model: ModelSchema,
   data: Type.String({
     minLength: 1,
-    description: 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu',
+    description:
+      'text file, folder of .txt files, a bundled text: moby-dick (default), sotu, or a folder of byte token ' +
+      'shards (atoll data prepare --tokenizer byte)',
     fixed: 'the train/held-out split and every island stream are cut from it',
   }),
   seed: int(0, 2 ** 32 - 1, { description: 'θ init seed', fixed: 'θ0 was drawn from it' }),

@@ -70,6 +70,13 @@ export function innerLearningRate(plan: InnerLrPlan, i: number, optimizerSteps =
   return lr;
 }
 
+/** A shard run's token range for one round: `length` tokens of train shard `shard` from token `offset`. */
+export interface DataRange {
+  shard: string;
+  offset: number;
+  length: number;
+}
+
 /** Work for one round: train `innerSteps` steps from θ at `baseVersion`, then send Δ. */
 export interface Assignment {
   islandId: string;
@@ -89,8 +96,11 @@ export interface Assignment {
    * it.
    */
   freshOptimizer?: boolean;
-  /** Batches: sampleBatch(train, batchSize, seqLen, data.seed, data.stream, data.stepStart + i). */
-  data: { seed: number; stream: number; stepStart: number };
+  /**
+   * Batches: sampleBatch(train, batchSize, seqLen, data.seed, data.stream, data.stepStart + i); in a shard run
+   * (`range` present) rangeBatch(the range's tokens, batchSize, seqLen, i) instead (core/data/shards.ts).
+   */
+  data: { seed: number; stream: number; stepStart: number; range?: DataRange };
   /** How to encode Δ (error feedback is kept on the island). */
   codec: CodecOptions;
   /** Elements of θ, and of every Δ frame (the frame's count field). */

@@ -10,6 +10,7 @@ import type { CoordinatorConfigPatch } from '../core/coord/index.ts';
 import { Gateway, type GatewayOptions } from './gateway/gateway.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { apiPlugin } from './plugins/api.ts';
+import { dataPlugin } from './plugins/data.ts';
 import { Metrics } from './metrics.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
@@ -205,6 +206,7 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
   );
   await app.register(metricsPlugin, { metrics });
   await app.register(apiPlugin, { run, mix: mixStatus });
+  await app.register(dataPlugin, { run });
   const adminAuth = new AuthLimiter('admin token', log);
   await app.register(adminPlugin, { run, token: token.token, limiter: adminAuth });
   await finishApp(app, o.clientDir);

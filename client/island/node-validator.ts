@@ -12,6 +12,8 @@ import type { EngineKind } from '../../core/protocol.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { createEngine } from './engine/node-engines.ts';
 import { getBytes, getJson } from './node.ts';
+import { openRangeSource } from './range-fetch.ts';
+import type { DataRange } from '../../core/server-messages.ts';
 
 export interface NodeValidatorOptions {
   server: string;
@@ -59,8 +61,15 @@ function socketLink(socket: Socket): ValidatorLink & { auth(token: string): Prom
 export async function startNodeValidator(o: NodeValidatorOptions): Promise<NodeValidator> {
   const base = o.server.split(',')[0].trim().replace(/\/+$/, '');
   const say = o.say ?? (() => {});
-  const info = (await getJson(`${base}/api/run`)) as { model: GPTConfig; batch: number; name: string };
-  const train = await getBytes(`${base}/api/data/train`);
+  const info = (await getJson(`${base}/api/run`)) as {
+    model: GPTConfig;
+    batch: number;
+    name: string;
+    data?: { shards?: number };
+  };
+  // a shard run: each job's range alone (the index once); else the whole train split
+  const shards = info.data?.shards ? await openRangeSource(base) : null;
+  const train = shards ? new Uint8Array(0) : await getBytes(`${base}/api/data/train`);
   // one engine, re-made larger when a job's batch exceeds it (islands choose their batch)
   let engine: TrainingEngine | null = null;
   let maxBatch = 0;
@@ -89,6 +98,7 @@ export async function startNodeValidator(o: NodeValidatorOptions): Promise<NodeV
       return await runValidator({
         engineFor,
         train,
+        ...(shards ? { fetchRange: (r: DataRange) => shards.fetch(r) } : {}),
         link,
         stopped: () => stopped,
         idle: () =>

@@ -12,6 +12,8 @@ import type { MixMemberStats } from './mix-member.ts';
 import { mixingTransport } from './mix-socketio.ts';
 import { type RtcPeerConstructor, type SignalPort, WebRtcPeerNet } from './mix-webrtc.ts';
 import { backoff } from '../../core/random.ts';
+import type { DataRange } from '../../core/server-messages.ts';
+import { openRangeSource } from './range-fetch.ts';
 
 export interface NodeIslandOptions {
   /** Server URL, or several gateways of one run comma-separated (failover between them). */
@@ -59,6 +61,8 @@ export interface NodeIsland {
   readonly stopRequested: boolean;
   /** What butterfly mixing did (null: `mix: false`). */
   mix: MixMemberStats | null;
+  /** A shard run: its data bytes fetched (the index and its ranges); null: a corpus run. */
+  readonly dataBytes: number | null;
 }
 
 interface RunInfoLite {
@@ -66,6 +70,8 @@ interface RunInfoLite {
   batch: number;
   seqLen: number;
   name: string;
+  /** A shard run: its shard count (GET /api/data/index). */
+  data?: { shards?: number };
 }
 
 export async function getJson(url: string): Promise<unknown> {
@@ -120,12 +126,18 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     onGateway((b) => getJson(`${b}/api/run`)),
     say,
   )) as RunInfoLite;
-  const train = await retry(
-    'cannot download the training data',
-    maxOutageMs,
-    onGateway((b) => getBytes(`${b}/api/data/train`)),
-    say,
-  );
+  // a shard run (serve --data DIR): the index, then each round's range only; else the whole train split
+  const shards = info.data?.shards
+    ? await retry('cannot reach the server', maxOutageMs, onGateway(openRangeSource), say)
+    : null;
+  const train = shards
+    ? new Uint8Array(info.seqLen + 2) // calibration's steps time the engine only (lr 0)
+    : await retry(
+        'cannot download the training data',
+        maxOutageMs,
+        onGateway((b) => getBytes(`${b}/api/data/train`)),
+        say,
+      );
   const devices = o.devices ?? 1;
   const batch = (o.batch ?? info.batch ?? 8) * devices;
   const engine = await createEngine(
@@ -133,9 +145,12 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
     { config: info.model, maxBatch: batch },
     { autotune: o.autotune, precision: o.precision, devices, threads: o.threads },
   );
+  const data = shards
+    ? `${shards.index.shards.length} shards by range`
+    : `${train.length.toLocaleString()} training bytes`;
   say(
     `atoll island: run '${info.name}', engine ${engine.kind} on ${engine.device}, ${engine.numerics ?? 'f32'}, batch ` +
-      `${batch}, ${train.length.toLocaleString()} training bytes`,
+      `${batch}, ${data}`,
   );
   // the speed at the duty cycle: what a round's wall time will see (calibrate leaves AdamW fresh)
   const duty = Math.min(1, Math.max(0.01, o.dutyCycle ?? 1));
@@ -169,6 +184,7 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
   const runtime = new IslandRuntime({
     engine,
     train,
+    ...(shards ? { fetchRange: (r: DataRange) => shards.fetch(r) } : {}),
     transport: o.mix === false ? transport : mixingTransport(transport, makeNet, numParams(info.model), stats),
     caps: {
       name: o.name,
@@ -258,6 +274,9 @@ export async function startNodeIsland(o: NodeIslandOptions): Promise<NodeIsland>
       return stops > 0;
     },
     mix: o.mix === false ? null : stats,
+    get dataBytes() {
+      return shards ? shards.bytes : null;
+    },
   };
 }
 

@@ -5,6 +5,7 @@ import type { TrainingEngine } from '../../core/engine/index.ts';
 import type { AckMsg, Assignment, DeltaMeta, IslandCaps } from '../../core/protocol.ts';
 import type { AtollError } from '../../core/result.ts';
 import type { TokenArray } from '../../core/data/tokenizer.ts';
+import type { DataRange } from '../../core/server-messages.ts';
 import type { Clock, Transport } from './transport.ts';
 
 export type IslandStatusName =
@@ -56,6 +57,8 @@ export interface IslandRuntimeOptions {
   engine: TrainingEngine;
   /** Training bytes (the train split of the corpus). */
   train: TokenArray;
+  /** A shard run: the tokens of an assignment's `data.range` (range-fetch.ts); its batches are rangeBatch's. */
+  fetchRange?: (range: DataRange) => Promise<TokenArray>;
   transport: Transport;
   caps?: Partial<IslandCaps>;
   /** Rejoin under a previous id. */

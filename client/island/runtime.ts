@@ -16,6 +16,7 @@
 import { CodecScratch, ErrorFeedback, encodeWithFeedback } from '../../core/codec/index.ts';
 import { AUDITABLE_ENCODINGS } from '../../core/coord/audit.ts';
 import { allocBatch, sampleBatch } from '../../core/data/dataset.ts';
+import { rangeBatch } from '../../core/data/shards.ts';
 import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
 import {
   type AckMsg,
@@ -313,6 +314,10 @@ export class IslandRuntime {
     const B = a.batchSize,
       T = a.seqLen;
     if (!this.batch || this.batch.inputs.length < B * T) this.batch = allocBatch(B, T);
+    // a shard run: this round's range, fetched once (only it), each step's batch read from it in order
+    const range = a.data.range;
+    if (!range !== !this.opts.fetchRange) throw new Error('E_BAD_RANGE: a range needs fetchRange, a shard run a range');
+    const tokens = range && this.opts.fetchRange ? await this.opts.fetchRange(range) : null;
     const lossEvery = Math.max(1, this.opts.lossEvery ?? 1);
     const duty = Math.min(1, Math.max(0.01, this.opts.dutyCycle ?? 1));
     const yieldEveryMs = this.opts.yieldEveryMs ?? 0;
@@ -336,7 +341,9 @@ export class IslandRuntime {
         }
         this.setStatus('training');
       }
-      const batch = sampleBatch(this.train, B, T, a.data.seed, a.data.stream, a.data.stepStart + i, this.batch);
+      const batch = tokens
+        ? rangeBatch(tokens, B, T, i, this.batch)
+        : sampleBatch(this.train, B, T, a.data.seed, a.data.stream, a.data.stepStart + i, this.batch);
       const lr = innerLearningRate(a.lr, i, this.optimizerSteps);
       const t0 = this.clock.now();
       await this.engine.step(batch, { lr, gradClip: a.gradClip, weightDecay: a.lr.weightDecay });

@@ -12,19 +12,29 @@ import type { TrainingEngine } from '../../core/engine/index.ts';
 import { innerLearningRate } from '../../core/protocol.ts';
 import type { Result } from '../../core/result.ts';
 import type { TokenArray } from '../../core/data/tokenizer.ts';
+import { rangeBatch } from '../../core/data/shards.ts';
+import type { DataRange } from '../../core/server-messages.ts';
+
+export type FetchRange = (range: DataRange) => Promise<TokenArray>;
 
 /** The Δ an honest island sends for this job's round: θ_base − θ after `steps` fresh-AdamW steps. */
 export async function recomputeDelta(
   engine: TrainingEngine,
   train: TokenArray,
   job: Pick<AuditJob, 'params' | 'work'>,
+  fetchRange?: FetchRange,
 ): Promise<Float32Array> {
   const w = job.work;
+  // a shard run: the assignment's own range, as the server recorded it (never the island's word)
+  const range = w.data.range;
+  if (range && !fetchRange) throw new Error('E_BAD_RANGE: a shard run audit needs fetchRange');
+  const tokens = range && fetchRange ? await fetchRange(range) : null;
   await engine.setParams(job.params);
   await engine.resetOptimizerState();
   const batch = allocBatch(w.batchSize, w.seqLen);
   for (let i = 0; i < w.steps; i++) {
-    sampleBatch(train, w.batchSize, w.seqLen, w.data.seed, w.data.stream, w.data.stepStart + i, batch);
+    if (tokens) rangeBatch(tokens, w.batchSize, w.seqLen, i, batch);
+    else sampleBatch(train, w.batchSize, w.seqLen, w.data.seed, w.data.stream, w.data.stepStart + i, batch);
     await engine.step(batch, { lr: innerLearningRate(w.lr, i), gradClip: w.gradClip, weightDecay: w.lr.weightDecay });
   }
   await engine.takeLosses();
@@ -38,12 +48,17 @@ export interface AuditMeasure {
 }
 
 /** Recomputes the job and compares; cosine null when it cannot be judged (θ's hash, an undecodable frame). */
-export async function judge(engine: TrainingEngine, train: TokenArray, job: AuditJob): Promise<AuditMeasure> {
+export async function judge(
+  engine: TrainingEngine,
+  train: TokenArray,
+  job: AuditJob,
+  fetchRange?: FetchRange,
+): Promise<AuditMeasure> {
   if (hashParams(job.params) !== job.baseHash)
     return { cosine: null, normRatio: null, reason: 'base θ does not match its hash' };
   const sent = decodeDelta(job.frame, job.params.length);
   if (!sent.ok) return { cosine: null, normRatio: null, reason: `${sent.error.code}: ${sent.error.message}` };
-  const ref = await recomputeDelta(engine, train, job);
+  const ref = await recomputeDelta(engine, train, job, fetchRange);
   return compareDeltas(sent.value, ref);
 }
 
@@ -60,6 +75,8 @@ export interface ValidatorOptions {
   /** An engine that runs batches of this size. */
   engineFor: (batchSize: number) => Promise<TrainingEngine>;
   train: TokenArray;
+  /** A shard run: a job's range tokens (range-fetch.ts). */
+  fetchRange?: FetchRange;
   link: ValidatorLink;
   /** Waits this long when there is no job (ms). */
   idle: () => Promise<void>;
@@ -78,7 +95,7 @@ export async function runValidator(o: ValidatorOptions): Promise<Result<number>>
       continue;
     }
     const job = j.value;
-    const m = await judge(await o.engineFor(job.work.batchSize), o.train, job);
+    const m = await judge(await o.engineFor(job.work.batchSize), o.train, job, o.fetchRange);
     const v = await o.link.verdict(job.jobId, m);
     if (!v.ok) return v;
     n++;

@@ -15,6 +15,7 @@
 //   take(now)    → the oldest queued job, leased to a validator for leaseMs (then queued again)
 //   settle(id, cosine, normRatio) → { islandId, passed } (null: the validator could not judge it)
 
+import type { TokenRange } from './data-ranges.ts';
 import type { Encoding } from '../codec/index.ts';
 import type { InnerLrPlan } from '../protocol.ts';
 import { type Result, err, ok } from '../result.ts';
@@ -41,7 +42,7 @@ export interface AuditWork {
   seqLen: number;
   gradClip: number;
   lr: InnerLrPlan;
-  data: { seed: number; stream: number; stepStart: number };
+  data: { seed: number; stream: number; stepStart: number; range?: TokenRange };
 }
 
 export interface AuditJob {

@@ -32,14 +32,26 @@ export function assignOrWait(s: CoordState, isl: IslandRecord, now: number): Res
 
 function makeAssignment(s: CoordState, isl: IslandRecord, now: number): Assignment {
   const roundId = s.cfg.mode === 'sync' ? s.round.id : ++s.assignSerial;
-  return assignWork(isl, s.round, s.cfg, s.book.byId.values(), {
+  const ranges = s.ranges;
+  // a shard run: the island's ranges whose Δ can no longer count (not among its last assignments) go back
+  if (ranges) ranges.releaseIsland(isl.id, new Set((isl.work ?? []).map((w) => w.roundId)));
+  const draw = ranges
+    ? (steps: number, B: number) => ranges.take(isl.id, roundId, steps, B * (s.cfg.seqLen + 1))
+    : undefined;
+  const at = {
     roundId,
     baseVersion: s.version,
     baseHash: s.hash,
     tokensApplied: s.ledger.totals.tokensApplied,
     paramCount: s.paramCount,
     now,
-  });
+  };
+  return assignWork(isl, s.round, s.cfg, s.book.byId.values(), at, draw);
+}
+
+/** A shard run: ranges held by islands no longer online, with no accepted Δ, go back to the pool. */
+export function releaseGoneRanges(s: CoordState): void {
+  s.ranges?.releaseGone((id) => s.book.byId.get(id)?.status !== 'online');
 }
 
 /** Emits assignment events for every island told to wait. */
@@ -55,6 +67,7 @@ export function releaseWaiting(s: CoordState, now: number): void {
 
 /** A held delta taken back out of the counts, as a rejection. */
 export function rejectedFrom(s: CoordState, p: PendingDelta, code: string, message: string): RejectedContribution {
+  s.ranges?.release(p.islandId, p.roundId);
   return s.ledger.unaccept(p, s.book.byId.get(p.islandId), code, message);
 }
 
@@ -64,6 +77,7 @@ export function leaveAs(s: CoordState, islandId: string, now: number, mark: (isl
   if (!found.ok) return found;
   mark(found.value);
   leaveRound(s.round, found.value);
+  releaseGoneRanges(s);
   maybeCloseRound(s, now);
   return ok(undefined);
 }
@@ -131,6 +145,8 @@ export function closeRound(s: CoordState, now: number): void {
 /** The round's step taken (or failed, or none: null): record it, then open the next round on the (new) version. */
 function finishClose(s: CoordState, c: Closing, taken: Result<StepTaken> | null): void {
   if (taken?.ok) {
+    // the steps it trained are its claim (p.tokens = steps × batchSize × seqLen), p.steps the assigned ones
+    if (s.ranges) for (const p of c.kept) s.ranges.trainedTokens(p.islandId, p.roundId, p.tokens, s.cfg.seqLen);
     recordUpdate(s, taken.value, c);
     for (const p of c.kept) s.norms.push(p, s.cfg.normBound.window);
   } else {

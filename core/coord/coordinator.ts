@@ -15,7 +15,8 @@ import { type Result, err, ok } from '../result.ts';
 import { type Assignment, ErrorCode, type ModelSnapshotMsg, PROTOCOL_VERSION } from '../protocol.ts';
 import type { TrainingMode, UpdateMsg } from '../protocol.ts';
 import { type CoordinatorConfig, type CoordinatorConfigPatch, patchConfig } from './config.ts';
-import { assignOrWait, banned, leaveAs, maybeCloseRound, releaseWaiting } from './close.ts';
+import { assignOrWait, banned, leaveAs, maybeCloseRound, releaseGoneRanges, releaseWaiting } from './close.ts';
+import { DataRanges, type DataRangesStatus } from './data-ranges.ts';
 import type { OuterState } from './outer.ts';
 import { adoptRebuilt, replayStep } from './replay.ts';
 import { restoreState, snapshotOf } from './restore.ts';
@@ -51,7 +52,12 @@ export class Coordinator {
 
   /** A new run on `opts.params` (copied), or the state `restore` rebuilt. */
   constructor(opts: CoordinatorOptions | CoordState) {
-    this.s = 'book' in opts ? opts : newState(opts.params, checkedConfig(opts.config), opts.now ?? 0);
+    this.s =
+      'book' in opts
+        ? opts
+        : newState(opts.params, checkedConfig(opts.config), opts.now ?? 0, {
+            ranges: opts.ranges ? new DataRanges(opts.ranges) : null,
+          });
   }
 
   // ── read-only views ─────────────────────────────────────────────────────────────────────────
@@ -107,6 +113,10 @@ export class Coordinator {
   }
   history(): readonly VersionStats[] {
     return this.s.ledger.history;
+  }
+  /** A shard run's range ledger: the epoch, tokens trained per shard, ranges in flight (null: a corpus run). */
+  dataRanges(): DataRangesStatus | null {
+    return this.s.ranges?.status() ?? null;
   }
   totals(): CoordinatorTotals {
     return structuredClone(this.s.ledger.totals);
@@ -219,6 +229,7 @@ export class Coordinator {
   tick(now: number): Result<void> {
     if (this.s.closing) return busy();
     this.s.book.timeOut(now, this.s.cfg.islandTimeoutMs);
+    releaseGoneRanges(this.s);
     maybeCloseRound(this.s, now);
     return ok(undefined);
   }

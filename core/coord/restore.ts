@@ -5,6 +5,7 @@
 import { type Result, err, ok } from '../result.ts';
 import { ErrorCode } from '../protocol.ts';
 import { NormHistory } from './aggregate.ts';
+import { DataRanges } from './data-ranges.ts';
 import { Ledger } from './ledger.ts';
 import { type SnapshotAlloc, readSnapshot, writeSnapshot } from './snapshot.ts';
 import { type CoordState, checkedConfig, newState } from './state.ts';
@@ -33,6 +34,7 @@ export function snapshotOf(s: CoordState, alloc?: SnapshotAlloc): CoordinatorSna
       perVersion: s.ledger.perVersion,
       updates: s.outerStep.downlink.updates,
       history: s.ledger.history,
+      ...(s.ranges ? { dataRanges: s.ranges.state() } : {}),
     },
     alloc,
   );
@@ -61,6 +63,7 @@ export function restoreState(snap: CoordinatorSnapshot): Result<CoordState> {
     round: x.round,
     ledger,
     norms,
+    ranges: x.dataRanges ? new DataRanges(x.dataRanges) : null,
   });
   s.outerStep.restore(x.outer, x.downlinkResidual, x.updates);
   s.book.load(x.islands, x.nextIslandSerial);

@@ -8,6 +8,7 @@ import { AUDITABLE_ENCODINGS } from './audit.ts';
 import { type CoordinatorConfig, stalenessWeight } from './config.ts';
 import { dyluInnerSteps } from './dylu.ts';
 import { batchSizeFor } from './island-book.ts';
+import type { TokenRange } from './data-ranges.ts';
 import type { IslandRecord, PendingDelta, RoundState, ShortClose } from './types.ts';
 import { rememberWork } from './validate.ts';
 
@@ -184,6 +185,7 @@ export function assignWork(
     paramCount: number;
     now: number;
   },
+  draw?: (steps: number, batchSize: number) => { steps: number; range: TokenRange } | null,
 ): Assignment {
   const sync = cfg.mode === 'sync',
     now = at.now;
@@ -195,7 +197,11 @@ export function assignWork(
       ? Math.max(0, cfg.targetRoundMs - late)
       : undefined;
   const size = sizeAssignment(isl, islands, cfg, at.tokensApplied, remainingMs);
+  // a shard run: the round trains its range (a shard's end may shorten it)
+  const drawn = draw?.(size.steps, isl.batchSize);
+  if (drawn) size.steps = drawn.steps;
   const a = assignmentMessage(isl, cfg, size, at);
+  if (drawn) a.data.range = drawn.range;
   Object.assign(isl, {
     roundId: at.roundId,
     assignedSteps: size.steps,

@@ -4,6 +4,7 @@
 import { type Result, err, ok } from '../result.ts';
 import { ErrorCode, PROTOCOL_VERSION, type UpdateMsg } from '../protocol.ts';
 import type { CoordinatorConfig } from './config.ts';
+import type { DataRangesState } from './data-ranges.ts';
 import { hashParams } from './hash.ts';
 import type { OuterState } from './outer.ts';
 import type {
@@ -36,6 +37,8 @@ export interface CoordinatorState {
   perVersion: PerVersion;
   updates: UpdateMsg[];
   history: VersionStats[];
+  /** A shard run's range ledger (absent for a corpus run). */
+  dataRanges?: DataRangesState;
 }
 
 /**
@@ -97,6 +100,7 @@ export function writeSnapshot(s: CoordinatorState, alloc?: SnapshotAlloc): Coord
     // VersionStats entries are never mutated once pushed: a shallow copy is a snapshot
     history: s.history.slice(),
     done: s.done,
+    ...(s.dataRanges ? { dataRanges: structuredClone(s.dataRanges) } : {}),
   };
   return { tensors, meta };
 }
@@ -156,5 +160,6 @@ export function readSnapshot(s: CoordinatorSnapshot): Result<CoordinatorState> {
     perVersion: structuredClone(m.perVersion),
     updates,
     history: structuredClone(m.history),
+    ...(m.dataRanges ? { dataRanges: structuredClone(m.dataRanges) } : {}),
   });
 }

@@ -11,6 +11,7 @@ import {
   mergeConfig,
   validateCoordinatorConfig,
 } from './config.ts';
+import type { DataRanges } from './data-ranges.ts';
 import { hashParams } from './hash.ts';
 import { IslandBook } from './island-book.ts';
 import { Ledger } from './ledger.ts';
@@ -33,6 +34,8 @@ export interface CoordState {
   paused: boolean;
   done: boolean;
   readonly ledger: Ledger;
+  /** A shard run's range ledger (data-ranges.ts); null for a corpus run. */
+  readonly ranges: DataRanges | null;
   /** Queued for drainEvents (see the durability contract in types.ts); emptied, never replaced. */
   readonly events: CoordinatorEvent[];
   /** The round whose outer step a host is taking (OuterOffload.step: close.ts), and that step's end. */
@@ -62,6 +65,7 @@ export function newState(
   at: Partial<Pick<CoordState, 'version' | 'hash' | 'paused' | 'done' | 'assignSerial' | 'round'>> & {
     ledger?: Ledger;
     norms?: NormHistory;
+    ranges?: DataRanges | null;
   } = {},
 ): CoordState {
   const n = params.length;
@@ -80,6 +84,7 @@ export function newState(
     paused: at.paused ?? false,
     done: at.done ?? false,
     ledger: at.ledger ?? new Ledger(),
+    ranges: at.ranges ?? null,
     events,
     closing: null,
     inFlight: null,

@@ -13,9 +13,14 @@ import type { CoordState } from './state.ts';
 import type { Contribution, DeltaSubmission, IslandRecord, SubmitAccepted } from './types.ts';
 import { checkDelta, frameEncoding } from './validate.ts';
 
+const KEEPS_RANGE = new Set<string>([ErrorCode.DUPLICATE, ErrorCode.PAUSED, ErrorCode.DONE]);
+
 /** Validates, counts and holds one delta (see the durability contract in types.ts: ack from events). */
 export function submitDelta(s: CoordState, sub: DeltaSubmission, now: number): Result<SubmitAccepted> {
   const r = validateAndCount(s, sub, now);
+  // a shard run: a rejected Δ's range goes back to the pool (not for a resend or a retryable refusal)
+  if (!r.ok && s.ranges && typeof sub.meta?.islandId === 'string' && !KEEPS_RANGE.has(r.error.code))
+    s.ranges.refused(sub.meta.islandId, sub.meta.roundId);
   // sync: a member's rejected delta uses its turn, so the round no longer waits for it (no stall on a bad island)
   if (!r.ok && s.cfg.mode === 'sync' && usesTurn(s.round, sub.meta, r.error.code)) {
     s.round.failed.add(sub.meta.islandId);
@@ -85,6 +90,7 @@ function validateAndHold(
   if (!held) buf.set(delta);
   const pending = { ...base, delta: buf, score, steps, lossMean: m.lossMean, arrivedAt: now };
   hold(s.round, pending, isl, s.cfg.mode === 'sync', late, now);
+  s.ranges?.submitted(isl.id, m.roundId);
   isl.accepted += 1;
   const roundBefore = s.round.id;
   maybeCloseRound(s, now);

@@ -6,6 +6,7 @@ import type { AtollError, Result } from '../result.ts';
 import { streamId } from '../data/dataset.ts';
 import type { Assignment, DeltaMeta, InnerLrPlan, IslandCaps, UpdateMsg } from '../protocol.ts';
 import type { CoordinatorConfig, CoordinatorConfigPatch } from './config.ts';
+import type { DataRangesState, RangeShard, TokenRange } from './data-ranges.ts';
 import type { OuterConfig } from './outer.ts';
 
 export type IslandStatus = 'online' | 'offline' | 'left' | 'banned';
@@ -72,7 +73,7 @@ export interface AssignedWork {
   batchSize: number;
   issuedAt: number;
   /** What a validator needs to redo it (audit.ts); absent on records from older checkpoints. */
-  data?: { seed: number; stream: number; stepStart: number };
+  data?: { seed: number; stream: number; stepStart: number; range?: TokenRange };
   lr?: InnerLrPlan;
   gradClip?: number;
 }
@@ -302,6 +303,8 @@ export interface CoordinatorSnapshotMeta {
   normHistory: number[];
   /** Assigned steps of each normHistory score (absent in older checkpoints). */
   normSteps?: number[];
+  /** A shard run's range ledger (data-ranges.ts); absent for a corpus run. */
+  dataRanges?: DataRangesState;
   totals: CoordinatorTotals;
   perVersion: PerVersion;
   updates: Array<Omit<UpdateMsg, 'frame'>>;
@@ -363,6 +366,8 @@ export interface CoordinatorOptions {
   config?: CoordinatorConfigPatch;
   /** Start time, ms. */
   now?: number;
+  /** A shard run: its train shards, in index order (the range ledger, data-ranges.ts). */
+  ranges?: RangeShard[];
 }
 
 /**

@@ -145,3 +145,23 @@ export function sampleShardBatch(
   }
   return batch;
 }
+
+/**
+ * Batch `step` of a shard run's round from its range's tokens: row b reads the T + 1 tokens from
+ * (step × B + b) × (T + 1), so a round of `steps` steps reads its range of steps × B × (T + 1) tokens
+ * once, in order (inputs the first T, targets the last T).
+ */
+export function rangeBatch(tokens: TokenArray, B: number, T: number, step: number, out?: Batch): Batch {
+  const need = (step + 1) * B * (T + 1);
+  if (tokens.length < need)
+    throw new ShardError('E_RANGE_SHORT', `step ${step} needs ${need} tokens of the range; it holds ${tokens.length}`);
+  const batch = out ?? allocBatch(B, T);
+  batch.B = B;
+  batch.T = T;
+  for (let b = 0; b < B; b++) {
+    const at = (step * B + b) * (T + 1);
+    batch.inputs.set(tokens.subarray(at, at + T), b * T);
+    batch.targets.set(tokens.subarray(at + 1, at + T + 1), b * T);
+  }
+  return batch;
+}

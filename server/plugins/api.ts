@@ -93,7 +93,12 @@ export function runInfo(run: Run): RunInfo {
     preset: c.preset,
     model: c.model,
     params,
-    data: { name: run.dataset.name, trainBytes: run.dataset.train.length, heldOutBytes: run.dataset.heldOut.length },
+    data: {
+      name: run.dataset.name,
+      trainBytes: run.dataset.train.length,
+      heldOutBytes: run.dataset.heldOut.length,
+      ...(run.shards ? { shards: run.shards.index.shards.length } : {}),
+    },
     mode: cc.mode,
     batch: cc.batchSize,
     seqLen: cc.seqLen,
@@ -202,6 +207,13 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
       },
     },
     async (req, reply) => {
+      if (run.shards)
+        return reply.code(404).send({
+          error: {
+            code: 'E_SHARD_RUN',
+            message: 'this run trains on shards: GET /api/data/index, then the ranges assigned',
+          },
+        });
       const bytes = run.dataset.train;
       dataEtag ??= `"${createHash('sha256').update(bytes).digest('hex').slice(0, 32)}"`;
       reply.header('etag', dataEtag).header('cache-control', 'public, max-age=86400');

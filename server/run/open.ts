@@ -12,7 +12,7 @@ import type { Metrics } from '../metrics.ts';
 import { OuterOffloadHost } from '../outer/offload.ts';
 import type { AuditOptions } from './audit.ts';
 import { encodeRunCheckpoint, restoreLatest } from './checkpoint.ts';
-import { loadCorpus } from './corpus.ts';
+import { type ServedShards, openData } from './served-shards.ts';
 import { refuseUnreadableRun } from './folder.ts';
 import { RunHistory } from './history.ts';
 import type { Traffic } from './islands.ts';
@@ -43,6 +43,8 @@ export interface RunParts {
   store: RunStore;
   metrics: Metrics;
   dataset: TextDataset;
+  /** A shard run's shards (serve --data DIR), or null: a corpus run. */
+  shards: ServedShards | null;
   coord: Coordinator;
   resumed: boolean;
   history: RunHistory;
@@ -58,12 +60,17 @@ export interface RunParts {
 export async function openParts(o: OpenRunOptions): Promise<{ parts: RunParts; now: number }> {
   // a rotated log starts with what a reader of the old files would have learnt (history.carryLine)
   let carry: (() => ReturnType<RunHistory['carryLine']>) | null = null;
+  const { dataset, shards } = openData(o.config); // checked in full before the folder is touched
+  // mixing groups submit one mean for several members' ranges: not with ranges yet
+  if (shards && o.config.mix.k)
+    throw Object.assign(new Error('serve --data DIR (shards) trains without mixing groups (--mix-group) for now'), {
+      code: 'E_BAD_CONFIG',
+    });
   const store = new RunStore(o.dir, {
     keep: o.config.checkpoints,
     maxLogBytes: o.config.limits.maxLogBytes,
     carry: () => carry?.() ?? { type: 'carry' },
   });
-  const dataset = loadCorpus(o.config.data);
   const log = o.log ?? (() => {});
   const now = Date.now();
   const restored = restoreLatest(store, o.config.model, log);
@@ -74,7 +81,8 @@ export async function openParts(o: OpenRunOptions): Promise<{ parts: RunParts; n
   const params = () => o.init?.params.slice() ?? initParams(o.config.model, o.config.seed);
   if (o.init && o.init.params.length !== numParams(o.config.model))
     throw Object.assign(new Error(`θ0 from ${o.init.from} does not fit the run's model`), { code: 'E_WRONG_SIZE' });
-  const coord = restored ?? new Coordinator({ params: params(), config: o.config.coordinator, now });
+  const ranges = shards ? { ranges: shards.train } : {};
+  const coord = restored ?? new Coordinator({ params: params(), config: o.config.coordinator, now, ...ranges });
   if (resumed && o.resumePatch && Object.keys(o.resumePatch).length) {
     const r = coord.setConfig(o.resumePatch);
     if (!r.ok) throw Object.assign(new Error(r.error.message), { code: r.error.code });
@@ -94,7 +102,7 @@ export async function openParts(o: OpenRunOptions): Promise<{ parts: RunParts; n
   carry = () => history.carryLine(waiters.lastApplied, traffic);
   history.scalars = new ScalarLog(metricsDir(o.dir)); // <dir>/metrics/: JSONL and TensorBoard, from here on
   for (const p of history.points) if (p.evalLoss !== null) store.noteEval(p.version, p.evalLoss);
-  const parts = { config, store, metrics: o.metrics, dataset, coord, resumed, history, waiters, traffic };
+  const parts = { config, store, metrics: o.metrics, dataset, shards, coord, resumed, history, waiters, traffic };
   return { parts: { ...parts, offload, audit: o.audit, log }, now };
 }
 

@@ -33,6 +33,7 @@ import type { EvalService } from './eval-worker.ts';
 import type { RunHistory } from './history.ts';
 import { IslandFile } from './island-file.ts';
 import { RunIslands } from './islands.ts';
+import type { ServedShards } from './served-shards.ts';
 import { type OpenRunOptions, type RunParts, firstCommit, openParts } from './open.ts';
 import { OuterSteps } from './outer-steps.ts';
 import { DurabilityPump } from './pump.ts';
@@ -57,6 +58,8 @@ export class Run extends EventEmitter<RunEvents> {
   readonly store: RunStore;
   readonly metrics: Metrics;
   readonly dataset: TextDataset;
+  /** A shard run's shards (served-shards.ts), or null. */
+  readonly shards: ServedShards | null;
   readonly coord: Coordinator;
   readonly resumed: boolean;
   readonly history: RunHistory;
@@ -92,6 +95,7 @@ export class Run extends EventEmitter<RunEvents> {
     this.history = history;
     this.log = log;
     this.dataset = p.dataset;
+    this.shards = p.shards;
     this.resumed = p.resumed;
     this.cfg = p.config;
     this.offload = p.offload;
