@@ -1,6 +1,6 @@
 // `atoll fleet` end to end, sized for 2 cores: a real `atoll serve`, three Node islands as separate
 // processes (one killed -9 and restarted), and one headless Chromium volunteer page on WebGPU
-// (SwiftShader) that clicks Start, on `tiny` to 20k tokens with rounds of about 4 s; then its simulated twin, DDP and a
+// (SwiftShader) that clicks Start, on `tiny` to 20k tokens with rounds of about 1 s; then its simulated twin, DDP and a
 // single island. The report must say nothing was lost or applied twice, the page's deltas were
 // accepted, the live loss went down, the live run ends near its twin, and the twin starts where the
 // live run started (the same θ0, cold). `simulate --from-fleet` replays the twin to the same loss.
@@ -59,12 +59,13 @@ describe('atoll fleet', () => {
     expect(clientBuildState()).toBe('current');
     rmSync(out, { recursive: true, force: true });
     mkdirSync(out, { recursive: true });
-    // Node islands at duty 0.1: on a quiet machine a CPU island trains ~4,400 tokens/s, and three of
-    // them took the whole budget in one round each, before the kill at 50 % could find a victim.
-    // rounds of about 4 s, sized by each island's measured speed (DyLU): the page, on SwiftShader
-    // and slow on 2 busy cores, sends its first delta within seconds of its start
+    // Node islands at duty 0.1: on a quiet machine a CPU island (Wasm) trains ~4,000 tokens/s, and three
+    // of them took the whole budget in one round each, before the kill at 50 % could find a victim.
+    // Rounds of about 1 s, sized by each island's measured speed (DyLU): at 4 s the budget was 4 versions,
+    // too few to learn by 0.2. The page, on SwiftShader and slow on 2 busy cores, sends its first delta
+    // within seconds of its start (its rounds: at least 2 steps)
     const config = join(out, 'run.json');
-    writeFileSync(config, JSON.stringify({ coordinator: { targetRoundMs: 4000, minInnerSteps: 2 } }));
+    writeFileSync(config, JSON.stringify({ coordinator: { targetRoundMs: 1000, minInnerSteps: 2 } }));
     const r = await atoll(
       [
         'fleet',
