@@ -11,6 +11,7 @@ import { PRESETS } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
 import { createEngine } from '../client/island/engine/node-engines.ts';
 import { benchCpu } from '../instruments/bench/cpu.ts';
+import { MIN_SPLIT_WORK, worthSplitting } from '../core/engine/wasm/kernels.ts';
 
 const TEXT = encodeText('It is not down in any map; true places never are. '.repeat(40));
 const config = PRESETS.small;
@@ -45,6 +46,17 @@ describe('the Wasm engine on threads', () => {
     await expect(createEngine('js', opts, { threads: 2 })).rejects.toThrow(/^E_BAD_CONFIG: --threads/);
     await expect(createEngine('webgpu', opts, { threads: 2 })).rejects.toThrow(/^E_BAD_CONFIG: --threads needs/);
     await expect(createEngine('cpu', opts, { threads: 0 })).rejects.toThrow(/^E_BAD_CONFIG: --threads 0/);
+  });
+
+  it('splits a call over the threads only when each share outweighs waking a helper', () => {
+    // gemm over 256 rows of K 32 · N 96 (tiny's qkv): 786k multiply-adds, split; a residual add of 8k: not
+    expect(worthSplitting('gemm', 256, 4, [0, 0, 32, 1, 0, 0, 0, 32, 96], 2)).toBe(true);
+    expect(worthSplitting('residualForward', 8192, 4, [0, 0, 0], 2)).toBe(false);
+    expect(worthSplitting('residualForward', 2 * MIN_SPLIT_WORK, 4, [0, 0, 0], 2)).toBe(true);
+    // attention over (b, h) pairs: T² · head size each
+    expect(worthSplitting('attentionForward', 16, 1, [0, 0, 0, 128, 128, 4], 2)).toBe(true);
+    expect(worthSplitting('gemm', 256, 4, [0, 0, 32, 1, 0, 0, 0, 32, 96], 1)).toBe(false);
+    expect(worthSplitting('gemm', 7, 4, [0, 0, 32, 1, 0, 0, 0, 4096, 4096], 2)).toBe(false); // under 2 × align
   });
 
   it('bench cpu: both engines on the same preset in one run, the Wasm step faster than the JS one', async () => {

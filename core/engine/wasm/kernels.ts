@@ -54,6 +54,34 @@ export const KERNEL_NAMES: readonly KernelName[] = [
   'subtract',
 ];
 
+/**
+ * The work of one unit of a kernel's range (about its multiply-adds), from the call's arguments (the range
+ * aside); a kernel missing here is elementwise (1). A call is split over the threads only when each gets at
+ * least MIN_SPLIT_WORK of it: waking a helper costs microseconds, more than `tiny`'s small calls take.
+ */
+const UNIT_WORK: Partial<Record<KernelName, (a: number[]) => number>> = {
+  gemm: (a) => a[7] * a[8], // a row: K · N
+  transpose: (a) => a[3], // a row of C
+  columnSum: (a) => a[2], // a column of M
+  layernormForward: (a) => a[6], // a row of C
+  layernormBackwardInput: (a) => a[6], // a row of C
+  layernormBackwardParams: (a) => a[6], // a column of BT
+  encoderForward: (a) => a[5], // a row of C
+  encoderBackward: (a) => a[4], // a column of BT
+  attentionForward: (a) => (a[3] * a[3] * a[4]) / a[5], // a (b, h) pair: T² · head size
+  attentionBackward: (a) => (2 * a[5] * a[5] * a[6]) / a[7], // a (b, h) pair: 2 T² · head size
+  crossEntropyForward: (a) => a[3], // a row of V
+  crossEntropyBackward: (a) => a[3], // a row of V
+  sumSquares: (a) => a[3], // a chunk
+};
+export const MIN_SPLIT_WORK = 1 << 15;
+
+/** Whether a call of `name` over n units is worth splitting over `threads` (the same bits either way). */
+export function worthSplitting(name: KernelName, n: number, align: number, args: number[], threads: number): boolean {
+  if (threads === 1 || n < 2 * align) return false;
+  return n * (UNIT_WORK[name]?.(args) ?? 1) >= MIN_SPLIT_WORK * threads;
+}
+
 const PAGE = 65536;
 /** Bytes at the heap base for the control block: 16 i32 words, then up to 16 f64 arguments. */
 export const CONTROL_BYTES = 256;
@@ -175,7 +203,7 @@ export class KernelRunner {
 
   private dispatch(name: KernelName, n: number, align: number, args: number[]): void {
     const fn = this.k[name] as (...a: number[]) => void;
-    if (this.threads === 1 || n < 2 * align) {
+    if (!worthSplitting(name, n, align, args, this.threads)) {
       fn(...args, 0, n);
       return;
     }
