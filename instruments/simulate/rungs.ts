@@ -2,6 +2,7 @@
 // runs them as rungs, and `--model <rung>` runs the compare preset on one of them.
 
 import { type GPTConfig, PRESETS } from '../../core/model/config.ts';
+import { type Result, err, ok } from '../../core/result.ts';
 
 /** A rung of the ladder: a model shape (sequence length 32 throughout). */
 export interface RungSpec {
@@ -67,3 +68,63 @@ const BYTE_PRESETS = Object.entries(PRESETS)
   .filter(([, c]) => c.vocabSize === 256)
   .map(([n]) => n);
 export const SIM_MODEL_NAMES = [...BYTE_PRESETS, ...RUNGS.map((r) => r.name).filter((n) => !(n in PRESETS))];
+
+/** The ladder presets' shared options, from the CLI's raw values (each checked, E_BAD_REQUEST). */
+export interface LadderFlags<K extends string, E extends string> {
+  json: boolean;
+  rungs?: number | string[];
+  tokensPerParam?: number;
+  ints: Partial<Record<K, number>>;
+  engine?: E;
+  data?: string;
+  out?: string;
+}
+
+/**
+ * --rungs (a count from the start of RUNGS, or names; checked against `dflt`'s ladder), --tokens-per-param
+ * in (0, 1000], the non-negative integers `ints`, --engine one of `engines`, --data and --out.
+ */
+export function ladderFlags<K extends string, E extends string>(
+  raw: Record<string, unknown>,
+  ints: readonly K[],
+  engines: readonly E[],
+  dflt = CPU_RUNGS,
+): Result<LadderFlags<K, E>> {
+  const o: LadderFlags<K, E> = { json: raw.json === true || raw.json === 'true', ints: {} };
+  if (raw.rungs !== undefined) {
+    const s = String(raw.rungs);
+    o.rungs = /^\d+$/.test(s)
+      ? Number(s)
+      : s
+          .split(',')
+          .map((x) => x.trim())
+          .filter(Boolean);
+    try {
+      pickRungs(o.rungs, dflt);
+    } catch (e) {
+      return err('E_BAD_REQUEST', (e as Error).message);
+    }
+  }
+  if (raw.tokensPerParam !== undefined) {
+    const t = Number(raw.tokensPerParam);
+    if (!(t > 0 && t <= 1000))
+      return err('E_BAD_REQUEST', `--tokens-per-param must be in (0, 1000], got '${String(raw.tokensPerParam)}'`);
+    o.tokensPerParam = t;
+  }
+  for (const k of ints) {
+    if (raw[k] === undefined) continue;
+    const n = Number(raw[k]);
+    const flag = `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+    if (!Number.isInteger(n) || n < 0)
+      return err('E_BAD_REQUEST', `${flag} must be a non-negative integer, got '${String(raw[k])}'`);
+    o.ints[k] = n;
+  }
+  if (raw.engine !== undefined) {
+    if (!engines.includes(String(raw.engine) as E))
+      return err('E_BAD_REQUEST', `--engine must be ${engines.join('|')}`);
+    o.engine = raw.engine as E;
+  }
+  if (raw.data !== undefined) o.data = String(raw.data);
+  if (raw.out !== undefined) o.out = String(raw.out);
+  return ok(o);
+}

@@ -20,14 +20,14 @@
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { flopsPerToken, numParams } from '../../core/model/config.ts';
-import { type Result, err, ok } from '../../core/result.ts';
+import { type Result, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import type { SimEngineKind } from './engines.ts';
 import { ddpBytesPerIsland, mergeSeeds, runRows } from './index.ts';
 import { warmStartOffPlateau } from './warm-start.ts';
 import type { OuterConfig } from '../../core/coord/outer.ts';
 import { type RowDefaults, baseline, diloco, heterogeneous, uniform } from './scenarios.ts';
-import { CPU_RUNGS, type RungSpec, pickRungs as pickRungsOf } from './rungs.ts';
+import { CPU_RUNGS, type RungSpec, ladderFlags, pickRungs as pickRungsOf } from './rungs.ts';
 import {
   type ScalingReport,
   type ScalingRow,
@@ -84,44 +84,11 @@ export interface ScalingOptions extends SharedOptions {
 
 /** Parses the CLI flags the scaling preset takes (the rest of simulate's flags are ignored). */
 export function scalingOptionsFromCli(raw: Record<string, unknown>): Result<ScalingOptions> {
-  const o: ScalingOptions = { json: raw.json === true || raw.json === 'true' };
-  if (raw.rungs !== undefined) {
-    const s = String(raw.rungs);
-    o.rungs = /^\d+$/.test(s)
-      ? Number(s)
-      : s
-          .split(',')
-          .map((x) => x.trim())
-          .filter(Boolean);
-    try {
-      pickRungs(o.rungs);
-    } catch (e) {
-      return err('E_BAD_REQUEST', (e as Error).message);
-    }
-  }
-  if (raw.tokensPerParam !== undefined) {
-    const t = Number(raw.tokensPerParam);
-    if (!(t > 0 && t <= 1000))
-      return err('E_BAD_REQUEST', `--tokens-per-param must be in (0, 1000], got '${String(raw.tokensPerParam)}'`);
-    o.tokensPerParam = t;
-  }
-  for (const k of ['seed', 'workers', 'evalBatches', 'warmStartTokens', 'outerRounds'] as const) {
-    if (raw[k] === undefined) continue;
-    const n = Number(raw[k]);
-    if (!Number.isInteger(n) || n < 0)
-      return err(
-        'E_BAD_REQUEST',
-        `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a non-negative integer, got ` +
-          `'${String(raw[k])}'`,
-      );
-    o[k] = n;
-  }
-  if (raw.engine !== undefined && raw.engine !== 'cpu' && raw.engine !== 'webgpu')
-    return err('E_BAD_REQUEST', '--engine must be cpu|webgpu');
-  if (raw.engine !== undefined) o.engine = raw.engine as SimEngineKind;
-  if (raw.data !== undefined) o.data = String(raw.data);
-  if (raw.out !== undefined) o.out = String(raw.out);
-  return ok(o);
+  const ints = ['seed', 'workers', 'evalBatches', 'warmStartTokens', 'outerRounds'] as const;
+  const f = ladderFlags(raw, ints, ['cpu', 'webgpu'] as SimEngineKind[]);
+  if (!f.ok) return f;
+  const { ints: n, ...rest } = f.value;
+  return ok({ ...rest, ...n });
 }
 
 /** Picks the rungs: a count from the start of RUNGS, or names (the first ladder's 4 CPU rungs by default). */

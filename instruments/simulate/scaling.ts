@@ -12,10 +12,10 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { flopsPerToken } from '../../core/model/config.ts';
-import { type Result, err, ok } from '../../core/result.ts';
+import { type Result, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import { runRows } from './index.ts';
-import { CPU_RUNGS, RUNGS, pickRungs } from './rungs.ts';
+import { CPU_RUNGS, RUNGS, ladderFlags, pickRungs } from './rungs.ts';
 import { Journal, type JournalRun } from './scaling-journal.ts';
 import { planRung } from './scaling-plan.ts';
 import {
@@ -56,43 +56,11 @@ export interface ScalingOptions extends SharedOptions {
 
 /** Parses the flags the scaling preset takes (the rest of simulate's flags are ignored). */
 export function scalingOptionsFromCli(raw: Record<string, unknown>): Result<ScalingOptions> {
-  const o: ScalingOptions = { json: raw.json === true || raw.json === 'true', quick: raw.quick === true };
-  if (raw.rungs !== undefined) {
-    const s = String(raw.rungs);
-    o.rungs = /^\d+$/.test(s)
-      ? Number(s)
-      : s
-          .split(',')
-          .map((x) => x.trim())
-          .filter(Boolean);
-    try {
-      pickRungs(o.rungs, CPU_RUNGS);
-    } catch (e) {
-      return err('E_BAD_REQUEST', (e as Error).message);
-    }
-  }
-  if (raw.tokensPerParam !== undefined) {
-    const t = Number(raw.tokensPerParam);
-    if (!(t > 0 && t <= 1000))
-      return err('E_BAD_REQUEST', `--tokens-per-param must be in (0, 1000], got '${String(raw.tokensPerParam)}'`);
-    o.tokensPerParam = t;
-  }
-  for (const k of ['seed', 'workers', 'evalBatches', 'warmStartTokens'] as const) {
-    if (raw[k] === undefined) continue;
-    const n = Number(raw[k]);
-    if (!Number.isInteger(n) || n < 0)
-      return err(
-        'E_BAD_REQUEST',
-        `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} must be a non-negative integer`,
-      );
-    o[k] = n;
-  }
+  const f = ladderFlags(raw, ['seed', 'workers', 'evalBatches', 'warmStartTokens'] as const, ['cpu', 'js', 'webgpu']);
+  if (!f.ok) return f;
+  const { ints, ...rest } = f.value;
+  const o: ScalingOptions = { ...rest, ...ints, quick: raw.quick === true };
   if (raw.cold === true) o.warmStartTokens = 0;
-  if (raw.engine !== undefined && !['cpu', 'js', 'webgpu'].includes(String(raw.engine)))
-    return err('E_BAD_REQUEST', '--engine must be cpu|js|webgpu');
-  if (raw.engine !== undefined) o.engine = raw.engine as ScalingOptions['engine'];
-  if (raw.data !== undefined) o.data = String(raw.data);
-  if (raw.out !== undefined) o.out = String(raw.out);
   return ok(o);
 }
 
