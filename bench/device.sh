@@ -60,7 +60,7 @@ for f in node.xz dawn.node.xz node_modules.tar.xz; do
   [ -f "$PACK_DIR/$f" ] || { say "E_NOT_PACKED: $PACK_DIR/$f is missing (bench/device.sh --pack first)"; exit 1; }
 done
 
-# ── stage: the repo's files, node, node_modules and Dawn's binding in a folder of their own ─────────────────
+# ── stage: the repo's files, node, node_modules and Dawn's binding in a folder of their own ───────
 rm -rf "$STAGE" && mkdir -p "$STAGE/repo"
 tar -C "$ROOT" -cf - --exclude=./node_modules --exclude=./.device --exclude=./.git --exclude=./dist \
   --exclude=./runs --exclude=./.gl --exclude=./.whl . | tar -C "$STAGE/repo" -xf -
@@ -71,7 +71,7 @@ xz -dc "$PACK_DIR/dawn.node.xz" > "$STAGE/repo/node_modules/webgpu/dist/linux-x6
 NODE="$STAGE/node"
 say "staged in $(($(date +%s) - t_start)) s: $("$NODE" --version) in $STAGE"
 
-# ── the Vulkan driver ────────────────────────────────────────────────────────────────────────────────────
+# ── the Vulkan driver ───────────────────────────────
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 if [ "$MODE" = dry ]; then
   export VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json
@@ -136,7 +136,7 @@ for p in $PREC_LIST; do
   sort -n "$STAGE/mem-$p.txt" | tail -1 > "$STAGE/mem-$p.max" || true
 done
 
-# ── summary.json: tokens/s, MFU, the engine's planned bytes and the GPU memory seen, per precision ───────────
+# ── summary.json: tokens/s, MFU, the engine's planned bytes and the GPU memory seen, per precision ─────
 PRESET=$PRESET STAGE=$STAGE RESULTS=$RESULTS PREC_LIST=$PREC_LIST WALL=$(($(date +%s) - t_start)) MODE=$MODE \
   PEAK=${PEAK_TFLOPS:-67} "$NODE" --import ./bin/register.js --input-type=module -e "
 const fs = await import('node:fs');

@@ -103,7 +103,7 @@ export const ErrorCode = {
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
-// ── inbound schemas (island → server) ─────────────────────────────────────────────────────────
+// ── inbound schemas (island → server) ────────────────────────
 
 /** A JSON-safe non-negative integer. */
 const Int = (o: object = {}) => Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, ...o });
@@ -225,7 +225,7 @@ export const VerdictSchema = Type.Object(
 /** `nextAssignment`, `fetchModel`, `auditJob`: no payload ({} or none). */
 export const EmptySchema = Type.Union([Type.Object({}, closed), Type.Undefined(), Type.Null()]);
 
-// ── butterfly mixing (docs/protocol.md, "Butterfly mixing"; core/mix) ──────────────────────────
+// ── butterfly mixing (docs/protocol.md, "Butterfly mixing"; core/mix) ──────────────
 
 /** A SHA-256, 64 lowercase hex digits. */
 const Sha256 = Type.String({ minLength: 64, maxLength: 64, pattern: '^[0-9a-f]{64}$' });

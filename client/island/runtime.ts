@@ -161,7 +161,7 @@ export class IslandRuntime {
     return this.paused;
   }
 
-  // ── internals ───────────────────────────────────────────────────────────────────────────────
+  // ── internals ────────────────────────────────
 
   private emit(e: IslandEvent): void {
     for (const l of this.listeners) l(e);

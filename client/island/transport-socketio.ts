@@ -142,7 +142,7 @@ export class SocketIoTransport implements Transport {
     return this.ready;
   }
 
-  // ── Transport ─────────────────────────────────────────────────────────────────────────────
+  // ── Transport ────────────────────────────────
 
   async hello(msg: HelloMsg): Promise<Result<HelloResult>> {
     this.helloMsg = msg;
@@ -338,7 +338,7 @@ export class SocketIoTransport implements Transport {
     return emitWithAck<T>(this.socket, this.inflight, event, payload, timeoutMs);
   }
 
-  // ── internals ─────────────────────────────────────────────────────────────────────────────
+  // ── internals ────────────────────────────────
 
   /** A new identity's proof of work: the server's challenge, solved (core/pow.ts). */
   private async proofOfWork(): Promise<

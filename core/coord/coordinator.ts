@@ -60,7 +60,7 @@ export class Coordinator {
           });
   }
 
-  // ── read-only views ─────────────────────────────────────────────────────────────────────────
+  // ── read-only views ──────────────────────────────
 
   get paramCount(): number {
     return this.s.paramCount;
@@ -160,7 +160,7 @@ export class Coordinator {
     return w && structuredClone(w);
   }
 
-  // ── islands ─────────────────────────────────────────────────────────────────────────────────
+  // ── islands ─────────────────────────────────
 
   /** Registers an island (or re-registers a known id) and gives it work when there is some. */
   join(req: JoinRequest, now: number): Result<JoinResult> {
@@ -216,7 +216,7 @@ export class Coordinator {
     return assignOrWait(this.s, isl.value, now);
   }
 
-  // ── deltas and time ─────────────────────────────────────────────────────────────────────────
+  // ── deltas and time ──────────────────────────────
 
   /**
    * Validates and counts one delta. Never throws on input. A rejection changes neither θ nor the
@@ -234,7 +234,7 @@ export class Coordinator {
     return ok(undefined);
   }
 
-  // ── admin ───────────────────────────────────────────────────────────────────────────────────
+  // ── admin ──────────────────────────────────
 
   pause(): void {
     this.s.paused = true;
@@ -259,7 +259,7 @@ export class Coordinator {
     return ok(this.config());
   }
 
-  // ── snapshot / restore, revert (restore.ts, replay.ts) ──────────────────────────────────────
+  // ── snapshot / restore, revert (restore.ts, replay.ts) ───────────────────
 
   /** Everything needed to resume exactly, between steps. The arrays are copies (`alloc` lends those of the state). */
   snapshot(alloc?: SnapshotAlloc): CoordinatorSnapshot {
@@ -280,7 +280,7 @@ export class Coordinator {
     adoptRebuilt(this.s, rebuilt.s, tokensRemoved);
   }
 
-  // ── the outer step elsewhere ────────────────────────────────────────────────────────────────
+  // ── the outer step elsewhere ───────────────────────────
 
   /**
    * From now on a host takes the outer step's numerics (server/outer/offload.ts), each round's step

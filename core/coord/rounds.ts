@@ -320,7 +320,7 @@ export function asyncStep(
   return { weight, scale: weight / n, period: cfg.outer.dnPeriod > 0 ? cfg.outer.dnPeriod : n };
 }
 
-// ── async merge windows (Decoupled DiLoCo) ─────────────────────────────────────────────────────
+// ── async merge windows (Decoupled DiLoCo) ───────────────────────
 // Deltas that arrive close together merge into one outer step. The window opens at the first
 // delta; `returned` holds each island's round duration. It closes when no online island is still
 // working on an assignment, or at openedAt + clamp(fraction × median round duration, floor, cap).

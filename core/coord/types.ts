@@ -161,7 +161,7 @@ export interface VersionStats {
   trustGain?: number;
 }
 
-// ── Durability contract (for whoever drives this: the server, the simulator) ──────────────────
+// ── Durability contract (for whoever drives this: the server, the simulator) ────────────
 // `submit()` validates a delta and answers at once, but its answer is NOT the ack:
 //   • { ok: false }                → reject now: send AckMsg{status:'rejected', error}. Nothing changed.
 //   • { ok: true, status:'pending' | 'applied' } → do NOT ack yet.
@@ -175,7 +175,7 @@ export interface VersionStats {
 //   • 'island', 'round', 'done' → informational (dashboard, logs).
 // Process events in order: an 'assignment' that follows an 'update' is based on that update, so it
 // must not reach the island before the update is durable.
-// ────────────────────────────────────────────────────────────────────────────────────────────────
+// ───────────────────────────────────────
 export type CoordinatorEvent =
   | {
       type: 'update';

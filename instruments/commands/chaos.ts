@@ -458,7 +458,7 @@ export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
   };
 }
 
-// ── the island child ────────────────────────────────────────────────────────────────────────
+// ── the island child ───────────────────────────────
 
 async function islandChild(url: string, name: string): Promise<void> {
   const { startNodeIsland } = await import('../../client/island/node.ts');

@@ -180,7 +180,7 @@ export class SimMixHub {
       }
   }
 
-  // ── grouping and settling ─────────────────────────────────────────────────────────────────────
+  // ── grouping and settling ────────────────────────────
 
   private async ready(m: Member, meta: DeltaMeta, frameHash: string): Promise<MemberPlan | null> {
     const coord = this.hub.coord;
@@ -389,7 +389,7 @@ export class SimMixHub {
     };
   }
 
-  // ── in-process data channels ──────────────────────────────────────────────────────────────────
+  // ── in-process data channels ───────────────────────────
 
   /** The server called a group off: its members stop waiting on each other (their exchange fails at once). */
   private abort(ch: string): void {

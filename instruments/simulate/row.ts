@@ -57,7 +57,7 @@ export async function runRow(row: SimRow, ctx: RowContext): Promise<SimRunResult
   return res;
 }
 
-// ── DiLoCo through the real coordinator and island runtime ────────────────────────────────────
+// ── DiLoCo through the real coordinator and island runtime ──────────────────
 
 async function runDiloco(row: SimRow, common: SimCommon, ds: TextDataset, ctx: RowContext): Promise<SimRunResult> {
   const engines = await rowEngines(common, Math.max(...row.islands.map((s) => s.batchSize)));

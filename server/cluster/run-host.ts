@@ -138,7 +138,7 @@ export class RunHost {
     this.o.onFenced(why);
   }
 
-  // ── deltas ────────────────────────────────────────────────────────────────────────────────
+  // ── deltas ─────────────────────────────────
 
   private async consume(): Promise<void> {
     try {
@@ -187,7 +187,7 @@ export class RunHost {
     });
   }
 
-  // ── requests ──────────────────────────────────────────────────────────────────────────────
+  // ── requests ─────────────────────────────────
 
   private gateway(gw: string) {
     let g = this.gateways.get(gw);

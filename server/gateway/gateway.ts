@@ -26,7 +26,7 @@ import { type EventTable, GatewayError, type IslandConn, registerEvents } from '
 
 export { GatewayError } from './socket-events.ts';
 
-// ── options ─────────────────────────────────────────────────────────────────────────────────
+// ── options ──────────────────────────────────
 
 export interface GatewayOptions {
   /** The run: in this process (localPort) or over Redis (cluster/remote-port.ts). */
@@ -173,7 +173,7 @@ export class Gateway {
     return this.islands.sockets.size;
   }
 
-  // ── islands ───────────────────────────────────────────────────────────────────────────────
+  // ── islands ─────────────────────────────────
 
   private onIsland(socket: Socket): void {
     const ip = socket.handshake.address;

@@ -255,7 +255,7 @@ export class MixGateway {
     this.rings.caughtUp(islandId, fromVersion);
   }
 
-  // ── groups ──────────────────────────────────────────────────────────────────────────────────
+  // ── groups ─────────────────────────────────
 
   /** Wakes at the oldest waiting island's deadline: the waiting islands form what groups they can. */
   private schedule(): void {

@@ -161,7 +161,7 @@ export class Run extends EventEmitter<RunEvents> {
     return run;
   }
 
-  // ── reading ───────────────────────────────────────────────────────────────────────────────
+  // ── reading ─────────────────────────────────
 
   get config(): RunConfig {
     return this.cfg;
@@ -209,7 +209,7 @@ export class Run extends EventEmitter<RunEvents> {
     return ok(ups);
   }
 
-  // ── durability ────────────────────────────────────────────────────────────────────────────
+  // ── durability ────────────────────────────────
 
   /** Writes a checkpoint of the current state now (after any batch in flight). */
   async checkpointNow(): Promise<{ version: number; path: string; bytes: number }> {
@@ -277,7 +277,7 @@ export class Run extends EventEmitter<RunEvents> {
     await this.store.close();
   }
 
-  // ── the event pump ────────────────────────────────────────────────────────────────────────
+  // ── the event pump ───────────────────────────────
 
   /** Handles whatever the coordinator has queued (call after every coordinator call). */
   kick(): void {
