@@ -70,6 +70,18 @@ describe('WasmEngine against JsEngine', () => {
     });
   }
 
+  it("takes a step's own weight decay (a live run's knob) as the JS reference does", async () => {
+    const [w, j, p0] = await pair(PRESETS.tiny, 2, 32);
+    const [w0] = await pair(PRESETS.tiny, 2, 32);
+    const b = sampleBatch(TEXT, 2, 32, 1, 0, 0);
+    for (const e of [w, j]) for (let s = 0; s < 3; s++) await e.step(b, { lr: 1e-2, gradClip: 1, weightDecay: 5 });
+    for (let s = 0; s < 3; s++) await w0.step(b, { lr: 1e-2, gradClip: 1 });
+    const [pw, pj, pw0] = [await w.getParams(), await j.getParams(), await w0.getParams()];
+    expect(relMove(pw, pj, p0)).toBeLessThan(1e-2);
+    expect(relMove(pw, pw0, p0)).toBeGreaterThan(0.1); // the override moved θ, unlike the default's decay
+    for (const e of [w, w0]) e.destroy();
+  });
+
   it('learns: one batch of tiny overfits below 0.1', async () => {
     const [w] = await pair(PRESETS.tiny, 2, 32);
     const b = sampleBatch(TEXT, 2, 32, 1, 0, 0);

@@ -126,10 +126,27 @@ export class WasmEngine implements TrainingEngine {
     const h = this.hyper;
     const bc1 = 1 - Math.pow(h.beta1, this.t),
       bc2 = 1 - Math.pow(h.beta2, this.t);
+    const decayNow = opts.weightDecay ?? h.weightDecay; // a live run's knob, as the JS reference takes it
     for (const [off, size, decay] of this.decayRanges) {
-      const [p, g, m, v] = [L.params, L.grads, L.m, L.v].map((base) => base + off * 4);
-      const wd = decay ? h.weightDecay : 0;
-      run.run('adamw', size, 4, p, g, m, v, opts.lr, h.beta1, h.beta2, h.eps, wd, bc1, bc2, scale);
+      const at = off * 4;
+      const wd = decay ? decayNow : 0;
+      run.run(
+        'adamw',
+        size,
+        4,
+        L.params + at,
+        L.grads + at,
+        L.m + at,
+        L.v + at,
+        opts.lr,
+        h.beta1,
+        h.beta2,
+        h.eps,
+        wd,
+        bc1,
+        bc2,
+        scale,
+      );
     }
     this.losses.push(loss);
   }
