@@ -289,6 +289,18 @@ describe('ResilientEngine', () => {
     expect(estimateCosts(timed, null).upPerHour).toBeNull();
     const fixed = parseRunInfo({ ...base, innerSteps: 10 });
     expect(estimateCosts(fixed, 1024).roundSec).toBeCloseTo(10);
+    // a corpus run's text comes once; a shard run's range each round: 2 bytes a token, 45 steps of 8 × 129
+    expect(c.dataPerRound).toBeNull();
+    const shards = parseRunInfo({
+      ...base,
+      targetRoundMs: 90_000,
+      data: { trainBytes: 0, heldOutBytes: 0, shards: 3 },
+    });
+    const range = 2 * 45 * 8 * 129;
+    expect(estimateCosts(shards, 512)).toMatchObject({ dataPerRound: range, downPerHour: 40 * (1_000_000 + range) });
+    // with fixed steps the range is known before the speed is
+    const fixedShards = parseRunInfo({ ...fixed, data: { trainBytes: 0, heldOutBytes: 0, shards: 3 } });
+    expect(estimateCosts(fixedShards, null).dataPerRound).toBe(2 * 10 * 8 * 129);
   });
 
   it('calibration times full batches on a quick device and scales batches 1 and 2 up on a slow one', async () => {

@@ -38,11 +38,7 @@ export async function openRangeSource(base: string): Promise<RangeSource | null>
       return bytes;
     },
     async fetch(r: DataRange): Promise<Uint16Array> {
-      const e = index.shards.find((s) => s.name === r.shard);
-      if (!e || e.name === index.heldOut)
-        throw new RangeFetchError('E_BAD_RANGE', `shard '${r.shard}' is not a train shard of the index`);
-      if (!(r.offset >= 0 && r.length > 0 && r.offset + r.length <= e.tokens))
-        throw new RangeFetchError('E_BAD_RANGE', `tokens ${r.offset}+${r.length} are past '${e.name}''s ${e.tokens}`);
+      const e = trainShard(index, r);
       const start = e.headerBytes + 2 * r.offset,
         end = start + 2 * r.length - 1;
       const res = await fetch(`${base}/api/data/shards/${encodeURIComponent(e.name)}`, {
@@ -56,14 +52,31 @@ export async function openRangeSource(base: string): Promise<RangeSource | null>
           'E_BAD_RANGE',
           `'${e.name}' ${want}: answered ${res.status}, ${res.headers.get('content-range')}, ${body.length} bytes`,
         );
-      const v = new DataView(body.buffer, body.byteOffset, body.length);
-      const out = new Uint16Array(r.length);
-      for (let i = 0; i < r.length; i++) {
-        out[i] = v.getUint16(2 * i, true);
-        if (out[i] >= index.vocabSize)
-          throw new RangeFetchError('E_BAD_RANGE', `'${e.name}' token ${r.offset + i} is id ${out[i]}`);
-      }
-      return out;
+      return decodeRange(index, r, body);
     },
   };
+}
+
+/** The index's entry for the range's shard: a train shard (not the held-out one) that holds the range. */
+export function trainShard(index: DataIndex, r: DataRange): DataIndex['shards'][number] {
+  const e = index.shards.find((s) => s.name === r.shard);
+  if (!e || e.name === index.heldOut)
+    throw new RangeFetchError('E_BAD_RANGE', `shard '${r.shard}' is not a train shard of the index`);
+  if (!(r.offset >= 0 && r.length > 0 && r.offset + r.length <= e.tokens))
+    throw new RangeFetchError('E_BAD_RANGE', `tokens ${r.offset}+${r.length} are past '${e.name}''s ${e.tokens}`);
+  return e;
+}
+
+/** A range's bytes (2 a token, little-endian) as tokens, each id checked below the index's vocabulary. */
+export function decodeRange(index: DataIndex, r: DataRange, body: Uint8Array): Uint16Array {
+  if (body.length !== 2 * r.length)
+    throw new RangeFetchError('E_BAD_RANGE', `'${r.shard}' ${r.offset}+${r.length}: ${body.length} bytes`);
+  const v = new DataView(body.buffer, body.byteOffset, body.length);
+  const out = new Uint16Array(r.length);
+  for (let i = 0; i < r.length; i++) {
+    out[i] = v.getUint16(2 * i, true);
+    if (out[i] >= index.vocabSize)
+      throw new RangeFetchError('E_BAD_RANGE', `'${r.shard}' token ${r.offset + i} is id ${out[i]}`);
+  }
+  return out;
 }

@@ -21,17 +21,40 @@ import { openEngine } from './worker-engine.ts';
 import { onEvent } from './worker-events.ts';
 import { log, post, state } from './worker-state.ts';
 import { publish, stopWith } from './worker-view.ts';
+import { openRangeSource } from '../island/range-fetch.ts';
+import { cachedRangeSource } from './range-cache.ts';
+import type { DataRange } from '../../core/server-messages.ts';
+import { formatBytes } from '../ui/format.ts';
 
 const s = state;
 
 // ---------------------------------------------------------------- data
 
-async function fetchBytes(url: string): Promise<Uint8Array> {
+async function fetchBytes(url: string, isData = false): Promise<Uint8Array> {
   const res = await fetch(url);
   if (!res.ok) throw new Error(`E_HTTP_${res.status}: GET ${url} answered ${res.status}`);
   const b = new Uint8Array(await res.arrayBuffer());
-  s.extraDown += b.byteLength;
+  if (isData) s.dataDown += b.byteLength;
+  else s.extraDown += b.byteLength;
   return b;
+}
+
+/**
+ * The training data: on a shard run (serve --data DIR) the index, then each round's range by HTTP Range
+ * (cached in this browser); else the whole train split once. A corpus run is told by the run info, and
+ * by a 404 on the index should the run have changed since the page loaded.
+ */
+async function openData(o: StartOptions): Promise<void> {
+  const src = o.shardRun ? await openRangeSource(o.serverUrl) : null;
+  if (!src) {
+    s.train = await fetchBytes(new URL('/api/data/train', o.serverUrl).href, true);
+    return;
+  }
+  s.ranges = await cachedRangeSource(src, o.serverUrl, log);
+  // calibration's steps time the engine only (lr 0): a dummy sequence, as the Node island's
+  s.train = new Uint8Array((o.shape.maxT ?? o.shape.config.blockSize) + 2);
+  const cached = s.ranges.cache ? `, kept in this browser up to ${formatBytes(s.ranges.cache.capBytes)}` : '';
+  log('info', `Training data: ${src.index.shards.length} shards; each round's range comes by HTTP Range${cached}.`);
 }
 
 // ---------------------------------------------------------------- the island
@@ -81,12 +104,13 @@ async function supervise(o: StartOptions): Promise<void> {
   let failures = 0;
   for (;;) {
     try {
-      s.train ??= await fetchBytes(new URL('/api/data/train', o.serverUrl).href);
+      if (!s.train) await openData(o);
     } catch (e) {
       await waitToRetry(++failures, `Could not download the training data (${(e as Error).message}).`);
       continue;
     }
-    const train = s.train;
+    const train = s.train!;
+    const ranges = s.ranges;
     try {
       await ensureCalibration(o, train);
     } catch (e) {
@@ -109,6 +133,7 @@ async function supervise(o: StartOptions): Promise<void> {
     s.runtimeOpts = {
       engine: s.engine!,
       train,
+      ...(ranges ? { fetchRange: (r: DataRange) => ranges.fetch(r) } : {}),
       transport: delayedTransport(link.transport, () => s.delays),
       caps: {
         name: islandName(o),
@@ -208,6 +233,20 @@ function sample(m: Extract<ToWorker, { type: 'sample' }>): Promise<void> {
   });
 }
 
+/** Test hook: one range through the round's source, with the network bytes it cost. */
+async function debugFetchRange(id: number, range: DataRange): Promise<void> {
+  const src = s.ranges;
+  if (!src) return post({ type: 'debug-range', id, ok: false, message: 'E_NOT_SHARD_RUN: no range source' });
+  const bytesBefore = src.bytes;
+  try {
+    const tokens = await src.fetch(range);
+    post({ type: 'debug-range', id, ok: true, tokens, bytesBefore, bytesAfter: src.bytes });
+  } catch (e) {
+    post({ type: 'debug-range', id, ok: false, message: (e as Error).message });
+  }
+  publish(true);
+}
+
 // ---------------------------------------------------------------- messages
 
 self.addEventListener('message', (ev: Event) => {
@@ -245,6 +284,9 @@ self.addEventListener('message', (ev: Event) => {
     case 'debug-delays':
       Object.assign(s.delays, m.delays);
       if (s.engine) s.engine.extraStepMs = s.delays.stepMs;
+      break;
+    case 'debug-fetch-range':
+      void debugFetchRange(m.id, m.range);
       break;
     case 'debug-lose-device':
       if (s.engine?.kind === 'webgpu') {

@@ -3,7 +3,7 @@
 // island.worker.ts, so the tab stays responsive while the GPU works.
 
 import { formatBytes, formatCount, formatDuration, formatInt, formatRate } from '../ui/format.ts';
-import { estimateCosts } from './costs.ts';
+import { costDownText, estimateCosts } from './costs.ts';
 import { caret, sampleNodes } from './sample-text.ts';
 import { cleanDisplayName, loadPrefs, savePrefs } from './identity.ts';
 import type {
@@ -21,6 +21,7 @@ import type { ContributorCredit } from '../../core/api.ts';
 import type { Assignment } from '../../core/protocol.ts';
 import { type GlobalStatus, estimateTrainingBytes, parseRunInfo, parseStatus, type RunInfo } from './run-info.ts';
 import { hostPeerNet } from '../island/mix-relay.ts';
+import type { DataRange } from '../../core/server-messages.ts';
 import type { RtcPeerConstructor } from '../island/mix-webrtc.ts';
 
 import { setText, ui } from './dom.ts';
@@ -78,8 +79,18 @@ const debug = {
   loseDevice: () => send({ type: 'debug-lose-device' }),
   /** Test hook: slow steps (a busy GPU) and slow phases (to look at each). */
   setDelays: (delays: Partial<DebugDelays>) => send({ type: 'debug-delays', delays }),
+  /** Test hook: a shard run's range through the worker's cached source, with the network bytes it cost. */
+  fetchRange: (range: DataRange) =>
+    new Promise<DebugRange>((resolve) => {
+      const id = ++rangeSeq;
+      rangeWaits.set(id, resolve);
+      send({ type: 'debug-fetch-range', id, range });
+    }),
   prefs,
 };
+type DebugRange = Extract<FromWorker, { type: 'debug-range' }>;
+let rangeSeq = 0;
+const rangeWaits = new Map<number, (m: DebugRange) => void>();
 (globalThis as unknown as { __atoll: typeof debug }).__atoll = debug;
 
 // ---------------------------------------------------------------- worker
@@ -122,6 +133,10 @@ worker.addEventListener('message', (e: MessageEvent<FromWorker>) => {
       break;
     case 'sample-progress':
       renderSampleProgress(m.id, m.bytes, m.tokens);
+      break;
+    case 'debug-range':
+      rangeWaits.get(m.id)?.(m);
+      rangeWaits.delete(m.id);
       break;
   }
 });
@@ -181,12 +196,7 @@ function renderCosts(r: RunInfo): void {
       `within the cap you set`;
   const cal = prefs.calibration;
   const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null, status?.bytesPerUpdate ?? null);
-  const measured = status?.bytesPerUpdate != null;
-  ui.costDown.textContent =
-    `${formatBytes(r.modelBytes + r.data.trainBytes)} once (the ${formatCount(r.params)}-parameter model` +
-    ` and ${formatBytes(r.data.trainBytes)} of training text), then ` +
-    `${measured ? 'about ' : 'up to '}${formatBytes(est.downPerRound)} per round` +
-    ` (${r.config.coordinator.downlink.encoding} update${measured ? ", the last updates' mean" : ''})`;
+  ui.costDown.textContent = costDownText(r, est.downPerRound, est.dataPerRound, status?.bytesPerUpdate != null);
   ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
   if (est.roundsPerHour != null && est.roundSec != null) {
@@ -296,6 +306,7 @@ ui.start.addEventListener('click', () => {
     calibration: prefs.calibration,
     autotune: new URLSearchParams(location.search).get('autotune') !== '0',
     precision: precisionParam(),
+    shardRun: run?.data.shards != null,
   };
   // butterfly mixing's peer connections live here (workers have no RTCPeerConnection); the worker relays through a port
   const peers = peerPort();

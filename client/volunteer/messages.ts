@@ -4,6 +4,7 @@
 
 import type { Assignment, EngineKind } from '../../core/protocol.ts';
 import type { Calibration, ModelShape } from '../island/calibrate.ts';
+import type { DataRange } from '../../core/server-messages.ts';
 
 export type { Calibration, ModelShape };
 
@@ -48,6 +49,8 @@ export interface StartOptions {
    * and keeps the faster (a software adapter keeps f32 untimed: it only emulates a GPU).
    */
   precision: 'auto' | 'f32' | 'f16';
+  /** A shard run (the run info's `data.shards`): each round's range by HTTP Range, not the whole train split. */
+  shardRun: boolean;
 }
 
 /** Test hooks: delays (ms) that make each phase last long enough to look at. */
@@ -82,6 +85,8 @@ export type ToWorker =
     }
   /** Test hook: lose the GPU device as a driver crash would. */
   | { type: 'debug-lose-device' }
+  /** Test hook: fetch a range through the worker's (cached) range source, as a round would. */
+  | { type: 'debug-fetch-range'; id: number; range: DataRange }
   | { type: 'debug-delays'; delays: Partial<DebugDelays> };
 
 export type Phase =
@@ -105,6 +110,16 @@ export interface RoundView {
   total: number;
   /** Estimated seconds left in the inner loop, usage cap included (null until timed, or paused). */
   etaSec: number | null;
+}
+
+/** A shard run's range cache in this browser (range-cache.ts). */
+export interface RangeCacheStats {
+  capBytes: number;
+  /** Ranges served from the cache, and those fetched from the network. */
+  hits: number;
+  misses: number;
+  /** Bytes of ranges held after the last store (this origin's, every tab's). */
+  storedBytes: number;
 }
 
 export interface IslandView {
@@ -131,7 +146,12 @@ export interface IslandView {
   roundsAccepted: number;
   roundsRejected: number;
   bytesUp: number;
+  /** Everything received: the model, updates, and the training data (`dataBytes`). */
   bytesDown: number;
+  /** Training data received from the network: the train split once, or a shard run's index and ranges. */
+  dataBytes: number;
+  /** A shard run's range cache in this browser (null: a corpus run, or no Cache API here). */
+  rangeCache: RangeCacheStats | null;
   /** Training speed at the usage cap (rests included), as the round ran so far. */
   tokensPerSec: number | null;
   /** Median compute time of a step, ms (rests excluded). */
@@ -181,7 +201,10 @@ export type FromWorker =
   /** A sample's bytes so far (of `tokens`); the page shows invalid UTF-8 as visible escapes. */
   | { type: 'sample-progress'; id: number; bytes: Uint8Array; tokens: number }
   | { type: 'sample'; id: number; ok: true; bytes: Uint8Array; version: number | null; ms: number; device: string }
-  | { type: 'sample'; id: number; ok: false; code: string; message: string };
+  | { type: 'sample'; id: number; ok: false; code: string; message: string }
+  /** The debug-fetch-range answer: the range's tokens and the data bytes fetched before and after. */
+  | { type: 'debug-range'; id: number; ok: true; tokens: Uint16Array; bytesBefore: number; bytesAfter: number }
+  | { type: 'debug-range'; id: number; ok: false; message: string };
 
 export function initialView(dutyCycle = 1): IslandView {
   return {
@@ -203,6 +226,8 @@ export function initialView(dutyCycle = 1): IslandView {
     roundsRejected: 0,
     bytesUp: 0,
     bytesDown: 0,
+    dataBytes: 0,
+    rangeCache: null,
     tokensPerSec: null,
     stepMs: null,
     mfu: null,

@@ -19,6 +19,7 @@ import type {
 import { initialView } from './messages.ts';
 import type { ResilientEngine } from './resilient-engine.ts';
 import type { TokenArray } from '../../core/data/tokenizer.ts';
+import type { CachedRangeSource } from './range-cache.ts';
 
 export const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
 export const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
@@ -30,7 +31,12 @@ export interface WorkerState {
   runtime: IslandRuntime | null;
   runtimeOpts: IslandRuntimeOptions | null;
   link: ConnectedTransport | null;
+  /** The corpus run's train split; on a shard run a dummy of seqLen + 2 bytes (calibration only times steps). */
   train: TokenArray | null;
+  /** A shard run's ranges (cached in this browser where it can), or null on a corpus run. */
+  ranges: CachedRangeSource | null;
+  /** Bytes of the corpus run's train split downloaded (a shard run counts in `ranges.bytes`). */
+  dataDown: number;
   pauseReasons: Set<PauseReason>;
   /** Totals of runtimes that ended (each runtime counts from zero). */
   carried: { bytesUp: number; bytesDown: number };
@@ -64,6 +70,8 @@ export const state: WorkerState = {
   runtimeOpts: null,
   link: null,
   train: null,
+  ranges: null,
+  dataDown: 0,
   pauseReasons: new Set<PauseReason>(),
   carried: { bytesUp: 0, bytesDown: 0 },
   extraDown: 0,

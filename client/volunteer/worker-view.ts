@@ -32,7 +32,9 @@ function refreshView(): void {
   const engine = s.engine;
   const p = s.runtime?.progress;
   view.bytesUp = s.carried.bytesUp + (p?.bytesUp ?? 0);
-  view.bytesDown = s.carried.bytesDown + (p?.bytesDown ?? 0) + s.extraDown;
+  view.dataBytes = s.dataDown + (s.ranges?.bytes ?? 0);
+  view.rangeCache = s.ranges?.cache ? { ...s.ranges.cache } : null;
+  view.bytesDown = s.carried.bytesDown + (p?.bytesDown ?? 0) + s.extraDown + view.dataBytes;
   if (p && p.version >= 0) view.globalVersion = Math.max(view.globalVersion ?? -1, p.version);
   view.pauseReasons = [...s.pauseReasons];
   view.paused = s.pauseReasons.size > 0;
