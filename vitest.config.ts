@@ -1,12 +1,87 @@
 import { defineConfig } from 'vitest/config';
 
+// Files that run two at a time, first: in-process, no Chromium, no child process, no clock in an
+// assertion (kernels against the CPU reference, codecs, the simulator, the server on inject). Every
+// other file, and any new one, runs alone afterwards: WebGPU pages, fleets, Redis, speed bounds.
+const TWO_AT_A_TIME = [
+  'admin-codec',
+  'architecture-docs',
+  'bounded-state',
+  'checkpoint-keep',
+  'claims',
+  'codec-offsets',
+  'coord',
+  'coord-short-round',
+  'coord-trust',
+  'corpus',
+  'dashboard-axes',
+  'dashboard-safety',
+  'data-ranges',
+  'data-shards',
+  'default-run',
+  'format',
+  'gradcheck',
+  'hf-tokenizer',
+  'island-quality',
+  'islands-merge',
+  'kernels',
+  'kernels-f16',
+  'metrics-docs',
+  'mix',
+  'mix-links',
+  'mix-rings',
+  'mix-rings-live',
+  'mixed-compute',
+  'model',
+  'multi-device',
+  'package',
+  'protocol-docs',
+  'run-config',
+  'safetensors',
+  'server-api',
+  'server-fuzz',
+  'server-shards',
+  'server-sparse',
+  'shaders',
+  'simulate',
+  'simulate-knobs',
+  'simulate-scaling',
+  'simulate-scaling-v1',
+  'simulate-settings',
+  'structure',
+  'tokenizer',
+  'trust-audit',
+  'trust-records',
+  'tune-scratch',
+  'validator',
+  'wasm-engine',
+  'wasm-kernels',
+  'webgpu-smoke',
+  'wire-bytes',
+  'wire-meter',
+].map((f) => `test/${f}.test.ts`);
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     testTimeout: 120_000,
     hookTimeout: 120_000,
-    // WebGPU (Dawn/SwiftShader) and Chromium are heavy on 2 cores: run files one at a time.
-    fileParallelism: false,
     pool: 'forks',
+    projects: [
+      {
+        extends: true,
+        test: { name: 'two-at-a-time', include: TWO_AT_A_TIME, maxWorkers: 2, sequence: { groupOrder: 0 } },
+      },
+      {
+        extends: true,
+        // WebGPU (Dawn/SwiftShader) and Chromium are heavy on 2 cores: one file at a time
+        test: {
+          name: 'alone',
+          include: ['test/**/*.test.ts'],
+          exclude: TWO_AT_A_TIME,
+          fileParallelism: false,
+          sequence: { groupOrder: 1 },
+        },
+      },
+    ],
   },
 });
