@@ -121,6 +121,7 @@ export const KNOBS = {
   data: k('data', 'path'),
   mode: k('coordinator.mode', 'mode'),
   codec: k('coordinator.uplink.encoding', 'enc'),
+  downlink: k('coordinator.downlink.encoding', 'enc'),
   outerLr: k('coordinator.outer.lr', 'lr'),
   outerMomentum: k('coordinator.outer.momentum', 'm'),
   innerLr: k('coordinator.innerLr.maxLr', 'lr'),
@@ -173,11 +174,20 @@ export const ADMIN_KNOBS = [
   'quorum',
   'maxStaleness',
   'codec',
+  'downlink',
   'innerSteps',
 ] as const satisfies readonly KnobName[];
 
 /** The knobs `atoll simulate` takes from the same definitions. */
-export const SIMULATE_KNOBS = ['outerLr', 'outerMomentum', 'innerLr', 'innerSteps', 'codec', 'trustRegion'] as const;
+export const SIMULATE_KNOBS = [
+  'outerLr',
+  'outerMomentum',
+  'innerLr',
+  'innerSteps',
+  'codec',
+  'downlink',
+  'trustRegion',
+] as const;
 
 /** The schema a knob's value is checked against (the flag's own, else the config's leaf). */
 export function knobSchema(name: KnobName): TSchema {

@@ -272,6 +272,7 @@ export function buildProgram(): Command {
     .addOption(knobOption('outerMomentum', "(default: serve's, 0.9; compare's rows 0.8)"))
     .addOption(knobOption('innerLr', '(peak; the floor a tenth of it; default 3e-3)'))
     .addOption(knobOption('trustRegion', "(every DiLoCo row, a fleet replay's too; default serve's, 2)"))
+    .addOption(knobOption('downlink', "(every DiLoCo row, as serve's --downlink; default the row's)"))
     .option('--network <up,down,ms>', "every island's link: Mbit/s up, Mbit/s down, ms one way (default 20,100,30)")
     .option('--quick', 'one seed and fewer rows (tests); scaling: the CI-sized smoke of its protocol (2 rungs)')
     .option(

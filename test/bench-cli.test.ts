@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { PRESETS, numParams } from '../core/model/config.ts';
 import { type CodecBenchReport, formatCodecBench } from '../instruments/bench/codec.ts';
 import { formatCodecRounds } from '../instruments/bench/codec-round.ts';
+import { buildRunConfig } from '../server/run/config.ts';
 import { benchColdStart, formatColdStart } from '../instruments/bench/cold-start.ts';
 
 const ROOT = join(import.meta.dirname, '..');
@@ -66,12 +67,18 @@ describe('bench CLI', () => {
     expect(by.sparse.bytesUp).toBeLessThan(n / 16 + 16 * chunks + 64);
     expect(by.sparse.bytesDown).toBeLessThan(n / 2 + 8 * chunks + 64); // int4 per 4096, deflated when smaller
     expect(by.int8.bytesUp).toBeGreaterThanOrEqual(n);
-    expect(by['sparse-down'].runSetting).toBe(false);
+    // sparse-down is `serve --downlink sparse`: the update in the uplink's own code, the server's residual kept whole
+    expect(by['sparse-down']).toMatchObject({ runSetting: true, serve: '--codec sparse --downlink sparse' });
+    expect(by['sparse-down'].downlink).toEqual(
+      buildRunConfig(null, { preset: 'tiny', downlink: 'sparse' }).coordinator.downlink,
+    );
+    expect(by['sparse-down'].downlink).toMatchObject({ encoding: 'sparse', feedbackDecay: 1 });
     expect(by['sparse-down'].bytesDown).toBe(by.sparse.bytesUp);
+    expect(by.sparse.serve).toBe('--codec sparse');
     for (const row of r.rounds) {
       for (const ms of Object.values(row.ms)) expect(ms).toBeGreaterThanOrEqual(0);
       expect(row.meetsTarget).toEqual({ up: true, down: true }); // tiny is far below 8 MB
     }
-    expect(formatCodecRounds(r.rounds)).toMatch(/sparse-down\*/);
+    expect(formatCodecRounds(r.rounds)).toMatch(/sparse-down +serve --codec sparse --downlink sparse/);
   });
 });

@@ -5,7 +5,7 @@
 import { api, type ApiAnswer } from './api.ts';
 import { clear, h, setText } from './dom.ts';
 import type { RunConfig } from '../../core/api.ts';
-import { ENCODINGS } from '../../core/codec/encodings.ts';
+import { DOWNLINK_ENCODINGS, ENCODINGS } from '../../core/codec/encodings.ts';
 import { type ADMIN_KNOBS, knobHelp, knobSchema } from '../../core/run-config.ts';
 import { rangeText } from '../../core/schema-walk.ts';
 import { errorText } from './run-panel.ts';
@@ -132,6 +132,14 @@ export const CONFIG_FIELDS: Field[] = [
     kind: 'select',
     options: [...ENCODINGS],
     hint: 'islands\u2019 delta encoding',
+  },
+  {
+    key: 'downlink',
+    label: 'Downlink (update)',
+    get: (c) => c.coordinator.downlink.encoding,
+    kind: 'select',
+    options: [...DOWNLINK_ENCODINGS],
+    hint: 'the server\u2019s update; after Codec',
   },
 ];
 

@@ -48,7 +48,7 @@ import {
   writeInt4Blocks,
   writeInt8Blocks,
 } from './payloads.ts';
-import { readSparse, writeSparse } from './sparse.ts';
+import { type SparseLayout, readSparse, writeSparse } from './sparse.ts';
 import { TOPK_HIST_SIZE, selectTopK } from './topk.ts';
 
 import { ENCODINGS, type Encoding } from './encodings.ts';
@@ -157,6 +157,33 @@ export function frameBytes(count: number, opts: CodecOptions): number {
   );
 }
 
+/** The header flags a frame's layout sets (sparse: strided, 1-bit values). */
+function layoutFlags(enc: number, layout: SparseLayout): number {
+  return enc !== ENC_SPARSE ? 0 : (layout.strided ? FLAG_STRIDED : 0) | (layout.valueBits === 1 ? FLAG_ONE_BIT : 0);
+}
+
+/**
+ * The header of an undeflated frame of `count` elements under `opts`, for a writer that fills the payload itself
+ * (the outer-step pool's fragments). Not topk: its k and length depend on the values.
+ */
+export function plainHeader(count: number, opts: CodecOptions): Parameters<typeof writeHeader>[1] {
+  const enc = ENCODINGS.indexOf(opts.encoding);
+  if (enc < 0 || enc === ENC_TOPK) throw new RangeError(`no plain header for ${String(opts.encoding)}`);
+  const blockSize = enc >= ENC_INT8 ? (opts.blockSize ?? DEFAULT_BLOCK_SIZE) : 0;
+  const k = enc === ENC_SPARSE ? sparseK(blockSize, opts.topkFraction) : 0;
+  const layout = sparseLayout(opts);
+  const raw = rawPayloadLength(enc, count, blockSize, k, 0, layout);
+  return {
+    encoding: opts.encoding,
+    flags: layoutFlags(enc, layout),
+    count,
+    blockSize,
+    k,
+    storedBytes: raw,
+    rawBytes: raw,
+  };
+}
+
 // ---------------------------------------------------------------------------------------------
 // Encode
 
@@ -245,8 +272,7 @@ export function encodeDelta(delta: Float32Array, opts: CodecOptions, scratch?: C
   }
 
   let frame: Uint8Array;
-  let flags =
-    enc !== ENC_SPARSE ? 0 : (layout.strided ? FLAG_STRIDED : 0) | (layout.valueBits === 1 ? FLAG_ONE_BIT : 0);
+  let flags = layoutFlags(enc, layout);
   if (frameNoDeflate) {
     frame = frameNoDeflate;
   } else {

@@ -25,11 +25,14 @@ export {
   frameCrc,
   maxFrameBytes,
   peekHeader,
+  plainHeader,
   sealFrame,
   writeHeader,
 } from './frame.ts';
 export { DOWNLINK_ENCODINGS, type DownlinkEncoding } from './encodings.ts';
 export { ErrorFeedback, encodeWithFeedback } from './feedback.ts';
 export { selectTopK } from './topk.ts';
+export { offsetBits, sparseKept, sparseSections } from './sparse.ts';
+export { sparseK } from './header.ts';
 export { crc32 } from './crc32.ts';
 export { f16ToF32, f32ToF16 } from '../model/f16.ts';

@@ -50,8 +50,12 @@ export interface SparseLayout {
 
 export const TOPK_2BIT: SparseLayout = { strided: false, valueBits: 2 };
 
-/** Byte offsets of the places (offsets or phases) and of the codes, and the payload's length. */
-function sections(
+/**
+ * Byte offsets of the places (offsets or phases) and of the codes, and the payload's length (the scales are at 0).
+ * Chunk c's scales, phase and codes start at 4·v·c, places + 2·c and codes + c·k·v / 8 (offsets: c·k·bits / 8):
+ * a frame cut where those are whole bytes is the frames of its parts (core/coord/outer-fragment.ts).
+ */
+export function sparseSections(
   n: number,
   C: number,
   k: number,
@@ -65,7 +69,7 @@ function sections(
 }
 
 export function sparsePayloadBytes(n: number, C: number, k: number, layout: SparseLayout = TOPK_2BIT): number {
-  return sections(n, C, k, layout).end;
+  return sparseSections(n, C, k, layout).end;
 }
 
 /** The k-th largest of mag[0..m) (1-based k), by quickselect in place (mag is scratch). */
@@ -163,7 +167,7 @@ export function writeSparse(
   const n = src.length,
     nc = Math.ceil(n / C),
     bits = offsetBits(C);
-  const at = sections(n, C, k, layout);
+  const at = sparseSections(n, C, k, layout);
   dst.fill(0);
   const scales = new DataView(dst.buffer, dst.byteOffset, at.places);
   const offsets = new BitWriter(dst, at.places);
@@ -234,7 +238,7 @@ export function readSparse(
   const n = dst.length,
     nc = Math.ceil(n / C),
     bits = offsetBits(C);
-  const at = sections(n, C, k, layout);
+  const at = sparseSections(n, C, k, layout);
   const scales = new DataView(payload.buffer, payload.byteOffset, at.places);
   const offsets = new BitReader(payload, at.places);
   const phases = new DataView(payload.buffer, payload.byteOffset + at.places, strided ? 2 * nc : 0);

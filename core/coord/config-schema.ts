@@ -55,6 +55,10 @@ export const DownlinkSchema = Type.Object(
     encoding: oneOf(DOWNLINK_ENCODINGS, { description: "encoding of the server's update" }),
     blockSize: int(8, 65536, { description: 'elements per scale block (even)' }),
     deflate: Type.Optional(bool({ description: 'deflate the update frame' })),
+    topkFraction: Type.Optional(num(1e-9, 1, { description: 'sparse: fraction of each chunk kept' })),
+    strided: Type.Optional(bool({ description: 'sparse: keep entries at a stride (no offsets sent)' })),
+    valueBits: Type.Optional(oneOf([1, 2] as const, { description: 'sparse: bits per kept value' })),
+    feedbackDecay: Type.Optional(num(0, 1, { description: "the server's error feedback decay per step" })),
   },
   { description: "the server's update, sent and applied through this codec (server-side error feedback)" },
 );

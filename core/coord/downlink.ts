@@ -1,5 +1,6 @@
 // The server side of the downlink: the outer update is quantized with server-side error feedback
-// (every replica applies the same decoded bits), and the last update frames are kept for catch-up.
+// (every replica applies the same decoded bits; a sparse downlink's residual keeps the entries a
+// frame left out, decayed by its feedbackDecay), and the last update frames are kept for catch-up.
 
 import { CodecScratch, ErrorFeedback, encodeWithFeedback } from '../codec/index.ts';
 import { type Result, err, ok } from '../result.ts';
@@ -24,12 +25,7 @@ export class Downlink {
    */
   encode(u: Float32Array, cfg: CoordinatorConfig['downlink']): Result<{ frame: Uint8Array; decoded: Float32Array }> {
     this.residualBackup.set(this.fb.residual);
-    const q = encodeWithFeedback(
-      u,
-      this.fb,
-      { encoding: cfg.encoding, blockSize: cfg.blockSize, deflate: cfg.deflate },
-      this.scratch,
-    );
+    const q = encodeWithFeedback(u, this.fb, cfg, this.scratch); // the config is the codec's options (sparse's too)
     if (!q.ok) {
       this.fb.residual.set(this.residualBackup);
       return err(q.error.code, `the outer update could not be encoded: ${q.error.message}`);

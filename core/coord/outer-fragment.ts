@@ -4,21 +4,36 @@
 // each own one, on shared θ, shared delta slots and the shared downlink frame.
 //
 // The fragment starts on a downlink block boundary, so its blocks are the whole frame's blocks:
-// encoding the fragment with the codec's own encodeWithFeedback and placing its scales and int8
-// values at their offsets in the frame gives the same bytes as encoding all of θ at once.
+// encoding the fragment with the codec's own encodeWithFeedback and placing each section of its
+// payload (scales and values; sparse: scales, phases or offsets, codes) at its offset in the frame
+// gives the same bytes as encoding all of θ at once.
 
 import {
+  type CodecOptions,
   CodecScratch,
   type DownlinkEncoding,
   ErrorFeedback,
   HEADER_BYTES,
   encodeWithFeedback,
+  offsetBits,
+  sparseK,
+  sparseKept,
+  sparseSections,
 } from '../codec/index.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from './outer.ts';
 import { type ProposalSums, agreementOf, chunkScratch, combineAll, proposeInt8 } from './outer-int8.ts';
 
-/** The downlink the fragments quantize to; `deflate`: the frame is sealed deflated (the pool's 'seal'). */
-export type DownlinkSpec = { encoding: DownlinkEncoding; blockSize: number; deflate?: boolean };
+/**
+ * The downlink the fragments quantize to (the coordinator's downlink config; sparse: the codec's chunk options);
+ * `deflate`: the frame is sealed deflated (the pool's 'seal').
+ */
+export type DownlinkSpec = Omit<CodecOptions, 'encoding' | 'blockSize'> & {
+  encoding: DownlinkEncoding;
+  blockSize: number;
+};
+
+/** Fragments start on multiples of this many entries (OuterPool's default alignment). */
+export const FRAGMENT_ALIGN = 65536;
 
 /** Per-fragment sums for each delta's agreement with g: Σ d_j·g, Σ d_j², and Σ g² (weighted steps only). */
 export interface AgreementSums {
@@ -44,21 +59,69 @@ export interface FragmentStep {
   gain?: number;
 }
 
+/** One section of a fragment's own payload, `from` there, `bytes` long, and where it goes in the whole payload. */
+export interface FragmentSection {
+  at: number;
+  from: number;
+  bytes: number;
+}
+
+/** Entries a sparse downlink keeps per chunk, its layout, and bits per offset (top-k) of a chunk. */
+function sparseShape(d: DownlinkSpec): { C: number; k: number; v: 1 | 2; strided: boolean; bits: number } {
+  const C = d.blockSize;
+  return { C, k: sparseK(C, d.topkFraction), v: d.valueBits ?? 2, strided: d.strided === true, bits: offsetBits(C) };
+}
+
 /**
- * Byte offsets of a fragment's scales and values inside a frame's payload (after the header); a
- * starts on a block boundary (and so, blocks being even, on a whole int4 byte).
+ * The sections of fragment [a, b)'s own payload and their offsets in the whole frame's payload. a is on a
+ * block boundary (so, blocks being even, on a whole int4 byte; sparse: fragmentProblem says it is on a whole
+ * byte of every section).
  */
-export function fragmentLayout(
-  n: number,
-  a: number,
-  b: number,
-  d: DownlinkSpec,
-): { scales: number; scaleBytes: number; values: number; valueBytes: number } {
-  if (d.encoding === 'f32') return { scales: 0, scaleBytes: 0, values: 4 * a, valueBytes: 4 * (b - a) };
-  const nb = Math.ceil(n / d.blockSize);
-  const scales = { scales: 4 * (a / d.blockSize), scaleBytes: 4 * Math.ceil((b - a) / d.blockSize) };
-  if (d.encoding === 'int4') return { ...scales, values: 4 * nb + a / 2, valueBytes: Math.ceil((b - a) / 2) };
-  return { ...scales, values: 4 * nb + a, valueBytes: b - a };
+export function fragmentSections(n: number, a: number, b: number, d: DownlinkSpec): FragmentSection[] {
+  const len = b - a;
+  if (d.encoding === 'f32') return [{ at: 4 * a, from: 0, bytes: 4 * len }];
+  const B = d.blockSize,
+    c0 = a / B;
+  if (d.encoding === 'sparse') {
+    const s = sparseShape(d),
+      layout = { strided: s.strided, valueBits: s.v };
+    const whole = sparseSections(n, B, s.k, layout),
+      own = sparseSections(len, B, s.k, layout);
+    const before = sparseKept(a, B, s.k, s.strided); // a whole number of chunks: c0·k entries
+    return [
+      { at: 4 * s.v * c0, from: 0, bytes: own.places },
+      {
+        at: whole.places + (s.strided ? 2 * c0 : (before * s.bits) / 8),
+        from: own.places,
+        bytes: own.codes - own.places,
+      },
+      { at: whole.codes + (before * s.v) / 8, from: own.codes, bytes: own.end - own.codes },
+    ];
+  }
+  const nb = Math.ceil(n / B),
+    scales = { at: 4 * c0, from: 0, bytes: 4 * Math.ceil(len / B) };
+  const values =
+    d.encoding === 'int4' ? { at: 4 * nb + a / 2, bytes: Math.ceil(len / 2) } : { at: 4 * nb + a, bytes: len };
+  return [scales, { ...values, from: scales.bytes }];
+}
+
+/**
+ * Why fragments on multiples of `align` cannot be cut from a frame of this downlink, or null: a block must divide
+ * `align`, and (sparse) the chunks of `align` entries must keep whole bytes of offsets and codes.
+ */
+export function fragmentProblem(d: DownlinkSpec, align = FRAGMENT_ALIGN): string | null {
+  if (d.encoding === 'f32') return null;
+  if (align % d.blockSize !== 0)
+    return `downlink block size ${d.blockSize} does not divide the fragment alignment ${align}`;
+  if (d.encoding !== 'sparse') return null;
+  const s = sparseShape(d),
+    kept = (align / s.C) * s.k;
+  if ((kept * s.v) % 8 !== 0 || (!s.strided && (kept * s.bits) % 8 !== 0))
+    return (
+      `a sparse downlink keeping ${s.k} of ${s.C} entries at ${s.v} bit(s) cannot be cut into fragments of ` +
+      `${align} entries on whole bytes: choose topkFraction so that ${align / s.C} × k × valueBits is a multiple of 8`
+    );
+  return null;
 }
 
 /** One fragment's outer optimizer and downlink residual, with the shadow buffers of a proposal. */
@@ -133,24 +196,16 @@ export class Fragment {
     if (!finite) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     this.residualBackup.set(this.fb.residual);
     // the fragment's own frame is never deflated: its bytes are cut into the whole frame, which the pool seals
-    const q = encodeWithFeedback(
-      this.outer.update,
-      this.fb,
-      { encoding: m.downlink.encoding, blockSize: m.downlink.blockSize },
-      this.scratch,
-    );
+    const q = encodeWithFeedback(this.outer.update, this.fb, { ...m.downlink, deflate: false }, this.scratch);
     if (!q.ok) {
       this.fb.residual.set(this.residualBackup);
       return { code: q.error.code, message: `the outer update could not be encoded: ${q.error.message}` };
     }
     this.decoded = q.value.decoded;
-    // the fragment's own frame holds its scales, then its values: each goes to its place in the whole frame
-    const L = fragmentLayout(n, a, a + this.len, m.downlink);
+    // each section of the fragment's own payload goes to its place in the whole frame
     const own = q.value.frame.subarray(HEADER_BYTES);
-    new Uint8Array(frame, HEADER_BYTES + L.scales, L.scaleBytes).set(own.subarray(0, L.scaleBytes));
-    new Uint8Array(frame, HEADER_BYTES + L.values, L.valueBytes).set(
-      own.subarray(L.scaleBytes, L.scaleBytes + L.valueBytes),
-    );
+    for (const x of fragmentSections(n, a, a + this.len, m.downlink))
+      new Uint8Array(frame, HEADER_BYTES + x.at, x.bytes).set(own.subarray(x.from, x.from + x.bytes));
     let sumSq = 0;
     const u = this.outer.update;
     for (let i = 0; i < this.len; i++) sumSq += u[i] * u[i];

@@ -5,9 +5,9 @@
 //   down: the server encodes the outer update with its error feedback (core/coord/downlink.ts), the island
 //         decodes it. An island one version behind gets one update frame a round; k versions, k frames.
 // Settings: `sparse` (the default run: 1-bit strided half of each 4096-chunk up, int4 per 4096 deflated
-// down), `int8` (a dense run: int8 per 64 both ways), and `sparse-down`, a candidate that is no run
-// setting yet: the update in the uplink's own sparse code (the coordinator's downlink takes int8, int4 or
-// f32 only). Δ and the update are syntheticDelta's (synthetic-delta.ts): Gaussian, per-row scales over two decades.
+// down), `int8` (a dense run: int8 per 64 both ways), and `sparse-down` (`serve --downlink sparse`: the
+// update in the uplink's own sparse code, SPARSE_CODE_DOWNLINK). Δ and the update are syntheticDelta's
+// (synthetic-delta.ts): Gaussian, per-row scales over two decades.
 
 import {
   type CodecOptions,
@@ -16,7 +16,7 @@ import {
   decodeDelta,
   encodeWithFeedback,
 } from '../../core/codec/index.ts';
-import { SPARSE_UPLINK, codecSetting } from '../../core/coord/index.ts';
+import { type RunFlags, buildRunConfig } from '../../server/run/config.ts';
 import { syntheticDelta } from './synthetic-delta.ts';
 import { median } from './timing.ts';
 
@@ -28,8 +28,10 @@ export type RoundSetting = (typeof ROUND_SETTINGS)[number];
 
 export interface CodecRoundRow {
   setting: RoundSetting;
-  /** false: not a setting a run can take today (sparse-down) */
+  /** Every row is a setting a run can take. */
   runSetting: boolean;
+  /** The flags that give it to `atoll serve`. */
+  serve: string;
   uplink: CodecOptions;
   downlink: CodecOptions;
   /** frame bytes, header included: one Δ up, one update frame down */
@@ -40,10 +42,21 @@ export interface CodecRoundRow {
   meetsTarget: { up: boolean; down: boolean };
 }
 
+/** Each setting's flags: the codecs come from them (buildRunConfig), as a run gets them. */
+const SERVE_FLAGS: Record<RoundSetting, RunFlags> = {
+  sparse: { codec: 'sparse' },
+  int8: { codec: 'int8' },
+  'sparse-down': { codec: 'sparse', downlink: 'sparse' },
+};
+
+const flagText = (f: RunFlags) =>
+  Object.entries(f)
+    .map(([k, v]) => `--${k} ${v}`)
+    .join(' ');
+
 function codecsOf(s: RoundSetting): { uplink: CodecOptions; downlink: CodecOptions } {
-  if (s === 'sparse-down') return { uplink: { ...SPARSE_UPLINK }, downlink: { ...SPARSE_UPLINK, feedbackDecay: 1 } };
-  const c = codecSetting(s);
-  return { uplink: { ...c.uplink } as CodecOptions, downlink: { ...c.downlink } as CodecOptions };
+  const c = buildRunConfig(null, { preset: 'tiny', ...SERVE_FLAGS[s] }).coordinator;
+  return { uplink: { ...c.uplink }, downlink: { ...c.downlink } };
 }
 
 /** One side: `repeats` encodes with error feedback (after a warm-up), each decoded; medians and the last frame. */
@@ -86,7 +99,8 @@ export function benchCodecRounds(
     const down = side(update, downlink, repeats, out);
     rows.push({
       setting,
-      runSetting: setting !== 'sparse-down',
+      runSetting: true,
+      serve: flagText(SERVE_FLAGS[setting]),
       uplink,
       downlink,
       bytesUp: up.bytes,
@@ -109,14 +123,14 @@ export function formatCodecRounds(rows: CodecRoundRow[]): string {
   for (const r of rows) {
     const flag = (ok: boolean) => (ok ? ' ' : '!');
     lines.push(
-      `  ${(r.setting + (r.runSetting ? '' : '*')).padEnd(12)}  ` +
+      `  ${r.setting.padEnd(12)}  ` +
         `${mb(r.bytesUp).padStart(10)}${flag(r.meetsTarget.up)}  ` +
         `${mb(r.bytesDown).padStart(10)}${flag(r.meetsTarget.down)}  ${r.ms.upEncode.toFixed(0).padStart(5)}  ` +
         `${r.ms.upDecode.toFixed(0).padStart(5)}  ${r.ms.downEncode.toFixed(0).padStart(7)}  ` +
         `${r.ms.downDecode.toFixed(0).padStart(7)}`,
     );
   }
-  if (rows.some((r) => !r.runSetting)) lines.push('  * not a run setting yet: the downlink takes int8, int4 or f32');
+  for (const r of rows) lines.push(`  ${r.setting.padEnd(12)}  serve ${r.serve}`);
   lines.push('  ! over the target');
   return lines.join('\n');
 }

@@ -19,8 +19,9 @@ import { availableParallelism } from 'node:os';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { ENCODINGS, type Encoding } from '../../core/codec/index.ts';
+import { DOWNLINK_ENCODINGS, type DownlinkEncoding, ENCODINGS, type Encoding } from '../../core/codec/index.ts';
 import { PRESETS, type PresetName, numParams } from '../../core/model/config.ts';
+import { downlinkSetting } from '../../core/coord/index.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { loadCorpus } from '../../server/run/corpus.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml, reportRow } from './report.ts';
@@ -124,6 +125,11 @@ export function simulateOptionsFromCli(raw: Record<string, unknown>): Result<Sim
     if (!ENCODINGS.includes(raw.codec as Encoding))
       return err('E_BAD_REQUEST', `--codec must be one of ${ENCODINGS.join('|')}`);
     o.codec = raw.codec as Encoding;
+  }
+  if (raw.downlink !== undefined) {
+    if (!DOWNLINK_ENCODINGS.includes(raw.downlink as DownlinkEncoding))
+      return err('E_BAD_REQUEST', `--downlink must be one of ${DOWNLINK_ENCODINGS.join('|')}`);
+    o.downlink = raw.downlink as DownlinkEncoding;
   }
   for (const k of ['outerLr', 'outerMomentum', 'innerLr', 'trustRegion'] as const) {
     if (raw[k] === undefined) continue;
@@ -307,6 +313,10 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
           ...row.coordinator,
           trustRegion: { ...row.coordinator.trustRegion, factor: opts.trustRegion },
         };
+  // --downlink: every DiLoCo row's update frames in that code, as `serve --downlink` gives it
+  if (opts.downlink !== undefined)
+    for (const row of rows)
+      if (row.kind === 'diloco') row.coordinator = { ...row.coordinator, downlink: downlinkSetting(opts.downlink) };
   const setting = describeSetting(rows, d, network, preset);
   const workers = opts.workers ?? Math.min(2, availableParallelism());
   const warmTokens = fleet ? 0 : (opts.warmStartTokens ?? (preset === 'smoke' ? 0 : 32_768));

@@ -1,6 +1,6 @@
 // Types of the simulator: what a run is made of (rows, islands) and what it reports.
 
-import type { Encoding } from '../../core/codec/index.ts';
+import type { DownlinkEncoding, Encoding } from '../../core/codec/index.ts';
 import type { CoordinatorConfigPatch } from '../../core/coord/index.ts';
 import type { GPTConfig, PresetName } from '../../core/model/config.ts';
 import type { SimEngineKind } from './engines.ts';
@@ -300,6 +300,8 @@ export interface SimulateOptions {
   mode?: TrainingMode;
   /** 'diloco' preset: uplink encoding (default int4). */
   codec?: Encoding;
+  /** Every DiLoCo row's downlink, as `serve --downlink` gives it (default: the row's). */
+  downlink?: DownlinkEncoding;
   /**
    * Tokens of single-island training that every row starts from (DiLoCo's protocol: its runs start
    * from a pretrained model). Default 32768 for compare/diloco, 0 for smoke. Not counted in `tokens`.

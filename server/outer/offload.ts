@@ -79,7 +79,6 @@ export class OuterOffloadHost {
    * then be half moved, and the caller must stop the process (nothing unacknowledged is lost).
    */
   async step(req: OuterStepRequest): Promise<Result<OuterStepDone>> {
-    const { encoding, blockSize, deflate } = req.downlink;
     const slots = req.deltas
       ? req.deltas.map((d) => this.slotOf.get(d) ?? fail('a delta outside the shared buffers'))
       : [this.gSlot];
@@ -87,7 +86,7 @@ export class OuterOffloadHost {
       slots,
       weights: req.weights,
       outer: req.outer,
-      downlink: { encoding, blockSize, deflate },
+      downlink: { ...req.downlink },
       scale: req.scale,
       period: req.period,
       share: req.share,

@@ -14,10 +14,15 @@
 import { Worker } from 'node:worker_threads';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { OuterState } from '../../core/coord/outer.ts';
-import { HEADER_BYTES, frameBytes, writeHeader } from '../../core/codec/index.ts';
+import { HEADER_BYTES, plainHeader, writeHeader } from '../../core/codec/index.ts';
 import { combineChunkHashes, hashChunkCount } from '../../core/coord/hash.ts';
 import { TRUST_PROBES, overLimit, trustGain } from '../../core/coord/trust.ts';
-import type { AgreementSums, FragmentStep } from '../../core/coord/outer-fragment.ts';
+import {
+  type AgreementSums,
+  FRAGMENT_ALIGN,
+  type FragmentStep,
+  fragmentProblem,
+} from '../../core/coord/outer-fragment.ts';
 import type { FromOuterWorker, OuterWorkerInit, ToOuterWorker } from './worker.ts';
 
 const REGISTER_URL = new URL('../../bin/register.js', import.meta.url).href;
@@ -101,10 +106,10 @@ export class OuterPool {
   /**
    * `workers` fragments (default 2), each a whole number of `align` elements: every downlink block
    * size that divides `align` (default 65,536: every power of two the codec allows) keeps fragments
-   * on block boundaries.
+   * on block boundaries (a sparse downlink's also on whole bytes: fragmentProblem).
    */
   static start(o: { theta: Float32Array; workers?: number; align?: number }): OuterPool {
-    return new OuterPool(o.theta.length, o.theta, Math.max(1, o.workers ?? 2), o.align ?? 65536);
+    return new OuterPool(o.theta.length, o.theta, Math.max(1, o.workers ?? 2), o.align ?? FRAGMENT_ALIGN);
   }
 
   private fail(e: Error): void {
@@ -173,9 +178,8 @@ export class OuterPool {
   }
 
   private async stepNow(o: OuterStepSpec): Promise<Result<OuterStepResult>> {
-    const bs = o.downlink.blockSize;
-    if (o.downlink.encoding !== 'f32' && this.align % bs !== 0)
-      return err('E_POOL_ALIGN', `downlink block size ${bs} does not divide the fragment alignment ${this.align}`);
+    const cut = fragmentProblem(o.downlink, this.align);
+    if (cut) return err('E_POOL_ALIGN', cut);
     const { trustLimit = Infinity, ...spec } = o;
     const propose = (gain: number) =>
       this.all({ op: 'propose', ...spec, share: o.share ?? false, gain, frame: this.frameSab });
@@ -200,17 +204,9 @@ export class OuterPool {
     }
     await this.all({ op: 'commit' });
     const n = this.n;
-    const payload = frameBytes(n, o.downlink) - HEADER_BYTES; // exact for f32, int8, int4
-    const length = HEADER_BYTES + payload;
-    writeHeader(new Uint8Array(this.frameSab, 0, HEADER_BYTES), {
-      encoding: o.downlink.encoding,
-      flags: 0,
-      count: n,
-      blockSize: o.downlink.encoding === 'f32' ? 0 : o.downlink.blockSize,
-      k: 0,
-      storedBytes: payload,
-      rawBytes: payload,
-    });
+    const header = plainHeader(n, o.downlink);
+    const length = HEADER_BYTES + header.rawBytes;
+    writeHeader(new Uint8Array(this.frameSab, 0, HEADER_BYTES), header);
     // θ's hash chunks split over the workers; the frame sealed (deflate where asked, CRC) after the first worker's
     // share
     const W = this.workers.length,

@@ -12,10 +12,11 @@ import {
   DEFAULT_COORDINATOR_CONFIG,
   MEASURED_SETTING,
   codecSetting,
+  downlinkSetting,
   mergeConfig,
   validateCoordinatorConfig,
 } from '../../core/coord/index.ts';
-import type { Encoding } from '../../core/codec/index.ts';
+import type { DownlinkEncoding, Encoding } from '../../core/codec/index.ts';
 import { type PresetName, PRESETS, getPreset, validateConfig } from '../../core/model/config.ts';
 import {
   KNOBS,
@@ -34,7 +35,7 @@ import { VOCAB_SIZE } from '../../core/data/tokenizer.ts';
 
 export type { RunConfig } from '../../core/run-config.ts';
 
-type TextKnob = 'preset' | 'data' | 'mode' | 'codec' | 'name' | 'title' | 'description' | 'keepBest';
+type TextKnob = 'preset' | 'data' | 'mode' | 'codec' | 'downlink' | 'name' | 'title' | 'description' | 'keepBest';
 /** What the flags can set (all optional: only given flags override): the knobs of core/run-config.ts. */
 export type RunFlags = { [K in KnobName]?: K extends TextKnob ? string : number };
 
@@ -148,11 +149,14 @@ export function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
   };
 }
 
-/** The flags as one patch of the run config (each knob at its path; --codec picks its downlink too). */
+/**
+ * The flags as one patch of the run config (each knob at its path; --codec picks its downlink too, and
+ * --downlink, whatever the order, replaces that).
+ */
 export function flagPatch(f: RunFlags): RunConfigPatch {
   const p: Record<string, unknown> = {};
   for (const [name, v] of Object.entries(f) as Array<[KnobName, unknown]>) {
-    if (v === undefined || !(name in KNOBS) || name === 'preset') continue;
+    if (v === undefined || !(name in KNOBS) || name === 'preset' || name === 'downlink') continue;
     if (name === 'codec') {
       // the uplink, and the downlink measured with it: sparse's int4 per 4096, else int8 per 64
       const set = codecSetting(v as Encoding); // the admin API's codec gives the same
@@ -160,6 +164,7 @@ export function flagPatch(f: RunFlags): RunConfigPatch {
       setAt(p, 'coordinator.downlink', set.downlink);
     } else setAt(p, KNOBS[name].path, knobValue(name, v));
   }
+  if (f.downlink !== undefined) setAt(p, 'coordinator.downlink', downlinkSetting(f.downlink as DownlinkEncoding));
   return p as RunConfigPatch;
 }
 

@@ -4,8 +4,13 @@
 // batch, weight decay, H) or the next outer step (outer lr, momentum), and is logged with its version.
 
 import { Type } from '@sinclair/typebox';
-import type { Encoding } from '../../core/codec/index.ts';
-import { type CoordinatorConfig, type CoordinatorConfigPatch, codecSetting } from '../../core/coord/index.ts';
+import type { DownlinkEncoding, Encoding } from '../../core/codec/index.ts';
+import {
+  type CoordinatorConfig,
+  type CoordinatorConfigPatch,
+  codecSetting,
+  downlinkSetting,
+} from '../../core/coord/index.ts';
 import { ErrorCode } from '../../core/protocol.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import { ADMIN_KNOBS, KNOBS, type KnobName, knobHelp, knobSchema, knobValue, setAt } from '../../core/run-config.ts';
@@ -48,8 +53,9 @@ export function parseConfigPatch(body: unknown): Result<CoordinatorConfigPatch> 
       problems.push(`${bad.join('; ')} (${knobHelp(knob)})`);
       continue;
     }
-    // a codec is its whole setting, uplink and downlink, as `serve --codec v` gives it
-    if (knob === 'codec') Object.assign(p, codecSetting(v as Encoding));
+    // a codec is its whole setting, uplink and downlink, as `serve --codec v` gives it (a downlink named beside it wins)
+    if (knob === 'codec') Object.assign(p, codecSetting(v as Encoding), p.downlink ? { downlink: p.downlink } : {});
+    else if (knob === 'downlink') p.downlink = downlinkSetting(v as DownlinkEncoding);
     else setAt(p, KNOBS[knob].path.replace(/^coordinator\./, ''), knobValue(knob, v));
   }
   if (problems.length) return err(ErrorCode.BAD_REQUEST, problems.join('; '));

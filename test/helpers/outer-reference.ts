@@ -7,7 +7,8 @@ import { l2 } from '../../core/coord/aggregate.ts';
 import { hashParams } from '../../core/coord/hash.ts';
 import { type OuterConfig, OuterOptimizer, applyUpdate } from '../../core/coord/outer.ts';
 
-export type DownlinkCfg = { encoding: 'int8' | 'int4' | 'f32'; blockSize: number; deflate?: boolean };
+export type { DownlinkSpec as DownlinkCfg } from '../../core/coord/outer-fragment.ts';
+import type { DownlinkSpec as DownlinkCfg } from '../../core/coord/outer-fragment.ts';
 
 export class ReferenceOuter {
   theta: Float32Array;
