@@ -138,6 +138,7 @@ describe('the CLI has every command the README names', () => {
       '--rounds',
       '--mode',
       '--codec',
+      '--downlink',
       '--inner-steps',
       '--warm-start-tokens',
       '--compare',

@@ -53,7 +53,7 @@ export function parseConfigPatch(body: unknown): Result<CoordinatorConfigPatch> 
       problems.push(`${bad.join('; ')} (${knobHelp(knob)})`);
       continue;
     }
-    // a codec is its whole setting, uplink and downlink, as `serve --codec v` gives it (a downlink named beside it wins)
+    // a codec is its whole setting, uplink and downlink, as `serve --codec v` gives it (a named downlink wins)
     if (knob === 'codec') Object.assign(p, codecSetting(v as Encoding), p.downlink ? { downlink: p.downlink } : {});
     else if (knob === 'downlink') p.downlink = downlinkSetting(v as DownlinkEncoding);
     else setAt(p, KNOBS[knob].path.replace(/^coordinator\./, ''), knobValue(knob, v));
