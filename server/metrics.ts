@@ -45,7 +45,8 @@ export class Metrics {
     registers: [this.registry],
   });
   /**
-   * By kind: `update` (pushed whole), `piece` (a mixed group's share of one), `catchup` (asked for), `model` (θ whole).
+   * By kind: `update` (pushed whole), `piece` (a mixed group's share of one), `catchup` (asked for),
+   * `model` (θ whole).
    */
   readonly bytesOut = new Counter({
     name: 'atoll_bytes_out_total',

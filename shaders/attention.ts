@@ -1,5 +1,5 @@
-// attention.wgsl's dispatches: causal multi-head self-attention, flash style in 4×4 register tiles (head size HS = C/NH
-// written in).
+// attention.wgsl's dispatches: causal multi-head self-attention, flash style in 4×4 register tiles
+// (head size HS = C/NH written in).
 
 import {
   attentionBackward as attentionBackwardCpu,

@@ -36,8 +36,8 @@ if r and r[1] and #r[1][2] > 0 then return {r[1][2], ''} end
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 return {{}, (last[1] and last[1][1]) or '0-0'}`;
 
-// KEYS: fence deltas islands durable; ARGV: token group durable-value('' = none) channel message n, then n × (id island
-// seq state)
+// KEYS: fence deltas islands durable; ARGV: token group durable-value('' = none) channel message n,
+// then n × (id island seq state)
 const SETTLE =
   FENCE_CHECK +
   `

@@ -33,7 +33,7 @@ type Omitted<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 type Request = Omitted<ToOuterWorker, 'id'>;
 type Answer = Extract<FromOuterWorker, { ok: true }>;
 
-/** One outer step (FragmentStep; `share` defaults to false), its ‖u‖ at most `trustLimit` (trust.ts; default none). */
+/** One outer step (FragmentStep; `share` defaults to false), ‖u‖ at most `trustLimit` (trust.ts; default none). */
 export type OuterStepSpec = Omit<FragmentStep, 'share' | 'gain'> & { share?: boolean; trustLimit?: number };
 
 export interface OuterStepResult {
