@@ -231,8 +231,7 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
   if (out.name !== DEFAULT_RUN_NAME || out.data !== 'moby-dick') {
     if (flags.title === undefined && file?.title === undefined) out.title = out.name;
     if (flags.description === undefined && file?.description === undefined)
-      out.description =
-        `A ${out.preset} GPT trained on ${out.data}, by volunteers’ browsers and GPU servers together.`;
+      out.description = `A ${out.preset} GPT trained on ${out.data}, by volunteers’ browsers and GPU servers.`;
   }
   // Async without merge windows applies each Δ on arrival: the delayed Nesterov of Async Local-SGD,
   // unless set explicitly (a merge window takes one Nesterov step, as the simulator measured).
