@@ -14,6 +14,7 @@ import {
   stalenessWeight,
   trimmedMean,
 } from '../core/coord/index.ts';
+import { SPARSE_MAX_INNER_STEPS, codecSetting, roundStepsCap } from '../core/coord/config.ts';
 import type { Assignment, DeltaMeta, IslandCaps } from '../core/protocol.ts';
 import { ErrorCode, innerLearningRate } from '../core/protocol.ts';
 import { gaussian, mulberry32 } from '../core/random.ts';
@@ -378,6 +379,17 @@ describe('DyLU', () => {
     expect(fast.innerSteps).toBe(128);
     const t = (a: Assignment, tps: number) => (a.innerSteps * a.batchSize * a.seqLen) / tps;
     expect(t(slow, 1024)).toBeCloseTo(t(fast, 4096), 9);
+  });
+  it('the sparse uplink caps a round at SPARSE_MAX_INNER_STEPS on either rule and without DyLU; f32 at maxInnerSteps', () => {
+    const run = { mode: 'async', batchSize: 8, seqLen: 32, maxInnerSteps: 1000, innerSteps: 400 } as const;
+    const fast = { engine: 'webgpu', tokensPerSec: 4096 } as const; // 128 steps in 8 s
+    const sparse = { ...codecSetting('sparse') };
+    for (const rule of [{ dylu: true, targetRoundMs: 8000 }, { dylu: true, targetRoundMs: 0 }, { dylu: false }]) {
+      expect(join(makeCoord({ ...run, ...rule, ...sparse }), 0, fast).a.innerSteps).toBe(SPARSE_MAX_INNER_STEPS);
+    }
+    expect(join(makeCoord({ ...run, dylu: true, targetRoundMs: 8000 }), 0, fast).a.innerSteps).toBe(128);
+    expect(join(makeCoord({ ...run, dylu: false }), 0, fast).a.innerSteps).toBe(400);
+    expect(roundStepsCap({ maxInnerSteps: 20, uplink: { encoding: 'sparse' } })).toBe(20);
   });
   it('sync: the first island on an idle or fresh server gets a whole round from its declared speed, a late joiner the time left', () => {
     const c = makeCoord({

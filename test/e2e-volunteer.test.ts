@@ -27,6 +27,7 @@ import { JsEngine } from '../core/engine/js.ts';
 import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { sampleBatch } from '../core/data/dataset.ts';
 import { type Assignment, innerLearningRate } from '../core/protocol.ts';
+import { SPARSE_MAX_INNER_STEPS } from '../core/coord/config.ts';
 import type { IslandDetail, IslandView } from '../core/api.ts';
 import { contributors } from '../core/credit.ts';
 import { median } from '../core/coord/aggregate.ts';
@@ -758,9 +759,9 @@ describe('volunteer page (Chromium)', () => {
     expect(iso.isolated).toBe(true);
     expect(v.device).toContain(`(${Math.min(4, iso.cores)} of ${iso.cores} threads)`);
     // the CPU page's first round (a fresh AdamW joining a trained θ), at the version the server lists
-    // its Δ in (it alone made it): well below v0, and within 10 % of the version before it (runs before
-    // the outer step's trust region had it rise, 3.216 → 3.372 and 3.451 → 4.005; trustGain says whether
-    // the trust region shortened that version's step)
+    // its Δ in (it alone made it): below the version before it. Rounds sized to 6 s of this page took
+    // ~350 steps and raised it (3.216 → 3.372, 3.262 → 3.692), a long Δ the sparse frame carries badly:
+    // the sparse uplink caps a round at SPARSE_MAX_INNER_STEPS (docs/studies/cold-start.md)
     const a0 = (await pageAssignments(cpu))[0];
     const ev = await waitFor(
       "the evals around the CPU page's first round",
@@ -796,11 +797,8 @@ describe('volunteer page (Chromium)', () => {
     expect(a0.baseVersion, 'the CPU page joined a trained θ').toBeGreaterThan(0);
     expect(ev.contributors, 'the CPU page alone made that version').toBe(1);
     expect(ev.after, JSON.stringify(ev)).toBeLessThan(ev.v0 - 0.5);
-    // its rise over the version before is bounded, not yet nil: with the trust region left alone
-    // (trustGain null) a run measured 3.342 → 3.481 (+4.2 %); issue 38 tracks the late joiner
-    expect(ev.after, `the late page's Δ keeps the loss near its base: ${JSON.stringify(ev)}`).toBeLessThan(
-      1.1 * ev.before,
-    );
+    expect(ev.after, `the late page's Δ lowers the loss of its base: ${JSON.stringify(ev)}`).toBeLessThan(ev.before);
+    expect(a0.innerSteps, 'a round on the sparse uplink is capped').toBeLessThanOrEqual(SPARSE_MAX_INNER_STEPS);
     const row = (await islands()).find((i) => i.id === v.islandId)!;
     expect(row.engine).toBe('cpu');
     expect(row.accepted).toBeGreaterThanOrEqual(1);

@@ -13,6 +13,7 @@ import { JsEngine } from '../core/engine/js.ts';
 import type { IslandEvent } from '../client/island/runtime.ts';
 import { decodeCheckpoint } from '../core/checkpoint.ts';
 import { decodeDelta } from '../core/codec/index.ts';
+import { type CoordinatorConfig, roundStepsCap } from '../core/coord/config.ts';
 import { allocBatch, sampleBatch } from '../core/data/dataset.ts';
 import { type GPTConfig, getPreset } from '../core/model/config.ts';
 import { type Assignment, innerLearningRate } from '../core/protocol.ts';
@@ -183,13 +184,14 @@ describe("an island's first accepted round lowers the global eval loss", () => {
     const v0 = await evalAt(s.url, 0);
     const cpu = await firstRound(s.url, 'cpu', 8);
     // calibrated as the page is: the first round is DyLU's time rule at the measured speed (1 s), not the run's 20 steps
-    const run = await getJson<{ config: { coordinator: { minInnerSteps: number; maxInnerSteps: number } } }>(
-      `${s.url}/api/run`,
-    );
-    const { minInnerSteps, maxInnerSteps } = run.config.coordinator;
+    // (at most the sparse uplink's cap on a round)
+    const run = await getJson<{ config: { coordinator: CoordinatorConfig } }>(`${s.url}/api/run`);
     const sized = Math.min(
-      maxInnerSteps,
-      Math.max(minInnerSteps, Math.round((cpu.tokensPerSec! * 1) / (cpu.assignment.batchSize * cpu.assignment.seqLen))),
+      roundStepsCap(run.config.coordinator),
+      Math.max(
+        run.config.coordinator.minInnerSteps,
+        Math.round((cpu.tokensPerSec! * 1) / (cpu.assignment.batchSize * cpu.assignment.seqLen)),
+      ),
     );
     expect(cpu.assignment.innerSteps).toBe(sized);
     const v1 = await evalAt(s.url, cpu.version);

@@ -2,6 +2,7 @@
 // download per round and per hour at this device's measured speed (a shard run's training data comes
 // by range each round, not once). Pure: no DOM.
 
+import { roundStepsCap } from '../../core/coord/config.ts';
 import { formatBytes, formatCount } from '../ui/format.ts';
 import { RANGE_CACHE_CAP_BYTES } from './range-cache.ts';
 import type { RunInfo } from './run-info.ts';
@@ -48,8 +49,11 @@ export function estimateCosts(
   const stepSec = (run.batch * run.seqLen) / tokensPerSecAtCap;
   let steps: number;
   if (run.targetRoundMs > 0) {
-    const { minInnerSteps, maxInnerSteps } = run.config.coordinator;
-    steps = Math.min(maxInnerSteps, Math.max(minInnerSteps, Math.round(run.targetRoundMs / 1000 / stepSec)));
+    const cap = roundStepsCap(run.config.coordinator);
+    steps = Math.min(
+      cap,
+      Math.max(run.config.coordinator.minInnerSteps, Math.round(run.targetRoundMs / 1000 / stepSec)),
+    );
   } else if (run.innerSteps != null) {
     steps = run.innerSteps;
   } else {

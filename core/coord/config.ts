@@ -94,6 +94,19 @@ export function codecSetting(encoding: Encoding): Pick<CoordinatorConfig, 'uplin
  */
 export const COLD_START_WARMUP_STEPS = 40;
 
+/**
+ * The most inner steps one round takes on the sparse uplink. Its one frame (half of each chunk, a sign
+ * each) carries a long round's Δ badly, and a Δ applied as it is then makes θ worse: a late joiner's
+ * first round on tiny's θ at 3.118 took it to 3.033 at 50 steps, 3.217 at 150 and 3.404 at 354 (f32:
+ * 2.838, 2.587, 2.494); on small its gain fell from 25 steps on. docs/studies/cold-start.md.
+ */
+export const SPARSE_MAX_INNER_STEPS = 50;
+
+/** The most inner steps a round may take: maxInnerSteps, and SPARSE_MAX_INNER_STEPS on the sparse uplink. */
+export function roundStepsCap(c: Pick<CoordinatorConfig, 'maxInnerSteps' | 'uplink'>): number {
+  return c.uplink.encoding === 'sparse' ? Math.min(c.maxInnerSteps, SPARSE_MAX_INNER_STEPS) : c.maxInnerSteps;
+}
+
 export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   mode: 'sync',
   outer: { kind: 'nesterov', lr: 0.7, momentum: 0.9, dnPeriod: 0 },

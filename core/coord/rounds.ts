@@ -5,7 +5,7 @@ import { maxFrameBytes } from '../codec/index.ts';
 import { type Assignment, type DeltaMeta, ErrorCode } from '../protocol.ts';
 import { median } from './aggregate.ts';
 import { AUDITABLE_ENCODINGS } from './audit.ts';
-import { type CoordinatorConfig, stalenessWeight } from './config.ts';
+import { type CoordinatorConfig, roundStepsCap, stalenessWeight } from './config.ts';
 import { dyluInnerSteps } from './dylu.ts';
 import { batchSizeFor } from './island-book.ts';
 import type { TokenRange } from './data-ranges.ts';
@@ -145,17 +145,17 @@ export function sizeAssignment(
         seqLen: T,
         innerSteps: cfg.innerSteps,
         minInnerSteps: cfg.minInnerSteps,
-        maxInnerSteps: cfg.maxInnerSteps,
+        maxInnerSteps: roundStepsCap(cfg),
         targetRoundMs: cfg.targetRoundMs,
         remainingMs,
       })
-    : cfg.innerSteps;
+    : Math.min(cfg.innerSteps, roundStepsCap(cfg));
   const nominalSteps = steps;
   if (cfg.totalTokens > 0) {
     // the budget's last round takes all that is left (up to 1.5 H): no one-step tail round that
     // uploads a whole frame and takes a whole momentum step for a few tokens
     const need = Math.ceil(Math.max(0, cfg.totalTokens - tokensApplied) / (Math.max(1, online) * B * T));
-    if (need <= Math.ceil(1.5 * steps)) steps = Math.max(1, Math.min(need, cfg.maxInnerSteps));
+    if (need <= Math.ceil(1.5 * steps)) steps = Math.max(1, Math.min(need, roundStepsCap(cfg)));
   }
   // how far the run moves per step of this island: islands step side by side at their speeds, which
   // holds when rounds are sized by speed (async, or DyLU); sync rounds of equal steps move it by every

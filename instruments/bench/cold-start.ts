@@ -6,9 +6,9 @@
 // island online the server applies it as it is (soloPlainStep), so v1 = θ0 − decode(encode(Δ)). A
 // round of H steps is the first H steps of one trajectory: one run gives every round length. A late
 // joiner: θ after `late` steps of that island, then a second island with a fresh AdamW (and its own
-// data stream) trains from it. CPU engine: the figures are deterministic.
+// data stream) trains from it. The Wasm engine on one thread: the figures are deterministic.
 
-import { JsEngine } from '../../core/engine/js.ts';
+import { createCpuEngine } from '../../core/engine/cpu.ts';
 import { ErrorFeedback, decodeDelta, encodeWithFeedback } from '../../core/codec/index.ts';
 import { allocBatch, evalBatches, sampleBatch, streamId } from '../../core/data/dataset.ts';
 import type { Batch } from '../../core/engine/index.ts';
@@ -57,7 +57,7 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartRepo
   const B = cc.batchSize,
     T = cc.seqLen;
   const evalB = evalBatches(ds.heldOut, run.eval.batchSize, run.model.blockSize, run.eval.batches);
-  const evaluator = new JsEngine({ config: run.model, maxBatch: run.eval.batchSize });
+  const evaluator = await createCpuEngine('cpu', { config: run.model, maxBatch: run.eval.batchSize });
   const evalLoss = async (p: Float32Array) => {
     await evaluator.setParams(p);
     let s = 0;
@@ -74,7 +74,7 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartRepo
     stream: string,
     keepAt = 0,
   ): Promise<{ after: Record<number, number>; kept: Float32Array | null }> => {
-    const engine = new JsEngine({ config: run.model, maxBatch: B, maxT: T });
+    const engine = await createCpuEngine('cpu', { config: run.model, maxBatch: B, maxT: T });
     await engine.setParams(theta);
     const plan: InnerLrPlan = {
       maxLr: cc.innerLr.maxLr,
