@@ -207,6 +207,20 @@ describe('ResilientEngine', () => {
     expect(engine.effectiveDutyCycle).toBe(1);
   });
 
+  it('a step a few ms long that jitters by 5× is not a busy device (the CPU engine): slow means 50 ms over too', async () => {
+    const events: BusyInfo[] = [];
+    const { engine, devices } = await resilient((i) => events.push(i));
+    devices[0].stepDelayMs = 2;
+    await engine.setParams(initParams(config, 1));
+    for (let i = 0; i < 12; i++) {
+      engine.extraStepMs = i >= 6 ? 10 : 0; // ~12 ms against a median of ~2–5 ms
+      await engine.step(batch(i), stepOpts(i));
+      await engine.takeLosses();
+    }
+    expect(engine.busy).toBe(false);
+    expect(events).toEqual([]);
+  });
+
   it('a sample is written between training steps: same tokens as generate(), no training step stretched 2×', async () => {
     const { engine, devices } = await resilient();
     // steps of 150 ms: a busy 2-core machine's timer jitter (tens of ms) stays well inside the 2×

@@ -256,6 +256,9 @@ describe('volunteer page (Chromium)', () => {
     url = `http://localhost:${port}`; // localhost: a secure context, so WebGPU is offered
     runDir = mkdtempSync(join(tmpdir(), 'atoll-volunteer-e2e-'));
     server = await serve(port, runDir);
+    // rounds sized to 6 s on the sparse uplink: serve says they stop at its cap
+    const capLine = `rounds on the sparse uplink take at most ${SPARSE_MAX_INNER_STEPS} inner steps`;
+    await waitFor("serve's line on the cap", () => server!.output.some((l) => l.includes(capLine)), 10_000);
     gpu = await launchChromium({ webgpu: true });
     lap('server+browser');
   }, 120_000);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatBytes, formatCount, formatRate } from '../client/ui/format.ts';
+import { formatBytes, formatCount, formatRate, formatStepTime } from '../client/ui/format.ts';
 
 describe('live readout formatting', () => {
   it('counts in SI steps of 1000 and bytes in binary steps of 1024, 3 significant digits', () => {
@@ -13,5 +13,11 @@ describe('live readout formatting', () => {
     expect(formatRate(1234, 'tok')).toBe('1.23 k tok/s');
     expect(formatCount(null)).toBe('–');
     expect(formatBytes(Number.NaN)).toBe('–');
+  });
+  it('a step time in ms under a second, in tenths of a second under a minute, then as a duration', () => {
+    expect(formatStepTime(3.4)).toBe('3 ms');
+    expect(formatStepTime(2200)).toBe('2.2 s');
+    expect(formatStepTime(125_000)).toBe('2 min 05 s');
+    expect(formatStepTime(null)).toBe('–');
   });
 });

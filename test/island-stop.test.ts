@@ -15,9 +15,10 @@ afterAll(async () => {
 
 describe('Ctrl-C on an island mid-round', () => {
   it('says the unfinished round is dropped, with its steps, and exits 0', async () => {
-    // rounds long enough (2,000 steps) that the signal lands in the middle of the first
+    // rounds long enough (2,000 steps) that the signal lands in the middle of the first (a dense uplink:
+    // the sparse one caps a round at 50 steps, and serve says so)
     const server = await spawnServe(
-      ['--preset', 'tiny', '--run-dir', runDir, '--inner-steps', '2000', '--no-eval'],
+      ['--preset', 'tiny', '--run-dir', runDir, '--inner-steps', '2000', '--codec', 'int8', '--no-eval'],
       await freePort(),
     );
     procs.push(server);

@@ -55,6 +55,12 @@ export function formatDuration(seconds: number | null | undefined): string {
   return `${Math.floor(h / 24)} d ${h % 24} h`;
 }
 
+/** A step's time: under a second in ms ("12 ms"), else as a duration. */
+export function formatStepTime(ms: number | null | undefined): string {
+  if (!finite(ms) || ms < 0) return DASH;
+  return ms < 1000 ? `${Math.round(ms)} ms` : ms < 60_000 ? `${(ms / 1000).toFixed(1)} s` : formatDuration(ms / 1000);
+}
+
 /** A share as a percentage: 0.4567 → "45.7%". */
 export function formatPercent(fraction: number | null | undefined, digits = 1): string {
   return finite(fraction) ? `${(fraction * 100).toFixed(digits)}%` : DASH;

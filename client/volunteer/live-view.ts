@@ -6,6 +6,7 @@ import {
   formatBytes,
   formatCount,
   formatDuration,
+  formatStepTime,
   formatFixed,
   formatInt,
   formatPercent,
@@ -57,15 +58,14 @@ export function renderView(v: IslandView, c: ViewContext): void {
   setText(ui.deviceName, v.device ? (v.engine === 'cpu' ? `${v.device} (CPU engine)` : v.device) : '–');
   setText(
     ui.deviceSpeed,
-    (v.stepMs != null
-      ? `· a step takes ${v.stepMs < 1000 ? `${Math.round(v.stepMs)} ms` : formatDuration(v.stepMs / 1000)} of compute`
-      : '') + (v.mfu != null ? ` · MFU ${formatPercent(v.mfu, 2)}` : ''),
+    (v.stepMs != null ? `· a step takes ${formatStepTime(v.stepMs)} of compute` : '') +
+      (v.mfu != null ? ` · MFU ${formatPercent(v.mfu, 2)}` : ''),
   );
   ui.busyNote.hidden = !v.busy;
   if (v.busy) {
     setText(
       ui.busyNote,
-      `Your GPU seems busy with something else (steps take much longer than usual), so Atoll backs off to ` +
+      `Your ${v.engine === 'cpu' ? 'CPU' : 'GPU'} seems busy with something else (steps take much longer than usual), so Atoll backs off to ` +
         `${Math.round(v.effectiveDutyCycle * 100)}% of the time. It returns to your ` +
         `${Math.round(v.dutyCycle * 100)}% cap by itself when steps are quick again.`,
     );

@@ -54,6 +54,8 @@ const BUSY = {
   /** A step this many times the recent median is slow; under `recover` × the median it is normal again. */
   factor: 3,
   recover: 2,
+  /** …and this many ms over it: a CPU step of a few ms jitters by 3× with no one else on the cores. */
+  minExtraMs: 50,
   /** Slow (or recovered) steps in a row before the back-off engages (or releases). */
   run: 2,
   /** While backing off, the cap is divided by this (floor 5 %). */
@@ -326,8 +328,8 @@ export class ResilientEngine implements TrainingEngine {
     this.lastStepMs = stepMs;
     const med = this.medianStepMs;
     const judged = med != null && this.normalMs.length >= BUSY.minSteps;
-    const slow = judged && stepMs > BUSY.factor * med;
-    const normal = !judged || stepMs < BUSY.recover * med;
+    const slow = judged && stepMs > BUSY.factor * med && stepMs > med + BUSY.minExtraMs;
+    const normal = !judged || stepMs < BUSY.recover * med || stepMs < med + BUSY.minExtraMs;
     this.slowRun = slow ? this.slowRun + 1 : 0;
     this.okRun = normal ? this.okRun + 1 : 0;
     if (!this.busy && this.slowRun >= BUSY.run) this.setBusy(true, stepMs, med!);

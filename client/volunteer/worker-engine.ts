@@ -1,6 +1,7 @@
 // The island worker's engines: opened through worker-gpu.ts and wrapped in a ResilientEngine
 // whose busy-GPU back-off, device loss and recovery are logged and shown in the view.
 
+import { formatStepTime } from '../ui/format.ts';
 import { WebGpuEngine } from '../island/engine/webgpu.ts';
 import type { EngineKind, ModelShape } from './messages.ts';
 import { ResilientEngine, type EngineHandle } from './resilient-engine.ts';
@@ -28,14 +29,12 @@ export async function openEngine(
       if (b.busy)
         log(
           'warn',
-          `The GPU seems busy with something else (a step took ${(b.stepMs / 1000).toFixed(1)} s, usually ` +
-            `${(b.medianMs / 1000).toFixed(1)} s): backing off to ${pct(b.dutyCycle)} until steps are quick again.`,
+          `The ${kind === 'cpu' ? 'CPU' : 'GPU'} seems busy with something else (a step took ` +
+            `${formatStepTime(b.stepMs)}, usually ${formatStepTime(b.medianMs)}): backing off to ` +
+            `${pct(b.dutyCycle)} until steps are quick again.`,
         );
       else
-        log(
-          'info',
-          `Steps are quick again (${(b.stepMs / 1000).toFixed(1)} s): back to the ${pct(b.dutyCycle)} usage cap.`,
-        );
+        log('info', `Steps are quick again (${formatStepTime(b.stepMs)}): back to the ${pct(b.dutyCycle)} usage cap.`);
       publish(true);
     },
     onLoss: (i) => {

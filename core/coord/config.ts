@@ -103,8 +103,8 @@ export const COLD_START_WARMUP_STEPS = 40;
 export const SPARSE_MAX_INNER_STEPS = 50;
 
 /** The most inner steps a round may take: maxInnerSteps, and SPARSE_MAX_INNER_STEPS on the sparse uplink. */
-export function roundStepsCap(c: Pick<CoordinatorConfig, 'maxInnerSteps' | 'uplink'>): number {
-  return c.uplink.encoding === 'sparse' ? Math.min(c.maxInnerSteps, SPARSE_MAX_INNER_STEPS) : c.maxInnerSteps;
+export function roundStepsCap(c: Pick<CoordinatorConfig, 'maxInnerSteps'> & { uplink?: { encoding: string } }): number {
+  return c.uplink?.encoding === 'sparse' ? Math.min(c.maxInnerSteps, SPARSE_MAX_INNER_STEPS) : c.maxInnerSteps;
 }
 
 export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {

@@ -6,6 +6,7 @@ import { join, resolve } from 'node:path';
 import { type AtollServer, createServer } from '../../server/app.ts';
 import { buildClientIfNeeded } from '../../server/client-build.ts';
 import { unauditable } from '../../core/coord/audit.ts';
+import { roundStepsCap } from '../../core/coord/config.ts';
 import {
   type RunConfig,
   type RunFlags,
@@ -185,6 +186,12 @@ export async function serve(o: ServeCliOptions): Promise<AtollServer | undefined
       `${cc.outer.momentum}, ` +
       `${r.outerWorkers ? `outer step on ${r.outerWorkers} worker threads` : 'outer step on the event loop'}`,
   );
+  const cap = roundStepsCap(cc);
+  if (cc.innerSteps > cap || (cc.maxInnerSteps > cap && cc.targetRoundMs > 0))
+    say(
+      `  rounds on the ${cc.uplink.encoding} uplink take at most ${cap} inner steps (a longer round's Δ ` +
+        'makes θ worse through its frame: docs/studies/cold-start.md); a dense --codec takes longer ones',
+    );
   say(
     `  volunteer page ${addr.url}/   dashboard ${addr.url}/dashboard   API ${addr.url}/api/status   metrics ` +
       `${addr.url}/metrics`,
