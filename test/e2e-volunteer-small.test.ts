@@ -21,7 +21,7 @@ import { freePort, getJson, ROOT, type ServeProc, spawnServe, tempDir, waitFor }
 import { openVolunteerPage, pageLog, pageView, type PageView, textOf } from './helpers/volunteer-page.ts';
 
 const ARTIFACTS = join(ROOT, 'test-artifacts');
-const ROUND_S = 60;
+const ROUND_S = 30;
 /** The bound: click to the first accepted round. */
 const FIRST_ROUND_LIMIT_S = 180;
 
