@@ -380,3 +380,17 @@ export const DataStatusSchema = Type.Object({
   recent: Type.Array(RangeRecordSchema),
 });
 export type DataStatus = Static<typeof DataStatusSchema>;
+
+/**
+ * GET /api/model/manifest: θ's safetensors file (GET /api/model) cut in chunks of `chunkBytes` (the last
+ * one shorter), each with its CRC-32 (core/codec/crc32.ts), so a page fetches it by Range and checks every
+ * chunk. `hash` is the ETag of GET /api/model at `version`: sent as If-Match, a chunk of another version is 412.
+ */
+export const ModelManifestSchema = Type.Object({
+  version: Type.Integer(),
+  hash: Type.String(),
+  bytes: Type.Integer(),
+  chunkBytes: Type.Integer(),
+  crc32: Type.Array(Type.Integer()),
+});
+export type ModelManifest = Static<typeof ModelManifestSchema>;

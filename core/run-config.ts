@@ -76,6 +76,9 @@ export const RunConfigSchema = Type.Object({
     maxLogBytes: posInt('events.jsonl is rotated past this many bytes'),
     powBits: Type.Optional(int(0, 32, { description: 'proof of work of a new island identity (0: none)' })),
     newIslandsPerHour: Type.Optional(posInt('new island identities per address per hour')),
+    modelChunkBytes: Type.Optional(
+      int(1024, 2 ** 30, { description: 'θ chunk of GET /api/model/manifest, bytes (default 4 MiB)' }),
+    ),
   }),
   allowOrigins: Type.Array(Type.String(), { description: "origins allowed besides the server's own (CORS)" }),
   mix: Type.Object({

@@ -11,6 +11,7 @@ import { Gateway, type GatewayOptions } from './gateway/gateway.ts';
 import { adminPlugin } from './plugins/admin.ts';
 import { apiPlugin } from './plugins/api.ts';
 import { dataPlugin } from './plugins/data.ts';
+import { modelPlugin } from './plugins/model.ts';
 import { Metrics } from './metrics.ts';
 import { metricsPlugin } from './plugins/metrics.ts';
 import { staticPlugin } from './plugins/static.ts';
@@ -207,6 +208,7 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
   await app.register(metricsPlugin, { metrics });
   await app.register(apiPlugin, { run, mix: mixStatus });
   await app.register(dataPlugin, { run });
+  await app.register(modelPlugin, { run });
   const adminAuth = new AuthLimiter('admin token', log);
   await app.register(adminPlugin, { run, token: token.token, limiter: adminAuth });
   await finishApp(app, o.clientDir);

@@ -77,8 +77,8 @@ const ContributorParams = Type.Object(
 // Response schemas: the shapes of core/api.ts (the one contract with the pages); fast-json-stringify
 // writes only the fields they declare. Binary bodies (a Buffer) are sent as they are; their schema
 // says what they are. Every error is {error: {code, message}}.
-const Binary = (description: string) => Type.Unsafe<Buffer>({ type: 'string', description });
-const NotModified = Type.Unsafe<undefined>({ description: 'If-None-Match matched: no body' });
+export const Binary = (description: string) => Type.Unsafe<Buffer>({ type: 'string', description });
+export const NotModified = Type.Unsafe<undefined>({ description: 'If-None-Match matched: no body' });
 
 export function runInfo(run: Run): RunInfo {
   const c = run.config;
@@ -173,26 +173,6 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
     async (_req, reply) => {
       const rows = run.history.points.map((p) => ({ step: p.version, time: p.time, scalars: pointScalars(p) }));
       return reply.type('text/csv; charset=utf-8').send(scalarsCsv(rows));
-    },
-  );
-
-  // The model an island trains from: θ at the last durable version, as safetensors.
-  api.get(
-    '/api/model',
-    { schema: { querystring: NoQuery, response: replies(Binary('θ as safetensors'), { 304: NotModified }) } },
-    async (req, reply) => {
-      const m = views.modelBytes();
-      const etag = `"${m.hash}"`;
-      reply
-        .header('etag', etag)
-        .header('cache-control', 'no-cache')
-        .header('x-atoll-version', String(m.version))
-        .header('x-atoll-hash', m.hash);
-      if (ifNoneMatch(req, etag)) return reply.code(304).send();
-      run.islands.noteBytesOut(m.bytes.length, 'model');
-      return reply
-        .type('application/octet-stream')
-        .send(Buffer.from(m.bytes.buffer, m.bytes.byteOffset, m.bytes.byteLength));
     },
   );
 
@@ -298,7 +278,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
   );
 }
 
-function ifNoneMatch(req: FastifyRequest, etag: string): boolean {
+export function ifNoneMatch(req: FastifyRequest, etag: string): boolean {
   const h = req.headers['if-none-match'];
   if (!h) return false;
   return h.split(',').some((t) => t.trim() === etag || t.trim() === `W/${etag}` || t.trim() === '*');

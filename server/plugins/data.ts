@@ -7,15 +7,15 @@ import { Type } from '@sinclair/typebox';
 import { DataIndexSchema, DataStatusSchema } from '../../core/api.ts';
 import type { Run } from '../run/run.ts';
 import { readShardBytes } from '../run/served-shards.ts';
+import { RangeHeader, byteRange } from './byte-range.ts';
 import { NoQuery, replies, type TypeBoxTypes } from './http-strict.ts';
 
 const ShardParams = Type.Object(
   { name: Type.String({ pattern: '^[\\w.-]{1,200}$' }) },
   { additionalProperties: false },
 );
-const RangeHeaders = Type.Object({ range: Type.Optional(Type.String({ maxLength: 64 })) });
+const RangeHeaders = Type.Object({ range: RangeHeader });
 const Binary = (description: string) => Type.Unsafe<Buffer>({ type: 'string', description });
-const RANGE = /^bytes=(\d{1,15})-(\d{0,15})$/;
 
 const notShardRun = (reply: FastifyReply) =>
   reply.code(404).send({
@@ -72,30 +72,10 @@ export async function dataPlugin(app: FastifyInstance, opts: { run: Run }): Prom
         const all = await readShardBytes(s, name, 0, size - 1);
         return reply.type('application/octet-stream').send(all);
       }
-      const m = RANGE.exec(h);
-      if (!m)
-        return reply.code(400).send({
-          error: { code: 'E_BAD_REQUEST', message: `Range '${h}': one range of bytes, 'bytes=START-END', expected` },
-        });
-      const start = Number(m[1]);
-      // as RFC 9110 says: an end past the last byte is the last byte; a start past it is 416
-      const end = m[2] === '' ? size - 1 : Math.min(size - 1, Number(m[2]));
-      if (start >= size || end < start)
-        return reply
-          .code(416)
-          .header('content-range', `bytes */${size}`)
-          .send({
-            error: {
-              code: 'E_RANGE_NOT_SATISFIABLE',
-              message: `Range '${h}' is not within shard '${name}' of ${size} bytes`,
-            },
-          });
-      const bytes = await readShardBytes(s, name, start, end);
-      return reply
-        .code(206)
-        .header('content-range', `bytes ${start}-${end}/${size}`)
-        .type('application/octet-stream')
-        .send(bytes);
+      const r = byteRange(h, size, `shard '${name}'`, reply);
+      if (!r) return reply;
+      const bytes = await readShardBytes(s, name, r.start, r.end);
+      return reply.type('application/octet-stream').send(bytes);
     },
   );
 }

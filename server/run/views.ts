@@ -3,11 +3,13 @@
 // second, so a client polling `/api/islands` costs a page of that copy, not a walk over the records.
 
 import { encodeCheckpoint } from '../../core/checkpoint.ts';
+import { crc32 } from '../../core/codec/crc32.ts';
 import type {
   CheckpointInfo,
   HistoryPoint,
   IslandView,
   IslandsResponse,
+  ModelManifest,
   MixStatus,
   RunStatus,
 } from '../../core/api.ts';
@@ -44,14 +46,24 @@ export const ISLANDS_REFRESH_MS = 1000;
  * became durable (what an acked island and its page look for at once).
  */
 const ISLANDS_CHANGED_MS = 50;
+/** θ's chunk in GET /api/model/manifest unless the run sets limits.modelChunkBytes: 4 MiB. */
+export const MODEL_CHUNK_BYTES = 4 * 1024 * 1024;
 /** The largest page of GET /api/islands. */
 export const ISLANDS_PAGE_MAX = 1000;
+
+/** θ's safetensors file at one durable version, and its manifest once asked. */
+export interface ModelFile {
+  version: number;
+  hash: string;
+  bytes: Uint8Array;
+  manifest?: ModelManifest;
+}
 
 export class RunViews {
   private readonly run: ViewsParts;
   private islandsCache: { at: number; list: IslandView[] } | null = null;
   private islandsChanged = false;
-  private modelCache: { version: number; hash: string; bytes: Uint8Array } | null = null;
+  private modelCache: ModelFile | null = null;
   private sampler: EvalService | null = null;
   private sampling = false;
 
@@ -163,7 +175,7 @@ export class RunViews {
   }
 
   /** θ at the durable version as safetensors (cached per version): GET /api/model. */
-  modelBytes(): { version: number; hash: string; bytes: Uint8Array } {
+  modelBytes(): ModelFile {
     const d = this.run.durable.params();
     if (!this.modelCache || this.modelCache.version !== d.version || this.modelCache.hash !== d.hash) {
       const config = this.run.config();
@@ -181,6 +193,16 @@ export class RunViews {
       this.modelCache = { version: d.version, hash: d.hash, bytes };
     }
     return this.modelCache;
+  }
+
+  /** θ's file in chunks of `chunkBytes`, each with its CRC-32 (computed once a version). */
+  modelManifest(chunkBytes = MODEL_CHUNK_BYTES): ModelManifest {
+    const m = this.modelBytes();
+    if (m.manifest?.chunkBytes === chunkBytes) return m.manifest;
+    const sums: number[] = [];
+    for (let at = 0; at < m.bytes.length; at += chunkBytes) sums.push(crc32(m.bytes.subarray(at, at + chunkBytes)));
+    m.manifest = { version: m.version, hash: m.hash, bytes: m.bytes.length, chunkBytes, crc32: sums };
+    return m.manifest;
   }
 
   /** Mean bytes of the last (up to 8) durable update frames; null before the first. */
