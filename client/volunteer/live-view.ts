@@ -65,7 +65,8 @@ export function renderView(v: IslandView, c: ViewContext): void {
   if (v.busy) {
     setText(
       ui.busyNote,
-      `Your ${v.engine === 'cpu' ? 'CPU' : 'GPU'} seems busy with something else (steps take much longer than usual), so Atoll backs off to ` +
+      `Your ${v.engine === 'cpu' ? 'CPU' : 'GPU'} seems busy with something else (steps take much longer ` +
+        'than usual), so Atoll backs off to ' +
         `${Math.round(v.effectiveDutyCycle * 100)}% of the time. It returns to your ` +
         `${Math.round(v.dutyCycle * 100)}% cap by itself when steps are quick again.`,
     );
