@@ -31,6 +31,9 @@ describe('atoll chaos', () => {
     expect(late.fire).toEqual([]);
     expect(late.notFired.map((x) => x.at)).toEqual([0.4, 1, 1.5]);
     expect(schedule).toEqual([]);
+    // θ's tokens past the budget, the status not yet saying done: done all the same
+    const past = [f(0.4), f(1.2)];
+    expect(takeDue(past, 1.04, false).notFired.map((x) => x.at)).toEqual([0.4, 1.2]);
     expect(acted).toEqual([]);
   });
 

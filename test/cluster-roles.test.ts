@@ -7,13 +7,16 @@
 // Aggregator failover: an active aggregator and a `--role all` process (a standby aggregator and a
 // gateway) on one run folder; the active one is killed with SIGKILL mid-run: the standby takes the
 // lease, reopens the run at its last durable version (no acknowledged update lost), and the islands
-// resume with their identities and go on.
+// resume with their identities and go on; a call open at the takeover (answered E_TRANSPORT by the
+// gateway) is asked again by the island's transport and answered by the new aggregator.
 
 import { spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { io } from 'socket.io-client';
 import { afterAll, describe, expect, it } from 'vitest';
+import { SocketIoTransport } from '../client/island/transport-socketio.ts';
+import { PROTOCOL_VERSION } from '../core/protocol.ts';
 import { type RedisProc, startRedis } from '../server/cluster/redis-proc.ts';
 import type { IslandView } from '../core/api.ts';
 import {
@@ -253,9 +256,22 @@ describe('atoll serve --redis --role: aggregator failover', () => {
       return ms;
     };
 
+    // a call open while the aggregator cannot answer: the gateway answers E_TRANSPORT (its rpc fails
+    // open at the takeover); the island's transport asks again and gets the new aggregator's answer
+    const probe = new SocketIoTransport({ url: gw.url });
+    expect((await probe.hello({ protocolVersion: PROTOCOL_VERSION, caps: { engine: 'cpu', name: 'probe' } })).ok).toBe(
+      true,
+    );
+    const { version: v0 } = await getJson<{ version: number }>(`${gw.url}/healthz`);
+    first.child.kill('SIGSTOP');
+    const during = probe.fetchUpdates(v0);
+    await new Promise((r) => setTimeout(r, 500));
     const t1 = performance.now();
     await first.kill9();
     const killMs = await takeover(second, t1);
+    const answered = await during;
+    expect(answered.ok ? 'ok' : answered.error.code).toBe('ok');
+    await probe.close('probe done');
 
     const third = aggregator('aggregator 3');
     await waitFor(

@@ -4,8 +4,10 @@
 // It hides the network's moods from the runtime: socket.io-client reconnects with jittered
 // exponential backoff; on every reconnection this transport says hello again with the island's id
 // and resume token before anything else goes out, then re-sends whatever was in flight (every
-// request is idempotent on the server: a re-sent delta gets the original delta's ack). A request
-// fails with E_TRANSPORT only after the server has been unreachable for `maxOutageMs`.
+// request is idempotent on the server: a re-sent delta gets the original delta's ack). An answer of
+// E_TRANSPORT (a gateway whose aggregator is failing over) or E_RATE_LIMIT is asked again. A request
+// fails with E_TRANSPORT only after the server has been unreachable, or answered only E_TRANSPORT,
+// for `maxOutageMs`.
 
 import { io, type Socket } from 'socket.io-client';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
@@ -54,6 +56,8 @@ export class SocketIoTransport implements Transport {
   private inflight = new Set<(v: typeof DISCONNECTED) => void>();
   private readonly listeners = new Set<(m: UpdateMsg) => void>();
   private downSince: number | null = Date.now();
+  /** Since when the gateway has answered only E_TRANSPORT (its aggregator away); null: it answers. */
+  private behindSince: number | null = null;
   private fatal: { code: string; message: string } | null = null;
   private closed = false;
   /** Extra server events handled on every socket (serve()). */
@@ -166,6 +170,7 @@ export class SocketIoTransport implements Transport {
         payWork = true;
         continue;
       }
+      if (!r.ok && (await this.askAgain(r.error.code))) continue;
       if (!r.ok) return err(r.error.code, r.error.message);
       this.setIdentity(r.value);
       this.markReady();
@@ -226,10 +231,7 @@ export class SocketIoTransport implements Transport {
       if (r === DISCONNECTED || r === TIMEOUT) continue; // re-sent on the next connection: same seq, same ack
       this.stats.bytesSent += frame.length;
       if (r.ok) return ok(r.value);
-      if (r.error.code === 'E_RATE_LIMIT') {
-        await sleep(1000);
-        continue;
-      }
+      if (await this.askAgain(r.error.code)) continue;
       if (r.error.code === 'E_NO_HELLO') {
         await this.resumeIdentity();
         continue;
@@ -253,18 +255,11 @@ export class SocketIoTransport implements Transport {
       const r = await this.emit<Assignment>('nextAssignment', {}, 0);
       if (r === DISCONNECTED || r === TIMEOUT) continue;
       if (r.ok) return ok(r.value);
-      if (r.error.code === 'E_RATE_LIMIT') {
-        await sleep(1000);
-        continue;
-      }
       if (r.error.code === 'E_NO_HELLO') {
         await this.resumeIdentity();
         continue;
       }
-      if (r.error.code === ErrorCode.TRANSPORT) {
-        await sleep(200);
-        continue;
-      }
+      if (await this.askAgain(r.error.code)) continue;
       return err(r.error.code, r.error.message);
     }
   }
@@ -276,10 +271,7 @@ export class SocketIoTransport implements Transport {
       const r = await this.emit<unknown[]>('updates', { fromVersion }, this.opts.requestTimeoutMs);
       if (r === DISCONNECTED || r === TIMEOUT) continue;
       if (!r.ok) {
-        if (r.error.code === 'E_RATE_LIMIT') {
-          await sleep(1000);
-          continue;
-        }
+        if (await this.askAgain(r.error.code)) continue;
         return err(r.error.code, r.error.message);
       }
       const out: UpdateMsg[] = [];
@@ -334,8 +326,27 @@ export class SocketIoTransport implements Transport {
   }
 
   /** One emit with an ack; DISCONNECTED if the connection drops first, TIMEOUT after `timeoutMs` (0: none). */
-  private emit<T>(event: string, payload: unknown, timeoutMs: number): Promise<Emitted<T>> {
-    return emitWithAck<T>(this.socket, this.inflight, event, payload, timeoutMs);
+  private async emit<T>(event: string, payload: unknown, timeoutMs: number): Promise<Emitted<T>> {
+    const r = await emitWithAck<T>(this.socket, this.inflight, event, payload, timeoutMs);
+    if (r !== DISCONNECTED && r !== TIMEOUT && (r.ok || r.error.code !== ErrorCode.TRANSPORT)) this.behindSince = null;
+    return r;
+  }
+
+  /**
+   * A server answer that means "not now": E_RATE_LIMIT (wait 1 s), or E_TRANSPORT, the gateway's
+   * own backend lost mid-call (an aggregator failing over): wait 200 ms. True: ask again; false once
+   * such answers have come for maxOutageMs in a row, or for any other code.
+   */
+  private async askAgain(code: string): Promise<boolean> {
+    if (code === 'E_RATE_LIMIT') {
+      await sleep(1000);
+      return true;
+    }
+    if (code !== ErrorCode.TRANSPORT || this.closed) return false;
+    this.behindSince ??= Date.now();
+    if (Date.now() - this.behindSince > this.opts.maxOutageMs) return false;
+    await sleep(200);
+    return true;
   }
 
   // ── internals ────────────────────────────────
@@ -407,6 +418,7 @@ export class SocketIoTransport implements Transport {
           await sleep(backoff(attempt, 1000, 15_000, this.opts.jitter));
           continue;
         }
+        if (await this.askAgain(r.error.code)) continue;
         this.fatal = r.error;
         this.opts.onConnection?.('failed', `${r.error.code}: ${r.error.message}`);
         this.wakeAll();

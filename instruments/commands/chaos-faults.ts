@@ -2,7 +2,8 @@
 // tokens, spread over the first `span` of them (default 0.5, so the second half shows the run
 // recovering). A fault fires once θ's tokens pass its mark while the run still trains; one that
 // comes due only once the run is done (a mark past the budget, or passed over by the last update)
-// is reported as not fired, never applied to a finished run nor waited on (takeDue).
+// is reported as not fired, never applied to a finished run nor waited on (takeDue). θ's tokens at
+// or past the budget count as done: the status can say so one poll after the tokens do.
 
 import type { ChildProcess } from 'node:child_process';
 import type { FaultProxy } from '../../server/cluster/proxy.ts';
@@ -114,7 +115,8 @@ export function faultSchedule(o: { islands: number; failFraction: number; span: 
  * to recover, and a fault acted on it, an island started for it, has nothing to wait for).
  */
 export function takeDue(schedule: Fault[], progress: number, done: boolean): { fire: Fault[]; notFired: Fault[] } {
-  if (done) return { fire: [], notFired: schedule.splice(0) };
+  // θ past its budget is done, whether or not the status has said so yet
+  if (done || progress >= 1) return { fire: [], notFired: schedule.splice(0) };
   let n = 0;
   while (n < schedule.length && schedule[n].at <= progress) n++;
   return { fire: schedule.splice(0, n), notFired: [] };

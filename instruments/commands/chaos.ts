@@ -134,6 +134,8 @@ interface IslandChild {
   tokensSubmitted: number;
   stepsSinceSubmit: number;
   tokensPerStep: number;
+  /** Why its run ended ('done', or an error code), once it has. */
+  exitReason?: string;
   exited: Promise<void>;
 }
 
@@ -153,16 +155,20 @@ async function status(url: string): Promise<Status> {
 }
 
 /** An island behind a proxy to `ports[0]`; the other ports are its next gateways (`--server A,B`). */
-function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<IslandChild> {
+function spawnIsland(name: string, ports: number[], latencyMs: number, log: (s: string) => void): Promise<IslandChild> {
   const proxy = new FaultProxy({ host: '127.0.0.1', port: ports[0] }, { latencyMs });
   return proxy.listen().then((proxyUrl) => {
     const servers = [proxyUrl, ...ports.slice(1).map((p) => `http://127.0.0.1:${p}`)].join(',');
     const child = own(
       spawn(process.execPath, ['--import', join(ROOT, 'bin/register.js'), SELF, 'island', servers, name], {
         cwd: ROOT,
-        stdio: ['ignore', 'pipe', 'ignore'],
+        stdio: ['ignore', 'pipe', 'pipe'],
       }),
     );
+    let stderr = '';
+    child.stderr?.on('data', (b: Buffer) => {
+      stderr = (stderr + b.toString()).slice(-2048);
+    });
     const isl: IslandChild = {
       name,
       child,
@@ -171,7 +177,14 @@ function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<
       tokensSubmitted: 0,
       stepsSinceSubmit: 0,
       tokensPerStep: 0,
-      exited: new Promise((r) => child.once('exit', () => r())),
+      exited: new Promise((r) =>
+        child.once('close', (code, signal) => {
+          // 'close' comes after its stdout's last line: one that stopped on its own said why, a crash is said here
+          if (isl.exitReason === undefined && signal !== 'SIGKILL' && signal !== 'SIGTERM')
+            log(`chaos: ${name} exited (${signal ?? code}) without a reason:\n${stderr}`);
+          r();
+        }),
+      ),
     };
     let partial = '';
     child.stdout?.on('data', (b: Buffer) => {
@@ -186,9 +199,16 @@ function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<
           status?: string;
           tokens?: number;
           steps?: number;
+          code?: string;
+          message?: string;
+          reason?: string;
         };
         if (m.kind === 'step') isl.stepsSinceSubmit++;
-        else if (m.kind === 'submitted') {
+        else if (m.kind === 'error') log(`chaos: ${name}: ${m.code}: ${m.message}`);
+        else if (m.kind === 'exit') {
+          isl.exitReason = m.reason!;
+          log(`chaos: ${name} stopped: ${m.reason}`);
+        } else if (m.kind === 'submitted') {
           isl.tokensSubmitted += m.tokens!;
           isl.tokensPerStep = m.tokens! / Math.max(1, m.steps!);
           isl.stepsSinceSubmit = 0;
@@ -200,19 +220,23 @@ function spawnIsland(name: string, ports: number[], latencyMs: number): Promise<
   });
 }
 
-type Serve = { child: ChildProcess; out: string; exited: Promise<void> };
+/** A serve child: its stdout kept whole (the roles' "aggregator active"), its stderr's last 4 kB (a crash's cause). */
+type Serve = { child: ChildProcess; out: string; err: string; exited: Promise<void> };
 
 function serveChild(args: string[]): Serve {
   const child = own(
     spawn(process.execPath, [join(ROOT, 'bin/atoll.js'), 'serve', ...args], {
       cwd: ROOT,
-      stdio: ['ignore', 'pipe', 'ignore'],
+      stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, ATOLL_ADMIN_TOKEN: 'chaos' },
     }),
   );
-  const s: Serve = { child, out: '', exited: new Promise<void>((r) => child.once('exit', () => r())) };
+  const s: Serve = { child, out: '', err: '', exited: new Promise<void>((r) => child.once('exit', () => r())) };
   child.stdout?.on('data', (b: Buffer) => {
     s.out += b.toString();
+  });
+  child.stderr?.on('data', (b: Buffer) => {
+    s.err = (s.err + b.toString()).slice(-4096);
   });
   return s;
 }
@@ -300,7 +324,7 @@ async function runOnce(
     const route = (k: number) => ports.map((_, j) => ports[(k + j) % ports.length]);
     let next = 0;
     const addIsland = async () => {
-      islands.push(await spawnIsland(`island-${next}`, route(next), o.latencyMs));
+      islands.push(await spawnIsland(`island-${next}`, route(next), o.latencyMs, log));
       next++;
     };
     for (let i = 0; i < o.islands; i++) await addIsland();
@@ -338,13 +362,24 @@ async function runOnce(
           counts,
           failoverMs,
         });
+    // the server read is never killed: its exit, or a minute with no answer, ends the run with the cause
+    const reader = servers[servers.length - 1];
     let last: Status = await status(url);
+    let answered = Date.now();
     const deadline = Date.now() + 20 * 60_000;
     while (!last.done) {
       if (Date.now() > deadline) throw new Error('E_CHAOS_TIMEOUT: the run did not finish in 20 minutes');
+      if (!alive(reader)) throw new Error(`E_CHAOS_SERVER_EXIT: the server exited mid-run:\n${reader.err}`);
+      if (Date.now() - answered > 60_000) throw new Error('E_CHAOS_TIMEOUT: /api/status unanswered for 60 s');
+      if (islands.every((i) => i.child.exitCode !== null || i.child.signalCode !== null))
+        throw new Error(
+          `E_CHAOS_STALLED: every island stopped at ${((100 * last.tokensTotal) / o.tokens).toFixed(0)} % of the ` +
+            `tokens (${islands.map((i) => `${i.name}: ${i.exitReason ?? 'no reason'}`).join(', ')})`,
+        );
       await sleep(200);
       try {
         last = await status(url);
+        answered = Date.now();
       } catch {
         continue;
       }
@@ -472,6 +507,7 @@ async function islandChild(url: string, name: string): Promise<void> {
     handleSignals: true,
     onEvent: (e) => {
       if (e.type === 'step') out({ kind: 'step' });
+      else if (e.type === 'error') out({ kind: 'error', code: e.error.code, message: e.error.message });
       else if (e.type === 'submitted')
         out({
           kind: 'submitted',
@@ -483,7 +519,8 @@ async function islandChild(url: string, name: string): Promise<void> {
         });
     },
   });
-  await isl.done;
+  const summary = await isl.done;
+  out({ kind: 'exit', reason: summary.reason });
   process.exit(0);
 }
 
