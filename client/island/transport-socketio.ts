@@ -33,9 +33,9 @@ import {
   sleep,
   toUpdate,
 } from './socketio-wire.ts';
+import { solvePow } from '../../core/pow.ts';
 
 export { bytes, type SocketIoTransportOptions } from './socketio-wire.ts';
-import { solvePow } from '../../core/pow.ts';
 
 /** What the server's hello ack carries besides the assignment (core/protocol.ts, HelloAnswer). */
 export type HelloIdentity = Omit<HelloAnswer, 'assignment'>;
@@ -352,9 +352,7 @@ export class SocketIoTransport implements Transport {
   // ── internals ────────────────────────────────
 
   /** A new identity's proof of work: the server's challenge, solved (core/pow.ts). */
-  private async proofOfWork(): Promise<
-    Result<{ challenge: string; nonce: string }> | typeof DISCONNECTED | typeof TIMEOUT
-  > {
+  private async proofOfWork(): Promise<Emitted<{ challenge: string; nonce: string }>> {
     const c = await this.emit<{ challenge: string; bits: number }>('challenge', {}, this.opts.requestTimeoutMs);
     if (c === DISCONNECTED || c === TIMEOUT || !c.ok) return c;
     const self = this; // the search stops when the transport is closed

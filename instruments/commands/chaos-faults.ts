@@ -3,7 +3,8 @@
 // recovering). A fault fires once θ's tokens pass its mark while the run still trains; one that
 // comes due only once the run is done (a mark past the budget, or passed over by the last update)
 // is reported as not fired, never applied to a finished run nor waited on (takeDue). θ's tokens at
-// or past the budget count as done: the status can say so one poll after the tokens do.
+// or past the budget count as done: the status can say so one poll after the tokens do. A fault's
+// waits (a pause's 3 s, a standby's takeover) run beside the schedule (`later`), not in its way.
 
 import type { ChildProcess } from 'node:child_process';
 import type { FaultProxy } from '../../server/cluster/proxy.ts';
@@ -46,6 +47,8 @@ export interface FaultHost {
     aggregatorKills: number;
   };
   failoverMs: number[];
+  /** Takes what a fault waits for (a pause's 3 s, a standby's takeover), so the schedule goes on meanwhile. */
+  later(p: Promise<void>): void;
 }
 
 /** Kill -9 of ⌈failFraction · N⌉ islands, two connection drops, one SIGSTOP; on the roles a gateway, the aggregator. */
@@ -79,10 +82,10 @@ export function faultSchedule(o: { islands: number; failFraction: number; span: 
     out.push({
       at: s * 0.35,
       what: 'kill -9 the active aggregator',
-      act: async () => {
-        const ms = await failOver();
+      act: () => {
+        // failOver kills at once; the standby's takeover is waited on beside the schedule
         h.counts.aggregatorKills++;
-        h.failoverMs.push(ms);
+        h.later(failOver().then((ms) => void h.failoverMs.push(ms)));
       },
     });
   }
@@ -98,12 +101,11 @@ export function faultSchedule(o: { islands: number; failFraction: number; span: 
   out.push({
     at: s * 0.3,
     what: 'SIGSTOP island for 3 s',
-    act: async () => {
+    act: () => {
       const c = h.islands[h.islands.length - 1].child;
       c.kill('SIGSTOP');
       h.counts.pauses++;
-      await sleep(3000);
-      c.kill('SIGCONT');
+      h.later(sleep(3000).then(() => void c.kill('SIGCONT')));
     },
   });
   return out.sort((a, b) => a.at - b.at);
