@@ -31,7 +31,6 @@ const TWO_AT_A_TIME = [
   'mix',
   'mix-links',
   'mix-rings',
-  'mix-rings-live',
   'mixed-compute',
   'model',
   'multi-device',

@@ -104,8 +104,7 @@ export class Coordinator {
     return [...this.s.book.byId.values()].map((r) => structuredClone(r));
   }
   island(id: string): IslandRecord | undefined {
-    const r = this.s.book.byId.get(id);
-    return r && structuredClone(r);
+    return structuredClone(this.s.book.byId.get(id));
   }
   /** The online islands with a round in progress: ids and round ids, no copies (mixing asks per group wait). */
   roundsInProgress(): Array<{ islandId: string; roundId: number }> {
@@ -141,10 +140,7 @@ export class Coordinator {
   maxFrameBytes(): number {
     return maxFrameBytes(this.s.paramCount);
   }
-  /**
-   * The update messages from `fromVersion` to now, for catch-up. E_TOO_OLD when some are no longer
-   * kept or together outweigh θ (fetch the snapshot), E_FUTURE_VERSION when fromVersion is ahead.
-   */
+  /** Updates after `fromVersion`: E_TOO_OLD when pruned or outweighing θ (fetch it), E_FUTURE_VERSION if ahead. */
   updatesSince(fromVersion: number): Result<UpdateMsg[]> {
     return this.s.outerStep.downlink.since(fromVersion, this.s.version, 4 * this.s.paramCount);
   }
@@ -156,8 +152,7 @@ export class Coordinator {
   }
   /** A copy of the island's recorded assignment for `roundId` (what its delta must match), if held. */
   islandWork(islandId: string, roundId: number): AssignedWork | undefined {
-    const w = this.s.book.byId.get(islandId)?.work?.find((x) => x.roundId === roundId);
-    return w && structuredClone(w);
+    return structuredClone(this.s.book.byId.get(islandId)?.work?.find((x) => x.roundId === roundId));
   }
 
   // ── islands ─────────────────────────────────

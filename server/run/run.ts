@@ -87,7 +87,7 @@ export class Run extends EventEmitter<RunEvents> {
 
   constructor(p: RunParts) {
     super();
-    const { store, coord, metrics, waiters, history, log } = p;
+    const { store, coord, metrics, waiters, history, log, traffic } = p;
     this.store = store;
     this.coord = coord;
     this.metrics = metrics;
@@ -100,16 +100,13 @@ export class Run extends EventEmitter<RunEvents> {
     this.cfg = p.config;
     this.offload = p.offload;
     this.steps = new OuterSteps(coord, p.offload, log, () => this.kick());
-    const archive = new DeltaArchive(store.paths.deltas);
-    const islandFile = new IslandFile(store.paths.islands);
-    const durable = new DurableTheta(durableOf(coord), waiters);
-    this.archive = archive;
-    this.islandFile = islandFile;
-    this.durable = durable;
+    this.archive = new DeltaArchive(store.paths.deltas);
+    this.islandFile = new IslandFile(store.paths.islands);
+    this.durable = new DurableTheta(durableOf(coord), waiters);
+    const { archive, islandFile, durable } = this;
     const kick = () => this.kick();
     const config = () => this.cfg;
     const connected = new Map<string, number>();
-    const traffic = p.traffic;
     this.views = new RunViews({ coord, config, store, history, connected, traffic, durable, dataset: p.dataset });
     this.admin = new RunAdmin({
       ...{ coord, store, archive, islandFile, views: this.views, history, config, kick },
@@ -126,21 +123,19 @@ export class Run extends EventEmitter<RunEvents> {
     const appendLog = (line: Record<string, unknown>) => store.append(line as { type: string });
     this.audits = p.audit?.token ? new RunAudits({ coord, appendLog, ban }, p.audit) : null;
     const tokens = new ResumeTokens(store.paths.secret);
-    const moved = () => this.views.islandsMoved();
     const { offload, audits } = this;
     this.islands = new RunIslands({
       ...{ coord, store, metrics, waiters, tokens, archive, durable, connected, traffic },
-      ...{ offload, audits, moved, kick },
+      ...{ offload, audits, moved: () => this.views.islandsMoved(), kick },
     });
     const out = {
       update: (u: UpdateMsg) => this.emit('update', u),
       island: (id: string, status: string, reason: string) => this.emit('island', id, status, reason),
       durable: () => this.afterDurable(),
     };
-    const islandsOnline = () => connected.size;
     this.batches = new RunBatches({
       ...{ coord, store, archive, islandFile, config, durable, waiters, metrics, history },
-      ...{ traffic, islandsOnline, out, log },
+      ...{ traffic, islandsOnline: () => connected.size, out, log },
     });
     this.pump = new DurabilityPump({
       ...{ coord, store, metrics, log },
