@@ -40,6 +40,7 @@ const TWO_AT_A_TIME = [
   'safetensors',
   'server-api',
   'server-fuzz',
+  'server-gpt2',
   'server-model',
   'server-shards',
   'server-sparse',

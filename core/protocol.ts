@@ -83,6 +83,8 @@ export const ErrorCode = {
   DONE: 'E_DONE',
   /** A malformed message (missing field, wrong type, bad number). */
   BAD_REQUEST: 'E_BAD_REQUEST',
+  /** hello from an island of another tokenizer than the run's (caps.tokenizer): it would train on other ids. */
+  TOKENIZER_MISMATCH: 'E_TOKENIZER_MISMATCH',
   /** hello with a protocol version this server does not speak. */
   PROTOCOL_VERSION: 'E_PROTOCOL_VERSION',
   /** setConfig with an invalid value. */
@@ -141,6 +143,8 @@ export const IslandCapsSchema = Type.Object(
     numerics: Type.Optional(NumericsSchema),
     /** Devices it trains on data-parallel (one Δ for all of them); default 1. Shown. */
     devices: Type.Optional(Int({ minimum: 1, maximum: 64 })),
+    /** The tokenizer whose ids it expects (`byte`, `gpt2`, …); absent: it takes the run's. Another is refused. */
+    tokenizer: Type.Optional(Type.String({ minLength: 1, maxLength: 32, pattern: '^[A-Za-z0-9_.-]+$' })),
   },
   closed,
 );

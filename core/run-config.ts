@@ -42,7 +42,7 @@ export const RunConfigSchema = Type.Object({
   description: Type.String({ maxLength: 2000, description: 'run description for the volunteer page' }),
   preset: Type.Unsafe<PresetName | 'custom'>(
     Type.Union(
-      ['tiny', 'small', 'base', 'custom'].map((p) => Type.Literal(p)),
+      ['tiny', 'small', 'base', 'gpt2-mini', 'gpt2', 'custom'].map((p) => Type.Literal(p)),
       {
         description: 'model preset',
         fixed: FIXED_MODEL,
@@ -50,11 +50,16 @@ export const RunConfigSchema = Type.Object({
     ),
   ),
   model: ModelSchema,
+  // absent in a config stored before it: byte
+  tokenizer: Type.Union([Type.Literal('byte'), Type.Literal('gpt2')], {
+    description: "token ids: byte (UTF-8 bytes, 256) or gpt2 (GPT-2's BPE, 50,257); default: the model's vocabulary",
+    fixed: "θ's vocabulary and the data's ids are its",
+  }),
   data: Type.String({
     minLength: 1,
     description:
-      'text file, folder of .txt files, a bundled text: moby-dick (default), sotu, or a folder of byte token ' +
-      'shards (atoll data prepare --tokenizer byte)',
+      'text file, folder of .txt files, a bundled text: moby-dick (default), sotu (byte runs), or a folder of ' +
+      "token shards in the run's tokenizer (atoll data prepare --tokenizer byte|gpt2, llm.c or nanoGPT .bin)",
     fixed: 'the train/held-out split and every island stream are cut from it',
   }),
   seed: int(0, 2 ** 32 - 1, { description: 'θ init seed', fixed: 'θ0 was drawn from it' }),

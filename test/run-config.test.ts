@@ -7,7 +7,7 @@ import { encodeDelta } from '../core/codec/index.ts';
 import { Coordinator, RUNTIME_KEYS } from '../core/coord/index.ts';
 import { CoordinatorConfigSchema } from '../core/coord/config-schema.ts';
 import { ErrorCode } from '../core/protocol.ts';
-import { ADMIN_KNOBS, KNOBS, knobHelp } from '../core/run-config.ts';
+import { ADMIN_KNOBS, KNOBS, type RunConfig, knobHelp } from '../core/run-config.ts';
 import { buildRunConfig, resumeRunConfig } from '../server/run/config.ts';
 import { knobOption } from '../instruments/knob-flags.ts';
 
@@ -128,8 +128,20 @@ describe('the vocabulary of a served run', () => {
     // a byte corpus under a 1024-wide head would sample ids ≥ 256 and export a vocab_size beside 256 entries
     const tiny = buildRunConfig(null, { preset: 'tiny' }).model;
     expect(why({ model: { ...tiny, vocabSize: 1024 } }, {})).toMatch(/^E_VOCAB_MISMATCH: model.vocabSize 1024/);
-    expect(why(null, { preset: 'gpt2-mini' })).toMatch(/^E_BAD_CONFIG: preset must be one of/); // atoll train's alone
-    expect(why(null, { preset: 'gpt2' })).toMatch(/^E_BAD_CONFIG: preset must be one of/);
+    expect(why({ tokenizer: 'gpt2' }, { preset: 'tiny' })).toMatch(/^E_VOCAB_MISMATCH: .* the run's gpt2 tokenizer/);
     expect(why(null, { preset: 'tiny' })).toBe('accepted');
+  });
+
+  it("takes the tokenizer the model's vocabulary fits, unless told; a stored config without one is byte", () => {
+    expect(buildRunConfig(null, { preset: 'gpt2-mini' }).tokenizer).toBe('gpt2');
+    expect(buildRunConfig(null, { preset: 'tiny' }).tokenizer).toBe('byte');
+    const custom = { ...buildRunConfig(null, { preset: 'gpt2-mini' }).model, nLayer: 1 };
+    expect(buildRunConfig({ model: custom }, {}).tokenizer).toBe('gpt2');
+    const { tokenizer: _t, ...old } = buildRunConfig(null, { preset: 'tiny' });
+    const resumed = resumeRunConfig(old as RunConfig, null, {});
+    expect(resumed.config.tokenizer).toBe('byte');
+    expect(() => resumeRunConfig(old as RunConfig, { tokenizer: 'gpt2' }, {})).toThrow(
+      /tokenizer gpt2 \(run uses byte/,
+    );
   });
 });

@@ -3,8 +3,8 @@
 // GPT-2's layout at small shapes and random weights, every gain and bias too, so a misplaced or
 // untransposed tensor changes the loss. Atoll's eval loss at version 0 must equal an independent numpy
 // GPT-2 forward (test/reference/gpt2_loss.py, transformers' arithmetic) on the same held-out tokens
-// within 1e-3, and two Node islands then lower it. A served run's vocabulary is the byte tokenizer's
-// (E_VOCAB_MISMATCH), so the folder is GPT-2-shaped with vocab 256; a 50,257-id folder is refused.
+// within 1e-3, and two Node islands then lower it. The folder is GPT-2-shaped with vocab 256 (a byte run on
+// Moby-Dick); a 50,257-id folder makes a gpt2-tokenizer run, refused on a text (E_DATA_NEEDS_SHARDS).
 
 import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -137,9 +137,9 @@ describe('serve --init FOLDER', () => {
       'E_BAD_CHECKPOINT',
     );
     expect(await refusal(folder, { preset: 'tiny' })).toBe('E_INIT_MISMATCH');
-    // GPT-2's own vocabulary: a served run reads bytes (atoll train takes the gpt2 tokenizer)
+    // GPT-2's own vocabulary makes a gpt2-tokenizer run: its ids come as token shards, not a text
     const v50k = { ...shape, vocabSize: 50257, nEmbd: 8, nHead: 2, nLayer: 1 };
-    expect(await refusal(writeFolder('v50k', v50k, gpt2Tensors(v50k, 1)))).toBe('E_VOCAB_MISMATCH');
+    expect(await refusal(writeFolder('v50k', v50k, gpt2Tensors(v50k, 1)))).toBe('E_DATA_NEEDS_SHARDS');
   });
 
   describe('a run from the folder', () => {

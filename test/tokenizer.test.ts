@@ -39,7 +39,8 @@ describe('tokenizers', () => {
     expect(() => checkVocab(getPreset('tiny'), 'gpt2')).toThrow(/E_VOCAB_MISMATCH/);
     expect(() => checkVocab(getPreset('gpt2-mini'), 'byte')).toThrow(/E_VOCAB_MISMATCH/);
     expect(() => checkVocab(getPreset('gpt2-mini'), 'gpt2')).not.toThrow();
-    expect(checkIslandTokenizer(undefined, 'gpt2')).toMatch(/tokenizer is gpt2, the island's byte/);
+    expect(checkIslandTokenizer('byte', 'gpt2')).toMatch(/tokenizer is gpt2, the island's byte/);
+    expect(checkIslandTokenizer(undefined, 'gpt2')).toBeNull(); // none said: it takes the run's
     expect(checkIslandTokenizer('gpt2', 'gpt2')).toBeNull();
     expect(() => tokenizerName('llama')).toThrow(/E_BAD_TOKENIZER/);
     expect(checkpointTokenizer({}, getPreset('gpt2-mini'))).toBe('gpt2');

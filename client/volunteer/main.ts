@@ -132,7 +132,7 @@ worker.addEventListener('message', (e: MessageEvent<FromWorker>) => {
       renderSample(m);
       break;
     case 'sample-progress':
-      renderSampleProgress(m.id, m.bytes, m.tokens);
+      renderSampleProgress(m.id, m.bytes, m.written, m.tokens);
       break;
     case 'debug-range':
       rangeWaits.get(m.id)?.(m);
@@ -410,12 +410,12 @@ ui.sampleGo.addEventListener('click', () => {
   updateButtons();
 });
 
-function renderSampleProgress(id: number, bytes: Uint8Array, tokens: number): void {
+function renderSampleProgress(id: number, bytes: Uint8Array, written: number, tokens: number): void {
   if (id !== sampleSeq) return;
   ui.sampleOut.replaceChildren(...sampleNodes(ui.samplePrompt.value, bytes), caret());
   setText(
     ui.sampleMeta,
-    `${formatInt(bytes.length)} of ` +
+    `${formatInt(written)} of ` +
       `${formatInt(tokens)} tokens${started ? ', between training steps (training goes first)' : ''}…`,
   );
 }
@@ -429,7 +429,7 @@ function renderSample(m: Extract<FromWorker, { type: 'sample' }>): void {
     ui.sampleOut.append(...sampleNodes(ui.samplePrompt.value, m.bytes));
     setText(
       ui.sampleMeta,
-      `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.bytes.length)} tokens ` +
+      `Model ${m.version != null ? `v${m.version}` : '(latest)'}, ${m.device}: ${formatInt(m.tokens)} tokens ` +
         `in ${formatDuration(m.ms / 1000)}`,
     );
   } else {

@@ -190,6 +190,18 @@ export interface LossPoint {
 
 export type LogLevel = 'info' | 'warn' | 'error';
 
+/** A written sample: its text as UTF-8 and its `tokens` tokens. */
+interface SampleDone {
+  type: 'sample';
+  id: number;
+  ok: true;
+  bytes: Uint8Array;
+  tokens: number;
+  version: number | null;
+  ms: number;
+  device: string;
+}
+
 export type FromWorker =
   | { type: 'probe'; probe: GpuProbe }
   | { type: 'calibrated'; calibration: Calibration }
@@ -198,9 +210,9 @@ export type FromWorker =
   /** Each assignment as received (shown in the activity log; the tests replay it). */
   | { type: 'assignment'; assignment: Assignment }
   | { type: 'log'; level: LogLevel; text: string; at: number }
-  /** A sample's bytes so far (of `tokens`); the page shows invalid UTF-8 as visible escapes. */
-  | { type: 'sample-progress'; id: number; bytes: Uint8Array; tokens: number }
-  | { type: 'sample'; id: number; ok: true; bytes: Uint8Array; version: number | null; ms: number; device: string }
+  /** A sample's text so far as UTF-8 (`written` of `tokens` tokens); the page shows invalid UTF-8 as visible escapes. */
+  | { type: 'sample-progress'; id: number; bytes: Uint8Array; written: number; tokens: number }
+  | SampleDone
   | { type: 'sample'; id: number; ok: false; code: string; message: string }
   /** The debug-fetch-range answer: the range's tokens and the data bytes fetched before and after. */
   | { type: 'debug-range'; id: number; ok: true; tokens: Uint16Array; bytesBefore: number; bytesAfter: number }

@@ -9,7 +9,7 @@ import type { TrainingEngine } from '../../core/engine/index.ts';
 import { type SampleOptions, sampleToken } from '../../core/sample.ts';
 import { mulberry32 } from '../../core/random.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
-import { encodeText } from '../../core/data/tokenizer.ts';
+import { type TokenArray, loadTokenizer, textBytes, tokenizerOfVocab } from '../../core/data/tokenizer.ts';
 import type { IslandRuntime } from '../island/index.ts';
 import type { EngineKind, FromWorker, ModelShape, ToWorker } from './messages.ts';
 import type { ResilientEngine } from './resilient-engine.ts';
@@ -71,19 +71,20 @@ export class SamplerEngines {
 }
 
 /**
- * generate() of core/sample.ts (same tokens for the same seed), reporting the bytes so far
+ * generate() of core/sample.ts (same tokens for the same seed), reporting the ids so far
  * every few tokens. With a gate, each token waits for a gap between training steps.
  */
 export async function generateBetweenSteps(
   e: TrainingEngine,
-  prompt: Uint8Array,
+  prompt: TokenArray,
   o: SampleOptions,
   gate: StepGate | null,
-  onProgress: (sofar: Uint8Array) => void,
-): Promise<Uint8Array> {
+  onProgress: (sofar: Uint32Array) => void,
+): Promise<Uint32Array> {
   const rand = mulberry32(o.seed ?? 1);
-  const ctx = Array.from(prompt.length > 0 ? prompt : [10]);
-  const out = new Uint8Array(o.tokens);
+  // an empty prompt starts at a newline, as generate() does
+  const ctx = Array.from(prompt.length > 0 ? prompt : [e.config.vocabSize > 256 ? 198 : 10]);
+  const out = new Uint32Array(o.tokens);
   let shown = performance.now();
   let slot: { release: () => void; budgetMs: number; at: number } | null = null;
   /** The longest recent token, ms: a token starts only if it fits what is left of the gap. */
@@ -97,7 +98,7 @@ export async function generateBetweenSteps(
       }
       if (gate && !slot) slot = { ...(await gate.between()), at: performance.now() };
       const t0 = performance.now();
-      const logits = await e.nextTokenLogits(Uint8Array.from(ctx.slice(-e.config.blockSize)));
+      const logits = await e.nextTokenLogits(Uint32Array.from(ctx.slice(-e.config.blockSize)));
       out[i] = sampleToken(logits, o.temperature ?? 0.8, o.topK ?? 40, rand);
       ctx.push(out[i]);
       const now = performance.now();
@@ -154,7 +155,9 @@ export async function answerSample(
   try {
     const kind = c.kind;
     const g = await globalModel(m.shape, c);
-    let out: Uint8Array | null = null;
+    // the run's tokenizer is the one its vocabulary fits (gpt2's ranks load only for a gpt2 run)
+    const tokenizer = await loadTokenizer(tokenizerOfVocab(m.shape.config.vocabSize) ?? 'byte');
+    let out: Uint32Array | null = null;
     let e: TrainingEngine | null = null;
     for (let attempt = 0; !out; attempt++) {
       try {
@@ -163,11 +166,12 @@ export async function answerSample(
         await e.setParams(g.params);
         out = await generateBetweenSteps(
           e,
-          encodeText(m.prompt),
+          tokenizer.encode(m.prompt),
           { tokens: m.tokens, temperature: m.temperature, seed: m.seed },
           c.training(),
           (sofar) => {
-            c.post({ type: 'sample-progress', id: m.id, bytes: sofar.slice(), tokens: m.tokens });
+            const bytes = textBytes(tokenizer, sofar);
+            c.post({ type: 'sample-progress', id: m.id, bytes, written: sofar.length, tokens: m.tokens });
           },
         );
       } catch (err) {
@@ -175,7 +179,9 @@ export async function answerSample(
       }
     }
     const device = kind === 'cpu' ? cpuName() : e!.device;
-    c.post({ type: 'sample', id: m.id, ok: true, bytes: out, version: g.version, ms: performance.now() - t0, device });
+    const bytes = textBytes(tokenizer, out);
+    const ms = performance.now() - t0;
+    c.post({ type: 'sample', id: m.id, ok: true, bytes, tokens: out.length, version: g.version, ms, device });
   } catch (e) {
     const msg = (e as Error).message;
     const code = /^(E_[A-Z_0-9]+)/.exec(msg)?.[1] ?? 'E_SAMPLE';

@@ -45,6 +45,11 @@ export const byteTokenizer: Tokenizer = {
   decode: decodeTokens,
 };
 
+/** Ids as UTF-8 bytes to show: byte ids as they are (unreadable bytes stay visible), others decoded. */
+export function textBytes(tokenizer: Tokenizer, ids: ArrayLike<number>): Uint8Array {
+  return tokenizer.name === 'byte' ? Uint8Array.from(ids) : encodeText(tokenizer.decode(ids));
+}
+
 export class TokenizerError extends Error {
   constructor(
     readonly code: string,
@@ -124,16 +129,21 @@ export function checkVocab(config: GPTConfig, tokenizer: TokenizerName): void {
     );
 }
 
-/** An island's tokenizer against the run's, at hello (an island that says none is byte-level). */
+/** An island's tokenizer (hello's caps.tokenizer) against the run's: why it is refused, or null (none said: the run's). */
 export function checkIslandTokenizer(island: string | undefined, run: TokenizerName): string | null {
-  const have = island ?? 'byte';
-  return have === run ? null : `this run's tokenizer is ${run}, the island's ${have}: it would train on other ids`;
+  if (island === undefined || island === run) return null;
+  return `this run's tokenizer is ${run}, the island's ${island}: it would train on other ids`;
+}
+
+/** The tokenizer whose vocabulary is `vocabSize` ids, if any. */
+export function tokenizerOfVocab(vocabSize: number): TokenizerName | undefined {
+  return TOKENIZER_NAMES.find((n) => VOCAB_SIZE[n] === vocabSize);
 }
 
 /** The tokenizer a checkpoint was trained with: its meta's, else the one its vocabulary fits. */
 export function checkpointTokenizer(meta: Record<string, string>, config: GPTConfig): TokenizerName {
   if (meta.tokenizer !== undefined) return tokenizerName(meta.tokenizer);
-  const byVocab = TOKENIZER_NAMES.find((n) => VOCAB_SIZE[n] === config.vocabSize);
+  const byVocab = tokenizerOfVocab(config.vocabSize);
   if (!byVocab)
     throw new TokenizerError('E_VOCAB_MISMATCH', `vocabSize ${config.vocabSize} fits no tokenizer, and none is named`);
   return byVocab;

@@ -3,7 +3,8 @@
 // The run's model is the folder's shape: a preset of that shape names it (its round defaults apply), any
 // other shape is a custom model (`small`'s round defaults, seqLen at most the folder's n_positions). A
 // --preset, or a --config model or preset, must be that shape (E_INIT_MISMATCH); the run's other rules
-// hold as for any run (a served run's vocabulary is the byte tokenizer's 256: E_VOCAB_MISMATCH). A run
+// hold as for any run (the tokenizer is the one the vocabulary fits: 256 byte, 50,257 gpt2, whose runs
+// train on token shards; another vocabulary: E_VOCAB_MISMATCH). A run
 // folder that already holds a run resumes from its own checkpoints, so --init there is refused.
 
 import { type GPTConfig, PRESETS, getPreset } from '../../core/model/config.ts';
@@ -36,8 +37,8 @@ export function initFromFolder(path: string, file: RunConfigFile | null, flags: 
   if (filePreset && !same(filePreset, m)) throw mismatch(`--config preset ${file?.preset}`, filePreset);
   const init = { params: ck.params, from: path };
   if (flagPreset) return { file, flags, init };
-  // a byte-vocabulary preset of the folder's shape names the run; else the model is the folder's own
-  const named = Object.entries(PRESETS).find(([, c]) => c.vocabSize === 256 && same(c, m))?.[0];
+  // a preset of the folder's shape names the run; else the model is the folder's own
+  const named = Object.entries(PRESETS).find(([, c]) => same(c, m))?.[0];
   if (named) return { file: file && { ...file, model: undefined }, flags: { ...flags, preset: named }, init };
   return { file: { ...file, preset: 'custom', model: m }, flags, init };
 }

@@ -14,6 +14,7 @@ import {
   type IslandCaps,
   type UpdateMsg,
 } from '../../core/protocol.ts';
+import { checkIslandTokenizer } from '../../core/data/tokenizer.ts';
 import { type Result, err, ok } from '../../core/result.ts';
 import type { AuditJobWire, VerdictAnswer } from '../run/audit.ts';
 import { checkWork } from '../../core/coord/validate.ts';
@@ -102,6 +103,8 @@ export function localPort(run: Run, mix?: () => MixStatus): RunPort {
       run.on('reset', () => l.reset());
     },
     async hello(h) {
+      const other = checkIslandTokenizer(h.caps.tokenizer, run.config.tokenizer);
+      if (other) return err(ErrorCode.TOKENIZER_MISMATCH, other);
       // Resuming an identity needs the token the server handed out with it.
       const resume =
         h.resumeIslandId !== undefined && run.islands.checkResumeToken(h.resumeIslandId, h.resumeToken)

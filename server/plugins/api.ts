@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Type } from '@sinclair/typebox';
 import { frameBytes } from '../../core/codec/index.ts';
-import { decodeTokens, encodeText } from '../../core/data/tokenizer.ts';
+import { loadTokenizer } from '../../core/data/tokenizer.ts';
 import { numParams } from '../../core/model/config.ts';
 import { PROTOCOL_VERSION } from '../../core/protocol.ts';
 import {
@@ -265,7 +265,8 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
         return reply.code(400).send({
           error: { code: 'E_BAD_REQUEST', message: `tokens=${tokens} is above this server's limit of ${maxSample}` },
         });
-      const prompt = encodeText(s.prompt ?? '');
+      const tokenizer = await loadTokenizer(run.config.tokenizer);
+      const prompt = tokenizer.encode(s.prompt ?? '');
       const r = await views.sample(
         tokens,
         prompt.subarray(Math.max(0, prompt.length - run.config.model.blockSize)),
@@ -273,7 +274,7 @@ export async function apiPlugin(app: FastifyInstance, opts: ApiOptions): Promise
         s.temperature ?? 0.8,
       );
       if (!r.ok) return reply.code(r.error.code === 'E_BUSY' ? 503 : 500).send({ error: r.error });
-      return { version: r.value.version, prompt: s.prompt ?? '', text: decodeTokens(r.value.bytes), tokens };
+      return { version: r.value.version, prompt: s.prompt ?? '', text: tokenizer.decode(r.value.ids), tokens };
     },
   );
 }

@@ -74,6 +74,7 @@ export function encodeRunCheckpoint(run: RunConfig, snap: CoordinatorSnapshot): 
     hash: meta.hash,
     tokens: String(meta.totals.tokensApplied),
     preset: run.preset,
+    tokenizer: run.tokenizer,
     run: run.name,
     params: String(numParams(run.model)),
     coordinator: JSON.stringify(meta),

@@ -31,7 +31,7 @@ import {
 import { leaves, nodeAt, schemaProblems } from '../../core/schema-walk.ts';
 import { Type } from '@sinclair/typebox';
 import { DEFAULT_KEEP } from './keep-policy.ts';
-import { VOCAB_SIZE } from '../../core/data/tokenizer.ts';
+import { VOCAB_SIZE, tokenizerOfVocab } from '../../core/data/tokenizer.ts';
 
 export type { RunConfig } from '../../core/run-config.ts';
 
@@ -120,6 +120,7 @@ export function defaultRunConfig(preset: PresetName = 'small'): RunConfig {
       'A small GPT learning Moby-Dick byte by byte, trained by volunteers’ browsers and GPU servers together.',
     preset,
     model: getPreset(preset),
+    tokenizer: tokenizerOfVocab(getPreset(preset).vocabSize) ?? 'byte',
     data: 'moby-dick',
     seed: 1337,
     coordinator: mergeConfig(DEFAULT_COORDINATOR_CONFIG, {
@@ -225,6 +226,8 @@ export function buildRunConfig(file: RunConfigFile | null, flags: RunFlags): Run
   // a custom model keeps its own context length unless the file says otherwise
   if (file?.model && cfg.preset === 'custom' && file.coordinator?.seqLen === undefined)
     cfg.coordinator.seqLen = Math.min(cfg.coordinator.seqLen, cfg.model.blockSize);
+  // a model given without a tokenizer reads its ids as the tokenizer its vocabulary fits
+  if (file?.tokenizer === undefined) cfg.tokenizer = tokenizerOfVocab(cfg.model.vocabSize) ?? cfg.tokenizer;
   const out = mergeRunConfig(cfg, flagPatch(flags));
   // the default title describes the default run only: another run reads as its name until given one
   // and the default description the default run only: another run says what it trains on
@@ -313,11 +316,10 @@ function validateRunConfig(c: RunConfig): void {
   if (c.mix.k === 1 || (c.mix.k & (c.mix.k - 1)) !== 0)
     problems.push(`mix.k must be 0 (off) or a power of two from 2 to 16, got ${c.mix.k}`);
   if (problems.length) throw new ConfigError('E_BAD_CONFIG', problems.join('; '));
-  // a served run reads its corpus as bytes and its pages sample bytes: the gpt2 tokenizer is atoll train's alone
-  if (c.model.vocabSize !== VOCAB_SIZE.byte)
+  if (c.model.vocabSize !== VOCAB_SIZE[c.tokenizer])
     throw new ConfigError(
       'E_VOCAB_MISMATCH',
-      `model.vocabSize ${c.model.vocabSize} does not fit a served run's byte tokenizer (${VOCAB_SIZE.byte} ids); ` +
-        'a gpt2-tokenizer model (--preset gpt2-mini) trains with `atoll train` only',
+      `model.vocabSize ${c.model.vocabSize} does not fit the run's ${c.tokenizer} tokenizer ` +
+        `(${VOCAB_SIZE[c.tokenizer]} ids)`,
     );
 }

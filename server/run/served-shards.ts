@@ -1,5 +1,5 @@
-// A served run's data: a byte corpus (corpus.ts), or a folder of byte-tokenized token shards
-// (`serve --data DIR`, `atoll data prepare --tokenizer byte`), every shard checked before the server
+// A served run's data: a byte corpus (corpus.ts), or a folder of token shards in the run's tokenizer
+// (`serve --data DIR`, `atoll data prepare --tokenizer byte|gpt2`), every shard checked before the server
 // listens (shard-dir.ts). A shard run publishes its index and serves shard bytes by HTTP Range
 // (plugins/data.ts); its islands fetch only the ranges the coordinator's range ledger assigns them
 // (core/coord/data-ranges.ts), and eval reads the held-out shard.
@@ -29,8 +29,18 @@ export interface ServedShards {
 /** The run's data: the corpus, or the shards (dataset: the held-out shard, no train text to download). */
 export function openData(config: RunConfig): { dataset: TextDataset; shards: ServedShards | null } {
   const dir = config.data;
-  if (!isShardDir(dir)) return { dataset: loadCorpus(dir), shards: null };
-  const ds = loadShardDir(dir, 'byte');
+  const { tokenizer } = config;
+  if (!isShardDir(dir)) {
+    // the islands would download the text whole and read it as bytes: BPE ids come as shards
+    if (tokenizer !== 'byte')
+      throw new ShardError(
+        'E_DATA_NEEDS_SHARDS',
+        `a ${tokenizer}-tokenizer run trains on token shards: run atoll data prepare --tokenizer ${tokenizer} ` +
+          `--out DIR ${dir}, then serve --data DIR`,
+      );
+    return { dataset: loadCorpus(dir), shards: null };
+  }
+  const ds = loadShardDir(dir, tokenizer);
   const unit = config.coordinator.batchSize * (config.coordinator.seqLen + 1);
   const train = ds.shards.filter((s) => !s.heldOut).map((s) => ({ name: s.name, tokens: s.tokens }));
   if (!train.some((s) => s.tokens >= unit))
@@ -45,8 +55,8 @@ export function openData(config: RunConfig): { dataset: TextDataset; shards: Ser
   const index: DataIndex = {
     format: 'atoll-shards',
     version: 1,
-    tokenizer: 'byte',
-    vocabSize: VOCAB_SIZE.byte,
+    tokenizer,
+    vocabSize: VOCAB_SIZE[tokenizer],
     heldOut,
     shards: ds.shards.map((s) => {
       const headerBytes = s.format === 'llmc' ? HEADER_BYTES : 0;
@@ -60,7 +70,7 @@ export function openData(config: RunConfig): { dataset: TextDataset; shards: Ser
       };
     }),
   };
-  const dataset: TextDataset = { name: ds.name, tokenizer: 'byte', train: new Uint8Array(0), heldOut: ds.heldOut };
+  const dataset: TextDataset = { name: ds.name, tokenizer, train: new Uint8Array(0), heldOut: ds.heldOut };
   return { dataset, shards: { dir, index, train, bytesServed: 0 } };
 }
 

@@ -20,6 +20,7 @@ import type { RunHistory } from './history.ts';
 import { checkpointFile } from './checkpoint.ts';
 import type { RunStore } from './store.ts';
 import type { TextDataset } from '../../core/data/dataset.ts';
+import type { TokenArray } from '../../core/data/tokenizer.ts';
 import type { DurableTheta } from './durable.ts';
 import type { Traffic } from './islands.ts';
 import { type Result, err, ok } from '../../core/result.ts';
@@ -214,10 +215,10 @@ export class RunViews {
   /** Text from the durable model, in a worker (one request at a time): GET /api/sample. */
   async sample(
     tokens: number,
-    prompt: Uint8Array,
+    prompt: TokenArray,
     seed: number,
     temperature: number,
-  ): Promise<Result<{ version: number; bytes: Uint32Array }>> {
+  ): Promise<Result<{ version: number; ids: Uint32Array }>> {
     if (this.sampling) return err('E_BUSY', 'a sample is being generated: try again in a moment');
     this.sampling = true;
     try {
@@ -228,8 +229,8 @@ export class RunViews {
         nBatches: 1,
       });
       const d = this.run.durable.params();
-      const bytes = await this.sampler.sample(d.params, { prompt, tokens, temperature, seed });
-      return ok({ version: d.version, bytes });
+      const ids = await this.sampler.sample(d.params, { prompt, tokens, temperature, seed });
+      return ok({ version: d.version, ids });
     } catch (e) {
       return err('E_SAMPLE', (e as Error).message);
     } finally {
