@@ -38,6 +38,10 @@ function MIX_GROUP(v: string): number {
 
 /** The run config's knobs `serve` takes as flags: every knob (core/run-config.ts KNOBS) but --preset, in its order. */
 const SERVE_KNOBS = (Object.keys(KNOBS) as KnobName[]).filter((k) => k !== 'preset');
+/** --data of simulate, fleet and chaos: what serve --data takes. */
+const DATA_HELP =
+  'text file, folder of .txt files, a bundled text: moby-dick (default), sotu, or a folder of token shards in ' +
+  "the model's tokenizer (atoll data prepare; a run's islands fetch their ranges, the simulator reads them whole)";
 const presetOption = () => new Option('--preset <name>', 'model preset').choices(Object.keys(PRESETS));
 /** The Wasm engine's threads (worker_threads sharing its memory; the same bits for the same count). */
 const threadsOption = () =>
@@ -293,7 +297,7 @@ export function buildProgram(): Command {
     .option('--compare <rows>', "diloco preset: baselines to add, comma-separated (ddp,single; 'none')")
     .option('--seed <n>', 'init and data seed, 0..2^32-1', SEED)
     .option('--workers <n>', 'worker threads running rows in parallel, 0..64 (0: in this thread)', WORKERS)
-    .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
+    .option('--data <path>', DATA_HELP)
     .option(
       '--out <dir>',
       'run folder for report.json, curves.csv, plot.svg, report.html, metrics/<row>/ (default ' +
@@ -375,7 +379,7 @@ export function buildProgram(): Command {
         '(kill -9, then restarted)',
     )
     .option('--tokens <n>', 'tokens in θ that end the run (and every row), 1..10^12', intIn(1, 1e12), 50_000)
-    .option('--data <path>', 'text file, folder of .txt files, or a bundled text: moby-dick (default), sotu')
+    .option('--data <path>', DATA_HELP)
     .option('--seed <n>', 'θ init seed of the run and its twin, 0..2^32-1', SEED, 1337)
     .addOption(new Option('--mode <mode>', "DiLoCo mode (default: the run config's)").choices(['sync', 'async']))
     .addOption(new Option('--codec <enc>', "delta encoding (default: the run config's)").choices([...ENCODINGS]))
@@ -423,6 +427,7 @@ export function buildProgram(): Command {
     .option('--tokens <n>', 'tokens in θ that end each run, 1..10^9', intIn(1, 1e9), 40_000)
     .option('--latency <ms>', 'latency the proxies add each way, 0..10,000 ms', intIn(0, 10_000), 10)
     .option('--no-baseline', 'skip the fault-free run (no eval-loss comparison)')
+    .option('--data <path>', DATA_HELP)
     .option(
       '--roles',
       'on the Redis roles (atoll serve --role): two gateways, two aggregators; adds kill -9 of a gateway ' +
@@ -439,6 +444,7 @@ export function buildProgram(): Command {
         latencyMs: o.latency,
         baseline: o.baseline,
         roles: !!o.roles,
+        data: o.data,
         log: say,
       });
       process.stdout.write((o.json ? JSON.stringify(r) : JSON.stringify(r, null, 2)) + '\n');

@@ -3,16 +3,28 @@
 // `atoll chaos --roles` on the Redis roles: the same, plus kill -9 of a gateway (its islands fail
 // over) and of the active aggregator (the standby takes over): lost = duplicates = 0.
 
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../instruments/cli.ts';
 import { chaos } from '../instruments/commands/chaos.ts';
 import { type Fault, takeDue } from '../instruments/commands/chaos-faults.ts';
+import { prepareMobyShards } from './helpers/shards.ts';
+import { tempDir } from './helpers/server.ts';
 
 describe('atoll chaos', () => {
   it('is a command with its flags', () => {
     const c = buildProgram().commands.find((x) => x.name() === 'chaos')!;
     expect(c.options.map((o) => o.long)).toEqual(
-      expect.arrayContaining(['--islands', '--fail', '--tokens', '--latency', '--no-baseline', '--roles', '--json']),
+      expect.arrayContaining([
+        '--islands',
+        '--fail',
+        '--tokens',
+        '--latency',
+        '--no-baseline',
+        '--data',
+        '--roles',
+        '--json',
+      ]),
     );
   });
 
@@ -41,7 +53,19 @@ describe('atoll chaos', () => {
     // 16k tokens: the marks at 20-32 % fire while the run trains. A fault's act (a 3 s SIGSTOP, an island
     // killed and replaced) can outlast the rest of so short a run: a fault that comes due only then is
     // reported as not fired (chaos-faults.ts), so every fault is accounted for, and the counts are the fired.
-    const r = await chaos({ islands: 2, failFraction: 0.5, tokens: 16_000, innerSteps: 4, baseline: false });
+    // on byte token shards (--data DIR): the islands train the ranges the server assigns them
+    const root = tempDir('atoll-chaos-data-');
+    const shards = join(root, 'shards');
+    await prepareMobyShards(root, shards);
+    const r = await chaos({
+      islands: 2,
+      failFraction: 0.5,
+      tokens: 16_000,
+      innerSteps: 4,
+      baseline: false,
+      data: shards,
+    });
+    expect(r.data).toBe(shards);
     const f = r.faulty;
     expect([...r.faults, ...r.notFired]).toHaveLength(4);
     expect(r.faults.length).toBeGreaterThanOrEqual(3);

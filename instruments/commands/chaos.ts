@@ -19,9 +19,9 @@
 // that comes due only once the run is done is reported (notFired), not applied (chaos-faults.ts).
 // The processes it runs, and the island child, are in chaos-children.ts.
 
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { type RedisProc, freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
 import { loggedUpdates } from '../fleet/tally.ts';
 import {
@@ -50,6 +50,8 @@ export interface ChaosOptions {
   baseline?: boolean;
   /** On the Redis roles (two gateways, two aggregators) instead of the embedded server. */
   roles?: boolean;
+  /** The run's data, as serve --data: a text, or a folder of byte token shards (islands fetch their ranges). */
+  data?: string;
   /** The faults spread over this fraction of the tokens (default 0.5; past 1, some come due after the budget). */
   span?: number;
   log?: (line: string) => void;
@@ -86,6 +88,8 @@ export interface ChaosResult {
   islands: number;
   failFraction: number;
   tokens: number;
+  /** The runs' data (serve --data): a bundled name, or the absolute path of a text or a shard folder. */
+  data: string;
   /** Faults the faulty run applied, in order, with the progress at which each fired. */
   faults: string[];
   /** Faults that came due only once the run was done: reported, not applied (chaos-faults.ts). */
@@ -134,6 +138,8 @@ async function runOnce(
     String(o.innerSteps),
     '--seed',
     String(o.seed),
+    '--data',
+    o.data,
   ];
   const servers: Serve[] = [];
   let redis: RedisProc | null = null;
@@ -336,6 +342,8 @@ export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
     seed: opts.seed ?? 1,
     roles: opts.roles ?? false,
     span: opts.span ?? 0.5,
+    // its servers run from the repository's root: a path is made absolute here (a bundled name stays)
+    data: opts.data && existsSync(opts.data) ? resolve(opts.data) : (opts.data ?? 'moby-dick'),
   };
   const log = opts.log ?? (() => {});
   if (!(Number.isInteger(o.islands) && o.islands >= 1 && o.islands <= 64))
@@ -361,6 +369,7 @@ export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
     islands: o.islands,
     failFraction: o.failFraction,
     tokens: o.tokens,
+    data: o.data,
     faults: faults.fired,
     notFired: faults.notFired,
     clean,

@@ -6,7 +6,7 @@
 // event files); `--json` prints report.json.
 
 import { availableParallelism, loadavg } from 'node:os';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type PresetName, PRESETS, getPreset, numParams } from '../../core/model/config.ts';
 import { freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
@@ -106,7 +106,8 @@ export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
     duty: o.duty ? numbers('duty', o.duty, (n) => n > 0 && n <= 1) : [1],
     schedule,
     tokens: o.tokens ?? 50_000,
-    data: o.data,
+    // the servers run from the repository's root: a path is made absolute here (a bundled name stays)
+    data: o.data && existsSync(o.data) ? resolve(o.data) : o.data,
     seed: o.seed ?? 1337,
     mode: o.mode,
     codec: o.codec,
@@ -243,6 +244,7 @@ export async function fleet(
     lost: live.lost,
     duplicated: live.duplicated,
     faults: live.faults,
+    data: live.data,
     islands: live.islands.map((l) => ({
       name: l.name,
       kind: l.kind,
@@ -305,9 +307,17 @@ one simulated island per live island with the speed it measured.</p>`,
   else
     process.stdout.write(
       `${table}\n\n${islandsTable}\n\n${trafficLine(report)}\nlive/twin ${report.ratios.liveOverTwin}×  live/DDP ` +
-        `${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}\nrun folder: ${outDir}\n`,
+        `${report.ratios.liveOverDdp}×  lost ${live.lost}  duplicated ${live.duplicated}${dataLine(live.data)}\n` +
+        `run folder: ${outDir}\n`,
     );
   return report;
+}
+
+/** A shard run's ledger in words ('' on a text). */
+function dataLine(d: FleetReport['data']): string {
+  if (!d) return '';
+  const epoch = `epoch ${d.epochsDone} at ${(100 * d.epochProgress).toFixed(0)} % of ${d.trainTokens} train tokens`;
+  return `\ndata: ${epoch}, ${d.overlapsInEpoch} of the last ${d.rangesChecked} ranges trained twice in an epoch`;
 }
 
 /** A row as the report keeps it: its figures, its full curve and its eval curve. */

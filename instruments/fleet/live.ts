@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSy
 import { metricsDir } from '../../server/run/scalars.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { IslandView, RunConfig, RunStatus } from '../../core/api.ts';
+import type { DataStatus, IslandView, RunConfig, RunStatus } from '../../core/api.ts';
 import { decodeCheckpoint } from '../../core/checkpoint.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { readConfigFile } from '../../server/run/config.ts';
@@ -18,7 +18,7 @@ import { newIsland, nodeLine } from './island-record.ts';
 import { FleetPages } from './pages.ts';
 import { type Proc, ROOT, alive, getJson, sleep, spawnProc, waitUntil } from './procs.ts';
 import { startServers } from './servers.ts';
-import { historyTokens, loggedUpdates, tally } from './tally.ts';
+import { dataLedger, historyTokens, loggedUpdates, tally } from './tally.ts';
 import { type Traffic, counters, islandsOnly, steadyTraffic } from './traffic.ts';
 import type { FleetSpec, LiveIsland, LiveRun, ThetaSnapshot } from './types.ts';
 
@@ -240,6 +240,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     });
     await pages.read();
     const served = (await getJson<{ islands: IslandView[] }>(`${url}/api/islands`)).islands;
+    const ledger = await fetch(`${url}/api/data`); // 404 on a text
+    const data = ledger.ok ? dataLedger((await ledger.json()) as DataStatus) : null;
     // stop: islands first (an in-flight delta still gets its ack), then the servers
     for (const n of nodes) if (alive(n.proc)) n.proc.child.kill('SIGTERM');
     await Promise.race([Promise.all(nodes.map((n) => n.proc.exited)), sleep(15_000)]);
@@ -276,6 +278,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       lost,
       duplicated,
       faults,
+      data,
       events,
       serverLog: servers.map((s, i) => `── server ${i + 1} of ${servers.length} ──\n${s.out}`).join('\n'),
       metrics: readMetrics(metricsDir(runDir)),

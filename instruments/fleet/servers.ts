@@ -101,13 +101,15 @@ export async function startServers(
   // localhost: a secure context, so the pages are offered WebGPU
   const urls = ports.map((p) => `http://localhost:${p}`);
   for (const u of urls) {
+    // a server that exited (a refused --data, say) ends the wait at once; waitUntil reads a throw as "not yet"
+    let exited = false;
     await waitUntil(`atoll serve to answer at ${u}`, 120_000, async () => {
-      if (servers.some((s) => !alive(s)))
-        throw Object.assign(new Error(`atoll serve exited:\n${output()}`), { code: 'E_FLEET_SERVE' });
-      return (await fetch(`${u}/api/status`)).ok;
+      exited = servers.some((s) => !alive(s));
+      return exited || (await fetch(`${u}/api/status`)).ok;
     }).catch((e: Error & { code?: string }) => {
-      throw e.code === 'E_FLEET_SERVE' ? e : Object.assign(new Error(`${e.message}\n${output()}`), { code: e.code });
+      throw Object.assign(new Error(`${e.message}\n${output()}`), { code: e.code });
     });
+    if (exited) throw Object.assign(new Error(`atoll serve exited:\n${output()}`), { code: 'E_FLEET_SERVE' });
   }
   return urls;
 }

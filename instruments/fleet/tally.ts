@@ -1,8 +1,8 @@
 // The fleet's accounting at the end of a run: the updates the run folder's events.jsonl holds, each island's
 // accepted and rejected deltas as the server served them, and the work lost or counted twice.
 
-import type { IslandView } from '../../core/api.ts';
-import type { LiveIsland } from './types.ts';
+import type { DataStatus, IslandView } from '../../core/api.ts';
+import type { FleetData, LiveIsland } from './types.ts';
 
 /**
  * Updates as the run folder's events.jsonl holds them: a 'resume' at version v (an aggregator takeover) drops what
@@ -68,4 +68,20 @@ export function tally(
   }
   const duplicated = [...logged.values()].filter((c) => c > 1).length;
   return { lost, duplicated };
+}
+
+/** A shard run's ledger as the report keeps it: its epoch, and whether any recent range was trained twice in one. */
+export function dataLedger(d: DataStatus): FleetData {
+  const overlap = (a: DataStatus['recent'][number], b: typeof a) =>
+    a.epoch === b.epoch && a.shard === b.shard && a.offset < b.offset + b.length && b.offset < a.offset + a.length;
+  const overlapsInEpoch = d.recent.filter((a, i) => d.recent.some((b, j) => i !== j && overlap(a, b))).length;
+  return {
+    epochsDone: d.epochsDone,
+    epochProgress: d.epochProgress,
+    trainTokens: d.trainTokens,
+    tokensTrained: d.shards.reduce((n, s) => n + s.trained, 0),
+    overlapsInEpoch,
+    rangesChecked: d.recent.length,
+    bytesServed: d.bytesServed,
+  };
 }

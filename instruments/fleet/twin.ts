@@ -8,10 +8,9 @@
 
 import type { RunConfig } from '../../core/api.ts';
 import { getPreset, numParams } from '../../core/model/config.ts';
-import { loadCorpus } from '../../server/run/corpus.ts';
 import { ddpBytesPerIsland, runRows } from '../simulate/index.ts';
 import { createCpuEngine } from '../../core/engine/cpu.ts';
-import { Evaluator, modelConfig } from '../simulate/row-shared.ts';
+import { Evaluator, modelConfig, rowData } from '../simulate/row-shared.ts';
 import type {
   CurvePoint,
   IslandSpec,
@@ -128,7 +127,7 @@ function serverBytes(bytesIn: number, bytesOut: number, tokens: number): SimRunR
 
 /** The live run as a report row: θ at each mark through the same evaluator as the simulated rows. */
 export async function liveRow(live: LiveRun, common: SimCommon, ddpRow: SimRow): Promise<SimRunResult> {
-  const ds = loadCorpus(common.data);
+  const ds = rowData(common);
   const evaluator = new Evaluator(
     await createCpuEngine('cpu', { config: modelConfig(common), maxBatch: common.evalBatchSize, maxT: common.seqLen }),
     common,

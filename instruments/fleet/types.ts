@@ -142,6 +142,20 @@ export interface ThetaSnapshot {
   tokens?: number;
 }
 
+/** A shard run's range ledger at the end (GET /api/data); null on a text. */
+export interface FleetData {
+  epochsDone: number;
+  epochProgress: number;
+  trainTokens: number;
+  /** Tokens trained by the ledger's count (every shard's `trained`). */
+  tokensTrained: number;
+  /** Of the last 256 ranges trained (`rangesChecked`), those overlapping another of their epoch: 0 when none trained twice. */
+  overlapsInEpoch: number;
+  rangesChecked: number;
+  /** Shard bytes the server sent (ranges and whole files). */
+  bytesServed: number;
+}
+
 export interface LiveRun {
   topology: 'embedded' | 'roles';
   runConfig: RunConfig;
@@ -170,6 +184,7 @@ export interface LiveRun {
   lost: number;
   duplicated: number;
   faults: string[];
+  data: FleetData | null;
   /** The run folder's events.jsonl (the fleet writes it beside the report as live-events.jsonl). */
   events: string;
   /** The servers' own output (warnings and errors at the run's log level), the last 64 kB of each: server.log. */
@@ -227,6 +242,8 @@ export interface FleetReport {
   lost: number;
   duplicated: number;
   faults: string[];
+  /** A shard run's range ledger (null on a text). */
+  data: FleetData | null;
   islands: Array<{
     name: string;
     kind: 'node' | 'page';

@@ -23,7 +23,7 @@ import { DOWNLINK_ENCODINGS, type DownlinkEncoding, ENCODINGS, type Encoding } f
 import { PRESETS, type PresetName, numParams } from '../../core/model/config.ts';
 import { downlinkSetting } from '../../core/coord/index.ts';
 import { type Result, err, ok } from '../../core/result.ts';
-import { loadCorpus } from '../../server/run/corpus.ts';
+import { rowData } from './row-shared.ts';
 import { curvesCsv, formatTable, plotSvg, reportHtml, reportRow } from './report.ts';
 import { RISE_LIMIT, settingsRows } from './settings.ts';
 import { runRow } from './row.ts';
@@ -179,7 +179,7 @@ export async function runRows(
 ): Promise<SimRunResult[]> {
   const results: SimRunResult[] = new Array(rows.length);
   if (workers <= 0) {
-    const ds = loadCorpus(commons[0].data);
+    const ds = rowData(commons[0]);
     for (let i = 0; i < rows.length; i++) {
       results[i] = await runRow(rows[i], { common: commons[i], ds, log, progress: (f) => progress?.(i, f) });
       done?.(i, results[i]);
@@ -325,7 +325,7 @@ export async function runSimulate(opts: SimulateOptions = {}): Promise<SimReport
   const perSeed = new Map<number, SimCommon>();
   let warmLoss = NaN;
   const warmStarts: SimReport['config']['warmStarts'] = [];
-  const ds = loadCorpus(common.data);
+  const ds = rowData(common);
   for (const seed of seeds) {
     const c: SimCommon = { ...common, seed };
     if (warmTokens > 0) {

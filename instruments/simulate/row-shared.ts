@@ -7,12 +7,18 @@ import type { Batch, TrainingEngine } from '../../core/engine/index.ts';
 import { type GPTConfig, getPreset } from '../../core/model/config.ts';
 import { type EngineMaker, engineMaker, holdClock } from './engines.ts';
 import type { SimCommon, SimRow, SimRunResult } from './types.ts';
+import { tokenizerOfVocab } from '../../core/data/tokenizer.ts';
+import { loadCorpus } from '../../server/run/corpus.ts';
 
 /** Island ids the coordinator hands out, in join order; baselines use the same data streams. */
 export const islandStream = (i: number) => streamId(`island-${i + 1}`);
 
 /** The row's model shape: a named preset, or the config the common settings carry (scaling rungs). */
 export const modelConfig = (common: SimCommon): GPTConfig => common.config ?? getPreset(common.model);
+
+/** The rows' data: `common.data`, a text or a folder of shards in the ids of the tokenizer the model's vocabulary fits. */
+export const rowData = (common: SimCommon): TextDataset =>
+  loadCorpus(common.data, tokenizerOfVocab(modelConfig(common).vocabSize) ?? 'byte');
 
 /** Engines of a row; the largest batch it trains is `maxBatch` (evaluation's batch included). */
 export async function rowEngines(common: SimCommon, maxBatch: number): Promise<EngineMaker> {

@@ -11,7 +11,6 @@ import type { TextDataset } from '../../core/data/dataset.ts';
 import { numParams } from '../../core/model/config.ts';
 import { initParams } from '../../core/model/gpt.ts';
 import { hashString, mixSeed, mulberry32 } from '../../core/random.ts';
-import { loadCorpus } from '../../server/run/corpus.ts';
 import { SimAuditor, fakeWork } from './audit-sim.ts';
 import { type EngineMaker, holdClock } from './engines.ts';
 import { SimMixHub } from './mix-sim.ts';
@@ -19,7 +18,7 @@ import { SimEngine } from './sim-engine.ts';
 import type { CurvePoint, IslandReport, NetworkSpec, SimCommon, SimRow, SimRunResult } from './types.ts';
 import { runBaseline } from './baseline.ts';
 import { DropOnUpload, TamperingTransport } from './faulty-transports.ts';
-import { type RowContext, Evaluator, emptyResult, modelConfig, rowEngines } from './row-shared.ts';
+import { type RowContext, Evaluator, emptyResult, modelConfig, rowData, rowEngines } from './row-shared.ts';
 import { evalRows, versionRows } from './metrics.ts';
 
 /** A row stops once its islands have computed this many times its token budget. */
@@ -49,7 +48,7 @@ function linkFor(clock: Clock, net: NetworkSpec, count: ServerCount): Link {
 }
 
 export async function runRow(row: SimRow, ctx: RowContext): Promise<SimRunResult> {
-  const ds = ctx.ds ?? loadCorpus(ctx.common.data);
+  const ds = ctx.ds ?? rowData(ctx.common);
   const t0 = performance.now();
   const res =
     row.kind === 'diloco' ? await runDiloco(row, ctx.common, ds, ctx) : await runBaseline(row, ctx.common, ds, ctx);

@@ -1,11 +1,12 @@
 // Loading a corpus from disk: a bundled text by name, a text file, or a folder of .txt files, as
-// bytes (the byte tokenizer) or encoded by another tokenizer.
+// bytes (the byte tokenizer) or encoded by another tokenizer; or a folder of token shards as one dataset.
 
 import { createRequire } from 'node:module';
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { splitCorpus, type TextDataset } from '../../core/data/dataset.ts';
 import { type TokenizerName, loadTokenizer } from '../../core/data/tokenizer.ts';
+import { isShardDir, loadShardDir } from './shard-dir.ts';
 
 const DEFAULT_CORPUS = 'moby-dick';
 
@@ -32,8 +33,24 @@ function bundledPath(name: string): string {
   return name === 'sotu' ? dirname(file) : file;
 }
 
-/** Reads `path` (a bundled name, default 'moby-dick', or a file or folder) into a split byte dataset. */
-export function loadCorpus(path?: string): TextDataset {
+/**
+ * Reads `path` (a bundled name, default 'moby-dick', a file or a folder) into a split byte dataset; a
+ * folder of token shards in `tokenizer`'s ids (shard-dir.ts checks them) into one whose train tokens
+ * are its train shards end to end (as llm.c's documents run across a shard's end) and held-out its own.
+ */
+export function loadCorpus(path?: string, tokenizer: TokenizerName = 'byte'): TextDataset {
+  if (path && isShardDir(path)) {
+    const ds = loadShardDir(path, tokenizer);
+    const train = new Uint16Array(ds.trainShards.reduce((n, s) => n + s.length, 0));
+    let at = 0;
+    for (const s of ds.trainShards) {
+      train.set(s, at);
+      at += s.length;
+    }
+    return { name: ds.name, tokenizer, train, heldOut: ds.heldOut };
+  }
+  if (tokenizer !== 'byte')
+    throw new CorpusError('E_DATA_NEEDS_SHARDS', `a ${tokenizer} model reads token shards (atoll data prepare)`);
   const { name, bytes } = readCorpus(path);
   return splitCorpus(name, bytes);
 }
