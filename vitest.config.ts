@@ -39,6 +39,7 @@ const TWO_AT_A_TIME = [
   'run-config',
   'safetensors',
   'server-api',
+  'server-data-url',
   'server-fuzz',
   'server-gpt2',
   'server-model',

@@ -344,6 +344,8 @@ export const DataIndexSchema = Type.Object({
   tokenizer: Type.String(),
   vocabSize: Type.Integer(),
   heldOut: Type.String(),
+  /** Where the shards are fetched: <url>/<name> (`serve --data-url`); absent: /api/data/shards/<name> here. */
+  url: Type.Optional(Type.String()),
   shards: Type.Array(
     Type.Object({
       name: Type.String(),

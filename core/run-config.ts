@@ -62,6 +62,17 @@ export const RunConfigSchema = Type.Object({
       "token shards in the run's tokenizer (atoll data prepare --tokenizer byte|gpt2, llm.c or nanoGPT .bin)",
     fixed: 'the train/held-out split and every island stream are cut from it',
   }),
+  // not fixed: the bucket may move; absent: this server serves its shards
+  dataUrl: Type.Optional(
+    Type.String({
+      pattern: '^https?://[^\\s?#]+[^/\\s?#]$',
+      maxLength: 2048,
+      description:
+        'a shard run: the static URL (a bucket or CDN holding the --data folder) its islands fetch shards from, ' +
+        '<url>/<shard> by HTTP Range',
+      must: 'an http(s) URL without a query, fragment or trailing /',
+    }),
+  ),
   seed: int(0, 2 ** 32 - 1, { description: 'θ init seed', fixed: 'θ0 was drawn from it' }),
   coordinator: CoordinatorConfigSchema,
   eval: Type.Object({
@@ -127,6 +138,7 @@ const k = (path: string, arg: string, more: Partial<Knob> = {}): Knob => ({ path
 export const KNOBS = {
   preset: k('preset', 'name'),
   data: k('data', 'path'),
+  dataUrl: k('dataUrl', 'url'),
   mode: k('coordinator.mode', 'mode'),
   codec: k('coordinator.uplink.encoding', 'enc'),
   downlink: k('coordinator.downlink.encoding', 'enc'),

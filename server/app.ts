@@ -95,6 +95,8 @@ export async function baseApp(o: {
   logLevel?: string;
   restPerMinute: number;
   idleTimeoutMs?: number;
+  /** A shard run's --data-url: the pages fetch their ranges there (the CSP's connect-src names its origin). */
+  dataUrl?: string;
 }): Promise<FastifyInstance> {
   const app = Fastify({
     logger: o.logLevel ? { level: o.logLevel, stream: process.stderr } : false,
@@ -121,7 +123,7 @@ export async function baseApp(o: {
         // the island runs in a Web Worker; Vite may emit it as a blob: URL
         workerSrc: ["'self'", 'blob:'],
         // socket.io: same origin over ws(s)
-        connectSrc: ["'self'", (req) => wsOrigins(req.headers.host)],
+        connectSrc: ["'self'", (req) => wsOrigins(req.headers.host), ...(o.dataUrl ? [new URL(o.dataUrl).origin] : [])],
         styleSrc: ["'self'", "'unsafe-inline'"],
         imgSrc: ["'self'", 'data:', 'blob:'],
         objectSrc: ["'none'"],
@@ -131,7 +133,8 @@ export async function baseApp(o: {
       },
     },
     // cross-origin isolation (with helmet's COOP same-origin): the page's Wasm engine shares its memory
-    // with its helper threads (SharedArrayBuffer). Everything the pages load is same-origin.
+    // with its helper threads (SharedArrayBuffer). Everything the pages load is same-origin, but a
+    // --data-url's ranges: fetched in CORS mode, which COEP admits (the bucket's CORS must allow the page).
     crossOriginEmbedderPolicy: { policy: 'require-corp' },
     crossOriginOpenerPolicy: { policy: 'same-origin' },
   });
@@ -167,6 +170,7 @@ export async function createRunApp(o: AtollServerOptions & { lock?: boolean }): 
     logLevel: o.logLevel,
     restPerMinute: o.config.limits.restPerMinute,
     idleTimeoutMs: o.idleTimeoutMs,
+    dataUrl: o.config.dataUrl,
   });
   const log = (line: string) => app.log.warn(line);
   // One server per run folder: refuse before anything in it is written.

@@ -1,5 +1,8 @@
 // End to end, a volunteer page on a shard run (`serve --data DIR`, byte shards from `atoll data
-// prepare`) in headless Chromium on SwiftShader WebGPU, the `tiny` preset and 2-step rounds:
+// prepare`, published too on another origin as a static bucket: `--data-url`, test/helpers/bucket.ts)
+// in headless Chromium on SwiftShader WebGPU, the `tiny` preset and 2-step rounds:
+//   - the page fetches its ranges from the bucket, cross-origin (the CSP, CORS and COEP let it), and
+//     none from the server;
 //   - the cost card says the training data comes by range each round (2 bytes a token, the round's
 //     tokens) and is cached in this browser up to the cap, not "N of training text once";
 //   - the page's rounds are accepted and the server's range ledger (GET /api/data) shows ranges it
@@ -16,6 +19,7 @@ import type { DataIndex, DataStatus } from '../core/api.ts';
 import type { Assignment } from '../core/protocol.ts';
 import type { DataRange } from '../core/server-messages.ts';
 import { formatBytes } from '../client/ui/format.ts';
+import { type Bucket, startBucket } from './helpers/bucket.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
 import { prepareMobyShards } from './helpers/shards.ts';
 import { freePort, getJson, type ServeProc, spawnServe, tempDir, waitFor } from './helpers/server.ts';
@@ -41,6 +45,7 @@ describe('volunteer page on a shard run (Chromium, SwiftShader)', () => {
   const root = tempDir('atoll-volunteer-shards-');
   const shardsDir = join(root, 'shards');
   let server: ServeProc | null = null;
+  let bucket: Bucket | null = null;
   let gpu: LaunchedBrowser | null = null;
   const requests: string[] = [];
 
@@ -52,7 +57,8 @@ describe('volunteer page on a shard run (Chromium, SwiftShader)', () => {
     const coordinator = { mode: 'async', innerSteps: STEPS, minInnerSteps: STEPS, maxInnerSteps: STEPS, dylu: false };
     writeFileSync(config, JSON.stringify({ coordinator }));
     const port = await freePort();
-    const args = ['--preset', 'tiny', '--data', shardsDir, '--config', config, '--no-eval'];
+    bucket = await startBucket(shardsDir);
+    const args = ['--preset', 'tiny', '--data', shardsDir, '--data-url', bucket.url, '--config', config, '--no-eval'];
     server = await spawnServe([...args, '--run-dir', join(root, 'run')], port);
     gpu = await launchChromium({ webgpu: true });
     // the worker's requests too (Chromium reports a dedicated worker's on its page)
@@ -62,6 +68,7 @@ describe('volunteer page on a shard run (Chromium, SwiftShader)', () => {
   afterAll(async () => {
     await gpu?.close();
     await server?.stop();
+    await bucket?.close();
     rmSync(root, { recursive: true, force: true });
   });
 
@@ -116,7 +123,12 @@ describe('volunteer page on a shard run (Chromium, SwiftShader)', () => {
     for (const r of mine) expect(ranges).toContainEqual({ shard: r.shard, offset: r.offset, length: r.length });
     expect(phases).not.toContain('error');
     expect((await pageLog(gpu!)).join('\n')).not.toMatch(/Could not download the training data|E_BAD_RANGE/);
-    expect(requests.some((u) => u.includes('/api/data/shards/'))).toBe(true);
+    // its ranges from the bucket (206 each), none from the server
+    expect(requests.some((u) => u.startsWith(`${bucket!.url}/`))).toBe(true);
+    expect(requests.filter((u) => u.includes('/api/data/shards/'))).toEqual([]);
+    expect(bucket!.served.length).toBeGreaterThanOrEqual(2);
+    for (const g of bucket!.served) expect(g.status).toBe(206);
+    expect((await getJson<DataStatus>(`${url}/api/data`)).bytesServed).toBe(0);
     expect(requests.filter((u) => u.includes('/api/data/train'))).toEqual([]);
 
     // the data bytes: the index and the ranges fetched, within what was assigned; part of bytes received

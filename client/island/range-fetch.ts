@@ -1,6 +1,7 @@
 // A shard run's data for an island (`serve --data DIR`): the index once, then each round's token
-// range by HTTP Range, checked against the index before a step trains on it. A range's bytes cannot
-// be held to the shard's SHA-256 (that covers the whole file): what is checked is the answer's
+// range by HTTP Range (from the server, or the static URL the index names), checked against the index
+// before a step trains on it. A range's bytes cannot be held to the shard's SHA-256 (that covers the
+// whole file): what is checked is the answer's
 // status (206), its Content-Range (exactly the bytes asked, of the file size the index says), its
 // length, and every id below the index's vocabulary.
 
@@ -41,7 +42,9 @@ export async function openRangeSource(base: string): Promise<RangeSource | null>
       const e = trainShard(index, r);
       const start = e.headerBytes + 2 * r.offset,
         end = start + 2 * r.length - 1;
-      const res = await fetch(`${base}/api/data/shards/${encodeURIComponent(e.name)}`, {
+      // the operator's bucket or CDN (serve --data-url), else this server
+      const from = index.url ? `${index.url}/` : `${base}/api/data/shards/`;
+      const res = await fetch(`${from}${encodeURIComponent(e.name)}`, {
         headers: { range: `bytes=${start}-${end}` },
       });
       const body = new Uint8Array(await res.arrayBuffer());

@@ -210,7 +210,7 @@ export type FromWorker =
   /** Each assignment as received (shown in the activity log; the tests replay it). */
   | { type: 'assignment'; assignment: Assignment }
   | { type: 'log'; level: LogLevel; text: string; at: number }
-  /** A sample's text so far as UTF-8 (`written` of `tokens` tokens); the page shows invalid UTF-8 as visible escapes. */
+  /** A sample's text so far as UTF-8 (`written` of `tokens` tokens); invalid UTF-8 shows as visible escapes. */
   | { type: 'sample-progress'; id: number; bytes: Uint8Array; written: number; tokens: number }
   | SampleDone
   | { type: 'sample'; id: number; ok: false; code: string; message: string }

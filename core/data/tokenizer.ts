@@ -129,7 +129,7 @@ export function checkVocab(config: GPTConfig, tokenizer: TokenizerName): void {
     );
 }
 
-/** An island's tokenizer (hello's caps.tokenizer) against the run's: why it is refused, or null (none said: the run's). */
+/** An island's tokenizer (hello's caps.tokenizer) against the run's: why it is refused, or null (none: the run's). */
 export function checkIslandTokenizer(island: string | undefined, run: TokenizerName): string | null {
   if (island === undefined || island === run) return null;
   return `this run's tokenizer is ${run}, the island's ${island}: it would train on other ids`;

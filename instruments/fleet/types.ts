@@ -149,7 +149,7 @@ export interface FleetData {
   trainTokens: number;
   /** Tokens trained by the ledger's count (every shard's `trained`). */
   tokensTrained: number;
-  /** Of the last 256 ranges trained (`rangesChecked`), those overlapping another of their epoch: 0 when none trained twice. */
+  /** Of the last 256 ranges trained (`rangesChecked`), those overlapping another of their epoch (0: none twice). */
   overlapsInEpoch: number;
   rangesChecked: number;
   /** Shard bytes the server sent (ranges and whole files). */

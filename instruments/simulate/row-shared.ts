@@ -16,7 +16,7 @@ export const islandStream = (i: number) => streamId(`island-${i + 1}`);
 /** The row's model shape: a named preset, or the config the common settings carry (scaling rungs). */
 export const modelConfig = (common: SimCommon): GPTConfig => common.config ?? getPreset(common.model);
 
-/** The rows' data: `common.data`, a text or a folder of shards in the ids of the tokenizer the model's vocabulary fits. */
+/** The rows' data: `common.data`, a text or a folder of shards in the tokenizer the model's vocabulary fits. */
 export const rowData = (common: SimCommon): TextDataset =>
   loadCorpus(common.data, tokenizerOfVocab(modelConfig(common).vocabSize) ?? 'byte');
 

@@ -29,6 +29,8 @@ export interface RunDescription {
   hash: string;
   limits: RunConfig['limits'];
   allowOrigins: string[];
+  /** A shard run's --data-url (the pages' CSP names its origin). */
+  dataUrl?: string;
   /** sha256 of the validators' token (hex), or null: the run holds no audits. */
   validatorHash: string | null;
 }

@@ -52,7 +52,11 @@ export async function startGatewayRole(o: {
     redis.disconnect();
     throw e;
   }
-  const app = await baseApp({ logLevel: o.logLevel, restPerMinute: desc.limits.restPerMinute });
+  const app = await baseApp({
+    logLevel: o.logLevel,
+    restPerMinute: desc.limits.restPerMinute,
+    dataUrl: desc.dataUrl,
+  });
   app.get(
     '/healthz',
     { config: { rateLimit: false }, schema: { querystring: NoQuery, response: replies(HealthSchema) } },

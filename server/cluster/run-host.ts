@@ -231,6 +231,7 @@ export class RunHost {
           hash: run.hash,
           limits: run.config.limits,
           allowOrigins: run.config.allowOrigins,
+          dataUrl: run.config.dataUrl,
           validatorHash,
         } satisfies RunDescription;
       }

@@ -35,7 +35,17 @@ import { VOCAB_SIZE, tokenizerOfVocab } from '../../core/data/tokenizer.ts';
 
 export type { RunConfig } from '../../core/run-config.ts';
 
-type TextKnob = 'preset' | 'data' | 'mode' | 'codec' | 'downlink' | 'name' | 'title' | 'description' | 'keepBest';
+type TextKnob =
+  | 'preset'
+  | 'data'
+  | 'dataUrl'
+  | 'mode'
+  | 'codec'
+  | 'downlink'
+  | 'name'
+  | 'title'
+  | 'description'
+  | 'keepBest';
 /** What the flags can set (all optional: only given flags override): the knobs of core/run-config.ts. */
 export type RunFlags = { [K in KnobName]?: K extends TextKnob ? string : number };
 

@@ -38,6 +38,8 @@ export function openData(config: RunConfig): { dataset: TextDataset; shards: Ser
         `a ${tokenizer}-tokenizer run trains on token shards: run atoll data prepare --tokenizer ${tokenizer} ` +
           `--out DIR ${dir}, then serve --data DIR`,
       );
+    if (config.dataUrl !== undefined)
+      throw new ShardError('E_BAD_CONFIG', `--data-url names where shards are fetched: ${dir} is a text, not shards`);
     return { dataset: loadCorpus(dir), shards: null };
   }
   const ds = loadShardDir(dir, tokenizer);
@@ -58,6 +60,7 @@ export function openData(config: RunConfig): { dataset: TextDataset; shards: Ser
     tokenizer,
     vocabSize: VOCAB_SIZE[tokenizer],
     heldOut,
+    ...(config.dataUrl ? { url: config.dataUrl } : {}),
     shards: ds.shards.map((s) => {
       const headerBytes = s.format === 'llmc' ? HEADER_BYTES : 0;
       const sha = sums.get(s.name);
