@@ -10,7 +10,8 @@
 //   - the page counts the data bytes it fetched: at least the index and its first range, at most the
 //     index and its assigned ranges (2 bytes a token);
 //   - the range cache: a range the page trained is served again with no network bytes and the same
-//     tokens as the shard file on disk; a range it never fetched costs its bytes once, then none.
+//     tokens as the shard file on disk; a range it never fetched costs its bytes once, then none;
+//   - the dashboard's Data card shows the ledger: the epoch, each shard's tokens trained, the bucket.
 
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -170,5 +171,24 @@ describe('volunteer page on a shard run (Chromium, SwiftShader)', () => {
     expect(await through(fresh)).toEqual({ net: 0, tokens: onDisk(fresh) });
     const after = await pageView(gpu!);
     expect((after as ShardPageView).rangeCache!.hits).toBeGreaterThanOrEqual(2);
+
+    // the dashboard's Data card: the ledger's epoch, its shards with the tokens trained, the bucket named
+    const dash = await gpu!.context.newPage();
+    try {
+      await dash.goto(`${url}/dashboard#tab=run`);
+      await dash.waitForSelector('#data-card:not([hidden]) #data-shards tbody tr', { timeout: 15_000 });
+      const epoch = (await dash.textContent('#data-epoch'))!;
+      expect(epoch).toMatch(/^epoch 0 at \d+\.\d % of 18,000 train tokens \(0 epochs done\); \d+ ranges? in flight/);
+      expect(epoch).toContain(`ranges fetched from ${bucket!.url}`);
+      const rows = await dash.$$eval('#data-shards tbody tr', (trs) =>
+        trs.map((tr) => Array.from(tr.querySelectorAll('td'), (td) => td.textContent!.trim())),
+      );
+      const ledger = await getJson<DataStatus>(`${url}/api/data`);
+      expect(rows.map((r) => r[0])).toEqual(ledger.shards.map((x) => x.name));
+      expect(rows.map((r) => r[1])).toEqual(ledger.shards.map(() => '6,000'));
+      expect(rows.some((r) => r[2] !== '0')).toBe(true); // the page's trained ranges
+    } finally {
+      await dash.close();
+    }
   }, 60_000);
 });

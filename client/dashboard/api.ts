@@ -5,6 +5,7 @@ import { io } from 'socket.io-client';
 import type {
   CheckpointsResponse,
   DashboardTick,
+  DataStatus,
   HistoryResponse,
   IslandsResponse,
   RunInfo,
@@ -98,6 +99,10 @@ export class LiveSource {
     setInterval(() => {
       if (this.connection === 'live') void this.refreshHistory();
     }, 10_000);
+    // A shard run's ledger (the Data card): every 5 s
+    setInterval(() => {
+      if (this.store.run?.data.shards) void this.refreshData();
+    }, 5000);
     // If the socket is not up within 4 s, poll until it is.
     setTimeout(() => {
       if (this.connection !== 'live') this.startPolling();
@@ -118,12 +123,19 @@ export class LiveSource {
     if (hist) this.setHistory(hist);
     if (run) this.store.setRun(run);
     if (ck) this.store.setCheckpoints(ck.checkpoints);
+    if (run?.data.shards) await this.refreshData();
     if (this.connection !== 'live') this.setConnection(st ? (this.pollTimer ? 'polling' : 'connecting') : 'offline');
   }
 
   async refreshCheckpoints(): Promise<void> {
     const ck = await get<CheckpointsResponse>('/api/checkpoints');
     if (ck) this.store.setCheckpoints(ck.checkpoints);
+  }
+
+  /** GET /api/data: a shard run's range ledger (a text answers 404: nothing to show). */
+  async refreshData(): Promise<void> {
+    const d = await get<DataStatus>('/api/data');
+    if (d) this.store.setData(d);
   }
 
   async refreshRun(): Promise<void> {

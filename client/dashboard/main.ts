@@ -9,6 +9,7 @@ import './dashboard.css';
 import { AdminPanel } from './admin.ts';
 import { LiveSource, type Connection } from './api.ts';
 import { Charts } from './charts.ts';
+import { DataPanel } from './data-panel.ts';
 import { $, h, setAttr, setText } from './dom.ts';
 import { fmtAgo } from './format.ts';
 import { Headline } from './headline.ts';
@@ -165,6 +166,8 @@ const runPanel = new RunPanel(async () => {
   await Promise.all([source.refreshCheckpoints(), source.refreshRun()]);
 });
 panels.get('run')!.append(runPanel.el);
+const dataPanel = new DataPanel();
+panels.get('run')!.append(dataPanel.el);
 const admin = new AdminPanel(store, () => {
   void source.refreshStatus();
   void source.refreshHistory(); // a config change: its marker
@@ -308,6 +311,7 @@ function render(): void {
       break;
     case 'run':
       runPanel.render(store);
+      dataPanel.render(store);
       break;
     case 'admin':
       admin.render(store);

@@ -5,6 +5,7 @@ import type {
   CheckpointInfo,
   ConfigChange,
   DashboardTick,
+  DataStatus,
   HistoryPoint,
   IslandView,
   RunInfo,
@@ -26,7 +27,9 @@ export class Store {
   /** Another run's curves, loaded from its metrics JSONL (overlay.ts); null: none. */
   overlay: OverlayRun | null = null;
 
-  rev = { status: 0, islands: 0, history: 0, run: 0, checkpoints: 0, config: 0, overlay: 0 };
+  /** A shard run's range ledger (GET /api/data); null: a text, or not read yet. */
+  data: DataStatus | null = null;
+  rev = { status: 0, islands: 0, history: 0, run: 0, checkpoints: 0, config: 0, overlay: 0, data: 0 };
   private listeners: Array<(part: keyof Store['rev']) => void> = [];
 
   onChange(fn: (part: keyof Store['rev']) => void): void {
@@ -99,6 +102,11 @@ export class Store {
   setRun(r: RunInfo): void {
     this.run = r;
     this.bump('run');
+  }
+
+  setData(d: DataStatus): void {
+    this.data = d;
+    this.bump('data');
   }
 
   setCheckpoints(list: CheckpointInfo[]): void {
