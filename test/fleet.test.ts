@@ -197,6 +197,11 @@ describe('atoll fleet', () => {
     expect(d.overlapsInEpoch).toBe(0);
     expect(d.tokensTrained).toBeGreaterThanOrEqual(report.live.tokens);
     expect(d.bytesServed).toBeGreaterThan(0);
+    // every island fetched at most its assigned ranges and the index, and one that trained fetched some
+    for (const i of report.islands) {
+      expect(i.dataBytes, i.name).toBeLessThanOrEqual(i.rangeBytes + d.indexBytes);
+      if (i.accepted > 0) expect(i.dataBytes, i.name).toBeGreaterThan(d.indexBytes);
+    }
     // the server's bytes per accepted token: frames and the wire (engine.io packets: more than the frames in); no mixing here
     const l = report.live;
     expect(l.inPerToken).toBeGreaterThan(0);

@@ -150,6 +150,8 @@ export interface IslandView {
   bytesDown: number;
   /** Training data received from the network: the train split once, or a shard run's index and ranges. */
   dataBytes: number;
+  /** A shard run: 2 bytes × the tokens of every range assigned (at most what `dataBytes` holds, the index aside). */
+  rangeBytesAssigned: number;
   /** A shard run's range cache in this browser (null: a corpus run, or no Cache API here). */
   rangeCache: RangeCacheStats | null;
   /** Training speed at the usage cap (rests included), as the round ran so far. */
@@ -239,6 +241,7 @@ export function initialView(dutyCycle = 1): IslandView {
     bytesUp: 0,
     bytesDown: 0,
     dataBytes: 0,
+    rangeBytesAssigned: 0,
     rangeCache: null,
     tokensPerSec: null,
     stepMs: null,

@@ -30,6 +30,7 @@ export function onEvent(e: IslandEvent, healthy: () => void): void {
       healthy();
       const a = e.assignment;
       s.assignment = a;
+      if (a.data.range) view.rangeBytesAssigned += 2 * a.data.range.length;
       // losses are read back every few steps on a fast GPU (a readback drains the queue), about
       // every 250 ms; every step on a slow one. The first round reads every step.
       const p = s.runtime?.progress;

@@ -264,6 +264,8 @@ export async function fleet(
       hashChecks: l.hashChecks,
       hashMismatches: l.hashMismatches,
       roundsMixed: l.roundsMixed,
+      dataBytes: l.dataBytes,
+      rangeBytes: l.rangeBytes,
     })),
     twinSpec: ts,
     twinIslands: ts.rows[0].islands.map(({ name, speed, batchSize, joinAtMs, leaveAtMs }) => ({

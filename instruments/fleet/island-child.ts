@@ -10,7 +10,8 @@
 // reconnects; hashChecks (updates applied to the island's replica whose θ hash matched the
 // server's) and hashMismatches (updates that did not: the island refetched θ); stepSpeed (the
 // runtime's tokens/s over the last round's steps, at its duty); roundsMixed (deltas that went up
-// mixed in a group); and:
+// mixed in a group); dataBytes (the index and ranges fetched) and rangeBytes (2 × its assigned ranges'
+// tokens); and:
 // stepTokens: every step's tokens (work lost to a kill included up to the last line).
 // computeMs/computeTokens: the time between consecutive steps of one round and the tokens of those
 // steps (duty-cycle sleeps and CPU contention included, the round's download and upload not): the
@@ -44,9 +45,11 @@ async function main(o: IslandChildOptions): Promise<void> {
     tokensPerStep = 0,
     hashChecks = 0,
     hashMismatches = 0,
-    stepSpeed = 0;
+    stepSpeed = 0,
+    rangeBytes = 0;
   let exitStats = null as (() => ChildCounters) | null;
   let mixed = () => 0;
+  let dataBytes = () => 0;
   const isl = await startNodeIsland({
     server: o.server,
     engine: o.engine,
@@ -71,12 +74,15 @@ async function main(o: IslandChildOptions): Promise<void> {
         hashMismatches,
         stepSpeed,
         roundsMixed: mixed(),
+        dataBytes: dataBytes(),
+        rangeBytes,
       });
       if (e.type === 'synced' && e.via === 'update') hashChecks++;
       else if (e.type === 'error' && e.error.code === ErrorCode.HASH_MISMATCH) hashMismatches++;
       if (e.type === 'assignment') {
         round = e.assignment.roundId;
         tokensPerStep = e.assignment.batchSize * e.assignment.seqLen;
+        rangeBytes += 2 * (e.assignment.data.range?.length ?? 0);
         out({ kind: 'assignment', island: e.assignment.islandId, t: Date.now() - o.t0 });
       } else if (e.type === 'step') {
         stepTokens += tokensPerStep;
@@ -104,6 +110,7 @@ async function main(o: IslandChildOptions): Promise<void> {
     },
   });
   mixed = () => isl.mix?.mixed ?? 0;
+  dataBytes = () => isl.dataBytes ?? 0;
   await isl.done;
   if (exitStats) out({ kind: 'exit', counters: exitStats() });
   process.exit(0);

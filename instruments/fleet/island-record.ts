@@ -35,6 +35,8 @@ export function newIsland(
     hashChecks: 0,
     hashMismatches: 0,
     roundsMixed: 0,
+    dataBytes: 0,
+    rangeBytes: 0,
     stepSpeed: 0,
     acks: [],
   };

@@ -241,7 +241,8 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
     await pages.read();
     const served = (await getJson<{ islands: IslandView[] }>(`${url}/api/islands`)).islands;
     const ledger = await fetch(`${url}/api/data`); // 404 on a text
-    const data = ledger.ok ? dataLedger((await ledger.json()) as DataStatus) : null;
+    const indexBytes = async () => (await (await fetch(`${url}/api/data/index`)).text()).length;
+    const data = ledger.ok ? dataLedger((await ledger.json()) as DataStatus, await indexBytes()) : null;
     // stop: islands first (an in-flight delta still gets its ack), then the servers
     for (const n of nodes) if (alive(n.proc)) n.proc.child.kill('SIGTERM');
     await Promise.race([Promise.all(nodes.map((n) => n.proc.exited)), sleep(15_000)]);

@@ -23,6 +23,8 @@ interface PageView {
   hashChecks: number;
   hashMismatches: number;
   roundsMixed: number;
+  dataBytes: number;
+  rangeBytesAssigned: number;
 }
 
 export interface FleetPage {
@@ -124,6 +126,8 @@ export class FleetPages {
         hashChecks: v.hashChecks,
         hashMismatches: v.hashMismatches,
         roundsMixed: v.roundsMixed,
+        dataBytes: v.dataBytes,
+        rangeBytes: v.rangeBytesAssigned,
       });
       p.isl.stepTokens = v.tokensContributed;
       p.isl.pageAccepted = v.roundsAccepted;

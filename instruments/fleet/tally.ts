@@ -71,7 +71,7 @@ export function tally(
 }
 
 /** A shard run's ledger as the report keeps it: its epoch, and whether any recent range was trained twice in one. */
-export function dataLedger(d: DataStatus): FleetData {
+export function dataLedger(d: DataStatus, indexBytes: number): FleetData {
   const overlap = (a: DataStatus['recent'][number], b: typeof a) =>
     a.epoch === b.epoch && a.shard === b.shard && a.offset < b.offset + b.length && b.offset < a.offset + a.length;
   const overlapsInEpoch = d.recent.filter((a, i) => d.recent.some((b, j) => i !== j && overlap(a, b))).length;
@@ -83,5 +83,6 @@ export function dataLedger(d: DataStatus): FleetData {
     overlapsInEpoch,
     rangesChecked: d.recent.length,
     bytesServed: d.bytesServed,
+    indexBytes,
   };
 }

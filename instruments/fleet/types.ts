@@ -77,6 +77,9 @@ export interface LiveIsland {
   hashMismatches: number;
   /** Rounds whose Δ went up mixed in a group (butterfly mixing). */
   roundsMixed: number;
+  /** Training data fetched (a shard run: the index and the ranges), and 2 bytes × its assigned ranges' tokens. */
+  dataBytes: number;
+  rangeBytes: number;
   /** Node islands: the runtime's tokens/s over its last round's steps (its speed when no round had two steps). */
   stepSpeed: number;
   /** [islandId, seq] of every 'applied' ack (Node islands). */
@@ -98,6 +101,8 @@ export type ChildCounters = Pick<
   | 'hashMismatches'
   | 'stepSpeed'
   | 'roundsMixed'
+  | 'dataBytes'
+  | 'rangeBytes'
 >;
 
 /** One line an island child prints. */
@@ -152,8 +157,9 @@ export interface FleetData {
   /** Of the last 256 ranges trained (`rangesChecked`), those overlapping another of their epoch (0: none twice). */
   overlapsInEpoch: number;
   rangesChecked: number;
-  /** Shard bytes the server sent (ranges and whole files). */
+  /** Shard bytes the server sent (ranges and whole files), and the index's size (each island fetches it once). */
   bytesServed: number;
+  indexBytes: number;
 }
 
 export interface LiveRun {
@@ -264,6 +270,8 @@ export interface FleetReport {
     hashChecks: number;
     hashMismatches: number;
     roundsMixed: number;
+    dataBytes: number;
+    rangeBytes: number;
   }>;
   twinSpec: TwinSpec;
   /** The twin's islands, in the simulator's terms. */
