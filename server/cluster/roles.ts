@@ -33,7 +33,8 @@ export interface GatewayRole {
 }
 
 /** Request headers the run's API reads. */
-const FORWARDED_REQUEST_HEADERS = ['authorization', 'content-type', 'accept'];
+// range and the conditionals: θ's chunks and the shards are fetched by Range (If-Match pins θ's version)
+const FORWARDED_REQUEST_HEADERS = ['authorization', 'content-type', 'accept', 'range', 'if-match', 'if-none-match'];
 
 export async function startGatewayRole(o: {
   redis: string;

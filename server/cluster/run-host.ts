@@ -53,6 +53,8 @@ const FORWARDED_HEADERS = [
   'content-disposition',
   'cache-control',
   'etag',
+  'content-range',
+  'accept-ranges',
   'retry-after',
   'x-ratelimit-limit',
   'x-ratelimit-remaining',
