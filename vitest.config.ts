@@ -32,6 +32,7 @@ const TWO_AT_A_TIME = [
   'mix-links',
   'mix-rings',
   'mixed-compute',
+  'model-download',
   'model',
   'multi-device',
   'package',

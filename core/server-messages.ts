@@ -161,4 +161,6 @@ export interface ModelSnapshotMsg {
   version: number;
   hash: string;
   params: Float32Array;
+  /** Bytes it cost the network (θ's chunks kept in a store cost none); absent: θ's size. */
+  fetchedBytes?: number;
 }

@@ -63,7 +63,8 @@ async function freePort(): Promise<number> {
 async function serve(port: number, runDir: string): Promise<Served> {
   // rounds of at least 3 steps (the pause test stops mid-round), sized to ROUND_S from the page's measured speed
   const config = `${runDir}.json`;
-  writeFileSync(config, JSON.stringify({ coordinator: { minInnerSteps: 3 } }));
+  // θ (tiny: 140 kB) in 16 kB chunks: the page downloads it chunk by chunk and keeps it (theta-cache.ts)
+  writeFileSync(config, JSON.stringify({ coordinator: { minInnerSteps: 3 }, limits: { modelChunkBytes: 16_384 } }));
   const child = spawn(
     process.execPath,
     [
@@ -287,6 +288,7 @@ describe('volunteer page (Chromium)', () => {
     expect(await page.locator('#cpu-optin').isHidden()).toBe(true);
     expect(await page.locator('#start').isEnabled()).toBe(true);
     await textOf(gpu!, '.note >> nth=0', 'Nothing runs until you click');
+    expect(await page.locator('#saved-model').isHidden()).toBe(true); // a first visit keeps no θ
     // nothing started: no island on the server
     expect(await islands()).toHaveLength(0);
     // keep θ_0 and the training bytes for the numbers check
@@ -681,7 +683,7 @@ describe('volunteer page (Chromium)', () => {
     lap('restart');
   });
 
-  it('a saved display name reaches the leaderboard at once; a reload (with ?autotune=0) keeps the totals and the speed measurement', async () => {
+  it('a saved display name reaches the leaderboard at once; a reload (with ?autotune=0) keeps the totals, the speed measurement and θ (no θ fetched again)', async () => {
     const page = gpu!.page;
     const cid = (await islands()).find((i) => i.id === islandId)!.contributorId;
     const credit = () =>
@@ -696,6 +698,8 @@ describe('volunteer page (Chromium)', () => {
     expect(before.tokens).toBeGreaterThan(0);
     expect(before.rank).toBe(1);
     await saveLog('gpu-before-reload', gpu);
+    const requests: string[] = [];
+    page.on('request', (r) => requests.push(r.url()));
     await page.goto(`${url}/?autotune=0`);
     await waitFor(
       'the page after the reload',
@@ -708,6 +712,8 @@ describe('volunteer page (Chromium)', () => {
     const tokensText = await textOf(gpu!, '#cr-tokens', (t) => t !== '–' && t !== '0');
     expect(tokensText.length).toBeGreaterThan(0);
     expect(await page.locator('#display-name').inputValue()).toBe('Ishmael');
+    // θ kept in this browser: said before Start; after it, the island starts from it and fetches no θ chunk
+    await textOf(gpu!, '#saved-model-text', (t) => /^Saved in this browser: model v\d+ /.test(t));
     // the speed measured before the first round is re-used, not measured again
     await page.click('#start');
     await waitFor(
@@ -717,6 +723,15 @@ describe('volunteer page (Chromium)', () => {
       200,
     );
     expect((await pageLog(gpu!)).some((l) => l.startsWith('Measured '))).toBe(false);
+    await waitFor(
+      'a step from the kept θ',
+      async () =>
+        (await pageLog(gpu!)).some((l) => /^Starting from model v\d+ kept in this browser/.test(l)) &&
+        ((await pageView(gpu!)).round?.step ?? 0) > 0,
+      60_000,
+      200,
+    );
+    expect(requests.filter((u) => /\/api\/model(\/manifest)?$/.test(new URL(u).pathname))).toEqual([]);
     // ?autotune=0: the engine started without the autotuner
     expect((await pageLog(gpu!)).filter((l) => l.startsWith('Matmul '))).toEqual([
       'Matmul autotuning is off (?autotune=0): every matmul on the default tile.',

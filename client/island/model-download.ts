@@ -12,8 +12,8 @@ import { crc32 } from '../../core/codec/crc32.ts';
 export interface ChunkStore {
   get(hash: string, index: number): Promise<Uint8Array | null>;
   put(hash: string, index: number, bytes: Uint8Array): Promise<void>;
-  /** Drops the chunks of every other θ (one θ is kept). */
-  keepOnly(hash: string): Promise<void>;
+  /** A download of `m` begins: the chunks of every other θ go (one θ is kept), and its manifest is kept. */
+  begin(m: ModelManifest): Promise<void>;
 }
 
 export interface ModelDownload {
@@ -51,7 +51,7 @@ export async function downloadModel(
     const text = await res.text();
     fetched += text.length;
     const m = JSON.parse(text) as ModelManifest;
-    await store?.keepOnly(m.hash);
+    await store?.begin(m);
     const out = new Uint8Array(m.bytes);
     let reused = 0;
     let moved = false;

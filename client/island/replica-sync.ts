@@ -88,7 +88,7 @@ export class ReplicaSync {
       const snap = await this.transport.fetchModel();
       if (!snap.ok) return snap;
       const s = snap.value;
-      this.progress.bytesDown += s.params.byteLength;
+      this.progress.bytesDown += s.fetchedBytes ?? s.params.byteLength;
       this.progress.snapshots += 1;
       const hash = hashParams(s.params);
       if (hash !== s.hash) {

@@ -32,6 +32,7 @@ import type { AtollError, Result } from '../../core/result.ts';
 import { type Clock, type Transport, wallClock } from './transport.ts';
 import type { TokenArray } from '../../core/data/tokenizer.ts';
 import { ReplicaSync } from './replica-sync.ts';
+import { hashParams } from '../../core/coord/hash.ts';
 import type {
   IslandEvent,
   IslandProgress,
@@ -102,6 +103,18 @@ export class IslandRuntime {
   on(listener: (e: IslandEvent) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * Starts from a θ kept elsewhere (a page's cache) before the first round: its sync then fetches only the
+   * updates since (the snapshot only if the server no longer keeps them). False: `params` is not `hash`.
+   */
+  seedReplica(version: number, hash: string, params: Float32Array): boolean {
+    if (hashParams(params) !== hash) return false;
+    this.replicas.replica = { version, hash, params };
+    this.replicas.latestKnownVersion = Math.max(this.replicas.latestKnownVersion, version);
+    this.progress.version = version;
+    return true;
   }
 
   /** The replica's version and hash (null before the first model download). */

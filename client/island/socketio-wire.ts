@@ -3,6 +3,7 @@
 
 import type { Socket } from 'socket.io-client';
 import { ErrorCode, type UpdateMsg } from '../../core/protocol.ts';
+import type { ChunkStore } from './model-download.ts';
 
 export interface SocketIoTransportOptions {
   /**
@@ -28,6 +29,8 @@ export interface SocketIoTransportOptions {
   /** Called when the connection goes up or down (progress lines, the volunteer page). */
   onConnection?: (state: 'connected' | 'disconnected' | 'resumed' | 'failed', detail: string) => void;
   fetch?: typeof fetch;
+  /** Where θ's chunks are kept as they download (a page: across reloads and visits); absent: none. */
+  modelStore?: ChunkStore;
 }
 
 export type Wire<T> = { ok: true; value: T } | { ok: false; error: { code: string; message: string } };

@@ -34,6 +34,7 @@ import {
   toUpdate,
 } from './socketio-wire.ts';
 import { solvePow } from '../../core/pow.ts';
+import { downloadModel } from './model-download.ts';
 
 export { bytes, type SocketIoTransportOptions } from './socketio-wire.ts';
 
@@ -41,8 +42,8 @@ export { bytes, type SocketIoTransportOptions } from './socketio-wire.ts';
 export type HelloIdentity = Omit<HelloAnswer, 'assignment'>;
 
 export class SocketIoTransport implements Transport {
-  private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch' | 'resume'>> &
-    Pick<SocketIoTransportOptions, 'onConnection' | 'resume'>;
+  private readonly opts: Required<Omit<SocketIoTransportOptions, 'onConnection' | 'fetch' | 'resume' | 'modelStore'>> &
+    Pick<SocketIoTransportOptions, 'onConnection' | 'resume' | 'modelStore'>;
   private socket: Socket;
   private readonly urls: string[];
   private at = 0;
@@ -62,8 +63,8 @@ export class SocketIoTransport implements Transport {
   private closed = false;
   /** Extra server events handled on every socket (serve()). */
   private readonly served: Array<[string, (...args: unknown[]) => void]> = [];
-  /** Traffic and connection counters (progress lines, tests). */
-  readonly stats = { bytesSent: 0, bytesReceived: 0, connects: 0, reconnects: 0, resumes: 0 };
+  /** Traffic and connection counters (progress lines, tests); modelReused: θ bytes from the model store. */
+  readonly stats = { bytesSent: 0, bytesReceived: 0, connects: 0, reconnects: 0, resumes: 0, modelReused: 0 };
 
   constructor(opts: SocketIoTransportOptions) {
     this.opts = {
@@ -76,6 +77,7 @@ export class SocketIoTransport implements Transport {
       requestTimeoutMs: opts.requestTimeoutMs ?? 60_000,
       onConnection: opts.onConnection,
       resume: opts.resume,
+      modelStore: opts.modelStore,
     };
     this.fetchFn = opts.fetch ?? ((...a: Parameters<typeof fetch>) => fetch(...a));
     this.urls = opts.url
@@ -192,17 +194,16 @@ export class SocketIoTransport implements Transport {
       const up = await this.waitReady();
       if (!up.ok) return up;
       try {
-        const res = await this.fetchFn(`${this.url}/api/model`, { cache: 'no-store' });
-        if (!res.ok) throw new Error(`GET /api/model answered ${res.status}`);
-        const b = new Uint8Array(await res.arrayBuffer());
-        this.stats.bytesReceived += b.length;
-        const ck = decodeCheckpoint(b);
+        const d = await downloadModel(this.url, this.fetchFn, this.opts.modelStore ?? null);
+        this.stats.bytesReceived += d.fetched;
+        this.stats.modelReused += d.reused;
+        const ck = decodeCheckpoint(d.bytes);
         if (!ck.ok) return ck;
         const version = Number(ck.value.meta.version);
         const hash = ck.value.meta.hash;
         if (!Number.isInteger(version) || typeof hash !== 'string')
           return err(ErrorCode.BAD_REQUEST, 'the model download has no version/hash');
-        return ok({ version, hash, params: ck.value.params });
+        return ok({ version, hash, params: ck.value.params, fetchedBytes: d.fetched });
       } catch (e) {
         if (this.closed) return err(ErrorCode.TRANSPORT, 'transport closed');
         if (this.outageTooLong()) return err(ErrorCode.TRANSPORT, `model download failed: ${(e as Error).message}`);

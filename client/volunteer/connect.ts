@@ -8,6 +8,7 @@ import type { MixMemberStats } from '../island/mix-member.ts';
 import type { RelayPeerNet } from '../island/mix-relay.ts';
 import { mixingTransport } from '../island/mix-socketio.ts';
 import { SocketIoTransport } from '../island/transport-socketio.ts';
+import type { ChunkStore } from '../island/model-download.ts';
 import type { Connection, DebugDelays, LogLevel } from './messages.ts';
 
 export interface ConnectedTransport {
@@ -30,10 +31,16 @@ export interface MixHooks {
   stats: MixMemberStats;
 }
 
-export function connectTransport(url: string, hooks: ConnectHooks, mix?: MixHooks): ConnectedTransport {
+export function connectTransport(
+  url: string,
+  hooks: ConnectHooks,
+  mix?: MixHooks,
+  modelStore?: ChunkStore,
+): ConnectedTransport {
   let down = false;
   const t = new SocketIoTransport({
     url,
+    modelStore,
     // a volunteer's tab may sit through a long server restart: keep trying for 10 minutes
     maxOutageMs: 10 * 60_000,
     reconnectDelayMs: 500,

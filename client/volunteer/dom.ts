@@ -20,6 +20,9 @@ export const ui = {
     costUp: 'cost-up',
     costHour: 'cost-hour',
     costMem: 'cost-mem',
+    savedModel: 'saved-model',
+    savedModelText: 'saved-model-text',
+    forgetModel: 'forget-model',
   }),
   ...byIds({
     gpuStatus: 'gpu-status',

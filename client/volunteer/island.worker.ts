@@ -25,6 +25,7 @@ import { openRangeSource } from '../island/range-fetch.ts';
 import { cachedRangeSource } from './range-cache.ts';
 import type { DataRange } from '../../core/server-messages.ts';
 import { formatBytes } from '../ui/format.ts';
+import { openThetaCache, replicaSaver, seedFromCache } from './theta-cache.ts';
 
 const s = state;
 
@@ -118,6 +119,7 @@ async function supervise(o: StartOptions): Promise<void> {
       log('warn', `Could not measure this device’s speed (${(e as Error).message}).`);
     }
     s.view.connection = 'connecting';
+    if (s.thetaCache === undefined) s.thetaCache = await openThetaCache(new URL(o.serverUrl).origin, log);
     const link = connectTransport(
       o.serverUrl,
       {
@@ -128,6 +130,7 @@ async function supervise(o: StartOptions): Promise<void> {
         log,
       },
       { peers: s.peers, paramCount: numParams(o.shape.config), stats: s.mixStats },
+      s.thetaCache ?? undefined,
     );
     s.link = link;
     s.runtimeOpts = {
@@ -150,6 +153,18 @@ async function supervise(o: StartOptions): Promise<void> {
     };
     const rt = new IslandRuntime(s.runtimeOpts);
     s.runtime = rt;
+    if (s.thetaCache) {
+      const st = await fetch(new URL('/api/status', o.serverUrl))
+        .then((r) => (r.ok ? (r.json() as Promise<{ version: number; hash: string }>) : null))
+        .catch(() => null);
+      await seedFromCache(s.thetaCache, (v, h, p) => rt.seedReplica(v, h, p), st, log);
+      const save = replicaSaver(s.thetaCache, () => {
+        const st = rt.replicaState;
+        const params = rt.replicaParams();
+        return st && params && { ...st, params };
+      });
+      rt.on((e) => e.type === 'synced' && save(e.via));
+    }
     const off = rt.on((e) =>
       onEvent(e, () => {
         failures = 0;

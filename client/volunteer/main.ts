@@ -4,6 +4,7 @@
 
 import { formatBytes, formatCount, formatDuration, formatInt, formatRate } from '../ui/format.ts';
 import { costDownText, estimateCosts } from './costs.ts';
+import { forgetSavedModel, savedModel } from './theta-cache.ts';
 import { caret, sampleNodes } from './sample-text.ts';
 import { cleanDisplayName, loadPrefs, savePrefs } from './identity.ts';
 import type {
@@ -186,6 +187,27 @@ function renderRun(r: RunInfo): void {
   renderCosts(r);
 }
 
+/** The θ this browser keeps (theta-cache.ts): which version, and that only the updates since are fetched. */
+async function showSavedModel(): Promise<void> {
+  const s = await savedModel(location.origin);
+  ui.savedModel.hidden = !s;
+  if (!s) return;
+  setText(
+    ui.savedModelText,
+    s.kind === 'partial'
+      ? `Partly downloaded in this browser: ${s.chunks} of ${s.of} chunks of model v${s.version}; a start ` +
+          'fetches the rest (all of it if the model has moved on since).'
+      : `Saved in this browser: model v${s.version} (${formatBytes(s.bytes)}): a start fetches only the ` +
+          'updates since it (the whole model again if the server no longer keeps them).',
+  );
+}
+ui.forgetModel.addEventListener('click', () => {
+  void forgetSavedModel().then(() => {
+    ui.savedModel.hidden = true;
+    addLog('info', 'The model saved in this browser is forgotten: the next start downloads it again.', Date.now());
+  });
+});
+
 /** The cost card; the per-hour line from this device's measured speed at the chosen cap. */
 function renderCosts(r: RunInfo): void {
   const tokensPerStep = r.batch * r.seqLen;
@@ -197,6 +219,7 @@ function renderCosts(r: RunInfo): void {
   const cal = prefs.calibration;
   const est = estimateCosts(r, cal ? cal.tokensPerSec * prefs.dutyCycle : null, status?.bytesPerUpdate ?? null);
   ui.costDown.textContent = costDownText(r, est.downPerRound, est.dataPerRound, status?.bytesPerUpdate != null);
+  void showSavedModel();
   ui.costUp.textContent = `${formatBytes(r.bytesPerRound.up)} per round (${r.codec.encoding} compressed update)`;
   if (!probe) ui.costMem.textContent = `About ${formatBytes(estimateTrainingBytes(r.model, r.batch, r.seqLen))}`;
   if (est.roundsPerHour != null && est.roundSec != null) {

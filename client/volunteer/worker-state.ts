@@ -20,6 +20,7 @@ import { initialView } from './messages.ts';
 import type { ResilientEngine } from './resilient-engine.ts';
 import type { TokenArray } from '../../core/data/tokenizer.ts';
 import type { CachedRangeSource } from './range-cache.ts';
+import type { ThetaCache } from './theta-cache.ts';
 
 export const post = (m: FromWorker) => (self as unknown as { postMessage(m: FromWorker): void }).postMessage(m);
 export const log = (level: LogLevel, text: string) => post({ type: 'log', level, text, at: Date.now() });
@@ -35,6 +36,8 @@ export interface WorkerState {
   train: TokenArray | null;
   /** A shard run's ranges (cached in this browser where it can), or null on a corpus run. */
   ranges: CachedRangeSource | null;
+  /** θ kept in this browser as it downloads (undefined: not opened yet; null: no Cache API). */
+  thetaCache: ThetaCache | null | undefined;
   /** Bytes of the corpus run's train split downloaded (a shard run counts in `ranges.bytes`). */
   dataDown: number;
   pauseReasons: Set<PauseReason>;
@@ -71,6 +74,7 @@ export const state: WorkerState = {
   link: null,
   train: null,
   ranges: null,
+  thetaCache: undefined,
   dataDown: 0,
   pauseReasons: new Set<PauseReason>(),
   carried: { bytesUp: 0, bytesDown: 0 },
