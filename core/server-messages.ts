@@ -92,8 +92,8 @@ export interface Assignment {
   lr: InnerLrPlan;
   gradClip: number;
   /**
-   * Start this round from a fresh AdamW (dense codes while the run audits: Δ recomputable from the job); otherwise keep
-   * it.
+   * Start this round from a fresh AdamW (dense codes while the run audits: Δ recomputable from the job);
+   * otherwise keep it.
    */
   freshOptimizer?: boolean;
   /**

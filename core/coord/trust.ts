@@ -15,7 +15,10 @@ import type { VersionStats } from './types.ts';
 /** The gains the trust region probes after an over-long proposal at γ = 1. */
 export const TRUST_PROBES = [0, -1] as const;
 
-/** The longest ‖u‖ the next step may take: factor × the median of the last `window` ‖u‖ (Infinity: off, warm-up). */
+/**
+ * The longest ‖u‖ the next step may take: factor × the median of the last `window` ‖u‖ (Infinity: off,
+ * warm-up).
+ */
 export function trustLimit(history: readonly VersionStats[], t: CoordinatorConfig['trustRegion']): number {
   if (!(t.factor > 0) || t.window < 1 || history.length < t.window) return Infinity;
   const norms: number[] = [];

@@ -231,7 +231,7 @@ export interface CoordinatorTotals {
 /** A delta waiting for its sync round to close. */
 export interface PendingDelta extends Contribution {
   delta: Float32Array;
-  /** ‖Δ‖/√normSteps, the norm-bound statistic (aggregate.ts normSteps), and the steps the server assigned for it. */
+  /** ‖Δ‖/√normSteps, the norm-bound statistic (aggregate.ts normSteps), and the steps the server assigned. */
   score: number;
   steps: number;
   lossMean: number;

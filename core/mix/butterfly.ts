@@ -59,7 +59,8 @@ export function canonicalFragment(
 }
 
 /**
- * The pairwise tree sum ((p0+p1)+(p2+p3))+… of k equal-length pieces (a power of two of them), f32; reuses the pieces.
+ * The pairwise tree sum ((p0+p1)+(p2+p3))+… of k equal-length pieces (a power of two of them), f32; reuses
+ * the pieces.
  */
 export function treeSum(pieces: Float32Array[]): Float32Array {
   let level = pieces;

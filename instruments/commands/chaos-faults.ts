@@ -51,7 +51,10 @@ export interface FaultHost {
   later(p: Promise<void>): void;
 }
 
-/** Kill -9 of ⌈failFraction · N⌉ islands, two connection drops, one SIGSTOP; on the roles a gateway, the aggregator. */
+/**
+ * Kill -9 of ⌈failFraction · N⌉ islands, two connection drops, one SIGSTOP; on the roles also a gateway and the
+ * aggregator.
+ */
 export function faultSchedule(o: { islands: number; failFraction: number; span: number }, h: FaultHost): Fault[] {
   const s = o.span / 0.5; // the marks below are for a span of half the tokens
   const out: Fault[] = [];

@@ -19,8 +19,8 @@ export interface WebGpuEngineOptions extends EngineOptions {
   /** The adapter's fp32 peak in TFLOP/s, where known (gives `peakFlops` and `mfu()`). */
   peakTflops?: number;
   /**
-   * Size of the readback buffer θ, Δ and the moments are read through in chunks (default READBACK_BYTES; tests make it
-   * small).
+   * Size of the readback buffer θ, Δ and the moments are read through in chunks (default READBACK_BYTES;
+   * tests make it small).
    */
   readbackBytes?: number;
   /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
