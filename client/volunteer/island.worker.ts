@@ -159,9 +159,9 @@ async function supervise(o: StartOptions): Promise<void> {
         .catch(() => null);
       await seedFromCache(s.thetaCache, (v, h, p) => rt.seedReplica(v, h, p), st, log);
       const save = replicaSaver(s.thetaCache, () => {
-        const st = rt.replicaState;
+        const rep = rt.replicaState;
         const params = rt.replicaParams();
-        return st && params && { ...st, params };
+        return rep && params && { ...rep, params };
       });
       rt.on((e) => e.type === 'synced' && save(e.via));
     }

@@ -47,10 +47,8 @@ export async function openThetaCache(
   }
   const key = (what: string) => keyOf(origin, what);
   let skip = false; // a θ above the cap is not kept
-  const dropChunks = async (keep: string | null) => {
-    for (const req of await cache.keys())
-      if (req.url.startsWith(key('chunks/')) && (!keep || !req.url.startsWith(key(`chunks/${keep}/`))))
-        await cache.delete(req);
+  const dropChunks = async () => {
+    for (const req of await cache.keys()) if (req.url.startsWith(key('chunks/'))) await cache.delete(req);
   };
   return {
     async get(hash, i) {
@@ -58,22 +56,27 @@ export async function openThetaCache(
       return r ? new Uint8Array(await r.arrayBuffer()) : null;
     },
     async put(hash, i, bytes) {
-      if (!skip) await cache.put(key(`chunks/${hash}/${i}`), new Response(bytes.slice()));
+      // the downloader hands over a chunk it keeps no more: stored as it is
+      if (!skip) await cache.put(key(`chunks/${hash}/${i}`), new Response(bytes as Uint8Array<ArrayBuffer>));
     },
     async begin(m) {
       skip = m.bytes > capBytes;
       if (skip) log('info', `The model (${m.bytes} bytes) is above this page's cache cap: it is not kept.`);
       const old = await manifestIn(cache, origin);
       if (old?.hash === m.hash && !skip) return;
-      await dropChunks(null);
+      await dropChunks();
       if (!skip) await cache.put(key('manifest'), new Response(JSON.stringify(m)));
     },
     async saveReplica(r) {
       if (r.params.byteLength > capBytes) return;
-      const headers = { 'x-atoll-version': String(r.version), 'x-atoll-hash': r.hash };
+      const headers = {
+        'x-atoll-version': String(r.version),
+        'x-atoll-hash': r.hash,
+        'x-atoll-bytes': String(r.params.byteLength),
+      };
       await cache.put(key('replica'), new Response(r.params as Float32Array<ArrayBuffer>, { headers }));
       // a whole θ is kept: the download's chunks are of no more use
-      await dropChunks(null);
+      await dropChunks();
       await cache.delete(key('manifest'));
     },
     async savedReplica() {
@@ -104,7 +107,8 @@ export async function savedModel(origin: string): Promise<SavedModel | null> {
   const cache = await caches.open(CACHE_NAME);
   const rep = await cache.match(keyOf(origin, 'replica'));
   if (rep) {
-    const bytes = Number(rep.headers.get('content-length') ?? (await rep.clone().arrayBuffer()).byteLength);
+    // its size from a header: the page reads no θ to say how large it is
+    const bytes = Number(rep.headers.get('x-atoll-bytes'));
     return { kind: 'replica', version: Number(rep.headers.get('x-atoll-version')), bytes };
   }
   const m = await manifestIn(cache, origin).catch(() => null);
@@ -143,7 +147,8 @@ export async function seedFromCache(
 
 /** Saves the replica after a sync: at once after a download, else at most every REPLICA_SAVE_MS_PER_MB per MB. */
 export function replicaSaver(cache: ThetaCache, replica: () => SavedReplica | null): (via: string) => void {
-  let last = Number.NEGATIVE_INFINITY;
+  // from now: a θ seeded from this cache is not written back at once (a download is, whatever the time)
+  let last = performance.now();
   let busy = false;
   let size = 0;
   return (via) => {

@@ -19,10 +19,11 @@
 // that comes due only once the run is done is reported (notFired), not applied (chaos-faults.ts).
 // The processes it runs, and the island child, are in chaos-children.ts.
 
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { type RedisProc, freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
+import { dataArg } from '../fleet/procs.ts';
 import { loggedUpdates } from '../fleet/tally.ts';
 import {
   type IslandChild,
@@ -342,8 +343,7 @@ export async function chaos(opts: ChaosOptions = {}): Promise<ChaosResult> {
     seed: opts.seed ?? 1,
     roles: opts.roles ?? false,
     span: opts.span ?? 0.5,
-    // its servers run from the repository's root: a path is made absolute here (a bundled name stays)
-    data: opts.data && existsSync(opts.data) ? resolve(opts.data) : (opts.data ?? 'moby-dick'),
+    data: dataArg(opts.data) ?? 'moby-dick',
   };
   const log = opts.log ?? (() => {});
   if (!(Number.isInteger(o.islands) && o.islands >= 1 && o.islands <= 64))

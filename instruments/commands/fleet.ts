@@ -6,11 +6,12 @@
 // event files); `--json` prints report.json.
 
 import { availableParallelism, loadavg } from 'node:os';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { type PresetName, PRESETS, getPreset, numParams } from '../../core/model/config.ts';
 import { freeTcpPort, startRedis } from '../../server/cluster/redis-proc.ts';
 import { runLive } from '../fleet/live.ts';
+import { dataArg } from '../fleet/procs.ts';
 import { liveRow, runTwin, twinSpec } from '../fleet/twin.ts';
 import type { FleetReport, FleetRow, FleetSpec, ScheduleEvent } from '../fleet/types.ts';
 import { ProgressBars } from '../simulate/progress.ts';
@@ -106,8 +107,7 @@ export function fleetSpecFromCli(o: FleetCliOptions): FleetSpec {
     duty: o.duty ? numbers('duty', o.duty, (n) => n > 0 && n <= 1) : [1],
     schedule,
     tokens: o.tokens ?? 50_000,
-    // the servers run from the repository's root: a path is made absolute here (a bundled name stays)
-    data: o.data && existsSync(o.data) ? resolve(o.data) : o.data,
+    data: dataArg(o.data),
     seed: o.seed ?? 1337,
     mode: o.mode,
     codec: o.codec,

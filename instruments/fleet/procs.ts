@@ -2,9 +2,13 @@
 // condition with a deadline.
 
 import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
+
+/** A --data for servers started from ROOT: a path that exists made absolute, a bundled name as it is. */
+export const dataArg = (data: string | undefined) => (data && existsSync(data) ? resolve(data) : data);
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export type Proc = { child: ChildProcess; out: string; exited: Promise<void> };
