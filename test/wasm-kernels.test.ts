@@ -56,16 +56,18 @@ describe('wasm kernels against core/model/ops.ts', () => {
     OC = 19,
     BT = B * T;
 
-  it('matmul forward: transpose, then the 4×8-blocked GEMM with bias', () => {
+  const stripes = (N: number) => Math.ceil(N / 8);
+
+  it('matmul forward: Wᵀ packed in panels, then the 4×8-blocked GEMM with bias', () => {
     const inp = randn(BT * C, 1),
       w = randn(OC * C, 2),
       bias = randn(OC, 3);
     const want = new Float32Array(BT * OC);
     ops.matmulForward(want, inp, w, bias, B, T, C, OC);
-    const wt = put(OC * C),
+    const bp = put(stripes(OC) * 8 * C),
       out = put(BT * OC);
-    run.run('transpose', OC, 8, wt, put(w), OC, C);
-    run.run('gemm', BT, 4, out, put(inp), C, 1, wt, put(bias), 0, C, OC);
+    run.run('packColumns', stripes(OC), 1, bp, put(w), C, OC);
+    run.run('gemm', BT, 4, out, put(inp), C, 1, bp, put(bias), 0, C, OC);
     expect(relErr(get(out, BT * OC), want)).toBeLessThan(1e-6);
   });
 
@@ -80,8 +82,11 @@ describe('wasm kernels against core/model/ops.ts', () => {
       db = db0.slice();
     ops.matmulBackward(dinp, dw, db, dout, inp, w, B, T, C, OC);
     const [ai, aw, ad, ado, adw, adb] = [put(BT * C), put(w), put(inp), put(dout), put(dw0), put(db0)];
-    run.run('gemm', BT, 4, ai, ado, OC, 1, aw, 0, 0, OC, C);
-    run.run('gemm', OC, 4, adw, ado, 1, OC, ad, 0, 1, BT, C);
+    const bp = put(stripes(C) * 8 * Math.max(OC, BT));
+    run.run('packRows', stripes(C), 1, bp, aw, OC, C);
+    run.run('gemm', BT, 4, ai, ado, OC, 1, bp, 0, 0, OC, C);
+    run.run('packRows', stripes(C), 1, bp, ad, BT, C);
+    run.run('gemm', OC, 4, adw, ado, 1, OC, bp, 0, 1, BT, C);
     run.run('columnSum', OC, 4, adb, ado, BT, OC);
     expect(relErr(get(ai, BT * C), dinp)).toBeLessThan(1e-6);
     expect(relErr(get(adw, OC * C), dw)).toBeLessThan(1e-6);

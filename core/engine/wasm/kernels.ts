@@ -11,7 +11,8 @@ import { KERNELS_SHARED_WASM, KERNELS_WASM } from './kernels.gen.ts';
 export interface KernelExports {
   heapBase(): number;
   gemm(...a: number[]): void;
-  transpose(...a: number[]): void;
+  packRows(...a: number[]): void;
+  packColumns(...a: number[]): void;
   columnSum(...a: number[]): void;
   encoderForward(...a: number[]): void;
   encoderBackward(...a: number[]): void;
@@ -35,7 +36,8 @@ export type KernelName = Exclude<keyof KernelExports, 'heapBase'>;
 /** The kernels by number, the same on every thread (the control block names a call by its index). */
 export const KERNEL_NAMES: readonly KernelName[] = [
   'gemm',
-  'transpose',
+  'packRows',
+  'packColumns',
   'columnSum',
   'encoderForward',
   'encoderBackward',
@@ -61,7 +63,8 @@ export const KERNEL_NAMES: readonly KernelName[] = [
  */
 const UNIT_WORK: Partial<Record<KernelName, (a: number[]) => number>> = {
   gemm: (a) => a[7] * a[8], // a row: K · N
-  transpose: (a) => a[3], // a row of C
+  packRows: (a) => 8 * a[2], // a stripe: K rows of 8
+  packColumns: (a) => 8 * a[2], // a stripe: K rows of 8
   columnSum: (a) => a[2], // a column of M
   layernormForward: (a) => a[6], // a row of C
   layernormBackwardInput: (a) => a[6], // a row of C

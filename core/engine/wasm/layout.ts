@@ -41,10 +41,15 @@ function sizes(c: GPTConfig, B: number, T: number) {
       dfchGelu: BT * 4 * C,
       datt: att,
     },
-    /** One weight transposed for the forward's matmul (the largest: wte (V,C) or fcw (4C,C)). */
-    wt: Math.max(V, 4 * C) * C,
+    /**
+     * B of one GEMM in panels (as/matmul.ts), ceil(N/8)·8·K: the largest of a weight's (N = V or 4C, K = C;
+     * N = C, K = V or 4C) and a dW's inputs (N = 4C, K = B·T).
+     */
+    panels: Math.max(pad8(Math.max(V, 4 * C)) * C, pad8(C) * Math.max(V, 4 * C), pad8(4 * C) * Math.max(C, BT)),
   };
 }
+
+const pad8 = (n: number) => Math.ceil(n / 8) * 8;
 
 /** Elements per partial sum of the gradient norm (a fixed chunking: the same sum for any thread count). */
 export const NORM_CHUNK = 16384;
@@ -60,7 +65,7 @@ export interface WasmLayout {
   v: number;
   start: number;
   delta: number;
-  wt: number;
+  panels: number;
   normParts: number;
   inputs: number;
   targets: number;
@@ -80,11 +85,11 @@ export function wasmLayout(c: GPTConfig, maxB: number, maxT: number, base: numbe
   };
   const s = sizes(c, maxB, maxT);
   const [params, grads, m, v, start, delta] = [take(n), take(n), take(n), take(n), take(n), take(n)];
-  const wt = take(s.wt);
+  const panels = take(s.panels);
   const normParts = take(Math.ceil(n / NORM_CHUNK));
   const inputs = take(maxB * maxT);
   const targets = take(maxB * maxT);
   const act = {} as Record<ActivationName, number>;
   for (const [k, floats] of Object.entries(s.activations)) act[k as ActivationName] = take(floats);
-  return { n, params, grads, m, v, start, delta, wt, normParts, inputs, targets, act, bytes: at - base };
+  return { n, params, grads, m, v, start, delta, panels, normParts, inputs, targets, act, bytes: at - base };
 }

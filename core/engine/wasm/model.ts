@@ -25,6 +25,9 @@ const PER_LAYER: Partial<Record<ActivationName, (BT: number, C: number, att: num
 };
 
 type Layer = Record<keyof typeof PER_LAYER, number>;
+/** Panels of 8 columns for a GEMM's B of N columns (as/matmul.ts). */
+const stripes = (N: number) => Math.ceil(N / 8);
+
 type LayerParams = Record<
   'ln1w' | 'ln1b' | 'qkvw' | 'qkvb' | 'attprojw' | 'attprojb' | 'ln2w' | 'ln2b' | 'fcw' | 'fcb' | 'fcprojw' | 'fcprojb',
   number
@@ -91,12 +94,12 @@ export class WasmGPT {
     this.i32.set(tokens.subarray(0, n), at >> 2);
   }
 
-  /** out (BT,OC) = inp (BT,C) · W(OC,C)ᵀ + bias: W transposed once into the scratch, then the blocked GEMM. */
+  /** out (BT,OC) = inp (BT,C) · W(OC,C)ᵀ + bias: Wᵀ packed in panels once, then the blocked GEMM. */
   private matmul(out: number, inp: number, w: number, bias: number, BT: number, C: number, OC: number): void {
     const r = this.run,
-      wt = this.layout.wt;
-    r.run('transpose', OC, 8, wt, w, OC, C);
-    r.run('gemm', BT, 4, out, inp, C, 1, wt, bias, 0, C, OC);
+      bp = this.layout.panels;
+    r.run('packColumns', stripes(OC), 1, bp, w, C, OC);
+    r.run('gemm', BT, 4, out, inp, C, 1, bp, bias, 0, C, OC);
   }
 
   /** dinp (BT,C) = dout·W (overwritten); dW (OC,C) += doutᵀ·inp; dbias (OC) += Σ dout (bias 0: none). */
@@ -111,9 +114,12 @@ export class WasmGPT {
     C: number,
     OC: number,
   ): void {
-    const r = this.run;
-    r.run('gemm', BT, 4, dinp, dout, OC, 1, w, 0, 0, OC, C);
-    r.run('gemm', OC, 4, dw, dout, 1, OC, inp, 0, 1, BT, C);
+    const r = this.run,
+      bp = this.layout.panels;
+    r.run('packRows', stripes(C), 1, bp, w, OC, C);
+    r.run('gemm', BT, 4, dinp, dout, OC, 1, bp, 0, 0, OC, C);
+    r.run('packRows', stripes(C), 1, bp, inp, BT, C);
+    r.run('gemm', OC, 4, dw, dout, 1, OC, bp, 0, 1, BT, C);
     if (dbias) r.run('columnSum', OC, 4, dbias, dout, BT, OC);
   }
 

@@ -10,7 +10,7 @@
 // that depends on the split.
 
 // The kernels by area; the helpers they share are in simd.ts.
-export { gemm, transpose, columnSum } from './matmul';
+export { gemm, packRows, packColumns, columnSum } from './matmul';
 export {
   encoderForward,
   encoderBackward,
