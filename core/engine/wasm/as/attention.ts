@@ -1,12 +1,28 @@
 // Causal self-attention, forward and backward, split by (batch, head) pairs.
 // Part of the Wasm SIMD kernels (kernels.ts, the entry `npm run build:wasm` compiles; its conventions hold).
 
-import { at, splat, hsum, exp4, exp1, dot, axpy, expRow, scaleRow } from './simd';
+import { at, splat, dot, expRow, scaleRow } from './simd';
 
 // ---------------------------------------------------------------------------- attention
 
 // qkv (B,T,3C) holds q, k, v; att (B,NH,T,T) the softmax rows (t2 ≤ t); out (B,T,C).
 // Split by (b, h) pairs [p0, p1): a pair's rows write only its own head's slices.
+
+/** y (n floats) = Σ_j w[j·ws]·x_j over j < count, x_j at x + j·xs floats: 4 lanes of y at a time in a register. */
+@inline function weightedSum(y: usize, w: usize, ws: i32, x: usize, xs: i32, count: i32, n: i32): void {
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    let acc = splat(0);
+    for (let j = 0; j < count; j++)
+      acc = f32x4.add(acc, f32x4.mul(splat(load<f32>(at(w, j * ws))), v128.load(at(x, j * xs + i))));
+    v128.store(at(y, i), acc);
+  }
+  for (; i < n; i++) {
+    let acc: f32 = 0;
+    for (let j = 0; j < count; j++) acc += load<f32>(at(w, j * ws)) * load<f32>(at(x, j * xs + i));
+    store<f32>(at(y, i), acc);
+  }
+}
 
 export function attentionForward(out: usize, att: usize, qkv: usize, T: i32, C: i32, NH: i32, p0: i32, p1: i32): void {
   const hs = C / NH,
@@ -27,14 +43,17 @@ export function attentionForward(out: usize, att: usize, qkv: usize, T: i32, C: 
       const sum = expRow(row, t + 1, maxv);
       const inv: f32 = 1 / sum;
       scaleRow(row, t + 1, inv);
-      const o = at(out, (b * T + t) * C + h * hs);
-      memory.fill(o, 0, <usize>hs << 2);
-      for (let t2 = 0; t2 <= t; t2++) axpy(o, load<f32>(at(row, t2)), at(qkv, (b * T + t2) * C3 + 2 * C + h * hs), hs);
+      // out_t = Σ_t2 att[t2]·v_t2
+      weightedSum(at(out, (b * T + t) * C + h * hs), row, 1, at(qkv, b * T * C3 + 2 * C + h * hs), C3, t + 1, hs);
     }
   }
 }
 
-/** dqkv (this pair's slices overwritten), datt (B,NH,T,T) scratch; pairs [p0, p1). */
+/**
+ * dqkv (this pair's slices overwritten), datt (B,NH,T,T) scratch; pairs [p0, p1). Row by row, datt's row t
+ * becomes the softmax backward's g[t][t2] and dq_t = Σ_t2 g·k; then column by column dv_t2 = Σ_t att·dout_t and
+ * dk_t2 = Σ_t g·q_t, each sum in t order in a register (the order of adding row by row, so the same bits).
+ */
 export function attentionBackward(
   dqkv: usize,
   datt: usize,
@@ -53,31 +72,26 @@ export function attentionBackward(
   for (let p = p0; p < p1; p++) {
     const b = p / NH,
       h = p % NH;
-    for (let t = 0; t < T; t++) {
-      const base = (b * T + t) * C3 + h * hs;
-      memory.fill(at(dqkv, base), 0, <usize>hs << 2);
-      memory.fill(at(dqkv, base + C), 0, <usize>hs << 2);
-      memory.fill(at(dqkv, base + 2 * C), 0, <usize>hs << 2);
-    }
+    const q0 = b * T * C3 + h * hs,
+      k0 = q0 + C,
+      v0 = q0 + 2 * C,
+      d0 = at(dout, b * T * C + h * hs);
     for (let t = 0; t < T; t++) {
       const row = at(att, (p * T + t) * T),
         drow = at(datt, (p * T + t) * T);
-      const d = at(dout, (b * T + t) * C + h * hs);
-      const q = (b * T + t) * C3 + h * hs;
-      // out = att · v
-      for (let t2 = 0; t2 <= t; t2++) {
-        const v = (b * T + t2) * C3 + 2 * C + h * hs;
-        store<f32>(at(drow, t2), dot(at(qkv, v), d, hs));
-        axpy(at(dqkv, v), load<f32>(at(row, t2)), d, hs);
-      }
-      // softmax: dpre = att ⊙ (datt − Σ att·datt), then preatt = scale · q·k
+      const d = at(d0, t * C);
+      // out = att · v: datt[t2] = v_t2 · dout_t
+      for (let t2 = 0; t2 <= t; t2++) store<f32>(at(drow, t2), dot(at(qkv, v0 + t2 * C3), d, hs));
+      // softmax: g = att ⊙ (datt − Σ att·datt) · scale (preatt = scale · q·k), in place of datt
       const s = dot(row, drow, t + 1);
-      for (let t2 = 0; t2 <= t; t2++) {
-        const k = (b * T + t2) * C3 + C + h * hs;
-        const g = load<f32>(at(row, t2)) * (load<f32>(at(drow, t2)) - s) * scale;
-        axpy(at(dqkv, q), g, at(qkv, k), hs);
-        axpy(at(dqkv, k), g, at(qkv, q), hs);
-      }
+      for (let t2 = 0; t2 <= t; t2++)
+        store<f32>(at(drow, t2), load<f32>(at(row, t2)) * (load<f32>(at(drow, t2)) - s) * scale);
+      weightedSum(at(dqkv, q0 + t * C3), drow, 1, at(qkv, k0), C3, t + 1, hs);
+    }
+    for (let t2 = 0; t2 < T; t2++) {
+      const col = (p * T + t2) * T + t2; // element (t2, t2); row t adds T
+      weightedSum(at(dqkv, v0 + t2 * C3), at(att, col), T, at(d0, t2 * C), C, T - t2, hs);
+      weightedSum(at(dqkv, k0 + t2 * C3), at(datt, col), T, at(qkv, q0 + t2 * C3), C3, T - t2, hs);
     }
   }
 }
