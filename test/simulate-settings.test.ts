@@ -50,6 +50,9 @@ describe('simulate --preset settings', () => {
     const s = report.settings!;
     expect(s.riseLimit).toBe(0.02);
     expect(s.rising).toEqual(report.runs.filter((r) => r.maxRise > 0.02).map((r) => r.name));
+    // no setting rises late, the README's among them (async sparse, sync int8, async int4): topk at its codec's
+    // own 1 % did, and int8 rows did under the quarter window (docs/studies/settings.md)
+    expect(s.rising).toEqual([]);
     const finals = report.runs.map((r) => r.evalLoss);
     expect(s.worstOverBest).toBeCloseTo(Math.max(...finals) / Math.min(...finals), 10);
   }, 900_000);

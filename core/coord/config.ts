@@ -50,6 +50,14 @@ export const MEASURED_SETTING = {
   downlink: SPARSE_DOWNLINK,
 } as const satisfies Pick<CoordinatorConfig, 'mode' | 'uplink' | 'downlink'>;
 
+/**
+ * `--codec topk`: the largest fifth of Δ + e, error feedback decay 0.35 (as the sparse uplink's). The codec's
+ * own default (1 % kept, feedback never decaying) diverged in the settings matrix: the owed residual grew
+ * until it was sent whole and stale (tiny, sync 2.52 → 7.30). Kept 20 % with decay 0.35, every topk row
+ * ends within 1.03× the best row and never rises (docs/studies/settings.md).
+ */
+export const TOPK_UPLINK = { encoding: 'topk', topkFraction: 0.2, feedbackDecay: 0.35 } as const satisfies CodecOptions;
+
 /** The downlink of a dense uplink: int8, one scale per 64. */
 export const DENSE_DOWNLINK = { encoding: 'int8', blockSize: 64 } as const satisfies CoordinatorConfig['downlink'];
 
@@ -75,13 +83,12 @@ export function downlinkSetting(encoding: DownlinkEncoding): CoordinatorConfig['
 
 /**
  * The codecs an encoding name stands for, wherever a user picks one (`--codec`, the admin API's
- * `codec`): sparse is the measured sparse uplink with its int4 downlink; any other encoding is a dense
- * uplink at the codec's own defaults with the int8 downlink.
+ * `codec`): sparse is the measured sparse uplink with its int4 downlink; topk is TOPK_UPLINK and any other
+ * encoding a dense uplink at the codec's own defaults, both with the int8 downlink.
  */
 export function codecSetting(encoding: Encoding): Pick<CoordinatorConfig, 'uplink' | 'downlink'> {
-  return encoding === 'sparse'
-    ? { uplink: { ...SPARSE_UPLINK }, downlink: { ...SPARSE_DOWNLINK } }
-    : { uplink: { encoding }, downlink: { ...DENSE_DOWNLINK } };
+  if (encoding === 'sparse') return { uplink: { ...SPARSE_UPLINK }, downlink: { ...SPARSE_DOWNLINK } };
+  return { uplink: encoding === 'topk' ? { ...TOPK_UPLINK } : { encoding }, downlink: { ...DENSE_DOWNLINK } };
 }
 
 /**
@@ -106,6 +113,14 @@ export const SPARSE_MAX_INNER_STEPS = 50;
 export function roundStepsCap(c: Pick<CoordinatorConfig, 'maxInnerSteps'> & { uplink?: { encoding: string } }): number {
   return c.uplink?.encoding === 'sparse' ? Math.min(c.maxInnerSteps, SPARSE_MAX_INNER_STEPS) : c.maxInnerSteps;
 }
+
+/**
+ * An async merge window stays open half the median round (from its first Δ). At a quarter, the settings
+ * matrix's async rows ended 1.01–1.05× the sync rows (sparse 2.644 against 2.563) on twice the versions, each
+ * with fewer Δs; at a half they matched sync (2.515–2.562) in less virtual time, at goodput 1 and half the
+ * bytes down; 0.75 and 1 gave the same (docs/studies/settings.md).
+ */
+export const ASYNC_WINDOW_FRACTION = 0.5;
 
 export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   mode: 'sync',
@@ -139,7 +154,7 @@ export const DEFAULT_COORDINATOR_CONFIG: CoordinatorConfig = {
   trimFraction: 0,
   aggregation: 'mean',
   clip: { iterations: 3, factor: 1 },
-  asyncWindow: { fraction: 0.25, floorMs: 0, capMs: 60_000 },
+  asyncWindow: { fraction: ASYNC_WINDOW_FRACTION, floorMs: 0, capMs: 60_000 },
   maxStaleness: 8,
   staleness: 'inv-sqrt',
   maxTokenWeight: 4,

@@ -40,6 +40,8 @@ export {
   SPARSE_CODE_DOWNLINK,
   SPARSE_DOWNLINK,
   SPARSE_UPLINK,
+  TOPK_UPLINK,
+  ASYNC_WINDOW_FRACTION,
   downlinkSetting,
   mergeConfig,
   stalenessWeight,

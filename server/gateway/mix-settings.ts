@@ -40,7 +40,7 @@ export interface MixOptions {
 
 /**
  * A ready island waits for a group as long as the run's merge window would hold its Δ: the async
- * window's fraction (a quarter by default) of the round, the target round time at first (2 s when
+ * window's fraction (a half by default) of the round, the target round time at first (2 s when
  * the run sets none), then of the median round period measured, 0.5..10 s. The fleet's rounds
  * without a target last 25-45 s and ended further apart than a fixed 2 s: a third of its groups were
  * pairs and some rounds went direct.
