@@ -38,6 +38,8 @@ const specs: DispatchSpec[] = [
   op.softmaxCrossEntropyForward(buf, buf, buf, buf, { V: 51 }),
   op.softmaxCrossEntropyBackward(buf, buf, buf, { V: 51 }),
   op.meanLoss(buf, buf),
+  op.crossEntropyChunkForward(buf, buf, buf, buf, { v0: 64, width: 51, first: false, last: true }),
+  op.crossEntropyChunkBackward(buf, buf, buf, { v0: 64, width: 51 }),
   ...op.gradNorm(buf, buf, buf, { N: 20011 }),
   op.adamwUpdate(buf, buf, buf, buf, buf, {
     N: 20011,

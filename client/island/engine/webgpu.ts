@@ -19,10 +19,12 @@ import type { Tokens } from '../../../core/model/ops.ts';
 import {
   type DeviceLost,
   EVAL_SLOTS,
+  type MemoryPlan,
   type WebGpuEngineOptions,
   engineError,
   estimateGpuBytes,
   limitShortfall,
+  memoryPlan,
   mib,
   plan,
   requiredLimits,
@@ -43,6 +45,8 @@ export {
   checkAdapterFits,
   engineFeatures,
   estimateGpuBytes,
+  type MemoryPlan,
+  memoryPlan,
   requiredLimits,
 } from './webgpu-plan.ts';
 
@@ -66,6 +70,8 @@ export class WebGpuEngine implements TrainingEngine {
   readonly peakFlops?: number;
   /** What the autotuner chose (null: not tuned). */
   tuning: TuneResult | null = null;
+  /** What it holds on the device by category, and the LM head's chunking (webgpu-plan.ts). */
+  readonly memory: MemoryPlan;
   private readonly N: number;
   private readonly maxB: number;
   private readonly maxT: number;
@@ -92,6 +98,7 @@ export class WebGpuEngine implements TrainingEngine {
     this.maxT = r.maxT;
     this.R = r.ring;
     this.N = paramLayout(this.config).total;
+    this.memory = memoryPlan(opts);
     this.res = new GpuResources(device, {
       config: this.config,
       device: this.device,
@@ -101,6 +108,7 @@ export class WebGpuEngine implements TrainingEngine {
       autotune: opts.autotune,
       maxB: this.maxB,
       maxT: this.maxT,
+      headChunk: this.memory.headChunk,
       R: this.R,
       N: this.N,
     });
@@ -320,14 +328,25 @@ export class WebGpuEngine implements TrainingEngine {
       this.inputs.tokens(ctx, null, 1, T);
       const shape = { B: 1, T };
       this.res.program.setShape(shape);
-      const V = this.config.vocabSize;
+      // the trunk, then the head a chunk at a time: each chunk's last row into its place in the readback
       const enc = this.gpu.createCommandEncoder({ label: 'nextTokenLogits' });
-      const pass = enc.beginComputePass();
-      this.res.program.encode(pass, shape, 0, this.res.fwdEnd);
+      let pass = enc.beginComputePass();
+      this.res.program.encode(pass, shape, 0, this.res.trunkEnd);
+      for (const ch of this.res.head) {
+        this.res.program.encode(pass, shape, ch.logits, ch.logits + 1);
+        pass.end();
+        enc.copyBufferToBuffer(
+          this.b('logitsChunk'),
+          (T - 1) * ch.width * 4,
+          this.b('readback'),
+          ch.v0 * 4,
+          ch.width * 4,
+        );
+        pass = enc.beginComputePass();
+      }
       pass.end();
-      enc.copyBufferToBuffer(this.b('logits'), (T - 1) * V * 4, this.b('readback'), 0, V * 4);
       this.gpu.queue.submit([enc.finish()]);
-      return this.res.reads.mapped(V);
+      return this.res.reads.mapped(this.config.vocabSize);
     });
   }
 
