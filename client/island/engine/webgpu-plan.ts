@@ -287,7 +287,7 @@ export function limitShortfall(
     return err(
       'E_ADAPTER_TOO_SMALL',
       `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
-        `batch ${B}×${maxT}; try a smaller batch or model)`,
+        `batch ${B}×${maxT}, head in chunks of ${headChunk(opts)}; try a smaller batch or model)`,
     );
   }
   return ok(undefined);
