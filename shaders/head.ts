@@ -6,7 +6,7 @@ import {
   crossEntropyChunkBackward as chunkBackwardCpu,
   crossEntropyChunkForward as chunkForwardCpu,
 } from '../core/model/ops-head.ts';
-import { type DispatchSpec, defineKernel, grid1, rows } from './kernel.ts';
+import { type DispatchSpec, defineKernel, grid1, lossRows, rows } from './kernel.ts';
 import src from './head.wgsl?raw';
 
 export { HEAD_STATS } from '../core/model/ops-head.ts';
@@ -41,7 +41,10 @@ export function crossEntropyChunkForward(
   });
 }
 
-/** In place: the chunk's logits (B·T, width) become dlogits = (softmax − onehot)·1/(B·T) (the mean loss). */
+/**
+ * In place: the chunk's logits (B·T, width) become dlogits = (softmax − onehot)·dloss, dloss = 1/lossRows (the mean
+ * loss; of the whole batch where this is one of its micro-batches).
+ */
 export function crossEntropyChunkBackward(
   dlogits: GPUBuffer,
   stats: GPUBuffer,
@@ -51,7 +54,7 @@ export function crossEntropyChunkBackward(
   return head.dispatch({
     entry: 'ce_chunk_backward',
     buffers: { dlogits, stats_in: stats, targets },
-    params: (s) => ({ N: rows(s), W: d.width, v0: d.v0, dloss: 1 / rows(s) }),
+    params: (s) => ({ N: rows(s), W: d.width, v0: d.v0, dloss: 1 / lossRows(s) }),
     grid: (s) => grid1(rows(s) * d.width, 256),
   });
 }

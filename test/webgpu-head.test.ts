@@ -4,6 +4,7 @@
 // - a whole engine with a GPT-2-shaped head, V = 1003 in chunks of 256 (4 chunks, the last 235 wide: not
 //   a multiple of 4, on the scalar matmul) against the CPU reference: gradients, 3 AdamW steps, eval and
 //   sampling logits, one submission a step; in f16 (V = 1004) against the f16 CPU twins;
+// - micro-batches with gradient accumulation against the CPU engine on the whole batch;
 // - the memory plan: the head's bytes, and GPT-2's plan against the full head's.
 // Errors as test/kernels.test.ts (normwise relative) and test/webgpu-engine.test.ts (θ absolute).
 
@@ -21,6 +22,7 @@ import {
   type WebGpuEngineOptions,
   estimateGpuBytes,
   memoryPlan,
+  microBatches,
   plan,
   requiredLimits,
 } from '../client/island/engine/webgpu-plan.ts';
@@ -242,6 +244,63 @@ describe('f16 with the head in chunks (V = 1004)', () => {
       const lh = await engine.takeLosses(),
         lt = await twin.takeLosses();
       lh.forEach((l, s) => expect(Math.abs(l - lt[s]), `step ${s}: ${l} vs ${lt[s]}`).toBeLessThan(2e-4 * lt[s]));
+    } finally {
+      engine.destroy();
+    }
+  });
+});
+
+describe('micro-batches: a batch of 5 in micro-batches of 2 (1, 2, 2) equals the whole batch', () => {
+  const micro: WebGpuEngineOptions = { ...opts, maxBatch: 5, microBatch: 2 };
+  const init = initParams(config, 99);
+
+  it('splits a batch, the ragged micro-batch first', () => {
+    expect(microBatches(5, 2)).toEqual([1, 2, 2]);
+    expect(microBatches(4, 2)).toEqual([2, 2]);
+    expect(microBatches(3, 8)).toEqual([3]);
+  });
+
+  it('plans activations for 2 sequences, not 5', () => {
+    const whole = plan({ ...micro, microBatch: undefined }),
+      p = plan(micro);
+    expect(p.storage.get('ln1.0')).toBe(4 * 2 * config.blockSize * config.nEmbd);
+    expect(whole.storage.get('ln1.0')).toBe(4 * 5 * config.blockSize * config.nEmbd);
+    expect(memoryPlan(micro).bytes.activations).toBeLessThan(
+      0.5 * memoryPlan({ ...micro, microBatch: 5 }).bytes.activations,
+    );
+    expect(memoryPlan(micro).microBatch).toBe(2);
+  });
+
+  it('gradients, losses and θ after 3 AdamW steps as the CPU engine at the whole batch', async () => {
+    const engine = await WebGpuEngine.create(device, micro);
+    try {
+      expect(engine.gpuBytes).toBe(estimateGpuBytes(micro));
+      const bt = vocabBatch(5, 19, 11, config.vocabSize);
+      const ref = new GPT(config, 5, 19);
+      ref.params.set(init);
+      const loss = ref.forward(bt.inputs, bt.targets, 5, 19);
+      ref.backward();
+      await engine.setParams(init);
+      await engine.step(bt, { lr: 0, gradClip: 1 });
+      const [got] = await engine.takeLosses();
+      expect(Math.abs(got - loss) / loss).toBeLessThanOrEqual(TOL);
+      compareTensors('microGrads', await engine.debugReadGrads(), ref.grads, 'rel');
+
+      const cpuEngine = new JsEngine(micro);
+      await cpuEngine.setParams(init);
+      await engine.setParams(init);
+      await engine.resetOptimizerState();
+      for (let s = 0; s < 3; s++) {
+        const b = vocabBatch(s === 1 ? 4 : 5, config.blockSize, 400 + s, config.vocabSize); // 4: (2, 2)
+        for (const e of [engine, cpuEngine]) await e.step(b, { lr: 3e-3, gradClip: 1 });
+      }
+      const want = await cpuEngine.takeLosses(),
+        losses = await engine.takeLosses();
+      losses.forEach((l, i) => expect(Math.abs(l - want[i]) / want[i]).toBeLessThanOrEqual(TOL));
+      compareTensors('microParams3', await engine.getParams(), await cpuEngine.getParams(), 'abs');
+      const ev = vocabBatch(5, 20, 998, config.vocabSize); // in micro-batches of 2
+      const [gl, cl] = [await engine.evalLoss(ev), await cpuEngine.evalLoss(ev)];
+      expect(Math.abs(gl - cl) / cl).toBeLessThanOrEqual(TOL);
     } finally {
       engine.destroy();
     }

@@ -27,6 +27,11 @@ export interface WebGpuEngineOptions extends EngineOptions {
   autotune?: { cache: TuneCache | null; budgetMs?: number };
   /** Vocabulary ids per chunk of the LM head, a multiple of 4 (default HEAD_CHUNK; the whole V where it is smaller). */
   headChunk?: number;
+  /**
+   * Sequences per micro-batch (default maxBatch: none): a step of B sequences runs ⌈B / microBatch⌉ forward and
+   * backward passes whose gradients add, on activations sized for microBatch sequences.
+   */
+  microBatch?: number;
 }
 
 /**
@@ -74,6 +79,15 @@ export const PER_LAYER = new Set([
  * still in its buffer, dlogits, 4 of the matmul's backward), the mean loss, and the rest of the model.
  */
 export const stepDispatches = (L: number, chunks: number) => 10 + 8 * chunks + 40 * L;
+/** The step's last dispatches, after the gradients: grad norm (2) and AdamW. */
+export const OPT_DISPATCHES = 3;
+
+/** A batch of B sequences in micro-batches of at most `micro`: their sizes, a ragged one first. */
+export function microBatches(B: number, micro: number): number[] {
+  const full = Math.floor(B / micro),
+    rest = B % micro;
+  return [...(rest ? [rest] : []), ...Array<number>(full).fill(micro)];
+}
 
 /** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
 export const EVAL_SLOTS = 16;
@@ -117,18 +131,20 @@ export const HALF_ACTIVATIONS = new Set([
 export function resolve(opts: WebGpuEngineOptions) {
   const c = opts.config;
   const maxT = opts.maxT ?? c.blockSize;
-  return { c, maxT, B: opts.maxBatch, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
+  const micro = Math.min(opts.microBatch ?? opts.maxBatch, opts.maxBatch);
+  return { c, maxT, B: opts.maxBatch, micro, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
 }
 
 /** Every buffer the engine allocates, sized for (maxBatch, maxT). */
 export function plan(opts: WebGpuEngineOptions): Plan {
-  const { c, maxT, B, ring } = resolve(opts);
+  const { c, maxT, B, micro, ring } = resolve(opts);
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
   const Vc = headChunk(opts),
     chunks = op.vocabChunks(V, Vc).length;
   const N = paramLayout(c).total;
-  const BT = B * maxT,
-    ROWS = B * NH * maxT;
+  // activations for one micro-batch (the whole batch without micro-batches)
+  const BT = micro * maxT,
+    ROWS = micro * NH * maxT;
   const s = new Map<string, number>();
   for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
   const perLayer: Record<string, number> = {
@@ -174,6 +190,7 @@ export function plan(opts: WebGpuEngineOptions): Plan {
     dwPartials: op.partialsScratch(Math.max(4 * C * C, Vc * C), BT, 4 * C),
     inputs: BT,
     targets: BT,
+    batchTokens: 2 * B * maxT /* the whole batch's inputs, then its targets: each micro-batch's copied out */,
     ring: ring + EVAL_SLOTS,
     partials: op.gradNormPartials(N),
     clip: 4,
@@ -189,9 +206,11 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   o.set('stepUniform', 256);
   // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
   o.set('uniforms', (stepDispatches(L, chunks) + 1) * 256);
+  // micro-batches after the first: the step's gradient part again, every parameter gradient accumulating
+  if (micro < B) o.set('accUniforms', (stepDispatches(L, chunks) - OPT_DISPATCHES) * 256);
   o.set('deltaUniforms', 256);
   if (f16) o.set('packUniforms', 256);
-  const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
+  const maxGroups = Math.max(V, micro * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
   return { storage: s, other: o, maxT, ring, maxGroups, headChunk: Vc, headChunks: chunks };
 }
 
@@ -209,6 +228,8 @@ export interface MemoryPlan {
   /** the vocabulary ids per chunk of the LM head, and the chunks */
   headChunk: number;
   headChunks: number;
+  /** sequences per micro-batch (the activations' size; maxBatch: no micro-batches) */
+  microBatch: number;
   bytes: {
     /** θ, its gradients, the Adam moments, θ at the round's start (and f16's weight copy) */
     parameters: number;
@@ -227,7 +248,7 @@ export interface MemoryPlan {
 
 const PARAMETER_BUFFERS = new Set(['params', 'grads', 'm', 'v', 'start', 'wcopy']);
 const HEAD_BUFFERS = new Set(['logitsChunk', 'headStats', 'losses']);
-const SCRATCH_BUFFERS = new Set(['dwPartials', 'partials', 'clip', 'inputs', 'targets', 'ring']);
+const SCRATCH_BUFFERS = new Set(['dwPartials', 'partials', 'clip', 'inputs', 'targets', 'batchTokens', 'ring']);
 
 /** The plan's bytes by category (every storage buffer not otherwise named is an activation or its gradient). */
 export function memoryPlan(opts: WebGpuEngineOptions): MemoryPlan {
@@ -246,7 +267,8 @@ export function memoryPlan(opts: WebGpuEngineOptions): MemoryPlan {
   for (const n of p.other.values()) bytes.scratch += n;
   const total = bytes.parameters + bytes.activations + bytes.head + bytes.scratch;
   const largestBuffer = Math.max(...p.storage.values(), ...p.other.values());
-  return { headChunk: p.headChunk, headChunks: p.headChunks, bytes, total, largestBuffer };
+  const microBatch = resolve(opts).micro;
+  return { headChunk: p.headChunk, headChunks: p.headChunks, microBatch, bytes, total, largestBuffer };
 }
 
 /**
@@ -283,11 +305,12 @@ export function limitShortfall(
     const h = have_[k];
     if (h === undefined || need <= h) continue;
     const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? mib : String;
-    const { c, maxT, B } = resolve(opts);
+    const { c, maxT, B, micro } = resolve(opts);
     return err(
       'E_ADAPTER_TOO_SMALL',
       `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
-        `batch ${B}×${maxT}, head in chunks of ${headChunk(opts)}; try a smaller batch or model)`,
+        `batch ${B}×${maxT}${micro < B ? ` in micro-batches of ${micro}` : ''}, head in chunks of ${headChunk(opts)}; ` +
+        'try a smaller batch, micro-batch or model)',
     );
   }
   return ok(undefined);
@@ -314,6 +337,9 @@ export function validateOptions(opts: WebGpuEngineOptions): void {
   const dims = { vocabSize: opts.config.vocabSize, maxBatch·nHead: opts.maxBatch * opts.config.nHead, maxT };
   for (const [k, v] of Object.entries(dims))
     if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
+  const mb = opts.microBatch;
+  if (mb !== undefined && (!Number.isInteger(mb) || mb < 1 || mb > opts.maxBatch))
+    throw new Error(`microBatch ${mb} must be an integer in [1, maxBatch ${opts.maxBatch}]`);
   const hc = opts.headChunk;
   if (hc !== undefined && (!Number.isInteger(hc) || hc < 4 || hc % 4 !== 0))
     throw new Error(`headChunk ${hc} must be a positive multiple of 4 (vocabulary ids per chunk of the LM head)`);

@@ -21,6 +21,8 @@ export interface ResourceShape {
   halfForm: op.HalfForm;
   autotune: WebGpuEngineOptions['autotune'];
   maxB: number;
+  /** Sequences per micro-batch (≤ maxB): the activations' size. */
+  micro: number;
   maxT: number;
   /** The LM head's chunk width in vocabulary ids (webgpu-plan.ts's headChunk). */
   headChunk: number;
@@ -38,6 +40,8 @@ export class GpuResources {
   losses!: LossRing;
   reads!: Readback;
   program!: Program;
+  /** Micro-batches after a batch's first: [0, optStart) of the step, every parameter gradient adding (null: none). */
+  accProgram: Program | null = null;
   deltaProgram!: Program;
   packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
   trunkEnd = 0; // dispatches [0, trunkEnd): forward to the final LayerNorm
@@ -92,18 +96,19 @@ export class GpuResources {
         this.gpu,
         kernels,
         modelMatmuls(s.config.nEmbd, s.headChunk),
-        s.maxB * s.maxT,
+        s.micro * s.maxT,
         { adapter: s.device, cache: s.autotune.cache, budgetMs: s.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS },
       );
     }
     const f16 = s.numerics === 'f16',
       form = s.halfForm;
-    const step = trainingStep(s.config, (n) => this.b(n), {
-      maxRows: s.maxB * s.maxT,
+    const stepOpts = {
+      maxRows: s.micro * s.maxT,
       headChunk: s.headChunk,
       choices: this.tuning?.choices ?? new Map(),
       ...(f16 ? { f16: { form } } : {}),
-    });
+    };
+    const step = trainingStep(s.config, (n) => this.b(n), stepOpts);
     const specs = step.specs;
     this.trunkEnd = step.trunkEnd;
     this.head = step.chunks.map((ch, j) => ({ ...ch, logits: step.headLogits[j] }));
@@ -115,8 +120,14 @@ export class GpuResources {
       grads = b('grads');
     const expected = stepDispatches(L, step.chunks.length);
     if (specs.length !== expected) throw new Error(`internal: ${specs.length} dispatches, expected ${expected}`);
-    const probe = { B: s.maxB, T: s.maxT };
+    const probe = { B: s.micro, T: s.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
+    if (s.micro < s.maxB) {
+      const acc = trainingStep(s.config, (n) => this.b(n), { ...stepOpts, accumulate: true });
+      const gradients = acc.specs.slice(0, acc.optStart);
+      this.accProgram = await Program.build(kernels, gradients, probe, b('stepUniform'), 'step.accumulate');
+      this.bytes += this.accProgram.uniform.size;
+    }
     // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
     const delta = f16
       ? op.pseudoGradientF16(grads, b('start'), params, { N: s.N, form })
@@ -142,6 +153,7 @@ export class GpuResources {
     for (const b of this.buf.values()) b.destroy();
     this.losses?.destroy();
     this.program?.destroy();
+    this.accProgram?.destroy();
     this.deltaProgram?.destroy();
     this.packProgram?.destroy();
   }

@@ -1,8 +1,8 @@
 // The training step as one fixed list of dispatches, in core/model/gpt.ts's order: forward (each
 // residual add fused into the LayerNorm that reads it next, bias + GELU into the fc matmul), the
 // tied head and its cross-entropy a vocabulary chunk at a time, the mean loss, backward (overwriting,
-// but for the residual stream's gradient and the tied wte), grad norm and AdamW. Buffers by their
-// plan name (webgpu-plan.ts).
+// but for the residual stream's gradient and the tied wte; a micro-batch after the first adds every
+// parameter gradient), grad norm and AdamW. Buffers by their plan name (webgpu-plan.ts).
 
 import { type GPTConfig, paramLayout } from '../../../core/model/config.ts';
 import type { DispatchSpec } from '../../../shaders/kernel.ts';
@@ -27,11 +27,19 @@ export interface StepLayout {
 /**
  * The step's dispatches for `c`, on the buffers `b` names, activations sized for `maxRows` = B·T
  * rows, the head in chunks of `headChunk` vocabulary ids, matmuls on the tuner's `choices`.
+ * `accumulate`: a micro-batch after a batch's first, every parameter gradient and the loss add to the
+ * earlier micro-batches' (for its [0, optStart)).
  */
 export function trainingStep(
   c: GPTConfig,
   b: (name: string) => GPUBuffer,
-  o: { maxRows: number; headChunk: number; choices: Map<string, MatmulChoice>; f16?: { form: op.HalfForm } },
+  o: {
+    maxRows: number;
+    headChunk: number;
+    choices: Map<string, MatmulChoice>;
+    f16?: { form: op.HalfForm };
+    accumulate?: boolean;
+  },
 ): StepLayout {
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
   const layout = paramLayout(c);
@@ -50,6 +58,7 @@ export function trainingStep(
   const datty = b('dln'),
     dqkv = b('dfchGelu');
   const specs: DispatchSpec[] = [];
+  const accumulate = o.accumulate ?? false;
   const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
   const gelu = o.maxRows * 4 * C; // offset of the GELU half of each fch buffer
   const tuned = (cin: number, cout: number) => tunedDims(o.choices, cin, cout);
@@ -177,7 +186,7 @@ export function trainingStep(
       }),
     );
   });
-  specs.push(op.meanLoss(b('ring'), b('losses')));
+  specs.push(op.meanLoss(b('ring'), b('losses'), { accumulate }));
   const lossEnd = specs.length;
 
   // ---- backward (overwrite unless noted). A residual add passes its gradient to both inputs
@@ -194,6 +203,7 @@ export function trainingStep(
       ...op.matmulBackward(b('dln'), grads, logitsChunk, b('lnf'), W, {
         ...headDims(chunks[j]),
         partials,
+        accumulateParams: accumulate,
         accumulateDinp: !last,
         ...tuned(C, o.headChunk).bwd,
         ...halfBwd,
@@ -206,6 +216,7 @@ export function trainingStep(
       wOff: at('lnfw'),
       bOff: at('lnfb'),
       partials,
+      accumulateParams: accumulate,
       ...lnBwd,
     }),
   );
@@ -220,6 +231,7 @@ export function trainingStep(
         biasOff: at('fcprojb', l),
         inOff: gelu,
         partials,
+        accumulateParams: accumulate,
         ...tuned(4 * C, C).bwd,
         ...halfBwd,
       }),
@@ -233,6 +245,7 @@ export function trainingStep(
         wOff: at('fcw', l),
         biasOff: at('fcb', l),
         partials,
+        accumulateParams: accumulate,
         ...tuned(C, 4 * C).bwd,
         ...halfBwd,
       }),
@@ -241,6 +254,7 @@ export function trainingStep(
         wOff: at('ln2w', l),
         bOff: at('ln2b', l),
         partials,
+        accumulateParams: accumulate,
         accumulateDinp: true,
         ...lnBwd,
       }),
@@ -251,6 +265,7 @@ export function trainingStep(
         wOff: at('attprojw', l),
         biasOff: at('attprojb', l),
         partials,
+        accumulateParams: accumulate,
         ...tuned(C, C).bwd,
         ...halfBwd,
       }),
@@ -261,6 +276,7 @@ export function trainingStep(
         wOff: at('qkvw', l),
         biasOff: at('qkvb', l),
         partials,
+        accumulateParams: accumulate,
         ...tuned(C, 3 * C).bwd,
         ...halfBwd,
       }),
@@ -269,13 +285,16 @@ export function trainingStep(
         wOff: at('ln1w', l),
         bOff: at('ln1b', l),
         partials,
+        accumulateParams: accumulate,
         accumulateDinp: true,
         ...lnBwd,
       }),
     );
   }
   // dres = d encoded; the tied wte already holds the LM head's gradient: the embedding's adds to it
-  specs.push(...op.encoderBackward(grads, dres, b('inputs'), { ...enc, accumulateWte: true }));
+  specs.push(
+    ...op.encoderBackward(grads, dres, b('inputs'), { ...enc, accumulateWte: true, accumulateWpe: accumulate }),
+  );
 
   // ---- optimizer (f16: AdamW also writes the matmuls' half weight copy)
   const optStart = specs.length;
