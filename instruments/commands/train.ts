@@ -34,6 +34,8 @@ export interface TrainOptions {
   /** Storage of activations, the matmuls' weight copy and Δ (default f32; master weights and Adam stay f32). */
   precision?: 'f32' | 'f16';
   batch?: number;
+  /** WebGPU: sequences per forward and backward pass, their gradients added (default: the whole batch). */
+  microBatch?: number;
   /** Tokens per sequence (default: the preset's context, blockSize); at most blockSize. */
   seqLen?: number;
   lr: number;
@@ -111,7 +113,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   const trainParts = 'trainShards' in data ? data.trainShards : [data.train];
   const trainTokens = trainParts.reduce((a, s) => a + s.length, 0);
   const precision = o.precision ?? 'f32';
-  const engineOpts = { config, maxBatch: B, maxT: T, precision };
+  const engineOpts = { config, maxBatch: B, maxT: T, precision, microBatch: o.microBatch };
   const engine = await createEngine(o.engine, engineOpts, { autotune: o.autotune, threads: o.threads, precision });
   const memory = o.engine === 'webgpu' ? memoryPlan(engineOpts) : null;
   const gpuBytes = memory?.total ?? null;

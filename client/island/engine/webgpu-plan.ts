@@ -338,8 +338,8 @@ export function validateOptions(opts: WebGpuEngineOptions): void {
   for (const [k, v] of Object.entries(dims))
     if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
   const mb = opts.microBatch;
-  if (mb !== undefined && (!Number.isInteger(mb) || mb < 1 || mb > opts.maxBatch))
-    throw new Error(`microBatch ${mb} must be an integer in [1, maxBatch ${opts.maxBatch}]`);
+  if (mb !== undefined && (!Number.isInteger(mb) || mb < 1))
+    throw new Error(`microBatch ${mb} must be a positive integer (at least maxBatch: no micro-batches)`);
   const hc = opts.headChunk;
   if (hc !== undefined && (!Number.isInteger(hc) || hc < 4 || hc % 4 !== 0))
     throw new Error(`headChunk ${hc} must be a positive multiple of 4 (vocabulary ids per chunk of the LM head)`);
