@@ -268,8 +268,8 @@ export class WebGpuEngine implements TrainingEngine {
   }
 
   /**
-   * The batch's micro-batches (microBatches: a ragged one first), each with its first row, its shape (the loss the
-   * mean over the whole batch) and its program: the step's for the first, the accumulating one after it.
+   * The batch's micro-batches (microBatches: a ragged one first), each with its first row, its shape (lossRows: the
+   * whole batch's, whose mean loss it adds to) and its program: the step's for the first, the accumulating one after.
    */
   private parts(B: number, T: number): MicroBatch[] {
     let r0 = 0;
