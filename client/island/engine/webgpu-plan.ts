@@ -89,7 +89,7 @@ export function microBatches(B: number, micro: number): number[] {
   return [...(rest ? [rest] : []), ...Array<number>(full).fill(micro)];
 }
 
-/** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
+/** Loss slots after the ring, used by evalLoss (one per chunk of microBatch sequences). */
 export const EVAL_SLOTS = 16;
 
 // ---------------------------------------------------------------------------- sizing
@@ -135,7 +135,7 @@ export function resolve(opts: WebGpuEngineOptions) {
   return { c, maxT, B: opts.maxBatch, micro, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
 }
 
-/** Every buffer the engine allocates, sized for (maxBatch, maxT). */
+/** Every buffer the engine allocates: activations for (microBatch, maxT), the batch's tokens for (maxBatch, maxT). */
 export function plan(opts: WebGpuEngineOptions): Plan {
   const { c, maxT, B, micro, ring } = resolve(opts);
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
