@@ -61,6 +61,7 @@ const TWO_AT_A_TIME = [
   'validator',
   'wasm-engine',
   'wasm-kernels',
+  'webgpu-head',
   'webgpu-smoke',
   'wire-bytes',
   'wire-meter',

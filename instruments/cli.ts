@@ -97,6 +97,11 @@ export function buildProgram(): Command {
     .addOption(engineOption())
     .addOption(threadsOption())
     .option('--no-autotune', 'WebGPU: skip timing the matmul variants at start (use the defaults)')
+    .option(
+      '--micro-batch <n>',
+      'WebGPU: sequences per forward and backward pass, their gradients added (default: the whole batch), 1..4096',
+      intIn(1, 4096),
+    )
     .addOption(precisionOption())
     .option('--json', 'print one JSON object at the end')
     .action(async (o) => {

@@ -271,6 +271,8 @@ export type ParamValues = Record<string, number | readonly number[]>;
 export interface Shape {
   B: number;
   T: number;
+  /** Rows the loss is the mean over: the whole batch's B·T where this shape is one of its micro-batches (default B·T). */
+  lossRows?: number;
 }
 
 export interface DispatchSpec {
@@ -336,5 +338,7 @@ export function grid1(n: number, perGroup: number): [number, number, number] {
 
 /** Rows of activations: B·T. */
 export const rows = (s: Shape) => s.B * s.T;
+/** Rows of the batch whose mean loss this shape's rows add to (micro-batches: the whole batch's). */
+export const lossRows = (s: Shape) => s.lossRows ?? rows(s);
 /** The `accumulate` Params flag: the kernels add into gradient outputs (as the twins do) when 1. */
 export const acc = (a: boolean | undefined) => (a ? 1 : 0);

@@ -9,6 +9,7 @@ import { encoder } from './encoder.ts';
 import { gelu } from './gelu.ts';
 import { gradnorm } from './gradnorm.ts';
 import { half } from './half.ts';
+import { head } from './head.ts';
 import type { Kernel } from './kernel.ts';
 import { layernorm } from './layernorm.ts';
 import { matmul } from './matmul.ts';
@@ -21,6 +22,7 @@ export * from './encoder.ts';
 export * from './gelu.ts';
 export * from './gradnorm.ts';
 export * from './half.ts';
+export * from './head.ts';
 export * from './layernorm.ts';
 export * from './matmul.ts';
 export * from './residual.ts';
@@ -33,6 +35,7 @@ export const KERNELS: readonly Kernel[] = [
   gelu,
   gradnorm,
   half,
+  head,
   layernorm,
   matmul,
   residual,

@@ -35,9 +35,9 @@ const specs: DispatchSpec[] = [
   ...op.attentionBackward(buf, buf, buf, buf, buf, buf, { C: 48, NH: 4 }),
   op.geluForward(buf, buf, { width: 192 }),
   op.geluBackward(buf, buf, buf, { width: 192 }),
-  op.softmaxCrossEntropyForward(buf, buf, buf, buf, { V: 51 }),
-  op.softmaxCrossEntropyBackward(buf, buf, buf, { V: 51 }),
   op.meanLoss(buf, buf),
+  op.crossEntropyChunkForward(buf, buf, buf, buf, { v0: 64, width: 51, first: false, last: true }),
+  op.crossEntropyChunkBackward(buf, buf, buf, { v0: 64, width: 51 }),
   ...op.gradNorm(buf, buf, buf, { N: 20011 }),
   op.adamwUpdate(buf, buf, buf, buf, buf, {
     N: 20011,

@@ -1,6 +1,7 @@
 // `atoll train` and `atoll sample` end to end, plus checkpoint and data errors with codes: train's --json
-// carries the whole curve and its scalars land in <out>.metrics/ (JSONL and TensorBoard); sample on a
-// transformers folder says to export it back first.
+// carries the whole curve and its scalars land in <out>.metrics/ (JSONL and TensorBoard), on WebGPU the
+// memory plan too (and --micro-batch trains as the whole batch); sample on a transformers folder says to
+// export it back first.
 
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs';
@@ -29,6 +30,38 @@ describe('atoll train / sample', () => {
     expect(bad.status).not.toBe(0);
     expect(bad.stderr).toMatch(/E_BAD_CONFIG: --threads/);
   });
+
+  it('--engine webgpu --json prints its memory plan; --micro-batch 3 trains as the whole batch of 8 does', () => {
+    const env = {
+      ...process.env,
+      VK_ICD_FILENAMES: '/usr/lib/chromium/vk_swiftshader_icd.json',
+      XDG_RUNTIME_DIR: '/tmp',
+    };
+    const train = (micro: string[], out: string) => {
+      const r = spawnSync(
+        'node',
+        [
+          'bin/atoll.js',
+          'train',
+          ...['--preset', 'tiny', '--engine', 'webgpu', '--no-autotune', '--steps', '3', '--eval-batches', '1'],
+          ...micro,
+          ...['--json', '--out', join(dir, out)],
+        ],
+        { encoding: 'utf8', timeout: 120_000, env },
+      );
+      if (r.status !== 0) throw new Error(r.stderr);
+      return JSON.parse(r.stdout.trim());
+    };
+    const whole = train([], 'gpu-whole.safetensors'),
+      micro = train(['--micro-batch', '3'], 'gpu-micro.safetensors');
+    expect(whole.memoryPlan).toMatchObject({ headChunk: 256, headChunks: 1, microBatch: 8, total: whole.gpuBytes });
+    expect(micro.memoryPlan.microBatch).toBe(3); // micro-batches of 2, 3, 3
+    expect(micro.memoryPlan.bytes.activations).toBeLessThan(whole.memoryPlan.bytes.activations / 2);
+    const losses = (r: { curve: Array<{ trainLoss: number | null }> }) => r.curve.slice(1).map((p) => p.trainLoss!);
+    expect(losses(micro)).toHaveLength(3);
+    losses(micro).forEach((l, i) => expect(l).toBeCloseTo(losses(whole)[i], 4));
+    expect(micro.evalLossLast).toBeCloseTo(whole.evalLossLast, 4);
+  }, 240_000);
 
   it('--seq-len trains and evaluates on shorter sequences than the context, and refuses a longer one', () => {
     const out = join(dir, 'short.safetensors');

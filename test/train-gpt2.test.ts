@@ -72,6 +72,9 @@ describe('train --preset gpt2-mini', () => {
     await prepare({ tokenizer: 'gpt2', out: shards, inputs: [join(dir, 'in')], shardTokens: 1000, heldOutTokens: 500 });
     const { report } = trainGpt2('webgpu', 1, shards);
     expect(report.engine).toBe('webgpu');
+    // the head in 7 chunks of 8192 ids: (64, 8192) logits, no (64, 50257) buffer
+    expect(report.memoryPlan).toMatchObject({ headChunk: 8192, headChunks: 7, total: report.gpuBytes });
+    expect(report.memoryPlan.bytes.head).toBe(4 * SEQ * (8192 + 4 + 1));
     expect(report.evalLossLast).toBeLessThan(report.evalLossFirst - 0.05); // one step, in its lr warmup: −0.098
     const cpu = trainGpt2('cpu', 1, shards).report;
     expect(report.evalLossFirst).toBeCloseTo(cpu.evalLossFirst, 3);

@@ -1,10 +1,10 @@
 // The matmul autotuner's split-K scratch fits the buffer limit the engine's plan requests, at every preset:
-// at `gpt2` the head's dW scratch (4 slices of V·C) is the largest buffer, and a scratch sized with the
-// bias (C·OC + OC) outgrew the device's maxBufferSize by 4·V floats (no device needed for the sizes).
+// the head is tuned at its chunk's width (headChunk), as the engine records it, and a scratch sized with the
+// bias (C·OC + OC) once outgrew the device's maxBufferSize by 4·V floats (no device needed for the sizes).
 
 import { describe, expect, it } from 'vitest';
 import { PRESETS, DEFAULT_BATCH, type PresetName } from '../core/model/config.ts';
-import { plan, requiredLimits } from '../client/island/engine/webgpu-plan.ts';
+import { headChunk, plan, requiredLimits } from '../client/island/engine/webgpu-plan.ts';
 import { modelMatmuls, tunerPartials } from '../client/island/engine/webgpu-tune.ts';
 
 describe('autotune scratch', () => {
@@ -13,7 +13,7 @@ describe('autotune scratch', () => {
       const config = PRESETS[name];
       const opts = { config, maxBatch: DEFAULT_BATCH[name] };
       const rows = opts.maxBatch * config.blockSize;
-      const bytes = 4 * tunerPartials(modelMatmuls(config.nEmbd, config.vocabSize), rows);
+      const bytes = 4 * tunerPartials(modelMatmuls(config.nEmbd, headChunk(opts)), rows);
       expect(bytes, name).toBe(plan(opts).storage.get('dwPartials'));
       expect(bytes, name).toBeLessThanOrEqual(requiredLimits(opts).maxBufferSize);
     }

@@ -16,7 +16,7 @@ import { checkVocab, checkpointTokenizer } from '../../core/data/tokenizer.ts';
 import type { CpuEngineName } from '../../core/engine/cpu.ts';
 import type { EngineKind } from '../../core/protocol.ts';
 import { createEngine } from '../../client/island/engine/node-engines.ts';
-import { estimateGpuBytes } from '../../client/island/engine/webgpu-plan.ts';
+import { type MemoryPlan, memoryPlan } from '../../client/island/engine/webgpu-plan.ts';
 import { assertWritable, writeFileAtomic } from '../../server/fsutil.ts';
 import { ScalarLog } from '../../server/run/scalars.ts';
 
@@ -34,6 +34,8 @@ export interface TrainOptions {
   /** Storage of activations, the matmuls' weight copy and Δ (default f32; master weights and Adam stay f32). */
   precision?: 'f32' | 'f16';
   batch?: number;
+  /** WebGPU: sequences per forward and backward pass, their gradients added (default: the whole batch). */
+  microBatch?: number;
   /** Tokens per sequence (default: the preset's context, blockSize); at most blockSize. */
   seqLen?: number;
   lr: number;
@@ -73,6 +75,8 @@ export interface TrainReport {
   precision: 'f32' | 'f16';
   /** WebGPU: the bytes the engine allocates on the device (its plan, webgpu-plan.ts); null on the CPU */
   gpuBytes: number | null;
+  /** WebGPU: those bytes by category and the LM head's chunking (webgpu-plan.ts's memoryPlan); null on the CPU */
+  memoryPlan: MemoryPlan | null;
   checkpoint: string;
   /** Every step's lr and train loss, and the evals (at step 0 and every --eval-every). */
   curve: TrainCurvePoint[];
@@ -109,9 +113,10 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   const trainParts = 'trainShards' in data ? data.trainShards : [data.train];
   const trainTokens = trainParts.reduce((a, s) => a + s.length, 0);
   const precision = o.precision ?? 'f32';
-  const engineOpts = { config, maxBatch: B, maxT: T, precision };
+  const engineOpts = { config, maxBatch: B, maxT: T, precision, microBatch: o.microBatch };
   const engine = await createEngine(o.engine, engineOpts, { autotune: o.autotune, threads: o.threads, precision });
-  const gpuBytes = o.engine === 'webgpu' ? estimateGpuBytes(engineOpts) : null;
+  const memory = o.engine === 'webgpu' ? memoryPlan(engineOpts) : null;
+  const gpuBytes = memory?.total ?? null;
   try {
     await engine.setParams(initParams(config, o.seed));
     const evalSet = evalBatches(data.heldOut, B, T, o.evalBatches);
@@ -225,6 +230,7 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
       tokensPerSec: tokens / (trainTime / 1000),
       precision,
       gpuBytes,
+      memoryPlan: memory,
       checkpoint: o.out,
       curve,
       metrics,

@@ -7,7 +7,10 @@ import { ADAMW_DEFAULTS, type Tokens } from '../../../core/model/ops.ts';
 import { STEP_UNIFORM_BYTES, encodeStepUniform } from './webgpu-kernels.ts';
 import { engineError } from './webgpu-plan.ts';
 
-/** Writes a step's inputs into the engine's `inputs`, `targets` and `stepUniform` buffers. */
+/**
+ * Writes a step's tokens into the engine's `batchTokens` (the whole batch: inputs, then targets), copies each
+ * micro-batch's rows into `inputs` and `targets` (what the kernels read), and writes `stepUniform`.
+ */
 export class StepInputs {
   private readonly hyper: typeof ADAMW_DEFAULTS;
   private readonly stepUniform = new ArrayBuffer(STEP_UNIFORM_BYTES);
@@ -50,8 +53,16 @@ export class StepInputs {
       this.tokOut[i] = y;
     }
     const q = this.gpu.queue;
-    q.writeBuffer(this.b('inputs'), 0, this.tokIn, 0, n);
-    if (targets) q.writeBuffer(this.b('targets'), 0, this.tokOut, 0, n);
+    q.writeBuffer(this.b('batchTokens'), 0, this.tokIn, 0, n);
+    if (targets) q.writeBuffer(this.b('batchTokens'), 4 * this.maxB * this.maxT, this.tokOut, 0, n);
+  }
+
+  /** Records the copy of rows [r0, r0 + rows) of the batch (T tokens a row) into `inputs` and `targets`. */
+  copyRows(enc: GPUCommandEncoder, r0: number, rows: number, T: number): void {
+    const all = this.b('batchTokens'),
+      bytes = 4 * rows * T;
+    enc.copyBufferToBuffer(all, 4 * r0 * T, this.b('inputs'), 0, bytes);
+    enc.copyBufferToBuffer(all, 4 * (this.maxB * this.maxT + r0 * T), this.b('targets'), 0, bytes);
   }
 
   /** The step uniform for AdamW step `t` (bias corrections from max(1, t)). */

@@ -217,7 +217,8 @@ export class Program {
 
   /** Writes every dispatch's uniforms for `shape` (queued, ordered before later submits). */
   setShape(shape: Shape): void {
-    if (this.shape && this.shape.B === shape.B && this.shape.T === shape.T) return;
+    const same = this.shape && this.shape.B === shape.B && this.shape.T === shape.T;
+    if (same && this.shape!.lossRows === shape.lossRows) return;
     const dv = new DataView(this.staging);
     for (const b of this.built) writeParams(b.spec.kernel.params, b.spec.params(shape), dv, b.slot, b.spec.entry);
     this.device.queue.writeBuffer(this.uniform, 0, this.staging);

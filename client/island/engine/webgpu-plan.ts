@@ -25,7 +25,23 @@ export interface WebGpuEngineOptions extends EngineOptions {
   readbackBytes?: number;
   /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
   autotune?: { cache: TuneCache | null; budgetMs?: number };
+  /** Vocabulary ids per chunk of the LM head, a multiple of 4 (default HEAD_CHUNK; the whole V where it is smaller). */
+  headChunk?: number;
+  /**
+   * Sequences per micro-batch (default maxBatch: none): a step of B sequences runs ⌈B / microBatch⌉ forward and
+   * backward passes whose gradients add, on activations sized for microBatch sequences.
+   */
+  microBatch?: number;
 }
+
+/**
+ * The LM head's default chunk: no (B·T, V) buffer exists, only (B·T, chunk) logits. At GPT-2's V = 50,257,
+ * B·T = 1024: 7 chunks, 32 MiB of logits where the full head took 3 × 196 MiB (logits, probs, dlogits).
+ */
+export const HEAD_CHUNK = 8192;
+
+/** The head's chunk width for these options: ids per chunk (the last chunk may be narrower). */
+export const headChunk = (opts: WebGpuEngineOptions) => Math.min(opts.config.vocabSize, opts.headChunk ?? HEAD_CHUNK);
 
 /** The autotuner's time budget at engine start. */
 export const AUTOTUNE_BUDGET_MS = 2000;
@@ -57,10 +73,23 @@ export const PER_LAYER = new Set([
   'fcprojb',
 ]);
 
-/** Dispatches recorded for one training step (checked against what build() records). */
-export const stepDispatches = (L: number) => 18 + 40 * L;
+/**
+ * Dispatches recorded for one training step with the head in `chunks` chunks (checked against what build()
+ * records): 8 a chunk (forward: logits, statistics; backward: the logits again but for the last chunk, which is
+ * still in its buffer, dlogits, 4 of the matmul's backward), the mean loss, and the rest of the model.
+ */
+export const stepDispatches = (L: number, chunks: number) => 10 + 8 * chunks + 40 * L;
+/** The step's last dispatches, after the gradients: grad norm (2) and AdamW. */
+export const OPT_DISPATCHES = 3;
 
-/** Loss slots after the ring, used by evalLoss (one per chunk of maxBatch sequences). */
+/** A batch of B sequences in micro-batches of at most `micro`: their sizes, a ragged one first. */
+export function microBatches(B: number, micro: number): number[] {
+  const full = Math.floor(B / micro),
+    rest = B % micro;
+  return [...(rest ? [rest] : []), ...Array<number>(full).fill(micro)];
+}
+
+/** Loss slots after the ring, used by evalLoss (one per chunk of microBatch sequences). */
 export const EVAL_SLOTS = 16;
 
 // ---------------------------------------------------------------------------- sizing
@@ -74,6 +103,9 @@ export interface Plan {
   ring: number;
   /** Largest grid dimension any dispatch uses. */
   maxGroups: number;
+  /** The LM head's chunk width (vocabulary ids) and chunk count. */
+  headChunk: number;
+  headChunks: number;
 }
 
 export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
@@ -81,7 +113,7 @@ export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); /
 export const READBACK_BYTES = 4 * 2 ** 20;
 export const h16b = (n: number) => Math.max(16, Math.ceil((n * 2) / 16) * 16); // bytes of n halves, padded alike
 
-/** Activations stored as halves with --precision f16: all but the logits (and their gradients: f32). */
+/** Activations stored as halves with --precision f16: all but the head's logits (and their gradients: f32). */
 export const HALF_ACTIVATIONS = new Set([
   'encoded',
   'ln1',
@@ -99,16 +131,20 @@ export const HALF_ACTIVATIONS = new Set([
 export function resolve(opts: WebGpuEngineOptions) {
   const c = opts.config;
   const maxT = opts.maxT ?? c.blockSize;
-  return { c, maxT, B: opts.maxBatch, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
+  const micro = Math.min(opts.microBatch ?? opts.maxBatch, opts.maxBatch);
+  return { c, maxT, B: opts.maxBatch, micro, ring: Math.max(1, Math.floor(opts.lossReadEvery ?? 64)) };
 }
 
-/** Every buffer the engine allocates, sized for (maxBatch, maxT). */
+/** Every buffer the engine allocates: activations for (microBatch, maxT), the batch's tokens for (maxBatch, maxT). */
 export function plan(opts: WebGpuEngineOptions): Plan {
-  const { c, maxT, B, ring } = resolve(opts);
+  const { c, maxT, B, micro, ring } = resolve(opts);
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
+  const Vc = headChunk(opts),
+    chunks = op.vocabChunks(V, Vc).length;
   const N = paramLayout(c).total;
-  const BT = B * maxT,
-    ROWS = B * NH * maxT;
+  // activations for one micro-batch (the whole batch without micro-batches)
+  const BT = micro * maxT,
+    ROWS = micro * NH * maxT;
   const s = new Map<string, number>();
   for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
   const perLayer: Record<string, number> = {
@@ -136,23 +172,25 @@ export function plan(opts: WebGpuEngineOptions): Plan {
     lnf: BT * C,
     lnfMean: BT,
     lnfRstd: BT,
-    logits: BT * V,
-    probs: BT * V,
+    // the head a chunk of the vocabulary at a time: its logits, turned into its dlogits in place
+    // (webgpu-step.ts), and each row's online softmax statistics (head.wgsl)
+    logitsChunk: BT * Vc,
+    headStats: BT * op.HEAD_STATS,
     losses: BT,
     // gradients of activations: one layer's worth, reused down the layers; the residual
     // stream's gradient is one buffer that every LayerNorm backward adds into. Buffers whose
     // lives do not overlap are one: attention's dout is dln, its dinp (dqkv) is dfchGelu; f16's
     // in-place GELU backward needs no dfch
-    dlogits: BT * V,
     dln: BT * C,
     dres: BT * C,
     dfchGelu: BT * 4 * C,
     ...(f16 ? {} : { dfch: BT * 4 * C }),
     attDsum: ROWS,
-    // split-K slices of dW, row slices of bias and LayerNorm gradients
-    dwPartials: op.partialsScratch(Math.max(4 * C * C, V * C), BT, 4 * C),
+    // split-K slices of dW (the largest: fc's, or a head chunk's), row slices of bias and LayerNorm gradients
+    dwPartials: op.partialsScratch(Math.max(4 * C * C, Vc * C), BT, 4 * C),
     inputs: BT,
     targets: BT,
+    batchTokens: 2 * B * maxT /* the whole batch's inputs, then its targets: each micro-batch's copied out */,
     ring: ring + EVAL_SLOTS,
     partials: op.gradNormPartials(N),
     clip: 4,
@@ -167,11 +205,13 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   o.set('lossStaging', f32b(ring + EVAL_SLOTS));
   o.set('stepUniform', 256);
   // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
-  o.set('uniforms', (stepDispatches(L) + 1) * 256);
+  o.set('uniforms', (stepDispatches(L, chunks) + 1) * 256);
+  // micro-batches after the first: the step's gradient part again, every parameter gradient accumulating
+  if (micro < B) o.set('accUniforms', (stepDispatches(L, chunks) - OPT_DISPATCHES) * 256);
   o.set('deltaUniforms', 256);
   if (f16) o.set('packUniforms', 256);
-  const maxGroups = Math.max(V, B * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
-  return { storage: s, other: o, maxT, ring, maxGroups };
+  const maxGroups = Math.max(V, micro * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
+  return { storage: s, other: o, maxT, ring, maxGroups, headChunk: Vc, headChunks: chunks };
 }
 
 /** Bytes the engine allocates on the device for these options (what `gpuBytes` reports after create). */
@@ -181,6 +221,54 @@ export function estimateGpuBytes(opts: WebGpuEngineOptions): number {
   for (const v of p.storage.values()) total += v;
   for (const v of p.other.values()) total += v;
   return total;
+}
+
+/** What the engine holds on the device, by what it is for (bytes), and the head's chunking. */
+export interface MemoryPlan {
+  /** the vocabulary ids per chunk of the LM head, and the chunks */
+  headChunk: number;
+  headChunks: number;
+  /** sequences per micro-batch (the activations' size; maxBatch: no micro-batches) */
+  microBatch: number;
+  bytes: {
+    /** θ, its gradients, the Adam moments, θ at the round's start (and f16's weight copy) */
+    parameters: number;
+    /** the activations the backward reads, and one layer's worth of their gradients */
+    activations: number;
+    /** the head's chunk of logits (its dlogits in place), its per-row statistics and losses */
+    head: number;
+    /** split-K and row-slice partials, the tokens, the loss ring, readback, staging and uniforms */
+    scratch: number;
+  };
+  /** every byte above: what create() allocates (estimateGpuBytes) */
+  total: number;
+  /** the largest single buffer (what maxStorageBufferBindingSize must hold) */
+  largestBuffer: number;
+}
+
+const PARAMETER_BUFFERS = new Set(['params', 'grads', 'm', 'v', 'start', 'wcopy']);
+const HEAD_BUFFERS = new Set(['logitsChunk', 'headStats', 'losses']);
+const SCRATCH_BUFFERS = new Set(['dwPartials', 'partials', 'clip', 'inputs', 'targets', 'batchTokens', 'ring']);
+
+/** The plan's bytes by category (every storage buffer not otherwise named is an activation or its gradient). */
+export function memoryPlan(opts: WebGpuEngineOptions): MemoryPlan {
+  const p = plan(opts);
+  const bytes = { parameters: 0, activations: 0, head: 0, scratch: 0 };
+  for (const [k, n] of p.storage) {
+    const cat = PARAMETER_BUFFERS.has(k)
+      ? 'parameters'
+      : HEAD_BUFFERS.has(k)
+        ? 'head'
+        : SCRATCH_BUFFERS.has(k)
+          ? 'scratch'
+          : 'activations';
+    bytes[cat] += n;
+  }
+  for (const n of p.other.values()) bytes.scratch += n;
+  const total = bytes.parameters + bytes.activations + bytes.head + bytes.scratch;
+  const largestBuffer = Math.max(...p.storage.values(), ...p.other.values());
+  const microBatch = resolve(opts).micro;
+  return { headChunk: p.headChunk, headChunks: p.headChunks, microBatch, bytes, total, largestBuffer };
 }
 
 /**
@@ -217,11 +305,12 @@ export function limitShortfall(
     const h = have_[k];
     if (h === undefined || need <= h) continue;
     const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? mib : String;
-    const { c, maxT, B } = resolve(opts);
+    const { c, maxT, B, micro } = resolve(opts);
     return err(
       'E_ADAPTER_TOO_SMALL',
       `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
-        `batch ${B}×${maxT}; try a smaller batch or model)`,
+        `batch ${B}×${maxT}${micro < B ? ` in micro-batches of ${micro}` : ''}, head in chunks of ${headChunk(opts)}; ` +
+        'try a smaller batch, micro-batch or model)',
     );
   }
   return ok(undefined);
@@ -248,6 +337,12 @@ export function validateOptions(opts: WebGpuEngineOptions): void {
   const dims = { vocabSize: opts.config.vocabSize, maxBatch·nHead: opts.maxBatch * opts.config.nHead, maxT };
   for (const [k, v] of Object.entries(dims))
     if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
+  const mb = opts.microBatch;
+  if (mb !== undefined && (!Number.isInteger(mb) || mb < 1))
+    throw new Error(`microBatch ${mb} must be a positive integer (at least maxBatch: no micro-batches)`);
+  const hc = opts.headChunk;
+  if (hc !== undefined && (!Number.isInteger(hc) || hc < 4 || hc % 4 !== 0))
+    throw new Error(`headChunk ${hc} must be a positive multiple of 4 (vocabulary ids per chunk of the LM head)`);
   const p = opts.precision ?? 'f32';
   if (p !== 'f32' && p !== 'f16') throw new Error(`precision ${String(p)} must be f32 or f16`);
   // attention holds rows as vec4s, in either precision

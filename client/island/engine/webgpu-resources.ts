@@ -21,7 +21,11 @@ export interface ResourceShape {
   halfForm: op.HalfForm;
   autotune: WebGpuEngineOptions['autotune'];
   maxB: number;
+  /** Sequences per micro-batch (≤ maxB): the activations' size. */
+  micro: number;
   maxT: number;
+  /** The LM head's chunk width in vocabulary ids (webgpu-plan.ts's headChunk). */
+  headChunk: number;
   /** Loss ring slots. */
   R: number;
   /** Parameters. */
@@ -36,10 +40,13 @@ export class GpuResources {
   losses!: LossRing;
   reads!: Readback;
   program!: Program;
+  /** Micro-batches after a batch's first: [0, optStart) of the step, every parameter gradient adding (null: none). */
+  accProgram: Program | null = null;
   deltaProgram!: Program;
   packProgram: Program | null = null; // f16: θ → the matmuls' weight copy, after setParams
-  fwdEnd = 0; // dispatches [0, fwdEnd): forward to the logits
-  lossEnd = 0; // [fwdEnd, lossEnd): cross-entropy and mean loss
+  trunkEnd = 0; // dispatches [0, trunkEnd): forward to the final LayerNorm
+  head: Array<op.VocabChunk & { logits: number }> = []; // the head's chunks, each with its logits dispatch
+  lossEnd = 0; // [trunkEnd, lossEnd): the head, its cross-entropy and the mean loss
   optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
   /** What the autotuner chose (null: not tuned). */
   tuning: TuneResult | null = null;
@@ -88,29 +95,39 @@ export class GpuResources {
       this.tuning = await autotuneMatmuls(
         this.gpu,
         kernels,
-        modelMatmuls(s.config.nEmbd, s.config.vocabSize),
-        s.maxB * s.maxT,
+        modelMatmuls(s.config.nEmbd, s.headChunk),
+        s.micro * s.maxT,
         { adapter: s.device, cache: s.autotune.cache, budgetMs: s.autotune.budgetMs ?? AUTOTUNE_BUDGET_MS },
       );
     }
     const f16 = s.numerics === 'f16',
       form = s.halfForm;
-    const { specs, fwdEnd, lossEnd, optStart } = trainingStep(s.config, (n) => this.b(n), {
-      maxRows: s.maxB * s.maxT,
+    const stepOpts = {
+      maxRows: s.micro * s.maxT,
+      headChunk: s.headChunk,
       choices: this.tuning?.choices ?? new Map(),
       ...(f16 ? { f16: { form } } : {}),
-    });
-    this.fwdEnd = fwdEnd;
-    this.lossEnd = lossEnd;
-    this.optStart = optStart;
+    };
+    const step = trainingStep(s.config, (n) => this.b(n), stepOpts);
+    const specs = step.specs;
+    this.trunkEnd = step.trunkEnd;
+    this.head = step.chunks.map((ch, j) => ({ ...ch, logits: step.headLogits[j] }));
+    this.lossEnd = step.lossEnd;
+    this.optStart = step.optStart;
     const L = s.config.nLayer,
       b = (n: string) => this.b(n);
     const params = b('params'),
       grads = b('grads');
-    if (specs.length !== stepDispatches(L))
-      throw new Error(`internal: ${specs.length} dispatches, expected ${stepDispatches(L)}`);
-    const probe = { B: s.maxB, T: s.maxT };
+    const expected = stepDispatches(L, step.chunks.length);
+    if (specs.length !== expected) throw new Error(`internal: ${specs.length} dispatches, expected ${expected}`);
+    const probe = { B: s.micro, T: s.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
+    if (s.micro < s.maxB) {
+      const acc = trainingStep(s.config, (n) => this.b(n), { ...stepOpts, accumulate: true });
+      const gradients = acc.specs.slice(0, acc.optStart);
+      this.accProgram = await Program.build(kernels, gradients, probe, b('stepUniform'), 'step.accumulate');
+      this.bytes += this.accProgram.uniform.size;
+    }
     // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
     const delta = f16
       ? op.pseudoGradientF16(grads, b('start'), params, { N: s.N, form })
@@ -136,6 +153,7 @@ export class GpuResources {
     for (const b of this.buf.values()) b.destroy();
     this.losses?.destroy();
     this.program?.destroy();
+    this.accProgram?.destroy();
     this.deltaProgram?.destroy();
     this.packProgram?.destroy();
   }

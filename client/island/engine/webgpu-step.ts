@@ -1,7 +1,8 @@
 // The training step as one fixed list of dispatches, in core/model/gpt.ts's order: forward (each
 // residual add fused into the LayerNorm that reads it next, bias + GELU into the fc matmul), the
-// cross-entropy and mean loss, backward (overwriting, but for the residual stream's gradient and
-// the tied wte), grad norm and AdamW. Buffers by their plan name (webgpu-plan.ts).
+// tied head and its cross-entropy a vocabulary chunk at a time, the mean loss, backward (overwriting,
+// but for the residual stream's gradient and the tied wte; a micro-batch after the first adds every
+// parameter gradient), grad norm and AdamW. Buffers by their plan name (webgpu-plan.ts).
 
 import { type GPTConfig, paramLayout } from '../../../core/model/config.ts';
 import type { DispatchSpec } from '../../../shaders/kernel.ts';
@@ -9,16 +10,37 @@ import * as op from '../../../shaders/ops.ts';
 import { PER_LAYER } from './webgpu-plan.ts';
 import { type MatmulChoice, tunedDims } from './webgpu-tune.ts';
 
+/** Where the parts of the step are in its list of dispatches. */
+export interface StepLayout {
+  specs: DispatchSpec[];
+  /** [0, trunkEnd): forward to the final LayerNorm (lnf) */
+  trunkEnd: number;
+  /** the head's chunks, and the index of each chunk's logits matmul (forward) */
+  chunks: op.VocabChunk[];
+  headLogits: number[];
+  /** [trunkEnd, lossEnd): the head, its cross-entropy and the mean loss; then backward */
+  lossEnd: number;
+  /** [optStart, end): grad norm and AdamW */
+  optStart: number;
+}
+
 /**
  * The step's dispatches for `c`, on the buffers `b` names, activations sized for `maxRows` = B·T
- * rows, matmuls on the tuner's `choices`. [0, fwdEnd): forward to the logits; [fwdEnd, lossEnd):
- * the cross-entropy and mean loss; then backward; [optStart, end): grad norm and AdamW.
+ * rows, the head in chunks of `headChunk` vocabulary ids, matmuls on the tuner's `choices`.
+ * `accumulate`: a micro-batch after a batch's first, every parameter gradient and the loss add to the
+ * earlier micro-batches' (for its [0, optStart)).
  */
 export function trainingStep(
   c: GPTConfig,
   b: (name: string) => GPUBuffer,
-  o: { maxRows: number; choices: Map<string, MatmulChoice>; f16?: { form: op.HalfForm } },
-): { specs: DispatchSpec[]; fwdEnd: number; lossEnd: number; optStart: number } {
+  o: {
+    maxRows: number;
+    headChunk: number;
+    choices: Map<string, MatmulChoice>;
+    f16?: { form: op.HalfForm };
+    accumulate?: boolean;
+  },
+): StepLayout {
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
   const layout = paramLayout(c);
   // element offset of a tensor, or of layer l's slice of a (L, ...) tensor
@@ -36,6 +58,7 @@ export function trainingStep(
   const datty = b('dln'),
     dqkv = b('dfchGelu');
   const specs: DispatchSpec[] = [];
+  const accumulate = o.accumulate ?? false;
   const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
   const gelu = o.maxRows * 4 * C; // offset of the GELU half of each fch buffer
   const tuned = (cin: number, cout: number) => tunedDims(o.choices, cin, cout);
@@ -140,42 +163,60 @@ export function trainingStep(
       }),
     );
   }
-  specs.push(
-    op.matmulForward(b('logits'), b('lnf'), W, {
-      C,
-      OC: V,
-      wOff: at('wte'),
-      biasOff: null,
-      ...tuned(C, V).fwd,
-      ...halfFwd(false),
-    }), // tied LM head
-  );
-  const fwdEnd = specs.length;
-  specs.push(
-    op.softmaxCrossEntropyForward(b('losses'), b('probs'), b('logits'), b('targets'), { V }),
-    op.meanLoss(b('ring'), b('losses')),
-  );
+  const trunkEnd = specs.length;
+
+  // ---- the tied LM head a vocabulary chunk at a time (no (B·T, V) buffer): each chunk's logits
+  // (B·T, width) = lnf · wte[v0 : v0 + width]ᵀ, folded into each row's online softmax statistics;
+  // the last chunk's fold writes the losses. Every chunk on the tuner's choice for the chunk width.
+  const chunks = op.vocabChunks(V, o.headChunk);
+  const logitsChunk = b('logitsChunk'),
+    stats = b('headStats');
+  const headDims = (ch: op.VocabChunk) => ({ C, OC: ch.width, wOff: at('wte') + ch.v0 * C, biasOff: null });
+  const chunkLogits = (ch: op.VocabChunk) =>
+    op.matmulForward(logitsChunk, b('lnf'), W, { ...headDims(ch), ...tuned(C, o.headChunk).fwd, ...halfFwd(false) });
+  const headLogits: number[] = [];
+  chunks.forEach((ch, j) => {
+    headLogits.push(specs.length);
+    specs.push(
+      chunkLogits(ch),
+      op.crossEntropyChunkForward(stats, b('losses'), logitsChunk, b('targets'), {
+        ...ch,
+        first: j === 0,
+        last: j === chunks.length - 1,
+      }),
+    );
+  });
+  specs.push(op.meanLoss(b('ring'), b('losses'), { accumulate }));
   const lossEnd = specs.length;
 
   // ---- backward (overwrite unless noted). A residual add passes its gradient to both inputs
   // unchanged, so the stream's gradient stays in `dres`: the projections read it as their dout,
   // and each LayerNorm backward adds its dinp into it once they have.
+  // The head, last chunk first: its logits are still in logitsChunk, the others' are computed again.
+  // In place they become the chunk's dlogits (from the saved logsumexp); dln = d lnf sums over the
+  // chunks; each chunk's dW is its own rows of the tied wte (the embedding's gradient adds to them last).
+  for (let j = chunks.length - 1; j >= 0; j--) {
+    const last = j === chunks.length - 1;
+    if (!last) specs.push(chunkLogits(chunks[j]));
+    specs.push(
+      op.crossEntropyChunkBackward(logitsChunk, stats, b('targets'), chunks[j]),
+      ...op.matmulBackward(b('dln'), grads, logitsChunk, b('lnf'), W, {
+        ...headDims(chunks[j]),
+        partials,
+        accumulateParams: accumulate,
+        accumulateDinp: !last,
+        ...tuned(C, o.headChunk).bwd,
+        ...halfBwd,
+      }),
+    );
+  }
   specs.push(
-    op.softmaxCrossEntropyBackward(b('dlogits'), b('probs'), b('targets'), { V }),
-    ...op.matmulBackward(b('dln'), grads, b('dlogits'), b('lnf'), W, {
-      C,
-      OC: V,
-      wOff: at('wte'),
-      biasOff: null,
-      partials,
-      ...tuned(C, V).bwd,
-      ...halfBwd,
-    }),
     ...op.layernormBackward(dres, grads, b('dln'), resid(L - 1), params, b('lnfMean'), b('lnfRstd'), {
       C,
       wOff: at('lnfw'),
       bOff: at('lnfb'),
       partials,
+      accumulateParams: accumulate,
       ...lnBwd,
     }),
   );
@@ -190,6 +231,7 @@ export function trainingStep(
         biasOff: at('fcprojb', l),
         inOff: gelu,
         partials,
+        accumulateParams: accumulate,
         ...tuned(4 * C, C).bwd,
         ...halfBwd,
       }),
@@ -203,6 +245,7 @@ export function trainingStep(
         wOff: at('fcw', l),
         biasOff: at('fcb', l),
         partials,
+        accumulateParams: accumulate,
         ...tuned(C, 4 * C).bwd,
         ...halfBwd,
       }),
@@ -211,6 +254,7 @@ export function trainingStep(
         wOff: at('ln2w', l),
         bOff: at('ln2b', l),
         partials,
+        accumulateParams: accumulate,
         accumulateDinp: true,
         ...lnBwd,
       }),
@@ -221,6 +265,7 @@ export function trainingStep(
         wOff: at('attprojw', l),
         biasOff: at('attprojb', l),
         partials,
+        accumulateParams: accumulate,
         ...tuned(C, C).bwd,
         ...halfBwd,
       }),
@@ -231,6 +276,7 @@ export function trainingStep(
         wOff: at('qkvw', l),
         biasOff: at('qkvb', l),
         partials,
+        accumulateParams: accumulate,
         ...tuned(C, 3 * C).bwd,
         ...halfBwd,
       }),
@@ -239,13 +285,16 @@ export function trainingStep(
         wOff: at('ln1w', l),
         bOff: at('ln1b', l),
         partials,
+        accumulateParams: accumulate,
         accumulateDinp: true,
         ...lnBwd,
       }),
     );
   }
   // dres = d encoded; the tied wte already holds the LM head's gradient: the embedding's adds to it
-  specs.push(...op.encoderBackward(grads, dres, b('inputs'), { ...enc, accumulateWte: true }));
+  specs.push(
+    ...op.encoderBackward(grads, dres, b('inputs'), { ...enc, accumulateWte: true, accumulateWpe: accumulate }),
+  );
 
   // ---- optimizer (f16: AdamW also writes the matmuls' half weight copy)
   const optStart = specs.length;
@@ -257,5 +306,5 @@ export function trainingStep(
       ...(f16 ? { copy: W } : {}),
     }),
   );
-  return { specs, fwdEnd, lossEnd, optStart };
+  return { specs, trunkEnd, chunks, headLogits, lossEnd, optStart };
 }

@@ -292,14 +292,14 @@ async function timeInterleaved(
   return times.map((t, i) => (t.length ? t.sort((x, y) => x - y)[Math.floor(t.length / 2)] : warm[i]));
 }
 
-/** The model's matmuls (layer dims), each with its three passes. */
-export function modelMatmuls(C: number, V: number): MatmulShape[] {
+/** The model's matmuls (layer dims), each with its three passes; the head's at its chunk width `Vc` (headChunk). */
+export function modelMatmuls(C: number, Vc: number): MatmulShape[] {
   const layers: Array<[number, number]> = [
     [C, 3 * C],
     [C, C],
     [C, 4 * C],
     [4 * C, C],
-    [C, V],
+    [C, Vc],
   ];
   return layers.flatMap(([c, oc]) => (['fwd', 'dX', 'dW'] as const).map((pass) => ({ pass, C: c, OC: oc })));
 }

@@ -10,7 +10,8 @@
 // - Nothing is zeroed per step: each kernel that first writes a gradient overwrites
 //   it, and only the two true fan-ins accumulate (the residual stream's gradient, and
 //   the tied wte that gets the LM head's and the embedding's gradient).
-// - Batches of any B ≤ maxBatch and T ≤ maxT: the shape only changes uniforms.
+// - Batches of any B ≤ maxBatch and T ≤ maxT: the shape only changes uniforms. With `microBatch`, a
+//   step runs its batch as micro-batches (still one submission) whose parameter gradients add.
 // Works in Node (device from client/island/engine/dawn.ts) and in a browser or Web Worker; no node: imports.
 
 import type { Batch, OptimizerState, StepOptions, TrainingEngine } from '../../../core/engine/index.ts';
@@ -19,10 +20,13 @@ import type { Tokens } from '../../../core/model/ops.ts';
 import {
   type DeviceLost,
   EVAL_SLOTS,
+  type MemoryPlan,
   type WebGpuEngineOptions,
   engineError,
   estimateGpuBytes,
   limitShortfall,
+  memoryPlan,
+  microBatches,
   mib,
   plan,
   requiredLimits,
@@ -33,6 +37,7 @@ import * as op from '../../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
 import type { TuneResult } from './webgpu-tune.ts';
 import { GpuResources } from './webgpu-resources.ts';
+import type { Program } from './webgpu-kernels.ts';
 import { StepInputs } from './webgpu-inputs.ts';
 
 export {
@@ -43,10 +48,19 @@ export {
   checkAdapterFits,
   engineFeatures,
   estimateGpuBytes,
+  type MemoryPlan,
+  memoryPlan,
   requiredLimits,
 } from './webgpu-plan.ts';
 
 // ---------------------------------------------------------------------------- engine
+
+/** One micro-batch of a step: its rows from r0, its shape, the program that records it. */
+interface MicroBatch {
+  r0: number;
+  shape: { B: number; T: number; lossRows: number };
+  program: Program;
+}
 
 export class WebGpuEngine implements TrainingEngine {
   readonly kind = 'webgpu' as const;
@@ -66,8 +80,11 @@ export class WebGpuEngine implements TrainingEngine {
   readonly peakFlops?: number;
   /** What the autotuner chose (null: not tuned). */
   tuning: TuneResult | null = null;
+  /** What it holds on the device by category, and the LM head's chunking (webgpu-plan.ts). */
+  readonly memory: MemoryPlan;
   private readonly N: number;
   private readonly maxB: number;
+  private readonly micro: number;
   private readonly maxT: number;
   private readonly R: number;
   /** Buffers, readers and programs (webgpu-resources.ts). */
@@ -89,9 +106,11 @@ export class WebGpuEngine implements TrainingEngine {
     if (opts.peakTflops) this.peakFlops = opts.peakTflops * 1e12;
     const r = resolve(opts);
     this.maxB = r.B;
+    this.micro = r.micro;
     this.maxT = r.maxT;
     this.R = r.ring;
     this.N = paramLayout(this.config).total;
+    this.memory = memoryPlan(opts);
     this.res = new GpuResources(device, {
       config: this.config,
       device: this.device,
@@ -100,7 +119,9 @@ export class WebGpuEngine implements TrainingEngine {
       halfForm: this.halfForm,
       autotune: opts.autotune,
       maxB: this.maxB,
+      micro: this.micro,
       maxT: this.maxT,
+      headChunk: this.memory.headChunk,
       R: this.R,
       N: this.N,
     });
@@ -181,9 +202,10 @@ export class WebGpuEngine implements TrainingEngine {
 
   /** Enqueues one AdamW step: one submission, no readback. */
   async step(batch: Batch, opts: StepOptions): Promise<void> {
-    this.enqueue(batch, opts, (enc, shape) => {
+    this.enqueue(batch, opts, (enc, parts) => {
+      this.recordGradients(enc, parts);
       const pass = enc.beginComputePass();
-      this.res.program.encode(pass, shape);
+      this.res.program.encode(pass, parts[0].shape, this.res.optStart);
       pass.end();
     });
   }
@@ -195,9 +217,12 @@ export class WebGpuEngine implements TrainingEngine {
   async profileStep(batch: Batch, opts: StepOptions): Promise<KernelTime[]> {
     if (!this.gpu.features.has('timestamp-query'))
       throw engineError('E_NO_TIMESTAMPS', 'the device was created without timestamp-query');
+    if (batch.B > this.micro)
+      throw engineError('E_BAD_BATCH', `profileStep takes one micro-batch: at most ${this.micro} sequences`);
     let pending: PendingProfile | null = null;
-    this.enqueue(batch, opts, (enc, shape) => {
-      pending = recordProfiled(this.gpu, enc, this.res.program, shape);
+    this.enqueue(batch, opts, (enc, parts) => {
+      this.inputs.copyRows(enc, 0, batch.B, batch.T);
+      pending = recordProfiled(this.gpu, enc, this.res.program, parts[0].shape);
     });
     return (pending as PendingProfile | null)!.read();
   }
@@ -214,11 +239,7 @@ export class WebGpuEngine implements TrainingEngine {
    * the batch. Then `addGradientsInto` (the all-reduce is the caller's) and `applyGradients`.
    */
   gradientsStep(batch: Batch, opts: StepOptions): void {
-    this.enqueue(batch, opts, (enc, shape) => {
-      const pass = enc.beginComputePass();
-      this.res.program.encode(pass, shape, 0, this.res.optStart);
-      pass.end();
-    });
+    this.enqueue(batch, opts, (enc, parts) => this.recordGradients(enc, parts));
   }
 
   /** The gradients of the last `gradientsStep`, added into `into` × `weight` as they are read back. */
@@ -246,21 +267,44 @@ export class WebGpuEngine implements TrainingEngine {
     this.gpu.queue.submit([enc.finish()]);
   }
 
+  /**
+   * The batch's micro-batches (microBatches: a ragged one first), each with its first row, its shape (lossRows: the
+   * whole batch's, whose mean loss it adds to) and its program: the step's for the first, the accumulating one after.
+   */
+  private parts(B: number, T: number): MicroBatch[] {
+    let r0 = 0;
+    return microBatches(B, this.micro).map((n, i) => {
+      const part = { r0, shape: { B: n, T, lossRows: B * T }, program: i ? this.res.accProgram! : this.res.program };
+      r0 += n;
+      return part;
+    });
+  }
+
+  /** Forward, loss and backward of each micro-batch, its tokens copied in first: the gradients of the batch. */
+  private recordGradients(enc: GPUCommandEncoder, parts: MicroBatch[]): void {
+    for (const p of parts) {
+      this.inputs.copyRows(enc, p.r0, p.shape.B, p.shape.T);
+      const pass = enc.beginComputePass();
+      p.program.encode(pass, p.shape, 0, this.res.optStart);
+      pass.end();
+    }
+  }
+
   /** Loads the batch and step uniform, records the step with `record`, submits (the loss ring as in `step`). */
   private enqueue(
     batch: Batch,
     opts: StepOptions,
-    record: (enc: GPUCommandEncoder, shape: { B: number; T: number }) => void,
+    record: (enc: GPUCommandEncoder, parts: MicroBatch[]) => void,
   ): void {
     this.usable();
     const { B, T } = batch;
     this.inputs.tokens(batch.inputs, batch.targets, B, T);
     this.t += 1;
     this.inputs.step(this.t, opts.lr, opts.gradClip, this.res.losses.slot, opts.weightDecay);
-    const shape = { B, T };
-    this.res.program.setShape(shape);
+    const parts = this.parts(B, T);
+    for (const p of parts) p.program.setShape(p.shape);
     const enc = this.gpu.createCommandEncoder({ label: 'step' });
-    record(enc, shape);
+    record(enc, parts);
     this.res.losses.recorded(enc);
     this.gpu.queue.submit([enc.finish()]);
   }
@@ -291,14 +335,15 @@ export class WebGpuEngine implements TrainingEngine {
         });
         sizes.length = 0;
       };
-      for (let b0 = 0; b0 < B; b0 += this.maxB) {
-        const nb = Math.min(this.maxB, B - b0);
+      for (let b0 = 0; b0 < B; b0 += this.micro) {
+        const nb = Math.min(this.micro, B - b0);
         const sl = (x: Tokens) => x.subarray(b0 * T, (b0 + nb) * T);
         this.inputs.tokens(sl(batch.inputs), sl(batch.targets), nb, T);
         this.inputs.step(this.t, 0, 0, this.R + sizes.length);
         const shape = { B: nb, T };
         this.res.program.setShape(shape);
         const enc = this.gpu.createCommandEncoder({ label: 'evalLoss' });
+        this.inputs.copyRows(enc, 0, nb, T);
         const pass = enc.beginComputePass();
         this.res.program.encode(pass, shape, 0, this.res.lossEnd);
         pass.end();
@@ -320,14 +365,26 @@ export class WebGpuEngine implements TrainingEngine {
       this.inputs.tokens(ctx, null, 1, T);
       const shape = { B: 1, T };
       this.res.program.setShape(shape);
-      const V = this.config.vocabSize;
+      // the trunk, then the head a chunk at a time: each chunk's last row into its place in the readback
       const enc = this.gpu.createCommandEncoder({ label: 'nextTokenLogits' });
-      const pass = enc.beginComputePass();
-      this.res.program.encode(pass, shape, 0, this.res.fwdEnd);
+      this.inputs.copyRows(enc, 0, 1, T);
+      let pass = enc.beginComputePass();
+      this.res.program.encode(pass, shape, 0, this.res.trunkEnd);
+      for (const ch of this.res.head) {
+        this.res.program.encode(pass, shape, ch.logits, ch.logits + 1);
+        pass.end();
+        enc.copyBufferToBuffer(
+          this.b('logitsChunk'),
+          (T - 1) * ch.width * 4,
+          this.b('readback'),
+          ch.v0 * 4,
+          ch.width * 4,
+        );
+        pass = enc.beginComputePass();
+      }
       pass.end();
-      enc.copyBufferToBuffer(this.b('logits'), (T - 1) * V * 4, this.b('readback'), 0, V * 4);
       this.gpu.queue.submit([enc.finish()]);
-      return this.res.reads.mapped(V);
+      return this.res.reads.mapped(this.config.vocabSize);
     });
   }
 
