@@ -309,8 +309,8 @@ export function limitShortfall(
     return err(
       'E_ADAPTER_TOO_SMALL',
       `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
-        `batch ${B}×${maxT}${micro < B ? ` in micro-batches of ${micro}` : ''}, head in chunks of ${headChunk(opts)}; ` +
-        'try a smaller batch, micro-batch or model)',
+        `batch ${B}×${maxT}${micro < B ? ` in micro-batches of ${micro}` : ''}, ` +
+        `head in chunks of ${headChunk(opts)}; try a smaller batch, micro-batch or model)`,
     );
   }
   return ok(undefined);
