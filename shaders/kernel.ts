@@ -271,7 +271,7 @@ export type ParamValues = Record<string, number | readonly number[]>;
 export interface Shape {
   B: number;
   T: number;
-  /** Rows the loss is the mean over: the whole batch's B·T where this shape is one of its micro-batches (B·T). */
+  /** Rows the loss is the mean over: the whole batch's B·T where this shape is one of its micro-batches, else B·T. */
   lossRows?: number;
 }
 
