@@ -231,23 +231,25 @@ describe('an engine with the head in 4 chunks (V = 1003, chunks of 256)', () => 
 });
 
 describe('f16 with the head in chunks (V = 1004)', () => {
-  it('losses as the f16 CPU twins over 3 steps', async () => {
-    const engine = await WebGpuEngine.create(device, f16Opts);
-    try {
-      const init = initParams(f16Config, 77);
-      const twin = new JsEngine(f16Opts);
-      for (const e of [engine, twin]) await e.setParams(init);
-      for (let s = 0; s < 3; s++) {
-        const bt = vocabBatch(3, config.blockSize, 300 + s, f16Config.vocabSize);
-        for (const e of [engine, twin]) await e.step(bt, { lr: 3e-3, gradClip: 1 });
+  // the whole batch of 3, and micro-batches of 2 (1, 2) against the twins at the whole batch
+  for (const microBatch of [undefined, 2])
+    it(`losses as the f16 CPU twins over 3 steps${microBatch ? ', in micro-batches of 2' : ''}`, async () => {
+      const engine = await WebGpuEngine.create(device, { ...f16Opts, microBatch });
+      try {
+        const init = initParams(f16Config, 77);
+        const twin = new JsEngine(f16Opts);
+        for (const e of [engine, twin]) await e.setParams(init);
+        for (let s = 0; s < 3; s++) {
+          const bt = vocabBatch(3, config.blockSize, 300 + s, f16Config.vocabSize);
+          for (const e of [engine, twin]) await e.step(bt, { lr: 3e-3, gradClip: 1 });
+        }
+        const lh = await engine.takeLosses(),
+          lt = await twin.takeLosses();
+        lh.forEach((l, s) => expect(Math.abs(l - lt[s]), `step ${s}: ${l} vs ${lt[s]}`).toBeLessThan(2e-4 * lt[s]));
+      } finally {
+        engine.destroy();
       }
-      const lh = await engine.takeLosses(),
-        lt = await twin.takeLosses();
-      lh.forEach((l, s) => expect(Math.abs(l - lt[s]), `step ${s}: ${l} vs ${lt[s]}`).toBeLessThan(2e-4 * lt[s]));
-    } finally {
-      engine.destroy();
-    }
-  });
+    });
 });
 
 describe('micro-batches: a batch of 5 in micro-batches of 2 (1, 2, 2) equals the whole batch', () => {
