@@ -167,10 +167,13 @@ describe('volunteer page, small preset (Chromium, SwiftShader)', () => {
       expect(accepted!.engine).toBe('webgpu');
       expect(first.batchSize * first.seqLen).toBe(run.batch * run.seqLen);
       expect(clickToAcceptedS, JSON.stringify(figures)).toBeLessThan(FIRST_ROUND_LIMIT_S);
-      // sized from the measurement: the planned steps fit the target within 50 %; as they ran, too, with
-      // 2× slack (a machine shared with other work makes steps slower or faster than when measured)
-      expect(Math.abs(plannedS / ROUND_S - 1), JSON.stringify(figures)).toBeLessThanOrEqual(0.5);
-      expect(Math.abs(trainS / ROUND_S - 1), JSON.stringify(figures)).toBeLessThanOrEqual(1);
+      // sized from the measurement: the planned steps fit the target within 50 %, or are one step where one
+      // measured step is already longer than the target (a slow machine: SwiftShader's step of small is about
+      // the target here); as they ran, too, with 2× slack (a machine shared with other work makes steps
+      // slower or faster than when measured)
+      const oneLongStep = first.innerSteps === 1 && cal!.stepMs / 1000 >= ROUND_S;
+      if (!oneLongStep) expect(Math.abs(plannedS / ROUND_S - 1), JSON.stringify(figures)).toBeLessThanOrEqual(0.5);
+      expect(Math.abs(trainS / Math.max(ROUND_S, plannedS) - 1), JSON.stringify(figures)).toBeLessThanOrEqual(1);
       // the page counts the costs as it goes: one update up, the model and data down
       expect(accepted!.bytesUp).toBeGreaterThan(0);
       expect(accepted!.bytesUp).toBeLessThan(2 * run.bytesPerRound.up);
