@@ -8,8 +8,8 @@ import src from './crossentropy.wgsl?raw';
 export const crossentropy = defineKernel('crossentropy', src, { mean_loss: meanLossCpu });
 
 /**
- * ring[step.lossSlot] (+)= Σ of the B·T losses / lossRows: their mean, or (a micro-batch's, `accumulate`) its share of
- * the whole batch's mean.
+ * ring[step.lossSlot] (+)= Σ of the B·T losses / lossRows: their mean, or (a micro-batch's, `accumulate`) its
+ * share of the whole batch's mean.
  */
 export function meanLoss(ring: GPUBuffer, losses: GPUBuffer, d: { accumulate?: boolean } = {}): DispatchSpec {
   return crossentropy.dispatch({

@@ -44,7 +44,7 @@ export function crossEntropyChunkForward(
   }
 }
 
-/** In place: logits (N, W) of ids [v0, v0 + W) become dlogits = (softmax − onehot(target))·dloss (stats' logsumexp). */
+/** In place: logits (N, W) of ids [v0, v0 + W) become dlogits = (softmax − onehot(y))·dloss (stats' logsumexp). */
 export function crossEntropyChunkBackward(
   dlogits: Arr,
   stats: Arr,
