@@ -183,10 +183,6 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
       }
       hooks.progress(last.tokensTotal / spec.tokens);
       if (!mark && training()) mark = { status: last, observed, ...(await counters(url)) };
-      if (last.tokensTotal >= nextSnap) {
-        while (nextSnap <= last.tokensTotal) nextSnap += spec.tokens / spec.evals;
-        await snap();
-      }
       if (Date.now() - lastPages > 1000) {
         lastPages = Date.now();
         await pages.read();
@@ -217,6 +213,11 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
             startNode(victim.isl);
           }
         }
+      }
+      // after the faults: an eval of θ takes a while, and a fault due now must not wait on it
+      if (last.tokensTotal >= nextSnap) {
+        while (nextSnap <= last.tokensTotal) nextSnap += spec.tokens / spec.evals;
+        await snap();
       }
     }
     // an event still waiting for a training victim when the run ended is reported, not dropped
