@@ -8,7 +8,7 @@
 //   │ Δ = engine.readDelta(); frame = encodeWithFeedback(Δ, residual)   (residual stays here)
 //   │ submitDelta(meta, frame) → ack (durable)            nextAssignment() → assignment
 //   │ (not applied, sparse codes: what was sent goes back into the residual, so no work is dropped)
-//   └────────────────────────────────────────────────────────────────────────────────────┘
+//   └─ (and again, from the next assignment)
 //
 // The browser worker, the Node island (`atoll island`) and the simulator all run this class; only
 // the Transport, the Clock and the TrainingEngine differ. No node: imports.
