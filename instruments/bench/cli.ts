@@ -51,7 +51,7 @@ export function registerBench(program: Command): void {
     .command('cpu')
     .description('the training step on the Wasm SIMD engine at 1 and 2 threads against the JS reference')
     .option('--presets <list>', 'model presets, comma-separated', 'tiny,small,base')
-    .option('--steps <n>', 'timed steps per engine, 1..1000', intIn(1, 1000), 5)
+    .option('--steps <n>', 'timed steps per engine, at least (a fast step repeats for 1 s), 1..1000', intIn(1, 1000), 5)
     .option('--threads <list>', "the Wasm engine's thread counts, comma-separated", '1,2')
     .option('--json', 'print one JSON object')
     .action(async (o) => {

@@ -14,7 +14,7 @@ import { median, randomArray } from './timing.ts';
 
 export interface CpuBenchOptions {
   presets: PresetName[];
-  /** Timed steps per engine (after one untimed warm-up step). */
+  /** Timed steps per engine, at least (a fast step repeats for MIN_TIMED_MS), after the warm-up. */
   steps: number;
   /** The Wasm engine's thread counts. */
   threads: number[];
@@ -66,15 +66,26 @@ function batchOf(preset: PresetName, seed: number): Batch {
   return { inputs: tokens.subarray(0, B * T), targets: tokens.subarray(1, B * T + 1), B, T };
 }
 
+/**
+ * Warm-up and timing by the clock as well as by count: a 2 ms `tiny` step needs a few hundred calls before
+ * V8 has tiered every kernel up from its baseline compiler, and a median of five such steps is noise.
+ */
+const MIN_WARMUP_MS = 300;
+const MIN_TIMED_MS = 1000;
+
 async function timeSteps(engine: TrainingEngine, batch: Batch, params: Float32Array, steps: number): Promise<number> {
+  const opts = { lr: 1e-3, gradClip: 1 };
   await engine.setParams(params);
-  await engine.step(batch, { lr: 1e-3, gradClip: 1 }); // warm-up: JIT, first-touch of the memory
+  const w0 = performance.now();
+  do await engine.step(batch, opts); // warm-up: JIT, first-touch of the memory
+  while (performance.now() - w0 < MIN_WARMUP_MS);
   const ms: number[] = [];
-  for (let s = 0; s < steps; s++) {
-    const t0 = performance.now();
-    await engine.step(batch, { lr: 1e-3, gradClip: 1 });
+  const t0 = performance.now();
+  while (ms.length < steps || performance.now() - t0 < MIN_TIMED_MS) {
+    const s0 = performance.now();
+    await engine.step(batch, opts);
     await engine.takeLosses(); // the CPU engines are done when step resolves; this keeps the queue empty
-    ms.push(performance.now() - t0);
+    ms.push(performance.now() - s0);
   }
   return median(ms);
 }
@@ -124,7 +135,8 @@ export async function benchCpu(o: CpuBenchOptions): Promise<CpuBenchReport> {
     rows,
     load: { before, after: loadavg()[0], cpus: availableParallelism() },
     note:
-      'median step (forward, backward, clip, AdamW) on one batch of random bytes; GFLOP/s by flopsPerToken ' +
+      `median step (forward, backward, clip, AdamW) on one batch of random bytes, after ${MIN_WARMUP_MS} ms of ` +
+      `warm-up, over at least --steps steps and ${MIN_TIMED_MS} ms; GFLOP/s by flopsPerToken ` +
       "(6N + attention); base at batch 2 and at most 2 JS steps; ops: each Wasm kernel's ms per step over " +
       `${PROFILED_STEPS} more steps with the clock read around every call`,
   };

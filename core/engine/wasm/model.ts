@@ -218,7 +218,7 @@ export class WasmGPT {
       const residual = l === 0 ? a.encoded : this.layer(l - 1).residual3;
       // residual3 = residual2 + fcproj: both get dres
       this.matmulBackward(a.dfchGelu, G.fcprojw, G.fcprojb, a.dres, L.fchGelu, W.fcprojw, BT, 4 * C, C);
-      r.run('geluBackward', BT * 4 * C, 4, a.dfch, L.fch, a.dfchGelu);
+      r.run('geluBackward', BT * 4 * C, 4, a.dfch, L.fch, L.fchGelu, a.dfchGelu);
       this.matmulBackward(a.dln, G.fcw, G.fcb, a.dfch, L.ln2, W.fcw, BT, C, 4 * C);
       this.layernormBackward(a.dres, G.ln2w, G.ln2b, a.dln, L.residual2, W.ln2w, L.ln2Mean, L.ln2Rstd, BT);
       // residual2 = residual + attproj: both get dres

@@ -1,16 +1,38 @@
 // Causal self-attention, forward and backward, split by (batch, head) pairs.
 // Part of the Wasm SIMD kernels (kernels.ts, the entry `npm run build:wasm` compiles; its conventions hold).
 
-import { at, splat, dot, expRow, scaleRow } from './simd';
+import { at, splat, dot, dot4, expRow, scaleRow } from './simd';
 
 // ---------------------------------------------------------------------------- attention
 
 // qkv (B,T,3C) holds q, k, v; att (B,NH,T,T) the softmax rows (t2 ≤ t); out (B,T,C).
 // Split by (b, h) pairs [p0, p1): a pair's rows write only its own head's slices.
 
-/** y (n floats) = Σ_j w[j·ws]·x_j over j < count, x_j at x + j·xs floats: 4 lanes of y at a time in a register. */
+/**
+ * y (n floats) = Σ_j w[j·ws]·x_j over j < count, x_j at x + j·xs floats: 16 (then 4) lanes of y at a time in
+ * registers, each summed in j order.
+ */
 @inline function weightedSum(y: usize, w: usize, ws: i32, x: usize, xs: i32, count: i32, n: i32): void {
   let i = 0;
+  for (; i + 16 <= n; i += 16) {
+    let a0 = splat(0),
+      a1 = splat(0),
+      a2 = splat(0),
+      a3 = splat(0);
+    for (let j = 0; j < count; j++) {
+      const wj = splat(load<f32>(at(w, j * ws)));
+      const xj = at(x, j * xs + i);
+      a0 = f32x4.add(a0, f32x4.mul(wj, v128.load(xj)));
+      a1 = f32x4.add(a1, f32x4.mul(wj, v128.load(xj, 16)));
+      a2 = f32x4.add(a2, f32x4.mul(wj, v128.load(xj, 32)));
+      a3 = f32x4.add(a3, f32x4.mul(wj, v128.load(xj, 48)));
+    }
+    const yi = at(y, i);
+    v128.store(yi, a0);
+    v128.store(yi, a1, 16);
+    v128.store(yi, a2, 32);
+    v128.store(yi, a3, 48);
+  }
   for (; i + 4 <= n; i += 4) {
     let acc = splat(0);
     for (let j = 0; j < count; j++)
@@ -34,11 +56,23 @@ export function attentionForward(out: usize, att: usize, qkv: usize, T: i32, C: 
     for (let t = 0; t < T; t++) {
       const q = at(qkv, (b * T + t) * C3 + h * hs);
       const row = at(att, (p * T + t) * T);
-      let maxv: f32 = -Infinity;
-      for (let t2 = 0; t2 <= t; t2++) {
-        const s = dot(q, at(qkv, (b * T + t2) * C3 + C + h * hs), hs) * scale;
+      // scores four keys at a time (one transpose-sum per four), then the last t + 1 mod 4 one by one
+      const k = at(qkv, b * T * C3 + C + h * hs);
+      let mv = splat(-Infinity);
+      let t2 = 0;
+      for (; t2 + 4 <= t + 1; t2 += 4) {
+        const s4 = f32x4.mul(dot4(q, at(k, t2 * C3), C3, hs), splat(scale));
+        v128.store(at(row, t2), s4);
+        mv = f32x4.max(mv, s4);
+      }
+      let maxv = Mathf.max(
+        Mathf.max(f32x4.extract_lane(mv, 0), f32x4.extract_lane(mv, 1)),
+        Mathf.max(f32x4.extract_lane(mv, 2), f32x4.extract_lane(mv, 3)),
+      );
+      for (; t2 <= t; t2++) {
+        const s = dot(q, at(k, t2 * C3), hs) * scale;
         store<f32>(at(row, t2), s);
-        if (s > maxv) maxv = s;
+        maxv = Mathf.max(maxv, s);
       }
       const sum = expRow(row, t + 1, maxv);
       const inv: f32 = 1 / sum;
@@ -81,10 +115,17 @@ export function attentionBackward(
         drow = at(datt, (p * T + t) * T);
       const d = at(d0, t * C);
       // out = att · v: datt[t2] = v_t2 · dout_t
-      for (let t2 = 0; t2 <= t; t2++) store<f32>(at(drow, t2), dot(at(qkv, v0 + t2 * C3), d, hs));
+      let t2 = 0;
+      for (; t2 + 4 <= t + 1; t2 += 4) v128.store(at(drow, t2), dot4(d, at(qkv, v0 + t2 * C3), C3, hs));
+      for (; t2 <= t; t2++) store<f32>(at(drow, t2), dot(at(qkv, v0 + t2 * C3), d, hs));
       // softmax: g = att ⊙ (datt − Σ att·datt) · scale (preatt = scale · q·k), in place of datt
       const s = dot(row, drow, t + 1);
-      for (let t2 = 0; t2 <= t; t2++)
+      const sv = splat(s);
+      for (t2 = 0; t2 + 4 <= t + 1; t2 += 4) {
+        const g = f32x4.mul(v128.load(at(row, t2)), f32x4.sub(v128.load(at(drow, t2)), sv));
+        v128.store(at(drow, t2), f32x4.mul(g, splat(scale)));
+      }
+      for (; t2 <= t; t2++)
         store<f32>(at(drow, t2), load<f32>(at(row, t2)) * (load<f32>(at(drow, t2)) - s) * scale);
       weightedSum(at(dqkv, q0 + t * C3), drow, 1, at(qkv, k0), C3, t + 1, hs);
     }

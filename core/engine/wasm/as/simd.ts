@@ -64,6 +64,43 @@
   return s;
 }
 
+/** [a·b_0, a·b_1, a·b_2, a·b_3] over n floats, b_j at b + j·bs floats: four dots, then one transpose-sum. */
+@inline export function dot4(a: usize, b: usize, bs: i32, n: i32): v128 {
+  const b1 = at(b, bs),
+    b2 = at(b, 2 * bs),
+    b3 = at(b, 3 * bs);
+  let s0 = splat(0),
+    s1 = splat(0),
+    s2 = splat(0),
+    s3 = splat(0);
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const x = v128.load(at(a, i));
+    s0 = f32x4.add(s0, f32x4.mul(x, v128.load(at(b, i))));
+    s1 = f32x4.add(s1, f32x4.mul(x, v128.load(at(b1, i))));
+    s2 = f32x4.add(s2, f32x4.mul(x, v128.load(at(b2, i))));
+    s3 = f32x4.add(s3, f32x4.mul(x, v128.load(at(b3, i))));
+  }
+  // lane j of the result = Σ of s_j's lanes, as (l0 + l2) + (l1 + l3)
+  const e01 = f32x4.add(f32x4.shuffle(s0, s1, 0, 4, 1, 5), f32x4.shuffle(s0, s1, 2, 6, 3, 7));
+  const e23 = f32x4.add(f32x4.shuffle(s2, s3, 0, 4, 1, 5), f32x4.shuffle(s2, s3, 2, 6, 3, 7));
+  let r = f32x4.add(f32x4.shuffle(e01, e23, 0, 1, 4, 5), f32x4.shuffle(e01, e23, 2, 3, 6, 7));
+  for (; i < n; i++) {
+    const x = load<f32>(at(a, i));
+    const col = f32x4.replace_lane(
+      f32x4.replace_lane(
+        f32x4.replace_lane(f32x4.splat(load<f32>(at(b, i))), 1, load<f32>(at(b1, i))),
+        2,
+        load<f32>(at(b2, i)),
+      ),
+      3,
+      load<f32>(at(b3, i)),
+    );
+    r = f32x4.add(r, f32x4.mul(splat(x), col));
+  }
+  return r;
+}
+
 /** y[i] += s·x[i] over n floats. */
 @inline export function axpy(y: usize, s: f32, x: usize, n: i32): void {
   const sv = splat(s);
