@@ -1,14 +1,17 @@
 import { defineConfig } from 'vitest/config';
 
-// Files that run two at a time, first: in-process, no Chromium, no child process, no clock in an
-// assertion (kernels against the CPU reference, codecs, the simulator, the server on inject). Every
-// other file, and any new one, runs alone afterwards: WebGPU pages, fleets, Redis, speed bounds.
-const TWO_AT_A_TIME = [
+// Files that run three at a time on the two cores, first: in-process, no Chromium, no clock in an
+// assertion (kernels against the CPU reference, codecs, the simulator, the server on inject), or mostly
+// waiting (a child island, a Redis gateway, a WebRTC timeout), so a third keeps both cores busy. Every
+// other file, and any new one, runs alone afterwards: WebGPU pages, fleets, speed bounds.
+const THREE_AT_A_TIME = [
   'admin-codec',
   'architecture-docs',
+  'bench-tfjs',
   'bounded-state',
   'checkpoint-keep',
   'claims',
+  'cluster-island-failover',
   'cluster-outer',
   'codec-offsets',
   'coord',
@@ -24,16 +27,19 @@ const TWO_AT_A_TIME = [
   'gradcheck',
   'hf-tokenizer',
   'island-quality',
+  'island-stop',
   'islands-merge',
   'kernels',
   'kernels-f16',
   'metrics-docs',
   'mix',
   'mix-links',
+  'mix-live',
   'mix-rings',
+  'mix-webrtc',
   'mixed-compute',
-  'model-download',
   'model',
+  'model-download',
   'multi-device',
   'package',
   'protocol-docs',
@@ -75,7 +81,7 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'two-at-a-time', include: TWO_AT_A_TIME, maxWorkers: 2, sequence: { groupOrder: 0 } },
+        test: { name: 'three-at-a-time', include: THREE_AT_A_TIME, maxWorkers: 3, sequence: { groupOrder: 0 } },
       },
       {
         extends: true,
@@ -83,7 +89,7 @@ export default defineConfig({
         test: {
           name: 'alone',
           include: ['test/**/*.test.ts'],
-          exclude: TWO_AT_A_TIME,
+          exclude: THREE_AT_A_TIME,
           fileParallelism: false,
           sequence: { groupOrder: 1 },
         },

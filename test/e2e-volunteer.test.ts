@@ -595,6 +595,8 @@ describe('volunteer page (Chromium)', () => {
     expect(busy.effectiveDutyCycle).toBeLessThan(busy.dutyCycle);
     await textOf(gpu!, '#busy-note', 'busy with something else');
     await page.screenshot({ path: join(ARTIFACTS, 'volunteer-busy.png'), fullPage: true });
+    // clearing the delay also ends the rest the back-off took after the slow steps (the hook's doing:
+    // that rest is a multiple of their time; e2e-volunteer-resilience checks its length).
     // released once two steps in a row are under 2× the calm median: on a machine loaded by other
     // work that can take minutes (at load 15 it took 2 min, all steps ~2× slower meanwhile)
     const back = await waitFor(

@@ -84,7 +84,7 @@ describe('butterfly mixing over WebRTC (node-datachannel)', () => {
     const log: Array<{ g: number; from: number; to: number }> = [];
     const signals = relay(5, groups, log);
     for (let i = 0; i < 5; i++)
-      nets.push(new WebRtcPeerNet(RTCPeerConnection as unknown as RtcPeerConstructor, signals[i], [], 15_000));
+      nets.push(new WebRtcPeerNet(RTCPeerConnection as unknown as RtcPeerConstructor, signals[i], [], 6_000));
     const run = (g: number, i: number) => {
       const p = plan(g, i),
         x = groups.get(g)![i];
@@ -168,7 +168,7 @@ describe('butterfly mixing over WebRTC (node-datachannel)', () => {
         }),
       ),
     );
-    // its stage-0 partner sees the channel close well before the 15 s timeout; the others stop at
+    // its stage-0 partner sees the channel close well before the 6 s timeout; the others stop at
     // their timeout here (live, the server's mix:abort stops them as soon as the partner reports)
     expect(rest).toEqual([null, null, null]);
     expect(partnerMs).toBeLessThan(4000);

@@ -299,6 +299,8 @@ self.addEventListener('message', (ev: Event) => {
     case 'debug-delays':
       Object.assign(s.delays, m.delays);
       if (s.engine) s.engine.extraStepMs = s.delays.stepMs;
+      // the simulated busy GPU is free again: end the back-off's rest (3× the slow steps' time) now
+      if (m.delays.stepMs === 0) s.engine?.interruptRest();
       break;
     case 'debug-fetch-range':
       void debugFetchRange(m.id, m.range);

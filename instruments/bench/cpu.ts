@@ -72,22 +72,49 @@ function batchOf(preset: PresetName, seed: number): Batch {
  */
 const MIN_WARMUP_MS = 300;
 const MIN_TIMED_MS = 1000;
+/** A turn of one engine in the interleaved timing: one step, or this long of steps. */
+const TURN_MS = 100;
 
-async function timeSteps(engine: TrainingEngine, batch: Batch, params: Float32Array, steps: number): Promise<number> {
-  const opts = { lr: 1e-3, gradClip: 1 };
-  await engine.setParams(params);
-  const w0 = performance.now();
-  do await engine.step(batch, opts); // warm-up: JIT, first-touch of the memory
-  while (performance.now() - w0 < MIN_WARMUP_MS);
-  const ms: number[] = [];
-  const t0 = performance.now();
-  while (ms.length < steps || performance.now() - t0 < MIN_TIMED_MS) {
-    const s0 = performance.now();
-    await engine.step(batch, opts);
-    await engine.takeLosses(); // the CPU engines are done when step resolves; this keeps the queue empty
-    ms.push(performance.now() - s0);
+interface Timed {
+  engine: TrainingEngine;
+  /** Timed steps this engine needs at least. */
+  steps: number;
+  ms: number[];
+  timedMs: number;
+}
+
+async function stepOnce(engine: TrainingEngine, batch: Batch): Promise<number> {
+  const s0 = performance.now();
+  await engine.step(batch, { lr: 1e-3, gradClip: 1 });
+  await engine.takeLosses(); // the CPU engines are done when step resolves; this keeps the queue empty
+  return performance.now() - s0;
+}
+
+/**
+ * Each engine's median step, the engines taking turns (one step, or TURN_MS of them, each) until every one
+ * has its steps and MIN_TIMED_MS: the host's speed here moves by half within a minute, and turns make the
+ * ratio between engines see the same host.
+ */
+async function timeInterleaved(engines: Timed[], batch: Batch, params: Float32Array): Promise<number[]> {
+  for (const e of engines) {
+    await e.engine.setParams(params);
+    const w0 = performance.now();
+    do
+      await stepOnce(e.engine, batch); // warm-up: JIT, first-touch of the memory
+    while (performance.now() - w0 < MIN_WARMUP_MS);
   }
-  return median(ms);
+  const pending = (e: Timed) => e.ms.length < e.steps || e.timedMs < MIN_TIMED_MS;
+  while (engines.some(pending)) {
+    for (const e of engines.filter(pending)) {
+      const t0 = performance.now();
+      do {
+        const ms = await stepOnce(e.engine, batch);
+        e.ms.push(ms);
+        e.timedMs += ms;
+      } while (performance.now() - t0 < TURN_MS && pending(e));
+    }
+  }
+  return engines.map((e) => median(e.ms));
 }
 
 export interface CpuBenchReport {
@@ -118,13 +145,22 @@ export async function benchCpu(o: CpuBenchOptions): Promise<CpuBenchReport> {
       vsJs: jsMs / ms,
     });
     const js = await createCpuEngine('js', opts);
-    const jsMs = await timeSteps(js, batch, params, Math.max(1, Math.min(o.steps, preset === 'base' ? 2 : o.steps)));
+    const wasms: TrainingEngine[] = [];
+    for (const threads of o.threads)
+      wasms.push(await createCpuEngine('cpu', opts, { count: threads, spawn: spawnNodeKernelThread }));
+    const timed = (engine: TrainingEngine, steps: number): Timed => ({ engine, steps, ms: [], timedMs: 0 });
+    const jsSteps = Math.max(1, preset === 'base' ? Math.min(o.steps, 2) : o.steps);
+    const [jsMs, ...wasmMs] = await timeInterleaved(
+      [timed(js, jsSteps), ...wasms.map((w) => timed(w, o.steps))],
+      batch,
+      params,
+    );
     js.destroy();
     rows.push(row('js', 1, jsMs, jsMs));
     o.log?.(`${preset}: js ${jsMs.toFixed(1)} ms/step`);
-    for (const threads of o.threads) {
-      const wasm = await createCpuEngine('cpu', opts, { count: threads, spawn: spawnNodeKernelThread });
-      const ms = await timeSteps(wasm, batch, params, o.steps);
+    for (const [i, threads] of o.threads.entries()) {
+      const wasm = wasms[i],
+        ms = wasmMs[i];
       const profiled = wasm instanceof WasmEngine ? await profileSteps(wasm, batch) : {};
       wasm.destroy();
       rows.push({ ...row('wasm', threads, ms, jsMs), ...profiled });
@@ -136,7 +172,8 @@ export async function benchCpu(o: CpuBenchOptions): Promise<CpuBenchReport> {
     load: { before, after: loadavg()[0], cpus: availableParallelism() },
     note:
       `median step (forward, backward, clip, AdamW) on one batch of random bytes, after ${MIN_WARMUP_MS} ms of ` +
-      `warm-up, over at least --steps steps and ${MIN_TIMED_MS} ms; GFLOP/s by flopsPerToken ` +
+      `warm-up, over at least --steps steps and ${MIN_TIMED_MS} ms, the engines taking turns of ${TURN_MS} ms; ` +
+      'GFLOP/s by flopsPerToken ' +
       "(6N + attention); base at batch 2 and at most 2 JS steps; ops: each Wasm kernel's ms per step over " +
       `${PROFILED_STEPS} more steps with the clock read around every call`,
   };
