@@ -3,7 +3,7 @@ import { defineConfig } from 'vitest/config';
 // Files that run three at a time on the two cores, first: in-process, no Chromium, no clock in an
 // assertion (kernels against the CPU reference, codecs, the simulator, the server on inject), or mostly
 // waiting (a child island, a Redis gateway, a WebRTC timeout), so a third keeps both cores busy. Every
-// other file, and any new one, runs alone afterwards: WebGPU pages, fleets, speed bounds.
+// other file, and any new one, runs alone at the end: WebGPU pages, fleets, speed bounds.
 const THREE_AT_A_TIME = [
   'admin-codec',
   'architecture-docs',
@@ -73,6 +73,52 @@ const THREE_AT_A_TIME = [
   'wire-meter',
 ].map((f) => `test/${f}.test.ts`);
 
+// Files that run two at a time, next: child processes (a server, islands, the CLI), Dawn in Node, or a
+// page whose checks are numbers and bytes, none with a clock in an assertion tighter than a load of two keeps.
+const TWO_AT_A_TIME = [
+  'admin-knobs',
+  'bench-cli',
+  'bench-server',
+  'cli-help',
+  'cli-signals',
+  'client-build',
+  'cluster-chaos',
+  'cluster-redis',
+  'cluster-roles',
+  'codec',
+  'dashboard-overlay',
+  'data-prepare',
+  'device-script',
+  'docs-studies',
+  'e2e-dashboard-charts',
+  'e2e-volunteer-gpt2',
+  'e2e-volunteer-shards',
+  'file-size',
+  'hf-export',
+  'island',
+  'metrics-out',
+  'mix-hostile',
+  'mix-relay',
+  'mix-rings-live',
+  'operator',
+  'outer-offload',
+  'serve-init',
+  'server-crash',
+  'server-sparse-downlink',
+  'server-training',
+  'simulate-metrics',
+  'train-cli',
+  'train-data',
+  'train-gpt2',
+  'trust-cli',
+  'trust-http',
+  'trust-identity',
+  'validator-server',
+  'wasm-build',
+  'wasm-threads',
+  'webgpu-browser',
+].map((f) => `test/${f}.test.ts`);
+
 export default defineConfig({
   test: {
     testTimeout: 120_000,
@@ -85,13 +131,17 @@ export default defineConfig({
       },
       {
         extends: true,
-        // WebGPU (Dawn/SwiftShader) and Chromium are heavy on 2 cores: one file at a time
+        test: { name: 'two-at-a-time', include: TWO_AT_A_TIME, maxWorkers: 2, sequence: { groupOrder: 1 } },
+      },
+      {
+        extends: true,
+        // Chromium pages on SwiftShader are heavy on 2 cores: one file at a time
         test: {
           name: 'alone',
           include: ['test/**/*.test.ts'],
-          exclude: THREE_AT_A_TIME,
+          exclude: [...THREE_AT_A_TIME, ...TWO_AT_A_TIME],
           fileParallelism: false,
-          sequence: { groupOrder: 1 },
+          sequence: { groupOrder: 2 },
         },
       },
     ],

@@ -89,7 +89,20 @@ describe('butterfly mixing with a page (Chromium RTCPeerConnection ↔ node-data
     );
     const st = await getJson<RunStatus>(`${server.url}/api/status`);
     expect(st.done).toBe(true);
-    const views = (await Promise.all(browsers.map((b) => pageView(b)))) as MixView[];
+    // the run is done once its last update is durable; a page counts its tokens when that ack reaches it
+    type Rows = { islands: Array<{ id: string; tokens: number }> };
+    server.server.run.views.invalidate(); // /api/islands may serve a copy from before the last update
+    const rows = await getJson<Rows>(`${server.url}/api/islands`);
+    let views: MixView[] = [];
+    await waitFor(
+      "the pages' last acks",
+      async () => {
+        views = (await Promise.all(browsers.map((b) => pageView(b)))) as MixView[];
+        return views.every((v) => rows.islands.find((r) => r.id === v.islandId)?.tokens === v.tokensContributed);
+      },
+      15_000,
+      100,
+    ).catch(() => undefined); // the assertions below say which page differs
     const c = server.server.mix!.counters;
     console.log(
       `mix-page: ${c.mixedGroups}/${c.groups} groups mixed, ${c.fallbacks} fell back, ${c.expired} waits expired, pairs signalled ${c.linksSignalled}, reused ${c.linksReused}, lost ${c.linksLost}; pages mixed ${views.map((v) => v.roundsMixed).join('/')} direct ${views.map((v) => v.roundsDirect).join('/')} accepted ${views.map((v) => v.roundsAccepted).join('/')}, hash checks ${views.map((v) => v.hashChecks).join('/')}; Node islands mixed ${nodes.map((n) => n.mixed).join('/')}; signalling ${c.controlBytes} B`,
@@ -106,7 +119,6 @@ describe('butterfly mixing with a page (Chromium RTCPeerConnection ↔ node-data
     }
     for (const n of nodes)
       for (const s of n.synced) expect(s.hash, `${n.id} at v${s.version}`).toBe(hashes.get(s.version));
-    const rows = await getJson<{ islands: Array<{ id: string; tokens: number }> }>(`${server.url}/api/islands`);
     for (const n of nodes) {
       expect(n.rejected.filter((code) => code !== 'E_DONE')).toEqual([]);
       expect(rows.islands.find((r) => r.id === n.id)?.tokens).toBe(n.appliedTokens);

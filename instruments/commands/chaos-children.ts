@@ -106,18 +106,20 @@ export function spawnIsland(
           status?: string;
           tokens?: number;
           steps?: number;
+          tokensPerStep?: number;
           code?: string;
           message?: string;
           reason?: string;
         };
         if (m.kind === 'step') isl.stepsSinceSubmit++;
+        // known before its first submit: a killed island's steps since then count from its first round
+        else if (m.kind === 'assignment') isl.tokensPerStep = m.tokensPerStep!;
         else if (m.kind === 'error') log(`chaos: ${name}: ${m.code}: ${m.message}`);
         else if (m.kind === 'exit') {
           isl.exitReason = m.reason!;
           log(`chaos: ${name} stopped: ${m.reason}`);
         } else if (m.kind === 'submitted') {
           isl.tokensSubmitted += m.tokens!;
-          isl.tokensPerStep = m.tokens! / Math.max(1, m.steps!);
           isl.stepsSinceSubmit = 0;
           if (m.status === 'applied') isl.acks.push([m.island!, m.seq!]);
         }
@@ -164,6 +166,8 @@ async function islandChild(url: string, name: string): Promise<void> {
     handleSignals: true,
     onEvent: (e) => {
       if (e.type === 'step') out({ kind: 'step' });
+      else if (e.type === 'assignment')
+        out({ kind: 'assignment', tokensPerStep: e.assignment.batchSize * e.assignment.seqLen });
       else if (e.type === 'error') out({ kind: 'error', code: e.error.code, message: e.error.message });
       else if (e.type === 'submitted')
         out({

@@ -305,9 +305,8 @@ async function runOnce(
         if (!logged.has(`${id}#${seq}`)) lost++;
       }
     const duplicates = [...logged.values()].filter((c) => c > 1).length;
-    const tokensComputed =
-      all.reduce((s, i) => s + i.tokensSubmitted, 0) +
-      killed.reduce((s, i) => s + i.stepsSinceSubmit * i.tokensPerStep, 0);
+    // steps with no ack line yet count too: a killed island's, and a last round cut off by the SIGTERM
+    const tokensComputed = all.reduce((s, i) => s + i.tokensSubmitted + i.stepsSinceSubmit * i.tokensPerStep, 0);
     return {
       faulty,
       seconds: Number(seconds.toFixed(1)),
