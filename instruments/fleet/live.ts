@@ -113,7 +113,7 @@ export async function runLive(spec: FleetSpec, hooks: LiveHooks): Promise<LiveRu
 
     // pages first: compiling WebGPU pipelines on SwiftShader is slow, and a page must be training before the budget
     // runs out; the Node islands start once every page had its first delta accepted
-    if (spec.browsers > 0) await pages.open(spec.browsers, urls);
+    if (spec.browsers > 0) await pages.open(spec.browsers, urls, spec.timeoutMs);
 
     let next = 0;
     const startNode = (base?: LiveIsland) => {

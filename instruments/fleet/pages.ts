@@ -45,8 +45,9 @@ export class FleetPages {
   /**
    * Opens `count` pages over the gateways, clicks Start on each, and waits until every page had a delta accepted:
    * a page on SwiftShader is slow, and fast islands could spend the whole budget before its first round lands.
+   * `waitMs`: the run's --timeout (GPT-2 on SwiftShader takes minutes a step, and its first round two steps).
    */
-  async open(count: number, urls: string[]): Promise<void> {
+  async open(count: number, urls: string[], waitMs: number): Promise<void> {
     const { launchChromium } = await import('./chromium.ts');
     await Promise.all(
       Array.from({ length: count }, async (_, i) => {
@@ -67,7 +68,7 @@ export class FleetPages {
     );
     this.log(`fleet: ${count} volunteer page(s) clicked Start; the Node islands start once each had a delta accepted`);
     let said = Date.now();
-    await waitUntil('every page to have a delta accepted', 600_000, async () => {
+    await waitUntil('every page to have a delta accepted', waitMs, async () => {
       await this.read();
       if (Date.now() - said > 30_000) {
         said = Date.now();
