@@ -3,7 +3,16 @@
 // dW's split-K and the LayerNorm's dweight/dbias share.
 
 import { matmulBackward as matmulBackwardCpu, matmulForward as matmulForwardCpu } from '../core/model/ops.ts';
-import { type CpuTwin, type Defines, type DispatchSpec, type Shape, defineKernel, grid1, rows } from './kernel.ts';
+import {
+  type CpuTwin,
+  type Defines,
+  type DispatchSpec,
+  type Shape,
+  defineKernel,
+  grid1,
+  rows,
+  span,
+} from './kernel.ts';
 import src from './matmul.wgsl?raw';
 
 type Variant = '' | '_vec4' | '_direct' | '_direct_vec4';
@@ -48,6 +57,8 @@ export function sumSlices(
   return matmul.dispatch({
     entry: 'matmul_backward_dweight_reduce',
     buffers: { c: out, a: partials },
+    // out's window: the M rows at outOff + i·rowStride (a stride past 2³¹ is negative, mod 2³²)
+    windows: { c: span(sliceRows(d), 4, ['c_off']) },
     // bias_off: the reduce's row stride of out
     params: (s) => ({
       M: d.M,
@@ -59,6 +70,12 @@ export function sumSlices(
     }),
     grid: (s) => (slices(s).slices > 0 ? grid1(d.M * d.N, 256) : [0, 0, 0]),
   });
+}
+
+/** The element ranges of sumSlices' M output rows. */
+function sliceRows(d: { M: number; N: number; outOff: number; rowStride: number }): Array<[number, number]> {
+  const stride = d.rowStride >= 2 ** 31 ? d.rowStride - 2 ** 32 : d.rowStride;
+  return Array.from({ length: d.M }, (_, i): [number, number] => [d.outOff + i * stride, d.outOff + i * stride + d.N]);
 }
 
 // ---------------------------------------------------------------------------- matmul
@@ -165,6 +182,20 @@ export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer,
     entry: k.entry,
     defines: { ...k.defines, ...halfDefines(k.entry, d.half?.inp, d.half?.w, d.half?.out, vec4) },
     buffers: { c: out, a: inp, b: params },
+    // W's window: the weight (OC, C) and the bias (OC)
+    windows: {
+      b:
+        d.biasOff === null
+          ? span([[d.wOff, d.wOff + d.C * d.OC]], d.half?.w ? 2 : 4, ['b_off'])
+          : span(
+              [
+                [d.wOff, d.wOff + d.C * d.OC],
+                [d.biasOff, d.biasOff + d.OC],
+              ],
+              d.half?.w ? 2 : 4,
+              ['b_off', 'bias_off'],
+            ),
+    },
     params: (s) => ({
       M: rows(s),
       N: d.OC,
@@ -205,6 +236,7 @@ export function matmulBackward(
         entry: k.entry,
         defines: { ...k.defines, ...halfDefines(k.entry, false, d.half?.w, false, vec4) },
         buffers: { c: dinp, a: dout, b: params },
+        windows: { b: span([[d.wOff, d.wOff + d.C * d.OC]], d.half?.w ? 2 : 4, ['b_off']) },
         // M = B·T, N = C, K = OC; A = dout (M,K), B = W (K,N)
         params: (s) => ({ M: rows(s), N: d.C, K: d.OC, flags: d.accumulateDinp ? ACCUMULATE : 0, b_off: d.wOff }),
         grid: (s) => k.grid(rows(s), d.C),
@@ -222,6 +254,7 @@ export function matmulBackward(
       entry: dw.entry,
       defines: dw.defines,
       buffers: { c: grads, a: dout, b: inp },
+      windows: { c: span([[d.wOff, d.wOff + d.C * d.OC]], 4, ['c_off']) },
       params: (s) => ({
         M: d.OC,
         N: d.C,
