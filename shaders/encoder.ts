@@ -2,7 +2,16 @@
 
 import { encoderBackward as encoderBackwardCpu, encoderForward as encoderForwardCpu } from '../core/model/ops.ts';
 import { encoderForwardF16 as encoderForwardF16Cpu } from '../core/model/ops-f16.ts';
-import { type DispatchSpec, STORAGE_ALIGN, type Window, acc, defineKernel, grid1, rows, windowRange } from './kernel.ts';
+import {
+  type DispatchSpec,
+  STORAGE_ALIGN,
+  type Window,
+  acc,
+  defineKernel,
+  grid1,
+  rows,
+  windowRange,
+} from './kernel.ts';
 import src from './encoder.wgsl?raw';
 
 export const encoder = defineKernel('encoder', src, {

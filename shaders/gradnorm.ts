@@ -53,7 +53,14 @@ export function gradNorm(
             grid: () => [P, 1, 1],
           }),
         )
-      : [gradnorm.dispatch({ entry: 'grad_norm_partial', buffers: { partials, grads }, params, grid: () => [P, 1, 1] })];
+      : [
+          gradnorm.dispatch({
+            entry: 'grad_norm_partial',
+            buffers: { partials, grads },
+            params,
+            grid: () => [P, 1, 1],
+          }),
+        ];
   return [
     ...partial,
     gradnorm.dispatch({
