@@ -4,7 +4,7 @@
 // - an engine (V = 4,099, C = 32: GPT-2's head at a size SwiftShader steps in a second, where V = 50,257 took 10 s)
 //   under a forced 96 KiB binding limit, where wte (513 KiB) and θ take 6 and 7 windows, against the CPU reference
 //   (losses, θ), and bit for bit against the same engine without a forced limit (θ, the Adam moments, Δ, losses);
-// - f16 alike (V = 4,000 under 64 KiB): θ, Δ and the eval loss bit for bit;
+// - f16 alike, in micro-batches of 1 (V = 4,000 under 64 KiB): θ, Δ and the eval loss bit for bit;
 // - requiredLimits: at most the forced limit; a limit below the largest unsplittable range refused, naming it;
 // - GPT-2 124M's plan under a 128 MiB binding limit (no GPU).
 
@@ -18,6 +18,7 @@ import { mulberry32 } from '../core/random.ts';
 import {
   type WebGpuEngineOptions,
   checkAdapterFits,
+  estimateGpuBytes,
   limitShortfall,
   memoryPlan,
   plan,
@@ -41,7 +42,8 @@ const small: GPTConfig = { ...config, vocabSize: 4099 };
 const smallBase: WebGpuEngineOptions = { ...base, config: small, headChunk: 512 };
 const SMALL_LIMIT = 96 * KiB;
 const f16Config: GPTConfig = { ...config, vocabSize: 4000 };
-const f16Base: WebGpuEngineOptions = { ...base, config: f16Config, headChunk: 512, precision: 'f16' };
+// in micro-batches of 1: the accumulating program's windows too
+const f16Base: WebGpuEngineOptions = { ...base, config: f16Config, headChunk: 512, precision: 'f16', microBatch: 1 };
 const F16_LIMIT = 64 * KiB;
 
 let device: GPUDevice;
@@ -138,6 +140,9 @@ describe('windows under a forced binding limit', () => {
       expect(bound).toBeGreaterThan(SMALL_LIMIT / 2);
       expect(bound).toBeLessThanOrEqual(SMALL_LIMIT);
       expect(boundWhole).toBe(whole.memory.largestBuffer);
+      // what it allocates is what the windowed plan says (the carry of the grad norm's pieces, their uniforms)
+      expect(win.gpuBytes).toBe(estimateGpuBytes({ ...smallBase, maxBindingBytes: SMALL_LIMIT }));
+      expect(win.memory.total).toBe(win.gpuBytes);
       expect(win.memory).toMatchObject({ bindingLimit: SMALL_LIMIT, vocabWindows: 6, thetaPieces: 7 });
       expect(win.memory.largestWindow).toBeLessThanOrEqual(SMALL_LIMIT);
       expect(win.memory.largestBuffer).toBeGreaterThan(5 * SMALL_LIMIT);
@@ -172,7 +177,7 @@ describe('windows under a forced binding limit', () => {
     }
   });
 
-  it('f16 (V = 4,000 under 64 KiB): θ, the weight copy and Δ bit for bit as without windows', async () => {
+  it('f16 in micro-batches (V = 4,000 under 64 KiB): θ, the weight copy and Δ bit for bit as without', async () => {
     const opts: WebGpuEngineOptions = { ...f16Base, maxBindingBytes: F16_LIMIT };
     const m = memoryPlan(opts);
     expect(m.vocabWindows).toBeGreaterThan(1);

@@ -321,7 +321,8 @@ export function plannedDispatches(opts: WebGpuEngineOptions, b: (name: string) =
 
 /**
  * The largest range any dispatch binds (bytes), from the dispatches themselves recorded on stand-in buffers of the
- * planned sizes: a window where the dispatch has one, else the whole buffer. `at` names the dispatch and variable.
+ * planned sizes: a window where the dispatch has one, else the whole buffer (every buffer but θ's kind counts whole).
+ * `at` names the dispatch and variable, or the buffer.
  */
 export function largestBinding(opts: WebGpuEngineOptions): { bytes: number; at: string } {
   const sizes = plan(opts).storage;
@@ -332,7 +333,10 @@ export function largestBinding(opts: WebGpuEngineOptions): { bytes: number; at: 
     if (!fake.has(name)) fake.set(name, { size, label: name } as GPUBuffer);
     return fake.get(name)!;
   };
+  // a storage buffer no dispatch windows counts whole (whoever binds it)
   let best = { bytes: 0, at: '' };
+  for (const [k, n] of sizes)
+    if (!PARAMETER_BUFFERS.has(k) && n > best.bytes) best = { bytes: n, at: `the whole buffer ${k}` };
   for (const spec of plannedDispatches(opts, b))
     for (const [name, buf] of Object.entries(spec.buffers)) {
       const w = spec.windows?.[name];
@@ -350,10 +354,9 @@ export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number
   const p = plan(opts);
   const largestStorage = Math.max(...p.storage.values());
   const largest = Math.max(largestStorage, ...p.other.values());
-  // the largest range a dispatch binds; a storage buffer no dispatch windows (bound elsewhere whole) counts whole
-  const unwindowed = [...p.storage].filter(([k]) => !PARAMETER_BUFFERS.has(k)).map(([, n]) => n);
   return {
-    maxStorageBufferBindingSize: Math.max(largestBinding(opts).bytes, ...unwindowed),
+    // the largest range a dispatch binds, not the largest buffer
+    maxStorageBufferBindingSize: largestBinding(opts).bytes,
     maxBufferSize: largest,
     maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
     maxUniformBufferBindingSize: 512,
