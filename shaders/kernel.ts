@@ -281,7 +281,8 @@ export interface DispatchSpec {
   /** Written into the shader's {{NAME}} placeholders (one module and pipeline per distinct set). */
   defines?: Defines;
   /**
-   * Storage buffers by the WGSL variable they bind to (any alias of the binding; whole buffers, offsets go in Params).
+   * Storage buffers by the WGSL variable they bind to (any alias of the binding; offsets go in Params): each bound
+   * whole, or as its window where `windows` names the variable.
    */
   buffers: Record<string, GPUBuffer>;
   /**
