@@ -2,7 +2,7 @@
 
 import { adamwUpdate as adamwUpdateCpu } from '../core/model/ops.ts';
 import { adamwUpdateF16 } from '../core/model/ops-f16.ts';
-import { type DispatchSpec, defineKernel, grid1 } from './kernel.ts';
+import { type DispatchSpec, defineKernel, grid1, pieceWindow } from './kernel.ts';
 import src from './adamw.wgsl?raw';
 
 export const adamw = defineKernel('adamw', src, { adamw_update: adamwUpdateCpu, adamw_update_f16: adamwUpdateF16 });
@@ -23,9 +23,18 @@ export function decayRanges(
 const PER_THREAD = 4; // adamw.wgsl
 const MAX_RANGES = adamw.params.fields.get('ranges')!.offsets.length / 4; // array<vec4<u32>, 16>
 
+/** The decay ranges inside [lo, hi), relative to lo. */
+function rangesIn(ranges: Array<[number, number, boolean]>, lo: number, hi: number): Array<[number, number, boolean]> {
+  return ranges
+    .filter(([a, b]) => b > lo && a < hi)
+    .map(([a, b, decay]): [number, number, boolean] => [Math.max(a, lo) - lo, Math.min(b, hi) - lo, decay]);
+}
+
 /**
  * One AdamW step over all N parameters; weight decay only inside the `decay` ranges. With `copy`
- * (--precision f16) the new weights also go into the matmuls' weight copy as halves.
+ * (--precision f16) the new weights also go into the matmuls' weight copy as halves. With `piece`, only the
+ * elements [lo, hi) (lo a multiple of PIECE_QUANTUM): each buffer bound as that window, the step elementwise the
+ * same.
  */
 export function adamwUpdate(
   params: GPUBuffer,
@@ -33,19 +42,26 @@ export function adamwUpdate(
   m: GPUBuffer,
   v: GPUBuffer,
   clip: GPUBuffer,
-  d: { N: number; ranges: Array<[number, number, boolean]>; copy?: GPUBuffer },
+  d: { N: number; ranges: Array<[number, number, boolean]>; copy?: GPUBuffer; piece?: [number, number] },
 ): DispatchSpec {
-  if (d.ranges.length > MAX_RANGES)
-    throw new Error(`adamw_update takes at most ${MAX_RANGES} decay ranges, got ${d.ranges.length}`);
+  const piece = d.piece ?? [0, d.N];
+  const N = piece[1] - piece[0];
+  const ranges = d.piece ? rangesIn(d.ranges, ...piece) : d.ranges;
+  if (ranges.length > MAX_RANGES)
+    throw new Error(`adamw_update takes at most ${MAX_RANGES} decay ranges, got ${ranges.length}`);
   const table: number[] = [];
   for (let i = 0; i < MAX_RANGES; i++) {
-    const r = d.ranges[i];
+    const r = ranges[i];
     table.push(r ? r[0] : 0, r ? r[1] : 0, r?.[2] ? 1 : 0, 0);
   }
+  const f32 = pieceWindow(piece, 4);
   return adamw.dispatch({
     entry: d.copy ? 'adamw_update_f16' : 'adamw_update',
     buffers: { params, grads, m, v, clip, ...(d.copy ? { copy_h: d.copy } : {}) },
-    params: () => ({ N: d.N, num_ranges: d.ranges.length, ranges: table }),
-    grid: () => grid1(Math.ceil(d.N / PER_THREAD), 256),
+    ...(d.piece
+      ? { windows: { params: f32, grads: f32, m: f32, v: f32, ...(d.copy ? { copy_h: pieceWindow(piece, 2) } : {}) } }
+      : {}),
+    params: () => ({ N, num_ranges: ranges.length, ranges: table }),
+    grid: () => grid1(Math.ceil(N / PER_THREAD), 256),
   });
 }

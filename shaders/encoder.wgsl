@@ -9,10 +9,12 @@ struct Params {
   T: u32,
   C: u32,
   V: u32,
-  wte_off: u32,     // wte (V,C): in params (forward) or grads (backward)
+  wte_off: u32,     // row v_lo of wte (V,C): in params (forward) or grads (backward)
   wpe_off: u32,     // wpe (maxT,C)
   maxT: u32,        // rows of wpe (the config's blockSize)
   accumulate: u32,  // backward: 1 adds into the grads (as the twin), 0 overwrites
+  v_lo: u32,        // the vocabulary window [v_lo, v_hi) this dispatch's binding of wte holds
+  v_hi: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -23,8 +25,10 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> out4: array<vec4f>;
 @group(0) @binding(1) var<storage, read_write> out_h8: array<vec4u>;
 @group(0) @binding(2) var<storage, read> inp: array<u32>;       // (B,T) token ids
-@group(0) @binding(3) var<storage, read> params4: array<vec4f>;
+@group(0) @binding(3) var<storage, read> params4: array<vec4f>;  // wte's window
 @group(0) @binding(3) var<storage, read> wcopy_h8: array<vec4u>;
+@group(0) @binding(4) var<storage, read> wpe4: array<vec4f>;     // wpe (the same buffer, its own binding)
+@group(0) @binding(4) var<storage, read> wpe_h8: array<vec4u>;
 
 // backward
 @group(0) @binding(1) var<storage, read_write> grads: array<f32>;
@@ -39,15 +43,21 @@ var<workgroup> tok: array<u32, CHUNK>;
 fn enc_chunks(i: u32, n: u32) -> vec2u {
   let bt = i / n;
   let c = i % n;
-  return vec2u(p.wte_off / (p.C / n) + inp[bt] * n + c, p.wpe_off / (p.C / n) + (bt % p.T) * n + c);
+  return vec2u((p.wte_off + (inp[bt] - p.v_lo) * p.C) / (p.C / n) + c, p.wpe_off / (p.C / n) + (bt % p.T) * n + c);
+}
+
+// Whether chunk i's token id lies in this dispatch's vocabulary window (the others are another's).
+fn in_window(i: u32, n: u32) -> bool {
+  let v = inp[i / n];
+  return v >= p.v_lo && v < p.v_hi;
 }
 
 @compute @workgroup_size(256)
 fn encoder_forward(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let i = thread_index(id, lid, 256u);
-  if (i >= p.B * p.T * p.C / 4u) { return; }
+  if (i >= p.B * p.T * p.C / 4u || !in_window(i, p.C / 4u)) { return; }
   let at = enc_chunks(i, p.C / 4u);
-  out4[i] = params4[at.x] + params4[at.y];
+  out4[i] = params4[at.x] + wpe4[at.y];
 }
 
 fn h8_unpack(w: vec4u) -> mat2x4f {
@@ -60,17 +70,17 @@ fn h8_pack(v: mat2x4f) -> vec4u {
 @compute @workgroup_size(256)
 fn encoder_forward_f16(id: Grid, @builtin(local_invocation_index) lid: u32) {
   let i = thread_index(id, lid, 256u);
-  if (i >= p.B * p.T * p.C / 8u) { return; }
+  if (i >= p.B * p.T * p.C / 8u || !in_window(i, p.C / 8u)) { return; }
   let at = enc_chunks(i, p.C / 8u);
-  out_h8[i] = h8_pack(h8_unpack(wcopy_h8[at.x]) + h8_unpack(wcopy_h8[at.y]));
+  out_h8[i] = h8_pack(h8_unpack(wcopy_h8[at.x]) + h8_unpack(wpe_h8[at.y]));
 }
 
 // dwte[v,c] (+)= Σ_{bt: inp[bt]=v} dout[bt,c], for VR vocab rows per workgroup (one scan of the
-// token ids serves them all). Grid (ceil(C/64), ceil(V/VR)).
+// token ids serves them all), rows of the window [v_lo, v_hi). Grid (ceil(C/64), ceil((v_hi − v_lo)/VR)).
 const VR: u32 = 8u;
 @compute @workgroup_size(64)
 fn encoder_backward_wte(id: Grid, @builtin(local_invocation_index) lid: u32) {
-  let v0 = id.wid.y * VR;
+  let v0 = p.v_lo + id.wid.y * VR;
   let c = id.wid.x * WG + lid;
   let BT = p.B * p.T;
   var acc: array<f32, VR>;
@@ -87,8 +97,8 @@ fn encoder_backward_wte(id: Grid, @builtin(local_invocation_index) lid: u32) {
     workgroupBarrier();
   }
   if (c < p.C) {
-    for (var r = 0u; r < min(VR, p.V - v0); r++) {
-      let idx = p.wte_off + (v0 + r) * p.C + c;
+    for (var r = 0u; r < min(VR, p.v_hi - v0); r++) {
+      let idx = p.wte_off + (v0 - p.v_lo + r) * p.C + c;
       grads[idx] = select(acc[r], grads[idx] + acc[r], p.accumulate != 0u);
     }
   }

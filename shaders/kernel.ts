@@ -281,12 +281,102 @@ export interface DispatchSpec {
   /** Written into the shader's {{NAME}} placeholders (one module and pipeline per distinct set). */
   defines?: Defines;
   /**
-   * Storage buffers by the WGSL variable they bind to (any alias of the binding; whole buffers, offsets go in Params).
+   * Storage buffers by the WGSL variable they bind to (any alias of the binding; offsets go in Params): each bound
+   * whole, or as its window where `windows` names the variable.
    */
   buffers: Record<string, GPUBuffer>;
+  /**
+   * Binding windows: for a variable named here only the elements it touches are bound (the window's start aligned
+   * down to STORAGE_ALIGN), and its `fields` of Params (element offsets into the buffer) are rebased to the window.
+   */
+  windows?: Record<string, Window>;
   /** The entry's Params by field name; fields left out are 0. */
   params: (s: Shape) => ParamValues;
   grid: (s: Shape) => [number, number, number];
+}
+
+/** The elements [lo, hi) of a buffer one dispatch touches, `elem` bytes each; `fields` are offsets into it. */
+export interface Window {
+  lo: number;
+  hi: number;
+  elem: number;
+  fields?: readonly string[];
+  /** the window must start exactly at lo (the kernel indexes it from 0): lo·elem a multiple of STORAGE_ALIGN */
+  exact?: boolean;
+}
+
+/** minStorageBufferOffsetAlignment's guaranteed maximum: where a window may start. */
+export const STORAGE_ALIGN = 256;
+
+/** A window's bytes in a buffer of `size` bytes: [offset, offset + size), from lo aligned down to hi in vec4s. */
+export function windowRange(w: Window, size = Infinity, where = 'window'): { offset: number; size: number } {
+  const lo = w.lo * w.elem;
+  const offset = Math.floor(lo / STORAGE_ALIGN) * STORAGE_ALIGN;
+  if (w.exact && offset !== lo) throw new Error(`${where}: window at byte ${lo} is not ${STORAGE_ALIGN}-aligned`);
+  if (offset % w.elem !== 0) throw new Error(`${where}: window offset ${offset} is not a whole element`);
+  const end = Math.min(size, Math.ceil((w.hi * w.elem) / 16) * 16);
+  return { offset, size: Math.max(16, end - offset) };
+}
+
+/** The union of element ranges [lo, hi) as one window (the ranges need not touch). */
+export function span(ranges: Array<[number, number]>, elem: number, fields: readonly string[]): Window {
+  return {
+    lo: Math.min(...ranges.map((r) => r[0])),
+    hi: Math.max(...ranges.map((r) => r[1])),
+    elem,
+    fields,
+  };
+}
+
+/** Elements per piece of a flat buffer: a multiple of 128 (f32 and half windows start STORAGE_ALIGN-aligned). */
+export const PIECE_QUANTUM = 128;
+
+/**
+ * [lo, hi) pieces of N flat elements whose f32 windows fit `maxBytes` (one piece where all of them fit): what the
+ * whole-θ ops (AdamW, the grad norm, Δ, the f16 pack) dispatch once each.
+ */
+export function flatPieces(N: number, maxBytes = Infinity): Array<[number, number]> {
+  if (Math.ceil((N * 4) / 16) * 16 <= maxBytes) return [[0, N]];
+  const per = Math.max(1, Math.floor(maxBytes / 4 / PIECE_QUANTUM)) * PIECE_QUANTUM;
+  return Array.from({ length: Math.ceil(N / per) }, (_, i): [number, number] => [i * per, Math.min(N, (i + 1) * per)]);
+}
+
+/** The exact window of a piece [lo, hi) of a flat buffer of `elem`-byte elements (the kernel indexes it from 0). */
+export const pieceWindow = (piece: [number, number], elem: number): Window => ({
+  lo: piece[0],
+  hi: piece[1],
+  elem,
+  exact: true,
+});
+
+/** Each storage binding of the spec with its bytes: its window, or the whole buffer. */
+export function bindWindows(spec: DispatchSpec): Array<[number, { buffer: GPUBuffer; offset: number; size: number }]> {
+  const where = `${spec.kernel.file} ${spec.entry}`;
+  bindStorage(spec); // checks the bindings
+  const out: Array<[number, { buffer: GPUBuffer; offset: number; size: number }]> = [];
+  for (const [name, buffer] of Object.entries(spec.buffers)) {
+    const w = spec.windows?.[name];
+    const range = w ? windowRange(w, buffer.size, where) : { offset: 0, size: buffer.size };
+    out.push([spec.kernel.storage.get(name)!, { buffer, ...range }]);
+  }
+  return out.sort((a, b) => a[0] - b[0]);
+}
+
+/** The spec's Params for a shape, every windowed offset field rebased to its window. */
+export function windowedParams(spec: DispatchSpec, s: Shape): ParamValues {
+  const v = spec.params(s);
+  if (!spec.windows) return v;
+  const out: Record<string, number | readonly number[]> = { ...v };
+  for (const w of Object.values(spec.windows)) {
+    const shift = windowRange(w).offset / w.elem;
+    for (const f of w.fields ?? []) {
+      const x = out[f];
+      if (typeof x !== 'number') throw new Error(`${spec.kernel.file} ${spec.entry}: window field ${f} is not set`);
+      if (x < shift) throw new Error(`${spec.kernel.file} ${spec.entry}: ${f} = ${x} lies before its window`);
+      out[f] = x - shift;
+    }
+  }
+  return out;
 }
 
 /** The spec's buffers as [binding, buffer], checked against the bindings its entry point reaches. */

@@ -11,7 +11,17 @@ import {
   residualLayernormForwardF16 as residualLayernormForwardF16Cpu,
 } from '../core/model/ops-f16.ts';
 import type { HalfForm } from './half.ts';
-import { type Defines, type DispatchSpec, type Shape, acc, defineKernel, grid1, rows } from './kernel.ts';
+import {
+  type Defines,
+  type DispatchSpec,
+  type Shape,
+  type Window,
+  acc,
+  defineKernel,
+  grid1,
+  rows,
+  span,
+} from './kernel.ts';
 import { rowSlices, sumSlices } from './matmul.ts';
 import src from './layernorm.wgsl?raw';
 
@@ -41,6 +51,18 @@ const WG = 64; // layernorm.wgsl
 /** Forward threads per row: the power of two ≥ the row's 16-byte chunks, at most the workgroup. */
 export const lnThreadsPerRow = (chunks: number) => Math.min(WG, 2 ** Math.floor(Math.log2(Math.max(1, chunks))));
 
+/** The window of `params` a LayerNorm reads: its weight and bias (C each). */
+const lnWindow = (d: LayernormDims): Record<string, Window> => ({
+  params: span(
+    [
+      [d.wOff, d.wOff + d.C],
+      [d.bOff, d.bOff + d.C],
+    ],
+    4,
+    ['w_off', 'b_off'],
+  ),
+});
+
 const params = (d: LayernormDims) => (s: Shape) => ({ N: rows(s), C: d.C, w_off: d.wOff, b_off: d.bOff });
 
 /** The forward's Params and grid for C channels in chunks of `perChunk` (4 f32 or 8 halves). */
@@ -50,7 +72,11 @@ function forward(d: LayernormDims, perChunk: 4 | 8) {
       `layernorm ${perChunk === 8 ? 'on halves' : 'forward'} needs C a multiple of ${perChunk}, got C = ${d.C}`,
     );
   const tpr = lnThreadsPerRow(d.C / perChunk);
-  return { params: (s: Shape) => ({ ...params(d)(s), tpr }), grid: (s: Shape) => grid1(rows(s), WG / tpr) };
+  return {
+    windows: lnWindow(d),
+    params: (s: Shape) => ({ ...params(d)(s), tpr }),
+    grid: (s: Shape) => grid1(rows(s), WG / tpr),
+  };
 }
 
 export function layernormForward(
@@ -150,6 +176,7 @@ export function layernormBackward(
       entry: 'layernorm_backward_dinp',
       defines,
       buffers: { dinp, dout, ...inpVar, params: params_, mean_in: mean, rstd_in: rstd },
+      windows: lnWindow(d),
       params: (s) => ({ ...params(d)(s), accumulate: acc(d.accumulateDinp) }),
       grid: (s) => grid1(rows(s), 1),
     }),

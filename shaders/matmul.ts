@@ -3,7 +3,17 @@
 // dW's split-K and the LayerNorm's dweight/dbias share.
 
 import { matmulBackward as matmulBackwardCpu, matmulForward as matmulForwardCpu } from '../core/model/ops.ts';
-import { type CpuTwin, type Defines, type DispatchSpec, type Shape, defineKernel, grid1, rows } from './kernel.ts';
+import {
+  type CpuTwin,
+  type Defines,
+  type DispatchSpec,
+  type Shape,
+  type Window,
+  defineKernel,
+  grid1,
+  rows,
+  span,
+} from './kernel.ts';
 import src from './matmul.wgsl?raw';
 
 type Variant = '' | '_vec4' | '_direct' | '_direct_vec4';
@@ -48,6 +58,8 @@ export function sumSlices(
   return matmul.dispatch({
     entry: 'matmul_backward_dweight_reduce',
     buffers: { c: out, a: partials },
+    // out's window: the M rows at outOff + i·rowStride (a stride past 2³¹ is negative, mod 2³²)
+    windows: { c: span(sliceRows(d), 4, ['c_off']) },
     // bias_off: the reduce's row stride of out
     params: (s) => ({
       M: d.M,
@@ -59,6 +71,15 @@ export function sumSlices(
     }),
     grid: (s) => (slices(s).slices > 0 ? grid1(d.M * d.N, 256) : [0, 0, 0]),
   });
+}
+
+/** The bias binding of the entries that have no bias (they reach it, never read it): its first 16 bytes. */
+const UNREAD: Window = { lo: 0, hi: 4, elem: 4 };
+
+/** The element ranges of sumSlices' M output rows. */
+function sliceRows(d: { M: number; N: number; outOff: number; rowStride: number }): Array<[number, number]> {
+  const stride = d.rowStride >= 2 ** 31 ? d.rowStride - 2 ** 32 : d.rowStride;
+  return Array.from({ length: d.M }, (_, i): [number, number] => [d.outOff + i * stride, d.outOff + i * stride + d.N]);
 }
 
 // ---------------------------------------------------------------------------- matmul
@@ -161,10 +182,16 @@ export function matmulForward(out: GPUBuffer, inp: GPUBuffer, params: GPUBuffer,
   const vec4 = d.vec4 !== false && aligned4(d.C, d.OC, d.wOff, d.inOff ?? 0, d.geluOff ?? 0);
   const flags = (d.biasOff === null ? 0 : HAS_BIAS) | (d.geluOff === undefined ? 0 : GELU);
   const k = matmulKernel('matmul_forward', vec4, d.tile);
+  const elemW = d.half?.w ? 2 : 4;
   return matmul.dispatch({
     entry: k.entry,
     defines: { ...k.defines, ...halfDefines(k.entry, d.half?.inp, d.half?.w, d.half?.out, vec4) },
-    buffers: { c: out, a: inp, b: params },
+    buffers: { c: out, a: inp, b: params, bias_v: params },
+    // W's window: the weight (OC, C); the bias (OC) its own binding and window
+    windows: {
+      b: span([[d.wOff, d.wOff + d.C * d.OC]], elemW, ['b_off']),
+      bias_v: d.biasOff === null ? UNREAD : span([[d.biasOff, d.biasOff + d.OC]], elemW, ['bias_off']),
+    },
     params: (s) => ({
       M: rows(s),
       N: d.OC,
@@ -204,7 +231,8 @@ export function matmulBackward(
       matmul.dispatch({
         entry: k.entry,
         defines: { ...k.defines, ...halfDefines(k.entry, false, d.half?.w, false, vec4) },
-        buffers: { c: dinp, a: dout, b: params },
+        buffers: { c: dinp, a: dout, b: params, bias_v: params },
+        windows: { b: span([[d.wOff, d.wOff + d.C * d.OC]], d.half?.w ? 2 : 4, ['b_off']), bias_v: UNREAD },
         // M = B·T, N = C, K = OC; A = dout (M,K), B = W (K,N)
         params: (s) => ({ M: rows(s), N: d.C, K: d.OC, flags: d.accumulateDinp ? ACCUMULATE : 0, b_off: d.wOff }),
         grid: (s) => k.grid(rows(s), d.C),
@@ -221,7 +249,8 @@ export function matmulBackward(
     matmul.dispatch({
       entry: dw.entry,
       defines: dw.defines,
-      buffers: { c: grads, a: dout, b: inp },
+      buffers: { c: grads, a: dout, b: inp, bias_v: inp },
+      windows: { c: span([[d.wOff, d.wOff + d.C * d.OC]], 4, ['c_off']), bias_v: UNREAD },
       params: (s) => ({
         M: d.OC,
         N: d.C,
@@ -236,7 +265,8 @@ export function matmulBackward(
     matmul.dispatch({
       entry: dw.entry,
       defines: dw.defines,
-      buffers: { c: partials, a: dout, b: inp },
+      buffers: { c: partials, a: dout, b: inp, bias_v: inp },
+      windows: { bias_v: UNREAD },
       params: (s) => ({ M: d.OC, N: d.C, K: rows(s), b_off: d.inOff ?? 0, k_chunk: split(s).chunk }),
       grid: (s) => {
         const k = split(s);

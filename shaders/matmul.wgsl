@@ -28,7 +28,7 @@ struct Params {
   a_off: u32,     // element offsets into the bound buffers
   b_off: u32,
   c_off: u32,
-  bias_off: u32,  // bias lives in the same buffer as W (params)
+  bias_off: u32,  // the bias, in its own binding (bias_*: params or the weight copy, as W)
   k_chunk: u32,   // dweight: K rows per grid-z slice (= K when not split)
   act_off: u32,   // GELU epilogue: gelu(out) goes act_off elements after out, in the same buffer
 }
@@ -44,6 +44,10 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> c_h: array<vec2<u32>>;
 @group(0) @binding(2) var<storage, read> a_h: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read> b_h: array<vec2<u32>>;
+// the forward's bias (N): a binding of its own, so W's binding holds only W (the others bind a stand-in, unread)
+@group(0) @binding(4) var<storage, read> bias_f: array<f32>;
+@group(0) @binding(4) var<storage, read> bias_v: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> bias_h: array<vec2<u32>>;
 
 // The tile, one variant per define set (the autotuner's choice; defaults as described above):
 // BM × BN outputs per workgroup, TM rows × 4 columns per thread; the direct kernels use
@@ -118,6 +122,11 @@ fn c4_get_f32(j: u32) -> vec4<f32> { return c4[j]; }
 fn c4_get_f16(j: u32) -> vec4<f32> { return unpack4h(c_h[j]); }
 fn c4_set_f32(j: u32, v: vec4<f32>) { c4[j] = v; }
 fn c4_set_f16(j: u32, v: vec4<f32>) { c_h[j] = pack4h(v); }
+// bias element i, from f32 (scalar variant), or the vec4 of f32 or halves (B4) holding it
+fn bias_at(i: u32) -> f32 { return bias_f[i]; }
+fn bias_at_vec4(i: u32) -> f32 { return bias_v4_{{B4=f32}}(i / 4u)[i % 4u]; }
+fn bias_v4_f32(j: u32) -> vec4<f32> { return bias_v[j]; }
+fn bias_v4_f16(j: u32) -> vec4<f32> { return unpack4h(bias_h[j]); }
 
 fn a_off(x: u32) -> u32 { return select(p.a_off, p.b_off, x == OP_B); }
 
@@ -182,7 +191,7 @@ fn load_r{{V}}(x: u32, r0: u32, R: u32, k0: u32, kend: u32, lid: u32) {
 fn bias4{{V}}(n: u32) -> vec4<f32> {
   var bias = vec4<f32>(0.0);
   if ((p.flags & HAS_BIAS) != 0u) {
-    for (var j = 0u; j < min(p.N - n, 4u); j++) { bias[j] = elem{{V}}(OP_B, p.bias_off + n + j); }
+    for (var j = 0u; j < min(p.N - n, 4u); j++) { bias[j] = bias_at{{V}}(p.bias_off + n + j); }
   }
   return bias;
 }

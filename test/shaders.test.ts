@@ -39,6 +39,15 @@ const specs: DispatchSpec[] = [
   op.crossEntropyChunkForward(buf, buf, buf, buf, { v0: 64, width: 51, first: false, last: true }),
   op.crossEntropyChunkBackward(buf, buf, buf, { v0: 64, width: 51 }),
   ...op.gradNorm(buf, buf, buf, { N: 20011 }),
+  // binding windows: the grad norm's partial sums in pieces (a running sum carried between them)
+  ...op.gradNorm(buf, buf, buf, {
+    N: 20011,
+    pieces: [
+      [0, 10240],
+      [10240, 20011],
+    ],
+    carry: buf,
+  }),
   op.adamwUpdate(buf, buf, buf, buf, buf, {
     N: 20011,
     ranges: [

@@ -10,6 +10,7 @@ import {
   engineFeatures,
   estimateGpuBytes,
   requiredLimits,
+  withBindingLimit,
 } from '../island/engine/webgpu.ts';
 import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../island/engine/webgpu-tune.ts';
 import type { EngineOptions } from '../../core/engine/index.ts';
@@ -108,8 +109,9 @@ export async function openDevice(shape: ModelShape): Promise<OpenedDevice> {
   const opts = engineOptions(shape);
   const fits = checkAdapterFits(adapter, opts);
   if (!fits.ok) throw new Error(`${fits.error.code}: ${fits.error.message}`);
+  // the binding limit the adapter allows: windows past it, so only the largest window is requested
   const device = await adapter.requestDevice({
-    requiredLimits: requiredLimits(opts),
+    requiredLimits: requiredLimits(withBindingLimit(opts, adapter.limits)),
     requiredFeatures: engineFeatures(adapter),
     label: 'atoll island',
   });

@@ -115,7 +115,9 @@ export async function train(o: TrainOptions): Promise<TrainReport> {
   const precision = o.precision ?? 'f32';
   const engineOpts = { config, maxBatch: B, maxT: T, precision, microBatch: o.microBatch };
   const engine = await createEngine(o.engine, engineOpts, { autotune: o.autotune, threads: o.threads, precision });
-  const memory = o.engine === 'webgpu' ? memoryPlan(engineOpts) : null;
+  // the engine's own plan where it has one (it names the device's binding limit and windows), else the options'
+  const own = (engine as { memory?: MemoryPlan }).memory;
+  const memory = o.engine === 'webgpu' ? (own ?? memoryPlan(engineOpts)) : null;
   const gpuBytes = memory?.total ?? null;
   try {
     await engine.setParams(initParams(config, o.seed));

@@ -21,8 +21,11 @@ export const NO_ADAPTER_HELP =
   'or point VK_ICD_FILENAMES at the Vulkan driver manifest of a GPU.';
 
 export interface NodeGpuOptions {
-  /** Limits the device must have (e.g. `requiredLimits(opts)` of the WebGPU engine). Nothing more is requested. */
-  requiredLimits?: Record<string, number>;
+  /**
+   * Limits the device must have (e.g. `requiredLimits(opts)` of the WebGPU engine), or a function of the adapter's
+   * limits giving them (the engine's binding windows fit what the adapter allows). Nothing more is requested.
+   */
+  requiredLimits?: Record<string, number> | ((adapter: GPUSupportedLimits) => Record<string, number>);
   requiredFeatures?: GPUFeatureName[];
   /** Features requested only where the adapter has them (e.g. 'subgroups', 'timestamp-query'). */
   optionalFeatures?: GPUFeatureName[];
@@ -143,7 +146,8 @@ export async function createNodeGpu(opts: NodeGpuOptions = {}): Promise<NodeGpu>
   if (!found) throw new Error(NO_ADAPTER_HELP);
   const { gpu, adapter } = found;
 
-  const limits = opts.requiredLimits ?? {};
+  const limits =
+    typeof opts.requiredLimits === 'function' ? opts.requiredLimits(adapter.limits) : (opts.requiredLimits ?? {});
   const adapterLimits = adapter.limits as unknown as Record<string, number>;
   for (const [k, need] of Object.entries(limits)) {
     const has = adapterLimits[k];

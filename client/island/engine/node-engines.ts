@@ -40,14 +40,18 @@ export async function createEngine(
   if ((o.threads ?? 1) > 1) throw badConfig('--threads needs --engine cpu');
   if (opts.maxBatch < devices) throw badConfig(`a batch of ${opts.maxBatch} cannot feed ${devices} devices`);
   const { createNodeGpu } = await import('./dawn.ts');
-  const { WebGpuEngine, requiredLimits, ENGINE_FEATURES } = await import('./webgpu.ts');
+  const { WebGpuEngine, requiredLimits, withBindingLimit, ENGINE_FEATURES } = await import('./webgpu.ts');
   const { fileTuneCache } = await import('./tune-cache.ts');
   const autotune = o.autotune === false ? undefined : { cache: fileTuneCache() };
   const per = { ...opts, maxBatch: Math.ceil(opts.maxBatch / devices), precision: o.precision };
   const made: Array<{ engine: WebGpuEngineT; destroy: () => void; dispose: () => Promise<void> }> = [];
   try {
     for (let i = 0; i < devices; i++) {
-      const gpu = await createNodeGpu({ requiredLimits: requiredLimits(per), optionalFeatures: ENGINE_FEATURES });
+      // the limits for the adapter's binding limit: windows past it, only the largest requested
+      const gpu = await createNodeGpu({
+        requiredLimits: (limits) => requiredLimits(withBindingLimit(per, limits)),
+        optionalFeatures: ENGINE_FEATURES,
+      });
       try {
         const engine = await WebGpuEngine.create(gpu.device, { ...per, adapterInfo: gpu.info.description, autotune });
         made.push({ engine, destroy: engine.destroy.bind(engine), dispose: gpu.dispose });

@@ -9,7 +9,8 @@ import {
   type Defines,
   type Kernel,
   type Shape,
-  bindStorage,
+  bindWindows,
+  windowedParams,
   writeParams,
 } from '../../../shaders/kernel.ts';
 
@@ -176,7 +177,7 @@ export class Program {
       const bytes = spec.kernel.params.bytes;
       writeParams(
         spec.kernel.params,
-        spec.params(probe),
+        windowedParams(spec, probe),
         new DataView(new ArrayBuffer(bytes)),
         0,
         `${spec.kernel.file} ${spec.entry}`,
@@ -193,14 +194,14 @@ export class Program {
     const built: Built[] = [];
     for (let i = 0; i < specs.length; i++) {
       const spec = specs[i];
-      const storage = bindStorage(spec);
+      const storage = bindWindows(spec);
       const step = spec.kernel.entries.get(spec.entry)!.step;
       const pipeline = await kernels.pipeline(spec.kernel, spec.entry, spec.defines);
       const { slot, bytes } = layout[i];
       const entries: GPUBindGroupEntry[] = [
         { binding: 0, resource: { buffer: uniform, offset: slot, size: Math.ceil(bytes / 16) * 16 } },
       ];
-      for (const [binding, buffer] of storage) entries.push({ binding, resource: { buffer } });
+      for (const [binding, resource] of storage) entries.push({ binding, resource });
       if (step) {
         if (!stepUniform) throw new Error(`${spec.entry} needs the step uniform`);
         entries.push({ binding: 8, resource: { buffer: stepUniform, offset: 0, size: STEP_UNIFORM_BYTES } });
@@ -220,7 +221,8 @@ export class Program {
     const same = this.shape && this.shape.B === shape.B && this.shape.T === shape.T;
     if (same && this.shape!.lossRows === shape.lossRows) return;
     const dv = new DataView(this.staging);
-    for (const b of this.built) writeParams(b.spec.kernel.params, b.spec.params(shape), dv, b.slot, b.spec.entry);
+    for (const b of this.built)
+      writeParams(b.spec.kernel.params, windowedParams(b.spec, shape), dv, b.slot, b.spec.entry);
     this.device.queue.writeBuffer(this.uniform, 0, this.staging);
     this.shape = { ...shape };
   }

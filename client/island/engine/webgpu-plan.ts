@@ -5,8 +5,10 @@
 import type { EngineOptions } from '../../../core/engine/index.ts';
 import { paramLayout, validateConfig } from '../../../core/model/config.ts';
 import { type Result, err, ok } from '../../../core/result.ts';
+import { type DispatchSpec, windowRange } from '../../../shaders/kernel.ts';
 import { MAX_STORAGE_BINDINGS } from '../../../shaders/ops.ts';
 import * as op from '../../../shaders/ops.ts';
+import { type StepWindows, stepWindows, thetaOps, trainingStep } from './webgpu-step.ts';
 import type { TuneCache } from './webgpu-tune.ts';
 
 export interface WebGpuEngineOptions extends EngineOptions {
@@ -32,6 +34,12 @@ export interface WebGpuEngineOptions extends EngineOptions {
    * backward passes whose gradients add, on activations sized for microBatch sequences.
    */
   microBatch?: number;
+  /**
+   * The binding limit to plan for (bytes): every dispatch binds at most this much of a buffer, the dispatches over all
+   * of wte or θ split into windows that fit. The engine uses the smaller of this and the device's
+   * maxStorageBufferBindingSize; absent (planning without a device): no limit, as today.
+   */
+  maxBindingBytes?: number;
 }
 
 /**
@@ -58,29 +66,20 @@ export interface DeviceLost {
   message: string;
 }
 
-export const PER_LAYER = new Set([
-  'ln1w',
-  'ln1b',
-  'qkvw',
-  'qkvb',
-  'attprojw',
-  'attprojb',
-  'ln2w',
-  'ln2b',
-  'fcw',
-  'fcb',
-  'fcprojw',
-  'fcprojb',
-]);
+export { PER_LAYER } from './webgpu-step.ts';
 
 /**
  * Dispatches recorded for one training step with the head in `chunks` chunks (checked against what build()
  * records): 8 a chunk (forward: logits, statistics; backward: the logits again but for the last chunk, which is
- * still in its buffer, dlogits, 4 of the matmul's backward), the mean loss, and the rest of the model.
+ * still in its buffer, dlogits, 4 of the matmul's backward), the mean loss, and the rest of the model; the
+ * encoder's forward and wte backward once per vocabulary window, the optimizer's per piece of θ.
  */
-export const stepDispatches = (L: number, chunks: number) => 10 + 8 * chunks + 40 * L;
-/** The step's last dispatches, after the gradients: grad norm (2) and AdamW. */
-export const OPT_DISPATCHES = 3;
+export const stepDispatches = (L: number, chunks: number, vocabWindows = 1, pieces = 1) =>
+  10 + 8 * chunks + 40 * L + 2 * (vocabWindows - 1) + optDispatches(pieces) - optDispatches(1);
+/** The step's last dispatches, after the gradients: grad norm (a partial sum per piece, the finalize) and AdamW's. */
+export const optDispatches = (pieces = 1) => 2 * pieces + 1;
+/** The optimizer's dispatches without windows. */
+export const OPT_DISPATCHES = optDispatches(1);
 
 /** A batch of B sequences in micro-batches of at most `micro`: their sizes, a ragged one first. */
 export function microBatches(B: number, micro: number): number[] {
@@ -106,6 +105,8 @@ export interface Plan {
   /** The LM head's chunk width (vocabulary ids) and chunk count. */
   headChunk: number;
   headChunks: number;
+  /** wte's vocabulary windows and θ's pieces for the binding limit */
+  windows: StepWindows;
 }
 
 export const f32b = (n: number) => Math.max(16, Math.ceil((n * 4) / 16) * 16); // bytes, padded for vec4 views
@@ -142,6 +143,7 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   const Vc = headChunk(opts),
     chunks = op.vocabChunks(V, Vc).length;
   const N = paramLayout(c).total;
+  const windows = stepWindows(c, opts.maxBindingBytes);
   // activations for one micro-batch (the whole batch without micro-batches)
   const BT = micro * maxT,
     ROWS = micro * NH * maxT;
@@ -194,6 +196,8 @@ export function plan(opts: WebGpuEngineOptions): Plan {
     ring: ring + EVAL_SLOTS,
     partials: op.gradNormPartials(N),
     clip: 4,
+    // the grad norm in pieces: each thread's running sum between them
+    ...(windows.pieces.length > 1 ? { normCarry: op.gradNormCarry(N) } : {}),
   };
   for (const [k, n] of Object.entries(single)) s.set(k, bytes(k, n));
   const o = new Map<string, number>();
@@ -205,13 +209,15 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   o.set('lossStaging', f32b(ring + EVAL_SLOTS));
   o.set('stepUniform', 256);
   // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
-  o.set('uniforms', (stepDispatches(L, chunks) + 1) * 256);
+  const W = windows.vocab.length,
+    P = windows.pieces.length;
+  o.set('uniforms', (stepDispatches(L, chunks, W, P) + P) * 256);
   // micro-batches after the first: the step's gradient part again, every parameter gradient accumulating
-  if (micro < B) o.set('accUniforms', (stepDispatches(L, chunks) - OPT_DISPATCHES) * 256);
-  o.set('deltaUniforms', 256);
-  if (f16) o.set('packUniforms', 256);
+  if (micro < B) o.set('accUniforms', (stepDispatches(L, chunks, W, P) - optDispatches(P)) * 256);
+  o.set('deltaUniforms', 256 * P);
+  if (f16) o.set('packUniforms', 256 * P);
   const maxGroups = Math.max(V, micro * NH, maxT, Math.ceil(BT / 64), Math.ceil((4 * C) / 64), 1024);
-  return { storage: s, other: o, maxT, ring, maxGroups, headChunk: Vc, headChunks: chunks };
+  return { storage: s, other: o, maxT, ring, maxGroups, headChunk: Vc, headChunks: chunks, windows };
 }
 
 /** Bytes the engine allocates on the device for these options (what `gpuBytes` reports after create). */
@@ -242,13 +248,30 @@ export interface MemoryPlan {
   };
   /** every byte above: what create() allocates (estimateGpuBytes) */
   total: number;
-  /** the largest single buffer (what maxStorageBufferBindingSize must hold) */
+  /** the largest single buffer (what maxBufferSize must hold) */
   largestBuffer: number;
+  /** the binding limit planned for (bytes; null: none, each dispatch binds whole parameter buffers) */
+  bindingLimit: number | null;
+  /** the largest range any dispatch binds (what maxStorageBufferBindingSize must hold), and what binds it */
+  largestWindow: number;
+  largestWindowAt: string;
+  /** wte's vocabulary windows (the encoder's dispatches) and θ's pieces (AdamW, grad norm, Δ, f16 pack) */
+  vocabWindows: number;
+  thetaPieces: number;
 }
 
 const PARAMETER_BUFFERS = new Set(['params', 'grads', 'm', 'v', 'start', 'wcopy']);
 const HEAD_BUFFERS = new Set(['logitsChunk', 'headStats', 'losses']);
-const SCRATCH_BUFFERS = new Set(['dwPartials', 'partials', 'clip', 'inputs', 'targets', 'batchTokens', 'ring']);
+const SCRATCH_BUFFERS = new Set([
+  'dwPartials',
+  'partials',
+  'clip',
+  'inputs',
+  'targets',
+  'batchTokens',
+  'ring',
+  'normCarry',
+]);
 
 /** The plan's bytes by category (every storage buffer not otherwise named is an activation or its gradient). */
 export function memoryPlan(opts: WebGpuEngineOptions): MemoryPlan {
@@ -268,7 +291,59 @@ export function memoryPlan(opts: WebGpuEngineOptions): MemoryPlan {
   const total = bytes.parameters + bytes.activations + bytes.head + bytes.scratch;
   const largestBuffer = Math.max(...p.storage.values(), ...p.other.values());
   const microBatch = resolve(opts).micro;
-  return { headChunk: p.headChunk, headChunks: p.headChunks, microBatch, bytes, total, largestBuffer };
+  const w = largestBinding(opts);
+  return {
+    headChunk: p.headChunk,
+    headChunks: p.headChunks,
+    microBatch,
+    bytes,
+    total,
+    largestBuffer,
+    bindingLimit: opts.maxBindingBytes ?? null,
+    largestWindow: w.bytes,
+    largestWindowAt: w.at,
+    vocabWindows: p.windows.vocab.length,
+    thetaPieces: p.windows.pieces.length,
+  };
+}
+
+/** Every dispatch the engine records for these options (the step, its micro-batch form, Δ, the f16 pack). */
+export function plannedDispatches(opts: WebGpuEngineOptions, b: (name: string) => GPUBuffer): DispatchSpec[] {
+  const p = plan(opts);
+  const { micro, maxT, B } = resolve(opts);
+  const f16 = opts.precision === 'f16' ? { form: 'packed' as const } : undefined;
+  const o = { maxRows: micro * maxT, headChunk: p.headChunk, choices: new Map(), windows: p.windows };
+  const step = trainingStep(opts.config, b, { ...o, ...(f16 ? { f16 } : {}) });
+  const acc = micro < B ? trainingStep(opts.config, b, { ...o, accumulate: true, ...(f16 ? { f16 } : {}) }) : null;
+  const theta = thetaOps(opts.config, b, { windows: p.windows, ...(f16 ? { f16 } : {}) });
+  return [...step.specs, ...(acc?.specs.slice(0, acc.optStart) ?? []), ...theta.delta, ...theta.pack];
+}
+
+/**
+ * The largest range any dispatch binds (bytes), from the dispatches themselves recorded on stand-in buffers of the
+ * planned sizes: a window where the dispatch has one, else the whole buffer (every buffer but θ's kind counts whole).
+ * `at` names the dispatch and variable, or the buffer.
+ */
+export function largestBinding(opts: WebGpuEngineOptions): { bytes: number; at: string } {
+  const sizes = plan(opts).storage;
+  const fake = new Map<string, GPUBuffer>();
+  const b = (name: string) => {
+    const size = sizes.get(name);
+    if (size === undefined) throw new Error(`internal: no planned buffer ${name}`);
+    if (!fake.has(name)) fake.set(name, { size, label: name } as GPUBuffer);
+    return fake.get(name)!;
+  };
+  // a storage buffer no dispatch windows counts whole (whoever binds it)
+  let best = { bytes: 0, at: '' };
+  for (const [k, n] of sizes)
+    if (!PARAMETER_BUFFERS.has(k) && n > best.bytes) best = { bytes: n, at: `the whole buffer ${k}` };
+  for (const spec of plannedDispatches(opts, b))
+    for (const [name, buf] of Object.entries(spec.buffers)) {
+      const w = spec.windows?.[name];
+      const bytes = w ? windowRange(w, buf.size).size : buf.size;
+      if (bytes > best.bytes) best = { bytes, at: `${spec.entry} ${name} (${buf.label})` };
+    }
+  return best;
 }
 
 /**
@@ -280,7 +355,8 @@ export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number
   const largestStorage = Math.max(...p.storage.values());
   const largest = Math.max(largestStorage, ...p.other.values());
   return {
-    maxStorageBufferBindingSize: largestStorage,
+    // the largest range a dispatch binds, not the largest buffer
+    maxStorageBufferBindingSize: largestBinding(opts).bytes,
     maxBufferSize: largest,
     maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
     maxUniformBufferBindingSize: 512,
@@ -292,6 +368,9 @@ export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number
   };
 }
 
+/** Bytes as MiB, or KiB below 1 MiB. */
+const bytesText = (n: number) => (n < 2 ** 20 ? `${(n / 1024).toFixed(n % 1024 === 0 ? 0 : 1)} KiB` : mib(n));
+
 export const mib = (n: number) => `${(n / 2 ** 20).toFixed(n % 2 ** 20 === 0 ? 0 : 1)} MiB`;
 
 export function limitShortfall(
@@ -302,15 +381,26 @@ export function limitShortfall(
 ): Result<void> {
   const have_ = have as unknown as Record<string, number>;
   for (const [k, need] of Object.entries(limits)) {
-    const h = have_[k];
+    let h = have_[k],
+      allows = `${who} allows`;
+    // a binding limit forced below the device's (maxBindingBytes) is the one to fit
+    const forced = opts.maxBindingBytes;
+    if (k === 'maxStorageBufferBindingSize' && forced !== undefined && (h === undefined || forced < h)) {
+      h = forced;
+      allows = 'the binding limit (maxBindingBytes) is';
+    }
     if (h === undefined || need <= h) continue;
-    const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? mib : String;
+    const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? bytesText : String;
     const { c, maxT, B, micro } = resolve(opts);
+    // what binds the range that no window splits
+    const at = k === 'maxStorageBufferBindingSize' ? largestBinding(opts) : null;
+    const what = at && at.bytes === need ? `; unsplittable: ${at.at}` : '';
     return err(
       'E_ADAPTER_TOO_SMALL',
-      `${k}: model needs ${fmt(need)}, ${who} allows ${fmt(h)} (config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
+      `${k}: model needs ${fmt(need)}, ${allows} ${fmt(h)} ` +
+        `(config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
         `batch ${B}×${maxT}${micro < B ? ` in micro-batches of ${micro}` : ''}, ` +
-        `head in chunks of ${headChunk(opts)}; try a smaller batch, micro-batch or model)`,
+        `head in chunks of ${headChunk(opts)}${what}; try a smaller batch, micro-batch, head chunk or model)`,
     );
   }
   return ok(undefined);
@@ -323,7 +413,17 @@ export function checkAdapterFits(adapter: GPUAdapter, opts: WebGpuEngineOptions)
   } catch (e) {
     return err('E_BAD_CONFIG', (e as Error).message);
   }
-  return limitShortfall(requiredLimits(opts), adapter.limits, opts, 'adapter');
+  const o = withBindingLimit(opts, adapter.limits);
+  return limitShortfall(requiredLimits(o), adapter.limits, o, 'adapter');
+}
+
+/**
+ * The options with the binding limit to plan for on a device or adapter with these limits: the smaller of
+ * `maxBindingBytes` and its maxStorageBufferBindingSize.
+ */
+export function withBindingLimit(opts: WebGpuEngineOptions, limits: GPUSupportedLimits): WebGpuEngineOptions {
+  const has = limits.maxStorageBufferBindingSize;
+  return { ...opts, maxBindingBytes: Math.min(opts.maxBindingBytes ?? has, has) };
 }
 
 export function validateOptions(opts: WebGpuEngineOptions): void {

@@ -4,11 +4,11 @@
 // The engine (webgpu.ts) records and submits them. No node: imports.
 
 import type { GPTConfig } from '../../../core/model/config.ts';
-import * as op from '../../../shaders/ops.ts';
+import type * as op from '../../../shaders/ops.ts';
 import { KernelSet, Program } from './webgpu-kernels.ts';
 import { AUTOTUNE_BUDGET_MS, type Plan, type WebGpuEngineOptions, stepDispatches } from './webgpu-plan.ts';
 import { LossRing, Readback } from './webgpu-readback.ts';
-import { trainingStep } from './webgpu-step.ts';
+import { type StepWindows, thetaOps, trainingStep } from './webgpu-step.ts';
 import { type TuneResult, autotuneMatmuls, modelMatmuls } from './webgpu-tune.ts';
 
 /** What the engine resolved from its options and device, that building needs. */
@@ -50,6 +50,8 @@ export class GpuResources {
   optStart = 0; // [optStart, end): grad norm, clip, AdamW (after the gradients)
   /** What the autotuner chose (null: not tuned). */
   tuning: TuneResult | null = null;
+  /** wte's vocabulary windows and θ's pieces for the binding limit (the plan's) */
+  private windows: StepWindows | null = null;
 
   constructor(
     private readonly gpu: GPUDevice,
@@ -63,6 +65,7 @@ export class GpuResources {
   }
 
   allocate(p: Plan): void {
+    this.windows = p.windows;
     const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     for (const [name, size] of p.storage) this.buf.set(name, this.alloc(name, size, S));
     const o = p.other;
@@ -107,6 +110,7 @@ export class GpuResources {
       headChunk: s.headChunk,
       choices: this.tuning?.choices ?? new Map(),
       ...(f16 ? { f16: { form } } : {}),
+      windows: this.windows!,
     };
     const step = trainingStep(s.config, (n) => this.b(n), stepOpts);
     const specs = step.specs;
@@ -116,9 +120,8 @@ export class GpuResources {
     this.optStart = step.optStart;
     const L = s.config.nLayer,
       b = (n: string) => this.b(n);
-    const params = b('params'),
-      grads = b('grads');
-    const expected = stepDispatches(L, step.chunks.length);
+    const w = this.windows!;
+    const expected = stepDispatches(L, step.chunks.length, w.vocab.length, w.pieces.length);
     if (specs.length !== expected) throw new Error(`internal: ${specs.length} dispatches, expected ${expected}`);
     const probe = { B: s.micro, T: s.maxT };
     this.program = await Program.build(kernels, specs, probe, b('stepUniform'), 'step');
@@ -128,21 +131,13 @@ export class GpuResources {
       this.accProgram = await Program.build(kernels, gradients, probe, b('stepUniform'), 'step.accumulate');
       this.bytes += this.accProgram.uniform.size;
     }
-    // Δ into the gradient buffer (the next step overwrites it): halves for f16, read back as such
-    const delta = f16
-      ? op.pseudoGradientF16(grads, b('start'), params, { N: s.N, form })
-      : op.pseudoGradient(grads, b('start'), params, { N: s.N });
-    this.deltaProgram = await Program.build(kernels, [delta], probe, undefined, 'delta');
+    // Δ into the gradient buffer (the next step overwrites it), f16's weight copy: a dispatch per piece of θ
+    const theta = thetaOps(s.config, b, { windows: this.windows!, ...(f16 ? { f16: { form } } : {}) });
+    this.deltaProgram = await Program.build(kernels, theta.delta, probe, undefined, 'delta');
     this.bytes += this.program.uniform.size + this.deltaProgram.uniform.size;
     this.deltaProgram.setShape(probe);
     if (f16) {
-      this.packProgram = await Program.build(
-        kernels,
-        [op.packF16(b('wcopy'), params, { N: s.N, form })],
-        probe,
-        undefined,
-        'pack',
-      );
+      this.packProgram = await Program.build(kernels, theta.pack, probe, undefined, 'pack');
       this.bytes += this.packProgram.uniform.size;
       this.packProgram.setShape(probe);
     }

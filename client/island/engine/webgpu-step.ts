@@ -5,10 +5,69 @@
 // parameter gradient), grad norm and AdamW. Buffers by their plan name (webgpu-plan.ts).
 
 import { type GPTConfig, paramLayout } from '../../../core/model/config.ts';
-import type { DispatchSpec } from '../../../shaders/kernel.ts';
+import { type DispatchSpec, flatPieces } from '../../../shaders/kernel.ts';
 import * as op from '../../../shaders/ops.ts';
-import { PER_LAYER } from './webgpu-plan.ts';
 import { type MatmulChoice, tunedDims } from './webgpu-tune.ts';
+
+/** Tensors with one slice per layer (the rest are single). */
+export const PER_LAYER = new Set([
+  'ln1w',
+  'ln1b',
+  'qkvw',
+  'qkvb',
+  'attprojw',
+  'attprojb',
+  'ln2w',
+  'ln2b',
+  'fcw',
+  'fcb',
+  'fcprojw',
+  'fcprojb',
+]);
+
+/**
+ * How the dispatches over all of wte or all of θ split for a binding limit of `maxBinding` bytes: wte's vocabulary
+ * windows (the encoder's), and θ's pieces (AdamW, the grad norm, Δ, the f16 pack). One of each without a limit.
+ */
+export interface StepWindows {
+  maxBinding: number;
+  vocab: Array<[number, number]>;
+  pieces: Array<[number, number]>;
+}
+
+export function stepWindows(c: GPTConfig, maxBinding = Number.POSITIVE_INFINITY): StepWindows {
+  const layout = paramLayout(c);
+  return {
+    maxBinding,
+    vocab: op.vocabWindows(c.vocabSize, c.nEmbd, layout.byName.wte.offset, maxBinding),
+    pieces: flatPieces(layout.total, maxBinding),
+  };
+}
+
+/**
+ * The θ-wide ops outside the step, a dispatch per piece: Δ = start − θ into the gradient buffer (halves for f16,
+ * read back as such), and f16's weight copy packed from θ.
+ */
+export function thetaOps(
+  c: GPTConfig,
+  b: (name: string) => GPUBuffer,
+  o: { f16?: { form: op.HalfForm }; windows: StepWindows },
+): { delta: DispatchSpec[]; pack: DispatchSpec[] } {
+  const N = paramLayout(c).total;
+  const { pieces } = o.windows;
+  const piece = (p: [number, number]) => (pieces.length > 1 ? { piece: p } : {});
+  const grads = b('grads'),
+    params = b('params');
+  const form = o.f16?.form;
+  return {
+    delta: pieces.map((p) =>
+      form
+        ? op.pseudoGradientF16(grads, b('start'), params, { N, form, ...piece(p) })
+        : op.pseudoGradient(grads, b('start'), params, { N, ...piece(p) }),
+    ),
+    pack: form ? pieces.map((p) => op.packF16(b('wcopy'), params, { N, form, ...piece(p) })) : [],
+  };
+}
 
 /** Where the parts of the step are in its list of dispatches. */
 export interface StepLayout {
@@ -39,6 +98,8 @@ export function trainingStep(
     choices: Map<string, MatmulChoice>;
     f16?: { form: op.HalfForm };
     accumulate?: boolean;
+    /** the binding limit's windows (default: none, every dispatch over all of wte or θ at once) */
+    windows?: StepWindows;
   },
 ): StepLayout {
   const { vocabSize: V, nLayer: L, nHead: NH, nEmbd: C } = c;
@@ -60,6 +121,7 @@ export function trainingStep(
   const specs: DispatchSpec[] = [];
   const accumulate = o.accumulate ?? false;
   const enc = { C, V, maxT: c.blockSize, wteOff: at('wte'), wpeOff: at('wpe') };
+  const win = o.windows ?? stepWindows(c);
   const gelu = o.maxRows * 4 * C; // offset of the GELU half of each fch buffer
   const tuned = (cin: number, cout: number) => tunedDims(o.choices, cin, cout);
   // f16 (--precision f16): every activation is halves (the residual stream, the LayerNorm outputs,
@@ -95,10 +157,14 @@ export function trainingStep(
       : op.residualLayernormForward(res, out, mean, rstd, a, b2, params, d);
 
   // ---- forward: each residual add is fused into the LayerNorm that reads it next
+  // the encoder a vocabulary window at a time (each writes the rows whose token lies in it)
+  for (const window of win.vocab)
+    specs.push(
+      f16
+        ? op.encoderForwardF16(b('encoded'), b('inputs'), W, { ...enc, window })
+        : op.encoderForward(b('encoded'), b('inputs'), params, { ...enc, window }),
+    );
   specs.push(
-    f16
-      ? op.encoderForwardF16(b('encoded'), b('inputs'), W, enc)
-      : op.encoderForward(b('encoded'), b('inputs'), params, enc),
     lnFwd(b('ln1.0'), b('ln1Mean.0'), b('ln1Rstd.0'), b('encoded'), { C, wOff: at('ln1w', 0), bOff: at('ln1b', 0) }),
   );
   for (let l = 0; l < L; l++) {
@@ -293,18 +359,30 @@ export function trainingStep(
   }
   // dres = d encoded; the tied wte already holds the LM head's gradient: the embedding's adds to it
   specs.push(
-    ...op.encoderBackward(grads, dres, b('inputs'), { ...enc, accumulateWte: true, accumulateWpe: accumulate }),
+    ...op.encoderBackward(grads, dres, b('inputs'), {
+      ...enc,
+      accumulateWte: true,
+      accumulateWpe: accumulate,
+      windows: win.vocab,
+    }),
   );
 
-  // ---- optimizer (f16: AdamW also writes the matmuls' half weight copy)
+  // ---- optimizer (f16: AdamW also writes the matmuls' half weight copy), a dispatch per piece of θ
   const optStart = specs.length;
+  const split = win.pieces.length > 1;
   specs.push(
-    ...op.gradNorm(b('clip'), b('partials'), grads, { N: layout.total }),
-    op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), {
+    ...op.gradNorm(b('clip'), b('partials'), grads, {
       N: layout.total,
-      ranges: op.decayRanges(layout.tensors),
-      ...(f16 ? { copy: W } : {}),
+      ...(split ? { pieces: win.pieces, carry: b('normCarry') } : {}),
     }),
+    ...win.pieces.map((piece) =>
+      op.adamwUpdate(params, grads, b('m'), b('v'), b('clip'), {
+        N: layout.total,
+        ranges: op.decayRanges(layout.tensors),
+        ...(f16 ? { copy: W } : {}),
+        ...(split ? { piece } : {}),
+      }),
+    ),
   );
   return { specs, trunkEnd, chunks, headLogits, lossEnd, optStart };
 }

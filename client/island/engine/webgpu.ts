@@ -32,6 +32,7 @@ import {
   requiredLimits,
   resolve,
   validateOptions,
+  withBindingLimit,
 } from './webgpu-plan.ts';
 import * as op from '../../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
@@ -51,6 +52,7 @@ export {
   type MemoryPlan,
   memoryPlan,
   requiredLimits,
+  withBindingLimit,
 } from './webgpu-plan.ts';
 
 // ---------------------------------------------------------------------------- engine
@@ -139,12 +141,14 @@ export class WebGpuEngine implements TrainingEngine {
    * E_ADAPTER_TOO_SMALL (naming the limit) when the device's limits are too small:
    * request `requiredLimits(opts)` when creating the device.
    */
-  static async create(device: GPUDevice, opts: WebGpuEngineOptions): Promise<WebGpuEngine> {
+  static async create(device: GPUDevice, opts_: WebGpuEngineOptions): Promise<WebGpuEngine> {
     try {
-      validateOptions(opts);
+      validateOptions(opts_);
     } catch (e) {
       throw engineError('E_BAD_CONFIG', (e as Error).message);
     }
+    // the binding limit: the device's, or a smaller one forced by the options (tests)
+    const opts = withBindingLimit(opts_, device.limits);
     const fits = limitShortfall(requiredLimits(opts), device.limits, opts, 'device');
     if (!fits.ok)
       throw Object.assign(new Error(`${fits.error.code}: ${fits.error.message}`), { code: fits.error.code });
