@@ -59,6 +59,22 @@ export interface ParamLayout {
   total: number;
 }
 
+/** The tensors stored once per layer, shape (L, ...), in paramLayout's order; the rest are single. */
+export const PER_LAYER_TENSORS: ReadonlySet<string> = new Set([
+  'ln1w',
+  'ln1b',
+  'qkvw',
+  'qkvb',
+  'attprojw',
+  'attprojb',
+  'ln2w',
+  'ln2b',
+  'fcw',
+  'fcb',
+  'fcprojw',
+  'fcprojb',
+]);
+
 /**
  * The documented order (llm.c's): each kind of per-layer tensor is stored for all
  * L layers contiguously, shape (L, ...).

@@ -2,7 +2,7 @@
 // Byte tokens → token+position embedding → L × [LN → attention → residual → LN → MLP(GELU) → residual]
 // → final LN → tied LM head → softmax cross-entropy.
 
-import { type GPTConfig, paramLayout, paramViews, validateConfig } from './config.ts';
+import { type GPTConfig, PER_LAYER_TENSORS, paramLayout, paramViews, validateConfig } from './config.ts';
 import { gaussian, mulberry32 } from '../random.ts';
 import {
   type Arr,
@@ -266,20 +266,7 @@ export class GPT<A extends Arr = Float32Array> {
   private layerSlice(views: Record<string, A>, l: number): Record<string, A> {
     const L = this.config.nLayer;
     const out: Record<string, A> = {};
-    for (const k of [
-      'ln1w',
-      'ln1b',
-      'qkvw',
-      'qkvb',
-      'attprojw',
-      'attprojb',
-      'ln2w',
-      'ln2b',
-      'fcw',
-      'fcb',
-      'fcprojw',
-      'fcprojb',
-    ]) {
+    for (const k of PER_LAYER_TENSORS) {
       const n = views[k].length / L;
       out[k] = views[k].subarray(l * n, (l + 1) * n) as A;
     }

@@ -66,8 +66,6 @@ export interface DeviceLost {
   message: string;
 }
 
-export { PER_LAYER } from './webgpu-step.ts';
-
 /**
  * Dispatches recorded for one training step with the head in `chunks` chunks (checked against what build()
  * records): 8 a chunk (forward: logits, statistics; backward: the logits again but for the last chunk, which is

@@ -4,26 +4,10 @@
 // but for the residual stream's gradient and the tied wte; a micro-batch after the first adds every
 // parameter gradient), grad norm and AdamW. Buffers by their plan name (webgpu-plan.ts).
 
-import { type GPTConfig, paramLayout } from '../../../core/model/config.ts';
+import { type GPTConfig, PER_LAYER_TENSORS, paramLayout } from '../../../core/model/config.ts';
 import { type DispatchSpec, flatPieces } from '../../../shaders/kernel.ts';
 import * as op from '../../../shaders/ops.ts';
 import { type MatmulChoice, tunedDims } from './webgpu-tune.ts';
-
-/** Tensors with one slice per layer (the rest are single). */
-export const PER_LAYER = new Set([
-  'ln1w',
-  'ln1b',
-  'qkvw',
-  'qkvb',
-  'attprojw',
-  'attprojb',
-  'ln2w',
-  'ln2b',
-  'fcw',
-  'fcb',
-  'fcprojw',
-  'fcprojb',
-]);
 
 /**
  * How the dispatches over all of wte or all of θ split for a binding limit of `maxBinding` bytes: wte's vocabulary
@@ -107,7 +91,7 @@ export function trainingStep(
   // element offset of a tensor, or of layer l's slice of a (L, ...) tensor
   const at = (name: string, l = 0) => {
     const t = layout.byName[name];
-    return t.offset + (PER_LAYER.has(name) ? (l * t.size) / L : 0);
+    return t.offset + (PER_LAYER_TENSORS.has(name) ? (l * t.size) / L : 0);
   };
   const params = b('params'),
     grads = b('grads'),
