@@ -139,6 +139,7 @@ export class Run extends EventEmitter<RunEvents> {
     });
     this.pump = new DurabilityPump({
       ...{ coord, store, metrics, log },
+      warm: () => this.batches.warm(),
       prepare: (events) => this.batches.prepare(events),
       publish: (events) => this.batches.publish(events),
       beforeSnapshot: () => this.steps.beforeSnapshot(),
