@@ -18,8 +18,8 @@ import { type TensorInput, readSafetensors, safetensorsParts, tensorAsFloat32 } 
 /** Update frames kept in a checkpoint (islands further behind after a restart fetch the snapshot). */
 const CHECKPOINT_UPDATES = 8;
 
-/** Floats touched between two yields to the event loop while arrays are warmed (32 MB: ~0.1-0.3 s of page faults). */
-const WARM_CHUNK = 8 * 1024 * 1024;
+/** Floats touched between two yields to the event loop while arrays are warmed (8 MB: tens of ms of page faults). */
+export const WARM_CHUNK = 2 * 1024 * 1024;
 
 /**
  * Arrays for the snapshots the pump checkpoints one after another: a snapshot copies the optimizer
