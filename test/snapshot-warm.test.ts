@@ -48,7 +48,7 @@ afterAll(async () => {
 });
 
 describe('snapshot arrays made before the snapshot', () => {
-  it('warm() yields to timers between chunks; the snapshot takes the warmed arrays and writes the same bytes', async () => {
+  it('warm() yields to timers between chunks; a snapshot into its arrays has the same bytes', async () => {
     const n = 3 * WARM_CHUNK + 5;
     const arrays = new SnapshotArrays();
     const { longest, turns } = await loopGaps(async () => {
@@ -75,7 +75,7 @@ describe('snapshot arrays made before the snapshot', () => {
     small.releaseAll();
   });
 
-  it('at base, no event-loop stall across a delta, its durable version and its ack is near a fresh checkpoint’s page faults', async () => {
+  it('at base, no stall from a delta to its ack is near a fresh checkpoint’s page faults', async () => {
     const ts = await startTestServer({ flags: { preset: 'base', mode: 'async', codec: 'sparse' } });
     servers.push(ts);
     const s = io(`${ts.url}/island`, { transports: ['websocket'], reconnection: false, forceNew: true });
