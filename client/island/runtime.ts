@@ -294,7 +294,8 @@ export class IslandRuntime {
       // (a rejected Δ carried over doubled the next one's norm and failed an honest audit)
       if ((!ack.ok || ack.value.status !== 'applied') && !AUDITABLE_ENCODINGS.includes(a.codec.encoding))
         this.feedback.unsend(this.sent);
-      if (!ack.ok) return this.fail(ack.error);
+      // the run ended and the delta's fate could not be learnt (a server that refuses the resume)
+      if (!ack.ok) return ack.error.code === ErrorCode.DONE ? 'done' : this.fail(ack.error);
       this.progress.rounds += 1;
       this.progress.tokens += meta.tokens;
       if (ack.value.status === 'applied') this.progress.accepted += 1;
@@ -415,7 +416,7 @@ export class IslandRuntime {
         }
         return r;
       }
-      if (++failures > maxRetries || this.stopped) return r;
+      if (r.error.code === ErrorCode.DONE || ++failures > maxRetries || this.stopped) return r;
       await this.clock.sleep(backoff(failures, 500, 30_000));
     }
   }

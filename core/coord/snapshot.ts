@@ -43,24 +43,26 @@ export interface CoordinatorState {
 
 /**
  * Gives the arrays a snapshot copies the optimizer's state and the pending deltas into (a caller
- * that writes snapshots one after another reuses them: fresh pages cost 3-4× the copy itself).
+ * that writes snapshots one after another reuses them: fresh pages cost 3-4× the copy itself), and
+ * θ's (`kind` 'theta': an array the snapshot keeps, never one lent before; its caller may have
+ * touched its pages beforehand, off the critical path).
  */
-export type SnapshotAlloc = (n: number) => Float32Array;
+export type SnapshotAlloc = (n: number, kind?: 'theta' | 'state') => Float32Array;
 
 /**
  * The snapshot of `s`. Every array is a copy (θ always into a fresh one: it outlives the snapshot
- * as the durable θ; the others into `alloc`'s when given), except the update frames: a frame is
+ * as the durable θ; all into `alloc`'s when given), except the update frames: a frame is
  * never written once made, so the snapshot shares it.
  */
 export function writeSnapshot(s: CoordinatorState, alloc?: SnapshotAlloc): CoordinatorSnapshot {
-  const copy = (x: Float32Array) => {
+  const copy = (x: Float32Array, kind: 'theta' | 'state' = 'state') => {
     if (!alloc) return x.slice();
-    const y = alloc(x.length);
+    const y = alloc(x.length, kind);
     y.set(x);
     return y;
   };
   const tensors: Record<string, Float32Array | Uint8Array> = {
-    theta: s.theta.slice(),
+    theta: copy(s.theta, 'theta'),
     'outer.momentum': copy(s.outer.momentum),
     'outer.buffer': copy(s.outer.buffer),
     'downlink.residual': copy(s.downlinkResidual),

@@ -52,6 +52,16 @@ export class RunBatches {
 
   constructor(private readonly p: BatchParts) {}
 
+  /**
+   * Before a batch is drained: the arrays its snapshot would copy into, made with the event loop
+   * free between chunks (null when they are there already). θ, the optimizer's momentum and buffer,
+   * the downlink residual, and each pending delta.
+   */
+  warm(): Promise<void> | null {
+    const { coord } = this.p;
+    return this.snapshotArrays.warm(coord.paramCount, 3 + coord.pendingDeltas);
+  }
+
   /** Before the commit: the batch's log lines, and its checkpoint when it holds an update. */
   prepare(events: CoordinatorEvent[]): void {
     const { coord, store, archive } = this.p;

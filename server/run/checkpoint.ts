@@ -18,19 +18,31 @@ import { type TensorInput, readSafetensors, safetensorsParts, tensorAsFloat32 } 
 /** Update frames kept in a checkpoint (islands further behind after a restart fetch the snapshot). */
 const CHECKPOINT_UPDATES = 8;
 
+/** Floats touched between two yields to the event loop while arrays are warmed (8 MB: tens of ms of page faults). */
+export const WARM_CHUNK = 2 * 1024 * 1024;
+
 /**
  * Arrays for the snapshots the pump checkpoints one after another: a snapshot copies the optimizer
- * state and the pending deltas into arrays lent from here (its θ is not among them: that one
- * stays the durable θ), and they come back once its checkpoint is written. Reused arrays spare the
- * page faults of fresh ones, which cost 3-4× the copy itself (about 130-250 ms for `base`).
+ * state and the pending deltas into arrays lent from here, and they come back once its checkpoint
+ * is written; its θ goes into an array given for good (it stays the durable θ). Reused arrays spare
+ * the page faults of fresh ones, which cost 3-40× the copy itself (about 2 s per 500 MB on some
+ * hosts: GPT-2 small's four arrays held the event loop 8 s). `warm()` makes the arrays the next
+ * snapshot needs before it is taken, touching their pages a chunk at a time with the event loop
+ * free in between, so the snapshot itself only copies.
  */
 export class SnapshotArrays {
   private readonly free: Float32Array[] = [];
   private readonly lent: Float32Array[] = [];
+  /** Fresh arrays, pages touched, for the next snapshots' θ (never lent back). */
+  private readonly thetas: Float32Array[] = [];
 
   constructor(private readonly keep = 6) {}
 
-  readonly alloc = (n: number): Float32Array => {
+  readonly alloc = (n: number, kind: 'theta' | 'state' = 'state'): Float32Array => {
+    if (kind === 'theta') {
+      const i = this.thetas.findIndex((a) => a.length === n);
+      return i >= 0 ? this.thetas.splice(i, 1)[0] : new Float32Array(n);
+    }
     const i = this.free.findIndex((a) => a.length === n);
     const a = i >= 0 ? this.free.splice(i, 1)[0] : new Float32Array(n);
     this.lent.push(a);
@@ -41,6 +53,29 @@ export class SnapshotArrays {
   releaseAll(): void {
     for (const a of this.lent) if (this.free.length < this.keep) this.free.push(a);
     this.lent.length = 0;
+  }
+
+  /**
+   * Makes (pages touched, a chunk per turn of the event loop) what a snapshot of `n` floats with
+   * `states` lent arrays needs beyond what is here: one θ and up to `keep` lent ones. Null when
+   * nothing is missing.
+   */
+  warm(n: number, states: number): Promise<void> | null {
+    const missing: Array<{ into: Float32Array[] }> = [];
+    if (!this.thetas.some((a) => a.length === n)) missing.push({ into: this.thetas });
+    const have = this.free.filter((a) => a.length === n).length;
+    for (let k = have; k < Math.min(states, this.keep); k++) missing.push({ into: this.free });
+    if (missing.length === 0) return null;
+    return (async () => {
+      for (const m of missing) {
+        const a = new Float32Array(n);
+        for (let at = 0; at < n; at += WARM_CHUNK) {
+          a.fill(0, at, Math.min(n, at + WARM_CHUNK));
+          if (n > WARM_CHUNK) await new Promise<void>((r) => setImmediate(r));
+        }
+        m.into.push(a);
+      }
+    })();
   }
 }
 

@@ -85,8 +85,13 @@ export class RunIslands {
     if (this.run.coord.stepping) await this.run.coord.whenIdle();
     const now = Date.now();
     const known = req.resumeIslandId !== undefined && this.run.coord.island(req.resumeIslandId) !== undefined;
-    const r = this.run.coord.join(req, now);
-    if (r.ok && known) {
+    let r = this.run.coord.join(req, now);
+    if (!r.ok && known && r.error.code === ErrorCode.DONE) {
+      // The run ended while this island was away (its connection dropped while its last delta was
+      // in flight): it resumes, so that a resend of that delta gets its recorded ack (knownAck)
+      // and its next assignment says E_DONE. A new island is still refused.
+      r = ok({ islandId: req.resumeIslandId!, assignment: null });
+    } else if (r.ok && known) {
       // A reconnecting island may still be busy with its previous round (training, or waiting for
       // the ack of a delta): it must not become a member of the open round it will not work on,
       // or a sync round would wait for it in vain. Leaving + heartbeat keeps it online and out of

@@ -2,9 +2,10 @@
 // one batch. If the batch holds an update, the coordinator's snapshot (taken synchronously, so it
 // is exactly the state after the batch) is written as a checkpoint and the batch's log lines are
 // appended and fsync'd; only then is the batch published (acks released, updates broadcast,
-// assignments delivered). Batches are handled one at a time, so when updates arrive faster than
-// the disk, one checkpoint covers several (group commit). The pump also drives the coordinator's
-// deadlines (sync round grace windows, timeouts) with one timer.
+// assignments delivered). The snapshot's arrays are made beforehand, a chunk at a time (fresh pages
+// of a large model cost seconds), so taking it only copies. Batches are handled one at a time, so
+// when updates arrive faster than the disk, one checkpoint covers several (group commit). The pump
+// also drives the coordinator's deadlines (sync round grace windows, timeouts) with one timer.
 
 import type { Coordinator, CoordinatorEvent } from '../../core/coord/index.ts';
 import { backoff } from '../../core/random.ts';
@@ -26,6 +27,8 @@ export interface PumpHost {
    * null.
    */
   beforeSnapshot(): Promise<void> | null;
+  /** What to wait for before taking a snapshot in pieces (its arrays, made a chunk at a time), or null. */
+  warm?(): Promise<void> | null;
   /** Runs the coordinator's deadlines (the host kicks the pump after). */
   tick(now: number): void;
 }
@@ -101,6 +104,8 @@ export class DurabilityPump {
   private async pump(): Promise<void> {
     do {
       this.again = false;
+      const warming = this.h.warm?.();
+      if (warming) await warming;
       for (let wait = this.h.beforeSnapshot(); wait; wait = this.h.beforeSnapshot()) await wait;
       const events = this.h.coord.drainEvents();
       this.h.prepare(events);

@@ -26,7 +26,7 @@ import type { OuterOffloadHost } from '../outer/offload.ts';
 import { RunAdmin } from './admin.ts';
 import { RunAudits } from './audit.ts';
 import { RunBatches, startEvals } from './batch.ts';
-import { encodeRunCheckpoint } from './checkpoint.ts';
+import { SnapshotArrays, encodeRunCheckpoint } from './checkpoint.ts';
 import { DeltaArchive } from './delta-archive.ts';
 import { DurableTheta, durableOf } from './durable.ts';
 import type { EvalService } from './eval-worker.ts';
@@ -139,6 +139,7 @@ export class Run extends EventEmitter<RunEvents> {
     });
     this.pump = new DurabilityPump({
       ...{ coord, store, metrics, log },
+      warm: () => this.batches.warm(),
       prepare: (events) => this.batches.prepare(events),
       publish: (events) => this.batches.publish(events),
       beforeSnapshot: () => this.steps.beforeSnapshot(),
@@ -208,6 +209,9 @@ export class Run extends EventEmitter<RunEvents> {
 
   /** Writes a checkpoint of the current state now (after any batch in flight). */
   async checkpointNow(): Promise<{ version: number; path: string; bytes: number }> {
+    // its arrays made first, a chunk at a time (fresh pages of a large model hold the loop for seconds)
+    const arrays = new SnapshotArrays();
+    await arrays.warm(this.coord.paramCount, 3 + this.coord.pendingDeltas);
     for (;;) {
       this.kick();
       await this.drain();
@@ -215,7 +219,7 @@ export class Run extends EventEmitter<RunEvents> {
       if (!wait) break;
       await wait;
     }
-    const snap = this.coord.snapshot();
+    const snap = this.coord.snapshot(arrays.alloc);
     const version = snap.meta.version;
     this.store.requestCheckpoint(version, () => encodeRunCheckpoint(this.cfg, snap));
     await this.pump.commit();
