@@ -104,6 +104,7 @@ const TWO_AT_A_TIME = [
   'outer-offload',
   'serve-init',
   'server-crash',
+  'server-done-ack',
   'server-sparse-downlink',
   'server-training',
   'simulate-metrics',
@@ -117,6 +118,7 @@ const TWO_AT_A_TIME = [
   'wasm-build',
   'wasm-threads',
   'webgpu-browser',
+  'webgpu-windows',
 ].map((f) => `test/${f}.test.ts`);
 
 export default defineConfig({
