@@ -124,10 +124,6 @@ export class Coordinator {
   downlinkResidual(): Float32Array {
     return this.s.outerStep.state().residual.slice();
   }
-  /** Deltas held in the open round (or merge window): a snapshot copies each. */
-  get pendingDeltas(): number {
-    return this.s.round.pending.length;
-  }
   /** True while a host takes an outer step: calls that change rounds answer STEP_IN_FLIGHT until whenIdle. */
   get stepping(): boolean {
     return this.s.closing !== null;

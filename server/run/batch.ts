@@ -53,13 +53,13 @@ export class RunBatches {
   constructor(private readonly p: BatchParts) {}
 
   /**
-   * Before a batch is drained: the arrays its snapshot would copy into, made with the event loop
-   * free between chunks (null when they are there already). θ, the optimizer's momentum and buffer,
-   * the downlink residual, and each pending delta.
+   * Before a batch is drained (the pump's first wait before a snapshot, then any outer step in flight):
+   * the arrays its snapshot would copy into, made with the event loop free between chunks (null when
+   * they are there already). θ, the optimizer's momentum and buffer, the downlink residual, and each
+   * pending delta (as many as the last snapshot held).
    */
   warm(): Promise<void> | null {
-    const { coord } = this.p;
-    return this.snapshotArrays.warm(coord.paramCount, 3 + coord.pendingDeltas);
+    return this.snapshotArrays.warm(this.p.coord.paramCount);
   }
 
   /** Before the commit: the batch's log lines, and its checkpoint when it holds an update. */

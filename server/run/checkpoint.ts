@@ -35,6 +35,8 @@ export class SnapshotArrays {
   private readonly lent: Float32Array[] = [];
   /** Fresh arrays, pages touched, for the next snapshots' θ (never lent back). */
   private readonly thetas: Float32Array[] = [];
+  /** Arrays the last snapshot lent (θ's state and each pending delta): what the next one likely needs. */
+  private lastLent = 3;
 
   constructor(private readonly keep = 6) {}
 
@@ -51,16 +53,24 @@ export class SnapshotArrays {
 
   /** Every array lent so far comes back: the checkpoint that held them is written. */
   releaseAll(): void {
+    this.lastLent = Math.max(3, this.lent.length);
     for (const a of this.lent) if (this.free.length < this.keep) this.free.push(a);
     this.lent.length = 0;
   }
 
+  /** A new set with the arrays of one snapshot of `n` floats made (checkpointNow's). */
+  static async warmed(n: number): Promise<SnapshotArrays> {
+    const a = new SnapshotArrays();
+    await a.warm(n);
+    return a;
+  }
+
   /**
    * Makes (pages touched, a chunk per turn of the event loop) what a snapshot of `n` floats with
-   * `states` lent arrays needs beyond what is here: one θ and up to `keep` lent ones. Null when
-   * nothing is missing.
+   * `states` lent arrays (default: as many as the last snapshot's) needs beyond what is here: one θ
+   * and up to `keep` lent ones. Null when nothing is missing.
    */
-  warm(n: number, states: number): Promise<void> | null {
+  warm(n: number, states = this.lastLent): Promise<void> | null {
     const missing: Array<{ into: Float32Array[] }> = [];
     if (!this.thetas.some((a) => a.length === n)) missing.push({ into: this.thetas });
     const have = this.free.filter((a) => a.length === n).length;

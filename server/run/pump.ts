@@ -27,8 +27,6 @@ export interface PumpHost {
    * null.
    */
   beforeSnapshot(): Promise<void> | null;
-  /** What to wait for before taking a snapshot in pieces (its arrays, made a chunk at a time), or null. */
-  warm?(): Promise<void> | null;
   /** Runs the coordinator's deadlines (the host kicks the pump after). */
   tick(now: number): void;
 }
@@ -104,8 +102,6 @@ export class DurabilityPump {
   private async pump(): Promise<void> {
     do {
       this.again = false;
-      const warming = this.h.warm?.();
-      if (warming) await warming;
       for (let wait = this.h.beforeSnapshot(); wait; wait = this.h.beforeSnapshot()) await wait;
       const events = this.h.coord.drainEvents();
       this.h.prepare(events);

@@ -139,10 +139,9 @@ export class Run extends EventEmitter<RunEvents> {
     });
     this.pump = new DurabilityPump({
       ...{ coord, store, metrics, log },
-      warm: () => this.batches.warm(),
       prepare: (events) => this.batches.prepare(events),
       publish: (events) => this.batches.publish(events),
-      beforeSnapshot: () => this.steps.beforeSnapshot(),
+      beforeSnapshot: () => this.batches.warm() ?? this.steps.beforeSnapshot(),
       tick: (now) => this.tick(now),
     });
   }
@@ -209,9 +208,7 @@ export class Run extends EventEmitter<RunEvents> {
 
   /** Writes a checkpoint of the current state now (after any batch in flight). */
   async checkpointNow(): Promise<{ version: number; path: string; bytes: number }> {
-    // its arrays made first, a chunk at a time (fresh pages of a large model hold the loop for seconds)
-    const arrays = new SnapshotArrays();
-    await arrays.warm(this.coord.paramCount, 3 + this.coord.pendingDeltas);
+    const arrays = await SnapshotArrays.warmed(this.coord.paramCount); // fresh pages of a large model stall the loop
     for (;;) {
       this.kick();
       await this.drain();
