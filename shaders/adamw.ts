@@ -2,7 +2,7 @@
 
 import { adamwUpdate as adamwUpdateCpu } from '../core/model/ops.ts';
 import { adamwUpdateF16 } from '../core/model/ops-f16.ts';
-import { type DispatchSpec, defineKernel, grid1, pieceWindow } from './kernel.ts';
+import { type DispatchSpec, defineKernel, flatPiece, grid1 } from './kernel.ts';
 import src from './adamw.wgsl?raw';
 
 export const adamw = defineKernel('adamw', src, { adamw_update: adamwUpdateCpu, adamw_update_f16: adamwUpdateF16 });
@@ -44,9 +44,8 @@ export function adamwUpdate(
   clip: GPUBuffer,
   d: { N: number; ranges: Array<[number, number, boolean]>; copy?: GPUBuffer; piece?: [number, number] },
 ): DispatchSpec {
-  const piece = d.piece ?? [0, d.N];
-  const N = piece[1] - piece[0];
-  const ranges = d.piece ? rangesIn(d.ranges, ...piece) : d.ranges;
+  const { n, windows } = flatPiece(d.N, d.piece);
+  const ranges = d.piece ? rangesIn(d.ranges, ...d.piece) : d.ranges;
   if (ranges.length > MAX_RANGES)
     throw new Error(`adamw_update takes at most ${MAX_RANGES} decay ranges, got ${ranges.length}`);
   const table: number[] = [];
@@ -54,14 +53,11 @@ export function adamwUpdate(
     const r = ranges[i];
     table.push(r ? r[0] : 0, r ? r[1] : 0, r?.[2] ? 1 : 0, 0);
   }
-  const f32 = pieceWindow(piece, 4);
   return adamw.dispatch({
     entry: d.copy ? 'adamw_update_f16' : 'adamw_update',
     buffers: { params, grads, m, v, clip, ...(d.copy ? { copy_h: d.copy } : {}) },
-    ...(d.piece
-      ? { windows: { params: f32, grads: f32, m: f32, v: f32, ...(d.copy ? { copy_h: pieceWindow(piece, 2) } : {}) } }
-      : {}),
-    params: () => ({ N, num_ranges: ranges.length, ranges: table }),
-    grid: () => grid1(Math.ceil(N / PER_THREAD), 256),
+    ...windows({ params: 4, grads: 4, m: 4, v: 4, ...(d.copy ? { copy_h: 2 as const } : {}) }),
+    params: () => ({ N: n, num_ranges: ranges.length, ranges: table }),
+    grid: () => grid1(Math.ceil(n / PER_THREAD), 256),
   });
 }

@@ -4,7 +4,7 @@
 // (`shader-f16`: vec2<f16>, the same bytes).
 
 import * as f16 from '../core/model/ops-f16.ts';
-import { type Defines, type DispatchSpec, defineKernel, grid1, pieceWindow, rows } from './kernel.ts';
+import { type Defines, type DispatchSpec, defineKernel, flatPiece, grid1, rows } from './kernel.ts';
 import src from './half.wgsl?raw';
 
 export const half = defineKernel('half', src, {
@@ -49,21 +49,15 @@ export function pseudoGradientF16(
   theta: GPUBuffer,
   d: { N: number; form: HalfForm; piece?: [number, number] },
 ): DispatchSpec {
-  const [N, windows] = pieceOf(d);
+  const { n, windows } = flatPiece(d.N, d.piece);
   return half.dispatch({
     entry: 'pseudo_gradient_f16',
     defines: HALF_DEFINES[d.form],
     buffers: { out_h: delta, in1_f: start, in2_f: theta },
-    ...(d.piece ? { windows: { out_h: windows.h, in1_f: windows.f, in2_f: windows.f } } : {}),
-    params: () => ({ N }),
-    grid: () => grid1(Math.ceil(N / 2), 256),
+    ...windows({ out_h: 2, in1_f: 4, in2_f: 4 }),
+    params: () => ({ N: n }),
+    grid: () => grid1(Math.ceil(n / 2), 256),
   });
-}
-
-/** A piece [lo, hi) of N (lo a multiple of PIECE_QUANTUM): its length and its windows of halves and of f32. */
-function pieceOf(d: { N: number; piece?: [number, number] }) {
-  const piece = d.piece ?? [0, d.N];
-  return [piece[1] - piece[0], { h: pieceWindow(piece, 2), f: pieceWindow(piece, 4) }] as const;
 }
 
 /** out (N halves) = inp (f32): the matmuls' weight copy after setParams; with `piece`, its elements [lo, hi). */
@@ -72,13 +66,13 @@ export function packF16(
   inp: GPUBuffer,
   d: { N: number; form: HalfForm; piece?: [number, number] },
 ): DispatchSpec {
-  const [N, windows] = pieceOf(d);
+  const { n, windows } = flatPiece(d.N, d.piece);
   return half.dispatch({
     entry: 'pack_f16',
     defines: HALF_DEFINES[d.form],
     buffers: { out_h: out, in1_f: inp },
-    ...(d.piece ? { windows: { out_h: windows.h, in1_f: windows.f } } : {}),
-    params: () => ({ N }),
-    grid: () => grid1(Math.ceil(N / 2), 256),
+    ...windows({ out_h: 2, in1_f: 4 }),
+    params: () => ({ N: n }),
+    grid: () => grid1(Math.ceil(n / 2), 256),
   });
 }

@@ -349,6 +349,19 @@ export const pieceWindow = (piece: [number, number], elem: number): Window => ({
   exact: true,
 });
 
+/**
+ * A flat op's piece [lo, hi) of N elements (all N without one): its length, and `windows` binding each named variable
+ * (4-byte f32s or 2-byte halves) to the piece's exact window, or nothing without a piece (whole buffers).
+ */
+export function flatPiece(N: number, piece?: [number, number]) {
+  const p = piece ?? [0, N];
+  return {
+    n: p[1] - p[0],
+    windows: (vars: Record<string, 2 | 4>): Pick<DispatchSpec, 'windows'> =>
+      piece ? { windows: Object.fromEntries(Object.entries(vars).map(([k, e]) => [k, pieceWindow(p, e)])) } : {},
+  };
+}
+
 /** Each storage binding of the spec with its bytes: its window, or the whole buffer. */
 export function bindWindows(spec: DispatchSpec): Array<[number, { buffer: GPUBuffer; offset: number; size: number }]> {
   const where = `${spec.kernel.file} ${spec.entry}`;

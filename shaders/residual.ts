@@ -1,7 +1,7 @@
 // residual.wgsl's dispatch: out = inp1 + alpha·inp2; the engine uses it for the pseudo-gradient.
 
 import { pseudoGradient as pseudoGradientCpu, residualForward as residualForwardCpu } from '../core/model/ops.ts';
-import { type DispatchSpec, defineKernel, grid1, pieceWindow } from './kernel.ts';
+import { type DispatchSpec, defineKernel, flatPiece, grid1 } from './kernel.ts';
 import src from './residual.wgsl?raw';
 
 export const residual = defineKernel('residual', src, { residual_forward: [residualForwardCpu, pseudoGradientCpu] });
@@ -13,14 +13,12 @@ export function pseudoGradient(
   theta: GPUBuffer,
   d: { N: number; piece?: [number, number] },
 ): DispatchSpec {
-  const piece = d.piece ?? [0, d.N];
-  const N = piece[1] - piece[0];
-  const w = pieceWindow(piece, 4);
+  const { n, windows } = flatPiece(d.N, d.piece);
   return residual.dispatch({
     entry: 'residual_forward',
     buffers: { out: delta, inp1: start, inp2: theta },
-    ...(d.piece ? { windows: { out: w, inp1: w, inp2: w } } : {}),
-    params: () => ({ N, alpha: -1 }),
-    grid: () => grid1(N, 256),
+    ...windows({ out: 4, inp1: 4, inp2: 4 }),
+    params: () => ({ N: n, alpha: -1 }),
+    grid: () => grid1(n, 256),
   });
 }
