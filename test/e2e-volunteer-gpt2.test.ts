@@ -76,7 +76,8 @@ describe('volunteer page on a GPT-2-shaped run (Chromium, SwiftShader)', () => {
       return route.continue();
     });
     await page.click('#start');
-    await waitFor('the download cut off', async () => modelGets.length > CUT_AFTER, 60_000, 100);
+    // the engine is built and its speed measured first: minutes on SwiftShader beside another file
+    await waitFor('the download cut off', async () => modelGets.length > CUT_AFTER, 180_000, 100);
     expect(modelGets.slice(0, CUT_AFTER).every((g) => g.range !== null)).toBe(true);
     await page.unroute('**/api/model');
 
@@ -106,5 +107,5 @@ describe('volunteer page on a GPT-2-shaped run (Chromium, SwiftShader)', () => {
     const mine = data.recent.filter((r) => r.islandId === accepted!.islandId);
     expect(mine.length).toBeGreaterThanOrEqual(1);
     expect(mine.every((r) => r.length === 2 * 9)).toBe(true);
-  }, 240_000);
+  }, 360_000);
 });
