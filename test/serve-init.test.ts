@@ -4,7 +4,8 @@
 // untransposed tensor changes the loss. Atoll's eval loss at version 0 must equal an independent numpy
 // GPT-2 forward (test/reference/gpt2_loss.py, transformers' arithmetic) on the same held-out tokens
 // within 1e-3, and two Node islands then lower it. The folder is GPT-2-shaped with vocab 256 (a byte run on
-// Moby-Dick); a 50,257-id folder makes a gpt2-tokenizer run, refused on a text (E_DATA_NEEDS_SHARDS).
+// Moby-Dick); a 50,257-id folder makes a gpt2-tokenizer run, refused on a text (E_DATA_NEEDS_SHARDS) and
+// evaluated on GPT-2 token shards' held-out ids (ids above 255: the eval worker once cut them to bytes).
 
 import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -16,6 +17,7 @@ import type { GPTConfig } from '../core/model/config.ts';
 import { mulberry32 } from '../core/random.ts';
 import { type TensorInput, writeSafetensors } from '../core/safetensors.ts';
 import { serve } from '../instruments/commands/serve.ts';
+import { prepareMobyShards } from './helpers/shards.ts';
 import {
   type IslandProc,
   type ServeProc,
@@ -181,4 +183,30 @@ describe('serve --init FOLDER', () => {
       expect(await refusal(folder, {}, runDir)).toBe('E_INIT_RESUME'); // the folder now holds the run
     }, 180_000);
   });
+
+  it("evaluates a 50,257-id θ0 on GPT-2 token shards as transformers' arithmetic does (within 1e-3)", async () => {
+    const v50k = { ...shape, vocabSize: 50257, nEmbd: 16, nHead: 2, nLayer: 1 };
+    const dir = writeFolder('v50k-shards', v50k, gpt2Tensors(v50k, 5));
+    const shards = join(tmp, 'gpt2-shards');
+    await prepareMobyShards(join(tmp, 'gpt2-in'), shards, 'gpt2');
+    const config = join(tmp, 'run-50k.json');
+    writeFileSync(config, JSON.stringify({ eval: EVAL, limits: { powBits: 0 } }));
+    const args = ['--init', dir, '--data', shards, '--run-dir', join(tmp, 'run-50k'), '--config', config];
+    const server = await spawnServe(args, await freePort());
+    try {
+      type Point = { version: number; evalLoss: number | null };
+      const v0 = await waitFor('the eval of version 0', async () => {
+        const h = await getJson<{ points: Point[] }>(`${server.url}/api/history`);
+        return h.points.find((p) => p.version === 0)?.evalLoss;
+      });
+      const script = join(ROOT, 'test/reference/gpt2_loss.py');
+      const ref = execFileSync('python3', [script, dir, shards, String(EVAL.batchSize), String(EVAL.batches)], {
+        encoding: 'utf8',
+      });
+      expect(Number(ref)).toBeGreaterThan(5); // near ln 50,257 at random weights: ids, not bytes
+      expect(Math.abs(v0! - Number(ref))).toBeLessThan(1e-3);
+    } finally {
+      await server.stop();
+    }
+  }, 120_000);
 });

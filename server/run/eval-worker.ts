@@ -146,8 +146,8 @@ async function runWorker(init: EvalWorkerInit): Promise<void> {
   const { evalBatches } = await import('../../core/data/dataset.ts');
   const { generate } = await import('../../core/sample.ts');
   const T = init.config.blockSize;
-  const heldOut = new Uint8Array(init.heldOut);
-  const batches = evalBatches(heldOut, init.batchSize, T, init.nBatches);
+  // the ids as they came (bytes or GPT-2's uint16 ids): a copy into bytes would cut ids above 255
+  const batches = evalBatches(init.heldOut, init.batchSize, T, init.nBatches);
   const engine = await createCpuEngine('cpu', { config: init.config, maxBatch: Math.max(1, init.batchSize) });
   const port = parentPort!;
   // One job at a time: eval and sample share the engine's θ.

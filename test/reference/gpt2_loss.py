@@ -3,12 +3,14 @@
 Independent of atoll's code: it reads a transformers GPT-2 folder (config.json, model.safetensors with
 GPT2LMHeadModel's or GPT2Model's names, Conv1D weights stored (in, out)) and computes
 x @ W + b per layer, gelu_new, causal softmax attention, the tied head and the mean cross-entropy.
-The held-out tokens are cut as atoll's splitCorpus/evalBatches document: the corpus's bytes in
-8,192-byte chunks, every 10th chunk held out, n batches of B sequences of T at evenly spaced offsets.
+The held-out tokens are cut as atoll's splitCorpus/evalBatches document: a text's bytes in 8,192-byte
+chunks, every 10th chunk held out; a shard folder's held-out shard as it is (index.json names it; llm.c's
+format: a 1,024-byte header, then uint16 ids). Then n batches of B sequences of T at evenly spaced offsets.
 
-usage: python3 gpt2_loss.py FOLDER CORPUS B NBATCHES   (prints the loss)
+usage: python3 gpt2_loss.py FOLDER CORPUS|SHARD_DIR B NBATCHES   (prints the loss)
 """
 import json
+import os
 import struct
 import sys
 
@@ -41,6 +43,16 @@ def held_out(data, chunk=8192, every=10):
     return b''.join(data[i * chunk:(i + 1) * chunk] for i in held)
 
 
+def held_out_ids(corpus):
+    """The held-out token ids: a text's held-out bytes, or a shard folder's held-out shard."""
+    if not os.path.isdir(corpus):
+        return np.frombuffer(held_out(open(corpus, 'rb').read()), dtype=np.uint8).astype(np.int64)
+    index = json.load(open(os.path.join(corpus, 'index.json')))
+    raw = open(os.path.join(corpus, index['heldOut']), 'rb').read()
+    (count,) = struct.unpack('<i', raw[8:12])
+    return np.frombuffer(raw[1024:1024 + 2 * count], dtype='<u2').astype(np.int64)
+
+
 def eval_rows(held, B, T, nb):
     span = len(held) - T - 1
     total = B * nb
@@ -49,8 +61,7 @@ def eval_rows(held, B, T, nb):
         batch = []
         for b in range(B):
             off = ((k * B + b) * span) // max(1, total - 1)
-            seq = np.frombuffer(held[off:off + T + 1], dtype=np.uint8).astype(np.int64)
-            batch.append(seq)
+            batch.append(held[off:off + T + 1])
         rows.append(np.stack(batch))
     return rows
 
@@ -74,7 +85,7 @@ def loss(folder, corpus, B, nb):
     hs = C // H
     wte = W('transformer.wte.weight')
     losses = []
-    for rows in eval_rows(held_out(open(corpus, 'rb').read()), B, T, nb):
+    for rows in eval_rows(held_out_ids(corpus), B, T, nb):
         x, y = rows[:, :T], rows[:, 1:]
         h = wte[x] + W('transformer.wpe.weight')[np.arange(T)]
         mask = np.triu(np.ones((T, T), dtype=bool), 1)
