@@ -41,6 +41,7 @@ const THREE_AT_A_TIME = [
   'model',
   'model-download',
   'multi-device',
+  'outer-anneal',
   'package',
   'protocol-docs',
   'run-config',

@@ -180,6 +180,14 @@ describe('outer step off the event loop', () => {
     await twins({ ...base, mode: 'sync', soloPlainStep: true, downlink: { encoding: 'f32', blockSize: 64 } }, 1, 3, 2);
   });
 
+  it('the momentum anneals with the inner schedule on the workers as here (a budget the run nears)', async () => {
+    // 3 islands × 4 rounds of 256 tokens against a cosine to 3,300 tokens: each step's decay takes η's fall
+    const totalTokens = 3300;
+    await twins({ ...base, mode: 'sync', totalTokens, downlink: { encoding: 'int8', blockSize: 64 } }, 3, 4, 2);
+    await twins({ ...base, mode: 'async', totalTokens, downlink: { encoding: 'int4', blockSize: 64 } }, 3, 4, 2);
+    await twins({ ...base, mode: 'sync', totalTokens, downlink: { encoding: 'f32', blockSize: 64 } }, 3, 3, 2);
+  });
+
   it('the trust region clips the same steps by the same gain on the workers (fused int8, int4, a window)', async () => {
     // momentum grows ‖u‖ round after round: over 1.05 × the median of the last two, g takes a gain γ < 1
     const trustRegion = { factor: 1.05, window: 2 };

@@ -7,6 +7,7 @@
 import { type Result, err, ok } from '../result.ts';
 import { type Assignment, ErrorCode } from '../protocol.ts';
 import { combineDeltas, isWeightedMean, weighDeltas } from './aggregate.ts';
+import { momentumAnneal } from './anneal.ts';
 import type { StepTaken } from './outer-step.ts';
 import { assignWork, dropPending, leaveRound, newRound, outerStepOf } from './rounds.ts';
 import { roundShouldClose, shortCloseReason, windowShouldClose } from './rounds.ts';
@@ -127,7 +128,9 @@ export function closeRound(s: CoordState, now: number): void {
   const inHost = host !== null && isWeightedMean(kept.length, cfg);
   if (inHost) weighDeltas(kept, cfg, s.version);
   else combineDeltas(kept, cfg, s.version, s.outerStep.g, s.accBuf);
-  const size = outerStepOf(cfg, kept, s.book.byId.values());
+  const history = s.ledger.history;
+  const anneal = momentumAnneal(cfg, s.ledger.totals.tokensApplied, history[history.length - 1]);
+  const size = { ...outerStepOf(cfg, kept, s.book.byId.values()), anneal };
   const taken = s.outerStep.begin(cfg, kept, inHost, size, trustLimit(s.ledger.history, cfg.trustRegion));
   if (taken || !host || !s.outerStep.request) {
     finishClose(s, c, taken);

@@ -57,6 +57,8 @@ export interface FragmentStep {
   share: boolean;
   /** The trust region's gain on g alone (trust.ts; default 1). */
   gain?: number;
+  /** The momentum's decay follows the inner schedule (OuterOptimizer.propose; default 1). */
+  anneal?: number;
 }
 
 /** One section of a fragment's own payload, `from` there, `bytes` long, and where it goes in the whole payload. */
@@ -192,7 +194,7 @@ export class Fragment {
     const finite =
       m.period === 0
         ? this.outer.proposePlain(g, m.scale * gain)
-        : this.outer.propose(m.outer, g, m.scale, m.period, m.share, gain);
+        : this.outer.propose(m.outer, g, m.scale, m.period, m.share, gain, m.anneal ?? 1);
     if (!finite) return { code: 'E_NON_FINITE', message: 'the outer update overflowed' };
     this.residualBackup.set(this.fb.residual);
     // the fragment's own frame is never deflated: its bytes are cut into the whole frame, which the pool seals
@@ -254,7 +256,7 @@ export class Fragment {
         s: m.scale * (m.gain ?? 1), // the trust region's gain on g alone; decay and part keep the share
         lr,
         mu,
-        decay: m.share ? Math.pow(mu, m.scale) : mu,
+        decay: (m.share ? Math.pow(mu, m.scale) : mu) * (m.anneal ?? 1),
         part: m.share ? m.scale : 1,
         m: st.momentum,
         b: st.buffer,

@@ -23,11 +23,12 @@ export interface StepTaken {
   trustGain?: number;
 }
 
-/** How much of a step: scale s, period (0: the plain step u = s·g), a merge window's share. */
+/** How much of a step: scale s, period (0: the plain step u = s·g), a merge window's share, the momentum's anneal. */
 export interface StepSize {
   scale: number;
   period: number;
   share?: boolean;
+  anneal?: number;
 }
 
 export class OuterStep {
@@ -129,7 +130,7 @@ export class OuterStep {
     cfg: CoordinatorConfig,
     kept: PendingDelta[],
     inHost: boolean,
-    { scale, period, share }: StepSize,
+    { scale, period, share, anneal = 1 }: StepSize,
     trustLimit = Infinity,
   ): Result<StepTaken> | null {
     if (this.offload) {
@@ -141,6 +142,7 @@ export class OuterStep {
         scale,
         period,
         share: share ?? false,
+        anneal,
         trustLimit,
       };
       return null;
@@ -150,7 +152,7 @@ export class OuterStep {
       const finite =
         period === 0
           ? this.outer.proposePlain(this.g, scale * gain)
-          : this.outer.propose(cfg.outer, this.g, scale, period, share, gain);
+          : this.outer.propose(cfg.outer, this.g, scale, period, share, gain, anneal);
       return finite ? sumSquares(this.outer.update) : null;
     };
     let sumSq = propose(1);

@@ -20,6 +20,12 @@
 //       m ← μ^s·m + s·g;  u = lr·(s·g + s·μ·m)  (nesterov),  u = lr·s·m  (sgd)
 // so 1/s such windows move θ about as one full step does; a full momentum step per small window
 // (the budget's tail, a window of the fast islands alone) overshot.
+//
+// The momentum follows the inner learning-rate schedule (`anneal`, momentumAnneal in rounds.ts): its
+// decay takes the factor η(now)/η(last step) ≤ 1, as PyTorch's SGD momentum under a schedule, whose
+// buffer holds raw gradients that the current lr scales. A pseudo-gradient is already η-scaled, so
+// without it a run of a few outer steps ends with a momentum of its early, large-η pseudo-gradients,
+// which undoes the cosine's annealing (a fleet twin on sotu: eval 3.14 → 4.63 over its last 4 steps).
 
 export type OuterKind = 'nesterov' | 'sgd' | 'delayed-nesterov';
 
@@ -75,10 +81,19 @@ export class OuterOptimizer {
    * Computes u for pseudo-gradient `g` with scale `s` and (delayed-nesterov) period `period`; with
    * `share`, s is the window's share of a fleet round (sgd/nesterov: that fraction of a step: sgd
    * without momentum moves lr·s·g). `gain` multiplies g alone, s keeping its share of a step (the
-   * trust region's γ, trust.ts: the momentum takes γ·s·g).
+   * trust region's γ, trust.ts: the momentum takes γ·s·g). `anneal` (≤ 1) multiplies the momentum's
+   * decay: the schedule's η ratio since the last step (header).
    * Returns false when u has a non-finite entry (then nothing may be committed).
    */
-  propose(cfg: OuterConfig, g: Float32Array, s: number, period: number, share = false, gain = 1): boolean {
+  propose(
+    cfg: OuterConfig,
+    g: Float32Array,
+    s: number,
+    period: number,
+    share = false,
+    gain = 1,
+    anneal = 1,
+  ): boolean {
     const { lr, momentum: mu } = cfg;
     const m = this.state.momentum,
       mNext = this.nextMomentum,
@@ -109,7 +124,7 @@ export class OuterOptimizer {
       this.nextBufferCount = flush ? 0 : this.state.bufferCount + 1;
     } else {
       const nesterov = cfg.kind === 'nesterov';
-      const decay = share ? Math.pow(mu, s) : mu,
+      const decay = (share ? Math.pow(mu, s) : mu) * anneal,
         part = share ? s : 1;
       for (let i = 0; i < n; i++) {
         const gi = sg * g[i];

@@ -342,6 +342,8 @@ export interface OuterStepRequest {
   period: number;
   /** A merge window's share of a step (m ← μ^s·m + s·g). */
   share: boolean;
+  /** The momentum's decay follows the inner schedule (rounds.ts momentumAnneal). */
+  anneal: number;
   /** The trust region's limit on ‖u‖ (trust.ts; Infinity: none): over it, g takes the gain trustGain gives. */
   trustLimit: number;
 }

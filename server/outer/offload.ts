@@ -90,6 +90,7 @@ export class OuterOffloadHost {
       scale: req.scale,
       period: req.period,
       share: req.share,
+      anneal: req.anneal,
       trustLimit: req.trustLimit,
     });
   }
