@@ -85,15 +85,7 @@ export class OuterOptimizer {
    * decay: the schedule's η ratio since the last step (header).
    * Returns false when u has a non-finite entry (then nothing may be committed).
    */
-  propose(
-    cfg: OuterConfig,
-    g: Float32Array,
-    s: number,
-    period: number,
-    share = false,
-    gain = 1,
-    anneal = 1,
-  ): boolean {
+  propose(cfg: OuterConfig, g: Float32Array, s: number, period: number, share = false, gain = 1, anneal = 1): boolean {
     const { lr, momentum: mu } = cfg;
     const m = this.state.momentum,
       mNext = this.nextMomentum,
