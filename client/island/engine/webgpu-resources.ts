@@ -1,6 +1,7 @@
 // What the WebGPU engine allocates and builds once, in `WebGpuEngine.create()`: its buffers (from
-// webgpu-plan.ts's plan, every byte counted; θ's flat buffers in parts where the buffer limit splits them), the two readers (webgpu-readback.ts), the autotuned
-// matmuls and the programs: the training step (webgpu-step.ts), Δ, and f16's weight copy.
+// webgpu-plan.ts's plan, every byte counted; θ's flat buffers in parts where the buffer limit splits them),
+// the two readers (webgpu-readback.ts), the autotuned matmuls and the programs: the training step
+// (webgpu-step.ts), Δ, and f16's weight copy.
 // The engine (webgpu.ts) records and submits them. No node: imports.
 
 import type { GPTConfig } from '../../../core/model/config.ts';
