@@ -217,7 +217,7 @@ describe('θ split over GPUBuffers under a forced buffer limit', () => {
       expect(r.error.message).toMatch(
         /^maxBufferSize: model needs 128 KiB, the buffer limit \(maxBufferBytes\) is 100 KiB/,
       );
-      expect(r.error.message).toContain("unsplittable: θ's tensor wte (params/0)");
+      expect(r.error.message).toContain("unsplittable: θ's tensor wte (params/0); try a smaller model)");
     }
     const [made, buffers] = await allocated(() =>
       WebGpuEngine.create(device, tight).then(

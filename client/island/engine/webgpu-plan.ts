@@ -418,12 +418,16 @@ export function limitShortfall(
     const at =
       k === 'maxStorageBufferBindingSize' ? largestBinding(opts) : k === 'maxBufferSize' ? largestBuffer(opts) : null;
     const what = at && at.bytes === need ? `; unsplittable: ${at.at}` : '';
+    // a tensor of θ no cut splits: only the model's shape changes it
+    const tryThis = /^θ's tensor /.test(at?.at ?? '')
+      ? 'a smaller model'
+      : 'a smaller batch, micro-batch, head chunk or model';
     return err(
       'E_ADAPTER_TOO_SMALL',
       `${k}: model needs ${fmt(need)}, ${allows} ${fmt(h)} ` +
         `(config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
         `batch ${B}×${maxT}${micro < B ? ` in micro-batches of ${micro}` : ''}, ` +
-        `head in chunks of ${headChunk(opts)}${what}; try a smaller batch, micro-batch, head chunk or model)`,
+        `head in chunks of ${headChunk(opts)}${what}; try ${tryThis})`,
     );
   }
   return ok(undefined);
