@@ -119,6 +119,7 @@ const TWO_AT_A_TIME = [
   'wasm-build',
   'wasm-threads',
   'webgpu-browser',
+  'webgpu-buffers',
   'webgpu-windows',
 ].map((f) => `test/${f}.test.ts`);
 

@@ -303,6 +303,8 @@ export interface Window {
   fields?: readonly string[];
   /** the window must start exactly at lo (the kernel indexes it from 0): lo·elem a multiple of STORAGE_ALIGN */
   exact?: boolean;
+  /** the element of the flat array the bound buffer starts at (a part of a split buffer, resolveParts; default 0) */
+  base?: number;
 }
 
 /** minStorageBufferOffsetAlignment's guaranteed maximum: where a window may start. */
@@ -310,11 +312,12 @@ export const STORAGE_ALIGN = 256;
 
 /** A window's bytes in a buffer of `size` bytes: [offset, offset + size), from lo aligned down to hi in vec4s. */
 export function windowRange(w: Window, size = Infinity, where = 'window'): { offset: number; size: number } {
-  const lo = w.lo * w.elem;
+  const base = w.base ?? 0;
+  const lo = (w.lo - base) * w.elem;
   const offset = Math.floor(lo / STORAGE_ALIGN) * STORAGE_ALIGN;
   if (w.exact && offset !== lo) throw new Error(`${where}: window at byte ${lo} is not ${STORAGE_ALIGN}-aligned`);
   if (offset % w.elem !== 0) throw new Error(`${where}: window offset ${offset} is not a whole element`);
-  const end = Math.min(size, Math.ceil((w.hi * w.elem) / 16) * 16);
+  const end = Math.min(size, Math.ceil(((w.hi - base) * w.elem) / 16) * 16);
   return { offset, size: Math.max(16, end - offset) };
 }
 
@@ -332,13 +335,20 @@ export function span(ranges: Array<[number, number]>, elem: number, fields: read
 export const PIECE_QUANTUM = 128;
 
 /**
- * [lo, hi) pieces of N flat elements whose f32 windows fit `maxBytes` (one piece where all of them fit): what the
- * whole-θ ops (AdamW, the grad norm, Δ, the f16 pack) dispatch once each.
+ * [lo, hi) pieces of a flat array held in `parts` (its buffers' element ranges: [[0, N]] for one buffer) whose f32
+ * windows fit `maxBytes`, none across a part's end (a part in one piece where it fits): what the whole-θ ops (AdamW,
+ * the grad norm, Δ, the f16 pack) dispatch once each.
  */
-export function flatPieces(N: number, maxBytes = Infinity): Array<[number, number]> {
-  if (Math.ceil((N * 4) / 16) * 16 <= maxBytes) return [[0, N]];
+export function flatPieces(
+  parts: ReadonlyArray<readonly [number, number]>,
+  maxBytes = Infinity,
+): Array<[number, number]> {
   const per = Math.max(1, Math.floor(maxBytes / 4 / PIECE_QUANTUM)) * PIECE_QUANTUM;
-  return Array.from({ length: Math.ceil(N / per) }, (_, i): [number, number] => [i * per, Math.min(N, (i + 1) * per)]);
+  return parts.flatMap(([lo, hi]): Array<[number, number]> => {
+    if (Math.ceil(((hi - lo) * 4) / 16) * 16 <= maxBytes) return [[lo, hi]];
+    const n = Math.ceil((hi - lo) / per);
+    return Array.from({ length: n }, (_, i): [number, number] => [lo + i * per, Math.min(hi, lo + (i + 1) * per)]);
+  });
 }
 
 /** The exact window of a piece [lo, hi) of a flat buffer of `elem`-byte elements (the kernel indexes it from 0). */
@@ -362,6 +372,46 @@ export function flatPiece(N: number, piece?: [number, number]) {
   };
 }
 
+/** One GPUBuffer of a flat array split over several: the array's elements [lo, hi), from the buffer's byte 0. */
+export interface FlatPart {
+  lo: number;
+  hi: number;
+  buffer: GPUBuffer;
+}
+
+/**
+ * A flat array held in several GPUBuffers, as the dispatches name it: a stand-in never bound itself (it has no device
+ * buffer); `resolveParts` binds each window in the part that holds it.
+ */
+export function splitBuffer(label: string, parts: FlatPart[]): GPUBuffer {
+  const size = parts.reduce((n, p) => n + p.buffer.size, 0);
+  return { label, size, parts } as unknown as GPUBuffer;
+}
+
+/** The parts of a splitBuffer stand-in (undefined: a GPUBuffer of its own). */
+export const partsOf = (b: GPUBuffer): readonly FlatPart[] | undefined => (b as { parts?: FlatPart[] }).parts;
+
+/**
+ * The spec with each split buffer it names replaced by the part that holds that variable's window (the window's
+ * `base` the part's first element); a split buffer bound without a window, or a window across parts, throws.
+ */
+export function resolveParts(spec: DispatchSpec): DispatchSpec {
+  const split = Object.entries(spec.buffers).filter(([, b]) => partsOf(b));
+  if (!split.length) return spec;
+  const buffers = { ...spec.buffers },
+    windows = { ...spec.windows };
+  for (const [name, b] of split) {
+    const w = spec.windows?.[name],
+      where = `${spec.kernel.file} ${spec.entry}: ${name}`;
+    if (!w) throw new Error(`${where} binds all of ${b.label}, which is split over several buffers`);
+    const part = partsOf(b)!.find((p) => p.lo <= w.lo && w.hi <= p.hi);
+    if (!part) throw new Error(`${where}'s window [${w.lo}, ${w.hi}) crosses a buffer of ${b.label}`);
+    buffers[name] = part.buffer;
+    windows[name] = { ...w, base: part.lo };
+  }
+  return { ...spec, buffers, windows };
+}
+
 /** Each storage binding of the spec with its bytes: its window, or the whole buffer. */
 export function bindWindows(spec: DispatchSpec): Array<[number, { buffer: GPUBuffer; offset: number; size: number }]> {
   const where = `${spec.kernel.file} ${spec.entry}`;
@@ -381,7 +431,7 @@ export function windowedParams(spec: DispatchSpec, s: Shape): ParamValues {
   if (!spec.windows) return v;
   const out: Record<string, number | readonly number[]> = { ...v };
   for (const w of Object.values(spec.windows)) {
-    const shift = windowRange(w).offset / w.elem;
+    const shift = (w.base ?? 0) + windowRange(w).offset / w.elem;
     for (const f of w.fields ?? []) {
       const x = out[f];
       if (typeof x !== 'number') throw new Error(`${spec.kernel.file} ${spec.entry}: window field ${f} is not set`);

@@ -178,8 +178,12 @@ describe('an engine with the head in 4 chunks (V = 1003, chunks of 256)', () => 
     const m = memoryPlan(opts);
     expect(m.total).toBe(estimateGpuBytes(opts));
     expect(engine.gpuBytes).toBe(m.total);
-    // the engine plans for the device's binding limit (every buffer fits it here: no windows)
-    expect(engine.memory).toEqual({ ...m, bindingLimit: device.limits.maxStorageBufferBindingSize });
+    // the engine plans for the device's binding and buffer limits (every buffer fits them here: no windows, no split)
+    expect(engine.memory).toEqual({
+      ...m,
+      bindingLimit: device.limits.maxStorageBufferBindingSize,
+      bufferLimit: device.limits.maxBufferSize,
+    });
     expect(m.bytes.head).toBe(4 * BT * (256 + HEAD_STATS + 1));
   });
 

@@ -90,7 +90,7 @@ describe('windows under a forced binding limit', () => {
     expect(whole).toMatchObject({ bindingLimit: null, vocabWindows: 1, thetaPieces: 1 });
     expect(whole.largestWindow).toBe(whole.largestBuffer);
     expect(vocabWindows(100, 4, 0)).toEqual([[0, 100]]);
-    expect(flatPieces(1000, 1024)).toEqual([
+    expect(flatPieces([[0, 1000]], 1024)).toEqual([
       [0, 256],
       [256, 512],
       [512, 768],

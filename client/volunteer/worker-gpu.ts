@@ -10,7 +10,7 @@ import {
   engineFeatures,
   estimateGpuBytes,
   requiredLimits,
-  withBindingLimit,
+  withDeviceLimits,
 } from '../island/engine/webgpu.ts';
 import { type TuneCache, type TuneResult, indexedDbTuneCache } from '../island/engine/webgpu-tune.ts';
 import type { EngineOptions } from '../../core/engine/index.ts';
@@ -109,9 +109,9 @@ export async function openDevice(shape: ModelShape): Promise<OpenedDevice> {
   const opts = engineOptions(shape);
   const fits = checkAdapterFits(adapter, opts);
   if (!fits.ok) throw new Error(`${fits.error.code}: ${fits.error.message}`);
-  // the binding limit the adapter allows: windows past it, so only the largest window is requested
+  // the binding and buffer limits the adapter allows: windows and θ's buffers past them, only the largest requested
   const device = await adapter.requestDevice({
-    requiredLimits: requiredLimits(withBindingLimit(opts, adapter.limits)),
+    requiredLimits: requiredLimits(withDeviceLimits(opts, adapter.limits)),
     requiredFeatures: engineFeatures(adapter),
     label: 'atoll island',
   });

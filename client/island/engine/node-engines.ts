@@ -40,16 +40,16 @@ export async function createEngine(
   if ((o.threads ?? 1) > 1) throw badConfig('--threads needs --engine cpu');
   if (opts.maxBatch < devices) throw badConfig(`a batch of ${opts.maxBatch} cannot feed ${devices} devices`);
   const { createNodeGpu } = await import('./dawn.ts');
-  const { WebGpuEngine, requiredLimits, withBindingLimit, ENGINE_FEATURES } = await import('./webgpu.ts');
+  const { WebGpuEngine, requiredLimits, withDeviceLimits, ENGINE_FEATURES } = await import('./webgpu.ts');
   const { fileTuneCache } = await import('./tune-cache.ts');
   const autotune = o.autotune === false ? undefined : { cache: fileTuneCache() };
   const per = { ...opts, maxBatch: Math.ceil(opts.maxBatch / devices), precision: o.precision };
   const made: Array<{ engine: WebGpuEngineT; destroy: () => void; dispose: () => Promise<void> }> = [];
   try {
     for (let i = 0; i < devices; i++) {
-      // the limits for the adapter's binding limit: windows past it, only the largest requested
+      // the adapter's binding and buffer limits: windows and θ's buffers past them, only the largest requested
       const gpu = await createNodeGpu({
-        requiredLimits: (limits) => requiredLimits(withBindingLimit(per, limits)),
+        requiredLimits: (limits) => requiredLimits(withDeviceLimits(per, limits)),
         optionalFeatures: ENGINE_FEATURES,
       });
       try {

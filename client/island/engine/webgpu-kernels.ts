@@ -10,6 +10,7 @@ import {
   type Kernel,
   type Shape,
   bindWindows,
+  resolveParts,
   windowedParams,
   writeParams,
 } from '../../../shaders/kernel.ts';
@@ -162,15 +163,19 @@ export class Program {
     this.staging = new ArrayBuffer(uniform.size);
   }
 
-  /** `stepUniform` is bound at binding 8 for the entries that read it. */
+  /**
+   * `stepUniform` is bound at binding 8 for the entries that read it; a split buffer's windows in the parts that hold
+   * them (resolveParts).
+   */
   static async build(
     kernels: KernelSet,
-    specs: DispatchSpec[],
+    given: DispatchSpec[],
     probe: Shape,
     stepUniform?: GPUBuffer,
     label = 'program',
   ): Promise<Program> {
     const device = kernels.device;
+    const specs = given.map(resolveParts);
     await kernels.prepare(specs);
     let offset = 0;
     const layout = specs.map((spec) => {

@@ -1,55 +1,23 @@
-// The WebGPU engine's options and sizing: every buffer it allocates for (maxBatch, maxT),
-// the device limits and features it asks for, and the checks before it allocates.
+// The WebGPU engine's sizing (its options: webgpu-options.ts): every buffer it allocates for (maxBatch, maxT),
+// θ's flat buffers in as many GPUBuffers as the buffer limit needs, the device limits and features it asks for,
+// and the checks before it allocates.
 // No node: imports (browser, Web Worker and Node).
 
-import type { EngineOptions } from '../../../core/engine/index.ts';
-import { paramLayout, validateConfig } from '../../../core/model/config.ts';
+import { paramLayout } from '../../../core/model/config.ts';
 import { type Result, err, ok } from '../../../core/result.ts';
-import { type DispatchSpec, windowRange } from '../../../shaders/kernel.ts';
+import { type DispatchSpec, resolveParts, splitBuffer, windowRange } from '../../../shaders/kernel.ts';
 import { MAX_STORAGE_BINDINGS } from '../../../shaders/ops.ts';
 import * as op from '../../../shaders/ops.ts';
 import { type StepWindows, stepWindows, thetaOps, trainingStep } from './webgpu-step.ts';
-import type { TuneCache } from './webgpu-tune.ts';
+import { type WebGpuEngineOptions, headChunk, validateOptions } from './webgpu-options.ts';
 
-export interface WebGpuEngineOptions extends EngineOptions {
-  /** Shown as the engine's `device` (e.g. the adapter's description). */
-  adapterInfo?: string;
-  /** Size of the GPU loss ring: losses are copied off the GPU every this many steps (default 64). */
-  lossReadEvery?: number;
-  /** Reductions with subgroup operations (default: when the device has `subgroups`). */
-  subgroups?: boolean;
-  /** The adapter's fp32 peak in TFLOP/s, where known (gives `peakFlops` and `mfu()`). */
-  peakTflops?: number;
-  /**
-   * Size of the readback buffer θ, Δ and the moments are read through in chunks (default READBACK_BYTES;
-   * tests make it small).
-   */
-  readbackBytes?: number;
-  /** Time the matmul variants at start and keep the fastest per shape (absent: no tuning). */
-  autotune?: { cache: TuneCache | null; budgetMs?: number };
-  /** Vocabulary ids per chunk of the LM head, a multiple of 4 (default HEAD_CHUNK; the whole V where it is smaller). */
-  headChunk?: number;
-  /**
-   * Sequences per micro-batch (default maxBatch: none): a step of B sequences runs ⌈B / microBatch⌉ forward and
-   * backward passes whose gradients add, on activations sized for microBatch sequences.
-   */
-  microBatch?: number;
-  /**
-   * The binding limit to plan for (bytes): every dispatch binds at most this much of a buffer, the dispatches over all
-   * of wte or θ split into windows that fit. The engine uses the smaller of this and the device's
-   * maxStorageBufferBindingSize; absent (planning without a device): no limit, as today.
-   */
-  maxBindingBytes?: number;
-}
-
-/**
- * The LM head's default chunk: no (B·T, V) buffer exists, only (B·T, chunk) logits. At GPT-2's V = 50,257,
- * B·T = 1024: 7 chunks, 32 MiB of logits where the full head took 3 × 196 MiB (logits, probs, dlogits).
- */
-export const HEAD_CHUNK = 8192;
-
-/** The head's chunk width for these options: ids per chunk (the last chunk may be narrower). */
-export const headChunk = (opts: WebGpuEngineOptions) => Math.min(opts.config.vocabSize, opts.headChunk ?? HEAD_CHUNK);
+export {
+  HEAD_CHUNK,
+  type WebGpuEngineOptions,
+  engineError,
+  headChunk,
+  validateOptions,
+} from './webgpu-options.ts';
 
 /** The autotuner's time budget at engine start. */
 export const AUTOTUNE_BUDGET_MS = 2000;
@@ -127,6 +95,35 @@ export const HALF_ACTIVATIONS = new Set([
   'lnf',
 ]);
 
+/**
+ * The flat buffers of θ's length: θ, its gradients (Δ, as halves with f16, after a round), the Adam moments, θ at the
+ * round's start, f16's half weight copy. Each is one GPUBuffer, or where it exceeds the buffer limit one per range of
+ * the StepWindows' `parts` (whole tensors), named partName(k, i); the dispatches name its splitBuffer stand-in.
+ */
+export const FLAT_BUFFERS = ['params', 'grads', 'm', 'v', 'start', 'wcopy'];
+export const partName = (k: string, i: number) => `${k}/${i}`;
+/** The flat buffer a buffer name is (or is a part of), or undefined. */
+const flatOf = (name: string) => FLAT_BUFFERS.find((k) => name === k || name.startsWith(`${k}/`));
+
+/**
+ * The plan's storage buffers by name, each made by `make` (name, bytes); a split flat buffer also by its own name, as
+ * the stand-in (shaders/kernel.ts splitBuffer) over its parts that the dispatches name.
+ */
+export function planBuffers(p: Plan, make: (name: string, size: number) => GPUBuffer): Map<string, GPUBuffer> {
+  const out = new Map<string, GPUBuffer>();
+  for (const [name, size] of p.storage) out.set(name, make(name, size));
+  for (const k of FLAT_BUFFERS)
+    if (out.has(partName(k, 0)))
+      out.set(
+        k,
+        splitBuffer(
+          k,
+          p.windows.parts.map(([lo, hi], i) => ({ lo, hi, buffer: out.get(partName(k, i))! })),
+        ),
+      );
+  return out;
+}
+
 export function resolve(opts: WebGpuEngineOptions) {
   const c = opts.config;
   const maxT = opts.maxT ?? c.blockSize;
@@ -141,12 +138,17 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   const Vc = headChunk(opts),
     chunks = op.vocabChunks(V, Vc).length;
   const N = paramLayout(c).total;
-  const windows = stepWindows(c, opts.maxBindingBytes);
+  const windows = stepWindows(c, opts.maxBindingBytes, opts.maxBufferBytes);
   // activations for one micro-batch (the whole batch without micro-batches)
   const BT = micro * maxT,
     ROWS = micro * NH * maxT;
   const s = new Map<string, number>();
-  for (const k of ['params', 'grads', 'm', 'v', 'start']) s.set(k, f32b(N));
+  const f16 = opts.precision === 'f16';
+  // θ's flat buffers (f16: and the matmuls' half weight copy, which AdamW writes), each in its parts where split
+  for (const k of FLAT_BUFFERS.filter((k) => f16 || k !== 'wcopy'))
+    windows.parts.forEach(([lo, hi], i, all) =>
+      s.set(all.length > 1 ? partName(k, i) : k, k === 'wcopy' ? h16b(hi - lo) : f32b(hi - lo)),
+    );
   const perLayer: Record<string, number> = {
     ln1: BT * C,
     ln1Mean: BT,
@@ -161,9 +163,7 @@ export function plan(opts: WebGpuEngineOptions): Plan {
     fch: 2 * BT * 4 * C /* fc output, then its GELU at BT·4C */,
     residual3: BT * C,
   };
-  const f16 = opts.precision === 'f16';
   const bytes = (k: string, n: number) => (f16 && HALF_ACTIVATIONS.has(k) ? h16b(n) : f32b(n));
-  if (f16) s.set('wcopy', h16b(N)); // the matmuls' weight copy (AdamW writes it)
   for (let l = 0; l < L; l++) for (const [k, n] of Object.entries(perLayer)) s.set(`${k}.${l}`, bytes(k, n));
   const single: Record<string, number> = {
     encoded: BT * C,
@@ -200,10 +200,8 @@ export function plan(opts: WebGpuEngineOptions): Plan {
   for (const [k, n] of Object.entries(single)) s.set(k, bytes(k, n));
   const o = new Map<string, number>();
   // θ, Δ and the moments are read back a chunk at a time; logits and eval losses fit in one
-  o.set(
-    'readback',
-    Math.min(f32b(N), Math.max(Math.ceil((opts.readbackBytes ?? READBACK_BYTES) / 16) * 16, f32b(V), f32b(EVAL_SLOTS))),
-  );
+  const chunk = Math.min(opts.readbackBytes ?? READBACK_BYTES, opts.maxBufferBytes ?? Infinity); // within the limit
+  o.set('readback', Math.min(f32b(N), Math.max(Math.ceil(chunk / 16) * 16, f32b(V), f32b(EVAL_SLOTS))));
   o.set('lossStaging', f32b(ring + EVAL_SLOTS));
   o.set('stepUniform', 256);
   // the step program's uniforms: one 256-byte slot per dispatch, adamw's takes two
@@ -246,8 +244,12 @@ export interface MemoryPlan {
   };
   /** every byte above: what create() allocates (estimateGpuBytes) */
   total: number;
-  /** the largest single buffer (what maxBufferSize must hold) */
+  /** the largest single buffer (what maxBufferSize must hold), and what it holds */
   largestBuffer: number;
+  largestBufferAt: string;
+  /** the buffer limit planned for (bytes; null: none), and the GPUBuffers each of θ's flat buffers takes under it */
+  bufferLimit: number | null;
+  thetaBuffers: number;
   /** the binding limit planned for (bytes; null: none, each dispatch binds whole parameter buffers) */
   bindingLimit: number | null;
   /** the largest range any dispatch binds (what maxStorageBufferBindingSize must hold), and what binds it */
@@ -258,7 +260,6 @@ export interface MemoryPlan {
   thetaPieces: number;
 }
 
-const PARAMETER_BUFFERS = new Set(['params', 'grads', 'm', 'v', 'start', 'wcopy']);
 const HEAD_BUFFERS = new Set(['logitsChunk', 'headStats', 'losses']);
 const SCRATCH_BUFFERS = new Set([
   'dwPartials',
@@ -276,7 +277,7 @@ export function memoryPlan(opts: WebGpuEngineOptions): MemoryPlan {
   const p = plan(opts);
   const bytes = { parameters: 0, activations: 0, head: 0, scratch: 0 };
   for (const [k, n] of p.storage) {
-    const cat = PARAMETER_BUFFERS.has(k)
+    const cat = flatOf(k)
       ? 'parameters'
       : HEAD_BUFFERS.has(k)
         ? 'head'
@@ -287,16 +288,19 @@ export function memoryPlan(opts: WebGpuEngineOptions): MemoryPlan {
   }
   for (const n of p.other.values()) bytes.scratch += n;
   const total = bytes.parameters + bytes.activations + bytes.head + bytes.scratch;
-  const largestBuffer = Math.max(...p.storage.values(), ...p.other.values());
   const microBatch = resolve(opts).micro;
-  const w = largestBinding(opts);
+  const w = largestBinding(opts),
+    buf = largestBuffer(opts);
   return {
     headChunk: p.headChunk,
     headChunks: p.headChunks,
     microBatch,
     bytes,
     total,
-    largestBuffer,
+    largestBuffer: buf.bytes,
+    largestBufferAt: buf.at,
+    bufferLimit: opts.maxBufferBytes ?? null,
+    thetaBuffers: p.windows.parts.length,
     bindingLimit: opts.maxBindingBytes ?? null,
     largestWindow: w.bytes,
     largestWindowAt: w.at,
@@ -323,19 +327,17 @@ export function plannedDispatches(opts: WebGpuEngineOptions, b: (name: string) =
  * `at` names the dispatch and variable, or the buffer.
  */
 export function largestBinding(opts: WebGpuEngineOptions): { bytes: number; at: string } {
-  const sizes = plan(opts).storage;
-  const fake = new Map<string, GPUBuffer>();
+  const p = plan(opts);
+  const fake = planBuffers(p, (name, size) => ({ size, label: name }) as GPUBuffer);
   const b = (name: string) => {
-    const size = sizes.get(name);
-    if (size === undefined) throw new Error(`internal: no planned buffer ${name}`);
-    if (!fake.has(name)) fake.set(name, { size, label: name } as GPUBuffer);
-    return fake.get(name)!;
+    const x = fake.get(name);
+    if (!x) throw new Error(`internal: no planned buffer ${name}`);
+    return x;
   };
   // a storage buffer no dispatch windows counts whole (whoever binds it)
   let best = { bytes: 0, at: '' };
-  for (const [k, n] of sizes)
-    if (!PARAMETER_BUFFERS.has(k) && n > best.bytes) best = { bytes: n, at: `the whole buffer ${k}` };
-  for (const spec of plannedDispatches(opts, b))
+  for (const [k, n] of p.storage) if (!flatOf(k) && n > best.bytes) best = { bytes: n, at: `the whole buffer ${k}` };
+  for (const spec of plannedDispatches(opts, b).map(resolveParts))
     for (const [name, buf] of Object.entries(spec.buffers)) {
       const w = spec.windows?.[name];
       const bytes = w ? windowRange(w, buf.size).size : buf.size;
@@ -350,12 +352,11 @@ export function largestBinding(opts: WebGpuEngineOptions): { bytes: number; at: 
  */
 export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number> {
   const p = plan(opts);
-  const largestStorage = Math.max(...p.storage.values());
-  const largest = Math.max(largestStorage, ...p.other.values());
   return {
     // the largest range a dispatch binds, not the largest buffer
     maxStorageBufferBindingSize: largestBinding(opts).bytes,
-    maxBufferSize: largest,
+    // the largest buffer made: a part of θ's where the flat buffers are split
+    maxBufferSize: largestBuffer(opts).bytes,
     maxStorageBuffersPerShaderStage: MAX_STORAGE_BINDINGS,
     maxUniformBufferBindingSize: 512,
     maxBindGroups: 1,
@@ -366,10 +367,32 @@ export function requiredLimits(opts: WebGpuEngineOptions): Record<string, number
   };
 }
 
+/**
+ * The largest buffer the plan makes (bytes), and `at` what it holds: θ's tensors where it is (a part of) a flat
+ * buffer, else its name.
+ */
+export function largestBuffer(opts: WebGpuEngineOptions): { bytes: number; at: string } {
+  const p = plan(opts);
+  let best = { bytes: 0, at: '' };
+  for (const [k, n] of [...p.storage, ...p.other]) if (n > best.bytes) best = { bytes: n, at: k };
+  if (!flatOf(best.at)) return { ...best, at: `the buffer ${best.at}` };
+  const [lo, hi] = p.windows.parts[Number(best.at.split('/')[1] ?? 0)];
+  const names = paramLayout(opts.config)
+    .tensors.filter((t) => t.offset >= lo && t.offset < hi)
+    .map((t) => t.name);
+  return { ...best, at: `θ's ${names.length > 1 ? 'tensors' : 'tensor'} ${names.join(', ')} (${best.at})` };
+}
+
 /** Bytes as MiB, or KiB below 1 MiB. */
 const bytesText = (n: number) => (n < 2 ** 20 ? `${(n / 1024).toFixed(n % 1024 === 0 ? 0 : 1)} KiB` : mib(n));
 
 export const mib = (n: number) => `${(n / 2 ** 20).toFixed(n % 2 ** 20 === 0 ? 0 : 1)} MiB`;
+
+/** The limits an option may force below the device's: the option, and what the message calls it. */
+const FORCED: Record<string, ['maxBindingBytes' | 'maxBufferBytes', string]> = {
+  maxStorageBufferBindingSize: ['maxBindingBytes', 'the binding limit'],
+  maxBufferSize: ['maxBufferBytes', 'the buffer limit'],
+};
 
 export function limitShortfall(
   limits: Record<string, number>,
@@ -381,24 +404,30 @@ export function limitShortfall(
   for (const [k, need] of Object.entries(limits)) {
     let h = have_[k],
       allows = `${who} allows`;
-    // a binding limit forced below the device's (maxBindingBytes) is the one to fit
-    const forced = opts.maxBindingBytes;
-    if (k === 'maxStorageBufferBindingSize' && forced !== undefined && (h === undefined || forced < h)) {
-      h = forced;
-      allows = 'the binding limit (maxBindingBytes) is';
+    // a binding or buffer limit forced below the device's (maxBindingBytes, maxBufferBytes) is the one to fit
+    const forced = FORCED[k];
+    const f = forced && opts[forced[0]];
+    if (f !== undefined && (h === undefined || f < h)) {
+      h = f;
+      allows = `${forced[1]} (${forced[0]}) is`;
     }
     if (h === undefined || need <= h) continue;
     const fmt = /Size$/.test(k) && !/WorkgroupSize/.test(k) ? bytesText : String;
     const { c, maxT, B, micro } = resolve(opts);
-    // what binds the range that no window splits
-    const at = k === 'maxStorageBufferBindingSize' ? largestBinding(opts) : null;
+    // what binds the range that no window splits, or what the buffer that no cut splits holds
+    const at =
+      k === 'maxStorageBufferBindingSize' ? largestBinding(opts) : k === 'maxBufferSize' ? largestBuffer(opts) : null;
     const what = at && at.bytes === need ? `; unsplittable: ${at.at}` : '';
+    // a tensor of θ no cut splits: only the model's shape changes it
+    const tryThis = /^θ's tensor /.test(at?.at ?? '')
+      ? 'a smaller model'
+      : 'a smaller batch, micro-batch, head chunk or model';
     return err(
       'E_ADAPTER_TOO_SMALL',
       `${k}: model needs ${fmt(need)}, ${allows} ${fmt(h)} ` +
         `(config L=${c.nLayer} C=${c.nEmbd} V=${c.vocabSize}, ` +
         `batch ${B}×${maxT}${micro < B ? ` in micro-batches of ${micro}` : ''}, ` +
-        `head in chunks of ${headChunk(opts)}${what}; try a smaller batch, micro-batch, head chunk or model)`,
+        `head in chunks of ${headChunk(opts)}${what}; try ${tryThis})`,
     );
   }
   return ok(undefined);
@@ -411,54 +440,19 @@ export function checkAdapterFits(adapter: GPUAdapter, opts: WebGpuEngineOptions)
   } catch (e) {
     return err('E_BAD_CONFIG', (e as Error).message);
   }
-  const o = withBindingLimit(opts, adapter.limits);
+  const o = withDeviceLimits(opts, adapter.limits);
   return limitShortfall(requiredLimits(o), adapter.limits, o, 'adapter');
 }
 
 /**
- * The options with the binding limit to plan for on a device or adapter with these limits: the smaller of
- * `maxBindingBytes` and its maxStorageBufferBindingSize.
+ * The options with the limits to plan for on a device or adapter with these limits: the smaller of `maxBindingBytes`
+ * and its maxStorageBufferBindingSize, and of `maxBufferBytes` and its maxBufferSize.
  */
-export function withBindingLimit(opts: WebGpuEngineOptions, limits: GPUSupportedLimits): WebGpuEngineOptions {
-  const has = limits.maxStorageBufferBindingSize;
-  return { ...opts, maxBindingBytes: Math.min(opts.maxBindingBytes ?? has, has) };
-}
-
-export function validateOptions(opts: WebGpuEngineOptions): void {
-  validateConfig(opts.config);
-  const maxT = opts.maxT ?? opts.config.blockSize;
-  if (!Number.isInteger(maxT) || maxT < 1 || maxT > opts.config.blockSize)
-    throw new Error(`maxT ${maxT} must be an integer in [1, blockSize ${opts.config.blockSize}]`);
-  if (!Number.isInteger(opts.maxBatch) || opts.maxBatch < 1)
-    throw new Error(`maxBatch ${opts.maxBatch} must be a positive integer`);
-  // grid dimensions the kernels index directly (vocab rows, batch·heads, positions)
-  const dims = { vocabSize: opts.config.vocabSize, maxBatch·nHead: opts.maxBatch * opts.config.nHead, maxT };
-  for (const [k, v] of Object.entries(dims))
-    if (v > 65535) throw new Error(`${k} = ${v} exceeds 65535 workgroups per grid dimension`);
-  const mb = opts.microBatch;
-  if (mb !== undefined && (!Number.isInteger(mb) || mb < 1))
-    throw new Error(`microBatch ${mb} must be a positive integer (at least maxBatch: no micro-batches)`);
-  const hc = opts.headChunk;
-  if (hc !== undefined && (!Number.isInteger(hc) || hc < 4 || hc % 4 !== 0))
-    throw new Error(`headChunk ${hc} must be a positive multiple of 4 (vocabulary ids per chunk of the LM head)`);
-  const p = opts.precision ?? 'f32';
-  if (p !== 'f32' && p !== 'f16') throw new Error(`precision ${String(p)} must be f32 or f16`);
-  // attention holds rows as vec4s, in either precision
-  const hs = opts.config.nEmbd / opts.config.nHead;
-  if (hs % 4 !== 0)
-    throw new Error(`the WebGPU engine needs a head size (nEmbd / nHead) that is a multiple of 4, got ${hs}`);
-  if (p === 'f16') {
-    // halves are read 4 at a time (vec4 loads of the matmuls and attention), 8 by the encoder and LayerNorm
-    const { nEmbd: C, nHead: NH, vocabSize: V } = opts.config;
-    for (const [k, v, n] of [
-      ['nEmbd', C, 8],
-      ['vocabSize', V, 4],
-      ['head size', C / NH, 4],
-    ] as const)
-      if (v % n !== 0) throw new Error(`precision f16 needs ${k} a multiple of ${n}, got ${v}`);
-  }
-}
-
-export function engineError(code: string, message: string): Error & { code: string } {
-  return Object.assign(new Error(`${code}: ${message}`), { code });
+export function withDeviceLimits(opts: WebGpuEngineOptions, limits: GPUSupportedLimits): WebGpuEngineOptions {
+  const least = (forced: number | undefined, has: number) => Math.min(forced ?? has, has);
+  return {
+    ...opts,
+    maxBindingBytes: least(opts.maxBindingBytes, limits.maxStorageBufferBindingSize),
+    maxBufferBytes: least(opts.maxBufferBytes, limits.maxBufferSize),
+  };
 }

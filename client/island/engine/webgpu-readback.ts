@@ -5,10 +5,11 @@
 //   promise busy-polls a core); take() itself sleeps through most of the steps' expected time
 //   (from the last take's GPU ms per step) before it maps.
 // - Readback: the one readback buffer every other read goes through (θ, Δ, the moments, logits,
-//   eval losses), one read at a time, in chunks of its size.
+//   eval losses), one read at a time, in chunks of its size (θ's kind a GPUBuffer of it after another).
 // No node: imports (runs in a browser or Web Worker too).
 
 import { unpackHalves } from '../../../core/model/ops-f16.ts';
+import type { FlatPart } from '../../../shaders/kernel.ts';
 import { EVAL_SLOTS, f32b } from './webgpu-plan.ts';
 
 /** Creates a buffer and counts its bytes to the engine. */
@@ -171,30 +172,32 @@ export class Readback {
   }
 
   /**
-   * The first `N` values of `src` as f32; `halves`: `src` holds them as N packed halves (Δ with f16
-   * storage, half the bytes), unpacked here once. `first` as in `out`. Call inside `exclusive`.
+   * A flat array as f32, from the buffers that hold it (`parts`: its elements [lo, hi) in each, one part where it is
+   * one buffer), a part after another; `halves`: each part holds its values as packed halves (Δ with f16 storage,
+   * half the bytes), unpacked here once. `first` as in `out`. Call inside `exclusive`.
    */
   async floats(
-    src: GPUBuffer,
-    N: number,
+    parts: readonly FlatPart[],
     halves = false,
     first?: (enc: GPUCommandEncoder) => void,
   ): Promise<Float32Array> {
-    const out = new Float32Array(N);
-    if (!halves) {
-      await this.out(src, 4 * N, (chunk, at) => out.set(new Float32Array(chunk), at / 4), first);
-    } else {
+    const out = new Float32Array(parts[parts.length - 1].hi);
+    for (const [i, { lo, hi, buffer }] of parts.entries()) {
+      const n = hi - lo,
+        f = i === 0 ? first : undefined;
+      if (!halves) await this.out(buffer, 4 * n, (chunk, at) => out.set(new Float32Array(chunk), lo + at / 4), f);
       // chunks hold whole words
-      await this.out(
-        src,
-        4 * Math.ceil(N / 2),
-        (chunk, at) => {
-          const from = at / 2,
-            n = Math.min(N - from, (chunk.byteLength / 4) * 2);
-          unpackHalves(new Uint32Array(chunk), n, out.subarray(from, from + n));
-        },
-        first,
-      );
+      else
+        await this.out(
+          buffer,
+          4 * Math.ceil(n / 2),
+          (chunk, at) => {
+            const from = lo + at / 2,
+              k = Math.min(hi - from, (chunk.byteLength / 4) * 2);
+            unpackHalves(new Uint32Array(chunk), k, out.subarray(from, from + k));
+          },
+          f,
+        );
     }
     return out;
   }

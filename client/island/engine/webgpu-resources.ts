@@ -1,12 +1,14 @@
 // What the WebGPU engine allocates and builds once, in `WebGpuEngine.create()`: its buffers (from
-// webgpu-plan.ts's plan, every byte counted), the two readers (webgpu-readback.ts), the autotuned
-// matmuls and the programs: the training step (webgpu-step.ts), Δ, and f16's weight copy.
+// webgpu-plan.ts's plan, every byte counted; θ's flat buffers in parts where the buffer limit splits them),
+// the two readers (webgpu-readback.ts), the autotuned matmuls and the programs: the training step
+// (webgpu-step.ts), Δ, and f16's weight copy.
 // The engine (webgpu.ts) records and submits them. No node: imports.
 
 import type { GPTConfig } from '../../../core/model/config.ts';
+import { type FlatPart, partsOf } from '../../../shaders/kernel.ts';
 import type * as op from '../../../shaders/ops.ts';
 import { KernelSet, Program } from './webgpu-kernels.ts';
-import { AUTOTUNE_BUDGET_MS, type Plan, type WebGpuEngineOptions, stepDispatches } from './webgpu-plan.ts';
+import { AUTOTUNE_BUDGET_MS, type Plan, type WebGpuEngineOptions, planBuffers, stepDispatches } from './webgpu-plan.ts';
 import { LossRing, Readback } from './webgpu-readback.ts';
 import { type StepWindows, thetaOps, trainingStep } from './webgpu-step.ts';
 import { type TuneResult, autotuneMatmuls, modelMatmuls } from './webgpu-tune.ts';
@@ -67,7 +69,7 @@ export class GpuResources {
   allocate(p: Plan): void {
     this.windows = p.windows;
     const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
-    for (const [name, size] of p.storage) this.buf.set(name, this.alloc(name, size, S));
+    for (const [name, b] of planBuffers(p, (n, size) => this.alloc(n, size, S))) this.buf.set(name, b);
     const o = p.other;
     this.buf.set(
       'readback',
@@ -83,11 +85,17 @@ export class GpuResources {
     );
   }
 
-  /** The buffer of that name (webgpu-plan.ts's names). */
+  /** The buffer of that name (webgpu-plan.ts's names; a split flat buffer's stand-in, which only dispatches bind). */
   b(name: string): GPUBuffer {
     const x = this.buf.get(name);
     if (!x) throw new Error(`internal: no buffer ${name}`);
     return x;
+  }
+
+  /** A flat buffer of θ's length (FLAT_BUFFERS) as its GPUBuffers and their elements of θ: what reads and writes it. */
+  parts(name: string): readonly FlatPart[] {
+    const x = this.b(name);
+    return partsOf(x) ?? [{ lo: 0, hi: this.s.N, buffer: x }];
   }
 
   /** The training step's dispatches (webgpu-step.ts) built into programs, on tuned matmuls. */
@@ -145,7 +153,7 @@ export class GpuResources {
 
   /** Frees the buffers and programs (the device belongs to the caller). */
   destroy(): void {
-    for (const b of this.buf.values()) b.destroy();
+    for (const b of this.buf.values()) if (!partsOf(b)) b.destroy(); // a stand-in's parts are in buf
     this.losses?.destroy();
     this.program?.destroy();
     this.accProgram?.destroy();

@@ -10,22 +10,52 @@ import * as op from '../../../shaders/ops.ts';
 import { type MatmulChoice, tunedDims } from './webgpu-tune.ts';
 
 /**
- * How the dispatches over all of wte or all of θ split for a binding limit of `maxBinding` bytes: wte's vocabulary
- * windows (the encoder's), and θ's pieces (AdamW, the grad norm, Δ, the f16 pack). One of each without a limit.
+ * How θ's flat buffers and the dispatches over all of wte or all of θ split for a buffer limit of `maxBuffer` and a
+ * binding limit of `maxBinding` bytes: the GPUBuffers each flat buffer is made of (`parts`, θ's element ranges),
+ * wte's vocabulary windows (the encoder's), and θ's pieces (AdamW, the grad norm, Δ, the f16 pack: none across a
+ * part's end). One of each without limits.
  */
 export interface StepWindows {
   maxBinding: number;
+  parts: Array<[number, number]>;
   vocab: Array<[number, number]>;
   pieces: Array<[number, number]>;
 }
 
-export function stepWindows(c: GPTConfig, maxBinding = Number.POSITIVE_INFINITY): StepWindows {
+export function stepWindows(c: GPTConfig, maxBinding = Infinity, maxBuffer = Infinity): StepWindows {
   const layout = paramLayout(c);
+  const parts = bufferParts(c, maxBuffer);
   return {
     maxBinding,
+    parts,
     vocab: op.vocabWindows(c.vocabSize, c.nEmbd, layout.byName.wte.offset, maxBinding),
-    pieces: flatPieces(layout.total, maxBinding),
+    pieces: flatPieces(parts, maxBinding),
   };
+}
+
+/** Tensors a window binds with the one before (a LayerNorm's weight and bias, layernorm.ts): no buffer starts there. */
+const BOUND_WITH_PREVIOUS = new Set(['ln1b', 'ln2b', 'lnfb']);
+
+/**
+ * θ's element ranges [lo, hi) in the GPUBuffers of a flat buffer (f32) under `maxBytes`: whole tensors, as many as fit
+ * in order. One range where all of θ fits; a tensor over the limit alone in its range (requiredLimits refuses it).
+ */
+export function bufferParts(c: GPTConfig, maxBytes = Infinity): Array<[number, number]> {
+  const { tensors, total } = paramLayout(c);
+  // whole tensors, a LayerNorm's bias joined to its weight
+  const units: Array<[number, number]> = [];
+  for (const t of tensors)
+    if (BOUND_WITH_PREVIOUS.has(t.name)) units[units.length - 1][1] = t.offset + t.size;
+    else units.push([t.offset, t.offset + t.size]);
+  const parts: Array<[number, number]> = [];
+  let lo = 0;
+  for (const [a, b] of units)
+    if (a > lo && 4 * (b - lo) > maxBytes) {
+      parts.push([lo, a]);
+      lo = a;
+    }
+  parts.push([lo, total]);
+  return parts;
 }
 
 /**

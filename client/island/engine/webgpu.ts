@@ -32,7 +32,7 @@ import {
   requiredLimits,
   resolve,
   validateOptions,
-  withBindingLimit,
+  withDeviceLimits,
 } from './webgpu-plan.ts';
 import * as op from '../../../shaders/ops.ts';
 import { type KernelTime, type PendingProfile, recordProfiled } from './webgpu-profile.ts';
@@ -52,7 +52,7 @@ export {
   type MemoryPlan,
   memoryPlan,
   requiredLimits,
-  withBindingLimit,
+  withDeviceLimits,
 } from './webgpu-plan.ts';
 
 // ---------------------------------------------------------------------------- engine
@@ -147,8 +147,8 @@ export class WebGpuEngine implements TrainingEngine {
     } catch (e) {
       throw engineError('E_BAD_CONFIG', (e as Error).message);
     }
-    // the binding limit: the device's, or a smaller one forced by the options (tests)
-    const opts = withBindingLimit(opts_, device.limits);
+    // the binding and buffer limits: the device's, or smaller ones forced by the options (tests)
+    const opts = withDeviceLimits(opts_, device.limits);
     const fits = limitShortfall(requiredLimits(opts), device.limits, opts, 'device');
     if (!fits.ok)
       throw Object.assign(new Error(`${fits.error.code}: ${fits.error.message}`), { code: fits.error.code });
@@ -249,13 +249,14 @@ export class WebGpuEngine implements TrainingEngine {
   /** The gradients of the last `gradientsStep`, added into `into` × `weight` as they are read back. */
   async addGradientsInto(into: Float32Array, weight: number): Promise<void> {
     this.usable();
-    await this.res.reads.exclusive(() =>
-      this.res.reads.out(this.b('grads'), 4 * this.N, (chunk, at) => {
-        const g = new Float32Array(chunk),
-          o = at / 4;
-        for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
-      }),
-    );
+    await this.res.reads.exclusive(async () => {
+      for (const { lo, hi, buffer } of this.res.parts('grads'))
+        await this.res.reads.out(buffer, 4 * (hi - lo), (chunk, at) => {
+          const g = new Float32Array(chunk),
+            o = lo + at / 4;
+          for (let i = 0; i < g.length; i++) into[o + i] += weight * g[i];
+        });
+    });
   }
 
   /** The second half: the all-reduced gradients in, then grad norm, clip and AdamW (one submission). */
@@ -263,7 +264,7 @@ export class WebGpuEngine implements TrainingEngine {
     this.usable();
     if (grads.length !== this.N)
       throw engineError('E_WRONG_SIZE', `gradients have ${grads.length} elements, the model needs ${this.N}`);
-    this.gpu.queue.writeBuffer(this.b('grads'), 0, grads);
+    this.write('grads', grads);
     const enc = this.gpu.createCommandEncoder({ label: 'applyGradients' });
     const pass = enc.beginComputePass();
     this.res.program.encode(pass, { B: this.maxB, T: this.maxT }, this.res.optStart);
@@ -399,8 +400,8 @@ export class WebGpuEngine implements TrainingEngine {
     if (params.length !== this.N)
       throw engineError('E_WRONG_SIZE', `parameter array has ${params.length} elements, the model needs ${this.N}`);
     const q = this.gpu.queue;
-    q.writeBuffer(this.b('params'), 0, params);
-    q.writeBuffer(this.b('start'), 0, params);
+    this.write('params', params);
+    this.write('start', params);
     if (this.res.packProgram) {
       // f16: the matmuls' weight copy, rounded once from θ (AdamW keeps it after each step)
       const enc = this.gpu.createCommandEncoder({ label: 'setParams.pack' });
@@ -424,7 +425,7 @@ export class WebGpuEngine implements TrainingEngine {
       pass.end();
     };
     const reads = this.res.reads;
-    return reads.exclusive(() => reads.floats(this.b('grads'), this.N, this.numerics === 'f16', delta));
+    return reads.exclusive(() => reads.floats(this.res.parts('grads'), this.numerics === 'f16', delta));
   }
 
   async getOptimizerState(): Promise<OptimizerState> {
@@ -437,16 +438,15 @@ export class WebGpuEngine implements TrainingEngine {
     this.usable();
     if (s.m.length !== this.N || s.v.length !== this.N)
       throw engineError('E_WRONG_SIZE', 'optimizer state does not match the model');
-    this.gpu.queue.writeBuffer(this.b('m'), 0, s.m);
-    this.gpu.queue.writeBuffer(this.b('v'), 0, s.v);
+    this.write('m', s.m);
+    this.write('v', s.v);
     this.t = s.step;
   }
 
   async resetOptimizerState(): Promise<void> {
     this.usable();
     const enc = this.gpu.createCommandEncoder({ label: 'resetOptimizerState' });
-    enc.clearBuffer(this.b('m'));
-    enc.clearBuffer(this.b('v'));
+    for (const p of [...this.res.parts('m'), ...this.res.parts('v')]) enc.clearBuffer(p.buffer);
     this.gpu.queue.submit([enc.finish()]);
     this.t = 0;
   }
@@ -456,12 +456,18 @@ export class WebGpuEngine implements TrainingEngine {
     return this.readBuffer('grads');
   }
 
-  // ---------------------------------------------------------------- readback helpers
+  // ---------------------------------------------------------------- whole flat buffers, a GPUBuffer at a time
 
+  /** A flat buffer of θ's length (webgpu-plan.ts FLAT_BUFFERS) read back. */
   private readBuffer(name: string): Promise<Float32Array> {
     this.usable();
     const reads = this.res.reads;
-    return reads.exclusive(() => reads.floats(this.b(name), this.N));
+    return reads.exclusive(() => reads.floats(this.res.parts(name)));
+  }
+
+  /** N values written into a flat buffer of θ's length (queued). */
+  private write(name: string, values: Float32Array): void {
+    for (const p of this.res.parts(name)) this.gpu.queue.writeBuffer(p.buffer, 0, values, p.lo, p.hi - p.lo);
   }
 
   /** Frees the engine's buffers (the device belongs to the caller). */
