@@ -11,9 +11,7 @@
 // - a limit below one tensor (wte, 128 KiB) refused with E_ADAPTER_TOO_SMALL naming it, before anything is allocated;
 // - GPT-2 124M's plan under the WebGPU default maxBufferSize of 256 MiB (no GPU).
 
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Batch } from '../core/engine/index.ts';
 import { JsEngine } from '../core/engine/js.ts';
 import { type GPTConfig, PRESETS, paramLayout } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
@@ -29,7 +27,7 @@ import {
 } from '../client/island/engine/webgpu-plan.ts';
 import { bufferParts } from '../client/island/engine/webgpu-step.ts';
 import { WebGpuEngine } from '../client/island/engine/webgpu.ts';
-import { getTestDevice, maxRelErr, releaseTestDevice } from './helpers/gpu.ts';
+import { bitsHash as hash, getTestDevice, limitsOf, maxRelErr, releaseTestDevice, vocabBatch } from './helpers/gpu.ts';
 
 const TOL = 1e-3; // an engine against the CPU reference (as test/webgpu-windows.test.ts)
 const KiB = 1024,
@@ -52,17 +50,7 @@ afterAll(async () => {
   await releaseTestDevice();
 });
 
-function batch(B: number, T: number, seed: number): Batch {
-  const r = mulberry32(seed);
-  const inputs = Uint32Array.from({ length: B * T }, () => Math.floor(r() * config.vocabSize));
-  const targets = inputs.map((x) => (x * 7 + 3) % config.vocabSize);
-  return { inputs, targets, B, T };
-}
-
-const hash = (a: Float32Array) =>
-  createHash('sha256')
-    .update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength))
-    .digest('hex');
+const batch = (B: number, T: number, seed: number) => vocabBatch(B, T, seed, config.vocabSize);
 
 /** What `make` returns, and every buffer the device created meanwhile (label, bytes). */
 async function allocated<T>(make: () => Promise<T>): Promise<[T, Array<{ label: string; size: number }>]> {
@@ -265,9 +253,3 @@ describe('GPT-2 124M under the WebGPU default maxBufferSize (planning only)', ()
     );
   });
 });
-
-function limitsOf(d: GPUDevice): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const k in d.limits) out[k] = (d.limits as unknown as Record<string, number>)[k];
-  return out;
-}

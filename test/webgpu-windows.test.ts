@@ -8,13 +8,10 @@
 // - requiredLimits: at most the forced limit; a limit below the largest unsplittable range refused, naming it;
 // - GPT-2 124M's plan under a 128 MiB binding limit (no GPU).
 
-import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Batch } from '../core/engine/index.ts';
 import { JsEngine } from '../core/engine/js.ts';
 import { type GPTConfig, PRESETS, paramLayout } from '../core/model/config.ts';
 import { initParams } from '../core/model/gpt.ts';
-import { mulberry32 } from '../core/random.ts';
 import {
   type WebGpuEngineOptions,
   checkAdapterFits,
@@ -27,7 +24,14 @@ import {
 import { WebGpuEngine } from '../client/island/engine/webgpu.ts';
 import { flatPieces } from '../shaders/kernel.ts';
 import { vocabWindows } from '../shaders/ops.ts';
-import { getTestDevice, maxRelErr, releaseTestDevice } from './helpers/gpu.ts';
+import {
+  bitsHash as hash,
+  getTestDevice,
+  limitsOf,
+  maxRelErr,
+  releaseTestDevice,
+  vocabBatch as batch,
+} from './helpers/gpu.ts';
 
 const TOL = 1e-3; // an engine against the CPU reference (as test/webgpu-head.test.ts)
 const KiB = 1024,
@@ -55,21 +59,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await releaseTestDevice();
 });
-
-function batch(B: number, T: number, seed: number, V: number): Batch {
-  const r = mulberry32(seed);
-  // ids over the whole vocabulary (every window holds some), and both ends of it
-  const inputs = Uint32Array.from({ length: B * T }, () => Math.floor(r() * V));
-  inputs[0] = 0;
-  inputs[1] = V - 1;
-  const targets = inputs.map((x) => (x * 7 + 3) % V);
-  return { inputs, targets, B, T };
-}
-
-const hash = (a: Float32Array) =>
-  createHash('sha256')
-    .update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength))
-    .digest('hex');
 
 describe('windows under a forced binding limit', () => {
   it('split wte and θ into windows under the limit, the per-tensor ranges whole', () => {
@@ -251,10 +240,4 @@ async function boundBytes<T>(make: () => Promise<T>): Promise<[T, number]> {
   } finally {
     device.createBindGroup = create;
   }
-}
-
-function limitsOf(d: GPUDevice): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const k in d.limits) out[k] = (d.limits as unknown as Record<string, number>)[k];
-  return out;
 }

@@ -1,7 +1,10 @@
 // One WebGPU device per test file (Dawn in Node; SwiftShader when there is no GPU).
 // A missing adapter FAILS the test with the message that says how to get one.
 
+import { createHash } from 'node:crypto';
 import { createNodeGpu, type NodeGpu, type NodeGpuOptions } from '../../client/island/engine/dawn.ts';
+import type { Batch } from '../../core/engine/index.ts';
+import { mulberry32 } from '../../core/random.ts';
 
 import { type KernelSet, Program } from '../../client/island/engine/webgpu-kernels.ts';
 import type { DispatchSpec, Shape } from '../../shaders/kernel.ts';
@@ -69,4 +72,27 @@ export async function runDispatches(
   if (err) throw new Error(err.message);
   await device.queue.onSubmittedWorkDone();
   prog.destroy();
+}
+
+/** B×T random ids over a vocabulary of V, both ends included (every window holds some); targets a fixed map of them. */
+export function vocabBatch(B: number, T: number, seed: number, V: number): Batch {
+  const r = mulberry32(seed);
+  const inputs = Uint32Array.from({ length: B * T }, () => Math.floor(r() * V));
+  inputs[0] = 0;
+  inputs[1] = V - 1;
+  const targets = inputs.map((x) => (x * 7 + 3) % V);
+  return { inputs, targets, B, T };
+}
+
+/** The SHA-256 of an array's bytes: "bit for bit" in one comparison. */
+export const bitsHash = (a: Float32Array) =>
+  createHash('sha256')
+    .update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength))
+    .digest('hex');
+
+/** A device's limits as a plain record. */
+export function limitsOf(d: GPUDevice): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const k in d.limits) out[k] = (d.limits as unknown as Record<string, number>)[k];
+  return out;
 }
