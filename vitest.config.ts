@@ -1,81 +1,39 @@
 import { defineConfig } from 'vitest/config';
 
-// Files that run three at a time on the two cores, first: in-process, no Chromium, no clock in an
-// assertion (kernels against the CPU reference, codecs, the simulator, the server on inject), or mostly
+// Files that run three at a time on the two cores, after the shared-worker ones below: in-process, no Chromium,
+// no clock in an assertion (kernels against the CPU reference, the simulator, the server on inject), or mostly
 // waiting (a child island, a Redis gateway, a WebRTC timeout), so a third keeps both cores busy. Every
 // other file, and any new one, runs alone at the end: WebGPU pages, fleets, speed bounds.
 const THREE_AT_A_TIME = [
-  'admin-codec',
-  'architecture-docs',
   'bench-tfjs',
   'bounded-state',
-  'checkpoint-keep',
-  'claims',
   'cluster-island-failover',
   'cluster-outer',
-  'codec-offsets',
-  'coord',
-  'coord-short-round',
-  'coord-trust',
-  'corpus',
-  'dashboard-axes',
-  'dashboard-safety',
-  'data-ranges',
-  'data-shards',
-  'default-run',
-  'format',
-  'gradcheck',
-  'hf-tokenizer',
-  'island-quality',
   'island-stop',
-  'islands-merge',
   'kernels',
   'kernels-f16',
-  'metrics-docs',
   'mix',
-  'mix-links',
   'mix-live',
-  'mix-rings',
   'mix-webrtc',
-  'mixed-compute',
-  'model',
   'model-download',
   'multi-device',
   'outer-anneal',
-  'package',
-  'protocol-docs',
-  'run-config',
-  'safetensors',
-  'server-api',
-  'server-data-url',
   'server-fuzz',
   'server-gpt2',
-  'server-model',
   'server-shards',
   'server-sparse',
-  'shaders',
-  'simulate',
-  'simulate-knobs',
   'simulate-scaling',
   'simulate-scaling-v1',
   'simulate-settings',
   'sparse-downlink',
-  'structure',
-  'tokenizer',
-  'trust-audit',
   'trust-records',
-  'tune-scratch',
   'validator',
-  'wasm-engine',
-  'wasm-kernels',
   'webgpu-head',
   'webgpu-smoke',
-  'wire-bytes',
-  'wire-meter',
 ].map((f) => `test/${f}.test.ts`);
 
-// Of those, the quick in-process files (each under 4 s of tests in CI: no Dawn, no Chromium, no child process,
-// no global they change) run first, three at a time in workers that each take many files (isolate: false):
+// The quick in-process files (each under 4 s of tests in CI: no Dawn, no Chromium, no child process, no global
+// they change) run first, three at a time in workers that each take many files (isolate: false):
 // a fresh process per file spent more on imports than on the tests (these 42 here: 102 s fresh, 52 s reused).
 const THREE_IN_SHARED_WORKERS = [
   'admin-codec',
@@ -201,7 +159,6 @@ export default defineConfig({
         test: {
           name: 'three-at-a-time',
           include: THREE_AT_A_TIME,
-          exclude: THREE_IN_SHARED_WORKERS,
           maxWorkers: 3,
           sequence: { groupOrder: 1 },
         },
@@ -216,7 +173,7 @@ export default defineConfig({
         test: {
           name: 'alone',
           include: ['test/**/*.test.ts'],
-          exclude: [...THREE_AT_A_TIME, ...TWO_AT_A_TIME],
+          exclude: [...THREE_IN_SHARED_WORKERS, ...THREE_AT_A_TIME, ...TWO_AT_A_TIME],
           fileParallelism: false,
           sequence: { groupOrder: 3 },
         },
