@@ -96,9 +96,10 @@ export const HALF_ACTIVATIONS = new Set([
 ]);
 
 /**
- * The flat buffers of θ's length: θ, its gradients (Δ, as halves with f16, after a round), the Adam moments, θ at the
- * round's start, f16's half weight copy. Each is one GPUBuffer, or where it exceeds the buffer limit one per range of
- * the StepWindows' `parts` (whole tensors), named partName(k, i); the dispatches name its splitBuffer stand-in.
+ * The flat buffers of θ's length: θ, its gradients (Δ, as halves with f16, after a round), the Adam moments,
+ * θ at the round's start, f16's half weight copy. Each is one GPUBuffer, or where it exceeds the buffer limit one
+ * per range of the StepWindows' `parts` (whole tensors), named partName(k, i); the dispatches name its
+ * splitBuffer stand-in.
  */
 export const FLAT_BUFFERS = ['params', 'grads', 'm', 'v', 'start', 'wcopy'];
 export const partName = (k: string, i: number) => `${k}/${i}`;

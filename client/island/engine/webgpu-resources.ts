@@ -92,7 +92,7 @@ export class GpuResources {
     return x;
   }
 
-  /** A flat buffer of θ's length (FLAT_BUFFERS) as its GPUBuffers and their elements of θ: what reads and writes it. */
+  /** A flat buffer of θ's length (FLAT_BUFFERS) as its GPUBuffers and their elements of θ, for reads and writes. */
   parts(name: string): readonly FlatPart[] {
     const x = this.b(name);
     return partsOf(x) ?? [{ lo: 0, hi: this.s.N, buffer: x }];
