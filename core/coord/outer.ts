@@ -21,7 +21,7 @@
 // so 1/s such windows move θ about as one full step does; a full momentum step per small window
 // (the budget's tail, a window of the fast islands alone) overshot.
 //
-// The momentum follows the inner learning-rate schedule (`anneal`, momentumAnneal in rounds.ts): its
+// The momentum follows the inner learning-rate schedule (`anneal`, momentumAnneal in anneal.ts): its
 // decay takes the factor η(now)/η(last step) ≤ 1, as PyTorch's SGD momentum under a schedule, whose
 // buffer holds raw gradients that the current lr scales. A pseudo-gradient is already η-scaled, so
 // without it a run of a few outer steps ends with a momentum of its early, large-η pseudo-gradients,
