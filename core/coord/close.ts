@@ -131,7 +131,7 @@ export function closeRound(s: CoordState, now: number): void {
   const history = s.ledger.history;
   const anneal = momentumAnneal(cfg, s.ledger.totals.tokensApplied, history[history.length - 1]);
   const size = { ...outerStepOf(cfg, kept, s.book.byId.values()), anneal };
-  const taken = s.outerStep.begin(cfg, kept, inHost, size, trustLimit(s.ledger.history, cfg.trustRegion));
+  const taken = s.outerStep.begin(cfg, kept, inHost, size, trustLimit(history, cfg.trustRegion));
   if (taken || !host || !s.outerStep.request) {
     finishClose(s, c, taken);
     return;
